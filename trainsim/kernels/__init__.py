@@ -1,0 +1,1 @@
+"""Everything that needs torch: microbenchmarks, calibration, and the plan executor. Imported lazily."""

@@ -1,0 +1,73 @@
+"""Flags shared by predict, plan, report and execute, and turning them into a Scenario."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from trainsim.specs import Scenario, SpecError, build_scenario, load_scenario_file
+
+
+def positive_int(name: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise SpecError(name, f"must be an integer, got {text!r}") from None
+        if value <= 0:
+            raise SpecError(name, f"must be positive, got {value}")
+        if value > 10_000_000_000:
+            raise SpecError(name, f"{value} is implausibly large")
+        return value
+    return parse
+
+
+def nonneg_float(name: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise SpecError(name, f"must be a number, got {text!r}") from None
+        if not math.isfinite(value) or value < 0:
+            raise SpecError(name, f"must be a finite number >= 0, got {text}")
+        return value
+    return parse
+
+
+def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = True) -> None:
+    """The scenario flags of DESIGN.md (`trainsim predict` and friends)."""
+    if scenario_positional:
+        p.add_argument("scenario", nargs="?", help="scenario YAML/JSON (flags override it)")
+    p.add_argument("--model", help="preset name, YAML/JSON file, or Hugging Face config.json")
+    p.add_argument("--cluster", help="preset name or YAML file")
+    p.add_argument("--gpus", type=positive_int("gpus"))
+    for dim in ("tp", "pp", "dp", "cp", "ep", "vpp"):
+        p.add_argument(f"--{dim}", type=positive_int(f"layout.{dim}"))
+    p.add_argument("--seq-len", type=positive_int("training.seq_len"))
+    p.add_argument("--global-batch", type=positive_int("training.global_batch"))
+    p.add_argument("--micro-batch", type=positive_int("training.micro_batch"))
+    p.add_argument("--recompute", choices=("none", "selective", "full"))
+    p.add_argument("--sequence-parallel", action="store_true", default=None)
+    p.add_argument("--zero", type=int, choices=(0, 1, 2, 3))
+    p.add_argument("--distributed-optimizer", action="store_true", default=None)
+    p.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved", "zb"))
+    p.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "fp32"))
+    p.add_argument("--calibration", help="calibration profile JSON (from `trainsim calibrate`)")
+
+
+OVERRIDE_FLAGS = {
+    "model": "model", "cluster": "cluster", "gpus": "gpus", "tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp",
+    "ep": "ep", "vpp": "vpp", "seq_len": "seq_len", "global_batch": "global_batch", "micro_batch": "micro_batch",
+    "recompute": "recompute", "sequence_parallel": "sequence_parallel", "zero": "zero",
+    "distributed_optimizer": "distributed_optimizer", "schedule": "schedule", "dtype": "dtype",
+}
+
+
+def scenario_from_args(args: argparse.Namespace) -> Scenario:
+    """Scenario file (if any) with every given flag laid over it; SpecError on anything invalid."""
+    raw = load_scenario_file(args.scenario) if getattr(args, "scenario", None) else {}
+    overrides = {key: getattr(args, attr, None) for attr, key in OVERRIDE_FLAGS.items()}
+    # `--vpp N` alone implies the interleaved schedule, as in Megatron.
+    if overrides.get("vpp") and overrides["vpp"] > 1 and overrides.get("schedule") is None:
+        overrides["schedule"] = "interleaved"
+    return build_scenario(raw, overrides)

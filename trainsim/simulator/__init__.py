@@ -1,0 +1,1 @@
+"""The discrete-event engine of one training step, metrics, and the layout planner."""

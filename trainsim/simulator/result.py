@@ -1,0 +1,82 @@
+"""Prediction: what `trainsim predict` reports, with the JSON shape DESIGN.md promises (schema_version 1)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from trainsim import SCHEMA_VERSION
+
+COMM_DIMS = ("tp", "pp", "dp", "cp", "ep")
+
+
+@dataclass
+class StageMemory:
+    """Peak bytes on one GPU of a pipeline stage, by component."""
+
+    weights: float = 0.0
+    grads: float = 0.0
+    optimizer: float = 0.0
+    activations: float = 0.0
+    other: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.optimizer + self.activations + self.other
+
+
+@dataclass
+class Prediction:
+    """One predicted optimizer step. Seconds, bytes, FLOP/s; see DESIGN.md for definitions."""
+
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+    hfu: float
+    model_tflops_per_gpu: float
+    hardware_tflops_per_gpu: float
+    bubble_fraction: float
+    exposed_comm_s: dict[str, float]
+    per_stage_memory: list[StageMemory]
+    peak_bytes: float
+    gpu_memory_bytes: float
+    layout: dict[str, int]
+    engine: dict[str, Any] = field(default_factory=dict)
+    calibration: str = "defaults"
+    breakdown_s: dict[str, float] = field(default_factory=dict)
+    host_bytes: float = 0.0
+    scenario: str = ""
+    warnings: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fits(self) -> bool:
+        return self.peak_bytes <= self.gpu_memory_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        """The stable JSON object (keys of DESIGN.md plus engine, calibration and breakdown)."""
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "scenario": self.scenario,
+            "step_time_s": self.step_time_s,
+            "tokens_per_s": self.tokens_per_s,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "model_tflops_per_gpu": self.model_tflops_per_gpu,
+            "hardware_tflops_per_gpu": self.hardware_tflops_per_gpu,
+            "bubble_fraction": self.bubble_fraction,
+            "exposed_comm_s": {k: float(self.exposed_comm_s.get(k, 0.0)) for k in COMM_DIMS},
+            "memory": {
+                "peak_bytes": self.peak_bytes,
+                "gpu_bytes": self.gpu_memory_bytes,
+                "host_bytes": self.host_bytes,
+                "per_stage": [{**asdict(s), "total": s.total} for s in self.per_stage_memory],
+            },
+            "fits": self.fits,
+            "layout": dict(self.layout),
+            "engine": dict(self.engine),
+            "calibration": self.calibration,
+            "breakdown_s": dict(self.breakdown_s),
+            "warnings": list(self.warnings),
+            **({"extra": self.extra} if self.extra else {}),
+        }

@@ -1,0 +1,15 @@
+"""The user's vocabulary: models, clusters, layouts, training settings and whole scenarios."""
+
+from .errors import SpecError
+from .hardware import ClusterSpec, GPUSpec, ScaleOutSpec, ScaleUpSpec
+from .loaders import build_scenario, load_cluster, load_gpu, load_model, load_scenario_file, model_from_hf
+from .model import ModelSpec
+from .presets import preset, preset_names
+from .scenario import Scenario, resolve
+from .training import Layout, TrainingSpec
+
+__all__ = [
+    "SpecError", "ClusterSpec", "GPUSpec", "ScaleOutSpec", "ScaleUpSpec", "build_scenario", "load_cluster",
+    "load_gpu", "load_model", "load_scenario_file", "model_from_hf", "ModelSpec", "preset", "preset_names",
+    "Scenario", "resolve", "Layout", "TrainingSpec",
+]

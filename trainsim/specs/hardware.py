@@ -1,0 +1,109 @@
+"""GPUSpec and ClusterSpec: the hardware a run is predicted on. Units: bytes, bytes/s, FLOP/s, s."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Dtype = Literal["bf16", "fp16", "fp8", "tf32", "fp32"]
+
+
+class GPUSpec(BaseModel):
+    """One accelerator: datasheet peaks plus a few measured efficiencies (each cited in the presets)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    memory_bytes: float = Field(gt=0, le=1e14)
+    hbm_bw_Bps: float = Field(gt=0, le=1e15)
+    peak_flops: dict[Dtype, float] = Field(description="dense peak FLOP/s per dtype (no 2:4 sparsity)")
+    # Achieved fraction of dense peak for large, well-shaped GEMMs (cuBLASLt microbenchmarks).
+    gemm_efficiency: float = Field(default=0.80, gt=0, le=1)
+    # Achieved fraction of HBM bandwidth for streaming kernels (STREAM-like triad).
+    hbm_efficiency: float = Field(default=0.85, gt=0, le=1)
+    # Achieved fraction of dense peak for fused (flash) attention forward.
+    attention_efficiency: float = Field(default=0.55, gt=0, le=1)
+    # Fixed cost per kernel launch / per op as seen on the timeline, seconds.
+    kernel_overhead_s: float = Field(default=4e-6, ge=0, le=1)
+    # Host <-> device bandwidth per GPU (PCIe), used for offload.
+    pcie_bw_Bps: float = Field(default=25e9, gt=0, le=1e13)
+    fp8: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> "GPUSpec":
+        if "bf16" not in self.peak_flops and "fp16" not in self.peak_flops:
+            raise ValueError("peak_flops must give bf16 or fp16")
+        for k, v in self.peak_flops.items():
+            if not (0 < v < 1e18):
+                raise ValueError(f"peak_flops.{k}={v} is not a plausible FLOP/s")
+        return self
+
+    def peak(self, dtype: str) -> float:
+        """Dense peak FLOP/s for a training dtype; fp8 falls back to bf16 on GPUs without fp8."""
+        if dtype in self.peak_flops:
+            return self.peak_flops[dtype]  # type: ignore[index]
+        if dtype == "fp8":
+            return self.peak("bf16")
+        if dtype == "bf16":
+            return self.peak_flops["fp16"]
+        if dtype == "fp16":
+            return self.peak_flops["bf16"]
+        raise KeyError(dtype)
+
+
+class ScaleUpSpec(BaseModel):
+    """The in-node fabric: NVLink through NVSwitch, direct NVLink/Infinity Fabric, or PCIe."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["nvswitch", "nvlink", "infinity-fabric", "pcie"] = "nvswitch"
+    bw_per_gpu_Bps: float = Field(gt=0, le=1e14, description="unidirectional, per GPU")
+    latency_s: float = Field(default=3e-6, ge=0, le=1)
+    nvls: bool = Field(default=False, description="NVLink SHARP (in-switch reduction), Hopper and later")
+
+
+class ScaleOutSpec(BaseModel):
+    """The inter-node fabric: NICs per node and the switch network behind them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    nics_per_node: int = Field(default=8, ge=0, le=1024)
+    nic_bw_Bps: float = Field(default=50e9, gt=0, le=1e14, description="unidirectional line rate per NIC")
+    latency_s: float = Field(default=5e-6, ge=0, le=1)
+    fabric: Literal["fat-tree", "rail-optimized", "switch"] = "rail-optimized"
+    oversubscription: float = Field(default=1.0, ge=1.0, le=1024)
+    nodes_per_leaf: int = Field(default=16, gt=0, le=100_000, description="nodes under one leaf (or rail group)")
+
+
+class ClusterSpec(BaseModel):
+    """A homogeneous cluster of nodes; ``num_gpus`` is the size used for a run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "custom"
+    gpu: GPUSpec
+    gpus_per_node: int = Field(default=8, gt=0, le=1024)
+    num_gpus: int = Field(default=8, gt=0, le=10_000_000)
+    scale_up: ScaleUpSpec
+    scale_out: ScaleOutSpec = ScaleOutSpec()
+    host_memory_bytes: float = Field(default=2e12, gt=0, le=1e16, description="per node, for offload")
+
+    @model_validator(mode="after")
+    def _check(self) -> "ClusterSpec":
+        if self.num_gpus > self.gpus_per_node and self.num_gpus % self.gpus_per_node != 0:
+            raise ValueError(
+                f"num_gpus={self.num_gpus} is not a whole number of {self.gpus_per_node}-GPU nodes"
+            )
+        if self.num_gpus > self.gpus_per_node and self.scale_out.nics_per_node == 0:
+            raise ValueError("scale_out.nics_per_node is 0 but the cluster spans several nodes")
+        return self
+
+    @property
+    def num_nodes(self) -> int:
+        return max(1, self.num_gpus // self.gpus_per_node)
+
+    def with_gpus(self, n: int) -> "ClusterSpec":
+        return type(self).model_validate(
+            {**self.model_dump(), "num_gpus": n}
+        )

@@ -1,0 +1,252 @@
+"""Turn user input (preset names, YAML/JSON files, Hugging Face config.json, CLI flags) into specs.
+
+Only ``yaml.safe_load`` and ``json`` are used; every failure is a SpecError naming the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+from pydantic import ValidationError
+
+from .errors import SpecError, from_validation_error
+from .hardware import ClusterSpec, GPUSpec
+from .model import ModelSpec
+from .presets import preset, preset_names
+from .scenario import Scenario, resolve
+from .training import Layout, TrainingSpec
+
+MAX_INPUT_BYTES = 4 * 1024 * 1024  # a scenario or config is a few KB; refuse anything absurd
+
+
+def read_mapping(path: str | os.PathLike, field: str) -> dict:
+    """Read a YAML or JSON file that must hold a mapping."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError(field, f"no such file: {p}")
+    size = p.stat().st_size
+    if size > MAX_INPUT_BYTES:
+        raise SpecError(field, f"{p} is {size / 1e6:.1f} MB; input files are limited to {MAX_INPUT_BYTES // 2**20} MiB")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError) as e:
+        raise SpecError(field, f"cannot read {p}: {type(e).__name__}") from None
+    try:
+        data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
+    except json.JSONDecodeError as e:
+        raise SpecError(field, f"{p} is not valid JSON (line {e.lineno}: {e.msg})") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        raise SpecError(field, f"{p} is not valid YAML{where}") from None
+    if not isinstance(data, dict):
+        raise SpecError(field, f"{p} must hold a mapping, not {type(data).__name__}")
+    return data
+
+
+def _check_numbers(data: Any, field: str) -> None:
+    """Reject NaN/inf anywhere (YAML accepts .nan); pydantic would pass some of them through."""
+    if isinstance(data, float) and not math.isfinite(data):
+        raise SpecError(field, f"must be a finite number, got {data}")
+    if isinstance(data, Mapping):
+        for k, v in data.items():
+            _check_numbers(v, f"{field}.{k}")
+    elif isinstance(data, (list, tuple)):
+        for i, v in enumerate(data):
+            _check_numbers(v, f"{field}[{i}]")
+
+
+def _validate(cls, data: Mapping, field: str):
+    _check_numbers(data, field)
+    try:
+        return cls.model_validate(data)
+    except ValidationError as e:
+        raise from_validation_error(e, field) from None
+
+
+# --- models -----------------------------------------------------------------------------------
+
+_HF_ACT = {"silu": "swiglu", "swiglu": "swiglu", "gelu": "gelu", "gelu_new": "gelu", "gelu_fast": "gelu",
+           "gelu_pytorch_tanh": "gelu", "relu": "gelu"}
+
+
+def is_hf_config(d: Mapping) -> bool:
+    return any(k in d for k in ("num_hidden_layers", "n_layer", "model_type", "architectures"))
+
+
+def model_from_hf(d: Mapping, name: str = "hf-model") -> dict:
+    """Map a Hugging Face ``config.json`` (Llama/Mistral/Mixtral/Qwen names, or GPT-2 ``n_*``) to ModelSpec fields."""
+    def get(*keys, default=None):
+        for k in keys:
+            if k in d and d[k] is not None:
+                return d[k]
+        return default
+
+    gpt2 = "n_layer" in d
+    layers = get("num_hidden_layers", "n_layer")
+    hidden = get("hidden_size", "n_embd", "d_model")
+    heads = get("num_attention_heads", "n_head")
+    if layers is None or hidden is None or heads is None:
+        missing = [k for k, v in (("num_hidden_layers", layers), ("hidden_size", hidden), ("num_attention_heads", heads)) if v is None]
+        raise SpecError("model", f"Hugging Face config lacks {', '.join(missing)}")
+    act = str(get("hidden_act", "activation_function", default="gelu_new" if gpt2 else "silu")).lower()
+    if act not in _HF_ACT:
+        raise SpecError("model.hidden_act", f"unsupported activation {act!r} (known: {', '.join(sorted(_HF_ACT))})")
+    model_type = str(get("model_type", default="gpt2" if gpt2 else "llama")).lower()
+    llama_like = not gpt2 and model_type not in ("gpt2", "gpt_neox", "gptj", "opt", "bloom")
+    out: dict[str, Any] = {
+        "name": str(get("_name_or_path", default=name)) or name,
+        "num_layers": layers,
+        "hidden": hidden,
+        "num_heads": heads,
+        "num_kv_heads": get("num_key_value_heads", default=heads),
+        "ffn_hidden": get("intermediate_size", "n_inner", default=4 * hidden if isinstance(hidden, int) else None),
+        "vocab_size": get("vocab_size"),
+        "activation": _HF_ACT[act],
+        "norm": "rmsnorm" if llama_like else "layernorm",
+        "position_embedding": "rope" if llama_like else "learned",
+        "max_seq_len": get("max_position_embeddings", "n_positions", "n_ctx", default=2048),
+        "bias": bool(get("attention_bias", default=not llama_like)) if llama_like else True,
+        "tie_embeddings": bool(get("tie_word_embeddings", default=gpt2 or not llama_like)),
+    }
+    if get("head_dim") is not None:
+        out["head_dim"] = get("head_dim")
+    experts = get("num_local_experts", "num_experts", "n_routed_experts")
+    if experts:
+        out["num_experts"] = experts
+        out["top_k"] = get("num_experts_per_tok", "top_k", default=2)
+        if get("moe_intermediate_size") is not None:
+            out["moe_ffn_hidden"] = get("moe_intermediate_size")
+    if out["vocab_size"] is None:
+        raise SpecError("model", "Hugging Face config lacks vocab_size")
+    return out
+
+
+def load_model(spec: str | Mapping | ModelSpec) -> ModelSpec:
+    """A ModelSpec from a preset name, a path (YAML/JSON/HF config.json) or a mapping."""
+    if isinstance(spec, ModelSpec):
+        return spec
+    if isinstance(spec, str):
+        raw = preset("models", spec)
+        if raw is None:
+            if not (os.path.sep in spec or spec.endswith((".yaml", ".yml", ".json")) or Path(spec).exists()):
+                raise SpecError("model", f"unknown preset {spec!r} (known: {', '.join(preset_names('models'))})")
+            data = read_mapping(spec, "model")
+            raw = model_from_hf(data, Path(spec).stem) if is_hf_config(data) else data
+            raw.setdefault("name", Path(spec).stem)
+        return _validate(ModelSpec, raw, "model")
+    if isinstance(spec, Mapping):
+        if "preset" in spec:
+            base = load_model(str(spec["preset"])).model_dump()
+            return _validate(ModelSpec, {**base, **{k: v for k, v in spec.items() if k != "preset"}}, "model")
+        raw = model_from_hf(spec) if is_hf_config(spec) else dict(spec)
+        return _validate(ModelSpec, raw, "model")
+    raise SpecError("model", f"expected a preset name, a file or a mapping, got {type(spec).__name__}")
+
+
+# --- clusters ---------------------------------------------------------------------------------
+
+def load_gpu(spec: str | Mapping) -> GPUSpec:
+    if isinstance(spec, str):
+        raw = preset("gpus", spec)
+        if raw is None:
+            raise SpecError("cluster.gpu", f"unknown GPU preset {spec!r} (known: {', '.join(preset_names('gpus'))})")
+        return _validate(GPUSpec, raw, "cluster.gpu")
+    if isinstance(spec, Mapping):
+        if "preset" in spec:
+            base = load_gpu(str(spec["preset"])).model_dump()
+            return _validate(GPUSpec, {**base, **{k: v for k, v in spec.items() if k != "preset"}}, "cluster.gpu")
+        return _validate(GPUSpec, spec, "cluster.gpu")
+    raise SpecError("cluster.gpu", f"expected a preset name or a mapping, got {type(spec).__name__}")
+
+
+def load_cluster(spec: str | Mapping | ClusterSpec, gpus: int | None = None) -> ClusterSpec:
+    """A ClusterSpec from a preset name, a YAML/JSON file or a mapping; ``gpus`` sets its size."""
+    if isinstance(spec, ClusterSpec):
+        raw: dict = spec.model_dump()
+    elif isinstance(spec, str):
+        found = preset("clusters", spec)
+        if found is None:
+            if not (os.path.sep in spec or spec.endswith((".yaml", ".yml", ".json")) or Path(spec).exists()):
+                raise SpecError("cluster", f"unknown preset {spec!r} (known: {', '.join(preset_names('clusters'))})")
+            found = read_mapping(spec, "cluster")
+            found.setdefault("name", Path(spec).stem)
+        raw = found
+    elif isinstance(spec, Mapping):
+        raw = dict(spec)
+        if "preset" in raw:
+            base = load_cluster(str(raw.pop("preset"))).model_dump()
+            raw = {**base, **raw}
+    else:
+        raise SpecError("cluster", f"expected a preset name, a file or a mapping, got {type(spec).__name__}")
+    if isinstance(raw.get("gpu"), (str, Mapping)) and not isinstance(raw.get("gpu"), GPUSpec):
+        raw["gpu"] = load_gpu(raw["gpu"]).model_dump() if isinstance(raw["gpu"], (str, Mapping)) else raw["gpu"]
+    if gpus is not None:
+        raw["num_gpus"] = gpus
+    elif "num_gpus" not in raw:
+        raw["num_gpus"] = raw.get("gpus_per_node", 8)
+    return _validate(ClusterSpec, raw, "cluster")
+
+
+# --- scenarios --------------------------------------------------------------------------------
+
+SCENARIO_KEYS = {"name", "description", "model", "cluster", "gpus", "layout", "training"}
+LAYOUT_KEYS = set(Layout.model_fields)
+TRAINING_KEYS = set(TrainingSpec.model_fields)
+
+
+def load_scenario_file(path: str | os.PathLike) -> dict:
+    """Read a scenario YAML/JSON into its raw mapping (resolved later with any CLI overrides)."""
+    data = read_mapping(path, "scenario")
+    unknown = set(data) - SCENARIO_KEYS
+    if unknown:
+        raise SpecError(f"scenario.{sorted(unknown)[0]}", f"unknown key (allowed: {', '.join(sorted(SCENARIO_KEYS))})")
+    base = Path(path).parent
+    for key in ("model", "cluster"):  # relative file references are relative to the scenario
+        v = data.get(key)
+        if isinstance(v, str) and preset("models" if key == "model" else "clusters", v) is None and not os.path.isabs(v):
+            cand = base / v
+            if cand.exists():
+                data[key] = str(cand)
+    return data
+
+
+def build_scenario(raw: Mapping | None = None, overrides: Mapping | None = None) -> Scenario:
+    """Merge a raw scenario mapping with flat overrides (CLI flags; ``None`` = not given) and resolve it.
+
+    Override keys: model, cluster, gpus, name, and any Layout or TrainingSpec field.
+    """
+    raw = dict(raw or {})
+    ov = {k: v for k, v in (overrides or {}).items() if v is not None}
+    for k in ov:
+        if k not in LAYOUT_KEYS | TRAINING_KEYS | {"model", "cluster", "gpus", "name"}:
+            raise SpecError(k, "unknown setting")
+    model_in = ov.get("model", raw.get("model"))
+    if model_in is None:
+        raise SpecError("model", "no model given (use --model NAME|PATH or a scenario file)")
+    cluster_in = ov.get("cluster", raw.get("cluster"))
+    if cluster_in is None:
+        raise SpecError("cluster", "no cluster given (use --cluster NAME|PATH or a scenario file)")
+    gpus = ov.get("gpus", raw.get("gpus"))
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int)):
+        raise SpecError("gpus", f"must be an integer, got {gpus!r}")
+    if gpus is not None and not (0 < gpus <= 10_000_000):
+        raise SpecError("gpus", f"must be between 1 and 10,000,000, got {gpus}")
+    layout_raw = raw.get("layout") or {}
+    training_raw = raw.get("training") or {}
+    for key, val in (("layout", layout_raw), ("training", training_raw)):
+        if not isinstance(val, Mapping):
+            raise SpecError(key, f"must be a mapping, got {type(val).__name__}")
+    layout_raw = {**layout_raw, **{k: v for k, v in ov.items() if k in LAYOUT_KEYS}}
+    training_raw = {**training_raw, **{k: v for k, v in ov.items() if k in TRAINING_KEYS}}
+    model = load_model(model_in)
+    cluster = load_cluster(cluster_in, gpus)
+    layout = _validate(Layout, layout_raw, "layout")
+    training = _validate(TrainingSpec, training_raw, "training")
+    name = str(ov.get("name", raw.get("name", f"{model.name}@{cluster.name}")))
+    return resolve(model, cluster, layout, training, name=name)

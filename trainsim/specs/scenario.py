@@ -1,0 +1,111 @@
+"""Scenario: model + cluster + layout + training, checked as a whole (every layout rule lives here)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from .errors import SpecError
+from .hardware import ClusterSpec
+from .model import ModelSpec
+from .training import Layout, TrainingSpec
+
+
+class Scenario(BaseModel):
+    """A fully resolved, valid scenario: ``layout.dp`` is always set."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "scenario"
+    model: ModelSpec
+    cluster: ClusterSpec
+    layout: Layout
+    training: TrainingSpec
+
+    @property
+    def num_gpus(self) -> int:
+        return self.cluster.num_gpus
+
+    @property
+    def dp(self) -> int:
+        assert self.layout.dp is not None
+        return self.layout.dp
+
+    @property
+    def num_microbatches(self) -> int:
+        """Micro-batches per pipeline replica per optimizer step (gradient accumulation steps)."""
+        return self.training.global_batch // (self.training.micro_batch * self.dp)
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.training.global_batch * self.training.seq_len
+
+    @property
+    def layers_per_stage(self) -> int:
+        return self.model.num_layers // self.layout.pp
+
+    @property
+    def layers_per_chunk(self) -> int:
+        return self.model.num_layers // (self.layout.pp * self.layout.vpp)
+
+
+def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: TrainingSpec,
+            name: str = "scenario") -> Scenario:
+    """Check every cross-field rule, derive dp, and return a Scenario; raises SpecError naming the field."""
+    gpus = cluster.num_gpus
+    tp, pp, cp, ep, vpp = layout.tp, layout.pp, layout.cp, layout.ep, layout.vpp
+    mp = tp * pp * cp
+    if layout.dp is None:
+        if gpus % mp:
+            raise SpecError("gpus", f"{gpus} GPUs are not divisible by tp*pp*cp = {tp}*{pp}*{cp} = {mp}")
+        dp = gpus // mp
+    else:
+        dp = layout.dp
+        if mp * dp != gpus:
+            raise SpecError("layout.dp", f"tp*pp*dp*cp = {tp}*{pp}*{dp}*{cp} = {mp * dp} but gpus = {gpus}")
+    m, t = model, training
+    if m.num_heads % tp:
+        raise SpecError("layout.tp", f"tp={tp} does not divide num_heads={m.num_heads}")
+    if m.kv_heads % tp:
+        raise SpecError("layout.tp", f"tp={tp} does not divide num_kv_heads={m.kv_heads}")
+    if m.ffn % tp or (m.is_moe and m.expert_ffn % tp):
+        raise SpecError("layout.tp", f"tp={tp} does not divide ffn_hidden={m.ffn}")
+    if m.num_layers % (pp * vpp):
+        raise SpecError(
+            "layout.pp",
+            f"pp*vpp = {pp}*{vpp} does not divide num_layers={m.num_layers} (uneven stages are not supported)",
+        )
+    if vpp > 1 and t.schedule != "interleaved":
+        raise SpecError("layout.vpp", f"vpp={vpp} needs schedule=interleaved (got {t.schedule})")
+    if t.schedule == "interleaved" and vpp == 1:
+        raise SpecError("training.schedule", "interleaved needs vpp > 1 (model chunks per pipeline rank)")
+    if t.schedule == "interleaved" and pp == 1:
+        raise SpecError("training.schedule", "interleaved needs pp > 1")
+    if t.seq_len % cp or (cp > 1 and t.seq_len % (2 * cp)):
+        raise SpecError("training.seq_len", f"seq_len={t.seq_len} must be divisible by 2*cp = {2 * cp}")
+    if t.sequence_parallel and t.seq_len % (tp * cp):
+        raise SpecError("training.seq_len", f"seq_len={t.seq_len} must be divisible by tp*cp for sequence parallelism")
+    if t.sequence_parallel and tp == 1:
+        raise SpecError("training.sequence_parallel", "sequence parallelism needs tp > 1")
+    if ep > 1 and not m.is_moe:
+        raise SpecError("layout.ep", f"ep={ep} but {m.name} is a dense model (num_experts=1)")
+    if m.num_experts % ep:
+        raise SpecError("layout.ep", f"ep={ep} does not divide num_experts={m.num_experts}")
+    if (dp * cp) % ep:
+        raise SpecError("layout.ep", f"ep={ep} must divide dp*cp = {dp * cp}")
+    per_step = t.micro_batch * dp
+    if t.global_batch % per_step:
+        raise SpecError(
+            "training.global_batch",
+            f"{t.global_batch} is not divisible by micro_batch*dp = {t.micro_batch}*{dp} = {per_step}",
+        )
+    n_micro = t.global_batch // per_step
+    if t.schedule == "interleaved" and n_micro % pp:
+        raise SpecError(
+            "training.global_batch",
+            f"interleaved schedule needs num_microbatches ({n_micro}) divisible by pp={pp}",
+        )
+    if m.position_embedding == "learned" and t.seq_len > m.max_seq_len:
+        raise SpecError("training.seq_len", f"seq_len={t.seq_len} exceeds {m.name}'s learned positions ({m.max_seq_len})")
+    if t.dtype == "fp8" and not cluster.gpu.fp8:
+        raise SpecError("training.dtype", f"fp8 needs FP8 tensor cores, which {cluster.gpu.name} lacks")
+    return Scenario(name=name, model=m, cluster=cluster, layout=layout.model_copy(update={"dp": dp}), training=t)

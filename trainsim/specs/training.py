@@ -1,0 +1,82 @@
+"""Layout (how ranks are split) and TrainingSpec (what one optimizer step does)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+Recompute = Literal["none", "selective", "full"]
+Schedule = Literal["gpipe", "1f1b", "interleaved", "zb"]
+TrainDtype = Literal["bf16", "fp16", "fp8", "fp32"]
+
+DEFAULT_PLACEMENT = ("tp", "cp", "ep", "dp", "pp")
+
+
+class Layout(BaseModel):
+    """Parallel degrees. ``dp=None`` means derive it from the GPU count.
+
+    gpus = tp · cp · pp · dp; expert parallelism is carved out of the dp·cp ranks (as in Megatron),
+    so ``ep`` must divide ``dp·cp`` and does not multiply the GPU count.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tp: int = Field(default=1, gt=0, le=1_000_000)
+    pp: int = Field(default=1, gt=0, le=1_000_000)
+    dp: int | None = Field(default=None, gt=0, le=10_000_000)
+    cp: int = Field(default=1, gt=0, le=1_000_000)
+    ep: int = Field(default=1, gt=0, le=1_000_000)
+    vpp: int = Field(default=1, gt=0, le=10_000, description="model chunks per pipeline rank (interleaving)")
+    placement: tuple[str, ...] = Field(default=DEFAULT_PLACEMENT, description="innermost first")
+
+    @model_validator(mode="after")
+    def _check(self) -> "Layout":
+        if sorted(self.placement) != sorted(DEFAULT_PLACEMENT):
+            raise ValueError(f"placement must order exactly {', '.join(DEFAULT_PLACEMENT)}")
+        return self
+
+    @property
+    def model_parallel(self) -> int:
+        return self.tp * self.cp * self.pp
+
+
+class TrainingSpec(BaseModel):
+    """One optimizer step: batch, precision, memory-saving techniques and pipeline schedule."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    seq_len: int = Field(default=2048, gt=0, le=100_000_000)
+    global_batch: int = Field(default=512, gt=0, le=1_000_000_000, description="sequences per step")
+    micro_batch: int = Field(default=1, gt=0, le=1_000_000, description="sequences per pipeline replica")
+    dtype: TrainDtype = "bf16"
+    recompute: Recompute = "none"
+    sequence_parallel: bool = False
+    zero: int = Field(default=0, ge=0, le=3, description="ZeRO stage; 3 = FSDP full shard")
+    distributed_optimizer: bool = Field(default=False, description="Megatron: optimizer states sharded over DP (= ZeRO-1)")
+    schedule: Schedule = "1f1b"
+    flash_attention: bool = True
+    dropout: bool = Field(default=False, description="dropout layers present (their masks are saved)")
+    offload_optimizer: bool = False
+    offload_params: bool = False
+    optimizer_bytes_per_param: int = Field(default=12, gt=0, le=64, description="fp32 master + Adam m, v")
+    grad_dtype_bytes: int = Field(default=0, ge=0, le=8, description="0 = same as dtype (fp32 for fp8)")
+
+    @model_validator(mode="after")
+    def _check(self) -> "TrainingSpec":
+        if self.offload_params and self.zero != 3:
+            raise ValueError("offload_params needs zero=3 (parameters must be sharded to be offloaded)")
+        return self
+
+    @property
+    def effective_zero(self) -> int:
+        """ZeRO stage with Megatron's distributed optimizer counted as stage 1."""
+        return max(self.zero, 1 if self.distributed_optimizer else 0)
+
+    @property
+    def param_bytes(self) -> int:
+        return 4 if self.dtype == "fp32" else 2
+
+    @property
+    def grad_bytes(self) -> int:
+        return self.grad_dtype_bytes or self.param_bytes

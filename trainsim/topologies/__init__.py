@@ -1,0 +1,1 @@
+"""Cluster fabrics as graphs, rank placement, and bandwidth/latency between rank groups."""
