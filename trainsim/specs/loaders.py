@@ -114,6 +114,8 @@ def model_from_hf(d: Mapping, name: str = "hf-model") -> dict:
         "bias": bool(get("attention_bias", default=not llama_like)) if llama_like else True,
         "tie_embeddings": bool(get("tie_word_embeddings", default=gpt2 or not llama_like)),
     }
+    if model_type.startswith("qwen2"):
+        out["qkv_bias"] = True  # Qwen2: biases on q, k, v projections only
     if get("head_dim") is not None:
         out["head_dim"] = get("head_dim")
     experts = get("num_local_experts", "num_experts", "n_routed_experts")
@@ -165,8 +167,15 @@ def load_gpu(spec: str | Mapping) -> GPUSpec:
     raise SpecError("cluster.gpu", f"expected a preset name or a mapping, got {type(spec).__name__}")
 
 
+def _deep_merge(base: Mapping, top: Mapping) -> dict:
+    out = dict(base)
+    for k, v in top.items():
+        out[k] = _deep_merge(out[k], v) if isinstance(v, Mapping) and isinstance(out.get(k), Mapping) else v
+    return out
+
+
 def load_cluster(spec: str | Mapping | ClusterSpec, gpus: int | None = None) -> ClusterSpec:
-    """A ClusterSpec from a preset name, a YAML/JSON file or a mapping; ``gpus`` sets its size."""
+    """A ClusterSpec from a preset name, a YAML/JSON file or a mapping (``preset:`` + overrides); ``gpus`` sets its size."""
     if isinstance(spec, ClusterSpec):
         raw: dict = spec.model_dump()
     elif isinstance(spec, str):
@@ -174,18 +183,23 @@ def load_cluster(spec: str | Mapping | ClusterSpec, gpus: int | None = None) -> 
         if found is None:
             if not (os.path.sep in spec or spec.endswith((".yaml", ".yml", ".json")) or Path(spec).exists()):
                 raise SpecError("cluster", f"unknown preset {spec!r} (known: {', '.join(preset_names('clusters'))})")
-            found = read_mapping(spec, "cluster")
-            found.setdefault("name", Path(spec).stem)
+            data = read_mapping(spec, "cluster")
+            data.setdefault("name", Path(spec).stem)
+            return load_cluster(data, gpus)
         raw = found
     elif isinstance(spec, Mapping):
         raw = dict(spec)
         if "preset" in raw:
-            base = load_cluster(str(raw.pop("preset"))).model_dump()
-            raw = {**base, **raw}
+            base_name = raw.pop("preset")
+            if not isinstance(base_name, str):
+                raise SpecError("cluster.preset", "must be a preset name")
+            base = load_cluster(base_name).model_dump()
+            base.pop("num_gpus", None)
+            raw = _deep_merge(base, raw)
     else:
         raise SpecError("cluster", f"expected a preset name, a file or a mapping, got {type(spec).__name__}")
-    if isinstance(raw.get("gpu"), (str, Mapping)) and not isinstance(raw.get("gpu"), GPUSpec):
-        raw["gpu"] = load_gpu(raw["gpu"]).model_dump() if isinstance(raw["gpu"], (str, Mapping)) else raw["gpu"]
+    if isinstance(raw.get("gpu"), (str, Mapping)):
+        raw["gpu"] = load_gpu(raw["gpu"]).model_dump()
     if gpus is not None:
         raw["num_gpus"] = gpus
     elif "num_gpus" not in raw:

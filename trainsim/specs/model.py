@@ -28,6 +28,7 @@ class ModelSpec(BaseModel):
     position_embedding: Literal["learned", "rope"] = "learned"
     max_seq_len: int = Field(default=2048, gt=0, le=100_000_000)
     bias: bool = True
+    qkv_bias: bool | None = Field(default=None, description="biases on q, k, v only (Qwen2); None = same as bias")
     tie_embeddings: bool = True
     num_experts: int = Field(default=1, gt=0, le=100_000)
     top_k: int = Field(default=1, gt=0, le=100_000)
@@ -74,7 +75,8 @@ class ModelSpec(BaseModel):
     def attention_params(self) -> int:
         h, q, kv = self.hidden, self.num_heads * self.dhead, self.kv_heads * self.dhead
         weights = h * q + 2 * h * kv + q * h
-        biases = (q + 2 * kv + h) if self.bias else 0
+        qkv_bias = self.bias if self.qkv_bias is None else self.qkv_bias
+        biases = ((q + 2 * kv) if qkv_bias else 0) + (h if self.bias else 0)
         return weights + biases
 
     def mlp_params(self, ffn: int | None = None) -> int:

@@ -1,0 +1,96 @@
+"""Specs: Hugging Face configs load as is, scenarios resolve, flags override, layout rules name the field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from trainsim.specs import SpecError, build_scenario, load_cluster, load_model, preset_names
+
+HF = Path(__file__).parent / "data" / "hf"
+
+# Parameter counts of the released checkpoints (safetensors metadata of each Hugging Face repo).
+RELEASED = {
+    "llama3-8b": 8_030_261_248,      # meta-llama/Meta-Llama-3-8B
+    "mixtral-8x7b": 46_702_792_704,  # mistralai/Mixtral-8x7B-v0.1
+    "mistral-7b": 7_241_732_096,     # mistralai/Mistral-7B-v0.1
+    "qwen2-7b": 7_615_616_512,       # Qwen/Qwen2-7B
+    "gpt2": 124_439_808,             # openai-community/gpt2
+}
+
+
+@pytest.mark.parametrize("name", sorted(RELEASED))
+def test_hf_config_loads_as_is_with_exact_parameter_count(name):
+    model = load_model(str(HF / f"{name}-config.json"))
+    assert model.total_params() == RELEASED[name]
+
+
+def test_hf_config_fields_are_mapped():
+    m = load_model(str(HF / "mixtral-8x7b-config.json"))
+    assert (m.num_experts, m.top_k, m.kv_heads, m.activation, m.norm) == (8, 2, 8, "swiglu", "rmsnorm")
+    g = load_model(str(HF / "gpt2-config.json"))
+    assert (g.num_layers, g.hidden, g.num_heads, g.activation, g.tie_embeddings) == (12, 768, 12, "gelu", True)
+    assert g.position_embedding == "learned" and g.max_seq_len == 1024
+
+
+def test_mixtral_active_parameters_match_published_12_9b():
+    # Mistral AI: "12.9B active parameters per token" for Mixtral 8x7B.
+    m = load_model("mixtral-8x7b")
+    assert m.active_params() == pytest.approx(12.9e9, rel=0.01)
+
+
+def test_scenario_derives_dp_and_microbatches():
+    s = build_scenario({"model": "llama3-70b", "cluster": "dgx-h100", "gpus": 1024,
+                        "layout": {"tp": 8, "pp": 4}, "training": {"global_batch": 1024, "seq_len": 8192}})
+    assert s.dp == 32 and s.num_microbatches == 32 and s.layers_per_stage == 20
+    assert s.cluster.num_nodes == 128
+
+
+def test_flags_override_scenario_values():
+    raw = {"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 64, "layout": {"tp": 8},
+           "training": {"global_batch": 64, "micro_batch": 1}}
+    s = build_scenario(raw, {"tp": 4, "micro_batch": 2, "gpus": 128})
+    assert (s.layout.tp, s.training.micro_batch, s.num_gpus, s.dp) == (4, 2, 128, 32)
+
+
+@pytest.mark.parametrize(
+    "overrides, field",
+    [
+        ({"tp": 3}, "gpus"),                       # 64 GPUs not divisible by tp=3
+        ({"tp": 16, "gpus": 64}, "layout.tp"),     # 8 kv heads
+        ({"pp": 3, "gpus": 24}, "layout.pp"),      # 32 layers
+        ({"dp": 3}, "layout.dp"),
+        ({"global_batch": 100}, "training.global_batch"),
+        ({"ep": 2}, "layout.ep"),                  # dense model
+        ({"vpp": 2}, "layout.vpp"),                # vpp without interleaved
+        ({"schedule": "interleaved"}, "training.schedule"),
+        ({"dtype": "fp8", "cluster": "dgx-a100"}, "training.dtype"),
+        ({"cp": 2, "seq_len": 4094, "gpus": 16}, "training.seq_len"),
+        ({"sequence_parallel": True, "tp": 1}, "training.sequence_parallel"),
+    ],
+)
+def test_invalid_layouts_name_the_field(overrides, field):
+    raw = {"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 64, "training": {"global_batch": 64}}
+    with pytest.raises(SpecError) as err:
+        build_scenario(raw, overrides)
+    assert err.value.field == field
+
+
+def test_presets_cover_the_design_card():
+    assert {"dgx-a100", "dgx-h100", "hgx-h200", "dgx-b200", "mi300x"} <= set(preset_names("clusters"))
+    assert {"gpt3-175b", "llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b", "tiny-gpt"} <= set(
+        preset_names("models"))
+    a100 = load_cluster("dgx-a100")
+    # hardware.csv a100_80_ds: 312 TFLOP/s bf16 dense, 2.039 TB/s; a100_papers: 8x 200 Gb/s HDR.
+    assert a100.gpu.peak("bf16") == 312e12 and a100.gpu.hbm_bw_Bps == 2.039e12
+    assert a100.scale_out.nic_bw_Bps * 8 == 200e9
+    h100 = load_cluster("dgx-h100", gpus=16)
+    assert h100.gpu.peak("fp8") == 1978.9e12 and h100.num_nodes == 2  # hardware.csv h100_ds
+
+
+def test_cluster_yaml_with_preset_and_overrides(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("preset: dgx-h100\nscale_out: {nics_per_node: 4, nic_bw_Bps: 50.0e9, fabric: fat-tree, oversubscription: 2}\n")
+    c = load_cluster(str(f), gpus=32)
+    assert c.scale_out.nics_per_node == 4 and c.scale_out.oversubscription == 2 and c.gpu.name.startswith("H100")
