@@ -1,0 +1,477 @@
+"""The calibration profile: measured hardware behaviour that replaces datasheet defaults (pure, no torch).
+
+A profile is one schema-versioned JSON file written by ``trainsim calibrate`` (or imported from
+nccl-tests). It holds the device fingerprint, the raw measured points (min/median/p99 per point) and
+small fitted models the cost functions query:
+
+* GEMM:       t(m,n,k) = c0 + F/P + B/W  (F = 2mnk FLOPs, B = bytes of A, B and C) per dtype, so
+              efficiency = F / (t · peak) rises with arithmetic intensity and size to e_max = P/peak.
+* attention:  the same three-term model for SDPA forward and backward (FLOPs counted as below).
+* memory:     t(bytes) = alpha + bytes/bw for memory-bound ops (norms, softmax, activations, adds, copies).
+* copies:     the same for host->device, device->host, device->device (when a device exists).
+* collectives per (op, group_size, nodes): t(size) = alpha + beta·size, where ``size`` is nccl-tests'
+  "size" column (bytes): the buffer for all_reduce/broadcast/send_recv, the gathered output for
+  all_gather, the full input for reduce_scatter, the per-rank send buffer for all_to_all.
+  algbw = size / t; busbw = algbw · factor (nccl-tests' PERFORMANCE.md factors, see BUSBW_FACTORS).
+
+Every query returns ``None`` when the quantity was not measured: callers then fall back to the
+GPUSpec / ClusterSpec defaults. Times are seconds, sizes bytes, rates bytes/s or FLOP/s.
+
+Attention FLOP convention (as FlashAttention's benchmarks): forward = 4·b·h·sq·skv·d, halved when
+causal; backward = 2.5 × forward.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from trainsim.specs.errors import SpecError, from_validation_error
+
+PROFILE_SCHEMA_VERSION = 1
+PROFILE_KIND = "trainsim-calibration-profile"
+MAX_PROFILE_BYTES = 64 * 1024 * 1024  # a full profile is well under 1 MB; refuse absurd files
+
+# Canonical collective names (nccl-tests' operations) and the names torch / users also write.
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
+_OP_ALIASES = {
+    "allreduce": "all_reduce", "all_reduce": "all_reduce", "all-reduce": "all_reduce",
+    "allgather": "all_gather", "all_gather": "all_gather", "all-gather": "all_gather",
+    "all_gather_into_tensor": "all_gather",
+    "reducescatter": "reduce_scatter", "reduce_scatter": "reduce_scatter", "reduce-scatter": "reduce_scatter",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "alltoall": "all_to_all", "all_to_all": "all_to_all", "all-to-all": "all_to_all", "all_to_all_single": "all_to_all",
+    "broadcast": "broadcast", "bcast": "broadcast",
+    "sendrecv": "send_recv", "send_recv": "send_recv", "send/recv": "send_recv", "p2p": "send_recv",
+    "sendrecv_perf": "send_recv",
+}
+
+
+def canonical_op(op: str) -> str:
+    """The canonical collective name for an alias (``allreduce``, ``all_gather_into_tensor``, ...)."""
+    key = op.strip().lower()
+    if key.endswith("_perf"):
+        key = key[: -len("_perf")]
+    if key not in _OP_ALIASES:
+        raise SpecError("collective.op", f"unknown collective {op!r} (known: {', '.join(COLLECTIVE_OPS)})")
+    return _OP_ALIASES[key]
+
+
+def busbw_factor(op: str, group_size: int) -> float:
+    """nccl-tests' busbw/algbw factor (doc/PERFORMANCE.md): 2(n-1)/n all-reduce, (n-1)/n gather/scatter/all-to-all, 1 else."""
+    n = group_size
+    op = canonical_op(op)
+    if n <= 1:
+        return 1.0 if op in ("broadcast", "send_recv") else 0.0
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+BUSBW_FACTORS = {op: (lambda n, _op=op: busbw_factor(_op, n)) for op in COLLECTIVE_OPS}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Fingerprint(_Model):
+    """Which machine, software and launch produced the profile."""
+
+    device: Literal["cpu", "cuda", "imported"] = "cpu"
+    device_name: str = "unknown"
+    device_count: int = Field(default=1, ge=0)
+    world_size: int = Field(default=1, ge=1)
+    nodes: int = Field(default=1, ge=1)
+    backend: str = ""
+    torch_version: str = ""
+    cuda_version: str | None = None
+    nccl_version: str | None = None
+    hostname: str = ""
+    date: str = ""
+    threads_per_process: int | None = None
+    env: dict[str, str] = Field(default_factory=dict, description="NCCL_* / OMP_* variables at run time")
+    command: str = ""
+
+
+class Stats(_Model):
+    """Repeated timing of one point: seconds."""
+
+    min_s: float = Field(ge=0)
+    median_s: float = Field(ge=0)
+    p99_s: float = Field(ge=0)
+    reps: int = Field(ge=1)
+
+
+class GemmPoint(_Model):
+    m: int = Field(gt=0)
+    n: int = Field(gt=0)
+    k: int = Field(gt=0)
+    dtype: str
+    label: str = ""
+    stats: Stats
+    achieved_flops: float = Field(ge=0, description="2mnk / median time")
+
+
+class ThreeTermFit(_Model):
+    """t = overhead_s + flops / flops_per_s + bytes / bytes_per_s, fitted by relative least squares."""
+
+    overhead_s: float = Field(ge=0)
+    flops_per_s: float = Field(gt=0)
+    bytes_per_s: float | None = Field(default=None, gt=0, description="None: memory term not significant")
+    rms_rel_error: float = Field(ge=0)
+    n_points: int = Field(ge=1)
+
+    def time_s(self, flops: float, nbytes: float) -> float:
+        t = self.overhead_s + flops / self.flops_per_s
+        if self.bytes_per_s:
+            t += nbytes / self.bytes_per_s
+        return t
+
+
+class AttentionPoint(_Model):
+    batch: int = Field(gt=0)
+    heads: int = Field(gt=0)
+    seq_q: int = Field(gt=0)
+    seq_kv: int = Field(gt=0)
+    dhead: int = Field(gt=0)
+    dtype: str
+    causal: bool = True
+    pass_: Literal["fwd", "bwd"] = Field(alias="pass")
+    stats: Stats
+    achieved_flops: float = Field(ge=0)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class BandwidthPoint(_Model):
+    """A memory-bound op or a copy: bytes moved (read + written) per call and its timing."""
+
+    op: str
+    nbytes: float = Field(gt=0)
+    dtype: str = ""
+    stats: Stats
+    bw_Bps: float = Field(ge=0, description="nbytes / median time")
+
+
+class LinearFit(_Model):
+    """t = alpha_s + nbytes / bw_Bps (alpha: fixed latency/overhead; bw: asymptotic bandwidth)."""
+
+    alpha_s: float = Field(ge=0)
+    bw_Bps: float = Field(gt=0)
+    rms_rel_error: float = Field(ge=0)
+    n_points: int = Field(ge=1)
+
+    def time_s(self, nbytes: float) -> float:
+        return self.alpha_s + nbytes / self.bw_Bps
+
+
+class CollectivePoint(_Model):
+    """One nccl-tests-like row: ``size_bytes`` as nccl-tests' size column, algbw/busbw in bytes/s."""
+
+    op: str
+    group_size: int = Field(ge=1)
+    nodes: int = Field(default=1, ge=1)
+    size_bytes: float = Field(gt=0)
+    dtype: str = "float"
+    stats: Stats
+    algbw_Bps: float = Field(ge=0)
+    busbw_Bps: float = Field(ge=0)
+    in_place: bool = False
+    source: str = "measured"
+
+
+class CollectiveFit(_Model):
+    """t(size) = alpha_s + beta_s_per_byte · size for one (op, group_size, nodes)."""
+
+    op: str
+    group_size: int = Field(ge=1)
+    nodes: int = Field(default=1, ge=1)
+    alpha_s: float = Field(ge=0)
+    beta_s_per_byte: float = Field(gt=0)
+    busbw_Bps: float = Field(ge=0, description="asymptotic busbw = factor / beta")
+    rms_rel_error: float = Field(ge=0)
+    n_points: int = Field(ge=1)
+    source: str = "measured"
+    backend: str = ""
+
+    def time_s(self, size_bytes: float) -> float:
+        return self.alpha_s + self.beta_s_per_byte * size_bytes
+
+
+class CalibrationProfile(_Model):
+    """Everything one calibration produced. Queries return None for what was not measured."""
+
+    kind: Literal["trainsim-calibration-profile"] = PROFILE_KIND
+    schema_version: int = PROFILE_SCHEMA_VERSION
+    fingerprint: Fingerprint = Field(default_factory=Fingerprint)
+    # Dense peak FLOP/s per dtype that the efficiencies below are relative to (the matching GPU preset).
+    reference_peak_flops: dict[str, float] = Field(default_factory=dict)
+    reference_preset: str | None = None
+    gemm_points: list[GemmPoint] = Field(default_factory=list)
+    gemm_fits: dict[str, ThreeTermFit] = Field(default_factory=dict, description="per dtype")
+    attention_points: list[AttentionPoint] = Field(default_factory=list)
+    attention_fits: dict[str, ThreeTermFit] = Field(default_factory=dict, description="key '<dtype>/<fwd|bwd>'")
+    memory_points: list[BandwidthPoint] = Field(default_factory=list)
+    memory_fits: dict[str, LinearFit] = Field(default_factory=dict, description="per op, plus 'all'")
+    copy_points: list[BandwidthPoint] = Field(default_factory=list)
+    copy_fits: dict[str, LinearFit] = Field(default_factory=dict, description="h2d, d2h, d2d")
+    collective_points: list[CollectivePoint] = Field(default_factory=list)
+    collective_fits: list[CollectiveFit] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    # Where the profile was loaded from (not written to the file).
+    source_path: str | None = Field(default=None, exclude=True)
+
+    # ---- compute ----------------------------------------------------------------------------------
+    def _peak(self, dtype: str, peak_flops: float | None) -> float | None:
+        if peak_flops is not None:
+            return peak_flops
+        return self.reference_peak_flops.get(dtype)
+
+    def gemm_time_s(self, m: int, n: int, k: int, dtype: str) -> float | None:
+        """Predicted time of one (m×k)·(k×n) GEMM, or None if this dtype was not measured."""
+        fit = self.gemm_fits.get(dtype)
+        if fit is None:
+            return None
+        return fit.time_s(gemm_flops(m, n, k), gemm_bytes(m, n, k, dtype))
+
+    def gemm_flops_per_s(self, m: int, n: int, k: int, dtype: str) -> float | None:
+        """Achieved FLOP/s for this shape (fitted), or None."""
+        t = self.gemm_time_s(m, n, k, dtype)
+        return None if t is None else gemm_flops(m, n, k) / t
+
+    def gemm_efficiency(self, m: int, n: int, k: int, dtype: str, peak_flops: float | None = None) -> float | None:
+        """Achieved / peak for this shape. Pass ``peak_flops=gpu.peak(dtype)`` to be relative to your spec."""
+        rate = self.gemm_flops_per_s(m, n, k, dtype)
+        peak = self._peak(dtype, peak_flops)
+        if rate is None or not peak:
+            return None
+        return rate / peak
+
+    def attention_time_s(self, batch: int, heads: int, seq_q: int, seq_kv: int, dhead: int, dtype: str,
+                         causal: bool = True, pass_: str = "fwd") -> float | None:
+        """Predicted SDPA time for one forward (``pass_='fwd'``) or backward (``'bwd'``), or None."""
+        fit = self.attention_fits.get(f"{dtype}/{pass_}")
+        if fit is None:
+            return None
+        flops = attention_flops(batch, heads, seq_q, seq_kv, dhead, causal, pass_)
+        return fit.time_s(flops, attention_bytes(batch, heads, seq_q, seq_kv, dhead, dtype, pass_))
+
+    def attention_efficiency(self, batch: int, heads: int, seq_q: int, seq_kv: int, dhead: int, dtype: str,
+                             causal: bool = True, pass_: str = "fwd",
+                             peak_flops: float | None = None) -> float | None:
+        """Achieved / peak FLOP/s of attention (FLOPs as in the module docstring), or None."""
+        t = self.attention_time_s(batch, heads, seq_q, seq_kv, dhead, dtype, causal, pass_)
+        peak = self._peak(dtype, peak_flops)
+        if t is None or not peak:
+            return None
+        return attention_flops(batch, heads, seq_q, seq_kv, dhead, causal, pass_) / t / peak
+
+    # ---- memory-bound ops and copies -------------------------------------------------------------
+    def memory_bw_Bps(self, op: str | None = None) -> float | None:
+        """Asymptotic achieved bandwidth of memory-bound ops (of ``op`` if measured, else over all ops)."""
+        fit = self.memory_fits.get(op) if op else None
+        fit = fit or self.memory_fits.get("all")
+        return None if fit is None else fit.bw_Bps
+
+    def memory_time_s(self, nbytes: float, op: str | None = None) -> float | None:
+        """Predicted time of a memory-bound op moving ``nbytes`` (read + written), or None."""
+        fit = self.memory_fits.get(op) if op else None
+        fit = fit or self.memory_fits.get("all")
+        return None if fit is None else fit.time_s(nbytes)
+
+    def kernel_overhead_s(self) -> float | None:
+        """Fixed per-op cost seen by memory-bound ops (launch/dispatch), or None."""
+        fit = self.memory_fits.get("all")
+        return None if fit is None else fit.alpha_s
+
+    def copy_bw_Bps(self, kind: str) -> float | None:
+        """Host->device ('h2d'), device->host ('d2h') or device->device ('d2d') bandwidth, or None."""
+        fit = self.copy_fits.get(kind)
+        return None if fit is None else fit.bw_Bps
+
+    # ---- collectives ------------------------------------------------------------------------------
+    def collective_fit(self, op: str, group_size: int, nodes: int = 1, nearest: bool = False) -> CollectiveFit | None:
+        """The fit for exactly (op, group_size, nodes); with ``nearest``, the closest measured group of that op."""
+        op = canonical_op(op)
+        same = [f for f in self.collective_fits if f.op == op]
+        for f in same:
+            if f.group_size == group_size and f.nodes == nodes:
+                return f
+        if not nearest or not same:
+            return None
+        return min(same, key=lambda f: (abs(math.log(f.nodes / nodes)), abs(math.log(f.group_size / group_size))))
+
+    def collective(self, op: str, group_size: int, nodes: int = 1, nearest: bool = False) -> tuple[float, float] | None:
+        """(alpha_s, beta_s_per_byte) for (op, group_size, nodes), or None if not measured."""
+        f = self.collective_fit(op, group_size, nodes, nearest)
+        return None if f is None else (f.alpha_s, f.beta_s_per_byte)
+
+    def collective_time_s(self, op: str, size_bytes: float, group_size: int, nodes: int = 1,
+                          nearest: bool = False) -> float | None:
+        """alpha + beta·size with size as nccl-tests' size column (see module docstring), or None."""
+        f = self.collective_fit(op, group_size, nodes, nearest)
+        return None if f is None else f.time_s(size_bytes)
+
+    # ---- describing --------------------------------------------------------------------------------
+    def describe(self) -> str:
+        """One line for the predict JSON's "calibration" field: path and fingerprint."""
+        fp = self.fingerprint
+        parts = [fp.device_name or fp.device]
+        if fp.world_size > 1:
+            parts.append(f"{fp.world_size} ranks/{fp.nodes} node{'s' if fp.nodes != 1 else ''}")
+        if fp.backend:
+            parts.append(fp.backend)
+        if fp.torch_version:
+            parts.append(f"torch {fp.torch_version}")
+        if fp.nccl_version:
+            parts.append(f"NCCL {fp.nccl_version}")
+        if fp.hostname:
+            parts.append(fp.hostname)
+        if fp.date:
+            parts.append(fp.date)
+        where = self.source_path or "(in memory)"
+        return f"{where} [{', '.join(parts)}]"
+
+    def measured(self) -> dict[str, bool]:
+        """Which parts hold measurements (for reports)."""
+        return {
+            "gemm": bool(self.gemm_fits), "attention": bool(self.attention_fits),
+            "memory": bool(self.memory_fits), "copies": bool(self.copy_fits),
+            "collectives": bool(self.collective_fits),
+        }
+
+
+def describe(profile: CalibrationProfile | None) -> str:
+    """What predict prints in its "calibration" field: the profile, or "defaults"."""
+    return "defaults" if profile is None else profile.describe()
+
+
+# ---- shared FLOP/byte conventions (used by calibrate and by the queries) -------------------------
+DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "float": 4, "half": 2, "double": 8}
+
+
+def dtype_bytes(dtype: str) -> int:
+    return DTYPE_BYTES.get(dtype, 2)
+
+
+def gemm_flops(m: int, n: int, k: int) -> float:
+    return 2.0 * m * n * k
+
+
+def gemm_bytes(m: int, n: int, k: int, dtype: str) -> float:
+    """Compulsory traffic of C = A·B: read A (m×k) and B (k×n), write C (m×n)."""
+    return float(dtype_bytes(dtype) * (m * k + k * n + m * n))
+
+
+def attention_flops(batch: int, heads: int, seq_q: int, seq_kv: int, dhead: int, causal: bool = True,
+                    pass_: str = "fwd") -> float:
+    fwd = 4.0 * batch * heads * seq_q * seq_kv * dhead * (0.5 if causal else 1.0)
+    if pass_ == "fwd":
+        return fwd
+    if pass_ == "bwd":
+        return 2.5 * fwd
+    raise SpecError("attention.pass", f"must be 'fwd' or 'bwd', got {pass_!r}")
+
+
+def attention_bytes(batch: int, heads: int, seq_q: int, seq_kv: int, dhead: int, dtype: str,
+                    pass_: str = "fwd") -> float:
+    """Compulsory traffic of fused attention: q, o (and dq, do in bwd) over seq_q; k, v (dk, dv) over seq_kv."""
+    e = dtype_bytes(dtype)
+    q_side = batch * heads * seq_q * dhead * e
+    kv_side = batch * heads * seq_kv * dhead * e
+    fwd = 2 * q_side + 2 * kv_side
+    return float(fwd if pass_ == "fwd" else 2 * fwd + 2 * q_side)
+
+
+# ---- loading and saving --------------------------------------------------------------------------
+def profile_from_dict(data: object, where: str = "calibration") -> CalibrationProfile:
+    """Validate a decoded JSON object as a profile; SpecError("calibration", reason) on any problem."""
+    if not isinstance(data, dict):
+        raise SpecError(where, f"a profile must be a JSON object, not {type(data).__name__}")
+    if data.get("kind") != PROFILE_KIND:
+        raise SpecError(where, f"not a trainsim calibration profile (kind={data.get('kind')!r})")
+    version = data.get("schema_version")
+    if version != PROFILE_SCHEMA_VERSION:
+        raise SpecError(
+            where, f"schema_version {version!r} is not supported (this trainsim reads {PROFILE_SCHEMA_VERSION}); "
+            "re-run `trainsim calibrate`")
+    _check_finite(data, where)
+    try:
+        return CalibrationProfile.model_validate(data)
+    except ValidationError as e:
+        raise from_validation_error(e, where) from None
+
+
+def _check_finite(data: object, where: str) -> None:
+    if isinstance(data, float) and not math.isfinite(data):
+        raise SpecError(where, f"non-finite number {data}")
+    if isinstance(data, dict):
+        for k, v in data.items():
+            _check_finite(v, f"{where}.{k}")
+    elif isinstance(data, list):
+        for i, v in enumerate(data):
+            _check_finite(v, f"{where}[{i}]")
+
+
+def load_profile(path: str | os.PathLike) -> CalibrationProfile:
+    """Read a profile written by ``save_profile``; a missing, corrupt, unsafe or wrong-schema file is a SpecError."""
+    p = Path(path)
+    if not p.is_file():
+        raise SpecError("calibration", f"no such file: {p}")
+    size = p.stat().st_size
+    if size > MAX_PROFILE_BYTES:
+        raise SpecError("calibration", f"{p} is {size / 1e6:.0f} MB; profiles are limited to {MAX_PROFILE_BYTES >> 20} MiB")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise SpecError("calibration", f"cannot read {p}: {type(e).__name__}") from None
+
+    def _reject_constant(name: str):
+        raise ValueError(f"non-finite number {name}")
+
+    try:
+        data = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as e:
+        raise SpecError("calibration", f"{p} is not valid JSON (line {e.lineno}: {e.msg})") from None
+    except ValueError as e:
+        raise SpecError("calibration", f"{p}: {e}") from None
+    profile = profile_from_dict(data)
+    return profile.model_copy(update={"source_path": str(p)})
+
+
+def profile_to_dict(profile: CalibrationProfile) -> dict:
+    return profile.model_dump(mode="json", by_alias=True, exclude={"source_path"})
+
+
+def save_profile(profile: CalibrationProfile, path: str | os.PathLike) -> Path:
+    """Write the profile as indented JSON (atomically: temp file + rename)."""
+    p = Path(path)
+    if p.parent and not p.parent.exists():
+        raise SpecError("out", f"directory does not exist: {p.parent}")
+    text = json.dumps(profile_to_dict(profile), indent=1, allow_nan=False) + "\n"
+    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, p)
+    return p
+
+
+def merge_collectives(base: CalibrationProfile, points: list[CollectivePoint], fits: list[CollectiveFit],
+                      note: str | None = None) -> CalibrationProfile:
+    """``base`` with these collective points/fits replacing any of the same (op, group_size, nodes)."""
+    keys = {(f.op, f.group_size, f.nodes) for f in fits} | {(q.op, q.group_size, q.nodes) for q in points}
+    kept_points = [q for q in base.collective_points if (q.op, q.group_size, q.nodes) not in keys]
+    kept_fits = [f for f in base.collective_fits if (f.op, f.group_size, f.nodes) not in keys]
+    notes = list(base.notes) + ([note] if note else [])
+    return base.model_copy(update={
+        "collective_points": kept_points + list(points),
+        "collective_fits": kept_fits + list(fits),
+        "notes": notes,
+    })
