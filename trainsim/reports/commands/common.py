@@ -5,33 +5,31 @@ from __future__ import annotations
 import argparse
 import math
 
-from trainsim.specs import Scenario, SpecError, build_scenario, load_scenario_file
+from trainsim.specs import Scenario, build_scenario, load_scenario_file
 
 
-def positive_int(name: str):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise SpecError(name, f"must be an integer, got {text!r}") from None
-        if value <= 0:
-            raise SpecError(name, f"must be positive, got {value}")
-        if value > 10_000_000_000:
-            raise SpecError(name, f"{value} is implausibly large")
-        return value
-    return parse
+def positive_int(text: str) -> int:
+    """argparse type: a positive integer (argparse names the flag in its one-line error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    if value > 10_000_000_000:
+        raise argparse.ArgumentTypeError(f"{value} is implausibly large")
+    return value
 
 
-def nonneg_float(name: str):
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise SpecError(name, f"must be a number, got {text!r}") from None
-        if not math.isfinite(value) or value < 0:
-            raise SpecError(name, f"must be a finite number >= 0, got {text}")
-        return value
-    return parse
+def nonneg_float(text: str) -> float:
+    """argparse type: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
+    return value
 
 
 def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = True) -> None:
@@ -40,12 +38,12 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
         p.add_argument("scenario", nargs="?", help="scenario YAML/JSON (flags override it)")
     p.add_argument("--model", help="preset name, YAML/JSON file, or Hugging Face config.json")
     p.add_argument("--cluster", help="preset name or YAML file")
-    p.add_argument("--gpus", type=positive_int("gpus"))
+    p.add_argument("--gpus", type=positive_int)
     for dim in ("tp", "pp", "dp", "cp", "ep", "vpp"):
-        p.add_argument(f"--{dim}", type=positive_int(f"layout.{dim}"))
-    p.add_argument("--seq-len", type=positive_int("training.seq_len"))
-    p.add_argument("--global-batch", type=positive_int("training.global_batch"))
-    p.add_argument("--micro-batch", type=positive_int("training.micro_batch"))
+        p.add_argument(f"--{dim}", type=positive_int)
+    p.add_argument("--seq-len", type=positive_int)
+    p.add_argument("--global-batch", type=positive_int)
+    p.add_argument("--micro-batch", type=positive_int)
     p.add_argument("--recompute", choices=("none", "selective", "full"))
     p.add_argument("--sequence-parallel", action="store_true", default=None)
     p.add_argument("--zero", type=int, choices=(0, 1, 2, 3))

@@ -1,0 +1,114 @@
+"""The bad-input corpus: every case exits 2 with one line on stderr naming the field, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainsim.reports.cli import main
+
+BAD = Path(__file__).parent / "bad_inputs"
+P = ["predict"]
+L8 = ["--model", "llama3-8b", "--cluster", "dgx-h100"]
+
+
+def f(name: str) -> str:
+    return str(BAD / name)
+
+
+# (case id, argv after `trainsim`, text the message must name)
+CASES = [
+    ("malformed-yaml", P + [f("malformed.yaml")], "scenario"),
+    ("malformed-json-model", P + ["--model", f("malformed-model.json"), "--cluster", "dgx-h100"], "model"),
+    ("scenario-is-a-list", P + [f("list-not-mapping.yaml")], "scenario"),
+    ("scenario-unknown-key", P + [f("unknown-key.yaml")], "scenario.layers"),
+    ("empty-scenario", P + [f("empty.yaml")], "scenario"),
+    ("binary-scenario", P + [f("binary.yaml")], "scenario"),
+    ("python-object-tag", P + [f("python-tag.yaml")], "scenario"),
+    ("missing-scenario-file", P + [f("does-not-exist.yaml")], "scenario"),
+    ("unknown-model-preset", P + ["--model", "llama9-1t", "--cluster", "dgx-h100"], "model"),
+    ("unknown-cluster-preset", P + ["--model", "llama3-8b", "--cluster", "dgx-z900"], "cluster"),
+    ("no-model", P + ["--cluster", "dgx-h100"], "model"),
+    ("model-missing-field", P + ["--model", f("model-missing-layers.yaml"), "--cluster", "dgx-h100"], "model.num_layers"),
+    ("model-wrong-type", P + ["--model", f("model-wrong-type.yaml"), "--cluster", "dgx-h100"], "model.hidden"),
+    ("model-negative", P + ["--model", f("model-negative-layers.yaml"), "--cluster", "dgx-h100"], "model.num_layers"),
+    ("model-zero-heads", P + ["--model", f("model-zero-heads.yaml"), "--cluster", "dgx-h100"], "model.num_heads"),
+    ("model-nan", P + ["--model", f("model-nan.yaml"), "--cluster", "dgx-h100"], "model.hidden"),
+    ("model-huge-vocab", P + ["--model", f("model-huge-vocab.yaml"), "--cluster", "dgx-h100"], "model.vocab_size"),
+    ("model-kv-heads", P + ["--model", f("model-kv-not-dividing.yaml"), "--cluster", "dgx-h100"], "num_kv_heads"),
+    ("model-topk", P + ["--model", f("model-topk-too-big.yaml"), "--cluster", "dgx-h100"], "top_k"),
+    ("hf-missing-hidden", P + ["--model", f("hf-missing-hidden.json"), "--cluster", "dgx-h100"], "hidden_size"),
+    ("hf-bad-activation", P + ["--model", f("hf-bad-activation.json"), "--cluster", "dgx-h100"], "model.hidden_act"),
+    ("micro-batch-negative", P + [f("micro-batch-negative.yaml")], "training.micro_batch"),
+    ("seq-len-string", P + [f("seq-len-string.yaml")], "training.seq_len"),
+    ("training-not-mapping", P + [f("training-list.yaml")], "training"),
+    ("layout-unknown-key", P + [f("layout-unknown-key.yaml")], "layout.tq"),
+    ("gpus-string-in-yaml", P + [f("gpus-string.yaml")], "gpus"),
+    ("cluster-undersubscribed", P + ["--model", "tiny-gpt", "--cluster", f("cluster-undersubscribed.yaml")],
+     "cluster.scale_out.oversubscription"),
+    ("cluster-unknown-kind", P + ["--model", "tiny-gpt", "--cluster", f("cluster-unknown-kind.yaml")],
+     "cluster.scale_up.kind"),
+    ("gpus-zero", P + L8 + ["--gpus", "0"], "--gpus"),
+    ("gpus-negative", P + L8 + ["--gpus", "-8"], "--gpus"),
+    ("gpus-not-a-number", P + L8 + ["--gpus", "abc"], "--gpus"),
+    ("gpus-huge", P + L8 + ["--gpus", "99999999999"], "--gpus"),
+    ("gpus-not-whole-nodes", P + L8 + ["--gpus", "12"], "num_gpus"),
+    ("tp-zero", P + L8 + ["--tp", "0"], "--tp"),
+    ("tp-not-dividing-gpus", P + L8 + ["--gpus", "64", "--tp", "3"], "gpus"),
+    ("tp-exceeds-kv-heads", P + L8 + ["--gpus", "64", "--tp", "16"], "layout.tp"),
+    ("pp-not-dividing-layers", P + L8 + ["--gpus", "56", "--pp", "7"], "layout.pp"),
+    ("dp-contradicts-gpus", P + L8 + ["--gpus", "64", "--tp", "8", "--dp", "4"], "layout.dp"),
+    ("batch-not-divisible", P + L8 + ["--gpus", "64", "--global-batch", "100"], "training.global_batch"),
+    ("ep-on-dense-model", P + L8 + ["--gpus", "64", "--ep", "2"], "layout.ep"),
+    ("ep-not-dividing-experts", P + ["--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "48", "--ep", "3",
+                                     "--global-batch", "48"], "layout.ep"),
+    ("vpp-with-1f1b", P + L8 + ["--gpus", "64", "--pp", "2", "--vpp", "2", "--schedule", "1f1b"], "layout.vpp"),
+    ("interleaved-without-vpp", P + L8 + ["--gpus", "64", "--pp", "2", "--schedule", "interleaved"], "training.schedule"),
+    ("fp8-on-a100", P + ["--model", "llama3-8b", "--cluster", "dgx-a100", "--dtype", "fp8"], "training.dtype"),
+    ("sp-without-tp", P + L8 + ["--sequence-parallel"], "training.sequence_parallel"),
+    ("cp-odd-seq", P + L8 + ["--gpus", "16", "--cp", "2", "--seq-len", "4094"], "training.seq_len"),
+    ("seq-beyond-learned-positions", P + ["--model", "gpt3-175b", "--cluster", "dgx-a100", "--gpus", "64", "--tp", "8",
+                                          "--pp", "8", "--seq-len", "4096"], "training.seq_len"),
+    ("zero-stage-5", P + L8 + ["--zero", "5"], "zero"),
+    ("recompute-unknown", P + L8 + ["--recompute", "partial"], "recompute"),
+    ("micro-batch-zero", P + L8 + ["--micro-batch", "0"], "--micro-batch"),
+    ("unknown-flag", P + L8 + ["--tensor-parallel", "8"], "--tensor-parallel"),
+]
+
+
+@pytest.mark.parametrize("case, argv, field", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_exits_2_with_one_line(case, argv, field, capsys):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2, f"{case}: exit {code}, stderr={err!r}"
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, f"{case}: expected one line, got {err!r}"
+    assert lines[0].startswith("error: ") and field in lines[0], f"{case}: {lines[0]!r} does not name {field!r}"
+    assert "Traceback" not in err and out == ""
+
+
+def test_corpus_is_large_enough():
+    assert len(CASES) >= 30
+
+
+def test_50_megabyte_file_is_refused_quickly(tmp_path, capsys):
+    big = tmp_path / "big.yaml"
+    with big.open("w") as fh:
+        line = "# " + "x" * 1021 + "\n"
+        for _ in range(50 * 1024):
+            fh.write(line)
+    assert big.stat().st_size >= 50 * 2**20
+    code = main(P + [str(big)])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "scenario" in err and "MiB" in err
+
+
+@pytest.mark.parametrize("argv", [P + [f("malformed.yaml")], P + L8 + ["--gpus", "64", "--tp", "3"]])
+def test_real_process_prints_no_traceback(argv):
+    proc = subprocess.run([sys.executable, "-m", "trainsim.reports.cli", *argv], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
