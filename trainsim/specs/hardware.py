@@ -29,6 +29,8 @@ class GPUSpec(BaseModel):
     # Host <-> device bandwidth per GPU (PCIe), used for offload.
     pcie_bw_Bps: float = Field(default=25e9, gt=0, le=1e13)
     fp8: bool = False
+    # Streaming multiprocessors (compute units): GEMM wave quantization. None = unknown/not a GPU (no penalty).
+    num_sms: int | None = Field(default=None, gt=0, le=100_000)
 
     @model_validator(mode="after")
     def _check(self) -> "GPUSpec":
