@@ -1,0 +1,350 @@
+"""The discrete-event engine (simpy): one optimizer step of one data-parallel replica's pipeline.
+
+Symmetry: DP replicas, TP peers and CP peers do identical work, so one GPU per pipeline stage is simulated;
+DP size enters only through the collective times in the CostTable. Per stage the engine runs
+
+* a compute stream: the schedule's ops in order (one event per op = one model chunk for one micro-batch),
+  each waiting for its input from the neighbouring stage. Exposed TP/CP/EP communication is part of the op
+  (Megatron issues TP collectives on the compute stream and waits for them; see ChunkCost);
+* a pipeline stream: activation / gradient messages to the neighbour stages, asynchronous to compute
+  (Megatron's overlapped p2p), sharing the stage's links with other traffic;
+* a data-parallel stream: gradient buckets (and ZeRO-3 parameter gathers) issued in order, overlapped
+  with backward; the step ends with the optimizer step and ZeRO-1/2 parameter all-gathers.
+
+Links are shared max-min fairly by `flows.FluidNetwork`. Compute that runs while a bulk collective of
+its own GPU is in flight is slowed by ``CostTable.comm_compute_slowdown`` (NCCL kernels occupy SMs,
+see COMM_COMPUTE_SLOWDOWN). Memory is tracked over time: a forward allocates its chunk's activations, its
+backward frees them (a split backward keeps ``w_retained_bytes`` until W), so peak memory follows the
+schedule.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import simpy
+
+from .costtable import COMM_DIMS, CostTable, Transfer
+from .flows import FluidNetwork
+from .schedules import B, BW, F, KIND_NAMES, W, build_schedule
+
+# Fraction by which compute slows while a bulk NCCL collective of the same GPU is in flight. NCCL runs
+# each channel as one CTA on its own SM (NCCL_MIN/MAX_NCHANNELS; 8-16 channels for inter-node rings on
+# H100's 132 SMs = 6-12 % of SMs) and contends for L2/HBM; Megatron/TE limit NCCL SMs for this reason
+# (e.g. CUDA_DEVICE_MAX_CONNECTIONS=1, NCCL_NCHANNELS tuning). 0.08 = the middle of that SM share.
+COMM_COMPUTE_SLOWDOWN = 0.08
+
+
+class _Counting(simpy.Environment):
+    """simpy Environment that counts processed events (the engine's cost measure)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events = 0
+
+    def step(self) -> None:
+        self.events += 1
+        super().step()
+
+
+@dataclass
+class StageTimeline:
+    """What one stage's GPU did during the step (seconds, bytes)."""
+
+    compute_s: float = 0.0            # op compute (fwd/bwd/recompute), incl. slowdown from overlapped comm
+    slowdown_s: float = 0.0           # of compute_s: extra time from concurrent bulk communication
+    exposed_s: dict[str, float] = field(default_factory=lambda: {d: 0.0 for d in COMM_DIMS})
+    bubble_s: float = 0.0             # idle waiting for another stage's compute
+    pipeline_end_s: float = 0.0       # end of its last compute op
+    dp_tail_s: float = 0.0            # from pipeline end until its gradient reduction finished
+    optimizer_s: float = 0.0
+    post_step_s: float = 0.0
+    end_s: float = 0.0
+    act_peak_bytes: float = 0.0       # activation bytes at the moment of peak
+    transient_peak_bytes: float = 0.0  # other transient bytes (gathered params, backward scratch) then
+    ops: int = 0
+
+
+@dataclass
+class EngineResult:
+    """Timeline summary of one simulated step."""
+
+    step_time_s: float
+    stages: list[StageTimeline]
+    events: int
+    wall_s: float
+    pipeline_span_s: float
+    trace: list[tuple] | None = None       # (stage, stream, name, start_s, dur_s, args) if recorded
+    memory_trace: list[tuple] | None = None  # (stage, t_s, bytes) if recorded
+
+    @property
+    def critical_stage(self) -> int:
+        return max(range(len(self.stages)), key=lambda s: (self.stages[s].end_s, -s))
+
+
+class _Engine:
+    def __init__(self, table: CostTable, record: bool, op_scale: list[list[float]] | None,
+                 stage_scale: list[float] | None):
+        self.t = table
+        self.p = table.pp
+        self.v = table.vpp
+        self.m = table.num_microbatches
+        self.env = _Counting()
+        self.net = FluidNetwork(self.env)
+        self.ops = build_schedule(table.schedule, self.p, self.m, self.v)
+        self.record = record
+        self.trace: list[tuple] | None = [] if record else None
+        self.mem_trace: list[tuple] | None = [] if record else None
+        self.op_scale = op_scale
+        self.stage_scale = stage_scale or [1.0] * self.p
+        self.tl = [StageTimeline() for _ in range(self.p)]
+        n_msgs = 2 * self.m * self.p * self.v
+        self.arrival: list[float | None] = [None] * n_msgs
+        self.sent_at: list[float] = [0.0] * n_msgs
+        self.waiters: dict[int, simpy.Event] = {}
+        # Data-parallel stream per stage: FIFO of (transfer, callback).
+        self.dp_queue = [simpy.Store(self.env) for _ in range(self.p)]
+        self.act = [0.0] * self.p
+        self.transient = [0.0] * self.p
+        self.mem_peak = [0.0] * self.p
+
+    # -- messages between virtual stages -------------------------------------------------------------
+    def _key(self, direction: int, mb: int, vs: int) -> int:
+        return ((mb * self.p * self.v) + vs) * 2 + direction
+
+    def _deliver(self, key: int) -> None:
+        self.arrival[key] = self.env.now
+        ev = self.waiters.pop(key, None)
+        if ev is not None:
+            ev.succeed()
+
+    def _send(self, s: int, direction: int, mb: int, dst_vs: int) -> None:
+        key = self._key(direction, mb, dst_vs)
+        self.sent_at[key] = self.env.now
+        st = self.t.stages[s]
+        tr = st.send_fwd if direction == 0 else st.send_bwd
+        if tr is None or tr.time_s <= 0:
+            self._deliver(key)
+            return
+        t0 = self.env.now
+
+        def done() -> None:
+            if self.trace is not None:
+                self.trace.append((s, "pp", f"{'send act' if direction == 0 else 'send grad'} mb{mb} "
+                                   f"-> vstage {dst_vs}", t0, self.env.now - t0,
+                                   {"bytes": tr.nbytes, "alone_s": tr.time_s}))
+            self._deliver(key)
+
+        self.net.start(tr, done, owner=s)
+
+    # -- memory ---------------------------------------------------------------------------------------
+    def _mem(self, s: int, d_act: float, d_transient: float = 0.0) -> None:
+        self.act[s] += d_act
+        self.transient[s] += d_transient
+        total = self.act[s] + self.transient[s]
+        if total > self.mem_peak[s]:
+            self.mem_peak[s] = total
+            self.tl[s].act_peak_bytes = self.act[s]
+            self.tl[s].transient_peak_bytes = self.transient[s]
+        if self.mem_trace is not None:
+            self.mem_trace.append((s, self.env.now, total))
+
+    # -- data-parallel stream ---------------------------------------------------------------------------
+    def _dp_stream(self, s: int):
+        q = self.dp_queue[s]
+        while True:
+            tr, cb = yield q.get()
+            if tr is None:           # barrier marker
+                cb()
+                continue
+            ev = self.env.event()
+            t0 = self.env.now
+            self.net.start(tr, ev.succeed, owner=s)
+            yield ev
+            if self.trace is not None:
+                self.trace.append((s, "dp", tr.name, t0, self.env.now - t0, {"bytes": tr.nbytes, "alone_s": tr.time_s}))
+            if cb is not None:
+                cb()
+
+    def _enqueue_dp(self, s: int, tr: Transfer, cb=None, delay: float = 0.0) -> None:
+        if delay > 0:
+            ev = self.env.timeout(delay)
+            ev.callbacks.append(lambda _e: self.dp_queue[s].put((tr, cb)))
+        else:
+            self.dp_queue[s].put((tr, cb))
+
+    # -- one stage's compute stream ----------------------------------------------------------------------
+    def _stage(self, s: int):
+        env, t, p, v, m = self.env, self.t, self.p, self.v, self.m
+        st = t.stages[s]
+        tl = self.tl[s]
+        ops = self.ops[s]
+        scale_s = self.stage_scale[s]
+        op_scale = self.op_scale[s] if self.op_scale is not None else None
+        slowdown = t.comm_compute_slowdown
+        last_vs = p * v - 1
+        weight_done = [0] * v            # weight-gradient passes finished per chunk
+        per_mb = t.reduce_grads_every_microbatch
+        gathers: dict[int, simpy.Event] = {}
+        gather_bytes = [0.0] * len(ops)
+
+        def needs_gather(i: int) -> bool:
+            kind, _mb, c = ops[i]
+            return kind != W and st.chunks[c].param_gather is not None
+
+        def launch_gather(i: int) -> None:
+            chunk = st.chunks[ops[i][2]]
+            ev = env.event()
+            gathers[i] = ev
+            gather_bytes[i] = chunk.param_gather_bytes
+            self._mem(s, 0.0, chunk.param_gather_bytes)
+            self._enqueue_dp(s, chunk.param_gather, lambda: ev.succeed())
+
+        if ops and needs_gather(0):
+            launch_gather(0)
+        for i, (kind, mb, c) in enumerate(ops):
+            chunk = st.chunks[c]
+            vs = c * p + s
+            t_ready = env.now
+            # Input dependency: activation from the previous virtual stage or gradient from the next.
+            key = None
+            if kind == F and vs > 0:
+                key = self._key(0, mb, vs)
+            elif kind in (B, BW) and vs < last_vs:
+                key = self._key(1, mb, vs)
+            t_send = t_data = t_ready
+            if key is not None:
+                if self.arrival[key] is None:
+                    ev = self.waiters.get(key)
+                    if ev is None:
+                        ev = self.waiters[key] = env.event()
+                    yield ev
+                t_send = self.sent_at[key]
+                t_data = self.arrival[key]
+            if i + 1 < len(ops) and needs_gather(i + 1):
+                launch_gather(i + 1)       # prefetch one op ahead
+            gev = gathers.pop(i, None)
+            if gev is not None and not gev.processed:
+                yield gev
+            t_start = env.now
+            if t_start > t_ready:
+                tl.bubble_s += max(0.0, min(t_send, t_start) - t_ready)
+                tl.exposed_s["pp"] += max(0.0, min(t_data, t_start) - max(t_send, t_ready))
+                tl.exposed_s["dp"] += max(0.0, t_start - max(t_data, t_ready))
+            # Duration: compute (scaled by noise / straggler) plus exposed comm on the compute stream.
+            if kind == F:
+                comp = chunk.fwd_s
+                comm = (chunk.tp_fwd_s, chunk.cp_fwd_s, chunk.ep_fwd_s)
+                self._mem(s, chunk.act_bytes)
+            elif kind == BW:
+                comp = chunk.recompute_s + chunk.bwd_input_s + chunk.bwd_weight_s
+                comm = (chunk.tp_bwd_s, chunk.cp_bwd_s, chunk.ep_bwd_s)
+                self._mem(s, 0.0, chunk.bwd_transient_bytes)
+            elif kind == B:
+                comp = chunk.recompute_s + chunk.bwd_input_s
+                comm = (chunk.tp_bwd_s, chunk.cp_bwd_s, chunk.ep_bwd_s)
+                self._mem(s, 0.0, chunk.bwd_transient_bytes)
+            else:
+                comp = chunk.bwd_weight_s
+                comm = (0.0, 0.0, 0.0)
+            scale = scale_s * (op_scale[i] if op_scale is not None else 1.0)
+            comp *= scale
+            extra = 0.0
+            if slowdown > 0:
+                busy = self.net.bulk_remaining_s(s)
+                if busy > 0:
+                    extra = min(comp, busy) * slowdown
+            dur = comp + extra + comm[0] + comm[1] + comm[2]
+            tl.compute_s += comp + extra
+            tl.slowdown_s += extra
+            tl.exposed_s["tp"] += comm[0]
+            tl.exposed_s["cp"] += comm[1]
+            tl.exposed_s["ep"] += comm[2]
+            tl.ops += 1
+            # DP buckets of this chunk become ready during its last weight-gradient pass.
+            buckets = ()
+            if kind in (BW, W):
+                weight_done[c] += 1
+                if per_mb or weight_done[c] == m:
+                    buckets = chunk.grad_buckets
+                nb = len(buckets)
+                for k in range(nb - 1):
+                    self._enqueue_dp(s, buckets[k], None, delay=dur * (k + 1) / nb)
+            if dur > 0:
+                yield env.timeout(dur)
+            if self.trace is not None:
+                name = f"{KIND_NAMES[kind]} mb{mb} chunk{c}" + (f" ({chunk.label})" if chunk.label else "")
+                self.trace.append((s, "compute", name, t_start, dur, {
+                    "compute_s": comp + extra, "tp_s": comm[0], "cp_s": comm[1], "ep_s": comm[2],
+                    "slowdown_s": extra, "layers": chunk.layers, "vstage": vs}))
+            if buckets:
+                self._enqueue_dp(s, buckets[-1], None)
+            # Memory release and messages.
+            if kind == BW:
+                self._mem(s, -chunk.act_bytes, -chunk.bwd_transient_bytes)
+            elif kind == B:
+                self._mem(s, -(chunk.act_bytes - chunk.w_retained_bytes), -chunk.bwd_transient_bytes)
+            elif kind == W:
+                self._mem(s, -chunk.w_retained_bytes)
+            if gather_bytes[i]:
+                self._mem(s, 0.0, -gather_bytes[i])
+            if kind == F and vs < last_vs:
+                self._send(s, 0, mb, vs + 1)
+            elif kind in (B, BW) and vs > 0:
+                self._send(s, 1, mb, vs - 1)
+        tl.pipeline_end_s = env.now
+        # Wait for this stage's data-parallel stream to drain (the exposed tail of gradient reduction).
+        done = env.event()
+        self.dp_queue[s].put((None, done.succeed))
+        yield done
+        tl.dp_tail_s = env.now - tl.pipeline_end_s
+        tl.exposed_s["dp"] += tl.dp_tail_s
+        if st.optimizer_s > 0:
+            t0 = env.now
+            yield env.timeout(st.optimizer_s * scale_s)
+            tl.optimizer_s = env.now - t0
+            if self.trace is not None:
+                self.trace.append((s, "compute", "optimizer step", t0, tl.optimizer_s, {}))
+        t0 = env.now
+        for tr in st.post_step:
+            ev = env.event()
+            self._enqueue_dp(s, tr, ev.succeed)
+            yield ev
+        tl.post_step_s = env.now - t0
+        tl.exposed_s["dp"] += tl.post_step_s
+        tl.end_s = env.now
+
+    def run(self) -> EngineResult:
+        t0 = time.perf_counter()
+        for s in range(self.p):
+            self.env.process(self._dp_stream(s))
+        procs = [self.env.process(self._stage(s)) for s in range(self.p)]
+        self.env.run()
+        for s, pr in enumerate(procs):
+            if not pr.triggered:
+                raise RuntimeError(f"engine deadlock: stage {s} did not finish (schedule {self.t.schedule})")
+        wall = time.perf_counter() - t0
+        step = max(tl.end_s for tl in self.tl)
+        span = max(tl.pipeline_end_s for tl in self.tl)
+        return EngineResult(step_time_s=step, stages=self.tl, events=self.env.events, wall_s=wall,
+                            pipeline_span_s=span, trace=self.trace, memory_trace=self.mem_trace)
+
+
+def simulate(table: CostTable, *, record: bool = False, op_scale: list[list[float]] | None = None,
+             stage_scale: list[float] | None = None) -> EngineResult:
+    """Run one step of ``table`` through the engine. ``record`` keeps the timeline for a trace;
+    ``op_scale[s][i]`` / ``stage_scale[s]`` multiply compute times (jitter, stragglers)."""
+    if table.num_microbatches < 1:
+        raise ValueError("num_microbatches must be >= 1")
+    return _Engine(table, record, op_scale, stage_scale).run()
+
+
+def schedule_ops(table: CostTable) -> list[list[tuple[int, int, int]]]:
+    """The per-stage op lists the engine will run for ``table`` (for noise arrays and inspection)."""
+    return build_schedule(table.schedule, table.pp, table.num_microbatches, table.vpp)
+
+
+def result_summary(res: EngineResult) -> dict[str, Any]:
+    return {"events": res.events, "wall_s": res.wall_s}

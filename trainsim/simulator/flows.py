@@ -1,0 +1,173 @@
+"""Communication as fluid flows over shared links inside the simpy engine.
+
+Each transfer is a flow that needs ``transfer_s`` seconds of its links' full bandwidth. Flows that share a
+link split it max-min fairly (progressive filling); rates are recomputed only for the connected set of
+flows a start or finish touches, so independent transfers (the common case) cost O(1) each. A flow is
+never faster than it would be alone (rate cap 1). Link capacities are normalised to 1 because every
+transfer time is already computed at its own path's bandwidth by the collective cost model.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+
+import simpy
+
+from .costtable import Transfer
+
+_EPS = 1e-12
+
+
+def max_min_unit_rates(flow_links: dict[int, tuple[str, ...]]) -> dict[int, float]:
+    """Max-min fair rates of flows on unit-capacity links, each flow capped at 1 (progressive filling)."""
+    rates = {f: 0.0 for f in flow_links}
+    active = set(flow_links)
+    cap: dict[str, float] = {}
+    users: dict[str, set[int]] = defaultdict(set)
+    for f, links in flow_links.items():
+        for link in links:
+            cap[link] = 1.0
+            users[link].add(f)
+    level = 0.0
+    while active:
+        inc = 1.0 - level
+        for link, us in users.items():
+            if us:
+                inc = min(inc, cap[link] / len(us))
+        level += inc
+        for link, us in users.items():
+            if us:
+                cap[link] -= inc * len(us)
+        frozen = set(active) if level >= 1.0 - _EPS else set()
+        for link, us in users.items():
+            if us and cap[link] <= _EPS:
+                frozen |= us
+        if not frozen:  # numerical safety: cannot happen with exact arithmetic
+            frozen = set(active)
+        for f in frozen:
+            rates[f] = level
+        active -= frozen
+        for us in users.values():
+            us -= frozen
+    return rates
+
+
+class _Flow:
+    __slots__ = ("fid", "links", "remaining", "rate", "last", "version", "done", "owner", "bulk", "t_join")
+
+    def __init__(self, fid: int, links: tuple[str, ...], work: float, done: Callable[[], None],
+                 owner: int, bulk: bool, now: float):
+        self.fid = fid
+        self.links = links
+        self.remaining = work
+        self.rate = 0.0
+        self.last = now
+        self.version = 0
+        self.done = done
+        self.owner = owner
+        self.bulk = bulk
+        self.t_join = now
+
+
+class FluidNetwork:
+    """Shared links for the engine: ``start(transfer, done, owner)`` calls ``done()`` when it completes."""
+
+    def __init__(self, env: simpy.Environment, rate_fn: Callable[[dict[int, tuple[str, ...]]], dict[int, float]]
+                 = max_min_unit_rates):
+        self.env = env
+        self.rate_fn = rate_fn
+        self.flows: dict[int, _Flow] = {}
+        self.by_link: dict[str, set[int]] = defaultdict(set)
+        self.bulk_by_owner: dict[int, set[int]] = defaultdict(set)
+        self._next = 0
+
+    def start(self, t: Transfer, done: Callable[[], None], owner: int = -1) -> None:
+        """Begin a transfer now: latency first, then the bandwidth term shared with concurrent flows."""
+        if t.latency_s > 0:
+            ev = self.env.timeout(t.latency_s)
+            ev.callbacks.append(lambda _e: self._join(t, done, owner))
+        else:
+            self._join(t, done, owner)
+
+    def bulk_remaining_s(self, owner: int) -> float:
+        """Seconds until the owner's bulk collectives in flight finish at their current rates (0 if none)."""
+        ids = self.bulk_by_owner.get(owner)
+        if not ids:
+            return 0.0
+        now = self.env.now
+        best = 0.0
+        for fid in ids:
+            fl = self.flows[fid]
+            left = fl.remaining - fl.rate * (now - fl.last)
+            if fl.rate > 0:
+                best = max(best, left / fl.rate)
+        return best
+
+    # -- internals -------------------------------------------------------------------------------
+    def _join(self, t: Transfer, done: Callable[[], None], owner: int) -> None:
+        if t.transfer_s <= 0:
+            done()
+            return
+        if not t.links:  # a private path: nothing to share
+            ev = self.env.timeout(t.transfer_s)
+            ev.callbacks.append(lambda _e: done())
+            return
+        fid = self._next
+        self._next += 1
+        fl = _Flow(fid, t.links, t.transfer_s, done, owner, t.bulk, self.env.now)
+        self.flows[fid] = fl
+        for link in t.links:
+            self.by_link[link].add(fid)
+        if t.bulk:
+            self.bulk_by_owner[owner].add(fid)
+        self._rebalance(self._component(t.links))
+
+    def _component(self, links: Iterable[str]) -> list[int]:
+        seen_links = set()
+        seen: set[int] = set()
+        stack = list(links)
+        while stack:
+            link = stack.pop()
+            if link in seen_links:
+                continue
+            seen_links.add(link)
+            for fid in self.by_link.get(link, ()):
+                if fid not in seen:
+                    seen.add(fid)
+                    stack.extend(self.flows[fid].links)
+        return sorted(seen)
+
+    def _rebalance(self, fids: list[int]) -> None:
+        if not fids:
+            return
+        now = self.env.now
+        if len(fids) == 1:
+            rates = {fids[0]: 1.0}
+        else:
+            rates = self.rate_fn({f: self.flows[f].links for f in fids})
+        for f in fids:
+            fl = self.flows[f]
+            fl.remaining -= fl.rate * (now - fl.last)
+            fl.last = now
+            new = rates[f]
+            if new != fl.rate:
+                fl.rate = new
+                fl.version += 1
+                if new > 0:
+                    ev = self.env.timeout(max(fl.remaining, 0.0) / new)
+                    ev.callbacks.append(self._make_finisher(f, fl.version))
+
+    def _make_finisher(self, fid: int, version: int) -> Callable[[simpy.Event], None]:
+        def finish(_e: simpy.Event) -> None:
+            fl = self.flows.get(fid)
+            if fl is None or fl.version != version:
+                return  # rescheduled since; a newer timeout will finish it
+            del self.flows[fid]
+            for link in fl.links:
+                self.by_link[link].discard(fid)
+            if fl.bulk:
+                self.bulk_by_owner[fl.owner].discard(fid)
+            self._rebalance(self._component(fl.links))
+            fl.done()
+        return finish
