@@ -1,0 +1,43 @@
+"""`trainsim regress`: predictions of a scenario suite vs a stored baseline (exit 1 on any drift)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from trainsim.reports.commands.common import nonneg_float
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "regress", help="compare predictions of a suite with a stored baseline (CI)",
+        description="Predict every scenario of a suite (a directory of scenario files, or a YAML list of "
+                    "paths; default examples/) and compare every metric with the baseline. Exit 1 with a "
+                    "table of what moved when anything drifts or scenarios were added/removed; --update "
+                    "rewrites the baseline instead.")
+    p.add_argument("--suite", default="examples", help="directory of scenarios or YAML list (default: examples)")
+    p.add_argument("--baseline", default="tests/baselines/examples.json", help="baseline JSON")
+    p.add_argument("--rtol", type=nonneg_float, default=1e-6, help="relative tolerance (default 1e-6)")
+    p.add_argument("--update", action="store_true", help="write the current predictions as the new baseline")
+    p.add_argument("--fast", action="store_true", help="use the engine's fast (analytic) path")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainsim.reports.regress import compare, load_baseline, load_suite, render_comparison, save_baseline, snapshot
+    from trainsim.reports.validate import default_predict_fn
+
+    scenarios = load_suite(args.suite)
+    baseline = None if args.update else load_baseline(args.baseline)
+    options = {"fast": bool(args.fast)}
+    if baseline is not None and baseline.get("options", {}) != options:
+        print(f"note: baseline was made with options {baseline.get('options')}, running with {options}",
+              file=sys.stderr)
+    current = snapshot(scenarios, default_predict_fn(fast=args.fast), options)
+    if args.update:
+        save_baseline(current, args.baseline)
+        print(f"wrote {args.baseline}: {len(current['scenarios'])} scenarios")
+        return 0
+    cmp = compare(baseline, current, rtol=args.rtol)
+    sys.stdout.write(render_comparison(cmp, args.rtol))
+    return 0 if cmp.ok else 1

@@ -1,0 +1,545 @@
+"""Published runs as validation cases: each bundled CSV becomes scenarios plus the value the source printed.
+
+A dataset is a list of ``Case``s. A case is one published row: its ``row_id``, the published value of the
+dataset's primary metric (step time, tokens/s, samples/s/GPU or bus bandwidth), and what trainsim needs to
+predict it (a Scenario, or a collective to time). Rows trainsim cannot represent stay in the list with a
+``skip_reason`` so the report shows them instead of dropping them silently.
+
+Every modelling choice a source leaves open is made here, once per dataset (never per row), and written
+into ``Dataset.notes`` so `trainsim validate` prints it next to the numbers.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from trainsim.data import validation_path
+from trainsim.specs import ClusterSpec, Scenario, SpecError, build_scenario, load_cluster, preset
+
+# --- the shapes ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CollectiveCase:
+    """One nccl-tests measurement: an op of ``nbytes`` over ``num_gpus`` GPUs of ``cluster``."""
+
+    op: str
+    nbytes: float
+    num_gpus: int
+    cluster: ClusterSpec
+    algo: str | None = None
+
+
+@dataclass(frozen=True)
+class Case:
+    """One published row and what is needed to predict it."""
+
+    row_id: str
+    label: str
+    published: float
+    scenario: Scenario | None = None
+    collective: CollectiveCase | None = None
+    skip_reason: str | None = None
+    group: str | None = None  # rows compared with each other (zero-bubble: same model and m)
+    # Secondary metrics on the source's own basis: name -> published value. ``secondary_fns`` turn the
+    # predicted primary value into the same quantity (e.g. SC21 eq. 3 TFLOP/s from a step time).
+    secondary: dict[str, float] = field(default_factory=dict)
+    secondary_fns: dict[str, Callable[[float], float]] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A named set of cases with one primary metric, its citation and the documented assumptions."""
+
+    name: str
+    title: str
+    metric: str  # step_time_s | tokens_per_s | samples_per_gpu_per_s | busbw_GBps
+    unit: str
+    citation: str
+    notes: tuple[str, ...]
+    cases: tuple[Case, ...]
+    higher_is_better: bool = False
+
+    @property
+    def active(self) -> list[Case]:
+        return [c for c in self.cases if c.skip_reason is None]
+
+    @property
+    def skipped(self) -> list[Case]:
+        return [c for c in self.cases if c.skip_reason is not None]
+
+
+# --- helpers ---------------------------------------------------------------------------------------
+
+def _read_csv(path: Path) -> list[dict[str, str]]:
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return list(csv.DictReader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise SpecError("dataset", f"cannot read {path}: {type(e).__name__}: {e}") from None
+
+
+def _num(text: str | None) -> float | None:
+    """A cell as a float, or None when empty / not a plain number (e.g. 'not stated', '~230')."""
+    if text is None:
+        return None
+    t = text.strip().replace(",", "")
+    try:
+        v = float(t)
+    except ValueError:
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _int(text: str | None) -> int | None:
+    v = _num(text)
+    return None if v is None or v != int(v) else int(v)
+
+
+def _scenario(raw: dict, name: str) -> tuple[Scenario | None, str | None]:
+    """build_scenario, turning a SpecError into a skip reason."""
+    try:
+        return build_scenario({**raw, "name": name}), None
+    except SpecError as e:
+        return None, f"not representable: {e}"
+
+
+def _cluster(preset_name: str, gpus: int, **overrides) -> dict:
+    """A cluster mapping: a preset with top-level overrides (nested dicts merged one level deep)."""
+    base = load_cluster(preset_name).model_dump()
+    for k, v in overrides.items():
+        base[k] = {**base[k], **v} if isinstance(v, dict) and isinstance(base.get(k), dict) else v
+    base["num_gpus"] = gpus
+    return base
+
+
+# --- SC21 (Narayanan et al., Megatron-LM on A100) -----------------------------------------------------
+
+SC21_CITATION = ('Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using '
+                 'Megatron-LM", SC21 (arXiv:2104.04473), Tables 1-2; run configurations from the authors\' '
+                 'reproduction scripts NVIDIA/Megatron-LM examples/sc21/run_table_1.sh and run_figure_12.sh')
+
+# Micro-batch size and layers per virtual pipeline stage of Table 1, exactly as the authors' reproduction
+# script examples/sc21/run_table_1.sh (NVIDIA/Megatron-LM, commit 79a3bb6b) sets them:
+# model size -> (MBS, --num-layers-per-virtual-pipeline-stage or None for the plain 1F1B schedule).
+SC21_TABLE1_ARTIFACT = {
+    "sc21_t1_1": (16, None), "sc21_t1_2": (16, None), "sc21_t1_3": (16, None), "sc21_t1_4": (8, None),
+    "sc21_t1_5": (4, None), "sc21_t1_6": (2, 5), "sc21_t1_7": (2, 5), "sc21_t1_8": (1, 3),
+    "sc21_t1_9": (1, 1), "sc21_t1_10": (1, None),
+}
+# Table 2's PTD-P rows (micro-batch 1 per the paper): layers per virtual stage of the same model on the
+# same layout in the authors' scripts -- 175B TP8/PP12: run_figure_12.sh (2 layers per virtual stage);
+# 530B TP8/PP35: run_table_1.sh (1 layer per virtual stage).
+SC21_TABLE2_LAYERS_PER_VSTAGE = {96: 2, 105: 1}
+
+
+def _smallest_interleave(layers_per_stage: int) -> int:
+    """The 'blind' rule: smallest interleaving depth > 1 that divides the stage's layers (1 if none)."""
+    for v in range(2, layers_per_stage + 1):
+        if layers_per_stage % v == 0:
+            return v
+    return 1
+
+
+def sc21_eq3_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:
+    """SC21 eq. 3: FLOPs of one iteration with full recompute, GEMMs only (the paper's TFLOP/s basis)."""
+    return 96.0 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
+
+
+def _is_run_row(r: dict) -> bool:
+    return (r.get("record_type") in ("measured_throughput", "measured_iteration_time", "measured_step_time")
+            and _num(r.get("step_time_s")) is not None and _int(r.get("num_gpus")) is not None)
+
+
+def load_common_runs(path: Path, *, name: str = "sc21", blind: bool = False) -> Dataset:
+    """SC21 Tables 1-2 (or any CSV in the common run schema of validation/README.md): step time per run.
+
+    ``blind=True`` ignores the authors' scripts and sets the unknowns by one rule (micro-batch 1,
+    smallest interleaving depth > 1 that divides the stage's layers), to show how much they matter.
+    """
+    rows = _read_csv(path)
+    cases: list[Case] = []
+    for r in rows:
+        rid = r.get("row_id", "?")
+        if not _is_run_row(r):
+            kind = r.get("record_type") or "unknown"
+            cases.append(Case(rid, (r.get("description") or "")[:48], float("nan"),
+                              skip_reason=f"{kind}: no step time with a full run configuration"))
+            continue
+        cases.append(_common_run_case(r, blind))
+    notes = [
+        "metric: seconds per iteration. The CSV's step_time_s is eq. 3 FLOPs / (GPUs x published TFLOP/s), "
+        "so the published TFLOP/s column is the same comparison on the paper's own FLOP basis.",
+        "hardware: cluster preset dgx-a100 (A100-SXM4-80GB, NVLink3/NVSwitch 300 GB/s, 8x HDR 200 Gb/s) "
+        "with Selene's full-bisection fat tree; fp16; no FlashAttention (2021: materialised s x s scores, "
+        "fused softmax) and dropout 0.1 as in Megatron's GPT defaults; full activation recomputation.",
+    ]
+    if blind:
+        notes.append("unknowns (blind rule, same for all rows): micro-batch 1; interleaving depth = smallest "
+                     "v > 1 dividing the layers per stage (1F1B when pp = 1).")
+    else:
+        notes.append("unknowns: micro-batch and interleaving depth of Table 1 are taken from the authors' "
+                     "reproduction script examples/sc21/run_table_1.sh (e.g. 1.7B: MBS 16, no pipeline; 530B: "
+                     "MBS 1, 1 layer per virtual stage; 1T: MBS 1, plain 1F1B). Table 2 PTD-P rows: MBS 1 "
+                     "(paper), interleaving of the same model/layout in run_figure_12.sh / run_table_1.sh.")
+    notes.append("Table 2 ZeRO-3 rows are DeepSpeed ZeRO-3 without model parallelism: zero=3, tp=pp=1, "
+                 "the row's micro-batch, full recomputation.")
+    title = "SC21 Megatron-LM on A100 (Tables 1-2)" if name.startswith("sc21") else f"common run schema: {path.name}"
+    return Dataset(name=name, title=title + (" -- blind unknowns" if blind else ""), metric="step_time_s",
+                   unit="s", citation=SC21_CITATION if name.startswith("sc21") else str(path),
+                   notes=tuple(notes), cases=tuple(cases))
+
+
+def _common_run_case(r: dict, blind: bool) -> Case:
+    rid = r["row_id"]
+    layers, hidden, heads = _int(r["layers"]), _int(r["hidden"]), _int(r["heads"])
+    vocab, seq = _int(r["vocab"]) or 51200, _int(r["seq_len"]) or 2048
+    ffn = _int(r.get("ffn_hidden")) or (4 * hidden if hidden else None)
+    gpus, gbs = _int(r["num_gpus"]), _int(r["global_batch_seqs"])
+    tp, pp = _int(r.get("tp")) or 1, _int(r.get("pp")) or 1
+    published = _num(r["step_time_s"])
+    label = f"{r.get('model_name') or '?'} n={gpus} tp{tp} pp{pp}"
+    if None in (layers, hidden, heads, gpus, gbs) or published is None:
+        return Case(rid, label, published or float("nan"), skip_reason="incomplete architecture or batch")
+    zero_text = (r.get("zero_or_sharding") or "").lower()
+    zero = 3 if "zero-3" in zero_text or "full_shard" in zero_text else 0
+    layers_per_stage = layers // pp if layers % pp == 0 else None
+    mbs_col = _int(r.get("micro_batch"))
+    vstage_layers: int | None = None
+    if blind:
+        mbs = 1 if zero == 0 else (mbs_col or 1)
+        vpp = _smallest_interleave(layers_per_stage) if (pp > 1 and layers_per_stage) else 1
+    else:
+        if rid in SC21_TABLE1_ARTIFACT:
+            mbs, vstage_layers = SC21_TABLE1_ARTIFACT[rid]
+        else:
+            mbs = mbs_col or 1
+            if pp > 1:
+                vstage_layers = SC21_TABLE2_LAYERS_PER_VSTAGE.get(layers)
+        vpp = (layers_per_stage // vstage_layers) if (vstage_layers and layers_per_stage) else 1
+    dtype = "fp16" if "fp16" in (r.get("precision") or "").lower() else "bf16"
+    model = {"name": r.get("model_name") or rid, "num_layers": layers, "hidden": hidden, "num_heads": heads,
+             "ffn_hidden": ffn, "vocab_size": vocab, "max_seq_len": seq}
+    recompute_text = (r.get("recompute") or "").lower()
+    recompute = "full" if ("recomput" in recompute_text and "no" != recompute_text.strip()) else "none"
+    raw = {
+        "model": model,
+        "cluster": _cluster("dgx-a100", gpus, scale_out={"fabric": "fat-tree"}),
+        "layout": {"tp": tp, "pp": pp, "vpp": vpp},
+        "training": {"seq_len": seq, "global_batch": gbs, "micro_batch": mbs, "dtype": dtype,
+                     "recompute": recompute, "zero": zero,
+                     "schedule": "interleaved" if vpp > 1 else "1f1b",
+                     "flash_attention": False, "dropout": True},
+    }
+    label += f" mb{mbs}" + (f" v{vpp}" if vpp > 1 else "") + (" ZeRO-3" if zero == 3 else "")
+    scenario, why = _scenario(raw, rid)
+    flops = sc21_eq3_flops(gbs, seq, layers, hidden, vocab)
+    secondary, fns = {}, {}
+    tflops = _num(r.get("tflops_per_gpu"))
+    if tflops is not None:
+        secondary["tflops_per_gpu"] = tflops
+        fns["tflops_per_gpu"] = lambda step_s, f=flops, n=gpus: f / (step_s * n) / 1e12
+    return Case(rid, label, published, scenario=scenario, skip_reason=why, secondary=secondary,
+                secondary_fns=fns)
+
+
+# --- MosaicML llm-foundry MPT benchmarks -----------------------------------------------------------
+
+MOSAIC_CITATION = ("MosaicML llm-foundry, scripts/train/benchmarking/README.md (MPT training benchmarks, "
+                   "throughput/MFU/HFU tables); architecture from scripts/train/yamls/pretrain/mpt-*.yaml")
+
+# One cluster per GPU type (never per row). A100 sections: "1600 Gbps node-node interconnect (RoCE)" =
+# 8 x 200 Gb/s per 8-GPU node, i.e. the DGX A100 layout. H100: the tables do not state the network; the
+# runs were on MosaicML's CoreWeave HGX H100 nodes (mosaicml.com/blog/coreweave-nvidia-h100-part-1), whose
+# nodes have 8 x 400 Gb/s InfiniBand -- the dgx-h100 preset.
+MOSAIC_CLUSTERS = {
+    "a100_40gb": ("dgx-a100", {"gpu": "a100-40gb"}),
+    "a100_80gb": ("dgx-a100", {}),
+    "h100_80gb": ("dgx-h100", {}),
+}
+# The peak each MFU was divided by (GPU_AVAILABLE_FLOPS in llm-foundry); Model TFLOP / MFU reproduces
+# these for every row (tests check it): A100 312 TFLOP/s, H100 989 (bf16) and 1979 (fp8).
+MOSAIC_PEAK_FLOPS = {("a100_40gb", "bf16"): 312e12, ("a100_80gb", "bf16"): 312e12,
+                     ("h100_80gb", "bf16"): 989e12, ("h100_80gb", "fp8"): 1979e12}
+
+
+def mosaic_flops_per_seq(n_params: float, layers: int, d_model: int, seq: int, factor: int = 3) -> float:
+    """MosaicML's FLOPs per sequence: factor * (2 N T + 4 L d T^2); factor 3 for MFU, 4 for HFU with AC."""
+    return factor * (2.0 * n_params * seq + 4.0 * layers * d_model * seq**2)
+
+
+def load_mosaic(path: Path | None = None, *, name: str = "mosaic") -> Dataset:
+    """MosaicML MPT FSDP runs: tokens/s per run on A100 40/80GB and H100 (BF16, FP8)."""
+    rows = _read_csv(path or validation_path("mosaic_mpt_benchmarks.csv"))
+    cases = [_mosaic_case(r) for r in rows]
+    notes = (
+        "metric: tokens/s over all GPUs as published (Throughput T/s); MFU on MosaicML's own formula "
+        "3(2NT + 4LdT^2) x seq/s / (GPUs x 312|989|1979 TFLOP/s).",
+        "layout: pure FSDP (tp = pp = 1, dp = GPUs); FULL_SHARD -> zero 3, SHARD_GRAD_OP -> zero 2; "
+        "activation checkpointing -> recompute full; the row's micro-batch and grad accumulation; "
+        "FlashAttention (attn_impl triton/flash); no dropout.",
+        "precision: amp_bf16/bf16 -> bf16; amp_fp8 -> fp8 (Transformer Engine). MP mode DEFAULT reduces "
+        "gradients in fp32 (4-byte grads on the wire), PURE in bf16.",
+        "hardware, one cluster per GPU type: A100 40/80GB -> dgx-a100 network (1600 Gbps RoCE per node "
+        "= 8 x 200 Gb/s, per the section titles); H100 -> dgx-h100 (8 x 400 Gb/s; CoreWeave HGX H100, "
+        "network not stated in the table).",
+        "model: MPT presets (learned positions sized to the run's seq_len, biases on, tied embeddings); "
+        "total_params() equals the published NumParams for every row.",
+    )
+    return Dataset(name=name, title="MosaicML MPT FSDP throughput (llm-foundry)", metric="tokens_per_s",
+                   unit="tok/s", citation=MOSAIC_CITATION, notes=notes, cases=tuple(cases),
+                   higher_is_better=True)
+
+
+def _mosaic_case(r: dict) -> Case:
+    rid = r["row_id"]
+    gpu = (r.get("gpu") or "").strip()
+    size = (r.get("model") or "").strip().lower()
+    seq, gpus = _int(r["seq_len"]), _int(r["num_gpus"])
+    mbs, accum = _int(r["micro_batch"]), _int(r["grad_accum"])
+    published = _num(r["throughput_tok_per_s"])
+    label = f"{size} s={seq} n={gpus} mb{mbs}x{accum}"
+    if None in (seq, gpus, mbs, accum) or published is None:
+        return Case(rid, label, published or float("nan"), skip_reason="incomplete row")
+    precision = (r.get("precision") or "").lower()
+    dtype = "fp8" if "fp8" in precision else "bf16"
+    if gpu not in MOSAIC_CLUSTERS:
+        return Case(rid, label, published, skip_reason=f"no cluster for GPU {gpu!r}")
+    if preset("models", size) is None:
+        return Case(rid, label, published, skip_reason=f"no model preset {size!r}")
+    arch = preset("models", size)
+    for col, key in (("n_layers", "num_layers"), ("d_model", "hidden"), ("n_heads", "num_heads"),
+                     ("ffn_hidden", "ffn_hidden"), ("vocab", "vocab_size")):
+        if _int(r.get(col)) != arch[key]:
+            return Case(rid, label, published, skip_reason=f"architecture {col}={r.get(col)} differs from preset {size}")
+    strategy = (r.get("fsdp_sharding_strategy") or "").upper()
+    zero = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0}.get(strategy)
+    if zero is None:
+        return Case(rid, label, published, skip_reason=f"sharding strategy {strategy!r} not modelled")
+    ac = (r.get("activation_checkpointing") or "").strip().lower() == "true"
+    offload = (r.get("activation_cpu_offload") or "").strip().lower() == "true"
+    if offload:
+        return Case(rid, label, published, skip_reason="activation CPU offload is not modelled")
+    cpreset, cover = MOSAIC_CLUSTERS[gpu]
+    n_params = _num(r.get("num_params_reported"))
+    mp_default = (r.get("mp_mode") or "").upper() == "DEFAULT"
+    raw = {
+        "model": {"preset": size, "max_seq_len": seq,
+                  **({"published_params": n_params} if n_params else {})},
+        "cluster": _cluster(cpreset, gpus, **cover),
+        "layout": {"tp": 1, "pp": 1},
+        "training": {"seq_len": seq, "global_batch": mbs * accum * gpus, "micro_batch": mbs, "dtype": dtype,
+                     "recompute": "full" if ac else "none", "zero": zero, "flash_attention": True,
+                     "dropout": False, "grad_dtype_bytes": 4 if mp_default else 0},
+    }
+    label += f" z{zero}" + (" AC" if ac else "") + (" fp8" if dtype == "fp8" else "")
+    scenario, why = _scenario(raw, rid)
+    n_params = n_params or float(arch.get("published_params") or 0)
+    flops_seq = mosaic_flops_per_seq(n_params, arch["num_layers"], arch["hidden"], seq)
+    peak = MOSAIC_PEAK_FLOPS.get((gpu, dtype))
+    secondary, fns = {}, {}
+    mfu = _num(r.get("mfu_pct"))
+    if mfu is not None and peak:
+        secondary["mfu_pct"] = mfu
+        fns["mfu_pct"] = lambda tok_s, f=flops_seq, T=seq, n=gpus, p=peak: 100.0 * f * (tok_s / T) / (n * p)
+    return Case(rid, label, published, scenario=scenario, skip_reason=why, secondary=secondary,
+                secondary_fns=fns)
+
+
+# --- Zero-bubble pipeline schedules (Qi et al., ICLR 2024, Table 4) -----------------------------------
+
+ZB_CITATION = ('Qi et al., "Zero Bubble (Almost) Pipeline Parallelism", ICLR 2024 (arXiv:2401.10241), '
+               'Tables 3-4 (setup, measured samples/s per GPU)')
+ZB_SCHEDULES = {"1F1B": "1f1b", "1F1B-I": "interleaved", "ZB-1p": "zb"}
+
+
+def load_zero_bubble(path: Path | None = None, *, name: str = "zero-bubble") -> Dataset:
+    """Zero-bubble paper Table 4: samples/s per GPU for 1F1B, interleaved 1F1B and ZB-1p (pure pipeline)."""
+    rows = _read_csv(path or validation_path("pipeline_bubble.csv"))
+    cases: list[Case] = []
+    for r in rows:
+        if _num(r.get("samples_per_gpu_per_s")) is None:
+            continue  # formula rows and Table 5 bubble rates: not measured throughput
+        cases.append(_zb_case(r))
+    notes = (
+        "metric: samples/s per GPU (Table 4, measured). The hardware is stated (A100 SXM 80GB, 8 per node, "
+        "RoCE RDMA, up to 4 nodes) but the software stack is the authors' Megatron fork, so the secondary "
+        "column ratio_to_1f1b (each schedule's throughput / 1F1B's with the same model and m) is the "
+        "schedule comparison that does not depend on absolute kernel speed.",
+        "layout: pure pipeline (GPUs = stages, no TP/DP); the paper gives the first and last stage one layer "
+        "less (room for embedding and loss), modelled as layers + 2 spread evenly (same per-stage critical "
+        "path); 1F1B-I uses one layer per chunk (vpp = layers per stage).",
+        "assumed (not in the table): bf16, no recomputation, FlashAttention, GPT-2 vocabulary padded to "
+        "50304, A100 80GB nodes with the dgx-a100 preset network.",
+        "ZB-2p (twice the activation memory, near-zero bubble) is not a trainsim schedule: skipped.",
+    )
+    cases = _with_ratio_to_1f1b(cases)
+    return Dataset(name=name, title="Zero-bubble pipeline schedules (Table 4)", metric="samples_per_gpu_per_s",
+                   unit="samples/s/GPU", citation=ZB_CITATION, notes=notes, cases=tuple(cases),
+                   higher_is_better=True)
+
+
+def _zb_case(r: dict) -> Case:
+    rid = r["row_id"]
+    sched = (r.get("schedule") or "").strip()
+    layers, heads, hidden = _int(r["layers"]), _int(r["heads"]), _int(r["hidden"])
+    seq, p = _int(r["seq_len"]), _int(r["num_stages_p"])
+    mbs, m = _int(r["microbatch_size"]), _int(r["num_microbatches_m"])
+    published = _num(r["samples_per_gpu_per_s"])
+    label = f"{r.get('model', '?').replace('GPT-3-like ', '')} p={p} m={m} {sched}"
+    group = f"{r.get('model')}|m={m}"
+    if sched not in ZB_SCHEDULES:
+        return Case(rid, label, published, group=group, skip_reason=f"schedule {sched} is not modelled")
+    if None in (layers, heads, hidden, seq, p, mbs, m):
+        return Case(rid, label, published, group=group, skip_reason="incomplete row")
+    model_layers = layers + 2
+    if model_layers % p:
+        return Case(rid, label, published, group=group, skip_reason=f"{model_layers} layers do not split over {p} stages")
+    vpp = model_layers // p if sched == "1F1B-I" else 1
+    raw = {
+        "model": {"name": r.get("model") or rid, "num_layers": model_layers, "hidden": hidden, "num_heads": heads,
+                  "vocab_size": 50304, "max_seq_len": seq},
+        "cluster": _cluster("dgx-a100", p),
+        "layout": {"tp": 1, "pp": p, "vpp": vpp},
+        "training": {"seq_len": seq, "global_batch": mbs * m, "micro_batch": mbs, "dtype": "bf16",
+                     "recompute": "none", "schedule": ZB_SCHEDULES[sched], "flash_attention": True},
+    }
+    scenario, why = _scenario(raw, rid)
+    return Case(rid, label, published, scenario=scenario, skip_reason=why, group=group)
+
+
+def _with_ratio_to_1f1b(cases: list[Case]) -> list[Case]:
+    """Attach the published throughput ratio to the group's 1F1B row (the predicted one is filled later)."""
+    base = {c.group: c.published for c in cases if c.label.endswith(" 1F1B")}
+    out = []
+    for c in cases:
+        b = base.get(c.group)
+        sec = dict(c.secondary)
+        if b:
+            sec["ratio_to_1f1b"] = c.published / b
+        out.append(Case(c.row_id, c.label, c.published, c.scenario, c.collective, c.skip_reason, c.group,
+                        sec, dict(c.secondary_fns)))
+    return out
+
+
+# --- nccl-tests bus bandwidth ------------------------------------------------------------------------
+
+NCCL_CITATION = ("nccl-tests all_reduce_perf curves published by Azure (ND A100 v4, ND H100 v5, ND H200 v5, "
+                 "ND GB200 v6; Azure/AI-benchmarking-guide) -- nccl_busbw.csv")
+NCCL_SYSTEMS = {  # system (as in the CSV) -> cluster preset; one per GPU type
+    "Azure ND A100 v4": "dgx-a100",
+    "Azure ND H100 v5": "dgx-h100",
+    "Azure ND H200 v5": "hgx-h200",
+}
+_OPS = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
+        "alltoall": "all_to_all", "broadcast": "broadcast", "reduce": "reduce"}
+
+
+def busbw_factor(op: str, n: int) -> float:
+    """nccl-tests busbw / algbw: 2(n-1)/n for all-reduce, (n-1)/n for all-gather/reduce-scatter, 1 otherwise."""
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+def load_nccl(path: Path | None = None, *, name: str = "nccl") -> Dataset:
+    """nccl-tests all-reduce busbw-vs-size curves (single nodes), predicted with the collective cost model."""
+    rows = _read_csv(path or validation_path("nccl_busbw.csv"))
+    cases: list[Case] = []
+    for r in rows:
+        rid = r.get("row_id", "?")
+        kind = r.get("record_type")
+        if kind == "definition":
+            continue  # busbw definitions, not measurements
+        busbw = _num(r.get("busbw_GBps"))
+        size = _num(r.get("msg_size_bytes"))
+        n = _int(r.get("num_gpus"))
+        system = (r.get("system") or "").strip()
+        label = f"{system.replace('Azure ND ', '')} {r.get('msg_size_label') or ''}".strip()
+        if kind != "measured_curve" or busbw is None or size is None or n is None:
+            cases.append(Case(rid, label[:48], busbw or float("nan"),
+                              skip_reason=f"{kind}: a single statement without a full configuration (approximate or user-reported)"))
+            continue
+        if system not in NCCL_SYSTEMS:
+            cases.append(Case(rid, label, busbw, skip_reason=f"no cluster preset for {system}"))
+            continue
+        op = _OPS.get(re.sub(r"[^a-z]", "", (r.get("collective") or "").split("(")[0].lower()), None)
+        if op is None:
+            cases.append(Case(rid, label, busbw, skip_reason=f"collective {r.get('collective')!r} not modelled"))
+            continue
+        nodes = _int(r.get("num_nodes")) or 1
+        gpn = _int(r.get("gpus_per_node")) or n
+        try:
+            cluster = load_cluster(_cluster(NCCL_SYSTEMS[system], n, gpus_per_node=gpn))
+        except SpecError as e:
+            cases.append(Case(rid, label, busbw, skip_reason=f"not representable: {e}"))
+            continue
+        if nodes * gpn != n:
+            cases.append(Case(rid, label, busbw, skip_reason="inconsistent node count"))
+            continue
+        cases.append(Case(rid, label, busbw, collective=CollectiveCase(op, size, n, cluster), group=system))
+    notes = (
+        "metric: nccl-tests bus bandwidth (GB/s = 1e9 B/s), busbw = algbw x 2(n-1)/n for all-reduce; "
+        "predicted busbw = nbytes / collective_time x the same factor.",
+        "hardware: one cluster preset per system (ND A100 v4 -> dgx-a100, ND H100 v5 -> dgx-h100 with NVLS, "
+        "ND H200 v5 -> hgx-h200); the algorithm is the cost model's choice (Azure's A100 'NVLS' label is "
+        "a copy error: A100 has no NVLink SHARP).",
+        "GB200 NVL (4 GPUs per host) has no cluster preset and is skipped; single statements from issue "
+        "threads (approximate, possibly mis-tuned systems) are listed as skipped.",
+    )
+    return Dataset(name=name, title="nccl-tests all-reduce bus bandwidth", metric="busbw_GBps", unit="GB/s",
+                   citation=NCCL_CITATION, notes=notes, cases=tuple(cases), higher_is_better=True)
+
+
+# --- registry ------------------------------------------------------------------------------------------
+
+def _sc21(blind: bool) -> Callable[[], Dataset]:
+    def load() -> Dataset:
+        return load_common_runs(validation_path("megatron_sc21_table1.csv"),
+                                name="sc21-blind" if blind else "sc21", blind=blind)
+    return load
+
+
+DATASETS: dict[str, Callable[[], Dataset]] = {
+    "sc21": _sc21(False),
+    "sc21-blind": _sc21(True),
+    "mosaic": load_mosaic,
+    "zero-bubble": load_zero_bubble,
+    "nccl": load_nccl,
+}
+
+
+def dataset_names() -> list[str]:
+    return list(DATASETS)
+
+
+def load_dataset(name_or_path: str) -> Dataset:
+    """A bundled dataset by name, or a CSV file in one of the bundled schemas (detected by its columns)."""
+    if name_or_path in DATASETS:
+        return DATASETS[name_or_path]()
+    p = Path(name_or_path)
+    if not p.is_file():
+        raise SpecError("dataset", f"unknown dataset {name_or_path!r} (known: {', '.join(DATASETS)}; or a CSV path)")
+    rows = _read_csv(p)
+    cols = set(rows[0]) if rows else set()
+    if not rows:
+        raise SpecError("dataset", f"{p} has no rows")
+    if "row_id" not in cols:
+        raise SpecError("dataset", f"{p} has no row_id column")
+    if {"throughput_tok_per_s", "fsdp_sharding_strategy"} <= cols:
+        return load_mosaic(p, name=p.stem)
+    if "samples_per_gpu_per_s" in cols:
+        return load_zero_bubble(p, name=p.stem)
+    if "busbw_GBps" in cols:
+        return load_nccl(p, name=p.stem)
+    if {"step_time_s", "num_gpus", "layers", "hidden", "heads", "global_batch_seqs"} <= cols:
+        return load_common_runs(p, name=p.stem)
+    raise SpecError("dataset", f"{p}: columns match none of the known schemas (common run schema, MosaicML, "
+                               "zero-bubble, nccl-tests)")
