@@ -63,6 +63,11 @@ class ScaleUpSpec(BaseModel):
     bw_per_gpu_Bps: float = Field(gt=0, le=1e14, description="unidirectional, per GPU")
     latency_s: float = Field(default=3e-6, ge=0, le=1)
     nvls: bool = Field(default=False, description="NVLink SHARP (in-switch reduction), Hopper and later")
+    # Achieved payload fraction of the line rate for SM-driven copies. None = per-kind default in
+    # trainsim.cost_models.nccl_model (NVLink 0.80: 128 B payload, NCCL topo.h 20 of 25 GB/s per link).
+    efficiency: float | None = Field(default=None, gt=0, le=1)
+    # NVLink SHARP reduction efficiency (NCCL nvlsEfficiency). None = 0.85 (Hopper) / 0.74 (Blackwell).
+    nvls_efficiency: float | None = Field(default=None, gt=0, le=1)
 
 
 class ScaleOutSpec(BaseModel):
@@ -76,6 +81,8 @@ class ScaleOutSpec(BaseModel):
     fabric: Literal["fat-tree", "rail-optimized", "switch"] = "rail-optimized"
     oversubscription: float = Field(default=1.0, ge=1.0, le=1024)
     nodes_per_leaf: int = Field(default=16, gt=0, le=100_000, description="nodes under one leaf (or rail group)")
+    # Achieved payload fraction of the NIC line rate. None = 0.96 (NCCL topo.h NET_BW 12 GB/s per 100 Gb/s).
+    efficiency: float | None = Field(default=None, gt=0, le=1)
 
 
 class ClusterSpec(BaseModel):
