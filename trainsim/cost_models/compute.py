@@ -1,0 +1,306 @@
+"""Time of each op on one GPU: a roofline with shape-dependent GEMM efficiency, plus per-kernel overhead.
+
+``t = max(FLOPs / (peak · eff), bytes / (hbm_bw · hbm_eff)) + kernel_overhead``, per kernel, where
+
+* ``peak`` is the dense datasheet peak of the op's dtype (fp8 GEMMs at the fp8 peak; attention, router and
+  logits at the 16-bit peak), ``hbm_eff`` the measured STREAM-like fraction (GPUSpec, cited in presets).
+* GEMM ``eff = GPUSpec.gemm_efficiency × S(m,n,k) / S(16384,16384,16384)``, capped at
+  ``gemm_efficiency`` (measured by cuBLASLt at 16384³). ``S`` is a tile model of how a GEMM library
+  runs on ``num_sms`` SMs with 128×128 output tiles:
+    - padding: m, n rounded up to 128 and k to 64 do wasted work (dims not multiples of 64/128 are slower);
+    - wave quantization: ``tiles / (ceil(tiles / SMs) · SMs)``; grids smaller than the GPU use split-K
+      (as cuBLAS heuristics do), each split keeping ``k ≥ 256``;
+    - per-tile fixed cost ``TILE_OVERHEAD_S`` (prologue/epilogue, writing the C tile): a tile's math takes
+      ``2·128·128·k / (peak/SMs)``, so short-k GEMMs lose ``k / (k + k0)``. The 1.5 µs value is the
+      mean of what the 8192³ vs 16384³ cuBLASLt rates imply for A100 (2.1 µs), H100 (1.6) and H200 (0.95)
+      [hardware.csv a100_azure, h100_azure, h200_azure].
+  Small, skinny GEMMs also fall onto the memory roof through their bytes. Without ``num_sms`` (CPU
+  "GPUs", custom specs) ``S`` = 1.
+* Fused (flash) attention runs at ``GPUSpec.attention_efficiency`` of the 16-bit peak on the FLOPs it
+  executes: forward 4·b·a·sq·sk·d, halved when causal; backward 2.5× forward (it recomputes the scores:
+  five GEMM-sized products against two), the convention FlashAttention's benchmarks and
+  ``profile.attention_flops`` use. Unfused attention is two batched GEMMs plus memory-bound softmax/dropout.
+
+An optional calibration ``profile`` (``trainsim.cost_models.profile.CalibrationProfile``) replaces the
+datasheet model wherever it has measurements (GEMM, attention, memory-bound ops); ``profile=None`` means
+datasheet defaults.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .flops import Op, head_ops, layer_ops, recompute_ops
+from .shapes import LayerShape, layer_shape
+
+TILE = 128
+K_STEP = 64
+MIN_SPLIT_K = 256
+TILE_OVERHEAD_S = 1.5e-6
+_REF_GEMM = (16384, 16384, 16384)
+FLASH_BWD_FACTOR = 2.5
+# Host DRAM streaming bandwidth per node for CPU-side Adam under optimizer offload (ZeRO-Offload):
+# a dual-socket server with 8 DDR4/DDR5 channels per socket streams ~150-300 GB/s; 200 GB/s assumed,
+# shared by the node's GPUs.
+HOST_MEM_BW_PER_NODE_BPS = 200e9
+
+
+@dataclass(frozen=True)
+class LayerTimes:
+    """Seconds of one block (or embedding/head) per micro-batch on one rank, by pass."""
+
+    fwd_s: float
+    bwd_input_s: float
+    bwd_weight_s: float
+    recompute_s: float = 0.0
+
+    @property
+    def bwd_s(self) -> float:
+        """Whole backward (input + weight gradients), recompute excluded."""
+        return self.bwd_input_s + self.bwd_weight_s
+
+    @property
+    def total_s(self) -> float:
+        return self.fwd_s + self.bwd_input_s + self.bwd_weight_s + self.recompute_s
+
+
+@dataclass(frozen=True)
+class OpTimes:
+    """Seconds of one op per pass (forward, input gradient, weight gradient)."""
+
+    name: str
+    fwd_s: float
+    bwd_input_s: float
+    bwd_weight_s: float
+
+
+@dataclass(frozen=True)
+class _Hw:
+    """The GPU numbers the roofline needs (hashable, built once per call from a GPUSpec)."""
+
+    peak: float          # dense peak of the training dtype's 16-bit/32-bit math
+    peak_fp8: float
+    gemm_eff: float
+    attn_eff: float
+    mem_Bps: float       # achieved HBM bandwidth
+    overhead_s: float
+    num_sms: int | None
+
+
+class _ProfileRef:
+    """Identity-hashed holder so an (unhashable) calibration profile can key the caches."""
+
+    __slots__ = ("profile",)
+
+    def __init__(self, profile):
+        self.profile = profile
+
+    def __hash__(self) -> int:
+        return id(self.profile)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _ProfileRef) and other.profile is self.profile
+
+
+def hw_of(gpu, dtype: str) -> _Hw:
+    """Roofline parameters of a GPUSpec for a training dtype (fp8 training: 16-bit for non-GEMM math)."""
+    base = "bf16" if dtype == "fp8" else dtype
+    return _Hw(
+        peak=gpu.peak(base), peak_fp8=gpu.peak("fp8"), gemm_eff=gpu.gemm_efficiency,
+        attn_eff=gpu.attention_efficiency, mem_Bps=gpu.hbm_bw_Bps * gpu.hbm_efficiency,
+        overhead_s=gpu.kernel_overhead_s, num_sms=getattr(gpu, "num_sms", None),
+    )
+
+
+def _tile_factor(m: int, n: int, k: int, batch: int, num_sms: int, peak: float) -> float:
+    """Fraction of the math a 128×128-tiled GEMM does usefully at full speed (padding, waves, tile cost)."""
+    tm, tn = -(-m // TILE), -(-n // TILE)
+    pad = (m * n) / (tm * tn * TILE * TILE) * k / (-(-k // K_STEP) * K_STEP)
+    tiles = batch * tm * tn
+    split = 1
+    if tiles < num_sms:
+        split = max(1, min(num_sms // tiles, k // MIN_SPLIT_K))
+    units = tiles * split
+    wave = units / (-(-units // num_sms) * num_sms)
+    k_split = k / split
+    k0 = TILE_OVERHEAD_S * (peak / num_sms) / (2 * TILE * TILE)
+    return pad * wave * k_split / (k_split + k0)
+
+
+@lru_cache(maxsize=65536)
+def gemm_efficiency_default(m: int, n: int, k: int, batch: int, gemm_eff: float, num_sms: int | None,
+                            peak: float) -> float:
+    """Datasheet-model GEMM efficiency for this shape (fraction of dense peak), see module docstring."""
+    if num_sms is None:
+        return gemm_eff
+    ref = _tile_factor(*_REF_GEMM, 1, num_sms, peak)
+    return gemm_eff * min(1.0, _tile_factor(m, n, k, batch, num_sms, peak) / ref)
+
+
+def gemm_time_s(m: int, n: int, k: int, hw: _Hw, *, batch: int = 1, fp8: bool = False, e: int = 2,
+                profile=None, dtype: str = "bf16") -> float:
+    """Seconds of ``batch`` (m×k)·(k×n) GEMMs launched as one kernel (bmm / grouped GEMM)."""
+    pdtype = "fp8" if fp8 else dtype
+    if profile is not None:
+        t1 = profile.gemm_time_s(m, n, k, pdtype)
+        if t1 is not None:
+            fit = profile.gemm_fits.get(pdtype)
+            c0 = fit.overhead_s if fit is not None else 0.0
+            return t1 + (batch - 1) * max(0.0, t1 - c0)
+    peak = hw.peak_fp8 if fp8 else hw.peak
+    eff = gemm_efficiency_default(m, n, k, batch, hw.gemm_eff, hw.num_sms, peak)
+    flops = 2.0 * m * n * k * batch
+    ob = 1 if fp8 else e
+    nbytes = batch * ((m * k + k * n) * ob + m * n * e)
+    return max(flops / (peak * eff), nbytes / hw.mem_Bps) + hw.overhead_s
+
+
+def memory_time_s(nbytes: float, hw: _Hw, profile=None, op: str | None = None) -> float:
+    """Seconds of a memory-bound kernel moving ``nbytes`` (read + written)."""
+    if profile is not None:
+        t = profile.memory_time_s(nbytes, op)
+        if t is not None:
+            return t
+    return nbytes / hw.mem_Bps + hw.overhead_s
+
+
+def _gemms_time(gemms, op: Op, hw: _Hw, e: int, profile, dtype: str, extra_bytes: float) -> float:
+    t = 0.0
+    for m, n, k in gemms:
+        t += gemm_time_s(m, n, k, hw, batch=op.batch, fp8=op.fp8, e=e, profile=profile, dtype=dtype)
+    if extra_bytes > 0:  # fp8 casts of X / dY: separate memory-bound kernels
+        t += memory_time_s(extra_bytes, hw, profile, "copy")
+    return t
+
+
+def _attention_time(op: Op, hw: _Hw, profile, dtype: str, pass_: str, causal: bool) -> float:
+    base = "bf16" if dtype == "fp8" else dtype
+    if profile is not None and op.attn is not None:
+        t = profile.attention_time_s(*op.attn, base, causal, pass_)
+        if t is not None:
+            return t
+    mult = 1.0 if pass_ == "fwd" else FLASH_BWD_FACTOR
+    flops = op.fwd_flops * op.work_fraction * mult
+    nbytes = op.fwd_bytes if pass_ == "fwd" else op.bwd_input_bytes
+    return max(flops / (hw.peak * hw.attn_eff), nbytes / hw.mem_Bps) + hw.overhead_s
+
+
+def op_times(op: Op, hw: _Hw, *, e: int = 2, dtype: str = "bf16", profile=None, causal: bool = True) -> OpTimes:
+    """Seconds of one op in forward, input-gradient and weight-gradient passes."""
+    if op.kind == "attention":
+        return OpTimes(op.name, _attention_time(op, hw, profile, dtype, "fwd", causal),
+                       _attention_time(op, hw, profile, dtype, "bwd", causal), 0.0)
+    if op.fwd_gemms:
+        ob = 1 if op.fp8 else e
+        # Bytes beyond the GEMMs' own operands are the fp8 casts (see flops._linear).
+        def gemm_bytes(gs):
+            return op.batch * sum((m * k + k * n) * ob + m * n * e for m, n, k in gs)
+        cast_f = max(0.0, op.fwd_bytes - gemm_bytes(op.fwd_gemms))
+        cast_b = max(0.0, op.bwd_input_bytes - gemm_bytes(op.bwd_input_gemms))
+        fwd = _gemms_time(op.fwd_gemms, op, hw, e, profile, dtype, cast_f)
+        bi = _gemms_time(op.bwd_input_gemms, op, hw, e, profile, dtype, cast_b) if op.bwd_input_gemms else 0.0
+        bw = _gemms_time(op.bwd_weight_gemms, op, hw, e, profile, dtype, 0.0) if op.bwd_weight_gemms else 0.0
+        return OpTimes(op.name, fwd, bi, bw)
+    # Memory-bound ops (norms, activations, softmax, residuals, loss, embedding gather/scatter).
+    fwd = memory_time_s(op.fwd_bytes, hw, profile, op.kind) if op.fwd_bytes else 0.0
+    bi = memory_time_s(op.bwd_input_bytes, hw, profile, op.kind) if op.bwd_input_bytes else 0.0
+    bw = memory_time_s(op.bwd_weight_bytes, hw, profile, op.kind) if op.bwd_weight_bytes else 0.0
+    return OpTimes(op.name, fwd, bi, bw)
+
+
+def _sum_times(ops: tuple[Op, ...], rec: tuple[Op, ...], hw: _Hw, shp: LayerShape, profile) -> LayerTimes:
+    f = bi = bw = r = 0.0
+    rec_ids = {id(op) for op in rec}
+    for op in ops:
+        t = op_times(op, hw, e=shp.e, dtype=shp.dtype, profile=profile, causal=shp.causal)
+        f += t.fwd_s
+        bi += t.bwd_input_s
+        bw += t.bwd_weight_s
+        if id(op) in rec_ids:
+            r += t.fwd_s
+    return LayerTimes(f, bi, bw, r)
+
+
+@lru_cache(maxsize=16384)
+def _cached_times(what: str, shp: LayerShape, hw: _Hw, pref, learned_positions: bool) -> LayerTimes:
+    profile = pref.profile if pref is not None else None
+    if what == "layer":
+        ops = layer_ops(shp)
+        return _sum_times(ops, recompute_ops(ops, shp.recompute), hw, shp, profile)
+    if what == "embedding":
+        from .flops import _embedding_ops
+        return _sum_times(_embedding_ops(shp, learned_positions), (), hw, shp, profile)
+    return _sum_times(head_ops(shp), (), hw, shp, profile)
+
+
+def _ctx(scenario, profile):
+    shp = layer_shape(scenario)
+    hw = hw_of(scenario.cluster.gpu, shp.dtype)
+    return shp, hw, (_ProfileRef(profile) if profile is not None else None)
+
+
+def layer_times(scenario, profile=None) -> LayerTimes:
+    """Seconds of one transformer block per micro-batch on one rank: fwd, bwd-input, bwd-weight, recompute.
+
+    ``recompute_s`` is the forward re-run before backward (selective: attention core; full: whole block).
+    """
+    shp, hw, pref = _ctx(scenario, profile)
+    return _cached_times("layer", shp, hw, pref, False)
+
+
+def layer_op_times(scenario, profile=None) -> tuple[OpTimes, ...]:
+    """Per-op seconds of one block (for traces and reports)."""
+    shp, hw, _ = _ctx(scenario, profile)
+    return tuple(op_times(op, hw, e=shp.e, dtype=shp.dtype, profile=profile, causal=shp.causal)
+                 for op in layer_ops(shp))
+
+
+def embedding_times(scenario, profile=None) -> LayerTimes:
+    """Seconds of the embedding (first stage) per micro-batch on one rank."""
+    shp, hw, pref = _ctx(scenario, profile)
+    return _cached_times("embedding", shp, hw, pref, scenario.model.position_embedding == "learned")
+
+
+def head_times(scenario, profile=None) -> LayerTimes:
+    """Seconds of final norm + logits + cross-entropy (last stage) per micro-batch on one rank."""
+    shp, hw, pref = _ctx(scenario, profile)
+    return _cached_times("head", shp, hw, pref, False)
+
+
+def optimizer_step_time(scenario, stage: int, profile=None) -> float:
+    """Seconds of the (memory-bound) Adam step over this rank's optimizer shard, plus the grad-norm pass.
+
+    Fused Adam streams per parameter: fp32 master weight, m and v read and written (2·K bytes), the
+    gradient read and the 16-bit weight written; clipping reads every local gradient once more. With
+    ``offload_optimizer`` the update runs on the host at ``HOST_MEM_BW_PER_NODE_BPS / gpus_per_node``
+    (the PCIe traffic is reported by ``memory.stage_memory`` for the engine to time).
+    """
+    from .memory import rank_param_shards  # memory does not import compute
+
+    t = scenario.training
+    sh = rank_param_shards(scenario, stage)
+    per_param = 2 * t.optimizer_bytes_per_param + t.grad_bytes + t.param_bytes
+    update_bytes = sh.optimizer_params * per_param
+    norm_bytes = sh.grad_params * t.grad_bytes
+    hw = hw_of(scenario.cluster.gpu, t.dtype)
+    prof = profile
+    norm_s = memory_time_s(norm_bytes, hw, prof, "copy") if norm_bytes else 0.0
+    if t.offload_optimizer:
+        host_bw = HOST_MEM_BW_PER_NODE_BPS / min(scenario.cluster.gpus_per_node, scenario.num_gpus)
+        return update_bytes / host_bw + norm_s
+    # Multi-tensor kernels: a handful of launches per step, negligible next to the streaming time.
+    return (memory_time_s(update_bytes, hw, prof, "copy") if update_bytes else 0.0) + norm_s
+
+
+def op_roofline_bound(op: Op, gpu, dtype: str = "bf16") -> str:
+    """'compute' or 'memory': which roof bounds the op's forward at peak efficiencies (for reports)."""
+    hw = hw_of(gpu, dtype)
+    peak = hw.peak_fp8 if op.fp8 else hw.peak
+    return "compute" if op.fwd_flops / (peak * hw.gemm_eff) >= op.fwd_bytes / hw.mem_Bps else "memory"
+
+
+def waves(m: int, n: int, num_sms: int) -> int:
+    """Number of waves of 128×128 tiles an (m×n) output needs on ``num_sms`` SMs."""
+    return math.ceil(math.ceil(m / TILE) * math.ceil(n / TILE) / num_sms)

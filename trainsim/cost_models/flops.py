@@ -1,0 +1,346 @@
+"""FLOPs and bytes moved by every op of a transformer block, embedding and head, on ONE rank per micro-batch.
+
+Conventions (stated once, used everywhere):
+
+* A GEMM (m×k)·(k×n) is 2·m·n·k FLOPs. Forward ``Y = X·W``; backward splits into the input gradient
+  ``dX = dY·Wᵀ`` (shape m×k, inner n) and the weight gradient ``dW = Xᵀ·dY`` (shape k×n, inner m): the
+  zero-bubble schedules run them separately.
+* Attention scores and attention·values are counted over the FULL s×s matrix, as SC21 eq. 3 and
+  Korthikanti eq. 7/8 do (formulas.csv rows ``flops_sc21``, ``flops_model_korth``): fwd 4·b·a·s²·d per
+  layer, bwd 2× fwd. A causal fused kernel skips about half of that work; ``Op.work_fraction`` carries this
+  to the *time* model only, so model/hardware FLOPs keep the published convention.
+* Model FLOPs (DESIGN.md) are the matmul FLOPs (kinds ``gemm``, ``bmm``, ``attention``) of forward +
+  backward with no recompute; hardware FLOPs add what the recompute mode re-runs: ``selective`` = the
+  attention core (Korthikanti), ``full`` = the whole block forward (SC21). FlashAttention's own internal
+  recompute in backward is a kernel detail (it shows up in time, not in hardware FLOPs), as in eq. 8.
+* Per rank: TP shards heads and MLP columns (``/tp``), CP shards the sequence (queries ``s/cp`` attend
+  to all ``s`` keys), SP shards the norm/dropout/residual region over ``tp``, EP places ``E/ep`` experts
+  per rank; balanced routing with capacity factor 1 gives every rank ``tokens·top_k`` expert tokens.
+* fp8 training: the block's weight GEMMs run on fp8 operands (1 byte) with a cast of each activation
+  input and output gradient (Transformer Engine style); attention, router and logits stay 16-bit.
+
+Bytes are the compulsory HBM traffic of each kernel (inputs read + outputs written), which the roofline
+in ``compute.py`` turns into time for memory-bound ops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from .shapes import LayerShape, layer_shape
+
+Gemm = tuple[int, int, int]  # (m, n, k)
+MATMUL_KINDS = frozenset({"gemm", "bmm", "attention"})
+
+# Elementwise FLOPs per element (only for completeness of hardware work; these ops are memory-bound and
+# not part of model FLOPs): LayerNorm ~5 (mean, var, normalize, scale, shift), RMSNorm ~3, GeLU (tanh) ~8,
+# SwiGLU ~6 (sigmoid, 2 mul), softmax ~5, add/dropout 1.
+_NORM_FLOPS = {"layernorm": 5.0, "rmsnorm": 3.0}
+
+
+@dataclass(frozen=True)
+class Op:
+    """One kernel (or a fused group) of a layer on one rank for one micro-batch. FLOPs and bytes.
+
+    ``fwd_gemms`` etc. list the (m, n, k) of each GEMM in a pass, each repeated ``batch`` times (bmm batch
+    or local experts). ``selective`` marks the attention core (recomputed under selective recompute).
+    ``attn`` = (batch, heads, seq_q, seq_kv, dhead) for fused attention, for calibration-profile queries.
+    """
+
+    name: str
+    kind: str
+    fwd_flops: float
+    bwd_input_flops: float
+    bwd_weight_flops: float
+    fwd_bytes: float
+    bwd_input_bytes: float
+    bwd_weight_bytes: float = 0.0
+    fwd_gemms: tuple[Gemm, ...] = ()
+    bwd_input_gemms: tuple[Gemm, ...] = ()
+    bwd_weight_gemms: tuple[Gemm, ...] = ()
+    batch: int = 1
+    fp8: bool = False
+    selective: bool = False
+    work_fraction: float = 1.0
+    attn: tuple[int, int, int, int, int] | None = None
+
+    @property
+    def is_matmul(self) -> bool:
+        return self.kind in MATMUL_KINDS
+
+    @property
+    def bwd_flops(self) -> float:
+        return self.bwd_input_flops + self.bwd_weight_flops
+
+    @property
+    def total_flops(self) -> float:
+        return self.fwd_flops + self.bwd_input_flops + self.bwd_weight_flops
+
+
+@dataclass(frozen=True)
+class PassFlops:
+    """FLOPs of one block (or embedding/head) per micro-batch per rank, by pass."""
+
+    fwd: float
+    bwd_input: float
+    bwd_weight: float
+    recompute: float
+
+    @property
+    def model(self) -> float:
+        return self.fwd + self.bwd_input + self.bwd_weight
+
+    @property
+    def hardware(self) -> float:
+        return self.model + self.recompute
+
+
+def _flops(gemms: tuple[Gemm, ...], batch: int = 1) -> float:
+    return float(batch * sum(2 * m * n * k for m, n, k in gemms))
+
+
+def _linear(name: str, m: int, n: int, k: int, e: int, *, fp8: bool = False, batch: int = 1,
+            kind: str = "gemm") -> Op:
+    """Y(m×n) = X(m×k)·W(k×n): fwd, dX = dY·Wᵀ, dW = Xᵀ·dY; bytes with fp8 operands and casts if fp8."""
+    ob = 1 if fp8 else e
+    fwd, dx, dw = ((m, n, k),), ((m, k, n),), ((k, n, m),)
+    cast_x = m * k * (e + 1) if fp8 else 0   # quantize X to fp8 (read e, write 1)
+    cast_dy = m * n * (e + 1) if fp8 else 0  # quantize dY once, shared by dX and dW
+    return Op(
+        name=name, kind=kind,
+        fwd_flops=_flops(fwd, batch), bwd_input_flops=_flops(dx, batch), bwd_weight_flops=_flops(dw, batch),
+        fwd_bytes=float(batch * ((m * k + k * n) * ob + m * n * e + cast_x)),
+        bwd_input_bytes=float(batch * ((m * n + k * n) * ob + m * k * e + cast_dy)),
+        bwd_weight_bytes=float(batch * ((m * k + m * n) * ob + k * n * e)),
+        fwd_gemms=fwd, bwd_input_gemms=dx, bwd_weight_gemms=dw, batch=batch, fp8=fp8,
+    )
+
+
+def _elementwise(name: str, kind: str, n_elems: float, fwd_rw: float, bwd_rw: float, flops_per: float = 1.0,
+                 *, selective: bool = False, extra_fwd_bytes: float = 0.0, extra_bwd_bytes: float = 0.0) -> Op:
+    """A memory-bound op over ``n_elems`` elements: ``fwd_rw``/``bwd_rw`` bytes moved per element."""
+    return Op(
+        name=name, kind=kind,
+        fwd_flops=flops_per * n_elems, bwd_input_flops=2 * flops_per * n_elems, bwd_weight_flops=0.0,
+        fwd_bytes=n_elems * fwd_rw + extra_fwd_bytes, bwd_input_bytes=n_elems * bwd_rw + extra_bwd_bytes,
+        selective=selective,
+    )
+
+
+def _norm(name: str, shp: LayerShape, n_tok: float) -> Op:
+    """LayerNorm/RMSNorm over n_tok tokens: fwd reads x, writes y (+ fp32 stats); bwd reads x, dy, writes dx."""
+    e, h = shp.e, shp.h
+    stats = (8 if shp.norm == "layernorm" else 4) * n_tok
+    return _elementwise(name, "norm", n_tok * h, 2 * e, 3 * e, _NORM_FLOPS.get(shp.norm, 5.0),
+                        extra_fwd_bytes=stats, extra_bwd_bytes=stats)
+
+
+def _residual(name: str, shp: LayerShape, n_tok: float) -> Op:
+    """(bias-)dropout-add: fwd reads 2, writes 1 (+ 1-byte mask with dropout); bwd adds the two grad branches."""
+    e = shp.e
+    mask = 1 if shp.dropout else 0
+    return _elementwise(name, "elementwise", n_tok * shp.h, 3 * e + mask, 3 * e + mask + (2 * e if shp.dropout else 0))
+
+
+def _attention_ops(shp: LayerShape) -> list[Op]:
+    """Scores and attention·values (core attention) on one rank: fused (flash) or unfused (bmm + softmax)."""
+    e, d = shp.e, shp.d
+    b, heads, kvh = shp.b, shp.a // shp.tp, shp.kv // shp.tp
+    sq, sk = shp.s // shp.cp, shp.s
+    fwd = 4.0 * b * heads * sq * sk * d  # QKᵀ and P·V, full s×s
+    ops: list[Op] = []
+    if shp.flash:
+        q_o = b * sq * heads * d * e
+        kv_bytes = 2 * b * sk * kvh * d * e           # every key/value block is read (CP: incl. received chunks)
+        lse = 4 * b * heads * sq
+        ops.append(Op(
+            name="attention", kind="attention", fwd_flops=fwd, bwd_input_flops=2 * fwd, bwd_weight_flops=0.0,
+            fwd_bytes=float(2 * q_o + kv_bytes + lse), bwd_input_bytes=float(4 * q_o + 2 * kv_bytes + lse),
+            selective=True, work_fraction=0.5 if shp.causal else 1.0, attn=(b, heads, sq, sk, d),
+        ))
+        return ops
+    batch = b * heads
+    if kvh < heads:  # unfused GQA expands K and V to all query heads before the bmm (Megatron's path)
+        ops.append(_elementwise("kv_repeat", "elementwise", 2 * b * sk * heads * d, e, e, 0.0, selective=True))
+    scores = _bmm("attn_scores", batch, (sq, sk, d), ((sq, d, sk), (sk, d, sq)), e)
+    probs = b * heads * sq * sk
+    ops.append(scores)
+    ops.append(_elementwise("softmax", "softmax", probs, 2 * e, 3 * e, 5.0, selective=True))
+    if shp.dropout:
+        ops.append(_elementwise("attn_dropout", "elementwise", probs, 2 * e + 1, 2 * e + 1, 1.0, selective=True))
+    ops.append(_bmm("attn_values", batch, (sq, d, sk), ((sq, sk, d), (sk, d, sq)), e))
+    return ops
+
+
+def _bmm(name: str, batch: int, fwd: Gemm, bwd: tuple[Gemm, ...], e: int) -> Op:
+    """A batched matmul without weights: both backward GEMMs are input gradients."""
+    def nbytes(g: tuple[Gemm, ...]) -> float:
+        return float(batch * sum((m * k + k * n + m * n) * e for m, n, k in g))
+    return Op(name=name, kind="bmm", fwd_flops=_flops((fwd,), batch), bwd_input_flops=_flops(bwd, batch),
+              bwd_weight_flops=0.0, fwd_bytes=nbytes((fwd,)), bwd_input_bytes=nbytes(bwd),
+              fwd_gemms=(fwd,), bwd_input_gemms=bwd, batch=batch, selective=True)
+
+
+def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int = 1) -> list[Op]:
+    """fc1 (or gate+up), activation, fc2 for ``tokens`` tokens; ``batch`` identical copies (local experts)."""
+    e, h, t = shp.e, shp.h, shp.tp
+    f_local = ffn // t
+    n_in = 2 if shp.gated else 1
+    fp8 = shp.dtype == "fp8"
+    act_elems = batch * tokens * f_local
+    if shp.gated:  # silu(gate) * up: reads 2, writes 1; bwd reads gate, up, dy, writes dgate, dup
+        act = _elementwise(f"{prefix}swiglu", "elementwise", act_elems, 3 * e, 5 * e, 6.0)
+    else:
+        act = _elementwise(f"{prefix}gelu", "elementwise", act_elems, 2 * e, 3 * e, 8.0)
+    return [
+        _linear(f"{prefix}fc1", tokens, n_in * f_local, h, e, fp8=fp8, batch=batch),
+        act,
+        _linear(f"{prefix}fc2", tokens, h, f_local, e, fp8=fp8, batch=batch),
+    ]
+
+
+def _moe_ops(shp: LayerShape) -> list[Op]:
+    """Router + top-k dispatch, local experts' MLPs, and combine (balanced, capacity factor 1)."""
+    e, h, k, E = shp.e, shp.h, shp.top_k, shp.experts
+    n_tok = shp.tokens // shp.sp_div            # router runs on this rank's (SP-sharded) tokens
+    routed = shp.tokens * k                      # expert tokens per rank: T·k (balanced, any ep)
+    local_experts = E // shp.ep
+    per_expert = max(1, routed // local_experts)
+    ops = [
+        _linear("router", n_tok, E, h, e),
+        _elementwise("router_topk", "softmax", n_tok * E, 2 * 4, 3 * 4, 5.0),
+        _elementwise("moe_permute", "elementwise", routed * h, 2 * e, 2 * e, 0.0),
+    ]
+    ops += _mlp_ops(shp, per_expert, shp.fe, "expert_", batch=local_experts)
+    ops.append(_elementwise("moe_unpermute", "elementwise", routed * h, 2 * e, 3 * e, 1.0))
+    return ops
+
+
+@lru_cache(maxsize=4096)
+def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
+    e, h, t = shp.e, shp.h, shp.tp
+    T = shp.tokens
+    T_seq = T // shp.sp_div
+    fp8 = shp.dtype == "fp8"
+    qkv_out = (shp.a + 2 * shp.kv) * shp.d // t
+    ops: list[Op] = [
+        _norm("norm1", shp, T_seq),
+        _linear("qkv", T, qkv_out, h, e, fp8=fp8),
+    ]
+    if shp.rope:
+        ops.append(_elementwise("rope", "elementwise", T * (shp.a + shp.kv) * shp.d // t, 2 * e, 2 * e, 3.0))
+    ops += _attention_ops(shp)
+    ops.append(_linear("out_proj", T, h, shp.a * shp.d // t, e, fp8=fp8))
+    ops.append(_residual("residual1", shp, T_seq))
+    ops.append(_norm("norm2", shp, T_seq))
+    ops += _moe_ops(shp) if shp.is_moe else _mlp_ops(shp, T, shp.f, "")
+    ops.append(_residual("residual2", shp, T_seq))
+    return tuple(ops)
+
+
+def _shape(x) -> LayerShape:
+    return x if isinstance(x, LayerShape) else layer_shape(x)
+
+
+def layer_ops(scenario) -> tuple[Op, ...]:
+    """Every op of one transformer block for one micro-batch on one rank (accepts a Scenario or LayerShape)."""
+    return _layer_ops(_shape(scenario))
+
+
+def recompute_ops(ops: tuple[Op, ...], mode: str) -> tuple[Op, ...]:
+    """The ops whose forward is re-run before backward: none, the attention core (selective), or all (full)."""
+    if mode == "full":
+        return ops
+    if mode == "selective":
+        return tuple(op for op in ops if op.selective)
+    return ()
+
+
+@lru_cache(maxsize=4096)
+def _embedding_ops(shp: LayerShape, learned_positions: bool) -> tuple[Op, ...]:
+    e, h = shp.e, shp.h
+    T = shp.tokens
+    # Vocab-parallel lookup: each TP rank writes its rows (zeros elsewhere) for all T tokens, then the
+    # partial sums are all-reduced (reduce-scattered with SP). bwd: read dY, scatter-add into the grad rows.
+    extra = 2 * e * T * h if learned_positions else 0  # + position rows read and added
+    ops = [Op(name="embedding", kind="embedding", fwd_flops=0.0, bwd_input_flops=0.0, bwd_weight_flops=T * h,
+              fwd_bytes=float(2 * e * T * h + extra + 8 * T), bwd_input_bytes=0.0,
+              bwd_weight_bytes=float(3 * e * T * h + 8 * T))]
+    if shp.dropout:
+        ops.append(_elementwise("embedding_dropout", "elementwise", T // shp.sp_div * h, 2 * e + 1, 2 * e + 1))
+    return tuple(ops)
+
+
+def embedding_ops(scenario) -> tuple[Op, ...]:
+    """Token (+ learned position) embedding on the first pipeline stage, per micro-batch per rank."""
+    shp = _shape(scenario)
+    learned = getattr(getattr(scenario, "model", None), "position_embedding", "rope") == "learned"
+    return _embedding_ops(shp, learned)
+
+
+@lru_cache(maxsize=4096)
+def _head_ops(shp: LayerShape) -> tuple[Op, ...]:
+    e, h = shp.e, shp.h
+    T = shp.tokens
+    v_local = -(-shp.vocab // shp.tp)
+    logits = T * v_local
+    return (
+        _norm("final_norm", shp, T // shp.sp_div),
+        _linear("logits", T, v_local, h, e),  # output layer stays 16-bit under fp8 recipes
+        # Vocab-parallel cross-entropy: fwd reads logits (max, then exp-sum) and writes fp32 softmax;
+        # bwd reads the fp32 softmax and writes the logit gradient.
+        _elementwise("cross_entropy", "loss", logits, 2 * e + 4, 4 + e, 5.0),
+    )
+
+
+def head_ops(scenario) -> tuple[Op, ...]:
+    """Final norm, output projection (logits) and cross-entropy loss on the last stage, per micro-batch per rank."""
+    return _head_ops(_shape(scenario))
+
+
+def pass_flops(ops: tuple[Op, ...], recompute: str = "none", matmul_only: bool = True) -> PassFlops:
+    """Sum FLOPs of ``ops`` by pass (matmul kinds only by default, as model FLOPs count them)."""
+    sel = [op for op in ops if op.is_matmul] if matmul_only else list(ops)
+    rec = recompute_ops(tuple(sel), recompute)
+    return PassFlops(
+        fwd=sum(op.fwd_flops for op in sel),
+        bwd_input=sum(op.bwd_input_flops for op in sel),
+        bwd_weight=sum(op.bwd_weight_flops for op in sel),
+        recompute=sum(op.fwd_flops for op in rec),
+    )
+
+
+def layer_flops(scenario, matmul_only: bool = True) -> PassFlops:
+    """FLOPs of one block per micro-batch on one rank, by pass, with the scenario's recompute mode."""
+    shp = _shape(scenario)
+    return pass_flops(_layer_ops(shp), shp.recompute, matmul_only)
+
+
+def _per_microbatch_unsharded(scenario) -> tuple[PassFlops, PassFlops]:
+    """(all blocks, head) matmul FLOPs of one micro-batch of b sequences with no model parallelism."""
+    shp = layer_shape(scenario).unsharded()
+    L = scenario.model.num_layers
+    lay = pass_flops(_layer_ops(shp), shp.recompute)
+    head = pass_flops(_head_ops(shp), "none")
+    blocks = PassFlops(L * lay.fwd, L * lay.bwd_input, L * lay.bwd_weight, L * lay.recompute)
+    return blocks, head
+
+
+def model_flops_per_step(scenario) -> float:
+    """Model FLOPs of one optimizer step, all GPUs: matmul FLOPs of fwd + bwd, no recompute (DESIGN.md)."""
+    blocks, head = _per_microbatch_unsharded(scenario)
+    n_micro = scenario.training.global_batch / scenario.training.micro_batch
+    return n_micro * (blocks.model + head.model)
+
+
+def hardware_flops_per_step(scenario) -> float:
+    """Hardware FLOPs of one optimizer step, all GPUs: model FLOPs + the recompute mode's re-run forward."""
+    blocks, head = _per_microbatch_unsharded(scenario)
+    n_micro = scenario.training.global_batch / scenario.training.micro_batch
+    return n_micro * (blocks.hardware + head.hardware)
+
+
+def model_flops_per_token(scenario) -> float:
+    """Model FLOPs per trained token (for tokens/s ↔ MFU conversions)."""
+    return model_flops_per_step(scenario) / scenario.tokens_per_step

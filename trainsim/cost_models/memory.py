@@ -1,0 +1,253 @@
+"""Bytes per GPU of one pipeline stage: weights, gradients, optimizer states, activations and the rest.
+
+Model states (mixed-precision Adam, ZeRO paper Sec. 3.1, formulas.csv ``zero_*``): per parameter
+``param_bytes`` (2: bf16/fp16 weights) + ``grad_bytes`` (2, or 4 with fp32 gradient accumulation) +
+``optimizer_bytes_per_param`` K (12: fp32 master weight, Adam m and v). ZeRO shards them over the
+data-parallel group: stage 1 (and Megatron's distributed optimizer) the optimizer states, stage 2 also the
+gradients, stage 3 (FSDP) also the weights. The group is DP×CP for dense parameters (Megatron shards over
+the DP×CP group) and DP×CP/EP for expert parameters (the expert-data-parallel group).
+
+Sharding by model parallelism: TP splits the attention and MLP matrices, their column-parallel biases and
+the vocabulary (norm weights and row-parallel biases are replicated); PP gives each stage ``L/pp`` blocks,
+the embedding (+ learned positions) to the first stage, final norm and output layer to the last; tied
+embeddings keep a duplicate of the word embedding on the last stage when ``pp > 1`` (Megatron), with its
+own gradient and optimizer state. EP gives each rank ``E/ep`` experts.
+
+``other`` holds: the runtime reserve (CUDA context, cuBLAS workspaces, NCCL communicator buffers:
+``RUNTIME_RESERVE_BYTES``), ZeRO-3 all-gather/prefetch and reduce-scatter buffers, the logits/loss
+workspace on the last stage, and pipeline send/receive buffers. Data-parallel gradient buckets of ZeRO 0-2
+are views of the gradient storage (Megatron's contiguous grad buffer; torch DDP with
+``gradient_as_bucket_view``), so they add nothing. Allocator fragmentation is not included: leave
+headroom when deciding what fits.
+
+Offload (ZeRO-Offload / ZeRO-Infinity): ``offload_optimizer`` moves the optimizer states and the reduced
+gradient shard to host memory (``host``) and runs Adam there; each step sends the gradient shard
+device→host and the updated 16-bit weight shard host→device. ``offload_params`` (ZeRO-3) keeps the weight
+shard on the host and copies it host→device for every forward and backward of every micro-batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from . import activations as act
+from .shapes import layer_shape
+
+GiB = 1 << 30
+# CUDA context with lazy module loading (~0.5 GiB on Hopper), cuBLAS/cuBLASLt workspaces (32 MiB per
+# handle and stream), NCCL buffers (NCCL_BUFFSIZE 4 MiB per channel and peer for a few communicators):
+# about 1.5 GiB per GPU process, as commonly seen between nvidia-smi and torch.cuda.memory_reserved.
+RUNTIME_RESERVE_BYTES = 1.5 * GiB
+# A CPU "GPU" (one torch process per core, gloo): the process's own runtime; a torch worker's resident
+# size is ~330 MiB here (/shared/notes/torch-distributed-on-cpu.md, "Costs").
+CPU_RUNTIME_RESERVE_BYTES = 330 * (1 << 20)
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Peak bytes on one GPU of a pipeline stage, by component; ``host`` is offloaded host memory.
+
+    ``pcie_h2d_bytes`` / ``pcie_d2h_bytes`` are per optimizer step (offload traffic the engine times).
+    ``details`` names the pieces of ``other`` and ``activations`` (bytes).
+    """
+
+    weights: float
+    grads: float
+    optimizer: float
+    activations: float
+    other: float
+    host: float = 0.0
+    pcie_h2d_bytes: float = 0.0
+    pcie_d2h_bytes: float = 0.0
+    inflight_microbatches: float = 0.0
+    details: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def model_states(self) -> float:
+        return self.weights + self.grads + self.optimizer
+
+    @property
+    def total(self) -> float:
+        """Device bytes (host excluded)."""
+        return self.weights + self.grads + self.optimizer + self.activations + self.other
+
+
+@dataclass(frozen=True)
+class RankParams:
+    """Parameter counts on one rank of a stage: held (TP/PP/EP-sharded) and after ZeRO sharding."""
+
+    dense: float             # replicated over the DP×CP group
+    expert: float            # replicated over the expert-data-parallel group
+    weight_params: float     # weights stored on the device after ZeRO-3 sharding
+    grad_params: float       # gradients stored after ZeRO-2 sharding
+    optimizer_params: float  # parameters whose optimizer states this rank holds (ZeRO-1)
+    unit_params: float       # largest FSDP unit (block / embedding / head) held unsharded during use
+
+    @property
+    def held(self) -> float:
+        return self.dense + self.expert
+
+
+def model_state_bytes(params: float, zero: int, dp: int, *, param_bytes: int = 2, grad_bytes: int = 2,
+                      optimizer_bytes: int = 12) -> tuple[float, float, float]:
+    """(weights, grads, optimizer) bytes per device for ``params`` replicated over ``dp`` ranks (ZeRO Sec. 5)."""
+    w = params * param_bytes / (dp if zero >= 3 else 1)
+    g = params * grad_bytes / (dp if zero >= 2 else 1)
+    o = params * optimizer_bytes / (dp if zero >= 1 else 1)
+    return w, g, o
+
+
+def _layer_params_rank(model, tp: int, ep: int) -> tuple[float, float]:
+    """(dense, expert) parameters of one block on one rank."""
+    h, q, kv = model.hidden, model.num_heads * model.dhead, model.kv_heads * model.dhead
+    attn = (h * q + 2 * h * kv + q * h) / tp + (((q + 2 * kv) / tp + h) if model.bias else 0)
+    norms = 2 * model.norm_params()
+
+    def mlp(f: int) -> float:
+        n_in = 2 if model.gated_mlp else 1
+        return (n_in * h * f + f * h) / tp + ((n_in * f / tp + h) if model.bias else 0)
+
+    if model.is_moe:
+        return attn + norms + h * model.num_experts, (model.num_experts / ep) * mlp(model.expert_ffn)
+    return attn + norms + mlp(model.ffn), 0.0
+
+
+def _stage_extra_params(model, tp: int, pp: int, stage: int) -> float:
+    """Embedding / positions (first stage), final norm and output layer (last stage) on one rank."""
+    h, V = model.hidden, model.vocab_size
+    extra = 0.0
+    if stage == 0:
+        extra += V * h / tp
+        if model.position_embedding == "learned":
+            extra += model.max_seq_len * h
+    if stage == pp - 1:
+        extra += model.norm_params()
+        if not model.tie_embeddings or pp > 1:
+            extra += V * h / tp
+    return extra
+
+
+def rank_param_shards(scenario, stage: int) -> RankParams:
+    """Parameters a rank of pipeline ``stage`` holds, and what it stores after ZeRO sharding."""
+    m, lay, t = scenario.model, scenario.layout, scenario.training
+    _check_stage(stage, lay.pp)
+    dense_l, expert_l = _layer_params_rank(m, lay.tp, lay.ep)
+    L = scenario.layers_per_stage
+    extra = _stage_extra_params(m, lay.tp, lay.pp, stage)
+    dense = L * dense_l + extra
+    expert = L * expert_l
+    n_dense = scenario.dp * lay.cp
+    n_exp = max(1.0, n_dense / lay.ep)
+    z = t.effective_zero
+
+    def shard(level: int) -> float:
+        return (dense / n_dense + expert / n_exp) if z >= level else dense + expert
+
+    unit = max(dense_l + expert_l, extra)
+    return RankParams(dense=dense, expert=expert, weight_params=shard(3), grad_params=shard(2),
+                      optimizer_params=shard(1), unit_params=unit)
+
+
+def _check_stage(stage: int, pp: int) -> None:
+    if not 0 <= stage < pp:
+        from trainsim.specs.errors import SpecError
+        raise SpecError("stage", f"stage {stage} is outside 0..{pp - 1}")
+
+
+def inflight_microbatches(schedule: str, pp: int, m: int, stage: int, vpp: int = 1) -> float:
+    """Micro-batches whose activations a stage holds at its peak, in units of the stage's whole layer set.
+
+    GPipe: all ``m``. 1F1B and ZB-H1: ``min(pp - stage, m)`` (stage 0-indexed). Interleaved (Megatron):
+    the warm-up of ``2·(pp - stage - 1) + (vpp - 1)·pp`` model-chunk forwards plus the one in steady state,
+    capped at ``m·vpp``, each holding ``1/vpp`` of the stage's layers; stage 0 gets Korthikanti's
+    ``pp·(1 + (pp-1)/(pp·vpp))``.
+    """
+    _check_stage(stage, pp)
+    if schedule == "gpipe":
+        return float(m)
+    if schedule in ("1f1b", "zb"):
+        return float(min(pp - stage, m))
+    if schedule == "interleaved":
+        chunks = min(2 * (pp - stage - 1) + (vpp - 1) * pp + 1, m * vpp)
+        return chunks / vpp
+    from trainsim.specs.errors import SpecError
+    raise SpecError("training.schedule", f"unknown schedule {schedule!r}")
+
+
+_inflight = inflight_microbatches
+
+
+def activation_bytes_per_microbatch(scenario, stage: int) -> float:
+    """Saved activations of one micro-batch on one rank of ``stage``: its blocks + embedding/head extras."""
+    _check_stage(stage, scenario.layout.pp)
+    total = scenario.layers_per_stage * act.layer_activation_bytes(scenario).total
+    if stage == 0:
+        total += act.embedding_activation_bytes(scenario)
+    if stage == scenario.layout.pp - 1:
+        total += act.head_activation_bytes(scenario)
+    return total
+
+
+def runtime_reserve_bytes(gpu) -> float:
+    """CUDA context + library workspaces + NCCL buffers (GPU), or the torch process itself (CPU)."""
+    return RUNTIME_RESERVE_BYTES if getattr(gpu, "num_sms", None) is not None else CPU_RUNTIME_RESERVE_BYTES
+
+
+def stage_memory(scenario, stage: int, inflight_microbatches: float | None = None) -> StageMemory:
+    """Peak device bytes per component on one GPU of pipeline ``stage`` (plus host bytes and PCIe traffic)."""
+    m, lay, t = scenario.model, scenario.layout, scenario.training
+    pp = lay.pp
+    rp = rank_param_shards(scenario, stage)
+    pb, gb, K = t.param_bytes, t.grad_bytes, t.optimizer_bytes_per_param
+    n_micro = scenario.num_microbatches
+    if inflight_microbatches is None:
+        inflight_microbatches = _inflight(t.schedule, pp, n_micro, stage, lay.vpp)
+
+    weights = rp.weight_params * pb
+    grads = rp.grad_params * gb
+    optimizer = rp.optimizer_params * K
+    host = h2d = d2h = 0.0
+    if t.offload_optimizer:
+        host += optimizer + rp.optimizer_params * gb
+        d2h += rp.optimizer_params * gb          # reduced gradient shard to the host
+        h2d += rp.optimizer_params * pb          # updated weight shard back
+        optimizer = 0.0
+        grads = 0.0
+    if t.offload_params:
+        host += weights
+        h2d += 2 * n_micro * weights             # gathered for every forward and backward
+        weights = 0.0
+
+    per_mb = activation_bytes_per_microbatch(scenario, stage)
+    working = act.recompute_working_bytes(scenario)
+    activations = inflight_microbatches * per_mb + working
+
+    details: dict[str, float] = {
+        "activations_per_microbatch": per_mb, "recompute_working": working,
+        "runtime_reserve": runtime_reserve_bytes(scenario.cluster.gpu),
+    }
+    if t.effective_zero >= 3:
+        # FSDP: the unit in use and the prefetched next one unsharded, plus one unit's full gradient
+        # before its reduce-scatter.
+        details["zero3_gather_buffers"] = rp.unit_params * (2 * pb + gb)
+    if t.offload_optimizer:
+        details["offload_staging"] = rp.unit_params * gb
+    if stage == pp - 1:
+        details["logits_workspace"] = act.logits_workspace_bytes(scenario)
+    if pp > 1:
+        shp = layer_shape(scenario)
+        details["pp_p2p_buffers"] = 2.0 * shp.e * shp.tokens * shp.h / shp.sp_div
+    other = sum(v for k, v in details.items() if k not in ("activations_per_microbatch", "recompute_working"))
+    return StageMemory(weights=weights, grads=grads, optimizer=optimizer, activations=activations, other=other,
+                       host=host, pcie_h2d_bytes=h2d, pcie_d2h_bytes=d2h,
+                       inflight_microbatches=inflight_microbatches, details=details)
+
+
+def all_stage_memory(scenario) -> list[StageMemory]:
+    """stage_memory for every pipeline stage, first to last."""
+    return [stage_memory(scenario, s) for s in range(scenario.layout.pp)]
+
+
+def peak_bytes(scenario) -> float:
+    """Largest device total over the stages."""
+    return max(sm.total for sm in all_stage_memory(scenario))

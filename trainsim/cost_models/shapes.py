@@ -1,0 +1,78 @@
+"""LayerShape: the few numbers of a scenario that per-layer costs depend on, as a hashable key.
+
+Cost functions take a Scenario, extract this frozen dataclass once (cheap attribute reads, no pydantic
+objects built) and cache their results on it, so the planner's millions of calls mostly hit caches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+# Bytes per activation element for each training dtype. fp8 training (Transformer Engine) keeps
+# activations in bf16 and casts GEMM operands to fp8 on the fly, so activations stay 2 bytes.
+ACT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """One transformer block on one rank for one micro-batch (parallel degrees included)."""
+
+    b: int            # micro-batch, sequences
+    s: int            # full sequence length (tokens)
+    h: int            # hidden size
+    a: int            # attention (query) heads
+    kv: int           # key/value heads (GQA); == a for MHA
+    d: int            # head dim
+    f: int            # dense MLP hidden
+    gated: bool       # SwiGLU (two input projections) vs GeLU
+    norm: str         # "layernorm" | "rmsnorm"
+    rope: bool        # rotary position embedding applied to q and k
+    bias: bool
+    experts: int      # 1 = dense
+    top_k: int
+    fe: int           # expert MLP hidden
+    vocab: int
+    tp: int = 1
+    cp: int = 1
+    ep: int = 1
+    sp: bool = False  # Megatron sequence parallelism (norms/dropouts/residuals sharded over tp)
+    dtype: str = "bf16"
+    recompute: str = "none"
+    flash: bool = True
+    dropout: bool = False
+    causal: bool = True  # decoder LMs: a fused kernel skips the masked half (time only, not FLOP counts)
+
+    @property
+    def e(self) -> int:
+        """Bytes per activation element."""
+        return ACT_BYTES.get(self.dtype, 2)
+
+    @property
+    def is_moe(self) -> bool:
+        return self.experts > 1
+
+    @property
+    def tokens(self) -> int:
+        """Tokens a TP rank's GEMMs see per micro-batch: b·s/cp (TP replicates or all-gathers them)."""
+        return self.b * self.s // self.cp
+
+    @property
+    def sp_div(self) -> int:
+        """Divisor of the 'sequence region' (norms, dropouts, residuals): tp with SP, else 1."""
+        return self.tp if self.sp else 1
+
+    def unsharded(self) -> "LayerShape":
+        """The same block with no TP/CP/EP/SP: whole-model FLOP counts (model FLOPs) come from this."""
+        return replace(self, tp=1, cp=1, ep=1, sp=False)
+
+
+def layer_shape(scenario) -> LayerShape:
+    """The LayerShape of a resolved Scenario (no validation here: the Scenario is already valid)."""
+    m, lay, t = scenario.model, scenario.layout, scenario.training
+    return LayerShape(
+        b=t.micro_batch, s=t.seq_len, h=m.hidden, a=m.num_heads, kv=m.kv_heads, d=m.dhead, f=m.ffn,
+        gated=m.activation == "swiglu", norm=m.norm, rope=m.position_embedding == "rope", bias=m.bias,
+        experts=m.num_experts, top_k=m.top_k, fe=m.expert_ffn, vocab=m.vocab_size,
+        tp=lay.tp, cp=lay.cp, ep=lay.ep, sp=t.sequence_parallel, dtype=t.dtype, recompute=t.recompute,
+        flash=t.flash_attention, dropout=t.dropout,
+    )
