@@ -221,6 +221,7 @@ class CalibrationProfile(_Model):
     attention_fits: dict[str, ThreeTermFit] = Field(default_factory=dict, description="key '<dtype>/<fwd|bwd>'")
     memory_points: list[BandwidthPoint] = Field(default_factory=list)
     memory_fits: dict[str, LinearFit] = Field(default_factory=dict, description="per op, plus 'all'")
+    dispatch_overhead: Stats | None = Field(default=None, description="one-element op: launch/dispatch cost")
     copy_points: list[BandwidthPoint] = Field(default_factory=list)
     copy_fits: dict[str, LinearFit] = Field(default_factory=dict, description="h2d, d2h, d2d")
     collective_points: list[CollectivePoint] = Field(default_factory=list)
@@ -275,22 +276,46 @@ class CalibrationProfile(_Model):
         return attention_flops(batch, heads, seq_q, seq_kv, dhead, causal, pass_) / t / peak
 
     # ---- memory-bound ops and copies -------------------------------------------------------------
-    def memory_bw_Bps(self, op: str | None = None) -> float | None:
-        """Asymptotic achieved bandwidth of memory-bound ops (of ``op`` if measured, else over all ops)."""
-        fit = self.memory_fits.get(op) if op else None
-        fit = fit or self.memory_fits.get("all")
-        return None if fit is None else fit.bw_Bps
+    def _memory_ops_points(self) -> dict[str, list[tuple[float, float]]]:
+        by_op: dict[str, list[tuple[float, float]]] = {}
+        for p in self.memory_points:
+            by_op.setdefault(p.op, []).append((p.nbytes, p.stats.median_s))
+        return {op: sorted(v) for op, v in by_op.items() if len({n for n, _ in v}) >= 2}
 
     def memory_time_s(self, nbytes: float, op: str | None = None) -> float | None:
-        """Predicted time of a memory-bound op moving ``nbytes`` (read + written), or None."""
-        fit = self.memory_fits.get(op) if op else None
-        fit = fit or self.memory_fits.get("all")
-        return None if fit is None else fit.time_s(nbytes)
+        """Predicted time of a memory-bound op moving ``nbytes`` (read + written), or None.
+
+        A measured ``op`` is interpolated between its points (log-log, so cache-resident and DRAM-sized
+        tensors each get their own bandwidth); below the smallest point its time is that point's (the
+        dispatch floor), above the largest the largest point's bandwidth continues. An unmeasured or
+        unnamed op gets the median over the measured ops.
+        """
+        by_op = self._memory_ops_points()
+        if op in by_op:
+            return _loglog_interp(by_op[op], nbytes)
+        if not by_op:
+            fit = self.memory_fits.get("all")
+            return None if fit is None else fit.time_s(nbytes)
+        times = sorted(_loglog_interp(pts, nbytes) for pts in by_op.values())
+        return times[len(times) // 2] if len(times) % 2 else 0.5 * (times[len(times) // 2 - 1] + times[len(times) // 2])
+
+    def memory_bw_Bps(self, op: str | None = None) -> float | None:
+        """Achieved bandwidth of memory-bound ops at the largest measured size (of ``op``, or the median op)."""
+        by_op = self._memory_ops_points()
+        if not by_op:
+            fit = self.memory_fits.get(op or "all") or self.memory_fits.get("all")
+            return None if fit is None else fit.bw_Bps
+        n_max = max(pts[-1][0] for pts in by_op.values())
+        t = self.memory_time_s(n_max, op)
+        return None if not t else n_max / t
+
+    def memory_ops_measured(self) -> list[str]:
+        """Names of the memory-bound ops with points (layernorm, rmsnorm, softmax, gelu, add, copy)."""
+        return sorted(self._memory_ops_points())
 
     def kernel_overhead_s(self) -> float | None:
-        """Fixed per-op cost seen by memory-bound ops (launch/dispatch), or None."""
-        fit = self.memory_fits.get("all")
-        return None if fit is None else fit.alpha_s
+        """Fixed per-op cost (launch/dispatch) measured on a one-element op, or None."""
+        return None if self.dispatch_overhead is None else self.dispatch_overhead.median_s
 
     def copy_bw_Bps(self, kind: str) -> float | None:
         """Host->device ('h2d'), device->host ('d2h') or device->device ('d2d') bandwidth, or None."""
@@ -347,6 +372,22 @@ class CalibrationProfile(_Model):
             "memory": bool(self.memory_fits), "copies": bool(self.copy_fits),
             "collectives": bool(self.collective_fits),
         }
+
+
+def _loglog_interp(points: list[tuple[float, float]], x: float) -> float:
+    """Piecewise-linear interpolation of (size, time) in log-log space; floor below, constant rate above."""
+    xs = [p[0] for p in points]
+    if x <= xs[0]:
+        return points[0][1]
+    if x >= xs[-1]:
+        return points[-1][1] * x / xs[-1]
+    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+        if x0 <= x <= x1:
+            if x1 == x0:
+                return max(y0, y1)
+            w = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
+            return math.exp(math.log(y0) + w * (math.log(y1) - math.log(y0)))
+    return points[-1][1]
 
 
 def describe(profile: CalibrationProfile | None) -> str:

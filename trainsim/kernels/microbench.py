@@ -1,0 +1,335 @@
+"""Microbenchmarks (torch): GEMMs, SDPA attention, memory-bound ops, copies and collectives.
+
+Every point is warmed up, then timed ``reps`` times; the profile keeps min/median/p99. On CUDA each
+repetition is bracketed by CUDA events and synchronised; on CPU ``time.perf_counter`` brackets the call
+(PyTorch CPU ops are synchronous). Collective repetitions start after a barrier and each one's time is
+the maximum over the group's ranks (the slowest rank finishes the collective), as nccl-tests reports.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from trainsim.cost_models.profile import (
+    AttentionPoint, BandwidthPoint, CollectivePoint, GemmPoint, attention_flops, gemm_flops,
+)
+from trainsim.cost_models.profile_fit import collective_point, timing_stats
+
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """How hard to measure: warm-up calls, timed repetitions, and a per-point time budget."""
+
+    device: torch.device
+    warmup: int = 2
+    reps: int = 10
+    max_point_s: float = 1.0  # stop repeating a point after this much timed work (>= 3 reps kept)
+
+    @property
+    def cuda(self) -> bool:
+        return self.device.type == "cuda"
+
+
+def _sync(cfg: BenchConfig) -> None:
+    if cfg.cuda:
+        torch.cuda.synchronize(cfg.device)
+
+
+def time_fn(fn: Callable[[], object], cfg: BenchConfig, setup: Callable[[], object] | None = None) -> list[float]:
+    """Per-repetition seconds of ``fn()`` (``setup()`` runs untimed before each call)."""
+    for _ in range(cfg.warmup):
+        if setup:
+            setup()
+        fn()
+    _sync(cfg)
+    times: list[float] = []
+    spent = 0.0
+    for _ in range(cfg.reps):
+        if setup:
+            setup()
+        if cfg.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            _sync(cfg)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            dt = start.elapsed_time(end) / 1e3
+        else:
+            t0 = time.perf_counter()
+            fn()
+            dt = time.perf_counter() - t0
+        times.append(dt)
+        spent += dt
+        if spent > cfg.max_point_s and len(times) >= 3:
+            break
+    return times
+
+
+# ---- shapes --------------------------------------------------------------------------------------
+def transformer_gemm_shapes(hiddens: Sequence[int], tokens: Sequence[int], tps: Sequence[int],
+                            backward_tp1: bool = True) -> list[tuple[int, int, int, str]]:
+    """(m, n, k, label) of a GPT block's GEMMs: QKV, attention out, MLP up/down, split over TP.
+
+    Forward C[T×out] = X[T×in]·W[in×out]; backward adds dgrad (m=T, n=in, k=out) and wgrad
+    (m=in, n=out, k=T) for the unsplit layer. ffn = 4h. Duplicate shapes are dropped.
+    """
+    seen: set[tuple[int, int, int]] = set()
+    out: list[tuple[int, int, int, str]] = []
+
+    def add(m: int, n: int, k: int, label: str) -> None:
+        if (m, n, k) not in seen and min(m, n, k) > 0:
+            seen.add((m, n, k))
+            out.append((m, n, k, label))
+
+    for h in hiddens:
+        f = 4 * h
+        for t in tokens:
+            for tp in tps:
+                if h % tp or f % tp:
+                    continue
+                layers = {"qkv": (h, 3 * h // tp), "proj": (h // tp, h), "fc1": (h, f // tp), "fc2": (f // tp, h)}
+                for name, (k_in, n_out) in layers.items():
+                    add(t, n_out, k_in, f"{name} h={h} T={t} tp={tp} fwd")
+                    if backward_tp1 and tp == 1:
+                        add(t, k_in, n_out, f"{name} h={h} T={t} dgrad")
+                        add(k_in, n_out, t, f"{name} h={h} T={t} wgrad")
+    return out
+
+
+# ---- compute -------------------------------------------------------------------------------------
+def bench_gemms(shapes: Sequence[tuple[int, int, int, str]], dtype: str, cfg: BenchConfig) -> list[GemmPoint]:
+    """torch.mm over the shapes, one dtype. ``tf32`` enables TF32 tensor cores for fp32 on CUDA."""
+    tdt = TORCH_DTYPES[dtype]
+    prev_tf32 = torch.backends.cuda.matmul.allow_tf32 if cfg.cuda else None
+    if cfg.cuda:
+        torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+    points = []
+    try:
+        for m, n, k, label in shapes:
+            a = torch.randn(m, k, device=cfg.device, dtype=tdt)
+            b = torch.randn(k, n, device=cfg.device, dtype=tdt)
+            c = torch.empty(m, n, device=cfg.device, dtype=tdt)
+            times = time_fn(lambda: torch.mm(a, b, out=c), cfg)
+            st = timing_stats(times)
+            points.append(GemmPoint(m=m, n=n, k=k, dtype=dtype, label=label, stats=st,
+                                    achieved_flops=gemm_flops(m, n, k) / st.median_s))
+            del a, b, c
+    finally:
+        if cfg.cuda:
+            torch.backends.cuda.matmul.allow_tf32 = bool(prev_tf32)
+    return points
+
+
+def bench_attention(shapes: Sequence[tuple[int, int, int, int]], dtype: str, cfg: BenchConfig,
+                    causal: bool = True) -> list[AttentionPoint]:
+    """scaled_dot_product_attention forward and backward for (batch, heads, seq, dhead) shapes."""
+    tdt = TORCH_DTYPES[dtype]
+    points = []
+    for b, hds, s, d in shapes:
+        def make(req: bool):
+            return [torch.randn(b, hds, s, d, device=cfg.device, dtype=tdt, requires_grad=req) for _ in range(3)]
+
+        q, k, v = make(False)
+        times = time_fn(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), cfg)
+        st = timing_stats(times)
+        fl = attention_flops(b, hds, s, s, d, causal, "fwd")
+        points.append(AttentionPoint(batch=b, heads=hds, seq_q=s, seq_kv=s, dhead=d, dtype=dtype, causal=causal,
+                                     pass_="fwd", stats=st, achieved_flops=fl / st.median_s))
+        qg, kg, vg = make(True)
+        go = torch.randn(b, hds, s, d, device=cfg.device, dtype=tdt)
+        state: dict[str, torch.Tensor] = {}
+
+        def fwd() -> None:
+            state["o"] = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+
+        def bwd() -> None:
+            torch.autograd.grad(state.pop("o"), (qg, kg, vg), go)
+
+        times = time_fn(bwd, cfg, setup=fwd)
+        st = timing_stats(times)
+        fl = attention_flops(b, hds, s, s, d, causal, "bwd")
+        points.append(AttentionPoint(batch=b, heads=hds, seq_q=s, seq_kv=s, dhead=d, dtype=dtype, causal=causal,
+                                     pass_="bwd", stats=st, achieved_flops=fl / st.median_s))
+        del q, k, v, qg, kg, vg, go
+    return points
+
+
+def memory_ops(hidden: int) -> dict[str, tuple[Callable[[torch.Tensor, torch.Tensor], object], int]]:
+    """Memory-bound ops of a transformer block: fn(x, y) and tensors touched per element (reads + writes)."""
+    return {
+        "layernorm": (lambda x, y: F.layer_norm(x, (hidden,)), 2),
+        "rmsnorm": (lambda x, y: F.rms_norm(x, (hidden,)), 2),
+        "softmax": (lambda x, y: torch.softmax(x, dim=-1), 2),
+        "gelu": (lambda x, y: F.gelu(x), 2),
+        "add": (lambda x, y: x + y, 3),
+        "copy": (lambda x, y: y.copy_(x), 2),
+    }
+
+
+def bench_memory(numels: Sequence[int], dtype: str, cfg: BenchConfig, hidden: int = 1024) -> list[BandwidthPoint]:
+    """Achieved bandwidth of norms, softmax, gelu, residual add and copy over tensors of ``numels`` elements."""
+    tdt = TORCH_DTYPES[dtype]
+    esize = torch.tensor([], dtype=tdt).element_size()
+    points = []
+    for numel in numels:
+        rows = max(1, numel // hidden)
+        x = torch.randn(rows, hidden, device=cfg.device, dtype=tdt)
+        y = torch.randn(rows, hidden, device=cfg.device, dtype=tdt)
+        for name, (fn, touches) in memory_ops(hidden).items():
+            times = time_fn(lambda: fn(x, y), cfg)
+            st = timing_stats(times)
+            nbytes = float(touches * rows * hidden * esize)
+            points.append(BandwidthPoint(op=name, nbytes=nbytes, dtype=dtype, stats=st, bw_Bps=nbytes / st.median_s))
+        del x, y
+    return points
+
+
+def bench_dispatch(cfg: BenchConfig):
+    """Per-op fixed cost: an in-place add on a one-element tensor (launch + dispatch, no data)."""
+    x = torch.zeros(1, device=cfg.device)
+    many = BenchConfig(device=cfg.device, warmup=max(cfg.warmup, 5), reps=max(cfg.reps, 50), max_point_s=0.05)
+    return timing_stats(time_fn(lambda: x.add_(1.0), many))
+
+
+def bench_copies(sizes_bytes: Sequence[int], cfg: BenchConfig) -> list[BandwidthPoint]:
+    """Host->device (pinned), device->host and device->device copies; nbytes = bytes transferred. CUDA only."""
+    if not cfg.cuda:
+        return []
+    points = []
+    for size in sizes_bytes:
+        n = size // 4
+        host = torch.empty(n, dtype=torch.float32, pin_memory=True)
+        dev = torch.empty(n, dtype=torch.float32, device=cfg.device)
+        dev2 = torch.empty(n, dtype=torch.float32, device=cfg.device)
+        cases = {
+            "h2d": lambda: dev.copy_(host, non_blocking=True),
+            "d2h": lambda: host.copy_(dev, non_blocking=True),
+            "d2d": lambda: dev2.copy_(dev),
+        }
+        for kind, fn in cases.items():
+            st = timing_stats(time_fn(fn, cfg))
+            points.append(BandwidthPoint(op=kind, nbytes=float(n * 4), dtype="fp32", stats=st,
+                                         bw_Bps=n * 4 / st.median_s))
+        del host, dev, dev2
+    return points
+
+
+# ---- collectives ---------------------------------------------------------------------------------
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
+
+
+@dataclass(frozen=True)
+class Group:
+    """A process group to measure: global ranks (rank 0 always first), node count, torch handle (None = world)."""
+
+    ranks: tuple[int, ...]
+    nodes: int
+    handle: object = None
+    label: str = ""
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+
+def _collective_call(op: str, size_bytes: int, group: Group, device: torch.device):
+    """A zero-argument callable doing one collective of nccl-tests ``size`` bytes (fp32) on this rank."""
+    n = group.size
+    me = dist.get_rank()
+    idx = group.ranks.index(me)
+    pg = group.handle
+    elems = size_bytes // 4
+    if op == "all_reduce":
+        t = torch.ones(elems, device=device)
+        return lambda: dist.all_reduce(t, group=pg)
+    if op == "all_gather":
+        out = torch.empty(elems, device=device)
+        inp = torch.ones(elems // n, device=device)
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor  # newer name; older torch lacks it
+        return lambda: gather(out, inp, group=pg)
+    if op == "reduce_scatter":
+        inp = torch.ones(elems, device=device)
+        out = torch.empty(elems // n, device=device)
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        return lambda: scatter(out, inp, group=pg)
+    if op == "all_to_all":
+        inp = torch.ones(elems, device=device)
+        out = torch.empty(elems, device=device)
+        return lambda: dist.all_to_all_single(out, inp, group=pg)
+    if op == "broadcast":
+        t = torch.ones(elems, device=device)
+        return lambda: dist.broadcast(t, src=group.ranks[0], group=pg)
+    if op == "send_recv":
+        # nccl-tests sendrecv: every rank sends to the next and receives from the previous (a ring shift).
+        send = torch.ones(elems, device=device)
+        recv = torch.empty(elems, device=device)
+        nxt, prv = group.ranks[(idx + 1) % n], group.ranks[(idx - 1) % n]
+
+        def run() -> None:
+            ops = [dist.P2POp(dist.isend, send, nxt, pg), dist.P2POp(dist.irecv, recv, prv, pg)]
+            for req in dist.batch_isend_irecv(ops):
+                req.wait()
+        return run
+    raise ValueError(op)
+
+
+def bench_collective(op: str, size_bytes: int, group: Group, cfg: BenchConfig) -> CollectivePoint | None:
+    """Time one collective point on the group's ranks; returns the point on the group's first rank only.
+
+    Must be called by every rank of the group (others return None without communicating).
+    """
+    me = dist.get_rank()
+    if me not in group.ranks:
+        return None
+    n = group.size
+    size_bytes = max(4 * n, (size_bytes // (4 * n)) * 4 * n)  # whole fp32 elements per rank
+    fn = _collective_call(op, size_bytes, group, cfg.device)
+    pg = group.handle
+    barrier_dev = [cfg.device.index] if cfg.cuda and cfg.device.index is not None else None
+
+    def barrier() -> None:
+        if barrier_dev is not None:
+            dist.barrier(group=pg, device_ids=barrier_dev)
+        else:
+            dist.barrier(group=pg)
+
+    for _ in range(cfg.warmup):
+        fn()
+    _sync(cfg)
+    times: list[float] = []
+    # A fixed repetition count on every rank (no early stop: ranks must agree on the number of calls).
+    for _ in range(cfg.reps):
+        barrier()
+        _sync(cfg)
+        if cfg.cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    worst = torch.tensor(times, dtype=torch.float64, device=cfg.device)
+    dist.all_reduce(worst, op=dist.ReduceOp.MAX, group=pg)
+    if me != group.ranks[0]:
+        return None
+    st = timing_stats(worst.cpu().tolist())
+    return collective_point(op, n, group.nodes, size_bytes, st, dtype="float", source="measured")
+
+
+def collective_reps(size_bytes: int, base_reps: int, est_bw_Bps: float, budget_s: float) -> int:
+    """Repetitions for one size: ``base_reps`` unless that would exceed ``budget_s`` at ``est_bw_Bps``."""
+    per_call = 1e-4 + size_bytes / est_bw_Bps
+    return max(3, min(base_reps, int(budget_s / per_call)))
