@@ -56,7 +56,8 @@ class StageTimeline:
     compute_s: float = 0.0            # op compute (fwd/bwd/recompute), incl. slowdown from overlapped comm
     slowdown_s: float = 0.0           # of compute_s: extra time from concurrent bulk communication
     exposed_s: dict[str, float] = field(default_factory=lambda: {d: 0.0 for d in COMM_DIMS})
-    bubble_s: float = 0.0             # idle waiting for another stage's compute
+    bubble_s: float = 0.0             # idle within the pipeline span, not explained by communication
+    gather_wait_s: float = 0.0        # of exposed dp: waiting for ZeRO-3 parameter gathers mid-pipeline
     pipeline_end_s: float = 0.0       # end of its last compute op
     dp_tail_s: float = 0.0            # from pipeline end until its gradient reduction finished
     optimizer_s: float = 0.0
@@ -230,9 +231,10 @@ class _Engine:
                 yield gev
             t_start = env.now
             if t_start > t_ready:
-                tl.bubble_s += max(0.0, min(t_send, t_start) - t_ready)
                 tl.exposed_s["pp"] += max(0.0, min(t_data, t_start) - max(t_send, t_ready))
-                tl.exposed_s["dp"] += max(0.0, t_start - max(t_data, t_ready))
+                gw = max(0.0, t_start - max(t_data, t_ready))
+                tl.gather_wait_s += gw
+                tl.exposed_s["dp"] += gw
             # Duration: compute (scaled by noise / straggler) plus exposed comm on the compute stream.
             if kind == F:
                 comp = chunk.fwd_s
@@ -328,6 +330,9 @@ class _Engine:
         wall = time.perf_counter() - t0
         step = max(tl.end_s for tl in self.tl)
         span = max(tl.pipeline_end_s for tl in self.tl)
+        for tl in self.tl:
+            busy = tl.compute_s + tl.exposed_s["tp"] + tl.exposed_s["cp"] + tl.exposed_s["ep"]
+            tl.bubble_s = max(0.0, span - busy - tl.exposed_s["pp"] - tl.gather_wait_s)
         return EngineResult(step_time_s=step, stages=self.tl, events=self.env.events, wall_s=wall,
                             pipeline_span_s=span, trace=self.trace, memory_trace=self.mem_trace)
 

@@ -1,0 +1,116 @@
+"""Closed-form step estimate from the same CostTable the engine runs (``trainsim predict --fast``).
+
+Textbook pipeline algebra on the table's per-stage times: the slowest stage sets the steady state, the
+fill/drain adds each stage once (GPipe/1F1B: (m+p-1)·(f+b) for uniform stages), interleaving divides the
+fill by v, ZB-H1 leaves (p-1)·(F+B-W) of bubble (zero-bubble paper, Sec. 3.1). Communication is added
+where the engine would expose it (TP/CP/EP in-op, the pipeline fill's messages, the last gradient bucket
+or whatever part of the reduction the last backward cannot hide, ZeRO gathers longer than the op they
+prefetch for). Memory uses the in-flight counts of each schedule. Costs microseconds; it is a screening
+tool, and the engine is the reference (tests compare the two).
+"""
+
+from __future__ import annotations
+
+import time
+
+from .costtable import CostTable, StageCost
+from .engine import EngineResult, StageTimeline
+
+
+def _stage_sums(st: StageCost) -> tuple[float, float, float, float, float, float, float]:
+    f = sum(c.fwd_s for c in st.chunks)
+    b = sum(c.recompute_s + c.bwd_input_s for c in st.chunks)
+    w = sum(c.bwd_weight_s for c in st.chunks)
+    tp = sum(c.tp_fwd_s + c.tp_bwd_s for c in st.chunks)
+    cp = sum(c.cp_fwd_s + c.cp_bwd_s for c in st.chunks)
+    ep = sum(c.ep_fwd_s + c.ep_bwd_s for c in st.chunks)
+    fcomm = sum(c.fwd_comm_s for c in st.chunks)
+    return f, b, w, tp, cp, ep, fcomm
+
+
+def _inflight_chunks(schedule: str, p: int, m: int, v: int, s: int) -> float:
+    """Peak number of (micro-batch, chunk) activation sets stage s holds, in chunk units."""
+    if schedule == "gpipe":
+        return m * v
+    if schedule == "interleaved":
+        total = m * v
+        warm = total if m == p else min((p - s - 1) * 2 + (v - 1) * p, total)
+        return min(warm + 1, total)
+    return min(p - s, m) * v  # 1f1b and zb
+
+
+def estimate(table: CostTable) -> EngineResult:
+    """Closed-form EngineResult (no events) for ``table``."""
+    t0 = time.perf_counter()
+    p, v, m, sched = table.pp, table.vpp, table.num_microbatches, table.schedule
+    sums = [_stage_sums(st) for st in table.stages]
+    per_mb = [f + b + w + tp + cp + ep for f, b, w, tp, cp, ep, _ in sums]
+    bottleneck = max(per_mb)
+    fill = sum(per_mb) - bottleneck
+    p2p = 0.0
+    if p > 1:
+        sends = [st.send_fwd.time_s if st.send_fwd else 0.0 for st in table.stages]
+        sendb = [st.send_bwd.time_s if st.send_bwd else 0.0 for st in table.stages]
+        p2p = sum(sends[:-1]) + sum(sendb[1:])
+    if sched == "interleaved":
+        pipe = m * bottleneck + fill / v + p2p
+    elif sched == "zb":
+        ws = [w for _, _, w, *_ in sums]
+        fill_zb = sum(max(0.0, x - 2 * w) for x, w in zip(per_mb, ws)) - max(0.0, bottleneck - 2 * max(ws))
+        pipe = m * bottleneck + max(0.0, fill_zb) + p2p
+    else:
+        pipe = (m - 1) * bottleneck + sum(per_mb) + p2p
+    stages = []
+    for s, st in enumerate(table.stages):
+        f, b, w, tp, cp, ep, _ = sums[s]
+        tl = StageTimeline()
+        tl.compute_s = m * (f + b + w)
+        tl.exposed_s["tp"] = m * tp
+        tl.exposed_s["cp"] = m * cp
+        tl.exposed_s["ep"] = m * ep
+        tl.exposed_s["pp"] = p2p
+        # ZeRO-3 gathers: each prefetched during the previous op; exposed when longer than that op.
+        gather_exposed = 0.0
+        for c in st.chunks:
+            if c.param_gather is not None:
+                op_f = c.fwd_s + c.fwd_comm_s
+                op_b = c.recompute_s + c.bwd_input_s + c.bwd_weight_s + c.bwd_comm_s
+                gather_exposed += m * (max(0.0, c.param_gather.time_s - op_b) + max(0.0, c.param_gather.time_s - op_f))
+        # Gradient reduction: overlapped with the backward that produces it; the last bucket is exposed.
+        buckets = [bk.time_s for c in st.chunks for bk in c.grad_buckets]
+        total_dp = sum(buckets)
+        last = buckets[-1] if buckets else 0.0
+        if table.reduce_grads_every_microbatch:
+            window = m * (f + b + w)
+            tail = max(last, m * total_dp - window + last) if buckets else 0.0
+        else:
+            window = (b + w) * (1 - 1 / max(1, len(buckets)))
+            tail = max(last, total_dp - window) if buckets else 0.0
+        overlap = (m * total_dp if table.reduce_grads_every_microbatch else total_dp) - tail
+        tl.slowdown_s = table.comm_compute_slowdown * max(0.0, overlap)
+        tl.compute_s += tl.slowdown_s
+        tl.pipeline_end_s = pipe + gather_exposed + tl.slowdown_s
+        tl.dp_tail_s = tail
+        tl.exposed_s["dp"] = tail + gather_exposed
+        tl.optimizer_s = st.optimizer_s
+        tl.post_step_s = sum(t.time_s for t in st.post_step)
+        tl.exposed_s["dp"] += tl.post_step_s
+        tl.end_s = tl.pipeline_end_s + tail + tl.optimizer_s + tl.post_step_s
+        busy = tl.compute_s + m * (tp + cp + ep)
+        tl.bubble_s = max(0.0, pipe - busy - p2p)
+        # Memory: in-flight activations of the schedule (uniform chunks assumed), plus backward scratch.
+        acts = [c.act_bytes for c in st.chunks]
+        act_chunk = max(acts) if acts else 0.0
+        n_chunks = _inflight_chunks(sched, p, m, v, s)
+        tl.act_peak_bytes = n_chunks * act_chunk
+        if sched == "zb":
+            tl.act_peak_bytes = max(tl.act_peak_bytes,
+                                    (min(p - s, m) - 1) * act_chunk + min(s, m) * max(c.w_retained_bytes for c in st.chunks) + act_chunk)
+        tl.transient_peak_bytes = max((c.bwd_transient_bytes for c in st.chunks), default=0.0) + \
+            2 * max((c.param_gather_bytes for c in st.chunks), default=0.0)
+        tl.ops = 0
+        stages.append(tl)
+    step = max(tl.end_s for tl in stages)
+    span = max(tl.pipeline_end_s for tl in stages)
+    return EngineResult(step_time_s=step, stages=stages, events=0, wall_s=time.perf_counter() - t0,
+                        pipeline_span_s=span)
