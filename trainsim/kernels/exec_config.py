@@ -1,0 +1,140 @@
+"""What one execution runs (a Scenario plus executor options) and the limits checked before any process starts.
+
+Torch-free: the CLI validates a job here and only then launches torchrun.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from trainsim.specs import Scenario, SpecError
+
+OPTIMIZERS = ("adam", "sgd")
+FAULTS = ("", "die", "hang")
+WORKER_RSS_BYTES = 330 * 2**20  # measured RSS of one idle torch worker (notes/torch-distributed-on-cpu.md)
+PROCS_PER_CORE_CPU = 4  # beyond this, time-slicing makes gloo collectives crawl (6 ms floor at 4 procs / 2 cores)
+
+
+@dataclass(frozen=True)
+class ExecJob:
+    """One layout to run: the scenario and how to run it. JSON-serialisable (sent to every torchrun worker)."""
+
+    scenario: dict[str, Any]
+    device: str = "cpu"
+    steps: int = 5
+    warmup: int = 1
+    seed: int = 1234
+    optimizer: str = "adam"
+    lr: float = 1e-3
+    hsdp: int = 1  # replicate degree of HSDP (zero=3): dp = hsdp x shard
+    measure_activations: bool = True
+    profile_dir: str = ""
+    inject_fault: str = ""  # test hook: "die" or "hang" on rank 1 at the first timed step
+    label: str = ""
+
+    @property
+    def spec(self) -> Scenario:
+        return Scenario.model_validate(self.scenario)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ExecJob":
+        return cls(**data)
+
+    def with_(self, **changes: Any) -> "ExecJob":
+        return replace(self, **changes)
+
+
+def make_job(scenario: Scenario, **options: Any) -> ExecJob:
+    """An ExecJob from a resolved Scenario, checked against the executor's limits (SpecError if not runnable)."""
+    job = ExecJob(scenario=json.loads(scenario.model_dump_json()), **options)
+    check_job(job)
+    return job
+
+
+def world_size(scenario: Scenario) -> int:
+    lay = scenario.layout
+    return lay.tp * lay.pp * lay.cp * scenario.dp
+
+
+def check_job(job: ExecJob) -> None:
+    """Refuse what the executor cannot run, naming the field; called before any process starts."""
+    s = job.spec
+    m, t, lay = s.model, s.training, s.layout
+    if job.device not in ("cpu", "cuda"):
+        raise SpecError("device", f"must be cpu or cuda, got {job.device!r}")
+    if job.steps < 1 or job.steps > 100_000:
+        raise SpecError("steps", f"must be between 1 and 100000, got {job.steps}")
+    if job.warmup < 0 or job.warmup > 10_000:
+        raise SpecError("warmup", f"must be between 0 and 10000, got {job.warmup}")
+    if job.optimizer not in OPTIMIZERS:
+        raise SpecError("optimizer", f"must be one of {', '.join(OPTIMIZERS)}, got {job.optimizer!r}")
+    if not (0 < job.lr < 10):
+        raise SpecError("lr", f"must be in (0, 10), got {job.lr}")
+    if job.inject_fault not in FAULTS:
+        raise SpecError("inject_fault", f"must be die or hang, got {job.inject_fault!r}")
+    if m.is_moe:
+        raise SpecError("model.num_experts", "the executor runs dense models only (MoE/expert parallelism is not executed)")
+    if lay.cp > 1:
+        raise SpecError("layout.cp", "context parallelism is not executed (torch's context_parallel needs CUDA SDPA); use cp=1")
+    if lay.ep > 1:
+        raise SpecError("layout.ep", "expert parallelism is not executed")
+    if t.zero in (1, 2) or t.distributed_optimizer:
+        raise SpecError("training.zero", f"zero={t.effective_zero} is not executed: use zero=0 (DDP) or zero=3 (FSDP2/HSDP)")
+    if t.offload_optimizer or t.offload_params:
+        raise SpecError("training.offload_optimizer", "offload is not executed")
+    if t.dropout:
+        raise SpecError("training.dropout", "the executor's model has no dropout; set dropout=false")
+    if m.tie_embeddings and (lay.pp > 1 or lay.tp > 1):
+        raise SpecError("model.tie_embeddings", "tied embeddings are executed only with tp=1 and pp=1")
+    if job.hsdp < 1 or s.dp % job.hsdp:
+        raise SpecError("hsdp", f"replicate degree {job.hsdp} must divide dp={s.dp}")
+    if job.hsdp > 1 and t.zero != 3:
+        raise SpecError("hsdp", "HSDP (--hsdp R) needs zero=3")
+    if lay.pp > 1 and t.schedule in ("1f1b", "gpipe") and s.num_microbatches < lay.pp and t.schedule == "1f1b":
+        raise SpecError("training.global_batch", f"1f1b needs num_microbatches ({s.num_microbatches}) >= pp={lay.pp}")
+    if lay.pp > 1 and t.schedule == "zb" and s.num_microbatches % lay.pp:
+        raise SpecError("training.global_batch", f"zb needs num_microbatches ({s.num_microbatches}) divisible by pp={lay.pp}")
+    if job.device == "cpu":
+        if t.dtype != "fp32":
+            raise SpecError("training.dtype", f"{t.dtype} is not executed on cpu; use --dtype fp32")
+        cores = os.cpu_count() or 1
+        n = world_size(s)
+        if n > PROCS_PER_CORE_CPU * cores:
+            raise SpecError("layout", f"needs {n} processes but this machine has {cores} cores "
+                                      f"(the cpu executor allows at most {PROCS_PER_CORE_CPU * cores})")
+        need = n * (WORKER_RSS_BYTES + 8 * 4 * m.total_params() / max(1, lay.tp * lay.pp))
+        avail = available_memory_bytes()
+        if avail and need > avail:
+            raise SpecError("layout", f"needs about {need / 2**30:.1f} GiB of host memory, {avail / 2**30:.1f} GiB available")
+    elif t.dtype == "fp8":
+        raise SpecError("training.dtype", "fp8 is not executed; use bf16 or fp16")
+
+
+def available_memory_bytes() -> int:
+    """MemAvailable from /proc/meminfo (0 when unknown)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+@dataclass
+class JobResult:
+    """What a run measured (filled by rank 0 from every rank's numbers); JSON-serialisable."""
+
+    label: str
+    world_size: int
+    losses: list[float] = field(default_factory=list)
+    step_times_s: list[float] = field(default_factory=list)
+    ranks: list[dict[str, Any]] = field(default_factory=list)
+    mechanism: dict[str, str] = field(default_factory=dict)

@@ -1,0 +1,159 @@
+"""The torchrun entry point of `trainsim execute`: run each job's steps with its layout and measure them.
+
+``python -m trainsim.kernels.execute_worker --jobs JOBS.json --out RESULT.json`` on every rank; rank 0
+writes one result per job. Several jobs of the same world size share one launch (one process group).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import resource
+import sys
+import time
+import traceback
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .exec_config import ExecJob
+from .measure import SavedActivationMeter, state_bytes, timing_stats
+from .parallelize import build_parallel
+from .torch_model import synthetic_batch
+
+FAULT_EXIT_CODE = 17
+
+
+def _device(kind: str) -> torch.device:
+    if kind == "cuda":
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local)
+        return torch.device("cuda", local)
+    return torch.device("cpu")
+
+
+def _maybe_inject_fault(job: ExecJob, step: int) -> None:
+    """Test hook: rank 1 dies or hangs at the first timed step."""
+    if job.inject_fault and dist.get_rank() == 1 and step == job.warmup:
+        print(f"[rank 1] injected fault: {job.inject_fault}", file=sys.stderr, flush=True)
+        if job.inject_fault == "die":
+            os._exit(FAULT_EXIT_CODE)
+        time.sleep(3600)
+
+
+def run_job(job: ExecJob, device: torch.device) -> dict[str, Any] | None:
+    """Train ``warmup + steps`` steps; the first is measured with the saved-tensor meter (never timed)."""
+    s = job.spec
+    torch.manual_seed(job.seed)
+    par = build_parallel(s, device=device, seed=job.seed, optimizer=job.optimizer, lr=job.lr, hsdp=job.hsdp)
+    per_dp = s.training.global_batch // s.dp
+    lo = par.dp_rank * per_dp
+    losses, times = [], []
+    activations: dict[str, Any] = {}
+    prof = None
+    total = job.warmup + job.steps
+    for step in range(total):
+        ids, targets = synthetic_batch(job.seed, step, s.training.global_batch, s.training.seq_len,
+                                       s.model.vocab_size, device)
+        ids, targets = ids[lo:lo + per_dp], targets[lo:lo + per_dp]
+        if step == job.warmup and job.profile_dir:
+            prof = _start_profiler(device)
+        _maybe_inject_fault(job, step)
+        if step == 0 and job.measure_activations:
+            with SavedActivationMeter(par.chunks) as meter:
+                loss = par.train_step(ids, targets)
+            activations = meter.summary()
+            losses.append(float(loss))
+            continue
+        dist.barrier()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = par.train_step(ids, targets)
+        value = float(loss)  # the loss all-reduce already synchronised the ranks
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+        dist.all_reduce(dt, op=dist.ReduceOp.MAX)
+        losses.append(value)
+        if step >= job.warmup:
+            times.append(float(dt))
+        if prof is not None:
+            prof.step()
+    if prof is not None:
+        prof.stop()
+        os.makedirs(job.profile_dir, exist_ok=True)
+        prof.export_chrome_trace(os.path.join(job.profile_dir, f"{job.label or 'execute'}-rank{dist.get_rank()}.json"))
+    mine = {"rank": dist.get_rank(), "pp_rank": par.pp_rank, "dp_rank": par.dp_rank, "tp_rank": par.tp_rank,
+            "stage_ids": par.stage_ids, **state_bytes(par.chunks, par.optimizer), **activations,
+            "maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    if device.type == "cuda":
+        mine["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
+    ranks: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(ranks, mine)
+    mechanism = dict(par.mechanism)
+    del par
+    gc.collect()
+    if dist.get_rank() != 0:
+        return None
+    return {"label": job.label, "world_size": dist.get_world_size(), "losses": losses, "step_times_s": times,
+            "timing": timing_stats(times), "ranks": ranks, "mechanism": mechanism}
+
+
+def _start_profiler(device: torch.device):
+    from torch.profiler import ProfilerActivity, profile
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    prof = profile(activities=acts, record_shapes=False)
+    prof.start()
+    return prof
+
+
+def run_jobs(jobs: list[ExecJob], timeout_s: float) -> list[dict[str, Any]] | None:
+    """Run every job inside an already-started torchrun/Slurm world; rank 0 gets the results."""
+    device = _device(jobs[0].device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    if device.type == "cpu":
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    results = [run_job(job, device) for job in jobs]
+    return results if dist.get_rank() == 0 else None
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="trainsim.kernels.execute_worker")
+    ap.add_argument("--jobs", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--timeout-s", type=float, default=30.0)
+    args = ap.parse_args(argv)
+    with open(args.jobs) as f:
+        jobs = [ExecJob.from_json(d) for d in json.load(f)]
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        results = run_jobs(jobs, args.timeout_s)
+        if results is not None:
+            tmp = args.out + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump(results, f)
+            os.replace(tmp, args.out)
+        dist.barrier()
+        dist.destroy_process_group()
+    except Exception as e:  # a failed collective or a crash: one clear line per rank, non-zero exit
+        print(f"error: rank {rank}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+              file=sys.stderr, flush=True)
+        if os.environ.get("TRAINSIM_EXEC_TRACEBACK"):
+            traceback.print_exc()
+        sys.stderr.flush()
+        os._exit(1)
+    # Trap 5: skip interpreter teardown (gloo threads can abort it) once results are safely written.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

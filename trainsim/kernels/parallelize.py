@@ -1,0 +1,274 @@
+"""Apply a Scenario's layout with torch's own parallelism: DeviceMesh, TP/SP, pipelining, DDP/FSDP2/HSDP.
+
+Mesh dims (outermost first): ``pp, dp_rep, dp_shard, tp`` — tp innermost as in the default placement.
+DP mode: zero=0 → DDP when neither pipelining nor TP is used, otherwise FSDP2 on a (dp, 1) HSDP mesh —
+replicated parameters, all-reduced gradients, the memory of DDP — because DDP crashes or gives wrong
+losses under multi-stage schedules (notes trap 2) and composes with TP only through a private
+parameter-swapping transform (trap 3; it gave wrong losses here with a vocab-parallel embedding); zero=3 → FSDP2 over dp_shard, HSDP over
+(dp_rep, dp_shard) with ``--hsdp R``. Schedules: gpipe → ScheduleGPipe, 1f1b → Schedule1F1B,
+interleaved → ScheduleInterleaved1F1B (vpp looped chunks per rank), zb → ScheduleInterleavedZeroBubble
+with one chunk per rank (ZB-H1: same layers per rank as 1F1B, backward split into input and weight).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+
+from trainsim.specs import Scenario
+
+from .torch_model import Chunk, ModelOptions, build_chunk
+
+SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B",
+             "zb": "ScheduleInterleavedZeroBubble"}
+
+
+def stage_ids_of(pp_rank: int, pp: int, vpp: int) -> list[int]:
+    """Pipeline stages held by one pp rank: looped assignment r, r+pp, r+2pp, ... (Megatron interleaving)."""
+    return [pp_rank + k * pp for k in range(vpp)]
+
+
+def layers_of(stage: int, num_stages: int, num_layers: int) -> list[int]:
+    per = num_layers // num_stages
+    return list(range(stage * per, (stage + 1) * per))
+
+
+def dp_mode(s: Scenario) -> str:
+    """none | ddp | fsdp-replicate (zero 0 with pipelining or TP) | fsdp."""
+    if s.dp == 1 and s.training.zero != 3:
+        return "none"
+    if s.training.zero == 3:
+        return "fsdp"
+    return "ddp" if s.layout.pp == 1 and s.layout.tp == 1 else "fsdp-replicate"
+
+
+@dataclass
+class Parallel:
+    """A model laid out on this rank, ready to train: chunks, schedule, optimizer and the groups it uses."""
+
+    scenario: Scenario
+    device: torch.device
+    mesh: object
+    chunks: list[Chunk]
+    wrapped: list[nn.Module]
+    stage_ids: list[int]
+    num_stages: int
+    optimizer: torch.optim.Optimizer
+    schedule: object | None
+    tp_mesh: object | None
+    dp_rank: int
+    tp_rank: int
+    pp_rank: int
+    mode: str
+    autocast_dtype: torch.dtype | None = None
+    mechanism: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def has_first(self) -> bool:
+        return 0 in self.stage_ids
+
+    @property
+    def has_last(self) -> bool:
+        return self.num_stages - 1 in self.stage_ids
+
+    def loss_context(self):
+        """Vocab-parallel cross entropy needs loss_parallel around forward-loss and backward."""
+        if self.tp_mesh is None:
+            return contextlib.nullcontext()
+        from torch.distributed.tensor.parallel import loss_parallel
+        return loss_parallel()
+
+    def loss_fn(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return cross_entropy(logits, target, self.tp_mesh)
+
+    def _autocast(self):
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
+
+    def train_step(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """One optimizer step on this dp rank's batch (n_micro·mb sequences); returns the global mean loss."""
+        n_micro = self.scenario.num_microbatches
+        self.optimizer.zero_grad(set_to_none=True)
+        local = torch.zeros((), dtype=torch.float64, device=self.device)
+        with self.loss_context(), self._autocast():
+            if self.schedule is None:
+                local += self._accumulate(ids, targets, n_micro)
+            else:
+                losses: list[torch.Tensor] = []
+                args = (ids,) if self.has_first else ()
+                kwargs = {"target": targets, "losses": losses} if self.has_last else {}
+                self.schedule.step(*args, return_outputs=False, **kwargs)
+                if self.has_last:
+                    local += torch.stack([x.detach().double() for x in losses]).mean()
+        self.optimizer.step()
+        if not (self.has_last and self.tp_rank == 0):
+            local.zero_()
+        dist.all_reduce(local)
+        return local / self.scenario.dp
+
+    def _accumulate(self, ids: torch.Tensor, targets: torch.Tensor, n_micro: int) -> torch.Tensor:
+        """Gradient accumulation without pipelining; gradient sync only on the last micro-batch."""
+        model = self.wrapped[0]
+        total = torch.zeros((), dtype=torch.float64, device=self.device)
+        for i, (x, y) in enumerate(zip(ids.chunk(n_micro), targets.chunk(n_micro))):
+            last = i == n_micro - 1
+            ctx = contextlib.nullcontext()
+            if self.mode == "ddp" and not last:
+                ctx = model.no_sync()
+            elif self.mode.startswith("fsdp"):
+                model.set_requires_gradient_sync(last)
+            with ctx:
+                loss = self.loss_fn(model(x), y)
+                (loss / n_micro).backward()
+            total += loss.detach().double()
+        return total / n_micro
+
+
+def cross_entropy(logits: torch.Tensor, target: torch.Tensor, tp_mesh=None) -> torch.Tensor:
+    """Mean token cross entropy; with TP the logits stay vocab-sharded (loss_parallel must be active)."""
+    if tp_mesh is not None:
+        from torch.distributed.tensor import DTensor, Shard
+        logits = DTensor.from_local(logits, tp_mesh, [Shard(2)], run_check=False)
+        return F.cross_entropy(logits.flatten(0, 1), target.flatten()).to_local()
+    return F.cross_entropy(logits.flatten(0, 1).float(), target.flatten())
+
+
+def tp_plan_block(sp: bool) -> dict:
+    """Megatron TP of one block: q,k,v,fc1,gate column-parallel; o,fc2 row-parallel; SP around the norms."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel
+    plan = {name: ColwiseParallel() for name in ("attn.q", "attn.k", "attn.v", "mlp.fc1", "mlp.gate")}
+    out = Shard(1) if sp else Replicate()
+    plan["attn.o"] = RowwiseParallel(output_layouts=out)
+    plan["mlp.fc2"] = RowwiseParallel(output_layouts=out)
+    if sp:
+        plan["norm1"] = SequenceParallel()
+        plan["norm2"] = SequenceParallel()
+        plan["attn"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+        plan["mlp"] = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+    return plan
+
+
+def apply_tp(chunk: Chunk, tp_mesh, sp: bool, gated: bool) -> None:
+    """Vocab-parallel embedding and head (logits stay vocab-sharded for loss_parallel), blocks per tp_plan_block."""
+    from torch.distributed.tensor import Replicate, Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleOutput, RowwiseParallel,
+                                                   SequenceParallel, parallelize_module)
+    plan: dict = {}
+    if chunk.embed is not None:
+        plan["embed.tok"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())
+        if sp:
+            plan["embed"] = PrepareModuleOutput(output_layouts=Replicate(), desired_output_layouts=Shard(1))
+    if chunk.head is not None:
+        if sp:
+            plan["norm"] = SequenceParallel()
+        plan["head"] = ColwiseParallel(input_layouts=Shard(1) if sp else Replicate(), output_layouts=Shard(2))
+    if plan:
+        parallelize_module(chunk, tp_mesh, plan)
+    block_plan = tp_plan_block(sp)
+    if not gated:
+        block_plan.pop("mlp.gate")
+    for block in chunk.layers.values():
+        parallelize_module(block, tp_mesh, block_plan)
+    for p in chunk.parameters():
+        if hasattr(p, "placements"):
+            p.register_post_accumulate_grad_hook(_grad_like_param)
+
+
+def _grad_like_param(p) -> None:
+    """Keep a TP weight's gradient in the weight's placement (the vocab-parallel embedding's grad comes back
+    Replicate, a full-size copy on every rank); Replicate -> Shard is a local slice, no communication."""
+    g = p.grad
+    if g is not None and hasattr(g, "placements") and tuple(g.placements) != tuple(p.placements):
+        p.grad = g.redistribute(p.device_mesh, p.placements)
+
+
+def build_parallel(s: Scenario, *, device: torch.device, seed: int, optimizer: str, lr: float,
+                   hsdp: int = 1) -> Parallel:
+    """Build this rank's part of the model with the scenario's layout; every rank must call it together."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    lay, t = s.layout, s.training
+    mode = dp_mode(s)
+    rep = hsdp if mode == "fsdp" else (s.dp if mode in ("ddp", "fsdp-replicate") else 1)
+    shard = s.dp // rep
+    mesh = init_device_mesh(device.type, (lay.pp, rep, shard, lay.tp), mesh_dim_names=("pp", "dp_rep", "dp_shard", "tp"))
+    pp_rank = mesh["pp"].get_local_rank()
+    tp_rank = mesh["tp"].get_local_rank()
+    dp_rank = mesh["dp_rep"].get_local_rank() * shard + mesh["dp_shard"].get_local_rank()
+    tp_mesh = mesh["tp"] if lay.tp > 1 else None
+    vpp = lay.vpp if t.schedule == "interleaved" else 1
+    num_stages = lay.pp * vpp
+    stage_ids = stage_ids_of(pp_rank, lay.pp, vpp)
+    mech = {"dp": mode, "tp": "none", "pp": "none", "recompute": t.recompute}
+    options = ModelOptions(recompute=t.recompute)
+    cuda = device.type == "cuda"
+    dtype = torch.float32  # weights stay fp32; bf16/fp16 compute on cuda via autocast or FSDP2's policy
+    chunks = [build_chunk(s.model, layers_of(sid, num_stages, s.model.num_layers), sid == 0, sid == num_stages - 1,
+                          options, seed, device, dtype) for sid in stage_ids]
+    if tp_mesh is not None:
+        for c in chunks:
+            apply_tp(c, tp_mesh, t.sequence_parallel, s.model.gated_mlp)
+        mech["tp"] = "parallelize_module colwise/rowwise" + (" + SequenceParallel" if t.sequence_parallel else "") + \
+                     ", vocab-parallel embedding/head + loss_parallel"
+    low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(t.dtype) if cuda else None
+    autocast_dtype = None
+    wrapped: list[nn.Module] = list(chunks)
+    if mode in ("fsdp", "fsdp-replicate"):
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+        dp_mesh = mesh["dp_shard"] if (mode == "fsdp" and rep == 1) else mesh["dp_rep", "dp_shard"]
+        # Trap 1: zero-bubble schedules need unsharded params kept between forward and backward.
+        reshard = lay.pp == 1
+        mp = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32) if low else MixedPrecisionPolicy()
+        for c in chunks:
+            for block in c.layers.values():
+                fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
+            fully_shard(c, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
+        mech["dp"] = ("FSDP2 fully_shard" if mode == "fsdp" and rep == 1 else
+                      f"FSDP2 HSDP (replicate {rep} x shard {shard})") + f", reshard_after_forward={reshard}"
+    elif low is not None:
+        autocast_dtype = low
+    opt = _make_optimizer([p for c in chunks for p in c.parameters()], optimizer, lr)
+    if mode == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        wrapped = [DDP(chunks[0], process_group=mesh["dp_rep"].get_group(), gradient_as_bucket_view=True,
+                       device_ids=[device.index] if cuda else None)]
+        mech["dp"] = "DDP (gradient_as_bucket_view)"
+    schedule = None
+    if lay.pp > 1:
+        schedule = _make_schedule(s, chunks, stage_ids, num_stages, mesh["pp"].get_group(), device,
+                                  tp_mesh, mode)
+        mech["pp"] = f"torch.distributed.pipelining.{SCHEDULES[t.schedule]}" + (f" ({vpp} stages/rank)" if vpp > 1 else "")
+    par = Parallel(scenario=s, device=device, mesh=mesh, chunks=chunks, wrapped=wrapped, stage_ids=stage_ids,
+                   num_stages=num_stages, optimizer=opt, schedule=None, tp_mesh=tp_mesh, dp_rank=dp_rank,
+                   tp_rank=tp_rank, pp_rank=pp_rank, mode=mode, autocast_dtype=autocast_dtype, mechanism=mech)
+    par.schedule = schedule
+    return par
+
+
+def _make_optimizer(params: list, name: str, lr: float) -> torch.optim.Optimizer:
+    """Adam (m, v: 8 bytes/param in fp32) or SGD with momentum (4 bytes/param; exact for equivalence tests)."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    return torch.optim.Adam(params, lr=lr)
+
+
+def _make_schedule(s: Scenario, chunks: list[Chunk], stage_ids: list[int], num_stages: int, pp_group,
+                   device: torch.device, tp_mesh, mode: str):
+    from torch.distributed import pipelining as pl
+
+    def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return cross_entropy(logits, target, tp_mesh)
+
+    stages = [pl.PipelineStage(c, sid, num_stages, device, group=pp_group) for c, sid in zip(chunks, stage_ids)]
+    cls = getattr(pl, SCHEDULES[s.training.schedule])
+    n = s.num_microbatches
+    if s.training.schedule in ("gpipe", "1f1b"):
+        return cls(stages[0], n, loss_fn=loss_fn)
+    return cls(stages, n, loss_fn=loss_fn)
