@@ -1,0 +1,277 @@
+"""`trainsim plan`: search every valid layout for a model on a cluster and print the ranked plan."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import csv
+import json
+import math
+import re
+import sys
+from typing import Any, Iterator
+
+from trainsim.specs import SpecError, load_cluster, load_model, load_scenario_file
+from trainsim.simulator import goodput as gp
+from trainsim.simulator.search_space import SearchLimits
+
+from .common import nonneg_float, positive_int
+
+_SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
+
+
+def parse_tokens(text: str) -> float:
+    """'15T', '2.5e12', '300B' -> tokens."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgGtTpP]?)\s*", text or "")
+    if not m:
+        raise SpecError("tokens", f"must be a number such as 15e12 or 15T, got {text!r}")
+    value = float(m.group(1)) * _SUFFIX.get(m.group(2).lower(), 1.0)
+    if not math.isfinite(value) or value <= 0:
+        raise SpecError("tokens", f"must be positive, got {text!r}")
+    return value
+
+
+def parse_gpus(text: str, gpus_per_node: int) -> tuple[int, ...]:
+    """'1024' -> (1024,); 'A:B' -> powers of two times whole nodes in [A, B] plus A and B; 'a,b,c' -> list."""
+    text = str(text).strip()
+    try:
+        if ":" in text:
+            lo_s, hi_s = text.split(":", 1)
+            lo, hi = int(lo_s), int(hi_s)
+            if lo <= 0 or hi < lo:
+                raise SpecError("gpus", f"range {text!r} must be A:B with 0 < A <= B")
+            out = {lo, hi}
+            n = 1
+            while n <= hi:
+                if n >= lo and (n % gpus_per_node == 0 or n < gpus_per_node):
+                    out.add(n)
+                n *= 2
+            counts = tuple(sorted(out))
+        else:
+            counts = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
+    except ValueError:
+        raise SpecError("gpus", f"must be N, A:B or a comma list of integers, got {text!r}") from None
+    if not counts or any(c <= 0 for c in counts):
+        raise SpecError("gpus", f"must be positive, got {text!r}")
+    if len(counts) > 64:
+        raise SpecError("gpus", f"{len(counts)} GPU counts is too many (at most 64)")
+    for c in counts:
+        if c > 10_000_000:
+            raise SpecError("gpus", f"{c} is implausibly large")
+        if c > gpus_per_node and c % gpus_per_node:
+            raise SpecError("gpus", f"{c} GPUs is not a whole number of {gpus_per_node}-GPU nodes")
+    return counts
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="search layouts and rank them (time to train, cost, goodput)",
+                       description="Enumerate every valid layout, drop what does not fit, screen with the closed "
+                                   "form, confirm the top K with the discrete-event engine, and rank.")
+    p.add_argument("scenario", nargs="?", help="scenario YAML/JSON giving model, cluster, gpus, batch, seq (flags override)")
+    p.add_argument("--model", help="preset name, YAML/JSON file, or Hugging Face config.json")
+    p.add_argument("--cluster", help="preset name or YAML file")
+    p.add_argument("--gpus", help="N, a range A:B (powers of two in between), or a list a,b,c")
+    p.add_argument("--global-batch", type=positive_int("training.global_batch"))
+    p.add_argument("--seq-len", type=positive_int("training.seq_len"))
+    p.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "fp32"))
+    p.add_argument("--tokens", type=parse_tokens, help="tokens to train on (e.g. 15T); default 20 per parameter")
+    p.add_argument("--price-per-gpu-hour", type=nonneg_float("price_per_gpu_hour"), help="cost per GPU-hour")
+    p.add_argument("--top", type=positive_int("top"), default=10, help="layouts confirmed with the engine and shown")
+    p.add_argument("--objective", choices=("time", "cost"), default="time", help="rank by time to train or by cost")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print one JSON object")
+    out.add_argument("--csv", action="store_true", help="print the ranked layouts as CSV")
+    p.add_argument("--workers", type=positive_int("workers"), default=1, help="processes for the sweep")
+    p.add_argument("--dask-scheduler", metavar="ADDRESS", help="run the sweep on a dask.distributed cluster")
+    p.add_argument("--calibration", help="calibration profile JSON (from `trainsim calibrate`)")
+    g = p.add_argument_group("constraints (pin a dimension of the search)")
+    for dim in ("tp", "pp", "cp", "ep", "vpp"):
+        g.add_argument(f"--{dim}", type=positive_int(f"layout.{dim}"))
+    g.add_argument("--micro-batch", type=positive_int("training.micro_batch"))
+    g.add_argument("--recompute", choices=("none", "selective", "full"))
+    g.add_argument("--zero", type=int, choices=(0, 1, 2, 3))
+    g.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved", "zb"))
+    g.add_argument("--max-tp", type=positive_int("max_tp"), help="largest TP searched (default: GPUs per node)")
+    g.add_argument("--max-micro-batch", type=positive_int("max_micro_batch"), default=16)
+    g.add_argument("--exhaustive", action="store_true",
+                   help="also screen heavier recompute when a lighter one fits the same layout")
+    f = p.add_argument_group("goodput (failures and checkpoints)")
+    f.add_argument("--failure-rate-per-gpu-hour", type=nonneg_float("failure_rate_per_gpu_hour"),
+                   default=gp.DEFAULT_FAILURE_RATE_PER_GPU_HOUR,
+                   help="job-killing failures per GPU-hour (default: Llama 3's 419 in 54 days on 16,384 GPUs)")
+    f.add_argument("--checkpoint-write-s", type=nonneg_float("checkpoint_write_s"),
+                   help="seconds to write one checkpoint (default: full state / storage bandwidth)")
+    f.add_argument("--storage-write-gbps", type=nonneg_float("storage_write_gbps"), default=gp.DEFAULT_STORAGE_WRITE_BPS / 1e9,
+                   help="aggregate checkpoint write bandwidth, GB/s (default 2000, Llama 3's Tectonic)")
+    f.add_argument("--restart-s", type=nonneg_float("restart_s"), default=gp.DEFAULT_RESTART_S,
+                   help="seconds to restart after a failure (default 600)")
+    p.set_defaults(func=run)
+
+
+def request_from_args(args: argparse.Namespace):
+    """A PlanRequest from the flags (and the scenario file, if given)."""
+    from trainsim.simulator.planner import PlanRequest
+
+    raw = load_scenario_file(args.scenario) if args.scenario else {}
+    training = raw.get("training") or {}
+    if not isinstance(training, dict):
+        raise SpecError("training", "must be a mapping")
+    model_in = args.model or raw.get("model")
+    cluster_in = args.cluster or raw.get("cluster")
+    if model_in is None:
+        raise SpecError("model", "no model given (use --model NAME|PATH or a scenario file)")
+    if cluster_in is None:
+        raise SpecError("cluster", "no cluster given (use --cluster NAME|PATH or a scenario file)")
+    model = load_model(model_in)
+    cluster = load_cluster(cluster_in)
+    gpus_text = args.gpus if args.gpus is not None else raw.get("gpus")
+    if gpus_text is None:
+        raise SpecError("gpus", "no GPU count given (use --gpus N or --gpus A:B)")
+    counts = parse_gpus(str(gpus_text), cluster.gpus_per_node)
+    global_batch = args.global_batch or training.get("global_batch")
+    seq_len = args.seq_len or training.get("seq_len")
+    if global_batch is None:
+        raise SpecError("training.global_batch", "no global batch given (use --global-batch N)")
+    if seq_len is None:
+        raise SpecError("training.seq_len", "no sequence length given (use --seq-len N)")
+    for name, val in (("training.global_batch", global_batch), ("training.seq_len", seq_len)):
+        if isinstance(val, bool) or not isinstance(val, int) or val <= 0:
+            raise SpecError(name, f"must be a positive integer, got {val!r}")
+    fixed: dict[str, Any] = {}
+    for dim in ("tp", "pp", "cp", "ep", "vpp", "micro_batch", "recompute", "zero", "schedule"):
+        v = getattr(args, dim, None)
+        if v is not None:
+            fixed[dim] = v
+    if fixed.get("vpp", 1) > 1 and "schedule" not in fixed:
+        fixed["schedule"] = "interleaved"
+    dtype = args.dtype or training.get("dtype", "bf16")
+    if dtype == "fp8" and not cluster.gpu.fp8:
+        raise SpecError("training.dtype", f"fp8 needs FP8 tensor cores, which {cluster.gpu.name} lacks")
+    limits = SearchLimits(max_tp=args.max_tp, max_micro_batch=args.max_micro_batch, dtype=dtype, fixed=fixed)
+    if args.storage_write_gbps <= 0:
+        raise SpecError("storage_write_gbps", "must be positive")
+    return PlanRequest(
+        model=model, cluster=cluster, gpu_counts=counts, global_batch=int(global_batch), seq_len=int(seq_len),
+        tokens=args.tokens, price_per_gpu_hour=args.price_per_gpu_hour, top_k=args.top, limits=limits,
+        objective=args.objective, prune_dominated=not args.exhaustive,
+        failure_rate_per_gpu_hour=args.failure_rate_per_gpu_hour, checkpoint_write_s=args.checkpoint_write_s,
+        storage_write_Bps=args.storage_write_gbps * 1e9, restart_s=args.restart_s, profile_path=args.calibration,
+    )
+
+
+@contextlib.contextmanager
+def make_executor(workers: int, dask_scheduler: str | None) -> Iterator[Any]:
+    """None (inline), a process pool, or a dask.distributed client's concurrent.futures executor."""
+    if dask_scheduler:
+        try:
+            from distributed import Client
+        except ImportError:
+            raise SpecError("dask_scheduler", "dask.distributed is not installed (pip install 'trainsim[dask]')") from None
+        try:
+            client = Client(dask_scheduler, timeout=15)
+        except (OSError, TimeoutError, ValueError) as e:
+            raise SpecError("dask_scheduler", f"cannot connect to {dask_scheduler}: {type(e).__name__}: {e}") from None
+        try:
+            yield client.get_executor()
+        finally:
+            client.close()
+    elif workers > 1:
+        from concurrent.futures import ProcessPoolExecutor
+        import multiprocessing as mp
+
+        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
+            yield ex
+    else:
+        yield None
+
+
+@contextlib.contextmanager
+def rich_progress(enabled: bool) -> Iterator[Any]:
+    """A progress callback drawing rich bars on stderr (None when disabled)."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    labels = {"screen": "screening layouts (closed form, chunks)", "engine": "confirming top layouts (engine)"}
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=False) as prog:
+        tasks: dict[str, int] = {}
+
+        def update(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = prog.add_task(labels.get(phase, phase), total=total)
+            prog.update(tasks[phase], completed=done, total=total)
+
+        yield update
+
+
+def print_table(result, file=sys.stdout) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from trainsim.reports.tables import LAYOUT_COLUMNS, fmt_money, fmt_si, fmt_time, layout_table
+
+    req = result.request
+    console = Console(file=file, width=max(160, Console(file=file).width))
+    c = result.counts
+    console.print(
+        f"[bold]{req.model.name}[/bold] on {req.cluster.name}, GPUs {', '.join(map(str, req.gpu_counts))}; "
+        f"global batch {req.global_batch} x {req.seq_len} tokens; training on {fmt_si(req.train_tokens)} tokens")
+    console.print(
+        f"layouts: {c['enumerated']} enumerated, {c['invalid']} invalid, {c['oom']} out of memory, "
+        f"{c['dominated']} dominated (heavier recompute than needed), {c['screened']} screened, "
+        f"{c['confirmed']} confirmed by the engine; {result.wall_s:.1f} s")
+    rows = [r.to_json() for r in result.rows if r.fits]
+    if not rows:
+        console.print("[red]no layout fits in memory[/red]")
+        return
+    t = Table(title=f"Top {len(rows)} layouts (ranked by {'cost' if req.objective == 'cost' else 'time to train'})")
+    for col in LAYOUT_COLUMNS:
+        t.add_column(col, justify="left" if col in ("layout", "recompute", "schedule", "source") else "right")
+    for row in layout_table(rows):
+        t.add_row(*row)
+    console.print(t)
+    pt = Table(title="Pareto front: GPUs vs time to train vs cost")
+    for col in ("GPUs", "layout", "tokens/s", "MFU", "time to train", "GPU-hours", "cost"):
+        pt.add_column(col, justify="left" if col == "layout" else "right")
+    for r in result.pareto:
+        d = r.to_json()
+        pt.add_row(str(d["gpus"]), r.candidate.label(), fmt_si(d["tokens_per_s"]), f"{100 * d['mfu']:.1f}%",
+                   fmt_time(d["time_to_train_s"]), fmt_si(d["gpu_hours"]), fmt_money(d["cost"]))
+    console.print(pt)
+    console.print(f"time to train includes failures ({gp.FAILURE_RATE_SOURCE}; "
+                  f"{req.failure_rate_per_gpu_hour:.3g}/GPU-hour), checkpoint write and restart "
+                  f"({req.restart_s:.0f} s) with Daly's optimal checkpoint interval.", style="dim")
+
+
+def write_csv(result, file=sys.stdout) -> None:
+    from trainsim.reports.tables import CSV_FIELDS
+
+    pareto = {r.candidate.key() for r in result.pareto}
+    w = csv.DictWriter(file, fieldnames=list(CSV_FIELDS), extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for i, r in enumerate(result.rows, 1):
+        d = r.to_json()
+        d["rank"] = i
+        d["pareto"] = r.candidate.key() in pareto
+        w.writerow(d)
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainsim.simulator.planner import plan
+
+    req = request_from_args(args)
+    quiet = args.json or args.csv
+    with make_executor(args.workers, args.dask_scheduler) as ex, rich_progress(not quiet) as progress:
+        result = plan(req, executor=ex, progress=progress)
+    if args.json:
+        json.dump(result.to_json(), sys.stdout, indent=1)
+        sys.stdout.write("\n")
+    elif args.csv:
+        write_csv(result)
+    else:
+        print_table(result)
+    return 0

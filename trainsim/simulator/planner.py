@@ -1,0 +1,355 @@
+"""The layout planner: enumerate every valid layout, drop what does not fit, screen the rest with the
+closed form (``predict(fast=True)``), confirm the best with the discrete-event engine, and rank them by
+time to train (including failures, see goodput.py) and cost.
+
+Work is cut into chunks and run through any ``concurrent.futures.Executor`` (a process pool, or a
+dask.distributed ``Client.get_executor()``); with no executor it runs inline. Results are sorted on a
+deterministic key, so the answer does not depend on which worker finished first.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from concurrent.futures import Executor, as_completed
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Callable, Iterable, Sequence
+
+from trainsim import SCHEMA_VERSION
+from trainsim.specs import ClusterSpec, ModelSpec, Scenario, SpecError
+
+from . import goodput as gp
+from .search_space import (RECOMPUTE_LADDER, Candidate, SearchLimits, enumerate_candidates, to_scenario)
+
+Progress = Callable[[str, int, int], None]   # (phase, done, total)
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What to plan: a model on a cluster type at one or more GPU counts, for a batch and sequence length."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    gpu_counts: tuple[int, ...]
+    global_batch: int
+    seq_len: int
+    tokens: float | None = None               # tokens to train on; None = 20 per parameter (Chinchilla)
+    price_per_gpu_hour: float | None = None   # currency per GPU-hour; None = report GPU-hours only
+    top_k: int = 10
+    limits: SearchLimits = field(default_factory=SearchLimits)
+    objective: str = "time"                   # "time" (time to train) or "cost"
+    prune_dominated: bool = True              # skip heavier recompute when a lighter one fits (same layout)
+    failure_rate_per_gpu_hour: float = gp.DEFAULT_FAILURE_RATE_PER_GPU_HOUR
+    checkpoint_write_s: float | None = None   # None = checkpoint bytes / storage_write_Bps
+    storage_write_Bps: float = gp.DEFAULT_STORAGE_WRITE_BPS
+    restart_s: float = gp.DEFAULT_RESTART_S
+    profile_path: str | None = None           # calibration profile JSON
+    chunk_size: int = 384
+
+    @property
+    def train_tokens(self) -> float:
+        # Hoffmann et al. 2022 ("Chinchilla"): compute-optimal training uses ~20 tokens per parameter.
+        return float(self.tokens) if self.tokens else 20.0 * self.model.total_params()
+
+
+@dataclass
+class PlanRow:
+    """One evaluated layout with its predicted speed, memory, time to train and cost."""
+
+    candidate: Candidate
+    source: str                      # "closed-form" or "engine"
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+    hfu: float
+    bubble_fraction: float
+    peak_bytes: float
+    gpu_bytes: float
+    fits: bool
+    exposed_comm_s: dict[str, float] = field(default_factory=dict)
+    screen_step_time_s: float | None = None
+    ideal_time_s: float = 0.0        # steps x step time, no failures
+    time_to_train_s: float = 0.0     # expected, with checkpoints and failures
+    goodput: float = 1.0
+    checkpoint_interval_s: float = 0.0
+    gpu_hours: float = 0.0
+    cost: float | None = None
+
+    @property
+    def headroom_bytes(self) -> float:
+        return self.gpu_bytes - self.peak_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("candidate")
+        out = {**self.candidate.as_dict(), **d, "headroom_bytes": self.headroom_bytes,
+               "label": self.candidate.label()}
+        return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}
+
+
+@dataclass
+class PlanResult:
+    """Ranked rows (engine-confirmed first), the Pareto front and how the space was pruned."""
+
+    request: PlanRequest
+    rows: list[PlanRow]
+    pareto: list[PlanRow]
+    counts: dict[str, int]
+    wall_s: float
+    screened_top: list[PlanRow] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.request
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "kind": "plan",
+            "request": {
+                "model": r.model.model_dump(mode="json"), "cluster": r.cluster.model_dump(mode="json"),
+                "gpu_counts": list(r.gpu_counts), "global_batch": r.global_batch, "seq_len": r.seq_len,
+                "dtype": r.limits.dtype, "tokens": r.train_tokens, "price_per_gpu_hour": r.price_per_gpu_hour,
+                "top_k": r.top_k, "objective": r.objective, "fixed": dict(r.limits.fixed),
+                "failure_rate_per_gpu_hour": r.failure_rate_per_gpu_hour, "restart_s": r.restart_s,
+                "checkpoint_write_s": r.checkpoint_write_s, "storage_write_Bps": r.storage_write_Bps,
+                "failure_rate_source": gp.FAILURE_RATE_SOURCE,
+            },
+            "counts": dict(self.counts),
+            "wall_s": self.wall_s,
+            "rows": [row.to_json() for row in self.rows],
+            "pareto": [row.to_json() for row in self.pareto],
+            "screened_top": [row.to_json() for row in self.screened_top],
+        }
+
+
+# --- evaluation (top-level functions: they run in worker processes) ----------------------------
+
+@dataclass(frozen=True)
+class _Context:
+    model: ModelSpec
+    cluster: ClusterSpec
+    global_batch: int
+    seq_len: int
+    limits: SearchLimits
+    profile_path: str | None
+    prune_dominated: bool
+
+
+_PROFILE_CACHE: dict[str, Any] = {}
+
+
+def _profile(path: str | None):
+    if not path:
+        return None
+    if path not in _PROFILE_CACHE:
+        from trainsim.cost_models.profile import load_profile
+        _PROFILE_CACHE[path] = load_profile(path)
+    return _PROFILE_CACHE[path]
+
+
+def _predict(scn: Scenario, fast: bool, profile_path: str | None):
+    from .predict import predict  # the engine; imported lazily so search_space/goodput stay light
+    return predict(scn, fast=fast, profile=_profile(profile_path))
+
+
+def peak_memory_bytes(scn: Scenario) -> float:
+    """Peak bytes per GPU from the memory cost model (no timing work): the cheap first filter.
+
+    Only the first and last stages are evaluated: with uniform layers every schedule keeps the most
+    micro-batches in flight on stage 0 (p - s for 1F1B/ZB, all m for GPipe), and only the end stages
+    hold the embedding or the output layer and logits, so the peak over stages is at one of them
+    (tests/test_planner.py checks this against ``memory.peak_bytes``)."""
+    from trainsim.cost_models import memory
+    last = scn.layout.pp - 1
+    first = memory.stage_memory(scn, 0).total
+    return float(first if last == 0 else max(first, memory.stage_memory(scn, last).total))
+
+
+def _row(c: Candidate, pred, source: str) -> PlanRow:
+    return PlanRow(
+        candidate=c, source=source, step_time_s=pred.step_time_s, tokens_per_s=pred.tokens_per_s, mfu=pred.mfu,
+        hfu=pred.hfu, bubble_fraction=pred.bubble_fraction, peak_bytes=pred.peak_bytes,
+        gpu_bytes=pred.gpu_memory_bytes, fits=pred.fits, exposed_comm_s=dict(pred.exposed_comm_s),
+    )
+
+
+def _group_key(c: Candidate) -> tuple:
+    return (c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.vpp, c.micro_batch, c.schedule, c.zero)
+
+
+def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRow], dict[str, int]]:
+    """Resolve, memory-check and closed-form-screen a chunk of candidates."""
+    counts = {"invalid": 0, "oom": 0, "dominated": 0, "screened": 0}
+    rows: list[PlanRow] = []
+    cluster = ctx.cluster
+    fitted_groups: dict[tuple, int] = {}  # group -> rung of the lightest recompute that fitted
+    for c in cands:
+        if cluster.num_gpus != c.gpus:
+            cluster = ctx.cluster.with_gpus(c.gpus)
+        rung = RECOMPUTE_LADDER.index(c.recompute)
+        g = _group_key(c)
+        if ctx.prune_dominated and g in fitted_groups and fitted_groups[g] < rung:
+            counts["dominated"] += 1
+            continue
+        try:
+            scn = to_scenario(ctx.model, cluster, c, ctx.global_batch, ctx.seq_len, ctx.limits)
+        except SpecError:
+            counts["invalid"] += 1
+            continue
+        if peak_memory_bytes(scn) > cluster.gpu.memory_bytes:
+            counts["oom"] += 1
+            continue
+        pred = _predict(scn, True, ctx.profile_path)
+        if not pred.fits:
+            counts["oom"] += 1
+            continue
+        fitted_groups.setdefault(g, rung)
+        counts["screened"] += 1
+        rows.append(_row(c, pred, "closed-form"))
+    return rows, counts
+
+
+def confirm_one(ctx: _Context, c: Candidate) -> PlanRow:
+    """Run the discrete-event engine on one candidate."""
+    cluster = ctx.cluster.with_gpus(c.gpus) if ctx.cluster.num_gpus != c.gpus else ctx.cluster
+    scn = to_scenario(ctx.model, cluster, c, ctx.global_batch, ctx.seq_len, ctx.limits)
+    return _row(c, _predict(scn, False, ctx.profile_path), "engine")
+
+
+# --- ranking ------------------------------------------------------------------------------------
+
+def checkpoint_seconds(req: PlanRequest) -> float:
+    """Checkpoint write time: given, or full training state / aggregate storage bandwidth."""
+    if req.checkpoint_write_s is not None:
+        return req.checkpoint_write_s
+    param_bytes = 4 if req.limits.dtype == "fp32" else 2
+    opt = int(req.limits.training_extra.get("optimizer_bytes_per_param", 12))
+    return gp.checkpoint_write_s(gp.checkpoint_bytes(req.model.total_params(), param_bytes, opt), req.storage_write_Bps)
+
+
+def finish_row(row: PlanRow, req: PlanRequest, ckpt_s: float) -> PlanRow:
+    """Fill time to train (with failures), GPU-hours and cost for ``req.train_tokens`` tokens."""
+    c = row.candidate
+    tokens_per_step = req.global_batch * req.seq_len
+    steps = math.ceil(req.train_tokens / tokens_per_step)
+    row.ideal_time_s = steps * row.step_time_s
+    g = gp.plan_goodput(row.ideal_time_s, c.gpus, ckpt_s, req.restart_s, req.failure_rate_per_gpu_hour)
+    row.time_to_train_s = g.time_to_train_s
+    row.goodput = g.goodput
+    row.checkpoint_interval_s = g.interval_s
+    row.gpu_hours = c.gpus * g.time_to_train_s / 3600.0
+    row.cost = row.gpu_hours * req.price_per_gpu_hour if req.price_per_gpu_hour is not None else None
+    return row
+
+
+def sort_key(req: PlanRequest) -> Callable[[PlanRow], tuple]:
+    if req.objective == "cost":
+        return lambda r: (r.gpu_hours, r.time_to_train_s, r.candidate.key())
+    return lambda r: (r.time_to_train_s, r.gpu_hours, r.candidate.key())
+
+
+def pareto_front(rows: Iterable[PlanRow]) -> list[PlanRow]:
+    """Rows not dominated in (GPUs, time to train, GPU-hours): fewer GPUs, less time, less cost."""
+    rows = [r for r in rows if r.fits]
+    front = []
+    for r in rows:
+        a = (r.candidate.gpus, r.time_to_train_s, r.gpu_hours)
+        dominated = False
+        for o in rows:
+            b = (o.candidate.gpus, o.time_to_train_s, o.gpu_hours)
+            if o is not r and all(x <= y for x, y in zip(b, a)) and any(x < y for x, y in zip(b, a)):
+                dominated = True
+                break
+        if not dominated:
+            front.append(r)
+    # One row per (gpus, time, cost) point; order by GPUs then time.
+    seen, out = set(), []
+    for r in sorted(front, key=lambda r: (r.candidate.gpus, r.time_to_train_s, r.candidate.key())):
+        k = (r.candidate.gpus, round(r.time_to_train_s, 6), round(r.gpu_hours, 6))
+        if k not in seen:
+            seen.add(k)
+            out.append(r)
+    return out
+
+
+def _chunks(items: list, size: int) -> list[list]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def _run(executor: Executor | None, fn, ctx, items: list, progress: Progress | None, phase: str) -> list:
+    """fn(ctx, item) for every item, inline or through the executor; results in input order."""
+    total = len(items)
+    if progress:
+        progress(phase, 0, total)
+    if executor is None:
+        out = []
+        for i, it in enumerate(items):
+            out.append(fn(ctx, it))
+            if progress:
+                progress(phase, i + 1, total)
+        return out
+    futures = {executor.submit(fn, ctx, it): i for i, it in enumerate(items)}
+    out = [None] * total
+    for done, fut in enumerate(as_completed(futures), 1):
+        out[futures[fut]] = fut.result()
+        if progress:
+            progress(phase, done, total)
+    return out
+
+
+def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress | None = None) -> PlanResult:
+    """Search the layout space of ``req`` and return the ranked, engine-confirmed plan."""
+    t0 = time.perf_counter()
+    if not req.gpu_counts:
+        raise SpecError("gpus", "no GPU count to plan for")
+    if req.objective not in ("time", "cost"):
+        raise SpecError("objective", f"must be time or cost, got {req.objective!r}")
+    ctx = _Context(req.model, req.cluster, req.global_batch, req.seq_len, req.limits, req.profile_path,
+                   req.prune_dominated)
+    cands: list[Candidate] = []
+    for n in sorted(set(req.gpu_counts)):
+        try:
+            req.cluster.with_gpus(n)
+        except Exception:
+            raise SpecError("gpus", f"{n} GPUs is not a whole number of {req.cluster.gpus_per_node}-GPU nodes") from None
+        cands.extend(enumerate_candidates(req.model, req.cluster, n, req.global_batch, req.seq_len, req.limits))
+    counts = {"enumerated": len(cands), "invalid": 0, "oom": 0, "dominated": 0, "screened": 0, "confirmed": 0,
+              "engine_oom": 0}
+    screened: list[PlanRow] = []
+    for rows, cnt in _run(executor, screen_chunk, ctx, _chunks(cands, req.chunk_size), progress, "screen"):
+        screened.extend(rows)
+        for k, v in cnt.items():
+            counts[k] += v
+    ckpt_s = checkpoint_seconds(req)
+    for r in screened:
+        finish_row(r, req, ckpt_s)
+    key = sort_key(req)
+    screened.sort(key=key)
+    # Confirm the top K, plus the best of every GPU count so the Pareto front is engine-confirmed too.
+    chosen: dict[tuple, PlanRow] = {}
+    for r in screened[: req.top_k]:
+        chosen[r.candidate.key()] = r
+    best_per_n: dict[int, PlanRow] = {}
+    for r in screened:
+        best_per_n.setdefault(r.candidate.gpus, r)
+    for r in best_per_n.values():
+        chosen.setdefault(r.candidate.key(), r)
+    to_confirm = sorted(chosen.values(), key=key)
+    confirmed_rows = _run(executor, confirm_one, ctx, [r.candidate for r in to_confirm], progress, "engine")
+    confirmed = []
+    for before, after in zip(to_confirm, confirmed_rows):
+        after.screen_step_time_s = before.step_time_s
+        finish_row(after, req, ckpt_s)
+        counts["confirmed"] += 1
+        if not after.fits:
+            counts["engine_oom"] += 1
+        confirmed.append(after)
+    ranked = sorted([r for r in confirmed if r.fits], key=key)[: req.top_k]
+    rest = [r for r in confirmed if not r.fits]
+    return PlanResult(
+        request=req, rows=ranked + rest, pareto=pareto_front(confirmed), counts=counts,
+        wall_s=time.perf_counter() - t0, screened_top=screened[: max(50, req.top_k)],
+    )
+
+
+def with_fixed(req: PlanRequest, **fixed: Any) -> PlanRequest:
+    """The same request with some layout fields pinned (convenience for reports)."""
+    return replace(req, limits=replace(req.limits, fixed={**req.limits.fixed, **fixed}))

@@ -1,0 +1,212 @@
+"""The layout search space: every (tp, pp, dp, cp, ep, vpp, micro-batch, recompute, ZeRO, schedule) the
+planner considers for one model, cluster size, global batch and sequence length.
+
+Validity is decided by ``trainsim.specs.resolve`` (a SpecError means invalid); the loops below only
+walk divisors so that the product space is never materialised. A few choices are search-space policy,
+not validity, and are documented where they are made (``SearchLimits``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Iterator
+
+from trainsim.specs import ClusterSpec, Layout, ModelSpec, Scenario, SpecError, TrainingSpec, resolve
+
+RECOMPUTE_LADDER = ("none", "selective", "full")   # less memory, more compute, left to right
+ZERO_LADDER = (0, 1, 2, 3)                         # less memory, more communication, left to right
+SCHEDULES = ("1f1b", "interleaved", "zb", "gpipe")
+KEY_FIELDS = ("gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "recompute", "zero", "schedule",
+              "sequence_parallel")
+
+
+@dataclass(frozen=True)
+class SearchLimits:
+    """Search-space policy. ``fixed`` pins any KEY_FIELDS value (e.g. from --tp 8)."""
+
+    # Tensor parallelism stays inside a node by default: its per-layer collectives are on the critical path
+    # and the scale-up fabric is 9-18x faster than a NIC (Megatron-LM's guidance, SC21 Sec. 3.4).
+    max_tp: int | None = None
+    # Context parallelism only when each CP rank keeps at least this many tokens of the sequence; below it
+    # the ring-attention exchange of a chunk cannot hide behind that chunk's attention compute.
+    min_tokens_per_cp_rank: int = 1024
+    max_micro_batch: int = 16
+    max_vpp: int | None = None
+    recompute: tuple[str, ...] = RECOMPUTE_LADDER
+    zero: tuple[int, ...] = ZERO_LADDER
+    schedules: tuple[str, ...] = SCHEDULES
+    dtype: str = "bf16"
+    fixed: dict[str, Any] = field(default_factory=dict)
+    # Sequence parallelism is on whenever tp > 1: it shards the activations kept between TP regions by tp
+    # at the same communication volume (Korthikanti et al. 2022), so turning it off never helps.
+    sequence_parallel: bool = True
+    training_extra: dict[str, Any] = field(default_factory=dict)
+
+    def allowed(self, key: str, value: Any) -> bool:
+        return key not in self.fixed or self.fixed[key] == value
+
+
+def divisors(n: int) -> list[int]:
+    """Positive divisors of n, ascending."""
+    small, large = [], []
+    i = 1
+    while i * i <= n:
+        if n % i == 0:
+            small.append(i)
+            if i * i != n:
+                large.append(n // i)
+        i += 1
+    return small + large[::-1]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One point of the search space (a layout plus the training knobs the planner varies)."""
+
+    gpus: int
+    tp: int
+    pp: int
+    dp: int
+    cp: int
+    ep: int
+    vpp: int
+    micro_batch: int
+    recompute: str
+    zero: int
+    schedule: str
+    sequence_parallel: bool
+
+    def key(self) -> tuple:
+        return tuple(getattr(self, f) for f in KEY_FIELDS)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def label(self) -> str:
+        parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
+        if self.cp > 1:
+            parts.append(f"cp{self.cp}")
+        if self.ep > 1:
+            parts.append(f"ep{self.ep}")
+        if self.vpp > 1:
+            parts.append(f"v{self.vpp}")
+        return " ".join(parts) + f" mb{self.micro_batch} {self.recompute} z{self.zero} {self.schedule}"
+
+
+def _tp_options(model: ModelSpec, cluster: ClusterSpec, gpus: int, lim: SearchLimits) -> list[int]:
+    cap = lim.max_tp or cluster.gpus_per_node
+    out = []
+    for tp in divisors(gpus):
+        if "tp" in lim.fixed:
+            if tp != lim.fixed["tp"]:
+                continue
+        elif tp > cap:
+            continue
+        if model.num_heads % tp or model.kv_heads % tp or model.ffn % tp:
+            continue
+        out.append(tp)
+    return out
+
+
+def _cp_options(seq_len: int, rest: int, lim: SearchLimits) -> list[int]:
+    out = []
+    for cp in divisors(rest):
+        if not lim.allowed("cp", cp):
+            continue
+        if cp > 1 and ("cp" not in lim.fixed) and seq_len // cp < lim.min_tokens_per_cp_rank:
+            continue
+        if cp > 1 and seq_len % (2 * cp):
+            continue
+        out.append(cp)
+    return out
+
+
+def _schedules(pp: int, layers_per_stage: int, lim: SearchLimits) -> Iterator[tuple[str, int]]:
+    """(schedule, vpp) pairs: with one stage the schedule is moot (1f1b stands for it)."""
+    if pp == 1:
+        if lim.allowed("vpp", 1):
+            yield ("1f1b" if "schedule" not in lim.fixed else lim.fixed["schedule"]), 1
+        return
+    for sched in lim.schedules:
+        if not lim.allowed("schedule", sched):
+            continue
+        if sched == "interleaved":
+            for v in divisors(layers_per_stage):
+                if v == 1 or not lim.allowed("vpp", v):
+                    continue
+                if lim.max_vpp is not None and "vpp" not in lim.fixed and v > lim.max_vpp:
+                    continue
+                yield sched, v
+        elif lim.allowed("vpp", 1):
+            yield sched, 1
+
+
+def _zero_options(pp: int, lim: SearchLimits) -> list[int]:
+    # ZeRO-2/3 shard gradients, which pipeline parallelism accumulates across micro-batches; DeepSpeed
+    # refuses the combination ("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism") and
+    # Megatron offers only the distributed optimizer (ZeRO-1) with pp > 1.
+    return [z for z in lim.zero if lim.allowed("zero", z) and (pp == 1 or z <= 1 or "zero" in lim.fixed)]
+
+
+def structural(model: ModelSpec, cluster: ClusterSpec, gpus: int, global_batch: int, seq_len: int,
+               lim: SearchLimits) -> Iterator[tuple[int, int, int, int, int]]:
+    """(tp, cp, pp, dp, ep) splits of ``gpus`` that can possibly be valid (divisibility walked, not guessed)."""
+    for tp in _tp_options(model, cluster, gpus, lim):
+        for cp in _cp_options(seq_len, gpus // tp, lim):
+            for pp in divisors(gpus // (tp * cp)):
+                if not lim.allowed("pp", pp) or model.num_layers % pp:
+                    continue
+                dp = gpus // (tp * cp * pp)
+                if not lim.allowed("dp", dp) or global_batch % dp:
+                    continue
+                eps = [e for e in divisors(model.num_experts) if (dp * cp) % e == 0] if model.is_moe else [1]
+                for ep in eps:
+                    if lim.allowed("ep", ep):
+                        yield tp, cp, pp, dp, ep
+
+
+def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, gpus: int, global_batch: int, seq_len: int,
+                         lim: SearchLimits | None = None) -> Iterator[Candidate]:
+    """Every candidate of the space for one GPU count, before the validity check of ``resolve``."""
+    lim = lim or SearchLimits()
+    for tp, cp, pp, dp, ep in structural(model, cluster, gpus, global_batch, seq_len, lim):
+        per_replica = global_batch // dp
+        sp = bool(lim.fixed.get("sequence_parallel", lim.sequence_parallel and tp > 1))
+        for mb in divisors(per_replica):
+            if not lim.allowed("micro_batch", mb):
+                continue
+            if "micro_batch" not in lim.fixed and mb > lim.max_micro_batch:
+                break
+            n_micro = per_replica // mb
+            for sched, vpp in _schedules(pp, model.num_layers // pp, lim):
+                if sched == "interleaved" and n_micro % pp:
+                    continue
+                for zero in _zero_options(pp, lim):
+                    for rc in lim.recompute:
+                        if lim.allowed("recompute", rc):
+                            yield Candidate(gpus, tp, pp, dp, cp, ep, vpp, mb, rc, zero, sched, sp)
+
+
+def to_scenario(model: ModelSpec, cluster: ClusterSpec, c: Candidate, global_batch: int, seq_len: int,
+                lim: SearchLimits | None = None, name: str | None = None) -> Scenario:
+    """Resolve a candidate into a Scenario; raises SpecError when the specs reject it."""
+    lim = lim or SearchLimits()
+    if cluster.num_gpus != c.gpus:
+        cluster = cluster.with_gpus(c.gpus)
+    layout = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, ep=c.ep, vpp=c.vpp)
+    training = TrainingSpec(
+        seq_len=seq_len, global_batch=global_batch, micro_batch=c.micro_batch, dtype=lim.dtype,
+        recompute=c.recompute, sequence_parallel=c.sequence_parallel, zero=c.zero, schedule=c.schedule,
+        **lim.training_extra,
+    )
+    return resolve(model, cluster, layout, training, name=name or f"{model.name} {c.label()}")
+
+
+def valid_scenarios(model: ModelSpec, cluster: ClusterSpec, gpus: int, global_batch: int, seq_len: int,
+                    lim: SearchLimits | None = None) -> Iterator[tuple[Candidate, Scenario]]:
+    """Candidates that ``resolve`` accepts, with their scenarios."""
+    for c in enumerate_candidates(model, cluster, gpus, global_batch, seq_len, lim):
+        try:
+            yield c, to_scenario(model, cluster, c, global_batch, seq_len, lim)
+        except SpecError:
+            continue
