@@ -132,7 +132,7 @@ def rank_param_shards(scenario, stage: int) -> RankParams:
     m, lay, t = scenario.model, scenario.layout, scenario.training
     _check_stage(stage, lay.pp)
     dense_l, expert_l = _layer_params_rank(m, lay.tp, lay.ep)
-    L = scenario.layers_per_stage
+    L = scenario.layers_on_stage(stage)  # uneven stages: Scenario.stage_layers
     extra = _stage_extra_params(m, lay.tp, lay.pp, stage)
     dense = L * dense_l + extra
     expert = L * expert_l
@@ -180,7 +180,7 @@ _inflight = inflight_microbatches
 def activation_bytes_per_microbatch(scenario, stage: int) -> float:
     """Saved activations of one micro-batch on one rank of ``stage``: its blocks + embedding/head extras."""
     _check_stage(stage, scenario.layout.pp)
-    total = scenario.layers_per_stage * act.layer_activation_bytes(scenario).total
+    total = scenario.layers_on_stage(stage) * act.layer_activation_bytes(scenario).total
     if stage == 0:
         total += act.embedding_activation_bytes(scenario)
     if stage == scenario.layout.pp - 1:

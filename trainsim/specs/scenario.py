@@ -41,11 +41,43 @@ class Scenario(BaseModel):
 
     @property
     def layers_per_stage(self) -> int:
-        return self.model.num_layers // self.layout.pp
+        """Layers of a pipeline stage; with uneven stages (see stage_layers) the largest (a middle stage)."""
+        if self.model.num_layers % self.layout.pp == 0:
+            return self.model.num_layers // self.layout.pp
+        return max(self.layers_on_stage(s) for s in range(self.layout.pp))
 
     @property
     def layers_per_chunk(self) -> int:
-        return self.model.num_layers // (self.layout.pp * self.layout.vpp)
+        """Layers of a model chunk; with uneven stages the largest."""
+        return max(self.stage_layers)
+
+    @property
+    def uneven_stages(self) -> bool:
+        return self.model.num_layers % (self.layout.pp * self.layout.vpp) != 0
+
+    @property
+    def stage_layers(self) -> tuple[int, ...]:
+        """Transformer layers of each virtual pipeline stage (pp·vpp of them; chunk c of stage s is c·pp + s).
+
+        An even split when pp·vpp divides num_layers. Otherwise Megatron's split that counts the embedding
+        and the loss as one layer each (--account-for-embedding-in-pipeline-split and ...-loss-...): the
+        first and the last virtual stage get one layer fewer. Llama 3 405B trained this way: 126 layers on
+        16 stages, "one Transformer layer fewer on the first and the last stages" (Llama 3 paper, 3.3.2).
+        """
+        n = self.layout.pp * self.layout.vpp
+        L = self.model.num_layers
+        if L % n == 0:
+            return (L // n,) * n
+        per = (L + 2) // n
+        out = [per] * n
+        out[0] -= 1
+        out[-1] -= 1
+        return tuple(out)
+
+    def layers_on_stage(self, stage: int) -> int:
+        """Transformer layers held by pipeline stage ``stage`` (all of its chunks)."""
+        pp = self.layout.pp
+        return sum(self.stage_layers[c * pp + stage] for c in range(self.layout.vpp))
 
 
 def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: TrainingSpec,
@@ -69,10 +101,12 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
         raise SpecError("layout.tp", f"tp={tp} does not divide num_kv_heads={m.kv_heads}")
     if m.ffn % tp or (m.is_moe and m.expert_ffn % tp):
         raise SpecError("layout.tp", f"tp={tp} does not divide ffn_hidden={m.ffn}")
-    if m.num_layers % (pp * vpp):
+    if m.num_layers % (pp * vpp) and (pp == 1 or (m.num_layers + 2) % (pp * vpp) or m.num_layers + 2 < 2 * pp * vpp):
+        # Uneven stages only as Megatron's embedding/loss-as-a-layer split (see Scenario.stage_layers).
         raise SpecError(
             "layout.pp",
-            f"pp*vpp = {pp}*{vpp} does not divide num_layers={m.num_layers} (uneven stages are not supported)",
+            f"pp*vpp = {pp}*{vpp} divides neither num_layers={m.num_layers} nor num_layers+2 "
+            f"(the uneven split that counts embedding and loss as layers)",
         )
     if vpp > 1 and t.schedule != "interleaved":
         raise SpecError("layout.vpp", f"vpp={vpp} needs schedule=interleaved (got {t.schedule})")
