@@ -9,9 +9,9 @@ flash attention, no-dropout and any element size ``e``:
   masks (1 byte per element, as on CUDA) ``2·T·h``;
 * TP-sharded: q, k, v (``(a + 2·kv)·d`` per token; the unfused path expands k, v to ``a`` heads and saves
   them over all ``s`` keys), the attention output (out-projection input) ``a·d``, the MLP inner
-  activations (GeLU: fc1 output and GeLU output ``2·f``; SwiGLU in eager autograd: gate, up, silu(gate),
-  product ``4·f`` — Megatron's fused SwiGLU saves 3·f, not modelled), MoE: dispatched tokens ``k·h``,
-  experts' inner ``k·(2|4)·fe``, expert outputs for the weighted combine ``k·h``;
+  activations (GeLU: fc1 output and GeLU output ``2·f``; SwiGLU: ``3·f`` with Megatron's fused kernel
+  (gate|up and product), ``4·f`` in eager autograd (gate, up, silu(gate), product)), MoE: dispatched tokens
+  ``k·h``, experts' inner ``k·(2|3|4)·fe``, expert outputs for the weighted combine ``k·h``;
 * attention core, unfused only: softmax output ``e·a·sq·sk``, with dropout its 1-byte mask and output;
 * small terms (``ActivationBytes.small``): norm statistics in fp32 (LayerNorm mean + rstd, RMSNorm rstd),
   flash attention's fp32 logsumexp ``4·b·a·sq``, MoE router probabilities (fp32) and top-k indices.
@@ -21,7 +21,10 @@ attention keeps only the local q, k, v, o; received k/v chunks are re-sent in ba
 Recompute: ``selective`` drops the attention core (softmax/dropout terms and the logsumexp; q, k, v and
 the output stay); ``full`` keeps only the block input ``e·T·h`` (``/tp`` with SP, the input is sharded).
 
-For a dropout-free GPT block with LayerNorm, SDPA and GeLU this is exactly what torch saves
+``impl`` selects the kernels: ``"fused"`` (default; Megatron/TE: fused norms and SwiGLU) or ``"eager"``
+(plain torch autograd, the executor's model in trainsim/kernels/torch_model.py: RMSNorm in fp32 saving
+its normalised tensor, SwiGLU 4·f, a copy of the attention output after RoPE, per-layer RoPE tables).
+For a dropout-free GPT block with LayerNorm, SDPA and GeLU both agree and this is exactly what torch saves
 (``saved_tensors_hooks`` deduplicated by storage): ``16·e·s·b·h`` + LayerNorm stats ``2·8·b·s`` +
 logsumexp ``4·b·a·s`` (/shared/notes/torch-distributed-on-cpu.md).
 """
@@ -49,20 +52,49 @@ class ActivationBytes:
         return self.main + self.small
 
 
-def _mlp_inner(shp: LayerShape, ffn: int) -> int:
-    return (4 if shp.gated else 2) * ffn
+def _mlp_inner(shp: LayerShape, ffn: int, impl: str = "fused") -> int:
+    """Inner MLP elements saved per token: GeLU 2·f (fc1 out, GeLU out); SwiGLU fused 3·f (gate|up, product),
+    eager 4·f (gate, up, silu(gate), product)."""
+    if shp.gated:
+        return (4 if impl == "eager" else 3) * ffn
+    return 2 * ffn
+
+
+IMPLS = ("fused", "eager")
+
+
+def _check_impl(impl: str) -> None:
+    if impl not in IMPLS:
+        from trainsim.specs.errors import SpecError
+        raise SpecError("impl", f"must be one of {', '.join(IMPLS)}, got {impl!r}")
+
+
+def _norm_bytes(shp: LayerShape, n_tok: float, impl: str) -> tuple[float, float]:
+    """(main, small) bytes one norm saves beyond its output: its input and statistics.
+
+    Fused kernels (LayerNorm everywhere; Apex/TE RMSNorm) save the input (``e``) and fp32 statistics.
+    Eager ``nn.RMSNorm`` computes in fp32 and saves the fp32 input and the fp32 normalised tensor
+    (before the weight) besides rstd: ``8·h`` bytes per token instead of ``e·h``.
+    """
+    e, h = shp.e, shp.h
+    if shp.norm == "layernorm":
+        return e * n_tok * h, 2 * STAT_BYTES * n_tok
+    if impl == "eager":
+        return 2 * STAT_BYTES * n_tok * h, STAT_BYTES * n_tok
+    return e * n_tok * h, STAT_BYTES * n_tok
 
 
 @lru_cache(maxsize=8192)
-def _layer(shp: LayerShape) -> ActivationBytes:
+def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
     e, h, t, r = shp.e, shp.h, shp.tp, shp.sp_div
     b, T = shp.b, shp.tokens
-    stats_per_tok = STAT_BYTES * (2 if shp.norm == "layernorm" else 1)
     if shp.recompute == "full":
         return ActivationBytes(main=e * T * h / r, small=0.0)
 
-    seq = 4 * e * T * h / r + (2 * MASK_BYTES * T * h / r if shp.dropout else 0.0)
-    small = 2 * stats_per_tok * T / r
+    norm_main, norm_small = _norm_bytes(shp, T / r, impl)
+    # Two norms: each saves its input (+ stats); each output is the next GEMM's saved input.
+    seq = 2 * norm_main + 2 * e * T * h / r + (2 * MASK_BYTES * T * h / r if shp.dropout else 0.0)
+    small = 2 * norm_small
 
     heads = shp.a // t
     sq, sk = shp.s // shp.cp, shp.s
@@ -79,14 +111,21 @@ def _layer(shp: LayerShape) -> ActivationBytes:
         core = e * probs + ((MASK_BYTES + e) * probs if shp.dropout else 0.0)
         if shp.recompute == "selective":
             core = 0.0
+    if impl == "eager" and shp.rope:
+        # RoPE by torch.cat leaves q in (b, a, s, d) order, so the attention output's transpose back to
+        # (b, s, a·d) is a copy the out-projection saves (besides the output SDPA saves, unless the core
+        # is checkpointed); cos/sin tables are saved per layer.
+        if shp.recompute != "selective":
+            attn += e * T * qd
+        small += (2 if e == STAT_BYTES else 4) * sq * (shp.d // 2) * e
 
     if shp.is_moe:
         k = shp.top_k
         routed = T * k
-        mlp = e * routed * h + e * routed * _mlp_inner(shp, shp.fe) / t + e * routed * h
+        mlp = e * routed * h + e * routed * _mlp_inner(shp, shp.fe, impl) / t + e * routed * h
         small += STAT_BYTES * (T / r) * shp.experts + 8 * (T / r) * k
     else:
-        mlp = e * T * _mlp_inner(shp, shp.f) / t
+        mlp = e * T * _mlp_inner(shp, shp.f, impl) / t
     return ActivationBytes(main=seq + attn + core + mlp, small=small)
 
 
@@ -94,18 +133,23 @@ def _shape(x) -> LayerShape:
     return x if isinstance(x, LayerShape) else layer_shape(x)
 
 
-def layer_activation_bytes(scenario) -> ActivationBytes:
-    """Saved activations of one block per micro-batch on one rank (Scenario or LayerShape)."""
-    return _layer(_shape(scenario))
+def layer_activation_bytes(scenario, impl: str = "fused") -> ActivationBytes:
+    """Saved activations of one block per micro-batch on one rank (Scenario or LayerShape).
+
+    ``impl="fused"``: Megatron/TE-style kernels (fused norms, fused SwiGLU); ``"eager"``: plain torch
+    autograd as the executor's model (trainsim/kernels/torch_model.py) runs it.
+    """
+    _check_impl(impl)
+    return _layer(_shape(scenario), impl)
 
 
 @lru_cache(maxsize=8192)
-def _no_recompute(shp: LayerShape) -> ActivationBytes:
+def _no_recompute(shp: LayerShape, impl: str) -> ActivationBytes:
     from dataclasses import replace
-    return _layer(replace(shp, recompute="none"))
+    return _layer(replace(shp, recompute="none"), impl)
 
 
-def recompute_working_bytes(scenario) -> float:
+def recompute_working_bytes(scenario, impl: str = "fused") -> float:
     """Transient bytes while one block is recomputed and back-propagated (on top of the saved ones).
 
     full: that block's whole activation set lives during its backward; selective: the recomputed attention
@@ -113,31 +157,33 @@ def recompute_working_bytes(scenario) -> float:
     """
     shp = _shape(scenario)
     if shp.recompute == "full":
-        return _no_recompute(shp).total
+        return _no_recompute(shp, impl).total
     if shp.recompute == "selective":
-        return _no_recompute(shp).total - _layer(shp).total
+        return _no_recompute(shp, impl).total - _layer(shp, impl).total
     return 0.0
 
 
 def embedding_activation_bytes(scenario) -> float:
-    """First stage, per micro-batch: token ids (int64) kept for the embedding backward, + dropout mask."""
+    """First stage, per micro-batch: token ids (and position ids, int64) for the embedding backward, + dropout mask."""
     shp = _shape(scenario)
     T = shp.tokens
     mask = MASK_BYTES * T * shp.h / shp.sp_div if shp.dropout else 0.0
-    return 8.0 * T + mask
+    learned = getattr(getattr(scenario, "model", None), "position_embedding", "rope") == "learned"
+    return 8.0 * T + (8.0 * shp.s / shp.cp if learned else 0.0) + mask
 
 
-def head_activation_bytes(scenario) -> float:
-    """Last stage, per micro-batch: final norm input/output (+ stats), fp32 softmax of the loss, targets.
+def head_activation_bytes(scenario, impl: str = "fused") -> float:
+    """Last stage, per micro-batch: final norm input (+ stats) and output, fp32 softmax of the loss, targets.
 
     The output layer saves its (SP-sharded) input; vocab-parallel cross-entropy keeps fp32 probabilities
     ``4·T·V/tp`` for its backward, as Korthikanti's ``4·sbv/t`` term; the integer targets ``8·T``.
     """
+    _check_impl(impl)
     shp = _shape(scenario)
     T, r = shp.tokens, shp.sp_div
-    stats = STAT_BYTES * (2 if shp.norm == "layernorm" else 1) * T / r
+    norm_main, norm_small = _norm_bytes(shp, T / r, impl)
     v_local = -(-shp.vocab // shp.tp)
-    return 2 * shp.e * T * shp.h / r + stats + STAT_BYTES * T * v_local + 8.0 * T
+    return norm_main + norm_small + shp.e * T * shp.h / r + STAT_BYTES * T * v_local + 8.0 * T
 
 
 def logits_workspace_bytes(scenario) -> float:

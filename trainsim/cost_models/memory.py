@@ -177,14 +177,17 @@ def inflight_microbatches(schedule: str, pp: int, m: int, stage: int, vpp: int =
 _inflight = inflight_microbatches
 
 
-def activation_bytes_per_microbatch(scenario, stage: int) -> float:
-    """Saved activations of one micro-batch on one rank of ``stage``: its blocks + embedding/head extras."""
+def activation_bytes_per_microbatch(scenario, stage: int, impl: str = "fused") -> float:
+    """Saved activations of one micro-batch on one rank of ``stage``: its blocks + embedding/head extras.
+
+    ``impl``: ``"fused"`` (Megatron/TE kernels) or ``"eager"`` (plain torch autograd, as the executor runs).
+    """
     _check_stage(stage, scenario.layout.pp)
-    total = scenario.layers_on_stage(stage) * act.layer_activation_bytes(scenario).total
+    total = scenario.layers_on_stage(stage) * act.layer_activation_bytes(scenario, impl).total
     if stage == 0:
         total += act.embedding_activation_bytes(scenario)
     if stage == scenario.layout.pp - 1:
-        total += act.head_activation_bytes(scenario)
+        total += act.head_activation_bytes(scenario, impl)
     return total
 
 
@@ -193,8 +196,13 @@ def runtime_reserve_bytes(gpu) -> float:
     return RUNTIME_RESERVE_BYTES if getattr(gpu, "num_sms", None) is not None else CPU_RUNTIME_RESERVE_BYTES
 
 
-def stage_memory(scenario, stage: int, inflight_microbatches: float | None = None) -> StageMemory:
-    """Peak device bytes per component on one GPU of pipeline ``stage`` (plus host bytes and PCIe traffic)."""
+def stage_memory(scenario, stage: int, inflight_microbatches: float | None = None,
+                 impl: str = "fused") -> StageMemory:
+    """Peak device bytes per component on one GPU of pipeline ``stage`` (plus host bytes and PCIe traffic).
+
+    ``inflight_microbatches`` overrides the schedule's count (the engine's memory timeline knows better);
+    ``impl`` as in ``activation_bytes_per_microbatch``.
+    """
     m, lay, t = scenario.model, scenario.layout, scenario.training
     pp = lay.pp
     rp = rank_param_shards(scenario, stage)
@@ -218,8 +226,8 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
         h2d += 2 * n_micro * weights             # gathered for every forward and backward
         weights = 0.0
 
-    per_mb = activation_bytes_per_microbatch(scenario, stage)
-    working = act.recompute_working_bytes(scenario)
+    per_mb = activation_bytes_per_microbatch(scenario, stage, impl)
+    working = act.recompute_working_bytes(scenario, impl)
     activations = inflight_microbatches * per_mb + working
 
     details: dict[str, float] = {
