@@ -1,0 +1,129 @@
+"""NCCL's own cost-model constants (latencies, protocol efficiencies) and the pipeline-fill term.
+
+Sources (all public NVIDIA code/statements; none is fitted to a measured curve):
+
+* Latencies: NCCL ``src/graph/tuning.cc`` (NVIDIA/nccl commit b6475625, the 2.19 line): per-call base
+  latency ``baseLat[algo][proto]`` plus per-step hardware latency ``hwLat[NVLINK|PCI|NET][algo][proto]``
+  in µs; ring: ``base + (nsteps - nInterSteps)·intra + nInterSteps·inter``; tree:
+  ``base + 2·((ppn-1)·intra + log2(nNodes)·inter)``; NVLS: ``hwLat[NVLINK][NVLS]`` (+ NET for multi-node).
+  Multi-node ring Simple all-reduce latency ×1.4 (NCCL's "plateau effect of ring", Ampere and later),
+  and a 1 µs (×3 for Simple) network-post overhead floor per intra step (``getNetOverhead``).
+* Protocol efficiency on top of link bandwidth: Simple 1.0; LL128 0.92 (120 B payload of each 128 B
+  line, NCCL's ``0.92``; 0.7 with < 2 GPUs per node); LL 0.5 (4 B flag per 4 B data, NCCL maintainer:
+  "LL maximum bandwidth 50% of the peak", NVIDIA/nccl#281) capped by ``llMaxBws`` (GB/s: single node by
+  GPU generation Volta 39 / Ampere 87.7 / Hopper 141 / Blackwell 282; 2 nodes 39, more 20.4); tree ×0.92
+  (LL ÷3.8, LL128 ×120/128 multi-node, ×7/9 single node). LL128 is used only over NVLink (and across
+  nodes from Hopper on), as NCCL enables it.
+* Pipeline fill: before a collective streams at its steady rate, NCCL's staging buffers fill once
+  (sender and receiver side). We charge ``2 × buffer`` bytes at the bottleneck rate, with NCCL's default
+  buffer per protocol: Simple NCCL_BUFFSIZE = 4 MiB; LL128 = 120 elems × 640 threads × 8 steps × 8 B;
+  LL = 8 lines × 512 threads × 8 steps × 16 B; point-to-point chunks NCCL_P2P_NVL_CHUNKSIZE 512 KiB /
+  NCCL_P2P_NET_CHUNKSIZE 128 KiB. This one term (same constant for every GPU) is what makes the
+  medium-size part of the nccl-tests curves agree (see tests/test_collectives_agreement.py).
+
+Latency scaling: the cluster's ``scale_up.latency_s`` and ``scale_out.latency_s`` scale NCCL's
+intra-node and network hwLat tables relative to the preset defaults (3 µs and 5 µs), so a preset uses
+NCCL's numbers as they are and a custom fabric with slower switches is slower in proportion.
+"""
+
+from __future__ import annotations
+
+import math
+
+US = 1e-6
+PROTOCOLS = ("LL", "LL128", "Simple")
+
+BASE_LAT_US = {
+    "tree": {"LL": 6.8, "LL128": 14.0, "Simple": 0.0},
+    "ring": {"LL": 6.6, "LL128": 14.0, "Simple": 8.4},
+    "nvls": {"LL": 0.0, "LL128": 0.0, "Simple": 0.0},
+}
+HW_LAT_US = {
+    "nvlink": {"tree": {"LL": 0.6, "LL128": 1.25, "Simple": 28.0},
+               "ring": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4},
+               "nvls": {"Simple": 23.0}},
+    "pci": {"tree": {"LL": 1.0, "LL128": 1.9, "Simple": 28.0},
+            "ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7},
+            "nvls": {"Simple": 0.0}},
+    "net": {"tree": {"LL": 5.0, "LL128": 8.5, "Simple": 28.0},
+            "ring": {"LL": 2.7, "LL128": 4.0, "Simple": 14.0},
+            "nvls": {"Simple": 18.0}},
+}
+REF_SCALE_UP_LATENCY_S = 3.0e-6   # preset default the hwLat tables correspond to
+REF_NET_LATENCY_S = 5.0e-6
+NET_OVERHEAD_US = 1.0             # per network post (NCCL getNetOverhead, Intel/other CPUs)
+RING_PLATEAU = 1.4                # multi-node ring Simple all-reduce latency multiplier (Ampere+)
+
+LL128_EFF = 0.92
+LL128_EFF_1PPN = 0.7
+LL_EFF = 0.5
+TREE_EFF = 0.92
+TREE_LL_DIV = 3.8
+LL_MAX_BUSBW_Bps = {"volta": 39.0e9, "ampere": 87.7e9, "hopper": 141.0e9, "blackwell": 282.0e9,
+                    "cdna": 87.7e9, "other": 87.7e9}
+LL_MAX_BUSBW_2NODES_Bps = 39.0e9
+LL_MAX_BUSBW_NNODES_Bps = 20.4e9
+
+NCCL_BUFFSIZE = 4 * 2**20
+BUFFER_BYTES = {"Simple": NCCL_BUFFSIZE, "LL128": 120 * 640 * 8 * 8, "LL": 8 * 512 * 8 * 16}
+FILL_BUFFERS = 2                  # sender + receiver staging buffers
+P2P_CHUNK_NVL = 512 * 2**10
+P2P_CHUNK_NET = 128 * 2**10
+
+
+def fill_bytes(protocol: str) -> float:
+    """Bytes charged once at the bottleneck rate for pipeline fill (2 × the protocol's NCCL buffer)."""
+    return FILL_BUFFERS * BUFFER_BYTES[protocol]
+
+
+def intra_hw(scale_up_kind: str) -> str:
+    return "pci" if scale_up_kind == "pcie" else "nvlink"
+
+
+def hw_lat_s(hw: str, algo: str, protocol: str, intra_latency_s: float, net_latency_s: float) -> float:
+    """NCCL's per-step hardware latency, scaled by the cluster's latency relative to the preset default."""
+    base = HW_LAT_US[hw][algo].get(protocol, 0.0) * US
+    if hw == "net":
+        return base * (net_latency_s / REF_NET_LATENCY_S)
+    return base * (intra_latency_s / REF_SCALE_UP_LATENCY_S)
+
+
+def base_lat_s(algo: str, protocol: str) -> float:
+    return BASE_LAT_US[algo][protocol] * US
+
+
+def ll128_enabled(scale_up_kind: str, arch: str, multi_node: bool) -> bool:
+    """NCCL enables LL128 over NVLink only, and across nodes only from Hopper on."""
+    if scale_up_kind not in ("nvswitch", "nvlink"):
+        return False
+    if arch not in ("volta", "ampere", "hopper", "blackwell"):
+        return False
+    return not multi_node or arch in ("hopper", "blackwell")
+
+
+def ll_max_Bps(arch: str, nodes: int) -> float:
+    if nodes <= 1:
+        return LL_MAX_BUSBW_Bps.get(arch, LL_MAX_BUSBW_Bps["other"])
+    return LL_MAX_BUSBW_2NODES_Bps if nodes == 2 else LL_MAX_BUSBW_NNODES_Bps
+
+
+def ring_protocol_Bps(bus_Bps: float, protocol: str, arch: str, nodes: int, ppn: int) -> float:
+    """The ring's bus rate under a protocol (NCCL tuning.cc refinements)."""
+    if protocol == "Simple":
+        return bus_Bps
+    if protocol == "LL128":
+        return bus_Bps * (LL128_EFF_1PPN if (nodes > 1 and ppn < 2) else LL128_EFF)
+    return min(bus_Bps * LL_EFF, ll_max_Bps(arch, nodes))
+
+
+def tree_protocol_Bps(bus_Bps: float, protocol: str, arch: str, nodes: int) -> float:
+    b = bus_Bps * TREE_EFF
+    if protocol == "LL":
+        return min(b / TREE_LL_DIV, ll_max_Bps(arch, nodes))
+    if protocol == "LL128":
+        return b * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0)
+    return b
+
+
+def log2i(n: int) -> int:
+    return int(math.floor(math.log2(n))) if n >= 1 else 0

@@ -1,0 +1,154 @@
+"""Rank placement: which GPUs form each tp/cp/ep/dp/pp group of a layout, and the shape of those groups.
+
+Ranks are GPU ids (node-major: GPU g sits on node g // gpus_per_node). A rank's coordinates are a
+mixed-radix number in the order of ``Layout.placement``, innermost first (default tp, cp, ep, dp, pp):
+with the default, TP peers are consecutive GPUs (inside a node), then CP, then DP, and pipeline stages
+are the outermost, farthest-apart blocks.
+
+Expert parallelism does not multiply the GPU count (Megatron carves EP out of the dp·cp ranks): the
+dp dimension is split into an EP part of size gcd(ep, dp) placed at ep's position in the order, and
+the rest placed at dp's position; if ep > gcd(ep, dp), the remaining factor comes from cp (inner part).
+So the EP group is a subset of the DP (×CP) ranks, as in Megatron-Core.
+
+`place(scenario).group("dp")` gives the GroupShape of the DP group containing rank 0 (all groups of a
+dimension have the same shape in these regular placements); `group_ranks` lists its members.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import product
+
+from trainsim.specs import ClusterSpec, Layout, Scenario, SpecError
+
+from .fabric import Fabric
+from .shape import GroupShape
+
+DIMS = ("tp", "cp", "ep", "dp", "pp")
+
+
+@dataclass(frozen=True)
+class _Atom:
+    name: str
+    size: int
+    dims: frozenset[str]  # the parallel dimensions whose groups vary this atom
+    stride: int
+
+
+class Placement:
+    """The rank layout of a (cluster, layout) pair. Cheap queries, O(group size) each, cached."""
+
+    def __init__(self, cluster: ClusterSpec, layout: Layout):
+        dp = layout.dp if layout.dp is not None else cluster.num_gpus // (layout.tp * layout.cp * layout.pp)
+        tp, cp, pp, ep = layout.tp, layout.cp, layout.pp, layout.ep
+        if tp * cp * pp * dp != cluster.num_gpus:
+            raise SpecError("layout", f"tp*cp*pp*dp = {tp * cp * pp * dp} but the cluster has {cluster.num_gpus} GPUs")
+        ep_dp = math.gcd(ep, dp)
+        ep_cp = ep // ep_dp
+        if cp % ep_cp:
+            raise SpecError("layout.ep", f"ep={ep} must divide dp*cp = {dp * cp}")
+        parts = {
+            "tp": [("tp", tp, {"tp"})],
+            "cp": [("cp_e", ep_cp, {"cp", "ep"}), ("cp_r", cp // ep_cp, {"cp"})],
+            "ep": [("ep", ep_dp, {"ep", "dp"})],
+            "dp": [("dp_r", dp // ep_dp, {"dp"})],
+            "pp": [("pp", pp, {"pp"})],
+        }
+        atoms: list[_Atom] = []
+        stride = 1
+        for dim in layout.placement:
+            for name, size, dims in parts[dim]:
+                atoms.append(_Atom(name, size, frozenset(dims), stride))
+                stride *= size
+        self.cluster = cluster
+        self.layout = layout
+        self.fabric = Fabric.of(cluster)
+        self.sizes = {"tp": tp, "cp": cp, "ep": ep, "dp": dp, "pp": pp}
+        self._atoms = tuple(atoms)
+        self._by_name = {a.name: a for a in atoms}
+
+    # ---- coordinates -------------------------------------------------------------------------
+    def coords(self, rank: int) -> dict[str, int]:
+        """Index of ``rank`` along tp, cp, ep, dp (index within its DP group) and pp."""
+        self._check(rank)
+        a = {x.name: (rank // x.stride) % x.size for x in self._atoms}
+        b = self._by_name
+        return {
+            "tp": a["tp"],
+            "cp": a["cp_e"] + b["cp_e"].size * a["cp_r"],
+            "ep": a["ep"] + b["ep"].size * a["cp_e"],
+            "dp": a["ep"] + b["ep"].size * a["dp_r"],
+            "pp": a["pp"],
+        }
+
+    def stage_of(self, rank: int) -> int:
+        return self.coords(rank)["pp"]
+
+    def group_ranks(self, dim: str, rank: int = 0) -> list[int]:
+        """Members of the ``dim`` group that contains ``rank``, in group order."""
+        if dim not in DIMS:
+            raise SpecError("group", f"unknown parallel dimension {dim!r} (known: {', '.join(DIMS)})")
+        self._check(rank)
+        varying = [x for x in self._atoms if dim in x.dims and x.size > 1]
+        base = rank
+        for x in varying:
+            base -= ((rank // x.stride) % x.size) * x.stride
+        out = []
+        for idx in product(*(range(x.size) for x in reversed(varying))):
+            out.append(base + sum(i * x.stride for i, x in zip(idx, reversed(varying))))
+        return sorted(out)
+
+    def group(self, dim: str, rank: int = 0) -> GroupShape:
+        """The GroupShape of the ``dim`` group containing ``rank``."""
+        return _shape_cached(self.fabric, tuple(self.group_ranks(dim, rank)))
+
+    def groups(self) -> dict[str, GroupShape]:
+        """Shapes of the tp, cp, ep, dp and pp groups containing rank 0."""
+        return {d: self.group(d) for d in DIMS}
+
+    def pp_peer(self, rank: int = 0, step: int = 1) -> int | None:
+        """The rank holding the same tp/cp/dp position ``step`` stages later (None past the last stage)."""
+        stage = self.stage_of(rank) + step
+        if not 0 <= stage < self.sizes["pp"]:
+            return None
+        return rank + step * self._by_name["pp"].stride
+
+    def p2p(self, src: int, dst: int) -> GroupShape:
+        """The shape of a point-to-point pair (e.g. adjacent pipeline stages)."""
+        self._check(src)
+        self._check(dst)
+        return _shape_cached(self.fabric, (min(src, dst), max(src, dst)))
+
+    def pp_p2p(self, stage: int = 0) -> GroupShape:
+        """Shape of the send/recv pair between pipeline stage ``stage`` and ``stage + 1`` (rank-0's column)."""
+        src = stage * self._by_name["pp"].stride
+        dst = self.pp_peer(src)
+        if dst is None:
+            raise SpecError("stage", f"stage {stage} has no next stage (pp={self.sizes['pp']})")
+        return self.p2p(src, dst)
+
+    def _check(self, rank: int) -> None:
+        if not 0 <= rank < self.cluster.num_gpus:
+            raise SpecError("rank", f"rank {rank} is outside 0..{self.cluster.num_gpus - 1}")
+
+
+@lru_cache(maxsize=4096)
+def _shape_cached(fabric: Fabric, ranks: tuple[int, ...]) -> GroupShape:
+    return GroupShape.of_ranks(ranks, fabric)
+
+
+@lru_cache(maxsize=256)
+def _placement_cached(cluster_json: str, layout_json: str) -> Placement:
+    return Placement(ClusterSpec.model_validate_json(cluster_json), Layout.model_validate_json(layout_json))
+
+
+def place(scenario: Scenario | None = None, *, cluster: ClusterSpec | None = None,
+          layout: Layout | None = None) -> Placement:
+    """The Placement of a scenario (or of a cluster + layout), cached."""
+    if scenario is not None:
+        cluster, layout = scenario.cluster, scenario.layout
+    if cluster is None or layout is None:
+        raise SpecError("placement", "needs a scenario, or both cluster and layout")
+    return _placement_cached(cluster.model_dump_json(), layout.model_dump_json())
