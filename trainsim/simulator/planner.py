@@ -153,14 +153,14 @@ def _predict(scn: Scenario, fast: bool, profile_path: str | None):
 def peak_memory_bytes(scn: Scenario) -> float:
     """Peak bytes per GPU from the memory cost model (no timing work): the cheap first filter.
 
-    Only the first and last stages are evaluated: with uniform layers every schedule keeps the most
-    micro-batches in flight on stage 0 (p - s for 1F1B/ZB, all m for GPipe), and only the end stages
-    hold the embedding or the output layer and logits, so the peak over stages is at one of them
+    Only stages 0, 1 and p-1 are evaluated: every schedule keeps the most micro-batches in flight on the
+    earliest stages (p - s for 1F1B/ZB, Megatron's warm-up count for interleaving, all m for GPipe), the
+    middle stages hold identical layers (the uneven split trims only the end stages), and only the end
+    stages hold the embedding or the output layer and logits; so the peak over stages is at one of them
     (tests/test_planner.py checks this against ``memory.peak_bytes``)."""
     from trainsim.cost_models import memory
-    last = scn.layout.pp - 1
-    first = memory.stage_memory(scn, 0).total
-    return float(first if last == 0 else max(first, memory.stage_memory(scn, last).total))
+    pp = scn.layout.pp
+    return float(max(memory.stage_memory(scn, s).total for s in sorted({0, min(1, pp - 1), pp - 1})))
 
 
 def _row(c: Candidate, pred, source: str) -> PlanRow:

@@ -121,7 +121,21 @@ def _cp_options(seq_len: int, rest: int, lim: SearchLimits) -> list[int]:
     return out
 
 
-def _schedules(pp: int, layers_per_stage: int, lim: SearchLimits) -> Iterator[tuple[str, int]]:
+def splits(num_layers: int, stages: int) -> bool:
+    """Whether ``num_layers`` can be cut into ``stages`` virtual stages: evenly, or as Megatron's split that
+    counts the embedding and the loss as one layer each (first and last stage one layer fewer)."""
+    if num_layers % stages == 0:
+        return True
+    return stages > 1 and (num_layers + 2) % stages == 0 and num_layers + 2 >= 2 * stages
+
+
+def _vpp_options(num_layers: int, pp: int) -> list[int]:
+    """Chunks per pipeline rank (> 1) for which pp * vpp virtual stages split the layers."""
+    opts = {d // pp for n in (num_layers, num_layers + 2) for d in divisors(n) if d % pp == 0 and d > pp}
+    return sorted(v for v in opts if splits(num_layers, pp * v))
+
+
+def _schedules(pp: int, num_layers: int, lim: SearchLimits) -> Iterator[tuple[str, int]]:
     """(schedule, vpp) pairs: with one stage the schedule is moot (1f1b stands for it)."""
     if pp == 1:
         if lim.allowed("vpp", 1):
@@ -131,8 +145,8 @@ def _schedules(pp: int, layers_per_stage: int, lim: SearchLimits) -> Iterator[tu
         if not lim.allowed("schedule", sched):
             continue
         if sched == "interleaved":
-            for v in divisors(layers_per_stage):
-                if v == 1 or not lim.allowed("vpp", v):
+            for v in _vpp_options(num_layers, pp):
+                if not lim.allowed("vpp", v):
                     continue
                 if lim.max_vpp is not None and "vpp" not in lim.fixed and v > lim.max_vpp:
                     continue
@@ -154,7 +168,7 @@ def structural(model: ModelSpec, cluster: ClusterSpec, gpus: int, global_batch: 
     for tp in _tp_options(model, cluster, gpus, lim):
         for cp in _cp_options(seq_len, gpus // tp, lim):
             for pp in divisors(gpus // (tp * cp)):
-                if not lim.allowed("pp", pp) or model.num_layers % pp:
+                if not lim.allowed("pp", pp) or not splits(model.num_layers, pp):
                     continue
                 dp = gpus // (tp * cp * pp)
                 if not lim.allowed("dp", dp) or global_batch % dp:
@@ -178,7 +192,7 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, gpus: int, glob
             if "micro_batch" not in lim.fixed and mb > lim.max_micro_batch:
                 break
             n_micro = per_replica // mb
-            for sched, vpp in _schedules(pp, model.num_layers // pp, lim):
+            for sched, vpp in _schedules(pp, model.num_layers, lim):
                 if sched == "interleaved" and n_micro % pp:
                     continue
                 for zero in _zero_options(pp, lim):
