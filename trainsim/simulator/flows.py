@@ -14,43 +14,22 @@ from collections.abc import Callable, Iterable
 
 import simpy
 
-from .costtable import Transfer
+from trainsim.cost_models.contention import Flow, max_min_rates
 
-_EPS = 1e-12
+from .costtable import Transfer
 
 
 def max_min_unit_rates(flow_links: dict[int, tuple[str, ...]]) -> dict[int, float]:
-    """Max-min fair rates of flows on unit-capacity links, each flow capped at 1 (progressive filling)."""
-    rates = {f: 0.0 for f in flow_links}
-    active = set(flow_links)
-    cap: dict[str, float] = {}
-    users: dict[str, set[int]] = defaultdict(set)
-    for f, links in flow_links.items():
-        for link in links:
-            cap[link] = 1.0
-            users[link].add(f)
-    level = 0.0
-    while active:
-        inc = 1.0 - level
-        for link, us in users.items():
-            if us:
-                inc = min(inc, cap[link] / len(us))
-        level += inc
-        for link, us in users.items():
-            if us:
-                cap[link] -= inc * len(us)
-        frozen = set(active) if level >= 1.0 - _EPS else set()
-        for link, us in users.items():
-            if us and cap[link] <= _EPS:
-                frozen |= us
-        if not frozen:  # numerical safety: cannot happen with exact arithmetic
-            frozen = set(active)
-        for f in frozen:
-            rates[f] = level
-        active -= frozen
-        for us in users.values():
-            us -= frozen
-    return rates
+    """Max-min fair rates of flows on unit-capacity links, each flow capped at 1 (progressive filling,
+    `trainsim.cost_models.contention.max_min_rates`)."""
+    ids = list(flow_links)
+    flows = [Flow(path=tuple(flow_links[f]), max_rate_Bps=1.0) for f in ids]
+    rates = max_min_rates(flows, _unit_capacity)
+    return dict(zip(ids, rates))
+
+
+def _unit_capacity(_link) -> float:
+    return 1.0
 
 
 class _Flow:

@@ -48,6 +48,8 @@ class Prediction:
     scenario: str = ""
     warnings: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
+    # Monte Carlo summary when jitter/stragglers were requested (step_time_p50_s, step_time_p99_s, ...).
+    variability: dict[str, Any] = field(default_factory=dict)
 
     @property
     def fits(self) -> bool:
@@ -79,4 +81,7 @@ class Prediction:
             "breakdown_s": dict(self.breakdown_s),
             "warnings": list(self.warnings),
             **({"extra": self.extra} if self.extra else {}),
+            **({"step_time_p50_s": self.variability["step_time_p50_s"],
+                "step_time_p99_s": self.variability["step_time_p99_s"],
+                "variability": dict(self.variability)} if self.variability else {}),
         }

@@ -1,0 +1,273 @@
+"""Build the engine's CostTable from a Scenario: the one place the simulator touches cost models and topologies.
+
+What goes where (choices documented here, once):
+
+* Compute: `cost_models.compute.layer_times` per block × the chunk's layers; the embedding is added to the
+  first virtual stage, final norm + logits + loss to the last (Megatron). Uneven stages follow
+  `Scenario.stage_layers`.
+* TP: per block 2 all-reduces forward and 2 backward (Megatron column/row-parallel pairs, SC21 Sec. 3.2,
+  formulas.csv tp_comm_sc21), or with sequence parallelism 2 all-gathers + 2 reduce-scatters each way
+  (Korthikanti Sec. 4.2.2); full recompute re-runs the forward's collectives before backward. They are
+  exposed on the compute stream: Megatron waits for them before the dependent GEMM (TP comm/GEMM overlap
+  exists in Transformer Engine's userbuffers but is off by default).
+* CP: ring attention sends each of the cp-1 key/value blocks to the next rank (backward: key/value and
+  their gradients) while attention computes on the current block; only what the attention compute of
+  that block cannot hide is exposed.
+* EP: token dispatch and combine all-to-alls per MoE block, forward and backward, exposed (no
+  DualPipe-style overlap).
+* PP: one activation (gradient) message per micro-batch and chunk, b·(s/cp)·h elements split over the TP
+  ranks (scatter/gather optimisation or SP, SC21 Sec. 4.1), on the links between the stages' GPUs.
+* DP: gradients reduced in Megatron DDP buckets (max(40M, 1M·dp) parameters, Megatron-Core default) as
+  each chunk's last backward produces them: all-reduce for ZeRO-0, reduce-scatter for the distributed
+  optimizer / ZeRO-1/2/3; ZeRO-2/3 reduce every micro-batch (DeepSpeed/FSDP); ZeRO-1/2 all-gather the
+  updated parameters after the optimizer step; ZeRO-3 all-gathers each chunk's parameters before every
+  forward and backward, prefetched one op ahead. Offload adds its PCIe traffic (cost_models.memory) to the
+  optimizer step, exposed.
+* Links: a transfer occupies its GPU's NIC (tx/rx) when its group spans nodes, else its NVLink port, so
+  pipeline messages and gradient buckets of a stage share bandwidth in the engine.
+* Memory: static weights/grads/optimizer/other from `cost_models.memory.stage_memory`; activations per
+  chunk and micro-batch from `cost_models.activations` (the engine times their life); the recompute working
+  set is held during each backward. A postponed weight-gradient pass (ZB) keeps the inputs and output
+  gradients of the block's linear layers (see w_retained_bytes_per_layer).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from trainsim.cost_models import activations as act
+from trainsim.cost_models import compute, memory
+from trainsim.cost_models.shapes import layer_shape
+from trainsim.specs import Scenario
+
+from .costtable import ChunkCost, CostTable, StageCost, Transfer
+from .engine import COMM_COMPUTE_SLOWDOWN
+
+# Megatron-Core DistributedDataParallel: bucket_size = max(40_000_000, 1_000_000 * dp_size) parameters.
+DDP_BUCKET_PARAMS = 40_000_000
+DDP_BUCKET_PARAMS_PER_DP = 1_000_000
+# At most this many DP buckets per chunk are simulated as separate transfers (larger ones are merged;
+# the exposed last bucket grows accordingly). Bounds engine events for chunks of many layers.
+MAX_BUCKETS_PER_CHUNK = 8
+
+
+def _collectives():
+    from trainsim.cost_models import collectives  # written by the network helper; imported lazily
+    return collectives
+
+
+def _coll(op: str, nbytes: float, group, scenario: Scenario, profile) -> tuple[float, float]:
+    """(latency_s, bandwidth_s) of one collective on ``group`` (a topologies GroupShape)."""
+    if nbytes <= 0 or group is None or group.size <= 1:
+        return 0.0, 0.0
+    res = _collectives().collective_time(op, nbytes, group, scenario.cluster, profile=profile)
+    total = float(res.time_s)
+    lat = float(getattr(res, "latency_s", 0.0) or 0.0)
+    lat = min(max(lat, 0.0), total)
+    return lat, total - lat
+
+
+def _links(stage: int, group, peer: int | None = None) -> tuple[str, ...]:
+    kind = "nic" if group.multi_node else "nvl"
+    dst = stage if peer is None else peer
+    return (f"s{stage}.{kind}_tx", f"s{dst}.{kind}_rx")
+
+
+def w_retained_bytes_per_layer(scenario: Scenario) -> float:
+    """Bytes a postponed weight-gradient pass keeps per block and micro-batch (zero-bubble schedules).
+
+    dW = Xᵀ·dY for each linear layer needs its input X and its output gradient dY (the zero-bubble
+    implementation's WeightGradStore keeps exactly these pairs): inputs of QKV (h), out-projection (q),
+    MLP in (h) and MLP out (f) and gradients of their outputs (q+2kv, h, n_in·f, h) per token, sharded
+    over TP. For 34·s·b·h-style blocks that is 32 of the 34 (Korthikanti's breakdown).
+    """
+    shp = layer_shape(scenario)
+    e, T, t = shp.e, shp.tokens, shp.tp
+    q, kv = shp.a * shp.d, shp.kv * shp.d
+    if shp.is_moe:
+        f, n = shp.top_k * shp.fe, shp.top_k
+    else:
+        f, n = shp.f, 1
+    n_in = 2 if shp.gated else 1
+    inputs = shp.h + q + n * shp.h + f
+    grads = (q + 2 * kv) + shp.h + n_in * f + n * shp.h
+    return e * T * (inputs + grads) / t
+
+
+def _attention_fwd_s(scenario: Scenario, profile) -> float:
+    """Forward time of the attention core of one block (what hides CP ring exchanges)."""
+    ops = compute.layer_op_times(scenario, profile)
+    t = [o.fwd_s for o in ops if "attn" in o.name.lower() or "attention" in o.name.lower()
+         or "score" in o.name.lower() or "core" in o.name.lower()]
+    return sum(t)
+
+
+@lru_cache(maxsize=512)
+def _cached_table(scenario: Scenario, profile_key, ideal_network: bool) -> CostTable:
+    return _build(scenario, profile_key[1] if profile_key else None, ideal_network)
+
+
+def build_cost_table(scenario: Scenario, *, profile=None, ideal_network: bool = False) -> CostTable:
+    """The CostTable of one optimizer step of ``scenario`` (cached per scenario and profile)."""
+    key = (id(profile), profile) if profile is not None else None
+    try:
+        return _cached_table(scenario, key, ideal_network)
+    except TypeError:  # unhashable profile
+        return _build(scenario, profile, ideal_network)
+
+
+def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
+    m, lay, tr = scenario.model, scenario.layout, scenario.training
+    p, v = lay.pp, lay.vpp
+    shp = layer_shape(scenario)
+    e = shp.e
+    lt = compute.layer_times(scenario, profile)
+    emb = compute.embedding_times(scenario, profile)
+    head = compute.head_times(scenario, profile)
+    from trainsim.topologies.placement import place
+    pl = place(scenario)
+    groups = {d: (pl.group(d) if getattr(lay, d) > 1 else None) for d in ("tp", "cp", "ep", "dp")}
+
+    # -- per-block communication exposed on the compute stream -----------------------------------
+    tokens = shp.tokens                                   # b·s/cp tokens per rank's GEMMs
+    act_msg = e * tokens * shp.h                          # one [b, s/cp, h] activation, bytes
+    tp_f = tp_b = 0.0
+    if lay.tp > 1:
+        if tr.sequence_parallel:
+            ag = sum(_coll("all_gather", act_msg, groups["tp"], scenario, profile))
+            rs = sum(_coll("reduce_scatter", act_msg, groups["tp"], scenario, profile))
+            tp_f = tp_b = 2 * (ag + rs)
+        else:
+            ar = sum(_coll("all_reduce", act_msg, groups["tp"], scenario, profile))
+            tp_f = tp_b = 2 * ar
+        if tr.recompute == "full":
+            tp_b += tp_f
+    cp_f = cp_b = 0.0
+    if lay.cp > 1:
+        kv_block = 2 * e * tokens * shp.kv * shp.d / lay.tp   # K and V of this rank's sequence block
+        step = sum(_coll("send_recv", kv_block, groups["cp"], scenario, profile))
+        step_b = sum(_coll("send_recv", 2 * kv_block, groups["cp"], scenario, profile))
+        attn_blk = _attention_fwd_s(scenario, profile) / lay.cp
+        steps = lay.cp - 1
+        cp_f = steps * max(0.0, step - attn_blk)
+        cp_b = steps * max(0.0, step_b - compute.FLASH_BWD_FACTOR * attn_blk)
+        if tr.recompute == "full":
+            cp_b += cp_f
+    ep_f = ep_b = 0.0
+    if m.is_moe and lay.ep > 1:
+        a2a_bytes = e * tokens * shp.top_k * shp.h / (lay.tp if tr.sequence_parallel else 1)
+        a2a = sum(_coll("all_to_all", a2a_bytes, groups["ep"], scenario, profile))
+        ep_f = ep_b = 2 * a2a
+        if tr.recompute == "full":
+            ep_b += ep_f
+
+    # -- memory sizes ------------------------------------------------------------------------------
+    layer_act = act.layer_activation_bytes(scenario).total
+    working = act.recompute_working_bytes(scenario)
+    emb_act = act.embedding_activation_bytes(scenario)
+    head_act = act.head_activation_bytes(scenario)
+    w_keep = w_retained_bytes_per_layer(scenario) if tr.schedule == "zb" else 0.0
+
+    # -- data parallel -------------------------------------------------------------------------------
+    z = tr.effective_zero
+    dp_group = groups["dp"]
+    dense_l, expert_l = memory._layer_params_rank(m, lay.tp, lay.ep)  # per block, one rank
+    bucket_params = max(DDP_BUCKET_PARAMS, DDP_BUCKET_PARAMS_PER_DP * scenario.dp)
+    reduce_op = "all_reduce" if z == 0 else "reduce_scatter"
+
+    def grad_buckets(s: int, params: float, label: str) -> tuple[Transfer, ...]:
+        if dp_group is None or params <= 0:
+            return ()
+        n = max(1, min(MAX_BUCKETS_PER_CHUNK, math.ceil(params / bucket_params)))
+        if z >= 2:
+            n = 1  # per-micro-batch reduce-scatter of the chunk's gradients
+        nbytes = params * tr.grad_bytes / n
+        lat, bw = _coll(reduce_op, nbytes, dp_group, scenario, profile)
+        links = _links(s, dp_group)
+        return tuple(Transfer(f"{reduce_op} grads {label} bucket {k}", transfer_s=bw, latency_s=lat, links=links,
+                              dim="dp", nbytes=nbytes) for k in range(n))
+
+    # Embedding (+ positions) on the first stage; final norm + output layer (a duplicate of a tied embedding
+    # when pp > 1) on the last: memory._stage_extra_params's split, one rank.
+    emb_params = memory._stage_extra_params(m, lay.tp, max(p, 2), 0)
+    head_params = memory._stage_extra_params(m, lay.tp, p, p - 1) - (emb_params if p == 1 else 0.0)
+    stage_mem = [memory.stage_memory(scenario, s) for s in range(p)]
+    stage_rank = [pl.pp_peer(0, k) for k in range(p)]  # rank 0's column of the pipeline
+    stages = []
+    last_vs = p * v - 1
+    layers = scenario.stage_layers
+    for s in range(p):
+        chunks = []
+        for c in range(v):
+            vs = c * p + s
+            n = layers[vs]
+            f = n * lt.fwd_s
+            bi = n * lt.bwd_input_s
+            bw = n * lt.bwd_weight_s
+            rc = n * lt.recompute_s
+            a = n * layer_act
+            extra_params = 0.0
+            label = f"layers {sum(layers[:vs])}-{sum(layers[:vs]) + n - 1}" if n else "no layers"
+            if vs == 0:
+                f += emb.fwd_s
+                bi += emb.bwd_input_s
+                bw += emb.bwd_weight_s
+                a += emb_act
+                extra_params += emb_params
+                label = "embedding + " + label
+            if vs == last_vs:
+                f += head.fwd_s
+                bi += head.bwd_input_s
+                bw += head.bwd_weight_s
+                rc += head.recompute_s
+                a += head_act
+                extra_params += head_params
+                label = label + " + logits/loss"
+            params = n * (dense_l + expert_l) + extra_params
+            gather = None
+            if z >= 3 and dp_group is not None:
+                lat, bwt = _coll("all_gather", params * tr.param_bytes, dp_group, scenario, profile)
+                gather = Transfer(f"all_gather params chunk {c}", transfer_s=bwt, latency_s=lat,
+                                  links=_links(s, dp_group), dim="dp", nbytes=params * tr.param_bytes)
+            chunks.append(ChunkCost(
+                fwd_s=f, bwd_input_s=bi, bwd_weight_s=bw, recompute_s=rc,
+                tp_fwd_s=n * tp_f, tp_bwd_s=n * tp_b, cp_fwd_s=n * cp_f, cp_bwd_s=n * cp_b,
+                ep_fwd_s=n * ep_f, ep_bwd_s=n * ep_b,
+                act_bytes=a, w_retained_bytes=n * w_keep, bwd_transient_bytes=working if n else 0.0,
+                layers=n, label=label, grad_buckets=grad_buckets(s, params, f"chunk {c}"),
+                param_gather=gather, param_gather_bytes=0.0,  # gather buffers are in memory.stage_memory 'other'
+            ))
+        send_f = send_b = None
+        if p > 1:
+            msg = act_msg / lay.tp
+            nxt, prv = (s + 1) % p, (s - 1) % p
+            if v > 1 or s < p - 1:
+                g = pl.p2p(stage_rank[s], stage_rank[nxt])
+                lat, bwt = _coll("send_recv", msg, g, scenario, profile)
+                send_f = Transfer("send activations", transfer_s=bwt, latency_s=lat, links=_links(s, g, nxt),
+                                  dim="pp", nbytes=msg, bulk=False)
+            if v > 1 or s > 0:
+                g = pl.p2p(stage_rank[s], stage_rank[prv])
+                lat, bwt = _coll("send_recv", msg, g, scenario, profile)
+                send_b = Transfer("send gradients", transfer_s=bwt, latency_s=lat, links=_links(s, g, prv),
+                                  dim="pp", nbytes=msg, bulk=False)
+        sm = stage_mem[s]
+        opt = compute.optimizer_step_time(scenario, s, profile)
+        if sm.pcie_h2d_bytes or sm.pcie_d2h_bytes:
+            opt += (sm.pcie_h2d_bytes + sm.pcie_d2h_bytes) / scenario.cluster.gpu.pcie_bw_Bps
+        post: tuple[Transfer, ...] = ()
+        if z in (1, 2) and dp_group is not None:
+            held = memory.rank_param_shards(scenario, s).held
+            nbytes = held * tr.param_bytes
+            lat, bwt = _coll("all_gather", nbytes, dp_group, scenario, profile)
+            post = (Transfer("all_gather updated params", transfer_s=bwt, latency_s=lat,
+                             links=_links(s, dp_group), dim="dp", nbytes=nbytes),)
+        stages.append(StageCost(
+            chunks=tuple(chunks), send_fwd=send_f, send_bwd=send_b, optimizer_s=opt, post_step=post,
+            weights_bytes=sm.weights, grads_bytes=sm.grads, optimizer_bytes=sm.optimizer, other_bytes=sm.other,
+        ))
+    table = CostTable(stages=tuple(stages), num_microbatches=scenario.num_microbatches, schedule=tr.schedule,
+                      reduce_grads_every_microbatch=z >= 2, comm_compute_slowdown=COMM_COMPUTE_SLOWDOWN,
+                      gpu_memory_bytes=scenario.cluster.gpu.memory_bytes)
+    return table.without_communication() if ideal_network else table

@@ -1,0 +1,77 @@
+"""Turn a simulated (or closed-form) step into the numbers `trainsim predict` reports.
+
+Definitions (DESIGN.md): MFU = model FLOPs / (step time × GPUs × dense peak of the dtype); HFU likewise
+with hardware FLOPs (recompute included). ``bubble_fraction`` is the pipeline idle time not explained by
+communication, as a fraction of the pipeline span (start of the step to the end of the last compute op),
+averaged over stages — for uniform stages and a free network it equals (p-1)/(m+p-1) (GPipe, 1F1B) and
+(p-1)/(v·m+p-1) (interleaved). ``exposed_comm_s`` and ``breakdown_s`` describe the critical stage (the one
+that finishes last): its compute, the communication it waited for per dimension, its bubble, optimizer.
+Memory per stage = static (weights, grads, optimizer, other from cost_models.memory) + the activation and
+transient bytes at the moment the engine saw that stage's peak.
+"""
+
+from __future__ import annotations
+
+from trainsim.cost_models import flops as flops_model
+from trainsim.specs import Scenario
+
+from .costtable import COMM_DIMS, CostTable
+from .engine import EngineResult
+from .result import Prediction, StageMemory
+
+
+def stage_memory(table: CostTable, res: EngineResult) -> list[StageMemory]:
+    """Per-stage peak bytes by component."""
+    out = []
+    for st, tl in zip(table.stages, res.stages):
+        out.append(StageMemory(weights=st.weights_bytes, grads=st.grads_bytes, optimizer=st.optimizer_bytes,
+                               activations=tl.act_peak_bytes, other=st.other_bytes + tl.transient_peak_bytes))
+    return out
+
+
+def to_prediction(scenario: Scenario, table: CostTable, res: EngineResult, *, mode: str, calibration: str,
+                  host_bytes: float = 0.0, warnings: list[str] | None = None) -> Prediction:
+    """A Prediction (the JSON of `trainsim predict`) from an engine or closed-form result."""
+    lay, tr = scenario.layout, scenario.training
+    step = res.step_time_s
+    gpus = scenario.num_gpus
+    peak = scenario.cluster.gpu.peak(tr.dtype)
+    model_flops = flops_model.model_flops_per_step(scenario)
+    hw_flops = flops_model.hardware_flops_per_step(scenario)
+    span = res.pipeline_span_s or step
+    p = len(res.stages)
+    bubble = sum(tl.bubble_s for tl in res.stages) / p / span if span > 0 else 0.0
+    crit = res.critical_stage
+    tl = res.stages[crit]
+    exposed = {d: float(tl.exposed_s.get(d, 0.0)) for d in COMM_DIMS}
+    mem = stage_memory(table, res)
+    breakdown = {
+        "compute": tl.compute_s - tl.slowdown_s,
+        "compute_slowdown_from_comm": tl.slowdown_s,
+        "bubble": tl.bubble_s,
+        **{f"exposed_{d}": exposed[d] for d in COMM_DIMS},
+        "optimizer": tl.optimizer_s,
+        "critical_stage": float(crit),
+        "pipeline_span": span,
+    }
+    return Prediction(
+        step_time_s=step,
+        tokens_per_s=scenario.tokens_per_step / step if step > 0 else 0.0,
+        mfu=model_flops / (step * gpus * peak) if step > 0 else 0.0,
+        hfu=hw_flops / (step * gpus * peak) if step > 0 else 0.0,
+        model_tflops_per_gpu=model_flops / step / gpus / 1e12 if step > 0 else 0.0,
+        hardware_tflops_per_gpu=hw_flops / step / gpus / 1e12 if step > 0 else 0.0,
+        bubble_fraction=bubble,
+        exposed_comm_s=exposed,
+        per_stage_memory=mem,
+        peak_bytes=max(s.total for s in mem),
+        gpu_memory_bytes=scenario.cluster.gpu.memory_bytes,
+        layout={"tp": lay.tp, "pp": lay.pp, "dp": scenario.dp, "cp": lay.cp, "ep": lay.ep, "vpp": lay.vpp,
+                "micro_batch": tr.micro_batch, "num_microbatches": scenario.num_microbatches},
+        engine={"mode": mode, "events": res.events, "wall_s": res.wall_s},
+        calibration=calibration,
+        breakdown_s=breakdown,
+        host_bytes=host_bytes,
+        scenario=scenario.name,
+        warnings=list(warnings or []),
+    )
