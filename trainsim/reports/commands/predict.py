@@ -1,0 +1,121 @@
+"""`trainsim predict`: one scenario → step time, throughput, MFU/HFU, bubble, exposed comm and memory."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+from .common import add_scenario_args, nonneg_float, positive_int, scenario_from_args
+
+GiB = 2**30
+
+
+def parse_straggler(text: str) -> tuple[float, float]:
+    """argparse type 'FRACTION:SLOWDOWN', e.g. '0.001:1.5' (0.1 % of GPUs run compute 1.5x slower)."""
+    parts = str(text).split(":")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"expected FRACTION:SLOWDOWN such as 0.001:1.5, got {text!r}")
+    try:
+        frac, slow = float(parts[0]), float(parts[1])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected two numbers FRACTION:SLOWDOWN, got {text!r}") from None
+    if not (math.isfinite(frac) and 0 <= frac <= 1):
+        raise argparse.ArgumentTypeError(f"fraction must be in [0, 1], got {parts[0]}")
+    if not (math.isfinite(slow) and 1 <= slow <= 1000):
+        raise argparse.ArgumentTypeError(f"slowdown must be a factor in [1, 1000], got {parts[1]}")
+    return frac, slow
+
+
+def parse_seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"must be in 0..2^63-1, got {value}")
+    return value
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser("predict", help="predict one training step (discrete-event engine)",
+                              description="Predict step time, throughput, MFU, bubbles, exposed communication and "
+                                          "memory of one training step.")
+    add_scenario_args(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.add_argument("--trace", metavar="OUT.json", help="write the simulated timeline as a Chrome trace (Perfetto)")
+    p.add_argument("--fast", action="store_true", help="closed-form estimate instead of the engine (screening)")
+    p.add_argument("--ideal-network", action="store_true", help="make all communication free (what-if)")
+    p.add_argument("--jitter", type=nonneg_float, default=0.0, metavar="CV",
+                   help="per-op lognormal compute noise with this coefficient of variation (Monte Carlo)")
+    p.add_argument("--straggler", type=parse_straggler, metavar="FRACTION:SLOWDOWN",
+                   help="each GPU slow with probability FRACTION, SLOWDOWN x slower compute (Monte Carlo)")
+    p.add_argument("--samples", type=positive_int, default=20, help="Monte Carlo repetitions (default 20)")
+    p.add_argument("--seed", type=parse_seed, default=0, help="Monte Carlo seed (default 0)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainsim.simulator.predict import predict
+
+    scenario = scenario_from_args(args)
+    profile = None
+    if getattr(args, "calibration", None):
+        from trainsim.cost_models.profile import load_profile
+        profile = load_profile(args.calibration)
+    pred = predict(scenario, fast=args.fast, ideal_network=args.ideal_network, profile=profile,
+                   trace_path=args.trace, jitter_cv=args.jitter, stragglers=args.straggler, seed=args.seed,
+                   samples=args.samples)
+    if args.json:
+        print(json.dumps(pred.to_json()))
+    else:
+        render(pred, scenario)
+    return 0
+
+
+def render(pred, scenario) -> None:
+    """The readable rich table."""
+    from rich.console import Console
+    from rich.table import Table
+
+    c = Console()
+    lay = pred.layout
+    c.print(f"[bold]{scenario.model.describe()}[/] on {scenario.num_gpus} x {scenario.cluster.gpu.name} "
+            f"({scenario.cluster.name})")
+    c.print(f"layout tp={lay['tp']} pp={lay['pp']} dp={lay['dp']} cp={lay['cp']} ep={lay['ep']} vpp={lay['vpp']}, "
+            f"{scenario.training.schedule}, micro-batch {lay['micro_batch']} x {lay['num_microbatches']}, "
+            f"seq {scenario.training.seq_len}, {scenario.training.dtype}, recompute {scenario.training.recompute}, "
+            f"zero {scenario.training.effective_zero}")
+    t = Table(title="step", show_header=True)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    t.add_row("step time", f"{pred.step_time_s:.4g} s")
+    if pred.variability:
+        v = pred.variability
+        t.add_row("step time p50 / p99", f"{v['step_time_p50_s']:.4g} / {v['step_time_p99_s']:.4g} s "
+                  f"({v['samples']} samples)")
+    t.add_row("tokens/s", f"{pred.tokens_per_s:,.0f}")
+    t.add_row("MFU / HFU", f"{pred.mfu:.1%} / {pred.hfu:.1%}")
+    t.add_row("TFLOP/s per GPU (model / hardware)",
+              f"{pred.model_tflops_per_gpu:.1f} / {pred.hardware_tflops_per_gpu:.1f}")
+    t.add_row("pipeline bubble", f"{pred.bubble_fraction:.1%}")
+    for d, val in pred.exposed_comm_s.items():
+        t.add_row(f"exposed {d.upper()} comm", f"{val:.4g} s")
+    t.add_row("engine", f"{pred.engine.get('mode')}, {pred.engine.get('events', 0)} events, "
+              f"{pred.engine.get('wall_s', 0.0) * 1e3:.1f} ms")
+    t.add_row("calibration", pred.calibration)
+    c.print(t)
+    m = Table(title=f"memory per GPU (GiB; capacity {pred.gpu_memory_bytes / GiB:.1f} GiB)")
+    for col in ("stage", "weights", "grads", "optimizer", "activations", "other", "total", "fits"):
+        m.add_column(col, justify="right")
+    stages = pred.per_stage_memory
+    show = range(len(stages)) if len(stages) <= 8 else [0, 1, len(stages) // 2, len(stages) - 2, len(stages) - 1]
+    for s in show:
+        sm = stages[s]
+        m.add_row(str(s), *(f"{x / GiB:.1f}" for x in (sm.weights, sm.grads, sm.optimizer, sm.activations, sm.other,
+                                                       sm.total)),
+                  "yes" if sm.total <= pred.gpu_memory_bytes else "[red]no[/]")
+    c.print(m)
+    c.print(f"peak {pred.peak_bytes / GiB:.1f} GiB -> " + ("[green]fits[/]" if pred.fits else "[red]does not fit[/]"))
+    for w in pred.warnings:
+        c.print(f"[yellow]note:[/] {w}")
