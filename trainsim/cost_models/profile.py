@@ -78,6 +78,16 @@ def busbw_factor(op: str, group_size: int) -> float:
 BUSBW_FACTORS = {op: (lambda n, _op=op: busbw_factor(_op, n)) for op in COLLECTIVE_OPS}
 
 
+# Measured memory-bound ops standing in for the op kinds cost models use (median over the family).
+MEMORY_OPS = ("layernorm", "rmsnorm", "softmax", "gelu", "add", "copy")
+MEMORY_OP_FAMILIES = {
+    "norm": ("layernorm", "rmsnorm"),
+    "elementwise": ("gelu", "add", "copy"),
+    "activation": ("gelu",), "swiglu": ("gelu", "add"), "silu": ("gelu",),
+    "residual": ("add",), "loss": ("softmax",), "embedding": ("copy",),
+}
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -282,22 +292,34 @@ class CalibrationProfile(_Model):
             by_op.setdefault(p.op, []).append((p.nbytes, p.stats.median_s))
         return {op: sorted(v) for op, v in by_op.items() if len({n for n, _ in v}) >= 2}
 
-    def memory_time_s(self, nbytes: float, op: str | None = None) -> float | None:
+    def memory_time_s(self, nbytes: float, op: str | None = None, pass_: str = "fwd") -> float | None:
         """Predicted time of a memory-bound op moving ``nbytes`` (read + written), or None.
 
         A measured ``op`` is interpolated between its points (log-log, so cache-resident and DRAM-sized
         tensors each get their own bandwidth); below the smallest point its time is that point's (the
         dispatch floor), above the largest the largest point's bandwidth continues. An unmeasured or
-        unnamed op gets the median over the measured ops.
+        unnamed op gets the median over its family (MEMORY_OP_FAMILIES: "norm", "elementwise", ...) or
+        over all measured ops. ``pass_="bwd"`` uses the measured backward kernels ("gelu_bwd", ...) of the
+        op or its family when present, else the forward curve.
         """
         by_op = self._memory_ops_points()
+        if pass_ == "bwd":
+            # Backward kernels were measured separately for norms, softmax and gelu ("<op>_bwd").
+            names = [op] if op in MEMORY_OPS else list(MEMORY_OP_FAMILIES.get(op or "", ()))
+            bwd = sorted(_loglog_interp(by_op[f"{o}_bwd"], nbytes) for o in names if f"{o}_bwd" in by_op)
+            if bwd:
+                mid = len(bwd) // 2
+                return bwd[mid] if len(bwd) % 2 else 0.5 * (bwd[mid - 1] + bwd[mid])
+        by_op = {o: v for o, v in by_op.items() if not o.endswith("_bwd") or o == op}
         if op in by_op:
             return _loglog_interp(by_op[op], nbytes)
         if not by_op:
             fit = self.memory_fits.get("all")
             return None if fit is None else fit.time_s(nbytes)
-        times = sorted(_loglog_interp(pts, nbytes) for pts in by_op.values())
-        return times[len(times) // 2] if len(times) % 2 else 0.5 * (times[len(times) // 2 - 1] + times[len(times) // 2])
+        family = [o for o in MEMORY_OP_FAMILIES.get(op or "", ()) if o in by_op] or list(by_op)
+        times = sorted(_loglog_interp(by_op[o], nbytes) for o in family)
+        mid = len(times) // 2
+        return times[mid] if len(times) % 2 else 0.5 * (times[mid - 1] + times[mid])
 
     def memory_bw_Bps(self, op: str | None = None) -> float | None:
         """Achieved bandwidth of memory-bound ops at the largest measured size (of ``op``, or the median op)."""
@@ -305,12 +327,13 @@ class CalibrationProfile(_Model):
         if not by_op:
             fit = self.memory_fits.get(op or "all") or self.memory_fits.get("all")
             return None if fit is None else fit.bw_Bps
+        by_op = {o: v for o, v in by_op.items() if not o.endswith("_bwd") or o == op}
         n_max = max(pts[-1][0] for pts in by_op.values())
         t = self.memory_time_s(n_max, op)
         return None if not t else n_max / t
 
     def memory_ops_measured(self) -> list[str]:
-        """Names of the memory-bound ops with points (layernorm, rmsnorm, softmax, gelu, add, copy)."""
+        """Names of the memory-bound ops with points (layernorm, rmsnorm, softmax, gelu, add, copy, and <op>_bwd)."""
         return sorted(self._memory_ops_points())
 
     def kernel_overhead_s(self) -> float | None:

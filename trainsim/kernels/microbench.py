@@ -43,8 +43,19 @@ def _sync(cfg: BenchConfig) -> None:
         torch.cuda.synchronize(cfg.device)
 
 
+def cpu_clock() -> Callable[[], float]:
+    """The CPU timer: this thread's CPU time when torch computes on this one thread, else wall time.
+
+    On a shared host a descheduled rank's wall time measures its neighbours, not the hardware; with
+    one intra-op thread (torchrun's default) all the op's work runs on the calling thread, so its CPU
+    time is the op's cost. With more threads, wall time is the only faithful clock.
+    """
+    return time.thread_time if torch.get_num_threads() == 1 else time.perf_counter
+
+
 def time_fn(fn: Callable[[], object], cfg: BenchConfig, setup: Callable[[], object] | None = None) -> list[float]:
     """Per-repetition seconds of ``fn()`` (``setup()`` runs untimed before each call)."""
+    clock = cpu_clock()
     for _ in range(cfg.warmup):
         if setup:
             setup()
@@ -64,9 +75,9 @@ def time_fn(fn: Callable[[], object], cfg: BenchConfig, setup: Callable[[], obje
             end.synchronize()
             dt = start.elapsed_time(end) / 1e3
         else:
-            t0 = time.perf_counter()
+            t0 = clock()
             fn()
-            dt = time.perf_counter() - t0
+            dt = clock() - t0
         times.append(dt)
         spent += dt
         if spent > cfg.max_point_s and len(times) >= 3:
@@ -163,6 +174,19 @@ def bench_attention(shapes: Sequence[tuple[int, int, int, int]], dtype: str, cfg
     return points
 
 
+def backward_memory_ops(hidden: int) -> dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], int]]:
+    """Backward of the normalisations, softmax and activation: fn(x) whose autograd backward is timed.
+
+    Each reads x (or y) and dy and writes dx: 3 tensors touched per element.
+    """
+    return {
+        "layernorm_bwd": (lambda x: F.layer_norm(x, (hidden,)), 3),
+        "rmsnorm_bwd": (lambda x: F.rms_norm(x, (hidden,)), 3),
+        "softmax_bwd": (lambda x: torch.softmax(x, dim=-1), 3),
+        "gelu_bwd": (lambda x: F.gelu(x), 3),
+    }
+
+
 def memory_ops(hidden: int) -> dict[str, tuple[Callable[[torch.Tensor, torch.Tensor], object], int]]:
     """Memory-bound ops of a transformer block: fn(x, y) and tensors touched per element (reads + writes)."""
     return {
@@ -189,7 +213,20 @@ def bench_memory(numels: Sequence[int], dtype: str, cfg: BenchConfig, hidden: in
             st = timing_stats(times)
             nbytes = float(touches * rows * hidden * esize)
             points.append(BandwidthPoint(op=name, nbytes=nbytes, dtype=dtype, stats=st, bw_Bps=nbytes / st.median_s))
-        del x, y
+        xr = x.detach().clone().requires_grad_(True)
+        for name, (fn, touches) in backward_memory_ops(hidden).items():
+            state: dict[str, torch.Tensor] = {}
+
+            def fwd(fn=fn) -> None:
+                state["y"] = fn(xr)
+
+            def bwd() -> None:
+                torch.autograd.grad(state.pop("y"), (xr,), y)
+
+            st = timing_stats(time_fn(bwd, cfg, setup=fwd))
+            nbytes = float(touches * rows * hidden * esize)
+            points.append(BandwidthPoint(op=name, nbytes=nbytes, dtype=dtype, stats=st, bw_Bps=nbytes / st.median_s))
+        del x, y, xr
     return points
 
 

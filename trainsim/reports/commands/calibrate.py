@@ -1,0 +1,254 @@
+"""`trainsim calibrate`: measure this machine (or import nccl-tests output) into a calibration profile.
+
+Three modes:
+  measure        trainsim calibrate --device cpu|cuda [--quick] --out PROFILE.json [--nproc N]
+                 (starts torchrun itself unless already inside one; rank 0 writes the profile)
+  sbatch script  trainsim calibrate --device cuda --out PROFILE.json --emit-slurm job.sbatch --nodes N --gpus-per-node G
+  nccl-tests     trainsim calibrate --import-nccl-tests FILE [FILE ...] [--nccl-group-size N] [--nccl-nodes K]
+                 --out PROFILE.json [--merge-into EXISTING.json]
+torch is imported only by the measuring worker, never by this module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+from pathlib import Path
+
+from trainsim.reports.commands.common import nonneg_float, positive_int
+from trainsim.specs import SpecError
+
+DTYPES = ("fp32", "bf16", "fp16", "tf32")
+SECTIONS = ("gemm", "attention", "memory", "copy", "collectives")
+WORKER = "trainsim.kernels.calibrate"
+
+EPILOG = """\
+examples:
+  trainsim calibrate --device cpu --quick --out cpu.json           # 2 gloo ranks on this host, < 1 min
+  trainsim predict --model tiny-gpt --cluster cpu-host --calibration cpu.json
+  trainsim calibrate --device cuda --out h100.json --nproc 8       # one node, NCCL
+  trainsim calibrate --device cuda --out c.json --emit-slurm c.sbatch --nodes 4 --gpus-per-node 8
+  trainsim calibrate --import-nccl-tests all_reduce.txt ag.json --nccl-group-size 16 --nccl-nodes 2 \\
+                     --out c.json --merge-into h100.json
+
+nccl-tests import: text tables and -J JSON are both read. The collective comes from the file
+("# Collective test starting", the JSON args, or a file name like all_gather_perf*.txt) or --nccl-op;
+the group size and node count from the "# Rank" lines (JSON config.devices) or the flags.
+"""
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "calibrate", help="microbenchmarks (or nccl-tests output) -> calibration profile",
+        description=__doc__.split("\n\n")[0], epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="what to measure (default cpu)")
+    p.add_argument("--quick", action="store_true", help="fewer shapes, sizes and repetitions (CI: < 1 min on CPU)")
+    p.add_argument("--dtype", action="append", choices=DTYPES,
+                   help="GEMM/attention dtype, repeatable (default fp32 on cpu, bf16 on cuda)")
+    p.add_argument("--out", required=True, help="profile JSON to write")
+    p.add_argument("--nproc", type=positive_int,
+                   help="processes torchrun starts on this host (default: 2 on cpu, all GPUs on cuda)")
+    p.add_argument("--timeout", type=positive_int, default=900, help="seconds before the run is killed")
+    p.add_argument("--skip", default="", help=f"comma list of sections to skip: {','.join(SECTIONS)}")
+    p.add_argument("--reps", type=positive_int, help="timed repetitions per point")
+    p.add_argument("--warmup", type=int, help="warm-up calls per point")
+    p.add_argument("--peak-preset", help="GPU preset whose dense peaks efficiencies refer to (default: by device name)")
+    p.add_argument("--fit-min-bytes", type=nonneg_float, help="fit collective alpha/beta on sizes >= this many bytes")
+    p.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
+    slurm = p.add_argument_group("cluster runs (sbatch)")
+    slurm.add_argument("--emit-slurm", metavar="FILE", help="write an sbatch script that runs calibration with srun")
+    slurm.add_argument("--nodes", type=positive_int, default=1)
+    slurm.add_argument("--gpus-per-node", type=positive_int, default=8)
+    slurm.add_argument("--partition")
+    slurm.add_argument("--account")
+    slurm.add_argument("--time", default="00:30:00", help="sbatch --time (default 00:30:00)")
+    nccl = p.add_argument_group("nccl-tests import")
+    nccl.add_argument("--import-nccl-tests", nargs="+", metavar="FILE", help="nccl-tests outputs (text or -J JSON)")
+    nccl.add_argument("--nccl-op", help="collective, if the files do not say (all_reduce, all_gather, ...)")
+    nccl.add_argument("--nccl-group-size", type=positive_int, help="ranks in the test")
+    nccl.add_argument("--nccl-nodes", type=positive_int, help="nodes the ranks spanned")
+    nccl.add_argument("--nccl-prefer", choices=("out_of_place", "in_place"), default="out_of_place",
+                      help="which nccl-tests column to use (default out_of_place)")
+    nccl.add_argument("--merge-into", metavar="PROFILE", help="existing profile to merge the collectives into")
+    p.set_defaults(func=run)
+
+
+def _check_out(path: str) -> Path:
+    out = Path(path)
+    if out.is_dir():
+        raise SpecError("out", f"{out} is a directory")
+    if not out.parent.exists():
+        raise SpecError("out", f"directory does not exist: {out.parent}")
+    return out
+
+
+def _check_skip(text: str) -> list[str]:
+    items = [s.strip() for s in text.split(",") if s.strip()]
+    for s in items:
+        if s not in SECTIONS:
+            raise SpecError("skip", f"unknown section {s!r} (known: {', '.join(SECTIONS)})")
+    return items
+
+
+def worker_args(args: argparse.Namespace, device: str) -> list[str]:
+    """The worker's command-line arguments mirroring the user's flags."""
+    out = ["--device", device, "--out", str(Path(args.out).resolve()) if not args.emit_slurm else args.out]
+    if args.quick:
+        out.append("--quick")
+    for d in args.dtype or []:
+        out += ["--dtype", d]
+    if args.skip:
+        out += ["--skip", ",".join(_check_skip(args.skip))]
+    if args.reps:
+        out += ["--reps", str(args.reps)]
+    if args.warmup is not None:
+        if args.warmup < 0:
+            raise SpecError("warmup", f"must be >= 0, got {args.warmup}")
+        out += ["--warmup", str(args.warmup)]
+    if args.peak_preset:
+        from trainsim.specs import preset_names
+        if args.peak_preset not in preset_names("gpus"):
+            raise SpecError("peak_preset", f"unknown GPU preset {args.peak_preset!r} (known: {', '.join(preset_names('gpus'))})")
+        out += ["--peak-preset", args.peak_preset]
+    if args.fit_min_bytes is not None:
+        if not (args.fit_min_bytes >= 0):
+            raise SpecError("fit_min_bytes", "must be >= 0")
+        out += ["--fit-min-bytes", repr(float(args.fit_min_bytes))]
+    out += ["--command", "trainsim calibrate " + " ".join(shlex.quote(a) for a in sys.argv[2:])]
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    out = _check_out(args.out)
+    if args.import_nccl_tests:
+        if args.device or args.emit_slurm:
+            raise SpecError("import_nccl_tests", "cannot be combined with --device or --emit-slurm")
+        return _run_import(args, out)
+    device = args.device or "cpu"
+    if args.emit_slurm:
+        return _run_emit_slurm(args, device)
+    return _run_measure(args, device, out)
+
+
+# ---- nccl-tests import ----------------------------------------------------------------------------
+def _run_import(args: argparse.Namespace, out: Path) -> int:
+    from trainsim.cost_models.nccl_tests_import import import_nccl_tests
+    from trainsim.cost_models.profile import canonical_op, load_profile, save_profile
+
+    op = canonical_op(args.nccl_op) if args.nccl_op else None
+    base = load_profile(args.merge_into) if args.merge_into else None
+    profile = import_nccl_tests(args.import_nccl_tests, op=op, group_size=args.nccl_group_size,
+                                nodes=args.nccl_nodes, merge_into=base, prefer=args.nccl_prefer)
+    save_profile(profile, out)
+    profile = load_profile(out)
+    _print_summary(profile, args.json, elapsed_s=None)
+    return 0
+
+
+# ---- sbatch -------------------------------------------------------------------------------------------
+def _run_emit_slurm(args: argparse.Namespace, device: str) -> int:
+    from trainsim.kernels.launch import slurm_script
+
+    path = Path(args.emit_slurm)
+    if not path.parent.exists():
+        raise SpecError("emit_slurm", f"directory does not exist: {path.parent}")
+    text = slurm_script(WORKER, worker_args(args, device), nodes=args.nodes, gpus_per_node=args.gpus_per_node,
+                        job_name="trainsim-calibrate", time_limit=args.time, partition=args.partition,
+                        account=args.account)
+    path.write_text(text)
+    path.chmod(0o755)
+    print(f"wrote {path}: sbatch it to calibrate {args.nodes} node(s) x {args.gpus_per_node} GPU(s); "
+          f"rank 0 writes {args.out}")
+    return 0
+
+
+# ---- measuring ---------------------------------------------------------------------------------------
+def _run_measure(args: argparse.Namespace, device: str, out: Path) -> int:
+    from trainsim.kernels.launch import in_torchrun, run_torchrun
+
+    wargs = worker_args(args, device)
+    t0 = time.time()
+    if in_torchrun():
+        from trainsim.kernels import calibrate as worker  # torch is imported here, inside kernels
+
+        code = worker.main(wargs)
+        if code == 0 and int(os.environ.get("RANK", "0")) == 0:
+            from trainsim.cost_models.profile import load_profile
+            _print_summary(load_profile(out), args.json, time.time() - t0)
+        return code
+    nproc: int | str = args.nproc or (2 if device == "cpu" else "gpu")
+    res = run_torchrun(WORKER, wargs, nproc, timeout_s=float(args.timeout))
+    if res.timed_out:
+        print(f"error: calibration did not finish within {args.timeout} s (killed)", file=sys.stderr)
+        return 1
+    worker_error = next((ln for ln in res.stderr.splitlines() if ln.startswith("error: ")), None)
+    written = out.exists() and out.stat().st_mtime >= t0 - 1
+    if res.returncode != 0 or not written:
+        if worker_error:
+            field, _, reason = worker_error[len("error: "):].partition(": ")
+            raise SpecError(field or "calibrate", reason or worker_error)
+        tail = "\n".join(res.stderr.strip().splitlines()[-15:])
+        print(f"error: calibration workers failed (torchrun exit {res.returncode}); last output:\n{tail}",
+              file=sys.stderr)
+        return 1
+    from trainsim.cost_models.profile import load_profile
+
+    _print_summary(load_profile(out), args.json, res.elapsed_s)
+    return 0
+
+
+# ---- summary ---------------------------------------------------------------------------------------
+def summarize(profile) -> dict:
+    """The key fitted numbers of a profile, for people and for --json."""
+    peaks = profile.reference_peak_flops
+    gemm = {}
+    for dtype, f in profile.gemm_fits.items():
+        peak = peaks.get(dtype)
+        gemm[dtype] = {"flops_per_s": f.flops_per_s, "overhead_s": f.overhead_s, "bytes_per_s": f.bytes_per_s,
+                       "e_max": (f.flops_per_s / peak) if peak else None, "rms_rel_error": f.rms_rel_error,
+                       "points": f.n_points}
+    attn = {k: {"flops_per_s": f.flops_per_s, "overhead_s": f.overhead_s, "rms_rel_error": f.rms_rel_error}
+            for k, f in profile.attention_fits.items()}
+    mem = {op: profile.memory_bw_Bps(op) for op in profile.memory_ops_measured()}
+    coll = [{"op": f.op, "group_size": f.group_size, "nodes": f.nodes, "alpha_s": f.alpha_s,
+             "busbw_Bps": f.busbw_Bps, "rms_rel_error": f.rms_rel_error, "source": f.source}
+            for f in profile.collective_fits]
+    return {"profile": profile.describe(), "reference_preset": profile.reference_preset, "gemm": gemm,
+            "attention": attn, "memory_bw_Bps": mem, "kernel_overhead_s": profile.kernel_overhead_s(),
+            "copy_bw_Bps": {k: f.bw_Bps for k, f in profile.copy_fits.items()}, "collectives": coll,
+            "notes": list(profile.notes)}
+
+
+def _print_summary(profile, as_json: bool, elapsed_s: float | None) -> None:
+    s = summarize(profile)
+    if elapsed_s is not None:
+        s["elapsed_s"] = elapsed_s
+    if as_json:
+        print(json.dumps(s, indent=1))
+        return
+    print(f"calibration profile: {s['profile']}")
+    for dtype, g in s["gemm"].items():
+        eff = f" = {g['e_max']:.2f} of {s['reference_preset']} peak" if g["e_max"] else ""
+        print(f"  GEMM {dtype}: {g['flops_per_s'] / 1e9:.1f} GFLOP/s asymptotic{eff}, overhead "
+              f"{g['overhead_s'] * 1e6:.1f} us; fit rms {g['rms_rel_error']:.0%} over {g['points']} shapes")
+    for key, a in s["attention"].items():
+        print(f"  attention {key}: {a['flops_per_s'] / 1e9:.1f} GFLOP/s, overhead {a['overhead_s'] * 1e6:.1f} us; "
+              f"fit rms {a['rms_rel_error']:.0%}")
+    if s["memory_bw_Bps"]:
+        bw = ", ".join(f"{op} {v / 1e9:.1f}" for op, v in s["memory_bw_Bps"].items() if v)
+        print(f"  memory-bound ops (GB/s at the largest size): {bw}")
+    if s["kernel_overhead_s"] is not None:
+        print(f"  per-op dispatch: {s['kernel_overhead_s'] * 1e6:.1f} us")
+    for kind, v in s["copy_bw_Bps"].items():
+        print(f"  copy {kind}: {v / 1e9:.1f} GB/s")
+    for c in s["collectives"]:
+        print(f"  {c['op']:<14} {c['group_size']} ranks/{c['nodes']} node(s): alpha {c['alpha_s'] * 1e6:.1f} us, "
+              f"busbw {c['busbw_Bps'] / 1e9:.2f} GB/s (fit rms {c['rms_rel_error']:.0%}, {c['source']})")
+    for n in s["notes"]:
+        print(f"  note: {n}")
+    if elapsed_s is not None:
+        print(f"elapsed {elapsed_s:.1f} s")
