@@ -45,6 +45,16 @@ def estimate(table: CostTable) -> EngineResult:
     p, v, m, sched = table.pp, table.vpp, table.num_microbatches, table.schedule
     sums = [_stage_sums(st) for st in table.stages]
     per_mb = [f + b + w + tp + cp + ep for f, b, w, tp, cp, ep, _ in sums]
+    # Per micro-batch link time of the data-parallel streams (ZeRO-3 gathers before forward and backward,
+    # ZeRO-2/3 per-micro-batch reduce-scatter): when longer than the compute it overlaps, it paces the stage.
+    dp_link = []
+    for st in table.stages:
+        g = sum(2 * c.param_gather.time_s for c in st.chunks if c.param_gather is not None)
+        r = sum(bk.time_s for c in st.chunks for bk in c.grad_buckets) if table.reduce_grads_every_microbatch else 0.0
+        dp_link.append(g + r)
+    paced = [max(x, d) for x, d in zip(per_mb, dp_link)]
+    link_bound = [max(0.0, d - x) for x, d in zip(per_mb, dp_link)]
+    per_mb = paced
     bottleneck = max(per_mb)
     fill = sum(per_mb) - bottleneck
     p2p = 0.0
@@ -69,27 +79,28 @@ def estimate(table: CostTable) -> EngineResult:
         tl.exposed_s["cp"] = m * cp
         tl.exposed_s["ep"] = m * ep
         tl.exposed_s["pp"] = p2p
-        # ZeRO-3 gathers: each prefetched during the previous op; exposed when longer than that op.
-        gather_exposed = 0.0
-        for c in st.chunks:
-            if c.param_gather is not None:
-                op_f = c.fwd_s + c.fwd_comm_s
-                op_b = c.recompute_s + c.bwd_input_s + c.bwd_weight_s + c.bwd_comm_s
-                gather_exposed += m * (max(0.0, c.param_gather.time_s - op_b) + max(0.0, c.param_gather.time_s - op_f))
+        # ZeRO-3 gathers / per-micro-batch reductions longer than the compute they overlap pace the stage
+        # (already in per_mb); the first gather is not hidden by anything.
+        gather_exposed = m * link_bound[s]
+        first = [c.param_gather.time_s for c in st.chunks if c.param_gather is not None]
+        if first:
+            gather_exposed += first[0]
+            pipe_s = pipe + first[0]
+        else:
+            pipe_s = pipe
         # Gradient reduction: overlapped with the backward that produces it; the last bucket is exposed.
         buckets = [bk.time_s for c in st.chunks for bk in c.grad_buckets]
         total_dp = sum(buckets)
         last = buckets[-1] if buckets else 0.0
         if table.reduce_grads_every_microbatch:
-            window = m * (f + b + w)
-            tail = max(last, m * total_dp - window + last) if buckets else 0.0
+            tail = last  # the per-micro-batch reductions are paced above; the last one is exposed
         else:
             window = (b + w) * (1 - 1 / max(1, len(buckets)))
             tail = max(last, total_dp - window) if buckets else 0.0
         overlap = (m * total_dp if table.reduce_grads_every_microbatch else total_dp) - tail
         tl.slowdown_s = table.comm_compute_slowdown * max(0.0, overlap)
         tl.compute_s += tl.slowdown_s
-        tl.pipeline_end_s = pipe + gather_exposed + tl.slowdown_s
+        tl.pipeline_end_s = pipe_s + tl.slowdown_s
         tl.dp_tail_s = tail
         tl.exposed_s["dp"] = tail + gather_exposed
         tl.optimizer_s = st.optimizer_s
@@ -97,7 +108,7 @@ def estimate(table: CostTable) -> EngineResult:
         tl.exposed_s["dp"] += tl.post_step_s
         tl.end_s = tl.pipeline_end_s + tail + tl.optimizer_s + tl.post_step_s
         busy = tl.compute_s + m * (tp + cp + ep)
-        tl.bubble_s = max(0.0, pipe - busy - p2p)
+        tl.bubble_s = max(0.0, pipe_s - busy - p2p - gather_exposed)
         # Memory: in-flight activations of the schedule (uniform chunks assumed), plus backward scratch.
         acts = [c.act_bytes for c in st.chunks]
         act_chunk = max(acts) if acts else 0.0

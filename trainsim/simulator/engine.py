@@ -105,8 +105,11 @@ class _Engine:
         self.arrival: list[float | None] = [None] * n_msgs
         self.sent_at: list[float] = [0.0] * n_msgs
         self.waiters: dict[int, simpy.Event] = {}
-        # Data-parallel stream per stage: FIFO of (transfer, callback).
+        # Data-parallel streams per stage, FIFO of (transfer, callback): gradient reduction (and the ZeRO-1/2
+        # post-step all-gather) on one, ZeRO-3 parameter all-gathers on another (FSDP uses separate
+        # all-gather and reduce-scatter streams); both share the stage's links.
         self.dp_queue = [simpy.Store(self.env) for _ in range(self.p)]
+        self.ag_queue = [simpy.Store(self.env) for _ in range(self.p)]
         self.act = [0.0] * self.p
         self.transient = [0.0] * self.p
         self.mem_peak = [0.0] * self.p
@@ -153,8 +156,7 @@ class _Engine:
             self.mem_trace.append((s, self.env.now, total))
 
     # -- data-parallel stream ---------------------------------------------------------------------------
-    def _dp_stream(self, s: int):
-        q = self.dp_queue[s]
+    def _dp_stream(self, s: int, q: simpy.Store, stream: str):
         while True:
             tr, cb = yield q.get()
             if tr is None:           # barrier marker
@@ -165,7 +167,7 @@ class _Engine:
             self.net.start(tr, ev.succeed, owner=s)
             yield ev
             if self.trace is not None:
-                self.trace.append((s, "dp", tr.name, t0, self.env.now - t0, {"bytes": tr.nbytes, "alone_s": tr.time_s}))
+                self.trace.append((s, stream, tr.name, t0, self.env.now - t0, {"bytes": tr.nbytes, "alone_s": tr.time_s}))
             if cb is not None:
                 cb()
 
@@ -201,7 +203,7 @@ class _Engine:
             gathers[i] = ev
             gather_bytes[i] = chunk.param_gather_bytes
             self._mem(s, 0.0, chunk.param_gather_bytes)
-            self._enqueue_dp(s, chunk.param_gather, lambda: ev.succeed())
+            self.ag_queue[s].put((chunk.param_gather, ev.succeed))
 
         if ops and needs_gather(0):
             launch_gather(0)
@@ -321,7 +323,8 @@ class _Engine:
     def run(self) -> EngineResult:
         t0 = time.perf_counter()
         for s in range(self.p):
-            self.env.process(self._dp_stream(s))
+            self.env.process(self._dp_stream(s, self.dp_queue[s], "dp"))
+            self.env.process(self._dp_stream(s, self.ag_queue[s], "dp-gather"))
         procs = [self.env.process(self._stage(s)) for s in range(self.p)]
         self.env.run()
         for s, pr in enumerate(procs):

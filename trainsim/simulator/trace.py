@@ -1,6 +1,6 @@
 """Chrome trace-event JSON of a simulated step (opens in Perfetto / chrome://tracing).
 
-One process per pipeline stage ("stage s"), one thread per stream (compute, pp, dp), complete events
+One process per pipeline stage ("stage s"), one thread per stream (compute, pp, dp, dp-gather), complete events
 ("ph": "X") named after what ran (e.g. "F mb3 chunk1 (layers 8-15)", "reduce_scatter grads chunk 0
 bucket 2"), and a counter track per stage with the simulated memory (bytes) over time. Times are in µs
 as the format requires.
@@ -14,7 +14,7 @@ from typing import Any
 
 from .engine import EngineResult
 
-STREAM_TIDS = {"compute": 0, "pp": 1, "dp": 2}
+STREAM_TIDS = {"compute": 0, "pp": 1, "dp": 2, "dp-gather": 3}
 
 
 def trace_events(res: EngineResult, static_bytes: list[float] | None = None) -> list[dict[str, Any]]:
@@ -27,7 +27,8 @@ def trace_events(res: EngineResult, static_bytes: list[float] | None = None) -> 
         ev.append({"ph": "M", "name": "process_name", "pid": s, "tid": 0, "args": {"name": f"stage {s}"}})
         ev.append({"ph": "M", "name": "process_sort_index", "pid": s, "tid": 0, "args": {"sort_index": s}})
         for stream, tid in STREAM_TIDS.items():
-            label = {"compute": "compute stream", "pp": "pipeline send/recv", "dp": "data-parallel comm"}[stream]
+            label = {"compute": "compute stream", "pp": "pipeline send/recv", "dp": "data-parallel comm",
+                     "dp-gather": "ZeRO-3 parameter all-gather"}[stream]
             ev.append({"ph": "M", "name": "thread_name", "pid": s, "tid": tid, "args": {"name": label}})
     for stage, stream, name, start, dur, args in sorted(res.trace, key=lambda r: (r[0], STREAM_TIDS[r[1]], r[3])):
         cat = "comm" if stream != "compute" else "compute"

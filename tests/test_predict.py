@@ -1,0 +1,244 @@
+"""`trainsim predict` and simulator.predict(): JSON contract, exit codes, determinism, trace format,
+fast path vs engine, and property tests (hypothesis) on real scenarios."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trainsim.reports.cli import main
+from trainsim.simulator.builder import build_cost_table
+from trainsim.simulator.predict import predict
+from trainsim.specs import SpecError, build_scenario
+
+SMALL = ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--tp", "2", "--pp", "2",
+         "--seq-len", "2048", "--global-batch", "32"]
+
+
+def run_cli(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def scenario(**kw):
+    raw = {"model": kw.pop("model", "llama3-8b"), "cluster": kw.pop("cluster", "dgx-h100"),
+           "gpus": kw.pop("gpus", 16),
+           "layout": {k: kw.pop(k) for k in ("tp", "pp", "dp", "cp", "ep", "vpp") if k in kw},
+           "training": {"seq_len": kw.pop("seq_len", 2048), "global_batch": kw.pop("global_batch", 32), **kw}}
+    return build_scenario(raw, {})
+
+
+def test_json_keys_and_types(capsys):
+    code, out, err = run_cli(capsys, "predict", *SMALL, "--json")
+    assert code == 0 and err == ""
+    assert out.count("\n") == 1
+    j = json.loads(out)
+    for key in ("step_time_s", "tokens_per_s", "mfu", "hfu", "model_tflops_per_gpu", "hardware_tflops_per_gpu",
+                "bubble_fraction"):
+        assert isinstance(j[key], float) and j[key] >= 0, key
+    assert j["schema_version"] == 1
+    assert set(j["exposed_comm_s"]) == {"tp", "pp", "dp", "cp", "ep"}
+    assert all(isinstance(v, float) for v in j["exposed_comm_s"].values())
+    assert isinstance(j["memory"]["peak_bytes"], float)
+    assert len(j["memory"]["per_stage"]) == 2
+    for stage in j["memory"]["per_stage"]:
+        assert set(stage) >= {"weights", "grads", "optimizer", "activations", "other"}
+        assert all(isinstance(v, float) and v >= 0 for v in stage.values())
+    assert isinstance(j["fits"], bool)
+    assert j["layout"] == {"tp": 2, "pp": 2, "dp": 4, "cp": 1, "ep": 1, "vpp": 1, "micro_batch": 1,
+                           "num_microbatches": 8}
+    assert isinstance(j["engine"]["events"], int) and j["engine"]["events"] > 0
+    assert isinstance(j["engine"]["wall_s"], float)
+    assert j["calibration"] == "defaults"
+    # consistency: tokens/s and MFU follow from step time
+    assert j["tokens_per_s"] == pytest.approx(32 * 2048 / j["step_time_s"])
+    assert 0 < j["mfu"] <= j["hfu"] < 1
+
+
+def test_deterministic_output(capsys):
+    outs = []
+    for _ in range(2):
+        code, out, _ = run_cli(capsys, "predict", *SMALL, "--json", "--jitter", "0.1", "--samples", "4")
+        assert code == 0
+        j = json.loads(out)
+        j.pop("engine")
+        outs.append(j)
+    assert outs[0] == outs[1]
+    assert outs[0]["step_time_p99_s"] >= outs[0]["step_time_p50_s"] > 0
+
+
+def test_oversized_layout_is_a_result(capsys):
+    code, out, err = run_cli(capsys, "predict", "--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "8",
+                             "--tp", "8", "--seq-len", "4096", "--global-batch", "8", "--json")
+    assert code == 0 and err == ""
+    j = json.loads(out)
+    assert j["fits"] is False
+    assert j["memory"]["peak_bytes"] > j["memory"]["gpu_bytes"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["--tp", "2", "--pp", "3"],                        # 16 GPUs not divisible by 6
+    ["--tp", "3"],                                     # tp does not divide heads
+    ["--straggler", "2:1.5"],                          # fraction > 1
+    ["--straggler", "0.1"],                            # malformed
+    ["--jitter", "-1"],
+    ["--jitter", "nan"],
+    ["--samples", "0"],
+    ["--fast", "--trace", "/tmp/never.json"],         # contradictory
+    ["--fast", "--jitter", "0.1"],
+    ["--vpp", "5", "--pp", "2", "--tp", "2"],          # vpp*pp divides neither 32 nor 34
+])
+def test_invalid_input_exit_2_one_line(capsys, argv):
+    base = ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--global-batch", "32"]
+    code, out, err = run_cli(capsys, "predict", *base, *argv)
+    assert code == 2
+    assert out == ""
+    assert err.count("\n") == 1 and err.startswith("error: ")
+    assert "Traceback" not in err
+
+
+def test_table_output(capsys):
+    code, out, _ = run_cli(capsys, "predict", *SMALL)
+    assert code == 0
+    for word in ("step time", "tokens/s", "MFU", "bubble", "exposed TP", "memory per GPU", "GiB", "fits"):
+        assert word in out
+
+
+def test_trace_is_valid_chrome_trace(tmp_path, capsys):
+    path = tmp_path / "trace.json"
+    code, _, _ = run_cli(capsys, "predict", *SMALL, "--schedule", "zb", "--zero", "1", "--trace", str(path), "--json")
+    assert code == 0
+    doc = json.loads(path.read_text())
+    events = doc["traceEvents"]
+    assert isinstance(events, list) and events
+    procs = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "process_name"}
+    assert procs == {0: "stage 0", 1: "stage 1"}
+    threads = {(e["pid"], e["tid"]) for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    slices = [e for e in events if e["ph"] == "X"]
+    for e in slices:
+        assert {"name", "pid", "tid", "ts", "dur", "cat"} <= set(e)
+        assert isinstance(e["ts"], float) and isinstance(e["dur"], float) and e["dur"] >= 0
+        assert (e["pid"], e["tid"]) in threads
+    names = [e["name"] for e in slices]
+    # one compute slice per op: F, B and W of each of the 8 micro-batches on each stage
+    for stage in (0, 1):
+        ops = [e["name"] for e in slices if e["pid"] == stage and e["tid"] == 0 and e["name"][0] in "FBW"]
+        assert sorted(n.split()[0] for n in ops) == ["B"] * 8 + ["F"] * 8 + ["W"] * 8
+    assert any(n.startswith("F mb7 chunk0") for n in names)
+    assert any("send act" in n for n in names) and any("reduce_scatter grads" in n for n in names)
+    assert any("TP collectives" in n for n in names)
+    assert any(e["ph"] == "C" and e["name"] == "memory" for e in events)
+    # compute slices of one stage never overlap (one compute stream), except nested exposed-comm slices
+    for stage in (0, 1):
+        ops = sorted((e["ts"], e["ts"] + e["dur"]) for e in slices
+                     if e["pid"] == stage and e["tid"] == 0 and e["name"][0] in "FBW")
+        for (a0, a1), (b0, _b1) in zip(ops, ops[1:]):
+            assert b0 >= a1 - 1e-6
+
+
+def test_ideal_network_removes_all_communication():
+    sc = scenario(tp=2, pp=2, zero=1)
+    real = predict(sc)
+    ideal = predict(sc, ideal_network=True)
+    assert all(v == 0 for v in ideal.exposed_comm_s.values())
+    assert ideal.step_time_s < real.step_time_s
+
+
+@pytest.mark.parametrize("kw,rel", [
+    (dict(tp=2, pp=2), 0.05), (dict(tp=8, pp=2, gpus=64, global_batch=128, zero=1), 0.05),
+    (dict(tp=4, pp=4, vpp=2, gpus=64, global_batch=128, schedule="interleaved", sequence_parallel=True), 0.05),
+    (dict(tp=2, pp=4, gpus=32, global_batch=64, schedule="zb"), 0.05), (dict(tp=2, pp=2, schedule="gpipe"), 0.05),
+    (dict(tp=2, pp=2, zero=2), 0.05),
+    # ZeRO-3: gathers and reduce-scatters contend for the same NIC; the closed form only adds them up
+    (dict(tp=8, gpus=16, zero=3), 0.15), (dict(tp=1, gpus=8, zero=3, global_batch=16), 0.15),
+])
+def test_fast_path_close_to_engine(kw, rel):
+    sc = scenario(**kw)
+    des, fast = predict(sc), predict(sc, fast=True)
+    assert fast.step_time_s == pytest.approx(des.step_time_s, rel=rel)
+    assert fast.peak_bytes == pytest.approx(des.peak_bytes, rel=0.15)
+    assert fast.engine["events"] == 0 and des.engine["events"] > 0
+
+
+def test_uneven_stages_llama3_405b_layout():
+    # Llama 3 405B: 126 layers on 16 stages, first and last one layer fewer (Llama 3 paper Sec. 3.3.2).
+    sc = build_scenario({"model": "llama3-405b", "cluster": "dgx-h100", "gpus": 16384,
+                         "layout": {"tp": 8, "pp": 16, "vpp": 4},
+                         "training": {"seq_len": 8192, "global_batch": 2048, "schedule": "interleaved"}}, {})
+    assert sum(sc.stage_layers) == 126 and sc.stage_layers[0] == sc.stage_layers[-1] == 1
+    tab = build_cost_table(sc)
+    assert sum(c.layers for s in tab.stages for c in s.chunks) == 126
+    pred = predict(sc)
+    assert pred.layout["dp"] == 128 and pred.layout["num_microbatches"] == 16
+    assert 0.2 < pred.mfu < 0.6
+
+
+# ---- property tests (hypothesis) --------------------------------------------------------------------
+LAYOUTS = st.sampled_from([
+    dict(tp=1, pp=1, gpus=8, global_batch=16), dict(tp=2, pp=2, gpus=16), dict(tp=8, pp=2, gpus=32),
+    dict(tp=2, pp=4, gpus=16, schedule="gpipe"), dict(tp=2, pp=4, gpus=16, schedule="zb"),
+    dict(tp=2, pp=2, vpp=2, gpus=16, schedule="interleaved"), dict(tp=4, gpus=16, zero=3),
+    dict(tp=2, pp=2, gpus=32, zero=1, recompute="full"),
+])
+SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _cluster(scale: float):
+    return {"preset": "dgx-h100",
+            "scale_up": {"bw_per_gpu_Bps": 450e9 * scale},
+            "scale_out": {"nic_bw_Bps": 50e9 * scale}}
+
+
+@SETTINGS
+@given(kw=LAYOUTS, micro=st.sampled_from([1, 2]))
+def test_step_time_at_least_compute_lower_bound(kw, micro):
+    sc = scenario(micro_batch=micro, **kw)
+    pred = predict(sc)
+    tab = build_cost_table(sc)
+    m = sc.num_microbatches
+    bound = max(m * sum(c.fwd_s + c.bwd_s for c in st_.chunks) + st_.optimizer_s for st_ in tab.stages)
+    assert pred.step_time_s >= bound * (1 - 1e-9)
+
+
+@SETTINGS
+@given(kw=LAYOUTS, scale=st.sampled_from([0.25, 0.5, 2.0, 4.0]))
+def test_monotone_in_bandwidth(kw, scale):
+    kw = dict(kw)
+    gpus = kw.pop("gpus")
+    base = build_scenario({"model": "llama3-8b", "cluster": _cluster(1.0), "gpus": gpus,
+                           "layout": {k: kw.pop(k) for k in ("tp", "pp", "vpp") if k in kw},
+                           "training": {"seq_len": 2048, "global_batch": kw.pop("global_batch", 32), **kw}}, {})
+    other = base.model_copy(update={"cluster": build_scenario(
+        {"model": "llama3-8b", "cluster": _cluster(scale), "gpus": gpus}, {}).cluster})
+    t0, t1 = predict(base).step_time_s, predict(other).step_time_s
+    if scale > 1:
+        assert t1 <= t0 * (1 + 1e-9)
+    else:
+        assert t1 >= t0 * (1 - 1e-9)
+
+
+@SETTINGS
+@given(kw=LAYOUTS, extra_layers=st.sampled_from([4, 8, 16]))
+def test_monotone_in_model_size(kw, extra_layers):
+    small = scenario(**kw)
+    bigger_model = small.model.model_copy(update={"num_layers": small.model.num_layers + extra_layers})
+    try:
+        big = build_scenario({"model": bigger_model.model_dump(), "cluster": "dgx-h100", "gpus": small.num_gpus,
+                              "layout": small.layout.model_dump(exclude={"dp"}),
+                              "training": small.training.model_dump()}, {})
+    except SpecError:
+        return  # the bigger model does not split over this pipeline
+    assert predict(big).step_time_s > predict(small).step_time_s
+
+
+@SETTINGS
+@given(kw=LAYOUTS, fast=st.booleans())
+def test_identical_input_identical_output(kw, fast):
+    a, b = predict(scenario(**kw), fast=fast).to_json(), predict(scenario(**kw), fast=fast).to_json()
+    a.pop("engine")
+    b.pop("engine")
+    assert a == b
