@@ -13,7 +13,7 @@ of 1/ppn of the data over ppn parallel rails, intra-node all-gather), ``direct``
 (all-to-all), ``p2p`` (send/recv), ``ps`` (parameter server, see `ps_exchange_time`). Each is timed under
 NCCL's LL, LL128 and Simple protocols where NCCL offers them, as
 
-    time = latency(algo, protocol) + (wire_bytes + fill_bytes(protocol)) / rate(algo, protocol)
+    time = latency(algo, protocol) + (wire_bytes + min(wire_bytes, fill_bytes(protocol))) / rate(algo, protocol)
 
 where wire_bytes are the bytes each GPU (or node, for the network) sends per direction, rate is the
 bottleneck of the links the group uses (`GroupShape`: scale-up port, the group's NIC share, its share of
@@ -175,7 +175,7 @@ def _ring(op: str, S: float, g: GroupShape, proto: str) -> CollectiveTime | None
             lat *= nm.RING_PLATEAU
     else:
         lat += nsteps * intra
-    t = lat + (wire + nm.fill_bytes(proto)) / bus
+    t = lat + (wire + min(wire, nm.fill_bytes(proto))) / bus
     # Network bytes per GPU: the ring crosses each node boundary once per ring, so a node's egress equals
     # one ring link's traffic, shared by its ranks_per_node members.
     return CollectiveTime(op, S, n, t, "ring", proto, lat, bus,
@@ -201,7 +201,7 @@ def _tree(op: str, S: float, g: GroupShape, proto: str) -> CollectiveTime | None
     intra = _lat(g, nm.intra_hw(g.scale_up_kind), "tree", proto)
     lat = nm.base_lat_s("tree", proto) + 2 * ((ppn - 1) * intra + nm.log2i(N) * _lat(g, "net", "tree", proto))
     bottleneck = min(rates)
-    t = lat + t_bw + nm.fill_bytes(proto) / bottleneck
+    t = lat + t_bw + min(net_wire, nm.fill_bytes(proto)) / bottleneck
     return CollectiveTime(op, S, g.size, t, "tree", proto, lat, S / max(t_bw, 1e-30),
                           _link_bytes(g, intra_wire, net_wire / ppn))
 
@@ -218,7 +218,7 @@ def _nvls(op: str, S: float, g: GroupShape, proto: str) -> CollectiveTime | None
     wire = S * (1 + 1 / n) if op == "all_reduce" else S * (n - 1) / n
     rate = g.intra_Bps * g.nvls_efficiency
     lat = _lat(g, "nvlink", "nvls", "Simple")
-    t = lat + (wire + nm.fill_bytes("Simple")) / rate
+    t = lat + (wire + min(wire, nm.fill_bytes("Simple"))) / rate
     return CollectiveTime(op, S, n, t, "nvls", "Simple", lat, rate, (("scale_up", wire),))
 
 
@@ -264,7 +264,8 @@ def _a2a_direct(op: str, S: float, g: GroupShape, proto: str) -> CollectiveTime 
     remote_peers = g.size - g.ranks_per_node
     lat = (nm.base_lat_s("ring", "Simple") + _lat(g, hw, "ring", "Simple")
            + remote_peers * nm.NET_OVERHEAD_US * nm.US)
-    t = lat + t_bw + (nm.P2P_CHUNK_NET if net_b else nm.P2P_CHUNK_NVL) * nm.FILL_BUFFERS / rate
+    chunk = nm.P2P_CHUNK_NET if net_b else nm.P2P_CHUNK_NVL
+    t = lat + t_bw + min(max(intra_b, net_b), chunk * nm.FILL_BUFFERS) / rate
     return CollectiveTime(op, S, g.size, t, "direct", "Simple", lat, (intra_b + net_b) / max(t_bw, 1e-30),
                           _link_bytes(g, intra_b, net_b))
 
@@ -287,7 +288,10 @@ def _a2a_pairwise(op: str, S: float, g: GroupShape, proto: str) -> CollectiveTim
 
 
 def _p2p(op: str, S: float, g: GroupShape, proto: str) -> CollectiveTime | None:
-    """Send/recv between two ranks (pipeline stages): one hop over the scale-up fabric or the network."""
+    """Send/recv: each rank sends ``S`` to one peer (a pipeline pair, or ring neighbours of a CP group).
+
+    One hop over the scale-up fabric, or over the sender's NIC share when the group spans nodes.
+    """
     if op != "send_recv" or proto != "Simple":
         return None
     if g.multi_node:
@@ -298,7 +302,7 @@ def _p2p(op: str, S: float, g: GroupShape, proto: str) -> CollectiveTime | None:
         rate = g.intra_Bps / max(1, g.ranks_per_node - 1) if mesh else g.intra_Bps
         chunk, hw = nm.P2P_CHUNK_NVL, nm.intra_hw(g.scale_up_kind)
     lat = nm.base_lat_s("ring", "Simple") + _lat(g, hw, "ring", "Simple")
-    t = lat + (S + nm.FILL_BUFFERS * chunk) / rate
+    t = lat + (S + min(S, nm.FILL_BUFFERS * chunk)) / rate
     lb = (("network", S),) if g.multi_node else (("scale_up", S),)
     return CollectiveTime(op, S, g.size, t, "p2p", "Simple", lat, rate, lb)
 
@@ -356,8 +360,6 @@ def best(op: str, nbytes: float, group: GroupShape, algos: tuple[str, ...] | Non
 def _cached(op: str, nbytes: float, group: GroupShape, algo: str | None, protocol: str | None) -> CollectiveTime:
     if group.size <= 1 or nbytes <= 0:
         return _zero(op, nbytes, group.size)
-    if op == "send_recv" and group.size != 2:
-        raise SpecError("group", f"send/recv needs a 2-rank group, got {group.size}")
     algos = None if algo is None else (algo,)
     return best(op, nbytes, group, algos, protocol)
 

@@ -15,7 +15,8 @@ Sources (all public NVIDIA code/statements; none is fitted to a measured curve):
   (LL ÷3.8, LL128 ×120/128 multi-node, ×7/9 single node). LL128 is used only over NVLink (and across
   nodes from Hopper on), as NCCL enables it.
 * Pipeline fill: before a collective streams at its steady rate, NCCL's staging buffers fill once
-  (sender and receiver side). We charge ``2 × buffer`` bytes at the bottleneck rate, with NCCL's default
+  (sender and receiver side). We charge ``min(2 × buffer, wire bytes)`` at the bottleneck rate (a message
+  smaller than the buffers is all fill), with NCCL's default
   buffer per protocol: Simple NCCL_BUFFSIZE = 4 MiB; LL128 = 120 elems × 640 threads × 8 steps × 8 B;
   LL = 8 lines × 512 threads × 8 steps × 16 B; point-to-point chunks NCCL_P2P_NVL_CHUNKSIZE 512 KiB /
   NCCL_P2P_NET_CHUNKSIZE 128 KiB. This one term (same constant for every GPU) is what makes the

@@ -11,5 +11,10 @@ from .graph import build_graph, graph_path_links
 from .placement import DIMS, Placement, place
 from .shape import GroupShape
 
+
+def group_of_ranks(cluster, ranks) -> GroupShape:
+    """The GroupShape of explicit global ranks (GPU ids) of a cluster."""
+    return GroupShape.of_ranks(ranks, Fabric.of(cluster))
+
 __all__ = ["Fabric", "LinkId", "gpu_arch", "build_graph", "graph_path_links", "DIMS", "Placement", "place",
-           "GroupShape"]
+           "GroupShape", "group_of_ranks"]

@@ -122,6 +122,12 @@ class Fabric:
         hosts = self.nodes_per_leaf * (self.nics_per_node if self.kind == "fat-tree" else 1)
         return hosts * self.nic_Bps / self.oversubscription
 
+    def node_group_uplink_Bps(self) -> float:
+        """Spine-facing bandwidth of all leaves serving one group of ``nodes_per_leaf`` nodes (every rail)."""
+        if self.kind == "switch":
+            return math.inf
+        return self.nodes_per_leaf * self.nics_per_node * self.nic_Bps / self.oversubscription
+
     # ---- coordinates --------------------------------------------------------------------------
     def node_of(self, gpu: int) -> int:
         return gpu // self.gpus_per_node
@@ -166,8 +172,10 @@ class Fabric:
             return self._intra(src, dst)
         rs, rd = self.rail_of(src), self.rail_of(dst)
         links: list[LinkId] = []
-        if self.kind == "rail-optimized" and rs != rd:
-            # PXN: hop over NVLink to the local GPU on the destination's rail, then stay on that rail.
+        same_group = ns // self.nodes_per_leaf == nd // self.nodes_per_leaf
+        if self.kind == "rail-optimized" and rs != rd and same_group:
+            # PXN: hop over NVLink to the local GPU on the destination's rail, then stay on that rail
+            # (rails meet only at the spine). Across node groups the spine is crossed anyway.
             relay = self.gpu_on_rail(ns, rd)
             links += self._intra(src, relay)
             rs = rd

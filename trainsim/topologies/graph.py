@@ -73,7 +73,14 @@ def graph_path_links(g: nx.DiGraph, src: int, dst: int) -> tuple[LinkId, ...]:
     """The capacity-carrying link ids on the cheapest route src -> dst in the graph."""
     if src == dst:
         return ()
-    nodes = nx.shortest_path(g, ("gpu", src), ("gpu", dst), weight="cost")
+    src_node = g.nodes[("gpu", src)]["node"]
+
+    def cost(u, v, data) -> float:
+        # NCCL's PXN relays on the sender's node: a detour through the receiver's NVSwitch costs more.
+        extra = 0.5 if u[0] == "nvswitch" and u[1] != src_node else 0.0
+        return data["cost"] + extra
+
+    nodes = nx.shortest_path(g, ("gpu", src), ("gpu", dst), weight=cost)
     out = []
     for u, v in zip(nodes, nodes[1:]):
         lid = g.edges[u, v]["link"]

@@ -31,7 +31,7 @@ class GroupShape:
     nodes: int
     ranks_per_node: int
     gpus_per_node: int
-    leaves: int                 # distinct leaf switches whose hosts carry the group's inter-node traffic
+    leaves: int                 # distinct leaf groups (node // nodes_per_leaf) the members sit under
     rails: int                  # distinct NICs (rails) the members sit on
     arch: str                   # GPU generation, for NCCL's per-architecture tables
     scale_up_kind: str
@@ -87,19 +87,18 @@ class GroupShape:
             raise SpecError("group", f"ranks must lie in 0..{fabric.num_gpus - 1}")
         per_node = Counter(fabric.node_of(g) for g in members)
         rpn = max(per_node.values())
-        leaf_count: Counter = Counter()
-        rails = set()
-        for g in members:
-            rail = fabric.rail_of(g)
-            rails.add(rail)
-            leaf_count[fabric.leaf_of(fabric.node_of(g), rail)] += 1
-        leaves = len(leaf_count) if len(per_node) > 1 else 1
+        # Spine crossings: members under different leaf groups (node // nodes_per_leaf). In rail-optimized
+        # fabrics each rail has its own leaf, but PXN keeps inter-node traffic on the destination's rail,
+        # so only node groups matter; their uplinks together carry nics_per_node × nodes_per_leaf NICs.
+        rails = {fabric.rail_of(g) for g in members}
+        if fabric.kind == "switch" or len(per_node) == 1:
+            leaf_count: Counter = Counter({0: len(members)})
+        else:
+            leaf_count = Counter(fabric.node_of(g) // fabric.nodes_per_leaf for g in members)
+        leaves = len(leaf_count)
         if leaves > 1:
-            under_leaf = fabric.nodes_per_leaf * (
-                fabric.gpus_per_node if fabric.kind == "fat-tree"
-                else max(1.0, fabric.gpus_per_node / max(1, fabric.nics_per_node)))
             leaf_members = min(leaf_count.values())
-            leaf_share = fabric.leaf_uplink_Bps() * leaf_members / under_leaf
+            leaf_share = fabric.node_group_uplink_Bps() * leaf_members / (fabric.nodes_per_leaf * fabric.gpus_per_node)
         else:
             leaf_members, leaf_share = 0, math.inf
         if fabric.is_mesh:

@@ -1,0 +1,192 @@
+"""Collective cost model: closed forms, algorithm choice, ops, parameter server, profile hook, CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from trainsim.cost_models import nccl_model as nm
+from trainsim.cost_models.collectives import (
+    busbw_factor, candidates, canonical_op, collective_time, p2p_time, ps_exchange_time)
+from trainsim.specs import SpecError, build_scenario, load_cluster
+from trainsim.topologies import GroupShape, place
+
+GIB = 2**30
+
+
+def test_busbw_factors_as_nccl_tests_performance_md():
+    assert busbw_factor("all_reduce", 8) == pytest.approx(2 * 7 / 8)
+    for op in ("all_gather", "reduce_scatter", "all_to_all"):
+        assert busbw_factor(op, 8) == pytest.approx(7 / 8)
+    for op in ("broadcast", "reduce", "send_recv"):
+        assert busbw_factor(op, 8) == 1.0
+    assert canonical_op("AllReduce") == "all_reduce" and canonical_op("all-gather") == "all_gather"
+
+
+def test_ring_allreduce_closed_form_single_node():
+    """t = NCCL latency + (2(n-1)/n·S + 2·NCCL_BUFFSIZE) / (link × 0.8) for ring/Simple on 8 A100s."""
+    c = load_cluster("dgx-a100", 8)
+    S = 1 * GIB
+    r = collective_time("all_reduce", S, 8, c, algo="ring", protocol="Simple")
+    lat = (8.4 + 14 * 3.4) * 1e-6
+    expect = lat + (2 * 7 / 8 * S + 8 * 2**20) / (300e9 * 0.8)
+    assert r.time_s == pytest.approx(expect, rel=1e-9)
+    assert r.latency_s == pytest.approx(lat)
+    assert r.bytes_on("scale_up") == pytest.approx(2 * 7 / 8 * S)
+
+
+def test_bandwidth_term_dominates_large_messages_and_latency_small():
+    c = load_cluster("dgx-h100", 8)
+    big = collective_time("all_reduce", 64 * GIB, 8, c, algo="ring", protocol="Simple")
+    assert big.busbw_Bps == pytest.approx(450e9 * 0.8, rel=0.01)
+    tiny = collective_time("all_reduce", 8, 8, c)
+    assert tiny.algo == "ring" and tiny.protocol == "LL"        # NCCL picks LL for tiny messages
+    assert tiny.time_s == pytest.approx(tiny.latency_s, rel=0.01)
+
+
+def test_algorithm_choice_by_size_and_shape():
+    h = load_cluster("dgx-h100", 64)
+    assert collective_time("all_reduce", 1 * GIB, 8, h).algo == "nvls"
+    assert collective_time("all_reduce", 1 * GIB, 8, load_cluster("dgx-a100", 8)).algo == "ring"
+    multi = collective_time("all_reduce", 1 * GIB, 64, h)
+    assert multi.algo in ("ring", "tree", "hierarchical")
+    # every candidate is at least as slow as the choice
+    g = GroupShape.contiguous(64, h)
+    assert all(c.time_s >= multi.time_s for c in candidates("all_reduce", GIB, g))
+    with pytest.raises(SpecError):
+        collective_time("all_reduce", GIB, 8, load_cluster("dgx-a100", 8), algo="nvls")
+    with pytest.raises(SpecError):
+        collective_time("all_reduce", GIB, 8, h, algo="bogus")
+
+
+def test_hierarchical_equals_sum_of_its_phases():
+    h = load_cluster("dgx-a100", 32)
+    g = GroupShape.contiguous(32, h)
+    hier = collective_time("all_reduce", GIB, g, algo="hierarchical")
+    node = g.with_(size=8, nodes=1, leaves=1, leaf_members=0, leaf_share_Bps=math.inf)
+    rail = g.with_(size=4, ranks_per_node=1, nvls=False)
+    rs = collective_time("reduce_scatter", GIB, node)
+    ar = min(collective_time("all_reduce", GIB / 8, rail, algo=a).time_s for a in ("ring", "tree"))
+    ag = collective_time("all_gather", GIB, node)
+    assert hier.time_s == pytest.approx(rs.time_s + ar + ag.time_s, rel=1e-9)
+
+
+def test_every_op_has_a_time_and_monotone_in_size():
+    c = load_cluster("dgx-h100", 16)
+    for op in ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce"):
+        prev = 0.0
+        for s in (1024, 2**20, 2**26, 2**30):
+            t = collective_time(op, s, 16, c).time_s
+            assert t > prev, (op, s)
+            prev = t
+    assert collective_time("all_reduce", 0, 16, c).time_s == 0.0
+    assert collective_time("all_reduce", GIB, 1, c).time_s == 0.0
+
+
+def test_all_to_all_direct_vs_pairwise_and_oversubscription():
+    base = load_cluster("dgx-h100")
+    def cl(over):
+        return load_cluster({**base.model_dump(), "scale_out": {**base.scale_out.model_dump(), "fabric": "fat-tree",
+                                                                "nodes_per_leaf": 2, "oversubscription": over}}, 32)
+    S = GIB
+    d1 = collective_time("all_to_all", S, 32, cl(1.0), algo="direct")
+    d2 = collective_time("all_to_all", S, 32, cl(2.0), algo="direct")
+    # 4 nodes in 2 leaves: half of each rank's bytes cross the spine; a 2:1 spine halves their rate.
+    assert d2.time_s > d1.time_s * 1.3
+    pw = collective_time("all_to_all", S, 32, cl(1.0), algo="pairwise")
+    assert pw.latency_s > d1.latency_s                     # 31 sequential rounds
+    # closed form (no spine limit): per rank S·24/32 bytes leave the node through its own 48 GB/s NIC
+    assert d1.time_s == pytest.approx(d1.latency_s + S * 24 / 32 / 48e9 + 2 * 128 * 1024 / 48e9, rel=1e-6)
+
+
+def test_send_recv_between_pipeline_stages():
+    s = build_scenario({"model": "llama3-70b", "cluster": "dgx-h100", "gpus": 64, "layout": {"tp": 8, "pp": 2}})
+    pair = place(s).pp_p2p(0)
+    r = p2p_time(64 * 2**20, pair)
+    assert r.algo == "p2p" and r.bytes_on("network") == 64 * 2**20
+    assert r.time_s == pytest.approx(r.latency_s + (64 * 2**20 + 2 * nm.P2P_CHUNK_NET) / 48e9)
+    intra = GroupShape.contiguous(2, load_cluster("dgx-h100", 8))
+    assert p2p_time(64 * 2**20, intra).time_s < r.time_s
+
+
+def test_parameter_server_closed_forms():
+    g = GroupShape.contiguous(64, load_cluster("dgx-h100", 64))   # 8 nodes: workers use 48 GB/s each
+    S = GIB
+    equal = ps_exchange_time(S, g, num_servers=64)
+    assert equal.time_s - equal.latency_s == pytest.approx(2 * S / 48e9)
+    few = ps_exchange_time(S, g, num_servers=8)
+    assert few.time_s - few.latency_s == pytest.approx(2 * 64 * S / (8 * 48e9))
+    assert collective_time("all_reduce", S, g, algo="ps").algo == "ps"
+
+
+def test_profile_fit_replaces_the_model():
+    class Fit:
+        alpha_s, beta_s_per_byte = 1e-5, 1e-11
+        def time_s(self, size):
+            return self.alpha_s + self.beta_s_per_byte * size
+
+    class Profile:
+        def collective_fit(self, op, n, nodes=1, nearest=False):
+            return Fit() if (op, n, nodes) == ("all_reduce", 8, 1) else None
+
+    c = load_cluster("dgx-h100", 16)
+    r = collective_time("all_reduce", 2**20, 8, c, profile=Profile())
+    assert r.algo == "measured" and r.time_s == pytest.approx(1e-5 + 1e-11 * 2**20)
+    other = collective_time("all_reduce", 2**20, 16, c, profile=Profile())
+    assert other.algo != "measured"
+
+
+def test_bad_inputs_raise_spec_errors():
+    c = load_cluster("dgx-h100", 8)
+    with pytest.raises(SpecError):
+        collective_time("gossip", 1, 8, c)
+    with pytest.raises(SpecError):
+        collective_time("all_reduce", -1, 8, c)
+    with pytest.raises(SpecError):
+        collective_time("all_reduce", float("nan"), 8, c)
+    with pytest.raises(SpecError):
+        collective_time("all_reduce", 1, 8)
+
+
+def _main(argv, monkeypatch, capsys):
+    import trainsim.reports.cli as cli
+    monkeypatch.setattr(cli, "COMMANDS", ("collective",))   # only this command's parser
+    code = cli.main(argv)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_json_rows(monkeypatch, capsys):
+    code, out, _ = _main(["collective", "--op", "all_reduce", "--cluster", "dgx-h100", "--gpus", "8",
+                          "--sizes", "1K:8G", "--json"], monkeypatch, capsys)
+    assert code == 0
+    rows = json.loads(out)
+    assert [r["size_bytes"] for r in rows] == [2**k for k in range(10, 34)]
+    assert set(rows[0]) == {"size_bytes", "time_s", "algbw_GBps", "busbw_GBps", "algo"}
+    last = rows[-1]
+    assert last["busbw_GBps"] == pytest.approx(last["algbw_GBps"] * 1.75)
+    assert last["algo"] == "nvls/Simple"
+
+
+def test_cli_table_and_list(monkeypatch, capsys):
+    code, out, _ = _main(["collective", "--op", "all_gather", "--cluster", "dgx-a100", "--gpus", "16",
+                          "--sizes", "1K,4M,1G", "--algo", "ring"], monkeypatch, capsys)
+    assert code == 0
+    assert "busbw" in out and "ring/" in out and "4M" in out
+
+
+@pytest.mark.parametrize("argv,field", [
+    (["--cluster", "nope"], "cluster"),
+    (["--cluster", "dgx-a100", "--sizes", "8G:1K"], "sizes"),
+    (["--cluster", "dgx-a100", "--sizes", "4Q"], "sizes"),
+    (["--cluster", "dgx-a100", "--gpus", "12"], "gpus"),
+    (["--cluster", "dgx-a100", "--op", "gossip"], "op"),
+    (["--cluster", "dgx-a100", "--algo", "nvls"], "algo"),
+])
+def test_cli_bad_input_one_line_exit_2(monkeypatch, capsys, argv, field):
+    code, out, err = _main(["collective", *argv], monkeypatch, capsys)
+    assert code == 2
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {field}:")

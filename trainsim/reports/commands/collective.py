@@ -1,0 +1,148 @@
+"""`trainsim collective`: predicted nccl-tests table (size, time, algbw, busbw, algorithm) for one collective.
+
+    trainsim collective --op all_reduce --cluster dgx-h100 --gpus 8 --sizes 1K:8G [--algo ring] [--json]
+
+``--sizes`` takes a comma list (``1K,4M,1G``; K/M/G/T are powers of 1024 as in nccl-tests) or a range
+``START:END`` doubling each row (``START:END:FACTOR`` for another factor). The group is ``--gpus``
+consecutive GPUs (whole nodes first), as nccl-tests runs on that many GPUs. ``--json`` prints a list of
+rows with keys size_bytes, time_s, algbw_GBps, busbw_GBps, algo (GB = 1e9 B, as nccl-tests prints).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+
+from trainsim.reports.commands.common import positive_int
+from trainsim.specs import SpecError
+
+MAX_ROWS = 512
+_UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB": 2**20, "MIB": 2**20,
+          "G": 2**30, "GB": 2**30, "GIB": 2**30, "T": 2**40, "TB": 2**40, "TIB": 2**40}
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(text: str) -> int:
+    """``4M`` -> 4194304 bytes (binary units, as nccl-tests' -b/-e); SpecError naming --sizes otherwise."""
+    m = _SIZE.match(text)
+    if not m or m.group(2).upper() not in _UNITS:
+        raise SpecError("sizes", f"cannot read size {text!r} (use e.g. 1024, 64K, 4M, 1G)")
+    value = float(m.group(1)) * _UNITS[m.group(2).upper()]
+    if not math.isfinite(value) or value < 1 or value > 2**50:
+        raise SpecError("sizes", f"size {text!r} must be between 1 B and 1 PiB")
+    return int(value)
+
+
+def parse_sizes(text: str) -> list[int]:
+    """A comma list of sizes, or ``START:END[:FACTOR]`` (geometric, factor 2 by default)."""
+    text = (text or "").strip()
+    if not text:
+        raise SpecError("sizes", "no sizes given")
+    if ":" in text:
+        parts = text.split(":")
+        if len(parts) not in (2, 3):
+            raise SpecError("sizes", f"range {text!r} must be START:END or START:END:FACTOR")
+        start, end = parse_size(parts[0]), parse_size(parts[1])
+        try:
+            factor = float(parts[2]) if len(parts) == 3 else 2.0
+        except ValueError:
+            raise SpecError("sizes", f"factor {parts[2]!r} is not a number") from None
+        if not math.isfinite(factor) or factor <= 1:
+            raise SpecError("sizes", f"factor must be > 1, got {parts[2]}")
+        if end < start:
+            raise SpecError("sizes", f"range end {parts[1]} is below its start {parts[0]}")
+        out, s = [], float(start)
+        while s <= end * (1 + 1e-9):
+            out.append(int(round(s)))
+            if len(out) > MAX_ROWS:
+                raise SpecError("sizes", f"more than {MAX_ROWS} sizes; use a larger factor")
+            s *= factor
+        return out
+    out = [parse_size(x) for x in text.split(",") if x.strip()]
+    if not out:
+        raise SpecError("sizes", "no sizes given")
+    if len(out) > MAX_ROWS:
+        raise SpecError("sizes", f"more than {MAX_ROWS} sizes")
+    return out
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "collective", help="predicted nccl-tests table for one collective",
+        description="Predict a collective's time, algbw and busbw over a range of sizes, in nccl-tests' "
+                    "vocabulary (busbw factors from nccl-tests doc/PERFORMANCE.md).")
+    p.add_argument("--op", default="all_reduce",
+                   help="all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, reduce, send_recv")
+    p.add_argument("--cluster", required=True, help="preset name or YAML file")
+    p.add_argument("--gpus", type=positive_int, help="group size (default: one node)")
+    p.add_argument("--sizes", default="1K:8G", help="list (1K,4M,1G) or range START:END[:FACTOR] (default 1K:8G)")
+    p.add_argument("--algo", help="force an algorithm: ring, tree, nvls, hierarchical, direct, pairwise, p2p, ps")
+    p.add_argument("--protocol", choices=("LL", "LL128", "Simple"), help="force an NCCL protocol")
+    p.add_argument("--calibration", help="calibration profile JSON (measured collective fits replace the model)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of rows")
+    p.set_defaults(func=run)
+
+
+def rows(op: str, cluster, gpus: int, sizes: list[int], algo: str | None = None,
+         protocol: str | None = None, profile=None) -> list[dict]:
+    """The table as dicts: size_bytes, time_s, algbw_GBps, busbw_GBps, algo."""
+    from trainsim.cost_models.collectives import canonical_op, collective_time
+    from trainsim.topologies.shape import GroupShape
+
+    op = canonical_op(op)
+    group = GroupShape.contiguous(gpus, cluster)
+    if op == "send_recv" and group.size != 2:
+        raise SpecError("gpus", f"send_recv runs between 2 GPUs, got --gpus {gpus}")
+    out = []
+    for s in sizes:
+        r = collective_time(op, s, group, cluster, algo=algo, profile=profile, protocol=protocol)
+        out.append({"size_bytes": s, "time_s": r.time_s, "algbw_GBps": r.algbw_Bps / 1e9,
+                    "busbw_GBps": r.busbw_Bps / 1e9, "algo": r.label})
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainsim.specs import load_cluster
+
+    sizes = parse_sizes(args.sizes)
+    base = load_cluster(args.cluster)
+    gpus = args.gpus or base.gpus_per_node
+    if gpus > base.gpus_per_node and gpus % base.gpus_per_node:
+        raise SpecError("gpus", f"{gpus} GPUs is not a whole number of {base.gpus_per_node}-GPU nodes")
+    cluster = load_cluster(args.cluster, max(gpus, 1))
+    profile = None
+    if args.calibration:
+        from trainsim.cost_models.profile import load_profile
+        profile = load_profile(args.calibration)
+    table = rows(args.op, cluster, gpus, sizes, args.algo, args.protocol, profile)
+    if args.json:
+        print(json.dumps(table, indent=1))
+        return 0
+    _print_table(args.op, cluster, gpus, table)
+    return 0
+
+
+def _fmt_size(n: int) -> str:
+    for unit, k in (("G", 2**30), ("M", 2**20), ("K", 2**10)):
+        if n >= k and n % k == 0:
+            return f"{n // k}{unit}"
+    return str(n)
+
+
+def _print_table(op: str, cluster, gpus: int, table: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from trainsim.cost_models.collectives import canonical_op
+
+    nodes = max(1, -(-gpus // cluster.gpus_per_node))
+    t = Table(title=f"{canonical_op(op)} on {gpus} GPU(s) of {cluster.name} ({nodes} node(s)), predicted",
+              caption="GB/s = 1e9 B/s; busbw factors as nccl-tests doc/PERFORMANCE.md")
+    for col in ("size", "bytes", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algo"):
+        t.add_column(col, justify="left" if col in ("algo", "size") else "right")
+    for r in table:
+        t.add_row(_fmt_size(r["size_bytes"]), str(r["size_bytes"]), f"{r['time_s'] * 1e6:.2f}",
+                  f"{r['algbw_GBps']:.2f}", f"{r['busbw_GBps']:.2f}", r["algo"])
+    Console(width=110).print(t)
