@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .flops import Op, head_ops, layer_ops, recompute_ops
+from .profile import MEMORY_OPS
 from .shapes import LayerShape, layer_shape
 
 TILE = 128
@@ -117,14 +118,15 @@ def hw_of(gpu, dtype: str) -> _Hw:
 def _tile_factor(m: int, n: int, k: int, batch: int, num_sms: int, peak: float) -> float:
     """Fraction of the math a 128×128-tiled GEMM does usefully at full speed (padding, waves, tile cost)."""
     tm, tn = -(-m // TILE), -(-n // TILE)
-    pad = (m * n) / (tm * tn * TILE * TILE) * k / (-(-k // K_STEP) * K_STEP)
+    kp = -(-k // K_STEP) * K_STEP  # the k-loop runs in whole K_STEP slices
+    pad = (m * n) / (tm * tn * TILE * TILE) * k / kp
     tiles = batch * tm * tn
     split = 1
     if tiles < num_sms:
-        split = max(1, min(num_sms // tiles, k // MIN_SPLIT_K))
+        split = max(1, min(num_sms // tiles, kp // MIN_SPLIT_K))
     units = tiles * split
     wave = units / (-(-units // num_sms) * num_sms)
-    k_split = k / split
+    k_split = kp / split
     k0 = TILE_OVERHEAD_S * (peak / num_sms) / (2 * TILE * TILE)
     return pad * wave * k_split / (k_split + k0)
 
@@ -157,10 +159,10 @@ def gemm_time_s(m: int, n: int, k: int, hw: _Hw, *, batch: int = 1, fp8: bool = 
     return max(flops / (peak * eff), nbytes / hw.mem_Bps) + hw.overhead_s
 
 
-def memory_time_s(nbytes: float, hw: _Hw, profile=None, op: str | None = None) -> float:
+def memory_time_s(nbytes: float, hw: _Hw, profile=None, op: str | None = None, pass_: str = "fwd") -> float:
     """Seconds of a memory-bound kernel moving ``nbytes`` (read + written)."""
     if profile is not None:
-        t = profile.memory_time_s(nbytes, op)
+        t = profile.memory_time_s(nbytes, op, pass_)
         if t is not None:
             return t
     return nbytes / hw.mem_Bps + hw.overhead_s
@@ -187,7 +189,8 @@ def _attention_time(op: Op, hw: _Hw, profile, dtype: str, pass_: str, causal: bo
     return max(flops / (hw.peak * hw.attn_eff), nbytes / hw.mem_Bps) + hw.overhead_s
 
 
-def op_times(op: Op, hw: _Hw, *, e: int = 2, dtype: str = "bf16", profile=None, causal: bool = True) -> OpTimes:
+def op_times(op: Op, hw: _Hw, *, e: int = 2, dtype: str = "bf16", profile=None, causal: bool = True,
+             norm: str | None = None) -> OpTimes:
     """Seconds of one op in forward, input-gradient and weight-gradient passes."""
     if op.kind == "attention":
         return OpTimes(op.name, _attention_time(op, hw, profile, dtype, "fwd", causal),
@@ -204,9 +207,11 @@ def op_times(op: Op, hw: _Hw, *, e: int = 2, dtype: str = "bf16", profile=None, 
         bw = _gemms_time(op.bwd_weight_gemms, op, hw, e, profile, dtype, 0.0) if op.bwd_weight_gemms else 0.0
         return OpTimes(op.name, fwd, bi, bw)
     # Memory-bound ops (norms, activations, softmax, residuals, loss, embedding gather/scatter).
-    fwd = memory_time_s(op.fwd_bytes, hw, profile, op.kind) if op.fwd_bytes else 0.0
-    bi = memory_time_s(op.bwd_input_bytes, hw, profile, op.kind) if op.bwd_input_bytes else 0.0
-    bw = memory_time_s(op.bwd_weight_bytes, hw, profile, op.kind) if op.bwd_weight_bytes else 0.0
+    # A profile is asked for the kernel it measured by name (gelu, softmax, layernorm/rmsnorm), else the kind.
+    key = op.name if op.name in MEMORY_OPS else (norm if op.kind == "norm" and norm else op.kind)
+    fwd = memory_time_s(op.fwd_bytes, hw, profile, key) if op.fwd_bytes else 0.0
+    bi = memory_time_s(op.bwd_input_bytes, hw, profile, key, "bwd") if op.bwd_input_bytes else 0.0
+    bw = memory_time_s(op.bwd_weight_bytes, hw, profile, key, "bwd") if op.bwd_weight_bytes else 0.0
     return OpTimes(op.name, fwd, bi, bw)
 
 
@@ -214,7 +219,7 @@ def _sum_times(ops: tuple[Op, ...], rec: tuple[Op, ...], hw: _Hw, shp: LayerShap
     f = bi = bw = r = 0.0
     rec_ids = {id(op) for op in rec}
     for op in ops:
-        t = op_times(op, hw, e=shp.e, dtype=shp.dtype, profile=profile, causal=shp.causal)
+        t = op_times(op, hw, e=shp.e, dtype=shp.dtype, profile=profile, causal=shp.causal, norm=shp.norm)
         f += t.fwd_s
         bi += t.bwd_input_s
         bw += t.bwd_weight_s
@@ -253,7 +258,7 @@ def layer_times(scenario, profile=None) -> LayerTimes:
 def layer_op_times(scenario, profile=None) -> tuple[OpTimes, ...]:
     """Per-op seconds of one block (for traces and reports)."""
     shp, hw, _ = _ctx(scenario, profile)
-    return tuple(op_times(op, hw, e=shp.e, dtype=shp.dtype, profile=profile, causal=shp.causal)
+    return tuple(op_times(op, hw, e=shp.e, dtype=shp.dtype, profile=profile, causal=shp.causal, norm=shp.norm)
                  for op in layer_ops(shp))
 
 
