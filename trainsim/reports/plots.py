@@ -25,7 +25,7 @@ KIND_COLOURS = {
     "recompute": "#8172B3",
     "optimizer": "#2F4F4F",
     "embedding": "#1B9E77",
-    "comm_tp": "#64B5CD",
+    "comm_tp": "#55A868",
     "comm_cp": "#CCB974",
     "comm_ep": "#937860",
     "comm_pp": "#DA8BC3",
@@ -109,7 +109,7 @@ def timeline_figure(events: Sequence[TimelineEvent], num_stages: int, step_time_
                     kinds_seen.append("bubble")
         for kind, ivs in kinds.items():
             colour = KIND_COLOURS.get(kind, KIND_COLOURS["comm"])
-            ax.broken_barh(ivs, (y - 0.4, 0.8), facecolors=colour, edgecolor="white", linewidth=0.2)
+            ax.broken_barh(ivs, (y - 0.4, 0.8), facecolors=colour, edgecolor="none", linewidth=0)
             if kind not in kinds_seen:
                 kinds_seen.append(kind)
     ax.set_yticks(range(len(rows)))
@@ -265,7 +265,7 @@ def goodput_figure(curve: Sequence[tuple[float, float]], daly_s: float, young_s:
     ax.set_ylabel("time to train (days)")
     ax.set_title(title)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     return fig
 

@@ -39,8 +39,8 @@ def fmt_si(x: float | None, unit: str = "") -> str:
         return "—"
     for div, p in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if abs(x) >= div:
-            return f"{x / div:.3g} {p}{unit}"
-    return f"{x:.3g} {unit}".rstrip()
+            return f"{x / div:#.3g} {p}{unit}".replace(". ", " ")
+    return f"{x:#.3g} {unit}".replace(". ", " ").rstrip().rstrip(".")
 
 
 def fmt_money(x: float | None) -> str:
@@ -53,8 +53,9 @@ def fmt_money(x: float | None) -> str:
     return f"${x:.0f}"
 
 
-LAYOUT_COLUMNS = ("#", "GPUs", "layout", "mb", "recompute", "ZeRO", "schedule", "step", "tokens/s", "MFU",
-                  "peak mem", "headroom", "goodput", "time to train", "GPU-hours", "cost", "source")
+LAYOUT_COLUMNS = ("#", "GPUs", "layout", "mb", "recomp", "ZeRO", "sched", "step", "tokens/s", "MFU",
+                  "peak mem", "free", "goodput", "time to train", "GPU-h", "cost", "src")
+_SHORT = {"selective": "sel", "interleaved": "intl", "closed-form": "cf"}
 
 
 def layout_row(i: int, r: Mapping[str, Any]) -> list[str]:
@@ -67,10 +68,11 @@ def layout_row(i: int, r: Mapping[str, Any]) -> list[str]:
     if r.get("vpp", 1) > 1:
         lay += f" v{r['vpp']}"
     return [
-        str(i), str(r["gpus"]), lay, str(r["micro_batch"]), r["recompute"], str(r["zero"]), r["schedule"],
+        str(i), str(r["gpus"]), lay, str(r["micro_batch"]), _SHORT.get(r["recompute"], r["recompute"]), str(r["zero"]),
+        _SHORT.get(r["schedule"], r["schedule"]),
         fmt_time(r["step_time_s"]), fmt_si(r["tokens_per_s"]), fmt_pct(r["mfu"]), fmt_gib(r["peak_bytes"]),
         fmt_gib(r["gpu_bytes"] - r["peak_bytes"]), fmt_pct(r.get("goodput")), fmt_time(r.get("time_to_train_s")),
-        fmt_si(r.get("gpu_hours")), fmt_money(r.get("cost")), r["source"],
+        fmt_si(r.get("gpu_hours")), fmt_money(r.get("cost")), _SHORT.get(r["source"], r["source"]),
     ]
 
 

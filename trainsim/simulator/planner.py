@@ -194,16 +194,18 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
         except SpecError:
             counts["invalid"] += 1
             continue
-        if peak_memory_bytes(scn) > cluster.gpu.memory_bytes:
-            counts["oom"] += 1
-            continue
-        pred = _predict(scn, True, ctx.profile_path)
-        if not pred.fits:
+        peak = peak_memory_bytes(scn)
+        if peak > cluster.gpu.memory_bytes:
             counts["oom"] += 1
             continue
         fitted_groups.setdefault(g, rung)
+        pred = _predict(scn, True, ctx.profile_path)
+        row = _row(c, pred, "closed-form")
+        # The memory cost model decides fit at screening time (the closed form's in-flight counts are an
+        # approximation); the engine, which tracks allocations over the schedule, has the last word.
+        row.peak_bytes, row.fits = peak, True
         counts["screened"] += 1
-        rows.append(_row(c, pred, "closed-form"))
+        rows.append(row)
     return rows, counts
 
 

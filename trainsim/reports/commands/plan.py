@@ -71,39 +71,39 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", help="preset name, YAML/JSON file, or Hugging Face config.json")
     p.add_argument("--cluster", help="preset name or YAML file")
     p.add_argument("--gpus", help="N, a range A:B (powers of two in between), or a list a,b,c")
-    p.add_argument("--global-batch", type=positive_int("training.global_batch"))
-    p.add_argument("--seq-len", type=positive_int("training.seq_len"))
+    p.add_argument("--global-batch", type=positive_int)
+    p.add_argument("--seq-len", type=positive_int)
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "fp32"))
     p.add_argument("--tokens", type=parse_tokens, help="tokens to train on (e.g. 15T); default 20 per parameter")
-    p.add_argument("--price-per-gpu-hour", type=nonneg_float("price_per_gpu_hour"), help="cost per GPU-hour")
-    p.add_argument("--top", type=positive_int("top"), default=10, help="layouts confirmed with the engine and shown")
+    p.add_argument("--price-per-gpu-hour", type=nonneg_float, help="cost per GPU-hour")
+    p.add_argument("--top", type=positive_int, default=10, help="layouts confirmed with the engine and shown")
     p.add_argument("--objective", choices=("time", "cost"), default="time", help="rank by time to train or by cost")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print one JSON object")
     out.add_argument("--csv", action="store_true", help="print the ranked layouts as CSV")
-    p.add_argument("--workers", type=positive_int("workers"), default=1, help="processes for the sweep")
+    p.add_argument("--workers", type=positive_int, default=1, help="processes for the sweep")
     p.add_argument("--dask-scheduler", metavar="ADDRESS", help="run the sweep on a dask.distributed cluster")
     p.add_argument("--calibration", help="calibration profile JSON (from `trainsim calibrate`)")
     g = p.add_argument_group("constraints (pin a dimension of the search)")
     for dim in ("tp", "pp", "cp", "ep", "vpp"):
-        g.add_argument(f"--{dim}", type=positive_int(f"layout.{dim}"))
-    g.add_argument("--micro-batch", type=positive_int("training.micro_batch"))
+        g.add_argument(f"--{dim}", type=positive_int)
+    g.add_argument("--micro-batch", type=positive_int)
     g.add_argument("--recompute", choices=("none", "selective", "full"))
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3))
     g.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved", "zb"))
-    g.add_argument("--max-tp", type=positive_int("max_tp"), help="largest TP searched (default: GPUs per node)")
-    g.add_argument("--max-micro-batch", type=positive_int("max_micro_batch"), default=16)
+    g.add_argument("--max-tp", type=positive_int, help="largest TP searched (default: GPUs per node)")
+    g.add_argument("--max-micro-batch", type=positive_int, default=16)
     g.add_argument("--exhaustive", action="store_true",
                    help="also screen heavier recompute when a lighter one fits the same layout")
     f = p.add_argument_group("goodput (failures and checkpoints)")
-    f.add_argument("--failure-rate-per-gpu-hour", type=nonneg_float("failure_rate_per_gpu_hour"),
+    f.add_argument("--failure-rate-per-gpu-hour", type=nonneg_float,
                    default=gp.DEFAULT_FAILURE_RATE_PER_GPU_HOUR,
                    help="job-killing failures per GPU-hour (default: Llama 3's 419 in 54 days on 16,384 GPUs)")
-    f.add_argument("--checkpoint-write-s", type=nonneg_float("checkpoint_write_s"),
+    f.add_argument("--checkpoint-write-s", type=nonneg_float,
                    help="seconds to write one checkpoint (default: full state / storage bandwidth)")
-    f.add_argument("--storage-write-gbps", type=nonneg_float("storage_write_gbps"), default=gp.DEFAULT_STORAGE_WRITE_BPS / 1e9,
+    f.add_argument("--storage-write-gbps", type=nonneg_float, default=gp.DEFAULT_STORAGE_WRITE_BPS / 1e9,
                    help="aggregate checkpoint write bandwidth, GB/s (default 2000, Llama 3's Tectonic)")
-    f.add_argument("--restart-s", type=nonneg_float("restart_s"), default=gp.DEFAULT_RESTART_S,
+    f.add_argument("--restart-s", type=nonneg_float, default=gp.DEFAULT_RESTART_S,
                    help="seconds to restart after a failure (default 600)")
     p.set_defaults(func=run)
 
@@ -215,7 +215,8 @@ def print_table(result, file=sys.stdout) -> None:
     from trainsim.reports.tables import LAYOUT_COLUMNS, fmt_money, fmt_si, fmt_time, layout_table
 
     req = result.request
-    console = Console(file=file, width=max(160, Console(file=file).width))
+    probe = Console(file=file)
+    console = Console(file=file, width=probe.width if probe.is_terminal else 200)
     c = result.counts
     console.print(
         f"[bold]{req.model.name}[/bold] on {req.cluster.name}, GPUs {', '.join(map(str, req.gpu_counts))}; "
@@ -228,9 +229,12 @@ def print_table(result, file=sys.stdout) -> None:
     if not rows:
         console.print("[red]no layout fits in memory[/red]")
         return
-    t = Table(title=f"Top {len(rows)} layouts (ranked by {'cost' if req.objective == 'cost' else 'time to train'})")
+    t = Table(title=f"Top {len(rows)} layouts (ranked by {'cost' if req.objective == 'cost' else 'time to train'})",
+              caption="recomp: activation recompute; sched: pipeline schedule (intl = interleaved); free: memory "
+                      "headroom; src: engine = discrete-event engine, cf = closed form", padding=(0, 1))
     for col in LAYOUT_COLUMNS:
-        t.add_column(col, justify="left" if col in ("layout", "recompute", "schedule", "source") else "right")
+        t.add_column(col, justify="left" if col in ("layout", "recomp", "sched", "src") else "right",
+                     no_wrap=col == "layout")
     for row in layout_table(rows):
         t.add_row(*row)
     console.print(t)

@@ -1,0 +1,74 @@
+"""`trainsim report`: a self-contained HTML what-if report (and a Markdown twin) for a scenario or a plan."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from trainsim.specs import SpecError
+from trainsim.simulator import goodput as gp
+
+from .common import add_scenario_args, nonneg_float, positive_int, scenario_from_args
+from .plan import parse_tokens
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("report", help="write an HTML + Markdown what-if report with plots",
+                       description="Predict a scenario (or the best layout of a plan) and write a self-contained "
+                                   "HTML report and a Markdown twin: timeline, memory, MFU map, scaling, ranked "
+                                   "layouts, time to train, cost, goodput, and predicted vs measured.")
+    add_scenario_args(p)
+    p.add_argument("--plan", metavar="PLAN.json", help="a `trainsim plan --json` result: report its best layout")
+    p.add_argument("--rank", type=positive_int, default=1, help="which layout of --plan to report (1 = best)")
+    p.add_argument("--out", required=True, help="output directory (index.html, report.md, figures/)")
+    p.add_argument("--measured", metavar="FILE", help="a `trainsim execute --json` result to compare against")
+    p.add_argument("--tokens", type=parse_tokens, help="tokens to train on (e.g. 15T); default 20 per parameter")
+    p.add_argument("--price-per-gpu-hour", type=nonneg_float)
+    p.add_argument("--top", type=positive_int, default=10, help="layouts in the ranked table")
+    p.add_argument("--no-plan", action="store_true", help="skip the layout search (faster)")
+    p.add_argument("--failure-rate-per-gpu-hour", type=nonneg_float,
+                   default=gp.DEFAULT_FAILURE_RATE_PER_GPU_HOUR)
+    p.add_argument("--checkpoint-write-s", type=nonneg_float)
+    p.add_argument("--restart-s", type=nonneg_float, default=gp.DEFAULT_RESTART_S)
+    p.set_defaults(func=run)
+
+
+def _read_json(path: str, field: str) -> dict:
+    from trainsim.specs.loaders import read_mapping
+
+    if not path.endswith(".json"):
+        raise SpecError(field, f"{path} must be a .json file")
+    return read_mapping(path, field)
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainsim.reports.html import write_report
+    from trainsim.reports.whatif import ReportOptions, build_report, scenario_from_plan
+
+    t0 = time.perf_counter()
+    plan_json = _read_json(args.plan, "plan") if args.plan else None
+    measured = _read_json(args.measured, "measured") if args.measured else None
+    if plan_json is not None:
+        if args.scenario:
+            raise SpecError("plan", "give either a scenario or --plan, not both")
+        scn = scenario_from_plan(plan_json, args.rank)
+        tokens = args.tokens or plan_json.get("request", {}).get("tokens")
+        price = args.price_per_gpu_hour if args.price_per_gpu_hour is not None else plan_json.get("request", {}).get("price_per_gpu_hour")
+    else:
+        scn = scenario_from_args(args)
+        tokens, price = args.tokens, args.price_per_gpu_hour
+    opts = ReportOptions(
+        tokens=tokens, price_per_gpu_hour=price, failure_rate_per_gpu_hour=args.failure_rate_per_gpu_hour,
+        checkpoint_write_s=args.checkpoint_write_s, restart_s=args.restart_s, profile_path=args.calibration,
+        plan_top_k=args.top, run_plan=not args.no_plan,
+    )
+    report = build_report(scn, opts, plan_json=plan_json, measured=measured)
+    try:
+        paths = write_report(report, args.out)
+    except OSError as e:
+        raise SpecError("out", f"cannot write {args.out}: {e.strerror or e}") from None
+    print(f"wrote {paths['html']} (self-contained HTML) and {paths['markdown']} in {time.perf_counter() - t0:.1f} s",
+          file=sys.stderr)
+    return 0

@@ -1,0 +1,416 @@
+"""Gather what the what-if report shows for one scenario: the engine's step (timeline, memory), an MFU map
+over (TP, PP), weak and strong scaling, the ranked layouts of a plan, time to train, cost and goodput,
+and predicted vs measured when an `execute` result is given. Rendering is html.py's job."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Sequence
+
+from trainsim.specs import Scenario, SpecError, resolve
+from trainsim.simulator import goodput as gp
+from trainsim.simulator.search_space import divisors, splits
+
+from . import plots
+from .html import FigureBlob, Report, Section, Table
+from .tables import (LAYOUT_COLUMNS, fmt_gib, fmt_money, fmt_pct, fmt_si, fmt_time, layout_table)
+
+
+@dataclass
+class ReportOptions:
+    """Knobs of the report that are not part of the scenario."""
+
+    tokens: float | None = None                # None = 20 tokens per parameter (Chinchilla)
+    price_per_gpu_hour: float | None = None
+    failure_rate_per_gpu_hour: float = gp.DEFAULT_FAILURE_RATE_PER_GPU_HOUR
+    checkpoint_write_s: float | None = None
+    storage_write_Bps: float = gp.DEFAULT_STORAGE_WRITE_BPS
+    restart_s: float = gp.DEFAULT_RESTART_S
+    profile_path: str | None = None
+    plan_top_k: int = 10
+    run_plan: bool = True
+    scaling_points: int = 6
+    notes: list[str] = field(default_factory=list)
+
+
+def _profile(path: str | None):
+    if not path:
+        return None
+    from trainsim.cost_models.profile import load_profile
+    return load_profile(path)
+
+
+def _predict(scn: Scenario, fast: bool, profile):
+    from trainsim.simulator.predict import predict
+    return predict(scn, fast=fast, profile=profile)
+
+
+def _fig(name: str, title: str, caption: str, fig) -> FigureBlob:
+    return FigureBlob(name=name, title=title, caption=caption, png=plots.figure_png(fig))
+
+
+def train_tokens(scn: Scenario, opts: ReportOptions) -> float:
+    return float(opts.tokens) if opts.tokens else 20.0 * scn.model.total_params()
+
+
+def checkpoint_seconds(scn: Scenario, opts: ReportOptions) -> float:
+    if opts.checkpoint_write_s is not None:
+        return opts.checkpoint_write_s
+    t = scn.training
+    nbytes = gp.checkpoint_bytes(scn.model.total_params(), t.param_bytes, t.optimizer_bytes_per_param)
+    return gp.checkpoint_write_s(nbytes, opts.storage_write_Bps)
+
+
+def time_to_train(scn: Scenario, step_time_s: float, opts: ReportOptions) -> gp.Goodput:
+    steps = math.ceil(train_tokens(scn, opts) / scn.tokens_per_step)
+    return gp.plan_goodput(steps * step_time_s, scn.num_gpus, checkpoint_seconds(scn, opts), opts.restart_s,
+                           opts.failure_rate_per_gpu_hour)
+
+
+# --- pieces ---------------------------------------------------------------------------------------
+
+def step_timeline(scn: Scenario, profile) -> tuple[list[plots.TimelineEvent], float]:
+    """Re-run the engine with recording on and turn its trace into timeline events."""
+    from trainsim.simulator.builder import build_cost_table
+    from trainsim.simulator.engine import simulate
+
+    from .timeline import events_from_engine
+
+    table = build_cost_table(scn, profile=profile)
+    res = simulate(table, record=True)
+    return events_from_engine(res.trace or [], table), res.step_time_s
+
+
+def variant(scn: Scenario, *, gpus: int | None = None, layout: Mapping[str, Any] | None = None,
+            training: Mapping[str, Any] | None = None) -> Scenario:
+    """The scenario with some fields changed, re-resolved (SpecError when invalid); dp is re-derived."""
+    cluster = scn.cluster.with_gpus(gpus) if gpus and gpus != scn.num_gpus else scn.cluster
+    lay = scn.layout.model_copy(update={**(layout or {}), "dp": None})
+    tr = scn.training.model_copy(update=dict(training or {}))
+    lay = type(lay).model_validate(lay.model_dump())
+    tr = type(tr).model_validate(tr.model_dump())
+    return resolve(scn.model, cluster, lay, tr, name=scn.name)
+
+
+def _fits_then_fast(scn: Scenario, profile):
+    """(closed-form prediction or None, 'OOM'); fit is decided by the memory cost model, as in the planner."""
+    from trainsim.simulator.planner import peak_memory_bytes
+    if peak_memory_bytes(scn) > scn.cluster.gpu.memory_bytes:
+        return None, "OOM"
+    return _predict(scn, True, profile), ""
+
+
+def mfu_grid(scn: Scenario, profile) -> tuple[dict[tuple[int, int], Any], list[int], list[int]]:
+    """Closed-form MFU over TP (within a node) × PP at the scenario's GPU count; other settings kept
+    (1F1B where the scenario's interleaving does not fit the stage count)."""
+    m, n, cp = scn.model, scn.num_gpus, scn.layout.cp
+    tps = [t for t in divisors(n // cp) if t <= scn.cluster.gpus_per_node and not (m.num_heads % t or m.kv_heads % t or m.ffn % t)]
+    pps = sorted({p for t in tps for p in divisors(n // (t * cp)) if splits(m.num_layers, p) and p <= 64})
+    cells: dict[tuple[int, int], Any] = {}
+    for tp in tps:
+        for pp in pps:
+            if (n // cp) % (tp * pp):
+                cells[(tp, pp)] = "—"
+                continue
+            tries = [({"tp": tp, "pp": pp}, {"sequence_parallel": tp > 1 and scn.training.sequence_parallel})]
+            if pp == 1:
+                tries = [({"tp": tp, "pp": 1, "vpp": 1}, {"schedule": "1f1b", "sequence_parallel": tries[0][1]["sequence_parallel"]})]
+            else:
+                tries.append(({"tp": tp, "pp": pp, "vpp": 1}, {"schedule": "1f1b", **tries[0][1]}))
+            value: Any = "invalid"
+            for lay, tr in tries:
+                try:
+                    v = variant(scn, layout=lay, training=tr)
+                except SpecError:
+                    continue
+                pred, why = _fits_then_fast(v, profile)
+                value = pred.mfu if pred else why
+                break
+            cells[(tp, pp)] = value
+    return cells, tps, pps
+
+
+def scaling(scn: Scenario, profile, points: int = 6) -> tuple[list[dict], list[dict]]:
+    """Strong (global batch fixed) and weak (global batch ∝ GPUs) scaling with the scenario's tp/pp/cp/ep,
+    GPU counts ×2^k around it; closed-form predictions (the engine's step for the scenario itself)."""
+    n0 = scn.num_gpus
+    mp = scn.layout.tp * scn.layout.pp * scn.layout.cp
+    counts = sorted({n0 * 2**k for k in range(-points, points + 1) if n0 * 2**k >= mp and (n0 * 2**k) % mp == 0
+                     and float(n0 * 2**k).is_integer()})
+    counts = [int(c) for c in counts]
+    below = [c for c in counts if c < n0][-(points // 2 + 1):]
+    above = [c for c in counts if c > n0][: points - len(below)]
+    counts = below + [n0] + above
+    strong, weak = [], []
+    for n in counts:
+        if n > scn.cluster.gpus_per_node and n % scn.cluster.gpus_per_node:
+            continue
+        for kind, gb in (("strong", scn.training.global_batch), ("weak", scn.training.global_batch * n // n0)):
+            if gb < 1 or scn.training.global_batch * n % n0:
+                continue
+            try:
+                v = variant(scn, gpus=n, training={"global_batch": gb})
+            except SpecError:
+                continue
+            pred, why = _fits_then_fast(v, profile)
+            pt = {"gpus": n, "global_batch": gb, "dp": v.dp, "fits": pred is not None,
+                  "tokens_per_s": pred.tokens_per_s if pred else None, "mfu": pred.mfu if pred else None,
+                  "step_time_s": pred.step_time_s if pred else None}
+            (strong if kind == "strong" else weak).append(pt)
+    return strong, weak
+
+
+def goodput_curve(g: gp.Goodput) -> list[tuple[float, float]]:
+    """Expected wall time over checkpoint intervals from Daly/30 to 30x Daly (log-spaced)."""
+    if not math.isfinite(g.interval_s) or g.ideal_time_s <= 0:
+        return []
+    lo, hi = g.interval_s / 30, min(g.interval_s * 30, max(g.ideal_time_s, g.interval_s * 1.01))
+    out = []
+    for i in range(60):
+        tau = lo * (hi / lo) ** (i / 59)
+        out.append((tau, gp.expected_wall_s(g.ideal_time_s, tau, g.checkpoint_s, g.restart_s, g.mtbf_s)))
+    return out
+
+
+def measured_pairs(measured: Mapping[str, Any], pred) -> tuple[list[tuple[str, float, float]], list[tuple[str, float, float]]]:
+    """(time pairs in seconds, memory pairs in GiB) from a `trainsim execute --json` result."""
+    meas = measured.get("measured", measured)
+    predicted = measured.get("predicted") or {}
+    t_pairs, m_pairs = [], []
+    step_m = meas.get("step_time_s")
+    if isinstance(step_m, Mapping):
+        step_m = step_m.get("median") or step_m.get("p50")
+    step_p = predicted.get("step_time_s", getattr(pred, "step_time_s", None))
+    if step_m and step_p:
+        t_pairs.append(("step time", float(step_p), float(step_m)))
+    mem_m = meas.get("memory") or {}
+    mem_p = (predicted.get("memory") or {}).get("per_stage") or []
+    if isinstance(mem_m, Mapping) and mem_m.get("per_stage") and mem_p:
+        ms, ps = mem_m["per_stage"][0], mem_p[0]
+        for comp in ("weights", "grads", "optimizer", "activations"):
+            if comp in ms and comp in ps:
+                m_pairs.append((comp, float(ps[comp]) / 2**30, float(ms[comp]) / 2**30))
+    return t_pairs, m_pairs
+
+
+# --- the report -----------------------------------------------------------------------------------
+
+def scenario_table(scn: Scenario) -> Table:
+    m, c, lay, t = scn.model, scn.cluster, scn.layout, scn.training
+    rows = [
+        ["model", f"{m.name}: {m.num_layers} layers, hidden {m.hidden}, {m.num_heads} heads ({m.kv_heads} KV), "
+                  f"FFN {m.ffn}, vocab {m.vocab_size}" + (f", {m.num_experts} experts top-{m.top_k}" if m.is_moe else "")],
+        ["parameters", f"{fmt_si(m.total_params())} total, {fmt_si(m.active_params())} active per token"],
+        ["cluster", f"{c.name}: {c.num_gpus} × {c.gpu.name} ({fmt_gib(c.gpu.memory_bytes)}), {c.num_nodes} nodes of {c.gpus_per_node}"],
+        ["layout", f"TP {lay.tp} × PP {lay.pp} × DP {scn.dp} × CP {lay.cp}, EP {lay.ep}, VPP {lay.vpp}"],
+        ["batch", f"global {t.global_batch} sequences × {t.seq_len} tokens = {fmt_si(scn.tokens_per_step)} tokens/step; "
+                  f"micro-batch {t.micro_batch}, {scn.num_microbatches} micro-batches per step"],
+        ["training", f"{t.dtype}, schedule {t.schedule}, recompute {t.recompute}, ZeRO {t.effective_zero}, "
+                     f"sequence parallel {'on' if t.sequence_parallel else 'off'}"],
+    ]
+    return Table("Scenario", ["setting", "value"], rows)
+
+
+def _plan_for(scn: Scenario, opts: ReportOptions):
+    from trainsim.simulator.planner import PlanRequest, plan
+    from trainsim.simulator.search_space import SearchLimits
+
+    req = PlanRequest(
+        model=scn.model, cluster=scn.cluster, gpu_counts=(scn.num_gpus,), global_batch=scn.training.global_batch,
+        seq_len=scn.training.seq_len, tokens=opts.tokens, price_per_gpu_hour=opts.price_per_gpu_hour,
+        top_k=opts.plan_top_k, limits=SearchLimits(dtype=scn.training.dtype),
+        failure_rate_per_gpu_hour=opts.failure_rate_per_gpu_hour, checkpoint_write_s=opts.checkpoint_write_s,
+        storage_write_Bps=opts.storage_write_Bps, restart_s=opts.restart_s, profile_path=opts.profile_path,
+    )
+    return plan(req).to_json()
+
+
+def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any] | None = None,
+                 measured: Mapping[str, Any] | None = None, title: str | None = None) -> Report:
+    """Every section of the what-if report for ``scn`` (the best layout of ``plan_json`` when given)."""
+    profile = _profile(opts.profile_path)
+    pred = _predict(scn, False, profile)
+    events, sim_step_s = step_timeline(scn, profile)
+    sections: list[Section] = []
+
+    sections.append(Section("scenario", "Scenario", tables=[scenario_table(scn)]))
+
+    # One step.
+    exp = pred.exposed_comm_s
+    step_par = (f"The discrete-event engine predicts {fmt_time(pred.step_time_s)} per step "
+                f"({fmt_si(pred.tokens_per_s)} tokens/s, MFU {fmt_pct(pred.mfu)}, HFU {fmt_pct(pred.hfu)}). "
+                f"Pipeline bubbles take {fmt_pct(pred.bubble_fraction)} of the step; exposed communication: "
+                + ", ".join(f"{k.upper()} {fmt_time(exp.get(k, 0.0))}" for k in ("tp", "cp", "ep", "pp", "dp")) + ".")
+    tl = plots.timeline_figure(events, scn.layout.pp, step_time_s=sim_step_s,
+                               title=f"One step of {scn.model.name}: {scn.layout.pp} stages × {scn.num_microbatches} micro-batches ({scn.training.schedule})")
+    step_tables = []
+    if pred.breakdown_s:
+        step_tables.append(Table("Step time breakdown (critical stage)", ["part", "time"],
+                                 [[k.replace("_", " "), fmt_time(v)] for k, v in pred.breakdown_s.items()]))
+    sections.append(Section("step", "One training step", [step_par], [_fig(
+        "timeline", "Pipeline timeline of one step",
+        "Each stage has a compute row (forward, backward, recompute, and the TP/CP/EP communication the "
+        "compute stream waits for) and a communication row (pipeline sends/receives and data-parallel "
+        "gradient reduction). Hatched red is idle compute time: the pipeline bubble. One representative "
+        "rank per stage (DP replicas and TP peers do identical work).", tl)], step_tables))
+
+    # Memory.
+    per_stage = [{"weights": s.weights, "grads": s.grads, "optimizer": s.optimizer, "activations": s.activations,
+                  "other": s.other} for s in pred.per_stage_memory]
+    mem_fig = plots.memory_figure(per_stage, pred.gpu_memory_bytes,
+                                  title=f"Peak memory per GPU by stage ({scn.cluster.gpu.name})")
+    show = list(range(len(per_stage))) if len(per_stage) <= 8 else [0, 1, len(per_stage) - 2, len(per_stage) - 1]
+    mem_rows = [[str(i)] + [fmt_gib(per_stage[i][k]) for k in ("weights", "grads", "optimizer", "activations", "other")]
+                + [fmt_gib(sum(per_stage[i].values()))] for i in show]
+    fits_txt = ("fits" if pred.fits else "does NOT fit") + f": peak {fmt_gib(pred.peak_bytes)} of {fmt_gib(pred.gpu_memory_bytes)}"
+    sections.append(Section("memory", "Memory per GPU", [f"The layout {fits_txt} (headroom {fmt_gib(pred.gpu_memory_bytes - pred.peak_bytes)})."],
+                            [_fig("memory", "Memory per pipeline stage",
+                                  "Peak device memory of one GPU of each stage, stacked by component, against the GPU's "
+                                  "capacity (dashed). Activations follow the schedule's in-flight micro-batches.", mem_fig)],
+                            [Table("Per-stage memory", ["stage", "weights", "grads", "optimizer", "activations", "other", "total"], mem_rows,
+                                   "" if len(per_stage) <= 8 else "First, second, second-to-last and last stages shown.")]))
+
+    # MFU heatmap.
+    cells, tps, pps = mfu_grid(scn, profile)
+    hm = plots.mfu_heatmap(cells, tps, pps, marked=(scn.layout.tp, scn.layout.pp),
+                           title=f"MFU over (TP, PP) on {scn.num_gpus} GPUs (closed form)")
+    sections.append(Section("mfu", "MFU over tensor and pipeline parallelism", [
+        "Closed-form screen of every (TP, PP) at this GPU count with the other settings of the scenario "
+        "(DP derived; 1F1B where the scenario's interleaving does not divide the stages). OOM: does not fit; "
+        "invalid: the batch or the model cannot be split that way; —: TP×PP does not divide the GPUs."],
+        [_fig("mfu_heatmap", "MFU heatmap over (TP, PP)", "Model FLOPs utilisation in percent; the red box is this scenario.", hm)]))
+
+    # Scaling.
+    strong, weak = scaling(scn, profile, opts.scaling_points)
+    sc = plots.scaling_figure([p for p in strong if p["fits"]], [p for p in weak if p["fits"]],
+                              title=f"{scn.model.name} TP{scn.layout.tp} PP{scn.layout.pp}")
+    sc_rows = [[kind, str(p["gpus"]), str(p["dp"]), str(p["global_batch"]), fmt_time(p["step_time_s"]),
+                fmt_si(p["tokens_per_s"]), fmt_pct(p["mfu"]), "yes" if p["fits"] else "no (OOM)"]
+               for kind, pts in (("strong", strong), ("weak", weak)) for p in pts]
+    sections.append(Section("scaling", "Weak and strong scaling", [
+        "Strong scaling keeps the global batch and adds data-parallel replicas (fewer micro-batches each); "
+        "weak scaling grows the global batch with the GPU count. TP, PP, CP and EP as in the scenario; "
+        "closed-form predictions."],
+        [_fig("scaling", "Weak and strong scaling", "Throughput against GPUs (dotted: ideal linear scaling from the "
+              "smallest point) and MFU.", sc)],
+        [Table("Scaling points", ["kind", "GPUs", "DP", "global batch", "step", "tokens/s", "MFU", "fits"], sc_rows)]))
+
+    # Ranked layouts.
+    if plan_json is None and opts.run_plan:
+        plan_json = _plan_for(scn, opts)
+    if plan_json is not None:
+        rows = [r for r in plan_json.get("rows", []) if r.get("fits", True)]
+        c = plan_json.get("counts", {})
+        par = (f"{c.get('enumerated', '?')} layouts enumerated, {c.get('invalid', 0)} invalid, {c.get('oom', 0)} out of memory, "
+               f"{c.get('dominated', 0)} dominated (heavier recompute than needed), {c.get('screened', '?')} screened in closed form, "
+               f"top {c.get('confirmed', '?')} confirmed by the engine ({plan_json.get('wall_s', 0.0):.1f} s).")
+        figs = []
+        gpu_counts = plan_json.get("request", {}).get("gpu_counts", [])
+        if len(gpu_counts) > 1:
+            pf = plots.pareto_figure(plan_json.get("screened_top", []) + rows, plan_json.get("pareto", []))
+            figs.append(_fig("pareto", "Pareto front", "Time to train (with failures) against GPU-hours; colour = GPU count.", pf))
+        sections.append(Section("layouts", "Ranked layouts", [par], figs,
+                                [Table("Best layouts", list(LAYOUT_COLUMNS), layout_table(rows),
+                                       "Ranked by expected time to train including failures. 'engine' rows were confirmed "
+                                       "by the discrete-event engine.")]))
+        if plan_json.get("pareto") and len(gpu_counts) > 1:
+            pr = [[str(r["gpus"]), r["label"], fmt_si(r["tokens_per_s"]), fmt_pct(r["mfu"]), fmt_time(r["time_to_train_s"]),
+                   fmt_si(r["gpu_hours"]), fmt_money(r.get("cost"))] for r in plan_json["pareto"]]
+            sections[-1].tables.append(Table("Pareto front: GPUs vs time to train vs cost",
+                                             ["GPUs", "layout", "tokens/s", "MFU", "time to train", "GPU-hours", "cost"], pr))
+
+    # Time to train, cost, goodput.
+    g = time_to_train(scn, pred.step_time_s, opts)
+    tokens = train_tokens(scn, opts)
+    gpu_hours = scn.num_gpus * g.time_to_train_s / 3600
+    cost = gpu_hours * opts.price_per_gpu_hour if opts.price_per_gpu_hour is not None else None
+    ttt_rows = [["tokens to train", fmt_si(tokens) + (" (20 per parameter)" if not opts.tokens else "")],
+                ["optimizer steps", f"{math.ceil(tokens / scn.tokens_per_step):,}"],
+                ["failure-free time", fmt_time(g.ideal_time_s)],
+                ["job MTBF", fmt_time(g.mtbf_s)],
+                ["checkpoint write", fmt_time(g.checkpoint_s)],
+                ["restart after a failure", fmt_time(g.restart_s)],
+                ["optimal checkpoint interval (Daly)", fmt_time(g.interval_s)],
+                ["first-order interval (Young)", fmt_time(g.young_interval_s)],
+                ["expected failures", f"{g.expected_failures:.1f}"],
+                ["goodput", fmt_pct(g.goodput)],
+                ["expected time to train", fmt_time(g.time_to_train_s)],
+                ["GPU-hours", fmt_si(gpu_hours)],
+                ["cost", fmt_money(cost) if cost is not None else "— (give --price-per-gpu-hour)"]]
+    curve = goodput_curve(g)
+    gfigs = []
+    if curve:
+        gfigs.append(_fig("goodput", "Time to train vs checkpoint interval",
+                          "Daly's expected wall time for this run as a function of the checkpoint interval; the "
+                          "optimum balances checkpoint overhead against work lost to failures.",
+                          plots.goodput_figure(curve, g.interval_s, g.young_interval_s, g.ideal_time_s)))
+    sections.append(Section("time-cost", "Time to train, cost and goodput", [
+        f"Failures arrive at {opts.failure_rate_per_gpu_hour:.3g} per GPU-hour ({gp.FAILURE_RATE_SOURCE}), "
+        f"so a {scn.num_gpus}-GPU job fails every {fmt_time(g.mtbf_s)} on average. With checkpoints every "
+        f"{fmt_time(g.interval_s)} (Daly's optimum) the run keeps {fmt_pct(g.goodput)} of its time productive."],
+        gfigs, [Table("Time to train and cost", ["quantity", "value"], ttt_rows)]))
+
+    # Predicted vs measured.
+    if measured is not None:
+        t_pairs, m_pairs = measured_pairs(measured, pred)
+        figs = []
+        if t_pairs:
+            figs.append(_fig("measured_time", "Predicted vs measured step time", "From `trainsim execute --json`.",
+                             plots.predicted_vs_measured_figure(t_pairs, "seconds", "Step time: predicted vs measured")))
+        if m_pairs:
+            figs.append(_fig("measured_memory", "Predicted vs measured memory (stage 0)", "Bytes per rank by component.",
+                             plots.predicted_vs_measured_figure(m_pairs, "GiB", "Memory per rank: predicted vs measured")))
+        rows = [[n, f"{p:.4g}", f"{m:.4g}", f"{100 * (p - m) / m:+.1f}%" if m else "—"] for n, p, m in t_pairs + m_pairs]
+        sections.append(Section("measured", "Predicted vs measured", [
+            "The same scenario executed for real with torch.distributed (`trainsim execute`)."], figs,
+            [Table("Predicted vs measured", ["metric", "predicted", "measured", "error"], rows)]))
+
+    metrics = [("step time", fmt_time(pred.step_time_s)), ("tokens/s", fmt_si(pred.tokens_per_s)),
+               ("MFU", fmt_pct(pred.mfu)), ("bubble", fmt_pct(pred.bubble_fraction)),
+               ("peak memory", f"{fmt_gib(pred.peak_bytes)} ({'fits' if pred.fits else 'OOM'})"),
+               ("goodput", fmt_pct(g.goodput)), ("time to train", fmt_time(g.time_to_train_s)),
+               ("GPU-hours", fmt_si(gpu_hours))]
+    if cost is not None:
+        metrics.append(("cost", fmt_money(cost)))
+    notes = [
+        f"Failure rate default: {gp.FAILURE_RATE_SOURCE}.",
+        "Checkpoint interval: Young (CACM 1974) first order sqrt(2·δ·M); Daly (FGCS 2006) higher order, "
+        "expected wall time M·e^(R/M)·(e^((τ+δ)/M) − 1)·T/τ.",
+        f"Checkpoint write time: full training state (weights + fp32 master and Adam states) at "
+        f"{opts.storage_write_Bps / 1e12:.1f} TB/s aggregate (Llama 3's Tectonic storage sustained 2 TB/s) unless given.",
+        f"Restart time {fmt_time(opts.restart_s)} (assumption, as in Daly's examples) unless given.",
+        "Tokens to train default: 20 per parameter (Hoffmann et al. 2022, compute-optimal).",
+        "MFU = model FLOPs (forward + backward, no recompute) / (step time × GPUs × dense peak); see DESIGN.md.",
+        f"Predictions use calibration: {pred.calibration}.",
+    ] + list(opts.notes) + list(pred.warnings)
+    return Report(
+        title=title or f"trainsim what-if report: {scn.model.name} on {scn.num_gpus} × {scn.cluster.gpu.name}",
+        subtitle=f"{scn.name} — TP{scn.layout.tp} PP{scn.layout.pp} DP{scn.dp} CP{scn.layout.cp} EP{scn.layout.ep} "
+                 f"VPP{scn.layout.vpp}, {scn.training.schedule}, {scn.training.global_batch}×{scn.training.seq_len} tokens per step",
+        metrics=metrics, sections=sections, notes=notes)
+
+
+def scenario_from_plan(plan_json: Mapping[str, Any], rank: int = 1) -> Scenario:
+    """The scenario of the ``rank``-th layout of a `trainsim plan --json` result."""
+    from trainsim.specs import load_cluster, load_model
+    from trainsim.simulator.search_space import Candidate, SearchLimits, to_scenario
+
+    if plan_json.get("kind") != "plan" or "request" not in plan_json:
+        raise SpecError("plan", "not a `trainsim plan --json` result (missing kind/request)")
+    rows = [r for r in plan_json.get("rows", []) if r.get("fits", True)]
+    if not rows:
+        raise SpecError("plan", "the plan has no layout that fits in memory")
+    if not 1 <= rank <= len(rows):
+        raise SpecError("rank", f"must be between 1 and {len(rows)}")
+    req = plan_json["request"]
+    model = load_model(req["model"])
+    cluster = load_cluster(req["cluster"])
+    r = rows[rank - 1]
+    try:
+        cand = Candidate(**{k: r[k] for k in Candidate.__dataclass_fields__})
+    except (KeyError, TypeError) as e:
+        raise SpecError("plan.rows", f"row {rank} is incomplete: {e}") from None
+    lim = SearchLimits(dtype=req.get("dtype", "bf16"))
+    return to_scenario(model, cluster, cand, int(req["global_batch"]), int(req["seq_len"]), lim,
+                       name=f"{model.name} plan #{rank}: {cand.label()}")
