@@ -34,7 +34,7 @@ from functools import lru_cache
 
 from .flops import Op, head_ops, layer_ops, recompute_ops
 from .profile import MEMORY_OPS
-from .shapes import LayerShape, layer_shape
+from .shapes import IdentityMemo, LayerShape, layer_shape
 
 TILE = 128
 K_STEP = 64
@@ -107,12 +107,19 @@ class _ProfileRef:
 
 def hw_of(gpu, dtype: str) -> _Hw:
     """Roofline parameters of a GPUSpec for a training dtype (fp8 training: 16-bit for non-GEMM math)."""
+    return _hw_memo(gpu, dtype)
+
+
+def _hw_of(gpu, dtype: str) -> _Hw:
     base = "bf16" if dtype == "fp8" else dtype
     return _Hw(
         peak=gpu.peak(base), peak_fp8=gpu.peak("fp8"), gemm_eff=gpu.gemm_efficiency,
         attn_eff=gpu.attention_efficiency, mem_Bps=gpu.hbm_bw_Bps * gpu.hbm_efficiency,
         overhead_s=gpu.kernel_overhead_s, num_sms=getattr(gpu, "num_sms", None),
     )
+
+
+_hw_memo = IdentityMemo(_hw_of)
 
 
 def _tile_factor(m: int, n: int, k: int, batch: int, num_sms: int, peak: float) -> float:

@@ -11,8 +11,10 @@ Conventions (stated once, used everywhere):
   to the *time* model only, so model/hardware FLOPs keep the published convention.
 * Model FLOPs (DESIGN.md) are the matmul FLOPs (kinds ``gemm``, ``bmm``, ``attention``) of forward +
   backward with no recompute; hardware FLOPs add what the recompute mode re-runs: ``selective`` = the
-  attention core (Korthikanti), ``full`` = the whole block forward (SC21). FlashAttention's own internal
-  recompute in backward is a kernel detail (it shows up in time, not in hardware FLOPs), as in eq. 8.
+  attention core, 2Bs²h + 2Bs²h per layer as Korthikanti's Appendix A text states (their printed eq. 8,
+  with s/3h, adds three times that; tests/test_cost_flops.py pins the factor), ``full`` = the whole block
+  forward (SC21 eq. 3). FlashAttention's own internal recompute in backward is a kernel detail (it shows
+  up in time, not in hardware FLOPs).
 * Per rank: TP shards heads and MLP columns (``/tp``), CP shards the sequence (queries ``s/cp`` attend
   to all ``s`` keys), SP shards the norm/dropout/residual region over ``tp``, EP places ``E/ep`` experts
   per rank; balanced routing with capacity factor 1 gives every rank ``tokens·top_k`` expert tokens.
@@ -319,8 +321,14 @@ def layer_flops(scenario, matmul_only: bool = True) -> PassFlops:
 
 def _per_microbatch_unsharded(scenario) -> tuple[PassFlops, PassFlops]:
     """(all blocks, head) matmul FLOPs of one micro-batch of b sequences with no model parallelism."""
-    shp = layer_shape(scenario).unsharded()
-    L = scenario.model.num_layers
+    return _unsharded_flops(_unsharded(layer_shape(scenario)), scenario.model.num_layers)
+
+
+_unsharded = lru_cache(maxsize=4096)(LayerShape.unsharded)
+
+
+@lru_cache(maxsize=4096)
+def _unsharded_flops(shp: LayerShape, L: int) -> tuple[PassFlops, PassFlops]:
     lay = pass_flops(_layer_ops(shp), shp.recompute)
     head = pass_flops(_head_ops(shp), "none")
     blocks = PassFlops(L * lay.fwd, L * lay.bwd_input, L * lay.bwd_weight, L * lay.recompute)

@@ -127,6 +127,11 @@ def _stage_extra_params(model, tp: int, pp: int, stage: int) -> float:
     return extra
 
 
+# Public names (the engine builds per-chunk memory from these).
+layer_params_per_rank = _layer_params_rank
+stage_extra_params = _stage_extra_params
+
+
 def rank_param_shards(scenario, stage: int) -> RankParams:
     """Parameters a rank of pipeline ``stage`` holds, and what it stores after ZeRO sharding."""
     m, lay, t = scenario.model, scenario.layout, scenario.training

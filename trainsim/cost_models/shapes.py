@@ -6,7 +6,11 @@ objects built) and cache their results on it, so the planner's millions of calls
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, replace
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
 
 # Bytes per activation element for each training dtype. fp8 training (Transformer Engine) keeps
 # activations in bf16 and casts GEMM operands to fp8 on the fly, so activations stay 2 bytes.
@@ -66,8 +70,33 @@ class LayerShape:
         return replace(self, tp=1, cp=1, ep=1, sp=False)
 
 
-def layer_shape(scenario) -> LayerShape:
-    """The LayerShape of a resolved Scenario (no validation here: the Scenario is already valid)."""
+class IdentityMemo:
+    """Memoise a function of one frozen (but unhashable) spec object by identity, while it lives.
+
+    Specs are frozen pydantic models holding dicts, so they cannot key an lru_cache; the planner and the
+    engine call several cost functions on the same Scenario object. Entries leave when the object dies.
+    """
+
+    def __init__(self, fn: Callable[..., T]):
+        self.fn = fn
+        self.memo: dict[tuple, tuple[weakref.ref, T]] = {}
+
+    def __call__(self, obj, *args) -> T:
+        key = (id(obj), *args)
+        hit = self.memo.get(key)
+        if hit is not None and hit[0]() is obj:
+            return hit[1]
+        value = self.fn(obj, *args)
+        memo = self.memo
+        try:
+            ref = weakref.ref(obj, lambda _r, k=key: memo.pop(k, None))
+        except TypeError:  # not weak-referenceable: no memo
+            return value
+        memo[key] = (ref, value)
+        return value
+
+
+def _layer_shape(scenario) -> LayerShape:
     m, lay, t = scenario.model, scenario.layout, scenario.training
     return LayerShape(
         b=t.micro_batch, s=t.seq_len, h=m.hidden, a=m.num_heads, kv=m.kv_heads, d=m.dhead, f=m.ffn,
@@ -76,3 +105,11 @@ def layer_shape(scenario) -> LayerShape:
         tp=lay.tp, cp=lay.cp, ep=lay.ep, sp=t.sequence_parallel, dtype=t.dtype, recompute=t.recompute,
         flash=t.flash_attention, dropout=t.dropout,
     )
+
+
+_layer_shape_memo = IdentityMemo(_layer_shape)
+
+
+def layer_shape(scenario) -> LayerShape:
+    """The LayerShape of a resolved Scenario (no validation here: the Scenario is already valid)."""
+    return _layer_shape_memo(scenario)
