@@ -11,18 +11,22 @@ Large clusters are described symbolically by `Fabric`; building a graph is refus
 from __future__ import annotations
 
 import math
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from trainsim.specs import ClusterSpec, SpecError
 
 from .fabric import Fabric, LinkId
 
+if TYPE_CHECKING:  # networkx is imported lazily: `trainsim predict` never needs it
+    import networkx as nx
+
 DEFAULT_MAX_GPUS = 4096
 
 
-def build_graph(cluster: ClusterSpec | Fabric, max_gpus: int = DEFAULT_MAX_GPUS) -> nx.DiGraph:
+def build_graph(cluster: ClusterSpec | Fabric, max_gpus: int = DEFAULT_MAX_GPUS) -> "nx.DiGraph":
     """A directed graph of GPUs, scale-up fabric, NICs, leaves and spine, with effective link rates."""
+    import networkx as nx
+
     f = cluster if isinstance(cluster, Fabric) else Fabric.of(cluster)
     if f.num_gpus > max_gpus:
         raise SpecError("cluster.num_gpus", f"{f.num_gpus} GPUs is too many for an explicit graph "
@@ -69,10 +73,12 @@ def build_graph(cluster: ClusterSpec | Fabric, max_gpus: int = DEFAULT_MAX_GPUS)
     return g
 
 
-def graph_path_links(g: nx.DiGraph, src: int, dst: int) -> tuple[LinkId, ...]:
+def graph_path_links(g: "nx.DiGraph", src: int, dst: int) -> tuple[LinkId, ...]:
     """The capacity-carrying link ids on the cheapest route src -> dst in the graph."""
     if src == dst:
         return ()
+    import networkx as nx
+
     src_node = g.nodes[("gpu", src)]["node"]
 
     def cost(u, v, data) -> float:
