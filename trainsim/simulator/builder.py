@@ -34,7 +34,7 @@ What goes where (choices documented here, once):
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from collections import OrderedDict
 
 from trainsim.cost_models import activations as act
 from trainsim.cost_models import compute, memory
@@ -49,7 +49,7 @@ DDP_BUCKET_PARAMS = 40_000_000
 DDP_BUCKET_PARAMS_PER_DP = 1_000_000
 # At most this many DP buckets per chunk are simulated as separate transfers (larger ones are merged;
 # the exposed last bucket grows accordingly). Bounds engine events for chunks of many layers.
-MAX_BUCKETS_PER_CHUNK = 8
+MAX_BUCKETS_PER_CHUNK = 4
 
 
 def _collectives():
@@ -103,18 +103,26 @@ def _attention_fwd_s(scenario: Scenario, profile) -> float:
     return sum(t)
 
 
-@lru_cache(maxsize=512)
-def _cached_table(scenario: Scenario, profile_key, ideal_network: bool) -> CostTable:
-    return _build(scenario, profile_key[1] if profile_key else None, ideal_network)
+_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()  # memo: key -> (CostTable, profile); tables are pure functions of the key
+_CACHE_SIZE = 512
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
 
 
 def build_cost_table(scenario: Scenario, *, profile=None, ideal_network: bool = False) -> CostTable:
-    """The CostTable of one optimizer step of ``scenario`` (cached per scenario and profile)."""
-    key = (id(profile), profile) if profile is not None else None
-    try:
-        return _cached_table(scenario, key, ideal_network)
-    except TypeError:  # unhashable profile
-        return _build(scenario, profile, ideal_network)
+    """The CostTable of one optimizer step of ``scenario`` (memoised on the scenario's JSON and the profile)."""
+    key = (scenario.model_dump_json(), id(profile) if profile is not None else None, ideal_network)
+    hit = _CACHE.get(key)
+    if hit is not None and (profile is None or hit[1] is profile):
+        _CACHE.move_to_end(key)
+        return hit[0]
+    table = _build(scenario, profile, ideal_network)
+    _CACHE[key] = (table, profile)
+    if len(_CACHE) > _CACHE_SIZE:
+        _CACHE.popitem(last=False)
+    return table
 
 
 def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
@@ -269,5 +277,6 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
         ))
     table = CostTable(stages=tuple(stages), num_microbatches=scenario.num_microbatches, schedule=tr.schedule,
                       reduce_grads_every_microbatch=z >= 2, comm_compute_slowdown=COMM_COMPUTE_SLOWDOWN,
-                      gpu_memory_bytes=scenario.cluster.gpu.memory_bytes)
+                      gpu_memory_bytes=scenario.cluster.gpu.memory_bytes,
+                      host_bytes=max(sm.host for sm in stage_mem))
     return table.without_communication() if ideal_network else table

@@ -126,6 +126,7 @@ class CostTable:
     reduce_grads_every_microbatch: bool = False
     comm_compute_slowdown: float = 0.0
     gpu_memory_bytes: float = float("inf")
+    host_bytes: float = 0.0  # largest offloaded host memory of a stage's GPU (cost_models.memory)
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property

@@ -100,7 +100,10 @@ class FluidNetwork:
             self.by_link[link].add(fid)
         if t.bulk:
             self.bulk_by_owner[owner].add(fid)
-        self._rebalance(self._component(t.links))
+        if all(len(self.by_link[link]) == 1 for link in t.links):
+            self._rebalance([fid])  # alone on its links: no other flow changes rate
+        else:
+            self._rebalance(self._component(t.links))
 
     def _component(self, links: Iterable[str]) -> list[int]:
         seen_links = set()
@@ -147,6 +150,7 @@ class FluidNetwork:
                 self.by_link[link].discard(fid)
             if fl.bulk:
                 self.bulk_by_owner[fl.owner].discard(fid)
-            self._rebalance(self._component(fl.links))
+            if any(self.by_link[link] for link in fl.links):
+                self._rebalance(self._component(fl.links))
             fl.done()
         return finish

@@ -6,7 +6,6 @@ import math
 import time
 from pathlib import Path
 
-from trainsim.cost_models import memory
 from trainsim.specs import Scenario, SpecError
 
 from . import analytic, variability
@@ -55,7 +54,7 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
     table = build_cost_table(scenario, profile=profile, ideal_network=ideal_network)
     build_s = time.perf_counter() - t0
     calibration = profile.describe() if profile is not None else "defaults"
-    host = max(sm.host for sm in (memory.stage_memory(scenario, s) for s in range(scenario.layout.pp)))
+    host = table.host_bytes
     warnings: list[str] = []
     if scenario.uneven_stages:
         warnings.append(f"uneven stages: layers per virtual stage {scenario.stage_layers[0]} (first), "
