@@ -190,3 +190,44 @@ def test_cli_bad_input_one_line_exit_2(monkeypatch, capsys, argv, field):
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {field}:")
+
+
+def test_reduce_scatter_busbw_declines_with_node_count():
+    """h100_rs_scaling_user (nccl_busbw.csv): ring reduce-scatter busbw falls as nodes are added
+    (360 / 345 / 320 / 300 / 280 / 260 GB/s for 4..128 nodes; message size not stated). The model's
+    decline comes from the ring's per-step latency, which grows with the rank count."""
+    c = load_cluster("dgx-h100", 1024)
+    bw = [collective_time("reduce_scatter", 4 * GIB, n * 8, c).busbw_Bps for n in (4, 8, 16, 32, 64, 128)]
+    assert all(a > b for a, b in zip(bw, bw[1:]))
+    assert bw[0] / 1e9 == pytest.approx(360, rel=0.05)
+
+
+def test_groups_of_a_16k_gpu_scenario_have_costs():
+    s = build_scenario({"model": "llama3-405b", "cluster": "dgx-h100", "gpus": 16384,
+                        "layout": {"tp": 8, "pp": 16}, "training": {"global_batch": 2048}})
+    pl = place(s)
+    tp = collective_time("all_reduce", 64 * 2**20, pl.group("tp"), s.cluster)
+    dp = collective_time("reduce_scatter", GIB, pl.group("dp"), s.cluster)
+    pp = p2p_time(64 * 2**20, pl.pp_p2p(3))
+    assert tp.algo == "nvls" and dp.bytes_on("network") > 0 and pp.time_s > 0
+    assert dp.busbw_Bps <= 48e9 * 1.0001          # one rank per node: its own 400 Gb/s NIC
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=60, deadline=None)
+@given(preset=st.sampled_from(["dgx-a100", "dgx-h100", "dgx-b200", "mi300x"]),
+       op=st.sampled_from(["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast"]),
+       nodes=st.sampled_from([1, 2, 4, 16]), log_size=st.integers(3, 33), faster=st.floats(1.0, 4.0))
+def test_properties_positive_monotone_and_faster_links_never_slower(preset, op, nodes, log_size, faster):
+    base = load_cluster(preset)
+    n = nodes * base.gpus_per_node
+    c = load_cluster(preset, n)
+    S = 2**log_size
+    t = collective_time(op, S, n, c)
+    assert 0 < t.time_s < math.inf
+    assert collective_time(op, 2 * S, n, c).time_s >= t.time_s
+    quick = load_cluster({**base.model_dump(), "scale_out": {**base.scale_out.model_dump(),
+                                                             "nic_bw_Bps": base.scale_out.nic_bw_Bps * faster}}, n)
+    assert collective_time(op, S, n, quick).time_s <= t.time_s * (1 + 1e-9)
