@@ -242,3 +242,42 @@ def test_identical_input_identical_output(kw, fast):
     a.pop("engine")
     b.pop("engine")
     assert a == b
+
+
+# ---- variability and the other parallel dimensions -------------------------------------------------------
+def test_stragglers_and_jitter_monte_carlo():
+    sc = scenario(tp=2, pp=2)
+    base = predict(sc).step_time_s
+    # every GPU slow by 1.5x: every sample is the same, compute-bound step ~1.5x longer (comm is not slowed)
+    allslow = predict(sc, stragglers=(1.0, 1.5), samples=3).variability
+    assert allslow["step_time_min_s"] == allslow["step_time_max_s"]
+    assert 1.3 * base < allslow["step_time_p50_s"] <= 1.5 * base
+    # nobody slow: the deterministic step
+    none = predict(sc, stragglers=(0.0, 2.0), samples=3)
+    assert none.variability == {} and none.step_time_s == base
+    # jitter: TP peers wait for the slowest, so the mean step grows; percentiles ordered; seeded
+    j = predict(sc, jitter_cv=0.2, samples=8, seed=3).variability
+    assert j["step_time_mean_s"] > base
+    assert j["step_time_min_s"] <= j["step_time_p50_s"] <= j["step_time_p99_s"] <= j["step_time_max_s"]
+    assert predict(sc, jitter_cv=0.2, samples=8, seed=3).variability == j
+    assert predict(sc, jitter_cv=0.2, samples=8, seed=4).variability != j
+
+
+def test_context_parallel_ring_exchange():
+    sc = scenario(tp=2, cp=2, gpus=16, seq_len=8192)
+    tab = build_cost_table(sc)
+    c = tab.stages[0].chunks[0]
+    assert c.cp_fwd_s >= 0 and c.cp_bwd_s >= 0
+    ideal = predict(sc, ideal_network=True)
+    real = predict(sc)
+    assert real.step_time_s >= ideal.step_time_s
+    assert real.exposed_comm_s["cp"] == pytest.approx(sc.num_microbatches * (c.cp_fwd_s + c.cp_bwd_s))
+
+
+def test_expert_parallel_all_to_all_exposed():
+    sc = build_scenario({"model": "mixtral-8x7b", "cluster": "dgx-h100", "gpus": 64,
+                         "layout": {"tp": 2, "pp": 4, "ep": 8},
+                         "training": {"seq_len": 4096, "global_batch": 64, "sequence_parallel": True}}, {})
+    pred = predict(sc)
+    assert pred.exposed_comm_s["ep"] > 0
+    assert predict(sc, ideal_network=True).exposed_comm_s["ep"] == 0

@@ -180,7 +180,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
     # -- data parallel -------------------------------------------------------------------------------
     z = tr.effective_zero
     dp_group = groups["dp"]
-    dense_l, expert_l = memory._layer_params_rank(m, lay.tp, lay.ep)  # per block, one rank
+    dense_l, expert_l = memory.layer_params_per_rank(m, lay.tp, lay.ep)  # per block, one rank
     bucket_params = max(DDP_BUCKET_PARAMS, DDP_BUCKET_PARAMS_PER_DP * scenario.dp)
     reduce_op = "all_reduce" if z == 0 else "reduce_scatter"
 
@@ -197,9 +197,9 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
                               dim="dp", nbytes=nbytes) for k in range(n))
 
     # Embedding (+ positions) on the first stage; final norm + output layer (a duplicate of a tied embedding
-    # when pp > 1) on the last: memory._stage_extra_params's split, one rank.
-    emb_params = memory._stage_extra_params(m, lay.tp, max(p, 2), 0)
-    head_params = memory._stage_extra_params(m, lay.tp, p, p - 1) - (emb_params if p == 1 else 0.0)
+    # when pp > 1) on the last: memory.stage_extra_params's split, one rank.
+    emb_params = memory.stage_extra_params(m, lay.tp, max(p, 2), 0)
+    head_params = memory.stage_extra_params(m, lay.tp, p, p - 1) - (emb_params if p == 1 else 0.0)
     stage_mem = [memory.stage_memory(scenario, s) for s in range(p)]
     stage_rank = [pl.pp_peer(0, k) for k in range(p)]  # rank 0's column of the pipeline
     stages = []
