@@ -173,24 +173,31 @@ def goodput_curve(g: gp.Goodput) -> list[tuple[float, float]]:
     return out
 
 
+MEASURED_MEMORY_KEYS = (("params", "weights"), ("grads", "grads"), ("optimizer", "optimizer"),
+                        ("activations_peak", "activations (peak)"))
+
+
 def measured_pairs(measured: Mapping[str, Any], pred) -> tuple[list[tuple[str, float, float]], list[tuple[str, float, float]]]:
-    """(time pairs in seconds, memory pairs in GiB) from a `trainsim execute --json` result."""
-    meas = measured.get("measured", measured)
+    """(step-time pairs in seconds, memory pairs in MiB) from a `trainsim execute --json` result:
+    ``measured.step_time_s`` (median) / ``step_time_min_s`` against ``predicted.step_time_s`` (or this report's
+    prediction), and per stage the model-state and saved-activation bytes of ``measured.per_stage`` against
+    ``predicted.per_stage``."""
+    if not isinstance(measured.get("measured"), Mapping):
+        raise SpecError("measured", "not a `trainsim execute --json` result (no 'measured' object)")
+    meas = measured["measured"]
     predicted = measured.get("predicted") or {}
-    t_pairs, m_pairs = [], []
-    step_m = meas.get("step_time_s")
-    if isinstance(step_m, Mapping):
-        step_m = step_m.get("median") or step_m.get("p50")
+    t_pairs: list[tuple[str, float, float]] = []
+    m_pairs: list[tuple[str, float, float]] = []
     step_p = predicted.get("step_time_s", getattr(pred, "step_time_s", None))
-    if step_m and step_p:
-        t_pairs.append(("step time", float(step_p), float(step_m)))
-    mem_m = meas.get("memory") or {}
-    mem_p = (predicted.get("memory") or {}).get("per_stage") or []
-    if isinstance(mem_m, Mapping) and mem_m.get("per_stage") and mem_p:
-        ms, ps = mem_m["per_stage"][0], mem_p[0]
-        for comp in ("weights", "grads", "optimizer", "activations"):
-            if comp in ms and comp in ps:
-                m_pairs.append((comp, float(ps[comp]) / 2**30, float(ms[comp]) / 2**30))
+    for key, label in (("step_time_s", "step time (median)"), ("step_time_min_s", "step time (min)")):
+        v = meas.get(key)
+        if isinstance(v, (int, float)) and v > 0 and step_p:
+            t_pairs.append((label, float(step_p), float(v)))
+    ps, ms = predicted.get("per_stage") or [], meas.get("per_stage") or []
+    for i, (p_st, m_st) in enumerate(zip(ps, ms)):
+        for key, label in MEASURED_MEMORY_KEYS:
+            if isinstance(p_st.get(key), (int, float)) and isinstance(m_st.get(key), (int, float)):
+                m_pairs.append((f"stage {i} {label}", float(p_st[key]) / 2**20, float(m_st[key]) / 2**20))
     return t_pairs, m_pairs
 
 
@@ -359,9 +366,11 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
             figs.append(_fig("measured_time", "Predicted vs measured step time", "From `trainsim execute --json`.",
                              plots.predicted_vs_measured_figure(t_pairs, "seconds", "Step time: predicted vs measured")))
         if m_pairs:
-            figs.append(_fig("measured_memory", "Predicted vs measured memory (stage 0)", "Bytes per rank by component.",
-                             plots.predicted_vs_measured_figure(m_pairs, "GiB", "Memory per rank: predicted vs measured")))
-        rows = [[n, f"{p:.4g}", f"{m:.4g}", f"{100 * (p - m) / m:+.1f}%" if m else "—"] for n, p, m in t_pairs + m_pairs]
+            figs.append(_fig("measured_memory", "Predicted vs measured memory", "Bytes per rank by stage and component "
+                             "(model states, and saved activations at the schedule's peak).",
+                             plots.predicted_vs_measured_figure(m_pairs, "MiB", "Memory per rank: predicted vs measured")))
+        rows = [[n, f"{p:.4g} s", f"{m:.4g} s", f"{100 * (p - m) / m:+.1f}%" if m else "—"] for n, p, m in t_pairs]
+        rows += [[n, f"{p:.4g} MiB", f"{m:.4g} MiB", f"{100 * (p - m) / m:+.1f}%" if m else "—"] for n, p, m in m_pairs]
         sections.append(Section("measured", "Predicted vs measured", [
             "The same scenario executed for real with torch.distributed (`trainsim execute`)."], figs,
             [Table("Predicted vs measured", ["metric", "predicted", "measured", "error"], rows)]))
