@@ -9,7 +9,13 @@ import pytest
 
 from trainsim.cost_models import nccl_model as nm
 from trainsim.cost_models.collectives import (
-    busbw_factor, candidates, canonical_op, collective_time, p2p_time, ps_exchange_time)
+    busbw_factor,
+    candidates,
+    canonical_op,
+    collective_time,
+    p2p_time,
+    ps_exchange_time,
+)
 from trainsim.specs import SpecError, build_scenario, load_cluster
 from trainsim.topologies import GroupShape, place
 
@@ -151,7 +157,7 @@ def test_bad_inputs_raise_spec_errors():
 
 
 def _main(argv, monkeypatch, capsys):
-    import trainsim.reports.cli as cli
+    from trainsim.reports import cli
     monkeypatch.setattr(cli, "COMMANDS", ("collective",))   # only this command's parser
     code = cli.main(argv)
     out = capsys.readouterr()
@@ -213,7 +219,8 @@ def test_groups_of_a_16k_gpu_scenario_have_costs():
     assert dp.busbw_Bps <= 48e9 * 1.0001          # one rank per node: its own 400 Gb/s NIC
 
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 @settings(max_examples=60, deadline=None)

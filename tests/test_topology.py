@@ -8,7 +8,15 @@ import math
 import pytest
 
 from trainsim.specs import Layout, SpecError, build_scenario, load_cluster
-from trainsim.topologies import Fabric, GroupShape, Placement, build_graph, graph_path_links, group_of_ranks, place
+from trainsim.topologies import (
+    Fabric,
+    GroupShape,
+    Placement,
+    build_graph,
+    graph_path_links,
+    group_of_ranks,
+    place,
+)
 
 
 def _cluster(preset: str, gpus: int, **scale_out):

@@ -55,8 +55,7 @@ _ALIASES = {
 def canonical_op(op: str) -> str:
     """Canonical op name for an alias (``allreduce``, ``all-reduce``, ``all_gather_into_tensor``...)."""
     key = str(op).strip().lower()
-    if key.endswith("_perf"):
-        key = key[:-5]
+    key = key.removesuffix("_perf")
     if key not in _ALIASES:
         raise SpecError("op", f"unknown collective {op!r} (known: {', '.join(OPS)})")
     return _ALIASES[key]

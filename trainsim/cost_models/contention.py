@@ -16,8 +16,9 @@ direction; link ids therefore name a direction (``nic_out`` vs ``nic_in``).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Hashable, Mapping, Sequence, Union
+from typing import Union
 
 from trainsim.specs import SpecError
 
@@ -49,7 +50,7 @@ class Flow:
         return out
 
     @staticmethod
-    def between(fabric, src: int, dst: int, nbytes: float = 0.0, **kw) -> "Flow":
+    def between(fabric, src: int, dst: int, nbytes: float = 0.0, **kw) -> Flow:
         """A flow along the fabric's path from GPU ``src`` to GPU ``dst``."""
         return Flow(tuple(fabric.path(src, dst)), nbytes, **kw)
 

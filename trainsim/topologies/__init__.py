@@ -16,5 +16,15 @@ def group_of_ranks(cluster, ranks) -> GroupShape:
     """The GroupShape of explicit global ranks (GPU ids) of a cluster."""
     return GroupShape.of_ranks(ranks, Fabric.of(cluster))
 
-__all__ = ["Fabric", "LinkId", "gpu_arch", "build_graph", "graph_path_links", "DIMS", "Placement", "place",
-           "GroupShape", "group_of_ranks"]
+__all__ = [
+    "DIMS",
+    "Fabric",
+    "GroupShape",
+    "LinkId",
+    "Placement",
+    "build_graph",
+    "gpu_arch",
+    "graph_path_links",
+    "group_of_ranks",
+    "place",
+]

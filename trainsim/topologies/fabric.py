@@ -23,9 +23,9 @@ cluster via ``scale_up.efficiency`` / ``scale_out.efficiency``).
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Hashable
 
 from trainsim.specs import ClusterSpec, SpecError
 
@@ -85,7 +85,7 @@ class Fabric:
     nodes_per_leaf: int
 
     @staticmethod
-    def of(cluster: ClusterSpec) -> "Fabric":
+    def of(cluster: ClusterSpec) -> Fabric:
         """The fabric of a cluster (cached on the cluster's JSON, so repeated calls are cheap)."""
         return _fabric_cached(cluster.model_dump_json())
 

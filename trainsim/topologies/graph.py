@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # networkx is imported lazily: `trainsim predict` never needs
 DEFAULT_MAX_GPUS = 4096
 
 
-def build_graph(cluster: ClusterSpec | Fabric, max_gpus: int = DEFAULT_MAX_GPUS) -> "nx.DiGraph":
+def build_graph(cluster: ClusterSpec | Fabric, max_gpus: int = DEFAULT_MAX_GPUS) -> nx.DiGraph:
     """A directed graph of GPUs, scale-up fabric, NICs, leaves and spine, with effective link rates."""
     import networkx as nx
 
@@ -73,7 +73,7 @@ def build_graph(cluster: ClusterSpec | Fabric, max_gpus: int = DEFAULT_MAX_GPUS)
     return g
 
 
-def graph_path_links(g: "nx.DiGraph", src: int, dst: int) -> tuple[LinkId, ...]:
+def graph_path_links(g: nx.DiGraph, src: int, dst: int) -> tuple[LinkId, ...]:
     """The capacity-carrying link ids on the cheapest route src -> dst in the graph."""
     if src == dst:
         return ()

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from trainsim.specs import ClusterSpec, SpecError
 
@@ -78,7 +78,7 @@ class GroupShape:
 
     # ---- constructors --------------------------------------------------------------------------
     @staticmethod
-    def of_ranks(ranks: Iterable[int], fabric: Fabric) -> "GroupShape":
+    def of_ranks(ranks: Iterable[int], fabric: Fabric) -> GroupShape:
         """The shape of an explicit set of global ranks (= GPU ids) on a fabric; O(len(ranks))."""
         members = sorted(set(int(r) for r in ranks))
         if not members:
@@ -115,7 +115,7 @@ class GroupShape:
         )
 
     @staticmethod
-    def contiguous(size: int, cluster: ClusterSpec, first_rank: int = 0) -> "GroupShape":
+    def contiguous(size: int, cluster: ClusterSpec, first_rank: int = 0) -> GroupShape:
         """The shape of ``size`` consecutive GPUs (whole nodes first), as nccl-tests runs on ``size`` GPUs."""
         if size < 1:
             raise SpecError("gpus", f"group size must be >= 1, got {size}")
@@ -123,7 +123,7 @@ class GroupShape:
             _whole_nodes(first_rank + size, cluster.gpus_per_node)))
         return GroupShape.of_ranks(range(first_rank, first_rank + size), fabric)
 
-    def with_(self, **changes) -> "GroupShape":
+    def with_(self, **changes) -> GroupShape:
         """A copy with some fields replaced (what-if studies, sub-groups of hierarchical algorithms)."""
         from dataclasses import replace
         return replace(self, **changes)
