@@ -1,0 +1,160 @@
+"""`trainsim calibrate`: the real CPU run (slow, 2 gloo ranks), sbatch emission, flag errors, CUDA paths."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainsim.cost_models.profile import COLLECTIVE_OPS, load_profile
+from trainsim.reports.cli import main
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+
+def _cuda_available() -> bool:
+    if not HAS_TORCH:
+        return False
+    import torch
+    return torch.cuda.is_available()
+
+
+def run_cli(args: list[str], timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trainsim.reports.cli", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.timeout(240)
+@pytest.mark.skipif(not HAS_TORCH, reason="torch not installed")
+def test_cpu_quick_calibration_end_to_end(tmp_path):
+    out = tmp_path / "cpu.json"
+    res = run_cli(["calibrate", "--device", "cpu", "--quick", "--out", str(out), "--json"], timeout=200)
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads(res.stdout)
+    assert summary["elapsed_s"] < 120  # the issue's budget for --quick on this machine
+    p = load_profile(out)
+    fp = p.fingerprint
+    assert (fp.device, fp.world_size, fp.backend, fp.nodes) == ("cpu", 2, "gloo", 1)
+    assert fp.torch_version and fp.env.get("OMP_NUM_THREADS") == "1"
+    assert p.reference_preset == "cpu" and "fp32" in p.gemm_fits
+    # Every collective measured on the 2-rank group, with nccl-tests' busbw factors applied.
+    assert {f.op for f in p.collective_fits} == set(COLLECTIVE_OPS)
+    for q in p.collective_points:
+        assert q.group_size == 2 and q.stats.min_s <= q.stats.median_s <= q.stats.p99_s
+        factor = 1.0 if q.op == "all_reduce" else (0.5 if q.op in ("all_gather", "reduce_scatter", "all_to_all") else 1.0)
+        assert q.busbw_Bps == pytest.approx(q.algbw_Bps * factor)
+    # The fits describe their own data: each GEMM point predicted within a factor 2 (fit rms is printed).
+    for g in p.gemm_points:
+        assert 0.5 < p.gemm_time_s(g.m, g.n, g.k, "fp32") / g.stats.median_s < 2.0, g.label
+    # Plausible physics for one CPU core: GEMM rate between 1 GFLOP/s and 2x the AVX-512 peak.
+    assert 1e9 < p.gemm_fits["fp32"].flops_per_s < 2 * p.reference_peak_flops["fp32"]
+    assert p.kernel_overhead_s() is not None and 1e-7 < p.kernel_overhead_s() < 1e-3
+    assert {"layernorm", "softmax", "gelu", "add", "copy", "gelu_bwd"} <= set(p.memory_ops_measured())
+    assert p.attention_fits.keys() == {"fp32/fwd", "fp32/bwd"}
+    # And predict uses it, naming the profile.
+    pred = run_cli(["predict", "--model", "tiny-gpt", "--cluster", "cpu-host", "--seq-len", "256", "--global-batch",
+                    "8", "--micro-batch", "4", "--dtype", "fp32", "--calibration", str(out), "--json"], timeout=60)
+    assert pred.returncode == 0, pred.stderr
+    assert str(out) in json.loads(pred.stdout)["calibration"]
+
+
+@pytest.mark.skipif(not shutil.which("bash"), reason="bash not found")
+def test_emit_slurm_writes_a_valid_sbatch_script(tmp_path, capsys):
+    script = tmp_path / "cal.sbatch"
+    code = main(["calibrate", "--device", "cuda", "--out", "prof.json", "--emit-slurm", str(script),
+                 "--nodes", "4", "--gpus-per-node", "8", "--partition", "gpu", "--dtype", "bf16"])
+    assert code == 0
+    text = script.read_text()
+    for piece in ("#SBATCH --nodes=4", "#SBATCH --gpus-per-node=8", "#SBATCH --partition=gpu", "srun",
+                  "-m torch.distributed.run", "--nnodes=4 --nproc-per-node=8", "--rdzv-backend=c10d",
+                  "-m trainsim.kernels.calibrate", "--device cuda", "--out prof.json", "--dtype bf16"):
+        assert piece in text, piece
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    assert "wrote" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["calibrate", "--device", "tpu", "--out", "x.json"], "--device"),
+    (["calibrate", "--device", "cpu", "--out", "/nonexistent/dir/x.json"], "out"),
+    (["calibrate", "--device", "cpu", "--out", "x.json", "--skip", "gemm,bogus"], "skip"),
+    (["calibrate", "--device", "cpu", "--out", "x.json", "--nproc", "0"], "--nproc"),
+    (["calibrate", "--device", "cpu", "--out", "x.json", "--peak-preset", "nope"], "peak_preset"),
+    (["calibrate", "--device", "cpu", "--out", "x.json", "--import-nccl-tests", "f.txt"], "import_nccl_tests"),
+])
+def test_bad_flags_exit_2_with_one_line(argv, field, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and field in err[0], err
+
+
+def test_command_module_does_not_import_torch():
+    code = ("import sys; import trainsim.reports.commands.calibrate, trainsim.cost_models.profile, "
+            "trainsim.cost_models.nccl_tests_import, trainsim.kernels.launch; "
+            "sys.exit(1 if 'torch' in sys.modules else 0)")
+    assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(not _cuda_available(), reason="no CUDA device: the NCCL/CUDA-event paths need a GPU")
+def test_cuda_quick_calibration(tmp_path):
+    import torch
+
+    out = tmp_path / "cuda.json"
+    n = min(2, torch.cuda.device_count())
+    res = run_cli(["calibrate", "--device", "cuda", "--quick", "--nproc", str(n), "--out", str(out)], timeout=580)
+    assert res.returncode == 0, res.stderr[-3000:]
+    p = load_profile(out)
+    assert p.fingerprint.device == "cuda" and p.fingerprint.nccl_version
+    assert "bf16" in p.gemm_fits and p.copy_fits.keys() == {"h2d", "d2h", "d2d"}
+    if n > 1:
+        assert p.fingerprint.backend == "nccl" and p.collective("all_reduce", n, 1) is not None
+    if p.reference_preset:
+        # A datacenter GPU reaches a real fraction of its dense bf16 peak on large GEMMs.
+        assert 0.2 < p.gemm_efficiency(8192, 8192, 8192, "bf16") < 1.05
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(not _cuda_available(), reason="no CUDA device")
+def test_cuda_event_timing_of_a_gemm():
+    import torch
+
+    from trainsim.kernels.microbench import BenchConfig, bench_gemms
+
+    cfg = BenchConfig(device=torch.device("cuda", 0), warmup=2, reps=5)
+    (pt,) = bench_gemms([(4096, 4096, 4096, "sq")], "bf16", cfg)
+    assert pt.stats.median_s > 0 and pt.achieved_flops > 1e12
+
+
+def test_worker_groups_cover_node_shapes():
+    """Group shapes for 2 nodes x 4 ranks: the world, one node, one rank per node, 2 ranks in a node."""
+    pytest.importorskip("torch")
+    from trainsim.kernels.calibrate import groups_to_measure
+
+    hosts = ["a"] * 4 + ["b"] * 4
+    groups = groups_to_measure(8, hosts)
+    shapes = {(g.ranks, g.nodes) for g in groups}
+    assert shapes == {(tuple(range(8)), 2), ((0, 1, 2, 3), 1), ((0, 4), 2), ((0, 1), 1)}
+    assert all(g.ranks[0] == 0 for g in groups)
+    assert [(g.ranks, g.nodes) for g in groups_to_measure(2, ["a", "a"])] == [((0, 1), 1)]
+
+
+def test_reference_peaks_by_device_name():
+    from trainsim.kernels.calibrate import reference_peaks
+
+    assert reference_peaks("cuda", "NVIDIA H100 80GB HBM3", None)[0] == "h100-sxm"
+    assert reference_peaks("cuda", "NVIDIA A100-SXM4-40GB", None)[0] == "a100-40gb"
+    assert reference_peaks("cuda", "NVIDIA A100-SXM4-80GB", None)[0] == "a100-80gb"
+    assert reference_peaks("cuda", "Some Future GPU", None) == (None, {})
+    name, peaks = reference_peaks("cpu", "Intel Xeon", None)
+    assert name == "cpu" and peaks["fp32"] > 0
+    assert Path(__file__).exists()

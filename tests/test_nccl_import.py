@@ -1,0 +1,166 @@
+"""nccl-tests import: text and -J JSON fixtures (built from nccl_busbw.csv rows) into profile collectives."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from trainsim.cost_models.nccl_tests_import import (
+    import_nccl_tests, parse_nccl_tests_file, parse_text, run_to_points,
+)
+from trainsim.cost_models.profile import load_profile, save_profile
+from trainsim.data import validation_path
+from trainsim.reports.cli import main
+from trainsim.specs import SpecError
+
+DATA = Path(__file__).parent / "data" / "nccl_tests"
+H100_TXT = DATA / "all_reduce_perf_8xH100.txt"
+A100_JSON = DATA / "all_reduce_perf_8xA100.json"
+GB200_TXT = DATA / "4xGB200_allreduce_g4.txt"
+
+
+def published(prefix: str) -> dict[int, float]:
+    """size -> busbw GB/s of the measured_curve rows azure_ND_*_<label> in nccl_busbw.csv."""
+    out = {}
+    with open(validation_path("nccl_busbw.csv"), newline="") as f:
+        for r in csv.DictReader(f):
+            if r["row_id"].startswith(prefix) and r["record_type"] == "measured_curve":
+                out[int(float(r["msg_size_bytes"]))] = float(r["busbw_GBps"])
+    return out
+
+
+def test_text_table_matches_published_curve():
+    """Rows azure_ND_H100_v5_1K .. azure_ND_H100_v5_8G (Azure ND H100 v5, NCCL 2.18.5)."""
+    (run,) = parse_nccl_tests_file(H100_TXT)
+    assert run.op == "all_reduce" and run.group_size == 8 and run.nodes == 1
+    assert run.nccl_version == "2.18.5" and run.iterations == 20
+    assert run.device_names[0] == "NVIDIA H100 80GB HBM3"
+    pub = published("azure_ND_H100_v5_")
+    assert len(run.rows) == len(pub) == 24
+    for row in run.rows:
+        assert row.oop is not None and row.inp is not None
+        assert row.inp[2] == pytest.approx(pub[row.size_bytes], abs=0.006)
+        assert row.count == row.size_bytes // 4 and row.dtype == "float" and row.redop == "sum"
+    assert run.rows[-1].inp[2] == pytest.approx(478.87)  # azure_ND_H100_v5_8G
+
+
+def test_json_matches_published_curve():
+    """Rows azure_ND_A100_v4_1K .. azure_ND_A100_v4_8G, as nccl-tests -J (file version 2) writes them."""
+    (run,) = parse_nccl_tests_file(A100_JSON)
+    assert run.op == "all_reduce" and run.group_size == 8 and run.nodes == 1 and run.nccl_version == "2.18.5"
+    pub = published("azure_ND_A100_v4_")
+    assert {r.size_bytes for r in run.rows} == set(pub)
+    for row in run.rows:
+        assert row.oop[2] == pytest.approx(pub[row.size_bytes], abs=1e-6)
+        # time = size / algbw, as nccl-tests computes algbw
+        assert row.oop[0] * 1e-6 == pytest.approx(row.size_bytes / (row.oop[1] * 1e9), rel=1e-5)
+
+
+def test_points_convert_units_and_keep_busbw():
+    (run,) = parse_nccl_tests_file(H100_TXT)
+    pts = run_to_points(run)
+    big = max(pts, key=lambda p: p.size_bytes)
+    assert big.size_bytes == 8589934592 and not big.in_place
+    assert big.busbw_Bps == pytest.approx(478.87e9, rel=2e-3)  # recomputed from the parsed time
+    assert big.stats.median_s == pytest.approx(31391.4e-6)
+    assert all(p.group_size == 8 and p.nodes == 1 and p.source == "nccl-tests" for p in pts)
+
+
+def test_fit_on_large_messages_reaches_published_peak():
+    """alpha/beta fitted on >= 256 MiB: asymptotic busbw within 6% of the 8 GiB point (478.87 GB/s)."""
+    prof = import_nccl_tests([H100_TXT], min_size_bytes=2 ** 28)
+    (fit,) = prof.collective_fits
+    assert (fit.op, fit.group_size, fit.nodes, fit.source) == ("all_reduce", 8, 1, "nccl-tests")
+    assert fit.busbw_Bps == pytest.approx(478.87e9, rel=0.06)
+    assert fit.alpha_s > 0
+    # Whole-curve fit is still a usable model: predicted 1 MiB time within 2x of the measured 41.99 us.
+    whole = import_nccl_tests([H100_TXT]).collective_fits[0]
+    assert 0.5 < whole.time_s(1048576) / 41.99e-6 < 2.0
+
+
+def test_program_unknown_needs_op_flag():
+    """The older-format file has no program line and no program name in its file name."""
+    with pytest.raises(SpecError, match="--nccl-op"):
+        import_nccl_tests([GB200_TXT])
+    prof = import_nccl_tests([GB200_TXT], op="allreduce")
+    (fit,) = prof.collective_fits
+    assert fit.group_size == 4  # one process driving 4 GPUs (-g 4): four "# Rank" lines
+    pub = published("azure_ND_GB200_v6_")
+    assert max(p.busbw_Bps for p in prof.collective_points) == pytest.approx(max(pub.values()) * 1e9, rel=2e-3)
+
+
+def test_group_size_inferred_from_busbw_ratio(tmp_path):
+    text = "\n".join(ln for ln in H100_TXT.read_text().splitlines() if "Rank" not in ln)
+    f = tmp_path / "all_reduce_perf.txt"
+    f.write_text(text)
+    (run,) = parse_nccl_tests_file(f)
+    assert run.group_size is None
+    pts = run_to_points(run)
+    assert {p.group_size for p in pts} == {8}
+
+
+def test_wrong_group_size_is_caught():
+    (run,) = parse_nccl_tests_file(H100_TXT)
+    with pytest.raises(SpecError, match="factor"):
+        run_to_points(run, group_size=4)
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("hello world\n", "no result rows"),
+    ("        1024   256  float  sum  -1  1.0  1.0  1.0  0\n", "before the column header"),
+    ("#  size  count  type  redop  root  time  algbw  busbw  #wrong\n 1024 256 float sum -1 abc 1 1 0\n",
+     "expected a number"),
+])
+def test_bad_text_is_spec_error(text, fragment):
+    with pytest.raises(SpecError) as e:
+        parse_text(text, "x.txt")
+    assert e.value.field == "nccl-tests" and fragment in str(e.value)
+
+
+def test_bad_json_is_spec_error(tmp_path):
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({"version": 2, "results": [{"count": 3}]}))
+    with pytest.raises(SpecError, match="size"):
+        parse_nccl_tests_file(f)
+    f.write_text("{broken")
+    with pytest.raises(SpecError, match="not valid JSON"):
+        parse_nccl_tests_file(f)
+
+
+def test_cli_import_and_merge(tmp_path, capsys):
+    out1 = tmp_path / "h100.json"
+    assert main(["calibrate", "--import-nccl-tests", str(H100_TXT), "--out", str(out1)]) == 0
+    p1 = load_profile(out1)
+    assert p1.collective("all_reduce", 8, 1) is not None and p1.fingerprint.nccl_version == "2.18.5"
+    # Merge a second op into it; the first survives.
+    out2 = tmp_path / "merged.json"
+    code = main(["calibrate", "--import-nccl-tests", str(GB200_TXT), "--nccl-op", "all_reduce",
+                 "--out", str(out2), "--merge-into", str(out1)])
+    assert code == 0
+    p2 = load_profile(out2)
+    assert p2.collective("all_reduce", 8, 1) == p1.collective("all_reduce", 8, 1)
+    assert p2.collective("all_reduce", 4, 1) is not None
+    assert "all_reduce" in capsys.readouterr().out
+
+
+def test_cli_import_bad_input_exits_2(tmp_path, capsys):
+    assert main(["calibrate", "--import-nccl-tests", str(tmp_path / "missing.txt"), "--out",
+                 str(tmp_path / "o.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: nccl-tests") and "no such file" in err[0]
+    assert main(["calibrate", "--import-nccl-tests", str(GB200_TXT), "--out", str(tmp_path / "o.json")]) == 2
+    assert main(["calibrate", "--import-nccl-tests", str(H100_TXT), "--out", str(tmp_path / "no" / "o.json")]) == 2
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    assert main(["calibrate", "--import-nccl-tests", str(H100_TXT), "--out", str(tmp_path / "o.json"),
+                 "--merge-into", str(bad)]) == 2
+    assert "calibration" in capsys.readouterr().err
+
+
+def test_saved_import_round_trips(tmp_path):
+    prof = import_nccl_tests([A100_JSON, H100_TXT])
+    path = save_profile(prof, tmp_path / "c.json")
+    assert load_profile(path).model_copy(update={"source_path": None}) == prof
