@@ -208,13 +208,14 @@ def rich_progress(enabled: bool) -> Iterator[Any]:
         yield update
 
 
-def print_table(result, file=sys.stdout) -> None:
+def print_table(result, file=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
     from trainsim.reports.tables import LAYOUT_COLUMNS, fmt_money, fmt_si, fmt_time, layout_table
 
     req = result.request
+    file = file or sys.stdout
     probe = Console(file=file)
     console = Console(file=file, width=probe.width if probe.is_terminal else 200)
     c = result.counts
@@ -227,7 +228,8 @@ def print_table(result, file=sys.stdout) -> None:
         f"{c['confirmed']} confirmed by the engine; {result.wall_s:.1f} s")
     rows = [r.to_json() for r in result.rows if r.fits]
     if not rows:
-        console.print("[red]no layout fits in memory[/red]")
+        why = "fits in memory" if c["oom"] else "is valid for these constraints"
+        console.print(f"[red]no layout {why}[/red]")
         return
     t = Table(title=f"Top {len(rows)} layouts (ranked by {'cost' if req.objective == 'cost' else 'time to train'})",
               caption="recomp: activation recompute; sched: pipeline schedule (intl = interleaved); free: memory "
@@ -251,9 +253,10 @@ def print_table(result, file=sys.stdout) -> None:
                   f"({req.restart_s:.0f} s) with Daly's optimal checkpoint interval.", style="dim")
 
 
-def write_csv(result, file=sys.stdout) -> None:
+def write_csv(result, file=None) -> None:
     from trainsim.reports.tables import CSV_FIELDS
 
+    file = file or sys.stdout
     pareto = {r.candidate.key() for r in result.pareto}
     w = csv.DictWriter(file, fieldnames=list(CSV_FIELDS), extrasaction="ignore", lineterminator="\n")
     w.writeheader()
