@@ -33,10 +33,11 @@ def _unit_capacity(_link) -> float:
 
 
 class _Flow:
-    __slots__ = ("fid", "links", "remaining", "rate", "last", "version", "done", "owner", "bulk", "t_join")
+    __slots__ = ("fid", "links", "remaining", "rate", "last", "version", "done", "owner", "bulk", "t_join",
+                 "active_at")
 
     def __init__(self, fid: int, links: tuple[str, ...], work: float, done: Callable[[], None],
-                 owner: int, bulk: bool, now: float):
+                 owner: int, bulk: bool, now: float, active_at: float):
         self.fid = fid
         self.links = links
         self.remaining = work
@@ -47,6 +48,7 @@ class _Flow:
         self.owner = owner
         self.bulk = bulk
         self.t_join = now
+        self.active_at = active_at  # end of its latency: bandwidth progress starts here
 
 
 class FluidNetwork:
@@ -62,12 +64,12 @@ class FluidNetwork:
         self._next = 0
 
     def start(self, t: Transfer, done: Callable[[], None], owner: int = -1) -> None:
-        """Begin a transfer now: latency first, then the bandwidth term shared with concurrent flows."""
-        if t.latency_s > 0:
-            ev = self.env.timeout(t.latency_s)
-            ev.callbacks.append(lambda _e: self._join(t, done, owner))
-        else:
-            self._join(t, done, owner)
+        """Begin a transfer now: latency first, then the bandwidth term shared with concurrent flows.
+
+        The flow takes its share of its links from the start (during its latency too, a microsecond-scale
+        pessimism for concurrent flows) so that an uncontended transfer costs one event.
+        """
+        self._join(t, done, owner)
 
     def bulk_remaining_s(self, owner: int) -> float:
         """Seconds until the owner's bulk collectives in flight finish at their current rates (0 if none)."""
@@ -78,23 +80,23 @@ class FluidNetwork:
         best = 0.0
         for fid in ids:
             fl = self.flows[fid]
-            left = fl.remaining - fl.rate * (now - fl.last)
+            left = fl.remaining - fl.rate * max(0.0, now - max(fl.last, fl.active_at))
             if fl.rate > 0:
-                best = max(best, left / fl.rate)
+                best = max(best, max(0.0, fl.active_at - now) + left / fl.rate)
         return best
 
     # -- internals -------------------------------------------------------------------------------
     def _join(self, t: Transfer, done: Callable[[], None], owner: int) -> None:
-        if t.transfer_s <= 0:
-            done()
-            return
-        if not t.links:  # a private path: nothing to share
-            ev = self.env.timeout(t.transfer_s)
-            ev.callbacks.append(lambda _e: done())
+        if t.transfer_s <= 0 or not t.links:  # nothing to share
+            if t.time_s <= 0:
+                done()
+            else:
+                ev = self.env.timeout(t.time_s)
+                ev.callbacks.append(lambda _e: done())
             return
         fid = self._next
         self._next += 1
-        fl = _Flow(fid, t.links, t.transfer_s, done, owner, t.bulk, self.env.now)
+        fl = _Flow(fid, t.links, t.transfer_s, done, owner, t.bulk, self.env.now, self.env.now + t.latency_s)
         self.flows[fid] = fl
         for link in t.links:
             self.by_link[link].add(fid)
@@ -130,14 +132,14 @@ class FluidNetwork:
             rates = self.rate_fn({f: self.flows[f].links for f in fids})
         for f in fids:
             fl = self.flows[f]
-            fl.remaining -= fl.rate * (now - fl.last)
+            fl.remaining -= fl.rate * max(0.0, now - max(fl.last, fl.active_at))
             fl.last = now
             new = rates[f]
             if new != fl.rate:
                 fl.rate = new
                 fl.version += 1
                 if new > 0:
-                    ev = self.env.timeout(max(fl.remaining, 0.0) / new)
+                    ev = self.env.timeout(max(0.0, fl.active_at - now) + max(fl.remaining, 0.0) / new)
                     ev.callbacks.append(self._make_finisher(f, fl.version))
 
     def _make_finisher(self, fid: int, version: int) -> Callable[[simpy.Event], None]:
