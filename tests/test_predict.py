@@ -281,3 +281,26 @@ def test_expert_parallel_all_to_all_exposed():
     pred = predict(sc)
     assert pred.exposed_comm_s["ep"] > 0
     assert predict(sc, ideal_network=True).exposed_comm_s["ep"] == 0
+
+
+def test_calibration_profile_is_used(tmp_path, capsys):
+    from trainsim.cost_models.profile import CalibrationProfile, CollectiveFit, save_profile
+
+    # A measured TP all-reduce (2 GPUs, one node) ten times slower than the NCCL model: exposed TP grows.
+    prof = CalibrationProfile(
+        reference_preset="h100-sxm", notes=["test"],
+        collective_fits=[CollectiveFit(op="all_reduce", group_size=2, nodes=1, alpha_s=1e-3, beta_s_per_byte=1e-10,
+                                       busbw_Bps=1e10, rms_rel_error=0.05, n_points=5)])
+    path = save_profile(prof, tmp_path / "prof.json")
+    argv = ["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--tp", "2",
+            "--global-batch", "8", "--json"]
+    code, out, _ = run_cli(capsys, *argv)
+    default = json.loads(out)
+    code2, out2, _ = run_cli(capsys, *argv, "--calibration", str(path))
+    calibrated = json.loads(out2)
+    assert code == code2 == 0
+    assert default["calibration"] == "defaults"
+    assert calibrated["calibration"] != "defaults" and isinstance(calibrated["calibration"], str)
+    assert calibrated["exposed_comm_s"]["tp"] > 2 * default["exposed_comm_s"]["tp"]
+    code3, out3, err3 = run_cli(capsys, *argv, "--calibration", str(tmp_path / "missing.json"))
+    assert code3 == 2 and err3.count("\n") == 1
