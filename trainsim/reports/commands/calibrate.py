@@ -118,7 +118,7 @@ def worker_args(args: argparse.Namespace, device: str) -> list[str]:
         if not (args.fit_min_bytes >= 0):
             raise SpecError("fit_min_bytes", "must be >= 0")
         out += ["--fit-min-bytes", repr(float(args.fit_min_bytes))]
-    out += ["--command", "trainsim calibrate " + " ".join(shlex.quote(a) for a in sys.argv[2:])]
+    out += ["--command", "python -m " + WORKER + " " + " ".join(shlex.quote(a) for a in out)]
     return out
 
 
