@@ -80,9 +80,9 @@ def estimate(table: CostTable) -> EngineResult:
         tl.exposed_s["ep"] = m * ep
         tl.exposed_s["pp"] = p2p
         # ZeRO-3 gathers / per-micro-batch reductions longer than the compute they overlap pace the stage
-        # (already in per_mb); the first gather is not hidden by anything.
+        # (already in per_mb); the first layer's gather is not hidden by anything.
         gather_exposed = m * link_bound[s]
-        first = [c.param_gather.time_s for c in st.chunks if c.param_gather is not None]
+        first = [c.param_gather.time_s / max(1, c.layers) for c in st.chunks if c.param_gather is not None]
         if first:
             gather_exposed += first[0]
             pipe_s = pipe + first[0]

@@ -21,7 +21,7 @@ schedule.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import simpy
@@ -190,20 +190,37 @@ class _Engine:
         last_vs = p * v - 1
         weight_done = [0] * v            # weight-gradient passes finished per chunk
         per_mb = t.reduce_grads_every_microbatch
-        gathers: dict[int, simpy.Event] = {}
+        gathers: dict[int, tuple[simpy.Event, simpy.Event | None]] = {}
         gather_bytes = [0.0] * len(ops)
+        # ZeRO-3 gathers go layer by layer (FSDP wraps each block): an op may start once its first layer's
+        # parameters are in (head) and cannot finish before the rest (tail) have arrived.
+        split_gather = {}
+        for ci, ch in enumerate(st.chunks):
+            pg = ch.param_gather
+            if pg is not None and ch.layers > 1:
+                f1 = 1.0 / ch.layers
+                split_gather[ci] = (replace(pg, transfer_s=pg.transfer_s * f1, nbytes=pg.nbytes * f1),
+                                    replace(pg, name=pg.name + " (rest)", transfer_s=pg.transfer_s * (1 - f1),
+                                            nbytes=pg.nbytes * (1 - f1)))
+            elif pg is not None:
+                split_gather[ci] = (pg, None)
 
         def needs_gather(i: int) -> bool:
             kind, _mb, c = ops[i]
             return kind != W and st.chunks[c].param_gather is not None
 
         def launch_gather(i: int) -> None:
-            chunk = st.chunks[ops[i][2]]
-            ev = env.event()
-            gathers[i] = ev
+            c = ops[i][2]
+            chunk = st.chunks[c]
+            head, tail = split_gather[c]
+            ev_h = env.event()
+            ev_t = env.event() if tail is not None else None
+            gathers[i] = (ev_h, ev_t)
             gather_bytes[i] = chunk.param_gather_bytes
             self._mem(s, 0.0, chunk.param_gather_bytes)
-            self.ag_queue[s].put((chunk.param_gather, ev.succeed))
+            self.ag_queue[s].put((head, ev_h.succeed))
+            if tail is not None:
+                self.ag_queue[s].put((tail, ev_t.succeed))
 
         if ops and needs_gather(0):
             launch_gather(0)
@@ -228,7 +245,7 @@ class _Engine:
                 t_data = self.arrival[key]
             if i + 1 < len(ops) and needs_gather(i + 1):
                 launch_gather(i + 1)       # prefetch one op ahead
-            gev = gathers.pop(i, None)
+            gev, gtail = gathers.pop(i, (None, None))
             if gev is not None and not gev.processed:
                 yield gev
             t_start = env.now
@@ -278,6 +295,11 @@ class _Engine:
                     self._enqueue_dp(s, buckets[k], None, delay=dur * (k + 1) / nb)
             if dur > 0:
                 yield env.timeout(dur)
+            if gtail is not None and not gtail.processed:
+                t_w = env.now
+                yield gtail
+                tl.gather_wait_s += env.now - t_w
+                tl.exposed_s["dp"] += env.now - t_w
             if self.trace is not None:
                 name = f"{KIND_NAMES[kind]} mb{mb} chunk{c}" + (f" ({chunk.label})" if chunk.label else "")
                 self.trace.append((s, "compute", name, t_start, dur, {
