@@ -42,7 +42,7 @@ from trainsim.cost_models.shapes import layer_shape
 from trainsim.specs import Scenario
 
 from .costtable import ChunkCost, CostTable, StageCost, Transfer
-from .engine import COMM_COMPUTE_SLOWDOWN
+from .engine import COMM_COMPUTE_SLOWDOWN, NCCL_COLLECTIVE_SMS
 
 # Megatron-Core DistributedDataParallel: bucket_size = max(40_000_000, 1_000_000 * dp_size) parameters.
 DDP_BUCKET_PARAMS = 40_000_000
@@ -72,6 +72,12 @@ def _links(stage: int, group, peer: int | None = None) -> tuple[str, ...]:
     kind = "nic" if group.multi_node else "nvl"
     dst = stage if peer is None else peer
     return (f"s{stage}.{kind}_tx", f"s{dst}.{kind}_rx")
+
+
+def comm_compute_slowdown(scenario: Scenario) -> float:
+    """Fraction by which compute slows while a bulk collective runs: NCCL's SMs over the GPU's SMs."""
+    sms = getattr(scenario.cluster.gpu, "num_sms", None)
+    return min(0.5, NCCL_COLLECTIVE_SMS / sms) if sms else COMM_COMPUTE_SLOWDOWN
 
 
 def w_retained_bytes_per_layer(scenario: Scenario) -> float:
@@ -276,7 +282,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
             weights_bytes=sm.weights, grads_bytes=sm.grads, optimizer_bytes=sm.optimizer, other_bytes=sm.other,
         ))
     table = CostTable(stages=tuple(stages), num_microbatches=scenario.num_microbatches, schedule=tr.schedule,
-                      reduce_grads_every_microbatch=z >= 2, comm_compute_slowdown=COMM_COMPUTE_SLOWDOWN,
+                      reduce_grads_every_microbatch=z >= 2, comm_compute_slowdown=comm_compute_slowdown(scenario),
                       gpu_memory_bytes=scenario.cluster.gpu.memory_bytes,
                       host_bytes=max(sm.host for sm in stage_mem))
     return table.without_communication() if ideal_network else table

@@ -30,11 +30,13 @@ from .costtable import COMM_DIMS, CostTable, Transfer
 from .flows import FluidNetwork
 from .schedules import B, BW, F, KIND_NAMES, W, build_schedule
 
-# Fraction by which compute slows while a bulk NCCL collective of the same GPU is in flight. NCCL runs
-# each channel as one CTA on its own SM (NCCL_MIN/MAX_NCHANNELS; 8-16 channels for inter-node rings on
-# H100's 132 SMs = 6-12 % of SMs) and contends for L2/HBM; Megatron/TE limit NCCL SMs for this reason
-# (e.g. CUDA_DEVICE_MAX_CONNECTIONS=1, NCCL_NCHANNELS tuning). 0.08 = the middle of that SM share.
-COMM_COMPUTE_SLOWDOWN = 0.08
+# Compute slows while a bulk NCCL collective of the same GPU is in flight: NCCL runs one CTA per channel,
+# each CTA holds a whole SM that compute kernels cannot share, and a DGX with 8 NICs uses 16 SMs for
+# inter-node collectives (NCCL maintainer, NVIDIA/nccl#689); NCCL kernels also compete for HBM bandwidth
+# (NVIDIA/nccl#1433). The builder uses NCCL_COLLECTIVE_SMS / num_sms of the GPU (16/132 = 12 % on H100,
+# 16/108 = 15 % on A100); COMM_COMPUTE_SLOWDOWN is the fallback for GPUs without an SM count.
+NCCL_COLLECTIVE_SMS = 16
+COMM_COMPUTE_SLOWDOWN = 0.12
 
 
 class _Counting(simpy.Environment):
