@@ -61,7 +61,8 @@ class Scenario(BaseModel):
 
         An even split when pp·vpp divides num_layers. Otherwise Megatron's split that counts the embedding
         and the loss as one layer each (--account-for-embedding-in-pipeline-split and ...-loss-...): the
-        first and the last virtual stage get one layer fewer. Llama 3 405B trained this way: 126 layers on
+        first and the last virtual stage get one layer fewer (possibly none: embedding or loss only). Llama 3
+        405B trained this way: 126 layers on
         16 stages, "one Transformer layer fewer on the first and the last stages" (Llama 3 paper, 3.3.2).
         """
         n = self.layout.pp * self.layout.vpp
@@ -101,7 +102,7 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
         raise SpecError("layout.tp", f"tp={tp} does not divide num_kv_heads={m.kv_heads}")
     if m.ffn % tp or (m.is_moe and m.expert_ffn % tp):
         raise SpecError("layout.tp", f"tp={tp} does not divide ffn_hidden={m.ffn}")
-    if m.num_layers % (pp * vpp) and (pp == 1 or (m.num_layers + 2) % (pp * vpp) or m.num_layers + 2 < 2 * pp * vpp):
+    if m.num_layers % (pp * vpp) and (pp == 1 or (m.num_layers + 2) % (pp * vpp) or m.num_layers + 2 < pp * vpp):
         # Uneven stages only as Megatron's embedding/loss-as-a-layer split (see Scenario.stage_layers).
         raise SpecError(
             "layout.pp",
