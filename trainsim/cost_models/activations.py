@@ -23,7 +23,8 @@ the output stay); ``full`` keeps only the block input ``e·T·h`` (``/tp`` with 
 
 ``impl`` selects the kernels: ``"fused"`` (default; Megatron/TE: fused norms and SwiGLU) or ``"eager"``
 (plain torch autograd, the executor's model in trainsim/kernels/torch_model.py: RMSNorm in fp32 saving
-its normalised tensor, SwiGLU 4·f, a copy of the attention output after RoPE, per-layer RoPE tables).
+its normalised tensor, SwiGLU 4·f, a copy of the attention output after RoPE, per-layer RoPE tables, and
+with torch's SequenceParallel the all-gathered norm outputs saved whole by the following linears).
 For a dropout-free GPT block with LayerNorm, SDPA and GeLU both agree and this is exactly what torch saves
 (``saved_tensors_hooks`` deduplicated by storage): ``16·e·s·b·h`` + LayerNorm stats ``2·8·b·s`` +
 logsumexp ``4·b·a·s`` (/shared/notes/torch-distributed-on-cpu.md).
@@ -84,6 +85,17 @@ def _norm_bytes(shp: LayerShape, n_tok: float, impl: str) -> tuple[float, float]
     return e * n_tok * h, STAT_BYTES * n_tok
 
 
+def _gemm_input_bytes(shp: LayerShape, impl: str) -> float:
+    """A norm output saved as the input of the column-parallel GEMMs after it.
+
+    With sequence parallelism Megatron saves the sequence-sharded tensor and all-gathers it again in
+    backward (Korthikanti Sec. 4.2.2); torch's ``PrepareModuleInput(Shard(1) -> Replicate())`` hands the
+    linears the gathered tensor, which they save whole (``eager``).
+    """
+    r = 1 if impl == "eager" else shp.sp_div
+    return shp.e * shp.tokens * shp.h / r
+
+
 @lru_cache(maxsize=8192)
 def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
     e, h, t, r = shp.e, shp.h, shp.tp, shp.sp_div
@@ -93,7 +105,7 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
 
     norm_main, norm_small = _norm_bytes(shp, T / r, impl)
     # Two norms: each saves its input (+ stats); each output is the next GEMM's saved input.
-    seq = 2 * norm_main + 2 * e * T * h / r + (2 * MASK_BYTES * T * h / r if shp.dropout else 0.0)
+    seq = 2 * norm_main + 2 * _gemm_input_bytes(shp, impl) + (2 * MASK_BYTES * T * h / r if shp.dropout else 0.0)
     small = 2 * norm_small
 
     heads = shp.a // t
@@ -183,7 +195,7 @@ def head_activation_bytes(scenario, impl: str = "fused") -> float:
     T, r = shp.tokens, shp.sp_div
     norm_main, norm_small = _norm_bytes(shp, T / r, impl)
     v_local = -(-shp.vocab // shp.tp)
-    return norm_main + norm_small + shp.e * T * shp.h / r + STAT_BYTES * T * v_local + 8.0 * T
+    return norm_main + norm_small + _gemm_input_bytes(shp, impl) + STAT_BYTES * T * v_local + 8.0 * T
 
 
 def logits_workspace_bytes(scenario) -> float:
