@@ -42,6 +42,11 @@ MIN_SPLIT_K = 256
 TILE_OVERHEAD_S = 1.5e-6
 _REF_GEMM = (16384, 16384, 16384)
 FLASH_BWD_FACTOR = 2.5
+# First-generation fused attention (FlashAttention v1 and the Triton kernel MPT/llm-foundry used in 2023)
+# runs at about half the speed of FlashAttention-2, whose measured efficiency the GPU presets carry: the
+# FlashAttention-2 paper (Dao 2023, arXiv:2307.08691) reports "around 2x speedup compared to FlashAttention"
+# (25-40% vs 50-73% of A100 peak).
+FLASH_V1_SPEED_VS_V2 = 0.5
 # Host DRAM streaming bandwidth per node for CPU-side Adam under optimizer offload (ZeRO-Offload):
 # a dual-socket server with 8 DDR4/DDR5 channels per socket streams ~150-300 GB/s; 200 GB/s assumed,
 # shared by the node's GPUs.
@@ -184,7 +189,8 @@ def _gemms_time(gemms, op: Op, hw: _Hw, e: int, profile, dtype: str, extra_bytes
     return t
 
 
-def _attention_time(op: Op, hw: _Hw, profile, dtype: str, pass_: str, causal: bool) -> float:
+def _attention_time(op: Op, hw: _Hw, profile, dtype: str, pass_: str, causal: bool,
+                    flash_version: int = 2) -> float:
     base = "bf16" if dtype == "fp8" else dtype
     if profile is not None and op.attn is not None:
         t = profile.attention_time_s(*op.attn, base, causal, pass_)
@@ -193,15 +199,16 @@ def _attention_time(op: Op, hw: _Hw, profile, dtype: str, pass_: str, causal: bo
     mult = 1.0 if pass_ == "fwd" else FLASH_BWD_FACTOR
     flops = op.fwd_flops * op.work_fraction * mult
     nbytes = op.fwd_bytes if pass_ == "fwd" else op.bwd_input_bytes
-    return max(flops / (hw.peak * hw.attn_eff), nbytes / hw.mem_Bps) + hw.overhead_s
+    eff = hw.attn_eff * (FLASH_V1_SPEED_VS_V2 if flash_version == 1 else 1.0)
+    return max(flops / (hw.peak * eff), nbytes / hw.mem_Bps) + hw.overhead_s
 
 
 def op_times(op: Op, hw: _Hw, *, e: int = 2, dtype: str = "bf16", profile=None, causal: bool = True,
-             norm: str | None = None) -> OpTimes:
+             norm: str | None = None, flash_version: int = 2) -> OpTimes:
     """Seconds of one op in forward, input-gradient and weight-gradient passes."""
     if op.kind == "attention":
-        return OpTimes(op.name, _attention_time(op, hw, profile, dtype, "fwd", causal),
-                       _attention_time(op, hw, profile, dtype, "bwd", causal), 0.0)
+        return OpTimes(op.name, _attention_time(op, hw, profile, dtype, "fwd", causal, flash_version),
+                       _attention_time(op, hw, profile, dtype, "bwd", causal, flash_version), 0.0)
     if op.fwd_gemms:
         ob = 1 if op.fp8 else e
         # Bytes beyond the GEMMs' own operands are the fp8 casts (see flops._linear).
@@ -226,7 +233,8 @@ def _sum_times(ops: tuple[Op, ...], rec: tuple[Op, ...], hw: _Hw, shp: LayerShap
     f = bi = bw = r = 0.0
     rec_ids = {id(op) for op in rec}
     for op in ops:
-        t = op_times(op, hw, e=shp.e, dtype=shp.dtype, profile=profile, causal=shp.causal, norm=shp.norm)
+        t = op_times(op, hw, e=shp.e, dtype=shp.dtype, profile=profile, causal=shp.causal, norm=shp.norm,
+                     flash_version=shp.flash_version)
         f += t.fwd_s
         bi += t.bwd_input_s
         bw += t.bwd_weight_s
@@ -265,7 +273,8 @@ def layer_times(scenario, profile=None) -> LayerTimes:
 def layer_op_times(scenario, profile=None) -> tuple[OpTimes, ...]:
     """Per-op seconds of one block (for traces and reports)."""
     shp, hw, _ = _ctx(scenario, profile)
-    return tuple(op_times(op, hw, e=shp.e, dtype=shp.dtype, profile=profile, causal=shp.causal, norm=shp.norm)
+    return tuple(op_times(op, hw, e=shp.e, dtype=shp.dtype, profile=profile, causal=shp.causal, norm=shp.norm,
+                     flash_version=shp.flash_version)
                  for op in layer_ops(shp))
 
 

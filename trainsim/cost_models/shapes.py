@@ -45,6 +45,7 @@ class LayerShape:
     flash: bool = True
     dropout: bool = False
     causal: bool = True  # decoder LMs: a fused kernel skips the masked half (time only, not FLOP counts)
+    flash_version: int = 2  # FlashAttention generation (TrainingSpec.flash_attention_version)
 
     @property
     def e(self) -> int:
@@ -103,7 +104,7 @@ def _layer_shape(scenario) -> LayerShape:
         gated=m.activation == "swiglu", norm=m.norm, rope=m.position_embedding == "rope", bias=m.bias,
         experts=m.num_experts, top_k=m.top_k, fe=m.expert_ffn, vocab=m.vocab_size,
         tp=lay.tp, cp=lay.cp, ep=lay.ep, sp=t.sequence_parallel, dtype=t.dtype, recompute=t.recompute,
-        flash=t.flash_attention, dropout=t.dropout,
+        flash=t.flash_attention, dropout=t.dropout, flash_version=t.flash_attention_version,
     )
 
 

@@ -282,7 +282,9 @@ def load_mosaic(path: Path | None = None, *, name: str = "mosaic") -> Dataset:
         "3(2NT + 4LdT^2) x seq/s / (GPUs x 312|989|1979 TFLOP/s).",
         "layout: pure FSDP (tp = pp = 1, dp = GPUs); FULL_SHARD -> zero 3, SHARD_GRAD_OP -> zero 2; "
         "activation checkpointing -> recompute full; the row's micro-batch and grad accumulation; "
-        "FlashAttention (attn_impl triton/flash); no dropout.",
+        "first-generation fused attention: the benchmarks ran MPT's Triton FlashAttention kernel "
+        "(submit_benchmarks.py --attn_impl default 'triton'; ALiBi needs it), flash_attention_version 1; "
+        "no dropout.",
         "precision: amp_bf16/bf16 -> bf16; amp_fp8 -> fp8 (Transformer Engine). MP mode DEFAULT reduces "
         "gradients in fp32 (4-byte grads on the wire), PURE in bf16.",
         "hardware, one cluster per GPU type: A100 40/80GB -> dgx-a100 network (1600 Gbps RoCE per node "
@@ -335,6 +337,7 @@ def _mosaic_case(r: dict) -> Case:
         "layout": {"tp": 1, "pp": 1},
         "training": {"seq_len": seq, "global_batch": mbs * accum * gpus, "micro_batch": mbs, "dtype": dtype,
                      "recompute": "full" if ac else "none", "zero": zero, "flash_attention": True,
+                     "flash_attention_version": 1,
                      "dropout": False, "grad_dtype_bytes": 4 if mp_default else 0},
     }
     label += f" z{zero}" + (" AC" if ac else "") + (" fp8" if dtype == "fp8" else "")

@@ -56,6 +56,10 @@ class TrainingSpec(BaseModel):
     distributed_optimizer: bool = Field(default=False, description="Megatron: optimizer states sharded over DP (= ZeRO-1)")
     schedule: Schedule = "1f1b"
     flash_attention: bool = True
+    # FlashAttention generation of the fused kernel: 2 = FlashAttention-2 (the GPU presets' measured
+    # attention_efficiency); 1 = first-generation kernels (FlashAttention v1, the Triton kernel of 2023
+    # MPT/llm-foundry), which Dao 2023 (arXiv:2307.08691) reports about 2x slower than FlashAttention-2.
+    flash_attention_version: Literal[1, 2] = 2
     dropout: bool = Field(default=False, description="dropout layers present (their masks are saved)")
     offload_optimizer: bool = False
     offload_params: bool = False
