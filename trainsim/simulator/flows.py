@@ -103,7 +103,11 @@ class FluidNetwork:
         if t.bulk:
             self.bulk_by_owner[owner].add(fid)
         if all(len(self.by_link[link]) == 1 for link in t.links):
-            self._rebalance([fid])  # alone on its links: no other flow changes rate
+            # Alone on its links (the common case): full rate, one completion event, nobody else changes.
+            fl.rate = 1.0
+            fl.version = 1
+            ev = self.env.timeout(t.latency_s + t.transfer_s)
+            ev.callbacks.append(self._make_finisher(fid, 1))
         else:
             self._rebalance(self._component(t.links))
 
