@@ -164,8 +164,7 @@ def mfu_heatmap(cells: Mapping[tuple[int, int], Any], tps: Sequence[int], pps: S
         if isinstance(v, (int, float)) and tp in tps and pp in pps:
             grid[pps.index(pp), tps.index(tp)] = 100.0 * v
     fig, ax = plt.subplots(figsize=(1.8 + 1.1 * len(tps), 1.5 + 0.6 * len(pps)))
-    cmap = plt.get_cmap("viridis").copy()
-    cmap.set_bad("#EEEEEE")
+    cmap = plt.get_cmap("viridis").with_extremes(bad="#EEEEEE")
     finite = grid[np.isfinite(grid)]
     vmin, vmax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     if vmax - vmin < 1e-9:

@@ -158,9 +158,18 @@ def peak_memory_bytes(scn: Scenario) -> float:
     middle stages hold identical layers (the uneven split trims only the end stages), and only the end
     stages hold the embedding or the output layer and logits; so the peak over stages is at one of them
     (tests/test_planner.py checks this against ``memory.peak_bytes``)."""
+    return float(max(sm.total for sm in _checked_stages(scn)))
+
+
+def _checked_stages(scn: Scenario):
     from trainsim.cost_models import memory
     pp = scn.layout.pp
-    return float(max(memory.stage_memory(scn, s).total for s in sorted({0, min(1, pp - 1), pp - 1})))
+    return [memory.stage_memory(scn, s) for s in sorted({0, min(1, pp - 1), pp - 1})]
+
+
+def _states_key(c: Candidate) -> tuple:
+    """What model-state bytes (weights, grads, optimizer) depend on: not micro-batch, recompute or schedule."""
+    return (c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.vpp, c.zero)
 
 
 def _row(c: Candidate, pred, source: str) -> PlanRow:
@@ -181,6 +190,7 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
     rows: list[PlanRow] = []
     cluster = ctx.cluster
     fitted_groups: dict[tuple, int] = {}  # group -> rung of the lightest recompute that fitted
+    states_oom: set[tuple] = set()        # model states alone exceed the GPU: every variant is out of memory
     for c in cands:
         if cluster.num_gpus != c.gpus:
             cluster = ctx.cluster.with_gpus(c.gpus)
@@ -189,14 +199,20 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
         if ctx.prune_dominated and g in fitted_groups and fitted_groups[g] < rung:
             counts["dominated"] += 1
             continue
+        if _states_key(c) in states_oom:
+            counts["oom"] += 1
+            continue
         try:
             scn = to_scenario(ctx.model, cluster, c, ctx.global_batch, ctx.seq_len, ctx.limits)
         except SpecError:
             counts["invalid"] += 1
             continue
-        peak = peak_memory_bytes(scn)
+        stages = _checked_stages(scn)
+        peak = max(sm.total for sm in stages)
         if peak > cluster.gpu.memory_bytes:
             counts["oom"] += 1
+            if max(sm.weights + sm.grads + sm.optimizer for sm in stages) > cluster.gpu.memory_bytes:
+                states_oom.add(_states_key(c))
             continue
         fitted_groups.setdefault(g, rung)
         pred = _predict(scn, True, ctx.profile_path)

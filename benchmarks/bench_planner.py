@@ -1,0 +1,79 @@
+"""Planner speed: the full layout space of Llama-3-405B on 16,384 H100 (global batch 2,048 x 8,192 tokens),
+and the README's main job (`trainsim report examples/llama3-70b-h100.yaml`). Prints wall time, CPU time and
+how many layouts each stage of the search handled. Target: the 405B plan in <= 30 s on this 2-core machine.
+
+    python benchmarks/bench_planner.py [--workers N] [--skip-report]
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import multiprocessing as mp
+import os
+import resource
+import sys
+import tempfile
+import time
+
+from trainsim.simulator.planner import PlanRequest, plan
+from trainsim.specs import load_cluster, load_model
+
+
+def cpu_s() -> float:
+    ru_self = resource.getrusage(resource.RUSAGE_SELF)
+    ru_kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru_self.ru_utime + ru_self.ru_stime + ru_kids.ru_utime + ru_kids.ru_stime
+
+
+def bench_405b(workers: int, exhaustive: bool = False) -> None:
+    req = PlanRequest(model=load_model("llama3-405b"), cluster=load_cluster("dgx-h100"), gpu_counts=(16384,),
+                      global_batch=2048, seq_len=8192, tokens=15.6e12, top_k=10, prune_dominated=not exhaustive)
+    c0, t0 = cpu_s(), time.perf_counter()
+    if workers > 1:
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as ex:
+            res = plan(req, executor=ex)
+    else:
+        res = plan(req)
+    wall, cpu = time.perf_counter() - t0, cpu_s() - c0
+    c = res.counts
+    best = res.rows[0]
+    print(f"405B / 16,384 H100, workers={workers}{' exhaustive' if exhaustive else ''}: {wall:.1f} s wall, "
+          f"{cpu:.1f} s CPU; layouts enumerated {c['enumerated']}, invalid {c['invalid']}, out of memory "
+          f"{c['oom']} (memory model), dominated {c['dominated']}, screened in closed form {c['screened']}, "
+          f"confirmed by the engine {c['confirmed']}")
+    print(f"  best: {best.candidate.label()}  step {best.step_time_s:.2f} s, MFU {100 * best.mfu:.1f}%, "
+          f"{best.time_to_train_s / 86400:.1f} days for 15.6T tokens incl. failures (goodput {100 * best.goodput:.1f}%)")
+
+
+def bench_report() -> None:
+    from trainsim.reports.cli import main
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with tempfile.TemporaryDirectory() as out:
+        c0, t0 = cpu_s(), time.perf_counter()
+        code = main(["report", os.path.join(root, "examples", "llama3-70b-h100.yaml"), "--out", out])
+        wall, cpu = time.perf_counter() - t0, cpu_s() - c0
+        size = os.path.getsize(os.path.join(out, "index.html"))
+    print(f"report examples/llama3-70b-h100.yaml: exit {code}, {wall:.1f} s wall, {cpu:.1f} s CPU, "
+          f"index.html {size / 1e6:.2f} MB")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, default=0, help="0 = run with 1 and with os.cpu_count() workers")
+    ap.add_argument("--skip-report", action="store_true")
+    ap.add_argument("--exhaustive", action="store_true", help="also time the search without dominance pruning")
+    args = ap.parse_args()
+    print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, python {sys.version.split()[0]}")
+    for w in ([1, os.cpu_count() or 1] if args.workers == 0 else [args.workers]):
+        bench_405b(w)
+    if args.exhaustive:
+        bench_405b(os.cpu_count() or 1, exhaustive=True)
+    if not args.skip_report:
+        bench_report()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
