@@ -8,12 +8,16 @@ DP size enters only through the collective times in the CostTable. Per stage the
   (Megatron issues TP collectives on the compute stream and waits for them; see ChunkCost);
 * a pipeline stream: activation / gradient messages to the neighbour stages, asynchronous to compute
   (Megatron's overlapped p2p), sharing the stage's links with other traffic;
-* a data-parallel stream: gradient buckets (and ZeRO-3 parameter gathers) issued in order, overlapped
-  with backward; the step ends with the optimizer step and ZeRO-1/2 parameter all-gathers.
+* a data-parallel stream: gradient buckets issued in order as backward produces them (once per step, or
+  every micro-batch for ZeRO-2/3); the step ends with the optimizer step and ZeRO-1/2 parameter
+  all-gathers;
+* a parameter-gather stream (ZeRO-3/FSDP): each op's parameters are all-gathered one op ahead, layer by
+  layer (the op starts after its first layer's parameters and ends no earlier than the last layer's).
 
 Links are shared max-min fairly by `flows.FluidNetwork`. Compute that runs while a bulk collective of
 its own GPU is in flight is slowed by ``CostTable.comm_compute_slowdown`` (NCCL kernels occupy SMs,
-see COMM_COMPUTE_SLOWDOWN). Memory is tracked over time: a forward allocates its chunk's activations, its
+see COMM_COMPUTE_SLOWDOWN); the overlap is judged when the op starts, from the collectives then in
+flight and their current rates (a collective that starts mid-op slows the next op, not this one). Memory is tracked over time: a forward allocates its chunk's activations, its
 backward frees them (a split backward keeps ``w_retained_bytes`` until W), so peak memory follows the
 schedule.
 """
@@ -22,8 +26,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any
-
 import simpy
 
 from .costtable import COMM_DIMS, CostTable, Transfer
@@ -376,7 +378,3 @@ def simulate(table: CostTable, *, record: bool = False, op_scale: list[list[floa
 def schedule_ops(table: CostTable) -> list[list[tuple[int, int, int]]]:
     """The per-stage op lists the engine will run for ``table`` (for noise arrays and inspection)."""
     return build_schedule(table.schedule, table.pp, table.num_microbatches, table.vpp)
-
-
-def result_summary(res: EngineResult) -> dict[str, Any]:
-    return {"events": res.events, "wall_s": res.wall_s}
