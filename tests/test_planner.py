@@ -194,3 +194,14 @@ def test_cli_bad_input_is_one_line_exit_2(capsys, extra, field):
         return
     assert code == 2
     assert len(err.splitlines()) == 1 and err.startswith("error: ") and field in err
+
+
+@pytest.mark.timeout(120)
+def test_cli_dask_scheduler_address(capsys):
+    distributed = pytest.importorskip("distributed")
+    assert main(PLAN_ARGS + ["--json"]) == 0
+    inline = json.loads(capsys.readouterr().out)
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
+        assert main(PLAN_ARGS + ["--json", "--dask-scheduler", cluster.scheduler_address]) == 0
+    on_dask = json.loads(capsys.readouterr().out)
+    assert on_dask["rows"] == inline["rows"] and on_dask["counts"] == inline["counts"]

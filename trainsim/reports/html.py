@@ -13,6 +13,8 @@ import jinja2
 from trainsim import __version__
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
+# Cells that read as a number (optionally signed, with a unit or currency) are right-aligned.
+_NUMERIC = re.compile(r"^[-+$]?[0-9.,]*[0-9]([0-9.,]*)(%|\s+\S{1,6})?$|^—$")
 
 
 @dataclass
@@ -63,6 +65,7 @@ def _env() -> jinja2.Environment:
     )
     env.filters["md_cell"] = lambda s: str(s).replace("|", "\\|").replace("\n", " ")
     env.filters["anchor"] = lambda s: re.sub(r"[^a-z0-9-]+", "-", str(s).lower()).strip("-")
+    env.tests["numeric"] = lambda s: bool(_NUMERIC.match(str(s)))
     return env
 
 

@@ -216,7 +216,7 @@ def scenario_table(scn: Scenario) -> Table:
         ["training", f"{t.dtype}, schedule {t.schedule}, recompute {t.recompute}, ZeRO {t.effective_zero}, "
                      f"sequence parallel {'on' if t.sequence_parallel else 'off'}"],
     ]
-    return Table("Scenario", ["setting", "value"], rows)
+    return Table("Settings", ["setting", "value"], rows)
 
 
 def _plan_for(scn: Scenario, opts: ReportOptions):
