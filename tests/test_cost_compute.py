@@ -199,3 +199,48 @@ def test_calibration_profile_replaces_datasheet_where_measured():
     att_p = next(o for o in C.layer_op_times(s, profile=prof) if o.name == "attention")
     att_d = next(o for o in C.layer_op_times(s) if o.name == "attention")
     assert att_p.fwd_s == att_d.fwd_s
+
+
+MODELS = ["gpt-1.7b", "llama3-8b", "mixtral-8x7b", "tiny-gpt", "gpt3-175b"]
+
+
+def test_property_every_public_function_finite_positive_and_bounded():
+    """Hypothesis over models × layouts × training switches: times and bytes are finite and positive,
+    forward time never beats the matmul FLOPs at peak, and more recompute never costs less time."""
+    hyp = pytest.importorskip("hypothesis")
+    from hypothesis import given, settings, strategies as st
+
+    from trainsim.cost_models import activations as act
+    from trainsim.cost_models.memory import stage_memory
+
+    @settings(max_examples=30, deadline=None, derandomize=True)
+    @given(model=st.sampled_from(MODELS), tp=st.sampled_from([1, 2, 4]), pp=st.sampled_from([1, 2]),
+           cp=st.sampled_from([1, 2]), mb=st.sampled_from([1, 2]), sp=st.booleans(), flash=st.booleans(),
+           dropout=st.booleans(), dtype=st.sampled_from(["bf16", "fp8", "fp32"]), zero=st.sampled_from([0, 1, 2, 3]),
+           schedule=st.sampled_from(["gpipe", "1f1b", "zb"]))
+    def check(model, tp, pp, cp, mb, sp, flash, dropout, dtype, zero, schedule):
+        gpus = tp * pp * cp * 2
+        seq = 256 if model == "tiny-gpt" else 2048
+        layout = {"tp": tp, "pp": pp, "cp": cp}
+        if model == "mixtral-8x7b":
+            layout["ep"] = 2
+        base = dict(seq_len=seq, global_batch=8 * mb, micro_batch=mb, sequence_parallel=sp and tp > 1,
+                    flash_attention=flash, dropout=dropout, dtype=dtype, zero=zero, schedule=schedule)
+        times = []
+        for rec in ("none", "selective", "full"):
+            s = scen(model, gpus=gpus, layout=layout, **base, recompute=rec)
+            lt = C.layer_times(s)
+            vals = (lt.fwd_s, lt.bwd_input_s, lt.bwd_weight_s)
+            assert all(0 < v < 1e3 for v in vals) and lt.recompute_s >= 0
+            lf = layer_flops(s)
+            peak = s.cluster.gpu.peak("fp8" if dtype == "fp8" else dtype)
+            assert lt.fwd_s >= lf.fwd / peak
+            for stage in range(pp):
+                sm = stage_memory(s, stage)
+                assert sm.total > 0 and sm.activations > 0 and sm.weights > 0
+            assert act.layer_activation_bytes(s).total > 0
+            assert C.optimizer_step_time(s, 0) > 0
+            times.append(lt.total_s)
+        assert times[0] <= times[1] <= times[2]
+
+    check()
