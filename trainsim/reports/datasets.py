@@ -46,6 +46,7 @@ class Case:
     collective: CollectiveCase | None = None
     skip_reason: str | None = None
     group: str | None = None  # rows compared with each other (zero-bubble: same model and m)
+    category: str = ""  # for the per-category MAPE lines of the report (table, GPU type, size class)
     # Secondary metrics on the source's own basis: name -> published value. ``secondary_fns`` turn the
     # predicted primary value into the same quantity (e.g. SC21 eq. 3 TFLOP/s from a step time).
     secondary: dict[str, float] = field(default_factory=dict)
@@ -244,8 +245,10 @@ def _common_run_case(r: dict, blind: bool) -> Case:
     if tflops is not None:
         secondary["tflops_per_gpu"] = tflops
         fns["tflops_per_gpu"] = lambda step_s, f=flops, n=gpus: f / (step_s * n) / 1e12
+    table = (r.get("source_table") or "").split("/")[0].strip() or "runs"
+    category = f"{table} ZeRO-3" if zero == 3 else (f"{table} PTD-P" if table.startswith("Table 2") else table)
     return Case(rid, label, published, scenario=scenario, skip_reason=why, secondary=secondary,
-                secondary_fns=fns)
+                secondary_fns=fns, category=category)
 
 
 # --- MosaicML llm-foundry MPT benchmarks -----------------------------------------------------------
@@ -350,8 +353,9 @@ def _mosaic_case(r: dict) -> Case:
     if mfu is not None and peak:
         secondary["mfu_pct"] = mfu
         fns["mfu_pct"] = lambda tok_s, f=flops_seq, T=seq, n=gpus, p=peak: 100.0 * f * (tok_s / T) / (n * p)
+    category = f"{gpu} {'fp8' if dtype == 'fp8' else 'bf16'}" + (" AC" if ac else "")
     return Case(rid, label, published, scenario=scenario, skip_reason=why, secondary=secondary,
-                secondary_fns=fns)
+                secondary_fns=fns, category=category)
 
 
 # --- Zero-bubble pipeline schedules (Qi et al., ICLR 2024, Table 4) -----------------------------------
@@ -413,7 +417,7 @@ def _zb_case(r: dict) -> Case:
                      "recompute": "none", "schedule": ZB_SCHEDULES[sched], "flash_attention": True},
     }
     scenario, why = _scenario(raw, rid)
-    return Case(rid, label, published, scenario=scenario, skip_reason=why, group=group)
+    return Case(rid, label, published, scenario=scenario, skip_reason=why, group=group, category=sched)
 
 
 def _with_ratio_to_1f1b(cases: list[Case]) -> list[Case]:
@@ -426,7 +430,7 @@ def _with_ratio_to_1f1b(cases: list[Case]) -> list[Case]:
         if b:
             sec["ratio_to_1f1b"] = c.published / b
         out.append(Case(c.row_id, c.label, c.published, c.scenario, c.collective, c.skip_reason, c.group,
-                        sec, dict(c.secondary_fns)))
+                        c.category, sec, dict(c.secondary_fns)))
     return out
 
 
@@ -487,7 +491,9 @@ def load_nccl(path: Path | None = None, *, name: str = "nccl") -> Dataset:
         if nodes * gpn != n:
             cases.append(Case(rid, label, busbw, skip_reason="inconsistent node count"))
             continue
-        cases.append(Case(rid, label, busbw, collective=CollectiveCase(op, size, n, cluster), group=system))
+        size_class = "< 1 MB" if size < 2**20 else ("1-64 MB" if size < 64 * 2**20 else ">= 64 MB")
+        cases.append(Case(rid, label, busbw, collective=CollectiveCase(op, size, n, cluster), group=system,
+                          category=f"{system.replace('Azure ND ', '')} {size_class}"))
     notes = (
         "metric: nccl-tests bus bandwidth (GB/s = 1e9 B/s), busbw = algbw x 2(n-1)/n for all-reduce; "
         "predicted busbw = nbytes / collective_time x the same factor.",

@@ -7,6 +7,8 @@ and reports what moved, what was added and what was removed.
 
 from __future__ import annotations
 
+import io
+
 import json
 import math
 import os
@@ -212,7 +214,7 @@ def render_comparison(cmp: Comparison, rtol: float, width: int = 120) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=width, record=True, force_terminal=False, color_system=None)
+    console = Console(width=width, record=True, force_terminal=False, color_system=None, file=io.StringIO())
     if cmp.drifts:
         table = Table(title=f"prediction drift (rtol {rtol:g})", title_justify="left")
         for col, just in (("scenario", "left"), ("metric", "left"), ("baseline", "right"), ("current", "right"),

@@ -7,6 +7,8 @@ predictors, so it is tested with stand-ins; by default they are trainsim's engin
 
 from __future__ import annotations
 
+import io
+
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
@@ -86,6 +88,20 @@ class ValidationReport:
                     acc.setdefault(name, []).append(abs(v["error_pct"]))  # type: ignore[arg-type]
         return {k: sum(v) / len(v) for k, v in acc.items()}
 
+    def by_category(self) -> dict[str, dict[str, Any]]:
+        """Rows, MAPE and worst row per case category (e.g. SC21 table, GPU type, message-size class)."""
+        cats: dict[str, list[RowResult]] = {}
+        cat_of = {c.row_id: c.category for c in self.dataset.cases}
+        for r in self.compared:
+            cats.setdefault(cat_of.get(r.row_id) or "all", []).append(r)
+        out = {}
+        for name, rows in cats.items():
+            errs = [abs(r.error_pct) for r in rows]  # type: ignore[arg-type]
+            w = max(rows, key=lambda r: abs(r.error_pct))  # type: ignore[arg-type]
+            out[name] = {"rows": len(rows), "mape_pct": sum(errs) / len(errs), "worst_pct": abs(w.error_pct),
+                         "worst_row": w.row_id}
+        return out
+
     def to_json(self) -> dict[str, Any]:
         d = self.dataset
         w = self.worst
@@ -102,6 +118,7 @@ class ValidationReport:
             "worst_pct": self.worst_pct,
             "worst_row": w.row_id if w else None,
             "secondary_mape_pct": self.secondary_mape(),
+            "by_category": self.by_category(),
         }
 
 
@@ -234,7 +251,7 @@ def render_text(report: ValidationReport, *, show_skipped: bool = True, width: i
     from rich.table import Table
 
     d = report.dataset
-    console = Console(width=width, record=True, force_terminal=False, color_system=None)
+    console = Console(width=width, record=True, force_terminal=False, color_system=None, file=io.StringIO())
     table = Table(title=f"{d.title}: published vs predicted {d.metric} [{d.unit}]", title_justify="left")
     table.add_column("row_id")
     table.add_column("run")
@@ -259,6 +276,11 @@ def render_text(report: ValidationReport, *, show_skipped: bool = True, width: i
     else:
         console.print(f"{d.name}: {len(report.compared)} rows, MAPE {mape:.2f}%, worst {abs(worst.error_pct):.2f}% "  # type: ignore[union-attr]
                       f"({worst.row_id})")  # type: ignore[union-attr]
+        cats = report.by_category()
+        if len(cats) > 1:
+            for name, v in cats.items():
+                console.print(f"  {name}: {v['rows']} rows, MAPE {v['mape_pct']:.2f}%, worst {v['worst_pct']:.2f}% "
+                              f"({v['worst_row']})")
         for name, v in report.secondary_mape().items():
             console.print(f"  {name} (source basis) MAPE {v:.2f}%")
     if show_skipped and report.skipped:
