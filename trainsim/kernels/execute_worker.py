@@ -12,6 +12,7 @@ import json
 import os
 import resource
 import sys
+import threading
 import time
 import traceback
 from datetime import timedelta
@@ -26,6 +27,46 @@ from .parallelize import build_parallel
 from .torch_model import synthetic_batch
 
 FAULT_EXIT_CODE = 17
+WATCHDOG_EXIT_CODE = 3
+
+
+class Watchdog:
+    """Exits this rank when no progress is reported for ``timeout_s`` (a peer died or hung in any group).
+
+    Gloo's own timeout only covers the default group's collectives; DeviceMesh sub-groups keep the
+    30-minute default, so a hang inside a TP/PP/DP collective is caught here instead.
+    """
+
+    def __init__(self, timeout_s: float):
+        self.timeout_s = timeout_s
+        self.last = time.monotonic()
+        self.what = "start-up"
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="trainsim-watchdog", daemon=True)
+        self._thread.start()
+
+    def tick(self, what: str) -> None:
+        self.last, self.what = time.monotonic(), what
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(min(1.0, self.timeout_s / 10)):
+            idle = time.monotonic() - self.last
+            if idle > self.timeout_s:
+                rank = os.environ.get("RANK", "?")
+                print(f"error: rank {rank}: no progress for {idle:.0f} s during {self.what} "
+                      f"(a peer rank died or hung); exiting", file=sys.stderr, flush=True)
+                os._exit(WATCHDOG_EXIT_CODE)
+
+
+_WATCHDOG: Watchdog | None = None
+
+
+def _tick(what: str) -> None:
+    if _WATCHDOG is not None:
+        _WATCHDOG.tick(what)
 
 
 def _device(kind: str) -> torch.device:
@@ -49,6 +90,7 @@ def run_job(job: ExecJob, device: torch.device) -> dict[str, Any] | None:
     """Train ``warmup + steps`` steps; the first is measured with the saved-tensor meter (never timed)."""
     s = job.spec
     torch.manual_seed(job.seed)
+    _tick(f"building {job.label or 'job'}")
     par = build_parallel(s, device=device, seed=job.seed, optimizer=job.optimizer, lr=job.lr, hsdp=job.hsdp)
     per_dp = s.training.global_batch // s.dp
     lo = par.dp_rank * per_dp
@@ -62,9 +104,10 @@ def run_job(job: ExecJob, device: torch.device) -> dict[str, Any] | None:
         ids, targets = ids[lo:lo + per_dp], targets[lo:lo + per_dp]
         if step == job.warmup and job.profile_dir:
             prof = _start_profiler(device)
+        _tick(f"{job.label or 'job'} step {step}")
         _maybe_inject_fault(job, step)
         if step == 0 and job.measure_activations:
-            with SavedActivationMeter(par.chunks) as meter:
+            with SavedActivationMeter(par.chunks, inputs=(ids, targets)) as meter:
                 loss = par.train_step(ids, targets)
             activations = meter.summary()
             losses.append(float(loss))
@@ -93,6 +136,7 @@ def run_job(job: ExecJob, device: torch.device) -> dict[str, Any] | None:
             "maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
     if device.type == "cuda":
         mine["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
+    _tick(f"{job.label or 'job'} results")
     ranks: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(ranks, mine)
     mechanism = dict(par.mechanism)
@@ -114,6 +158,9 @@ def _start_profiler(device: torch.device):
 
 def run_jobs(jobs: list[ExecJob], timeout_s: float) -> list[dict[str, Any]] | None:
     """Run every job inside an already-started torchrun/Slurm world; rank 0 gets the results."""
+    global _WATCHDOG
+    if _WATCHDOG is None:
+        _WATCHDOG = Watchdog(timeout_s)
     device = _device(jobs[0].device)
     backend = "nccl" if device.type == "cuda" else "gloo"
     if not dist.is_initialized():
@@ -121,7 +168,19 @@ def run_jobs(jobs: list[ExecJob], timeout_s: float) -> list[dict[str, Any]] | No
     if device.type == "cpu":
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     results = [run_job(job, device) for job in jobs]
+    _tick("shutdown")
     return results if dist.get_rank() == 0 else None
+
+
+def shutdown() -> None:
+    """Wait for every rank, destroy the process group and stop the watchdog (trap 5: never skip this)."""
+    global _WATCHDOG
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+    if _WATCHDOG is not None:
+        _WATCHDOG.stop()
+        _WATCHDOG = None
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -140,8 +199,7 @@ def main(argv: list[str] | None = None) -> None:
             with open(tmp, "w") as f:
                 json.dump(results, f)
             os.replace(tmp, args.out)
-        dist.barrier()
-        dist.destroy_process_group()
+        shutdown()
     except Exception as e:  # a failed collective or a crash: one clear line per rank, non-zero exit
         print(f"error: rank {rank}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
               file=sys.stderr, flush=True)

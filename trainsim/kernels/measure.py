@@ -15,9 +15,13 @@ from torch import nn
 
 
 def local_tensor(t: torch.Tensor) -> torch.Tensor:
-    """The rank-local data of a DTensor (TP/FSDP2 shard), or the tensor itself."""
+    """The rank-local data of a DTensor (TP/FSDP2 shard) or of a functional collective's pending result
+    (AsyncCollectiveTensor, whose own storage is not accessible), or the tensor itself."""
     inner = getattr(t, "_local_tensor", None)
-    return inner if inner is not None else t
+    t = inner if inner is not None else t
+    while type(t).__name__ == "AsyncCollectiveTensor" and isinstance(getattr(t, "elem", None), torch.Tensor):
+        t = t.elem
+    return t
 
 
 def tensor_bytes(t: torch.Tensor | None) -> int:
@@ -52,13 +56,21 @@ def state_bytes(modules: list[nn.Module], optimizer: torch.optim.Optimizer) -> d
             "num_params_local": sum(local_tensor(p).numel() for p in params)}
 
 
+def _storage_ptr(t: torch.Tensor) -> int:
+    """Address of a tensor's storage; 0 for storages FSDP2 has freed (resized to zero bytes)."""
+    try:
+        return t.untyped_storage().data_ptr()
+    except RuntimeError:
+        return 0
+
+
 class _Held:
     """Wraps one saved tensor; when autograd drops it, the meter's live byte count goes down."""
 
     __slots__ = ("tensor", "meter", "ptr")
 
-    def __init__(self, tensor: torch.Tensor, meter: "SavedActivationMeter", ptr: int):
-        self.tensor, self.meter, self.ptr = tensor, meter, ptr
+    def __init__(self, tensor: torch.Tensor, meter: "SavedActivationMeter", key: object):
+        self.tensor, self.meter, self.ptr = tensor, meter, key
 
     def __del__(self):
         self.meter._release(self.ptr)
@@ -71,50 +83,57 @@ class SavedActivationMeter:
     computed right after the last chunk is counted with it. Saves during backward (recompute) are ignored.
     """
 
-    def __init__(self, chunks: list[nn.Module]):
+    def __init__(self, chunks: list[nn.Module], inputs: Iterable[torch.Tensor] = ()):
         self.chunks = chunks
-        self.windows: list[list[dict[int, tuple[int, str]]]] = [[] for _ in chunks]
-        self.current: dict[int, tuple[int, str]] | None = None
-        self.live: dict[int, list[int]] = {}
+        # Token ids / targets are views of the step's batch; count each micro-batch's own bytes, as a data
+        # loader handing out one tensor per micro-batch would keep alive, not the whole batch storage.
+        self.input_ptrs = {_storage_ptr(local_tensor(t)) for t in inputs}
+        self.windows: list[list[dict[object, tuple[int, str]]]] = [[] for _ in chunks]
+        self.current: dict[object, tuple[int, str]] | None = None
+        self.live: dict[object, list[int]] = {}
         self.live_bytes = 0
         self.peak_live_bytes = 0
         self._handles: list[Any] = []
         self._hooks = None
 
     def _param_ptrs(self) -> set[int]:
-        return {local_tensor(p).untyped_storage().data_ptr() for p in unique_params(self.chunks)}
+        return {_storage_ptr(local_tensor(p)) for p in unique_params(self.chunks)}
 
     def _pack(self, t: torch.Tensor):
         if torch._C._current_graph_task_id() != -1:  # inside backward (e.g. a checkpoint recompute)
             return t
         loc = local_tensor(t)
         storage = loc.untyped_storage()
-        ptr, nbytes = storage.data_ptr(), storage.nbytes()
-        if nbytes == 0 or ptr in self._param_ptrs():
+        ptr, nbytes = _storage_ptr(loc), storage.nbytes()
+        if nbytes == 0 or ptr == 0 or ptr in self._param_ptrs():
             return t
+        key: object = ptr
+        if ptr in self.input_ptrs:
+            key = (ptr, loc.storage_offset(), loc.numel())
+            nbytes = loc.numel() * loc.element_size()
         if self.current is not None:
-            self.current[ptr] = (nbytes, str(loc.dtype).replace("torch.", ""))
-        entry = self.live.get(ptr)
+            self.current[key] = (nbytes, str(loc.dtype).replace("torch.", ""))
+        entry = self.live.get(key)
         if entry is None:
-            self.live[ptr] = [nbytes, 1]
+            self.live[key] = [nbytes, 1]
             self.live_bytes += nbytes
             self.peak_live_bytes = max(self.peak_live_bytes, self.live_bytes)
         else:
             entry[1] += 1
-        return _Held(t, self, ptr)
+        return _Held(t, self, key)
 
     @staticmethod
     def _unpack(held):
         return held.tensor if isinstance(held, _Held) else held
 
-    def _release(self, ptr: int) -> None:
-        entry = self.live.get(ptr)
+    def _release(self, key: object) -> None:
+        entry = self.live.get(key)
         if entry is None:
             return
         entry[1] -= 1
         if entry[1] == 0:
             self.live_bytes -= entry[0]
-            del self.live[ptr]
+            del self.live[key]
 
     def __enter__(self) -> "SavedActivationMeter":
         for i, chunk in enumerate(self.chunks):

@@ -1,0 +1,296 @@
+"""Host side of `trainsim execute`: launch the worker under torchrun (or run inside an existing one),
+run the single-process reference, and line the measurement up against the prediction.
+
+No torch import at module level: the parent only validates, launches and compares.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from typing import Any
+
+from trainsim.specs import Scenario, resolve
+
+from .exec_config import ExecJob, check_job, world_size
+
+WORKER_MODULE = "trainsim.kernels.execute_worker"
+OPTIMIZER_STATE_BYTES = {"adam": 8, "sgd": 4}  # fp32 Adam m+v; fp32 SGD momentum buffer
+EXECUTOR_IMPL = "eager"  # the cost model's activation switch for plain torch autograd (no fused kernels)
+
+
+class ExecutionError(RuntimeError):
+    """The distributed run failed (a rank died, hung or raised); the message says which and why."""
+
+
+@dataclass
+class Launch:
+    """Results of one launch (rank 0's view), or None on non-zero ranks of an external torchrun."""
+
+    results: list[dict[str, Any]] | None
+    elapsed_s: float
+
+
+def run_jobs(jobs: list[ExecJob], *, timeout_s: float = 30.0, launch_timeout_s: float | None = None) -> Launch:
+    """Run jobs of one world size: inside the current torchrun/Slurm world if there is one, else under a new torchrun.
+
+    ``timeout_s`` bounds every collective and the per-rank watchdog (a hung rank makes all exit);
+    ``launch_timeout_s`` bounds the whole launch (the process group is killed, no orphans).
+    """
+    from .launch import in_torchrun, run_torchrun
+
+    if not jobs:
+        return Launch([], 0.0)
+    sizes = {world_size(j.spec) for j in jobs}
+    if len(sizes) != 1:
+        raise ValueError(f"jobs of one launch must share a world size, got {sorted(sizes)}")
+    for j in jobs:
+        check_job(j)
+    n = sizes.pop()
+    if in_torchrun():
+        import time
+        from . import execute_worker
+        if int(os.environ["WORLD_SIZE"]) != n:
+            from trainsim.specs import SpecError
+            raise SpecError("layout", f"the layout needs {n} processes but WORLD_SIZE={os.environ['WORLD_SIZE']}")
+        t0 = time.perf_counter()
+        results = execute_worker.run_jobs(jobs, timeout_s)
+        execute_worker.shutdown()
+        return Launch(results, time.perf_counter() - t0)
+    with tempfile.TemporaryDirectory(prefix="trainsim-exec-") as tmp:
+        jobs_path, out_path = os.path.join(tmp, "jobs.json"), os.path.join(tmp, "result.json")
+        with open(jobs_path, "w") as f:
+            json.dump([j.to_json() for j in jobs], f)
+        budget = launch_timeout_s or default_launch_timeout_s(jobs, timeout_s)
+        res = run_torchrun(WORKER_MODULE, ["--jobs", jobs_path, "--out", out_path, "--timeout-s", str(timeout_s)],
+                           n, timeout_s=budget, env={"TORCH_SHOW_CPP_STACKTRACES": "0"})
+        if res.timed_out:
+            raise ExecutionError(f"the {n}-process run did not finish within {budget:.0f} s and was killed")
+        if res.returncode != 0 or not os.path.exists(out_path):
+            raise ExecutionError(failure_message(res.stderr, res.returncode, n))
+        with open(out_path) as f:
+            return Launch(json.load(f), res.elapsed_s)
+
+
+def default_launch_timeout_s(jobs: list[ExecJob], timeout_s: float) -> float:
+    """Start-up and build allowance plus a generous bound per step."""
+    steps = sum(j.steps + j.warmup for j in jobs)
+    return 60.0 + 20.0 * len(jobs) + 2.0 * timeout_s + 10.0 * steps
+
+
+def failure_message(stderr: str, returncode: int, n: int) -> str:
+    """One line from the workers' own error lines, or from torchrun's root-cause report."""
+    lines = [ln.strip() for ln in stderr.splitlines()]
+    ours = [ln for ln in lines if ln.startswith("error: rank") or "injected fault" in ln]
+    root = re.search(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", stderr, re.S)
+    parts = []
+    if root:
+        parts.append(f"rank {root.group(1)} failed first (exit code {root.group(2)})")
+    parts.extend(dict.fromkeys(x.removeprefix("error: ") for x in ours))
+    if not parts:
+        tail = [ln for ln in lines if ln][-1:] or ["no output"]
+        parts.append(f"torchrun exited with {returncode}: {tail[0][:300]}")
+    return f"{n}-process run failed: " + "; ".join(parts[:4])
+
+
+# --- the single-process reference -------------------------------------------------------------------------
+
+def reference_losses(job: ExecJob) -> list[float]:
+    """Loss per step of the same model, seed, data and global batch in one process, no parallelism (fp32)."""
+    import torch
+
+    from .parallelize import _make_optimizer, cross_entropy
+    from .torch_model import ModelOptions, build_chunk, synthetic_batch
+
+    s = job.spec
+    m, t = s.model, s.training
+    torch.manual_seed(job.seed)
+    model = build_chunk(m, list(range(m.num_layers)), True, True, ModelOptions(), job.seed, torch.device("cpu"))
+    opt = _make_optimizer(list(model.parameters()), job.optimizer, job.lr)
+    n = t.global_batch // t.micro_batch
+    out = []
+    for step in range(job.warmup + job.steps):
+        ids, targets = synthetic_batch(job.seed, step, t.global_batch, t.seq_len, m.vocab_size)
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for x, y in zip(ids.chunk(n), targets.chunk(n)):
+            loss = cross_entropy(model(x), y)
+            (loss / n).backward()
+            total += loss.detach().item()
+        opt.step()
+        out.append(total / n)
+    return out
+
+
+# --- prediction --------------------------------------------------------------------------------------------
+
+def prediction_scenario(job: ExecJob, *, for_memory: bool = False) -> Scenario:
+    """The scenario as executed: the executor's optimizer state size, and for HSDP memory the shard group.
+
+    HSDP (R replicas x S shards) stores per rank what ZeRO-3 over S ranks stores, so its model-state memory
+    is predicted with dp = S (global batch scaled to keep the micro-batch count).
+    """
+    s = job.spec
+    training = s.training.model_copy(update={"optimizer_bytes_per_param": OPTIMIZER_STATE_BYTES[job.optimizer]})
+    layout = s.layout
+    cluster = s.cluster
+    if for_memory and job.hsdp > 1:
+        shard = s.dp // job.hsdp
+        layout = layout.model_copy(update={"dp": shard})
+        training = training.model_copy(update={"global_batch": s.training.global_batch // job.hsdp})
+        cluster = cluster.with_gpus(cluster.num_gpus // job.hsdp)
+    return resolve(s.model, cluster, layout, training, name=s.name)
+
+
+def predicted_memory(job: ExecJob) -> list[dict[str, float]]:
+    """Per pipeline stage: model-state bytes, saved activations per micro-batch and at the schedule's peak.
+
+    Activations use the cost model's ``impl="eager"`` switch: the executor runs plain torch autograd
+    (eager RMSNorm and SwiGLU, torch SequenceParallel saving gathered GEMM inputs), not fused kernels.
+    """
+    from trainsim.cost_models import activations as act
+    from trainsim.cost_models import memory
+
+    scn = prediction_scenario(job, for_memory=True)
+    per_layer = act.layer_activation_bytes(scn, impl=EXECUTOR_IMPL).total
+    working = act.recompute_working_bytes(scn, impl=EXECUTOR_IMPL)
+    out = []
+    for stage in range(scn.layout.pp):
+        sm = memory.stage_memory(scn, stage)
+        per_mb = scn.layers_per_stage * per_layer
+        if stage == 0:
+            per_mb += act.embedding_activation_bytes(scn)
+        if stage == scn.layout.pp - 1:
+            per_mb += act.head_activation_bytes(scn, impl=EXECUTOR_IMPL)
+        out.append({"params": sm.weights, "grads": sm.grads, "optimizer": sm.optimizer,
+                    "activations_per_microbatch": per_mb,
+                    "activations_peak": sm.inflight_microbatches * per_mb + working,
+                    "inflight_microbatches": sm.inflight_microbatches,
+                    "other": sm.other, "total": sm.weights + sm.grads + sm.optimizer + sm.other
+                    + sm.inflight_microbatches * per_mb + working})
+    return out
+
+
+def predict_step(job: ExecJob, calibration: str | None) -> dict[str, Any] | None:
+    """The engine's prediction of the executed scenario (None, with the reason, if the engine is missing)."""
+    try:
+        from trainsim.simulator.predict import predict
+    except ImportError as e:
+        return {"unavailable": f"trainsim.simulator.predict: {e}"}
+    profile = None
+    if calibration:
+        from trainsim.cost_models.profile import load_profile
+        profile = load_profile(calibration)
+    return predict(prediction_scenario(job), profile=profile).to_json()
+
+
+# --- comparison --------------------------------------------------------------------------------------------
+
+STATE_KEYS = ("params", "grads", "optimizer")
+
+
+def measured_per_stage(result: dict[str, Any], pp: int) -> list[dict[str, float]]:
+    """Per pipeline stage, the largest value over its ranks (they agree unless shards are uneven)."""
+    stages: list[dict[str, float]] = [{} for _ in range(pp)]
+    for r in result["ranks"]:
+        st = stages[r["pp_rank"]]
+        vals = {k: r.get(k, 0) for k in STATE_KEYS}
+        vals["activations_per_microbatch"] = r.get("saved_per_microbatch_bytes", 0)
+        vals["activations_peak"] = r.get("peak_saved_bytes", 0)
+        if "max_memory_allocated_bytes" in r:
+            vals["max_memory_allocated"] = r["max_memory_allocated_bytes"]
+        vals["maxrss"] = r.get("maxrss_bytes", 0)
+        for k, v in vals.items():
+            st[k] = max(st.get(k, 0), v)
+    return stages
+
+
+def error_pct(predicted: float, measured: float) -> float | None:
+    """(predicted - measured) / measured in percent; None when nothing was measured."""
+    if not measured:
+        return 0.0 if not predicted else None
+    return 100.0 * (predicted - measured) / measured
+
+
+def compare(job: ExecJob, result: dict[str, Any], *, calibration: str | None = None,
+            reference: list[float] | None = None, with_prediction: bool = True) -> dict[str, Any]:
+    """Measured vs predicted, side by side, with the error of each (the `--json` object of `trainsim execute`)."""
+    s = job.spec
+    meas_stages = measured_per_stage(result, s.layout.pp)
+    pred_stages = predicted_memory(job)
+    keys = STATE_KEYS + ("activations_per_microbatch", "activations_peak")
+    errors = [{k: error_pct(p[k], m.get(k, 0)) for k in keys} for p, m in zip(pred_stages, meas_stages)]
+    timing = result.get("timing", {})
+    out: dict[str, Any] = {
+        "scenario": s.name, "label": job.label, "world_size": result["world_size"], "device": job.device,
+        "layout": {"tp": s.layout.tp, "pp": s.layout.pp, "dp": s.dp, "cp": s.layout.cp, "vpp": s.layout.vpp,
+                   "hsdp_replicas": job.hsdp, "micro_batch": s.training.micro_batch,
+                   "num_microbatches": s.num_microbatches, "schedule": s.training.schedule,
+                   "zero": s.training.zero, "recompute": s.training.recompute,
+                   "sequence_parallel": s.training.sequence_parallel},
+        "mechanism": result.get("mechanism", {}),
+        "optimizer": job.optimizer, "steps": job.steps, "warmup": job.warmup,
+        "measured": {"step_time_s": timing.get("median_s"), "step_time_min_s": timing.get("min_s"),
+                     "step_time_p99_s": timing.get("p99_s"), "step_times_s": result.get("step_times_s", []),
+                     "losses": result["losses"], "per_stage": meas_stages},
+        "predicted": {"per_stage": pred_stages},
+        "error_pct": {"per_stage": errors},
+    }
+    if with_prediction:
+        pred = predict_step(job, calibration)
+        out["predicted"]["prediction"] = pred
+        if pred and "step_time_s" in pred:
+            out["predicted"]["step_time_s"] = pred["step_time_s"]
+            out["error_pct"]["step_time"] = error_pct(pred["step_time_s"], timing.get("median_s") or 0.0)
+    if reference is not None:
+        diffs = [abs(a - b) for a, b in zip(result["losses"], reference)]
+        out["reference"] = {"losses": reference, "max_abs_loss_diff": max(diffs) if diffs else None}
+    return out
+
+
+def _mib(x: float | None) -> str:
+    return "-" if x is None else f"{x / 2**20:.3f}"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1f}%"
+
+
+def format_comparison(c: dict[str, Any]) -> str:
+    """A plain-text side-by-side table of one comparison."""
+    lay = c["layout"]
+    lines = [f"{c['scenario']}  [{c['label'] or 'execute'}]  tp={lay['tp']} pp={lay['pp']} dp={lay['dp']}"
+             f" vpp={lay['vpp']} zero={lay['zero']} schedule={lay['schedule']} recompute={lay['recompute']}"
+             f" sp={lay['sequence_parallel']} mb={lay['micro_batch']} x{lay['num_microbatches']}"
+             f"  ({c['world_size']} processes, {c['device']})"]
+    for k, v in c["mechanism"].items():
+        lines.append(f"  {k:10s} {v}")
+    m, p, e = c["measured"], c["predicted"], c["error_pct"]
+    lines.append(f"  {'quantity':40s} {'measured':>14s} {'predicted':>14s} {'error':>9s}")
+    if m["step_time_s"] is not None:
+        pt = p.get("step_time_s")
+        lines.append(f"  {'step time median [s]':40s} {m['step_time_s']:14.4f} "
+                     f"{(f'{pt:14.4f}' if pt is not None else '-'.rjust(14))} {_pct(e.get('step_time')):>9s}")
+        lines.append(f"  {'step time min / p99 [s]':40s} {m['step_time_min_s']:7.4f}/{m['step_time_p99_s']:.4f}")
+    for stage, (ms, ps, es) in enumerate(zip(m["per_stage"], p["per_stage"], e["per_stage"])):
+        for key, label in (("params", "parameters"), ("grads", "gradients"), ("optimizer", "optimizer states"),
+                           ("activations_per_microbatch", "saved activations / micro-batch"),
+                           ("activations_peak", "saved activations, peak")):
+            lines.append(f"  {f'stage {stage} {label} [MiB]':40s} {_mib(ms.get(key)):>14s} {_mib(ps.get(key)):>14s}"
+                         f" {_pct(es.get(key)):>9s}")
+        if "max_memory_allocated" in ms:
+            lines.append(f"  {f'stage {stage} max_memory_allocated [MiB]':40s} {_mib(ms['max_memory_allocated']):>14s}"
+                         f" {_mib(ps.get('total')):>14s}")
+    pred = p.get("prediction")
+    if pred and "unavailable" in pred:
+        lines.append(f"  step-time prediction unavailable ({pred['unavailable']})")
+    ref = c.get("reference")
+    if ref:
+        lines.append(f"  loss vs single-process reference: max |diff| = {ref['max_abs_loss_diff']:.3g} over "
+                     f"{len(ref['losses'])} steps (final loss {m['losses'][-1]:.6f})")
+    else:
+        lines.append(f"  losses: {' '.join(f'{x:.5f}' for x in m['losses'])}")
+    return "\n".join(lines)

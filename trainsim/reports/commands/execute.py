@@ -1,0 +1,107 @@
+"""`trainsim execute`: run a scenario's layout for real with torch.distributed and compare with the prediction.
+
+Launches itself under torchrun (tp·pp·dp·cp processes), or runs inside a torchrun/Slurm world that is
+already set up (RANK and WORLD_SIZE in the environment; rank 0 prints). CPU defaults: the ``cpu-host``
+cluster, fp32, the ``tiny-gpt`` model, seq_len 128, global batch 8 — each overridable like `predict`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from trainsim.reports.commands.common import OVERRIDE_FLAGS, add_scenario_args, nonneg_float, positive_int
+from trainsim.specs import SpecError, build_scenario, load_scenario_file
+
+CPU_DEFAULTS = {"model": "tiny-gpt", "cluster": "cpu-host", "dtype": "fp32", "seq_len": 128, "global_batch": 8}
+
+
+def register(sub) -> None:
+    p = sub.add_parser("execute", help="run a plan for real (torchrun) and compare with the prediction",
+                       description=__doc__)
+    add_scenario_args(p)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--steps", type=positive_int, default=5, help="timed optimizer steps")
+    p.add_argument("--warmup", type=positive_int, default=1,
+                   help="untimed steps first (the first also measures saved activations)")
+    p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam",
+                   help="adam (8 B/param of fp32 state) or sgd with momentum (4 B/param)")
+    p.add_argument("--lr", type=nonneg_float, default=None, help="learning rate (adam 1e-3, sgd 0.05)")
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--hsdp", type=positive_int, default=1, metavar="R",
+                   help="with --zero 3: HSDP, R replicas x dp/R shards")
+    p.add_argument("--timeout-s", type=nonneg_float, default=30.0,
+                   help="a rank with no progress for this long ends the run (dead or hung peer)")
+    p.add_argument("--check", action="store_true", help="also run the single-process reference and compare losses")
+    p.add_argument("--no-predict", action="store_true", help="skip the engine's step-time prediction")
+    p.add_argument("--json", action="store_true", help="one JSON object: measured, predicted, errors")
+    p.add_argument("--profile-trace", metavar="DIR", help="write a torch.profiler Chrome trace per rank to DIR")
+    p.add_argument("--inject-fault", choices=("die", "hang"), help=argparse.SUPPRESS)
+    p.set_defaults(func=run)
+
+
+def scenario_for_execute(args: argparse.Namespace):
+    """The scenario from file and flags, with the CPU defaults filling what neither gives."""
+    raw = load_scenario_file(args.scenario) if args.scenario else {}
+    overrides = {key: getattr(args, attr, None) for attr, key in OVERRIDE_FLAGS.items()}
+    if overrides.get("vpp") and overrides["vpp"] > 1 and overrides.get("schedule") is None:
+        overrides["schedule"] = "interleaved"
+    training_raw = raw.get("training") or {}
+    if args.device == "cpu":
+        for key, value in CPU_DEFAULTS.items():
+            given = overrides.get(key) is not None or key in raw or (isinstance(training_raw, dict) and key in training_raw)
+            if not given:
+                overrides[key] = value
+    if overrides.get("gpus") is None and raw.get("gpus") is None:
+        layout_raw = raw.get("layout") or {}
+        dims = {d: overrides.get(d) or (layout_raw.get(d) if isinstance(layout_raw, dict) else None) or 1
+                for d in ("tp", "pp", "cp", "dp")}
+        if all(isinstance(v, int) for v in dims.values()):
+            overrides["gpus"] = dims["tp"] * dims["pp"] * dims["cp"] * dims["dp"]
+    return build_scenario(raw, overrides)
+
+
+def run(args: argparse.Namespace) -> int:
+    from trainsim.kernels.exec_config import make_job
+    from trainsim.kernels.executor import ExecutionError, compare, format_comparison, reference_losses, run_jobs
+
+    scenario = scenario_for_execute(args)
+    lr = args.lr if args.lr is not None else (0.05 if args.optimizer == "sgd" else 1e-3)
+    if args.profile_trace and os.path.exists(args.profile_trace) and not os.path.isdir(args.profile_trace):
+        raise SpecError("profile_trace", f"{args.profile_trace} exists and is not a directory")
+    if args.calibration and not os.path.isfile(args.calibration):
+        raise SpecError("calibration", f"no such file: {args.calibration}")
+    job = make_job(scenario, device=args.device, steps=args.steps, warmup=args.warmup, seed=args.seed,
+                   optimizer=args.optimizer, lr=lr, hsdp=args.hsdp, profile_dir=args.profile_trace or "",
+                   inject_fault=args.inject_fault or "", label="execute")
+    try:
+        launch = run_jobs([job], timeout_s=args.timeout_s)
+    except ExecutionError as e:
+        print(f"error: execute: {e}", file=sys.stderr)
+        return 1
+    if launch.results is None:  # a non-zero rank of an external torchrun: rank 0 reports
+        _exit_inside_torchrun(0)
+    reference = reference_losses(job) if args.check else None
+    comparison = compare(job, launch.results[0], calibration=args.calibration, reference=reference,
+                         with_prediction=not args.no_predict)
+    if args.json:
+        print(json.dumps(comparison, indent=2))
+    else:
+        print(format_comparison(comparison))
+    code = 0
+    if reference is not None and comparison["reference"]["max_abs_loss_diff"] > 1e-4:
+        print("error: execute: losses differ from the single-process reference by more than 1e-4", file=sys.stderr)
+        code = 1
+    from trainsim.kernels.launch import in_torchrun
+    if in_torchrun():
+        _exit_inside_torchrun(code)
+    return code
+
+
+def _exit_inside_torchrun(code: int) -> None:
+    """Under an external torchrun, skip interpreter teardown after the group is destroyed (notes trap 5)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
