@@ -207,8 +207,9 @@ MODELS = ["gpt-1.7b", "llama3-8b", "mixtral-8x7b", "tiny-gpt", "gpt3-175b"]
 def test_property_every_public_function_finite_positive_and_bounded():
     """Hypothesis over models × layouts × training switches: times and bytes are finite and positive,
     forward time never beats the matmul FLOPs at peak, and more recompute never costs less time."""
-    hyp = pytest.importorskip("hypothesis")
-    from hypothesis import given, settings, strategies as st
+    pytest.importorskip("hypothesis")
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
 
     from trainsim.cost_models import activations as act
     from trainsim.cost_models.memory import stage_memory

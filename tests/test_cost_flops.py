@@ -13,8 +13,15 @@ import pandas as pd
 import pytest
 
 from trainsim.cost_models.flops import (
-    MATMUL_KINDS, hardware_flops_per_step, head_ops, layer_flops, layer_ops, model_flops_per_step,
-    model_flops_per_token, pass_flops, recompute_ops,
+    MATMUL_KINDS,
+    hardware_flops_per_step,
+    head_ops,
+    layer_flops,
+    layer_ops,
+    model_flops_per_step,
+    model_flops_per_token,
+    pass_flops,
+    recompute_ops,
 )
 from trainsim.cost_models.shapes import layer_shape
 from trainsim.data import validation_path

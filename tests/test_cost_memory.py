@@ -8,8 +8,14 @@ import pytest
 
 from trainsim.cost_models import activations as act
 from trainsim.cost_models.memory import (
-    RUNTIME_RESERVE_BYTES, activation_bytes_per_microbatch, all_stage_memory, inflight_microbatches,
-    model_state_bytes, peak_bytes, rank_param_shards, stage_memory,
+    RUNTIME_RESERVE_BYTES,
+    activation_bytes_per_microbatch,
+    all_stage_memory,
+    inflight_microbatches,
+    model_state_bytes,
+    peak_bytes,
+    rank_param_shards,
+    stage_memory,
 )
 from trainsim.data import validation_path
 from trainsim.specs import SpecError, build_scenario, load_model

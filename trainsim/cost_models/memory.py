@@ -208,7 +208,7 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     ``inflight_microbatches`` overrides the schedule's count (the engine's memory timeline knows better);
     ``impl`` as in ``activation_bytes_per_microbatch``.
     """
-    m, lay, t = scenario.model, scenario.layout, scenario.training
+    lay, t = scenario.layout, scenario.training
     pp = lay.pp
     rp = rank_param_shards(scenario, stage)
     pb, gb, K = t.param_bytes, t.grad_bytes, t.optimizer_bytes_per_param

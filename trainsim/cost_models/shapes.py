@@ -7,8 +7,9 @@ objects built) and cache their results on it, so the planner's millions of calls
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Callable, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -66,7 +67,7 @@ class LayerShape:
         """Divisor of the 'sequence region' (norms, dropouts, residuals): tp with SP, else 1."""
         return self.tp if self.sp else 1
 
-    def unsharded(self) -> "LayerShape":
+    def unsharded(self) -> LayerShape:
         """The same block with no TP/CP/EP/SP: whole-model FLOP counts (model FLOPs) come from this."""
         return replace(self, tp=1, cp=1, ep=1, sp=False)
 
