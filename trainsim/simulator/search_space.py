@@ -123,10 +123,10 @@ def _cp_options(seq_len: int, rest: int, lim: SearchLimits) -> list[int]:
 
 def splits(num_layers: int, stages: int) -> bool:
     """Whether ``num_layers`` can be cut into ``stages`` virtual stages: evenly, or as Megatron's split that
-    counts the embedding and the loss as one layer each (first and last stage one layer fewer)."""
+    counts the embedding and the loss as one layer each (first and last stage one layer fewer, possibly none)."""
     if num_layers % stages == 0:
         return True
-    return stages > 1 and (num_layers + 2) % stages == 0 and num_layers + 2 >= 2 * stages
+    return stages > 1 and (num_layers + 2) % stages == 0 and num_layers + 2 >= stages  # = specs.scenario.resolve
 
 
 def _vpp_options(num_layers: int, pp: int) -> list[int]:
