@@ -24,7 +24,7 @@ REPEATS = 5
 
 def one_core() -> None:
     try:
-        os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     except (AttributeError, OSError):
         pass
 
@@ -81,14 +81,14 @@ def main() -> None:
 
     print("Llama-3-405B, 16,384 x H100 (dgx-h100), TP8 PP16 DP128, interleaved, 2,048 x 8,192 tokens, mbs 1")
     print(f"(126 layers on 16 stages: first/last virtual stage one layer fewer; one core; median of {REPEATS})\n")
-    for vpp in (2, 4):
+    for vpp in (2, 4, 8):
         sc = scenario(128, vpp)
-        cold, pred = timed(lambda: predict(sc))
+        cold, pred = timed(lambda sc=sc: predict(sc))
         table = build_cost_table(sc)
-        eng = [timed(lambda: simulate(table))[0] for _ in range(REPEATS)]
+        eng = [timed(lambda table=table: simulate(table))[0] for _ in range(REPEATS)]
         res = simulate(table)
-        full = [timed(lambda: predict(sc))[0] for _ in range(REPEATS)]
-        fast = [timed(lambda: analytic.estimate(table))[0] for _ in range(REPEATS)]
+        full = [timed(lambda sc=sc: predict(sc))[0] for _ in range(REPEATS)]
+        fast = [timed(lambda table=table: analytic.estimate(table))[0] for _ in range(REPEATS)]
         mem = memory_probe(vpp)
         print(f"vpp={vpp}: step {pred.step_time_s:.3f} s, MFU {pred.mfu:.1%}, bubble {pred.bubble_fraction:.1%}, "
               f"m={sc.num_microbatches}")
@@ -104,7 +104,7 @@ def main() -> None:
     for dp in (1, 8, 128):
         sc = scenario(dp, 4)
         table = build_cost_table(sc)
-        ts = [timed(lambda: simulate(table))[0] for _ in range(REPEATS)]
+        ts = [timed(lambda table=table: simulate(table))[0] for _ in range(REPEATS)]
         walls[dp] = min(ts)
         evs[dp] = simulate(table).events
         print(f"  DP={dp:4d} ({sc.num_gpus:6,d} GPUs): engine {med_min(ts)}, {evs[dp]:,} events")
@@ -112,10 +112,10 @@ def main() -> None:
 
     print("\nClosed form for the planner (predict(fast=True), cost table cached vs rebuilt):")
     sc = scenario(128, 4)
-    warm = statistics.median(timed(lambda: predict(sc, fast=True))[0] for _ in range(REPEATS))
+    warm = statistics.median(timed(lambda sc=sc: predict(sc, fast=True))[0] for _ in range(REPEATS))
     from trainsim.simulator import builder
     rebuilt = statistics.median(
-        (builder.clear_cache(), timed(lambda: predict(sc, fast=True))[0])[1] for _ in range(REPEATS))
+        (builder.clear_cache(), timed(lambda sc=sc: predict(sc, fast=True))[0])[1] for _ in range(REPEATS))
     print(f"  warm {warm * 1e3:.2f} ms per layout, rebuilding the cost table {rebuilt * 1e3:.2f} ms per layout")
 
 

@@ -3,6 +3,7 @@ fast path vs engine, and property tests (hypothesis) on real scenarios."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -136,7 +137,7 @@ def test_trace_is_valid_chrome_trace(tmp_path, capsys):
     for stage in (0, 1):
         ops = sorted((e["ts"], e["ts"] + e["dur"]) for e in slices
                      if e["pid"] == stage and e["tid"] == 0 and e["name"][0] in "FBW")
-        for (a0, a1), (b0, _b1) in zip(ops, ops[1:]):
+        for (a0, a1), (b0, _b1) in itertools.pairwise(ops):
             assert b0 >= a1 - 1e-6
 
 
@@ -149,12 +150,12 @@ def test_ideal_network_removes_all_communication():
 
 
 @pytest.mark.parametrize("kw,rel", [
-    (dict(tp=2, pp=2), 0.05), (dict(tp=8, pp=2, gpus=64, global_batch=128, zero=1), 0.05),
-    (dict(tp=4, pp=4, vpp=2, gpus=64, global_batch=128, schedule="interleaved", sequence_parallel=True), 0.05),
-    (dict(tp=2, pp=4, gpus=32, global_batch=64, schedule="zb"), 0.05), (dict(tp=2, pp=2, schedule="gpipe"), 0.05),
-    (dict(tp=2, pp=2, zero=2), 0.05),
+    ({"tp": 2, "pp": 2}, 0.05), ({"tp": 8, "pp": 2, "gpus": 64, "global_batch": 128, "zero": 1}, 0.05),
+    ({"tp": 4, "pp": 4, "vpp": 2, "gpus": 64, "global_batch": 128, "schedule": "interleaved", "sequence_parallel": True}, 0.05),
+    ({"tp": 2, "pp": 4, "gpus": 32, "global_batch": 64, "schedule": "zb"}, 0.05), ({"tp": 2, "pp": 2, "schedule": "gpipe"}, 0.05),
+    ({"tp": 2, "pp": 2, "zero": 2}, 0.05),
     # ZeRO-3: gathers and reduce-scatters contend for the same NIC; the closed form only adds them up
-    (dict(tp=8, gpus=16, zero=3), 0.08), (dict(tp=1, gpus=8, zero=3, global_batch=16), 0.08),
+    ({"tp": 8, "gpus": 16, "zero": 3}, 0.08), ({"tp": 1, "gpus": 8, "zero": 3, "global_batch": 16}, 0.08),
 ])
 def test_fast_path_close_to_engine(kw, rel):
     sc = scenario(**kw)
@@ -179,10 +180,10 @@ def test_uneven_stages_llama3_405b_layout():
 
 # ---- property tests (hypothesis) --------------------------------------------------------------------
 LAYOUTS = st.sampled_from([
-    dict(tp=1, pp=1, gpus=8, global_batch=16), dict(tp=2, pp=2, gpus=16), dict(tp=8, pp=2, gpus=32),
-    dict(tp=2, pp=4, gpus=16, schedule="gpipe"), dict(tp=2, pp=4, gpus=16, schedule="zb"),
-    dict(tp=2, pp=2, vpp=2, gpus=16, schedule="interleaved"), dict(tp=4, gpus=16, zero=3),
-    dict(tp=2, pp=2, gpus=32, zero=1, recompute="full"),
+    {"tp": 1, "pp": 1, "gpus": 8, "global_batch": 16}, {"tp": 2, "pp": 2, "gpus": 16}, {"tp": 8, "pp": 2, "gpus": 32},
+    {"tp": 2, "pp": 4, "gpus": 16, "schedule": "gpipe"}, {"tp": 2, "pp": 4, "gpus": 16, "schedule": "zb"},
+    {"tp": 2, "pp": 2, "vpp": 2, "gpus": 16, "schedule": "interleaved"}, {"tp": 4, "gpus": 16, "zero": 3},
+    {"tp": 2, "pp": 2, "gpus": 32, "zero": 1, "recompute": "full"},
 ])
 SETTINGS = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -302,5 +303,5 @@ def test_calibration_profile_is_used(tmp_path, capsys):
     assert default["calibration"] == "defaults"
     assert calibrated["calibration"] != "defaults" and isinstance(calibrated["calibration"], str)
     assert calibrated["exposed_comm_s"]["tp"] > 2 * default["exposed_comm_s"]["tp"]
-    code3, out3, err3 = run_cli(capsys, *argv, "--calibration", str(tmp_path / "missing.json"))
+    code3, _, err3 = run_cli(capsys, *argv, "--calibration", str(tmp_path / "missing.json"))
     assert code3 == 2 and err3.count("\n") == 1

@@ -109,7 +109,7 @@ def _attention_fwd_s(scenario: Scenario, profile) -> float:
     return sum(t)
 
 
-_CACHE: "OrderedDict[tuple, tuple]" = OrderedDict()  # memo: key -> (CostTable, profile); tables are pure functions of the key
+_CACHE: OrderedDict[tuple, tuple] = OrderedDict()  # memo: key -> (CostTable, profile); tables are pure functions of the key
 _CACHE_SIZE = 512
 
 

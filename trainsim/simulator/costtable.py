@@ -39,7 +39,7 @@ class Transfer:
         """Time alone on its links."""
         return self.latency_s + self.transfer_s
 
-    def free(self) -> "Transfer":
+    def free(self) -> Transfer:
         return replace(self, transfer_s=0.0, latency_s=0.0)
 
 
@@ -137,7 +137,7 @@ class CostTable:
     def vpp(self) -> int:
         return len(self.stages[0].chunks)
 
-    def without_communication(self) -> "CostTable":
+    def without_communication(self) -> CostTable:
         """The same step with every communication free (the --ideal-network what-if)."""
         stages = []
         for st in self.stages:

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+
 import simpy
 
 from .costtable import COMM_DIMS, CostTable, Transfer
 from .flows import FluidNetwork
-from .schedules import B, BW, F, KIND_NAMES, W, build_schedule
+from .schedules import BW, KIND_NAMES, B, F, W, build_schedule
 
 # Compute slows while a bulk NCCL collective of the same GPU is in flight: NCCL runs one CTA per channel,
 # each CTA holds a whole SM that compute kernels cannot share, and a DGX with 8 NICs uses 16 SMs for
@@ -140,8 +141,8 @@ class _Engine:
 
         def done() -> None:
             if self.trace is not None:
-                self.trace.append((s, "pp", f"{'send act' if direction == 0 else 'send grad'} mb{mb} "
-                                   f"-> vstage {dst_vs}", t0, self.env.now - t0,
+                what = "send act" if direction == 0 else "send grad"
+                self.trace.append((s, "pp", f"{what} mb{mb} -> vstage {dst_vs}", t0, self.env.now - t0,
                                    {"bytes": tr.nbytes, "alone_s": tr.time_s}))
             self._deliver(key)
 

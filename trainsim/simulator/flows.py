@@ -33,8 +33,19 @@ def _unit_capacity(_link) -> float:
 
 
 class _Flow:
-    __slots__ = ("fid", "links", "remaining", "rate", "last", "version", "done", "owner", "bulk", "t_join",
-                 "active_at")
+    __slots__ = (
+        "active_at",
+        "bulk",
+        "done",
+        "fid",
+        "last",
+        "links",
+        "owner",
+        "rate",
+        "remaining",
+        "t_join",
+        "version",
+    )
 
     def __init__(self, fid: int, links: tuple[str, ...], work: float, done: Callable[[], None],
                  owner: int, bulk: bool, now: float, active_at: float):
