@@ -1,0 +1,106 @@
+"""trainsim's engine against published runs: CI guards on accuracy (row ids cite the bundled CSVs).
+
+Two kinds of assertions:
+* guards at the accuracy reached today (a change that makes predictions worse fails here);
+* the project's targets (SC21 MAPE <= 3 % and worst <= 8 %, MosaicML MAPE <= 8 %), which are not met
+  yet: strict xfails, so they start failing -- and must be promoted to plain tests -- once they pass.
+The engine (not --fast) is used throughout; all datasets together take ~20 s.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from trainsim.reports.cli import main
+from trainsim.reports.datasets import load_dataset
+from trainsim.reports.validate import default_collective_fn, default_predict_fn, validate
+
+
+@pytest.fixture(scope="module")
+def sc21():
+    return validate(load_dataset("sc21"), predict_fn=default_predict_fn())
+
+
+@pytest.fixture(scope="module")
+def mosaic():
+    return validate(load_dataset("mosaic"), predict_fn=default_predict_fn())
+
+
+def _rows(rep, category=None):
+    cats = {c.row_id: c.category for c in rep.dataset.cases}
+    return {r.row_id: r for r in rep.compared if category is None or cats[r.row_id] == category}
+
+
+def _mape(rows):
+    return sum(abs(r.error_pct) for r in rows) / len(rows)
+
+
+def test_sc21_megatron_ptdp_rows_guard(sc21):
+    """Table 1 [sc21_t1_1..10] and Table 2 PTD-P [sc21_t2_7..12]: every row within 20 %, MAPE <= 15 %."""
+    rows = {**_rows(sc21, "Table 1"), **_rows(sc21, "Table 2 PTD-P")}
+    assert len(rows) == 16
+    assert _mape(rows.values()) <= 15.0
+    for rid, r in rows.items():
+        assert abs(r.error_pct) <= 20.0, (rid, r.error_pct)
+    # weak scaling: the 1T row [sc21_t1_10] and the 1.7B row [sc21_t1_1] are predicted within 15 %
+    assert abs(rows["sc21_t1_10"].error_pct) <= 15.0 and abs(rows["sc21_t1_1"].error_pct) <= 15.0
+
+
+def test_sc21_strong_scaling_shape(sc21):
+    """Table 2 PTD-P: doubling GPUs roughly halves the step [sc21_t2_7 -> t2_8 -> t2_9] as published."""
+    r = _rows(sc21)
+    for a, b in (("sc21_t2_7", "sc21_t2_8"), ("sc21_t2_8", "sc21_t2_9"), ("sc21_t2_10", "sc21_t2_11")):
+        pub, pred = r[a].published / r[b].published, r[a].predicted / r[b].predicted
+        assert pred == pytest.approx(pub, rel=0.06), (a, b)
+
+
+def test_sc21_every_row_is_compared(sc21):
+    assert len(sc21.compared) == 22 and all(r.fits for r in sc21.compared if r.row_id != "sc21_t2_4")
+
+
+@pytest.mark.xfail(strict=True, reason="target not met: DeepSpeed ZeRO-3 (2021) rows [sc21_t2_1..6] are "
+                                      "predicted 36-78 % too fast and PTD-P rows ~13 % too fast")
+def test_sc21_target(sc21):
+    assert sc21.mape_pct <= 3.0 and sc21.worst_pct <= 8.0
+
+
+def test_mosaic_guard(mosaic):
+    """All 216 MosaicML rows: MAPE <= 16 %; activation-checkpointed A100 80GB rows <= 10 % [mpt_78..mpt_97]."""
+    assert len(mosaic.compared) == 216
+    assert mosaic.mape_pct <= 16.0
+    assert _mape(_rows(mosaic, "a100_80gb bf16 AC").values()) <= 10.0
+    # large-scale H100 FSDP, 70B on 512 GPUs [mpt_1]: within 15 %
+    assert abs(_rows(mosaic)["mpt_1"].error_pct) <= 15.0
+
+
+@pytest.mark.xfail(strict=True, reason="target not met: mosaic MAPE ~14 % (short sequences, small models and "
+                                      "non-checkpointed runs predicted too fast)")
+def test_mosaic_target(mosaic):
+    assert mosaic.mape_pct <= 8.0
+
+
+def test_zero_bubble_schedules():
+    """Zero-bubble Table 4: absolute samples/s within 13 %, schedule speed-ups over 1F1B within 2 % MAPE."""
+    rep = validate(load_dataset("zero-bubble"), predict_fn=default_predict_fn())
+    assert len(rep.compared) == 36 and rep.mape_pct <= 6.0 and rep.worst_pct <= 13.0
+    assert rep.secondary_mape()["ratio_to_1f1b"] <= 2.0
+    # ZB-1p beats 1F1B in every group, as measured [zb_28.3B_m96_ZB-1p vs zb_28.3B_m96_1F1B]
+    r = _rows(rep)
+    assert r["zb_28.3B_m96_ZB-1p"].predicted > r["zb_28.3B_m96_1F1B"].predicted
+
+
+def test_nccl_large_messages():
+    """nccl-tests all-reduce, 8 GPUs, messages >= 64 MB: MAPE <= 10 % per system [azure_ND_H100_v5_8G ...]."""
+    rep = validate(load_dataset("nccl"), collective_fn=default_collective_fn())
+    cats = rep.by_category()
+    for system in ("A100 v4", "H100 v5", "H200 v5"):
+        assert cats[f"{system} >= 64 MB"]["mape_pct"] <= 10.0, system
+    assert abs(_rows(rep)["azure_ND_H100_v5_8G"].error_pct) <= 3.0
+
+
+def test_cli_gate_uses_the_engine(capsys):
+    """`trainsim validate --max-mape`: zero-bubble passes at 6 %, fails at 1 %."""
+    assert main(["validate", "--dataset", "zero-bubble", "--max-mape", "6"]) == 0
+    capsys.readouterr()
+    assert main(["validate", "--dataset", "zero-bubble", "--max-mape", "1"]) == 1
+    assert "exceeds --max-mape" in capsys.readouterr().err
