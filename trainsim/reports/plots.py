@@ -228,26 +228,36 @@ def scaling_figure(strong: Sequence[Mapping[str, float]], weak: Sequence[Mapping
 def pareto_figure(rows: Sequence[Mapping[str, Any]], front: Sequence[Mapping[str, Any]],
                   cost_label: str = "cost (GPU-hours)", cost_key: str = "gpu_hours",
                   title: str = "Time to train vs cost") -> Figure:
-    """Every ranked layout as a point (colour = GPUs), the Pareto front joined by a line."""
-    fig, ax = plt.subplots(figsize=(8, 4.8))
+    """Layouts as points (colour = GPU count; filled = engine-confirmed, hollow = closed-form screen), the
+    Pareto front joined by a line."""
+    import numpy as np
+    from matplotlib.ticker import FuncFormatter
+
+    fig, ax = plt.subplots(figsize=(8.5, 4.8))
     pts = [r for r in rows if r.get("time_to_train_s") and r.get(cost_key) is not None]
-    if pts:
-        sc = ax.scatter([r["time_to_train_s"] / 86400 for r in pts], [r[cost_key] for r in pts],
-                        c=[math.log2(r["gpus"]) for r in pts], cmap="plasma", s=28, alpha=0.8, label="layouts")
-        cb = fig.colorbar(sc, ax=ax)
-        ticks = sorted({r["gpus"] for r in pts})
-        cb.set_ticks([math.log2(t) for t in ticks])
-        cb.set_ticklabels([str(t) for t in ticks])
-        cb.set_label("GPUs")
+    counts = sorted({r["gpus"] for r in pts} | {r["gpus"] for r in front})
+    colours = dict(zip(counts, plt.get_cmap("viridis")(np.linspace(0.05, 0.85, max(1, len(counts))))))
+    for n in counts:
+        for engine in (False, True):
+            sel = [r for r in pts if r["gpus"] == n and (r.get("source") == "engine") == engine]
+            if not sel:
+                continue
+            ax.scatter([r["time_to_train_s"] / 86400 for r in sel], [r[cost_key] for r in sel], s=30,
+                       facecolors=colours[n] if engine else "none", edgecolors=colours[n], alpha=0.9 if engine else 0.6,
+                       label=f"{n} GPUs" + ("" if engine else " (closed-form screen)"))
     fr = sorted([r for r in front if r.get("time_to_train_s")], key=lambda r: r["time_to_train_s"])
     if fr:
         ax.plot([r["time_to_train_s"] / 86400 for r in fr], [r[cost_key] for r in fr], "-o", color="black",
-                markerfacecolor="none", markersize=9, label="Pareto front")
+                markerfacecolor="none", markersize=11, label="Pareto front (engine)")
+        for r in fr:
+            ax.annotate(f"{r['gpus']}", (r["time_to_train_s"] / 86400, r[cost_key]), textcoords="offset points",
+                        xytext=(6, 6), fontsize=8)
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v / 1e6:.2f} M" if abs(v) >= 1e6 else f"{v:,.0f}"))
     ax.set_xlabel("time to train, with failures (days)")
     ax.set_ylabel(cost_label)
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     return fig
 

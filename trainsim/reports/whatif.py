@@ -315,8 +315,13 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
         figs = []
         gpu_counts = plan_json.get("request", {}).get("gpu_counts", [])
         if len(gpu_counts) > 1:
-            pf = plots.pareto_figure(plan_json.get("screened_top", []) + rows, plan_json.get("pareto", []))
-            figs.append(_fig("pareto", "Pareto front", "Time to train (with failures) against GPU-hours; colour = GPU count.", pf))
+            priced = plan_json.get("request", {}).get("price_per_gpu_hour") is not None
+            pf = plots.pareto_figure(plan_json.get("screened_top", []) + rows, plan_json.get("pareto", []),
+                                     cost_label="cost ($)" if priced else "cost (GPU-hours)",
+                                     cost_key="cost" if priced else "gpu_hours")
+            figs.append(_fig("pareto", "Pareto front", "Time to train (with failures) against cost; colour = GPU count, "
+                             "filled = confirmed by the engine, hollow = closed-form screen; the black line joins "
+                             "layouts no other beats on GPUs, time and cost at once.", pf))
         sections.append(Section("layouts", "Ranked layouts", [par], figs,
                                 [Table("Best layouts", list(LAYOUT_COLUMNS), layout_table(rows),
                                        "Ranked by expected time to train including failures. 'engine' rows were confirmed "

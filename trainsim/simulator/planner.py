@@ -360,12 +360,43 @@ def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress 
         if not after.fits:
             counts["engine_oom"] += 1
         confirmed.append(after)
+    # A GPU count whose best screened layout the engine found out of memory gets its next candidates
+    # confirmed (a few at a time), so the Pareto front is not missing that count.
+    for _round in range(3):
+        covered = {r.candidate.gpus for r in confirmed if r.fits}
+        tried = {r.candidate.key() for r in confirmed}
+        retry: list[PlanRow] = []
+        for n in sorted(best_per_n):
+            if n in covered:
+                continue
+            retry += [r for r in screened if r.candidate.gpus == n and r.candidate.key() not in tried][:2]
+        if not retry:
+            break
+        for before, after in zip(retry, _run(executor, confirm_one, ctx, [r.candidate for r in retry], progress, "engine")):
+            after.screen_step_time_s = before.step_time_s
+            finish_row(after, req, ckpt_s)
+            counts["confirmed"] += 1
+            if not after.fits:
+                counts["engine_oom"] += 1
+            confirmed.append(after)
     ranked = sorted([r for r in confirmed if r.fits], key=key)[: req.top_k]
     rest = [r for r in confirmed if not r.fits]
     return PlanResult(
         request=req, rows=ranked + rest, pareto=pareto_front(confirmed), counts=counts,
-        wall_s=time.perf_counter() - t0, screened_top=screened[: max(50, req.top_k)],
+        wall_s=time.perf_counter() - t0, screened_top=_top_per_count(screened, max(20, req.top_k)),
     )
+
+
+def _top_per_count(rows: list[PlanRow], k: int) -> list[PlanRow]:
+    """The first ``k`` rows (already ranked) of every GPU count."""
+    seen: dict[int, int] = {}
+    out = []
+    for r in rows:
+        n = r.candidate.gpus
+        if seen.get(n, 0) < k:
+            seen[n] = seen.get(n, 0) + 1
+            out.append(r)
+    return out
 
 
 def with_fixed(req: PlanRequest, **fixed: Any) -> PlanRequest:
