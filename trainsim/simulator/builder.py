@@ -190,12 +190,15 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
     bucket_params = max(DDP_BUCKET_PARAMS, DDP_BUCKET_PARAMS_PER_DP * scenario.dp)
     reduce_op = "all_reduce" if z == 0 else "reduce_scatter"
 
-    def grad_buckets(s: int, params: float, label: str) -> tuple[Transfer, ...]:
+    def grad_buckets(s: int, params: float, label: str, layers_of_chunk: int) -> tuple[Transfer, ...]:
         if dp_group is None or params <= 0:
             return ()
-        n = max(1, min(MAX_BUCKETS_PER_CHUNK, math.ceil(params / bucket_params)))
+        # ZeRO-2/3 reduce-scatter per block as backward produces it (DeepSpeed/FSDP), every micro-batch:
+        # one bucket per layer, up to the per-chunk cap; ZeRO-0/1 use Megatron's bucket size.
         if z >= 2:
-            n = 1  # per-micro-batch reduce-scatter of the chunk's gradients
+            n = max(1, min(MAX_BUCKETS_PER_CHUNK, layers_of_chunk))
+        else:
+            n = max(1, min(MAX_BUCKETS_PER_CHUNK, math.ceil(params / bucket_params)))
         nbytes = params * tr.grad_bytes / n
         lat, bw = _coll(reduce_op, nbytes, dp_group, scenario, profile)
         links = _links(s, dp_group)
@@ -249,7 +252,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
                 tp_fwd_s=n * tp_f, tp_bwd_s=n * tp_b, cp_fwd_s=n * cp_f, cp_bwd_s=n * cp_b,
                 ep_fwd_s=n * ep_f, ep_bwd_s=n * ep_b,
                 act_bytes=a, w_retained_bytes=n * w_keep, bwd_transient_bytes=working if n else 0.0,
-                layers=n, label=label, grad_buckets=grad_buckets(s, params, f"chunk {c}"),
+                layers=n, label=label, grad_buckets=grad_buckets(s, params, f"chunk {c}", n),
                 param_gather=gather, param_gather_bytes=0.0,  # gather buffers are in memory.stage_memory 'other'
             ))
         send_f = send_b = None
