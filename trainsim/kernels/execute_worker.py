@@ -28,14 +28,12 @@ from .torch_model import synthetic_batch
 
 FAULT_EXIT_CODE = 17
 WATCHDOG_EXIT_CODE = 3
+WATCHDOG_GRACE_S = 15.0  # after the collective timeout, so gloo's own error is normally the one reported
 
 
 class Watchdog:
-    """Exits this rank when no progress is reported for ``timeout_s`` (a peer died or hung in any group).
-
-    Gloo's own timeout only covers the default group's collectives; DeviceMesh sub-groups keep the
-    30-minute default, so a hang inside a TP/PP/DP collective is caught here instead.
-    """
+    """Exits this rank when no progress is reported for ``timeout_s``: the backstop behind the process-group
+    timeout (which DeviceMesh sub-groups inherit), for a rank stuck outside any collective."""
 
     def __init__(self, timeout_s: float):
         self.timeout_s = timeout_s
@@ -77,13 +75,21 @@ def _device(kind: str) -> torch.device:
     return torch.device("cpu")
 
 
-def _maybe_inject_fault(job: ExecJob, step: int) -> None:
-    """Test hook: rank 1 dies or hangs at the first timed step."""
-    if job.inject_fault and dist.get_rank() == 1 and step == job.warmup:
+def _arm_fault(job: ExecJob, chunk: torch.nn.Module) -> None:
+    """Test hook: rank 1 dies or hangs inside its first forward of the first timed step, i.e. while its
+    peers wait in a TP/PP/DP collective of a DeviceMesh sub-group (not only in the default group)."""
+    if not job.inject_fault or dist.get_rank() != 1:
+        return
+    handle = None
+
+    def fault(module, args):
+        handle.remove()
         print(f"[rank 1] injected fault: {job.inject_fault}", file=sys.stderr, flush=True)
         if job.inject_fault == "die":
             os._exit(FAULT_EXIT_CODE)
         time.sleep(3600)
+
+    handle = chunk.register_forward_pre_hook(fault)
 
 
 def run_job(job: ExecJob, device: torch.device) -> dict[str, Any] | None:
@@ -105,7 +111,8 @@ def run_job(job: ExecJob, device: torch.device) -> dict[str, Any] | None:
         if step == job.warmup and job.profile_dir:
             prof = _start_profiler(device)
         _tick(f"{job.label or 'job'} step {step}")
-        _maybe_inject_fault(job, step)
+        if step == job.warmup:
+            _arm_fault(job, par.chunks[0])
         if step == 0 and job.measure_activations:
             with SavedActivationMeter(par.chunks, inputs=(ids, targets)) as meter:
                 loss = par.train_step(ids, targets)
@@ -160,7 +167,7 @@ def run_jobs(jobs: list[ExecJob], timeout_s: float) -> list[dict[str, Any]] | No
     """Run every job inside an already-started torchrun/Slurm world; rank 0 gets the results."""
     global _WATCHDOG
     if _WATCHDOG is None:
-        _WATCHDOG = Watchdog(timeout_s)
+        _WATCHDOG = Watchdog(timeout_s + WATCHDOG_GRACE_S)
     device = _device(jobs[0].device)
     backend = "nccl" if device.type == "cuda" else "gloo"
     if not dist.is_initialized():

@@ -89,11 +89,19 @@ def failure_message(stderr: str, returncode: int, n: int) -> str:
     parts = []
     if root:
         parts.append(f"rank {root.group(1)} failed first (exit code {root.group(2)})")
-    parts.extend(dict.fromkeys(x.removeprefix("error: ") for x in ours))
+    parts.extend(dict.fromkeys(_tidy(x.removeprefix("error: ")) for x in ours))
     if not parts:
         tail = [ln for ln in lines if ln][-1:] or ["no output"]
         parts.append(f"torchrun exited with {returncode}: {tail[0][:300]}")
     return f"{n}-process run failed: " + "; ".join(parts[:4])
+
+
+def _tidy(line: str) -> str:
+    """Drop gloo's source-path prefix and chatter: 'rank 0: RuntimeError: [.../pair.cc:553] Connection closed
+    by peer [127.0.0.1]:4776. This is typically...' -> 'rank 0: RuntimeError: Connection closed by peer'."""
+    line = re.sub(r"\[[^\]]*\.(?:cc|cpp|h):\d+\]\s*", "", line)
+    line = re.sub(r"\s*\[[\d.]+\]:\d+", "", line)
+    return line.split(". ")[0].rstrip(".")
 
 
 # --- the single-process reference -------------------------------------------------------------------------
