@@ -16,7 +16,11 @@ from trainsim.data import validation_path
 from trainsim.reports import validate as V
 from trainsim.reports.cli import main
 from trainsim.reports.datasets import (
-    MOSAIC_PEAK_FLOPS, busbw_factor, load_dataset, mosaic_flops_per_seq, sc21_eq3_flops,
+    MOSAIC_PEAK_FLOPS,
+    busbw_factor,
+    load_dataset,
+    mosaic_flops_per_seq,
+    sc21_eq3_flops,
 )
 from trainsim.specs import load_model
 

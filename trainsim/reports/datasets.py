@@ -14,9 +14,9 @@ from __future__ import annotations
 import csv
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from trainsim.data import validation_path
 from trainsim.specs import ClusterSpec, Scenario, SpecError, build_scenario, load_cluster, preset
@@ -174,11 +174,11 @@ def load_common_runs(path: Path, *, name: str = "sc21", blind: bool = False) -> 
             continue
         cases.append(_common_run_case(r, blind))
     notes = [
-        "metric: seconds per iteration. The CSV's step_time_s is eq. 3 FLOPs / (GPUs x published TFLOP/s), "
-        "so the published TFLOP/s column is the same comparison on the paper's own FLOP basis.",
-        "hardware: cluster preset dgx-a100 (A100-SXM4-80GB, NVLink3/NVSwitch 300 GB/s, 8x HDR 200 Gb/s) "
+        ("metric: seconds per iteration. The CSV's step_time_s is eq. 3 FLOPs / (GPUs x published TFLOP/s), "
+        "so the published TFLOP/s column is the same comparison on the paper's own FLOP basis."),
+        ("hardware: cluster preset dgx-a100 (A100-SXM4-80GB, NVLink3/NVSwitch 300 GB/s, 8x HDR 200 Gb/s) "
         "with Selene's full-bisection fat tree; fp16; no FlashAttention (2021: materialised s x s scores, "
-        "fused softmax) and dropout 0.1 as in Megatron's GPT defaults; full activation recomputation.",
+        "fused softmax) and dropout 0.1 as in Megatron's GPT defaults; full activation recomputation."),
     ]
     if blind:
         notes.append("unknowns (blind rule, same for all rows): micro-batch 1; interleaving depth = smallest "
@@ -281,20 +281,20 @@ def load_mosaic(path: Path | None = None, *, name: str = "mosaic") -> Dataset:
     rows = _read_csv(path or validation_path("mosaic_mpt_benchmarks.csv"))
     cases = [_mosaic_case(r) for r in rows]
     notes = (
-        "metric: tokens/s over all GPUs as published (Throughput T/s); MFU on MosaicML's own formula "
-        "3(2NT + 4LdT^2) x seq/s / (GPUs x 312|989|1979 TFLOP/s).",
-        "layout: pure FSDP (tp = pp = 1, dp = GPUs); FULL_SHARD -> zero 3, SHARD_GRAD_OP -> zero 2; "
+        ("metric: tokens/s over all GPUs as published (Throughput T/s); MFU on MosaicML's own formula "
+        "3(2NT + 4LdT^2) x seq/s / (GPUs x 312|989|1979 TFLOP/s)."),
+        ("layout: pure FSDP (tp = pp = 1, dp = GPUs); FULL_SHARD -> zero 3, SHARD_GRAD_OP -> zero 2; "
         "activation checkpointing -> recompute full; the row's micro-batch and grad accumulation; "
         "first-generation fused attention: the benchmarks ran MPT's Triton FlashAttention kernel "
         "(submit_benchmarks.py --attn_impl default 'triton'; ALiBi needs it), flash_attention_version 1; "
-        "no dropout.",
-        "precision: amp_bf16/bf16 -> bf16; amp_fp8 -> fp8 (Transformer Engine). MP mode DEFAULT reduces "
-        "gradients in fp32 (4-byte grads on the wire), PURE in bf16.",
-        "hardware, one cluster per GPU type: A100 40/80GB -> dgx-a100 network (1600 Gbps RoCE per node "
+        "no dropout."),
+        ("precision: amp_bf16/bf16 -> bf16; amp_fp8 -> fp8 (Transformer Engine). MP mode DEFAULT reduces "
+        "gradients in fp32 (4-byte grads on the wire), PURE in bf16."),
+        ("hardware, one cluster per GPU type: A100 40/80GB -> dgx-a100 network (1600 Gbps RoCE per node "
         "= 8 x 200 Gb/s, per the section titles); H100 -> dgx-h100 (8 x 400 Gb/s; CoreWeave HGX H100, "
-        "network not stated in the table).",
-        "model: MPT presets (learned positions sized to the run's seq_len, biases on, tied embeddings); "
-        "total_params() equals the published NumParams for every row.",
+        "network not stated in the table)."),
+        ("model: MPT presets (learned positions sized to the run's seq_len, biases on, tied embeddings); "
+        "total_params() equals the published NumParams for every row."),
     )
     return Dataset(name=name, title="MosaicML MPT FSDP throughput (llm-foundry)", metric="tokens_per_s",
                    unit="tok/s", citation=MOSAIC_CITATION, notes=notes, cases=tuple(cases),
@@ -374,15 +374,15 @@ def load_zero_bubble(path: Path | None = None, *, name: str = "zero-bubble") -> 
             continue  # formula rows and Table 5 bubble rates: not measured throughput
         cases.append(_zb_case(r))
     notes = (
-        "metric: samples/s per GPU (Table 4, measured). The hardware is stated (A100 SXM 80GB, 8 per node, "
+        ("metric: samples/s per GPU (Table 4, measured). The hardware is stated (A100 SXM 80GB, 8 per node, "
         "RoCE RDMA, up to 4 nodes) but the software stack is the authors' Megatron fork, so the secondary "
         "column ratio_to_1f1b (each schedule's throughput / 1F1B's with the same model and m) is the "
-        "schedule comparison that does not depend on absolute kernel speed.",
-        "layout: pure pipeline (GPUs = stages, no TP/DP); the paper gives the first and last stage one layer "
+        "schedule comparison that does not depend on absolute kernel speed."),
+        ("layout: pure pipeline (GPUs = stages, no TP/DP); the paper gives the first and last stage one layer "
         "less (room for embedding and loss), modelled as layers + 2 spread evenly (same per-stage critical "
-        "path); 1F1B-I uses one layer per chunk (vpp = layers per stage).",
-        "assumed (not in the table): bf16, no recomputation, FlashAttention, GPT-2 vocabulary padded to "
-        "50304, A100 80GB nodes with the dgx-a100 preset network.",
+        "path); 1F1B-I uses one layer per chunk (vpp = layers per stage)."),
+        ("assumed (not in the table): bf16, no recomputation, FlashAttention, GPT-2 vocabulary padded to "
+        "50304, A100 80GB nodes with the dgx-a100 preset network."),
         "ZB-2p (twice the activation memory, near-zero bubble) is not a trainsim schedule: skipped.",
     )
     cases = _with_ratio_to_1f1b(cases)
@@ -495,13 +495,13 @@ def load_nccl(path: Path | None = None, *, name: str = "nccl") -> Dataset:
         cases.append(Case(rid, label, busbw, collective=CollectiveCase(op, size, n, cluster), group=system,
                           category=f"{system.replace('Azure ND ', '')} {size_class}"))
     notes = (
-        "metric: nccl-tests bus bandwidth (GB/s = 1e9 B/s), busbw = algbw x 2(n-1)/n for all-reduce; "
-        "predicted busbw = nbytes / collective_time x the same factor.",
-        "hardware: one cluster preset per system (ND A100 v4 -> dgx-a100, ND H100 v5 -> dgx-h100 with NVLS, "
+        ("metric: nccl-tests bus bandwidth (GB/s = 1e9 B/s), busbw = algbw x 2(n-1)/n for all-reduce; "
+        "predicted busbw = nbytes / collective_time x the same factor."),
+        ("hardware: one cluster preset per system (ND A100 v4 -> dgx-a100, ND H100 v5 -> dgx-h100 with NVLS, "
         "ND H200 v5 -> hgx-h200); the algorithm is the cost model's choice (Azure's A100 'NVLS' label is "
-        "a copy error: A100 has no NVLink SHARP).",
-        "GB200 NVL (4 GPUs per host) has no cluster preset and is skipped; single statements from issue "
-        "threads (approximate, possibly mis-tuned systems) are listed as skipped.",
+        "a copy error: A100 has no NVLink SHARP)."),
+        ("GB200 NVL (4 GPUs per host) has no cluster preset and is skipped; single statements from issue "
+        "threads (approximate, possibly mis-tuned systems) are listed as skipped."),
     )
     return Dataset(name=name, title="nccl-tests all-reduce bus bandwidth", metric="busbw_GBps", unit="GB/s",
                    citation=NCCL_CITATION, notes=notes, cases=tuple(cases), higher_is_better=True)

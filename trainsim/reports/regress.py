@@ -8,13 +8,13 @@ and reports what moved, what was added and what was removed.
 from __future__ import annotations
 
 import io
-
 import json
 import math
 import os
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import yaml
 

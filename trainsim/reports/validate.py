@@ -8,10 +8,10 @@ predictors, so it is tested with stand-ins; by default they are trainsim's engin
 from __future__ import annotations
 
 import io
-
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from trainsim.reports.datasets import Case, CollectiveCase, Dataset, busbw_factor
 from trainsim.specs import Scenario, SpecError

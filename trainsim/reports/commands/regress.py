@@ -24,7 +24,14 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainsim.reports.regress import compare, load_baseline, load_suite, render_comparison, save_baseline, snapshot
+    from trainsim.reports.regress import (
+        compare,
+        load_baseline,
+        load_suite,
+        render_comparison,
+        save_baseline,
+        snapshot,
+    )
     from trainsim.reports.validate import default_predict_fn
 
     scenarios = load_suite(args.suite)
