@@ -205,3 +205,14 @@ def test_cli_dask_scheduler_address(capsys):
         assert main(PLAN_ARGS + ["--json", "--dask-scheduler", cluster.scheduler_address]) == 0
     on_dask = json.loads(capsys.readouterr().out)
     assert on_dask["rows"] == inline["rows"] and on_dask["counts"] == inline["counts"]
+
+
+def test_cli_takes_model_cluster_batch_from_a_scenario_file(capsys):
+    from pathlib import Path
+    scn = Path(__file__).resolve().parents[1] / "examples" / "llama3-8b-h100-64.yaml"
+    assert main(["plan", str(scn), "--gpus", "8", "--top", "2", "--tp", "2", "--max-micro-batch", "1",
+                 "--schedule", "1f1b", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["request"]["model"]["name"] == "llama3-8b" and d["request"]["gpu_counts"] == [8]
+    assert d["request"]["global_batch"] == 512 and d["request"]["seq_len"] == 8192
+    assert d["rows"] and all(r["tp"] == 2 for r in d["rows"])

@@ -96,6 +96,7 @@ def timeline_figure(events: Sequence[TimelineEvent], num_stages: int, step_time_
         stream = "compute" if e.stream == "compute" else "comm"
         by_row.setdefault((e.stage, stream), {}).setdefault(e.kind, []).append((e.start_s * scale, e.dur_s * scale))
     kinds_seen: list[str] = []
+    min_w = end_s * scale * 0.0015
     dense = max((sum(len(v) for v in kinds.values()) for kinds in by_row.values()), default=0) > 150
     for i, row in enumerate(rows):
         y = len(rows) - 1 - i
@@ -110,9 +111,14 @@ def timeline_figure(events: Sequence[TimelineEvent], num_stages: int, step_time_
                     kinds_seen.append("bubble")
         for kind, ivs in kinds.items():
             colour = KIND_COLOURS.get(kind, KIND_COLOURS["comm"])
-            # Thin white separators show op boundaries, unless ops are too many to tell apart anyway.
-            ax.broken_barh(ivs, (y - 0.4, 0.8), facecolors=colour, edgecolor="none" if dense else "white",
-                           linewidth=0 if dense else 0.6)
+            if kind.startswith("comm"):
+                # Messages far shorter than the step are drawn at a minimum width so they stay visible.
+                ivs = [(s, max(d, min_w)) for s, d in ivs]
+                ax.broken_barh(ivs, (y - 0.4, 0.8), facecolors=colour, edgecolor="none", linewidth=0)
+            else:
+                # Thin white separators show op boundaries, unless ops are too many to tell apart anyway.
+                ax.broken_barh(ivs, (y - 0.4, 0.8), facecolors=colour, edgecolor="none" if dense else "white",
+                               linewidth=0 if dense else 0.6)
             if kind not in kinds_seen:
                 kinds_seen.append(kind)
     ax.set_yticks(range(len(rows)))

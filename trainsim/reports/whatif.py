@@ -259,8 +259,9 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
         "timeline", "Pipeline timeline of one step",
         "Each stage has a compute row (forward, backward, recompute, and the TP/CP/EP communication the "
         "compute stream waits for) and a communication row (pipeline sends/receives and data-parallel "
-        "gradient reduction). Hatched red is idle compute time: the pipeline bubble. One representative "
-        "rank per stage (DP replicas and TP peers do identical work).", tl)], step_tables))
+        "gradient reduction; messages much shorter than the step are drawn at a minimum width). Hatched red is "
+        "idle compute time: the pipeline bubble. One representative rank per stage (DP replicas and TP peers do "
+        "identical work).", tl)], step_tables))
 
     # Memory.
     per_stage = [{"weights": s.weights, "grads": s.grads, "optimizer": s.optimizer, "activations": s.activations,
