@@ -104,3 +104,11 @@ def test_cli_gate_uses_the_engine(capsys):
     capsys.readouterr()
     assert main(["validate", "--dataset", "zero-bubble", "--max-mape", "1"]) == 1
     assert "exceeds --max-mape" in capsys.readouterr().err
+
+
+def test_cli_gates_for_sc21_and_mosaic(capsys):
+    """What CI runs: sc21 (closed-form --fast path, same per-row inputs) and mosaic (engine) under their guards."""
+    assert main(["validate", "--dataset", "sc21", "--fast", "--max-mape", "30", "--max-worst", "85"]) == 0
+    assert main(["validate", "--dataset", "mosaic", "--max-mape", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "sc21_t1_10" in out and "mpt_216" in out
