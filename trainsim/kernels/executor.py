@@ -168,7 +168,7 @@ def predicted_memory(job: ExecJob) -> list[dict[str, float]]:
     out = []
     for stage in range(scn.layout.pp):
         sm = memory.stage_memory(scn, stage)
-        per_mb = scn.layers_per_stage * per_layer
+        per_mb = scn.layers_on_stage(stage) * per_layer
         if stage == 0:
             per_mb += act.embedding_activation_bytes(scn)
         if stage == scn.layout.pp - 1:
@@ -277,20 +277,20 @@ def format_comparison(c: dict[str, Any]) -> str:
     for k, v in c["mechanism"].items():
         lines.append(f"  {k:10s} {v}")
     m, p, e = c["measured"], c["predicted"], c["error_pct"]
-    lines.append(f"  {'quantity':40s} {'measured':>14s} {'predicted':>14s} {'error':>9s}")
+    lines.append(f"  {'quantity':46s} {'measured':>14s} {'predicted':>14s} {'error':>9s}")
     if m["step_time_s"] is not None:
         pt = p.get("step_time_s")
-        lines.append(f"  {'step time median [s]':40s} {m['step_time_s']:14.4f} "
+        lines.append(f"  {'step time median [s]':46s} {m['step_time_s']:14.4f} "
                      f"{(f'{pt:14.4f}' if pt is not None else '-'.rjust(14))} {_pct(e.get('step_time')):>9s}")
-        lines.append(f"  {'step time min / p99 [s]':40s} {m['step_time_min_s']:7.4f}/{m['step_time_p99_s']:.4f}")
+        lines.append(f"  {'step time min / p99 [s]':46s} {m['step_time_min_s']:7.4f}/{m['step_time_p99_s']:.4f}")
     for stage, (ms, ps, es) in enumerate(zip(m["per_stage"], p["per_stage"], e["per_stage"])):
         for key, label in (("params", "parameters"), ("grads", "gradients"), ("optimizer", "optimizer states"),
                            ("activations_per_microbatch", "saved activations / micro-batch"),
                            ("activations_peak", "saved activations, peak")):
-            lines.append(f"  {f'stage {stage} {label} [MiB]':40s} {_mib(ms.get(key)):>14s} {_mib(ps.get(key)):>14s}"
+            lines.append(f"  {f'stage {stage} {label} [MiB]':46s} {_mib(ms.get(key)):>14s} {_mib(ps.get(key)):>14s}"
                          f" {_pct(es.get(key)):>9s}")
         if "max_memory_allocated" in ms:
-            lines.append(f"  {f'stage {stage} max_memory_allocated [MiB]':40s} {_mib(ms['max_memory_allocated']):>14s}"
+            lines.append(f"  {f'stage {stage} max_memory_allocated [MiB]':46s} {_mib(ms['max_memory_allocated']):>14s}"
                          f" {_mib(ps.get('total')):>14s}")
     pred = p.get("prediction")
     if pred and "unavailable" in pred:

@@ -33,9 +33,10 @@ def stage_ids_of(pp_rank: int, pp: int, vpp: int) -> list[int]:
     return [pp_rank + k * pp for k in range(vpp)]
 
 
-def layers_of(stage: int, num_stages: int, num_layers: int) -> list[int]:
-    per = num_layers // num_stages
-    return list(range(stage * per, (stage + 1) * per))
+def layers_of(stage: int, stage_layers: tuple[int, ...]) -> list[int]:
+    """Global layer indices of virtual stage ``stage`` (Scenario.stage_layers: even, or Megatron's uneven split)."""
+    start = sum(stage_layers[:stage])
+    return list(range(start, start + stage_layers[stage]))
 
 
 def dp_mode(s: Scenario) -> str:
@@ -203,14 +204,14 @@ def build_parallel(s: Scenario, *, device: torch.device, seed: int, optimizer: s
     tp_rank = mesh["tp"].get_local_rank()
     dp_rank = mesh["dp_rep"].get_local_rank() * shard + mesh["dp_shard"].get_local_rank()
     tp_mesh = mesh["tp"] if lay.tp > 1 else None
-    vpp = lay.vpp if t.schedule == "interleaved" else 1
+    vpp = lay.vpp  # resolve() ties vpp > 1 to the interleaved schedule
     num_stages = lay.pp * vpp
     stage_ids = stage_ids_of(pp_rank, lay.pp, vpp)
     mech = {"dp": mode, "tp": "none", "pp": "none", "recompute": t.recompute}
     options = ModelOptions(recompute=t.recompute)
     cuda = device.type == "cuda"
     dtype = torch.float32  # weights stay fp32; bf16/fp16 compute on cuda via autocast or FSDP2's policy
-    chunks = [build_chunk(s.model, layers_of(sid, num_stages, s.model.num_layers), sid == 0, sid == num_stages - 1,
+    chunks = [build_chunk(s.model, layers_of(sid, s.stage_layers), sid == 0, sid == num_stages - 1,
                           options, seed, device, dtype) for sid in stage_ids]
     if tp_mesh is not None:
         for c in chunks:
