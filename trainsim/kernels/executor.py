@@ -60,6 +60,11 @@ def run_jobs(jobs: list[ExecJob], *, timeout_s: float = 30.0, launch_timeout_s: 
         results = execute_worker.run_jobs(jobs, timeout_s)
         execute_worker.shutdown()
         return Launch(results, time.perf_counter() - t0)
+    if jobs[0].device == "cuda":
+        import torch
+        if torch.cuda.device_count() < n:
+            from trainsim.specs import SpecError
+            raise SpecError("layout", f"needs {n} GPUs on this host, torch sees {torch.cuda.device_count()}")
     with tempfile.TemporaryDirectory(prefix="trainsim-exec-") as tmp:
         jobs_path, out_path = os.path.join(tmp, "jobs.json"), os.path.join(tmp, "result.json")
         with open(jobs_path, "w") as f:
