@@ -11,6 +11,7 @@ import gc
 import json
 import os
 import resource
+import statistics
 import sys
 import threading
 import time
@@ -101,6 +102,7 @@ def run_job(job: ExecJob, device: torch.device) -> dict[str, Any] | None:
     per_dp = s.training.global_batch // s.dp
     lo = par.dp_rank * per_dp
     losses, times = [], []
+    phases: dict[str, list[float]] = {}
     activations: dict[str, Any] = {}
     prof = None
     total = job.warmup + job.steps
@@ -132,6 +134,8 @@ def run_job(job: ExecJob, device: torch.device) -> dict[str, Any] | None:
         losses.append(value)
         if step >= job.warmup:
             times.append(float(dt))
+            for k, v in par.phases_s.items():
+                phases.setdefault(k, []).append(v)
         if prof is not None:
             prof.step()
     if prof is not None:
@@ -140,6 +144,7 @@ def run_job(job: ExecJob, device: torch.device) -> dict[str, Any] | None:
         prof.export_chrome_trace(os.path.join(job.profile_dir, f"{job.label or 'execute'}-rank{dist.get_rank()}.json"))
     mine = {"rank": dist.get_rank(), "pp_rank": par.pp_rank, "dp_rank": par.dp_rank, "tp_rank": par.tp_rank,
             "stage_ids": par.stage_ids, **state_bytes(par.chunks, par.optimizer), **activations,
+            "phases_median_s": {k: statistics.median(v) for k, v in phases.items()},
             "maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
     if device.type == "cuda":
         mine["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(device)

@@ -248,6 +248,7 @@ def compare(job: ExecJob, result: dict[str, Any], *, calibration: str | None = N
         "optimizer": job.optimizer, "steps": job.steps, "warmup": job.warmup,
         "measured": {"step_time_s": timing.get("median_s"), "step_time_min_s": timing.get("min_s"),
                      "step_time_p99_s": timing.get("p99_s"), "step_times_s": result.get("step_times_s", []),
+                     "phases_s": result["ranks"][0].get("phases_median_s", {}),
                      "losses": result["losses"], "per_stage": meas_stages},
         "predicted": {"per_stage": pred_stages},
         "error_pct": {"per_stage": errors},
@@ -288,6 +289,12 @@ def format_comparison(c: dict[str, Any]) -> str:
         lines.append(f"  {'step time median [s]':46s} {m['step_time_s']:14.4f} "
                      f"{(f'{pt:14.4f}' if pt is not None else '-'.rjust(14))} {_pct(e.get('step_time')):>9s}")
         lines.append(f"  {'step time min / p99 [s]':46s} {m['step_time_min_s']:7.4f}/{m['step_time_p99_s']:.4f}")
+        if m.get("phases_s"):
+            lines.append(f"  {'rank 0 phases (median) [s]':46s} " + " ".join(f"{k.removesuffix('_s')} {v:.4f}"
+                                                                          for k, v in m["phases_s"].items()))
+        bd = (p.get("prediction") or {}).get("breakdown_s") or {}
+        if bd:
+            lines.append(f"  {'predicted breakdown [s]':46s} " + " ".join(f"{k} {v:.4f}" for k, v in bd.items() if v))
     for stage, (ms, ps, es) in enumerate(zip(m["per_stage"], p["per_stage"], e["per_stage"])):
         for key, label in (("params", "parameters"), ("grads", "gradients"), ("optimizer", "optimizer states"),
                            ("activations_per_microbatch", "saved activations / micro-batch"),

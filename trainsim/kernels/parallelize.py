@@ -13,6 +13,7 @@ with one chunk per rank (ZB-H1: same layers per rank as 1F1B, backward split int
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass, field
 
 import torch
@@ -68,6 +69,7 @@ class Parallel:
     mode: str
     autocast_dtype: torch.dtype | None = None
     mechanism: dict[str, str] = field(default_factory=dict)
+    phases_s: dict[str, float] = field(default_factory=dict)  # wall time of the last step's phases, this rank
 
     @property
     def has_first(self) -> bool:
@@ -96,7 +98,9 @@ class Parallel:
         """One optimizer step on this dp rank's batch (n_micro·mb sequences); returns the global mean loss."""
         n_micro = self.scenario.num_microbatches
         self.optimizer.zero_grad(set_to_none=True)
+        self.phases_s = {"forward_s": 0.0, "backward_s": 0.0}
         local = torch.zeros((), dtype=torch.float64, device=self.device)
+        t0 = time.perf_counter()
         with self.loss_context(), self._autocast():
             if self.schedule is None:
                 local += self._accumulate(ids, targets, n_micro)
@@ -107,7 +111,10 @@ class Parallel:
                 self.schedule.step(*args, return_outputs=False, **kwargs)
                 if self.has_last:
                     local += torch.stack([x.detach().double() for x in losses]).mean()
+                self.phases_s = {"pipeline_s": time.perf_counter() - t0}
+        t1 = time.perf_counter()
         self.optimizer.step()
+        self.phases_s["optimizer_s"] = time.perf_counter() - t1
         if not (self.has_last and self.tp_rank == 0):
             local.zero_()
         dist.all_reduce(local)
@@ -125,8 +132,12 @@ class Parallel:
             elif self.mode.startswith("fsdp"):
                 model.set_requires_gradient_sync(last)
             with ctx:
+                t0 = time.perf_counter()
                 loss = self.loss_fn(model(x), y)
+                t1 = time.perf_counter()
                 (loss / n_micro).backward()
+                self.phases_s["forward_s"] += t1 - t0
+                self.phases_s["backward_s"] += time.perf_counter() - t1
             total += loss.detach().double()
         return total / n_micro
 
