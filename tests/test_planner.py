@@ -23,8 +23,8 @@ LIMITS = SearchLimits(max_micro_batch=2, schedules=("1f1b", "zb"))
 
 
 def small_request(**kw) -> PlanRequest:
-    base = dict(model=load_model("llama3-8b"), cluster=load_cluster("dgx-h100"), gpu_counts=(8, 16),
-                global_batch=64, seq_len=4096, tokens=1e11, price_per_gpu_hour=2.0, top_k=4, limits=LIMITS)
+    base = {"model": load_model("llama3-8b"), "cluster": load_cluster("dgx-h100"), "gpu_counts": (8, 16),
+            "global_batch": 64, "seq_len": 4096, "tokens": 1e11, "price_per_gpu_hour": 2.0, "top_k": 4, "limits": LIMITS}
     base.update(kw)
     return PlanRequest(**base)
 

@@ -7,10 +7,15 @@ import random
 import pytest
 
 from trainsim.cost_models import memory
-from trainsim.specs import Layout, SpecError, TrainingSpec, load_cluster, load_model, resolve
 from trainsim.simulator.planner import PlanRow, pareto_front, peak_memory_bytes
-from trainsim.simulator.search_space import (Candidate, SearchLimits, enumerate_candidates, splits,
-                                             valid_scenarios)
+from trainsim.simulator.search_space import (
+    Candidate,
+    SearchLimits,
+    enumerate_candidates,
+    splits,
+    valid_scenarios,
+)
+from trainsim.specs import Layout, SpecError, TrainingSpec, load_cluster, load_model, resolve
 
 
 def brute_force(model, cluster, gpus, gb, seq, lim: SearchLimits):

@@ -44,7 +44,7 @@ def chromium(tmp: Path, *args: str) -> subprocess.CompletedProcess:
     profile = tmp / "chrome-profile"
     profile.mkdir(exist_ok=True)
     return subprocess.run([CHROMIUM, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True,
-                          timeout=120)
+                          timeout=120, check=False)
 
 
 @pytest.fixture(scope="module")

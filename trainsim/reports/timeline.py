@@ -4,7 +4,8 @@ exposed in-op communication, and the pipeline and data-parallel streams as commu
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from trainsim.reports.plots import TimelineEvent
 

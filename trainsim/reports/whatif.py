@@ -5,16 +5,17 @@ and predicted vs measured when an `execute` result is given. Rendering is html.p
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
-from trainsim.specs import Scenario, SpecError, resolve
 from trainsim.simulator import goodput as gp
 from trainsim.simulator.search_space import divisors, splits
+from trainsim.specs import Scenario, SpecError, resolve
 
 from . import plots
 from .html import FigureBlob, Report, Section, Table
-from .tables import (LAYOUT_COLUMNS, fmt_gib, fmt_money, fmt_pct, fmt_si, fmt_time, layout_table)
+from .tables import LAYOUT_COLUMNS, fmt_gib, fmt_money, fmt_pct, fmt_si, fmt_time, layout_table
 
 
 @dataclass
@@ -153,7 +154,7 @@ def scaling(scn: Scenario, profile, points: int = 6) -> tuple[list[dict], list[d
                 v = variant(scn, gpus=n, training={"global_batch": gb})
             except SpecError:
                 continue
-            pred, why = _fits_then_fast(v, profile)
+            pred, _why = _fits_then_fast(v, profile)
             pt = {"gpus": n, "global_batch": gb, "dp": v.dp, "fits": pred is not None,
                   "tokens_per_s": pred.tokens_per_s if pred else None, "mfu": pred.mfu if pred else None,
                   "step_time_s": pred.step_time_s if pred else None}
@@ -206,15 +207,15 @@ def measured_pairs(measured: Mapping[str, Any], pred) -> tuple[list[tuple[str, f
 def scenario_table(scn: Scenario) -> Table:
     m, c, lay, t = scn.model, scn.cluster, scn.layout, scn.training
     rows = [
-        ["model", f"{m.name}: {m.num_layers} layers, hidden {m.hidden}, {m.num_heads} heads ({m.kv_heads} KV), "
-                  f"FFN {m.ffn}, vocab {m.vocab_size}" + (f", {m.num_experts} experts top-{m.top_k}" if m.is_moe else "")],
+        ["model", (f"{m.name}: {m.num_layers} layers, hidden {m.hidden}, {m.num_heads} heads ({m.kv_heads} KV), "
+                   f"FFN {m.ffn}, vocab {m.vocab_size}") + (f", {m.num_experts} experts top-{m.top_k}" if m.is_moe else "")],
         ["parameters", f"{fmt_si(m.total_params())} total, {fmt_si(m.active_params())} active per token"],
         ["cluster", f"{c.name}: {c.num_gpus} × {c.gpu.name} ({fmt_gib(c.gpu.memory_bytes)}), {c.num_nodes} nodes of {c.gpus_per_node}"],
         ["layout", f"TP {lay.tp} × PP {lay.pp} × DP {scn.dp} × CP {lay.cp}, EP {lay.ep}, VPP {lay.vpp}"],
-        ["batch", f"global {t.global_batch} sequences × {t.seq_len} tokens = {fmt_si(scn.tokens_per_step)} tokens/step; "
-                  f"micro-batch {t.micro_batch}, {scn.num_microbatches} micro-batches per step"],
-        ["training", f"{t.dtype}, schedule {t.schedule}, recompute {t.recompute}, ZeRO {t.effective_zero}, "
-                     f"sequence parallel {'on' if t.sequence_parallel else 'off'}"],
+        ["batch", (f"global {t.global_batch} sequences × {t.seq_len} tokens = {fmt_si(scn.tokens_per_step)} tokens/step; "
+                   f"micro-batch {t.micro_batch}, {scn.num_microbatches} micro-batches per step")],
+        ["training", (f"{t.dtype}, schedule {t.schedule}, recompute {t.recompute}, ZeRO {t.effective_zero}, "
+                      f"sequence parallel {'on' if t.sequence_parallel else 'off'}")],
     ]
     return Table("Settings", ["setting", "value"], rows)
 
@@ -283,10 +284,10 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
     cells, tps, pps = mfu_grid(scn, profile)
     hm = plots.mfu_heatmap(cells, tps, pps, marked=(scn.layout.tp, scn.layout.pp),
                            title=f"MFU over (TP, PP) on {scn.num_gpus} GPUs (closed form)")
-    sections.append(Section("mfu", "MFU over tensor and pipeline parallelism", [
+    sections.append(Section("mfu", "MFU over tensor and pipeline parallelism", [(
         "Closed-form screen of every (TP, PP) at this GPU count with the other settings of the scenario "
         "(DP derived; 1F1B where the scenario's interleaving does not divide the stages). OOM: does not fit; "
-        "invalid: the batch or the model cannot be split that way; —: TP×PP does not divide the GPUs."],
+        "invalid: the batch or the model cannot be split that way; —: TP×PP does not divide the GPUs.")],
         [_fig("mfu_heatmap", "MFU heatmap over (TP, PP)", "Model FLOPs utilisation in percent; the red box is this scenario.", hm)]))
 
     # Scaling.
@@ -296,10 +297,10 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
     sc_rows = [[kind, str(p["gpus"]), str(p["dp"]), str(p["global_batch"]), fmt_time(p["step_time_s"]),
                 fmt_si(p["tokens_per_s"]), fmt_pct(p["mfu"]), "yes" if p["fits"] else "no (OOM)"]
                for kind, pts in (("strong", strong), ("weak", weak)) for p in pts]
-    sections.append(Section("scaling", "Weak and strong scaling", [
+    sections.append(Section("scaling", "Weak and strong scaling", [(
         "Strong scaling keeps the global batch and adds data-parallel replicas (fewer micro-batches each); "
         "weak scaling grows the global batch with the GPU count. TP, PP, CP and EP as in the scenario; "
-        "closed-form predictions."],
+        "closed-form predictions.")],
         [_fig("scaling", "Weak and strong scaling", "Throughput against GPUs (dotted: ideal linear scaling from the "
               "smallest point) and MFU.", sc)],
         [Table("Scaling points", ["kind", "GPUs", "DP", "global batch", "step", "tokens/s", "MFU", "fits"], sc_rows)]))
@@ -358,10 +359,10 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
                           "Daly's expected wall time for this run as a function of the checkpoint interval; the "
                           "optimum balances checkpoint overhead against work lost to failures.",
                           plots.goodput_figure(curve, g.interval_s, g.young_interval_s, g.ideal_time_s)))
-    sections.append(Section("time-cost", "Time to train, cost and goodput", [
+    sections.append(Section("time-cost", "Time to train, cost and goodput", [(
         f"Failures arrive at {opts.failure_rate_per_gpu_hour:.3g} per GPU-hour ({gp.FAILURE_RATE_SOURCE}), "
         f"so a {scn.num_gpus}-GPU job fails every {fmt_time(g.mtbf_s)} on average. With checkpoints every "
-        f"{fmt_time(g.interval_s)} (Daly's optimum) the run keeps {fmt_pct(g.goodput)} of its time productive."],
+        f"{fmt_time(g.interval_s)} (Daly's optimum) the run keeps {fmt_pct(g.goodput)} of its time productive.")],
         gfigs, [Table("Time to train and cost", ["quantity", "value"], ttt_rows)]))
 
     # Predicted vs measured.
@@ -390,10 +391,10 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
         metrics.append(("cost", fmt_money(cost)))
     notes = [
         f"Failure rate default: {gp.FAILURE_RATE_SOURCE}.",
-        "Checkpoint interval: Young (CACM 1974) first order sqrt(2·δ·M); Daly (FGCS 2006) higher order, "
-        "expected wall time M·e^(R/M)·(e^((τ+δ)/M) − 1)·T/τ.",
-        f"Checkpoint write time: full training state (weights + fp32 master and Adam states) at "
-        f"{opts.storage_write_Bps / 1e12:.1f} TB/s aggregate (Llama 3's Tectonic storage sustained 2 TB/s) unless given.",
+        ("Checkpoint interval: Young (CACM 1974) first order sqrt(2·δ·M); Daly (FGCS 2006) higher order, "
+         "expected wall time M·e^(R/M)·(e^((τ+δ)/M) − 1)·T/τ."),
+        (f"Checkpoint write time: full training state (weights + fp32 master and Adam states) at "
+         f"{opts.storage_write_Bps / 1e12:.1f} TB/s aggregate (Llama 3's Tectonic storage sustained 2 TB/s) unless given."),
         f"Restart time {fmt_time(opts.restart_s)} (assumption, as in Daly's examples) unless given.",
         "Tokens to train default: 20 per parameter (Hoffmann et al. 2022, compute-optimal).",
         "MFU = model FLOPs (forward + backward, no recompute) / (step time × GPUs × dense peak); see DESIGN.md.",
@@ -408,8 +409,8 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
 
 def scenario_from_plan(plan_json: Mapping[str, Any], rank: int = 1) -> Scenario:
     """The scenario of the ``rank``-th layout of a `trainsim plan --json` result."""
-    from trainsim.specs import load_cluster, load_model
     from trainsim.simulator.search_space import Candidate, SearchLimits, to_scenario
+    from trainsim.specs import load_cluster, load_model
 
     if plan_json.get("kind") != "plan" or "request" not in plan_json:
         raise SpecError("plan", "not a `trainsim plan --json` result (missing kind/request)")

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, as_completed
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
+
+from pydantic import ValidationError
 
 from trainsim import SCHEMA_VERSION
 from trainsim.specs import ClusterSpec, ModelSpec, Scenario, SpecError
 
 from . import goodput as gp
-from .search_space import (RECOMPUTE_LADDER, Candidate, SearchLimits, enumerate_candidates, to_scenario)
+from .search_space import RECOMPUTE_LADDER, Candidate, SearchLimits, enumerate_candidates, to_scenario
 
 Progress = Callable[[str, int, int], None]   # (phase, done, total)
 
@@ -326,7 +329,7 @@ def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress 
     for n in sorted(set(req.gpu_counts)):
         try:
             req.cluster.with_gpus(n)
-        except Exception:
+        except ValidationError:
             raise SpecError("gpus", f"{n} GPUs is not a whole number of {req.cluster.gpus_per_node}-GPU nodes") from None
         cands.extend(enumerate_candidates(req.model, req.cluster, n, req.global_batch, req.seq_len, req.limits))
     counts = {"enumerated": len(cands), "invalid": 0, "oom": 0, "dominated": 0, "screened": 0, "confirmed": 0,

@@ -8,8 +8,9 @@ not validity, and are documented where they are made (``SearchLimits``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
-from typing import Any, Iterator
+from typing import Any
 
 from trainsim.specs import ClusterSpec, Layout, ModelSpec, Scenario, SpecError, TrainingSpec, resolve
 
@@ -139,7 +140,7 @@ def _schedules(pp: int, num_layers: int, lim: SearchLimits) -> Iterator[tuple[st
     """(schedule, vpp) pairs: with one stage the schedule is moot (1f1b stands for it)."""
     if pp == 1:
         if lim.allowed("vpp", 1):
-            yield ("1f1b" if "schedule" not in lim.fixed else lim.fixed["schedule"]), 1
+            yield lim.fixed.get("schedule", "1f1b"), 1
         return
     for sched in lim.schedules:
         if not lim.allowed("schedule", sched):

@@ -9,11 +9,12 @@ import json
 import math
 import re
 import sys
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
-from trainsim.specs import SpecError, load_cluster, load_model, load_scenario_file
 from trainsim.simulator import goodput as gp
 from trainsim.simulator.search_space import SearchLimits
+from trainsim.specs import SpecError, load_cluster, load_model, load_scenario_file
 
 from .common import nonneg_float, positive_int
 
@@ -176,8 +177,8 @@ def make_executor(workers: int, dask_scheduler: str | None) -> Iterator[Any]:
         finally:
             client.close()
     elif workers > 1:
-        from concurrent.futures import ProcessPoolExecutor
         import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
 
         with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
             yield ex

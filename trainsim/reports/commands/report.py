@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
-from trainsim.specs import SpecError
 from trainsim.simulator import goodput as gp
+from trainsim.specs import SpecError
 
 from .common import add_scenario_args, nonneg_float, positive_int, scenario_from_args
 from .plan import parse_tokens
