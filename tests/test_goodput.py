@@ -111,3 +111,21 @@ def test_checkpoint_size_and_write_time():
     # 70B parameters, bf16 weights + 12 B/param of fp32 master and Adam states = 14 B/param.
     assert g.checkpoint_bytes(70e9) == pytest.approx(70e9 * 14)
     assert g.checkpoint_write_s(980e9, 2e12) == pytest.approx(0.49)
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(work_h=st.floats(1, 10_000), gpus=st.integers(1, 100_000), ckpt_s=st.floats(0.1, 3600),
+       restart_s=st.floats(0, 7200), rate=st.floats(1e-7, 1e-3))
+def test_goodput_properties(work_h, gpus, ckpt_s, restart_s, rate):
+    work = work_h * HOUR
+    res = g.plan_goodput(work, gpus, ckpt_s, restart_s, rate)
+    # Never faster than failure-free plus the checkpoints it writes; goodput is a fraction.
+    assert res.time_to_train_s >= work * (1 + ckpt_s / res.interval_s) * (1 - 1e-12)
+    assert 0 < res.goodput <= 1
+    # More failures, slower checkpoints or slower restarts never help.
+    assert g.plan_goodput(work, gpus, ckpt_s, restart_s, rate * 2).goodput <= res.goodput * (1 + 1e-12)
+    assert g.plan_goodput(work, gpus, ckpt_s * 2, restart_s, rate).goodput <= res.goodput * (1 + 1e-12)
+    assert g.plan_goodput(work, gpus, ckpt_s, restart_s + 60, rate).goodput <= res.goodput * (1 + 1e-12)
