@@ -86,6 +86,8 @@ def test_main_job_writes_a_self_contained_report(main_job):
 
 def test_markdown_twin_references_existing_figures(main_job):
     md = (main_job / "report.md").read_text(encoding="utf-8")
+    assert md.startswith("# trainsim what-if report: llama3-70b on 1024 × H100")
+    assert "<title>trainsim what-if report: llama3-70b" in (main_job / "index.html").read_text(encoding="utf-8")
     refs = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
     assert len(refs) >= 5
     for ref in refs:

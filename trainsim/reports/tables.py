@@ -44,6 +44,16 @@ def fmt_si(x: float | None, unit: str = "") -> str:
     return f"{x:#.3g} {unit}".replace(". ", " ").rstrip().rstrip(".")
 
 
+def fmt_count(x: float | None) -> str:
+    """Parameter and token counts the way ML papers write them: 70.6 B, 15.0 T."""
+    if x is None or not math.isfinite(x):
+        return "—"
+    for div, p in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if abs(x) >= div:
+            return f"{x / div:#.3g} {p}".replace(". ", " ")
+    return f"{x:,.0f}"
+
+
 def fmt_money(x: float | None) -> str:
     if x is None:
         return "—"

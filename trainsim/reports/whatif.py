@@ -15,7 +15,7 @@ from trainsim.specs import Scenario, SpecError, resolve
 
 from . import plots
 from .html import FigureBlob, Report, Section, Table
-from .tables import LAYOUT_COLUMNS, fmt_gib, fmt_money, fmt_pct, fmt_si, fmt_time, layout_table
+from .tables import LAYOUT_COLUMNS, fmt_count, fmt_gib, fmt_money, fmt_pct, fmt_si, fmt_time, layout_table
 
 
 @dataclass
@@ -209,10 +209,10 @@ def scenario_table(scn: Scenario) -> Table:
     rows = [
         ["model", (f"{m.name}: {m.num_layers} layers, hidden {m.hidden}, {m.num_heads} heads ({m.kv_heads} KV), "
                    f"FFN {m.ffn}, vocab {m.vocab_size}") + (f", {m.num_experts} experts top-{m.top_k}" if m.is_moe else "")],
-        ["parameters", f"{fmt_si(m.total_params())} total, {fmt_si(m.active_params())} active per token"],
+        ["parameters", f"{fmt_count(m.total_params())} total, {fmt_count(m.active_params())} active per token"],
         ["cluster", f"{c.name}: {c.num_gpus} × {c.gpu.name} ({fmt_gib(c.gpu.memory_bytes)}), {c.num_nodes} nodes of {c.gpus_per_node}"],
         ["layout", f"TP {lay.tp} × PP {lay.pp} × DP {scn.dp} × CP {lay.cp}, EP {lay.ep}, VPP {lay.vpp}"],
-        ["batch", (f"global {t.global_batch} sequences × {t.seq_len} tokens = {fmt_si(scn.tokens_per_step)} tokens/step; "
+        ["batch", (f"global {t.global_batch} sequences × {t.seq_len} tokens = {fmt_count(scn.tokens_per_step)} tokens/step; "
                    f"micro-batch {t.micro_batch}, {scn.num_microbatches} micro-batches per step")],
         ["training", (f"{t.dtype}, schedule {t.schedule}, recompute {t.recompute}, ZeRO {t.effective_zero}, "
                       f"sequence parallel {'on' if t.sequence_parallel else 'off'}")],
@@ -254,8 +254,10 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
                                title=f"One step of {scn.model.name}: {scn.layout.pp} stages × {scn.num_microbatches} micro-batches ({scn.training.schedule})")
     step_tables = []
     if pred.breakdown_s:
-        step_tables.append(Table("Step time breakdown (critical stage)", ["part", "time"],
-                                 [[k.replace("_", " "), fmt_time(v)] for k, v in pred.breakdown_s.items()]))
+        parts = [[k.replace("_", " "), fmt_time(v)] for k, v in pred.breakdown_s.items() if k != "critical_stage"]
+        crit = pred.breakdown_s.get("critical_stage")
+        bd_title = "Step time breakdown" + (f" (critical stage {int(crit)})" if crit is not None else "")
+        step_tables.append(Table(bd_title, ["part", "time"], parts))
     sections.append(Section("step", "One training step", [step_par], [_fig(
         "timeline", "Pipeline timeline of one step",
         "Each stage has a compute row (forward, backward, recompute, and the TP/CP/EP communication the "
@@ -339,7 +341,7 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
     tokens = train_tokens(scn, opts)
     gpu_hours = scn.num_gpus * g.time_to_train_s / 3600
     cost = gpu_hours * opts.price_per_gpu_hour if opts.price_per_gpu_hour is not None else None
-    ttt_rows = [["tokens to train", fmt_si(tokens) + (" (20 per parameter)" if not opts.tokens else "")],
+    ttt_rows = [["tokens to train", fmt_count(tokens) + (" (20 per parameter)" if not opts.tokens else "")],
                 ["optimizer steps", f"{math.ceil(tokens / scn.tokens_per_step):,}"],
                 ["failure-free time", fmt_time(g.ideal_time_s)],
                 ["job MTBF", fmt_time(g.mtbf_s)],

@@ -213,7 +213,7 @@ def print_table(result, file=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from trainsim.reports.tables import LAYOUT_COLUMNS, fmt_money, fmt_si, fmt_time, layout_table
+    from trainsim.reports.tables import LAYOUT_COLUMNS, fmt_count, fmt_money, fmt_si, fmt_time, layout_table
     from trainsim.simulator.planner import checkpoint_seconds
 
     req = result.request
@@ -223,7 +223,7 @@ def print_table(result, file=None) -> None:
     c = result.counts
     console.print(
         f"[bold]{req.model.name}[/bold] on {req.cluster.name}, GPUs {', '.join(map(str, req.gpu_counts))}; "
-        f"global batch {req.global_batch} x {req.seq_len} tokens; training on {fmt_si(req.train_tokens)} tokens")
+        f"global batch {req.global_batch} x {req.seq_len} tokens; training on {fmt_count(req.train_tokens)} tokens")
     console.print(
         f"layouts: {c['enumerated']} enumerated, {c['invalid']} invalid, {c['oom']} out of memory, "
         f"{c['dominated']} dominated (heavier recompute than needed), {c['screened']} screened, "
