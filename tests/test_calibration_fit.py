@@ -7,7 +7,12 @@ import pytest
 
 from trainsim.cost_models.profile import Stats, gemm_bytes, gemm_flops
 from trainsim.cost_models.profile_fit import (
-    collective_point, fit_all_collectives, fit_collective, fit_linear, fit_three_term, nonneg_relative_lstsq,
+    collective_point,
+    fit_all_collectives,
+    fit_collective,
+    fit_linear,
+    fit_three_term,
+    nonneg_relative_lstsq,
     timing_stats,
 )
 

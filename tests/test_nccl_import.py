@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from trainsim.cost_models.nccl_tests_import import (
-    import_nccl_tests, parse_nccl_tests_file, parse_text, run_to_points,
+    import_nccl_tests,
+    parse_nccl_tests_file,
+    parse_text,
+    run_to_points,
 )
 from trainsim.cost_models.profile import load_profile, save_profile
 from trainsim.data import validation_path

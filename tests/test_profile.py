@@ -9,9 +9,25 @@ import math
 import pytest
 
 from trainsim.cost_models.profile import (
-    PROFILE_SCHEMA_VERSION, AttentionPoint, BandwidthPoint, CalibrationProfile, CollectiveFit, CollectivePoint,
-    Fingerprint, GemmPoint, LinearFit, Stats, ThreeTermFit, attention_flops, busbw_factor, canonical_op, describe,
-    gemm_bytes, load_profile, merge_collectives, save_profile,
+    PROFILE_SCHEMA_VERSION,
+    AttentionPoint,
+    BandwidthPoint,
+    CalibrationProfile,
+    CollectiveFit,
+    CollectivePoint,
+    Fingerprint,
+    GemmPoint,
+    LinearFit,
+    Stats,
+    ThreeTermFit,
+    attention_flops,
+    busbw_factor,
+    canonical_op,
+    describe,
+    gemm_bytes,
+    load_profile,
+    merge_collectives,
+    save_profile,
 )
 from trainsim.data import validation_path
 from trainsim.specs import SpecError
@@ -175,7 +191,8 @@ def test_collective_queries_and_aliases():
 
 def test_busbw_factors_match_nccl_tests_definitions():
     """nccl_busbw.csv definition rows (def_AllReduce, def_AllGather, ...) give nccl-tests' factors."""
-    rows = {r["row_id"]: r for r in csv.DictReader(open(validation_path("nccl_busbw.csv"), newline=""))}
+    with open(validation_path("nccl_busbw.csv"), newline="") as f:
+        rows = {r["row_id"]: r for r in csv.DictReader(f)}
     formulas = {"2*(n-1)/n": lambda n: 2 * (n - 1) / n, "(n-1)/n": lambda n: (n - 1) / n, "1": lambda n: 1.0}
     for row_id, op in (("def_AllReduce", "all_reduce"), ("def_AllGather", "all_gather"),
                        ("def_ReduceScatter", "reduce_scatter"), ("def_AlltoAll", "all_to_all"),

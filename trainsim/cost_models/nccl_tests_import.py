@@ -19,7 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainsim.cost_models.profile import (
-    CalibrationProfile, CollectiveFit, CollectivePoint, Fingerprint, Stats, busbw_factor, canonical_op,
+    CalibrationProfile,
+    CollectivePoint,
+    Fingerprint,
+    Stats,
+    busbw_factor,
+    canonical_op,
     merge_collectives,
 )
 from trainsim.cost_models.profile_fit import collective_point, fit_all_collectives
@@ -210,7 +215,7 @@ def parse_json(data: object, source: str = "") -> list[NcclRun]:
         if not isinstance(r, dict):
             raise SpecError("nccl-tests", f"{where}: must be an object")
 
-        def triple(key: str) -> tuple[float, float, float] | None:
+        def triple(key: str, r: dict = r, where: str = where) -> tuple[float, float, float] | None:
             v = r.get(key)
             if v is None:
                 return None

@@ -23,6 +23,7 @@ causal; backward = 2.5 × forward.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -55,8 +56,7 @@ _OP_ALIASES = {
 def canonical_op(op: str) -> str:
     """The canonical collective name for an alias (``allreduce``, ``all_gather_into_tensor``, ...)."""
     key = op.strip().lower()
-    if key.endswith("_perf"):
-        key = key[: -len("_perf")]
+    key = key.removesuffix("_perf")
     if key not in _OP_ALIASES:
         raise SpecError("collective.op", f"unknown collective {op!r} (known: {', '.join(COLLECTIVE_OPS)})")
     return _OP_ALIASES[key]
@@ -404,7 +404,7 @@ def _loglog_interp(points: list[tuple[float, float]], x: float) -> float:
         return points[0][1]
     if x >= xs[-1]:
         return points[-1][1] * x / xs[-1]
-    for (x0, y0), (x1, y1) in zip(points, points[1:]):
+    for (x0, y0), (x1, y1) in itertools.pairwise(points):
         if x0 <= x <= x1:
             if x1 == x0:
                 return max(y0, y1)

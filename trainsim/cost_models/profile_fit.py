@@ -8,13 +8,19 @@ exactly by solving the unconstrained problem on every support set and keeping th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import combinations
-from typing import Sequence
 
 import numpy as np
 
 from trainsim.cost_models.profile import (
-    CollectiveFit, CollectivePoint, LinearFit, Stats, ThreeTermFit, busbw_factor, canonical_op,
+    CollectiveFit,
+    CollectivePoint,
+    LinearFit,
+    Stats,
+    ThreeTermFit,
+    busbw_factor,
+    canonical_op,
 )
 
 

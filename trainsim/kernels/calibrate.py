@@ -19,7 +19,14 @@ import time
 from dataclasses import dataclass, field
 
 from trainsim.cost_models.profile import (
-    CalibrationProfile, Fingerprint, LinearFit, gemm_bytes, gemm_flops, attention_bytes, attention_flops, save_profile,
+    CalibrationProfile,
+    Fingerprint,
+    LinearFit,
+    attention_bytes,
+    attention_flops,
+    gemm_bytes,
+    gemm_flops,
+    save_profile,
 )
 from trainsim.cost_models.profile_fit import fit_all_collectives, fit_linear, fit_three_term
 

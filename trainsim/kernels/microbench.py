@@ -8,16 +8,23 @@ the maximum over the group's ranks (the slowest rank finishes the collective), a
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
 from trainsim.cost_models.profile import (
-    AttentionPoint, BandwidthPoint, CollectivePoint, GemmPoint, attention_flops, gemm_flops,
+    AttentionPoint,
+    BandwidthPoint,
+    CollectivePoint,
+    GemmPoint,
+    Stats,
+    attention_flops,
+    gemm_flops,
 )
 from trainsim.cost_models.profile_fit import collective_point, timing_stats
 
@@ -123,55 +130,56 @@ def bench_gemms(shapes: Sequence[tuple[int, int, int, str]], dtype: str, cfg: Be
     prev_tf32 = torch.backends.cuda.matmul.allow_tf32 if cfg.cuda else None
     if cfg.cuda:
         torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
-    points = []
     try:
-        for m, n, k, label in shapes:
-            a = torch.randn(m, k, device=cfg.device, dtype=tdt)
-            b = torch.randn(k, n, device=cfg.device, dtype=tdt)
-            c = torch.empty(m, n, device=cfg.device, dtype=tdt)
-            times = time_fn(lambda: torch.mm(a, b, out=c), cfg)
-            st = timing_stats(times)
-            points.append(GemmPoint(m=m, n=n, k=k, dtype=dtype, label=label, stats=st,
-                                    achieved_flops=gemm_flops(m, n, k) / st.median_s))
-            del a, b, c
+        return [_gemm_point(m, n, k, label, dtype, tdt, cfg) for m, n, k, label in shapes]
     finally:
         if cfg.cuda:
             torch.backends.cuda.matmul.allow_tf32 = bool(prev_tf32)
-    return points
+
+
+def _gemm_point(m: int, n: int, k: int, label: str, dtype: str, tdt: torch.dtype, cfg: BenchConfig) -> GemmPoint:
+    a = torch.randn(m, k, device=cfg.device, dtype=tdt)
+    b = torch.randn(k, n, device=cfg.device, dtype=tdt)
+    c = torch.empty(m, n, device=cfg.device, dtype=tdt)
+    st = timing_stats(time_fn(lambda: torch.mm(a, b, out=c), cfg))
+    return GemmPoint(m=m, n=n, k=k, dtype=dtype, label=label, stats=st, achieved_flops=gemm_flops(m, n, k) / st.median_s)
 
 
 def bench_attention(shapes: Sequence[tuple[int, int, int, int]], dtype: str, cfg: BenchConfig,
                     causal: bool = True) -> list[AttentionPoint]:
     """scaled_dot_product_attention forward and backward for (batch, heads, seq, dhead) shapes."""
     tdt = TORCH_DTYPES[dtype]
-    points = []
+    points: list[AttentionPoint] = []
     for b, hds, s, d in shapes:
-        def make(req: bool):
-            return [torch.randn(b, hds, s, d, device=cfg.device, dtype=tdt, requires_grad=req) for _ in range(3)]
-
-        q, k, v = make(False)
-        times = time_fn(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), cfg)
-        st = timing_stats(times)
-        fl = attention_flops(b, hds, s, s, d, causal, "fwd")
-        points.append(AttentionPoint(batch=b, heads=hds, seq_q=s, seq_kv=s, dhead=d, dtype=dtype, causal=causal,
-                                     pass_="fwd", stats=st, achieved_flops=fl / st.median_s))
-        qg, kg, vg = make(True)
-        go = torch.randn(b, hds, s, d, device=cfg.device, dtype=tdt)
-        state: dict[str, torch.Tensor] = {}
-
-        def fwd() -> None:
-            state["o"] = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
-
-        def bwd() -> None:
-            torch.autograd.grad(state.pop("o"), (qg, kg, vg), go)
-
-        times = time_fn(bwd, cfg, setup=fwd)
-        st = timing_stats(times)
-        fl = attention_flops(b, hds, s, s, d, causal, "bwd")
-        points.append(AttentionPoint(batch=b, heads=hds, seq_q=s, seq_kv=s, dhead=d, dtype=dtype, causal=causal,
-                                     pass_="bwd", stats=st, achieved_flops=fl / st.median_s))
-        del q, k, v, qg, kg, vg, go
+        points += _attention_points(b, hds, s, d, dtype, tdt, cfg, causal)
     return points
+
+
+def _attention_points(b: int, hds: int, s: int, d: int, dtype: str, tdt: torch.dtype, cfg: BenchConfig,
+                      causal: bool) -> list[AttentionPoint]:
+    """Forward, then backward (forward re-run untimed before each backward) of one SDPA shape."""
+    def make(req: bool) -> list[torch.Tensor]:
+        return [torch.randn(b, hds, s, d, device=cfg.device, dtype=tdt, requires_grad=req) for _ in range(3)]
+
+    q, k, v = make(False)
+    st_f = timing_stats(time_fn(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal), cfg))
+    qg, kg, vg = make(True)
+    go = torch.randn(b, hds, s, d, device=cfg.device, dtype=tdt)
+    state: dict[str, torch.Tensor] = {}
+
+    def fwd() -> None:
+        state["o"] = F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal)
+
+    def bwd() -> None:
+        torch.autograd.grad(state.pop("o"), (qg, kg, vg), go)
+
+    st_b = timing_stats(time_fn(bwd, cfg, setup=fwd))
+    out = []
+    for pass_, st in (("fwd", st_f), ("bwd", st_b)):
+        fl = attention_flops(b, hds, s, s, d, causal, pass_)
+        out.append(AttentionPoint(batch=b, heads=hds, seq_q=s, seq_kv=s, dhead=d, dtype=dtype, causal=causal,
+                                  pass_=pass_, stats=st, achieved_flops=fl / st.median_s))
+    return out
 
 
 def backward_memory_ops(hidden: int) -> dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], int]]:
@@ -203,31 +211,36 @@ def bench_memory(numels: Sequence[int], dtype: str, cfg: BenchConfig, hidden: in
     """Achieved bandwidth of norms, softmax, gelu, residual add and copy over tensors of ``numels`` elements."""
     tdt = TORCH_DTYPES[dtype]
     esize = torch.tensor([], dtype=tdt).element_size()
-    points = []
+    points: list[BandwidthPoint] = []
     for numel in numels:
-        rows = max(1, numel // hidden)
-        x = torch.randn(rows, hidden, device=cfg.device, dtype=tdt)
-        y = torch.randn(rows, hidden, device=cfg.device, dtype=tdt)
-        for name, (fn, touches) in memory_ops(hidden).items():
-            times = time_fn(lambda: fn(x, y), cfg)
-            st = timing_stats(times)
-            nbytes = float(touches * rows * hidden * esize)
-            points.append(BandwidthPoint(op=name, nbytes=nbytes, dtype=dtype, stats=st, bw_Bps=nbytes / st.median_s))
-        xr = x.detach().clone().requires_grad_(True)
-        for name, (fn, touches) in backward_memory_ops(hidden).items():
-            state: dict[str, torch.Tensor] = {}
-
-            def fwd(fn=fn) -> None:
-                state["y"] = fn(xr)
-
-            def bwd() -> None:
-                torch.autograd.grad(state.pop("y"), (xr,), y)
-
-            st = timing_stats(time_fn(bwd, cfg, setup=fwd))
-            nbytes = float(touches * rows * hidden * esize)
-            points.append(BandwidthPoint(op=name, nbytes=nbytes, dtype=dtype, stats=st, bw_Bps=nbytes / st.median_s))
-        del x, y, xr
+        points += _memory_points(max(1, numel // hidden), hidden, dtype, tdt, esize, cfg)
     return points
+
+
+def _memory_points(rows: int, hidden: int, dtype: str, tdt: torch.dtype, esize: int,
+                   cfg: BenchConfig) -> list[BandwidthPoint]:
+    """Every forward memory-bound op, then every measured backward, on (rows, hidden) tensors."""
+    x = torch.randn(rows, hidden, device=cfg.device, dtype=tdt)
+    y = torch.randn(rows, hidden, device=cfg.device, dtype=tdt)
+    xr = x.detach().clone().requires_grad_(True)
+    state: dict[str, torch.Tensor] = {}
+    out = []
+
+    def point(name: str, touches: int, st: Stats) -> BandwidthPoint:
+        nbytes = float(touches * rows * hidden * esize)
+        return BandwidthPoint(op=name, nbytes=nbytes, dtype=dtype, stats=st, bw_Bps=nbytes / st.median_s)
+
+    for name, (fn, touches) in memory_ops(hidden).items():
+        out.append(point(name, touches, timing_stats(time_fn(functools.partial(fn, x, y), cfg))))
+    for name, (fn, touches) in backward_memory_ops(hidden).items():
+        def fwd(fn=fn) -> None:
+            state["y"] = fn(xr)
+
+        def bwd() -> None:
+            torch.autograd.grad(state.pop("y"), (xr,), y)
+
+        out.append(point(name, touches, timing_stats(time_fn(bwd, cfg, setup=fwd))))
+    return out
 
 
 def bench_dispatch(cfg: BenchConfig):
@@ -241,23 +254,26 @@ def bench_copies(sizes_bytes: Sequence[int], cfg: BenchConfig) -> list[Bandwidth
     """Host->device (pinned), device->host and device->device copies; nbytes = bytes transferred. CUDA only."""
     if not cfg.cuda:
         return []
-    points = []
+    points: list[BandwidthPoint] = []
     for size in sizes_bytes:
-        n = size // 4
-        host = torch.empty(n, dtype=torch.float32, pin_memory=True)
-        dev = torch.empty(n, dtype=torch.float32, device=cfg.device)
-        dev2 = torch.empty(n, dtype=torch.float32, device=cfg.device)
-        cases = {
-            "h2d": lambda: dev.copy_(host, non_blocking=True),
-            "d2h": lambda: host.copy_(dev, non_blocking=True),
-            "d2d": lambda: dev2.copy_(dev),
-        }
-        for kind, fn in cases.items():
-            st = timing_stats(time_fn(fn, cfg))
-            points.append(BandwidthPoint(op=kind, nbytes=float(n * 4), dtype="fp32", stats=st,
-                                         bw_Bps=n * 4 / st.median_s))
-        del host, dev, dev2
+        points += _copy_points(size // 4, cfg)
     return points
+
+
+def _copy_points(n: int, cfg: BenchConfig) -> list[BandwidthPoint]:
+    host = torch.empty(n, dtype=torch.float32, pin_memory=True)
+    dev = torch.empty(n, dtype=torch.float32, device=cfg.device)
+    dev2 = torch.empty(n, dtype=torch.float32, device=cfg.device)
+    cases = {
+        "h2d": lambda: dev.copy_(host, non_blocking=True),
+        "d2h": lambda: host.copy_(dev, non_blocking=True),
+        "d2d": lambda: dev2.copy_(dev),
+    }
+    out = []
+    for kind, fn in cases.items():
+        st = timing_stats(time_fn(fn, cfg))
+        out.append(BandwidthPoint(op=kind, nbytes=float(n * 4), dtype="fp32", stats=st, bw_Bps=n * 4 / st.median_s))
+    return out
 
 
 # ---- collectives ---------------------------------------------------------------------------------
