@@ -305,3 +305,19 @@ def test_calibration_profile_is_used(tmp_path, capsys):
     assert calibrated["exposed_comm_s"]["tp"] > 2 * default["exposed_comm_s"]["tp"]
     code3, _, err3 = run_cli(capsys, *argv, "--calibration", str(tmp_path / "missing.json"))
     assert code3 == 2 and err3.count("\n") == 1
+
+
+def test_fast_path_peak_memory_equals_engine_when_the_last_chunk_carries_the_logits():
+    """Interleaved end stages hold chunks of different sizes (the last has the logits): the closed form
+    must sum the chunks in flight rather than multiply the largest (found by the planner on the 70B example)."""
+    from pathlib import Path
+
+    from trainsim.specs import build_scenario, load_scenario_file
+    from trainsim.simulator.predict import predict
+
+    root = Path(__file__).resolve().parents[1]
+    s = build_scenario(load_scenario_file(root / "examples" / "llama3-70b-h100.yaml"))
+    engine, fast = predict(s), predict(s, fast=True)
+    for e, f in zip(engine.per_stage_memory, fast.per_stage_memory):
+        assert f.activations == pytest.approx(e.activations, rel=1e-4)
+    assert fast.peak_bytes == pytest.approx(engine.peak_bytes, rel=1e-4)

@@ -39,6 +39,20 @@ def _inflight_chunks(schedule: str, p: int, m: int, v: int, s: int) -> float:
     return min(p - s, m) * v  # 1f1b and zb
 
 
+def _inflight_act_bytes(schedule: str, p: int, m: int, v: int, s: int, acts: list[float]) -> float:
+    """Activation bytes stage s holds at its peak, summed over the chunks actually in flight.
+
+    Chunks differ (the last one carries the logits), so multiplying the largest by the count overstates
+    end stages. Interleaved warm-up (Megatron) runs forwards chunk by chunk in groups of p micro-batches.
+    """
+    n = int(_inflight_chunks(schedule, p, m, v, s))
+    if not acts:
+        return 0.0
+    if schedule == "interleaved":
+        return float(sum(acts[(i // p) % v] for i in range(n)))
+    return n / v * float(sum(acts))
+
+
 def estimate(table: CostTable) -> EngineResult:
     """Closed-form EngineResult (no events) for ``table``."""
     t0 = time.perf_counter()
@@ -112,8 +126,7 @@ def estimate(table: CostTable) -> EngineResult:
         # Memory: in-flight activations of the schedule (uniform chunks assumed), plus backward scratch.
         acts = [c.act_bytes for c in st.chunks]
         act_chunk = max(acts) if acts else 0.0
-        n_chunks = _inflight_chunks(sched, p, m, v, s)
-        tl.act_peak_bytes = n_chunks * act_chunk
+        tl.act_peak_bytes = _inflight_act_bytes(sched, p, m, v, s, acts)
         if sched == "zb":
             tl.act_peak_bytes = max(tl.act_peak_bytes,
                                     (min(p - s, m) - 1) * act_chunk + min(s, m) * max(c.w_retained_bytes for c in st.chunks) + act_chunk)
