@@ -95,6 +95,13 @@ def test_bad_flags_exit_2_with_one_line(argv, field, capsys, tmp_path, monkeypat
     assert len(err) == 1 and err[0].startswith("error: ") and field in err[0], err
 
 
+@pytest.mark.skipif(not HAS_TORCH or _cuda_available(), reason="needs torch and no GPU")
+def test_cuda_without_gpu_is_a_clear_error(tmp_path, capsys):
+    assert main(["calibrate", "--device", "cuda", "--out", str(tmp_path / "c.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: device: --device cuda but torch sees no CUDA device on this host"]
+
+
 def test_command_module_does_not_import_torch():
     code = ("import sys; import trainsim.reports.commands.calibrate, trainsim.cost_models.profile, "
             "trainsim.cost_models.nccl_tests_import, trainsim.kernels.launch; "

@@ -26,6 +26,13 @@ def in_torchrun(env: dict[str, str] | None = None) -> bool:
     return "RANK" in e and "WORLD_SIZE" in e
 
 
+def cuda_device_count() -> int:
+    """GPUs torch can see on this host (imports torch; 0 without CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
 def free_port() -> int:
     """An unused TCP port on localhost for a standalone rendezvous."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -180,6 +180,14 @@ def _run_measure(args: argparse.Namespace, device: str, out: Path) -> int:
             from trainsim.cost_models.profile import load_profile
             _print_summary(load_profile(out), args.json, time.time() - t0)
         return code
+    if device == "cuda":
+        from trainsim.kernels.launch import cuda_device_count
+
+        gpus = cuda_device_count()
+        if gpus == 0:
+            raise SpecError("device", "--device cuda but torch sees no CUDA device on this host")
+        if args.nproc and args.nproc > gpus:
+            raise SpecError("nproc", f"{args.nproc} processes but only {gpus} GPUs on this host")
     nproc: int | str = args.nproc or (2 if device == "cpu" else "gpu")
     res = run_torchrun(WORKER, wargs, nproc, timeout_s=float(args.timeout))
     if res.timed_out:
