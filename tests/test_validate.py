@@ -56,8 +56,9 @@ def test_sc21_cases_cover_tables_1_and_2_and_list_the_rest_as_skipped():
     assert len(active) + len(skipped) == len(rows("megatron_sc21_table1.csv"))
 
 
-def test_sc21_configuration_follows_the_authors_scripts():
-    ds = {c.row_id: c.scenario for c in load_dataset("sc21").active}
+def test_sc21_scripts_configuration_follows_the_authors_scripts():
+    """Secondary dataset sc21-scripts: the unknowns as the authors' reproduction scripts set them."""
+    ds = {c.row_id: c.scenario for c in load_dataset("sc21-scripts").active}
     # run_table_1.sh: 1.7B MBS 16 on 32 GPUs, GBS 512 -> one micro-batch, no pipeline  [sc21_t1_1]
     s = ds["sc21_t1_1"]
     assert (s.layout.tp, s.layout.pp, s.dp, s.training.micro_batch, s.num_microbatches) == (1, 1, 32, 16, 1)
@@ -73,8 +74,11 @@ def test_sc21_configuration_follows_the_authors_scripts():
         assert sc.training.dtype == "fp16" and sc.training.recompute == "full" and not sc.training.flash_attention
 
 
-def test_sc21_blind_sets_unknowns_once():
-    ds = load_dataset("sc21-blind")
+def test_sc21_sets_unknowns_once_by_one_rule():
+    """Primary sc21 dataset (issue 8: unknowns set once, not per row): MBS 1, smallest interleaving > 1."""
+    ds = load_dataset("sc21")
+    table = rows("megatron_sc21_table1.csv")
+    assert len(ds.active) == 22
     for c in ds.active:
         sc = c.scenario
         if sc.training.zero == 0:
@@ -82,6 +86,17 @@ def test_sc21_blind_sets_unknowns_once():
             if sc.layout.pp > 1:  # smallest depth > 1 dividing the stage's layers
                 lps = sc.model.num_layers // sc.layout.pp
                 assert sc.layout.vpp == min(v for v in range(2, lps + 1) if lps % v == 0)
+                assert sc.training.schedule == "interleaved"
+            else:
+                assert sc.layout.vpp == 1
+        else:  # ZeRO-3 rows: Table 2 prints the batch per GPU [sc21_t2_1..6]
+            assert sc.training.micro_batch == int(float(table[c.row_id]["micro_batch"]))
+    # the secondary dataset differs only in those two unknowns
+    scripts = {c.row_id: c.scenario for c in load_dataset("sc21-scripts").active}
+    for c in ds.active:
+        a, b = c.scenario, scripts[c.row_id]
+        assert (a.model, a.layout.tp, a.layout.pp, a.num_gpus, a.training.global_batch) == \
+            (b.model, b.layout.tp, b.layout.pp, b.num_gpus, b.training.global_batch)
 
 
 def test_errors_mape_and_worst_match_closed_form():
