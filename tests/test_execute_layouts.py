@@ -13,9 +13,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trainsim.kernels.exec_config import make_job  # noqa: E402
-from trainsim.kernels.executor import compare, reference_losses, run_jobs  # noqa: E402
-from trainsim.specs import build_scenario  # noqa: E402
+from trainsim.kernels.exec_config import make_job
+from trainsim.kernels.executor import compare, reference_losses, run_jobs
+from trainsim.specs import build_scenario
 
 pytestmark = pytest.mark.slow
 
@@ -74,7 +74,7 @@ ALL = [(n, j) for n, jobs in LAYOUTS.items() for j in jobs]
 def runs():
     """One torchrun launch per world size; results by label."""
     out = {}
-    for n, jobs in LAYOUTS.items():
+    for jobs in LAYOUTS.values():
         launch = run_jobs(jobs, timeout_s=60.0)
         for j, r in zip(jobs, launch.results):
             out[j.label] = (j, r)

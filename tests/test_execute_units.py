@@ -10,11 +10,11 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trainsim.kernels.executor import failure_message  # noqa: E402
-from trainsim.kernels.measure import SavedActivationMeter, timing_stats  # noqa: E402
-from trainsim.kernels.parallelize import layers_of, stage_ids_of  # noqa: E402
-from trainsim.kernels.torch_model import ModelOptions, build_chunk, synthetic_batch  # noqa: E402
-from trainsim.specs import build_scenario, load_model  # noqa: E402
+from trainsim.kernels.executor import failure_message
+from trainsim.kernels.measure import SavedActivationMeter, timing_stats
+from trainsim.kernels.parallelize import layers_of, stage_ids_of
+from trainsim.kernels.torch_model import ModelOptions, build_chunk, synthetic_batch
+from trainsim.specs import build_scenario, load_model
 
 LLAMA = {"num_layers": 2, "hidden": 64, "num_heads": 4, "num_kv_heads": 2, "ffn_hidden": 96, "vocab_size": 100,
          "activation": "swiglu", "norm": "rmsnorm", "position_embedding": "rope", "bias": False,
@@ -102,7 +102,7 @@ def test_stage_assignment_loops_and_follows_the_scenario_split():
     uneven = build_scenario({"model": {**LLAMA, "num_layers": 6}, "cluster": "cpu-host", "gpus": 4},
                             {"pp": 4, "dtype": "fp32", "seq_len": 32, "global_batch": 4})
     split = [layers_of(i, uneven.stage_layers) for i in range(4)]
-    assert sum(split, []) == list(range(6)) and len(split[0]) == len(split[-1]) == 1
+    assert [i for part in split for i in part] == list(range(6)) and len(split[0]) == len(split[-1]) == 1
 
 
 def test_failure_message_names_the_failed_rank_in_one_line():

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from trainsim.specs import Scenario, SpecError
@@ -43,10 +43,10 @@ class ExecJob:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "ExecJob":
+    def from_json(cls, data: dict[str, Any]) -> ExecJob:
         return cls(**data)
 
-    def with_(self, **changes: Any) -> "ExecJob":
+    def with_(self, **changes: Any) -> ExecJob:
         return replace(self, **changes)
 
 
@@ -96,7 +96,7 @@ def check_job(job: ExecJob) -> None:
         raise SpecError("hsdp", f"replicate degree {job.hsdp} must divide dp={s.dp}")
     if job.hsdp > 1 and t.zero != 3:
         raise SpecError("hsdp", "HSDP (--hsdp R) needs zero=3")
-    if lay.pp > 1 and t.schedule in ("1f1b", "gpipe") and s.num_microbatches < lay.pp and t.schedule == "1f1b":
+    if lay.pp > 1 and t.schedule == "1f1b" and s.num_microbatches < lay.pp:
         raise SpecError("training.global_batch", f"1f1b needs num_microbatches ({s.num_microbatches}) >= pp={lay.pp}")
     if lay.pp > 1 and t.schedule == "zb" and s.num_microbatches % lay.pp:
         raise SpecError("training.global_batch", f"zb needs num_microbatches ({s.num_microbatches}) divisible by pp={lay.pp}")
@@ -127,14 +127,3 @@ def available_memory_bytes() -> int:
         pass
     return 0
 
-
-@dataclass
-class JobResult:
-    """What a run measured (filled by rank 0 from every rank's numbers); JSON-serialisable."""
-
-    label: str
-    world_size: int
-    losses: list[float] = field(default_factory=list)
-    step_times_s: list[float] = field(default_factory=list)
-    ranks: list[dict[str, Any]] = field(default_factory=list)
-    mechanism: dict[str, str] = field(default_factory=dict)

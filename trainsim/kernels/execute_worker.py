@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> None:
                 json.dump(results, f)
             os.replace(tmp, args.out)
         shutdown()
-    except Exception as e:  # a failed collective or a crash: one clear line per rank, non-zero exit
+    except Exception as e:  # noqa: BLE001 - any failure (collective timeout, crash): one line per rank, exit 1
         print(f"error: rank {rank}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
               file=sys.stderr, flush=True)
         if os.environ.get("TRAINSIM_EXEC_TRACEBACK"):

@@ -52,6 +52,7 @@ def run_jobs(jobs: list[ExecJob], *, timeout_s: float = 30.0, launch_timeout_s: 
     n = sizes.pop()
     if in_torchrun():
         import time
+
         from . import execute_worker
         if int(os.environ["WORLD_SIZE"]) != n:
             from trainsim.specs import SpecError
@@ -90,7 +91,7 @@ def failure_message(stderr: str, returncode: int, n: int) -> str:
     """One line from the workers' own error lines, or from torchrun's root-cause report."""
     lines = [ln.strip() for ln in stderr.splitlines()]
     ours = [ln for ln in lines if ln.startswith("error: rank") or "injected fault" in ln]
-    root = re.search(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", stderr, re.S)
+    root = re.search(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", stderr, re.DOTALL)
     parts = []
     if root:
         parts.append(f"rank {root.group(1)} failed first (exit code {root.group(2)})")
@@ -276,10 +277,11 @@ def _pct(x: float | None) -> str:
 def format_comparison(c: dict[str, Any]) -> str:
     """A plain-text side-by-side table of one comparison."""
     lay = c["layout"]
-    lines = [f"{c['scenario']}  [{c['label'] or 'execute'}]  tp={lay['tp']} pp={lay['pp']} dp={lay['dp']}"
-             f" vpp={lay['vpp']} zero={lay['zero']} schedule={lay['schedule']} recompute={lay['recompute']}"
-             f" sp={lay['sequence_parallel']} mb={lay['micro_batch']} x{lay['num_microbatches']}"
-             f"  ({c['world_size']} processes, {c['device']})"]
+    head = (f"{c['scenario']}  [{c['label'] or 'execute'}]  tp={lay['tp']} pp={lay['pp']} dp={lay['dp']}"
+            f" vpp={lay['vpp']} zero={lay['zero']} schedule={lay['schedule']} recompute={lay['recompute']}"
+            f" sp={lay['sequence_parallel']} mb={lay['micro_batch']} x{lay['num_microbatches']}"
+            f"  ({c['world_size']} processes, {c['device']})")
+    lines = [head]
     for k, v in c["mechanism"].items():
         lines.append(f"  {k:10s} {v}")
     m, p, e = c["measured"], c["predicted"], c["error_pct"]

@@ -8,7 +8,8 @@ of parameters are excluded — byte-exact, where a naive sum of saved tensors ov
 from __future__ import annotations
 
 import statistics
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any, Self
 
 import torch
 from torch import nn
@@ -67,9 +68,9 @@ def _storage_ptr(t: torch.Tensor) -> int:
 class _Held:
     """Wraps one saved tensor; when autograd drops it, the meter's live byte count goes down."""
 
-    __slots__ = ("tensor", "meter", "ptr")
+    __slots__ = ("meter", "ptr", "tensor")
 
-    def __init__(self, tensor: torch.Tensor, meter: "SavedActivationMeter", key: object):
+    def __init__(self, tensor: torch.Tensor, meter: SavedActivationMeter, key: object):
         self.tensor, self.meter, self.ptr = tensor, meter, key
 
     def __del__(self):
@@ -135,7 +136,7 @@ class SavedActivationMeter:
             self.live_bytes -= entry[0]
             del self.live[key]
 
-    def __enter__(self) -> "SavedActivationMeter":
+    def __enter__(self) -> Self:
         for i, chunk in enumerate(self.chunks):
             self._handles.append(chunk.register_forward_pre_hook(self._opener(i)))
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)

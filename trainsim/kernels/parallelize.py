@@ -4,7 +4,8 @@ Mesh dims (outermost first): ``pp, dp_rep, dp_shard, tp`` — tp innermost as in
 DP mode: zero=0 → DDP when neither pipelining nor TP is used, otherwise FSDP2 on a (dp, 1) HSDP mesh —
 replicated parameters, all-reduced gradients, the memory of DDP — because DDP crashes or gives wrong
 losses under multi-stage schedules (notes trap 2) and composes with TP only through a private
-parameter-swapping transform (trap 3; it gave wrong losses here with a vocab-parallel embedding); zero=3 → FSDP2 over dp_shard, HSDP over
+parameter-swapping transform (trap 3; with our vocab-parallel embedding and gradient-placement hook its
+losses were 0.015 off the reference); zero=3 → FSDP2 over dp_shard, HSDP over
 (dp_rep, dp_shard) with ``--hsdp R``. Schedules: gpipe → ScheduleGPipe, 1f1b → Schedule1F1B,
 interleaved → ScheduleInterleaved1F1B (vpp looped chunks per rank), zb → ScheduleInterleavedZeroBubble
 with one chunk per rank (ZB-H1: same layers per rank as 1F1B, backward split into input and weight).
@@ -154,7 +155,12 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, tp_mesh=None) -> t
 def tp_plan_block(sp: bool) -> dict:
     """Megatron TP of one block: q,k,v,fc1,gate column-parallel; o,fc2 row-parallel; SP around the norms."""
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import ColwiseParallel, PrepareModuleInput, RowwiseParallel, SequenceParallel
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+    )
     plan = {name: ColwiseParallel() for name in ("attn.q", "attn.k", "attn.v", "mlp.fc1", "mlp.gate")}
     out = Shard(1) if sp else Replicate()
     plan["attn.o"] = RowwiseParallel(output_layouts=out)
@@ -170,8 +176,13 @@ def tp_plan_block(sp: bool) -> dict:
 def apply_tp(chunk: Chunk, tp_mesh, sp: bool, gated: bool) -> None:
     """Vocab-parallel embedding and head (logits stay vocab-sharded for loss_parallel), blocks per tp_plan_block."""
     from torch.distributed.tensor import Replicate, Shard
-    from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleOutput, RowwiseParallel,
-                                                   SequenceParallel, parallelize_module)
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleOutput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
     plan: dict = {}
     if chunk.embed is not None:
         plan["embed.tok"] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())
