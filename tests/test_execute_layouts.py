@@ -49,6 +49,7 @@ LAYOUTS = {
         job("pp2-zb", 2, pp=2, schedule="zb"),
         job("fsdp2-dp2", 2, dp=2, zero=3),
         job("fsdp2-dp2-selective", 2, dp=2, zero=3, recompute="selective"),
+        job("tied-dp2-fsdp2", 2, model={"preset": "tiny-gpt", "tie_embeddings": True}, dp=2, zero=3),
         job("llama-tp2-sp", 2, model=TINY_LLAMA, tp=2, sequence_parallel=True),
         job("llama-pp2-1f1b-selective", 2, model=TINY_LLAMA, pp=2, recompute="selective"),
     ],

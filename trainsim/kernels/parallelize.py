@@ -24,7 +24,7 @@ from torch import nn
 
 from trainsim.specs import Scenario
 
-from .torch_model import Chunk, ModelOptions, build_chunk
+from .torch_model import Chunk, ModelOptions, build_chunk, materialize
 
 SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B",
              "zb": "ScheduleInterleavedZeroBubble"}
@@ -199,6 +199,10 @@ def apply_tp(chunk: Chunk, tp_mesh, sp: bool, gated: bool) -> None:
         block_plan.pop("mlp.gate")
     for block in chunk.layers.values():
         parallelize_module(block, tp_mesh, block_plan)
+
+
+def keep_grad_placements(chunk: Chunk) -> None:
+    """Register _grad_like_param on every DTensor parameter (after materialisation, which may swap tensors)."""
     for p in chunk.parameters():
         if hasattr(p, "placements"):
             p.register_post_accumulate_grad_hook(_grad_like_param)
@@ -233,8 +237,11 @@ def build_parallel(s: Scenario, *, device: torch.device, seed: int, optimizer: s
     options = ModelOptions(recompute=t.recompute)
     cuda = device.type == "cuda"
     dtype = torch.float32  # weights stay fp32; bf16/fp16 compute on cuda via autocast or FSDP2's policy
+    # Untied models are built on the meta device, sharded, then materialised shard by shard; a tied
+    # embedding (tp = pp = 1 only) is materialised first so the tie survives to_empty.
+    tied = s.model.tie_embeddings
     chunks = [build_chunk(s.model, layers_of(sid, s.stage_layers), sid == 0, sid == num_stages - 1,
-                          options, seed, device, dtype) for sid in stage_ids]
+                          options, seed, device if tied else None, dtype) for sid in stage_ids]
     if tp_mesh is not None:
         for c in chunks:
             apply_tp(c, tp_mesh, t.sequence_parallel, s.model.gated_mlp)
@@ -257,6 +264,12 @@ def build_parallel(s: Scenario, *, device: torch.device, seed: int, optimizer: s
                       f"FSDP2 HSDP (replicate {rep} x shard {shard})") + f", reshard_after_forward={reshard}"
     elif low is not None:
         autocast_dtype = low
+    if not tied:
+        for c in chunks:
+            materialize(c, device, seed, dtype)
+    if tp_mesh is not None and not mode.startswith("fsdp"):  # FSDP2 owns its gradients' placement
+        for c in chunks:
+            keep_grad_placements(c)
     opt = _make_optimizer([p for c in chunks for p in c.parameters()], optimizer, lr)
     if mode == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP

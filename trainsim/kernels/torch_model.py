@@ -146,7 +146,8 @@ class Chunk(nn.Module):
         self.layers = nn.ModuleDict({str(i): Block(spec, options) for i in layer_ids})
         self.norm = make_norm(spec) if last else None
         self.head = nn.Linear(spec.hidden, spec.vocab_size, bias=False) if last else None
-        if first and last and spec.tie_embeddings:
+        self.tied = first and last and spec.tie_embeddings
+        if self.tied:
             self.head.weight = self.embed.tok.weight
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -163,32 +164,61 @@ def _seed_for(seed: int, name: str) -> int:
     return (seed * 1_000_003 + zlib.crc32(name.encode())) % (2**63)
 
 
+def _local_view(p: torch.Tensor) -> tuple[torch.Tensor, tuple[slice, ...] | None]:
+    """This rank's part of a (possibly DTensor-sharded) parameter and where it sits in the global tensor."""
+    inner = getattr(p, "_local_tensor", None)
+    if inner is None:
+        return p, None
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+    shape, offset = compute_local_shape_and_global_offset(p.shape, p.device_mesh, p.placements)
+    view = inner[tuple(slice(0, n) for n in shape)] if tuple(inner.shape) != tuple(shape) else inner
+    return view, tuple(slice(o, o + n) for o, n in zip(offset, shape))
+
+
 @torch.no_grad()
 def init_weights(module: nn.Module, seed: int) -> None:
-    """Deterministic per-name init: Linear/Embedding weights N(0, 0.02), biases 0, norm weights 1."""
+    """Deterministic per-name init: Linear/Embedding weights N(0, 0.02), biases 0, norm weights 1.
+
+    Works on TP/FSDP2-sharded parameters too: each rank draws the full tensor from the name's generator
+    and keeps its own slice, so every layout starts from the single-process weights.
+    """
     for name, p in module.named_parameters():
         leaf = name.rsplit(".", 1)[-1]
         owner = module.get_submodule(name.rsplit(".", 1)[0]) if "." in name else module
+        local, where = _local_view(p)
         if isinstance(owner, (nn.LayerNorm, nn.RMSNorm)):
-            p.fill_(1.0 if leaf == "weight" else 0.0)
+            local.fill_(1.0 if leaf == "weight" else 0.0)
         elif leaf == "bias":
-            p.zero_()
+            local.zero_()
         else:
             g = torch.Generator().manual_seed(_seed_for(seed, name))
-            p.copy_((torch.randn(p.shape, generator=g, dtype=torch.float32) * INIT_STD).to(p.dtype))
+            full = torch.randn(tuple(p.shape), generator=g, dtype=torch.float32) * INIT_STD
+            local.copy_(full if where is None else full[where])
 
 
 def build_chunk(spec: ModelSpec, layer_ids: list[int], first: bool, last: bool, options: ModelOptions,
-                seed: int, device: torch.device, dtype: torch.dtype = torch.float32) -> Chunk:
-    """Build one chunk on the meta device, materialise it on ``device`` and initialise it by name."""
+                seed: int, device: torch.device | None, dtype: torch.dtype = torch.float32) -> Chunk:
+    """Build one chunk on the meta device; with a ``device``, materialise and initialise it by name.
+
+    ``device=None`` leaves it on meta, to be sharded (TP/FSDP2) first and then materialised with
+    ``materialize`` — no rank ever holds more than its shards.
+    """
     with torch.device("meta"):
         chunk = Chunk(spec, layer_ids, first, last, options)
-    chunk = chunk.to_empty(device=device).to(dtype)
-    if first and last and spec.tie_embeddings:
+    if device is not None:
+        materialize(chunk, device, seed, dtype)
+    return chunk
+
+
+def materialize(chunk: Chunk, device: torch.device, seed: int, dtype: torch.dtype = torch.float32) -> Chunk:
+    """Allocate a (possibly sharded) meta chunk on ``device`` and initialise its weights by name."""
+    chunk.to_empty(device=device)
+    if dtype != torch.float32:
+        chunk.to(dtype)
+    if chunk.embed is not None and chunk.head is not None and chunk.tied:
         chunk.head.weight = chunk.embed.tok.weight
     init_weights(chunk, seed)
     return chunk
-
 
 
 def synthetic_batch(seed: int, step: int, global_batch: int, seq_len: int, vocab: int,
