@@ -24,6 +24,7 @@ TINY_LLAMA = {"name": "tiny-llama", "num_layers": 4, "hidden": 64, "num_heads": 
               "ffn_hidden": 176, "vocab_size": 512, "activation": "swiglu", "norm": "rmsnorm",
               "position_embedding": "rope", "bias": False, "tie_embeddings": False, "max_seq_len": 128}
 
+TIED = {"preset": "tiny-gpt", "tie_embeddings": True}  # GPT-2/GPT-3 style: output layer = token embedding
 STEPS, WARMUP = 3, 1
 LOSS_TOL = 1e-5
 
@@ -49,7 +50,8 @@ LAYOUTS = {
         job("pp2-zb", 2, pp=2, schedule="zb"),
         job("fsdp2-dp2", 2, dp=2, zero=3),
         job("fsdp2-dp2-selective", 2, dp=2, zero=3, recompute="selective"),
-        job("tied-dp2-fsdp2", 2, model={"preset": "tiny-gpt", "tie_embeddings": True}, dp=2, zero=3),
+        job("tied-dp2-fsdp2", 2, model=TIED, dp=2, zero=3),
+        job("tied-tp2-sp", 2, model=TIED, tp=2, sequence_parallel=True),
         job("llama-tp2-sp", 2, model=TINY_LLAMA, tp=2, sequence_parallel=True),
         job("llama-pp2-1f1b-selective", 2, model=TINY_LLAMA, pp=2, recompute="selective"),
     ],
@@ -61,6 +63,7 @@ LAYOUTS = {
         job("pp2xdp2-zb-fsdp2-full", 4, pp=2, dp=2, micro_batch=1, zero=3, schedule="zb", recompute="full"),
         job("hsdp-2x2", 4, dp=4, zero=3, micro_batch=1, hsdp=2),
         job("llama-dp2xtp2-fsdp2", 4, model=TINY_LLAMA, dp=2, tp=2, zero=3),
+        job("tied-dp2xtp2-fsdp2", 4, model=TIED, dp=2, tp=2, zero=3),
     ],
     8: [
         job("pp2xdp2xtp2", 8, pp=2, dp=2, tp=2, micro_batch=1, schedule="1f1b"),

@@ -90,8 +90,9 @@ def check_job(job: ExecJob) -> None:
         raise SpecError("training.offload_optimizer", "offload is not executed")
     if t.dropout:
         raise SpecError("training.dropout", "the executor's model has no dropout; set dropout=false")
-    if m.tie_embeddings and (lay.pp > 1 or lay.tp > 1):
-        raise SpecError("model.tie_embeddings", "tied embeddings are executed only with tp=1 and pp=1")
+    if m.tie_embeddings and lay.pp > 1:
+        raise SpecError("model.tie_embeddings", "tied embeddings are not executed with pp > 1 (the first and last "
+                                                "stages would have to keep two copies in sync)")
     if job.hsdp < 1 or s.dp % job.hsdp:
         raise SpecError("hsdp", f"replicate degree {job.hsdp} must divide dp={s.dp}")
     if job.hsdp > 1 and t.zero != 3:

@@ -237,14 +237,16 @@ def build_parallel(s: Scenario, *, device: torch.device, seed: int, optimizer: s
     options = ModelOptions(recompute=t.recompute)
     cuda = device.type == "cuda"
     dtype = torch.float32  # weights stay fp32; bf16/fp16 compute on cuda via autocast or FSDP2's policy
-    # Untied models are built on the meta device, sharded, then materialised shard by shard; a tied
-    # embedding (tp = pp = 1 only) is materialised first so the tie survives to_empty.
-    tied = s.model.tie_embeddings
+    # Built on the meta device, sharded, then materialised shard by shard; a tied embedding under FSDP2
+    # (pp = 1 only) is materialised first, so FSDP2 shards the one shared weight.
+    eager = s.model.tie_embeddings and mode.startswith("fsdp")
     chunks = [build_chunk(s.model, layers_of(sid, s.stage_layers), sid == 0, sid == num_stages - 1,
-                          options, seed, device if tied else None, dtype) for sid in stage_ids]
+                          options, seed, device if eager else None, dtype) for sid in stage_ids]
     if tp_mesh is not None:
         for c in chunks:
             apply_tp(c, tp_mesh, t.sequence_parallel, s.model.gated_mlp)
+            if c.tied:  # vocab-parallel embedding and head are both Shard(0) over the vocabulary: one weight
+                c.head.weight = c.embed.tok.weight
         mech["tp"] = "parallelize_module colwise/rowwise" + (" + SequenceParallel" if t.sequence_parallel else "") + \
                      ", vocab-parallel embedding/head + loss_parallel"
     low = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(t.dtype) if cuda else None
@@ -264,7 +266,7 @@ def build_parallel(s: Scenario, *, device: torch.device, seed: int, optimizer: s
                       f"FSDP2 HSDP (replicate {rep} x shard {shard})") + f", reshard_after_forward={reshard}"
     elif low is not None:
         autocast_dtype = low
-    if not tied:
+    if not eager:
         for c in chunks:
             materialize(c, device, seed, dtype)
     if tp_mesh is not None and not mode.startswith("fsdp"):  # FSDP2 owns its gradients' placement
