@@ -37,6 +37,8 @@ def no_launch(monkeypatch):
     (["--dp", "2", "--hsdp", "2"], "hsdp"),                          # HSDP needs zero 3
     (["--model", "mixtral-8x7b"], "model.num_experts"),
     (["--steps", "0"], "steps"),
+    (["--model", "mpt-125m", "--pp", "2"], "model.tie_embeddings"),
+    (["--calibration", "/nonexistent/p.json"], "calibration"),
 ], ids=lambda x: "-".join(x) if isinstance(x, list) else x)
 def test_bad_layouts_are_refused_before_any_process_starts(no_launch, capsys, argv, field):
     code = main(["execute", *argv])

@@ -188,14 +188,15 @@ def predicted_memory(job: ExecJob) -> list[dict[str, float]]:
     return out
 
 
-def predict_step(job: ExecJob, calibration: str | None) -> dict[str, Any] | None:
-    """The engine's prediction of the executed scenario (None, with the reason, if the engine is missing)."""
+def predict_step(job: ExecJob, calibration=None) -> dict[str, Any] | None:
+    """The engine's prediction of the executed scenario; ``calibration`` is a profile path, a loaded
+    CalibrationProfile or None (datasheet defaults). ``{"unavailable": reason}`` if the engine is missing."""
     try:
         from trainsim.simulator.predict import predict
     except ImportError as e:
         return {"unavailable": f"trainsim.simulator.predict: {e}"}
-    profile = None
-    if calibration:
+    profile = calibration
+    if isinstance(calibration, str):
         from trainsim.cost_models.profile import load_profile
         profile = load_profile(calibration)
     return predict(prediction_scenario(job), profile=profile).to_json()
@@ -229,7 +230,7 @@ def error_pct(predicted: float, measured: float) -> float | None:
     return 100.0 * (predicted - measured) / measured
 
 
-def compare(job: ExecJob, result: dict[str, Any], *, calibration: str | None = None,
+def compare(job: ExecJob, result: dict[str, Any], *, calibration=None,
             reference: list[float] | None = None, with_prediction: bool = True) -> dict[str, Any]:
     """Measured vs predicted, side by side, with the error of each (the `--json` object of `trainsim execute`)."""
     s = job.spec

@@ -77,8 +77,10 @@ def run(args: argparse.Namespace) -> int:
     lr = args.lr if args.lr is not None else (0.05 if args.optimizer == "sgd" else 1e-3)
     if args.profile_trace and os.path.exists(args.profile_trace) and not os.path.isdir(args.profile_trace):
         raise SpecError("profile_trace", f"{args.profile_trace} exists and is not a directory")
-    if args.calibration and not os.path.isfile(args.calibration):
-        raise SpecError("calibration", f"no such file: {args.calibration}")
+    profile = None
+    if args.calibration:  # read and checked before any process starts
+        from trainsim.cost_models.profile import load_profile
+        profile = load_profile(args.calibration)
     job = make_job(scenario, device=args.device, steps=args.steps, warmup=args.warmup, seed=args.seed,
                    optimizer=args.optimizer, lr=lr, hsdp=args.hsdp, profile_dir=args.profile_trace or "",
                    inject_fault=args.inject_fault or "", label="execute")
@@ -90,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
     if launch.results is None:  # a non-zero rank of an external torchrun: rank 0 reports
         _exit_inside_torchrun(0)
     reference = reference_losses(job) if args.check else None
-    comparison = compare(job, launch.results[0], calibration=args.calibration, reference=reference,
+    comparison = compare(job, launch.results[0], calibration=profile, reference=reference,
                          with_prediction=not args.no_predict)
     if args.json:
         print(json.dumps(comparison, indent=2))
