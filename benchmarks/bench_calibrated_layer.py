@@ -1,7 +1,8 @@
 """Loop check on CPU: does a calibrated cost model predict a transformer layer it never measured?
 
 1. Calibrate this host (`trainsim calibrate --device cpu --quick`: 2 gloo ranks, one core each), or
-   reuse a profile given with --profile.
+   reuse a profile given with --profile; without --profile, calibrate again after measuring, so the
+   drift of a shared machine shows as the spread between the two calibrated errors.
 2. For a few GPT blocks whose shapes are NOT calibration points (the quick suite measures GEMMs of
    hidden 256 and 1024 only), predict forward+backward of one block with
    ``trainsim.cost_models.compute.layer_times(scenario, profile=...)`` — and, for contrast, with the
@@ -85,44 +86,65 @@ def measure_block(scenario, reps: int) -> tuple[float, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--profile", help="existing CPU profile (default: calibrate now)")
+    ap.add_argument("--profile", help="existing CPU profile (default: calibrate now, and again after measuring)")
     ap.add_argument("--reps", type=int, default=15)
     args = ap.parse_args()
 
     from trainsim.cost_models.compute import layer_times
     from trainsim.cost_models.profile import load_profile
 
+    tmp = tempfile.mkdtemp(prefix="trainsim-bench-")
     if args.profile:
-        path = args.profile
-        print(f"profile: {path}")
+        before = load_profile(args.profile)
+        print(f"profile: {before.describe()}")
     else:
-        path = os.path.join(tempfile.mkdtemp(prefix="trainsim-bench-"), "cpu.json")
+        path = os.path.join(tmp, "before.json")
         secs = calibrate(path)
-        print(f"calibrated in {secs:.1f} s (trainsim calibrate --device cpu --quick, 2 gloo ranks) -> {path}")
-    profile = load_profile(path)
-    print(f"  {profile.describe()}")
-    print()
-    header = (f"{'layer (fp32, fwd+bwd)':<34} {'calibrated':>11} {'defaults':>11} {'measured':>11} {'(wall)':>10}"
-              f" {'err cal':>8} {'err def':>8}")
-    print(header)
-    print("-" * len(header))
-    errs_cal, errs_def = [], []
+        before = load_profile(path)
+        print(f"calibrated in {secs:.1f} s (trainsim calibrate --device cpu --quick, 2 gloo ranks)")
+        print(f"  {before.describe()}")
+    rows = []
     for name, h, heads, ffn, seq, mb in LAYERS:
         sc = scenario_for(h, heads, ffn, seq, mb)
-        cal = layer_times(sc, profile=profile)
-        dflt = layer_times(sc, profile=None)
-        pred_cal = cal.fwd_s + cal.bwd_input_s + cal.bwd_weight_s
-        pred_def = dflt.fwd_s + dflt.bwd_input_s + dflt.bwd_weight_s
         meas, wall = measure_block(sc, args.reps)
+        rows.append((name, sc, meas, wall))
+    after = None
+    if not args.profile:
+        # A second calibration after the measurements brackets the machine's drift (shared host).
+        path = os.path.join(tmp, "after.json")
+        calibrate(path)
+        after = load_profile(path)
+
+    def total(sc, prof) -> float:
+        t = layer_times(sc, profile=prof)
+        return t.fwd_s + t.bwd_input_s + t.bwd_weight_s
+
+    print()
+    header = (f"{'layer (fp32, fwd+bwd)':<34} {'calibrated':>11} {'defaults':>10} {'measured':>10} {'(wall)':>10}"
+              f" {'err cal':>8} {'err cal2':>9} {'err def':>8}")
+    print(header)
+    print("-" * len(header))
+    errs_cal, errs_cal2, errs_def = [], [], []
+    for name, sc, meas, wall in rows:
+        pred_cal, pred_def = total(sc, before), total(sc, None)
         e_cal = (pred_cal - meas) / meas * 100
         e_def = (pred_def - meas) / meas * 100
         errs_cal.append(abs(e_cal))
         errs_def.append(abs(e_def))
-        print(f"{name:<34} {pred_cal * 1e3:>9.2f}ms {pred_def * 1e3:>9.2f}ms {meas * 1e3:>9.2f}ms {wall * 1e3:>8.2f}ms "
-              f"{e_cal:>+7.1f}% {e_def:>+7.1f}%")
+        e2 = ""
+        if after is not None:
+            e_cal2 = (total(sc, after) - meas) / meas * 100
+            errs_cal2.append(abs(e_cal2))
+            e2 = f"{e_cal2:+.1f}%"
+        print(f"{name:<34} {pred_cal * 1e3:>9.2f}ms {pred_def * 1e3:>8.2f}ms {meas * 1e3:>8.2f}ms {wall * 1e3:>8.2f}ms "
+              f"{e_cal:>+7.1f}% {e2:>9} {e_def:>+7.1f}%")
     print()
-    print("measured = median thread CPU time (what calibration measures on CPU); (wall) = median wall time")
-    print(f"mean |error|: calibrated {statistics.mean(errs_cal):.1f}%, uncalibrated defaults {statistics.mean(errs_def):.1f}%")
+    print("measured = median thread CPU time (what calibration measures on CPU); (wall) = median wall time;")
+    print("err cal = calibration before the measurements, err cal2 = a second calibration right after them")
+    line = f"mean |error|: calibrated {statistics.mean(errs_cal):.1f}%"
+    if errs_cal2:
+        line += f" (second calibration {statistics.mean(errs_cal2):.1f}%)"
+    print(line + f", uncalibrated `cpu` preset defaults {statistics.mean(errs_def):.1f}%")
     return 0
 
 
