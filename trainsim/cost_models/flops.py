@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .framework import cross_entropy_bytes
 from .shapes import LayerShape, layer_shape
 
 Gemm = tuple[int, int, int]  # (m, n, k)
@@ -290,9 +291,9 @@ def _head_ops(shp: LayerShape) -> tuple[Op, ...]:
     return (
         _norm("final_norm", shp, T // shp.sp_div),
         _linear("logits", T, v_local, h, e),  # output layer stays 16-bit under fp8 recipes
-        # Vocab-parallel cross-entropy: fwd reads logits (max, then exp-sum) and writes fp32 softmax;
-        # bwd reads the fp32 softmax and writes the logit gradient.
-        _elementwise("cross_entropy", "loss", logits, 2 * e + 4, 4 + e, 5.0),
+        # Cross-entropy over this rank's vocabulary shard: fused kernel or Megatron's fp32 op sequence,
+        # bytes per logit from framework.cross_entropy_bytes (the framework's own implementation).
+        _elementwise("cross_entropy", "loss", logits, *cross_entropy_bytes(shp.fused_ce, e), 5.0),
     )
 
 

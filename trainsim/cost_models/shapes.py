@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
+from .framework import behaviour
+
 T = TypeVar("T")
 
 # Bytes per activation element for each training dtype. fp8 training (Transformer Engine) keeps
@@ -47,6 +49,7 @@ class LayerShape:
     dropout: bool = False
     causal: bool = True  # decoder LMs: a fused kernel skips the masked half (time only, not FLOP counts)
     flash_version: int = 2  # FlashAttention generation (TrainingSpec.flash_attention_version)
+    fused_ce: bool = False  # fused cross-entropy kernel (framework.behaviour(...).fused_cross_entropy)
 
     @property
     def e(self) -> int:
@@ -106,6 +109,7 @@ def _layer_shape(scenario) -> LayerShape:
         experts=m.num_experts, top_k=m.top_k, fe=m.expert_ffn, vocab=m.vocab_size,
         tp=lay.tp, cp=lay.cp, ep=lay.ep, sp=t.sequence_parallel, dtype=t.dtype, recompute=t.recompute,
         flash=t.flash_attention, dropout=t.dropout, flash_version=t.flash_attention_version,
+        fused_ce=behaviour(t.framework).fused_cross_entropy,
     )
 
 

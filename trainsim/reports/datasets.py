@@ -252,7 +252,8 @@ def _common_run_case(r: dict, blind: bool) -> Case:
         "training": {"seq_len": seq, "global_batch": gbs, "micro_batch": mbs, "dtype": dtype,
                      "recompute": recompute, "zero": zero,
                      "schedule": "interleaved" if vpp > 1 else "1f1b",
-                     "flash_attention": False, "dropout": True},
+                     "flash_attention": False, "dropout": True,
+                     "framework": "deepspeed" if zero == 3 else "megatron-2021"},
     }
     label += f" mb{mbs}" + (f" v{vpp}" if vpp > 1 else "") + (" ZeRO-3" if zero == 3 else "")
     scenario, why = _scenario(raw, rid)
@@ -304,7 +305,8 @@ def load_mosaic(path: Path | None = None, *, name: str = "mosaic") -> Dataset:
         "activation checkpointing -> recompute full; the row's micro-batch and grad accumulation; "
         "first-generation fused attention: the benchmarks ran MPT's Triton FlashAttention kernel "
         "(submit_benchmarks.py --attn_impl default 'triton'; ALiBi needs it), flash_attention_version 1; "
-        "no dropout."),
+        "no dropout; framework pytorch-fsdp (llm-foundry/Composer: per-block FSDP gathers and "
+        "reduce-scatters overlapped with compute, fused cross-entropy loss_fn)."),
         ("precision: amp_bf16/bf16 -> bf16; amp_fp8 -> fp8 (Transformer Engine). MP mode DEFAULT reduces "
         "gradients in fp32 (4-byte grads on the wire), PURE in bf16."),
         ("hardware, one cluster per GPU type: A100 40/80GB -> dgx-a100 network (1600 Gbps RoCE per node "
@@ -358,7 +360,8 @@ def _mosaic_case(r: dict) -> Case:
         "training": {"seq_len": seq, "global_batch": mbs * accum * gpus, "micro_batch": mbs, "dtype": dtype,
                      "recompute": "full" if ac else "none", "zero": zero, "flash_attention": True,
                      "flash_attention_version": 1,
-                     "dropout": False, "grad_dtype_bytes": 4 if mp_default else 0},
+                     "dropout": False, "grad_dtype_bytes": 4 if mp_default else 0,
+                     "framework": "pytorch-fsdp"},
     }
     label += f" z{zero}" + (" AC" if ac else "") + (" fp8" if dtype == "fp8" else "")
     scenario, why = _scenario(raw, rid)

@@ -108,6 +108,8 @@ def estimate(table: CostTable) -> EngineResult:
         last = buckets[-1] if buckets else 0.0
         if table.reduce_grads_every_microbatch:
             tail = last  # the per-micro-batch reductions are paced above; the last one is exposed
+        elif not table.overlap_grad_reduce:
+            tail = total_dp  # reduced after the whole backward pass
         else:
             window = (b + w) * (1 - 1 / max(1, len(buckets)))
             tail = max(last, total_dp - window) if buckets else 0.0

@@ -18,10 +18,13 @@ What goes where (choices documented here, once):
 * PP: one activation (gradient) message per micro-batch and chunk, b·(s/cp)·h elements split over the TP
   ranks (scatter/gather optimisation or SP, SC21 Sec. 4.1), on the links between the stages' GPUs.
 * DP: gradients reduced in Megatron DDP buckets (max(40M, 1M·dp) parameters, Megatron-Core default) as
-  each chunk's last backward produces them: all-reduce for ZeRO-0, reduce-scatter for the distributed
+  each chunk's last backward produces them (or all after the backward pass when the framework does not
+  overlap, ``framework.behaviour(...).overlap_grad_reduce``: Megatron 2021's local DDP): all-reduce for ZeRO-0, reduce-scatter for the distributed
   optimizer / ZeRO-1/2/3; ZeRO-2/3 reduce every micro-batch (DeepSpeed/FSDP); ZeRO-1/2 all-gather the
   updated parameters after the optimizer step; ZeRO-3 all-gathers each chunk's parameters before every
-  forward and backward, prefetched one op ahead. Offload adds its PCIe traffic (cost_models.memory) to the
+  forward and backward, prefetched one op ahead. Each collective the framework issues pays its own
+  latency: one ZeRO-3 gather per block (FSDP) or per weight tensor (DeepSpeed), one reduce-scatter per
+  block (FSDP) or per reduce bucket (DeepSpeed), see cost_models/framework.py. Offload adds its PCIe traffic (cost_models.memory) to the
   optimizer step, exposed.
 * Links: a transfer occupies its GPU's NIC (tx/rx) when its group spans nodes, else its NVLink port, so
   pipeline messages and gradient buckets of a stage share bandwidth in the engine.
@@ -37,7 +40,7 @@ import math
 from collections import OrderedDict
 
 from trainsim.cost_models import activations as act
-from trainsim.cost_models import compute, memory
+from trainsim.cost_models import compute, framework, memory
 from trainsim.cost_models.shapes import layer_shape
 from trainsim.specs import Scenario
 
@@ -189,21 +192,37 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
     dense_l, expert_l = memory.layer_params_per_rank(m, lay.tp, lay.ep)  # per block, one rank
     bucket_params = max(DDP_BUCKET_PARAMS, DDP_BUCKET_PARAMS_PER_DP * scenario.dp)
     reduce_op = "all_reduce" if z == 0 else "reduce_scatter"
+    fw = framework.behaviour(tr.framework)
 
     def grad_buckets(s: int, params: float, label: str, layers_of_chunk: int) -> tuple[Transfer, ...]:
         if dp_group is None or params <= 0:
             return ()
-        # ZeRO-2/3 reduce-scatter per block as backward produces it (DeepSpeed/FSDP), every micro-batch:
-        # one bucket per layer, up to the per-chunk cap; ZeRO-0/1 use Megatron's bucket size.
-        if z >= 2:
-            n = max(1, min(MAX_BUCKETS_PER_CHUNK, layers_of_chunk))
+        # How many collectives the framework really issues for this chunk's gradients: ZeRO-2/3 reduce-
+        # scatter per block as backward produces it (FSDP), or per reduce bucket (DeepSpeed
+        # reduce_bucket_size); ZeRO-0/1 use Megatron's DDP bucket size. At most MAX_BUCKETS_PER_CHUNK
+        # transfers are simulated, each carrying its share of the calls' latency and bytes.
+        if z >= 2 and fw.reduce_bucket_params:
+            calls = max(1, math.ceil(params / fw.reduce_bucket_params))
+        elif z >= 2:
+            calls = max(1, layers_of_chunk)
         else:
-            n = max(1, min(MAX_BUCKETS_PER_CHUNK, math.ceil(params / bucket_params)))
-        nbytes = params * tr.grad_bytes / n
-        lat, bw = _coll(reduce_op, nbytes, dp_group, scenario, profile)
+            calls = max(1, math.ceil(params / bucket_params))
+        n = min(MAX_BUCKETS_PER_CHUNK, calls)
+        per_call = params * tr.grad_bytes / calls
+        lat, bw = _coll(reduce_op, per_call, dp_group, scenario, profile)
+        k_calls = calls / n
         links = _links(s, dp_group)
-        return tuple(Transfer(f"{reduce_op} grads {label} bucket {k}", transfer_s=bw, latency_s=lat, links=links,
-                              dim="dp", nbytes=nbytes) for k in range(n))
+        return tuple(Transfer(f"{reduce_op} grads {label} bucket {k}", transfer_s=bw * k_calls,
+                              latency_s=lat * k_calls, links=links, dim="dp", nbytes=per_call * k_calls)
+                     for k in range(n))
+
+    def gather_calls(layers_of_chunk: int, extra: bool) -> int:
+        """ZeRO-3 all-gathers per pass over a chunk: one per block (FSDP) or per weight tensor (DeepSpeed)."""
+        per_block = 1
+        if fw.zero3_gather == "tensor":
+            mlp = 3 if shp.gated else 2
+            per_block = 2 + mlp * (max(1, m.num_experts // lay.ep) if shp.is_moe else 1)
+        return max(1, layers_of_chunk * per_block + (1 if extra else 0))
 
     # Embedding (+ positions) on the first stage; final norm + output layer (a duplicate of a tied embedding
     # when pp > 1) on the last: memory.stage_extra_params's split, one rank.
@@ -244,8 +263,9 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
             params = n * (dense_l + expert_l) + extra_params
             gather = None
             if z >= 3 and dp_group is not None:
-                lat, bwt = _coll("all_gather", params * tr.param_bytes, dp_group, scenario, profile)
-                gather = Transfer(f"all_gather params chunk {c}", transfer_s=bwt, latency_s=lat,
+                calls = gather_calls(n, extra_params > 0)
+                lat, bwt = _coll("all_gather", params * tr.param_bytes / calls, dp_group, scenario, profile)
+                gather = Transfer(f"all_gather params chunk {c}", transfer_s=bwt * calls, latency_s=lat * calls,
                                   links=_links(s, dp_group), dim="dp", nbytes=params * tr.param_bytes)
             chunks.append(ChunkCost(
                 fwd_s=f, bwd_input_s=bi, bwd_weight_s=bw, recompute_s=rc,
@@ -285,7 +305,8 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
             weights_bytes=sm.weights, grads_bytes=sm.grads, optimizer_bytes=sm.optimizer, other_bytes=sm.other,
         ))
     table = CostTable(stages=tuple(stages), num_microbatches=scenario.num_microbatches, schedule=tr.schedule,
-                      reduce_grads_every_microbatch=z >= 2, comm_compute_slowdown=comm_compute_slowdown(scenario),
+                      reduce_grads_every_microbatch=z >= 2, overlap_grad_reduce=fw.overlap_grad_reduce,
+                      comm_compute_slowdown=comm_compute_slowdown(scenario),
                       gpu_memory_bytes=scenario.cluster.gpu.memory_bytes,
                       host_bytes=max(sm.host for sm in stage_mem))
     return table.without_communication() if ideal_network else table

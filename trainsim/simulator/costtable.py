@@ -124,6 +124,9 @@ class CostTable:
     num_microbatches: int
     schedule: str = "1f1b"
     reduce_grads_every_microbatch: bool = False
+    # False: gradient buckets are reduced after the stage's whole backward pass, not during it (Megatron
+    # 2021 local DDP); per-micro-batch reductions then start after each op instead of during it.
+    overlap_grad_reduce: bool = True
     comm_compute_slowdown: float = 0.0
     gpu_memory_bytes: float = float("inf")
     host_bytes: float = 0.0  # largest offloaded host memory of a stage's GPU (cost_models.memory)

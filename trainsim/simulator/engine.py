@@ -9,7 +9,7 @@ DP size enters only through the collective times in the CostTable. Per stage the
 * a pipeline stream: activation / gradient messages to the neighbour stages, asynchronous to compute
   (Megatron's overlapped p2p), sharing the stage's links with other traffic;
 * a data-parallel stream: gradient buckets issued in order as backward produces them (once per step, or
-  every micro-batch for ZeRO-2/3); the step ends with the optimizer step and ZeRO-1/2 parameter
+  every micro-batch for ZeRO-2/3), or all after the backward pass when ``overlap_grad_reduce`` is off; the step ends with the optimizer step and ZeRO-1/2 parameter
   all-gathers;
 * a parameter-gather stream (ZeRO-3/FSDP): each op's parameters are all-gathered one op ahead, layer by
   layer (the op starts after its first layer's parameters and ends no earlier than the last layer's).
@@ -195,6 +195,7 @@ class _Engine:
         last_vs = p * v - 1
         weight_done = [0] * v            # weight-gradient passes finished per chunk
         per_mb = t.reduce_grads_every_microbatch
+        overlap = t.overlap_grad_reduce
         gathers: dict[int, tuple[simpy.Event, simpy.Event | None]] = {}
         gather_bytes = [0.0] * len(ops)
         # ZeRO-3 gathers go layer by layer (FSDP wraps each block): an op may start once its first layer's
@@ -203,10 +204,12 @@ class _Engine:
         for ci, ch in enumerate(st.chunks):
             pg = ch.param_gather
             if pg is not None and ch.layers > 1:
+                # the builder's latency_s is that of all the chunk's gather calls: split it like the bytes
                 f1 = 1.0 / ch.layers
-                split_gather[ci] = (replace(pg, transfer_s=pg.transfer_s * f1, nbytes=pg.nbytes * f1),
+                split_gather[ci] = (replace(pg, transfer_s=pg.transfer_s * f1, latency_s=pg.latency_s * f1,
+                                            nbytes=pg.nbytes * f1),
                                     replace(pg, name=pg.name + " (rest)", transfer_s=pg.transfer_s * (1 - f1),
-                                            nbytes=pg.nbytes * (1 - f1)))
+                                            latency_s=pg.latency_s * (1 - f1), nbytes=pg.nbytes * (1 - f1)))
             elif pg is not None:
                 split_gather[ci] = (pg, None)
 
@@ -293,11 +296,12 @@ class _Engine:
             buckets = ()
             if kind in (BW, W):
                 weight_done[c] += 1
-                if per_mb or weight_done[c] == m:
+                if per_mb or (overlap and weight_done[c] == m):
                     buckets = chunk.grad_buckets
                 nb = len(buckets)
-                for k in range(nb - 1):
-                    self._enqueue_dp(s, buckets[k], None, delay=dur * (k + 1) / nb)
+                if overlap:
+                    for k in range(nb - 1):
+                        self._enqueue_dp(s, buckets[k], None, delay=dur * (k + 1) / nb)
             if dur > 0:
                 yield env.timeout(dur)
             if gtail is not None and not gtail.processed:
@@ -311,7 +315,8 @@ class _Engine:
                     "compute_s": comp + extra, "tp_s": comm[0], "cp_s": comm[1], "ep_s": comm[2],
                     "slowdown_s": extra, "layers": chunk.layers, "vstage": vs}))
             if buckets:
-                self._enqueue_dp(s, buckets[-1], None)
+                for bk in (buckets[-1:] if overlap else buckets):
+                    self._enqueue_dp(s, bk, None)
             # Memory release and messages.
             if kind == BW:
                 self._mem(s, -chunk.act_bytes, -chunk.bwd_transient_bytes)
@@ -326,6 +331,10 @@ class _Engine:
             elif kind in (B, BW) and vs > 0:
                 self._send(s, 1, mb, vs - 1)
         tl.pipeline_end_s = env.now
+        if not overlap and not per_mb:  # reduce every chunk's gradients after the whole backward pass
+            for chunk in st.chunks:
+                for bk in chunk.grad_buckets:
+                    self._enqueue_dp(s, bk, None)
         # Wait for this stage's data-parallel stream to drain (the exposed tail of gradient reduction).
         done = env.event()
         self.dp_queue[s].put((None, done.succeed))

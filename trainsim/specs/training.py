@@ -9,6 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 Recompute = Literal["none", "selective", "full"]
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb"]
 TrainDtype = Literal["bf16", "fp16", "fp8", "fp32"]
+# The training framework: selects documented software-stack behaviours (gradient-reduction overlap,
+# cross-entropy kernel, ZeRO-3 gather granularity), see trainsim/cost_models/framework.py.
+Framework = Literal["megatron", "megatron-2021", "pytorch-fsdp", "deepspeed"]
 
 DEFAULT_PLACEMENT = ("tp", "cp", "ep", "dp", "pp")
 
@@ -65,6 +68,8 @@ class TrainingSpec(BaseModel):
     offload_params: bool = False
     optimizer_bytes_per_param: int = Field(default=12, gt=0, le=64, description="fp32 master + Adam m, v")
     grad_dtype_bytes: int = Field(default=0, ge=0, le=8, description="0 = same as dtype (fp32 for fp8)")
+    framework: Framework = Field(default="megatron", description="software stack whose documented behaviours "
+                                 "apply (cost_models/framework.py)")
 
     @model_validator(mode="after")
     def _check(self) -> "TrainingSpec":

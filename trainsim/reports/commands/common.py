@@ -50,6 +50,8 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
     p.add_argument("--distributed-optimizer", action="store_true", default=None)
     p.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved", "zb"))
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "fp32"))
+    p.add_argument("--framework", choices=("megatron", "megatron-2021", "pytorch-fsdp", "deepspeed"),
+                   help="software stack whose documented behaviours apply (default megatron)")
     p.add_argument("--calibration", help="calibration profile JSON (from `trainsim calibrate`)")
 
 
@@ -58,6 +60,7 @@ OVERRIDE_FLAGS = {
     "ep": "ep", "vpp": "vpp", "seq_len": "seq_len", "global_batch": "global_batch", "micro_batch": "micro_batch",
     "recompute": "recompute", "sequence_parallel": "sequence_parallel", "zero": "zero",
     "distributed_optimizer": "distributed_optimizer", "schedule": "schedule", "dtype": "dtype",
+    "framework": "framework",
 }
 
 

@@ -1,0 +1,96 @@
+"""TrainingSpec.framework: each documented software-stack behaviour, checked against closed forms.
+
+Truth: the byte counts of the frameworks' own code (cost_models/framework.py docstring), the engine's
+timeline (reduction after vs during backward) and the collective model's per-call latency.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from trainsim.cost_models import activations as act
+from trainsim.cost_models import collectives, framework
+from trainsim.cost_models.flops import head_ops
+from trainsim.reports.cli import main
+from trainsim.simulator.builder import build_cost_table
+from trainsim.simulator.predict import predict
+from trainsim.specs import SpecError, build_scenario
+from trainsim.topologies.placement import place
+
+
+def scen(**training):
+    return build_scenario({"model": "llama3-8b", "cluster": "dgx-a100", "gpus": 32,
+                           "layout": {"tp": 1, "pp": 1},
+                           "training": {"seq_len": 2048, "global_batch": 64, "micro_batch": 1, **training}})
+
+
+def test_default_is_megatron_and_unknown_is_rejected():
+    assert scen().training.framework == "megatron"
+    with pytest.raises(SpecError) as e:
+        scen(framework="jax")
+    assert "framework" in str(e.value)
+
+
+def test_cross_entropy_bytes_per_logit():
+    """Megatron's fp32 op sequence: e+36 fwd, e+12 bwd; fused kernel e+4 / 4+e (2-byte logits)."""
+    assert framework.cross_entropy_bytes(False, 2) == (38.0, 14.0)
+    assert framework.cross_entropy_bytes(True, 2) == (6.0, 6.0)
+    for fw, fused in (("megatron", False), ("megatron-2021", False), ("deepspeed", False), ("pytorch-fsdp", True)):
+        s = scen(framework=fw)
+        ce = [o for o in head_ops(s) if o.name == "cross_entropy"][0]
+        logits = 2048 * s.model.vocab_size
+        assert ce.fwd_bytes == pytest.approx(logits * framework.cross_entropy_bytes(fused, 2)[0])
+        assert ce.bwd_input_bytes == pytest.approx(logits * framework.cross_entropy_bytes(fused, 2)[1])
+
+
+def test_loss_memory_follows_the_kernel():
+    """Megatron saves the fp32 softmax (4 B/logit); a fused kernel saves the 16-bit logits (2 B/logit)."""
+    meg, fsdp = scen(), scen(framework="pytorch-fsdp")
+    logits = 2048 * meg.model.vocab_size
+    diff = act.head_activation_bytes(meg) - act.head_activation_bytes(fsdp)
+    assert diff == pytest.approx(2 * logits - 4 * 2048)
+    assert act.logits_workspace_bytes(meg) == act.logits_workspace_bytes(fsdp) == 2 * logits
+
+
+def test_megatron_2021_reduces_gradients_after_the_backward():
+    """Local DDP: the whole all-reduce is exposed after the pipeline; overlapped DDP hides all but a tail."""
+    new, old = predict(scen()), predict(scen(framework="megatron-2021"))
+    table = build_cost_table(scen(framework="megatron-2021"))
+    assert not table.overlap_grad_reduce and build_cost_table(scen()).overlap_grad_reduce
+    total_dp = sum(b.time_s for ch in table.stages[0].chunks for b in ch.grad_buckets)
+    assert old.exposed_comm_s["dp"] == pytest.approx(total_dp, rel=1e-6)
+    assert new.exposed_comm_s["dp"] < 0.5 * total_dp
+    # the closed-form path agrees on the exposed reduction
+    fast = predict(scen(framework="megatron-2021"), fast=True)
+    assert fast.exposed_comm_s["dp"] == pytest.approx(total_dp, rel=1e-6)
+
+
+def test_zero3_gathers_pay_one_latency_per_collective():
+    """FSDP: one all-gather per block; DeepSpeed: one per weight tensor (4 per dense GeLU block)."""
+    base = {"zero": 3, "recompute": "full"}
+    for fw, per_block in (("pytorch-fsdp", 1), ("deepspeed", 5)):  # llama3-8b is gated: qkv, o, gate, up, down
+        s = scen(framework=fw, **base)
+        g = build_cost_table(s).stages[0].chunks[0].param_gather
+        calls = s.model.num_layers * per_block + 1  # + the embedding/head tensors of the chunk
+        grp = place(s).group("dp")
+        one = collectives.collective_time("all_gather", g.nbytes / calls, grp, s.cluster)
+        assert g.latency_s == pytest.approx(calls * one.latency_s, rel=1e-9), fw
+
+
+def test_deepspeed_reduce_scatter_per_reduce_bucket():
+    s = scen(framework="deepspeed", zero=3)
+    buckets = build_cost_table(s).stages[0].chunks[0].grad_buckets
+    params = sum(b.nbytes for b in buckets) / s.training.grad_bytes
+    calls = -(-params // framework.DEEPSPEED_REDUCE_BUCKET_PARAMS)
+    grp = place(s).group("dp")
+    one = collectives.collective_time("reduce_scatter", params * 2 / calls, grp, s.cluster)
+    assert sum(b.latency_s for b in buckets) == pytest.approx(calls * one.latency_s, rel=1e-6)
+
+
+def test_cli_flag(capsys):
+    assert main(["predict", "--model", "llama3-8b", "--cluster", "dgx-a100", "--gpus", "8",
+                 "--framework", "megatron-2021", "--json"]) == 0
+    assert '"step_time_s"' in capsys.readouterr().out
+    assert main(["predict", "--model", "llama3-8b", "--cluster", "dgx-a100", "--gpus", "8",
+                 "--framework", "jax"]) == 2
+    assert "--framework" in capsys.readouterr().err

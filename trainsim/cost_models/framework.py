@@ -1,0 +1,85 @@
+"""Software-stack behaviours that change step time without changing the hardware: one row per framework.
+
+``TrainingSpec.framework`` names the training framework; the cost models and the engine builder read the
+behaviours below from it. Every value is the framework's own default, cited to its code or docs; none is
+fitted to a measurement.
+
+* ``overlap_grad_reduce`` -- data-parallel gradient reduction overlapped with the backward pass.
+    - megatron: Megatron-Core ``DistributedDataParallel`` with ``--overlap-grad-reduce`` (buckets are
+      reduced as backward produces them; the default of Megatron-Core/NeMo training recipes).
+    - megatron-2021: Megatron-LM of SC21 (``--DDP-impl local``, the default): ``train_step`` calls
+      ``model_module.allreduce_gradients()`` after ``forward_backward_func`` returns, i.e. one
+      all-reduce of every gradient after the whole backward pass, not overlapped (megatron/training.py
+      of that time, timer 'backward-params-all-reduce').
+    - pytorch-fsdp (the llm-foundry / Composer FSDP stack of the MosaicML benchmarks): FSDP reduce-scatters each wrapped block's gradients in a post-backward hook, on a
+      separate stream, overlapped with the backward of earlier blocks (torch.distributed.fsdp docs).
+    - deepspeed: ZeRO ``overlap_comm`` -- gradients are reduced in ``reduce_bucket_size`` buckets during
+      backward (DeepSpeed ZeRO config docs; on by default for stage 3).
+* ``cross_entropy_bytes`` -- HBM bytes per logit (forward, backward) of the loss, with ``e``-byte logits.
+    - Megatron's vocab-parallel cross-entropy (megatron/mpu/cross_entropy.py in 2021,
+      megatron/core/tensor_parallel/cross_entropy.py today; the un-fused path is Megatron-Core's default,
+      ``--cross-entropy-loss-fusion`` off), separate fp32 kernels: ``logits.float()`` (read e, write 4),
+      ``max`` (read 4), ``sub_`` (4 + 4), ``exp`` (4 + 4), ``sum`` (read 4), ``div_`` (4 + 4): e + 36
+      forward; backward ``mul_`` by the loss gradient (4 + 4) and autograd's cast of the fp32 gradient
+      back to the logits' dtype (4 + e): e + 12. Used by megatron, megatron-2021 and deepspeed
+      (Megatron-DeepSpeed's GPT uses the same loss).
+    - fused kernel (llm-foundry's default ``loss_fn: fused_crossentropy``, flash-attn's xentropy CUDA
+      kernel; Megatron with ``--cross-entropy-loss-fusion``): forward reads the logits and writes the
+      fp32 softmax (e + 4), backward reads it and writes the logit gradient (4 + e).
+* ``zero3_gather`` -- what one ZeRO-3 parameter all-gather covers.
+    - "block" (pytorch-fsdp, megatron's FSDP): one flat parameter per wrapped transformer block, so one
+      all-gather per block and pass (FSDP wraps each block: llm-foundry ``fsdp_wrap`` of MPTBlock).
+    - "tensor" (deepspeed): ZeRO-3 partitions every ``nn.Parameter`` separately (``ds_tensor`` per
+      parameter, deepspeed/runtime/zero/partition_parameters.py) and gathers the parameters a submodule
+      needs when it runs (``fetch_sub_module``): one collective per weight tensor and pass, each paying
+      the ring's (n-1)-step latency over all data-parallel ranks. Small tensors under
+      ``stage3_param_persistence_threshold`` (biases, norms) stay resident and are not gathered.
+* ``reduce_bucket_params`` -- ZeRO-2/3 gradient reduce-scatter granularity: FSDP one per block
+  (None), DeepSpeed ``reduce_bucket_size`` default 5e8 elements (DeepSpeed ZeRO config docs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Framework = Literal["megatron", "megatron-2021", "pytorch-fsdp", "deepspeed"]
+FRAMEWORKS: tuple[str, ...] = ("megatron", "megatron-2021", "pytorch-fsdp", "deepspeed")
+
+# DeepSpeed ZeRO config default reduce_bucket_size (elements).
+DEEPSPEED_REDUCE_BUCKET_PARAMS = 5e8
+
+
+@dataclass(frozen=True)
+class FrameworkBehaviour:
+    """The behaviours of one framework that the cost models read (see module docstring)."""
+
+    name: str
+    overlap_grad_reduce: bool
+    fused_cross_entropy: bool
+    zero3_gather: Literal["block", "tensor"]
+    reduce_bucket_params: float | None  # ZeRO-2/3 reduce-scatter bucket (elements); None = one per block
+
+
+BEHAVIOURS: dict[str, FrameworkBehaviour] = {
+    "megatron": FrameworkBehaviour("megatron", overlap_grad_reduce=True, fused_cross_entropy=False,
+                                   zero3_gather="block", reduce_bucket_params=None),
+    "megatron-2021": FrameworkBehaviour("megatron-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
+                                        zero3_gather="block", reduce_bucket_params=None),
+    "pytorch-fsdp": FrameworkBehaviour("pytorch-fsdp", overlap_grad_reduce=True, fused_cross_entropy=True,
+                                       zero3_gather="block", reduce_bucket_params=None),
+    "deepspeed": FrameworkBehaviour("deepspeed", overlap_grad_reduce=True, fused_cross_entropy=False,
+                                    zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS),
+}
+
+
+def behaviour(framework: str) -> FrameworkBehaviour:
+    """The behaviours of ``framework`` (one of FRAMEWORKS)."""
+    return BEHAVIOURS[framework]
+
+
+def cross_entropy_bytes(fused: bool, e: int) -> tuple[float, float]:
+    """HBM bytes per logit of the loss, (forward, backward), for ``e``-byte logits (see module docstring)."""
+    if fused:
+        return float(e + 4), float(4 + e)
+    return float(e + 4 + 32), float(8 + 4 + e)
