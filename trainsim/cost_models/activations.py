@@ -185,24 +185,33 @@ def embedding_activation_bytes(scenario) -> float:
 
 
 def head_activation_bytes(scenario, impl: str = "fused") -> float:
-    """Last stage, per micro-batch: final norm input (+ stats) and output, fp32 softmax of the loss, targets.
+    """Last stage, per micro-batch: final norm input (+ stats) and output, what the loss saves, targets.
 
-    The output layer saves its (SP-sharded) input; vocab-parallel cross-entropy keeps fp32 probabilities
-    ``4·T·V/tp`` for its backward, as Korthikanti's ``4·sbv/t`` term; the integer targets ``8·T``.
+    The output layer saves its (SP-sharded) input. The loss saves, per logit of this rank's vocabulary
+    shard: Megatron's vocab-parallel cross-entropy its fp32 softmax ``4·T·V/tp`` (Korthikanti's ``4·sbv/t``
+    term; the in-place ops reuse the fp32 copy of the logits); a fused kernel (flash-attn's xentropy,
+    ``framework.behaviour(...).fused_cross_entropy``) the 16-bit logits themselves and a logsumexp per
+    token. Plus the integer targets ``8·T``.
     """
     _check_impl(impl)
     shp = _shape(scenario)
     T, r = shp.tokens, shp.sp_div
     norm_main, norm_small = _norm_bytes(shp, T / r, impl)
     v_local = -(-shp.vocab // shp.tp)
-    return norm_main + norm_small + _gemm_input_bytes(shp, impl) + STAT_BYTES * T * v_local + 8.0 * T
+    loss = (shp.e * T * v_local + STAT_BYTES * T) if shp.fused_ce else STAT_BYTES * T * v_local
+    return norm_main + norm_small + _gemm_input_bytes(shp, impl) + loss + 8.0 * T
 
 
 def logits_workspace_bytes(scenario) -> float:
-    """Transient bytes on the last stage while the loss runs: 16-bit logits and their fp32 copy."""
+    """Transient bytes on the last stage while the loss runs, beyond what it saves: one 16-bit logits tensor.
+
+    Megatron: the 16-bit logits live while ``.float()`` copies them (the fp32 copy is the saved softmax),
+    and in backward autograd casts the fp32 gradient back to a new 16-bit tensor; fused kernel: the
+    16-bit logit gradient is allocated while the saved logits are alive. Either way ``e·T·V/tp``.
+    """
     shp = _shape(scenario)
     v_local = -(-shp.vocab // shp.tp)
-    return (shp.e + STAT_BYTES) * shp.tokens * v_local
+    return float(shp.e * shp.tokens * v_local)
 
 
 def korthikanti_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, sp: bool = False,
