@@ -107,6 +107,7 @@ def test_execute_json_compares_measured_and_predicted(capsys, tmp_path):
     assert m["step_time_s"] > 0 and m["step_time_min_s"] <= m["step_time_s"] <= m["step_time_p99_s"]
     assert len(m["step_times_s"]) == 2 and len(m["losses"]) == 3
     assert len(m["per_stage"]) == len(p["per_stage"]) == len(e["per_stage"]) == 2
+    assert [r["pp_rank"] for r in m["ranks"]] == [0, 1] and all(r["params"] > 0 for r in m["ranks"])
     for stage in e["per_stage"]:
         assert abs(stage["params"]) < 1 and abs(stage["activations_per_microbatch"]) < 5
     if "step_time_s" in p:  # the engine's prediction (trainsim.simulator.predict) when present

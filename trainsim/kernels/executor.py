@@ -251,7 +251,7 @@ def compare(job: ExecJob, result: dict[str, Any], *, calibration=None,
         "measured": {"step_time_s": timing.get("median_s"), "step_time_min_s": timing.get("min_s"),
                      "step_time_p99_s": timing.get("p99_s"), "step_times_s": result.get("step_times_s", []),
                      "phases_s": result["ranks"][0].get("phases_median_s", {}),
-                     "losses": result["losses"], "per_stage": meas_stages},
+                     "losses": result["losses"], "per_stage": meas_stages, "ranks": result["ranks"]},
         "predicted": {"per_stage": pred_stages},
         "error_pct": {"per_stage": errors},
     }
