@@ -94,3 +94,26 @@ def test_cli_flag(capsys):
     assert main(["predict", "--model", "llama3-8b", "--cluster", "dgx-a100", "--gpus", "8",
                  "--framework", "jax"]) == 2
     assert "--framework" in capsys.readouterr().err
+
+
+def test_megatron_2021_adds_each_micro_batchs_weight_gradients_in_a_separate_pass():
+    """main_grad.add_(grad): 3 x grad_bytes per parameter per micro-batch on the weight-gradient pass."""
+    from trainsim.cost_models import compute, memory
+    s_new, s_old = scen(), scen(framework="megatron-2021")
+    new, old = build_cost_table(s_new).stages[0].chunks[0], build_cost_table(s_old).stages[0].chunks[0]
+    dense, expert = memory.layer_params_per_rank(s_old.model, 1, 1)
+    params = s_old.model.num_layers * (dense + expert) + memory.stage_extra_params(s_old.model, 1, 1, 0)
+    hw = compute.hw_of(s_old.cluster.gpu, "bf16")
+    assert old.bwd_weight_s - new.bwd_weight_s == pytest.approx(compute.memory_time_s(3 * 2 * params, hw), rel=1e-6)
+
+
+def test_fp16_optimizer_unscales_and_framework_copies():
+    """fp16 adds an 8 B/param unscale + inf check; megatron-2021 adds 12 B/param of grad/param copies."""
+    from trainsim.cost_models import compute
+    from trainsim.cost_models.memory import rank_param_shards
+    bf, fp, old = scen(), scen(dtype="fp16"), scen(dtype="fp16", framework="megatron-2021")
+    p = rank_param_shards(fp, 0).optimizer_params
+    hw = compute.hw_of(fp.cluster.gpu, "fp16")
+    t_bf, t_fp, t_old = (compute.optimizer_step_time(x, 0) for x in (bf, fp, old))
+    assert t_fp - t_bf == pytest.approx(8 * p / hw.mem_Bps, rel=1e-6)
+    assert t_old - t_fp == pytest.approx(12 * p / hw.mem_Bps, rel=1e-6)

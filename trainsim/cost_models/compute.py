@@ -51,6 +51,10 @@ FLASH_V1_SPEED_VS_V2 = 0.5
 # a dual-socket server with 8 DDR4/DDR5 channels per socket streams ~150-300 GB/s; 200 GB/s assumed,
 # shared by the node's GPUs.
 HOST_MEM_BW_PER_NODE_BPS = 200e9
+# fp16 training scales the loss, so every step unscales the fp32 main gradients and checks them for
+# inf/NaN before the update (Megatron ``_unscale_main_grads_and_check_for_nan``, torch GradScaler
+# ``_amp_foreach_non_finite_check_and_unscale_``): one read and one write of 4 bytes per gradient.
+FP16_UNSCALE_BYTES_PER_PARAM = 8
 
 
 @dataclass(frozen=True)
@@ -294,17 +298,23 @@ def optimizer_step_time(scenario, stage: int, profile=None) -> float:
     """Seconds of the (memory-bound) Adam step over this rank's optimizer shard, plus the grad-norm pass.
 
     Fused Adam streams per parameter: fp32 master weight, m and v read and written (2·K bytes), the
-    gradient read and the 16-bit weight written; clipping reads every local gradient once more. With
+    gradient read and the 16-bit weight written; clipping reads every local gradient once more; fp16
+    adds the loss-scale unscale/inf check, and the framework its extra copies (framework.py). With
     ``offload_optimizer`` the update runs on the host at ``HOST_MEM_BW_PER_NODE_BPS / gpus_per_node``
     (the PCIe traffic is reported by ``memory.stage_memory`` for the engine to time).
     """
     from .memory import rank_param_shards  # memory does not import compute
 
+    from .framework import behaviour
+
     t = scenario.training
     sh = rank_param_shards(scenario, stage)
-    per_param = 2 * t.optimizer_bytes_per_param + t.grad_bytes + t.param_bytes
+    per_param = (2 * t.optimizer_bytes_per_param + t.grad_bytes + t.param_bytes
+                 + behaviour(t.framework).optimizer_extra_bytes_per_param)
     update_bytes = sh.optimizer_params * per_param
     norm_bytes = sh.grad_params * t.grad_bytes
+    if t.dtype == "fp16":
+        norm_bytes += sh.optimizer_params * FP16_UNSCALE_BYTES_PER_PARAM
     hw = hw_of(scenario.cluster.gpu, t.dtype)
     prof = profile
     norm_s = memory_time_s(norm_bytes, hw, prof, "copy") if norm_bytes else 0.0

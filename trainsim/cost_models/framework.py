@@ -36,6 +36,18 @@ fitted to a measurement.
       ``stage3_param_persistence_threshold`` (biases, norms) stay resident and are not gathered.
 * ``reduce_bucket_params`` -- ZeRO-2/3 gradient reduce-scatter granularity: FSDP one per block
   (None), DeepSpeed ``reduce_bucket_size`` default 5e8 elements (DeepSpeed ZeRO config docs).
+* ``grad_accumulation_pass`` -- weight gradients reach the accumulation buffer through a separate
+  elementwise add every micro-batch. megatron-2021: the wgrad GEMM writes ``param.grad`` and DDP's hook
+  runs ``param.main_grad.add_(param.grad.data)`` (local DDP's ``_make_param_hook``; with torch DDP
+  autograd's AccumulateGrad does the same ``grad +=``): read both, write one, ``3 x grad_bytes`` per
+  parameter per micro-batch. megatron: ``--gradient-accumulation-fusion`` (on by default) makes the wgrad
+  GEMM accumulate into ``main_grad`` itself. FSDP / DeepSpeed ZeRO-2/3 reduce-scatter every micro-batch
+  and accumulate only the 1/dp shard (folded into the optimizer's bytes).
+* ``optimizer_extra_bytes_per_param`` -- bytes per parameter the optimizer step moves beyond a fused
+  Adam (cost_models.compute.optimizer_step_time). megatron-2021 (Float16OptimizerWithFloat16Params):
+  ``_copy_model_grads_to_main_grads`` (read 2, write 4) and ``_copy_main_params_to_model_params``
+  (read 4, write 2) = 12. The fp16 loss-scale unscale/inf check is a dtype effect, not a framework one
+  (compute.FP16_UNSCALE_BYTES_PER_PARAM).
 """
 
 from __future__ import annotations
@@ -59,13 +71,16 @@ class FrameworkBehaviour:
     fused_cross_entropy: bool
     zero3_gather: Literal["block", "tensor"]
     reduce_bucket_params: float | None  # ZeRO-2/3 reduce-scatter bucket (elements); None = one per block
+    grad_accumulation_pass: bool = False
+    optimizer_extra_bytes_per_param: float = 0.0
 
 
 BEHAVIOURS: dict[str, FrameworkBehaviour] = {
     "megatron": FrameworkBehaviour("megatron", overlap_grad_reduce=True, fused_cross_entropy=False,
                                    zero3_gather="block", reduce_bucket_params=None),
     "megatron-2021": FrameworkBehaviour("megatron-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
-                                        zero3_gather="block", reduce_bucket_params=None),
+                                        zero3_gather="block", reduce_bucket_params=None,
+                                        grad_accumulation_pass=True, optimizer_extra_bytes_per_param=12.0),
     "pytorch-fsdp": FrameworkBehaviour("pytorch-fsdp", overlap_grad_reduce=True, fused_cross_entropy=True,
                                        zero3_gather="block", reduce_bucket_params=None),
     "deepspeed": FrameworkBehaviour("deepspeed", overlap_grad_reduce=True, fused_cross_entropy=False,

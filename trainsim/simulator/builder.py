@@ -193,6 +193,14 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
     bucket_params = max(DDP_BUCKET_PARAMS, DDP_BUCKET_PARAMS_PER_DP * scenario.dp)
     reduce_op = "all_reduce" if z == 0 else "reduce_scatter"
     fw = framework.behaviour(tr.framework)
+    # Frameworks without gradient-accumulation fusion add each block's weight gradients into the
+    # accumulation buffer in a separate pass every micro-batch (framework.py grad_accumulation_pass).
+    hw = compute.hw_of(scenario.cluster.gpu, tr.dtype)
+
+    def accumulate_s(params: float) -> float:
+        if not fw.grad_accumulation_pass or params <= 0:
+            return 0.0
+        return compute.memory_time_s(3 * tr.grad_bytes * params, hw, profile, "copy")
 
     def grad_buckets(s: int, params: float, label: str, layers_of_chunk: int) -> tuple[Transfer, ...]:
         if dp_group is None or params <= 0:
@@ -261,6 +269,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
                 extra_params += head_params
                 label = label + " + logits/loss"
             params = n * (dense_l + expert_l) + extra_params
+            bw += accumulate_s(params)
             gather = None
             if z >= 3 and dp_group is not None:
                 calls = gather_calls(n, extra_params > 0)
