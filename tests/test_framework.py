@@ -117,3 +117,14 @@ def test_fp16_optimizer_unscales_and_framework_copies():
     t_bf, t_fp, t_old = (compute.optimizer_step_time(x, 0) for x in (bf, fp, old))
     assert t_fp - t_bf == pytest.approx(8 * p / hw.mem_Bps, rel=1e-6)
     assert t_old - t_fp == pytest.approx(12 * p / hw.mem_Bps, rel=1e-6)
+
+
+def test_composer_train_metrics_add_two_eager_loss_forwards():
+    """pytorch-fsdp (Composer + llm-foundry MPT): LanguageCrossEntropy and LanguagePerplexity each run an
+    eager fp32 cross-entropy forward per micro-batch: 2 x (e + 20) bytes per logit, no backward."""
+    s = scen(framework="pytorch-fsdp")
+    ops = {o.name: o for o in head_ops(s)}
+    logits = 2048 * s.model.vocab_size
+    assert ops["train_metrics"].fwd_bytes == pytest.approx(2 * 22 * logits)
+    assert ops["train_metrics"].bwd_input_bytes == 0
+    assert "train_metrics" not in {o.name for o in head_ops(scen())}

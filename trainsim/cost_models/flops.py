@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .framework import cross_entropy_bytes
+from .framework import cross_entropy_bytes, train_metric_bytes_per_logit
 from .shapes import LayerShape, layer_shape
 
 Gemm = tuple[int, int, int]  # (m, n, k)
@@ -294,7 +294,8 @@ def _head_ops(shp: LayerShape) -> tuple[Op, ...]:
         # Cross-entropy over this rank's vocabulary shard: fused kernel or Megatron's fp32 op sequence,
         # bytes per logit from framework.cross_entropy_bytes (the framework's own implementation).
         _elementwise("cross_entropy", "loss", logits, *cross_entropy_bytes(shp.fused_ce, e), 5.0),
-    )
+    ) + ((_elementwise("train_metrics", "loss", logits, shp.metric_ce_passes * train_metric_bytes_per_logit(e),
+                       0.0, 5.0 * shp.metric_ce_passes),) if shp.metric_ce_passes else ())
 
 
 def head_ops(scenario) -> tuple[Op, ...]:

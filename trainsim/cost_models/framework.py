@@ -43,6 +43,13 @@ fitted to a measurement.
   parameter per micro-batch. megatron: ``--gradient-accumulation-fusion`` (on by default) makes the wgrad
   GEMM accumulate into ``main_grad`` itself. FSDP / DeepSpeed ZeRO-2/3 reduce-scatter every micro-batch
   and accumulate only the 1/dp shard (folded into the optimizer's bytes).
+* ``train_metric_loss_passes`` -- extra no-grad cross-entropy forwards per micro-batch over the logits.
+  pytorch-fsdp (Composer + llm-foundry): Composer's ``Trainer._train_microbatch`` ends every micro-batch
+  with ``_eval_train_metrics``, which updates each train metric on the micro-batch's logits; llm-foundry's
+  MPT declares ``train_metrics = [LanguageCrossEntropy(), LanguagePerplexity()]``, and each ``update`` runs
+  an eager ``torch.nn.CrossEntropyLoss`` under bf16 autocast: fp32 cast (read e, write 4), log-softmax
+  (max, sum and write passes: read 12, write 4), NLL gather (negligible) = e + 20 bytes per logit each
+  (``TRAIN_METRIC_BYTES_PER_LOGIT``).
 * ``optimizer_extra_bytes_per_param`` -- bytes per parameter the optimizer step moves beyond a fused
   Adam (cost_models.compute.optimizer_step_time). megatron-2021 (Float16OptimizerWithFloat16Params):
   ``_copy_model_grads_to_main_grads`` (read 2, write 4) and ``_copy_main_params_to_model_params``
@@ -73,6 +80,7 @@ class FrameworkBehaviour:
     reduce_bucket_params: float | None  # ZeRO-2/3 reduce-scatter bucket (elements); None = one per block
     grad_accumulation_pass: bool = False
     optimizer_extra_bytes_per_param: float = 0.0
+    train_metric_loss_passes: int = 0
 
 
 BEHAVIOURS: dict[str, FrameworkBehaviour] = {
@@ -82,7 +90,8 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                         zero3_gather="block", reduce_bucket_params=None,
                                         grad_accumulation_pass=True, optimizer_extra_bytes_per_param=12.0),
     "pytorch-fsdp": FrameworkBehaviour("pytorch-fsdp", overlap_grad_reduce=True, fused_cross_entropy=True,
-                                       zero3_gather="block", reduce_bucket_params=None),
+                                       zero3_gather="block", reduce_bucket_params=None,
+                                       train_metric_loss_passes=2),
     "deepspeed": FrameworkBehaviour("deepspeed", overlap_grad_reduce=True, fused_cross_entropy=False,
                                     zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS),
 }
@@ -91,6 +100,11 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
 def behaviour(framework: str) -> FrameworkBehaviour:
     """The behaviours of ``framework`` (one of FRAMEWORKS)."""
     return BEHAVIOURS[framework]
+
+
+def train_metric_bytes_per_logit(e: int) -> float:
+    """HBM bytes per logit of one eager no-grad cross-entropy (a train-metric update), e-byte logits."""
+    return float(e + 4 + 12 + 4)
 
 
 def cross_entropy_bytes(fused: bool, e: int) -> tuple[float, float]:

@@ -50,6 +50,7 @@ class LayerShape:
     causal: bool = True  # decoder LMs: a fused kernel skips the masked half (time only, not FLOP counts)
     flash_version: int = 2  # FlashAttention generation (TrainingSpec.flash_attention_version)
     fused_ce: bool = False  # fused cross-entropy kernel (framework.behaviour(...).fused_cross_entropy)
+    metric_ce_passes: int = 0  # no-grad cross-entropy forwards of train metrics (framework.py)
 
     @property
     def e(self) -> int:
@@ -110,6 +111,7 @@ def _layer_shape(scenario) -> LayerShape:
         tp=lay.tp, cp=lay.cp, ep=lay.ep, sp=t.sequence_parallel, dtype=t.dtype, recompute=t.recompute,
         flash=t.flash_attention, dropout=t.dropout, flash_version=t.flash_attention_version,
         fused_ce=behaviour(t.framework).fused_cross_entropy,
+        metric_ce_passes=behaviour(t.framework).train_metric_loss_passes,
     )
 
 
