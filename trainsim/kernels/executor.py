@@ -165,26 +165,16 @@ def predicted_memory(job: ExecJob) -> list[dict[str, float]]:
     Activations use the cost model's ``impl="eager"`` switch: the executor runs plain torch autograd
     (eager RMSNorm and SwiGLU, torch SequenceParallel saving gathered GEMM inputs), not fused kernels.
     """
-    from trainsim.cost_models import activations as act
     from trainsim.cost_models import memory
 
     scn = prediction_scenario(job, for_memory=True)
-    per_layer = act.layer_activation_bytes(scn, impl=EXECUTOR_IMPL).total
-    working = act.recompute_working_bytes(scn, impl=EXECUTOR_IMPL)
     out = []
     for stage in range(scn.layout.pp):
-        sm = memory.stage_memory(scn, stage)
-        per_mb = scn.layers_on_stage(stage) * per_layer
-        if stage == 0:
-            per_mb += act.embedding_activation_bytes(scn)
-        if stage == scn.layout.pp - 1:
-            per_mb += act.head_activation_bytes(scn, impl=EXECUTOR_IMPL)
+        sm = memory.stage_memory(scn, stage, impl=EXECUTOR_IMPL)
         out.append({"params": sm.weights, "grads": sm.grads, "optimizer": sm.optimizer,
-                    "activations_per_microbatch": per_mb,
-                    "activations_peak": sm.inflight_microbatches * per_mb + working,
-                    "inflight_microbatches": sm.inflight_microbatches,
-                    "other": sm.other, "total": sm.weights + sm.grads + sm.optimizer + sm.other
-                    + sm.inflight_microbatches * per_mb + working})
+                    "activations_per_microbatch": memory.activation_bytes_per_microbatch(scn, stage, impl=EXECUTOR_IMPL),
+                    "activations_peak": sm.activations, "inflight_microbatches": sm.inflight_microbatches,
+                    "other": sm.other, "total": sm.total})
     return out
 
 
