@@ -37,7 +37,7 @@ def test_cross_entropy_bytes_per_logit():
     assert framework.cross_entropy_bytes(True, 2) == (6.0, 6.0)
     for fw, fused in (("megatron", False), ("megatron-2021", False), ("deepspeed", False), ("pytorch-fsdp", True)):
         s = scen(framework=fw)
-        ce = [o for o in head_ops(s) if o.name == "cross_entropy"][0]
+        ce = next(o for o in head_ops(s) if o.name == "cross_entropy")
         logits = 2048 * s.model.vocab_size
         assert ce.fwd_bytes == pytest.approx(logits * framework.cross_entropy_bytes(fused, 2)[0])
         assert ce.bwd_input_bytes == pytest.approx(logits * framework.cross_entropy_bytes(fused, 2)[1])
@@ -128,3 +128,21 @@ def test_composer_train_metrics_add_two_eager_loss_forwards():
     assert ops["train_metrics"].fwd_bytes == pytest.approx(2 * 22 * logits)
     assert ops["train_metrics"].bwd_input_bytes == 0
     assert "train_metrics" not in {o.name for o in head_ops(scen())}
+
+
+def test_deepspeed_zero3_keeps_few_parameters_gathered():
+    """DeepSpeed gathers tensor by tensor (max live 1e9 elements, a tensor never split); FSDP a whole block
+    and the prefetched next one. GPT 530B on 640 GPUs with ZeRO-3 ran in SC21 Table 2 [sc21_t2_4]."""
+    from trainsim.cost_models import memory
+    big = {"model": {"name": "gpt-530b", "num_layers": 105, "hidden": 20480, "num_heads": 128, "vocab_size": 51200},
+           "cluster": "dgx-a100", "gpus": 640, "layout": {"tp": 1, "pp": 1},
+           "training": {"seq_len": 2048, "global_batch": 2560, "micro_batch": 4, "dtype": "fp16", "zero": 3,
+                        "recompute": "full", "flash_attention": False, "dropout": True}}
+    ds = build_scenario({**big, "training": {**big["training"], "framework": "deepspeed"}})
+    fsdp = build_scenario({**big, "training": {**big["training"], "framework": "pytorch-fsdp"}})
+    h = 20480
+    assert memory.largest_weight_tensor_params(ds.model) == 4 * h * h      # fc1 / fc2
+    assert memory.stage_memory(ds, 0).details["zero3_gather_buffers"] == pytest.approx(4 * h * h * (2 + 2))
+    assert memory.stage_memory(fsdp, 0).details["zero3_gather_buffers"] == pytest.approx(12 * h * h * (2 * 2 + 2),
+                                                                                        rel=1e-3)
+    assert memory.peak_bytes(ds) < ds.cluster.gpu.memory_bytes < memory.peak_bytes(fsdp)

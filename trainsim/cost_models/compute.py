@@ -303,9 +303,8 @@ def optimizer_step_time(scenario, stage: int, profile=None) -> float:
     ``offload_optimizer`` the update runs on the host at ``HOST_MEM_BW_PER_NODE_BPS / gpus_per_node``
     (the PCIe traffic is reported by ``memory.stage_memory`` for the engine to time).
     """
-    from .memory import rank_param_shards  # memory does not import compute
-
     from .framework import behaviour
+    from .memory import rank_param_shards  # memory does not import compute
 
     t = scenario.training
     sh = rank_param_shards(scenario, stage)

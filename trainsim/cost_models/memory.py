@@ -31,6 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import activations as act
+from .framework import behaviour
 from .shapes import layer_shape
 
 GiB = 1 << 30
@@ -196,6 +197,17 @@ def activation_bytes_per_microbatch(scenario, stage: int, impl: str = "fused") -
     return total
 
 
+# DeepSpeed ZeRO config default stage3_max_live_parameters (elements kept gathered at once).
+DEEPSPEED_MAX_LIVE_PARAMS = 1e9
+
+
+def largest_weight_tensor_params(model, tp: int = 1, ep: int = 1) -> float:
+    """Elements of the largest weight matrix of a block on one rank (fused QKV, or one MLP projection)."""
+    qkv = model.hidden * (model.num_heads + 2 * model.kv_heads) * model.dhead / tp
+    ffn = (model.expert_ffn if model.is_moe else model.ffn) * model.hidden / tp
+    return float(max(qkv, ffn, model.hidden * model.num_heads * model.dhead / tp))
+
+
 def runtime_reserve_bytes(gpu) -> float:
     """CUDA context + library workspaces + NCCL buffers (GPU), or the torch process itself (CPU)."""
     return RUNTIME_RESERVE_BYTES if getattr(gpu, "num_sms", None) is not None else CPU_RUNTIME_RESERVE_BYTES
@@ -240,9 +252,18 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
         "runtime_reserve": runtime_reserve_bytes(scenario.cluster.gpu),
     }
     if t.effective_zero >= 3:
-        # FSDP: the unit in use and the prefetched next one unsharded, plus one unit's full gradient
-        # before its reduce-scatter.
-        details["zero3_gather_buffers"] = rp.unit_params * (2 * pb + gb)
+        fw = behaviour(t.framework)
+        if fw.zero3_gather == "tensor":
+            # DeepSpeed: parameters are gathered tensor by tensor and at most stage3_max_live_parameters
+            # stay gathered (but a tensor is never split); gradients leave in reduce buckets, while the
+            # largest tensor's full gradient exists before its reduce.
+            big = largest_weight_tensor_params(scenario.model, lay.tp, lay.ep)
+            live = max(big, min(rp.unit_params, DEEPSPEED_MAX_LIVE_PARAMS))
+            details["zero3_gather_buffers"] = live * pb + max(big, min(rp.unit_params, fw.reduce_bucket_params)) * gb
+        else:
+            # FSDP: the unit in use and the prefetched next one unsharded, plus one unit's full gradient
+            # before its reduce-scatter.
+            details["zero3_gather_buffers"] = rp.unit_params * (2 * pb + gb)
     if t.offload_optimizer:
         details["offload_staging"] = rp.unit_params * gb
     if stage == pp - 1:
