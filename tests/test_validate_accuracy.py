@@ -4,6 +4,7 @@ Two kinds of assertions:
 * guards at the accuracy reached today (a change that makes predictions worse fails here);
 * the project's targets (SC21 MAPE <= 3 % and worst <= 8 %, MosaicML MAPE <= 8 %), which are not met
   yet: strict xfails, so they start failing -- and must be promoted to plain tests -- once they pass.
+``sc21`` sets the source's unknowns by one blind rule (issue 8); ``sc21-scripts`` uses the authors' values.
 The engine (not --fast) is used throughout; all datasets together take ~20 s.
 """
 
@@ -36,14 +37,23 @@ def _mape(rows):
 
 
 def test_sc21_megatron_ptdp_rows_guard(sc21):
-    """Table 1 [sc21_t1_1..10] and Table 2 PTD-P [sc21_t2_7..12]: every row within 20 %, MAPE <= 15 %."""
+    """Table 1 [sc21_t1_1..10] and Table 2 PTD-P [sc21_t2_7..12], unknowns by the blind rule (MBS 1, smallest
+    interleaving > 1), framework megatron-2021: every row within 13 %, MAPE <= 8.5 %."""
     rows = {**_rows(sc21, "Table 1"), **_rows(sc21, "Table 2 PTD-P")}
     assert len(rows) == 16
-    assert _mape(rows.values()) <= 15.0
+    assert _mape(rows.values()) <= 8.5
     for rid, r in rows.items():
-        assert abs(r.error_pct) <= 20.0, (rid, r.error_pct)
-    # weak scaling: the 1T row [sc21_t1_10] and the 1.7B row [sc21_t1_1] are predicted within 15 %
-    assert abs(rows["sc21_t1_10"].error_pct) <= 15.0 and abs(rows["sc21_t1_1"].error_pct) <= 15.0
+        assert abs(r.error_pct) <= 13.0, (rid, r.error_pct)
+    # weak scaling ends: the 1.7B row [sc21_t1_1] within 5 %, the 1T row [sc21_t1_10] within 12 %
+    assert abs(rows["sc21_t1_1"].error_pct) <= 5.0 and abs(rows["sc21_t1_10"].error_pct) <= 12.0
+
+
+def test_sc21_scripts_variant_guard():
+    """Secondary dataset (the authors' script values for the unknowns): PTD-P rows MAPE <= 10 %, each <= 14 %."""
+    rep = validate(load_dataset("sc21-scripts"), predict_fn=default_predict_fn())
+    rows = {**_rows(rep, "Table 1"), **_rows(rep, "Table 2 PTD-P")}
+    assert len(rows) == 16 and _mape(rows.values()) <= 10.0
+    assert all(abs(r.error_pct) <= 14.0 for r in rows.values())
 
 
 def test_sc21_strong_scaling_shape(sc21):
@@ -54,27 +64,41 @@ def test_sc21_strong_scaling_shape(sc21):
         assert pred == pytest.approx(pub, rel=0.06), (a, b)
 
 
-def test_sc21_every_row_is_compared(sc21):
-    assert len(sc21.compared) == 22 and all(r.fits for r in sc21.compared if r.row_id != "sc21_t2_4")
+def test_sc21_every_row_is_compared_and_fits(sc21):
+    """All 22 runs ran, so all must fit -- incl. GPT 530B with DeepSpeed ZeRO-3 on 640 GPUs [sc21_t2_4]."""
+    assert len(sc21.compared) == 22 and all(r.fits for r in sc21.compared)
+
+
+def test_sc21_zero3_rows_guard(sc21):
+    """DeepSpeed ZeRO-3 rows [sc21_t2_1..6] are the known weakness (36-78 % too fast): guard against worse."""
+    rows = _rows(sc21, "Table 2 ZeRO-3")
+    assert len(rows) == 6 and _mape(rows.values()) <= 60.0
 
 
 @pytest.mark.xfail(strict=True, reason="target not met: DeepSpeed ZeRO-3 (2021) rows [sc21_t2_1..6] are "
-                                      "predicted 36-78 % too fast and PTD-P rows ~13 % too fast")
+                                      "predicted 38-77 % too fast and PTD-P rows up to 12 % too fast")
 def test_sc21_target(sc21):
     assert sc21.mape_pct <= 3.0 and sc21.worst_pct <= 8.0
 
 
 def test_mosaic_guard(mosaic):
-    """All 216 MosaicML rows: MAPE <= 16 %; activation-checkpointed A100 80GB rows <= 10 % [mpt_78..mpt_97]."""
+    """All 216 MosaicML rows: MAPE <= 12 %; activation-checkpointed A100 80GB rows <= 9.5 % [mpt_78..mpt_97]."""
     assert len(mosaic.compared) == 216
-    assert mosaic.mape_pct <= 16.0
-    assert _mape(_rows(mosaic, "a100_80gb bf16 AC").values()) <= 10.0
+    assert mosaic.mape_pct <= 12.0
+    assert _mape(_rows(mosaic, "a100_80gb bf16 AC").values()) <= 9.5
+    assert _mape(_rows(mosaic, "a100_80gb bf16").values()) <= 8.0
     # large-scale H100 FSDP, 70B on 512 GPUs [mpt_1]: within 15 %
     assert abs(_rows(mosaic)["mpt_1"].error_pct) <= 15.0
 
 
-@pytest.mark.xfail(strict=True, reason="target not met: mosaic MAPE ~14 % (short sequences, small models and "
-                                      "non-checkpointed runs predicted too fast)")
+def test_mosaic_every_run_fits(mosaic):
+    """Every published MosaicML run ran, so each must be predicted to fit [mpt_1..mpt_216]."""
+    assert all(r.fits for r in mosaic.compared)
+
+
+@pytest.mark.xfail(strict=True, reason="target not met: mosaic MAPE ~11.5 % (H100 runs without activation "
+                                      "checkpointing, memory-tight runs with gradient accumulation, short sequences "
+                                      "predicted too fast)")
 def test_mosaic_target(mosaic):
     assert mosaic.mape_pct <= 8.0
 
@@ -83,7 +107,7 @@ def test_zero_bubble_schedules():
     """Zero-bubble Table 4: absolute samples/s within 13 %, schedule speed-ups over 1F1B within 2 % MAPE."""
     rep = validate(load_dataset("zero-bubble"), predict_fn=default_predict_fn())
     assert len(rep.compared) == 36 and rep.mape_pct <= 6.0 and rep.worst_pct <= 13.0
-    assert rep.secondary_mape()["ratio_to_1f1b"] <= 2.0
+    assert rep.secondary_mape()["ratio_to_1f1b"] <= 1.5
     # ZB-1p beats 1F1B in every group, as measured [zb_28.3B_m96_ZB-1p vs zb_28.3B_m96_1F1B]
     r = _rows(rep)
     assert r["zb_28.3B_m96_ZB-1p"].predicted > r["zb_28.3B_m96_1F1B"].predicted
@@ -108,7 +132,7 @@ def test_cli_gate_uses_the_engine(capsys):
 
 def test_cli_gates_for_sc21_and_mosaic(capsys):
     """What CI runs: sc21 (closed-form --fast path, same per-row inputs) and mosaic (engine) under their guards."""
-    assert main(["validate", "--dataset", "sc21", "--fast", "--max-mape", "30", "--max-worst", "85"]) == 0
-    assert main(["validate", "--dataset", "mosaic", "--max-mape", "16"]) == 0
+    assert main(["validate", "--dataset", "sc21", "--fast", "--max-mape", "25", "--max-worst", "80"]) == 0
+    assert main(["validate", "--dataset", "mosaic", "--max-mape", "12"]) == 0
     out = capsys.readouterr().out
     assert "sc21_t1_10" in out and "mpt_216" in out
