@@ -146,3 +146,29 @@ def test_deepspeed_zero3_keeps_few_parameters_gathered():
     assert memory.stage_memory(fsdp, 0).details["zero3_gather_buffers"] == pytest.approx(12 * h * h * (2 * 2 + 2),
                                                                                         rel=1e-3)
     assert memory.peak_bytes(ds) < ds.cluster.gpu.memory_bytes < memory.peak_bytes(fsdp)
+
+
+def _pipelined(fw):
+    return build_scenario({"model": "llama3-70b", "cluster": "dgx-a100", "gpus": 64,
+                           "layout": {"tp": 8, "pp": 4},
+                           "training": {"seq_len": 2048, "global_batch": 64, "micro_batch": 1, "framework": fw}})
+
+
+def test_megatron_2021_pipeline_sends_block_and_are_gathered_over_tp():
+    """Megatron 2021 p2p: the sender waits for its send (torch.cuda.synchronize); the receiver all-gathers
+    the 1/t message over its TP group on the compute stream (scatter/gather, SC21 Sec. 4.1)."""
+    new, old = _pipelined("megatron"), _pipelined("megatron-2021")
+    t_new, t_old = build_cost_table(new), build_cost_table(old)
+    assert t_old.blocking_p2p and not t_new.blocking_p2p
+    grp = place(old).group("tp")
+    msg = 2 * 2048 * old.model.hidden
+    ag = collectives.collective_time("all_gather", msg, grp, old.cluster).time_s
+    first, last = t_old.stages[0].chunks[0], t_old.stages[-1].chunks[0]
+    ref_first, ref_last = t_new.stages[0].chunks[0], t_new.stages[-1].chunks[0]
+    assert first.tp_fwd_s == pytest.approx(ref_first.tp_fwd_s)            # stage 0 receives no activation
+    assert first.tp_bwd_s == pytest.approx(ref_first.tp_bwd_s + ag)       # ... but a gradient
+    assert last.tp_fwd_s == pytest.approx(ref_last.tp_fwd_s + ag)
+    # blocking sends are exposed pipeline time in the engine and in the closed form
+    p_old, p_new = predict(old), predict(new)
+    assert p_old.exposed_comm_s["pp"] > p_new.exposed_comm_s["pp"]
+    assert predict(old, fast=True).step_time_s > predict(new, fast=True).step_time_s

@@ -50,6 +50,16 @@ fitted to a measurement.
   an eager ``torch.nn.CrossEntropyLoss`` under bf16 autocast: fp32 cast (read e, write 4), log-softmax
   (max, sum and write passes: read 12, write 4), NLL gather (negligible) = e + 20 bytes per logit each
   (``TRAIN_METRIC_BYTES_PER_LOGIT``).
+* ``blocking_p2p`` -- pipeline sends block the sender's compute. megatron-2021: p2p_communication's
+  ``_communicate`` runs ``batch_isend_irecv``, waits on the requests and calls ``torch.cuda.synchronize()``
+  ("to protect against race condition when using batch_isend_irecv"), for every send of every
+  schedule. Modern Megatron-Core overlaps p2p with compute in the interleaved schedule
+  (``overlap_p2p_comm``); trainsim keeps its asynchronous model for ``megatron``.
+* ``pp_scatter_gather`` -- pipeline messages split over the TP ranks and all-gathered by the receiver.
+  megatron-2021: ``--scatter-gather-tensors-in-pipeline`` (default on; SC21 Sec. 4.1): each TP rank sends
+  1/t of the activation and the receiver runs ``gather_split_1d_tensor`` (an all-gather over the TP group)
+  on the compute stream before using it. Modern Megatron shards the message by sequence parallelism
+  instead, with nothing to gather.
 * ``optimizer_extra_bytes_per_param`` -- bytes per parameter the optimizer step moves beyond a fused
   Adam (cost_models.compute.optimizer_step_time). megatron-2021 (Float16OptimizerWithFloat16Params):
   ``_copy_model_grads_to_main_grads`` (read 2, write 4) and ``_copy_main_params_to_model_params``
@@ -81,6 +91,8 @@ class FrameworkBehaviour:
     grad_accumulation_pass: bool = False
     optimizer_extra_bytes_per_param: float = 0.0
     train_metric_loss_passes: int = 0
+    blocking_p2p: bool = False
+    pp_scatter_gather: bool = False
 
 
 BEHAVIOURS: dict[str, FrameworkBehaviour] = {
@@ -88,7 +100,8 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                    zero3_gather="block", reduce_bucket_params=None),
     "megatron-2021": FrameworkBehaviour("megatron-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
                                         zero3_gather="block", reduce_bucket_params=None,
-                                        grad_accumulation_pass=True, optimizer_extra_bytes_per_param=12.0),
+                                        grad_accumulation_pass=True, optimizer_extra_bytes_per_param=12.0,
+                                        blocking_p2p=True, pp_scatter_gather=True),
     "pytorch-fsdp": FrameworkBehaviour("pytorch-fsdp", overlap_grad_reduce=True, fused_cross_entropy=True,
                                        zero3_gather="block", reduce_bucket_params=None,
                                        train_metric_loss_passes=2),

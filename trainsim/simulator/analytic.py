@@ -59,6 +59,10 @@ def estimate(table: CostTable) -> EngineResult:
     p, v, m, sched = table.pp, table.vpp, table.num_microbatches, table.schedule
     sums = [_stage_sums(st) for st in table.stages]
     per_mb = [f + b + w + tp + cp + ep for f, b, w, tp, cp, ep, _ in sums]
+    if table.blocking_p2p:  # each op also waits for its own pipeline send
+        per_mb = [x + len(st.chunks) * ((st.send_fwd.time_s if st.send_fwd else 0.0)
+                                        + (st.send_bwd.time_s if st.send_bwd else 0.0))
+                  for x, st in zip(per_mb, table.stages)]
     # Per micro-batch link time of the data-parallel streams (ZeRO-3 gathers before forward and backward,
     # ZeRO-2/3 per-micro-batch reduce-scatter): when longer than the compute it overlaps, it paces the stage.
     dp_link = []

@@ -179,6 +179,12 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
         if tr.recompute == "full":
             ep_b += ep_f
 
+    # Megatron's scatter/gather optimisation (SC21 Sec. 4.1): each TP rank sends 1/tp of the activation and
+    # the receiver all-gathers it over the TP group (gather_split_1d_tensor) on the compute stream before use.
+    sg_gather = 0.0
+    if lay.pp > 1 and lay.tp > 1 and not tr.sequence_parallel and framework.behaviour(tr.framework).pp_scatter_gather:
+        sg_gather = sum(_coll("all_gather", act_msg, groups["tp"], scenario, profile))
+
     # -- memory sizes ------------------------------------------------------------------------------
     layer_act = act.layer_activation_bytes(scenario).total
     working = act.recompute_working_bytes(scenario)
@@ -278,7 +284,8 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
                                   links=_links(s, dp_group), dim="dp", nbytes=params * tr.param_bytes)
             chunks.append(ChunkCost(
                 fwd_s=f, bwd_input_s=bi, bwd_weight_s=bw, recompute_s=rc,
-                tp_fwd_s=n * tp_f, tp_bwd_s=n * tp_b, cp_fwd_s=n * cp_f, cp_bwd_s=n * cp_b,
+                tp_fwd_s=n * tp_f + (sg_gather if vs > 0 else 0.0),
+                tp_bwd_s=n * tp_b + (sg_gather if vs < last_vs else 0.0), cp_fwd_s=n * cp_f, cp_bwd_s=n * cp_b,
                 ep_fwd_s=n * ep_f, ep_bwd_s=n * ep_b,
                 act_bytes=a, w_retained_bytes=n * w_keep, bwd_transient_bytes=working if n else 0.0,
                 layers=n, label=label, grad_buckets=grad_buckets(s, params, f"chunk {c}", n),
@@ -315,6 +322,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
         ))
     table = CostTable(stages=tuple(stages), num_microbatches=scenario.num_microbatches, schedule=tr.schedule,
                       reduce_grads_every_microbatch=z >= 2, overlap_grad_reduce=fw.overlap_grad_reduce,
+                      blocking_p2p=fw.blocking_p2p,
                       comm_compute_slowdown=comm_compute_slowdown(scenario),
                       gpu_memory_bytes=scenario.cluster.gpu.memory_bytes,
                       host_bytes=max(sm.host for sm in stage_mem))

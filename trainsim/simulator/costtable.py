@@ -127,6 +127,9 @@ class CostTable:
     # False: gradient buckets are reduced after the stage's whole backward pass, not during it (Megatron
     # 2021 local DDP); per-micro-batch reductions then start after each op instead of during it.
     overlap_grad_reduce: bool = True
+    # True: a stage's compute waits for each pipeline send it issues to complete (Megatron 2021's
+    # p2p_communication: batch_isend_irecv, wait, torch.cuda.synchronize()).
+    blocking_p2p: bool = False
     comm_compute_slowdown: float = 0.0
     gpu_memory_bytes: float = float("inf")
     host_bytes: float = 0.0  # largest offloaded host memory of a stage's GPU (cost_models.memory)

@@ -7,7 +7,8 @@ DP size enters only through the collective times in the CostTable. Per stage the
   each waiting for its input from the neighbouring stage. Exposed TP/CP/EP communication is part of the op
   (Megatron issues TP collectives on the compute stream and waits for them; see ChunkCost);
 * a pipeline stream: activation / gradient messages to the neighbour stages, asynchronous to compute
-  (Megatron's overlapped p2p), sharing the stage's links with other traffic;
+  (Megatron's overlapped p2p), sharing the stage's links with other traffic; with
+  ``CostTable.blocking_p2p`` the compute stream waits for each of its sends (Megatron 2021);
 * a data-parallel stream: gradient buckets issued in order as backward produces them (once per step, or
   every micro-batch for ZeRO-2/3), or all after the backward pass when ``overlap_grad_reduce`` is off; the step ends with the optimizer step and ZeRO-1/2 parameter
   all-gathers;
@@ -129,15 +130,17 @@ class _Engine:
         if ev is not None:
             ev.succeed()
 
-    def _send(self, s: int, direction: int, mb: int, dst_vs: int) -> None:
+    def _send(self, s: int, direction: int, mb: int, dst_vs: int) -> simpy.Event | None:
+        """Start a pipeline message; returns an event that fires when it is delivered (None if instant)."""
         key = self._key(direction, mb, dst_vs)
         self.sent_at[key] = self.env.now
         st = self.t.stages[s]
         tr = st.send_fwd if direction == 0 else st.send_bwd
         if tr is None or tr.time_s <= 0:
             self._deliver(key)
-            return
+            return None
         t0 = self.env.now
+        sent = self.env.event()
 
         def done() -> None:
             if self.trace is not None:
@@ -145,8 +148,10 @@ class _Engine:
                 self.trace.append((s, "pp", f"{what} mb{mb} -> vstage {dst_vs}", t0, self.env.now - t0,
                                    {"bytes": tr.nbytes, "alone_s": tr.time_s}))
             self._deliver(key)
+            sent.succeed()
 
         self.net.start(tr, done, owner=s)
+        return sent
 
     # -- memory ---------------------------------------------------------------------------------------
     def _mem(self, s: int, d_act: float, d_transient: float = 0.0) -> None:
@@ -326,10 +331,15 @@ class _Engine:
                 self._mem(s, -chunk.w_retained_bytes)
             if gather_bytes[i]:
                 self._mem(s, 0.0, -gather_bytes[i])
+            sent = None
             if kind == F and vs < last_vs:
-                self._send(s, 0, mb, vs + 1)
+                sent = self._send(s, 0, mb, vs + 1)
             elif kind in (B, BW) and vs > 0:
-                self._send(s, 1, mb, vs - 1)
+                sent = self._send(s, 1, mb, vs - 1)
+            if sent is not None and t.blocking_p2p and not sent.processed:
+                t_w = env.now             # the compute stream waits for its own send (torch.cuda.synchronize)
+                yield sent
+                tl.exposed_s["pp"] += env.now - t_w
         tl.pipeline_end_s = env.now
         if not overlap and not per_mb:  # reduce every chunk's gradients after the whole backward pass
             for chunk in st.chunks:
