@@ -18,7 +18,8 @@ import tempfile
 import time
 
 from trainsim.kernels.exec_config import make_job
-from trainsim.kernels.executor import compare, predict_step, run_jobs
+from trainsim.kernels.executor import run_jobs
+from trainsim.reports.execution import compare, predict_step
 from trainsim.specs import build_scenario
 
 LAYOUTS = {  # label -> (processes, layout/training overrides)

@@ -377,3 +377,18 @@ def test_eager_sequence_parallel_block_matches_two_rank_torch_measurement():
     assert act.layer_activation_bytes(s, "eager").total == 295_936
     # Megatron's fused path keeps the norm outputs sequence-sharded: 2·e·T·h/t less.
     assert act.layer_activation_bytes(s, "fused").total == 295_936 - 2 * 4 * 64 * 128 / 2
+
+
+def test_rank_parameters_follow_qkv_only_biases_of_qwen2():
+    """Qwen2 has biases on q, k, v but not on the output projection or MLP: the per-rank parameter count
+    must add up to the released 7,615,616,512 (Qwen/Qwen2-7B) at tp=1."""
+    from pathlib import Path
+
+    from trainsim.cost_models.memory import rank_param_shards
+    from trainsim.specs import build_scenario
+
+    cfg = Path(__file__).parent / "data" / "hf" / "qwen2-7b-config.json"
+    s = build_scenario({"model": str(cfg), "cluster": "dgx-h100", "gpus": 8, "training": {"global_batch": 8}})
+    assert s.model.total_params() == 7_615_616_512
+    shards = rank_param_shards(s, 0)
+    assert shards.dense + shards.expert == pytest.approx(7_615_616_512, rel=1e-9)

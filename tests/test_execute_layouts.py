@@ -14,7 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from trainsim.kernels.exec_config import make_job
-from trainsim.kernels.executor import compare, reference_losses, run_jobs
+from trainsim.kernels.executor import reference_losses, run_jobs
+from trainsim.reports.execution import compare
 from trainsim.specs import build_scenario
 
 pytestmark = pytest.mark.slow

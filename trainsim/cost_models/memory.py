@@ -101,7 +101,8 @@ def model_state_bytes(params: float, zero: int, dp: int, *, param_bytes: int = 2
 def _layer_params_rank(model, tp: int, ep: int) -> tuple[float, float]:
     """(dense, expert) parameters of one block on one rank."""
     h, q, kv = model.hidden, model.num_heads * model.dhead, model.kv_heads * model.dhead
-    attn = (h * q + 2 * h * kv + q * h) / tp + (((q + 2 * kv) / tp + h) if model.bias else 0)
+    qkv_bias = model.bias if model.qkv_bias is None else model.qkv_bias  # Qwen2: biases on q, k, v only
+    attn = (h * q + 2 * h * kv + q * h) / tp + ((q + 2 * kv) / tp if qkv_bias else 0) + (h if model.bias else 0)
     norms = 2 * model.norm_params()
 
     def mlp(f: int) -> float:

@@ -129,11 +129,11 @@ def run_job(job: ExecJob, device: torch.device) -> dict[str, Any] | None:
         value = float(loss)  # the loss all-reduce already synchronised the ranks
         if device.type == "cuda":
             torch.cuda.synchronize()
-        dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64)
+        dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)  # NCCL needs it on the GPU
         dist.all_reduce(dt, op=dist.ReduceOp.MAX)
         losses.append(value)
         if step >= job.warmup:
-            times.append(float(dt))
+            times.append(float(dt.item()))
             for k, v in par.phases_s.items():
                 phases.setdefault(k, []).append(v)
         if prof is not None:

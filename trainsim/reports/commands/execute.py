@@ -65,13 +65,8 @@ def scenario_for_execute(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from trainsim.kernels.exec_config import make_job
-    from trainsim.kernels.executor import (
-        ExecutionError,
-        compare,
-        format_comparison,
-        reference_losses,
-        run_jobs,
-    )
+    from trainsim.kernels.executor import ExecutionError, reference_losses, run_jobs
+    from trainsim.reports.execution import compare, format_comparison
 
     scenario = scenario_for_execute(args)
     lr = args.lr if args.lr is not None else (0.05 if args.optimizer == "sgd" else 1e-3)
