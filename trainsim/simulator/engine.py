@@ -188,6 +188,19 @@ class _Engine:
         else:
             self.dp_queue[s].put((tr, cb))
 
+    def _comm_busy_s(self, s: int, mid_op: tuple[Transfer, ...] = ()) -> float:
+        """Seconds of bulk communication of stage ``s`` that will overlap an op starting now.
+
+        In flight (at current rates), plus what is already queued on its streams (a ZeRO-3 gather
+        prefetched for this op starts as soon as the previous one ends) and the gradient buckets this op
+        itself releases mid-way: what is in flight plus the longer of the two queues.
+        """
+        inflight = self.net.bulk_remaining_s(s)
+        gather = sum(tr.time_s for tr, _ in self.ag_queue[s].items if tr is not None and tr.bulk)
+        reduce = sum(tr.time_s for tr, _ in self.dp_queue[s].items if tr is not None and tr.bulk)
+        reduce += sum(tr.time_s for tr in mid_op if tr.bulk)
+        return inflight + max(gather, reduce)
+
     # -- one stage's compute stream ----------------------------------------------------------------------
     def _stage(self, s: int):
         env, t, p, v, m = self.env, self.t, self.p, self.v, self.m
@@ -287,7 +300,8 @@ class _Engine:
             comp *= scale
             extra = 0.0
             if slowdown > 0:
-                busy = self.net.bulk_remaining_s(s)
+                busy = self._comm_busy_s(s, chunk.grad_buckets[:-1] if kind in (BW, W) and overlap and
+                                         (per_mb or weight_done[c] + 1 == m) else ())
                 if busy > 0:
                     extra = min(comp, busy) * slowdown
             dur = comp + extra + comm[0] + comm[1] + comm[2]
