@@ -96,7 +96,7 @@ def timeline_figure(events: Sequence[TimelineEvent], num_stages: int, step_time_
         stream = "compute" if e.stream == "compute" else "comm"
         by_row.setdefault((e.stage, stream), {}).setdefault(e.kind, []).append((e.start_s * scale, e.dur_s * scale))
     kinds_seen: list[str] = []
-    min_w = end_s * scale * 0.0015
+    min_w = end_s * scale * 0.0005
     dense = max((sum(len(v) for v in kinds.values()) for kinds in by_row.values()), default=0) > 150
     for i, row in enumerate(rows):
         y = len(rows) - 1 - i
@@ -111,8 +111,10 @@ def timeline_figure(events: Sequence[TimelineEvent], num_stages: int, step_time_
                     kinds_seen.append("bubble")
         for kind, ivs in kinds.items():
             colour = KIND_COLOURS.get(kind, KIND_COLOURS["comm"])
-            if kind.startswith("comm"):
-                # Messages far shorter than the step are drawn at a minimum width so they stay visible.
+            if kind.startswith("comm") and row[1] == "comm":
+                # Messages on the communication streams far shorter than the step get a minimum width so they
+                # stay visible; collectives on the compute stream (exposed TP/EP) keep their true width, or
+                # they would hide the compute they interrupt.
                 ivs = [(s, max(d, min_w)) for s, d in ivs]
                 ax.broken_barh(ivs, (y - 0.4, 0.8), facecolors=colour, edgecolor="none", linewidth=0)
             else:
