@@ -172,3 +172,35 @@ def test_megatron_2021_pipeline_sends_block_and_are_gathered_over_tp():
     p_old, p_new = predict(old), predict(new)
     assert p_old.exposed_comm_s["pp"] > p_new.exposed_comm_s["pp"]
     assert predict(old, fast=True).step_time_s > predict(new, fast=True).step_time_s
+
+
+def _ds2021(gpus):
+    return build_scenario({"model": "llama3-8b", "cluster": "dgx-a100", "gpus": gpus, "layout": {"tp": 1, "pp": 1},
+                           "training": {"seq_len": 2048, "global_batch": gpus, "micro_batch": 1, "zero": 3,
+                                        "recompute": "full", "dtype": "fp16", "framework": "deepspeed-2021"}})
+
+
+def test_deepspeed_2021_serializes_per_tensor_collectives_with_compute():
+    """Blocking fetch + overlap_comm=False: gathers and reduce-scatters run on the compute stream, one per
+    weight tensor, each with 2 host ops per rank (list-based collectives) -- a cost linear in the ranks."""
+    from trainsim.cost_models import compute
+    s = _ds2021(64)
+    ch = build_cost_table(s).stages[0].chunks[0]
+    assert ch.param_gather is None and ch.grad_buckets == ()
+    calls = s.model.num_layers * 5 + 1
+    params = build_cost_table(scen(framework="deepspeed", zero=3)).stages[0].chunks[0].param_gather.nbytes / 2
+    grp = place(s).group("dp")
+    one = collectives.collective_time("all_gather", params * 2 / calls, grp, s.cluster)
+    host = calls * 2 * 64 * s.cluster.gpu.kernel_overhead_s
+    hw = compute.hw_of(s.cluster.gpu, "fp16")
+    copy = compute.memory_time_s(3 * params * 2, hw)
+    assert ch.dp_fwd_s == pytest.approx(calls * one.time_s + host + copy, rel=1e-6)
+    assert ch.dp_bwd_s > 2 * ch.dp_fwd_s  # recompute gather + backward gather + reduce-scatters
+    # the host part grows linearly with the data-parallel size
+    big = build_cost_table(_ds2021(128)).stages[0].chunks[0]
+    grp2 = place(_ds2021(128)).group("dp")
+    one2 = collectives.collective_time("all_gather", params * 2 / calls, grp2, s.cluster)
+    assert big.dp_fwd_s - calls * one2.time_s - copy == pytest.approx(2 * host, rel=1e-6)
+    # engine: the whole DP communication is exposed
+    p = predict(s)
+    assert p.exposed_comm_s["dp"] >= s.num_microbatches * (ch.dp_fwd_s + ch.dp_bwd_s) * 0.999

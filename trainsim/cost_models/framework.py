@@ -60,6 +60,25 @@ fitted to a measurement.
   1/t of the activation and the receiver runs ``gather_split_1d_tensor`` (an all-gather over the TP group)
   on the compute stream before using it. Modern Megatron shards the message by sequence parallelism
   instead, with nothing to gather.
+* ``zero3_overlap`` -- ZeRO-3 parameter gathers and gradient reduce-scatters overlap compute.
+  deepspeed-2021 (the ZeRO-3 of early 2021, deepspeed/runtime/zero/stage3.py): ``fetch_sub_module`` is
+  blocking -- it waits on the gather handles and calls ``comm_stream.synchronize()`` and
+  ``torch.cuda.synchronize()`` before the submodule runs; the prefetch window is a hard-coded
+  ``prefetch_elements=25000000``, smaller than one weight tensor of a large model, so nothing is
+  gathered ahead; and ``overlap_comm=False`` is the default, so the reduction stream is the compute
+  stream. Each submodule's gather and each reduce bucket therefore run serialized with compute. The
+  recomputed forward of a checkpointed layer gathers again (parameters are released after each
+  submodule's forward unless reused within ``max_reuse_distance``). FSDP and today's DeepSpeed overlap.
+* ``zero3_gather_ops_per_rank`` -- host-side operations per data-parallel rank for every gathered tensor.
+  deepspeed-2021: ``_allgather_param`` builds the output as a Python list of one ``narrow`` view per rank,
+  and torch.distributed's list ``all_gather`` (ProcessGroupNCCL of PyTorch 1.8) gathers into a flat
+  buffer and copies it back into each of the n outputs -- one view and one copy kernel per rank, each an
+  eager op dispatch of about ``GPUSpec.kernel_overhead_s``, on the critical path because the fetch is
+  blocking. Gradients go the same way: ``_reduce_scatter_gradient`` reduce-scatters each parameter's
+  gradient from a list of n ``narrow`` views, which the list ``reduce_scatter`` copies into a flat buffer.
+  Hence a cost linear in the number of ranks: 2 x n x kernel_overhead_s per gathered or reduced tensor,
+  plus the copies around them (``torch.zeros`` output and the flat buffer copied back: 3 passes over the
+  gathered bytes; the gradients copied into the flat input: 2 passes).
 * ``optimizer_extra_bytes_per_param`` -- bytes per parameter the optimizer step moves beyond a fused
   Adam (cost_models.compute.optimizer_step_time). megatron-2021 (Float16OptimizerWithFloat16Params):
   ``_copy_model_grads_to_main_grads`` (read 2, write 4) and ``_copy_main_params_to_model_params``
@@ -72,8 +91,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Framework = Literal["megatron", "megatron-2021", "pytorch-fsdp", "deepspeed"]
-FRAMEWORKS: tuple[str, ...] = ("megatron", "megatron-2021", "pytorch-fsdp", "deepspeed")
+Framework = Literal["megatron", "megatron-2021", "pytorch-fsdp", "deepspeed", "deepspeed-2021"]
+FRAMEWORKS: tuple[str, ...] = ("megatron", "megatron-2021", "pytorch-fsdp", "deepspeed", "deepspeed-2021")
 
 # DeepSpeed ZeRO config default reduce_bucket_size (elements).
 DEEPSPEED_REDUCE_BUCKET_PARAMS = 5e8
@@ -91,6 +110,8 @@ class FrameworkBehaviour:
     grad_accumulation_pass: bool = False
     optimizer_extra_bytes_per_param: float = 0.0
     train_metric_loss_passes: int = 0
+    zero3_overlap: bool = True
+    zero3_gather_ops_per_rank: int = 0
     blocking_p2p: bool = False
     pp_scatter_gather: bool = False
 
@@ -107,6 +128,9 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                        train_metric_loss_passes=2),
     "deepspeed": FrameworkBehaviour("deepspeed", overlap_grad_reduce=True, fused_cross_entropy=False,
                                     zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS),
+    "deepspeed-2021": FrameworkBehaviour("deepspeed-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
+                                         zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
+                                         zero3_overlap=False, zero3_gather_ops_per_rank=2),
 }
 
 

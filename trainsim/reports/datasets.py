@@ -191,8 +191,9 @@ def load_common_runs(path: Path, *, name: str = "sc21", unknowns: str = "blind")
         "with Selene's full-bisection fat tree; fp16; no FlashAttention (2021: materialised s x s scores, "
         "fused softmax) and dropout 0.1 as in Megatron's GPT defaults; full activation recomputation."),
         ("software: PTD-P rows framework megatron-2021 (Megatron-LM of the paper: gradients all-reduced "
-        "after the backward pass, unfused fp32 vocab-parallel cross-entropy, fp16 loss-scaled optimizer); "
-        "ZeRO-3 rows framework deepspeed (see TrainingSpec.framework)."),
+        "after the backward pass, unfused fp32 vocab-parallel cross-entropy, fp16 loss-scaled optimizer, blocking "
+        "pipeline sends); ZeRO-3 rows framework deepspeed-2021 (the ZeRO-3 of early 2021: per-tensor gathers and "
+        "reduce buckets serialized with compute; see TrainingSpec.framework)."),
     ]
     if blind:
         notes.append("unknowns (set once, same rule for every row): micro-batch 1 (as the paper states for "
@@ -253,7 +254,7 @@ def _common_run_case(r: dict, blind: bool) -> Case:
                      "recompute": recompute, "zero": zero,
                      "schedule": "interleaved" if vpp > 1 else "1f1b",
                      "flash_attention": False, "dropout": True,
-                     "framework": "deepspeed" if zero == 3 else "megatron-2021"},
+                     "framework": "deepspeed-2021" if zero == 3 else "megatron-2021"},
     }
     label += f" mb{mbs}" + (f" v{vpp}" if vpp > 1 else "") + (" ZeRO-3" if zero == 3 else "")
     scenario, why = _scenario(raw, rid)

@@ -58,7 +58,8 @@ def estimate(table: CostTable) -> EngineResult:
     t0 = time.perf_counter()
     p, v, m, sched = table.pp, table.vpp, table.num_microbatches, table.schedule
     sums = [_stage_sums(st) for st in table.stages]
-    per_mb = [f + b + w + tp + cp + ep for f, b, w, tp, cp, ep, _ in sums]
+    dp_inline = [sum(c.dp_fwd_s + c.dp_bwd_s for c in st.chunks) for st in table.stages]
+    per_mb = [f + b + w + tp + cp + ep + d for (f, b, w, tp, cp, ep, _), d in zip(sums, dp_inline)]
     if table.blocking_p2p:  # each op also waits for its own pipeline send
         per_mb = [x + len(st.chunks) * ((st.send_fwd.time_s if st.send_fwd else 0.0)
                                         + (st.send_bwd.time_s if st.send_bwd else 0.0))
@@ -96,6 +97,7 @@ def estimate(table: CostTable) -> EngineResult:
         tl.exposed_s["tp"] = m * tp
         tl.exposed_s["cp"] = m * cp
         tl.exposed_s["ep"] = m * ep
+        tl.dp_inline_s = m * dp_inline[s]
         tl.exposed_s["pp"] = p2p
         # ZeRO-3 gathers / per-micro-batch reductions longer than the compute they overlap pace the stage
         # (already in per_mb); the first layer's gather is not hidden by anything.
@@ -122,12 +124,12 @@ def estimate(table: CostTable) -> EngineResult:
         tl.compute_s += tl.slowdown_s
         tl.pipeline_end_s = pipe_s + tl.slowdown_s
         tl.dp_tail_s = tail
-        tl.exposed_s["dp"] = tail + gather_exposed
+        tl.exposed_s["dp"] = tail + gather_exposed + tl.dp_inline_s
         tl.optimizer_s = st.optimizer_s
         tl.post_step_s = sum(t.time_s for t in st.post_step)
         tl.exposed_s["dp"] += tl.post_step_s
         tl.end_s = tl.pipeline_end_s + tail + tl.optimizer_s + tl.post_step_s
-        busy = tl.compute_s + m * (tp + cp + ep)
+        busy = tl.compute_s + m * (tp + cp + ep) + tl.dp_inline_s
         tl.bubble_s = max(0.0, pipe_s - busy - p2p - gather_exposed)
         # Memory: in-flight activations of the schedule (uniform chunks assumed), plus backward scratch.
         acts = [c.act_bytes for c in st.chunks]

@@ -282,13 +282,32 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
                 lat, bwt = _coll("all_gather", params * tr.param_bytes / calls, dp_group, scenario, profile)
                 gather = Transfer(f"all_gather params chunk {c}", transfer_s=bwt * calls, latency_s=lat * calls,
                                   links=_links(s, dp_group), dim="dp", nbytes=params * tr.param_bytes)
+            buckets = grad_buckets(s, params, f"chunk {c}", n)
+            dp_f = dp_b = 0.0
+            if gather is not None and not fw.zero3_overlap:
+                # Gathers and reduce-scatters serialized with compute (DeepSpeed 2021); the recomputed
+                # forward of a checkpointed layer gathers again before the backward's own gather.
+                # Each gathered tensor and each reduced gradient tensor also costs host ops per rank (the
+                # list-based collectives of that code): framework.zero3_gather_ops_per_rank.
+                host = calls * fw.zero3_gather_ops_per_rank * scenario.dp * scenario.cluster.gpu.kernel_overhead_s
+                # ... and HBM copies around them: the zero-filled output plus the flat buffer copied back
+                # into the list (3 passes over the gathered bytes), the gradients copied into the flat
+                # reduce-scatter input (2 passes).
+                copy_g = compute.memory_time_s(3 * params * tr.param_bytes, hw, profile, "copy") if host else 0.0
+                copy_r = compute.memory_time_s(2 * params * tr.grad_bytes, hw, profile, "copy") if host else 0.0
+                rlat, rbw = _coll("reduce_scatter", params * tr.grad_bytes / calls, dp_group, scenario, profile)
+                reduce = calls * (rlat + rbw) + host + copy_r
+                host += copy_g
+                dp_f = gather.time_s + host
+                dp_b = (2 if tr.recompute == "full" else 1) * (gather.time_s + host) + reduce
+                gather, buckets = None, ()
             chunks.append(ChunkCost(
                 fwd_s=f, bwd_input_s=bi, bwd_weight_s=bw, recompute_s=rc,
                 tp_fwd_s=n * tp_f + (sg_gather if vs > 0 else 0.0),
                 tp_bwd_s=n * tp_b + (sg_gather if vs < last_vs else 0.0), cp_fwd_s=n * cp_f, cp_bwd_s=n * cp_b,
-                ep_fwd_s=n * ep_f, ep_bwd_s=n * ep_b,
+                ep_fwd_s=n * ep_f, ep_bwd_s=n * ep_b, dp_fwd_s=dp_f, dp_bwd_s=dp_b,
                 act_bytes=a, w_retained_bytes=n * w_keep, bwd_transient_bytes=working if n else 0.0,
-                layers=n, label=label, grad_buckets=grad_buckets(s, params, f"chunk {c}", n),
+                layers=n, label=label, grad_buckets=buckets,
                 param_gather=gather, param_gather_bytes=0.0,  # gather buffers are in memory.stage_memory 'other'
             ))
         send_f = send_b = None

@@ -63,6 +63,10 @@ class ChunkCost:
     cp_bwd_s: float = 0.0
     ep_fwd_s: float = 0.0
     ep_bwd_s: float = 0.0
+    # Data-parallel communication run on the compute stream, serialized with it (frameworks that do not
+    # overlap ZeRO-3 gathers / gradient reduce-scatters: DeepSpeed 2021, cost_models/framework.py).
+    dp_fwd_s: float = 0.0
+    dp_bwd_s: float = 0.0
     act_bytes: float = 0.0           # stored by forward until its backward
     w_retained_bytes: float = 0.0    # of act_bytes, kept after B until W when backward is split (ZB)
     bwd_transient_bytes: float = 0.0  # held only during the backward (recomputed activations, grads in flight)
@@ -81,11 +85,11 @@ class ChunkCost:
 
     @property
     def fwd_comm_s(self) -> float:
-        return self.tp_fwd_s + self.cp_fwd_s + self.ep_fwd_s
+        return self.tp_fwd_s + self.cp_fwd_s + self.ep_fwd_s + self.dp_fwd_s
 
     @property
     def bwd_comm_s(self) -> float:
-        return self.tp_bwd_s + self.cp_bwd_s + self.ep_bwd_s
+        return self.tp_bwd_s + self.cp_bwd_s + self.ep_bwd_s + self.dp_bwd_s
 
 
 @dataclass(frozen=True)
@@ -149,6 +153,7 @@ class CostTable:
         for st in self.stages:
             chunks = tuple(
                 replace(c, tp_fwd_s=0.0, tp_bwd_s=0.0, cp_fwd_s=0.0, cp_bwd_s=0.0, ep_fwd_s=0.0, ep_bwd_s=0.0,
+                        dp_fwd_s=0.0, dp_bwd_s=0.0,
                         grad_buckets=tuple(b.free() for b in c.grad_buckets),
                         param_gather=c.param_gather.free() if c.param_gather else None)
                 for c in st.chunks

@@ -64,6 +64,7 @@ class StageTimeline:
     exposed_s: dict[str, float] = field(default_factory=lambda: {d: 0.0 for d in COMM_DIMS})
     bubble_s: float = 0.0             # idle within the pipeline span, not explained by communication
     gather_wait_s: float = 0.0        # of exposed dp: waiting for ZeRO-3 parameter gathers mid-pipeline
+    dp_inline_s: float = 0.0          # of exposed dp: DP collectives run on the compute stream (ChunkCost.dp_*)
     pipeline_end_s: float = 0.0       # end of its last compute op
     dp_tail_s: float = 0.0            # from pipeline end until its gradient reduction finished
     optimizer_s: float = 0.0
@@ -283,19 +284,19 @@ class _Engine:
             # Duration: compute (scaled by noise / straggler) plus exposed comm on the compute stream.
             if kind == F:
                 comp = chunk.fwd_s
-                comm = (chunk.tp_fwd_s, chunk.cp_fwd_s, chunk.ep_fwd_s)
+                comm = (chunk.tp_fwd_s, chunk.cp_fwd_s, chunk.ep_fwd_s, chunk.dp_fwd_s)
                 self._mem(s, chunk.act_bytes)
             elif kind == BW:
                 comp = chunk.recompute_s + chunk.bwd_input_s + chunk.bwd_weight_s
-                comm = (chunk.tp_bwd_s, chunk.cp_bwd_s, chunk.ep_bwd_s)
+                comm = (chunk.tp_bwd_s, chunk.cp_bwd_s, chunk.ep_bwd_s, chunk.dp_bwd_s)
                 self._mem(s, 0.0, chunk.bwd_transient_bytes)
             elif kind == B:
                 comp = chunk.recompute_s + chunk.bwd_input_s
-                comm = (chunk.tp_bwd_s, chunk.cp_bwd_s, chunk.ep_bwd_s)
+                comm = (chunk.tp_bwd_s, chunk.cp_bwd_s, chunk.ep_bwd_s, chunk.dp_bwd_s)
                 self._mem(s, 0.0, chunk.bwd_transient_bytes)
             else:
                 comp = chunk.bwd_weight_s
-                comm = (0.0, 0.0, 0.0)
+                comm = (0.0, 0.0, 0.0, 0.0)
             scale = scale_s * (op_scale[i] if op_scale is not None else 1.0)
             comp *= scale
             extra = 0.0
@@ -304,12 +305,14 @@ class _Engine:
                                          (per_mb or weight_done[c] + 1 == m) else ())
                 if busy > 0:
                     extra = min(comp, busy) * slowdown
-            dur = comp + extra + comm[0] + comm[1] + comm[2]
+            dur = comp + extra + comm[0] + comm[1] + comm[2] + comm[3]
             tl.compute_s += comp + extra
             tl.slowdown_s += extra
             tl.exposed_s["tp"] += comm[0]
             tl.exposed_s["cp"] += comm[1]
             tl.exposed_s["ep"] += comm[2]
+            tl.exposed_s["dp"] += comm[3]
+            tl.dp_inline_s += comm[3]
             tl.ops += 1
             # DP buckets of this chunk become ready during its last weight-gradient pass.
             buckets = ()
@@ -331,7 +334,7 @@ class _Engine:
             if self.trace is not None:
                 name = f"{KIND_NAMES[kind]} mb{mb} chunk{c}" + (f" ({chunk.label})" if chunk.label else "")
                 self.trace.append((s, "compute", name, t_start, dur, {
-                    "compute_s": comp + extra, "tp_s": comm[0], "cp_s": comm[1], "ep_s": comm[2],
+                    "compute_s": comp + extra, "tp_s": comm[0], "cp_s": comm[1], "ep_s": comm[2], "dp_s": comm[3],
                     "slowdown_s": extra, "layers": chunk.layers, "vstage": vs}))
             if buckets:
                 for bk in (buckets[-1:] if overlap else buckets):
@@ -394,7 +397,7 @@ class _Engine:
         step = max(tl.end_s for tl in self.tl)
         span = max(tl.pipeline_end_s for tl in self.tl)
         for tl in self.tl:
-            busy = tl.compute_s + tl.exposed_s["tp"] + tl.exposed_s["cp"] + tl.exposed_s["ep"]
+            busy = tl.compute_s + tl.exposed_s["tp"] + tl.exposed_s["cp"] + tl.exposed_s["ep"] + tl.dp_inline_s
             tl.bubble_s = max(0.0, span - busy - tl.exposed_s["pp"] - tl.gather_wait_s)
         return EngineResult(step_time_s=step, stages=self.tl, events=self.env.events, wall_s=wall,
                             pipeline_span_s=span, trace=self.trace, memory_trace=self.mem_trace)
