@@ -233,17 +233,53 @@ def op_times(op: Op, hw: _Hw, *, e: int = 2, dtype: str = "bf16", profile=None, 
     return OpTimes(op.name, fwd, bi, bw)
 
 
+def eager_overhead_s(shp: LayerShape, profile) -> tuple[float, float]:
+    """(forward, backward) eager-framework seconds per modelled op from a CPU profile, else (0, 0).
+
+    Only a profile that measured eager execution (``trainsim calibrate --device cpu``) has them: the
+    datasheet path and GPU profiles keep the per-kernel ``kernel_overhead_s`` alone (eager.py).
+    """
+    if profile is None or not getattr(profile, "eager_overhead", None):
+        return 0.0, 0.0
+    from .eager import block_style, tp_wrapper
+    style = block_style(shp)
+    wrap = tp_wrapper(shp)
+    if wrap and f"{style}+{wrap}" in profile.eager_overhead:
+        style = f"{style}+{wrap}"  # DTensor dispatch of the TP block (measured on a one-rank mesh)
+    return (profile.eager_op_overhead_s(style, "fwd") or 0.0, profile.eager_op_overhead_s(style, "bwd") or 0.0)
+
+
+def wrapper_overhead_s(scenario, profile, wrapper: str) -> tuple[float, float]:
+    """Extra (forward, backward) seconds per block that a module wrapper (``"fsdp"``: FSDP2 fully_shard's
+    hooks, all-gather copy-in/out and reduce-scatter bookkeeping) adds in eager execution, from a CPU
+    profile; (0, 0) when not measured. Collectives themselves are timed by the collective model."""
+    if profile is None or not getattr(profile, "eager_overhead", None):
+        return 0.0, 0.0
+    from .eager import block_style, count_passes
+    shp = layer_shape(scenario)
+    style = block_style(shp)
+    wrapped, plain = profile.eager_overhead.get(f"{style}+{wrapper}"), profile.eager_overhead.get(style)
+    if wrapped is None or plain is None:
+        return 0.0, 0.0
+    n_f, n_b = count_passes(layer_ops(shp))
+    return (max(0.0, wrapped.fwd.median_s - plain.fwd.median_s) * n_f / wrapped.fwd_ops,
+            max(0.0, wrapped.bwd.median_s - plain.bwd.median_s) * n_b / wrapped.bwd_ops)
+
+
 def _sum_times(ops: tuple[Op, ...], rec: tuple[Op, ...], hw: _Hw, shp: LayerShape, profile) -> LayerTimes:
+    from .eager import op_passes
     f = bi = bw = r = 0.0
     rec_ids = {id(op) for op in rec}
+    ov_f, ov_b = eager_overhead_s(shp, profile)
     for op in ops:
         t = op_times(op, hw, e=shp.e, dtype=shp.dtype, profile=profile, causal=shp.causal, norm=shp.norm,
                      flash_version=shp.flash_version)
-        f += t.fwd_s
-        bi += t.bwd_input_s
+        in_f, in_b = op_passes(op) if (ov_f or ov_b) else (False, False)
+        f += t.fwd_s + (ov_f if in_f else 0.0)
+        bi += t.bwd_input_s + (ov_b if in_b else 0.0)
         bw += t.bwd_weight_s
         if id(op) in rec_ids:
-            r += t.fwd_s
+            r += t.fwd_s + (ov_f if in_f else 0.0)
     return LayerTimes(f, bi, bw, r)
 
 
@@ -320,6 +356,18 @@ def optimizer_step_time(scenario, stage: int, profile=None) -> float:
     if t.offload_optimizer:
         host_bw = HOST_MEM_BW_PER_NODE_BPS / min(scenario.cluster.gpus_per_node, scenario.num_gpus)
         return update_bytes / host_bw + norm_s
+    fits = getattr(prof, "optimizer_fits", None) if prof is not None else None
+    if fits:
+        # A CPU profile measured torch.optim itself (per-parameter loop: per-tensor cost + streaming);
+        # Adam keeps m and v (8 B/param in fp32), SGD with momentum 4 B/param.
+        from .eager import stage_param_tensors
+        name = "sgd" if t.optimizer_bytes_per_param <= 4 else "adam"
+        plain, dtensor = stage_param_tensors(scenario, stage)
+        total = plain + dtensor
+        if total and name in fits:
+            # Elements split by tensor count (DTensor parameters go through DTensor dispatch, measured apart).
+            parts = [(name, plain), (f"{name}-dtensor" if f"{name}-dtensor" in fits else name, dtensor)]
+            return sum(prof.optimizer_time_s(k, n, sh.optimizer_params * n / total) for k, n in parts if n)
     # Multi-tensor kernels: a handful of launches per step, negligible next to the streaming time.
     return (memory_time_s(update_bytes, hw, prof, "copy") if update_bytes else 0.0) + norm_s
 

@@ -9,6 +9,9 @@ small fitted models the cost functions query:
 * attention:  the same three-term model for SDPA forward and backward (FLOPs counted as below).
 * memory:     t(bytes) = alpha + bytes/bw for memory-bound ops (norms, softmax, activations, adds, copies).
 * copies:     the same for host->device, device->host, device->device (when a device exists).
+* eager overhead (CPU): per modelled op, the eager framework's fixed cost (module calls, views, autograd
+  recording and backward nodes) measured on tiny executor blocks of each style, forward and backward.
+* optimizers: torch.optim step time = per_tensor_s · tensors + elements / elements_per_s (Adam, SGD).
 * collectives per (op, group_size, nodes): t(size) = alpha + beta·size, where ``size`` is nccl-tests'
   "size" column (bytes): the buffer for all_reduce/broadcast/send_recv, the gathered output for
   all_gather, the full input for reduce_scatter, the per-rank send buffer for all_to_all.
@@ -34,7 +37,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainsim.specs.errors import SpecError, from_validation_error
 
-PROFILE_SCHEMA_VERSION = 1
+PROFILE_SCHEMA_VERSION = 2
+# Versions this trainsim reads: 1 lacks the eager-overhead and optimizer sections (added in 2, optional).
+READABLE_SCHEMA_VERSIONS = (1, 2)
 PROFILE_KIND = "trainsim-calibration-profile"
 MAX_PROFILE_BYTES = 64 * 1024 * 1024  # a full profile is well under 1 MB; refuse absurd files
 
@@ -183,6 +188,36 @@ class LinearFit(_Model):
         return self.alpha_s + nbytes / self.bw_Bps
 
 
+class EagerBlockOverhead(_Model):
+    """Forward / backward time of a tiny block whose kernels do ~no work, and its modelled op counts.
+
+    ``fwd.median_s / fwd_ops`` is the eager cost per op the cost model lists (flops.layer_ops): the
+    module call, the views/transposes, the autograd node, bias-gradient reductions and AccumulateGrad
+    that come with each modelled kernel in eager PyTorch, plus the kernel call itself.
+    """
+
+    fwd: Stats
+    bwd: Stats
+    fwd_ops: int = Field(gt=0)
+    bwd_ops: int = Field(gt=0)
+
+    def per_op_s(self, pass_: str) -> float:
+        return self.fwd.median_s / self.fwd_ops if pass_ == "fwd" else self.bwd.median_s / self.bwd_ops
+
+
+class OptimizerFit(_Model):
+    """torch.optim ``step()``: per_tensor_s · tensors + elements / elements_per_s; zero_grad per tensor."""
+
+    per_tensor_s: float = Field(ge=0)
+    elements_per_s: float = Field(gt=0)
+    zero_grad_per_tensor_s: float = Field(default=0.0, ge=0)
+    big_elements: int = Field(default=0, ge=0, description="elements of the one-tensor point")
+    small_tensors: int = Field(default=0, ge=0, description="one-element tensors of the per-tensor point")
+
+    def step_time_s(self, tensors: float, elements: float) -> float:
+        return self.per_tensor_s * tensors + elements / self.elements_per_s + self.zero_grad_per_tensor_s * tensors
+
+
 class CollectivePoint(_Model):
     """One nccl-tests-like row: ``size_bytes`` as nccl-tests' size column, algbw/busbw in bytes/s."""
 
@@ -232,6 +267,9 @@ class CalibrationProfile(_Model):
     memory_points: list[BandwidthPoint] = Field(default_factory=list)
     memory_fits: dict[str, LinearFit] = Field(default_factory=dict, description="per op, plus 'all'")
     dispatch_overhead: Stats | None = Field(default=None, description="one-element op: launch/dispatch cost")
+    eager_overhead: dict[str, EagerBlockOverhead] = Field(
+        default_factory=dict, description="per block style (cost_models.eager.block_style); CPU eager only")
+    optimizer_fits: dict[str, OptimizerFit] = Field(default_factory=dict, description="'adam', 'sgd'")
     copy_points: list[BandwidthPoint] = Field(default_factory=list)
     copy_fits: dict[str, LinearFit] = Field(default_factory=dict, description="h2d, d2h, d2d")
     collective_points: list[CollectivePoint] = Field(default_factory=list)
@@ -340,6 +378,20 @@ class CalibrationProfile(_Model):
         """Fixed per-op cost (launch/dispatch) measured on a one-element op, or None."""
         return None if self.dispatch_overhead is None else self.dispatch_overhead.median_s
 
+    def eager_op_overhead_s(self, style: str, pass_: str) -> float | None:
+        """Eager framework cost per modelled op beyond the one bare op call every calibrated kernel time
+        already holds (``dispatch_overhead``), for a block style (another measured style if absent), or None."""
+        ov = self.eager_overhead.get(style) or next(iter(self.eager_overhead.values()), None)
+        if ov is None:
+            return None
+        bare = self.kernel_overhead_s() or 0.0
+        return max(0.0, ov.per_op_s(pass_) - bare)
+
+    def optimizer_time_s(self, name: str, tensors: float, elements: float) -> float | None:
+        """Measured torch.optim step + zero_grad time for ``tensors`` tensors of ``elements`` in all, or None."""
+        fit = self.optimizer_fits.get(name)
+        return None if fit is None else fit.step_time_s(tensors, elements)
+
     def copy_bw_Bps(self, kind: str) -> float | None:
         """Host->device ('h2d'), device->host ('d2h') or device->device ('d2d') bandwidth, or None."""
         fit = self.copy_fits.get(kind)
@@ -393,7 +445,8 @@ class CalibrationProfile(_Model):
         return {
             "gemm": bool(self.gemm_fits), "attention": bool(self.attention_fits),
             "memory": bool(self.memory_fits), "copies": bool(self.copy_fits),
-            "collectives": bool(self.collective_fits),
+            "collectives": bool(self.collective_fits), "eager_overhead": bool(self.eager_overhead),
+            "optimizer": bool(self.optimizer_fits),
         }
 
 
@@ -463,9 +516,10 @@ def profile_from_dict(data: object, where: str = "calibration") -> CalibrationPr
     if data.get("kind") != PROFILE_KIND:
         raise SpecError(where, f"not a trainsim calibration profile (kind={data.get('kind')!r})")
     version = data.get("schema_version")
-    if version != PROFILE_SCHEMA_VERSION:
+    if version not in READABLE_SCHEMA_VERSIONS:
+        readable = ", ".join(str(v) for v in READABLE_SCHEMA_VERSIONS)
         raise SpecError(
-            where, f"schema_version {version!r} is not supported (this trainsim reads {PROFILE_SCHEMA_VERSION}); "
+            where, f"schema_version {version!r} is not supported (this trainsim reads {readable}); "
             "re-run `trainsim calibrate`")
     _check_finite(data, where)
     try:

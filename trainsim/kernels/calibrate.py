@@ -30,7 +30,7 @@ from trainsim.cost_models.profile import (
 )
 from trainsim.cost_models.profile_fit import fit_all_collectives, fit_linear, fit_three_term
 
-SECTIONS = ("gemm", "attention", "memory", "copy", "collectives")
+SECTIONS = ("gemm", "attention", "memory", "eager", "copy", "collectives")
 
 
 @dataclass
@@ -194,6 +194,17 @@ def groups_to_measure(world: int, hosts: list[str]):
     return [Group(ranks=r, nodes=n, label=lab) for r, n, lab in out]
 
 
+def one_rank_mesh(rank: int, world: int):
+    """A DeviceMesh of this rank alone (every rank creates every singleton group, as new_group requires):
+    the executor's TP/FSDP2 wrapping runs on it with trivial collectives, so its DTensor/FSDP2 framework
+    cost is measured apart from the gloo collectives, which have their own fits."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+
+    groups = [dist.new_group(ranks=[r]) for r in range(world)]
+    return DeviceMesh.from_group(groups[rank], "cpu", mesh_dim_names=("one",))
+
+
 def build_profile(fp: Fingerprint, peak_preset: str | None, peaks: dict[str, float], gemm, attn, mem, copies,
                   colls, fit_min_bytes: float, notes: list[str]) -> CalibrationProfile:
     """Fit every section and assemble the profile (pure: no torch)."""
@@ -273,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.manual_seed(1234 + rank)
         gemm, attn, mem, copies, colls = [], [], [], [], []
         dispatch = None
+        eager, optim = {}, {}
         if "gemm" not in skip:
             shapes = mb.transformer_gemm_shapes(plan.hiddens, plan.tokens, plan.tps)
             for dtype in dtypes:
@@ -292,6 +304,14 @@ def main(argv: list[str] | None = None) -> int:
             mem += mb.bench_memory(plan.mem_numels, mdt, cfg)
             dispatch = mb.bench_dispatch(cfg)
             _log(rank, f"memory-bound ops: {len(mem)} points in {time.perf_counter() - t0:.1f} s")
+        if "eager" not in skip and args.device == "cpu":
+            # CPU eager execution: the framework's per-op cost is on the critical path (on CUDA it overlaps
+            # the asynchronous kernels), and torch.optim's per-parameter loop (eager.py, compute.py).
+            t0 = time.perf_counter()
+            mesh1 = one_rank_mesh(rank, world) if distributed else None
+            eager = mb.bench_eager_overhead(cfg, mesh1)
+            optim = mb.bench_optimizer(cfg, mesh1=mesh1)
+            _log(rank, f"eager overhead and optimizers in {time.perf_counter() - t0:.1f} s")
         if "copy" not in skip and args.device == "cuda":
             t0 = time.perf_counter()
             copies += mb.bench_copies(plan.copy_bytes, cfg)
@@ -335,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
             if preset_name is None:
                 notes.append("no GPU preset matches this device: efficiencies are absent, times are absolute")
             profile = build_profile(fp, preset_name, peaks, gemm, attn, mem, copies, colls, fit_min, notes)
-            profile = profile.model_copy(update={"dispatch_overhead": dispatch})
+            profile = profile.model_copy(update={"dispatch_overhead": dispatch, "eager_overhead": eager,
+                                                 "optimizer_fits": optim})
             save_profile(profile, args.out)
             _log(rank, f"wrote {args.out} in {time.perf_counter() - t_start:.1f} s")
         if distributed:

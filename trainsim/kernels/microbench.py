@@ -9,6 +9,7 @@ the maximum over the group's ranks (the slowest rank finishes the collective), a
 from __future__ import annotations
 
 import functools
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -386,3 +387,128 @@ def collective_reps(size_bytes: int, base_reps: int, est_bw_Bps: float, budget_s
     """Repetitions for one size: ``base_reps`` unless that would exceed ``budget_s`` at ``est_bw_Bps``."""
     per_call = 1e-4 + size_bytes / est_bw_Bps
     return max(3, min(base_reps, int(budget_s / per_call)))
+
+
+# ---- eager framework overhead (CPU eager PyTorch: dispatch + autograd + module calls) -------------
+def eager_block_styles() -> dict[str, dict]:
+    """Tiny blocks of both executor styles (``trainsim.cost_models.eager.block_style`` keys), sized so
+    their kernels do ~no work: the time of their forward/backward is the eager framework's own."""
+    base = dict(num_layers=1, hidden=8, num_heads=2, ffn_hidden=32, vocab_size=16, max_seq_len=8,
+                tie_embeddings=False)
+    return {
+        "layernorm-gelu-learned": dict(base, name="eager-gpt"),
+        "rmsnorm-swiglu-rope": dict(base, name="eager-llama", norm="rmsnorm", activation="swiglu",
+                                    position_embedding="rope", bias=False),
+    }
+
+
+WRAPPERS = ("plain", "tp", "tp-sp", "fsdp")
+
+
+def _wrap_block(block, wrapper: str, mesh1, gated: bool) -> None:
+    """Apply the executor's own wrapping of a block (parallelize.tp_plan_block / fully_shard) on a 1-rank mesh."""
+    if wrapper in ("tp", "tp-sp"):
+        from torch.distributed.tensor.parallel import parallelize_module
+
+        from .parallelize import tp_plan_block
+        plan = tp_plan_block(wrapper == "tp-sp")
+        if not gated:
+            plan.pop("mlp.gate")
+        parallelize_module(block, mesh1, plan)
+    elif wrapper == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+        fully_shard(block, mesh=mesh1, reshard_after_forward=True)
+
+
+def bench_eager_overhead(cfg: BenchConfig, mesh1=None):
+    """Per modelled op, the eager framework's fixed cost beyond one bare op call, forward and backward.
+
+    A tiny block of the executor (``torch_model.Block``) is run forward and forward+backward; its time
+    divided by the number of ops the cost model lists for it (``cost_models.flops.layer_ops``, each op
+    launching several aten ops, views and autograd nodes in eager torch) is the per-op cost of eager
+    execution; the bare dispatch of one op call (``bench_dispatch``) is subtracted by the cost model,
+    because every calibrated kernel time already contains one.
+    """
+    from trainsim.cost_models.eager import modelled_ops
+    from trainsim.cost_models.profile import EagerBlockOverhead
+    from trainsim.specs import build_scenario
+
+    from .torch_model import Block, ModelOptions
+
+    out = {}
+    wrappers = WRAPPERS if mesh1 is not None else ("plain",)
+    for (style, model), wrapper in itertools.product(eager_block_styles().items(), wrappers):
+        sc = build_scenario({"model": model, "cluster": "cpu-host", "gpus": 1},
+                            {"dtype": "fp32", "seq_len": 8, "global_batch": 1})
+        n_fwd, n_bwd = modelled_ops(sc)
+        torch.manual_seed(0)
+        block = Block(sc.model, ModelOptions()).to(cfg.device)
+        if wrapper != "plain":
+            _wrap_block(block, wrapper, mesh1, sc.model.gated_mlp)
+        key = style if wrapper == "plain" else f"{style}+{wrapper}"
+        x = torch.randn(1, 8, 8, device=cfg.device, requires_grad=True)
+        g = torch.randn_like(x)
+        many = BenchConfig(device=cfg.device, warmup=max(cfg.warmup, 5), reps=max(cfg.reps, 30), max_point_s=0.2)
+        fwd = timing_stats(time_fn(lambda: block(x), many))
+        state: dict[str, torch.Tensor] = {}
+
+        def run_fwd() -> None:
+            state["y"] = block(x)
+
+        def run_bwd() -> None:
+            state.pop("y").backward(g)
+
+        bwd = timing_stats(time_fn(run_bwd, many, setup=run_fwd))
+        out[key] = EagerBlockOverhead(fwd=fwd, bwd=bwd, fwd_ops=n_fwd, bwd_ops=n_bwd)
+    return out
+
+
+def bench_optimizer(cfg: BenchConfig, names: Sequence[str] = ("adam", "sgd"), mesh1=None):
+    """torch.optim step and zero_grad time vs parameter tensors and elements: t = a·tensors + elements/rate.
+
+    Two parameter sets: many one-element tensors (the per-tensor cost of torch's per-parameter loop: on
+    CPU Adam/SGD run the single-tensor path, ~8 aten ops per tensor for Adam) and one large tensor (the
+    per-element streaming cost). Optimizers as the executor builds them (Adam; SGD with momentum 0.9).
+    """
+    from trainsim.cost_models.profile import OptimizerFit
+
+    def make(name: str, params: list[torch.Tensor]) -> torch.optim.Optimizer:
+        if name == "sgd":
+            return torch.optim.SGD(params, lr=1e-3, momentum=0.9)
+        return torch.optim.Adam(params, lr=1e-3)
+
+    big_n, small_count = 1 << 20, 200
+    out = {}
+    many = BenchConfig(device=cfg.device, warmup=max(cfg.warmup, 3), reps=max(cfg.reps, 10), max_point_s=0.3)
+
+    def param(n: int, dtensor: bool) -> torch.Tensor:
+        t = torch.zeros(n, device=cfg.device)
+        if dtensor:  # FSDP2 / TP parameters are DTensors: every optimizer op goes through DTensor dispatch
+            from torch.distributed.tensor import Shard, distribute_tensor
+            t = distribute_tensor(t, mesh1, [Shard(0)])
+        return torch.nn.Parameter(t)
+
+    variants = [(n, False) for n in names] + ([(n, True) for n in names] if mesh1 is not None else [])
+    for name, dtensor in variants:
+        small = [param(1, dtensor) for _ in range(small_count)]
+        big = [param(big_n, dtensor)]
+        per = {}
+        for label, params in (("small", small), ("big", big)):
+            for p in params:
+                p.grad = torch.full_like(p, 1e-3)
+            opt = make(name, params)
+            per[label] = timing_stats(time_fn(opt.step, many)).median_s
+        per_tensor = per["small"] / small_count
+        per_elem = max(per["big"] - per_tensor, 1e-12) / big_n
+        zp = [param(1, dtensor) for _ in range(small_count)]
+        zopt = make(name, zp)
+
+        def grads(zp=zp) -> None:
+            for p in zp:
+                p.grad = torch.zeros_like(p)
+
+        zero = timing_stats(time_fn(lambda zopt=zopt: zopt.zero_grad(set_to_none=True), many, setup=grads)).median_s
+        out[f"{name}-dtensor" if dtensor else name] = OptimizerFit(per_tensor_s=per_tensor, elements_per_s=1.0 / per_elem,
+                                 zero_grad_per_tensor_s=zero / small_count, big_elements=big_n,
+                                 small_tensors=small_count)
+    return out

@@ -276,6 +276,11 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
                 label = label + " + logits/loss"
             params = n * (dense_l + expert_l) + extra_params
             bw += accumulate_s(params)
+            if z >= 3 and dp_group is not None and n:
+                # Eager FSDP2 per wrapped block (CPU profiles only; compute.wrapper_overhead_s).
+                of, ob = compute.wrapper_overhead_s(scenario, profile, "fsdp")
+                f += n * of
+                bi += n * ob
             gather = None
             if z >= 3 and dp_group is not None:
                 calls = gather_calls(n, extra_params > 0)

@@ -227,6 +227,11 @@ def summarize(profile) -> dict:
             for f in profile.collective_fits]
     return {"profile": profile.describe(), "reference_preset": profile.reference_preset, "gemm": gemm,
             "attention": attn, "memory_bw_Bps": mem, "kernel_overhead_s": profile.kernel_overhead_s(),
+            "eager_overhead_per_op_s": {k: {"fwd": v.per_op_s("fwd"), "bwd": v.per_op_s("bwd")}
+                                        for k, v in profile.eager_overhead.items()},
+            "optimizers": {k: {"per_tensor_s": f.per_tensor_s, "elements_per_s": f.elements_per_s,
+                               "zero_grad_per_tensor_s": f.zero_grad_per_tensor_s}
+                           for k, f in profile.optimizer_fits.items()},
             "copy_bw_Bps": {k: f.bw_Bps for k, f in profile.copy_fits.items()}, "collectives": coll,
             "notes": list(profile.notes)}
 
@@ -251,6 +256,12 @@ def _print_summary(profile, as_json: bool, elapsed_s: float | None) -> None:
         print(f"  memory-bound ops (GB/s at the largest size): {bw}")
     if s["kernel_overhead_s"] is not None:
         print(f"  per-op dispatch: {s['kernel_overhead_s'] * 1e6:.1f} us")
+    for style, v in s["eager_overhead_per_op_s"].items():
+        print(f"  eager overhead per modelled op ({style} block): fwd {v['fwd'] * 1e6:.1f} us, "
+              f"bwd {v['bwd'] * 1e6:.1f} us")
+    for name, o in s["optimizers"].items():
+        print(f"  optimizer {name}: {o['per_tensor_s'] * 1e6:.1f} us/tensor + {o['elements_per_s'] / 1e9:.2f} G elements/s, "
+              f"zero_grad {o['zero_grad_per_tensor_s'] * 1e6:.2f} us/tensor")
     for kind, v in s["copy_bw_Bps"].items():
         print(f"  copy {kind}: {v / 1e9:.1f} GB/s")
     for c in s["collectives"]:
