@@ -78,7 +78,11 @@ def _links(stage: int, group, peer: int | None = None) -> tuple[str, ...]:
 
 
 def comm_compute_slowdown(scenario: Scenario) -> float:
-    """Fraction by which compute slows while a bulk collective runs: NCCL's SMs over the GPU's SMs."""
+    """Fraction by which compute slows while a bulk collective runs: NCCL's SMs over the GPU's SMs, or the
+    device's own figure (GPUSpec.comm_compute_slowdown: CPU ranks, where gloo shares the compute cores)."""
+    own = getattr(scenario.cluster.gpu, "comm_compute_slowdown", None)
+    if own is not None:
+        return own
     sms = getattr(scenario.cluster.gpu, "num_sms", None)
     return min(0.5, NCCL_COLLECTIVE_SMS / sms) if sms else COMM_COMPUTE_SLOWDOWN
 

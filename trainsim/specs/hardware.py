@@ -31,6 +31,9 @@ class GPUSpec(BaseModel):
     fp8: bool = False
     # Streaming multiprocessors (compute units): GEMM wave quantization. None = unknown/not a GPU (no penalty).
     num_sms: int | None = Field(default=None, gt=0, le=100_000)
+    # Fraction of compute speed lost while a bulk collective runs on this device. None = from num_sms
+    # (NCCL's SMs / the GPU's SMs). CPU ranks set it: gloo runs collectives on the cores the ranks compute on.
+    comm_compute_slowdown: float | None = Field(default=None, ge=0, le=1)
 
     @model_validator(mode="after")
     def _check(self) -> "GPUSpec":
