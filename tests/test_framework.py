@@ -148,10 +148,13 @@ def test_deepspeed_zero3_keeps_few_parameters_gathered():
     assert memory.peak_bytes(ds) < ds.cluster.gpu.memory_bytes < memory.peak_bytes(fsdp)
 
 
+def _raw(fw="megatron"):
+    return {"model": "llama3-70b", "cluster": "dgx-a100", "gpus": 64, "layout": {"tp": 8, "pp": 4},
+            "training": {"seq_len": 2048, "global_batch": 64, "micro_batch": 1, "framework": fw}}
+
+
 def _pipelined(fw):
-    return build_scenario({"model": "llama3-70b", "cluster": "dgx-a100", "gpus": 64,
-                           "layout": {"tp": 8, "pp": 4},
-                           "training": {"seq_len": 2048, "global_batch": 64, "micro_batch": 1, "framework": fw}})
+    return build_scenario(_raw(fw))
 
 
 def test_megatron_2021_pipeline_sends_block_and_are_gathered_over_tp():
@@ -159,7 +162,7 @@ def test_megatron_2021_pipeline_sends_block_and_are_gathered_over_tp():
     the 1/t message over its TP group on the compute stream (scatter/gather, SC21 Sec. 4.1)."""
     new, old = _pipelined("megatron"), _pipelined("megatron-2021")
     t_new, t_old = build_cost_table(new), build_cost_table(old)
-    assert t_old.blocking_p2p and not t_new.blocking_p2p
+    assert t_old.blocking_p2p and t_new.blocking_p2p  # Megatron-Core's 1F1B p2p is batched + synchronized too
     grp = place(old).group("tp")
     msg = 2 * 2048 * old.model.hidden
     ag = collectives.collective_time("all_gather", msg, grp, old.cluster).time_s
@@ -169,9 +172,22 @@ def test_megatron_2021_pipeline_sends_block_and_are_gathered_over_tp():
     assert first.tp_bwd_s == pytest.approx(ref_first.tp_bwd_s + ag)       # ... but a gradient
     assert last.tp_fwd_s == pytest.approx(ref_last.tp_fwd_s + ag)
     # blocking sends are exposed pipeline time in the engine and in the closed form
-    p_old, p_new = predict(old), predict(new)
-    assert p_old.exposed_comm_s["pp"] > p_new.exposed_comm_s["pp"]
-    assert predict(old, fast=True).step_time_s > predict(new, fast=True).step_time_s
+    asyn = build_scenario({**_raw(), "training": {**_raw()["training"], "framework": "megatron",
+                                                  "overlap_p2p": True}})
+    assert not build_cost_table(asyn).blocking_p2p
+    p_blk, p_async = predict(new), predict(asyn)
+    assert p_blk.exposed_comm_s["pp"] > p_async.exposed_comm_s["pp"]
+    assert predict(new, fast=True).step_time_s > predict(asyn, fast=True).step_time_s
+
+
+def test_megatron_overlaps_p2p_only_in_the_interleaved_schedule():
+    from trainsim.cost_models.framework import p2p_blocks
+    inter = build_scenario({**_raw(), "layout": {"tp": 8, "pp": 4, "vpp": 2},
+                            "training": {**_raw()["training"], "schedule": "interleaved"}})
+    assert not p2p_blocks(inter.training) and p2p_blocks(_pipelined("megatron").training)
+    assert p2p_blocks(build_scenario({**_raw(), "layout": {"tp": 8, "pp": 4, "vpp": 2},
+                                      "training": {**_raw()["training"], "schedule": "interleaved",
+                                                   "framework": "megatron-2021"}}).training)
 
 
 def _ds2021(gpus):

@@ -50,11 +50,12 @@ fitted to a measurement.
   an eager ``torch.nn.CrossEntropyLoss`` under bf16 autocast: fp32 cast (read e, write 4), log-softmax
   (max, sum and write passes: read 12, write 4), NLL gather (negligible) = e + 20 bytes per logit each
   (``TRAIN_METRIC_BYTES_PER_LOGIT``).
-* ``blocking_p2p`` -- pipeline sends block the sender's compute. megatron-2021: p2p_communication's
-  ``_communicate`` runs ``batch_isend_irecv``, waits on the requests and calls ``torch.cuda.synchronize()``
-  ("to protect against race condition when using batch_isend_irecv"), for every send of every
-  schedule. Modern Megatron-Core overlaps p2p with compute in the interleaved schedule
-  (``overlap_p2p_comm``); trainsim keeps its asynchronous model for ``megatron``.
+* ``p2p_overlap`` -- when pipeline sends overlap the sender's compute ("always", "interleaved", "never";
+  ``TrainingSpec.overlap_p2p`` overrides it). Megatron's ``_communicate`` runs ``batch_isend_irecv``, waits
+  on the requests and, with ``batch_p2p_sync`` (default on), calls ``torch.cuda.synchronize()``: the sender
+  blocks. megatron-2021 always did so; Megatron-Core overlaps p2p with compute only in the interleaved
+  schedule (``--overlap-p2p-communication``, on by default; the non-interleaved 1F1B always uses the
+  blocking batched path) -> "interleaved". Other frameworks rarely pipeline: "always".
 * ``pp_scatter_gather`` -- pipeline messages split over the TP ranks and all-gathered by the receiver.
   megatron-2021: ``--scatter-gather-tensors-in-pipeline`` (default on; SC21 Sec. 4.1): each TP rank sends
   1/t of the activation and the receiver runs ``gather_split_1d_tensor`` (an all-gather over the TP group)
@@ -112,17 +113,17 @@ class FrameworkBehaviour:
     train_metric_loss_passes: int = 0
     zero3_overlap: bool = True
     zero3_gather_ops_per_rank: int = 0
-    blocking_p2p: bool = False
+    p2p_overlap: Literal["always", "interleaved", "never"] = "always"
     pp_scatter_gather: bool = False
 
 
 BEHAVIOURS: dict[str, FrameworkBehaviour] = {
     "megatron": FrameworkBehaviour("megatron", overlap_grad_reduce=True, fused_cross_entropy=False,
-                                   zero3_gather="block", reduce_bucket_params=None),
+                                   zero3_gather="block", reduce_bucket_params=None, p2p_overlap="interleaved"),
     "megatron-2021": FrameworkBehaviour("megatron-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
                                         zero3_gather="block", reduce_bucket_params=None,
                                         grad_accumulation_pass=True, optimizer_extra_bytes_per_param=12.0,
-                                        blocking_p2p=True, pp_scatter_gather=True),
+                                        p2p_overlap="never", pp_scatter_gather=True),
     "pytorch-fsdp": FrameworkBehaviour("pytorch-fsdp", overlap_grad_reduce=True, fused_cross_entropy=True,
                                        zero3_gather="block", reduce_bucket_params=None,
                                        train_metric_loss_passes=2),
@@ -137,6 +138,14 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
 def behaviour(framework: str) -> FrameworkBehaviour:
     """The behaviours of ``framework`` (one of FRAMEWORKS)."""
     return BEHAVIOURS[framework]
+
+
+def p2p_blocks(training) -> bool:
+    """Whether the sender's compute waits for its pipeline sends (TrainingSpec.overlap_p2p or the default)."""
+    if training.overlap_p2p is not None:
+        return not training.overlap_p2p
+    mode = BEHAVIOURS[training.framework].p2p_overlap
+    return mode == "never" or (mode == "interleaved" and training.schedule != "interleaved")
 
 
 def train_metric_bytes_per_logit(e: int) -> float:

@@ -400,9 +400,12 @@ def load_zero_bubble(path: Path | None = None, *, name: str = "zero-bubble") -> 
         "column ratio_to_1f1b (each schedule's throughput / 1F1B's with the same model and m) is the "
         "schedule comparison that does not depend on absolute kernel speed."),
         ("layout: pure pipeline (GPUs = stages, no TP/DP); the paper gives the first and last stage one layer "
-        "less (room for embedding and loss), modelled as layers + 2 spread evenly (same per-stage critical "
-        "path); 1F1B-I uses one layer per chunk (vpp = layers per stage)."),
-        ("assumed (not in the table): bf16, no recomputation, FlashAttention, GPT-2 vocabulary padded to "
+        "less (room for embedding and loss): Megatron's uneven split of the model's layers (first and last "
+        "virtual stage one layer fewer, embedding and loss on them); 1F1B-I uses one layer per chunk (the "
+        "first and last chunk hold only the embedding / the loss)."),
+        ("software, from the authors' launch script (sail-sg/zero-bubble-pipeline-parallelism "
+        "examples/pretrain_zero_bubble.sh): fp16, FlashAttention (--use-flash-attn), Megatron's default dropout "
+        "0.1, no recomputation, blocking pipeline sends (--no-overlap-p2p-communication); framework megatron. Assumed (not in the table): GPT-2 vocabulary padded to "
         "50304, A100 80GB nodes with the dgx-a100 preset network."),
         "ZB-2p (twice the activation memory, near-zero bubble) is not a trainsim schedule: skipped.",
     )
@@ -425,17 +428,20 @@ def _zb_case(r: dict) -> Case:
         return Case(rid, label, published, group=group, skip_reason=f"schedule {sched} is not modelled")
     if None in (layers, heads, hidden, seq, p, mbs, m):
         return Case(rid, label, published, group=group, skip_reason="incomplete row")
-    model_layers = layers + 2
-    if model_layers % p:
-        return Case(rid, label, published, group=group, skip_reason=f"{model_layers} layers do not split over {p} stages")
-    vpp = model_layers // p if sched == "1F1B-I" else 1
+    # The paper gives the first and the last stage one layer fewer (room for embedding and loss): Megatron's
+    # uneven split (Scenario.stage_layers) of the real layer count, so layers + 2 must split over the stages.
+    if (layers + 2) % p:
+        return Case(rid, label, published, group=group, skip_reason=f"{layers} + 2 layers do not split over {p} stages")
+    model_layers = layers
+    vpp = (layers + 2) // p if sched == "1F1B-I" else 1
     raw = {
         "model": {"name": r.get("model") or rid, "num_layers": model_layers, "hidden": hidden, "num_heads": heads,
                   "vocab_size": 50304, "max_seq_len": seq},
         "cluster": _cluster("dgx-a100", p),
         "layout": {"tp": 1, "pp": p, "vpp": vpp},
-        "training": {"seq_len": seq, "global_batch": mbs * m, "micro_batch": mbs, "dtype": "bf16",
-                     "recompute": "none", "schedule": ZB_SCHEDULES[sched], "flash_attention": True},
+        "training": {"seq_len": seq, "global_batch": mbs * m, "micro_batch": mbs, "dtype": "fp16",
+                     "recompute": "none", "schedule": ZB_SCHEDULES[sched], "flash_attention": True,
+                     "dropout": True, "overlap_p2p": False},
     }
     scenario, why = _scenario(raw, rid)
     return Case(rid, label, published, scenario=scenario, skip_reason=why, group=group, category=sched)

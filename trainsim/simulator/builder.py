@@ -350,7 +350,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
         ))
     table = CostTable(stages=tuple(stages), num_microbatches=scenario.num_microbatches, schedule=tr.schedule,
                       reduce_grads_every_microbatch=z >= 2, overlap_grad_reduce=fw.overlap_grad_reduce,
-                      blocking_p2p=fw.blocking_p2p,
+                      blocking_p2p=framework.p2p_blocks(tr),
                       comm_compute_slowdown=comm_compute_slowdown(scenario),
                       gpu_memory_bytes=scenario.cluster.gpu.memory_bytes,
                       host_bytes=max(sm.host for sm in stage_mem))

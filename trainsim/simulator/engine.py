@@ -8,7 +8,8 @@ DP size enters only through the collective times in the CostTable. Per stage the
   (Megatron issues TP collectives on the compute stream and waits for them; see ChunkCost);
 * a pipeline stream: activation / gradient messages to the neighbour stages, asynchronous to compute
   (Megatron's overlapped p2p), sharing the stage's links with other traffic; with
-  ``CostTable.blocking_p2p`` the compute stream waits for each of its sends (Megatron 2021);
+  ``CostTable.blocking_p2p`` the compute stream waits for each of its sends (Megatron's batched,
+  synchronized p2p: 1F1B, or any schedule without --overlap-p2p-communication);
 * a data-parallel stream: gradient buckets issued in order as backward produces them (once per step, or
   every micro-batch for ZeRO-2/3), or all after the backward pass when ``overlap_grad_reduce`` is off; the step ends with the optimizer step and ZeRO-1/2 parameter
   all-gathers;

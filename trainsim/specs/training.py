@@ -70,6 +70,8 @@ class TrainingSpec(BaseModel):
     grad_dtype_bytes: int = Field(default=0, ge=0, le=8, description="0 = same as dtype (fp32 for fp8)")
     framework: Framework = Field(default="megatron", description="software stack whose documented behaviours "
                                  "apply (cost_models/framework.py)")
+    overlap_p2p: bool | None = Field(default=None, description="pipeline sends overlap compute (Megatron "
+                                     "--overlap-p2p-communication); None = the framework's default")
 
     @model_validator(mode="after")
     def _check(self) -> "TrainingSpec":
