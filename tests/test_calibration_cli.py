@@ -58,6 +58,17 @@ def test_cpu_quick_calibration_end_to_end(tmp_path):
     assert p.kernel_overhead_s() is not None and 1e-7 < p.kernel_overhead_s() < 1e-3
     assert {"layernorm", "softmax", "gelu", "add", "copy", "gelu_bwd"} <= set(p.memory_ops_measured())
     assert p.attention_fits.keys() == {"fp32/fwd", "fp32/bwd"}
+    # Eager framework overhead per modelled op: plain blocks of both styles and the wrapped ones (2 ranks);
+    # DTensor dispatch makes a TP block dearer per op than a plain one, and backward dearer than forward.
+    styles = {"layernorm-gelu-learned", "rmsnorm-swiglu-rope"}
+    assert {f"{a}{b}" for a in styles for b in ("", "+tp", "+tp-sp", "+fsdp")} == set(p.eager_overhead)
+    for st_ in styles:
+        plain, tp = p.eager_overhead[st_], p.eager_overhead[f"{st_}+tp"]
+        assert 1e-7 < plain.per_op_s("fwd") < 1e-2 and plain.per_op_s("fwd") < tp.per_op_s("fwd")
+    # torch.optim measured per tensor and per element; DTensor parameters cost more per tensor.
+    assert {"adam", "sgd", "adam-dtensor", "sgd-dtensor"} == set(p.optimizer_fits)
+    assert p.optimizer_fits["adam"].per_tensor_s < p.optimizer_fits["adam-dtensor"].per_tensor_s
+    assert 1e6 < p.optimizer_fits["adam"].elements_per_s < 1e11
     # And predict uses it, naming the profile.
     pred = run_cli(["predict", "--model", "tiny-gpt", "--cluster", "cpu-host", "--seq-len", "256", "--global-batch",
                     "8", "--micro-batch", "4", "--dtype", "fp32", "--calibration", str(out), "--json"], timeout=60)
