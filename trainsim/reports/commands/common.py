@@ -52,6 +52,10 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "fp32"))
     p.add_argument("--framework", choices=("megatron", "megatron-2021", "pytorch-fsdp", "deepspeed", "deepspeed-2021"),
                    help="software stack whose documented behaviours apply (default megatron)")
+    p.add_argument("--offload-optimizer", action="store_true", default=None,
+                   help="optimizer states in host memory (ZeRO-Offload); PCIe traffic is timed")
+    p.add_argument("--offload-params", action="store_true", default=None,
+                   help="parameters in host memory (needs --zero 3)")
     p.add_argument("--calibration", help="calibration profile JSON (from `trainsim calibrate`)")
 
 
@@ -60,7 +64,7 @@ OVERRIDE_FLAGS = {
     "ep": "ep", "vpp": "vpp", "seq_len": "seq_len", "global_batch": "global_batch", "micro_batch": "micro_batch",
     "recompute": "recompute", "sequence_parallel": "sequence_parallel", "zero": "zero",
     "distributed_optimizer": "distributed_optimizer", "schedule": "schedule", "dtype": "dtype",
-    "framework": "framework",
+    "framework": "framework", "offload_optimizer": "offload_optimizer", "offload_params": "offload_params",
 }
 
 
