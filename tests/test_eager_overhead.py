@@ -119,3 +119,20 @@ def test_parameter_tensor_counts_match_the_executor_model(over, model):
                             ModelOptions(), 0, None)
         assert sum(stage_param_tensors(s, stage)) == len(list(chunk.parameters()))
     assert block_style(layer_shape(s)) == (GPT if model == "tiny-gpt" else "rmsnorm-swiglu-rope")
+
+
+def test_torch_tp_reduces_each_column_parallel_input_separately():
+    """framework torch (parallelize_module): 4 backward all-reduces per GeLU block (q, k, v, fc1) against
+    Megatron's 2 per region; forward 2 either way (counted in a torch.profiler trace, framework.py)."""
+    from trainsim.simulator.builder import build_cost_table
+
+    def chunk(fw: str, **over):
+        return build_cost_table(scenario(2, tp=2, framework=fw, **over)).stages[0].chunks[0]
+
+    meg, tor = chunk("megatron"), chunk("torch")
+    assert tor.tp_fwd_s == pytest.approx(meg.tp_fwd_s)
+    assert tor.tp_bwd_s == pytest.approx(2 * meg.tp_bwd_s)
+    # With SP: the same gathers/scatters plus the norm weights' gradient all-reduces (LayerNorm: 4 tensors).
+    meg_sp, tor_sp = chunk("megatron", sequence_parallel=True), chunk("torch", sequence_parallel=True)
+    assert tor_sp.tp_fwd_s == pytest.approx(meg_sp.tp_fwd_s)
+    assert tor_sp.tp_bwd_s > meg_sp.tp_bwd_s

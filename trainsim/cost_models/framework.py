@@ -80,6 +80,19 @@ fitted to a measurement.
   Hence a cost linear in the number of ranks: 2 x n x kernel_overhead_s per gathered or reduced tensor,
   plus the copies around them (``torch.zeros`` output and the flat buffer copied back: 3 passes over the
   gathered bytes; the gradients copied into the flat input: 2 passes).
+* ``tp_input_reduce`` -- how the backward reduces the input gradient of column-parallel layers.
+    - "region" (Megatron): one all-reduce per column-parallel region (the ``f`` operator before the fused
+      QKV and before the MLP's first layer), i.e. 2 per block in backward; with sequence parallelism one
+      reduce-scatter per region instead.
+    - "per_linear" (torch's own ``parallelize_module``, framework "torch": the plan of trainsim execute,
+      kernels/parallelize.tp_plan_block): q, k, v, fc1 (and gate) are separate ``ColwiseParallel``
+      linears, each turning its replicated local input into a DTensor, so each reduces its Partial input
+      gradient with its own all-reduce: 4 per block in backward (5 gated), 2 in forward. With sequence
+      parallelism ``PrepareModuleInput`` gathers once per region (one reduce-scatter back), but the
+      ``SequenceParallel`` norms' replicated weights get Partial gradients: one all-reduce per norm
+      parameter tensor per micro-batch. Counted from a torch.profiler trace of tiny-gpt tp2 (gloo): 29
+      all-reduces per micro-batch = 4 blocks x (2 + 4) + embedding, output layer and loss_parallel; with
+      SP 18 all-gathers, 17 reduce-scatters and 22 all-reduces (4 x 4 norm-weight gradients + head/loss).
 * ``optimizer_extra_bytes_per_param`` -- bytes per parameter the optimizer step moves beyond a fused
   Adam (cost_models.compute.optimizer_step_time). megatron-2021 (Float16OptimizerWithFloat16Params):
   ``_copy_model_grads_to_main_grads`` (read 2, write 4) and ``_copy_main_params_to_model_params``
@@ -92,8 +105,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Framework = Literal["megatron", "megatron-2021", "pytorch-fsdp", "deepspeed", "deepspeed-2021"]
-FRAMEWORKS: tuple[str, ...] = ("megatron", "megatron-2021", "pytorch-fsdp", "deepspeed", "deepspeed-2021")
+Framework = Literal["megatron", "megatron-2021", "pytorch-fsdp", "deepspeed", "deepspeed-2021", "torch"]
+FRAMEWORKS: tuple[str, ...] = ("megatron", "megatron-2021", "pytorch-fsdp", "deepspeed", "deepspeed-2021", "torch")
 
 # DeepSpeed ZeRO config default reduce_bucket_size (elements).
 DEEPSPEED_REDUCE_BUCKET_PARAMS = 5e8
@@ -115,6 +128,7 @@ class FrameworkBehaviour:
     zero3_gather_ops_per_rank: int = 0
     p2p_overlap: Literal["always", "interleaved", "never"] = "always"
     pp_scatter_gather: bool = False
+    tp_input_reduce: Literal["region", "per_linear"] = "region"
 
 
 BEHAVIOURS: dict[str, FrameworkBehaviour] = {
@@ -132,6 +146,14 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
     "deepspeed-2021": FrameworkBehaviour("deepspeed-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
                                          zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
                                          zero3_overlap=False, zero3_gather_ops_per_rank=2),
+    # torch.distributed's own parallelism as trainsim execute runs it (kernels/parallelize.py): DDP buckets
+    # reduced during backward, FSDP2 per-block gathers, eager F.cross_entropy (log_softmax + nll, not
+    # fused), parallelize_module TP. Pipelining: Schedule1F1B's steady state fuses each send with the next
+    # receive and waits on both (torch/distributed/pipelining/schedules.py, ``_wait_batch_p2p(_batch_p2p(
+    # fwd_sends + bwd_recvs))``): the sender blocks.
+    "torch": FrameworkBehaviour("torch", overlap_grad_reduce=True, fused_cross_entropy=False,
+                                zero3_gather="block", reduce_bucket_params=None, p2p_overlap="never",
+                                tp_input_reduce="per_linear"),
 }
 
 

@@ -142,13 +142,16 @@ def reference_losses(job: ExecJob) -> list[float]:
 # --- prediction --------------------------------------------------------------------------------------------
 
 def prediction_scenario(job: ExecJob, *, for_memory: bool = False) -> Scenario:
-    """The scenario as executed: the executor's optimizer state size, and for HSDP memory the shard group.
+    """The scenario as executed: the executor's optimizer state size, torch's own framework behaviours, and for
+    HSDP memory the shard group.
 
     HSDP (R replicas x S shards) stores per rank what ZeRO-3 over S ranks stores, so its model-state memory
     is predicted with dp = S (global batch scaled to keep the micro-batch count).
     """
     s = job.spec
-    training = s.training.model_copy(update={"optimizer_bytes_per_param": OPTIMIZER_STATE_BYTES[job.optimizer]})
+    # framework "torch": torch.distributed's own TP/FSDP2/DDP/pipelining behaviours (cost_models/framework.py).
+    training = s.training.model_copy(update={"optimizer_bytes_per_param": OPTIMIZER_STATE_BYTES[job.optimizer],
+                                             "framework": "torch"})
     layout = s.layout
     cluster = s.cluster
     if for_memory and job.hsdp > 1:

@@ -393,8 +393,8 @@ def collective_reps(size_bytes: int, base_reps: int, est_bw_Bps: float, budget_s
 def eager_block_styles() -> dict[str, dict]:
     """Tiny blocks of both executor styles (``trainsim.cost_models.eager.block_style`` keys), sized so
     their kernels do ~no work: the time of their forward/backward is the eager framework's own."""
-    base = dict(num_layers=1, hidden=8, num_heads=2, ffn_hidden=32, vocab_size=16, max_seq_len=8,
-                tie_embeddings=False)
+    base = {"num_layers": 1, "hidden": 8, "num_heads": 2, "ffn_hidden": 32, "vocab_size": 16, "max_seq_len": 8,
+            "tie_embeddings": False}
     return {
         "layernorm-gelu-learned": dict(base, name="eager-gpt"),
         "rmsnorm-swiglu-rope": dict(base, name="eager-llama", norm="rmsnorm", activation="swiglu",
@@ -446,21 +446,27 @@ def bench_eager_overhead(cfg: BenchConfig, mesh1=None):
         if wrapper != "plain":
             _wrap_block(block, wrapper, mesh1, sc.model.gated_mlp)
         key = style if wrapper == "plain" else f"{style}+{wrapper}"
-        x = torch.randn(1, 8, 8, device=cfg.device, requires_grad=True)
-        g = torch.randn_like(x)
-        many = BenchConfig(device=cfg.device, warmup=max(cfg.warmup, 5), reps=max(cfg.reps, 30), max_point_s=0.2)
-        fwd = timing_stats(time_fn(lambda: block(x), many))
-        state: dict[str, torch.Tensor] = {}
-
-        def run_fwd() -> None:
-            state["y"] = block(x)
-
-        def run_bwd() -> None:
-            state.pop("y").backward(g)
-
-        bwd = timing_stats(time_fn(run_bwd, many, setup=run_fwd))
+        fwd, bwd = _time_block(block, cfg)
         out[key] = EagerBlockOverhead(fwd=fwd, bwd=bwd, fwd_ops=n_fwd, bwd_ops=n_bwd)
     return out
+
+
+def _time_block(block, cfg: BenchConfig) -> tuple[Stats, Stats]:
+    """Forward, and backward (forward re-run untimed before each), of a block on a (1, 8, hidden) input."""
+    hidden = next(p for p in block.parameters()).shape[-1]
+    x = torch.randn(1, 8, hidden, device=cfg.device, requires_grad=True)
+    g = torch.randn_like(x)
+    many = BenchConfig(device=cfg.device, warmup=max(cfg.warmup, 5), reps=max(cfg.reps, 30), max_point_s=0.2)
+    fwd = timing_stats(time_fn(lambda: block(x), many))
+    state: dict[str, torch.Tensor] = {}
+
+    def run_fwd() -> None:
+        state["y"] = block(x)
+
+    def run_bwd() -> None:
+        state.pop("y").backward(g)
+
+    return fwd, timing_stats(time_fn(run_bwd, many, setup=run_fwd))
 
 
 def bench_optimizer(cfg: BenchConfig, names: Sequence[str] = ("adam", "sgd"), mesh1=None):

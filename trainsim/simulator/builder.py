@@ -154,14 +154,21 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
     tokens = shp.tokens                                   # b·s/cp tokens per rank's GEMMs
     act_msg = e * tokens * shp.h                          # one [b, s/cp, h] activation, bytes
     tp_f = tp_b = 0.0
+    fw = framework.behaviour(tr.framework)
     if lay.tp > 1:
+        per_linear = fw.tp_input_reduce == "per_linear"  # framework.py: torch parallelize_module
         if tr.sequence_parallel:
             ag = sum(_coll("all_gather", act_msg, groups["tp"], scenario, profile))
             rs = sum(_coll("reduce_scatter", act_msg, groups["tp"], scenario, profile))
             tp_f = tp_b = 2 * (ag + rs)
+            if per_linear:  # replicated SequenceParallel norm weights: Partial gradients all-reduced
+                norm_tensors = 2 if m.norm == "layernorm" else 1
+                tp_b += 2 * norm_tensors * sum(_coll("all_reduce", e * m.hidden, groups["tp"], scenario, profile))
         else:
             ar = sum(_coll("all_reduce", act_msg, groups["tp"], scenario, profile))
             tp_f = tp_b = 2 * ar
+            if per_linear:  # q, k, v, fc1 (, gate) reduce their input gradients one by one
+                tp_b = (4 + (1 if shp.gated else 0)) * ar
         if tr.recompute == "full":
             tp_b += tp_f
     cp_f = cp_b = 0.0

@@ -50,7 +50,7 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
     p.add_argument("--distributed-optimizer", action="store_true", default=None)
     p.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved", "zb"))
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "fp32"))
-    p.add_argument("--framework", choices=("megatron", "megatron-2021", "pytorch-fsdp", "deepspeed", "deepspeed-2021"),
+    p.add_argument("--framework", choices=("megatron", "megatron-2021", "pytorch-fsdp", "deepspeed", "deepspeed-2021", "torch"),
                    help="software stack whose documented behaviours apply (default megatron)")
     p.add_argument("--offload-optimizer", action="store_true", default=None,
                    help="optimizer states in host memory (ZeRO-Offload); PCIe traffic is timed")
