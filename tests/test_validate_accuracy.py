@@ -130,6 +130,17 @@ def test_nccl_large_messages():
     assert abs(_rows(rep)["azure_ND_H100_v5_8G"].error_pct) <= 3.0
 
 
+def test_nccl_small_messages_guard():
+    """nccl-tests all-reduce below 1 MB (latency-bound; each call pays NCCL's tuner latency plus one ~5 us
+    launch, nccl-tests#123): still too fast, guarded at today's accuracy -- H100/H200 MAPE <= 55 %, A100
+    <= 95 % [azure_ND_H100_v5_1K .. azure_ND_A100_v4_524K]; whole curve set MAPE <= 30 %."""
+    rep = validate(load_dataset("nccl"), collective_fn=default_collective_fn())
+    cats = rep.by_category()
+    assert cats["H100 v5 < 1 MB"]["mape_pct"] <= 55.0 and cats["H200 v5 < 1 MB"]["mape_pct"] <= 55.0
+    assert cats["A100 v4 < 1 MB"]["mape_pct"] <= 95.0
+    assert rep.mape_pct <= 30.0
+
+
 def test_cli_gate_uses_the_engine(capsys):
     """`trainsim validate --max-mape`: zero-bubble passes at 21 %, fails at 1 %."""
     assert main(["validate", "--dataset", "zero-bubble", "--max-mape", "21"]) == 0

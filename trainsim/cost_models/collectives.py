@@ -14,6 +14,7 @@ of 1/ppn of the data over ppn parallel rails, intra-node all-gather), ``direct``
 NCCL's LL, LL128 and Simple protocols where NCCL offers them, as
 
     time = latency(algo, protocol) + (wire_bytes + min(wire_bytes, fill_bytes(protocol))) / rate(algo, protocol)
+           + launch overhead (once per call: CUDA launch + NCCL enqueue, nccl_model.LAUNCH_OVERHEAD_S)
 
 where wire_bytes are the bytes each GPU (or node, for the network) sends per direction, rate is the
 bottleneck of the links the group uses (`GroupShape`: scale-up port, the group's NIC share, its share of
@@ -27,7 +28,7 @@ A calibration profile (``profile``), when it holds a fit for (op, group size, no
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
@@ -360,7 +361,9 @@ def _cached(op: str, nbytes: float, group: GroupShape, algo: str | None, protoco
     if group.size <= 1 or nbytes <= 0:
         return _zero(op, nbytes, group.size)
     algos = None if algo is None else (algo,)
-    return best(op, nbytes, group, algos, protocol)
+    r = best(op, nbytes, group, algos, protocol)
+    # One kernel launch + NCCL enqueue per call (nccl_model.LAUNCH_OVERHEAD_S), counted as latency.
+    return replace(r, time_s=r.time_s + nm.LAUNCH_OVERHEAD_S, latency_s=r.latency_s + nm.LAUNCH_OVERHEAD_S)
 
 
 def collective_time(op: str, nbytes: float, group: GroupShape | int, cluster: ClusterSpec | None = None,

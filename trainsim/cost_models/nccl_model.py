@@ -22,6 +22,14 @@ Sources (all public NVIDIA code/statements; none is fitted to a measured curve):
   NCCL_P2P_NET_CHUNKSIZE 128 KiB. This one term (same constant for every GPU) is what makes the
   medium-size part of the nccl-tests curves agree (see tests/test_collectives_agreement.py).
 
+* Per-call launch overhead: what nccl-tests (and a training step) sees per collective beyond the tuner's
+  latency: the CUDA kernel launch and NCCL's host-side enqueue. NCCL's maintainer: "If you look at the total
+  NCCL operation time, you also need to factor in the CUDA launch time and some overhead (~5us)"
+  (NVIDIA/nccl-tests#123, sjeaugey 2022-12-14). The same thread's DGX-A100 measurement (8 GPUs, one
+  thread per GPU, NCCL_PROTO=LL, 8-128 B) is ~21 us, against the tuner's ring LL 6.6 + 14 x 0.6 = 15 us.
+  ``LAUNCH_OVERHEAD_S`` is added once to every modelled collective call (not to calibrated fits, which
+  measured it).
+
 Latency scaling: the cluster's ``scale_up.latency_s`` and ``scale_out.latency_s`` scale NCCL's
 intra-node and network hwLat tables relative to the preset defaults (3 µs and 5 µs), so a preset uses
 NCCL's numbers as they are and a custom fabric with slower switches is slower in proportion.
@@ -53,6 +61,7 @@ HW_LAT_US = {
 REF_SCALE_UP_LATENCY_S = 3.0e-6   # preset default the hwLat tables correspond to
 REF_NET_LATENCY_S = 5.0e-6
 NET_OVERHEAD_US = 1.0             # per network post (NCCL getNetOverhead, Intel/other CPUs)
+LAUNCH_OVERHEAD_S = 5.0e-6        # per collective call: CUDA launch + NCCL enqueue (nccl-tests#123)
 RING_PLATEAU = 1.4                # multi-node ring Simple all-reduce latency multiplier (Ampere+)
 
 LL128_EFF = 0.92
