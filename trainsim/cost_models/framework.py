@@ -41,7 +41,8 @@ fitted to a measurement.
   runs ``param.main_grad.add_(param.grad.data)`` (local DDP's ``_make_param_hook``; with torch DDP
   autograd's AccumulateGrad does the same ``grad +=``): read both, write one, ``3 x grad_bytes`` per
   parameter per micro-batch. megatron: ``--gradient-accumulation-fusion`` (on by default) makes the wgrad
-  GEMM accumulate into ``main_grad`` itself. FSDP / DeepSpeed ZeRO-2/3 reduce-scatter every micro-batch
+  GEMM accumulate into ``main_grad`` itself. torch (plain autograd, DDP): AccumulateGrad's ``grad += new``
+  for every micro-batch (the first one's gradient is stolen, not added: counted anyway). FSDP / DeepSpeed ZeRO-2/3 reduce-scatter every micro-batch
   and accumulate only the 1/dp shard (folded into the optimizer's bytes).
 * ``train_metric_loss_passes`` -- extra no-grad cross-entropy forwards per micro-batch over the logits.
   pytorch-fsdp (Composer + llm-foundry): Composer's ``Trainer._train_microbatch`` ends every micro-batch
@@ -151,9 +152,11 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
     # fused), parallelize_module TP. Pipelining: Schedule1F1B's steady state fuses each send with the next
     # receive and waits on both (torch/distributed/pipelining/schedules.py, ``_wait_batch_p2p(_batch_p2p(
     # fwd_sends + bwd_recvs))``): the sender blocks.
+    # Gradient accumulation: autograd's AccumulateGrad adds each micro-batch's weight gradient into
+    # ``param.grad`` (``grad += new``, a separate elementwise pass: grad_accumulation_pass).
     "torch": FrameworkBehaviour("torch", overlap_grad_reduce=True, fused_cross_entropy=False,
                                 zero3_gather="block", reduce_bucket_params=None, p2p_overlap="never",
-                                tp_input_reduce="per_linear"),
+                                tp_input_reduce="per_linear", grad_accumulation_pass=True),
 }
 
 
