@@ -69,6 +69,8 @@ def test_cpu_quick_calibration_end_to_end(tmp_path):
     assert {"adam", "sgd", "adam-dtensor", "sgd-dtensor"} == set(p.optimizer_fits)
     assert p.optimizer_fits["adam"].per_tensor_s < p.optimizer_fits["adam-dtensor"].per_tensor_s
     assert 1e6 < p.optimizer_fits["adam"].elements_per_s < 1e11
+    assert set(p.dtensor_collective_overhead_s) == {"all_reduce", "all_gather", "reduce_scatter"}
+    assert all(0 <= v < 0.1 for v in p.dtensor_collective_overhead_s.values())
     # And predict uses it, naming the profile.
     pred = run_cli(["predict", "--model", "tiny-gpt", "--cluster", "cpu-host", "--seq-len", "256", "--global-batch",
                     "8", "--micro-batch", "4", "--dtype", "fp32", "--calibration", str(out), "--json"], timeout=60)

@@ -136,3 +136,20 @@ def test_torch_tp_reduces_each_column_parallel_input_separately():
     meg_sp, tor_sp = chunk("megatron", sequence_parallel=True), chunk("torch", sequence_parallel=True)
     assert tor_sp.tp_fwd_s == pytest.approx(meg_sp.tp_fwd_s)
     assert tor_sp.tp_bwd_s > meg_sp.tp_bwd_s
+
+
+def test_dtensor_redistribution_overhead_is_added_per_tp_collective():
+    """framework torch + a CPU profile's DTensor overhead: + ov per collective (2 forward, 4 backward per block)."""
+    from trainsim.simulator.builder import build_cost_table
+
+    ov = {"all_reduce": 300e-6, "all_gather": 200e-6, "reduce_scatter": 100e-6}
+    s = scenario(2, tp=2, framework="torch")
+    base = build_cost_table(s, profile=CalibrationProfile()).stages[0].chunks[0]
+    more = build_cost_table(s, profile=CalibrationProfile(dtensor_collective_overhead_s=ov)).stages[0].chunks[0]
+    n = base.layers
+    assert more.tp_fwd_s - base.tp_fwd_s == pytest.approx(n * 2 * 300e-6)
+    assert more.tp_bwd_s - base.tp_bwd_s == pytest.approx(n * 4 * 300e-6)
+    # Megatron's TP has no DTensor layer: unchanged.
+    m = scenario(2, tp=2)
+    assert (build_cost_table(m, profile=CalibrationProfile(dtensor_collective_overhead_s=ov)).stages[0].chunks[0].tp_bwd_s
+            == pytest.approx(build_cost_table(m, profile=CalibrationProfile()).stages[0].chunks[0].tp_bwd_s))

@@ -11,6 +11,7 @@ small fitted models the cost functions query:
 * copies:     the same for host->device, device->host, device->device (when a device exists).
 * eager overhead (CPU): per modelled op, the eager framework's fixed cost (module calls, views, autograd
   recording and backward nodes) measured on tiny executor blocks of each style, forward and backward.
+* DTensor collectives (CPU): seconds a DTensor redistribution adds to the raw c10d collective, per op.
 * optimizers: torch.optim step time = per_tensor_s · tensors + elements / elements_per_s (Adam, SGD).
 * collectives per (op, group_size, nodes): t(size) = alpha + beta·size, where ``size`` is nccl-tests'
   "size" column (bytes): the buffer for all_reduce/broadcast/send_recv, the gathered output for
@@ -270,6 +271,9 @@ class CalibrationProfile(_Model):
     eager_overhead: dict[str, EagerBlockOverhead] = Field(
         default_factory=dict, description="per block style (cost_models.eager.block_style); CPU eager only")
     optimizer_fits: dict[str, OptimizerFit] = Field(default_factory=dict, description="'adam', 'sgd'")
+    dtensor_collective_overhead_s: dict[str, float] = Field(
+        default_factory=dict, description="per collective op: seconds a DTensor redistribution adds to the raw "
+        "c10d call (CPU, the world group, 64 KiB)")
     copy_points: list[BandwidthPoint] = Field(default_factory=list)
     copy_fits: dict[str, LinearFit] = Field(default_factory=dict, description="h2d, d2h, d2d")
     collective_points: list[CollectivePoint] = Field(default_factory=list)

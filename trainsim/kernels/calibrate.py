@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.manual_seed(1234 + rank)
         gemm, attn, mem, copies, colls = [], [], [], [], []
         dispatch = None
-        eager, optim = {}, {}
+        eager, optim, dtensor_coll = {}, {}, {}
         if "gemm" not in skip:
             shapes = mb.transformer_gemm_shapes(plan.hiddens, plan.tokens, plan.tps)
             for dtype in dtypes:
@@ -311,6 +311,9 @@ def main(argv: list[str] | None = None) -> int:
             mesh1 = one_rank_mesh(rank, world) if distributed else None
             eager = mb.bench_eager_overhead(cfg, mesh1)
             optim = mb.bench_optimizer(cfg, mesh1=mesh1)
+            if distributed:
+                from torch.distributed.device_mesh import init_device_mesh
+                dtensor_coll = mb.bench_dtensor_collectives(cfg, init_device_mesh("cpu", (world,)))
             _log(rank, f"eager overhead and optimizers in {time.perf_counter() - t0:.1f} s")
         if "copy" not in skip and args.device == "cuda":
             t0 = time.perf_counter()
@@ -356,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
                 notes.append("no GPU preset matches this device: efficiencies are absent, times are absolute")
             profile = build_profile(fp, preset_name, peaks, gemm, attn, mem, copies, colls, fit_min, notes)
             profile = profile.model_copy(update={"dispatch_overhead": dispatch, "eager_overhead": eager,
-                                                 "optimizer_fits": optim})
+                                                 "optimizer_fits": optim,
+                                                 "dtensor_collective_overhead_s": dtensor_coll})
             save_profile(profile, args.out)
             _log(rank, f"wrote {args.out} in {time.perf_counter() - t_start:.1f} s")
         if distributed:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
@@ -518,3 +519,46 @@ def bench_optimizer(cfg: BenchConfig, names: Sequence[str] = ("adam", "sgd"), me
                                  zero_grad_per_tensor_s=zero / small_count, big_elements=big_n,
                                  small_tensors=small_count)
     return out
+
+
+def bench_dtensor_collectives(cfg: BenchConfig, mesh, size_bytes: int = 1 << 16) -> dict[str, float]:
+    """Seconds per call that DTensor redistribution adds to the raw c10d collective, on ``mesh`` (all ranks).
+
+    TP under ``parallelize_module`` communicates by redistributing DTensors (Partial -> Replicate is an
+    all-reduce, Shard -> Replicate an all-gather, Partial -> Shard a reduce-scatter) through functional
+    collectives; the sharding bookkeeping and the functional wrappers cost host time on top of the
+    collective itself. Both are timed after a barrier (wall clock, this rank's median: robust to the
+    multi-millisecond outliers a shared host adds); the difference is kept (>= 0). Every rank must call
+    this; rank 0's numbers are returned (others get {}).
+    """
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+
+    n = mesh.size()
+    elems = max(n, size_bytes // 4 // n * n)
+    many = BenchConfig(device=cfg.device, warmup=max(cfg.warmup, 3), reps=max(cfg.reps, 30))
+
+    def wall(fn) -> float:
+        for _ in range(many.warmup):
+            fn()
+        times = []
+        for _ in range(many.reps):
+            dist.barrier()
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return float(np.median(times))
+
+    full, part = torch.ones(elems, device=cfg.device), torch.ones(elems // n, device=cfg.device)
+    out_full, out_part = torch.empty(elems, device=cfg.device), torch.empty(elems // n, device=cfg.device)
+    partial = DTensor.from_local(torch.ones(elems, device=cfg.device), mesh, [Partial()], run_check=False)
+    shard = DTensor.from_local(torch.ones(elems // n, device=cfg.device), mesh, [Shard(0)], run_check=False)
+    cases = {
+        "all_reduce": (lambda: dist.all_reduce(full),
+                       lambda: partial.redistribute(mesh, [Replicate()]).to_local()),
+        "all_gather": (lambda: dist.all_gather_into_tensor(out_full, part),
+                       lambda: shard.redistribute(mesh, [Replicate()]).to_local()),
+        "reduce_scatter": (lambda: dist.reduce_scatter_tensor(out_part, full),
+                           lambda: partial.redistribute(mesh, [Shard(0)]).to_local()),
+    }
+    out = {op: max(0.0, wall(dt) - wall(raw)) for op, (raw, dt) in cases.items()}
+    return out if dist.get_rank() == 0 else {}

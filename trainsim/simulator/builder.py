@@ -157,15 +157,19 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
     fw = framework.behaviour(tr.framework)
     if lay.tp > 1:
         per_linear = fw.tp_input_reduce == "per_linear"  # framework.py: torch parallelize_module
+        # torch TP communicates by DTensor redistribution: its host cost beyond the raw collective is
+        # measured by CPU calibrations (profile.dtensor_collective_overhead_s), else 0.
+        dt_ov = (getattr(profile, "dtensor_collective_overhead_s", None) or {}) if per_linear else {}
         if tr.sequence_parallel:
-            ag = sum(_coll("all_gather", act_msg, groups["tp"], scenario, profile))
-            rs = sum(_coll("reduce_scatter", act_msg, groups["tp"], scenario, profile))
+            ag = sum(_coll("all_gather", act_msg, groups["tp"], scenario, profile)) + dt_ov.get("all_gather", 0.0)
+            rs = sum(_coll("reduce_scatter", act_msg, groups["tp"], scenario, profile)) + dt_ov.get("reduce_scatter", 0.0)
             tp_f = tp_b = 2 * (ag + rs)
             if per_linear:  # replicated SequenceParallel norm weights: Partial gradients all-reduced
                 norm_tensors = 2 if m.norm == "layernorm" else 1
-                tp_b += 2 * norm_tensors * sum(_coll("all_reduce", e * m.hidden, groups["tp"], scenario, profile))
+                tp_b += 2 * norm_tensors * (sum(_coll("all_reduce", e * m.hidden, groups["tp"], scenario, profile))
+                                            + dt_ov.get("all_reduce", 0.0))
         else:
-            ar = sum(_coll("all_reduce", act_msg, groups["tp"], scenario, profile))
+            ar = sum(_coll("all_reduce", act_msg, groups["tp"], scenario, profile)) + dt_ov.get("all_reduce", 0.0)
             tp_f = tp_b = 2 * ar
             if per_linear:  # q, k, v, fc1 (, gate) reduce their input gradients one by one
                 tp_b = (4 + (1 if shp.gated else 0)) * ar

@@ -232,6 +232,7 @@ def summarize(profile) -> dict:
             "optimizers": {k: {"per_tensor_s": f.per_tensor_s, "elements_per_s": f.elements_per_s,
                                "zero_grad_per_tensor_s": f.zero_grad_per_tensor_s}
                            for k, f in profile.optimizer_fits.items()},
+            "dtensor_collective_overhead_s": dict(profile.dtensor_collective_overhead_s),
             "copy_bw_Bps": {k: f.bw_Bps for k, f in profile.copy_fits.items()}, "collectives": coll,
             "notes": list(profile.notes)}
 
@@ -262,6 +263,9 @@ def _print_summary(profile, as_json: bool, elapsed_s: float | None) -> None:
     for name, o in s["optimizers"].items():
         print(f"  optimizer {name}: {o['per_tensor_s'] * 1e6:.1f} us/tensor + {o['elements_per_s'] / 1e9:.2f} G elements/s, "
               f"zero_grad {o['zero_grad_per_tensor_s'] * 1e6:.2f} us/tensor")
+    if s["dtensor_collective_overhead_s"]:
+        ov = ", ".join(f"{k} +{v * 1e6:.0f} us" for k, v in s["dtensor_collective_overhead_s"].items())
+        print(f"  DTensor redistribution beyond the raw collective: {ov}")
     for kind, v in s["copy_bw_Bps"].items():
         print(f"  copy {kind}: {v / 1e9:.1f} GB/s")
     for c in s["collectives"]:
