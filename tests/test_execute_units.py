@@ -122,3 +122,21 @@ Root Cause (first observed failure):
 def test_execute_command_does_not_import_torch():
     code = "import sys, trainsim.reports.commands.execute, trainsim.kernels.executor; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_mixed_precision_prediction_uses_torch_amp_state_bytes():
+    """On CUDA with bf16 the executor keeps fp32 weights and gradients (autocast / FSDP2 MixedPrecisionPolicy)
+    and Adam keeps m and v: 4 + 4 + 8 bytes per parameter, which the prediction it compares against must use."""
+    from trainsim.cost_models.memory import stage_memory
+    from trainsim.kernels.exec_config import ExecJob
+    from trainsim.kernels.executor import prediction_scenario
+    from trainsim.specs import build_scenario
+
+    s = build_scenario({"model": "tiny-gpt", "cluster": "dgx-h100", "gpus": 2, "layout": {"tp": 2},
+                        "training": {"global_batch": 2, "seq_len": 128, "dtype": "bf16"}})
+    job = ExecJob(scenario=s.model_dump(mode="json"), device="cuda", optimizer="adam")
+    pred = prediction_scenario(job)
+    mem = stage_memory(pred, 0)
+    params = mem.weights / 4
+    assert (pred.training.param_bytes, pred.training.grad_bytes) == (4, 4)
+    assert mem.grads == pytest.approx(4 * params) and mem.optimizer == pytest.approx(8 * params)

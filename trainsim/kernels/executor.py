@@ -150,8 +150,12 @@ def prediction_scenario(job: ExecJob, *, for_memory: bool = False) -> Scenario:
     """
     s = job.spec
     # framework "torch": torch.distributed's own TP/FSDP2/DDP/pipelining behaviours (cost_models/framework.py).
-    training = s.training.model_copy(update={"optimizer_bytes_per_param": OPTIMIZER_STATE_BYTES[job.optimizer],
-                                             "framework": "torch"})
+    update = {"optimizer_bytes_per_param": OPTIMIZER_STATE_BYTES[job.optimizer], "framework": "torch"}
+    if s.training.dtype != "fp32":
+        # torch mixed precision (autocast / FSDP2 MixedPrecisionPolicy) keeps fp32 weights and fp32 gradients;
+        # the low-precision copies are transient. Adam's state is then m and v only (no separate master copy).
+        update.update(param_dtype_bytes=4, grad_dtype_bytes=4)
+    training = s.training.model_copy(update=update)
     layout = s.layout
     cluster = s.cluster
     if for_memory and job.hsdp > 1:

@@ -68,6 +68,9 @@ class TrainingSpec(BaseModel):
     offload_params: bool = False
     optimizer_bytes_per_param: int = Field(default=12, gt=0, le=64, description="fp32 master + Adam m, v")
     grad_dtype_bytes: int = Field(default=0, ge=0, le=8, description="0 = same as dtype (fp32 for fp8)")
+    param_dtype_bytes: int = Field(default=0, ge=0, le=8,
+                                   description="bytes per stored weight; 0 = the dtype's (2 for bf16/fp16/fp8). "
+                                               "torch AMP keeps fp32 weights (4) and casts per op")
     framework: Framework = Field(default="megatron", description="software stack whose documented behaviours "
                                  "apply (cost_models/framework.py)")
     overlap_p2p: bool | None = Field(default=None, description="pipeline sends overlap compute (Megatron "
@@ -86,7 +89,7 @@ class TrainingSpec(BaseModel):
 
     @property
     def param_bytes(self) -> int:
-        return 4 if self.dtype == "fp32" else 2
+        return self.param_dtype_bytes or (4 if self.dtype == "fp32" else 2)
 
     @property
     def grad_bytes(self) -> int:
