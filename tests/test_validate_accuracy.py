@@ -155,3 +155,72 @@ def test_cli_gates_for_sc21_and_mosaic(capsys):
     assert main(["validate", "--dataset", "mosaic", "--max-mape", "12"]) == 0
     out = capsys.readouterr().out
     assert "sc21_t1_10" in out and "mpt_216" in out
+
+
+# --- NVIDIA Megatron-Bridge (NeMo) performance tables (nemo_megatron_bridge_perf.csv) ------------------
+
+@pytest.fixture(scope="module")
+def nemo():
+    return validate(load_dataset("nemo"), predict_fn=default_predict_fn())
+
+
+def test_nemo_dense_guard(nemo):
+    """Dense Llama 3 rows (FP8, Megatron-Core with TP comm overlap): H100 [mb_39, mb_80, mb_87, mb_214,
+    mb_256..258, mb_273..275 ...] MAPE 4.7 %, B200 [mb_250, mb_251, mb_268, mb_269] 3.4 %, GB200 6.4 %,
+    GB300 12.4 % today (GB300 predicted too slow: no Blackwell Ultra measurement, GB200 efficiencies)."""
+    for cat, limit in (("H100 fp8 dense", 6.0), ("B200 fp8 dense", 5.0), ("GB200 fp8 dense", 8.0),
+                       ("GB300 fp8 dense", 14.0)):
+        rows = _rows(nemo, cat)
+        assert len(rows) >= 4, cat
+        assert _mape(rows.values()) <= limit, (cat, _mape(rows.values()))
+    h100 = _rows(nemo, "H100 fp8 dense")
+    # Llama 3 70B on 64 H100, tp4 pp8 vp5 (26.04.01 / 25.09 tables): within 3 %.
+    assert abs(h100["mb_80"].error_pct) <= 3.0 and abs(h100["mb_274"].error_pct) <= 3.0
+    # Llama 3 8B on 8 H100 [mb_256, mb_273]: no TP at all, within 4 %.
+    assert abs(h100["mb_256"].error_pct) <= 4.0 and abs(h100["mb_273"].error_pct) <= 4.0
+
+
+def test_nemo_tp_comm_overlap_is_what_fixes_h100_70b(nemo):
+    """Without userbuffers TP overlap, Llama 3 70B tp4 on H100 [mb_80, 1664 tok/s/GPU] is predicted ~12 % slow."""
+    case = next(c for c in nemo.dataset.cases if c.row_id == "mb_80")
+    assert case.scenario.training.tp_comm_overlap and case.scenario.training.sequence_parallel
+    off = case.scenario.model_copy(update={"training": case.scenario.training.model_copy(
+        update={"tp_comm_overlap": False})})
+    pred = default_predict_fn()
+    on_tok = pred(case.scenario).tokens_per_s / 64
+    off_tok = pred(off).tokens_per_s / 64
+    assert off_tok < 0.92 * 1664 < on_tok
+
+
+def test_nemo_rows_and_skips(nemo):
+    """Every row is compared or skipped with a reason; NVFP4, LoRA and the unmodelled architectures skip."""
+    cases = {c.row_id: c for c in nemo.dataset.cases}
+    assert len(cases) == 278
+    assert "fp4" in cases["mb_14"].skip_reason.lower()          # Nemotron 3 Super NVFP4 (also unmodelled)
+    assert "fp4" in cases["mb_35"].skip_reason.lower()          # Llama 3.1 405B GB300 NVFP4
+    assert "lora" in cases["mb_69"].skip_reason.lower()
+    assert "latent" in cases["mb_1"].skip_reason                # DeepSeek-V3 (MLA)
+    assert len(nemo.compared) >= 120
+    # Parenthesised alternatives are not used: mb_263 is FSDP-64 tp1 pp1 (3986 tok/s), not tp2 pp4 vp5.
+    s = cases["mb_263"].scenario
+    assert (s.layout.tp, s.layout.pp, s.training.zero, cases["mb_263"].published) == (1, 1, 3, 3986.0)
+
+
+def test_nemo_flop_basis_reproduces_the_table():
+    """NeMo's llama3 model-FLOP formula reproduces the table's TFLOP/s / tokens/s ratio: Llama 3 8B
+    [mb_273: 725 TFLOP/s at 14079 tok/s], 70B [mb_274: 727 at 1619], 405B [mb_275: 763 at 302]."""
+    from trainsim.reports.datasets import nemo_llama_flops_per_token
+    from trainsim.specs import load_model
+    for preset, tflops, tok in (("llama3-8b", 725, 14079), ("llama3-70b", 727, 1619), ("llama3-405b", 763, 302)):
+        fpt = nemo_llama_flops_per_token(load_model(preset), 8192)
+        assert fpt * tok / 1e12 == pytest.approx(tflops, rel=0.01)
+
+
+def test_qwen3_moe_presets_match_the_model_cards():
+    """Qwen3-30B-A3B: 30.5B total / 3.3B active; Qwen3-235B-A22B: 235B / 22B (Qwen model cards)."""
+    from trainsim.specs import load_model
+    small, big = load_model("qwen3-30b-a3b"), load_model("qwen3-235b-a22b")
+    assert small.total_params() / 1e9 == pytest.approx(30.5, abs=0.05)
+    assert small.active_params() / 1e9 == pytest.approx(3.3, abs=0.06)
+    assert big.total_params() / 1e9 == pytest.approx(235, abs=0.5)
+    assert big.active_params() / 1e9 == pytest.approx(22, abs=0.25)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainsim.data import validation_path
-from trainsim.specs import ClusterSpec, Scenario, SpecError, build_scenario, load_cluster, preset
+from trainsim.specs import ClusterSpec, Scenario, SpecError, build_scenario, load_cluster, load_model, preset
 
 # --- the shapes ------------------------------------------------------------------------------------
 
@@ -461,6 +461,150 @@ def _with_ratio_to_1f1b(cases: list[Case]) -> list[Case]:
     return out
 
 
+# --- NVIDIA Megatron-Bridge (NeMo) performance summaries ------------------------------------------------
+
+NEMO_CITATION = ("NVIDIA NeMo Megatron-Bridge performance summaries (docs/performance-summary.md and "
+                 "performance-summary-archive.md, containers 25.09-26.08; NVIDIA-NeMo/Megatron-Bridge) -- "
+                 "nemo_megatron_bridge_perf.csv")
+# system -> (cluster preset, GPUs per NVLink domain used by jobs larger than one domain or None)
+NEMO_SYSTEMS = {
+    "DGX-H100": ("dgx-h100", None),
+    "DGX-B200": ("dgx-b200", None),
+    "DGX-B300": ("dgx-b300", None),
+    "DGX-GB200": ("gb200-nvl72", 64),
+    "DGX-GB300": ("gb300-nvl72", 64),
+}
+# Table model name (before any parenthesis) -> model preset, or the reason it cannot be represented.
+NEMO_MODELS: dict[str, str] = {
+    "LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3-405b",
+    "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_235B_a22B": "qwen3-235b-a22b",
+}
+NEMO_UNMODELLED = {
+    "DeepSeekV3": "multi-head latent attention, a shared expert and 3 dense layers are not in ModelSpec",
+    "DeepSeekV4 Flash": "architecture not given in the table and not in ModelSpec",
+    "Kimi_K2": "multi-head latent attention and a shared expert are not in ModelSpec",
+    "GPT OSS 120B": "attention sinks, alternating sliding-window attention and biased experts are not in ModelSpec",
+    "Nemotron_3_Nano": "hybrid Mamba-2/attention MoE: Mamba layers are not modelled",
+    "Nemotron_3_Super": "hybrid Mamba-2/attention MoE: Mamba layers are not modelled",
+    "Nemotron_3_Ultra": "hybrid Mamba-2/attention MoE: Mamba layers are not modelled",
+    "Nemotron_3_5_Lightning": "hybrid Mamba-2/attention MoE: Mamba layers are not modelled",
+}
+
+
+def _first(text: str | None) -> str:
+    """A cell's primary value: the text before any parenthesised alternative or footnote marker."""
+    return re.split(r"[(\[]", text or "")[0].strip()
+
+
+def nemo_llama_flops_per_token(model, seq: int) -> float:
+    """NeMo's model FLOPs per token of a Llama (GQA, SwiGLU) step: 3 x 2 x (QKV + causal attention + out
+    projection + gated MLP) per layer + the logits (NeMo flops_formulas llama3: recompute not counted)."""
+    h, L, f, V = model.hidden, model.num_layers, model.ffn, model.vocab_size
+    attn = 6 * L * h * h * (1 + 2 * model.kv_heads / model.num_heads + seq / h + 1)
+    mlp = 6 * L * h * f * 3
+    return attn + mlp + 6 * h * V
+
+
+def load_nemo(path: Path | None = None, *, name: str = "nemo") -> Dataset:
+    """Megatron-Bridge performance tables: tokens/s per GPU of modern Megatron-Core (H100 FP8, Blackwell)."""
+    rows = _read_csv(path or validation_path("nemo_megatron_bridge_perf.csv"))
+    cases = [_nemo_case(r) for r in rows]
+    notes = (
+        ("metric: tokens/s per GPU as printed; secondary model_tflops_per_gpu on NeMo's own model-FLOP basis "
+         "(Llama: NeMo's llama3 formula, which reproduces the table's TFLOP/s / tokens/s ratio; MoE: the row's "
+         "published ratio), so it moves with the primary value."),
+        ("parenthesised values are an alternative run (another quantization recipe or layout, per each "
+         "release's footnotes): every cell is read as its first value, for every row; footnote markers "
+         "([^...]) are dropped."),
+        ("hardware: DGX-H100 -> dgx-h100, DGX-B200 -> dgx-b200, DGX-B300 -> dgx-b300, DGX-GB200 -> gb200-nvl72, "
+         "DGX-GB300 -> gb300-nvl72 (72-GPU NVLink5 domains modelled as 72-GPU nodes on NVSwitch). 128/256-GPU "
+         "NVL72 jobs are placed 64 GPUs per rack (16 of 18 trays: 128 and 256 are not multiples of 72; "
+         "assumed, the tables do not say), so TP/EP groups of up to 64 stay inside NVLink."),
+        ("precision: FP8 (current scaling), FP8-CS, FP8-MX, MXFP8 -> dtype fp8 (Transformer Engine runs the "
+         "block's linear layers in fp8; attention, the logits and elementwise ops stay 16-bit); BF16 -> bf16; "
+         "the 25.09 tables ('not stated in table') are FP8 per that release's text; NVFP4 rows are skipped "
+         "(no fp4 training dtype in trainsim)."),
+        ("software (Megatron-Bridge recipes, scripts/performance: sequence_parallel = tp > 1, CommOverlapConfig("
+         "tp_comm_overlap=True) with the userbuffers configs of megatron/bridge/training/comm_overlap.py): framework "
+         "megatron, sequence parallelism and TP comm/GEMM overlap when tp > 1, "
+         "distributed optimizer (fsdp column 0/empty) or Megatron FSDP = ZeRO-3 (fsdp column > 0), "
+         "FlashAttention-class fused attention, no dropout, interleaved 1F1B when vp > 1. The tables do not "
+         "state recomputation: none for every row (documented assumption)."),
+        ("rows: pre-training and SFT (full-parameter training on seq_len tokens); LoRA rows skipped (frozen "
+         "base weights: no weight gradients or optimizer, not a trainsim mode); MoE rows need ep | dp*cp "
+         "(experts carved from data parallelism) -- layouts with expert groups spanning TP are skipped."),
+    )
+    return Dataset(name=name, title="NVIDIA Megatron-Bridge (NeMo) performance tables", metric="tokens_per_s_per_gpu",
+                   unit="tok/s/GPU", citation=NEMO_CITATION, notes=notes, cases=tuple(cases),
+                   higher_is_better=True)
+
+
+def _nemo_case(r: dict) -> Case:
+    rid = r.get("row_id", "?")
+    model_name = _first(r.get("model"))
+    system = (r.get("system") or "").strip()
+    gpus = _int(_first(r.get("num_gpus")))
+    published = _num(_first(r.get("tokens_per_s_per_gpu")))
+    tflops = _num(_first(r.get("model_tflops_per_gpu")))
+    prec_text = _first(r.get("precision")) or (r.get("precision") or "")
+    section = (r.get("section") or "").replace(" Performance", "")
+    label = f"{model_name} {system.replace('DGX-', '')} n={gpus} {prec_text}"
+    if section == "Pre-Training":
+        section = ""
+    else:
+        label += f" {section}"
+    category = f"{system.replace('DGX-', '')} {'bf16' if prec_text.upper() == 'BF16' else 'fp8'}"
+    if published is None or gpus is None:
+        return Case(rid, label, published or float("nan"), skip_reason="incomplete row", category=category)
+    if section == "LoRA":
+        return Case(rid, label, published, skip_reason="LoRA fine-tuning (frozen base weights) is not modelled",
+                    category=category)
+    p = prec_text.upper()
+    if "FP4" in p:
+        return Case(rid, label, published, skip_reason="NVFP4: trainsim has no fp4 training dtype",
+                    category=category)
+    dtype = "bf16" if p == "BF16" else "fp8"  # FP8 / FP8-CS / FP8-MX / MXFP8 / 'not stated' (25.09: FP8)
+    if model_name in NEMO_UNMODELLED:
+        return Case(rid, label, published, skip_reason=NEMO_UNMODELLED[model_name], category=category)
+    if model_name not in NEMO_MODELS:
+        return Case(rid, label, published, skip_reason=f"no model preset for {model_name!r}", category=category)
+    if system not in NEMO_SYSTEMS:
+        return Case(rid, label, published, skip_reason=f"no cluster preset for {system!r}", category=category)
+    ints = {k: _int(_first(r.get(k))) for k in ("gbs", "mbs", "seq_len", "fsdp", "tp", "pp", "cp", "vp", "ep")}
+    if None in (ints["gbs"], ints["mbs"], ints["seq_len"]):
+        return Case(rid, label, published, skip_reason="incomplete batch", category=category)
+    tp, pp, cp = ints["tp"] or 1, ints["pp"] or 1, ints["cp"] or 1
+    vp, ep, fsdp = ints["vp"] or 1, ints["ep"] or 1, ints["fsdp"] or 0
+    cpreset, per_rack = NEMO_SYSTEMS[system]
+    overrides = {}
+    if per_rack and gpus > load_cluster(cpreset).gpus_per_node:
+        overrides = {"gpus_per_node": per_rack, "scale_out": {"nics_per_node": per_rack}}
+    preset_name = NEMO_MODELS[model_name]
+    raw = {
+        "model": preset_name,
+        "cluster": _cluster(cpreset, gpus, **overrides),
+        "layout": {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vp},
+        "training": {"seq_len": ints["seq_len"], "global_batch": ints["gbs"], "micro_batch": ints["mbs"],
+                     "dtype": dtype, "recompute": "none", "sequence_parallel": tp > 1, "tp_comm_overlap": tp > 1,
+                     "zero": 3 if fsdp > 0 else 0, "distributed_optimizer": fsdp == 0,
+                     "schedule": "interleaved" if vp > 1 else "1f1b", "flash_attention": True,
+                     "dropout": False, "framework": "megatron"},
+    }
+    label += (f" tp{tp} pp{pp}" + (f" cp{cp}" if cp > 1 else "") + (f" v{vp}" if vp > 1 else "")
+              + (f" ep{ep}" if ep > 1 else "") + (" fsdp" if fsdp else "") + f" mb{ints['mbs']}")
+    scenario, why = _scenario(raw, rid)
+    m = load_model(preset_name)
+    category += " MoE" if m.is_moe else " dense"
+    secondary, fns = {}, {}
+    if tflops is not None:
+        fpt = (nemo_llama_flops_per_token(m, ints["seq_len"]) if not m.is_moe
+               else tflops * 1e12 / published)
+        secondary["model_tflops_per_gpu"] = tflops
+        fns["model_tflops_per_gpu"] = lambda tok_s, f=fpt: tok_s * f / 1e12
+    return Case(rid, label, published, scenario=scenario, skip_reason=why, secondary=secondary,
+                secondary_fns=fns, category=category)
+
+
 # --- nccl-tests bus bandwidth ------------------------------------------------------------------------
 
 NCCL_CITATION = ("nccl-tests all_reduce_perf curves published by Azure (ND A100 v4, ND H100 v5, ND H200 v5, "
@@ -552,6 +696,7 @@ DATASETS: dict[str, Callable[[], Dataset]] = {
     "mosaic": load_mosaic,
     "zero-bubble": load_zero_bubble,
     "nccl": load_nccl,
+    "nemo": load_nemo,
 }
 
 
@@ -576,6 +721,8 @@ def load_dataset(name_or_path: str) -> Dataset:
         return load_mosaic(p, name=p.stem)
     if "samples_per_gpu_per_s" in cols:
         return load_zero_bubble(p, name=p.stem)
+    if {"tokens_per_s_per_gpu", "model_tflops_per_gpu", "nemo_container"} <= cols:
+        return load_nemo(p, name=p.stem)
     if "busbw_GBps" in cols:
         return load_nccl(p, name=p.stem)
     if {"step_time_s", "num_gpus", "layers", "hidden", "heads", "global_batch_seqs"} <= cols:

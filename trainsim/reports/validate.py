@@ -158,6 +158,8 @@ def _primary(metric: str, pred: PredictionLike, scenario: Scenario) -> float:
         return float(pred.step_time_s)
     if metric == "tokens_per_s":
         return float(pred.tokens_per_s)
+    if metric == "tokens_per_s_per_gpu":
+        return float(pred.tokens_per_s) / scenario.num_gpus
     if metric == "samples_per_gpu_per_s":
         return float(pred.tokens_per_s) / scenario.training.seq_len / scenario.num_gpus
     raise ValueError(f"metric {metric} is not a step metric")

@@ -8,8 +8,19 @@ What goes where (choices documented here, once):
 * TP: per block 2 all-reduces forward and 2 backward (Megatron column/row-parallel pairs, SC21 Sec. 3.2,
   formulas.csv tp_comm_sc21), or with sequence parallelism 2 all-gathers + 2 reduce-scatters each way
   (Korthikanti Sec. 4.2.2); full recompute re-runs the forward's collectives before backward. They are
-  exposed on the compute stream: Megatron waits for them before the dependent GEMM (TP comm/GEMM overlap
-  exists in Transformer Engine's userbuffers but is off by default).
+  exposed on the compute stream: Megatron waits for them before the dependent GEMM. With
+  ``TrainingSpec.tp_comm_overlap`` (Megatron-Core ``--tp-comm-overlap``, Transformer Engine userbuffers; off
+  by default, on in the Megatron-Bridge performance recipes) each sequence-parallel collective is overlapped
+  with the GEMM it feeds or drains, as Megatron-Bridge's userbuffers configs set it
+  (megatron/bridge/training/comm_overlap.py, e.g. ``userbuffers_fp8_h100_h8192_tp4_mbs1_seqlen8192``):
+  ring-exchange (chunked in tp steps, pipelined) for the forward all-gathers before qkv/fc1, the forward
+  reduce-scatters after out_proj/fc2 and the backward all-gathers before the out_proj/fc2 input-gradient GEMMs
+  -- exposed ``max(comm, gemm) + min(comm, gemm)/tp - gemm`` (one step of the shorter side is the pipeline's
+  fill/drain) -- and "bulk" overlap of the backward reduce-scatters of the qkv/fc1 input gradients with the
+  same layer's weight-gradient GEMM -- exposed ``max(0, comm - wgrad)``. A ring-exchange GEMM runs as tp row
+  chunks, so its time is the tile model's (compute.gemm_time_s) for m/tp rows, tp times (wave quantization
+  of the smaller grids); what exceeds the un-split GEMM counts as exposed TP time. The SMs the overlap
+  kernels use (1-24 of 132) are not modelled.
 * CP: ring attention sends each of the cp-1 key/value blocks to the next rank (backward: key/value and
   their gradients) while attention computes on the current block; only what the attention compute of
   that block cannot hide is exposed.
@@ -116,6 +127,47 @@ def _attention_fwd_s(scenario: Scenario, profile) -> float:
     return sum(t)
 
 
+def _pipelined_exposed_s(comm_s: float, gemm_s: float, chunked_gemm_s: float, steps: int) -> float:
+    """Exposed time of a collective split into ``steps`` chunks and pipelined with its GEMM (ring exchange):
+    the GEMM runs as ``steps`` chunks (``chunked_gemm_s`` >= ``gemm_s``, smaller tiles), one step of the
+    shorter side is the pipeline's fill/drain; what exceeds the un-split GEMM is exposed."""
+    return max(comm_s, chunked_gemm_s) + min(comm_s, chunked_gemm_s) / steps - gemm_s
+
+
+def _chunk_ratio(m: int, n: int, k: int, steps: int, hw, fp8: bool, e: int) -> float:
+    """Time of a GEMM run as ``steps`` row chunks over its time in one piece (tile model of compute.py)."""
+    whole = compute.gemm_time_s(m, n, k, hw, fp8=fp8, e=e)
+    return steps * compute.gemm_time_s(max(1, m // steps), n, k, hw, fp8=fp8, e=e) / whole if whole > 0 else 1.0
+
+
+def _tp_overlapped(ag_s: float, rs_s: float, tp: int, scenario: Scenario, profile) -> tuple[float, float]:
+    """Per-block exposed sequence-parallel TP time (forward, backward) with userbuffers overlap (see module doc)."""
+    ops = {o.name: o for o in compute.layer_op_times(scenario, profile)}
+    shp = layer_shape(scenario)
+    hw, fp8, e, T = compute.hw_of(scenario.cluster.gpu, shp.dtype), shp.dtype == "fp8", shp.e, shp.tokens
+    q, kv, h, n_in = shp.a * shp.d, shp.kv * shp.d, shp.h, 2 if shp.gated else 1
+    f = shp.f
+    dims = {  # (m, n, k) of the un-split GEMM on one TP rank, m = the all-gathered tokens
+        ("qkv", "fwd_s"): (T, (q + 2 * kv) // tp, h), ("out_proj", "fwd_s"): (T, h, q // tp),
+        ("fc1", "fwd_s"): (T, n_in * f // tp, h), ("fc2", "fwd_s"): (T, h, f // tp),
+        ("out_proj", "bwd_input_s"): (T, q // tp, h), ("fc2", "bwd_input_s"): (T, f // tp, h),
+    }
+
+    def gemm(name: str, field: str) -> float:
+        o = ops.get(name)
+        return getattr(o, field) if o is not None else 0.0  # no such GEMM (MoE experts): nothing hides it
+
+    def ring(comm_s: float, name: str, field: str) -> float:
+        g = gemm(name, field)
+        r = _chunk_ratio(*dims[(name, field)], tp, hw, fp8, e) if g > 0 else 1.0
+        return _pipelined_exposed_s(comm_s, g, g * r, tp)
+    fwd = (ring(ag_s, "qkv", "fwd_s") + ring(rs_s, "out_proj", "fwd_s")
+           + ring(ag_s, "fc1", "fwd_s") + ring(rs_s, "fc2", "fwd_s"))
+    bwd = (ring(ag_s, "out_proj", "bwd_input_s") + ring(ag_s, "fc2", "bwd_input_s")
+           + max(0.0, rs_s - gemm("qkv", "bwd_weight_s")) + max(0.0, rs_s - gemm("fc1", "bwd_weight_s")))
+    return fwd, bwd
+
+
 _CACHE: OrderedDict[tuple, tuple] = OrderedDict()  # memo: key -> (CostTable, profile); tables are pure functions of the key
 _CACHE_SIZE = 512
 
@@ -164,6 +216,8 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
             ag = sum(_coll("all_gather", act_msg, groups["tp"], scenario, profile)) + dt_ov.get("all_gather", 0.0)
             rs = sum(_coll("reduce_scatter", act_msg, groups["tp"], scenario, profile)) + dt_ov.get("reduce_scatter", 0.0)
             tp_f = tp_b = 2 * (ag + rs)
+            if tr.tp_comm_overlap and not per_linear:
+                tp_f, tp_b = _tp_overlapped(ag, rs, lay.tp, scenario, profile)
             if per_linear:  # replicated SequenceParallel norm weights: Partial gradients all-reduced
                 norm_tensors = 2 if m.norm == "layernorm" else 1
                 tp_b += 2 * norm_tensors * (sum(_coll("all_reduce", e * m.hidden, groups["tp"], scenario, profile))

@@ -75,6 +75,10 @@ class TrainingSpec(BaseModel):
                                  "apply (cost_models/framework.py)")
     overlap_p2p: bool | None = Field(default=None, description="pipeline sends overlap compute (Megatron "
                                      "--overlap-p2p-communication); None = the framework's default")
+    tp_comm_overlap: bool = Field(default=False, description="Transformer Engine userbuffers overlap of the "
+                                  "sequence-parallel all-gathers / reduce-scatters with their GEMMs (Megatron-Core "
+                                  "--tp-comm-overlap, off by default; on in Megatron-Bridge performance recipes). "
+                                  "Needs sequence_parallel")
 
     @model_validator(mode="after")
     def _check(self) -> "TrainingSpec":
