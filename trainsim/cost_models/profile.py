@@ -37,6 +37,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainsim.specs.errors import SpecError, from_validation_error
+from trainsim.specs.loaders import check_finite
 
 PROFILE_SCHEMA_VERSION = 2
 # Versions this trainsim reads: 1 lacks the eager-overhead and optimizer sections (added in 2, optional).
@@ -525,22 +526,12 @@ def profile_from_dict(data: object, where: str = "calibration") -> CalibrationPr
         raise SpecError(
             where, f"schema_version {version!r} is not supported (this trainsim reads {readable}); "
             "re-run `trainsim calibrate`")
-    _check_finite(data, where)
+    check_finite(data, where)
     try:
         return CalibrationProfile.model_validate(data)
     except ValidationError as e:
         raise from_validation_error(e, where) from None
 
-
-def _check_finite(data: object, where: str) -> None:
-    if isinstance(data, float) and not math.isfinite(data):
-        raise SpecError(where, f"non-finite number {data}")
-    if isinstance(data, dict):
-        for k, v in data.items():
-            _check_finite(v, f"{where}.{k}")
-    elif isinstance(data, list):
-        for i, v in enumerate(data):
-            _check_finite(v, f"{where}[{i}]")
 
 
 def load_profile(path: str | os.PathLike) -> CalibrationProfile:

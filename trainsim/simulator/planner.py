@@ -354,15 +354,19 @@ def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress 
     for r in best_per_n.values():
         chosen.setdefault(r.candidate.key(), r)
     to_confirm = sorted(chosen.values(), key=key)
-    confirmed_rows = _run(executor, confirm_one, ctx, [r.candidate for r in to_confirm], progress, "engine")
-    confirmed = []
-    for before, after in zip(to_confirm, confirmed_rows):
-        after.screen_step_time_s = before.step_time_s
-        finish_row(after, req, ckpt_s)
-        counts["confirmed"] += 1
-        if not after.fits:
-            counts["engine_oom"] += 1
-        confirmed.append(after)
+    confirmed: list[PlanRow] = []
+
+    def confirm(rows: list[PlanRow]) -> None:
+        """Run the engine on screened rows and keep the results (with the screen's step time)."""
+        for before, after in zip(rows, _run(executor, confirm_one, ctx, [r.candidate for r in rows], progress, "engine")):
+            after.screen_step_time_s = before.step_time_s
+            finish_row(after, req, ckpt_s)
+            counts["confirmed"] += 1
+            if not after.fits:
+                counts["engine_oom"] += 1
+            confirmed.append(after)
+
+    confirm(to_confirm)
     # A GPU count whose best screened layout the engine found out of memory gets its next candidates
     # confirmed (a few at a time), so the Pareto front is not missing that count.
     for _round in range(3):
@@ -375,13 +379,7 @@ def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress 
             retry += [r for r in screened if r.candidate.gpus == n and r.candidate.key() not in tried][:2]
         if not retry:
             break
-        for before, after in zip(retry, _run(executor, confirm_one, ctx, [r.candidate for r in retry], progress, "engine")):
-            after.screen_step_time_s = before.step_time_s
-            finish_row(after, req, ckpt_s)
-            counts["confirmed"] += 1
-            if not after.fits:
-                counts["engine_oom"] += 1
-            confirmed.append(after)
+        confirm(retry)
     ranked = sorted([r for r in confirmed if r.fits], key=key)[: req.top_k]
     rest = [r for r in confirmed if not r.fits]
     return PlanResult(

@@ -9,7 +9,22 @@ from .scenario import Scenario, resolve
 from .training import Layout, TrainingSpec
 
 __all__ = [
-    "SpecError", "ClusterSpec", "GPUSpec", "ScaleOutSpec", "ScaleUpSpec", "build_scenario", "load_cluster",
-    "load_gpu", "load_model", "load_scenario_file", "model_from_hf", "ModelSpec", "preset", "preset_names",
-    "Scenario", "resolve", "Layout", "TrainingSpec",
+    "ClusterSpec",
+    "GPUSpec",
+    "Layout",
+    "ModelSpec",
+    "ScaleOutSpec",
+    "ScaleUpSpec",
+    "Scenario",
+    "SpecError",
+    "TrainingSpec",
+    "build_scenario",
+    "load_cluster",
+    "load_gpu",
+    "load_model",
+    "load_scenario_file",
+    "model_from_hf",
+    "preset",
+    "preset_names",
+    "resolve",
 ]

@@ -20,6 +20,5 @@ def from_validation_error(err: ValidationError, prefix: str = "") -> SpecError:
     loc = ".".join(str(p) for p in first.get("loc", ()) if p != "__root__")
     field = ".".join(p for p in (prefix, loc) if p) or prefix or "input"
     msg = first.get("msg", "invalid value")
-    if msg.startswith("Value error, "):
-        msg = msg[len("Value error, "):]
+    msg = msg.removeprefix("Value error, ")
     return SpecError(field, msg.replace("\n", " "))

@@ -36,7 +36,7 @@ class GPUSpec(BaseModel):
     comm_compute_slowdown: float | None = Field(default=None, ge=0, le=1)
 
     @model_validator(mode="after")
-    def _check(self) -> "GPUSpec":
+    def _check(self) -> GPUSpec:
         if "bf16" not in self.peak_flops and "fp16" not in self.peak_flops:
             raise ValueError("peak_flops must give bf16 or fp16")
         for k, v in self.peak_flops.items():
@@ -102,7 +102,7 @@ class ClusterSpec(BaseModel):
     host_memory_bytes: float = Field(default=2e12, gt=0, le=1e16, description="per node, for offload")
 
     @model_validator(mode="after")
-    def _check(self) -> "ClusterSpec":
+    def _check(self) -> ClusterSpec:
         if self.num_gpus > self.gpus_per_node and self.num_gpus % self.gpus_per_node != 0:
             raise ValueError(
                 f"num_gpus={self.num_gpus} is not a whole number of {self.gpus_per_node}-GPU nodes"
@@ -115,7 +115,7 @@ class ClusterSpec(BaseModel):
     def num_nodes(self) -> int:
         return max(1, self.num_gpus // self.gpus_per_node)
 
-    def with_gpus(self, n: int) -> "ClusterSpec":
+    def with_gpus(self, n: int) -> ClusterSpec:
         return type(self).model_validate(
             {**self.model_dump(), "num_gpus": n}
         )

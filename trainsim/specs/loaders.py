@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -49,20 +50,20 @@ def read_mapping(path: str | os.PathLike, field: str) -> dict:
     return data
 
 
-def _check_numbers(data: Any, field: str) -> None:
+def check_finite(data: Any, field: str) -> None:
     """Reject NaN/inf anywhere (YAML accepts .nan); pydantic would pass some of them through."""
     if isinstance(data, float) and not math.isfinite(data):
         raise SpecError(field, f"must be a finite number, got {data}")
     if isinstance(data, Mapping):
         for k, v in data.items():
-            _check_numbers(v, f"{field}.{k}")
+            check_finite(v, f"{field}.{k}")
     elif isinstance(data, (list, tuple)):
         for i, v in enumerate(data):
-            _check_numbers(v, f"{field}[{i}]")
+            check_finite(v, f"{field}[{i}]")
 
 
 def _validate(cls, data: Mapping, field: str):
-    _check_numbers(data, field)
+    check_finite(data, field)
     try:
         return cls.model_validate(data)
     except ValidationError as e:
@@ -219,7 +220,7 @@ def load_scenario_file(path: str | os.PathLike) -> dict:
     data = read_mapping(path, "scenario")
     unknown = set(data) - SCENARIO_KEYS
     if unknown:
-        raise SpecError(f"scenario.{sorted(unknown)[0]}", f"unknown key (allowed: {', '.join(sorted(SCENARIO_KEYS))})")
+        raise SpecError(f"scenario.{min(unknown)}", f"unknown key (allowed: {', '.join(sorted(SCENARIO_KEYS))})")
     base = Path(path).parent
     for key in ("model", "cluster"):  # relative file references are relative to the scenario
         v = data.get(key)

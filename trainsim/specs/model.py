@@ -36,7 +36,7 @@ class ModelSpec(BaseModel):
     published_params: float | None = Field(default=None, gt=0, description="as released, for tests")
 
     @model_validator(mode="after")
-    def _check(self) -> "ModelSpec":
+    def _check(self) -> ModelSpec:
         kv = self.kv_heads
         if self.num_heads % kv != 0:
             raise ValueError(f"num_kv_heads={kv} must divide num_heads={self.num_heads}")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 import yaml
 
 
-@lru_cache(maxsize=None)
+@cache
 def _table(kind: str) -> dict[str, dict]:
     text = resources.files("trainsim.specs").joinpath("presets", f"{kind}.yaml").read_text()
     data = yaml.safe_load(text)

@@ -34,7 +34,7 @@ class Layout(BaseModel):
     placement: tuple[str, ...] = Field(default=DEFAULT_PLACEMENT, description="innermost first")
 
     @model_validator(mode="after")
-    def _check(self) -> "Layout":
+    def _check(self) -> Layout:
         if sorted(self.placement) != sorted(DEFAULT_PLACEMENT):
             raise ValueError(f"placement must order exactly {', '.join(DEFAULT_PLACEMENT)}")
         return self
@@ -81,7 +81,7 @@ class TrainingSpec(BaseModel):
                                   "Needs sequence_parallel")
 
     @model_validator(mode="after")
-    def _check(self) -> "TrainingSpec":
+    def _check(self) -> TrainingSpec:
         if self.offload_params and self.zero != 3:
             raise ValueError("offload_params needs zero=3 (parameters must be sharded to be offloaded)")
         return self
