@@ -109,6 +109,9 @@ def run(args: argparse.Namespace) -> int:
     sizes = parse_sizes(args.sizes)
     base = load_cluster(args.cluster)
     gpus = args.gpus or base.gpus_per_node
+    if gpus < 2:
+        # A one-GPU group moves no data (the model prices it at 0 s, so algbw would be infinite).
+        raise SpecError("gpus", f"a collective needs a group of at least 2 GPUs, got {gpus}")
     if gpus > base.gpus_per_node and gpus % base.gpus_per_node:
         raise SpecError("gpus", f"{gpus} GPUs is not a whole number of {base.gpus_per_node}-GPU nodes")
     cluster = load_cluster(args.cluster, max(gpus, 1))
