@@ -16,3 +16,20 @@ def test_collective_on_one_gpu_is_an_error_not_infinite_bandwidth(capsys):
     # Bug: `trainsim collective --gpus 1` priced the no-op at 0 s and printed algbw Infinity (invalid JSON).
     assert main(["collective", "--cluster", "dgx-h100", "--gpus", "1", "--sizes", "1M", "--json"]) == 2
     assert "gpus" in one_error_line(capsys)
+
+
+def test_tp_comm_overlap_never_gives_negative_exposed_tp():
+    # Bug: --tp-comm-overlap on a tiny memory-bound fc2 GEMM (tile model: two row chunks 31 % faster than the
+    # whole GEMM) gave exposed TP = -2.8e-5 s, i.e. overlap made the layer faster than no communication.
+    from trainsim.simulator.predict import predict
+    from trainsim.specs import build_scenario
+
+    model = {"name": "fz", "num_layers": 1, "hidden": 2, "num_heads": 2, "vocab_size": 1, "bias": False,
+             "tie_embeddings": False, "ffn_hidden": 2818}
+    training = {"seq_len": 2048, "global_batch": 4, "micro_batch": 4, "dtype": "fp32", "recompute": "full",
+                "sequence_parallel": True, "schedule": "gpipe", "tp_comm_overlap": True}
+    s = build_scenario({"model": model, "cluster": "dgx-a100", "gpus": 2, "layout": {"tp": 2}, "training": training})
+    for fast in (False, True):
+        p = predict(s, fast=fast)
+        assert p.exposed_comm_s["tp"] >= 0, p.exposed_comm_s
+        assert p.breakdown_s["exposed_tp"] >= 0

@@ -131,13 +131,17 @@ def _pipelined_exposed_s(comm_s: float, gemm_s: float, chunked_gemm_s: float, st
     """Exposed time of a collective split into ``steps`` chunks and pipelined with its GEMM (ring exchange):
     the GEMM runs as ``steps`` chunks (``chunked_gemm_s`` >= ``gemm_s``, smaller tiles), one step of the
     shorter side is the pipeline's fill/drain; what exceeds the un-split GEMM is exposed."""
-    return max(comm_s, chunked_gemm_s) + min(comm_s, chunked_gemm_s) / steps - gemm_s
+    # Never negative: overlapping a collective cannot make its GEMM faster than running it alone (a tiny,
+    # memory-bound GEMM whose op time exceeds the chunked tile-model time gave < 0 before).
+    return max(0.0, max(comm_s, chunked_gemm_s) + min(comm_s, chunked_gemm_s) / steps - gemm_s)
 
 
 def _chunk_ratio(m: int, n: int, k: int, steps: int, hw, fp8: bool, e: int) -> float:
     """Time of a GEMM run as ``steps`` row chunks over its time in one piece (tile model of compute.py)."""
     whole = compute.gemm_time_s(m, n, k, hw, fp8=fp8, e=e)
-    return steps * compute.gemm_time_s(max(1, m // steps), n, k, hw, fp8=fp8, e=e) / whole if whole > 0 else 1.0
+    # At least 1: smaller tiles never speed the same work up (the tile model's wave quantization can favour
+    # the smaller grid of an odd shape).
+    return max(1.0, steps * compute.gemm_time_s(max(1, m // steps), n, k, hw, fp8=fp8, e=e) / whole) if whole > 0 else 1.0
 
 
 def _tp_overlapped(ag_s: float, rs_s: float, tp: int, scenario: Scenario, profile) -> tuple[float, float]:
