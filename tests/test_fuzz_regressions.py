@@ -33,3 +33,19 @@ def test_tp_comm_overlap_never_gives_negative_exposed_tp():
         p = predict(s, fast=fast)
         assert p.exposed_comm_s["tp"] >= 0, p.exposed_comm_s
         assert p.breakdown_s["exposed_tp"] >= 0
+
+
+def test_hfu_above_one_at_long_sequences_is_explained(capsys):
+    # Bug: a 1M-token sequence on one A100 reported HFU 100.5 % with no explanation (FLOPs count the full
+    # s x s attention, SC21 eq. 3, while the causal kernel does half); now a warning says so.
+    import json
+
+    argv = ["predict", "--model", "llama3-405b", "--cluster", "dgx-a100", "--gpus", "1", "--seq-len", "1048576",
+            "--global-batch", "1", "--recompute", "selective", "--schedule", "gpipe", "--json"]
+    assert main(argv) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["hfu"] > 1
+    assert any("full s x s" in w for w in d["warnings"])
+    assert main(argv[:-1] + ["--seq-len", "8192", "--json"]) == 0  # ordinary runs carry no such warning
+    d = json.loads(capsys.readouterr().out)
+    assert d["hfu"] <= 1 and not any("full s x s" in w for w in d["warnings"])

@@ -54,6 +54,12 @@ def to_prediction(scenario: Scenario, table: CostTable, res: EngineResult, *, mo
         "critical_stage": float(crit),
         "pipeline_span": span,
     }
+    warnings = list(warnings or [])
+    if step > 0 and hw_flops / (step * gpus * peak) > 1:
+        # Not clamped: the convention is the published one, but a reader must not take >100 % at face value.
+        warnings.append(f"MFU/HFU above 100 %: model and hardware FLOPs count attention over the full s x s "
+                        f"matrix (SC21 eq. 3, as published MFU figures do) while the causal kernel computes "
+                        f"about half of it, and at seq_len={tr.seq_len} attention dominates")
     return Prediction(
         step_time_s=step,
         tokens_per_s=scenario.tokens_per_step / step if step > 0 else 0.0,
@@ -73,5 +79,5 @@ def to_prediction(scenario: Scenario, table: CostTable, res: EngineResult, *, mo
         breakdown_s=breakdown,
         host_bytes=host_bytes,
         scenario=scenario.name,
-        warnings=list(warnings or []),
+        warnings=warnings,
     )
