@@ -49,3 +49,23 @@ def test_hfu_above_one_at_long_sequences_is_explained(capsys):
     assert main(argv[:-1] + ["--seq-len", "8192", "--json"]) == 0  # ordinary runs carry no such warning
     d = json.loads(capsys.readouterr().out)
     assert d["hfu"] <= 1 and not any("full s x s" in w for w in d["warnings"])
+
+
+def test_ring_all_reduce_one_rank_per_node_never_negative():
+    # Bug: NCCL's tuner counts 2N inter-node steps in an all-reduce ring; with one rank per node that is more
+    # than the 2(N-1) steps, and the negative intra-node step count times a large intra-node latency gave
+    # a negative collective time (-4.5 ms), negative exposed TP and bubble fractions above 1.
+    from trainsim.cost_models.collectives import collective_time
+    from trainsim.specs import load_cluster
+    from trainsim.topologies.shape import GroupShape
+
+    c = load_cluster({"preset": "cpu-host", "scale_up": {"latency_s": 1e-3}, "gpus_per_node": 1}, 2)
+    g = GroupShape.contiguous(2, c)
+    assert g.ranks_per_node == 1 and g.nodes == 2
+    for size in (1024, 2**20):
+        r = collective_time("all_reduce", size, g, c, algo="ring")
+        assert r.time_s > 0 and r.latency_s > 0, r
+        # no intra-node hop: the time does not depend on the intra-node latency at all
+        c2 = load_cluster({"preset": "cpu-host", "scale_up": {"latency_s": 1e-6}, "gpus_per_node": 1}, 2)
+        r2 = collective_time("all_reduce", size, GroupShape.contiguous(2, c2), c2, algo="ring")
+        assert r.time_s == r2.time_s

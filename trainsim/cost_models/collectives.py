@@ -170,7 +170,10 @@ def _ring(op: str, S: float, g: GroupShape, proto: str) -> CollectiveTime | None
     if N > 1:
         overhead = nm.NET_OVERHEAD_US * nm.US * (3 if proto == "Simple" else 1)
         intra = max(intra, overhead)
-        lat += (nsteps - ninter) * intra + ninter * _lat(g, "net", "ring", proto)
+        # NCCL's tuner counts 2N inter-node steps for an all-reduce ring; with one rank per node that exceeds
+        # the 2(N-1) steps there are, and its negative intra-node step count made a large intra-node latency
+        # produce a negative collective time. There are no intra-node steps then, not fewer than none.
+        lat += max(0, nsteps - ninter) * intra + ninter * _lat(g, "net", "ring", proto)
         if op == "all_reduce" and proto == "Simple":
             lat *= nm.RING_PLATEAU
     else:
