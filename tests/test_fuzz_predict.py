@@ -400,7 +400,8 @@ JUNK = st.recursive(
               st.text(max_size=8), st.sampled_from(["tiny-gpt", "dgx-h100", "h100", "bf16", "1f1b", "preset"])),
     lambda children: st.one_of(st.lists(children, max_size=4),
                                st.dictionaries(st.sampled_from(["preset", "gpu", "scale_up", "scale_out", "tp", "pp",
-                                                                "num_layers", "hidden", "x", "kind", "nics_per_node"]),
+                                                                "num_layers", "hidden", "x", "kind", "nics_per_node",
+                                                                1, None]),
                                                children, max_size=4)),
     max_leaves=12)
 
@@ -409,10 +410,10 @@ MODEL_KEYS = ["name", "num_layers", "hidden", "num_heads", "num_kv_heads", "head
               "top_k", "moe_ffn_hidden", "preset", "num_hidden_layers", "hidden_size", "num_attention_heads",
               "hidden_act", "num_local_experts", "model_type", "intermediate_size"]
 CLUSTER_KEYS = ["name", "preset", "gpu", "gpus_per_node", "num_gpus", "scale_up", "scale_out", "host_memory_bytes"]
-SCENARIO_KEYS = ["name", "model", "cluster", "gpus", "layout", "training", "description", "bogus"]
+SCENARIO_KEYS = ["name", "model", "cluster", "gpus", "layout", "training", "description", "bogus", 1, True, 2.5]
 
 
-def junk_mapping(keys: list[str]):
+def junk_mapping(keys: list):
     return st.dictionaries(st.sampled_from(keys), JUNK, max_size=6)
 
 

@@ -69,3 +69,12 @@ def test_ring_all_reduce_one_rank_per_node_never_negative():
         c2 = load_cluster({"preset": "cpu-host", "scale_up": {"latency_s": 1e-6}, "gpus_per_node": 1}, 2)
         r2 = collective_time("all_reduce", size, GroupShape.contiguous(2, c2), c2, algo="ring")
         assert r.time_s == r2.time_s
+
+
+def test_scenario_with_non_string_keys_is_an_error_not_a_traceback(tmp_path, capsys):
+    # Bug: a scenario YAML with a numeric key next to an unknown string key (`1: 2` + `foo: 3`) crashed with
+    # TypeError ('<' not supported between int and str) while naming the unknown key.
+    path = tmp_path / "s.yaml"
+    path.write_text("1: 2\nfoo: 3\n")
+    assert main(["predict", str(path)]) == 2
+    assert one_error_line(capsys).startswith("error: scenario.")

@@ -220,7 +220,8 @@ def load_scenario_file(path: str | os.PathLike) -> dict:
     data = read_mapping(path, "scenario")
     unknown = set(data) - SCENARIO_KEYS
     if unknown:
-        raise SpecError(f"scenario.{min(unknown)}", f"unknown key (allowed: {', '.join(sorted(SCENARIO_KEYS))})")
+        # str(): YAML keys may be numbers or booleans (``1: 2``), which do not sort with strings.
+        raise SpecError(f"scenario.{min(map(str, unknown))}", f"unknown key (allowed: {', '.join(sorted(SCENARIO_KEYS))})")
     base = Path(path).parent
     for key in ("model", "cluster"):  # relative file references are relative to the scenario
         v = data.get(key)
