@@ -78,3 +78,26 @@ def test_scenario_with_non_string_keys_is_an_error_not_a_traceback(tmp_path, cap
     path.write_text("1: 2\nfoo: 3\n")
     assert main(["predict", str(path)]) == 2
     assert one_error_line(capsys).startswith("error: scenario.")
+
+
+def test_boolean_where_a_number_belongs_is_an_error(tmp_path, capsys):
+    # Bug: pydantic's lax mode read `tp: true` as tp=1, `zero: true` as ZeRO-1 and `num_layers: true` as a
+    # one-layer model -- a silently wrong scenario instead of an error naming the field.
+    cases = {
+        "layout.tp": "{model: tiny-gpt, cluster: dgx-h100, gpus: 8, layout: {tp: true}, training: {seq_len: 256}}",
+        "training.zero": "{model: tiny-gpt, cluster: dgx-h100, training: {seq_len: 256, zero: true}}",
+        "model.num_layers": "{model: {preset: tiny-gpt, num_layers: true}, cluster: dgx-h100}",
+        "cluster.scale_out.nics_per_node": "{model: tiny-gpt, cluster: {preset: dgx-h100, scale_out: "
+                                           "{nics_per_node: false}}, training: {seq_len: 256}}",
+        "cluster.gpu.peak_flops.bf16": "{model: tiny-gpt, cluster: {preset: dgx-h100, gpu: {peak_flops: "
+                                       "{bf16: true}}}}",
+    }
+    for field, text in cases.items():
+        path = tmp_path / "s.yaml"
+        path.write_text(text)
+        assert main(["predict", str(path)]) == 2, field
+        assert one_error_line(capsys).startswith(f"error: {field}: must be a number"), field
+    # booleans stay fine where a boolean belongs
+    path.write_text("{model: tiny-gpt, cluster: dgx-h100, gpus: 8, layout: {tp: 2}, "
+                    "training: {seq_len: 256, global_batch: 8, sequence_parallel: true}}")
+    assert main(["predict", str(path), "--json"]) == 0

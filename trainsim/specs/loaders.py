@@ -12,8 +12,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import typing
+
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from .errors import SpecError, from_validation_error
 from .hardware import ClusterSpec, GPUSpec
@@ -62,8 +64,38 @@ def check_finite(data: Any, field: str) -> None:
             check_finite(v, f"{field}[{i}]")
 
 
+def _numeric_field(annotation) -> bool:
+    """True for int/float fields (also ``int | None``, ``dict[str, float]`` values), never for bool fields."""
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is dict:
+        return _numeric_field(args[1])
+    if args:
+        return any(_numeric_field(a) for a in args if a is not type(None)) and bool not in args
+    return annotation in (int, float)
+
+
+def check_no_bools(cls, data: Any, field: str) -> None:
+    """Reject true/false where a number is expected: pydantic's lax mode reads ``tp: true`` as tp=1 and
+    ``num_layers: yes`` as one layer, a silently wrong scenario."""
+    if not isinstance(data, Mapping):
+        return
+    for name, info in cls.model_fields.items():
+        if name not in data:
+            continue
+        value, ann = data[name], info.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            check_no_bools(ann, value, f"{field}.{name}")
+        elif _numeric_field(ann):
+            values = value.items() if typing.get_origin(ann) is dict and isinstance(value, Mapping) else [(None, value)]
+            for key, v in values:
+                if isinstance(v, bool):
+                    where = f"{field}.{name}" + (f".{key}" if key is not None else "")
+                    raise SpecError(where, f"must be a number, got {str(v).lower()}")
+
+
 def _validate(cls, data: Mapping, field: str):
     check_finite(data, field)
+    check_no_bools(cls, data, field)
     try:
         return cls.model_validate(data)
     except ValidationError as e:
