@@ -101,3 +101,26 @@ def test_boolean_where_a_number_belongs_is_an_error(tmp_path, capsys):
     path.write_text("{model: tiny-gpt, cluster: dgx-h100, gpus: 8, layout: {tp: 2}, "
                     "training: {seq_len: 256, global_batch: 8, sequence_parallel: true}}")
     assert main(["predict", str(path), "--json"]) == 0
+
+
+def test_corrupted_regress_baseline_is_an_error(tmp_path, capsys):
+    # Bug: a baseline whose metric was a string or whose scenario entry was null crashed `trainsim regress`
+    # (ValueError: Unknown format code 'g' / TypeError: NoneType is not iterable).
+    import json
+
+    from trainsim.reports.regress import load_baseline
+    from trainsim.specs import SpecError
+
+    good = {"kind": "trainsim-regress-baseline", "scenarios": {"a.yaml": {"step_time_s": 1.0, "fits": True}}}
+    path = tmp_path / "b.json"
+    path.write_text(json.dumps(good))
+    assert load_baseline(path)["scenarios"]["a.yaml"]["step_time_s"] == 1.0
+    for bad, field in (({"a.yaml": {"step_time_s": "x"}}, "baseline.scenarios.a.yaml.step_time_s"),
+                       ({"a.yaml": None}, "baseline.scenarios.a.yaml")):
+        path.write_text(json.dumps({**good, "scenarios": bad}))
+        try:
+            load_baseline(path)
+        except SpecError as e:
+            assert str(e).startswith(field)
+        else:
+            raise AssertionError("accepted a corrupted baseline")

@@ -153,6 +153,14 @@ def load_baseline(path: str | os.PathLike) -> dict[str, Any]:
         raise SpecError("baseline", f"{p} is not valid JSON: {type(e).__name__}") from None
     if not isinstance(data, dict) or data.get("kind") != BASELINE_KIND or not isinstance(data.get("scenarios"), dict):
         raise SpecError("baseline", f"{p} is not a trainsim regress baseline (kind {BASELINE_KIND!r})")
+    # Every scenario's entry must be a mapping of metric -> number/bool (a hand-edited or corrupted file
+    # otherwise crashed the comparison with TypeError/ValueError).
+    for name, metrics in data["scenarios"].items():
+        if not isinstance(metrics, dict):
+            raise SpecError(f"baseline.scenarios.{name}", f"must be a mapping of metrics, got {type(metrics).__name__}")
+        for metric, value in metrics.items():
+            if not isinstance(value, (int, float)) or (isinstance(value, float) and not math.isfinite(value)):
+                raise SpecError(f"baseline.scenarios.{name}.{metric}", f"must be a finite number, got {value!r}")
     return data
 
 
