@@ -116,6 +116,24 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
+# Device-name substrings -> GPU preset, most specific first ("GB200" contains "B200"). H100 PCIe/NVL have
+# lower clocks and power than the SXM part (756/835 vs 989 dense bf16 TFLOP/s): no preset, so no wrong peak.
+DEVICE_PRESETS = (("gb300", "gb300"), ("b300", "b300"), ("gb200", "gb200"), ("b200", "b200"), ("h200", "h200"),
+                  ("h100 pcie", None), ("h100 nvl", None), ("h100", "h100-sxm"), ("h800", "h100-sxm"),
+                  ("mi300x", "mi300x"))
+
+
+def preset_for_device(device_name: str) -> str | None:
+    """The GPU preset whose datasheet peaks this device (torch.cuda.get_device_name) has, or None."""
+    low = device_name.lower()
+    if "a100" in low:
+        return "a100-80gb" if "80" in low else "a100-40gb"
+    for key, preset in DEVICE_PRESETS:
+        if key in low:
+            return preset
+    return None
+
+
 def reference_peaks(device: str, device_name: str, override: str | None) -> tuple[str | None, dict[str, float]]:
     """The GPU preset matching the device (or ``override``) and its dense peaks per dtype."""
     from trainsim.specs import load_gpu, preset_names
@@ -125,14 +143,7 @@ def reference_peaks(device: str, device_name: str, override: str | None) -> tupl
         if device == "cpu":
             name = "cpu"
         else:
-            low = device_name.lower()
-            for key, preset in (("h100", "h100-sxm"), ("h800", "h100-sxm"), ("h200", "h200"), ("b200", "b200"),
-                                ("gb200", "b200"), ("mi300x", "mi300x")):
-                if key in low:
-                    name = preset
-                    break
-            if "a100" in low:
-                name = "a100-80gb" if "80" in low else "a100-40gb"
+            name = preset_for_device(device_name)
     if name is None or name not in preset_names("gpus"):
         return None, {}
     gpu = load_gpu(name)
@@ -157,7 +168,8 @@ def fingerprint(device: str, world: int, nodes: int, backend: str, command: str)
         except Exception:  # noqa: BLE001 - NCCL missing on this build: report none
             nccl = None
     env = {k: v for k, v in os.environ.items()
-           if k.startswith(("NCCL_", "OMP_", "MKL_", "CUDA_VISIBLE", "GLOO_")) or k in ("LOCAL_WORLD_SIZE",)}
+           if k.startswith(("NCCL_", "TORCH_NCCL_", "OMP_", "MKL_", "CUDA_VISIBLE", "GLOO_"))
+           or k in ("LOCAL_WORLD_SIZE", "CUDA_DEVICE_MAX_CONNECTIONS", "NVIDIA_TF32_OVERRIDE", "PYTORCH_CUDA_ALLOC_CONF")}
     return Fingerprint(device=device, device_name=dev_name, device_count=count, world_size=world, nodes=nodes,
                        backend=backend, torch_version=torch.__version__, cuda_version=torch.version.cuda,
                        nccl_version=nccl, hostname=socket.gethostname(),
@@ -203,6 +215,25 @@ def one_rank_mesh(rank: int, world: int):
 
     groups = [dist.new_group(ranks=[r]) for r in range(world)]
     return DeviceMesh.from_group(groups[rank], "cpu", mesh_dim_names=("one",))
+
+
+def attention_dtypes(measured: list[str]) -> list[str]:
+    """SDPA dtypes: the measured 16/32-bit GEMM dtypes (TF32 is a GEMM mode, not an attention dtype); fp8
+    training runs attention in bf16 (compute.py looks up the bf16 fit), so fp8 asks for bf16 attention
+    (every fp8-capable GPU has bf16 tensor cores)."""
+    out = [d for d in measured if d in ("fp32", "bf16", "fp16")]
+    if "fp8" in measured and "bf16" not in out:
+        out.append("bf16")
+    return out
+
+
+def memory_dtype(measured: list[str]) -> str:
+    """Element type of the memory-bound ops: the first measured storage dtype; bf16 for fp8 training
+    (its norms/activations run in bf16); fp32 for TF32 alone or when nothing else is measurable."""
+    for d in measured:
+        if d in ("fp32", "bf16", "fp16"):
+            return d
+    return "bf16" if "fp8" in measured else "fp32"
 
 
 def build_profile(fp: Fingerprint, peak_preset: str | None, peaks: dict[str, float], gemm, attn, mem, copies,
@@ -277,10 +308,18 @@ def main(argv: list[str] | None = None) -> int:
             dist.all_gather_object(hosts, socket.gethostname())
         nodes = len(set(hosts))
         plan = suite_plan(args.device, args.quick)
-        dtypes = args.dtype or (["bf16"] if args.device == "cuda" else ["fp32"])
+        requested = list(dict.fromkeys(args.dtype or (["bf16"] if args.device == "cuda" else ["fp32"])))
         cfg = mb.BenchConfig(device=device, warmup=args.warmup if args.warmup is not None else plan.warmup,
                              reps=args.reps or plan.reps, max_point_s=plan.max_point_s)
         notes: list[str] = [f"{'quick' if args.quick else 'full'} suite; times are per call, median used for fits"]
+        dtypes = []
+        for d in requested:
+            reason = mb.gemm_dtype_unsupported(d, device)
+            if reason:
+                notes.append(f"{d} GEMMs not measured: {reason}")
+                _log(rank, f"skipping {d}: {reason}")
+            else:
+                dtypes.append(d)
         torch.manual_seed(1234 + rank)
         gemm, attn, mem, copies, colls = [], [], [], [], []
         dispatch = None
@@ -292,16 +331,13 @@ def main(argv: list[str] | None = None) -> int:
                 gemm += mb.bench_gemms(shapes, dtype, cfg)
                 _log(rank, f"gemm {dtype}: {len(shapes)} shapes in {time.perf_counter() - t0:.1f} s")
         if "attention" not in skip:
-            for dtype in dtypes:
-                if dtype == "tf32":
-                    continue
+            for dtype in attention_dtypes(dtypes):
                 t0 = time.perf_counter()
                 attn += mb.bench_attention(plan.attention, dtype, cfg)
                 _log(rank, f"attention {dtype}: {len(plan.attention)} shapes in {time.perf_counter() - t0:.1f} s")
         if "memory" not in skip:
             t0 = time.perf_counter()
-            mdt = "fp32" if dtypes == ["tf32"] else dtypes[0] if dtypes[0] != "tf32" else "fp32"
-            mem += mb.bench_memory(plan.mem_numels, mdt, cfg)
+            mem += mb.bench_memory(plan.mem_numels, memory_dtype(dtypes), cfg)
             dispatch = mb.bench_dispatch(cfg)
             _log(rank, f"memory-bound ops: {len(mem)} points in {time.perf_counter() - t0:.1f} s")
         if "eager" not in skip and args.device == "cpu":

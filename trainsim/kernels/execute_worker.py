@@ -69,11 +69,38 @@ def _tick(what: str) -> None:
 
 
 def _device(kind: str) -> torch.device:
+    """This rank's device, made current before any process group or DeviceMesh exists.
+
+    LOCAL_RANK (not RANK: on node 2 of 8-GPU nodes RANK is 8..15) picks the GPU; modulo the visible count,
+    because a launcher that binds one GPU per task (srun --gpus-per-task, CUDA_VISIBLE_DEVICES per rank)
+    leaves each rank exactly one visible device, index 0.
+    """
     if kind == "cuda":
         local = int(os.environ.get("LOCAL_RANK", "0"))
-        torch.cuda.set_device(local)
-        return torch.device("cuda", local)
+        count = torch.cuda.device_count()
+        if count < 1:
+            raise RuntimeError("--device cuda but torch sees no CUDA device on this host")
+        dev = torch.device("cuda", local % count)
+        torch.cuda.set_device(dev)
+        return dev
     return torch.device("cpu")
+
+
+def _reset_device_memory(device: torch.device) -> None:
+    """Start a job's memory measurement afresh: without this, ``max_memory_allocated`` keeps the peak of the
+    previous job of the same launch (or of start-up), not this job's."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _device_memory(device: torch.device) -> dict[str, int]:
+    """Peak bytes the caching allocator handed out (tensors) and reserved from the driver, since the reset."""
+    if device.type != "cuda":
+        return {}
+    return {"max_memory_allocated_bytes": int(torch.cuda.max_memory_allocated(device)),
+            "max_memory_reserved_bytes": int(torch.cuda.max_memory_reserved(device))}
 
 
 def _arm_fault(job: ExecJob, chunk: torch.nn.Module) -> None:
@@ -97,6 +124,7 @@ def run_job(job: ExecJob, device: torch.device) -> dict[str, Any] | None:
     """Train ``warmup + steps`` steps; the first is measured with the saved-tensor meter (never timed)."""
     s = job.spec
     torch.manual_seed(job.seed)
+    _reset_device_memory(device)
     _tick(f"building {job.label or 'job'}")
     par = build_parallel(s, device=device, seed=job.seed, optimizer=job.optimizer, lr=job.lr, hsdp=job.hsdp)
     per_dp = s.training.global_batch // s.dp
@@ -146,8 +174,7 @@ def run_job(job: ExecJob, device: torch.device) -> dict[str, Any] | None:
             "stage_ids": par.stage_ids, **state_bytes(par.chunks, par.optimizer), **activations,
             "phases_median_s": {k: statistics.median(v) for k, v in phases.items()},
             "maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
-    if device.type == "cuda":
-        mine["max_memory_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
+    mine.update(_device_memory(device))
     _tick(f"{job.label or 'job'} results")
     ranks: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(ranks, mine)
@@ -176,7 +203,9 @@ def run_jobs(jobs: list[ExecJob], timeout_s: float) -> list[dict[str, Any]] | No
     device = _device(jobs[0].device)
     backend = "nccl" if device.type == "cuda" else "gloo"
     if not dist.is_initialized():
-        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+        # device_id binds the NCCL communicator to this rank's GPU (eager init; barriers use that GPU).
+        kw = {"device_id": device} if device.type == "cuda" else {}
+        dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s), **kw)
     if device.type == "cpu":
         torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     results = [run_job(job, device) for job in jobs]

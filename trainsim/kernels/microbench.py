@@ -31,6 +31,7 @@ from trainsim.cost_models.profile import (
 from trainsim.cost_models.profile_fit import collective_point, timing_stats
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}
+FP8_ALIGN = 16  # torch._scaled_mm (cuBLASLt fp8): k and n multiples of 16
 
 
 @dataclass(frozen=True)
@@ -126,8 +127,40 @@ def transformer_gemm_shapes(hiddens: Sequence[int], tokens: Sequence[int], tps: 
 
 
 # ---- compute -------------------------------------------------------------------------------------
+def gemm_dtype_unsupported(dtype: str, device: torch.device) -> str | None:
+    """Why GEMMs of ``dtype`` cannot be measured on ``device`` (None when they can).
+
+    fp8 needs torch._scaled_mm with float8_e4m3fn and fp8 tensor cores (compute capability >= 8.9: Ada,
+    Hopper, Blackwell); bf16 and TF32 need Ampere (8.0) tensor cores — torch would otherwise emulate
+    bf16 and time something no training run uses.
+    """
+    cuda = device.type == "cuda"
+    if dtype == "fp8":
+        if not cuda:
+            return "fp8 GEMMs need a CUDA GPU (torch._scaled_mm on fp8 tensor cores)"
+        if not (hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn")):
+            return f"torch {torch.__version__} has no torch._scaled_mm / float8_e4m3fn"
+        major, minor = torch.cuda.get_device_capability(device)
+        if (major, minor) < (8, 9):
+            return f"fp8 tensor cores need compute capability >= 8.9 (Ada/Hopper), this GPU has {major}.{minor}"
+        return None
+    if dtype not in TORCH_DTYPES:
+        return f"unknown GEMM dtype {dtype!r}"
+    if cuda and dtype in ("bf16", "tf32"):
+        major, minor = torch.cuda.get_device_capability(device)
+        if major < 8:
+            return f"{dtype} tensor cores need compute capability >= 8.0 (Ampere), this GPU has {major}.{minor}"
+    return None
+
+
 def bench_gemms(shapes: Sequence[tuple[int, int, int, str]], dtype: str, cfg: BenchConfig) -> list[GemmPoint]:
-    """torch.mm over the shapes, one dtype. ``tf32`` enables TF32 tensor cores for fp32 on CUDA."""
+    """torch.mm over the shapes, one dtype. ``tf32`` enables TF32 tensor cores for fp32 on CUDA; ``fp8``
+    runs torch._scaled_mm (e4m3 operands, bf16 output, per-tensor scales) on shapes it accepts."""
+    if dtype == "fp8":
+        reason = gemm_dtype_unsupported(dtype, cfg.device)
+        if reason:
+            raise ValueError(reason)
+        return [_fp8_gemm_point(m, n, k, label, cfg) for m, n, k, label in shapes if fp8_shape_ok(m, n, k)]
     tdt = TORCH_DTYPES[dtype]
     prev_tf32 = torch.backends.cuda.matmul.allow_tf32 if cfg.cuda else None
     if cfg.cuda:
@@ -145,6 +178,25 @@ def _gemm_point(m: int, n: int, k: int, label: str, dtype: str, tdt: torch.dtype
     c = torch.empty(m, n, device=cfg.device, dtype=tdt)
     st = timing_stats(time_fn(lambda: torch.mm(a, b, out=c), cfg))
     return GemmPoint(m=m, n=n, k=k, dtype=dtype, label=label, stats=st, achieved_flops=gemm_flops(m, n, k) / st.median_s)
+
+
+def fp8_shape_ok(m: int, n: int, k: int) -> bool:
+    """Shapes torch._scaled_mm accepts (k and n multiples of 16; m is free)."""
+    return m > 0 and n % FP8_ALIGN == 0 and k % FP8_ALIGN == 0
+
+
+def fp8_gemm_operands(m: int, n: int, k: int, device: torch.device):
+    """A (m×k, row-major) and B (k×n, column-major) in float8_e4m3fn plus fp32 unit scales, as _scaled_mm wants."""
+    a = torch.randn(m, k, device=device).to(torch.float8_e4m3fn)
+    b = torch.randn(n, k, device=device).to(torch.float8_e4m3fn).t()  # column-major k×n
+    one = torch.ones((), device=device, dtype=torch.float32)
+    return a, b, one, one
+
+
+def _fp8_gemm_point(m: int, n: int, k: int, label: str, cfg: BenchConfig) -> GemmPoint:
+    a, b, sa, sb = fp8_gemm_operands(m, n, k, cfg.device)
+    st = timing_stats(time_fn(lambda: torch._scaled_mm(a, b, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16), cfg))
+    return GemmPoint(m=m, n=n, k=k, dtype="fp8", label=label, stats=st, achieved_flops=gemm_flops(m, n, k) / st.median_s)
 
 
 def bench_attention(shapes: Sequence[tuple[int, int, int, int]], dtype: str, cfg: BenchConfig,

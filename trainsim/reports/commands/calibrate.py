@@ -22,7 +22,7 @@ from pathlib import Path
 from trainsim.reports.commands.common import nonneg_float, positive_int
 from trainsim.specs import SpecError
 
-DTYPES = ("fp32", "bf16", "fp16", "tf32")
+DTYPES = ("fp32", "bf16", "fp16", "tf32", "fp8")
 SECTIONS = ("gemm", "attention", "memory", "copy", "collectives")
 WORKER = "trainsim.kernels.calibrate"
 
@@ -48,7 +48,8 @@ def register(subparsers) -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="what to measure (default cpu)")
     p.add_argument("--quick", action="store_true", help="fewer shapes, sizes and repetitions (CI: < 1 min on CPU)")
     p.add_argument("--dtype", action="append", choices=DTYPES,
-                   help="GEMM/attention dtype, repeatable (default fp32 on cpu, bf16 on cuda)")
+                   help="GEMM/attention dtype, repeatable (default fp32 on cpu, bf16 on cuda; fp8: torch._scaled_mm "
+                        "GEMMs on compute capability >= 8.9, bf16 attention, skipped with a note on older GPUs)")
     p.add_argument("--out", required=True, help="profile JSON to write")
     p.add_argument("--nproc", type=positive_int,
                    help="processes torchrun starts on this host (default: 2 on cpu, all GPUs on cuda)")
@@ -129,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
             raise SpecError("import_nccl_tests", "cannot be combined with --device or --emit-slurm")
         return _run_import(args, out)
     device = args.device or "cpu"
+    if device == "cpu" and "fp8" in (args.dtype or []):
+        raise SpecError("dtype", "fp8 GEMMs need --device cuda (torch._scaled_mm on fp8 tensor cores)")
     if args.emit_slurm:
         return _run_emit_slurm(args, device)
     return _run_measure(args, device, out)

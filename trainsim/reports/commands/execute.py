@@ -63,6 +63,26 @@ def scenario_for_execute(args: argparse.Namespace):
     return build_scenario(raw, overrides)
 
 
+FP32_LOSS_TOL = 1e-4  # fp32 against the fp32 reference: only summation order differs
+LOW_PRECISION_LOSS_REL_TOL = 0.01  # bf16/fp16 autocast or FSDP2 param_dtype against the fp32 reference
+
+
+def loss_tolerance(dtype: str, reference: list[float]) -> float:
+    """Largest |loss - reference| accepted by --check: 1e-4 for fp32. With bf16/fp16 compute the reference
+    (fp32, one process) rounds differently from the first GEMM on, so the equivalence test does not apply;
+    1 % of the largest reference loss (about 2.5 bf16 unit roundoffs) is a loose sanity bound that a
+    blown-up or NaN loss fails, not a proof of the layout (untested on a GPU: set from bf16's precision)."""
+    if dtype == "fp32":
+        return FP32_LOSS_TOL
+    return LOW_PRECISION_LOSS_REL_TOL * max((abs(x) for x in reference), default=1.0)
+
+
+def losses_match(losses: list[float], reference: list[float], tol: float) -> bool:
+    """Every step's loss within ``tol`` of the reference; a NaN/inf loss never matches (max() of diffs would
+    silently skip a NaN that is not first)."""
+    return len(losses) == len(reference) and all(abs(a - b) <= tol for a, b in zip(losses, reference))
+
+
 def run(args: argparse.Namespace) -> int:
     from trainsim.kernels.exec_config import make_job
     from trainsim.kernels.executor import ExecutionError, reference_losses, run_jobs
@@ -94,9 +114,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(format_comparison(comparison))
     code = 0
-    if reference is not None and comparison["reference"]["max_abs_loss_diff"] > 1e-4:
-        print("error: execute: losses differ from the single-process reference by more than 1e-4", file=sys.stderr)
-        code = 1
+    if reference is not None:
+        tol = loss_tolerance(scenario.training.dtype, reference)
+        if not losses_match(launch.results[0]["losses"], reference, tol):
+            print(f"error: execute: losses differ from the single-process reference by more than {tol:.3g}",
+                  file=sys.stderr)
+            code = 1
     from trainsim.kernels.launch import in_torchrun
     if in_torchrun():
         _exit_inside_torchrun(code)
