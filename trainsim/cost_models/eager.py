@@ -67,7 +67,7 @@ def stage_param_tensors(scenario, stage: int) -> tuple[int, int]:
     norm_t = 2 if m.norm == "layernorm" else 1
     plain = dt = 0
     for c in range(v):
-        vs = c * p + stage
+        vs = scenario.virtual_stage(stage, c)
         blk = block_param_tensors(m)
         norms = 2 * norm_t
         tp_dt = blk - (0 if t.sequence_parallel else norms)

@@ -114,15 +114,16 @@ def _layer_params_rank(model, tp: int, ep: int) -> tuple[float, float]:
     return attn + norms + mlp(model.ffn), 0.0
 
 
-def _stage_extra_params(model, tp: int, pp: int, stage: int) -> float:
-    """Embedding / positions (first stage), final norm and output layer (last stage) on one rank."""
+def _stage_extra_params(model, tp: int, pp: int, stage: int, loss_stage: int | None = None) -> float:
+    """Embedding / positions (first stage), final norm and output layer (``loss_stage``, default the last
+    stage; stage 0 for DualPipeV's V, where both ends share rank 0 but keep separate copies) on one rank."""
     h, V = model.hidden, model.vocab_size
     extra = 0.0
     if stage == 0:
         extra += V * h / tp
         if model.position_embedding == "learned":
             extra += model.max_seq_len * h
-    if stage == pp - 1:
+    if stage == (pp - 1 if loss_stage is None else loss_stage):
         extra += model.norm_params()
         if not model.tie_embeddings or pp > 1:
             extra += V * h / tp
@@ -140,7 +141,7 @@ def rank_param_shards(scenario, stage: int) -> RankParams:
     _check_stage(stage, lay.pp)
     dense_l, expert_l = _layer_params_rank(m, lay.tp, lay.ep)
     L = scenario.layers_on_stage(stage)  # uneven stages: Scenario.stage_layers
-    extra = _stage_extra_params(m, lay.tp, lay.pp, stage)
+    extra = _stage_extra_params(m, lay.tp, lay.pp, stage, scenario.loss_stage)
     dense = L * dense_l + extra
     expert = L * expert_l
     n_dense = scenario.dp * lay.cp
@@ -177,6 +178,10 @@ def inflight_microbatches(schedule: str, pp: int, m: int, stage: int, vpp: int =
     if schedule == "interleaved":
         chunks = min(2 * (pp - stage - 1) + (vpp - 1) * pp + 1, m * vpp)
         return chunks / vpp
+    if schedule == "dualpipev":
+        # Every rank holds 2·pp + 1 chunk activations at its peak (DeepSeek-V3 Table 2: PP+1 with PP = 2·pp
+        # virtual stages; pipeline_bubble.csv f_ds_DualPipe), each chunk half the rank's layers.
+        return (2 * pp + 1) / 2
     from trainsim.specs.errors import SpecError
     raise SpecError("training.schedule", f"unknown schedule {schedule!r}")
 
@@ -193,7 +198,7 @@ def activation_bytes_per_microbatch(scenario, stage: int, impl: str = "fused") -
     total = scenario.layers_on_stage(stage) * act.layer_activation_bytes(scenario, impl).total
     if stage == 0:
         total += act.embedding_activation_bytes(scenario)
-    if stage == scenario.layout.pp - 1:
+    if stage == scenario.loss_stage:
         total += act.head_activation_bytes(scenario, impl)
     return total
 
@@ -267,7 +272,7 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
             details["zero3_gather_buffers"] = rp.unit_params * (2 * pb + gb)
     if t.offload_optimizer:
         details["offload_staging"] = rp.unit_params * gb
-    if stage == pp - 1:
+    if stage == scenario.loss_stage:
         details["logits_workspace"] = act.logits_workspace_bytes(scenario)
     if pp > 1:
         shp = layer_shape(scenario)

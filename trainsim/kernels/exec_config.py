@@ -97,6 +97,9 @@ def check_job(job: ExecJob) -> None:
         raise SpecError("hsdp", f"replicate degree {job.hsdp} must divide dp={s.dp}")
     if job.hsdp > 1 and t.zero != 3:
         raise SpecError("hsdp", "HSDP (--hsdp R) needs zero=3")
+    if t.schedule == "dualpipev":
+        raise SpecError("training.schedule", "dualpipev is simulated only, not executed (the executor does not build "
+                                             "torch's ScheduleDualPipeV V-shaped stage split); use zb or interleaved")
     if lay.pp > 1 and t.schedule == "1f1b" and s.num_microbatches < lay.pp:
         raise SpecError("training.global_batch", f"1f1b needs num_microbatches ({s.num_microbatches}) >= pp={lay.pp}")
     if lay.pp > 1 and t.schedule == "zb" and s.num_microbatches % lay.pp:

@@ -2,7 +2,11 @@
 
 Textbook pipeline algebra on the table's per-stage times: the slowest stage sets the steady state, the
 fill/drain adds each stage once (GPipe/1F1B: (m+p-1)·(f+b) for uniform stages), interleaving divides the
-fill by v, ZB-H1 leaves (p-1)·(F+B-W) of bubble (zero-bubble paper, Sec. 3.1). Communication is added
+fill by v, ZB-H1 leaves (p-1)·(F+B-W) of bubble (zero-bubble paper, Sec. 3.1), DualPipeV DeepSeek-V3's
+(PP/2-1)·(F&B+B-3W) per chunk with PP = 2p virtual stages, F&B = F+B+W (no overlap gain; pipeline_bubble.csv
+f_ds_DualPipe), with B generalised to max(F, B) and a floor of 2F per chunk so that forward-heavy chunks
+are covered: equal to the formula and the engine when F = B = W, within 3 % of the engine's step time
+otherwise on uniform tables (tests/test_engine_dualpipev.py). Communication is added
 where the engine would expose it (TP/CP/EP in-op, the pipeline fill's messages, the last gradient bucket
 or whatever part of the reduction the last backward cannot hide, ZeRO gathers longer than the op they
 prefetch for). Memory uses the in-flight counts of each schedule. Costs microseconds; it is a screening
@@ -36,6 +40,8 @@ def _inflight_chunks(schedule: str, p: int, m: int, v: int, s: int) -> float:
         total = m * v
         warm = total if m == p else min((p - s - 1) * 2 + (v - 1) * p, total)
         return min(warm + 1, total)
+    if schedule == "dualpipev":
+        return min(2 * p + 1, m * v)  # every rank: PP+1 chunks, PP = 2p (DeepSeek-V3 Table 2)
     return min(p - s, m) * v  # 1f1b and zb
 
 
@@ -87,6 +93,11 @@ def estimate(table: CostTable) -> EngineResult:
         ws = [w for _, _, w, *_ in sums]
         fill_zb = sum(max(0.0, x - 2 * w) for x, w in zip(per_mb, ws)) - max(0.0, bottleneck - 2 * max(ws))
         pipe = m * bottleneck + max(0.0, fill_zb) + p2p
+    elif sched == "dualpipev":
+        # per chunk F&B + B_full - 3W = (x_c - 2w_c) + b_c, with b_c generalised to max(f_c, b_c) (the heavier
+        # of forward and input-backward is on the fill/drain path) and at least 2f_c; stage sums hold two chunks
+        terms = [max(0.0, (x - 2 * w + max(f, b)) / 2, f) for x, (f, b, w, *_r) in zip(per_mb, sums)]
+        pipe = m * bottleneck + sum(terms) - terms[per_mb.index(bottleneck)] + p2p
     else:
         pipe = (m - 1) * bottleneck + sum(per_mb) + p2p
     stages = []

@@ -263,7 +263,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
     working = act.recompute_working_bytes(scenario)
     emb_act = act.embedding_activation_bytes(scenario)
     head_act = act.head_activation_bytes(scenario)
-    w_keep = w_retained_bytes_per_layer(scenario) if tr.schedule == "zb" else 0.0
+    w_keep = w_retained_bytes_per_layer(scenario) if tr.schedule in ("zb", "dualpipev") else 0.0
 
     # -- data parallel -------------------------------------------------------------------------------
     z = tr.effective_zero
@@ -323,7 +323,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
     for s in range(p):
         chunks = []
         for c in range(v):
-            vs = c * p + s
+            vs = scenario.virtual_stage(s, c)
             n = layers[vs]
             f = n * lt.fwd_s
             bi = n * lt.bwd_input_s

@@ -33,7 +33,7 @@ import simpy
 
 from .costtable import COMM_DIMS, CostTable, Transfer
 from .flows import FluidNetwork
-from .schedules import BW, KIND_NAMES, B, F, W, build_schedule
+from .schedules import BW, KIND_NAMES, B, F, W, build_schedule, pair_heads, stage_of, virtual_stage
 
 # Compute slows while a bulk NCCL collective of the same GPU is in flight: NCCL runs one CTA per channel,
 # each CTA holds a whole SM that compute kernels cannot share, and a DGX with 8 NICs uses 16 SMs for
@@ -103,6 +103,13 @@ class _Engine:
         self.env = _Counting()
         self.net = FluidNetwork(self.env)
         self.ops = build_schedule(table.schedule, self.p, self.m, self.v)
+        self.vstage = [[virtual_stage(table.schedule, self.p, s, c) for c in range(self.v)] for s in range(self.p)]
+        # DualPipeV's V: a message goes to whichever neighbour holds the destination virtual stage (or stays on
+        # the GPU at the bottom of the V); other schedules send activations forward and gradients backward.
+        self.by_destination = table.schedule == "dualpipev"
+        # Op i of a stage in heads[s] runs fused with op i+1 (DualPipeV's overlapped F&B): the pair starts when
+        # both inputs are in, and both outputs are sent when the pair ends.
+        self.heads = pair_heads(table.schedule, self.p, self.m, self.v)
         self.record = record
         self.trace: list[tuple] | None = [] if record else None
         self.mem_trace: list[tuple] | None = [] if record else None
@@ -137,7 +144,11 @@ class _Engine:
         key = self._key(direction, mb, dst_vs)
         self.sent_at[key] = self.env.now
         st = self.t.stages[s]
-        tr = st.send_fwd if direction == 0 else st.send_bwd
+        if self.by_destination:
+            dst = stage_of(self.t.schedule, self.p, dst_vs)
+            tr = None if dst == s else (st.send_fwd if dst == s + 1 else st.send_bwd)
+        else:
+            tr = st.send_fwd if direction == 0 else st.send_bwd
         if tr is None or tr.time_s <= 0:
             self._deliver(key)
             return None
@@ -250,27 +261,36 @@ class _Engine:
             if tail is not None:
                 self.ag_queue[s].put((tail, ev_t.succeed))
 
+        def input_key(j: int) -> int | None:
+            """Message op j waits for: activation from the previous virtual stage or gradient from the next."""
+            kind_j, mb_j, c_j = ops[j]
+            vs_j = self.vstage[s][c_j]
+            if kind_j == F and vs_j > 0:
+                return self._key(0, mb_j, vs_j)
+            if kind_j in (B, BW) and vs_j < last_vs:
+                return self._key(1, mb_j, vs_j)
+            return None
+
+        heads = self.heads[s]
+        deferred: list[tuple[int, int, int]] = []   # sends of a fused pair's first op, issued at its end
         if ops and needs_gather(0):
             launch_gather(0)
         for i, (kind, mb, c) in enumerate(ops):
             chunk = st.chunks[c]
-            vs = c * p + s
+            vs = self.vstage[s][c]
             t_ready = env.now
-            # Input dependency: activation from the previous virtual stage or gradient from the next.
-            key = None
-            if kind == F and vs > 0:
-                key = self._key(0, mb, vs)
-            elif kind in (B, BW) and vs < last_vs:
-                key = self._key(1, mb, vs)
+            keys = [input_key(i)] + ([input_key(i + 1)] if i in heads else [])
             t_send = t_data = t_ready
-            if key is not None:
+            for key in keys:
+                if key is None:
+                    continue
                 if self.arrival[key] is None:
                     ev = self.waiters.get(key)
                     if ev is None:
                         ev = self.waiters[key] = env.event()
                     yield ev
-                t_send = self.sent_at[key]
-                t_data = self.arrival[key]
+                if self.arrival[key] >= t_data:   # the later input decides the exposed wait
+                    t_send, t_data = self.sent_at[key], self.arrival[key]
             if i + 1 < len(ops) and needs_gather(i + 1):
                 launch_gather(i + 1)       # prefetch one op ahead
             gev, gtail = gathers.pop(i, (None, None))
@@ -349,15 +369,19 @@ class _Engine:
                 self._mem(s, -chunk.w_retained_bytes)
             if gather_bytes[i]:
                 self._mem(s, 0.0, -gather_bytes[i])
-            sent = None
             if kind == F and vs < last_vs:
-                sent = self._send(s, 0, mb, vs + 1)
+                deferred.append((0, mb, vs + 1))
             elif kind in (B, BW) and vs > 0:
-                sent = self._send(s, 1, mb, vs - 1)
-            if sent is not None and t.blocking_p2p and not sent.processed:
-                t_w = env.now             # the compute stream waits for its own send (torch.cuda.synchronize)
-                yield sent
-                tl.exposed_s["pp"] += env.now - t_w
+                deferred.append((1, mb, vs - 1))
+            if i in heads:
+                continue                  # the pair's second op sends both outputs
+            for direction, mb_s, dst_vs in deferred:
+                sent = self._send(s, direction, mb_s, dst_vs)
+                if sent is not None and t.blocking_p2p and not sent.processed:
+                    t_w = env.now         # the compute stream waits for its own send (torch.cuda.synchronize)
+                    yield sent
+                    tl.exposed_s["pp"] += env.now - t_w
+            deferred.clear()
         tl.pipeline_end_s = env.now
         if not overlap and not per_mb:  # reduce every chunk's gradients after the whole backward pass
             for chunk in st.chunks:

@@ -3,7 +3,8 @@
 A schedule is, per stage, a list of ops ``(kind, microbatch, chunk)``. Kinds: F (forward), BW (full
 backward: input and weight gradients together), B (input-gradient backward only) and W (weight-gradient
 backward), the last two for zero-bubble schedules. ``chunk`` is the model chunk on that stage (0 unless
-interleaved); chunk c of stage s is virtual stage ``c * p + s`` (Megatron's layer assignment).
+interleaved or DualPipeV); chunk c of stage s is virtual stage ``c * p + s`` (Megatron's layer assignment),
+except for DualPipeV's V, where chunk 1 of stage s is virtual stage ``2p - 1 - s`` (see virtual_stage).
 
 The engine executes each list in order, waiting for cross-stage data dependencies, so the schedule fixes
 the order and the simulation finds the timing.
@@ -15,7 +16,7 @@ from collections import Counter
 
 F, B, W, BW = 0, 1, 2, 3
 KIND_NAMES = {F: "F", B: "B", W: "W", BW: "BW"}
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "dualpipev")
 
 Op = tuple[int, int, int]
 
@@ -123,8 +124,121 @@ def zb_h1(p: int, m: int) -> list[list[Op]]:
     return out
 
 
+def virtual_stage(name: str, p: int, s: int, c: int) -> int:
+    """Virtual stage of chunk ``c`` on stage ``s``: ``c·p + s``, or ``2p - 1 - s`` for DualPipeV's chunk 1."""
+    if name == "dualpipev" and c == 1:
+        return 2 * p - 1 - s
+    return c * p + s
+
+
+def stage_of(name: str, p: int, vs: int) -> int:
+    """Pipeline stage holding virtual stage ``vs`` (inverse of virtual_stage)."""
+    if name == "dualpipev" and vs >= p:
+        return 2 * p - 1 - vs
+    return vs % p
+
+
+def dualpipev(p: int, m: int) -> list[list[Op]]:
+    """DualPipeV's per-stage op lists (see dualpipev_with_pairs)."""
+    return dualpipev_with_pairs(p, m)[0]
+
+
+def dualpipev_with_pairs(p: int, m: int) -> tuple[list[list[Op]], list[frozenset[int]]]:
+    """DualPipeV (DeepSeek-V3's DualPipe folded into a V, torch's ScheduleDualPipeV), m >= 2p.
+
+    Rank s holds chunk 0 = virtual stage s and chunk 1 = virtual stage 2p-1-s, so the loss is on rank 0.
+    Op order as ScheduleDualPipeV._calculate_single_rank_operations (torch 2.13, after deepseek-ai/DualPipe
+    dualpipev.py): 1 F0 warm-up, 2 F0F1, 3 B1 W F1 (zero bubble), 4 main loop of overlapped F0&BW1, F1&BW0
+    pairs, 5 BW1 F1&BW0, 6 B1B0 (second half split into B + postponed W), 7 W B0, 8 the remaining W.
+    An overlapped forward/backward pair (torch's OVERLAP_F_B action) is the F at index i and the BW at i+1
+    of a stage's list, with i in the returned set of pair heads: the pair starts once both inputs are in
+    and both outputs leave when it ends (torch receives before and sends after the whole action; DeepSeek
+    interleaves the two in one kernel sequence). Its compute is F + BW, no overlap gain is modelled (torch
+    runs the sub-actions one after the other unless a custom overlap callback is registered). The last
+    rank's first main-loop pair is not overlapped (as in both implementations). W ops pop the oldest
+    postponed weight pass (FIFO).
+    """
+    if m < 2 * p:
+        raise ValueError(f"dualpipev needs m ({m}) >= 2p ({2 * p})")
+    ranks = [_dualpipev_rank(p, m, r) for r in range(p)]
+    return [ops for ops, _ in ranks], [frozenset(pairs) for _, pairs in ranks]
+
+
+def _dualpipev_rank(p: int, m: int, r: int) -> tuple[list[Op], set[int]]:
+    """Rank r's DualPipeV op list and the indices of its overlapped-pair heads."""
+    ops: list[Op] = []
+    pairs: set[int] = set()
+    count = {F: [0, 0], B: [0, 0]}      # next micro-batch per (kind, chunk); B counts B and BW
+    pending: list[tuple[int, int]] = []  # postponed weight passes (mb, chunk), oldest first
+
+    def fwd(c: int) -> None:
+        ops.append((F, count[F][c], c))
+        count[F][c] += 1
+
+    def bwd(c: int, split: bool) -> None:
+        mb = count[B][c]
+        count[B][c] += 1
+        if split:
+            ops.append((B, mb, c))
+            pending.append((mb, c))
+        else:
+            ops.append((BW, mb, c))
+
+    def weight() -> None:
+        if pending:
+            mb, c = pending.pop(0)
+            ops.append((W, mb, c))
+
+    for _ in range((p - r - 1) * 2):       # 1: F0
+        fwd(0)
+    for _ in range(r + 1):                 # 2: F0 F1
+        fwd(0)
+        fwd(1)
+    for _ in range(p - r - 1):             # 3: B1 W F1
+        bwd(1, True)
+        weight()
+        fwd(1)
+    def pair(cf: int, cb: int) -> None:
+        pairs.add(len(ops))
+        fwd(cf)
+        bwd(cb, False)
+
+    for i in range(m - 2 * p + r + 1):     # 4: F0&BW1, F1&BW0
+        if i == 0 and r == p - 1:
+            fwd(0)
+            bwd(1, False)
+        else:
+            pair(0, 1)
+        pair(1, 0)
+    for _ in range(p - r - 1):             # 5: BW1, F1&BW0
+        bwd(1, False)
+        pair(1, 0)
+    n6 = r + 1                             # 6: B1 B0, zero bubble from the middle on
+    zb = False
+    for i in range(n6):
+        if i == n6 // 2 and r % 2 == 1:
+            zb = True
+        bwd(1, zb)
+        if i == n6 // 2 and r % 2 == 0:
+            zb = True
+        bwd(0, zb)
+    for _ in range(p - r - 1):             # 7: W B0
+        weight()
+        bwd(0, zb)
+    while pending:                         # 8: W
+        weight()
+    return ops, pairs
+
+
+def pair_heads(name: str, p: int, m: int, v: int = 1) -> list[frozenset[int]]:
+    """Per stage, the op indices i whose op runs fused with op i+1 (DualPipeV's overlapped F&B); else empty."""
+    if name == "dualpipev":
+        return dualpipev_with_pairs(p, m)[1]
+    return [frozenset() for _ in range(p)]
+
+
 def build_schedule(name: str, p: int, m: int, v: int = 1) -> list[list[Op]]:
-    """The per-stage op lists of a named schedule (gpipe, 1f1b, interleaved, zb)."""
+    """The per-stage op lists of a named schedule (gpipe, 1f1b, interleaved, zb, dualpipev)."""
     if name == "gpipe":
         return gpipe(p, m)
     if name == "1f1b":
@@ -133,6 +247,10 @@ def build_schedule(name: str, p: int, m: int, v: int = 1) -> list[list[Op]]:
         return interleaved(p, m, v)
     if name == "zb":
         return zb_h1(p, m)
+    if name == "dualpipev":
+        if v != 2:
+            raise ValueError(f"dualpipev needs v = 2 chunks per stage, got {v}")
+        return dualpipev(p, m)
     raise ValueError(f"unknown schedule {name!r}; expected one of {', '.join(SCHEDULES)}")
 
 
@@ -144,10 +262,10 @@ def check_schedule(ops: list[list[Op]], m: int, v: int = 1) -> None:
         seen: dict[tuple[int, int, int], int] = {}
         for idx, op in enumerate(stage_ops):
             seen[op] = idx
-        split = any(k in (B, W) for k, _, _ in stage_ops)
         for mb in range(m):
             for c in range(v):
-                need = (F, B, W) if split else (F, BW)
+                # each (micro-batch, chunk) has a full backward or a split one (DualPipeV mixes both)
+                need = (F, B, W) if counts[(B, mb, c)] or counts[(W, mb, c)] else (F, BW)
                 for kind in need:
                     if counts[(kind, mb, c)] != 1:
                         raise ValueError(f"stage {s}: {KIND_NAMES[kind]} of micro-batch {mb} chunk {c} "

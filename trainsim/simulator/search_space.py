@@ -137,12 +137,15 @@ def _vpp_options(num_layers: int, pp: int) -> list[int]:
 
 
 def _schedules(pp: int, num_layers: int, lim: SearchLimits) -> Iterator[tuple[str, int]]:
-    """(schedule, vpp) pairs: with one stage the schedule is moot (1f1b stands for it)."""
+    """(schedule, vpp) pairs: with one stage the schedule is moot (1f1b stands for it). DualPipeV (vpp 2)
+    is searched only when asked for (``--schedule dualpipev`` or in ``lim.schedules``), so the default
+    space and its results stay as they were."""
     if pp == 1:
-        if lim.allowed("vpp", 1):
+        if lim.allowed("vpp", 1) and lim.fixed.get("schedule") != "dualpipev":
             yield lim.fixed.get("schedule", "1f1b"), 1
         return
-    for sched in lim.schedules:
+    pinned = lim.fixed.get("schedule")
+    for sched in lim.schedules + ((pinned,) if pinned is not None and pinned not in lim.schedules else ()):
         if not lim.allowed("schedule", sched):
             continue
         if sched == "interleaved":
@@ -152,6 +155,9 @@ def _schedules(pp: int, num_layers: int, lim: SearchLimits) -> Iterator[tuple[st
                 if lim.max_vpp is not None and "vpp" not in lim.fixed and v > lim.max_vpp:
                     continue
                 yield sched, v
+        elif sched == "dualpipev":
+            if lim.allowed("vpp", 2) and splits(num_layers, 2 * pp):
+                yield sched, 2
         elif lim.allowed("vpp", 1):
             yield sched, 1
 
@@ -195,6 +201,8 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, gpus: int, glob
             n_micro = per_replica // mb
             for sched, vpp in _schedules(pp, model.num_layers, lim):
                 if sched == "interleaved" and n_micro % pp:
+                    continue
+                if sched == "dualpipev" and n_micro < 2 * pp:
                     continue
                 for zero in _zero_options(pp, lim):
                     for rc in lim.recompute:

@@ -57,7 +57,7 @@ class Scenario(BaseModel):
 
     @property
     def stage_layers(self) -> tuple[int, ...]:
-        """Transformer layers of each virtual pipeline stage (pp·vpp of them; chunk c of stage s is c·pp + s).
+        """Transformer layers of each virtual pipeline stage (pp·vpp of them; see virtual_stage for which stage holds it).
 
         An even split when pp·vpp divides num_layers. Otherwise Megatron's split that counts the embedding
         and the loss as one layer each (--account-for-embedding-in-pipeline-split and ...-loss-...): the
@@ -75,10 +75,22 @@ class Scenario(BaseModel):
         out[-1] -= 1
         return tuple(out)
 
+    def virtual_stage(self, stage: int, chunk: int) -> int:
+        """Virtual stage of model chunk ``chunk`` on pipeline stage ``stage``: ``chunk·pp + stage``
+        (Megatron's interleaving), or the V of DualPipeV (chunk 1 of stage s is ``2·pp - 1 - s``)."""
+        pp = self.layout.pp
+        if self.training.schedule == "dualpipev" and chunk == 1:
+            return 2 * pp - 1 - stage
+        return chunk * pp + stage
+
+    @property
+    def loss_stage(self) -> int:
+        """Pipeline stage holding the last virtual stage (final norm, logits, loss): pp-1, or 0 in a V."""
+        return 0 if self.training.schedule == "dualpipev" else self.layout.pp - 1
+
     def layers_on_stage(self, stage: int) -> int:
         """Transformer layers held by pipeline stage ``stage`` (all of its chunks)."""
-        pp = self.layout.pp
-        return sum(self.stage_layers[c * pp + stage] for c in range(self.layout.vpp))
+        return sum(self.stage_layers[self.virtual_stage(stage, c)] for c in range(self.layout.vpp))
 
 
 def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: TrainingSpec,
@@ -109,8 +121,12 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
             f"pp*vpp = {pp}*{vpp} divides neither num_layers={m.num_layers} nor num_layers+2 "
             f"(the uneven split that counts embedding and loss as layers)",
         )
-    if vpp > 1 and t.schedule != "interleaved":
-        raise SpecError("layout.vpp", f"vpp={vpp} needs schedule=interleaved (got {t.schedule})")
+    if t.schedule == "dualpipev" and vpp != 2:
+        raise SpecError("layout.vpp", f"dualpipev needs vpp=2 (two model chunks per rank, placed in a V), got {vpp}")
+    if t.schedule == "dualpipev" and pp == 1:
+        raise SpecError("training.schedule", "dualpipev needs pp > 1")
+    if vpp > 1 and t.schedule not in ("interleaved", "dualpipev"):
+        raise SpecError("layout.vpp", f"vpp={vpp} needs schedule=interleaved or dualpipev (got {t.schedule})")
     if t.schedule == "interleaved" and vpp == 1:
         raise SpecError("training.schedule", "interleaved needs vpp > 1 (model chunks per pipeline rank)")
     if t.schedule == "interleaved" and pp == 1:
@@ -138,6 +154,11 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
         raise SpecError(
             "training.global_batch",
             f"interleaved schedule needs num_microbatches ({n_micro}) divisible by pp={pp}",
+        )
+    if t.schedule == "dualpipev" and n_micro < 2 * pp:
+        raise SpecError(
+            "training.global_batch",
+            f"dualpipev needs num_microbatches ({n_micro}) >= 2*pp = {2 * pp} (torch's ScheduleDualPipeV)",
         )
     if m.position_embedding == "learned" and t.seq_len > m.max_seq_len:
         raise SpecError("training.seq_len", f"seq_len={t.seq_len} exceeds {m.name}'s learned positions ({m.max_seq_len})")

@@ -48,7 +48,7 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
     p.add_argument("--sequence-parallel", action="store_true", default=None)
     p.add_argument("--zero", type=int, choices=(0, 1, 2, 3))
     p.add_argument("--distributed-optimizer", action="store_true", default=None)
-    p.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved", "zb"))
+    p.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved", "zb", "dualpipev"))
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "fp32"))
     p.add_argument("--framework", choices=("megatron", "megatron-2021", "pytorch-fsdp", "deepspeed", "deepspeed-2021", "torch"),
                    help="software stack whose documented behaviours apply (default megatron)")

@@ -91,7 +91,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--micro-batch", type=positive_int)
     g.add_argument("--recompute", choices=("none", "selective", "full"))
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3))
-    g.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved", "zb"))
+    g.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved", "zb", "dualpipev"))
     g.add_argument("--max-tp", type=positive_int, help="largest TP searched (default: GPUs per node)")
     g.add_argument("--max-micro-batch", type=positive_int, default=16)
     g.add_argument("--exhaustive", action="store_true",
