@@ -230,3 +230,41 @@ def test_this_module_keeps_the_cli_torch_free():
     code = "import sys, trainsim.reports.commands.execute, trainsim.reports.commands.calibrate; " \
            "sys.exit(1 if 'torch' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+# ---- execute: phase timing on the GPU's clock -----------------------------------------------------------
+def test_phase_times_on_cuda_come_from_cuda_events(monkeypatch):
+    """Host timers around asynchronous kernels see only launches: on cuda each phase is bracketed by CUDA
+    events (elapsed_time in ms -> s), summed over micro-batches once the last event is waited for."""
+    from trainsim.kernels.parallelize import Parallel
+
+    clock = iter(range(0, 1000, 10))  # each recorded event is 10 ms after the previous one
+    waited: list[int] = []
+
+    class FakeEvent:
+        def __init__(self, enable_timing=False):
+            assert enable_timing
+            self.t_ms = None
+
+        def record(self, stream=None):
+            self.t_ms = next(clock)
+
+        def synchronize(self):
+            waited.append(self.t_ms)
+
+        def elapsed_time(self, end):
+            return end.t_ms - self.t_ms
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    par = SimpleNamespace(device=torch.device("cuda", 0), _marks=[])
+    for _ in range(2):  # two micro-batches: forward 10 ms, backward 10 ms each
+        t0 = Parallel._mark(par)
+        t1 = Parallel._mark(par)
+        Parallel._phase(par, "forward_s", t0, t1)
+        Parallel._phase(par, "backward_s", t1, Parallel._mark(par))
+    phases = Parallel._resolve_phases(par)
+    assert phases == pytest.approx({"forward_s": 0.02, "backward_s": 0.02})
+    assert waited and par._marks == []
+    cpu = SimpleNamespace(device=torch.device("cpu"), _marks=[])
+    Parallel._phase(cpu, "optimizer_s", 1.0, 1.25)
+    assert Parallel._resolve_phases(cpu) == {"optimizer_s": 0.25}

@@ -65,7 +65,8 @@ def run_jobs(jobs: list[ExecJob], *, timeout_s: float = 30.0, launch_timeout_s: 
         import torch
         if torch.cuda.device_count() < n:
             from trainsim.specs import SpecError
-            raise SpecError("layout", f"needs {n} GPUs on this host, torch sees {torch.cuda.device_count()}")
+            raise SpecError("layout", f"needs {n} GPUs on this host, torch sees {torch.cuda.device_count()} "
+                                      "(across nodes: start `trainsim execute` under torchrun/srun on every node)")
     with tempfile.TemporaryDirectory(prefix="trainsim-exec-") as tmp:
         jobs_path, out_path = os.path.join(tmp, "jobs.json"), os.path.join(tmp, "result.json")
         with open(jobs_path, "w") as f:

@@ -70,7 +70,8 @@ class Parallel:
     mode: str
     autocast_dtype: torch.dtype | None = None
     mechanism: dict[str, str] = field(default_factory=dict)
-    phases_s: dict[str, float] = field(default_factory=dict)  # wall time of the last step's phases, this rank
+    phases_s: dict[str, float] = field(default_factory=dict)  # the last step's phases on this rank (GPU time on cuda)
+    _marks: list = field(default_factory=list)
 
     @property
     def has_first(self) -> bool:
@@ -95,13 +96,38 @@ class Parallel:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
 
+    def _mark(self):
+        """A point in this rank's execution: a CUDA event recorded on the current stream on GPUs (host
+        timers would only see the asynchronous launches), ``perf_counter`` on CPU."""
+        if self.device.type == "cuda":
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def _phase(self, name: str, start, end) -> None:
+        self._marks.append((name, start, end))
+
+    def _resolve_phases(self) -> dict[str, float]:
+        """Seconds per phase of the last step, summed over micro-batches (waits for the GPU's last event)."""
+        out: dict[str, float] = {}
+        for name, start, end in self._marks:
+            if isinstance(start, float):
+                dt = end - start
+            else:
+                end.synchronize()
+                dt = start.elapsed_time(end) / 1e3
+            out[name] = out.get(name, 0.0) + dt
+        self._marks = []
+        return out
+
     def train_step(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """One optimizer step on this dp rank's batch (n_micro·mb sequences); returns the global mean loss."""
         n_micro = self.scenario.num_microbatches
         self.optimizer.zero_grad(set_to_none=True)
-        self.phases_s = {"forward_s": 0.0, "backward_s": 0.0}
+        self._marks = []
         local = torch.zeros((), dtype=torch.float64, device=self.device)
-        t0 = time.perf_counter()
+        t0 = self._mark()
         with self.loss_context(), self._autocast():
             if self.schedule is None:
                 local += self._accumulate(ids, targets, n_micro)
@@ -112,13 +138,14 @@ class Parallel:
                 self.schedule.step(*args, return_outputs=False, **kwargs)
                 if self.has_last:
                     local += torch.stack([x.detach().double() for x in losses]).mean()
-                self.phases_s = {"pipeline_s": time.perf_counter() - t0}
-        t1 = time.perf_counter()
+                self._phase("pipeline_s", t0, self._mark())
+        t1 = self._mark()
         self.optimizer.step()
-        self.phases_s["optimizer_s"] = time.perf_counter() - t1
+        self._phase("optimizer_s", t1, self._mark())
         if not (self.has_last and self.tp_rank == 0):
             local.zero_()
         dist.all_reduce(local)
+        self.phases_s = self._resolve_phases()
         return local / self.scenario.dp
 
     def _accumulate(self, ids: torch.Tensor, targets: torch.Tensor, n_micro: int) -> torch.Tensor:
@@ -133,12 +160,12 @@ class Parallel:
             elif self.mode.startswith("fsdp"):
                 model.set_requires_gradient_sync(last)
             with ctx:
-                t0 = time.perf_counter()
+                t0 = self._mark()
                 loss = self.loss_fn(model(x), y)
-                t1 = time.perf_counter()
+                t1 = self._mark()
                 (loss / n_micro).backward()
-                self.phases_s["forward_s"] += t1 - t0
-                self.phases_s["backward_s"] += time.perf_counter() - t1
+                self._phase("forward_s", t0, t1)
+                self._phase("backward_s", t1, self._mark())
             total += loss.detach().double()
         return total / n_micro
 
