@@ -20,6 +20,7 @@ import yaml
 
 from trainsim import SCHEMA_VERSION, __version__
 from trainsim.specs import Scenario, SpecError, build_scenario, load_scenario_file
+from trainsim.specs.loaders import read_mapping
 
 BASELINE_KIND = "trainsim-regress-baseline"
 SCENARIO_SUFFIXES = (".yaml", ".yml", ".json")
@@ -147,11 +148,8 @@ def load_baseline(path: str | os.PathLike) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise SpecError("baseline", f"no such file: {p} (create it with --update)")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, OSError) as e:
-        raise SpecError("baseline", f"{p} is not valid JSON: {type(e).__name__}") from None
-    if not isinstance(data, dict) or data.get("kind") != BASELINE_KIND or not isinstance(data.get("scenarios"), dict):
+    data = read_mapping(p, "baseline")  # size limit, UTF-8, JSON/YAML errors as one line
+    if data.get("kind") != BASELINE_KIND or not isinstance(data.get("scenarios"), dict):
         raise SpecError("baseline", f"{p} is not a trainsim regress baseline (kind {BASELINE_KIND!r})")
     # Every scenario's entry must be a mapping of metric -> number/bool (a hand-edited or corrupted file
     # otherwise crashed the comparison with TypeError/ValueError).
