@@ -372,13 +372,6 @@ def optimizer_step_time(scenario, stage: int, profile=None) -> float:
     return (memory_time_s(update_bytes, hw, prof, "copy") if update_bytes else 0.0) + norm_s
 
 
-def op_roofline_bound(op: Op, gpu, dtype: str = "bf16") -> str:
-    """'compute' or 'memory': which roof bounds the op's forward at peak efficiencies (for reports)."""
-    hw = hw_of(gpu, dtype)
-    peak = hw.peak_fp8 if op.fp8 else hw.peak
-    return "compute" if op.fwd_flops / (peak * hw.gemm_eff) >= op.fwd_bytes / hw.mem_Bps else "memory"
-
-
 def waves(m: int, n: int, num_sms: int) -> int:
     """Number of waves of 128×128 tiles an (m×n) output needs on ``num_sms`` SMs."""
     return math.ceil(math.ceil(m / TILE) * math.ceil(n / TILE) / num_sms)

@@ -16,7 +16,7 @@ small fitted models the cost functions query:
 * collectives per (op, group_size, nodes): t(size) = alpha + beta·size, where ``size`` is nccl-tests'
   "size" column (bytes): the buffer for all_reduce/broadcast/send_recv, the gathered output for
   all_gather, the full input for reduce_scatter, the per-rank send buffer for all_to_all.
-  algbw = size / t; busbw = algbw · factor (nccl-tests' PERFORMANCE.md factors, see BUSBW_FACTORS).
+  algbw = size / t; busbw = algbw · factor (nccl-tests' PERFORMANCE.md factors, see busbw_factor).
 
 Every query returns ``None`` when the quantity was not measured: callers then fall back to the
 GPUSpec / ClusterSpec defaults. Times are seconds, sizes bytes, rates bytes/s or FLOP/s.
@@ -82,7 +82,6 @@ def busbw_factor(op: str, group_size: int) -> float:
     return 1.0
 
 
-BUSBW_FACTORS = {op: (lambda n, _op=op: busbw_factor(_op, n)) for op in COLLECTIVE_OPS}
 
 
 # Measured memory-bound ops standing in for the op kinds cost models use (median over the family).

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -118,7 +117,3 @@ class ModelSpec(BaseModel):
 
     def describe(self) -> str:
         return f"{self.name} ({self.total_params() / 1e9:.1f}B params, {self.num_layers} layers, h={self.hidden})"
-
-
-def round_up(x: int, multiple: int) -> int:
-    return int(math.ceil(x / multiple) * multiple)
