@@ -167,10 +167,12 @@ def test_megatron_2021_pipeline_sends_block_and_are_gathered_over_tp():
     msg = 2 * 2048 * old.model.hidden
     ag = collectives.collective_time("all_gather", msg, grp, old.cluster).time_s
     first, last = t_old.stages[0].chunks[0], t_old.stages[-1].chunks[0]
-    ref_first, ref_last = t_new.stages[0].chunks[0], t_new.stages[-1].chunks[0]
-    assert first.tp_fwd_s == pytest.approx(ref_first.tp_fwd_s)            # stage 0 receives no activation
-    assert first.tp_bwd_s == pytest.approx(ref_first.tp_bwd_s + ag)       # ... but a gradient
-    assert last.tp_fwd_s == pytest.approx(ref_last.tp_fwd_s + ag)
+    # Equal stages (80 layers / pp4): the per-block TP time is the same on every stage, so what differs is
+    # the receiver's gather -- stage 0 receives no activation but a gradient, the last stage the reverse.
+    assert last.tp_fwd_s - first.tp_fwd_s == pytest.approx(ag)
+    assert first.tp_bwd_s - last.tp_bwd_s == pytest.approx(ag)
+    n_new = t_new.stages[0].chunks[0]
+    assert n_new.tp_fwd_s == pytest.approx(t_new.stages[-1].chunks[0].tp_fwd_s)  # Megatron-Core: no gather
     # blocking sends are exposed pipeline time in the engine and in the closed form
     asyn = build_scenario({**_raw(), "training": {**_raw()["training"], "framework": "megatron",
                                                   "overlap_p2p": True}})
@@ -220,3 +222,23 @@ def test_deepspeed_2021_serializes_per_tensor_collectives_with_compute():
     # engine: the whole DP communication is exposed
     p = predict(s)
     assert p.exposed_comm_s["dp"] >= s.num_microbatches * (ch.dp_fwd_s + ch.dp_bwd_s) * 0.999
+
+
+def test_tp_dgrad_overlap_hides_column_parallel_reductions_behind_wgrad():
+    """Megatron (Core and 2022) reduce a column-parallel layer's input gradient while its weight-gradient
+    GEMM runs: per block the backward exposes max(0, all-reduce - wgrad) for QKV and the MLP-in GEMM;
+    Megatron 2021 waits for both all-reduces (2 x all-reduce). Closed form from the op times."""
+    from trainsim.cost_models.compute import layer_op_times
+    raw = {"model": "llama3-8b", "cluster": "dgx-a100", "gpus": 8, "layout": {"tp": 8},
+           "training": {"seq_len": 2048, "global_batch": 8, "micro_batch": 1, "recompute": "none"}}
+    old = build_scenario({**raw, "training": {**raw["training"], "framework": "megatron-2021"}})
+    for fw in ("megatron", "megatron-2022"):
+        sc = build_scenario({**raw, "training": {**raw["training"], "framework": fw}})
+        grp = place(sc).group("tp")
+        ar = collectives.collective_time("all_reduce", 2 * 2048 * sc.model.hidden, grp, sc.cluster).time_s
+        ops = {o.name: o for o in layer_op_times(sc)}
+        per_block = max(0.0, ar - ops["qkv"].bwd_weight_s) + max(0.0, ar - ops["fc1"].bwd_weight_s)
+        layers = sc.model.num_layers
+        assert build_cost_table(sc).stages[0].chunks[0].tp_bwd_s == pytest.approx(layers * per_block)
+        assert build_cost_table(sc).stages[0].chunks[0].tp_fwd_s == pytest.approx(layers * 2 * ar)
+    assert build_cost_table(old).stages[0].chunks[0].tp_bwd_s == pytest.approx(layers * 2 * ar)

@@ -94,6 +94,16 @@ fitted to a measurement.
       parameter tensor per micro-batch. Counted from a torch.profiler trace of tiny-gpt tp2 (gloo): 29
       all-reduces per micro-batch = 4 blocks x (2 + 4) + embedding, output layer and loss_parallel; with
       SP 18 all-gathers, 17 reduce-scatters and 22 all-reduces (4 x 4 norm-weight gradients + head/loss).
+* ``tp_dgrad_overlap`` -- the backward of a column-parallel linear (QKV, MLP in) reduces its input gradient
+  asynchronously while the same layer's weight-gradient GEMM runs. Megatron: ``LinearWithGradAccumulation
+  AndAsyncCommunication`` launches the all-reduce (with sequence parallelism: reduce-scatter) of
+  ``grad_input`` with ``async_op=True`` before the wgrad GEMM and waits after it; with sequence
+  parallelism it also re-all-gathers the layer's sharded input for that wgrad GEMM asynchronously while the
+  dgrad GEMM runs. Exposed: ``max(0, comm - gemm)`` per overlapped pair. megatron (Megatron-Core) and
+  megatron-2022 (the Megatron-LM of Korthikanti et al. 2022, arXiv:2205.05198 Sec. 6.2: "we overlap
+  all-reduce communication with the linear weight's gradient computation"; ``--async-tensor-model-parallel-
+  allreduce``, added to Megatron-LM after SC21) do it; megatron-2021 (SC21's code) waits for every TP
+  collective on the compute stream.
 * ``optimizer_extra_bytes_per_param`` -- bytes per parameter the optimizer step moves beyond a fused
   Adam (cost_models.compute.optimizer_step_time). megatron-2021 (Float16OptimizerWithFloat16Params):
   ``_copy_model_grads_to_main_grads`` (read 2, write 4) and ``_copy_main_params_to_model_params``
@@ -106,8 +116,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-Framework = Literal["megatron", "megatron-2021", "pytorch-fsdp", "deepspeed", "deepspeed-2021", "torch"]
-FRAMEWORKS: tuple[str, ...] = ("megatron", "megatron-2021", "pytorch-fsdp", "deepspeed", "deepspeed-2021", "torch")
+Framework = Literal["megatron", "megatron-2021", "megatron-2022", "pytorch-fsdp", "deepspeed", "deepspeed-2021",
+                    "torch"]
+FRAMEWORKS: tuple[str, ...] = ("megatron", "megatron-2021", "megatron-2022", "pytorch-fsdp", "deepspeed",
+                               "deepspeed-2021", "torch")
 
 # DeepSpeed ZeRO config default reduce_bucket_size (elements).
 DEEPSPEED_REDUCE_BUCKET_PARAMS = 5e8
@@ -130,15 +142,27 @@ class FrameworkBehaviour:
     p2p_overlap: Literal["always", "interleaved", "never"] = "always"
     pp_scatter_gather: bool = False
     tp_input_reduce: Literal["region", "per_linear"] = "region"
+    tp_dgrad_overlap: bool = False
 
 
 BEHAVIOURS: dict[str, FrameworkBehaviour] = {
     "megatron": FrameworkBehaviour("megatron", overlap_grad_reduce=True, fused_cross_entropy=False,
-                                   zero3_gather="block", reduce_bucket_params=None, p2p_overlap="interleaved"),
+                                   zero3_gather="block", reduce_bucket_params=None, p2p_overlap="interleaved",
+                                   tp_dgrad_overlap=True),
     "megatron-2021": FrameworkBehaviour("megatron-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
                                         zero3_gather="block", reduce_bucket_params=None,
                                         grad_accumulation_pass=True, optimizer_extra_bytes_per_param=12.0,
                                         p2p_overlap="never", pp_scatter_gather=True),
+    # Megatron-LM of early 2022 (Korthikanti et al., arXiv:2205.05198): the 2021 behaviours (local DDP reduced
+    # after the backward pass -- Sec. 6.3: "we do not use any overlapping of gradient all-reduces with
+    # back-propagation" --, unfused cross-entropy, fp16/bf16 optimizer copies, blocking p2p, scatter/gather)
+    # plus the asynchronous TP input-gradient reduction of Sec. 6.2 (tp_dgrad_overlap) and gradient-
+    # accumulation fusion, both introduced with ``LinearWithGradAccumulationAndAsyncCommunication`` (the wgrad
+    # GEMM accumulates into ``main_grad``, ``--gradient-accumulation-fusion``): no separate accumulation pass.
+    "megatron-2022": FrameworkBehaviour("megatron-2022", overlap_grad_reduce=False, fused_cross_entropy=False,
+                                        zero3_gather="block", reduce_bucket_params=None,
+                                        grad_accumulation_pass=False, optimizer_extra_bytes_per_param=12.0,
+                                        p2p_overlap="never", pp_scatter_gather=True, tp_dgrad_overlap=True),
     "pytorch-fsdp": FrameworkBehaviour("pytorch-fsdp", overlap_grad_reduce=True, fused_cross_entropy=True,
                                        zero3_gather="block", reduce_bucket_params=None,
                                        train_metric_loss_passes=2),

@@ -168,8 +168,23 @@ def _tp_overlapped(ag_s: float, rs_s: float, tp: int, scenario: Scenario, profil
     fwd = (ring(ag_s, "qkv", "fwd_s") + ring(rs_s, "out_proj", "fwd_s")
            + ring(ag_s, "fc1", "fwd_s") + ring(rs_s, "fc2", "fwd_s"))
     bwd = (ring(ag_s, "out_proj", "bwd_input_s") + ring(ag_s, "fc2", "bwd_input_s")
-           + max(0.0, rs_s - gemm("qkv", "bwd_weight_s")) + max(0.0, rs_s - gemm("fc1", "bwd_weight_s")))
+           + _column_parallel_bwd_exposed_s(ag_s, rs_s, scenario, profile))
     return fwd, bwd
+
+
+def _column_parallel_bwd_exposed_s(gather_s: float, reduce_s: float, scenario: Scenario, profile) -> float:
+    """Exposed backward TP seconds of a block's column-parallel linears (QKV, MLP in) whose input-gradient
+    reduction (``reduce_s``: all-reduce, or reduce-scatter with SP) runs behind the layer's weight-gradient
+    GEMM and, with sequence parallelism, whose input re-gather (``gather_s``) runs behind its input-gradient
+    GEMM (Megatron's asynchronous TP communication, framework.py tp_dgrad_overlap): ``max(0, comm - gemm)``
+    per pair. A linear the block lacks (MoE experts) hides nothing."""
+    ops = {o.name: o for o in compute.layer_op_times(scenario, profile)}
+    exposed = 0.0
+    for name in ("qkv", "fc1"):
+        o = ops.get(name)
+        dgrad, wgrad = (o.bwd_input_s, o.bwd_weight_s) if o is not None else (0.0, 0.0)
+        exposed += max(0.0, gather_s - dgrad) + max(0.0, reduce_s - wgrad)
+    return exposed
 
 
 _CACHE: OrderedDict[tuple, tuple] = OrderedDict()  # memo: key -> (CostTable, profile); tables are pure functions of the key
@@ -222,6 +237,8 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
             tp_f = tp_b = 2 * (ag + rs)
             if tr.tp_comm_overlap and not per_linear:
                 tp_f, tp_b = _tp_overlapped(ag, rs, lay.tp, scenario, profile)
+            elif fw.tp_dgrad_overlap:  # gathers before out_proj/fc2 dgrad wait; QKV/fc1's hide (framework.py)
+                tp_b = 2 * ag + _column_parallel_bwd_exposed_s(ag, rs, scenario, profile)
             if per_linear:  # replicated SequenceParallel norm weights: Partial gradients all-reduced
                 norm_tensors = 2 if m.norm == "layernorm" else 1
                 tp_b += 2 * norm_tensors * (sum(_coll("all_reduce", e * m.hidden, groups["tp"], scenario, profile))
@@ -231,6 +248,8 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
             tp_f = tp_b = 2 * ar
             if per_linear:  # q, k, v, fc1 (, gate) reduce their input gradients one by one
                 tp_b = (4 + (1 if shp.gated else 0)) * ar
+            elif fw.tp_dgrad_overlap:  # each all-reduce hides behind its layer's wgrad GEMM (framework.py)
+                tp_b = _column_parallel_bwd_exposed_s(0.0, ar, scenario, profile)
         if tr.recompute == "full":
             tp_b += tp_f
     cp_f = cp_b = 0.0

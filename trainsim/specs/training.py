@@ -11,7 +11,8 @@ Schedule = Literal["gpipe", "1f1b", "interleaved", "zb", "dualpipev"]
 TrainDtype = Literal["bf16", "fp16", "fp8", "fp32"]
 # The training framework: selects documented software-stack behaviours (gradient-reduction overlap,
 # cross-entropy kernel, ZeRO-3 gather granularity), see trainsim/cost_models/framework.py.
-Framework = Literal["megatron", "megatron-2021", "pytorch-fsdp", "deepspeed", "deepspeed-2021", "torch"]
+Framework = Literal["megatron", "megatron-2021", "megatron-2022", "pytorch-fsdp", "deepspeed", "deepspeed-2021",
+                    "torch"]
 
 DEFAULT_PLACEMENT = ("tp", "cp", "ep", "dp", "pp")
 

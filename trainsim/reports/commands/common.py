@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from trainsim.cost_models.framework import FRAMEWORKS
 from trainsim.specs import Scenario, build_scenario, load_scenario_file
 
 
@@ -50,7 +51,7 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
     p.add_argument("--distributed-optimizer", action="store_true", default=None)
     p.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved", "zb", "dualpipev"))
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "fp32"))
-    p.add_argument("--framework", choices=("megatron", "megatron-2021", "pytorch-fsdp", "deepspeed", "deepspeed-2021", "torch"),
+    p.add_argument("--framework", choices=FRAMEWORKS,
                    help="software stack whose documented behaviours apply (default megatron)")
     p.add_argument("--offload-optimizer", action="store_true", default=None,
                    help="optimizer states in host memory (ZeRO-Offload); PCIe traffic is timed")
