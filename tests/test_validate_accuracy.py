@@ -86,9 +86,9 @@ def test_sc21_target(sc21):
 
 
 def test_mosaic_guard(mosaic):
-    """All 216 MosaicML rows: MAPE <= 11.5 %; activation-checkpointed A100 80GB rows <= 9 % [mpt_78..mpt_97]."""
+    """All 216 MosaicML rows: MAPE <= 10.8 %; activation-checkpointed A100 80GB rows <= 9 % [mpt_78..mpt_97]."""
     assert len(mosaic.compared) == 216
-    assert mosaic.mape_pct <= 11.5
+    assert mosaic.mape_pct <= 10.8
     assert _mape(_rows(mosaic, "a100_80gb bf16 AC").values()) <= 9.0
     assert _mape(_rows(mosaic, "a100_80gb bf16").values()) <= 8.0
     # large-scale H100 FSDP, 70B on 512 GPUs [mpt_1]: within 15 %
@@ -100,7 +100,7 @@ def test_mosaic_every_run_fits(mosaic):
     assert all(r.fits for r in mosaic.compared)
 
 
-@pytest.mark.xfail(strict=True, reason="target not met: mosaic MAPE ~10.9 % (H100 runs without activation "
+@pytest.mark.xfail(strict=True, reason="target not met: mosaic MAPE ~10.1 % (H100 runs without activation "
                                       "checkpointing, memory-tight runs with gradient accumulation, short sequences "
                                       "predicted too fast)")
 def test_mosaic_target(mosaic):
@@ -108,13 +108,13 @@ def test_mosaic_target(mosaic):
 
 
 def test_zero_bubble_schedules():
-    """Zero-bubble Table 4 with the paper's uneven stage split and the authors' launch settings: each
-    schedule's speed-up over 1F1B within 1.5 % MAPE; absolute samples/s MAPE <= 21 %, every row predicted
-    faster than measured by at most 37 % (the compute model is optimistic on these runs, see
-    docs/validation.md)."""
+    """Zero-bubble Table 4 with the paper's uneven stage split, the authors' launch settings and unfused
+    attention (Table 4's memory, see the memory test below): each schedule's speed-up over 1F1B within 1.5 %
+    MAPE; absolute samples/s MAPE <= 13.5 %, every row within 27 % (most predicted faster than measured:
+    the forward pass, see docs/validation.md)."""
     rep = validate(load_dataset("zero-bubble"), predict_fn=default_predict_fn())
-    assert len(rep.compared) == 36 and rep.mape_pct <= 21.0 and rep.worst_pct <= 37.0
-    assert all(r.error_pct > 0 for r in rep.compared)
+    assert len(rep.compared) == 36 and rep.mape_pct <= 13.5 and rep.worst_pct <= 27.0
+    assert sum(r.error_pct > 0 for r in rep.compared) >= 27
     assert rep.secondary_mape()["ratio_to_1f1b"] <= 1.5
     # ZB-1p beats 1F1B in every group, as measured [zb_28.3B_m96_ZB-1p vs zb_28.3B_m96_1F1B]
     r = _rows(rep)
@@ -254,14 +254,56 @@ def test_korthikanti_rows_and_their_own_mfu_formula():
 
 def test_korthikanti_guard():
     """Megatron-LM 2022 on Selene A100, every layout printed by the paper (no unknowns), framework
-    megatron-2022: MAPE <= 9 % and every row within 12 % (today 7.6 % / 11.0 %, all predicted too fast:
-    the 22B per-layer backward of Table 4 is 11.9 ms published vs ~10.5 ms modelled)."""
+    megatron-2022: MAPE <= 7.5 % and every row within 11 % (today 6.7 % / 9.9 %, all predicted too fast:
+    the 22B per-layer backward of Table 4 is 11.9 ms published vs ~10.9 ms modelled)."""
     rep = validate(load_dataset("korthikanti"), predict_fn=default_predict_fn())
     rows = _rows(rep)
     assert len(rows) == 9
-    assert _mape(rows.values()) <= 9.0
-    assert all(abs(r.error_pct) <= 12.0 for r in rows.values()), {k: r.error_pct for k, r in rows.items()}
+    assert _mape(rows.values()) <= 7.5
+    assert all(abs(r.error_pct) <= 11.0 for r in rows.values()), {k: r.error_pct for k, r in rows.items()}
     # the paper's own comparison: SP + selective recompute is ~30 % faster than full recompute (Table 5)
     for size in ("22b", "175b", "530b", "1t"):
         gain = rows[f"k22_{size}_full"].predicted / rows[f"k22_{size}_present"].predicted - 1
         assert 0.24 <= gain <= 0.36, (size, gain)
+
+
+def test_zero_bubble_peak_memory_matches_table4_with_unfused_attention():
+    """Zero-bubble paper Table 4 measured peak memory [zb_*_1F1B, zb_*_1F1B-I, zb_*_ZB-1p rows of
+    pipeline_bubble.csv]: the dataset's choice of Megatron's unfused attention (materialised scores) puts
+    every predicted peak within 8 % of the published GB; FlashAttention would halve them (the evidence for
+    that choice, see the dataset's notes)."""
+    import csv
+
+    from trainsim.data import validation_path
+    from trainsim.simulator.predict import predict
+    published = {r["row_id"]: float(r["peak_memory_gb"]) for r in csv.DictReader(open(validation_path("pipeline_bubble.csv")))
+                 if r.get("peak_memory_gb")}
+    cases = [c for c in load_dataset("zero-bubble").active if c.row_id in published and "_m24_" in c.row_id
+             or c.row_id in published and ("_m48_" in c.row_id or "_m96_" in c.row_id)]
+    assert len(cases) == 12
+    for c in cases:
+        assert not c.scenario.training.flash_attention
+        pred_gb = predict(c.scenario).peak_bytes / 1e9
+        assert pred_gb == pytest.approx(published[c.row_id], rel=0.08), (c.row_id, pred_gb)
+        flash = c.scenario.model_copy(update={"training": c.scenario.training.model_copy(
+            update={"flash_attention": True})})
+        assert predict(flash).peak_bytes / 1e9 < 0.85 * published[c.row_id]
+
+
+def test_zero_bubble_weight_gradient_pass_matches_profiled_table6():
+    """Qi et al. (arXiv:2401.10241) Appendix D, Table 6: profiled per-stage T_W (weight-gradient GEMMs only,
+    ms, first m of each model; read from the paper's full text, not a shared CSV). A middle stage holds
+    (layers + 2) / p blocks; trainsim's W pass of those blocks is pure GEMM time from the tile model and
+    lands within 7 % of every profiled value -- an independent check of the A100 GEMM model on real shapes."""
+    from trainsim.cost_models.compute import layer_times
+    t_w = {"1.5B": 9.337, "6.2B": 19.927, "14.6B": 8.132, "28.3B": 7.715}
+    seen = {}
+    for c in load_dataset("zero-bubble").active:
+        size = c.label.split()[0]
+        if size in t_w and size not in seen:
+            sc = c.scenario
+            per_stage = (sc.model.num_layers + 2) // sc.layout.pp
+            seen[size] = layer_times(sc).bwd_weight_s * per_stage * 1e3
+    assert set(seen) == set(t_w)
+    for size, ms in seen.items():
+        assert ms == pytest.approx(t_w[size], rel=0.07), (size, ms)

@@ -239,7 +239,21 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
     ops.append(_norm("norm2", shp, T_seq))
     ops += _moe_ops(shp) if shp.is_moe else _mlp_ops(shp, T, shp.f, "")
     ops.append(_residual("residual2", shp, T_seq))
+    if shp.bias_grad_pass and not shp.is_moe:
+        ops.append(_bias_grads(shp, T, T_seq, qkv_out))
     return tuple(ops)
+
+
+def _bias_grads(shp: LayerShape, T: int, T_seq: int, qkv_out: int) -> Op:
+    """Bias gradients reduced over the tokens in separate kernels (framework.py fused_bias_grad): one read of
+    each biased linear's output gradient -- QKV and MLP-in on their TP shard of all T tokens, out_proj and
+    MLP-out (whose bias is added on the full hidden after the TP reduction) on the rank's T_seq tokens.
+    Counted as weight-gradient work (the W pass of zero-bubble schedules)."""
+    e, h = shp.e, shp.h
+    n_in = 2 if shp.gated else 1
+    dy_bytes = e * (T * qkv_out + T * n_in * shp.f // shp.tp + 2 * T_seq * h)
+    return Op(name="bias_grads", kind="elementwise", fwd_flops=0.0, bwd_input_flops=0.0,
+              bwd_weight_flops=dy_bytes / e, fwd_bytes=0.0, bwd_input_bytes=0.0, bwd_weight_bytes=float(dy_bytes))
 
 
 def _shape(x) -> LayerShape:

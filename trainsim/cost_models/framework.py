@@ -104,6 +104,13 @@ fitted to a measurement.
   all-reduce communication with the linear weight's gradient computation"; ``--async-tensor-model-parallel-
   allreduce``, added to Megatron-LM after SC21) do it; megatron-2021 (SC21's code) waits for every TP
   collective on the compute stream.
+* ``fused_bias_grad`` -- the weight-gradient GEMM also produces the bias gradient (cuBLASLt's BGRADB
+  epilogue, which Transformer Engine's Linear uses: megatron, i.e. Megatron-Core with TE). Otherwise each
+  biased linear reduces its output gradient over the tokens in a separate kernel, one read of dY:
+  megatron-2021/2022 (``LinearWithGradAccumulationAndAsyncAllreduce``: ``grad_bias = grad_output.sum(dim=0)``;
+  the skipped biases of out_proj, fc1 and fc2 through autograd's sum of ``bias.expand_as(residual)`` and of
+  the bias-GeLU gradient), torch / pytorch-fsdp (``nn.Linear``'s autograd reduces ``grad`` to the bias shape)
+  and DeepSpeed (Megatron-DeepSpeed uses Megatron's layers). Only models with biases pay it.
 * ``optimizer_extra_bytes_per_param`` -- bytes per parameter the optimizer step moves beyond a fused
   Adam (cost_models.compute.optimizer_step_time). megatron-2021 (Float16OptimizerWithFloat16Params):
   ``_copy_model_grads_to_main_grads`` (read 2, write 4) and ``_copy_main_params_to_model_params``
@@ -143,12 +150,13 @@ class FrameworkBehaviour:
     pp_scatter_gather: bool = False
     tp_input_reduce: Literal["region", "per_linear"] = "region"
     tp_dgrad_overlap: bool = False
+    fused_bias_grad: bool = False
 
 
 BEHAVIOURS: dict[str, FrameworkBehaviour] = {
     "megatron": FrameworkBehaviour("megatron", overlap_grad_reduce=True, fused_cross_entropy=False,
                                    zero3_gather="block", reduce_bucket_params=None, p2p_overlap="interleaved",
-                                   tp_dgrad_overlap=True),
+                                   tp_dgrad_overlap=True, fused_bias_grad=True),
     "megatron-2021": FrameworkBehaviour("megatron-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
                                         zero3_gather="block", reduce_bucket_params=None,
                                         grad_accumulation_pass=True, optimizer_extra_bytes_per_param=12.0,

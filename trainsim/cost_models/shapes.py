@@ -51,6 +51,7 @@ class LayerShape:
     flash_version: int = 2  # FlashAttention generation (TrainingSpec.flash_attention_version)
     fused_ce: bool = False  # fused cross-entropy kernel (framework.behaviour(...).fused_cross_entropy)
     metric_ce_passes: int = 0  # no-grad cross-entropy forwards of train metrics (framework.py)
+    bias_grad_pass: bool = False  # biases reduce their gradient in a separate kernel (framework.py)
 
     @property
     def e(self) -> int:
@@ -112,6 +113,7 @@ def _layer_shape(scenario) -> LayerShape:
         flash=t.flash_attention, dropout=t.dropout, flash_version=t.flash_attention_version,
         fused_ce=behaviour(t.framework).fused_cross_entropy,
         metric_ce_passes=behaviour(t.framework).train_metric_loss_passes,
+        bias_grad_pass=m.bias and not behaviour(t.framework).fused_bias_grad,
     )
 
 

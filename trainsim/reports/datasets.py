@@ -473,9 +473,14 @@ def load_zero_bubble(path: Path | None = None, *, name: str = "zero-bubble") -> 
         "virtual stage one layer fewer, embedding and loss on them); 1F1B-I uses one layer per chunk (the "
         "first and last chunk hold only the embedding / the loss)."),
         ("software, from the authors' launch script (sail-sg/zero-bubble-pipeline-parallelism "
-        "examples/pretrain_zero_bubble.sh): fp16, FlashAttention (--use-flash-attn), Megatron's default dropout "
-        "0.1, no recomputation, blocking pipeline sends (--no-overlap-p2p-communication); framework megatron. Assumed (not in the table): GPT-2 vocabulary padded to "
-        "50304, A100 80GB nodes with the dgx-a100 preset network."),
+        "examples/pretrain_zero_bubble.sh): fp16, Megatron's default dropout 0.1, no recomputation, blocking "
+        "pipeline sends (--no-overlap-p2p-communication); framework megatron. Attention is Megatron's unfused "
+        "core attention (materialised s x s scores, fused softmax), not FlashAttention: today's script passes "
+        "--use-flash-attn, but the paper's own measured peak memory (Table 4, 30-58 GB) is what unfused attention "
+        "needs (trainsim: within 0-7 % of all 12 1F1B / 1F1B-I / ZB-1p rows) and about twice what FlashAttention "
+        "would (trainsim: 15-36 GB), and its activation formula (Table 1, sb(34h + 5as)) counts the scores. "
+        "Assumed (not in the table): GPT-2 vocabulary padded to 50304, A100 80GB nodes with the dgx-a100 preset "
+        "network."),
         "ZB-2p (twice the activation memory, near-zero bubble) is not a trainsim schedule: skipped.",
     )
     cases = _with_ratio_to_1f1b(cases)
@@ -509,7 +514,7 @@ def _zb_case(r: dict) -> Case:
         "cluster": _cluster("dgx-a100", p),
         "layout": {"tp": 1, "pp": p, "vpp": vpp},
         "training": {"seq_len": seq, "global_batch": mbs * m, "micro_batch": mbs, "dtype": "fp16",
-                     "recompute": "none", "schedule": ZB_SCHEDULES[sched], "flash_attention": True,
+                     "recompute": "none", "schedule": ZB_SCHEDULES[sched], "flash_attention": False,
                      "dropout": True, "overlap_p2p": False},
     }
     scenario, why = _scenario(raw, rid)

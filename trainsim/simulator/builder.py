@@ -172,18 +172,21 @@ def _tp_overlapped(ag_s: float, rs_s: float, tp: int, scenario: Scenario, profil
     return fwd, bwd
 
 
-def _column_parallel_bwd_exposed_s(gather_s: float, reduce_s: float, scenario: Scenario, profile) -> float:
+def _column_parallel_bwd_exposed_s(gather_s: float, reduce_s: float, scenario: Scenario, profile,
+                                   slowdown: float = 0.0) -> float:
     """Exposed backward TP seconds of a block's column-parallel linears (QKV, MLP in) whose input-gradient
     reduction (``reduce_s``: all-reduce, or reduce-scatter with SP) runs behind the layer's weight-gradient
     GEMM and, with sequence parallelism, whose input re-gather (``gather_s``) runs behind its input-gradient
     GEMM (Megatron's asynchronous TP communication, framework.py tp_dgrad_overlap): ``max(0, comm - gemm)``
-    per pair. A linear the block lacks (MoE experts) hides nothing."""
+    per pair, plus the GEMM's slowdown while the collective holds ``slowdown`` of the SMs (NCCL kernels:
+    ``comm_compute_slowdown``) over the overlapped time. A linear the block lacks (MoE experts) hides nothing."""
     ops = {o.name: o for o in compute.layer_op_times(scenario, profile)}
     exposed = 0.0
     for name in ("qkv", "fc1"):
         o = ops.get(name)
         dgrad, wgrad = (o.bwd_input_s, o.bwd_weight_s) if o is not None else (0.0, 0.0)
-        exposed += max(0.0, gather_s - dgrad) + max(0.0, reduce_s - wgrad)
+        for comm, gemm in ((gather_s, dgrad), (reduce_s, wgrad)):
+            exposed += max(0.0, comm - gemm) + slowdown * min(comm, gemm)
     return exposed
 
 
@@ -238,7 +241,8 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
             if tr.tp_comm_overlap and not per_linear:
                 tp_f, tp_b = _tp_overlapped(ag, rs, lay.tp, scenario, profile)
             elif fw.tp_dgrad_overlap:  # gathers before out_proj/fc2 dgrad wait; QKV/fc1's hide (framework.py)
-                tp_b = 2 * ag + _column_parallel_bwd_exposed_s(ag, rs, scenario, profile)
+                tp_b = 2 * ag + _column_parallel_bwd_exposed_s(ag, rs, scenario, profile,
+                                                               comm_compute_slowdown(scenario))
             if per_linear:  # replicated SequenceParallel norm weights: Partial gradients all-reduced
                 norm_tensors = 2 if m.norm == "layernorm" else 1
                 tp_b += 2 * norm_tensors * (sum(_coll("all_reduce", e * m.hidden, groups["tp"], scenario, profile))
@@ -249,7 +253,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
             if per_linear:  # q, k, v, fc1 (, gate) reduce their input gradients one by one
                 tp_b = (4 + (1 if shp.gated else 0)) * ar
             elif fw.tp_dgrad_overlap:  # each all-reduce hides behind its layer's wgrad GEMM (framework.py)
-                tp_b = _column_parallel_bwd_exposed_s(0.0, ar, scenario, profile)
+                tp_b = _column_parallel_bwd_exposed_s(0.0, ar, scenario, profile, comm_compute_slowdown(scenario))
         if tr.recompute == "full":
             tp_b += tp_f
     cp_f = cp_b = 0.0
