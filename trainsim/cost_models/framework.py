@@ -67,8 +67,10 @@ fitted to a measurement.
   blocking -- it waits on the gather handles and calls ``comm_stream.synchronize()`` and
   ``torch.cuda.synchronize()`` before the submodule runs; the prefetch window is a hard-coded
   ``prefetch_elements=25000000``, smaller than one weight tensor of a large model, so nothing is
-  gathered ahead; and ``overlap_comm=False`` is the default, so the reduction stream is the compute
-  stream. Each submodule's gather and each reduce bucket therefore run serialized with compute. The
+  gathered ahead. Each submodule's gather therefore runs serialized with compute. The reduce buckets are
+  serialized too: the stage-3 optimizer's signature default is ``overlap_comm=False``, though the engine
+  passes the config value, whose stage-3 default was True in some 2021 versions (docs/validation.md, "This
+  round"); which one the SC21 baseline ran is not known, and the serialized reading is kept. The
   recomputed forward of a checkpointed layer gathers again (parameters are released after each
   submodule's forward unless reused within ``max_reuse_distance``). FSDP and today's DeepSpeed overlap.
 * ``zero3_gather_ops_per_rank`` -- host-side operations per data-parallel rank for every gathered tensor.
