@@ -263,3 +263,25 @@ def test_bias_gradients_are_a_separate_pass_unless_fused_into_the_wgrad_gemm():
             assert ops["bias_grads"].fwd_bytes == 0 and ops["bias_grads"].bwd_input_bytes == 0
     no_bias = {**raw, "model": {**raw["model"], "bias": False}, "training": {**raw["training"], "framework": "torch"}}
     assert "bias_grads" not in {o.name for o in layer_ops(build_scenario(no_bias))}
+
+
+def test_deepspeed_2021_regathers_persistent_params_after_the_step_rank_by_rank():
+    """DeepSpeed 2021 ZeRO-3 ``_post_step``: every parameter under the 1e5-element persistence threshold (the
+    4 LayerNorm tensors and 4 biases of a GPT block, the final LayerNorm's 2) is all-gathered again and copied
+    back one rank at a time: count x dp eager copies after the optimizer step. Closed form on 2 nodes."""
+    from trainsim.simulator.builder import _persistent_tensors
+    raw = {"model": {"name": "g", "num_layers": 4, "hidden": 4096, "num_heads": 32, "vocab_size": 51200,
+                     "max_seq_len": 2048}, "cluster": "dgx-a100", "gpus": 16, "layout": {},
+           "training": {"seq_len": 2048, "global_batch": 16, "micro_batch": 1, "zero": 3, "dtype": "fp16",
+                        "recompute": "full", "framework": "deepspeed-2021"}}
+    old = build_scenario(raw)
+    h = 4096
+    count, elems = _persistent_tensors(old, 0)
+    assert count == 4 * 8 + 2                                    # 3h = 12288 and 4h = 16384 are under 1e5
+    assert elems == 4 * (4 * h + 3 * h + h + 4 * h + h) + 2 * h
+    new = build_scenario({**raw, "training": {**raw["training"], "framework": "deepspeed"}})
+    grp = place(old).group("dp")
+    ag = collectives.collective_time("all_gather", elems * 2, grp, old.cluster).time_s
+    host = count * 16 * old.cluster.gpu.kernel_overhead_s
+    extra = build_cost_table(old).stages[0].optimizer_s - build_cost_table(new).stages[0].optimizer_s
+    assert extra == pytest.approx(ag + host, rel=1e-6)

@@ -83,6 +83,13 @@ fitted to a measurement.
   Hence a cost linear in the number of ranks: 2 x n x kernel_overhead_s per gathered or reduced tensor,
   plus the copies around them (``torch.zeros`` output and the flat buffer copied back: 3 passes over the
   gathered bytes; the gradients copied into the flat input: 2 passes).
+* ``zero3_persistent_regather`` -- deepspeed-2021: after every optimizer step the persistent parameters
+  (those under ``stage3_param_persistence_threshold``, default 1e5 elements: norm weights and biases) are
+  all-gathered again, and ``_allgather_params`` copies each rank's piece of each of them back with a Python
+  loop of ``narrow().copy_()`` -- one eager op per rank per persistent tensor, on the critical path after the
+  step (``_post_step`` -> ``persistent_parameters[0].all_gather(...)``; samyam/DeepSpeed stage3.py@14a775e8,
+  partition_parameters.py@67f957a4, the same in microsoft/DeepSpeed@70adb32). Cost:
+  ``tensors x dp x kernel_overhead_s`` plus one all-gather of their bytes.
 * ``tp_input_reduce`` -- how the backward reduces the input gradient of column-parallel layers.
     - "region" (Megatron): one all-reduce per column-parallel region (the ``f`` operator before the fused
       QKV and before the MLP's first layer), i.e. 2 per block in backward; with sequence parallelism one
@@ -132,6 +139,8 @@ FRAMEWORKS: tuple[str, ...] = ("megatron", "megatron-2021", "megatron-2022", "py
 
 # DeepSpeed ZeRO config default reduce_bucket_size (elements).
 DEEPSPEED_REDUCE_BUCKET_PARAMS = 5e8
+# DeepSpeed ZeRO-3 default stage3_param_persistence_threshold (elements): smaller parameters stay resident.
+DEEPSPEED_PERSISTENCE_THRESHOLD = 1e5
 
 
 @dataclass(frozen=True)
@@ -153,6 +162,7 @@ class FrameworkBehaviour:
     tp_input_reduce: Literal["region", "per_linear"] = "region"
     tp_dgrad_overlap: bool = False
     fused_bias_grad: bool = False
+    zero3_persistent_regather: bool = False
 
 
 BEHAVIOURS: dict[str, FrameworkBehaviour] = {
@@ -180,7 +190,8 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                     zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS),
     "deepspeed-2021": FrameworkBehaviour("deepspeed-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
                                          zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
-                                         zero3_overlap=False, zero3_gather_ops_per_rank=2),
+                                         zero3_overlap=False, zero3_gather_ops_per_rank=2,
+                                         zero3_persistent_regather=True),
     # torch.distributed's own parallelism as trainsim execute runs it (kernels/parallelize.py): DDP buckets
     # reduced during backward, FSDP2 per-block gathers, eager F.cross_entropy (log_softmax + nll, not
     # fused), parallelize_module TP. Pipelining: Schedule1F1B's steady state fuses each send with the next

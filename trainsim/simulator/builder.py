@@ -172,6 +172,36 @@ def _tp_overlapped(ag_s: float, rs_s: float, tp: int, scenario: Scenario, profil
     return fwd, bwd
 
 
+def _persistent_tensors(scenario: Scenario, stage: int) -> tuple[int, float]:
+    """(count, elements) of the stage's parameter tensors under DeepSpeed's persistence threshold on one
+    rank: norm weights (and LayerNorm biases), the linears' biases of each block, the final norm on the last
+    stage (framework.py zero3_persistent_regather)."""
+    m, t = scenario.model, scenario.layout.tp
+    shp = layer_shape(scenario)
+    per_norm = 2 if m.norm == "layernorm" else 1
+    sizes = [m.hidden] * (2 * per_norm)
+    if m.bias and not shp.is_moe:
+        sizes += [(shp.a + 2 * shp.kv) * shp.d // t, m.hidden, (2 if shp.gated else 1) * shp.f // t, m.hidden]
+    small = [x for x in sizes if x <= framework.DEEPSPEED_PERSISTENCE_THRESHOLD]
+    layers = scenario.stage_layers
+    v = scenario.layout.vpp
+    n_layers = sum(layers[scenario.virtual_stage(stage, c)] for c in range(v))
+    count, elems = n_layers * len(small), n_layers * float(sum(small))
+    if stage == scenario.layout.pp - 1 and m.hidden <= framework.DEEPSPEED_PERSISTENCE_THRESHOLD:
+        count, elems = count + per_norm, elems + per_norm * m.hidden
+    return count, elems
+
+
+def _persistent_regather_s(scenario: Scenario, stage: int, dp_group, profile) -> float:
+    """DeepSpeed 2021's post-step re-gather of the persistent parameters: one all-gather of their bytes plus
+    one eager copy per rank per tensor (framework.py zero3_persistent_regather)."""
+    count, elems = _persistent_tensors(scenario, stage)
+    if not count:
+        return 0.0
+    lat, bw = _coll("all_gather", elems * scenario.training.param_bytes, dp_group, scenario, profile)
+    return lat + bw + count * scenario.dp * scenario.cluster.gpu.kernel_overhead_s
+
+
 def _column_parallel_bwd_exposed_s(gather_s: float, reduce_s: float, scenario: Scenario, profile,
                                    slowdown: float = 0.0) -> float:
     """Exposed backward TP seconds of a block's column-parallel linears (QKV, MLP in) whose input-gradient
@@ -427,6 +457,8 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
                                   dim="pp", nbytes=msg, bulk=False)
         sm = stage_mem[s]
         opt = compute.optimizer_step_time(scenario, s, profile)
+        if fw.zero3_persistent_regather and z >= 3 and dp_group is not None:
+            opt += _persistent_regather_s(scenario, s, dp_group, profile)
         if sm.pcie_h2d_bytes or sm.pcie_d2h_bytes:
             opt += (sm.pcie_h2d_bytes + sm.pcie_d2h_bytes) / scenario.cluster.gpu.pcie_bw_Bps
         post: tuple[Transfer, ...] = ()
