@@ -8,7 +8,10 @@ What goes where (choices documented here, once):
 * TP: per block 2 all-reduces forward and 2 backward (Megatron column/row-parallel pairs, SC21 Sec. 3.2,
   formulas.csv tp_comm_sc21), or with sequence parallelism 2 all-gathers + 2 reduce-scatters each way
   (Korthikanti Sec. 4.2.2); full recompute re-runs the forward's collectives before backward. They are
-  exposed on the compute stream: Megatron waits for them before the dependent GEMM. With
+  exposed on the compute stream: Megatron waits for them before the dependent GEMM -- except, where the
+  framework does it (``framework.tp_dgrad_overlap``: Megatron-Core, Megatron-LM 2022), the backward reduction
+  of QKV's and fc1's input gradient (and with SP their input's re-gather), which runs behind the same layer's
+  wgrad (dgrad) GEMM: exposed ``max(0, comm - gemm)`` plus the GEMM's slowdown from NCCL's SMs. With
   ``TrainingSpec.tp_comm_overlap`` (Megatron-Core ``--tp-comm-overlap``, Transformer Engine userbuffers; off
   by default, on in the Megatron-Bridge performance recipes) each sequence-parallel collective is overlapped
   with the GEMM it feeds or drains, as Megatron-Bridge's userbuffers configs set it
