@@ -177,8 +177,9 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
     # after the backward pass -- Sec. 6.3: "we do not use any overlapping of gradient all-reduces with
     # back-propagation" --, unfused cross-entropy, fp16/bf16 optimizer copies, blocking p2p, scatter/gather)
     # plus the asynchronous TP input-gradient reduction of Sec. 6.2 (tp_dgrad_overlap) and gradient-
-    # accumulation fusion, both introduced with ``LinearWithGradAccumulationAndAsyncCommunication`` (the wgrad
-    # GEMM accumulates into ``main_grad``, ``--gradient-accumulation-fusion``): no separate accumulation pass.
+    # accumulation fusion, both in that code's ``LinearWithGradAccumulationAndAsyncAllreduce`` (the wgrad GEMM
+    # accumulates into ``main_grad``; on by default when gradients accumulate in fp32, which arguments.py forces
+    # for bf16): no separate accumulation pass.
     "megatron-2022": FrameworkBehaviour("megatron-2022", overlap_grad_reduce=False, fused_cross_entropy=False,
                                         zero3_gather="block", reduce_bucket_params=None,
                                         grad_accumulation_pass=False, optimizer_extra_bytes_per_param=12.0,

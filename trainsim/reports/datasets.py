@@ -214,11 +214,18 @@ def load_common_runs(path: Path, *, name: str = "sc21", unknowns: str = "blind")
                    notes=tuple(notes), cases=tuple(cases))
 
 
+def _common_model(r: dict) -> dict:
+    """The ModelSpec mapping of a common-schema row (GPT-style: ffn_hidden 4h and vocab 51,200 when absent)."""
+    hidden = _int(r["hidden"])
+    return {"name": r.get("model_name") or r["row_id"], "num_layers": _int(r["layers"]), "hidden": hidden,
+            "num_heads": _int(r["heads"]), "ffn_hidden": _int(r.get("ffn_hidden")) or 4 * hidden,
+            "vocab_size": _int(r["vocab"]) or 51200, "max_seq_len": _int(r["seq_len"]) or 2048}
+
+
 def _common_run_case(r: dict, blind: bool) -> Case:
     rid = r["row_id"]
     layers, hidden, heads = _int(r["layers"]), _int(r["hidden"]), _int(r["heads"])
     vocab, seq = _int(r["vocab"]) or 51200, _int(r["seq_len"]) or 2048
-    ffn = _int(r.get("ffn_hidden")) or (4 * hidden if hidden else None)
     gpus, gbs = _int(r["num_gpus"]), _int(r["global_batch_seqs"])
     tp, pp = _int(r.get("tp")) or 1, _int(r.get("pp")) or 1
     published = _num(r["step_time_s"])
@@ -242,8 +249,7 @@ def _common_run_case(r: dict, blind: bool) -> Case:
                 vstage_layers = SC21_TABLE2_LAYERS_PER_VSTAGE.get(layers)
         vpp = (layers_per_stage // vstage_layers) if (vstage_layers and layers_per_stage) else 1
     dtype = "fp16" if "fp16" in (r.get("precision") or "").lower() else "bf16"
-    model = {"name": r.get("model_name") or rid, "num_layers": layers, "hidden": hidden, "num_heads": heads,
-             "ffn_hidden": ffn, "vocab_size": vocab, "max_seq_len": seq}
+    model = _common_model(r)
     recompute_text = (r.get("recompute") or "").lower()
     recompute = "full" if ("recomput" in recompute_text and "no" != recompute_text.strip()) else "none"
     raw = {
@@ -318,8 +324,7 @@ def _korthikanti_case(r: dict) -> Case:
     if None in (layers, hidden, heads, gpus, gbs) or published is None:
         return Case(rid, label, published or float("nan"), skip_reason="incomplete architecture or batch")
     raw = {
-        "model": {"name": r["model_name"], "num_layers": layers, "hidden": hidden, "num_heads": heads,
-                  "ffn_hidden": _int(r.get("ffn_hidden")) or 4 * hidden, "vocab_size": vocab, "max_seq_len": seq},
+        "model": _common_model(r),
         "cluster": _cluster("dgx-a100", gpus, scale_out={"fabric": "fat-tree"}),
         "layout": {"tp": tp, "pp": pp, "vpp": vpp},
         "training": {"seq_len": seq, "global_batch": gbs, "micro_batch": mbs, "dtype": "bf16", "grad_dtype_bytes": 4,
