@@ -285,3 +285,48 @@ def test_deepspeed_2021_regathers_persistent_params_after_the_step_rank_by_rank(
     host = count * 16 * old.cluster.gpu.kernel_overhead_s
     extra = build_cost_table(old).stages[0].optimizer_s - build_cost_table(new).stages[0].optimizer_s
     assert extra == pytest.approx(ag + host, rel=1e-6)
+
+
+def test_fsdp_gradient_divide_factors_follow_torchs_loop():
+    """torch FSDP default_hooks.DefaultState: the pre-divide factor doubles while world % f == 0 and
+    world / f > f; post = world / pre. Values worked out from that loop by hand."""
+    table = {1: (1, 1), 2: (2, 1), 4: (2, 2), 8: (4, 2), 16: (4, 4), 32: (8, 4), 64: (8, 8), 128: (16, 8),
+             512: (32, 16), 6: (4, 1.5)}
+    for world, (pre, post) in table.items():
+        assert framework.fsdp_divide_factors(world) == (pre, post), world
+
+
+def test_fsdp_prepares_each_units_gradient_every_micro_batch():
+    """pytorch-fsdp (PyTorch 2.0 FSDP): per micro-batch and parameter, split-backward concatenation (read 2,
+    write 2), in-place pre-divide of the bf16 flat gradient (2 + 2), and on the 1/32 shard the post-divide
+    (2 + 2), the cast to the fp32 parameter dtype (2 + 4) and, with accumulation, the += (4 + 4 + 4).
+    Compared with the torch framework (FSDP2, without these passes) on the weight-gradient pass."""
+    from trainsim.cost_models import compute, memory
+    kw = dict(zero=3, global_batch=64, micro_batch=1)
+    fsdp, plain = scen(framework="pytorch-fsdp", **kw), scen(framework="torch", **kw)
+    assert fsdp.num_microbatches == 2 and fsdp.dp == 32
+    per_param = 4 + 4 + (4 + 6 + 12) / 32
+    assert framework.fsdp_grad_prep_bytes_per_param(2, 2, 32, True) == pytest.approx(per_param)
+    assert framework.fsdp_grad_prep_bytes_per_param(2, 4, 8, False) == pytest.approx(4 + 6 + 8 + 8 / 8)
+    dense, expert = memory.layer_params_per_rank(fsdp.model, 1, 1)
+    params = fsdp.model.num_layers * (dense + expert) + memory.stage_extra_params(fsdp.model, 1, 1, 0)
+    a, b = build_cost_table(fsdp).stages[0].chunks[0], build_cost_table(plain).stages[0].chunks[0]
+    # torch's FSDP2 path adds AccumulateGrad's grad += new (3 x 2 bytes) instead (grad_accumulation_pass)
+    hw = compute.hw_of(fsdp.cluster.gpu, "bf16")
+    assert (a.bwd_weight_s - b.bwd_weight_s) == pytest.approx(
+        compute.memory_time_s(params * per_param, hw) - compute.memory_time_s(params * 6, hw), rel=1e-6)
+
+
+def test_composer_adamw_is_a_per_parameter_loop_and_fsdp_clipping_scales_every_gradient():
+    """Composer DecoupledAdamW (eager ops over fp32 p, g, m, v): 80 bytes per parameter instead of a fused
+    Adam's 2 x 12 + 2 + 2 (Megatron, bf16 gradients); FSDP's clip_grad_norm_ reads every fp32 gradient shard for the norm and reads and
+    writes it again to scale it (12 bytes) where Megatron's clipping reads it once (2 bytes here)."""
+    from trainsim.cost_models import compute
+    from trainsim.cost_models.memory import rank_param_shards
+    kw = dict(zero=3, global_batch=64, micro_batch=1)
+    fsdp, meg = scen(framework="pytorch-fsdp", **kw), scen(framework="megatron", **kw)
+    sh = rank_param_shards(fsdp, 0)
+    assert sh.optimizer_params == rank_param_shards(meg, 0).optimizer_params
+    hw = compute.hw_of(fsdp.cluster.gpu, "bf16")
+    expected = ((80 - 28) * sh.optimizer_params + (12 - 2) * sh.grad_params) / hw.mem_Bps
+    assert compute.optimizer_step_time(fsdp, 0) - compute.optimizer_step_time(meg, 0) == pytest.approx(expected, rel=1e-6)

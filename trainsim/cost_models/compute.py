@@ -334,20 +334,27 @@ def optimizer_step_time(scenario, stage: int, profile=None) -> float:
     """Seconds of the (memory-bound) Adam step over this rank's optimizer shard, plus the grad-norm pass.
 
     Fused Adam streams per parameter: fp32 master weight, m and v read and written (2·K bytes), the
-    gradient read and the 16-bit weight written; clipping reads every local gradient once more; fp16
+    gradient read and the 16-bit weight written; a per-parameter eager loop (Composer's DecoupledAdamW) makes
+    one pass per op instead; clipping reads every local gradient once more (and scales it where the
+    framework always does: framework.clip_scales_grads); fp16
     adds the loss-scale unscale/inf check, and the framework its extra copies (framework.py). With
     ``offload_optimizer`` the update runs on the host at ``HOST_MEM_BW_PER_NODE_BPS / gpus_per_node``
     (the PCIe traffic is reported by ``memory.stage_memory`` for the engine to time).
     """
-    from .framework import behaviour
+    from .framework import FSDP_SHARD_GRAD_BYTES, PER_PARAM_LOOP_ADAM_BYTES, behaviour
     from .memory import rank_param_shards  # memory does not import compute
 
     t = scenario.training
+    fw = behaviour(t.framework)
     sh = rank_param_shards(scenario, stage)
-    per_param = (2 * t.optimizer_bytes_per_param + t.grad_bytes + t.param_bytes
-                 + behaviour(t.framework).optimizer_extra_bytes_per_param)
-    update_bytes = sh.optimizer_params * per_param
-    norm_bytes = sh.grad_params * t.grad_bytes
+    # FSDP hands the optimizer fp32 gradient shards whatever the reduce dtype (framework.fsdp_grad_prep).
+    grad_bytes = FSDP_SHARD_GRAD_BYTES if fw.fsdp_grad_prep and t.effective_zero >= 2 else t.grad_bytes
+    if fw.optimizer_update == "per_param_loop" and t.optimizer_bytes_per_param == 12:
+        per_param = PER_PARAM_LOOP_ADAM_BYTES  # fp32 master, m, v: the eager op sequence of framework.py
+    else:
+        per_param = 2 * t.optimizer_bytes_per_param + grad_bytes + t.param_bytes
+    update_bytes = sh.optimizer_params * (per_param + fw.optimizer_extra_bytes_per_param)
+    norm_bytes = sh.grad_params * grad_bytes * (3 if fw.clip_scales_grads else 1)
     if t.dtype == "fp16":
         norm_bytes += sh.optimizer_params * FP16_UNSCALE_BYTES_PER_PARAM
     hw = hw_of(scenario.cluster.gpu, t.dtype)

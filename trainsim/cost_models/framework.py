@@ -120,6 +120,34 @@ fitted to a measurement.
   the skipped biases of out_proj, fc1 and fc2 through autograd's sum of ``bias.expand_as(residual)`` and of
   the bias-GeLU gradient), torch / pytorch-fsdp (``nn.Linear``'s autograd reduces ``grad`` to the bias shape)
   and DeepSpeed (Megatron-DeepSpeed uses Megatron's layers). Only models with biases pay it.
+* ``fsdp_grad_prep`` -- what FSDP (PyTorch 2.0's FullyShardedDataParallel, the llm-foundry / Composer stack:
+  pytorch-fsdp) does to every wrapped unit's gradient, per micro-batch, around its reduce-scatter
+  (torch/distributed/fsdp/_runtime_utils.py ``_post_backward_hook`` and flat_param.py of 2023; the
+  default hook torch/distributed/algorithms/_comm_hooks/default_hooks.py ``reduce_scatter_hook``):
+    - the module's parameters are ``split``/``view`` s of the unit's flat parameter, so autograd's
+      split backward concatenates every parameter gradient into the flat gradient (``at::cat``: read e,
+      write e per parameter);
+    - the flat gradient is cast to the reduce dtype when that differs (read e, write g);
+    - it is divided in place by the pre-divide factor (read g, write g; the factor doubles while
+      ``world % f == 0 and world / f > f``, so it is > 1 for any world >= 2), reduce-scattered, and the
+      shard divided by the post-divide factor ``world / pre`` when that is > 1;
+    - the shard is cast to the parameter's dtype (fp32 master weights: read g, write 4) and, from the
+      second micro-batch on, added into the saved gradient shard (read 4 + 4, write 4; counted every
+      micro-batch when accumulating). Composer runs no ``no_sync`` for FSDP, so this is every micro-batch.
+  ``fsdp_grad_prep_bytes_per_param`` gives the bytes per parameter of the unit; the optimizer then sees
+  fp32 gradient shards.
+* ``optimizer_update`` -- how the Adam step streams the optimizer shard. "fused" (Megatron/TE/apex
+  multi-tensor Adam, torch's fused/foreach paths): one pass reading the fp32 master weight, m, v and the
+  gradient and writing them back (``2 x optimizer_bytes + grad + param`` bytes per parameter).
+  "per_param_loop" (Composer's ``DecoupledAdamW``, the optimizer of llm-foundry's MPT yamls): a Python loop
+  over parameters of separate eager ops -- ``exp_avg.mul_(b1).add_(g)``, ``exp_avg_sq.mul_(b2).addcmul_(g,
+  g)``, ``denom = (exp_avg_sq.sqrt() / c2).add_(eps)``, ``param.addcdiv_(exp_avg, denom)`` (the decay
+  ``param.mul_`` is skipped at the yamls' ``weight_decay: 0.0``): ``PER_PARAM_LOOP_ADAM_BYTES`` on fp32 state.
+* ``clip_scales_grads`` -- gradient clipping multiplies every gradient by the clip coefficient
+  unconditionally (FSDP's ``clip_grad_norm_``: ``grad.mul_(clamp(max_norm / norm, max=1))``; Composer's
+  ``gradient_clipping`` algorithm calls it on the root FSDP module): the norm pass reads each gradient
+  once, the scaling reads and writes it again. Megatron scales only when the norm exceeds the threshold
+  (a host-side test), so its clipping is one read.
 * ``optimizer_extra_bytes_per_param`` -- bytes per parameter the optimizer step moves beyond a fused
   Adam (cost_models.compute.optimizer_step_time). megatron-2021 (Float16OptimizerWithFloat16Params):
   ``_copy_model_grads_to_main_grads`` (read 2, write 4) and ``_copy_main_params_to_model_params``
@@ -139,6 +167,12 @@ FRAMEWORKS: tuple[str, ...] = ("megatron", "megatron-2021", "megatron-2022", "py
 
 # DeepSpeed ZeRO config default reduce_bucket_size (elements).
 DEEPSPEED_REDUCE_BUCKET_PARAMS = 5e8
+# Composer DecoupledAdamW, one pass per eager op over fp32 state and gradient (module docstring): exp_avg
+# mul_ (r4 w4) and add_ (r8 w4), exp_avg_sq mul_ (8) and addcmul_ (r8 w4), sqrt (8), / c2 (8), add_ eps (8),
+# param.addcdiv_ (r12 w4). HBM bytes per parameter.
+PER_PARAM_LOOP_ADAM_BYTES = 8 + 12 + 8 + 12 + 8 + 8 + 8 + 16
+# FSDP keeps the sharded parameter (and so its gradient shard) in fp32 under mixed precision.
+FSDP_SHARD_GRAD_BYTES = 4
 # DeepSpeed ZeRO-3 default stage3_param_persistence_threshold (elements): smaller parameters stay resident.
 DEEPSPEED_PERSISTENCE_THRESHOLD = 1e5
 
@@ -163,6 +197,9 @@ class FrameworkBehaviour:
     tp_dgrad_overlap: bool = False
     fused_bias_grad: bool = False
     zero3_persistent_regather: bool = False
+    fsdp_grad_prep: bool = False
+    optimizer_update: Literal["fused", "per_param_loop"] = "fused"
+    clip_scales_grads: bool = False
 
 
 BEHAVIOURS: dict[str, FrameworkBehaviour] = {
@@ -186,7 +223,8 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                         p2p_overlap="never", pp_scatter_gather=True, tp_dgrad_overlap=True),
     "pytorch-fsdp": FrameworkBehaviour("pytorch-fsdp", overlap_grad_reduce=True, fused_cross_entropy=True,
                                        zero3_gather="block", reduce_bucket_params=None,
-                                       train_metric_loss_passes=2),
+                                       train_metric_loss_passes=2, fsdp_grad_prep=True,
+                                       optimizer_update="per_param_loop", clip_scales_grads=True),
     "deepspeed": FrameworkBehaviour("deepspeed", overlap_grad_reduce=True, fused_cross_entropy=False,
                                     zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS),
     "deepspeed-2021": FrameworkBehaviour("deepspeed-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
@@ -217,6 +255,24 @@ def p2p_blocks(training) -> bool:
         return not training.overlap_p2p
     mode = BEHAVIOURS[training.framework].p2p_overlap
     return mode == "never" or (mode == "interleaved" and training.schedule != "interleaved")
+
+
+def fsdp_divide_factors(world: int) -> tuple[float, float]:
+    """FSDP's gradient (pre, post) divide factors for ``world`` ranks (default_hooks.DefaultState)."""
+    factor = 1
+    while world % factor == 0 and world / factor > factor:
+        factor *= 2
+    return float(factor), world / factor
+
+
+def fsdp_grad_prep_bytes_per_param(e: int, g: int, world: int, accumulate: bool) -> float:
+    """HBM bytes per parameter of one FSDP unit's gradient preparation in one micro-batch (module docstring):
+    ``e``-byte compute gradients reduced in ``g`` bytes over ``world`` ranks; shard passes divided by ``world``."""
+    pre, post = fsdp_divide_factors(world)
+    unsharded = 2 * e + (e + g if g != e else 0) + (2 * g if pre > 1 else 0)
+    s = FSDP_SHARD_GRAD_BYTES
+    shard = (2 * g if post > 1 else 0) + (g + s if g != s else 0) + (3 * s if accumulate else 0)
+    return float(unsharded + shard / world)
 
 
 def train_metric_bytes_per_logit(e: int) -> float:

@@ -382,8 +382,11 @@ def load_mosaic(path: Path | None = None, *, name: str = "mosaic") -> Dataset:
         "(submit_benchmarks.py --attn_impl default 'triton'; ALiBi needs it), flash_attention_version 1; "
         "no dropout; framework pytorch-fsdp (llm-foundry/Composer: per-block FSDP gathers and "
         "reduce-scatters overlapped with compute, fused cross-entropy loss_fn)."),
-        ("precision: amp_bf16/bf16 -> bf16; amp_fp8 -> fp8 (Transformer Engine). MP mode DEFAULT reduces "
-        "gradients in fp32 (4-byte grads on the wire), PURE in bf16."),
+        ("precision: amp_bf16/bf16 -> bf16; amp_fp8 -> fp8 (Transformer Engine). Gradients are reduced in "
+        "bf16 under both MP modes: PURE sets reduce_dtype bf16, and DEFAULT in the Composer of the "
+        "torch 2.0.1 benchmark image (0.14-0.16) set only param/buffer dtypes, so FSDP reduced in the param "
+        "dtype (fp32 reduction came with Composer PR #2628, October 2023); fp32 gradient shards and "
+        "master weights for the optimizer."),
         ("hardware, one cluster per GPU type: A100 40/80GB -> dgx-a100 network (1600 Gbps RoCE per node "
         "= 8 x 200 Gb/s, per the section titles); H100 -> dgx-h100 (8 x 400 Gb/s; CoreWeave HGX H100, "
         "network not stated in the table)."),
@@ -426,7 +429,6 @@ def _mosaic_case(r: dict) -> Case:
         return Case(rid, label, published, skip_reason="activation CPU offload is not modelled")
     cpreset, cover = MOSAIC_CLUSTERS[gpu]
     n_params = _num(r.get("num_params_reported"))
-    mp_default = (r.get("mp_mode") or "").upper() == "DEFAULT"
     raw = {
         "model": {"preset": size, "max_seq_len": seq,
                   **({"published_params": n_params} if n_params else {})},
@@ -435,7 +437,7 @@ def _mosaic_case(r: dict) -> Case:
         "training": {"seq_len": seq, "global_batch": mbs * accum * gpus, "micro_batch": mbs, "dtype": dtype,
                      "recompute": "full" if ac else "none", "zero": zero, "flash_attention": True,
                      "flash_attention_version": 1,
-                     "dropout": False, "grad_dtype_bytes": 4 if mp_default else 0,
+                     "dropout": False, "grad_dtype_bytes": 0,
                      "framework": "pytorch-fsdp"},
     }
     label += f" z{zero}" + (" AC" if ac else "") + (" fp8" if dtype == "fp8" else "")

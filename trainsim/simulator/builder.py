@@ -332,10 +332,14 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
     # accumulation buffer in a separate pass every micro-batch (framework.py grad_accumulation_pass).
     hw = compute.hw_of(scenario.cluster.gpu, tr.dtype)
 
+    # FSDP's own passes over each unit's gradient around its reduce-scatter (framework.py fsdp_grad_prep).
+    prep_per_param = (framework.fsdp_grad_prep_bytes_per_param(shp.e, tr.grad_bytes, scenario.dp,
+                                                               scenario.num_microbatches > 1)
+                      if fw.fsdp_grad_prep and z >= 2 and dp_group is not None else 0.0)
+
     def accumulate_s(params: float) -> float:
-        if not fw.grad_accumulation_pass or params <= 0:
-            return 0.0
-        return compute.memory_time_s(3 * tr.grad_bytes * params, hw, profile, "copy")
+        nbytes = params * ((3 * tr.grad_bytes if fw.grad_accumulation_pass else 0.0) + prep_per_param)
+        return compute.memory_time_s(nbytes, hw, profile, "copy") if nbytes > 0 else 0.0
 
     def grad_buckets(s: int, params: float, label: str, layers_of_chunk: int) -> tuple[Transfer, ...]:
         if dp_group is None or params <= 0:
