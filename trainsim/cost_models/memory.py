@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import activations as act
-from .framework import behaviour
+from .framework import FSDP_SHARD_GRAD_BYTES, behaviour
 from .shapes import layer_shape
 
 GiB = 1 << 30
@@ -234,8 +234,10 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     if inflight_microbatches is None:
         inflight_microbatches = _inflight(t.schedule, pp, n_micro, stage, lay.vpp)
 
+    fw = behaviour(t.framework)
     weights = rp.weight_params * pb
-    grads = rp.grad_params * gb
+    # FSDP casts each reduced gradient shard to the (fp32) parameter dtype it keeps (framework.fsdp_grad_prep).
+    grads = rp.grad_params * (FSDP_SHARD_GRAD_BYTES if fw.fsdp_grad_prep and t.effective_zero >= 2 else gb)
     optimizer = rp.optimizer_params * K
     host = h2d = d2h = 0.0
     if t.offload_optimizer:
@@ -258,7 +260,6 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
         "runtime_reserve": runtime_reserve_bytes(scenario.cluster.gpu),
     }
     if t.effective_zero >= 3:
-        fw = behaviour(t.framework)
         if fw.zero3_gather == "tensor":
             # DeepSpeed: parameters are gathered tensor by tensor and at most stage3_max_live_parameters
             # stay gathered (but a tensor is never split); gradients leave in reduce buckets, while the
@@ -268,8 +269,10 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
             details["zero3_gather_buffers"] = live * pb + max(big, min(rp.unit_params, fw.reduce_bucket_params)) * gb
         else:
             # FSDP: the unit in use and the prefetched next one unsharded, plus one unit's full gradient
-            # before its reduce-scatter.
-            details["zero3_gather_buffers"] = rp.unit_params * (2 * pb + gb)
+            # before its reduce-scatter (twice while FSDP1's split backward concatenates the parameters'
+            # gradients into the flat one: framework.fsdp_grad_prep).
+            grad_copies = 2 if fw.fsdp_grad_prep else 1
+            details["zero3_gather_buffers"] = rp.unit_params * (2 * pb + grad_copies * gb)
     if t.offload_optimizer:
         details["offload_staging"] = rp.unit_params * gb
     if stage == scenario.loss_stage:
