@@ -12,13 +12,16 @@ into ``Dataset.notes`` so `trainsim validate` prints it next to the numbers.
 from __future__ import annotations
 
 import csv
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainsim.data import validation_path
+from trainsim.reports import common_runs
+from trainsim.reports.cells import cluster as _cluster
+from trainsim.reports.cells import integer as _int
+from trainsim.reports.cells import num as _num
 from trainsim.specs import ClusterSpec, Scenario, SpecError, build_scenario, load_cluster, load_model, preset
 
 # --- the shapes ------------------------------------------------------------------------------------
@@ -85,38 +88,12 @@ def _read_csv(path: Path) -> list[dict[str, str]]:
         raise SpecError("dataset", f"cannot read {path}: {type(e).__name__}: {e}") from None
 
 
-def _num(text: str | None) -> float | None:
-    """A cell as a float, or None when empty / not a plain number (e.g. 'not stated', '~230')."""
-    if text is None:
-        return None
-    t = text.strip().replace(",", "")
-    try:
-        v = float(t)
-    except ValueError:
-        return None
-    return v if math.isfinite(v) else None
-
-
-def _int(text: str | None) -> int | None:
-    v = _num(text)
-    return None if v is None or v != int(v) else int(v)
-
-
 def _scenario(raw: dict, name: str) -> tuple[Scenario | None, str | None]:
     """build_scenario, turning a SpecError into a skip reason."""
     try:
         return build_scenario({**raw, "name": name}), None
     except SpecError as e:
         return None, f"not representable: {e}"
-
-
-def _cluster(preset_name: str, gpus: int, **overrides) -> dict:
-    """A cluster mapping: a preset with top-level overrides (nested dicts merged one level deep)."""
-    base = load_cluster(preset_name).model_dump()
-    for k, v in overrides.items():
-        base[k] = {**base[k], **v} if isinstance(v, dict) and isinstance(base.get(k), dict) else v
-    base["num_gpus"] = gpus
-    return base
 
 
 # --- SC21 (Narayanan et al., Megatron-LM on A100) -----------------------------------------------------
@@ -152,18 +129,52 @@ def sc21_eq3_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -
     return 96.0 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
 
 
-def _is_run_row(r: dict) -> bool:
-    return (r.get("record_type") in ("measured_throughput", "measured_iteration_time", "measured_step_time")
-            and _num(r.get("step_time_s")) is not None and _int(r.get("num_gpus")) is not None)
-
-
 SC21_UNKNOWNS = ("blind", "scripts")
 
 
-def load_common_runs(path: Path, *, name: str = "sc21", unknowns: str = "blind") -> Dataset:
-    """SC21 Tables 1-2 (or any CSV in the common run schema of validation/README.md): step time per run.
+_SC21_NOTES = (
+    ("metric: seconds per iteration. The CSV's step_time_s is eq. 3 FLOPs / (GPUs x published TFLOP/s), "
+     "so the published TFLOP/s column is the same comparison on the paper's own FLOP basis."),
+    ("hardware: cluster preset dgx-a100 (A100-SXM4-80GB, NVLink3/NVSwitch 300 GB/s, 8x HDR 200 Gb/s) "
+     "with Selene's full-bisection fat tree (the rows' gpu_type and inter_node_link); fp16; no FlashAttention "
+     "(2021: materialised s x s scores, fused softmax) and dropout 0.1 as in Megatron's GPT defaults; full "
+     "activation recomputation."),
+    ("software: PTD-P rows framework megatron-2021 (Megatron-LM of the paper: gradients all-reduced "
+     "after the backward pass, unfused fp32 vocab-parallel cross-entropy, fp16 loss-scaled optimizer, blocking "
+     "pipeline sends); ZeRO-3 rows framework deepspeed-2021 (the ZeRO-3 of early 2021: per-tensor gathers and "
+     "reduce buckets serialized with compute; see TrainingSpec.framework)."),
+)
+_COMMON_NOTES = (
+    ("metric: seconds per step as printed (step_time_s), else global batch tokens / the printed tokens/s."),
+    ("hardware: the cluster preset of each row's gpu_type (A100 40/80GB, H100, H800, H200, B200, B300, "
+     "GB200, GB300, MI300X), with gpus_per_node and the NICs of inter_node_link when stated; rows naming "
+     "another accelerator are skipped."),
+    ("model: the row's architecture columns (kv_heads for GQA); Llama-style blocks (SwiGLU, RMSNorm, RoPE, "
+     "no biases) when model_name names such a family, else GPT-style; ffn 4h and vocab 51,200 when absent."),
+    ("layout and recipe: tp, pp, cp, ep, vp_interleave, sequence_parallel, micro_batch, recompute, "
+     "zero_or_sharding, pipeline_schedule and precision as the row states them. Framework, FlashAttention "
+     "and dropout follow the source's year (arXiv id or a year in the source columns): <= 2021 "
+     "megatron-2021 / deepspeed-2021, 2022 megatron-2022, later or unknown megatron (Megatron-Core); "
+     "FSDP rows pytorch-fsdp up to 2023, torch after; FlashAttention from 2023, dropout up to 2022 "
+     "(trainsim/reports/common_runs.py)."),
+)
+_BLIND_NOTE_SC21 = ("unknowns (set once, same rule for every row): micro-batch 1 (as the paper states for "
+                    "its Table 2 PTD-P runs); interleaving depth = smallest v > 1 dividing the layers per "
+                    "stage (1F1B when pp = 1). `--dataset sc21-scripts` uses the authors' script values.")
+_BLIND_NOTE = ("unknowns (one rule for every row): micro-batch 1 when the row does not state it; for a "
+               "pipelined row whose interleaving is not stated (and whose schedule is not stated as plain "
+               "1F1B/GPipe), the smallest interleaving depth v > 1 dividing the layers per stage.")
+_SCRIPTS_NOTE = ("unknowns: micro-batch and interleaving depth of Table 1 are taken from the authors' "
+                 "reproduction script examples/sc21/run_table_1.sh (e.g. 1.7B: MBS 16, no pipeline; 530B: "
+                 "MBS 1, 1 layer per virtual stage; 1T: MBS 1, plain 1F1B). Table 2 PTD-P rows: MBS 1 "
+                 "(paper), interleaving of the same model/layout in run_figure_12.sh / run_table_1.sh.")
 
-    The paper leaves two things open: the micro-batch size of Table 1 and the interleaving depth of every
+
+def load_common_runs(path: Path, *, name: str = "sc21", unknowns: str = "blind") -> Dataset:
+    """SC21 Tables 1-2, or any CSV in the common run schema of validation/README.md: step time per run.
+
+    Each run row maps to a scenario through ``common_runs`` (its GPU, architecture, layout and recipe
+    columns; the framework era from the source's year). The paper leaves two things open: the micro-batch size of Table 1 and the interleaving depth of every
     pipelined row. ``unknowns="blind"`` (the primary ``sc21`` dataset, issue 8's rule) sets them by one
     rule for all rows: micro-batch 1 (what the paper states for its Table 2 PTD-P runs) and the smallest
     interleaving depth v > 1 that divides the layers per pipeline stage (the paper ran the interleaved
@@ -178,35 +189,21 @@ def load_common_runs(path: Path, *, name: str = "sc21", unknowns: str = "blind")
     cases: list[Case] = []
     for r in rows:
         rid = r.get("row_id", "?")
-        if not _is_run_row(r):
+        if not common_runs.is_run_row(r):
             kind = r.get("record_type") or "unknown"
             cases.append(Case(rid, (r.get("description") or "")[:48], float("nan"),
                               skip_reason=f"{kind}: no step time with a full run configuration"))
             continue
         cases.append(_common_run_case(r, blind))
-    notes = [
-        ("metric: seconds per iteration. The CSV's step_time_s is eq. 3 FLOPs / (GPUs x published TFLOP/s), "
-        "so the published TFLOP/s column is the same comparison on the paper's own FLOP basis."),
-        ("hardware: cluster preset dgx-a100 (A100-SXM4-80GB, NVLink3/NVSwitch 300 GB/s, 8x HDR 200 Gb/s) "
-        "with Selene's full-bisection fat tree; fp16; no FlashAttention (2021: materialised s x s scores, "
-        "fused softmax) and dropout 0.1 as in Megatron's GPT defaults; full activation recomputation."),
-        ("software: PTD-P rows framework megatron-2021 (Megatron-LM of the paper: gradients all-reduced "
-        "after the backward pass, unfused fp32 vocab-parallel cross-entropy, fp16 loss-scaled optimizer, blocking "
-        "pipeline sends); ZeRO-3 rows framework deepspeed-2021 (the ZeRO-3 of early 2021: per-tensor gathers and "
-        "reduce buckets serialized with compute; see TrainingSpec.framework)."),
-    ]
-    if blind:
-        notes.append("unknowns (set once, same rule for every row): micro-batch 1 (as the paper states for "
-                     "its Table 2 PTD-P runs); interleaving depth = smallest v > 1 dividing the layers per "
-                     "stage (1F1B when pp = 1). `--dataset sc21-scripts` uses the authors' script values.")
-    else:
-        notes.append("unknowns: micro-batch and interleaving depth of Table 1 are taken from the authors' "
-                     "reproduction script examples/sc21/run_table_1.sh (e.g. 1.7B: MBS 16, no pipeline; 530B: "
-                     "MBS 1, 1 layer per virtual stage; 1T: MBS 1, plain 1F1B). Table 2 PTD-P rows: MBS 1 "
-                     "(paper), interleaving of the same model/layout in run_figure_12.sh / run_table_1.sh.")
-    notes.append("Table 2 ZeRO-3 rows are DeepSpeed ZeRO-3 without model parallelism: zero=3, tp=pp=1, "
-                 "the row's micro-batch (printed in Table 2, not an unknown), full recomputation.")
     is_sc21 = name.startswith("sc21")
+    notes = list(_SC21_NOTES if is_sc21 else _COMMON_NOTES)
+    if blind:
+        notes.append(_BLIND_NOTE_SC21 if is_sc21 else _BLIND_NOTE)
+    else:
+        notes.append(_SCRIPTS_NOTE)
+    if is_sc21:
+        notes.append("Table 2 ZeRO-3 rows are DeepSpeed ZeRO-3 without model parallelism: zero=3, tp=pp=1, "
+                     "the row's micro-batch (printed in Table 2, not an unknown), full recomputation.")
     title = "SC21 Megatron-LM on A100 (Tables 1-2)" if is_sc21 else f"common run schema: {path.name}"
     suffix = " -- unknowns from the authors' scripts" if not blind else ""
     return Dataset(name=name, title=title + suffix, metric="step_time_s",
@@ -214,32 +211,30 @@ def load_common_runs(path: Path, *, name: str = "sc21", unknowns: str = "blind")
                    notes=tuple(notes), cases=tuple(cases))
 
 
-def _common_model(r: dict) -> dict:
-    """The ModelSpec mapping of a common-schema row (GPT-style: ffn_hidden 4h and vocab 51,200 when absent)."""
-    hidden = _int(r["hidden"])
-    return {"name": r.get("model_name") or r["row_id"], "num_layers": _int(r["layers"]), "hidden": hidden,
-            "num_heads": _int(r["heads"]), "ffn_hidden": _int(r.get("ffn_hidden")) or 4 * hidden,
-            "vocab_size": _int(r["vocab"]) or 51200, "max_seq_len": _int(r["seq_len"]) or 2048}
-
-
 def _common_run_case(r: dict, blind: bool) -> Case:
+    """One run row: the mapping of common_runs, with the micro-batch and interleaving depth the row leaves
+    open set by the unknowns rule (blind) or the SC21 authors' scripts."""
     rid = r["row_id"]
-    layers, hidden, heads = _int(r["layers"]), _int(r["hidden"]), _int(r["heads"])
-    vocab, seq = _int(r["vocab"]) or 51200, _int(r["seq_len"]) or 2048
-    gpus, gbs = _int(r["num_gpus"]), _int(r["global_batch_seqs"])
+    layers, hidden, heads = _int(r.get("layers")), _int(r.get("hidden")), _int(r.get("heads"))
+    gpus, gbs = _int(r.get("num_gpus")), _int(r.get("global_batch_seqs"))
     tp, pp = _int(r.get("tp")) or 1, _int(r.get("pp")) or 1
-    published = _num(r["step_time_s"])
+    published = common_runs.published_step_time(r)
     label = f"{r.get('model_name') or '?'} n={gpus} tp{tp} pp{pp}"
     if None in (layers, hidden, heads, gpus, gbs) or published is None:
         return Case(rid, label, published or float("nan"), skip_reason="incomplete architecture or batch")
-    zero_text = (r.get("zero_or_sharding") or "").lower()
-    zero = 3 if "zero-3" in zero_text or "full_shard" in zero_text else 0
+    zero, _ = common_runs.zero_stage(r)
     layers_per_stage = layers // pp if layers % pp == 0 else None
     mbs_col = _int(r.get("micro_batch"))
+    stated_vpp = common_runs.interleave_depth(r, pp, layers_per_stage)
     vstage_layers: int | None = None
     if blind:
-        mbs = 1 if zero == 0 else (mbs_col or 1)
-        vpp = _smallest_interleave(layers_per_stage) if (pp > 1 and layers_per_stage) else 1
+        mbs = mbs_col or 1
+        if stated_vpp is not None:
+            vpp = stated_vpp
+        elif layers_per_stage:
+            vpp = _smallest_interleave(layers_per_stage)
+        else:  # uneven stages (e.g. 126 layers on 16): two chunks per rank when every chunk keeps a layer
+            vpp = 2 if layers >= 2 * pp else 1
     else:
         if rid in SC21_TABLE1_ARTIFACT:
             mbs, vstage_layers = SC21_TABLE1_ARTIFACT[rid]
@@ -248,26 +243,17 @@ def _common_run_case(r: dict, blind: bool) -> Case:
             if pp > 1:
                 vstage_layers = SC21_TABLE2_LAYERS_PER_VSTAGE.get(layers)
         vpp = (layers_per_stage // vstage_layers) if (vstage_layers and layers_per_stage) else 1
-    dtype = "fp16" if "fp16" in (r.get("precision") or "").lower() else "bf16"
-    model = _common_model(r)
-    recompute_text = (r.get("recompute") or "").lower()
-    recompute = "full" if ("recomput" in recompute_text and "no" != recompute_text.strip()) else "none"
-    raw = {
-        "model": model,
-        "cluster": _cluster("dgx-a100", gpus, scale_out={"fabric": "fat-tree"}),
-        "layout": {"tp": tp, "pp": pp, "vpp": vpp},
-        "training": {"seq_len": seq, "global_batch": gbs, "micro_batch": mbs, "dtype": dtype,
-                     "recompute": recompute, "zero": zero,
-                     "schedule": "interleaved" if vpp > 1 else "1f1b",
-                     "flash_attention": False, "dropout": True,
-                     "framework": "deepspeed-2021" if zero == 3 else "megatron-2021"},
-    }
+    try:
+        raw = common_runs.scenario_mapping(r, mbs, vpp)
+    except SpecError as e:
+        return Case(rid, label, published, skip_reason=f"not representable: {e}")
     label += f" mb{mbs}" + (f" v{vpp}" if vpp > 1 else "") + (" ZeRO-3" if zero == 3 else "")
     scenario, why = _scenario(raw, rid)
-    flops = sc21_eq3_flops(gbs, seq, layers, hidden, vocab)
     secondary, fns = {}, {}
     tflops = _num(r.get("tflops_per_gpu"))
-    if tflops is not None:
+    basis = (r.get("tflops_basis") or "").lower()
+    if tflops is not None and "eq.(3)" in basis.replace(" ", ""):
+        flops = sc21_eq3_flops(gbs, _int(r.get("seq_len")) or 2048, layers, hidden, _int(r.get("vocab")) or 51200)
         secondary["tflops_per_gpu"] = tflops
         fns["tflops_per_gpu"] = lambda step_s, f=flops, n=gpus: f / (step_s * n) / 1e12
     table = (r.get("source_table") or "").split("/")[0].strip() or "runs"
@@ -324,7 +310,7 @@ def _korthikanti_case(r: dict) -> Case:
     if None in (layers, hidden, heads, gpus, gbs) or published is None:
         return Case(rid, label, published or float("nan"), skip_reason="incomplete architecture or batch")
     raw = {
-        "model": _common_model(r),
+        "model": common_runs.model_mapping(r),
         "cluster": _cluster("dgx-a100", gpus, scale_out={"fabric": "fat-tree"}),
         "layout": {"tp": tp, "pp": pp, "vpp": vpp},
         "training": {"seq_len": seq, "global_batch": gbs, "micro_batch": mbs, "dtype": "bf16", "grad_dtype_bytes": 4,

@@ -1,0 +1,123 @@
+"""Rows of the common run schema (../shared/validation/README.md) become the scenario the row describes.
+
+Truth: the schema's column meanings, the source's own statements (the arXiv id encodes year and month),
+and the cluster presets' cited numbers (8 x HDR 200 Gb/s = 25 GB/s per NIC, NDR 400 Gb/s = 50 GB/s).
+"""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from trainsim.data import validation_path
+from trainsim.reports import common_runs
+from trainsim.reports.datasets import load_dataset
+from trainsim.specs import SpecError, build_scenario, load_cluster
+
+SC21_TITLE = ('Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", '
+              'SC21 (arXiv:2104.04473)')
+# Llama 3 405B on 16,384 H100s as the Llama 3 paper describes it (Table 4 layout; the step time is what
+# 400 TFLOP/s per GPU means for 2,048 x 8,192 tokens at ~2.63e15 model FLOPs per token).
+LLAMA_ROW = {
+    "row_id": "l3_16k", "source_table": "Table 4", "record_type": "measured_throughput",
+    "model_name": "Llama 3 405B", "layers": "126", "hidden": "16384", "heads": "128", "kv_heads": "8",
+    "ffn_hidden": "53248", "vocab": "128256", "seq_len": "8192", "global_batch_seqs": "2048", "micro_batch": "1",
+    "num_gpus": "16384", "gpu_type": "H100 80GB HBM3", "gpus_per_node": "8",
+    "inter_node_link": "400 Gbps per GPU (RoCE)", "tp": "8", "pp": "16", "cp": "1", "ep": "", "vp_interleave": "",
+    "sequence_parallel": "yes", "recompute": "none", "zero_or_sharding": "distributed optimizer",
+    "pipeline_schedule": "interleaved 1F1B", "precision": "BF16", "step_time_s": "6.74", "tokens_per_s": "",
+    "source_title": "The Llama 3 Herd of Models", "source_url": "https://arxiv.org/abs/2407.21783",
+}
+
+
+def test_source_year_from_arxiv_id_or_venue():
+    assert common_runs.source_year({"source_title": SC21_TITLE}) == 2021
+    assert common_runs.source_year({"source_url": "https://arxiv.org/abs/2407.21783"}) == 2024
+    assert common_runs.source_year({"source_title": "MLSys 2023 (arXiv:2205.05198)"}) == 2022  # the id wins
+    assert common_runs.source_year({"source_title": "Proceedings of SC22"}) == 2022
+    assert common_runs.source_year({"source_title": "a blog post"}) is None
+
+
+def test_cluster_follows_gpu_type_and_the_stated_nics():
+    def mapped(row, gpus=8):
+        return load_cluster(common_runs.cluster_mapping(row, gpus))
+
+    h100 = mapped(LLAMA_ROW, 16384)
+    assert h100.gpu.name.startswith("H100") and h100.scale_out.nic_bw_Bps == 50e9
+    sc21 = mapped({"gpu_type": "A100-SXM4-80GB", "inter_node_link":
+                   "8x Mellanox 200Gbps HDR InfiniBand HCAs per node; 3-level fat tree"}, 64)
+    assert sc21.scale_out.nics_per_node == 8 and sc21.scale_out.nic_bw_Bps == 25e9
+    assert sc21.scale_out.fabric == "fat-tree" and sc21.gpu.memory_bytes == 80 * 2**30
+    assert mapped({"gpu_type": "A100 40GB"}).gpu.memory_bytes == 40 * 2**30
+    assert mapped({"gpu_type": "H800"}).scale_up.bw_per_gpu_Bps == 200e9          # [h800_dsv3]
+    assert mapped({"gpu_type": "B200", "gpus_per_node": "8"}).gpu.name.startswith("B200")
+    with pytest.raises(SpecError, match="gpu_type"):
+        common_runs.cluster_mapping({"gpu_type": "V100-SXM2-32GB"}, 8)
+    with pytest.raises(SpecError, match="gpu_type"):
+        common_runs.cluster_mapping({"gpu_type": ""}, 8)
+
+
+def test_model_family_and_gqa():
+    llama = common_runs.model_mapping(LLAMA_ROW)
+    assert llama["num_kv_heads"] == 8 and llama["activation"] == "swiglu" and llama["norm"] == "rmsnorm"
+    assert llama["position_embedding"] == "rope" and llama["bias"] is False and llama["ffn_hidden"] == 53248
+    gpt = common_runs.model_mapping({"row_id": "g", "model_name": "GPT-3 175B", "layers": "96", "hidden": "12288",
+                                     "heads": "96", "kv_heads": "96", "seq_len": "2048"})
+    assert "num_kv_heads" not in gpt and "activation" not in gpt
+    assert gpt["ffn_hidden"] == 4 * 12288 and gpt["vocab_size"] == 51200
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("ZeRO-3 (DeepSpeed library integrated into Megatron codebase)", (3, False)),
+    ("FULL_SHARD", (3, False)), ("FSDP", (3, False)), ("SHARD_GRAD_OP", (2, False)),
+    ("distributed optimizer", (0, True)), ("ZeRO-1 (FSDP-style sharded optimizer)", (1, False)),
+    ("none (plain DP all-reduce)", (0, False)), ("", (0, False)),
+])
+def test_zero_stage(text, expected):
+    assert common_runs.zero_stage({"zero_or_sharding": text}) == expected
+
+
+def test_framework_and_kernels_follow_the_sources_year():
+    fw = common_runs.framework_for
+    assert fw({}, 0, 2021) == "megatron-2021" and fw({}, 0, 2022) == "megatron-2022"
+    assert fw({}, 0, 2024) == "megatron" and fw({}, 0, None) == "megatron"
+    assert fw({"zero_or_sharding": "ZeRO-3 (DeepSpeed)"}, 3, 2021) == "deepspeed-2021"
+    assert fw({"zero_or_sharding": "FULL_SHARD"}, 3, 2023) == "pytorch-fsdp"
+    assert fw({"zero_or_sharding": "FSDP2"}, 3, 2024) == "torch"
+    t = common_runs.scenario_mapping(LLAMA_ROW, 1, 2)["training"]
+    assert t["flash_attention"] is True and t["dropout"] is False and t["sequence_parallel"] is True
+    assert t["distributed_optimizer"] is True and t["schedule"] == "interleaved" and t["dtype"] == "bf16"
+
+
+def test_step_time_from_printed_tokens_per_second():
+    row = {**LLAMA_ROW, "step_time_s": "", "tokens_per_s": "2500000", "global_batch_tokens": ""}
+    assert common_runs.published_step_time(row) == pytest.approx(2048 * 8192 / 2.5e6)
+    row = {**row, "tokens_per_s": "", "tokens_per_s_per_gpu": "100"}
+    assert common_runs.published_step_time(row) == pytest.approx(2048 * 8192 / (100 * 16384))
+
+
+def test_a_user_csv_is_validated_with_each_rows_own_hardware(tmp_path):
+    """An H100 Llama row, an unknown accelerator (skipped, with the reason) and SC21's 1T row [sc21_t1_10]."""
+    with open(validation_path("megatron_sc21_table1.csv"), newline="") as f:
+        sc21 = {r["row_id"]: r for r in csv.DictReader(f)}
+    rows = [LLAMA_ROW, {**LLAMA_ROW, "row_id": "v100", "gpu_type": "V100-SXM2-32GB"}, sc21["sc21_t1_10"]]
+    cols = sorted({k for r in rows for k in r})
+    path = tmp_path / "runs.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        w.writerows([{c: r.get(c, "") for c in cols} for r in rows])
+    ds = load_dataset(str(path))
+    cases = {c.row_id: c for c in ds.cases}
+    llama = cases["l3_16k"].scenario
+    assert llama.cluster.gpu.name.startswith("H100") and llama.training.framework == "megatron"
+    assert llama.model.num_kv_heads == 8 and llama.layout.vpp == 2  # 126 layers on 16 stages: uneven, 2 chunks
+    assert "gpu_type" in cases["v100"].skip_reason
+    one_t = cases["sc21_t1_10"].scenario
+    assert one_t.cluster.gpu.name.startswith("A100") and one_t.training.framework == "megatron-2021"
+    assert one_t.training.dtype == "fp16" and one_t.training.flash_attention is False
+    # the same row through the bundled SC21 loader gives the same scenario
+    assert build_scenario(one_t.model_dump()) == load_dataset("sc21").cases[9].scenario.model_copy(
+        update={"name": one_t.name})
+    assert any("gpu_type" in n for n in ds.notes)

@@ -1,0 +1,228 @@
+"""One row of the common run schema (../shared/validation/README.md) as a scenario mapping.
+
+Every column the schema defines is honoured when the row fills it: the accelerator (``gpu_type``,
+``gpus_per_node``, ``inter_node_link``), the architecture (``kv_heads``, ``ffn_hidden``, the model family
+named in ``model_name``), the layout (``tp``, ``pp``, ``cp``, ``ep``, ``vp_interleave``,
+``sequence_parallel``) and the recipe (``micro_batch``, ``recompute``, ``zero_or_sharding``,
+``pipeline_schedule``, ``precision``). What the schema has no column for follows the year of the source
+(its arXiv id, else a year written in the source columns), by the defaults of that time:
+
+* framework: Megatron-LM of SC21 up to 2021 (``megatron-2021``), of Korthikanti et al. in 2022
+  (``megatron-2022``), Megatron-Core from 2023 or when the year is unknown (``megatron``); DeepSpeed ZeRO-3
+  rows ``deepspeed-2021`` up to 2021, else ``deepspeed``; FSDP rows ``pytorch-fsdp`` (FSDP1) up to 2023,
+  ``torch`` (FSDP2) after;
+* FlashAttention (published mid-2022): off up to 2022, on from 2023 or when unknown;
+* dropout 0.1 (GPT recipes of the time) up to 2022, none after.
+
+A row whose accelerator has no cluster preset raises ``SpecError`` naming ``gpu_type``, which the loader
+turns into a skip reason: a missing GPU is never replaced by another one silently.
+"""
+
+from __future__ import annotations
+
+import re
+
+from trainsim.reports.cells import cluster, integer, num
+from trainsim.specs import SpecError, load_cluster
+
+RUN_RECORD_TYPES = ("measured_throughput", "measured_iteration_time", "measured_step_time", "measured_mfu")
+
+# gpu_type (lower case) -> (cluster preset, overrides); the first pattern that matches wins.
+GPU_CLUSTERS: tuple[tuple[str, str, dict], ...] = (
+    (r"gb300", "gb300-nvl72", {}),
+    (r"gb200", "gb200-nvl72", {}),
+    (r"b300", "dgx-b300", {}),
+    (r"b200", "dgx-b200", {}),
+    (r"h200", "hgx-h200", {}),
+    # H800: H100 compute with NVLink cut to 400 GB/s bidirectional, 200 per direction [h800_dsv3]
+    (r"h800", "dgx-h100", {"scale_up": {"bw_per_gpu_Bps": 200e9}}),
+    (r"h100", "dgx-h100", {}),
+    (r"a100\D*40", "dgx-a100", {"gpu": "a100-40gb"}),
+    (r"a100", "dgx-a100", {}),
+    (r"mi300x", "mi300x", {}),
+)
+# Model families whose blocks are Llama-style: SwiGLU MLP, RMSNorm, rotary positions, no biases, untied
+# embeddings (their published configs). Anything else is GPT-style (GeLU, LayerNorm, learned positions,
+# biases, tied embeddings), as GPT-3, Megatron's GPT, MT-NLG, BLOOM-era and MPT models are.
+LLAMA_STYLE = ("llama", "mistral", "mixtral", "qwen", "deepseek", "gemma", "yi-", "internlm", "nemotron")
+
+
+def source_year(r: dict) -> int | None:
+    """The year of the row's source: its arXiv id (YYMM.NNNNN), else a 20xx year in the source columns."""
+    text = " ".join(r.get(k) or "" for k in ("source_title", "source_url", "source_locator", "read_from"))
+    m = re.search(r"(?:arxiv[:./\s]*|abs/|pdf/)(\d{2})(\d{2})\.\d{4,5}", text, re.IGNORECASE)
+    if m and 1 <= int(m.group(2)) <= 12:
+        return 2000 + int(m.group(1))
+    years = [int(y) for y in re.findall(r"\b(20[12]\d)\b", text)]
+    if years:
+        return min(years)
+    m = re.search(r"\b(?:SC|ISCA|MLSys|NeurIPS|ICML|OSDI|NSDI|SOSP|PPoPP|ATC|EuroSys)\s*'?(\d{2})\b", text)
+    return 2000 + int(m.group(1)) if m else None
+
+
+def cluster_mapping(r: dict, gpus: int) -> dict:
+    """The cluster of the row: preset by ``gpu_type``; node size and NICs as ``gpus_per_node`` and
+    ``inter_node_link`` state them; a fat-tree fabric when the link text says so."""
+    gpu_text = (r.get("gpu_type") or "").lower()
+    match = next(((p, dict(o)) for pat, p, o in GPU_CLUSTERS if re.search(pat, gpu_text)), None)
+    if match is None:
+        raise SpecError("gpu_type", f"no cluster preset for {r.get('gpu_type')!r}" if gpu_text else "missing")
+    preset_name, over = match
+    base = load_cluster(preset_name)
+    per_node = integer(r.get("gpus_per_node"))
+    if per_node and base.gpus_per_node == 8 and per_node != 8 and per_node > 0:
+        over["gpus_per_node"] = per_node
+    link = (r.get("inter_node_link") or "").lower()
+    out = dict(over.get("scale_out", {}))
+    nics = _nics_from_text(link, over.get("gpus_per_node", base.gpus_per_node))
+    if nics is not None:
+        out["nics_per_node"], out["nic_bw_Bps"] = nics
+    if re.search(r"fat[\s-]?tree", link):
+        out["fabric"] = "fat-tree"
+    if out:
+        over["scale_out"] = out
+    return cluster(preset_name, gpus, **over)
+
+
+def _nics_from_text(link: str, per_node: int) -> tuple[int, float] | None:
+    """(NICs per node, bytes/s per NIC) from text like '8x 200Gbps HDR per node' or '400 Gb/s per GPU'."""
+    m = re.search(r"(\d+)\s*[x×]\s*[^;,]*?(\d{2,4})\s*g(?:b|bit)", link)
+    if m:
+        return int(m.group(1)), int(m.group(2)) * 1e9 / 8
+    m = re.search(r"(\d{2,4})\s*g(?:b|bit)[^;]*per\s+gpu", link)
+    if m:
+        return per_node, int(m.group(1)) * 1e9 / 8
+    return None
+
+
+def model_mapping(r: dict) -> dict:
+    """The ModelSpec mapping of a row: its architecture columns, GPT-style unless ``model_name`` names a
+    Llama-style family (module docstring); ffn_hidden 4h and vocab 51,200 when absent (GPT-3 values)."""
+    hidden = integer(r["hidden"])
+    heads = integer(r["heads"])
+    model = {"name": r.get("model_name") or r["row_id"], "num_layers": integer(r["layers"]), "hidden": hidden,
+             "num_heads": heads, "ffn_hidden": integer(r.get("ffn_hidden")) or 4 * hidden,
+             "vocab_size": integer(r.get("vocab")) or 51200, "max_seq_len": integer(r.get("seq_len")) or 2048}
+    kv = integer(r.get("kv_heads"))
+    if kv and kv != heads:
+        model["num_kv_heads"] = kv
+    if any(k in (r.get("model_name") or "").lower() for k in LLAMA_STYLE):
+        model.update(activation="swiglu", norm="rmsnorm", position_embedding="rope", bias=False,
+                     tie_embeddings=False)
+    return model
+
+
+def zero_stage(r: dict) -> tuple[int, bool]:
+    """(ZeRO stage, Megatron distributed optimizer) from ``zero_or_sharding``."""
+    t = (r.get("zero_or_sharding") or "").lower()
+    stated = re.search(r"zero[\s-]*(?:stage[\s-]*)?([123])", t)  # an explicit stage wins over other words
+    if stated:
+        return int(stated.group(1)), False
+    if re.search(r"shard[_\s-]?grad[_\s-]?op", t):
+        return 2, False
+    if re.search(r"full[_\s-]?shard|fsdp", t):
+        return 3, False
+    return 0, "distributed optimizer" in t or "distributed-optimizer" in t
+
+
+def framework_for(r: dict, zero: int, year: int | None) -> str:
+    """The framework of the row's era and sharding (module docstring)."""
+    t = (r.get("zero_or_sharding") or "").lower()
+    if zero >= 2 and re.search(r"fsdp|shard", t):
+        return "pytorch-fsdp" if year is not None and year <= 2023 else "torch"
+    if zero >= 2 or "deepspeed" in t:
+        return "deepspeed-2021" if year is not None and year <= 2021 else "deepspeed"
+    if year is not None and year <= 2021:
+        return "megatron-2021"
+    if year == 2022:
+        return "megatron-2022"
+    return "megatron"
+
+
+def precision(r: dict) -> str:
+    t = (r.get("precision") or "").lower()
+    if "fp8" in t or "mxfp8" in t:
+        return "fp8"
+    if "fp16" in t and "bf16" not in t:
+        return "fp16"
+    return "bf16"
+
+
+def recompute(r: dict) -> str:
+    t = (r.get("recompute") or "").strip().lower()
+    if not t or t in ("no", "none", "n/a") or t.startswith("no "):
+        return "none"
+    if "selective" in t:
+        return "selective"
+    return "full" if ("recomput" in t or "full" in t or "checkpoint" in t) else "none"
+
+
+def interleave_depth(r: dict, pp: int, layers_per_stage: int | None) -> int | None:
+    """``vp_interleave`` when it is a number; 1 when the schedule is stated and not interleaved; None when
+    the row leaves it open (the caller's unknowns rule decides)."""
+    v = integer(r.get("vp_interleave"))
+    if v:
+        return v
+    sched = (r.get("pipeline_schedule") or "").lower()
+    if pp <= 1 or (sched and "interleav" not in sched and re.search(r"1f1b|gpipe|dualpipe|zero", sched)):
+        return 1
+    return None
+
+
+def schedule(r: dict, vpp: int) -> str:
+    sched = (r.get("pipeline_schedule") or "").lower()
+    if "dualpipe" in sched:
+        return "dualpipev"
+    if "gpipe" in sched:
+        return "gpipe"
+    if vpp > 1:
+        return "interleaved"
+    return "1f1b"
+
+
+def published_step_time(r: dict) -> float | None:
+    """Seconds per step as printed, else from the tokens/s the row prints and its tokens per batch."""
+    step = num(r.get("step_time_s"))
+    if step is not None:
+        return step
+    tokens = num(r.get("global_batch_tokens"))
+    if tokens is None:
+        seqs, seq = integer(r.get("global_batch_seqs")), integer(r.get("seq_len"))
+        tokens = float(seqs * seq) if seqs and seq else None
+    tps = num(r.get("tokens_per_s"))
+    if tps is None:
+        per_gpu, gpus = num(r.get("tokens_per_s_per_gpu")), integer(r.get("num_gpus"))
+        tps = per_gpu * gpus if per_gpu and gpus else None
+    return tokens / tps if tokens and tps else None
+
+
+def is_run_row(r: dict) -> bool:
+    """A measured run with a full configuration and a step time (printed or from tokens/s)."""
+    return (r.get("record_type") in RUN_RECORD_TYPES and integer(r.get("num_gpus")) is not None
+            and published_step_time(r) is not None)
+
+
+def scenario_mapping(r: dict, micro_batch: int, vpp: int) -> dict:
+    """The scenario mapping of a run row, with the micro-batch and interleaving depth decided by the caller."""
+    year = source_year(r)
+    gpus, gbs = integer(r["num_gpus"]), integer(r["global_batch_seqs"])
+    tp, pp = integer(r.get("tp")) or 1, integer(r.get("pp")) or 1
+    cp, ep = integer(r.get("cp")) or 1, integer(r.get("ep")) or 1
+    zero, dist_opt = zero_stage(r)
+    modern = year is None or year >= 2023
+    sp = (r.get("sequence_parallel") or "").strip().lower().startswith(("yes", "true", "on"))
+    training = {"seq_len": integer(r.get("seq_len")) or 2048, "global_batch": gbs, "micro_batch": micro_batch,
+                "dtype": precision(r), "recompute": recompute(r), "zero": zero,
+                "schedule": schedule(r, vpp), "flash_attention": modern, "dropout": not modern,
+                "framework": framework_for(r, zero, year)}
+    if dist_opt:
+        training["distributed_optimizer"] = True
+    if sp and tp > 1:
+        training["sequence_parallel"] = True
+    layout = {"tp": tp, "pp": pp, "vpp": vpp}
+    if cp > 1:
+        layout["cp"] = cp
+    if ep > 1:
+        layout["ep"] = ep
+    return {"model": model_mapping(r), "cluster": cluster_mapping(r, gpus), "layout": layout,
+            "training": training}
