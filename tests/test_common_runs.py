@@ -101,7 +101,9 @@ def test_a_user_csv_is_validated_with_each_rows_own_hardware(tmp_path):
     """An H100 Llama row, an unknown accelerator (skipped, with the reason) and SC21's 1T row [sc21_t1_10]."""
     with open(validation_path("megatron_sc21_table1.csv"), newline="") as f:
         sc21 = {r["row_id"]: r for r in csv.DictReader(f)}
-    rows = [LLAMA_ROW, {**LLAMA_ROW, "row_id": "v100", "gpu_type": "V100-SXM2-32GB"}, sc21["sc21_t1_10"]]
+    rows = [LLAMA_ROW, {**LLAMA_ROW, "row_id": "v100", "gpu_type": "V100-SXM2-32GB"}, sc21["sc21_t1_10"],
+            # a stated dp that does not multiply out to the GPU count (the CP row as some copies print it)
+            {**LLAMA_ROW, "row_id": "cp16", "cp": "16", "dp": "4", "seq_len": "131072", "global_batch_seqs": "128"}]
     cols = sorted({k for r in rows for k in r})
     path = tmp_path / "runs.csv"
     with open(path, "w", newline="") as f:
@@ -114,6 +116,7 @@ def test_a_user_csv_is_validated_with_each_rows_own_hardware(tmp_path):
     assert llama.cluster.gpu.name.startswith("H100") and llama.training.framework == "megatron"
     assert llama.model.num_kv_heads == 8 and llama.layout.vpp == 2  # 126 layers on 16 stages: uneven, 2 chunks
     assert "gpu_type" in cases["v100"].skip_reason
+    assert "layout.dp" in cases["cp16"].skip_reason and "cp16" in cases["cp16"].label
     one_t = cases["sc21_t1_10"].scenario
     assert one_t.cluster.gpu.name.startswith("A100") and one_t.training.framework == "megatron-2021"
     assert one_t.training.dtype == "fp16" and one_t.training.flash_attention is False

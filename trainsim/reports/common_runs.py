@@ -220,6 +220,9 @@ def scenario_mapping(r: dict, micro_batch: int, vpp: int) -> dict:
     if sp and tp > 1:
         training["sequence_parallel"] = True
     layout = {"tp": tp, "pp": pp, "vpp": vpp}
+    dp = integer(r.get("dp"))
+    if dp:  # stated: the spec checks tp x cp x pp x dp against the GPU count
+        layout["dp"] = dp
     if cp > 1:
         layout["cp"] = cp
     if ep > 1:

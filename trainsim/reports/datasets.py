@@ -247,7 +247,9 @@ def _common_run_case(r: dict, blind: bool) -> Case:
         raw = common_runs.scenario_mapping(r, mbs, vpp)
     except SpecError as e:
         return Case(rid, label, published, skip_reason=f"not representable: {e}")
-    label += f" mb{mbs}" + (f" v{vpp}" if vpp > 1 else "") + (" ZeRO-3" if zero == 3 else "")
+    cp, ep = _int(r.get("cp")) or 1, _int(r.get("ep")) or 1
+    label += ((f" cp{cp}" if cp > 1 else "") + (f" ep{ep}" if ep > 1 else "") + f" mb{mbs}"
+              + (f" v{vpp}" if vpp > 1 else "") + (" ZeRO-3" if zero == 3 else ""))
     scenario, why = _scenario(raw, rid)
     secondary, fns = {}, {}
     tflops = _num(r.get("tflops_per_gpu"))
