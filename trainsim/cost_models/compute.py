@@ -45,7 +45,10 @@ FLASH_BWD_FACTOR = 2.5
 # First-generation fused attention (FlashAttention v1 and the Triton kernel MPT/llm-foundry used in 2023)
 # runs at about half the speed of FlashAttention-2, whose measured efficiency the GPU presets carry: the
 # FlashAttention-2 paper (Dao 2023, arXiv:2307.08691) reports "around 2x speedup compared to FlashAttention"
-# (25-40% vs 50-73% of A100 peak).
+# (25-40% vs 50-73% of A100 peak). For the Triton kernel MPT ran (flash_attn/flash_attn_triton.py) its author
+# notes "Triton forward is generally faster than CUDA forward, while Triton backward is generally slower ...
+# Overall Triton forward + backward is slightly slower than CUDA forward + backward" -- about the same half;
+# the FA2 paper's own Triton comparison (1.3-1.5x forward, 2x backward) is of OpenAI's triton.ops kernel.
 FLASH_V1_SPEED_VS_V2 = 0.5
 # Host DRAM streaming bandwidth per node for CPU-side Adam under optimizer offload (ZeRO-Offload):
 # a dual-socket server with 8 DDR4/DDR5 channels per socket streams ~150-300 GB/s; 200 GB/s assumed,
