@@ -150,7 +150,7 @@ def precision(r: dict) -> str:
 
 def recompute(r: dict) -> str:
     t = (r.get("recompute") or "").strip().lower()
-    if not t or t in ("no", "none", "n/a") or t.startswith("no "):
+    if not t or re.match(r"(?:no|none|n/a|off|false)\b", t):  # "none (trained without checkpointing)" is none
         return "none"
     if "selective" in t:
         return "selective"

@@ -211,6 +211,19 @@ def load_common_runs(path: Path, *, name: str = "sc21", unknowns: str = "blind")
                    notes=tuple(notes), cases=tuple(cases))
 
 
+def _source_step_flops(r: dict, gbs: int, layers: int, hidden: int) -> float | None:
+    """FLOPs of one step on the row's own TFLOP/s basis, when ``tflops_basis`` names one trainsim knows: SC21
+    eq. 3, or PaLM's model FLOPs 6N + 12*L*H*Q*T per token (H*Q = hidden; N from ``params_b``)."""
+    basis = (r.get("tflops_basis") or "").lower()
+    seq = _int(r.get("seq_len")) or 2048
+    if "eq.(3)" in basis.replace(" ", ""):
+        return sc21_eq3_flops(gbs, seq, layers, hidden, _int(r.get("vocab")) or 51200)
+    n_params = _num(r.get("params_b"))
+    if "palm" in basis and n_params:
+        return gbs * seq * (6 * n_params * 1e9 + 12 * layers * hidden * seq)
+    return None
+
+
 def _common_run_case(r: dict, blind: bool) -> Case:
     """One run row: the mapping of common_runs, with the micro-batch and interleaving depth the row leaves
     open set by the unknowns rule (blind) or the SC21 authors' scripts."""
@@ -253,15 +266,41 @@ def _common_run_case(r: dict, blind: bool) -> Case:
     scenario, why = _scenario(raw, rid)
     secondary, fns = {}, {}
     tflops = _num(r.get("tflops_per_gpu"))
-    basis = (r.get("tflops_basis") or "").lower()
-    if tflops is not None and "eq.(3)" in basis.replace(" ", ""):
-        flops = sc21_eq3_flops(gbs, _int(r.get("seq_len")) or 2048, layers, hidden, _int(r.get("vocab")) or 51200)
+    flops = _source_step_flops(r, gbs, layers, hidden)
+    if tflops is not None and flops is not None:
         secondary["tflops_per_gpu"] = tflops
         fns["tflops_per_gpu"] = lambda step_s, f=flops, n=gpus: f / (step_s * n) / 1e12
     table = (r.get("source_table") or "").split("/")[0].strip() or "runs"
     category = f"{table} ZeRO-3" if zero == 3 else (f"{table} PTD-P" if table.startswith("Table 2") else table)
     return Case(rid, label, published, scenario=scenario, skip_reason=why, secondary=secondary,
                 secondary_fns=fns, category=category)
+
+
+# --- Llama 3 405B pre-training (Meta, 2024) -------------------------------------------------------------
+
+LLAMA3_CITATION = ('Llama Team, AI @ Meta, "The Llama 3 Herd of Models" (arXiv:2407.21783), Sec. 3.3 and Table 4 '
+                   '(scaling configurations, TFLOPs/GPU and BF16 MFU of Llama 3 405B pre-training on H100)')
+
+
+def load_llama3(path: Path | None = None, *, name: str = "llama3") -> Dataset:
+    """Llama 3 405B pre-training on 8K-16K H100s (bundled, not in the shared set): the common run schema mapping
+    with the facts the paper states written into the rows (trainsim/data/validation/llama3_2024.csv)."""
+    ds = load_common_runs(path or validation_path("llama3_2024.csv"), name=name)
+    notes = ds.notes + (
+        "source facts: H100 80GB at 700 W, 8 per server, RoCE 400 Gb/s per GPU (dgx-h100 preset); TP 8, PP 16, "
+        "CP 1/16, micro-batch 1, 16M tokens per batch; no activation checkpointing; FSDP sharding optimizer "
+        "states and gradients with parameters kept after forward (zero 2, framework torch by the year rule); "
+        "interleaving depth V = 8, derived from the text: the first chunk of the first stage holds only the "
+        "embedding and the last chunk of the last stage only the output/loss, i.e. one layer per chunk, "
+        "(126 + 2) / 16. Sequence parallelism assumed (the paper's TP cites Korthikanti et al.).",
+        "metric: step time derived from the printed TFLOPs/GPU on the paper's basis, PaLM MFU (6N + 12*L*H*Q*T "
+        "per token, N = 405e9): the tflops_per_gpu column is the same comparison. The CP row's DP is 8 "
+        "(Table 4 prints 4, which does not multiply out to 16,384 GPUs). Not modelled: Meta's own pipeline "
+        "schedule (tunable N, asynchronous p2p), the all-gather based CP, document masks, the 1:7 "
+        "oversubscribed aggregation layer above 3,072-GPU pods.",
+    )
+    return Dataset(name=ds.name, title="Llama 3 405B pre-training on H100 (Meta 2024, Table 4)",
+                   metric=ds.metric, unit=ds.unit, citation=LLAMA3_CITATION, notes=notes, cases=ds.cases)
 
 
 # --- Korthikanti et al. 2022 (Megatron-LM on A100, sequence parallelism / selective recompute) ------------
@@ -767,6 +806,7 @@ DATASETS: dict[str, Callable[[], Dataset]] = {
     "nccl": load_nccl,
     "nemo": load_nemo,
     "korthikanti": load_korthikanti,
+    "llama3": load_llama3,
 }
 
 
