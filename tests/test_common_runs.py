@@ -124,3 +124,22 @@ def test_a_user_csv_is_validated_with_each_rows_own_hardware(tmp_path):
     assert build_scenario(one_t.model_dump()) == load_dataset("sc21").cases[9].scenario.model_copy(
         update={"name": one_t.name})
     assert any("gpu_type" in n for n in ds.notes)
+
+
+def test_bad_cells_skip_the_row_with_the_field_named(tmp_path):
+    """Nothing is silently replaced: a zero degree, an unknown dtype, an impossible GPU count, a non-positive step
+    time each skip their row and say which field is wrong."""
+    bad = {"tp0": {"tp": "0"}, "int4": {"precision": "int4"}, "gpus7": {"num_gpus": "7"},
+           "vpneg": {"vp_interleave": "-3"}, "stepneg": {"step_time_s": "-5"}, "gpn0": {"gpus_per_node": "0"},
+           "mb0": {"micro_batch": "0"}, "layers": {"layers": "abc"}}
+    rows = [{**LLAMA_ROW, "row_id": k, **v} for k, v in bad.items()]
+    path = tmp_path / "bad.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    why = {c.row_id: c.skip_reason for c in load_dataset(str(path)).cases}
+    assert all(why.values()), why
+    assert "layout.tp" in why["tp0"] and "precision" in why["int4"] and "gpus" in why["gpus7"]
+    assert "layout.vpp" in why["vpneg"] and "step time" in why["stepneg"] and "gpus_per_node" in why["gpn0"]
+    assert "micro_batch" in why["mb0"] and "layers" in why["layers"]

@@ -70,7 +70,9 @@ def cluster_mapping(r: dict, gpus: int) -> dict:
     preset_name, over = match
     base = load_cluster(preset_name)
     per_node = integer(r.get("gpus_per_node"))
-    if per_node and base.gpus_per_node == 8 and per_node != 8 and per_node > 0:
+    if per_node is not None and per_node <= 0:
+        raise SpecError("gpus_per_node", f"must be a positive whole number, got {r.get('gpus_per_node')!r}")
+    if per_node and base.gpus_per_node == 8 and per_node != 8:
         over["gpus_per_node"] = per_node
     link = (r.get("inter_node_link") or "").lower()
     out = dict(over.get("scale_out", {}))
@@ -140,11 +142,17 @@ def framework_for(r: dict, zero: int, year: int | None) -> str:
 
 
 def precision(r: dict) -> str:
+    """The training dtype the ``precision`` text names; bf16 when it names none ("mixed precision", empty)."""
     t = (r.get("precision") or "").lower()
-    if "fp8" in t or "mxfp8" in t:
+    if "fp8" in t:
         return "fp8"
-    if "fp16" in t and "bf16" not in t:
+    if "bf16" in t or "bfloat16" in t:
+        return "bf16"
+    if "fp16" in t or "float16" in t:
         return "fp16"
+    if re.search(r"fp32|tf32|int\d|fp4|fp6|nvfp", t):
+        raise SpecError("precision", f"{r.get('precision')!r} is not a training dtype trainsim models "
+                                     "(bf16, fp16, fp8)")
     return "bf16"
 
 
@@ -161,7 +169,7 @@ def interleave_depth(r: dict, pp: int, layers_per_stage: int | None) -> int | No
     """``vp_interleave`` when it is a number; 1 when the schedule is stated and not interleaved; None when
     the row leaves it open (the caller's unknowns rule decides)."""
     v = integer(r.get("vp_interleave"))
-    if v:
+    if v is not None:  # a stated 0 or negative depth is rejected by the spec, by name
         return v
     sched = (r.get("pipeline_schedule") or "").lower()
     if pp <= 1 or (sched and "interleav" not in sched and re.search(r"1f1b|gpipe|dualpipe|zero", sched)):
@@ -181,10 +189,11 @@ def schedule(r: dict, vpp: int) -> str:
 
 
 def published_step_time(r: dict) -> float | None:
-    """Seconds per step as printed, else from the tokens/s the row prints and its tokens per batch."""
+    """Seconds per step as printed, else from the tokens/s the row prints and its tokens per batch (None when
+    neither is there or a value is not positive)."""
     step = num(r.get("step_time_s"))
     if step is not None:
-        return step
+        return step if step > 0 else None
     tokens = num(r.get("global_batch_tokens"))
     if tokens is None:
         seqs, seq = integer(r.get("global_batch_seqs")), integer(r.get("seq_len"))
@@ -193,7 +202,7 @@ def published_step_time(r: dict) -> float | None:
     if tps is None:
         per_gpu, gpus = num(r.get("tokens_per_s_per_gpu")), integer(r.get("num_gpus"))
         tps = per_gpu * gpus if per_gpu and gpus else None
-    return tokens / tps if tokens and tps else None
+    return tokens / tps if tokens and tps and tokens > 0 and tps > 0 else None
 
 
 def is_run_row(r: dict) -> bool:
@@ -202,12 +211,17 @@ def is_run_row(r: dict) -> bool:
             and published_step_time(r) is not None)
 
 
+def degree(r: dict, key: str) -> int:
+    """A parallel degree: 1 when the cell is empty; the spec rejects a stated 0 or negative value by name."""
+    v = integer(r.get(key))
+    return 1 if v is None else v
+
+
 def scenario_mapping(r: dict, micro_batch: int, vpp: int) -> dict:
     """The scenario mapping of a run row, with the micro-batch and interleaving depth decided by the caller."""
     year = source_year(r)
     gpus, gbs = integer(r["num_gpus"]), integer(r["global_batch_seqs"])
-    tp, pp = integer(r.get("tp")) or 1, integer(r.get("pp")) or 1
-    cp, ep = integer(r.get("cp")) or 1, integer(r.get("ep")) or 1
+    tp, pp, cp, ep = (degree(r, k) for k in ("tp", "pp", "cp", "ep"))
     zero, dist_opt = zero_stage(r)
     modern = year is None or year >= 2023
     sp = (r.get("sequence_parallel") or "").strip().lower().startswith(("yes", "true", "on"))
@@ -219,13 +233,9 @@ def scenario_mapping(r: dict, micro_batch: int, vpp: int) -> dict:
         training["distributed_optimizer"] = True
     if sp and tp > 1:
         training["sequence_parallel"] = True
-    layout = {"tp": tp, "pp": pp, "vpp": vpp}
+    layout = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp}
     dp = integer(r.get("dp"))
-    if dp:  # stated: the spec checks tp x cp x pp x dp against the GPU count
+    if dp is not None:  # stated: the spec checks tp x cp x pp x dp against the GPU count
         layout["dp"] = dp
-    if cp > 1:
-        layout["cp"] = cp
-    if ep > 1:
-        layout["ep"] = ep
     return {"model": model_mapping(r), "cluster": cluster_mapping(r, gpus), "layout": layout,
             "training": training}

@@ -230,18 +230,21 @@ def _common_run_case(r: dict, blind: bool) -> Case:
     rid = r["row_id"]
     layers, hidden, heads = _int(r.get("layers")), _int(r.get("hidden")), _int(r.get("heads"))
     gpus, gbs = _int(r.get("num_gpus")), _int(r.get("global_batch_seqs"))
-    tp, pp = _int(r.get("tp")) or 1, _int(r.get("pp")) or 1
+    tp, pp = common_runs.degree(r, "tp"), common_runs.degree(r, "pp")
     published = common_runs.published_step_time(r)
     label = f"{r.get('model_name') or '?'} n={gpus} tp{tp} pp{pp}"
-    if None in (layers, hidden, heads, gpus, gbs) or published is None:
-        return Case(rid, label, published or float("nan"), skip_reason="incomplete architecture or batch")
+    if published is None:
+        return Case(rid, label, float("nan"), skip_reason="step_time_s: no positive step time (nor tokens/s)")
+    if None in (layers, hidden, heads, gpus, gbs) or min(layers, hidden, heads, gpus, gbs) <= 0:
+        return Case(rid, label, published, skip_reason="layers, hidden, heads, num_gpus, global_batch_seqs: "
+                                                       "each must be a positive whole number")
     zero, _ = common_runs.zero_stage(r)
-    layers_per_stage = layers // pp if layers % pp == 0 else None
+    layers_per_stage = layers // pp if pp > 0 and layers % pp == 0 else None
     mbs_col = _int(r.get("micro_batch"))
     stated_vpp = common_runs.interleave_depth(r, pp, layers_per_stage)
     vstage_layers: int | None = None
     if blind:
-        mbs = mbs_col or 1
+        mbs = 1 if mbs_col is None else mbs_col
         if stated_vpp is not None:
             vpp = stated_vpp
         elif layers_per_stage:
@@ -260,7 +263,7 @@ def _common_run_case(r: dict, blind: bool) -> Case:
         raw = common_runs.scenario_mapping(r, mbs, vpp)
     except SpecError as e:
         return Case(rid, label, published, skip_reason=f"not representable: {e}")
-    cp, ep = _int(r.get("cp")) or 1, _int(r.get("ep")) or 1
+    cp, ep = common_runs.degree(r, "cp"), common_runs.degree(r, "ep")
     label += ((f" cp{cp}" if cp > 1 else "") + (f" ep{ep}" if ep > 1 else "") + f" mb{mbs}"
               + (f" v{vpp}" if vpp > 1 else "") + (" ZeRO-3" if zero == 3 else ""))
     scenario, why = _scenario(raw, rid)
