@@ -143,3 +143,11 @@ def test_bad_cells_skip_the_row_with_the_field_named(tmp_path):
     assert "layout.tp" in why["tp0"] and "precision" in why["int4"] and "gpus" in why["gpus7"]
     assert "layout.vpp" in why["vpneg"] and "step time" in why["stepneg"] and "gpus_per_node" in why["gpn0"]
     assert "micro_batch" in why["mb0"] and "layers" in why["layers"]
+
+
+@pytest.mark.parametrize("text, vp, expected", [
+    ("interleaved 1F1B", 2, "interleaved"), ("1F1B", 1, "1f1b"), ("GPipe", 1, "gpipe"),
+    ("ZB-H1 (zero bubble)", 1, "zb"), ("DualPipe", 1, "dualpipev"), ("", 1, "1f1b"),
+])
+def test_schedule_text(text, vp, expected):
+    assert common_runs.schedule({"pipeline_schedule": text}, vp) == expected

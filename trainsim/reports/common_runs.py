@@ -157,6 +157,7 @@ def precision(r: dict) -> str:
 
 
 def recompute(r: dict) -> str:
+    """none / selective / full from the ``recompute`` text ("none (...)" and "no" are none)."""
     t = (r.get("recompute") or "").strip().lower()
     if not t or re.match(r"(?:no|none|n/a|off|false)\b", t):  # "none (trained without checkpointing)" is none
         return "none"
@@ -178,11 +179,14 @@ def interleave_depth(r: dict, pp: int, layers_per_stage: int | None) -> int | No
 
 
 def schedule(r: dict, vpp: int) -> str:
+    """The TrainingSpec schedule the ``pipeline_schedule`` text names (interleaved 1F1B when vpp > 1)."""
     sched = (r.get("pipeline_schedule") or "").lower()
     if "dualpipe" in sched:
         return "dualpipev"
     if "gpipe" in sched:
         return "gpipe"
+    if re.search(r"zero[\s-]*bubble|\bzb\b|zb-", sched):
+        return "zb"
     if vpp > 1:
         return "interleaved"
     return "1f1b"
