@@ -13,7 +13,7 @@ import pytest
 from trainsim.data import validation_path
 from trainsim.reports import common_runs
 from trainsim.reports.datasets import load_dataset
-from trainsim.specs import SpecError, build_scenario, load_cluster
+from trainsim.specs import SpecError, load_cluster
 
 SC21_TITLE = ('Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", '
               'SC21 (arXiv:2104.04473)')
@@ -117,12 +117,12 @@ def test_a_user_csv_is_validated_with_each_rows_own_hardware(tmp_path):
     assert llama.model.num_kv_heads == 8 and llama.layout.vpp == 2  # 126 layers on 16 stages: uneven, 2 chunks
     assert "gpu_type" in cases["v100"].skip_reason
     assert "layout.dp" in cases["cp16"].skip_reason and "cp16" in cases["cp16"].label
-    one_t = cases["sc21_t1_10"].scenario
+    one_t = cases["sc21_t1_10"].scenario  # 1T: 128 layers, tp 8, pp 64 on 3,072 A100s (SC21, 2021)
     assert one_t.cluster.gpu.name.startswith("A100") and one_t.training.framework == "megatron-2021"
     assert one_t.training.dtype == "fp16" and one_t.training.flash_attention is False
-    # the same row through the bundled SC21 loader gives the same scenario
-    assert build_scenario(one_t.model_dump()) == load_dataset("sc21").cases[9].scenario.model_copy(
-        update={"name": one_t.name})
+    assert one_t.training.dropout is True and one_t.training.recompute == "full"
+    assert one_t.cluster.scale_out.fabric == "fat-tree" and one_t.cluster.scale_out.nic_bw_Bps == 25e9
+    assert (one_t.layout.tp, one_t.layout.pp, one_t.layout.vpp) == (8, 64, 2)  # 2 layers per stage: v = 2
     assert any("gpu_type" in n for n in ds.notes)
 
 
@@ -147,7 +147,85 @@ def test_bad_cells_skip_the_row_with_the_field_named(tmp_path):
 
 @pytest.mark.parametrize("text, vp, expected", [
     ("interleaved 1F1B", 2, "interleaved"), ("1F1B", 1, "1f1b"), ("GPipe", 1, "gpipe"),
-    ("ZB-H1 (zero bubble)", 1, "zb"), ("DualPipe", 1, "dualpipev"), ("", 1, "1f1b"),
+    ("ZB-H1", 1, "zb"), ("DualPipe", 2, "dualpipev"), ("", 1, "1f1b"), ("non-interleaved 1F1B", 2, "1f1b"),
 ])
 def test_schedule_text(text, vp, expected):
     assert common_runs.schedule({"pipeline_schedule": text}, vp) == expected
+
+
+def _link(text, gpu="A100-SXM4-80GB"):
+    k = load_cluster(common_runs.cluster_mapping({"gpu_type": gpu, "inter_node_link": text, "gpus_per_node": "8"}, 16))
+    return k.scale_out.nics_per_node, k.scale_out.nic_bw_Bps
+
+
+@pytest.mark.parametrize("text, nics, per_nic", [
+    ("NDR 400", 8, 50e9),                                   # an A100 row on NDR: not the preset's HDR
+    ("100 GB/s per GPU", 8, 100e9),                         # bytes, not bits
+    ("3200 Gbps per node (400 Gbps per GPU)", 8, 50e9),     # the per-GPU statement wins
+    ("2x 400 Gbps per GPU", 16, 50e9),
+    ("400 Gbps EFA per node", 8, 6.25e9),                   # a node total split over one NIC per GPU
+    ("8x400G", 8, 50e9), ("3.2 Tbps per node", 8, 50e9),
+    ("4x HDR 200 Gb/s per node", 4, 25e9),
+])
+def test_inter_node_link_text(text, nics, per_nic):
+    assert _link(text) == (nics, pytest.approx(per_nic))
+
+
+@pytest.mark.parametrize("gpu", ["A100 40GB PCIe", "H100 PCIe", "H100 NVL", "GH200", "V100"])
+def test_gpu_variants_without_a_preset_are_not_replaced(gpu):
+    with pytest.raises(SpecError, match="gpu_type"):
+        common_runs.cluster_mapping({"gpu_type": gpu}, 8)
+
+
+def test_gpu_names_as_tools_print_them():
+    assert load_cluster(common_runs.cluster_mapping({"gpu_type": "A100-SXM4-40GB"}, 8)).gpu.memory_bytes == 40 * 2**30
+    assert load_cluster(common_runs.cluster_mapping({"gpu_type": "A100 (400W)"}, 8)).gpu.memory_bytes == 80 * 2**30
+    assert load_cluster(common_runs.cluster_mapping({"gpu_type": "NVIDIA H100 SXM5"}, 8)).gpu.name.startswith("H100")
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("yes", "full"), ("AC", "full"), ("uniform", "full"), ("full activation recomputation", "full"),
+    ("selective", "selective"), ("without activation checkpointing", "none"), ("activation checkpointing: none", "none"),
+    ("not recomputed", "none"), ("none (8K sequences trained without checkpointing)", "none"), ("", "none"),
+])
+def test_recompute_text(text, expected):
+    assert common_runs.recompute({"recompute": text}) == expected
+
+
+def test_unreadable_cells_name_their_column():
+    for key, text in (("recompute", "sometimes"), ("micro_batch", "1-4"), ("tp", "eight")):
+        with pytest.raises(SpecError, match=key):
+            (common_runs.recompute if key == "recompute" else lambda r: common_runs.whole(r, key))({key: text})
+    assert common_runs.whole({"tp": "8 (within node)"}, "tp") == 8
+    assert common_runs.whole({"pp": "not stated"}, "pp") is None
+    with pytest.raises(SpecError, match="zero_or_sharding"):
+        common_runs.zero_stage({"zero_or_sharding": "HSDP"})
+
+
+@pytest.mark.parametrize("text, zero, fw2021, fw2024", [
+    ("DeepSpeed ZeRO-3 (params, grads, optimizer states sharded)", 3, "deepspeed-2021", "deepspeed"),
+    ("FSDP NO_SHARD", 0, "megatron-2021", "megatron"), ("reshard_after_forward=False", 2, "pytorch-fsdp", "torch"),
+    ("ZeRO stage 2", 2, "deepspeed-2021", "deepspeed"),
+])
+def test_sharding_text_and_framework(text, zero, fw2021, fw2024):
+    row = {"zero_or_sharding": text}
+    assert common_runs.zero_stage(row)[0] == zero
+    assert common_runs.framework_for(row, zero, 2021) == fw2021 and common_runs.framework_for(row, zero, 2024) == fw2024
+
+
+def test_schedule_negations_and_chunks():
+    depth = common_runs.interleave_depth
+    assert depth({"pipeline_schedule": "non-interleaved 1F1B"}, 16, 8) == 1
+    assert depth({"pipeline_schedule": "1F1B (no interleaving)"}, 16, 8) == 1
+    assert depth({"pipeline_schedule": "DualPipe"}, 16, 8) == 2
+    assert depth({"pipeline_schedule": "interleaved 1F1B"}, 16, 8) is None
+    assert common_runs.source_year({"source_title": "a 2023 blog post", "read_from": "read 2026-03-01"}) == 2023
+
+
+def test_blind_interleave_for_uneven_stages():
+    """Unknown depth, layers not divisible by pp: the smallest v > 1 whose pp*v chunks split the layers evenly or
+    with the two end chunks one layer short (the spec's rule); 1 when none does."""
+    from trainsim.reports.datasets import _blind_interleave
+    assert _blind_interleave(126, 16) == 2      # 128 = 16 x 2 x 4
+    assert _blind_interleave(50, 4) == 1        # neither 50 nor 52 splits into 4 v chunks for v in 2..12
+    assert _blind_interleave(62, 8) == 2        # 64 = 8 x 2 x 4

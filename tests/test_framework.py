@@ -144,7 +144,7 @@ def test_deepspeed_zero3_keeps_few_parameters_gathered():
     h = 20480
     assert memory.largest_weight_tensor_params(ds.model) == 4 * h * h      # fc1 / fc2
     assert memory.stage_memory(ds, 0).details["zero3_gather_buffers"] == pytest.approx(4 * h * h * (2 + 2))
-    # two unsharded blocks (2 B) and the block's gradient twice while FSDP1 concatenates it (2 x 2 B)
+    # two unsharded blocks (2 B) and the block's gradient twice while FSDP1 concatenates it (flat 2 B + 2 B)
     assert memory.stage_memory(fsdp, 0).details["zero3_gather_buffers"] == pytest.approx(12 * h * h * (2 * 2 + 2 * 2),
                                                                                         rel=1e-3)
     assert memory.peak_bytes(ds) < ds.cluster.gpu.memory_bytes < memory.peak_bytes(fsdp)

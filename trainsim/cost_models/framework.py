@@ -135,14 +135,16 @@ fitted to a measurement.
       second micro-batch on, added into the saved gradient shard (read 4 + 4, write 4; counted every
       micro-batch when accumulating). Composer runs no ``no_sync`` for FSDP, so this is every micro-batch.
   ``fsdp_grad_prep_bytes_per_param`` gives the bytes per parameter of the unit; the optimizer then sees
-  fp32 gradient shards.
+  fp32 gradient shards. Memory: while the split backward concatenates, the parameters' own 16-bit gradients
+  and the unit's flat gradient coexist (memory.stage_memory).
 * ``optimizer_update`` -- how the Adam step streams the optimizer shard. "fused" (Megatron/TE/apex
   multi-tensor Adam, torch's fused/foreach paths): one pass reading the fp32 master weight, m, v and the
   gradient and writing them back (``2 x optimizer_bytes + grad + param`` bytes per parameter).
   "per_param_loop" (Composer's ``DecoupledAdamW``, the optimizer of llm-foundry's MPT yamls): a Python loop
   over parameters of separate eager ops -- ``exp_avg.mul_(b1).add_(g)``, ``exp_avg_sq.mul_(b2).addcmul_(g,
   g)``, ``denom = (exp_avg_sq.sqrt() / c2).add_(eps)``, ``param.addcdiv_(exp_avg, denom)`` (the decay
-  ``param.mul_`` is skipped at the yamls' ``weight_decay: 0.0``): ``PER_PARAM_LOOP_ADAM_BYTES`` on fp32 state.
+  ``param.mul_`` is skipped at the yamls' ``weight_decay: 0.0``): ``PER_PARAM_LOOP_ADAM_BYTES`` on fp32 state
+  and fp32 gradients (FSDP's gradient shards; used when the optimizer state is the 12-byte fp32 master + m + v).
 * ``clip_scales_grads`` -- gradient clipping multiplies every gradient by the clip coefficient
   unconditionally (FSDP's ``clip_grad_norm_``: ``grad.mul_(clamp(max_norm / norm, max=1))``; Composer's
   ``gradient_clipping`` algorithm calls it on the root FSDP module): the norm pass reads each gradient

@@ -271,8 +271,8 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
             # FSDP: the unit in use and the prefetched next one unsharded, plus one unit's full gradient
             # before its reduce-scatter (twice while FSDP1's split backward concatenates the parameters'
             # gradients into the flat one: framework.fsdp_grad_prep).
-            grad_copies = 2 if fw.fsdp_grad_prep else 1
-            details["zero3_gather_buffers"] = rp.unit_params * (2 * pb + grad_copies * gb)
+            concat_copy = pb if fw.fsdp_grad_prep else 0  # the parameters' own 16-bit gradients beside the flat one
+            details["zero3_gather_buffers"] = rp.unit_params * (2 * pb + gb + concat_copy)
     if t.offload_optimizer:
         details["offload_staging"] = rp.unit_params * gb
     if stage == scenario.loss_stage:

@@ -27,6 +27,9 @@ from trainsim.specs import SpecError, load_cluster
 
 RUN_RECORD_TYPES = ("measured_throughput", "measured_iteration_time", "measured_step_time", "measured_mfu")
 
+# gpu_type variants with no preset, checked first: a PCIe card, the H100 NVL pair or a Grace Hopper superchip is
+# not the SXM part of a preset, and is not silently replaced by one.
+GPU_UNSUPPORTED = (r"pcie", r"h100\s*nvl", r"gh200", r"grace\s*hopper")
 # gpu_type (lower case) -> (cluster preset, overrides); the first pattern that matches wins.
 GPU_CLUSTERS: tuple[tuple[str, str, dict], ...] = (
     (r"gb300", "gb300-nvl72", {}),
@@ -37,10 +40,15 @@ GPU_CLUSTERS: tuple[tuple[str, str, dict], ...] = (
     # H800: H100 compute with NVLink cut to 400 GB/s bidirectional, 200 per direction [h800_dsv3]
     (r"h800", "dgx-h100", {"scale_up": {"bw_per_gpu_Bps": 200e9}}),
     (r"h100", "dgx-h100", {}),
-    (r"a100\D*40", "dgx-a100", {"gpu": "a100-40gb"}),
+    (r"a100.*\b40\s*gb|a100.*-40gb", "dgx-a100", {"gpu": "a100-40gb"}),
     (r"a100", "dgx-a100", {}),
     (r"mi300x", "mi300x", {}),
 )
+# InfiniBand generations named without a rate: Gb/s per port (one NIC per GPU assumed).
+IB_GENERATIONS = {"xdr": 800, "ndr": 400, "hdr": 200, "edr": 100}
+# Cells that say a value is not given: the caller's default or unknowns rule decides.
+NOT_STATED = re.compile(r"^\s*(?:|-|n/?a|none stated|not stated.*|unknown|\?)\s*$", re.IGNORECASE)
+
 # Model families whose blocks are Llama-style: SwiGLU MLP, RMSNorm, rotary positions, no biases, untied
 # embeddings (their published configs). Anything else is GPT-style (GeLU, LayerNorm, learned positions,
 # biases, tied embeddings), as GPT-3, Megatron's GPT, MT-NLG, BLOOM-era and MPT models are.
@@ -49,8 +57,9 @@ LLAMA_STYLE = ("llama", "mistral", "mixtral", "qwen", "deepseek", "gemma", "yi-"
 
 def source_year(r: dict) -> int | None:
     """The year of the row's source: its arXiv id (YYMM.NNNNN), else a 20xx year in the source columns."""
-    text = " ".join(r.get(k) or "" for k in ("source_title", "source_url", "source_locator", "read_from"))
-    m = re.search(r"(?:arxiv[:./\s]*|abs/|pdf/)(\d{2})(\d{2})\.\d{4,5}", text, re.IGNORECASE)
+    text = " ".join(r.get(k) or "" for k in ("source_title", "source_url", "source_locator"))
+    ids = text + " " + (r.get("read_from") or "")  # where it was read may name the arXiv id, never a year
+    m = re.search(r"(?:arxiv[:./\s]*|abs/|pdf/)(\d{2})(\d{2})\.\d{4,5}", ids, re.IGNORECASE)
     if m and 1 <= int(m.group(2)) <= 12:
         return 2000 + int(m.group(1))
     years = [int(y) for y in re.findall(r"\b(20[12]\d)\b", text)]
@@ -64,6 +73,8 @@ def cluster_mapping(r: dict, gpus: int) -> dict:
     """The cluster of the row: preset by ``gpu_type``; node size and NICs as ``gpus_per_node`` and
     ``inter_node_link`` state them; a fat-tree fabric when the link text says so."""
     gpu_text = (r.get("gpu_type") or "").lower()
+    if any(re.search(pat, gpu_text) for pat in GPU_UNSUPPORTED):
+        raise SpecError("gpu_type", f"no cluster preset for {r.get('gpu_type')!r} (the presets are SXM/OAM parts)")
     match = next(((p, dict(o)) for pat, p, o in GPU_CLUSTERS if re.search(pat, gpu_text)), None)
     if match is None:
         raise SpecError("gpu_type", f"no cluster preset for {r.get('gpu_type')!r}" if gpu_text else "missing")
@@ -74,27 +85,63 @@ def cluster_mapping(r: dict, gpus: int) -> dict:
         raise SpecError("gpus_per_node", f"must be a positive whole number, got {r.get('gpus_per_node')!r}")
     if per_node and base.gpus_per_node == 8 and per_node != 8:
         over["gpus_per_node"] = per_node
-    link = (r.get("inter_node_link") or "").lower()
+    link = r.get("inter_node_link") or ""
     out = dict(over.get("scale_out", {}))
-    nics = _nics_from_text(link, over.get("gpus_per_node", base.gpus_per_node))
+    nics = nics_from_text(link, over.get("gpus_per_node", base.gpus_per_node))
     if nics is not None:
         out["nics_per_node"], out["nic_bw_Bps"] = nics
-    if re.search(r"fat[\s-]?tree", link):
+    if re.search(r"fat[\s-]?tree", link, re.IGNORECASE):
         out["fabric"] = "fat-tree"
     if out:
         over["scale_out"] = out
     return cluster(preset_name, gpus, **over)
 
 
-def _nics_from_text(link: str, per_node: int) -> tuple[int, float] | None:
-    """(NICs per node, bytes/s per NIC) from text like '8x 200Gbps HDR per node' or '400 Gb/s per GPU'."""
-    m = re.search(r"(\d+)\s*[x×]\s*[^;,]*?(\d{2,4})\s*g(?:b|bit)", link)
-    if m:
-        return int(m.group(1)), int(m.group(2)) * 1e9 / 8
-    m = re.search(r"(\d{2,4})\s*g(?:b|bit)[^;]*per\s+gpu", link)
-    if m:
-        return per_node, int(m.group(1)) * 1e9 / 8
+_RATE = r"(\d+(?:\.\d+)?)\s*([TG])(bit|b|B)?(?:ps|/s)?(?![a-z])"
+
+
+def _rate_Bps(value: str, prefix: str, unit: str | None) -> float:
+    """Bytes/s of a rate like '400 Gbps' / '100 GB/s' / '3.2 Tbps' / '400G' (a bare G/T is bits, as links are)."""
+    scale = 1e12 if prefix == "T" else 1e9
+    return float(value) * scale / (1 if unit == "B" else 8)
+
+
+def nics_from_text(link: str, per_node: int) -> tuple[int, float] | None:
+    """(NICs per node, bytes/s per NIC) from ``inter_node_link`` text, or None when it states no rate.
+
+    Understood: 'N x <rate>' (N NICs per node, or per GPU when the clause says 'per GPU'), '<rate> per GPU'
+    (preferred over a per-node total in the same cell), '<rate> per node' (split over one NIC per GPU), and an
+    InfiniBand generation without a rate ('NDR', 'HDR': one such port per GPU). Bits unless written 'B'."""
+    clauses = re.split(r"[;()]", link)
+    for clause in clauses:
+        per_gpu = re.search(r"per\s+gpu", clause, re.IGNORECASE)
+        m = re.search(r"(\d+)\s*[x×]\s*(?:[A-Za-z-]+\s+)*?" + _RATE, clause)
+        if m:
+            n = int(m.group(1)) * (per_node if per_gpu else 1)
+            return n, _rate_Bps(m.group(2), m.group(3), m.group(4))
+        m = re.search(_RATE + r"[^;,()]*per\s+gpu", clause, re.IGNORECASE)
+        if m:
+            return per_node, _rate_Bps(m.group(1), m.group(2), m.group(3))
+    for clause in clauses:
+        m = re.search(_RATE + r"[^;,()]*per\s+(?:node|server|host)", clause, re.IGNORECASE)
+        if m:
+            return per_node, _rate_Bps(m.group(1), m.group(2), m.group(3)) / per_node
+    gen = re.search(r"\b(xdr|ndr|hdr|edr)\b", link, re.IGNORECASE)
+    if gen:
+        return per_node, IB_GENERATIONS[gen.group(1).lower()] * 1e9 / 8
     return None
+
+
+def whole(r: dict, key: str) -> int | None:
+    """A whole-number cell: None when it says the value is not given; a number optionally followed by a
+    parenthetical remark ('8 (within node)'); anything else is an error naming the column."""
+    text = (r.get(key) or "").strip()
+    if NOT_STATED.match(text):
+        return None
+    m = re.fullmatch(r"(-?\d+)(?:\.0+)?\s*(?:\(.*\))?", text)
+    if m is None:
+        raise SpecError(key, f"{text!r} is not a whole number")
+    return int(m.group(1))
 
 
 def model_mapping(r: dict) -> dict:
@@ -105,8 +152,8 @@ def model_mapping(r: dict) -> dict:
     model = {"name": r.get("model_name") or r["row_id"], "num_layers": integer(r["layers"]), "hidden": hidden,
              "num_heads": heads, "ffn_hidden": integer(r.get("ffn_hidden")) or 4 * hidden,
              "vocab_size": integer(r.get("vocab")) or 51200, "max_seq_len": integer(r.get("seq_len")) or 2048}
-    kv = integer(r.get("kv_heads"))
-    if kv and kv != heads:
+    kv = whole(r, "kv_heads")
+    if kv is not None and kv != heads:
         model["num_kv_heads"] = kv
     if any(k in (r.get("model_name") or "").lower() for k in LLAMA_STYLE):
         model.update(activation="swiglu", norm="rmsnorm", position_embedding="rope", bias=False,
@@ -117,12 +164,17 @@ def model_mapping(r: dict) -> dict:
 def zero_stage(r: dict) -> tuple[int, bool]:
     """(ZeRO stage, Megatron distributed optimizer) from ``zero_or_sharding``."""
     t = (r.get("zero_or_sharding") or "").lower()
+    if re.search(r"hsdp|hybrid[_\s-]?shard|offload|infinity|zero\+\+|zeropp", t):
+        raise SpecError("zero_or_sharding", f"{r.get('zero_or_sharding')!r}: hybrid sharding, ZeRO-Offload/"
+                                            "Infinity and ZeRO++ are not mapped")
     stated = re.search(r"zero[\s-]*(?:stage[\s-]*)?([123])", t)  # an explicit stage wins over other words
     if stated:
         return int(stated.group(1)), False
-    if re.search(r"shard[_\s-]?grad[_\s-]?op", t):
+    if re.search(r"no[_\s-]?shard", t):
+        return 0, False
+    if re.search(r"shard[_\s-]?grad[_\s-]?op|reshard_after_forward\s*=\s*false", t):
         return 2, False
-    if re.search(r"full[_\s-]?shard|fsdp", t):
+    if re.search(r"full[_\s-]?shard|fully[\s-]sharded|fsdp", t):
         return 3, False
     return 0, "distributed optimizer" in t or "distributed-optimizer" in t
 
@@ -130,7 +182,8 @@ def zero_stage(r: dict) -> tuple[int, bool]:
 def framework_for(r: dict, zero: int, year: int | None) -> str:
     """The framework of the row's era and sharding (module docstring)."""
     t = (r.get("zero_or_sharding") or "").lower()
-    if zero >= 2 and re.search(r"fsdp|shard", t):
+    fsdp = re.search(r"fsdp|full[_\s-]?shard|fully[\s-]sharded[\s-]data|shard[_\s-]?grad[_\s-]?op|reshard_after", t)
+    if zero >= 2 and fsdp and "deepspeed" not in t:
         return "pytorch-fsdp" if year is not None and year <= 2023 else "torch"
     if zero >= 2 or "deepspeed" in t:
         return "deepspeed-2021" if year is not None and year <= 2021 else "deepspeed"
@@ -150,32 +203,49 @@ def precision(r: dict) -> str:
         return "bf16"
     if "fp16" in t or "float16" in t:
         return "fp16"
-    if re.search(r"fp32|tf32|int\d|fp4|fp6|nvfp", t):
+    if "half" in t:
+        return "fp16"
+    if re.search(r"\bfp32\b|float32|single precision", t):
+        return "fp32"
+    if re.search(r"tf32|int\d|fp4|fp6|nvfp", t):
         raise SpecError("precision", f"{r.get('precision')!r} is not a training dtype trainsim models "
-                                     "(bf16, fp16, fp8)")
+                                     "(bf16, fp16, fp8, fp32)")
     return "bf16"
 
 
 def recompute(r: dict) -> str:
-    """none / selective / full from the ``recompute`` text ("none (...)" and "no" are none)."""
-    t = (r.get("recompute") or "").strip().lower()
-    if not t or re.match(r"(?:no|none|n/a|off|false)\b", t):  # "none (trained without checkpointing)" is none
+    """none / selective / full from the ``recompute`` text; text that says neither is an error."""
+    raw = r.get("recompute") or ""
+    t = raw.strip().lower()
+    if NOT_STATED.match(t) or re.match(r"(?:no|none|off|false|disabled)\b", t):
         return "none"
     if "selective" in t:
         return "selective"
-    return "full" if ("recomput" in t or "full" in t or "checkpoint" in t) else "none"
+    if re.search(r"\b(?:without|not|no|none)\b", t):  # 'without activation checkpointing', 'checkpointing: none'
+        return "none"
+    if re.search(r"recomput|checkpoint|\bfull\b|\byes\b|\btrue\b|enabled|\bon\b|\bac\b|uniform|block", t):
+        return "full"
+    raise SpecError("recompute", f"{raw!r} names neither none, selective nor full recomputation")
 
 
 def interleave_depth(r: dict, pp: int, layers_per_stage: int | None) -> int | None:
-    """``vp_interleave`` when it is a number; 1 when the schedule is stated and not interleaved; None when
-    the row leaves it open (the caller's unknowns rule decides)."""
-    v = integer(r.get("vp_interleave"))
+    """``vp_interleave`` when it is a number; 1 when the schedule is stated and not interleaved (2 for DualPipe's
+    two chunks per rank); None when the row leaves it open (the caller's unknowns rule decides)."""
+    v = whole(r, "vp_interleave") if re.match(r"\s*-?\d", r.get("vp_interleave") or "") else None
     if v is not None:  # a stated 0 or negative depth is rejected by the spec, by name
         return v
     sched = (r.get("pipeline_schedule") or "").lower()
-    if pp <= 1 or (sched and "interleav" not in sched and re.search(r"1f1b|gpipe|dualpipe|zero", sched)):
+    if "dualpipe" in sched:
+        return 2
+    if pp <= 1 or _not_interleaved(sched):
         return 1
     return None
+
+
+def _not_interleaved(sched: str) -> bool:
+    if re.search(r"non[\s-]?interleav|no\s+interleav|without\s+interleav|not\s+interleav", sched):
+        return True
+    return bool(sched) and "interleav" not in sched and bool(re.search(r"1f1b|gpipe|zero|zb", sched))
 
 
 def schedule(r: dict, vpp: int) -> str:
@@ -187,7 +257,7 @@ def schedule(r: dict, vpp: int) -> str:
         return "gpipe"
     if re.search(r"zero[\s-]*bubble|\bzb\b|zb-", sched):
         return "zb"
-    if vpp > 1:
+    if vpp > 1 and not _not_interleaved(sched):
         return "interleaved"
     return "1f1b"
 
@@ -210,14 +280,13 @@ def published_step_time(r: dict) -> float | None:
 
 
 def is_run_row(r: dict) -> bool:
-    """A measured run with a full configuration and a step time (printed or from tokens/s)."""
-    return (r.get("record_type") in RUN_RECORD_TYPES and integer(r.get("num_gpus")) is not None
-            and published_step_time(r) is not None)
+    """A measured run (its step time, printed or from tokens/s, is checked by the caller)."""
+    return r.get("record_type") in RUN_RECORD_TYPES
 
 
 def degree(r: dict, key: str) -> int:
-    """A parallel degree: 1 when the cell is empty; the spec rejects a stated 0 or negative value by name."""
-    v = integer(r.get(key))
+    """A parallel degree: 1 when the cell does not state it; the spec rejects a stated 0 or negative value."""
+    v = whole(r, key)
     return 1 if v is None else v
 
 
@@ -238,7 +307,7 @@ def scenario_mapping(r: dict, micro_batch: int, vpp: int) -> dict:
     if sp and tp > 1:
         training["sequence_parallel"] = True
     layout = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp}
-    dp = integer(r.get("dp"))
+    dp = whole(r, "dp")
     if dp is not None:  # stated: the spec checks tp x cp x pp x dp against the GPU count
         layout["dp"] = dp
     return {"model": model_mapping(r), "cluster": cluster_mapping(r, gpus), "layout": layout,

@@ -226,10 +226,29 @@ def _source_step_flops(r: dict, gbs: int, layers: int, hidden: int) -> float | N
 
 def _common_run_case(r: dict, blind: bool) -> Case:
     """One run row: the mapping of common_runs, with the micro-batch and interleaving depth the row leaves
-    open set by the unknowns rule (blind) or the SC21 authors' scripts."""
+    open set by the unknowns rule (blind) or the SC21 authors' scripts. A cell that cannot be read skips the
+    row with the column named."""
     rid = r["row_id"]
-    layers, hidden, heads = _int(r.get("layers")), _int(r.get("hidden")), _int(r.get("heads"))
-    gpus, gbs = _int(r.get("num_gpus")), _int(r.get("global_batch_seqs"))
+    label = f"{r.get('model_name') or '?'} n={r.get('num_gpus') or '?'}"
+    try:
+        return _common_run_case_checked(r, blind, rid)
+    except SpecError as e:
+        return Case(rid, label, common_runs.published_step_time(r) or float("nan"),
+                    skip_reason=f"not representable: {e}")
+
+
+def _blind_interleave(layers: int, pp: int) -> int:
+    """The unknowns rule for a pipelined row: the smallest depth v > 1 whose pp*v chunks split the layers
+    evenly (or with the first and last chunk one layer short, Megatron's uneven split); 1 when none does."""
+    for v in range(2, layers // pp + 1):
+        if layers % (pp * v) == 0 or (layers + 2) % (pp * v) == 0:
+            return v
+    return 1
+
+
+def _common_run_case_checked(r: dict, blind: bool, rid: str) -> Case:
+    layers, hidden, heads = (common_runs.whole(r, k) for k in ("layers", "hidden", "heads"))
+    gpus, gbs = common_runs.whole(r, "num_gpus"), common_runs.whole(r, "global_batch_seqs")
     tp, pp = common_runs.degree(r, "tp"), common_runs.degree(r, "pp")
     published = common_runs.published_step_time(r)
     label = f"{r.get('model_name') or '?'} n={gpus} tp{tp} pp{pp}"
@@ -238,9 +257,11 @@ def _common_run_case(r: dict, blind: bool) -> Case:
     if None in (layers, hidden, heads, gpus, gbs) or min(layers, hidden, heads, gpus, gbs) <= 0:
         return Case(rid, label, published, skip_reason="layers, hidden, heads, num_gpus, global_batch_seqs: "
                                                        "each must be a positive whole number")
+    if pp <= 0:
+        raise SpecError("pp", f"must be a positive whole number, got {pp}")
     zero, _ = common_runs.zero_stage(r)
-    layers_per_stage = layers // pp if pp > 0 and layers % pp == 0 else None
-    mbs_col = _int(r.get("micro_batch"))
+    layers_per_stage = layers // pp if layers % pp == 0 else None
+    mbs_col = common_runs.whole(r, "micro_batch")
     stated_vpp = common_runs.interleave_depth(r, pp, layers_per_stage)
     vstage_layers: int | None = None
     if blind:
@@ -249,8 +270,8 @@ def _common_run_case(r: dict, blind: bool) -> Case:
             vpp = stated_vpp
         elif layers_per_stage:
             vpp = _smallest_interleave(layers_per_stage)
-        else:  # uneven stages (e.g. 126 layers on 16): two chunks per rank when every chunk keeps a layer
-            vpp = 2 if layers >= 2 * pp else 1
+        else:  # uneven stages (e.g. 126 layers on 16)
+            vpp = _blind_interleave(layers, pp)
     else:
         if rid in SC21_TABLE1_ARTIFACT:
             mbs, vstage_layers = SC21_TABLE1_ARTIFACT[rid]
@@ -259,10 +280,7 @@ def _common_run_case(r: dict, blind: bool) -> Case:
             if pp > 1:
                 vstage_layers = SC21_TABLE2_LAYERS_PER_VSTAGE.get(layers)
         vpp = (layers_per_stage // vstage_layers) if (vstage_layers and layers_per_stage) else 1
-    try:
-        raw = common_runs.scenario_mapping(r, mbs, vpp)
-    except SpecError as e:
-        return Case(rid, label, published, skip_reason=f"not representable: {e}")
+    raw = common_runs.scenario_mapping(r, mbs, vpp)
     cp, ep = common_runs.degree(r, "cp"), common_runs.degree(r, "ep")
     label += ((f" cp{cp}" if cp > 1 else "") + (f" ep{ep}" if ep > 1 else "") + f" mb{mbs}"
               + (f" v{vpp}" if vpp > 1 else "") + (" ZeRO-3" if zero == 3 else ""))

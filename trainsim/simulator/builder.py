@@ -332,7 +332,10 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
     # accumulation buffer in a separate pass every micro-batch (framework.py grad_accumulation_pass).
     hw = compute.hw_of(scenario.cluster.gpu, tr.dtype)
 
-    # FSDP's own passes over each unit's gradient around its reduce-scatter (framework.py fsdp_grad_prep).
+    # FSDP's own passes over each unit's gradient around its reduce-scatter (framework.py fsdp_grad_prep). Only the
+    # concatenation runs in autograd on the compute stream; FSDP runs the cast, divides and += on its
+    # post-backward stream, concurrently with the next unit's backward, where they take the same HBM bandwidth:
+    # counted here as compute-stream time, a simplification that ignores any slack in the GEMMs' HBM use.
     prep_per_param = (framework.fsdp_grad_prep_bytes_per_param(shp.e, tr.grad_bytes, scenario.dp,
                                                                scenario.num_microbatches > 1)
                       if fw.fsdp_grad_prep and z >= 2 and dp_group is not None else 0.0)
