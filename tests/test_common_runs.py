@@ -193,9 +193,11 @@ def test_recompute_text(text, expected):
 
 
 def test_unreadable_cells_name_their_column():
-    for key, text in (("recompute", "sometimes"), ("micro_batch", "1-4"), ("tp", "eight")):
+    with pytest.raises(SpecError, match="recompute"):
+        common_runs.recompute({"recompute": "sometimes"})
+    for key, text in (("micro_batch", "1-4"), ("tp", "eight")):
         with pytest.raises(SpecError, match=key):
-            (common_runs.recompute if key == "recompute" else lambda r: common_runs.whole(r, key))({key: text})
+            common_runs.whole({key: text}, key)
     assert common_runs.whole({"tp": "8 (within node)"}, "tp") == 8
     assert common_runs.whole({"pp": "not stated"}, "pp") is None
     with pytest.raises(SpecError, match="zero_or_sharding"):

@@ -308,17 +308,17 @@ def load_llama3(path: Path | None = None, *, name: str = "llama3") -> Dataset:
     with the facts the paper states written into the rows (trainsim/data/validation/llama3_2024.csv)."""
     ds = load_common_runs(path or validation_path("llama3_2024.csv"), name=name)
     notes = ds.notes + (
-        "source facts: H100 80GB at 700 W, 8 per server, RoCE 400 Gb/s per GPU (dgx-h100 preset); TP 8, PP 16, "
-        "CP 1/16, micro-batch 1, 16M tokens per batch; no activation checkpointing; FSDP sharding optimizer "
-        "states and gradients with parameters kept after forward (zero 2, framework torch by the year rule); "
-        "interleaving depth V = 8, derived from the text: the first chunk of the first stage holds only the "
-        "embedding and the last chunk of the last stage only the output/loss, i.e. one layer per chunk, "
-        "(126 + 2) / 16. Sequence parallelism assumed (the paper's TP cites Korthikanti et al.).",
-        "metric: step time derived from the printed TFLOPs/GPU on the paper's basis, PaLM MFU (6N + 12*L*H*Q*T "
-        "per token, N = 405e9): the tflops_per_gpu column is the same comparison. The CP row's DP is 8 "
-        "(Table 4 prints 4, which does not multiply out to 16,384 GPUs). Not modelled: Meta's own pipeline "
-        "schedule (tunable N, asynchronous p2p), the all-gather based CP, document masks, the 1:7 "
-        "oversubscribed aggregation layer above 3,072-GPU pods.",
+        ("source facts: H100 80GB at 700 W, 8 per server, RoCE 400 Gb/s per GPU (dgx-h100 preset); TP 8, PP 16, "
+         "CP 1/16, micro-batch 1, 16M tokens per batch; no activation checkpointing; FSDP sharding optimizer "
+         "states and gradients with parameters kept after forward (zero 2, framework torch by the year rule); "
+         "interleaving depth V = 8, derived from the text: the first chunk of the first stage holds only the "
+         "embedding and the last chunk of the last stage only the output/loss, i.e. one layer per chunk, "
+         "(126 + 2) / 16. Sequence parallelism assumed (the paper's TP cites Korthikanti et al.)."),
+        ("metric: step time derived from the printed TFLOPs/GPU on the paper's basis, PaLM MFU (6N + 12*L*H*Q*T "
+         "per token, N = 405e9): the tflops_per_gpu column is the same comparison. The CP row's DP is 8 "
+         "(Table 4 prints 4, which does not multiply out to 16,384 GPUs). Not modelled: Meta's own pipeline "
+         "schedule (tunable N, asynchronous p2p), the all-gather based CP, document masks, the 1:7 "
+         "oversubscribed aggregation layer above 3,072-GPU pods."),
     )
     return Dataset(name=ds.name, title="Llama 3 405B pre-training on H100 (Meta 2024, Table 4)",
                    metric=ds.metric, unit=ds.unit, citation=LLAMA3_CITATION, notes=notes, cases=ds.cases)
@@ -340,19 +340,20 @@ def load_korthikanti(path: Path | None = None, *, name: str = "korthikanti") -> 
     rows = _read_csv(path or validation_path("korthikanti_2022.csv"))
     cases = tuple(_korthikanti_case(r) for r in rows)
     notes = (
-        "metric: seconds per iteration as printed (Table 5 'Iteration Time'); MFU on the paper's Appendix A "
-        "formula 72BsLh^2(1+s/6h+V/12hL) over 312 TFLOP/s.",
-        "hardware: cluster preset dgx-a100 (Selene: A100-SXM4-80GB, NVSwitch, 8x HDR 200 Gb/s per node), "
-        "full-bisection fat tree; 16-bit (bf16 assumed: the paper says 'mixed precision'), with Megatron-LM's fp32 gradient "
-        "accumulation and all-reduce, which its arguments.py forces for bf16 (accumulate_allreduce_grads_in_fp32); "
-        "no FlashAttention (2022: fused softmax kernels), dropout 0.1 (Megatron GPT defaults).",
-        "layout (all printed in Table 3 / Sec. 6): TP 8; PP 1/8/35/64; micro-batch 4 (22B) or 1; interleaved "
-        "schedule with 3 model chunks for 175B and 530B, plain 1F1B otherwise; 'Full Recompute' = full "
-        "activation recomputation without SP; 'Present Work' = SP + selective recomputation.",
-        "software: framework megatron-2022 (Megatron-LM of the paper: gradient all-reduce after the backward "
-        "pass (Sec. 6.3), TP input-gradient reductions overlapped with the weight-gradient GEMM (Sec. 6.2), "
-        "gradient-accumulation fusion, blocking pipeline sends, unfused cross-entropy); see "
-        "cost_models/framework.py.",
+        ("metric: seconds per iteration as printed (Table 5 'Iteration Time'); MFU on the paper's Appendix A "
+         "formula 72BsLh^2(1+s/6h+V/12hL) over 312 TFLOP/s."),
+        ("hardware: cluster preset dgx-a100 (Selene: A100-SXM4-80GB, NVSwitch, 8x HDR 200 Gb/s per node), "
+         "full-bisection fat tree; 16-bit (bf16 assumed: the paper says 'mixed precision'), with Megatron-LM's fp32 "
+         "gradient accumulation and all-reduce, which its arguments.py forces for bf16 "
+         "(accumulate_allreduce_grads_in_fp32); no FlashAttention (2022: fused softmax kernels), dropout 0.1 "
+         "(Megatron GPT defaults)."),
+        ("layout (all printed in Table 3 / Sec. 6): TP 8; PP 1/8/35/64; micro-batch 4 (22B) or 1; interleaved "
+         "schedule with 3 model chunks for 175B and 530B, plain 1F1B otherwise; 'Full Recompute' = full "
+         "activation recomputation without SP; 'Present Work' = SP + selective recomputation."),
+        ("software: framework megatron-2022 (Megatron-LM of the paper: gradient all-reduce after the backward "
+         "pass (Sec. 6.3), TP input-gradient reductions overlapped with the weight-gradient GEMM (Sec. 6.2), "
+         "gradient-accumulation fusion, blocking pipeline sends, unfused cross-entropy); see "
+         "cost_models/framework.py."),
     )
     return Dataset(name=name, title="Korthikanti et al. 2022: Megatron-LM on A100 (Table 5)", metric="step_time_s",
                    unit="s", citation=KORTHIKANTI_CITATION, notes=notes, cases=cases)
