@@ -43,7 +43,10 @@ def run(args: argparse.Namespace) -> int:
     failed = []
     for rep in reports:
         mape, worst = rep.mape_pct, rep.worst_pct
-        if args.max_mape is not None and (mape is None or mape > args.max_mape):
+        if (args.max_mape is not None or args.max_worst is not None) and mape is None:
+            failed.append(f"{rep.dataset.name}: no row could be compared (every row skipped), so the gate fails")
+            continue
+        if args.max_mape is not None and mape > args.max_mape:
             failed.append(f"{rep.dataset.name}: MAPE {_pct(mape)} exceeds --max-mape {args.max_mape:g}%")
         if args.max_worst is not None and (worst is None or worst > args.max_worst):
             failed.append(f"{rep.dataset.name}: worst row {_pct(worst)} ({rep.worst.row_id if rep.worst else '-'}) "
