@@ -231,3 +231,13 @@ def test_blind_interleave_for_uneven_stages():
     assert _blind_interleave(126, 16) == 2      # 128 = 16 x 2 x 4
     assert _blind_interleave(50, 4) == 1        # neither 50 nor 52 splits into 4 v chunks for v in 2..12
     assert _blind_interleave(62, 8) == 2        # 64 = 8 x 2 x 4
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("", "p2p"), ("ring", "p2p"), ("allgather (Sec. 3.3.2)", "allgather"), ("all-gather", "allgather"),
+    ("Ulysses", "a2a"), ("all-to-all", "a2a"),
+])
+def test_cp_comm_column(text, expected):
+    assert common_runs.cp_comm({"cp_comm": text}) == expected
+    row = {**LLAMA_ROW, "cp": "2", "cp_comm": text, "num_gpus": "32768"}
+    assert common_runs.scenario_mapping(row, 1, 2)["training"]["cp_comm"] == expected

@@ -275,6 +275,39 @@ def test_context_parallel_ring_exchange():
     assert real.exposed_comm_s["cp"] == pytest.approx(sc.num_microbatches * (c.cp_fwd_s + c.cp_bwd_s))
 
 
+def test_context_parallel_allgather_and_ulysses_exchanges():
+    """cp_comm: allgather (Llama 3) gathers K/V of the whole sequence before attention and, in backward, gathers
+    them again and reduce-scatters dK/dV, all exposed; a2a (Ulysses) re-shards Q,K,V (sequence -> heads) and the
+    output back, mirrored in backward. Closed forms per block from the collective model (llama3-8b: 32 query and
+    8 key/value heads of 128, tp 2, cp 4, 8,192 tokens: 1,024 per rank and micro-batch)."""
+    from trainsim.cost_models.collectives import collective_time
+    from trainsim.topologies.placement import place
+    base = dict(tp=2, cp=4, gpus=16, seq_len=8192, global_batch=2)
+    grp = place(scenario(**base)).group("cp")
+    tokens, e, d = 8192 // 4, 2, 128
+    kv_block = 2 * e * tokens * (8 // 2) * d            # K and V of this rank's block, kv heads per TP rank
+    q_block = e * tokens * (32 // 2) * d
+
+    def t(op, n, sc):
+        return collective_time(op, n, grp, sc.cluster).time_s
+
+    ag = scenario(**base, cp_comm="allgather")
+    c = build_cost_table(ag).stages[0].chunks[0]
+    gather, scatter = t("all_gather", 4 * kv_block, ag), t("reduce_scatter", 4 * kv_block, ag)
+    assert c.cp_fwd_s == pytest.approx(c.layers * gather, rel=1e-9)
+    assert c.cp_bwd_s == pytest.approx(c.layers * (gather + scatter), rel=1e-9)
+    ul = scenario(**base, cp_comm="a2a")
+    c = build_cost_table(ul).stages[0].chunks[0]
+    assert c.cp_fwd_s == pytest.approx(c.layers * (t("all_to_all", q_block + kv_block, ul)
+                                                   + t("all_to_all", q_block, ul)), rel=1e-9)
+    assert c.cp_bwd_s == pytest.approx(c.cp_fwd_s, rel=1e-9)
+    # the ring hides its steps behind attention: never more exposed than gathering everything up front
+    ring = build_cost_table(scenario(**base)).stages[0].chunks[0]
+    assert ring.cp_fwd_s <= build_cost_table(ag).stages[0].chunks[0].cp_fwd_s
+    with pytest.raises(SpecError, match="cp_comm"):  # Ulysses splits heads: 4 kv heads per TP rank, cp 8
+        scenario(tp=2, cp=8, gpus=16, seq_len=8192, global_batch=1, cp_comm="a2a")
+
+
 def test_expert_parallel_all_to_all_exposed():
     sc = build_scenario({"model": "mixtral-8x7b", "cluster": "dgx-h100", "gpus": 64,
                          "layout": {"tp": 2, "pp": 4, "ep": 8},

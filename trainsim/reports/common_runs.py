@@ -16,6 +16,9 @@ named in ``model_name``), the layout (``tp``, ``pp``, ``cp``, ``ep``, ``vp_inter
 
 A row whose accelerator has no cluster preset raises ``SpecError`` naming ``gpu_type``, which the loader
 turns into a skip reason: a missing GPU is never replaced by another one silently.
+
+One column beyond the shared schema is read when present: ``cp_comm`` (ring / p2p, allgather, a2a / Ulysses),
+how context parallelism exchanges keys and values (TrainingSpec.cp_comm); ring when absent.
 """
 
 from __future__ import annotations
@@ -284,6 +287,18 @@ def is_run_row(r: dict) -> bool:
     return r.get("record_type") in RUN_RECORD_TYPES
 
 
+def cp_comm(r: dict) -> str:
+    """TrainingSpec.cp_comm from the optional ``cp_comm`` column (ring when absent)."""
+    t = (r.get("cp_comm") or "").strip().lower()
+    if NOT_STATED.match(t) or re.search(r"ring|p2p", t):
+        return "p2p"
+    if re.search(r"all[\s_-]?gather", t):
+        return "allgather"
+    if re.search(r"a2a|all[\s_-]?to[\s_-]?all|ulysses", t):
+        return "a2a"
+    raise SpecError("cp_comm", f"{r.get('cp_comm')!r} is none of ring/p2p, allgather, a2a")
+
+
 def degree(r: dict, key: str) -> int:
     """A parallel degree: 1 when the cell does not state it; the spec rejects a stated 0 or negative value."""
     v = whole(r, key)
@@ -304,6 +319,8 @@ def scenario_mapping(r: dict, micro_batch: int, vpp: int) -> dict:
                 "framework": framework_for(r, zero, year)}
     if dist_opt:
         training["distributed_optimizer"] = True
+    if cp > 1:
+        training["cp_comm"] = cp_comm(r)
     if sp and tp > 1:
         training["sequence_parallel"] = True
     layout = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp}

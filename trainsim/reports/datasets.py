@@ -316,9 +316,9 @@ def load_llama3(path: Path | None = None, *, name: str = "llama3") -> Dataset:
          "(126 + 2) / 16. Sequence parallelism assumed (the paper's TP cites Korthikanti et al.)."),
         ("metric: step time derived from the printed TFLOPs/GPU on the paper's basis, PaLM MFU (6N + 12*L*H*Q*T "
          "per token, N = 405e9): the tflops_per_gpu column is the same comparison. The CP row's DP is 8 "
-         "(Table 4 prints 4, which does not multiply out to 16,384 GPUs). Not modelled: Meta's own pipeline "
-         "schedule (tunable N, asynchronous p2p), the all-gather based CP, document masks, the 1:7 "
-         "oversubscribed aggregation layer above 3,072-GPU pods."),
+         "(Table 4 prints 4, which does not multiply out to 16,384 GPUs); its CP all-gathers K/V before "
+         "attention (Sec. 3.3.2: cp_comm allgather). Not modelled: Meta's own pipeline schedule (tunable N, "
+         "asynchronous p2p), document masks, the 1:7 oversubscribed aggregation layer above 3,072-GPU pods."),
     )
     return Dataset(name=ds.name, title="Llama 3 405B pre-training on H100 (Meta 2024, Table 4)",
                    metric=ds.metric, unit=ds.unit, citation=LLAMA3_CITATION, notes=notes, cases=ds.cases)

@@ -130,6 +130,34 @@ def _attention_fwd_s(scenario: Scenario, profile) -> float:
     return sum(t)
 
 
+def _cp_exchange_s(scenario: Scenario, profile, group, e: int, tokens: int, shp) -> tuple[float, float]:
+    """Exposed context-parallel communication of one block, (forward, backward), by TrainingSpec.cp_comm.
+
+    ``tokens`` is this rank's share of the micro-batch. p2p: the ring passes K/V blocks cp-1 times, each step
+    hidden behind the attention of the block before it (backward: dK/dV travel too, behind 2.5x the work);
+    allgather: K and V of all cp blocks gathered before attention, and gathered again plus dK/dV reduce-
+    scattered in backward, all on the critical path; a2a (Ulysses): Q, K, V re-sharded from sequence to heads
+    before attention and the output back after, the same exchanges mirrored in backward, on the critical path.
+    """
+    cp, tp = scenario.layout.cp, scenario.layout.tp
+    kv_block = 2 * e * tokens * shp.kv * shp.d / tp   # K and V of this rank's sequence block
+    mode = scenario.training.cp_comm
+    if mode == "allgather":
+        gather = sum(_coll("all_gather", kv_block * cp, group, scenario, profile))
+        scatter = sum(_coll("reduce_scatter", kv_block * cp, group, scenario, profile))
+        return gather, gather + scatter
+    if mode == "a2a":
+        q_block = e * tokens * shp.a * shp.d / tp
+        a2a = sum(_coll("all_to_all", q_block + kv_block, group, scenario, profile))
+        out = sum(_coll("all_to_all", q_block, group, scenario, profile))
+        return a2a + out, out + a2a
+    step = sum(_coll("send_recv", kv_block, group, scenario, profile))
+    step_b = sum(_coll("send_recv", 2 * kv_block, group, scenario, profile))
+    attn_blk = _attention_fwd_s(scenario, profile) / cp
+    steps = cp - 1
+    return steps * max(0.0, step - attn_blk), steps * max(0.0, step_b - compute.FLASH_BWD_FACTOR * attn_blk)
+
+
 def _pipelined_exposed_s(comm_s: float, gemm_s: float, chunked_gemm_s: float, steps: int) -> float:
     """Exposed time of a collective split into ``steps`` chunks and pipelined with its GEMM (ring exchange):
     the GEMM runs as ``steps`` chunks (``chunked_gemm_s`` >= ``gemm_s``, smaller tiles), one step of the
@@ -291,13 +319,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
             tp_b += tp_f
     cp_f = cp_b = 0.0
     if lay.cp > 1:
-        kv_block = 2 * e * tokens * shp.kv * shp.d / lay.tp   # K and V of this rank's sequence block
-        step = sum(_coll("send_recv", kv_block, groups["cp"], scenario, profile))
-        step_b = sum(_coll("send_recv", 2 * kv_block, groups["cp"], scenario, profile))
-        attn_blk = _attention_fwd_s(scenario, profile) / lay.cp
-        steps = lay.cp - 1
-        cp_f = steps * max(0.0, step - attn_blk)
-        cp_b = steps * max(0.0, step_b - compute.FLASH_BWD_FACTOR * attn_blk)
+        cp_f, cp_b = _cp_exchange_s(scenario, profile, groups["cp"], e, tokens, shp)
         if tr.recompute == "full":
             cp_b += cp_f
     ep_f = ep_b = 0.0

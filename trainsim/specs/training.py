@@ -76,6 +76,11 @@ class TrainingSpec(BaseModel):
                                  "apply (cost_models/framework.py)")
     overlap_p2p: bool | None = Field(default=None, description="pipeline sends overlap compute (Megatron "
                                      "--overlap-p2p-communication); None = the framework's default")
+    cp_comm: Literal["p2p", "allgather", "a2a"] = Field(
+        default="p2p", description="context-parallel exchange (Megatron-Core/TE --cp-comm-type): p2p = ring "
+        "passing K/V blocks, overlapped with attention; allgather = K/V all-gathered before attention and their "
+        "gradients reduce-scattered after (Llama 3, arXiv:2407.21783 Sec. 3.3.2), exposed; a2a = all-to-all of "
+        "Q/K/V and of the output between sequence and head sharding (DeepSpeed-Ulysses), exposed")
     tp_comm_overlap: bool = Field(default=False, description="Transformer Engine userbuffers overlap of the "
                                   "sequence-parallel all-gathers / reduce-scatters with their GEMMs (Megatron-Core "
                                   "--tp-comm-overlap, off by default; on in Megatron-Bridge performance recipes). "
