@@ -336,3 +336,21 @@ def test_composer_adamw_is_a_per_parameter_loop_and_fsdp_clipping_scales_every_g
     hw = compute.hw_of(fsdp.cluster.gpu, "bf16")
     expected = ((80 - 28) * sh.optimizer_params + (12 - 2) * sh.grad_params) / hw.mem_Bps
     assert compute.optimizer_step_time(fsdp, 0) - compute.optimizer_step_time(meg, 0) == pytest.approx(expected, rel=1e-6)
+
+
+def test_te_fp8_casts_write_two_copies_and_cache_weights_only_when_asked():
+    """Transformer Engine: X and dY are quantized into the fp8 tensor and its transpose (read 2, write 1 + 1);
+    the weight too, on every forward for a bare te.Linear call (llm-foundry: pytorch-fsdp) and once per step when
+    Megatron-Core passes is_first_microbatch (megatron): 1/m of it per micro-batch. QKV of llama3-8b (h 4096,
+    q + 2 kv = 6144 outputs), 2,048 tokens, no TP, 4 micro-batches."""
+    from trainsim.cost_models.flops import layer_ops
+    raw = {"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8, "layout": {"tp": 1},
+           "training": {"seq_len": 2048, "global_batch": 32, "micro_batch": 1, "dtype": "fp8"}}
+    T, h, n = 2048, 4096, 6144
+    gemm_bytes = (T * h + h * n) * 1 + T * n * 2           # fp8 operands, 16-bit output
+    for fw, casts in (("megatron", 1 / 4), ("pytorch-fsdp", 1.0)):
+        s = build_scenario({**raw, "training": {**raw["training"], "framework": fw}})
+        assert s.num_microbatches == 4
+        qkv = {o.name: o for o in layer_ops(s)}["qkv"]
+        assert qkv.fwd_bytes == pytest.approx(gemm_bytes + T * h * 4 + h * n * 4 * casts)
+        assert qkv.bwd_input_bytes == pytest.approx((T * n + h * n) * 1 + T * h * 2 + T * n * 4)

@@ -18,8 +18,13 @@ Conventions (stated once, used everywhere):
 * Per rank: TP shards heads and MLP columns (``/tp``), CP shards the sequence (queries ``s/cp`` attend
   to all ``s`` keys), SP shards the norm/dropout/residual region over ``tp``, EP places ``E/ep`` experts
   per rank; balanced routing with capacity factor 1 gives every rank ``tokens·top_k`` expert tokens.
-* fp8 training: the block's weight GEMMs run on fp8 operands (1 byte) with a cast of each activation
-  input and output gradient (Transformer Engine style); attention, router and logits stay 16-bit.
+* fp8 training: the block's weight GEMMs run on fp8 operands (1 byte); attention, router and logits stay
+  16-bit. Transformer Engine quantizes each GEMM input (activation, output gradient) into two fp8 copies, the
+  tensor and its transpose (Hopper: ``fp8_cast_transpose_fused`` / ``fp8_cast_transpose_bgrad_fused``, the fp8
+  GEMM needs both layouts; MXFP8: row- and column-wise quantizations): read e, write 2 bytes per element. The
+  weight is quantized the same way (read e, write 2 per parameter) on every forward unless the caller passes
+  ``is_first_microbatch`` so TE caches it for the step's later micro-batches (Megatron-Core does; a bare
+  ``te.Linear`` call, as llm-foundry makes, does not): ``LayerShape.fp8_weight_casts`` per micro-batch.
 
 Bytes are the compulsory HBM traffic of each kernel (inputs read + outputs written), which the roofline
 in ``compute.py`` turns into time for memory-bound ops.
@@ -104,12 +109,14 @@ def _flops(gemms: tuple[Gemm, ...], batch: int = 1) -> float:
 
 
 def _linear(name: str, m: int, n: int, k: int, e: int, *, fp8: bool = False, batch: int = 1,
-            kind: str = "gemm") -> Op:
-    """Y(m×n) = X(m×k)·W(k×n): fwd, dX = dY·Wᵀ, dW = Xᵀ·dY; bytes with fp8 operands and casts if fp8."""
+            kind: str = "gemm", weight_casts: float = 1.0) -> Op:
+    """Y(m×n) = X(m×k)·W(k×n): fwd, dX = dY·Wᵀ, dW = Xᵀ·dY; bytes with fp8 operands and casts if fp8
+    (``weight_casts``: quantizations of W per micro-batch, see the module docstring)."""
     ob = 1 if fp8 else e
     fwd, dx, dw = ((m, n, k),), ((m, k, n),), ((k, n, m),)
-    cast_x = m * k * (e + 1) if fp8 else 0   # quantize X to fp8 (read e, write 1)
-    cast_dy = m * n * (e + 1) if fp8 else 0  # quantize dY once, shared by dX and dW
+    q = e + 2                                # read e, write the fp8 tensor and its transpose
+    cast_x = (m * k * q + k * n * q * weight_casts) if fp8 else 0  # X each call; W as cached
+    cast_dy = m * n * q if fp8 else 0        # dY once, shared by dX and dW
     return Op(
         name=name, kind=kind,
         fwd_flops=_flops(fwd, batch), bwd_input_flops=_flops(dx, batch), bwd_weight_flops=_flops(dw, batch),
@@ -197,9 +204,9 @@ def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int 
     else:
         act = _elementwise(f"{prefix}gelu", "elementwise", act_elems, 2 * e, 3 * e, 8.0)
     return [
-        _linear(f"{prefix}fc1", tokens, n_in * f_local, h, e, fp8=fp8, batch=batch),
+        _linear(f"{prefix}fc1", tokens, n_in * f_local, h, e, fp8=fp8, batch=batch, weight_casts=shp.fp8_weight_casts),
         act,
-        _linear(f"{prefix}fc2", tokens, h, f_local, e, fp8=fp8, batch=batch),
+        _linear(f"{prefix}fc2", tokens, h, f_local, e, fp8=fp8, batch=batch, weight_casts=shp.fp8_weight_casts),
     ]
 
 
@@ -229,12 +236,12 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
     qkv_out = (shp.a + 2 * shp.kv) * shp.d // t
     ops: list[Op] = [
         _norm("norm1", shp, T_seq),
-        _linear("qkv", T, qkv_out, h, e, fp8=fp8),
+        _linear("qkv", T, qkv_out, h, e, fp8=fp8, weight_casts=shp.fp8_weight_casts),
     ]
     if shp.rope:
         ops.append(_elementwise("rope", "elementwise", T * (shp.a + shp.kv) * shp.d // t, 2 * e, 2 * e, 3.0))
     ops += _attention_ops(shp)
-    ops.append(_linear("out_proj", T, h, shp.a * shp.d // t, e, fp8=fp8))
+    ops.append(_linear("out_proj", T, h, shp.a * shp.d // t, e, fp8=fp8, weight_casts=shp.fp8_weight_casts))
     ops.append(_residual("residual1", shp, T_seq))
     ops.append(_norm("norm2", shp, T_seq))
     ops += _moe_ops(shp) if shp.is_moe else _mlp_ops(shp, T, shp.f, "")

@@ -150,6 +150,11 @@ fitted to a measurement.
   ``gradient_clipping`` algorithm calls it on the root FSDP module): the norm pass reads each gradient
   once, the scaling reads and writes it again. Megatron scales only when the norm exceeds the threshold
   (a host-side test), so its clipping is one read.
+* ``fp8_weight_cache`` -- with fp8 training, Transformer Engine quantizes each weight once per optimizer step
+  and reuses the fp8 copy (and its transpose) for the step's later micro-batches when the caller passes
+  ``is_first_microbatch`` (TE Linear docs: "processing and caching of the weights in FP8"). Megatron-Core's
+  TELinear / TEGroupedLinear do (megatron); a bare ``te.Linear`` call -- llm-foundry's MPT layers under
+  Composer's ``amp_fp8`` (pytorch-fsdp) -- leaves it None, so every forward quantizes the weight again.
 * ``optimizer_extra_bytes_per_param`` -- bytes per parameter the optimizer step moves beyond a fused
   Adam (cost_models.compute.optimizer_step_time). megatron-2021 (Float16OptimizerWithFloat16Params):
   ``_copy_model_grads_to_main_grads`` (read 2, write 4) and ``_copy_main_params_to_model_params``
@@ -202,12 +207,13 @@ class FrameworkBehaviour:
     fsdp_grad_prep: bool = False
     optimizer_update: Literal["fused", "per_param_loop"] = "fused"
     clip_scales_grads: bool = False
+    fp8_weight_cache: bool = False
 
 
 BEHAVIOURS: dict[str, FrameworkBehaviour] = {
     "megatron": FrameworkBehaviour("megatron", overlap_grad_reduce=True, fused_cross_entropy=False,
                                    zero3_gather="block", reduce_bucket_params=None, p2p_overlap="interleaved",
-                                   tp_dgrad_overlap=True, fused_bias_grad=True),
+                                   tp_dgrad_overlap=True, fused_bias_grad=True, fp8_weight_cache=True),
     "megatron-2021": FrameworkBehaviour("megatron-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
                                         zero3_gather="block", reduce_bucket_params=None,
                                         grad_accumulation_pass=True, optimizer_extra_bytes_per_param=12.0,

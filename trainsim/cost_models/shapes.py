@@ -52,6 +52,7 @@ class LayerShape:
     fused_ce: bool = False  # fused cross-entropy kernel (framework.behaviour(...).fused_cross_entropy)
     metric_ce_passes: int = 0  # no-grad cross-entropy forwards of train metrics (framework.py)
     bias_grad_pass: bool = False  # biases reduce their gradient in a separate kernel (framework.py)
+    fp8_weight_casts: float = 1.0  # fp8 weight quantizations per micro-batch (1, or 1/m with TE's step cache)
 
     @property
     def e(self) -> int:
@@ -114,6 +115,7 @@ def _layer_shape(scenario) -> LayerShape:
         fused_ce=behaviour(t.framework).fused_cross_entropy,
         metric_ce_passes=behaviour(t.framework).train_metric_loss_passes,
         bias_grad_pass=m.bias and not behaviour(t.framework).fused_bias_grad,
+        fp8_weight_casts=(1.0 / scenario.num_microbatches if behaviour(t.framework).fp8_weight_cache else 1.0),
     )
 
 
