@@ -344,14 +344,13 @@ def optimizer_step_time(scenario, stage: int, profile=None) -> float:
     ``offload_optimizer`` the update runs on the host at ``HOST_MEM_BW_PER_NODE_BPS / gpus_per_node``
     (the PCIe traffic is reported by ``memory.stage_memory`` for the engine to time).
     """
-    from .framework import FSDP_SHARD_GRAD_BYTES, PER_PARAM_LOOP_ADAM_BYTES, behaviour
+    from .framework import PER_PARAM_LOOP_ADAM_BYTES, behaviour, held_grad_bytes
     from .memory import rank_param_shards  # memory does not import compute
 
     t = scenario.training
     fw = behaviour(t.framework)
     sh = rank_param_shards(scenario, stage)
-    # FSDP hands the optimizer fp32 gradient shards whatever the reduce dtype (framework.fsdp_grad_prep).
-    grad_bytes = FSDP_SHARD_GRAD_BYTES if fw.fsdp_grad_prep and t.effective_zero >= 2 else t.grad_bytes
+    grad_bytes = held_grad_bytes(t)
     if fw.optimizer_update == "per_param_loop" and t.optimizer_bytes_per_param == 12:
         per_param = PER_PARAM_LOOP_ADAM_BYTES  # fp32 master, m, v: the eager op sequence of framework.py
     else:

@@ -197,16 +197,16 @@ def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int 
     e, h, t = shp.e, shp.h, shp.tp
     f_local = ffn // t
     n_in = 2 if shp.gated else 1
-    fp8 = shp.dtype == "fp8"
+    fp8, casts = shp.dtype == "fp8", shp.fp8_weight_casts
     act_elems = batch * tokens * f_local
     if shp.gated:  # silu(gate) * up: reads 2, writes 1; bwd reads gate, up, dy, writes dgate, dup
         act = _elementwise(f"{prefix}swiglu", "elementwise", act_elems, 3 * e, 5 * e, 6.0)
     else:
         act = _elementwise(f"{prefix}gelu", "elementwise", act_elems, 2 * e, 3 * e, 8.0)
     return [
-        _linear(f"{prefix}fc1", tokens, n_in * f_local, h, e, fp8=fp8, batch=batch, weight_casts=shp.fp8_weight_casts),
+        _linear(f"{prefix}fc1", tokens, n_in * f_local, h, e, fp8=fp8, batch=batch, weight_casts=casts),
         act,
-        _linear(f"{prefix}fc2", tokens, h, f_local, e, fp8=fp8, batch=batch, weight_casts=shp.fp8_weight_casts),
+        _linear(f"{prefix}fc2", tokens, h, f_local, e, fp8=fp8, batch=batch, weight_casts=casts),
     ]
 
 
@@ -232,16 +232,16 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
     e, h, t = shp.e, shp.h, shp.tp
     T = shp.tokens
     T_seq = T // shp.sp_div
-    fp8 = shp.dtype == "fp8"
+    fp8, casts = shp.dtype == "fp8", shp.fp8_weight_casts
     qkv_out = (shp.a + 2 * shp.kv) * shp.d // t
     ops: list[Op] = [
         _norm("norm1", shp, T_seq),
-        _linear("qkv", T, qkv_out, h, e, fp8=fp8, weight_casts=shp.fp8_weight_casts),
+        _linear("qkv", T, qkv_out, h, e, fp8=fp8, weight_casts=casts),
     ]
     if shp.rope:
         ops.append(_elementwise("rope", "elementwise", T * (shp.a + shp.kv) * shp.d // t, 2 * e, 2 * e, 3.0))
     ops += _attention_ops(shp)
-    ops.append(_linear("out_proj", T, h, shp.a * shp.d // t, e, fp8=fp8, weight_casts=shp.fp8_weight_casts))
+    ops.append(_linear("out_proj", T, h, shp.a * shp.d // t, e, fp8=fp8, weight_casts=casts))
     ops.append(_residual("residual1", shp, T_seq))
     ops.append(_norm("norm2", shp, T_seq))
     ops += _moe_ops(shp) if shp.is_moe else _mlp_ops(shp, T, shp.f, "")

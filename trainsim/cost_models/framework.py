@@ -165,12 +165,11 @@ fitted to a measurement.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 Framework = Literal["megatron", "megatron-2021", "megatron-2022", "pytorch-fsdp", "deepspeed", "deepspeed-2021",
                     "torch"]
-FRAMEWORKS: tuple[str, ...] = ("megatron", "megatron-2021", "megatron-2022", "pytorch-fsdp", "deepspeed",
-                               "deepspeed-2021", "torch")
+FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 
 # DeepSpeed ZeRO config default reduce_bucket_size (elements).
 DEEPSPEED_REDUCE_BUCKET_PARAMS = 5e8
@@ -263,6 +262,14 @@ def p2p_blocks(training) -> bool:
         return not training.overlap_p2p
     mode = BEHAVIOURS[training.framework].p2p_overlap
     return mode == "never" or (mode == "interleaved" and training.schedule != "interleaved")
+
+
+def held_grad_bytes(training) -> int:
+    """Bytes per gradient element a rank holds for the optimizer: FSDP keeps its reduced shards in the fp32
+    parameter dtype whatever the reduce dtype (fsdp_grad_prep); otherwise the training's gradient dtype."""
+    if BEHAVIOURS[training.framework].fsdp_grad_prep and training.effective_zero >= 2:
+        return FSDP_SHARD_GRAD_BYTES
+    return training.grad_bytes
 
 
 def fsdp_divide_factors(world: int) -> tuple[float, float]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import activations as act
-from .framework import FSDP_SHARD_GRAD_BYTES, behaviour
+from .framework import behaviour, held_grad_bytes
 from .shapes import layer_shape
 
 GiB = 1 << 30
@@ -236,8 +236,7 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
 
     fw = behaviour(t.framework)
     weights = rp.weight_params * pb
-    # FSDP casts each reduced gradient shard to the (fp32) parameter dtype it keeps (framework.fsdp_grad_prep).
-    grads = rp.grad_params * (FSDP_SHARD_GRAD_BYTES if fw.fsdp_grad_prep and t.effective_zero >= 2 else gb)
+    grads = rp.grad_params * held_grad_bytes(t)
     optimizer = rp.optimizer_params * K
     host = h2d = d2h = 0.0
     if t.offload_optimizer:

@@ -333,7 +333,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
     # Megatron's scatter/gather optimisation (SC21 Sec. 4.1): each TP rank sends 1/tp of the activation and
     # the receiver all-gathers it over the TP group (gather_split_1d_tensor) on the compute stream before use.
     sg_gather = 0.0
-    if lay.pp > 1 and lay.tp > 1 and not tr.sequence_parallel and framework.behaviour(tr.framework).pp_scatter_gather:
+    if lay.pp > 1 and lay.tp > 1 and not tr.sequence_parallel and fw.pp_scatter_gather:
         sg_gather = sum(_coll("all_gather", act_msg, groups["tp"], scenario, profile))
 
     # -- memory sizes ------------------------------------------------------------------------------
