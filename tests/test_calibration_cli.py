@@ -180,3 +180,13 @@ def test_reference_peaks_by_device_name():
     name, peaks = reference_peaks("cpu", "Intel Xeon", None)
     assert name == "cpu" and peaks["fp32"] > 0
     assert Path(__file__).exists()
+
+
+def test_skip_accepts_every_worker_section():
+    """The CLI's --skip list is the worker's own section list (the eager section used to be refused)."""
+    from trainsim.kernels.calibrate import SECTIONS
+    from trainsim.reports.commands.calibrate import _check_skip
+    from trainsim.specs import SpecError
+    assert _check_skip(",".join(SECTIONS)) == list(SECTIONS)
+    with pytest.raises(SpecError, match="skip"):
+        _check_skip("gemm,warp")

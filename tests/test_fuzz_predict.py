@@ -240,8 +240,9 @@ def check_prediction(d: dict, sc: dict) -> None:
         assert math.isclose(sum(parts), st_["total"], rel_tol=1e-9, abs_tol=1.0), st_
     assert math.isclose(mem["peak_bytes"], max(s["total"] for s in mem["per_stage"]), rel_tol=1e-9)
     assert d["fits"] == (mem["peak_bytes"] <= mem["gpu_bytes"])
-    # MFU from its definition: model TFLOP/s per GPU / dense peak.
+    # MFU and HFU divide model and hardware TFLOP/s per GPU by the same dense peak.
     assert d["model_tflops_per_gpu"] > 0 and d["hardware_tflops_per_gpu"] >= d["model_tflops_per_gpu"] * (1 - 1e-9)
+    assert math.isclose(d["mfu"] * d["hardware_tflops_per_gpu"], d["hfu"] * d["model_tflops_per_gpu"], rel_tol=1e-9)
 
 
 def write_yaml(dirname: str, name: str, data) -> str:

@@ -12,7 +12,8 @@ small fitted models the cost functions query:
 * eager overhead (CPU): per modelled op, the eager framework's fixed cost (module calls, views, autograd
   recording and backward nodes) measured on tiny executor blocks of each style, forward and backward.
 * DTensor collectives (CPU): seconds a DTensor redistribution adds to the raw c10d collective, per op.
-* optimizers: torch.optim step time = per_tensor_s · tensors + elements / elements_per_s (Adam, SGD).
+* optimizers: torch.optim step time = (per_tensor_s + zero_grad_per_tensor_s) · tensors + elements /
+  elements_per_s (Adam, SGD; zero_grad per tensor included).
 * collectives per (op, group_size, nodes): t(size) = alpha + beta·size, where ``size`` is nccl-tests'
   "size" column (bytes): the buffer for all_reduce/broadcast/send_recv, the gathered output for
   all_gather, the full input for reduce_scatter, the per-rank send buffer for all_to_all.
@@ -207,7 +208,8 @@ class EagerBlockOverhead(_Model):
 
 
 class OptimizerFit(_Model):
-    """torch.optim ``step()``: per_tensor_s · tensors + elements / elements_per_s; zero_grad per tensor."""
+    """torch.optim ``step()`` and ``zero_grad()``: (per_tensor_s + zero_grad_per_tensor_s) · tensors +
+    elements / elements_per_s."""
 
     per_tensor_s: float = Field(ge=0)
     elements_per_s: float = Field(gt=0)

@@ -531,10 +531,10 @@ def bench_optimizer(cfg: BenchConfig, names: Sequence[str] = ("adam", "sgd"), me
     """
     from trainsim.cost_models.profile import OptimizerFit
 
+    from .parallelize import _make_optimizer
+
     def make(name: str, params: list[torch.Tensor]) -> torch.optim.Optimizer:
-        if name == "sgd":
-            return torch.optim.SGD(params, lr=1e-3, momentum=0.9)
-        return torch.optim.Adam(params, lr=1e-3)
+        return _make_optimizer(params, name, lr=1e-3)  # exactly what the executor builds
 
     big_n, small_count = 1 << 20, 200
     out = {}

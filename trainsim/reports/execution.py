@@ -3,15 +3,16 @@ kernels (which measure) must never import the simulator (DESIGN.md layering)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from trainsim.kernels.exec_config import ExecJob
 from trainsim.kernels.executor import predicted_memory, prediction_scenario
 
 
-def predict_step(job: ExecJob, calibration=None) -> dict[str, Any] | None:
+def predict_step(job: ExecJob, calibration=None) -> dict[str, Any]:
     """The engine's prediction of the executed scenario; ``calibration`` is a profile path, a loaded
-    CalibrationProfile or None (datasheet defaults). ``{"unavailable": reason}`` if the engine is missing."""
+    CalibrationProfile or None (datasheet defaults)."""
     from trainsim.simulator.predict import predict
 
     profile = calibration
@@ -82,7 +83,9 @@ def compare(job: ExecJob, result: dict[str, Any], *, calibration=None,
             out["error_pct"]["step_time"] = error_pct(pred["step_time_s"], timing.get("median_s") or 0.0)
     if reference is not None:
         diffs = [abs(a - b) for a, b in zip(result["losses"], reference)]
-        out["reference"] = {"losses": reference, "max_abs_loss_diff": max(diffs) if diffs else None}
+        finite = [d for d in diffs if math.isfinite(d)]  # max() would skip a NaN that is not first
+        out["reference"] = {"losses": reference, "max_abs_loss_diff": max(finite) if finite else None,
+                            "nonfinite_steps": len(diffs) - len(finite)}
     return out
 
 
@@ -126,13 +129,12 @@ def format_comparison(c: dict[str, Any]) -> str:
         if "max_memory_allocated" in ms:
             lines.append(f"  {f'stage {stage} max_memory_allocated [MiB]':46s} {_mib(ms['max_memory_allocated']):>14s}"
                          f" {_mib(ps.get('total')):>14s}")
-    pred = p.get("prediction")
-    if pred and "unavailable" in pred:
-        lines.append(f"  step-time prediction unavailable ({pred['unavailable']})")
     ref = c.get("reference")
     if ref:
-        lines.append(f"  loss vs single-process reference: max |diff| = {ref['max_abs_loss_diff']:.3g} over "
-                     f"{len(ref['losses'])} steps (final loss {m['losses'][-1]:.6f})")
+        mx, bad = ref["max_abs_loss_diff"], ref.get("nonfinite_steps", 0)
+        lines.append(f"  loss vs single-process reference: max |diff| = {'-' if mx is None else f'{mx:.3g}'} over "
+                     f"{len(ref['losses'])} steps (final loss {m['losses'][-1]:.6f})"
+                     + (f"; {bad} step(s) with a non-finite loss" if bad else ""))
     else:
         lines.append(f"  losses: {' '.join(f'{x:.5f}' for x in m['losses'])}")
     return "\n".join(lines)

@@ -55,7 +55,8 @@ def to_prediction(scenario: Scenario, table: CostTable, res: EngineResult, *, mo
         "pipeline_span": span,
     }
     warnings = list(warnings or [])
-    if step > 0 and hw_flops / (step * gpus * peak) > 1:
+    hfu = hw_flops / (step * gpus * peak) if step > 0 else 0.0
+    if hfu > 1:
         # Not clamped: the convention is the published one, but a reader must not take >100 % at face value.
         warnings.append(f"MFU/HFU above 100 %: model and hardware FLOPs count attention over the full s x s "
                         f"matrix (SC21 eq. 3, as published MFU figures do) while the causal kernel computes "
@@ -64,7 +65,7 @@ def to_prediction(scenario: Scenario, table: CostTable, res: EngineResult, *, mo
         step_time_s=step,
         tokens_per_s=scenario.tokens_per_step / step if step > 0 else 0.0,
         mfu=model_flops / (step * gpus * peak) if step > 0 else 0.0,
-        hfu=hw_flops / (step * gpus * peak) if step > 0 else 0.0,
+        hfu=hfu,
         model_tflops_per_gpu=model_flops / step / gpus / 1e12 if step > 0 else 0.0,
         hardware_tflops_per_gpu=hw_flops / step / gpus / 1e12 if step > 0 else 0.0,
         bubble_fraction=bubble,

@@ -133,10 +133,9 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
         raise SpecError("training.schedule", "interleaved needs pp > 1")
     if t.seq_len % cp or (cp > 1 and t.seq_len % (2 * cp)):
         raise SpecError("training.seq_len", f"seq_len={t.seq_len} must be divisible by 2*cp = {2 * cp}")
-    if cp > 1 and t.cp_comm == "a2a" and ((m.num_heads // tp) % cp or ((m.num_kv_heads or m.num_heads) // tp) % cp):
+    if cp > 1 and t.cp_comm == "a2a" and ((m.num_heads // tp) % cp or (m.kv_heads // tp) % cp):
         raise SpecError("training.cp_comm", f"a2a (Ulysses) needs the query and key/value heads per TP rank "
-                                            f"({m.num_heads // tp}, {(m.num_kv_heads or m.num_heads) // tp}) "
-                                            f"divisible by cp={cp}")
+                                            f"({m.num_heads // tp}, {m.kv_heads // tp}) divisible by cp={cp}")
     if t.sequence_parallel and t.seq_len % (tp * cp):
         raise SpecError("training.seq_len", f"seq_len={t.seq_len} must be divisible by tp*cp for sequence parallelism")
     if t.sequence_parallel and tp == 1:

@@ -19,11 +19,11 @@ import sys
 import time
 from pathlib import Path
 
+from trainsim.kernels.calibrate import SECTIONS  # the worker's own list (imports torch lazily)
 from trainsim.reports.commands.common import nonneg_float, positive_int
 from trainsim.specs import SpecError
 
 DTYPES = ("fp32", "bf16", "fp16", "tf32", "fp8")
-SECTIONS = ("gemm", "attention", "memory", "copy", "collectives")
 WORKER = "trainsim.kernels.calibrate"
 
 EPILOG = """\

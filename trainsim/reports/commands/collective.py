@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError("gpus", f"a collective needs a group of at least 2 GPUs, got {gpus}")
     if gpus > base.gpus_per_node and gpus % base.gpus_per_node:
         raise SpecError("gpus", f"{gpus} GPUs is not a whole number of {base.gpus_per_node}-GPU nodes")
-    cluster = load_cluster(args.cluster, max(gpus, 1))
+    cluster = load_cluster(args.cluster, gpus)
     profile = None
     if args.calibration:
         from trainsim.cost_models.profile import load_profile

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import get_args
 
 from trainsim.cost_models.framework import FRAMEWORKS
 from trainsim.specs import Scenario, build_scenario, load_scenario_file
+from trainsim.specs.training import Schedule
 
 
 def positive_int(text: str) -> int:
@@ -49,7 +51,7 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
     p.add_argument("--sequence-parallel", action="store_true", default=None)
     p.add_argument("--zero", type=int, choices=(0, 1, 2, 3))
     p.add_argument("--distributed-optimizer", action="store_true", default=None)
-    p.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved", "zb", "dualpipev"))
+    p.add_argument("--schedule", choices=get_args(Schedule))
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "fp32"))
     p.add_argument("--framework", choices=FRAMEWORKS,
                    help="software stack whose documented behaviours apply (default megatron)")

@@ -10,11 +10,12 @@ import math
 import re
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, get_args
 
 from trainsim.simulator import goodput as gp
 from trainsim.simulator.search_space import SearchLimits
 from trainsim.specs import SpecError, load_cluster, load_model, load_scenario_file
+from trainsim.specs.training import Schedule
 
 from .common import nonneg_float, positive_int
 
@@ -91,7 +92,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--micro-batch", type=positive_int)
     g.add_argument("--recompute", choices=("none", "selective", "full"))
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3))
-    g.add_argument("--schedule", choices=("gpipe", "1f1b", "interleaved", "zb", "dualpipev"))
+    g.add_argument("--schedule", choices=get_args(Schedule))
     g.add_argument("--max-tp", type=positive_int, help="largest TP searched (default: GPUs per node)")
     g.add_argument("--max-micro-batch", type=positive_int, default=16)
     g.add_argument("--exhaustive", action="store_true",
