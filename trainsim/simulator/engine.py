@@ -31,9 +31,11 @@ from dataclasses import dataclass, field, replace
 
 import simpy
 
+from trainsim.specs.scenario import virtual_stage
+
 from .costtable import COMM_DIMS, CostTable, Transfer
 from .flows import FluidNetwork
-from .schedules import BW, KIND_NAMES, B, F, W, build_schedule, pair_heads, stage_of, virtual_stage
+from .schedules import BW, KIND_NAMES, B, F, W, build_schedule, schedule_with_pairs, stage_of
 
 # Compute slows while a bulk NCCL collective of the same GPU is in flight: NCCL runs one CTA per channel,
 # each CTA holds a whole SM that compute kernels cannot share, and a DGX with 8 NICs uses 16 SMs for
@@ -102,14 +104,13 @@ class _Engine:
         self.m = table.num_microbatches
         self.env = _Counting()
         self.net = FluidNetwork(self.env)
-        self.ops = build_schedule(table.schedule, self.p, self.m, self.v)
         self.vstage = [[virtual_stage(table.schedule, self.p, s, c) for c in range(self.v)] for s in range(self.p)]
         # DualPipeV's V: a message goes to whichever neighbour holds the destination virtual stage (or stays on
         # the GPU at the bottom of the V); other schedules send activations forward and gradients backward.
         self.by_destination = table.schedule == "dualpipev"
         # Op i of a stage in heads[s] runs fused with op i+1 (DualPipeV's overlapped F&B): the pair starts when
         # both inputs are in, and both outputs are sent when the pair ends.
-        self.heads = pair_heads(table.schedule, self.p, self.m, self.v)
+        self.ops, self.heads = schedule_with_pairs(table.schedule, self.p, self.m, self.v)
         self.record = record
         self.trace: list[tuple] | None = [] if record else None
         self.mem_trace: list[tuple] | None = [] if record else None

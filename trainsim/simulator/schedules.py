@@ -124,13 +124,6 @@ def zb_h1(p: int, m: int) -> list[list[Op]]:
     return out
 
 
-def virtual_stage(name: str, p: int, s: int, c: int) -> int:
-    """Virtual stage of chunk ``c`` on stage ``s``: ``c·p + s``, or ``2p - 1 - s`` for DualPipeV's chunk 1."""
-    if name == "dualpipev" and c == 1:
-        return 2 * p - 1 - s
-    return c * p + s
-
-
 def stage_of(name: str, p: int, vs: int) -> int:
     """Pipeline stage holding virtual stage ``vs`` (inverse of virtual_stage)."""
     if name == "dualpipev" and vs >= p:
@@ -232,9 +225,14 @@ def _dualpipev_rank(p: int, m: int, r: int) -> tuple[list[Op], set[int]]:
 
 def pair_heads(name: str, p: int, m: int, v: int = 1) -> list[frozenset[int]]:
     """Per stage, the op indices i whose op runs fused with op i+1 (DualPipeV's overlapped F&B); else empty."""
+    return schedule_with_pairs(name, p, m, v)[1]
+
+
+def schedule_with_pairs(name: str, p: int, m: int, v: int = 1) -> tuple[list[list[Op]], list[frozenset[int]]]:
+    """build_schedule and pair_heads from one construction (the engine needs both)."""
     if name == "dualpipev":
-        return dualpipev_with_pairs(p, m)[1]
-    return [frozenset() for _ in range(p)]
+        return dualpipev_with_pairs(p, m)
+    return build_schedule(name, p, m, v), [frozenset() for _ in range(p)]
 
 
 def build_schedule(name: str, p: int, m: int, v: int = 1) -> list[list[Op]]:

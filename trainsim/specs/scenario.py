@@ -10,6 +10,14 @@ from .model import ModelSpec
 from .training import Layout, TrainingSpec
 
 
+def virtual_stage(schedule: str, pp: int, stage: int, chunk: int) -> int:
+    """Virtual stage of model chunk ``chunk`` on pipeline stage ``stage``: ``chunk·pp + stage`` (Megatron's
+    interleaving), or the V of DualPipeV (chunk 1 of stage s is ``2·pp - 1 - s``)."""
+    if schedule == "dualpipev" and chunk == 1:
+        return 2 * pp - 1 - stage
+    return chunk * pp + stage
+
+
 class Scenario(BaseModel):
     """A fully resolved, valid scenario: ``layout.dp`` is always set."""
 
@@ -76,12 +84,8 @@ class Scenario(BaseModel):
         return tuple(out)
 
     def virtual_stage(self, stage: int, chunk: int) -> int:
-        """Virtual stage of model chunk ``chunk`` on pipeline stage ``stage``: ``chunk·pp + stage``
-        (Megatron's interleaving), or the V of DualPipeV (chunk 1 of stage s is ``2·pp - 1 - s``)."""
-        pp = self.layout.pp
-        if self.training.schedule == "dualpipev" and chunk == 1:
-            return 2 * pp - 1 - stage
-        return chunk * pp + stage
+        """Virtual stage of model chunk ``chunk`` on pipeline stage ``stage`` (see ``virtual_stage``)."""
+        return virtual_stage(self.training.schedule, self.layout.pp, stage, chunk)
 
     @property
     def loss_stage(self) -> int:
