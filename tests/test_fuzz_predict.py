@@ -150,7 +150,7 @@ def scenarios(draw) -> dict:
     if vpp > 1 and not chaos:
         sched = "interleaved"
     else:
-        sched = draw(st.sampled_from(["gpipe", "1f1b", "zb"] + (["interleaved"] if chaos else [])))
+        sched = draw(st.sampled_from(["gpipe", "1f1b", "zb", "dualpipev"] + (["interleaved"] if chaos else [])))
     zero = draw(st.sampled_from([0, 0, 1, 2, 3]))
     seq = draw(st.sampled_from([1, 64, 128, 512, 1000, 2048, 4096, 8192, 32768, 1_048_576]))
     if not chaos and cp > 1:
@@ -173,7 +173,11 @@ def scenarios(draw) -> dict:
         "offload_params": zero == 3 and draw(st.booleans()),
         "dropout": draw(st.booleans()),
         "flash_attention": draw(st.sampled_from([True, True, False])),
+        "flash_attention_version": draw(st.sampled_from([1, 2, 2])),
+        "cp_comm": draw(st.sampled_from(["p2p", "p2p", "allgather", "a2a"])),
     }
+    if draw(st.booleans()):
+        training["overlap_p2p"] = draw(st.booleans())
     training["tp_comm_overlap"] = training["sequence_parallel"] and draw(st.booleans())
     if not chaos and training["dtype"] == "fp8" and base_cluster in ("dgx-a100", "cpu-host"):
         training["dtype"] = "bf16"
