@@ -199,6 +199,26 @@ def test_gqa_swiglu_moe_cp_scaling():
     assert act.layer_activation_bytes(mx).main == dense_like + e * T * k * (2 * m.hidden + 3 * mx.model.expert_ffn)
 
 
+def test_fp8_saves_te_linear_inputs_in_one_byte():
+    """Transformer Engine saves each linear's input for the wgrad GEMM already in fp8 (linear.py
+    ``saved_inputmat = inputmat``; layernorm_linear.py saves the fp8 ``ln_out``), everything else bf16."""
+    base = dict(cluster="dgx-h100", seq_len=8192, global_batch=8)
+    m, e, T = scen("llama3-8b", gpus=1, **base).model, 2, 8192
+    qkv, ad = (m.num_heads + 2 * m.kv_heads) * m.dhead, m.num_heads * m.dhead
+    # norm inputs 2·h (bf16) + norm outputs 2·h (fp8) + q/k/v + o (bf16) + o's fp8 copy + gate|up 2·f (bf16)
+    # + product f (fp8)
+    expected = T * (e * 2 * m.hidden + 2 * m.hidden + e * (qkv + ad) + ad + e * 2 * m.ffn + m.ffn)
+    assert act.layer_activation_bytes(scen("llama3-8b", gpus=1, dtype="fp8", **base)).main == expected
+    # the torch executor's eager model has no TE modules: fp8 there changes nothing
+    assert (act.layer_activation_bytes(scen("llama3-8b", gpus=1, dtype="fp8", **base), "eager").main
+            == act.layer_activation_bytes(scen("llama3-8b", gpus=1, dtype="bf16", **base), "eager").main)
+    # MoE experts: dispatched tokens k·h in fp8, gate|up bf16, product fp8, expert outputs k·h bf16
+    mx8 = scen("mixtral-8x7b", gpus=8, layout={"ep": 8}, dtype="fp8", **base)
+    k, fe = mx8.model.top_k, mx8.model.expert_ffn
+    dense_like = T * (e * 2 * m.hidden + 2 * m.hidden + e * (qkv + ad) + ad)
+    assert act.layer_activation_bytes(mx8).main == dense_like + T * k * (m.hidden + e * 2 * fe + fe + e * m.hidden)
+
+
 def test_eager_impl_counts_rmsnorm_fp32_and_swiglu_4f():
     s = scen("llama3-8b", gpus=1, cluster="dgx-h100", seq_len=1024, global_batch=1)
     m, T, e = s.model, 1024, 2
@@ -348,6 +368,23 @@ def test_zero3_gather_buffers_and_offload_move_bytes_to_host():
     assert off.pcie_d2h_bytes == pytest.approx(rp.optimizer_params * 2)
     assert off.pcie_h2d_bytes == pytest.approx(rp.optimizer_params * 2 + 2 * n_micro * rp.weight_params * 2)
     assert off.total < z3.total
+
+
+def test_activation_offload_moves_offloaded_layers_to_host():
+    """Megatron-Core/TE --cpu-offloading-num-layers N: N layers' saved activations per chunk live on the host."""
+    base = dict(gpus=8, cluster="dgx-h100", seq_len=4096, global_batch=8, zero=3)
+    layer = act.layer_activation_bytes(scen("llama3-8b", **base)).total
+    on = stage_memory(scen("llama3-8b", offload_activation_layers=12, **base), 0)
+    plain = stage_memory(scen("llama3-8b", **base), 0)
+    assert plain.activations - on.activations == pytest.approx(12 * layer)
+    assert on.host - plain.host == pytest.approx(12 * layer)
+    # a chunk's last layer is never offloaded: with pp 4 (8 layers per stage) at most 7 per stage
+    pp4 = dict(base, zero=0, gpus=8, layout={"pp": 4})
+    clamp = stage_memory(scen("llama3-8b", offload_activation_layers=20, **pp4), 1)
+    full = stage_memory(scen("llama3-8b", **pp4), 1)
+    assert full.activations - clamp.activations == pytest.approx(7 * layer * clamp.inflight_microbatches)
+    with pytest.raises(SpecError, match="offload_activation_layers"):
+        scen("llama3-8b", offload_activation_layers=32, **base)
 
 
 def test_tied_embedding_duplicate_on_last_stage():

@@ -175,6 +175,7 @@ def scenarios(draw) -> dict:
         "flash_attention": draw(st.sampled_from([True, True, False])),
         "flash_attention_version": draw(st.sampled_from([1, 2, 2])),
         "cp_comm": draw(st.sampled_from(["p2p", "p2p", "allgather", "a2a"])),
+        "offload_activation_layers": draw(st.sampled_from([0, 0, 0, 1, 3, 1000])),
     }
     if draw(st.booleans()):
         training["overlap_p2p"] = draw(st.booleans())

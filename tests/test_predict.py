@@ -354,3 +354,42 @@ def test_fast_path_peak_memory_equals_engine_when_the_last_chunk_carries_the_log
     for e, f in zip(engine.per_stage_memory, fast.per_stage_memory):
         assert f.activations == pytest.approx(e.activations, rel=1e-4)
     assert fast.peak_bytes == pytest.approx(engine.peak_bytes, rel=1e-4)
+
+
+def test_activation_offload_exposes_only_copies_longer_than_their_window():
+    """TE's offload handler spreads N layer copies over the chunk's L layers: each copy hides behind L/N layers
+    of forward (its reload behind L/N layers of backward); only the excess waits on the compute stream."""
+    from trainsim.cost_models.activations import layer_activation_bytes
+    from trainsim.cost_models.compute import layer_times
+
+    def sc(n_off: int, host_bw: float):
+        return build_scenario({"model": "llama3-8b", "gpus": 8, "training": {
+            "seq_len": 4096, "global_batch": 8, "zero": 3, "offload_activation_layers": n_off},
+            "cluster": {"preset": "dgx-h100", "gpu": {"pcie_bw_Bps": host_bw}}})
+
+    L, N = 32, 8
+    base = sc(0, 50e9)
+    lt, layer = layer_times(base), layer_activation_bytes(base).total
+    fwd, bwd = lt.fwd_s, lt.bwd_input_s + lt.bwd_weight_s + lt.recompute_s
+    # a fast host link hides every copy
+    assert predict(sc(N, 50e9)).step_time_s == pytest.approx(predict(base).step_time_s, rel=1e-9)
+    # a slow one: copy = 3 windows of forward
+    slow = layer / (3 * (L / N) * fwd)
+    copy = layer / slow
+    exposed = N * (max(0.0, copy - L / N * fwd) + max(0.0, copy - L / N * bwd))
+    assert exposed > 0
+    t0 = predict(sc(0, slow)).step_time_s
+    assert predict(sc(N, slow)).step_time_s - t0 == pytest.approx(exposed, rel=1e-6)
+
+
+def test_offload_beyond_host_memory_is_warned():
+    sc = build_scenario({"model": "llama3-8b", "gpus": 8, "training": {
+        "seq_len": 8192, "global_batch": 64, "micro_batch": 8, "zero": 3, "offload_activation_layers": 30},
+        "cluster": {"preset": "dgx-h100", "host_memory_bytes": 1e9}})
+    host_per_node = predict(sc).host_bytes * 8
+    assert host_per_node > 1e9
+    assert any("host memory" in w for w in predict(sc).warnings)
+    roomy = build_scenario({"model": "llama3-8b", "gpus": 8, "training": {
+        "seq_len": 8192, "global_batch": 64, "micro_batch": 8, "zero": 3, "offload_activation_layers": 30},
+        "cluster": {"preset": "dgx-h100", "host_memory_bytes": 2 * host_per_node}})
+    assert not any("host memory" in w for w in predict(roomy).warnings)

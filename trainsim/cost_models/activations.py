@@ -16,6 +16,14 @@ flash attention, no-dropout and any element size ``e``:
 * small terms (``ActivationBytes.small``): norm statistics in fp32 (LayerNorm mean + rstd, RMSNorm rstd),
   flash attention's fp32 logsumexp ``4·b·a·sq``, MoE router probabilities (fp32) and top-k indices.
 
+fp8 (Transformer Engine): every TE linear saves its input for the weight-gradient GEMM already quantized,
+1 byte per element (``FP8_SAVED_BYTES``) -- ``_Linear`` saves ``inputmat``/``inputmat_t`` in fp8 and
+``LayerNormLinear`` its fp8 ``ln_out`` (TransformerEngine module/linear.py, layernorm_linear.py; MXFP8 keeps
+only the column-wise copy, whose 1/32 scale bytes are left out). So the norm outputs (QKV / fc1 inputs) and the
+fc2 input (the SwiGLU product or GeLU output) take 1 byte, the out-projection keeps a 1-byte copy of the
+attention output besides the bf16 one flash attention saves, and MoE experts save their dispatched input in
+fp8. Norm inputs, q/k/v/o, the activation function's input and the expert outputs stay 2 bytes.
+
 Here ``T = b·s/cp`` tokens per rank; with CP every token-proportional term is divided by ``cp`` (ring
 attention keeps only the local q, k, v, o; received k/v chunks are re-sent in backward).
 Recompute: ``selective`` drops the attention core (softmax/dropout terms and the logsumexp; q, k, v and
@@ -39,6 +47,7 @@ from .shapes import LayerShape, layer_shape
 
 MASK_BYTES = 1  # dropout masks are bool/uint8 on CUDA (Korthikanti's assumption)
 STAT_BYTES = 4  # norm statistics and logsumexp are fp32
+FP8_SAVED_BYTES = 1  # a TE linear's input saved for backward in fp8 (E4M3)
 
 
 @dataclass(frozen=True)
@@ -53,12 +62,23 @@ class ActivationBytes:
         return self.main + self.small
 
 
-def _mlp_inner(shp: LayerShape, ffn: int, impl: str = "fused") -> int:
-    """Inner MLP elements saved per token: GeLU 2·f (fc1 out, GeLU out); SwiGLU fused 3·f (gate|up, product),
-    eager 4·f (gate, up, silu(gate), product)."""
+def _fp8_saved(shp: LayerShape, impl: str) -> bool:
+    """Whether GEMM inputs are saved in fp8: fp8 training through Transformer Engine's fused modules."""
+    return shp.dtype == "fp8" and impl == "fused"
+
+
+def _gemm_input_e(shp: LayerShape, impl: str) -> int:
+    """Bytes per element of a linear layer's saved input."""
+    return FP8_SAVED_BYTES if _fp8_saved(shp, impl) else shp.e
+
+
+def _mlp_inner_bytes(shp: LayerShape, ffn: int, impl: str = "fused") -> float:
+    """Inner MLP bytes saved per token: GeLU 2·f (fc1 out, GeLU out = fc2 input); SwiGLU fused 3·f (gate|up,
+    product = fc2 input), eager 4·f (gate, up, silu(gate), product). The fc2 input is the linear's own save."""
+    fc2_in = _gemm_input_e(shp, impl) * ffn
     if shp.gated:
-        return (4 if impl == "eager" else 3) * ffn
-    return 2 * ffn
+        return shp.e * (3 if impl == "eager" else 2) * ffn + fc2_in
+    return shp.e * ffn + fc2_in
 
 
 IMPLS = ("fused", "eager")
@@ -93,7 +113,7 @@ def _gemm_input_bytes(shp: LayerShape, impl: str) -> float:
     linears the gathered tensor, which they save whole (``eager``).
     """
     r = 1 if impl == "eager" else shp.sp_div
-    return shp.e * shp.tokens * shp.h / r
+    return _gemm_input_e(shp, impl) * shp.tokens * shp.h / r
 
 
 @lru_cache(maxsize=8192)
@@ -116,9 +136,12 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
         if shp.recompute != "selective":
             small += STAT_BYTES * b * heads * sq
         core = 0.0
+        if _fp8_saved(shp, impl):
+            attn += FP8_SAVED_BYTES * T * qd  # the out-projection's fp8 copy of the attention output
     else:
-        # q over local queries; k, v expanded to all query heads over all s keys; output.
-        attn = e * T * qd + 2 * e * b * sk * qd + e * T * qd
+        # q over local queries; k, v expanded to all query heads over all s keys; the output (saved only by
+        # the out-projection: the batched GEMMs' backward needs the probabilities and v).
+        attn = e * T * qd + 2 * e * b * sk * qd + _gemm_input_e(shp, impl) * T * qd
         probs = b * heads * sq * sk
         core = e * probs + ((MASK_BYTES + e) * probs if shp.dropout else 0.0)
         if shp.recompute == "selective":
@@ -134,10 +157,11 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
     if shp.is_moe:
         k = shp.top_k
         routed = T * k
-        mlp = e * routed * h + e * routed * _mlp_inner(shp, shp.fe, impl) / t + e * routed * h
+        mlp = (_gemm_input_e(shp, impl) * routed * h + routed * _mlp_inner_bytes(shp, shp.fe, impl) / t
+               + e * routed * h)
         small += STAT_BYTES * (T / r) * shp.experts + 8 * (T / r) * k
     else:
-        mlp = e * T * _mlp_inner(shp, shp.f, impl) / t
+        mlp = T * _mlp_inner_bytes(shp, shp.f, impl) / t
     return ActivationBytes(main=seq + attn + core + mlp, small=small)
 
 

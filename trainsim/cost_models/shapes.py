@@ -16,7 +16,8 @@ from .framework import behaviour
 T = TypeVar("T")
 
 # Bytes per activation element for each training dtype. fp8 training (Transformer Engine) keeps
-# activations in bf16 and casts GEMM operands to fp8 on the fly, so activations stay 2 bytes.
+# activations in bf16 and casts GEMM operands to fp8 on the fly, so activations stay 2 bytes -- except the
+# inputs TE's linears save for their weight-gradient GEMMs, which are saved already cast (activations.py).
 ACT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
 
 

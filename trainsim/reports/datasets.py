@@ -621,6 +621,16 @@ NEMO_UNMODELLED = {
 }
 
 
+# Activation CPU offload of the Megatron-Bridge performance recipes (``cpu_offloading_num_layers``), which the
+# tables do not print, for the Megatron-FSDP fp8 runs that use it: (table model, system) -> layers.
+# scripts/performance/configs/llama/llama3_workload_base_configs.py @00919dcf (the same values in
+# llama3/workload_base_configs.py @0fa501ac; GB200 also in llama3_70b_llm_pretrain.py @c86cd1e9):
+# LLAMA3_70B FP8 FSDP GB300 20, GB200 40. LLAMA3.1_405B on 128 GB200 with FSDP (TP2): 95 in the 25.09-era
+# llama31_405b_llm_pretrain.py @27dfb3df, the release of the only such row (later configs: 92).
+NEMO_ACTIVATION_OFFLOAD = {("LLAMA3_70B", "DGX-GB300"): 20, ("LLAMA3_70B", "DGX-GB200"): 40,
+                           ("LLAMA3.1_405B", "DGX-GB200"): 95}
+
+
 def _first(text: str | None) -> str:
     """A cell's primary value: the text before any parenthesised alternative or footnote marker."""
     return re.split(r"[(\[]", text or "")[0].strip()
@@ -659,7 +669,9 @@ def load_nemo(path: Path | None = None, *, name: str = "nemo") -> Dataset:
          "megatron, sequence parallelism and TP comm/GEMM overlap when tp > 1, "
          "distributed optimizer (fsdp column 0/empty) or Megatron FSDP = ZeRO-3 (fsdp column > 0), "
          "FlashAttention-class fused attention, no dropout, interleaved 1F1B when vp > 1. The tables do not "
-         "state recomputation: none for every row (documented assumption)."),
+         "state recomputation: none for every row (the perf scripts read set none of it for these models). "
+         "Activation CPU offload as the recipes set it for the Megatron-FSDP fp8 runs: Llama 3 70B 20 layers "
+         "on GB300, 40 on GB200; Llama 3.1 405B on GB200 95 (NEMO_ACTIVATION_OFFLOAD)."),
         ("rows: pre-training and SFT (full-parameter training on seq_len tokens); LoRA rows skipped (frozen "
          "base weights: no weight gradients or optimizer, not a trainsim mode); MoE rows need ep | dp*cp "
          "(experts carved from data parallelism) -- layouts with expert groups spanning TP are skipped."),
@@ -718,7 +730,9 @@ def _nemo_case(r: dict) -> Case:
                      "dtype": dtype, "recompute": "none", "sequence_parallel": tp > 1, "tp_comm_overlap": tp > 1,
                      "zero": 3 if fsdp > 0 else 0, "distributed_optimizer": fsdp == 0,
                      "schedule": "interleaved" if vp > 1 else "1f1b", "flash_attention": True,
-                     "dropout": False, "framework": "megatron"},
+                     "dropout": False, "framework": "megatron",
+                     "offload_activation_layers": (NEMO_ACTIVATION_OFFLOAD.get((model_name, system), 0)
+                                                   if fsdp and dtype == "fp8" else 0)},
     }
     label += (f" tp{tp} pp{pp}" + (f" cp{cp}" if cp > 1 else "") + (f" v{vp}" if vp > 1 else "")
               + (f" ep{ep}" if ep > 1 else "") + (" fsdp" if fsdp else "") + f" mb{ints['mbs']}")

@@ -61,6 +61,10 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
                         f"{scenario.stage_layers[-1]} (last), {max(scenario.stage_layers)} (others)")
     if ideal_network:
         warnings.append("ideal network: all communication is free")
+    node_host = host * min(scenario.cluster.gpus_per_node, scenario.cluster.num_gpus)
+    if node_host > scenario.cluster.host_memory_bytes:
+        warnings.append(f"offload needs {node_host / 1e9:.0f} GB of host memory per node, more than the "
+                        f"cluster's host_memory_bytes ({scenario.cluster.host_memory_bytes / 1e9:.0f} GB)")
     if fast:
         res = analytic.estimate(table)
         pred = to_prediction(scenario, table, res, mode="closed-form", calibration=calibration,

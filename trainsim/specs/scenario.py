@@ -171,4 +171,9 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
         raise SpecError("training.seq_len", f"seq_len={t.seq_len} exceeds {m.name}'s learned positions ({m.max_seq_len})")
     if t.dtype == "fp8" and not cluster.gpu.fp8:
         raise SpecError("training.dtype", f"fp8 needs FP8 tensor cores, which {cluster.gpu.name} lacks")
+    if t.offload_activation_layers >= m.num_layers:
+        # Transformer Engine's get_cpu_offload_context: "Cannot offload all layers" (num_layers <= model_layers - 1)
+        raise SpecError("training.offload_activation_layers",
+                        f"{t.offload_activation_layers} must be below num_layers={m.num_layers} (the last layer's "
+                        "activations are needed at once)")
     return Scenario(name=name, model=m, cluster=cluster, layout=layout.model_copy(update={"dp": dp}), training=t)

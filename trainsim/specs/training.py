@@ -67,6 +67,11 @@ class TrainingSpec(BaseModel):
     dropout: bool = Field(default=False, description="dropout layers present (their masks are saved)")
     offload_optimizer: bool = False
     offload_params: bool = False
+    offload_activation_layers: int = Field(
+        default=0, ge=0, le=1_000_000, description="activation CPU offloading (Megatron-Core --cpu-offloading "
+        "--cpu-offloading-num-layers, Transformer Engine's offload handler): the saved activations of the first "
+        "this many transformer layers of each model chunk are copied to host memory during the forward and back "
+        "before their backward, overlapped with the neighbouring layers' compute (a chunk's last layer never)")
     optimizer_bytes_per_param: int = Field(default=12, gt=0, le=64, description="fp32 master + Adam m, v")
     grad_dtype_bytes: int = Field(default=0, ge=0, le=8, description="0 = same as dtype (fp32 for fp8)")
     param_dtype_bytes: int = Field(default=0, ge=0, le=8,
