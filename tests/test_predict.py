@@ -345,8 +345,8 @@ def test_fast_path_peak_memory_equals_engine_when_the_last_chunk_carries_the_log
     must sum the chunks in flight rather than multiply the largest (found by the planner on the 70B example)."""
     from pathlib import Path
 
-    from trainsim.specs import build_scenario, load_scenario_file
     from trainsim.simulator.predict import predict
+    from trainsim.specs import build_scenario, load_scenario_file
 
     root = Path(__file__).resolve().parents[1]
     s = build_scenario(load_scenario_file(root / "examples" / "llama3-70b-h100.yaml"))
