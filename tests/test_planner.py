@@ -229,3 +229,41 @@ def test_cli_takes_model_cluster_batch_from_a_scenario_file(capsys):
     assert d["request"]["model"]["name"] == "llama3-8b" and d["request"]["gpu_counts"] == [8]
     assert d["request"]["global_batch"] == 512 and d["request"]["seq_len"] == 8192
     assert d["rows"] and all(r["tp"] == 2 for r in d["rows"])
+
+
+def test_cli_plans_with_the_scenario_files_training_settings(tmp_path, capsys):
+    """Settings the search does not decide (framework, flash attention, offload, ...) apply to every candidate."""
+    import yaml
+
+    from trainsim.specs import build_scenario
+    base = {"model": "llama3-8b", "cluster": "dgx-h100",
+            "training": {"global_batch": 64, "seq_len": 4096}}
+    args = ["--gpus", "8", "--top", "1", "--tp", "1", "--pp", "1", "--max-micro-batch", "1", "--zero", "3",
+            "--recompute", "none", "--schedule", "1f1b", "--json"]
+
+    def best(training_extra: dict) -> dict:
+        path = tmp_path / "s.yaml"
+        path.write_text(yaml.safe_dump({**base, "training": {**base["training"], **training_extra}}))
+        assert main(["plan", str(path), *args]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    plain, eager = best({}), best({"flash_attention": False, "framework": "pytorch-fsdp"})
+    assert eager["request"]["training"] == {"flash_attention": False, "framework": "pytorch-fsdp"}
+    # the same layout, planned with the file's stack, is predicted as `predict` predicts it
+    row = eager["rows"][0]
+    sc = build_scenario({**base, "gpus": 8, "layout": {"tp": 1, "pp": 1}, "training": {
+        **base["training"], "micro_batch": 1, "zero": 3, "recompute": "none", "flash_attention": False,
+        "framework": "pytorch-fsdp"}})
+    assert row["step_time_s"] == pytest.approx(predict(sc).step_time_s, rel=1e-9)
+    assert row["step_time_s"] > plain["rows"][0]["step_time_s"]
+    # `report --plan` rebuilds the ranked layout with the same settings
+    from trainsim.reports.whatif import scenario_from_plan
+    again = scenario_from_plan(eager)
+    assert again.training.framework == "pytorch-fsdp" and again.training.flash_attention is False
+    off = best({"offload_activation_layers": 16})
+    assert off["rows"][0]["peak_bytes"] < plain["rows"][0]["peak_bytes"]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump({**base, "training": {**base["training"], "framework": "jax"}}))
+    assert main(["plan", str(path), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "training.framework" in err

@@ -222,12 +222,13 @@ def scenario_table(scn: Scenario) -> Table:
 
 def _plan_for(scn: Scenario, opts: ReportOptions):
     from trainsim.simulator.planner import PlanRequest, plan
-    from trainsim.simulator.search_space import SearchLimits
+    from trainsim.simulator.search_space import SearchLimits, training_extra
 
     req = PlanRequest(
         model=scn.model, cluster=scn.cluster, gpu_counts=(scn.num_gpus,), global_batch=scn.training.global_batch,
         seq_len=scn.training.seq_len, tokens=opts.tokens, price_per_gpu_hour=opts.price_per_gpu_hour,
-        top_k=opts.plan_top_k, limits=SearchLimits(dtype=scn.training.dtype),
+        top_k=opts.plan_top_k,
+        limits=SearchLimits(dtype=scn.training.dtype, training_extra=training_extra(scn.training.model_dump())),
         failure_rate_per_gpu_hour=opts.failure_rate_per_gpu_hour, checkpoint_write_s=opts.checkpoint_write_s,
         storage_write_Bps=opts.storage_write_Bps, restart_s=opts.restart_s, profile_path=opts.profile_path,
     )
@@ -429,6 +430,9 @@ def scenario_from_plan(plan_json: Mapping[str, Any], rank: int = 1) -> Scenario:
         cand = Candidate(**{k: r[k] for k in Candidate.__dataclass_fields__})
     except (KeyError, TypeError) as e:
         raise SpecError("plan.rows", f"row {rank} is incomplete: {e}") from None
-    lim = SearchLimits(dtype=req.get("dtype", "bf16"))
+    extra = req.get("training", {})
+    if not isinstance(extra, Mapping):
+        raise SpecError("plan.request.training", f"must be a mapping, got {type(extra).__name__}")
+    lim = SearchLimits(dtype=req.get("dtype", "bf16"), training_extra=dict(extra))
     return to_scenario(model, cluster, cand, int(req["global_batch"]), int(req["seq_len"]), lim,
                        name=f"{model.name} plan #{rank}: {cand.label()}")

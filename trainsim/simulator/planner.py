@@ -111,6 +111,7 @@ class PlanResult:
                 "gpu_counts": list(r.gpu_counts), "global_batch": r.global_batch, "seq_len": r.seq_len,
                 "dtype": r.limits.dtype, "tokens": r.train_tokens, "price_per_gpu_hour": r.price_per_gpu_hour,
                 "top_k": r.top_k, "objective": r.objective, "fixed": dict(r.limits.fixed),
+                "training": dict(r.limits.training_extra),
                 "failure_rate_per_gpu_hour": r.failure_rate_per_gpu_hour, "restart_s": r.restart_s,
                 "checkpoint_write_s": r.checkpoint_write_s, "storage_write_Bps": r.storage_write_Bps,
                 "failure_rate_source": gp.FAILURE_RATE_SOURCE,

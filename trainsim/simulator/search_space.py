@@ -8,11 +8,14 @@ not validity, and are documented where they are made (``SearchLimits``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from pydantic import ValidationError
+
 from trainsim.specs import ClusterSpec, Layout, ModelSpec, Scenario, SpecError, TrainingSpec, resolve
+from trainsim.specs.errors import from_validation_error
 
 RECOMPUTE_LADDER = ("none", "selective", "full")   # less memory, more compute, left to right
 ZERO_LADDER = (0, 1, 2, 3)                         # less memory, more communication, left to right
@@ -210,6 +213,16 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, gpus: int, glob
                             yield Candidate(gpus, tp, pp, dp, cp, ep, vpp, mb, rc, zero, sched, sp)
 
 
+# TrainingSpec fields the search decides; every other one is the user's and applies to each candidate as given.
+SEARCHED_TRAINING = frozenset({"seq_len", "global_batch", "micro_batch", "dtype", "recompute", "sequence_parallel",
+                               "zero", "schedule"})
+
+
+def training_extra(training: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of a scenario's ``training`` the search keeps as given (framework, flash attention, offload...)."""
+    return {k: v for k, v in training.items() if k not in SEARCHED_TRAINING}
+
+
 def to_scenario(model: ModelSpec, cluster: ClusterSpec, c: Candidate, global_batch: int, seq_len: int,
                 lim: SearchLimits | None = None, name: str | None = None) -> Scenario:
     """Resolve a candidate into a Scenario; raises SpecError when the specs reject it."""
@@ -217,11 +230,17 @@ def to_scenario(model: ModelSpec, cluster: ClusterSpec, c: Candidate, global_bat
     if cluster.num_gpus != c.gpus:
         cluster = cluster.with_gpus(c.gpus)
     layout = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, ep=c.ep, vpp=c.vpp)
-    training = TrainingSpec(
-        seq_len=seq_len, global_batch=global_batch, micro_batch=c.micro_batch, dtype=lim.dtype,
-        recompute=c.recompute, sequence_parallel=c.sequence_parallel, zero=c.zero, schedule=c.schedule,
-        **lim.training_extra,
-    )
+    extra = dict(lim.training_extra)
+    if not c.sequence_parallel:
+        extra.pop("tp_comm_overlap", None)  # TE's userbuffers overlap needs SP: candidates without it run plain
+    try:
+        training = TrainingSpec(
+            seq_len=seq_len, global_batch=global_batch, micro_batch=c.micro_batch, dtype=lim.dtype,
+            recompute=c.recompute, sequence_parallel=c.sequence_parallel, zero=c.zero, schedule=c.schedule,
+            **extra,
+        )
+    except ValidationError as e:
+        raise from_validation_error(e, "training") from None
     return resolve(model, cluster, layout, training, name=name or f"{model.name} {c.label()}")
 
 

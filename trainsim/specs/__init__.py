@@ -2,7 +2,15 @@
 
 from .errors import SpecError
 from .hardware import ClusterSpec, GPUSpec, ScaleOutSpec, ScaleUpSpec
-from .loaders import build_scenario, load_cluster, load_gpu, load_model, load_scenario_file, model_from_hf
+from .loaders import (
+    build_scenario,
+    load_cluster,
+    load_gpu,
+    load_model,
+    load_scenario_file,
+    load_training,
+    model_from_hf,
+)
 from .model import ModelSpec
 from .presets import preset, preset_names
 from .scenario import Scenario, resolve
@@ -23,6 +31,7 @@ __all__ = [
     "load_gpu",
     "load_model",
     "load_scenario_file",
+    "load_training",
     "model_from_hf",
     "preset",
     "preset_names",

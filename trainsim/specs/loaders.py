@@ -247,6 +247,13 @@ LAYOUT_KEYS = set(Layout.model_fields)
 TRAINING_KEYS = set(TrainingSpec.model_fields)
 
 
+def load_training(data: Mapping) -> TrainingSpec:
+    """A TrainingSpec from a mapping (a scenario's ``training``); SpecError naming the field."""
+    if not isinstance(data, Mapping):
+        raise SpecError("training", f"must be a mapping, got {type(data).__name__}")
+    return _validate(TrainingSpec, data, "training")
+
+
 def load_scenario_file(path: str | os.PathLike) -> dict:
     """Read a scenario YAML/JSON into its raw mapping (resolved later with any CLI overrides)."""
     data = read_mapping(path, "scenario")

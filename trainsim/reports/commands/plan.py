@@ -13,15 +13,13 @@ from collections.abc import Iterator
 from typing import Any, get_args
 
 from trainsim.simulator import goodput as gp
-from trainsim.simulator.search_space import SearchLimits
-from trainsim.specs import SpecError, load_cluster, load_model, load_scenario_file
+from trainsim.simulator.search_space import SearchLimits, training_extra
+from trainsim.specs import SpecError, load_cluster, load_model, load_scenario_file, load_training
 from trainsim.specs.training import Schedule
 
 from .common import nonneg_float, positive_int
 
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
-
-
 def parse_tokens(text: str) -> float:
     """'15T', '2.5e12', '300B' -> tokens."""
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgGtTpP]?)\s*", text or "")
@@ -149,7 +147,15 @@ def request_from_args(args: argparse.Namespace):
     dtype = args.dtype or training.get("dtype", "bf16")
     if dtype == "fp8" and not cluster.gpu.fp8:
         raise SpecError("training.dtype", f"fp8 needs FP8 tensor cores, which {cluster.gpu.name} lacks")
-    limits = SearchLimits(max_tp=args.max_tp, max_micro_batch=args.max_micro_batch, dtype=dtype, fixed=fixed)
+    # Every training setting of the scenario file the search does not decide (framework, flash attention,
+    # dropout, offload, optimizer bytes, TP overlap, CP exchange, ...) applies to each candidate as given.
+    extra = training_extra(training)
+    if extra.get("offload_params") and "zero" not in fixed:
+        fixed["zero"] = 3  # parameters must be sharded to be offloaded
+    load_training({"seq_len": int(seq_len), "global_batch": int(global_batch), "zero": fixed.get("zero", 0),
+                   **extra})
+    limits = SearchLimits(max_tp=args.max_tp, max_micro_batch=args.max_micro_batch, dtype=dtype, fixed=fixed,
+                          training_extra=extra)
     if args.storage_write_gbps <= 0:
         raise SpecError("storage_write_gbps", "must be positive")
     return PlanRequest(
