@@ -209,6 +209,9 @@ def test_fp8_saves_te_linear_inputs_in_one_byte():
     # + product f (fp8)
     expected = T * (e * 2 * m.hidden + 2 * m.hidden + e * (qkv + ad) + ad + e * 2 * m.ffn + m.ffn)
     assert act.layer_activation_bytes(scen("llama3-8b", gpus=1, dtype="fp8", **base)).main == expected
+    # selective recompute re-runs the attention core: flash's 16-bit output is not kept, the fp8 copy is
+    sel = act.layer_activation_bytes(scen("llama3-8b", gpus=1, dtype="fp8", recompute="selective", **base))
+    assert sel.main == expected - e * T * ad
     # the torch executor's eager model has no TE modules: fp8 there changes nothing
     assert (act.layer_activation_bytes(scen("llama3-8b", gpus=1, dtype="fp8", **base), "eager").main
             == act.layer_activation_bytes(scen("llama3-8b", gpus=1, dtype="bf16", **base), "eager").main)

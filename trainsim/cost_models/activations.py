@@ -132,12 +132,15 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
     sq, sk = shp.s // shp.cp, shp.s
     qd = heads * shp.d
     if shp.flash:
-        attn = e * T * (shp.a + 2 * shp.kv) * shp.d / t + e * T * qd
+        # q, k, v; the output is saved by the out-projection (its input) and, unless the core is recomputed
+        # (selective), by flash attention for its own backward -- one 16-bit tensor, or with fp8 the
+        # projection's fp8 copy besides flash's 16-bit one.
+        attn = e * T * (shp.a + 2 * shp.kv) * shp.d / t + _gemm_input_e(shp, impl) * T * qd
         if shp.recompute != "selective":
             small += STAT_BYTES * b * heads * sq
+            if _fp8_saved(shp, impl):
+                attn += e * T * qd
         core = 0.0
-        if _fp8_saved(shp, impl):
-            attn += FP8_SAVED_BYTES * T * qd  # the out-projection's fp8 copy of the attention output
     else:
         # q over local queries; k, v expanded to all query heads over all s keys; the output (saved only by
         # the out-projection: the batched GEMMs' backward needs the probabilities and v).
