@@ -228,6 +228,9 @@ def load_cluster(spec: str | Mapping | ClusterSpec, gpus: int | None = None) -> 
                 raise SpecError("cluster.preset", "must be a preset name")
             base = load_cluster(base_name).model_dump()
             base.pop("num_gpus", None)
+            gpu_over = raw.get("gpu")
+            if isinstance(gpu_over, str) or (isinstance(gpu_over, Mapping) and "preset" in gpu_over):
+                base.pop("gpu")  # another GPU preset (+ overrides) replaces the cluster's, not merged into it
             raw = _deep_merge(base, raw)
     else:
         raise SpecError("cluster", f"expected a preset name, a file or a mapping, got {type(spec).__name__}")
