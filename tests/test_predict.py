@@ -393,3 +393,22 @@ def test_offload_beyond_host_memory_is_warned():
         "seq_len": 8192, "global_batch": 64, "micro_batch": 8, "zero": 3, "offload_activation_layers": 30},
         "cluster": {"preset": "dgx-h100", "host_memory_bytes": 2 * host_per_node}})
     assert not any("host memory" in w for w in predict(roomy).warnings)
+
+
+def test_vpp_flag_keeps_a_files_dualpipev_schedule(tmp_path, capsys):
+    """`--vpp N` implies interleaving only when the file names no chunked schedule of its own."""
+    import yaml
+    scn = {"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 16,
+           "layout": {"tp": 2, "pp": 4, "vpp": 2},
+           "training": {"seq_len": 4096, "global_batch": 64, "schedule": "dualpipev"}}
+    path = tmp_path / "dpv.yaml"
+    path.write_text(yaml.safe_dump(scn))
+    assert main(["predict", str(path), "--vpp", "2", "--json"]) == 0
+    flagged = json.loads(capsys.readouterr().out)
+    assert main(["predict", str(path), "--json"]) == 0
+    assert flagged == {**json.loads(capsys.readouterr().out), "engine": flagged["engine"]}
+    plain = {**scn, "layout": {"tp": 2, "pp": 4}, "training": {**scn["training"], "schedule": "1f1b"}}
+    path.write_text(yaml.safe_dump(plain))
+    assert main(["predict", str(path), "--vpp", "2", "--json"]) == 0
+    interleaved = json.loads(capsys.readouterr().out)
+    assert interleaved["step_time_s"] != flagged["step_time_s"]

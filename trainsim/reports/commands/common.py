@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Mapping
 from typing import get_args
 
 from trainsim.cost_models.framework import FRAMEWORKS
@@ -74,11 +75,18 @@ OVERRIDE_FLAGS = {
 }
 
 
+def imply_schedule(overrides: dict, raw: Mapping) -> None:
+    """`--vpp N` alone implies the interleaved schedule, as in Megatron -- unless the scenario file already
+    names a schedule with model chunks (interleaved, dualpipev), which the flag then only resizes."""
+    if overrides.get("vpp") and overrides["vpp"] > 1 and overrides.get("schedule") is None:
+        training = raw.get("training")
+        if not (isinstance(training, Mapping) and training.get("schedule") in ("interleaved", "dualpipev")):
+            overrides["schedule"] = "interleaved"
+
+
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
     """Scenario file (if any) with every given flag laid over it; SpecError on anything invalid."""
     raw = load_scenario_file(args.scenario) if getattr(args, "scenario", None) else {}
     overrides = {key: getattr(args, attr, None) for attr, key in OVERRIDE_FLAGS.items()}
-    # `--vpp N` alone implies the interleaved schedule, as in Megatron.
-    if overrides.get("vpp") and overrides["vpp"] > 1 and overrides.get("schedule") is None:
-        overrides["schedule"] = "interleaved"
+    imply_schedule(overrides, raw)
     return build_scenario(raw, overrides)

@@ -12,7 +12,13 @@ import json
 import os
 import sys
 
-from trainsim.reports.commands.common import OVERRIDE_FLAGS, add_scenario_args, nonneg_float, positive_int
+from trainsim.reports.commands.common import (
+    OVERRIDE_FLAGS,
+    add_scenario_args,
+    imply_schedule,
+    nonneg_float,
+    positive_int,
+)
 from trainsim.specs import SpecError, build_scenario, load_scenario_file
 
 CPU_DEFAULTS = {"model": "tiny-gpt", "cluster": "cpu-host", "dtype": "fp32", "seq_len": 128, "global_batch": 8}
@@ -46,8 +52,7 @@ def scenario_for_execute(args: argparse.Namespace):
     """The scenario from file and flags, with the CPU defaults filling what neither gives."""
     raw = load_scenario_file(args.scenario) if args.scenario else {}
     overrides = {key: getattr(args, attr, None) for attr, key in OVERRIDE_FLAGS.items()}
-    if overrides.get("vpp") and overrides["vpp"] > 1 and overrides.get("schedule") is None:
-        overrides["schedule"] = "interleaved"
+    imply_schedule(overrides, raw)
     training_raw = raw.get("training") or {}
     if args.device == "cpu":
         for key, value in CPU_DEFAULTS.items():
