@@ -267,3 +267,24 @@ def test_cli_plans_with_the_scenario_files_training_settings(tmp_path, capsys):
     assert main(["plan", str(path), *args]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "training.framework" in err
+
+
+def test_cli_plans_with_the_scenario_files_placement(tmp_path, capsys):
+    """layout.placement (which dimension is innermost on the ranks) reaches every planned layout."""
+    import yaml
+
+    from trainsim.specs import build_scenario
+    scn = {"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 64,
+           "layout": {"tp": 8, "placement": ["dp", "tp", "pp", "cp", "ep"]},
+           "training": {"global_batch": 64, "seq_len": 4096, "micro_batch": 1, "zero": 1, "recompute": "none",
+                        "sequence_parallel": True}}
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(scn))
+    assert main(["plan", str(path), "--tp", "8", "--pp", "1", "--cp", "1", "--micro-batch", "1", "--zero", "1",
+                 "--recompute", "none", "--schedule", "1f1b", "--top", "1", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["request"]["placement"] == ["dp", "tp", "pp", "cp", "ep"]
+    outer_tp = predict(build_scenario(scn)).step_time_s
+    inner_tp = predict(build_scenario({**scn, "layout": {"tp": 8}})).step_time_s
+    assert outer_tp > inner_tp  # TP across nodes is slower: the placement matters
+    assert d["rows"][0]["step_time_s"] == pytest.approx(outer_tp, rel=1e-9)

@@ -228,7 +228,8 @@ def _plan_for(scn: Scenario, opts: ReportOptions):
         model=scn.model, cluster=scn.cluster, gpu_counts=(scn.num_gpus,), global_batch=scn.training.global_batch,
         seq_len=scn.training.seq_len, tokens=opts.tokens, price_per_gpu_hour=opts.price_per_gpu_hour,
         top_k=opts.plan_top_k,
-        limits=SearchLimits(dtype=scn.training.dtype, training_extra=training_extra(scn.training.model_dump())),
+        limits=SearchLimits(dtype=scn.training.dtype, training_extra=training_extra(scn.training.model_dump()),
+                            placement=scn.layout.placement),
         failure_rate_per_gpu_hour=opts.failure_rate_per_gpu_hour, checkpoint_write_s=opts.checkpoint_write_s,
         storage_write_Bps=opts.storage_write_Bps, restart_s=opts.restart_s, profile_path=opts.profile_path,
     )
@@ -433,6 +434,10 @@ def scenario_from_plan(plan_json: Mapping[str, Any], rank: int = 1) -> Scenario:
     extra = req.get("training", {})
     if not isinstance(extra, Mapping):
         raise SpecError("plan.request.training", f"must be a mapping, got {type(extra).__name__}")
-    lim = SearchLimits(dtype=req.get("dtype", "bf16"), training_extra=dict(extra))
+    placement = req.get("placement")
+    if placement is not None:
+        from trainsim.specs import load_layout
+        placement = load_layout({"placement": placement}).placement
+    lim = SearchLimits(dtype=req.get("dtype", "bf16"), training_extra=dict(extra), placement=placement)
     return to_scenario(model, cluster, cand, int(req["global_batch"]), int(req["seq_len"]), lim,
                        name=f"{model.name} plan #{rank}: {cand.label()}")

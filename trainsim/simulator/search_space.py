@@ -45,6 +45,8 @@ class SearchLimits:
     # at the same communication volume (Korthikanti et al. 2022), so turning it off never helps.
     sequence_parallel: bool = True
     training_extra: dict[str, Any] = field(default_factory=dict)
+    # Rank placement of the parallel dimensions (Layout.placement, innermost first); None = the default.
+    placement: tuple[str, ...] | None = None
 
     def allowed(self, key: str, value: Any) -> bool:
         return key not in self.fixed or self.fixed[key] == value
@@ -229,7 +231,8 @@ def to_scenario(model: ModelSpec, cluster: ClusterSpec, c: Candidate, global_bat
     lim = lim or SearchLimits()
     if cluster.num_gpus != c.gpus:
         cluster = cluster.with_gpus(c.gpus)
-    layout = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, ep=c.ep, vpp=c.vpp)
+    layout = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, ep=c.ep, vpp=c.vpp,
+                    **({"placement": lim.placement} if lim.placement else {}))
     extra = dict(lim.training_extra)
     if not c.sequence_parallel:
         extra.pop("tp_comm_overlap", None)  # TE's userbuffers overlap needs SP: candidates without it run plain

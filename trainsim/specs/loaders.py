@@ -250,6 +250,13 @@ LAYOUT_KEYS = set(Layout.model_fields)
 TRAINING_KEYS = set(TrainingSpec.model_fields)
 
 
+def load_layout(data: Mapping) -> Layout:
+    """A Layout from a mapping (a scenario's ``layout``); SpecError naming the field."""
+    if not isinstance(data, Mapping):
+        raise SpecError("layout", f"must be a mapping, got {type(data).__name__}")
+    return _validate(Layout, data, "layout")
+
+
 def load_training(data: Mapping) -> TrainingSpec:
     """A TrainingSpec from a mapping (a scenario's ``training``); SpecError naming the field."""
     if not isinstance(data, Mapping):

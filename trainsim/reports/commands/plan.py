@@ -14,7 +14,7 @@ from typing import Any, get_args
 
 from trainsim.simulator import goodput as gp
 from trainsim.simulator.search_space import SearchLimits, training_extra
-from trainsim.specs import SpecError, load_cluster, load_model, load_scenario_file, load_training
+from trainsim.specs import SpecError, load_cluster, load_layout, load_model, load_scenario_file, load_training
 from trainsim.specs.training import Schedule
 
 from .common import nonneg_float, positive_int
@@ -154,8 +154,14 @@ def request_from_args(args: argparse.Namespace):
         fixed["zero"] = 3  # parameters must be sharded to be offloaded
     load_training({"seq_len": int(seq_len), "global_batch": int(global_batch), "zero": fixed.get("zero", 0),
                    **extra})
+    layout = raw.get("layout") or {}
+    if not isinstance(layout, dict):
+        raise SpecError("layout", "must be a mapping")
+    placement = None
+    if layout.get("placement") is not None:
+        placement = load_layout({"placement": layout["placement"]}).placement
     limits = SearchLimits(max_tp=args.max_tp, max_micro_batch=args.max_micro_batch, dtype=dtype, fixed=fixed,
-                          training_extra=extra)
+                          training_extra=extra, placement=placement)
     if args.storage_write_gbps <= 0:
         raise SpecError("storage_write_gbps", "must be positive")
     return PlanRequest(
