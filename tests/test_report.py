@@ -3,6 +3,7 @@ real PNG, the Markdown twin's figures exist, numbers in the report are the engin
 idle time is the textbook bubble, and --plan / --measured work (the latter on a real `execute` result)."""
 
 import base64
+import argparse
 import json
 import re
 import struct
@@ -13,6 +14,7 @@ import pytest
 
 from trainsim.reports import plots
 from trainsim.reports.cli import main
+from trainsim.simulator import goodput as gp
 from trainsim.reports.tables import fmt_time
 from trainsim.reports.timeline import events_from_engine
 from trainsim.simulator.costtable import uniform_table
@@ -161,6 +163,38 @@ def test_report_from_a_plan(tmp_path, capsys):
     best = plan_json["rows"][0]
     html = (out / "index.html").read_text(encoding="utf-8")
     assert f"TP{best['tp']} PP{best['pp']} DP{best['dp']}" in html
+    # scenario flags would change the plan's layout: refused, one line
+    capsys.readouterr()
+    assert main(["report", "--plan", str(plan_path), "--tp", "2", "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: plan:") and "--tp" in err
+
+
+def test_report_of_a_plan_keeps_the_plans_goodput_settings(tmp_path, capsys):
+    """Failure rate, restart time and storage bandwidth of the plan's request, unless a flag says otherwise."""
+    from trainsim.reports.commands.report import _goodput_knobs
+    args = ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch", "64",
+            "--seq-len", "4096", "--top", "1", "--max-micro-batch", "1", "--schedule", "1f1b", "--tokens", "100B",
+            "--failure-rate-per-gpu-hour", "0.01", "--storage-write-gbps", "1", "--restart-s", "900", "--json"]
+    assert main(args) == 0
+    plan_json = json.loads(capsys.readouterr().out)
+    req = plan_json["request"]
+    parser = argparse.ArgumentParser()
+    from trainsim.reports.commands import report as report_cmd
+    sub = parser.add_subparsers()
+    report_cmd.register(sub)
+    ns = parser.parse_args(["report", "--out", "x"])
+    knobs = _goodput_knobs(ns, req)
+    assert knobs == {"failure_rate_per_gpu_hour": 0.01, "checkpoint_write_s": None, "storage_write_Bps": 1e9,
+                     "restart_s": 900.0}
+    ns = parser.parse_args(["report", "--out", "x", "--restart-s", "60"])
+    assert _goodput_knobs(ns, req)["restart_s"] == 60.0
+    assert _goodput_knobs(parser.parse_args(["report", "--out", "x"]), {})["restart_s"] == gp.DEFAULT_RESTART_S
+    plan_path = tmp_path / "plan.json"
+    plan_path.write_text(json.dumps(plan_json))
+    assert main(["report", "--plan", str(plan_path), "--out", str(tmp_path / "rep")]) == 0
+    md = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
+    assert f"{100 * plan_json['rows'][0]['goodput']:.1f}%" in md
 
 
 def test_report_with_a_real_execute_result(tmp_path):

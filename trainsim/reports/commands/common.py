@@ -60,6 +60,8 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
                    help="optimizer states in host memory (ZeRO-Offload); PCIe traffic is timed")
     p.add_argument("--offload-params", action="store_true", default=None,
                    help="parameters in host memory (needs --zero 3)")
+    p.add_argument("--offload-activation-layers", type=int, metavar="N",
+                   help="activation CPU offload of N layers per model chunk (Megatron --cpu-offloading-num-layers)")
     p.add_argument("--tp-comm-overlap", action="store_true", default=None,
                    help="Transformer Engine userbuffers: sequence-parallel collectives overlap their GEMMs")
     p.add_argument("--calibration", help="calibration profile JSON (from `trainsim calibrate`)")
@@ -71,7 +73,7 @@ OVERRIDE_FLAGS = {
     "recompute": "recompute", "sequence_parallel": "sequence_parallel", "zero": "zero",
     "distributed_optimizer": "distributed_optimizer", "schedule": "schedule", "dtype": "dtype",
     "framework": "framework", "offload_optimizer": "offload_optimizer", "offload_params": "offload_params",
-    "tp_comm_overlap": "tp_comm_overlap",
+    "tp_comm_overlap": "tp_comm_overlap", "offload_activation_layers": "offload_activation_layers",
 }
 
 

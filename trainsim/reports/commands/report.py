@@ -9,7 +9,7 @@ import time
 from trainsim.simulator import goodput as gp
 from trainsim.specs import SpecError
 
-from .common import add_scenario_args, nonneg_float, positive_int, scenario_from_args
+from .common import OVERRIDE_FLAGS, add_scenario_args, nonneg_float, positive_int, scenario_from_args
 from .plan import parse_tokens
 
 
@@ -27,11 +27,35 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--price-per-gpu-hour", type=nonneg_float)
     p.add_argument("--top", type=positive_int, default=10, help="layouts in the ranked table")
     p.add_argument("--no-plan", action="store_true", help="skip the layout search (faster)")
+    # Goodput knobs: the flag, else (with --plan) the plan's own request, else the documented default.
     p.add_argument("--failure-rate-per-gpu-hour", type=nonneg_float,
-                   default=gp.DEFAULT_FAILURE_RATE_PER_GPU_HOUR)
+                   help=f"default {gp.DEFAULT_FAILURE_RATE_PER_GPU_HOUR:.3g} (or the plan's)")
     p.add_argument("--checkpoint-write-s", type=nonneg_float)
-    p.add_argument("--restart-s", type=nonneg_float, default=gp.DEFAULT_RESTART_S)
+    p.add_argument("--storage-write-gbps", type=nonneg_float,
+                   help=f"aggregate checkpoint write GB/s; default {gp.DEFAULT_STORAGE_WRITE_BPS / 1e9:g} (or the plan's)")
+    p.add_argument("--restart-s", type=nonneg_float, help=f"default {gp.DEFAULT_RESTART_S:g} s (or the plan's)")
     p.set_defaults(func=run)
+
+
+# Request keys of a plan that set the report's goodput knobs, and their defaults.
+GOODPUT_KNOBS = {"failure_rate_per_gpu_hour": gp.DEFAULT_FAILURE_RATE_PER_GPU_HOUR, "checkpoint_write_s": None,
+                 "storage_write_Bps": gp.DEFAULT_STORAGE_WRITE_BPS, "restart_s": gp.DEFAULT_RESTART_S}
+
+
+def _goodput_knobs(args: argparse.Namespace, request: dict) -> dict:
+    """Each goodput knob from its flag, else the plan's request, else the default."""
+    flags = {"failure_rate_per_gpu_hour": args.failure_rate_per_gpu_hour, "checkpoint_write_s": args.checkpoint_write_s,
+             "storage_write_Bps": args.storage_write_gbps * 1e9 if args.storage_write_gbps is not None else None,
+             "restart_s": args.restart_s}
+    out = {}
+    for key, default in GOODPUT_KNOBS.items():
+        value = flags[key] if flags[key] is not None else request.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+            raise SpecError(f"plan.request.{key}", f"must be a non-negative number, got {value!r}")
+        out[key] = default if value is None else float(value)
+    if out["storage_write_Bps"] <= 0:
+        raise SpecError("storage_write_gbps", "must be positive")
+    return out
 
 
 def _read_json(path: str, field: str) -> dict:
@@ -49,19 +73,23 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     plan_json = _read_json(args.plan, "plan") if args.plan else None
     measured = _read_json(args.measured, "measured") if args.measured else None
+    request: dict = {}
     if plan_json is not None:
         if args.scenario:
             raise SpecError("plan", "give either a scenario or --plan, not both")
+        given = [f"--{attr.replace('_', '-')}" for attr in OVERRIDE_FLAGS if getattr(args, attr, None) is not None]
+        if given:
+            raise SpecError("plan", f"{', '.join(given)} would change the plan's layout; report a scenario instead")
         scn = scenario_from_plan(plan_json, args.rank)
-        tokens = args.tokens or plan_json.get("request", {}).get("tokens")
-        price = args.price_per_gpu_hour if args.price_per_gpu_hour is not None else plan_json.get("request", {}).get("price_per_gpu_hour")
+        request = plan_json.get("request", {}) if isinstance(plan_json.get("request"), dict) else {}
+        tokens = args.tokens or request.get("tokens")
+        price = args.price_per_gpu_hour if args.price_per_gpu_hour is not None else request.get("price_per_gpu_hour")
     else:
         scn = scenario_from_args(args)
         tokens, price = args.tokens, args.price_per_gpu_hour
     opts = ReportOptions(
-        tokens=tokens, price_per_gpu_hour=price, failure_rate_per_gpu_hour=args.failure_rate_per_gpu_hour,
-        checkpoint_write_s=args.checkpoint_write_s, restart_s=args.restart_s, profile_path=args.calibration,
-        plan_top_k=args.top, run_plan=not args.no_plan,
+        tokens=tokens, price_per_gpu_hour=price, profile_path=args.calibration,
+        plan_top_k=args.top, run_plan=not args.no_plan, **_goodput_knobs(args, request),
     )
     report = build_report(scn, opts, plan_json=plan_json, measured=measured)
     try:
