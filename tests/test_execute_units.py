@@ -140,3 +140,33 @@ def test_mixed_precision_prediction_uses_torch_amp_state_bytes():
     params = mem.weights / 4
     assert (pred.training.param_bytes, pred.training.grad_bytes) == (4, 4)
     assert mem.grads == pytest.approx(4 * params) and mem.optimizer == pytest.approx(8 * params)
+
+
+@pytest.mark.parametrize("training, field", [
+    ({"offload_activation_layers": 1}, "training.offload_activation_layers"),
+    ({"flash_attention": False}, "training.flash_attention"),
+    ({"flash_attention_version": 1}, "training.flash_attention"),
+    ({"overlap_p2p": True}, "training.overlap_p2p"),
+])
+def test_executor_refuses_settings_it_would_not_run(training, field):
+    """A setting the executor cannot honour is refused by name, not predicted and then silently not run."""
+    from trainsim.kernels.exec_config import check_job, make_job
+    from trainsim.specs import SpecError, build_scenario
+
+    s = build_scenario({"model": "tiny-gpt", "cluster": "cpu-host", "gpus": 2, "layout": {"pp": 2},
+                        "training": {"seq_len": 64, "global_batch": 4, "dtype": "fp32", **training}})
+    with pytest.raises(SpecError) as ei:
+        check_job(make_job(s, device="cpu"))
+    assert ei.value.field == field
+
+
+def test_hsdp_step_time_prediction_says_what_it_models():
+    from trainsim.kernels.exec_config import make_job
+    from trainsim.reports.execution import prediction_notes
+    from trainsim.specs import build_scenario
+
+    s = build_scenario({"model": "tiny-gpt", "cluster": "cpu-host", "gpus": 4,
+                        "training": {"seq_len": 64, "global_batch": 4, "dtype": "fp32", "zero": 3}})
+    assert prediction_notes(make_job(s, device="cpu")) == []
+    (note,) = prediction_notes(make_job(s, device="cpu", hsdp=2))
+    assert "HSDP" in note and "dp=4" in note and "2-rank shard groups" in note

@@ -88,8 +88,18 @@ def check_job(job: ExecJob) -> None:
         raise SpecError("training.zero", f"zero={t.effective_zero} is not executed: use zero=0 (DDP) or zero=3 (FSDP2/HSDP)")
     if t.offload_optimizer or t.offload_params:
         raise SpecError("training.offload_optimizer", "offload is not executed")
+    if t.offload_activation_layers:
+        raise SpecError("training.offload_activation_layers", "activation offload is not executed")
     if t.dropout:
         raise SpecError("training.dropout", "the executor's model has no dropout; set dropout=false")
+    if not t.flash_attention or t.flash_attention_version != 2:
+        raise SpecError("training.flash_attention", "the executor runs torch's fused scaled_dot_product_attention; "
+                                                    "set flash_attention=true, flash_attention_version=2")
+    if t.overlap_p2p:
+        raise SpecError("training.overlap_p2p", "torch.distributed.pipelining waits on its sends and receives; "
+                                                "overlap_p2p=true is not executed")
+    if t.tp_comm_overlap:
+        raise SpecError("training.tp_comm_overlap", "Transformer Engine's userbuffers overlap is not executed")
     if m.tie_embeddings and lay.pp > 1:
         raise SpecError("model.tie_embeddings", "tied embeddings are not executed with pp > 1 (the first and last "
                                                 "stages would have to keep two copies in sync)")
