@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,23 @@ def test_hf_config_fields_are_mapped():
     g = load_model(str(HF / "gpt2-config.json"))
     assert (g.num_layers, g.hidden, g.num_heads, g.activation, g.tie_embeddings) == (12, 768, 12, "gelu", True)
     assert g.position_embedding == "learned" and g.max_seq_len == 1024
+
+
+@pytest.mark.parametrize("key, value", [
+    ("shared_expert_intermediate_size", 5632),   # Qwen1.5-MoE-A2.7B (qwen2_moe)
+    ("n_shared_experts", 1),                     # DeepSeek-V2/V3
+    ("kv_lora_rank", 512),                       # DeepSeek multi-head latent attention
+    ("first_k_dense_replace", 3),                # DeepSeek-V3's dense first layers
+    ("decoder_sparse_step", 2),                  # MoE on every 2nd layer
+])
+def test_hf_config_with_unmodelled_architecture_is_refused(tmp_path, key, value):
+    """A feature ModelSpec cannot represent is an error naming it, not a model with other parameter counts."""
+    cfg = json.loads((HF / "mixtral-8x7b-config.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, key: value}))
+    with pytest.raises(SpecError) as ei:
+        load_model(str(path))
+    assert ei.value.field == f"model.{key}"
 
 
 def test_mixtral_active_parameters_match_published_12_9b():

@@ -151,6 +151,19 @@ def model_from_hf(d: Mapping, name: str = "hf-model") -> dict:
         out["qkv_bias"] = True  # Qwen2: biases on q, k, v projections only
     if get("head_dim") is not None:
         out["head_dim"] = get("head_dim")
+    # Architecture features ModelSpec does not represent: refused rather than silently dropped (they change
+    # the parameter count and the per-token work).
+    unmodelled = {
+        "shared_expert_intermediate_size": "shared experts", "n_shared_experts": "shared experts",
+        "num_shared_experts": "shared experts", "kv_lora_rank": "multi-head latent attention",
+        "q_lora_rank": "multi-head latent attention", "first_k_dense_replace": "dense layers among MoE layers",
+        "mlp_only_layers": "dense layers among MoE layers",
+    }
+    for key, what in unmodelled.items():
+        if d.get(key):
+            raise SpecError(f"model.{key}", f"{what} are not modelled (ModelSpec has no such field)")
+    if (get("decoder_sparse_step", default=1) or 1) > 1:
+        raise SpecError("model.decoder_sparse_step", "MoE on every n-th layer only is not modelled")
     experts = get("num_local_experts", "num_experts", "n_routed_experts")
     if experts:
         out["num_experts"] = experts
