@@ -167,3 +167,20 @@ def test_saved_import_round_trips(tmp_path):
     prof = import_nccl_tests([A100_JSON, H100_TXT])
     path = save_profile(prof, tmp_path / "c.json")
     assert load_profile(path).model_copy(update={"source_path": None}) == prof
+
+
+def test_collective_with_a_calibration_refuses_a_forced_algorithm(tmp_path, capsys):
+    """A measured fit has no NCCL algorithm or protocol: forcing one beside it is refused, not half-applied."""
+    prof = tmp_path / "h100.json"
+    assert main(["calibrate", "--import-nccl-tests", str(H100_TXT), "--out", str(prof)]) == 0
+    capsys.readouterr()
+    base = ["collective", "--op", "all_reduce", "--cluster", "dgx-h100", "--gpus", "8", "--sizes", "1M",
+            "--calibration", str(prof), "--json"]
+    assert main(base) == 0
+    measured = json.loads(capsys.readouterr().out)
+    for extra in (["--algo", "ring"], ["--protocol", "LL"]):
+        assert main(base + extra) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: calibration:")
+    assert main(base[:-3] + ["--json", "--protocol", "LL"]) == 0  # without the profile: the model, forced
+    assert json.loads(capsys.readouterr().out)[0]["time_s"] != measured[0]["time_s"]

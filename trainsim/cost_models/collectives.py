@@ -388,7 +388,7 @@ def collective_time(op: str, nbytes: float, group: GroupShape | int, cluster: Cl
         group = GroupShape.contiguous(group, cluster)
     if not isinstance(group, GroupShape):
         raise SpecError("group", f"expected a GroupShape or a size, got {type(group).__name__}")
-    if profile is not None and algo is None and group.size > 1 and nbytes > 0:
+    if profile is not None and algo is None and protocol is None and group.size > 1 and nbytes > 0:
         measured = _from_profile(profile, op, float(nbytes), group)
         if measured is not None:
             return measured

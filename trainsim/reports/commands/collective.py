@@ -116,6 +116,9 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError("gpus", f"{gpus} GPUs is not a whole number of {base.gpus_per_node}-GPU nodes")
     cluster = load_cluster(args.cluster, gpus)
     profile = None
+    if args.calibration and (args.algo or args.protocol):
+        raise SpecError("calibration", "a measured fit has no algorithm or protocol to force: give --calibration "
+                                       "or --algo/--protocol, not both")
     if args.calibration:
         from trainsim.cost_models.profile import load_profile
         profile = load_profile(args.calibration)
