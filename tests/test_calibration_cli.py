@@ -102,6 +102,12 @@ def test_emit_slurm_writes_a_valid_sbatch_script(tmp_path, capsys):
     (["calibrate", "--device", "cpu", "--out", "x.json", "--nproc", "0"], "--nproc"),
     (["calibrate", "--device", "cpu", "--out", "x.json", "--peak-preset", "nope"], "peak_preset"),
     (["calibrate", "--device", "cpu", "--out", "x.json", "--import-nccl-tests", "f.txt"], "import_nccl_tests"),
+    # a flag of another mode would be silently ignored: refused
+    (["calibrate", "--device", "cpu", "--out", "x.json", "--merge-into", "n.json"], "merge_into"),
+    (["calibrate", "--device", "cpu", "--out", "x.json", "--nccl-group-size", "8"], "nccl_group_size"),
+    (["calibrate", "--device", "cpu", "--out", "x.json", "--nodes", "2"], "nodes"),
+    (["calibrate", "--out", "x.json", "--import-nccl-tests", "f.txt", "--partition", "p"], "partition"),
+    (["calibrate", "--device", "cpu", "--out", "x.json", "--emit-slurm", "s.sh", "--nproc", "4"], "nproc"),
 ])
 def test_bad_flags_exit_2_with_one_line(argv, field, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -62,17 +62,17 @@ def register(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
     slurm = p.add_argument_group("cluster runs (sbatch)")
     slurm.add_argument("--emit-slurm", metavar="FILE", help="write an sbatch script that runs calibration with srun")
-    slurm.add_argument("--nodes", type=positive_int, default=1, help="nodes in the job (default 1)")
-    slurm.add_argument("--gpus-per-node", type=positive_int, default=8, help="torchrun processes per node (default 8)")
+    slurm.add_argument("--nodes", type=positive_int, help="nodes in the job (default 1)")
+    slurm.add_argument("--gpus-per-node", type=positive_int, help="torchrun processes per node (default 8)")
     slurm.add_argument("--partition", help="sbatch --partition")
     slurm.add_argument("--account", help="sbatch --account")
-    slurm.add_argument("--time", default="00:30:00", help="sbatch --time (default 00:30:00)")
+    slurm.add_argument("--time", help="sbatch --time (default 00:30:00)")
     nccl = p.add_argument_group("nccl-tests import")
     nccl.add_argument("--import-nccl-tests", nargs="+", metavar="FILE", help="nccl-tests outputs (text or -J JSON)")
     nccl.add_argument("--nccl-op", help="collective, if the files do not say (all_reduce, all_gather, ...)")
     nccl.add_argument("--nccl-group-size", type=positive_int, help="ranks in the test")
     nccl.add_argument("--nccl-nodes", type=positive_int, help="nodes the ranks spanned")
-    nccl.add_argument("--nccl-prefer", choices=("out_of_place", "in_place"), default="out_of_place",
+    nccl.add_argument("--nccl-prefer", choices=("out_of_place", "in_place"),
                       help="which nccl-tests column to use (default out_of_place)")
     nccl.add_argument("--merge-into", metavar="PROFILE", help="existing profile to merge the collectives into")
     p.set_defaults(func=run)
@@ -123,8 +123,26 @@ def worker_args(args: argparse.Namespace, device: str) -> list[str]:
     return out
 
 
+# Flags that belong to one mode only: given in another, they would be silently ignored.
+IMPORT_ONLY = ("nccl_op", "nccl_group_size", "nccl_nodes", "nccl_prefer", "merge_into")
+SLURM_ONLY = ("nodes", "gpus_per_node", "partition", "account", "time")
+MEASURE_ONLY = ("nproc",)
+
+
+def _refuse_other_modes(args: argparse.Namespace) -> None:
+    mode = "import_nccl_tests" if args.import_nccl_tests else "emit_slurm" if args.emit_slurm else "measure"
+    foreign = {"import_nccl_tests": SLURM_ONLY + MEASURE_ONLY, "emit_slurm": IMPORT_ONLY + MEASURE_ONLY,
+               "measure": IMPORT_ONLY + SLURM_ONLY}[mode]
+    given = [f"--{k.replace('_', '-')}" for k in foreign if getattr(args, k, None) is not None]
+    if given:
+        where = {"import_nccl_tests": "--import-nccl-tests", "emit_slurm": "--emit-slurm",
+                 "measure": "a measuring run"}[mode]
+        raise SpecError(given[0].lstrip("-").replace("-", "_"), f"not used by {where} ({', '.join(given)} given)")
+
+
 def run(args: argparse.Namespace) -> int:
     out = _check_out(args.out)
+    _refuse_other_modes(args)
     if args.import_nccl_tests:
         if args.device or args.emit_slurm:
             raise SpecError("import_nccl_tests", "cannot be combined with --device or --emit-slurm")
@@ -145,7 +163,7 @@ def _run_import(args: argparse.Namespace, out: Path) -> int:
     op = canonical_op(args.nccl_op) if args.nccl_op else None
     base = load_profile(args.merge_into) if args.merge_into else None
     profile = import_nccl_tests(args.import_nccl_tests, op=op, group_size=args.nccl_group_size,
-                                nodes=args.nccl_nodes, merge_into=base, prefer=args.nccl_prefer)
+                                nodes=args.nccl_nodes, merge_into=base, prefer=args.nccl_prefer or "out_of_place")
     save_profile(profile, out)
     profile = load_profile(out)
     _print_summary(profile, args.json, elapsed_s=None)
@@ -159,12 +177,13 @@ def _run_emit_slurm(args: argparse.Namespace, device: str) -> int:
     path = Path(args.emit_slurm)
     if not path.parent.exists():
         raise SpecError("emit_slurm", f"directory does not exist: {path.parent}")
-    text = slurm_script(WORKER, worker_args(args, device), nodes=args.nodes, gpus_per_node=args.gpus_per_node,
-                        job_name="trainsim-calibrate", time_limit=args.time, partition=args.partition,
+    nodes, per_node = args.nodes or 1, args.gpus_per_node or 8
+    text = slurm_script(WORKER, worker_args(args, device), nodes=nodes, gpus_per_node=per_node,
+                        job_name="trainsim-calibrate", time_limit=args.time or "00:30:00", partition=args.partition,
                         account=args.account)
     path.write_text(text)
     path.chmod(0o755)
-    print(f"wrote {path}: sbatch it to calibrate {args.nodes} node(s) x {args.gpus_per_node} GPU(s); "
+    print(f"wrote {path}: sbatch it to calibrate {nodes} node(s) x {per_node} GPU(s); "
           f"rank 0 writes {args.out}")
     return 0
 
