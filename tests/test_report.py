@@ -206,6 +206,8 @@ def test_report_with_a_real_execute_result(tmp_path):
     html = (out / "index.html").read_text(encoding="utf-8")
     pred_s, meas_s = measured["predicted"]["step_time_s"], measured["measured"]["step_time_s"]
     assert f"{100 * (pred_s - meas_s) / meas_s:+.1f}%" in html
+    assert "Predicted step time: the execute result&#39;s own prediction" in html or \
+        "Predicted step time: the execute result's own prediction" in html
     w_pred = measured["predicted"]["per_stage"][0]["params"] / 2**20
     assert f"{w_pred:.4g} MiB" in html
 

@@ -382,8 +382,13 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
                              plots.predicted_vs_measured_figure(m_pairs, "MiB", "Memory per rank: predicted vs measured")))
         rows = [[n, f"{p:.4g} s", f"{m:.4g} s", f"{100 * (p - m) / m:+.1f}%" if m else "—"] for n, p, m in t_pairs]
         rows += [[n, f"{p:.4g} MiB", f"{m:.4g} MiB", f"{100 * (p - m) / m:+.1f}%" if m else "—"] for n, p, m in m_pairs]
+        own = (measured.get("predicted") or {}).get("prediction") or {}
+        source = ("the execute result's own prediction of the run as executed (torch's framework behaviours, "
+                  f"the executor's optimizer; calibration: {own.get('calibration', 'defaults')})"
+                  if (measured.get("predicted") or {}).get("step_time_s") is not None else "this report's prediction")
         sections.append(Section("measured", "Predicted vs measured", [
-            "The same scenario executed for real with torch.distributed (`trainsim execute`)."], figs,
+            "The same scenario executed for real with torch.distributed (`trainsim execute`). "
+            f"Predicted step time: {source}."], figs,
             [Table("Predicted vs measured", ["metric", "predicted", "measured", "error"], rows)]))
 
     metrics = [("step time", fmt_time(pred.step_time_s)), ("tokens/s", fmt_si(pred.tokens_per_s)),
