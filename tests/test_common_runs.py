@@ -177,6 +177,19 @@ def test_gpu_variants_without_a_preset_are_not_replaced(gpu):
         common_runs.cluster_mapping({"gpu_type": gpu}, 8)
 
 
+@pytest.mark.parametrize("intra, ok", [
+    ("PCIe Gen4, no NVLink", False), ("PCIe 4.0 x16", False), ("NVLink3 + NVSwitch (DGX A100)", True),
+    ("NVSwitch; PCIe Gen4 to the NICs", True), ("", True),
+])
+def test_pcie_only_nodes_are_not_predicted_as_nvswitch(intra, ok):
+    row = {"gpu_type": "A100-SXM4-80GB", "intra_node_link": intra}
+    if ok:
+        assert load_cluster(common_runs.cluster_mapping(row, 8)).scale_up.kind == "nvswitch"
+    else:
+        with pytest.raises(SpecError, match="intra_node_link"):
+            common_runs.cluster_mapping(row, 8)
+
+
 def test_gpu_names_as_tools_print_them():
     assert load_cluster(common_runs.cluster_mapping({"gpu_type": "A100-SXM4-40GB"}, 8)).gpu.memory_bytes == 40 * 2**30
     assert load_cluster(common_runs.cluster_mapping({"gpu_type": "A100 (400W)"}, 8)).gpu.memory_bytes == 80 * 2**30

@@ -82,6 +82,11 @@ def cluster_mapping(r: dict, gpus: int) -> dict:
     if match is None:
         raise SpecError("gpu_type", f"no cluster preset for {r.get('gpu_type')!r}" if gpu_text else "missing")
     preset_name, over = match
+    intra = (r.get("intra_node_link") or "").lower()
+    if re.search(r"pcie", intra) and not re.search(r"nvlink|nvswitch|xgmi|infinity", intra) or \
+            re.search(r"\bno\s+nvlink\b", intra):
+        raise SpecError("intra_node_link", f"{r.get('intra_node_link')!r}: PCIe-only nodes have no cluster preset "
+                                           "(the presets are NVLink/NVSwitch or Infinity Fabric nodes)")
     base = load_cluster(preset_name)
     per_node = integer(r.get("gpus_per_node"))
     if per_node is not None and per_node <= 0:
