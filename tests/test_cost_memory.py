@@ -212,13 +212,17 @@ def test_fp8_saves_te_linear_inputs_in_one_byte():
     # selective recompute re-runs the attention core: flash's 16-bit output is not kept, the fp8 copy is
     sel = act.layer_activation_bytes(scen("llama3-8b", gpus=1, dtype="fp8", recompute="selective", **base))
     assert sel.main == expected - e * T * ad
+    # the output layer is not an fp8 GEMM: the head saves its input in 16 bits either way
+    assert (act.head_activation_bytes(scen("llama3-8b", gpus=1, dtype="fp8", **base))
+            == act.head_activation_bytes(scen("llama3-8b", gpus=1, dtype="bf16", **base)))
     # the torch executor's eager model has no TE modules: fp8 there changes nothing
     assert (act.layer_activation_bytes(scen("llama3-8b", gpus=1, dtype="fp8", **base), "eager").main
             == act.layer_activation_bytes(scen("llama3-8b", gpus=1, dtype="bf16", **base), "eager").main)
-    # MoE experts: dispatched tokens k·h in fp8, gate|up bf16, product fp8, expert outputs k·h bf16
+    # MoE: the second norm's output feeds the 16-bit router (2 bytes); experts save dispatched tokens k·h in
+    # fp8, gate|up bf16, product fp8, expert outputs k·h bf16
     mx8 = scen("mixtral-8x7b", gpus=8, layout={"ep": 8}, dtype="fp8", **base)
     k, fe = mx8.model.top_k, mx8.model.expert_ffn
-    dense_like = T * (e * 2 * m.hidden + 2 * m.hidden + e * (qkv + ad) + ad)
+    dense_like = T * (e * 2 * m.hidden + m.hidden + e * m.hidden + e * (qkv + ad) + ad)
     assert act.layer_activation_bytes(mx8).main == dense_like + T * k * (m.hidden + e * 2 * fe + fe + e * m.hidden)
 
 
@@ -381,13 +385,25 @@ def test_activation_offload_moves_offloaded_layers_to_host():
     plain = stage_memory(scen("llama3-8b", **base), 0)
     assert plain.activations - on.activations == pytest.approx(12 * layer)
     assert on.host - plain.host == pytest.approx(12 * layer)
-    # a chunk's last layer is never offloaded: with pp 4 (8 layers per stage) at most 7 per stage
-    pp4 = dict(base, zero=0, gpus=8, layout={"pp": 4})
-    clamp = stage_memory(scen("llama3-8b", offload_activation_layers=20, **pp4), 1)
-    full = stage_memory(scen("llama3-8b", **pp4), 1)
-    assert full.activations - clamp.activations == pytest.approx(7 * layer * clamp.inflight_microbatches)
-    with pytest.raises(SpecError, match="offload_activation_layers"):
-        scen("llama3-8b", offload_activation_layers=32, **base)
+    # Megatron-Core's own limits: fewer than num_layers, pp = 1, no recompute
+    for bad in (dict(base, offload_activation_layers=32),
+                dict(base, offload_activation_layers=4, zero=0, layout={"pp": 4}),
+                dict(base, offload_activation_layers=4, recompute="selective")):
+        with pytest.raises(SpecError) as ei:
+            scen("llama3-8b", **bad)
+        assert ei.value.field == "training.offload_activation_layers"
+
+
+def test_offload_windows_follow_transformer_engines_layer_window_map():
+    """TE: w_k = (L//N)(k+1) - 1 (+ the remainder spread over the first L%N); windows w_0, w_k - w_(k-1)."""
+    from trainsim.cost_models.memory import offload_windows
+    assert offload_windows(80, 40) == [1] + [2] * 39
+    assert offload_windows(80, 20) == [3] + [4] * 19
+    assert offload_windows(10, 3) == [3, 3, 3]            # w = 3, 6, 9
+    assert offload_windows(80, 60) == [1] + [2] * 19 + [1] * 40
+    for n, k in ((80, 60), (126, 95), (7, 6), (32, 1)):
+        assert sum(offload_windows(n, k)) == n - 1       # the last copy is due at the end of the last layer
+    assert offload_windows(8, 0) == [] and offload_windows(8, 8) == []
 
 
 def test_tied_embedding_duplicate_on_last_stage():

@@ -153,7 +153,7 @@ def test_executor_refuses_settings_it_would_not_run(training, field):
     from trainsim.kernels.exec_config import check_job, make_job
     from trainsim.specs import SpecError, build_scenario
 
-    s = build_scenario({"model": "tiny-gpt", "cluster": "cpu-host", "gpus": 2, "layout": {"pp": 2},
+    s = build_scenario({"model": "tiny-gpt", "cluster": "cpu-host", "gpus": 2,
                         "training": {"seq_len": 64, "global_batch": 4, "dtype": "fp32", **training}})
     with pytest.raises(SpecError) as ei:
         check_job(make_job(s, device="cpu"))

@@ -357,10 +357,11 @@ def test_fast_path_peak_memory_equals_engine_when_the_last_chunk_carries_the_log
 
 
 def test_activation_offload_exposes_only_copies_longer_than_their_window():
-    """TE's offload handler spreads N layer copies over the chunk's L layers: each copy hides behind L/N layers
-    of forward (its reload behind L/N layers of backward); only the excess waits on the compute stream."""
+    """TE's offload handler spreads N layer copies over the L layers: each copy hides behind its window of
+    forward layers (its reload behind the same window of backward); only the excess waits on the compute stream."""
     from trainsim.cost_models.activations import layer_activation_bytes
     from trainsim.cost_models.compute import layer_times
+    from trainsim.cost_models.memory import offload_windows
 
     def sc(n_off: int, host_bw: float):
         return build_scenario({"model": "llama3-8b", "gpus": 8, "training": {
@@ -368,15 +369,18 @@ def test_activation_offload_exposes_only_copies_longer_than_their_window():
             "cluster": {"preset": "dgx-h100", "gpu": {"pcie_bw_Bps": host_bw}}})
 
     L, N = 32, 8
+    windows = offload_windows(L, N)
+    assert windows == [3] + [4] * 7
     base = sc(0, 50e9)
     lt, layer = layer_times(base), layer_activation_bytes(base).total
     fwd, bwd = lt.fwd_s, lt.bwd_input_s + lt.bwd_weight_s + lt.recompute_s
-    # a fast host link hides every copy
-    assert predict(sc(N, 50e9)).step_time_s == pytest.approx(predict(base).step_time_s, rel=1e-9)
-    # a slow one: copy = 3 windows of forward
-    slow = layer / (3 * (L / N) * fwd)
+    # a host link that copies a layer in half the shortest window hides every copy
+    fast = layer / (0.5 * 3 * min(fwd, bwd))
+    assert predict(sc(N, fast)).step_time_s == pytest.approx(predict(sc(0, fast)).step_time_s, rel=1e-9)
+    # a slow one: a copy takes 3 full windows of forward
+    slow = layer / (3 * 4 * fwd)
     copy = layer / slow
-    exposed = N * (max(0.0, copy - L / N * fwd) + max(0.0, copy - L / N * bwd))
+    exposed = sum(max(0.0, copy - w * fwd) + max(0.0, copy - w * bwd) for w in windows)
     assert exposed > 0
     t0 = predict(sc(0, slow)).step_time_s
     assert predict(sc(N, slow)).step_time_s - t0 == pytest.approx(exposed, rel=1e-6)

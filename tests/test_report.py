@@ -2,8 +2,8 @@
 real PNG, the Markdown twin's figures exist, numbers in the report are the engine's, the timeline figure's
 idle time is the textbook bubble, and --plan / --measured work (the latter on a real `execute` result)."""
 
-import base64
 import argparse
+import base64
 import json
 import re
 import struct
@@ -14,9 +14,9 @@ import pytest
 
 from trainsim.reports import plots
 from trainsim.reports.cli import main
-from trainsim.simulator import goodput as gp
 from trainsim.reports.tables import fmt_time
 from trainsim.reports.timeline import events_from_engine
+from trainsim.simulator import goodput as gp
 from trainsim.simulator.costtable import uniform_table
 from trainsim.simulator.engine import simulate
 from trainsim.simulator.predict import predict
@@ -194,7 +194,12 @@ def test_report_of_a_plan_keeps_the_plans_goodput_settings(tmp_path, capsys):
     plan_path.write_text(json.dumps(plan_json))
     assert main(["report", "--plan", str(plan_path), "--out", str(tmp_path / "rep")]) == 0
     md = (tmp_path / "rep" / "report.md").read_text(encoding="utf-8")
-    assert f"{100 * plan_json['rows'][0]['goodput']:.1f}%" in md
+    # the time-to-train section's own goodput (not the ranked table's copy of the plan rows)
+    assert f"the run keeps {100 * plan_json['rows'][0]['goodput']:.1f}% of its time productive" in md
+    assert main(["report", "--plan", str(plan_path), "--out", str(tmp_path / "rep2"), "--restart-s", "20000",
+                 "--failure-rate-per-gpu-hour", "0.5"]) == 0
+    md2 = (tmp_path / "rep2" / "report.md").read_text(encoding="utf-8")
+    assert f"the run keeps {100 * plan_json['rows'][0]['goodput']:.1f}% of its time productive" not in md2
 
 
 def test_report_with_a_real_execute_result(tmp_path):

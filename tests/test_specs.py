@@ -109,15 +109,15 @@ def test_presets_cover_the_design_card():
 
 def test_gpu_preset_inside_a_cluster_preset_replaces_the_clusters_gpu():
     """`gpu: {preset: a100-40gb, ...}` is that GPU (+ its overrides), not the base cluster's A100-80GB."""
-    forty = load_cluster("dgx-a100", gpus=8).model_copy()
+    eighty = load_cluster("dgx-a100", gpus=8)
     for gpu in ({"preset": "a100-40gb", "pcie_bw_Bps": 2e10}, "a100-40gb"):
         c = load_cluster({"preset": "dgx-a100", "gpu": gpu}, gpus=8)
         assert c.gpu.memory_bytes == load_cluster({"preset": "dgx-a100", "gpu": "a100-40gb"}).gpu.memory_bytes
-        assert c.gpu.memory_bytes < forty.gpu.memory_bytes
+        assert c.gpu.memory_bytes < eighty.gpu.memory_bytes
     assert load_cluster({"preset": "dgx-a100", "gpu": {"preset": "a100-40gb", "pcie_bw_Bps": 2e10}}).gpu.pcie_bw_Bps == 2e10
     # a plain field override still merges into the cluster's own GPU
     c = load_cluster({"preset": "dgx-a100", "gpu": {"pcie_bw_Bps": 2e10}})
-    assert c.gpu.memory_bytes == forty.gpu.memory_bytes and c.gpu.pcie_bw_Bps == 2e10
+    assert c.gpu.memory_bytes == eighty.gpu.memory_bytes and c.gpu.pcie_bw_Bps == 2e10
 
 
 def test_cluster_yaml_with_preset_and_overrides(tmp_path):

@@ -22,7 +22,8 @@ fp8 (Transformer Engine): every TE linear saves its input for the weight-gradien
 only the column-wise copy, whose 1/32 scale bytes are left out). So the norm outputs (QKV / fc1 inputs) and the
 fc2 input (the SwiGLU product or GeLU output) take 1 byte, the out-projection keeps a 1-byte copy of the
 attention output besides the bf16 one flash attention saves, and MoE experts save their dispatched input in
-fp8. Norm inputs, q/k/v/o, the activation function's input and the expert outputs stay 2 bytes.
+fp8. Norm inputs, q/k/v/o, the activation function's input, the expert outputs, and the inputs of 16-bit
+GEMMs (a MoE router, the output layer) stay 2 bytes.
 
 Here ``T = b·s/cp`` tokens per rank; with CP every token-proportional term is divided by ``cp`` (ring
 attention keeps only the local q, k, v, o; received k/v chunks are re-sent in backward).
@@ -105,15 +106,17 @@ def _norm_bytes(shp: LayerShape, n_tok: float, impl: str) -> tuple[float, float]
     return e * n_tok * h, STAT_BYTES * n_tok
 
 
-def _gemm_input_bytes(shp: LayerShape, impl: str) -> float:
-    """A norm output saved as the input of the column-parallel GEMMs after it.
+def _gemm_input_bytes(shp: LayerShape, impl: str, fp8_input: bool = True) -> float:
+    """A norm output saved as the input of the column-parallel GEMMs after it; ``fp8_input=False`` when the
+    consumer is not a Transformer Engine fp8 linear (the output layer, a MoE router), so it stays 16-bit.
 
     With sequence parallelism Megatron saves the sequence-sharded tensor and all-gathers it again in
     backward (Korthikanti Sec. 4.2.2); torch's ``PrepareModuleInput(Shard(1) -> Replicate())`` hands the
     linears the gathered tensor, which they save whole (``eager``).
     """
     r = 1 if impl == "eager" else shp.sp_div
-    return _gemm_input_e(shp, impl) * shp.tokens * shp.h / r
+    e = _gemm_input_e(shp, impl) if fp8_input else shp.e
+    return e * shp.tokens * shp.h / r
 
 
 @lru_cache(maxsize=8192)
@@ -124,8 +127,10 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
         return ActivationBytes(main=e * T * h / r, small=0.0)
 
     norm_main, norm_small = _norm_bytes(shp, T / r, impl)
-    # Two norms: each saves its input (+ stats); each output is the next GEMM's saved input.
-    seq = 2 * norm_main + 2 * _gemm_input_bytes(shp, impl) + (2 * MASK_BYTES * T * h / r if shp.dropout else 0.0)
+    # Two norms: each saves its input (+ stats); each output is the next GEMM's saved input -- the QKV
+    # projection, then fc1, or in a MoE block the router (a 16-bit GEMM; the experts save their own input).
+    seq = (2 * norm_main + _gemm_input_bytes(shp, impl) + _gemm_input_bytes(shp, impl, fp8_input=not shp.is_moe)
+           + (2 * MASK_BYTES * T * h / r if shp.dropout else 0.0))
     small = 2 * norm_small
 
     heads = shp.a // t
@@ -226,7 +231,8 @@ def head_activation_bytes(scenario, impl: str = "fused") -> float:
     norm_main, norm_small = _norm_bytes(shp, T / r, impl)
     v_local = -(-shp.vocab // shp.tp)
     loss = (shp.e * T * v_local + STAT_BYTES * T) if shp.fused_ce else STAT_BYTES * T * v_local
-    return norm_main + norm_small + _gemm_input_bytes(shp, impl) + loss + 8.0 * T
+    # The output layer stays 16-bit under fp8 (flops.py, the logits GEMM), so its saved input does too.
+    return norm_main + norm_small + _gemm_input_bytes(shp, impl, fp8_input=False) + loss + 8.0 * T
 
 
 def logits_workspace_bytes(scenario) -> float:

@@ -194,11 +194,33 @@ _inflight = inflight_microbatches
 def offloaded_layers(scenario, chunk_layers: int) -> int:
     """Layers of a model chunk of ``chunk_layers`` whose saved activations are offloaded to the host.
 
-    Transformer Engine's offload handler (Megatron-Core ``--cpu-offloading-num-layers N``) offloads the first
-    N layers a chunk runs, copying them out during the forward and back during the backward behind the other
-    layers' compute (timed in simulator/builder.py); the chunk's last layer never (its backward starts at once).
+    Transformer Engine's offload handler (Megatron-Core ``--cpu-offloading-num-layers N``, pp=1) offloads the
+    first N layers, copying them out during the forward and back during the backward behind the other layers'
+    compute (``offload_windows``); never the last layer (its backward starts at once).
     """
     return min(scenario.training.offload_activation_layers, max(chunk_layers - 1, 0))
+
+
+def offload_windows(layers: int, offloaded: int) -> list[int]:
+    """Layers of compute each of the ``offloaded`` copies has to hide behind, in Transformer Engine's schedule.
+
+    ``AsyncDoubleBufferGroupOffloadHandler.layer_window_map``: copy k must be done at the end of layer w_k, with
+    w_k = (L//N)(k+1) - 1 plus the remainder spread over the first L%N copies; copy 0 starts after layer 0,
+    copy k only when the compute stream has waited for copy k-1 at w_(k-1). So the windows are w_0 and
+    w_k - w_(k-1) layers (the reloads in backward mirror them).
+    """
+    if not 0 < offloaded < layers:
+        return []
+    w, carry = [], 0
+    for i in range(offloaded):
+        wi = (layers // offloaded) * (i + 1) - 1
+        if i < layers % offloaded:
+            wi += i + 1
+            carry = i + 1
+        else:
+            wi += carry
+        w.append(wi)
+    return [w[0]] + [b - a for a, b in zip(w, w[1:])]
 
 
 def offloaded_layers_on_stage(scenario, stage: int) -> int:

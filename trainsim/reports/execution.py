@@ -54,9 +54,10 @@ def prediction_notes(job: ExecJob) -> list[str]:
     """What the prediction beside a run does not model about how it runs."""
     s = job.spec
     if job.hsdp > 1:
-        return [f"step time predicted as full-shard FSDP over dp={s.dp}: HSDP's gathers within "
+        note = (f"step time predicted as full-shard FSDP over dp={s.dp}: HSDP's gathers within "
                 f"{s.dp // job.hsdp}-rank shard groups and its all-reduce across {job.hsdp} replicas are not "
-                "modelled (memory uses the shard group)"]
+                "modelled (memory uses the shard group)")
+        return [note]
     return []
 
 

@@ -386,9 +386,9 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
         source = ("the execute result's own prediction of the run as executed (torch's framework behaviours, "
                   f"the executor's optimizer; calibration: {own.get('calibration', 'defaults')})"
                   if (measured.get("predicted") or {}).get("step_time_s") is not None else "this report's prediction")
-        sections.append(Section("measured", "Predicted vs measured", [
-            "The same scenario executed for real with torch.distributed (`trainsim execute`). "
-            f"Predicted step time: {source}."], figs,
+        intro = ("The same scenario executed for real with torch.distributed (`trainsim execute`). "
+                 f"Predicted step time: {source}.")
+        sections.append(Section("measured", "Predicted vs measured", [intro], figs,
             [Table("Predicted vs measured", ["metric", "predicted", "measured", "error"], rows)]))
 
     metrics = [("step time", fmt_time(pred.step_time_s)), ("tokens/s", fmt_si(pred.tokens_per_s)),
@@ -418,8 +418,8 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
 
 def scenario_from_plan(plan_json: Mapping[str, Any], rank: int = 1) -> Scenario:
     """The scenario of the ``rank``-th layout of a `trainsim plan --json` result."""
-    from trainsim.simulator.search_space import Candidate, SearchLimits, to_scenario
-    from trainsim.specs import load_cluster, load_model
+    from trainsim.simulator.search_space import Candidate, SearchLimits, to_scenario, training_extra
+    from trainsim.specs import load_cluster, load_layout, load_model, load_training
 
     if plan_json.get("kind") != "plan" or "request" not in plan_json:
         raise SpecError("plan", "not a `trainsim plan --json` result (missing kind/request)")
@@ -439,10 +439,16 @@ def scenario_from_plan(plan_json: Mapping[str, Any], rank: int = 1) -> Scenario:
     extra = req.get("training", {})
     if not isinstance(extra, Mapping):
         raise SpecError("plan.request.training", f"must be a mapping, got {type(extra).__name__}")
+    searched = sorted(set(extra) - set(training_extra(extra)))
+    if searched:
+        raise SpecError(f"plan.request.training.{searched[0]}", "is decided by the plan's layout, not a fixed setting")
     placement = req.get("placement")
-    if placement is not None:
-        from trainsim.specs import load_layout
-        placement = load_layout({"placement": placement}).placement
+    try:
+        if placement is not None:
+            placement = load_layout({"placement": placement}).placement
+        load_training({"seq_len": 1, "global_batch": 1, **extra})
+    except SpecError as e:
+        raise SpecError(f"plan.request.{e.field}", e.reason) from None
     lim = SearchLimits(dtype=req.get("dtype", "bf16"), training_extra=dict(extra), placement=placement)
     return to_scenario(model, cluster, cand, int(req["global_batch"]), int(req["seq_len"]), lim,
                        name=f"{model.name} plan #{rank}: {cand.label()}")

@@ -417,14 +417,13 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
             off = memory.offloaded_layers(scenario, n)
             a = (n - off) * layer_act
             if off:
-                # Activation offload (Transformer Engine's AsyncDoubleBufferGroupOffloadHandler): the N offloaded
-                # layers' copies are spread over the chunk's n layers -- the compute stream waits for copy k at
-                # the end of layer (n/N)(k+1)-1 and only then starts copy k+1 -- so each copy has n/N layers of
-                # compute to hide behind; the reloads in backward likewise. The rest is exposed.
+                # Activation offload: each layer's copy to the host hides behind its window of forward layers,
+                # each reload behind the same window of backward (memory.offload_windows); the rest is exposed.
                 copy_s = layer_act / scenario.cluster.gpu.pcie_bw_Bps
-                window = n / off
-                f += off * max(0.0, copy_s - window * lt.fwd_s)
-                bi += off * max(0.0, copy_s - window * (lt.bwd_input_s + lt.bwd_weight_s + lt.recompute_s))
+                bwd_s = lt.bwd_input_s + lt.bwd_weight_s + lt.recompute_s
+                for w in memory.offload_windows(n, off):
+                    f += max(0.0, copy_s - w * lt.fwd_s)
+                    bi += max(0.0, copy_s - w * bwd_s)
             extra_params = 0.0
             label = f"layers {sum(layers[:vs])}-{sum(layers[:vs]) + n - 1}" if n else "no layers"
             if vs == 0:

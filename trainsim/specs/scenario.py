@@ -171,9 +171,16 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
         raise SpecError("training.seq_len", f"seq_len={t.seq_len} exceeds {m.name}'s learned positions ({m.max_seq_len})")
     if t.dtype == "fp8" and not cluster.gpu.fp8:
         raise SpecError("training.dtype", f"fp8 needs FP8 tensor cores, which {cluster.gpu.name} lacks")
-    if t.offload_activation_layers >= m.num_layers:
-        # Transformer Engine's get_cpu_offload_context: "Cannot offload all layers" (num_layers <= model_layers - 1)
-        raise SpecError("training.offload_activation_layers",
-                        f"{t.offload_activation_layers} must be below num_layers={m.num_layers} (the last layer's "
-                        "activations are needed at once)")
+    if t.offload_activation_layers:
+        # Megatron-Core's TransformerConfig checks for --cpu-offloading (transformer_config.py __post_init__).
+        field = "training.offload_activation_layers"
+        if t.offload_activation_layers >= m.num_layers:
+            raise SpecError(field, f"{t.offload_activation_layers} must be below num_layers={m.num_layers} "
+                                   "(the last layer's activations are needed at once)")
+        if pp > 1:
+            raise SpecError(field, "activation CPU offload needs pp=1 (Megatron-Core: no pipeline parallelism "
+                                   "with CPU offloading)")
+        if t.recompute != "none":
+            raise SpecError(field, "activation CPU offload needs recompute=none (Megatron-Core: CPU offloading "
+                                   "does not work with activation recomputation)")
     return Scenario(name=name, model=m, cluster=cluster, layout=layout.model_copy(update={"dp": dp}), training=t)

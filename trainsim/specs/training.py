@@ -70,8 +70,8 @@ class TrainingSpec(BaseModel):
     offload_activation_layers: int = Field(
         default=0, ge=0, le=1_000_000, description="activation CPU offloading (Megatron-Core --cpu-offloading "
         "--cpu-offloading-num-layers, Transformer Engine's offload handler): the saved activations of the first "
-        "this many transformer layers of each model chunk are copied to host memory during the forward and back "
-        "before their backward, overlapped with the neighbouring layers' compute (a chunk's last layer never)")
+        "this many transformer layers are copied to host memory during the forward and back before their "
+        "backward, overlapped with the other layers' compute; needs pp=1 and recompute=none, as in Megatron-Core")
     optimizer_bytes_per_param: int = Field(default=12, gt=0, le=64, description="fp32 master + Adam m, v")
     grad_dtype_bytes: int = Field(default=0, ge=0, le=8, description="0 = same as dtype (fp32 for fp8)")
     param_dtype_bytes: int = Field(default=0, ge=0, le=8,

@@ -20,6 +20,8 @@ from trainsim.specs.training import Schedule
 from .common import nonneg_float, positive_int
 
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
+
+
 def parse_tokens(text: str) -> float:
     """'15T', '2.5e12', '300B' -> tokens."""
     m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKmMbBgGtTpP]?)\s*", text or "")

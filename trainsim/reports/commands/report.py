@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 
@@ -49,12 +50,16 @@ def _goodput_knobs(args: argparse.Namespace, request: dict) -> dict:
              "restart_s": args.restart_s}
     out = {}
     for key, default in GOODPUT_KNOBS.items():
-        value = flags[key] if flags[key] is not None else request.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
-            raise SpecError(f"plan.request.{key}", f"must be a non-negative number, got {value!r}")
+        if flags[key] is not None:
+            value, field = flags[key], key
+        else:
+            value, field = request.get(key), f"plan.request.{key}"
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value < 0):
+            raise SpecError(field, f"must be a non-negative number, got {value!r}")
+        if key == "storage_write_Bps" and value is not None and value <= 0:
+            raise SpecError(field if field != key else "storage_write_gbps", "must be positive")
         out[key] = default if value is None else float(value)
-    if out["storage_write_Bps"] <= 0:
-        raise SpecError("storage_write_gbps", "must be positive")
     return out
 
 
@@ -79,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
             raise SpecError("plan", "give either a scenario or --plan, not both")
         given = [f"--{attr.replace('_', '-')}" for attr in OVERRIDE_FLAGS if getattr(args, attr, None) is not None]
         if given:
-            raise SpecError("plan", f"{', '.join(given)} would change the plan's layout; report a scenario instead")
+            raise SpecError("plan", f"{', '.join(given)} would change the planned scenario; report a scenario "
+                                    "file instead")
         scn = scenario_from_plan(plan_json, args.rank)
         request = plan_json.get("request", {}) if isinstance(plan_json.get("request"), dict) else {}
         tokens = args.tokens or request.get("tokens")
