@@ -31,6 +31,7 @@ activations of the first N layers of each model chunk in host memory (``offloade
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from . import activations as act
 from .framework import behaviour, held_grad_bytes
@@ -220,7 +221,7 @@ def offload_windows(layers: int, offloaded: int) -> list[int]:
         else:
             wi += carry
         w.append(wi)
-    return [w[0]] + [b - a for a, b in zip(w, w[1:])]
+    return [w[0]] + [b - a for a, b in pairwise(w)]
 
 
 def offloaded_layers_on_stage(scenario, stage: int) -> int:
