@@ -125,3 +125,25 @@ def test_cluster_yaml_with_preset_and_overrides(tmp_path):
     f.write_text("preset: dgx-h100\nscale_out: {nics_per_node: 4, nic_bw_Bps: 50.0e9, fabric: fat-tree, oversubscription: 2}\n")
     c = load_cluster(str(f), gpus=32)
     assert c.scale_out.nics_per_node == 4 and c.scale_out.oversubscription == 2 and c.gpu.name.startswith("H100")
+
+
+@pytest.mark.parametrize("name, gpu, cluster", [
+    ("NVIDIA GB200", "gb200", "gb200-nvl72"), ("NVIDIA B200", "b200", "dgx-b200"),
+    ("NVIDIA GH200 480GB", "h200", None),                  # H200-class peaks, no Grace Hopper node preset
+    ("NVIDIA A100-PCIE-40GB", "a100-40gb", None),          # the SXM part's peaks, not its NVSwitch node
+    ("NVIDIA A100-SXM4-40GB", "a100-40gb", "dgx-a100"), ("NVIDIA A100-SXM4-80GB", "a100-80gb", "dgx-a100"),
+    ("NVIDIA H100 PCIe", None, None), ("NVIDIA H100 NVL", None, None),
+    ("NVIDIA H800", "h100-sxm", "dgx-h100"), ("AMD Instinct MI300X", "mi300x", "mi300x"), ("V100", None, None),
+])
+def test_one_gpu_name_table_answers_calibration_and_validation(name, gpu, cluster):
+    from trainsim.specs.gpu_names import cluster_preset_for, gpu_preset_for
+    assert gpu_preset_for(name) == gpu
+    found = cluster_preset_for(name)
+    assert (found[0] if found else None) == cluster
+
+
+def test_gpu_name_table_names_existing_presets():
+    from trainsim.specs.gpu_names import GPU_NAMES
+    for g in GPU_NAMES:
+        assert g.gpu in preset_names("gpus") and g.cluster in preset_names("clusters")
+        load_cluster({"preset": g.cluster, **g.cluster_overrides})

@@ -116,22 +116,12 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
-# Device-name substrings -> GPU preset, most specific first ("GB200" contains "B200"). H100 PCIe/NVL have
-# lower clocks and power than the SXM part (756/835 vs 989 dense bf16 TFLOP/s): no preset, so no wrong peak.
-DEVICE_PRESETS = (("gb300", "gb300"), ("b300", "b300"), ("gb200", "gb200"), ("b200", "b200"), ("h200", "h200"),
-                  ("h100 pcie", None), ("h100 nvl", None), ("h100", "h100-sxm"), ("h800", "h100-sxm"),
-                  ("mi300x", "mi300x"))
-
-
 def preset_for_device(device_name: str) -> str | None:
-    """The GPU preset whose datasheet peaks this device (torch.cuda.get_device_name) has, or None."""
-    low = device_name.lower()
-    if "a100" in low:
-        return "a100-80gb" if "80" in low else "a100-40gb"
-    for key, preset in DEVICE_PRESETS:
-        if key in low:
-            return preset
-    return None
+    """The GPU preset whose datasheet peaks this device (torch.cuda.get_device_name) has, or None
+    (specs.gpu_names: most specific name first; H100 PCIe/NVL have lower peaks than any preset)."""
+    from trainsim.specs.gpu_names import gpu_preset_for
+
+    return gpu_preset_for(device_name)
 
 
 def reference_peaks(device: str, device_name: str, override: str | None) -> tuple[str | None, dict[str, float]]:

@@ -27,26 +27,10 @@ import re
 
 from trainsim.reports.cells import cluster, integer, num
 from trainsim.specs import SpecError, load_cluster
+from trainsim.specs.gpu_names import cluster_preset_for
 
 RUN_RECORD_TYPES = ("measured_throughput", "measured_iteration_time", "measured_step_time", "measured_mfu")
 
-# gpu_type variants with no preset, checked first: a PCIe card, the H100 NVL pair or a Grace Hopper superchip is
-# not the SXM part of a preset, and is not silently replaced by one.
-GPU_UNSUPPORTED = (r"pcie", r"h100\s*nvl", r"gh200", r"grace\s*hopper")
-# gpu_type (lower case) -> (cluster preset, overrides); the first pattern that matches wins.
-GPU_CLUSTERS: tuple[tuple[str, str, dict], ...] = (
-    (r"gb300", "gb300-nvl72", {}),
-    (r"gb200", "gb200-nvl72", {}),
-    (r"b300", "dgx-b300", {}),
-    (r"b200", "dgx-b200", {}),
-    (r"h200", "hgx-h200", {}),
-    # H800: H100 compute with NVLink cut to 400 GB/s bidirectional, 200 per direction [h800_dsv3]
-    (r"h800", "dgx-h100", {"scale_up": {"bw_per_gpu_Bps": 200e9}}),
-    (r"h100", "dgx-h100", {}),
-    (r"a100.*\b40\s*gb|a100.*-40gb", "dgx-a100", {"gpu": "a100-40gb"}),
-    (r"a100", "dgx-a100", {}),
-    (r"mi300x", "mi300x", {}),
-)
 # InfiniBand generations named without a rate: Gb/s per port (one NIC per GPU assumed).
 IB_GENERATIONS = {"xdr": 800, "ndr": 400, "hdr": 200, "edr": 100}
 # Cells that say a value is not given: the caller's default or unknowns rule decides.
@@ -75,12 +59,14 @@ def source_year(r: dict) -> int | None:
 def cluster_mapping(r: dict, gpus: int) -> dict:
     """The cluster of the row: preset by ``gpu_type``; node size and NICs as ``gpus_per_node`` and
     ``inter_node_link`` state them; a fat-tree fabric when the link text says so."""
-    gpu_text = (r.get("gpu_type") or "").lower()
-    if any(re.search(pat, gpu_text) for pat in GPU_UNSUPPORTED):
-        raise SpecError("gpu_type", f"no cluster preset for {r.get('gpu_type')!r} (the presets are SXM/OAM parts)")
-    match = next(((p, dict(o)) for pat, p, o in GPU_CLUSTERS if re.search(pat, gpu_text)), None)
+    gpu_text = (r.get("gpu_type") or "").strip()
+    if not gpu_text:
+        raise SpecError("gpu_type", "missing")
+    # A PCIe card, the H100 NVL pair or a Grace Hopper superchip is not the SXM/OAM node of a preset, and is
+    # not silently replaced by one (specs.gpu_names).
+    match = cluster_preset_for(gpu_text)
     if match is None:
-        raise SpecError("gpu_type", f"no cluster preset for {r.get('gpu_type')!r}" if gpu_text else "missing")
+        raise SpecError("gpu_type", f"no cluster preset for {r.get('gpu_type')!r} (the presets are SXM/OAM nodes)")
     preset_name, over = match
     intra = (r.get("intra_node_link") or "").lower()
     if re.search(r"pcie", intra) and not re.search(r"nvlink|nvswitch|xgmi|infinity", intra) or \
