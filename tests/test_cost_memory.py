@@ -448,3 +448,14 @@ def test_rank_parameters_follow_qkv_only_biases_of_qwen2():
     assert s.model.total_params() == 7_615_616_512
     shards = rank_param_shards(s, 0)
     assert shards.dense + shards.expert == pytest.approx(7_615_616_512, rel=1e-9)
+
+
+def test_interleaved_with_as_many_microbatches_as_stages_holds_them_all():
+    """Megatron's interleaved schedule warms up with every forward when m == pp (schedules.interleaved):
+    the memory model agrees with the engine's allocation timeline."""
+    from trainsim.simulator.predict import predict
+    sc = scen("llama3-8b", gpus=64, layout={"pp": 4, "vpp": 2}, cluster="dgx-h100", seq_len=8192,
+              global_batch=128, micro_batch=2, zero=1, schedule="interleaved")
+    assert sc.num_microbatches == 4
+    assert inflight_microbatches("interleaved", 4, 4, 0, 2) == 4
+    assert peak_bytes(sc) == pytest.approx(predict(sc).peak_bytes, rel=1e-9)

@@ -171,7 +171,7 @@ def inflight_microbatches(schedule: str, pp: int, m: int, stage: int, vpp: int =
     GPipe: all ``m``. 1F1B and ZB-H1: ``min(pp - stage, m)`` (stage 0-indexed). Interleaved (Megatron):
     the warm-up of ``2·(pp - stage - 1) + (vpp - 1)·pp`` model-chunk forwards plus the one in steady state,
     capped at ``m·vpp``, each holding ``1/vpp`` of the stage's layers; stage 0 gets Korthikanti's
-    ``pp·(1 + (pp-1)/(pp·vpp))``.
+    ``pp·(1 + (pp-1)/(pp·vpp))``; with ``m == pp`` Megatron warms up with every forward, so all ``m``.
     """
     _check_stage(stage, pp)
     if schedule == "gpipe":
@@ -179,6 +179,8 @@ def inflight_microbatches(schedule: str, pp: int, m: int, stage: int, vpp: int =
     if schedule in ("1f1b", "zb"):
         return float(min(pp - stage, m))
     if schedule == "interleaved":
+        if m == pp:  # Megatron runs all forwards first when there are only pp micro-batches
+            return float(m)
         chunks = min(2 * (pp - stage - 1) + (vpp - 1) * pp + 1, m * vpp)
         return chunks / vpp
     if schedule == "dualpipev":
