@@ -288,3 +288,19 @@ def test_cli_plans_with_the_scenario_files_placement(tmp_path, capsys):
     inner_tp = predict(build_scenario({**scn, "layout": {"tp": 8}})).step_time_s
     assert outer_tp > inner_tp  # TP across nodes is slower: the placement matters
     assert d["rows"][0]["step_time_s"] == pytest.approx(outer_tp, rel=1e-9)
+
+
+def test_screen_counts_zb_weight_gradient_inputs(capsys):
+    """ZB keeps each postponed W pass's GEMM inputs (under full recompute far more than the checkpoints): the
+    screen rejects such a layout itself instead of sending it to the engine, which finds it out of memory."""
+    from trainsim.specs import build_scenario
+    raw = {"model": "llama3-70b", "cluster": "dgx-h100", "gpus": 64, "layout": {"pp": 8},
+           "training": {"seq_len": 4096, "global_batch": 128, "micro_batch": 2, "recompute": "full", "zero": 1,
+                        "schedule": "zb"}}
+    sc = build_scenario(raw)
+    assert peak_memory_bytes(sc) < sc.cluster.gpu.memory_bytes < predict(sc).peak_bytes  # static model misses it
+    assert main(["plan", "--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "64", "--global-batch", "128",
+                 "--seq-len", "4096", "--tp", "1", "--pp", "8", "--cp", "1", "--micro-batch", "2",
+                 "--recompute", "full", "--zero", "1", "--schedule", "zb", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["counts"]["oom"] >= 1 and d["counts"]["engine_oom"] == 0 and not d["rows"]

@@ -219,8 +219,15 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
             if max(sm.weights + sm.grads + sm.optimizer for sm in stages) > cluster.gpu.memory_bytes:
                 states_oom.add(_states_key(c))
             continue
-        fitted_groups.setdefault(g, rung)
         pred = _predict(scn, True, ctx.profile_path)
+        if scn.training.schedule == "zb" and pred.peak_bytes > peak:
+            # ZB's postponed weight-gradient passes keep their GEMM inputs (under recompute more than the
+            # checkpoints): the static model has no schedule order to count them, the closed form does.
+            peak = pred.peak_bytes
+            if peak > cluster.gpu.memory_bytes:
+                counts["oom"] += 1
+                continue
+        fitted_groups.setdefault(g, rung)
         row = _row(c, pred, "closed-form")
         # The memory cost model decides fit at screening time (the closed form's in-flight counts are an
         # approximation); the engine, which tracks allocations over the schedule, has the last word.
