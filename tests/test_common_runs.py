@@ -166,6 +166,8 @@ def _link(text, gpu="A100-SXM4-80GB"):
     ("400 Gbps EFA per node", 8, 6.25e9),                   # a node total split over one NIC per GPU
     ("8x400G", 8, 50e9), ("3.2 Tbps per node", 8, 50e9),
     ("4x HDR 200 Gb/s per node", 4, 25e9),
+    ("eight 200G NICs per server", 8, 25e9),                # a spelled-out NIC count
+    ("NDR, 400 Gbps per GPU (Quantum-2 switches with 64x400Gbps ports)", 8, 50e9),  # the switch's ports: not NICs
 ])
 def test_inter_node_link_text(text, nics, per_nic):
     assert _link(text) == (nics, pytest.approx(per_nic))
@@ -254,3 +256,52 @@ def test_cp_comm_column(text, expected):
     assert common_runs.cp_comm({"cp_comm": text}) == expected
     row = {**LLAMA_ROW, "cp": "2", "cp_comm": text, "num_gpus": "32768"}
     assert common_runs.scenario_mapping(row, 1, 2)["training"]["cp_comm"] == expected
+
+
+def test_precision_names_float8_as_fp8():
+    for text in ("float8 (torchao)", "FP8 E4M3 hybrid", "MXFP8", "bf16 + Float8 all-gather"):
+        assert common_runs.precision({"precision": text}) == "fp8"
+
+
+def test_nemotron4_is_not_llama_style_and_96gb_h100_has_no_preset():
+    """Nemotron-4's MLP is an ungated squared ReLU (1.5x fewer MLP FLOPs than SwiGLU at the same width); the
+    Grand Teton H100 has 96 GB HBM2e at 500 W, which the 80 GB H100 preset is not."""
+    row = {"model_name": "Nemotron-4 340B", "layers": "96", "hidden": "18432", "heads": "96", "kv_heads": "8",
+           "ffn_hidden": "73728", "vocab": "256000", "seq_len": "4096"}
+    assert common_runs.model_mapping(row).get("activation", "gelu") == "gelu"
+    assert common_runs.model_mapping({**row, "model_name": "Llama-3.1-Nemotron-70B"})["activation"] == "swiglu"
+    with pytest.raises(SpecError, match="gpu_type"):
+        common_runs.cluster_mapping({"gpu_type": "H100 SXM with 96GB HBM2e (Grand Teton), default 500W"}, 8)
+
+
+def test_unstated_recompute_and_interleaving_follow_the_unknowns_rules(tmp_path):
+    """No recompute stated: the lightest that fits; no interleaving stated: Megatron interleaves, DeepSpeed's
+    pipeline engine does not (BLOOM-176B's Megatron-DeepSpeed run was skipped for an interleaving it never had)."""
+    import csv
+
+    from trainsim.reports.datasets import load_dataset
+    with open(validation_path("megatron_sc21_table1.csv"), newline="") as f:
+        header = next(csv.reader(f))
+    base = {"record_type": "measured_step_time", "model_name": "BLOOM-176B", "layers": "70", "hidden": "14336",
+            "heads": "112", "vocab": "250880", "seq_len": "2048", "global_batch_seqs": "2048", "micro_batch": "2",
+            "num_gpus": "384", "gpu_type": "A100-SXM4-80GB", "tp": "4", "pp": "12", "dp": "8",
+            "zero_or_sharding": "ZeRO-1 (DeepSpeed)", "precision": "bf16", "step_time_s": "105",
+            "source_title": "bigscience BLOOM training chronicles 2022"}
+    rows = [dict(base, row_id="bloom"),
+            dict(base, row_id="bloom_mlm", zero_or_sharding="distributed optimizer", layers="72",
+                 global_batch_seqs="2304"),
+            dict(base, row_id="bloom_mlm_odd_m", zero_or_sharding="distributed optimizer", layers="72"),
+            dict(base, row_id="small", model_name="GPT 1.3B", layers="24", hidden="2048", heads="16", tp="1",
+                 pp="1", dp="8", num_gpus="8", global_batch_seqs="64", zero_or_sharding="")]
+    path = tmp_path / "runs.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    cases = {c.row_id: c for c in load_dataset(str(path)).cases}
+    assert cases["bloom"].scenario is not None and cases["bloom"].scenario.layout.vpp == 1
+    assert cases["bloom"].scenario.training.framework.startswith("deepspeed")
+    assert cases["bloom_mlm"].scenario.layout.vpp == 2                # Megatron: smallest v > 1 dividing 6 layers
+    assert cases["bloom_mlm_odd_m"].scenario.layout.vpp == 1          # 128 micro-batches on 12 stages: no interleaving
+    assert cases["small"].scenario.training.recompute == "none"       # a 1.3B model fits without recomputation
+    assert cases["bloom"].scenario.training.recompute in ("selective", "full")  # 176B on 384 GPUs does not

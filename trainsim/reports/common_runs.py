@@ -31,6 +31,9 @@ from trainsim.specs.gpu_names import cluster_preset_for
 
 RUN_RECORD_TYPES = ("measured_throughput", "measured_iteration_time", "measured_step_time", "measured_mfu")
 
+NUMBER_WORDS = {w: i for i, w in enumerate(("one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+                                              "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen",
+                                              "sixteen"), start=1)}
 # InfiniBand generations named without a rate: Gb/s per port (one NIC per GPU assumed).
 IB_GENERATIONS = {"xdr": 800, "ndr": 400, "hdr": 200, "edr": 100}
 # Cells that say a value is not given: the caller's default or unknowns rule decides.
@@ -39,7 +42,8 @@ NOT_STATED = re.compile(r"^\s*(?:|-|n/?a|none stated|not stated.*|unknown|\?)\s*
 # Model families whose blocks are Llama-style: SwiGLU MLP, RMSNorm, rotary positions, no biases, untied
 # embeddings (their published configs). Anything else is GPT-style (GeLU, LayerNorm, learned positions,
 # biases, tied embeddings), as GPT-3, Megatron's GPT, MT-NLG, BLOOM-era and MPT models are.
-LLAMA_STYLE = ("llama", "mistral", "mixtral", "qwen", "deepseek", "gemma", "yi-", "internlm", "nemotron")
+# (Nemotron-4 is not: its MLP is an ungated squared ReLU; Llama-Nemotron models match "llama".)
+LLAMA_STYLE = ("llama", "mistral", "mixtral", "qwen", "deepseek", "gemma", "yi-", "internlm")
 
 
 def source_year(r: dict) -> int | None:
@@ -84,7 +88,7 @@ def cluster_mapping(r: dict, gpus: int) -> dict:
     nics = nics_from_text(link, over.get("gpus_per_node", base.gpus_per_node))
     if nics is not None:
         out["nics_per_node"], out["nic_bw_Bps"] = nics
-    if re.search(r"fat[\s-]?tree", link, re.IGNORECASE):
+    if re.search(r"fat[\s-]?tree|\bclos\b", link, re.IGNORECASE):
         out["fabric"] = "fat-tree"
     if out:
         over["scale_out"] = out
@@ -106,12 +110,17 @@ def nics_from_text(link: str, per_node: int) -> tuple[int, float] | None:
     Understood: 'N x <rate>' (N NICs per node, or per GPU when the clause says 'per GPU'), '<rate> per GPU'
     (preferred over a per-node total in the same cell), '<rate> per node' (split over one NIC per GPU), and an
     InfiniBand generation without a rate ('NDR', 'HDR': one such port per GPU). Bits unless written 'B'."""
-    clauses = re.split(r"[;()]", link)
+    # Clauses about the fabric's switches ('64x400G ports per switch', 'spine') say nothing about a node.
+    clauses = [c for c in re.split(r"[;()]", link) if not re.search(r"switch|spine|leaf", c, re.IGNORECASE)]
     for clause in clauses:
         per_gpu = re.search(r"per\s+gpu", clause, re.IGNORECASE)
         m = re.search(r"(\d+)\s*[x×]\s*(?:[A-Za-z-]+\s+)*?" + _RATE, clause)
         if m:
             n = int(m.group(1)) * (per_node if per_gpu else 1)
+            return n, _rate_Bps(m.group(2), m.group(3), m.group(4))
+        m = re.search(r"\b(" + "|".join(NUMBER_WORDS) + r")\s+" + _RATE, clause, re.IGNORECASE)
+        if m:  # 'eight 200G NICs per server'
+            n = NUMBER_WORDS[m.group(1).lower()] * (per_node if per_gpu else 1)
             return n, _rate_Bps(m.group(2), m.group(3), m.group(4))
         m = re.search(_RATE + r"[^;,()]*per\s+gpu", clause, re.IGNORECASE)
         if m:
@@ -191,7 +200,7 @@ def framework_for(r: dict, zero: int, year: int | None) -> str:
 def precision(r: dict) -> str:
     """The training dtype the ``precision`` text names; bf16 when it names none ("mixed precision", empty)."""
     t = (r.get("precision") or "").lower()
-    if "fp8" in t:
+    if re.search(r"fp8|float8|e4m3|e5m2|mxfp8", t):
         return "fp8"
     if "bf16" in t or "bfloat16" in t:
         return "bf16"
@@ -207,8 +216,13 @@ def precision(r: dict) -> str:
     return "bf16"
 
 
+def recompute_stated(r: dict) -> bool:
+    """Whether the row says anything about activation recomputation (else the caller's unknowns rule decides)."""
+    return not NOT_STATED.match((r.get("recompute") or "").strip().lower())
+
+
 def recompute(r: dict) -> str:
-    """none / selective / full from the ``recompute`` text; text that says neither is an error."""
+    """none / selective / full from the ``recompute`` text (none when empty); text that says neither is an error."""
     raw = r.get("recompute") or ""
     t = raw.strip().lower()
     if NOT_STATED.match(t) or re.match(r"(?:no|none|off|false|disabled)\b", t):

@@ -162,8 +162,10 @@ _BLIND_NOTE_SC21 = ("unknowns (set once, same rule for every row): micro-batch 1
                     "its Table 2 PTD-P runs); interleaving depth = smallest v > 1 dividing the layers per "
                     "stage (1F1B when pp = 1). `--dataset sc21-scripts` uses the authors' script values.")
 _BLIND_NOTE = ("unknowns (one rule for every row): micro-batch 1 when the row does not state it; for a "
-               "pipelined row whose interleaving is not stated (and whose schedule is not stated as plain "
-               "1F1B/GPipe), the smallest interleaving depth v > 1 dividing the layers per stage.")
+               "pipelined Megatron row whose interleaving is not stated (and whose schedule is not stated as plain "
+               "1F1B/GPipe), the smallest interleaving depth v > 1 dividing the layers per stage when the "
+               "micro-batch count divides by pp (else, and for other stacks, no interleaving); when "
+               "recomputation is not stated, the lightest of none, selective, full whose predicted memory fits.")
 _SCRIPTS_NOTE = ("unknowns: micro-batch and interleaving depth of Table 1 are taken from the authors' "
                  "reproduction script examples/sc21/run_table_1.sh (e.g. 1.7B: MBS 16, no pipeline; 530B: "
                  "MBS 1, 1 layer per virtual stage; 1T: MBS 1, plain 1F1B). Table 2 PTD-P rows: MBS 1 "
@@ -246,6 +248,20 @@ def _blind_interleave(layers: int, pp: int) -> int:
     return 1
 
 
+def _lightest_fitting_recompute(raw: dict, rid: str) -> str:
+    """The unknowns rule for a row that does not state recomputation: the lightest of none, selective and full
+    whose predicted memory fits the GPU, as whoever ran it would choose; none when not even full fits (then the
+    row's unstated sharding or offload, not recomputation, is what the model misses)."""
+    from trainsim.cost_models.memory import peak_bytes
+
+    for rc in ("none", "selective", "full"):
+        trial = {**raw, "training": {**raw["training"], "recompute": rc}}
+        scenario, _ = _scenario(trial, rid)
+        if scenario is not None and peak_bytes(scenario) <= scenario.cluster.gpu.memory_bytes:
+            return rc
+    return "none"
+
+
 def _common_run_case_checked(r: dict, blind: bool, rid: str) -> Case:
     layers, hidden, heads = (common_runs.whole(r, k) for k in ("layers", "hidden", "heads"))
     gpus, gbs = common_runs.whole(r, "num_gpus"), common_runs.whole(r, "global_batch_seqs")
@@ -266,12 +282,19 @@ def _common_run_case_checked(r: dict, blind: bool, rid: str) -> Case:
     vstage_layers: int | None = None
     if blind:
         mbs = 1 if mbs_col is None else mbs_col
+        framework = common_runs.framework_for(r, zero, common_runs.source_year(r))
         if stated_vpp is not None:
             vpp = stated_vpp
+        elif not framework.startswith("megatron"):
+            vpp = 1  # only Megatron interleaves by default (DeepSpeed's pipeline engine cannot; torch's 1F1B)
         elif layers_per_stage:
             vpp = _smallest_interleave(layers_per_stage)
         else:  # uneven stages (e.g. 126 layers on 16)
             vpp = _blind_interleave(layers, pp)
+        mp = tp * pp * common_runs.degree(r, "cp")
+        replicas = gpus // mp if mp > 0 and gpus % mp == 0 else 0
+        if stated_vpp is None and vpp > 1 and replicas and mbs > 0 and (gbs // (mbs * replicas)) % pp:
+            vpp = 1  # Megatron interleaves only when the micro-batch count divides by pp: the run used 1F1B
     else:
         if rid in SC21_TABLE1_ARTIFACT:
             mbs, vstage_layers = SC21_TABLE1_ARTIFACT[rid]
@@ -281,6 +304,8 @@ def _common_run_case_checked(r: dict, blind: bool, rid: str) -> Case:
                 vstage_layers = SC21_TABLE2_LAYERS_PER_VSTAGE.get(layers)
         vpp = (layers_per_stage // vstage_layers) if (vstage_layers and layers_per_stage) else 1
     raw = common_runs.scenario_mapping(r, mbs, vpp)
+    if blind and not common_runs.recompute_stated(r):
+        raw["training"]["recompute"] = _lightest_fitting_recompute(raw, rid)
     cp, ep = common_runs.degree(r, "cp"), common_runs.degree(r, "ep")
     label += ((f" cp{cp}" if cp > 1 else "") + (f" ep{ep}" if ep > 1 else "") + f" mb{mbs}"
               + (f" v{vpp}" if vpp > 1 else "") + (" ZeRO-3" if zero == 3 else ""))

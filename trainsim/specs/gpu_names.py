@@ -40,8 +40,9 @@ GPU_NAMES: tuple[GPUName, ...] = (
 # Parts with lower dense peaks than the preset their name matches (fewer SMs, lower clocks): H100 PCIe has
 # ~76 % of the SXM part's peak, the H100 NVL pair's cards are PCIe-class too.
 OTHER_PEAKS = (r"h100\s*pcie", r"h100\s*nvl")
-# Parts whose node no cluster preset stands for: PCIe cards, the H100 NVL pair, the Grace Hopper superchip.
-NO_CLUSTER = (r"pcie", r"h100\s*nvl", r"gh200", r"grace\s*hopper")
+# Parts whose node no cluster preset stands for: PCIe cards, the H100 NVL pair, the Grace Hopper superchip, and
+# the 96 GB HBM2e H100 of Meta's Grand Teton (2.4 TB/s, 500 W default power limit; hardware.csv h100_ttitan).
+NO_CLUSTER = (r"pcie", r"h100\s*nvl", r"gh200", r"grace\s*hopper", r"h100.*\b96\s*gb|h100.*hbm2e")
 
 
 def _match(name: str) -> GPUName | None:
