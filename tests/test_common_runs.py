@@ -305,3 +305,29 @@ def test_unstated_recompute_and_interleaving_follow_the_unknowns_rules(tmp_path)
     assert cases["bloom_mlm_odd_m"].scenario.layout.vpp == 1          # 128 micro-batches on 12 stages: no interleaving
     assert cases["small"].scenario.training.recompute == "none"       # a 1.3B model fits without recomputation
     assert cases["bloom"].scenario.training.recompute in ("selective", "full")  # 176B on 384 GPUs does not
+
+
+def test_step_time_from_printed_tflops_on_a_known_basis(tmp_path):
+    """A row printing only TFLOP/s per GPU: step = the step's FLOPs on that basis / (GPUs x TFLOP/s); an unknown
+    basis is skipped with the reason."""
+    import csv
+
+    from trainsim.reports.datasets import load_dataset
+    with open(validation_path("megatron_sc21_table1.csv"), newline="") as f:
+        header = next(csv.reader(f))
+    base = {"record_type": "measured_throughput", "model_name": "GPT 13B", "params_b": "13", "layers": "40",
+            "hidden": "5120", "heads": "40", "seq_len": "2048", "global_batch_seqs": "1024", "num_gpus": "64",
+            "gpu_type": "A100-SXM4-80GB", "tp": "2", "precision": "bf16", "tflops_per_gpu": "150",
+            "source_title": "some 2023 report"}
+    rows = [dict(base, row_id="palm", tflops_basis="PaLM model FLOPs (6N + 12LHQT)"),
+            dict(base, row_id="unknown", tflops_basis="vendor formula")]
+    path = tmp_path / "runs.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    cases = {c.row_id: c for c in load_dataset(str(path)).cases}
+    flops = 1024 * 2048 * (6 * 13e9 + 12 * 40 * 5120 * 2048)
+    assert cases["palm"].published == pytest.approx(flops / (150e12 * 64), rel=1e-12)
+    assert cases["palm"].scenario is not None
+    assert "tflops_basis" in cases["unknown"].skip_reason

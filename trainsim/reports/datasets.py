@@ -145,7 +145,9 @@ _SC21_NOTES = (
      "reduce buckets serialized with compute; see TrainingSpec.framework)."),
 )
 _COMMON_NOTES = (
-    ("metric: seconds per step as printed (step_time_s), else global batch tokens / the printed tokens/s."),
+    ("metric: seconds per step as printed (step_time_s), else global batch tokens / the printed tokens/s, else "
+     "the step's FLOPs / (GPUs x the printed TFLOP/s per GPU) when tflops_basis names a basis trainsim knows "
+     "(SC21 eq. 3, PaLM model FLOPs)."),
     ("hardware: the cluster preset of each row's gpu_type (A100 40/80GB, H100, H800, H200, B200, B300, "
      "GB200, GB300, MI300X), with gpus_per_node and the NICs of inter_node_link when stated; rows naming "
      "another accelerator are skipped."),
@@ -268,9 +270,16 @@ def _common_run_case_checked(r: dict, blind: bool, rid: str) -> Case:
     tp, pp = common_runs.degree(r, "tp"), common_runs.degree(r, "pp")
     published = common_runs.published_step_time(r)
     label = f"{r.get('model_name') or '?'} n={gpus} tp{tp} pp{pp}"
+    shape_ok = None not in (layers, hidden, heads, gpus, gbs) and min(layers, hidden, heads, gpus, gbs) > 0
+    if published is None and shape_ok:
+        # Only TFLOP/s printed: the step time on the source's own FLOP basis, when trainsim knows that basis.
+        tflops, flops = _num(r.get("tflops_per_gpu")), _source_step_flops(r, gbs, layers, hidden)
+        if tflops and tflops > 0 and flops:
+            published = flops / (tflops * 1e12 * gpus)
     if published is None:
-        return Case(rid, label, float("nan"), skip_reason="step_time_s: no positive step time (nor tokens/s)")
-    if None in (layers, hidden, heads, gpus, gbs) or min(layers, hidden, heads, gpus, gbs) <= 0:
+        return Case(rid, label, float("nan"), skip_reason="step_time_s: no positive step time (nor tokens/s, nor "
+                                                          "TFLOP/s on a known tflops_basis)")
+    if not shape_ok:
         return Case(rid, label, published, skip_reason="layers, hidden, heads, num_gpus, global_batch_seqs: "
                                                        "each must be a positive whole number")
     if pp <= 0:
