@@ -97,6 +97,20 @@ def test_step_time_from_printed_tokens_per_second():
     assert common_runs.published_step_time(row) == pytest.approx(2048 * 8192 / (100 * 16384))
 
 
+def load_runs(tmp_path, rows: list[dict]) -> dict:
+    """Write ``rows`` as a common-run-schema CSV (the schema's columns, as megatron_sc21_table1.csv has them, plus
+    any other a row names; absent cells empty) and load it: row_id -> Case."""
+    with open(validation_path("megatron_sc21_table1.csv"), newline="") as f:
+        header = next(csv.reader(f))
+    cols = header + sorted({k for r in rows for k in r} - set(header))
+    path = tmp_path / "runs.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        w.writerows([{c: r.get(c, "") for c in cols} for r in rows])
+    return {c.row_id: c for c in load_dataset(str(path)).cases}
+
+
 def test_a_user_csv_is_validated_with_each_rows_own_hardware(tmp_path):
     """An H100 Llama row, an unknown accelerator (skipped, with the reason) and SC21's 1T row [sc21_t1_10]."""
     with open(validation_path("megatron_sc21_table1.csv"), newline="") as f:
@@ -104,14 +118,7 @@ def test_a_user_csv_is_validated_with_each_rows_own_hardware(tmp_path):
     rows = [LLAMA_ROW, {**LLAMA_ROW, "row_id": "v100", "gpu_type": "V100-SXM2-32GB"}, sc21["sc21_t1_10"],
             # a stated dp that does not multiply out to the GPU count (the CP row as some copies print it)
             {**LLAMA_ROW, "row_id": "cp16", "cp": "16", "dp": "4", "seq_len": "131072", "global_batch_seqs": "128"}]
-    cols = sorted({k for r in rows for k in r})
-    path = tmp_path / "runs.csv"
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=cols)
-        w.writeheader()
-        w.writerows([{c: r.get(c, "") for c in cols} for r in rows])
-    ds = load_dataset(str(path))
-    cases = {c.row_id: c for c in ds.cases}
+    cases = load_runs(tmp_path, rows)
     llama = cases["l3_16k"].scenario
     assert llama.cluster.gpu.name.startswith("H100") and llama.training.framework == "megatron"
     assert llama.model.num_kv_heads == 8 and llama.layout.vpp == 2  # 126 layers on 16 stages: uneven, 2 chunks
@@ -123,7 +130,7 @@ def test_a_user_csv_is_validated_with_each_rows_own_hardware(tmp_path):
     assert one_t.training.dropout is True and one_t.training.recompute == "full"
     assert one_t.cluster.scale_out.fabric == "fat-tree" and one_t.cluster.scale_out.nic_bw_Bps == 25e9
     assert (one_t.layout.tp, one_t.layout.pp, one_t.layout.vpp) == (8, 64, 2)  # 2 layers per stage: v = 2
-    assert any("gpu_type" in n for n in ds.notes)
+    assert any("gpu_type" in n for n in load_dataset(str(tmp_path / "runs.csv")).notes)
 
 
 def test_bad_cells_skip_the_row_with_the_field_named(tmp_path):
@@ -133,12 +140,7 @@ def test_bad_cells_skip_the_row_with_the_field_named(tmp_path):
            "vpneg": {"vp_interleave": "-3"}, "stepneg": {"step_time_s": "-5"}, "gpn0": {"gpus_per_node": "0"},
            "mb0": {"micro_batch": "0"}, "layers": {"layers": "abc"}}
     rows = [{**LLAMA_ROW, "row_id": k, **v} for k, v in bad.items()]
-    path = tmp_path / "bad.csv"
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
-    why = {c.row_id: c.skip_reason for c in load_dataset(str(path)).cases}
+    why = {k: c.skip_reason for k, c in load_runs(tmp_path, rows).items()}
     assert all(why.values()), why
     assert "layout.tp" in why["tp0"] and "precision" in why["int4"] and "gpus" in why["gpus7"]
     assert "layout.vpp" in why["vpneg"] and "step time" in why["stepneg"] and "gpus_per_node" in why["gpn0"]
@@ -277,11 +279,6 @@ def test_nemotron4_is_not_llama_style_and_96gb_h100_has_no_preset():
 def test_unstated_recompute_and_interleaving_follow_the_unknowns_rules(tmp_path):
     """No recompute stated: the lightest that fits; no interleaving stated: Megatron interleaves, DeepSpeed's
     pipeline engine does not (BLOOM-176B's Megatron-DeepSpeed run was skipped for an interleaving it never had)."""
-    import csv
-
-    from trainsim.reports.datasets import load_dataset
-    with open(validation_path("megatron_sc21_table1.csv"), newline="") as f:
-        header = next(csv.reader(f))
     base = {"record_type": "measured_step_time", "model_name": "BLOOM-176B", "layers": "70", "hidden": "14336",
             "heads": "112", "vocab": "250880", "seq_len": "2048", "global_batch_seqs": "2048", "micro_batch": "2",
             "num_gpus": "384", "gpu_type": "A100-SXM4-80GB", "tp": "4", "pp": "12", "dp": "8",
@@ -293,12 +290,7 @@ def test_unstated_recompute_and_interleaving_follow_the_unknowns_rules(tmp_path)
             dict(base, row_id="bloom_mlm_odd_m", zero_or_sharding="distributed optimizer", layers="72"),
             dict(base, row_id="small", model_name="GPT 1.3B", layers="24", hidden="2048", heads="16", tp="1",
                  pp="1", dp="8", num_gpus="8", global_batch_seqs="64", zero_or_sharding="")]
-    path = tmp_path / "runs.csv"
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    cases = {c.row_id: c for c in load_dataset(str(path)).cases}
+    cases = load_runs(tmp_path, rows)
     assert cases["bloom"].scenario is not None and cases["bloom"].scenario.layout.vpp == 1
     assert cases["bloom"].scenario.training.framework.startswith("deepspeed")
     assert cases["bloom_mlm"].scenario.layout.vpp == 2                # Megatron: smallest v > 1 dividing 6 layers
@@ -310,23 +302,13 @@ def test_unstated_recompute_and_interleaving_follow_the_unknowns_rules(tmp_path)
 def test_step_time_from_printed_tflops_on_a_known_basis(tmp_path):
     """A row printing only TFLOP/s per GPU: step = the step's FLOPs on that basis / (GPUs x TFLOP/s); an unknown
     basis is skipped with the reason."""
-    import csv
-
-    from trainsim.reports.datasets import load_dataset
-    with open(validation_path("megatron_sc21_table1.csv"), newline="") as f:
-        header = next(csv.reader(f))
     base = {"record_type": "measured_throughput", "model_name": "GPT 13B", "params_b": "13", "layers": "40",
             "hidden": "5120", "heads": "40", "seq_len": "2048", "global_batch_seqs": "1024", "num_gpus": "64",
             "gpu_type": "A100-SXM4-80GB", "tp": "2", "precision": "bf16", "tflops_per_gpu": "150",
             "source_title": "some 2023 report"}
     rows = [dict(base, row_id="palm", tflops_basis="PaLM model FLOPs (6N + 12LHQT)"),
             dict(base, row_id="unknown", tflops_basis="vendor formula")]
-    path = tmp_path / "runs.csv"
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=header, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-    cases = {c.row_id: c for c in load_dataset(str(path)).cases}
+    cases = load_runs(tmp_path, rows)
     flops = 1024 * 2048 * (6 * 13e9 + 12 * 40 * 5120 * 2048)
     assert cases["palm"].published == pytest.approx(flops / (150e12 * 64), rel=1e-12)
     assert cases["palm"].scenario is not None

@@ -24,8 +24,8 @@ Offload (ZeRO-Offload / ZeRO-Infinity): ``offload_optimizer`` moves the optimize
 gradient shard to host memory (``host``) and runs Adam there; each step sends the gradient shard
 device→host and the updated 16-bit weight shard host→device. ``offload_params`` (ZeRO-3) keeps the weight
 shard on the host and copies it host→device for every forward and backward of every micro-batch.
-``offload_activation_layers`` (Megatron-Core/Transformer Engine activation CPU offloading) keeps the saved
-activations of the first N layers of each model chunk in host memory (``offloaded_layers``).
+``offload_activation_layers`` (Megatron-Core/Transformer Engine activation CPU offloading, pp = 1) keeps the
+saved activations of the first N layers in host memory (``offloaded_layers``).
 """
 
 from __future__ import annotations
@@ -194,14 +194,15 @@ def inflight_microbatches(schedule: str, pp: int, m: int, stage: int, vpp: int =
 _inflight = inflight_microbatches
 
 
-def offloaded_layers(scenario, chunk_layers: int) -> int:
-    """Layers of a model chunk of ``chunk_layers`` whose saved activations are offloaded to the host.
+def offloaded_layers(scenario) -> int:
+    """Layers whose saved activations are offloaded to the host (``TrainingSpec.offload_activation_layers``).
 
-    Transformer Engine's offload handler (Megatron-Core ``--cpu-offloading-num-layers N``, pp=1) offloads the
-    first N layers, copying them out during the forward and back during the backward behind the other layers'
-    compute (``offload_windows``); never the last layer (its backward starts at once).
+    Transformer Engine's offload handler (Megatron-Core ``--cpu-offloading-num-layers N``) offloads the first
+    N layers, copying them out during the forward and back during the backward behind the other layers'
+    compute (``offload_windows``). specs.scenario allows it only where Megatron-Core does -- pp = 1 (so one
+    chunk holds every layer), no recompute, N below the layer count -- so N is the count as given.
     """
-    return min(scenario.training.offload_activation_layers, max(chunk_layers - 1, 0))
+    return scenario.training.offload_activation_layers
 
 
 def offload_windows(layers: int, offloaded: int) -> list[int]:
@@ -226,12 +227,6 @@ def offload_windows(layers: int, offloaded: int) -> list[int]:
     return [w[0]] + [b - a for a, b in pairwise(w)]
 
 
-def offloaded_layers_on_stage(scenario, stage: int) -> int:
-    """Offloaded layers over all model chunks of pipeline stage ``stage``."""
-    return sum(offloaded_layers(scenario, scenario.stage_layers[scenario.virtual_stage(stage, c)])
-               for c in range(scenario.layout.vpp))
-
-
 def activation_bytes_per_microbatch(scenario, stage: int, impl: str = "fused") -> float:
     """Saved activations of one micro-batch on one rank of ``stage`` kept on the GPU: its blocks (but the
     offloaded ones) + embedding/head extras.
@@ -239,7 +234,7 @@ def activation_bytes_per_microbatch(scenario, stage: int, impl: str = "fused") -
     ``impl``: ``"fused"`` (Megatron/TE kernels) or ``"eager"`` (plain torch autograd, as the executor runs).
     """
     _check_stage(stage, scenario.layout.pp)
-    on_gpu = scenario.layers_on_stage(stage) - offloaded_layers_on_stage(scenario, stage)
+    on_gpu = scenario.layers_on_stage(stage) - offloaded_layers(scenario)
     total = on_gpu * act.layer_activation_bytes(scenario, impl).total
     if stage == 0:
         total += act.embedding_activation_bytes(scenario)
@@ -296,8 +291,7 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
         weights = 0.0
 
     per_mb = activation_bytes_per_microbatch(scenario, stage, impl)
-    host += (inflight_microbatches * offloaded_layers_on_stage(scenario, stage)
-             * act.layer_activation_bytes(scenario, impl).total)
+    host += inflight_microbatches * offloaded_layers(scenario) * act.layer_activation_bytes(scenario, impl).total
     working = act.recompute_working_bytes(scenario, impl)
     activations = inflight_microbatches * per_mb + working
 

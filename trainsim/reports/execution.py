@@ -86,8 +86,9 @@ def compare(job: ExecJob, result: dict[str, Any], *, calibration=None,
         "predicted": {"per_stage": pred_stages},
         "error_pct": {"per_stage": errors},
     }
-    if prediction_notes(job):
-        out["predicted"]["notes"] = prediction_notes(job)
+    notes = prediction_notes(job)
+    if notes:
+        out["predicted"]["notes"] = notes
     if with_prediction:
         pred = predict_step(job, calibration)
         out["predicted"]["prediction"] = pred

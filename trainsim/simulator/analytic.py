@@ -17,7 +17,8 @@ and its forward phase can be gather-bound; with fewer micro-batches than stages 
 link-bound), and DualPipeV's heavier rank 0 (embedding and head) is charged m times. Measured against the
 engine on two random sweeps of valid preset scenarios (every schedule, ZeRO 0-3, every framework, recompute
 modes, MoE): 660 scenarios, median 0.2 %, p90 3.8 %, p99 11.6 %, max 19 %; a reviewer's 750 (more MoE and
-ZeRO-2/3 pipelines), median 0.4 %, p90 6 %, p99 21 %, max 29 %. The ZB memory peak matches the engine's to
+ZeRO-2/3 pipelines, measured before the per-stage bottleneck and ZB-memory fixes), median 0.4 %, p90 6 %, p99
+21 %, max 29 %. The ZB memory peak matches the engine's to
 ~3 % (it can reject a ZB layout that fits with less than that to spare).
 """
 
@@ -91,8 +92,6 @@ def estimate(table: CostTable) -> EngineResult:
     # waits for the pipeline, and its reductions never block compute). Each stage is tried as the bottleneck
     # (m of its paced micro-batches plus everyone else's fill) and the longest wins, so the estimate moves
     # continuously when two stages trade places.
-    compute_mb = per_mb
-    per_mb = paced
     p2p = 0.0
     if p > 1:
         sends = [st.send_fwd.time_s if st.send_fwd else 0.0 for st in table.stages]
@@ -101,21 +100,21 @@ def estimate(table: CostTable) -> EngineResult:
         # the drain's backward chain every vs -> vs-1: p·v - 1 messages each way (p - 1 without interleaving).
         hops = p * v - 1 if sched == "interleaved" else p - 1
         p2p = sum(sends[k % p] for k in range(hops)) + sum(sendb[k % p] for k in range(hops, 0, -1))
-    total = sum(compute_mb)
+    total = sum(per_mb)
     if sched == "interleaved":
-        fills = [(total - x) / v for x in compute_mb]
+        fills = [(total - x) / v for x in per_mb]
     elif sched == "zb":
         ws = [w for _, _, w, *_ in sums]
-        zb = [max(0.0, x - 2 * w) for x, w in zip(compute_mb, ws)]
+        zb = [max(0.0, x - 2 * w) for x, w in zip(per_mb, ws)]
         fills = [max(0.0, sum(zb) - z) for z in zb]
     elif sched == "dualpipev":
         # per chunk F&B + B_full - 3W = (x_c - 2w_c) + b_c, with b_c generalised to max(f_c, b_c) (the heavier
         # of forward and input-backward is on the fill/drain path) and at least 2f_c; stage sums hold two chunks
-        terms = [max(0.0, (x - 2 * w + max(f, b)) / 2, f) for x, (f, b, w, *_r) in zip(compute_mb, sums)]
+        terms = [max(0.0, (x - 2 * w + max(f, b)) / 2, f) for x, (f, b, w, *_r) in zip(per_mb, sums)]
         fills = [sum(terms) - t for t in terms]
     else:
-        fills = [total - x for x in compute_mb]
-    pipe = max(m * x + fill for x, fill in zip(per_mb, fills)) + p2p
+        fills = [total - x for x in per_mb]
+    pipe = max(m * x + fill for x, fill in zip(paced, fills)) + p2p
     stages = []
     for s, st in enumerate(table.stages):
         f, b, w, tp, cp, ep, _ = sums[s]
@@ -127,7 +126,7 @@ def estimate(table: CostTable) -> EngineResult:
         tl.dp_inline_s = m * dp_inline[s]
         tl.exposed_s["pp"] = p2p
         # ZeRO-3 gathers / per-micro-batch reductions longer than the compute they overlap pace the stage
-        # (already in per_mb); the first layer's gather is not hidden by anything.
+        # (already in paced); the first layer's gather is not hidden by anything.
         gather_exposed = m * link_bound[s]
         first = [c.param_gather.time_s / max(1, c.layers) for c in st.chunks if c.param_gather is not None]
         if first:

@@ -414,7 +414,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
             bi = n * lt.bwd_input_s
             bw = n * lt.bwd_weight_s
             rc = n * lt.recompute_s
-            off = memory.offloaded_layers(scenario, n)
+            off = memory.offloaded_layers(scenario)  # pp = 1: this one chunk holds every layer
             a = (n - off) * layer_act
             if off:
                 # Activation offload: each layer's copy to the host hides behind its window of forward layers,

@@ -12,7 +12,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from trainsim.specs import ClusterSpec, Layout, ModelSpec, Scenario, SpecError, load_training, resolve
+from pydantic import ValidationError
+
+from trainsim.specs import ClusterSpec, Layout, ModelSpec, Scenario, SpecError, TrainingSpec, resolve
+from trainsim.specs.errors import from_validation_error
 
 RECOMPUTE_LADDER = ("none", "selective", "full")   # less memory, more compute, left to right
 ZERO_LADDER = (0, 1, 2, 3)                         # less memory, more communication, left to right
@@ -233,10 +236,12 @@ def to_scenario(model: ModelSpec, cluster: ClusterSpec, c: Candidate, global_bat
     extra = dict(lim.training_extra)
     if not c.sequence_parallel:
         extra.pop("tp_comm_overlap", None)  # TE's userbuffers overlap needs SP: candidates without it run plain
-    training = load_training({
-        **extra, "seq_len": seq_len, "global_batch": global_batch, "micro_batch": c.micro_batch, "dtype": lim.dtype,
-        "recompute": c.recompute, "sequence_parallel": c.sequence_parallel, "zero": c.zero, "schedule": c.schedule,
-    })
+    extra.update(seq_len=seq_len, global_batch=global_batch, micro_batch=c.micro_batch, dtype=lim.dtype,
+                 recompute=c.recompute, sequence_parallel=c.sequence_parallel, zero=c.zero, schedule=c.schedule)
+    try:  # the constructor, not specs.load_training: this runs per candidate, and its inputs are typed already
+        training = TrainingSpec(**extra)
+    except ValidationError as e:
+        raise from_validation_error(e, "training") from None
     return resolve(model, cluster, layout, training, name=name or f"{model.name} {c.label()}")
 
 

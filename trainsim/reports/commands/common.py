@@ -61,7 +61,7 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
     p.add_argument("--offload-params", action="store_true", default=None,
                    help="parameters in host memory (needs --zero 3)")
     p.add_argument("--offload-activation-layers", type=int, metavar="N",
-                   help="activation CPU offload of N layers per model chunk (Megatron --cpu-offloading-num-layers)")
+                   help="activation CPU offload of N layers (Megatron --cpu-offloading-num-layers; pp 1, no recompute)")
     p.add_argument("--tp-comm-overlap", action="store_true", default=None,
                    help="Transformer Engine userbuffers: sequence-parallel collectives overlap their GEMMs")
     p.add_argument("--calibration", help="calibration profile JSON (from `trainsim calibrate`)")
