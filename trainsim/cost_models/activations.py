@@ -135,12 +135,21 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
 
     heads = shp.a // t
     sq, sk = shp.s // shp.cp, shp.s
-    qd = heads * shp.d
+    qd = heads * shp.dvh  # attention output (out-projection input) per token
+    if shp.mla:
+        # MLA: the latents replicated on every TP rank -- each RMSNorm's input (e) and output (the up-
+        # projection's saved input), the shared RoPE key -- then per-head q, k (dqk) and v (dvh).
+        lat_in = _gemm_input_e(shp, impl)
+        seq += T * ((shp.e + lat_in) * (shp.ql + shp.kvl) + shp.e * shp.dr)
+        small += STAT_BYTES * T * (2 if shp.ql else 1)
+        qkv_saved = e * T * heads * (2 * shp.dqk + shp.dvh)
+    else:
+        qkv_saved = e * T * (shp.a + 2 * shp.kv) * shp.d / t
     if shp.flash:
         # q, k, v; the output is saved by the out-projection (its input) and, unless the core is recomputed
         # (selective), by flash attention for its own backward -- one 16-bit tensor, or with fp8 the
         # projection's fp8 copy besides flash's 16-bit one.
-        attn = e * T * (shp.a + 2 * shp.kv) * shp.d / t + _gemm_input_e(shp, impl) * T * qd
+        attn = qkv_saved + _gemm_input_e(shp, impl) * T * qd
         if shp.recompute != "selective":
             small += STAT_BYTES * b * heads * sq
             if _fp8_saved(shp, impl):
@@ -149,7 +158,7 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
     else:
         # q over local queries; k, v expanded to all query heads over all s keys; the output (saved only by
         # the out-projection: the batched GEMMs' backward needs the probabilities and v).
-        attn = e * T * qd + 2 * e * b * sk * qd + _gemm_input_e(shp, impl) * T * qd
+        attn = e * T * heads * shp.dqk + e * b * sk * heads * (shp.dqk + shp.dvh) + _gemm_input_e(shp, impl) * T * qd
         probs = b * heads * sq * sk
         core = e * probs + ((MASK_BYTES + e) * probs if shp.dropout else 0.0)
         if shp.recompute == "selective":
@@ -160,7 +169,7 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
         # is checkpointed); cos/sin tables are saved per layer.
         if shp.recompute != "selective":
             attn += e * T * qd
-        small += (2 if e == STAT_BYTES else 4) * sq * (shp.d // 2) * e
+        small += (2 if e == STAT_BYTES else 4) * sq * ((shp.dr or shp.d) // 2) * e
 
     if shp.is_moe:
         k = shp.top_k
@@ -168,6 +177,8 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
         mlp = (_gemm_input_e(shp, impl) * routed * h + routed * _mlp_inner_bytes(shp, shp.fe, impl) / t
                + e * routed * h)
         small += STAT_BYTES * (T / r) * shp.experts + 8 * (T / r) * k
+        if shp.fs:  # shared expert: its inner activations (its input is the router's, saved above)
+            mlp += T * _mlp_inner_bytes(shp, shp.fs, impl) / t
     else:
         mlp = T * _mlp_inner_bytes(shp, shp.f, impl) / t
     return ActivationBytes(main=seq + attn + core + mlp, small=small)
@@ -233,6 +244,17 @@ def head_activation_bytes(scenario, impl: str = "fused") -> float:
     loss = (shp.e * T * v_local + STAT_BYTES * T) if shp.fused_ce else STAT_BYTES * T * v_local
     # The output layer stays 16-bit under fp8 (flops.py, the logits GEMM), so its saved input does too.
     return norm_main + norm_small + _gemm_input_bytes(shp, impl, fp8_input=False) + loss + 8.0 * T
+
+
+def mtp_activation_bytes(scenario, impl: str = "fused") -> float:
+    """One multi-token-prediction module, per micro-batch: its block (as the model's block), its pass through
+    the output head, the two norms' inputs and the projection's input (the concatenated 2h), token ids."""
+    _check_impl(impl)
+    shp = _shape(scenario)
+    T, r = shp.tokens, shp.sp_div
+    norms = 2 * _norm_bytes(shp, T / r, impl)[0] + 2 * _norm_bytes(shp, T / r, impl)[1]
+    proj_in = 2 * _gemm_input_e(shp, impl) * T * shp.h / r
+    return _layer(shp, impl).total + head_activation_bytes(scenario, impl) + norms + proj_in + 8.0 * T
 
 
 def logits_workspace_bytes(scenario) -> float:

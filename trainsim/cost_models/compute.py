@@ -295,6 +295,10 @@ def _cached_times(what: str, shp: LayerShape, hw: _Hw, pref, learned_positions: 
     if what == "embedding":
         from .flops import _embedding_ops
         return _sum_times(_embedding_ops(shp, learned_positions), (), hw, shp, profile)
+    if what == "mtp":
+        from .flops import _mtp_ops
+        ops = _mtp_ops(shp)
+        return _sum_times(ops, recompute_ops(ops, shp.recompute), hw, shp, profile)
     return _sum_times(head_ops(shp), (), hw, shp, profile)
 
 
@@ -331,6 +335,13 @@ def head_times(scenario, profile=None) -> LayerTimes:
     """Seconds of final norm + logits + cross-entropy (last stage) per micro-batch on one rank."""
     shp, hw, pref = _ctx(scenario, profile)
     return _cached_times("head", shp, hw, pref, False)
+
+
+def mtp_times(scenario, profile=None) -> LayerTimes:
+    """Seconds of one multi-token-prediction module's own ops (embedding, norms, 2h->h projection) per
+    micro-batch on one rank; its block and head pass cost what ``layer_times`` / ``head_times`` say."""
+    shp, hw, pref = _ctx(scenario, profile)
+    return _cached_times("mtp", shp, hw, pref, False)
 
 
 def optimizer_step_time(scenario, stage: int, profile=None) -> float:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .framework import cross_entropy_bytes, train_metric_bytes_per_logit
-from .shapes import LayerShape, layer_shape
+from .shapes import LayerShape, block_kinds, layer_shape
 
 Gemm = tuple[int, int, int]  # (m, n, k)
 MATMUL_KINDS = frozenset({"gemm", "bmm", "attention"})
@@ -154,32 +154,34 @@ def _residual(name: str, shp: LayerShape, n_tok: float) -> Op:
 
 
 def _attention_ops(shp: LayerShape) -> list[Op]:
-    """Scores and attention·values (core attention) on one rank: fused (flash) or unfused (bmm + softmax)."""
-    e, d = shp.e, shp.d
+    """Scores and attention·values (core attention) on one rank: fused (flash) or unfused (bmm + softmax).
+    Scores use ``dqk`` dims per head, values ``dvh`` (both the head dim but with MLA)."""
+    e, dq, dv = shp.e, shp.dqk, shp.dvh
     b, heads, kvh = shp.b, shp.a // shp.tp, shp.kv // shp.tp
     sq, sk = shp.s // shp.cp, shp.s
-    fwd = 4.0 * b * heads * sq * sk * d  # QKᵀ and P·V, full s×s
+    fwd = 2.0 * b * heads * sq * sk * (dq + dv)  # QKᵀ and P·V, full s×s
     ops: list[Op] = []
     if shp.flash:
-        q_o = b * sq * heads * d * e
-        kv_bytes = 2 * b * sk * kvh * d * e           # every key/value block is read (CP: incl. received chunks)
+        q_bytes, o_bytes = b * sq * heads * dq * e, b * sq * heads * dv * e
+        kv_bytes = b * sk * kvh * (dq + dv) * e       # every key/value block is read (CP: incl. received chunks)
         lse = 4 * b * heads * sq
         ops.append(Op(
             name="attention", kind="attention", fwd_flops=fwd, bwd_input_flops=2 * fwd, bwd_weight_flops=0.0,
-            fwd_bytes=float(2 * q_o + kv_bytes + lse), bwd_input_bytes=float(4 * q_o + 2 * kv_bytes + lse),
-            selective=True, work_fraction=0.5 if shp.causal else 1.0, attn=(b, heads, sq, sk, d),
+            fwd_bytes=float(q_bytes + o_bytes + kv_bytes + lse),
+            bwd_input_bytes=float(2 * (q_bytes + o_bytes) + 2 * kv_bytes + lse),
+            selective=True, work_fraction=0.5 if shp.causal else 1.0, attn=(b, heads, sq, sk, dq),
         ))
         return ops
     batch = b * heads
     if kvh < heads:  # unfused GQA expands K and V to all query heads before the bmm (Megatron's path)
-        ops.append(_elementwise("kv_repeat", "elementwise", 2 * b * sk * heads * d, e, e, 0.0, selective=True))
-    scores = _bmm("attn_scores", batch, (sq, sk, d), ((sq, d, sk), (sk, d, sq)), e)
+        ops.append(_elementwise("kv_repeat", "elementwise", b * sk * heads * (dq + dv), e, e, 0.0, selective=True))
+    scores = _bmm("attn_scores", batch, (sq, sk, dq), ((sq, dq, sk), (sk, dq, sq)), e)
     probs = b * heads * sq * sk
     ops.append(scores)
     ops.append(_elementwise("softmax", "softmax", probs, 2 * e, 3 * e, 5.0, selective=True))
     if shp.dropout:
         ops.append(_elementwise("attn_dropout", "elementwise", probs, 2 * e + 1, 2 * e + 1, 1.0, selective=True))
-    ops.append(_bmm("attn_values", batch, (sq, d, sk), ((sq, sk, d), (sk, d, sq)), e))
+    ops.append(_bmm("attn_values", batch, (sq, dv, sk), ((sq, sk, dv), (sk, dv, sq)), e))
     return ops
 
 
@@ -224,6 +226,31 @@ def _moe_ops(shp: LayerShape) -> list[Op]:
     ]
     ops += _mlp_ops(shp, per_expert, shp.fe, "expert_", batch=local_experts)
     ops.append(_elementwise("moe_unpermute", "elementwise", routed * h, 2 * e, 3 * e, 1.0))
+    if shp.fs:  # shared expert: a TP-sharded dense MLP every token runs, its output added to the routed one
+        ops += _mlp_ops(shp, shp.tokens, shp.fs, "shared_")
+    return ops
+
+
+def _mla_projection_ops(shp: LayerShape) -> list[Op]:
+    """MLA's projections up to the attention core (Megatron-Core MLASelfAttention, DeepSeek-V2 Sec. 2.1):
+    the down-projections to the query latent and to the key/value latent + the shared RoPE key are not split
+    over TP (every rank computes them on all T tokens); their RMSNorms; the up-projections to per-head
+    queries (dqk) and to per-head no-RoPE keys + values (d + dvh), column-parallel; RoPE on the queries'
+    and the shared key's RoPE parts."""
+    e, h, t, T = shp.e, shp.h, shp.tp, shp.tokens
+    fp8, casts = shp.dtype == "fp8", shp.fp8_weight_casts
+    heads = shp.a // t
+    ops: list[Op] = []
+    if shp.ql:
+        ops += [_linear("q_down", T, shp.ql, h, e, fp8=fp8, weight_casts=casts),
+                _elementwise("q_norm", "norm", T * shp.ql, 2 * e, 3 * e, _NORM_FLOPS["rmsnorm"]),
+                _linear("q_up", T, heads * shp.dqk, shp.ql, e, fp8=fp8, weight_casts=casts)]
+    else:
+        ops.append(_linear("q_proj", T, heads * shp.dqk, h, e, fp8=fp8, weight_casts=casts))
+    ops += [_linear("kv_down", T, shp.kvl + shp.dr, h, e, fp8=fp8, weight_casts=casts),
+            _elementwise("kv_norm", "norm", T * shp.kvl, 2 * e, 3 * e, _NORM_FLOPS["rmsnorm"]),
+            _linear("kv_up", T, heads * (shp.d + shp.dvh), shp.kvl, e, fp8=fp8, weight_casts=casts),
+            _elementwise("rope", "elementwise", T * (heads + 1) * shp.dr, 2 * e, 2 * e, 3.0)]
     return ops
 
 
@@ -234,14 +261,15 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
     T_seq = T // shp.sp_div
     fp8, casts = shp.dtype == "fp8", shp.fp8_weight_casts
     qkv_out = (shp.a + 2 * shp.kv) * shp.d // t
-    ops: list[Op] = [
-        _norm("norm1", shp, T_seq),
-        _linear("qkv", T, qkv_out, h, e, fp8=fp8, weight_casts=casts),
-    ]
-    if shp.rope:
-        ops.append(_elementwise("rope", "elementwise", T * (shp.a + shp.kv) * shp.d // t, 2 * e, 2 * e, 3.0))
+    ops: list[Op] = [_norm("norm1", shp, T_seq)]
+    if shp.mla:
+        ops += _mla_projection_ops(shp)
+    else:
+        ops.append(_linear("qkv", T, qkv_out, h, e, fp8=fp8, weight_casts=casts))
+        if shp.rope:
+            ops.append(_elementwise("rope", "elementwise", T * (shp.a + shp.kv) * shp.d // t, 2 * e, 2 * e, 3.0))
     ops += _attention_ops(shp)
-    ops.append(_linear("out_proj", T, h, shp.a * shp.d // t, e, fp8=fp8, weight_casts=casts))
+    ops.append(_linear("out_proj", T, h, shp.a * shp.dvh // t, e, fp8=fp8, weight_casts=casts))
     ops.append(_residual("residual1", shp, T_seq))
     ops.append(_norm("norm2", shp, T_seq))
     ops += _moe_ops(shp) if shp.is_moe else _mlp_ops(shp, T, shp.f, "")
@@ -319,6 +347,26 @@ def _head_ops(shp: LayerShape) -> tuple[Op, ...]:
                        0.0, 5.0 * shp.metric_ce_passes),) if shp.metric_ce_passes else ())
 
 
+@lru_cache(maxsize=4096)
+def _mtp_ops(shp: LayerShape) -> tuple[Op, ...]:
+    """One multi-token-prediction module's own ops (Megatron-Core MultiTokenPredictionLayer): the embedding
+    of the shifted tokens, RMSNorms of it and of the previous depth's hidden state, and the projection of
+    their concatenation 2h -> h (column-parallel). Its transformer block and its pass through the shared
+    output head are the model's block and head ops (the builder adds them)."""
+    e, h, T = shp.e, shp.h, shp.tokens
+    T_seq = T // shp.sp_div
+    fp8, casts = shp.dtype == "fp8", shp.fp8_weight_casts
+    lookup = Op(name="mtp_embedding", kind="embedding", fwd_flops=0.0, bwd_input_flops=0.0, bwd_weight_flops=T * h,
+                fwd_bytes=float(2 * e * T * h + 8 * T), bwd_input_bytes=0.0, bwd_weight_bytes=float(3 * e * T * h))
+    return (lookup, _norm("mtp_enorm", shp, T_seq), _norm("mtp_hnorm", shp, T_seq),
+            _linear("mtp_eh_proj", T, h // shp.tp, 2 * h, e, fp8=fp8, weight_casts=casts))
+
+
+def mtp_ops(scenario) -> tuple[Op, ...]:
+    """A multi-token-prediction module's own ops per micro-batch per rank (ModelSpec.mtp_layers)."""
+    return _mtp_ops(_shape(scenario))
+
+
 def head_ops(scenario) -> tuple[Op, ...]:
     """Final norm, output projection (logits) and cross-entropy loss on the last stage, per micro-batch per rank."""
     return _head_ops(_shape(scenario))
@@ -343,8 +391,25 @@ def layer_flops(scenario, matmul_only: bool = True) -> PassFlops:
 
 
 def _per_microbatch_unsharded(scenario) -> tuple[PassFlops, PassFlops]:
-    """(all blocks, head) matmul FLOPs of one micro-batch of b sequences with no model parallelism."""
-    return _unsharded_flops(_unsharded(layer_shape(scenario)), scenario.model.num_layers)
+    """(all blocks, head) matmul FLOPs of one micro-batch of b sequences with no model parallelism; a MoE
+    model's dense blocks (first_dense_layers) counted as dense blocks."""
+    blocks = head = None
+    for scn, count in block_kinds(scenario):
+        b, hd = _unsharded_flops(_unsharded(layer_shape(scn)), count)
+        blocks = b if blocks is None else PassFlops(*(x + y for x, y in zip(
+            (blocks.fwd, blocks.bwd_input, blocks.bwd_weight, blocks.recompute),
+            (b.fwd, b.bwd_input, b.bwd_weight, b.recompute), strict=True)))
+        head = head or hd
+    k = scenario.model.mtp_layers
+    if k:  # each MTP module: a main block, its projection, and another pass through the output head
+        main, _ = _unsharded_flops(_unsharded(layer_shape(scenario)), 1)
+        proj = pass_flops(_mtp_ops(_unsharded(layer_shape(scenario))), "none")
+        blocks = PassFlops(*(x + k * (y + z) for x, y, z in zip(
+            (blocks.fwd, blocks.bwd_input, blocks.bwd_weight, blocks.recompute),
+            (main.fwd, main.bwd_input, main.bwd_weight, main.recompute),
+            (proj.fwd, proj.bwd_input, proj.bwd_weight, proj.recompute), strict=True)))
+        head = PassFlops(*((1 + k) * x for x in (head.fwd, head.bwd_input, head.bwd_weight, head.recompute)))
+    return blocks, head
 
 
 _unsharded = lru_cache(maxsize=4096)(LayerShape.unsharded)

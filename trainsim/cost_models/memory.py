@@ -35,7 +35,7 @@ from itertools import pairwise
 
 from . import activations as act
 from .framework import behaviour, held_grad_bytes
-from .shapes import layer_shape
+from .shapes import block_kinds, dense_block_scenario, layer_shape
 
 GiB = 1 << 30
 # CUDA context with lazy module loading (~0.5 GiB on Hopper), cuBLAS/cuBLASLt workspaces (32 MiB per
@@ -102,10 +102,21 @@ def model_state_bytes(params: float, zero: int, dp: int, *, param_bytes: int = 2
 
 
 def _layer_params_rank(model, tp: int, ep: int) -> tuple[float, float]:
-    """(dense, expert) parameters of one block on one rank."""
-    h, q, kv = model.hidden, model.num_heads * model.dhead, model.kv_heads * model.dhead
-    qkv_bias = model.bias if model.qkv_bias is None else model.qkv_bias  # Qwen2: biases on q, k, v only
-    attn = (h * q + 2 * h * kv + q * h) / tp + ((q + 2 * kv) / tp if qkv_bias else 0) + (h if model.bias else 0)
+    """(dense, expert) parameters of one block on one rank: a MoE block for a MoE model (routed experts,
+    router, shared expert), else a dense block (``model.dense_block()`` gives a MoE model's dense blocks)."""
+    h = model.hidden
+    if model.is_mla:
+        # MLA: the up- and output projections are split over TP; the down-projections (query latent, key/value
+        # latent + shared RoPE key) and the latents' norms are replicated (Megatron-Core MLASelfAttention).
+        full = model.attention_params()
+        a, qk, v = model.num_heads, model.qk_head_dim, model.v_dim
+        ql, kvl = model.q_lora_rank, model.kv_lora_rank
+        split = (ql * a * qk if ql else h * a * qk) + kvl * a * (model.dhead + v) + a * v * h
+        attn = (full - split) + split / tp
+    else:
+        q, kv = model.num_heads * model.dhead, model.kv_heads * model.dhead
+        qkv_bias = model.bias if model.qkv_bias is None else model.qkv_bias  # Qwen2: biases on q, k, v only
+        attn = (h * q + 2 * h * kv + q * h) / tp + ((q + 2 * kv) / tp if qkv_bias else 0) + (h if model.bias else 0)
     norms = 2 * model.norm_params()
 
     def mlp(f: int) -> float:
@@ -113,7 +124,8 @@ def _layer_params_rank(model, tp: int, ep: int) -> tuple[float, float]:
         return (n_in * h * f + f * h) / tp + ((n_in * f / tp + h) if model.bias else 0)
 
     if model.is_moe:
-        return attn + norms + h * model.num_experts, (model.num_experts / ep) * mlp(model.expert_ffn)
+        shared = mlp(model.shared_expert_ffn) if model.shared_expert_ffn else 0.0
+        return attn + norms + h * model.num_experts + shared, (model.num_experts / ep) * mlp(model.expert_ffn)
     return attn + norms + mlp(model.ffn), 0.0
 
 
@@ -130,7 +142,22 @@ def _stage_extra_params(model, tp: int, pp: int, stage: int, loss_stage: int | N
         extra += model.norm_params()
         if not model.tie_embeddings or pp > 1:
             extra += V * h / tp
+        if model.mtp_layers and stage != 0:  # MTP embeds the shifted tokens with a copy of the word embedding
+            extra += V * h / tp
     return extra
+
+
+def mtp_params_per_rank(model, tp: int, ep: int) -> tuple[float, float]:
+    """(dense, expert) parameters of the model's multi-token-prediction modules on one rank of the loss stage:
+    per module a block like the model's own (MoE for a MoE model), the 2h->h projection (column-parallel) and
+    three RMSNorm/LayerNorm weights (embedding, hidden state, output). The shared embedding and output layer
+    are the last stage's own (``_stage_extra_params`` keeps a word-embedding copy there when pp > 1)."""
+    k = model.mtp_layers
+    if not k:
+        return 0.0, 0.0
+    dense, expert = _layer_params_rank(model, tp, ep)
+    h = model.hidden
+    return k * (dense + 2 * h * h / tp + 3 * model.norm_params()), k * expert
 
 
 # Public names (the engine builds per-chunk memory from these).
@@ -144,9 +171,14 @@ def rank_param_shards(scenario, stage: int) -> RankParams:
     _check_stage(stage, lay.pp)
     dense_l, expert_l = _layer_params_rank(m, lay.tp, lay.ep)
     L = scenario.layers_on_stage(stage)  # uneven stages: Scenario.stage_layers
+    L_dense = scenario.dense_layers_on_stage(stage) if m.is_moe else 0  # first_dense_layers held here
+    block_l = _layer_params_rank(m.dense_block(), lay.tp, 1)[0] if L_dense else 0.0
     extra = _stage_extra_params(m, lay.tp, lay.pp, stage, scenario.loss_stage)
-    dense = L * dense_l + extra
-    expert = L * expert_l
+    dense = (L - L_dense) * dense_l + L_dense * block_l + extra
+    expert = (L - L_dense) * expert_l
+    if stage == scenario.loss_stage and m.mtp_layers:
+        mtp_dense, mtp_expert = mtp_params_per_rank(m, lay.tp, lay.ep)
+        dense, expert = dense + mtp_dense, expert + mtp_expert
     n_dense = scenario.dp * lay.cp
     n_exp = max(1.0, n_dense / lay.ep)
     z = t.effective_zero
@@ -154,7 +186,7 @@ def rank_param_shards(scenario, stage: int) -> RankParams:
     def shard(level: int) -> float:
         return (dense / n_dense + expert / n_exp) if z >= level else dense + expert
 
-    unit = max(dense_l + expert_l, extra)
+    unit = max(dense_l + expert_l, block_l, extra)
     return RankParams(dense=dense, expert=expert, weight_params=shard(3), grad_params=shard(2),
                       optimizer_params=shard(1), unit_params=unit)
 
@@ -234,12 +266,18 @@ def activation_bytes_per_microbatch(scenario, stage: int, impl: str = "fused") -
     ``impl``: ``"fused"`` (Megatron/TE kernels) or ``"eager"`` (plain torch autograd, as the executor runs).
     """
     _check_stage(stage, scenario.layout.pp)
-    on_gpu = scenario.layers_on_stage(stage) - offloaded_layers(scenario)
-    total = on_gpu * act.layer_activation_bytes(scenario, impl).total
+    L, L_dense = scenario.layers_on_stage(stage), scenario.dense_layers_on_stage(stage)
+    dense_scn = dense_block_scenario(scenario) if scenario.model.is_moe else scenario
+    off = offloaded_layers(scenario)  # the first layers (pp = 1: all of them are here), dense ones first
+    off_dense = min(off, L_dense)
+    total = (L - L_dense - (off - off_dense)) * act.layer_activation_bytes(scenario, impl).total
+    if L_dense:
+        total += (L_dense - off_dense) * act.layer_activation_bytes(dense_scn, impl).total
     if stage == 0:
         total += act.embedding_activation_bytes(scenario)
     if stage == scenario.loss_stage:
         total += act.head_activation_bytes(scenario, impl)
+        total += scenario.model.mtp_layers * act.mtp_activation_bytes(scenario, impl)
     return total
 
 
@@ -248,10 +286,16 @@ DEEPSPEED_MAX_LIVE_PARAMS = 1e9
 
 
 def largest_weight_tensor_params(model, tp: int = 1, ep: int = 1) -> float:
-    """Elements of the largest weight matrix of a block on one rank (fused QKV, or one MLP projection)."""
-    qkv = model.hidden * (model.num_heads + 2 * model.kv_heads) * model.dhead / tp
-    ffn = (model.expert_ffn if model.is_moe else model.ffn) * model.hidden / tp
-    return float(max(qkv, ffn, model.hidden * model.num_heads * model.dhead / tp))
+    """Elements of the largest weight matrix of a block on one rank (fused QKV, or one MLP projection; a MoE
+    model's dense blocks and shared expert included)."""
+    h = model.hidden
+    qkv = h * (model.num_heads + 2 * model.kv_heads) * model.dhead / tp
+    if model.is_mla:
+        qkv = max(h * (model.kv_lora_rank + model.qk_rope_head_dim),
+                  (model.q_lora_rank or h) * model.num_heads * model.qk_head_dim / tp)
+    ffns = [model.expert_ffn if model.is_moe else model.ffn, model.shared_expert_ffn or 0,
+            model.ffn if model.first_dense_layers else 0]
+    return float(max(qkv, max(ffns) * h / tp, h * model.num_heads * model.v_dim / tp))
 
 
 def runtime_reserve_bytes(gpu) -> float:
@@ -292,7 +336,8 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
 
     per_mb = activation_bytes_per_microbatch(scenario, stage, impl)
     host += inflight_microbatches * offloaded_layers(scenario) * act.layer_activation_bytes(scenario, impl).total
-    working = act.recompute_working_bytes(scenario, impl)
+    # One block at a time is recomputed: the larger of the stage's block kinds.
+    working = max(act.recompute_working_bytes(scn, impl) for scn, _ in block_kinds(scenario))
     activations = inflight_microbatches * per_mb + working
 
     details: dict[str, float] = {

@@ -40,6 +40,12 @@ class LayerShape:
     top_k: int
     fe: int           # expert MLP hidden
     vocab: int
+    fs: int = 0       # shared-expert MLP hidden of a MoE block (0: none)
+    # Multi-head latent attention (ModelSpec.kv_lora_rank); 0 = plain MHA/GQA. d is then the no-RoPE q/k dims.
+    ql: int = 0       # query latent rank (0 with MLA: full-rank query projection)
+    kvl: int = 0      # key/value latent rank
+    dr: int = 0       # decoupled RoPE dims per head (q and the one shared RoPE key)
+    dv: int = 0       # value dims per head (0: d)
     tp: int = 1
     cp: int = 1
     ep: int = 1
@@ -63,6 +69,20 @@ class LayerShape:
     @property
     def is_moe(self) -> bool:
         return self.experts > 1
+
+    @property
+    def mla(self) -> bool:
+        return self.kvl > 0
+
+    @property
+    def dqk(self) -> int:
+        """Query/key dims per head in the scores (MLA: d + dr)."""
+        return self.d + self.dr
+
+    @property
+    def dvh(self) -> int:
+        """Value / attention-output dims per head."""
+        return self.dv or self.d
 
     @property
     def tokens(self) -> int:
@@ -111,6 +131,9 @@ def _layer_shape(scenario) -> LayerShape:
         b=t.micro_batch, s=t.seq_len, h=m.hidden, a=m.num_heads, kv=m.kv_heads, d=m.dhead, f=m.ffn,
         gated=m.activation == "swiglu", norm=m.norm, rope=m.position_embedding == "rope", bias=m.bias,
         experts=m.num_experts, top_k=m.top_k, fe=m.expert_ffn, vocab=m.vocab_size,
+        fs=(m.shared_expert_ffn or 0) if m.is_moe else 0,
+        ql=m.q_lora_rank or 0, kvl=m.kv_lora_rank or 0, dr=m.qk_rope_head_dim or 0,
+        dv=(m.v_head_dim or 0) if m.is_mla else 0,
         tp=lay.tp, cp=lay.cp, ep=lay.ep, sp=t.sequence_parallel, dtype=t.dtype, recompute=t.recompute,
         flash=t.flash_attention, dropout=t.dropout, flash_version=t.flash_attention_version,
         fused_ce=behaviour(t.framework).fused_cross_entropy,
@@ -126,3 +149,21 @@ _layer_shape_memo = IdentityMemo(_layer_shape)
 def layer_shape(scenario) -> LayerShape:
     """The LayerShape of a resolved Scenario (no validation here: the Scenario is already valid)."""
     return _layer_shape_memo(scenario)
+
+
+_dense_block_memo = IdentityMemo(lambda scenario: scenario.dense_block())
+
+
+def dense_block_scenario(scenario):
+    """``Scenario.dense_block()``, memoised per scenario object: the scenario whose block costs are those of
+    a MoE model's dense blocks (its first_dense_layers)."""
+    return _dense_block_memo(scenario)
+
+
+def block_kinds(scenario) -> tuple[tuple[object, int], ...]:
+    """(scenario to cost one block with, number of such blocks in the model): one entry for a dense model or a
+    MoE model without dense blocks; MoE blocks and dense blocks for a model with ``first_dense_layers``."""
+    m = scenario.model
+    if not m.is_moe or not m.first_dense_layers:
+        return ((scenario, m.num_layers),)
+    return ((scenario, m.num_moe_layers), (dense_block_scenario(scenario), m.num_dense_layers))

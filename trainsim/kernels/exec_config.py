@@ -80,6 +80,9 @@ def check_job(job: ExecJob) -> None:
         raise SpecError("inject_fault", f"must be die or hang, got {job.inject_fault!r}")
     if m.is_moe:
         raise SpecError("model.num_experts", "the executor runs dense models only (MoE/expert parallelism is not executed)")
+    if m.is_mla:
+        raise SpecError("model.kv_lora_rank", "multi-head latent attention is simulated only, not executed (the "
+                                              "executor's model has multi-head/grouped-query attention)")
     if lay.cp > 1:
         raise SpecError("layout.cp", "context parallelism is not executed (torch's context_parallel needs CUDA SDPA); use cp=1")
     if lay.ep > 1:

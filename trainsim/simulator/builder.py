@@ -52,10 +52,11 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from dataclasses import dataclass
 
 from trainsim.cost_models import activations as act
 from trainsim.cost_models import compute, framework, memory
-from trainsim.cost_models.shapes import layer_shape
+from trainsim.cost_models.shapes import block_kinds, dense_block_scenario, layer_shape
 from trainsim.specs import Scenario
 
 from .costtable import ChunkCost, CostTable, StageCost, Transfer
@@ -273,18 +274,28 @@ def build_cost_table(scenario: Scenario, *, profile=None, ideal_network: bool = 
     return table
 
 
-def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
+@dataclass(frozen=True)
+class _Block:
+    """What one transformer block of one kind costs per micro-batch on one rank (see block_kinds)."""
+
+    times: compute.LayerTimes
+    tp_f: float
+    tp_b: float
+    cp_f: float
+    cp_b: float
+    ep_f: float
+    ep_b: float
+    act_bytes: float
+    w_keep_bytes: float
+    params: float          # dense + expert parameters on one rank
+    gather_tensors: int    # ZeRO-3 all-gathers per pass when the framework gathers tensor by tensor
+
+
+def _block(scenario: Scenario, groups: dict, profile) -> _Block:
+    """The per-block costs of ``scenario``'s block (a MoE model's dense blocks: its ``dense_block()``)."""
     m, lay, tr = scenario.model, scenario.layout, scenario.training
-    p, v = lay.pp, lay.vpp
     shp = layer_shape(scenario)
     e = shp.e
-    lt = compute.layer_times(scenario, profile)
-    emb = compute.embedding_times(scenario, profile)
-    head = compute.head_times(scenario, profile)
-    from trainsim.topologies.placement import place
-    pl = place(scenario)
-    groups = {d: (pl.group(d) if getattr(lay, d) > 1 else None) for d in ("tp", "cp", "ep", "dp")}
-
     # -- per-block communication exposed on the compute stream -----------------------------------
     tokens = shp.tokens                                   # b·s/cp tokens per rank's GEMMs
     act_msg = e * tokens * shp.h                          # one [b, s/cp, h] activation, bytes
@@ -329,6 +340,35 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
         ep_f = ep_b = 2 * a2a
         if tr.recompute == "full":
             ep_b += ep_f
+    dense_l, expert_l = memory.layer_params_per_rank(m, lay.tp, lay.ep)  # per block, one rank
+    mlp = 3 if shp.gated else 2
+    attn_tensors = (5 if shp.ql else 4) if shp.mla else 2  # MLA: q(down, up) | q, kv down, kv up, out
+    per_block = attn_tensors + mlp * ((max(1, m.num_experts // lay.ep) + (1 if shp.fs else 0)) if shp.is_moe else 1)
+    return _Block(
+        times=compute.layer_times(scenario, profile), tp_f=tp_f, tp_b=tp_b, cp_f=cp_f, cp_b=cp_b, ep_f=ep_f,
+        ep_b=ep_b, act_bytes=act.layer_activation_bytes(scenario).total,
+        w_keep_bytes=w_retained_bytes_per_layer(scenario) if tr.schedule in ("zb", "dualpipev") else 0.0,
+        params=dense_l + expert_l, gather_tensors=per_block)
+
+
+def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
+    m, lay, tr = scenario.model, scenario.layout, scenario.training
+    p, v = lay.pp, lay.vpp
+    shp = layer_shape(scenario)
+    e = shp.e
+    emb = compute.embedding_times(scenario, profile)
+    head = compute.head_times(scenario, profile)
+    mtp = compute.mtp_times(scenario, profile)
+    from trainsim.topologies.placement import place
+    pl = place(scenario)
+    groups = {d: (pl.group(d) if getattr(lay, d) > 1 else None) for d in ("tp", "cp", "ep", "dp")}
+    # A MoE model's first_dense_layers cost what its dense_block() costs; every other block is `main`.
+    main = _block(scenario, groups, profile)
+    dense = _block(dense_block_scenario(scenario), groups, profile) if m.first_dense_layers and m.is_moe else main
+    lt, layer_act = main.times, main.act_bytes
+    tokens = shp.tokens
+    act_msg = e * tokens * shp.h
+    fw = framework.behaviour(tr.framework)
 
     # Megatron's scatter/gather optimisation (SC21 Sec. 4.1): each TP rank sends 1/tp of the activation and
     # the receiver all-gathers it over the TP group (gather_split_1d_tensor) on the compute stream before use.
@@ -337,16 +377,13 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
         sg_gather = sum(_coll("all_gather", act_msg, groups["tp"], scenario, profile))
 
     # -- memory sizes ------------------------------------------------------------------------------
-    layer_act = act.layer_activation_bytes(scenario).total
-    working = act.recompute_working_bytes(scenario)
+    working = max(act.recompute_working_bytes(scn) for scn, _ in block_kinds(scenario))
     emb_act = act.embedding_activation_bytes(scenario)
     head_act = act.head_activation_bytes(scenario)
-    w_keep = w_retained_bytes_per_layer(scenario) if tr.schedule in ("zb", "dualpipev") else 0.0
 
     # -- data parallel -------------------------------------------------------------------------------
     z = tr.effective_zero
     dp_group = groups["dp"]
-    dense_l, expert_l = memory.layer_params_per_rank(m, lay.tp, lay.ep)  # per block, one rank
     bucket_params = max(DDP_BUCKET_PARAMS, DDP_BUCKET_PARAMS_PER_DP * scenario.dp)
     reduce_op = "all_reduce" if z == 0 else "reduce_scatter"
     fw = framework.behaviour(tr.framework)
@@ -388,13 +425,13 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
                               latency_s=lat * k_calls, links=links, dim="dp", nbytes=per_call * k_calls)
                      for k in range(n))
 
-    def gather_calls(layers_of_chunk: int, extra: bool) -> int:
+    def gather_calls(n_main: int, n_dense: int, extra: bool) -> int:
         """ZeRO-3 all-gathers per pass over a chunk: one per block (FSDP) or per weight tensor (DeepSpeed)."""
-        per_block = 1
         if fw.zero3_gather == "tensor":
-            mlp = 3 if shp.gated else 2
-            per_block = 2 + mlp * (max(1, m.num_experts // lay.ep) if shp.is_moe else 1)
-        return max(1, layers_of_chunk * per_block + (1 if extra else 0))
+            tensors = n_main * main.gather_tensors + n_dense * dense.gather_tensors
+        else:
+            tensors = n_main + n_dense
+        return max(1, tensors + (1 if extra else 0))
 
     # Embedding (+ positions) on the first stage; final norm + output layer (a duplicate of a tied embedding
     # when pp > 1) on the last: memory.stage_extra_params's split, one rank.
@@ -410,13 +447,17 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
         for c in range(v):
             vs = scenario.virtual_stage(s, c)
             n = layers[vs]
-            f = n * lt.fwd_s
-            bi = n * lt.bwd_input_s
-            bw = n * lt.bwd_weight_s
-            rc = n * lt.recompute_s
+            n_d = scenario.dense_layers_in(vs) if m.is_moe else 0
+            kinds = ((main, n - n_d), (dense, n_d))
+            comm_kinds = kinds  # blocks whose communication and retained inputs this chunk has (+ MTP's)
+            f = sum(k * b.times.fwd_s for b, k in kinds)
+            bi = sum(k * b.times.bwd_input_s for b, k in kinds)
+            bw = sum(k * b.times.bwd_weight_s for b, k in kinds)
+            rc = sum(k * b.times.recompute_s for b, k in kinds)
             off = memory.offloaded_layers(scenario)  # pp = 1: this one chunk holds every layer
-            a = (n - off) * layer_act
+            a = sum(k * b.act_bytes for b, k in kinds) - off * layer_act
             if off:
+                # (offloaded blocks and their windows are costed as the model's main block)
                 # Activation offload: each layer's copy to the host hides behind its window of forward layers,
                 # each reload behind the same window of backward (memory.offload_windows); the rest is exposed.
                 copy_s = layer_act / scenario.cluster.gpu.pcie_bw_Bps
@@ -441,7 +482,17 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
                 a += head_act
                 extra_params += head_params
                 label = label + " + logits/loss"
-            params = n * (dense_l + expert_l) + extra_params
+                if m.mtp_layers:  # each MTP module: its own ops + a main block + another output-head pass
+                    k = m.mtp_layers
+                    f += k * (mtp.fwd_s + lt.fwd_s + head.fwd_s)
+                    bi += k * (mtp.bwd_input_s + lt.bwd_input_s + head.bwd_input_s)
+                    bw += k * (mtp.bwd_weight_s + lt.bwd_weight_s + head.bwd_weight_s)
+                    rc += k * (mtp.recompute_s + lt.recompute_s + head.recompute_s)
+                    a += k * act.mtp_activation_bytes(scenario)
+                    extra_params += sum(memory.mtp_params_per_rank(m, lay.tp, lay.ep))
+                    comm_kinds = (*kinds, (main, k))
+                    label = label + f" + {k} MTP"
+            params = sum(k * b.params for b, k in kinds) + extra_params
             bw += accumulate_s(params)
             if z >= 3 and dp_group is not None and n:
                 # Eager FSDP2 per wrapped block (CPU profiles only; compute.wrapper_overhead_s).
@@ -450,7 +501,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
                 bi += n * ob
             gather = None
             if z >= 3 and dp_group is not None:
-                calls = gather_calls(n, extra_params > 0)
+                calls = gather_calls(n - n_d, n_d, extra_params > 0)
                 lat, bwt = _coll("all_gather", params * tr.param_bytes / calls, dp_group, scenario, profile)
                 gather = Transfer(f"all_gather params chunk {c}", transfer_s=bwt * calls, latency_s=lat * calls,
                                   links=_links(s, dp_group), dim="dp", nbytes=params * tr.param_bytes)
@@ -475,10 +526,13 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
                 gather, buckets = None, ()
             chunks.append(ChunkCost(
                 fwd_s=f, bwd_input_s=bi, bwd_weight_s=bw, recompute_s=rc,
-                tp_fwd_s=n * tp_f + (sg_gather if vs > 0 else 0.0),
-                tp_bwd_s=n * tp_b + (sg_gather if vs < last_vs else 0.0), cp_fwd_s=n * cp_f, cp_bwd_s=n * cp_b,
-                ep_fwd_s=n * ep_f, ep_bwd_s=n * ep_b, dp_fwd_s=dp_f, dp_bwd_s=dp_b,
-                act_bytes=a, w_retained_bytes=n * w_keep, bwd_transient_bytes=working if n else 0.0,
+                tp_fwd_s=sum(k * b.tp_f for b, k in comm_kinds) + (sg_gather if vs > 0 else 0.0),
+                tp_bwd_s=sum(k * b.tp_b for b, k in comm_kinds) + (sg_gather if vs < last_vs else 0.0),
+                cp_fwd_s=sum(k * b.cp_f for b, k in comm_kinds), cp_bwd_s=sum(k * b.cp_b for b, k in comm_kinds),
+                ep_fwd_s=sum(k * b.ep_f for b, k in comm_kinds), ep_bwd_s=sum(k * b.ep_b for b, k in comm_kinds),
+                dp_fwd_s=dp_f, dp_bwd_s=dp_b,
+                act_bytes=a, w_retained_bytes=sum(k * b.w_keep_bytes for b, k in comm_kinds),
+                bwd_transient_bytes=working if n else 0.0,
                 layers=n, label=label, grad_buckets=buckets,
                 param_gather=gather, param_gather_bytes=0.0,  # gather buffers are in memory.stage_memory 'other'
             ))

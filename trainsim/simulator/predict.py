@@ -56,7 +56,10 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
     calibration = profile.describe() if profile is not None else "defaults"
     host = table.host_bytes
     warnings: list[str] = []
-    if scenario.uneven_stages:
+    if scenario.layout.stage_layers is not None:
+        if scenario.uneven_stages:
+            warnings.append(f"uneven stages as given: layers per virtual stage {list(scenario.stage_layers)}")
+    elif scenario.uneven_stages:
         warnings.append(f"uneven stages: layers per virtual stage {scenario.stage_layers[0]} (first), "
                         f"{scenario.stage_layers[-1]} (last), {max(scenario.stage_layers)} (others)")
     if ideal_network:

@@ -1,4 +1,4 @@
-"""ModelSpec: the architecture of a decoder-only transformer (GPT, Llama, Mixtral style)."""
+"""ModelSpec: the architecture of a decoder-only transformer (GPT, Llama, Mixtral, DeepSeek style)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ PosInt = Field(gt=0, le=10_000_000)
 
 
 class ModelSpec(BaseModel):
-    """A decoder-only transformer. Dense unless ``num_experts > 1`` (MoE MLP in every layer)."""
+    """A decoder-only transformer. Dense unless ``num_experts > 1``: then every block but the first
+    ``first_dense_layers`` has a MoE MLP (routed experts, plus an always-active shared expert when
+    ``shared_expert_ffn`` is set). Attention is multi-head / grouped-query, or DeepSeek's multi-head latent
+    attention (MLA) when ``kv_lora_rank`` is set."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -32,6 +35,25 @@ class ModelSpec(BaseModel):
     num_experts: int = Field(default=1, gt=0, le=100_000)
     top_k: int = Field(default=1, gt=0, le=100_000)
     moe_ffn_hidden: int | None = Field(default=None, gt=0, le=10_000_000)
+    shared_expert_ffn: int | None = Field(
+        default=None, gt=0, le=10_000_000,
+        description="MoE blocks: hidden size of the shared expert MLP every token runs, summed over shared experts "
+                    "(DeepSeek n_shared_experts x moe_intermediate_size; Megatron moe_shared_expert_intermediate_size)")
+    first_dense_layers: int = Field(
+        default=0, ge=0, le=10_000,
+        description="MoE models: the first k blocks have a dense MLP of ffn_hidden (DeepSeek first_k_dense_replace)")
+    kv_lora_rank: int | None = Field(default=None, gt=0, le=1_000_000,
+                                     description="MLA: rank of the compressed key/value latent (MLA on when set)")
+    q_lora_rank: int | None = Field(default=None, gt=0, le=1_000_000,
+                                    description="MLA: rank of the compressed query latent (None: full-rank query)")
+    qk_rope_head_dim: int | None = Field(default=None, gt=0, le=100_000,
+                                         description="MLA: decoupled RoPE dims per head added to head_dim for q.k")
+    v_head_dim: int | None = Field(default=None, gt=0, le=100_000, description="MLA: value dims per head")
+    mtp_layers: int = Field(
+        default=0, ge=0, le=100,
+        description="multi-token prediction modules on the last pipeline stage (DeepSeek-V3 Sec. 2.2, Megatron-Core "
+                    "--mtp-num-layers): each a block like the model's own plus a 2h->h projection, sharing the "
+                    "embedding and output head; trained compute, not counted in total_params (the paper's 671B)")
     published_params: float | None = Field(default=None, gt=0, description="as released, for tests")
 
     @model_validator(mode="after")
@@ -43,6 +65,25 @@ class ModelSpec(BaseModel):
             raise ValueError(f"num_heads={self.num_heads} must divide hidden={self.hidden} (or give head_dim)")
         if self.top_k > self.num_experts:
             raise ValueError(f"top_k={self.top_k} exceeds num_experts={self.num_experts}")
+        if not self.is_moe and (self.shared_expert_ffn or self.first_dense_layers):
+            raise ValueError("shared_expert_ffn and first_dense_layers need a MoE model (num_experts > 1)")
+        if self.first_dense_layers >= self.num_layers:
+            raise ValueError(f"first_dense_layers={self.first_dense_layers} must be below num_layers={self.num_layers}")
+        mla_only = {"q_lora_rank": self.q_lora_rank, "qk_rope_head_dim": self.qk_rope_head_dim,
+                    "v_head_dim": self.v_head_dim}
+        if self.kv_lora_rank is None:
+            given = [k for k, v in mla_only.items() if v is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} need kv_lora_rank (multi-head latent attention)")
+        else:
+            if self.qk_rope_head_dim is None or self.head_dim is None:
+                raise ValueError("multi-head latent attention (kv_lora_rank) needs head_dim (the no-RoPE q/k dims "
+                                 "per head) and qk_rope_head_dim")
+            if self.num_kv_heads not in (None, self.num_heads):
+                raise ValueError("multi-head latent attention expands keys and values to every head: "
+                                 "num_kv_heads must equal num_heads or be unset")
+            if self.bias or self.qkv_bias:
+                raise ValueError("multi-head latent attention has no projection biases: set bias: false")
         return self
 
     # Derived sizes; names say what they are so cost models read naturally.
@@ -67,16 +108,57 @@ class ModelSpec(BaseModel):
         return self.num_experts > 1
 
     @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Query/key dims per head in the attention scores (MLA: no-RoPE part + decoupled RoPE part)."""
+        return self.dhead + (self.qk_rope_head_dim or 0)
+
+    @property
+    def v_dim(self) -> int:
+        """Value (and attention output) dims per head."""
+        return self.v_head_dim or self.dhead
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Blocks with a MoE MLP (0 for a dense model)."""
+        return self.num_layers - self.first_dense_layers if self.is_moe else 0
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    def dense_block(self) -> ModelSpec:
+        """This model's dense block as a model of its own (num_experts 1, same attention): the first
+        ``first_dense_layers`` blocks of a MoE model cost what a block of this model costs."""
+        return self.model_copy(update={"num_experts": 1, "top_k": 1, "moe_ffn_hidden": None,
+                                       "shared_expert_ffn": None, "first_dense_layers": 0})
+
+    @property
     def gated_mlp(self) -> bool:
         return self.activation == "swiglu"
 
     # Parameter counts (exact for the architectures described; tested against released models).
     def attention_params(self) -> int:
+        if self.is_mla:
+            return self._mla_params()
         h, q, kv = self.hidden, self.num_heads * self.dhead, self.kv_heads * self.dhead
         weights = h * q + 2 * h * kv + q * h
         qkv_bias = self.bias if self.qkv_bias is None else self.qkv_bias
         biases = ((q + 2 * kv) if qkv_bias else 0) + (h if self.bias else 0)
         return weights + biases
+
+    def _mla_params(self) -> int:
+        """MLA (DeepSeek-V2 Sec. 2.1): query down/up projections (or one full-rank one), the joint key/value
+        down-projection plus the shared RoPE key, their latents' RMSNorm weights, key/value up-projection and
+        the output projection; no biases."""
+        h, a, qk, v = self.hidden, self.num_heads, self.qk_head_dim, self.v_dim
+        ql, kvl, dr = self.q_lora_rank, self.kv_lora_rank or 0, self.qk_rope_head_dim or 0
+        q = (h * ql + ql + ql * a * qk) if ql else h * a * qk
+        kv = h * (kvl + dr) + kvl + kvl * a * (self.dhead + v)
+        return q + kv + a * v * h
 
     def mlp_params(self, ffn: int | None = None) -> int:
         h, f = self.hidden, ffn or self.ffn
@@ -89,12 +171,18 @@ class ModelSpec(BaseModel):
         return self.hidden * (2 if self.norm == "layernorm" else 1)
 
     def layer_params(self) -> int:
-        """Parameters of one transformer block (all experts counted for MoE)."""
+        """Parameters of one MoE block (all experts counted; the shared expert and router included), or of a
+        dense block for a dense model."""
         if self.is_moe:
-            mlp = self.num_experts * self.mlp_params(self.expert_ffn) + self.hidden * self.num_experts
+            mlp = (self.num_experts * self.mlp_params(self.expert_ffn) + self.hidden * self.num_experts
+                   + (self.mlp_params(self.shared_expert_ffn) if self.shared_expert_ffn else 0))
         else:
             mlp = self.mlp_params()
         return self.attention_params() + mlp + 2 * self.norm_params()
+
+    def dense_layer_params(self) -> int:
+        """Parameters of one dense block (a dense model's block, or a MoE model's first_dense_layers)."""
+        return self.attention_params() + self.mlp_params() + 2 * self.norm_params()
 
     def embedding_params(self) -> int:
         """Token embedding (+ learned positions) + final norm + untied output head."""
@@ -105,15 +193,21 @@ class ModelSpec(BaseModel):
         return emb + head + self.norm_params()
 
     def total_params(self) -> int:
-        return self.num_layers * self.layer_params() + self.embedding_params()
+        if not self.is_moe:
+            return self.num_layers * self.layer_params() + self.embedding_params()
+        return (self.num_moe_layers * self.layer_params() + self.num_dense_layers * self.dense_layer_params()
+                + self.embedding_params())
 
     def active_params(self) -> int:
-        """Parameters touched per token (top-k experts only)."""
+        """Parameters touched per token (top-k routed experts and the shared expert only)."""
         if not self.is_moe:
             return self.total_params()
         dense = self.attention_params() + 2 * self.norm_params() + self.hidden * self.num_experts
         active = dense + self.top_k * self.mlp_params(self.expert_ffn)
-        return self.num_layers * active + self.embedding_params()
+        if self.shared_expert_ffn:
+            active += self.mlp_params(self.shared_expert_ffn)
+        return (self.num_moe_layers * active + self.num_dense_layers * self.dense_layer_params()
+                + self.embedding_params())
 
     def describe(self) -> str:
         return f"{self.name} ({self.total_params() / 1e9:.1f}B params, {self.num_layers} layers, h={self.hidden})"

@@ -61,18 +61,20 @@ class Scenario(BaseModel):
 
     @property
     def uneven_stages(self) -> bool:
-        return self.model.num_layers % (self.layout.pp * self.layout.vpp) != 0
+        return len(set(self.stage_layers)) > 1
 
     @property
     def stage_layers(self) -> tuple[int, ...]:
         """Transformer layers of each virtual pipeline stage (pp·vpp of them; see virtual_stage for which stage holds it).
 
-        An even split when pp·vpp divides num_layers. Otherwise Megatron's split that counts the embedding
+        ``layout.stage_layers`` when given. An even split when pp·vpp divides num_layers. Otherwise Megatron's split that counts the embedding
         and the loss as one layer each (--account-for-embedding-in-pipeline-split and ...-loss-...): the
         first and the last virtual stage get one layer fewer (possibly none: embedding or loss only). Llama 3
         405B trained this way: 126 layers on
         16 stages, "one Transformer layer fewer on the first and the last stages" (Llama 3 paper, 3.3.2).
         """
+        if self.layout.stage_layers is not None:
+            return self.layout.stage_layers
         n = self.layout.pp * self.layout.vpp
         L = self.model.num_layers
         if L % n == 0:
@@ -96,6 +98,26 @@ class Scenario(BaseModel):
         """Transformer layers held by pipeline stage ``stage`` (all of its chunks)."""
         return sum(self.stage_layers[self.virtual_stage(stage, c)] for c in range(self.layout.vpp))
 
+    def dense_layers_in(self, vstage: int) -> int:
+        """Dense blocks of virtual stage ``vstage``: the part of the model's ``first_dense_layers`` (global layers
+        0..k-1) it holds; every block of a dense model."""
+        n = self.stage_layers[vstage]
+        if not self.model.is_moe:
+            return n
+        start = sum(self.stage_layers[:vstage])
+        return max(0, min(start + n, self.model.first_dense_layers) - start)
+
+    def dense_layers_on_stage(self, stage: int) -> int:
+        """Dense blocks held by pipeline stage ``stage`` (all of its chunks)."""
+        return sum(self.dense_layers_in(self.virtual_stage(stage, c)) for c in range(self.layout.vpp))
+
+    def dense_block(self) -> Scenario:
+        """This scenario with the model's dense block (``ModelSpec.dense_block``) and no expert parallelism:
+        per-block costs of a MoE model's first_dense_layers come from it. Not re-validated (the layout is the
+        real scenario's)."""
+        return self.model_copy(update={"model": self.model.dense_block(),
+                                       "layout": self.layout.model_copy(update={"ep": 1})})
+
 
 def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: TrainingSpec,
             name: str = "scenario") -> Scenario:
@@ -118,7 +140,13 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
         raise SpecError("layout.tp", f"tp={tp} does not divide num_kv_heads={m.kv_heads}")
     if m.ffn % tp or (m.is_moe and m.expert_ffn % tp):
         raise SpecError("layout.tp", f"tp={tp} does not divide ffn_hidden={m.ffn}")
-    if m.num_layers % (pp * vpp) and (pp == 1 or (m.num_layers + 2) % (pp * vpp) or m.num_layers + 2 < pp * vpp):
+    if m.shared_expert_ffn and m.shared_expert_ffn % tp:
+        raise SpecError("layout.tp", f"tp={tp} does not divide shared_expert_ffn={m.shared_expert_ffn}")
+    if layout.stage_layers is not None:
+        if sum(layout.stage_layers) != m.num_layers:
+            raise SpecError("layout.stage_layers", f"sums to {sum(layout.stage_layers)} layers, the model has "
+                                                   f"num_layers={m.num_layers}")
+    elif m.num_layers % (pp * vpp) and (pp == 1 or (m.num_layers + 2) % (pp * vpp) or m.num_layers + 2 < pp * vpp):
         # Uneven stages only as Megatron's embedding/loss-as-a-layer split (see Scenario.stage_layers).
         raise SpecError(
             "layout.pp",

@@ -33,11 +33,21 @@ class Layout(BaseModel):
     ep: int = Field(default=1, gt=0, le=1_000_000)
     vpp: int = Field(default=1, gt=0, le=10_000, description="model chunks per pipeline rank (interleaving)")
     placement: tuple[str, ...] = Field(default=DEFAULT_PLACEMENT, description="innermost first")
+    stage_layers: tuple[int, ...] | None = Field(
+        default=None, description="transformer layers of each virtual pipeline stage, pp*vpp entries in model "
+        "order (virtual stage = chunk*pp + stage), summing to num_layers; the embedding stays on the first, the "
+        "loss on the last (Megatron-Core --pipeline-model-parallel-layout). None: even, or Megatron's split "
+        "counting embedding and loss as layers")
 
     @model_validator(mode="after")
     def _check(self) -> Layout:
         if sorted(self.placement) != sorted(DEFAULT_PLACEMENT):
             raise ValueError(f"placement must order exactly {', '.join(DEFAULT_PLACEMENT)}")
+        if self.stage_layers is not None:
+            if len(self.stage_layers) != self.pp * self.vpp:
+                raise ValueError(f"stage_layers has {len(self.stage_layers)} entries, pp*vpp = {self.pp * self.vpp}")
+            if any(n < 0 for n in self.stage_layers):
+                raise ValueError("stage_layers entries must be >= 0")
         return self
 
     @property
