@@ -1,0 +1,181 @@
+"""DeepSeek-style blocks -- multi-head latent attention, shared experts, dense blocks among MoE blocks, MTP -- and
+explicit pipeline layouts, against closed forms written here from the architecture (DeepSeek-V2 Sec. 2.1,
+DeepSeek-V3 Sec. 2 and its config.json), independent of the cost models' code paths."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainsim.cost_models import activations as act
+from trainsim.cost_models.flops import layer_flops, model_flops_per_step
+from trainsim.cost_models.memory import rank_param_shards
+from trainsim.simulator.builder import build_cost_table
+from trainsim.simulator.predict import predict
+from trainsim.specs import SpecError, build_scenario, load_model
+
+# DeepSeek-V3 dimensions (config.json): hidden, heads, no-RoPE / RoPE q-k dims, value dims, latents, experts.
+H, A, DN, DR, DV, QL, KVL = 7168, 128, 128, 64, 128, 1536, 512
+F_DENSE, F_EXP, E, K, VOCAB, LAYERS, DENSE_LAYERS = 18432, 2048, 256, 8, 129280, 61, 3
+
+
+def dsv3(**changes):
+    return {"preset": "deepseek-v3", **changes}
+
+
+def scen(model, gpus=8, layout=None, cluster="dgx-h100", **training):
+    training.setdefault("micro_batch", 1)
+    training.setdefault("seq_len", 4096)
+    training.setdefault("global_batch", gpus)
+    return build_scenario({"model": model, "cluster": cluster, "gpus": gpus, "layout": layout or {},
+                           "training": training})
+
+
+def mla_gemm_params() -> int:
+    """Weights of MLA's five projections (per layer, all heads)."""
+    return H * QL + QL * A * (DN + DR) + H * (KVL + DR) + KVL * A * (DN + DV) + A * DV * H
+
+
+def test_deepseek_v3_parameter_counts_match_the_paper():
+    """671B total / 37B activated (DeepSeek-V3 Sec. 4.2); the exact total from the architecture by hand."""
+    m = load_model("deepseek-v3")
+    attn = mla_gemm_params() + QL + KVL                # + the two latent RMSNorm weights
+    norms = 2 * H
+    dense_block = attn + norms + 3 * H * F_DENSE
+    moe_block = attn + norms + E * 3 * H * F_EXP + 3 * H * F_EXP + H * E   # routed + shared + router
+    total = DENSE_LAYERS * dense_block + (LAYERS - DENSE_LAYERS) * moe_block + 2 * VOCAB * H + H
+    assert total == 671_026_404_352
+    assert m.total_params() == total
+    active = (DENSE_LAYERS * dense_block
+              + (LAYERS - DENSE_LAYERS) * (attn + norms + (K + 1) * 3 * H * F_EXP + H * E) + 2 * VOCAB * H + H)
+    assert m.active_params() == active
+    assert m.total_params() == pytest.approx(671e9, rel=0.01)
+    assert m.active_params() == pytest.approx(37e9, rel=0.02)
+
+
+def test_mla_block_forward_flops_closed_form():
+    """Forward matmul FLOPs of a dense DeepSeek-V3 block on one GPU: 2·T·(projection and MLP weights) + the
+    attention core 2·b·a·s²·(dqk + dv) (full s×s, the repository's convention)."""
+    s, b = 4096, 1
+    scn = scen(dsv3(), gpus=8, layout={"ep": 8}).dense_block()
+    T = b * s
+    gemm = 2 * T * (mla_gemm_params() + 3 * H * F_DENSE)
+    core = 2 * b * A * s * s * ((DN + DR) + DV)
+    assert layer_flops(scn).fwd == pytest.approx(gemm + core, rel=1e-12)
+    assert layer_flops(scn).bwd_input + layer_flops(scn).bwd_weight == pytest.approx(2 * (gemm + core), rel=1e-12)
+
+
+def test_moe_block_with_shared_expert_forward_flops():
+    """A MoE block: router 2·T·h·E, top-k routed experts and the shared expert (3 SwiGLU GEMMs of h x fe each),
+    balanced over ep ranks so one rank computes T·k expert tokens."""
+    s = 4096
+    scn = scen(dsv3(), gpus=8, layout={"ep": 8})
+    T = s
+    gemm = 2 * T * (mla_gemm_params() + H * E + K * 3 * H * F_EXP + 3 * H * F_EXP)
+    core = 2 * A * s * s * ((DN + DR) + DV)
+    assert layer_flops(scn).fwd == pytest.approx(gemm + core, rel=1e-9)
+
+
+def test_model_flops_count_dense_blocks_mtp_and_head():
+    """Model FLOPs per step = 3 x forward of 3 dense + 58 MoE blocks + the output layer; each MTP module adds
+    a MoE block, its 2h->h projection and another output-layer pass."""
+    s, gb = 4096, 8
+    base = scen(dsv3(), gpus=8, layout={"ep": 8}, global_batch=gb)
+    with_mtp = scen(dsv3(mtp_layers=1), gpus=8, layout={"ep": 8}, global_batch=gb)
+    core = 2 * A * s * s * ((DN + DR) + DV)
+    dense_fwd = 2 * s * (mla_gemm_params() + 3 * H * F_DENSE) + core
+    moe_fwd = 2 * s * (mla_gemm_params() + H * E + (K + 1) * 3 * H * F_EXP) + core
+    head_fwd = 2 * s * H * VOCAB
+    per_seq = 3 * (DENSE_LAYERS * dense_fwd + (LAYERS - DENSE_LAYERS) * moe_fwd + head_fwd)
+    assert model_flops_per_step(base) == pytest.approx(gb * per_seq, rel=1e-9)
+    mtp_fwd = moe_fwd + 2 * s * (2 * H) * H + head_fwd
+    assert model_flops_per_step(with_mtp) - model_flops_per_step(base) == pytest.approx(gb * 3 * mtp_fwd, rel=1e-9)
+
+
+def test_pipeline_stages_hold_every_parameter_once_with_a_custom_layout():
+    """tp = ep = 1: the stages' parameters sum to total_params (untied head on the last stage); the dense
+    blocks sit where the layout puts the first three layers."""
+    layers = (2, 20, 20, 19)
+    s = scen(dsv3(), gpus=4, layout={"pp": 4, "stage_layers": list(layers)})
+    held = [rank_param_shards(s, st) for st in range(4)]
+    assert sum(r.held for r in held) == load_model("deepseek-v3").total_params()
+    m = load_model("deepseek-v3")
+    moe_experts = E * 3 * H * F_EXP
+    assert held[0].expert == 0                          # layers 0-1: dense
+    assert held[1].expert == (20 - 1) * moe_experts     # layer 2 is the third dense one
+    assert held[3].expert == 19 * moe_experts
+    assert s.stage_layers == layers and s.dense_layers_on_stage(1) == 1
+    assert m.first_dense_layers == 3
+
+
+def test_mtp_params_and_activations_sit_on_the_loss_stage():
+    """One MTP module on the last stage: a MoE block, the 2h->h projection, three norms and the embedding copy."""
+    layout = {"pp": 2, "stage_layers": [30, 31]}
+    base = scen(dsv3(), gpus=2, layout=layout)
+    mtp = scen(dsv3(mtp_layers=1), gpus=2, layout=layout)
+    m = load_model("deepseek-v3")
+    added = rank_param_shards(mtp, 1).held - rank_param_shards(base, 1).held
+    assert added == m.layer_params() + 2 * H * H + 3 * H + VOCAB * H
+    assert rank_param_shards(mtp, 0).held == rank_param_shards(base, 0).held
+    assert act.mtp_activation_bytes(mtp) > act.layer_activation_bytes(mtp).total
+
+
+def test_mla_saved_activations_closed_form():
+    """Dense DeepSeek-V3 block, bf16, flash attention, no recompute, tp = 1: norm inputs and outputs (4·e·T·h),
+    the two latents' norm inputs and outputs and the RoPE key, q/k (dqk) and v (dv) per head, the attention
+    output, fp32 norm statistics and logsumexp, and the fused SwiGLU's 3·f."""
+    b, s, e = 1, 4096, 2
+    scn = scen(dsv3(), gpus=8, layout={"ep": 8}, micro_batch=b).dense_block()
+    T = b * s
+    main = (4 * e * T * H + T * (2 * e * (QL + KVL) + e * DR) + e * T * A * (2 * (DN + DR) + DV)
+            + e * T * A * DV + 3 * e * T * F_DENSE)
+    small = 2 * 4 * T + 4 * T * 2 + 4 * b * A * s
+    got = act.layer_activation_bytes(scn)
+    assert got.main == pytest.approx(main, rel=1e-12)
+    assert got.small == pytest.approx(small, rel=1e-12)
+
+
+def test_chunk_compute_sums_dense_and_moe_blocks():
+    """The engine's chunk holding the first layers costs 3 dense + (n-3) MoE blocks (+ the embedding)."""
+    from trainsim.cost_models.compute import embedding_times, layer_times
+    s = scen(dsv3(), gpus=16, layout={"pp": 2, "ep": 8, "stage_layers": [30, 31]}, global_batch=16)
+    table = build_cost_table(s)
+    first = table.stages[0].chunks[0]
+    dense, moe = layer_times(s.dense_block()), layer_times(s)
+    expect = 3 * dense.fwd_s + 27 * moe.fwd_s + embedding_times(s).fwd_s
+    assert first.fwd_s == pytest.approx(expect, rel=1e-12)
+    assert dense.fwd_s != pytest.approx(moe.fwd_s, rel=0.01)
+
+
+@pytest.mark.parametrize("layout, field", [
+    ({"pp": 2, "stage_layers": [30, 30]}, "layout.stage_layers"),       # sums to 60, not 61
+    ({"pp": 2, "stage_layers": [61]}, "layout"),                        # one entry for two stages
+    ({"pp": 2, "stage_layers": [62, -1]}, "layout"),                    # negative
+])
+def test_bad_stage_layers_are_refused_naming_the_field(layout, field):
+    with pytest.raises(SpecError) as err:
+        scen(dsv3(), gpus=2, layout=layout)
+    assert err.value.field.startswith(field)
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"kv_lora_rank": None, "q_lora_rank": 1536}, "model"),     # q latent without MLA
+    ({"num_kv_heads": 8}, "model"),                             # MLA expands K/V to every head
+    ({"first_dense_layers": 61}, "model"),                      # no MoE block left
+])
+def test_inconsistent_deepseek_fields_are_refused(change, field):
+    with pytest.raises(SpecError) as err:
+        load_model(dsv3(**change))
+    assert err.value.field.startswith(field)
+
+
+def test_shared_expert_on_dense_model_refused():
+    with pytest.raises(SpecError):
+        load_model({"preset": "llama3-8b", "shared_expert_ffn": 1024})
+
+
+def test_deepseek_v3_predicts_end_to_end_and_mtp_costs_time():
+    layout = {"pp": 2, "ep": 8, "stage_layers": [30, 31]}
+    base = predict(scen(dsv3(), gpus=16, layout=layout, global_batch=32, dtype="fp8"), fast=True)
+    mtp = predict(scen(dsv3(mtp_layers=1), gpus=16, layout=layout, global_batch=32, dtype="fp8"), fast=True)
+    assert 0 < base.step_time_s < mtp.step_time_s
+    assert 0 < base.mfu < 1
