@@ -65,6 +65,20 @@ def small_models(draw, tp: int = 1, layers_multiple: int = 1, ep: int = 1) -> di
         m["top_k"] = draw(st.integers(1, min(experts, 4)))
         if draw(st.booleans()):
             m["moe_ffn_hidden"] = tp * draw(st.sampled_from([1, 16, 64, 250]))
+        if draw(st.booleans()):  # DeepSeek-style: shared expert, dense first blocks
+            m["shared_expert_ffn"] = tp * draw(st.sampled_from([1, 16, 64, 250]))
+        if draw(st.integers(0, 2)) == 0:
+            m["first_dense_layers"] = draw(st.integers(0, m["num_layers"]))  # == num_layers is invalid
+    if draw(st.integers(0, 3)) == 0:  # multi-head latent attention (needs head_dim, no biases, K/V per head)
+        m.update(kv_lora_rank=draw(st.sampled_from([1, 16, 512])), qk_rope_head_dim=draw(st.sampled_from([1, 8, 64])),
+                 head_dim=head_dim or draw(st.sampled_from([8, 128])), bias=False)
+        m.pop("num_kv_heads", None)
+        if draw(st.booleans()):
+            m["q_lora_rank"] = draw(st.sampled_from([1, 32, 1536]))
+        if draw(st.booleans()):
+            m["v_head_dim"] = draw(st.sampled_from([4, 128]))
+    if draw(st.integers(0, 4)) == 0:
+        m["mtp_layers"] = draw(st.sampled_from([1, 2]))
     return m
 
 
@@ -180,6 +194,12 @@ def scenarios(draw) -> dict:
     if draw(st.booleans()):
         training["overlap_p2p"] = draw(st.booleans())
     training["tp_comm_overlap"] = training["sequence_parallel"] and draw(st.booleans())
+    if isinstance(model, dict) and draw(st.integers(0, 5)) == 0:  # an explicit pipeline layout
+        n, L = pp * vpp, model["num_layers"]
+        cuts = sorted(draw(st.lists(st.integers(0, L), min_size=n - 1, max_size=n - 1)))
+        layout["stage_layers"] = [b - a for a, b in zip([0, *cuts], [*cuts, L], strict=True)]
+        if chaos and draw(st.booleans()):
+            layout["stage_layers"][0] += 1  # wrong sum: must be refused
     if not chaos and training["dtype"] == "fp8" and base_cluster in ("dgx-a100", "cpu-host"):
         training["dtype"] = "bf16"
     return {"model": model, "cluster": cluster, "gpus": gpus, "layout": layout, "training": training}
