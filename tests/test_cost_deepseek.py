@@ -179,3 +179,15 @@ def test_deepseek_v3_predicts_end_to_end_and_mtp_costs_time():
     mtp = predict(scen(dsv3(mtp_layers=1), gpus=16, layout=layout, global_batch=32, dtype="fp8"), fast=True)
     assert 0 < base.step_time_s < mtp.step_time_s
     assert 0 < base.mfu < 1
+
+
+def test_what_if_variants_drop_a_layout_made_for_another_pipeline():
+    """The report's sweeps change pp/vpp: a file's stage_layers (for its own pp x vpp) must not be kept, and an
+    invalid variant is a SpecError, not a traceback."""
+    from trainsim.reports.whatif import variant
+    s = scen(dsv3(), gpus=16, layout={"pp": 2, "ep": 8, "stage_layers": [30, 31]}, global_batch=16)
+    assert variant(s, layout={"tp": 1}).layout.stage_layers == (30, 31)      # same pipeline: kept
+    with pytest.raises(SpecError):                                            # 61 layers on 4 stages
+        variant(s, layout={"pp": 4})
+    v = variant(s, layout={"pp": 1}, gpus=8)
+    assert v.layout.stage_layers is None and v.stage_layers == (61,)

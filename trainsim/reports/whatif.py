@@ -9,9 +9,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from trainsim.simulator import goodput as gp
 from trainsim.simulator.search_space import divisors, splits
 from trainsim.specs import Scenario, SpecError, resolve
+from trainsim.specs.errors import from_validation_error
 
 from . import plots
 from .html import FigureBlob, Report, Section, Table
@@ -87,10 +90,20 @@ def variant(scn: Scenario, *, gpus: int | None = None, layout: Mapping[str, Any]
             training: Mapping[str, Any] | None = None) -> Scenario:
     """The scenario with some fields changed, re-resolved (SpecError when invalid); dp is re-derived."""
     cluster = scn.cluster.with_gpus(gpus) if gpus and gpus != scn.num_gpus else scn.cluster
-    lay = scn.layout.model_copy(update={**(layout or {}), "dp": None})
+    update = {**(layout or {}), "dp": None}
+    old = scn.layout
+    if old.stage_layers is not None and (update.get("pp", old.pp), update.get("vpp", old.vpp)) != (old.pp, old.vpp):
+        update["stage_layers"] = None  # the file's pipeline layout is for its own pp x vpp only
+    lay = old.model_copy(update=update)
     tr = scn.training.model_copy(update=dict(training or {}))
-    lay = type(lay).model_validate(lay.model_dump())
-    tr = type(tr).model_validate(tr.model_dump())
+    try:
+        lay = type(lay).model_validate(lay.model_dump())
+    except ValidationError as e:
+        raise from_validation_error(e, "layout") from None
+    try:
+        tr = type(tr).model_validate(tr.model_dump())
+    except ValidationError as e:
+        raise from_validation_error(e, "training") from None
     return resolve(scn.model, cluster, lay, tr, name=scn.name)
 
 
