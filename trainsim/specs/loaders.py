@@ -113,7 +113,12 @@ def is_hf_config(d: Mapping) -> bool:
 
 
 def model_from_hf(d: Mapping, name: str = "hf-model") -> dict:
-    """Map a Hugging Face ``config.json`` (Llama/Mistral/Mixtral/Qwen names, or GPT-2 ``n_*``) to ModelSpec fields."""
+    """Map a Hugging Face ``config.json`` to ModelSpec fields: Llama/Mistral/Mixtral/Qwen names, GPT-2 ``n_*``, and
+    the MoE/MLA architectures of ``_hf_architecture_fields`` (DeepSeek-V2/V3, Kimi K2, GLM-4.5, Qwen2-MoE).
+
+    What ModelSpec cannot represent is refused by name (``_refuse_unmodelled``) rather than dropped: a dropped
+    feature would be a model with other parameter counts and other per-token work, predicted without a warning.
+    """
     def get(*keys, default=None):
         for k in keys:
             if k in d and d[k] is not None:
@@ -151,28 +156,169 @@ def model_from_hf(d: Mapping, name: str = "hf-model") -> dict:
         out["qkv_bias"] = True  # Qwen2: biases on q, k, v projections only
     if get("head_dim") is not None:
         out["head_dim"] = get("head_dim")
-    # Architecture features ModelSpec does not represent: refused rather than silently dropped (they change
-    # the parameter count and the per-token work).
-    unmodelled = {
-        "shared_expert_intermediate_size": "shared experts", "n_shared_experts": "shared experts",
-        "num_shared_experts": "shared experts", "kv_lora_rank": "multi-head latent attention",
-        "q_lora_rank": "multi-head latent attention", "first_k_dense_replace": "dense layers among MoE layers",
-        "mlp_only_layers": "dense layers among MoE layers",
-    }
-    for key, what in unmodelled.items():
-        if d.get(key):
-            raise SpecError(f"model.{key}", f"{what} are not modelled (ModelSpec has no such field)")
-    if (get("decoder_sparse_step", default=1) or 1) > 1:
-        raise SpecError("model.decoder_sparse_step", "MoE on every n-th layer only is not modelled")
+    _refuse_unmodelled(d, model_type)
     experts = get("num_local_experts", "num_experts", "n_routed_experts")
     if experts:
         out["num_experts"] = experts
         out["top_k"] = get("num_experts_per_tok", "top_k", default=2)
         if get("moe_intermediate_size") is not None:
             out["moe_ffn_hidden"] = get("moe_intermediate_size")
+    out.update(_hf_architecture_fields(d, model_type, out))
     if out["vocab_size"] is None:
         raise SpecError("model", "Hugging Face config lacks vocab_size")
     return out
+
+
+# model_types whose config.json keys for shared experts, leading dense blocks and MLA were read against the modelling
+# code and the released configs (see _hf_architecture_fields); elsewhere the same key names are refused, not guessed.
+_HF_MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")  # Kimi K2 is the DeepSeek-V3 architecture
+_HF_DEEPSEEK_MOE_TYPES = _HF_MLA_TYPES + ("glm4_moe",)
+
+# key -> (what it describes, the model_types it is mapped for)
+_HF_MAPPED_ONLY_FOR: dict[str, tuple[str, tuple[str, ...]]] = {
+    "n_shared_experts": ("shared experts", _HF_DEEPSEEK_MOE_TYPES),
+    "first_k_dense_replace": ("dense layers among MoE layers", _HF_DEEPSEEK_MOE_TYPES),
+    "kv_lora_rank": ("multi-head latent attention", _HF_MLA_TYPES),
+    "q_lora_rank": ("multi-head latent attention", _HF_MLA_TYPES),
+    "shared_expert_intermediate_size": ("shared experts", ("qwen2_moe",)),
+    "num_shared_experts": ("shared experts", ()),
+}
+
+# Keys that put MoE on every n-th block only (Qwen2-MoE/Qwen3-MoE decoder_sparse_step, DeepSeek moe_layer_freq,
+# Llama 4 interleave_moe_layer_step): ModelSpec's MoE blocks are all blocks after first_dense_layers, so only 1 is.
+_HF_MOE_STEP_KEYS = ("decoder_sparse_step", "moe_layer_freq", "interleave_moe_layer_step")
+
+
+def _refuse_unmodelled(d: Mapping, model_type: str) -> None:
+    """SpecError naming the first config.json key that describes an architecture ModelSpec cannot represent (the
+    structural features first, so a DeepSeek-V3.2 config is refused for its sparse attention, not its expert keys).
+
+    Deliberately not refused (they change neither a weight count nor the matmul work ModelSpec costs):
+    ``num_nextn_predict_layers`` (DeepSeek-V3/GLM-4.5 multi-token-prediction modules, not counted in the published
+    totals either), ``partial_rotary_factor``, ``use_qk_norm``/QK-norm weights (2 x head_dim per block), router
+    options (``n_group``, ``topk_group``, ``norm_topk_prob``, ``scoring_func``) and the router's expert-bias vector.
+    A ``sliding_window`` with every layer using it (Mistral-7B-v0.1) is accepted and costed as full causal attention,
+    as this loader always has; an explicit ``use_sliding_window`` or a per-layer ``layer_types`` pattern is refused.
+    """
+    for key in _HF_MOE_STEP_KEYS:
+        step = d.get(key)
+        if step is not None and (isinstance(step, bool) or step != 1):
+            raise SpecError(f"model.{key}", f"MoE on every n-th layer only is not modelled (got {step!r}; ModelSpec "
+                                            "has MoE in every block after the first first_k_dense_replace)")
+    if d.get("mlp_only_layers"):
+        raise SpecError("model.mlp_only_layers", "dense layers at chosen indices among MoE layers are not modelled")
+    layer_types = d.get("layer_types")
+    if isinstance(layer_types, list) and any(t != "full_attention" for t in layer_types):
+        raise SpecError("model.layer_types", "per-layer attention types (sliding-window, linear or chunked attention "
+                                             "layers, attention sinks) are not modelled")
+    if d.get("use_sliding_window"):
+        raise SpecError("model.use_sliding_window", "sliding-window attention is not modelled (attention is costed "
+                                                    "as full causal attention)")
+    if d.get("attention_chunk_size"):
+        raise SpecError("model.attention_chunk_size", "chunked local attention (Llama 4) is not modelled")
+    if d.get("index_topk"):
+        raise SpecError("model.index_topk", "sparse attention with a top-k indexer (DeepSeek-V3.2, GLM-5) is not "
+                                            "modelled")
+    for key, (what, types) in _HF_MAPPED_ONLY_FOR.items():
+        if d.get(key) and model_type not in types:
+            read_for = f"read for model_type {', '.join(types)} only" if types else "ModelSpec reads no such key"
+            raise SpecError(f"model.{key}", f"{what} are not modelled for model_type {model_type!r} ({read_for})")
+
+
+def _hf_int(d: Mapping, key: str) -> int | None:
+    """An integer config.json value the mapping computes with (None when absent); SpecError naming the key otherwise
+    (``"2" * 1408`` would be a string, ``True * 1408`` a silent 1408)."""
+    value = d.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"model.{key}", f"must be an integer, got {value!r}")
+    return value
+
+
+def _is_moe(out: Mapping) -> bool:
+    experts = out.get("num_experts")
+    return isinstance(experts, int) and not isinstance(experts, bool) and experts > 1
+
+
+def _hf_architecture_fields(d: Mapping, model_type: str, out: Mapping) -> dict:
+    """ModelSpec fields of the MoE/MLA architectures mapped by model_type (none for the others)."""
+    if model_type in _HF_MLA_TYPES:
+        return {**_deepseek_mla_fields(d, out), **_deepseek_moe_fields(d, out)}
+    if model_type == "glm4_moe":
+        return {**_glm4_moe_attention_fields(d), **_deepseek_moe_fields(d, out)}
+    if model_type == "qwen2_moe":
+        return _qwen2_moe_fields(d, out)
+    return {}
+
+
+def _deepseek_moe_fields(d: Mapping, out: Mapping) -> dict:
+    """DeepSeekMoE as DeepSeek-V2/V3, Kimi K2 and GLM-4.5 configure it.
+
+    ``n_shared_experts`` shared experts of ``moe_intermediate_size`` each run as one MLP of their summed width
+    (DeepSeek's modeling_deepseek.py DeepseekV2MoE/DeepseekV3MoE and transformers' Glm4MoeMoE:
+    ``intermediate_size=config.moe_intermediate_size * config.n_shared_experts``), so shared_expert_ffn is the
+    product; the first ``first_k_dense_replace`` blocks have a dense MLP of ``intermediate_size`` (already
+    ffn_hidden). ``moe_layer_freq`` > 1 is refused before this.
+    """
+    if not _is_moe(out):
+        return {}
+    fields: dict[str, Any] = {"first_dense_layers": d.get("first_k_dense_replace") or 0}
+    n_shared = _hf_int(d, "n_shared_experts")
+    if n_shared:
+        width = _hf_int(d, "moe_intermediate_size")
+        if width is None:
+            raise SpecError("model.moe_intermediate_size", "n_shared_experts needs the expert width "
+                                                           "moe_intermediate_size")
+        fields["shared_expert_ffn"] = n_shared * width
+    return fields
+
+
+def _deepseek_mla_fields(d: Mapping, out: Mapping) -> dict:
+    """Multi-head latent attention of DeepSeek-V2/V3 and Kimi K2 (DeepSeek-V2 paper Sec. 2.1; transformers
+    DeepseekV3Attention): q_lora_rank null means a full-rank q projection (DeepSeek-V2-Lite); qk_nope_head_dim is
+    ModelSpec's head_dim. Keys and values are expanded to every head and the projections carry no biases, so
+    num_key_value_heads != num_attention_heads or attention_bias true are refused by name.
+    """
+    if d.get("kv_lora_rank") is None:
+        raise SpecError("model.kv_lora_rank", f"model_type {d.get('model_type')!r} uses multi-head latent "
+                                              "attention; kv_lora_rank is missing")
+    for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        if d.get(key) is None:
+            raise SpecError(f"model.{key}", "multi-head latent attention needs it (kv_lora_rank is set)")
+    kv_heads = d.get("num_key_value_heads")
+    if kv_heads is not None and kv_heads != out["num_heads"]:
+        raise SpecError("model.num_key_value_heads", f"multi-head latent attention expands keys and values to every "
+                                                     f"head: must equal num_attention_heads={out['num_heads']}, got "
+                                                     f"{kv_heads!r}")
+    if d.get("attention_bias"):
+        raise SpecError("model.attention_bias", "biases on multi-head latent attention projections are not modelled")
+    # head_dim: a re-saved config may carry transformers' own head_dim (= qk_rope_head_dim); ModelSpec's is the
+    # no-RoPE part, qk_nope_head_dim.
+    return {"kv_lora_rank": d["kv_lora_rank"], "q_lora_rank": d.get("q_lora_rank"),
+            "head_dim": d["qk_nope_head_dim"], "qk_rope_head_dim": d["qk_rope_head_dim"],
+            "v_head_dim": d["v_head_dim"], "num_kv_heads": None, "bias": False, "qkv_bias": None}
+
+
+def _glm4_moe_attention_fields(d: Mapping) -> dict:
+    """GLM-4.5 (glm4_moe): attention_bias puts biases on q, k and v only, none on the output projection or the
+    MLPs (transformers Glm4MoeAttention; slime's Megatron GLM-4.5 recipe: --add-qkv-bias --disable-bias-linear).
+    GQA with an explicit head_dim; partial RoPE and QK-norm change no weight count ModelSpec keeps (see
+    _refuse_unmodelled)."""
+    return {"qkv_bias": bool(d.get("attention_bias")), "bias": False}
+
+
+def _qwen2_moe_fields(d: Mapping, out: Mapping) -> dict:
+    """Qwen2-MoE (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B): one shared expert MLP of shared_expert_intermediate_size in
+    every MoE block, always run.
+
+    Not exact: its output is scaled by a sigmoid gate, a Linear(hidden, 1) of ``hidden`` weights per block, which
+    ModelSpec has no term for; that is 2048 x 24 = 49,152 weights of Qwen1.5-MoE-A2.7B's 14.3B (3e-6) and
+    3584 x 28 of Qwen2-57B-A14B's 57.4B (2e-6), and one h-wide dot product per token -- accepted and left out.
+    Dense blocks (decoder_sparse_step > 1, mlp_only_layers) are refused before this.
+    """
+    shared = d.get("shared_expert_intermediate_size")
+    return {"shared_expert_ffn": shared} if shared and _is_moe(out) else {}
 
 
 def load_model(spec: str | Mapping | ModelSpec) -> ModelSpec:
