@@ -191,3 +191,14 @@ def test_what_if_variants_drop_a_layout_made_for_another_pipeline():
         variant(s, layout={"pp": 4})
     v = variant(s, layout={"pp": 1}, gpus=8)
     assert v.layout.stage_layers is None and v.stage_layers == (61,)
+
+
+def test_stage_layers_flag(capsys):
+    from trainsim.reports.cli import main
+    argv = ["predict", "--model", "deepseek-v3", "--cluster", "dgx-h100", "--gpus", "32", "--pp", "2", "--ep", "8",
+            "--seq-len", "4096", "--global-batch", "64", "--fast", "--json"]
+    assert main([*argv, "--stage-layers", "30,31"]) == 0
+    capsys.readouterr()
+    assert main([*argv, "--stage-layers", "30,30"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: layout.stage_layers")

@@ -36,6 +36,17 @@ def nonneg_float(text: str) -> float:
     return value
 
 
+def int_list(text: str) -> tuple[int, ...]:
+    """argparse type: comma-separated integers >= 0 (e.g. ``1,2,2,1``)."""
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers, got {text!r}") from None
+    if any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"entries must be >= 0, got {text!r}")
+    return values
+
+
 def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = True) -> None:
     """The scenario flags of DESIGN.md (`trainsim predict` and friends)."""
     if scenario_positional:
@@ -45,6 +56,9 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
     p.add_argument("--gpus", type=positive_int)
     for dim in ("tp", "pp", "dp", "cp", "ep", "vpp"):
         p.add_argument(f"--{dim}", type=positive_int)
+    p.add_argument("--stage-layers", type=int_list, metavar="N,N,...",
+                   help="transformer layers per virtual pipeline stage, pp*vpp of them in model order "
+                        "(Megatron's pipeline layout; the embedding stays first, the loss last)")
     p.add_argument("--seq-len", type=positive_int)
     p.add_argument("--global-batch", type=positive_int)
     p.add_argument("--micro-batch", type=positive_int)
@@ -69,7 +83,7 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
 
 OVERRIDE_FLAGS = {
     "model": "model", "cluster": "cluster", "gpus": "gpus", "tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp",
-    "ep": "ep", "vpp": "vpp", "seq_len": "seq_len", "global_batch": "global_batch", "micro_batch": "micro_batch",
+    "ep": "ep", "vpp": "vpp", "stage_layers": "stage_layers", "seq_len": "seq_len", "global_batch": "global_batch", "micro_batch": "micro_batch",
     "recompute": "recompute", "sequence_parallel": "sequence_parallel", "zero": "zero",
     "distributed_optimizer": "distributed_optimizer", "schedule": "schedule", "dtype": "dtype",
     "framework": "framework", "offload_optimizer": "offload_optimizer", "offload_params": "offload_params",
