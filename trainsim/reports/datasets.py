@@ -638,15 +638,17 @@ NEMO_SYSTEMS = {
     "DGX-GB200": ("gb200-nvl72", 64),
     "DGX-GB300": ("gb300-nvl72", 64),
 }
-# Table model name (before any parenthesis) -> model preset, or the reason it cannot be represented.
+# Table model name (before any parenthesis) -> model preset. Kimi K2 as Megatron-Bridge trains it
+# (src/megatron/bridge/recipes/kimi/kimi_k2.py @0350b4ef, the MLAModelProvider of kimi_k2_pretrain_config: 61 layers,
+# moe_layer_freq [0] + [1]*60 with ffn 18432, 384 experts of 2048 top-8 + a 2048 shared expert, MLA with 64 heads,
+# q/kv latents 1536/512, qk 128 + 64 RoPE, v 128, V = 163840, untied, no MTP) is exactly the kimi-k2 preset.
 NEMO_MODELS: dict[str, str] = {
     "LLAMA3_8B": "llama3-8b", "LLAMA3_70B": "llama3-70b", "LLAMA3.1_405B": "llama3-405b",
     "Qwen3_30B_a3B": "qwen3-30b-a3b", "Qwen3_235B_a22B": "qwen3-235b-a22b",
+    "DeepSeekV3": "deepseek-v3", "Kimi_K2": "kimi-k2",
 }
 NEMO_UNMODELLED = {
-    "DeepSeekV3": "multi-head latent attention, a shared expert and 3 dense layers are not in ModelSpec",
     "DeepSeekV4 Flash": "architecture not given in the table and not in ModelSpec",
-    "Kimi_K2": "multi-head latent attention and a shared expert are not in ModelSpec",
     "GPT OSS 120B": "attention sinks, alternating sliding-window attention and biased experts are not in ModelSpec",
     "Nemotron_3_Nano": "hybrid Mamba-2/attention MoE: Mamba layers are not modelled",
     "Nemotron_3_Super": "hybrid Mamba-2/attention MoE: Mamba layers are not modelled",
@@ -663,6 +665,97 @@ NEMO_UNMODELLED = {
 # llama31_405b_llm_pretrain.py @27dfb3df, the release of the only such row (later configs: 92).
 NEMO_ACTIVATION_OFFLOAD = {("LLAMA3_70B", "DGX-GB300"): 20, ("LLAMA3_70B", "DGX-GB200"): 40,
                            ("LLAMA3.1_405B", "DGX-GB200"): 95}
+
+
+# --- the multi-head-latent-attention models (DeepSeek-V3, Kimi K2): pipeline layouts and MTP, as the recipes set them
+
+# Megatron-Core --pipeline-model-parallel-layout of each (pp, vp) the Megatron-Bridge recipes and performance configs
+# define (E = embedding, t = transformer layer, m = MTP module, L = loss, | = virtual-stage boundary, x*n / (..)*n =
+# repetition). DeepSeek-V3: the recipe's layout_map of src/megatron/bridge/recipes/deepseek/deepseek_v3.py
+# (_deepseek_v3_common @05d003fb, the 25.09 release; the same map in the 25.11-era recipe with mtp_num_layers and in
+# set_deepseek_v3_pipeline_model_parallel_layout of later ones), written as strings -- (4,4)/(8,2)/(16,1):
+# [E + 4t] + [4t]*14 + [t + mtp + loss]; (8,1)/(4,2): [E + 8t] + [8t]*6 + [5t + mtp + loss]; (4,1): [E + 16t], 16t,
+# 16t, [13t + mtp + loss] -- plus the explicit pp_layout of the performance configs: (2,8) "Et*4|(t*4|)*14tmL"
+# (scripts/performance/configs/deepseek/deepseek_workload_base_configs.py DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V1
+# @04264182; the same string for B200_FP8_MX_V2 at (8,2)) and (8,4) "Et|(tt|)*30mL" (H100, DEEPSEEK_V3_PRETRAIN_
+# CONFIG_H100_V1 there and deepseek_v3_llm_pretrain.py @27dfb3df, the 25.09 release). The recipe's "mtp" entries exist
+# only when mtp_num_layers > 0 (last_layer = ["mtp"] * mtp_layers + ["loss"]), so a run without MTP has the same
+# transformer layers per stage and no 'm'. Kimi K2: _get_kimi_k2_pipeline_layout of recipes/kimi/kimi_k2.py
+# @0350b4ef (no MTP) and the H100 pp_layout "Et|(tt|)*30L" (scripts/performance/configs/kimi/
+# kimi_workload_base_configs.py KIMI_K2_PRETRAIN_CONFIG_H100). (8,4) without MTP, "Et|(tt|)*30L", is also the layout
+# of NVIDIA/Megatron-LM docs/discussions/deepseek-v3-gb200-optimization (DeepSeek-V3 on GB200, TP1 PP8 VPP4 EP32,
+# MXFP8, no MTP: the 25.11 GB200 FP8-MX row's parallel layout).
+NEMO_PIPELINE_LAYOUTS: dict[str, dict[tuple[int, int], str]] = {
+    "DeepSeekV3": {
+        (4, 1): "Et*16|t*16|t*16|t*13mL",
+        (8, 1): "Et*8|(t*8|)*6t*5mL", (4, 2): "Et*8|(t*8|)*6t*5mL",
+        (16, 1): "Et*4|(t*4|)*14tmL", (8, 2): "Et*4|(t*4|)*14tmL", (4, 4): "Et*4|(t*4|)*14tmL",
+        (2, 8): "Et*4|(t*4|)*14tmL",
+        (8, 4): "Et|(tt|)*30mL",
+    },
+    "Kimi_K2": {
+        (4, 1): "Et*16|t*16|t*16|t*13L",
+        (8, 1): "Et*8|(t*8|)*6t*5L", (4, 2): "Et*8|(t*8|)*6t*5L",
+        (16, 1): "Et*4|(t*4|)*14tL", (8, 2): "Et*4|(t*4|)*14tL", (4, 4): "Et*4|(t*4|)*14tL",
+        (16, 2): "Et|(tt|)*30L",
+    },
+}
+# Multi-token-prediction modules of the runs: "(w/o MTP)" rows 0, "(w/ MTP)" rows 1; every other row (unlabelled,
+# "(tokendrop)", "(dropless)") what its release's recipe did -- DeepSeek-V3: mtp_num_layers = 1 (deepseek_v3.py
+# @05d003fb sets model_cfg.mtp_num_layers = 1; the 25.11-era recipe defaults mtp_num_layers=1; the 26.x performance
+# layouts carry the 'm', "Et*4|(t*4|)*14tmL", and no performance script turns it off); Kimi K2 has none.
+NEMO_MTP_DEFAULT = {"DeepSeekV3": 1, "Kimi_K2": 0}
+NEMO_MTP_LABELS = {"w/o mtp": 0, "w/ mtp": 1}
+# Optimizer state bytes per parameter of the recipes: DeepSeek-V3 distributed Adam with the precision-aware optimizer,
+# fp32 main params and bf16 exp_avg / exp_avg_sq (deepseek_v3.py: use_precision_aware_optimizer, main_params_dtype
+# fp32, exp_avg(_sq)_dtype bf16) = 4 + 2 + 2; Kimi K2 Muon (distributed_muon_with_cosine_annealing, fp32 main params
+# and one fp32 momentum buffer, sharded layer-wise over data parallelism) = 4 + 4.
+NEMO_MLA_OPTIMIZER_BYTES = {"DeepSeekV3": 8, "Kimi_K2": 8}
+
+
+def parse_pipeline_layout(layout: str) -> tuple[tuple[int, ...], int]:
+    """Transformer layers per virtual pipeline stage of a Megatron-Core pipeline_model_parallel_layout string, and
+    the MTP modules ('m') of its last stage. ``(x)*n`` and ``c*n`` repeat, '|' ends a virtual stage, ',' is only a
+    separator. The embedding ('E') must open the first stage and the loss ('L') close the last, as trainsim places
+    them (Layout.stage_layers)."""
+    s = re.sub(r"[\s,]", "", layout)
+    group = re.compile(r"\(([^()]*)\)\*(\d+)")
+    while (g := group.search(s)) is not None:
+        s = s[:g.start()] + g.group(1) * int(g.group(2)) + s[g.end():]
+    if "(" in s or ")" in s:
+        raise ValueError(f"unbalanced parentheses in pipeline layout {layout!r}")
+    s = re.sub(r"([EtmL])\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
+    if set(s) - set("EtmL|"):
+        raise ValueError(f"pipeline layout {layout!r}: unknown symbols {sorted(set(s) - set('EtmL|'))}")
+    stages = s.split("|")
+    if s.count("E") != 1 or not stages[0].startswith("E"):
+        raise ValueError(f"pipeline layout {layout!r}: the embedding must open the first virtual stage")
+    if s.count("L") != 1 or not stages[-1].endswith("L"):
+        raise ValueError(f"pipeline layout {layout!r}: the loss must close the last virtual stage")
+    if s.count("m") != stages[-1].count("m"):
+        raise ValueError(f"pipeline layout {layout!r}: MTP modules only on the last virtual stage")
+    return tuple(st.count("t") for st in stages), stages[-1].count("m")
+
+
+def nemo_mtp_layers(model_cell: str | None) -> int:
+    """MTP modules of a DeepSeek-V3 / Kimi K2 row from its model cell's label (NEMO_MTP_LABELS, NEMO_MTP_DEFAULT)."""
+    name = _first(model_cell)
+    tag = re.search(r"\(([^)]*)\)", model_cell or "")
+    return NEMO_MTP_LABELS.get(tag.group(1).strip().lower() if tag else "", NEMO_MTP_DEFAULT[name])
+
+
+def nemo_stage_layers(model_name: str, pp: int, vp: int, mtp_layers: int) -> tuple[tuple[int, ...] | None, str]:
+    """Layout.stage_layers of a (pp, vp) from NEMO_PIPELINE_LAYOUTS, or (None, why not)."""
+    layout = NEMO_PIPELINE_LAYOUTS[model_name].get((pp, vp))
+    if layout is None:
+        return None, (f"pp={pp} vp={vp}: no pipeline_model_parallel_layout for this (pp, vp) in the Megatron-Bridge "
+                      f"{model_name} recipes or performance configs, and their fallback (no layout, embedding and "
+                      f"loss not counted as layers) cannot split 61 layers over {pp * vp} virtual stages: the run's "
+                      "split is unknown")
+    if mtp_layers == 0:
+        layout = layout.replace("m", "")
+    layers, _ = parse_pipeline_layout(layout)
+    return layers, layout
 
 
 def _first(text: str | None) -> str:
@@ -703,12 +796,53 @@ def load_nemo(path: Path | None = None, *, name: str = "nemo") -> Dataset:
          "megatron, sequence parallelism and TP comm/GEMM overlap when tp > 1, "
          "distributed optimizer (fsdp column 0/empty) or Megatron FSDP = ZeRO-3 (fsdp column > 0), "
          "FlashAttention-class fused attention, no dropout, interleaved 1F1B when vp > 1. The tables do not "
-         "state recomputation: none for every row (the perf scripts read set none of it for these models). "
+         "state recomputation: none for the Llama and Qwen rows (the perf scripts read set none of it for these "
+         "models; DeepSeek-V3 / Kimi K2 below). "
          "Activation CPU offload as the recipes set it for the Megatron-FSDP fp8 runs: Llama 3 70B 20 layers "
          "on GB300, 40 on GB200; Llama 3.1 405B on GB200 95 (NEMO_ACTIVATION_OFFLOAD)."),
         ("rows: pre-training and SFT (full-parameter training on seq_len tokens); LoRA rows skipped (frozen "
          "base weights: no weight gradients or optimizer, not a trainsim mode); MoE rows need ep | dp*cp "
          "(experts carved from data parallelism) -- layouts with expert groups spanning TP are skipped."),
+        ("DeepSeek-V3 and Kimi K2 (multi-head latent attention, shared expert, first dense layers): model presets "
+         "deepseek-v3 and kimi-k2 (the architecture recipes/kimi/kimi_k2.py @0350b4ef builds: 61 layers, 1 "
+         "dense, 384 experts top-8 + 1 shared, MLA with 64 heads). Pipeline split: the "
+         "pipeline_model_parallel_layout the Megatron-Bridge recipe or performance config gives the row's (pp, vp), "
+         "as Layout.stage_layers (transformer layers per virtual stage; embedding on the first, loss and MTP on "
+         "the last): DeepSeek-V3 (2,8), (4,4), (8,2), (16,1) 'Et*4|(t*4|)*14tmL' = 4 x 15 + 1; (8,1) "
+         "'Et*8|(t*8|)*6t*5mL' = 8 x 7 + 5; (8,4) 'Et|(tt|)*30mL' = 1 + 2 x 30 + 0 (the H100 config's; the "
+         "GB200 pp8 vp4 w/o-MTP row has the parallel layout of NVIDIA/Megatron-LM's DeepSeek-V3 GB200 guide, "
+         "docs/discussions/deepseek-v3-gb200-optimization: TP1 PP8 VPP4 EP32, MXFP8, no MTP, layout "
+         "'Et|(tt|)*30L'); Kimi K2 (4,4) 'Et*4|(t*4|)*14tL' "
+         "(NEMO_PIPELINE_LAYOUTS, with sources). A (pp, vp) with no layout in the recipes (GB300 pp2 vp4, "
+         "25.11) is skipped: the recipes' fallback cannot split 61 layers over 8 stages, so the split is unknown."),
+        ("DeepSeek-V3 multi-token prediction: rows labelled '(w/o MTP)' 0 modules, '(w/ MTP)' 1; every other "
+         "row (unlabelled, '(tokendrop)', '(dropless)') 1, as its release's recipe set it (deepseek_v3.py: "
+         "mtp_num_layers = 1; the 26.x performance layouts carry the 'm'); MTP is costed on the loss stage. "
+         "Kimi K2: none. 'tokendrop' rows (25.09: capacity factor 1, apply_moe_token_drop) are predicted as "
+         "the dropless ones: trainsim assumes balanced routing, which force-balanced routing with capacity "
+         "factor 1 is (no token dropped, no expert padded)."),
+        ("DeepSeek-V3 / Kimi K2 recompute: the perf scripts set recompute_granularity='selective' with "
+         "recompute_modules per config -- mla_up_proj (most: B200/B300 pp16, B300 pp8, GB300 mbs 2, GB200 "
+         "25.09, Kimi K2 GB300), mla_up_proj + mlp (H100, B200 pp8 vp2), mlp or mla_up_proj (GB200 MXFP8, by "
+         "release), moe_act (GB300 BF16), none ([]: the GB300 MXFP8 config with mbs 1, rows of 26.06 on). "
+         "trainsim's closest mode is selective (attention core re-run) for every "
+         "such row: its recompute compute is of the order of the MLA up-projections' (the core re-run is about "
+         "1.5x their FLOPs), but it keeps the per-head q, k, v that mla_up_proj frees (28 % of a DeepSeek-V3 "
+         "block's saved activations) and the expert/MLP activations moe_act/mlp free, so it overstates "
+         "activation memory (rows may show fits = NO though the runs fit)."),
+        ("DeepSeek-V3 / Kimi K2 optimizer and overlap: distributed optimizer; optimizer state 8 bytes/param "
+         "(NEMO_MLA_OPTIMIZER_BYTES: DeepSeek-V3 precision-aware Adam, fp32 main params + bf16 moments; Kimi K2 "
+         "Muon, fp32 main params + fp32 momentum, sharded layer-wise over DP -- Muon's Newton-Schulz iterations "
+         "are not costed); no TP comm overlap (the DeepSeek-V3 recipe's CommOverlapConfig(tp_comm_overlap=False); "
+         "only the H100 row has tp > 1), sequence parallelism when tp > 1. Not modelled, recorded only: MoE "
+         "token dispatch by the flex dispatcher with HybridEP (26.x GB300/GB200/B300/B200) or DeepEP (H100 25.09 "
+         "dropless configuration, B200 pp8 vp2 26.04.01), plain all-to-all for the 25.09 tokendrop rows; "
+         "moe_a2a_overlap (EP all-to-all overlapped with the other micro-batch's compute: B200 pp8 vp2, the "
+         "GB300/GB200 MXFP8 configs of 26.06 on, H100 a2a_1f1b) -- trainsim exposes the EP all-to-all; "
+         "moe_permute_fusion and moe_router_fusion on; moe_router_force_load_balancing on; CUDA graphs "
+         "(Transformer Engine graphs of attn/moe_router/"
+         "moe_preprocess, or full-iteration graphs with paged stashing on GB300/GB200 MXFP8 26.06+); MXFP8 "
+         "fp8_param_gather, fp8 dot-product attention (GB300/B300 MXFP8), cuteDSL fused grouped MLP."),
     )
     return Dataset(name=name, title="NVIDIA Megatron-Bridge (NeMo) performance tables", metric="tokens_per_s_per_gpu",
                    unit="tok/s/GPU", citation=NEMO_CITATION, notes=notes, cases=tuple(cases),
@@ -724,7 +858,10 @@ def _nemo_case(r: dict) -> Case:
     tflops = _num(_first(r.get("model_tflops_per_gpu")))
     prec_text = _first(r.get("precision")) or (r.get("precision") or "")
     section = (r.get("section") or "").replace(" Performance", "")
-    label = f"{model_name} {system.replace('DGX-', '')} n={gpus} {prec_text}"
+    mla = model_name in NEMO_PIPELINE_LAYOUTS
+    tag = re.search(r"\(([^)]*)\)", r.get("model") or "") if mla else None
+    label = (f"{model_name}{f' ({tag.group(1).strip()})' if tag else ''} {system.replace('DGX-', '')} n={gpus} "
+             f"{prec_text}")
     if section == "Pre-Training":
         section = ""
     else:
@@ -756,8 +893,9 @@ def _nemo_case(r: dict) -> Case:
     if per_rack and gpus > load_cluster(cpreset).gpus_per_node:
         overrides = {"gpus_per_node": per_rack, "scale_out": {"nics_per_node": per_rack}}
     preset_name = NEMO_MODELS[model_name]
+    model_raw: str | dict = preset_name
     raw = {
-        "model": preset_name,
+        "model": model_raw,
         "cluster": _cluster(cpreset, gpus, **overrides),
         "layout": {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vp},
         "training": {"seq_len": ints["seq_len"], "global_batch": ints["gbs"], "micro_batch": ints["mbs"],
@@ -770,8 +908,21 @@ def _nemo_case(r: dict) -> Case:
     }
     label += (f" tp{tp} pp{pp}" + (f" cp{cp}" if cp > 1 else "") + (f" v{vp}" if vp > 1 else "")
               + (f" ep{ep}" if ep > 1 else "") + (" fsdp" if fsdp else "") + f" mb{ints['mbs']}")
-    scenario, why = _scenario(raw, rid)
-    m = load_model(preset_name)
+    why_not = None
+    if mla:
+        # DeepSeek-V3 / Kimi K2: MTP from the row's label, the recipe's pipeline layout, the recipe's recompute
+        # granularity and optimizer precision, no TP comm overlap (the notes of load_nemo say why).
+        mtp = nemo_mtp_layers(r.get("model"))
+        model_raw = {"preset": preset_name, "mtp_layers": mtp}
+        stage_layers, layout_or_why = nemo_stage_layers(model_name, pp, vp, mtp)
+        if stage_layers is None:
+            why_not = layout_or_why
+        raw["model"] = model_raw
+        raw["layout"]["stage_layers"] = list(stage_layers or ())
+        raw["training"].update(recompute="selective", tp_comm_overlap=False,
+                               optimizer_bytes_per_param=NEMO_MLA_OPTIMIZER_BYTES[model_name])
+    scenario, why = (None, why_not) if why_not else _scenario(raw, rid)
+    m = load_model(model_raw)
     category += " MoE" if m.is_moe else " dense"
     secondary, fns = {}, {}
     if tflops is not None:
