@@ -202,3 +202,61 @@ def test_stage_layers_flag(capsys):
     assert main([*argv, "--stage-layers", "30,30"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: layout.stage_layers")
+
+
+# --- expert-parallel communication overlap (combined 1F1B) ------------------------------------------------
+
+def _ep_scenario(**training):
+    return scen({"preset": "qwen3-30b-a3b"}, gpus=16, layout={"ep": 16}, global_batch=64, **training)
+
+
+def test_ep_overlap_phases_closed_form():
+    """Three phases: combine-bwd | attention fwd; dispatch fwd + bwd | expert MLPs fwd + bwd; combine fwd |
+    attention bwd. Each exposes max(0, comm - compute) + slowdown x min(comm, compute)."""
+    from trainsim.cost_models.compute import layer_op_times
+    from trainsim.simulator.builder import _ep_overlapped, comm_compute_slowdown
+    s = _ep_scenario(ep_comm_overlap=True)
+    ops = layer_op_times(s)
+    mlp = [o for o in ops if o.name.startswith(("expert_", "shared_"))]
+    rest = [o for o in ops if o not in mlp]
+    af, ab = sum(o.fwd_s for o in rest), sum(o.bwd_input_s + o.bwd_weight_s for o in rest)
+    mm = sum(o.fwd_s + o.bwd_input_s + o.bwd_weight_s for o in mlp)
+    k = comm_compute_slowdown(s)
+    for a2a in (1e-6, 1e-3, 1.0):   # hidden, partly hidden, exposed
+        ph = [max(0, a2a - af) + k * min(a2a, af), max(0, 2 * a2a - mm) + k * min(2 * a2a, mm),
+              max(0, a2a - ab) + k * min(a2a, ab)]
+        f, b = _ep_overlapped(a2a, s, None)
+        assert f + b == pytest.approx(sum(ph), rel=1e-12)
+        assert f + b <= 4 * a2a + k * (af + ab + mm) + 1e-15
+    big = sum(_ep_overlapped(1.0, s, None))
+    assert big == pytest.approx(4.0 - af - ab - mm + k * (af + ab + mm), rel=1e-9)
+
+
+def test_ep_paired_fraction_follows_the_warmup():
+    from trainsim.simulator.builder import ep_paired_fraction
+    s = _ep_scenario(ep_comm_overlap=True)
+    assert ep_paired_fraction(s, 0) == pytest.approx((4 - 1) / 4)            # pp 1: 4 micro-batches
+    layout = {"pp": 2, "vpp": 2, "ep": 8, "stage_layers": [12, 12, 12, 12]}
+    t = scen({"preset": "qwen3-30b-a3b"}, gpus=16, layout=layout, global_batch=32, schedule="interleaved",
+             ep_comm_overlap=True)
+    m, v, pp = t.num_microbatches, 2, 2
+    assert ep_paired_fraction(t, 0) == pytest.approx((m * v - (2 * (pp - 1) + (v - 1) * pp)) / (m * v))
+    assert ep_paired_fraction(t, 1) == pytest.approx((m * v - (v - 1) * pp) / (m * v))
+
+
+def test_ep_overlap_hides_all_to_all_and_never_costs_more():
+    off = predict(_ep_scenario())
+    on = predict(_ep_scenario(ep_comm_overlap=True))
+    assert on.exposed_comm_s["ep"] < off.exposed_comm_s["ep"]
+    assert on.step_time_s < off.step_time_s
+
+
+@pytest.mark.parametrize("layout, training", [
+    ({"ep": 1}, {}),                                            # no expert parallelism
+    ({"pp": 2, "ep": 8}, {"schedule": "1f1b"}),                 # pp > 1 without model chunks
+    ({"ep": 16}, {"schedule": "zb"}),                           # no forward/backward pairs
+])
+def test_ep_overlap_refused_where_megatron_refuses(layout, training):
+    with pytest.raises(SpecError) as err:
+        scen({"preset": "qwen3-30b-a3b"}, gpus=16, layout=layout, global_batch=64, ep_comm_overlap=True, **training)
+    assert err.value.field == "training.ep_comm_overlap"

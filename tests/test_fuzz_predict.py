@@ -194,6 +194,8 @@ def scenarios(draw) -> dict:
     if draw(st.booleans()):
         training["overlap_p2p"] = draw(st.booleans())
     training["tp_comm_overlap"] = training["sequence_parallel"] and draw(st.booleans())
+    if ep > 1 and draw(st.booleans()):
+        training["ep_comm_overlap"] = True  # refused without model chunks when pp > 1, or with gpipe / zb
     if isinstance(model, dict) and draw(st.integers(0, 5)) == 0:  # an explicit pipeline layout
         n, L = pp * vpp, model["num_layers"]
         cuts = sorted(draw(st.lists(st.integers(0, L), min_size=n - 1, max_size=n - 1)))

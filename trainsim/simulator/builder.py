@@ -204,6 +204,44 @@ def _tp_overlapped(ag_s: float, rs_s: float, tp: int, scenario: Scenario, profil
     return fwd, bwd
 
 
+# The combined 1F1B schedule's "mlp" node: the experts' and the shared expert's MLPs; attention, the pre-MLP norm,
+# router and token (un)permutation belong to its "attn" node (megatron/core/models/gpt/fine_grained_callables.py).
+_MOE_OPS = ("expert_", "shared_")
+
+
+def _ep_overlapped(a2a_s: float, scenario: Scenario, profile) -> tuple[float, float]:
+    """Exposed EP seconds (forward, backward) of a MoE block under Megatron-Core's combined 1F1B schedule
+    (--overlap-moe-expert-parallel-comm --delay-wgrad-compute): the forward of micro-batch N and the backward
+    of N-1 run interleaved by sub-module, each all-to-all on a communication stream beside the other micro-
+    batch's compute, in three phases (megatron/core/pipeline_parallel/combined_1f1b.py):
+    combine-backward | attention forward; dispatch forward + dispatch backward | MoE MLP backward (incl. its
+    weight gradients) + MoE MLP forward; combine forward | attention backward (incl. weight gradients) -- where
+    "attention" is the rest of the block (norms, router, permutation) and "MoE MLP" the experts + shared expert.
+    Exposed per phase ``max(0, comm - compute)``, plus the compute's slowdown from the communication kernels'
+    SMs over the overlapped time (``comm_compute_slowdown``). Split half-and-half over the two passes'
+    records; ``a2a_s`` is one all-to-all (dispatch and combine are the same size)."""
+    ops = compute.layer_op_times(scenario, profile)
+    moe = [o for o in ops if o.name.startswith(_MOE_OPS)]
+    dense = [o for o in ops if not o.name.startswith(_MOE_OPS)]
+    attn_f = sum(o.fwd_s for o in dense)
+    attn_b = sum(o.bwd_input_s + o.bwd_weight_s for o in dense)
+    moe_fb = sum(o.fwd_s + o.bwd_input_s + o.bwd_weight_s for o in moe)
+    slow = comm_compute_slowdown(scenario)
+    phases = ((a2a_s, attn_f), (2 * a2a_s, moe_fb), (a2a_s, attn_b))
+    exposed = [max(0.0, c - g) + slow * min(c, g) for c, g in phases]
+    return exposed[0] + exposed[1] / 2, exposed[2] + exposed[1] / 2
+
+
+def ep_paired_fraction(scenario: Scenario, stage: int) -> float:
+    """Share of a stage's micro-batch chunk passes that the combined 1F1B schedule pairs (a forward with another
+    micro-batch's backward): all but the warm-up forwards and the matching cool-down backwards -- Megatron's
+    interleaved warm-up of 2·(pp - stage - 1) + (vpp - 1)·pp chunk forwards (pp = 1: the first forward)."""
+    m, pp, v = scenario.num_microbatches, scenario.layout.pp, scenario.layout.vpp
+    total = m * v
+    warm = 1 if pp == 1 else 2 * (pp - stage - 1) + (v - 1) * pp
+    return max(0.0, (total - min(total, warm)) / total)
+
+
 def _persistent_tensors(scenario: Scenario, stage: int) -> tuple[int, float]:
     """(count, elements) of the stage's parameter tensors under DeepSpeed's persistence threshold on one
     rank: norm weights (and LayerNorm biases), the linears' biases of each block, the final norm on the last
@@ -285,6 +323,8 @@ class _Block:
     cp_b: float
     ep_f: float
     ep_b: float
+    ep_f_ov: float         # exposed EP seconds of a block whose forward is paired with another micro-batch's
+    ep_b_ov: float         # backward (TrainingSpec.ep_comm_overlap, _ep_overlapped)
     act_bytes: float
     w_keep_bytes: float
     params: float          # dense + expert parameters on one rank
@@ -333,20 +373,23 @@ def _block(scenario: Scenario, groups: dict, profile) -> _Block:
         cp_f, cp_b = _cp_exchange_s(scenario, profile, groups["cp"], e, tokens, shp)
         if tr.recompute == "full":
             cp_b += cp_f
-    ep_f = ep_b = 0.0
+    ep_f = ep_b = ep_f_ov = ep_b_ov = 0.0
     if m.is_moe and lay.ep > 1:
         a2a_bytes = e * tokens * shp.top_k * shp.h / (lay.tp if tr.sequence_parallel else 1)
         a2a = sum(_coll("all_to_all", a2a_bytes, groups["ep"], scenario, profile))
         ep_f = ep_b = 2 * a2a
+        if tr.ep_comm_overlap:
+            ep_f_ov, ep_b_ov = _ep_overlapped(a2a, scenario, profile)
         if tr.recompute == "full":
             ep_b += ep_f
+            ep_b_ov += ep_f_ov
     dense_l, expert_l = memory.layer_params_per_rank(m, lay.tp, lay.ep)  # per block, one rank
     mlp = 3 if shp.gated else 2
     attn_tensors = (5 if shp.ql else 4) if shp.mla else 2  # MLA: q(down, up) | q, kv down, kv up, out
     per_block = attn_tensors + mlp * ((max(1, m.num_experts // lay.ep) + (1 if shp.fs else 0)) if shp.is_moe else 1)
     return _Block(
         times=compute.layer_times(scenario, profile), tp_f=tp_f, tp_b=tp_b, cp_f=cp_f, cp_b=cp_b, ep_f=ep_f,
-        ep_b=ep_b, act_bytes=act.layer_activation_bytes(scenario).total,
+        ep_b=ep_b, ep_f_ov=ep_f_ov, ep_b_ov=ep_b_ov, act_bytes=act.layer_activation_bytes(scenario).total,
         w_keep_bytes=w_retained_bytes_per_layer(scenario) if tr.schedule in ("zb", "dualpipev") else 0.0,
         params=dense_l + expert_l, gather_tensors=per_block)
 
@@ -444,6 +487,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
     layers = scenario.stage_layers
     for s in range(p):
         chunks = []
+        pair = ep_paired_fraction(scenario, s) if tr.ep_comm_overlap else 0.0
         for c in range(v):
             vs = scenario.virtual_stage(s, c)
             n = layers[vs]
@@ -529,7 +573,8 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
                 tp_fwd_s=sum(k * b.tp_f for b, k in comm_kinds) + (sg_gather if vs > 0 else 0.0),
                 tp_bwd_s=sum(k * b.tp_b for b, k in comm_kinds) + (sg_gather if vs < last_vs else 0.0),
                 cp_fwd_s=sum(k * b.cp_f for b, k in comm_kinds), cp_bwd_s=sum(k * b.cp_b for b, k in comm_kinds),
-                ep_fwd_s=sum(k * b.ep_f for b, k in comm_kinds), ep_bwd_s=sum(k * b.ep_b for b, k in comm_kinds),
+                ep_fwd_s=sum(k * (b.ep_f_ov * pair + b.ep_f * (1 - pair)) for b, k in comm_kinds),
+                ep_bwd_s=sum(k * (b.ep_b_ov * pair + b.ep_b * (1 - pair)) for b, k in comm_kinds),
                 dp_fwd_s=dp_f, dp_bwd_s=dp_b,
                 act_bytes=a, w_retained_bytes=sum(k * b.w_keep_bytes for b, k in comm_kinds),
                 bwd_transient_bytes=working if n else 0.0,

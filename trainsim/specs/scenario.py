@@ -174,6 +174,16 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
         raise SpecError("training.sequence_parallel", "sequence parallelism needs tp > 1")
     if ep > 1 and not m.is_moe:
         raise SpecError("layout.ep", f"ep={ep} but {m.name} is a dense model (num_experts=1)")
+    if t.ep_comm_overlap:
+        # Megatron-Core arguments.py: EP overlap needs expert parallelism and, with pipelining, virtual stages.
+        if ep == 1:
+            raise SpecError("training.ep_comm_overlap", "needs expert parallelism (ep > 1)")
+        if pp > 1 and vpp == 1:
+            raise SpecError("training.ep_comm_overlap", "with pp > 1 needs model chunks (vpp > 1: interleaved or "
+                                                        "dualpipev), as Megatron-Core requires")
+        if t.schedule in ("gpipe", "zb"):
+            raise SpecError("training.ep_comm_overlap", f"pairs a forward with a backward micro-batch (1F1B); "
+                                                        f"schedule {t.schedule} has no such pairs")
     if m.num_experts % ep:
         raise SpecError("layout.ep", f"ep={ep} does not divide num_experts={m.num_experts}")
     if (dp * cp) % ep:

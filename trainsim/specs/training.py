@@ -96,6 +96,10 @@ class TrainingSpec(BaseModel):
         "passing K/V blocks, overlapped with attention; allgather = K/V all-gathered before attention and their "
         "gradients reduce-scattered after (Llama 3, arXiv:2407.21783 Sec. 3.3.2), exposed; a2a = all-to-all of "
         "Q/K/V and of the output between sequence and head sharding (DeepSpeed-Ulysses), exposed")
+    ep_comm_overlap: bool = Field(
+        default=False, description="MoE expert-parallel all-to-alls of one micro-batch overlapped with the compute of "
+        "another (Megatron-Core --overlap-moe-expert-parallel-comm --delay-wgrad-compute, the combined 1F1B schedule; "
+        "DualPipe's overlap): needs ep > 1, and pp = 1 or model chunks (interleaved, dualpipev)")
     tp_comm_overlap: bool = Field(default=False, description="Transformer Engine userbuffers overlap of the "
                                   "sequence-parallel all-gathers / reduce-scatters with their GEMMs (Megatron-Core "
                                   "--tp-comm-overlap, off by default; on in Megatron-Bridge performance recipes). "

@@ -76,6 +76,9 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
                    help="parameters in host memory (needs --zero 3)")
     p.add_argument("--offload-activation-layers", type=int, metavar="N",
                    help="activation CPU offload of N layers (Megatron --cpu-offloading-num-layers; pp 1, no recompute)")
+    p.add_argument("--ep-comm-overlap", action="store_true", default=None,
+                   help="MoE all-to-alls overlapped with another micro-batch's compute (Megatron-Core "
+                        "--overlap-moe-expert-parallel-comm; pp 1 or vpp > 1)")
     p.add_argument("--tp-comm-overlap", action="store_true", default=None,
                    help="Transformer Engine userbuffers: sequence-parallel collectives overlap their GEMMs")
     p.add_argument("--calibration", help="calibration profile JSON (from `trainsim calibrate`)")
@@ -87,7 +90,7 @@ OVERRIDE_FLAGS = {
     "recompute": "recompute", "sequence_parallel": "sequence_parallel", "zero": "zero",
     "distributed_optimizer": "distributed_optimizer", "schedule": "schedule", "dtype": "dtype",
     "framework": "framework", "offload_optimizer": "offload_optimizer", "offload_params": "offload_params",
-    "tp_comm_overlap": "tp_comm_overlap", "offload_activation_layers": "offload_activation_layers",
+    "tp_comm_overlap": "tp_comm_overlap", "ep_comm_overlap": "ep_comm_overlap", "offload_activation_layers": "offload_activation_layers",
 }
 
 
