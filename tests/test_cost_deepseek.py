@@ -260,3 +260,63 @@ def test_ep_overlap_refused_where_megatron_refuses(layout, training):
     with pytest.raises(SpecError) as err:
         scen({"preset": "qwen3-30b-a3b"}, gpus=16, layout=layout, global_batch=64, ep_comm_overlap=True, **training)
     assert err.value.field == "training.ep_comm_overlap"
+
+
+# --- selective recompute by module (Megatron-Core --recompute-modules) -------------------------------------
+
+def _bf16_block(modules=None, **model):
+    return scen(dsv3(**model), gpus=8, layout={"ep": 8}, recompute="selective" if modules else "none",
+                recompute_modules=modules)
+
+
+def test_recompute_modules_drop_the_terms_they_recompute():
+    """Each module removes exactly its saved tensors (bf16, flash, tp = 1; closed forms as in
+    test_mla_saved_activations_closed_form): mla_up_proj the per-head q, k, v; layernorm both norm outputs; moe_act
+    the experts' activation outputs (fc2 inputs); shared_experts the shared expert's inner 3·f; moe all of the MoE
+    layer after its input (routed inputs/outputs, experts, shared expert, router probabilities and indices)."""
+    e, s = 2, 4096
+    T = s
+    none = act.layer_activation_bytes(_bf16_block())
+    def drop(*mods):
+        return none.total - act.layer_activation_bytes(_bf16_block(tuple(mods))).total
+    lse = 4 * A * s
+    assert drop("core_attn") == pytest.approx(lse, rel=1e-12)
+    assert drop("mla_up_proj") == pytest.approx(e * T * A * (2 * (DN + DR) + DV), rel=1e-12)
+    assert drop("layernorm") == pytest.approx(2 * e * T * H, rel=1e-12)
+    assert drop("moe_act") == pytest.approx(e * T * K * F_EXP, rel=1e-12)
+    assert drop("shared_experts") == pytest.approx(3 * e * T * F_EXP, rel=1e-12)
+    routed = T * K
+    moe = (e * routed * H + 3 * e * routed * F_EXP + e * routed * H + 3 * e * T * F_EXP
+           + 4 * T * E + 8 * T * K)
+    assert drop("moe") == pytest.approx(moe, rel=1e-12)
+    dense_none = act.layer_activation_bytes(_bf16_block().dense_block()).total
+    dense_mlp = act.layer_activation_bytes(_bf16_block(("mlp",)).dense_block()).total
+    assert dense_none - dense_mlp == pytest.approx(3 * e * T * F_DENSE, rel=1e-12)
+
+
+def test_recompute_modules_rerun_their_forward_ops():
+    """The recompute time is the forward of exactly the recomputed modules' ops; 'moe' also re-dispatches."""
+    from trainsim.cost_models.compute import layer_op_times, layer_times
+    s = _bf16_block(("mla_up_proj", "moe_act"))
+    ops = {o.name: o for o in layer_op_times(s)}
+    expect = sum(ops[n].fwd_s for n in ("q_up", "kv_up", "rope", "expert_swiglu"))
+    assert layer_times(s).recompute_s == pytest.approx(expect, rel=1e-12)
+    sel = layer_times(_bf16_block(("core_attn",)))
+    assert sel.recompute_s == pytest.approx(ops["attention"].fwd_s, rel=1e-12)   # the old 'selective'
+    t_moe = build_cost_table(_bf16_block(("moe",))).stages[0].chunks[0]
+    t_none = build_cost_table(_bf16_block()).stages[0].chunks[0]
+    assert t_moe.ep_bwd_s == pytest.approx(2 * t_none.ep_bwd_s, rel=1e-12)
+
+
+def test_recompute_modules_validation_and_flag(capsys):
+    from trainsim.reports.cli import main
+    with pytest.raises(SpecError):
+        scen(dsv3(), gpus=8, layout={"ep": 8}, recompute="full", recompute_modules=("mlp",))
+    with pytest.raises(SpecError):
+        scen(dsv3(), gpus=8, layout={"ep": 8}, recompute="selective", recompute_modules=("attention",))
+    argv = ["predict", "--model", "deepseek-v3", "--cluster", "dgx-h100", "--gpus", "16", "--ep", "16", "--pp", "1",
+            "--seq-len", "4096", "--global-batch", "16", "--fast", "--json"]
+    assert main([*argv, "--recompute-modules", "mla_up_proj,moe_act"]) == 0   # implies --recompute selective
+    capsys.readouterr()
+    assert main([*argv, "--recompute-modules", "mla_up_proj", "--recompute", "full"]) == 2
+    assert capsys.readouterr().err.startswith("error: training")

@@ -27,8 +27,13 @@ GEMMs (a MoE router, the output layer) stay 2 bytes.
 
 Here ``T = b·s/cp`` tokens per rank; with CP every token-proportional term is divided by ``cp`` (ring
 attention keeps only the local q, k, v, o; received k/v chunks are re-sent in backward).
-Recompute: ``selective`` drops the attention core (softmax/dropout terms and the logsumexp; q, k, v and
-the output stay); ``full`` keeps only the block input ``e·T·h`` (``/tp`` with SP, the input is sharded).
+Recompute: ``selective`` drops what its modules (TrainingSpec.recompute_modules, Megatron-Core
+--recompute-modules) recompute -- core_attn (the default, Korthikanti's selective recompute): the attention core's
+softmax/dropout terms and the logsumexp, q, k, v and the output stay; mla_up_proj: MLA's per-head q, k, v;
+layernorm: the two norms' outputs (the linears' saved inputs); mlp: a dense block's MLP inner activations;
+moe_act: the experts' activation output; shared_experts: the shared expert's inner activations; moe: everything
+of the MoE layer after its input. ``full`` keeps only the block input ``e·T·h`` (``/tp`` with SP, the input is
+sharded).
 
 ``impl`` selects the kernels: ``"fused"`` (default; Megatron/TE: fused norms and SwiGLU) or ``"eager"``
 (plain torch autograd, the executor's model in trainsim/kernels/torch_model.py: RMSNorm in fp32 saving
@@ -126,31 +131,36 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
     if shp.recompute == "full":
         return ActivationBytes(main=e * T * h / r, small=0.0)
 
+    rc = shp.recomputes  # selective recompute by module (TrainingSpec.recompute_modules)
     norm_main, norm_small = _norm_bytes(shp, T / r, impl)
     # Two norms: each saves its input (+ stats); each output is the next GEMM's saved input -- the QKV
     # projection, then fc1, or in a MoE block the router (a 16-bit GEMM; the experts save their own input).
-    seq = (2 * norm_main + _gemm_input_bytes(shp, impl) + _gemm_input_bytes(shp, impl, fp8_input=not shp.is_moe)
+    # Recomputing "layernorm" drops both outputs (Megatron discards them once the linears have consumed them).
+    norm_outs = _gemm_input_bytes(shp, impl) + _gemm_input_bytes(shp, impl, fp8_input=not shp.is_moe)
+    seq = (2 * norm_main + (0.0 if rc("layernorm") else norm_outs)
            + (2 * MASK_BYTES * T * h / r if shp.dropout else 0.0))
     small = 2 * norm_small
 
     heads = shp.a // t
     sq, sk = shp.s // shp.cp, shp.s
     qd = heads * shp.dvh  # attention output (out-projection input) per token
+    core_rc = rc("core_attn")
     if shp.mla:
         # MLA: the latents replicated on every TP rank -- each RMSNorm's input (e) and output (the up-
-        # projection's saved input), the shared RoPE key -- then per-head q, k (dqk) and v (dvh).
+        # projection's saved input), the shared RoPE key -- then per-head q, k (dqk) and v (dvh), which
+        # "mla_up_proj" recompute drops (re-projected from the latents before the backward).
         lat_in = _gemm_input_e(shp, impl)
         seq += T * ((shp.e + lat_in) * (shp.ql + shp.kvl) + shp.e * shp.dr)
         small += STAT_BYTES * T * (2 if shp.ql else 1)
-        qkv_saved = e * T * heads * (2 * shp.dqk + shp.dvh)
+        qkv_saved = 0.0 if rc("mla_up_proj") else e * T * heads * (2 * shp.dqk + shp.dvh)
     else:
         qkv_saved = e * T * (shp.a + 2 * shp.kv) * shp.d / t
     if shp.flash:
         # q, k, v; the output is saved by the out-projection (its input) and, unless the core is recomputed
-        # (selective), by flash attention for its own backward -- one 16-bit tensor, or with fp8 the
+        # (core_attn), by flash attention for its own backward -- one 16-bit tensor, or with fp8 the
         # projection's fp8 copy besides flash's 16-bit one.
         attn = qkv_saved + _gemm_input_e(shp, impl) * T * qd
-        if shp.recompute != "selective":
+        if not core_rc:
             small += STAT_BYTES * b * heads * sq
             if _fp8_saved(shp, impl):
                 attn += e * T * qd
@@ -158,29 +168,33 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
     else:
         # q over local queries; k, v expanded to all query heads over all s keys; the output (saved only by
         # the out-projection: the batched GEMMs' backward needs the probabilities and v).
-        attn = e * T * heads * shp.dqk + e * b * sk * heads * (shp.dqk + shp.dvh) + _gemm_input_e(shp, impl) * T * qd
+        qkv_unfused = e * T * heads * shp.dqk + e * b * sk * heads * (shp.dqk + shp.dvh)
+        attn = (0.0 if shp.mla and rc("mla_up_proj") else qkv_unfused) + _gemm_input_e(shp, impl) * T * qd
         probs = b * heads * sq * sk
-        core = e * probs + ((MASK_BYTES + e) * probs if shp.dropout else 0.0)
-        if shp.recompute == "selective":
-            core = 0.0
+        core = 0.0 if core_rc else e * probs + ((MASK_BYTES + e) * probs if shp.dropout else 0.0)
     if impl == "eager" and shp.rope:
         # RoPE by torch.cat leaves q in (b, a, s, d) order, so the attention output's transpose back to
         # (b, s, a·d) is a copy the out-projection saves (besides the output SDPA saves, unless the core
         # is checkpointed); cos/sin tables are saved per layer.
-        if shp.recompute != "selective":
+        if not core_rc:
             attn += e * T * qd
         small += (2 if e == STAT_BYTES else 4) * sq * ((shp.dr or shp.d) // 2) * e
 
     if shp.is_moe:
         k = shp.top_k
         routed = T * k
-        mlp = (_gemm_input_e(shp, impl) * routed * h + routed * _mlp_inner_bytes(shp, shp.fe, impl) / t
-               + e * routed * h)
-        small += STAT_BYTES * (T / r) * shp.experts + 8 * (T / r) * k
-        if shp.fs:  # shared expert: its inner activations (its input is the router's, saved above)
+        inner = routed * _mlp_inner_bytes(shp, shp.fe, impl) / t
+        if rc("moe_act"):  # the activation's output (fc2's saved input) is recomputed from its kept input
+            inner -= routed * _gemm_input_e(shp, impl) * shp.fe / t
+        mlp = _gemm_input_e(shp, impl) * routed * h + inner + e * routed * h
+        router = STAT_BYTES * (T / r) * shp.experts + 8 * (T / r) * k
+        if shp.fs and not rc("shared_experts"):  # shared expert: its inner activations (input = the router's)
             mlp += T * _mlp_inner_bytes(shp, shp.fs, impl) / t
+        if rc("moe"):  # the whole MoE layer is recomputed from its input (the norm output, kept above)
+            mlp, router = 0.0, 0.0
+        small += router
     else:
-        mlp = T * _mlp_inner_bytes(shp, shp.f, impl) / t
+        mlp = 0.0 if rc("mlp") else T * _mlp_inner_bytes(shp, shp.f, impl) / t
     return ActivationBytes(main=seq + attn + core + mlp, small=small)
 
 

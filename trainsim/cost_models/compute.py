@@ -291,14 +291,14 @@ def _cached_times(what: str, shp: LayerShape, hw: _Hw, pref, learned_positions: 
     profile = pref.profile if pref is not None else None
     if what == "layer":
         ops = layer_ops(shp)
-        return _sum_times(ops, recompute_ops(ops, shp.recompute), hw, shp, profile)
+        return _sum_times(ops, recompute_ops(ops, shp.recompute, shp.rc_modules), hw, shp, profile)
     if what == "embedding":
         from .flops import _embedding_ops
         return _sum_times(_embedding_ops(shp, learned_positions), (), hw, shp, profile)
     if what == "mtp":
         from .flops import _mtp_ops
         ops = _mtp_ops(shp)
-        return _sum_times(ops, recompute_ops(ops, shp.recompute), hw, shp, profile)
+        return _sum_times(ops, recompute_ops(ops, shp.recompute, shp.rc_modules), hw, shp, profile)
     return _sum_times(head_ops(shp), (), hw, shp, profile)
 
 

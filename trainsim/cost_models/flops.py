@@ -32,7 +32,7 @@ in ``compute.py`` turns into time for memory-bound ops.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from .framework import cross_entropy_bytes, train_metric_bytes_per_logit
@@ -70,6 +70,7 @@ class Op:
     batch: int = 1
     fp8: bool = False
     selective: bool = False
+    modules: frozenset = frozenset()  # TrainingSpec.recompute_modules whose recompute re-runs this op
     work_fraction: float = 1.0
     attn: tuple[int, int, int, int, int] | None = None
 
@@ -102,6 +103,12 @@ class PassFlops:
     @property
     def hardware(self) -> float:
         return self.model + self.recompute
+
+
+def _tag(ops, *modules: str) -> list[Op]:
+    """``ops`` marked as re-run when any of ``modules`` is recomputed (TrainingSpec.recompute_modules)."""
+    tag = frozenset(modules)
+    return [replace(op, modules=op.modules | tag) for op in ops]
 
 
 def _flops(gemms: tuple[Gemm, ...], batch: int = 1) -> float:
@@ -205,11 +212,15 @@ def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int 
         act = _elementwise(f"{prefix}swiglu", "elementwise", act_elems, 3 * e, 5 * e, 6.0)
     else:
         act = _elementwise(f"{prefix}gelu", "elementwise", act_elems, 2 * e, 3 * e, 8.0)
-    return [
+    module = {"": "mlp", "expert_": "moe", "shared_": "shared_experts"}.get(prefix, "mlp")
+    if prefix == "expert_":
+        act = replace(act, modules=frozenset({"moe_act"}))
+    ops = [
         _linear(f"{prefix}fc1", tokens, n_in * f_local, h, e, fp8=fp8, batch=batch, weight_casts=casts),
         act,
         _linear(f"{prefix}fc2", tokens, h, f_local, e, fp8=fp8, batch=batch, weight_casts=casts),
     ]
+    return _tag(ops, module)
 
 
 def _moe_ops(shp: LayerShape) -> list[Op]:
@@ -228,7 +239,7 @@ def _moe_ops(shp: LayerShape) -> list[Op]:
     ops.append(_elementwise("moe_unpermute", "elementwise", routed * h, 2 * e, 3 * e, 1.0))
     if shp.fs:  # shared expert: a TP-sharded dense MLP every token runs, its output added to the routed one
         ops += _mlp_ops(shp, shp.tokens, shp.fs, "shared_")
-    return ops
+    return _tag(ops, "moe")  # Megatron's "moe" recompute re-runs the whole MoE layer
 
 
 def _mla_projection_ops(shp: LayerShape) -> list[Op]:
@@ -251,7 +262,9 @@ def _mla_projection_ops(shp: LayerShape) -> list[Op]:
             _elementwise("kv_norm", "norm", T * shp.kvl, 2 * e, 3 * e, _NORM_FLOPS["rmsnorm"]),
             _linear("kv_up", T, heads * (shp.d + shp.dvh), shp.kvl, e, fp8=fp8, weight_casts=casts),
             _elementwise("rope", "elementwise", T * (heads + 1) * shp.dr, 2 * e, 2 * e, 3.0)]
-    return ops
+    # mla_up_proj recompute re-runs the up-projections and RoPE (the down-projections' outputs are kept).
+    return [replace(op, modules=frozenset({"mla_up_proj"})) if op.name in ("q_up", "q_proj", "kv_up", "rope")
+            else op for op in ops]
 
 
 @lru_cache(maxsize=4096)
@@ -261,7 +274,7 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
     T_seq = T // shp.sp_div
     fp8, casts = shp.dtype == "fp8", shp.fp8_weight_casts
     qkv_out = (shp.a + 2 * shp.kv) * shp.d // t
-    ops: list[Op] = [_norm("norm1", shp, T_seq)]
+    ops: list[Op] = _tag([_norm("norm1", shp, T_seq)], "layernorm")
     if shp.mla:
         ops += _mla_projection_ops(shp)
     else:
@@ -271,7 +284,7 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
     ops += _attention_ops(shp)
     ops.append(_linear("out_proj", T, h, shp.a * shp.dvh // t, e, fp8=fp8, weight_casts=casts))
     ops.append(_residual("residual1", shp, T_seq))
-    ops.append(_norm("norm2", shp, T_seq))
+    ops += _tag([_norm("norm2", shp, T_seq)], "layernorm")
     ops += _moe_ops(shp) if shp.is_moe else _mlp_ops(shp, T, shp.f, "")
     ops.append(_residual("residual2", shp, T_seq))
     if shp.bias_grad_pass and not shp.is_moe:
@@ -300,12 +313,17 @@ def layer_ops(scenario) -> tuple[Op, ...]:
     return _layer_ops(_shape(scenario))
 
 
-def recompute_ops(ops: tuple[Op, ...], mode: str) -> tuple[Op, ...]:
-    """The ops whose forward is re-run before backward: none, the attention core (selective), or all (full)."""
+_CORE_ATTN = frozenset({"core_attn"})
+
+
+def recompute_ops(ops: tuple[Op, ...], mode: str, modules: frozenset = frozenset()) -> tuple[Op, ...]:
+    """The ops whose forward is re-run before backward: none, those of the recomputed ``modules`` (selective;
+    default the attention core, ``Op.selective``), or all (full)."""
     if mode == "full":
         return ops
     if mode == "selective":
-        return tuple(op for op in ops if op.selective)
+        mods = modules or _CORE_ATTN
+        return tuple(op for op in ops if (op.selective and "core_attn" in mods) or (op.modules & mods))
     return ()
 
 
@@ -372,10 +390,11 @@ def head_ops(scenario) -> tuple[Op, ...]:
     return _head_ops(_shape(scenario))
 
 
-def pass_flops(ops: tuple[Op, ...], recompute: str = "none", matmul_only: bool = True) -> PassFlops:
+def pass_flops(ops: tuple[Op, ...], recompute: str = "none", matmul_only: bool = True,
+               modules: frozenset = frozenset()) -> PassFlops:
     """Sum FLOPs of ``ops`` by pass (matmul kinds only by default, as model FLOPs count them)."""
     sel = [op for op in ops if op.is_matmul] if matmul_only else list(ops)
-    rec = recompute_ops(tuple(sel), recompute)
+    rec = recompute_ops(tuple(sel), recompute, modules)
     return PassFlops(
         fwd=sum(op.fwd_flops for op in sel),
         bwd_input=sum(op.bwd_input_flops for op in sel),
@@ -387,7 +406,7 @@ def pass_flops(ops: tuple[Op, ...], recompute: str = "none", matmul_only: bool =
 def layer_flops(scenario, matmul_only: bool = True) -> PassFlops:
     """FLOPs of one block per micro-batch on one rank, by pass, with the scenario's recompute mode."""
     shp = _shape(scenario)
-    return pass_flops(_layer_ops(shp), shp.recompute, matmul_only)
+    return pass_flops(_layer_ops(shp), shp.recompute, matmul_only, shp.rc_modules)
 
 
 def _per_microbatch_unsharded(scenario) -> tuple[PassFlops, PassFlops]:
@@ -417,7 +436,7 @@ _unsharded = lru_cache(maxsize=4096)(LayerShape.unsharded)
 
 @lru_cache(maxsize=4096)
 def _unsharded_flops(shp: LayerShape, L: int) -> tuple[PassFlops, PassFlops]:
-    lay = pass_flops(_layer_ops(shp), shp.recompute)
+    lay = pass_flops(_layer_ops(shp), shp.recompute, modules=shp.rc_modules)
     head = pass_flops(_head_ops(shp), "none")
     blocks = PassFlops(L * lay.fwd, L * lay.bwd_input, L * lay.bwd_weight, L * lay.recompute)
     return blocks, head

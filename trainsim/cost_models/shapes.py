@@ -18,6 +18,7 @@ T = TypeVar("T")
 # Bytes per activation element for each training dtype. fp8 training (Transformer Engine) keeps
 # activations in bf16 and casts GEMM operands to fp8 on the fly, so activations stay 2 bytes -- except the
 # inputs TE's linears save for their weight-gradient GEMMs, which are saved already cast (activations.py).
+_DEFAULT_SELECTIVE = frozenset({"core_attn"})  # Megatron's selective recompute without --recompute-modules
 ACT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
 
 
@@ -52,6 +53,7 @@ class LayerShape:
     sp: bool = False  # Megatron sequence parallelism (norms/dropouts/residuals sharded over tp)
     dtype: str = "bf16"
     recompute: str = "none"
+    rc_modules: frozenset = frozenset()  # recompute=selective: TrainingSpec.selective_modules
     flash: bool = True
     dropout: bool = False
     causal: bool = True  # decoder LMs: a fused kernel skips the masked half (time only, not FLOP counts)
@@ -94,6 +96,10 @@ class LayerShape:
         """Divisor of the 'sequence region' (norms, dropouts, residuals): tp with SP, else 1."""
         return self.tp if self.sp else 1
 
+    def recomputes(self, module: str) -> bool:
+        """Whether recompute=selective re-runs ``module`` (TrainingSpec.recompute_modules)."""
+        return self.recompute == "selective" and module in (self.rc_modules or _DEFAULT_SELECTIVE)
+
     def unsharded(self) -> LayerShape:
         """The same block with no TP/CP/EP/SP: whole-model FLOP counts (model FLOPs) come from this."""
         return replace(self, tp=1, cp=1, ep=1, sp=False)
@@ -135,6 +141,7 @@ def _layer_shape(scenario) -> LayerShape:
         ql=m.q_lora_rank or 0, kvl=m.kv_lora_rank or 0, dr=m.qk_rope_head_dim or 0,
         dv=(m.v_head_dim or 0) if m.is_mla else 0,
         tp=lay.tp, cp=lay.cp, ep=lay.ep, sp=t.sequence_parallel, dtype=t.dtype, recompute=t.recompute,
+        rc_modules=t.selective_modules,
         flash=t.flash_attention, dropout=t.dropout, flash_version=t.flash_attention_version,
         fused_ce=behaviour(t.framework).fused_cross_entropy,
         metric_ce_passes=behaviour(t.framework).train_metric_loss_passes,

@@ -83,6 +83,9 @@ def check_job(job: ExecJob) -> None:
     if m.is_mla:
         raise SpecError("model.kv_lora_rank", "multi-head latent attention is simulated only, not executed (the "
                                               "executor's model has multi-head/grouped-query attention)")
+    if t.recompute_modules and set(t.recompute_modules) != {"core_attn"}:
+        raise SpecError("training.recompute_modules", "the executor recomputes the attention core only "
+                                                      "(selective = core_attn); other modules are simulated only")
     if lay.cp > 1:
         raise SpecError("layout.cp", "context parallelism is not executed (torch's context_parallel needs CUDA SDPA); use cp=1")
     if lay.ep > 1:

@@ -380,7 +380,7 @@ def _block(scenario: Scenario, groups: dict, profile) -> _Block:
         ep_f = ep_b = 2 * a2a
         if tr.ep_comm_overlap:
             ep_f_ov, ep_b_ov = _ep_overlapped(a2a, scenario, profile)
-        if tr.recompute == "full":
+        if tr.recompute == "full" or shp.recomputes("moe"):  # the recomputed forward dispatches again
             ep_b += ep_f
             ep_b_ov += ep_f_ov
     dense_l, expert_l = memory.layer_params_per_rank(m, lay.tp, lay.ep)  # per block, one rank

@@ -7,6 +7,11 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Recompute = Literal["none", "selective", "full"]
+# Megatron-Core --recompute-modules (with --recompute-granularity selective): the parts of a block whose
+# activations are dropped after the forward and recomputed before the backward.
+RecomputeModule = Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act", "moe", "shared_experts"]
+RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act", "moe",
+                                      "shared_experts")
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb", "dualpipev"]
 TrainDtype = Literal["bf16", "fp16", "fp8", "fp32"]
 # The training framework: selects documented software-stack behaviours (gradient-reduction overlap,
@@ -65,6 +70,12 @@ class TrainingSpec(BaseModel):
     micro_batch: int = Field(default=1, gt=0, le=1_000_000, description="sequences per pipeline replica")
     dtype: TrainDtype = "bf16"
     recompute: Recompute = "none"
+    recompute_modules: tuple[RecomputeModule, ...] | None = Field(
+        default=None, description="with recompute=selective: the modules recomputed (Megatron-Core --recompute-"
+        "modules): core_attn (the attention core, Korthikanti's selective recompute; the default), mla_up_proj (MLA's "
+        "up-projections and RoPE: the per-head q, k, v), layernorm (the two norms' outputs), mlp (a dense block's "
+        "MLP), moe_act (the experts' activation function), moe (the whole MoE layer, its all-to-alls included), "
+        "shared_experts")
     sequence_parallel: bool = False
     zero: int = Field(default=0, ge=0, le=3, description="ZeRO stage; 3 = FSDP full shard")
     distributed_optimizer: bool = Field(default=False, description="Megatron: optimizer states sharded over DP (= ZeRO-1)")
@@ -107,9 +118,24 @@ class TrainingSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:
+        if self.recompute_modules is not None:
+            if self.recompute != "selective":
+                raise ValueError("recompute_modules needs recompute=selective (Megatron-Core: --recompute-modules "
+                                 "with --recompute-granularity selective)")
+            if not self.recompute_modules:
+                raise ValueError("recompute_modules is empty: use recompute=none")
+            if len(set(self.recompute_modules)) != len(self.recompute_modules):
+                raise ValueError("recompute_modules lists a module twice")
         if self.offload_params and self.zero != 3:
             raise ValueError("offload_params needs zero=3 (parameters must be sharded to be offloaded)")
         return self
+
+    @property
+    def selective_modules(self) -> frozenset[str]:
+        """Modules recomputed under recompute=selective (core_attn unless recompute_modules says otherwise)."""
+        if self.recompute != "selective":
+            return frozenset()
+        return frozenset(self.recompute_modules or ("core_attn",))
 
     @property
     def effective_zero(self) -> int:

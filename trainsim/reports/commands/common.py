@@ -47,6 +47,14 @@ def int_list(text: str) -> tuple[int, ...]:
     return values
 
 
+def name_list(text: str) -> tuple[str, ...]:
+    """argparse type: comma-separated names (e.g. ``mla_up_proj,mlp``)."""
+    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"must be comma-separated names, got {text!r}")
+    return names
+
+
 def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = True) -> None:
     """The scenario flags of DESIGN.md (`trainsim predict` and friends)."""
     if scenario_positional:
@@ -63,6 +71,9 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
     p.add_argument("--global-batch", type=positive_int)
     p.add_argument("--micro-batch", type=positive_int)
     p.add_argument("--recompute", choices=("none", "selective", "full"))
+    p.add_argument("--recompute-modules", type=name_list, metavar="M,M,...",
+                   help="modules recomputed under selective recompute (Megatron --recompute-modules: core_attn, "
+                        "mla_up_proj, layernorm, mlp, moe_act, moe, shared_experts); implies --recompute selective")
     p.add_argument("--sequence-parallel", action="store_true", default=None)
     p.add_argument("--zero", type=int, choices=(0, 1, 2, 3))
     p.add_argument("--distributed-optimizer", action="store_true", default=None)
@@ -87,7 +98,7 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
 OVERRIDE_FLAGS = {
     "model": "model", "cluster": "cluster", "gpus": "gpus", "tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp",
     "ep": "ep", "vpp": "vpp", "stage_layers": "stage_layers", "seq_len": "seq_len", "global_batch": "global_batch", "micro_batch": "micro_batch",
-    "recompute": "recompute", "sequence_parallel": "sequence_parallel", "zero": "zero",
+    "recompute": "recompute", "recompute_modules": "recompute_modules", "sequence_parallel": "sequence_parallel", "zero": "zero",
     "distributed_optimizer": "distributed_optimizer", "schedule": "schedule", "dtype": "dtype",
     "framework": "framework", "offload_optimizer": "offload_optimizer", "offload_params": "offload_params",
     "tp_comm_overlap": "tp_comm_overlap", "ep_comm_overlap": "ep_comm_overlap", "offload_activation_layers": "offload_activation_layers",
@@ -96,7 +107,10 @@ OVERRIDE_FLAGS = {
 
 def imply_schedule(overrides: dict, raw: Mapping) -> None:
     """`--vpp N` alone implies the interleaved schedule, as in Megatron -- unless the scenario file already
-    names a schedule with model chunks (interleaved, dualpipev), which the flag then only resizes."""
+    names a schedule with model chunks (interleaved, dualpipev), which the flag then only resizes -- and
+    `--recompute-modules` alone implies `--recompute selective`."""
+    if overrides.get("recompute_modules") and overrides.get("recompute") is None:
+        overrides["recompute"] = "selective"  # the module list is selective recompute's
     if overrides.get("vpp") and overrides["vpp"] > 1 and overrides.get("schedule") is None:
         training = raw.get("training")
         if not (isinstance(training, Mapping) and training.get("schedule") in ("interleaved", "dualpipev")):
