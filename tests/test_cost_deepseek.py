@@ -320,3 +320,57 @@ def test_recompute_modules_validation_and_flag(capsys):
     capsys.readouterr()
     assert main([*argv, "--recompute-modules", "mla_up_proj", "--recompute", "full"]) == 2
     assert capsys.readouterr().err.startswith("error: training")
+
+
+# --- expert tensor parallelism / MoE parallel folding (Megatron-Core --expert-tensor-parallel-size) -----------
+
+def _folded(etp, tp=2, ep=8, gpus=16):
+    return scen({"preset": "qwen3-30b-a3b"}, gpus=gpus, layout={"tp": tp, "ep": ep, "etp": etp},
+                global_batch=gpus, sequence_parallel=tp > 1)
+
+
+def test_etp1_lets_the_expert_group_span_tp_ranks():
+    """tp 2 x dp 8 with ep 16 needs etp 1: the EP group is then 16 consecutive GPUs (TP peers included)."""
+    from trainsim.topologies.placement import place
+    with pytest.raises(SpecError) as err:
+        _folded(None, ep=16)
+    assert "etp" in str(err.value)
+    s = _folded(1, ep=16)
+    pl = place(s)
+    assert pl.group_ranks("ep") == list(range(16))
+    assert pl.group_ranks("tp") == [0, 1]
+    assert place(_folded(None, ep=8)).group_ranks("ep") == list(range(0, 16, 2))   # etp = tp: DP ranks only
+
+
+def test_etp_splits_expert_weights_and_work():
+    """Experts' parameters per rank: E/ep x 3·h·fe / etp; expert-data-parallel group tp·dp/(ep·etp); the experts'
+    GEMM FLOPs per rank are the same either way (T·k/tp tokens x fe, or T·k tokens x fe/tp)."""
+    m = load_model("qwen3-30b-a3b")
+    h, fe, E = m.hidden, m.expert_ffn, m.num_experts
+    one, two = _folded(1), _folded(None)
+    assert rank_param_shards(one, 0).expert == pytest.approx(48 * (E / 8) * 3 * h * fe, rel=1e-12)
+    assert rank_param_shards(two, 0).expert == pytest.approx(48 * (E / 8) * 3 * h * fe / 2, rel=1e-12)
+    from trainsim.cost_models.flops import layer_ops
+    def expert_flops(s):
+        return sum(o.fwd_flops for o in layer_ops(s) if o.name.startswith("expert_"))
+    assert expert_flops(one) == pytest.approx(expert_flops(two), rel=1e-12)
+    fc1 = {o.name: o for o in layer_ops(one)}["expert_fc1"]
+    m_tok, n, k = fc1.fwd_gemms[0]
+    assert (n, k) == (2 * fe, h)                     # whole experts with etp 1
+    assert m_tok * fc1.batch == 4096 * m.top_k // 2   # this rank's half of the tokens, top-k copies
+
+
+@pytest.mark.parametrize("layout, field", [
+    ({"tp": 4, "etp": 3, "ep": 4}, "layout.etp"),       # etp must divide tp
+    ({"tp": 2, "etp": 1, "ep": 64}, "layout.ep"),       # 64 does not divide dp·tp/etp = 16
+])
+def test_bad_etp_refused(layout, field):
+    with pytest.raises(SpecError) as err:
+        scen({"preset": "qwen3-30b-a3b"}, gpus=16, layout=layout, global_batch=16)
+    assert err.value.field == field
+
+
+def test_etp_on_a_dense_model_refused():
+    with pytest.raises(SpecError) as err:
+        scen({"preset": "llama3-8b"}, gpus=8, layout={"tp": 2, "etp": 1})
+    assert err.value.field == "layout.etp"

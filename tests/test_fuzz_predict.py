@@ -161,6 +161,8 @@ def scenarios(draw) -> dict:
     layout: dict = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp}
     if draw(st.booleans()):
         layout["dp"] = dp
+    if ep > 1 and tp > 1 and draw(st.booleans()):
+        layout["etp"] = draw(st.sampled_from([1, tp, 3]))  # 3: must be refused unless it divides tp
     if vpp > 1 and not chaos:
         sched = "interleaved"
     else:

@@ -181,11 +181,11 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
         small += (2 if e == STAT_BYTES else 4) * sq * ((shp.dr or shp.d) // 2) * e
 
     if shp.is_moe:
-        k = shp.top_k
-        routed = T * k
-        inner = routed * _mlp_inner_bytes(shp, shp.fe, impl) / t
+        k, xt = shp.top_k, shp.xtp
+        routed = shp.routed_tokens  # T·k·etp/tp token-copies on this rank, each expert's MLP split over etp
+        inner = routed * _mlp_inner_bytes(shp, shp.fe, impl) / xt
         if rc("moe_act"):  # the activation's output (fc2's saved input) is recomputed from its kept input
-            inner -= routed * _gemm_input_e(shp, impl) * shp.fe / t
+            inner -= routed * _gemm_input_e(shp, impl) * shp.fe / xt
         mlp = _gemm_input_e(shp, impl) * routed * h + inner + e * routed * h
         router = STAT_BYTES * (T / r) * shp.experts + 8 * (T / r) * k
         if shp.fs and not rc("shared_experts"):  # shared expert: its inner activations (input = the router's)

@@ -201,9 +201,10 @@ def _bmm(name: str, batch: int, fwd: Gemm, bwd: tuple[Gemm, ...], e: int) -> Op:
               fwd_gemms=(fwd,), bwd_input_gemms=bwd, batch=batch, selective=True)
 
 
-def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int = 1) -> list[Op]:
-    """fc1 (or gate+up), activation, fc2 for ``tokens`` tokens; ``batch`` identical copies (local experts)."""
-    e, h, t = shp.e, shp.h, shp.tp
+def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int = 1, split: int = 0) -> list[Op]:
+    """fc1 (or gate+up), activation, fc2 for ``tokens`` tokens; ``batch`` identical copies (local experts); the
+    hidden ``ffn`` split over ``split`` ranks (default tp; experts: etp)."""
+    e, h, t = shp.e, shp.h, split or shp.tp
     f_local = ffn // t
     n_in = 2 if shp.gated else 1
     fp8, casts = shp.dtype == "fp8", shp.fp8_weight_casts
@@ -227,7 +228,7 @@ def _moe_ops(shp: LayerShape) -> list[Op]:
     """Router + top-k dispatch, local experts' MLPs, and combine (balanced, capacity factor 1)."""
     e, h, k, E = shp.e, shp.h, shp.top_k, shp.experts
     n_tok = shp.tokens // shp.sp_div            # router runs on this rank's (SP-sharded) tokens
-    routed = shp.tokens * k                      # expert tokens per rank: T·k (balanced, any ep)
+    routed = shp.routed_tokens                   # expert tokens per rank: T·k·etp/tp (balanced, any ep)
     local_experts = E // shp.ep
     per_expert = max(1, routed // local_experts)
     ops = [
@@ -235,7 +236,7 @@ def _moe_ops(shp: LayerShape) -> list[Op]:
         _elementwise("router_topk", "softmax", n_tok * E, 2 * 4, 3 * 4, 5.0),
         _elementwise("moe_permute", "elementwise", routed * h, 2 * e, 2 * e, 0.0),
     ]
-    ops += _mlp_ops(shp, per_expert, shp.fe, "expert_", batch=local_experts)
+    ops += _mlp_ops(shp, per_expert, shp.fe, "expert_", batch=local_experts, split=shp.xtp)
     ops.append(_elementwise("moe_unpermute", "elementwise", routed * h, 2 * e, 3 * e, 1.0))
     if shp.fs:  # shared expert: a TP-sharded dense MLP every token runs, its output added to the routed one
         ops += _mlp_ops(shp, shp.tokens, shp.fs, "shared_")

@@ -101,7 +101,7 @@ def model_state_bytes(params: float, zero: int, dp: int, *, param_bytes: int = 2
     return w, g, o
 
 
-def _layer_params_rank(model, tp: int, ep: int) -> tuple[float, float]:
+def _layer_params_rank(model, tp: int, ep: int, etp: int | None = None) -> tuple[float, float]:
     """(dense, expert) parameters of one block on one rank: a MoE block for a MoE model (routed experts,
     router, shared expert), else a dense block (``model.dense_block()`` gives a MoE model's dense blocks)."""
     h = model.hidden
@@ -119,13 +119,14 @@ def _layer_params_rank(model, tp: int, ep: int) -> tuple[float, float]:
         attn = (h * q + 2 * h * kv + q * h) / tp + ((q + 2 * kv) / tp if qkv_bias else 0) + (h if model.bias else 0)
     norms = 2 * model.norm_params()
 
-    def mlp(f: int) -> float:
+    def mlp(f: int, split: int = tp) -> float:
         n_in = 2 if model.gated_mlp else 1
-        return (n_in * h * f + f * h) / tp + ((n_in * f / tp + h) if model.bias else 0)
+        return (n_in * h * f + f * h) / split + ((n_in * f / split + h) if model.bias else 0)
 
     if model.is_moe:
         shared = mlp(model.shared_expert_ffn) if model.shared_expert_ffn else 0.0
-        return attn + norms + h * model.num_experts + shared, (model.num_experts / ep) * mlp(model.expert_ffn)
+        return (attn + norms + h * model.num_experts + shared,
+                (model.num_experts / ep) * mlp(model.expert_ffn, etp or tp))
     return attn + norms + mlp(model.ffn), 0.0
 
 
@@ -147,7 +148,7 @@ def _stage_extra_params(model, tp: int, pp: int, stage: int, loss_stage: int | N
     return extra
 
 
-def mtp_params_per_rank(model, tp: int, ep: int) -> tuple[float, float]:
+def mtp_params_per_rank(model, tp: int, ep: int, etp: int | None = None) -> tuple[float, float]:
     """(dense, expert) parameters of the model's multi-token-prediction modules on one rank of the loss stage:
     per module a block like the model's own (MoE for a MoE model), the 2h->h projection (column-parallel) and
     three RMSNorm/LayerNorm weights (embedding, hidden state, output). The shared embedding and output layer
@@ -155,7 +156,7 @@ def mtp_params_per_rank(model, tp: int, ep: int) -> tuple[float, float]:
     k = model.mtp_layers
     if not k:
         return 0.0, 0.0
-    dense, expert = _layer_params_rank(model, tp, ep)
+    dense, expert = _layer_params_rank(model, tp, ep, etp)
     h = model.hidden
     return k * (dense + 2 * h * h / tp + 3 * model.norm_params()), k * expert
 
@@ -169,7 +170,7 @@ def rank_param_shards(scenario, stage: int) -> RankParams:
     """Parameters a rank of pipeline ``stage`` holds, and what it stores after ZeRO sharding."""
     m, lay, t = scenario.model, scenario.layout, scenario.training
     _check_stage(stage, lay.pp)
-    dense_l, expert_l = _layer_params_rank(m, lay.tp, lay.ep)
+    dense_l, expert_l = _layer_params_rank(m, lay.tp, lay.ep, lay.etp)
     L = scenario.layers_on_stage(stage)  # uneven stages: Scenario.stage_layers
     L_dense = scenario.dense_layers_on_stage(stage) if m.is_moe else 0  # first_dense_layers held here
     block_l = _layer_params_rank(m.dense_block(), lay.tp, 1)[0] if L_dense else 0.0
@@ -177,10 +178,10 @@ def rank_param_shards(scenario, stage: int) -> RankParams:
     dense = (L - L_dense) * dense_l + L_dense * block_l + extra
     expert = (L - L_dense) * expert_l
     if stage == scenario.loss_stage and m.mtp_layers:
-        mtp_dense, mtp_expert = mtp_params_per_rank(m, lay.tp, lay.ep)
+        mtp_dense, mtp_expert = mtp_params_per_rank(m, lay.tp, lay.ep, lay.etp)
         dense, expert = dense + mtp_dense, expert + mtp_expert
     n_dense = scenario.dp * lay.cp
-    n_exp = max(1.0, n_dense / lay.ep)
+    n_exp = max(1.0, n_dense * lay.tp / (lay.ep * scenario.expert_tp))  # expert-data-parallel group
     z = t.effective_zero
 
     def shard(level: int) -> float:

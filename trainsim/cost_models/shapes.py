@@ -50,6 +50,7 @@ class LayerShape:
     tp: int = 1
     cp: int = 1
     ep: int = 1
+    etp: int = 0      # expert tensor parallelism (0: = tp)
     sp: bool = False  # Megatron sequence parallelism (norms/dropouts/residuals sharded over tp)
     dtype: str = "bf16"
     recompute: str = "none"
@@ -71,6 +72,17 @@ class LayerShape:
     @property
     def is_moe(self) -> bool:
         return self.experts > 1
+
+    @property
+    def xtp(self) -> int:
+        """Ranks each expert's MLP is split over (Layout.etp, default tp)."""
+        return self.etp or self.tp
+
+    @property
+    def routed_tokens(self) -> int:
+        """Expert token-copies one rank computes per micro-batch: its TP group's T tokens x top_k are spread over
+        the tp/etp ranks of the folded expert group (balanced routing); T·k with etp = tp."""
+        return self.tokens * self.top_k * self.xtp // self.tp
 
     @property
     def mla(self) -> bool:
@@ -102,7 +114,7 @@ class LayerShape:
 
     def unsharded(self) -> LayerShape:
         """The same block with no TP/CP/EP/SP: whole-model FLOP counts (model FLOPs) come from this."""
-        return replace(self, tp=1, cp=1, ep=1, sp=False)
+        return replace(self, tp=1, cp=1, ep=1, etp=0, sp=False)
 
 
 class IdentityMemo:
@@ -140,7 +152,7 @@ def _layer_shape(scenario) -> LayerShape:
         fs=(m.shared_expert_ffn or 0) if m.is_moe else 0,
         ql=m.q_lora_rank or 0, kvl=m.kv_lora_rank or 0, dr=m.qk_rope_head_dim or 0,
         dv=(m.v_head_dim or 0) if m.is_mla else 0,
-        tp=lay.tp, cp=lay.cp, ep=lay.ep, sp=t.sequence_parallel, dtype=t.dtype, recompute=t.recompute,
+        tp=lay.tp, cp=lay.cp, ep=lay.ep, etp=(lay.etp or 0) if m.is_moe else 0, sp=t.sequence_parallel, dtype=t.dtype, recompute=t.recompute,
         rc_modules=t.selective_modules,
         flash=t.flash_attention, dropout=t.dropout, flash_version=t.flash_attention_version,
         fused_ce=behaviour(t.framework).fused_cross_entropy,

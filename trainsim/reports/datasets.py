@@ -667,6 +667,96 @@ NEMO_ACTIVATION_OFFLOAD = {("LLAMA3_70B", "DGX-GB300"): 20, ("LLAMA3_70B", "DGX-
                            ("LLAMA3.1_405B", "DGX-GB200"): 95}
 
 
+# --- MoE EP all-to-all overlap: Megatron-Bridge moe_a2a_overlap -> TrainingSpec.ep_comm_overlap
+
+# The performance scripts' ``moe_a2a_overlap`` (WorkloadBaseConfig field, default False; set_workload_base_configs ->
+# _set_moe_a2a_overlap_overrides in scripts/performance/utils/overrides.py sets comm_overlap.
+# overlap_moe_expert_parallel_comm = delay_wgrad_compute = True, moe_shared_expert_overlap = False; the 25.09 scripts
+# did the same in utils/helpers.py moe_a2a_1f1b_overrides) is Megatron-Core's --overlap-moe-expert-parallel-comm
+# --delay-wgrad-compute, i.e. training.ep_comm_overlap. The tables do not print it: it is read from the config of the
+# row's (model, system, precision) at the row's release. Releases map to Megatron-Bridge branches: 25.09 = r0.1.0,
+# 25.11 = r0.2.0, 26.02(.01) = r0.3.0, 26.04(.01) = r0.4.0, 26.06(.01) = r0.5.0, 26.08 = r0.6.0 (cherry-pick PRs
+# #594 -> r0.1.0 2025-09, #1526 -> r0.2.0 2025-11, #2198/#2378 -> r0.3.0 2026-02; PR #5168: "cannot merge into r0.5.0
+# ... 26.06.01 container is already out ... 26.08 rel branch r0.6.0"). The index stores config versions by commit
+# without dates, so each version is dated by its parallel layout (which must equal the row's) and by dated PRs.
+# Every (model, system) absent here had moe_a2a_overlap False in every version read. Precision classes: "mx"
+# (MXFP8 / FP8-MX), "any". Entries: (table model, system, precision class, first release, last release).
+NEMO_EP_OVERLAP: tuple[tuple[str, str, str, str, str], ...] = (
+    # DeepSeek-V3 H100 dropless (tp2 pp8 vp4 ep64): scripts/performance/run_script.py @27dfb3df (25.09) passes
+    # a2a_1f1b = (gpu == "h100") to deepseek_v3_h100_*_config (configs/deepseek/deepseek_v3_llm_pretrain.py
+    # @27dfb3df), which applies moe_a2a_1f1b_overrides (utils/helpers.py @27dfb3df). Later H100 configs keep it
+    # (deepseek_llm_pretrain.py @01328424 set_moe_a2a_overlap_overrides; DEEPSEEK_V3_H100_BASE_CONFIG
+    # moe_a2a_overlap=True), but the table has H100 DeepSeek-V3 only in 25.09.
+    ("DeepSeekV3", "DGX-H100", "any", "25.09", "25.09"),
+    # DeepSeek-V3 B200 MXFP8 pp8 vp2 ep32 (DeepEP): DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 (moe_a2a_overlap=True,
+    # pp_layout "Et*4|(t*4|)*14tmL"; configs/deepseek/deepseek_workload_base_configs.py @04264182 and an earlier
+    # stored version). The 26.02/26.04 B200 rows are pp16 ep8 = the V1/V2 alias with moe_a2a_overlap=False (@f0e2c37e).
+    ("DeepSeekV3", "DGX-B200", "mx", "26.04.01", "26.06.01"),
+    # DeepSeek-V3 GB300 / GB200 MXFP8: DEEPSEEK_V3_PRETRAIN_CONFIG_{GB300,GB200}_FP8_MX_V1/V2 full-iteration CUDA
+    # graph + moe_a2a_overlap=True (@04264182), added by PR #3983 (GB300, 2026-05-27: mbs 2 -> 1, the 26.06 rows'
+    # mbs) and PR #4226 (GB200, 2026-06-09); PR #4330 measured the GB300 GBS=15360 variant (row mb_41) "with
+    # moe_a2a_overlap" on nemo:26.06.rc7; PR #4666 (2026-07-06): the r0.5.0 GB300/GB200 MXFP8 recipes carry the
+    # full-iteration plumbing. Before: FP8_MX aliased the V1/V2 config with moe_a2a_overlap=False (@f0e2c37e).
+    ("DeepSeekV3", "DGX-GB300", "mx", "26.06", "26.08"),
+    ("DeepSeekV3", "DGX-GB200", "mx", "26.06", "26.08"),
+    # Qwen3 GB300 / GB200 MXFP8 (30B-A3B and 235B-A22B): PR #4249 "Enable Qwen3 GB200/GB300 MXFP8 CuTeDSL Fusion
+    # and Full-Iter CUDA Graphs for 26.06" (r26.06 pipeline, 2026-06-09; #4211 on main); PR #4606 (r0.5.0,
+    # 2026-06-30) gives B200/B300 "the same optimization path already used by GB200/GB300 ... enables moe_a2a_overlap";
+    # the ported recipes' _enable_hybridep_full_iteration_mxfp8 (src/megatron/bridge/perf_recipes/qwen/common.py)
+    # sets overlap_moe_expert_parallel_comm=True. Before 26.06 no Qwen3 GB300/GB200 config set it
+    # (configs/qwen3/workload_base_configs.py @767255d2, configs/qwen/qwen3_workload_base_configs.py @f29a269f,
+    # @01b2977e).
+    ("Qwen3_30B_a3B", "DGX-GB300", "mx", "26.06", "26.08"),
+    ("Qwen3_30B_a3B", "DGX-GB200", "mx", "26.06", "26.08"),
+    ("Qwen3_235B_a22B", "DGX-GB300", "mx", "26.06", "26.08"),
+    ("Qwen3_235B_a22B", "DGX-GB200", "mx", "26.06", "26.08"),
+    # Qwen3 235B H100 (tp2 pp8 vp4 ep32, GBS 2048 / 8192): QWEN3_235B_A22B_H100_* moe_a2a_overlap=True in
+    # @767255d2 (the 25.11 layout; dated by PR #1760, below), @f29a269f (26.02 layouts) and @01b2977e (26.04
+    # layouts). 25.09 (configs/qwen3/qwen3_235b_a22b_llm_pretrain.py @27dfb3df; NeMo 2 scripts/performance/llm/
+    # pretrain_qwen3_235b_a22b.py: token drop + MegatronCommOverlapCallback(tp_comm_overlap=True) only): off.
+    ("Qwen3_235B_a22B", "DGX-H100", "any", "25.11", "26.04.01"),
+    # Qwen3 235B B200 pp8 vp2 ep8 (64 GPUs): QWEN3_235B_A22B_B200_* moe_a2a_overlap=True in @767255d2; PR #1760
+    # (2025-12-17) "address performance regression from 25.09 ... Disable moe_a2a_overlap ... Disable VP for mxfp8",
+    # so the 25.11 run (vp 2) had it; from 26.02 the B200 rows are pp8 without vp and moe_a2a_overlap=False.
+    ("Qwen3_235B_a22B", "DGX-B200", "any", "25.11", "25.11"),
+    # Qwen3 235B B300 pp8 vp4 ep8: QWEN3_235B_A22B_B300_* moe_a2a_overlap=True in @f29a269f (the 26.02 layout);
+    # PR #2669 (2026-03-05) "disabling VP and moe_a2a_overlap" -> the 26.04(.01) B300 rows are pp8 without vp,
+    # off (@01b2977e; issue #3399, 26.04.01: "moe_a2a_overlap and VP degraded perf, so we didn't enable it").
+    ("Qwen3_235B_a22B", "DGX-B300", "any", "26.02", "26.02.01"),
+)
+# Rows whose release's config could not be pinned down: kept off (the behaviour before the rule), listed in the notes.
+# (table model, system, precision as printed, release) -> why.
+NEMO_EP_OVERLAP_UNDATED: dict[tuple[str, str, str, str], str] = {
+    ("Qwen3_30B_a3B", "DGX-B300", "MXFP8", "26.06"):
+        "PR #4606 turned it on for B300 MXFP8 on r0.5.0 after 2026-07-06; whether the 26.06 measurement had it "
+        "(26.06.01 is built from the same branch) is not known",
+    ("Qwen3_30B_a3B", "DGX-H100", "FP8", "26.02"):
+        "the row's pp2 vp12 ep8 GBS 1024 matches neither dated config (@767255d2: pp2 vp12 GBS 512, on; "
+        "@f29a269f: pp1 ep16 GBS 1024, off)",
+    ("Qwen3_30B_a3B", "DGX-H100", "FP8", "26.02.01"): "as 26.02",
+    ("Qwen3_30B_a3B", "DGX-H100", "FP8-CS", "25.11"):
+        "the row's pp2 vp24 ep8 is not the 25.11-era config's pp2 vp12 (@767255d2, on): the run's config is unknown",
+    ("DeepSeekV3", "DGX-GB200", "FP8-MX", "25.11"):
+        "no Megatron-Bridge config with the row's pp8 vp4 ep32 was found (every GB200 config of the era is off; the "
+        "layout's source, Megatron-LM docs/discussions/deepseek-v3-gb200-optimization, sets no EP overlap)",
+}
+
+
+def nemo_release(text: str) -> tuple[int, ...]:
+    """A NeMo container release ('26.04.01') as a sortable tuple."""
+    return tuple(int(x) for x in re.findall(r"\d+", text or ""))
+
+
+def nemo_ep_overlap(model_name: str, system: str, precision: str, release: str) -> bool:
+    """Whether the row's Megatron-Bridge performance config set moe_a2a_overlap (NEMO_EP_OVERLAP)."""
+    p = (precision or "").upper()
+    cls = "mx" if ("MX" in p and "FP8" in p) else "other"
+    rel = nemo_release(release)
+    return any(m == model_name and s == system and (pc == "any" or pc == cls)
+               and nemo_release(lo) <= rel <= nemo_release(hi)
+               for m, s, pc, lo, hi in NEMO_EP_OVERLAP)
+
+
 # --- the multi-head-latent-attention models (DeepSeek-V3, Kimi K2): pipeline layouts and MTP, as the recipes set them
 
 # Megatron-Core --pipeline-model-parallel-layout of each (pp, vp) the Megatron-Bridge recipes and performance configs

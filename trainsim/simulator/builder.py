@@ -383,7 +383,7 @@ def _block(scenario: Scenario, groups: dict, profile) -> _Block:
         if tr.recompute == "full" or shp.recomputes("moe"):  # the recomputed forward dispatches again
             ep_b += ep_f
             ep_b_ov += ep_f_ov
-    dense_l, expert_l = memory.layer_params_per_rank(m, lay.tp, lay.ep)  # per block, one rank
+    dense_l, expert_l = memory.layer_params_per_rank(m, lay.tp, lay.ep, lay.etp)  # per block, one rank
     mlp = 3 if shp.gated else 2
     attn_tensors = (5 if shp.ql else 4) if shp.mla else 2  # MLA: q(down, up) | q, kv down, kv up, out
     per_block = attn_tensors + mlp * ((max(1, m.num_experts // lay.ep) + (1 if shp.fs else 0)) if shp.is_moe else 1)
@@ -533,7 +533,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
                     bw += k * (mtp.bwd_weight_s + lt.bwd_weight_s + head.bwd_weight_s)
                     rc += k * (mtp.recompute_s + lt.recompute_s + head.recompute_s)
                     a += k * act.mtp_activation_bytes(scenario)
-                    extra_params += sum(memory.mtp_params_per_rank(m, lay.tp, lay.ep))
+                    extra_params += sum(memory.mtp_params_per_rank(m, lay.tp, lay.ep, lay.etp))
                     comm_kinds = (*kinds, (main, k))
                     label = label + f" + {k} MTP"
             params = sum(k * b.params for b, k in kinds) + extra_params

@@ -39,6 +39,11 @@ class Scenario(BaseModel):
         return self.layout.dp
 
     @property
+    def expert_tp(self) -> int:
+        """Ranks each expert's MLP is split over (Layout.etp, default tp)."""
+        return self.layout.etp or self.layout.tp
+
+    @property
     def num_microbatches(self) -> int:
         """Micro-batches per pipeline replica per optimizer step (gradient accumulation steps)."""
         return self.training.global_batch // (self.training.micro_batch * self.dp)
@@ -116,7 +121,7 @@ class Scenario(BaseModel):
         per-block costs of a MoE model's first_dense_layers come from it. Not re-validated (the layout is the
         real scenario's)."""
         return self.model_copy(update={"model": self.model.dense_block(),
-                                       "layout": self.layout.model_copy(update={"ep": 1})})
+                                       "layout": self.layout.model_copy(update={"ep": 1, "etp": None})})
 
 
 def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: TrainingSpec,
@@ -138,8 +143,17 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
         raise SpecError("layout.tp", f"tp={tp} does not divide num_heads={m.num_heads}")
     if m.kv_heads % tp:
         raise SpecError("layout.tp", f"tp={tp} does not divide num_kv_heads={m.kv_heads}")
-    if m.ffn % tp or (m.is_moe and m.expert_ffn % tp):
+    etp = layout.etp or tp
+    if layout.etp is not None and not m.is_moe:
+        raise SpecError("layout.etp", f"etp={layout.etp} but {m.name} is a dense model (num_experts=1)")
+    if tp % etp:
+        raise SpecError("layout.etp", f"etp={etp} must divide tp={tp} (the expert-parallel group takes tp/etp of the "
+                                      "TP ranks)")
+    if m.ffn % tp:
         raise SpecError("layout.tp", f"tp={tp} does not divide ffn_hidden={m.ffn}")
+    if m.is_moe and m.expert_ffn % etp:
+        raise SpecError("layout.etp" if layout.etp else "layout.tp",
+                        f"{'etp' if layout.etp else 'tp'}={etp} does not divide the experts' ffn ({m.expert_ffn})")
     if m.shared_expert_ffn and m.shared_expert_ffn % tp:
         raise SpecError("layout.tp", f"tp={tp} does not divide shared_expert_ffn={m.shared_expert_ffn}")
     if layout.stage_layers is not None:
@@ -186,8 +200,11 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
                                                         f"schedule {t.schedule} has no such pairs")
     if m.num_experts % ep:
         raise SpecError("layout.ep", f"ep={ep} does not divide num_experts={m.num_experts}")
-    if (dp * cp) % ep:
-        raise SpecError("layout.ep", f"ep={ep} must divide dp*cp = {dp * cp}")
+    if (dp * cp * (tp // etp)) % ep:
+        if etp == tp:
+            raise SpecError("layout.ep", f"ep={ep} must divide dp*cp = {dp * cp} (or set etp < tp to let it span "
+                                         "TP ranks)")
+        raise SpecError("layout.ep", f"ep={ep} must divide dp*cp*tp/etp = {dp * cp * (tp // etp)}")
     per_step = t.micro_batch * dp
     if t.global_batch % per_step:
         raise SpecError(

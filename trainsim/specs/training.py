@@ -25,8 +25,9 @@ DEFAULT_PLACEMENT = ("tp", "cp", "ep", "dp", "pp")
 class Layout(BaseModel):
     """Parallel degrees. ``dp=None`` means derive it from the GPU count.
 
-    gpus = tp · cp · pp · dp; expert parallelism is carved out of the dp·cp ranks (as in Megatron),
-    so ``ep`` must divide ``dp·cp`` and does not multiply the GPU count.
+    gpus = tp · cp · pp · dp; expert parallelism is carved out of the other ranks (as in Megatron-Core's MoE
+    parallel folding): the experts are split over ``etp`` ranks (default tp) and ``ep`` must divide
+    ``dp·cp·tp/etp``; it does not multiply the GPU count.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -37,6 +38,9 @@ class Layout(BaseModel):
     cp: int = Field(default=1, gt=0, le=1_000_000)
     ep: int = Field(default=1, gt=0, le=1_000_000)
     vpp: int = Field(default=1, gt=0, le=10_000, description="model chunks per pipeline rank (interleaving)")
+    etp: int | None = Field(default=None, gt=0, le=1_000_000, description="expert tensor parallelism (Megatron-Core "
+                            "--expert-tensor-parallel-size): the experts' MLPs split over etp ranks; None = tp. With "
+                            "etp < tp the expert-parallel group also spans tp/etp of the TP ranks (MoE parallel folding)")
     placement: tuple[str, ...] = Field(default=DEFAULT_PLACEMENT, description="innermost first")
     stage_layers: tuple[int, ...] | None = Field(
         default=None, description="transformer layers of each virtual pipeline stage, pp*vpp entries in model "

@@ -5,10 +5,12 @@ mixed-radix number in the order of ``Layout.placement``, innermost first (defaul
 with the default, TP peers are consecutive GPUs (inside a node), then CP, then DP, and pipeline stages
 are the outermost, farthest-apart blocks.
 
-Expert parallelism does not multiply the GPU count (Megatron carves EP out of the dp·cp ranks): the
-dp dimension is split into an EP part of size gcd(ep, dp) placed at ep's position in the order, and
-the rest placed at dp's position; if ep > gcd(ep, dp), the remaining factor comes from cp (inner part).
-So the EP group is a subset of the DP (×CP) ranks, as in Megatron-Core.
+Expert parallelism does not multiply the GPU count (Megatron carves EP out of the other ranks): with
+expert tensor parallelism etp < tp (MoE parallel folding) a factor gcd(ep, tp/etp) of the EP group comes from
+the TP ranks (inner part of tp); of the rest, the dp dimension gives an EP part of size gcd(rest, dp) placed
+at ep's position in the order, with the remainder of dp at dp's position, and what is still missing comes
+from cp (inner part). With etp = tp (the default) the EP group is a subset of the DP (×CP) ranks, as in
+Megatron-Core.
 
 `place(scenario).group("dp")` gives the GroupShape of the DP group containing rank 0 (all groups of a
 dimension have the same shape in these regular placements); `group_ranks` lists its members.
@@ -45,12 +47,15 @@ class Placement:
         tp, cp, pp, ep = layout.tp, layout.cp, layout.pp, layout.ep
         if tp * cp * pp * dp != cluster.num_gpus:
             raise SpecError("layout", f"tp*cp*pp*dp = {tp * cp * pp * dp} but the cluster has {cluster.num_gpus} GPUs")
-        ep_dp = math.gcd(ep, dp)
-        ep_cp = ep // ep_dp
+        etp = layout.etp or tp
+        ep_tp = math.gcd(ep, tp // etp) if tp % etp == 0 else 1  # MoE parallel folding: EP over tp/etp TP ranks
+        rest = ep // ep_tp
+        ep_dp = math.gcd(rest, dp)
+        ep_cp = rest // ep_dp
         if cp % ep_cp:
-            raise SpecError("layout.ep", f"ep={ep} must divide dp*cp = {dp * cp}")
+            raise SpecError("layout.ep", f"ep={ep} must divide dp*cp*tp/etp = {dp * cp * tp // etp}")
         parts = {
-            "tp": [("tp", tp, {"tp"})],
+            "tp": [("tp_e", ep_tp, {"tp", "ep"}), ("tp_r", tp // ep_tp, {"tp"})],
             "cp": [("cp_e", ep_cp, {"cp", "ep"}), ("cp_r", cp // ep_cp, {"cp"})],
             "ep": [("ep", ep_dp, {"ep", "dp"})],
             "dp": [("dp_r", dp // ep_dp, {"dp"})],
@@ -76,9 +81,9 @@ class Placement:
         a = {x.name: (rank // x.stride) % x.size for x in self._atoms}
         b = self._by_name
         return {
-            "tp": a["tp"],
+            "tp": a["tp_e"] + b["tp_e"].size * a["tp_r"],
             "cp": a["cp_e"] + b["cp_e"].size * a["cp_r"],
-            "ep": a["ep"] + b["ep"].size * a["cp_e"],
+            "ep": a["tp_e"] + b["tp_e"].size * (a["ep"] + b["ep"].size * a["cp_e"]),
             "dp": a["ep"] + b["ep"].size * a["dp_r"],
             "pp": a["pp"],
         }

@@ -64,6 +64,7 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
     p.add_argument("--gpus", type=positive_int)
     for dim in ("tp", "pp", "dp", "cp", "ep", "vpp"):
         p.add_argument(f"--{dim}", type=positive_int)
+    p.add_argument("--etp", type=positive_int, help="expert tensor parallelism (default tp; 1 lets ep span TP ranks)")
     p.add_argument("--stage-layers", type=int_list, metavar="N,N,...",
                    help="transformer layers per virtual pipeline stage, pp*vpp of them in model order "
                         "(Megatron's pipeline layout; the embedding stays first, the loss last)")
@@ -97,7 +98,7 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
 
 OVERRIDE_FLAGS = {
     "model": "model", "cluster": "cluster", "gpus": "gpus", "tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp",
-    "ep": "ep", "vpp": "vpp", "stage_layers": "stage_layers", "seq_len": "seq_len", "global_batch": "global_batch", "micro_batch": "micro_batch",
+    "ep": "ep", "etp": "etp", "vpp": "vpp", "stage_layers": "stage_layers", "seq_len": "seq_len", "global_batch": "global_batch", "micro_batch": "micro_batch",
     "recompute": "recompute", "recompute_modules": "recompute_modules", "sequence_parallel": "sequence_parallel", "zero": "zero",
     "distributed_optimizer": "distributed_optimizer", "schedule": "schedule", "dtype": "dtype",
     "framework": "framework", "offload_optimizer": "offload_optimizer", "offload_params": "offload_params",
