@@ -3,7 +3,9 @@
 What is checked: every DeepSeekV3 / Kimi_K2 row is predicted or skipped for a named reason; the pipeline layouts of
 the Megatron-Bridge recipes parse to the transformer layers per virtual stage read off them by hand; the MTP choice
 follows each row's label; the dataset-wide rules (recompute, optimizer, overlap) hold for every such row; the CLI
-prints them. Only one row runs through the engine (fast); the CLI check uses a stand-in predictor.
+prints them. The MoE EP all-to-all overlap rule (NEMO_EP_OVERLAP: moe_a2a_overlap of each row's Megatron-Bridge
+config) is checked on rows read by hand from the configs, and every row it switches on resolves. Only one row runs
+through the engine (fast); the CLI check uses a stand-in predictor.
 """
 
 from __future__ import annotations
@@ -18,10 +20,14 @@ from trainsim.data import validation_path
 from trainsim.reports import validate as V
 from trainsim.reports.cli import main
 from trainsim.reports.datasets import (
+    NEMO_EP_OVERLAP,
+    NEMO_EP_OVERLAP_UNDATED,
     NEMO_MTP_DEFAULT,
     NEMO_PIPELINE_LAYOUTS,
     load_dataset,
+    nemo_ep_overlap,
     nemo_mtp_layers,
+    nemo_release,
     nemo_stage_layers,
     parse_pipeline_layout,
 )
@@ -165,13 +171,125 @@ def test_notes_document_the_choices(nemo):
 
 
 def test_one_deepseek_row_through_the_engine(mla_cases):
-    """mb_2: GB200 pp4 vp4 ep64 MXFP8, 4912 tok/s/GPU published (26.08). Fits 192 GB; EP all-to-all exposed."""
+    """mb_2: GB200 pp4 vp4 ep64 MXFP8, 4912 tok/s/GPU published (26.08). Fits 192 GB; moe_a2a_overlap on (the
+    GB200 MXFP8 config of 26.06 on), so less of the EP all-to-all is exposed than with the overlap off (warm-up and
+    cool-down passes stay exposed)."""
     from trainsim.simulator.predict import predict
     c = mla_cases["mb_2"]
+    assert c.scenario.training.ep_comm_overlap
     p = predict(c.scenario)
+    off = predict(c.scenario.model_copy(update={"training": c.scenario.training.model_copy(
+        update={"ep_comm_overlap": False})}))
     tok = p.tokens_per_s / c.scenario.num_gpus
-    assert p.fits and p.exposed_comm_s["ep"] > 0
+    assert p.fits and 0 < p.exposed_comm_s["ep"] < off.exposed_comm_s["ep"]
+    assert p.tokens_per_s > off.tokens_per_s
     assert 0.5 * c.published < tok < 1.5 * c.published
+
+
+# --- MoE EP all-to-all overlap (Megatron-Bridge moe_a2a_overlap -> training.ep_comm_overlap) -----------------------
+
+MOE_MODELS = ("DeepSeekV3", "Kimi_K2", "Qwen3_30B_a3B", "Qwen3_235B_a22B")
+
+
+@pytest.fixture(scope="module")
+def moe_cases(nemo):
+    rows = _csv_rows()
+    return {c.row_id: (c, rows[c.row_id]) for c in nemo.cases
+            if rows[c.row_id]["model"].split("(")[0].strip() in MOE_MODELS}
+
+
+def test_releases_sort_as_containers():
+    assert nemo_release("25.09") < nemo_release("25.11") < nemo_release("26.02") < nemo_release("26.02.01")
+    assert nemo_release("26.04.01") < nemo_release("26.06") < nemo_release("26.06.01") < nemo_release("26.08")
+
+
+@pytest.mark.parametrize("rid, on", [
+    # DeepSeek-V3 H100 dropless 25.09 (tp2 pp8 vp4 ep64): scripts/performance/run_script.py @27dfb3df passes
+    # a2a_1f1b = (gpu == "h100") -> utils/helpers.py moe_a2a_1f1b_overrides (overlap_moe_expert_parallel_comm).
+    ("mb_276", True),
+    # DeepSeek-V3 25.09 GB200 / B200 tokendrop: the same run_script gives a2a_1f1b False off H100.
+    ("mb_265", False), ("mb_270", False),
+    # DeepSeek-V3 GB300 MXFP8 GBS 15360 (26.06): DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_GBS15360 inherits
+    # GB300_FP8_MX_V2 (moe_a2a_overlap=True; deepseek_workload_base_configs.py @04264182), PR #4330 measured it on
+    # nemo:26.06.rc7. 26.04 GB300 (mbs 2): GB300_FP8_MX_V1 = GB300_V1, moe_a2a_overlap=False (@f0e2c37e).
+    ("mb_41", True), ("mb_40", True), ("mb_1", True), ("mb_134", False), ("mb_88", False),
+    # DeepSeek-V3 GB200 MXFP8: 26.06 on (PR #4226), 26.04.01 off (GB200_V1 alias, @f0e2c37e).
+    ("mb_42", True), ("mb_89", False),
+    # DeepSeek-V3 B200 MXFP8: 26.04.01 pp8 vp2 ep32 = B200_FP8_MX_V2 (moe_a2a_overlap=True); 26.04 pp16 ep8 off.
+    ("mb_91", True), ("mb_137", False),
+    # DeepSeek-V3 B300 MXFP8 26.06 pp8 mbs 2: B300_V2 before PR #4458 (2026-06-23) turned it on with vp 2: off.
+    ("mb_43", False),
+    # Kimi K2 GB300 MXFP8 mbs 2 (26.02.01 .. 26.06): KIMI_K2_PRETRAIN_CONFIG_GB300 moe_a2a_overlap=False
+    # (kimi_workload_base_configs.py @7a6f3ba9); the overlap came with r0.6.0 / 26.08 (PR #5168).
+    ("mb_53", False), ("mb_107", False), ("mb_164", False), ("mb_200", False),
+    # Qwen3 235B B300 26.02 pp8 vp4 ep8: moe_a2a_overlap=True (qwen3_workload_base_configs.py @f29a269f); PR #2669
+    # (2026-03-05) disabled VP and the overlap -> 26.04 B300 pp8 (no vp) off (@01b2977e).
+    ("mb_231", True), ("mb_194", True), ("mb_150", False),
+    # Qwen3 235B B200 25.11 pp8 vp2: on (configs/qwen3/workload_base_configs.py @767255d2; PR #1760 disabled it
+    # after 25.11); 25.09 (configs/qwen3/qwen3_235b_a22b_llm_pretrain.py @27dfb3df: no overlap) and 26.02 off.
+    ("mb_255", True), ("mb_272", False), ("mb_232", False),
+    # Qwen3 30B GB300 MXFP8: 26.08 on (PR #4249 for 26.06, PR #4606), 26.04.01 off (@01b2977e: TE-scoped graphs).
+    ("mb_7", True), ("mb_97", False),
+    # Qwen3 30B H100 26.06 pp1 ep16: QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1 moe_a2a_overlap=False.
+    ("mb_50", False),
+])
+def test_ep_overlap_rule_for_rows_read_by_hand(moe_cases, rid, on):
+    c, row = moe_cases[rid]
+    assert nemo_ep_overlap(row["model"].split("(")[0].strip(), row["system"], row["precision"],
+                           row["nemo_container"]) is on, rid
+    assert c.scenario is not None and c.scenario.training.ep_comm_overlap is on, rid
+    assert ("a2a-ov" in c.label) is on, rid
+
+
+def test_undated_rows_keep_the_all_to_all_exposed(moe_cases):
+    """Rows whose release's config could not be pinned down stay off (the behaviour before the rule)."""
+    seen = set()
+    for rid, (c, row) in moe_cases.items():
+        key = (row["model"].split("(")[0].strip(), row["system"], row["precision"], row["nemo_container"])
+        if key in NEMO_EP_OVERLAP_UNDATED:
+            seen.add(key)
+            assert c.scenario is not None and not c.scenario.training.ep_comm_overlap, rid
+            assert not nemo_ep_overlap(key[0], key[1], key[2], key[3]), rid
+    assert seen == set(NEMO_EP_OVERLAP_UNDATED)     # every listed case is a row of the table
+    assert {rid for rid, (c, row) in moe_cases.items() if (row["model"].split("(")[0].strip(), row["system"],
+            row["precision"], row["nemo_container"]) in NEMO_EP_OVERLAP_UNDATED} == {
+        "mb_49", "mb_191", "mb_228", "mb_260", "mb_246"}
+
+
+def test_every_overlapped_row_resolves(moe_cases):
+    """The flag is set by the one table and only where trainsim accepts it: every row it switches on either
+    resolves to a Scenario (no SpecError) with ep > 1 and pp == 1 or vpp > 1, or is skipped for a reason other
+    than the flag (the Qwen3 235B H100 rows: ep 32 > dp 16)."""
+    on_rows, skipped = set(), set()
+    for rid, (c, row) in moe_cases.items():
+        flagged = nemo_ep_overlap(row["model"].split("(")[0].strip(), row["system"], row["precision"],
+                                  row["nemo_container"])
+        if c.scenario is None:
+            assert "ep_comm_overlap" not in (c.skip_reason or ""), rid
+            if flagged:
+                skipped.add(rid)
+            continue
+        sc = c.scenario
+        assert sc.training.ep_comm_overlap == flagged, rid
+        if flagged:
+            on_rows.add(rid)
+            assert sc.layout.ep > 1 and (sc.layout.pp == 1 or sc.layout.vpp > 1), rid
+            assert sc.training.schedule in ("1f1b", "interleaved"), rid
+    assert len(on_rows) == 24
+    assert skipped == {"mb_106", "mb_151", "mb_195", "mb_233", "mb_261"}
+    # every entry of the rule matches at least one row of the table
+    for m, s, pc, lo, hi in NEMO_EP_OVERLAP:
+        assert any(row["model"].split("(")[0].strip() == m and row["system"] == s
+                   and nemo_release(lo) <= nemo_release(row["nemo_container"]) <= nemo_release(hi)
+                   for _, row in moe_cases.values()), (m, s, lo, hi)
+
+
+def test_notes_describe_the_ep_overlap_rule(nemo):
+    text = " ".join(nemo.notes)
+    assert "trainsim exposes the EP all-to-all" not in text
+    for needle in ("moe_a2a_overlap", "ep_comm_overlap", "NEMO_EP_OVERLAP", "NEMO_EP_OVERLAP_UNDATED", "#4330",
+                   "#5168", "#1760", "#2669", "pp > 1 and no model chunks"):
+        assert needle in text, needle
 
 
 # --- CLI -------------------------------------------------------------------------------------------------------

@@ -927,12 +927,32 @@ def load_nemo(path: Path | None = None, *, name: str = "nemo") -> Dataset:
          "only the H100 row has tp > 1), sequence parallelism when tp > 1. Not modelled, recorded only: MoE "
          "token dispatch by the flex dispatcher with HybridEP (26.x GB300/GB200/B300/B200) or DeepEP (H100 25.09 "
          "dropless configuration, B200 pp8 vp2 26.04.01), plain all-to-all for the 25.09 tokendrop rows; "
-         "moe_a2a_overlap (EP all-to-all overlapped with the other micro-batch's compute: B200 pp8 vp2, the "
-         "GB300/GB200 MXFP8 configs of 26.06 on, H100 a2a_1f1b) -- trainsim exposes the EP all-to-all; "
          "moe_permute_fusion and moe_router_fusion on; moe_router_force_load_balancing on; CUDA graphs "
          "(Transformer Engine graphs of attn/moe_router/"
          "moe_preprocess, or full-iteration graphs with paged stashing on GB300/GB200 MXFP8 26.06+); MXFP8 "
-         "fp8_param_gather, fp8 dot-product attention (GB300/B300 MXFP8), cuteDSL fused grouped MLP."),
+         "fp8_param_gather, fp8 dot-product attention (GB300/B300 MXFP8), cuteDSL fused grouped MLP. The EP "
+         "all-to-all overlap (moe_a2a_overlap) follows the MoE rule below."),
+        ("MoE EP all-to-all overlap (all MoE rows: DeepSeek-V3, Kimi K2, Qwen3 30B-A3B / 235B-A22B): "
+         "training.ep_comm_overlap (Megatron-Core --overlap-moe-expert-parallel-comm --delay-wgrad-compute, the "
+         "combined 1F1B schedule) exactly where the row's Megatron-Bridge performance config set moe_a2a_overlap "
+         "(scripts/performance: WorkloadBaseConfig.moe_a2a_overlap, default False, applied by "
+         "_set_moe_a2a_overlap_overrides; 25.09: a2a_1f1b / moe_a2a_1f1b_overrides), read per (model, system, "
+         "precision) at the row's release (releases = Megatron-Bridge branches r0.1.0 25.09 ... r0.6.0 26.08; "
+         "config versions dated by their parallel layout, which equals the row's, and by dated PRs; "
+         "NEMO_EP_OVERLAP, with sources): on for DeepSeek-V3 H100 25.09 (a2a_1f1b for H100, run_script.py "
+         "@27dfb3df), B200 MXFP8 pp8 vp2 26.04.01 (B200_FP8_MX_V2), GB300 and GB200 MXFP8 from 26.06 (PRs #3983, "
+         "#4226; #4330 measured the GBS 15360 row on 26.06.rc7); Qwen3 30B-A3B and 235B-A22B GB300 and GB200 "
+         "MXFP8 from 26.06 (PR #4249 for 26.06; PR #4606); Qwen3 235B H100 25.11-26.04.01 (those rows are skipped: "
+         "ep 32 > dp 16); Qwen3 235B B200 25.11 (pp8 vp2; PR #1760 turned it off after 25.11) and B300 26.02 / "
+         "26.02.01 (pp8 vp4; PR #2669 turned it off after 26.02). Off elsewhere: every other config read has "
+         "moe_a2a_overlap False (DeepSeek-V3 GB300/GB200 MXFP8 before 26.06, B300 incl. the 26.06 pp8 mbs-2 row, "
+         "B200 pp16, BF16; Kimi K2 GB300 mbs 2 -- its moe_a2a_overlap came with r0.6.0, PR #5168; Qwen3 "
+         "GB/B200 before 26.06, H100 30B pp1 ep16; all 25.09 rows but DeepSeek-V3 H100). No row combines the flag "
+         "with pp > 1 and no model chunks (Megatron-Core and trainsim refuse that; such a row would stay exposed). "
+         "Left off because the release's config could not be pinned down (NEMO_EP_OVERLAP_UNDATED): Qwen3 30B "
+         "B300 MXFP8 26.06 (PR #4606 enabled it on r0.5.0 after 2026-07-06), Qwen3 30B H100 26.02 / 26.02.01 "
+         "(pp2 vp12 GBS 1024) and 25.11 (pp2 vp24), DeepSeek-V3 GB200 FP8-MX 25.11 (pp8 vp4 ep32: no config "
+         "with that layout; its source guide sets no EP overlap). Rows on carry 'a2a-ov' in their label."),
     )
     return Dataset(name=name, title="NVIDIA Megatron-Bridge (NeMo) performance tables", metric="tokens_per_s_per_gpu",
                    unit="tok/s/GPU", citation=NEMO_CITATION, notes=notes, cases=tuple(cases),
@@ -979,6 +999,10 @@ def _nemo_case(r: dict) -> Case:
     tp, pp, cp = ints["tp"] or 1, ints["pp"] or 1, ints["cp"] or 1
     vp, ep, fsdp = ints["vp"] or 1, ints["ep"] or 1, ints["fsdp"] or 0
     cpreset, per_rack = NEMO_SYSTEMS[system]
+    # moe_a2a_overlap of the row's config (NEMO_EP_OVERLAP); Megatron-Core (and trainsim) refuse it with pp > 1 and
+    # no model chunks, so such a row would keep the all-to-all exposed (no table row is in that case).
+    ep_overlap = (ep > 1 and nemo_ep_overlap(model_name, system, prec_text, r.get("nemo_container") or "")
+                  and (pp == 1 or vp > 1))
     overrides = {}
     if per_rack and gpus > load_cluster(cpreset).gpus_per_node:
         overrides = {"gpus_per_node": per_rack, "scale_out": {"nics_per_node": per_rack}}
@@ -990,6 +1014,7 @@ def _nemo_case(r: dict) -> Case:
         "layout": {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vp},
         "training": {"seq_len": ints["seq_len"], "global_batch": ints["gbs"], "micro_batch": ints["mbs"],
                      "dtype": dtype, "recompute": "none", "sequence_parallel": tp > 1, "tp_comm_overlap": tp > 1,
+                     "ep_comm_overlap": ep_overlap,
                      "zero": 3 if fsdp > 0 else 0, "distributed_optimizer": fsdp == 0,
                      "schedule": "interleaved" if vp > 1 else "1f1b", "flash_attention": True,
                      "dropout": False, "framework": "megatron",
@@ -997,7 +1022,8 @@ def _nemo_case(r: dict) -> Case:
                                                    if fsdp and dtype == "fp8" else 0)},
     }
     label += (f" tp{tp} pp{pp}" + (f" cp{cp}" if cp > 1 else "") + (f" v{vp}" if vp > 1 else "")
-              + (f" ep{ep}" if ep > 1 else "") + (" fsdp" if fsdp else "") + f" mb{ints['mbs']}")
+              + (f" ep{ep}" if ep > 1 else "") + (" fsdp" if fsdp else "") + f" mb{ints['mbs']}"
+              + (" a2a-ov" if ep_overlap else ""))
     why_not = None
     if mla:
         # DeepSeek-V3 / Kimi K2: MTP from the row's label, the recipe's pipeline layout, the recipe's recompute
