@@ -4,8 +4,11 @@ What is checked: every DeepSeekV3 / Kimi_K2 row is predicted or skipped for a na
 the Megatron-Bridge recipes parse to the transformer layers per virtual stage read off them by hand; the MTP choice
 follows each row's label; the dataset-wide rules (recompute, optimizer, overlap) hold for every such row; the CLI
 prints them. The MoE EP all-to-all overlap rule (NEMO_EP_OVERLAP: moe_a2a_overlap of each row's Megatron-Bridge
-config) is checked on rows read by hand from the configs, and every row it switches on resolves. Only one row runs
-through the engine (fast); the CLI check uses a stand-in predictor.
+config) is checked on rows read by hand from the configs, and every row it switches on resolves. The recompute rule
+(NEMO_RECOMPUTE_MODULES: recompute_modules of each row's config) and the expert-tensor-parallel rule (NEMO_EXPERT_TP:
+the etp cell, else the config's expert_tensor_parallel_size, else tp) are checked the same way, and the rows that
+fold their expert groups over TP ranks resolve. Only two rows run through the engine (fast); the CLI check uses a
+stand-in predictor.
 """
 
 from __future__ import annotations
@@ -22,11 +25,16 @@ from trainsim.reports.cli import main
 from trainsim.reports.datasets import (
     NEMO_EP_OVERLAP,
     NEMO_EP_OVERLAP_UNDATED,
+    NEMO_EXPERT_TP,
     NEMO_MTP_DEFAULT,
     NEMO_PIPELINE_LAYOUTS,
+    NEMO_RECOMPUTE_MODULES,
     load_dataset,
     nemo_ep_overlap,
+    nemo_expert_tp,
     nemo_mtp_layers,
+    nemo_precision_class,
+    nemo_recompute_modules,
     nemo_release,
     nemo_stage_layers,
     parse_pipeline_layout,
@@ -145,7 +153,15 @@ def test_one_rule_for_every_mla_row(mla_cases):
         if c.scenario is None:
             continue
         t = c.scenario.training
-        assert t.recompute == "selective" and not t.tp_comm_overlap, rid
+        row = _csv_rows()[rid]
+        modules = nemo_recompute_modules(row["model"].split("(")[0].strip(), row["system"], row["precision"],
+                                         row["nemo_container"])
+        assert modules is not None, rid
+        if modules:
+            assert t.recompute == "selective" and t.recompute_modules == modules, rid
+        else:
+            assert t.recompute == "none" and t.recompute_modules is None, rid
+        assert not t.tp_comm_overlap and c.scenario.layout.etp == 1, rid
         assert t.optimizer_bytes_per_param == 8 and t.distributed_optimizer and t.zero == 0, rid
         assert t.sequence_parallel == (c.scenario.layout.tp > 1), rid
         assert t.dtype == ("bf16" if "BF16" in c.label else "fp8"), rid
@@ -168,6 +184,7 @@ def test_notes_document_the_choices(nemo):
     for needle in ("Et*4|(t*4|)*14tmL", "Et|(tt|)*30mL", "w/o MTP", "mla_up_proj", "selective", "HybridEP",
                    "DeepEP", "CUDA graphs", "moe_permute_fusion", "tokendrop", "Muon"):
         assert needle in text, needle
+    assert "closest mode" not in text
 
 
 def test_one_deepseek_row_through_the_engine(mla_cases):
@@ -257,9 +274,9 @@ def test_undated_rows_keep_the_all_to_all_exposed(moe_cases):
 
 
 def test_every_overlapped_row_resolves(moe_cases):
-    """The flag is set by the one table and only where trainsim accepts it: every row it switches on either
-    resolves to a Scenario (no SpecError) with ep > 1 and pp == 1 or vpp > 1, or is skipped for a reason other
-    than the flag (the Qwen3 235B H100 rows: ep 32 > dp 16)."""
+    """The flag is set by the one table and only where trainsim accepts it: every row it switches on resolves to a
+    Scenario (no SpecError) with ep > 1 and pp == 1 or vpp > 1 (the Qwen3 235B H100 rows, skipped while ep had to
+    divide dp*cp, fold their expert groups over the TP ranks with etp 1)."""
     on_rows, skipped = set(), set()
     for rid, (c, row) in moe_cases.items():
         flagged = nemo_ep_overlap(row["model"].split("(")[0].strip(), row["system"], row["precision"],
@@ -275,8 +292,9 @@ def test_every_overlapped_row_resolves(moe_cases):
             on_rows.add(rid)
             assert sc.layout.ep > 1 and (sc.layout.pp == 1 or sc.layout.vpp > 1), rid
             assert sc.training.schedule in ("1f1b", "interleaved"), rid
-    assert len(on_rows) == 24
-    assert skipped == {"mb_106", "mb_151", "mb_195", "mb_233", "mb_261"}
+    assert len(on_rows) == 29
+    assert skipped == set()
+    assert {"mb_106", "mb_151", "mb_195", "mb_233", "mb_261"} <= on_rows
     # every entry of the rule matches at least one row of the table
     for m, s, pc, lo, hi in NEMO_EP_OVERLAP:
         assert any(row["model"].split("(")[0].strip() == m and row["system"] == s
@@ -290,6 +308,152 @@ def test_notes_describe_the_ep_overlap_rule(nemo):
     for needle in ("moe_a2a_overlap", "ep_comm_overlap", "NEMO_EP_OVERLAP", "NEMO_EP_OVERLAP_UNDATED", "#4330",
                    "#5168", "#1760", "#2669", "pp > 1 and no model chunks"):
         assert needle in text, needle
+
+
+# --- selective-recompute modules (NEMO_RECOMPUTE_MODULES) and expert tensor parallelism (NEMO_EXPERT_TP) ------------
+
+def _rule(row):
+    return nemo_recompute_modules(row["model"].split("(")[0].strip(), row["system"], row["precision"],
+                                  row["nemo_container"])
+
+
+def test_precision_classes():
+    assert nemo_precision_class("MXFP8") == nemo_precision_class("FP8-MX") == "mx"
+    assert nemo_precision_class("BF16") == "bf16"
+    for p in ("FP8", "FP8-CS", "not stated in table", ""):
+        assert nemo_precision_class(p) == "other", p
+
+
+@pytest.mark.parametrize("rid, modules", [
+    # 25.09, scripts/performance/configs/deepseek/deepseek_v3_llm_pretrain.py (NVIDIA-NeMo/Megatron-Bridge
+    # @27dfb3df3c2cba55e54ec67016061048d4ce03c1): deepseek_v3_h100_{bf16,fp8}_config recompute_modules =
+    # ["mla_up_proj", "mlp"]; deepseek_v3_gb200_fp8_config with use_tokendrop ["mla_up_proj"]; deepseek_v3_b200_*
+    # ["mla_up_proj"].
+    ("mb_276", ("mla_up_proj", "mlp")), ("mb_265", ("mla_up_proj",)), ("mb_270", ("mla_up_proj",)),
+    # 25.11, configs/deepseek/workload_base_configs.py @d19cb73c80ae84b17e296b66e85058b129319510:
+    # DEEPSEEK_V3_GB200_BASE_CONFIG (pp4 vp4 ep64, GBS 4096) ["mla_up_proj"], DEEPSEEK_V3_B200_BASE_CONFIG (pp16 ep8,
+    # GBS 2048) ["mla_up_proj"], DEEPSEEK_V3_GB300_BASE_CONFIG (pp2 vp4 ep32, every precision) [].
+    ("mb_245", ("mla_up_proj",)), ("mb_252", ("mla_up_proj",)), ("mb_237", ()), ("mb_238", ()),
+    # 25.11 GB200 FP8-MX pp8 vp4 ep32 (no Megatron-Bridge config): NVIDIA/Megatron-LM
+    # docs/discussions/deepseek-v3-gb200-optimization/deepseek-v3-gb200-reproduce-guide.md @ab23fd2f437c5582cdeb3164a0834902daea1f4b:
+    # "--recompute-modules moe_act mlp".
+    ("mb_246", ("moe_act", "mlp")),
+    # 26.02, configs/deepseek/deepseek_workload_base_configs.py @f0e2c37e3f82c57f9d0e95aa8ae98b3470a91107: FP8_MX
+    # aliases GB300_V2 (mbs 2) ["mla_up_proj"], GB200_V2 ["mla_up_proj"], B300_V2 / B200_V2 (pp16) ["mla_up_proj"].
+    ("mb_215", ("mla_up_proj",)), ("mb_216", ("mla_up_proj",)), ("mb_217", ("mla_up_proj",)),
+    ("mb_218", ("mla_up_proj",)),
+    # 26.04, nanz-nv/Megatron-Bridge @e6015aa87982289629d2c5431e62aaaf84ce6286 (B300/B200 MXFP8 pp16, the 26.04
+    # layouts): GB200_V1 ["mla_up_proj"].
+    ("mb_135", ("mla_up_proj",)), ("mb_137", ("mla_up_proj",)),
+    # 26.04.01, radixark/Megatron-Bridge @d063066b4d66853c4c9308caf321a9c5b8836915 (B300_V2 pp8 mbs 2, B200_FP8_MX_V2
+    # pp8 vp2 ep32: the 26.04.01 layouts): GB200_V1 ["mlp"] (PR #3031), GB300_V2 ["mla_up_proj"], B300_V2
+    # ["mla_up_proj"], B200_FP8_MX_V2 ["mla_up_proj", "mlp"].
+    ("mb_89", ("mlp",)), ("mb_88", ("mla_up_proj",)), ("mb_90", ("mla_up_proj",)), ("mb_91", ("mla_up_proj", "mlp")),
+    # 26.06, nvegesna-netizen/Megatron-Bridge @8871aeaef3369fc26f6f626622fdf03542cc1057: GB300_FP8_MX_V1/V2 (mbs 1,
+    # full-iteration CUDA graph) recompute_modules=[], GB200_FP8_MX_V1/V2 ["mla_up_proj"], B300_V2 (pp8 mbs 2)
+    # ["mla_up_proj"].
+    ("mb_40", ()), ("mb_41", ()), ("mb_42", ("mla_up_proj",)), ("mb_43", ("mla_up_proj",)),
+    # 26.08, src/megatron/bridge/perf_recipes/deepseek/gb300/deepseek_v3.py @000853c89a2b110fb80dc9db5774a34bc69e2c84
+    # deepseek_v3_pretrain_256gpu_gb300_fp8mx_config recompute_modules = []; gb200/deepseek_v3.py
+    # @0ed32959f7a9154e0a587a9efe6e70827a422f25 ..._gb200_fp8mx_config ["mla_up_proj"].
+    ("mb_1", ()), ("mb_2", ("mla_up_proj",)),
+    # Kimi K2 GB300 (pp4 vp4 ep64, GBS 4096, mbs 2): configs/kimi/kimi_workload_base_configs.py
+    # KIMI_K2_PRETRAIN_CONFIG_GB300 ["mla_up_proj"] (radixark @d063066b, nvegesna-netizen
+    # @b8002e52ea1b5e0450ffb7328844acc356eb00b5).
+    ("mb_53", ("mla_up_proj",)), ("mb_200", ("mla_up_proj",)),
+])
+def test_recompute_rule_for_rows_read_by_hand(moe_cases, rid, modules):
+    c, row = moe_cases[rid]
+    assert _rule(row) == modules, rid
+    if c.scenario is None:                          # the 25.11 GB300 pp2 vp4 rows: no pipeline layout
+        assert rid in ("mb_237", "mb_238") and "pp=2 vp=4" in c.skip_reason
+        return
+    t = c.scenario.training
+    if modules:
+        assert t.recompute == "selective" and t.recompute_modules == modules, rid
+        assert t.selective_modules == frozenset(modules) and f"rc:{'+'.join(modules)}" in c.label, rid
+    else:
+        assert t.recompute == "none" and t.recompute_modules is None and "rc:" not in c.label, rid
+
+
+def test_recompute_table_covers_the_mla_rows_once_and_leaves_qwen_at_none(moe_cases):
+    matched = {}
+    for rid, (c, row) in moe_cases.items():
+        name = row["model"].split("(")[0].strip()
+        hits = [e for e in NEMO_RECOMPUTE_MODULES
+                if e[0] == name and e[1] == row["system"] and e[2] in ("any", nemo_precision_class(row["precision"]))
+                and nemo_release(e[3]) <= nemo_release(row["nemo_container"]) <= nemo_release(e[4])]
+        assert len(hits) <= 1, (rid, hits)          # entries do not overlap
+        if name in MLA_MODELS:
+            assert len(hits) == 1, rid              # every DeepSeek-V3 / Kimi K2 row has its config's modules
+            matched.setdefault(hits[0], []).append(rid)
+            assert "recompute" not in (c.skip_reason or ""), rid
+        else:                                       # Qwen3: recompute_granularity=None in every config read
+            assert not hits and c.scenario is not None, rid
+            assert c.scenario.training.recompute == "none", rid
+    assert set(matched) == set(NEMO_RECOMPUTE_MODULES)      # every entry is some row's
+    for e in NEMO_RECOMPUTE_MODULES:
+        assert nemo_release(e[3]) <= nemo_release(e[4]) and len(set(e[5])) == len(e[5]), e
+
+
+def test_expert_tp_rule():
+    assert NEMO_EXPERT_TP == {"DeepSeekV3": 1, "Kimi_K2": 1, "Qwen3_30B_a3B": 1, "Qwen3_235B_a22B": 1}
+    assert nemo_expert_tp("Qwen3_235B_a22B", None, 2) == 1      # the config's expert_tensor_parallel_size
+    assert nemo_expert_tp("Qwen3_235B_a22B", 2, 2) == 2         # a printed etp cell wins
+    assert nemo_expert_tp("SomeOtherMoE", None, 4) == 4         # Megatron-Core's default: tp
+
+
+def test_every_moe_row_takes_the_configs_expert_tp(nemo, moe_cases):
+    for rid, (c, row) in moe_cases.items():
+        assert not (row.get("etp") or "").strip(), rid          # no MoE row prints an etp cell
+        if c.scenario is None:
+            continue
+        lay = c.scenario.layout
+        assert lay.etp == 1 and c.scenario.expert_tp == 1, rid
+        assert ("etp1" in c.label) == (lay.tp > 1), rid
+    dense = [c for c in nemo.cases if c.scenario is not None and not c.scenario.model.is_moe]
+    assert dense and all(c.scenario.layout.etp is None for c in dense)
+
+
+# Rows skipped while ep had to divide dp*cp: their configs set expert_tensor_parallel_size=1, so the EP group folds
+# over the two TP ranks. Qwen3 235B H100 tp2 pp8 vp4 ep32 on 256 GPUs (dp 16): 25.09 qwen3_235b_a22b_llm_pretrain.py
+# @27dfb3df (mb_278), 25.11 configs/qwen3/workload_base_configs.py @767255d2f5c7c96b619a873a8ad17a3086f3e5c5
+# (mb_261), 26.x configs/qwen/qwen3_workload_base_configs.py @f29a269f8728ff9075f88a226f92e554196a7e41 H100_V2
+# (mb_233, mb_195, mb_151, mb_106); Qwen3 235B GB200 tp2 pp1 ep64 on 64 GPUs (dp 32), 25.09: NVIDIA/NeMo
+# scripts/performance/recommended_model_configs/model_configs_gb200.csv @06c0e70057f272483a1a33c6bb5a9baf7be48cdc,
+# etp_size 1 (mb_267).
+FOLDED = {"mb_106", "mb_151", "mb_195", "mb_233", "mb_261", "mb_278", "mb_267"}
+
+
+def test_rows_folded_over_tp_resolve(nemo, moe_cases):
+    for rid in FOLDED:
+        c, row = moe_cases[rid]
+        assert c.skip_reason is None and c.scenario is not None, (rid, c.skip_reason)
+        sc = c.scenario
+        lay = sc.layout
+        assert (lay.tp, lay.etp) == (2, 1) and row["model"].startswith("Qwen3_235B_a22B"), rid
+        assert (sc.dp * lay.cp) % lay.ep != 0, rid                       # not representable without folding
+        assert (sc.dp * lay.cp * lay.tp // lay.etp) % lay.ep == 0, rid
+        assert sc.training.recompute == "none", rid
+    # no MoE row is skipped for its expert-parallel size any more
+    assert not [c.row_id for c in nemo.cases if "layout.ep" in (c.skip_reason or "")]
+
+
+def test_a_folded_row_through_the_engine(moe_cases):
+    """mb_278: Qwen3 235B on 256 H100, tp2 pp8 vp4 ep32, etp 1 (25.09), 1204 tok/s/GPU published."""
+    from trainsim.simulator.predict import predict
+    c, _ = moe_cases["mb_278"]
+    p = predict(c.scenario)
+    tok = p.tokens_per_s / c.scenario.num_gpus
+    assert p.fits and 0.5 * c.published < tok < 1.5 * c.published
+
+
+def test_notes_describe_the_recompute_and_expert_tp_rules(nemo):
+    text = " ".join(nemo.notes)
+    for needle in ("NEMO_RECOMPUTE_MODULES", "NEMO_EXPERT_TP", "recompute_modules", "expert_tensor_parallel_size",
+                   "#3031", "#3983", "#4226", "moe_act + mlp", "dp*cp*tp/etp", "recompute_granularity=None"):
+        assert needle in text, needle
+    assert "ep | dp*cp" not in text and "those rows are skipped" not in text
 
 
 # --- CLI -------------------------------------------------------------------------------------------------------

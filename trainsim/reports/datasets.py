@@ -803,6 +803,116 @@ NEMO_MTP_LABELS = {"w/o mtp": 0, "w/ mtp": 1}
 NEMO_MLA_OPTIMIZER_BYTES = {"DeepSeekV3": 8, "Kimi_K2": 8}
 
 
+# --- MoE rows: selective-recompute modules and expert tensor parallelism, as each row's config set them
+
+# Megatron-Core --recompute-modules of each row's Megatron-Bridge performance config (WorkloadBaseConfig
+# .recompute_modules, applied by _set_recompute_overrides in scripts/performance/utils/overrides.py: a list sets
+# recompute_granularity="selective" with those modules, an empty list recomputes nothing; the 25.09 scripts set
+# recompute_granularity="selective" and the list directly) -> TrainingSpec.recompute_modules, () = no recompute
+# (recompute="none"). Read per (model, system, precision class) at the row's release, config versions dated as in
+# NEMO_EP_OVERLAP: by their parallel layout, which must equal the row's, and by dated PRs (25.09 = r0.1.0, 25.11 =
+# r0.2.0, 26.02(.01) = r0.3.0, 26.04(.01) = r0.4.0, 26.06(.01) = r0.5.0, 26.08 = r0.6.0). Precision classes: "mx"
+# (MXFP8 / FP8-MX), "bf16", "any". Qwen3 rows have no entry: every Qwen3 config read sets recompute_granularity=None
+# and no recompute_modules (scripts/performance/configs/qwen/qwen3_llm_pretrain.py set_qwen3_common_configs
+# @05c0c90f; 25.09 configs/qwen3/qwen3_235b_a22b_llm_pretrain.py @27dfb3df and qwen3_30b_a3b_llm_pretrain.py
+# @4054233a; 26.08 src/megatron/bridge/perf_recipes/qwen/gb300/qwen3_moe.py @007282ea), so they stay at recompute
+# none. Entries: (table model, system, precision class, first release, last release, modules).
+NEMO_RECOMPUTE_MODULES: tuple[tuple[str, str, str, str, str, tuple[str, ...]], ...] = (
+    # 25.09: scripts/performance/configs/deepseek/deepseek_v3_llm_pretrain.py @27dfb3df (NVIDIA-NeMo/Megatron-Bridge
+    # 27dfb3df3c2cba55e54ec67016061048d4ce03c1): recompute_granularity="selective" everywhere; H100 (tp2 pp8 vp4
+    # ep64, the dropless row) ["mla_up_proj", "mlp"]; GB200 (pp4 vp4 ep64) ["mla_up_proj"] with token drop (the
+    # tokendrop row; dropless would add "mlp"); B200 (pp16 ep8) ["mla_up_proj"].
+    ("DeepSeekV3", "DGX-H100", "any", "25.09", "25.09", ("mla_up_proj", "mlp")),
+    ("DeepSeekV3", "DGX-GB200", "any", "25.09", "25.09", ("mla_up_proj",)),
+    ("DeepSeekV3", "DGX-B200", "any", "25.09", "25.09", ("mla_up_proj",)),
+    # 25.11: scripts/performance/configs/deepseek/workload_base_configs.py @d19cb73c
+    # (d19cb73c80ae84b17e296b66e85058b129319510), the version with the 25.11 rows' layouts (GB300 pp2 vp4 ep32 GBS
+    # 4096, GB200 pp4 vp4 ep64 GBS 4096, B200 pp16 ep8 GBS 2048; the earlier @0fa501ac has GB300 pp4 vp4 and GB200
+    # GBS 2048): GB300 (every precision) [], GB200 BF16 ["mla_up_proj"], B200 ["mla_up_proj"] (B200 kept it through
+    # 26.04, below). The GB200 FP8-MX row (pp8 vp4 ep32, w/o MTP) matches no Megatron-Bridge config (NEMO_EP_OVERLAP_
+    # UNDATED); its parallel layout and pipeline split are those of the Megatron-LM guide NEMO_PIPELINE_LAYOUTS cites
+    # (docs/discussions/deepseek-v3-gb200-optimization/deepseek-v3-gb200-reproduce-guide.md @ab23fd2f, NVIDIA/
+    # Megatron-LM ab23fd2f437c5582cdeb3164a0834902daea1f4b: TP1 PP8 VPP4 EP32 MXFP8, --recompute-granularity
+    # selective --recompute-modules moe_act mlp), whose modules it takes.
+    ("DeepSeekV3", "DGX-GB300", "any", "25.11", "25.11", ()),
+    ("DeepSeekV3", "DGX-GB200", "bf16", "25.11", "25.11", ("mla_up_proj",)),
+    ("DeepSeekV3", "DGX-GB200", "mx", "25.11", "25.11", ("moe_act", "mlp")),
+    # 26.02 - 26.04: scripts/performance/configs/deepseek/deepseek_workload_base_configs.py @f0e2c37e
+    # (f0e2c37e3f82c57f9d0e95aa8ae98b3470a91107; B300 BF16 pp8 vp2 of PR #2175, cherry-picked into r0.3.0 by #2198,
+    # 2026-02-03) and the versions with the 26.04 layouts (B300/B200 MXFP8 pp16 ep8, B300 BF16 pp8 without vp after
+    # PR #2627, 2026-03-03): zidanehuang001/Megatron-Bridge @8e0fe90d (8e0fe90db6d83e179c775922836921443fda0435),
+    # nanz-nv/Megatron-Bridge @e6015aa8 (e6015aa87982289629d2c5431e62aaaf84ce6286). MXFP8 aliases the V1/V2 configs:
+    # GB300 (mbs 2, pp2 vp8 ep32) ["mla_up_proj"], GB200 (pp4 vp4 ep64) ["mla_up_proj"], B300 and B200 (pp16 ep8)
+    # ["mla_up_proj"].
+    ("DeepSeekV3", "DGX-B200", "any", "25.11", "26.04", ("mla_up_proj",)),
+    ("DeepSeekV3", "DGX-GB300", "mx", "26.02", "26.04.01", ("mla_up_proj",)),
+    ("DeepSeekV3", "DGX-GB200", "mx", "26.02", "26.04", ("mla_up_proj",)),
+    # 26.04.01: the version with the 26.04.01 layouts (B300_V2 pp8 mbs 2, B200_FP8_MX_V2 pp8 vp2 ep32 DeepEP),
+    # radixark/Megatron-Bridge @d063066b (d063066b4d66853c4c9308caf321a9c5b8836915): GB200_V1 (which FP8_MX aliases)
+    # ["mlp"] -- PR #3031 (2026-03-30) "Update DeepSeek V3 GB200 recompute strategy from mla_up_proj to mlp", and PR
+    # #4226's baseline for the GB200 MXFP8 config before 26.06 is "[mlp] recompute"; GB300 mbs 2 ["mla_up_proj"];
+    # B300_V2 (pp8 mbs 2) ["mla_up_proj"], kept by the 26.06 row (PR #4458, 2026-06-23, moved B300 to vp2 mbs 1
+    # later); B200_FP8_MX_V2 ["mla_up_proj", "mlp"].
+    ("DeepSeekV3", "DGX-GB200", "mx", "26.04.01", "26.04.01", ("mlp",)),
+    ("DeepSeekV3", "DGX-B300", "any", "26.02", "26.06", ("mla_up_proj",)),
+    ("DeepSeekV3", "DGX-B200", "mx", "26.04.01", "26.04.01", ("mla_up_proj", "mlp")),
+    # 26.06 - 26.08: GB300 MXFP8 full-iteration CUDA graph config, mbs 1, recompute_modules=[] (PR #3983; PR #4226
+    # 2026-06-09: "GB300 can run with recompute_modules=[]"), GB200 MXFP8 full-iteration config ["mla_up_proj"]
+    # ("to fit GB200's smaller HBM budget", PR #4226): nvegesna-netizen/Megatron-Bridge @8871aeae
+    # (8871aeaef3369fc26f6f626622fdf03542cc1057; the same in kocchop/Megatron-Bridge @6219b1a8 and slikhite-1/
+    # Megatron-Bridge @7e5c47ff); 26.08 (r0.6.0) recipes src/megatron/bridge/perf_recipes/deepseek/gb300/
+    # deepseek_v3.py @000853c8 (000853c89a2b110fb80dc9db5774a34bc69e2c84) fp8mx [] and gb200/deepseek_v3.py @0ed32959
+    # (0ed32959f7a9154e0a587a9efe6e70827a422f25) fp8mx ["mla_up_proj"].
+    ("DeepSeekV3", "DGX-GB300", "mx", "26.06", "26.08", ()),
+    ("DeepSeekV3", "DGX-GB200", "mx", "26.06", "26.08", ("mla_up_proj",)),
+    # Kimi K2 GB300 (pp4 vp4 ep64, GBS 4096, mbs 2 -- the rows' layout): KIMI_K2_PRETRAIN_CONFIG_GB300
+    # recompute_modules=["mla_up_proj"] in scripts/performance/configs/kimi/kimi_workload_base_configs.py of
+    # radixark/Megatron-Bridge @d063066b and nvegesna-netizen/Megatron-Bridge @b8002e52
+    # (b8002e52ea1b5e0450ffb7328844acc356eb00b5); the NVIDIA-NeMo version @7a6f3ba9 (GBS 2048, mbs 1, ["moe_act"]) has
+    # a layout no row has.
+    ("Kimi_K2", "DGX-GB300", "any", "26.02.01", "26.06", ("mla_up_proj",)),
+)
+
+# Megatron-Core --expert-tensor-parallel-size (Layout.etp) of the MoE models' configs, used where the table's etp
+# cell is empty (every MoE row's is); a model absent here takes Megatron-Core's default, etp = tp. Every config read
+# sets 1: DeepSeek-V3 BASE_DEEPSEEK_V3_CONFIG = WorkloadBaseConfig(expert_tensor_parallel_size=1) (workload_base_
+# configs.py @d19cb73c and @0fa501ac, deepseek_workload_base_configs.py @f0e2c37e, @8e0fe90d, @d063066b, @8871aeae),
+# every system of the 25.09 deepseek_v3_llm_pretrain.py @27dfb3df, and the GB200 guide above
+# (--expert-tensor-parallel-size 1); Kimi K2 BASE_KIMI_K2_CONFIG expert_tensor_parallel_size=1 (@d063066b,
+# @b8002e52, @7a6f3ba9); Qwen3 235B-A22B BASE_QWEN3_235B_A22B_CONFIG expert_tensor_parallel_size=1
+# (configs/qwen3/workload_base_configs.py @767255d2, 767255d2f5c7c96b619a873a8ad17a3086f3e5c5, the 25.11 H100 tp2
+# pp8 vp4 ep32 GBS 2048 row; configs/qwen/qwen3_workload_base_configs.py @f29a269f,
+# f29a269f8728ff9075f88a226f92e554196a7e41, H100_V2 tp2 pp8 vp4 ep32 GBS 8192, the 26.x H100 rows), every system
+# of the 25.09 qwen3_235b_a22b_llm_pretrain.py @27dfb3df (H100 tp2 pp8 vp4 ep32 GBS 2048), and the NeMo 2 25.09
+# config of the GB200 tp2 pp1 ep64 row (NVIDIA/NeMo scripts/performance/recommended_model_configs/
+# model_configs_gb200.csv @06c0e700, 06c0e70057f272483a1a33c6bb5a9baf7be48cdc: qwen3 235b_a22b, 64 GPUs, tp 2, pp 1,
+# ep 64, mbs 1, gbs 1024, etp_size 1); Qwen3 30B-A3B BASE_QWEN3_30B_A3B_CONFIG expert_tensor_parallel_size=1
+# (@767255d2, @f29a269f) and the 25.09-era qwen3_30b_a3b_llm_pretrain.py @4054233a (etp 1 on every system). With
+# tp = 1 (every row but the H100 DeepSeek-V3 and Qwen3 235B rows and the 25.09 GB200 Qwen3 235B row) etp 1 is tp.
+NEMO_EXPERT_TP: dict[str, int] = {"DeepSeekV3": 1, "Kimi_K2": 1, "Qwen3_30B_a3B": 1, "Qwen3_235B_a22B": 1}
+
+
+def nemo_precision_class(precision: str) -> str:
+    """'mx' (MXFP8 / FP8-MX), 'bf16' or 'other' (the classes of NEMO_RECOMPUTE_MODULES)."""
+    p = (precision or "").upper()
+    return "mx" if ("MX" in p and "FP8" in p) else ("bf16" if p.strip() == "BF16" else "other")
+
+
+def nemo_recompute_modules(model_name: str, system: str, precision: str, release: str) -> tuple[str, ...] | None:
+    """The recompute_modules of the row's config (NEMO_RECOMPUTE_MODULES; () = none), or None when no entry."""
+    cls, rel = nemo_precision_class(precision), nemo_release(release)
+    for m, s, pc, lo, hi, modules in NEMO_RECOMPUTE_MODULES:
+        if (m == model_name and s == system and pc in ("any", cls)
+                and nemo_release(lo) <= rel <= nemo_release(hi)):
+            return modules
+    return None
+
+
+def nemo_expert_tp(model_name: str, etp_cell: int | None, tp: int) -> int:
+    """Expert tensor parallelism of a MoE row: the table's etp cell, else the config's (NEMO_EXPERT_TP), else tp."""
+    return etp_cell or NEMO_EXPERT_TP.get(model_name) or tp
+
+
 def parse_pipeline_layout(layout: str) -> tuple[tuple[int, ...], int]:
     """Transformer layers per virtual pipeline stage of a Megatron-Core pipeline_model_parallel_layout string, and
     the MTP modules ('m') of its last stage. ``(x)*n`` and ``c*n`` repeat, '|' ends a virtual stage, ',' is only a
@@ -887,12 +997,22 @@ def load_nemo(path: Path | None = None, *, name: str = "nemo") -> Dataset:
          "distributed optimizer (fsdp column 0/empty) or Megatron FSDP = ZeRO-3 (fsdp column > 0), "
          "FlashAttention-class fused attention, no dropout, interleaved 1F1B when vp > 1. The tables do not "
          "state recomputation: none for the Llama and Qwen rows (the perf scripts read set none of it for these "
-         "models; DeepSeek-V3 / Kimi K2 below). "
+         "models; the Qwen3 configs set recompute_granularity=None), the config's recompute_modules for "
+         "DeepSeek-V3 / Kimi K2 (below). "
          "Activation CPU offload as the recipes set it for the Megatron-FSDP fp8 runs: Llama 3 70B 20 layers "
          "on GB300, 40 on GB200; Llama 3.1 405B on GB200 95 (NEMO_ACTIVATION_OFFLOAD)."),
         ("rows: pre-training and SFT (full-parameter training on seq_len tokens); LoRA rows skipped (frozen "
-         "base weights: no weight gradients or optimizer, not a trainsim mode); MoE rows need ep | dp*cp "
-         "(experts carved from data parallelism) -- layouts with expert groups spanning TP are skipped."),
+         "base weights: no weight gradients or optimizer, not a trainsim mode)."),
+        ("MoE expert tensor parallelism (all MoE rows): layout.etp = the table's etp cell when printed (no MoE "
+         "row prints one), else the config's expert_tensor_parallel_size (NEMO_EXPERT_TP, with sources), else "
+         "Megatron-Core's default tp. Every config read sets 1: DeepSeek-V3 (BASE_DEEPSEEK_V3_CONFIG, every "
+         "version 25.11-26.06; the 25.09 deepseek_v3_llm_pretrain.py; the GB200 guide), Kimi K2 "
+         "(BASE_KIMI_K2_CONFIG), Qwen3 235B-A22B (BASE_QWEN3_235B_A22B_CONFIG 25.11 and 26.x, the 25.09 "
+         "qwen3_235b_a22b_llm_pretrain.py, NeMo 2's model_configs_gb200.csv etp_size 1 for the 25.09 GB200 tp2 pp1 "
+         "ep64 run), Qwen3 30B-A3B. So ep need only divide dp*cp*tp/etp (MoE parallel folding): the Qwen3 235B "
+         "H100 rows (tp2 pp8 vp4 ep32 on 256 GPUs, dp 16) and the 25.09 GB200 Qwen3 235B row (tp2 pp1 ep64 on 64 "
+         "GPUs, dp 32) fold their expert groups over the two TP ranks and are predicted; the H100 DeepSeek-V3 row "
+         "(tp2) keeps its experts unsplit. Rows with etp != tp carry 'etpN' in their label."),
         ("DeepSeek-V3 and Kimi K2 (multi-head latent attention, shared expert, first dense layers): model presets "
          "deepseek-v3 and kimi-k2 (the architecture recipes/kimi/kimi_k2.py @0350b4ef builds: 61 layers, 1 "
          "dense, 384 experts top-8 + 1 shared, MLA with 64 heads). Pipeline split: the "
@@ -911,15 +1031,21 @@ def load_nemo(path: Path | None = None, *, name: str = "nemo") -> Dataset:
          "Kimi K2: none. 'tokendrop' rows (25.09: capacity factor 1, apply_moe_token_drop) are predicted as "
          "the dropless ones: trainsim assumes balanced routing, which force-balanced routing with capacity "
          "factor 1 is (no token dropped, no expert padded)."),
-        ("DeepSeek-V3 / Kimi K2 recompute: the perf scripts set recompute_granularity='selective' with "
-         "recompute_modules per config -- mla_up_proj (most: B200/B300 pp16, B300 pp8, GB300 mbs 2, GB200 "
-         "25.09, Kimi K2 GB300), mla_up_proj + mlp (H100, B200 pp8 vp2), mlp or mla_up_proj (GB200 MXFP8, by "
-         "release), moe_act (GB300 BF16), none ([]: the GB300 MXFP8 config with mbs 1, rows of 26.06 on). "
-         "trainsim's closest mode is selective (attention core re-run) for every "
-         "such row: its recompute compute is of the order of the MLA up-projections' (the core re-run is about "
-         "1.5x their FLOPs), but it keeps the per-head q, k, v that mla_up_proj frees (28 % of a DeepSeek-V3 "
-         "block's saved activations) and the expert/MLP activations moe_act/mlp free, so it overstates "
-         "activation memory (rows may show fits = NO though the runs fit)."),
+        ("DeepSeek-V3 / Kimi K2 recompute: training.recompute_modules = the recompute_modules of the row's "
+         "Megatron-Bridge performance config (Megatron-Core --recompute-granularity selective --recompute-modules; "
+         "an empty list = recompute none), read per (model, system, precision) at the row's release, config "
+         "versions dated as for the EP overlap (NEMO_RECOMPUTE_MODULES, with sources): mla_up_proj + mlp for "
+         "H100 25.09 (deepseek_v3_llm_pretrain.py @27dfb3df) and B200 MXFP8 pp8 vp2 26.04.01 (B200_FP8_MX_V2); "
+         "mla_up_proj for GB200 25.09 (tokendrop) and 25.11 BF16, B200 pp16 25.09-26.04, B300 26.02-26.06, "
+         "GB300 MXFP8 with mbs 2 (26.02-26.04.01), GB200 MXFP8 26.02-26.04 and 26.06-26.08 (the full-iteration "
+         "config, PR #4226), Kimi K2 GB300 (mbs 2); mlp for GB200 MXFP8 26.04.01 (PR #3031 moved GB200 from "
+         "mla_up_proj to mlp; the stored config with the 26.04.01 layouts has it, those with the 26.04 layouts "
+         "do not); none ([]) for GB300 MXFP8 26.06-26.08 (the full-iteration config with mbs 1, PR #3983) and "
+         "GB300 25.11 (skipped: no layout); moe_act + mlp for the 25.11 GB200 FP8-MX pp8 vp4 row, which matches "
+         "no Megatron-Bridge config and takes the modules of the Megatron-LM GB200 guide its layout comes from. "
+         "Each module drops its saved tensors and re-runs its forward (mla_up_proj: MLA's up-projections and "
+         "RoPE; mlp: the dense blocks' MLP; moe_act: the experts' activation). A MLA row with no entry would be "
+         "skipped (none is). Rows with recompute carry 'rc:<modules>' in their label."),
         ("DeepSeek-V3 / Kimi K2 optimizer and overlap: distributed optimizer; optimizer state 8 bytes/param "
          "(NEMO_MLA_OPTIMIZER_BYTES: DeepSeek-V3 precision-aware Adam, fp32 main params + bf16 moments; Kimi K2 "
          "Muon, fp32 main params + fp32 momentum, sharded layer-wise over DP -- Muon's Newton-Schulz iterations "
@@ -942,8 +1068,8 @@ def load_nemo(path: Path | None = None, *, name: str = "nemo") -> Dataset:
          "NEMO_EP_OVERLAP, with sources): on for DeepSeek-V3 H100 25.09 (a2a_1f1b for H100, run_script.py "
          "@27dfb3df), B200 MXFP8 pp8 vp2 26.04.01 (B200_FP8_MX_V2), GB300 and GB200 MXFP8 from 26.06 (PRs #3983, "
          "#4226; #4330 measured the GBS 15360 row on 26.06.rc7); Qwen3 30B-A3B and 235B-A22B GB300 and GB200 "
-         "MXFP8 from 26.06 (PR #4249 for 26.06; PR #4606); Qwen3 235B H100 25.11-26.04.01 (those rows are skipped: "
-         "ep 32 > dp 16); Qwen3 235B B200 25.11 (pp8 vp2; PR #1760 turned it off after 25.11) and B300 26.02 / "
+         "MXFP8 from 26.06 (PR #4249 for 26.06; PR #4606); Qwen3 235B H100 25.11-26.04.01 (ep 32 folded over "
+         "dp 16 x tp/etp 2, see the expert tensor parallelism note); Qwen3 235B B200 25.11 (pp8 vp2; PR #1760 turned it off after 25.11) and B300 26.02 / "
          "26.02.01 (pp8 vp4; PR #2669 turned it off after 26.02). Off elsewhere: every other config read has "
          "moe_a2a_overlap False (DeepSeek-V3 GB300/GB200 MXFP8 before 26.06, B300 incl. the 26.06 pp8 mbs-2 row, "
          "B200 pp16, BF16; Kimi K2 GB300 mbs 2 -- its moe_a2a_overlap came with r0.6.0, PR #5168; Qwen3 "
@@ -993,7 +1119,8 @@ def _nemo_case(r: dict) -> Case:
         return Case(rid, label, published, skip_reason=f"no model preset for {model_name!r}", category=category)
     if system not in NEMO_SYSTEMS:
         return Case(rid, label, published, skip_reason=f"no cluster preset for {system!r}", category=category)
-    ints = {k: _int(_first(r.get(k))) for k in ("gbs", "mbs", "seq_len", "fsdp", "tp", "pp", "cp", "vp", "ep")}
+    ints = {k: _int(_first(r.get(k))) for k in ("gbs", "mbs", "seq_len", "fsdp", "tp", "pp", "cp", "vp", "ep",
+                                                 "etp")}
     if None in (ints["gbs"], ints["mbs"], ints["seq_len"]):
         return Case(rid, label, published, skip_reason="incomplete batch", category=category)
     tp, pp, cp = ints["tp"] or 1, ints["pp"] or 1, ints["cp"] or 1
@@ -1008,10 +1135,16 @@ def _nemo_case(r: dict) -> Case:
         overrides = {"gpus_per_node": per_rack, "scale_out": {"nics_per_node": per_rack}}
     preset_name = NEMO_MODELS[model_name]
     model_raw: str | dict = preset_name
+    moe = load_model(preset_name).is_moe
+    # MoE rows: the config's expert tensor parallelism (NEMO_EXPERT_TP; the etp cell when printed) and its
+    # selective-recompute modules (NEMO_RECOMPUTE_MODULES; () = none; no entry: recompute none, see the notes).
+    etp = nemo_expert_tp(model_name, ints["etp"], tp) if moe else None
+    rc_modules = (nemo_recompute_modules(model_name, system, prec_text, r.get("nemo_container") or "")
+                  if moe else None)
     raw = {
         "model": model_raw,
         "cluster": _cluster(cpreset, gpus, **overrides),
-        "layout": {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vp},
+        "layout": {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vp, **({"etp": etp} if etp else {})},
         "training": {"seq_len": ints["seq_len"], "global_batch": ints["gbs"], "micro_batch": ints["mbs"],
                      "dtype": dtype, "recompute": "none", "sequence_parallel": tp > 1, "tp_comm_overlap": tp > 1,
                      "ep_comm_overlap": ep_overlap,
@@ -1021,22 +1154,27 @@ def _nemo_case(r: dict) -> Case:
                      "offload_activation_layers": (NEMO_ACTIVATION_OFFLOAD.get((model_name, system), 0)
                                                    if fsdp and dtype == "fp8" else 0)},
     }
+    if rc_modules:
+        raw["training"].update(recompute="selective", recompute_modules=list(rc_modules))
     label += (f" tp{tp} pp{pp}" + (f" cp{cp}" if cp > 1 else "") + (f" v{vp}" if vp > 1 else "")
-              + (f" ep{ep}" if ep > 1 else "") + (" fsdp" if fsdp else "") + f" mb{ints['mbs']}"
-              + (" a2a-ov" if ep_overlap else ""))
+              + (f" ep{ep}" if ep > 1 else "") + (f" etp{etp}" if etp and etp != tp else "")
+              + (" fsdp" if fsdp else "") + f" mb{ints['mbs']}" + (" a2a-ov" if ep_overlap else "")
+              + (f" rc:{'+'.join(rc_modules)}" if rc_modules else ""))
     why_not = None
     if mla:
-        # DeepSeek-V3 / Kimi K2: MTP from the row's label, the recipe's pipeline layout, the recipe's recompute
-        # granularity and optimizer precision, no TP comm overlap (the notes of load_nemo say why).
+        # DeepSeek-V3 / Kimi K2: MTP from the row's label, the recipe's pipeline layout, the config's recompute
+        # modules (above) and the recipe's optimizer precision, no TP comm overlap (the notes of load_nemo say why).
         mtp = nemo_mtp_layers(r.get("model"))
         model_raw = {"preset": preset_name, "mtp_layers": mtp}
         stage_layers, layout_or_why = nemo_stage_layers(model_name, pp, vp, mtp)
         if stage_layers is None:
             why_not = layout_or_why
+        elif rc_modules is None:
+            why_not = (f"no recompute_modules for {model_name} {system} {prec_text} {r.get('nemo_container')} in "
+                       "NEMO_RECOMPUTE_MODULES: the run's recompute is unknown")
         raw["model"] = model_raw
         raw["layout"]["stage_layers"] = list(stage_layers or ())
-        raw["training"].update(recompute="selective", tp_comm_overlap=False,
-                               optimizer_bytes_per_param=NEMO_MLA_OPTIMIZER_BYTES[model_name])
+        raw["training"].update(tp_comm_overlap=False, optimizer_bytes_per_param=NEMO_MLA_OPTIMIZER_BYTES[model_name])
     scenario, why = (None, why_not) if why_not else _scenario(raw, rid)
     m = load_model(model_raw)
     category += " MoE" if m.is_moe else " dense"
