@@ -374,3 +374,20 @@ def test_etp_on_a_dense_model_refused():
     with pytest.raises(SpecError) as err:
         scen({"preset": "llama3-8b"}, gpus=8, layout={"tp": 2, "etp": 1})
     assert err.value.field == "layout.etp"
+
+
+def test_planner_carries_etp_and_drops_settings_a_candidate_cannot_use():
+    """A scenario file's etp reaches every MoE candidate (so ep may span TP ranks); its EP overlap and module list
+    are kept only for candidates that can run them (pp 1 or model chunks; selective recompute)."""
+    from trainsim.simulator.search_space import Candidate, SearchLimits, structural, to_scenario
+    m, cl = load_model("qwen3-30b-a3b"), scen({"preset": "qwen3-30b-a3b"}, gpus=16).cluster
+    plain = {(tp, ep) for tp, cp, pp, dp, ep in structural(m, cl, 16, 64, 4096, SearchLimits())}
+    folded = {(tp, ep) for tp, cp, pp, dp, ep in structural(m, cl, 16, 64, 4096, SearchLimits(etp=1))}
+    assert (2, 16) in folded and (2, 16) not in plain
+    lim = SearchLimits(etp=1, training_extra={"ep_comm_overlap": True, "recompute_modules": ("moe_act",)})
+    c = Candidate(16, 2, 1, 8, 1, 16, 1, 1, "selective", 0, "1f1b", True)
+    s = to_scenario(m, cl, c, 64, 4096, lim)
+    assert s.layout.etp == 1 and s.training.ep_comm_overlap and s.training.recompute_modules == ("moe_act",)
+    c2 = Candidate(16, 1, 2, 8, 1, 8, 1, 1, "none", 0, "1f1b", False)
+    s2 = to_scenario(m, cl, c2, 64, 4096, lim)
+    assert not s2.training.ep_comm_overlap and s2.training.recompute_modules is None

@@ -242,7 +242,7 @@ def _plan_for(scn: Scenario, opts: ReportOptions):
         seq_len=scn.training.seq_len, tokens=opts.tokens, price_per_gpu_hour=opts.price_per_gpu_hour,
         top_k=opts.plan_top_k,
         limits=SearchLimits(dtype=scn.training.dtype, training_extra=training_extra(scn.training.model_dump()),
-                            placement=scn.layout.placement),
+                            placement=scn.layout.placement, etp=scn.layout.etp),
         failure_rate_per_gpu_hour=opts.failure_rate_per_gpu_hour, checkpoint_write_s=opts.checkpoint_write_s,
         storage_write_Bps=opts.storage_write_Bps, restart_s=opts.restart_s, profile_path=opts.profile_path,
     )
@@ -459,9 +459,16 @@ def scenario_from_plan(plan_json: Mapping[str, Any], rank: int = 1) -> Scenario:
     try:
         if placement is not None:
             placement = load_layout({"placement": placement}).placement
-        load_training({"seq_len": 1, "global_batch": 1, **extra})
+        load_training({"seq_len": 1, "global_batch": 1,
+                       **({"recompute": "selective"} if extra.get("recompute_modules") else {}), **extra})
     except SpecError as e:
         raise SpecError(f"plan.request.{e.field}", e.reason) from None
-    lim = SearchLimits(dtype=req.get("dtype", "bf16"), training_extra=dict(extra), placement=placement)
+    etp = req.get("etp")
+    if etp is not None:
+        try:
+            etp = load_layout({"etp": etp}).etp
+        except SpecError as e:
+            raise SpecError(f"plan.request.{e.field}", e.reason) from None
+    lim = SearchLimits(dtype=req.get("dtype", "bf16"), training_extra=dict(extra), placement=placement, etp=etp)
     return to_scenario(model, cluster, cand, int(req["global_batch"]), int(req["seq_len"]), lim,
                        name=f"{model.name} plan #{rank}: {cand.label()}")

@@ -113,6 +113,7 @@ class PlanResult:
                 "top_k": r.top_k, "objective": r.objective, "fixed": dict(r.limits.fixed),
                 "training": dict(r.limits.training_extra),
                 "placement": list(r.limits.placement) if r.limits.placement else None,
+                "etp": r.limits.etp,
                 "failure_rate_per_gpu_hour": r.failure_rate_per_gpu_hour, "restart_s": r.restart_s,
                 "checkpoint_write_s": r.checkpoint_write_s, "storage_write_Bps": r.storage_write_Bps,
                 "failure_rate_source": gp.FAILURE_RATE_SOURCE,

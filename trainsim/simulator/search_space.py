@@ -47,6 +47,12 @@ class SearchLimits:
     training_extra: dict[str, Any] = field(default_factory=dict)
     # Rank placement of the parallel dimensions (Layout.placement, innermost first); None = the default.
     placement: tuple[str, ...] | None = None
+    # Expert tensor parallelism of MoE candidates (Layout.etp); None = tp. Applied where it divides the tp.
+    etp: int | None = None
+
+    def expert_tp(self, tp: int) -> int:
+        """The etp a candidate of this tp uses: the limit's where it divides tp, else tp (Megatron's default)."""
+        return self.etp if self.etp and tp % self.etp == 0 else tp
 
     def allowed(self, key: str, value: Any) -> bool:
         return key not in self.fixed or self.fixed[key] == value
@@ -185,7 +191,9 @@ def structural(model: ModelSpec, cluster: ClusterSpec, gpus: int, global_batch: 
                 dp = gpus // (tp * cp * pp)
                 if not lim.allowed("dp", dp) or global_batch % dp:
                     continue
-                eps = [e for e in divisors(model.num_experts) if (dp * cp) % e == 0] if model.is_moe else [1]
+                fold = tp // lim.expert_tp(tp)  # MoE parallel folding: ep may span tp/etp TP ranks
+                eps = ([e for e in divisors(model.num_experts) if (dp * cp * fold) % e == 0] if model.is_moe
+                       else [1])
                 for ep in eps:
                     if lim.allowed("ep", ep):
                         yield tp, cp, pp, dp, ep
@@ -231,13 +239,16 @@ def to_scenario(model: ModelSpec, cluster: ClusterSpec, c: Candidate, global_bat
     lim = lim or SearchLimits()
     if cluster.num_gpus != c.gpus:
         cluster = cluster.with_gpus(c.gpus)
-    layout = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, ep=c.ep, vpp=c.vpp,
+    etp = lim.expert_tp(c.tp) if model.is_moe and lim.etp else None
+    layout = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, ep=c.ep, vpp=c.vpp, etp=etp,
                     **({"placement": lim.placement} if lim.placement else {}))
     extra = dict(lim.training_extra)
     if not c.sequence_parallel:
         extra.pop("tp_comm_overlap", None)  # TE's userbuffers overlap needs SP: candidates without it run plain
     if c.recompute != "selective":
         extra.pop("recompute_modules", None)  # the file's module list applies to its selective candidates
+    if c.ep == 1 or (c.pp > 1 and c.vpp == 1) or c.schedule in ("gpipe", "zb"):
+        extra.pop("ep_comm_overlap", None)  # the overlap needs EP and 1F1B pairs: the others run without it
     extra.update(seq_len=seq_len, global_batch=global_batch, micro_batch=c.micro_batch, dtype=lim.dtype,
                  recompute=c.recompute, sequence_parallel=c.sequence_parallel, zero=c.zero, schedule=c.schedule)
     try:  # the constructor, not specs.load_training: this runs per candidate, and its inputs are typed already

@@ -155,15 +155,16 @@ def request_from_args(args: argparse.Namespace):
     if extra.get("offload_params") and "zero" not in fixed:
         fixed["zero"] = 3  # parameters must be sharded to be offloaded
     load_training({"seq_len": int(seq_len), "global_batch": int(global_batch), "zero": fixed.get("zero", 0),
-                   **extra})
+                   **({"recompute": "selective"} if extra.get("recompute_modules") else {}), **extra})
     layout = raw.get("layout") or {}
     if not isinstance(layout, dict):
         raise SpecError("layout", "must be a mapping")
     placement = None
     if layout.get("placement") is not None:
         placement = load_layout({"placement": layout["placement"]}).placement
+    etp = load_layout({"etp": layout["etp"]}).etp if layout.get("etp") is not None else None
     limits = SearchLimits(max_tp=args.max_tp, max_micro_batch=args.max_micro_batch, dtype=dtype, fixed=fixed,
-                          training_extra=extra, placement=placement)
+                          training_extra=extra, placement=placement, etp=etp)
     if args.storage_write_gbps <= 0:
         raise SpecError("storage_write_gbps", "must be positive")
     return PlanRequest(
