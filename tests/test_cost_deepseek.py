@@ -19,7 +19,7 @@ F_DENSE, F_EXP, E, K, VOCAB, LAYERS, DENSE_LAYERS = 18432, 2048, 256, 8, 129280,
 
 
 def dsv3(**changes):
-    return {"preset": "deepseek-v3", **changes}
+    return {"preset": "deepseek-v3", "mtp_layers": 0, **changes}
 
 
 def scen(model, gpus=8, layout=None, cluster="dgx-h100", **training):
@@ -366,7 +366,7 @@ def test_etp_splits_expert_weights_and_work():
 ])
 def test_bad_etp_refused(layout, field):
     with pytest.raises(SpecError) as err:
-        scen({"preset": "qwen3-30b-a3b"}, gpus=16, layout=layout, global_batch=16)
+        scen({"preset": "qwen3-30b-a3b"}, gpus=16, layout=layout, global_batch=16, sequence_parallel=True)
     assert err.value.field == field
 
 
@@ -391,3 +391,69 @@ def test_planner_carries_etp_and_drops_settings_a_candidate_cannot_use():
     c2 = Candidate(16, 1, 2, 8, 1, 8, 1, 1, "none", 0, "1f1b", False)
     s2 = to_scenario(m, cl, c2, 64, 4096, lim)
     assert not s2.training.ep_comm_overlap and s2.training.recompute_modules is None
+
+
+# --- refusals and consistency found in review ------------------------------------------------------------------
+
+@pytest.mark.parametrize("training", [
+    {"recompute": "full"},                                               # Megatron-Core refuses both
+    {"recompute": "selective", "recompute_modules": ("moe",)},
+])
+def test_ep_overlap_refused_with_full_or_moe_recompute(training):
+    with pytest.raises(SpecError) as err:
+        _ep_scenario(ep_comm_overlap=True, **training)
+    assert err.value.field == "training.ep_comm_overlap"
+
+
+def test_ep_overlap_refused_with_two_mtp_modules():
+    with pytest.raises(SpecError) as err:
+        scen(dsv3(mtp_layers=2), gpus=8, layout={"ep": 8}, ep_comm_overlap=True)
+    assert err.value.field == "training.ep_comm_overlap"
+
+
+@pytest.mark.parametrize("model, module", [
+    ({"preset": "llama3-8b"}, "mla_up_proj"), ({"preset": "llama3-8b"}, "moe_act"),
+    ({"preset": "qwen3-30b-a3b"}, "shared_experts"), ({"preset": "qwen3-30b-a3b"}, "mlp"),
+])
+def test_recompute_module_the_model_lacks_is_refused(model, module):
+    with pytest.raises(SpecError) as err:
+        scen(model, gpus=8, recompute="selective", recompute_modules=(module,))
+    assert err.value.field == "training.recompute_modules"
+
+
+def test_moe_with_tp_and_ep_needs_sequence_parallelism():
+    with pytest.raises(SpecError) as err:
+        scen({"preset": "qwen3-30b-a3b"}, gpus=16, layout={"tp": 2, "ep": 8})
+    assert err.value.field == "training.sequence_parallel"
+
+
+def test_dualpipev_mtp_loss_stage_params_agree_with_memory_model():
+    """DualPipeV puts the loss (and MTP) on stage 0, which already holds the embedding: no extra copy."""
+    s = scen({"preset": "llama3-8b", "mtp_layers": 1}, gpus=8, layout={"pp": 4, "vpp": 2}, schedule="dualpipev",
+             global_batch=16, zero=3)
+    table = build_cost_table(s)
+    gathered = sum(c.param_gather.nbytes for c in table.stages[0].chunks if c.param_gather is not None)
+    assert gathered / s.training.param_bytes == pytest.approx(rank_param_shards(s, 0).held, rel=1e-9)
+
+
+def test_mla_down_projections_run_on_the_sequence_shard():
+    """With SP every matmul is split over TP, so tp x per-rank FLOPs = the unsharded block's (MLA down-projections
+    are duplicated across TP ranks but each runs on its own sequence shard)."""
+    from trainsim.cost_models.flops import pass_flops, _layer_ops
+    from trainsim.cost_models.shapes import layer_shape
+    s = scen(dsv3(), gpus=8, layout={"tp": 8, "ep": 1}, sequence_parallel=True).dense_block()
+    per_rank = layer_flops(s).fwd
+    whole = pass_flops(_layer_ops(layer_shape(s).unsharded())).fwd
+    assert 8 * per_rank == pytest.approx(whole, rel=1e-12)
+
+
+def test_executor_refuses_mtp_and_bools_in_stage_layers():
+    from trainsim.kernels.exec_config import make_job
+    s = scen({"preset": "tiny-gpt", "mtp_layers": 1}, gpus=2, layout={"pp": 2}, cluster="cpu-host", dtype="fp32",
+             global_batch=4, seq_len=128)
+    with pytest.raises(SpecError) as err:
+        make_job(s)
+    assert err.value.field == "model.mtp_layers"
+    with pytest.raises(SpecError) as err:
+        scen(dsv3(), gpus=2, layout={"pp": 2, "stage_layers": [True, 60]})
+    assert err.value.field == "layout.stage_layers[0]"

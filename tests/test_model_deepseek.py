@@ -180,7 +180,8 @@ def test_deepseek_v3_fields():
     assert (m.kv_lora_rank, m.q_lora_rank, m.head_dim, m.qk_rope_head_dim, m.v_head_dim) == (512, 1536, 128, 64, 128)
     assert (m.bias, m.norm, m.position_embedding, m.tie_embeddings, m.activation) == (
         False, "rmsnorm", "rope", False, "swiglu")
-    assert m.mtp_layers == 0  # num_nextn_predict_layers 1 is not mapped (MTP is outside the 671B)
+    assert m.mtp_layers == 1  # num_nextn_predict_layers: trained, though outside the 671B
+    assert m.total_params() == 671_026_404_352
 
 
 def test_deepseek_v2_lite_has_a_full_rank_query():

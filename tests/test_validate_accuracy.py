@@ -182,8 +182,8 @@ def test_nemo_dense_guard(nemo):
 
 def test_nemo_deepseek_guard(nemo):
     """DeepSeek-V3 (30 rows) and Kimi K2 (4 rows) with each run's Megatron-Bridge configuration (layout, MTP,
-    recompute modules, etp, EP overlap): MAPE 9.9 % and 6.7 % today; DeepSeek-V3 on 1,024 H100 [mb_276] 1,292 vs
-    1,297 tok/s/GPU (-0.4 %); every one of them predicted to fit, as they ran."""
+    recompute modules, etp, EP overlap): MAPE 9.9 % and 6.7 % today; DeepSeek-V3 on 1,024 H100 [mb_276] 1,299 vs
+    1,297 tok/s/GPU (+0.2 %); every one of them predicted to fit, as they ran."""
     labels = {c.row_id: c.label for c in nemo.dataset.cases}
     ds = [r for r in nemo.compared if labels[r.row_id].startswith("DeepSeekV3")]
     kimi = [r for r in nemo.compared if labels[r.row_id].startswith("Kimi_K2")]

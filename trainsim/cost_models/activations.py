@@ -149,9 +149,10 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
         # MLA: the latents replicated on every TP rank -- each RMSNorm's input (e) and output (the up-
         # projection's saved input), the shared RoPE key -- then per-head q, k (dqk) and v (dvh), which
         # "mla_up_proj" recompute drops (re-projected from the latents before the backward).
+        # With SP the latents are saved sequence-sharded (gathered again for the up-projections' backward).
         lat_in = _gemm_input_e(shp, impl)
-        seq += T * ((shp.e + lat_in) * (shp.ql + shp.kvl) + shp.e * shp.dr)
-        small += STAT_BYTES * T * (2 if shp.ql else 1)
+        seq += (T / r) * ((shp.e + lat_in) * (shp.ql + shp.kvl) + shp.e * shp.dr)
+        small += STAT_BYTES * (T / r) * (2 if shp.ql else 1)
         qkv_saved = 0.0 if rc("mla_up_proj") else e * T * heads * (2 * shp.dqk + shp.dvh)
     else:
         qkv_saved = e * T * (shp.a + 2 * shp.kv) * shp.d / t

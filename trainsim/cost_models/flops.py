@@ -246,21 +246,23 @@ def _moe_ops(shp: LayerShape) -> list[Op]:
 def _mla_projection_ops(shp: LayerShape) -> list[Op]:
     """MLA's projections up to the attention core (Megatron-Core MLASelfAttention, DeepSeek-V2 Sec. 2.1):
     the down-projections to the query latent and to the key/value latent + the shared RoPE key are not split
-    over TP (every rank computes them on all T tokens); their RMSNorms; the up-projections to per-head
+    over TP (duplicated: every rank computes them on its tokens -- its sequence shard with SP, whose latents are
+    then all-gathered for the up-projections); their RMSNorms; the up-projections to per-head
     queries (dqk) and to per-head no-RoPE keys + values (d + dvh), column-parallel; RoPE on the queries'
     and the shared key's RoPE parts."""
     e, h, t, T = shp.e, shp.h, shp.tp, shp.tokens
+    Ts = T // shp.sp_div  # the down-projections run on the rank's sequence shard (SP), latents gathered after
     fp8, casts = shp.dtype == "fp8", shp.fp8_weight_casts
     heads = shp.a // t
     ops: list[Op] = []
     if shp.ql:
-        ops += [_linear("q_down", T, shp.ql, h, e, fp8=fp8, weight_casts=casts),
-                _elementwise("q_norm", "norm", T * shp.ql, 2 * e, 3 * e, _NORM_FLOPS["rmsnorm"]),
+        ops += [_linear("q_down", Ts, shp.ql, h, e, fp8=fp8, weight_casts=casts),
+                _elementwise("q_norm", "norm", Ts * shp.ql, 2 * e, 3 * e, _NORM_FLOPS["rmsnorm"]),
                 _linear("q_up", T, heads * shp.dqk, shp.ql, e, fp8=fp8, weight_casts=casts)]
     else:
         ops.append(_linear("q_proj", T, heads * shp.dqk, h, e, fp8=fp8, weight_casts=casts))
-    ops += [_linear("kv_down", T, shp.kvl + shp.dr, h, e, fp8=fp8, weight_casts=casts),
-            _elementwise("kv_norm", "norm", T * shp.kvl, 2 * e, 3 * e, _NORM_FLOPS["rmsnorm"]),
+    ops += [_linear("kv_down", Ts, shp.kvl + shp.dr, h, e, fp8=fp8, weight_casts=casts),
+            _elementwise("kv_norm", "norm", Ts * shp.kvl, 2 * e, 3 * e, _NORM_FLOPS["rmsnorm"]),
             _linear("kv_up", T, heads * (shp.d + shp.dvh), shp.kvl, e, fp8=fp8, weight_casts=casts),
             _elementwise("rope", "elementwise", T * (heads + 1) * shp.dr, 2 * e, 2 * e, 3.0)]
     # mla_up_proj recompute re-runs the up-projections and RoPE (the down-projections' outputs are kept).
@@ -379,11 +381,6 @@ def _mtp_ops(shp: LayerShape) -> tuple[Op, ...]:
                 fwd_bytes=float(2 * e * T * h + 8 * T), bwd_input_bytes=0.0, bwd_weight_bytes=float(3 * e * T * h))
     return (lookup, _norm("mtp_enorm", shp, T_seq), _norm("mtp_hnorm", shp, T_seq),
             _linear("mtp_eh_proj", T, h // shp.tp, 2 * h, e, fp8=fp8, weight_casts=casts))
-
-
-def mtp_ops(scenario) -> tuple[Op, ...]:
-    """A multi-token-prediction module's own ops per micro-batch per rank (ModelSpec.mtp_layers)."""
-    return _mtp_ops(_shape(scenario))
 
 
 def head_ops(scenario) -> tuple[Op, ...]:

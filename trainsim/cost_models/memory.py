@@ -286,7 +286,7 @@ def activation_bytes_per_microbatch(scenario, stage: int, impl: str = "fused") -
 DEEPSPEED_MAX_LIVE_PARAMS = 1e9
 
 
-def largest_weight_tensor_params(model, tp: int = 1, ep: int = 1) -> float:
+def largest_weight_tensor_params(model, tp: int = 1, ep: int = 1, etp: int | None = None) -> float:
     """Elements of the largest weight matrix of a block on one rank (fused QKV, or one MLP projection; a MoE
     model's dense blocks and shared expert included)."""
     h = model.hidden
@@ -294,9 +294,9 @@ def largest_weight_tensor_params(model, tp: int = 1, ep: int = 1) -> float:
     if model.is_mla:
         qkv = max(h * (model.kv_lora_rank + model.qk_rope_head_dim),
                   (model.q_lora_rank or h) * model.num_heads * model.qk_head_dim / tp)
-    ffns = [model.expert_ffn if model.is_moe else model.ffn, model.shared_expert_ffn or 0,
-            model.ffn if model.first_dense_layers else 0]
-    return float(max(qkv, max(ffns) * h / tp, h * model.num_heads * model.v_dim / tp))
+    experts = model.expert_ffn * h / (etp or tp) if model.is_moe else 0.0
+    ffns = [0 if model.is_moe else model.ffn, model.shared_expert_ffn or 0, model.ffn if model.first_dense_layers else 0]
+    return float(max(qkv, experts, max(ffns) * h / tp, h * model.num_heads * model.v_dim / tp))
 
 
 def runtime_reserve_bytes(gpu) -> float:
@@ -350,7 +350,7 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
             # DeepSpeed: parameters are gathered tensor by tensor and at most stage3_max_live_parameters
             # stay gathered (but a tensor is never split); gradients leave in reduce buckets, while the
             # largest tensor's full gradient exists before its reduce.
-            big = largest_weight_tensor_params(scenario.model, lay.tp, lay.ep)
+            big = largest_weight_tensor_params(scenario.model, lay.tp, lay.ep, lay.etp)
             live = max(big, min(rp.unit_params, DEEPSPEED_MAX_LIVE_PARAMS))
             details["zero3_gather_buffers"] = live * pb + max(big, min(rp.unit_params, fw.reduce_bucket_params)) * gb
         else:

@@ -86,6 +86,8 @@ def check_job(job: ExecJob) -> None:
     if t.recompute_modules and set(t.recompute_modules) != {"core_attn"}:
         raise SpecError("training.recompute_modules", "the executor recomputes the attention core only "
                                                       "(selective = core_attn); other modules are simulated only")
+    if m.mtp_layers:
+        raise SpecError("model.mtp_layers", "multi-token prediction is simulated only, not executed")
     if lay.cp > 1:
         raise SpecError("layout.cp", "context parallelism is not executed (torch's context_parallel needs CUDA SDPA); use cp=1")
     if lay.ep > 1:

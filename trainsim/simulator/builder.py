@@ -141,16 +141,17 @@ def _cp_exchange_s(scenario: Scenario, profile, group, e: int, tokens: int, shp)
     before attention and the output back after, the same exchanges mirrored in backward, on the critical path.
     """
     cp, tp = scenario.layout.cp, scenario.layout.tp
-    kv_block = 2 * e * tokens * shp.kv * shp.d / tp   # K and V of this rank's sequence block
+    kv_block = e * tokens * shp.kv * (shp.dqk + shp.dvh) / tp   # K and V of this rank's sequence block
     mode = scenario.training.cp_comm
     if mode == "allgather":
         gather = sum(_coll("all_gather", kv_block * cp, group, scenario, profile))
         scatter = sum(_coll("reduce_scatter", kv_block * cp, group, scenario, profile))
         return gather, gather + scatter
     if mode == "a2a":
-        q_block = e * tokens * shp.a * shp.d / tp
+        q_block = e * tokens * shp.a * shp.dqk / tp
+        o_block = e * tokens * shp.a * shp.dvh / tp
         a2a = sum(_coll("all_to_all", q_block + kv_block, group, scenario, profile))
-        out = sum(_coll("all_to_all", q_block, group, scenario, profile))
+        out = sum(_coll("all_to_all", o_block, group, scenario, profile))
         return a2a + out, out + a2a
     step = sum(_coll("send_recv", kv_block, group, scenario, profile))
     step_b = sum(_coll("send_recv", 2 * kv_block, group, scenario, profile))
@@ -366,6 +367,11 @@ def _block(scenario: Scenario, groups: dict, profile) -> _Block:
                 tp_b = (4 + (1 if shp.gated else 0)) * ar
             elif fw.tp_dgrad_overlap:  # each all-reduce hides behind its layer's wgrad GEMM (framework.py)
                 tp_b = _column_parallel_bwd_exposed_s(0.0, ar, scenario, profile, comm_compute_slowdown(scenario))
+        if shp.is_moe and shp.xtp < lay.tp and not shp.fs and tr.sequence_parallel:
+            # MoE parallel folding (etp < tp) without a shared expert: the MoE layer takes the sequence-sharded
+            # tokens as they are and returns them sharded, so of the block's two gather/scatter pairs only the
+            # attention's remains (approximated as half of every path above).
+            tp_f, tp_b = tp_f / 2, tp_b / 2
         if tr.recompute == "full":
             tp_b += tp_f
     cp_f = cp_b = 0.0
@@ -479,7 +485,9 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
     # Embedding (+ positions) on the first stage; final norm + output layer (a duplicate of a tied embedding
     # when pp > 1) on the last: memory.stage_extra_params's split, one rank.
     emb_params = memory.stage_extra_params(m, lay.tp, max(p, 2), 0)
-    head_params = memory.stage_extra_params(m, lay.tp, p, p - 1) - (emb_params if p == 1 else 0.0)
+    loss_stage = scenario.loss_stage  # p-1, or 0 in DualPipeV's V (which holds the embedding already)
+    head_params = (memory.stage_extra_params(m, lay.tp, p, loss_stage, loss_stage)
+                   - (emb_params if loss_stage == 0 else 0.0))
     stage_mem = [memory.stage_memory(scenario, s) for s in range(p)]
     stage_rank = [pl.pp_peer(0, k) for k in range(p)]  # rank 0's column of the pipeline
     stages = []

@@ -247,7 +247,7 @@ def to_scenario(model: ModelSpec, cluster: ClusterSpec, c: Candidate, global_bat
         extra.pop("tp_comm_overlap", None)  # TE's userbuffers overlap needs SP: candidates without it run plain
     if c.recompute != "selective":
         extra.pop("recompute_modules", None)  # the file's module list applies to its selective candidates
-    if c.ep == 1 or (c.pp > 1 and c.vpp == 1) or c.schedule in ("gpipe", "zb"):
+    if c.ep == 1 or (c.pp > 1 and c.vpp == 1) or c.schedule in ("gpipe", "zb") or c.recompute == "full":
         extra.pop("ep_comm_overlap", None)  # the overlap needs EP and 1F1B pairs: the others run without it
     extra.update(seq_len=seq_len, global_batch=global_batch, micro_batch=c.micro_batch, dtype=lim.dtype,
                  recompute=c.recompute, sequence_parallel=c.sequence_parallel, zero=c.zero, schedule=c.schedule)

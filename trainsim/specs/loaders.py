@@ -69,6 +69,8 @@ def _numeric_field(annotation) -> bool:
     args = typing.get_args(annotation)
     if typing.get_origin(annotation) is dict:
         return _numeric_field(args[1])
+    if typing.get_origin(annotation) is tuple:  # tuple[int, ...] (stage_layers): its items
+        return bool(args) and _numeric_field(args[0])
     if args:
         return any(_numeric_field(a) for a in args if a is not type(None)) and bool not in args
     return annotation in (int, float)
@@ -86,10 +88,16 @@ def check_no_bools(cls, data: Any, field: str) -> None:
         if isinstance(ann, type) and issubclass(ann, BaseModel):
             check_no_bools(ann, value, f"{field}.{name}")
         elif _numeric_field(ann):
-            values = value.items() if typing.get_origin(ann) is dict and isinstance(value, Mapping) else [(None, value)]
+            if isinstance(value, Mapping):
+                values = value.items()
+            elif isinstance(value, (list, tuple)):
+                values = list(enumerate(value))
+            else:
+                values = [(None, value)]
             for key, v in values:
                 if isinstance(v, bool):
-                    where = f"{field}.{name}" + (f".{key}" if key is not None else "")
+                    where = f"{field}.{name}" + (f"[{key}]" if isinstance(key, int) else f".{key}" if key is not None
+                                                 else "")
                     raise SpecError(where, f"must be a number, got {str(v).lower()}")
 
 
@@ -193,9 +201,9 @@ def _refuse_unmodelled(d: Mapping, model_type: str) -> None:
     """SpecError naming the first config.json key that describes an architecture ModelSpec cannot represent (the
     structural features first, so a DeepSeek-V3.2 config is refused for its sparse attention, not its expert keys).
 
-    Deliberately not refused (they change neither a weight count nor the matmul work ModelSpec costs):
-    ``num_nextn_predict_layers`` (DeepSeek-V3/GLM-4.5 multi-token-prediction modules, not counted in the published
-    totals either), ``partial_rotary_factor``, ``use_qk_norm``/QK-norm weights (2 x head_dim per block), router
+    Mapped, not refused: ``num_nextn_predict_layers`` (DeepSeek-V3/GLM-4.5 multi-token-prediction modules ->
+    ``mtp_layers``; not counted in total_params, as in the published totals). Deliberately not refused (they
+    change neither a weight count nor the matmul work ModelSpec costs): ``partial_rotary_factor``, ``use_qk_norm``/QK-norm weights (2 x head_dim per block), router
     options (``n_group``, ``topk_group``, ``norm_topk_prob``, ``scoring_func``) and the router's expert-bias vector.
     A ``sliding_window`` with every layer using it (Mistral-7B-v0.1) is accepted and costed as full causal attention,
     as this loader always has; an explicit ``use_sliding_window`` or a per-layer ``layer_types`` pattern is refused.
@@ -264,6 +272,9 @@ def _deepseek_moe_fields(d: Mapping, out: Mapping) -> dict:
     if not _is_moe(out):
         return {}
     fields: dict[str, Any] = {"first_dense_layers": d.get("first_k_dense_replace") or 0}
+    mtp = _hf_int(d, "num_nextn_predict_layers")
+    if mtp:  # multi-token-prediction modules: trained compute on the loss stage (not in the published totals)
+        fields["mtp_layers"] = mtp
     n_shared = _hf_int(d, "n_shared_experts")
     if n_shared:
         width = _hf_int(d, "moe_intermediate_size")

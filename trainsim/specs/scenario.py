@@ -55,7 +55,7 @@ class Scenario(BaseModel):
     @property
     def layers_per_stage(self) -> int:
         """Layers of a pipeline stage; with uneven stages (see stage_layers) the largest (a middle stage)."""
-        if self.model.num_layers % self.layout.pp == 0:
+        if self.layout.stage_layers is None and self.model.num_layers % self.layout.pp == 0:
             return self.model.num_layers // self.layout.pp
         return max(self.layers_on_stage(s) for s in range(self.layout.pp))
 
@@ -122,6 +122,23 @@ class Scenario(BaseModel):
         real scenario's)."""
         return self.model_copy(update={"model": self.model.dense_block(),
                                        "layout": self.layout.model_copy(update={"ep": 1, "etp": None})})
+
+
+_MODULE_NEEDS = {
+    "mla_up_proj": (lambda m: m.is_mla, "multi-head latent attention (kv_lora_rank)"),
+    "moe": (lambda m: m.is_moe, "MoE blocks"),
+    "moe_act": (lambda m: m.is_moe, "MoE blocks"),
+    "shared_experts": (lambda m: bool(m.is_moe and m.shared_expert_ffn), "a shared expert (shared_expert_ffn)"),
+    "mlp": (lambda m: m.num_dense_layers > 0, "dense MLP blocks"),
+}
+
+
+def _check_recompute_modules(m: ModelSpec, t: TrainingSpec) -> None:
+    """A module the model lacks would recompute nothing (Megatron-Core refuses e.g. mla_up_proj without MLA)."""
+    for mod in t.recompute_modules or ():
+        need = _MODULE_NEEDS.get(mod)
+        if need is not None and not need[0](m):
+            raise SpecError("training.recompute_modules", f"{mod} needs {need[1]}, which {m.name} lacks")
 
 
 def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: TrainingSpec,
@@ -198,6 +215,16 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
         if t.schedule in ("gpipe", "zb"):
             raise SpecError("training.ep_comm_overlap", f"pairs a forward with a backward micro-batch (1F1B); "
                                                         f"schedule {t.schedule} has no such pairs")
+        # Megatron-Core TransformerConfig: not with full recompute, recompute of the whole MoE layer, or > 1 MTP.
+        if t.recompute == "full" or "moe" in t.selective_modules:
+            raise SpecError("training.ep_comm_overlap", "cannot be combined with full recompute or recompute of "
+                                                        "the whole MoE layer (Megatron-Core refuses both)")
+        if m.mtp_layers > 1:
+            raise SpecError("training.ep_comm_overlap", "supports at most one MTP module (Megatron-Core)")
+    if tp > 1 and ep > 1 and not t.sequence_parallel:
+        raise SpecError("training.sequence_parallel", "MoE with tp > 1 and expert parallelism needs sequence "
+                                                      "parallelism (Megatron-Core refuses it without)")
+    _check_recompute_modules(m, t)
     if m.num_experts % ep:
         raise SpecError("layout.ep", f"ep={ep} does not divide num_experts={m.num_experts}")
     if (dp * cp * (tp // etp)) % ep:

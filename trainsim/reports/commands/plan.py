@@ -163,6 +163,8 @@ def request_from_args(args: argparse.Namespace):
     if layout.get("placement") is not None:
         placement = load_layout({"placement": layout["placement"]}).placement
     etp = load_layout({"etp": layout["etp"]}).etp if layout.get("etp") is not None else None
+    if etp is not None and not model.is_moe:
+        raise SpecError("layout.etp", f"etp={etp} but {model.name} is a dense model (num_experts=1)")
     limits = SearchLimits(max_tp=args.max_tp, max_micro_batch=args.max_micro_batch, dtype=dtype, fixed=fixed,
                           training_extra=extra, placement=placement, etp=etp)
     if args.storage_write_gbps <= 0:
