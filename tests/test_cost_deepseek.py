@@ -457,3 +457,12 @@ def test_executor_refuses_mtp_and_bools_in_stage_layers():
     with pytest.raises(SpecError) as err:
         scen(dsv3(), gpus=2, layout={"pp": 2, "stage_layers": [True, 60]})
     assert err.value.field == "layout.stage_layers[0]"
+
+
+def test_predict_header_and_report_settings_name_the_new_settings(capsys):
+    from trainsim.reports.cli import main
+    assert main(["predict", "examples/deepseek-v3-h100.yaml", "--fast"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for text in ("1 MTP", "etp=1", "recompute selective (mla_up_proj, mlp)", "EP all-to-all overlap",
+                 "stage layers [1, 2,"):
+        assert text in out, text

@@ -221,14 +221,18 @@ def scenario_table(scn: Scenario) -> Table:
     m, c, lay, t = scn.model, scn.cluster, scn.layout, scn.training
     rows = [
         ["model", (f"{m.name}: {m.num_layers} layers, hidden {m.hidden}, {m.num_heads} heads ({m.kv_heads} KV), "
-                   f"FFN {m.ffn}, vocab {m.vocab_size}") + (f", {m.num_experts} experts top-{m.top_k}" if m.is_moe else "")],
+                   f"FFN {m.ffn}, vocab {m.vocab_size}") + (f", {m.num_experts} experts top-{m.top_k}" if m.is_moe else "")
+                  + (f", {m.mtp_layers} MTP" if m.mtp_layers else "")],
         ["parameters", f"{fmt_count(m.total_params())} total, {fmt_count(m.active_params())} active per token"],
         ["cluster", f"{c.name}: {c.num_gpus} × {c.gpu.name} ({fmt_gib(c.gpu.memory_bytes)}), {c.num_nodes} nodes of {c.gpus_per_node}"],
-        ["layout", f"TP {lay.tp} × PP {lay.pp} × DP {scn.dp} × CP {lay.cp}, EP {lay.ep}, VPP {lay.vpp}"],
+        ["layout", f"TP {lay.tp} × PP {lay.pp} × DP {scn.dp} × CP {lay.cp}, EP {lay.ep}"
+                   + (f" (ETP {scn.expert_tp})" if m.is_moe and scn.expert_tp != lay.tp else "") + f", VPP {lay.vpp}"
+                   + (f"; layers per virtual stage {list(lay.stage_layers)}" if lay.stage_layers else "")],
         ["batch", (f"global {t.global_batch} sequences × {t.seq_len} tokens = {fmt_count(scn.tokens_per_step)} tokens/step; "
                    f"micro-batch {t.micro_batch}, {scn.num_microbatches} micro-batches per step")],
-        ["training", (f"{t.dtype}, schedule {t.schedule}, recompute {t.recompute}, ZeRO {t.effective_zero}, "
-                      f"sequence parallel {'on' if t.sequence_parallel else 'off'}")],
+        ["training", (f"{t.dtype}, schedule {t.schedule}, recompute {t.recompute_label}, ZeRO {t.effective_zero}, "
+                      f"sequence parallel {'on' if t.sequence_parallel else 'off'}"
+                      + (", EP all-to-all overlap" if t.ep_comm_overlap else ""))],
     ]
     return Table("Settings", ["setting", "value"], rows)
 

@@ -210,4 +210,5 @@ class ModelSpec(BaseModel):
                 + self.embedding_params())
 
     def describe(self) -> str:
-        return f"{self.name} ({self.total_params() / 1e9:.1f}B params, {self.num_layers} layers, h={self.hidden})"
+        mtp = f", {self.mtp_layers} MTP" if self.mtp_layers else ""
+        return f"{self.name} ({self.total_params() / 1e9:.1f}B params, {self.num_layers} layers{mtp}, h={self.hidden})"

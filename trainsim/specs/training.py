@@ -142,6 +142,13 @@ class TrainingSpec(BaseModel):
         return frozenset(self.recompute_modules or ("core_attn",))
 
     @property
+    def recompute_label(self) -> str:
+        """``recompute`` for display, with the module list when one is given (e.g. ``selective (mla_up_proj, mlp)``)."""
+        if self.recompute_modules:
+            return f"{self.recompute} ({', '.join(self.recompute_modules)})"
+        return self.recompute
+
+    @property
     def effective_zero(self) -> int:
         """ZeRO stage with Megatron's distributed optimizer counted as stage 1."""
         return max(self.zero, 1 if self.distributed_optimizer else 0)

@@ -82,10 +82,13 @@ def render(pred, scenario) -> None:
     lay = pred.layout
     c.print(f"[bold]{scenario.model.describe()}[/] on {scenario.num_gpus} x {scenario.cluster.gpu.name} "
             f"({scenario.cluster.name})")
-    c.print(f"layout tp={lay['tp']} pp={lay['pp']} dp={lay['dp']} cp={lay['cp']} ep={lay['ep']} vpp={lay['vpp']}, "
-            f"{scenario.training.schedule}, micro-batch {lay['micro_batch']} x {lay['num_microbatches']}, "
-            f"seq {scenario.training.seq_len}, {scenario.training.dtype}, recompute {scenario.training.recompute}, "
-            f"zero {scenario.training.effective_zero}")
+    tr = scenario.training
+    etp = f" etp={lay['etp']}" if scenario.model.is_moe and lay["etp"] != lay["tp"] else ""
+    extras = "".join((", EP all-to-all overlap" if tr.ep_comm_overlap else "",
+                      f", stage layers {list(scenario.layout.stage_layers)}" if scenario.layout.stage_layers else ""))
+    c.print(f"layout tp={lay['tp']} pp={lay['pp']} dp={lay['dp']} cp={lay['cp']} ep={lay['ep']}{etp} vpp={lay['vpp']}, "
+            f"{tr.schedule}, micro-batch {lay['micro_batch']} x {lay['num_microbatches']}, "
+            f"seq {tr.seq_len}, {tr.dtype}, recompute {tr.recompute_label}, zero {tr.effective_zero}{extras}")
     t = Table(title="step", show_header=True)
     t.add_column("metric")
     t.add_column("value", justify="right")
