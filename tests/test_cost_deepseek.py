@@ -466,3 +466,18 @@ def test_predict_header_and_report_settings_name_the_new_settings(capsys):
     for text in ("1 MTP", "etp=1", "recompute selective (mla_up_proj, mlp)", "EP all-to-all overlap",
                  "stage layers [1, 2,"):
         assert text in out, text
+
+
+def test_zero_bubble_retained_weight_gradient_inputs_with_mla_and_shared_expert():
+    """The W pass keeps every linear's input and output gradient: for a DeepSeek-V3 MoE block (tp 1) the MLA
+    projections (h, q/kv latents, heads' values in; latents, RoPE key, per-head q/k/v and h out), the routed experts
+    (top-k copies) and the shared expert."""
+    from trainsim.simulator.builder import w_retained_bytes_per_layer
+    s = scen(dsv3(), gpus=8, layout={"ep": 8}, schedule="zb", global_batch=16)
+    e, T = 2, 4096
+    attn_in = H + QL + KVL + A * DV
+    attn_grad = QL + KVL + DR + A * (DN + DR) + A * (DN + DV) + H
+    f = K * F_EXP
+    inputs = attn_in + K * H + f + F_EXP
+    grads = attn_grad + 2 * f + K * H + 2 * F_EXP + H
+    assert w_retained_bytes_per_layer(s) == pytest.approx(e * T * (inputs + grads), rel=1e-12)

@@ -108,7 +108,8 @@ def w_retained_bytes_per_layer(scenario: Scenario) -> float:
     dW = Xᵀ·dY for each linear layer needs its input X and its output gradient dY (the zero-bubble
     implementation's WeightGradStore keeps exactly these pairs): inputs of QKV (h), out-projection (q),
     MLP in (h) and MLP out (f) and gradients of their outputs (q+2kv, h, n_in·f, h) per token, sharded
-    over TP. For 34·s·b·h-style blocks that is 32 of the 34 (Korthikanti's breakdown).
+    over TP. For 34·s·b·h-style blocks that is 32 of the 34 (Korthikanti's breakdown). MLA's five projections
+    and a shared expert's two linears add their own pairs.
     """
     shp = layer_shape(scenario)
     e, T, t = shp.e, shp.tokens, shp.tp
@@ -118,8 +119,22 @@ def w_retained_bytes_per_layer(scenario: Scenario) -> float:
     else:
         f, n = shp.f, 1
     n_in = 2 if shp.gated else 1
-    inputs = shp.h + q + n * shp.h + f
-    grads = (q + 2 * kv) + shp.h + n_in * f + n * shp.h
+    if shp.mla:
+        # MLA's five linears: the down-projections share the norm output (h) and give the latents (q latent,
+        # k/v latent + RoPE key), the up-projections take the latents and give per-head q (dqk) and k, v (d + dv),
+        # the output projection takes the heads' values (dv) and gives h.
+        qa = shp.a * shp.dqk
+        attn_in = shp.h + shp.ql + shp.kvl + shp.a * shp.dvh
+        attn_grad = (shp.ql + shp.kvl + shp.dr + (qa if shp.ql else 0) + shp.a * (shp.d + shp.dvh) + shp.h)
+        if not shp.ql:
+            attn_grad += qa  # the full-rank query projection's output
+    else:
+        attn_in, attn_grad = shp.h + q, (q + 2 * kv) + shp.h
+    inputs = attn_in + n * shp.h + f
+    grads = attn_grad + n_in * f + n * shp.h
+    if shp.fs:  # the shared expert's fc1 (input: the router's, kept above) and fc2
+        inputs += shp.fs
+        grads += n_in * shp.fs + shp.h
     return e * T * (inputs + grads) / t
 
 
