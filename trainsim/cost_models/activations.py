@@ -267,7 +267,7 @@ def mtp_activation_bytes(scenario, impl: str = "fused") -> float:
     _check_impl(impl)
     shp = _shape(scenario)
     T, r = shp.tokens, shp.sp_div
-    norms = 2 * _norm_bytes(shp, T / r, impl)[0] + 2 * _norm_bytes(shp, T / r, impl)[1]
+    norms = 2 * sum(_norm_bytes(shp, T / r, impl))
     proj_in = 2 * _gemm_input_e(shp, impl) * T * shp.h / r
     return _layer(shp, impl).total + head_activation_bytes(scenario, impl) + norms + proj_in + 8.0 * T
 

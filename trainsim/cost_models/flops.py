@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from .framework import cross_entropy_bytes, train_metric_bytes_per_logit
+from .shapes import DEFAULT_SELECTIVE as _CORE_ATTN
 from .shapes import LayerShape, block_kinds, layer_shape
 
 Gemm = tuple[int, int, int]  # (m, n, k)
@@ -52,7 +53,8 @@ class Op:
     """One kernel (or a fused group) of a layer on one rank for one micro-batch. FLOPs and bytes.
 
     ``fwd_gemms`` etc. list the (m, n, k) of each GEMM in a pass, each repeated ``batch`` times (bmm batch
-    or local experts). ``selective`` marks the attention core (recomputed under selective recompute).
+    or local experts). ``modules`` names the TrainingSpec.recompute_modules whose selective recompute re-runs the
+    op (the attention core: core_attn, Megatron's default).
     ``attn`` = (batch, heads, seq_q, seq_kv, dhead) for fused attention, for calibration-profile queries.
     """
 
@@ -69,7 +71,6 @@ class Op:
     bwd_weight_gemms: tuple[Gemm, ...] = ()
     batch: int = 1
     fp8: bool = False
-    selective: bool = False
     modules: frozenset = frozenset()  # TrainingSpec.recompute_modules whose recompute re-runs this op
     work_fraction: float = 1.0
     attn: tuple[int, int, int, int, int] | None = None
@@ -104,6 +105,13 @@ class PassFlops:
     def hardware(self) -> float:
         return self.model + self.recompute
 
+    def __add__(self, other: PassFlops) -> PassFlops:
+        return PassFlops(self.fwd + other.fwd, self.bwd_input + other.bwd_input, self.bwd_weight + other.bwd_weight,
+                         self.recompute + other.recompute)
+
+    def scaled(self, k: float) -> PassFlops:
+        return PassFlops(k * self.fwd, k * self.bwd_input, k * self.bwd_weight, k * self.recompute)
+
 
 def _tag(ops, *modules: str) -> list[Op]:
     """``ops`` marked as re-run when any of ``modules`` is recomputed (TrainingSpec.recompute_modules)."""
@@ -135,13 +143,13 @@ def _linear(name: str, m: int, n: int, k: int, e: int, *, fp8: bool = False, bat
 
 
 def _elementwise(name: str, kind: str, n_elems: float, fwd_rw: float, bwd_rw: float, flops_per: float = 1.0,
-                 *, selective: bool = False, extra_fwd_bytes: float = 0.0, extra_bwd_bytes: float = 0.0) -> Op:
+                 *, modules: frozenset = frozenset(), extra_fwd_bytes: float = 0.0, extra_bwd_bytes: float = 0.0) -> Op:
     """A memory-bound op over ``n_elems`` elements: ``fwd_rw``/``bwd_rw`` bytes moved per element."""
     return Op(
         name=name, kind=kind,
         fwd_flops=flops_per * n_elems, bwd_input_flops=2 * flops_per * n_elems, bwd_weight_flops=0.0,
         fwd_bytes=n_elems * fwd_rw + extra_fwd_bytes, bwd_input_bytes=n_elems * bwd_rw + extra_bwd_bytes,
-        selective=selective,
+        modules=modules,
     )
 
 
@@ -176,18 +184,18 @@ def _attention_ops(shp: LayerShape) -> list[Op]:
             name="attention", kind="attention", fwd_flops=fwd, bwd_input_flops=2 * fwd, bwd_weight_flops=0.0,
             fwd_bytes=float(q_bytes + o_bytes + kv_bytes + lse),
             bwd_input_bytes=float(2 * (q_bytes + o_bytes) + 2 * kv_bytes + lse),
-            selective=True, work_fraction=0.5 if shp.causal else 1.0, attn=(b, heads, sq, sk, dq),
+            modules=_CORE_ATTN, work_fraction=0.5 if shp.causal else 1.0, attn=(b, heads, sq, sk, dq),
         ))
         return ops
     batch = b * heads
     if kvh < heads:  # unfused GQA expands K and V to all query heads before the bmm (Megatron's path)
-        ops.append(_elementwise("kv_repeat", "elementwise", b * sk * heads * (dq + dv), e, e, 0.0, selective=True))
+        ops.append(_elementwise("kv_repeat", "elementwise", b * sk * heads * (dq + dv), e, e, 0.0, modules=_CORE_ATTN))
     scores = _bmm("attn_scores", batch, (sq, sk, dq), ((sq, dq, sk), (sk, dq, sq)), e)
     probs = b * heads * sq * sk
     ops.append(scores)
-    ops.append(_elementwise("softmax", "softmax", probs, 2 * e, 3 * e, 5.0, selective=True))
+    ops.append(_elementwise("softmax", "softmax", probs, 2 * e, 3 * e, 5.0, modules=_CORE_ATTN))
     if shp.dropout:
-        ops.append(_elementwise("attn_dropout", "elementwise", probs, 2 * e + 1, 2 * e + 1, 1.0, selective=True))
+        ops.append(_elementwise("attn_dropout", "elementwise", probs, 2 * e + 1, 2 * e + 1, 1.0, modules=_CORE_ATTN))
     ops.append(_bmm("attn_values", batch, (sq, dv, sk), ((sq, sk, dv), (sk, dv, sq)), e))
     return ops
 
@@ -198,12 +206,14 @@ def _bmm(name: str, batch: int, fwd: Gemm, bwd: tuple[Gemm, ...], e: int) -> Op:
         return float(batch * sum((m * k + k * n + m * n) * e for m, n, k in g))
     return Op(name=name, kind="bmm", fwd_flops=_flops((fwd,), batch), bwd_input_flops=_flops(bwd, batch),
               bwd_weight_flops=0.0, fwd_bytes=nbytes((fwd,)), bwd_input_bytes=nbytes(bwd),
-              fwd_gemms=(fwd,), bwd_input_gemms=bwd, batch=batch, selective=True)
+              fwd_gemms=(fwd,), bwd_input_gemms=bwd, batch=batch, modules=_CORE_ATTN)
 
 
-def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int = 1, split: int = 0) -> list[Op]:
+def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int = 1, split: int = 0,
+             module: str = "mlp") -> list[Op]:
     """fc1 (or gate+up), activation, fc2 for ``tokens`` tokens; ``batch`` identical copies (local experts); the
-    hidden ``ffn`` split over ``split`` ranks (default tp; experts: etp)."""
+    hidden ``ffn`` split over ``split`` ranks (default tp; experts: etp); ``module`` is the recompute module it
+    belongs to (the experts' activation function is also moe_act)."""
     e, h, t = shp.e, shp.h, split or shp.tp
     f_local = ffn // t
     n_in = 2 if shp.gated else 1
@@ -213,8 +223,7 @@ def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int 
         act = _elementwise(f"{prefix}swiglu", "elementwise", act_elems, 3 * e, 5 * e, 6.0)
     else:
         act = _elementwise(f"{prefix}gelu", "elementwise", act_elems, 2 * e, 3 * e, 8.0)
-    module = {"": "mlp", "expert_": "moe", "shared_": "shared_experts"}.get(prefix, "mlp")
-    if prefix == "expert_":
+    if module == "moe":
         act = replace(act, modules=frozenset({"moe_act"}))
     ops = [
         _linear(f"{prefix}fc1", tokens, n_in * f_local, h, e, fp8=fp8, batch=batch, weight_casts=casts),
@@ -226,7 +235,7 @@ def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int 
 
 def _moe_ops(shp: LayerShape) -> list[Op]:
     """Router + top-k dispatch, local experts' MLPs, and combine (balanced, capacity factor 1)."""
-    e, h, k, E = shp.e, shp.h, shp.top_k, shp.experts
+    e, h, E = shp.e, shp.h, shp.experts
     n_tok = shp.tokens // shp.sp_div            # router runs on this rank's (SP-sharded) tokens
     routed = shp.routed_tokens                   # expert tokens per rank: T·k·etp/tp (balanced, any ep)
     local_experts = E // shp.ep
@@ -236,10 +245,10 @@ def _moe_ops(shp: LayerShape) -> list[Op]:
         _elementwise("router_topk", "softmax", n_tok * E, 2 * 4, 3 * 4, 5.0),
         _elementwise("moe_permute", "elementwise", routed * h, 2 * e, 2 * e, 0.0),
     ]
-    ops += _mlp_ops(shp, per_expert, shp.fe, "expert_", batch=local_experts, split=shp.xtp)
+    ops += _mlp_ops(shp, per_expert, shp.fe, "expert_", batch=local_experts, split=shp.xtp, module="moe")
     ops.append(_elementwise("moe_unpermute", "elementwise", routed * h, 2 * e, 3 * e, 1.0))
     if shp.fs:  # shared expert: a TP-sharded dense MLP every token runs, its output added to the routed one
-        ops += _mlp_ops(shp, shp.tokens, shp.fs, "shared_")
+        ops += _mlp_ops(shp, shp.tokens, shp.fs, "shared_", module="shared_experts")
     return _tag(ops, "moe")  # Megatron's "moe" recompute re-runs the whole MoE layer
 
 
@@ -316,17 +325,14 @@ def layer_ops(scenario) -> tuple[Op, ...]:
     return _layer_ops(_shape(scenario))
 
 
-_CORE_ATTN = frozenset({"core_attn"})
-
-
 def recompute_ops(ops: tuple[Op, ...], mode: str, modules: frozenset = frozenset()) -> tuple[Op, ...]:
     """The ops whose forward is re-run before backward: none, those of the recomputed ``modules`` (selective;
-    default the attention core, ``Op.selective``), or all (full)."""
+    default the attention core), or all (full)."""
     if mode == "full":
         return ops
     if mode == "selective":
         mods = modules or _CORE_ATTN
-        return tuple(op for op in ops if (op.selective and "core_attn" in mods) or (op.modules & mods))
+        return tuple(op for op in ops if op.modules & mods)
     return ()
 
 
@@ -410,22 +416,15 @@ def layer_flops(scenario, matmul_only: bool = True) -> PassFlops:
 def _per_microbatch_unsharded(scenario) -> tuple[PassFlops, PassFlops]:
     """(all blocks, head) matmul FLOPs of one micro-batch of b sequences with no model parallelism; a MoE
     model's dense blocks (first_dense_layers) counted as dense blocks."""
-    blocks = head = None
-    for scn, count in block_kinds(scenario):
-        b, hd = _unsharded_flops(_unsharded(layer_shape(scn)), count)
-        blocks = b if blocks is None else PassFlops(*(x + y for x, y in zip(
-            (blocks.fwd, blocks.bwd_input, blocks.bwd_weight, blocks.recompute),
-            (b.fwd, b.bwd_input, b.bwd_weight, b.recompute), strict=True)))
-        head = head or hd
+    per_kind = [_unsharded_flops(_unsharded(layer_shape(scn)), count) for scn, count in block_kinds(scenario)]
+    blocks = sum((b for b, _ in per_kind[1:]), per_kind[0][0])
+    head = per_kind[0][1]
     k = scenario.model.mtp_layers
     if k:  # each MTP module: a main block, its projection, and another pass through the output head
-        main, _ = _unsharded_flops(_unsharded(layer_shape(scenario)), 1)
-        proj = pass_flops(_mtp_ops(_unsharded(layer_shape(scenario))), "none")
-        blocks = PassFlops(*(x + k * (y + z) for x, y, z in zip(
-            (blocks.fwd, blocks.bwd_input, blocks.bwd_weight, blocks.recompute),
-            (main.fwd, main.bwd_input, main.bwd_weight, main.recompute),
-            (proj.fwd, proj.bwd_input, proj.bwd_weight, proj.recompute), strict=True)))
-        head = PassFlops(*((1 + k) * x for x in (head.fwd, head.bwd_input, head.bwd_weight, head.recompute)))
+        shp = _unsharded(layer_shape(scenario))
+        main, _ = _unsharded_flops(shp, 1)
+        blocks = blocks + (main + pass_flops(_mtp_ops(shp), "none")).scaled(k)
+        head = head.scaled(1 + k)
     return blocks, head
 
 
@@ -436,8 +435,7 @@ _unsharded = lru_cache(maxsize=4096)(LayerShape.unsharded)
 def _unsharded_flops(shp: LayerShape, L: int) -> tuple[PassFlops, PassFlops]:
     lay = pass_flops(_layer_ops(shp), shp.recompute, modules=shp.rc_modules)
     head = pass_flops(_head_ops(shp), "none")
-    blocks = PassFlops(L * lay.fwd, L * lay.bwd_input, L * lay.bwd_weight, L * lay.recompute)
-    return blocks, head
+    return lay.scaled(L), head
 
 
 def model_flops_per_step(scenario) -> float:

@@ -173,7 +173,7 @@ def rank_param_shards(scenario, stage: int) -> RankParams:
     dense_l, expert_l = _layer_params_rank(m, lay.tp, lay.ep, lay.etp)
     L = scenario.layers_on_stage(stage)  # uneven stages: Scenario.stage_layers
     L_dense = scenario.dense_layers_on_stage(stage) if m.is_moe else 0  # first_dense_layers held here
-    block_l = _layer_params_rank(m.dense_block(), lay.tp, 1)[0] if L_dense else 0.0
+    block_l = _layer_params_rank(dense_block_scenario(scenario).model, lay.tp, 1)[0] if L_dense else 0.0
     extra = _stage_extra_params(m, lay.tp, lay.pp, stage, scenario.loss_stage)
     dense = (L - L_dense) * dense_l + L_dense * block_l + extra
     expert = (L - L_dense) * expert_l

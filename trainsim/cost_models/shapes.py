@@ -18,7 +18,7 @@ T = TypeVar("T")
 # Bytes per activation element for each training dtype. fp8 training (Transformer Engine) keeps
 # activations in bf16 and casts GEMM operands to fp8 on the fly, so activations stay 2 bytes -- except the
 # inputs TE's linears save for their weight-gradient GEMMs, which are saved already cast (activations.py).
-_DEFAULT_SELECTIVE = frozenset({"core_attn"})  # Megatron's selective recompute without --recompute-modules
+DEFAULT_SELECTIVE = frozenset({"core_attn"})  # Megatron's selective recompute without --recompute-modules
 ACT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
 
 
@@ -110,7 +110,7 @@ class LayerShape:
 
     def recomputes(self, module: str) -> bool:
         """Whether recompute=selective re-runs ``module`` (TrainingSpec.recompute_modules)."""
-        return self.recompute == "selective" and module in (self.rc_modules or _DEFAULT_SELECTIVE)
+        return self.recompute == "selective" and module in (self.rc_modules or DEFAULT_SELECTIVE)
 
     def unsharded(self) -> LayerShape:
         """The same block with no TP/CP/EP/SP: whole-model FLOP counts (model FLOPs) come from this."""

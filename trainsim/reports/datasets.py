@@ -747,14 +747,18 @@ def nemo_release(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in re.findall(r"\d+", text or ""))
 
 
+def _nemo_config_entry(table, model_name: str, system: str, precision: str, release: str) -> tuple | None:
+    """The first entry (model, system, precision class 'any'|'mx'|'bf16', first release, last release, ...) of a
+    per-release config table that covers the row, or None."""
+    cls, rel = nemo_precision_class(precision), nemo_release(release)
+    return next((entry for entry in table
+                 if entry[0] == model_name and entry[1] == system and entry[2] in ("any", cls)
+                 and nemo_release(entry[3]) <= rel <= nemo_release(entry[4])), None)
+
+
 def nemo_ep_overlap(model_name: str, system: str, precision: str, release: str) -> bool:
     """Whether the row's Megatron-Bridge performance config set moe_a2a_overlap (NEMO_EP_OVERLAP)."""
-    p = (precision or "").upper()
-    cls = "mx" if ("MX" in p and "FP8" in p) else "other"
-    rel = nemo_release(release)
-    return any(m == model_name and s == system and (pc == "any" or pc == cls)
-               and nemo_release(lo) <= rel <= nemo_release(hi)
-               for m, s, pc, lo, hi in NEMO_EP_OVERLAP)
+    return _nemo_config_entry(NEMO_EP_OVERLAP, model_name, system, precision, release) is not None
 
 
 # --- the multi-head-latent-attention models (DeepSeek-V3, Kimi K2): pipeline layouts and MTP, as the recipes set them
@@ -900,12 +904,8 @@ def nemo_precision_class(precision: str) -> str:
 
 def nemo_recompute_modules(model_name: str, system: str, precision: str, release: str) -> tuple[str, ...] | None:
     """The recompute_modules of the row's config (NEMO_RECOMPUTE_MODULES; () = none), or None when no entry."""
-    cls, rel = nemo_precision_class(precision), nemo_release(release)
-    for m, s, pc, lo, hi, modules in NEMO_RECOMPUTE_MODULES:
-        if (m == model_name and s == system and pc in ("any", cls)
-                and nemo_release(lo) <= rel <= nemo_release(hi)):
-            return modules
-    return None
+    entry = _nemo_config_entry(NEMO_RECOMPUTE_MODULES, model_name, system, precision, release)
+    return None if entry is None else entry[5]
 
 
 def nemo_expert_tp(model_name: str, etp_cell: int | None, tp: int) -> int:

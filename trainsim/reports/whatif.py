@@ -435,8 +435,14 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
 
 def scenario_from_plan(plan_json: Mapping[str, Any], rank: int = 1) -> Scenario:
     """The scenario of the ``rank``-th layout of a `trainsim plan --json` result."""
-    from trainsim.simulator.search_space import Candidate, SearchLimits, to_scenario, training_extra
-    from trainsim.specs import load_cluster, load_layout, load_model, load_training
+    from trainsim.simulator.search_space import (
+        Candidate,
+        SearchLimits,
+        check_training_extra,
+        to_scenario,
+        training_extra,
+    )
+    from trainsim.specs import load_cluster, load_layout, load_model
 
     if plan_json.get("kind") != "plan" or "request" not in plan_json:
         raise SpecError("plan", "not a `trainsim plan --json` result (missing kind/request)")
@@ -463,8 +469,7 @@ def scenario_from_plan(plan_json: Mapping[str, Any], rank: int = 1) -> Scenario:
     try:
         if placement is not None:
             placement = load_layout({"placement": placement}).placement
-        load_training({"seq_len": 1, "global_batch": 1,
-                       **({"recompute": "selective"} if extra.get("recompute_modules") else {}), **extra})
+        check_training_extra(extra, seq_len=1, global_batch=1)
     except SpecError as e:
         raise SpecError(f"plan.request.{e.field}", e.reason) from None
     etp = req.get("etp")

@@ -27,8 +27,9 @@ What goes where (choices documented here, once):
 * CP: ring attention sends each of the cp-1 key/value blocks to the next rank (backward: key/value and
   their gradients) while attention computes on the current block; only what the attention compute of
   that block cannot hide is exposed.
-* EP: token dispatch and combine all-to-alls per MoE block, forward and backward, exposed (no
-  DualPipe-style overlap).
+* EP: token dispatch and combine all-to-alls per MoE block, forward and backward, exposed -- unless
+  ``TrainingSpec.ep_comm_overlap`` (the combined 1F1B schedule, ``_ep_overlapped``) hides them behind another
+  micro-batch's compute on the paired share of a stage's passes (``ep_paired_fraction``).
 * PP: one activation (gradient) message per micro-batch and chunk, b·(s/cp)·h elements split over the TP
   ranks (scatter/gather optimisation or SP, SC21 Sec. 4.1), on the links between the stages' GPUs.
 * DP: gradients reduced in Megatron DDP buckets (max(40M, 1M·dp) parameters, Megatron-Core default) as
@@ -56,7 +57,7 @@ from dataclasses import dataclass
 
 from trainsim.cost_models import activations as act
 from trainsim.cost_models import compute, framework, memory
-from trainsim.cost_models.shapes import block_kinds, dense_block_scenario, layer_shape
+from trainsim.cost_models.shapes import dense_block_scenario, layer_shape
 from trainsim.specs import Scenario
 
 from .costtable import ChunkCost, CostTable, StageCost, Transfer
@@ -402,8 +403,7 @@ def _block(scenario: Scenario, groups: dict, profile) -> _Block:
         if tr.ep_comm_overlap:
             ep_f_ov, ep_b_ov = _ep_overlapped(a2a, scenario, profile)
         if tr.recompute == "full" or shp.recomputes("moe"):  # the recomputed forward dispatches again
-            ep_b += ep_f
-            ep_b_ov += ep_f_ov
+            ep_b += ep_f  # (specs refuse ep_comm_overlap with either, so the overlapped figures need no such term)
     dense_l, expert_l = memory.layer_params_per_rank(m, lay.tp, lay.ep, lay.etp)  # per block, one rank
     mlp = 3 if shp.gated else 2
     attn_tensors = (5 if shp.ql else 4) if shp.mla else 2  # MLA: q(down, up) | q, kv down, kv up, out
@@ -441,7 +441,6 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
         sg_gather = sum(_coll("all_gather", act_msg, groups["tp"], scenario, profile))
 
     # -- memory sizes ------------------------------------------------------------------------------
-    working = max(act.recompute_working_bytes(scn) for scn, _ in block_kinds(scenario))
     emb_act = act.embedding_activation_bytes(scenario)
     head_act = act.head_activation_bytes(scenario)
 
@@ -450,7 +449,6 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
     dp_group = groups["dp"]
     bucket_params = max(DDP_BUCKET_PARAMS, DDP_BUCKET_PARAMS_PER_DP * scenario.dp)
     reduce_op = "all_reduce" if z == 0 else "reduce_scatter"
-    fw = framework.behaviour(tr.framework)
     # Frameworks without gradient-accumulation fusion add each block's weight gradients into the
     # accumulation buffer in a separate pass every micro-batch (framework.py grad_accumulation_pass).
     hw = compute.hw_of(scenario.cluster.gpu, tr.dtype)
@@ -504,6 +502,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
     head_params = (memory.stage_extra_params(m, lay.tp, p, loss_stage, loss_stage)
                    - (emb_params if loss_stage == 0 else 0.0))
     stage_mem = [memory.stage_memory(scenario, s) for s in range(p)]
+    working = stage_mem[0].details["recompute_working"]  # one block's recompute set (the largest block kind)
     stage_rank = [pl.pp_peer(0, k) for k in range(p)]  # rank 0's column of the pipeline
     stages = []
     last_vs = p * v - 1

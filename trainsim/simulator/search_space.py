@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from trainsim.specs import ClusterSpec, Layout, ModelSpec, Scenario, SpecError, TrainingSpec, resolve
 from trainsim.specs.errors import from_validation_error
+from trainsim.specs.scenario import ep_overlap_refusal
 
 RECOMPUTE_LADDER = ("none", "selective", "full")   # less memory, more compute, left to right
 ZERO_LADDER = (0, 1, 2, 3)                         # less memory, more communication, left to right
@@ -233,6 +234,14 @@ def training_extra(training: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in training.items() if k not in SEARCHED_TRAINING}
 
 
+def check_training_extra(extra: Mapping[str, Any], **searched: Any) -> None:
+    """Validate a plan's fixed training settings as a TrainingSpec would take them (SpecError naming the field);
+    ``searched`` fills the fields the search decides. A module list is selective recompute's."""
+    from trainsim.specs import load_training
+    rc = {"recompute": "selective"} if extra.get("recompute_modules") else {}
+    load_training({**searched, **rc, **extra})
+
+
 def to_scenario(model: ModelSpec, cluster: ClusterSpec, c: Candidate, global_batch: int, seq_len: int,
                 lim: SearchLimits | None = None, name: str | None = None) -> Scenario:
     """Resolve a candidate into a Scenario; raises SpecError when the specs reject it."""
@@ -247,14 +256,14 @@ def to_scenario(model: ModelSpec, cluster: ClusterSpec, c: Candidate, global_bat
         extra.pop("tp_comm_overlap", None)  # TE's userbuffers overlap needs SP: candidates without it run plain
     if c.recompute != "selective":
         extra.pop("recompute_modules", None)  # the file's module list applies to its selective candidates
-    if c.ep == 1 or (c.pp > 1 and c.vpp == 1) or c.schedule in ("gpipe", "zb") or c.recompute == "full":
-        extra.pop("ep_comm_overlap", None)  # the overlap needs EP and 1F1B pairs: the others run without it
     extra.update(seq_len=seq_len, global_batch=global_batch, micro_batch=c.micro_batch, dtype=lim.dtype,
                  recompute=c.recompute, sequence_parallel=c.sequence_parallel, zero=c.zero, schedule=c.schedule)
     try:  # the constructor, not specs.load_training: this runs per candidate, and its inputs are typed already
         training = TrainingSpec(**extra)
     except ValidationError as e:
         raise from_validation_error(e, "training") from None
+    if training.ep_comm_overlap and ep_overlap_refusal(model, layout, training):
+        training = training.model_copy(update={"ep_comm_overlap": False})  # candidates that cannot run it go without
     return resolve(model, cluster, layout, training, name=name or f"{model.name} {c.label()}")
 
 

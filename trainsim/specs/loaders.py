@@ -8,11 +8,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-import typing
 
 import yaml
 from pydantic import BaseModel, ValidationError

@@ -124,6 +124,23 @@ class Scenario(BaseModel):
                                        "layout": self.layout.model_copy(update={"ep": 1, "etp": None})})
 
 
+def ep_overlap_refusal(m: ModelSpec, layout: Layout, t: TrainingSpec) -> str | None:
+    """Why Megatron-Core refuses --overlap-moe-expert-parallel-comm for this setup (arguments.py, TransformerConfig),
+    or None: it needs expert parallelism, model chunks when pipelined, a schedule that pairs a forward with another
+    micro-batch's backward, no full or whole-MoE-layer recompute, and at most one MTP module."""
+    if layout.ep == 1:
+        return "needs expert parallelism (ep > 1)"
+    if layout.pp > 1 and layout.vpp == 1:
+        return "with pp > 1 needs model chunks (vpp > 1: interleaved or dualpipev), as Megatron-Core requires"
+    if t.schedule in ("gpipe", "zb"):
+        return f"pairs a forward with a backward micro-batch (1F1B); schedule {t.schedule} has no such pairs"
+    if t.recompute == "full" or "moe" in t.selective_modules:
+        return "cannot be combined with full recompute or recompute of the whole MoE layer (Megatron-Core refuses both)"
+    if m.mtp_layers > 1:
+        return "supports at most one MTP module (Megatron-Core)"
+    return None
+
+
 _MODULE_NEEDS = {
     "mla_up_proj": (lambda m: m.is_mla, "multi-head latent attention (kv_lora_rank)"),
     "moe": (lambda m: m.is_moe, "MoE blocks"),
@@ -205,22 +222,8 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
         raise SpecError("training.sequence_parallel", "sequence parallelism needs tp > 1")
     if ep > 1 and not m.is_moe:
         raise SpecError("layout.ep", f"ep={ep} but {m.name} is a dense model (num_experts=1)")
-    if t.ep_comm_overlap:
-        # Megatron-Core arguments.py: EP overlap needs expert parallelism and, with pipelining, virtual stages.
-        if ep == 1:
-            raise SpecError("training.ep_comm_overlap", "needs expert parallelism (ep > 1)")
-        if pp > 1 and vpp == 1:
-            raise SpecError("training.ep_comm_overlap", "with pp > 1 needs model chunks (vpp > 1: interleaved or "
-                                                        "dualpipev), as Megatron-Core requires")
-        if t.schedule in ("gpipe", "zb"):
-            raise SpecError("training.ep_comm_overlap", f"pairs a forward with a backward micro-batch (1F1B); "
-                                                        f"schedule {t.schedule} has no such pairs")
-        # Megatron-Core TransformerConfig: not with full recompute, recompute of the whole MoE layer, or > 1 MTP.
-        if t.recompute == "full" or "moe" in t.selective_modules:
-            raise SpecError("training.ep_comm_overlap", "cannot be combined with full recompute or recompute of "
-                                                        "the whole MoE layer (Megatron-Core refuses both)")
-        if m.mtp_layers > 1:
-            raise SpecError("training.ep_comm_overlap", "supports at most one MTP module (Megatron-Core)")
+    if t.ep_comm_overlap and (why := ep_overlap_refusal(m, layout, t)):
+        raise SpecError("training.ep_comm_overlap", why)
     if tp > 1 and ep > 1 and not t.sequence_parallel:
         raise SpecError("training.sequence_parallel", "MoE with tp > 1 and expert parallelism needs sequence "
                                                       "parallelism (Megatron-Core refuses it without)")

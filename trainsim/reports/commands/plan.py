@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from typing import Any, get_args
 
 from trainsim.simulator import goodput as gp
-from trainsim.simulator.search_space import SearchLimits, training_extra
-from trainsim.specs import SpecError, load_cluster, load_layout, load_model, load_scenario_file, load_training
+from trainsim.simulator.search_space import SearchLimits, check_training_extra, training_extra
+from trainsim.specs import SpecError, load_cluster, load_layout, load_model, load_scenario_file
 from trainsim.specs.training import Schedule
 
 from .common import nonneg_float, positive_int
@@ -154,8 +154,7 @@ def request_from_args(args: argparse.Namespace):
     extra = training_extra(training)
     if extra.get("offload_params") and "zero" not in fixed:
         fixed["zero"] = 3  # parameters must be sharded to be offloaded
-    load_training({"seq_len": int(seq_len), "global_batch": int(global_batch), "zero": fixed.get("zero", 0),
-                   **({"recompute": "selective"} if extra.get("recompute_modules") else {}), **extra})
+    check_training_extra(extra, seq_len=int(seq_len), global_batch=int(global_batch), zero=fixed.get("zero", 0))
     layout = raw.get("layout") or {}
     if not isinstance(layout, dict):
         raise SpecError("layout", "must be a mapping")
