@@ -109,6 +109,21 @@ class Placement:
         """The GroupShape of the ``dim`` group containing ``rank``."""
         return _shape_cached(self.fabric, tuple(self.group_ranks(dim, rank)))
 
+    def expert_tp_ranks(self, rank: int = 0) -> list[int]:
+        """Members of the expert-tensor-parallel group of ``rank``: the ``Layout.etp`` ranks one expert's MLP is
+        split over -- the TP ranks not folded into the EP group (``tp_r``), its innermost ``etp`` when folding
+        leaves more TP ranks than that (the rest then replicate the experts, as expert-data parallelism)."""
+        self._check(rank)
+        etp = self.layout.etp or self.sizes["tp"]
+        x = self._by_name["tp_r"]
+        base = rank - ((rank // x.stride) % x.size) * x.stride
+        first = ((rank // x.stride) % x.size) // etp * etp
+        return [base + (first + i) * x.stride for i in range(etp)]
+
+    def expert_tp_group(self, rank: int = 0) -> GroupShape:
+        """The GroupShape of the expert-tensor-parallel group containing ``rank`` (see expert_tp_ranks)."""
+        return _shape_cached(self.fabric, tuple(self.expert_tp_ranks(rank)))
+
     def groups(self) -> dict[str, GroupShape]:
         """Shapes of the tp, cp, ep, dp and pp groups containing rank 0."""
         return {d: self.group(d) for d in DIMS}
