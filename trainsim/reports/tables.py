@@ -6,6 +6,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from trainsim.simulator.search_space import stage_layers_label
+
 GIB = 2.0**30
 
 
@@ -78,6 +80,8 @@ def layout_row(i: int, r: Mapping[str, Any]) -> list[str]:
         lay += f" ep{r['ep']}"
     if r.get("vpp", 1) > 1:
         lay += f" v{r['vpp']}"
+    if r.get("stage_layers"):
+        lay += f" [{stage_layers_label(r['stage_layers'])}]"
     return [
         str(i), str(r["gpus"]), lay, str(r["micro_batch"]), _SHORT.get(r["recompute"], r["recompute"]), str(r["zero"]),
         _SHORT.get(r["schedule"], r["schedule"]),
@@ -91,7 +95,7 @@ def layout_table(rows: Sequence[Mapping[str, Any]]) -> list[list[str]]:
     return [layout_row(i, r) for i, r in enumerate(rows, 1)]
 
 
-CSV_FIELDS = ("rank", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "recompute", "zero", "schedule",
-              "sequence_parallel", "source", "step_time_s", "tokens_per_s", "mfu", "hfu", "bubble_fraction",
+CSV_FIELDS = ("rank", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "stage_layers", "micro_batch", "recompute", "zero",
+              "schedule", "sequence_parallel", "source", "step_time_s", "tokens_per_s", "mfu", "hfu", "bubble_fraction",
               "peak_bytes", "gpu_bytes", "headroom_bytes", "fits", "goodput", "checkpoint_interval_s",
               "ideal_time_s", "time_to_train_s", "gpu_hours", "cost", "pareto")

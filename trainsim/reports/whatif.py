@@ -456,7 +456,8 @@ def scenario_from_plan(plan_json: Mapping[str, Any], rank: int = 1) -> Scenario:
     cluster = load_cluster(req["cluster"])
     r = rows[rank - 1]
     try:
-        cand = Candidate(**{k: r[k] for k in Candidate.__dataclass_fields__})
+        kw = {k: r[k] for k in Candidate.__dataclass_fields__ if k != "stage_layers"}
+        cand = Candidate(**kw, stage_layers=tuple(r["stage_layers"]) if r.get("stage_layers") else None)
     except (KeyError, TypeError) as e:
         raise SpecError("plan.rows", f"row {rank} is incomplete: {e}") from None
     extra = req.get("training", {})

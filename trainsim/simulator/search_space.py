@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from trainsim.specs import ClusterSpec, Layout, ModelSpec, Scenario, SpecError, TrainingSpec, resolve
 from trainsim.specs.errors import from_validation_error
-from trainsim.specs.scenario import ep_overlap_refusal
+from trainsim.specs.scenario import balanced_stage_layers, ep_overlap_refusal
 
 RECOMPUTE_LADDER = ("none", "selective", "full")   # less memory, more compute, left to right
 ZERO_LADDER = (0, 1, 2, 3)                         # less memory, more communication, left to right
@@ -88,6 +88,9 @@ class Candidate:
     zero: int
     schedule: str
     sequence_parallel: bool
+    # Layers of each virtual stage when neither the even nor Megatron's embedding/loss split divides the layers
+    # (uneven_split); None = the resolver's default split. A function of (model, pp, vpp): not part of the key.
+    stage_layers: tuple[int, ...] | None = None
 
     def key(self) -> tuple:
         return tuple(getattr(self, f) for f in KEY_FIELDS)
@@ -103,7 +106,23 @@ class Candidate:
             parts.append(f"ep{self.ep}")
         if self.vpp > 1:
             parts.append(f"v{self.vpp}")
+        if self.stage_layers:
+            parts.append(f"layers {stage_layers_label(self.stage_layers)}")
         return " ".join(parts) + f" mb{self.micro_batch} {self.recompute} z{self.zero} {self.schedule}"
+
+
+def stage_layers_label(layers) -> str:
+    """Compact form of a stage split: runs of equal counts as NxK, e.g. ``3,4x14,2``."""
+    out: list[str] = []
+    i = 0
+    while i < len(layers):
+        j = i
+        while j + 1 < len(layers) and layers[j + 1] == layers[i]:
+            j += 1
+        run = j - i + 1
+        out.append(f"{layers[i]}x{run}" if run > 2 else ",".join([str(layers[i])] * run))
+        i = j + 1
+    return ",".join(out)
 
 
 def _tp_options(model: ModelSpec, cluster: ClusterSpec, gpus: int, lim: SearchLimits) -> list[int]:
@@ -142,13 +161,37 @@ def splits(num_layers: int, stages: int) -> bool:
     return stages > 1 and (num_layers + 2) % stages == 0 and num_layers + 2 >= stages  # = specs.scenario.resolve
 
 
-def _vpp_options(num_layers: int, pp: int) -> list[int]:
-    """Chunks per pipeline rank (> 1) for which pp * vpp virtual stages split the layers."""
+# Uneven splits (uneven_split) offer at most this many model chunks per pipeline rank: beyond it a chunk of an
+# awkward layer count holds one or two layers, and every extra depth multiplies the candidates.
+UNEVEN_MAX_VPP = 2
+
+
+def uneven_split(model: ModelSpec, stages: int) -> tuple[int, ...] | None:
+    """The layers of ``stages`` virtual stages when neither the even nor Megatron's embedding/loss split divides the
+    model's layers: Megatron-Core's first/last-stage split balanced with the embedding and the loss counted as one
+    layer each and an MTP module as two (specs.scenario.balanced_stage_layers). None when a default split exists
+    (the resolver takes it) or no balanced split does."""
+    if stages <= 1 or splits(model.num_layers, stages):
+        return None
+    return balanced_stage_layers(model.num_layers, stages, last_extra=1 + 2 * model.mtp_layers)
+
+
+def _pipeline_splits(model: ModelSpec, stages: int) -> bool:
+    """Whether ``stages`` virtual stages can hold the model: a default split or an uneven one."""
+    return splits(model.num_layers, stages) or uneven_split(model, stages) is not None
+
+
+def _vpp_options(model: ModelSpec, pp: int) -> list[int]:
+    """Chunks per pipeline rank (> 1) for which pp * vpp virtual stages split the layers: the default splits, and
+    uneven ones up to UNEVEN_MAX_VPP chunks."""
+    num_layers = model.num_layers
     opts = {d // pp for n in (num_layers, num_layers + 2) for d in divisors(n) if d % pp == 0 and d > pp}
-    return sorted(v for v in opts if splits(num_layers, pp * v))
+    opts = {v for v in opts if splits(num_layers, pp * v)}
+    opts |= {v for v in range(2, UNEVEN_MAX_VPP + 1) if uneven_split(model, pp * v) is not None}
+    return sorted(opts)
 
 
-def _schedules(pp: int, num_layers: int, lim: SearchLimits) -> Iterator[tuple[str, int]]:
+def _schedules(pp: int, model: ModelSpec, lim: SearchLimits) -> Iterator[tuple[str, int]]:
     """(schedule, vpp) pairs: with one stage the schedule is moot (1f1b stands for it). DualPipeV (vpp 2)
     is searched only when asked for (``--schedule dualpipev`` or in ``lim.schedules``), so the default
     space and its results stay as they were."""
@@ -161,14 +204,14 @@ def _schedules(pp: int, num_layers: int, lim: SearchLimits) -> Iterator[tuple[st
         if not lim.allowed("schedule", sched):
             continue
         if sched == "interleaved":
-            for v in _vpp_options(num_layers, pp):
+            for v in _vpp_options(model, pp):
                 if not lim.allowed("vpp", v):
                     continue
                 if lim.max_vpp is not None and "vpp" not in lim.fixed and v > lim.max_vpp:
                     continue
                 yield sched, v
-        elif sched == "dualpipev":
-            if lim.allowed("vpp", 2) and splits(num_layers, 2 * pp):
+        elif sched == "dualpipev":  # the V's default splits only
+            if lim.allowed("vpp", 2) and splits(model.num_layers, 2 * pp):
                 yield sched, 2
         elif lim.allowed("vpp", 1):
             yield sched, 1
@@ -187,7 +230,7 @@ def structural(model: ModelSpec, cluster: ClusterSpec, gpus: int, global_batch: 
     for tp in _tp_options(model, cluster, gpus, lim):
         for cp in _cp_options(seq_len, gpus // tp, lim):
             for pp in divisors(gpus // (tp * cp)):
-                if not lim.allowed("pp", pp) or not splits(model.num_layers, pp):
+                if not lim.allowed("pp", pp) or not _pipeline_splits(model, pp):
                     continue
                 dp = gpus // (tp * cp * pp)
                 if not lim.allowed("dp", dp) or global_batch % dp:
@@ -213,15 +256,16 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, gpus: int, glob
             if "micro_batch" not in lim.fixed and mb > lim.max_micro_batch:
                 break
             n_micro = per_replica // mb
-            for sched, vpp in _schedules(pp, model.num_layers, lim):
+            for sched, vpp in _schedules(pp, model, lim):
                 if sched == "interleaved" and n_micro % pp:
                     continue
                 if sched == "dualpipev" and n_micro < 2 * pp:
                     continue
+                layers = uneven_split(model, pp * vpp)
                 for zero in _zero_options(pp, lim):
                     for rc in lim.recompute:
                         if lim.allowed("recompute", rc):
-                            yield Candidate(gpus, tp, pp, dp, cp, ep, vpp, mb, rc, zero, sched, sp)
+                            yield Candidate(gpus, tp, pp, dp, cp, ep, vpp, mb, rc, zero, sched, sp, layers)
 
 
 # TrainingSpec fields the search decides; every other one is the user's and applies to each candidate as given.
@@ -249,7 +293,7 @@ def to_scenario(model: ModelSpec, cluster: ClusterSpec, c: Candidate, global_bat
     if cluster.num_gpus != c.gpus:
         cluster = cluster.with_gpus(c.gpus)
     etp = lim.expert_tp(c.tp) if model.is_moe and lim.etp else None
-    layout = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, ep=c.ep, vpp=c.vpp, etp=etp,
+    layout = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, ep=c.ep, vpp=c.vpp, etp=etp, stage_layers=c.stage_layers,
                     **({"placement": lim.placement} if lim.placement else {}))
     extra = dict(lim.training_extra)
     if not c.sequence_parallel:

@@ -124,6 +124,40 @@ class Scenario(BaseModel):
                                        "layout": self.layout.model_copy(update={"ep": 1, "etp": None})})
 
 
+def balanced_stage_layers(num_layers: int, stages: int, last_extra: int = 1, first_extra: int = 1
+                          ) -> tuple[int, ...] | None:
+    """An uneven pipeline split for a layer count that neither the even nor the embedding/loss split divides:
+    every middle stage gets ``q`` layers, the first and the last fewer (Megatron-Core's
+    --decoder-first-pipeline-num-layers / --decoder-last-pipeline-num-layers), chosen so that with the embedding
+    counted as ``first_extra`` layers and the loss as ``last_extra`` (one each, plus two per MTP module: its block
+    and its output head) the heaviest stage is as light as it can be: q = ceil((L + extras) / stages), and the
+    remainder L - (stages - 2)·q split between the two ends, the end with the larger extra taking fewer.
+    Two stages: the two ends only. None when no such split exists (one stage, a middle stage without a layer, or
+    ends that would need more layers than a middle stage)."""
+    n, L = stages, num_layers
+    if n == 2:  # no middle: the two ends as even as their extras allow
+        first = min(L, max(0, (L + last_extra - first_extra + 1) // 2))
+        return first, L - first
+    if n < 3 or L < n - 2:
+        return None
+    q = -(-(L + first_extra + last_extra) // n)
+    while q >= 1 and L - (n - 2) * q < 0:
+        q -= 1
+    if q < 1:
+        return None
+    rem = L - (n - 2) * q
+    if rem > 2 * q:  # q was lowered to fit the middle: the ends would need more layers than a middle stage
+        return None
+    # The two ends share the remainder in proportion to their room below q (q minus their extra).
+    room_first, room_last = max(0, q - first_extra), max(0, q - last_extra)
+    room = room_first + room_last
+    first = min(q, -(-rem * room_first // room) if room else -(-rem // 2))
+    last = rem - first
+    if last > q:
+        first, last = first + last - q, q
+    return (first, *([q] * (n - 2)), last)
+
+
 def ep_overlap_refusal(m: ModelSpec, layout: Layout, t: TrainingSpec) -> str | None:
     """Why Megatron-Core refuses --overlap-moe-expert-parallel-comm for this setup (arguments.py, TransformerConfig),
     or None: it needs expert parallelism, model chunks when pipelined, a schedule that pairs a forward with another

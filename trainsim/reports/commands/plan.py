@@ -289,6 +289,7 @@ def write_csv(result, file=None) -> None:
         d = r.to_json()
         d["rank"] = i
         d["pareto"] = r.candidate.key() in pareto
+        d["stage_layers"] = " ".join(map(str, d["stage_layers"])) if d.get("stage_layers") else ""
         w.writerow(d)
 
 
