@@ -38,6 +38,31 @@ def _check_args(fast: bool, trace_path, jitter_cv: float, stragglers, samples: i
         raise SpecError("fast", "variability (--jitter/--straggler) needs the engine; drop --fast")
 
 
+# Warn when issuing a MoE block's kernels takes the host at least this share of the block's GPU time: with one
+# blocking host sync per MoE layer the host cannot queue work ahead, so the GPU starts to idle (cost_models.host).
+HOST_BOUND_WARN_RATIO = 0.5
+
+
+def host_bound_warning(scenario: Scenario, profile=None) -> str | None:
+    """The launch-bound warning of a MoE scenario in eager Megatron-Core on GPUs (None when it does not apply)."""
+    from trainsim.cost_models import compute
+    from trainsim.cost_models.host import moe_block_host_issue
+    from trainsim.cost_models.shapes import layer_shape
+    if not scenario.model.is_moe or scenario.training.framework != "megatron":
+        return None
+    if getattr(scenario.cluster.gpu, "num_sms", None) is None:  # CPU ranks: the eager profile times the host
+        return None
+    issue = moe_block_host_issue(layer_shape(scenario), scenario.cluster.host_cpu)
+    gpu_s = compute.layer_times(scenario, profile).total_s
+    if gpu_s <= 0 or issue.seconds < HOST_BOUND_WARN_RATIO * gpu_s:
+        return None
+    return (f"host-bound risk: the host ({scenario.cluster.host_cpu}) needs about {issue.seconds * 1e3:.1f} ms to "
+            f"issue one MoE block's kernels per micro-batch ({issue.python_ops} eager ops + {issue.loop_ops} "
+            f"per-expert launches, estimated), the GPU {gpu_s * 1e3:.1f} ms to run them; with the dispatcher's host "
+            f"sync in every MoE layer an eager run idles the GPU, which the predicted step does not include. CUDA "
+            f"graphs, a larger micro-batch or fewer local experts help")
+
+
 def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = False, profile=None,
             trace_path: str | Path | None = None, jitter_cv: float = 0.0,
             stragglers: tuple[float, float] | None = None, seed: int = 0, samples: int = 20) -> Prediction:
@@ -64,6 +89,9 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
                         f"{scenario.stage_layers[-1]} (last), {max(scenario.stage_layers)} (others)")
     if ideal_network:
         warnings.append("ideal network: all communication is free")
+    launch = host_bound_warning(scenario, profile)
+    if launch:
+        warnings.append(launch)
     node_host = host * min(scenario.cluster.gpus_per_node, scenario.cluster.num_gpus)
     if node_host > scenario.cluster.host_memory_bytes:
         warnings.append(f"offload needs {node_host / 1e9:.0f} GB of host memory per node, more than the "

@@ -100,6 +100,9 @@ class ClusterSpec(BaseModel):
     scale_up: ScaleUpSpec
     scale_out: ScaleOutSpec = ScaleOutSpec()
     host_memory_bytes: float = Field(default=2e12, gt=0, le=1e16, description="per node, for offload")
+    host_cpu: Literal["x86", "grace"] = Field(default="x86", description="the host CPU issuing the GPUs' kernels: "
+                                              "x86 server cores, or NVIDIA Grace (GB200/GB300/GH200), ~2.6x slower "
+                                              "per eager op (cost_models.host)")
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:

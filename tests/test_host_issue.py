@@ -1,0 +1,67 @@
+"""The launch-bound warning of fine-grained MoE runs: host op counts of cost_models.host written out by hand, and
+when predict raises the warning."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainsim.cost_models.host import HOST_LOOP_OP_S, HOST_OP_S, moe_block_host_issue
+from trainsim.cost_models.shapes import layer_shape
+from trainsim.simulator.predict import host_bound_warning, predict
+from trainsim.specs import build_scenario
+
+
+def scen(model="qwen3-30b-a3b", cluster="dgx-b200", gpus=8, layout=None, **training):
+    training.setdefault("seq_len", 4096)
+    training.setdefault("global_batch", 512)
+    training.setdefault("micro_batch", 1)
+    return build_scenario({"model": {"preset": model} if isinstance(model, str) else model, "cluster": cluster,
+                           "gpus": gpus, "layout": {"ep": 8} if layout is None else layout,
+                           "training": training})
+
+
+def test_counts_closed_form():
+    """Qwen3-30B-A3B, ep 8: 128 / 8 = 16 local experts, no shared expert. Eager ops: attention 15 + 25, MoE 45 + 40;
+    per expert 2 + 4 GEMM launches, under fp8 one quantize per GEMM input more (2 + 2)."""
+    bf16 = moe_block_host_issue(layer_shape(scen()))
+    assert (bf16.python_ops, bf16.loop_ops) == (15 + 45 + 25 + 40, 16 * (2 + 4))
+    assert bf16.seconds == pytest.approx(125 * 13.5e-6 + 96 * 5e-6)
+    fp8 = moe_block_host_issue(layer_shape(scen(dtype="fp8")))
+    assert fp8.loop_ops == 16 * (4 + 6)
+    grace = moe_block_host_issue(layer_shape(scen()), "grace")
+    assert grace.seconds == pytest.approx(125 * HOST_OP_S["grace"] + 96 * HOST_LOOP_OP_S["grace"])
+
+
+def test_recompute_issues_the_forward_again():
+    base = moe_block_host_issue(layer_shape(scen()))
+    full = moe_block_host_issue(layer_shape(scen(recompute="full")))
+    assert full.python_ops - base.python_ops == 15 + 45
+    assert full.loop_ops - base.loop_ops == 16 * 2
+    moe = moe_block_host_issue(layer_shape(scen(recompute="selective", recompute_modules=["moe"])))
+    assert moe.python_ops - base.python_ops == 45 and moe.loop_ops - base.loop_ops == 16 * 2
+
+
+def test_shared_expert_adds_a_dense_mlp():
+    s = scen("deepseek-v2-lite", layout={"ep": 8}, global_batch=64)
+    shp = layer_shape(s)
+    assert shp.fs and shp.experts == 64
+    got = moe_block_host_issue(shp)
+    assert got.python_ops == 15 + 45 + 6 + 25 + 40 + 10 and got.loop_ops == 8 * 6
+
+
+def test_warning_where_the_host_is_as_slow_as_the_gpu():
+    """Micro-batch 1 of Qwen3-30B on 8 B200 (a published run 2.8x slower than its GPU time [mb_227]) is warned;
+    micro-batch 8 (within 5 % of published) is not; Grace hosts warn earlier."""
+    assert "host-bound risk" in " ".join(predict(scen(dtype="fp8"), fast=True).warnings)
+    assert host_bound_warning(scen(dtype="fp8", micro_batch=8, cluster="dgx-b300")) is None
+    assert host_bound_warning(scen(dtype="fp8", micro_batch=4)) is None
+    assert host_bound_warning(scen(dtype="fp8", micro_batch=4, cluster="gb200-nvl72")) is not None
+
+
+def test_no_warning_for_dense_models_other_frameworks_or_cpu_ranks():
+    assert host_bound_warning(scen("llama3-8b", layout={}, global_batch=64)) is None
+    assert host_bound_warning(scen(framework="torch")) is None
+    tiny = {"name": "tiny-moe", "num_layers": 2, "hidden": 64, "num_heads": 4, "ffn_hidden": 128, "vocab_size": 256,
+            "num_experts": 8, "top_k": 2, "max_seq_len": 128}
+    assert host_bound_warning(scen(tiny, cluster="cpu-host", gpus=2, layout={"ep": 2}, seq_len=128,
+                                   global_batch=4, dtype="fp32")) is None

@@ -1,0 +1,67 @@
+"""Host (CPU) time to issue one MoE block's kernels in eager Megatron-Core, for the launch-bound warning.
+
+An estimate, not part of the step time: trainsim's GPU timeline assumes the host always runs ahead of the GPU.
+Fine-grained MoE layers break that assumption in eager execution -- Megatron-Core's alltoall dispatcher blocks the
+host once per MoE layer forward (``d2h_event.synchronize()`` before the dispatch all-to-all; DeepEP and dropless
+HybridEP wait likewise), so the host cannot queue more than a layer ahead, and Transformer Engine's GroupedLinear
+(before TE 2.14) launches one cuBLASLt GEMM per local expert from C++, with a quantize kernel per expert and input
+under FP8. When the host needs about as long to issue a block as the GPU needs to run it, the GPU idles (measured:
+Qwen3-30B-A3B on H100 at micro-batch 1, 623 -> 484 ms per iteration with attention, router and dispatch graphed;
+Megatron-Bridge docs/training/cuda-graphs.md). docs/validation.md ("host-bound fine-grained MoE") has the reading.
+
+Counts per transformer block and micro-batch (read from Megatron-Core and TE, BF16, router and permute fusion on;
+estimates to within ~30 %):
+
+* Python-dispatched ops (each a torch/TE call with autograd): the attention half -- fused norm + QKV, q/k norms,
+  RoPE, fused attention, out-projection, residual -- 15 forward, 25 backward; the MoE layer without its expert
+  GEMMs -- router GEMM, top-k, aux loss, dispatch preprocess and its device-to-host copies, permute, two
+  all-to-alls, chunk sort, SwiGLU, unsort, unpermute -- 45 forward, 40 backward; a dense MLP 6 forward, 10 backward.
+* Per local expert, launched in TE's C++ loop: 2 GEMMs forward (fc1, fc2), 4 backward (dgrad and wgrad of each);
+  under fp8 one quantize kernel per expert for each GEMM input (2 forward, 2 backward; MXFP8's count -- FP8 current
+  scaling launches three per input).
+
+Host seconds per op (``HOST_OP_S``, ``HOST_LOOP_OP_S``): Transformer Engine issue #2053 timed the CPU side of one BF16
+``torch.nn.Linear`` forward at 13.5 us on a Xeon Platinum 8480C and 33-37 us on Grace (GB200/GH200); a launch from
+TE's C++ loop (descriptor set-up, heuristic query, ``cudaLaunchKernel``) is taken at 5 us on x86 and the same 2.6x
+on Grace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .shapes import LayerShape
+
+HOST_OP_S = {"x86": 13.5e-6, "grace": 35e-6}
+HOST_LOOP_OP_S = {"x86": 5e-6, "grace": 13e-6}
+ATTN_OPS = (15, 25)          # (forward, backward) Python-dispatched ops of the attention half
+MOE_OPS = (45, 40)           # ... of a MoE layer without its expert GEMMs
+MLP_OPS = (6, 10)            # ... of a dense (or shared-expert) MLP
+EXPERT_GEMMS = (2, 4)        # GEMM launches per local expert
+EXPERT_QUANTIZE = (2, 2)     # fp8: quantize kernels per local expert
+
+
+@dataclass(frozen=True)
+class HostIssue:
+    """Host work to issue one block's kernels for one micro-batch: op counts and seconds, forward + backward."""
+
+    python_ops: int
+    loop_ops: int
+    seconds: float
+
+
+def moe_block_host_issue(shp: LayerShape, host_cpu: str = "x86") -> HostIssue:
+    """Estimated host work of one MoE block (attention half + MoE layer, a shared expert included), fwd + bwd;
+    ``host_cpu`` is ClusterSpec.host_cpu. Recomputed forwards (full, or the 'moe' module) issue the forward again."""
+    if not shp.is_moe:
+        raise ValueError("moe_block_host_issue needs a MoE block")
+    local = max(1, shp.experts // shp.ep)
+    fwd_py = ATTN_OPS[0] + MOE_OPS[0] + (MLP_OPS[0] if shp.fs else 0)
+    bwd_py = ATTN_OPS[1] + MOE_OPS[1] + (MLP_OPS[1] if shp.fs else 0)
+    per_expert_f = EXPERT_GEMMS[0] + (EXPERT_QUANTIZE[0] if shp.dtype == "fp8" else 0)
+    per_expert_b = EXPERT_GEMMS[1] + (EXPERT_QUANTIZE[1] if shp.dtype == "fp8" else 0)
+    rerun_f = 1 if shp.recompute == "full" else 0
+    rerun_moe = 1 if rerun_f or shp.recomputes("moe") else 0
+    py = fwd_py * (1 + rerun_f) + bwd_py + (MOE_OPS[0] if rerun_moe and not rerun_f else 0)
+    loop = local * (per_expert_f * (1 + rerun_moe) + per_expert_b)
+    return HostIssue(py, loop, py * HOST_OP_S[host_cpu] + loop * HOST_LOOP_OP_S[host_cpu])
