@@ -139,3 +139,18 @@ def test_a_plan_json_row_with_a_split_reopens_as_its_scenario():
     data = json.loads(json.dumps(plan(req).to_json()))
     scn = scenario_from_plan(data, 1)
     assert scn.layout.stage_layers == balanced_stage_layers(61, 16, last_extra=3)
+
+
+def test_report_variants_and_mfu_grid_reach_uneven_depths():
+    """The report's what-if variants take the balanced split where a depth has no default one, so the TP x PP MFU grid
+    of a DeepSeek-V3 scenario covers pp 2/4/8/16 instead of marking them invalid."""
+    from trainsim.reports.whatif import mfu_grid, variant
+    from pathlib import Path
+
+    from trainsim.specs import build_scenario, load_scenario_file
+    scn = build_scenario(load_scenario_file(Path(__file__).parent.parent / "examples" / "deepseek-v3-h100.yaml"))
+    v = variant(scn, layout={"pp": 16, "vpp": 1}, training={"schedule": "1f1b", "ep_comm_overlap": False})
+    assert v.stage_layers == uneven_split(scn.model, 16)
+    cells, tps, pps = mfu_grid(scn, None)
+    assert {2, 4, 8, 16} <= set(pps)
+    assert any(not isinstance(cells[(tp, 8)], str) or cells[(tp, 8)] == "OOM" for tp in tps)

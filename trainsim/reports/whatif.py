@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from trainsim.simulator import goodput as gp
-from trainsim.simulator.search_space import divisors, splits
+from trainsim.simulator.search_space import divisors, pipeline_splits, uneven_split
 from trainsim.specs import Scenario, SpecError, resolve
 from trainsim.specs.errors import from_validation_error
 
@@ -92,8 +92,11 @@ def variant(scn: Scenario, *, gpus: int | None = None, layout: Mapping[str, Any]
     cluster = scn.cluster.with_gpus(gpus) if gpus and gpus != scn.num_gpus else scn.cluster
     update = {**(layout or {}), "dp": None}
     old = scn.layout
-    if old.stage_layers is not None and (update.get("pp", old.pp), update.get("vpp", old.vpp)) != (old.pp, old.vpp):
-        update["stage_layers"] = None  # the file's pipeline layout is for its own pp x vpp only
+    depth = (update.get("pp", old.pp), update.get("vpp", old.vpp))
+    if "stage_layers" not in update and depth != (old.pp, old.vpp):
+        # A pipeline layout is for its own pp x vpp only: another depth takes the default split, or the planner's
+        # balanced uneven one where no default split exists (search_space.uneven_split).
+        update["stage_layers"] = uneven_split(scn.model, depth[0] * depth[1])
     lay = old.model_copy(update=update)
     tr = scn.training.model_copy(update=dict(training or {}))
     try:
@@ -120,7 +123,7 @@ def mfu_grid(scn: Scenario, profile) -> tuple[dict[tuple[int, int], Any], list[i
     (1F1B where the scenario's interleaving does not fit the stage count)."""
     m, n, cp = scn.model, scn.num_gpus, scn.layout.cp
     tps = [t for t in divisors(n // cp) if t <= scn.cluster.gpus_per_node and not (m.num_heads % t or m.kv_heads % t or m.ffn % t)]
-    pps = sorted({p for t in tps for p in divisors(n // (t * cp)) if splits(m.num_layers, p) and p <= 64})
+    pps = sorted({p for t in tps for p in divisors(n // (t * cp)) if pipeline_splits(m, p) and p <= 64})
     cells: dict[tuple[int, int], Any] = {}
     for tp in tps:
         for pp in pps:

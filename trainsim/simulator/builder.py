@@ -383,47 +383,45 @@ def _block(scenario: Scenario, groups: dict, profile) -> _Block:
                 tp_b = (4 + (1 if shp.gated else 0)) * ar
             elif fw.tp_dgrad_overlap:  # each all-reduce hides behind its layer's wgrad GEMM (framework.py)
                 tp_b = _column_parallel_bwd_exposed_s(0.0, ar, scenario, profile, comm_compute_slowdown(scenario))
-        if shp.is_moe and tr.sequence_parallel:
-            # A MoE layer takes the sequence-sharded tokens as they are and returns them sharded: its routed
-            # tokens move by the dispatcher (all-to-all over EP, then within the expert-TP group, see below), so of
-            # the block's two TP gather/scatter pairs only the attention's remains -- plus a shared expert's, a
-            # TP-sharded dense MLP on the same input (approximated as half of every path above per pair).
+        pair_f = tp_f / 2  # forward exposure of one of the block's two column/row-parallel pairs
+        etp_s = 0.0
+        if shp.is_moe:  # (specs: MoE with tp > 1 needs sequence parallelism)
+            # A MoE layer takes the sequence-sharded tokens as they are and returns them sharded, so of the block's
+            # two TP gather/scatter pairs only the attention's remains -- plus a shared expert's, a TP-sharded
+            # dense MLP on the same input (approximated as half of every path above per pair). Its routed tokens
+            # move by the dispatcher: the all-to-all over EP (below), then, with the experts split over etp > 1
+            # ranks, an all-gather of the routed [T·k·etp/tp, h] tokens over the expert-TP group before the
+            # experts and a reduce-scatter after them (Megatron-Core's MoEAlltoAllTokenDispatcher: its
+            # dispatch_postprocess / combine_preprocess, run with the experts on the compute stream, so the EP
+            # overlap does not hide them).
             pairs = 1 + (1 if shp.fs else 0)
             tp_f, tp_b = tp_f * pairs / 2, tp_b * pairs / 2
+            if shp.xtp > 1:
+                from trainsim.topologies.placement import place
+                etp_group = place(scenario).expert_tp_group()
+                msg = e * shp.routed_tokens * shp.h
+                etp_s = (sum(_coll("all_gather", msg, etp_group, scenario, profile))
+                         + sum(_coll("reduce_scatter", msg, etp_group, scenario, profile)))
+                tp_f += etp_s
+                tp_b += etp_s
         if tr.recompute == "full":
             tp_b += tp_f
         elif tr.recompute == "selective":
-            # A recomputed dense MLP or shared expert re-runs its own column/row-parallel pair's forward
-            # collectives before its backward (Megatron checkpoints the whole module, gather and scatter inside).
-            rerun = sum(1 for mod, present in (("mlp", not shp.is_moe), ("shared_experts", shp.is_moe and shp.fs))
-                        if present and shp.recomputes(mod))
-            if rerun:
-                one_pair = ((sum(_coll("all_gather", act_msg, groups["tp"], scenario, profile))
-                             + sum(_coll("reduce_scatter", act_msg, groups["tp"], scenario, profile)))
-                            if tr.sequence_parallel else sum(_coll("all_reduce", act_msg, groups["tp"], scenario, profile)))
-                tp_b += rerun * one_pair
+            # A recomputed dense MLP or shared expert (alone, or inside a recomputed MoE layer) re-runs its
+            # column/row-parallel pair's forward collectives before its backward (Megatron checkpoints the module
+            # with its gather and scatter inside); a recomputed MoE layer also re-gathers its routed tokens.
+            rerun = ((1 if not shp.is_moe and shp.recomputes("mlp") else 0)
+                     + (1 if shp.fs and (shp.recomputes("shared_experts") or shp.recomputes("moe")) else 0))
+            tp_b += rerun * pair_f + (etp_s if shp.recomputes("moe") else 0.0)
     cp_f = cp_b = 0.0
     if lay.cp > 1:
         cp_f, cp_b = _cp_exchange_s(scenario, profile, groups["cp"], e, tokens, shp)
         if tr.recompute == "full":
             cp_b += cp_f
     ep_f = ep_b = ep_f_ov = ep_b_ov = 0.0
-    if m.is_moe and (lay.ep > 1 or shp.xtp > 1):
-        # Token dispatch and combine, one way each per pass: the all-to-all over EP of the rank's (SP-sharded)
-        # tokens' top-k copies, then -- with experts split over etp > 1 ranks -- an all-gather of the routed tokens
-        # over the expert-TP group before the experts and a reduce-scatter after them (Megatron-Core's
-        # MoEAlltoAllTokenDispatcher: gather_from_sequence_parallel_region / reduce_scatter_to_sequence_parallel_
-        # region on the tp group), each of the gathered [T·k·etp/tp, h] tokens.
-        a2a = 0.0
-        if lay.ep > 1:
-            a2a_bytes = e * tokens * shp.top_k * shp.h / (lay.tp if tr.sequence_parallel else 1)
-            a2a = sum(_coll("all_to_all", a2a_bytes, groups["ep"], scenario, profile))
-        if shp.xtp > 1:
-            from trainsim.topologies.placement import place
-            etp_group = place(scenario).expert_tp_group()
-            msg = e * shp.routed_tokens * shp.h
-            a2a += (sum(_coll("all_gather", msg, etp_group, scenario, profile))
-                    + sum(_coll("reduce_scatter", msg, etp_group, scenario, profile))) / 2
+    if m.is_moe and lay.ep > 1:
+        a2a_bytes = e * tokens * shp.top_k * shp.h / (lay.tp if tr.sequence_parallel else 1)
+        a2a = sum(_coll("all_to_all", a2a_bytes, groups["ep"], scenario, profile))
         ep_f = ep_b = 2 * a2a
         if tr.ep_comm_overlap:
             ep_f_ov, ep_b_ov = _ep_overlapped(a2a, scenario, profile)

@@ -168,15 +168,17 @@ UNEVEN_MAX_VPP = 2
 
 def uneven_split(model: ModelSpec, stages: int) -> tuple[int, ...] | None:
     """The layers of ``stages`` virtual stages when neither the even nor Megatron's embedding/loss split divides the
-    model's layers: Megatron-Core's first/last-stage split balanced with the embedding and the loss counted as one
-    layer each and an MTP module as two (specs.scenario.balanced_stage_layers). None when a default split exists
-    (the resolver takes it) or no balanced split does."""
+    model's layers: an even middle with lighter ends, balanced with the embedding and the loss counted as one layer
+    each and an MTP module as two (specs.scenario.balanced_stage_layers). Without interleaving it is Megatron-Core's
+    --decoder-first/last-pipeline-num-layers split; with model chunks it needs --pipeline-model-parallel-layout
+    (those flags spread an end rank's layers evenly over its chunks). None when a default split exists (the
+    resolver takes it) or no balanced split does."""
     if stages <= 1 or splits(model.num_layers, stages):
         return None
     return balanced_stage_layers(model.num_layers, stages, last_extra=1 + 2 * model.mtp_layers)
 
 
-def _pipeline_splits(model: ModelSpec, stages: int) -> bool:
+def pipeline_splits(model: ModelSpec, stages: int) -> bool:
     """Whether ``stages`` virtual stages can hold the model: a default split or an uneven one."""
     return splits(model.num_layers, stages) or uneven_split(model, stages) is not None
 
@@ -230,7 +232,7 @@ def structural(model: ModelSpec, cluster: ClusterSpec, gpus: int, global_batch: 
     for tp in _tp_options(model, cluster, gpus, lim):
         for cp in _cp_options(seq_len, gpus // tp, lim):
             for pp in divisors(gpus // (tp * cp)):
-                if not lim.allowed("pp", pp) or not _pipeline_splits(model, pp):
+                if not lim.allowed("pp", pp) or not pipeline_splits(model, pp):
                     continue
                 dp = gpus // (tp * cp * pp)
                 if not lim.allowed("dp", dp) or global_batch % dp:

@@ -258,9 +258,9 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
         raise SpecError("layout.ep", f"ep={ep} but {m.name} is a dense model (num_experts=1)")
     if t.ep_comm_overlap and (why := ep_overlap_refusal(m, layout, t)):
         raise SpecError("training.ep_comm_overlap", why)
-    if tp > 1 and ep > 1 and not t.sequence_parallel:
-        raise SpecError("training.sequence_parallel", "MoE with tp > 1 and expert parallelism needs sequence "
-                                                      "parallelism (Megatron-Core refuses it without)")
+    if tp > 1 and m.is_moe and not t.sequence_parallel:
+        raise SpecError("training.sequence_parallel", "MoE with tp > 1 needs sequence parallelism (Megatron-Core's "
+                                                      "MoELayer refuses to train without it)")
     _check_recompute_modules(m, t)
     if m.num_experts % ep:
         raise SpecError("layout.ep", f"ep={ep} does not divide num_experts={m.num_experts}")

@@ -112,7 +112,9 @@ class Placement:
     def expert_tp_ranks(self, rank: int = 0) -> list[int]:
         """Members of the expert-tensor-parallel group of ``rank``: the ``Layout.etp`` ranks one expert's MLP is
         split over -- the TP ranks not folded into the EP group (``tp_r``), its innermost ``etp`` when folding
-        leaves more TP ranks than that (the rest then replicate the experts, as expert-data parallelism)."""
+        leaves more TP ranks than that (the rest then replicate the experts, as expert-data parallelism).
+        Megatron-Core orders expert ranks tp-ep-dp-pp (expert TP innermost, consecutive) where this placement
+        keeps the folded EP part innermost: the same GPUs' links while both fit in one node (tp <= gpus/node)."""
         self._check(rank)
         etp = self.layout.etp or self.sizes["tp"]
         x = self._by_name["tp_r"]
