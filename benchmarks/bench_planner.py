@@ -1,4 +1,5 @@
 """Planner speed: the full layout space of Llama-3-405B on 16,384 H100 (global batch 2,048 x 8,192 tokens),
+DeepSeek-V3 on 512 H100 (a fine-grained MoE space with uneven pipeline splits and expert-TP folding),
 and the README's main job (`trainsim report examples/llama3-70b-h100.yaml`). Prints wall time, CPU time and
 how many layouts each stage of the search handled. Target: the 405B plan in <= 30 s on this 2-core machine.
 
@@ -46,6 +47,23 @@ def bench_405b(workers: int, exhaustive: bool = False) -> None:
           f"{best.time_to_train_s / 86400:.1f} days for 15.6T tokens incl. failures (goodput {100 * best.goodput:.1f}%)")
 
 
+def bench_deepseek(workers: int) -> None:
+    """A fine-grained MoE space: DeepSeek-V3 (61 layers: every pipeline depth needs an uneven split; etp searched)."""
+    req = PlanRequest(model=load_model("deepseek-v3"), cluster=load_cluster("dgx-h100"), gpu_counts=(512,),
+                      global_batch=2048, seq_len=4096, top_k=3)
+    c0, t0 = cpu_s(), time.perf_counter()
+    if workers > 1:
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as ex:
+            res = plan(req, executor=ex)
+    else:
+        res = plan(req)
+    wall, cpu = time.perf_counter() - t0, cpu_s() - c0
+    c = res.counts
+    print(f"DeepSeek-V3 / 512 H100, workers={workers}: {wall:.1f} s wall, {cpu:.1f} s CPU; layouts enumerated "
+          f"{c['enumerated']}, out of memory {c['oom']}, dominated {c['dominated']}, screened {c['screened']}; "
+          f"best: {res.rows[0].candidate.label()}")
+
+
 def bench_report() -> None:
     from trainsim.reports.cli import main
 
@@ -63,6 +81,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=0, help="0 = run with 1 and with os.cpu_count() workers")
     ap.add_argument("--skip-report", action="store_true")
+    ap.add_argument("--skip-moe", action="store_true", help="skip the DeepSeek-V3 space")
     ap.add_argument("--exhaustive", action="store_true", help="also time the search without dominance pruning")
     args = ap.parse_args()
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, python {sys.version.split()[0]}")
@@ -70,6 +89,9 @@ def main() -> int:
         bench_405b(w)
     if args.exhaustive:
         bench_405b(os.cpu_count() or 1, exhaustive=True)
+    if not args.skip_moe:
+        for w in ([1, os.cpu_count() or 1] if args.workers == 0 else [args.workers]):
+            bench_deepseek(w)
     if not args.skip_report:
         bench_report()
     return 0

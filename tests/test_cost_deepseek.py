@@ -381,11 +381,13 @@ def test_planner_carries_etp_and_drops_settings_a_candidate_cannot_use():
     are kept only for candidates that can run them (pp 1 or model chunks; selective recompute)."""
     from trainsim.simulator.search_space import Candidate, SearchLimits, structural, to_scenario
     m, cl = load_model("qwen3-30b-a3b"), scen({"preset": "qwen3-30b-a3b"}, gpus=16).cluster
-    plain = {(tp, ep) for tp, cp, pp, dp, ep in structural(m, cl, 16, 64, 4096, SearchLimits())}
-    folded = {(tp, ep) for tp, cp, pp, dp, ep in structural(m, cl, 16, 64, 4096, SearchLimits(etp=1))}
-    assert (2, 16) in folded and (2, 16) not in plain
+    searched = {(tp, ep, etp) for tp, cp, pp, dp, ep, etp in structural(m, cl, 16, 64, 4096, SearchLimits())}
+    folded = {(tp, ep, etp) for tp, cp, pp, dp, ep, etp in structural(m, cl, 16, 64, 4096, SearchLimits(etp=1))}
+    # without a file's etp both Megatron's default (etp = tp) and folding (etp 1, ep over the TP ranks) are searched
+    assert (2, 16, 1) in searched and (2, 16, None) not in searched and (2, 8, None) in searched
+    assert {etp for tp, ep, etp in folded if tp > 1} == {1}
     lim = SearchLimits(etp=1, training_extra={"ep_comm_overlap": True, "recompute_modules": ("moe_act",)})
-    c = Candidate(16, 2, 1, 8, 1, 16, 1, 1, "selective", 0, "1f1b", True)
+    c = Candidate(16, 2, 1, 8, 1, 16, 1, 1, "selective", 0, "1f1b", True, etp=1)
     s = to_scenario(m, cl, c, 64, 4096, lim)
     assert s.layout.etp == 1 and s.training.ep_comm_overlap and s.training.recompute_modules == ("moe_act",)
     c2 = Candidate(16, 1, 2, 8, 1, 8, 1, 1, "none", 0, "1f1b", False)

@@ -29,8 +29,11 @@ def brute_force(model, cluster, gpus, gb, seq, lim: SearchLimits):
         if cp > 1 and seq // cp < lim.min_tokens_per_cp_rank:
             continue
         dp = gpus // (tp * cp * pp)
-        for ep, vpp, mb in itertools.product(range(1, max(model.num_experts, 1) + 1), range(1, model.num_layers + 3),
-                                             range(1, lim.max_micro_batch + 1)):
+        # policy: a MoE model with tp > 1 tries Megatron's default etp (= tp, None) and folding (etp 1)
+        etps = (None, 1) if model.is_moe and tp > 1 else (None,)
+        for ep, vpp, mb, etp in itertools.product(range(1, max(model.num_experts, 1) + 1),
+                                                  range(1, model.num_layers + 3), range(1, lim.max_micro_batch + 1),
+                                                  etps):
             for sched, zero, rc in itertools.product(("gpipe", "1f1b", "interleaved", "zb"), (0, 1, 2, 3),
                                                      ("none", "selective", "full")):
                 if pp == 1 and sched != "1f1b":
@@ -38,12 +41,13 @@ def brute_force(model, cluster, gpus, gb, seq, lim: SearchLimits):
                 if pp > 1 and zero > 1:
                     continue  # policy: ZeRO-2/3 not combined with pipelining
                 try:
-                    resolve(model, cluster.with_gpus(gpus), Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp),
+                    resolve(model, cluster.with_gpus(gpus),
+                            Layout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, vpp=vpp, etp=etp),
                             TrainingSpec(seq_len=seq, global_batch=gb, micro_batch=mb, recompute=rc, zero=zero,
                                          schedule=sched, sequence_parallel=tp > 1))
                 except SpecError:
                     continue
-                out.add((gpus, tp, pp, dp, cp, ep, vpp, mb, rc, zero, sched, tp > 1))
+                out.add((gpus, tp, pp, dp, cp, ep, vpp, mb, rc, zero, sched, tp > 1, etp))
     return out
 
 

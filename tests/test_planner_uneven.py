@@ -154,3 +154,29 @@ def test_report_variants_and_mfu_grid_reach_uneven_depths():
     cells, tps, pps = mfu_grid(scn, None)
     assert {2, 4, 8, 16} <= set(pps)
     assert any(not isinstance(cells[(tp, 8)], str) or cells[(tp, 8)] == "OOM" for tp in tps)
+
+
+def test_moe_plans_search_expert_tensor_parallel_folding():
+    """Without a scenario file's etp, MoE candidates with tp > 1 come with etp = tp (Megatron's default, None) and
+    etp 1 (MoE parallel folding: whole experts, the EP group across TP ranks); rows, CSV and `report --plan` keep it."""
+    import json
+
+    from trainsim.reports.commands.plan import write_csv
+    from trainsim.reports.tables import layout_row
+    from trainsim.reports.whatif import scenario_from_plan
+    model = load_model("qwen3-30b-a3b")
+    cands = list(enumerate_candidates(model, load_cluster("dgx-h100", 16), 16, 64, 4096,
+                                      SearchLimits(fixed={"tp": 2, "pp": 1, "cp": 1, "micro_batch": 1,
+                                                          "recompute": "full", "zero": 1})))
+    pairs = {(c.ep, c.etp) for c in cands}
+    assert (16, 1) in pairs and (8, None) in pairs and (8, 1) in pairs and (16, None) not in pairs
+    req = PlanRequest(model=model, cluster=load_cluster("dgx-h100"), gpu_counts=(16,), global_batch=64,
+                      seq_len=4096, top_k=3, limits=SearchLimits(fixed={"tp": 2, "pp": 1, "cp": 1, "ep": 16}))
+    res = plan(req)
+    row = res.rows[0].to_json()
+    assert row["etp"] == 1 and "etp1" in layout_row(1, row)[2]
+    buf = io.StringIO()
+    write_csv(res, buf)
+    assert next(csv.DictReader(io.StringIO(buf.getvalue())))["etp"] == "1"
+    scn = scenario_from_plan(json.loads(json.dumps(res.to_json())), 1)
+    assert scn.layout.etp == 1 and scn.layout.ep == 16

@@ -6,14 +6,12 @@ objects built) and cache their results on it, so the planner's millions of calls
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TypeVar
+
+from trainsim.specs.memo import IdentityMemo
 
 from .framework import behaviour
 
-T = TypeVar("T")
 
 # Bytes per activation element for each training dtype. fp8 training (Transformer Engine) keeps
 # activations in bf16 and casts GEMM operands to fp8 on the fly, so activations stay 2 bytes -- except the
@@ -117,30 +115,6 @@ class LayerShape:
         return replace(self, tp=1, cp=1, ep=1, etp=0, sp=False)
 
 
-class IdentityMemo:
-    """Memoise a function of one frozen (but unhashable) spec object by identity, while it lives.
-
-    Specs are frozen pydantic models holding dicts, so they cannot key an lru_cache; the planner and the
-    engine call several cost functions on the same Scenario object. Entries leave when the object dies.
-    """
-
-    def __init__(self, fn: Callable[..., T]):
-        self.fn = fn
-        self.memo: dict[tuple, tuple[weakref.ref, T]] = {}
-
-    def __call__(self, obj, *args) -> T:
-        key = (id(obj), *args)
-        hit = self.memo.get(key)
-        if hit is not None and hit[0]() is obj:
-            return hit[1]
-        value = self.fn(obj, *args)
-        memo = self.memo
-        try:
-            ref = weakref.ref(obj, lambda _r, k=key: memo.pop(k, None))
-        except TypeError:  # not weak-referenceable: no memo
-            return value
-        memo[key] = (ref, value)
-        return value
 
 
 def _layer_shape(scenario) -> LayerShape:

@@ -80,6 +80,8 @@ def layout_row(i: int, r: Mapping[str, Any]) -> list[str]:
         lay += f" ep{r['ep']}"
     if r.get("vpp", 1) > 1:
         lay += f" v{r['vpp']}"
+    if r.get("etp") is not None and r.get("etp") != r["tp"]:
+        lay += f" etp{r['etp']}"
     if r.get("stage_layers"):
         lay += f" [{stage_layers_label(r['stage_layers'])}]"
     return [
@@ -95,7 +97,7 @@ def layout_table(rows: Sequence[Mapping[str, Any]]) -> list[list[str]]:
     return [layout_row(i, r) for i, r in enumerate(rows, 1)]
 
 
-CSV_FIELDS = ("rank", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "stage_layers", "micro_batch", "recompute", "zero",
+CSV_FIELDS = ("rank", "gpus", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "stage_layers", "micro_batch", "recompute", "zero",
               "schedule", "sequence_parallel", "source", "step_time_s", "tokens_per_s", "mfu", "hfu", "bubble_fraction",
               "peak_bytes", "gpu_bytes", "headroom_bytes", "fits", "goodput", "checkpoint_interval_s",
               "ideal_time_s", "time_to_train_s", "gpu_hours", "cost", "pareto")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -459,8 +459,9 @@ def scenario_from_plan(plan_json: Mapping[str, Any], rank: int = 1) -> Scenario:
     cluster = load_cluster(req["cluster"])
     r = rows[rank - 1]
     try:
-        kw = {k: r[k] for k in Candidate.__dataclass_fields__ if k != "stage_layers"}
-        cand = Candidate(**kw, stage_layers=tuple(r["stage_layers"]) if r.get("stage_layers") else None)
+        kw = {k: r[k] for k in Candidate.__dataclass_fields__ if k not in ("stage_layers", "etp")}
+        cand = Candidate(**kw, etp=r.get("etp"),
+                         stage_layers=tuple(r["stage_layers"]) if r.get("stage_layers") else None)
     except (KeyError, TypeError) as e:
         raise SpecError("plan.rows", f"row {rank} is incomplete: {e}") from None
     extra = req.get("training", {})
@@ -483,5 +484,7 @@ def scenario_from_plan(plan_json: Mapping[str, Any], rank: int = 1) -> Scenario:
         except SpecError as e:
             raise SpecError(f"plan.request.{e.field}", e.reason) from None
     lim = SearchLimits(dtype=req.get("dtype", "bf16"), training_extra=dict(extra), placement=placement, etp=etp)
+    if "etp" not in r and etp is not None and model.is_moe:  # a plan written before rows carried their etp
+        cand = replace(cand, etp=lim.expert_tp(cand.tp))
     return to_scenario(model, cluster, cand, int(req["global_batch"]), int(req["seq_len"]), lim,
                        name=f"{model.name} plan #{rank}: {cand.label()}")

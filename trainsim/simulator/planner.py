@@ -175,7 +175,7 @@ def _checked_stages(scn: Scenario):
 
 def _states_key(c: Candidate) -> tuple:
     """What model-state bytes (weights, grads, optimizer) depend on: not micro-batch, recompute or schedule."""
-    return (c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.vpp, c.zero)
+    return (c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.vpp, c.zero, c.etp)
 
 
 def _row(c: Candidate, pred, source: str) -> PlanRow:
@@ -187,7 +187,7 @@ def _row(c: Candidate, pred, source: str) -> PlanRow:
 
 
 def _group_key(c: Candidate) -> tuple:
-    return (c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.vpp, c.micro_batch, c.schedule, c.zero)
+    return (c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.vpp, c.micro_batch, c.schedule, c.zero, c.etp)
 
 
 def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRow], dict[str, int]]:

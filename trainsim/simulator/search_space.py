@@ -22,7 +22,7 @@ RECOMPUTE_LADDER = ("none", "selective", "full")   # less memory, more compute, 
 ZERO_LADDER = (0, 1, 2, 3)                         # less memory, more communication, left to right
 SCHEDULES = ("1f1b", "interleaved", "zb", "gpipe")
 KEY_FIELDS = ("gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "recompute", "zero", "schedule",
-              "sequence_parallel")
+              "sequence_parallel", "etp")
 
 
 @dataclass(frozen=True)
@@ -48,12 +48,22 @@ class SearchLimits:
     training_extra: dict[str, Any] = field(default_factory=dict)
     # Rank placement of the parallel dimensions (Layout.placement, innermost first); None = the default.
     placement: tuple[str, ...] | None = None
-    # Expert tensor parallelism of MoE candidates (Layout.etp); None = tp. Applied where it divides the tp.
+    # Expert tensor parallelism of MoE candidates (Layout.etp, a scenario file's): applied where it divides the tp.
+    # None: MoE candidates with tp > 1 try both Megatron's default (etp = tp) and MoE parallel folding (etp = 1,
+    # whole experts, the EP group spanning the TP ranks -- what the Megatron-Bridge MoE recipes run).
     etp: int | None = None
 
     def expert_tp(self, tp: int) -> int:
         """The etp a candidate of this tp uses: the limit's where it divides tp, else tp (Megatron's default)."""
         return self.etp if self.etp and tp % self.etp == 0 else tp
+
+    def etp_options(self, model: ModelSpec, tp: int) -> list[int | None]:
+        """Expert tensor parallelism values searched for a candidate of this tp (None = tp, no explicit etp)."""
+        if not model.is_moe or tp == 1:
+            return [None]
+        if self.etp:
+            return [self.expert_tp(tp)]
+        return [None, 1]
 
     def allowed(self, key: str, value: Any) -> bool:
         return key not in self.fixed or self.fixed[key] == value
@@ -88,6 +98,7 @@ class Candidate:
     zero: int
     schedule: str
     sequence_parallel: bool
+    etp: int | None = None  # expert tensor parallelism of a MoE candidate (Layout.etp); None = tp
     # Layers of each virtual stage when neither the even nor Megatron's embedding/loss split divides the layers
     # (uneven_split); None = the resolver's default split. A function of (model, pp, vpp): not part of the key.
     stage_layers: tuple[int, ...] | None = None
@@ -106,6 +117,8 @@ class Candidate:
             parts.append(f"ep{self.ep}")
         if self.vpp > 1:
             parts.append(f"v{self.vpp}")
+        if self.etp is not None and self.etp != self.tp:
+            parts.append(f"etp{self.etp}")
         if self.stage_layers:
             parts.append(f"layers {stage_layers_label(self.stage_layers)}")
         return " ".join(parts) + f" mb{self.micro_batch} {self.recompute} z{self.zero} {self.schedule}"
@@ -227,8 +240,8 @@ def _zero_options(pp: int, lim: SearchLimits) -> list[int]:
 
 
 def structural(model: ModelSpec, cluster: ClusterSpec, gpus: int, global_batch: int, seq_len: int,
-               lim: SearchLimits) -> Iterator[tuple[int, int, int, int, int]]:
-    """(tp, cp, pp, dp, ep) splits of ``gpus`` that can possibly be valid (divisibility walked, not guessed)."""
+               lim: SearchLimits) -> Iterator[tuple[int, int, int, int, int, int | None]]:
+    """(tp, cp, pp, dp, ep, etp) splits of ``gpus`` that can possibly be valid (divisibility walked, not guessed)."""
     for tp in _tp_options(model, cluster, gpus, lim):
         for cp in _cp_options(seq_len, gpus // tp, lim):
             for pp in divisors(gpus // (tp * cp)):
@@ -237,19 +250,20 @@ def structural(model: ModelSpec, cluster: ClusterSpec, gpus: int, global_batch: 
                 dp = gpus // (tp * cp * pp)
                 if not lim.allowed("dp", dp) or global_batch % dp:
                     continue
-                fold = tp // lim.expert_tp(tp)  # MoE parallel folding: ep may span tp/etp TP ranks
-                eps = ([e for e in divisors(model.num_experts) if (dp * cp * fold) % e == 0] if model.is_moe
-                       else [1])
-                for ep in eps:
-                    if lim.allowed("ep", ep):
-                        yield tp, cp, pp, dp, ep
+                for etp in lim.etp_options(model, tp):
+                    fold = tp // (etp or tp)  # MoE parallel folding: ep may span tp/etp TP ranks
+                    eps = ([e for e in divisors(model.num_experts) if (dp * cp * fold) % e == 0] if model.is_moe
+                           else [1])
+                    for ep in eps:
+                        if lim.allowed("ep", ep):
+                            yield tp, cp, pp, dp, ep, etp
 
 
 def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, gpus: int, global_batch: int, seq_len: int,
                          lim: SearchLimits | None = None) -> Iterator[Candidate]:
     """Every candidate of the space for one GPU count, before the validity check of ``resolve``."""
     lim = lim or SearchLimits()
-    for tp, cp, pp, dp, ep in structural(model, cluster, gpus, global_batch, seq_len, lim):
+    for tp, cp, pp, dp, ep, etp in structural(model, cluster, gpus, global_batch, seq_len, lim):
         per_replica = global_batch // dp
         sp = bool(lim.fixed.get("sequence_parallel", lim.sequence_parallel and tp > 1))
         for mb in divisors(per_replica):
@@ -267,7 +281,8 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, gpus: int, glob
                 for zero in _zero_options(pp, lim):
                     for rc in lim.recompute:
                         if lim.allowed("recompute", rc):
-                            yield Candidate(gpus, tp, pp, dp, cp, ep, vpp, mb, rc, zero, sched, sp, layers)
+                            yield Candidate(gpus, tp, pp, dp, cp, ep, vpp, mb, rc, zero, sched, sp, etp=etp,
+                                            stage_layers=layers)
 
 
 # TrainingSpec fields the search decides; every other one is the user's and applies to each candidate as given.
@@ -294,8 +309,7 @@ def to_scenario(model: ModelSpec, cluster: ClusterSpec, c: Candidate, global_bat
     lim = lim or SearchLimits()
     if cluster.num_gpus != c.gpus:
         cluster = cluster.with_gpus(c.gpus)
-    etp = lim.expert_tp(c.tp) if model.is_moe and lim.etp else None
-    layout = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, ep=c.ep, vpp=c.vpp, etp=etp, stage_layers=c.stage_layers,
+    layout = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, ep=c.ep, vpp=c.vpp, etp=c.etp, stage_layers=c.stage_layers,
                     **({"placement": lim.placement} if lim.placement else {}))
     extra = dict(lim.training_extra)
     if not c.sequence_parallel:

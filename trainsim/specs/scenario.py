@@ -6,6 +6,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .errors import SpecError
 from .hardware import ClusterSpec
+from .memo import IdentityMemo
 from .model import ModelSpec
 from .training import Layout, TrainingSpec
 
@@ -78,17 +79,7 @@ class Scenario(BaseModel):
         405B trained this way: 126 layers on
         16 stages, "one Transformer layer fewer on the first and the last stages" (Llama 3 paper, 3.3.2).
         """
-        if self.layout.stage_layers is not None:
-            return self.layout.stage_layers
-        n = self.layout.pp * self.layout.vpp
-        L = self.model.num_layers
-        if L % n == 0:
-            return (L // n,) * n
-        per = (L + 2) // n
-        out = [per] * n
-        out[0] -= 1
-        out[-1] -= 1
-        return tuple(out)
+        return _stage_layers(self)
 
     def virtual_stage(self, stage: int, chunk: int) -> int:
         """Virtual stage of model chunk ``chunk`` on pipeline stage ``stage`` (see ``virtual_stage``)."""
@@ -101,7 +92,8 @@ class Scenario(BaseModel):
 
     def layers_on_stage(self, stage: int) -> int:
         """Transformer layers held by pipeline stage ``stage`` (all of its chunks)."""
-        return sum(self.stage_layers[self.virtual_stage(stage, c)] for c in range(self.layout.vpp))
+        layers = self.stage_layers
+        return sum(layers[self.virtual_stage(stage, c)] for c in range(self.layout.vpp))
 
     def dense_layers_in(self, vstage: int) -> int:
         """Dense blocks of virtual stage ``vstage``: the part of the model's ``first_dense_layers`` (global layers
@@ -109,7 +101,9 @@ class Scenario(BaseModel):
         n = self.stage_layers[vstage]
         if not self.model.is_moe:
             return n
-        start = sum(self.stage_layers[:vstage])
+        if not self.model.first_dense_layers:
+            return 0
+        start = _vstage_starts(self)[vstage]
         return max(0, min(start + n, self.model.first_dense_layers) - start)
 
     def dense_layers_on_stage(self, stage: int) -> int:
@@ -122,6 +116,34 @@ class Scenario(BaseModel):
         real scenario's)."""
         return self.model_copy(update={"model": self.model.dense_block(),
                                        "layout": self.layout.model_copy(update={"ep": 1, "etp": None})})
+
+
+def _split(scenario: Scenario) -> tuple[int, ...]:
+    if scenario.layout.stage_layers is not None:
+        return scenario.layout.stage_layers
+    n = scenario.layout.pp * scenario.layout.vpp
+    L = scenario.model.num_layers
+    if L % n == 0:
+        return (L // n,) * n
+    per = (L + 2) // n
+    out = [per] * n
+    out[0] -= 1
+    out[-1] -= 1
+    return tuple(out)
+
+
+def _starts(scenario: Scenario) -> tuple[int, ...]:
+    """Global index of each virtual stage's first layer."""
+    out, acc = [], 0
+    for n in scenario.stage_layers:
+        out.append(acc)
+        acc += n
+    return tuple(out)
+
+
+# Asked per stage and chunk by the memory model and the builder (millions of times in a planner sweep).
+_stage_layers = IdentityMemo(_split)
+_vstage_starts = IdentityMemo(_starts)
 
 
 def balanced_stage_layers(num_layers: int, stages: int, last_extra: int = 1, first_extra: int = 1
