@@ -65,3 +65,23 @@ def test_no_warning_for_dense_models_other_frameworks_or_cpu_ranks():
             "num_experts": 8, "top_k": 2, "max_seq_len": 128}
     assert host_bound_warning(scen(tiny, cluster="cpu-host", gpus=2, layout={"ep": 2}, seq_len=128,
                                    global_batch=4, dtype="fp32")) is None
+
+
+def test_plan_rows_carry_the_warning_and_the_table_prints_it():
+    """A plan of Qwen3-30B on 8 B200 ranks layouts whose experts all sit on one GPU (ep 1: 128 local experts, 1,280
+    launches per block); their rows carry the host-bound risk and `trainsim plan` prints it under the table."""
+    import io
+
+    from trainsim.reports.commands.plan import print_table
+    from trainsim.simulator.planner import PlanRequest, plan
+    from trainsim.simulator.search_space import SearchLimits
+    from trainsim.specs import load_cluster, load_model
+    req = PlanRequest(model=load_model("qwen3-30b-a3b"), cluster=load_cluster("dgx-b200"), gpu_counts=(8,),
+                      global_batch=512, seq_len=4096, top_k=2,
+                      limits=SearchLimits(dtype="fp8", fixed={"tp": 1, "pp": 1, "cp": 1, "ep": 1, "micro_batch": 4}))
+    res = plan(req)
+    assert res.rows and all(any(w.startswith("host-bound risk") for w in r.warnings) for r in res.rows if r.fits)
+    assert res.rows[0].to_json()["warnings"]
+    out = io.StringIO()
+    print_table(res, out)
+    assert "note (#1" in out.getvalue() and "host-bound risk" in out.getvalue()

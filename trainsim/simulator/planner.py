@@ -77,6 +77,7 @@ class PlanRow:
     checkpoint_interval_s: float = 0.0
     gpu_hours: float = 0.0
     cost: float | None = None
+    warnings: list[str] = field(default_factory=list)  # the prediction's (host-bound risk, MFU > 100 %, offload)
 
     @property
     def headroom_bytes(self) -> float:
@@ -183,6 +184,7 @@ def _row(c: Candidate, pred, source: str) -> PlanRow:
         candidate=c, source=source, step_time_s=pred.step_time_s, tokens_per_s=pred.tokens_per_s, mfu=pred.mfu,
         hfu=pred.hfu, bubble_fraction=pred.bubble_fraction, peak_bytes=pred.peak_bytes,
         gpu_bytes=pred.gpu_memory_bytes, fits=pred.fits, exposed_comm_s=dict(pred.exposed_comm_s),
+        warnings=[w for w in pred.warnings if not w.startswith("uneven stages")],  # the layout column shows those
     )
 
 

@@ -259,6 +259,12 @@ def print_table(result, file=None) -> None:
     for row in layout_table(rows):
         t.add_row(*row)
     console.print(t)
+    notes: dict[str, list[int]] = {}
+    for i, r in enumerate(rows, 1):
+        for w in r.get("warnings") or ():
+            notes.setdefault(w, []).append(i)
+    for w, ranks in notes.items():
+        console.print(f"note ({', '.join(f'#{i}' for i in ranks)}): {w}")
     pt = Table(title="Pareto front: GPUs vs time to train vs cost")
     for col in ("GPUs", "layout", "tokens/s", "MFU", "time to train", "GPU-hours", "cost"):
         pt.add_column(col, justify="left" if col == "layout" else "right")
