@@ -384,7 +384,7 @@ def test_planner_carries_etp_and_drops_settings_a_candidate_cannot_use():
     searched = {(tp, ep, etp) for tp, cp, pp, dp, ep, etp in structural(m, cl, 16, 64, 4096, SearchLimits())}
     folded = {(tp, ep, etp) for tp, cp, pp, dp, ep, etp in structural(m, cl, 16, 64, 4096, SearchLimits(etp=1))}
     # without a file's etp both Megatron's default (etp = tp) and folding (etp 1, ep over the TP ranks) are searched
-    assert (2, 16, 1) in searched and (2, 16, None) not in searched and (2, 8, None) in searched
+    assert (2, 16, 1) in searched and (2, 16, 2) not in searched and (2, 8, 2) in searched
     assert {etp for tp, ep, etp in folded if tp > 1} == {1}
     lim = SearchLimits(etp=1, training_extra={"ep_comm_overlap": True, "recompute_modules": ("moe_act",)})
     c = Candidate(16, 2, 1, 8, 1, 16, 1, 1, "selective", 0, "1f1b", True, etp=1)

@@ -47,6 +47,12 @@ def test_shared_expert_adds_a_dense_mlp():
     assert shp.fs and shp.experts == 64
     got = moe_block_host_issue(shp)
     assert got.python_ops == 15 + 45 + 6 + 25 + 40 + 10 and got.loop_ops == 8 * 6
+    moe = moe_block_host_issue(layer_shape(scen("deepseek-v2-lite", layout={"ep": 8}, global_batch=64,
+                                                recompute="selective", recompute_modules=["moe"])))
+    assert moe.python_ops - got.python_ops == 45 + 6 and moe.loop_ops - got.loop_ops == 8 * 2
+    shared = moe_block_host_issue(layer_shape(scen("deepseek-v2-lite", layout={"ep": 8}, global_batch=64,
+                                                   recompute="selective", recompute_modules=["shared_experts"])))
+    assert shared.python_ops - got.python_ops == 6 and shared.loop_ops == got.loop_ops
 
 
 def test_warning_where_the_host_is_as_slow_as_the_gpu():

@@ -134,7 +134,7 @@ def test_recomputing_the_mlp_reruns_its_tp_collectives(sp):
 def test_recompute_reruns_what_the_tp_overlap_leaves_exposed():
     """With Transformer Engine's TP overlap a recomputed MLP costs its share of the overlapped forward (half the
     block's two pairs), not the raw collectives."""
-    kw = dict(sequence_parallel=True, tp_comm_overlap=True, recompute="selective")
+    kw = {"sequence_parallel": True, "tp_comm_overlap": True, "recompute": "selective"}
     base = scen({"preset": "llama3-70b"}, 8, {"tp": 8}, **kw)
     mlp = scen({"preset": "llama3-70b"}, 8, {"tp": 8}, recompute_modules=["core_attn", "mlp"], **kw)
     g = groups_of(base)

@@ -29,8 +29,8 @@ def brute_force(model, cluster, gpus, gb, seq, lim: SearchLimits):
         if cp > 1 and seq // cp < lim.min_tokens_per_cp_rank:
             continue
         dp = gpus // (tp * cp * pp)
-        # policy: a MoE model with tp > 1 tries Megatron's default etp (= tp, None) and folding (etp 1)
-        etps = (None, 1) if model.is_moe and tp > 1 else (None,)
+        # policy: a MoE model with tp > 1 tries Megatron's default etp (= tp) and folding (etp 1)
+        etps = (tp, 1) if model.is_moe and tp > 1 else (None,)
         for ep, vpp, mb, etp in itertools.product(range(1, max(model.num_experts, 1) + 1),
                                                   range(1, model.num_layers + 3), range(1, lim.max_micro_batch + 1),
                                                   etps):

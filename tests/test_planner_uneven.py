@@ -144,9 +144,9 @@ def test_a_plan_json_row_with_a_split_reopens_as_its_scenario():
 def test_report_variants_and_mfu_grid_reach_uneven_depths():
     """The report's what-if variants take the balanced split where a depth has no default one, so the TP x PP MFU grid
     of a DeepSeek-V3 scenario covers pp 2/4/8/16 instead of marking them invalid."""
-    from trainsim.reports.whatif import mfu_grid, variant
     from pathlib import Path
 
+    from trainsim.reports.whatif import mfu_grid, variant
     from trainsim.specs import build_scenario, load_scenario_file
     scn = build_scenario(load_scenario_file(Path(__file__).parent.parent / "examples" / "deepseek-v3-h100.yaml"))
     v = variant(scn, layout={"pp": 16, "vpp": 1}, training={"schedule": "1f1b", "ep_comm_overlap": False})
@@ -157,8 +157,9 @@ def test_report_variants_and_mfu_grid_reach_uneven_depths():
 
 
 def test_moe_plans_search_expert_tensor_parallel_folding():
-    """Without a scenario file's etp, MoE candidates with tp > 1 come with etp = tp (Megatron's default, None) and
-    etp 1 (MoE parallel folding: whole experts, the EP group across TP ranks); rows, CSV and `report --plan` keep it."""
+    """Without a scenario file's etp, MoE candidates with tp > 1 come with etp = tp (Megatron's default) and etp 1
+    (MoE parallel folding: whole experts, the EP group across TP ranks); rows, CSV and `report --plan` keep it, and a
+    plan written before rows carried etp reopens with its request's."""
     import json
 
     from trainsim.reports.commands.plan import write_csv
@@ -169,7 +170,7 @@ def test_moe_plans_search_expert_tensor_parallel_folding():
                                       SearchLimits(fixed={"tp": 2, "pp": 1, "cp": 1, "micro_batch": 1,
                                                           "recompute": "full", "zero": 1})))
     pairs = {(c.ep, c.etp) for c in cands}
-    assert (16, 1) in pairs and (8, None) in pairs and (8, 1) in pairs and (16, None) not in pairs
+    assert (16, 1) in pairs and (8, 2) in pairs and (8, 1) in pairs and (16, 2) not in pairs
     req = PlanRequest(model=model, cluster=load_cluster("dgx-h100"), gpu_counts=(16,), global_batch=64,
                       seq_len=4096, top_k=3, limits=SearchLimits(fixed={"tp": 2, "pp": 1, "cp": 1, "ep": 16}))
     res = plan(req)
@@ -178,5 +179,13 @@ def test_moe_plans_search_expert_tensor_parallel_folding():
     buf = io.StringIO()
     write_csv(res, buf)
     assert next(csv.DictReader(io.StringIO(buf.getvalue())))["etp"] == "1"
-    scn = scenario_from_plan(json.loads(json.dumps(res.to_json())), 1)
+    data = json.loads(json.dumps(res.to_json()))
+    scn = scenario_from_plan(data, 1)
     assert scn.layout.etp == 1 and scn.layout.ep == 16
+    pinned = list(enumerate_candidates(model, load_cluster("dgx-h100", 16), 16, 64, 4096,
+                                       SearchLimits(fixed={"tp": 2, "pp": 1, "cp": 1, "etp": 1})))
+    assert pinned and {c.etp for c in pinned} == {1}
+    for r in data["rows"]:  # an older plan: rows without etp, the file's etp in the request
+        r.pop("etp")
+    data["request"]["etp"] = 1
+    assert scenario_from_plan(data, 1).layout.etp == 1

@@ -52,7 +52,8 @@ class HostIssue:
 
 def moe_block_host_issue(shp: LayerShape, host_cpu: str = "x86") -> HostIssue:
     """Estimated host work of one MoE block (attention half + MoE layer, a shared expert included), fwd + bwd;
-    ``host_cpu`` is ClusterSpec.host_cpu. Recomputed forwards (full, or the 'moe' module) issue the forward again."""
+    ``host_cpu`` is ClusterSpec.host_cpu. A recomputed forward issues its ops again: everything under full recompute,
+    the MoE layer (with its shared expert) under the 'moe' module, the shared expert under 'shared_experts'."""
     if not shp.is_moe:
         raise ValueError("moe_block_host_issue needs a MoE block")
     local = max(1, shp.experts // shp.ep)
@@ -60,8 +61,10 @@ def moe_block_host_issue(shp: LayerShape, host_cpu: str = "x86") -> HostIssue:
     bwd_py = ATTN_OPS[1] + MOE_OPS[1] + (MLP_OPS[1] if shp.fs else 0)
     per_expert_f = EXPERT_GEMMS[0] + (EXPERT_QUANTIZE[0] if shp.dtype == "fp8" else 0)
     per_expert_b = EXPERT_GEMMS[1] + (EXPERT_QUANTIZE[1] if shp.dtype == "fp8" else 0)
-    rerun_f = 1 if shp.recompute == "full" else 0
-    rerun_moe = 1 if rerun_f or shp.recomputes("moe") else 0
-    py = fwd_py * (1 + rerun_f) + bwd_py + (MOE_OPS[0] if rerun_moe and not rerun_f else 0)
-    loop = local * (per_expert_f * (1 + rerun_moe) + per_expert_b)
+    full = shp.recompute == "full"
+    rerun_moe = full or shp.recomputes("moe")
+    rerun_shared = bool(shp.fs) and (rerun_moe or shp.recomputes("shared_experts"))
+    py = (fwd_py + bwd_py + (ATTN_OPS[0] if full else 0) + (MOE_OPS[0] if rerun_moe else 0)
+          + (MLP_OPS[0] if rerun_shared else 0))
+    loop = local * (per_expert_f * (2 if rerun_moe else 1) + per_expert_b)
     return HostIssue(py, loop, py * HOST_OP_S[host_cpu] + loop * HOST_LOOP_OP_S[host_cpu])

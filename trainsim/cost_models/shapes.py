@@ -12,7 +12,6 @@ from trainsim.specs.memo import IdentityMemo
 
 from .framework import behaviour
 
-
 # Bytes per activation element for each training dtype. fp8 training (Transformer Engine) keeps
 # activations in bf16 and casts GEMM operands to fp8 on the fly, so activations stay 2 bytes -- except the
 # inputs TE's linears save for their weight-gradient GEMMs, which are saved already cast (activations.py).

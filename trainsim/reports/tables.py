@@ -97,7 +97,8 @@ def layout_table(rows: Sequence[Mapping[str, Any]]) -> list[list[str]]:
     return [layout_row(i, r) for i, r in enumerate(rows, 1)]
 
 
-CSV_FIELDS = ("rank", "gpus", "tp", "pp", "dp", "cp", "ep", "etp", "vpp", "stage_layers", "micro_batch", "recompute", "zero",
-              "schedule", "sequence_parallel", "source", "step_time_s", "tokens_per_s", "mfu", "hfu", "bubble_fraction",
+CSV_FIELDS = ("rank", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "recompute", "zero", "schedule",
+              "sequence_parallel", "source", "step_time_s", "tokens_per_s", "mfu", "hfu", "bubble_fraction",
               "peak_bytes", "gpu_bytes", "headroom_bytes", "fits", "goodput", "checkpoint_interval_s",
-              "ideal_time_s", "time_to_train_s", "gpu_hours", "cost", "pareto")
+              "ideal_time_s", "time_to_train_s", "gpu_hours", "cost", "pareto",
+              "stage_layers", "etp")  # appended last: scripts reading the CSV by position keep their columns

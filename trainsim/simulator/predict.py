@@ -43,9 +43,12 @@ def _check_args(fast: bool, trace_path, jitter_cv: float, stragglers, samples: i
 HOST_BOUND_WARN_RATIO = 0.5
 
 
-def host_bound_warning(scenario: Scenario, profile=None) -> str | None:
-    """The launch-bound warning of a MoE scenario in eager Megatron-Core on GPUs (None when it does not apply)."""
-    from trainsim.cost_models import compute
+def host_bound_warning(scenario: Scenario, profile=None, table=None) -> str | None:
+    """The launch-bound warning of a MoE scenario in eager Megatron-Core on GPUs (None when it does not apply).
+
+    The GPU side is a block's busy time on the compute stream -- its compute and the communication exposed there
+    (the host catches up while the GPU waits on a collective) -- per micro-batch, from the chunk of ``table`` whose
+    blocks take the least (embedding and loss chunks included at their share)."""
     from trainsim.cost_models.host import moe_block_host_issue
     from trainsim.cost_models.shapes import layer_shape
     if not scenario.model.is_moe or scenario.training.framework != "megatron":
@@ -53,7 +56,10 @@ def host_bound_warning(scenario: Scenario, profile=None) -> str | None:
     if getattr(scenario.cluster.gpu, "num_sms", None) is None:  # CPU ranks: the eager profile times the host
         return None
     issue = moe_block_host_issue(layer_shape(scenario), scenario.cluster.host_cpu)
-    gpu_s = compute.layer_times(scenario, profile).total_s
+    table = table or build_cost_table(scenario, profile=profile)
+    per_block = [(c.fwd_s + c.bwd_s + c.fwd_comm_s + c.bwd_comm_s) / c.layers
+                 for st in table.stages for c in st.chunks if c.layers]
+    gpu_s = min(per_block) if per_block else 0.0
     if gpu_s <= 0 or issue.seconds < HOST_BOUND_WARN_RATIO * gpu_s:
         return None
     return (f"host-bound risk: the host ({scenario.cluster.host_cpu}) needs about {issue.seconds * 1e3:.1f} ms to "
@@ -89,7 +95,7 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
                         f"{scenario.stage_layers[-1]} (last), {max(scenario.stage_layers)} (others)")
     if ideal_network:
         warnings.append("ideal network: all communication is free")
-    launch = host_bound_warning(scenario, profile)
+    launch = host_bound_warning(scenario, profile, table)
     if launch:
         warnings.append(launch)
     node_host = host * min(scenario.cluster.gpus_per_node, scenario.cluster.num_gpus)

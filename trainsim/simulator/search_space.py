@@ -58,12 +58,12 @@ class SearchLimits:
         return self.etp if self.etp and tp % self.etp == 0 else tp
 
     def etp_options(self, model: ModelSpec, tp: int) -> list[int | None]:
-        """Expert tensor parallelism values searched for a candidate of this tp (None = tp, no explicit etp)."""
+        """Expert tensor parallelism values searched for a candidate of this tp: explicit for a MoE model with tp > 1
+        (so rows say which they use), None where it means nothing (dense, or tp = 1)."""
         if not model.is_moe or tp == 1:
             return [None]
-        if self.etp:
-            return [self.expert_tp(tp)]
-        return [None, 1]
+        opts = [self.expert_tp(tp)] if self.etp else [tp, 1]
+        return [e for e in opts if self.allowed("etp", e)]
 
     def allowed(self, key: str, value: Any) -> bool:
         return key not in self.fixed or self.fixed[key] == value
@@ -98,10 +98,10 @@ class Candidate:
     zero: int
     schedule: str
     sequence_parallel: bool
-    etp: int | None = None  # expert tensor parallelism of a MoE candidate (Layout.etp); None = tp
     # Layers of each virtual stage when neither the even nor Megatron's embedding/loss split divides the layers
     # (uneven_split); None = the resolver's default split. A function of (model, pp, vpp): not part of the key.
     stage_layers: tuple[int, ...] | None = None
+    etp: int | None = None  # expert tensor parallelism of a MoE candidate with tp > 1 (Layout.etp); else None
 
     def key(self) -> tuple:
         return tuple(getattr(self, f) for f in KEY_FIELDS)
