@@ -168,10 +168,17 @@ def peak_memory_bytes(scn: Scenario) -> float:
     return float(max(sm.total for sm in _checked_stages(scn)))
 
 
-def _checked_stages(scn: Scenario):
+def _checked_stages(scn: Scenario, limit: float = float("inf")):
+    """Memory of stages 0, 1 and p-1 (see peak_memory_bytes), in that order; stops after the first above ``limit``
+    (the screen only needs to know that a candidate does not fit)."""
     from trainsim.cost_models import memory
     pp = scn.layout.pp
-    return [memory.stage_memory(scn, s) for s in sorted({0, min(1, pp - 1), pp - 1})]
+    out = []
+    for s in sorted({0, min(1, pp - 1), pp - 1}):
+        out.append(memory.stage_memory(scn, s))
+        if out[-1].total > limit:
+            break
+    return out
 
 
 def _states_key(c: Candidate) -> tuple:
@@ -215,7 +222,7 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
         except SpecError:
             counts["invalid"] += 1
             continue
-        stages = _checked_stages(scn)
+        stages = _checked_stages(scn, cluster.gpu.memory_bytes)
         peak = max(sm.total for sm in stages)
         if peak > cluster.gpu.memory_bytes:
             counts["oom"] += 1
