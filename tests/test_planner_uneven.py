@@ -153,7 +153,8 @@ def test_report_variants_and_mfu_grid_reach_uneven_depths():
     assert v.stage_layers == uneven_split(scn.model, 16)
     cells, tps, pps = mfu_grid(scn, None)
     assert {2, 4, 8, 16} <= set(pps)
-    assert any(not isinstance(cells[(tp, 8)], str) or cells[(tp, 8)] == "OOM" for tp in tps)
+    for pp in (8, 16):  # pp 16 through the 1F1B fallback, which drops the EP overlap it cannot run without chunks
+        assert any(not isinstance(cells[(tp, pp)], str) for tp in tps)
 
 
 def test_moe_plans_search_expert_tensor_parallel_folding():

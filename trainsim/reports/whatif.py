@@ -131,10 +131,12 @@ def mfu_grid(scn: Scenario, profile) -> tuple[dict[tuple[int, int], Any], list[i
                 cells[(tp, pp)] = "—"
                 continue
             tries = [({"tp": tp, "pp": pp}, {"sequence_parallel": tp > 1 and scn.training.sequence_parallel})]
+            # 1F1B fallback without model chunks, where the EP overlap cannot run (it needs chunks when pp > 1)
+            plain = {"schedule": "1f1b", **tries[0][1], **({"ep_comm_overlap": False} if pp > 1 else {})}
             if pp == 1:
                 tries = [({"tp": tp, "pp": 1, "vpp": 1}, {"schedule": "1f1b", "sequence_parallel": tries[0][1]["sequence_parallel"]})]
             else:
-                tries.append(({"tp": tp, "pp": pp, "vpp": 1}, {"schedule": "1f1b", **tries[0][1]}))
+                tries.append(({"tp": tp, "pp": pp, "vpp": 1}, plain))
             value: Any = "invalid"
             for lay, tr in tries:
                 try:
