@@ -190,3 +190,15 @@ def test_moe_plans_search_expert_tensor_parallel_folding():
         r.pop("etp")
     data["request"]["etp"] = 1
     assert scenario_from_plan(data, 1).layout.etp == 1
+
+
+def test_plan_cli_pins_etp_and_refuses_it_for_dense_models(capsys):
+    from trainsim.reports.cli import main
+    code = main(["plan", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--gpus", "16", "--global-batch", "64",
+                 "--seq-len", "4096", "--tp", "2", "--etp", "2", "--top", "2", "--json"])
+    import json
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert code == 0 and rows and all(r["etp"] == 2 for r in rows)
+    code = main(["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--global-batch", "64",
+                 "--seq-len", "4096", "--etp", "1"])
+    assert code == 2 and "etp" in capsys.readouterr().err

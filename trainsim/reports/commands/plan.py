@@ -89,6 +89,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g = p.add_argument_group("constraints (pin a dimension of the search)")
     for dim in ("tp", "pp", "cp", "ep", "vpp"):
         g.add_argument(f"--{dim}", type=positive_int)
+    g.add_argument("--etp", type=positive_int, help="expert tensor parallelism of MoE layouts with tp > 1 (default: "
+                                                    "both etp = tp and etp = 1 are searched)")
     g.add_argument("--micro-batch", type=positive_int)
     g.add_argument("--recompute", choices=("none", "selective", "full"))
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3))
@@ -140,7 +142,7 @@ def request_from_args(args: argparse.Namespace):
         if isinstance(val, bool) or not isinstance(val, int) or val <= 0:
             raise SpecError(name, f"must be a positive integer, got {val!r}")
     fixed: dict[str, Any] = {}
-    for dim in ("tp", "pp", "cp", "ep", "vpp", "micro_batch", "recompute", "zero", "schedule"):
+    for dim in ("tp", "pp", "cp", "ep", "vpp", "etp", "micro_batch", "recompute", "zero", "schedule"):
         v = getattr(args, dim, None)
         if v is not None:
             fixed[dim] = v
@@ -164,6 +166,8 @@ def request_from_args(args: argparse.Namespace):
     etp = load_layout({"etp": layout["etp"]}).etp if layout.get("etp") is not None else None
     if etp is not None and not model.is_moe:
         raise SpecError("layout.etp", f"etp={etp} but {model.name} is a dense model (num_experts=1)")
+    if "etp" in fixed and not model.is_moe:
+        raise SpecError("etp", f"--etp {fixed['etp']} but {model.name} is a dense model (num_experts=1)")
     limits = SearchLimits(max_tp=args.max_tp, max_micro_batch=args.max_micro_batch, dtype=dtype, fixed=fixed,
                           training_extra=extra, placement=placement, etp=etp)
     if args.storage_write_gbps <= 0:
