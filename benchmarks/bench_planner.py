@@ -27,16 +27,21 @@ def cpu_s() -> float:
     return ru_self.ru_utime + ru_self.ru_stime + ru_kids.ru_utime + ru_kids.ru_stime
 
 
-def bench_405b(workers: int, exhaustive: bool = False) -> None:
-    req = PlanRequest(model=load_model("llama3-405b"), cluster=load_cluster("dgx-h100"), gpu_counts=(16384,),
-                      global_batch=2048, seq_len=8192, tokens=15.6e12, top_k=10, prune_dominated=not exhaustive)
+def timed_plan(req: PlanRequest, workers: int):
+    """(result, wall seconds, CPU seconds incl. worker processes) of one plan with ``workers`` processes."""
     c0, t0 = cpu_s(), time.perf_counter()
     if workers > 1:
         with concurrent.futures.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as ex:
             res = plan(req, executor=ex)
     else:
         res = plan(req)
-    wall, cpu = time.perf_counter() - t0, cpu_s() - c0
+    return res, time.perf_counter() - t0, cpu_s() - c0
+
+
+def bench_405b(workers: int, exhaustive: bool = False) -> None:
+    req = PlanRequest(model=load_model("llama3-405b"), cluster=load_cluster("dgx-h100"), gpu_counts=(16384,),
+                      global_batch=2048, seq_len=8192, tokens=15.6e12, top_k=10, prune_dominated=not exhaustive)
+    res, wall, cpu = timed_plan(req, workers)
     c = res.counts
     best = res.rows[0]
     print(f"405B / 16,384 H100, workers={workers}{' exhaustive' if exhaustive else ''}: {wall:.1f} s wall, "
@@ -51,13 +56,7 @@ def bench_deepseek(workers: int) -> None:
     """A fine-grained MoE space: DeepSeek-V3 (61 layers: every pipeline depth needs an uneven split; etp searched)."""
     req = PlanRequest(model=load_model("deepseek-v3"), cluster=load_cluster("dgx-h100"), gpu_counts=(512,),
                       global_batch=2048, seq_len=4096, top_k=3)
-    c0, t0 = cpu_s(), time.perf_counter()
-    if workers > 1:
-        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as ex:
-            res = plan(req, executor=ex)
-    else:
-        res = plan(req)
-    wall, cpu = time.perf_counter() - t0, cpu_s() - c0
+    res, wall, cpu = timed_plan(req, workers)
     c = res.counts
     print(f"DeepSeek-V3 / 512 H100, workers={workers}: {wall:.1f} s wall, {cpu:.1f} s CPU; layouts enumerated "
           f"{c['enumerated']}, out of memory {c['oom']}, dominated {c['dominated']}, screened {c['screened']}; "

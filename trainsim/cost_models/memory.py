@@ -35,7 +35,7 @@ from itertools import pairwise
 
 from . import activations as act
 from .framework import behaviour, held_grad_bytes
-from .shapes import IdentityMemo, block_kinds, dense_block_scenario, layer_shape
+from .shapes import block_kinds, dense_block_scenario, layer_shape
 
 GiB = 1 << 30
 # CUDA context with lazy module loading (~0.5 GiB on Hopper), cuBLAS/cuBLASLt workspaces (32 MiB per
@@ -168,10 +168,6 @@ stage_extra_params = _stage_extra_params
 
 def rank_param_shards(scenario, stage: int) -> RankParams:
     """Parameters a rank of pipeline ``stage`` holds, and what it stores after ZeRO sharding."""
-    return _rank_param_shards_memo(scenario, stage)
-
-
-def _rank_param_shards(scenario, stage: int) -> RankParams:
     m, lay, t = scenario.model, scenario.layout, scenario.training
     _check_stage(stage, lay.pp)
     dense_l, expert_l = _layer_params_rank(m, lay.tp, lay.ep, lay.etp)
@@ -194,9 +190,6 @@ def _rank_param_shards(scenario, stage: int) -> RankParams:
     unit = max(dense_l + expert_l, block_l, extra)
     return RankParams(dense=dense, expert=expert, weight_params=shard(3), grad_params=shard(2),
                       optimizer_params=shard(1), unit_params=unit)
-
-
-_rank_param_shards_memo = IdentityMemo(_rank_param_shards)
 
 
 def _check_stage(stage: int, pp: int) -> None:
@@ -318,13 +311,6 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     ``inflight_microbatches`` overrides the schedule's count (the engine's memory timeline knows better);
     ``impl`` as in ``activation_bytes_per_microbatch``.
     """
-    if inflight_microbatches is None and impl == "fused":
-        return _stage_memory_memo(scenario, stage)
-    return _stage_memory(scenario, stage, inflight_microbatches, impl)
-
-
-def _stage_memory(scenario, stage: int, inflight_microbatches: float | None = None,
-                  impl: str = "fused") -> StageMemory:
     lay, t = scenario.layout, scenario.training
     pp = lay.pp
     rp = rank_param_shards(scenario, stage)
@@ -384,9 +370,6 @@ def _stage_memory(scenario, stage: int, inflight_microbatches: float | None = No
     return StageMemory(weights=weights, grads=grads, optimizer=optimizer, activations=activations, other=other,
                        host=host, pcie_h2d_bytes=h2d, pcie_d2h_bytes=d2h,
                        inflight_microbatches=inflight_microbatches, details=details)
-
-
-_stage_memory_memo = IdentityMemo(_stage_memory)
 
 
 def all_stage_memory(scenario) -> list[StageMemory]:

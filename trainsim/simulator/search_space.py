@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
+from itertools import groupby
 from typing import Any
 
 from pydantic import ValidationError
@@ -126,15 +127,10 @@ class Candidate:
 
 def stage_layers_label(layers) -> str:
     """Compact form of a stage split: runs of equal counts as NxK, e.g. ``3,4x14,2``."""
-    out: list[str] = []
-    i = 0
-    while i < len(layers):
-        j = i
-        while j + 1 < len(layers) and layers[j + 1] == layers[i]:
-            j += 1
-        run = j - i + 1
-        out.append(f"{layers[i]}x{run}" if run > 2 else ",".join([str(layers[i])] * run))
-        i = j + 1
+    out = []
+    for n, group in groupby(layers):
+        run = len(list(group))
+        out.append(f"{n}x{run}" if run > 2 else ",".join([str(n)] * run))
     return ",".join(out)
 
 
