@@ -119,6 +119,32 @@ def test_errors_mape_and_worst_match_closed_form():
         assert r.secondary["tflops_per_gpu"]["predicted"] == pytest.approx(140.0, rel=1e-9)
 
 
+def test_bias_is_the_geometric_mean_ratio_and_the_rest_is_scale_free():
+    """eq.3 roofline at X: predicted/published = P_i / X per row, so the bias is geomean(P)/X - 1 and the MAPE
+    left around it, mean |P_i / geomean(P) - 1|, does not depend on X at all."""
+    ds = load_dataset("sc21")
+    table = rows("megatron_sc21_table1.csv")
+    pub = [float(table[c.row_id]["tflops_per_gpu"]) for c in ds.active]
+    g = math.exp(sum(math.log(p) for p in pub) / len(pub))
+    spread = sum(abs(p / g - 1) for p in pub) / len(pub) * 100
+    for x in (120.0, 140.0, 200.0):
+        b = V.validate(ds, predict_fn=eq3_roofline(x)).bias
+        assert b.bias_pct == pytest.approx((g / x - 1) * 100, abs=0.05)  # CSV step times rounded to 1 ms
+        assert b.mape_after_pct == pytest.approx(spread, abs=0.05)
+    j = V.validate(ds, predict_fn=eq3_roofline(140.0)).to_json()
+    assert j["bias_pct"] == pytest.approx((g / 140 - 1) * 100, abs=0.05)
+    assert set(j["by_category"]["Table 1"]) >= {"bias_pct", "mape_after_bias_pct"}
+
+
+def test_bias_of_rows_closed_form():
+    mk = lambda pub, pred: V.RowResult("r", "r", pub, predicted=pred, error_pct=(pred - pub) / pub * 100)  # noqa: E731
+    b = V.Bias.of([mk(1.0, 1.1), mk(2.0, 2.2), mk(4.0, 4.4)])  # every row +10 %: all bias, nothing left
+    assert b.bias_pct == pytest.approx(10.0) and b.mape_after_pct == pytest.approx(0.0, abs=1e-12)
+    b = V.Bias.of([mk(1.0, 2.0), mk(1.0, 0.5)])  # x2 and /2 cancel: no bias, 75 % spread around 1
+    assert b.bias_pct == pytest.approx(0.0, abs=1e-12) and b.mape_after_pct == pytest.approx(75.0)
+    assert V.Bias.of([]) is None
+
+
 def test_sc21_eq3_reproduces_published_step_times():
     """step_time_s = eq.3 / (n X) is how the CSV derived it: check the formula on every run row."""
     for rid, r in rows("megatron_sc21_table1.csv").items():

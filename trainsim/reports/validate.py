@@ -51,6 +51,33 @@ class RowResult:
         return out
 
 
+@dataclass(frozen=True)
+class Bias:
+    """How much of a dataset's error one uniform factor explains.
+
+    ``bias_pct`` is the geometric mean of predicted / published, minus one (a signed percentage in the
+    metric's own direction); ``mape_after_pct`` is the MAPE left once every prediction is divided by that
+    factor. A large bias with a small remainder says the model's structure agrees with the runs and one
+    throughput constant does not (e.g. a kernel efficiency); a small bias with a large remainder says the
+    modelled effects themselves are off. A diagnostic only: the verdict stays the plain MAPE.
+    """
+
+    bias_pct: float
+    mape_after_pct: float
+
+    @classmethod
+    def of(cls, rows: list[RowResult]) -> "Bias | None":
+        ratios = [r.predicted / r.published for r in rows
+                  if r.predicted is not None and r.published and r.predicted > 0 and r.published > 0]
+        if not ratios:
+            return None
+        g = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+        return cls((g - 1.0) * 100.0, sum(abs(x / g - 1.0) for x in ratios) / len(ratios) * 100.0)
+
+    def text(self) -> str:
+        return f"bias {self.bias_pct:+.1f}%, MAPE after bias {self.mape_after_pct:.2f}%"
+
+
 @dataclass
 class ValidationReport:
     dataset: Dataset
@@ -79,6 +106,11 @@ class ValidationReport:
         w = self.worst
         return abs(w.error_pct) if w else None  # type: ignore[arg-type]
 
+    @property
+    def bias(self) -> "Bias | None":
+        """The one uniform factor in the errors, and what is left around it (see ``Bias``)."""
+        return Bias.of(self.compared)
+
     def secondary_mape(self) -> dict[str, float]:
         """MAPE of each secondary metric over the rows that have it."""
         acc: dict[str, list[float]] = {}
@@ -98,8 +130,10 @@ class ValidationReport:
         for name, rows in cats.items():
             errs = [abs(r.error_pct) for r in rows]  # type: ignore[arg-type]
             w = max(rows, key=lambda r: abs(r.error_pct))  # type: ignore[arg-type]
+            b = Bias.of(rows)
             out[name] = {"rows": len(rows), "mape_pct": sum(errs) / len(errs), "worst_pct": abs(w.error_pct),
-                         "worst_row": w.row_id}
+                         "worst_row": w.row_id, "bias_pct": b.bias_pct if b else None,
+                         "mape_after_bias_pct": b.mape_after_pct if b else None}
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -117,6 +151,8 @@ class ValidationReport:
             "mape_pct": self.mape_pct,
             "worst_pct": self.worst_pct,
             "worst_row": w.row_id if w else None,
+            "bias_pct": self.bias.bias_pct if self.bias else None,
+            "mape_after_bias_pct": self.bias.mape_after_pct if self.bias else None,
             "secondary_mape_pct": self.secondary_mape(),
             "by_category": self.by_category(),
         }
@@ -277,12 +313,13 @@ def render_text(report: ValidationReport, *, show_skipped: bool = True, width: i
         console.print(f"{d.name}: no rows compared")
     else:
         console.print(f"{d.name}: {len(report.compared)} rows, MAPE {mape:.2f}%, worst {abs(worst.error_pct):.2f}% "  # type: ignore[union-attr]
-                      f"({worst.row_id})")  # type: ignore[union-attr]
+                      f"({worst.row_id}); {report.bias.text()}")  # type: ignore[union-attr]
         cats = report.by_category()
         if len(cats) > 1:
             for name, v in cats.items():
                 console.print(f"  {name}: {v['rows']} rows, MAPE {v['mape_pct']:.2f}%, worst {v['worst_pct']:.2f}% "
-                              f"({v['worst_row']})")
+                              f"({v['worst_row']}); bias {v['bias_pct']:+.1f}%, MAPE after bias "
+                              f"{v['mape_after_bias_pct']:.2f}%")
         for name, v in report.secondary_mape().items():
             console.print(f"  {name} (source basis) MAPE {v:.2f}%")
     if show_skipped and report.skipped:
