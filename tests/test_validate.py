@@ -137,7 +137,7 @@ def test_bias_is_the_geometric_mean_ratio_and_the_rest_is_scale_free():
 
 
 def test_bias_of_rows_closed_form():
-    mk = lambda pub, pred: V.RowResult("r", "r", pub, predicted=pred, error_pct=(pred - pub) / pub * 100)  # noqa: E731
+    mk = lambda pub, pred: V.RowResult("r", "r", pub, predicted=pred, error_pct=(pred - pub) / pub * 100)
     b = V.Bias.of([mk(1.0, 1.1), mk(2.0, 2.2), mk(4.0, 4.4)])  # every row +10 %: all bias, nothing left
     assert b.bias_pct == pytest.approx(10.0) and b.mape_after_pct == pytest.approx(0.0, abs=1e-12)
     b = V.Bias.of([mk(1.0, 2.0), mk(1.0, 0.5)])  # x2 and /2 cancel: no bias, 75 % spread around 1

@@ -66,7 +66,7 @@ class Bias:
     mape_after_pct: float
 
     @classmethod
-    def of(cls, rows: list[RowResult]) -> "Bias | None":
+    def of(cls, rows: list[RowResult]) -> Bias | None:
         ratios = [r.predicted / r.published for r in rows
                   if r.predicted is not None and r.published and r.predicted > 0 and r.published > 0]
         if not ratios:
@@ -107,7 +107,7 @@ class ValidationReport:
         return abs(w.error_pct) if w else None  # type: ignore[arg-type]
 
     @property
-    def bias(self) -> "Bias | None":
+    def bias(self) -> Bias | None:
         """The one uniform factor in the errors, and what is left around it (see ``Bias``)."""
         return Bias.of(self.compared)
 
