@@ -141,7 +141,8 @@ def test_chunk_compute_sums_dense_and_moe_blocks():
     table = build_cost_table(s)
     first = table.stages[0].chunks[0]
     dense, moe = layer_times(s.dense_block()), layer_times(s)
-    expect = 3 * dense.fwd_s + 27 * moe.fwd_s + embedding_times(s).fwd_s
+    # x the job's slowest-GPU factor (cost_models/variation.py), applied to every chunk's compute
+    expect = (3 * dense.fwd_s + 27 * moe.fwd_s + embedding_times(s).fwd_s) * table.slowest_gpu_factor
     assert first.fwd_s == pytest.approx(expect, rel=1e-12)
     assert dense.fwd_s != pytest.approx(moe.fwd_s, rel=0.01)
 

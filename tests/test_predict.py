@@ -373,7 +373,8 @@ def test_activation_offload_exposes_only_copies_longer_than_their_window():
     assert windows == [3] + [4] * 7
     base = sc(0, 50e9)
     lt, layer = layer_times(base), layer_activation_bytes(base).total
-    fwd, bwd = lt.fwd_s, lt.bwd_input_s + lt.bwd_weight_s + lt.recompute_s
+    k = build_cost_table(base).slowest_gpu_factor  # the windows are the job's (slowest GPU's) compute
+    fwd, bwd = k * lt.fwd_s, k * (lt.bwd_input_s + lt.bwd_weight_s + lt.recompute_s)
     # a host link that copies a layer in half the shortest window hides every copy
     fast = layer / (0.5 * 3 * min(fwd, bwd))
     assert predict(sc(N, fast)).step_time_s == pytest.approx(predict(sc(0, fast)).step_time_s, rel=1e-9)

@@ -43,6 +43,9 @@ What goes where (choices documented here, once):
   optimizer step, exposed.
 * Links: a transfer occupies its GPU's NIC (tx/rx) when its group spans nodes, else its NVLink port, so
   pipeline messages and gradient buckets of a stage share bandwidth in the engine.
+* Slowest GPU: compute and the optimizer step are stretched by ``variation.slowest_gpu_factor`` of the
+  job's GPU count (a synchronous step proceeds at its slowest GPU's pace; GPUSpec.speed_spread_cv). The
+  exposures computed against a GEMM's duration (TP overlap) use the unstretched GEMM: second order.
 * Memory: static weights/grads/optimizer/other from `cost_models.memory.stage_memory`; activations per
   chunk and micro-batch from `cost_models.activations` (the engine times their life); the recompute working
   set is held during each backward. A postponed weight-gradient pass (ZB) keeps the inputs and output
@@ -56,7 +59,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from trainsim.cost_models import activations as act
-from trainsim.cost_models import compute, framework, memory
+from trainsim.cost_models import compute, framework, memory, variation
 from trainsim.cost_models.shapes import dense_block_scenario, layer_shape
 from trainsim.specs import Scenario
 
@@ -456,6 +459,9 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
     tokens = shp.tokens
     act_msg = e * tokens * shp.h
     fw = framework.behaviour(tr.framework)
+    # The job runs at its slowest GPU's pace: every rank's compute is stretched by the expected slowest of
+    # the job's GPUs (cost_models/variation.py); communication is not.
+    slowest = variation.slowest_gpu_factor(scenario.num_gpus, scenario.cluster.gpu.speed_spread_cv)
 
     # Megatron's scatter/gather optimisation (SC21 Sec. 4.1): each TP rank sends 1/tp of the activation and
     # the receiver all-gathers it over the TP group (gather_split_1d_tensor) on the compute stream before use.
@@ -545,15 +551,17 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
             rc = sum(k * b.times.recompute_s for b, k in kinds)
             off = memory.offloaded_layers(scenario)  # pp = 1: this one chunk holds every layer
             a = sum(k * b.act_bytes for b, k in kinds) - off * layer_act
+            off_f = off_b = 0.0
             if off:
                 # (offloaded blocks and their windows are costed as the model's main block)
                 # Activation offload: each layer's copy to the host hides behind its window of forward layers,
                 # each reload behind the same window of backward (memory.offload_windows); the rest is exposed.
+                # The windows are the job's (slowest GPU's) compute; the copies are PCIe time, not stretched.
                 copy_s = layer_act / scenario.cluster.gpu.pcie_bw_Bps
-                bwd_s = lt.bwd_input_s + lt.bwd_weight_s + lt.recompute_s
+                bwd_s = (lt.bwd_input_s + lt.bwd_weight_s + lt.recompute_s) * slowest
                 for w in memory.offload_windows(n, off):
-                    f += max(0.0, copy_s - w * lt.fwd_s)
-                    bi += max(0.0, copy_s - w * bwd_s)
+                    off_f += max(0.0, copy_s - w * lt.fwd_s * slowest)
+                    off_b += max(0.0, copy_s - w * bwd_s)
             extra_params = 0.0
             label = f"layers {sum(layers[:vs])}-{sum(layers[:vs]) + n - 1}" if n else "no layers"
             if vs == 0:
@@ -614,7 +622,8 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
                 dp_b = (2 if tr.recompute == "full" else 1) * (gather.time_s + host) + reduce
                 gather, buckets = None, ()
             chunks.append(ChunkCost(
-                fwd_s=f, bwd_input_s=bi, bwd_weight_s=bw, recompute_s=rc,
+                fwd_s=f * slowest + off_f, bwd_input_s=bi * slowest + off_b, bwd_weight_s=bw * slowest,
+                recompute_s=rc * slowest,
                 tp_fwd_s=sum(k * b.tp_f for b, k in comm_kinds) + (sg_gather if vs > 0 else 0.0),
                 tp_bwd_s=sum(k * b.tp_b for b, k in comm_kinds) + (sg_gather if vs < last_vs else 0.0),
                 cp_fwd_s=sum(k * b.cp_f for b, k in comm_kinds), cp_bwd_s=sum(k * b.cp_b for b, k in comm_kinds),
@@ -641,7 +650,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
                 send_b = Transfer("send gradients", transfer_s=bwt, latency_s=lat, links=_links(s, g, prv),
                                   dim="pp", nbytes=msg, bulk=False)
         sm = stage_mem[s]
-        opt = compute.optimizer_step_time(scenario, s, profile)
+        opt = compute.optimizer_step_time(scenario, s, profile) * slowest
         if fw.zero3_persistent_regather and z >= 3 and dp_group is not None:
             opt += _persistent_regather_s(scenario, s, dp_group, profile)
         if sm.pcie_h2d_bytes or sm.pcie_d2h_bytes:
@@ -661,6 +670,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
                       reduce_grads_every_microbatch=z >= 2, overlap_grad_reduce=fw.overlap_grad_reduce,
                       blocking_p2p=framework.p2p_blocks(tr),
                       comm_compute_slowdown=comm_compute_slowdown(scenario),
+                      slowest_gpu_factor=slowest,
                       gpu_memory_bytes=scenario.cluster.gpu.memory_bytes,
                       host_bytes=max(sm.host for sm in stage_mem))
     return table.without_communication() if ideal_network else table

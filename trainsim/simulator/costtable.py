@@ -135,6 +135,8 @@ class CostTable:
     # p2p_communication: batch_isend_irecv, wait, torch.cuda.synchronize()).
     blocking_p2p: bool = False
     comm_compute_slowdown: float = 0.0
+    # Factor already applied to every compute time: the job's slowest GPU sets its pace (cost_models/variation).
+    slowest_gpu_factor: float = 1.0
     gpu_memory_bytes: float = float("inf")
     host_bytes: float = 0.0  # largest offloaded host memory of a stage's GPU (cost_models.memory)
     notes: tuple[str, ...] = field(default_factory=tuple)

@@ -45,8 +45,11 @@ def to_prediction(scenario: Scenario, table: CostTable, res: EngineResult, *, mo
     tl = res.stages[crit]
     exposed = {d: float(tl.exposed_s.get(d, 0.0)) for d in COMM_DIMS}
     mem = stage_memory(table, res)
+    compute_s = tl.compute_s - tl.slowdown_s
+    slowest = compute_s * (1.0 - 1.0 / table.slowest_gpu_factor)
     breakdown = {
-        "compute": tl.compute_s - tl.slowdown_s,
+        "compute": compute_s - slowest,
+        "compute_slowest_gpu": slowest,
         "compute_slowdown_from_comm": tl.slowdown_s,
         "bubble": tl.bubble_s,
         **{f"exposed_{d}": exposed[d] for d in COMM_DIMS},

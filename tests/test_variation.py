@@ -1,0 +1,85 @@
+"""GPU-to-GPU speed spread: the expected slowest of n GPUs, and how the builder applies it to compute only."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from trainsim.cost_models.variation import expected_max_std_normal, slowest_gpu_factor
+from trainsim.reports.cli import main
+from trainsim.simulator.builder import build_cost_table
+from trainsim.simulator.predict import predict
+from trainsim.specs import build_scenario
+
+# Expected largest of n standard normal draws: closed forms for n = 2, 3 (1/sqrt(pi), 3/(2 sqrt(pi))) and the
+# tabulated values of Harter (1961), "Expected values of normal order statistics", Biometrika 48, Table 1.
+TABLE = {2: 1 / math.sqrt(math.pi), 3: 1.5 / math.sqrt(math.pi), 4: 1.029375, 5: 1.162964, 10: 1.538753,
+         100: 2.507594, 1000: 3.241436}
+
+
+@pytest.mark.parametrize("n, expected", sorted(TABLE.items()))
+def test_expected_max_of_n_standard_normals(n, expected):
+    assert expected_max_std_normal(n) == pytest.approx(expected, abs=2e-6)
+
+
+def test_slowest_gpu_factor_edges_and_monotone():
+    assert expected_max_std_normal(1) == 0.0 and slowest_gpu_factor(1, 0.015) == 1.0
+    assert slowest_gpu_factor(4096, 0.0) == 1.0
+    assert slowest_gpu_factor(1000, 0.015) == pytest.approx(1 + 0.015 * 3.241436, abs=1e-7)
+    xs = [slowest_gpu_factor(n, 0.015) for n in (2, 8, 64, 512, 4096, 32768)]
+    assert xs == sorted(xs) and xs[-1] < 1.07
+    with pytest.raises(ValueError):
+        expected_max_std_normal(0)
+    with pytest.raises(ValueError):
+        slowest_gpu_factor(8, -0.01)
+
+
+def _scenario(cv: float | None, gpus: int = 64):
+    cluster = {"preset": "dgx-h100", **({"gpu": {"speed_spread_cv": cv}} if cv is not None else {})}
+    return build_scenario({"model": "llama3-8b", "gpus": gpus, "layout": {"tp": 2, "pp": 2},
+                           "training": {"seq_len": 4096, "global_batch": 64}, "cluster": cluster})
+
+
+def test_presets_carry_the_spread_and_cpu_does_not():
+    assert _scenario(None).cluster.gpu.speed_spread_cv == pytest.approx(0.015)
+    cpu = build_scenario({"model": "tiny-gpt", "gpus": 2, "cluster": {"preset": "cpu-host"},
+                          "training": {"seq_len": 128, "global_batch": 2}})
+    assert cpu.cluster.gpu.speed_spread_cv == 0.0
+
+
+def test_builder_stretches_compute_not_communication():
+    """Every chunk's compute and the optimizer step scale by the factor of the job's 64 GPUs; TP/DP/PP
+    transfers stay as they are."""
+    spread, flat = build_cost_table(_scenario(None)), build_cost_table(_scenario(0.0))
+    k = slowest_gpu_factor(64, 0.015)
+    assert spread.slowest_gpu_factor == pytest.approx(k) and flat.slowest_gpu_factor == 1.0
+    for s1, s0 in zip(spread.stages, flat.stages):
+        assert s1.optimizer_s == pytest.approx(k * s0.optimizer_s, rel=1e-12)
+        assert s1.send_fwd == s0.send_fwd and s1.send_bwd == s0.send_bwd
+        for c1, c0 in zip(s1.chunks, s0.chunks):
+            for f in ("fwd_s", "bwd_input_s", "bwd_weight_s", "recompute_s"):
+                assert getattr(c1, f) == pytest.approx(k * getattr(c0, f), rel=1e-12), f
+            assert (c1.tp_fwd_s, c1.tp_bwd_s, c1.grad_buckets) == (c0.tp_fwd_s, c0.tp_bwd_s, c0.grad_buckets)
+
+
+def test_prediction_reports_the_slowest_gpu_share():
+    p1, p0 = predict(_scenario(None)), predict(_scenario(0.0))
+    k = slowest_gpu_factor(64, 0.015)
+    b1, b0 = p1.breakdown_s, p0.breakdown_s
+    assert b0["compute_slowest_gpu"] == 0.0
+    assert b1["compute"] == pytest.approx(b0["compute"], rel=1e-9)
+    assert b1["compute_slowest_gpu"] == pytest.approx((k - 1) * b0["compute"], rel=1e-9)
+    assert p1.step_time_s > p0.step_time_s
+    # one GPU: nothing to wait for
+    one = predict(build_scenario({"model": "llama3-8b", "gpus": 1, "cluster": {"preset": "dgx-h100"},
+                                  "training": {"seq_len": 2048, "global_batch": 1}}))
+    assert one.breakdown_s["compute_slowest_gpu"] == 0.0
+
+
+def test_negative_spread_is_a_clear_error(capsys, tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("model: llama3-8b\ngpus: 8\ncluster: {preset: dgx-h100, gpu: {speed_spread_cv: -0.1}}\n")
+    assert main(["predict", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "speed_spread_cv" in err and "Traceback" not in err
