@@ -214,10 +214,9 @@ def _ep_scenario(**training):
 def test_ep_overlap_phases_closed_form():
     """Three phases: combine-bwd | attention fwd; dispatch fwd + bwd | expert MLPs fwd + bwd; combine fwd |
     attention bwd. Each exposes max(0, comm - compute) + slowdown x min(comm, compute)."""
-    from trainsim.cost_models.compute import layer_op_times
-    from trainsim.simulator.builder import _ep_overlapped, comm_compute_slowdown
+    from trainsim.simulator.builder import _ep_overlapped, _op_times, comm_compute_slowdown
     s = _ep_scenario(ep_comm_overlap=True)
-    ops = layer_op_times(s)
+    ops = _op_times(s, None)  # op times at the job's pace (its slowest GPU), as the builder hides a2a behind
     mlp = [o for o in ops if o.name.startswith(("expert_", "shared_"))]
     rest = [o for o in ops if o not in mlp]
     af, ab = sum(o.fwd_s for o in rest), sum(o.bwd_input_s + o.bwd_weight_s for o in rest)

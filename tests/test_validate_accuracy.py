@@ -40,7 +40,8 @@ def test_sc21_megatron_ptdp_rows_guard(sc21):
     """Table 1 [sc21_t1_1..10] and Table 2 PTD-P [sc21_t2_7..12], unknowns by the blind rule (MBS 1, smallest
     interleaving > 1), framework megatron-2021: MAPE <= 5.5 % (4.8 % today); every pipelined row [sc21_t1_5..10,
     sc21_t2_7..12] within 6.5 % (worst 5.9 %, sc21_t2_12). The TP-only rows [sc21_t1_2..4] are the blind
-    micro-batch 1's casualties, 8-15 % too slow (with the authors' 16/16/8, `sc21-scripts`, 5-8 % too fast)."""
+    micro-batch 1's casualties, 8-15 % too slow (with the authors' 16/16/8, `sc21-scripts`, 3-6 % too fast); the
+    per-row bound was 13 % before the slowest-GPU pace made these already-too-slow rows slower."""
     rows = {**_rows(sc21, "Table 1"), **_rows(sc21, "Table 2 PTD-P")}
     assert len(rows) == 16
     assert _mape(rows.values()) <= 5.5
@@ -171,7 +172,9 @@ def nemo():
 def test_nemo_dense_guard(nemo):
     """Dense Llama 3 rows (FP8, Megatron-Core with TP comm overlap): H100 [mb_39, mb_80, mb_87, mb_214,
     mb_256..258, mb_273..275 ...] MAPE 4.0 %, B200 [mb_250, mb_251, mb_268, mb_269] 5.2 %, GB200 4.0 %,
-    GB300 16.1 % today (Blackwell predicted too slow: no B200/GB300 GEMM measurement, GB200 efficiencies)."""
+    GB300 16.1 % today (Blackwell predicted too slow: no B200/GB300 GEMM measurement, GB200 efficiencies).
+    Bounds loosened with the slowest-GPU pace (these rows were too slow already): B200 5 -> 6 %, GB300 14 -> 17 %,
+    mb_80/mb_274 3 -> 6 %, mb_256/mb_273 4.5 -> 6.5 %; H100 6 -> 5 % and GB200 8 -> 5 % tightened."""
     for cat, limit in (("H100 fp8 dense", 5.0), ("B200 fp8 dense", 6.0), ("GB200 fp8 dense", 5.0),
                        ("GB300 fp8 dense", 17.0)):
         rows = _rows(nemo, cat)
@@ -186,8 +189,9 @@ def test_nemo_dense_guard(nemo):
 
 def test_nemo_deepseek_guard(nemo):
     """DeepSeek-V3 (30 rows) and Kimi K2 (4 rows) with each run's Megatron-Bridge configuration (layout, MTP,
-    recompute modules, etp, EP overlap): MAPE 10.6 % and 3.4 % today; DeepSeek-V3 on 1,024 H100 [mb_276] 3.0 %
-    too slow; every one of them predicted to fit, as they ran."""
+    recompute modules, etp, EP overlap): MAPE 10.5 % and 3.4 % today; DeepSeek-V3 on 1,024 H100 [mb_276] 2.0 %
+    too slow (bound 3 -> 3.5 % with the slowest-GPU pace; it was +0.2 % before); every one of them predicted to
+    fit, as they ran."""
     labels = {c.row_id: c.label for c in nemo.dataset.cases}
     ds = [r for r in nemo.compared if labels[r.row_id].startswith("DeepSeekV3")]
     kimi = [r for r in nemo.compared if labels[r.row_id].startswith("Kimi_K2")]

@@ -83,3 +83,49 @@ def test_negative_spread_is_a_clear_error(capsys, tmp_path):
     assert main(["predict", str(f)]) == 2
     err = capsys.readouterr().err
     assert "speed_spread_cv" in err and "Traceback" not in err
+
+
+def test_pinned_factor_at_1000_gpus_and_paced_op_times():
+    """n is the job's GPU count: 1,000 GPUs stretch by 1 + 0.015 x 3.241436 (Harter's E[max of 1000]), and the
+    op times every exposure is computed against (builder._op_times) are the cost model's times x that."""
+    from trainsim.cost_models.compute import layer_op_times
+    from trainsim.simulator.builder import _op_times
+    sc = build_scenario({"model": "llama3-8b", "gpus": 1000, "cluster": {"preset": "dgx-h100"},
+                         "training": {"seq_len": 2048, "global_batch": 1000}})
+    k = 1 + 0.015 * 3.241436
+    assert build_cost_table(sc).slowest_gpu_factor == pytest.approx(k, abs=1e-7)
+    for paced, plain in zip(_op_times(sc, None), layer_op_times(sc)):
+        assert paced.fwd_s == pytest.approx(k * plain.fwd_s, rel=1e-6)
+        assert paced.bwd_weight_s == pytest.approx(k * plain.bwd_weight_s, rel=1e-6)
+
+
+def test_offloaded_optimizer_host_time_is_not_stretched():
+    """With offload_optimizer the Adam update runs on the host CPU: only the device part (the grad-norm pass)
+    is at the slowest GPU's pace."""
+    from trainsim.cost_models.compute import optimizer_step_parts
+    sc = build_scenario({"model": "llama3-8b", "gpus": 64, "cluster": {"preset": "dgx-h100"},
+                         "training": {"seq_len": 4096, "global_batch": 64, "zero": 2, "offload_optimizer": True}})
+    gpu, host = optimizer_step_parts(sc, 0)
+    assert host > 10 * gpu > 0
+    from trainsim.cost_models.memory import stage_memory
+    sm = stage_memory(sc, 0)
+    pcie = (sm.pcie_h2d_bytes + sm.pcie_d2h_bytes) / sc.cluster.gpu.pcie_bw_Bps  # the offload's PCIe copies
+    k = slowest_gpu_factor(64, 0.015)
+    assert build_cost_table(sc).stages[0].optimizer_s == pytest.approx(k * gpu + host + pcie, rel=1e-12)
+
+
+def test_hand_written_gpu_gets_the_preset_spread():
+    """A GPU given in full (no preset) gets the same default spread as the GPU presets, not identical devices."""
+    gpu = {"name": "my-gpu", "memory_bytes": 8.6e10, "hbm_bw_Bps": 3.35e12, "peak_flops": {"bf16": 989e12},
+           "num_sms": 132}
+    sc = build_scenario({"model": "llama3-8b", "gpus": 8, "cluster": {"preset": "dgx-h100", "gpu": gpu},
+                         "training": {"seq_len": 2048, "global_batch": 8}})
+    assert sc.cluster.gpu.speed_spread_cv == pytest.approx(0.015)
+
+
+def test_integer_types_and_bad_n():
+    import numpy as np
+    assert expected_max_std_normal(np.int64(10)) == pytest.approx(1.538753, abs=2e-6)
+    for bad in (True, 2.5, 0, -4):
+        with pytest.raises(ValueError):
+            expected_max_std_normal(bad)

@@ -345,7 +345,13 @@ def mtp_times(scenario, profile=None) -> LayerTimes:
 
 
 def optimizer_step_time(scenario, stage: int, profile=None) -> float:
-    """Seconds of the (memory-bound) Adam step over this rank's optimizer shard, plus the grad-norm pass.
+    """Seconds of the (memory-bound) Adam step over this rank's optimizer shard, plus the grad-norm pass."""
+    return sum(optimizer_step_parts(scenario, stage, profile))
+
+
+def optimizer_step_parts(scenario, stage: int, profile=None) -> tuple[float, float]:
+    """(device seconds, host seconds) of the optimizer step: the update and the grad-norm pass on the device,
+    or with ``offload_optimizer`` the update on the host (only the norm pass stays on the device).
 
     Fused Adam streams per parameter: fp32 master weight, m and v read and written (2·K bytes), the
     gradient read and the 16-bit weight written; a per-parameter eager loop (Composer's DecoupledAdamW) makes
@@ -375,7 +381,7 @@ def optimizer_step_time(scenario, stage: int, profile=None) -> float:
     norm_s = memory_time_s(norm_bytes, hw, prof, "copy") if norm_bytes else 0.0
     if t.offload_optimizer:
         host_bw = HOST_MEM_BW_PER_NODE_BPS / min(scenario.cluster.gpus_per_node, scenario.num_gpus)
-        return update_bytes / host_bw + norm_s
+        return norm_s, update_bytes / host_bw
     fits = getattr(prof, "optimizer_fits", None) if prof is not None else None
     if fits:
         # A CPU profile measured torch.optim itself (per-parameter loop: per-tensor cost + streaming);
@@ -387,9 +393,9 @@ def optimizer_step_time(scenario, stage: int, profile=None) -> float:
         if total and name in fits:
             # Elements split by tensor count (DTensor parameters go through DTensor dispatch, measured apart).
             parts = [(name, plain), (f"{name}-dtensor" if f"{name}-dtensor" in fits else name, dtensor)]
-            return sum(prof.optimizer_time_s(k, n, sh.optimizer_params * n / total) for k, n in parts if n)
+            return sum(prof.optimizer_time_s(k, n, sh.optimizer_params * n / total) for k, n in parts if n), 0.0
     # Multi-tensor kernels: a handful of launches per step, negligible next to the streaming time.
-    return (memory_time_s(update_bytes, hw, prof, "copy") if update_bytes else 0.0) + norm_s
+    return (memory_time_s(update_bytes, hw, prof, "copy") if update_bytes else 0.0) + norm_s, 0.0
 
 
 def waves(m: int, n: int, num_sms: int) -> int:

@@ -313,13 +313,14 @@ def render_text(report: ValidationReport, *, show_skipped: bool = True, width: i
         console.print(f"{d.name}: no rows compared")
     else:
         console.print(f"{d.name}: {len(report.compared)} rows, MAPE {mape:.2f}%, worst {abs(worst.error_pct):.2f}% "  # type: ignore[union-attr]
-                      f"({worst.row_id}); {report.bias.text()}")  # type: ignore[union-attr]
+                      f"({worst.row_id})" + (f"; {report.bias.text()}" if report.bias else ""))  # type: ignore[union-attr]
         cats = report.by_category()
         if len(cats) > 1:
             for name, v in cats.items():
+                bias = (f"; bias {v['bias_pct']:+.1f}%, MAPE after bias {v['mape_after_bias_pct']:.2f}%"
+                        if v["bias_pct"] is not None else "")
                 console.print(f"  {name}: {v['rows']} rows, MAPE {v['mape_pct']:.2f}%, worst {v['worst_pct']:.2f}% "
-                              f"({v['worst_row']}); bias {v['bias_pct']:+.1f}%, MAPE after bias "
-                              f"{v['mape_after_bias_pct']:.2f}%")
+                              f"({v['worst_row']}){bias}")
         for name, v in report.secondary_mape().items():
             console.print(f"  {name} (source basis) MAPE {v:.2f}%")
     if show_skipped and report.skipped:

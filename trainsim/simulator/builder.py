@@ -43,9 +43,11 @@ What goes where (choices documented here, once):
   optimizer step, exposed.
 * Links: a transfer occupies its GPU's NIC (tx/rx) when its group spans nodes, else its NVLink port, so
   pipeline messages and gradient buckets of a stage share bandwidth in the engine.
-* Slowest GPU: compute and the optimizer step are stretched by ``variation.slowest_gpu_factor`` of the
-  job's GPU count (a synchronous step proceeds at its slowest GPU's pace; GPUSpec.speed_spread_cv). The
-  exposures computed against a GEMM's duration (TP overlap) use the unstretched GEMM: second order.
+* Slowest GPU: every GPU compute time -- block ops, embedding, head, MTP, the accumulation/copy passes and
+  the optimizer's GPU part -- is stretched by ``variation.slowest_gpu_factor`` of the job's GPU count (a
+  synchronous step proceeds at its slowest GPU's pace; GPUSpec.speed_spread_cv) where it is read
+  (``_op_times``, ``_paced``), so the exposures computed against compute (TP/EP/CP overlap, offload windows)
+  see the stretched times; communication, PCIe copies and host time are not stretched.
 * Memory: static weights/grads/optimizer/other from `cost_models.memory.stage_memory`; activations per
   chunk and micro-batch from `cost_models.activations` (the engine times their life); the recompute working
   set is held during each backward. A postponed weight-gradient pass (ZB) keeps the inputs and output
@@ -56,7 +58,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trainsim.cost_models import activations as act
 from trainsim.cost_models import compute, framework, memory, variation
@@ -142,9 +144,30 @@ def w_retained_bytes_per_layer(scenario: Scenario) -> float:
     return e * T * (inputs + grads) / t
 
 
+def _pace(scenario: Scenario) -> float:
+    """Compute-time multiplier of the job's slowest GPU (cost_models/variation.py; 1 for identical GPUs)."""
+    return variation.slowest_gpu_factor(scenario.num_gpus, scenario.cluster.gpu.speed_spread_cv)
+
+
+def _op_times(scenario: Scenario, profile) -> tuple[compute.OpTimes, ...]:
+    """Per-op times of one block at the job's pace: every exposure computed against compute uses these."""
+    k = _pace(scenario)
+    ops = compute.layer_op_times(scenario, profile)
+    if k == 1.0:
+        return ops
+    return tuple(replace(o, fwd_s=o.fwd_s * k, bwd_input_s=o.bwd_input_s * k, bwd_weight_s=o.bwd_weight_s * k)
+                 for o in ops)
+
+
+def _paced(times: compute.LayerTimes, k: float) -> compute.LayerTimes:
+    if k == 1.0:
+        return times
+    return compute.LayerTimes(times.fwd_s * k, times.bwd_input_s * k, times.bwd_weight_s * k, times.recompute_s * k)
+
+
 def _attention_fwd_s(scenario: Scenario, profile) -> float:
     """Forward time of the attention core of one block (what hides CP ring exchanges)."""
-    ops = compute.layer_op_times(scenario, profile)
+    ops = _op_times(scenario, profile)
     t = [o.fwd_s for o in ops if "attn" in o.name.lower() or "attention" in o.name.lower()
          or "score" in o.name.lower() or "core" in o.name.lower()]
     return sum(t)
@@ -198,7 +221,7 @@ def _chunk_ratio(m: int, n: int, k: int, steps: int, hw, fp8: bool, e: int) -> f
 
 def _tp_overlapped(ag_s: float, rs_s: float, tp: int, scenario: Scenario, profile) -> tuple[float, float]:
     """Per-block exposed sequence-parallel TP time (forward, backward) with userbuffers overlap (see module doc)."""
-    ops = {o.name: o for o in compute.layer_op_times(scenario, profile)}
+    ops = {o.name: o for o in _op_times(scenario, profile)}
     shp = layer_shape(scenario)
     hw, fp8, e, T = compute.hw_of(scenario.cluster.gpu, shp.dtype), shp.dtype == "fp8", shp.e, shp.tokens
     q, kv, h, n_in = shp.a * shp.d, shp.kv * shp.d, shp.h, 2 if shp.gated else 1
@@ -240,7 +263,7 @@ def _ep_overlapped(a2a_s: float, scenario: Scenario, profile) -> tuple[float, fl
     Exposed per phase ``max(0, comm - compute)``, plus the compute's slowdown from the communication kernels'
     SMs over the overlapped time (``comm_compute_slowdown``). Split half-and-half over the two passes'
     records; ``a2a_s`` is one all-to-all (dispatch and combine are the same size)."""
-    ops = compute.layer_op_times(scenario, profile)
+    ops = _op_times(scenario, profile)
     moe = [o for o in ops if o.name.startswith(_MOE_OPS)]
     dense = [o for o in ops if not o.name.startswith(_MOE_OPS)]
     attn_f = sum(o.fwd_s for o in dense)
@@ -300,7 +323,7 @@ def _column_parallel_bwd_exposed_s(gather_s: float, reduce_s: float, scenario: S
     GEMM (Megatron's asynchronous TP communication, framework.py tp_dgrad_overlap): ``max(0, comm - gemm)``
     per pair, plus the GEMM's slowdown while the collective holds ``slowdown`` of the SMs (NCCL kernels:
     ``comm_compute_slowdown``) over the overlapped time. A linear the block lacks (MoE experts) hides nothing."""
-    ops = {o.name: o for o in compute.layer_op_times(scenario, profile)}
+    ops = {o.name: o for o in _op_times(scenario, profile)}
     exposed = 0.0
     for name in ("qkv", "fc1"):
         o = ops.get(name)
@@ -435,7 +458,7 @@ def _block(scenario: Scenario, groups: dict, profile) -> _Block:
     attn_tensors = (5 if shp.ql else 4) if shp.mla else 2  # MLA: q(down, up) | q, kv down, kv up, out
     per_block = attn_tensors + mlp * ((max(1, m.num_experts // lay.ep) + (1 if shp.fs else 0)) if shp.is_moe else 1)
     return _Block(
-        times=compute.layer_times(scenario, profile), tp_f=tp_f, tp_b=tp_b, cp_f=cp_f, cp_b=cp_b, ep_f=ep_f,
+        times=_paced(compute.layer_times(scenario, profile), _pace(scenario)), tp_f=tp_f, tp_b=tp_b, cp_f=cp_f, cp_b=cp_b, ep_f=ep_f,
         ep_b=ep_b, ep_f_ov=ep_f_ov, ep_b_ov=ep_b_ov, act_bytes=act.layer_activation_bytes(scenario).total,
         w_keep_bytes=w_retained_bytes_per_layer(scenario) if tr.schedule in ("zb", "dualpipev") else 0.0,
         params=dense_l + expert_l, gather_tensors=per_block)
@@ -446,9 +469,12 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
     p, v = lay.pp, lay.vpp
     shp = layer_shape(scenario)
     e = shp.e
-    emb = compute.embedding_times(scenario, profile)
-    head = compute.head_times(scenario, profile)
-    mtp = compute.mtp_times(scenario, profile)
+    # The job runs at its slowest GPU's pace: GPU compute (never communication, host or PCIe time) is
+    # stretched by the expected slowest of the job's GPUs (cost_models/variation.py).
+    slowest = _pace(scenario)
+    emb = _paced(compute.embedding_times(scenario, profile), slowest)
+    head = _paced(compute.head_times(scenario, profile), slowest)
+    mtp = _paced(compute.mtp_times(scenario, profile), slowest)
     from trainsim.topologies.placement import place
     pl = place(scenario)
     groups = {d: (pl.group(d) if getattr(lay, d) > 1 else None) for d in ("tp", "cp", "ep", "dp")}
@@ -459,10 +485,6 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
     tokens = shp.tokens
     act_msg = e * tokens * shp.h
     fw = framework.behaviour(tr.framework)
-    # The job runs at its slowest GPU's pace: every rank's compute is stretched by the expected slowest of
-    # the job's GPUs (cost_models/variation.py); communication is not.
-    slowest = variation.slowest_gpu_factor(scenario.num_gpus, scenario.cluster.gpu.speed_spread_cv)
-
     # Megatron's scatter/gather optimisation (SC21 Sec. 4.1): each TP rank sends 1/tp of the activation and
     # the receiver all-gathers it over the TP group (gather_split_1d_tensor) on the compute stream before use.
     sg_gather = 0.0
@@ -492,7 +514,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
 
     def accumulate_s(params: float) -> float:
         nbytes = params * ((3 * tr.grad_bytes if fw.grad_accumulation_pass else 0.0) + prep_per_param)
-        return compute.memory_time_s(nbytes, hw, profile, "copy") if nbytes > 0 else 0.0
+        return compute.memory_time_s(nbytes, hw, profile, "copy") * slowest if nbytes > 0 else 0.0
 
     def grad_buckets(s: int, params: float, label: str, layers_of_chunk: int) -> tuple[Transfer, ...]:
         if dp_group is None or params <= 0:
@@ -558,9 +580,9 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
                 # each reload behind the same window of backward (memory.offload_windows); the rest is exposed.
                 # The windows are the job's (slowest GPU's) compute; the copies are PCIe time, not stretched.
                 copy_s = layer_act / scenario.cluster.gpu.pcie_bw_Bps
-                bwd_s = (lt.bwd_input_s + lt.bwd_weight_s + lt.recompute_s) * slowest
+                bwd_s = lt.bwd_input_s + lt.bwd_weight_s + lt.recompute_s
                 for w in memory.offload_windows(n, off):
-                    off_f += max(0.0, copy_s - w * lt.fwd_s * slowest)
+                    off_f += max(0.0, copy_s - w * lt.fwd_s)
                     off_b += max(0.0, copy_s - w * bwd_s)
             extra_params = 0.0
             label = f"layers {sum(layers[:vs])}-{sum(layers[:vs]) + n - 1}" if n else "no layers"
@@ -613,8 +635,8 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
                 # ... and HBM copies around them: the zero-filled output plus the flat buffer copied back
                 # into the list (3 passes over the gathered bytes), the gradients copied into the flat
                 # reduce-scatter input (2 passes).
-                copy_g = compute.memory_time_s(3 * params * tr.param_bytes, hw, profile, "copy") if host else 0.0
-                copy_r = compute.memory_time_s(2 * params * tr.grad_bytes, hw, profile, "copy") if host else 0.0
+                copy_g = compute.memory_time_s(3 * params * tr.param_bytes, hw, profile, "copy") * slowest if host else 0.0
+                copy_r = compute.memory_time_s(2 * params * tr.grad_bytes, hw, profile, "copy") * slowest if host else 0.0
                 rlat, rbw = _coll("reduce_scatter", params * tr.grad_bytes / calls, dp_group, scenario, profile)
                 reduce = calls * (rlat + rbw) + host + copy_r
                 host += copy_g
@@ -622,8 +644,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
                 dp_b = (2 if tr.recompute == "full" else 1) * (gather.time_s + host) + reduce
                 gather, buckets = None, ()
             chunks.append(ChunkCost(
-                fwd_s=f * slowest + off_f, bwd_input_s=bi * slowest + off_b, bwd_weight_s=bw * slowest,
-                recompute_s=rc * slowest,
+                fwd_s=f + off_f, bwd_input_s=bi + off_b, bwd_weight_s=bw, recompute_s=rc,
                 tp_fwd_s=sum(k * b.tp_f for b, k in comm_kinds) + (sg_gather if vs > 0 else 0.0),
                 tp_bwd_s=sum(k * b.tp_b for b, k in comm_kinds) + (sg_gather if vs < last_vs else 0.0),
                 cp_fwd_s=sum(k * b.cp_f for b, k in comm_kinds), cp_bwd_s=sum(k * b.cp_b for b, k in comm_kinds),
@@ -650,7 +671,8 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
                 send_b = Transfer("send gradients", transfer_s=bwt, latency_s=lat, links=_links(s, g, prv),
                                   dim="pp", nbytes=msg, bulk=False)
         sm = stage_mem[s]
-        opt = compute.optimizer_step_time(scenario, s, profile) * slowest
+        opt_gpu, opt_host = compute.optimizer_step_parts(scenario, s, profile)
+        opt = opt_gpu * slowest + opt_host
         if fw.zero3_persistent_regather and z >= 3 and dp_group is not None:
             opt += _persistent_regather_s(scenario, s, dp_group, profile)
         if sm.pcie_h2d_bytes or sm.pcie_d2h_bytes:

@@ -46,6 +46,9 @@ def to_prediction(scenario: Scenario, table: CostTable, res: EngineResult, *, mo
     exposed = {d: float(tl.exposed_s.get(d, 0.0)) for d in COMM_DIMS}
     mem = stage_memory(table, res)
     compute_s = tl.compute_s - tl.slowdown_s
+    # The critical stage's compute due to the slowest-GPU pace (cost_models/variation.py): its compute x
+    # (1 - 1/k). Approximate: any exposed offload copy folded into the compute fields is counted as compute,
+    # and the optimizer's and the bubble's growth are not attributed here.
     slowest = compute_s * (1.0 - 1.0 / table.slowest_gpu_factor)
     breakdown = {
         "compute": compute_s - slowest,

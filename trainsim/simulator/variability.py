@@ -10,6 +10,10 @@
   replicas at different stages.
 
 Jitter across DP replicas (the step waits for the slowest replica) is not modelled beyond that.
+
+Both multiply compute that is already at the job's slowest-GPU pace (``GPUSpec.speed_spread_cv``,
+cost_models/variation.py: the expected slowest of the job's GPUs, in every prediction): a straggler's
+``slowdown`` is relative to that pace, and jitter is meant as transient per-op noise on top of it.
 """
 
 from __future__ import annotations

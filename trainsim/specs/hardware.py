@@ -35,8 +35,10 @@ class GPUSpec(BaseModel):
     # (NCCL's SMs / the GPU's SMs). CPU ranks set it: gloo runs collectives on the cores the ranks compute on.
     comm_compute_slowdown: float | None = Field(default=None, ge=0, le=1)
     # Coefficient of variation of sustained speed across parts of this SKU (manufacturing variability under
-    # the power cap); a synchronous job runs at its slowest GPU's pace (cost_models/variation.py). 0 = identical.
-    speed_spread_cv: float = Field(default=0.0, ge=0, le=0.5)
+    # the power cap); a synchronous job runs at its slowest GPU's pace (cost_models/variation.py). The default
+    # is the presets' GPU figure (Sinha et al. SC22), so a hand-written GPU gets the same physics; 0 = identical
+    # devices (the cpu preset: one host's cores).
+    speed_spread_cv: float = Field(default=0.015, ge=0, le=0.5)
 
     @model_validator(mode="after")
     def _check(self) -> GPUSpec:
