@@ -105,7 +105,7 @@ def render(pred, scenario) -> None:
     slow = pred.breakdown_s.get("compute_slowest_gpu", 0.0)
     if slow > 0:
         t.add_row(f"slowest of {pred.layout['tp'] * pred.layout['pp'] * pred.layout['dp'] * pred.layout['cp']} GPUs",
-                  f"+{slow:.4g} s critical-stage compute (+{slow / max(pred.breakdown_s['compute'], 1e-30):.1%})")
+                  f"+{slow:.4g} s compute (+{slow / max(pred.breakdown_s['compute'], 1e-30):.1%})")
     for d, val in pred.exposed_comm_s.items():
         t.add_row(f"exposed {d.upper()} comm", f"{val:.4g} s")
     t.add_row("engine", f"{pred.engine.get('mode')}, {pred.engine.get('events', 0)} events, "
