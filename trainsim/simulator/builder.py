@@ -64,6 +64,7 @@ from trainsim.cost_models import activations as act
 from trainsim.cost_models import compute, framework, memory, variation
 from trainsim.cost_models.shapes import dense_block_scenario, layer_shape
 from trainsim.specs import Scenario
+from trainsim.specs.memo import IdentityMemo
 
 from .costtable import ChunkCost, CostTable, StageCost, Transfer
 from .engine import COMM_COMPUTE_SLOWDOWN, NCCL_COLLECTIVE_SMS
@@ -151,12 +152,19 @@ def _pace(scenario: Scenario) -> float:
 
 def _op_times(scenario: Scenario, profile) -> tuple[compute.OpTimes, ...]:
     """Per-op times of one block at the job's pace: every exposure computed against compute uses these."""
+    return _paced_ops_memo(scenario) if profile is None else _paced_ops(scenario, profile)
+
+
+def _paced_ops(scenario: Scenario, profile=None) -> tuple[compute.OpTimes, ...]:
     k = _pace(scenario)
     ops = compute.layer_op_times(scenario, profile)
     if k == 1.0:
         return ops
     return tuple(replace(o, fwd_s=o.fwd_s * k, bwd_input_s=o.bwd_input_s * k, bwd_weight_s=o.bwd_weight_s * k)
                  for o in ops)
+
+
+_paced_ops_memo = IdentityMemo(_paced_ops)  # the planner asks for the same scenario's ops several times
 
 
 def _paced(times: compute.LayerTimes, k: float) -> compute.LayerTimes:
