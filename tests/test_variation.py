@@ -129,3 +129,27 @@ def test_integer_types_and_bad_n():
     for bad in (True, 2.5, 0, -4):
         with pytest.raises(ValueError):
             expected_max_std_normal(bad)
+
+
+def test_profile_spread_closed_form_and_use():
+    """A calibration profile's per-rank GEMM rates give the spread (population std / mean); a GPU profile's
+    spread replaces the spec's in the slowest-GPU pace, a CPU profile's does not."""
+    from trainsim.cost_models.profile import CalibrationProfile, Fingerprint, speed_spread_cv
+    assert speed_spread_cv([1e12]) is None and speed_spread_cv([]) is None
+    assert speed_spread_cv([2e12, 2e12, 2e12]) == 0.0
+    assert speed_spread_cv([0.9e12, 1.1e12]) == pytest.approx(0.1)
+    sc = _scenario(None)
+    gpu_prof = CalibrationProfile(fingerprint=Fingerprint(device="cuda"), rank_gemm_flops=[0.98e15, 1.02e15])
+    assert gpu_prof.speed_spread_cv == pytest.approx(0.02)
+    assert "speed spread 2.0% over 2 ranks" in gpu_prof.describe()
+    assert build_cost_table(sc, profile=gpu_prof).slowest_gpu_factor == pytest.approx(slowest_gpu_factor(64, 0.02))
+    cpu_prof = CalibrationProfile(fingerprint=Fingerprint(device="cpu"), rank_gemm_flops=[0.5e11, 1.5e11])
+    assert build_cost_table(sc, profile=cpu_prof).slowest_gpu_factor == pytest.approx(slowest_gpu_factor(64, 0.015))
+    # the spread survives the profile's JSON round trip
+    import os
+    import tempfile
+
+    from trainsim.cost_models.profile import load_profile, save_profile
+    with tempfile.TemporaryDirectory() as d:
+        path = save_profile(gpu_prof, os.path.join(d, "p.json"))
+        assert load_profile(path).speed_spread_cv == pytest.approx(0.02)

@@ -280,6 +280,9 @@ class CalibrationProfile(_Model):
     copy_fits: dict[str, LinearFit] = Field(default_factory=dict, description="h2d, d2h, d2d")
     collective_points: list[CollectivePoint] = Field(default_factory=list)
     collective_fits: list[CollectiveFit] = Field(default_factory=list)
+    # Each rank's GEMM rate over the same suite, run by all ranks at once (FLOP/s, rank order): their spread
+    # is the part-to-part speed spread of these devices (GPUSpec.speed_spread_cv, cost_models/variation.py).
+    rank_gemm_flops: list[float] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     # Where the profile was loaded from (not written to the file).
     source_path: str | None = Field(default=None, exclude=True)
@@ -426,6 +429,11 @@ class CalibrationProfile(_Model):
         f = self.collective_fit(op, group_size, nodes, nearest)
         return None if f is None else f.time_s(size_bytes)
 
+    @property
+    def speed_spread_cv(self) -> float | None:
+        """Coefficient of variation (population) of the ranks' GEMM rates, or None below two ranks."""
+        return speed_spread_cv(self.rank_gemm_flops)
+
     # ---- describing --------------------------------------------------------------------------------
     def describe(self) -> str:
         """One line for the predict JSON's "calibration" field: path and fingerprint."""
@@ -443,6 +451,8 @@ class CalibrationProfile(_Model):
             parts.append(fp.hostname)
         if fp.date:
             parts.append(fp.date)
+        if self.speed_spread_cv is not None:
+            parts.append(f"speed spread {self.speed_spread_cv:.1%} over {len(self.rank_gemm_flops)} ranks")
         where = self.source_path or "(in memory)"
         return f"{where} [{', '.join(parts)}]"
 
@@ -454,6 +464,15 @@ class CalibrationProfile(_Model):
             "collectives": bool(self.collective_fits), "eager_overhead": bool(self.eager_overhead),
             "optimizer": bool(self.optimizer_fits),
         }
+
+
+def speed_spread_cv(rates: list[float]) -> float | None:
+    """Population coefficient of variation of per-rank rates (std / mean), None for fewer than two."""
+    xs = [float(r) for r in rates if r > 0]
+    if len(xs) < 2:
+        return None
+    mean = sum(xs) / len(xs)
+    return math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs)) / mean
 
 
 def _loglog_interp(points: list[tuple[float, float]], x: float) -> float:

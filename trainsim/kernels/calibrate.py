@@ -320,6 +320,13 @@ def main(argv: list[str] | None = None) -> int:
                 t0 = time.perf_counter()
                 gemm += mb.bench_gemms(shapes, dtype, cfg)
                 _log(rank, f"gemm {dtype}: {len(shapes)} shapes in {time.perf_counter() - t0:.1f} s")
+        rank_rates: list[float] = []
+        if distributed and gemm:
+            # Every rank ran the same GEMM suite at once: its overall rate is this device's speed, and the
+            # ranks' spread is the part-to-part spread the simulator's slowest-GPU pace needs.
+            rate = sum(gemm_flops(p.m, p.n, p.k) for p in gemm) / sum(p.stats.median_s for p in gemm)
+            rank_rates = [0.0] * world
+            dist.all_gather_object(rank_rates, rate)
         if "attention" not in skip:
             for dtype in attention_dtypes(dtypes):
                 t0 = time.perf_counter()
@@ -385,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
                 notes.append("no GPU preset matches this device: efficiencies are absent, times are absolute")
             profile = build_profile(fp, preset_name, peaks, gemm, attn, mem, copies, colls, fit_min, notes)
             profile = profile.model_copy(update={"dispatch_overhead": dispatch, "eager_overhead": eager,
-                                                 "optimizer_fits": optim,
+                                                 "optimizer_fits": optim, "rank_gemm_flops": rank_rates,
                                                  "dtensor_collective_overhead_s": dtensor_coll})
             save_profile(profile, args.out)
             _log(rank, f"wrote {args.out} in {time.perf_counter() - t_start:.1f} s")

@@ -145,9 +145,14 @@ def w_retained_bytes_per_layer(scenario: Scenario) -> float:
     return e * T * (inputs + grads) / t
 
 
-def _pace(scenario: Scenario) -> float:
-    """Compute-time multiplier of the job's slowest GPU (cost_models/variation.py; 1 for identical GPUs)."""
-    return variation.slowest_gpu_factor(scenario.num_gpus, scenario.cluster.gpu.speed_spread_cv)
+def _pace(scenario: Scenario, profile=None) -> float:
+    """Compute-time multiplier of the job's slowest GPU (cost_models/variation.py; 1 for identical GPUs). A
+    GPU calibration profile measured over several ranks supplies the spread it measured instead of the spec's
+    (a CPU profile's ranks are cores of one host: recorded, not used, as the cpu preset's spread is 0)."""
+    cv = None
+    if profile is not None and getattr(profile.fingerprint, "device", "") != "cpu":
+        cv = getattr(profile, "speed_spread_cv", None)
+    return variation.slowest_gpu_factor(scenario.num_gpus, scenario.cluster.gpu.speed_spread_cv if cv is None else cv)
 
 
 def _op_times(scenario: Scenario, profile) -> tuple[compute.OpTimes, ...]:
@@ -156,7 +161,7 @@ def _op_times(scenario: Scenario, profile) -> tuple[compute.OpTimes, ...]:
 
 
 def _paced_ops(scenario: Scenario, profile=None) -> tuple[compute.OpTimes, ...]:
-    k = _pace(scenario)
+    k = _pace(scenario, profile)
     ops = compute.layer_op_times(scenario, profile)
     if k == 1.0:
         return ops
@@ -466,7 +471,7 @@ def _block(scenario: Scenario, groups: dict, profile) -> _Block:
     attn_tensors = (5 if shp.ql else 4) if shp.mla else 2  # MLA: q(down, up) | q, kv down, kv up, out
     per_block = attn_tensors + mlp * ((max(1, m.num_experts // lay.ep) + (1 if shp.fs else 0)) if shp.is_moe else 1)
     return _Block(
-        times=_paced(compute.layer_times(scenario, profile), _pace(scenario)), tp_f=tp_f, tp_b=tp_b, cp_f=cp_f, cp_b=cp_b, ep_f=ep_f,
+        times=_paced(compute.layer_times(scenario, profile), _pace(scenario, profile)), tp_f=tp_f, tp_b=tp_b, cp_f=cp_f, cp_b=cp_b, ep_f=ep_f,
         ep_b=ep_b, ep_f_ov=ep_f_ov, ep_b_ov=ep_b_ov, act_bytes=act.layer_activation_bytes(scenario).total,
         w_keep_bytes=w_retained_bytes_per_layer(scenario) if tr.schedule in ("zb", "dualpipev") else 0.0,
         params=dense_l + expert_l, gather_tensors=per_block)
@@ -479,7 +484,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
     e = shp.e
     # The job runs at its slowest GPU's pace: GPU compute (never communication, host or PCIe time) is
     # stretched by the expected slowest of the job's GPUs (cost_models/variation.py).
-    slowest = _pace(scenario)
+    slowest = _pace(scenario, profile)
     emb = _paced(compute.embedding_times(scenario, profile), slowest)
     head = _paced(compute.head_times(scenario, profile), slowest)
     mtp = _paced(compute.mtp_times(scenario, profile), slowest)
