@@ -100,9 +100,14 @@ def test_schema_1_profiles_still_load_and_unknown_versions_fail_clearly(tmp_path
     path = tmp_path / "v1.json"
     path.write_text(json.dumps(d))
     assert load_profile(path).eager_overhead == {}
-    d["schema_version"] = 3
+    d = profile_to_dict(CalibrationProfile())  # schema 2: no per-rank GEMM rates (added in 3)
+    d["schema_version"] = 2
+    d.pop("rank_gemm_flops")
     path.write_text(json.dumps(d))
-    with pytest.raises(SpecError, match="schema_version 3 is not supported"):
+    assert load_profile(path).speed_spread_cv is None
+    d["schema_version"] = 4
+    path.write_text(json.dumps(d))
+    with pytest.raises(SpecError, match="schema_version 4 is not supported"):
         load_profile(path)
 
 

@@ -132,24 +132,50 @@ def test_integer_types_and_bad_n():
 
 
 def test_profile_spread_closed_form_and_use():
-    """A calibration profile's per-rank GEMM rates give the spread (population std / mean); a GPU profile's
-    spread replaces the spec's in the slowest-GPU pace, a CPU profile's does not."""
-    from trainsim.cost_models.profile import CalibrationProfile, Fingerprint, speed_spread_cv
-    assert speed_spread_cv([1e12]) is None and speed_spread_cv([]) is None
-    assert speed_spread_cv([2e12, 2e12, 2e12]) == 0.0
-    assert speed_spread_cv([0.9e12, 1.1e12]) == pytest.approx(0.1)
-    sc = _scenario(None)
-    gpu_prof = CalibrationProfile(fingerprint=Fingerprint(device="cuda"), rank_gemm_flops=[0.98e15, 1.02e15])
-    assert gpu_prof.speed_spread_cv == pytest.approx(0.02)
-    assert "speed spread 2.0% over 2 ranks" in gpu_prof.describe()
-    assert build_cost_table(sc, profile=gpu_prof).slowest_gpu_factor == pytest.approx(slowest_gpu_factor(64, 0.02))
-    cpu_prof = CalibrationProfile(fingerprint=Fingerprint(device="cpu"), rank_gemm_flops=[0.5e11, 1.5e11])
-    assert build_cost_table(sc, profile=cpu_prof).slowest_gpu_factor == pytest.approx(slowest_gpu_factor(64, 0.015))
-    # the spread survives the profile's JSON round trip
+    """A calibration profile's per-rank GEMM rates give the spread (sample std / mean); a GPU profile measured
+    over >= 8 ranks replaces the spec's spread in every compute time of the pace (block ops, the exposures'
+    op times, the table's factor); fewer ranks or a CPU profile do not."""
     import os
     import tempfile
 
-    from trainsim.cost_models.profile import load_profile, save_profile
+    from trainsim.cost_models.compute import layer_op_times
+    from trainsim.cost_models.profile import (
+        CalibrationProfile,
+        Fingerprint,
+        load_profile,
+        save_profile,
+        speed_spread_cv,
+    )
+    from trainsim.simulator.builder import _op_times
+    assert speed_spread_cv([1e12]) is None and speed_spread_cv([]) is None
+    assert speed_spread_cv([2e12, 2e12, 2e12]) == 0.0
+    assert speed_spread_cv([0.9e12, 1.1e12, 0.0]) == pytest.approx(0.1 * math.sqrt(2))  # the 0 rank left out
+    rates = [0.97e15, 0.99e15, 1.0e15, 1.0e15, 1.0e15, 1.0e15, 1.01e15, 1.03e15]
+    cv = speed_spread_cv(rates)
+    sc = _scenario(None)
+    gpu8 = CalibrationProfile(fingerprint=Fingerprint(device="cuda"), rank_gemm_flops=rates)
+    assert gpu8.pace_spread_cv() == pytest.approx(cv) and "over 8 ranks" in gpu8.describe()
+    k = slowest_gpu_factor(64, cv)
+    t = build_cost_table(sc, profile=gpu8)
+    assert t.slowest_gpu_factor == pytest.approx(k)
+    flat = build_cost_table(_scenario(0.0), profile=gpu8)  # the profile's spread wins over the spec's
+    assert flat.slowest_gpu_factor == pytest.approx(k)
+    # the block compute and the op times the exposures use are paced with the profile's spread too
+    for paced, plain in zip(_op_times(sc, gpu8), layer_op_times(sc, gpu8)):
+        assert paced.fwd_s == pytest.approx(k * plain.fwd_s, rel=1e-12)
+    # two ranks, or a CPU profile: measured and shown, not used
+    gpu2 = CalibrationProfile(fingerprint=Fingerprint(device="cuda"), rank_gemm_flops=[0.98e15, 1.02e15])
+    # every compute field of every chunk scales with the profile's pace against the spec's (same fits otherwise)
+    t2 = build_cost_table(sc, profile=gpu2)
+    for c8, c2 in zip(t.stages[0].chunks + t.stages[1].chunks, t2.stages[0].chunks + t2.stages[1].chunks):
+        for f in ("fwd_s", "bwd_input_s", "bwd_weight_s"):
+            assert getattr(c8, f) == pytest.approx(getattr(c2, f) * k / slowest_gpu_factor(64, 0.015), rel=1e-12)
+    assert gpu2.pace_spread_cv() is None and "not used" in gpu2.describe()
+    assert build_cost_table(sc, profile=gpu2).slowest_gpu_factor == pytest.approx(slowest_gpu_factor(64, 0.015))
+    cpu8 = CalibrationProfile(fingerprint=Fingerprint(device="cpu"), rank_gemm_flops=rates)
+    assert build_cost_table(sc, profile=cpu8).slowest_gpu_factor == pytest.approx(slowest_gpu_factor(64, 0.015))
+    # the rates survive the profile's JSON round trip; a wild spread is capped at GPUSpec's 0.5
     with tempfile.TemporaryDirectory() as d:
-        path = save_profile(gpu_prof, os.path.join(d, "p.json"))
-        assert load_profile(path).speed_spread_cv == pytest.approx(0.02)
+        path = save_profile(gpu8, os.path.join(d, "p.json"))
+        assert load_profile(path).pace_spread_cv() == pytest.approx(cv)
+    assert CalibrationProfile(rank_gemm_flops=[1e12, 9e12]).speed_spread_cv == 0.5

@@ -40,9 +40,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from trainsim.specs.errors import SpecError, from_validation_error
 from trainsim.specs.loaders import check_finite
 
-PROFILE_SCHEMA_VERSION = 2
-# Versions this trainsim reads: 1 lacks the eager-overhead and optimizer sections (added in 2, optional).
-READABLE_SCHEMA_VERSIONS = (1, 2)
+PROFILE_SCHEMA_VERSION = 3
+# Versions this trainsim reads: 1 lacks the eager-overhead and optimizer sections (added in 2, optional);
+# 2 lacks the per-rank GEMM rates (added in 3, optional).
+READABLE_SCHEMA_VERSIONS = (1, 2, 3)
+# Ranks a measured speed spread needs before it replaces the GPU spec's (one 8-GPU node): the sample spread
+# of fewer devices is too noisy to stand for a fleet of thousands.
+MIN_SPREAD_RANKS = 8
 PROFILE_KIND = "trainsim-calibration-profile"
 MAX_PROFILE_BYTES = 64 * 1024 * 1024  # a full profile is well under 1 MB; refuse absurd files
 
@@ -431,8 +435,17 @@ class CalibrationProfile(_Model):
 
     @property
     def speed_spread_cv(self) -> float | None:
-        """Coefficient of variation (population) of the ranks' GEMM rates, or None below two ranks."""
-        return speed_spread_cv(self.rank_gemm_flops)
+        """Sample coefficient of variation of the ranks' GEMM rates (capped at GPUSpec's 0.5), or None below two."""
+        cv = speed_spread_cv(self.rank_gemm_flops)
+        return None if cv is None else min(cv, 0.5)
+
+    def pace_spread_cv(self) -> float | None:
+        """The spread the slowest-GPU pace should use: a GPU profile's, measured over >= MIN_SPREAD_RANKS ranks.
+        A CPU profile's ranks are cores of one host (the cpu preset's spread is 0): recorded, not used."""
+        ranks = sum(1 for r in self.rank_gemm_flops if r > 0)
+        if self.fingerprint.device == "cpu" or ranks < MIN_SPREAD_RANKS:
+            return None
+        return self.speed_spread_cv
 
     # ---- describing --------------------------------------------------------------------------------
     def describe(self) -> str:
@@ -452,7 +465,8 @@ class CalibrationProfile(_Model):
         if fp.date:
             parts.append(fp.date)
         if self.speed_spread_cv is not None:
-            parts.append(f"speed spread {self.speed_spread_cv:.1%} over {len(self.rank_gemm_flops)} ranks")
+            used = "" if self.pace_spread_cv() is not None else ", not used"
+            parts.append(f"speed spread {self.speed_spread_cv:.1%} over {len(self.rank_gemm_flops)} ranks{used}")
         where = self.source_path or "(in memory)"
         return f"{where} [{', '.join(parts)}]"
 
@@ -467,12 +481,13 @@ class CalibrationProfile(_Model):
 
 
 def speed_spread_cv(rates: list[float]) -> float | None:
-    """Population coefficient of variation of per-rank rates (std / mean), None for fewer than two."""
+    """Sample coefficient of variation of per-rank rates (std with n-1 / mean), None for fewer than two
+    (ranks that measured nothing report 0 and are left out)."""
     xs = [float(r) for r in rates if r > 0]
     if len(xs) < 2:
         return None
     mean = sum(xs) / len(xs)
-    return math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs)) / mean
+    return math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)) / mean
 
 
 def _loglog_interp(points: list[tuple[float, float]], x: float) -> float:

@@ -147,11 +147,9 @@ def w_retained_bytes_per_layer(scenario: Scenario) -> float:
 
 def _pace(scenario: Scenario, profile=None) -> float:
     """Compute-time multiplier of the job's slowest GPU (cost_models/variation.py; 1 for identical GPUs). A
-    GPU calibration profile measured over several ranks supplies the spread it measured instead of the spec's
-    (a CPU profile's ranks are cores of one host: recorded, not used, as the cpu preset's spread is 0)."""
-    cv = None
-    if profile is not None and getattr(profile.fingerprint, "device", "") != "cpu":
-        cv = getattr(profile, "speed_spread_cv", None)
+    GPU calibration profile measured over at least one node's ranks supplies the spread it measured instead of
+    the spec's, as its GEMM fits replace the spec's efficiencies (CalibrationProfile.pace_spread_cv)."""
+    cv = profile.pace_spread_cv() if profile is not None and hasattr(profile, "pace_spread_cv") else None
     return variation.slowest_gpu_factor(scenario.num_gpus, scenario.cluster.gpu.speed_spread_cv if cv is None else cv)
 
 
