@@ -25,9 +25,14 @@ from functools import lru_cache
 
 import numpy as np
 
-_GRID = np.linspace(-9.0, 9.0, 36001)
-_PDF = np.exp(-0.5 * _GRID ** 2) / math.sqrt(2.0 * math.pi)
-_LOG_CDF = np.log(np.maximum(0.5 * np.array([math.erfc(-x / math.sqrt(2.0)) for x in _GRID]), 1e-300))
+
+@lru_cache(maxsize=1)
+def _grid() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The integration grid, the normal pdf and log cdf on it (built on first use, not at import)."""
+    x = np.linspace(-9.0, 9.0, 36001)
+    pdf = np.exp(-0.5 * x ** 2) / math.sqrt(2.0 * math.pi)
+    log_cdf = np.log(np.maximum(0.5 * np.array([math.erfc(-v / math.sqrt(2.0)) for v in x]), 1e-300))
+    return x, pdf, log_cdf
 
 
 def expected_max_std_normal(n: int) -> float:
@@ -45,9 +50,9 @@ def expected_max_std_normal(n: int) -> float:
 def _expected_max(n: int) -> float:
     if n == 1:
         return 0.0
-    dens = n * _PDF * np.exp((n - 1) * _LOG_CDF)
-    y = _GRID * dens
-    return float(np.sum(0.5 * (y[1:] + y[:-1]) * np.diff(_GRID)))  # trapezoid rule (numpy < 2 too)
+    x, pdf, log_cdf = _grid()
+    y = x * n * pdf * np.exp((n - 1) * log_cdf)
+    return float(np.sum(0.5 * (y[1:] + y[:-1]) * np.diff(x)))  # trapezoid rule (numpy < 2 too)
 
 
 def slowest_gpu_factor(n: int, cv: float) -> float:

@@ -325,7 +325,9 @@ def main(argv: list[str] | None = None) -> int:
             # Every rank ran the same GEMM suite at once: its overall rate is this device's speed, and the
             # ranks' spread is the part-to-part spread the simulator's slowest-GPU pace needs. Every rank
             # joins the gather (a rank that measured no GEMM reports 0, which the spread leaves out).
-            rate = (sum(gemm_flops(p.m, p.n, p.k) for p in gemm) / sum(p.stats.median_s for p in gemm)) if gemm else 0.0
+            rate = 0.0
+            if gemm:
+                rate = sum(gemm_flops(p.m, p.n, p.k) for p in gemm) / sum(p.stats.median_s for p in gemm)
             rank_rates = [0.0] * world
             dist.all_gather_object(rank_rates, rate)
         if "attention" not in skip:

@@ -74,6 +74,11 @@ class Bias:
         g = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
         return cls((g - 1.0) * 100.0, sum(abs(x / g - 1.0) for x in ratios) / len(ratios) * 100.0)
 
+    @staticmethod
+    def fields(b: Bias | None) -> dict[str, float | None]:
+        """The JSON keys of a bias (None values when there is none)."""
+        return {"bias_pct": b.bias_pct if b else None, "mape_after_bias_pct": b.mape_after_pct if b else None}
+
     def text(self) -> str:
         return f"bias {self.bias_pct:+.1f}%, MAPE after bias {self.mape_after_pct:.2f}%"
 
@@ -130,10 +135,8 @@ class ValidationReport:
         for name, rows in cats.items():
             errs = [abs(r.error_pct) for r in rows]  # type: ignore[arg-type]
             w = max(rows, key=lambda r: abs(r.error_pct))  # type: ignore[arg-type]
-            b = Bias.of(rows)
             out[name] = {"rows": len(rows), "mape_pct": sum(errs) / len(errs), "worst_pct": abs(w.error_pct),
-                         "worst_row": w.row_id, "bias_pct": b.bias_pct if b else None,
-                         "mape_after_bias_pct": b.mape_after_pct if b else None}
+                         "worst_row": w.row_id, **Bias.fields(Bias.of(rows))}
         return out
 
     def to_json(self) -> dict[str, Any]:
@@ -151,8 +154,7 @@ class ValidationReport:
             "mape_pct": self.mape_pct,
             "worst_pct": self.worst_pct,
             "worst_row": w.row_id if w else None,
-            "bias_pct": self.bias.bias_pct if self.bias else None,
-            "mape_after_bias_pct": self.bias.mape_after_pct if self.bias else None,
+            **Bias.fields(self.bias),
             "secondary_mape_pct": self.secondary_mape(),
             "by_category": self.by_category(),
         }
@@ -312,15 +314,16 @@ def render_text(report: ValidationReport, *, show_skipped: bool = True, width: i
     if mape is None:
         console.print(f"{d.name}: no rows compared")
     else:
+        bias = report.bias
         console.print(f"{d.name}: {len(report.compared)} rows, MAPE {mape:.2f}%, worst {abs(worst.error_pct):.2f}% "  # type: ignore[union-attr]
-                      f"({worst.row_id})" + (f"; {report.bias.text()}" if report.bias else ""))  # type: ignore[union-attr]
+                      f"({worst.row_id})" + (f"; {bias.text()}" if bias else ""))  # type: ignore[union-attr]
         cats = report.by_category()
         if len(cats) > 1:
             for name, v in cats.items():
-                bias = (f"; bias {v['bias_pct']:+.1f}%, MAPE after bias {v['mape_after_bias_pct']:.2f}%"
-                        if v["bias_pct"] is not None else "")
+                cat_bias = ("; " + Bias(v["bias_pct"], v["mape_after_bias_pct"]).text()
+                            if v["bias_pct"] is not None else "")
                 console.print(f"  {name}: {v['rows']} rows, MAPE {v['mape_pct']:.2f}%, worst {v['worst_pct']:.2f}% "
-                              f"({v['worst_row']}){bias}")
+                              f"({v['worst_row']}){cat_bias}")
         for name, v in report.secondary_mape().items():
             console.print(f"  {name} (source basis) MAPE {v:.2f}%")
     if show_skipped and report.skipped:

@@ -469,7 +469,8 @@ def _block(scenario: Scenario, groups: dict, profile) -> _Block:
     attn_tensors = (5 if shp.ql else 4) if shp.mla else 2  # MLA: q(down, up) | q, kv down, kv up, out
     per_block = attn_tensors + mlp * ((max(1, m.num_experts // lay.ep) + (1 if shp.fs else 0)) if shp.is_moe else 1)
     return _Block(
-        times=_paced(compute.layer_times(scenario, profile), _pace(scenario, profile)), tp_f=tp_f, tp_b=tp_b, cp_f=cp_f, cp_b=cp_b, ep_f=ep_f,
+        times=_paced(compute.layer_times(scenario, profile), _pace(scenario, profile)),
+        tp_f=tp_f, tp_b=tp_b, cp_f=cp_f, cp_b=cp_b, ep_f=ep_f,
         ep_b=ep_b, ep_f_ov=ep_f_ov, ep_b_ov=ep_b_ov, act_bytes=act.layer_activation_bytes(scenario).total,
         w_keep_bytes=w_retained_bytes_per_layer(scenario) if tr.schedule in ("zb", "dualpipev") else 0.0,
         params=dense_l + expert_l, gather_tensors=per_block)
@@ -646,8 +647,8 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
                 # ... and HBM copies around them: the zero-filled output plus the flat buffer copied back
                 # into the list (3 passes over the gathered bytes), the gradients copied into the flat
                 # reduce-scatter input (2 passes).
-                copy_g = compute.memory_time_s(3 * params * tr.param_bytes, hw, profile, "copy") * slowest if host else 0.0
-                copy_r = compute.memory_time_s(2 * params * tr.grad_bytes, hw, profile, "copy") * slowest if host else 0.0
+                copy_g = slowest * compute.memory_time_s(3 * params * tr.param_bytes, hw, profile, "copy") if host else 0.0
+                copy_r = slowest * compute.memory_time_s(2 * params * tr.grad_bytes, hw, profile, "copy") if host else 0.0
                 rlat, rbw = _coll("reduce_scatter", params * tr.grad_bytes / calls, dp_group, scenario, profile)
                 reduce = calls * (rlat + rbw) + host + copy_r
                 host += copy_g

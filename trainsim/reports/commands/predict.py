@@ -104,7 +104,7 @@ def render(pred, scenario) -> None:
     t.add_row("pipeline bubble", f"{pred.bubble_fraction:.1%}")
     slow = pred.breakdown_s.get("compute_slowest_gpu", 0.0)
     if slow > 0:
-        t.add_row(f"slowest of {pred.layout['tp'] * pred.layout['pp'] * pred.layout['dp'] * pred.layout['cp']} GPUs",
+        t.add_row(f"slowest of {scenario.num_gpus} GPUs",
                   f"+{slow:.4g} s compute (+{slow / max(pred.breakdown_s['compute'], 1e-30):.1%})")
     for d, val in pred.exposed_comm_s.items():
         t.add_row(f"exposed {d.upper()} comm", f"{val:.4g} s")
