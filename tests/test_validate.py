@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from external_tables import MOSAIC, table_path
+
 from trainsim.data import validation_path
 from trainsim.reports import validate as V
 from trainsim.reports.cli import main
@@ -43,7 +45,7 @@ def eq3_roofline(tflops_per_gpu: float):
 
 
 def rows(name):
-    with open(validation_path(name), newline="") as f:
+    with open(table_path(name), newline="") as f:
         return {r["row_id"]: r for r in csv.DictReader(f)}
 
 
@@ -154,6 +156,7 @@ def test_sc21_eq3_reproduces_published_step_times():
         assert f / (float(r["num_gpus"]) * float(r["tflops_per_gpu"]) * 1e12) == pytest.approx(float(r["step_time_s"]), rel=2e-3), rid
 
 
+@MOSAIC
 def test_mosaic_mfu_formula_and_peaks_reproduce_published_mfu():
     """MosaicML's formula at their peak reproduces every published MFU from the published tokens/s."""
     ds = load_dataset("mosaic")
@@ -163,6 +166,7 @@ def test_mosaic_mfu_formula_and_peaks_reproduce_published_mfu():
         assert fn(c.published) == pytest.approx(c.secondary["mfu_pct"], abs=0.06), c.row_id
 
 
+@MOSAIC
 def test_mosaic_scenarios_match_the_table():
     table = rows("mosaic_mpt_benchmarks.csv")
     for c in load_dataset("mosaic").active:
@@ -292,3 +296,21 @@ def test_dataset_from_csv_path(tmp_path, standin, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("row_id,foo\nx,1\n")
     assert main(["validate", "--dataset", str(bad)]) == 2
+
+
+def test_unbundled_tables_are_found_beside_the_checkout_or_refused_with_the_ways_to_supply_them(monkeypatch, tmp_path):
+    import trainsim.data as data
+    from trainsim.reports.datasets import missing_external
+    from trainsim.specs.errors import SpecError
+
+    monkeypatch.setattr(data, "external_dirs", lambda: [tmp_path])
+    assert missing_external("mosaic") and missing_external("sc21") is None
+    with pytest.raises(SpecError, match="TRAINSIM_VALIDATION_DIR"):
+        load_dataset("nemo")
+
+
+def test_the_environment_variable_is_searched_first(monkeypatch, tmp_path):
+    import trainsim.data as data
+
+    monkeypatch.setenv(data.VALIDATION_DIR_ENV, str(tmp_path))
+    assert data.external_dirs()[0] == tmp_path

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trainsim.data import validation_path
+from trainsim.data import VALIDATION_DIR_ENV, external_validation_path, validation_path
 from trainsim.reports import common_runs
 from trainsim.reports.cells import cluster as _cluster
 from trainsim.reports.cells import integer as _int
@@ -452,9 +452,31 @@ def mosaic_flops_per_seq(n_params: float, layers: int, d_model: int, seq: int, f
     return factor * (2.0 * n_params * seq + 4.0 * layers * d_model * seq**2)
 
 
+# Datasets whose tables are parsed from fetched repositories and so not bundled (trainsim.data).
+EXTERNAL_DATASETS = {"mosaic": "mosaic_mpt_benchmarks.csv", "nemo": "nemo_megatron_bridge_perf.csv"}
+
+
+def external_table(dataset: str, file: str) -> Path:
+    """Where the unbundled table of ``dataset`` lies; SpecError naming the ways to supply it when absent."""
+    found = external_validation_path(file)
+    if found is None:
+        raise SpecError("dataset", f"{dataset} reads {file}, which trainsim does not bundle (parsed from a "
+                                   f"fetched repository): set {VALIDATION_DIR_ENV} to the "
+                                   f"directory that holds it, or pass --dataset PATH")
+    return found
+
+
+def missing_external(name: str) -> str | None:
+    """Why bundled dataset ``name`` cannot be loaded here (its table is absent), or None."""
+    file = EXTERNAL_DATASETS.get(name)
+    if file is None or external_validation_path(file) is not None:
+        return None
+    return f"{name}: {file} not found (not bundled; set TRAINSIM_VALIDATION_DIR)"
+
+
 def load_mosaic(path: Path | None = None, *, name: str = "mosaic") -> Dataset:
     """MosaicML MPT FSDP runs: tokens/s per run on A100 40/80GB and H100 (BF16, FP8)."""
-    rows = _read_csv(path or validation_path("mosaic_mpt_benchmarks.csv"))
+    rows = _read_csv(path or external_table("mosaic", "mosaic_mpt_benchmarks.csv"))
     cases = [_mosaic_case(r) for r in rows]
     notes = (
         ("metric: tokens/s over all GPUs as published (Throughput T/s); MFU on MosaicML's own formula "
@@ -974,7 +996,7 @@ def nemo_llama_flops_per_token(model, seq: int) -> float:
 
 def load_nemo(path: Path | None = None, *, name: str = "nemo") -> Dataset:
     """Megatron-Bridge performance tables: tokens/s per GPU of modern Megatron-Core (H100 FP8, Blackwell)."""
-    rows = _read_csv(path or validation_path("nemo_megatron_bridge_perf.csv"))
+    rows = _read_csv(path or external_table("nemo", "nemo_megatron_bridge_perf.csv"))
     cases = [_nemo_case(r) for r in rows]
     notes = (
         ("metric: tokens/s per GPU as printed; secondary model_tflops_per_gpu on NeMo's own model-FLOP basis "
