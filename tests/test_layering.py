@@ -1,4 +1,4 @@
-"""DESIGN.md's layering is a promise: lower layers never import upper ones; torch lives only in kernels."""
+"""docs/design.md's layering is a promise: lower layers never import upper ones; torch lives only in kernels."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "trainsim"
 
-# Which trainsim subpackages each layer may import (DESIGN.md, "Components").
+# Which trainsim subpackages each layer may import (docs/design.md, "Layers").
 ALLOWED = {
     "specs": {"specs"},
     "topologies": {"specs", "topologies"},

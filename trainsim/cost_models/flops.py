@@ -9,7 +9,7 @@ Conventions (stated once, used everywhere):
   Korthikanti eq. 7/8 do (formulas.csv rows ``flops_sc21``, ``flops_model_korth``): fwd 4·b·a·s²·d per
   layer, bwd 2× fwd. A causal fused kernel skips about half of that work; ``Op.work_fraction`` carries this
   to the *time* model only, so model/hardware FLOPs keep the published convention.
-* Model FLOPs (DESIGN.md) are the matmul FLOPs (kinds ``gemm``, ``bmm``, ``attention``) of forward +
+* Model FLOPs (docs/design.md) are the matmul FLOPs (kinds ``gemm``, ``bmm``, ``attention``) of forward +
   backward with no recompute; hardware FLOPs add what the recompute mode re-runs: ``selective`` = the
   attention core, 2Bs²h + 2Bs²h per layer as Korthikanti's Appendix A text states (their printed eq. 8,
   with s/3h, adds three times that; tests/test_cost_flops.py pins the factor), ``full`` = the whole block
@@ -439,7 +439,7 @@ def _unsharded_flops(shp: LayerShape, L: int) -> tuple[PassFlops, PassFlops]:
 
 
 def model_flops_per_step(scenario) -> float:
-    """Model FLOPs of one optimizer step, all GPUs: matmul FLOPs of fwd + bwd, no recompute (DESIGN.md)."""
+    """Model FLOPs of one optimizer step, all GPUs: matmul FLOPs of fwd + bwd, no recompute (docs/design.md)."""
     blocks, head = _per_microbatch_unsharded(scenario)
     n_micro = scenario.training.global_batch / scenario.training.micro_batch
     return n_micro * (blocks.model + head.model)

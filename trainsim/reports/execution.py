@@ -1,5 +1,5 @@
 """Measured vs predicted for `trainsim execute`: the comparison lives here, above the simulator, because
-kernels (which measure) must never import the simulator (DESIGN.md layering)."""
+kernels (which measure) must never import the simulator (docs/design.md layering)."""
 
 from __future__ import annotations
 

@@ -428,7 +428,7 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
          f"{opts.storage_write_Bps / 1e12:.1f} TB/s aggregate (Llama 3's Tectonic storage sustained 2 TB/s) unless given."),
         f"Restart time {fmt_time(opts.restart_s)} (assumption, as in Daly's examples) unless given.",
         "Tokens to train default: 20 per parameter (Hoffmann et al. 2022, compute-optimal).",
-        "MFU = model FLOPs (forward + backward, no recompute) / (step time × GPUs × dense peak); see DESIGN.md.",
+        "MFU = model FLOPs (forward + backward, no recompute) / (step time × GPUs × dense peak); see docs/design.md in the trainsim repository.",
         f"Predictions use calibration: {pred.calibration}.",
     ] + list(opts.notes) + list(pred.warnings)
     return Report(

@@ -1,6 +1,6 @@
 """Turn a simulated (or closed-form) step into the numbers `trainsim predict` reports.
 
-Definitions (DESIGN.md): MFU = model FLOPs / (step time × GPUs × dense peak of the dtype); HFU likewise
+Definitions (docs/design.md): MFU = model FLOPs / (step time × GPUs × dense peak of the dtype); HFU likewise
 with hardware FLOPs (recompute included). ``bubble_fraction`` is the pipeline idle time not explained by
 communication, as a fraction of the pipeline span (start of the step to the end of the last compute op),
 averaged over stages — for uniform stages and a free network it equals (p-1)/(m+p-1) (GPipe, 1F1B) and

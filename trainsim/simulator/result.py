@@ -1,4 +1,4 @@
-"""Prediction: what `trainsim predict` reports, with the JSON shape DESIGN.md promises (schema_version 1)."""
+"""Prediction: what `trainsim predict` reports, with the JSON shape docs/design.md promises (schema_version 1)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class StageMemory:
 
 @dataclass
 class Prediction:
-    """One predicted optimizer step. Seconds, bytes, FLOP/s; see DESIGN.md for definitions."""
+    """One predicted optimizer step. Seconds, bytes, FLOP/s; see docs/design.md for definitions."""
 
     step_time_s: float
     tokens_per_s: float
@@ -56,7 +56,7 @@ class Prediction:
         return self.peak_bytes <= self.gpu_memory_bytes
 
     def to_json(self) -> dict[str, Any]:
-        """The stable JSON object (keys of DESIGN.md plus engine, calibration and breakdown)."""
+        """The stable JSON object (keys of docs/design.md plus engine, calibration and breakdown)."""
         return {
             "schema_version": SCHEMA_VERSION,
             "scenario": self.scenario,

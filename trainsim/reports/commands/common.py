@@ -56,7 +56,7 @@ def name_list(text: str) -> tuple[str, ...]:
 
 
 def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = True) -> None:
-    """The scenario flags of DESIGN.md (`trainsim predict` and friends)."""
+    """The scenario flags of docs/design.md (`trainsim predict` and friends)."""
     if scenario_positional:
         p.add_argument("scenario", nargs="?", help="scenario YAML/JSON (flags override it)")
     p.add_argument("--model", help="preset name, YAML/JSON file, or Hugging Face config.json")
