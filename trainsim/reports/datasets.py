@@ -23,6 +23,7 @@ from trainsim.reports.cells import cluster as _cluster
 from trainsim.reports.cells import integer as _int
 from trainsim.reports.cells import num as _num
 from trainsim.specs import ClusterSpec, Scenario, SpecError, build_scenario, load_cluster, load_model, preset
+from trainsim.specs.errors import did_you_mean
 
 # --- the shapes ------------------------------------------------------------------------------------
 
@@ -1317,7 +1318,8 @@ def load_dataset(name_or_path: str) -> Dataset:
         return DATASETS[name_or_path]()
     p = Path(name_or_path)
     if not p.is_file():
-        raise SpecError("dataset", f"unknown dataset {name_or_path!r} (known: {', '.join(DATASETS)}; or a CSV path)")
+        raise SpecError("dataset", f"unknown dataset {name_or_path!r}{did_you_mean(name_or_path, DATASETS)} "
+                                   f"(known: {', '.join(DATASETS)}; or a CSV path)")
     rows = _read_csv(p)
     cols = set(rows[0]) if rows else set()
     if not rows:

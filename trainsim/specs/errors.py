@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import ValidationError
+import difflib
+from collections.abc import Iterable, Sequence
+from typing import get_args
+
+from pydantic import BaseModel, ValidationError
 
 
 class SpecError(ValueError):
@@ -14,11 +18,37 @@ class SpecError(ValueError):
         super().__init__(f"{field}: {reason}")
 
 
-def from_validation_error(err: ValidationError, prefix: str = "") -> SpecError:
-    """Turn pydantic's multi-line report into a SpecError for its first problem."""
+def did_you_mean(name: object, known: Iterable[str]) -> str:
+    """``"; did you mean 'x'?"`` for the closest known name (difflib's ratio >= 0.6), else ``""``."""
+    close = difflib.get_close_matches(str(name), list(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def unknown_name(field: str, what: str, name: object, known: Sequence[str]) -> SpecError:
+    """The refusal of a name that is not one of ``known`` (a preset, a dataset...), with the closest match."""
+    return SpecError(field, f"unknown {what} {name!r}{did_you_mean(name, known)} (known: {', '.join(known)})")
+
+
+def _fields_at(model: type[BaseModel] | None, loc: Sequence) -> list[str]:
+    """Field names of the (nested) pydantic model that holds the last element of ``loc``."""
+    for part in loc[:-1]:
+        info = getattr(model, "model_fields", {}).get(part) if model else None
+        if info is None:
+            return []
+        kinds = (info.annotation, *get_args(info.annotation))
+        model = next((k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)), None)
+    return list(getattr(model, "model_fields", {})) if model else []
+
+
+def from_validation_error(err: ValidationError, prefix: str = "", model: type[BaseModel] | None = None) -> SpecError:
+    """Turn pydantic's multi-line report into a SpecError for its first problem; an unknown key of ``model``
+    gets the closest allowed key."""
     first = err.errors()[0]
-    loc = ".".join(str(p) for p in first.get("loc", ()) if p != "__root__")
+    raw_loc = [p for p in first.get("loc", ()) if p != "__root__"]
+    loc = ".".join(str(p) for p in raw_loc)
     field = ".".join(p for p in (prefix, loc) if p) or prefix or "input"
     msg = first.get("msg", "invalid value")
     msg = msg.removeprefix("Value error, ")
+    if first.get("type") == "extra_forbidden" and raw_loc:
+        msg = "unknown key" + did_you_mean(raw_loc[-1], _fields_at(model, raw_loc))
     return SpecError(field, msg.replace("\n", " "))

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from .errors import SpecError, from_validation_error
+from .errors import SpecError, did_you_mean, from_validation_error, unknown_name
 from .hardware import ClusterSpec, GPUSpec
 from .model import ModelSpec
 from .presets import preset, preset_names
@@ -106,7 +106,7 @@ def _validate(cls, data: Mapping, field: str):
     try:
         return cls.model_validate(data)
     except ValidationError as e:
-        raise from_validation_error(e, field) from None
+        raise from_validation_error(e, field, cls) from None
 
 
 # --- models -----------------------------------------------------------------------------------
@@ -339,7 +339,7 @@ def load_model(spec: str | Mapping | ModelSpec) -> ModelSpec:
         raw = preset("models", spec)
         if raw is None:
             if not (os.path.sep in spec or spec.endswith((".yaml", ".yml", ".json")) or Path(spec).exists()):
-                raise SpecError("model", f"unknown preset {spec!r} (known: {', '.join(preset_names('models'))})")
+                raise unknown_name("model", "preset", spec, preset_names("models"))
             data = read_mapping(spec, "model")
             raw = model_from_hf(data, Path(spec).stem) if is_hf_config(data) else data
             raw.setdefault("name", Path(spec).stem)
@@ -359,7 +359,7 @@ def load_gpu(spec: str | Mapping) -> GPUSpec:
     if isinstance(spec, str):
         raw = preset("gpus", spec)
         if raw is None:
-            raise SpecError("cluster.gpu", f"unknown GPU preset {spec!r} (known: {', '.join(preset_names('gpus'))})")
+            raise unknown_name("cluster.gpu", "GPU preset", spec, preset_names("gpus"))
         return _validate(GPUSpec, raw, "cluster.gpu")
     if isinstance(spec, Mapping):
         if "preset" in spec:
@@ -384,7 +384,7 @@ def load_cluster(spec: str | Mapping | ClusterSpec, gpus: int | None = None) -> 
         found = preset("clusters", spec)
         if found is None:
             if not (os.path.sep in spec or spec.endswith((".yaml", ".yml", ".json")) or Path(spec).exists()):
-                raise SpecError("cluster", f"unknown preset {spec!r} (known: {', '.join(preset_names('clusters'))})")
+                raise unknown_name("cluster", "preset", spec, preset_names("clusters"))
             data = read_mapping(spec, "cluster")
             data.setdefault("name", Path(spec).stem)
             return load_cluster(data, gpus)
@@ -439,7 +439,9 @@ def load_scenario_file(path: str | os.PathLike) -> dict:
     unknown = set(data) - SCENARIO_KEYS
     if unknown:
         # str(): YAML keys may be numbers or booleans (``1: 2``), which do not sort with strings.
-        raise SpecError(f"scenario.{min(map(str, unknown))}", f"unknown key (allowed: {', '.join(sorted(SCENARIO_KEYS))})")
+        key = min(map(str, unknown))
+        raise SpecError(f"scenario.{key}", f"unknown key{did_you_mean(key, sorted(SCENARIO_KEYS))} "
+                                           f"(allowed: {', '.join(sorted(SCENARIO_KEYS))})")
     base = Path(path).parent
     for key in ("model", "cluster"):  # relative file references are relative to the scenario
         v = data.get(key)
