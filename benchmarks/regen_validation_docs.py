@@ -15,10 +15,11 @@ leading dash is read as the dataset: `sc21 --hide-skipped`), optionally followed
     summary  the summary line, the per-category lines and the source-basis MAPE line only
 
 The fenced block after each marker is replaced by the command line and its filtered output (a fence is
-inserted when the marker has none). MosaicML and NeMo read tables that trainsim does not bundle: they are found
-through TRAINSIM_VALIDATION_DIR (`--validation-dir`, else the environment, else shared/validation beside the
-checkout, as the tests do). A marker whose dataset is unavailable keeps its old block and is listed as skipped;
-one whose run fails or whose output has an unknown shape keeps its old block too and makes the exit status 1.
+inserted when the marker has none). MosaicML and NeMo read tables that trainsim does not bundle: they are
+found through TRAINSIM_VALIDATION_DIR (`--validation-dir`, else the environment, else shared/validation beside
+the checkout, as the tests do). A marker whose dataset is unavailable keeps its old block and is listed as
+skipped; one whose run fails or whose output has an unknown shape keeps its old block too and makes the exit
+status 1.
 `--check` writes nothing and exits 1 when the document is not current. Identical argument lists run once.
 """
 
@@ -31,10 +32,10 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "validation.md"
@@ -166,14 +167,14 @@ def run_validate(args: tuple[str, ...], *, module: str, env: dict[str, str], tim
     """One `python -m <cli> validate ARGS` in the repository root."""
     try:
         p = subprocess.run([sys.executable, "-m", module, "validate", *args], cwd=ROOT, env=env,
-                           capture_output=True, text=True, timeout=timeout)
+                           capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
         return Outcome(124, "", f"timed out after {timeout:g} s")
     return Outcome(p.returncode, p.stdout, p.stderr)
 
 
 def validation_env(validation_dir: str | None) -> dict[str, str]:
-    """The environment for the runs: this checkout first on PYTHONPATH, the unbundled tables' directory set."""
+    """The environment of the runs: this checkout first on PYTHONPATH, the unbundled tables' directory set."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     shared = ROOT.parent / "shared" / "validation"
@@ -225,18 +226,22 @@ def _replace_one(lines: list[str], marker: Marker, out: Outcome) -> tuple[str, s
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--doc", type=Path, default=DOC, help="markdown file to regenerate (default docs/validation.md)")
-    ap.add_argument("--check", action="store_true", help="write nothing; exit 1 if the document is not current")
+    ap.add_argument("--doc", type=Path, default=DOC,
+                    help="markdown file to regenerate (default docs/validation.md)")
+    ap.add_argument("--check", action="store_true",
+                    help="write nothing; exit 1 if the document is not current")
     ap.add_argument("--jobs", type=int, default=1, help="validate runs in parallel (default 1)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds allowed per validate run")
     ap.add_argument("--validation-dir", help=f"directory of the unbundled tables (sets {ENV_VAR})")
     a = ap.parse_args(argv)
     module, env = cli_module(), validation_env(a.validation_dir)
-    print(f"{ENV_VAR}={env.get(ENV_VAR, '(unset)')}; running python -m {module} validate ...", file=sys.stderr)
+    print(f"{ENV_VAR}={env.get(ENV_VAR, '(unset)')}; running python -m {module} validate ...",
+          file=sys.stderr)
     text = a.doc.read_text(encoding="utf-8")
     try:
-        new, report = regenerate(text, lambda args: run_validate(args, module=module, env=env, timeout=a.timeout),
-                                 jobs=a.jobs, log=lambda s: print(s, file=sys.stderr))
+        def runner(args: tuple[str, ...]) -> Outcome:
+            return run_validate(args, module=module, env=env, timeout=a.timeout)
+        new, report = regenerate(text, runner, jobs=a.jobs, log=lambda s: print(s, file=sys.stderr))
     except MarkerError as e:
         print(f"error: {a.doc}: {e}", file=sys.stderr)
         return 2
