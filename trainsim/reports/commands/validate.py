@@ -16,7 +16,7 @@ def register(subparsers) -> None:
                     "of each row, the MAPE and the worst row. Exit 1 when MAPE exceeds --max-mape "
                     "(or the worst row exceeds --max-worst).")
     p.add_argument("--dataset", default="sc21",
-                   help="bundled dataset (sc21, sc21-scripts, mosaic, zero-bubble, nccl, all) or a CSV path; "
+                   help="bundled dataset (sc21, sc21-scripts, mosaic, zero-bubble, nccl, memory, all) or a CSV path; "
                         "all = every primary dataset (sc21-scripts is a variant of sc21)")
     p.add_argument("--json", action="store_true", help="print one JSON object (a list under 'datasets' for all)")
     p.add_argument("--max-mape", type=nonneg_float, help="fail (exit 1) above this MAPE, percent")
