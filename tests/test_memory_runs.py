@@ -35,7 +35,7 @@ def report(dataset):
 
 
 def test_loader_reads_every_row_and_every_scenario_builds(raw_rows, dataset):
-    assert len(raw_rows) >= 28
+    assert len(raw_rows) >= 34
     assert [c.row_id for c in dataset.cases] == [r["row_id"] for r in raw_rows]
     assert len({c.row_id for c in dataset.cases}) == len(raw_rows)
     assert [c.row_id for c in dataset.cases if c.skip_reason or c.scenario is None] == []
