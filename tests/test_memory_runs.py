@@ -35,7 +35,7 @@ def report(dataset):
 
 
 def test_loader_reads_every_row_and_every_scenario_builds(raw_rows, dataset):
-    assert len(raw_rows) >= 34
+    assert len(raw_rows) >= 35
     assert [c.row_id for c in dataset.cases] == [r["row_id"] for r in raw_rows]
     assert len({c.row_id for c in dataset.cases}) == len(raw_rows)
     assert [c.row_id for c in dataset.cases if c.skip_reason or c.scenario is None] == []
@@ -122,14 +122,16 @@ def test_a_csv_path_in_this_schema_loads_as_memory_rows(tmp_path, raw_rows):
 
 
 def test_accuracy_today(report):
-    """Guard at what the current memory model gives (measured 2026-11-25, peak_bytes basis): 28 rows, MAPE 19.3 %,
-    worst +63.1 % (tt25_h200_32); Megatron rows 5.35 %, torch FSDP2 rows 35.4 %. The issue's targets (MAPE <= 2 %
-    on allocated, <= 5 % on reserved / nvidia-smi, worst <= 8 %) are not met: strict xfail below."""
+    """Guard at what the current memory model gives (measured 2026-11-25 on Prediction.peak_bytes): 35 rows, MAPE
+    19.4 %, worst -67.0 % (swift26_qwen72b_tp8_optoffload: no gradient memory kept on the GPU under CPU optimizer
+    offload); Megatron rows 7.2 %, torch FSDP2 rows 35.4 %. The issue's targets (MAPE <= 2 % on allocated, <= 5 % on
+    reserved / nvidia-smi, worst <= 8 %) are not met: strict xfail below."""
     assert len(report.compared) == len(report.dataset.cases)
-    assert report.mape_pct <= 19.8
+    assert report.mape_pct <= 19.9
     cats = report.by_category()
-    assert cats["Megatron"]["mape_pct"] <= 5.9
+    assert cats["Megatron"]["mape_pct"] <= 7.7
     assert cats["torch FSDP2"]["mape_pct"] <= 35.9
+    assert cats["Megatron + offload"]["rows"] == 1
     # the issue's headline row: torchtitan's 82.4 GiB run is predicted at ~102 GiB today
     row = next(r for r in report.compared if r.row_id == "tt24_t1_fsdp")
     assert row.error_pct == pytest.approx(24.2, abs=1.0)
