@@ -5,6 +5,7 @@
 
 * ``peak_memory_gib``: the published per-GPU peak, GiB (2^30 bytes); ``memory_as_printed`` keeps the source's text;
 * ``memory_metric``: which counter the source printed -- ``allocated peak`` (torch.cuda.max_memory_allocated),
+  ``active peak`` (torch's peak ``active_bytes``: allocated blocks plus freed ones still awaiting their streams),
   ``reserved peak`` (torch.cuda.max_memory_reserved: allocated plus the caching allocator's cached, unused
   blocks), ``nvidia-smi`` (the whole process: reserved plus CUDA context, library workspaces and NCCL buffers)
   or ``not stated``;
@@ -34,10 +35,11 @@ from trainsim.specs import SpecError
 
 GiB = float(1 << 30)
 MEMORY_CSV = "memory_runs.csv"
-MEMORY_METRICS = ("allocated peak", "reserved peak", "nvidia-smi", "not stated")
+MEMORY_METRICS = ("allocated peak", "active peak", "reserved peak", "nvidia-smi", "not stated")
 # The Prediction attribute that matches each published counter, when the memory model reports it separately;
 # ``peak_bytes`` (the model's peak per GPU, runtime reserve included) otherwise.
-PREDICTED_FIELD = {"allocated peak": "peak_allocated_bytes", "reserved peak": "peak_reserved_bytes",
+PREDICTED_FIELD = {"allocated peak": "peak_allocated_bytes", "active peak": "peak_allocated_bytes",
+                   "reserved peak": "peak_reserved_bytes",
                    "nvidia-smi": "peak_device_bytes", "not stated": "peak_bytes"}
 OFFLOAD = {"none": (False, False), "optimizer": (True, False), "optimizer+params": (True, True)}
 CATEGORY = {"torch": "torch FSDP2", "pytorch-fsdp": "torch FSDP1", "megatron": "Megatron",
@@ -116,7 +118,8 @@ def _label(r: dict, raw: dict, metric: str) -> str:
     if tr["schedule"] == "zb":
         parts.append("ZB")
     parts.append({"none": "noAC", "selective": "SAC", "full": "AC"}[tr["recompute"]])
-    parts.append({"allocated peak": "alloc", "reserved peak": "resv", "nvidia-smi": "smi", "not stated": "?"}[metric])
+    parts.append({"allocated peak": "alloc", "active peak": "active", "reserved peak": "resv", "nvidia-smi": "smi",
+                  "not stated": "?"}[metric])
     return " ".join(parts)
 
 
