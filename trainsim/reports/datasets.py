@@ -1274,6 +1274,12 @@ def _sc21(unknowns: str) -> Callable[[], Dataset]:
     return load
 
 
+def _load_memory(path: Path | None = None, name: str = "memory") -> Dataset:
+    """The measured-memory runs (trainsim/reports/memory_runs.py, which imports this module)."""
+    from trainsim.reports.memory_runs import load_memory
+    return load_memory(path, name=name)
+
+
 # Secondary datasets (not in `validate --dataset all`): the same rows under other documented choices.
 SECONDARY_DATASETS = ("sc21-scripts",)
 
@@ -1286,13 +1292,8 @@ DATASETS: dict[str, Callable[[], Dataset]] = {
     "nemo": load_nemo,
     "korthikanti": load_korthikanti,
     "llama3": load_llama3,
-    "memory": lambda: _load_memory(),
+    "memory": _load_memory,
 }
-
-
-def _load_memory(path: Path | None = None, name: str = "memory") -> Dataset:
-    from trainsim.reports.memory_runs import load_memory  # imports this module
-    return load_memory(path, name=name)
 
 
 def dataset_names() -> list[str]:
