@@ -14,7 +14,7 @@ import pytest
 from trainsim.data import validation_path
 from trainsim.reports.cli import main
 from trainsim.reports.datasets import load_dataset
-from trainsim.reports.memory_runs import GiB, MEMORY_METRICS, load_memory, memory_case, predicted_gib
+from trainsim.reports.memory_runs import MEMORY_METRICS, GiB, load_memory, memory_case, predicted_gib
 from trainsim.reports.validate import default_predict_fn, validate
 
 
