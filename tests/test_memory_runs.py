@@ -35,7 +35,7 @@ def report(dataset):
 
 
 def test_loader_reads_every_row_and_every_scenario_builds(raw_rows, dataset):
-    assert len(raw_rows) >= 47
+    assert len(raw_rows) >= 58
     assert [c.row_id for c in dataset.cases] == [r["row_id"] for r in raw_rows]
     assert len({c.row_id for c in dataset.cases}) == len(raw_rows)
     assert [c.row_id for c in dataset.cases if c.skip_reason or c.scenario is None] == []
@@ -72,6 +72,20 @@ def test_zero_bubble_interleaved_row_equals_its_source(dataset):
     assert (s.layout.pp, s.layout.vpp, s.layout.tp, s.training.micro_batch, s.training.schedule) == (
         32, 2, 1, 1, "interleaved")
     assert (s.model.num_layers, s.model.hidden, s.model.num_heads, s.training.seq_len) == (62, 6144, 48, 1024)
+
+
+def test_bloom_production_layout_row_equals_its_source(dataset):
+    """BigScience tr11-176B-ml chronicles-prequel, 'Rebalancing layers', NHIDDEN=14336 / NLAYERS=70 table, row
+    DP 8 TP 4 PP 12 MBS 2 NHEADS 112 GBS 2048: 59GB (BLOOM's final layout); BF16_Optimizer: fp32 gradients (4 bytes)
+    and a ZeRO-1 equivalent over the 8 replicas; 48 nodes x 8 A100 80GB."""
+    case = next(c for c in dataset.cases if c.row_id == "bloom22_h14336_l70_a112_tp4pp12_mb2")
+    s = case.scenario
+    assert case.published == 59.0 and case.category == "DeepSpeed ZeRO-1"
+    assert (s.num_gpus, s.layout.tp, s.layout.pp, s.layout.dp, s.training.micro_batch, s.training.global_batch) == (
+        384, 4, 12, 8, 2, 2048)
+    assert (s.model.hidden, s.model.num_layers, s.model.num_heads, s.model.vocab_size) == (14336, 70, 112, 250880)
+    assert (s.training.zero, s.training.grad_bytes, s.training.recompute, s.training.framework) == (1, 4, "full",
+                                                                                                   "deepspeed")
 
 
 def test_one_run_on_three_counters(dataset):
@@ -124,19 +138,21 @@ def test_a_csv_path_in_this_schema_loads_as_memory_rows(tmp_path, raw_rows):
 
 
 def test_accuracy_today(report):
-    """Guard at what the current memory model gives (measured 2026-11-25 on Prediction.peak_bytes): 47 rows, MAPE
-    23.2 %, worst +70.4 % (tt165_fsdp2_sac_compile_mb16_resv: torchtitan's per-op SAC saves far less than trainsim's
+    """Guard at what the current memory model gives (measured 2026-11-25 on Prediction.peak_bytes): 58 rows, MAPE
+    25.1 %, worst +70.4 % (tt165_fsdp2_sac_compile_mb16_resv: torchtitan's per-op SAC saves far less than trainsim's
     attention-core selective recompute); by framework: Megatron 7.2 % (21 rows), Megatron + CPU optimizer offload
-    67.0 % (1 row: no gradient memory kept on the GPU), torch FSDP2 35.4 % (21), torch FSDP1 31.9 % (4). The issue's
-    targets (MAPE <= 2 % on allocated, <= 5 % on reserved / nvidia-smi, worst <= 8 %) are not met: strict xfail below."""
+    67.0 % (1 row: no gradient memory kept on the GPU), torch FSDP2 35.4 % (21), torch FSDP1 31.9 % (4), DeepSpeed
+    ZeRO-1 (BLOOM's BF16_Optimizer) 33.2 % (11, all under-predicted). The issue's targets (MAPE <= 2 % on allocated,
+    <= 5 % on reserved / nvidia-smi, worst <= 8 %) are not met: strict xfail below."""
     assert len(report.compared) == len(report.dataset.cases)
-    assert report.mape_pct <= 23.7
+    assert report.mape_pct <= 25.6
     cats = report.by_category()
     assert {k: v["rows"] for k, v in cats.items()} == {"Megatron": 21, "Megatron + offload": 1, "torch FSDP2": 21,
-                                                        "torch FSDP1": 4}
+                                                        "torch FSDP1": 4, "DeepSpeed ZeRO-1": 11}
     assert cats["Megatron"]["mape_pct"] <= 7.7
     assert cats["torch FSDP2"]["mape_pct"] <= 35.9
     assert cats["torch FSDP1"]["mape_pct"] <= 32.4
+    assert cats["DeepSpeed ZeRO-1"]["mape_pct"] <= 33.7
     # the issue's headline row: torchtitan's 82.4 GiB run is predicted at ~102 GiB today
     row = next(r for r in report.compared if r.row_id == "tt24_t1_fsdp")
     assert row.error_pct == pytest.approx(24.2, abs=1.0)
@@ -149,7 +165,7 @@ def test_issue_target(report):
 
 
 def test_cli_prints_the_table_and_gates(capsys):
-    assert main(["validate", "--dataset", "memory", "--max-mape", "25"]) == 0
+    assert main(["validate", "--dataset", "memory", "--max-mape", "26"]) == 0
     out = capsys.readouterr().out
     assert "tt24_t1_fsdp" in out and "zb24_28.3B_ZB-1p" in out and "Megatron:" in out
     assert main(["validate", "--dataset", "memory", "--max-mape", "2"]) == 1

@@ -13,6 +13,9 @@
   ``dropout``, ``tied_embeddings``, ``gpu_memory_gib`` (the HBM of the part the run used when it differs from the
   preset's, e.g. the 96 GB H100 of Meta's Grand Teton: only the capacity changes, which is all that peak memory
   compares against);
+* ``grad_bytes`` (optional): bytes per gradient element when the source states a gradient dtype its framework
+  does not use by default (DeepSpeed's BF16_Optimizer accumulates bf16 gradients in fp32: 4); empty = the
+  framework's own choice, which is what a row without it tests;
 * ``unmodelled`` (settings of the run trainsim cannot express, e.g. torch.compile) and ``unknowns`` (what the
   source leaves open and the rule that set it), beside the provenance columns.
 
@@ -43,7 +46,8 @@ PREDICTED_FIELD = {"allocated peak": "peak_allocated_bytes", "active peak": "pea
                    "nvidia-smi": "peak_device_bytes", "not stated": "peak_bytes"}
 OFFLOAD = {"none": (False, False), "optimizer": (True, False), "optimizer+params": (True, True)}
 CATEGORY = {"torch": "torch FSDP2", "pytorch-fsdp": "torch FSDP1", "megatron": "Megatron",
-            "megatron-2021": "Megatron", "megatron-2022": "Megatron"}
+            "megatron-2021": "Megatron", "megatron-2022": "Megatron", "deepspeed": "DeepSpeed",
+            "deepspeed-2021": "DeepSpeed"}
 
 MEMORY_CITATION = ("trainsim/data/validation/memory_runs.csv: torchtitan benchmarks (Llama 3.1 on H100, end of 2024; "
                    "Llama 3.1 8B on H200, June 2025), Qi et al. ICLR 2024 (arXiv:2401.10241) Table 4; "
@@ -102,6 +106,8 @@ def memory_case(r: dict) -> Case:
     label = _label(r, raw, metric)
     scenario, why = _scenario(raw, rid)
     category = CATEGORY.get(raw["training"]["framework"], raw["training"]["framework"])
+    if category == "DeepSpeed":
+        category += f" ZeRO-{raw['training']['zero']}"
     if raw["training"].get("offload_optimizer"):
         category += " + offload"
     return Case(rid, label, published, scenario=scenario, skip_reason=why, category=category,
@@ -165,6 +171,9 @@ def scenario_mapping(r: dict) -> dict:
                 "offload_optimizer": off_opt, "offload_params": off_params}
     if dist_opt:
         training["distributed_optimizer"] = True
+    grad_bytes = common_runs.whole(r, "grad_bytes")
+    if grad_bytes is not None:
+        training["grad_dtype_bytes"] = grad_bytes
     if tp > 1 and (r.get("sequence_parallel") or "").strip().lower().startswith(("yes", "true", "on")):
         training["sequence_parallel"] = True
     layout = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp}
