@@ -50,8 +50,10 @@ CATEGORY = {"torch": "torch FSDP2", "pytorch-fsdp": "torch FSDP1", "megatron": "
             "deepspeed-2021": "DeepSpeed"}
 
 MEMORY_CITATION = ("trainsim/data/validation/memory_runs.csv: torchtitan benchmarks (Llama 3.1 on H100, end of 2024; "
-                   "Llama 3.1 8B on H200, June 2025), Qi et al. ICLR 2024 (arXiv:2401.10241) Table 4; "
-                   "each row's source, locator and reading in its provenance columns")
+                   "Llama 3.1 8B on H200, June 2025) and pytorch/torchtitan PR #165 (FSDP1 vs FSDP2); Qi et al. ICLR "
+                   "2024 (arXiv:2401.10241) Table 4; BigScience tr11-176B-ml chronicles (BLOOM topology search); "
+                   "Megatron-LM user logs and notes; a modelscope/ms-swift example; each row's source, locator and "
+                   "reading in its provenance columns")
 MEMORY_NOTES = (
     ("metric: peak memory per GPU as published (GiB), on the counter the source printed (memory_metric); the "
      "prediction is trainsim's peak bytes per GPU over the pipeline stages (Prediction.peak_bytes: weights, "
@@ -62,8 +64,8 @@ MEMORY_NOTES = (
      "sharding, offload, precision, FlashAttention, dropout and framework columns as stated; the GPU preset of "
      "gpu_type with gpu_memory_gib as its capacity when stated."),
     ("unknowns: each row's unknowns column says what its source leaves open and the rule that set it; "
-     "unmodelled names settings trainsim cannot express (torch.compile, float8 all-gather), which are "
-     "predicted as if absent."),
+     "unmodelled names settings trainsim cannot express (torch.compile, float8 all-gather, fused cross-entropy, "
+     "ALiBi), which are predicted as if absent."),
 )
 
 
