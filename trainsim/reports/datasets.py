@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from trainsim.data import VALIDATION_DIR_ENV, external_validation_path, validation_path
 from trainsim.reports import common_runs
@@ -55,6 +56,9 @@ class Case:
     # predicted primary value into the same quantity (e.g. SC21 eq. 3 TFLOP/s from a step time).
     secondary: dict[str, float] = field(default_factory=dict)
     secondary_fns: dict[str, Callable[[float], float]] = field(default_factory=dict, compare=False)
+    # The predicted value of a row whose quantity is not the dataset's step metric (e.g. peak memory on the
+    # counter the row's source printed): prediction -> value in the dataset's unit.
+    value_fn: Callable[[Any], float] | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ class Dataset:
 
     name: str
     title: str
-    metric: str  # step_time_s | tokens_per_s | samples_per_gpu_per_s | busbw_GBps
+    metric: str  # step_time_s | tokens_per_s | samples_per_gpu_per_s | busbw_GBps | peak_memory_gib
     unit: str
     citation: str
     notes: tuple[str, ...]
@@ -1293,6 +1297,12 @@ def _sc21(unknowns: str) -> Callable[[], Dataset]:
     return load
 
 
+def _load_memory(path: Path | None = None, name: str = "memory") -> Dataset:
+    """The measured-memory runs (trainsim/reports/memory_runs.py, which imports this module)."""
+    from trainsim.reports.memory_runs import load_memory
+    return load_memory(path, name=name)
+
+
 # Secondary datasets (not in `validate --dataset all`): the same rows under other documented choices.
 SECONDARY_DATASETS = ("sc21-scripts",)
 
@@ -1305,6 +1315,7 @@ DATASETS: dict[str, Callable[[], Dataset]] = {
     "nemo": load_nemo,
     "korthikanti": load_korthikanti,
     "llama3": load_llama3,
+    "memory": _load_memory,
 }
 
 
@@ -1328,6 +1339,8 @@ def load_dataset(name_or_path: str) -> Dataset:
         raise SpecError("dataset", f"{p} has no row_id column")
     if {"throughput_tok_per_s", "fsdp_sharding_strategy"} <= cols:
         return load_mosaic(p, name=p.stem)
+    if {"peak_memory_gib", "memory_metric"} <= cols:
+        return _load_memory(p, name=p.stem)
     if "samples_per_gpu_per_s" in cols:
         return load_zero_bubble(p, name=p.stem)
     if {"tokens_per_s_per_gpu", "model_tflops_per_gpu", "nemo_container"} <= cols:

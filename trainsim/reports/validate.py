@@ -223,7 +223,8 @@ def _evaluate(case: Case, dataset: Dataset, predict_fn: PredictFn | None,
                 row.skipped = "no predictor available"
                 return row
             pred = predict_fn(case.scenario)
-            predicted = _primary(dataset.metric, pred, case.scenario)
+            predicted = (case.value_fn(pred) if case.value_fn is not None
+                         else _primary(dataset.metric, pred, case.scenario))
             fits = getattr(pred, "fits", None)
             row.fits = bool(fits) if fits is not None else None
             row.breakdown_s = dict(getattr(pred, "breakdown_s", {}) or {})

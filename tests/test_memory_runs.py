@@ -1,0 +1,171 @@
+"""The measured-memory dataset (trainsim/data/validation/memory_runs.csv, `validate --dataset memory`).
+
+Rows are checked against the CSV read independently with the csv module and against their sources (row ids and
+tables cited); the accuracy guard records what the current memory model gives, through the public prediction path.
+"""
+
+from __future__ import annotations
+
+import csv
+from types import SimpleNamespace
+
+import pytest
+
+from trainsim.data import validation_path
+from trainsim.reports.cli import main
+from trainsim.reports.datasets import load_dataset
+from trainsim.reports.memory_runs import MEMORY_METRICS, GiB, load_memory, memory_case, predicted_gib
+from trainsim.reports.validate import default_predict_fn, validate
+
+
+@pytest.fixture(scope="module")
+def raw_rows():
+    with open(validation_path("memory_runs.csv"), newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    return load_dataset("memory")
+
+
+@pytest.fixture(scope="module")
+def report(dataset):
+    return validate(dataset, predict_fn=default_predict_fn())
+
+
+def test_loader_reads_every_row_and_every_scenario_builds(raw_rows, dataset):
+    assert len(raw_rows) >= 58
+    assert [c.row_id for c in dataset.cases] == [r["row_id"] for r in raw_rows]
+    assert len({c.row_id for c in dataset.cases}) == len(raw_rows)
+    assert [c.row_id for c in dataset.cases if c.skip_reason or c.scenario is None] == []
+    for r, c in zip(raw_rows, dataset.cases):
+        assert c.published == float(r["peak_memory_gib"])
+        assert c.scenario.num_gpus == int(r["num_gpus"])
+        assert r["memory_metric"] in MEMORY_METRICS
+        for col in ("source_title", "source_locator", "read_from", "source_type", "confidence", "unknowns"):
+            assert r[col].strip(), f"{r['row_id']}: {col} is empty"
+
+
+def test_torchtitan_table1_fsdp_row_equals_its_source(dataset):
+    """torchtitan benchmarks/llama3_h100_202412_torchtitan.md Table 1, row 'FSDP | 5,762 | 82.4': Llama 3.1 8B,
+    8 GPUs, FSDP, local batch 2 (global 16), selective AC, 82.4 GiB (torchtitan logs max_reserved_gib); the
+    Grand Teton H100 has 96 GB HBM2e."""
+    case = next(c for c in dataset.cases if c.row_id == "tt24_t1_fsdp")
+    s = case.scenario
+    assert case.published == 82.4 and case.category == "torch FSDP2"
+    assert (s.num_gpus, s.training.micro_batch, s.training.global_batch, s.training.seq_len) == (8, 2, 16, 8192)
+    assert (s.training.zero, s.training.framework, s.training.recompute, s.training.dtype) == (3, "torch", "selective",
+                                                                                              "bf16")
+    m = s.model
+    assert (m.num_layers, m.hidden, m.num_heads, m.kv_heads, m.ffn, m.vocab_size) == (32, 4096, 32, 8, 14336, 128256)
+    assert s.cluster.gpu.memory_bytes == 96 * (1 << 30)
+    assert "resv" in case.label
+
+
+def test_zero_bubble_interleaved_row_equals_its_source(dataset):
+    """Qi et al. 2024 Tables 3-4: 28.3B (62 layers, 48 heads, hidden 6144, seq 1024), 32 stages, micro-batch 1,
+    1F1B-I with one layer per chunk: 58 GB. First and last stage hold one layer fewer, so (62 + 2) / 32 = 2 chunks."""
+    case = next(c for c in dataset.cases if c.row_id == "zb24_28.3B_1F1B-I")
+    s = case.scenario
+    assert case.published == 58.0 and case.category == "Megatron"
+    assert (s.layout.pp, s.layout.vpp, s.layout.tp, s.training.micro_batch, s.training.schedule) == (
+        32, 2, 1, 1, "interleaved")
+    assert (s.model.num_layers, s.model.hidden, s.model.num_heads, s.training.seq_len) == (62, 6144, 48, 1024)
+
+
+def test_bloom_production_layout_row_equals_its_source(dataset):
+    """BigScience tr11-176B-ml chronicles-prequel, 'Rebalancing layers', NHIDDEN=14336 / NLAYERS=70 table, row
+    DP 8 TP 4 PP 12 MBS 2 NHEADS 112 GBS 2048: 59GB (BLOOM's final layout); BF16_Optimizer: fp32 gradients (4 bytes)
+    and a ZeRO-1 equivalent over the 8 replicas; 48 nodes x 8 A100 80GB."""
+    case = next(c for c in dataset.cases if c.row_id == "bloom22_h14336_l70_a112_tp4pp12_mb2")
+    s = case.scenario
+    assert case.published == 59.0 and case.category == "DeepSpeed ZeRO-1"
+    assert (s.num_gpus, s.layout.tp, s.layout.pp, s.layout.dp, s.training.micro_batch, s.training.global_batch) == (
+        384, 4, 12, 8, 2, 2048)
+    assert (s.model.hidden, s.model.num_layers, s.model.num_heads, s.model.vocab_size) == (14336, 70, 112, 250880)
+    assert (s.training.zero, s.training.grad_bytes, s.training.recompute, s.training.framework) == (1, 4, "full",
+                                                                                                   "deepspeed")
+
+
+def test_one_run_on_three_counters(dataset):
+    """The Megatron GPT-345M log (read_file id 16669093845): max allocated 8696.85 MB, max reserved 8786 MB,
+    nvidia-smi 9652 MiB per process -- one scenario, three published bases, in MiB / 1024."""
+    rows = {c.row_id: c for c in dataset.cases if c.row_id.startswith("mlm23_345m_dp4_")}
+    assert rows["mlm23_345m_dp4_alloc"].published == pytest.approx(8696.8515625 / 1024, abs=1e-3)
+    assert rows["mlm23_345m_dp4_resv"].published == pytest.approx(8786.0 / 1024, abs=1e-3)
+    assert rows["mlm23_345m_dp4_smi"].published == pytest.approx(9652 / 1024, abs=1e-3)
+    dumps = [c.scenario.model_dump(exclude={"name"}) for c in rows.values()]
+    assert dumps[0] == dumps[1] == dumps[2]
+    s = rows["mlm23_345m_dp4_alloc"].scenario
+    assert (s.layout.dp, s.training.dtype, s.training.flash_attention, s.model.tie_embeddings) == (4, "fp16", False,
+                                                                                                   True)
+
+
+def test_predicted_gib_takes_the_counter_the_source_printed():
+    """peak_bytes is the fallback; a model that reports the counter separately is compared on it (torch's peak
+    active bytes on the allocated figure)."""
+    bare = SimpleNamespace(peak_bytes=10 * GiB)
+    assert predicted_gib(bare, "reserved peak") == 10.0
+    assert predicted_gib(bare, "not stated") == 10.0
+    split = SimpleNamespace(peak_bytes=10 * GiB, peak_reserved_bytes=12 * GiB, peak_allocated_bytes=9 * GiB)
+    assert predicted_gib(split, "reserved peak") == 12.0
+    assert predicted_gib(split, "allocated peak") == 9.0
+    assert predicted_gib(split, "active peak") == 9.0
+    assert predicted_gib(split, "nvidia-smi") == 10.0
+
+
+def test_bad_cells_skip_the_row_naming_the_column(raw_rows):
+    row = dict(raw_rows[0])
+    assert "memory_metric" in memory_case({**row, "memory_metric": "peak"}).skip_reason
+    assert "offload" in memory_case({**row, "offload": "gpu"}).skip_reason
+    assert "flash_attention" in memory_case({**row, "flash_attention": "maybe"}).skip_reason
+    assert "peak_memory_gib" in memory_case({**row, "peak_memory_gib": "-3"}).skip_reason
+    assert "gpu_memory_gib" in memory_case({**row, "gpu_memory_gib": "0"}).skip_reason
+    off = memory_case({**row, "offload": "optimizer"})
+    assert off.scenario.training.offload_optimizer and off.category == "torch FSDP2 + offload"
+
+
+def test_a_csv_path_in_this_schema_loads_as_memory_rows(tmp_path, raw_rows):
+    p = tmp_path / "mine.csv"
+    with open(p, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(raw_rows[0]))
+        w.writeheader()
+        w.writerows(raw_rows[:2])
+    d = load_dataset(str(p))
+    assert d.metric == "peak_memory_gib" and [c.row_id for c in d.cases] == [r["row_id"] for r in raw_rows[:2]]
+    assert load_memory(p).name == "memory"
+
+
+def test_accuracy_today(report):
+    """Guard at what the current memory model gives (measured 2026-11-25 on Prediction.peak_bytes): 58 rows, MAPE
+    25.1 %, worst +70.4 % (tt165_fsdp2_sac_compile_mb16_resv: torchtitan's per-op SAC saves far less than trainsim's
+    attention-core selective recompute); by framework: Megatron 7.2 % (21 rows), Megatron + CPU optimizer offload
+    67.0 % (1 row: no gradient memory kept on the GPU), torch FSDP2 35.4 % (21), torch FSDP1 31.9 % (4), DeepSpeed
+    ZeRO-1 (BLOOM's BF16_Optimizer) 33.2 % (11, all under-predicted). The issue's targets (MAPE <= 2 % on allocated,
+    <= 5 % on reserved / nvidia-smi, worst <= 8 %) are not met: strict xfail below."""
+    assert len(report.compared) == len(report.dataset.cases)
+    assert report.mape_pct <= 25.6
+    cats = report.by_category()
+    assert {k: v["rows"] for k, v in cats.items()} == {"Megatron": 21, "Megatron + offload": 1, "torch FSDP2": 21,
+                                                        "torch FSDP1": 4, "DeepSpeed ZeRO-1": 11}
+    assert cats["Megatron"]["mape_pct"] <= 7.7
+    assert cats["torch FSDP2"]["mape_pct"] <= 35.9
+    assert cats["torch FSDP1"]["mape_pct"] <= 32.4
+    assert cats["DeepSpeed ZeRO-1"]["mape_pct"] <= 33.7
+    # the issue's headline row: torchtitan's 82.4 GiB run is predicted at ~102 GiB today
+    row = next(r for r in report.compared if r.row_id == "tt24_t1_fsdp")
+    assert row.error_pct == pytest.approx(24.2, abs=1.0)
+
+
+@pytest.mark.xfail(strict=True, reason="issue 21 item 3 target (MAPE <= 5 %, worst <= 8 %) not met by today's "
+                                       "memory model; promote to a plain test once it passes")
+def test_issue_target(report):
+    assert report.mape_pct <= 5.0 and report.worst_pct <= 8.0
+
+
+def test_cli_prints_the_table_and_gates(capsys):
+    assert main(["validate", "--dataset", "memory", "--max-mape", "26"]) == 0
+    out = capsys.readouterr().out
+    assert "tt24_t1_fsdp" in out and "zb24_28.3B_ZB-1p" in out and "Megatron:" in out
+    assert main(["validate", "--dataset", "memory", "--max-mape", "2"]) == 1

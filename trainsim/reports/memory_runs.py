@@ -1,0 +1,185 @@
+"""Measured per-GPU peak memory of published training runs: the ``memory`` validation dataset.
+
+``trainsim/data/validation/memory_runs.csv`` holds hand-entered runs in the common run schema
+(validation/README.md) plus the columns a memory comparison needs:
+
+* ``peak_memory_gib``: the published per-GPU peak, GiB (2^30 bytes); ``memory_as_printed`` keeps the source's text;
+* ``memory_metric``: which counter the source printed -- ``allocated peak`` (torch.cuda.max_memory_allocated),
+  ``active peak`` (torch's peak ``active_bytes``: allocated blocks plus freed ones still awaiting their streams),
+  ``reserved peak`` (torch.cuda.max_memory_reserved: allocated plus the caching allocator's cached, unused
+  blocks), ``nvidia-smi`` (the whole process: reserved plus CUDA context, library workspaces and NCCL buffers)
+  or ``not stated``;
+* ``framework`` (a TrainingSpec framework), ``offload`` (none / optimizer / optimizer+params), ``flash_attention``,
+  ``dropout``, ``tied_embeddings``, ``gpu_memory_gib`` (the HBM of the part the run used when it differs from the
+  preset's, e.g. the 96 GB H100 of Meta's Grand Teton: only the capacity changes, which is all that peak memory
+  compares against);
+* ``grad_bytes`` (optional): bytes per gradient element when the source states a gradient dtype its framework
+  does not use by default (DeepSpeed's BF16_Optimizer accumulates bf16 gradients in fp32: 4); empty = the
+  framework's own choice, which is what a row without it tests;
+* ``unmodelled`` (settings of the run trainsim cannot express, e.g. torch.compile) and ``unknowns`` (what the
+  source leaves open and the rule that set it), beside the provenance columns.
+
+Each row becomes a scenario; `trainsim validate --dataset memory` predicts it through the public prediction
+path (``trainsim.simulator.predict.predict``) and compares the predicted peak bytes per GPU with the published
+value on the row's own basis (``predicted_gib``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from trainsim.data import validation_path
+from trainsim.reports import common_runs
+from trainsim.reports.cells import num
+from trainsim.reports.datasets import Case, Dataset, _read_csv, _scenario
+from trainsim.specs import SpecError
+
+GiB = float(1 << 30)
+MEMORY_CSV = "memory_runs.csv"
+MEMORY_METRICS = ("allocated peak", "active peak", "reserved peak", "nvidia-smi", "not stated")
+# The Prediction attribute that matches each published counter, when the memory model reports it separately;
+# ``peak_bytes`` (the model's peak per GPU, runtime reserve included) otherwise.
+PREDICTED_FIELD = {"allocated peak": "peak_allocated_bytes", "active peak": "peak_allocated_bytes",
+                   "reserved peak": "peak_reserved_bytes",
+                   "nvidia-smi": "peak_device_bytes", "not stated": "peak_bytes"}
+OFFLOAD = {"none": (False, False), "optimizer": (True, False), "optimizer+params": (True, True)}
+CATEGORY = {"torch": "torch FSDP2", "pytorch-fsdp": "torch FSDP1", "megatron": "Megatron",
+            "megatron-2021": "Megatron", "megatron-2022": "Megatron", "deepspeed": "DeepSpeed",
+            "deepspeed-2021": "DeepSpeed"}
+
+MEMORY_CITATION = ("trainsim/data/validation/memory_runs.csv: torchtitan benchmarks (Llama 3.1 on H100, end of 2024; "
+                   "Llama 3.1 8B on H200, June 2025) and pytorch/torchtitan PR #165 (FSDP1 vs FSDP2); Qi et al. ICLR "
+                   "2024 (arXiv:2401.10241) Table 4; BigScience tr11-176B-ml chronicles (BLOOM topology search); "
+                   "Megatron-LM user logs and notes; a modelscope/ms-swift example; each row's source, locator and "
+                   "reading in its provenance columns")
+MEMORY_NOTES = (
+    ("metric: peak memory per GPU as published (GiB), on the counter the source printed (memory_metric); the "
+     "prediction is trainsim's peak bytes per GPU over the pipeline stages (Prediction.peak_bytes: weights, "
+     "gradients, optimizer states, activations in flight, transient buffers and the runtime reserve), or the "
+     "model's allocated / reserved / device figure for that counter when the prediction reports one "
+     "(memory_runs.PREDICTED_FIELD)."),
+    ("scenario: the row's architecture, layout (tp, pp, dp, cp, vp_interleave), micro-batch, recompute, "
+     "sharding, offload, precision, FlashAttention, dropout and framework columns as stated; the GPU preset of "
+     "gpu_type with gpu_memory_gib as its capacity when stated."),
+    ("unknowns: each row's unknowns column says what its source leaves open and the rule that set it; "
+     "unmodelled names settings trainsim cannot express (torch.compile, float8 all-gather, fused cross-entropy, "
+     "ALiBi), which are predicted as if absent."),
+)
+
+
+def load_memory(path: Path | None = None, *, name: str = "memory") -> Dataset:
+    """The measured-memory runs of ``memory_runs.csv`` (or a CSV with the same columns) as validation cases."""
+    p = path or validation_path(MEMORY_CSV)
+    cases = tuple(memory_case(r) for r in _read_csv(p))
+    return Dataset(name=name, title="Measured peak memory per GPU", metric="peak_memory_gib", unit="GiB",
+                   citation=MEMORY_CITATION if path is None else str(p), notes=MEMORY_NOTES, cases=cases)
+
+
+def memory_metric(r: dict) -> str:
+    """The row's ``memory_metric``, one of MEMORY_METRICS."""
+    m = (r.get("memory_metric") or "").strip().lower()
+    if m not in MEMORY_METRICS:
+        raise SpecError("memory_metric", f"{r.get('memory_metric')!r} is none of {', '.join(MEMORY_METRICS)}")
+    return m
+
+
+def predicted_gib(pred: Any, metric: str) -> float:
+    """The prediction's peak per GPU on the basis of the published counter, GiB."""
+    value = getattr(pred, PREDICTED_FIELD[metric], None)
+    if value is None:
+        value = pred.peak_bytes
+    return float(value) / GiB
+
+
+def memory_case(r: dict) -> Case:
+    """One row: its scenario, the published GiB and the function turning a prediction into comparable GiB."""
+    rid = r.get("row_id") or "?"
+    label = f"{r.get('model_name') or '?'} n={r.get('num_gpus') or '?'}"
+    published = num(r.get("peak_memory_gib"))
+    if published is None or published <= 0:
+        return Case(rid, label, float("nan"), skip_reason="peak_memory_gib: not a positive number")
+    try:
+        metric = memory_metric(r)
+        raw = scenario_mapping(r)
+    except SpecError as e:
+        return Case(rid, label, published, skip_reason=f"not representable: {e}")
+    label = _label(r, raw, metric)
+    scenario, why = _scenario(raw, rid)
+    category = CATEGORY.get(raw["training"]["framework"], raw["training"]["framework"])
+    if category == "DeepSpeed":
+        category += f" ZeRO-{raw['training']['zero']}"
+    if raw["training"].get("offload_optimizer"):
+        category += " + offload"
+    return Case(rid, label, published, scenario=scenario, skip_reason=why, category=category,
+                value_fn=lambda pred, m=metric: predicted_gib(pred, m))
+
+
+def _label(r: dict, raw: dict, metric: str) -> str:
+    lay, tr = raw["layout"], raw["training"]
+    parts = [r.get("model_name") or "?", f"n={r.get('num_gpus')}"]
+    parts += [f"{k}{lay[k]}" for k in ("tp", "pp", "cp") if lay.get(k, 1) > 1]
+    parts.append(f"mb{tr['micro_batch']}")
+    if lay.get("vpp", 1) > 1:
+        parts.append(f"v{lay['vpp']}")
+    if tr["schedule"] == "zb":
+        parts.append("ZB")
+    parts.append({"none": "noAC", "selective": "SAC", "full": "AC"}[tr["recompute"]])
+    parts.append({"allocated peak": "alloc", "active peak": "active", "reserved peak": "resv", "nvidia-smi": "smi",
+                  "not stated": "?"}[metric])
+    return " ".join(parts)
+
+
+def _yes(r: dict, key: str) -> bool:
+    """A yes/no cell (yes, true, on, or text starting so); a cell that says neither is an error naming it."""
+    t = (r.get(key) or "").strip().lower()
+    if re.match(r"(?:yes|true|on)\b", t):
+        return True
+    if re.match(r"(?:no|none|false|off)\b", t):
+        return False
+    raise SpecError(key, f"{r.get(key)!r} is neither yes nor no")
+
+
+def offload(r: dict) -> tuple[bool, bool]:
+    """(offload_optimizer, offload_params) from the ``offload`` column."""
+    t = (r.get("offload") or "").strip().lower()
+    if t not in OFFLOAD:
+        raise SpecError("offload", f"{r.get('offload')!r} is none of {', '.join(OFFLOAD)}")
+    return OFFLOAD[t]
+
+
+def scenario_mapping(r: dict) -> dict:
+    """The scenario mapping of a memory row: every setting from its own columns (no year-based defaults)."""
+    gpus, mbs, gbs = (common_runs.whole(r, k) for k in ("num_gpus", "micro_batch", "global_batch_seqs"))
+    if None in (gpus, mbs, gbs):
+        raise SpecError("num_gpus/micro_batch/global_batch_seqs", "each must be stated")
+    tp, pp, cp, ep = (common_runs.degree(r, k) for k in ("tp", "pp", "cp", "ep"))
+    vpp = common_runs.degree(r, "vp_interleave")
+    zero, dist_opt = common_runs.zero_stage(r)
+    off_opt, off_params = offload(r)
+    model = common_runs.model_mapping(r)
+    model["tie_embeddings"] = _yes(r, "tied_embeddings")
+    cluster = common_runs.cluster_mapping(r, gpus)
+    cap = num(r.get("gpu_memory_gib"))
+    if cap is not None:
+        if cap <= 0:
+            raise SpecError("gpu_memory_gib", f"must be positive, got {r.get('gpu_memory_gib')!r}")
+        cluster["gpu"] = {**cluster["gpu"], "memory_bytes": int(cap * GiB)}
+    training = {"seq_len": common_runs.whole(r, "seq_len"), "global_batch": gbs, "micro_batch": mbs,
+                "dtype": common_runs.precision(r), "recompute": common_runs.recompute(r), "zero": zero,
+                "schedule": common_runs.schedule(r, vpp), "flash_attention": _yes(r, "flash_attention"),
+                "dropout": _yes(r, "dropout"), "framework": (r.get("framework") or "").strip(),
+                "offload_optimizer": off_opt, "offload_params": off_params}
+    if dist_opt:
+        training["distributed_optimizer"] = True
+    grad_bytes = common_runs.whole(r, "grad_bytes")
+    if grad_bytes is not None:
+        training["grad_dtype_bytes"] = grad_bytes
+    if tp > 1 and (r.get("sequence_parallel") or "").strip().lower().startswith(("yes", "true", "on")):
+        training["sequence_parallel"] = True
+    layout = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp}
+    dp = common_runs.whole(r, "dp")
+    if dp is not None:
+        layout["dp"] = dp
+    return {"model": model, "cluster": cluster, "layout": layout, "training": training}
