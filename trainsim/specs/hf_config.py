@@ -147,13 +147,14 @@ def model_from_hf(d: Mapping, name: str = "hf-model") -> dict:
         raise SpecError("model", f"Hugging Face config lacks {', '.join(missing)}")
     if d.get("vocab_size") is None:
         raise SpecError("model", "Hugging Face config lacks vocab_size")
+    activation = _activation(d, arch)
     out: dict[str, Any] = {
         "name": str(_get(d, "_name_or_path", default=name)) or name,
         "num_layers": layers, "hidden": hidden, "num_heads": heads,
         "num_kv_heads": _get(d, "num_key_value_heads", default=heads),
         "ffn_hidden": _ffn_hidden(d, arch, hidden),
         "vocab_size": d["vocab_size"],
-        "activation": _activation(d, arch),
+        "activation": activation,
         "norm": arch.norm, "position_embedding": arch.position,
         "max_seq_len": _get(d, "max_position_embeddings", "n_positions", "n_ctx", default=2048),
         "tie_embeddings": bool(_get(d, "tie_word_embeddings", default=arch.tied)),
