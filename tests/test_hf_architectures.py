@@ -117,11 +117,11 @@ PUBLISHED_TOTAL = {
     "qwen3-30b-a3b": (QWEN3_30B_A3B, 30.5e9, "Qwen3-30B-A3B card: '30.5B in total' (read_file id 2883265704)"),
     # technical reports: embedding + non-embedding parameters
     "gemma2-9b": (GEMMA2_9B, 917_962_752 + 8_324_201_984,
-                  "Gemma 2 report (arXiv:2408.00118) Table 2 (read_file id 54650675977); its vocabulary is 256,128 "
-                  "rows, the config's 256,000"),
+                  ("Gemma 2 report (arXiv:2408.00118) Table 2 (read_file id 54650675977); its vocabulary is 256,128 "
+                  "rows, the config's 256,000")),
     "gemma3-12b": (GEMMA3_12B_TEXT, 1_012e6 + 10_759e6,
-                   "Gemma 3 report (arXiv:2503.19786) Table 1, language model without the 417M vision encoder "
-                   "(read_file id 54360040290)"),
+                   ("Gemma 3 report (arXiv:2503.19786) Table 1, language model without the 417M vision encoder "
+                   "(read_file id 54360040290)")),
     # safetensors totals read from the Hub API
     "phi3-mini": (PHI3_MINI, 3_821_079_552, "microsoft/Phi-3-mini-4k-instruct NumWeights (read_file id 2720486030)"),
     "opt-350m": (OPT_350M, 331_196_416, "OPT-350M n_elements (read_file id 65900525034)"),

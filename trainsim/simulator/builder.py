@@ -298,12 +298,12 @@ def ep_paired_fraction(scenario: Scenario, stage: int) -> float:
 
 def _persistent_tensors(scenario: Scenario, stage: int) -> tuple[int, float]:
     """(count, elements) of the stage's parameter tensors under DeepSpeed's persistence threshold on one
-    rank: norm weights (and LayerNorm biases), the linears' biases of each block, the final norm on the last
+    rank: norm weights (and LayerNorm biases, QK-norm weights), the linears' biases of each block, the final norm on the last
     stage (framework.py zero3_persistent_regather)."""
     m, t = scenario.model, scenario.layout.tp
     shp = layer_shape(scenario)
     per_norm = 2 if m.norm == "layernorm" else 1
-    sizes = [m.hidden] * (2 * per_norm)
+    sizes = [m.hidden] * (m.block_norms * per_norm) + ([m.dhead] * 2 if m.qk_norm else [])
     if m.bias and not shp.is_moe:
         sizes += [(shp.a + 2 * shp.kv) * shp.d // t, m.hidden, (2 if shp.gated else 1) * shp.f // t, m.hidden]
     small = [x for x in sizes if x <= framework.DEEPSPEED_PERSISTENCE_THRESHOLD]
@@ -411,7 +411,7 @@ def _block(scenario: Scenario, groups: dict, profile) -> _Block:
                                                                comm_compute_slowdown(scenario))
             if per_linear:  # replicated SequenceParallel norm weights: Partial gradients all-reduced
                 norm_tensors = 2 if m.norm == "layernorm" else 1
-                tp_b += 2 * norm_tensors * (sum(_coll("all_reduce", e * m.hidden, groups["tp"], scenario, profile))
+                tp_b += m.block_norms * norm_tensors * (sum(_coll("all_reduce", e * m.hidden, groups["tp"], scenario, profile))
                                             + dt_ov.get("all_reduce", 0.0))
         else:
             ar = sum(_coll("all_reduce", act_msg, groups["tp"], scenario, profile)) + dt_ov.get("all_reduce", 0.0)
