@@ -357,3 +357,22 @@ def test_one_rank_without_parallelism_holds_every_parameter(cfg):
     scn = build_scenario({"model": cfg, "cluster": "dgx-h100", "gpus": 1,
                           "training": {"global_batch": 1, "micro_batch": 1, "seq_len": 1024}})
     assert rank_param_shards(scn, 0).held == scn.model.total_params()
+
+
+def test_each_pipeline_stage_is_costed_with_its_own_global_blocks():
+    """Gemma 2 on two pipeline stages of 21 layers: layer i is global when (i + 1) % 2 == 0, so stage 0 holds 10
+    global blocks and stage 1 holds 11. Each stage's forward time lies between the all-local and all-global
+    variants of the same layout in exactly that proportion."""
+    from trainsim.simulator.builder import build_cost_table
+
+    def fwd(cfg: dict) -> list[float]:
+        scn = build_scenario({"model": cfg, "cluster": "dgx-h100", "gpus": 2, "layout": {"pp": 2},
+                              "training": {"global_batch": 8, "micro_batch": 1, "seq_len": 8192}})
+        return [st.chunks[0].fwd_s for st in build_cost_table(scn, ideal_network=True).stages]
+
+    gemma = fwd(GEMMA2_9B)
+    local = fwd({**GEMMA2_9B, "layer_types": ["sliding_attention"] * 42})
+    full = fwd({**GEMMA2_9B, "sliding_window": None})
+    for stage, globals_held in ((0, 10), (1, 11)):
+        frac = (gemma[stage] - local[stage]) / (full[stage] - local[stage])
+        assert frac == pytest.approx(globals_held / 21, rel=1e-9)

@@ -107,7 +107,8 @@ class LayerShape:
         """Keys per query of a fused (flash) kernel, averaged over the model's blocks, in the full-matrix convention
         (``s`` for causal attention, whose masked half ``work_fraction`` removes): a local block's window kernel
         computes ``P_w = w(w+1)/2 + (s - w)·w`` query-key pairs of the causal ``s(s+1)/2``, so it counts
-        ``s · P_w / P_s`` keys. Exact for the model's total; each block gets the mean of local and global."""
+        ``s · P_w / P_s`` keys. With local and global blocks this is their mean (exact for whole-model FLOPs); the
+        builder costs each pipeline chunk with its own local and global blocks."""
         s, w = self.s, self.window
         if not w or w >= s:
             return float(s)
