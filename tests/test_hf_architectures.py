@@ -56,6 +56,9 @@ QWEN3_30B_A3B = {
     "num_hidden_layers": 48, "num_key_value_heads": 4, "sliding_window": None, "tie_word_embeddings": False,
     "use_sliding_window": False, "vocab_size": 151936,
 }
+# Qwen/Qwen3-235B-A22B config.json (read_file id 22176531064): the 30B-A3B keys with the 235B shapes.
+QWEN3_235B_A22B = {**QWEN3_30B_A3B, "hidden_size": 4096, "intermediate_size": 12288, "max_window_layers": 94,
+                   "moe_intermediate_size": 1536, "num_attention_heads": 64, "num_hidden_layers": 94}
 # google/gemma-2-9b config.json (a public copy found with the search tool, corpus code, query "gemma-2-9b config.json
 # Gemma2ForCausalLM 3584 14336"; the same shapes in transformers' PaliGemma 2 converter, read_file id 336906707).
 GEMMA2_9B = {
@@ -115,6 +118,7 @@ PUBLISHED_TOTAL = {
     "qwen2.5-7b": (QWEN25_7B, 7.61e9, "Qwen2.5-7B card: 'Number of Parameters: 7.61B' (read_file id 59422089594)"),
     "qwen3-8b": (QWEN3_8B, 8.2e9, "Qwen3-8B card: 'Number of Parameters: 8.2B' (read_file id 70580695973)"),
     "qwen3-30b-a3b": (QWEN3_30B_A3B, 30.5e9, "Qwen3-30B-A3B card: '30.5B in total' (read_file id 2883265704)"),
+    "qwen3-235b-a22b": (QWEN3_235B_A22B, 235e9, "Qwen3-235B-A22B card: '235B in total' (read_file id 64991962)"),
     # technical reports: embedding + non-embedding parameters
     "gemma2-9b": (GEMMA2_9B, 917_962_752 + 8_324_201_984,
                   ("Gemma 2 report (arXiv:2408.00118) Table 2 (read_file id 54650675977); its vocabulary is 256,128 "
@@ -166,6 +170,7 @@ def test_gemma_non_embedding_counts_match_the_reports_exactly():
 @pytest.mark.parametrize("name, cfg, published, digits", [
     # Qwen cards: 'Number of Parameters (Non-Embedding)' -- without the input table and the untied head
     ("qwen2.5-7b", QWEN25_7B, 6.53e9, 2), ("qwen3-8b", QWEN3_8B, 6.95e9, 2), ("qwen3-30b-a3b", QWEN3_30B_A3B, 29.9e9, 1),
+    ("qwen3-235b-a22b", QWEN3_235B_A22B, 234e9, 0),
 ])
 def test_qwen_non_embedding_counts_match_the_cards(name, cfg, published, digits):
     m = load_model(cfg)
@@ -179,13 +184,14 @@ def test_mixtral_active_is_the_published_12_9b():
     assert load_model(_file("mixtral-8x7b")).active_params() == pytest.approx(12.9e9, rel=5e-3)
 
 
-def test_qwen3_30b_a3b_active_is_the_cards_3_3b():
-    """Qwen3-30B-A3B card: '3.3B activated' (read_file id 2883265704). Qwen prints totals truncated to 0.1B (30.53B
-    -> '30.5B', 7.616B -> '7.61B'), so 3.3B means [3.3, 3.4): 3.35B, 8 of 128 experts plus attention, norms,
-    router, embedding and head."""
-    m = load_model(QWEN3_30B_A3B)
-    assert (m.num_experts, m.top_k, m.moe_ffn_hidden, m.qk_norm) == (128, 8, 768, True)
-    assert 3.3e9 <= m.active_params() < 3.4e9
+@pytest.mark.parametrize("cfg, printed, unit", [(QWEN3_30B_A3B, 3.3e9, 0.1e9), (QWEN3_235B_A22B, 22e9, 1e9)])
+def test_qwen3_moe_active_is_the_cards_figure(cfg, printed, unit):
+    """Qwen3 MoE cards: '3.3B activated' (read_file id 2883265704), '22B activated' (id 64991962). Qwen truncates
+    its printed counts (30.53B -> '30.5B', 7.616B -> '7.61B'), so '3.3B' means [3.3, 3.4) and '22B' [22, 23):
+    8 of 128 experts plus attention, norms, router, embedding and head (3.35B and 22.19B)."""
+    m = load_model(cfg)
+    assert (m.num_experts, m.top_k, m.qk_norm) == (128, 8, True)
+    assert printed <= m.active_params() < printed + unit
 
 
 @pytest.mark.parametrize("preset, total", [("deepseek-v3", 671e9), ("deepseek-v2", 236e9)])
