@@ -222,6 +222,9 @@ def test_layer_types_spell_the_same_pattern():
     assert (spelled.sliding_window, spelled.global_every) == (4096, 2)
     gemma3 = ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(48)]
     assert load_model({**GEMMA3_12B_TEXT, "layer_types": gemma3}).global_every == 6
+    unsaved = {k: v for k, v in GEMMA3_12B_TEXT.items() if k != "sliding_window_pattern"}
+    assert load_model(unsaved).global_every == 6  # Gemma3TextConfig's default
+    assert load_model({**unsaved, "_sliding_window_pattern": 4}).global_every == 4
 
 
 # --- refusals -----------------------------------------------------------------------------------------------------
@@ -249,6 +252,8 @@ T5_SMALL = {"architectures": ["T5ForConditionalGeneration"], "d_model": 512, "d_
     ({**LLAMA31_8B, "architectures": ["LlamaForSequenceClassification"]}, "model.architectures"),
     ({"model_type": "gemma3", "text_config": GEMMA3_12B_TEXT}, "model.model_type"),
     ({**FALCON_7B, "alibi": True}, "model.alibi"),
+    ({**GEMMA3_12B_TEXT, "use_bidirectional_attention": True}, "model.use_bidirectional_attention"),
+    ({**GEMMA3_12B_TEXT, "architectures": ["Gemma3TextModel"]}, "model.architectures"),  # EmbeddingGemma's class
     ({**LLAMA31_8B, "attention_bias": True}, "model.attention_bias"),
     ({**LLAMA31_8B, "mlp_bias": True}, "model.mlp_bias"),
     ({**LLAMA31_8B, "num_local_experts": 8}, "model.num_local_experts"),

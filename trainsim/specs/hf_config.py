@@ -239,7 +239,7 @@ def _window_fields(d: Mapping, arch: HFArch, layers: Any) -> dict:
         return {}
     if arch.global_every is None:
         return {"sliding_window": window}
-    every = _hf_int(d, "sliding_window_pattern") or arch.global_every
+    every = _hf_int(d, "sliding_window_pattern") or _hf_int(d, "_sliding_window_pattern") or arch.global_every
     return {"sliding_window": window, "global_every": every} if every > 1 else {}
 
 
@@ -339,6 +339,10 @@ def _refuse_unmodelled(d: Mapping) -> None:
                                             "has MoE in every block after the first first_k_dense_replace)")
     if d.get("mlp_only_layers"):
         raise SpecError("model.mlp_only_layers", "dense layers at chosen indices among MoE layers are not modelled")
+    for key in ("is_encoder_decoder", "use_bidirectional_attention"):  # EmbeddingGemma, encoder-decoder wrappers
+        if d.get(key):
+            raise SpecError(f"model.{key}", "bidirectional (encoder) attention is not modelled; only causal "
+                                            "decoder-only LMs are")
     if d.get("use_sliding_window"):
         raise SpecError("model.use_sliding_window", "sliding-window attention from max_window_layers on is not "
                                                     "modelled")
