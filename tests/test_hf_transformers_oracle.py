@@ -10,9 +10,9 @@ from __future__ import annotations
 import warnings
 
 import pytest
-
 import test_hf_architectures as T
 import test_model_deepseek as D
+
 from trainsim.specs import load_model
 
 transformers = pytest.importorskip("transformers")
