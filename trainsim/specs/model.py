@@ -1,4 +1,4 @@
-"""ModelSpec: the architecture of a decoder-only transformer (GPT, Llama, Mixtral, DeepSeek, Gemma, Falcon, OPT style)."""
+"""ModelSpec: the architecture of a decoder-only transformer (GPT, Llama, Mixtral, DeepSeek, Gemma, OPT style)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ class ModelSpec(BaseModel):
     """A decoder-only transformer. Dense unless ``num_experts > 1``: then every block but the first
     ``first_dense_layers`` has a MoE MLP (routed experts, plus an always-active shared expert when
     ``shared_expert_ffn`` is set). Attention is multi-head / grouped-query, or DeepSeek's multi-head latent
-    attention (MLA) when ``kv_lora_rank`` is set."""
+    attention (MLA) when ``kv_lora_rank`` is set. ``block_norms``, ``qk_norm``, ``sliding_window`` /
+    ``global_every``, the soft-caps and ``embed_proj_dim`` describe the Gemma, Qwen3, Falcon, Mistral and OPT blocks
+    (specs/hf_config.py maps each accepted Hugging Face architecture onto them)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
