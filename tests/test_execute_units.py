@@ -160,6 +160,26 @@ def test_executor_refuses_settings_it_would_not_run(training, field):
     assert ei.value.field == field
 
 
+@pytest.mark.parametrize("model, field", [
+    ({"activation": "geglu"}, "model.activation"),
+    ({"block_norms": 4}, "model.block_norms"),
+    ({"qk_norm": True}, "model.qk_norm"),
+    ({"sliding_window": 16}, "model.sliding_window"),
+    ({"final_softcap": 30.0}, "model.final_softcap"),
+    ({"embed_proj_dim": 32}, "model.embed_proj_dim"),
+])
+def test_executor_refuses_block_features_it_does_not_build(model, field):
+    """A Gemma/Qwen3/OPT feature the executor's block lacks is refused by name, not run as another model."""
+    from trainsim.kernels.exec_config import check_job, make_job
+    from trainsim.specs import SpecError, build_scenario
+
+    s = build_scenario({"model": {"preset": "tiny-gpt", **model}, "cluster": "cpu-host", "gpus": 2,
+                        "training": {"seq_len": 64, "global_batch": 4, "dtype": "fp32"}})
+    with pytest.raises(SpecError) as ei:
+        check_job(make_job(s, device="cpu"))
+    assert ei.value.field == field
+
+
 def test_hsdp_step_time_prediction_says_what_it_models():
     from trainsim.kernels.exec_config import make_job
     from trainsim.reports.execution import prediction_notes

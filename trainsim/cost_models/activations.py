@@ -12,7 +12,8 @@ flash attention, no-dropout and any element size ``e``:
   activations (GeLU: fc1 output and GeLU output ``2·f``; SwiGLU: ``3·f`` with Megatron's fused kernel
   (gate|up and product), ``4·f`` in eager autograd (gate, up, silu(gate), product)), MoE: dispatched tokens
   ``k·h``, experts' inner ``k·(2|3|4)·fe``, expert outputs for the weighted combine ``k·h``;
-* attention core, unfused only: softmax output ``e·a·sq·sk``, with dropout its 1-byte mask and output;
+* attention core, unfused only: softmax output ``e·a·sq·sk``, with dropout its 1-byte mask and output (a sliding
+  window is a mask on the whole matrix there, so it saves the same; flash attention saves no s×s term either way);
 * small terms (``ActivationBytes.small``): norm statistics in fp32 (LayerNorm mean + rstd, RMSNorm rstd),
   flash attention's fp32 logsumexp ``4·b·a·sq``, MoE router probabilities (fp32) and top-k indices.
 
@@ -136,10 +137,13 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
     # Two norms: each saves its input (+ stats); each output is the next GEMM's saved input -- the QKV
     # projection, then fc1, or in a MoE block the router (a 16-bit GEMM; the experts save their own input).
     # Recomputing "layernorm" drops both outputs (Megatron discards them once the linears have consumed them).
-    norm_outs = _gemm_input_bytes(shp, impl) + _gemm_input_bytes(shp, impl, fp8_input=not shp.is_moe)
-    seq = (2 * norm_main + (0.0 if rc("layernorm") else norm_outs)
+    # One norm (Falcon-7B's parallel block): its output feeds QKV and fc1 both, saved once. Four (Gemma 2/3): the
+    # post-norms save their inputs and statistics; their outputs go to the residual add, which saves nothing.
+    norm_outs = _gemm_input_bytes(shp, impl) + (
+        _gemm_input_bytes(shp, impl, fp8_input=not shp.is_moe) if shp.norms >= 2 else 0.0)
+    seq = (shp.norms * norm_main + (0.0 if rc("layernorm") else norm_outs)
            + (2 * MASK_BYTES * T * h / r if shp.dropout else 0.0))
-    small = 2 * norm_small
+    small = shp.norms * norm_small
 
     heads = shp.a // t
     sq, sk = shp.s // shp.cp, shp.s
@@ -156,6 +160,9 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
         qkv_saved = 0.0 if rc("mla_up_proj") else e * T * heads * (2 * shp.dqk + shp.dvh)
     else:
         qkv_saved = e * T * (shp.a + 2 * shp.kv) * shp.d / t
+        if shp.qk_norm:  # QK-norm saves the un-normed q and k and an fp32 rstd per head (q, k after it as above)
+            qkv_saved += e * T * (shp.a + shp.kv) * shp.d / t
+            small += STAT_BYTES * T * (shp.a + shp.kv) / t
     if shp.flash:
         # q, k, v; the output is saved by the out-projection (its input) and, unless the core is recomputed
         # (core_attn), by flash attention for its own backward -- one 16-bit tensor, or with fp8 the
@@ -257,8 +264,12 @@ def head_activation_bytes(scenario, impl: str = "fused") -> float:
     norm_main, norm_small = _norm_bytes(shp, T / r, impl)
     v_local = -(-shp.vocab // shp.tp)
     loss = (shp.e * T * v_local + STAT_BYTES * T) if shp.fused_ce else STAT_BYTES * T * v_local
+    # OPT's project_out saves the norm output and the output layer its word_embed_proj_dim-wide input; Gemma 2's
+    # logit soft-capping saves its tanh output for the backward.
+    proj = shp.e * T * shp.proj if shp.proj else 0.0
+    cap = shp.e * T * v_local if shp.final_softcap else 0.0
     # The output layer stays 16-bit under fp8 (flops.py, the logits GEMM), so its saved input does too.
-    return norm_main + norm_small + _gemm_input_bytes(shp, impl, fp8_input=False) + loss + 8.0 * T
+    return norm_main + norm_small + _gemm_input_bytes(shp, impl, fp8_input=False) + proj + cap + loss + 8.0 * T
 
 
 def mtp_activation_bytes(scenario, impl: str = "fused") -> float:

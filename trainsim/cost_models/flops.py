@@ -46,6 +46,7 @@ MATMUL_KINDS = frozenset({"gemm", "bmm", "attention"})
 # not part of model FLOPs): LayerNorm ~5 (mean, var, normalize, scale, shift), RMSNorm ~3, GeLU (tanh) ~8,
 # SwiGLU ~6 (sigmoid, 2 mul), softmax ~5, add/dropout 1.
 _NORM_FLOPS = {"layernorm": 5.0, "rmsnorm": 3.0}
+_SOFTCAP_FLOPS = 3.0  # soft-capping c·tanh(x/c): divide, tanh, multiply
 
 
 @dataclass(frozen=True)
@@ -177,6 +178,11 @@ def _attention_ops(shp: LayerShape) -> list[Op]:
     fwd = 2.0 * b * heads * sq * sk * (dq + dv)  # QKᵀ and P·V, full s×s
     ops: list[Op] = []
     if shp.flash:
+        # A fused kernel with a sliding window skips the key blocks outside it (FlashAttention-2 window_size,
+        # TE's window_size): its work is that of attn_keys keys per query. Soft-capped logits (Gemma 2) are
+        # capped inside the kernel (FlashAttention-2 softcap): no extra HBM traffic.
+        sk_eff = shp.attn_keys
+        fwd = 2.0 * b * heads * sq * sk_eff * (dq + dv)
         q_bytes, o_bytes = b * sq * heads * dq * e, b * sq * heads * dv * e
         kv_bytes = b * sk * kvh * (dq + dv) * e       # every key/value block is read (CP: incl. received chunks)
         lse = 4 * b * heads * sq
@@ -184,15 +190,20 @@ def _attention_ops(shp: LayerShape) -> list[Op]:
             name="attention", kind="attention", fwd_flops=fwd, bwd_input_flops=2 * fwd, bwd_weight_flops=0.0,
             fwd_bytes=float(q_bytes + o_bytes + kv_bytes + lse),
             bwd_input_bytes=float(2 * (q_bytes + o_bytes) + 2 * kv_bytes + lse),
-            modules=_CORE_ATTN, work_fraction=0.5 if shp.causal else 1.0, attn=(b, heads, sq, sk, dq),
+            modules=_CORE_ATTN, work_fraction=0.5 if shp.causal else 1.0,
+            attn=(b, heads, sq, max(1, round(sk_eff)), dq),
         ))
         return ops
+    # Unfused attention computes the whole s×s score matrix and masks it (a sliding window is a mask too), so a
+    # window changes neither its FLOPs nor its saved probabilities.
     batch = b * heads
     if kvh < heads:  # unfused GQA expands K and V to all query heads before the bmm (Megatron's path)
         ops.append(_elementwise("kv_repeat", "elementwise", b * sk * heads * (dq + dv), e, e, 0.0, modules=_CORE_ATTN))
     scores = _bmm("attn_scores", batch, (sq, sk, dq), ((sq, dq, sk), (sk, dq, sq)), e)
     probs = b * heads * sq * sk
     ops.append(scores)
+    if shp.attn_softcap:  # c·tanh(x/c) on the scores before the softmax (Gemma 2's attn_logit_softcapping)
+        ops.append(_elementwise("attn_softcap", "elementwise", probs, 2 * e, 3 * e, _SOFTCAP_FLOPS, modules=_CORE_ATTN))
     ops.append(_elementwise("softmax", "softmax", probs, 2 * e, 3 * e, 5.0, modules=_CORE_ATTN))
     if shp.dropout:
         ops.append(_elementwise("attn_dropout", "elementwise", probs, 2 * e + 1, 2 * e + 1, 1.0, modules=_CORE_ATTN))
@@ -291,13 +302,21 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
         ops += _mla_projection_ops(shp)
     else:
         ops.append(_linear("qkv", T, qkv_out, h, e, fp8=fp8, weight_casts=casts))
+        if shp.qk_norm:  # RMSNorm over head_dim of every local query and key head (Qwen3, Gemma 3)
+            ops.append(_elementwise("qk_norm", "norm", T * (shp.a + shp.kv) * shp.d // t, 2 * e, 3 * e,
+                                    _NORM_FLOPS["rmsnorm"]))
         if shp.rope:
             ops.append(_elementwise("rope", "elementwise", T * (shp.a + shp.kv) * shp.d // t, 2 * e, 2 * e, 3.0))
     ops += _attention_ops(shp)
     ops.append(_linear("out_proj", T, h, shp.a * shp.dvh // t, e, fp8=fp8, weight_casts=casts))
+    if shp.norms == 4:  # Gemma 2/3: a norm after each sub-layer too, before its residual add
+        ops.append(_norm("post_attn_norm", shp, T_seq))
     ops.append(_residual("residual1", shp, T_seq))
-    ops += _tag([_norm("norm2", shp, T_seq)], "layernorm")
+    if shp.norms >= 2:  # one norm only: Falcon-7B's parallel attention and MLP read the same input norm
+        ops += _tag([_norm("norm2", shp, T_seq)], "layernorm")
     ops += _moe_ops(shp) if shp.is_moe else _mlp_ops(shp, T, shp.f, "")
+    if shp.norms == 4:
+        ops.append(_norm("post_mlp_norm", shp, T_seq))
     ops.append(_residual("residual2", shp, T_seq))
     if shp.bias_grad_pass and not shp.is_moe:
         ops.append(_bias_grads(shp, T, T_seq, qkv_out))
@@ -343,9 +362,12 @@ def _embedding_ops(shp: LayerShape, learned_positions: bool) -> tuple[Op, ...]:
     # Vocab-parallel lookup: each TP rank writes its rows (zeros elsewhere) for all T tokens, then the
     # partial sums are all-reduced (reduce-scattered with SP). bwd: read dY, scatter-add into the grad rows.
     extra = 2 * e * T * h if learned_positions else 0  # + position rows read and added
-    ops = [Op(name="embedding", kind="embedding", fwd_flops=0.0, bwd_input_flops=0.0, bwd_weight_flops=T * h,
-              fwd_bytes=float(2 * e * T * h + extra + 8 * T), bwd_input_bytes=0.0,
-              bwd_weight_bytes=float(3 * e * T * h + 8 * T))]
+    w = shp.proj or h  # OPT: rows of word_embed_proj_dim, then project_in (p -> h, no bias)
+    ops = [Op(name="embedding", kind="embedding", fwd_flops=0.0, bwd_input_flops=0.0, bwd_weight_flops=T * w,
+              fwd_bytes=float(2 * e * T * w + extra + 8 * T), bwd_input_bytes=0.0,
+              bwd_weight_bytes=float(3 * e * T * w + 8 * T))]
+    if shp.proj:
+        ops.append(_linear("project_in", T, h, shp.proj, e))
     if shp.dropout:
         ops.append(_elementwise("embedding_dropout", "elementwise", T // shp.sp_div * h, 2 * e + 1, 2 * e + 1))
     return tuple(ops)
@@ -364,12 +386,18 @@ def _head_ops(shp: LayerShape) -> tuple[Op, ...]:
     T = shp.tokens
     v_local = -(-shp.vocab // shp.tp)
     logits = T * v_local
+    # OPT: project_out (h -> word_embed_proj_dim, no bias) before the output layer; Gemma 2: c·tanh(x/c) on the
+    # logits before the loss (final_logit_softcapping), a memory-bound pass over them.
+    proj = (_linear("project_out", T, shp.proj, h, e),) if shp.proj else ()
+    cap = ((_elementwise("logit_softcap", "elementwise", logits, 2 * e, 3 * e, _SOFTCAP_FLOPS),)
+           if shp.final_softcap else ())
     return (
-        _norm("final_norm", shp, T // shp.sp_div),
-        _linear("logits", T, v_local, h, e),  # output layer stays 16-bit under fp8 recipes
+        (_norm("final_norm", shp, T // shp.sp_div),) + proj
+        + (_linear("logits", T, v_local, shp.proj or h, e),)  # output layer stays 16-bit under fp8 recipes
+        + cap
         # Cross-entropy over this rank's vocabulary shard: fused kernel or Megatron's fp32 op sequence,
         # bytes per logit from framework.cross_entropy_bytes (the framework's own implementation).
-        _elementwise("cross_entropy", "loss", logits, *cross_entropy_bytes(shp.fused_ce, e), 5.0),
+        + (_elementwise("cross_entropy", "loss", logits, *cross_entropy_bytes(shp.fused_ce, e), 5.0),)
     ) + ((_elementwise("train_metrics", "loss", logits, shp.metric_ce_passes * train_metric_bytes_per_logit(e),
                        0.0, 5.0 * shp.metric_ce_passes),) if shp.metric_ce_passes else ())
 

@@ -60,6 +60,13 @@ class LayerShape:
     metric_ce_passes: int = 0  # no-grad cross-entropy forwards of train metrics (framework.py)
     bias_grad_pass: bool = False  # biases reduce their gradient in a separate kernel (framework.py)
     fp8_weight_casts: float = 1.0  # fp8 weight quantizations per micro-batch (1, or 1/m with TE's step cache)
+    norms: int = 2            # norm layers per block (ModelSpec.block_norms)
+    qk_norm: bool = False     # RMSNorm on every query and key head (Qwen3, Gemma 3)
+    window: int = 0           # sliding-window keys of the local blocks (0: none)
+    local_frac: float = 0.0   # fraction of the model's blocks that are local (windowed)
+    attn_softcap: bool = False   # attention logits soft-capped (Gemma 2)
+    final_softcap: bool = False  # output logits soft-capped (Gemma 2)
+    proj: int = 0             # word-embedding width projected to/from h (OPT word_embed_proj_dim; 0: none)
 
     @property
     def e(self) -> int:
@@ -96,6 +103,19 @@ class LayerShape:
         return self.dv or self.d
 
     @property
+    def attn_keys(self) -> float:
+        """Keys per query of a fused (flash) kernel, averaged over the model's blocks, in the full-matrix convention
+        (``s`` for causal attention, whose masked half ``work_fraction`` removes): a local block's window kernel
+        computes ``P_w = w(w+1)/2 + (s - w)·w`` query-key pairs of the causal ``s(s+1)/2``, so it counts
+        ``s · P_w / P_s`` keys. With local and global blocks this is their mean (exact for whole-model FLOPs); the
+        builder costs each pipeline chunk with its own local and global blocks."""
+        s, w = self.s, self.window
+        if not w or w >= s:
+            return float(s)
+        local = s * (w * (w + 1) / 2 + (s - w) * w) / (s * (s + 1) / 2)
+        return self.local_frac * local + (1.0 - self.local_frac) * s
+
+    @property
     def tokens(self) -> int:
         """Tokens a TP rank's GEMMs see per micro-batch: b·s/cp (TP replicates or all-gathers them)."""
         return self.b * self.s // self.cp
@@ -120,7 +140,7 @@ def _layer_shape(scenario) -> LayerShape:
     m, lay, t = scenario.model, scenario.layout, scenario.training
     return LayerShape(
         b=t.micro_batch, s=t.seq_len, h=m.hidden, a=m.num_heads, kv=m.kv_heads, d=m.dhead, f=m.ffn,
-        gated=m.activation == "swiglu", norm=m.norm, rope=m.position_embedding == "rope", bias=m.bias,
+        gated=m.gated_mlp, norm=m.norm, rope=m.position_embedding == "rope", bias=m.bias,
         experts=m.num_experts, top_k=m.top_k, fe=m.expert_ffn, vocab=m.vocab_size,
         fs=(m.shared_expert_ffn or 0) if m.is_moe else 0,
         ql=m.q_lora_rank or 0, kvl=m.kv_lora_rank or 0, dr=m.qk_rope_head_dim or 0,
@@ -132,6 +152,10 @@ def _layer_shape(scenario) -> LayerShape:
         metric_ce_passes=behaviour(t.framework).train_metric_loss_passes,
         bias_grad_pass=m.bias and not behaviour(t.framework).fused_bias_grad,
         fp8_weight_casts=(1.0 / scenario.num_microbatches if behaviour(t.framework).fp8_weight_cache else 1.0),
+        norms=m.block_norms, qk_norm=m.qk_norm, window=m.sliding_window or 0,
+        local_frac=(1.0 - m.num_global_layers / m.num_layers) if m.sliding_window else 0.0,
+        attn_softcap=m.attn_softcap is not None, final_softcap=m.final_softcap is not None,
+        proj=m.embed_proj_dim or 0,
     )
 
 

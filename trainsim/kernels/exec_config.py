@@ -62,6 +62,24 @@ def world_size(scenario: Scenario) -> int:
     return lay.tp * lay.pp * lay.cp * scenario.dp
 
 
+def _check_block_features(m) -> None:
+    """The executor's block (torch_model.Block) has two pre-norms, a SiLU-gated or GeLU MLP, full causal attention
+    and an h-wide embedding: a model with any other of ModelSpec's block features is simulated only."""
+    simulated_only = {
+        "activation": (m.activation == "geglu", "a GeLU-gated MLP"),
+        "block_norms": (m.block_norms != 2, f"{m.block_norms} norms per block"),
+        "qk_norm": (m.qk_norm, "QK-norm"),
+        "sliding_window": (m.sliding_window is not None, "sliding-window attention"),
+        "attn_softcap": (m.attn_softcap is not None, "soft-capped attention logits"),
+        "final_softcap": (m.final_softcap is not None, "soft-capped output logits"),
+        "embed_proj_dim": (m.embed_proj_dim is not None, "a projected word embedding"),
+    }
+    for key, (present, what) in simulated_only.items():
+        if present:
+            raise SpecError(f"model.{key}", f"{what} is simulated only, not executed (the executor's block has "
+                                            "two pre-norms, a SiLU-gated or GeLU MLP and full causal attention)")
+
+
 def check_job(job: ExecJob) -> None:
     """Refuse what the executor cannot run, naming the field; called before any process starts."""
     s = job.spec
@@ -80,6 +98,7 @@ def check_job(job: ExecJob) -> None:
         raise SpecError("inject_fault", f"must be die or hang, got {job.inject_fault!r}")
     if m.is_moe:
         raise SpecError("model.num_experts", "the executor runs dense models only (MoE/expert parallelism is not executed)")
+    _check_block_features(m)
     if m.is_mla:
         raise SpecError("model.kv_lora_rank", "multi-head latent attention is simulated only, not executed (the "
                                               "executor's model has multi-head/grouped-query attention)")

@@ -298,12 +298,12 @@ def ep_paired_fraction(scenario: Scenario, stage: int) -> float:
 
 def _persistent_tensors(scenario: Scenario, stage: int) -> tuple[int, float]:
     """(count, elements) of the stage's parameter tensors under DeepSpeed's persistence threshold on one
-    rank: norm weights (and LayerNorm biases), the linears' biases of each block, the final norm on the last
+    rank: norm weights (and LayerNorm biases, QK-norm weights), the linears' biases of each block, the final norm on the last
     stage (framework.py zero3_persistent_regather)."""
     m, t = scenario.model, scenario.layout.tp
     shp = layer_shape(scenario)
     per_norm = 2 if m.norm == "layernorm" else 1
-    sizes = [m.hidden] * (2 * per_norm)
+    sizes = [m.hidden] * (m.block_norms * per_norm) + ([m.dhead] * 2 if m.qk_norm else [])
     if m.bias and not shp.is_moe:
         sizes += [(shp.a + 2 * shp.kv) * shp.d // t, m.hidden, (2 if shp.gated else 1) * shp.f // t, m.hidden]
     small = [x for x in sizes if x <= framework.DEEPSPEED_PERSISTENCE_THRESHOLD]
@@ -411,7 +411,7 @@ def _block(scenario: Scenario, groups: dict, profile) -> _Block:
                                                                comm_compute_slowdown(scenario))
             if per_linear:  # replicated SequenceParallel norm weights: Partial gradients all-reduced
                 norm_tensors = 2 if m.norm == "layernorm" else 1
-                tp_b += 2 * norm_tensors * (sum(_coll("all_reduce", e * m.hidden, groups["tp"], scenario, profile))
+                tp_b += m.block_norms * norm_tensors * (sum(_coll("all_reduce", e * m.hidden, groups["tp"], scenario, profile))
                                             + dt_ov.get("all_reduce", 0.0))
         else:
             ar = sum(_coll("all_reduce", act_msg, groups["tp"], scenario, profile)) + dt_ov.get("all_reduce", 0.0)
@@ -476,6 +476,26 @@ def _block(scenario: Scenario, groups: dict, profile) -> _Block:
         params=dense_l + expert_l, gather_tensors=per_block)
 
 
+def _local_global_blocks(scenario: Scenario, groups: dict, profile) -> tuple[_Block, _Block] | None:
+    """(local, global) blocks of a dense model with one global block every ``global_every`` among sliding-window
+    ones (Gemma 2/3), so that each pipeline chunk is costed with the blocks it holds; the main block carries
+    their mean, exact for the whole model. None for other models (every block alike)."""
+    m = scenario.model
+    if m.is_moe or not m.sliding_window or not m.global_every:
+        return None
+    local = scenario.model_copy(update={"model": m.model_copy(update={"global_every": None})})
+    full = scenario.model_copy(update={"model": m.model_copy(update={"sliding_window": None, "global_every": None})})
+    return _block(local, groups, profile), _block(full, groups, profile)
+
+
+def _global_layers_in(scenario: Scenario, vstage: int) -> int:
+    """Global (full-attention) blocks among virtual stage ``vstage``'s layers: layer i is global when
+    (i + 1) % global_every == 0 (ModelSpec.global_every)."""
+    k, layers = scenario.model.global_every, scenario.stage_layers
+    start = sum(layers[:vstage])
+    return (start + layers[vstage]) // k - start // k
+
+
 def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
     m, lay, tr = scenario.model, scenario.layout, scenario.training
     p, v = lay.pp, lay.vpp
@@ -493,6 +513,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
     # A MoE model's first_dense_layers cost what its dense_block() costs; every other block is `main`.
     main = _block(scenario, groups, profile)
     dense = _block(dense_block_scenario(scenario), groups, profile) if m.first_dense_layers and m.is_moe else main
+    local_global = _local_global_blocks(scenario, groups, profile)
     lt, layer_act = main.times, main.act_bytes
     tokens = shp.tokens
     act_msg = e * tokens * shp.h
@@ -578,6 +599,9 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
             n = layers[vs]
             n_d = scenario.dense_layers_in(vs) if m.is_moe else 0
             kinds = ((main, n - n_d), (dense, n_d))
+            if local_global is not None:  # this chunk's own local and global blocks (dense models only)
+                g = _global_layers_in(scenario, vs)
+                kinds = ((local_global[0], n - g), (local_global[1], g))
             comm_kinds = kinds  # blocks whose communication and retained inputs this chunk has (+ MTP's)
             f = sum(k * b.times.fwd_s for b, k in kinds)
             bi = sum(k * b.times.bwd_input_s for b, k in kinds)

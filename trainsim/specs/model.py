@@ -1,4 +1,4 @@
-"""ModelSpec: the architecture of a decoder-only transformer (GPT, Llama, Mixtral, DeepSeek style)."""
+"""ModelSpec: the architecture of a decoder-only transformer (GPT, Llama, Mixtral, DeepSeek, Gemma, OPT style)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ class ModelSpec(BaseModel):
     """A decoder-only transformer. Dense unless ``num_experts > 1``: then every block but the first
     ``first_dense_layers`` has a MoE MLP (routed experts, plus an always-active shared expert when
     ``shared_expert_ffn`` is set). Attention is multi-head / grouped-query, or DeepSeek's multi-head latent
-    attention (MLA) when ``kv_lora_rank`` is set."""
+    attention (MLA) when ``kv_lora_rank`` is set. ``block_norms``, ``qk_norm``, ``sliding_window`` /
+    ``global_every``, the soft-caps and ``embed_proj_dim`` describe the Gemma, Qwen3, Falcon, Mistral and OPT blocks
+    (specs/hf_config.py maps each accepted Hugging Face architecture onto them)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -25,13 +27,33 @@ class ModelSpec(BaseModel):
     head_dim: int | None = Field(default=None, gt=0, le=100_000)
     ffn_hidden: int | None = Field(default=None, gt=0, le=10_000_000)
     vocab_size: int = Field(gt=0, le=100_000_000)
-    activation: Literal["gelu", "swiglu"] = "gelu"
+    activation: Literal["gelu", "swiglu", "geglu"] = Field(
+        default="gelu", description="MLP: gelu = two matrices (fc1, fc2; GeLU or ReLU between), swiglu / geglu = gated "
+                                    "(gate, up, down; SiLU or GeLU on the gate: Llama / Gemma)")
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
     position_embedding: Literal["learned", "rope"] = "learned"
     max_seq_len: int = Field(default=2048, gt=0, le=100_000_000)
     bias: bool = True
     qkv_bias: bool | None = Field(default=None, description="biases on q, k, v only (Qwen2); None = same as bias")
     tie_embeddings: bool = True
+    block_norms: int = Field(
+        default=2, ge=1, le=4,
+        description="norm layers per block: 2 (before attention and before the MLP), 1 (Falcon-7B's parallel "
+                    "attention/MLP reading one input norm), 4 (Gemma 2/3: a norm before and after each sub-layer)")
+    qk_norm: bool = Field(default=False, description="RMSNorm of head_dim on every query and key head (Qwen3, Gemma 3)")
+    sliding_window: int | None = Field(
+        default=None, gt=0, le=100_000_000,
+        description="local attention: each query attends to the last sliding_window keys (Mistral, Phi-3, Gemma 2/3)")
+    global_every: int | None = Field(
+        default=None, gt=0, le=10_000,
+        description="with sliding_window: block i attends globally when (i + 1) % global_every == 0 (Gemma 2: 2, "
+                    "Gemma 3: 6); None = every block is local")
+    attn_softcap: float | None = Field(default=None, gt=0, description="attention logits capped c*tanh(x/c) (Gemma 2)")
+    final_softcap: float | None = Field(default=None, gt=0, description="output logits capped c*tanh(x/c) (Gemma 2)")
+    embed_proj_dim: int | None = Field(
+        default=None, gt=0, le=1_000_000,
+        description="word embeddings of this width, projected to hidden after the lookup and back before the output "
+                    "layer by bias-free linears (OPT word_embed_proj_dim); None = hidden")
     num_experts: int = Field(default=1, gt=0, le=100_000)
     top_k: int = Field(default=1, gt=0, le=100_000)
     moe_ffn_hidden: int | None = Field(default=None, gt=0, le=10_000_000)
@@ -71,6 +93,10 @@ class ModelSpec(BaseModel):
             raise ValueError(f"first_dense_layers={self.first_dense_layers} must be below num_layers={self.num_layers}")
         mla_only = {"q_lora_rank": self.q_lora_rank, "qk_rope_head_dim": self.qk_rope_head_dim,
                     "v_head_dim": self.v_head_dim}
+        if self.global_every is not None and self.sliding_window is None:
+            raise ValueError("global_every needs sliding_window (the local blocks' window)")
+        if self.global_every == 1:
+            raise ValueError("global_every=1 makes every block global: leave sliding_window unset instead")
         if self.kv_lora_rank is None:
             given = [k for k, v in mla_only.items() if v is not None]
             if given:
@@ -138,7 +164,19 @@ class ModelSpec(BaseModel):
 
     @property
     def gated_mlp(self) -> bool:
-        return self.activation == "swiglu"
+        return self.activation in ("swiglu", "geglu")
+
+    @property
+    def num_global_layers(self) -> int:
+        """Blocks with full (global) attention: all without a sliding window, every global_every-th with one."""
+        if self.sliding_window is None:
+            return self.num_layers
+        return self.num_layers // self.global_every if self.global_every else 0
+
+    @property
+    def embed_dim(self) -> int:
+        """Width of the word embedding table (and of the output layer's input)."""
+        return self.embed_proj_dim or self.hidden
 
     # Parameter counts (exact for the architectures described; tested against released models).
     def attention_params(self) -> int:
@@ -148,7 +186,7 @@ class ModelSpec(BaseModel):
         weights = h * q + 2 * h * kv + q * h
         qkv_bias = self.bias if self.qkv_bias is None else self.qkv_bias
         biases = ((q + 2 * kv) if qkv_bias else 0) + (h if self.bias else 0)
-        return weights + biases
+        return weights + biases + (2 * self.dhead if self.qk_norm else 0)
 
     def _mla_params(self) -> int:
         """MLA (DeepSeek-V2 Sec. 2.1): query down/up projections (or one full-rank one), the joint key/value
@@ -178,19 +216,31 @@ class ModelSpec(BaseModel):
                    + (self.mlp_params(self.shared_expert_ffn) if self.shared_expert_ffn else 0))
         else:
             mlp = self.mlp_params()
-        return self.attention_params() + mlp + 2 * self.norm_params()
+        return self.attention_params() + mlp + self.block_norm_params()
+
+    def block_norm_params(self) -> int:
+        """Norm weights of one block (block_norms norms of hidden width)."""
+        return self.block_norms * self.norm_params()
 
     def dense_layer_params(self) -> int:
         """Parameters of one dense block (a dense model's block, or a MoE model's first_dense_layers)."""
-        return self.attention_params() + self.mlp_params() + 2 * self.norm_params()
+        return self.attention_params() + self.mlp_params() + self.block_norm_params()
 
-    def embedding_params(self) -> int:
-        """Token embedding (+ learned positions) + final norm + untied output head."""
-        emb = self.vocab_size * self.hidden
+    def input_embedding_params(self) -> int:
+        """First stage: the word embedding table (+ learned positions, + OPT's project_in)."""
+        emb = self.vocab_size * self.embed_dim
         if self.position_embedding == "learned":
             emb += self.max_seq_len * self.hidden
-        head = 0 if self.tie_embeddings else self.vocab_size * self.hidden
-        return emb + head + self.norm_params()
+        return emb + (self.embed_dim * self.hidden if self.embed_proj_dim else 0)
+
+    def output_layer_params(self) -> int:
+        """Last stage: final norm, OPT's project_out, and the output layer when it is not tied to the embedding."""
+        head = 0 if self.tie_embeddings else self.vocab_size * self.embed_dim
+        return self.norm_params() + head + (self.embed_dim * self.hidden if self.embed_proj_dim else 0)
+
+    def embedding_params(self) -> int:
+        """Token embedding (+ learned positions) + final norm + untied output head (+ OPT's projections)."""
+        return self.input_embedding_params() + self.output_layer_params()
 
     def total_params(self) -> int:
         if not self.is_moe:
@@ -202,7 +252,7 @@ class ModelSpec(BaseModel):
         """Parameters touched per token (top-k routed experts and the shared expert only)."""
         if not self.is_moe:
             return self.total_params()
-        dense = self.attention_params() + 2 * self.norm_params() + self.hidden * self.num_experts
+        dense = self.attention_params() + self.block_norm_params() + self.hidden * self.num_experts
         active = dense + self.top_k * self.mlp_params(self.expert_ffn)
         if self.shared_expert_ffn:
             active += self.mlp_params(self.shared_expert_ffn)

@@ -67,7 +67,9 @@ def run(args: argparse.Namespace) -> int:
                    trace_path=args.trace, jitter_cv=args.jitter, stragglers=args.straggler, seed=args.seed,
                    samples=args.samples)
     if args.json:
-        print(json.dumps(pred.to_json()))
+        m = scenario.model
+        print(json.dumps({**pred.to_json(), "model": {"total_params": m.total_params(),
+                                                      "active_params": m.active_params()}}))
     else:
         render(pred, scenario)
     return 0

@@ -1,0 +1,456 @@
+"""Hugging Face ``config.json`` -> ModelSpec fields, for an allow-list of decoder-only architectures.
+
+Each accepted ``model_type`` is mapped as its modelling code in transformers builds it (``HF_ARCHS``): attention
+(MHA / GQA / MQA, Falcon's ``multi_query`` and ``new_decoder_architecture``, DeepSeek's MLA), MLP (gated from the
+architecture: SwiGLU or GeGLU; two matrices for GPT-2, Falcon and OPT), tied embeddings by the architecture's
+default, biases, norms per block, QK-norm, sliding-window and local/global attention layers, logit soft-capping
+and OPT's embedding projection. Anything else -- an encoder, an unknown ``model_type``, an ``architectures`` entry
+another class, or a key describing a feature ModelSpec cannot represent -- is a SpecError naming the field: a
+dropped feature would be a model with other parameter counts and other per-token work, predicted without a
+warning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import SpecError
+
+# Activation names of config.json -> (gated kind, ungated kind); None where the architecture cannot use it.
+_HF_ACT_KIND = {"silu": "silu", "swish": "silu", "swiglu": "silu", "gelu": "gelu", "gelu_new": "gelu",
+                "gelu_fast": "gelu", "gelu_pytorch_tanh": "gelu", "gelu_python": "gelu", "relu": "relu"}
+
+
+@dataclass(frozen=True)
+class HFArch:
+    """What one transformers architecture builds, where config.json leaves it to the class's defaults.
+
+    ``tied``: ``tie_word_embeddings`` default of its config class; ``head_dim``: the class's head_dim default when
+    the key is absent (None: hidden / heads); ``global_every``: period of full-attention blocks among local ones
+    when ``layer_types`` is absent (None: every block local when ``sliding_window`` is set, 0: no window read)."""
+
+    classes: tuple[str, ...]
+    gated: bool
+    norm: str = "rmsnorm"
+    position: str = "rope"
+    tied: bool = False
+    act: str = "silu"
+    block_norms: int = 2
+    qk_norm: bool = False
+    qkv_bias: bool = False
+    moe: bool = False
+    head_dim: int | None = None
+    global_every: int | None = 0
+    softcap: bool = False
+
+
+# Read against transformers' modelling code (models/<type>/modeling_<type>.py, configuration_<type>.py):
+# Llama/Mistral/Mixtral/Qwen/Phi-3: SwiGLU (Phi3MLP's fused gate_up_proj is the same two h x f matrices), RMSNorm,
+# RoPE, untied by default. Mistral, Mixtral and Phi-3 pass config.sliding_window to every layer's attention;
+# Qwen2/Qwen3 only with use_sliding_window (refused). Qwen2: q/k/v biases (Qwen2Attention bias=True, o_proj
+# bias=False). Qwen3: q_norm/k_norm (RMSNorm of head_dim), head_dim default 128. Gemma: GeGLU
+# (gelu_pytorch_tanh on the gate), RMSNorm, tied, head_dim 256; Gemma 2/3 add post-attention and
+# post-feedforward norms (4 per block), Gemma 2 alternates local (even index) and global blocks and soft-caps
+# attention and output logits; Gemma 3 has QK-norm and one global block in 6 (sliding_window_pattern 6).
+# GPT-2: learned positions, LayerNorm, biases, tied, fc + proj. Falcon: LayerNorm, rotary, tied, two-matrix GeLU
+# MLP, ``bias`` on every linear; OPT: learned positions, LayerNorm, ReLU two-matrix MLP, ``enable_bias``, tied.
+HF_ARCHS: dict[str, HFArch] = {
+    "llama": HFArch(("LlamaForCausalLM",), gated=True),
+    "mistral": HFArch(("MistralForCausalLM",), gated=True, global_every=None),
+    "mixtral": HFArch(("MixtralForCausalLM",), gated=True, moe=True, global_every=None),
+    "phi3": HFArch(("Phi3ForCausalLM",), gated=True, global_every=None),
+    "qwen2": HFArch(("Qwen2ForCausalLM",), gated=True, qkv_bias=True),
+    "qwen2_moe": HFArch(("Qwen2MoeForCausalLM",), gated=True, qkv_bias=True, moe=True),
+    "qwen3": HFArch(("Qwen3ForCausalLM",), gated=True, qk_norm=True, head_dim=128),
+    "qwen3_moe": HFArch(("Qwen3MoeForCausalLM",), gated=True, qk_norm=True, head_dim=128, moe=True),
+    "gemma": HFArch(("GemmaForCausalLM",), gated=True, tied=True, act="gelu_pytorch_tanh", head_dim=256),
+    "gemma2": HFArch(("Gemma2ForCausalLM",), gated=True, tied=True, act="gelu_pytorch_tanh", head_dim=256,
+                     block_norms=4, global_every=2, softcap=True),
+    "gemma3_text": HFArch(("Gemma3ForCausalLM",), gated=True, tied=True, act="gelu_pytorch_tanh", head_dim=256,
+                          block_norms=4, qk_norm=True, global_every=6, softcap=True),
+    "deepseek_v2": HFArch(("DeepseekV2ForCausalLM",), gated=True, moe=True),
+    "deepseek_v3": HFArch(("DeepseekV3ForCausalLM",), gated=True, moe=True),
+    "kimi_k2": HFArch(("DeepseekV3ForCausalLM",), gated=True, moe=True),  # Kimi K2 is the DeepSeek-V3 architecture
+    "glm4_moe": HFArch(("Glm4MoeForCausalLM",), gated=True, moe=True),
+    "gpt2": HFArch(("GPT2LMHeadModel",), gated=False, norm="layernorm", position="learned", tied=True,
+                   act="gelu_new"),
+    "falcon": HFArch(("FalconForCausalLM",), gated=False, norm="layernorm", tied=True, act="gelu"),
+    "opt": HFArch(("OPTForCausalLM",), gated=False, norm="layernorm", position="learned", tied=True, act="relu"),
+}
+
+# Encoders and encoder-decoders: bidirectional attention, other heads and losses than a causal LM's.
+_HF_ENCODERS = frozenset({
+    "bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta", "deberta-v2", "camembert",
+    "mpnet", "ernie", "modernbert", "t5", "mt5", "umt5", "longt5", "bart", "mbart", "pegasus", "marian", "whisper",
+    "encoder-decoder", "switch_transformers"})
+
+# model_type of a vision-language model whose language model is a config of its own: cost that one.
+_HF_TEXT_CONFIG_OF = {"gemma3": "gemma3_text"}
+
+
+def is_hf_config(d: Mapping) -> bool:
+    return any(k in d for k in ("num_hidden_layers", "n_layer", "model_type", "architectures"))
+
+
+def hf_architecture(d: Mapping) -> tuple[str, HFArch]:
+    """The allow-listed architecture of config ``d``; SpecError naming ``model_type`` or ``architectures``."""
+    model_type = d.get("model_type")
+    if model_type is None:
+        raise SpecError("model.model_type", "missing: a Hugging Face config.json names its architecture in "
+                                            f"model_type (accepted: {', '.join(sorted(HF_ARCHS))})")
+    model_type = str(model_type).lower()
+    if model_type in _HF_ENCODERS:
+        raise SpecError("model.model_type", f"{model_type!r} is an encoder or encoder-decoder model; only "
+                                            "decoder-only causal LMs are modelled")
+    if model_type in _HF_TEXT_CONFIG_OF:
+        raise SpecError("model.model_type", f"{model_type!r} is a vision-language model; the vision tower is not "
+                                            f"modelled (its text_config, model_type "
+                                            f"{_HF_TEXT_CONFIG_OF[model_type]!r}, is)")
+    arch = HF_ARCHS.get(model_type)
+    if arch is None:
+        raise SpecError("model.model_type", f"architecture {model_type!r} is not modelled (accepted: "
+                                            f"{', '.join(sorted(HF_ARCHS))})")
+    classes = d.get("architectures")
+    if classes is not None:
+        if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+            raise SpecError("model.architectures", f"must be a list of class names, got {classes!r}")
+        other = [c for c in classes if c not in arch.classes]
+        if other:
+            raise SpecError("model.architectures", f"{other[0]!r} is not {model_type!r}'s causal LM "
+                                                   f"({', '.join(arch.classes)}); only that class is modelled")
+    return model_type, arch
+
+
+def _get(d: Mapping, *keys: str, default=None):
+    """The first of ``keys`` present with a value (config.json spells the same field differently per model)."""
+    for k in keys:
+        if d.get(k) is not None:
+            return d[k]
+    return default
+
+
+def _first_key(d: Mapping, *keys: str) -> str:
+    return next((k for k in keys if d.get(k) is not None), keys[0])
+
+
+def model_from_hf(d: Mapping, name: str = "hf-model") -> dict:
+    """Map a Hugging Face ``config.json`` of an allow-listed architecture (``HF_ARCHS``) to ModelSpec fields."""
+    _refuse_unmodelled(d)
+    model_type, arch = hf_architecture(d)
+    layers, hidden, heads = (_get(d, "num_hidden_layers", "n_layer"), _get(d, "hidden_size", "n_embd"),
+                             _get(d, "num_attention_heads", "n_head"))
+    if layers is None or hidden is None or heads is None:
+        missing = [k for k, v in (("num_hidden_layers", layers), ("hidden_size", hidden),
+                                  ("num_attention_heads", heads)) if v is None]
+        raise SpecError("model", f"Hugging Face config lacks {', '.join(missing)}")
+    if d.get("vocab_size") is None:
+        raise SpecError("model", "Hugging Face config lacks vocab_size")
+    activation = _activation(d, arch)
+    out: dict[str, Any] = {
+        "name": str(_get(d, "_name_or_path", default=name)) or name,
+        "num_layers": layers, "hidden": hidden, "num_heads": heads,
+        "num_kv_heads": _get(d, "num_key_value_heads", default=heads),
+        "ffn_hidden": _ffn_hidden(d, arch, hidden),
+        "vocab_size": d["vocab_size"],
+        "activation": activation,
+        "norm": arch.norm, "position_embedding": arch.position,
+        "max_seq_len": _get(d, "max_position_embeddings", "n_positions", "n_ctx", default=2048),
+        "tie_embeddings": bool(_get(d, "tie_word_embeddings", default=arch.tied)),
+        "block_norms": arch.block_norms,
+        "qk_norm": arch.qk_norm or bool(model_type == "glm4_moe" and d.get("use_qk_norm")),
+        **_bias_fields(d, model_type, arch),
+        **_window_fields(d, arch, layers),
+    }
+    head_dim = _get(d, "head_dim", default=arch.head_dim)
+    if head_dim is not None:
+        out["head_dim"] = head_dim
+    if arch.softcap:
+        out.update({k: d[key] for k, key in (("attn_softcap", "attn_logit_softcapping"),
+                                             ("final_softcap", "final_logit_softcapping")) if d.get(key) is not None})
+    if model_type == "falcon":
+        out.update(_falcon_fields(d, heads))
+    if model_type == "opt":
+        out.update(_opt_fields(d, hidden))
+    out.update(_experts(d, model_type, arch))
+    out.update(_hf_architecture_fields(d, model_type, out))
+    return out
+
+
+def _activation(d: Mapping, arch: HFArch) -> str:
+    """ModelSpec activation: the architecture says gated or not, the config which function (Gemma 2/3 read
+    hidden_activation first, as their modelling code does)."""
+    key = _first_key(d, "hidden_activation", "hidden_act", "activation_function", "activation")
+    act = str(_get(d, key, default=arch.act)).lower()
+    kind = _HF_ACT_KIND.get(act)
+    if kind is None or (arch.gated and kind == "relu"):
+        known = sorted(a for a, k in _HF_ACT_KIND.items() if not (arch.gated and k == "relu"))
+        raise SpecError(f"model.{key}", f"unsupported activation {act!r} (known: {', '.join(known)})")
+    if not arch.gated:
+        return "gelu"  # two-matrix MLP; GeLU and ReLU differ only in the elementwise op between
+    return "swiglu" if kind == "silu" else "geglu"
+
+
+def _ffn_hidden(d: Mapping, arch: HFArch, hidden: Any) -> Any:
+    key = _first_key(d, "intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size")
+    if d.get(key) is not None:
+        return d[key]
+    if arch.gated:
+        raise SpecError("model.intermediate_size", "missing (the MLP width of a gated architecture has no default)")
+    return 4 * hidden if isinstance(hidden, int) and not isinstance(hidden, bool) else None  # GPT-2/Falcon/OPT
+
+
+def _bias_fields(d: Mapping, model_type: str, arch: HFArch) -> dict:
+    """Biases as each architecture places them: GPT-2 on every linear, Falcon's ``bias`` and OPT's ``enable_bias``
+    on every linear, Qwen2 on q/k/v only; the Llama family's ``attention_bias`` (q, k, v and o, not the MLP) and
+    ``mlp_bias`` have no ModelSpec equivalent and are refused (DeepSeek and GLM-4.5 map theirs later)."""
+    if model_type == "gpt2":
+        return {"bias": True}
+    if model_type == "falcon":
+        return {"bias": bool(d.get("bias", False))}
+    if model_type == "opt":
+        return {"bias": bool(d.get("enable_bias", True))}
+    if model_type in _HF_DEEPSEEK_MOE_TYPES:
+        return {"bias": False}
+    for key in ("attention_bias", "mlp_bias"):
+        if d.get(key):
+            raise SpecError(f"model.{key}", f"biases on the attention projections only (q, k, v and o) or on the "
+                                            f"MLP only are not modelled for model_type {model_type!r}")
+    return {"bias": False, **({"qkv_bias": True} if arch.qkv_bias else {})}
+
+
+def _window_fields(d: Mapping, arch: HFArch, layers: Any) -> dict:
+    """Sliding-window (local) attention: every block (Mistral, Mixtral, Phi-3 pass ``sliding_window`` to every
+    layer), or local blocks with one global block every k (Gemma 2: k = 2, Gemma 3: ``sliding_window_pattern``,
+    default 6; or spelled out per block in ``layer_types``). A ``layer_types`` pattern of another shape, or one on
+    an architecture that reads no window, is refused."""
+    types = d.get("layer_types")
+    if arch.global_every == 0:
+        if isinstance(types, list) and any(t != "full_attention" for t in types):
+            raise SpecError("model.layer_types", "per-layer attention types (sliding-window, linear or chunked "
+                                                 "attention layers, attention sinks) are not modelled for this "
+                                                 "model_type")
+        return {}
+    window = _hf_int(d, "sliding_window")
+    if types is not None:
+        return _layer_types_fields(types, window, layers)
+    if window is None:
+        return {}
+    if arch.global_every is None:
+        return {"sliding_window": window}
+    every = _hf_int(d, "sliding_window_pattern") or _hf_int(d, "_sliding_window_pattern") or arch.global_every
+    return {"sliding_window": window, "global_every": every} if every > 1 else {}
+
+
+def _layer_types_fields(types: Any, window: int | None, layers: Any) -> dict:
+    kinds = ("full_attention", "sliding_attention")
+    if not isinstance(types, list) or len(types) != layers or any(t not in kinds for t in types):
+        raise SpecError("model.layer_types", f"must list {' or '.join(kinds)} for each of the {layers} layers")
+    local = [t == "sliding_attention" for t in types]
+    if not any(local):
+        return {}
+    if window is None:
+        raise SpecError("model.sliding_window", "layer_types has sliding_attention layers but no window size")
+    if all(local):
+        return {"sliding_window": window}
+    every = local.index(False) + 1
+    if any(local[i] != bool((i + 1) % every) for i in range(len(local))):
+        raise SpecError("model.layer_types", "local and global layers other than one global layer every k "
+                                             "(layer i global when (i + 1) % k == 0) are not modelled")
+    return {"sliding_window": window, "global_every": every}
+
+
+def _falcon_fields(d: Mapping, heads: Any) -> dict:
+    """Falcon (transformers FalconAttention / FalconDecoderLayer): key/value heads are ``num_kv_heads`` with
+    ``new_decoder_architecture`` (Falcon-40B/180B), 1 with ``multi_query`` (Falcon-7B), else every head; norms per
+    block: ``num_ln_in_parallel_attn`` (default 2) in the new architecture, 1 input norm with ``parallel_attn``
+    (Falcon-7B), 2 in the sequential block. ALiBi (``alibi``) is refused: the rotary path is the one modelled."""
+    if d.get("alibi"):
+        raise SpecError("model.alibi", "ALiBi position biases are not modelled (rotary Falcon configs are)")
+    if d.get("new_decoder_architecture"):
+        kv, norms = _get(d, "num_kv_heads", default=heads), _get(d, "num_ln_in_parallel_attn", default=2)
+    else:
+        kv = 1 if d.get("multi_query", True) else heads
+        norms = 1 if d.get("parallel_attn", True) else 2
+    return {"num_kv_heads": kv, "block_norms": norms}
+
+
+def _opt_fields(d: Mapping, hidden: Any) -> dict:
+    """OPT (transformers OPTDecoder): word embeddings of ``word_embed_proj_dim`` with bias-free project_in /
+    project_out when it differs from hidden_size (OPT-350m: 512 vs 1024). Not counted, 2 x hidden each: the
+    two reserved rows of the learned positions (OPTLearnedPositionalEmbedding's offset) and, for a post-norm
+    model (``do_layer_norm_before`` false), the final LayerNorm it does not have (2e-6 and 6e-6 of OPT-350m)."""
+    if d.get("layer_norm_elementwise_affine") is False:
+        raise SpecError("model.layer_norm_elementwise_affine", "LayerNorm without weights is not modelled")
+    proj = _hf_int(d, "word_embed_proj_dim")
+    return {"embed_proj_dim": proj} if proj and proj != hidden else {}
+
+
+def _experts(d: Mapping, model_type: str, arch: HFArch) -> dict:
+    key = _first_key(d, "num_local_experts", "num_experts", "n_routed_experts")
+    experts = d.get(key)
+    if not experts:
+        return {}
+    if not arch.moe:
+        raise SpecError(f"model.{key}", f"experts are not read for model_type {model_type!r} (a dense architecture)")
+    fields = {"num_experts": experts, "top_k": _get(d, "num_experts_per_tok", "top_k", default=2)}
+    if d.get("moe_intermediate_size") is not None:
+        fields["moe_ffn_hidden"] = d["moe_intermediate_size"]
+    return fields
+
+
+# model_types whose config.json keys for shared experts, leading dense blocks and MLA were read against the modelling
+# code and the released configs (see _hf_architecture_fields); elsewhere the same key names are refused, not guessed.
+_HF_MLA_TYPES = ("deepseek_v2", "deepseek_v3", "kimi_k2")  # Kimi K2 is the DeepSeek-V3 architecture
+_HF_DEEPSEEK_MOE_TYPES = _HF_MLA_TYPES + ("glm4_moe",)
+
+# key -> (what it describes, the model_types it is mapped for)
+_HF_MAPPED_ONLY_FOR: dict[str, tuple[str, tuple[str, ...]]] = {
+    "n_shared_experts": ("shared experts", _HF_DEEPSEEK_MOE_TYPES),
+    "first_k_dense_replace": ("dense layers among MoE layers", _HF_DEEPSEEK_MOE_TYPES),
+    "kv_lora_rank": ("multi-head latent attention", _HF_MLA_TYPES),
+    "q_lora_rank": ("multi-head latent attention", _HF_MLA_TYPES),
+    "shared_expert_intermediate_size": ("shared experts", ("qwen2_moe",)),
+    "num_shared_experts": ("shared experts", ()),
+}
+
+# Keys that put MoE on every n-th block only (Qwen2-MoE/Qwen3-MoE decoder_sparse_step, DeepSeek moe_layer_freq,
+# Llama 4 interleave_moe_layer_step): ModelSpec's MoE blocks are all blocks after first_dense_layers, so only 1 is.
+_HF_MOE_STEP_KEYS = ("decoder_sparse_step", "moe_layer_freq", "interleave_moe_layer_step")
+
+
+def _refuse_unmodelled(d: Mapping) -> None:
+    """SpecError naming the first config.json key that describes an architecture ModelSpec cannot represent (the
+    structural features first, before the allow-list, so a DeepSeek-V3.2 config is refused for its sparse
+    attention and a Llama 4 config for its interleaved MoE).
+
+    Mapped, not refused: ``num_nextn_predict_layers`` (DeepSeek-V3/GLM-4.5 multi-token-prediction modules ->
+    ``mtp_layers``; not counted in total_params, as in the published totals). Deliberately not refused (they
+    change neither a weight count nor the matmul work ModelSpec costs): ``partial_rotary_factor``, router options
+    (``n_group``, ``topk_group``, ``norm_topk_prob``, ``scoring_func``) and the router's expert-bias vector.
+    Qwen2/Qwen3's explicit ``use_sliding_window`` (windows on the layers from ``max_window_layers``) is refused.
+    """
+    model_type = str(d.get("model_type", "")).lower()
+    for key in _HF_MOE_STEP_KEYS:
+        step = d.get(key)
+        if step is not None and (isinstance(step, bool) or step != 1):
+            raise SpecError(f"model.{key}", f"MoE on every n-th layer only is not modelled (got {step!r}; ModelSpec "
+                                            "has MoE in every block after the first first_k_dense_replace)")
+    if d.get("mlp_only_layers"):
+        raise SpecError("model.mlp_only_layers", "dense layers at chosen indices among MoE layers are not modelled")
+    for key in ("is_encoder_decoder", "use_bidirectional_attention"):  # EmbeddingGemma, encoder-decoder wrappers
+        if d.get(key):
+            raise SpecError(f"model.{key}", "bidirectional (encoder) attention is not modelled; only causal "
+                                            "decoder-only LMs are")
+    if d.get("use_sliding_window"):
+        raise SpecError("model.use_sliding_window", "sliding-window attention from max_window_layers on is not "
+                                                    "modelled")
+    if d.get("attention_chunk_size"):
+        raise SpecError("model.attention_chunk_size", "chunked local attention (Llama 4) is not modelled")
+    if d.get("index_topk"):
+        raise SpecError("model.index_topk", "sparse attention with a top-k indexer (DeepSeek-V3.2, GLM-5) is not "
+                                            "modelled")
+    for key, (what, types) in _HF_MAPPED_ONLY_FOR.items():
+        if d.get(key) and model_type not in types:
+            read_for = f"read for model_type {', '.join(types)} only" if types else "ModelSpec reads no such key"
+            raise SpecError(f"model.{key}", f"{what} are not modelled for model_type {model_type!r} ({read_for})")
+
+
+def _hf_int(d: Mapping, key: str) -> int | None:
+    """An integer config.json value the mapping computes with (None when absent); SpecError naming the key otherwise
+    (``"2" * 1408`` would be a string, ``True * 1408`` a silent 1408)."""
+    value = d.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpecError(f"model.{key}", f"must be an integer, got {value!r}")
+    return value
+
+
+def _is_moe(out: Mapping) -> bool:
+    experts = out.get("num_experts")
+    return isinstance(experts, int) and not isinstance(experts, bool) and experts > 1
+
+
+def _hf_architecture_fields(d: Mapping, model_type: str, out: Mapping) -> dict:
+    """ModelSpec fields of the MoE/MLA architectures mapped by model_type (none for the others)."""
+    if model_type in _HF_MLA_TYPES:
+        return {**_deepseek_mla_fields(d, out), **_deepseek_moe_fields(d, out)}
+    if model_type == "glm4_moe":
+        return {**_glm4_moe_attention_fields(d), **_deepseek_moe_fields(d, out)}
+    if model_type == "qwen2_moe":
+        return _qwen2_moe_fields(d, out)
+    return {}
+
+
+def _deepseek_moe_fields(d: Mapping, out: Mapping) -> dict:
+    """DeepSeekMoE as DeepSeek-V2/V3, Kimi K2 and GLM-4.5 configure it.
+
+    ``n_shared_experts`` shared experts of ``moe_intermediate_size`` each run as one MLP of their summed width
+    (DeepSeek's modeling_deepseek.py DeepseekV2MoE/DeepseekV3MoE and transformers' Glm4MoeMoE:
+    ``intermediate_size=config.moe_intermediate_size * config.n_shared_experts``), so shared_expert_ffn is the
+    product; the first ``first_k_dense_replace`` blocks have a dense MLP of ``intermediate_size`` (already
+    ffn_hidden). ``moe_layer_freq`` > 1 is refused before this.
+    """
+    if not _is_moe(out):
+        return {}
+    fields: dict[str, Any] = {"first_dense_layers": d.get("first_k_dense_replace") or 0}
+    mtp = _hf_int(d, "num_nextn_predict_layers")
+    if mtp:  # multi-token-prediction modules: trained compute on the loss stage (not in the published totals)
+        fields["mtp_layers"] = mtp
+    n_shared = _hf_int(d, "n_shared_experts")
+    if n_shared:
+        width = _hf_int(d, "moe_intermediate_size")
+        if width is None:
+            raise SpecError("model.moe_intermediate_size", "n_shared_experts needs the expert width "
+                                                           "moe_intermediate_size")
+        fields["shared_expert_ffn"] = n_shared * width
+    return fields
+
+
+def _deepseek_mla_fields(d: Mapping, out: Mapping) -> dict:
+    """Multi-head latent attention of DeepSeek-V2/V3 and Kimi K2 (DeepSeek-V2 paper Sec. 2.1; transformers
+    DeepseekV3Attention): q_lora_rank null means a full-rank q projection (DeepSeek-V2-Lite); qk_nope_head_dim is
+    ModelSpec's head_dim. Keys and values are expanded to every head and the projections carry no biases, so
+    num_key_value_heads != num_attention_heads or attention_bias true are refused by name.
+    """
+    if d.get("kv_lora_rank") is None:
+        raise SpecError("model.kv_lora_rank", f"model_type {d.get('model_type')!r} uses multi-head latent "
+                                              "attention; kv_lora_rank is missing")
+    for key in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        if d.get(key) is None:
+            raise SpecError(f"model.{key}", "multi-head latent attention needs it (kv_lora_rank is set)")
+    kv_heads = d.get("num_key_value_heads")
+    if kv_heads is not None and kv_heads != out["num_heads"]:
+        raise SpecError("model.num_key_value_heads", f"multi-head latent attention expands keys and values to every "
+                                                     f"head: must equal num_attention_heads={out['num_heads']}, got "
+                                                     f"{kv_heads!r}")
+    if d.get("attention_bias"):
+        raise SpecError("model.attention_bias", "biases on multi-head latent attention projections are not modelled")
+    # head_dim: a re-saved config may carry transformers' own head_dim (= qk_rope_head_dim); ModelSpec's is the
+    # no-RoPE part, qk_nope_head_dim.
+    return {"kv_lora_rank": d["kv_lora_rank"], "q_lora_rank": d.get("q_lora_rank"),
+            "head_dim": d["qk_nope_head_dim"], "qk_rope_head_dim": d["qk_rope_head_dim"],
+            "v_head_dim": d["v_head_dim"], "num_kv_heads": None, "bias": False, "qkv_bias": None}
+
+
+def _glm4_moe_attention_fields(d: Mapping) -> dict:
+    """GLM-4.5 (glm4_moe): attention_bias puts biases on q, k and v only, none on the output projection or the
+    MLPs (transformers Glm4MoeAttention; slime's Megatron GLM-4.5 recipe: --add-qkv-bias --disable-bias-linear).
+    GQA with an explicit head_dim; partial RoPE and QK-norm change no weight count ModelSpec keeps (see
+    _refuse_unmodelled)."""
+    return {"qkv_bias": bool(d.get("attention_bias")), "bias": False}
+
+
+def _qwen2_moe_fields(d: Mapping, out: Mapping) -> dict:
+    """Qwen2-MoE (Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B): one shared expert MLP of shared_expert_intermediate_size in
+    every MoE block, always run.
+
+    Not exact: its output is scaled by a sigmoid gate, a Linear(hidden, 1) of ``hidden`` weights per block, which
+    ModelSpec has no term for; that is 2048 x 24 = 49,152 weights of Qwen1.5-MoE-A2.7B's 14.3B (3e-6) and
+    3584 x 28 of Qwen2-57B-A14B's 57.4B (2e-6), and one h-wide dot product per token -- accepted and left out.
+    Dense blocks (decoder_sparse_step > 1, mlp_only_layers) are refused before this.
+    """
+    shared = d.get("shared_expert_intermediate_size")
+    return {"shared_expert_ffn": shared} if shared and _is_moe(out) else {}
