@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainsim.data import VALIDATION_DIR_ENV, external_validation_path, validation_path
-from trainsim.reports import common_runs
+from trainsim.reports import common_runs, vtrain
 from trainsim.reports.cells import cluster as _cluster
 from trainsim.reports.cells import integer as _int
 from trainsim.reports.cells import num as _num
@@ -55,6 +55,8 @@ class Case:
     # predicted primary value into the same quantity (e.g. SC21 eq. 3 TFLOP/s from a step time).
     secondary: dict[str, float] = field(default_factory=dict)
     secondary_fns: dict[str, Callable[[float], float]] = field(default_factory=dict, compare=False)
+    # Further groupings the report prints beside the category (e.g. "micro-batch 1", "TP 8", "layers 24").
+    regimes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -454,7 +456,8 @@ def mosaic_flops_per_seq(n_params: float, layers: int, d_model: int, seq: int, f
 
 
 # Datasets whose tables are parsed from fetched repositories and so not bundled (trainsim.data).
-EXTERNAL_DATASETS = {"mosaic": "mosaic_mpt_benchmarks.csv", "nemo": "nemo_megatron_bridge_perf.csv"}
+EXTERNAL_DATASETS = {"mosaic": "mosaic_mpt_benchmarks.csv", "nemo": "nemo_megatron_bridge_perf.csv",
+                     "vtrain": "vtrain_a100_single_node.csv"}
 
 
 def external_table(dataset: str, file: str) -> Path:
@@ -1305,6 +1308,7 @@ DATASETS: dict[str, Callable[[], Dataset]] = {
     "nemo": load_nemo,
     "korthikanti": load_korthikanti,
     "llama3": load_llama3,
+    "vtrain": lambda: vtrain.load_vtrain(external_table("vtrain", vtrain.VTRAIN_FILE), name="vtrain"),
 }
 
 
@@ -1334,6 +1338,8 @@ def load_dataset(name_or_path: str) -> Dataset:
         return load_nemo(p, name=p.stem)
     if "busbw_GBps" in cols:
         return load_nccl(p, name=p.stem)
+    if vtrain.is_vtrain(cols):
+        return vtrain.load_vtrain(p, name=p.stem)
     if {"step_time_s", "num_gpus", "layers", "hidden", "heads", "global_batch_seqs"} <= cols:
         return load_common_runs(p, name=p.stem, unknowns="blind")
     raise SpecError("dataset", f"{p}: columns match none of the known schemas (common run schema, MosaicML, "

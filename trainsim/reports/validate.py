@@ -129,8 +129,12 @@ class ValidationReport:
         """Rows, MAPE and worst row per case category (e.g. SC21 table, GPU type, message-size class)."""
         cats: dict[str, list[RowResult]] = {}
         cat_of = {c.row_id: c.category for c in self.dataset.cases}
+        regimes_of = {c.row_id: c.regimes for c in self.dataset.cases}
         for r in self.compared:
-            cats.setdefault(cat_of.get(r.row_id) or "all", []).append(r)
+            keys = [cat_of.get(r.row_id) or "all"]
+            keys += [k for k in regimes_of.get(r.row_id, ()) if k not in keys]
+            for key in keys:
+                cats.setdefault(key, []).append(r)
         out = {}
         for name, rows in cats.items():
             errs = [abs(r.error_pct) for r in rows]  # type: ignore[arg-type]
