@@ -84,3 +84,18 @@ def test_cpu_ranks_and_moe_are_not_modelled_apart():
                                     "vocab_size": 100, "max_seq_len": 32}, "cluster": "cpu-host", "gpus": 1,
                           "training": {"seq_len": 32, "global_batch": 1, "micro_batch": 1}})
     assert hi.scenario_block_issue(cpu) is None
+
+
+def test_predict_says_how_long_the_gpu_waits_for_its_host():
+    from trainsim.simulator.predict import host_idle_share
+    s = small()
+    pred = predict(s)
+    table = build_cost_table(s)
+    share = host_idle_share(table, pred.step_time_s)
+    ch = table.stages[0].chunks
+    assert share == pytest.approx(sum(c.host_idle_fwd_s + c.host_idle_bwd_s for c in ch) * table.num_microbatches
+                                  / pred.step_time_s)
+    assert 0.01 < share < 1
+    assert any(w.startswith("host-bound: GPU idle waiting for the host: ") for w in pred.warnings)
+    big = predict(small(tp=1, mb=8, hidden=4096, layers=2))
+    assert not any("GPU idle waiting for the host" in w for w in big.warnings)
