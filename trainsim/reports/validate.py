@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -135,6 +136,8 @@ class ValidationReport:
             keys += [k for k in regimes_of.get(r.row_id, ()) if k not in keys]
             for key in keys:
                 cats.setdefault(key, []).append(r)
+        if any(regimes_of.values()):  # regimes read best in order: "micro-batch 1, 2, 4, 8", "TP 1 .. 8"
+            cats = dict(sorted(cats.items(), key=lambda kv: _natural(kv[0])))
         out = {}
         for name, rows in cats.items():
             errs = [abs(r.error_pct) for r in rows]  # type: ignore[arg-type]
@@ -162,6 +165,11 @@ class ValidationReport:
             "secondary_mape_pct": self.secondary_mape(),
             "by_category": self.by_category(),
         }
+
+
+def _natural(text: str) -> tuple:
+    """Sort key that orders the numbers inside a label by value ("TP 2" before "TP 16")."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text))
 
 
 def _clean(x: float) -> float | None:

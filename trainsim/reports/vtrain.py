@@ -9,11 +9,14 @@ validation directory of this project: ``vtrain_a100_single_node.csv``), recognis
 What the files state is used as stated (the repository's ``config/validation/single/*.json``): GPT blocks,
 16 heads, sequence 1,024, full activation checkpointing (``"use_checkpoint": true``), the 1F1B schedule, no
 gradient bucketing (``"use_gradient_bucket": false``: the gradients are reduced after the backward pass),
-8 GPUs per node. What they do not state is chosen once for every row: the GPT-2 vocabulary (50,257, padded
-by Megatron to a multiple of 128 x TP), the cluster preset ``dgx-a100`` (A100-SXM4, NVSwitch), the
-framework ``megatron-2022`` (Megatron-LM of that time: gradient all-reduce after the backward pass, fused
-gradient accumulation, blocking pipeline sends), bf16, no FlashAttention (Megatron's fused softmax) and
-dropout 0.1 (Megatron GPT defaults).
+8 GPUs per node. The runs were taken with Microsoft's Megatron-DeepSpeed (the repository's ``data/README.md``),
+and vTrain's own profiling model is built in fp16 (``src/predictor.py``: ``torch.set_default_dtype(torch.float16)``),
+so the rows are fp16. What the files do not state is chosen once for every row: the GPT-2 vocabulary (50,257,
+padded by Megatron to a multiple of 128 x TP), the cluster preset ``dgx-a100`` (A100-SXM4, NVSwitch; the
+repository's measured 8-GPU all-reduce table, ``trace/a100/AR_GPU8_1M_1024M_LUT``, peaks at ~220 GB/s bus
+bandwidth, an NVSwitch node's), the framework ``megatron-2022`` (trainsim has no Megatron-DeepSpeed entry; the
+Megatron-LM of that time is its base: gradient all-reduce after the backward pass, fused gradient accumulation,
+blocking pipeline sends), no FlashAttention (Megatron's fused softmax) and dropout 0.1 (Megatron GPT defaults).
 
 Each case carries its regimes (micro-batch, TP, layers) so the report prints the error per regime: the
 work per kernel falls with the micro-batch and rises with 1/TP, which separates per-kernel fixed costs from
@@ -53,8 +56,9 @@ def load_vtrain(path: Path, *, name: str = "vtrain"):
         "metric: seconds per iteration as measured (the published milliseconds / 1000).",
         ("stated by the source's run configs: GPT blocks, sequence 1024, full activation checkpointing, 1F1B, "
          "no gradient bucketing, 8 GPUs per node."),
-        ("chosen for every row (not stated): vocab 50,257 (GPT-2 tokenizer), cluster preset dgx-a100, framework "
-         "megatron-2022, bf16, no FlashAttention, dropout 0.1."),
+        ("measured with Megatron-DeepSpeed (source data/README.md) in fp16 (vTrain's profiling model is built in "
+         "fp16); chosen for every row (not stated): vocab 50,257 (GPT-2 tokenizer), cluster preset dgx-a100, "
+         "framework megatron-2022 (the Megatron-LM that fork is based on), no FlashAttention, dropout 0.1."),
         "regimes: every row is counted under its micro-batch, its TP degree and its layer count.",
     )
     return Dataset(name=name, title="vTrain: Megatron GPT on one 8xA100 node (MICRO 2024)", metric="step_time_s",
@@ -77,7 +81,7 @@ def _vtrain_case(r: dict):
                   "ffn_hidden": 4 * hidden, "vocab_size": VTRAIN_VOCAB, "max_seq_len": seq},
         "cluster": _cluster("dgx-a100", gpus),
         "layout": {"tp": tp, "pp": pp},
-        "training": {"seq_len": seq, "global_batch": gbs, "micro_batch": mbs, "dtype": "bf16",
+        "training": {"seq_len": seq, "global_batch": gbs, "micro_batch": mbs, "dtype": "fp16",
                      "recompute": "full", "sequence_parallel": False, "zero": 0, "schedule": "1f1b",
                      "flash_attention": False, "dropout": True, "framework": "megatron-2022"},
     }
