@@ -40,3 +40,20 @@ def test_collective_command_prints_latency_and_bandwidth_parts():
     for row in rows("all_reduce", cluster, 8, [4096, 1 << 26]):
         assert row["latency_s"] + row["bandwidth_s"] == pytest.approx(row["time_s"])
         assert row["latency_s"] > 0 and row["bandwidth_s"] > 0
+
+
+def test_one_thread_driving_many_gpus_bounds_small_collectives():
+    """nccl-tests -g n: one thread launches the call on n GPUs in turn, n x LAUNCH_OVERHEAD_S per iteration."""
+    from trainsim.cost_models.collectives import single_thread_issue_s
+    from trainsim.reports.datasets import CollectiveCase
+    from trainsim.reports.validate import default_collective_fn
+    assert single_thread_issue_s(8) == pytest.approx(8 * nm.LAUNCH_OVERHEAD_S)
+    assert single_thread_issue_s(1) == pytest.approx(nm.LAUNCH_OVERHEAD_S)
+    cluster = load_cluster("dgx-a100", 8)
+    fn = default_collective_fn()
+    small = fn(CollectiveCase("all_reduce", 1024, 8, cluster, gpus_per_thread=8))
+    assert small == pytest.approx(8 * nm.LAUNCH_OVERHEAD_S)  # 40 us: above the kernel's own ~20 us
+    assert fn(CollectiveCase("all_reduce", 1024, 8, cluster)) < small
+    big = 1 << 30  # a large message is unaffected: the GPU, not the host, sets the pace
+    assert fn(CollectiveCase("all_reduce", big, 8, cluster, gpus_per_thread=8)) == pytest.approx(
+        fn(CollectiveCase("all_reduce", big, 8, cluster)))

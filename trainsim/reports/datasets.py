@@ -37,6 +37,9 @@ class CollectiveCase:
     num_gpus: int
     cluster: ClusterSpec
     algo: str | None = None
+    # GPUs one host thread drives (nccl-tests -g): the thread enqueues the collective on each in turn, every
+    # iteration (cost_models.collectives.single_thread_issue_s).
+    gpus_per_thread: int = 1
 
 
 @dataclass(frozen=True)
@@ -1272,7 +1275,10 @@ def load_nccl(path: Path | None = None, *, name: str = "nccl") -> Dataset:
             cases.append(Case(rid, label, busbw, skip_reason="inconsistent node count"))
             continue
         size_class = "< 1 MB" if size < 2**20 else ("1-64 MB" if size < 64 * 2**20 else ">= 64 MB")
-        cases.append(Case(rid, label, busbw, collective=CollectiveCase(op, size, n, cluster), group=system,
+        # Azure's runner drives every GPU of the node from one thread: ``all_reduce_perf ... -g <num_gpus>``
+        # (Azure/AI-benchmarking-guide Benchmarks/NVIDIA/NCCLBandwidth.py).
+        coll = CollectiveCase(op, size, n, cluster, gpus_per_thread=gpn if nodes == 1 else 1)
+        cases.append(Case(rid, label, busbw, collective=coll, group=system,
                           category=f"{system.replace('Azure ND ', '')} {size_class}"))
     notes = (
         ("metric: nccl-tests bus bandwidth (GB/s = 1e9 B/s), busbw = algbw x 2(n-1)/n for all-reduce; "
@@ -1280,6 +1286,10 @@ def load_nccl(path: Path | None = None, *, name: str = "nccl") -> Dataset:
         ("hardware: one cluster preset per system (ND A100 v4 -> dgx-a100, ND H100 v5 -> dgx-h100 with NVLS, "
         "ND H200 v5 -> hgx-h200); the algorithm is the cost model's choice (Azure's A100 'NVLS' label is "
         "a copy error: A100 has no NVLink SHARP)."),
+        ("measurement: Azure's runner (AI-benchmarking-guide Benchmarks/NVIDIA/NCCLBandwidth.py) runs "
+         "'all_reduce_perf -b 8 -e 8G -f 2 -g <num_gpus> -n 40': one thread enqueues the all-reduce on all of the "
+         "node's GPUs in turn each iteration, so an iteration lasts at least that many per-call launches "
+         "(nccl_model.LAUNCH_OVERHEAD_S each), which bounds the small-message curve."),
         ("GB200 NVL (4 GPUs per host) has no cluster preset and is skipped; single statements from issue "
         "threads (approximate, possibly mis-tuned systems) are listed as skipped."),
     )

@@ -192,13 +192,13 @@ def default_predict_fn(*, fast: bool = False, profile: Any = None) -> PredictFn:
 
 def default_collective_fn(profile: Any = None) -> CollectiveFn:
     """trainsim's collective cost model over the group of all GPUs of the case's cluster."""
-    from trainsim.cost_models.collectives import collective_time
+    from trainsim.cost_models.collectives import collective_time, single_thread_issue_s
     from trainsim.topologies import group_of_ranks
 
     def run(case: CollectiveCase) -> float:
         group = group_of_ranks(case.cluster, list(range(case.num_gpus)))
-        return float(collective_time(case.op, case.nbytes, group, case.cluster, algo=case.algo,
-                                     profile=profile).time_s)
+        t = float(collective_time(case.op, case.nbytes, group, case.cluster, algo=case.algo, profile=profile).time_s)
+        return max(t, single_thread_issue_s(case.gpus_per_thread))
 
     return run
 
