@@ -99,3 +99,22 @@ def test_predict_says_how_long_the_gpu_waits_for_its_host():
     assert any(w.startswith("host-bound: GPU idle waiting for the host: ") for w in pred.warnings)
     big = predict(small(tp=1, mb=8, hidden=4096, layers=2))
     assert not any("GPU idle waiting for the host" in w for w in big.warnings)
+
+
+def test_plan_ranks_small_batch_layouts_with_the_host_in_the_step():
+    """`plan` predicts through the same cost table: a tiny model on 8 A100 at TP 8 is host-bound, so its row carries
+    the idle note and its step includes the wait; the TP 1 layout (8x the work per kernel) ranks faster."""
+    from trainsim.simulator.planner import PlanRequest, plan
+    from trainsim.simulator.search_space import SearchLimits
+    from trainsim.specs import load_cluster
+    model = small().model
+    rows = {}
+    for tp in (1, 8):
+        req = PlanRequest(model=model, cluster=load_cluster("dgx-a100"), gpu_counts=(8,), global_batch=8, seq_len=256,
+                          top_k=1, limits=SearchLimits(fixed={"tp": tp, "pp": 1, "cp": 1, "ep": 1, "micro_batch": 1},
+                                                       training_extra={"framework": "megatron-2022"}))
+        rows[tp] = plan(req).rows[0]
+    assert any("GPU idle waiting for the host" in w for w in rows[8].warnings)
+    eight = small(tp=8)
+    idle = predict(eight).step_time_s - predict(small(tp=8, host_issue="cuda_graphs")).step_time_s
+    assert idle > 0 and rows[8].step_time_s > rows[1].step_time_s

@@ -15,7 +15,7 @@ Counts per block and micro-batch (``BLOCK_OPS``): the aten ops the executor's bl
 (``trainsim.kernels.torch_model.Block``) dispatches in eager mode, forward and backward, and how many of them
 launch a kernel (the rest are views: ``view``, ``t``, ``transpose``, ``detach``, ``expand``, ...). They were
 counted with a dispatch-mode counter under torch's FakeTensorMode (``trainsim.kernels.op_count``); they do not
-depend on the width, and ``tests/test_host_issue.py`` holds these numbers against the counter. A recomputed
+depend on the width, and ``tests/test_host_issue_time.py`` holds these numbers against the counter. A recomputed
 forward (full recompute) issues the forward's ops again before the backward.
 
 Seconds per op on an x86 host (``ATEN_DISPATCH_S``, ``KERNEL_LAUNCH_S``):

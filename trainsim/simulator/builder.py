@@ -48,6 +48,9 @@ What goes where (choices documented here, once):
   synchronous step proceeds at its slowest GPU's pace; GPUSpec.speed_spread_cv) where it is read
   (``_op_times``, ``_paced``), so the exposures computed against compute (TP/EP/CP overlap, offload windows)
   see the stretched times; communication, PCIe copies and host time are not stretched.
+* Host: a chunk's forward (backward, with its recomputed forward) lasts at least the time its host needs to issue
+  the blocks' kernels in eager PyTorch (cost_models/host_issue.py); the excess over the GPU's busy time is GPU
+  idle, recorded on ChunkCost.host_idle_* (dense blocks on GPUs; MoE blocks keep predict's host-bound warning).
 * Memory: static weights/grads/optimizer/other from `cost_models.memory.stage_memory`; activations per
   chunk and micro-batch from `cost_models.activations` (the engine times their life); the recompute working
   set is held during each backward. A postponed weight-gradient pass (ZB) keeps the inputs and output
