@@ -10,8 +10,9 @@ from trainsim.simulator.builder import build_cost_table
 from trainsim.simulator.predict import predict
 from trainsim.specs import ModelSpec, build_scenario
 
-GPT = dict(activation="gelu", norm="layernorm", position_embedding="learned")
-LLAMA = dict(activation="swiglu", norm="rmsnorm", position_embedding="rope", bias=False, tie_embeddings=False)
+GPT = {"activation": "gelu", "norm": "layernorm", "position_embedding": "learned"}
+LLAMA = {"activation": "swiglu", "norm": "rmsnorm", "position_embedding": "rope", "bias": False,
+         "tie_embeddings": False}
 
 
 def small(tp=8, mb=1, hidden=512, layers=8, **training):

@@ -115,6 +115,14 @@ def host_idle_s(gpu_s: float, host_s: float) -> float:
     return max(0.0, host_s - gpu_s)
 
 
+def chunk_idle_s(issue: PassIssue | None, layers: int, gpu_fwd_s: float, gpu_bwd_s: float) -> tuple[float, float]:
+    """(forward, backward) GPU idle of a chunk of ``layers`` blocks per micro-batch whose passes keep the GPU busy
+    ``gpu_fwd_s`` / ``gpu_bwd_s``; (0, 0) where the host is not modelled apart (``issue`` None) or no blocks."""
+    if issue is None or layers <= 0:
+        return 0.0, 0.0
+    return host_idle_s(gpu_fwd_s, layers * issue.fwd_s), host_idle_s(gpu_bwd_s, layers * issue.bwd_s)
+
+
 def tp_collective_calls(scenario) -> tuple[int, int]:
     """(forward, backward) TP collective calls of one dense block: Megatron's two column/row-parallel pairs
     issue 2 all-reduces each way (sequence parallel: 2 all-gathers + 2 reduce-scatters)."""

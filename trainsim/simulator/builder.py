@@ -663,14 +663,13 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
             tp_bc = sum(k * b.tp_b for b, k in comm_kinds) + (sg_gather if vs < last_vs else 0.0)
             # The GPU cannot run ahead of its host: a pass lasts at least the host's time to issue it; the
             # excess over the GPU's busy time (compute + communication on its stream) is GPU idle.
-            idle_f = idle_b = 0.0
-            if issue is not None and n:
-                idle_f = host_issue.host_idle_s(f + off_f + tp_fc + dp_f, n * issue.fwd_s)
-                idle_b = host_issue.host_idle_s(bi + bw + rc + off_b + tp_bc + dp_b, n * issue.bwd_s)
+            cp_fc, cp_bc = sum(k * b.cp_f for b, k in comm_kinds), sum(k * b.cp_b for b, k in comm_kinds)
+            idle_f, idle_b = host_issue.chunk_idle_s(issue, n, f + off_f + tp_fc + cp_fc + dp_f,
+                                                     bi + bw + rc + off_b + tp_bc + cp_bc + dp_b)
             chunks.append(ChunkCost(
                 fwd_s=f + off_f + idle_f, bwd_input_s=bi + off_b + idle_b, bwd_weight_s=bw, recompute_s=rc,
                 host_idle_fwd_s=idle_f, host_idle_bwd_s=idle_b, tp_fwd_s=tp_fc, tp_bwd_s=tp_bc,
-                cp_fwd_s=sum(k * b.cp_f for b, k in comm_kinds), cp_bwd_s=sum(k * b.cp_b for b, k in comm_kinds),
+                cp_fwd_s=cp_fc, cp_bwd_s=cp_bc,
                 ep_fwd_s=sum(k * (b.ep_f_ov * pair + b.ep_f * (1 - pair)) for b, k in comm_kinds),
                 ep_bwd_s=sum(k * (b.ep_b_ov * pair + b.ep_b * (1 - pair)) for b, k in comm_kinds),
                 dp_fwd_s=dp_f, dp_bwd_s=dp_b,
