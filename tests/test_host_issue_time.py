@@ -119,3 +119,21 @@ def test_plan_ranks_small_batch_layouts_with_the_host_in_the_step():
     eight = small(tp=8)
     idle = predict(eight).step_time_s - predict(small(tp=8, host_issue="cuda_graphs")).step_time_s
     assert idle > 0 and rows[8].step_time_s > rows[1].step_time_s
+
+
+def test_a_gpu_profile_measured_host_issue_replaces_the_count():
+    """`trainsim calibrate --device cuda` stores the tiny blocks' times (CalibrationProfile.host_issue): they are
+    the host issue time of a block pass and replace the counted seconds; the ops' own GPU times do not change."""
+    from trainsim.cost_models import compute
+    from trainsim.cost_models.profile import CalibrationProfile, EagerBlockOverhead, Stats
+
+    def st(s):
+        return Stats(min_s=s, median_s=s, p99_s=s, reps=30)
+    prof = CalibrationProfile(host_issue={"layernorm-gelu-learned": EagerBlockOverhead(
+        fwd=st(400e-6), bwd=st(900e-6), fwd_ops=13, bwd_ops=13)})
+    s = small(recompute="full")
+    issue = hi.scenario_block_issue(s, prof)
+    assert (issue.fwd_s, issue.bwd_s) == pytest.approx((400e-6, 900e-6 + 400e-6))  # recompute re-issues the fwd
+    assert compute.layer_times(s, prof) == compute.layer_times(s, CalibrationProfile())
+    assert prof.measured()["host_issue"]
+    assert prof.host_issue_block_s("rmsnorm-swiglu-rope") is None

@@ -31,10 +31,10 @@ for 3-D inputs), 3 x 3.3 + 3.8 = 13.7 us, against the 13.5 us Transformer Engine
 CPU side of a BF16 ``nn.Linear`` forward on a Xeon Platinum 8480C. A Grace host is 2.6x slower per op (the same
 issue: 33-37 us), as ``cost_models.host`` states.
 
-A calibration profile that measured eager execution (``trainsim calibrate``: ``eager_overhead``) replaces the
-counted seconds with its measured ones (per modelled op x the block's modelled ops, ``compute.eager_overhead_s``),
-on GPU profiles as on CPU ones (on a CPU profile that time is already in the ops' own times, so the maximum
-leaves them unchanged).
+A GPU calibration profile (``trainsim calibrate --device cuda``) times the executor's tiny blocks on the GPU,
+whose kernels do ~no work, so the time is the host's issue time of a block pass (``host_issue``); it replaces the
+counted seconds for that block style. Without it, a profile's CPU eager overhead (``eager_overhead``: per
+modelled op x the block's modelled ops, ``compute.eager_overhead_s``) stands in for the host's time.
 
 Scenario settings that cut the count (``TrainingSpec.host_issue``): ``"cuda_graphs"`` captures each block's
 forward and backward as graphs, so the host launches one graph per block and pass (``KERNEL_LAUNCH_S`` each);
@@ -144,9 +144,10 @@ def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
     if getattr(scenario.cluster.gpu, "num_sms", None) is None or scenario.model.is_moe:
         return None
     shp = layer_shape(scenario)
+    gpu_measured = getattr(profile, "host_issue_block_s", None) if profile is not None else None
+    measured = gpu_measured(block_style(shp)) if gpu_measured is not None else None
     ov_f, ov_b = eager_overhead_s(shp, profile)
-    measured = None
-    if ov_f or ov_b:
+    if measured is None and (ov_f or ov_b):
         n_f, n_b = count_passes(layer_ops(shp))
         measured = (ov_f * n_f, ov_b * n_b)
     t = scenario.training
