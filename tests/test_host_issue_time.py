@@ -137,3 +137,15 @@ def test_a_gpu_profile_measured_host_issue_replaces_the_count():
     assert compute.layer_times(s, prof) == compute.layer_times(s, CalibrationProfile())
     assert prof.measured()["host_issue"]
     assert prof.host_issue_block_s("rmsnorm-swiglu-rope") is None
+
+
+def test_breakdown_and_predict_table_show_the_host_idle():
+    s = small()
+    pred = predict(s)
+    table = build_cost_table(s)
+    idle = table.num_microbatches * sum(c.host_idle_fwd_s + c.host_idle_bwd_s for c in table.stages[0].chunks)
+    assert pred.breakdown_s["host_idle"] == pytest.approx(idle)
+    graphs = predict(small(host_issue="cuda_graphs"))
+    assert graphs.breakdown_s["host_idle"] == 0.0
+    # the GPU's own compute is the same either way: the idle is split off it, not added to it
+    assert pred.breakdown_s["compute"] == pytest.approx(graphs.breakdown_s["compute"], rel=1e-9)
