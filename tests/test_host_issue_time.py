@@ -149,3 +149,18 @@ def test_breakdown_and_predict_table_show_the_host_idle():
     assert graphs.breakdown_s["host_idle"] == 0.0
     # the GPU's own compute is the same either way: the idle is split off it, not added to it
     assert pred.breakdown_s["compute"] == pytest.approx(graphs.breakdown_s["compute"], rel=1e-9)
+
+
+def test_graphs_or_compile_where_they_cannot_be_costed_are_refused(capsys, tmp_path):
+    from trainsim.reports.cli import main
+    from trainsim.specs import SpecError
+    with pytest.raises(SpecError, match="training.host_issue"):
+        build_scenario({"model": "qwen3-30b-a3b", "cluster": "dgx-h100", "gpus": 8, "layout": {"ep": 8},
+                        "training": {"seq_len": 4096, "global_batch": 8, "host_issue": "cuda_graphs"}})
+    f = tmp_path / "s.yaml"
+    f.write_text("model: {name: t, num_layers: 2, hidden: 64, num_heads: 4, ffn_hidden: 256, vocab_size: 100, "
+                 "max_seq_len: 32}\ncluster: cpu-host\ngpus: 1\n"
+                 "training: {seq_len: 32, global_batch: 1, micro_batch: 1, host_issue: compile}\n")
+    assert main(["predict", str(f)]) == 2
+    err = capsys.readouterr().err
+    assert "training.host_issue" in err and "Traceback" not in err
