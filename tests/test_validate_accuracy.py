@@ -138,14 +138,16 @@ def test_nccl_large_messages():
 
 
 def test_nccl_small_messages_guard():
-    """nccl-tests all-reduce below 1 MB (latency-bound; each call pays NCCL's tuner latency plus one ~5 us
-    launch, nccl-tests#123): still too fast, guarded at today's accuracy -- H100/H200 MAPE <= 55 %, A100
-    <= 95 % [azure_ND_H100_v5_1K .. azure_ND_A100_v4_524K]; whole curve set MAPE <= 30 %."""
+    """nccl-tests all-reduce below 1 MB (latency-bound): each call pays NCCL's tuner latency plus one ~5 us launch
+    (nccl-tests#123), and Azure's runner drives the node's 8 GPUs from one thread (-g 8), so an iteration lasts at
+    least 8 launches. Guarded at today's accuracy: A100 MAPE <= 11 %, H100 <= 21 % (target 20 %), H200 <= 24 %
+    (its Xeon host launches faster than 5 us: predicted too slow) [azure_ND_A100_v4_1K .. azure_ND_H200_v5_524K];
+    whole curve set MAPE <= 12 %."""
     rep = validate(load_dataset("nccl"), collective_fn=default_collective_fn())
     cats = rep.by_category()
-    assert cats["H100 v5 < 1 MB"]["mape_pct"] <= 55.0 and cats["H200 v5 < 1 MB"]["mape_pct"] <= 55.0
-    assert cats["A100 v4 < 1 MB"]["mape_pct"] <= 95.0
-    assert rep.mape_pct <= 30.0
+    assert cats["A100 v4 < 1 MB"]["mape_pct"] <= 11.0
+    assert cats["H100 v5 < 1 MB"]["mape_pct"] <= 21.0 and cats["H200 v5 < 1 MB"]["mape_pct"] <= 24.0
+    assert rep.mape_pct <= 12.0
 
 
 def test_cli_gate_uses_the_engine(capsys):

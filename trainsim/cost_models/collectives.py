@@ -369,6 +369,13 @@ def _cached(op: str, nbytes: float, group: GroupShape, algo: str | None, protoco
     return replace(r, time_s=r.time_s + nm.LAUNCH_OVERHEAD_S, latency_s=r.latency_s + nm.LAUNCH_OVERHEAD_S)
 
 
+def single_thread_issue_s(gpus_per_thread: int) -> float:
+    """Least time of one collective when one host thread drives ``gpus_per_thread`` GPUs (nccl-tests ``-g``, a
+    single-process multi-GPU job): the thread enqueues the call on each GPU in turn, one per-call launch
+    (``nccl_model.LAUNCH_OVERHEAD_S``) each, so back-to-back calls cannot start faster than that."""
+    return max(1, int(gpus_per_thread)) * nm.LAUNCH_OVERHEAD_S
+
+
 def collective_time(op: str, nbytes: float, group: GroupShape | int, cluster: ClusterSpec | None = None,
                     algo: str | None = None, profile: Any = None, protocol: str | None = None) -> CollectiveTime:
     """Time of one collective of ``nbytes`` (nccl-tests size) on ``group``.

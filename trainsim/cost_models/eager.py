@@ -4,7 +4,8 @@ In eager PyTorch every op the cost model lists (``flops.layer_ops``: a linear la
 core, ...) launches several aten ops around its kernel (views, transposes, bias-gradient reductions,
 AccumulateGrad) and records/executes autograd nodes, from Python. On a GPU this host work overlaps the
 asynchronous kernels (``GPUSpec.kernel_overhead_s`` is the per-kernel launch cost); on a CPU it is on the
-critical path. ``trainsim calibrate --device cpu`` measures it per modelled op on tiny executor blocks
+critical path (on a GPU, ``host_issue`` makes each pass last at least the host's issue time instead).
+``trainsim calibrate --device cpu`` measures it per modelled op on tiny executor blocks
 (``CalibrationProfile.eager_overhead``); this module says how many modelled ops each pass runs. Pure.
 """
 

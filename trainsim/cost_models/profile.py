@@ -276,6 +276,9 @@ class CalibrationProfile(_Model):
     dispatch_overhead: Stats | None = Field(default=None, description="one-element op: launch/dispatch cost")
     eager_overhead: dict[str, EagerBlockOverhead] = Field(
         default_factory=dict, description="per block style (cost_models.eager.block_style); CPU eager only")
+    host_issue: dict[str, EagerBlockOverhead] = Field(
+        default_factory=dict, description="per block style: a tiny executor block's forward / backward on a GPU, "
+        "whose kernels do ~no work, so its time is the host's eager issue time (cost_models.host_issue); GPU only")
     optimizer_fits: dict[str, OptimizerFit] = Field(default_factory=dict, description="'adam', 'sgd'")
     dtensor_collective_overhead_s: dict[str, float] = Field(
         default_factory=dict, description="per collective op: seconds a DTensor redistribution adds to the raw "
@@ -400,6 +403,12 @@ class CalibrationProfile(_Model):
         bare = self.kernel_overhead_s() or 0.0
         return max(0.0, ov.per_op_s(pass_) - bare)
 
+    def host_issue_block_s(self, style: str) -> tuple[float, float] | None:
+        """Measured host seconds to issue one block's forward and backward on a GPU, for a block style (None where
+        that style was not measured)."""
+        ov = self.host_issue.get(style)
+        return None if ov is None else (ov.fwd.median_s, ov.bwd.median_s)
+
     def optimizer_time_s(self, name: str, tensors: float, elements: float) -> float | None:
         """Measured torch.optim step + zero_grad time for ``tensors`` tensors of ``elements`` in all, or None."""
         fit = self.optimizer_fits.get(name)
@@ -476,7 +485,7 @@ class CalibrationProfile(_Model):
             "gemm": bool(self.gemm_fits), "attention": bool(self.attention_fits),
             "memory": bool(self.memory_fits), "copies": bool(self.copy_fits),
             "collectives": bool(self.collective_fits), "eager_overhead": bool(self.eager_overhead),
-            "optimizer": bool(self.optimizer_fits),
+            "host_issue": bool(self.host_issue), "optimizer": bool(self.optimizer_fits),
         }
 
 

@@ -1,7 +1,7 @@
 """Data shipped with trainsim (published measurements entered by hand, validation/) and the lookup of the
 validation tables trainsim does not ship.
 
-Two tables, MosaicML's llm-foundry MPT benchmarks and NVIDIA Megatron-Bridge's performance summaries, are
+Three tables, MosaicML's llm-foundry MPT benchmarks, NVIDIA Megatron-Bridge's performance summaries and vTrain's single-node A100 iterations, are
 parsed mechanically from those projects' repositories; their licences do not let trainsim redistribute them,
 so they live outside the package. ``external_validation_path`` finds them in the directory named by the
 environment variable ``TRAINSIM_VALIDATION_DIR``; a user may also pass either file to
@@ -15,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 
 VALIDATION_DIR_ENV = "TRAINSIM_VALIDATION_DIR"
-EXTERNAL_FILES = ("mosaic_mpt_benchmarks.csv", "nemo_megatron_bridge_perf.csv")
+EXTERNAL_FILES = ("mosaic_mpt_benchmarks.csv", "nemo_megatron_bridge_perf.csv", "vtrain_a100_single_node.csv")
 
 
 def validation_path(name: str) -> Path:

@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.manual_seed(1234 + rank)
         gemm, attn, mem, copies, colls = [], [], [], [], []
         dispatch = None
-        eager, optim, dtensor_coll = {}, {}, {}
+        eager, optim, dtensor_coll, host_issue = {}, {}, {}, {}
         if "gemm" not in skip:
             shapes = mb.transformer_gemm_shapes(plan.hiddens, plan.tokens, plan.tps)
             for dtype in dtypes:
@@ -351,6 +351,12 @@ def main(argv: list[str] | None = None) -> int:
                 from torch.distributed.device_mesh import init_device_mesh
                 dtensor_coll = mb.bench_dtensor_collectives(cfg, init_device_mesh("cpu", (world,)))
             _log(rank, f"eager overhead and optimizers in {time.perf_counter() - t0:.1f} s")
+        if "eager" not in skip and args.device == "cuda":
+            # On a GPU the same tiny blocks (kernels with ~no work) time the host's eager issue of a block pass,
+            # which bounds every pass whose kernels are shorter (cost_models/host_issue.py).
+            t0 = time.perf_counter()
+            host_issue = mb.bench_eager_overhead(cfg)
+            _log(rank, f"host issue time of eager blocks in {time.perf_counter() - t0:.1f} s")
         if "copy" not in skip and args.device == "cuda":
             t0 = time.perf_counter()
             copies += mb.bench_copies(plan.copy_bytes, cfg)
@@ -395,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
                 notes.append("no GPU preset matches this device: efficiencies are absent, times are absolute")
             profile = build_profile(fp, preset_name, peaks, gemm, attn, mem, copies, colls, fit_min, notes)
             profile = profile.model_copy(update={"dispatch_overhead": dispatch, "eager_overhead": eager,
+                                                 "host_issue": host_issue,
                                                  "optimizer_fits": optim, "rank_gemm_flops": rank_rates,
                                                  "dtensor_collective_overhead_s": dtensor_coll})
             save_profile(profile, args.out)

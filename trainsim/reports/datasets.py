@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from trainsim.data import VALIDATION_DIR_ENV, external_validation_path, validation_path
-from trainsim.reports import common_runs
+from trainsim.reports import common_runs, vtrain
 from trainsim.reports.cells import cluster as _cluster
 from trainsim.reports.cells import integer as _int
 from trainsim.reports.cells import num as _num
@@ -38,6 +38,9 @@ class CollectiveCase:
     num_gpus: int
     cluster: ClusterSpec
     algo: str | None = None
+    # GPUs one host thread drives (nccl-tests -g): the thread enqueues the collective on each in turn, every
+    # iteration (cost_models.collectives.single_thread_issue_s).
+    gpus_per_thread: int = 1
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,8 @@ class Case:
     # The predicted value of a row whose quantity is not the dataset's step metric (e.g. peak memory on the
     # counter the row's source printed): prediction -> value in the dataset's unit.
     value_fn: Callable[[Any], float] | None = field(default=None, compare=False)
+    # Further groupings the report prints beside the category (e.g. "micro-batch 1", "TP 8", "layers 24").
+    regimes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -458,7 +463,8 @@ def mosaic_flops_per_seq(n_params: float, layers: int, d_model: int, seq: int, f
 
 
 # Datasets whose tables are parsed from fetched repositories and so not bundled (trainsim.data).
-EXTERNAL_DATASETS = {"mosaic": "mosaic_mpt_benchmarks.csv", "nemo": "nemo_megatron_bridge_perf.csv"}
+EXTERNAL_DATASETS = {"mosaic": "mosaic_mpt_benchmarks.csv", "nemo": "nemo_megatron_bridge_perf.csv",
+                     "vtrain": "vtrain_a100_single_node.csv"}
 
 
 def external_table(dataset: str, file: str) -> Path:
@@ -1273,7 +1279,10 @@ def load_nccl(path: Path | None = None, *, name: str = "nccl") -> Dataset:
             cases.append(Case(rid, label, busbw, skip_reason="inconsistent node count"))
             continue
         size_class = "< 1 MB" if size < 2**20 else ("1-64 MB" if size < 64 * 2**20 else ">= 64 MB")
-        cases.append(Case(rid, label, busbw, collective=CollectiveCase(op, size, n, cluster), group=system,
+        # Azure's runner drives every GPU of the node from one thread: ``all_reduce_perf ... -g <num_gpus>``
+        # (Azure/AI-benchmarking-guide Benchmarks/NVIDIA/NCCLBandwidth.py).
+        coll = CollectiveCase(op, size, n, cluster, gpus_per_thread=gpn if nodes == 1 else 1)
+        cases.append(Case(rid, label, busbw, collective=coll, group=system,
                           category=f"{system.replace('Azure ND ', '')} {size_class}"))
     notes = (
         ("metric: nccl-tests bus bandwidth (GB/s = 1e9 B/s), busbw = algbw x 2(n-1)/n for all-reduce; "
@@ -1281,6 +1290,10 @@ def load_nccl(path: Path | None = None, *, name: str = "nccl") -> Dataset:
         ("hardware: one cluster preset per system (ND A100 v4 -> dgx-a100, ND H100 v5 -> dgx-h100 with NVLS, "
         "ND H200 v5 -> hgx-h200); the algorithm is the cost model's choice (Azure's A100 'NVLS' label is "
         "a copy error: A100 has no NVLink SHARP)."),
+        ("measurement: Azure's runner (AI-benchmarking-guide Benchmarks/NVIDIA/NCCLBandwidth.py) runs "
+         "'all_reduce_perf -b 8 -e 8G -f 2 -g <num_gpus> -n 40': one thread enqueues the all-reduce on all of the "
+         "node's GPUs in turn each iteration, so an iteration lasts at least that many per-call launches "
+         "(nccl_model.LAUNCH_OVERHEAD_S each), which bounds the small-message curve."),
         ("GB200 NVL (4 GPUs per host) has no cluster preset and is skipped; single statements from issue "
         "threads (approximate, possibly mis-tuned systems) are listed as skipped."),
     )
@@ -1316,6 +1329,7 @@ DATASETS: dict[str, Callable[[], Dataset]] = {
     "korthikanti": load_korthikanti,
     "llama3": load_llama3,
     "memory": _load_memory,
+    "vtrain": lambda: vtrain.load_vtrain(external_table("vtrain", vtrain.VTRAIN_FILE), name="vtrain"),
 }
 
 
@@ -1347,6 +1361,8 @@ def load_dataset(name_or_path: str) -> Dataset:
         return load_nemo(p, name=p.stem)
     if "busbw_GBps" in cols:
         return load_nccl(p, name=p.stem)
+    if vtrain.is_vtrain(cols):
+        return vtrain.load_vtrain(p, name=p.stem)
     if {"step_time_s", "num_gpus", "layers", "hidden", "heads", "global_batch_seqs"} <= cols:
         return load_common_runs(p, name=p.stem, unknowns="blind")
     raise SpecError("dataset", f"{p}: columns match none of the known schemas (common run schema, MosaicML, "

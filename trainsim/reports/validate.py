@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -129,8 +130,14 @@ class ValidationReport:
         """Rows, MAPE and worst row per case category (e.g. SC21 table, GPU type, message-size class)."""
         cats: dict[str, list[RowResult]] = {}
         cat_of = {c.row_id: c.category for c in self.dataset.cases}
+        regimes_of = {c.row_id: c.regimes for c in self.dataset.cases}
         for r in self.compared:
-            cats.setdefault(cat_of.get(r.row_id) or "all", []).append(r)
+            keys = [cat_of.get(r.row_id) or "all"]
+            keys += [k for k in regimes_of.get(r.row_id, ()) if k not in keys]
+            for key in keys:
+                cats.setdefault(key, []).append(r)
+        if any(regimes_of.values()):  # regimes read best in order: "micro-batch 1, 2, 4, 8", "TP 1 .. 8"
+            cats = dict(sorted(cats.items(), key=lambda kv: _natural(kv[0])))
         out = {}
         for name, rows in cats.items():
             errs = [abs(r.error_pct) for r in rows]  # type: ignore[arg-type]
@@ -160,6 +167,11 @@ class ValidationReport:
         }
 
 
+def _natural(text: str) -> tuple:
+    """Sort key that orders the numbers inside a label by value ("TP 2" before "TP 16")."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", text))
+
+
 def _clean(x: float) -> float | None:
     return x if isinstance(x, (int, float)) and math.isfinite(x) else None
 
@@ -180,13 +192,13 @@ def default_predict_fn(*, fast: bool = False, profile: Any = None) -> PredictFn:
 
 def default_collective_fn(profile: Any = None) -> CollectiveFn:
     """trainsim's collective cost model over the group of all GPUs of the case's cluster."""
-    from trainsim.cost_models.collectives import collective_time
+    from trainsim.cost_models.collectives import collective_time, single_thread_issue_s
     from trainsim.topologies import group_of_ranks
 
     def run(case: CollectiveCase) -> float:
         group = group_of_ranks(case.cluster, list(range(case.num_gpus)))
-        return float(collective_time(case.op, case.nbytes, group, case.cluster, algo=case.algo,
-                                     profile=profile).time_s)
+        t = float(collective_time(case.op, case.nbytes, group, case.cluster, algo=case.algo, profile=profile).time_s)
+        return max(t, single_thread_issue_s(case.gpus_per_thread))
 
     return run
 

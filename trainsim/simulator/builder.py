@@ -48,6 +48,9 @@ What goes where (choices documented here, once):
   synchronous step proceeds at its slowest GPU's pace; GPUSpec.speed_spread_cv) where it is read
   (``_op_times``, ``_paced``), so the exposures computed against compute (TP/EP/CP overlap, offload windows)
   see the stretched times; communication, PCIe copies and host time are not stretched.
+* Host: a chunk's forward (backward, with its recomputed forward) lasts at least the time its host needs to issue
+  the blocks' kernels in eager PyTorch (cost_models/host_issue.py); the excess over the GPU's busy time is GPU
+  idle, recorded on ChunkCost.host_idle_* (dense blocks on GPUs; MoE blocks keep predict's host-bound warning).
 * Memory: static weights/grads/optimizer/other from `cost_models.memory.stage_memory`; activations per
   chunk and micro-batch from `cost_models.activations` (the engine times their life); the recompute working
   set is held during each backward. A postponed weight-gradient pass (ZB) keeps the inputs and output
@@ -61,7 +64,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, replace
 
 from trainsim.cost_models import activations as act
-from trainsim.cost_models import compute, framework, memory, variation
+from trainsim.cost_models import compute, framework, host_issue, memory, variation
 from trainsim.cost_models.shapes import dense_block_scenario, layer_shape
 from trainsim.specs import Scenario
 from trainsim.specs.memo import IdentityMemo
@@ -588,6 +591,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
     stage_mem = [memory.stage_memory(scenario, s) for s in range(p)]
     working = stage_mem[0].details["recompute_working"]  # one block's recompute set (the largest block kind)
     stage_rank = [pl.pp_peer(0, k) for k in range(p)]  # rank 0's column of the pipeline
+    issue = host_issue.scenario_block_issue(scenario, profile)  # host time to issue one block (None: not modelled)
     stages = []
     last_vs = p * v - 1
     layers = scenario.stage_layers
@@ -679,11 +683,17 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
                 dp_f = gather.time_s + host
                 dp_b = (2 if tr.recompute == "full" else 1) * (gather.time_s + host) + reduce
                 gather, buckets = None, ()
+            tp_fc = sum(k * b.tp_f for b, k in comm_kinds) + (sg_gather if vs > 0 else 0.0)
+            tp_bc = sum(k * b.tp_b for b, k in comm_kinds) + (sg_gather if vs < last_vs else 0.0)
+            # The GPU cannot run ahead of its host: a pass lasts at least the host's time to issue it; the
+            # excess over the GPU's busy time (compute + communication on its stream) is GPU idle.
+            cp_fc, cp_bc = sum(k * b.cp_f for b, k in comm_kinds), sum(k * b.cp_b for b, k in comm_kinds)
+            idle_f, idle_b = host_issue.chunk_idle_s(issue, n, f + off_f + tp_fc + cp_fc + dp_f,
+                                                     bi + bw + rc + off_b + tp_bc + cp_bc + dp_b)
             chunks.append(ChunkCost(
-                fwd_s=f + off_f, bwd_input_s=bi + off_b, bwd_weight_s=bw, recompute_s=rc,
-                tp_fwd_s=sum(k * b.tp_f for b, k in comm_kinds) + (sg_gather if vs > 0 else 0.0),
-                tp_bwd_s=sum(k * b.tp_b for b, k in comm_kinds) + (sg_gather if vs < last_vs else 0.0),
-                cp_fwd_s=sum(k * b.cp_f for b, k in comm_kinds), cp_bwd_s=sum(k * b.cp_b for b, k in comm_kinds),
+                fwd_s=f + off_f + idle_f, bwd_input_s=bi + off_b + idle_b, bwd_weight_s=bw, recompute_s=rc,
+                host_idle_fwd_s=idle_f, host_idle_bwd_s=idle_b, tp_fwd_s=tp_fc, tp_bwd_s=tp_bc,
+                cp_fwd_s=cp_fc, cp_bwd_s=cp_bc,
                 ep_fwd_s=sum(k * (b.ep_f_ov * pair + b.ep_f * (1 - pair)) for b, k in comm_kinds),
                 ep_bwd_s=sum(k * (b.ep_b_ov * pair + b.ep_b * (1 - pair)) for b, k in comm_kinds),
                 dp_fwd_s=dp_f, dp_bwd_s=dp_b,

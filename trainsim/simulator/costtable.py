@@ -77,6 +77,10 @@ class ChunkCost:
     # ZeRO-3: all-gather of this chunk's parameters before each use (forward and backward), and its bytes.
     param_gather: Transfer | None = None
     param_gather_bytes: float = 0.0
+    # Of fwd_s / bwd_input_s: seconds the GPU waits for its host to issue this chunk's kernels
+    # (cost_models/host_issue.py), per micro-batch, forward and backward.
+    host_idle_fwd_s: float = 0.0
+    host_idle_bwd_s: float = 0.0
 
     @property
     def bwd_s(self) -> float:

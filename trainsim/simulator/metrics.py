@@ -45,7 +45,11 @@ def to_prediction(scenario: Scenario, table: CostTable, res: EngineResult, *, mo
     tl = res.stages[crit]
     exposed = {d: float(tl.exposed_s.get(d, 0.0)) for d in COMM_DIMS}
     mem = stage_memory(table, res)
-    compute_s = tl.compute_s - tl.slowdown_s
+    # Of the critical stage's compute time, the GPU's wait for its host to issue kernels (builder: ChunkCost.
+    # host_idle_*, per micro-batch) -- "GPU idle waiting for the host".
+    host_idle = min(tl.compute_s, table.num_microbatches * sum(c.host_idle_fwd_s + c.host_idle_bwd_s
+                                                               for c in table.stages[crit].chunks))
+    compute_s = tl.compute_s - tl.slowdown_s - host_idle
     # The critical stage's compute due to the slowest-GPU pace (cost_models/variation.py): its compute x
     # (1 - 1/k). Approximate: any exposed offload copy folded into the compute fields is counted as compute,
     # and the optimizer's and the bubble's growth are not attributed here.
@@ -53,6 +57,7 @@ def to_prediction(scenario: Scenario, table: CostTable, res: EngineResult, *, mo
     breakdown = {
         "compute": compute_s - slowest,
         "compute_slowest_gpu": slowest,
+        "host_idle": host_idle,
         "compute_slowdown_from_comm": tl.slowdown_s,
         "bubble": tl.bubble_s,
         **{f"exposed_{d}": exposed[d] for d in COMM_DIMS},

@@ -69,6 +69,29 @@ def host_bound_warning(scenario: Scenario, profile=None, table=None) -> str | No
             f"graphs, a larger micro-batch or fewer local experts help")
 
 
+# Say so when the GPU waits for its host at least this share of the step (cost_models/host_issue.py).
+HOST_IDLE_REPORT_SHARE = 0.01
+
+
+def host_idle_share(table, step_time_s: float) -> float:
+    """Share of the step the busiest stage's GPU waits for its host to issue kernels: per micro-batch the
+    chunks' host idle (ChunkCost.host_idle_*), times the micro-batches, over the step time."""
+    if step_time_s <= 0:
+        return 0.0
+    per_stage = [sum(c.host_idle_fwd_s + c.host_idle_bwd_s for c in st.chunks) for st in table.stages]
+    return min(1.0, max(per_stage, default=0.0) * table.num_microbatches / step_time_s)
+
+
+def host_idle_warning(scenario: Scenario, table, step_time_s: float) -> str | None:
+    """'GPU idle waiting for the host: 31 %' where the host's issue time bounds the passes, else None."""
+    share = host_idle_share(table, step_time_s)
+    if share < HOST_IDLE_REPORT_SHARE:
+        return None
+    return (f"host-bound: GPU idle waiting for the host: {100 * share:.0f} % of the step (eager kernel issue, "
+            f"host_issue={scenario.training.host_issue}; cost_models/host_issue.py). CUDA graphs "
+            f"(training.host_issue: cuda_graphs), torch.compile, a larger micro-batch or a smaller TP shorten it")
+
+
 def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = False, profile=None,
             trace_path: str | Path | None = None, jitter_cv: float = 0.0,
             stragglers: tuple[float, float] | None = None, seed: int = 0, samples: int = 20) -> Prediction:
@@ -136,6 +159,9 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
             }
             pred.engine["monte_carlo_events"] = events
             pred.engine["monte_carlo_wall_s"] = wall
+    idle = host_idle_warning(scenario, table, pred.step_time_s)
+    if idle:
+        pred.warnings.append(idle)
     pred.engine["build_s"] = build_s
     pred.engine["wall_s"] = pred.engine["wall_s"] + build_s
     return pred

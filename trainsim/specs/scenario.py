@@ -310,6 +310,12 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
         )
     if m.position_embedding == "learned" and t.seq_len > m.max_seq_len:
         raise SpecError("training.seq_len", f"seq_len={t.seq_len} exceeds {m.name}'s learned positions ({m.max_seq_len})")
+    if t.host_issue != "eager" and (m.is_moe or cluster.gpu.num_sms is None):
+        # cost_models/host_issue.py costs the host's issue of dense blocks on GPUs; a MoE block's host work (its
+        # per-layer host sync, per-expert launches) is only estimated (cost_models/host.py), and CPU ranks have no
+        # kernels to capture -- a graph or compile setting there would be silently without effect.
+        raise SpecError("training.host_issue", f"{t.host_issue} is costed for dense blocks on GPUs only "
+                                               f"({'a MoE model' if m.is_moe else 'CPU ranks'}); use eager")
     if t.dtype == "fp8" and not cluster.gpu.fp8:
         raise SpecError("training.dtype", f"fp8 needs FP8 tensor cores, which {cluster.gpu.name} lacks")
     if t.offload_activation_layers:

@@ -104,6 +104,10 @@ class TrainingSpec(BaseModel):
                                                "torch AMP keeps fp32 weights (4) and casts per op")
     framework: Framework = Field(default="megatron", description="software stack whose documented behaviours "
                                  "apply (cost_models/framework.py)")
+    host_issue: Literal["eager", "cuda_graphs", "compile"] = Field(
+        default="eager", description="how the host issues each block's kernels (cost_models/host_issue.py): eager "
+        "PyTorch (an aten dispatch per op, a launch per kernel), cuda_graphs (one graph launch per block and pass) "
+        "or compile (torch.compile: one launch per kernel, no Python dispatch); a pass lasts at least its issue time")
     overlap_p2p: bool | None = Field(default=None, description="pipeline sends overlap compute (Megatron "
                                      "--overlap-p2p-communication); None = the framework's default")
     cp_comm: Literal["p2p", "allgather", "a2a"] = Field(

@@ -108,6 +108,9 @@ def render(pred, scenario) -> None:
     if slow > 0:
         t.add_row(f"slowest of {scenario.num_gpus} GPUs",
                   f"+{slow:.4g} s compute (+{slow / max(pred.breakdown_s['compute'], 1e-30):.1%})")
+    idle = pred.breakdown_s.get("host_idle", 0.0)
+    if idle > 0:
+        t.add_row("GPU idle waiting for the host", f"{idle:.4g} s ({idle / max(pred.step_time_s, 1e-30):.0%})")
     for d, val in pred.exposed_comm_s.items():
         t.add_row(f"exposed {d.upper()} comm", f"{val:.4g} s")
     t.add_row("engine", f"{pred.engine.get('mode')}, {pred.engine.get('events', 0)} events, "

@@ -17,7 +17,7 @@ def register(subparsers) -> None:
                     "(or the worst row exceeds --max-worst).")
     p.add_argument("--dataset", default="sc21",
                    help="bundled dataset (sc21, sc21-scripts, zero-bubble, nccl, korthikanti, llama3, memory; "
-                        "mosaic and nemo read their unbundled tables from the directory in $TRAINSIM_VALIDATION_DIR; "
+                        "mosaic, nemo and vtrain read their unbundled tables from the directory in $TRAINSIM_VALIDATION_DIR; "
                         "all) or a CSV path; "
                         "all = every primary dataset (sc21-scripts is a variant of sc21)")
     p.add_argument("--json", action="store_true", help="print one JSON object (a list under 'datasets' for all)")

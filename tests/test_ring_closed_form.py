@@ -1,0 +1,59 @@
+"""A ring over n ranks pays 2(n-1) steps of latency and moves 2(n-1)/n of the buffer per GPU: the collective
+model reproduces that closed form for n = 2 .. 16,384, and `trainsim collective` prints the two parts apart."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainsim.cost_models import nccl_model as nm
+from trainsim.cost_models.collectives import collective_time
+from trainsim.specs import load_cluster
+from trainsim.topologies.shape import GroupShape
+
+
+@pytest.mark.parametrize("n", [2, 8, 16, 64, 1024, 16384])
+def test_all_reduce_ring_closed_form(n):
+    cluster = load_cluster("dgx-h100", n)
+    g = GroupShape.contiguous(n, cluster)
+    S = 1 << 20
+    r = collective_time("all_reduce", S, g, cluster, algo="ring", protocol="LL")
+    N, us = g.nodes, 1e-6
+    scale_intra = g.intra_latency_s / nm.REF_SCALE_UP_LATENCY_S
+    scale_net = g.net_latency_s / nm.REF_NET_LATENCY_S
+    t_intra = nm.HW_LAT_US["nvlink"]["ring"]["LL"] * us * scale_intra
+    if N == 1:
+        steps_lat = 2 * (n - 1) * t_intra
+    else:  # 2N of the 2(n-1) steps cross the network; each intra step costs at least one network post
+        t_step = max(t_intra, nm.NET_OVERHEAD_US * us)
+        steps_lat = (2 * (n - 1) - 2 * N) * t_step + 2 * N * nm.HW_LAT_US["net"]["ring"]["LL"] * us * scale_net
+    latency = nm.LAUNCH_OVERHEAD_S + nm.BASE_LAT_US["ring"]["LL"] * us + steps_lat
+    assert r.latency_s == pytest.approx(latency, rel=1e-9)
+    wire = 2 * (n - 1) / n * S
+    assert r.time_s - r.latency_s == pytest.approx((wire + min(wire, nm.fill_bytes("LL"))) / r.rate_Bps, rel=1e-9)
+    if n == 16384:  # the latency part grows with the ring: ~2n steps, thousands of microseconds
+        assert r.latency_s > 2 * N * nm.HW_LAT_US["net"]["ring"]["LL"] * us
+
+
+def test_collective_command_prints_latency_and_bandwidth_parts():
+    from trainsim.reports.commands.collective import rows
+    cluster = load_cluster("dgx-a100", 8)
+    for row in rows("all_reduce", cluster, 8, [4096, 1 << 26]):
+        assert row["latency_s"] + row["bandwidth_s"] == pytest.approx(row["time_s"])
+        assert row["latency_s"] > 0 and row["bandwidth_s"] > 0
+
+
+def test_one_thread_driving_many_gpus_bounds_small_collectives():
+    """nccl-tests -g n: one thread launches the call on n GPUs in turn, n x LAUNCH_OVERHEAD_S per iteration."""
+    from trainsim.cost_models.collectives import single_thread_issue_s
+    from trainsim.reports.datasets import CollectiveCase
+    from trainsim.reports.validate import default_collective_fn
+    assert single_thread_issue_s(8) == pytest.approx(8 * nm.LAUNCH_OVERHEAD_S)
+    assert single_thread_issue_s(1) == pytest.approx(nm.LAUNCH_OVERHEAD_S)
+    cluster = load_cluster("dgx-a100", 8)
+    fn = default_collective_fn()
+    small = fn(CollectiveCase("all_reduce", 1024, 8, cluster, gpus_per_thread=8))
+    assert small == pytest.approx(8 * nm.LAUNCH_OVERHEAD_S)  # 40 us: above the kernel's own ~20 us
+    assert fn(CollectiveCase("all_reduce", 1024, 8, cluster)) < small
+    big = 1 << 30  # a large message is unaffected: the GPU, not the host, sets the pace
+    assert fn(CollectiveCase("all_reduce", big, 8, cluster, gpus_per_thread=8)) == pytest.approx(
+        fn(CollectiveCase("all_reduce", big, 8, cluster)))

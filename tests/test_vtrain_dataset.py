@@ -1,0 +1,52 @@
+"""The vTrain single-node A100 table (unbundled: read from shared/validation, skipped where absent): every row
+becomes a Megatron GPT scenario with the settings the source states, and the report groups rows by regime."""
+
+from __future__ import annotations
+
+import pytest
+from external_tables import table_path
+
+from trainsim.reports.datasets import load_dataset
+from trainsim.reports.validate import validate
+from trainsim.reports.vtrain import VTRAIN_FILE, VTRAIN_VOCAB, is_vtrain
+
+
+@pytest.fixture(scope="module")
+def ds():
+    return load_dataset(str(table_path(VTRAIN_FILE)))  # recognised by its columns
+
+
+def test_rows_become_the_stated_scenarios(ds):
+    assert len(ds.cases) == 720 and not ds.skipped
+    c = next(c for c in ds.cases if c.row_id == "vt1_1")  # 4 GPUs, gb 16, mb 4, L24, tp1 dp2 pp2, 410.491 ms
+    s = c.scenario
+    assert c.published == pytest.approx(0.410491)
+    assert (s.layout.tp, s.layout.pp, s.dp, s.training.micro_batch, s.training.global_batch) == (1, 2, 2, 4, 16)
+    assert (s.model.num_layers, s.model.hidden, s.model.num_heads, s.model.vocab_size) == (24, 2048, 16, VTRAIN_VOCAB)
+    assert (s.training.recompute, s.training.schedule, s.training.framework) == ("full", "1f1b", "megatron-2022")
+    assert c.regimes == ("micro-batch 4", "TP 1", "layers 24")
+
+
+def test_errors_are_reported_per_regime(ds):
+
+    class Fixed:  # predicted = published x 0.9 for TP 8 rows, x 1.0 otherwise
+        def __init__(self, t):
+            self.step_time_s = t
+
+    by_id = {c.scenario.name: c for c in ds.cases}
+
+    def predict(scenario):
+        c = by_id[scenario.name]
+        return Fixed(c.published * (0.9 if scenario.layout.tp == 8 else 1.0))
+
+    cats = validate(ds, predict_fn=predict).by_category()
+    assert cats["TP 8"]["mape_pct"] == pytest.approx(10.0)
+    assert cats["TP 1"]["mape_pct"] == pytest.approx(0.0)
+    tp8 = sum(1 for c in ds.cases if c.scenario.layout.tp == 8)
+    assert cats["TP 8"]["rows"] == tp8
+    assert sum(v["rows"] for k, v in cats.items() if k.startswith("layers ")) == 720
+
+
+def test_common_run_files_are_not_taken_for_vtrain():
+    assert not is_vtrain({"row_id", "num_gpus", "global_batch_seqs", "micro_batch", "hidden", "heads", "layers",
+                          "seq_len", "tp", "dp", "pp", "step_time_s", "global_batch"})

@@ -1,0 +1,156 @@
+"""Host (CPU) time to issue a block's kernels in eager PyTorch, and the GPU idle it causes. Pure.
+
+A GPU stream runs only what its host has enqueued: in eager PyTorch every aten op is dispatched from Python
+(or from the C++ autograd engine in backward) and every kernel launched by ``cudaLaunchKernel``, one after
+the other on one CPU thread per rank. Where issuing a pass over a chunk takes the host longer than the GPU
+needs to run it, the GPU idles and the pass lasts as long as its issue:
+
+    effective pass time = max(GPU time of the pass, host issue time of the pass)
+
+(the host runs ahead of the GPU while it can, so the two overlap and only the excess shows; a chunk pass is
+the unit because Megatron's schedules synchronise host and GPU at most at pipeline sends and collectives
+between passes).
+
+Counts per block and micro-batch (``BLOCK_OPS``): the aten ops the executor's block
+(``trainsim.kernels.torch_model.Block``) dispatches in eager mode, forward and backward, and how many of them
+launch a kernel (the rest are views: ``view``, ``t``, ``transpose``, ``detach``, ``expand``, ...). They were
+counted with a dispatch-mode counter under torch's FakeTensorMode (``trainsim.kernels.op_count``); they do not
+depend on the width, and ``tests/test_host_issue_time.py`` holds these numbers against the counter. A recomputed
+forward (full recompute) issues the forward's ops again before the backward.
+
+Seconds per op on an x86 host (``ATEN_DISPATCH_S``, ``KERNEL_LAUNCH_S``):
+
+* 3.3 us per aten op dispatched from Python: PyTorch's operator micro-benchmark timed an eager ``split``
+  (views only, no kernel) on CUDA tensors at 3.33-3.47 us per call (pytorch/pytorch PR #32194, "Forward
+  Execution Time (us)" before the change);
+* 3.8 us more per op that launches a kernel: NVIDIA's "Getting Started with CUDA Graphs" (A. Gray, 2019)
+  measured back-to-back stream launches of a 2.9 us kernel at 3.8 us per kernel, launch-bound.
+
+Cross-check (independent measurement): one ``torch.nn.Linear`` forward is ``t`` + ``addmm`` (+ a ``view``
+for 3-D inputs), 3 x 3.3 + 3.8 = 13.7 us, against the 13.5 us Transformer Engine issue #2053 measured for the
+CPU side of a BF16 ``nn.Linear`` forward on a Xeon Platinum 8480C. A Grace host is 2.6x slower per op (the same
+issue: 33-37 us), as ``cost_models.host`` states.
+
+A GPU calibration profile (``trainsim calibrate --device cuda``) times the executor's tiny blocks on the GPU,
+whose kernels do ~no work, so the time is the host's issue time of a block pass (``host_issue``); it replaces the
+counted seconds for that block style. Without it, a profile's CPU eager overhead (``eager_overhead``: per
+modelled op x the block's modelled ops, ``compute.eager_overhead_s``) stands in for the host's time.
+
+Scenario settings that cut the count (``TrainingSpec.host_issue``): ``"cuda_graphs"`` captures each block's
+forward and backward as graphs, so the host launches one graph per block and pass (``KERNEL_LAUNCH_S`` each);
+``"compile"`` (torch.compile / Inductor) drops the views and the Python dispatch of the captured ops, leaving
+one launch per kernel. Megatron's own fusions (fused bias-GeLU, bias-dropout-add, softmax) are not counted
+separately: the executor's block has no dropout and one SDPA attention kernel, so it is a floor for Megatron.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ATEN_DISPATCH_S = 3.3e-6
+KERNEL_LAUNCH_S = 3.8e-6
+GRACE_SLOWDOWN = 35.0 / 13.5   # TE issue #2053: nn.Linear forward CPU time, Grace vs Xeon 8480C
+# (forward aten ops, forward kernels, backward aten ops, backward kernels) per block and micro-batch, by the
+# block style of cost_models.eager.block_style (counted by trainsim.kernels.op_count, see module doc).
+BLOCK_OPS = {
+    "layernorm-gelu-learned": (39, 12, 94, 26),
+    "rmsnorm-swiglu-rope": (85, 48, 144, 73),
+}
+# A TP collective issued from Python (torch.distributed call on the NCCL process group): one dispatch and one
+# kernel launch, as any other op.
+COLLECTIVE_OPS = (1, 1)
+HOST_ISSUE_MODES = ("eager", "cuda_graphs", "compile")
+
+
+@dataclass(frozen=True)
+class PassIssue:
+    """Host seconds to issue one block's forward and backward for one micro-batch (recompute included)."""
+
+    fwd_s: float
+    bwd_s: float
+    fwd_ops: int
+    bwd_ops: int
+
+
+def op_seconds(host_cpu: str = "x86") -> tuple[float, float]:
+    """(seconds per dispatched aten op, extra seconds per kernel launch) on a ``host_cpu`` host."""
+    scale = GRACE_SLOWDOWN if host_cpu == "grace" else 1.0
+    return ATEN_DISPATCH_S * scale, KERNEL_LAUNCH_S * scale
+
+
+def block_counts(style: str) -> tuple[int, int, int, int]:
+    """(fwd ops, fwd kernels, bwd ops, bwd kernels) of one block; an unknown style gets the GPT block's."""
+    return BLOCK_OPS.get(style, BLOCK_OPS["layernorm-gelu-learned"])
+
+
+def block_issue(style: str, *, recompute_full: bool, tp_collectives: tuple[int, int] = (0, 0),
+                mode: str = "eager", host_cpu: str = "x86",
+                measured: tuple[float, float] | None = None) -> PassIssue:
+    """Host issue time of one block per micro-batch: forward, and backward with a recomputed forward first.
+
+    ``tp_collectives`` is (forward, backward) TP collective calls of the block (Megatron: 2 and 2);
+    ``measured`` the (forward, backward) eager seconds of one block a calibration profile measured, which
+    replace the counted ones in eager mode."""
+    f_ops, f_k, b_ops, b_k = block_counts(style)
+    f_ops, f_k = f_ops + tp_collectives[0] * COLLECTIVE_OPS[0], f_k + tp_collectives[0] * COLLECTIVE_OPS[1]
+    b_ops, b_k = b_ops + tp_collectives[1] * COLLECTIVE_OPS[0], b_k + tp_collectives[1] * COLLECTIVE_OPS[1]
+    dispatch, launch = op_seconds(host_cpu)
+    if mode == "cuda_graphs":
+        f_s = b_s = dispatch + launch
+        f_n = b_n = 1
+    elif mode == "compile":
+        f_s, b_s, f_n, b_n = f_k * launch, b_k * launch, f_k, b_k
+    else:
+        f_s, b_s = f_ops * dispatch + f_k * launch, b_ops * dispatch + b_k * launch
+        f_n, b_n = f_ops, b_ops
+        if measured is not None and (measured[0] or measured[1]):
+            f_s, b_s = measured
+    if recompute_full:
+        b_s, b_n = b_s + f_s, b_n + f_n
+    return PassIssue(f_s, b_s, f_n, b_n)
+
+
+def host_idle_s(gpu_s: float, host_s: float) -> float:
+    """Seconds the GPU waits for its host over a pass: what the host issue time exceeds the GPU time by."""
+    return max(0.0, host_s - gpu_s)
+
+
+def chunk_idle_s(issue: PassIssue | None, layers: int, gpu_fwd_s: float, gpu_bwd_s: float) -> tuple[float, float]:
+    """(forward, backward) GPU idle of a chunk of ``layers`` blocks per micro-batch whose passes keep the GPU busy
+    ``gpu_fwd_s`` / ``gpu_bwd_s``; (0, 0) where the host is not modelled apart (``issue`` None) or no blocks."""
+    if issue is None or layers <= 0:
+        return 0.0, 0.0
+    return host_idle_s(gpu_fwd_s, layers * issue.fwd_s), host_idle_s(gpu_bwd_s, layers * issue.bwd_s)
+
+
+def tp_collective_calls(scenario) -> tuple[int, int]:
+    """(forward, backward) TP collective calls of one dense block: Megatron's two column/row-parallel pairs
+    issue 2 all-reduces each way (sequence parallel: 2 all-gathers + 2 reduce-scatters)."""
+    if scenario.layout.tp <= 1:
+        return 0, 0
+    per_pass = 4 if scenario.training.sequence_parallel else 2
+    return per_pass, per_pass
+
+
+def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
+    """Host issue time of one dense block of ``scenario`` per micro-batch, or None where the host is not
+    modelled apart: CPU ranks (their eager time is the ops' own time, cost_models.eager) and MoE blocks
+    (Megatron-Core's MoE host work and its per-layer host sync: cost_models.host, a warning)."""
+    from .compute import eager_overhead_s
+    from .eager import block_style, count_passes
+    from .flops import layer_ops
+    from .shapes import layer_shape
+
+    if getattr(scenario.cluster.gpu, "num_sms", None) is None or scenario.model.is_moe:
+        return None
+    shp = layer_shape(scenario)
+    gpu_measured = getattr(profile, "host_issue_block_s", None) if profile is not None else None
+    measured = gpu_measured(block_style(shp)) if gpu_measured is not None else None
+    ov_f, ov_b = eager_overhead_s(shp, profile)
+    if measured is None and (ov_f or ov_b):
+        n_f, n_b = count_passes(layer_ops(shp))
+        measured = (ov_f * n_f, ov_b * n_b)
+    t = scenario.training
+    return block_issue(block_style(shp), recompute_full=t.recompute == "full",
+                       tp_collectives=tp_collective_calls(scenario), mode=t.host_issue,
+                       host_cpu=scenario.cluster.host_cpu, measured=measured)

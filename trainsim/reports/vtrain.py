@@ -1,0 +1,91 @@
+"""The vTrain single-node A100 measurements as validation cases (a small adapter beside datasets.py).
+
+Bang et al., "vTrain: A Simulation Framework for Evaluating Cost-effective and Compute-optimal Large Language
+Model Training", MICRO 2024 (arXiv:2312.12391), publish measured Megatron iterations on one node of 8 A100s
+(repository VIA-Research/vTrain, ``data/ground_truth_single.csv``). The table is parsed from that repository, so
+trainsim does not bundle it: ``trainsim validate --dataset PATH`` reads it wherever it lies (the shared
+validation directory of this project: ``vtrain_a100_single_node.csv``), recognised by its columns.
+
+What the files state is used as stated (the repository's ``config/validation/single/*.json``): GPT blocks,
+16 heads, sequence 1,024, full activation checkpointing (``"use_checkpoint": true``), the 1F1B schedule, no
+gradient bucketing (``"use_gradient_bucket": false``: the gradients are reduced after the backward pass),
+8 GPUs per node. The runs were taken with Microsoft's Megatron-DeepSpeed (the repository's ``data/README.md``),
+and vTrain's own profiling model is built in fp16 (``src/predictor.py``: ``torch.set_default_dtype(torch.float16)``),
+so the rows are fp16. What the files do not state is chosen once for every row: the GPT-2 vocabulary (50,257,
+padded by Megatron to a multiple of 128 x TP), the cluster preset ``dgx-a100`` (A100-SXM4, NVSwitch; the
+repository's measured 8-GPU all-reduce table, ``trace/a100/AR_GPU8_1M_1024M_LUT``, peaks at ~220 GB/s bus
+bandwidth, an NVSwitch node's), the framework ``megatron-2022`` (trainsim has no Megatron-DeepSpeed entry; the
+Megatron-LM of that time is its base: gradient all-reduce after the backward pass, fused gradient accumulation,
+blocking pipeline sends), no FlashAttention (Megatron's fused softmax) and dropout 0.1 (Megatron GPT defaults).
+
+Each case carries its regimes (micro-batch, TP, layers) so the report prints the error per regime: the
+work per kernel falls with the micro-batch and rises with 1/TP, which separates per-kernel fixed costs from
+FLOP- and bandwidth-bound time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainsim.reports.cells import cluster as _cluster
+from trainsim.reports.cells import integer as _int
+from trainsim.reports.cells import num as _num
+
+VTRAIN_COLUMNS = frozenset({"row_id", "num_gpus", "global_batch", "micro_batch", "hidden", "heads", "layers",
+                            "seq_len", "tp", "dp", "pp", "step_time_s"})
+VTRAIN_FILE = "vtrain_a100_single_node.csv"
+VTRAIN_VOCAB = 50257  # GPT-2 BPE tokenizer (Megatron --vocab-file gpt2-vocab.json)
+VTRAIN_CITATION = ('Bang et al., "vTrain: A Simulation Framework for Evaluating Cost-effective and Compute-optimal '
+                   'Large Language Model Training", MICRO 2024 (arXiv:2312.12391); measured iterations from '
+                   'VIA-Research/vTrain data/ground_truth_single.csv, run settings from '
+                   'config/validation/single/*.json')
+
+
+def is_vtrain(columns: set[str]) -> bool:
+    """Whether a CSV's header is the vTrain single-node table's (common-run files name ``global_batch_seqs``)."""
+    return VTRAIN_COLUMNS <= columns and "global_batch_seqs" not in columns
+
+
+def load_vtrain(path: Path, *, name: str = "vtrain"):
+    """The vTrain rows of ``path`` as a Dataset (module docstring for every choice)."""
+    from trainsim.reports.datasets import Dataset, _read_csv
+
+    rows = _read_csv(path)
+    cases = tuple(_vtrain_case(r) for r in rows)
+    notes = (
+        "metric: seconds per iteration as measured (the published milliseconds / 1000).",
+        ("stated by the source's run configs: GPT blocks, sequence 1024, full activation checkpointing, 1F1B, "
+         "no gradient bucketing, 8 GPUs per node."),
+        ("measured with Megatron-DeepSpeed (source data/README.md) in fp16 (vTrain's profiling model is built in "
+         "fp16); chosen for every row (not stated): vocab 50,257 (GPT-2 tokenizer), cluster preset dgx-a100, "
+         "framework megatron-2022 (the Megatron-LM that fork is based on), no FlashAttention, dropout 0.1."),
+        "regimes: every row is counted under its micro-batch, its TP degree and its layer count.",
+    )
+    return Dataset(name=name, title="vTrain: Megatron GPT on one 8xA100 node (MICRO 2024)", metric="step_time_s",
+                   unit="s", citation=VTRAIN_CITATION, notes=notes, cases=cases)
+
+
+def _vtrain_case(r: dict):
+    from trainsim.reports.datasets import Case, _scenario
+
+    rid = r["row_id"]
+    layers, hidden, heads, seq = _int(r["layers"]), _int(r["hidden"]), _int(r["heads"]), _int(r["seq_len"])
+    gpus, gbs, mbs = _int(r["num_gpus"]), _int(r["global_batch"]), _int(r["micro_batch"])
+    tp, pp = _int(r["tp"]) or 1, _int(r["pp"]) or 1
+    published = _num(r["step_time_s"])
+    label = f"L{layers} n={gpus} tp{tp} pp{pp} dp{_int(r['dp']) or 1} mb{mbs} gb{gbs}"
+    if None in (layers, hidden, heads, seq, gpus, gbs, mbs) or published is None:
+        return Case(rid, label, published or float("nan"), skip_reason="incomplete architecture or batch")
+    raw = {
+        "model": {"name": f"gpt-h{hidden}-l{layers}", "num_layers": layers, "hidden": hidden, "num_heads": heads,
+                  "ffn_hidden": 4 * hidden, "vocab_size": VTRAIN_VOCAB, "max_seq_len": seq},
+        "cluster": _cluster("dgx-a100", gpus),
+        "layout": {"tp": tp, "pp": pp},
+        "training": {"seq_len": seq, "global_batch": gbs, "micro_batch": mbs, "dtype": "fp16",
+                     "recompute": "full", "sequence_parallel": False, "zero": 0, "schedule": "1f1b",
+                     "flash_attention": False, "dropout": True, "framework": "megatron-2022"},
+    }
+    scenario, why = _scenario(raw, rid)
+    regimes = (f"micro-batch {mbs}", f"TP {tp}", f"layers {layers}")
+    return Case(rid, label, published, scenario=scenario, skip_reason=why, category=f"micro-batch {mbs}",
+                regimes=regimes)
