@@ -177,6 +177,7 @@ def validation_env(validation_dir: str | None) -> dict[str, str]:
     """The environment of the runs: this checkout first on PYTHONPATH, the unbundled tables' directory set."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["COLUMNS"] = "200"  # summary lines unwrapped (rich wraps at the terminal's width, 80 without one)
     shared = ROOT.parent / "shared" / "validation"
     if validation_dir:
         env[ENV_VAR] = validation_dir
