@@ -1,6 +1,7 @@
 """The `trainsim` command line: one subcommand per module in trainsim.reports.commands.
 
-Invalid input exits with status 2 and one line on stderr naming the field and the reason.
+Invalid input exits with status 2 and one line on stderr naming the field and the reason; no command prints the
+usage to stderr and exits 2.
 """
 
 from __future__ import annotations
@@ -37,7 +38,19 @@ def build_parser() -> argparse.ArgumentParser:
                 continue  # subcommand not built yet
             raise
         module.register(sub)
+    for command in sub.choices.values():
+        document_ranges(command)
     return parser
+
+
+def document_ranges(parser: argparse.ArgumentParser) -> None:
+    """Append each numeric flag's accepted range to its help (the same Bounded type enforces it)."""
+    from trainsim.reports.commands.common import Bounded
+
+    for action in parser._actions:
+        if isinstance(action.type, Bounded) and action.help != argparse.SUPPRESS:
+            rng = f"range {action.type.describe()}"
+            action.help = f"{action.help} ({rng})" if action.help else rng
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         if not getattr(args, "func", None):
-            parser.print_help()
+            parser.print_help(sys.stderr)  # no command: the usage goes where errors go, and it is one
             return 2
         code = args.func(args)
         return int(code or 0)
