@@ -53,7 +53,8 @@ def read_text(path: str | os.PathLike, field: str, max_bytes: int = MAX_INPUT_BY
     """The UTF-8 text of a regular file of at most ``max_bytes`` bytes, else a SpecError naming ``field``."""
     p = Path(path)
     try:
-        with open(p, "rb") as fh:  # open first, then check what was opened (no race with a swapped path)
+        # Open without blocking (a FIFO would wait for a writer forever), then check what was opened.
+        with os.fdopen(os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as fh:
             st = os.fstat(fh.fileno())
             if stat.S_ISDIR(st.st_mode):
                 raise SpecError(field, f"{p} is a directory, not a file")
@@ -84,10 +85,12 @@ class StrictSafeLoader(yaml.SafeLoader):
         super().__init__(stream)
         self._depth = 0
 
-    def increase_flow_level(self):  # the scanner's '[' / '{' (stops the quadratic scan of deep flow nesting)
-        super().increase_flow_level()
-        if self.flow_level > MAX_DEPTH:
+    def fetch_flow_collection_start(self, TokenClass):  # the scanner's '[' / '{'
+        # Refused here, in the scanner: its simple-key bookkeeping is quadratic in the flow depth, so a
+        # 50 000-deep '[[[...' would take minutes before the composer ever saw a node.
+        if self.flow_level >= MAX_DEPTH:
             raise yaml.YAMLError(f"nesting deeper than {MAX_DEPTH} levels at line {self.line + 1}")
+        super().fetch_flow_collection_start(TokenClass)
 
     def compose_node(self, parent, index):
         if self.check_event(AliasEvent):
@@ -152,8 +155,12 @@ def parse_yaml(text: str, field: str, source: str) -> Any:
         mark = e.problem_mark
         where = f" (line {mark.line + 1})" if mark else ""
         raise SpecError(field, f"{source} is not valid YAML{where}") from None
+    except yaml.reader.ReaderError as e:
+        code = e.character if isinstance(e.character, int) else ord(str(e.character)[:1] or "\0")
+        raise SpecError(field, f"{source}: character U+{code:04X} at position {e.position} is not allowed in "
+                               "YAML") from None
     except yaml.YAMLError as e:
-        raise SpecError(field, f"{source}: {e}") from None
+        raise SpecError(field, f"{source}: {' '.join(str(e).split())}") from None
     except RecursionError:
         raise SpecError(field, f"{source}: nesting too deep") from None
 

@@ -62,8 +62,8 @@ def int_list(text: str) -> tuple[int, ...]:
         values = tuple(int(x) for x in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be comma-separated integers, got {text!r}") from None
-    if any(v < 0 for v in values):
-        raise argparse.ArgumentTypeError(f"entries must be >= 0, got {text!r}")
+    if any(v < 0 or v > 100_000 for v in values):
+        raise argparse.ArgumentTypeError(f"entries must be in 0..100,000, got {text!r}")
     return values
 
 
@@ -87,7 +87,7 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
     p.add_argument("--etp", type=positive_int, help="expert tensor parallelism (default tp; 1 lets ep span TP ranks)")
     p.add_argument("--stage-layers", type=int_list, metavar="N,N,...",
                    help="transformer layers per virtual pipeline stage, pp*vpp of them in model order "
-                        "(Megatron's pipeline layout; the embedding stays first, the loss last)")
+                        "(Megatron's pipeline layout; the embedding stays first, the loss last; each 0..100,000)")
     p.add_argument("--seq-len", type=positive_int)
     p.add_argument("--global-batch", type=positive_int)
     p.add_argument("--micro-batch", type=positive_int)

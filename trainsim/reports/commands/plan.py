@@ -19,6 +19,8 @@ from trainsim.specs.training import Schedule
 
 from .common import float_range, int_range, nonneg_float, positive_int, warn_beyond_published
 
+# Tokens to train on: 10^16 is 640x Llama 3's 15.6T (arXiv:2407.21783), past any data set that exists.
+MAX_TOKENS = 1e16
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
 
 
@@ -28,8 +30,8 @@ def parse_tokens(text: str) -> float:
     if not m:
         raise SpecError("tokens", f"must be a number such as 15e12 or 15T, got {text!r}")
     value = float(m.group(1)) * _SUFFIX.get(m.group(2).lower(), 1.0)
-    if not math.isfinite(value) or value <= 0:
-        raise SpecError("tokens", f"must be positive, got {text!r}")
+    if not math.isfinite(value) or value <= 0 or value > MAX_TOKENS:
+        raise SpecError("tokens", f"must be in the range > 0, <= {MAX_TOKENS:g}, got {text!r}")
     return value
 
 
@@ -76,7 +78,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--global-batch", type=positive_int)
     p.add_argument("--seq-len", type=positive_int)
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "fp32"))
-    p.add_argument("--tokens", type=parse_tokens, help="tokens to train on (e.g. 15T); default 20 per parameter")
+    p.add_argument("--tokens", type=parse_tokens,
+                   help="tokens to train on (e.g. 15T; range > 0, <= 1e16); default 20 per parameter")
     p.add_argument("--price-per-gpu-hour", type=nonneg_float, help="cost per GPU-hour")
     p.add_argument("--top", type=int_range(1, 10_000), default=10, help="layouts confirmed with the engine and shown")
     p.add_argument("--objective", choices=("time", "cost"), default="time", help="rank by time to train or by cost")

@@ -34,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rank", type=positive_int, default=1, help="which layout of --plan to report (1 = best)")
     p.add_argument("--out", required=True, help="output directory (index.html, report.md, figures/)")
     p.add_argument("--measured", metavar="FILE", help="a `trainsim execute --json` result to compare against")
-    p.add_argument("--tokens", type=parse_tokens, help="tokens to train on (e.g. 15T); default 20 per parameter")
+    p.add_argument("--tokens", type=parse_tokens,
+                   help="tokens to train on (e.g. 15T; range > 0, <= 1e16); default 20 per parameter")
     p.add_argument("--price-per-gpu-hour", type=nonneg_float)
     p.add_argument("--top", type=int_range(1, 10_000), default=10, help="layouts in the ranked table")
     p.add_argument("--no-plan", action="store_true", help="skip the layout search (faster)")
