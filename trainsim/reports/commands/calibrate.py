@@ -95,7 +95,9 @@ def _check_skip(text: str) -> list[str]:
 
 def worker_args(args: argparse.Namespace, device: str) -> list[str]:
     """The worker's command-line arguments mirroring the user's flags."""
-    out = ["--device", device, "--out", str(Path(args.out).resolve()) if not args.emit_slurm else args.out]
+    # --out=PATH keeps a path that starts with '-' one value, not a flag of the worker.
+    path = str(Path(args.out).resolve()) if args.emit_slurm is None else args.out
+    out = ["--device", device, f"--out={path}"]
     if args.quick:
         out.append("--quick")
     for d in args.dtype or []:
@@ -128,7 +130,8 @@ MEASURE_ONLY = ("nproc",)
 
 
 def _refuse_other_modes(args: argparse.Namespace) -> None:
-    mode = "import_nccl_tests" if args.import_nccl_tests else "emit_slurm" if args.emit_slurm else "measure"
+    mode = ("import_nccl_tests" if args.import_nccl_tests else "emit_slurm" if args.emit_slurm is not None
+            else "measure")
     foreign = {"import_nccl_tests": SLURM_ONLY + MEASURE_ONLY, "emit_slurm": IMPORT_ONLY + MEASURE_ONLY,
                "measure": IMPORT_ONLY + SLURM_ONLY}[mode]
     given = [f"--{k.replace('_', '-')}" for k in foreign if getattr(args, k, None) is not None]
@@ -142,13 +145,13 @@ def run(args: argparse.Namespace) -> int:
     out = _check_out(args.out)
     _refuse_other_modes(args)
     if args.import_nccl_tests:
-        if args.device or args.emit_slurm:
+        if args.device or args.emit_slurm is not None:
             raise SpecError("import_nccl_tests", "cannot be combined with --device or --emit-slurm")
         return _run_import(args, out)
     device = args.device or "cpu"
     if device == "cpu" and "fp8" in (args.dtype or []):
         raise SpecError("dtype", "fp8 GEMMs need --device cuda (torch._scaled_mm on fp8 tensor cores)")
-    if args.emit_slurm:
+    if args.emit_slurm is not None:
         return _run_emit_slurm(args, device)
     return _run_measure(args, device, out)
 
