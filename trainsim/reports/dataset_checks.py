@@ -46,13 +46,16 @@ def _value_error(name: str, v: float) -> str | None:
 
 
 def range_checked(ds: Dataset, rows: list[dict[str, str]] | None = None) -> Dataset:
-    """``ds`` with every active case whose row has an out-of-range cell, or whose published or secondary
-    value is not positive and finite, turned into a skipped case that says why."""
+    """``ds`` with every case whose row has an out-of-range cell (that reason replaces any other: it is the
+    first thing wrong with the row), and every active case whose published or secondary value is not positive
+    and finite, turned into a skipped case that says why."""
     bad_rows = row_range_errors(rows or [])
     cases = []
     for c in ds.cases:
-        if c.skip_reason is None:
-            why = bad_rows.get(c.row_id) or _value_error(ds.metric, c.published)
+        if c.row_id in bad_rows:
+            c = dataclasses.replace(c, skip_reason=bad_rows[c.row_id])
+        elif c.skip_reason is None:
+            why = _value_error(ds.metric, c.published)
             why = why or next((e for k, v in c.secondary.items() if (e := _value_error(k, v))), None)
             if why:
                 c = dataclasses.replace(c, skip_reason=why)
