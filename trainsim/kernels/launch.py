@@ -54,7 +54,7 @@ def torchrun_command(module: str, args: list[str], nproc: int | str, nnodes: int
         if rdzv_endpoint:
             cmd.append(f"--rdzv-endpoint={rdzv_endpoint}")
     cmd += ["-m", module, *args]
-    return cmd
+    return safe_args(cmd, "command line")  # an argv list (no shell), but no control character either
 
 
 def worker_env(extra: dict[str, str] | None = None, threads: int = 1) -> dict[str, str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
 from trainsim import __version__
@@ -53,6 +54,12 @@ def document_ranges(parser: argparse.ArgumentParser) -> None:
             action.help = f"{action.help} ({rng})" if action.help else rng
 
 
+def one_line(text: str) -> str:
+    """The message with control characters escaped: a value quoted from the user (a path with a newline, a
+    terminal escape) can neither break the one-line contract nor drive the terminal."""
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m.group(0))[1:-1], text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -62,11 +69,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         code = args.func(args)
         return int(code or 0)
-    except SpecError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except UsageError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (SpecError, UsageError) as e:
+        print(f"error: {one_line(str(e))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0
