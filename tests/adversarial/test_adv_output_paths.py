@@ -49,8 +49,6 @@ TARGET_IDS = ["directory", "missing-parent", "parent-is-file", "dot", "empty"]
 def test_bad_output_path_is_refused_up_front(writer, argv, field, target, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     path, words = _targets(tmp_path)[target]
-    if writer == "sbatch-out" and target == "empty":
-        pytest.skip("an empty --out is the same case as sbatch's own --emit-slurm ''")
     before = sorted(p.name for p in tmp_path.rglob("*"))
     r = run_cli([a.format(p=path, tmp=tmp_path) for a in argv])
     assert_refused(r, f"{field}: ")

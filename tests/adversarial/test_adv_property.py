@@ -48,7 +48,8 @@ FILE_TEXTS = st.one_of(
     st.sampled_from(["", "{}", "[]", "~", "model: tiny-gpt\ncluster: cpu-host\n", "a: &a [*a]\n", "[" * 2000,
                      '{"a": 1, "a": 2}', "model: tiny-gpt\nmodel: tiny-gpt\n", "row_id,busbw_GBps\nr,-1\n",
                      "#  size count type redop root time algbw busbw #wrong\n 1024 256 float sum -1 -5 1 1 0\n"]),
-    st.recursive(st.none() | st.booleans() | st.integers(-10**12, 10**12) | st.floats(allow_nan=False) | st.text(max_size=8),
+    st.recursive(st.none() | st.booleans() | st.integers(-10**12, 10**12) | st.floats(allow_nan=False)
+                 | st.text(max_size=8),
                  lambda c: st.lists(c, max_size=4) | st.dictionaries(st.sampled_from(
                      ["model", "cluster", "gpus", "training", "layout", "name", "seq_len", "tp", "x"]), c, max_size=4),
                  max_leaves=12).map(lambda v: __import__("json").dumps(v)),

@@ -52,8 +52,8 @@ def slurm_time(text: str, field: str = "time") -> str:
         values = [int(g) for g in m.groups()]
         for i, (unit, v) in enumerate(zip(units, values)):
             if i > 0 and v > _FIELD_MAX[unit]:
-                raise SpecError(field, f"{text!r}: the {'hours' if unit == 'h' else 'minutes' if unit == 'm' else 'seconds'} "
-                                       f"field must be <= {_FIELD_MAX[unit]}")
+                name = {"h": "hours", "m": "minutes", "s": "seconds"}[unit]
+                raise SpecError(field, f"{text!r}: the {name} field must be <= {_FIELD_MAX[unit]}")
         total = sum(_UNIT_S[u] * v for u, v in zip(units, values))
         if total <= 0:
             raise SpecError(field, f"{text!r} is no time at all (a job needs a positive limit)")
