@@ -97,7 +97,6 @@ def run(args: argparse.Namespace) -> int:
     from trainsim.reports.execution import compare, format_comparison
 
     scenario = scenario_for_execute(args)
-    warn_beyond_published(scenario.num_gpus, scenario.training.global_batch, scenario.training.seq_len)
     lr = args.lr if args.lr is not None else (0.05 if args.optimizer == "sgd" else 1e-3)
     if args.profile_trace:
         check_output_dir(args.profile_trace, "profile_trace")
@@ -108,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
     job = make_job(scenario, device=args.device, steps=args.steps, warmup=args.warmup, seed=args.seed,
                    optimizer=args.optimizer, lr=lr, hsdp=args.hsdp, profile_dir=args.profile_trace or "",
                    inject_fault=args.inject_fault or "", label="execute")
+    # After every check that can refuse (exit 2 stays one line), before the run starts.
+    warn_beyond_published(scenario.num_gpus, scenario.training.global_batch, scenario.training.seq_len)
     try:
         launch = run_jobs([job], timeout_s=args.timeout_s)
     except ExecutionError as e:

@@ -310,10 +310,10 @@ def run(args: argparse.Namespace) -> int:
     from trainsim.simulator.planner import plan
 
     req = request_from_args(args)
-    warn_beyond_published(max(req.gpu_counts), req.global_batch, req.seq_len)
     quiet = args.json or args.csv
     with make_executor(args.workers, args.dask_scheduler) as ex, rich_progress(not quiet) as progress:
         result = plan(req, executor=ex, progress=progress)
+    warn_beyond_published(max(req.gpu_counts), req.global_batch, req.seq_len)  # after any refusal
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=1)
         sys.stdout.write("\n")

@@ -49,7 +49,6 @@ def run(args: argparse.Namespace) -> int:
     from trainsim.simulator.predict import predict
 
     scenario = scenario_from_args(args)
-    warn_beyond_published(scenario.num_gpus, scenario.training.global_batch, scenario.training.seq_len)
     profile = None
     if getattr(args, "calibration", None):
         from trainsim.cost_models.profile import load_profile
@@ -57,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
     pred = predict(scenario, fast=args.fast, ideal_network=args.ideal_network, profile=profile,
                    trace_path=args.trace, jitter_cv=args.jitter, stragglers=args.straggler, seed=args.seed,
                    samples=args.samples)
+    # After the prediction: a refusal (exit 2) stays one line.
+    warn_beyond_published(scenario.num_gpus, scenario.training.global_batch, scenario.training.seq_len)
     if args.json:
         print(json.dumps(pred.to_json()))
     else:
