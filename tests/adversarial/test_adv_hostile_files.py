@@ -134,3 +134,14 @@ def test_yaml_merge_key_override_is_not_a_duplicate(tmp_path):
 
     data = read_structured(f, "scenario")
     assert data["training"]["global_batch"] == 16 and data["training"]["seq_len"] == 128
+
+
+def test_recursion_error_never_escapes(monkeypatch):
+    """The readers bound nesting; should anything else recurse too deep, main() still answers in one line."""
+    import trainsim.reports.commands.common as common
+
+    def deep(*a, **k):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(common, "build_scenario", deep)
+    assert_refused(run_cli(["predict", "--model", "tiny-gpt", "--cluster", "cpu-host"]), "nested too deeply")

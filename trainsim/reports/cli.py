@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     except (SpecError, UsageError) as e:
         print(f"error: {one_line(str(e))}", file=sys.stderr)
         return 2
+    except RecursionError:  # the readers bound nesting to 64 levels; this is the backstop, never a traceback
+        print("error: input: nested too deeply to process", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         return 0
     except KeyboardInterrupt:
