@@ -167,6 +167,10 @@ def parse_yaml(text: str, field: str, source: str) -> Any:
 
 # --- JSON -----------------------------------------------------------------------------------------------------------
 
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')  # a string (skipped whole) or a bracket
+
+
 def _reject_constant(name: str):
     raise InputTooComplex(f"non-finite number {name}")
 
@@ -178,7 +182,7 @@ def _line_of_key(text: str, start: int, key: str, occurrence: int) -> int | None
     while i < n:
         c = text[i]
         if c == '"':
-            m = re.compile(r'"((?:[^"\\]|\\.)*)"').match(text, i)
+            m = _JSON_STRING.match(text, i)
             if not m:
                 return None
             j = m.end()
@@ -231,7 +235,7 @@ def parse_json(text: str, field: str, source: str) -> Any:
 def _json_depth(text: str) -> int:
     """Deepest bracket nesting outside strings (checked before decoding: the decoder recurses per level)."""
     depth = deepest = 0
-    for m in re.finditer(r'"(?:[^"\\]|\\.)*"|[\[\]{}]', text):
+    for m in _JSON_TOKEN.finditer(text):
         c = m.group(0)
         if c in "[{":
             depth += 1
