@@ -96,7 +96,7 @@ def test_emit_slurm_writes_a_valid_sbatch_script(tmp_path, capsys):
     text = script.read_text()
     for piece in ("#SBATCH --nodes=4", "#SBATCH --gpus-per-node=8", "#SBATCH --partition=gpu", "srun",
                   "-m torch.distributed.run", "--nnodes=4 --nproc-per-node=8", "--rdzv-backend=c10d",
-                  "-m trainsim.kernels.calibrate", "--device cuda", "--out prof.json", "--dtype bf16"):
+                  "-m trainsim.kernels.calibrate", "--device cuda", "--out=prof.json", "--dtype bf16"):
         assert piece in text, piece
     assert subprocess.run(["bash", "-n", str(script)], check=False).returncode == 0
     assert "wrote" in capsys.readouterr().out

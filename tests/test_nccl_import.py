@@ -107,8 +107,19 @@ def test_group_size_inferred_from_busbw_ratio(tmp_path):
 
 def test_wrong_group_size_is_caught():
     (run,) = parse_nccl_tests_file(H100_TXT)
+    with pytest.raises(SpecError, match="contradicts .* 8 ranks"):  # the file's 8 '# Rank' lines
+        run_to_points(run, group_size=4)
+    run.hosts.clear()  # without rank lines, the busbw/algbw factor still catches it
     with pytest.raises(SpecError, match="factor"):
         run_to_points(run, group_size=4)
+
+
+def test_nodes_contradicting_the_hosts_are_refused():
+    (run,) = parse_nccl_tests_file(H100_TXT)
+    assert run.nodes == 1
+    with pytest.raises(SpecError, match="nccl_nodes: 3 contradicts .* 1 host"):
+        run_to_points(run, nodes=3)
+    assert {p.nodes for p in run_to_points(run, nodes=1)} == {1}
 
 
 @pytest.mark.parametrize("text, fragment", [

@@ -12,7 +12,6 @@ Times are microseconds and bandwidths GB/s (1e9 B/s) in nccl-tests; here seconds
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -29,6 +28,8 @@ from trainsim.cost_models.profile import (
 )
 from trainsim.cost_models.profile_fit import collective_point, fit_all_collectives
 from trainsim.specs.errors import SpecError
+from trainsim.specs.safe_read import parse_json as decode_json
+from trainsim.specs.safe_read import read_text
 
 MAX_NCCL_FILE_BYTES = 32 * 1024 * 1024
 
@@ -242,20 +243,9 @@ def parse_json(data: object, source: str = "") -> list[NcclRun]:
 def parse_nccl_tests_file(path: str | Path) -> list[NcclRun]:
     """Parse one nccl-tests output file (text or ``-J`` JSON, detected from its content)."""
     p = Path(path)
-    if not p.is_file():
-        raise SpecError("nccl-tests", f"no such file: {p}")
-    if p.stat().st_size > MAX_NCCL_FILE_BYTES:
-        raise SpecError("nccl-tests", f"{p} is larger than {MAX_NCCL_FILE_BYTES >> 20} MiB")
-    try:
-        text = p.read_text(encoding="utf-8", errors="strict")
-    except (OSError, UnicodeDecodeError) as e:
-        raise SpecError("nccl-tests", f"cannot read {p}: {type(e).__name__}") from None
+    text = read_text(p, "nccl-tests", MAX_NCCL_FILE_BYTES)
     if text.lstrip().startswith("{"):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise SpecError("nccl-tests", f"{p} is not valid JSON (line {e.lineno}: {e.msg})") from None
-        runs = parse_json(data, p.name)
+        runs = parse_json(decode_json(text, "nccl-tests", str(p)), p.name)
     else:
         runs = parse_text(text, p.name)
     for r in runs:
@@ -279,9 +269,23 @@ def _infer_group_size(op: str, rows: list[NcclRow]) -> int | None:
     return max(2, round(n))
 
 
+def _refuse_contradiction(run: NcclRun, group_size: int | None, nodes: int | None) -> None:
+    """A flag that contradicts the file's own '# Rank ... on <host>' lines is refused: the file records where
+    its ranks ran, and a profile keyed by the wrong (ranks, nodes) would be used for the wrong collectives."""
+    if group_size is not None and run.group_size is not None and group_size != run.group_size:
+        raise SpecError("nccl_group_size", f"{group_size} contradicts {run.source}, whose '# Rank' lines list "
+                                           f"{run.group_size} ranks")
+    if nodes is not None and run.nodes is not None and nodes != run.nodes:
+        hosts = sorted(set(run.hosts))
+        shown = ", ".join(hosts[:3]) + (", ..." if len(hosts) > 3 else "")
+        raise SpecError("nccl_nodes", f"{nodes} contradicts {run.source}, whose {run.group_size} ranks ran on "
+                                      f"{run.nodes} host(s) ({shown})")
+
+
 def run_to_points(run: NcclRun, op: str | None = None, group_size: int | None = None, nodes: int | None = None,
                   prefer: str = "out_of_place") -> list[CollectivePoint]:
     """CollectivePoints of one run; flags override what the file says. Checks busbw against our factor."""
+    _refuse_contradiction(run, group_size, nodes)
     op = canonical_op(op) if op else run.op
     if op is None:
         raise SpecError("nccl-tests", f"{run.source}: cannot tell which collective this is; pass --nccl-op")

@@ -39,6 +39,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trainsim.specs.errors import SpecError, from_validation_error
 from trainsim.specs.loaders import check_finite
+from trainsim.specs.safe_read import parse_json, read_text
+from trainsim.specs.safe_write import write_atomic
 
 PROFILE_SCHEMA_VERSION = 3
 # Versions this trainsim reads: 1 lacks the eager-overhead and optimizer sections (added in 2, optional);
@@ -581,25 +583,7 @@ def profile_from_dict(data: object, where: str = "calibration") -> CalibrationPr
 def load_profile(path: str | os.PathLike) -> CalibrationProfile:
     """Read a profile written by ``save_profile``; a missing, corrupt, unsafe or wrong-schema file is a SpecError."""
     p = Path(path)
-    if not p.is_file():
-        raise SpecError("calibration", f"no such file: {p}")
-    size = p.stat().st_size
-    if size > MAX_PROFILE_BYTES:
-        raise SpecError("calibration", f"{p} is {size / 1e6:.0f} MB; profiles are limited to {MAX_PROFILE_BYTES >> 20} MiB")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise SpecError("calibration", f"cannot read {p}: {type(e).__name__}") from None
-
-    def _reject_constant(name: str):
-        raise ValueError(f"non-finite number {name}")
-
-    try:
-        data = json.loads(text, parse_constant=_reject_constant)
-    except json.JSONDecodeError as e:
-        raise SpecError("calibration", f"{p} is not valid JSON (line {e.lineno}: {e.msg})") from None
-    except ValueError as e:
-        raise SpecError("calibration", f"{p}: {e}") from None
+    data = parse_json(read_text(p, "calibration", MAX_PROFILE_BYTES), "calibration", str(p))
     profile = profile_from_dict(data)
     return profile.model_copy(update={"source_path": str(p)})
 
@@ -610,14 +594,8 @@ def profile_to_dict(profile: CalibrationProfile) -> dict:
 
 def save_profile(profile: CalibrationProfile, path: str | os.PathLike) -> Path:
     """Write the profile as indented JSON (atomically: temp file + rename)."""
-    p = Path(path)
-    if p.parent and not p.parent.exists():
-        raise SpecError("out", f"directory does not exist: {p.parent}")
     text = json.dumps(profile_to_dict(profile), indent=1, allow_nan=False) + "\n"
-    tmp = p.with_name(f".{p.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, p)
-    return p
+    return write_atomic(path, text, "out")
 
 
 def merge_collectives(base: CalibrationProfile, points: list[CollectivePoint], fits: list[CollectiveFit],

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from trainsim.kernels.shell_values import safe_args, slurm_name, slurm_time
 from trainsim.specs.errors import SpecError
 
 
@@ -53,7 +54,7 @@ def torchrun_command(module: str, args: list[str], nproc: int | str, nnodes: int
         if rdzv_endpoint:
             cmd.append(f"--rdzv-endpoint={rdzv_endpoint}")
     cmd += ["-m", module, *args]
-    return cmd
+    return safe_args(cmd, "command line")  # an argv list (no shell), but no control character either
 
 
 def worker_env(extra: dict[str, str] | None = None, threads: int = 1) -> dict[str, str]:
@@ -111,12 +112,35 @@ def run_torchrun(module: str, args: list[str], nproc: int | str, timeout_s: floa
         return LaunchResult(-1, time.perf_counter() - t0, out or "", err or "", timed_out=True)
 
 
+MAX_SLURM_NODES = 100_000  # 10x the largest published training job's nodes (Llama 3: 16,384 GPUs = 2,048 nodes)
+MAX_GPUS_PER_NODE = 72  # an NVL72 rack as one node is the largest scale-up domain sold (GB200 NVL72)
+
+
+def check_script_values(nodes: int, gpus_per_node: int, job_name: str, time_limit: str, partition: str | None,
+                        account: str | None) -> None:
+    """SpecError naming the first value an sbatch script cannot take as it is."""
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= MAX_SLURM_NODES:
+        raise SpecError("nodes", f"must be a whole number in 1..{MAX_SLURM_NODES}, got {nodes!r}")
+    per_node = gpus_per_node
+    if isinstance(per_node, bool) or not isinstance(per_node, int) or not 1 <= per_node <= MAX_GPUS_PER_NODE:
+        raise SpecError("gpus_per_node", f"must be a whole number in 1..{MAX_GPUS_PER_NODE}, got {gpus_per_node!r}")
+    slurm_name(job_name, "job_name")
+    slurm_time(time_limit, "time")
+    if partition is not None:
+        slurm_name(partition, "partition", allow_list=True)
+    if account is not None:
+        slurm_name(account, "account")
+
+
 def slurm_script(module: str, args: list[str], nodes: int, gpus_per_node: int, job_name: str = "trainsim",
                  time_limit: str = "00:30:00", partition: str | None = None, account: str | None = None,
                  python: str = "python") -> str:
-    """An sbatch script: one srun task per node, each running torchrun over its GPUs with a c10d rendezvous."""
-    if nodes < 1 or gpus_per_node < 1:
-        raise SpecError("nodes", "nodes and gpus-per-node must be >= 1")
+    """An sbatch script: one srun task per node, each running torchrun over its GPUs with a c10d rendezvous.
+
+    Every value is checked against its Slurm syntax (shell_values) and every argument is shell-quoted, so no
+    value can add a line, a directive or a command to the script."""
+    check_script_values(nodes, gpus_per_node, job_name, time_limit, partition, account)
+    safe_args([module, python, *args], "calibrate")
     lines = [
         "#!/bin/bash",
         f"#SBATCH --job-name={job_name}",
@@ -146,10 +170,10 @@ def slurm_script(module: str, args: list[str], nodes: int, gpus_per_node: int, j
         "# and every torchrun worker of the node would share that core (host-side timings would be wrong).",
         "srun --kill-on-bad-exit=1 --ntasks-per-node=1 \\",
         "  --cpus-per-task=\"$SLURM_CPUS_ON_NODE\" --cpu-bind=none \\",
-        f"  {python} -m torch.distributed.run \\",
+        f"  {shlex.quote(python)} -m torch.distributed.run \\",
         f"    --nnodes={nodes} --nproc-per-node={gpus_per_node} \\",
         "    --rdzv-backend=c10d --rdzv-endpoint=\"$head_node:$MASTER_PORT\" --rdzv-id=\"$SLURM_JOB_ID\" \\",
-        f"    -m {module} {worker_args}",
+        f"    -m {shlex.quote(module)} {worker_args}",
         "",
     ]
     return "\n".join(lines)

@@ -1,12 +1,14 @@
 """The `trainsim` command line: one subcommand per module in trainsim.reports.commands.
 
-Invalid input exits with status 2 and one line on stderr naming the field and the reason.
+Invalid input exits with status 2 and one line on stderr naming the field and the reason; no command prints the
+usage to stderr and exits 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
 from trainsim import __version__
@@ -37,7 +39,25 @@ def build_parser() -> argparse.ArgumentParser:
                 continue  # subcommand not built yet
             raise
         module.register(sub)
+    for command in sub.choices.values():
+        document_ranges(command)
     return parser
+
+
+def document_ranges(parser: argparse.ArgumentParser) -> None:
+    """Append each numeric flag's accepted range to its help (the same Bounded type enforces it)."""
+    from trainsim.reports.commands.common import Bounded
+
+    for action in parser._actions:
+        if isinstance(action.type, Bounded) and action.help != argparse.SUPPRESS:
+            rng = f"range {action.type.describe()}"
+            action.help = f"{action.help} ({rng})" if action.help else rng
+
+
+def one_line(text: str) -> str:
+    """The message with control characters escaped: a value quoted from the user (a path with a newline, a
+    terminal escape) can neither break the one-line contract nor drive the terminal."""
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m.group(0))[1:-1], text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,15 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         if not getattr(args, "func", None):
-            parser.print_help()
+            parser.print_help(sys.stderr)  # no command: the usage goes where errors go, and it is one
             return 2
         code = args.func(args)
         return int(code or 0)
-    except SpecError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (SpecError, UsageError) as e:
+        print(f"error: {one_line(str(e))}", file=sys.stderr)
         return 2
-    except UsageError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except RecursionError:  # the readers bound nesting to 64 levels; this is the backstop, never a traceback
+        print("error: input: nested too deeply to process", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0

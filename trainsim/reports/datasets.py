@@ -11,7 +11,6 @@ into ``Dataset.notes`` so `trainsim validate` prints it next to the numbers.
 
 from __future__ import annotations
 
-import csv
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from trainsim.reports.cells import integer as _int
 from trainsim.reports.cells import num as _num
 from trainsim.specs import ClusterSpec, Scenario, SpecError, build_scenario, load_cluster, load_model, preset
 from trainsim.specs.errors import did_you_mean
+from trainsim.specs.safe_read import read_csv_rows
 
 # --- the shapes ------------------------------------------------------------------------------------
 
@@ -91,11 +91,7 @@ class Dataset:
 # --- helpers ---------------------------------------------------------------------------------------
 
 def _read_csv(path: Path) -> list[dict[str, str]]:
-    try:
-        with open(path, newline="", encoding="utf-8") as f:
-            return list(csv.DictReader(f))
-    except (OSError, UnicodeDecodeError, csv.Error) as e:
-        raise SpecError("dataset", f"cannot read {path}: {type(e).__name__}: {e}") from None
+    return read_csv_rows(path, "dataset")
 
 
 def _scenario(raw: dict, name: str) -> tuple[Scenario | None, str | None]:
@@ -1337,14 +1333,36 @@ def dataset_names() -> list[str]:
     return list(DATASETS)
 
 
+# The CSV each bundled dataset reads (its numeric cells are range-checked by dataset_checks).
+DATASET_CSV = {"sc21": "megatron_sc21_table1.csv", "sc21-scripts": "megatron_sc21_table1.csv",
+               "mosaic": "mosaic_mpt_benchmarks.csv", "zero-bubble": "pipeline_bubble.csv", "nccl": "nccl_busbw.csv",
+               "nemo": "nemo_megatron_bridge_perf.csv", "korthikanti": "korthikanti_2022.csv",
+               "llama3": "llama3_2024.csv", "memory": "memory_runs.csv"}
+
+
+def dataset_csv(name: str) -> Path:
+    """The CSV a named dataset reads: bundled, or an unbundled table from TRAINSIM_VALIDATION_DIR."""
+    if name in EXTERNAL_DATASETS:
+        return external_table(name, EXTERNAL_DATASETS[name])
+    return validation_path(DATASET_CSV[name])
+
+
 def load_dataset(name_or_path: str) -> Dataset:
-    """A bundled dataset by name, or a CSV file in one of the bundled schemas (detected by its columns)."""
+    """A bundled dataset by name, or a CSV file in one of the bundled schemas (detected by its columns); every
+    row with a negative or non-finite number, or a non-positive published value, is skipped with that reason."""
+    from trainsim.reports.dataset_checks import range_checked
+
     if name_or_path in DATASETS:
-        return DATASETS[name_or_path]()
+        ds = DATASETS[name_or_path]()
+        return range_checked(ds, _read_csv(dataset_csv(name_or_path)))
     p = Path(name_or_path)
     if not p.is_file():
         raise SpecError("dataset", f"unknown dataset {name_or_path!r}{did_you_mean(name_or_path, DATASETS)} "
                                    f"(known: {', '.join(DATASETS)}; or a CSV path)")
+    return range_checked(_load_csv_dataset(p), _read_csv(p))
+
+
+def _load_csv_dataset(p: Path) -> Dataset:
     rows = _read_csv(p)
     cols = set(rows[0]) if rows else set()
     if not rows:

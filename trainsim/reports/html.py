@@ -11,6 +11,8 @@ from pathlib import Path
 import jinja2
 
 from trainsim import __version__
+from trainsim.specs import SpecError
+from trainsim.specs.safe_write import check_output_dir, write_atomic
 
 TEMPLATE_DIR = Path(__file__).parent / "templates"
 # Cells that read as a number (optionally signed, with a unit or currency) are right-aligned.
@@ -81,14 +83,15 @@ def render_markdown(report: Report, figure_dir: str = "figures") -> str:
 
 def write_report(report: Report, out_dir: str | Path) -> dict[str, Path]:
     """Write ``index.html`` (self-contained), ``report.md`` and ``figures/*.png`` into ``out_dir``."""
-    out = Path(out_dir)
+    out = check_output_dir(out_dir, "out")
     figs = out / "figures"
-    figs.mkdir(parents=True, exist_ok=True)
+    try:
+        figs.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise SpecError("out", f"cannot create {figs}: {e.strerror or type(e).__name__}") from None
     for sec in report.sections:
         for f in sec.figures:
-            (figs / f"{f.name}.png").write_bytes(f.png)
-    html_path = out / "index.html"
-    md_path = out / "report.md"
-    html_path.write_text(render_html(report), encoding="utf-8")
-    md_path.write_text(render_markdown(report), encoding="utf-8")
+            write_atomic(figs / f"{f.name}.png", f.png, "out")
+    html_path = write_atomic(out / "index.html", render_html(report), "out")
+    md_path = write_atomic(out / "report.md", render_markdown(report), "out")
     return {"html": html_path, "markdown": md_path, "figures": figs}

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from trainsim import SCHEMA_VERSION, __version__
 from trainsim.specs import Scenario, SpecError, build_scenario, load_scenario_file
 from trainsim.specs.loaders import read_mapping
+from trainsim.specs.safe_read import parse_yaml, read_text
+from trainsim.specs.safe_write import write_atomic
 
 BASELINE_KIND = "trainsim-regress-baseline"
 SCENARIO_SUFFIXES = (".yaml", ".yml", ".json")
@@ -76,10 +76,7 @@ def suite_paths(suite: str | os.PathLike) -> list[tuple[str, Path]]:
         return [(f.relative_to(p).as_posix(), f) for f in files]
     if not p.is_file():
         raise SpecError("suite", f"no such directory or file: {p}")
-    try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError, OSError) as e:
-        raise SpecError("suite", f"{p} is not a readable YAML list: {type(e).__name__}") from None
+    data = parse_yaml(read_text(p, "suite"), "suite", str(p))
     if isinstance(data, dict) and "scenarios" in data:
         data = data["scenarios"]
     if not isinstance(data, list) or not data or not all(isinstance(x, str) for x in data):
@@ -163,9 +160,7 @@ def load_baseline(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def save_baseline(doc: dict[str, Any], path: str | os.PathLike) -> None:
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    write_atomic(path, json.dumps(doc, indent=2, sort_keys=True) + "\n", "baseline")
 
 
 def _same(metric: str, b: Any, c: Any, rtol: float) -> bool:

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from trainsim.specs import Scenario, SpecError
+from trainsim.specs.safe_write import check_output_path
 
 from . import analytic, variability
 from .builder import build_cost_table
@@ -34,6 +35,8 @@ def _check_args(fast: bool, trace_path, jitter_cv: float, stragglers, samples: i
         raise SpecError("samples", f"must be an integer in 1..{MAX_SAMPLES}, got {samples!r}")
     if fast and trace_path:
         raise SpecError("trace", "a trace needs the engine's timeline; drop --fast")
+    if trace_path:
+        check_output_path(trace_path, "trace")  # before the engine runs, not after
     if fast and (jitter_cv > 0 or stragglers is not None):
         raise SpecError("fast", "variability (--jitter/--straggler) needs the engine; drop --fast")
 

@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from trainsim.specs.safe_write import write_atomic
+
 from .engine import EngineResult
 
 STREAM_TIDS = {"compute": 0, "pp": 1, "dp": 2, "dp-gather": 3}
@@ -58,4 +60,4 @@ def write_trace(res: EngineResult, path: str | Path, static_bytes: list[float] |
     """Write the Chrome trace JSON object format ({"traceEvents": [...], ...}) to ``path``."""
     doc = {"traceEvents": trace_events(res, static_bytes), "displayTimeUnit": "ms",
            "otherData": {k: str(v) for k, v in (metadata or {}).items()}}
-    Path(path).write_text(json.dumps(doc))
+    write_atomic(path, json.dumps(doc), "trace")

@@ -1,11 +1,11 @@
 """Turn user input (preset names, YAML/JSON files, Hugging Face config.json, CLI flags) into specs.
 
-Only ``yaml.safe_load`` and ``json`` are used; every failure is a SpecError naming the field.
+Files are read by safe_read (safe YAML/JSON, size, depth and alias limits, no duplicate keys); every failure is a
+SpecError naming the field.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import typing
@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from .errors import SpecError, did_you_mean, from_validation_error, unknown_name
@@ -21,32 +20,15 @@ from .hardware import ClusterSpec, GPUSpec
 from .hf_config import is_hf_config, model_from_hf
 from .model import ModelSpec
 from .presets import preset, preset_names
+from .safe_read import MAX_INPUT_BYTES, read_structured
 from .scenario import Scenario, resolve
 from .training import Layout, TrainingSpec
 
-MAX_INPUT_BYTES = 4 * 1024 * 1024  # a scenario or config is a few KB; refuse anything absurd
-
 
 def read_mapping(path: str | os.PathLike, field: str) -> dict:
-    """Read a YAML or JSON file that must hold a mapping."""
+    """Read a YAML or JSON file that must hold a mapping (through the one safe reader, safe_read)."""
     p = Path(path)
-    if not p.is_file():
-        raise SpecError(field, f"no such file: {p}")
-    size = p.stat().st_size
-    if size > MAX_INPUT_BYTES:
-        raise SpecError(field, f"{p} is {size / 1e6:.1f} MB; input files are limited to {MAX_INPUT_BYTES // 2**20} MiB")
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (UnicodeDecodeError, OSError) as e:
-        raise SpecError(field, f"cannot read {p}: {type(e).__name__}") from None
-    try:
-        data = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
-    except json.JSONDecodeError as e:
-        raise SpecError(field, f"{p} is not valid JSON (line {e.lineno}: {e.msg})") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1})" if mark else ""
-        raise SpecError(field, f"{p} is not valid YAML{where}") from None
+    data = read_structured(p, field, MAX_INPUT_BYTES)
     if not isinstance(data, dict):
         raise SpecError(field, f"{p} must hold a mapping, not {type(data).__name__}")
     return data

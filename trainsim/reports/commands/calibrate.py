@@ -20,8 +20,11 @@ import time
 from pathlib import Path
 
 from trainsim.kernels.calibrate import SECTIONS  # the worker's own list (imports torch lazily)
-from trainsim.reports.commands.common import nonneg_float, positive_int
+from trainsim.kernels.launch import MAX_GPUS_PER_NODE, MAX_SLURM_NODES
+from trainsim.reports.commands.common import float_range, int_range
+from trainsim.kernels.shell_values import refuse_control_chars
 from trainsim.specs import SpecError
+from trainsim.specs.safe_write import check_output_path, write_atomic
 
 DTYPES = ("fp32", "bf16", "fp16", "tf32", "fp8")
 WORKER = "trainsim.kernels.calibrate"
@@ -51,27 +54,27 @@ def register(subparsers) -> None:
                    help="GEMM/attention dtype, repeatable (default fp32 on cpu, bf16 on cuda; fp8: torch._scaled_mm "
                         "GEMMs on compute capability >= 8.9, bf16 attention, skipped with a note on older GPUs)")
     p.add_argument("--out", required=True, help="profile JSON to write")
-    p.add_argument("--nproc", type=positive_int,
+    p.add_argument("--nproc", type=int_range(1, 1024),
                    help="processes torchrun starts on this host (default: 2 on cpu, all GPUs on cuda)")
-    p.add_argument("--timeout", type=positive_int, default=900, help="seconds before the run is killed")
+    p.add_argument("--timeout", type=int_range(1, 7 * 86400), default=900, help="seconds before the run is killed")
     p.add_argument("--skip", default="", help=f"comma list of sections to skip: {','.join(SECTIONS)}")
-    p.add_argument("--reps", type=positive_int, help="timed repetitions per point")
-    p.add_argument("--warmup", type=int, help="warm-up calls per point")
+    p.add_argument("--reps", type=int_range(1, 100_000), help="timed repetitions per point")
+    p.add_argument("--warmup", type=int_range(0, 10_000), help="warm-up calls per point")
     p.add_argument("--peak-preset", help="GPU preset whose dense peaks efficiencies refer to (default: by device name)")
-    p.add_argument("--fit-min-bytes", type=nonneg_float, help="fit collective alpha/beta on sizes >= this many bytes")
+    p.add_argument("--fit-min-bytes", type=float_range(0, 2.0**40), help="fit collective alpha/beta on sizes >= this many bytes")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
     slurm = p.add_argument_group("cluster runs (sbatch)")
     slurm.add_argument("--emit-slurm", metavar="FILE", help="write an sbatch script that runs calibration with srun")
-    slurm.add_argument("--nodes", type=positive_int, help="nodes in the job (default 1)")
-    slurm.add_argument("--gpus-per-node", type=positive_int, help="torchrun processes per node (default 8)")
+    slurm.add_argument("--nodes", type=int_range(1, MAX_SLURM_NODES), help="nodes in the job (default 1)")
+    slurm.add_argument("--gpus-per-node", type=int_range(1, MAX_GPUS_PER_NODE), help="torchrun processes per node (default 8)")
     slurm.add_argument("--partition", help="sbatch --partition")
     slurm.add_argument("--account", help="sbatch --account")
     slurm.add_argument("--time", help="sbatch --time (default 00:30:00)")
     nccl = p.add_argument_group("nccl-tests import")
     nccl.add_argument("--import-nccl-tests", nargs="+", metavar="FILE", help="nccl-tests outputs (text or -J JSON)")
     nccl.add_argument("--nccl-op", help="collective, if the files do not say (all_reduce, all_gather, ...)")
-    nccl.add_argument("--nccl-group-size", type=positive_int, help="ranks in the test")
-    nccl.add_argument("--nccl-nodes", type=positive_int, help="nodes the ranks spanned")
+    nccl.add_argument("--nccl-group-size", type=int_range(1, 1_000_000), help="ranks in the test")
+    nccl.add_argument("--nccl-nodes", type=int_range(1, 1_000_000), help="nodes the ranks spanned")
     nccl.add_argument("--nccl-prefer", choices=("out_of_place", "in_place"),
                       help="which nccl-tests column to use (default out_of_place)")
     nccl.add_argument("--merge-into", metavar="PROFILE", help="existing profile to merge the collectives into")
@@ -79,12 +82,7 @@ def register(subparsers) -> None:
 
 
 def _check_out(path: str) -> Path:
-    out = Path(path)
-    if out.is_dir():
-        raise SpecError("out", f"{out} is a directory")
-    if not out.parent.exists():
-        raise SpecError("out", f"directory does not exist: {out.parent}")
-    return out
+    return check_output_path(refuse_control_chars(path, "out"), "out")
 
 
 def _check_skip(text: str) -> list[str]:
@@ -97,7 +95,9 @@ def _check_skip(text: str) -> list[str]:
 
 def worker_args(args: argparse.Namespace, device: str) -> list[str]:
     """The worker's command-line arguments mirroring the user's flags."""
-    out = ["--device", device, "--out", str(Path(args.out).resolve()) if not args.emit_slurm else args.out]
+    # --out=PATH keeps a path that starts with '-' one value, not a flag of the worker.
+    path = str(Path(args.out).resolve()) if args.emit_slurm is None else args.out
+    out = ["--device", device, f"--out={path}"]
     if args.quick:
         out.append("--quick")
     for d in args.dtype or []:
@@ -130,7 +130,8 @@ MEASURE_ONLY = ("nproc",)
 
 
 def _refuse_other_modes(args: argparse.Namespace) -> None:
-    mode = "import_nccl_tests" if args.import_nccl_tests else "emit_slurm" if args.emit_slurm else "measure"
+    mode = ("import_nccl_tests" if args.import_nccl_tests else "emit_slurm" if args.emit_slurm is not None
+            else "measure")
     foreign = {"import_nccl_tests": SLURM_ONLY + MEASURE_ONLY, "emit_slurm": IMPORT_ONLY + MEASURE_ONLY,
                "measure": IMPORT_ONLY + SLURM_ONLY}[mode]
     given = [f"--{k.replace('_', '-')}" for k in foreign if getattr(args, k, None) is not None]
@@ -144,13 +145,13 @@ def run(args: argparse.Namespace) -> int:
     out = _check_out(args.out)
     _refuse_other_modes(args)
     if args.import_nccl_tests:
-        if args.device or args.emit_slurm:
+        if args.device or args.emit_slurm is not None:
             raise SpecError("import_nccl_tests", "cannot be combined with --device or --emit-slurm")
         return _run_import(args, out)
     device = args.device or "cpu"
     if device == "cpu" and "fp8" in (args.dtype or []):
         raise SpecError("dtype", "fp8 GEMMs need --device cuda (torch._scaled_mm on fp8 tensor cores)")
-    if args.emit_slurm:
+    if args.emit_slurm is not None:
         return _run_emit_slurm(args, device)
     return _run_measure(args, device, out)
 
@@ -174,15 +175,12 @@ def _run_import(args: argparse.Namespace, out: Path) -> int:
 def _run_emit_slurm(args: argparse.Namespace, device: str) -> int:
     from trainsim.kernels.launch import slurm_script
 
-    path = Path(args.emit_slurm)
-    if not path.parent.exists():
-        raise SpecError("emit_slurm", f"directory does not exist: {path.parent}")
+    path = check_output_path(refuse_control_chars(args.emit_slurm, "emit_slurm"), "emit_slurm")
     nodes, per_node = args.nodes or 1, args.gpus_per_node or 8
     text = slurm_script(WORKER, worker_args(args, device), nodes=nodes, gpus_per_node=per_node,
                         job_name="trainsim-calibrate", time_limit=args.time or "00:30:00", partition=args.partition,
                         account=args.account)
-    path.write_text(text)
-    path.chmod(0o755)
+    write_atomic(path, text, "emit_slurm", mode=0o755)
     print(f"wrote {path}: sbatch it to calibrate {nodes} node(s) x {per_node} GPU(s); "
           f"rank 0 writes {args.out}")
     return 0

@@ -4,36 +4,56 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Mapping
 from typing import get_args
 
 from trainsim.cost_models.framework import FRAMEWORKS
 from trainsim.specs import Scenario, build_scenario, load_scenario_file
+from trainsim.specs.published_scale import scale_warnings
 from trainsim.specs.training import Schedule
 
 
-def positive_int(text: str) -> int:
-    """argparse type: a positive integer (argparse names the flag in its one-line error)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    if value > 10_000_000_000:
-        raise argparse.ArgumentTypeError(f"{value} is implausibly large")
-    return value
+class Bounded:
+    """argparse type: a finite number in a documented range; the range is appended to the flag's help
+    (cli.document_ranges) and enforced here, so every numeric flag says and checks what it accepts."""
+
+    def __init__(self, kind: type, lo: float, hi: float, lo_open: bool = False):
+        self.kind, self.lo, self.hi, self.lo_open = kind, lo, hi, lo_open
+        self.__name__ = kind.__name__
+
+    def describe(self) -> str:
+        if self.kind is int:
+            return f"{self.lo:,}..{self.hi:,}"
+        lo = f"> {self.lo:g}" if self.lo_open else f">= {self.lo:g}"
+        return f"{lo}, <= {self.hi:g}" if math.isfinite(self.hi) else f"{lo}, finite"
+
+    def __call__(self, text: str):
+        try:
+            value = self.kind(text)
+        except (ValueError, OverflowError):
+            what = "an integer" if self.kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        if self.kind is float and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number, got {text}")
+        too_low = value <= self.lo if self.lo_open else value < self.lo
+        if too_low or value > self.hi:
+            raise argparse.ArgumentTypeError(f"must be in the range {self.describe()}, got {text}")
+        return value
 
 
-def nonneg_float(text: str) -> float:
-    """argparse type: a finite number >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text}")
-    return value
+def int_range(lo: int, hi: int) -> Bounded:
+    return Bounded(int, lo, hi)
+
+
+def float_range(lo: float, hi: float, lo_open: bool = False) -> Bounded:
+    return Bounded(float, lo, hi, lo_open)
+
+
+# A positive count: 10^10 is past any count of GPUs, tokens per batch or layers anyone can mean.
+positive_int = int_range(1, 10_000_000_000)
+# A finite non-negative quantity (seconds, rates, prices, tolerances) where no tighter physical bound applies.
+nonneg_float = float_range(0.0, math.inf)
 
 
 def int_list(text: str) -> tuple[int, ...]:
@@ -42,8 +62,8 @@ def int_list(text: str) -> tuple[int, ...]:
         values = tuple(int(x) for x in text.split(","))
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be comma-separated integers, got {text!r}") from None
-    if any(v < 0 for v in values):
-        raise argparse.ArgumentTypeError(f"entries must be >= 0, got {text!r}")
+    if any(v < 0 or v > 100_000 for v in values):
+        raise argparse.ArgumentTypeError(f"entries must be in 0..100,000, got {text!r}")
     return values
 
 
@@ -67,7 +87,7 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
     p.add_argument("--etp", type=positive_int, help="expert tensor parallelism (default tp; 1 lets ep span TP ranks)")
     p.add_argument("--stage-layers", type=int_list, metavar="N,N,...",
                    help="transformer layers per virtual pipeline stage, pp*vpp of them in model order "
-                        "(Megatron's pipeline layout; the embedding stays first, the loss last)")
+                        "(Megatron's pipeline layout; the embedding stays first, the loss last; each 0..100,000)")
     p.add_argument("--seq-len", type=positive_int)
     p.add_argument("--global-batch", type=positive_int)
     p.add_argument("--micro-batch", type=positive_int)
@@ -86,7 +106,7 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
                    help="optimizer states in host memory (ZeRO-Offload); PCIe traffic is timed")
     p.add_argument("--offload-params", action="store_true", default=None,
                    help="parameters in host memory (needs --zero 3)")
-    p.add_argument("--offload-activation-layers", type=int, metavar="N",
+    p.add_argument("--offload-activation-layers", type=int_range(0, 100_000), metavar="N",
                    help="activation CPU offload of N layers (Megatron --cpu-offloading-num-layers; pp 1, no recompute)")
     p.add_argument("--ep-comm-overlap", action="store_true", default=None,
                    help="MoE all-to-alls overlapped with another micro-batch's compute (Megatron-Core "
@@ -116,6 +136,12 @@ def imply_schedule(overrides: dict, raw: Mapping) -> None:
         training = raw.get("training")
         if not (isinstance(training, Mapping) and training.get("schedule") in ("interleaved", "dualpipev")):
             overrides["schedule"] = "interleaved"
+
+
+def warn_beyond_published(num_gpus: int | None, global_batch: int | None, seq_len: int | None) -> None:
+    """A ``warning:`` line on stderr for each size beyond any built system (specs.published_scale)."""
+    for w in scale_warnings(num_gpus, global_batch, seq_len):
+        print(f"warning: {w}", file=sys.stderr)
 
 
 def scenario_from_args(args: argparse.Namespace) -> Scenario:

@@ -16,10 +16,13 @@ from trainsim.reports.commands.common import (
     OVERRIDE_FLAGS,
     add_scenario_args,
     imply_schedule,
-    nonneg_float,
+    float_range,
+    int_range,
     positive_int,
+    warn_beyond_published,
 )
-from trainsim.specs import SpecError, build_scenario, load_scenario_file
+from trainsim.specs import build_scenario, load_scenario_file
+from trainsim.specs.safe_write import check_output_dir
 
 CPU_DEFAULTS = {"model": "tiny-gpt", "cluster": "cpu-host", "dtype": "fp32", "seq_len": 128, "global_batch": 8}
 
@@ -29,16 +32,16 @@ def register(sub) -> None:
                        description=__doc__)
     add_scenario_args(p)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    p.add_argument("--steps", type=positive_int, default=5, help="timed optimizer steps")
-    p.add_argument("--warmup", type=positive_int, default=1,
+    p.add_argument("--steps", type=int_range(1, 100_000), default=5, help="timed optimizer steps")
+    p.add_argument("--warmup", type=int_range(1, 10_000), default=1,
                    help="untimed steps first (the first also measures saved activations)")
     p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam",
                    help="adam (8 B/param of fp32 state) or sgd with momentum (4 B/param)")
-    p.add_argument("--lr", type=nonneg_float, default=None, help="learning rate (adam 1e-3, sgd 0.05)")
-    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--lr", type=float_range(0, 1000, lo_open=True), default=None, help="learning rate (adam 1e-3, sgd 0.05)")
+    p.add_argument("--seed", type=int_range(0, 2**63 - 1), default=1234)
     p.add_argument("--hsdp", type=positive_int, default=1, metavar="R",
                    help="with --zero 3: HSDP, R replicas x dp/R shards")
-    p.add_argument("--timeout-s", type=nonneg_float, default=30.0,
+    p.add_argument("--timeout-s", type=float_range(0, 86400, lo_open=True), default=30.0,
                    help="a rank with no progress for this long ends the run (dead or hung peer)")
     p.add_argument("--check", action="store_true", help="also run the single-process reference and compare losses")
     p.add_argument("--no-predict", action="store_true", help="skip the engine's step-time prediction")
@@ -95,8 +98,8 @@ def run(args: argparse.Namespace) -> int:
 
     scenario = scenario_for_execute(args)
     lr = args.lr if args.lr is not None else (0.05 if args.optimizer == "sgd" else 1e-3)
-    if args.profile_trace and os.path.exists(args.profile_trace) and not os.path.isdir(args.profile_trace):
-        raise SpecError("profile_trace", f"{args.profile_trace} exists and is not a directory")
+    if args.profile_trace:
+        check_output_dir(args.profile_trace, "profile_trace")
     profile = None
     if args.calibration:  # read and checked before any process starts
         from trainsim.cost_models.profile import load_profile
@@ -104,6 +107,8 @@ def run(args: argparse.Namespace) -> int:
     job = make_job(scenario, device=args.device, steps=args.steps, warmup=args.warmup, seed=args.seed,
                    optimizer=args.optimizer, lr=lr, hsdp=args.hsdp, profile_dir=args.profile_trace or "",
                    inject_fault=args.inject_fault or "", label="execute")
+    # After every check that can refuse (exit 2 stays one line), before the run starts.
+    warn_beyond_published(scenario.num_gpus, scenario.training.global_batch, scenario.training.seq_len)
     try:
         launch = run_jobs([job], timeout_s=args.timeout_s)
     except ExecutionError as e:

@@ -17,8 +17,10 @@ from trainsim.simulator.search_space import SearchLimits, check_training_extra, 
 from trainsim.specs import SpecError, load_cluster, load_layout, load_model, load_scenario_file
 from trainsim.specs.training import Schedule
 
-from .common import nonneg_float, positive_int
+from .common import float_range, int_range, nonneg_float, positive_int, warn_beyond_published
 
+# Tokens to train on: 10^16 is 640x Llama 3's 15.6T (arXiv:2407.21783), past any data set that exists.
+MAX_TOKENS = 1e16
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
 
 
@@ -28,8 +30,8 @@ def parse_tokens(text: str) -> float:
     if not m:
         raise SpecError("tokens", f"must be a number such as 15e12 or 15T, got {text!r}")
     value = float(m.group(1)) * _SUFFIX.get(m.group(2).lower(), 1.0)
-    if not math.isfinite(value) or value <= 0:
-        raise SpecError("tokens", f"must be positive, got {text!r}")
+    if not math.isfinite(value) or value <= 0 or value > MAX_TOKENS:
+        raise SpecError("tokens", f"must be in the range > 0, <= {MAX_TOKENS:g}, got {text!r}")
     return value
 
 
@@ -76,14 +78,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--global-batch", type=positive_int)
     p.add_argument("--seq-len", type=positive_int)
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "fp32"))
-    p.add_argument("--tokens", type=parse_tokens, help="tokens to train on (e.g. 15T); default 20 per parameter")
+    p.add_argument("--tokens", type=parse_tokens,
+                   help="tokens to train on (e.g. 15T; range > 0, <= 1e16); default 20 per parameter")
     p.add_argument("--price-per-gpu-hour", type=nonneg_float, help="cost per GPU-hour")
-    p.add_argument("--top", type=positive_int, default=10, help="layouts confirmed with the engine and shown")
+    p.add_argument("--top", type=int_range(1, 10_000), default=10, help="layouts confirmed with the engine and shown")
     p.add_argument("--objective", choices=("time", "cost"), default="time", help="rank by time to train or by cost")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print one JSON object")
     out.add_argument("--csv", action="store_true", help="print the ranked layouts as CSV")
-    p.add_argument("--workers", type=positive_int, default=1, help="processes for the sweep")
+    p.add_argument("--workers", type=int_range(1, 1024), default=1, help="processes for the sweep")
     p.add_argument("--dask-scheduler", metavar="ADDRESS", help="run the sweep on a dask.distributed cluster")
     p.add_argument("--calibration", help="calibration profile JSON (from `trainsim calibrate`)")
     g = p.add_argument_group("constraints (pin a dimension of the search)")
@@ -100,12 +103,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--exhaustive", action="store_true",
                    help="also screen heavier recompute when a lighter one fits the same layout")
     f = p.add_argument_group("goodput (failures and checkpoints)")
-    f.add_argument("--failure-rate-per-gpu-hour", type=nonneg_float,
+    f.add_argument("--failure-rate-per-gpu-hour", type=float_range(0, 1),
                    default=gp.DEFAULT_FAILURE_RATE_PER_GPU_HOUR,
                    help="job-killing failures per GPU-hour (default: Llama 3's 419 in 54 days on 16,384 GPUs)")
     f.add_argument("--checkpoint-write-s", type=nonneg_float,
                    help="seconds to write one checkpoint (default: full state / storage bandwidth)")
-    f.add_argument("--storage-write-gbps", type=nonneg_float, default=gp.DEFAULT_STORAGE_WRITE_BPS / 1e9,
+    f.add_argument("--storage-write-gbps", type=float_range(0, 1e9, lo_open=True), default=gp.DEFAULT_STORAGE_WRITE_BPS / 1e9,
                    help="aggregate checkpoint write bandwidth, GB/s (default 2000, Llama 3's Tectonic)")
     f.add_argument("--restart-s", type=nonneg_float, default=gp.DEFAULT_RESTART_S,
                    help="seconds to restart after a failure (default 600)")
@@ -310,6 +313,7 @@ def run(args: argparse.Namespace) -> int:
     quiet = args.json or args.csv
     with make_executor(args.workers, args.dask_scheduler) as ex, rich_progress(not quiet) as progress:
         result = plan(req, executor=ex, progress=progress)
+    warn_beyond_published(max(req.gpu_counts), req.global_batch, req.seq_len)  # after any refusal
     if args.json:
         json.dump(result.to_json(), sys.stdout, indent=1)
         sys.stdout.write("\n")

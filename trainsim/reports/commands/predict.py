@@ -6,7 +6,7 @@ import argparse
 import json
 import math
 
-from .common import add_scenario_args, nonneg_float, positive_int, scenario_from_args
+from .common import add_scenario_args, float_range, int_range, scenario_from_args, warn_beyond_published
 
 GiB = 2**30
 
@@ -27,16 +27,6 @@ def parse_straggler(text: str) -> tuple[float, float]:
     return frac, slow
 
 
-def parse_seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
-    if not 0 <= value < 2**63:
-        raise argparse.ArgumentTypeError(f"must be in 0..2^63-1, got {value}")
-    return value
-
-
 def register(subparsers) -> None:
     p = subparsers.add_parser("predict", help="predict one training step (discrete-event engine)",
                               description="Predict step time, throughput, MFU, bubbles, exposed communication and "
@@ -46,12 +36,12 @@ def register(subparsers) -> None:
     p.add_argument("--trace", metavar="OUT.json", help="write the simulated timeline as a Chrome trace (Perfetto)")
     p.add_argument("--fast", action="store_true", help="closed-form estimate instead of the engine (screening)")
     p.add_argument("--ideal-network", action="store_true", help="make all communication free (what-if)")
-    p.add_argument("--jitter", type=nonneg_float, default=0.0, metavar="CV",
+    p.add_argument("--jitter", type=float_range(0, 10), default=0.0, metavar="CV",
                    help="per-op lognormal compute noise with this coefficient of variation (Monte Carlo)")
     p.add_argument("--straggler", type=parse_straggler, metavar="FRACTION:SLOWDOWN",
                    help="each GPU slow with probability FRACTION, SLOWDOWN x slower compute (Monte Carlo)")
-    p.add_argument("--samples", type=positive_int, default=20, help="Monte Carlo repetitions (default 20)")
-    p.add_argument("--seed", type=parse_seed, default=0, help="Monte Carlo seed (default 0)")
+    p.add_argument("--samples", type=int_range(1, 10_000), default=20, help="Monte Carlo repetitions (default 20)")
+    p.add_argument("--seed", type=int_range(0, 2**63 - 1), default=0, help="Monte Carlo seed (default 0)")
     p.set_defaults(func=run)
 
 
@@ -66,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
     pred = predict(scenario, fast=args.fast, ideal_network=args.ideal_network, profile=profile,
                    trace_path=args.trace, jitter_cv=args.jitter, stragglers=args.straggler, seed=args.seed,
                    samples=args.samples)
+    # After the prediction: a refusal (exit 2) stays one line.
+    warn_beyond_published(scenario.num_gpus, scenario.training.global_batch, scenario.training.seq_len)
     if args.json:
         m = scenario.model
         print(json.dumps({**pred.to_json(), "model": {"total_params": m.total_params(),

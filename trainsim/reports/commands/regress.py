@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainsim.reports.commands.common import nonneg_float
+from trainsim.reports.commands.common import float_range
+from trainsim.specs.safe_write import check_output_path
 
 
 def register(subparsers) -> None:
@@ -17,7 +18,7 @@ def register(subparsers) -> None:
                     "rewrites the baseline instead.")
     p.add_argument("--suite", default="examples", help="directory of scenarios or YAML list (default: examples)")
     p.add_argument("--baseline", default="tests/baselines/examples.json", help="baseline JSON")
-    p.add_argument("--rtol", type=nonneg_float, default=1e-6, help="relative tolerance (default 1e-6)")
+    p.add_argument("--rtol", type=float_range(0, 1), default=1e-6, help="relative tolerance (default 1e-6)")
     p.add_argument("--update", action="store_true", help="write the current predictions as the new baseline")
     p.add_argument("--fast", action="store_true", help="use the engine's fast (analytic) path")
     p.set_defaults(func=run)
@@ -34,6 +35,8 @@ def run(args: argparse.Namespace) -> int:
     )
     from trainsim.reports.validate import default_predict_fn
 
+    if args.update:
+        check_output_path(args.baseline, "baseline")  # before a minute of predictions, not after
     scenarios = load_suite(args.suite)
     baseline = None if args.update else load_baseline(args.baseline)
     options = {"fast": bool(args.fast)}

@@ -9,8 +9,18 @@ import time
 
 from trainsim.simulator import goodput as gp
 from trainsim.specs import SpecError
+from trainsim.specs.safe_write import check_output_dir
 
-from .common import OVERRIDE_FLAGS, add_scenario_args, nonneg_float, positive_int, scenario_from_args
+from .common import (
+    OVERRIDE_FLAGS,
+    add_scenario_args,
+    float_range,
+    int_range,
+    nonneg_float,
+    positive_int,
+    scenario_from_args,
+    warn_beyond_published,
+)
 from .plan import parse_tokens
 
 
@@ -24,15 +34,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rank", type=positive_int, default=1, help="which layout of --plan to report (1 = best)")
     p.add_argument("--out", required=True, help="output directory (index.html, report.md, figures/)")
     p.add_argument("--measured", metavar="FILE", help="a `trainsim execute --json` result to compare against")
-    p.add_argument("--tokens", type=parse_tokens, help="tokens to train on (e.g. 15T); default 20 per parameter")
+    p.add_argument("--tokens", type=parse_tokens,
+                   help="tokens to train on (e.g. 15T; range > 0, <= 1e16); default 20 per parameter")
     p.add_argument("--price-per-gpu-hour", type=nonneg_float)
-    p.add_argument("--top", type=positive_int, default=10, help="layouts in the ranked table")
+    p.add_argument("--top", type=int_range(1, 10_000), default=10, help="layouts in the ranked table")
     p.add_argument("--no-plan", action="store_true", help="skip the layout search (faster)")
     # Goodput knobs: the flag, else (with --plan) the plan's own request, else the documented default.
-    p.add_argument("--failure-rate-per-gpu-hour", type=nonneg_float,
+    p.add_argument("--failure-rate-per-gpu-hour", type=float_range(0, 1),
                    help=f"default {gp.DEFAULT_FAILURE_RATE_PER_GPU_HOUR:.3g} (or the plan's)")
     p.add_argument("--checkpoint-write-s", type=nonneg_float)
-    p.add_argument("--storage-write-gbps", type=nonneg_float,
+    p.add_argument("--storage-write-gbps", type=float_range(0, 1e9, lo_open=True),
                    help=f"aggregate checkpoint write GB/s; default {gp.DEFAULT_STORAGE_WRITE_BPS / 1e9:g} (or the plan's)")
     p.add_argument("--restart-s", type=nonneg_float, help=f"default {gp.DEFAULT_RESTART_S:g} s (or the plan's)")
     p.set_defaults(func=run)
@@ -71,13 +82,49 @@ def _read_json(path: str, field: str) -> dict:
     return read_mapping(path, field)
 
 
+def check_measured(measured: dict) -> None:
+    """Every number of an `execute --json` result that the report compares must be positive and finite
+    (a negative or NaN step time would otherwise drop out of "predicted vs measured" without a word)."""
+    meas = measured.get("measured")
+    if not isinstance(meas, dict):
+        raise SpecError("measured", "not a `trainsim execute --json` result (no 'measured' object)")
+    pred = measured.get("predicted") if isinstance(measured.get("predicted"), dict) else {}
+    for where, block, key in (("measured", meas, "step_time_s"), ("measured", meas, "step_time_min_s"),
+                              ("predicted", pred, "step_time_s")):
+        _positive(block.get(key), f"measured.{where}.{key}", allow_none=True)
+    for side, block in (("measured", meas), ("predicted", pred)):
+        stages = block.get("per_stage")
+        if stages is None:
+            continue
+        if not isinstance(stages, list):
+            raise SpecError(f"measured.{side}.per_stage", "must be a list")
+        for i, st in enumerate(stages):
+            if not isinstance(st, dict):
+                raise SpecError(f"measured.{side}.per_stage[{i}]", "must be an object")
+            for key, v in st.items():
+                if isinstance(v, (int, float)):
+                    _positive(v, f"measured.{side}.per_stage[{i}].{key}", allow_zero=True)
+
+
+def _positive(v, field: str, allow_none: bool = False, allow_zero: bool = False) -> None:
+    if v is None and allow_none:
+        return
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (
+        v >= 0 if allow_zero else v > 0)
+    if not ok:
+        raise SpecError(field, f"must be a {'non-negative' if allow_zero else 'positive'} finite number, got {v!r}")
+
+
 def run(args: argparse.Namespace) -> int:
     from trainsim.reports.html import write_report
     from trainsim.reports.whatif import ReportOptions, build_report, scenario_from_plan
 
     t0 = time.perf_counter()
+    check_output_dir(args.out, "out")  # before the prediction and the plan, not after
     plan_json = _read_json(args.plan, "plan") if args.plan else None
     measured = _read_json(args.measured, "measured") if args.measured else None
+    if measured is not None:
+        check_measured(measured)
     request: dict = {}
     if plan_json is not None:
         if args.scenario:
@@ -98,10 +145,8 @@ def run(args: argparse.Namespace) -> int:
         plan_top_k=args.top, run_plan=not args.no_plan, **_goodput_knobs(args, request),
     )
     report = build_report(scn, opts, plan_json=plan_json, measured=measured)
-    try:
-        paths = write_report(report, args.out)
-    except OSError as e:
-        raise SpecError("out", f"cannot write {args.out}: {e.strerror or e}") from None
+    paths = write_report(report, args.out)
+    warn_beyond_published(scn.num_gpus, scn.training.global_batch, scn.training.seq_len)  # after any refusal
     print(f"wrote {paths['html']} (self-contained HTML) and {paths['markdown']} in {time.perf_counter() - t0:.1f} s",
           file=sys.stderr)
     return 0

@@ -1,0 +1,212 @@
+"""Numbers: every numeric flag of every command has a documented range that --help states and the parser
+enforces; numbers in files are range-checked; values that contradict their source are refused or skipped with
+a reason; inputs beyond any built system get a cited warning."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+
+import pytest
+from conftest import MEASURED, NCCL_H100, assert_refused, run_cli
+
+from trainsim.reports.cli import build_parser
+from trainsim.reports.commands.common import Bounded
+from trainsim.specs.published_scale import WARN_GPUS
+
+# Argument-less commands need their required flags before argparse reaches the numeric one.
+REQUIRED = {"report": ["--out", "r"], "calibrate": ["--out", "p.json"], "collective": ["--cluster", "dgx-h100"]}
+
+
+def _commands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(sub.choices)
+
+
+def _numeric_flags() -> list[tuple[str, str, Bounded]]:
+    return [(cmd, a.option_strings[0], a.type) for cmd, p in _commands().items() for a in p._actions
+            if isinstance(a.type, Bounded)]
+
+
+def _probes(b: Bounded) -> list[str]:
+    below = (b.lo if b.lo_open else b.lo - 1) if b.kind is int else (b.lo if b.lo_open else b.lo - 1e-3)
+    probes = [repr(below) if b.kind is float else str(int(below)), "abc" if b.kind is float else "1.5"]
+    if math.isfinite(b.hi):
+        probes.append(str(int(b.hi) + 1) if b.kind is int else repr(b.hi * 2))
+    else:
+        probes.append("1e400")
+    if b.kind is float:
+        probes.append("nan")
+    return probes
+
+
+CASES = [(cmd, flag, v) for cmd, flag, b in _numeric_flags() for v in _probes(b)]
+
+
+def test_every_numeric_flag_has_a_documented_range():
+    """No int/float flag escapes the Bounded type (choices are a range too), and --help states each range."""
+    for cmd, p in _commands().items():
+        for a in p._actions:
+            if a.type in (int, float) and a.choices is None:
+                pytest.fail(f"{cmd} {a.option_strings}: numeric flag without a documented range")
+            if isinstance(a.type, Bounded):
+                assert a.type.describe() in (a.help or ""), (cmd, a.option_strings, a.help)
+    assert len(_numeric_flags()) >= 60
+
+
+@pytest.mark.parametrize("cmd, flag, value", CASES, ids=[f"{c}{f}={v}" for c, f, v in CASES])
+def test_out_of_range_flag_is_refused(cmd, flag, value, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    r = run_cli([cmd, *REQUIRED.get(cmd, []), f"{flag}={value}"])
+    assert_refused(r, flag)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("yaml_text, field", [
+    ("gpus: 100000000000000000000000000000", "gpus"),
+    ("gpus: -8", "gpus"),
+    ("gpus: .inf", "gpus"),
+    ("gpus: 8.5", "gpus"),
+    ("gpus: 12", "num_gpus"),
+    ("training: {global_batch: 0}", "training.global_batch"),
+    ("training: {global_batch: -512}", "training.global_batch"),
+    ("training: {seq_len: 1e400}", "training.seq_len"),
+    ("training: {micro_batch: .nan}", "training.micro_batch"),
+    ("training: {seq_len: true}", "training.seq_len"),
+    ("layout: {tp: 0}", "layout.tp"),
+    ("layout: {pp: -1}", "layout.pp"),
+    ("layout: {tp: 99999999999999999999}", "layout.tp"),
+    ("layout: {tp: [2]}", "layout.tp"),
+])
+def test_numbers_in_scenario_files_are_range_checked(yaml_text, field, tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("model: llama3-8b\ncluster: dgx-h100\n" + ("gpus: 8\n" if not yaml_text.startswith("gpus") else "")
+                 + yaml_text + "\n")
+    assert_refused(run_cli(["predict", "--fast", str(f)]), field)
+
+
+# --- values that contradict their source --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flags, field", [
+    (["--nccl-nodes", "3"], "nccl_nodes"),
+    (["--nccl-nodes", "2"], "nccl_nodes"),
+    (["--nccl-group-size", "4"], "nccl_group_size"),
+    (["--nccl-group-size", "16"], "nccl_group_size"),
+])
+def test_nccl_flags_contradicting_the_file_are_refused(flags, field, tmp_path):
+    r = run_cli(["calibrate", "--import-nccl-tests", str(NCCL_H100), "--out", str(tmp_path / "p.json"), *flags])
+    assert_refused(r, f"{field}: ")
+    assert "contradicts" in r.err and not (tmp_path / "p.json").exists()
+
+
+def test_nccl_flags_agreeing_with_the_file_are_accepted(tmp_path):
+    r = run_cli(["calibrate", "--import-nccl-tests", str(NCCL_H100), "--out", str(tmp_path / "p.json"),
+                 "--nccl-nodes", "1", "--nccl-group-size", "8", "--json"])
+    assert r.code == 0, r.err
+    assert {(c["group_size"], c["nodes"]) for c in json.loads(r.out)["collectives"]} == {(8, 1)}
+
+
+def _nccl_dataset(tmp_path, busbw: str):
+    """The first three measured rows of the bundled nccl-tests dataset, the first one's busbw replaced."""
+    from trainsim.data import validation_path
+
+    rows = list(csv.DictReader(open(validation_path("nccl_busbw.csv"), encoding="utf-8")))
+    rows = [r for r in rows if r.get("record_type") == "measured_curve"][:3]
+    target = rows[0]
+    target["busbw_GBps"] = busbw
+    f = tmp_path / "nccl.csv"
+    with open(f, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return f, target["row_id"]
+
+
+@pytest.mark.parametrize("busbw", ["-200", "nan", "inf", "0"])
+def test_bad_busbw_row_is_skipped_with_a_reason(busbw, tmp_path):
+    f, rid = _nccl_dataset(tmp_path, busbw)
+    r = run_cli(["validate", "--dataset", str(f), "--json"])
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    skipped = {s["row_id"]: s["reason"] for s in doc["skipped"]}
+    assert "busbw_GBps" in skipped[rid], skipped.get(rid)
+    assert rid not in {row["row_id"] for row in doc.get("rows", []) if row.get("error_pct") is not None}
+
+
+@pytest.mark.parametrize("column, value", [("step_time_s", "-3.1"), ("num_gpus", "-64"), ("tflops_per_gpu", "nan"),
+                                           ("seq_len", "-2048"), ("global_batch_seqs", "inf")])
+def test_bad_cell_of_a_run_dataset_is_skipped_with_a_reason(column, value, tmp_path):
+    from trainsim.data import validation_path
+
+    rows = list(csv.DictReader(open(validation_path("megatron_sc21_table1.csv"), encoding="utf-8")))[:2]
+    rows[0][column] = value
+    f = tmp_path / "runs.csv"
+    with open(f, "w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    from trainsim.reports.datasets import load_dataset
+
+    case = next(c for c in load_dataset(str(f)).cases if c.row_id == rows[0]["row_id"])
+    assert case.skip_reason and column in case.skip_reason, case.skip_reason
+
+
+@pytest.mark.parametrize("path, value", [
+    (("measured", "step_time_s"), -0.5), (("measured", "step_time_s"), float("nan")),
+    (("measured", "step_time_min_s"), 0), (("predicted", "step_time_s"), -1.0),
+    (("measured", "per_stage", 0, "params"), -5), (("predicted", "per_stage", 1, "activations_peak"), float("inf")),
+    (("measured", "step_time_s"), "fast"), (("measured", "step_time_s"), True),
+])
+def test_report_measured_with_impossible_numbers_is_refused(path, value, tmp_path):
+    doc = json.loads(MEASURED.read_text())
+    node = doc
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    f = tmp_path / "m.json"
+    f.write_text(json.dumps(doc).replace("NaN", "1e999").replace("Infinity", "1e999"))  # JSON has no NaN
+    if isinstance(value, float) and math.isnan(value):
+        f.write_text(json.dumps(doc, allow_nan=True).replace("NaN", '"NaN"'))
+    r = run_cli(["report", "--model", "tiny-gpt", "--cluster", "cpu-host", "--measured", str(f),
+                 "--out", str(tmp_path / "r")])
+    assert_refused(r, "measured." + ".".join(str(p) if not isinstance(p, int) else f"[{p}]" for p in path)
+                   .replace(".[", "["))
+    assert not (tmp_path / "r").exists()
+
+
+def test_execute_timeout_zero_is_refused_before_launch(monkeypatch):
+    import trainsim.kernels.executor as executor
+
+    monkeypatch.setattr(executor, "run_jobs", lambda *a, **k: pytest.fail("launched"))
+    assert_refused(run_cli(["execute", "--timeout-s", "0"]), "--timeout-s")
+
+
+# --- beyond any built system ----------------------------------------------------------------------------------------
+
+def test_beyond_published_cluster_warns_and_cites():
+    gpus = 2 * WARN_GPUS
+    r = run_cli(["predict", "--model", "tiny-gpt", "--cluster", "dgx-h100", "--gpus", str(gpus), "--seq-len", "128",
+                 "--global-batch", str(gpus), "--fast", "--json"])
+    assert r.code == 0, r.err
+    warnings = [ln for ln in r.err_lines if ln.startswith("warning: ")]
+    assert any("24,576 GPUs" in w and "arXiv:2407.21783" in w for w in warnings), r.err
+    assert any("65,536" in w and "arXiv:1904.00962" in w for w in warnings), r.err
+    assert json.loads(r.out)["step_time_s"] > 0
+
+
+def test_batch_in_tokens_beyond_deepseek_v3_warns():
+    r = run_cli(["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "64", "--seq-len", "8192",
+                 "--global-batch", "16384", "--fast", "--json"])
+    assert r.code == 0, r.err
+    assert any("62,914,560" in ln and "arXiv:2412.19437" in ln for ln in r.err_lines), r.err
+
+
+def test_published_sizes_do_not_warn():
+    """Llama 3 405B's own run (16,384 GPUs, 2,048 x 8,192 tokens) is within the record: no warning."""
+    r = run_cli(["predict", "--model", "llama3-405b", "--cluster", "dgx-h100", "--gpus", "16384", "--tp", "8",
+                 "--pp", "16", "--seq-len", "8192", "--global-batch", "2048", "--fast", "--json"])
+    assert r.code == 0, r.err
+    assert not [ln for ln in r.err_lines if ln.startswith("warning: ")]

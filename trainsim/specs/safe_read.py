@@ -1,0 +1,283 @@
+"""The one reader for every file trainsim takes: scenario, model, cluster, Hugging Face config.json, profile, plan,
+measured result, baseline, suite, dataset CSV and nccl-tests output.
+
+Every file is read the same way, so one hostile file cannot do what another is refused for:
+
+* only a regular file is read (a FIFO or device would block or never end), at most ``max_bytes`` of it;
+* UTF-8, strict (a binary file is refused, not decoded into noise);
+* YAML through a ``yaml.SafeLoader`` subclass (no Python tags) that refuses a key given twice in one mapping
+  (naming the key and both lines), nesting deeper than ``MAX_DEPTH`` and an alias expansion larger than
+  ``MAX_EXPANDED_NODES`` nodes (a "billion laughs" document is refused while it is composed, before it is
+  expanded into Python objects);
+* JSON through the standard decoder with an ``object_pairs_hook`` that refuses duplicate keys (naming the key
+  and its line), non-finite constants (``NaN``, ``Infinity``) and nesting deeper than ``MAX_DEPTH``;
+* CSV through ``csv.DictReader`` with a duplicated column name refused.
+
+Every failure is a SpecError naming the field (``scenario``, ``model``, ``calibration``, ...) and the reason;
+a RecursionError never escapes.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.events import AliasEvent
+
+from .errors import SpecError
+
+MAX_INPUT_BYTES = 4 * 1024 * 1024  # a scenario, model, cluster or config.json is a few KB
+# A real configuration nests a handful of levels (scenario -> training -> recompute_modules); 64 leaves room
+# for generated files while keeping the recursive composers/decoders far from Python's recursion limit.
+MAX_DEPTH = 64
+# Nodes a YAML document may expand to once aliases are followed: 100 000 is far beyond any configuration
+# (a 4 MiB file of plain scalars holds at most ~1 M short tokens, but a profile or baseline is JSON, not YAML)
+# and refuses the classic billion-laughs document (9^9 ~ 3.9e8 nodes) while it is composed.
+MAX_EXPANDED_NODES = 100_000
+
+
+class InputTooComplex(ValueError):
+    """A parse refused for its structure (depth, aliases, duplicate keys, non-finite constant)."""
+
+
+# --- bytes and text -----------------------------------------------------------------------------------------------
+
+def read_text(path: str | os.PathLike, field: str, max_bytes: int = MAX_INPUT_BYTES) -> str:
+    """The UTF-8 text of a regular file of at most ``max_bytes`` bytes, else a SpecError naming ``field``."""
+    p = Path(path)
+    try:
+        # Open without blocking (a FIFO would wait for a writer forever), then check what was opened.
+        with os.fdopen(os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as fh:
+            st = os.fstat(fh.fileno())
+            if stat.S_ISDIR(st.st_mode):
+                raise SpecError(field, f"{p} is a directory, not a file")
+            if not stat.S_ISREG(st.st_mode):
+                raise SpecError(field, f"{p} is not a regular file")
+            data = fh.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise SpecError(field, f"no such file: {p}") from None
+    except IsADirectoryError:
+        raise SpecError(field, f"{p} is a directory, not a file") from None
+    except OSError as e:
+        raise SpecError(field, f"cannot read {p}: {e.strerror or type(e).__name__}") from None
+    if len(data) > max_bytes:
+        size = max(st.st_size, len(data))
+        raise SpecError(field, f"{p} is {size / 2**20:.1f} MiB; this input is limited to {max_bytes / 2**20:g} MiB")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecError(field, f"cannot read {p}: not UTF-8 text (byte {e.start})") from None
+
+
+# --- YAML -----------------------------------------------------------------------------------------------------------
+
+class StrictSafeLoader(yaml.SafeLoader):
+    """SafeLoader that bounds flow and block nesting and alias expansion, and refuses duplicate keys."""
+
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._depth = 0
+
+    def fetch_flow_collection_start(self, TokenClass):  # the scanner's '[' / '{'
+        # Refused here, in the scanner: its simple-key bookkeeping is quadratic in the flow depth, so a
+        # 50 000-deep '[[[...' would take minutes before the composer ever saw a node.
+        if self.flow_level >= MAX_DEPTH:
+            raise yaml.YAMLError(f"nesting deeper than {MAX_DEPTH} levels at line {self.line + 1}")
+        super().fetch_flow_collection_start(TokenClass)
+
+    def compose_node(self, parent, index):
+        if self.check_event(AliasEvent):
+            return super().compose_node(parent, index)
+        self._depth += 1
+        try:
+            if self._depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise yaml.YAMLError(f"nesting deeper than {MAX_DEPTH} levels at line {mark.line + 1}")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def compose_document(self):
+        node = super().compose_document()
+        _check_expansion(node)
+        return node
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            _refuse_duplicate_yaml_keys(self, node)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _check_expansion(root: yaml.Node) -> None:
+    """Walk the composed graph as if every alias were expanded; stop once it exceeds MAX_EXPANDED_NODES
+    (a recursive alias expands without end, so it is refused the same way)."""
+    stack, seen = [root], 0
+    while stack:
+        node = stack.pop()
+        seen += 1
+        if seen > MAX_EXPANDED_NODES:
+            raise yaml.YAMLError(f"aliases expand to more than {MAX_EXPANDED_NODES:,} nodes (an alias bomb?)")
+        if isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                stack.append(k)
+                stack.append(v)
+
+
+def _refuse_duplicate_yaml_keys(loader: yaml.SafeLoader, node: yaml.MappingNode) -> None:
+    first: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+            continue  # '<<' merges may be overridden by explicit keys; complex keys are refused by the constructor
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        try:
+            if key in first:
+                raise yaml.YAMLError(f"duplicate key {key!r} at line {line} (first given at line {first[key]})")
+            first[key] = line
+        except TypeError:
+            continue
+
+
+def parse_yaml(text: str, field: str, source: str) -> Any:
+    """``text`` as YAML (safe, bounded, no duplicate keys); a SpecError naming ``field`` otherwise."""
+    try:
+        return yaml.load(text, Loader=StrictSafeLoader)  # noqa: S506 -- a SafeLoader subclass
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark
+        where = f" (line {mark.line + 1})" if mark else ""
+        raise SpecError(field, f"{source} is not valid YAML{where}") from None
+    except yaml.reader.ReaderError as e:
+        code = e.character if isinstance(e.character, int) else ord(str(e.character)[:1] or "\0")
+        raise SpecError(field, f"{source}: character U+{code:04X} at position {e.position} is not allowed in "
+                               "YAML") from None
+    except yaml.YAMLError as e:
+        raise SpecError(field, f"{source}: {' '.join(str(e).split())}") from None
+    except RecursionError:
+        raise SpecError(field, f"{source}: nesting too deep") from None
+
+
+# --- JSON -----------------------------------------------------------------------------------------------------------
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_JSON_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')  # a string (skipped whole) or a bracket
+
+
+def _reject_constant(name: str):
+    raise InputTooComplex(f"non-finite number {name}")
+
+
+def _line_of_key(text: str, start: int, key: str, occurrence: int) -> int | None:
+    """Line of the ``occurrence``-th (0-based) key ``key`` of the object starting at ``start``, at that object's
+    own level (a small lexer: strings and nesting); only used to name a duplicate."""
+    depth, i, found, n = 0, start, 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == '"':
+            m = _JSON_STRING.match(text, i)
+            if not m:
+                return None
+            j = m.end()
+            if depth == 1 and re.match(r"\s*:", text[j:j + 64]):
+                try:
+                    if json.loads(m.group(0)) == key:
+                        if found == occurrence:
+                            return text.count("\n", 0, i) + 1
+                        found += 1
+                except ValueError:
+                    pass
+            i = j
+            continue
+        if c in "[{":
+            depth += 1
+        elif c in "]}":
+            depth -= 1
+            if depth == 0:
+                return None
+        i += 1
+    return None
+
+
+def parse_json(text: str, field: str, source: str) -> Any:
+    """``text`` as JSON with duplicate keys, NaN/Infinity and nesting deeper than MAX_DEPTH refused."""
+    if _json_depth(text) > MAX_DEPTH:
+        raise SpecError(field, f"{source}: nesting deeper than {MAX_DEPTH} levels")
+
+    def pairs_hook(pairs: list[tuple[str, Any]]) -> dict:
+        out: dict = {}
+        for k, v in pairs:
+            if k in out:
+                raise InputTooComplex(k)
+            out[k] = v
+        return out
+
+    try:
+        return json.loads(text, object_pairs_hook=pairs_hook, parse_constant=_reject_constant)
+    except json.JSONDecodeError as e:
+        raise SpecError(field, f"{source} is not valid JSON (line {e.lineno}: {e.msg})") from None
+    except InputTooComplex as e:
+        msg = str(e)
+        if msg.startswith("non-finite"):
+            raise SpecError(field, f"{source}: {msg}") from None
+        raise SpecError(field, f"{source}: duplicate key {msg!r}{_json_duplicate_line(text, msg)}") from None
+    except RecursionError:
+        raise SpecError(field, f"{source}: nesting too deep") from None
+
+
+def _json_depth(text: str) -> int:
+    """Deepest bracket nesting outside strings (checked before decoding: the decoder recurses per level)."""
+    depth = deepest = 0
+    for m in _JSON_TOKEN.finditer(text):
+        c = m.group(0)
+        if c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+            if deepest > MAX_DEPTH:
+                break
+        elif c in "]}":
+            depth -= 1
+    return deepest
+
+
+def _json_duplicate_line(text: str, key: str) -> str:
+    """' at line N' for the second occurrence of ``key`` in the first object that repeats it."""
+    for m in re.finditer(r"\{", text):
+        line = _line_of_key(text, m.start(), key, 1)
+        if line is not None:
+            return f" at line {line}"
+    return ""
+
+
+# --- mappings, CSV --------------------------------------------------------------------------------------------------
+
+def parse_by_suffix(text: str, path: str | os.PathLike, field: str) -> Any:
+    """JSON for ``*.json``, YAML otherwise (YAML 1.1 reads JSON too, but JSON's own errors are clearer)."""
+    p = Path(path)
+    return parse_json(text, field, str(p)) if p.suffix.lower() == ".json" else parse_yaml(text, field, str(p))
+
+
+def read_structured(path: str | os.PathLike, field: str, max_bytes: int = MAX_INPUT_BYTES) -> Any:
+    """A YAML or JSON file (by suffix) read and parsed with every limit above."""
+    return parse_by_suffix(read_text(path, field, max_bytes), path, field)
+
+
+def read_csv_rows(path: str | os.PathLike, field: str, max_bytes: int = 16 * 1024 * 1024) -> list[dict[str, str]]:
+    """Rows of a CSV file with a header; a column named twice is refused (the last would silently win)."""
+    text = read_text(path, field, max_bytes)
+    try:
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        header = reader.fieldnames or []
+        dup = next((c for i, c in enumerate(header) if c in header[:i]), None)
+        if dup is not None:
+            raise SpecError(field, f"{path}: duplicate column {dup!r} at line 1")
+        return list(reader)
+    except csv.Error as e:
+        raise SpecError(field, f"cannot read {path}: csv.Error: {e}") from None
