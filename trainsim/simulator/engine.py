@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import simpy
 
@@ -36,6 +37,9 @@ from trainsim.specs.scenario import virtual_stage
 from .costtable import COMM_DIMS, CostTable, Transfer
 from .flows import FluidNetwork
 from .schedules import BW, KIND_NAMES, B, F, W, build_schedule, schedule_with_pairs, stage_of
+
+if TYPE_CHECKING:
+    from .fold import FoldInfo
 
 # Compute slows while a bulk NCCL collective of the same GPU is in flight: NCCL runs one CTA per channel,
 # each CTA holds a whole SM that compute kernels cannot share, and a DGX with 8 NICs uses 16 SMs for
@@ -89,6 +93,7 @@ class EngineResult:
     pipeline_span_s: float
     trace: list[tuple] | None = None       # (stage, stream, name, start_s, dur_s, args) if recorded
     memory_trace: list[tuple] | None = None  # (stage, t_s, bytes) if recorded
+    folded: FoldInfo | None = None          # set when the steady state was folded (fold.simulate_step)
 
     @property
     def critical_stage(self) -> int:

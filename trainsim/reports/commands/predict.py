@@ -108,7 +108,9 @@ def render(pred, scenario) -> None:
                   f"+{slow:.4g} s compute (+{slow / max(pred.breakdown_s['compute'], 1e-30):.1%})")
     for d, val in pred.exposed_comm_s.items():
         t.add_row(f"exposed {d.upper()} comm", f"{val:.4g} s")
-    t.add_row("engine", f"{pred.engine.get('mode')}, {pred.engine.get('events', 0)} events, "
+    fold = pred.engine.get("folded")
+    folded = f" ({fold['microbatches']:,} micro-batches folded)" if fold else ""
+    t.add_row("engine", f"{pred.engine.get('mode')}, {pred.engine.get('events', 0)} events{folded}, "
               f"{pred.engine.get('wall_s', 0.0) * 1e3:.1f} ms")
     t.add_row("calibration", pred.calibration)
     c.print(t)
