@@ -66,13 +66,10 @@ def period(table: CostTable) -> int:
     return table.pp if table.schedule == "interleaved" else 1
 
 
-def sample_counts(m: int, q: int, base: int) -> tuple[int, int, int] | None:
-    """(m0, m0 + D, m0 + 2D) with D a multiple of ``q`` near base/2, m0 >= base and m0 ≡ m (mod D); None when
-    simulating them would cost about as much as the step itself (3 m0 + 3 D micro-batches >= m)."""
+def sample_counts(m: int, q: int, base: int) -> tuple[int, int, int]:
+    """(m0, m0 + D, m0 + 2D): D a multiple of ``q`` near base/2, m0 >= base and m0 ≡ m (mod D)."""
     d = q * max(1, math.ceil(base / 2 / q))
     m0 = base + (m - base) % d
-    if 3 * (m0 + d) >= m:
-        return None
     return m0, m0 + d, m0 + 2 * d
 
 
@@ -121,24 +118,45 @@ def _extrapolate(res: tuple[EngineResult, EngineResult, EngineResult], counts: t
     return stages
 
 
+def _samples(table: CostTable, counts: tuple[int, int, int], stage_scale: list[float] | None
+             ) -> tuple[EngineResult, EngineResult, EngineResult]:
+    return tuple(simulate(replace(table, num_microbatches=n), stage_scale=stage_scale) for n in counts)
+
+
+def _folded(table: CostTable, counts: tuple[int, int, int], res: tuple[EngineResult, ...], t0: float,
+            events: int) -> EngineResult | None:
+    stages = _extrapolate(res, counts, table.num_microbatches)
+    if stages is None:
+        return None
+    return EngineResult(
+        step_time_s=max(tl.end_s for tl in stages), stages=stages, events=events + sum(r.events for r in res),
+        wall_s=time.perf_counter() - t0, pipeline_span_s=max(tl.pipeline_end_s for tl in stages),
+        folded=FoldInfo(table.num_microbatches, counts, counts[1] - counts[0]))
+
+
+def fold_at(table: CostTable, counts: tuple[int, int, int], stage_scale: list[float] | None = None
+            ) -> EngineResult | None:
+    """``table``'s step extrapolated from simulations at ``counts`` (equally spaced, each ≡ m mod their
+    spacing); None when some output is not affine in them (the caller then samples further out)."""
+    t0 = time.perf_counter()
+    return _folded(table, counts, _samples(table, counts, stage_scale), t0, 0)
+
+
 def simulate_step(table: CostTable, *, stage_scale: list[float] | None = None) -> EngineResult:
     """One step of ``table`` through the engine, its steady state folded when that is cheaper (see the module
-    doc); the same result as ``simulate(table, stage_scale=...)`` to FOLD_RTOL, with ``folded`` set when folded."""
+    doc); the same result as ``simulate(table, stage_scale=...)`` to FOLD_RTOL, with ``folded`` set when folded.
+    The samples cost 3 (m0 + D) micro-batches, so a step of fewer is simulated whole."""
     m = table.num_microbatches
     q = period(table)
-    base = max(FOLD_BASE, FOLD_BASE_PER_STAGE * table.pp)
-    base = q * math.ceil(base / q)
+    base = q * math.ceil(max(FOLD_BASE, FOLD_BASE_PER_STAGE * table.pp) / q)
     t0 = time.perf_counter()
     events = 0
-    while (counts := sample_counts(m, q, base)) is not None:
-        res = tuple(simulate(replace(table, num_microbatches=n), stage_scale=stage_scale) for n in counts)
+    while 3 * (counts := sample_counts(m, q, base))[1] < m:
+        res = _samples(table, counts, stage_scale)
+        out = _folded(table, counts, res, t0, events)
+        if out is not None:
+            return out
         events += sum(r.events for r in res)
-        stages = _extrapolate(res, counts, m)
-        if stages is not None:
-            return EngineResult(
-                step_time_s=max(tl.end_s for tl in stages), stages=stages, events=events,
-                wall_s=time.perf_counter() - t0, pipeline_span_s=max(tl.pipeline_end_s for tl in stages),
-                folded=FoldInfo(m, counts, counts[1] - counts[0]))
         base *= FOLD_GROWTH
     full = simulate(table, stage_scale=stage_scale)
     return replace(full, events=full.events + events, wall_s=time.perf_counter() - t0)

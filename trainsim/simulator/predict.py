@@ -35,8 +35,8 @@ def _check_unfoldable(table: CostTable, trace: bool, jitter_cv: float, samples: 
     n = _passes(table)
     what = f"{table.num_microbatches:,} micro-batches x pp {table.pp} x vpp {table.vpp} = {n:,} pipeline passes"
     if trace and n > MAX_TRACE_PASSES:
-        raise SpecError("trace", f"the timeline of {what} exceeds the {MAX_TRACE_PASSES:,} a trace holds; the "
-                                 f"step's steady state repeats, so a trace of a smaller global batch shows it")
+        raise SpecError("trace", f"the timeline of {what} is more than the {MAX_TRACE_PASSES:,} passes a trace "
+                                 f"holds; the steady state repeats, so a trace of a smaller global batch shows it")
     if jitter_cv > 0 and n * samples > MAX_JITTER_PASSES:
         raise SpecError("jitter", f"per-op jitter simulates every op of every sample: {samples} samples of {what} "
                                   f"exceed {MAX_JITTER_PASSES:,}; use fewer --samples, a smaller global batch, or "
