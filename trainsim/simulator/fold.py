@@ -73,6 +73,17 @@ def sample_counts(m: int, q: int, base: int) -> tuple[int, int, int]:
     return m0, m0 + d, m0 + 2 * d
 
 
+def _base(table: CostTable) -> int:
+    q = period(table)
+    return q * math.ceil(max(FOLD_BASE, FOLD_BASE_PER_STAGE * table.pp) / q)
+
+
+def representative_count(table: CostTable) -> int:
+    """A micro-batch count whose step shows ``table``'s warm-up, steady state and cool-down (the first fold
+    sample; the step itself when it is no longer): what a drawn timeline of a very long step shows."""
+    return min(table.num_microbatches, sample_counts(table.num_microbatches, period(table), _base(table))[0])
+
+
 def _stage_values(tl: StageTimeline) -> list[tuple[str, float]]:
     """Every number of a stage's timeline, named (the exposed-communication dict entry by entry)."""
     out = []
@@ -148,7 +159,7 @@ def simulate_step(table: CostTable, *, stage_scale: list[float] | None = None) -
     The samples cost 3 (m0 + D) micro-batches, so a step of fewer is simulated whole."""
     m = table.num_microbatches
     q = period(table)
-    base = q * math.ceil(max(FOLD_BASE, FOLD_BASE_PER_STAGE * table.pp) / q)
+    base = _base(table)
     t0 = time.perf_counter()
     events = 0
     while 3 * (counts := sample_counts(m, q, base))[1] < m:
