@@ -56,11 +56,11 @@ def bench(example: str, full_limit_s: float) -> None:
     for n in COUNTS:
         m = max(q, round(n / q) * q)
         table = replace(base, num_microbatches=m)
-        t_fold, fo = timed(lambda: simulate_step(table))
+        t_fold, fo = timed(lambda table=table: simulate_step(table))
         sim = ",".join(str(c) for c in fo.folded.simulated) if fo.folded else "whole"
         line = f"  {m:>13,} {t_fold:>9.3f}s {fo.events:>8,} {sim:>18}"
         if per_mb is None or per_mb * m <= full_limit_s:
-            t_full, full = timed(lambda: simulate(table))
+            t_full, full = timed(lambda table=table: simulate(table))
             per_mb = t_full / m
             diff = abs(fo.step_time_s - full.step_time_s) / full.step_time_s
             line += f" {t_full:>9.3f}s {full.events:>10,} {diff:>13.1e}"

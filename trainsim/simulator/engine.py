@@ -427,11 +427,16 @@ class _Engine:
         wall = time.perf_counter() - t0
         step = max(tl.end_s for tl in self.tl)
         span = max(tl.pipeline_end_s for tl in self.tl)
-        for tl in self.tl:
-            busy = tl.compute_s + tl.exposed_s["tp"] + tl.exposed_s["cp"] + tl.exposed_s["ep"] + tl.dp_inline_s
-            tl.bubble_s = max(0.0, span - busy - tl.exposed_s["pp"] - tl.gather_wait_s)
+        set_bubbles(self.tl, span)
         return EngineResult(step_time_s=step, stages=self.tl, events=self.env.events, wall_s=wall,
                             pipeline_span_s=span, trace=self.trace, memory_trace=self.mem_trace)
+
+
+def set_bubbles(stages: list[StageTimeline], span: float) -> None:
+    """Each stage's bubble: idle time within the pipeline span not explained by communication."""
+    for tl in stages:
+        busy = tl.compute_s + tl.exposed_s["tp"] + tl.exposed_s["cp"] + tl.exposed_s["ep"] + tl.dp_inline_s
+        tl.bubble_s = max(0.0, span - busy - tl.exposed_s["pp"] - tl.gather_wait_s)
 
 
 def simulate(table: CostTable, *, record: bool = False, op_scale: list[list[float]] | None = None,

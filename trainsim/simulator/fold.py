@@ -13,7 +13,8 @@ engine is then affine in the number of micro-batches along ``m0, m0 + D, m0 + 2D
 ``simulate_step`` uses this: it runs the engine at three counts ``m0 < m0 + D < m0 + 2D`` with
 ``m0 ≡ m (mod D)``, checks that each output's two increments agree (relative FOLD_RTOL, plus a floor of
 FOLD_NOISE times the step for the float rounding of event times), and extrapolates every output affinely to
-``m``. Ratio outputs (bubble fraction, MFU) are computed by metrics.py from the extrapolated sums. When an
+``m``; the bubbles are recomputed from the extrapolated sums as the engine computes them, and ratio outputs
+(bubble fraction, MFU) by metrics.py. When an
 output's increments disagree (a transient longer than the samples: a backlog that has not saturated) the
 samples move further out; when no sample set is cheaper than the step itself, the whole step is simulated.
 A fold is therefore never an approximation: it is an extrapolation verified on the samples, or it is not used.
@@ -30,7 +31,7 @@ import time
 from dataclasses import dataclass, replace
 
 from .costtable import CostTable
-from .engine import EngineResult, StageTimeline, simulate
+from .engine import EngineResult, StageTimeline, set_bubbles, simulate
 
 # The first sample has at least this many micro-batches, and at least FOLD_BASE_PER_STAGE per pipeline stage:
 # past every schedule's warm-up (at most 2p + (v-1)p virtual micro-batches in interleaved 1F1B) and its cool-down.
@@ -41,7 +42,7 @@ FOLD_GROWTH = 4
 # Agreement of the two increments: relative, and an absolute floor of FOLD_NOISE x the step for times
 # (event times are sums of many op durations, rounded at about 1e-16 of the clock each).
 FOLD_RTOL = 1e-10
-FOLD_NOISE = 1e-11
+FOLD_NOISE = 1e-12
 
 
 @dataclass(frozen=True)
@@ -139,9 +140,11 @@ def _folded(table: CostTable, counts: tuple[int, int, int], res: tuple[EngineRes
     stages = _extrapolate(res, counts, table.num_microbatches)
     if stages is None:
         return None
+    span = max(tl.pipeline_end_s for tl in stages)
+    set_bubbles(stages, span)        # as the engine does, from the extrapolated sums
     return EngineResult(
         step_time_s=max(tl.end_s for tl in stages), stages=stages, events=events + sum(r.events for r in res),
-        wall_s=time.perf_counter() - t0, pipeline_span_s=max(tl.pipeline_end_s for tl in stages),
+        wall_s=time.perf_counter() - t0, pipeline_span_s=span,
         folded=FoldInfo(table.num_microbatches, counts, counts[1] - counts[0]))
 
 

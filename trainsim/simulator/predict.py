@@ -19,11 +19,12 @@ from .trace import write_trace
 
 MAX_SAMPLES = 10_000
 # What cannot fold (fold.py) is simulated op by op, so it is bounded in pipeline passes (one chunk of one
-# micro-batch on one stage, forward and backward: m x pp x vpp per step). A Chrome trace holds about 4
-# events of ~150 bytes per pass: MAX_TRACE_PASSES gives files up to ~60 MB. Per-op jitter draws every op of
-# every sample; MAX_JITTER_PASSES (over all samples) is a few minutes of engine time on one core.
+# micro-batch on one stage, forward and backward: m x pp x vpp per step); the engine takes about 0.2 ms per
+# pass on one core (benchmarks/bench_microbatches.py). A Chrome trace holds about 4 events of ~150 bytes per
+# pass: MAX_TRACE_PASSES gives files up to ~60 MB in ~20 s. Per-op jitter draws every op of every sample:
+# MAX_JITTER_PASSES over all samples is about 3 minutes.
 MAX_TRACE_PASSES = 100_000
-MAX_JITTER_PASSES = 400_000
+MAX_JITTER_PASSES = 1_000_000
 
 
 def _passes(table: CostTable) -> int:

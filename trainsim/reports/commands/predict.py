@@ -109,7 +109,7 @@ def render(pred, scenario) -> None:
     for d, val in pred.exposed_comm_s.items():
         t.add_row(f"exposed {d.upper()} comm", f"{val:.4g} s")
     fold = pred.engine.get("folded")
-    folded = f" ({fold['microbatches']:,} micro-batches folded)" if fold else ""
+    folded = f" (folded from {fold['microbatches']:,} micro-batches)" if fold else ""
     t.add_row("engine", f"{pred.engine.get('mode')}, {pred.engine.get('events', 0)} events{folded}, "
               f"{pred.engine.get('wall_s', 0.0) * 1e3:.1f} ms")
     t.add_row("calibration", pred.calibration)
