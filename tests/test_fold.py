@@ -203,3 +203,15 @@ def test_examples_are_not_folded():
     for name in ("1f1b-pp4-dp2", "interleaved-pp8-vpp5"):
         table = replace(build_cost_table(scenario(name, 96 if "pp8" in name else 32)))
         assert fold.simulate_step(table).folded is None
+
+
+def test_no_steady_state_is_refused_not_run_for_ever(monkeypatch, capsys):
+    # a step that never folds and is too long to simulate whole: one line, exit 2, after bounded sampling
+    monkeypatch.setattr(fold, "_extrapolate", lambda res, counts, m: None)
+    monkeypatch.setattr(fold, "MAX_WHOLE_PASSES", 20_000)      # samples of up to 5,000 passes
+    code = main(["predict", "examples/mixtral-8x7b-h100.yaml", "--global-batch", str(16 * 300_000)])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1 and err.startswith("error: global_batch:"), err
+    # below the bound the whole step is simulated instead (exact, as before folding)
+    sc = scenario("1f1b-pp4-dp2", 403)
+    assert predict(sc).engine.get("folded") is None

@@ -30,6 +30,8 @@ import math
 import time
 from dataclasses import dataclass, replace
 
+from trainsim.specs import SpecError
+
 from .costtable import CostTable
 from .engine import EngineResult, StageTimeline, set_bubbles, simulate
 
@@ -39,6 +41,8 @@ FOLD_BASE = 64
 FOLD_BASE_PER_STAGE = 8
 # Samples move out by this factor when the increments disagree.
 FOLD_GROWTH = 4
+# predict's bound on what it simulates when a step does not fold (pipeline passes; ~0.2 ms each on one core).
+MAX_WHOLE_PASSES = 1_000_000
 # Agreement of the two increments: relative, and an absolute floor of FOLD_NOISE x the step for times
 # (event times are sums of many op durations, rounded at about 1e-16 of the clock each).
 FOLD_RTOL = 1e-10
@@ -68,8 +72,9 @@ def period(table: CostTable) -> int:
 
 
 def sample_counts(m: int, q: int, base: int) -> tuple[int, int, int]:
-    """(m0, m0 + D, m0 + 2D): D a multiple of ``q`` near base/2, m0 >= base and m0 ≡ m (mod D)."""
-    d = q * max(1, math.ceil(base / 2 / q))
+    """(m0, m0 + D, m0 + 2D): D = q·2^j, the first at least base/2, m0 >= base and m0 ≡ m (mod D). A power of two
+    of periods absorbs a steady state that alternates between two (or four, ...) patterns as well."""
+    d = q * 2 ** max(0, math.ceil(math.log2(max(1.0, base / 2 / q))))
     m0 = base + (m - base) % d
     return m0, m0 + d, m0 + 2 * d
 
@@ -156,21 +161,33 @@ def fold_at(table: CostTable, counts: tuple[int, int, int], stage_scale: list[fl
     return _folded(table, counts, _samples(table, counts, stage_scale), t0, 0)
 
 
-def simulate_step(table: CostTable, *, stage_scale: list[float] | None = None) -> EngineResult:
+def simulate_step(table: CostTable, *, stage_scale: list[float] | None = None,
+                  max_passes: int | None = None) -> EngineResult:
     """One step of ``table`` through the engine, its steady state folded when that is cheaper (see the module
     doc); the same result as ``simulate(table, stage_scale=...)`` to FOLD_RTOL, with ``folded`` set when folded.
-    The samples cost 3 (m0 + D) micro-batches, so a step of fewer is simulated whole."""
+    The samples cost 3 (m0 + D) micro-batches, so a step of fewer is simulated whole. ``max_passes`` bounds
+    what is simulated (pipeline passes, m x pp x vpp, of one sample and of a whole step): a step that does not
+    fold within it is refused (SpecError on global_batch) rather than simulated for unbounded time."""
     m = table.num_microbatches
     q = period(table)
     base = _base(table)
     t0 = time.perf_counter()
     events = 0
-    while 3 * (counts := sample_counts(m, q, base))[1] < m:
+    per_mb = table.pp * table.vpp
+    tried = 0
+    while (3 * (counts := sample_counts(m, q, base))[1] < m
+           and (max_passes is None or 4 * counts[2] * per_mb <= max_passes)):   # all samples <= max_passes
         res = _samples(table, counts, stage_scale)
         out = _folded(table, counts, res, t0, events)
         if out is not None:
             return out
         events += sum(r.events for r in res)
+        tried = counts[2]
         base *= FOLD_GROWTH
+    if max_passes is not None and m * per_mb > max_passes:
+        raise SpecError("global_batch", f"{m:,} micro-batches per step x pp {table.pp} x vpp {table.vpp}: no "
+                                        f"repeating steady state within the {tried:,} micro-batches sampled, "
+                                        f"and simulating all {m * per_mb:,} pipeline passes is beyond "
+                                        f"{max_passes:,}; a smaller global batch is simulated whole")
     full = simulate(table, stage_scale=stage_scale)
     return replace(full, events=full.events + events, wall_s=time.perf_counter() - t0)

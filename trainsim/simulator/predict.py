@@ -8,7 +8,7 @@ from pathlib import Path
 
 from trainsim.specs import Scenario, SpecError
 
-from . import analytic, variability
+from . import analytic, fold, variability
 from .builder import build_cost_table
 from .costtable import CostTable
 from .engine import schedule_ops, simulate
@@ -134,7 +134,8 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
                              host_bytes=host, warnings=warnings)
     else:
         _check_unfoldable(table, trace_path is not None, jitter_cv, samples)
-        res = simulate(table, record=True) if trace_path is not None else simulate_step(table)
+        res = (simulate(table, record=True) if trace_path is not None
+               else simulate_step(table, max_passes=fold.MAX_WHOLE_PASSES))
         pred = to_prediction(scenario, table, res, mode="discrete-event", calibration=calibration,
                              host_bytes=host, warnings=warnings)
         if trace_path is not None:
@@ -165,7 +166,7 @@ def _monte_carlo(pred: Prediction, scenario: Scenario, table: CostTable, jitter_
         op_scale, stage_scale = variability.draw(var, i, ops, peers, peers * scenario.dp)
         # a straggler scales whole stages, so the steady state still repeats and folds
         r = (simulate(table, op_scale=op_scale, stage_scale=stage_scale) if op_scale is not None
-             else simulate_step(table, stage_scale=stage_scale))
+             else simulate_step(table, stage_scale=stage_scale, max_passes=fold.MAX_WHOLE_PASSES))
         times.append(r.step_time_s)
         events += r.events
         wall += r.wall_s
