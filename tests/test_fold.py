@@ -27,7 +27,8 @@ RTOL = 1e-9
 
 # name -> (model, cluster, gpus, layout, training extras); global_batch is set per micro-batch count
 LAYOUTS = {
-    "1f1b-pp4-dp2": ("llama3-8b", "dgx-h100", 16, {"tp": 2, "pp": 4}, {"schedule": "1f1b", "distributed_optimizer": True}),
+    "1f1b-pp4-dp2": ("llama3-8b", "dgx-h100", 16, {"tp": 2, "pp": 4},
+                     {"schedule": "1f1b", "distributed_optimizer": True}),
     "gpipe-pp4": ("llama3-8b", "dgx-h100", 16, {"tp": 2, "pp": 4}, {"schedule": "gpipe"}),
     "zb-pp4": ("llama3-8b", "dgx-h100", 16, {"tp": 2, "pp": 4}, {"schedule": "zb"}),
     "interleaved-pp4-vpp2": ("llama3-8b", "dgx-h100", 16, {"tp": 2, "pp": 4, "vpp": 2},
@@ -215,3 +216,12 @@ def test_no_steady_state_is_refused_not_run_for_ever(monkeypatch, capsys):
     # below the bound the whole step is simulated instead (exact, as before folding)
     sc = scenario("1f1b-pp4-dp2", 403)
     assert predict(sc).engine.get("folded") is None
+
+
+def test_report_draws_a_long_step_with_fewer_microbatches():
+    from trainsim.reports.whatif import step_timeline
+    sc = scenario("moe-ep8-pp4", 200_003)
+    events, step_s, shown = step_timeline(sc, None)
+    table = build_cost_table(sc)
+    assert shown == fold.representative_count(table) < 200_003 and shown >= 8 * table.pp
+    assert events and step_s == simulate(replace(table, num_microbatches=shown)).step_time_s

@@ -11,16 +11,20 @@ step-end work (gradient reduction tail, optimizer, ZeRO gathers) stay as they ar
 engine is then affine in the number of micro-batches along ``m0, m0 + D, m0 + 2D, ...``.
 
 ``simulate_step`` uses this: it runs the engine at three counts ``m0 < m0 + D < m0 + 2D`` with
-``m0 ≡ m (mod D)``, checks that each output's two increments agree (relative FOLD_RTOL, plus a floor of
-FOLD_NOISE times the step for the float rounding of event times), and extrapolates every output affinely to
-``m``; the bubbles are recomputed from the extrapolated sums as the engine computes them, and ratio outputs
-(bubble fraction, MFU) by metrics.py. When an
-output's increments disagree (a transient longer than the samples: a backlog that has not saturated) the
-samples move further out; when no sample set is cheaper than the step itself, the whole step is simulated.
-A fold is therefore never an approximation: it is an extrapolation verified on the samples, or it is not used.
+``m0 ≡ m (mod D)`` and D a power of two times the period, checks that each output's two increments agree
+(relative FOLD_RTOL, plus a floor of FOLD_NOISE times the step for the float rounding of event times), and
+extrapolates every output affinely to ``m``; the bubbles are recomputed from the extrapolated sums as the
+engine computes them, and ratio outputs (bubble fraction, MFU) by metrics.py. When an output's increments
+disagree (a transient longer than the samples: a backlog that has not saturated) the samples move further
+out; when no sample set is cheaper than the step itself, the whole step is simulated (or, beyond
+``max_passes``, refused). A fold is never an approximation made silently: it is an extrapolation
+verified on the samples, or it is not used. What the check cannot see is a change of regime that starts
+after the last sample and was not announced inside the samples (no such case is known in this engine: its
+queues either drain or saturate within the warm-up and the samples, as tests/test_fold.py checks against the
+whole simulation for every schedule).
 
 What cannot fold: per-op jitter (no two micro-batches are alike) and the recorded timeline (its size is the
-step's own); predict bounds both (MAX_FULL_OPS, MAX_TRACE_OPS) and refuses above the bound.
+step's own); predict bounds both (MAX_JITTER_PASSES, MAX_TRACE_PASSES) and refuses above the bound.
 """
 
 from __future__ import annotations
@@ -60,10 +64,6 @@ class FoldInfo:
     def to_json(self) -> dict:
         return {"microbatches": self.microbatches, "simulated_microbatches": list(self.simulated),
                 "spacing": self.spacing}
-
-    def describe(self) -> str:
-        return (f"folded from {self.microbatches:,} micro-batches "
-                f"(simulated {', '.join(str(n) for n in self.simulated)})")
 
 
 def period(table: CostTable) -> int:
