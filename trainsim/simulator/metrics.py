@@ -83,7 +83,7 @@ def to_prediction(scenario: Scenario, table: CostTable, res: EngineResult, *, mo
                 "vpp": lay.vpp,
                 "micro_batch": tr.micro_batch, "num_microbatches": scenario.num_microbatches},
         engine={"mode": mode, "events": res.events, "wall_s": res.wall_s,
-                **({"folded": res.folded.to_json()} if getattr(res, "folded", None) else {})},
+                **({"folded": res.folded.to_json()} if res.folded else {})},
         calibration=calibration,
         breakdown_s=breakdown,
         host_bytes=host_bytes,

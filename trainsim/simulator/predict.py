@@ -105,6 +105,8 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
     (cost_models.profile.CalibrationProfile) or None for datasheet defaults; ``trace_path`` writes a
     Chrome trace of the simulated step; ``jitter_cv`` / ``stragglers=(fraction, slowdown)`` run ``samples``
     seeded Monte Carlo repetitions and add step_time_p50_s / step_time_p99_s (Prediction.variability).
+    A long step's steady state is folded (fold.simulate_step, ``engine["folded"]``); what cannot fold -- a
+    trace, per-op jitter, a step that reaches no steady state -- is refused beyond its bound (SpecError).
     """
     _check_args(fast, trace_path, jitter_cv, stragglers, samples)
     t0 = time.perf_counter()
@@ -162,11 +164,17 @@ def _monte_carlo(pred: Prediction, scenario: Scenario, table: CostTable, jitter_
     ops = [len(o) for o in schedule_ops(table)] if var.jitter_cv > 0 else [0] * table.pp
     peers = scenario.layout.tp * scenario.layout.cp
     times, events, wall = [], 0, 0.0
+    by_stages: dict[tuple[float, ...] | None, float] = {}   # stragglers alone: one step per slow-stage pattern
     for i in range(samples):
         op_scale, stage_scale = variability.draw(var, i, ops, peers, peers * scenario.dp)
+        key = tuple(stage_scale) if stage_scale is not None else None
+        if op_scale is None and key in by_stages:
+            times.append(by_stages[key])
+            continue
         # a straggler scales whole stages, so the steady state still repeats and folds
         r = (simulate(table, op_scale=op_scale, stage_scale=stage_scale) if op_scale is not None
              else simulate_step(table, stage_scale=stage_scale, max_passes=fold.MAX_WHOLE_PASSES))
+        by_stages[key] = r.step_time_s
         times.append(r.step_time_s)
         events += r.events
         wall += r.wall_s
