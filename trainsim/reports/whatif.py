@@ -74,16 +74,22 @@ def time_to_train(scn: Scenario, step_time_s: float, opts: ReportOptions) -> gp.
 
 # --- pieces ---------------------------------------------------------------------------------------
 
-def step_timeline(scn: Scenario, profile) -> tuple[list[plots.TimelineEvent], float]:
-    """Re-run the engine with recording on and turn its trace into timeline events."""
+def step_timeline(scn: Scenario, profile) -> tuple[list[plots.TimelineEvent], float, int]:
+    """Re-run the engine with recording on and turn its trace into timeline events; a step too long to draw
+    (more pipeline passes than a trace holds) is drawn with fold.representative_count micro-batches instead,
+    whose count is the third item."""
     from trainsim.simulator.builder import build_cost_table
     from trainsim.simulator.engine import simulate
+    from trainsim.simulator.fold import representative_count
+    from trainsim.simulator.predict import MAX_TRACE_PASSES
 
     from .timeline import events_from_engine
 
     table = build_cost_table(scn, profile=profile)
+    if table.num_microbatches * table.pp * table.vpp > MAX_TRACE_PASSES:
+        table = replace(table, num_microbatches=representative_count(table))
     res = simulate(table, record=True)
-    return events_from_engine(res.trace or [], table), res.step_time_s
+    return events_from_engine(res.trace or [], table), res.step_time_s, table.num_microbatches
 
 
 def variant(scn: Scenario, *, gpus: int | None = None, layout: Mapping[str, Any] | None = None,
@@ -263,7 +269,7 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
     """Every section of the what-if report for ``scn`` (the best layout of ``plan_json`` when given)."""
     profile = _profile(opts.profile_path)
     pred = _predict(scn, False, profile)
-    events, sim_step_s = step_timeline(scn, profile)
+    events, sim_step_s, shown = step_timeline(scn, profile)
     sections: list[Section] = []
 
     sections.append(Section("scenario", "Scenario", tables=[scenario_table(scn)]))
@@ -275,7 +281,9 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
                 f"Pipeline bubbles take {fmt_pct(pred.bubble_fraction)} of the step; exposed communication: "
                 + ", ".join(f"{k.upper()} {fmt_time(exp.get(k, 0.0))}" for k in ("tp", "cp", "ep", "pp", "dp")) + ".")
     tl = plots.timeline_figure(events, scn.layout.pp, step_time_s=sim_step_s,
-                               title=f"One step of {scn.model.name}: {scn.layout.pp} stages × {scn.num_microbatches} micro-batches ({scn.training.schedule})")
+                               title=f"One step of {scn.model.name}: {scn.layout.pp} stages × {scn.num_microbatches} micro-batches ({scn.training.schedule})"
+                               + ("" if shown == scn.num_microbatches else
+                                  f"; drawn with {shown}, the steady state repeats"))
     step_tables = []
     if pred.breakdown_s:
         parts = [[k.replace("_", " "), fmt_time(v)] for k, v in pred.breakdown_s.items() if k != "critical_stage"]

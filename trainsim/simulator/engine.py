@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import simpy
 
@@ -36,6 +37,9 @@ from trainsim.specs.scenario import virtual_stage
 from .costtable import COMM_DIMS, CostTable, Transfer
 from .flows import FluidNetwork
 from .schedules import BW, KIND_NAMES, B, F, W, build_schedule, schedule_with_pairs, stage_of
+
+if TYPE_CHECKING:
+    from .fold import FoldInfo
 
 # Compute slows while a bulk NCCL collective of the same GPU is in flight: NCCL runs one CTA per channel,
 # each CTA holds a whole SM that compute kernels cannot share, and a DGX with 8 NICs uses 16 SMs for
@@ -89,6 +93,7 @@ class EngineResult:
     pipeline_span_s: float
     trace: list[tuple] | None = None       # (stage, stream, name, start_s, dur_s, args) if recorded
     memory_trace: list[tuple] | None = None  # (stage, t_s, bytes) if recorded
+    folded: FoldInfo | None = None          # set when the steady state was folded (fold.simulate_step)
 
     @property
     def critical_stage(self) -> int:
@@ -422,11 +427,16 @@ class _Engine:
         wall = time.perf_counter() - t0
         step = max(tl.end_s for tl in self.tl)
         span = max(tl.pipeline_end_s for tl in self.tl)
-        for tl in self.tl:
-            busy = tl.compute_s + tl.exposed_s["tp"] + tl.exposed_s["cp"] + tl.exposed_s["ep"] + tl.dp_inline_s
-            tl.bubble_s = max(0.0, span - busy - tl.exposed_s["pp"] - tl.gather_wait_s)
+        set_bubbles(self.tl, span)
         return EngineResult(step_time_s=step, stages=self.tl, events=self.env.events, wall_s=wall,
                             pipeline_span_s=span, trace=self.trace, memory_trace=self.mem_trace)
+
+
+def set_bubbles(stages: list[StageTimeline], span: float) -> None:
+    """Each stage's bubble: idle time within the pipeline span not explained by communication."""
+    for tl in stages:
+        busy = tl.compute_s + tl.exposed_s["tp"] + tl.exposed_s["cp"] + tl.exposed_s["ep"] + tl.dp_inline_s
+        tl.bubble_s = max(0.0, span - busy - tl.exposed_s["pp"] - tl.gather_wait_s)
 
 
 def simulate(table: CostTable, *, record: bool = False, op_scale: list[list[float]] | None = None,

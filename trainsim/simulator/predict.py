@@ -9,14 +9,40 @@ from pathlib import Path
 from trainsim.specs import Scenario, SpecError
 from trainsim.specs.safe_write import check_output_path
 
-from . import analytic, variability
+from . import analytic, fold, variability
 from .builder import build_cost_table
+from .costtable import CostTable
 from .engine import schedule_ops, simulate
+from .fold import simulate_step
 from .metrics import to_prediction
 from .result import Prediction
 from .trace import write_trace
 
 MAX_SAMPLES = 10_000
+# What cannot fold (fold.py) is simulated op by op, so it is bounded in pipeline passes (one chunk of one
+# micro-batch on one stage, forward and backward: m x pp x vpp per step); the engine takes about 0.2 ms per
+# pass on one core (benchmarks/bench_microbatches.py). A Chrome trace holds about 4 events of ~150 bytes per
+# pass: MAX_TRACE_PASSES gives files up to ~60 MB in ~20 s. Per-op jitter draws every op of every sample:
+# MAX_JITTER_PASSES over all samples is about 3 minutes.
+MAX_TRACE_PASSES = 100_000
+MAX_JITTER_PASSES = 1_000_000
+
+
+def _passes(table: CostTable) -> int:
+    return table.num_microbatches * table.pp * table.vpp
+
+
+def _check_unfoldable(table: CostTable, trace: bool, jitter_cv: float, samples: int) -> None:
+    """Refuse a trace or a jittered Monte Carlo whose op-by-op simulation exceeds its bound."""
+    n = _passes(table)
+    what = f"{table.num_microbatches:,} micro-batches x pp {table.pp} x vpp {table.vpp} = {n:,} pipeline passes"
+    if trace and n > MAX_TRACE_PASSES:
+        raise SpecError("trace", f"the timeline of {what} is more than the {MAX_TRACE_PASSES:,} passes a trace "
+                                 f"holds; the steady state repeats, so a trace of a smaller global batch shows it")
+    if jitter_cv > 0 and n * samples > MAX_JITTER_PASSES:
+        raise SpecError("jitter", f"per-op jitter simulates every op of every sample: {samples} samples of {what} "
+                                  f"exceed {MAX_JITTER_PASSES:,}; use fewer --samples, a smaller global batch, or "
+                                  f"--straggler alone (which folds)")
 
 
 def _check_args(fast: bool, trace_path, jitter_cv: float, stragglers, samples: int) -> None:
@@ -105,6 +131,8 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
     (cost_models.profile.CalibrationProfile) or None for datasheet defaults; ``trace_path`` writes a
     Chrome trace of the simulated step; ``jitter_cv`` / ``stragglers=(fraction, slowdown)`` run ``samples``
     seeded Monte Carlo repetitions and add step_time_p50_s / step_time_p99_s (Prediction.variability).
+    A long step's steady state is folded (fold.simulate_step, ``engine["folded"]``); what cannot fold -- a
+    trace, per-op jitter, a step that reaches no steady state -- is refused beyond its bound (SpecError).
     """
     _check_args(fast, trace_path, jitter_cv, stragglers, samples)
     t0 = time.perf_counter()
@@ -133,38 +161,55 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
         pred = to_prediction(scenario, table, res, mode="closed-form", calibration=calibration,
                              host_bytes=host, warnings=warnings)
     else:
-        res = simulate(table, record=trace_path is not None)
+        _check_unfoldable(table, trace_path is not None, jitter_cv, samples)
+        res = (simulate(table, record=True) if trace_path is not None
+               else simulate_step(table, max_passes=fold.MAX_WHOLE_PASSES))
         pred = to_prediction(scenario, table, res, mode="discrete-event", calibration=calibration,
                              host_bytes=host, warnings=warnings)
         if trace_path is not None:
             write_trace(res, trace_path, static_bytes=[st.static_bytes for st in table.stages],
                         metadata={"scenario": scenario.name, "model": scenario.model.name,
                                   "layout": pred.layout, "schedule": scenario.training.schedule})
-        var = variability.Variability(
-            jitter_cv=float(jitter_cv),
-            straggler_fraction=float(stragglers[0]) if stragglers else 0.0,
-            straggler_slowdown=float(stragglers[1]) if stragglers else 1.0,
-            samples=samples, seed=seed)
-        if var.active:
-            ops = [len(o) for o in schedule_ops(table)]
-            lay = scenario.layout
-            peers = lay.tp * lay.cp
-            times, events, wall = [], 0, 0.0
-            for i in range(samples):
-                op_scale, stage_scale = variability.draw(var, i, ops, peers, peers * scenario.dp)
-                r = simulate(table, op_scale=op_scale, stage_scale=stage_scale)
-                times.append(r.step_time_s)
-                events += r.events
-                wall += r.wall_s
-            pred.variability = {
-                **variability.summarize(times), "samples": samples, "seed": seed, "jitter_cv": float(jitter_cv),
-                "straggler_fraction": var.straggler_fraction, "straggler_slowdown": var.straggler_slowdown,
-            }
-            pred.engine["monte_carlo_events"] = events
-            pred.engine["monte_carlo_wall_s"] = wall
+        _monte_carlo(pred, scenario, table, jitter_cv, stragglers, seed, samples)
     idle = host_idle_warning(scenario, table, pred.step_time_s)
     if idle:
         pred.warnings.append(idle)
     pred.engine["build_s"] = build_s
     pred.engine["wall_s"] = pred.engine["wall_s"] + build_s
     return pred
+
+
+def _monte_carlo(pred: Prediction, scenario: Scenario, table: CostTable, jitter_cv: float, stragglers,
+                 seed: int, samples: int) -> None:
+    """Seeded jitter / straggler repetitions of the step (variability.py) into ``pred.variability``."""
+    var = variability.Variability(
+        jitter_cv=float(jitter_cv),
+        straggler_fraction=float(stragglers[0]) if stragglers else 0.0,
+        straggler_slowdown=float(stragglers[1]) if stragglers else 1.0,
+        samples=samples, seed=seed)
+    if not var.active:
+        return
+    # Jitter draws one multiplier per op (in schedule order); without it only the stage count matters.
+    ops = [len(o) for o in schedule_ops(table)] if var.jitter_cv > 0 else [0] * table.pp
+    peers = scenario.layout.tp * scenario.layout.cp
+    times, events, wall = [], 0, 0.0
+    by_stages: dict[tuple[float, ...] | None, float] = {}   # stragglers alone: one step per slow-stage pattern
+    for i in range(samples):
+        op_scale, stage_scale = variability.draw(var, i, ops, peers, peers * scenario.dp)
+        key = tuple(stage_scale) if stage_scale is not None else None
+        if op_scale is None and key in by_stages:
+            times.append(by_stages[key])
+            continue
+        # a straggler scales whole stages, so the steady state still repeats and folds
+        r = (simulate(table, op_scale=op_scale, stage_scale=stage_scale) if op_scale is not None
+             else simulate_step(table, stage_scale=stage_scale, max_passes=fold.MAX_WHOLE_PASSES))
+        by_stages[key] = r.step_time_s
+        times.append(r.step_time_s)
+        events += r.events
+        wall += r.wall_s
+    pred.variability = {
+        **variability.summarize(times), "samples": samples, "seed": seed, "jitter_cv": float(jitter_cv),
+        "straggler_fraction": var.straggler_fraction, "straggler_slowdown": var.straggler_slowdown,
+    }
+    pred.engine["monte_carlo_events"] = events
+    pred.engine["monte_carlo_wall_s"] = wall

@@ -105,7 +105,9 @@ def render(pred, scenario) -> None:
         t.add_row("GPU idle waiting for the host", f"{idle:.4g} s ({idle / max(pred.step_time_s, 1e-30):.0%})")
     for d, val in pred.exposed_comm_s.items():
         t.add_row(f"exposed {d.upper()} comm", f"{val:.4g} s")
-    t.add_row("engine", f"{pred.engine.get('mode')}, {pred.engine.get('events', 0)} events, "
+    fold = pred.engine.get("folded")
+    folded = f" (folded from {fold['microbatches']:,} micro-batches)" if fold else ""
+    t.add_row("engine", f"{pred.engine.get('mode')}, {pred.engine.get('events', 0)} events{folded}, "
               f"{pred.engine.get('wall_s', 0.0) * 1e3:.1f} ms")
     t.add_row("calibration", pred.calibration)
     c.print(t)
