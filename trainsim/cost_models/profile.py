@@ -37,13 +37,14 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from trainsim.cost_models.run_factors import RunCalibration
 from trainsim.specs.errors import SpecError, from_validation_error
 from trainsim.specs.loaders import check_finite
 
-PROFILE_SCHEMA_VERSION = 3
+PROFILE_SCHEMA_VERSION = 4
 # Versions this trainsim reads: 1 lacks the eager-overhead and optimizer sections (added in 2, optional);
-# 2 lacks the per-rank GEMM rates (added in 3, optional).
-READABLE_SCHEMA_VERSIONS = (1, 2, 3)
+# 2 lacks the per-rank GEMM rates (added in 3, optional); 3 lacks the run calibration (added in 4, optional).
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
 # Ranks a measured speed spread needs before it replaces the GPU spec's (one 8-GPU node): the sample spread
 # of fewer devices is too noisy to stand for a fleet of thousands.
 MIN_SPREAD_RANKS = 8
@@ -288,6 +289,8 @@ class CalibrationProfile(_Model):
     # is the part-to-part speed spread of these devices (GPUSpec.speed_spread_cv, cost_models/variation.py).
     rank_gemm_flops: list[float] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    # Factors fitted to measured training runs (`trainsim calibrate --from-runs`, cost_models.run_factors).
+    run_calibration: RunCalibration | None = None
     # Where the profile was loaded from (not written to the file).
     source_path: str | None = Field(default=None, exclude=True)
 
@@ -468,7 +471,14 @@ class CalibrationProfile(_Model):
             used = "" if self.pace_spread_cv() is not None else ", not used"
             parts.append(f"speed spread {self.speed_spread_cv:.1%} over {len(self.rank_gemm_flops)} ranks{used}")
         where = self.source_path or "(in memory)"
+        if self.run_calibration is not None:
+            runs = self.run_calibration.describe()
+            return f"{where} [{runs}]" if not self.has_measurements() else f"{where} [{', '.join(parts)}; {runs}]"
         return f"{where} [{', '.join(parts)}]"
+
+    def has_measurements(self) -> bool:
+        """Whether any microbenchmark section holds data (a run-calibration-only profile has none)."""
+        return any(self.measured().values()) or bool(self.rank_gemm_flops) or self.dispatch_overhead is not None
 
     def measured(self) -> dict[str, bool]:
         """Which parts hold measurements (for reports)."""

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
+
+from trainsim.cost_models.run_factors import apply_factors
 
 from trainsim.specs import Scenario, SpecError
 
@@ -69,6 +72,21 @@ def host_bound_warning(scenario: Scenario, profile=None, table=None) -> str | No
             f"graphs, a larger micro-batch or fewer local experts help")
 
 
+def _with_run_calibration(scenario: Scenario, profile):
+    """A profile's run-calibration factors applied (cost_models.run_factors): the scaled scenario, the profile
+    that still holds measurements (None when it has only the run calibration) and the per-step overhead."""
+    rc = getattr(profile, "run_calibration", None)
+    if rc is None:
+        return scenario, profile, 0.0
+    scenario, overhead_s = apply_factors(scenario, rc.values())
+    return scenario, (profile if profile.has_measurements() else None), overhead_s
+
+
+def _plus(res, overhead_s: float):
+    """The engine result with the run calibration's fixed per-step overhead added to its step time."""
+    return dataclasses.replace(res, step_time_s=res.step_time_s + overhead_s) if overhead_s > 0 else res
+
+
 def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = False, profile=None,
             trace_path: str | Path | None = None, jitter_cv: float = 0.0,
             stragglers: tuple[float, float] | None = None, seed: int = 0, samples: int = 20) -> Prediction:
@@ -82,9 +100,10 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
     """
     _check_args(fast, trace_path, jitter_cv, stragglers, samples)
     t0 = time.perf_counter()
+    calibration = profile.describe() if profile is not None else "defaults"
+    scenario, profile, overhead_s = _with_run_calibration(scenario, profile)
     table = build_cost_table(scenario, profile=profile, ideal_network=ideal_network)
     build_s = time.perf_counter() - t0
-    calibration = profile.describe() if profile is not None else "defaults"
     host = table.host_bytes
     warnings: list[str] = []
     if scenario.layout.stage_layers is not None:
@@ -103,11 +122,11 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
         warnings.append(f"offload needs {node_host / 1e9:.0f} GB of host memory per node, more than the "
                         f"cluster's host_memory_bytes ({scenario.cluster.host_memory_bytes / 1e9:.0f} GB)")
     if fast:
-        res = analytic.estimate(table)
+        res = _plus(analytic.estimate(table), overhead_s)
         pred = to_prediction(scenario, table, res, mode="closed-form", calibration=calibration,
                              host_bytes=host, warnings=warnings)
     else:
-        res = simulate(table, record=trace_path is not None)
+        res = _plus(simulate(table, record=trace_path is not None), overhead_s)
         pred = to_prediction(scenario, table, res, mode="discrete-event", calibration=calibration,
                              host_bytes=host, warnings=warnings)
         if trace_path is not None:
@@ -127,7 +146,7 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
             for i in range(samples):
                 op_scale, stage_scale = variability.draw(var, i, ops, peers, peers * scenario.dp)
                 r = simulate(table, op_scale=op_scale, stage_scale=stage_scale)
-                times.append(r.step_time_s)
+                times.append(r.step_time_s + overhead_s)
                 events += r.events
                 wall += r.wall_s
             pred.variability = {
