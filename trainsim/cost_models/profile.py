@@ -601,7 +601,10 @@ def load_profile(path: str | os.PathLike) -> CalibrationProfile:
         raise SpecError("calibration", f"{p} is not valid JSON (line {e.lineno}: {e.msg})") from None
     except ValueError as e:
         raise SpecError("calibration", f"{p}: {e}") from None
-    profile = profile_from_dict(data)
+    try:
+        profile = profile_from_dict(data)
+    except SpecError as e:
+        raise SpecError(e.field, f"{e.reason} (in {p})") from None
     return profile.model_copy(update={"source_path": str(p)})
 
 

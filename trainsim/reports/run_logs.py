@@ -98,7 +98,8 @@ def megatron_args(path: Path, lines: list[str]) -> tuple[dict[str, str], dict[st
             return args, where
         m = ARG_LINE.match(lines[i])
         if m is None:
-            raise _err(path, i + 1, "arguments", f"unreadable line in the arguments block: {lines[i][:60]!r}")
+            raise _err(path, i + 1, "arguments", f"the arguments block is truncated or corrupt: {lines[i][:60]!r} "
+                                                 "is neither an argument nor '---- end of arguments ----'")
         args[m.group(1)], where[m.group(1)] = m.group(2), i + 1
     raise _err(path, start + 1, "arguments", "the arguments block is truncated (no '---- end of arguments ----')")
 

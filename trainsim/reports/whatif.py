@@ -258,6 +258,17 @@ def _plan_for(scn: Scenario, opts: ReportOptions):
     return plan(req).to_json()
 
 
+def _band_sentence(pred, scn: Scenario, profile) -> str:
+    """The 80 % interval of the headline numbers (reports.intervals), with why it is wider when it is."""
+    from trainsim.reports.intervals import interval_for
+
+    iv = interval_for(pred.step_time_s, pred.tokens_per_s, pred.mfu, scn, profile, 0.8)
+    notes = "".join(f" Wider: {r}." for r in iv.reasons)
+    return (f"80 % interval: {fmt_time(iv.step_time_s[0])} to {fmt_time(iv.step_time_s[1])} per step, "
+            f"{fmt_si(iv.tokens_per_s[0])} to {fmt_si(iv.tokens_per_s[1])} tokens/s, MFU {fmt_pct(iv.mfu[0])} to "
+            f"{fmt_pct(iv.mfu[1])} ({iv.basis}).{notes}")
+
+
 def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any] | None = None,
                  measured: Mapping[str, Any] | None = None, title: str | None = None) -> Report:
     """Every section of the what-if report for ``scn`` (the best layout of ``plan_json`` when given)."""
@@ -274,6 +285,7 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
                 f"({fmt_si(pred.tokens_per_s)} tokens/s, MFU {fmt_pct(pred.mfu)}, HFU {fmt_pct(pred.hfu)}). "
                 f"Pipeline bubbles take {fmt_pct(pred.bubble_fraction)} of the step; exposed communication: "
                 + ", ".join(f"{k.upper()} {fmt_time(exp.get(k, 0.0))}" for k in ("tp", "cp", "ep", "pp", "dp")) + ".")
+    step_par += " " + _band_sentence(pred, scn, profile)
     tl = plots.timeline_figure(events, scn.layout.pp, step_time_s=sim_step_s,
                                title=f"One step of {scn.model.name}: {scn.layout.pp} stages × {scn.num_microbatches} micro-batches ({scn.training.schedule})")
     step_tables = []

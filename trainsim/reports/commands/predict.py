@@ -52,12 +52,17 @@ def register(subparsers) -> None:
                    help="each GPU slow with probability FRACTION, SLOWDOWN x slower compute (Monte Carlo)")
     p.add_argument("--samples", type=positive_int, default=20, help="Monte Carlo repetitions (default 20)")
     p.add_argument("--seed", type=parse_seed, default=0, help="Monte Carlo seed (default 0)")
+    p.add_argument("--coverage", type=float, default=0.8,
+                   help="coverage of the prediction interval, 0.5-0.95 (default 0.8; reports.intervals)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from trainsim.simulator.predict import predict
 
+    from trainsim.reports.intervals import check_coverage, interval_for
+
+    check_coverage(args.coverage)
     scenario = scenario_from_args(args)
     profile = None
     if getattr(args, "calibration", None):
@@ -66,14 +71,15 @@ def run(args: argparse.Namespace) -> int:
     pred = predict(scenario, fast=args.fast, ideal_network=args.ideal_network, profile=profile,
                    trace_path=args.trace, jitter_cv=args.jitter, stragglers=args.straggler, seed=args.seed,
                    samples=args.samples)
+    iv = interval_for(pred.step_time_s, pred.tokens_per_s, pred.mfu, scenario, profile, args.coverage)
     if args.json:
-        print(json.dumps(pred.to_json()))
+        print(json.dumps({**pred.to_json(), **iv.to_json()}))
     else:
-        render(pred, scenario)
+        render(pred, scenario, iv)
     return 0
 
 
-def render(pred, scenario) -> None:
+def render(pred, scenario, iv=None) -> None:
     """The readable rich table."""
     from rich.console import Console
     from rich.table import Table
@@ -93,6 +99,8 @@ def render(pred, scenario) -> None:
     t.add_column("metric")
     t.add_column("value", justify="right")
     t.add_row("step time", f"{pred.step_time_s:.4g} s")
+    if iv is not None:
+        t.add_row(f"step time {iv.coverage:.0%} interval", f"{iv.step_time_s[0]:.4g} .. {iv.step_time_s[1]:.4g} s")
     if pred.variability:
         v = pred.variability
         t.add_row("step time p50 / p99", f"{v['step_time_p50_s']:.4g} / {v['step_time_p99_s']:.4g} s "
@@ -126,3 +134,7 @@ def render(pred, scenario) -> None:
     c.print(f"peak {pred.peak_bytes / GiB:.1f} GiB -> " + ("[green]fits[/]" if pred.fits else "[red]does not fit[/]"))
     for w in pred.warnings:
         c.print(f"[yellow]note:[/] {w}")
+    if iv is not None:
+        from trainsim.reports.intervals import text
+        for line in text(iv):
+            c.print(line, highlight=False)
