@@ -131,8 +131,8 @@ def conformal_band(residuals: list[float], coverage: float) -> tuple[float, floa
     r = sorted(residuals)
     n = len(r)
     a = 1.0 - coverage
-    k_hi = math.ceil((n + 1) * (1 - a / 2))
-    k_lo = math.floor((n + 1) * (a / 2))
+    k_hi = math.ceil((n + 1) * (1 - a / 2) - 1e-9)  # 1e-9: 0.8's binary error must not move a rank
+    k_lo = math.floor((n + 1) * (a / 2) + 1e-9)
     if k_hi > n or k_lo < 1:
         return None
     return r[k_lo - 1], r[k_hi - 1]
