@@ -291,6 +291,9 @@ class CalibrationProfile(_Model):
     notes: list[str] = Field(default_factory=list)
     # Factors fitted to measured training runs (`trainsim calibrate --from-runs`, cost_models.run_factors).
     run_calibration: RunCalibration | None = None
+    # Measured GEMM and attention times are multiplied by this: 1 / a run calibration's compute factor for the
+    # profile's device, set at prediction time (simulator.predict), never written to the file.
+    compute_time_scale: float = Field(default=1.0, gt=0, exclude=True)
     # Where the profile was loaded from (not written to the file).
     source_path: str | None = Field(default=None, exclude=True)
 
@@ -305,7 +308,7 @@ class CalibrationProfile(_Model):
         fit = self.gemm_fits.get(dtype)
         if fit is None:
             return None
-        return fit.time_s(gemm_flops(m, n, k), gemm_bytes(m, n, k, dtype))
+        return fit.time_s(gemm_flops(m, n, k), gemm_bytes(m, n, k, dtype)) * self.compute_time_scale
 
     def gemm_flops_per_s(self, m: int, n: int, k: int, dtype: str) -> float | None:
         """Achieved FLOP/s for this shape (fitted), or None."""
@@ -327,7 +330,7 @@ class CalibrationProfile(_Model):
         if fit is None:
             return None
         flops = attention_flops(batch, heads, seq_q, seq_kv, dhead, causal, pass_)
-        return fit.time_s(flops, attention_bytes(batch, heads, seq_q, seq_kv, dhead, dtype, pass_))
+        return fit.time_s(flops, attention_bytes(batch, heads, seq_q, seq_kv, dhead, dtype, pass_)) * self.compute_time_scale
 
     def attention_efficiency(self, batch: int, heads: int, seq_q: int, seq_kv: int, dhead: int, dtype: str,
                              causal: bool = True, pass_: str = "fwd",

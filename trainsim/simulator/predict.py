@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from trainsim.cost_models.run_factors import apply_factors
+from trainsim.specs.memo import IdentityMemo
 
 from trainsim.specs import Scenario, SpecError
 
@@ -72,14 +73,32 @@ def host_bound_warning(scenario: Scenario, profile=None, table=None) -> str | No
             f"graphs, a larger micro-batch or fewer local experts help")
 
 
+def _scaled_profile(profile, scale: float):
+    return profile.model_copy(update={"compute_time_scale": scale})
+
+
+_SCALED = IdentityMemo(_scaled_profile)  # one copy per (profile, scale): the cost-table cache keys on identity
+
+
+def apply_run_values(scenario: Scenario, profile, values: dict[str, float]):
+    """Run-calibration factor values applied (cost_models.run_factors): the scaled scenario, the profile that
+    still holds measurements (its GEMM/attention times scaled by the compute factor; None when it holds none)
+    and the per-step overhead."""
+    compute = values.get(f"compute:{scenario.cluster.gpu.name}", 1.0)
+    scenario, overhead_s = apply_factors(scenario, values)
+    if profile is not None and not profile.has_measurements():
+        profile = None
+    if profile is not None and compute != 1.0:
+        profile = _SCALED(profile, 1.0 / compute)
+    return scenario, profile, overhead_s
+
+
 def _with_run_calibration(scenario: Scenario, profile):
-    """A profile's run-calibration factors applied (cost_models.run_factors): the scaled scenario, the profile
-    that still holds measurements (None when it has only the run calibration) and the per-step overhead."""
+    """A profile's run calibration applied (apply_run_values); unchanged without one."""
     rc = getattr(profile, "run_calibration", None)
     if rc is None:
         return scenario, profile, 0.0
-    scenario, overhead_s = apply_factors(scenario, rc.values())
-    return scenario, (profile if profile.has_measurements() else None), overhead_s
+    return apply_run_values(scenario, profile, rc.values())
 
 
 def _plus(res, overhead_s: float):

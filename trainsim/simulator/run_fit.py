@@ -28,7 +28,7 @@ from trainsim.cost_models.run_factors import (
 )
 from trainsim.specs import Scenario
 
-from .predict import predict
+from .predict import apply_run_values, predict
 
 # Run-to-run sd of ln(step time) of one configuration: iteration times of a steady training run vary by about
 # 1 % (Megatron-LM's per-interval "elapsed time per iteration" after warm-up; torchtitan's tps lines).
@@ -65,12 +65,11 @@ def values_of(theta: dict[str, float]) -> dict[str, float]:
 
 
 def engine_predict_log(base_profile=None, fast: bool = False) -> PredictLog:
-    """ln(predicted step) of a run with these factor coordinates, through trainsim's engine."""
-    from trainsim.cost_models.run_factors import apply_factors
-
+    """ln(predicted step) of a run with these factor coordinates, through trainsim's engine (with the
+    microbenchmark profile ``base_profile`` when given, as `predict --calibration` applies both)."""
     def run(r: MeasuredRun, theta: dict[str, float]) -> float:
-        scenario, overhead = apply_factors(r.scenario, values_of(theta))
-        pred = predict(scenario, fast=fast, profile=base_profile)
+        scenario, profile, overhead = apply_run_values(r.scenario, base_profile, values_of(theta))
+        pred = predict(scenario, fast=fast, profile=profile)
         return math.log(pred.step_time_s + overhead)
 
     return run
@@ -144,9 +143,22 @@ def _map_fit(runs: list[MeasuredRun], measured: np.ndarray, names: list[str], fr
         data = np.array([f(r, th) for r in runs]) - measured
         return np.concatenate([data / NOISE_SD, (x - mu) / sd])
 
-    x0 = np.clip(mu, lo, hi - 1e-12)
-    sol = least_squares(resid, x0, bounds=(lo, hi), diff_step=[_fd_step(n) for n in fnames],
-                        x_scale=sd, xtol=1e-6, ftol=1e-8, max_nfev=60)
+    # Start half a prior sd above the preset: least_squares sizes its first trust region by |x0| (a factor
+    # starting on its bound at 0 would take steps of 1e-10).
+    x0 = np.clip(mu + 0.5 * sd, lo + 1e-9, hi - 1e-9)
+    steps = np.array([_fd_step(n) for n in fnames])
+
+    def jac(x: np.ndarray) -> np.ndarray:
+        # Forward differences with absolute steps (scipy's relative steps vanish at a log factor of 0),
+        # stepping backwards where the upper bound is near.
+        r0 = resid(x)
+        cols = []
+        for j, h in enumerate(steps):
+            h = h if x[j] + h <= hi[j] else -h
+            cols.append((resid(x + h * np.eye(len(x))[j]) - r0) / h)
+        return np.array(cols).T
+
+    sol = least_squares(resid, x0, jac=jac, bounds=(lo, hi), x_scale=sd, xtol=1e-6, ftol=1e-8, max_nfev=60)
     return {**theta, **dict(zip(fnames, sol.x, strict=True))}, sol.jac
 
 
