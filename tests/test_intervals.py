@@ -106,3 +106,17 @@ def test_stored_table_matches_what_the_script_computes_on_a_subset():
         assert src["quantiles"] == pytest.approx(stored[name]["quantiles"], abs=0.01), \
             "stale table: run python benchmarks/residual_table.py"
         assert src["covers"] == stored[name]["covers"]
+
+
+def test_plan_ranks_by_the_chosen_quantile(capsys):
+    argv = ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8:16", "--global-batch", "64",
+            "--seq-len", "4096", "--top", "3", "--max-micro-batch", "2", "--schedule", "1f1b", "--json"]
+    assert main(argv + ["--rank-by", "p90"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["rank_by"] == "p90"
+    rows = [r for r in d["rows"] if r["fits"]]
+    keys = [r["time_to_train_s"] * r["step_time_p90_s"] / r["step_time_s"] for r in rows]
+    assert keys == sorted(keys)
+    for r in rows:
+        lo, hi = r["step_time_interval_s"]
+        assert hi == r["step_time_p90_s"] and lo < hi

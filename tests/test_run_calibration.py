@@ -138,3 +138,21 @@ def test_factors_reach_the_spec():
     # Efficiencies never exceed 1.
     s3, _ = apply_factors(s, {f"compute:{gpu.name}": 5.0})
     assert s3.cluster.gpu.gemm_efficiency == 1.0
+
+
+def test_csv_runs_calibrate_and_validate_agree(tmp_path, capsys):
+    """A common-run-schema CSV through calibrate --from-runs, then validate --calibration on the same file:
+    validate's per-row errors are the profile's recorded fitted residuals."""
+    csv = tmp_path / "runs.csv"
+    head = ("row_id,record_type,model_name,layers,hidden,heads,seq_len,global_batch_seqs,micro_batch,num_gpus,"
+            "gpu_type,tp,pp,recompute,precision,step_time_s\n")
+    csv.write_text(head + "a,measured_step_time,GPT 1.3B,24,2048,16,2048,64,8,8,A100 80GB,1,1,none,bf16,0.80\n"
+                          "b,measured_step_time,GPT 1.3B,24,2048,16,2048,128,8,16,A100 80GB,1,1,none,bf16,0.84\n")
+    prof = tmp_path / "cal.json"
+    assert main(["calibrate", "--from-runs", str(csv), "--out", str(prof), "--json"]) == 0
+    cal = json.loads(capsys.readouterr().out)["run_calibration"]
+    assert main(["validate", "--dataset", str(csv), "--calibration", str(prof), "--json"]) == 0
+    rows = {r["row_id"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    for r in cal["runs"]:
+        expected = 100 * (r["predicted_after_s"] / r["measured_step_s"] - 1)
+        assert rows[r["name"]]["error_pct"] == pytest.approx(expected, abs=1e-6)
