@@ -120,3 +120,17 @@ def test_plan_ranks_by_the_chosen_quantile(capsys):
     for r in rows:
         lo, hi = r["step_time_interval_s"]
         assert hi == r["step_time_p90_s"] and lo < hi
+
+
+def test_report_shows_the_band():
+    from trainsim.reports.whatif import _band_sentence, scaling
+    from trainsim.simulator.predict import predict
+
+    scn = build_scenario({"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8, "training": {"global_batch": 8}})
+    pred = predict(scn)
+    iv = interval_for(pred.step_time_s, pred.tokens_per_s, pred.mfu, scn)
+    assert "80 % interval" in _band_sentence(pred, scn, None) and iv.basis in _band_sentence(pred, scn, None)
+    strong, _ = scaling(scn, None, points=2)
+    p = next(q for q in strong if q["gpus"] == 8)
+    lo, hi = p["tokens_per_s_band"]
+    assert lo < hi

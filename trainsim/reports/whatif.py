@@ -162,6 +162,8 @@ def scaling(scn: Scenario, profile, points: int = 6) -> tuple[list[dict], list[d
     above = [c for c in counts if c > n0][: points - len(below)]
     counts = below + [n0] + above
     strong, weak = [], []
+    from trainsim.reports.intervals import interval_for, load_table
+    table = load_table()
     for n in counts:
         if n > scn.cluster.gpus_per_node and n % scn.cluster.gpus_per_node:
             continue
@@ -176,6 +178,9 @@ def scaling(scn: Scenario, profile, points: int = 6) -> tuple[list[dict], list[d
             pt = {"gpus": n, "global_batch": gb, "dp": v.dp, "fits": pred is not None,
                   "tokens_per_s": pred.tokens_per_s if pred else None, "mfu": pred.mfu if pred else None,
                   "step_time_s": pred.step_time_s if pred else None}
+            if pred is not None:  # the 80 % band the figure shades (reports.intervals)
+                iv = interval_for(pred.step_time_s, pred.tokens_per_s, pred.mfu, v, profile, 0.8, table)
+                pt["tokens_per_s_band"] = list(iv.tokens_per_s)
             (strong if kind == "strong" else weak).append(pt)
     return strong, weak
 
@@ -340,7 +345,7 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
         "weak scaling grows the global batch with the GPU count. TP, PP, CP and EP as in the scenario; "
         "closed-form predictions.")],
         [_fig("scaling", "Weak and strong scaling", "Throughput against GPUs (dotted: ideal linear scaling from the "
-              "smallest point) and MFU.", sc)],
+              "smallest point; shaded: the 80 % prediction interval, reports.intervals) and MFU.", sc)],
         [Table("Scaling points", ["kind", "GPUs", "DP", "global batch", "step", "tokens/s", "MFU", "fits"], sc_rows)]))
 
     # Ranked layouts.
