@@ -126,11 +126,12 @@ def test_report_shows_the_band():
     from trainsim.reports.whatif import _band_sentence, scaling
     from trainsim.simulator.predict import predict
 
-    scn = build_scenario({"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8, "training": {"global_batch": 8}})
+    scn = build_scenario({"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8,
+                          "training": {"global_batch": 8, "zero": 3, "framework": "torch"}})
     pred = predict(scn)
     iv = interval_for(pred.step_time_s, pred.tokens_per_s, pred.mfu, scn)
     assert "80 % interval" in _band_sentence(pred, scn, None) and iv.basis in _band_sentence(pred, scn, None)
     strong, _ = scaling(scn, None, points=2)
-    p = next(q for q in strong if q["gpus"] == 8)
+    p = next(q for q in strong if q["gpus"] == 8 and q["fits"])
     lo, hi = p["tokens_per_s_band"]
     assert lo < hi
