@@ -26,7 +26,8 @@ PLANS = {"cpu": HERE / "hardware_plans" / "cpu_one_rank.yaml", "cuda": HERE / "h
 
 
 def _cli(*argv: str, timeout: int = 1800) -> str:
-    res = subprocess.run([sys.executable, "-m", "trainsim.reports.cli", *argv], capture_output=True, text=True,
+    res = subprocess.run([sys.executable, "-m", "trainsim.reports.cli", *argv], check=False, capture_output=True,
+                         text=True,
                          timeout=timeout)
     if res.returncode != 0:
         raise SystemExit(f"trainsim {argv[0]} failed ({res.returncode}): {res.stderr.strip()[-2000:]}")

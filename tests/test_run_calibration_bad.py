@@ -36,7 +36,7 @@ def _truncate(t: str) -> str:
 
 def _replace_nth_iter(t: str, value: str) -> str:
     ls = _lines(t)
-    i = [k for k, ln in enumerate(ls) if "iteration       50/" in ln][0]
+    i = next(k for k, ln in enumerate(ls) if "iteration       50/" in ln)
     before = ls[i].split("elapsed time per iteration (ms): ")[1].split(" |")[0]
     ls[i] = ls[i].replace(f"(ms): {before} |", f"(ms): {value} |")
     return "".join(ls), i + 1

@@ -175,10 +175,6 @@ class Interval:
     basis: str
     reasons: list[str] = field(default_factory=list)
 
-    def quantile_step_s(self, which: str, median_step_s: float) -> float:
-        """p50: the prediction; p90: the upper end of the 80 % band's one-sided equivalent (upper bound here)."""
-        return median_step_s if which == "p50" else self.step_time_s[1]
-
     def to_json(self) -> dict:
         return {"interval_coverage": self.coverage, "step_time_interval_s": list(self.step_time_s),
                 "tokens_per_s_interval": list(self.tokens_per_s), "mfu_interval": list(self.mfu),
@@ -216,8 +212,8 @@ def interval_for(step_s: float, tokens_per_s: float, mfu: float, scenario, profi
 def text(iv: Interval) -> list[str]:
     """Lines for the readable output."""
     pct = f"{iv.coverage:.0%}"
-    out = [f"{pct} interval: step {iv.step_time_s[0]:.4g} .. {iv.step_time_s[1]:.4g} s, tokens/s "
-           f"{iv.tokens_per_s[0]:,.0f} .. {iv.tokens_per_s[1]:,.0f}, MFU {iv.mfu[0]:.1%} .. {iv.mfu[1]:.1%}",
+    out = [(f"{pct} interval: step {iv.step_time_s[0]:.4g} .. {iv.step_time_s[1]:.4g} s, tokens/s "
+           f"{iv.tokens_per_s[0]:,.0f} .. {iv.tokens_per_s[1]:,.0f}, MFU {iv.mfu[0]:.1%} .. {iv.mfu[1]:.1%}"),
            f"  from {iv.basis}"]
     out += [f"  note: {r}" for r in iv.reasons]
     return out

@@ -10,8 +10,9 @@ older ``[float8] enable_float8_linear``). The log must agree with it: its device
 from __future__ import annotations
 
 import re
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 from trainsim.simulator.run_fit import MeasuredRun
 from trainsim.specs import SpecError

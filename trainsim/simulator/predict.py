@@ -8,9 +8,8 @@ import time
 from pathlib import Path
 
 from trainsim.cost_models.run_factors import apply_factors
-from trainsim.specs.memo import IdentityMemo
-
 from trainsim.specs import Scenario, SpecError
+from trainsim.specs.memo import IdentityMemo
 
 from . import analytic, variability
 from .builder import build_cost_table

@@ -200,8 +200,8 @@ def fit_runs(runs: list[MeasuredRun], f: PredictLog | None = None, *, leave_one_
                         log_residual=math.log(r.step_time_s) - a, loo_log_residual=lo, steps_used=r.steps_used)
             for r, b, a, lo in zip(runs, base, after, loo, strict=True)]
     fitted = [x.name for x in factors if x.fitted]
-    notes = [f"fitted {', '.join(fitted) or 'no factor'} from {len(runs)} run(s); "
-             f"kept at preset: {', '.join(x.name for x in factors if not x.fitted) or 'none'}"]
+    notes = [(f"fitted {', '.join(fitted) or 'no factor'} from {len(runs)} run(s); "
+             f"kept at preset: {', '.join(x.name for x in factors if not x.fitted) or 'none'}")]
     return RunCalibration(factors=factors, runs=rows, noise_sd=NOISE_SD, notes=notes)
 
 

@@ -58,9 +58,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainsim.simulator.predict import predict
-
     from trainsim.reports.intervals import check_coverage, interval_for
+    from trainsim.simulator.predict import predict
 
     check_coverage(args.coverage)
     scenario = scenario_from_args(args)
