@@ -66,12 +66,14 @@ def evaluate_family(ds, cases: list, source: str) -> dict:
         errs0.append(predict(r.scenario).step_time_s / r.step_time_s - 1)
     worst = max(range(len(errs)), key=lambda i: abs(errs[i]))
     return {"n_cal": len(cal_runs), "n_pred": len(held), "ratio": max(r.scenario.num_gpus for r in runs) / least,
+            "scales": len({r.scenario.num_gpus for r in runs}),
             "mape": 100 * float(np.mean(np.abs(errs))), "worst": 100 * errs[worst], "worst_row": held[worst].name,
             "mape0": 100 * float(np.mean(np.abs(errs0))), "fitted": cal.fitted_names()}
 
 
 def extrapolation(only: list[str] | None) -> None:
-    print(f"{'family':58} {'cal':>3} {'pred':>4} {'GPUs x':>7} {'MAPE %':>7} {'worst %':>8} {'preset MAPE %':>13}  fitted")
+    print(f"{'family':58} {'cal':>3} {'pred':>4} {'scales':>6} {'GPUs x':>7} {'MAPE %':>7} {'worst %':>8} "
+          f"{'preset MAPE %':>13}  fitted")
     for name, load in datasets().items():
         if only and name not in only or name == "zero-bubble":
             continue  # zero-bubble rows are one scale each (schedules, not scales)
@@ -80,7 +82,7 @@ def extrapolation(only: list[str] | None) -> None:
             t0 = time.perf_counter()
             r = evaluate_family(ds, cases, name)
             label = " / ".join(str(k) for k in key)[:58]
-            print(f"{label:58} {r['n_cal']:3d} {r['n_pred']:4d} {r['ratio']:7.1f} {r['mape']:7.1f} "
+            print(f"{label:58} {r['n_cal']:3d} {r['n_pred']:4d} {r['scales']:6d} {r['ratio']:7.1f} {r['mape']:7.1f} "
                   f"{r['worst']:+8.1f} {r['mape0']:13.1f}  {', '.join(r['fitted']) or '-'} "
                   f"({time.perf_counter() - t0:.0f} s)", flush=True)
 
