@@ -135,3 +135,27 @@ def test_report_shows_the_band():
     p = next(q for q in strong if q["gpus"] == 8 and q["fits"])
     lo, hi = p["tokens_per_s_band"]
     assert lo < hi
+
+
+def _run_cal(loo: list[float], gpu: str):
+    from trainsim.cost_models.run_factors import FittedFactor, RunCalibration, RunResidual
+
+    runs = [RunResidual(name=str(i), source="s", gpu=gpu, num_gpus=8, measured_step_s=1.0, predicted_before_s=1.0,
+                        predicted_after_s=1.0, log_residual=0.0, loo_log_residual=r) for i, r in enumerate(loo)]
+    return RunCalibration(factors=[FittedFactor(name="step_overhead_s", value=0.0, stderr=0.05, prior_sd=0.05,
+                                                fitted=False)], runs=runs, noise_sd=0.01)
+
+
+def test_run_calibration_intervals_come_from_its_leave_one_out_residuals():
+    from trainsim.cost_models.profile import CalibrationProfile
+
+    scn = build_scenario({"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8, "training": {"global_batch": 8}})
+    gpu = scn.cluster.gpu.name
+    loo = [0.01 * k for k in range(-5, 6)]  # 11 residuals: conformal ranks 1 and 11 at 80 %
+    iv = interval_for(1.0, 1.0, 0.5, scn, CalibrationProfile(run_calibration=_run_cal(loo, gpu)))
+    assert iv.step_time_s == pytest.approx((math.exp(-0.05), math.exp(0.05))) and "split-conformal" in iv.basis
+    few = [-0.02, 0.0, 0.02, 0.04]
+    iv = interval_for(1.0, 1.0, 0.5, scn, CalibrationProfile(run_calibration=_run_cal(few, gpu)))
+    assert iv.step_time_s == pytest.approx(tuple(math.exp(x) for x in t_band(few, 0.8))) and "Student-t" in iv.basis
+    other = interval_for(1.0, 1.0, 0.5, scn, CalibrationProfile(run_calibration=_run_cal(loo, "A100 80GB SXM4")))
+    assert "published" in other.basis and "no run on" in other.reasons[0]
