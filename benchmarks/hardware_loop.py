@@ -6,7 +6,8 @@
 1. ``trainsim calibrate --device D --quick`` measures this machine (skipped with ``--profile`` or
    ``--no-microbench``);
 2. ``trainsim execute`` runs the bundled plan (benchmarks/hardware_plans/: one gloo rank on CPU, one GPU on
-   CUDA) with that profile and measures step time, forward/backward/optimizer phases and peak memory;
+   CUDA) with that profile and measures step time, forward/backward/optimizer phases and peak memory; with
+   two or more devices also a multi-device plan (two gloo ranks, or TP2 on two GPUs), recorded beside it;
 3. the measured step goes through the run calibration (simulator.run_fit, as ``calibrate --from-runs``);
 4. one JSON file records predicted (microbenchmarks only, then with the run calibration) vs measured: step,
    phases, peak memory, and the fitted factors. Commit the file under benchmarks/data/ as validation data.
@@ -23,6 +24,18 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PLANS = {"cpu": HERE / "hardware_plans" / "cpu_one_rank.yaml", "cuda": HERE / "hardware_plans" / "cuda_one_gpu.yaml"}
+# Run as well when more devices are present: two gloo ranks (pipeline) on CPU, TP2 on two GPUs.
+MULTI_PLANS = {"cpu": HERE.parent / "examples" / "tiny-gpt-cpu.yaml",
+               "cuda": HERE / "hardware_plans" / "cuda_two_gpu_tp2.yaml"}
+
+
+def devices(device: str) -> int:
+    """Devices this machine offers the loop: CUDA GPUs, or CPU cores (gloo ranks)."""
+    if device == "cuda":
+        import torch  # only here: the loop itself runs torch through `trainsim execute`
+        return torch.cuda.device_count()
+    import os
+    return os.cpu_count() or 1
 
 
 def _cli(*argv: str, timeout: int = 1800) -> str:
@@ -92,6 +105,8 @@ def main() -> None:
             _cli("calibrate", "--device", args.device, "--quick", "--out", profile,
                  *(["--nproc", "1"] if args.device == "cuda" else []))
         result = loop(args.device, args.plan or PLANS[args.device], profile, args.steps)
+        if args.plan is None and devices(args.device) >= 2:
+            result["multi_device"] = loop(args.device, MULTI_PLANS[args.device], profile, args.steps)
     out = args.out or HERE / "data" / f"hardware_loop_{args.device}.json"
     out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
     print(f"measured {result['measured']['step_time_s']:.4g} s; predicted {result['predicted_microbenchmarks']['step_time_s']:.4g} s "
