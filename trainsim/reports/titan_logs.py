@@ -45,7 +45,7 @@ def _get(cfg: dict, path: Path, section: str, key: str, default=None, kind=int):
     if not isinstance(sec, dict):
         raise _err(path, None, section, "must be a table")
     v = sec.get(key, default)
-    if v is not None and not isinstance(v, kind) or isinstance(v, bool) and kind is int:
+    if (v is not None and not isinstance(v, kind)) or (isinstance(v, bool) and kind is int):
         raise _err(path, None, f"{section}.{key}", f"{v!r} is not a {kind.__name__}")
     return v
 
@@ -62,7 +62,7 @@ def degrees(cfg: dict, path: Path, world: int | None) -> dict[str, int]:
                        "-1 needs the world size: the log has no 'Building N-D device mesh' line")
         shard = world // others
     for k, v in d.items():
-        if k != "data_parallel_shard" and v < 1 or k == "data_parallel_shard" and shard < 1:
+        if (k != "data_parallel_shard" and v < 1) or (k == "data_parallel_shard" and shard < 1):
             raise _err(path, None, f"parallelism.{k}_degree", f"must be >= 1, got {v}")
     d["data_parallel_shard"] = shard
     return d
