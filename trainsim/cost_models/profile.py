@@ -37,15 +37,16 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from trainsim.cost_models.run_factors import RunCalibration
 from trainsim.specs.errors import SpecError, from_validation_error
 from trainsim.specs.loaders import check_finite
 from trainsim.specs.safe_read import parse_json, read_text
 from trainsim.specs.safe_write import write_atomic
 
-PROFILE_SCHEMA_VERSION = 3
+PROFILE_SCHEMA_VERSION = 4
 # Versions this trainsim reads: 1 lacks the eager-overhead and optimizer sections (added in 2, optional);
-# 2 lacks the per-rank GEMM rates (added in 3, optional).
-READABLE_SCHEMA_VERSIONS = (1, 2, 3)
+# 2 lacks the per-rank GEMM rates (added in 3, optional); 3 lacks the run calibration (added in 4, optional).
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
 # Ranks a measured speed spread needs before it replaces the GPU spec's (one 8-GPU node): the sample spread
 # of fewer devices is too noisy to stand for a fleet of thousands.
 MIN_SPREAD_RANKS = 8
@@ -293,6 +294,11 @@ class CalibrationProfile(_Model):
     # is the part-to-part speed spread of these devices (GPUSpec.speed_spread_cv, cost_models/variation.py).
     rank_gemm_flops: list[float] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
+    # Factors fitted to measured training runs (`trainsim calibrate --from-runs`, cost_models.run_factors).
+    run_calibration: RunCalibration | None = None
+    # Measured GEMM and attention times are multiplied by this: 1 / a run calibration's compute factor for the
+    # profile's device, set at prediction time (simulator.predict), never written to the file.
+    compute_time_scale: float = Field(default=1.0, gt=0, exclude=True)
     # Where the profile was loaded from (not written to the file).
     source_path: str | None = Field(default=None, exclude=True)
 
@@ -307,7 +313,7 @@ class CalibrationProfile(_Model):
         fit = self.gemm_fits.get(dtype)
         if fit is None:
             return None
-        return fit.time_s(gemm_flops(m, n, k), gemm_bytes(m, n, k, dtype))
+        return fit.time_s(gemm_flops(m, n, k), gemm_bytes(m, n, k, dtype)) * self.compute_time_scale
 
     def gemm_flops_per_s(self, m: int, n: int, k: int, dtype: str) -> float | None:
         """Achieved FLOP/s for this shape (fitted), or None."""
@@ -329,7 +335,7 @@ class CalibrationProfile(_Model):
         if fit is None:
             return None
         flops = attention_flops(batch, heads, seq_q, seq_kv, dhead, causal, pass_)
-        return fit.time_s(flops, attention_bytes(batch, heads, seq_q, seq_kv, dhead, dtype, pass_))
+        return fit.time_s(flops, attention_bytes(batch, heads, seq_q, seq_kv, dhead, dtype, pass_)) * self.compute_time_scale
 
     def attention_efficiency(self, batch: int, heads: int, seq_q: int, seq_kv: int, dhead: int, dtype: str,
                              causal: bool = True, pass_: str = "fwd",
@@ -479,7 +485,14 @@ class CalibrationProfile(_Model):
             used = "" if self.pace_spread_cv() is not None else ", not used"
             parts.append(f"speed spread {self.speed_spread_cv:.1%} over {len(self.rank_gemm_flops)} ranks{used}")
         where = self.source_path or "(in memory)"
+        if self.run_calibration is not None:
+            runs = self.run_calibration.describe()
+            return f"{where} [{runs}]" if not self.has_measurements() else f"{where} [{', '.join(parts)}; {runs}]"
         return f"{where} [{', '.join(parts)}]"
+
+    def has_measurements(self) -> bool:
+        """Whether any microbenchmark section holds data (a run-calibration-only profile has none)."""
+        return any(self.measured().values()) or bool(self.rank_gemm_flops) or self.dispatch_overhead is not None
 
     def measured(self) -> dict[str, bool]:
         """Which parts hold measurements (for reports)."""
@@ -584,7 +597,10 @@ def load_profile(path: str | os.PathLike) -> CalibrationProfile:
     """Read a profile written by ``save_profile``; a missing, corrupt, unsafe or wrong-schema file is a SpecError."""
     p = Path(path)
     data = parse_json(read_text(p, "calibration", MAX_PROFILE_BYTES), "calibration", str(p))
-    profile = profile_from_dict(data)
+    try:
+        profile = profile_from_dict(data)
+    except SpecError as e:
+        raise SpecError(e.field, f"{e.reason} (in {p})") from None
     return profile.model_copy(update={"source_path": str(p)})
 
 

@@ -216,6 +216,9 @@ def scaling_figure(strong: Sequence[Mapping[str, float]], weak: Sequence[Mapping
         g = [p["gpus"] for p in pts]
         t = [p["tokens_per_s"] for p in pts]
         ax1.plot(g, t, marker=marker, color=colour, label=name)
+        if all(p.get("tokens_per_s_band") for p in pts):
+            ax1.fill_between(g, [p["tokens_per_s_band"][0] for p in pts], [p["tokens_per_s_band"][1] for p in pts],
+                             color=colour, alpha=0.15, linewidth=0, label=f"80 % interval ({name.split()[0]})")
         ax1.plot(g, [t[0] * x / g[0] for x in g], linestyle=":", color=colour, label=f"ideal linear ({name.split()[0]})")
         ax2.plot(g, [100 * p["mfu"] for p in pts], marker=marker, color=colour, label=name)
     for ax in (ax1, ax2):

@@ -168,6 +168,8 @@ def scaling(scn: Scenario, profile, points: int = 6) -> tuple[list[dict], list[d
     above = [c for c in counts if c > n0][: points - len(below)]
     counts = below + [n0] + above
     strong, weak = [], []
+    from trainsim.reports.intervals import interval_for, load_table
+    table = load_table()
     for n in counts:
         if n > scn.cluster.gpus_per_node and n % scn.cluster.gpus_per_node:
             continue
@@ -182,6 +184,9 @@ def scaling(scn: Scenario, profile, points: int = 6) -> tuple[list[dict], list[d
             pt = {"gpus": n, "global_batch": gb, "dp": v.dp, "fits": pred is not None,
                   "tokens_per_s": pred.tokens_per_s if pred else None, "mfu": pred.mfu if pred else None,
                   "step_time_s": pred.step_time_s if pred else None}
+            if pred is not None:  # the 80 % band the figure shades (reports.intervals)
+                iv = interval_for(pred.step_time_s, pred.tokens_per_s, pred.mfu, v, profile, 0.8, table)
+                pt["tokens_per_s_band"] = list(iv.tokens_per_s)
             (strong if kind == "strong" else weak).append(pt)
     return strong, weak
 
@@ -264,6 +269,17 @@ def _plan_for(scn: Scenario, opts: ReportOptions):
     return plan(req).to_json()
 
 
+def _band_sentence(pred, scn: Scenario, profile) -> str:
+    """The 80 % interval of the headline numbers (reports.intervals), with why it is wider when it is."""
+    from trainsim.reports.intervals import interval_for
+
+    iv = interval_for(pred.step_time_s, pred.tokens_per_s, pred.mfu, scn, profile, 0.8)
+    notes = "".join(f" Wider: {r}." for r in iv.reasons)
+    return (f"80 % interval: {fmt_time(iv.step_time_s[0])} to {fmt_time(iv.step_time_s[1])} per step, "
+            f"{fmt_si(iv.tokens_per_s[0])} to {fmt_si(iv.tokens_per_s[1])} tokens/s, MFU {fmt_pct(iv.mfu[0])} to "
+            f"{fmt_pct(iv.mfu[1])} ({iv.basis}).{notes}")
+
+
 def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any] | None = None,
                  measured: Mapping[str, Any] | None = None, title: str | None = None) -> Report:
     """Every section of the what-if report for ``scn`` (the best layout of ``plan_json`` when given)."""
@@ -280,6 +296,7 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
                 f"({fmt_si(pred.tokens_per_s)} tokens/s, MFU {fmt_pct(pred.mfu)}, HFU {fmt_pct(pred.hfu)}). "
                 f"Pipeline bubbles take {fmt_pct(pred.bubble_fraction)} of the step; exposed communication: "
                 + ", ".join(f"{k.upper()} {fmt_time(exp.get(k, 0.0))}" for k in ("tp", "cp", "ep", "pp", "dp")) + ".")
+    step_par += " " + _band_sentence(pred, scn, profile)
     tl = plots.timeline_figure(events, scn.layout.pp, step_time_s=sim_step_s,
                                title=f"One step of {scn.model.name}: {scn.layout.pp} stages × {scn.num_microbatches} micro-batches ({scn.training.schedule})"
                                + ("" if shown == scn.num_microbatches else
@@ -336,7 +353,7 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
         "weak scaling grows the global batch with the GPU count. TP, PP, CP and EP as in the scenario; "
         "closed-form predictions.")],
         [_fig("scaling", "Weak and strong scaling", "Throughput against GPUs (dotted: ideal linear scaling from the "
-              "smallest point) and MFU.", sc)],
+              "smallest point; shaded: the 80 % prediction interval, reports.intervals) and MFU.", sc)],
         [Table("Scaling points", ["kind", "GPUs", "DP", "global batch", "step", "tokens/s", "MFU", "fits"], sc_rows)]))
 
     # Ranked layouts.

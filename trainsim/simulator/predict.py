@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
 
+from trainsim.cost_models.run_factors import apply_factors
 from trainsim.specs import Scenario, SpecError
+from trainsim.specs.memo import IdentityMemo
 from trainsim.specs.safe_write import check_output_path
 
 from . import analytic, fold, variability
@@ -121,6 +124,39 @@ def host_idle_warning(scenario: Scenario, table, step_time_s: float) -> str | No
             f"(training.host_issue: cuda_graphs), torch.compile, a larger micro-batch or a smaller TP shorten it")
 
 
+def _scaled_profile(profile, scale: float):
+    return profile.model_copy(update={"compute_time_scale": scale})
+
+
+_SCALED = IdentityMemo(_scaled_profile)  # one copy per (profile, scale): the cost-table cache keys on identity
+
+
+def apply_run_values(scenario: Scenario, profile, values: dict[str, float]):
+    """Run-calibration factor values applied (cost_models.run_factors): the scaled scenario, the profile that
+    still holds measurements (its GEMM/attention times scaled by the compute factor; None when it holds none)
+    and the per-step overhead."""
+    compute = values.get(f"compute:{scenario.cluster.gpu.name}", 1.0)
+    scenario, overhead_s = apply_factors(scenario, values)
+    if profile is not None and not profile.has_measurements():
+        profile = None
+    if profile is not None and compute != 1.0:
+        profile = _SCALED(profile, 1.0 / compute)
+    return scenario, profile, overhead_s
+
+
+def _with_run_calibration(scenario: Scenario, profile):
+    """A profile's run calibration applied (apply_run_values); unchanged without one."""
+    rc = getattr(profile, "run_calibration", None)
+    if rc is None:
+        return scenario, profile, 0.0
+    return apply_run_values(scenario, profile, rc.values())
+
+
+def _plus(res, overhead_s: float):
+    """The engine result with the run calibration's fixed per-step overhead added to its step time."""
+    return dataclasses.replace(res, step_time_s=res.step_time_s + overhead_s) if overhead_s > 0 else res
+
+
 def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = False, profile=None,
             trace_path: str | Path | None = None, jitter_cv: float = 0.0,
             stragglers: tuple[float, float] | None = None, seed: int = 0, samples: int = 20) -> Prediction:
@@ -136,9 +172,10 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
     """
     _check_args(fast, trace_path, jitter_cv, stragglers, samples)
     t0 = time.perf_counter()
+    calibration = profile.describe() if profile is not None else "defaults"
+    scenario, profile, overhead_s = _with_run_calibration(scenario, profile)
     table = build_cost_table(scenario, profile=profile, ideal_network=ideal_network)
     build_s = time.perf_counter() - t0
-    calibration = profile.describe() if profile is not None else "defaults"
     host = table.host_bytes
     warnings: list[str] = []
     if scenario.layout.stage_layers is not None:
@@ -157,20 +194,20 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
         warnings.append(f"offload needs {node_host / 1e9:.0f} GB of host memory per node, more than the "
                         f"cluster's host_memory_bytes ({scenario.cluster.host_memory_bytes / 1e9:.0f} GB)")
     if fast:
-        res = analytic.estimate(table)
+        res = _plus(analytic.estimate(table), overhead_s)
         pred = to_prediction(scenario, table, res, mode="closed-form", calibration=calibration,
                              host_bytes=host, warnings=warnings)
     else:
         _check_unfoldable(table, trace_path is not None, jitter_cv, samples)
-        res = (simulate(table, record=True) if trace_path is not None
-               else simulate_step(table, max_passes=fold.MAX_WHOLE_PASSES))
+        res = _plus(simulate(table, record=True) if trace_path is not None
+                    else simulate_step(table, max_passes=fold.MAX_WHOLE_PASSES), overhead_s)
         pred = to_prediction(scenario, table, res, mode="discrete-event", calibration=calibration,
                              host_bytes=host, warnings=warnings)
         if trace_path is not None:
             write_trace(res, trace_path, static_bytes=[st.static_bytes for st in table.stages],
                         metadata={"scenario": scenario.name, "model": scenario.model.name,
                                   "layout": pred.layout, "schedule": scenario.training.schedule})
-        _monte_carlo(pred, scenario, table, jitter_cv, stragglers, seed, samples)
+        _monte_carlo(pred, scenario, table, jitter_cv, stragglers, seed, samples, overhead_s)
     idle = host_idle_warning(scenario, table, pred.step_time_s)
     if idle:
         pred.warnings.append(idle)
@@ -180,8 +217,9 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
 
 
 def _monte_carlo(pred: Prediction, scenario: Scenario, table: CostTable, jitter_cv: float, stragglers,
-                 seed: int, samples: int) -> None:
-    """Seeded jitter / straggler repetitions of the step (variability.py) into ``pred.variability``."""
+                 seed: int, samples: int, overhead_s: float = 0.0) -> None:
+    """Seeded jitter / straggler repetitions of the step (variability.py) into ``pred.variability``; each
+    sample's step carries the run calibration's fixed per-step ``overhead_s``."""
     var = variability.Variability(
         jitter_cv=float(jitter_cv),
         straggler_fraction=float(stragglers[0]) if stragglers else 0.0,
@@ -203,8 +241,8 @@ def _monte_carlo(pred: Prediction, scenario: Scenario, table: CostTable, jitter_
         # a straggler scales whole stages, so the steady state still repeats and folds
         r = (simulate(table, op_scale=op_scale, stage_scale=stage_scale) if op_scale is not None
              else simulate_step(table, stage_scale=stage_scale, max_passes=fold.MAX_WHOLE_PASSES))
-        by_stages[key] = r.step_time_s
-        times.append(r.step_time_s)
+        by_stages[key] = r.step_time_s + overhead_s
+        times.append(r.step_time_s + overhead_s)
         events += r.events
         wall += r.wall_s
     pred.variability = {

@@ -21,8 +21,9 @@ from pathlib import Path
 
 from trainsim.kernels.calibrate import SECTIONS  # the worker's own list (imports torch lazily)
 from trainsim.kernels.launch import MAX_GPUS_PER_NODE, MAX_SLURM_NODES
-from trainsim.reports.commands.common import float_range, int_range
 from trainsim.kernels.shell_values import refuse_control_chars
+from trainsim.reports.commands import calibrate_runs
+from trainsim.reports.commands.common import float_range, int_range
 from trainsim.specs import SpecError
 from trainsim.specs.safe_write import check_output_path, write_atomic
 
@@ -37,6 +38,8 @@ examples:
   trainsim calibrate --device cuda --out c.json --emit-slurm c.sbatch --nodes 4 --gpus-per-node 8
   trainsim calibrate --import-nccl-tests all_reduce.txt ag.json --nccl-group-size 16 --nccl-nodes 2 \\
                      --out c.json --merge-into h100.json
+  trainsim calibrate --from-runs runs.csv megatron_64gpu.log --cluster dgx-h100 --out mine.json
+  trainsim calibrate --from-runs titan.log --config llama3_8b.toml --cluster dgx-h100 --out mine.json
 
 nccl-tests import: text tables and -J JSON are both read. The collective comes from the file
 ("# Collective test starting", the JSON args, or a file name like all_gather_perf*.txt) or --nccl-op;
@@ -63,6 +66,7 @@ def register(subparsers) -> None:
     p.add_argument("--peak-preset", help="GPU preset whose dense peaks efficiencies refer to (default: by device name)")
     p.add_argument("--fit-min-bytes", type=float_range(0, 2.0**40), help="fit collective alpha/beta on sizes >= this many bytes")
     p.add_argument("--json", action="store_true", help="print a JSON summary instead of text")
+    calibrate_runs.add_args(p)
     slurm = p.add_argument_group("cluster runs (sbatch)")
     slurm.add_argument("--emit-slurm", metavar="FILE", help="write an sbatch script that runs calibration with srun")
     slurm.add_argument("--nodes", type=int_range(1, MAX_SLURM_NODES), help="nodes in the job (default 1)")
@@ -127,13 +131,14 @@ def worker_args(args: argparse.Namespace, device: str) -> list[str]:
 IMPORT_ONLY = ("nccl_op", "nccl_group_size", "nccl_nodes", "nccl_prefer", "merge_into")
 SLURM_ONLY = ("nodes", "gpus_per_node", "partition", "account", "time")
 MEASURE_ONLY = ("nproc",)
+FROM_RUNS_ONLY = ("config", "cluster")
 
 
 def _refuse_other_modes(args: argparse.Namespace) -> None:
     mode = ("import_nccl_tests" if args.import_nccl_tests else "emit_slurm" if args.emit_slurm is not None
             else "measure")
     foreign = {"import_nccl_tests": SLURM_ONLY + MEASURE_ONLY, "emit_slurm": IMPORT_ONLY + MEASURE_ONLY,
-               "measure": IMPORT_ONLY + SLURM_ONLY}[mode]
+               "measure": IMPORT_ONLY + SLURM_ONLY}[mode] + FROM_RUNS_ONLY
     given = [f"--{k.replace('_', '-')}" for k in foreign if getattr(args, k, None) is not None]
     if given:
         where = {"import_nccl_tests": "--import-nccl-tests", "emit_slurm": "--emit-slurm",
@@ -143,6 +148,8 @@ def _refuse_other_modes(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     out = _check_out(args.out)
+    if args.from_runs:
+        return calibrate_runs.run_from_runs(args, out)
     _refuse_other_modes(args)
     if args.import_nccl_tests:
         if args.device or args.emit_slurm is not None:

@@ -83,6 +83,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--price-per-gpu-hour", type=nonneg_float, help="cost per GPU-hour")
     p.add_argument("--top", type=int_range(1, 10_000), default=10, help="layouts confirmed with the engine and shown")
     p.add_argument("--objective", choices=("time", "cost"), default="time", help="rank by time to train or by cost")
+    p.add_argument("--rank-by", choices=("p50", "p90"), default="p50",
+                   help="step-time quantile the ranking uses: the prediction (p50) or the upper end of its 80 %% "
+                        "interval (p90, reports.plan_bands)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print one JSON object")
     out.add_argument("--csv", action="store_true", help="print the ranked layouts as CSV")
@@ -313,12 +316,25 @@ def run(args: argparse.Namespace) -> int:
     quiet = args.json or args.csv
     with make_executor(args.workers, args.dask_scheduler) as ex, rich_progress(not quiet) as progress:
         result = plan(req, executor=ex, progress=progress)
+    from trainsim.cost_models.profile import load_profile
+    from trainsim.reports import plan_bands
+    ivs = plan_bands.rank(result, args.rank_by, load_profile(req.profile_path) if req.profile_path else None)
     warn_beyond_published(max(req.gpu_counts), req.global_batch, req.seq_len)  # after any refusal
     if args.json:
-        json.dump(result.to_json(), sys.stdout, indent=1)
+        out = result.to_json()
+        out["rank_by"] = args.rank_by
+        out["rows"] = [plan_bands.row_json(d, ivs.get(r.candidate.key())) for d, r in zip(out["rows"], result.rows)]
+        json.dump(out, sys.stdout, indent=1)
         sys.stdout.write("\n")
     elif args.csv:
         write_csv(result)
     else:
         print_table(result)
+        best = result.rows[0] if result.rows else None
+        iv = ivs.get(best.candidate.key()) if best is not None else None
+        if iv is not None:
+            print(f"ranked by {args.rank_by}; best layout's step time {best.step_time_s:.4g} s, 80 % interval "
+                  f"{iv.step_time_s[0]:.4g} .. {iv.step_time_s[1]:.4g} s ({iv.basis})")
+            for why in iv.reasons:
+                print(f"  note: {why}")
     return 0

@@ -42,12 +42,16 @@ def register(subparsers) -> None:
                    help="each GPU slow with probability FRACTION, SLOWDOWN x slower compute (Monte Carlo)")
     p.add_argument("--samples", type=int_range(1, 10_000), default=20, help="Monte Carlo repetitions (default 20)")
     p.add_argument("--seed", type=int_range(0, 2**63 - 1), default=0, help="Monte Carlo seed (default 0)")
+    p.add_argument("--coverage", type=float_range(0.5, 0.95), default=0.8,
+                   help="coverage of the prediction interval (default 0.8; reports.intervals)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from trainsim.reports.intervals import check_coverage, interval_for
     from trainsim.simulator.predict import predict
 
+    check_coverage(args.coverage)
     scenario = scenario_from_args(args)
     profile = None
     if getattr(args, "calibration", None):
@@ -56,18 +60,19 @@ def run(args: argparse.Namespace) -> int:
     pred = predict(scenario, fast=args.fast, ideal_network=args.ideal_network, profile=profile,
                    trace_path=args.trace, jitter_cv=args.jitter, stragglers=args.straggler, seed=args.seed,
                    samples=args.samples)
+    iv = interval_for(pred.step_time_s, pred.tokens_per_s, pred.mfu, scenario, profile, args.coverage)
     # After the prediction: a refusal (exit 2) stays one line.
     warn_beyond_published(scenario.num_gpus, scenario.training.global_batch, scenario.training.seq_len)
     if args.json:
         m = scenario.model
-        print(json.dumps({**pred.to_json(), "model": {"total_params": m.total_params(),
-                                                      "active_params": m.active_params()}}))
+        print(json.dumps({**pred.to_json(), **iv.to_json(),
+                          "model": {"total_params": m.total_params(), "active_params": m.active_params()}}))
     else:
-        render(pred, scenario)
+        render(pred, scenario, iv)
     return 0
 
 
-def render(pred, scenario) -> None:
+def render(pred, scenario, iv=None) -> None:
     """The readable rich table."""
     from rich.console import Console
     from rich.table import Table
@@ -87,6 +92,8 @@ def render(pred, scenario) -> None:
     t.add_column("metric")
     t.add_column("value", justify="right")
     t.add_row("step time", f"{pred.step_time_s:.4g} s")
+    if iv is not None:
+        t.add_row(f"step time {iv.coverage:.0%} interval", f"{iv.step_time_s[0]:.4g} .. {iv.step_time_s[1]:.4g} s")
     if pred.variability:
         v = pred.variability
         t.add_row("step time p50 / p99", f"{v['step_time_p50_s']:.4g} / {v['step_time_p99_s']:.4g} s "
@@ -125,3 +132,7 @@ def render(pred, scenario) -> None:
     c.print(f"peak {pred.peak_bytes / GiB:.1f} GiB -> " + ("[green]fits[/]" if pred.fits else "[red]does not fit[/]"))
     for w in pred.warnings:
         c.print(f"[yellow]note:[/] {w}")
+    if iv is not None:
+        from trainsim.reports.intervals import text
+        for line in text(iv):
+            c.print(line, highlight=False)

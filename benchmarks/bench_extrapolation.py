@@ -1,0 +1,134 @@
+"""What a user of `calibrate --from-runs` gets: calibrate on the fewest-GPU runs of a family, predict the rest.
+
+    python benchmarks/bench_extrapolation.py [--only DATASET ...] [--no-coverage]
+
+A family is a set of published runs on one stack at several scales (reports.residual_sources datasets):
+SC21 Table 1 (weak scaling), SC21 Table 2 PTD-P per model, Korthikanti et al. per recipe, Llama 3, the
+multi-scale families of docs/probe_runs.csv (same source table and model), MosaicML per GPU type / precision /
+model / sequence length and Megatron-Bridge per system / precision / model (both from ../shared/validation).
+For each family: the run(s) with the fewest GPUs are the calibration (simulator.run_fit), every run with more
+GPUs is predicted with the fitted factors; printed: GPU-count ratio covered, MAPE and worst row, and the
+same before calibration (presets). Then the coverage of the 80 % intervals (reports.intervals) on rows held
+out by source: each source's rows against the residual mixture of the other sources.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from collections import defaultdict
+
+import numpy as np
+
+from trainsim.cost_models.run_factors import apply_factors
+from trainsim.reports.intervals import _cdf, build_table, load_table, mixture_quantile
+from trainsim.reports.measured_runs import run_of_case
+from trainsim.reports.residual_sources import datasets, residual_rows
+from trainsim.simulator.predict import predict
+from trainsim.simulator.run_fit import fit_runs
+
+
+def family_key(name: str, case) -> tuple | None:
+    s = case.scenario
+    if name == "sc21":
+        return (name, case.category) if case.category == "Table 1" else (name, case.category, s.model.name)
+    if name in ("korthikanti", "llama3"):
+        return (name, case.category)
+    if name in ("probe", "nemo"):
+        return (name, case.category, s.model.name)
+    if name == "mosaic":
+        return (name, case.category, s.model.name, s.training.seq_len)
+    return None
+
+
+def families(name: str, ds) -> dict[tuple, list]:
+    groups: dict[tuple, list] = defaultdict(list)
+    for c in ds.active:
+        if math.isfinite(c.published) and c.published > 0:
+            key = family_key(name, c)
+            if key is not None:
+                groups[key].append(c)
+    return {k: v for k, v in groups.items() if len({c.scenario.num_gpus for c in v}) >= 2}
+
+
+def evaluate_family(ds, cases: list, source: str) -> dict:
+    runs = [run_of_case(c, ds, source) for c in cases]
+    least = min(r.scenario.num_gpus for r in runs)
+    cal_runs = [r for r in runs if r.scenario.num_gpus == least]
+    held = [r for r in runs if r.scenario.num_gpus > least]
+    cal = fit_runs(cal_runs, leave_one_out=False)
+    values = cal.values()
+    errs, errs0 = [], []
+    for r in held:
+        scn, over = apply_factors(r.scenario, values)
+        errs.append((predict(scn).step_time_s + over) / r.step_time_s - 1)
+        errs0.append(predict(r.scenario).step_time_s / r.step_time_s - 1)
+    worst = max(range(len(errs)), key=lambda i: abs(errs[i]))
+    return {"n_cal": len(cal_runs), "n_pred": len(held), "ratio": max(r.scenario.num_gpus for r in runs) / least,
+            "scales": len({r.scenario.num_gpus for r in runs}),
+            "mape": 100 * float(np.mean(np.abs(errs))), "worst": 100 * errs[worst], "worst_row": held[worst].name,
+            "mape0": 100 * float(np.mean(np.abs(errs0))), "fitted": cal.fitted_names()}
+
+
+def extrapolation(only: list[str] | None) -> None:
+    print(f"{'family':58} {'cal':>3} {'pred':>4} {'scales':>6} {'GPUs x':>7} {'MAPE %':>7} {'worst %':>8} "
+          f"{'preset MAPE %':>13}  fitted")
+    for name, load in datasets().items():
+        if only and name not in only or name == "zero-bubble":
+            continue  # zero-bubble rows are one scale each (schedules, not scales)
+        ds = load()
+        for key, cases in sorted(families(name, ds).items(), key=lambda kv: str(kv[0])):
+            t0 = time.perf_counter()
+            r = evaluate_family(ds, cases, name)
+            label = " / ".join(str(k) for k in key)[:58]
+            print(f"{label:58} {r['n_cal']:3d} {r['n_pred']:4d} {r['scales']:6d} {r['ratio']:7.1f} {r['mape']:7.1f} "
+                  f"{r['worst']:+8.1f} {r['mape0']:13.1f}  {', '.join(r['fitted']) or '-'} "
+                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+
+
+def held_out_coverage(sources: dict[str, dict], level: float = 0.8) -> None:
+    """Each source's rows against the 80 % interval of the mixture of the other sources (reports.intervals)."""
+    a = 1 - level
+    n_all = sum(s["n"] for s in sources.values())
+    hits_all, per_source = 0.0, []
+    print(f"\n{level:.0%} intervals on rows held out by source ({n_all} rows, {len(sources)} sources):")
+    for name, src in sorted(sources.items()):
+        others = [v for k, v in sources.items() if k != name]
+        lo, hi = mixture_quantile(others, a / 2), mixture_quantile(others, 1 - a / 2)
+        cov = _cdf(src, hi) - _cdf(src, lo)
+        hits_all += cov * src["n"]
+        per_source.append(cov)
+        print(f"  {name:48} n={src['n']:4d}  interval x{math.exp(lo):.3f}..x{math.exp(hi):.3f}  covered {cov:6.1%}")
+    print(f"coverage: {hits_all / n_all:.1%} of rows, {np.mean(per_source):.1%} averaged over sources "
+          f"(target 75-85 %)")
+
+
+def coverage(only: list[str] | None, recompute: bool) -> None:
+    """From the stored table (each source's residual CDF on its 2.5 % quantile grid), or recomputed rows."""
+    if not recompute:
+        held_out_coverage(load_table()["sources"])
+        return
+    rows = []
+    for name, load in datasets().items():
+        if not only or name in only:
+            rows += residual_rows(name, load(), lambda s: predict(s).step_time_s)
+    held_out_coverage(build_table([(s, r, f) for s, r, f, _ in rows])["sources"])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="+", help="dataset names (default all)")
+    ap.add_argument("--no-coverage", action="store_true")
+    ap.add_argument("--no-extrapolation", action="store_true")
+    ap.add_argument("--recompute", action="store_true",
+                    help="coverage from freshly predicted rows instead of the stored table (minutes)")
+    args = ap.parse_args()
+    if not args.no_extrapolation:
+        extrapolation(args.only)
+    if not args.no_coverage:
+        coverage(args.only, args.recompute)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Prediction intervals: closed forms, coverage on synthetic residuals, the stored table, predict's output."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import t as student_t
+
+from trainsim.reports.cli import main
+from trainsim.reports.intervals import (
+    build_table,
+    conformal_band,
+    interval_for,
+    load_table,
+    mixture_quantile,
+    published_band,
+    scenario_features,
+    t_band,
+)
+from trainsim.specs import build_scenario
+
+
+def test_conformal_order_statistics():
+    # n = 19, 80 %: ranks floor(20 x 0.1) = 2 and ceil(20 x 0.9) = 18 of the sorted residuals.
+    r = [float(i) for i in range(19, 0, -1)]
+    assert conformal_band(r, 0.8) == (2.0, 18.0)
+    assert conformal_band(r[:5], 0.8) is None  # 5 residuals cannot bound a 10 % tail
+
+
+def test_student_t_band():
+    lo, hi = t_band([-0.1, 0.0, 0.1], 0.8)
+    half = student_t.ppf(0.9, 2) * 0.1 * math.sqrt(4 / 3)
+    assert (lo, hi) == pytest.approx((-half, half))
+
+
+def test_mixture_intervals_cover_new_sources_at_their_rate():
+    # Residuals of a source: its own offset ~ N(0, 0.08) plus row noise ~ N(0, 0.05). The table of 200 sources,
+    # each weighted equally, must cover about 80 % of the rows of 400 new sources.
+    rng = np.random.default_rng(7)
+
+    def source(n: int) -> np.ndarray:
+        return rng.normal(0, 0.08) + rng.normal(0, 0.05, n)
+
+    rows = [(f"s{i}", float(r), {}) for i in range(200) for r in source(int(rng.integers(5, 60)))]
+    srcs = list(build_table(rows)["sources"].values())
+    lo, hi = mixture_quantile(srcs, 0.1), mixture_quantile(srcs, 0.9)
+    new = [source(20) for _ in range(400)]
+    covered = np.mean([np.mean((r >= lo) & (r <= hi)) for r in new])
+    assert 0.75 <= covered <= 0.85
+    # The population's own 80 % band: +-1.2816 x sqrt(0.08^2 + 0.05^2).
+    assert hi == pytest.approx(1.2816 * math.hypot(0.08, 0.05), rel=0.2)
+
+
+def test_unvalidated_scenario_gets_the_wider_envelope():
+    table = load_table()
+    known = build_scenario({"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8, "training": {"global_batch": 8}})
+    f = scenario_features(known)
+    lo, hi, basis, why = published_band(table, f, 0.8)
+    assert not why and "split-conformal" in basis
+    odd = {**f, "gpu": ["Imaginary X1"], "framework": ["nothing-like-it"]}
+    lo2, hi2, basis2, why2 = published_band(table, odd, 0.8)
+    assert len(why2) == 2 and "Imaginary X1" in why2[0] and "envelope" in basis2
+    assert lo2 <= lo and hi2 >= hi and hi2 - lo2 > hi - lo
+
+
+def test_interval_is_the_prediction_times_the_residual_quantiles():
+    scn = build_scenario({"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8, "training": {"global_batch": 8}})
+    lo, hi, _, _ = published_band(load_table(), scenario_features(scn), 0.9)
+    iv = interval_for(2.0, 1000.0, 0.4, scn, coverage=0.9)
+    assert iv.step_time_s == pytest.approx((2.0 * math.exp(lo), 2.0 * math.exp(hi)))
+    assert iv.tokens_per_s == pytest.approx((2000.0 / iv.step_time_s[1], 2000.0 / iv.step_time_s[0]))
+    assert iv.mfu[0] == pytest.approx(0.8 / iv.step_time_s[1])
+
+
+def test_predict_prints_the_interval(capsys):
+    argv = ["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch", "8"]
+    assert main(argv + ["--json", "--coverage", "0.9"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    lo, hi = out["step_time_interval_s"]
+    assert out["interval_coverage"] == 0.9 and 0 < lo < hi
+    assert out["tokens_per_s_interval"][0] == pytest.approx(out["tokens_per_s"] * out["step_time_s"] / hi)
+    assert main(argv) == 0
+    assert "90 % interval" not in capsys.readouterr().out
+    assert main(argv + ["--coverage", "0.99"]) == 2
+    assert "coverage" in capsys.readouterr().err
+
+
+def test_stored_table_matches_what_the_script_computes_on_a_subset():
+    """benchmarks/residual_table.py's rows of two small probe sources, recomputed now, give the stored
+    quantiles (regenerate the table with that script when the model moves predictions)."""
+    from trainsim.reports.residual_sources import datasets, residual_rows
+    from trainsim.simulator.predict import predict
+
+    ds = datasets()["probe"]()
+    wanted = ("probe: Trainy H200 results table ZeRO-3", "probe: DGXC BF16 table")
+    sub = type(ds)(**{**ds.__dict__, "cases": tuple(c for c in ds.cases if f"probe: {c.category}" in wanted)})
+    rows = residual_rows("probe", sub, lambda s: predict(s).step_time_s)
+    fresh = build_table([(s, r, f) for s, r, f, _ in rows])["sources"]
+    stored = load_table()["sources"]
+    assert set(fresh) == set(wanted)
+    for name, src in fresh.items():
+        assert src["n"] == stored[name]["n"]
+        assert src["quantiles"] == pytest.approx(stored[name]["quantiles"], abs=0.01), \
+            "stale table: run python benchmarks/residual_table.py"
+        assert src["covers"] == stored[name]["covers"]
+
+
+def test_plan_ranks_by_the_chosen_quantile(capsys):
+    argv = ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8:16", "--global-batch", "64",
+            "--seq-len", "4096", "--top", "3", "--max-micro-batch", "2", "--schedule", "1f1b", "--json"]
+    assert main(argv + ["--rank-by", "p90"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["rank_by"] == "p90"
+    rows = [r for r in d["rows"] if r["fits"]]
+    keys = [r["time_to_train_s"] * r["step_time_p90_s"] / r["step_time_s"] for r in rows]
+    assert keys == sorted(keys)
+    for r in rows:
+        lo, hi = r["step_time_interval_s"]
+        assert hi == r["step_time_p90_s"] and lo < hi
+
+
+def test_report_shows_the_band():
+    from trainsim.reports.whatif import _band_sentence, scaling
+    from trainsim.simulator.predict import predict
+
+    scn = build_scenario({"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8,
+                          "training": {"global_batch": 8, "zero": 3, "framework": "torch"}})
+    pred = predict(scn)
+    iv = interval_for(pred.step_time_s, pred.tokens_per_s, pred.mfu, scn)
+    assert "80 % interval" in _band_sentence(pred, scn, None) and iv.basis in _band_sentence(pred, scn, None)
+    strong, _ = scaling(scn, None, points=2)
+    p = next(q for q in strong if q["gpus"] == 8 and q["fits"])
+    lo, hi = p["tokens_per_s_band"]
+    assert lo < hi
+
+
+def _run_cal(loo: list[float], gpu: str):
+    from trainsim.cost_models.run_factors import FittedFactor, RunCalibration, RunResidual
+
+    runs = [RunResidual(name=str(i), source="s", gpu=gpu, num_gpus=8, measured_step_s=1.0, predicted_before_s=1.0,
+                        predicted_after_s=1.0, log_residual=0.0, loo_log_residual=r) for i, r in enumerate(loo)]
+    return RunCalibration(factors=[FittedFactor(name="step_overhead_s", value=0.0, stderr=0.05, prior_sd=0.05,
+                                                fitted=False)], runs=runs, noise_sd=0.01)
+
+
+def test_run_calibration_intervals_come_from_its_leave_one_out_residuals():
+    from trainsim.cost_models.profile import CalibrationProfile
+
+    scn = build_scenario({"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8, "training": {"global_batch": 8}})
+    gpu = scn.cluster.gpu.name
+    loo = [0.01 * k for k in range(-5, 6)]  # 11 residuals: conformal ranks 1 and 11 at 80 %
+    iv = interval_for(1.0, 1.0, 0.5, scn, CalibrationProfile(run_calibration=_run_cal(loo, gpu)))
+    assert iv.step_time_s == pytest.approx((math.exp(-0.05), math.exp(0.05))) and "split-conformal" in iv.basis
+    few = [-0.02, 0.0, 0.02, 0.04]
+    iv = interval_for(1.0, 1.0, 0.5, scn, CalibrationProfile(run_calibration=_run_cal(few, gpu)))
+    assert iv.step_time_s == pytest.approx(tuple(math.exp(x) for x in t_band(few, 0.8))) and "Student-t" in iv.basis
+    other = interval_for(1.0, 1.0, 0.5, scn, CalibrationProfile(run_calibration=_run_cal(loo, "A100 80GB SXM4")))
+    assert "published" in other.basis and "no run on" in other.reasons[0]

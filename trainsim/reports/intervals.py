@@ -1,0 +1,219 @@
+"""Prediction intervals from measured residuals (split-conformal, grouped by source).
+
+The residual of a published run is r = ln(measured step / predicted step). The stored table
+(``trainsim/data/residual_quantiles.json``, written by ``benchmarks/residual_table.py``) holds, per source
+(a paper, a vendor table, a project's docs), the quantiles of its rows' residuals and what its runs cover
+(GPU types, frameworks, parallelism, model families). A prediction's interval at coverage c is
+[pred x e^{q(a/2)}, pred x e^{q(1 - a/2)}], a = 1 - c, where q is the quantile of the equal-weight mixture of
+the sources' residual distributions: every source counts once however many rows it has, and a new scenario
+is treated as one more source. The benchmark checks this on held-out sources (each source's rows against
+the mixture of the others).
+
+A scenario unlike every validated one (its GPU type, framework, a parallelism dimension or its model
+family absent from all sources) gets the envelope of the per-source intervals instead -- from the
+lowest source's lower quantile to the highest source's upper quantile -- with one line per missing feature.
+
+With a run calibration (``calibrate --from-runs``) the residuals are its runs' leave-one-out residuals:
+split-conformal order statistics when there are enough runs for the coverage (n >= 2/a - 1), else a Student-t
+interval from their mean and sd (3 or more runs), else the published-run table with a line saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+LEVELS = tuple(round(x, 3) for x in np.linspace(0.025, 0.975, 39))  # the stored quantile grid
+TABLE_NAME = "residual_quantiles.json"
+MIN_COVERAGE, MAX_COVERAGE = 0.5, 0.95  # beyond 95 % the stored 2.5 % / 97.5 % quantiles are extrapolation
+
+
+def table_path() -> Path:
+    return Path(str(resources.files("trainsim.data").joinpath(TABLE_NAME)))
+
+
+def scenario_features(scenario) -> dict[str, list[str]]:
+    """What a run exercises: GPU type, framework, parallel dimensions in use, model family."""
+    lay, tr, m = scenario.layout, scenario.training, scenario.model
+    dims = [d for d in ("tp", "pp", "cp", "ep") if getattr(lay, d) > 1]
+    if lay.vpp > 1:
+        dims.append("vpp")
+    if tr.zero >= 3:
+        dims.append("zero3")
+    family = "moe" if m.is_moe else ("llama-style" if m.activation == "swiglu" else "gpt-style")
+    return {"gpu": [scenario.cluster.gpu.name], "framework": [tr.framework], "parallelism": dims, "family": [family]}
+
+
+def source_summary(residuals: list[float], features: list[dict[str, list[str]]]) -> dict:
+    """One source's row count, residual quantiles on LEVELS and the union of its rows' features."""
+    r = np.asarray(residuals, dtype=float)
+    cover: dict[str, set[str]] = {}
+    for f in features:
+        for k, v in f.items():
+            cover.setdefault(k, set()).update(v)
+    return {"n": int(r.size), "quantiles": [float(np.quantile(r, q)) for q in LEVELS],
+            "min": float(r.min()), "max": float(r.max()), "covers": {k: sorted(v) for k, v in cover.items()}}
+
+
+def build_table(rows: list[tuple[str, float, dict[str, list[str]]]]) -> dict:
+    """The stored table from (source, residual, features) rows."""
+    by: dict[str, list] = {}
+    for src, r, feat in rows:
+        by.setdefault(src, []).append((r, feat))
+    sources = {s: source_summary([r for r, _ in v], [f for _, f in v]) for s, v in sorted(by.items())}
+    return {"kind": "trainsim-residual-quantiles", "schema_version": 1, "levels": list(LEVELS),
+            "residual": "ln(measured step / predicted step)", "sources": sources}
+
+
+def load_table(path: Path | None = None) -> dict:
+    return json.loads((path or table_path()).read_text(encoding="utf-8"))
+
+
+def _cdf(src: dict, x: float) -> float:
+    """A source's residual CDF at x, linear between its stored quantiles (and its min / max)."""
+    xs = [src["min"], *src["quantiles"], src["max"]]
+    ps = [0.0, *LEVELS, 1.0]
+    return float(np.interp(x, xs, ps))
+
+
+def mixture_quantile(sources: list[dict], p: float) -> float:
+    """Quantile p of the equal-weight mixture of the sources' residual distributions (bisection)."""
+    lo = min(s["min"] for s in sources) - 1e-9
+    hi = max(s["max"] for s in sources) + 1e-9
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        if sum(_cdf(s, mid) for s in sources) / len(sources) < p:
+            lo = mid
+        else:
+            hi = mid
+    return 0.5 * (lo + hi)
+
+
+def source_quantile(src: dict, p: float) -> float:
+    return float(np.interp(p, [0.0, *LEVELS, 1.0], [src["min"], *src["quantiles"], src["max"]]))
+
+
+def novelty(table: dict, feats: dict[str, list[str]]) -> list[str]:
+    """One line per feature of the scenario that no validated source covers."""
+    covered: dict[str, set[str]] = {}
+    for s in table["sources"].values():
+        for k, v in s["covers"].items():
+            covered.setdefault(k, set()).update(v)
+    out = []
+    for k, vals in feats.items():
+        for v in vals:
+            if v not in covered.get(k, set()):
+                out.append(f"{k} {v!r} is in none of the validated runs ({len(table['sources'])} sources)")
+    return out
+
+
+def published_band(table: dict, feats: dict[str, list[str]], coverage: float) -> tuple[float, float, str, list[str]]:
+    """(ln lower, ln upper, basis, reasons) from the published-run table."""
+    a = 1.0 - coverage
+    srcs = list(table["sources"].values())
+    why = novelty(table, feats)
+    n = sum(s["n"] for s in srcs)
+    if why:
+        lo = min(source_quantile(s, a / 2) for s in srcs)
+        hi = max(source_quantile(s, 1 - a / 2) for s in srcs)
+        return lo, hi, f"envelope of the per-source intervals of {n} published runs ({len(srcs)} sources)", why
+    basis = f"split-conformal over {n} published runs, {len(srcs)} sources weighted equally"
+    return mixture_quantile(srcs, a / 2), mixture_quantile(srcs, 1 - a / 2), basis, []
+
+
+def conformal_band(residuals: list[float], coverage: float) -> tuple[float, float] | None:
+    """Split-conformal order statistics of held-out residuals; None when too few for this coverage."""
+    r = sorted(residuals)
+    n = len(r)
+    a = 1.0 - coverage
+    k_hi = math.ceil((n + 1) * (1 - a / 2) - 1e-9)  # 1e-9: 0.8's binary error must not move a rank
+    k_lo = math.floor((n + 1) * (a / 2) + 1e-9)
+    if k_hi > n or k_lo < 1:
+        return None
+    return r[k_lo - 1], r[k_hi - 1]
+
+
+def t_band(residuals: list[float], coverage: float) -> tuple[float, float]:
+    """Student-t prediction interval of one more residual from n >= 2 held-out ones."""
+    from scipy.stats import t
+
+    r = np.asarray(residuals, dtype=float)
+    n = r.size
+    half = float(t.ppf(0.5 + coverage / 2, n - 1)) * float(r.std(ddof=1)) * math.sqrt(1 + 1 / n)
+    return float(r.mean()) - half, float(r.mean()) + half
+
+
+def run_band(rc, scenario, coverage: float) -> tuple[float, float, str] | str:
+    """(ln lower, ln upper, basis) from a run calibration's leave-one-out residuals, or why it cannot give one."""
+    loo = rc.loo_residuals()
+    gpus = {r.gpu for r in rc.runs}
+    if scenario.cluster.gpu.name not in gpus:
+        return f"the run calibration has no run on {scenario.cluster.gpu.name}"
+    if len(loo) < 3:
+        return f"the run calibration has {len(loo)} leave-one-out residual(s); 3 are needed"
+    band = conformal_band(loo, coverage)
+    if band is not None:
+        return band[0], band[1], f"split-conformal over the {len(loo)} leave-one-out residuals of the run calibration"
+    lo, hi = t_band(loo, coverage)
+    return lo, hi, (f"Student-t over the {len(loo)} leave-one-out residuals of the run calibration "
+                    f"(conformal needs >= {math.ceil(2 / (1 - coverage)) - 1} at this coverage)")
+
+
+@dataclass
+class Interval:
+    """A prediction's interval at ``coverage``: step time, tokens/s and MFU, with how it was derived."""
+
+    coverage: float
+    step_time_s: tuple[float, float]
+    tokens_per_s: tuple[float, float]
+    mfu: tuple[float, float]
+    basis: str
+    reasons: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"interval_coverage": self.coverage, "step_time_interval_s": list(self.step_time_s),
+                "tokens_per_s_interval": list(self.tokens_per_s), "mfu_interval": list(self.mfu),
+                "interval_basis": self.basis, "interval_reasons": list(self.reasons)}
+
+
+def check_coverage(coverage: float) -> float:
+    from trainsim.specs import SpecError
+
+    if not (math.isfinite(coverage) and MIN_COVERAGE <= coverage <= MAX_COVERAGE):
+        raise SpecError("coverage", f"must be between {MIN_COVERAGE} and {MAX_COVERAGE}, got {coverage}")
+    return coverage
+
+
+def interval_for(step_s: float, tokens_per_s: float, mfu: float, scenario, profile=None, coverage: float = 0.8,
+                 table: dict | None = None) -> Interval:
+    """The interval of one prediction (module docstring). ``profile`` may hold a run calibration."""
+    check_coverage(coverage)
+    rc = getattr(profile, "run_calibration", None)
+    reasons: list[str] = []
+    band = run_band(rc, scenario, coverage) if rc is not None else None
+    if isinstance(band, tuple):
+        lo, hi, basis = band
+    else:
+        if isinstance(band, str):
+            reasons.append(f"{band}: interval from the published runs")
+        lo, hi, basis, why = published_band(table or load_table(), scenario_features(scenario), coverage)
+        reasons += why
+    lo, hi = min(lo, hi), max(lo, hi)
+    step = (step_s * math.exp(lo), step_s * math.exp(hi))
+    return Interval(coverage, step, (tokens_per_s * step_s / step[1], tokens_per_s * step_s / step[0]),
+                    (mfu * step_s / step[1], mfu * step_s / step[0]), basis, reasons)
+
+
+def text(iv: Interval) -> list[str]:
+    """Lines for the readable output."""
+    pct = f"{iv.coverage:.0%}"
+    out = [(f"{pct} interval: step {iv.step_time_s[0]:.4g} .. {iv.step_time_s[1]:.4g} s, tokens/s "
+           f"{iv.tokens_per_s[0]:,.0f} .. {iv.tokens_per_s[1]:,.0f}, MFU {iv.mfu[0]:.1%} .. {iv.mfu[1]:.1%}"),
+           f"  from {iv.basis}"]
+    out += [f"  note: {r}" for r in iv.reasons]
+    return out

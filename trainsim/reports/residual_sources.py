@@ -1,0 +1,56 @@
+"""The published runs behind the stored interval table, as (source, residual, features) rows.
+
+Sources: each bundled dataset is one source (SC21, Korthikanti et al., Llama 3, zero-bubble), the MosaicML
+and Megatron-Bridge tables from ../shared/validation (not bundled: parsed from fetched repositories), and
+docs/probe_runs.csv split by its ``source_table`` (each a different paper or vendor table).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+from trainsim.reports.datasets import Dataset, load_common_runs, load_dataset, load_mosaic, load_nemo
+from trainsim.reports.intervals import scenario_features
+from trainsim.reports.measured_runs import step_time_of
+
+REPO = Path(__file__).resolve().parents[2]
+SHARED = REPO.parent / "shared" / "validation"
+
+
+def datasets() -> dict[str, Callable[[], Dataset]]:
+    """Source name -> loader of the dataset it comes from (probe runs are split by row afterwards)."""
+    out: dict[str, Callable[[], Dataset]] = {
+        "probe": lambda: load_common_runs(REPO / "docs" / "probe_runs.csv", name="probe_runs"),
+        "sc21": lambda: load_dataset("sc21"),
+        "korthikanti": lambda: load_dataset("korthikanti"),
+        "zero-bubble": lambda: load_dataset("zero-bubble"),
+        "llama3": lambda: load_dataset("llama3"),
+    }
+    if (SHARED / "mosaic_mpt_benchmarks.csv").is_file():
+        out["mosaic"] = lambda: load_mosaic(SHARED / "mosaic_mpt_benchmarks.csv")
+    if (SHARED / "nemo_megatron_bridge_perf.csv").is_file():
+        out["nemo"] = lambda: load_nemo(SHARED / "nemo_megatron_bridge_perf.csv")
+    return out
+
+
+def source_of(name: str, case) -> str:
+    return f"probe: {case.category}" if name == "probe" else name
+
+
+def residual_rows(name: str, ds: Dataset, predict_step: Callable) -> list[tuple[str, float, dict, str]]:
+    """(source, ln(measured/predicted step), features, row_id) of every costable row of ``ds``."""
+    rows = []
+    for c in ds.active:
+        if not (math.isfinite(c.published) and c.published > 0):
+            continue
+        try:
+            pred = predict_step(c.scenario)
+        except (ValueError, NotImplementedError):
+            continue
+        if not (math.isfinite(pred) and pred > 0):
+            continue
+        rows.append((source_of(name, c), math.log(step_time_of(c, ds.metric) / pred), scenario_features(c.scenario),
+                     c.row_id))
+    return rows

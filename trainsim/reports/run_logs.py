@@ -1,0 +1,252 @@
+"""Measured runs from training logs: Megatron-LM logs, and torchtitan logs with their job TOML.
+
+Megatron-LM prints its parsed arguments at start-up (megatron/training/arguments.py ``_print_args``)::
+
+    ------------------------ arguments ------------------------
+      global_batch_size ............................... 512
+      ...
+    -------------------- end of arguments ---------------------
+
+and one line per ``--log-interval`` iterations (megatron/training/training.py ``training_log``)::
+
+     [2025-01-01 10:00:00] iteration       20/     100 | consumed samples: 10240 | elapsed time per
+     iteration (ms): 5123.4 | ... | global batch size:   512 | lm loss: ... |
+
+torchtitan (torchtitan/train.py, components/metrics.py) logs the device mesh (``Building 2-D device mesh with
+['dp_shard', 'tp'], [4, 2]``), the batch (``Trainer is initialized with local batch size 1, global batch size
+8, ..., sequence length 8192, ...``) and one line per ``metrics.log_freq`` steps (``step: 10  loss: 7.9
+memory: ...  tps: 6,123  tflops: ...  mfu: ...``; tps is tokens per second per device). Model flavour,
+parallel degrees, batch, activation checkpointing and float8 come from the job TOML (read with tomllib).
+
+The measured step is the median over the logged intervals after warm-up: intervals whose last iteration is
+at or below ``WARMUP_ITERS`` are dropped (CUDA context, NCCL communicators, allocator growth and compilation
+happen there), as are iterations logged at another global batch (batch-size ramp-up). Every problem raises
+SpecError naming ``file:line`` and the field.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from pathlib import Path
+
+from trainsim.simulator.run_fit import MeasuredRun
+from trainsim.specs import SpecError, build_scenario
+
+WARMUP_ITERS = 10
+MAX_LOG_BYTES = 512 * 1024 * 1024
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+PREFIX = r"^(?:\[[^\]]*\]:?\s*)*"  # launcher prefixes such as "[rank0]:" or "[default0]:"
+ARGS_START = re.compile(PREFIX + r"-+ arguments -+\s*$")
+ARGS_END = re.compile(PREFIX + r"-+ end of arguments -+\s*$")
+ARG_LINE = re.compile(PREFIX + r"\s+(\w+) \.*\s?(.*?)\s*$")
+MEGATRON_ITER = re.compile(r"iteration\s+(\d+)/\s*(\d+)\s*\|.*?elapsed time per iteration \(ms\):\s*([^|]*)\|")
+MEGATRON_GBS = re.compile(r"global batch size:\s*(\d+)")
+PADDED_VOCAB = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
+
+
+def _err(path: Path, line: int | None, field: str, reason: str) -> SpecError:
+    where = f"{path}:{line}" if line else str(path)
+    return SpecError(f"{where}: {field}", reason)
+
+
+def read_lines(path: Path) -> list[str]:
+    """The file's lines with ANSI colours removed; SpecError if it cannot be read as text."""
+    if not path.is_file():
+        raise SpecError(str(path), "no such file")
+    if path.stat().st_size > MAX_LOG_BYTES:
+        raise _err(path, None, "size", f"larger than {MAX_LOG_BYTES >> 20} MiB")
+    try:
+        text = path.read_text(encoding="utf-8", errors="strict")
+    except (OSError, UnicodeDecodeError) as e:
+        raise _err(path, None, "encoding", f"cannot read as UTF-8 text ({type(e).__name__})") from None
+    return [ANSI.sub("", ln) for ln in text.splitlines()]
+
+
+def is_megatron_log(lines: list[str]) -> bool:
+    return any(ARGS_START.match(ln) or MEGATRON_ITER.search(ln) for ln in lines)
+
+
+def is_torchtitan_log(lines: list[str]) -> bool:
+    return any(re.search(r"\bstep:\s*\d+\s.*\btps:", ln) for ln in lines)
+
+
+def median_after_warmup(path: Path, points: list[tuple[int, int, float]], field: str) -> tuple[float, int]:
+    """(median seconds, intervals used) of (line, iteration, seconds) after warm-up; checks every value."""
+    for line, _, v in points:
+        if not (math.isfinite(v) and v > 0):
+            raise _err(path, line, field, f"{v} is not a positive finite time")
+    kept = [v for _, it, v in points if it > WARMUP_ITERS]
+    if not kept:
+        raise _err(path, None, field, f"no logged iteration after the first {WARMUP_ITERS} (warm-up); "
+                                      f"{len(points)} interval(s) in the log")
+    return statistics.median(kept), len(kept)
+
+
+# --- Megatron-LM ---------------------------------------------------------------------------------------
+
+def megatron_args(path: Path, lines: list[str]) -> tuple[dict[str, str], dict[str, int]]:
+    """(argument -> printed value, argument -> line number) of the arguments block."""
+    start = next((i for i, ln in enumerate(lines) if ARGS_START.match(ln)), None)
+    if start is None:
+        raise _err(path, None, "arguments", "no '---- arguments ----' block (Megatron-LM prints it at start-up; "
+                                            "keep the log from the first line)")
+    args, where = {}, {}
+    for i in range(start + 1, len(lines)):
+        if ARGS_END.match(lines[i]):
+            return args, where
+        m = ARG_LINE.match(lines[i])
+        if m is None:
+            raise _err(path, i + 1, "arguments", f"the arguments block is truncated or corrupt: {lines[i][:60]!r} "
+                                                 "is neither an argument nor '---- end of arguments ----'")
+        args[m.group(1)], where[m.group(1)] = m.group(2), i + 1
+    raise _err(path, start + 1, "arguments", "the arguments block is truncated (no '---- end of arguments ----')")
+
+
+class _Args:
+    """Typed access to printed Megatron arguments, each error naming the argument's line."""
+
+    def __init__(self, path: Path, args: dict[str, str], where: dict[str, int]):
+        self.path, self.args, self.where = path, args, where
+
+    def raw(self, key: str) -> str | None:
+        v = self.args.get(key)
+        return None if v is None or v == "None" else v
+
+    def int(self, key: str, default: int | None = None, required: bool = False) -> int | None:
+        v = self.raw(key)
+        if v is None:
+            if required:
+                raise _err(self.path, None, key, "missing from the arguments block")
+            return default
+        try:
+            out = int(v)
+        except ValueError:
+            raise _err(self.path, self.where[key], key, f"{v!r} is not a whole number") from None
+        if out <= 0:
+            raise _err(self.path, self.where[key], key, f"must be positive, got {out}")
+        return out
+
+    def flag(self, key: str, default: bool = False) -> bool:
+        v = self.raw(key)
+        if v is None:
+            return default
+        if v not in ("True", "False"):
+            raise _err(self.path, self.where[key], key, f"{v!r} is neither True nor False")
+        return v == "True"
+
+    def float(self, key: str, default: float = 0.0) -> float:
+        v = self.raw(key)
+        try:
+            return default if v is None else float(v)
+        except ValueError:
+            raise _err(self.path, self.where[key], key, f"{v!r} is not a number") from None
+
+
+def megatron_model(a: _Args, lines: list[str]) -> dict:
+    """ModelSpec mapping from the arguments (vocabulary from the tokenizer's 'padded vocab' line)."""
+    layers, hidden, heads = (a.int(k, required=True) for k in ("num_layers", "hidden_size", "num_attention_heads"))
+    vocab = next((int(m.group(1)) for ln in lines if (m := PADDED_VOCAB.search(ln))), None) or a.int("vocab_size")
+    if vocab is None:
+        raise _err(a.path, None, "vocab", "neither a 'padded vocab (size: ...)' line nor vocab_size in the log")
+    model = {"name": a.path.stem, "num_layers": layers, "hidden": hidden, "num_heads": heads,
+             "ffn_hidden": a.int("ffn_hidden_size", 4 * hidden), "vocab_size": vocab,
+             "max_seq_len": a.int("max_position_embeddings") or a.int("seq_length", required=True),
+             "activation": "swiglu" if a.flag("swiglu") else "gelu",
+             "norm": "rmsnorm" if (a.raw("normalization") or "").lower() == "rmsnorm" else "layernorm",
+             "position_embedding": "rope" if a.raw("position_embedding_type") == "rope" else "learned",
+             "bias": a.flag("add_bias_linear", True),
+             "tie_embeddings": not a.flag("untie_embeddings_and_output_weights")}
+    if a.flag("group_query_attention"):
+        model["num_kv_heads"] = a.int("num_query_groups", required=True)
+    experts = a.int("num_experts", 1)
+    if experts and experts > 1:
+        model.update(num_experts=experts, top_k=a.int("moe_router_topk", 2),
+                     moe_ffn_hidden=a.int("moe_ffn_hidden_size", model["ffn_hidden"]))
+    return model
+
+
+def megatron_recompute(a: _Args, layers_per_stage: int) -> str:
+    gran = a.raw("recompute_granularity")
+    if gran is None:
+        return "none"
+    if gran == "selective":
+        return "selective"
+    if gran != "full":
+        raise _err(a.path, a.where.get("recompute_granularity"), "recompute_granularity", f"{gran!r} is not full/selective")
+    n = a.int("recompute_num_layers", 1)
+    if a.raw("recompute_method") == "block" and n is not None and n < layers_per_stage:
+        raise _err(a.path, a.where.get("recompute_num_layers"), "recompute_num_layers",
+                   f"block recompute of {n} of {layers_per_stage} layers per stage is not modelled (only all layers)")
+    return "full"
+
+
+def megatron_training(a: _Args) -> tuple[dict, dict, int]:
+    """(training mapping, layout mapping, world size)."""
+    world = a.int("world_size", required=True)
+    tp, pp = a.int("tensor_model_parallel_size", 1), a.int("pipeline_model_parallel_size", 1)
+    cp, ep = a.int("context_parallel_size", 1), a.int("expert_model_parallel_size", 1)
+    layers = a.int("num_layers", required=True)
+    vpp = a.int("virtual_pipeline_model_parallel_size")
+    if vpp is None and a.int("num_layers_per_virtual_pipeline_stage"):
+        vpp = layers // pp // a.int("num_layers_per_virtual_pipeline_stage")
+    vpp = vpp or 1
+    dtype = "fp8" if a.raw("fp8") else ("bf16" if a.flag("bf16") else ("fp16" if a.flag("fp16") else "fp32"))
+    opt = (a.raw("optimizer") or "adam").lower()
+    if opt not in ("adam", "adamw"):
+        raise _err(a.path, a.where.get("optimizer"), "optimizer", f"{opt!r}: only Adam is modelled")
+    flash = a.flag("use_flash_attn") or a.raw("transformer_impl") == "transformer_engine"
+    training = {"seq_len": a.int("seq_length", required=True), "global_batch": a.int("global_batch_size", required=True),
+                "micro_batch": a.int("micro_batch_size", required=True), "dtype": dtype,
+                "recompute": megatron_recompute(a, max(1, layers // pp)),
+                "distributed_optimizer": a.flag("use_distributed_optimizer"),
+                "sequence_parallel": a.flag("sequence_parallel") and tp > 1,
+                "schedule": "interleaved" if vpp > 1 else "1f1b", "flash_attention": flash,
+                "dropout": a.float("hidden_dropout") > 0 or a.float("attention_dropout") > 0, "framework": "megatron"}
+    return training, {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp}, world
+
+
+def megatron_step(path: Path, lines: list[str], gbs: int) -> tuple[float, int]:
+    """Median seconds per iteration after warm-up, and how many logged intervals it used."""
+    points = []
+    for i, ln in enumerate(lines):
+        m = MEGATRON_ITER.search(ln)
+        if m is None:
+            if "elapsed time per iteration" in ln:
+                raise _err(path, i + 1, "elapsed time per iteration (ms)", "unreadable iteration line")
+            continue
+        g = MEGATRON_GBS.search(ln)
+        if g is not None and int(g.group(1)) != gbs:
+            continue  # batch-size ramp-up: another configuration
+        text = m.group(3).strip()
+        try:
+            ms = float(text)
+        except ValueError:
+            raise _err(path, i + 1, "elapsed time per iteration (ms)", f"{text!r} is not a number") from None
+        points.append((i + 1, int(m.group(1)), ms / 1e3))
+    if not points:
+        raise _err(path, None, "elapsed time per iteration (ms)", "no 'iteration N/M | ... elapsed time per "
+                                                                  "iteration (ms): T |' line")
+    return median_after_warmup(path, points, "elapsed time per iteration (ms)")
+
+
+def megatron_run(path: Path, cluster: str | None) -> MeasuredRun:
+    lines = read_lines(path)
+    args, where = megatron_args(path, lines)
+    a = _Args(path, args, where)
+    model = megatron_model(a, lines)
+    training, layout, world = megatron_training(a)
+    step, used = megatron_step(path, lines, training["global_batch"])
+    return MeasuredRun(name=path.stem, source=str(path), step_time_s=step, steps_used=used,
+                       scenario=_scenario(path, model, cluster, world, layout, training, "Megatron-LM log"))
+
+
+def _scenario(path: Path, model: dict, cluster: str | None, gpus: int, layout: dict, training: dict, what: str):
+    if not cluster:
+        raise SpecError("cluster", f"a {what} does not name the GPU type: pass --cluster NAME|PATH for {path}")
+    try:
+        return build_scenario({"name": path.stem, "model": model, "cluster": cluster, "gpus": gpus,
+                               "layout": layout, "training": training})
+    except SpecError as e:
+        raise _err(path, None, e.field, e.reason) from None

@@ -1,0 +1,182 @@
+"""A torchtitan run from its log and job TOML (see run_logs for the formats and the warm-up rule).
+
+The TOML gives the model (``[model] name``/``flavor``), the parallel degrees (``[parallelism]``), the batch
+and sequence (``[training] local_batch_size``/``global_batch_size``/``seq_len``, older ``batch_size``),
+activation checkpointing (``[activation_checkpoint] mode``) and float8 (``[model] converters = ["float8"]``,
+older ``[float8] enable_float8_linear``). The log must agree with it: its device-mesh line, its
+"Trainer is initialized with" line and its model-size line are checked against the TOML.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import tomllib
+
+from trainsim.simulator.run_fit import MeasuredRun
+from trainsim.specs import SpecError
+
+from .run_logs import _err, _scenario, median_after_warmup, read_lines
+
+# torchtitan's Llama 3 flavours (torchtitan/models/llama3/__init__.py) -> trainsim model presets of the same
+# architecture (dim, n_layers, n_heads, n_kv_heads, ffn from ffn_dim_multiplier/multiple_of, vocab 128256).
+FLAVOURS = {("llama3", "8B"): "llama3-8b", ("llama3", "70B"): "llama3-70b", ("llama3", "405B"): "llama3-405b"}
+MESH = re.compile(r"Building (\d+)-D device mesh with \[([^\]]*)\], \[([^\]]*)\]")
+INIT = re.compile(r"Trainer is initialized with local batch size (\d+), global batch size (\d+), .*?"
+                  r"sequence length (\d+)")
+MODEL_LINE = re.compile(r"(?:Building|Model) (\w+) (\S+?)(?: with| size:)")
+STEP = re.compile(r"\bstep:\s*(\d+)\s.*?\btps:\s*([^\s]+)")
+
+
+def read_toml(path: Path) -> dict:
+    if not path.is_file():
+        raise SpecError(str(path), "no such file")
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise _err(path, None, "toml", f"cannot read ({type(e).__name__})") from None
+    except tomllib.TOMLDecodeError as e:
+        raise _err(path, None, "toml", str(e)) from None
+
+
+def _get(cfg: dict, path: Path, section: str, key: str, default=None, kind=int):
+    sec = cfg.get(section, {})
+    if not isinstance(sec, dict):
+        raise _err(path, None, section, "must be a table")
+    v = sec.get(key, default)
+    if (v is not None and not isinstance(v, kind)) or (isinstance(v, bool) and kind is int):
+        raise _err(path, None, f"{section}.{key}", f"{v!r} is not a {kind.__name__}")
+    return v
+
+
+def degrees(cfg: dict, path: Path, world: int | None) -> dict[str, int]:
+    """tp, pp, cp, dp_replicate, dp_shard (resolving -1 from the world size)."""
+    d = {k: _get(cfg, path, "parallelism", f"{k}_degree", 1) for k in
+         ("tensor_parallel", "pipeline_parallel", "context_parallel", "data_parallel_replicate", "data_parallel_shard")}
+    shard = d["data_parallel_shard"]
+    others = d["tensor_parallel"] * d["pipeline_parallel"] * d["context_parallel"] * d["data_parallel_replicate"]
+    if shard == -1:
+        if world is None:
+            raise _err(path, None, "parallelism.data_parallel_shard_degree",
+                       "-1 needs the world size: the log has no 'Building N-D device mesh' line")
+        shard = world // others
+    for k, v in d.items():
+        if (k != "data_parallel_shard" and v < 1) or (k == "data_parallel_shard" and shard < 1):
+            raise _err(path, None, f"parallelism.{k}_degree", f"must be >= 1, got {v}")
+    d["data_parallel_shard"] = shard
+    return d
+
+
+def mesh_of_log(path: Path, lines: list[str]) -> tuple[int, dict[str, int], int] | None:
+    """(line, {mesh dim: size}, world size) from the device-mesh line, None when absent."""
+    for i, ln in enumerate(lines):
+        m = MESH.search(ln)
+        if m:
+            names = [x.strip().strip("'\"") for x in m.group(2).split(",") if x.strip()]
+            try:
+                sizes = [int(x) for x in m.group(3).split(",") if x.strip()]
+            except ValueError:
+                raise _err(path, i + 1, "device mesh", f"unreadable sizes {m.group(3)!r}") from None
+            if len(names) != len(sizes):
+                raise _err(path, i + 1, "device mesh", "names and sizes differ in number")
+            world = 1
+            for s in sizes:
+                world *= s
+            return i + 1, dict(zip(names, sizes, strict=True)), world
+    return None
+
+
+def check_log_matches(cfg: dict, toml: Path, log: Path, lines: list[str], deg: dict[str, int]) -> None:
+    """The log's mesh, batch line and model line against the TOML; SpecError naming the log line on a mismatch."""
+    mesh = mesh_of_log(log, lines)
+    if mesh is not None:
+        line, dims, _ = mesh
+        want = {"pp": deg["pipeline_parallel"], "dp_replicate": deg["data_parallel_replicate"],
+                "dp_shard": deg["data_parallel_shard"], "cp": deg["context_parallel"], "tp": deg["tensor_parallel"]}
+        for k, v in want.items():
+            if dims.get(k, 1) != v:
+                raise _err(log, line, f"device mesh {k}", f"log has {dims.get(k, 1)}, {toml.name} says {v}")
+    lbs, seq = _get(cfg, toml, "training", "local_batch_size") or _get(cfg, toml, "training", "batch_size"), \
+        _get(cfg, toml, "training", "seq_len")
+    for i, ln in enumerate(lines):
+        m = INIT.search(ln)
+        if m and (int(m.group(1)) != lbs or int(m.group(3)) != seq):
+            raise _err(log, i + 1, "local batch size / sequence length",
+                       f"log has {m.group(1)} / {m.group(3)}, {toml.name} says {lbs} / {seq}")
+        m = MODEL_LINE.search(ln)
+        if m and m.group(1) in ("llama3", "llama2", "llama4", "deepseek_v3", "qwen3"):
+            name, flavor = cfg.get("model", {}).get("name"), cfg.get("model", {}).get("flavor")
+            if (m.group(1), m.group(2)) != (name, flavor):
+                raise _err(log, i + 1, "model", f"log trains {m.group(1)} {m.group(2)}, {toml.name} says {name} {flavor}")
+
+
+def titan_step(log: Path, lines: list[str], tokens_per_device_step: float) -> tuple[float, int]:
+    """Median step seconds after warm-up from the 'tps' (tokens/s per device) lines."""
+    points = []
+    for i, ln in enumerate(lines):
+        m = STEP.search(ln)
+        if m is None:
+            continue
+        text = m.group(2).replace(",", "")
+        try:
+            tps = float(text)
+        except ValueError:
+            raise _err(log, i + 1, "tps", f"{m.group(2)!r} is not a number") from None
+        if not tps > 0:
+            raise _err(log, i + 1, "tps", f"{m.group(2)} is not a positive rate")
+        points.append((i + 1, int(m.group(1)), tokens_per_device_step / tps))
+    if not points:
+        raise _err(log, None, "tps", "no 'step: N ... tps: T' line (torchtitan's metrics log)")
+    return median_after_warmup(log, points, "tps")
+
+
+def titan_scenario_parts(cfg: dict, toml: Path, deg: dict[str, int]) -> tuple[str, dict, dict]:
+    """(model preset, layout, training) from the TOML."""
+    model = cfg.get("model", {})
+    key = (model.get("name"), str(model.get("flavor")))
+    if key not in FLAVOURS:
+        raise _err(toml, None, "model.flavor", f"{key[0]} {key[1]} is not a torchtitan flavour trainsim knows "
+                                               f"({', '.join(f'{a} {b}' for a, b in FLAVOURS)})")
+    if deg["data_parallel_replicate"] > 1 and deg["data_parallel_shard"] > 1:
+        raise _err(toml, None, "parallelism", "HSDP (replicate and shard both > 1) is not modelled")
+    dp = deg["data_parallel_replicate"] * deg["data_parallel_shard"]
+    lbs = _get(cfg, toml, "training", "local_batch_size") or _get(cfg, toml, "training", "batch_size")
+    seq = _get(cfg, toml, "training", "seq_len")
+    if not lbs or not seq:
+        raise _err(toml, None, "training.local_batch_size / seq_len", "both are needed")
+    gbs = _get(cfg, toml, "training", "global_batch_size", -1)
+    gbs = gbs if gbs and gbs > 0 else lbs * dp
+    mode = _get(cfg, toml, "activation_checkpoint", "mode", "selective", str)
+    if mode not in ("none", "selective", "full"):
+        raise _err(toml, None, "activation_checkpoint.mode", f"{mode!r} is none of none, selective, full")
+    float8 = "float8" in (model.get("converters") or []) or bool(cfg.get("float8", {}).get("enable_float8_linear"))
+    mp = _get(cfg, toml, "training", "mixed_precision_param", "bfloat16", str)
+    dtype = "fp8" if float8 else {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}.get(mp)
+    if dtype is None:
+        raise _err(toml, None, "training.mixed_precision_param", f"{mp!r} is not bfloat16/float32/float16")
+    pp = deg["pipeline_parallel"]
+    sched = _get(cfg, toml, "parallelism", "pipeline_parallel_schedule", "1F1B", str)
+    if pp > 1 and sched not in ("1F1B", "GPipe"):
+        raise _err(toml, None, "parallelism.pipeline_parallel_schedule", f"{sched!r} is not mapped (1F1B, GPipe)")
+    mb = _get(cfg, toml, "parallelism", "pipeline_parallel_microbatch_size", 1) if pp > 1 else lbs
+    training = {"seq_len": seq, "global_batch": gbs, "micro_batch": mb, "dtype": dtype, "recompute": mode,
+                "zero": 3 if deg["data_parallel_shard"] > 1 else 0, "framework": "torch",
+                "schedule": "gpipe" if sched == "GPipe" else "1f1b"}
+    layout = {"tp": deg["tensor_parallel"], "pp": pp, "cp": deg["context_parallel"], "dp": dp}
+    return FLAVOURS[key], layout, training
+
+
+def titan_run(log: Path, toml: Path, cluster: str | None) -> MeasuredRun:
+    lines = read_lines(log)
+    cfg = read_toml(toml)
+    mesh = mesh_of_log(log, lines)
+    deg = degrees(cfg, toml, mesh[2] if mesh else None)
+    check_log_matches(cfg, toml, log, lines, deg)
+    preset, layout, training = titan_scenario_parts(cfg, toml, deg)
+    world = layout["tp"] * layout["pp"] * layout["cp"] * layout["dp"]
+    if mesh is not None and mesh[2] != world:
+        raise _err(log, mesh[0], "device mesh", f"{mesh[2]} devices, {toml.name} describes {world}")
+    step, used = titan_step(log, lines, training["global_batch"] * training["seq_len"] / world)
+    return MeasuredRun(name=log.stem, source=f"{log} + {toml.name}", step_time_s=step, steps_used=used,
+                       scenario=_scenario(log, preset, cluster, world, layout, training, "torchtitan log"))
