@@ -341,6 +341,15 @@ def state_bytes(training) -> StateBytes:
     return StateBytes(w, grads, opt, note)
 
 
+def memory_assumptions(training) -> dict:
+    """The model-state dtypes a prediction assumed, for predict / report output (bytes per parameter)."""
+    sb = state_bytes(training)
+    return {"framework": training.framework, "weights_bytes_per_param": sb.weights,
+            "grads_bytes_per_param": sb.grads, "optimizer_bytes_per_param": sb.optimizer,
+            "grad_reduce_dtype": training.grad_dtype_name, "master_weights": training.master_weights,
+            "note": sb.note}
+
+
 def fsdp_divide_factors(world: int) -> tuple[float, float]:
     """FSDP's gradient (pre, post) divide factors for ``world`` ranks (default_hooks.DefaultState)."""
     factor = 1

@@ -232,7 +232,11 @@ def _zero_options(pp: int, lim: SearchLimits) -> list[int]:
     # ZeRO-2/3 shard gradients, which pipeline parallelism accumulates across micro-batches; DeepSpeed
     # refuses the combination ("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism") and
     # Megatron offers only the distributed optimizer (ZeRO-1) with pp > 1.
-    return [z for z in lim.zero if lim.allowed("zero", z) and (pp == 1 or z <= 1 or "zero" in lim.fixed)]
+    # Megatron's distributed optimizer is ZeRO-1 (TrainingSpec.effective_zero): with it set, zero 0 and zero 1 are
+    # the same run, so only zero >= 1 is searched (one row per run, not two with identical numbers).
+    floor = 1 if lim.training_extra.get("distributed_optimizer") else 0
+    return [z for z in lim.zero if z >= floor and lim.allowed("zero", z)
+            and (pp == 1 or z <= 1 or "zero" in lim.fixed)]
 
 
 def structural(model: ModelSpec, cluster: ClusterSpec, gpus: int, global_batch: int, seq_len: int,

@@ -123,6 +123,21 @@ def render(pred, scenario) -> None:
                                                        sm.total)),
                   "yes" if sm.total <= pred.gpu_memory_bytes else "[red]no[/]")
     c.print(m)
-    c.print(f"peak {pred.peak_bytes / GiB:.1f} GiB -> " + ("[green]fits[/]" if pred.fits else "[red]does not fit[/]"))
+    c.print(f"peak {pred.peak_bytes / GiB:.1f} GiB, free {pred.free_bytes / GiB:.1f} GiB -> "
+            + ("[green]fits[/]" if pred.fits else "[red]does not fit[/]"))
+    render_memory_assumptions(c, pred)
     for w in pred.warnings:
         c.print(f"[yellow]note:[/] {w}")
+
+
+def render_memory_assumptions(c, pred) -> None:
+    """The model-state dtypes assumed and the named pieces of ``other`` on the peak stage."""
+    a = pred.memory_assumptions
+    if a:
+        c.print(f"model states ({a['framework']}): {a['note']}; "
+                f"{a['weights_bytes_per_param']:g} + {a['grads_bytes_per_param']:g} + "
+                f"{a['optimizer_bytes_per_param']:g} bytes per parameter before sharding")
+    terms = {k: v for k, v in pred.other_terms.items() if k != "stage" and v}
+    if terms:
+        c.print(f"other on stage {int(pred.other_terms['stage'])}: "
+                + ", ".join(f"{k.replace('_', ' ')} {v / GiB:.2f}" for k, v in terms.items()) + " GiB")
