@@ -81,7 +81,6 @@ def test_gradient_dtype_setting_and_framework_defaults():
 
 
 @pytest.mark.parametrize("bad,field", [
-    (dict(zero=0, distributed_optimizer=True), "training"),
     (dict(framework="torch", tp_comm_overlap=True, sequence_parallel=True), "training"),
     (dict(grad_dtype="bf16", grad_dtype_bytes=4), "training"),
     (dict(master_weights=False, dtype="fp8"), "training"),
@@ -135,3 +134,15 @@ def test_runtime_terms_are_derived_from_documented_defaults():
     sm = stage_memory(s, 0)
     assert sm.allocated == pytest.approx(sm.total - d["cuda_context"] - d["nccl_buffers"])
     assert rt.communicators(s.layout, s.dp) == {"tp": 8, "dp": 4}
+
+
+def test_zero_0_beside_the_distributed_optimizer_is_refused_on_the_command_line(tmp_path, capsys):
+    from trainsim.reports.cli import main
+    f = tmp_path / "s.yaml"
+    f.write_text("model: llama3-8b\ncluster: dgx-h100\ngpus: 8\ntraining: {seq_len: 2048, global_batch: 8, "
+                 "distributed_optimizer: true}\n")
+    assert main(["predict", str(f), "--fast", "--zero", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "training.zero" in err[0] and "distributed_optimizer" in err[0]
+    assert main(["plan", str(f), "--zero", "0", "--top", "1"]) == 2
+    assert "training.zero" in capsys.readouterr().err

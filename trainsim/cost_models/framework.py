@@ -275,6 +275,8 @@ def held_grad_bytes(training) -> int:
 # Frameworks whose sharded parameters are the fp32 master weights (torch.distributed FSDP1 FlatParameter /
 # FSDP2 DTensor shards under a mixed-precision policy; torch AMP keeps fp32 parameters and casts per op).
 FP32_PARAM_FRAMEWORKS = ("pytorch-fsdp", "torch")
+# Mixed-precision Adam: fp32 master weight + m + v (TrainingSpec.optimizer_bytes_per_param's default).
+MIXED_ADAM_BYTES = 12
 
 
 @dataclass(frozen=True)
@@ -311,32 +313,32 @@ def state_bytes(training) -> StateBytes:
     * pytorch-fsdp / torch (FP32_PARAM_FRAMEWORKS): the stored (sharded) parameters are fp32 -- FSDP2's
       MixedPrecisionPolicy casts them to ``param_dtype`` only for the unsharded compute copy, and torch AMP
       autocasts per op --, the gradients land in the fp32 parameter dtype (``held_grad_bytes``), and Adam keeps
-      m and v (8 bytes; no separate master). 4 + 4 + 8 = 16 bytes. A ``param_dtype_bytes`` or
-      ``optimizer_bytes_per_param`` given in the scenario is taken as given.
+      m and v (8 bytes; no separate master). 4 + 4 + 8 = 16 bytes. A ``param_dtype_bytes`` or a
+      non-default ``optimizer_bytes_per_param`` in the scenario is taken as given.
     * deepspeed*: 16-bit parameters and gradients, the fp32 partition + Adam m, v (ZeRO paper Sec. 3.1:
       2 + 2 + 12; deepspeed/runtime/zero/stage_1_and_2.py ``single_partition_of_fp32_groups``).
     * ``master_weights=false`` (pure low-precision, torchtune's default): weights and gradients in the
       training dtype and Adam's m and v in the parameters' dtype (torch.optim allocates them ``zeros_like``
       the parameter): 2 + 2 + 4.
     """
-    given = training.model_fields_set
     low = "fp16" if training.dtype == "fp16" else "bf16"
     grads = held_grad_bytes(training)
+    # optimizer_bytes_per_param at its default (MIXED_ADAM_BYTES) means "Adam as this precision keeps it";
+    # any other value (SGD, an 8-bit Adam, the executor's 8) is taken as given, as are explicit dtype bytes.
+    default_adam = training.optimizer_bytes_per_param == MIXED_ADAM_BYTES
     if not training.master_weights:
-        opt = training.optimizer_bytes_per_param if "optimizer_bytes_per_param" in given else 2 * training.param_bytes
-        w = training.param_bytes
+        opt = 2 * training.param_bytes if default_adam else training.optimizer_bytes_per_param
         note = f"pure {low}: weights, grads and Adam m, v in {low}, no fp32 master"
-        return StateBytes(w, grads, opt, note)
-    if training.framework in FP32_PARAM_FRAMEWORKS and training.dtype not in ("fp32",) \
-            and "param_dtype_bytes" not in given:
-        w = 4
-        grads = 4 if "grad_dtype_bytes" not in given and training.grad_dtype is None else grads
-        opt = training.optimizer_bytes_per_param if "optimizer_bytes_per_param" in given else 8
-        note = (f"fp32 sharded weights (the {low} unsharded copy only during compute), fp32 grads, "
-                f"Adam m, v fp32 ({opt:g} B)")
-        return StateBytes(w, grads, opt, note)
+        return StateBytes(training.param_bytes, grads, opt, note)
+    if training.framework in FP32_PARAM_FRAMEWORKS and training.dtype != "fp32" and not training.param_dtype_bytes:
+        if not (training.grad_dtype_bytes or training.grad_dtype):
+            grads = 4
+        opt = 8 if default_adam else training.optimizer_bytes_per_param
+        note = (f"fp32 sharded weights (the {low} unsharded copy only during compute), "
+                f"{_dtype_name(grads, low)} grads, Adam m, v fp32 ({opt:g} B)")
+        return StateBytes(4, grads, opt, note)
     w, opt = training.param_bytes, training.optimizer_bytes_per_param
-    master = "fp32 master + Adam m, v" if opt == 12 else f"optimizer {opt:g} B"
+    master = "fp32 master + Adam m, v" if opt == MIXED_ADAM_BYTES else f"optimizer {opt:g} B"
     note = f"{_dtype_name(w, low)} weights, {_dtype_name(grads, low)} grads, {master}"
     return StateBytes(w, grads, opt, note)
 

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -159,10 +160,6 @@ class TrainingSpec(BaseModel):
 
     def _check_conflicts(self) -> None:
         """Settings that contradict each other or that the framework does not have: refused, never overridden."""
-        given = self.model_fields_set
-        if self.distributed_optimizer and "zero" in given and self.zero == 0:
-            raise ValueError("zero=0 contradicts distributed_optimizer=true, which shards the optimizer states "
-                             "over data parallelism (ZeRO-1): drop one of them")
         if self.grad_dtype and self.grad_dtype_bytes and DTYPE_BYTES[self.grad_dtype] != self.grad_dtype_bytes:
             raise ValueError(f"grad_dtype={self.grad_dtype} contradicts grad_dtype_bytes={self.grad_dtype_bytes}")
         if not self.master_weights and self.dtype in ("fp32", "fp8"):
@@ -181,7 +178,7 @@ class TrainingSpec(BaseModel):
         if self.offload_params and self.framework in MEGATRON_FRAMEWORKS:
             raise ValueError("Megatron offloads the optimizer (--optimizer-cpu-offload), not the parameters: use "
                              "offload_optimizer, or framework deepspeed for ZeRO-3 parameter offload")
-        if "optimizer_offload_fraction" in given and not self.offload_optimizer:
+        if self.optimizer_offload_fraction != 1.0 and not self.offload_optimizer:
             raise ValueError("optimizer_offload_fraction needs offload_optimizer=true")
 
     @property
@@ -200,7 +197,8 @@ class TrainingSpec(BaseModel):
 
     @property
     def effective_zero(self) -> int:
-        """ZeRO stage with Megatron's distributed optimizer counted as stage 1."""
+        """ZeRO stage with Megatron's distributed optimizer counted as stage 1 (predict prints this one; an
+        explicit ``--zero 0`` beside the distributed optimizer is refused: zero_conflict)."""
         return max(self.zero, 1 if self.distributed_optimizer else 0)
 
     @property
@@ -225,3 +223,15 @@ class TrainingSpec(BaseModel):
         """The gradient dtype for display (fp32, bf16/fp16, or ``N-byte``)."""
         names = {4: "fp32", 2: "fp16" if self.dtype == "fp16" else "bf16", 1: "fp8", 8: "fp64"}
         return names.get(self.grad_bytes, f"{self.grad_bytes}-byte")
+
+
+def zero_conflict(zero: int | None, training: Mapping[str, Any]) -> str | None:
+    """Why an explicitly requested ZeRO stage contradicts ``training`` (None when it does not).
+
+    ``zero=0`` beside ``distributed_optimizer: true`` asks for replicated optimizer states while the
+    distributed optimizer shards them (ZeRO-1); a spec cannot tell a default 0 from a requested one, so the
+    command line and scenario loaders ask this with the value as given."""
+    if zero == 0 and training.get("distributed_optimizer"):
+        return ("zero 0 contradicts distributed_optimizer: true, which shards the optimizer states over data "
+                "parallelism (ZeRO-1): drop one of them")
+    return None

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import get_args
 
 from trainsim.cost_models.framework import FRAMEWORKS
-from trainsim.specs import Scenario, build_scenario, load_scenario_file
+from trainsim.specs import Scenario, SpecError, build_scenario, load_scenario_file
 from trainsim.specs.training import Schedule
 
 
@@ -123,4 +123,17 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     raw = load_scenario_file(args.scenario) if getattr(args, "scenario", None) else {}
     overrides = {key: getattr(args, attr, None) for attr, key in OVERRIDE_FLAGS.items()}
     imply_schedule(overrides, raw)
+    check_zero(overrides.get("zero"), raw, overrides)
     return build_scenario(raw, overrides)
+
+
+def check_zero(zero: int | None, raw: Mapping, overrides: Mapping) -> None:
+    """Refuse a requested ZeRO stage that contradicts the distributed optimizer (training.zero_conflict)."""
+    from trainsim.specs.training import zero_conflict
+    training = raw.get("training") if isinstance(raw.get("training"), Mapping) else {}
+    if zero is None:
+        zero = training.get("zero")
+    merged = {**training, **{k: v for k, v in overrides.items() if v is not None}}
+    why = zero_conflict(zero, merged)
+    if why:
+        raise SpecError("training.zero", why)

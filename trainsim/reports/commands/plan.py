@@ -16,7 +16,7 @@ from trainsim.simulator import goodput as gp
 from trainsim.simulator.planner import DEFAULT_MEMORY_HEADROOM, parse_headroom
 from trainsim.simulator.search_space import SearchLimits, check_training_extra, training_extra
 from trainsim.specs import SpecError, load_cluster, load_layout, load_model, load_scenario_file
-from trainsim.specs.training import Schedule
+from trainsim.specs.training import Schedule, zero_conflict
 
 from .common import nonneg_float, positive_int
 
@@ -162,6 +162,9 @@ def request_from_args(args: argparse.Namespace):
     if extra.get("offload_params") and "zero" not in fixed:
         fixed["zero"] = 3  # parameters must be sharded to be offloaded
     # --zero with the distributed optimizer is checked as given (zero 0 contradicts it: refused).
+    why = zero_conflict(fixed.get("zero", training.get("zero")), training)
+    if why:
+        raise SpecError("training.zero", why)
     zero = fixed.get("zero", 1 if extra.get("distributed_optimizer") else 0)
     check_training_extra(extra, seq_len=int(seq_len), global_batch=int(global_batch), zero=zero)
     layout = raw.get("layout") or {}
