@@ -317,6 +317,7 @@ def state_bytes(training) -> StateBytes:
       non-default ``optimizer_bytes_per_param`` in the scenario is taken as given.
     * deepspeed*: 16-bit parameters and gradients, the fp32 partition + Adam m, v (ZeRO paper Sec. 3.1:
       2 + 2 + 12; deepspeed/runtime/zero/stage_1_and_2.py ``single_partition_of_fp32_groups``).
+    * fp32 training: no master copy, 4 + 4 + 8 (Megatron's FP32Optimizer; torch.optim on fp32 parameters).
     * ``master_weights=false`` (pure low-precision, torchtune's default): weights and gradients in the
       training dtype and Adam's m and v in the parameters' dtype (torch.optim allocates them ``zeros_like``
       the parameter): 2 + 2 + 4.
@@ -338,6 +339,10 @@ def state_bytes(training) -> StateBytes:
                 f"{_dtype_name(grads, low)} grads, Adam m, v fp32 ({opt:g} B)")
         return StateBytes(4, grads, opt, note)
     w, opt = training.param_bytes, training.optimizer_bytes_per_param
+    if training.dtype == "fp32" and default_adam:
+        # fp32 training has no separate master copy (Megatron's FP32Optimizer, torch.optim on fp32 parameters):
+        # Adam's m and v only.
+        return StateBytes(w, grads, 8, "fp32 weights and grads, Adam m, v fp32 (no master copy)")
     master = "fp32 master + Adam m, v" if opt == MIXED_ADAM_BYTES else f"optimizer {opt:g} B"
     note = f"{_dtype_name(w, low)} weights, {_dtype_name(grads, low)} grads, {master}"
     return StateBytes(w, grads, opt, note)
