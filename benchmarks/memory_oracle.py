@@ -11,21 +11,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-import torch.distributed as dist  # noqa: E402
-from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
-from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
+import test_memory_oracle as oracle
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.testing._internal.distributed.fake_pg import FakeStore
 
-import test_memory_oracle as oracle  # noqa: E402
-from trainsim.cost_models.memory import activation_bytes_per_microbatch, stage_memory  # noqa: E402
+from trainsim.cost_models.memory import activation_bytes_per_microbatch, stage_memory
 
 CASES = [
-    ("FSDP2 fp32, recompute none", dict(zero=3, dtype="fp32"), dict(fsdp=True, mixed=False)),
-    ("FSDP2 fp32, selective", dict(zero=3, dtype="fp32", recompute="selective"), dict(fsdp=True, mixed=False)),
-    ("FSDP2 fp32, full", dict(zero=3, dtype="fp32", recompute="full"), dict(fsdp=True, mixed=False)),
-    ("FSDP2 bf16 MixedPrecisionPolicy", dict(zero=3, dtype="bf16"), dict(fsdp=True, mixed=True)),
-    ("TP2", dict(gpus=2, layout={"tp": 2}, dtype="fp32"), dict(fsdp=False, mixed=False)),
-    ("TP2 + SP", dict(gpus=2, layout={"tp": 2}, dtype="fp32", sequence_parallel=True),
-     dict(fsdp=False, mixed=False, sp=True)),
+    ("FSDP2 fp32, recompute none", {"zero": 3, "dtype": "fp32"}, {"fsdp": True, "mixed": False}),
+    ("FSDP2 fp32, selective", {"zero": 3, "dtype": "fp32", "recompute": "selective"}, {"fsdp": True, "mixed": False}),
+    ("FSDP2 fp32, full", {"zero": 3, "dtype": "fp32", "recompute": "full"}, {"fsdp": True, "mixed": False}),
+    ("FSDP2 bf16 MixedPrecisionPolicy", {"zero": 3, "dtype": "bf16"}, {"fsdp": True, "mixed": True}),
+    ("TP2", {"gpus": 2, "layout": {"tp": 2}, "dtype": "fp32"}, {"fsdp": False, "mixed": False}),
+    ("TP2 + SP", {"gpus": 2, "layout": {"tp": 2}, "dtype": "fp32", "sequence_parallel": True},
+     {"fsdp": False, "mixed": False, "sp": True}),
 ]
 
 

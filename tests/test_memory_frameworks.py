@@ -81,12 +81,12 @@ def test_gradient_dtype_setting_and_framework_defaults():
 
 
 @pytest.mark.parametrize("bad,field", [
-    (dict(framework="torch", tp_comm_overlap=True, sequence_parallel=True), "training"),
-    (dict(grad_dtype="bf16", grad_dtype_bytes=4), "training"),
-    (dict(master_weights=False, dtype="fp8"), "training"),
-    (dict(framework="torch", zero=3, offload_optimizer=True), "training"),
-    (dict(zero=3, offload_params=True, offload_optimizer=True), "training"),   # megatron has no param offload
-    (dict(optimizer_offload_fraction=0.5), "training"),
+    ({"framework": "torch", "tp_comm_overlap": True, "sequence_parallel": True}, "training"),
+    ({"grad_dtype": "bf16", "grad_dtype_bytes": 4}, "training"),
+    ({"master_weights": False, "dtype": "fp8"}, "training"),
+    ({"framework": "torch", "zero": 3, "offload_optimizer": True}, "training"),
+    ({"zero": 3, "offload_params": True, "offload_optimizer": True}, "training"),   # megatron has no param offload
+    ({"optimizer_offload_fraction": 0.5}, "training"),
 ])
 def test_conflicting_settings_are_refused(bad, field):
     with pytest.raises(SpecError) as ei:
@@ -103,7 +103,7 @@ def test_zero1_is_the_distributed_optimizer():
 def test_megatron_optimizer_offload_keeps_params_and_fp32_grad_buffer_on_gpu():
     """HybridDeviceOptimizer: the offloaded fraction's fp32 main params + Adam states go to the host with pinned
     fp32 gradient copies; bf16 params and the fp32 main-grad buffer stay."""
-    base = dict(distributed_optimizer=True)
+    base = {"distributed_optimizer": True}
     plain = stage_memory(scen("llama3-70b", 64, {"tp": 8, "pp": 1}, **base), 0)
     half = stage_memory(scen("llama3-70b", 64, {"tp": 8, "pp": 1}, offload_optimizer=True,
                              optimizer_offload_fraction=0.5, **base), 0)

@@ -104,8 +104,8 @@ def check(s, snaps, fsdp: bool) -> None:
                   "activations": snaps["fwd"]["ACT"]}
     ours = {"weights": sm.weights, "grads": sm.grads, "optimizer": sm.optimizer,
             "activations": activation_bytes_per_microbatch(s, 0, "eager")}
-    for k in ours:
-        assert ours[k] == pytest.approx(torch_says[k], rel=0.02), (k, ours[k], torch_says[k])
+    for k, v in ours.items():
+        assert v == pytest.approx(torch_says[k], rel=0.02), (k, v, torch_says[k])
 
 
 @pytest.mark.parametrize("recompute", ["none", "selective", "full"])

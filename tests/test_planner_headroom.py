@@ -7,7 +7,13 @@ import json
 import pytest
 
 from trainsim.reports.cli import main
-from trainsim.simulator.planner import DEFAULT_MEMORY_HEADROOM, PlanRequest, headroom_bytes, parse_headroom, plan
+from trainsim.simulator.planner import (
+    DEFAULT_MEMORY_HEADROOM,
+    PlanRequest,
+    headroom_bytes,
+    parse_headroom,
+    plan,
+)
 from trainsim.simulator.search_space import SearchLimits, enumerate_candidates
 from trainsim.specs import SpecError, load_cluster, load_model
 
@@ -65,3 +71,16 @@ def test_cli_shows_free_memory_and_refuses_bad_headroom(capsys):
     assert main([*args, "--memory-headroom", "120%"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "memory_headroom" in err[0]
+
+
+def test_settings_a_candidate_runs_without_are_stated():
+    """TE's TP overlap needs sequence parallelism; the rows that run without it say so."""
+    from trainsim.simulator.search_space import Candidate, dropped_settings
+    lim = SearchLimits(training_extra={"tp_comm_overlap": True})
+    model = load_model("llama3-8b")
+    plain = Candidate(8, 1, 1, 8, 1, 1, 1, 1, "none", 1, "1f1b", False)
+    assert dropped_settings(model, plain, lim) == ["tp_comm_overlap not applied: it needs sequence parallelism (tp > 1)"]
+    assert dropped_settings(model, Candidate(8, 2, 1, 4, 1, 1, 1, 1, "none", 1, "1f1b", True), lim) == []
+    res = plan(request(limits=SearchLimits(max_micro_batch=1, schedules=("1f1b",), fixed={"tp": 1},
+                                           training_extra={"tp_comm_overlap": True}), memory_headroom="0", top_k=2))
+    assert all(any(w.startswith("tp_comm_overlap not applied") for w in r.warnings) for r in res.rows)

@@ -22,7 +22,14 @@ from trainsim import SCHEMA_VERSION
 from trainsim.specs import ClusterSpec, ModelSpec, Scenario, SpecError
 
 from . import goodput as gp
-from .search_space import RECOMPUTE_LADDER, Candidate, SearchLimits, enumerate_candidates, to_scenario
+from .search_space import (
+    RECOMPUTE_LADDER,
+    Candidate,
+    SearchLimits,
+    dropped_settings,
+    enumerate_candidates,
+    to_scenario,
+)
 
 Progress = Callable[[str, int, int], None]   # (phase, done, total)
 
@@ -227,12 +234,12 @@ def _states_key(c: Candidate) -> tuple:
     return (c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.vpp, c.zero, c.etp)
 
 
-def _row(c: Candidate, pred, source: str) -> PlanRow:
+def _row(c: Candidate, pred, source: str, stated: Sequence[str] = ()) -> PlanRow:
     return PlanRow(
         candidate=c, source=source, step_time_s=pred.step_time_s, tokens_per_s=pred.tokens_per_s, mfu=pred.mfu,
         hfu=pred.hfu, bubble_fraction=pred.bubble_fraction, peak_bytes=pred.peak_bytes,
         gpu_bytes=pred.gpu_memory_bytes, fits=pred.fits, exposed_comm_s=dict(pred.exposed_comm_s),
-        warnings=[w for w in pred.warnings if not w.startswith("uneven stages")],  # the layout column shows those
+        warnings=[*stated, *(w for w in pred.warnings if not w.startswith("uneven stages"))],  # layout column: stages
     )
 
 
@@ -280,7 +287,7 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
                 counts[_over(peak, cluster.gpu.memory_bytes)] += 1
                 continue
         fitted_groups.setdefault(g, rung)
-        row = _row(c, pred, "closed-form")
+        row = _row(c, pred, "closed-form", dropped_settings(ctx.model, c, ctx.limits))
         # The memory cost model decides fit at screening time (the closed form's in-flight counts are an
         # approximation); the engine, which tracks allocations over the schedule, has the last word.
         row.peak_bytes, row.fits = peak, True
@@ -298,7 +305,7 @@ def confirm_one(ctx: _Context, c: Candidate) -> PlanRow:
     """Run the discrete-event engine on one candidate; it fits when its peak leaves the headroom free."""
     cluster = ctx.cluster.with_gpus(c.gpus) if ctx.cluster.num_gpus != c.gpus else ctx.cluster
     scn = to_scenario(ctx.model, cluster, c, ctx.global_batch, ctx.seq_len, ctx.limits)
-    row = _row(c, _predict(scn, False, ctx.profile_path), "engine")
+    row = _row(c, _predict(scn, False, ctx.profile_path), "engine", dropped_settings(ctx.model, c, ctx.limits))
     row.fits = row.peak_bytes <= min(row.gpu_bytes, ctx.memory_limit)
     return row
 

@@ -327,6 +327,23 @@ def to_scenario(model: ModelSpec, cluster: ClusterSpec, c: Candidate, global_bat
     return resolve(model, cluster, layout, training, name=name or f"{model.name} {c.label()}")
 
 
+def dropped_settings(model: ModelSpec, c: Candidate, lim: SearchLimits) -> list[str]:
+    """The scenario file's settings a candidate runs without (to_scenario drops them), each as a stated line."""
+    extra = lim.training_extra
+    out = []
+    if extra.get("tp_comm_overlap") and not c.sequence_parallel:
+        out.append("tp_comm_overlap not applied: it needs sequence parallelism (tp > 1)")
+    if extra.get("ep_comm_overlap"):
+        layout = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, ep=c.ep, vpp=c.vpp, etp=c.etp)
+        rc = {} if c.recompute == "selective" else {"recompute_modules": None}
+        training = TrainingSpec.model_construct(**{**extra, **rc, "schedule": c.schedule, "zero": c.zero,
+                                                   "recompute": c.recompute})
+        why = ep_overlap_refusal(model, layout, training)
+        if why:
+            out.append(f"ep_comm_overlap not applied: {why}")
+    return out
+
+
 def valid_scenarios(model: ModelSpec, cluster: ClusterSpec, gpus: int, global_batch: int, seq_len: int,
                     lim: SearchLimits | None = None) -> Iterator[tuple[Candidate, Scenario]]:
     """Candidates that ``resolve`` accepts, with their scenarios."""
