@@ -146,3 +146,28 @@ def test_zero_0_beside_the_distributed_optimizer_is_refused_on_the_command_line(
     assert len(err) == 1 and "training.zero" in err[0] and "distributed_optimizer" in err[0]
     assert main(["plan", str(f), "--zero", "0", "--top", "1"]) == 2
     assert "training.zero" in capsys.readouterr().err
+
+
+def test_predict_json_states_the_dtypes_and_flags_set_them(capsys):
+    import json
+
+    from trainsim.reports.cli import main
+    args = ["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--seq-len", "2048",
+            "--global-batch", "8", "--fast", "--json"]
+    out = {}
+    for name, extra in (("default", []), ("bf16", ["--grad-dtype", "bf16"]), ("pure", ["--pure-bf16"])):
+        assert main([*args, *extra]) == 0
+        out[name] = json.loads(capsys.readouterr().out)
+    a = out["default"]["memory"]["assumptions"]
+    assert (a["weights_bytes_per_param"], a["grads_bytes_per_param"], a["optimizer_bytes_per_param"]) == (2, 4, 12)
+    assert a["grad_reduce_dtype"] == "fp32" and "fp32 grads" in a["note"]
+    assert out["bf16"]["memory"]["assumptions"]["grads_bytes_per_param"] == 2
+    assert out["pure"]["memory"]["assumptions"]["master_weights"] is False
+    assert out["pure"]["memory"]["assumptions"]["optimizer_bytes_per_param"] == 4
+    stage0 = [s["grads"] for s in (out[k]["memory"]["per_stage"][0] for k in ("default", "bf16"))]
+    assert stage0[0] == pytest.approx(2 * stage0[1])
+    assert out["default"]["model"]["total_params"] == pytest.approx(8.03e9, rel=1e-3)
+    terms = out["default"]["memory"]["other_terms"]
+    assert {"cuda_context", "cublas_workspace", "nccl_buffers", "logits_workspace"} <= set(terms)
+    assert out["default"]["memory"]["free_bytes"] == pytest.approx(
+        out["default"]["memory"]["gpu_bytes"] - out["default"]["memory"]["peak_bytes"])

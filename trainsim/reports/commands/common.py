@@ -82,6 +82,7 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "fp32"))
     p.add_argument("--framework", choices=FRAMEWORKS,
                    help="software stack whose documented behaviours apply (default megatron)")
+    add_precision_args(p)
     p.add_argument("--offload-optimizer", action="store_true", default=None,
                    help="optimizer states in host memory (ZeRO-Offload); PCIe traffic is timed")
     p.add_argument("--offload-params", action="store_true", default=None,
@@ -96,6 +97,15 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
     p.add_argument("--calibration", help="calibration profile JSON (from `trainsim calibrate`)")
 
 
+def add_precision_args(p: argparse.ArgumentParser) -> None:
+    """Model-state dtypes where a framework allows both (predict, report and plan share them)."""
+    p.add_argument("--grad-dtype", choices=("fp32", "bf16", "fp16"),
+                   help="gradient accumulation/reduction dtype (Megatron: fp32 by default with bf16; bf16 = "
+                        "--grad-reduce-in-bf16)")
+    p.add_argument("--pure-bf16", dest="master_weights", action="store_false", default=None,
+                   help="no fp32 master weights: weights, grads and Adam states in the training dtype (torchtune)")
+
+
 OVERRIDE_FLAGS = {
     "model": "model", "cluster": "cluster", "gpus": "gpus", "tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp",
     "ep": "ep", "etp": "etp", "vpp": "vpp", "stage_layers": "stage_layers", "seq_len": "seq_len", "global_batch": "global_batch", "micro_batch": "micro_batch",
@@ -103,6 +113,7 @@ OVERRIDE_FLAGS = {
     "distributed_optimizer": "distributed_optimizer", "schedule": "schedule", "dtype": "dtype",
     "framework": "framework", "offload_optimizer": "offload_optimizer", "offload_params": "offload_params",
     "tp_comm_overlap": "tp_comm_overlap", "ep_comm_overlap": "ep_comm_overlap", "offload_activation_layers": "offload_activation_layers",
+    "grad_dtype": "grad_dtype", "master_weights": "master_weights",
 }
 
 

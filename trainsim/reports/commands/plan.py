@@ -18,7 +18,7 @@ from trainsim.simulator.search_space import SearchLimits, check_training_extra, 
 from trainsim.specs import SpecError, load_cluster, load_layout, load_model, load_scenario_file
 from trainsim.specs.training import Schedule, zero_conflict
 
-from .common import nonneg_float, positive_int
+from .common import add_precision_args, nonneg_float, positive_int
 
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
 
@@ -91,6 +91,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=positive_int, default=1, help="processes for the sweep")
     p.add_argument("--dask-scheduler", metavar="ADDRESS", help="run the sweep on a dask.distributed cluster")
     p.add_argument("--calibration", help="calibration profile JSON (from `trainsim calibrate`)")
+    add_precision_args(p)
     g = p.add_argument_group("constraints (pin a dimension of the search)")
     for dim in ("tp", "pp", "cp", "ep", "vpp"):
         g.add_argument(f"--{dim}", type=positive_int)
@@ -125,6 +126,8 @@ def request_from_args(args: argparse.Namespace):
     training = raw.get("training") or {}
     if not isinstance(training, dict):
         raise SpecError("training", "must be a mapping")
+    precision = {k: getattr(args, k, None) for k in ("grad_dtype", "master_weights")}
+    training = {**training, **{k: v for k, v in precision.items() if v is not None}}
     model_in = args.model or raw.get("model")
     cluster_in = args.cluster or raw.get("cluster")
     if model_in is None:
