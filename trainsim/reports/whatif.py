@@ -338,7 +338,11 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
     if plan_json is not None:
         rows = [r for r in plan_json.get("rows", []) if r.get("fits", True)]
         c = plan_json.get("counts", {})
+        req = plan_json.get("request", {})
+        headroom = (f"{c.get('over_headroom', 0)} within memory but over the {req['memory_headroom']} headroom, "
+                    if "memory_headroom" in req else "")
         par = (f"{c.get('enumerated', '?')} layouts enumerated, {c.get('invalid', 0)} invalid, {c.get('oom', 0)} out of memory, "
+               f"{headroom}"
                f"{c.get('dominated', 0)} dominated (heavier recompute than needed), {c.get('screened', '?')} screened in closed form, "
                f"top {c.get('confirmed', '?')} confirmed by the engine ({plan_json.get('wall_s', 0.0):.1f} s).")
         figs = []
