@@ -171,3 +171,11 @@ def test_predict_json_states_the_dtypes_and_flags_set_them(capsys):
     assert {"cuda_context", "cublas_workspace", "nccl_buffers", "logits_workspace"} <= set(terms)
     assert out["default"]["memory"]["free_bytes"] == pytest.approx(
         out["default"]["memory"]["gpu_bytes"] - out["default"]["memory"]["peak_bytes"])
+
+
+def test_fsdp_shard_grad_op_keeps_the_16_bit_copy_and_the_fp32_shard():
+    """ZeRO-2 under FSDP (SHARD_GRAD_OP): bf16 unsharded weights kept through the backward + fp32 shard."""
+    s = scen("llama3-8b", 8, {"tp": 1}, framework="pytorch-fsdp", zero=2)
+    sm, rp = stage_memory(s, 0), rank_param_shards(s, 0)
+    assert sm.weights == pytest.approx(2 * rp.held + 4 * rp.held / 8)
+    assert sm.grads == pytest.approx(4 * rp.held / 8) and sm.optimizer == pytest.approx(8 * rp.held / 8)

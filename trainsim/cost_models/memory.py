@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from . import activations as act
-from .framework import behaviour, state_bytes
+from .framework import FP32_PARAM_FRAMEWORKS, behaviour, state_bytes
 from .runtime_memory import OUTSIDE_ALLOCATOR, runtime_terms
 from .shapes import block_kinds, dense_block_scenario, layer_shape
 
@@ -324,9 +324,7 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     if inflight_microbatches is None:
         inflight_microbatches = _inflight(t.schedule, lay.pp, scenario.num_microbatches, stage, lay.vpp)
     sb = state_bytes(t)
-    states = {"weights": rp.weight_params * sb.weights, "grads": rp.grad_params * sb.grads,
-              "optimizer": rp.optimizer_params * sb.optimizer}
-    off = offload(scenario, rp, sb, states)
+    off = offload(scenario, rp, sb, model_states(t, rp, sb))
 
     per_mb = activation_bytes_per_microbatch(scenario, stage, impl)
     host = off.host + inflight_microbatches * offloaded_layers(scenario) * act.layer_activation_bytes(scenario, impl).total
@@ -397,6 +395,19 @@ def offload(scenario, rp: RankParams, sb, states: dict[str, float]) -> Offload:
     f = t.optimizer_offload_fraction
     host = f * (o + shard * 4)
     return Offload(w, g, (1 - f) * o, host=host, h2d=f * shard * 4, d2h=f * shard * 4)
+
+
+def model_states(t, rp: RankParams, sb) -> dict[str, float]:
+    """Weights, gradients and optimizer bytes on one rank after ZeRO sharding.
+
+    FSDP below ZeRO-3 (SHARD_GRAD_OP = ZeRO-2): the fp32 parameters are still sharded (the FlatParameter's
+    shard is the optimizer's) while the unsharded ``param_dtype`` copy stays between forward and backward
+    (reshard_after_forward=False), so the weights are the full 16-bit copy plus the fp32 shard.
+    """
+    weights = rp.weight_params * sb.weights
+    if t.framework in FP32_PARAM_FRAMEWORKS and 1 <= t.effective_zero < 3 and sb.weights > t.param_bytes:
+        weights = rp.held * t.param_bytes + rp.optimizer_params * sb.weights
+    return {"weights": weights, "grads": rp.grad_params * sb.grads, "optimizer": rp.optimizer_params * sb.optimizer}
 
 
 def transient_terms(scenario, stage: int, rp: RankParams) -> dict[str, float]:
