@@ -106,14 +106,15 @@ def test_megatron_2021_adds_each_micro_batchs_weight_gradients_in_a_separate_pas
     params = s_old.model.num_layers * (dense + expert) + memory.stage_extra_params(s_old.model, 1, 1, 0)
     hw = compute.hw_of(s_old.cluster.gpu, "bf16")
     assert old.bwd_weight_s - new.bwd_weight_s == pytest.approx(
-        compute.memory_time_s(3 * 2 * params, hw) * t_old.slowest_gpu_factor, rel=1e-6)
+        compute.memory_time_s(3 * s_old.training.grad_bytes * params, hw) * t_old.slowest_gpu_factor, rel=1e-6)
 
 
 def test_fp16_optimizer_unscales_and_framework_copies():
     """fp16 adds an 8 B/param unscale + inf check; megatron-2021 adds 12 B/param of grad/param copies."""
     from trainsim.cost_models import compute
     from trainsim.cost_models.memory import rank_param_shards
-    bf, fp, old = scen(), scen(dtype="fp16"), scen(dtype="fp16", framework="megatron-2021")
+    # like for like: bf16 with 16-bit gradients (Megatron's default with bf16 is an fp32 main-grad buffer)
+    bf, fp, old = scen(grad_dtype="bf16"), scen(dtype="fp16"), scen(dtype="fp16", framework="megatron-2021")
     p = rank_param_shards(fp, 0).optimizer_params
     hw = compute.hw_of(fp.cluster.gpu, "fp16")
     t_bf, t_fp, t_old = (compute.optimizer_step_time(x, 0) for x in (bf, fp, old))
@@ -323,7 +324,8 @@ def test_fsdp_prepares_each_units_gradient_every_micro_batch():
     # the gradient shards FSDP keeps are fp32 (cast to the parameter dtype), whatever the reduce dtype
     sh = memory.rank_param_shards(fsdp, 0)
     assert memory.stage_memory(fsdp, 0).grads == pytest.approx(4 * sh.grad_params)
-    assert memory.stage_memory(plain, 0).grads == pytest.approx(2 * sh.grad_params)
+    # FSDP2 (framework torch) keeps its gradient shards in the fp32 sharded parameters' dtype too
+    assert memory.stage_memory(plain, 0).grads == pytest.approx(4 * sh.grad_params)
     # torch's FSDP2 path adds AccumulateGrad's grad += new (3 x 2 bytes) instead (grad_accumulation_pass)
     hw = compute.hw_of(fsdp.cluster.gpu, "bf16")
     assert (a.bwd_weight_s - b.bwd_weight_s) == pytest.approx(t_fsdp.slowest_gpu_factor * (
@@ -337,7 +339,7 @@ def test_composer_adamw_is_a_per_parameter_loop_and_fsdp_clipping_scales_every_g
     from trainsim.cost_models import compute
     from trainsim.cost_models.memory import rank_param_shards
     kw = dict(zero=3, global_batch=64, micro_batch=1)
-    fsdp, meg = scen(framework="pytorch-fsdp", **kw), scen(framework="megatron", **kw)
+    fsdp, meg = scen(framework="pytorch-fsdp", **kw), scen(framework="megatron", grad_dtype="bf16", **kw)
     sh = rank_param_shards(fsdp, 0)
     assert sh.optimizer_params == rank_param_shards(meg, 0).optimizer_params
     hw = compute.hw_of(fsdp.cluster.gpu, "bf16")

@@ -66,10 +66,9 @@ def test_dominance_pruning_loses_no_ranked_layout(small_plan):
     pruned = [r for r in small_plan.rows if r.fits]
     exhaustive = [r for r in full.rows if r.fits]
     assert pruned[0].candidate == exhaustive[0].candidate
-    # Rank by rank the pruned plan is at least as good (dominated duplicates no longer take top-K slots) ...
-    assert all(a.time_to_train_s <= b.time_to_train_s * (1 + 1e-12) for a, b in zip(pruned, exhaustive))
-    # ... and whatever it dropped is a heavier-recompute copy of a layout it kept, which the engine finds slower.
+    # Whatever it dropped is a heavier-recompute copy of a layout it kept, which the engine finds slower ...
     kept = {r.candidate.key(): r for r in pruned}
+    copies = set()
     for r in exhaustive:
         if r.candidate.key() in kept:
             continue
@@ -77,12 +76,17 @@ def test_dominance_pruning_loses_no_ranked_layout(small_plan):
         lighter = [k for k in kept.values() if k.candidate.key()[:8] == r.candidate.key()[:8]
                    and k.candidate.zero == r.candidate.zero and k.candidate.schedule == r.candidate.schedule]
         assert lighter and all(k.time_to_train_s <= r.time_to_train_s for k in lighter)
+        copies.add(r.candidate.key())
+    # ... and rank by rank the pruned plan is at least as good as the exhaustive one without those copies
+    # (dominated duplicates no longer take top-K slots).
+    distinct = [r for r in exhaustive if r.candidate.key() not in copies]
+    assert all(a.time_to_train_s <= b.time_to_train_s * (1 + 1e-12) for a, b in zip(pruned, distinct))
     assert [r.candidate.gpus for r in full.pareto] == [r.candidate.gpus for r in small_plan.pareto]
 
 
 def test_counts_add_up(small_plan):
     c = small_plan.counts
-    assert c["enumerated"] == c["invalid"] + c["oom"] + c["dominated"] + c["screened"]
+    assert c["enumerated"] == c["invalid"] + c["oom"] + c["over_headroom"] + c["dominated"] + c["screened"]
     assert c["screened"] > 50 and c["oom"] > 0
 
 
@@ -239,7 +243,8 @@ def test_cli_plans_with_the_scenario_files_training_settings(tmp_path, capsys):
     base = {"model": "llama3-8b", "cluster": "dgx-h100",
             "training": {"global_batch": 64, "seq_len": 4096}}
     args = ["--gpus", "8", "--top", "1", "--tp", "1", "--pp", "1", "--max-micro-batch", "1", "--zero", "3",
-            "--recompute", "none", "--schedule", "1f1b", "--json"]
+            "--recompute", "none", "--schedule", "1f1b", "--json",
+            "--memory-headroom", "0"]  # the settings reach the candidates; where they fit is not the point
 
     def best(training_extra: dict) -> dict:
         path = tmp_path / "s.yaml"
@@ -296,7 +301,7 @@ def test_screen_counts_zb_weight_gradient_inputs(capsys):
     from trainsim.specs import build_scenario
     raw = {"model": "llama3-70b", "cluster": "dgx-h100", "gpus": 64, "layout": {"pp": 8},
            "training": {"seq_len": 4096, "global_batch": 128, "micro_batch": 2, "recompute": "full", "zero": 1,
-                        "schedule": "zb"}}
+                        "schedule": "zb", "grad_dtype": "bf16"}}
     sc = build_scenario(raw)
     assert peak_memory_bytes(sc) < sc.cluster.gpu.memory_bytes < predict(sc).peak_bytes  # static model misses it
     assert main(["plan", "--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "64", "--global-batch", "128",

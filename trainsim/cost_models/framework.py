@@ -272,6 +272,91 @@ def held_grad_bytes(training) -> int:
     return training.grad_bytes
 
 
+# Frameworks whose sharded parameters are the fp32 master weights (torch.distributed FSDP1 FlatParameter /
+# FSDP2 DTensor shards under a mixed-precision policy; torch AMP keeps fp32 parameters and casts per op).
+FP32_PARAM_FRAMEWORKS = ("pytorch-fsdp", "torch")
+# Mixed-precision Adam: fp32 master weight + m + v (TrainingSpec.optimizer_bytes_per_param's default).
+MIXED_ADAM_BYTES = 12
+
+
+@dataclass(frozen=True)
+class StateBytes:
+    """Bytes per parameter of the model states as a framework keeps them, before any sharding.
+
+    ``weights``: the stored parameters; ``grads``: the gradients held for the optimizer; ``optimizer``: the
+    optimizer's own state (fp32 master copy when separate from the weights, Adam m and v). ``note`` says in
+    words which dtypes these are (predict and the report print it).
+    """
+
+    weights: float
+    grads: float
+    optimizer: float
+    note: str
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.grads + self.optimizer
+
+
+def _dtype_name(nbytes: float, low: str) -> str:
+    return {4: "fp32", 2: low, 1: "fp8"}.get(int(nbytes), f"{nbytes:g}-byte")
+
+
+def state_bytes(training) -> StateBytes:
+    """Model-state bytes per parameter under ``training``'s framework and precision (see StateBytes).
+
+    * megatron*: 16-bit parameters (``param_bytes``), the DDP main-grad buffer in ``grad_bytes`` (fp32 with
+      bf16: specs.training.MEGATRON_FRAMEWORKS), and the optimizer's fp32 main parameters + Adam m, v
+      (``optimizer_bytes_per_param`` = 12; megatron/core/optimizer/distrib_optimizer.py builds the fp32 main
+      shard, optimizer.py Float16OptimizerWithFloat16Params the unsharded one). 2 + 4 + 12 = 18 bytes, the
+      figure of megatron/training/theoretical_memory_usage.py (6 + 12/DP with the distributed optimizer).
+    * pytorch-fsdp / torch (FP32_PARAM_FRAMEWORKS): the stored (sharded) parameters are fp32 -- FSDP2's
+      MixedPrecisionPolicy casts them to ``param_dtype`` only for the unsharded compute copy, and torch AMP
+      autocasts per op --, the gradients land in the fp32 parameter dtype (``held_grad_bytes``), and Adam keeps
+      m and v (8 bytes; no separate master). 4 + 4 + 8 = 16 bytes. A ``param_dtype_bytes`` or a
+      non-default ``optimizer_bytes_per_param`` in the scenario is taken as given.
+    * deepspeed*: 16-bit parameters and gradients, the fp32 partition + Adam m, v (ZeRO paper Sec. 3.1:
+      2 + 2 + 12; deepspeed/runtime/zero/stage_1_and_2.py ``single_partition_of_fp32_groups``).
+    * fp32 training: no master copy, 4 + 4 + 8 (Megatron's FP32Optimizer; torch.optim on fp32 parameters).
+    * ``master_weights=false`` (pure low-precision, torchtune's default): weights and gradients in the
+      training dtype and Adam's m and v in the parameters' dtype (torch.optim allocates them ``zeros_like``
+      the parameter): 2 + 2 + 4.
+    """
+    low = "fp16" if training.dtype == "fp16" else "bf16"
+    grads = held_grad_bytes(training)
+    # optimizer_bytes_per_param at its default (MIXED_ADAM_BYTES) means "Adam as this precision keeps it";
+    # any other value (SGD, an 8-bit Adam, the executor's 8) is taken as given, as are explicit dtype bytes.
+    default_adam = training.optimizer_bytes_per_param == MIXED_ADAM_BYTES
+    if not training.master_weights:
+        opt = 2 * training.param_bytes if default_adam else training.optimizer_bytes_per_param
+        note = f"pure {low}: weights, grads and Adam m, v in {low}, no fp32 master"
+        return StateBytes(training.param_bytes, grads, opt, note)
+    if training.framework in FP32_PARAM_FRAMEWORKS and training.dtype != "fp32" and not training.param_dtype_bytes:
+        if not (training.grad_dtype_bytes or training.grad_dtype):
+            grads = 4
+        opt = 8 if default_adam else training.optimizer_bytes_per_param
+        note = (f"fp32 sharded weights (the {low} unsharded copy only during compute), "
+                f"{_dtype_name(grads, low)} grads, Adam m, v fp32 ({opt:g} B)")
+        return StateBytes(4, grads, opt, note)
+    w, opt = training.param_bytes, training.optimizer_bytes_per_param
+    if training.dtype == "fp32" and default_adam:
+        # fp32 training has no separate master copy (Megatron's FP32Optimizer, torch.optim on fp32 parameters):
+        # Adam's m and v only.
+        return StateBytes(w, grads, 8, "fp32 weights and grads, Adam m, v fp32 (no master copy)")
+    master = "fp32 master + Adam m, v" if opt == MIXED_ADAM_BYTES else f"optimizer {opt:g} B"
+    note = f"{_dtype_name(w, low)} weights, {_dtype_name(grads, low)} grads, {master}"
+    return StateBytes(w, grads, opt, note)
+
+
+def memory_assumptions(training) -> dict:
+    """The model-state dtypes a prediction assumed, for predict / report output (bytes per parameter)."""
+    sb = state_bytes(training)
+    return {"framework": training.framework, "weights_bytes_per_param": sb.weights,
+            "grads_bytes_per_param": sb.grads, "optimizer_bytes_per_param": sb.optimizer,
+            "grad_reduce_dtype": training.grad_dtype_name, "master_weights": training.master_weights,
+            "note": sb.note}
+
+
 def fsdp_divide_factors(world: int) -> tuple[float, float]:
     """FSDP's gradient (pre, post) divide factors for ``world`` ranks (default_hooks.DefaultState)."""
     factor = 1

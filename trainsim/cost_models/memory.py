@@ -13,19 +13,24 @@ the embedding (+ learned positions) to the first stage, final norm and output la
 embeddings keep a duplicate of the word embedding on the last stage when ``pp > 1`` (Megatron), with its
 own gradient and optimizer state. EP gives each rank ``E/ep`` experts.
 
-``other`` holds: the runtime reserve (CUDA context, cuBLAS workspaces, NCCL communicator buffers:
-``RUNTIME_RESERVE_BYTES``), ZeRO-3 all-gather/prefetch and reduce-scatter buffers, the logits/loss
-workspace on the last stage, and pipeline send/receive buffers. Data-parallel gradient buckets of ZeRO 0-2
-are views of the gradient storage (Megatron's contiguous grad buffer; torch DDP with
-``gradient_as_bucket_view``), so they add nothing. Allocator fragmentation is not included: leave
-headroom when deciding what fits.
+Model-state bytes per parameter come from the framework's own code (framework.state_bytes): Megatron keeps
+16-bit weights, an fp32 main-grad buffer and fp32 main weights + Adam m, v (18 bytes; 6 + 12/DP with the
+distributed optimizer, as megatron/training/theoretical_memory_usage.py); FSDP keeps fp32 sharded weights
+and gradients and Adam m, v (16); DeepSpeed 2 + 2 + 12; pure low-precision training 2 + 2 + 4.
 
-Offload (ZeRO-Offload / ZeRO-Infinity): ``offload_optimizer`` moves the optimizer states and the reduced
-gradient shard to host memory (``host``) and runs Adam there; each step sends the gradient shard
-device→host and the updated 16-bit weight shard host→device. ``offload_params`` (ZeRO-3) keeps the weight
-shard on the host and copies it host→device for every forward and backward of every micro-batch.
-``offload_activation_layers`` (Megatron-Core/Transformer Engine activation CPU offloading, pp = 1) keeps the
-saved activations of the first N layers in host memory (``offloaded_layers``).
+``other`` is the sum of named terms (``StageMemory.other_terms``): the runtime (``cuda_context``,
+``cublas_workspace``, ``nccl_buffers``: runtime_memory.py), ZeRO-3 all-gather/prefetch and reduce-scatter
+buffers, the logits/loss workspace on the loss stage, pipeline send/receive buffers, Megatron's
+sequence-parallel all-gather buffer, and offload staging buffers. Data-parallel gradient buckets of ZeRO 0-2
+are views of the gradient storage (Megatron's contiguous grad buffer; torch DDP with
+``gradient_as_bucket_view``), so they add nothing. Allocator fragmentation is not included
+(runtime_memory.py says why): the planner leaves headroom for it.
+
+Offload (``offload``): each framework keeps different states on the device -- Megatron its 16-bit weights
+and fp32 grad buffer, DeepSpeed its weights and reduce buckets, FSDP only the gathered units -- and the host
+memory and PCIe bytes per step follow from that. ``offload_activation_layers`` (Megatron-Core/Transformer
+Engine activation CPU offloading, pp = 1) keeps the saved activations of the first N layers in host memory
+(``offloaded_layers``).
 """
 
 from __future__ import annotations
@@ -34,17 +39,14 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from . import activations as act
-from .framework import behaviour, held_grad_bytes
+from .framework import FP32_PARAM_FRAMEWORKS, behaviour, state_bytes
+from .runtime_memory import OUTSIDE_ALLOCATOR, runtime_terms
 from .shapes import block_kinds, dense_block_scenario, layer_shape
 
 GiB = 1 << 30
-# CUDA context with lazy module loading (~0.5 GiB on Hopper), cuBLAS/cuBLASLt workspaces (32 MiB per
-# handle and stream), NCCL buffers (NCCL_BUFFSIZE 4 MiB per channel and peer for a few communicators):
-# about 1.5 GiB per GPU process, as commonly seen between nvidia-smi and torch.cuda.memory_reserved.
-RUNTIME_RESERVE_BYTES = 1.5 * GiB
-# A CPU "GPU" (one torch process per core, gloo): the process's own runtime; a torch worker's resident
-# size is ~330 MiB here (/shared/notes/torch-distributed-on-cpu.md, "Costs").
-CPU_RUNTIME_RESERVE_BYTES = 330 * (1 << 20)
+MiB = 1 << 20
+# Detail entries that explain the activations (not separate memory).
+ACTIVATION_DETAILS = ("activations_per_microbatch", "recompute_working")
 
 
 @dataclass(frozen=True)
@@ -72,8 +74,19 @@ class StageMemory:
 
     @property
     def total(self) -> float:
-        """Device bytes (host excluded)."""
+        """Device bytes (host excluded): what nvidia-smi shows at the peak, allocator fragmentation aside."""
         return self.weights + self.grads + self.optimizer + self.activations + self.other
+
+    @property
+    def allocated(self) -> float:
+        """Peak bytes the caching allocator hands out (torch.cuda.max_memory_allocated): ``total`` less the
+        CUDA context and NCCL's own buffers."""
+        return self.total - sum(self.details.get(k, 0.0) for k in OUTSIDE_ALLOCATOR)
+
+    @property
+    def other_terms(self) -> dict[str, float]:
+        """The named pieces of ``other`` (bytes)."""
+        return {k: v for k, v in self.details.items() if k not in ACTIVATION_DETAILS}
 
 
 @dataclass(frozen=True)
@@ -299,11 +312,6 @@ def largest_weight_tensor_params(model, tp: int = 1, ep: int = 1, etp: int | Non
     return float(max(qkv, experts, max(ffns) * h / tp, h * model.num_heads * model.v_dim / tp))
 
 
-def runtime_reserve_bytes(gpu) -> float:
-    """CUDA context + library workspaces + NCCL buffers (GPU), or the torch process itself (CPU)."""
-    return RUNTIME_RESERVE_BYTES if getattr(gpu, "num_sms", None) is not None else CPU_RUNTIME_RESERVE_BYTES
-
-
 def stage_memory(scenario, stage: int, inflight_microbatches: float | None = None,
                  impl: str = "fused") -> StageMemory:
     """Peak device bytes per component on one GPU of pipeline ``stage`` (plus host bytes and PCIe traffic).
@@ -312,39 +320,104 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     ``impl`` as in ``activation_bytes_per_microbatch``.
     """
     lay, t = scenario.layout, scenario.training
-    pp = lay.pp
     rp = rank_param_shards(scenario, stage)
-    pb, gb, K = t.param_bytes, t.grad_bytes, t.optimizer_bytes_per_param
-    n_micro = scenario.num_microbatches
     if inflight_microbatches is None:
-        inflight_microbatches = _inflight(t.schedule, pp, n_micro, stage, lay.vpp)
-
-    fw = behaviour(t.framework)
-    weights = rp.weight_params * pb
-    grads = rp.grad_params * held_grad_bytes(t)
-    optimizer = rp.optimizer_params * K
-    host = h2d = d2h = 0.0
-    if t.offload_optimizer:
-        host += optimizer + rp.optimizer_params * gb
-        d2h += rp.optimizer_params * gb          # reduced gradient shard to the host
-        h2d += rp.optimizer_params * pb          # updated weight shard back
-        optimizer = 0.0
-        grads = 0.0
-    if t.offload_params:
-        host += weights
-        h2d += 2 * n_micro * weights             # gathered for every forward and backward
-        weights = 0.0
+        inflight_microbatches = _inflight(t.schedule, lay.pp, scenario.num_microbatches, stage, lay.vpp)
+    sb = state_bytes(t)
+    off = offload(scenario, rp, sb, model_states(t, rp, sb))
 
     per_mb = activation_bytes_per_microbatch(scenario, stage, impl)
-    host += inflight_microbatches * offloaded_layers(scenario) * act.layer_activation_bytes(scenario, impl).total
+    host = off.host + inflight_microbatches * offloaded_layers(scenario) * act.layer_activation_bytes(scenario, impl).total
     # One block at a time is recomputed: the larger of the stage's block kinds.
     working = max(act.recompute_working_bytes(scn, impl) for scn, _ in block_kinds(scenario))
     activations = inflight_microbatches * per_mb + working
 
-    details: dict[str, float] = {
-        "activations_per_microbatch": per_mb, "recompute_working": working,
-        "runtime_reserve": runtime_reserve_bytes(scenario.cluster.gpu),
-    }
+    details: dict[str, float] = {"activations_per_microbatch": per_mb, "recompute_working": working,
+                                 **runtime_terms(scenario), **transient_terms(scenario, stage, rp), **off.device}
+    other = sum(v for k, v in details.items() if k not in ACTIVATION_DETAILS)
+    return StageMemory(weights=off.weights, grads=off.grads, optimizer=off.optimizer, activations=activations,
+                       other=other, host=host, pcie_h2d_bytes=off.h2d, pcie_d2h_bytes=off.d2h,
+                       inflight_microbatches=inflight_microbatches, details=details)
+
+
+@dataclass(frozen=True)
+class Offload:
+    """Model states left on the device after offload, what the host holds, and the PCIe bytes per step."""
+
+    weights: float
+    grads: float
+    optimizer: float
+    host: float = 0.0
+    h2d: float = 0.0
+    d2h: float = 0.0
+    device: dict = field(default_factory=dict)  # offload buffers kept on the device (named terms of ``other``)
+
+
+def offload(scenario, rp: RankParams, sb, states: dict[str, float]) -> Offload:
+    """Where each framework keeps the model states under ``offload_optimizer`` / ``offload_params``.
+
+    * megatron (``--optimizer-cpu-offload``, megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py
+      HybridDeviceOptimizer): the fp32 main parameters and Adam states of ``optimizer_offload_fraction`` of the
+      shard move to the host and are updated there; the 16-bit parameters and DDP's fp32 main-grad buffer
+      stay on the GPU. Each step copies that fraction's fp32 gradients to the host (into pinned fp32
+      copies) and the updated fp32 parameters back.
+    * deepspeed (ZeRO-Offload / ZeRO-Infinity, deepspeed/runtime/zero/stage_1_and_2.py ``cpu_offload``,
+      stage3.py ``offload_optimizer``): the fp32 partition, Adam states and the fp32 gradient partition live
+      on the host; the GPU keeps its 16-bit parameters (the shard under ZeRO-3) and, instead of the
+      gradient partition, the reduce buckets (``reduce_bucket_size`` elements, double-buffered with
+      ``overlap_comm``) that stream gradients out. ``offload_params`` (ZeRO-3) keeps the 16-bit parameter shard
+      on the host too and brings it in for every forward and backward of every micro-batch.
+    * pytorch-fsdp / torch (FSDP ``CPUOffload(offload_params=True)``, FSDP2 ``CPUOffloadPolicy``): the
+      sharded fp32 parameters, their gradients and the optimizer step are on the host together; the GPU holds
+      only the gathered units (``zero3_gather_buffers``). The shard is copied in before each gather (forward
+      and backward of every micro-batch) and each micro-batch's reduced gradient shard is copied out.
+    """
+    t = scenario.training
+    w, g, o = states["weights"], states["grads"], states["optimizer"]
+    if not (t.offload_optimizer or t.offload_params):
+        return Offload(w, g, o)
+    n_micro, shard = scenario.num_microbatches, rp.optimizer_params
+    if t.framework in ("pytorch-fsdp", "torch"):
+        host = w + g + o
+        return Offload(0.0, 0.0, 0.0, host=host, h2d=2 * n_micro * w, d2h=n_micro * g)
+    if t.framework.startswith("deepspeed"):
+        fw = behaviour(t.framework)
+        bucket = min(rp.held, fw.reduce_bucket_params or rp.held) * t.grad_bytes
+        device = {"offload_reduce_buckets": 2.0 * bucket}
+        host = o + shard * 4  # fp32 gradient partition beside the fp32 master and Adam states
+        h2d, d2h = shard * t.param_bytes, shard * t.grad_bytes
+        if t.offload_params:
+            host += w
+            h2d += 2 * n_micro * w
+            w = 0.0
+        return Offload(w, 0.0, 0.0, host=host, h2d=h2d, d2h=d2h, device=device)
+    # Megatron: the offloaded fraction of the optimizer shard goes to the host, with pinned fp32 gradient copies.
+    f = t.optimizer_offload_fraction
+    host = f * (o + shard * 4)
+    return Offload(w, g, (1 - f) * o, host=host, h2d=f * shard * 4, d2h=f * shard * 4)
+
+
+def model_states(t, rp: RankParams, sb) -> dict[str, float]:
+    """Weights, gradients and optimizer bytes on one rank after ZeRO sharding.
+
+    FSDP below ZeRO-3 (SHARD_GRAD_OP = ZeRO-2): the fp32 parameters are still sharded (the FlatParameter's
+    shard is the optimizer's) while the unsharded ``param_dtype`` copy stays between forward and backward
+    (reshard_after_forward=False), so the weights are the full 16-bit copy plus the fp32 shard.
+    """
+    weights = rp.weight_params * sb.weights
+    if t.framework in FP32_PARAM_FRAMEWORKS and 1 <= t.effective_zero < 3 and sb.weights > t.param_bytes:
+        weights = rp.held * t.param_bytes + rp.optimizer_params * sb.weights
+    return {"weights": weights, "grads": rp.grad_params * sb.grads, "optimizer": rp.optimizer_params * sb.optimizer}
+
+
+def transient_terms(scenario, stage: int, rp: RankParams) -> dict[str, float]:
+    """Buffers that exist for part of the step but at its peak: ZeRO-3 gathered parameters and unsharded
+    gradients, the loss's logits workspace, pipeline send/receive buffers, the sequence-parallel all-gather
+    buffer."""
+    lay, t = scenario.layout, scenario.training
+    fw = behaviour(t.framework)
+    pb, gb = t.param_bytes, t.grad_bytes
+    out: dict[str, float] = {}
     if t.effective_zero >= 3:
         if fw.zero3_gather == "tensor":
             # DeepSpeed: parameters are gathered tensor by tensor and at most stage3_max_live_parameters
@@ -352,24 +425,24 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
             # largest tensor's full gradient exists before its reduce.
             big = largest_weight_tensor_params(scenario.model, lay.tp, lay.ep, lay.etp)
             live = max(big, min(rp.unit_params, DEEPSPEED_MAX_LIVE_PARAMS))
-            details["zero3_gather_buffers"] = live * pb + max(big, min(rp.unit_params, fw.reduce_bucket_params)) * gb
+            out["zero3_gather_buffers"] = live * pb + max(big, min(rp.unit_params, fw.reduce_bucket_params)) * gb
         else:
             # FSDP: the unit in use and the prefetched next one unsharded, plus one unit's full gradient
             # before its reduce-scatter (twice while FSDP1's split backward concatenates the parameters'
             # gradients into the flat one: framework.fsdp_grad_prep).
             concat_copy = pb if fw.fsdp_grad_prep else 0  # the parameters' own 16-bit gradients beside the flat one
-            details["zero3_gather_buffers"] = rp.unit_params * (2 * pb + gb + concat_copy)
-    if t.offload_optimizer:
-        details["offload_staging"] = rp.unit_params * gb
+            out["zero3_gather_buffers"] = rp.unit_params * (2 * pb + gb + concat_copy)
     if stage == scenario.loss_stage:
-        details["logits_workspace"] = act.logits_workspace_bytes(scenario)
-    if pp > 1:
-        shp = layer_shape(scenario)
-        details["pp_p2p_buffers"] = 2.0 * shp.e * shp.tokens * shp.h / shp.sp_div
-    other = sum(v for k, v in details.items() if k not in ("activations_per_microbatch", "recompute_working"))
-    return StageMemory(weights=weights, grads=grads, optimizer=optimizer, activations=activations, other=other,
-                       host=host, pcie_h2d_bytes=h2d, pcie_d2h_bytes=d2h,
-                       inflight_microbatches=inflight_microbatches, details=details)
+        out["logits_workspace"] = act.logits_workspace_bytes(scenario)
+    shp = layer_shape(scenario)
+    if lay.pp > 1:
+        out["pp_p2p_buffers"] = 2.0 * shp.e * shp.tokens * shp.h / shp.sp_div
+    if t.sequence_parallel and lay.tp > 1 and t.framework in ("megatron", "megatron-2022"):
+        # Megatron-Core gathers the sequence-parallel input of a column-parallel linear into one persistent
+        # buffer (tensor_parallel/layers.py: get_global_memory_buffer().get_tensor(..., "mpu")): the full
+        # sequence of one micro-batch at the hidden width.
+        out["sp_gather_buffer"] = float(shp.e * shp.tokens * shp.h)
+    return out
 
 
 def all_stage_memory(scenario) -> list[StageMemory]:

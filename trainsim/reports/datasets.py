@@ -1177,7 +1177,7 @@ def _nemo_case(r: dict) -> Case:
         "training": {"seq_len": ints["seq_len"], "global_batch": ints["gbs"], "micro_batch": ints["mbs"],
                      "dtype": dtype, "recompute": "none", "sequence_parallel": tp > 1, "tp_comm_overlap": tp > 1,
                      "ep_comm_overlap": ep_overlap,
-                     "zero": 3 if fsdp > 0 else 0, "distributed_optimizer": fsdp == 0,
+                     **({"zero": 3} if fsdp > 0 else {}), "distributed_optimizer": fsdp == 0,
                      "schedule": "interleaved" if vp > 1 else "1f1b", "flash_attention": True,
                      "dropout": False, "framework": "megatron",
                      "offload_activation_layers": (NEMO_ACTIVATION_OFFLOAD.get((model_name, system), 0)

@@ -324,7 +324,8 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
     mem_rows = [[str(i)] + [fmt_gib(per_stage[i][k]) for k in ("weights", "grads", "optimizer", "activations", "other")]
                 + [fmt_gib(sum(per_stage[i].values()))] for i in show]
     fits_txt = ("fits" if pred.fits else "does NOT fit") + f": peak {fmt_gib(pred.peak_bytes)} of {fmt_gib(pred.gpu_memory_bytes)}"
-    sections.append(Section("memory", "Memory per GPU", [f"The layout {fits_txt} (headroom {fmt_gib(pred.gpu_memory_bytes - pred.peak_bytes)})."],
+    sections.append(Section("memory", "Memory per GPU", [f"The layout {fits_txt} (headroom {fmt_gib(pred.gpu_memory_bytes - pred.peak_bytes)}).",
+                                                        memory_assumptions_text(pred)],
                             [_fig("memory", "Memory per pipeline stage",
                                   "Peak device memory of one GPU of each stage, stacked by component, against the GPU's "
                                   "capacity (dashed). Activations follow the schedule's in-flight micro-batches.", mem_fig)],
@@ -362,7 +363,11 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
     if plan_json is not None:
         rows = [r for r in plan_json.get("rows", []) if r.get("fits", True)]
         c = plan_json.get("counts", {})
+        req = plan_json.get("request", {})
+        headroom = (f"{c.get('over_headroom', 0)} within memory but over the {req['memory_headroom']} headroom, "
+                    if "memory_headroom" in req else "")
         par = (f"{c.get('enumerated', '?')} layouts enumerated, {c.get('invalid', 0)} invalid, {c.get('oom', 0)} out of memory, "
+               f"{headroom}"
                f"{c.get('dominated', 0)} dominated (heavier recompute than needed), {c.get('screened', '?')} screened in closed form, "
                f"top {c.get('confirmed', '?')} confirmed by the engine ({plan_json.get('wall_s', 0.0):.1f} s).")
         figs = []
@@ -461,6 +466,18 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
         subtitle=f"{scn.name} — TP{scn.layout.tp} PP{scn.layout.pp} DP{scn.dp} CP{scn.layout.cp} EP{scn.layout.ep} "
                  f"VPP{scn.layout.vpp}, {scn.training.schedule}, {scn.training.global_batch}×{scn.training.seq_len} tokens per step",
         metrics=metrics, sections=sections, notes=notes)
+
+
+def memory_assumptions_text(pred) -> str:
+    """One sentence: the model-state dtypes the prediction assumed and the named terms of 'other'."""
+    a = pred.memory_assumptions
+    if not a:
+        return ""
+    terms = {k: v for k, v in pred.other_terms.items() if k != "stage" and v}
+    other = "; 'other' holds " + ", ".join(f"{k.replace('_', ' ')} {fmt_gib(v)}" for k, v in terms.items()) if terms else ""
+    return (f"Model states as {a['framework']} keeps them: {a['note']} ({a['weights_bytes_per_param']:g} + "
+            f"{a['grads_bytes_per_param']:g} + {a['optimizer_bytes_per_param']:g} bytes per parameter before "
+            f"sharding){other}.")
 
 
 def scenario_from_plan(plan_json: Mapping[str, Any], rank: int = 1) -> Scenario:

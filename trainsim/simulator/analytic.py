@@ -86,8 +86,12 @@ def estimate(table: CostTable) -> EngineResult:
         g = sum(2 * c.param_gather.time_s for c in st.chunks if c.param_gather is not None)
         r = sum(bk.time_s for c in st.chunks for bk in c.grad_buckets) if table.reduce_grads_every_microbatch else 0.0
         dp_link.append(g + r)
-    paced = [max(x, d) for x, d in zip(per_mb, dp_link)]
     link_bound = [max(0.0, d - x) for x, d in zip(per_mb, dp_link)]
+    # A framework that reduces after each backward (no overlap with the backward producing the gradients) still
+    # overlaps micro-batch i's reduction with micro-batch i+1's compute; the last one is the stage's tail below,
+    # so only m - 1 micro-batches are paced by the link.
+    serial_reduce = table.reduce_grads_every_microbatch and not table.overlap_grad_reduce
+    paced_count = m - 1 if serial_reduce else m
     # The link-paced time sets the steady state; the fill/drain is compute (a stage's gathers prefetch while it
     # waits for the pipeline, and its reductions never block compute). Each stage is tried as the bottleneck
     # (m of its paced micro-batches plus everyone else's fill) and the longest wins, so the estimate moves
@@ -114,7 +118,7 @@ def estimate(table: CostTable) -> EngineResult:
         fills = [sum(terms) - t for t in terms]
     else:
         fills = [total - x for x in per_mb]
-    pipe = max(m * x + fill for x, fill in zip(paced, fills)) + p2p
+    pipe = max(m * x + paced_count * lb + fill for x, lb, fill in zip(per_mb, link_bound, fills)) + p2p
     stages = []
     for s, st in enumerate(table.stages):
         f, b, w, tp, cp, ep, _ = sums[s]
@@ -127,7 +131,7 @@ def estimate(table: CostTable) -> EngineResult:
         tl.exposed_s["pp"] = p2p
         # ZeRO-3 gathers / per-micro-batch reductions longer than the compute they overlap pace the stage
         # (already in paced); the first layer's gather is not hidden by anything.
-        gather_exposed = m * link_bound[s]
+        gather_exposed = paced_count * link_bound[s]
         first = [c.param_gather.time_s / max(1, c.layers) for c in st.chunks if c.param_gather is not None]
         if first:
             gather_exposed += first[0]

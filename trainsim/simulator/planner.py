@@ -22,9 +22,48 @@ from trainsim import SCHEMA_VERSION
 from trainsim.specs import ClusterSpec, ModelSpec, Scenario, SpecError
 
 from . import goodput as gp
-from .search_space import RECOMPUTE_LADDER, Candidate, SearchLimits, enumerate_candidates, to_scenario
+from .search_space import (
+    RECOMPUTE_LADDER,
+    Candidate,
+    SearchLimits,
+    dropped_settings,
+    enumerate_candidates,
+    to_scenario,
+)
 
 Progress = Callable[[str, int, int], None]   # (phase, done, total)
+
+
+# Memory left free on every GPU by default: 10 % of its capacity. The analytical peak counts allocated bytes plus
+# the runtime (CUDA context, cuBLAS, NCCL), not the caching allocator's reserved-but-unused blocks, which depend
+# on allocation order: GMLake (Guo et al., ASPLOS 2024, arXiv:2401.08156) measures an average of 9.2 GB (up to
+# 25 GB) of fragmentation on A100-80GB (11.5 %) over eight LLM training setups with recomputation, offload and
+# ZeRO; PyTorch's CUDA memory-management docs point to the same gap (reserved vs allocated, expandable_segments).
+DEFAULT_MEMORY_HEADROOM = "10%"
+
+
+def parse_headroom(text: str | float) -> tuple[float, bool]:
+    """``"6"`` / ``"6GiB"`` -> (6 GiB in bytes, False); ``"10%"`` -> (0.10, True). SpecError naming the field."""
+    raw = str(text).strip()
+    try:
+        if raw.endswith("%"):
+            frac = float(raw[:-1]) / 100.0
+            if not (math.isfinite(frac) and 0 <= frac < 1):
+                raise ValueError
+            return frac, True
+        gib = float(raw[:-3] if raw.lower().endswith("gib") else raw)
+        if not (math.isfinite(gib) and gib >= 0):
+            raise ValueError
+        return gib * (1 << 30), False
+    except ValueError:
+        raise SpecError("memory_headroom", f"expected GiB (e.g. 6) or a percentage of GPU memory below 100 (e.g. "
+                                           f"10%), got {text!r}") from None
+
+
+def headroom_bytes(headroom: str | float, gpu_bytes: float) -> float:
+    """Bytes to leave free on a GPU of ``gpu_bytes`` (parse_headroom)."""
+    value, is_fraction = parse_headroom(headroom)
+    return value * gpu_bytes if is_fraction else value
 
 
 @dataclass(frozen=True)
@@ -48,6 +87,13 @@ class PlanRequest:
     restart_s: float = gp.DEFAULT_RESTART_S
     profile_path: str | None = None           # calibration profile JSON
     chunk_size: int = 384
+    memory_headroom: str = DEFAULT_MEMORY_HEADROOM  # GiB or "N%" of GPU memory left free (parse_headroom)
+
+    @property
+    def memory_limit_bytes(self) -> float:
+        """Peak bytes a recommended layout may use: GPU memory less the headroom."""
+        gpu = self.cluster.gpu.memory_bytes
+        return gpu - headroom_bytes(self.memory_headroom, gpu)
 
     @property
     def train_tokens(self) -> float:
@@ -118,6 +164,7 @@ class PlanResult:
                 "failure_rate_per_gpu_hour": r.failure_rate_per_gpu_hour, "restart_s": r.restart_s,
                 "checkpoint_write_s": r.checkpoint_write_s, "storage_write_Bps": r.storage_write_Bps,
                 "failure_rate_source": gp.FAILURE_RATE_SOURCE,
+                "memory_headroom": r.memory_headroom, "memory_limit_bytes": r.memory_limit_bytes,
             },
             "counts": dict(self.counts),
             "wall_s": self.wall_s,
@@ -138,6 +185,7 @@ class _Context:
     limits: SearchLimits
     profile_path: str | None
     prune_dominated: bool
+    memory_limit: float = float("inf")  # PlanRequest.memory_limit_bytes
 
 
 _PROFILE_CACHE: dict[str, Any] = {}
@@ -186,12 +234,12 @@ def _states_key(c: Candidate) -> tuple:
     return (c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.vpp, c.zero, c.etp)
 
 
-def _row(c: Candidate, pred, source: str) -> PlanRow:
+def _row(c: Candidate, pred, source: str, stated: Sequence[str] = ()) -> PlanRow:
     return PlanRow(
         candidate=c, source=source, step_time_s=pred.step_time_s, tokens_per_s=pred.tokens_per_s, mfu=pred.mfu,
         hfu=pred.hfu, bubble_fraction=pred.bubble_fraction, peak_bytes=pred.peak_bytes,
         gpu_bytes=pred.gpu_memory_bytes, fits=pred.fits, exposed_comm_s=dict(pred.exposed_comm_s),
-        warnings=[w for w in pred.warnings if not w.startswith("uneven stages")],  # the layout column shows those
+        warnings=[*stated, *(w for w in pred.warnings if not w.startswith("uneven stages"))],  # layout column: stages
     )
 
 
@@ -201,7 +249,7 @@ def _group_key(c: Candidate) -> tuple:
 
 def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRow], dict[str, int]]:
     """Resolve, memory-check and closed-form-screen a chunk of candidates."""
-    counts = {"invalid": 0, "oom": 0, "dominated": 0, "screened": 0}
+    counts = {"invalid": 0, "oom": 0, "over_headroom": 0, "dominated": 0, "screened": 0}
     rows: list[PlanRow] = []
     cluster = ctx.cluster
     fitted_groups: dict[tuple, int] = {}  # group -> rung of the lightest recompute that fitted
@@ -222,11 +270,12 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
         except SpecError:
             counts["invalid"] += 1
             continue
-        stages = _checked_stages(scn, cluster.gpu.memory_bytes)
+        limit = min(cluster.gpu.memory_bytes, ctx.memory_limit)
+        stages = _checked_stages(scn, limit)
         peak = max(sm.total for sm in stages)
-        if peak > cluster.gpu.memory_bytes:
-            counts["oom"] += 1
-            if max(sm.weights + sm.grads + sm.optimizer for sm in stages) > cluster.gpu.memory_bytes:
+        if peak > limit:
+            counts[_over(peak, cluster.gpu.memory_bytes)] += 1
+            if max(sm.weights + sm.grads + sm.optimizer for sm in stages) > limit:
                 states_oom.add(_states_key(c))
             continue
         pred = _predict(scn, True, ctx.profile_path)
@@ -234,11 +283,11 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
             # ZB's postponed weight-gradient passes keep their GEMM inputs (under recompute more than the
             # checkpoints): the static model has no schedule order to count them, the closed form does.
             peak = pred.peak_bytes
-            if peak > cluster.gpu.memory_bytes:
-                counts["oom"] += 1
+            if peak > limit:
+                counts[_over(peak, cluster.gpu.memory_bytes)] += 1
                 continue
         fitted_groups.setdefault(g, rung)
-        row = _row(c, pred, "closed-form")
+        row = _row(c, pred, "closed-form", dropped_settings(ctx.model, c, ctx.limits))
         # The memory cost model decides fit at screening time (the closed form's in-flight counts are an
         # approximation); the engine, which tracks allocations over the schedule, has the last word.
         row.peak_bytes, row.fits = peak, True
@@ -247,11 +296,18 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
     return rows, counts
 
 
+def _over(peak: float, gpu_bytes: float) -> str:
+    """The count a layout over the limit goes to: out of memory, or within memory but over the headroom."""
+    return "oom" if peak > gpu_bytes else "over_headroom"
+
+
 def confirm_one(ctx: _Context, c: Candidate) -> PlanRow:
-    """Run the discrete-event engine on one candidate."""
+    """Run the discrete-event engine on one candidate; it fits when its peak leaves the headroom free."""
     cluster = ctx.cluster.with_gpus(c.gpus) if ctx.cluster.num_gpus != c.gpus else ctx.cluster
     scn = to_scenario(ctx.model, cluster, c, ctx.global_batch, ctx.seq_len, ctx.limits)
-    return _row(c, _predict(scn, False, ctx.profile_path), "engine")
+    row = _row(c, _predict(scn, False, ctx.profile_path), "engine", dropped_settings(ctx.model, c, ctx.limits))
+    row.fits = row.peak_bytes <= min(row.gpu_bytes, ctx.memory_limit)
+    return row
 
 
 # --- ranking ------------------------------------------------------------------------------------
@@ -343,7 +399,7 @@ def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress 
     if req.objective not in ("time", "cost"):
         raise SpecError("objective", f"must be time or cost, got {req.objective!r}")
     ctx = _Context(req.model, req.cluster, req.global_batch, req.seq_len, req.limits, req.profile_path,
-                   req.prune_dominated)
+                   req.prune_dominated, req.memory_limit_bytes)
     cands: list[Candidate] = []
     for n in sorted(set(req.gpu_counts)):
         try:
@@ -351,8 +407,8 @@ def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress 
         except ValidationError:
             raise SpecError("gpus", f"{n} GPUs is not a whole number of {req.cluster.gpus_per_node}-GPU nodes") from None
         cands.extend(enumerate_candidates(req.model, req.cluster, n, req.global_batch, req.seq_len, req.limits))
-    counts = {"enumerated": len(cands), "invalid": 0, "oom": 0, "dominated": 0, "screened": 0, "confirmed": 0,
-              "engine_oom": 0}
+    counts = {"enumerated": len(cands), "invalid": 0, "oom": 0, "over_headroom": 0, "dominated": 0, "screened": 0,
+              "confirmed": 0, "engine_oom": 0}
     screened: list[PlanRow] = []
     for rows, cnt in _run(executor, screen_chunk, ctx, _chunks(cands, req.chunk_size), progress, "screen"):
         screened.extend(rows)

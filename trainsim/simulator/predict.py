@@ -213,6 +213,7 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
         pred.warnings.append(idle)
     pred.engine["build_s"] = build_s
     pred.engine["wall_s"] = pred.engine["wall_s"] + build_s
+    _describe_memory(pred, scenario)
     return pred
 
 
@@ -251,3 +252,16 @@ def _monte_carlo(pred: Prediction, scenario: Scenario, table: CostTable, jitter_
     }
     pred.engine["monte_carlo_events"] = events
     pred.engine["monte_carlo_wall_s"] = wall
+
+
+def _describe_memory(pred: Prediction, scenario: Scenario) -> None:
+    """Fill the prediction's stated memory assumptions, the peak stage's named other terms and parameter counts."""
+    from trainsim.cost_models import framework, memory
+    pred.memory_assumptions = framework.memory_assumptions(scenario.training)
+    pp = scenario.layout.pp
+    # The peak is on stage 0, 1 or p-1 (planner.peak_memory_bytes says why).
+    stages = {s: memory.stage_memory(scenario, s) for s in sorted({0, min(1, pp - 1), pp - 1})}
+    peak = max(stages, key=lambda s: stages[s].total)
+    pred.other_terms = {"stage": float(peak), **stages[peak].other_terms}
+    m = scenario.model
+    pred.model_params = {"total_params": int(m.total_params()), "active_params": int(m.active_params())}

@@ -50,10 +50,20 @@ class Prediction:
     extra: dict[str, Any] = field(default_factory=dict)
     # Monte Carlo summary when jitter/stragglers were requested (step_time_p50_s, step_time_p99_s, ...).
     variability: dict[str, Any] = field(default_factory=dict)
+    # Model-state dtypes assumed (framework.memory_assumptions), the peak stage's named ``other`` terms
+    # (bytes), and the model's parameter counts.
+    memory_assumptions: dict[str, Any] = field(default_factory=dict)
+    other_terms: dict[str, float] = field(default_factory=dict)
+    model_params: dict[str, int] = field(default_factory=dict)
 
     @property
     def fits(self) -> bool:
         return self.peak_bytes <= self.gpu_memory_bytes
+
+    @property
+    def free_bytes(self) -> float:
+        """Device memory left at the peak (negative: over capacity)."""
+        return self.gpu_memory_bytes - self.peak_bytes
 
     def to_json(self) -> dict[str, Any]:
         """The stable JSON object (keys of docs/design.md plus engine, calibration and breakdown)."""
@@ -72,8 +82,12 @@ class Prediction:
                 "peak_bytes": self.peak_bytes,
                 "gpu_bytes": self.gpu_memory_bytes,
                 "host_bytes": self.host_bytes,
+                "free_bytes": self.free_bytes,
                 "per_stage": [{**asdict(s), "total": s.total} for s in self.per_stage_memory],
+                **({"assumptions": dict(self.memory_assumptions)} if self.memory_assumptions else {}),
+                **({"other_terms": dict(self.other_terms)} if self.other_terms else {}),
             },
+            **({"model": dict(self.model_params)} if self.model_params else {}),
             "fits": self.fits,
             "layout": dict(self.layout),
             "engine": dict(self.engine),

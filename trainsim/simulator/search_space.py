@@ -232,7 +232,11 @@ def _zero_options(pp: int, lim: SearchLimits) -> list[int]:
     # ZeRO-2/3 shard gradients, which pipeline parallelism accumulates across micro-batches; DeepSpeed
     # refuses the combination ("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism") and
     # Megatron offers only the distributed optimizer (ZeRO-1) with pp > 1.
-    return [z for z in lim.zero if lim.allowed("zero", z) and (pp == 1 or z <= 1 or "zero" in lim.fixed)]
+    # Megatron's distributed optimizer is ZeRO-1 (TrainingSpec.effective_zero): with it set, zero 0 and zero 1 are
+    # the same run, so only zero >= 1 is searched (one row per run, not two with identical numbers).
+    floor = 1 if lim.training_extra.get("distributed_optimizer") else 0
+    return [z for z in lim.zero if z >= floor and lim.allowed("zero", z)
+            and (pp == 1 or z <= 1 or "zero" in lim.fixed)]
 
 
 def structural(model: ModelSpec, cluster: ClusterSpec, gpus: int, global_batch: int, seq_len: int,
@@ -321,6 +325,23 @@ def to_scenario(model: ModelSpec, cluster: ClusterSpec, c: Candidate, global_bat
     if training.ep_comm_overlap and ep_overlap_refusal(model, layout, training):
         training = training.model_copy(update={"ep_comm_overlap": False})  # candidates that cannot run it go without
     return resolve(model, cluster, layout, training, name=name or f"{model.name} {c.label()}")
+
+
+def dropped_settings(model: ModelSpec, c: Candidate, lim: SearchLimits) -> list[str]:
+    """The scenario file's settings a candidate runs without (to_scenario drops them), each as a stated line."""
+    extra = lim.training_extra
+    out = []
+    if extra.get("tp_comm_overlap") and not c.sequence_parallel:
+        out.append("tp_comm_overlap not applied: it needs sequence parallelism (tp > 1)")
+    if extra.get("ep_comm_overlap"):
+        layout = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, ep=c.ep, vpp=c.vpp, etp=c.etp)
+        rc = {} if c.recompute == "selective" else {"recompute_modules": None}
+        training = TrainingSpec.model_construct(**{**extra, **rc, "schedule": c.schedule, "zero": c.zero,
+                                                   "recompute": c.recompute})
+        why = ep_overlap_refusal(model, layout, training)
+        if why:
+            out.append(f"ep_comm_overlap not applied: {why}")
+    return out
 
 
 def valid_scenarios(model: ModelSpec, cluster: ClusterSpec, gpus: int, global_batch: int, seq_len: int,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -14,6 +15,15 @@ RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "layernorm", "
                                       "shared_experts")
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb", "dualpipev"]
 TrainDtype = Literal["bf16", "fp16", "fp8", "fp32"]
+# Dtype of the gradients a rank accumulates and reduces (Megatron's main-grad buffer, FSDP's reduce dtype).
+GradDtype = Literal["fp32", "bf16", "fp16"]
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+# Frameworks built on Megatron-LM's arguments handling (megatron/training/arguments.py validate_args): with
+# bf16 it sets accumulate_allreduce_grads_in_fp32 unless --grad-reduce-in-bf16, and DDP then allocates the
+# main-grad buffer in fp32 (megatron/core/distributed/distributed_data_parallel.py: ``grad_dtype = torch.float
+# if ddp_config.grad_reduce_in_fp32 else param.dtype``). fp8 runs keep bf16 parameters (--bf16 --fp8-format).
+# With fp16 the flag defaults off, so the buffer is fp16.
+MEGATRON_FRAMEWORKS = ("megatron", "megatron-2021", "megatron-2022")
 # The training framework: selects documented software-stack behaviours (gradient-reduction overlap,
 # cross-entropy kernel, ZeRO-3 gather granularity), see trainsim/cost_models/framework.py.
 Framework = Literal["megatron", "megatron-2021", "megatron-2022", "pytorch-fsdp", "deepspeed", "deepspeed-2021",
@@ -98,7 +108,20 @@ class TrainingSpec(BaseModel):
         "this many transformer layers are copied to host memory during the forward and back before their "
         "backward, overlapped with the other layers' compute; needs pp=1 and recompute=none, as in Megatron-Core")
     optimizer_bytes_per_param: int = Field(default=12, gt=0, le=64, description="fp32 master + Adam m, v")
-    grad_dtype_bytes: int = Field(default=0, ge=0, le=8, description="0 = same as dtype (fp32 for fp8)")
+    grad_dtype_bytes: int = Field(default=0, ge=0, le=8, description="bytes per gradient element; 0 = from "
+                                  "grad_dtype, else the framework's default (see grad_bytes)")
+    grad_dtype: GradDtype | None = Field(
+        default=None, description="dtype gradients are accumulated and reduced in (Megatron: fp32 = "
+        "--accumulate-allreduce-grads-in-fp32, bf16 = --grad-reduce-in-bf16); None = the framework's default: fp32 "
+        "for Megatron with bf16/fp8, else the parameters' dtype")
+    master_weights: bool = Field(
+        default=True, description="fp32 master weights in the optimizer (mixed precision). False = pure low-"
+        "precision training (torchtune's default with dtype bf16): weights, gradients and Adam's m and v all in "
+        "the training dtype, 2 + 2 + 4 bytes per parameter")
+    optimizer_offload_fraction: float = Field(
+        default=1.0, gt=0.0, le=1.0, description="with offload_optimizer: the share of the optimizer shard "
+        "updated on the host (Megatron-Core --optimizer-offload-fraction, HybridDeviceOptimizer); the rest "
+        "stays on the GPU")
     param_dtype_bytes: int = Field(default=0, ge=0, le=8,
                                    description="bytes per stored weight; 0 = the dtype's (2 for bf16/fp16/fp8). "
                                                "torch AMP keeps fp32 weights (4) and casts per op")
@@ -136,7 +159,31 @@ class TrainingSpec(BaseModel):
                 raise ValueError("recompute_modules lists a module twice")
         if self.offload_params and self.zero != 3:
             raise ValueError("offload_params needs zero=3 (parameters must be sharded to be offloaded)")
+        self._check_conflicts()
         return self
+
+    def _check_conflicts(self) -> None:
+        """Settings that contradict each other or that the framework does not have: refused, never overridden."""
+        if self.grad_dtype and self.grad_dtype_bytes and DTYPE_BYTES[self.grad_dtype] != self.grad_dtype_bytes:
+            raise ValueError(f"grad_dtype={self.grad_dtype} contradicts grad_dtype_bytes={self.grad_dtype_bytes}")
+        if not self.master_weights and self.dtype in ("fp32", "fp8"):
+            raise ValueError(f"master_weights=false needs dtype bf16 or fp16 (pure low-precision training), got "
+                             f"{self.dtype}")
+        if self.framework == "torch" and self.tp_comm_overlap:
+            raise ValueError("tp_comm_overlap is Transformer Engine's userbuffers overlap (Megatron-Core); framework "
+                             "torch runs parallelize_module TP without it: use framework megatron or drop it")
+        if self.framework == "torch" and self.ep_comm_overlap:
+            raise ValueError("ep_comm_overlap is Megatron-Core's combined 1F1B overlap; framework torch has no "
+                             "expert-parallel overlap: use framework megatron or drop it")
+        fsdp = self.framework in ("pytorch-fsdp", "torch")
+        if fsdp and self.offload_optimizer != self.offload_params:
+            raise ValueError("FSDP's CPU offload (CPUOffload / CPUOffloadPolicy) moves parameters, gradients and the "
+                             "optimizer step to the host together: set offload_params and offload_optimizer both")
+        if self.offload_params and self.framework in MEGATRON_FRAMEWORKS:
+            raise ValueError("Megatron offloads the optimizer (--optimizer-cpu-offload), not the parameters: use "
+                             "offload_optimizer, or framework deepspeed for ZeRO-3 parameter offload")
+        if self.optimizer_offload_fraction != 1.0 and not self.offload_optimizer:
+            raise ValueError("optimizer_offload_fraction needs offload_optimizer=true")
 
     @property
     def selective_modules(self) -> frozenset[str]:
@@ -154,7 +201,8 @@ class TrainingSpec(BaseModel):
 
     @property
     def effective_zero(self) -> int:
-        """ZeRO stage with Megatron's distributed optimizer counted as stage 1."""
+        """ZeRO stage with Megatron's distributed optimizer counted as stage 1 (predict prints this one; an
+        explicit ``--zero 0`` beside the distributed optimizer is refused: zero_conflict)."""
         return max(self.zero, 1 if self.distributed_optimizer else 0)
 
     @property
@@ -163,4 +211,31 @@ class TrainingSpec(BaseModel):
 
     @property
     def grad_bytes(self) -> int:
-        return self.grad_dtype_bytes or self.param_bytes
+        """Bytes per gradient element as accumulated and reduced: ``grad_dtype_bytes``, ``grad_dtype``, or the
+        framework's default (fp32 main grads for Megatron with bf16/fp8, MEGATRON_FRAMEWORKS; else the
+        parameters' dtype; pure low-precision training keeps them in the training dtype)."""
+        if self.grad_dtype_bytes:
+            return self.grad_dtype_bytes
+        if self.grad_dtype:
+            return DTYPE_BYTES[self.grad_dtype]
+        if self.master_weights and self.framework in MEGATRON_FRAMEWORKS and self.dtype in ("bf16", "fp8"):
+            return 4
+        return self.param_bytes
+
+    @property
+    def grad_dtype_name(self) -> str:
+        """The gradient dtype for display (fp32, bf16/fp16, or ``N-byte``)."""
+        names = {4: "fp32", 2: "fp16" if self.dtype == "fp16" else "bf16", 1: "fp8", 8: "fp64"}
+        return names.get(self.grad_bytes, f"{self.grad_bytes}-byte")
+
+
+def zero_conflict(zero: int | None, training: Mapping[str, Any]) -> str | None:
+    """Why an explicitly requested ZeRO stage contradicts ``training`` (None when it does not).
+
+    ``zero=0`` beside ``distributed_optimizer: true`` asks for replicated optimizer states while the
+    distributed optimizer shards them (ZeRO-1); a spec cannot tell a default 0 from a requested one, so the
+    command line and scenario loaders ask this with the value as given."""
+    if zero == 0 and training.get("distributed_optimizer"):
+        return ("zero 0 contradicts distributed_optimizer: true, which shards the optimizer states over data "
+                "parallelism (ZeRO-1): drop one of them")
+    return None

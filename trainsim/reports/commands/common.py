@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import get_args
 
 from trainsim.cost_models.framework import FRAMEWORKS
-from trainsim.specs import Scenario, build_scenario, load_scenario_file
+from trainsim.specs import Scenario, SpecError, build_scenario, load_scenario_file
 from trainsim.specs.published_scale import scale_warnings
 from trainsim.specs.training import Schedule
 
@@ -102,6 +102,7 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "fp32"))
     p.add_argument("--framework", choices=FRAMEWORKS,
                    help="software stack whose documented behaviours apply (default megatron)")
+    add_precision_args(p)
     p.add_argument("--offload-optimizer", action="store_true", default=None,
                    help="optimizer states in host memory (ZeRO-Offload); PCIe traffic is timed")
     p.add_argument("--offload-params", action="store_true", default=None,
@@ -116,6 +117,15 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
     p.add_argument("--calibration", help="calibration profile JSON (from `trainsim calibrate`)")
 
 
+def add_precision_args(p: argparse.ArgumentParser) -> None:
+    """Model-state dtypes where a framework allows both (predict, report and plan share them)."""
+    p.add_argument("--grad-dtype", choices=("fp32", "bf16", "fp16"),
+                   help="gradient accumulation/reduction dtype (Megatron: fp32 by default with bf16; bf16 = "
+                        "--grad-reduce-in-bf16)")
+    p.add_argument("--pure-bf16", dest="master_weights", action="store_false", default=None,
+                   help="no fp32 master weights: weights, grads and Adam states in the training dtype (torchtune)")
+
+
 OVERRIDE_FLAGS = {
     "model": "model", "cluster": "cluster", "gpus": "gpus", "tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp",
     "ep": "ep", "etp": "etp", "vpp": "vpp", "stage_layers": "stage_layers", "seq_len": "seq_len", "global_batch": "global_batch", "micro_batch": "micro_batch",
@@ -123,6 +133,7 @@ OVERRIDE_FLAGS = {
     "distributed_optimizer": "distributed_optimizer", "schedule": "schedule", "dtype": "dtype",
     "framework": "framework", "offload_optimizer": "offload_optimizer", "offload_params": "offload_params",
     "tp_comm_overlap": "tp_comm_overlap", "ep_comm_overlap": "ep_comm_overlap", "offload_activation_layers": "offload_activation_layers",
+    "grad_dtype": "grad_dtype", "master_weights": "master_weights",
 }
 
 
@@ -149,4 +160,17 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     raw = load_scenario_file(args.scenario) if getattr(args, "scenario", None) else {}
     overrides = {key: getattr(args, attr, None) for attr, key in OVERRIDE_FLAGS.items()}
     imply_schedule(overrides, raw)
+    check_zero(overrides.get("zero"), raw, overrides)
     return build_scenario(raw, overrides)
+
+
+def check_zero(zero: int | None, raw: Mapping, overrides: Mapping) -> None:
+    """Refuse a requested ZeRO stage that contradicts the distributed optimizer (training.zero_conflict)."""
+    from trainsim.specs.training import zero_conflict
+    training = raw.get("training") if isinstance(raw.get("training"), Mapping) else {}
+    if zero is None:
+        zero = training.get("zero")
+    merged = {**training, **{k: v for k, v in overrides.items() if v is not None}}
+    why = zero_conflict(zero, merged)
+    if why:
+        raise SpecError("training.zero", why)

@@ -13,11 +13,12 @@ from collections.abc import Iterator
 from typing import Any, get_args
 
 from trainsim.simulator import goodput as gp
+from trainsim.simulator.planner import DEFAULT_MEMORY_HEADROOM, parse_headroom
 from trainsim.simulator.search_space import SearchLimits, check_training_extra, training_extra
 from trainsim.specs import SpecError, load_cluster, load_layout, load_model, load_scenario_file
-from trainsim.specs.training import Schedule
+from trainsim.specs.training import Schedule, zero_conflict
 
-from .common import float_range, int_range, nonneg_float, positive_int, warn_beyond_published
+from .common import add_precision_args, float_range, int_range, nonneg_float, positive_int, warn_beyond_published
 
 # Tokens to train on: 10^16 is 640x Llama 3's 15.6T (arXiv:2407.21783), past any data set that exists.
 MAX_TOKENS = 1e16
@@ -86,12 +87,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rank-by", choices=("p50", "p90"), default="p50",
                    help="step-time quantile the ranking uses: the prediction (p50) or the upper end of its 80 %% "
                         "interval (p90, reports.plan_bands)")
+    p.add_argument("--memory-headroom", default=DEFAULT_MEMORY_HEADROOM, metavar="GiB|PCT",
+                   help="memory every recommended layout leaves free, in GiB (6) or percent of GPU memory (10%%); "
+                        f"default {DEFAULT_MEMORY_HEADROOM.replace('%', '%%')}: the caching allocator's fragmentation "
+                        "(GMLake, ASPLOS 2024: 9.2 GB average on 80 GB)")
     out = p.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print one JSON object")
     out.add_argument("--csv", action="store_true", help="print the ranked layouts as CSV")
     p.add_argument("--workers", type=int_range(1, 1024), default=1, help="processes for the sweep")
     p.add_argument("--dask-scheduler", metavar="ADDRESS", help="run the sweep on a dask.distributed cluster")
     p.add_argument("--calibration", help="calibration profile JSON (from `trainsim calibrate`)")
+    add_precision_args(p)
     g = p.add_argument_group("constraints (pin a dimension of the search)")
     for dim in ("tp", "pp", "cp", "ep", "vpp"):
         g.add_argument(f"--{dim}", type=positive_int)
@@ -126,6 +132,8 @@ def request_from_args(args: argparse.Namespace):
     training = raw.get("training") or {}
     if not isinstance(training, dict):
         raise SpecError("training", "must be a mapping")
+    precision = {k: getattr(args, k, None) for k in ("grad_dtype", "master_weights")}
+    training = {**training, **{k: v for k, v in precision.items() if v is not None}}
     model_in = args.model or raw.get("model")
     cluster_in = args.cluster or raw.get("cluster")
     if model_in is None:
@@ -162,7 +170,12 @@ def request_from_args(args: argparse.Namespace):
     extra = training_extra(training)
     if extra.get("offload_params") and "zero" not in fixed:
         fixed["zero"] = 3  # parameters must be sharded to be offloaded
-    check_training_extra(extra, seq_len=int(seq_len), global_batch=int(global_batch), zero=fixed.get("zero", 0))
+    # --zero with the distributed optimizer is checked as given (zero 0 contradicts it: refused).
+    why = zero_conflict(fixed.get("zero", training.get("zero")), training)
+    if why:
+        raise SpecError("training.zero", why)
+    zero = fixed.get("zero", 1 if extra.get("distributed_optimizer") else 0)
+    check_training_extra(extra, seq_len=int(seq_len), global_batch=int(global_batch), zero=zero)
     layout = raw.get("layout") or {}
     if not isinstance(layout, dict):
         raise SpecError("layout", "must be a mapping")
@@ -184,7 +197,14 @@ def request_from_args(args: argparse.Namespace):
         objective=args.objective, prune_dominated=not args.exhaustive,
         failure_rate_per_gpu_hour=args.failure_rate_per_gpu_hour, checkpoint_write_s=args.checkpoint_write_s,
         storage_write_Bps=args.storage_write_gbps * 1e9, restart_s=args.restart_s, profile_path=args.calibration,
+        memory_headroom=_checked_headroom(args.memory_headroom),
     )
+
+
+def _checked_headroom(text: str) -> str:
+    """The --memory-headroom text, validated now (SpecError naming the field) rather than mid-search."""
+    parse_headroom(text)
+    return str(text)
 
 
 @contextlib.contextmanager
@@ -253,11 +273,14 @@ def print_table(result, file=None) -> None:
         f"global batch {req.global_batch} x {req.seq_len} tokens; training on {fmt_count(req.train_tokens)} tokens")
     console.print(
         f"layouts: {c['enumerated']} enumerated, {c['invalid']} invalid, {c['oom']} out of memory, "
+        f"{c.get('over_headroom', 0)} within memory but over the {req.memory_headroom} headroom "
+        f"(limit {req.memory_limit_bytes / 2**30:.1f} GiB), "
         f"{c['dominated']} dominated (heavier recompute than needed), {c['screened']} screened, "
         f"{c['confirmed']} confirmed by the engine; {result.wall_s:.1f} s")
     rows = [r.to_json() for r in result.rows if r.fits]
     if not rows:
-        why = "fits in memory" if c["oom"] else "is valid for these constraints"
+        why = (f"fits in memory with {req.memory_headroom} headroom" if c["oom"] or c.get("over_headroom")
+               else "is valid for these constraints")
         console.print(f"[red]no layout {why}[/red]")
         return
     t = Table(title=f"Top {len(rows)} layouts (ranked by {'cost' if req.objective == 'cost' else 'time to train'})",

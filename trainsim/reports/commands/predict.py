@@ -64,9 +64,7 @@ def run(args: argparse.Namespace) -> int:
     # After the prediction: a refusal (exit 2) stays one line.
     warn_beyond_published(scenario.num_gpus, scenario.training.global_batch, scenario.training.seq_len)
     if args.json:
-        m = scenario.model
-        print(json.dumps({**pred.to_json(), **iv.to_json(),
-                          "model": {"total_params": m.total_params(), "active_params": m.active_params()}}))
+        print(json.dumps({**pred.to_json(), **iv.to_json()}))
     else:
         render(pred, scenario, iv)
     return 0
@@ -129,10 +127,25 @@ def render(pred, scenario, iv=None) -> None:
                                                        sm.total)),
                   "yes" if sm.total <= pred.gpu_memory_bytes else "[red]no[/]")
     c.print(m)
-    c.print(f"peak {pred.peak_bytes / GiB:.1f} GiB -> " + ("[green]fits[/]" if pred.fits else "[red]does not fit[/]"))
+    c.print(f"peak {pred.peak_bytes / GiB:.1f} GiB, free {pred.free_bytes / GiB:.1f} GiB -> "
+            + ("[green]fits[/]" if pred.fits else "[red]does not fit[/]"))
+    render_memory_assumptions(c, pred)
     for w in pred.warnings:
         c.print(f"[yellow]note:[/] {w}")
     if iv is not None:
         from trainsim.reports.intervals import text
         for line in text(iv):
             c.print(line, highlight=False)
+
+
+def render_memory_assumptions(c, pred) -> None:
+    """The model-state dtypes assumed and the named pieces of ``other`` on the peak stage."""
+    a = pred.memory_assumptions
+    if a:
+        c.print(f"model states ({a['framework']}): {a['note']}; "
+                f"{a['weights_bytes_per_param']:g} + {a['grads_bytes_per_param']:g} + "
+                f"{a['optimizer_bytes_per_param']:g} bytes per parameter before sharding")
+    terms = {k: v for k, v in pred.other_terms.items() if k != "stage" and v}
+    if terms:
+        c.print(f"other on stage {int(pred.other_terms['stage'])}: "
+                + ", ".join(f"{k.replace('_', ' ')} {v / GiB:.2f}" for k, v in terms.items()) + " GiB")

@@ -1,0 +1,181 @@
+"""Model states as each framework keeps them, held against the frameworks' own figures; runtime terms; offload
+per framework; conflicting settings refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainsim.cost_models import framework
+from trainsim.cost_models import runtime_memory as rt
+from trainsim.cost_models.memory import rank_param_shards, stage_memory
+from trainsim.specs import SpecError, build_scenario
+
+# Llama 3 (arXiv:2407.21783 Table 3): layers, hidden, heads, kv heads, ffn; vocabulary 128,256, untied.
+LLAMA3 = {"llama3-8b": (32, 4096, 32, 8, 14336), "llama3-70b": (80, 8192, 64, 8, 28672),
+          "llama3-405b": (126, 16384, 128, 8, 53248)}
+VOCAB = 128256
+
+
+def scen(model, gpus, layout, **training):
+    training = {"seq_len": 8192, "global_batch": gpus, "micro_batch": 1, **training}
+    return build_scenario({"model": model, "cluster": "dgx-h100", "gpus": gpus, "layout": layout,
+                           "training": training})
+
+
+def megatron_estimator_bytes(model: str, tp: int, pp: int, dp: int, distributed_optimizer: bool,
+                             first_stage_layers: int | None = None) -> float:
+    """megatron/training/theoretical_memory_usage.py compute_weight_and_optimizer_memory for a dense SwiGLU
+    RMSNorm model with untied embeddings, written out from its closed form (read_file id 52840860143):
+    most-loaded shard = (transformer block / pp + embedding) / tp (+ the output layer when pp = 1), times 18
+    bytes, or 6 + 12/DP with the distributed optimizer. The vocabulary is padded as Megatron pads it
+    (--make-vocab-size-divisible-by 128, times tp). ``first_stage_layers``: the first stage's transformer layers
+    where the split is uneven (the estimator assumes L/pp; Megatron's --decoder-first-pipeline-num-layers)."""
+    L, h, a, kv, f = LLAMA3[model]
+    mult = 128 * tp
+    vocab = -(-VOCAB // mult) * mult
+    self_attn = 2 * h * h * (1 + kv / a) * 1.0           # kv_channels * heads == hidden for Llama 3
+    layer = 2 * h * (f * 1.5 + 1) + self_attn             # SwiGLU multiplier 3/2, RMSNorm norm_size 1
+    block = L * layer + h                                 # + final layernorm
+    emb = h * vocab
+    stage_block = block / pp if first_stage_layers is None else first_stage_layers * layer
+    shard = (stage_block + emb) / tp + (emb / tp if pp == 1 else 0)
+    per_param = 6 + 12 / dp if distributed_optimizer else 18
+    return shard * per_param
+
+
+# (model, tp, pp, dp, per-stage layers where 126 does not split evenly: Llama 3 405B's pp16 puts fewer on the ends)
+LAYOUTS = [("llama3-8b", 1, 1, 8, None), ("llama3-8b", 2, 1, 64, None), ("llama3-70b", 8, 4, 32, None),
+           ("llama3-70b", 4, 8, 16, None), ("llama3-405b", 8, 16, 64, (7,) + (8,) * 14 + (7,)),
+           ("llama3-405b", 8, 8, 8, (15,) + (16,) * 6 + (15,)), ("llama3-405b", 8, 9, 8, None)]
+
+
+@pytest.mark.parametrize("model,tp,pp,dp,split", LAYOUTS)
+@pytest.mark.parametrize("distopt", [False, True])
+def test_megatron_model_states_match_megatron_estimator(model, tp, pp, dp, split, distopt):
+    """Within 1 % of Megatron-LM's own estimator (the residue: it divides norms by tp, and pads the vocabulary)."""
+    layout = {"tp": tp, "pp": pp, **({"stage_layers": split} if split else {})}
+    s = scen(model, tp * pp * dp, layout, distributed_optimizer=distopt, sequence_parallel=tp > 1)
+    ours = stage_memory(s, 0).model_states
+    expected = megatron_estimator_bytes(model, tp, pp, dp, distopt, split[0] if split else None)
+    assert ours == pytest.approx(expected, rel=0.01)
+
+
+def test_gradient_dtype_setting_and_framework_defaults():
+    base = ("llama3-8b", 8, {"tp": 1})
+    rp = rank_param_shards(scen(*base), 0)
+    fp32 = stage_memory(scen(*base), 0)
+    bf16 = stage_memory(scen(*base, grad_dtype="bf16"), 0)
+    assert fp32.grads == pytest.approx(4 * rp.held) and bf16.grads == pytest.approx(2 * rp.held)
+    assert scen(*base).training.grad_bytes == 4 and scen(*base, dtype="fp16").training.grad_bytes == 2
+    assert scen(*base, framework="deepspeed").training.grad_bytes == 2
+    # Pure bf16 (torchtune): 2 + 2 + 4 bytes per parameter, no fp32 master.
+    pure = stage_memory(scen(*base, master_weights=False), 0)
+    assert pure.model_states == pytest.approx(8 * rp.held)
+    assert "no fp32 master" in framework.state_bytes(scen(*base, master_weights=False).training).note
+    # FSDP2 (torch) / FSDP1 (pytorch-fsdp) under mixed precision: fp32 shards, fp32 grads, Adam m and v.
+    for fw in ("torch", "pytorch-fsdp"):
+        z3 = scen(*base, framework=fw, zero=3)
+        sm, rp3 = stage_memory(z3, 0), rank_param_shards(z3, 0)
+        assert (sm.weights, sm.grads, sm.optimizer) == pytest.approx((4 * rp3.weight_params, 4 * rp3.grad_params,
+                                                                      8 * rp3.optimizer_params))
+
+
+@pytest.mark.parametrize("bad,field", [
+    ({"framework": "torch", "tp_comm_overlap": True, "sequence_parallel": True}, "training"),
+    ({"grad_dtype": "bf16", "grad_dtype_bytes": 4}, "training"),
+    ({"master_weights": False, "dtype": "fp8"}, "training"),
+    ({"framework": "torch", "zero": 3, "offload_optimizer": True}, "training"),
+    ({"zero": 3, "offload_params": True, "offload_optimizer": True}, "training"),   # megatron has no param offload
+    ({"optimizer_offload_fraction": 0.5}, "training"),
+])
+def test_conflicting_settings_are_refused(bad, field):
+    with pytest.raises(SpecError) as ei:
+        scen("llama3-8b", 8, {"tp": 2}, **bad)
+    assert ei.value.field.startswith(field)
+
+
+def test_zero1_is_the_distributed_optimizer():
+    a = stage_memory(scen("llama3-8b", 8, {"tp": 1}, distributed_optimizer=True), 0)
+    b = stage_memory(scen("llama3-8b", 8, {"tp": 1}, zero=1), 0)
+    assert a.model_states == b.model_states
+
+
+def test_megatron_optimizer_offload_keeps_params_and_fp32_grad_buffer_on_gpu():
+    """HybridDeviceOptimizer: the offloaded fraction's fp32 main params + Adam states go to the host with pinned
+    fp32 gradient copies; bf16 params and the fp32 main-grad buffer stay."""
+    base = {"distributed_optimizer": True}
+    plain = stage_memory(scen("llama3-70b", 64, {"tp": 8, "pp": 1}, **base), 0)
+    half = stage_memory(scen("llama3-70b", 64, {"tp": 8, "pp": 1}, offload_optimizer=True,
+                             optimizer_offload_fraction=0.5, **base), 0)
+    rp = rank_param_shards(scen("llama3-70b", 64, {"tp": 8, "pp": 1}, **base), 0)
+    assert half.weights == plain.weights and half.grads == plain.grads == pytest.approx(4 * rp.held)
+    assert half.optimizer == pytest.approx(plain.optimizer / 2)
+    assert half.host == pytest.approx(0.5 * rp.optimizer_params * (12 + 4))
+    assert half.pcie_d2h_bytes == half.pcie_h2d_bytes == pytest.approx(0.5 * rp.optimizer_params * 4)
+
+
+def test_fsdp_cpu_offload_keeps_only_gathered_units_on_gpu():
+    s = scen("llama3-8b", 8, {"tp": 1}, framework="torch", zero=3, offload_params=True, offload_optimizer=True)
+    sm, rp = stage_memory(s, 0), rank_param_shards(s, 0)
+    assert sm.model_states == 0 and sm.details["zero3_gather_buffers"] > 0
+    assert sm.host == pytest.approx(rp.weight_params * (4 + 4 + 8))
+    n_micro = s.num_microbatches
+    assert sm.pcie_h2d_bytes == pytest.approx(2 * n_micro * 4 * rp.weight_params)
+
+
+def test_runtime_terms_are_derived_from_documented_defaults():
+    s = scen("llama3-70b", 64, {"tp": 8, "pp": 2}, distributed_optimizer=True, sequence_parallel=True)
+    d = stage_memory(s, 0).details
+    # H100 SXM: 132 SMs x 2048 threads x 1 KiB stack + 1 MiB printf FIFO + 8 MiB heap.
+    assert d["cuda_context"] == 132 * 2048 * 1024 + 9 * (1 << 20)
+    assert d["cublas_workspace"] == 2 * 32 * (1 << 20)
+    per_channel = 4 * (1 << 20) + 4915200 + 524288          # Simple + LL128 + LL buffers
+    assert d["nccl_buffers"] == 2 * 32 * per_channel + 2 * 2 * 4 * (1 << 20)  # tp and dp communicators + p2p
+    sm = stage_memory(s, 0)
+    assert sm.allocated == pytest.approx(sm.total - d["cuda_context"] - d["nccl_buffers"])
+    assert rt.communicators(s.layout, s.dp) == {"tp": 8, "dp": 4}
+
+
+def test_zero_0_beside_the_distributed_optimizer_is_refused_on_the_command_line(tmp_path, capsys):
+    from trainsim.reports.cli import main
+    f = tmp_path / "s.yaml"
+    f.write_text("model: llama3-8b\ncluster: dgx-h100\ngpus: 8\ntraining: {seq_len: 2048, global_batch: 8, "
+                 "distributed_optimizer: true}\n")
+    assert main(["predict", str(f), "--fast", "--zero", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "training.zero" in err[0] and "distributed_optimizer" in err[0]
+    assert main(["plan", str(f), "--zero", "0", "--top", "1"]) == 2
+    assert "training.zero" in capsys.readouterr().err
+
+
+def test_predict_json_states_the_dtypes_and_flags_set_them(capsys):
+    import json
+
+    from trainsim.reports.cli import main
+    args = ["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--seq-len", "2048",
+            "--global-batch", "8", "--fast", "--json"]
+    out = {}
+    for name, extra in (("default", []), ("bf16", ["--grad-dtype", "bf16"]), ("pure", ["--pure-bf16"])):
+        assert main([*args, *extra]) == 0
+        out[name] = json.loads(capsys.readouterr().out)
+    a = out["default"]["memory"]["assumptions"]
+    assert (a["weights_bytes_per_param"], a["grads_bytes_per_param"], a["optimizer_bytes_per_param"]) == (2, 4, 12)
+    assert a["grad_reduce_dtype"] == "fp32" and "fp32 grads" in a["note"]
+    assert out["bf16"]["memory"]["assumptions"]["grads_bytes_per_param"] == 2
+    assert out["pure"]["memory"]["assumptions"]["master_weights"] is False
+    assert out["pure"]["memory"]["assumptions"]["optimizer_bytes_per_param"] == 4
+    stage0 = [s["grads"] for s in (out[k]["memory"]["per_stage"][0] for k in ("default", "bf16"))]
+    assert stage0[0] == pytest.approx(2 * stage0[1])
+    assert out["default"]["model"]["total_params"] == pytest.approx(8.03e9, rel=1e-3)
+    terms = out["default"]["memory"]["other_terms"]
+    assert {"cuda_context", "cublas_workspace", "nccl_buffers", "logits_workspace"} <= set(terms)
+    assert out["default"]["memory"]["free_bytes"] == pytest.approx(
+        out["default"]["memory"]["gpu_bytes"] - out["default"]["memory"]["peak_bytes"])
+
+
+def test_fsdp_shard_grad_op_keeps_the_16_bit_copy_and_the_fp32_shard():
+    """ZeRO-2 under FSDP (SHARD_GRAD_OP): bf16 unsharded weights kept through the backward + fp32 shard."""
+    s = scen("llama3-8b", 8, {"tp": 1}, framework="pytorch-fsdp", zero=2)
+    sm, rp = stage_memory(s, 0), rank_param_shards(s, 0)
+    assert sm.weights == pytest.approx(2 * rp.held + 4 * rp.held / 8)
+    assert sm.grads == pytest.approx(4 * rp.held / 8) and sm.optimizer == pytest.approx(8 * rp.held / 8)

@@ -1,0 +1,74 @@
+"""Device memory a training process holds besides the model: CUDA context, library workspaces, NCCL buffers.
+
+Each term is derived from a documented default (constants below), none fitted to a measurement. The CUDA
+context and NCCL's buffers are cudaMalloc'd outside PyTorch's caching allocator (``OUTSIDE_ALLOCATOR``):
+nvidia-smi sees them, ``torch.cuda.max_memory_allocated`` does not. The cuBLAS workspaces come from the
+caching allocator.
+
+Not modelled here: the caching allocator's reserved-but-unused memory (fragmentation). It depends on the
+allocation order, not on the layout alone; GMLake (Guo et al., ASPLOS 2024, arXiv:2401.08156) measures an
+average of 9.2 GB (up to 25 GB) of it on A100-80GB over eight LLM fine-tuning setups with recomputation,
+offload and ZeRO. The planner leaves headroom for it instead (simulator/planner.DEFAULT_MEMORY_HEADROOM).
+"""
+
+from __future__ import annotations
+
+MiB = 1 << 20
+# --- runtime memory outside the model, each term derived from a documented default -----------------------
+# CUDA context: the driver reserves local memory for every thread the device can hold resident, at the
+# per-thread stack limit (cudaLimitStackSize, default 1 KiB: CUDA Runtime API cudaDeviceSetLimit), plus the
+# printf FIFO (cudaLimitPrintfFifoSize, 1 MiB) and the device malloc heap (cudaLimitMallocHeapSize, 8 MiB).
+# Module images load lazily (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2) and are not counted.
+CUDA_STACK_BYTES_PER_THREAD = 1024
+MAX_THREADS_PER_SM = 2048                # Volta..Hopper, CUDA C++ Programming Guide, compute capabilities table
+CUDA_FIFO_AND_HEAP_BYTES = 9 * MiB
+# cuBLAS workspace: PyTorch's default CUBLAS_WORKSPACE_CONFIG ":4096:8" on Hopper (aten/src/ATen/cuda/
+# CublasHandlePool.cpp getChosenWorkspaceSize; cuBLAS docs recommend 32 MiB on sm90), one for the cuBLAS and
+# one for the cuBLASLt handle of the compute stream, both from the caching allocator.
+CUBLAS_WORKSPACE_BYTES = 4096 * 1024 * 8
+CUBLAS_HANDLES = 2
+# NCCL buffers of one communicator: per channel, one receive buffer per protocol -- Simple NCCL_BUFFSIZE
+# (4 MiB, NCCL environment-variable docs), LL128 120 elems x 640 threads x 8 steps x 8 B = 4.6875 MiB and
+# LL 8 lines x 512 threads x 8 steps x 16 B = 512 KiB (NCCL src/include/device.h DEFAULT_LL128_BUFFSIZE,
+# DEFAULT_LL_BUFFSIZE) -- on up to MAXCHANNELS = 32 channels: an upper bound, as NCCL connects protocols
+# lazily (NCCL_RUNTIME_CONNECT). cudaMalloc'd by NCCL, outside the caching allocator.
+NCCL_BUFFERS_PER_CHANNEL_BYTES = 4 * MiB + 120 * 640 * 8 * 8 + 8 * 512 * 8 * 16
+NCCL_CHANNELS = 32
+# A CPU "GPU" (one torch process per core, gloo): the process's own runtime; a torch worker's resident
+# size is ~330 MiB here (/shared/notes/torch-distributed-on-cpu.md, "Costs").
+CPU_RUNTIME_RESERVE_BYTES = 330 * (1 << 20)
+# Terms of ``StageMemory.details`` that live outside PyTorch's caching allocator.
+OUTSIDE_ALLOCATOR = ("cuda_context", "nccl_buffers")
+# NCCL point-to-point (pipeline send/recv): NCCL_NCHANNELS_PER_NET_PEER (default 2) channels per peer, Simple
+# protocol only, to the previous and the next stage.
+NCCL_P2P_CHANNELS_PER_PEER = 2
+
+
+def cuda_context_bytes(num_sms: int) -> float:
+    """Local memory for every resident thread at the default stack limit, plus printf FIFO and malloc heap."""
+    return float(num_sms * MAX_THREADS_PER_SM * CUDA_STACK_BYTES_PER_THREAD + CUDA_FIFO_AND_HEAP_BYTES)
+
+
+def communicators(layout, dp: int) -> dict[str, int]:
+    """Collective communicators a rank uses (size > 1): name -> ranks. Megatron-Core builds one per parallel
+    dimension (megatron/core/parallel_state.py), the gradient reduction over DP x CP when cp > 1."""
+    groups = {"tp": layout.tp, "cp": layout.cp, "dp": dp * layout.cp, "ep": layout.ep}
+    return {k: n for k, n in groups.items() if n > 1}
+
+
+def nccl_buffer_bytes(layout, dp: int) -> float:
+    """NCCL buffers on one rank: every collective communicator's channels, plus pipeline p2p."""
+    coll = len(communicators(layout, dp)) * NCCL_CHANNELS * NCCL_BUFFERS_PER_CHANNEL_BYTES
+    p2p = (2 * NCCL_P2P_CHANNELS_PER_PEER * 4 * MiB) if layout.pp > 1 else 0
+    return float(coll + p2p)
+
+
+def runtime_terms(scenario) -> dict[str, float]:
+    """Named runtime bytes on one rank: ``cuda_context``, ``cublas_workspace``, ``nccl_buffers`` (GPU), or the
+    torch process itself (``cuda_context`` holds it on a CPU "GPU", which has no SM count)."""
+    gpu = scenario.cluster.gpu
+    if getattr(gpu, "num_sms", None) is None:
+        return {"cuda_context": float(CPU_RUNTIME_RESERVE_BYTES)}
+    return {"cuda_context": cuda_context_bytes(gpu.num_sms),
+            "cublas_workspace": float(CUBLAS_HANDLES * CUBLAS_WORKSPACE_BYTES),
+            "nccl_buffers": nccl_buffer_bytes(scenario.layout, scenario.dp)}
