@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from trainsim import SCHEMA_VERSION
+from trainsim.cost_models.runtime_memory import OUTSIDE_ALLOCATOR
 
 COMM_DIMS = ("tp", "pp", "dp", "cp", "ep")
 
@@ -65,6 +66,23 @@ class Prediction:
         """Device memory left at the peak (negative: over capacity)."""
         return self.gpu_memory_bytes - self.peak_bytes
 
+    @property
+    def peak_device_bytes(self) -> float:
+        """What nvidia-smi shows at the peak: the device peak, CUDA context and NCCL buffers included."""
+        return self.peak_bytes
+
+    @property
+    def peak_allocated_bytes(self) -> float:
+        """torch.cuda.max_memory_allocated's view: the peak less what lies outside PyTorch's caching allocator
+        (the CUDA context and NCCL's buffers, cost_models.runtime_memory.OUTSIDE_ALLOCATOR) on the peak stage."""
+        return self.peak_bytes - sum(self.other_terms.get(k, 0.0) for k in OUTSIDE_ALLOCATOR)
+
+    @property
+    def peak_reserved_bytes(self) -> float:
+        """torch.cuda.max_memory_reserved's view. The caching allocator's cached, unused blocks (fragmentation)
+        are not predicted -- the planner's memory headroom covers them -- so this equals the allocated peak."""
+        return self.peak_allocated_bytes
+
     def to_json(self) -> dict[str, Any]:
         """The stable JSON object (keys of docs/design.md plus engine, calibration and breakdown)."""
         return {
@@ -83,6 +101,7 @@ class Prediction:
                 "gpu_bytes": self.gpu_memory_bytes,
                 "host_bytes": self.host_bytes,
                 "free_bytes": self.free_bytes,
+                "peak_allocated_bytes": self.peak_allocated_bytes,
                 "per_stage": [{**asdict(s), "total": s.total} for s in self.per_stage_memory],
                 **({"assumptions": dict(self.memory_assumptions)} if self.memory_assumptions else {}),
                 **({"other_terms": dict(self.other_terms)} if self.other_terms else {}),
