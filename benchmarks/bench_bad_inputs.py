@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainsim.reports.cli import main  # noqa: E402
+from trainsim.cli.main import main  # noqa: E402
 
 REPEATS = 5
 

@@ -35,7 +35,7 @@ LAYOUTS = {  # label -> (processes, layout/training overrides)
 
 def calibrate(out: str) -> float:
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "trainsim.reports.cli", "calibrate", "--device", "cpu", "--quick",
+    subprocess.run([sys.executable, "-m", "trainsim.cli.main", "calibrate", "--device", "cpu", "--quick",
                     "--out", out], check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - t0
 

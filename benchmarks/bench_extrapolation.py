@@ -2,13 +2,13 @@
 
     python benchmarks/bench_extrapolation.py [--only DATASET ...] [--no-coverage]
 
-A family is a set of published runs on one stack at several scales (reports.residual_sources datasets):
+A family is a set of published runs on one stack at several scales (validation.residual_sources datasets):
 SC21 Table 1 (weak scaling), SC21 Table 2 PTD-P per model, Korthikanti et al. per recipe, Llama 3, the
 multi-scale families of docs/probe_runs.csv (same source table and model), MosaicML per GPU type / precision /
 model / sequence length and Megatron-Bridge per system / precision / model (both from ../shared/validation).
 For each family: the run(s) with the fewest GPUs are the calibration (simulator.run_fit), every run with more
 GPUs is predicted with the fitted factors; printed: GPU-count ratio covered, MAPE and worst row, and the
-same before calibration (presets). Then the coverage of the 80 % intervals (reports.intervals) on rows held
+same before calibration (presets). Then the coverage of the 80 % intervals (validation.intervals) on rows held
 out by source: each source's rows against the residual mixture of the other sources.
 """
 
@@ -22,9 +22,9 @@ from collections import defaultdict
 import numpy as np
 
 from trainsim.cost_models.run_factors import apply_factors
-from trainsim.reports.intervals import _cdf, build_table, load_table, mixture_quantile
-from trainsim.reports.measured_runs import run_of_case
-from trainsim.reports.residual_sources import datasets, residual_rows
+from trainsim.validation.intervals import _cdf, build_table, load_table, mixture_quantile
+from trainsim.validation.measured_runs import run_of_case
+from trainsim.validation.residual_sources import datasets, residual_rows
 from trainsim.simulator.predict import predict
 from trainsim.simulator.run_fit import fit_runs
 
@@ -88,7 +88,7 @@ def extrapolation(only: list[str] | None) -> None:
 
 
 def held_out_coverage(sources: dict[str, dict], level: float = 0.8) -> None:
-    """Each source's rows against the 80 % interval of the mixture of the other sources (reports.intervals)."""
+    """Each source's rows against the 80 % interval of the mixture of the other sources (validation.intervals)."""
     a = 1 - level
     n_all = sum(s["n"] for s in sources.values())
     hits_all, per_source = 0.0, []

@@ -31,8 +31,8 @@ def one_core() -> None:
 
 
 def table_of(example: str):
-    from trainsim.reports.cli import build_parser
-    from trainsim.reports.commands.common import scenario_from_args
+    from trainsim.cli.main import build_parser
+    from trainsim.cli.common import scenario_from_args
     from trainsim.simulator.builder import build_cost_table
     args = build_parser().parse_args(["predict", str(ROOT / "examples" / example)])
     return build_cost_table(scenario_from_args(args))

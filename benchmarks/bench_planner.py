@@ -64,7 +64,7 @@ def bench_deepseek(workers: int) -> None:
 
 
 def bench_report() -> None:
-    from trainsim.reports.cli import main
+    from trainsim.cli.main import main
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with tempfile.TemporaryDirectory() as out:

@@ -39,7 +39,7 @@ def devices(device: str) -> int:
 
 
 def _cli(*argv: str, timeout: int = 1800) -> str:
-    res = subprocess.run([sys.executable, "-m", "trainsim.reports.cli", *argv], check=False, capture_output=True,
+    res = subprocess.run([sys.executable, "-m", "trainsim.cli.main", *argv], check=False, capture_output=True,
                          text=True,
                          timeout=timeout)
     if res.returncode != 0:

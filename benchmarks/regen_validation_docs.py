@@ -7,7 +7,7 @@ Every table in the document follows a marker line
     <!-- validate: --dataset sc21 --hide-skipped -->
     <!-- validate: --dataset mosaic --hide-skipped | summary -->
 
-whose text is the exact argument list of `python -m trainsim.reports.cli validate` (a first argument without a
+whose text is the exact argument list of `python -m trainsim.cli.main validate` (a first argument without a
 leading dash is read as the dataset: `sc21 --hide-skipped`), optionally followed by `| FILTER`:
 
     full     everything validate prints (the default)
@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "validation.md"
 ENV_VAR = "TRAINSIM_VALIDATION_DIR"
 FILTERS = ("full", "table", "summary")
-CLI_MODULES = ("trainsim.reports.cli", "trainsim.cli")  # the first one that exists runs
+CLI_MODULES = ("trainsim.cli.main", "trainsim.cli")  # the first one that exists runs
 MARKER = re.compile(r"^<!--\s*validate:\s*(?P<args>.*?)\s*(?:\|\s*(?P<filter>[\w-]+)\s*)?-->\s*$")
 FENCE = re.compile(r"^(`{3,}|~{3,})")
 SUMMARY_LINE = re.compile(r"^[^\s│┃┏┡└┌├].*: (\d+ rows, MAPE|no rows compared)")

@@ -2,8 +2,8 @@
 
     python benchmarks/residual_table.py [--only SOURCE ...] [--out PATH]
 
-Predicts every costable row of every source (reports.residual_sources) with the engine and the presets,
-and writes reports.intervals.build_table of the residuals. Prints each source's row count and median.
+Predicts every costable row of every source (validation.residual_sources) with the engine and the presets,
+and writes validation.intervals.build_table of the residuals. Prints each source's row count and median.
 Takes a few minutes (the MosaicML and Megatron-Bridge tables dominate); predict reads the stored result.
 """
 
@@ -13,8 +13,8 @@ import argparse
 import json
 import time
 
-from trainsim.reports.intervals import build_table, table_path
-from trainsim.reports.residual_sources import datasets, residual_rows
+from trainsim.validation.intervals import build_table, table_path
+from trainsim.validation.residual_sources import datasets, residual_rows
 from trainsim.simulator.predict import predict
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trainsim.reports.cli import main
+from trainsim.cli.main import main
 
 BAD = Path(__file__).parent / "bad_inputs"
 P = ["predict"]
@@ -108,7 +108,7 @@ def test_50_megabyte_file_is_refused_quickly(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv", [P + [f("malformed.yaml")], P + L8 + ["--gpus", "64", "--tp", "3"]])
 def test_real_process_prints_no_traceback(argv):
-    proc = subprocess.run([sys.executable, "-m", "trainsim.reports.cli", *argv], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "trainsim.cli.main", *argv], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

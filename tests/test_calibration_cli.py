@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from trainsim.cost_models.profile import COLLECTIVE_OPS, load_profile
-from trainsim.reports.cli import main
+from trainsim.cli.main import main
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
@@ -25,7 +25,7 @@ def _cuda_available() -> bool:
 
 
 def run_cli(args: list[str], timeout: float) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainsim.reports.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "trainsim.cli.main", *args], capture_output=True, text=True,
                           timeout=timeout, check=False)
 
 
@@ -131,7 +131,7 @@ def test_cuda_without_gpu_is_a_clear_error(tmp_path, capsys):
 
 
 def test_command_module_does_not_import_torch():
-    code = ("import sys; import trainsim.reports.commands.calibrate, trainsim.cost_models.profile, "
+    code = ("import sys; import trainsim.cli.calibrate, trainsim.cost_models.profile, "
             "trainsim.cost_models.nccl_tests_import, trainsim.kernels.launch; "
             "sys.exit(1 if 'torch' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
@@ -198,7 +198,7 @@ def test_reference_peaks_by_device_name():
 def test_skip_accepts_every_worker_section():
     """The CLI's --skip list is the worker's own section list (the eager section used to be refused)."""
     from trainsim.kernels.calibrate import SECTIONS
-    from trainsim.reports.commands.calibrate import _check_skip
+    from trainsim.cli.calibrate import _check_skip
     from trainsim.specs import SpecError
     assert _check_skip(",".join(SECTIONS)) == list(SECTIONS)
     with pytest.raises(SpecError, match="skip"):

@@ -159,7 +159,7 @@ def test_bad_inputs_raise_spec_errors():
 
 
 def _main(argv, monkeypatch, capsys):
-    from trainsim.reports import cli
+    from trainsim.cli import main as cli
     monkeypatch.setattr(cli, "COMMANDS", ("collective",))   # only this command's parser
     code = cli.main(argv)
     out = capsys.readouterr()

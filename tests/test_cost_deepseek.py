@@ -195,7 +195,7 @@ def test_what_if_variants_drop_a_layout_made_for_another_pipeline():
 
 
 def test_stage_layers_flag(capsys):
-    from trainsim.reports.cli import main
+    from trainsim.cli.main import main
     argv = ["predict", "--model", "deepseek-v3", "--cluster", "dgx-h100", "--gpus", "32", "--pp", "2", "--ep", "8",
             "--seq-len", "4096", "--global-batch", "64", "--fast", "--json"]
     assert main([*argv, "--stage-layers", "30,31"]) == 0
@@ -309,7 +309,7 @@ def test_recompute_modules_rerun_their_forward_ops():
 
 
 def test_recompute_modules_validation_and_flag(capsys):
-    from trainsim.reports.cli import main
+    from trainsim.cli.main import main
     with pytest.raises(SpecError):
         scen(dsv3(), gpus=8, layout={"ep": 8}, recompute="full", recompute_modules=("mlp",))
     with pytest.raises(SpecError):
@@ -462,7 +462,7 @@ def test_executor_refuses_mtp_and_bools_in_stage_layers():
 
 
 def test_predict_header_and_report_settings_name_the_new_settings(capsys):
-    from trainsim.reports.cli import main
+    from trainsim.cli.main import main
     assert main(["predict", "examples/deepseek-v3-h100.yaml", "--fast"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     for text in ("1 MTP", "etp=1", "recompute selective (mla_up_proj, mlp)", "EP all-to-all overlap",

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from trainsim.reports.cli import main
+from trainsim.cli.main import main
 
 torch = pytest.importorskip("torch")
 
@@ -109,7 +109,7 @@ def test_run_job_resets_the_peak_before_building(monkeypatch):
 
 # ---- execute --check tolerance ---------------------------------------------------------------------------
 def test_check_tolerance_is_tight_for_fp32_and_nan_never_matches():
-    from trainsim.reports.commands.execute import loss_tolerance, losses_match
+    from trainsim.cli.execute import loss_tolerance, losses_match
 
     ref = [4.0, 3.9, 3.8]
     assert loss_tolerance("fp32", ref) == 1e-4
@@ -227,7 +227,7 @@ def test_sbatch_gives_each_node_task_the_nodes_cpus(tmp_path):
 
 
 def test_this_module_keeps_the_cli_torch_free():
-    code = "import sys, trainsim.reports.commands.execute, trainsim.reports.commands.calibrate; " \
+    code = "import sys, trainsim.cli.execute, trainsim.cli.calibrate; " \
            "sys.exit(1 if 'torch' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainsim.reports.cli import main
+from trainsim.cli.main import main
 from trainsim.specs.errors import did_you_mean
 
 

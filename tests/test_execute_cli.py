@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from trainsim.reports.cli import main
+from trainsim.cli.main import main
 
 pytest.importorskip("torch")
 
@@ -51,7 +51,7 @@ def test_bad_layouts_are_refused_before_any_process_starts(no_launch, capsys, ar
 def test_cpu_defaults_fill_what_flags_leave_out():
     import argparse
 
-    from trainsim.reports.commands.execute import register, scenario_for_execute
+    from trainsim.cli.execute import register, scenario_for_execute
     ap = argparse.ArgumentParser()
     register(ap.add_subparsers())
     s = scenario_for_execute(ap.parse_args(["execute", "--tp", "2", "--pp", "2"]))
@@ -123,7 +123,7 @@ def test_execute_json_compares_measured_and_predicted(capsys, tmp_path):
 def test_runs_inside_an_existing_torchrun():
     """`trainsim execute` started by torchrun (as Slurm would) uses that world; rank 0 prints the JSON."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-           "-m", "trainsim.reports.cli", "execute", "--dp", "2", "--seq-len", "32", "--steps", "2",
+           "-m", "trainsim.cli.main", "execute", "--dp", "2", "--seq-len", "32", "--steps", "2",
            "--optimizer", "sgd", "--json", "--no-predict"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     res = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=200, env=env)

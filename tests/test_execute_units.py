@@ -120,7 +120,7 @@ Root Cause (first observed failure):
 
 
 def test_execute_command_does_not_import_torch():
-    code = "import sys, trainsim.reports.commands.execute, trainsim.kernels.executor; assert 'torch' not in sys.modules"
+    code = "import sys, trainsim.cli.execute, trainsim.kernels.executor; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

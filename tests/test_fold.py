@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import pytest
 
-from trainsim.reports.cli import main
+from trainsim.cli.main import main
 from trainsim.simulator import fold
 from trainsim.simulator.builder import build_cost_table
 from trainsim.simulator.costtable import uniform_table

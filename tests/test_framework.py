@@ -11,7 +11,7 @@ import pytest
 from trainsim.cost_models import activations as act
 from trainsim.cost_models import collectives, framework
 from trainsim.cost_models.flops import head_ops
-from trainsim.reports.cli import main
+from trainsim.cli.main import main
 from trainsim.simulator.builder import build_cost_table
 from trainsim.simulator.predict import predict
 from trainsim.specs import SpecError, build_scenario

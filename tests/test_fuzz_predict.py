@@ -16,7 +16,7 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from trainsim.reports.cli import main
+from trainsim.cli.main import main
 from trainsim.specs.presets import preset_names
 
 N = int(os.environ.get("TRAINSIM_FUZZ_EXAMPLES", "0"))

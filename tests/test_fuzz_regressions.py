@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trainsim.reports.cli import main
+from trainsim.cli.main import main
 
 
 def one_error_line(capsys) -> str:
@@ -108,7 +108,7 @@ def test_corrupted_regress_baseline_is_an_error(tmp_path, capsys):
     # (ValueError: Unknown format code 'g' / TypeError: NoneType is not iterable).
     import json
 
-    from trainsim.reports.regress import load_baseline
+    from trainsim.validation.regress import load_baseline
     from trainsim.specs import SpecError
 
     good = {"kind": "trainsim-regress-baseline", "scenarios": {"a.yaml": {"step_time_s": 1.0, "fits": True}}}

@@ -78,7 +78,7 @@ def test_plan_rows_carry_the_warning_and_the_table_prints_it():
     launches per block); their rows carry the host-bound risk and `trainsim plan` prints it under the table."""
     import io
 
-    from trainsim.reports.commands.plan import print_table
+    from trainsim.cli.plan import print_table
     from trainsim.simulator.planner import PlanRequest, plan
     from trainsim.simulator.search_space import SearchLimits
     from trainsim.specs import load_cluster, load_model

@@ -152,7 +152,7 @@ def test_breakdown_and_predict_table_show_the_host_idle():
 
 
 def test_graphs_or_compile_where_they_cannot_be_costed_are_refused(capsys, tmp_path):
-    from trainsim.reports.cli import main
+    from trainsim.cli.main import main
     from trainsim.specs import SpecError
     with pytest.raises(SpecError, match="training.host_issue"):
         build_scenario({"model": "qwen3-30b-a3b", "cluster": "dgx-h100", "gpus": 8, "layout": {"ep": 8},

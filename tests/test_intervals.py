@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy.stats import t as student_t
 
-from trainsim.reports.cli import main
-from trainsim.reports.intervals import (
+from trainsim.cli.main import main
+from trainsim.validation.intervals import (
     build_table,
     conformal_band,
     interval_for,
@@ -91,7 +91,7 @@ def test_predict_prints_the_interval(capsys):
 def test_stored_table_matches_what_the_script_computes_on_a_subset():
     """benchmarks/residual_table.py's rows of two small probe sources, recomputed now, give the stored
     quantiles (regenerate the table with that script when the model moves predictions)."""
-    from trainsim.reports.residual_sources import datasets, residual_rows
+    from trainsim.validation.residual_sources import datasets, residual_rows
     from trainsim.simulator.predict import predict
 
     ds = datasets()["probe"]()

@@ -18,7 +18,9 @@ ALLOWED = {
     "cost_models": {"specs", "topologies", "cost_models"},
     "simulator": {"specs", "topologies", "cost_models", "simulator"},
     "kernels": {"specs", "cost_models", "kernels", "data"},
-    "reports": {"specs", "topologies", "cost_models", "simulator", "kernels", "reports", "data"},
+    "validation": {"specs", "topologies", "cost_models", "simulator", "validation", "data"},
+    "reports": {"specs", "topologies", "cost_models", "simulator", "kernels", "validation", "reports", "data"},
+    "cli": {"specs", "topologies", "cost_models", "simulator", "kernels", "validation", "reports", "cli", "data"},
 }
 
 
@@ -69,7 +71,7 @@ def test_predict_and_plan_run_without_torch(tmp_path):
         "        if name == 'torch' or name.startswith('torch.'):\n"
         "            raise ImportError('torch blocked for this test')\n"
         "sys.meta_path.insert(0, Block())\n"
-        "from trainsim.reports.cli import main\n"
+        "from trainsim.cli.main import main\n"
         "sys.exit(main(['predict', '--model', 'llama3-8b', '--cluster', 'dgx-h100', '--gpus', '16', '--tp', '8',"
         " '--json']))\n"
     )

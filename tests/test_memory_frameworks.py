@@ -137,7 +137,7 @@ def test_runtime_terms_are_derived_from_documented_defaults():
 
 
 def test_zero_0_beside_the_distributed_optimizer_is_refused_on_the_command_line(tmp_path, capsys):
-    from trainsim.reports.cli import main
+    from trainsim.cli.main import main
     f = tmp_path / "s.yaml"
     f.write_text("model: llama3-8b\ncluster: dgx-h100\ngpus: 8\ntraining: {seq_len: 2048, global_batch: 8, "
                  "distributed_optimizer: true}\n")
@@ -151,7 +151,7 @@ def test_zero_0_beside_the_distributed_optimizer_is_refused_on_the_command_line(
 def test_predict_json_states_the_dtypes_and_flags_set_them(capsys):
     import json
 
-    from trainsim.reports.cli import main
+    from trainsim.cli.main import main
     args = ["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--seq-len", "2048",
             "--global-batch", "8", "--fast", "--json"]
     out = {}

@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import pytest
 
 from trainsim.data import validation_path
-from trainsim.reports.cli import main
-from trainsim.reports.datasets import load_dataset
-from trainsim.reports.memory_runs import MEMORY_METRICS, GiB, load_memory, memory_case, predicted_gib
-from trainsim.reports.validate import default_predict_fn, validate
+from trainsim.cli.main import main
+from trainsim.validation.datasets import load_dataset
+from trainsim.validation.memory_runs import MEMORY_METRICS, GiB, load_memory, memory_case, predicted_gib
+from trainsim.validation.validate import default_predict_fn, validate
 
 
 @pytest.fixture(scope="module")

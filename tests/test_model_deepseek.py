@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from trainsim.reports.cli import main
+from trainsim.cli.main import main
 from trainsim.specs import ModelSpec, SpecError, load_model
 
 # --- released config.json files, as published on the Hugging Face Hub -----------------------------------------------

@@ -16,7 +16,7 @@ from trainsim.cost_models.nccl_tests_import import (
 )
 from trainsim.cost_models.profile import load_profile, save_profile
 from trainsim.data import validation_path
-from trainsim.reports.cli import main
+from trainsim.cli.main import main
 from trainsim.specs import SpecError
 
 DATA = Path(__file__).parent / "data" / "nccl_tests"

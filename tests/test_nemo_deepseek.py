@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import pytest
 from external_tables import NEMO, table_path
 
-from trainsim.reports import validate as V
-from trainsim.reports.cli import main
-from trainsim.reports.datasets import (
+from trainsim.validation import validate as V
+from trainsim.cli.main import main
+from trainsim.validation.datasets import (
     NEMO_EP_OVERLAP,
     NEMO_EP_OVERLAP_UNDATED,
     NEMO_EXPERT_TP,

@@ -11,7 +11,7 @@ import multiprocessing as mp
 
 import pytest
 
-from trainsim.reports.cli import main
+from trainsim.cli.main import main
 from trainsim.simulator import goodput as gp
 from trainsim.simulator.planner import PlanRequest, checkpoint_seconds, pareto_front, peak_memory_bytes, plan
 from trainsim.simulator.predict import predict

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from trainsim.reports.cli import main
+from trainsim.cli.main import main
 from trainsim.simulator.planner import (
     DEFAULT_MEMORY_HEADROOM,
     PlanRequest,

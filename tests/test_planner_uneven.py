@@ -110,7 +110,7 @@ def test_memory_filter_still_equals_the_full_per_stage_model_on_uneven_splits():
 
 
 def test_plan_rows_name_the_split():
-    from trainsim.reports.commands.plan import write_csv
+    from trainsim.cli.plan import write_csv
     from trainsim.reports.tables import layout_row
     req = PlanRequest(model=load_model("deepseek-v3"), cluster=load_cluster("dgx-h100"), gpu_counts=(256,),
                       global_batch=1024, seq_len=4096, top_k=2,
@@ -163,7 +163,7 @@ def test_moe_plans_search_expert_tensor_parallel_folding():
     plan written before rows carried etp reopens with its request's."""
     import json
 
-    from trainsim.reports.commands.plan import write_csv
+    from trainsim.cli.plan import write_csv
     from trainsim.reports.tables import layout_row
     from trainsim.reports.whatif import scenario_from_plan
     model = load_model("qwen3-30b-a3b")
@@ -193,7 +193,7 @@ def test_moe_plans_search_expert_tensor_parallel_folding():
 
 
 def test_plan_cli_pins_etp_and_refuses_it_for_dense_models(capsys):
-    from trainsim.reports.cli import main
+    from trainsim.cli.main import main
     code = main(["plan", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--gpus", "16", "--global-batch", "64",
                  "--seq-len", "4096", "--tp", "2", "--etp", "2", "--top", "2", "--json"])
     import json

@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from trainsim.reports.cli import main
+from trainsim.cli.main import main
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

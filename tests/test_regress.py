@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from trainsim.reports import regress as R
-from trainsim.reports import validate as V
-from trainsim.reports.cli import main
+from trainsim.validation import regress as R
+from trainsim.validation import validate as V
+from trainsim.cli.main import main
 from trainsim.simulator.result import Prediction, StageMemory
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainsim.reports.cli import main
+from trainsim.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from trainsim.reports import plots
-from trainsim.reports.cli import main
+from trainsim.cli.main import main
 from trainsim.reports.tables import fmt_time
 from trainsim.reports.timeline import events_from_engine
 from trainsim.simulator import goodput as gp
@@ -172,7 +172,7 @@ def test_report_from_a_plan(tmp_path, capsys):
 
 def test_report_of_a_plan_keeps_the_plans_goodput_settings(tmp_path, capsys):
     """Failure rate, restart time and storage bandwidth of the plan's request, unless a flag says otherwise."""
-    from trainsim.reports.commands.report import _goodput_knobs
+    from trainsim.cli.report import _goodput_knobs
     args = ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch", "64",
             "--seq-len", "4096", "--top", "1", "--max-micro-batch", "1", "--schedule", "1f1b", "--tokens", "100B",
             "--failure-rate-per-gpu-hour", "0.01", "--storage-write-gbps", "1", "--restart-s", "900", "--json"]
@@ -180,7 +180,7 @@ def test_report_of_a_plan_keeps_the_plans_goodput_settings(tmp_path, capsys):
     plan_json = json.loads(capsys.readouterr().out)
     req = plan_json["request"]
     parser = argparse.ArgumentParser()
-    from trainsim.reports.commands import report as report_cmd
+    from trainsim.cli import report as report_cmd
     sub = parser.add_subparsers()
     report_cmd.register(sub)
     ns = parser.parse_args(["report", "--out", "x"])

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trainsim.reports.cli import main
+from trainsim.cli.main import main
 
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parents[1]

@@ -35,7 +35,7 @@ def test_all_reduce_ring_closed_form(n):
 
 
 def test_collective_command_prints_latency_and_bandwidth_parts():
-    from trainsim.reports.commands.collective import rows
+    from trainsim.cli.collective import rows
     cluster = load_cluster("dgx-a100", 8)
     for row in rows("all_reduce", cluster, 8, [4096, 1 << 26]):
         assert row["latency_s"] + row["bandwidth_s"] == pytest.approx(row["time_s"])
@@ -45,8 +45,8 @@ def test_collective_command_prints_latency_and_bandwidth_parts():
 def test_one_thread_driving_many_gpus_bounds_small_collectives():
     """nccl-tests -g n: one thread launches the call on n GPUs in turn, n x LAUNCH_OVERHEAD_S per iteration."""
     from trainsim.cost_models.collectives import single_thread_issue_s
-    from trainsim.reports.datasets import CollectiveCase
-    from trainsim.reports.validate import default_collective_fn
+    from trainsim.validation.datasets import CollectiveCase
+    from trainsim.validation.validate import default_collective_fn
     assert single_thread_issue_s(8) == pytest.approx(8 * nm.LAUNCH_OVERHEAD_S)
     assert single_thread_issue_s(1) == pytest.approx(nm.LAUNCH_OVERHEAD_S)
     cluster = load_cluster("dgx-a100", 8)

@@ -11,9 +11,9 @@ import pytest
 
 from trainsim.cost_models.profile import load_profile
 from trainsim.cost_models.run_factors import apply_factors
-from trainsim.reports.cli import main
-from trainsim.reports.run_logs import megatron_run
-from trainsim.reports.titan_logs import titan_run
+from trainsim.cli.main import main
+from trainsim.validation.run_logs import megatron_run
+from trainsim.validation.titan_logs import titan_run
 from trainsim.simulator.run_fit import NOISE_SD, MeasuredRun, fit_runs
 from trainsim.specs import build_scenario
 

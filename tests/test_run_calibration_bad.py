@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from trainsim.reports.cli import main
+from trainsim.cli.main import main
 
 RUNS = Path(__file__).parent / "data" / "runs"
 MEGATRON = (RUNS / "megatron_gpt1p3b_8xa100.log").read_text()

@@ -15,9 +15,9 @@ import pytest
 from external_tables import MOSAIC, table_path
 
 from trainsim.data import validation_path
-from trainsim.reports import validate as V
-from trainsim.reports.cli import main
-from trainsim.reports.datasets import (
+from trainsim.validation import validate as V
+from trainsim.cli.main import main
+from trainsim.validation.datasets import (
     MOSAIC_PEAK_FLOPS,
     busbw_factor,
     load_dataset,
@@ -300,7 +300,7 @@ def test_dataset_from_csv_path(tmp_path, standin, capsys):
 
 def test_unbundled_tables_are_found_beside_the_checkout_or_refused_with_the_ways_to_supply_them(monkeypatch, tmp_path):
     import trainsim.data as data
-    from trainsim.reports.datasets import missing_external
+    from trainsim.validation.datasets import missing_external
     from trainsim.specs.errors import SpecError
 
     monkeypatch.setattr(data, "external_dirs", lambda: [tmp_path])

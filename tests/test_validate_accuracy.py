@@ -13,9 +13,9 @@ from __future__ import annotations
 import pytest
 from external_tables import MOSAIC, NEMO, table_path
 
-from trainsim.reports.cli import main
-from trainsim.reports.datasets import load_dataset
-from trainsim.reports.validate import default_collective_fn, default_predict_fn, validate
+from trainsim.cli.main import main
+from trainsim.validation.datasets import load_dataset
+from trainsim.validation.validate import default_collective_fn, default_predict_fn, validate
 
 
 @pytest.fixture(scope="module")
@@ -239,7 +239,7 @@ def test_nemo_rows_and_skips(nemo):
 def test_nemo_flop_basis_reproduces_the_table():
     """NeMo's llama3 model-FLOP formula reproduces the table's TFLOP/s / tokens/s ratio: Llama 3 8B
     [mb_273: 725 TFLOP/s at 14079 tok/s], 70B [mb_274: 727 at 1619], 405B [mb_275: 763 at 302]."""
-    from trainsim.reports.datasets import nemo_llama_flops_per_token
+    from trainsim.validation.datasets import nemo_llama_flops_per_token
     from trainsim.specs import load_model
     for preset, tflops, tok in (("llama3-8b", 725, 14079), ("llama3-70b", 727, 1619), ("llama3-405b", 763, 302)):
         fpt = nemo_llama_flops_per_token(load_model(preset), 8192)

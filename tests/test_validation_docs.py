@@ -35,7 +35,7 @@ def _dataset_names() -> list[str]:
             dataset_names,  # where the datasets live once split from reports
         )
     except ImportError:
-        from trainsim.reports.datasets import dataset_names
+        from trainsim.validation.datasets import dataset_names
     return dataset_names()
 
 

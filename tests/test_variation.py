@@ -7,7 +7,7 @@ import math
 import pytest
 
 from trainsim.cost_models.variation import expected_max_std_normal, slowest_gpu_factor
-from trainsim.reports.cli import main
+from trainsim.cli.main import main
 from trainsim.simulator.builder import build_cost_table
 from trainsim.simulator.predict import predict
 from trainsim.specs import build_scenario

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from external_tables import table_path
 
-from trainsim.reports.datasets import load_dataset
-from trainsim.reports.validate import validate
-from trainsim.reports.vtrain import VTRAIN_FILE, VTRAIN_VOCAB, is_vtrain
+from trainsim.validation.datasets import load_dataset
+from trainsim.validation.validate import validate
+from trainsim.validation.vtrain import VTRAIN_FILE, VTRAIN_VOCAB, is_vtrain
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trainsim.reports.cli import main
+from trainsim.cli.main import main
 
 REPO = Path(__file__).resolve().parents[2]
 NCCL_H100 = REPO / "tests" / "data" / "nccl_tests" / "all_reduce_perf_8xH100.txt"

@@ -138,7 +138,7 @@ def test_yaml_merge_key_override_is_not_a_duplicate(tmp_path):
 
 def test_recursion_error_never_escapes(monkeypatch):
     """The readers bound nesting; should anything else recurse too deep, main() still answers in one line."""
-    import trainsim.reports.commands.common as common
+    import trainsim.cli.common as common
 
     def deep(*a, **k):
         raise RecursionError("maximum recursion depth exceeded")

@@ -12,8 +12,8 @@ import math
 import pytest
 from conftest import MEASURED, NCCL_H100, assert_refused, run_cli
 
-from trainsim.reports.cli import build_parser
-from trainsim.reports.commands.common import Bounded
+from trainsim.cli.main import build_parser
+from trainsim.cli.common import Bounded
 from trainsim.specs.published_scale import WARN_GPUS
 
 # Argument-less commands need their required flags before argparse reaches the numeric one.
@@ -148,7 +148,7 @@ def test_bad_cell_of_a_run_dataset_is_skipped_with_a_reason(column, value, tmp_p
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    from trainsim.reports.datasets import load_dataset
+    from trainsim.validation.datasets import load_dataset
 
     case = next(c for c in load_dataset(str(f)).cases if c.row_id == rows[0]["row_id"])
     assert case.skip_reason and column in case.skip_reason, case.skip_reason

@@ -137,7 +137,7 @@ def test_atomic_write_keeps_umask_permissions(tmp_path):
 
 def test_regress_update_onto_a_directory_does_no_work(tmp_path, monkeypatch):
     """The baseline path is checked before a single prediction."""
-    import trainsim.reports.regress as regress
+    import trainsim.validation.regress as regress
 
     monkeypatch.setattr(regress, "snapshot", lambda *a, **k: pytest.fail("predicted before checking --baseline"))
     assert_refused(run_cli(["regress", "--update", "--suite", str(TINY), "--baseline", str(tmp_path)]),

@@ -18,7 +18,7 @@ from conftest import run_cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from trainsim.reports.cli import build_parser
+from trainsim.cli.main import build_parser
 
 N = int(os.environ.get("TRAINSIM_FUZZ_EXAMPLES", "0"))
 PROPERTY = settings(max_examples=N or 25, deadline=timedelta(seconds=60), derandomize=True, database=None,

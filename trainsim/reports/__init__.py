@@ -1,1 +1,1 @@
-"""What a person reads: tables, plots, HTML/Markdown reports, traces, validation, and the CLI."""
+"""What a person reads: tables, plots, HTML/Markdown what-if reports and Chrome/Perfetto traces."""

@@ -168,7 +168,7 @@ def scaling(scn: Scenario, profile, points: int = 6) -> tuple[list[dict], list[d
     above = [c for c in counts if c > n0][: points - len(below)]
     counts = below + [n0] + above
     strong, weak = [], []
-    from trainsim.reports.intervals import interval_for, load_table
+    from trainsim.validation.intervals import interval_for, load_table
     table = load_table()
     for n in counts:
         if n > scn.cluster.gpus_per_node and n % scn.cluster.gpus_per_node:
@@ -184,7 +184,7 @@ def scaling(scn: Scenario, profile, points: int = 6) -> tuple[list[dict], list[d
             pt = {"gpus": n, "global_batch": gb, "dp": v.dp, "fits": pred is not None,
                   "tokens_per_s": pred.tokens_per_s if pred else None, "mfu": pred.mfu if pred else None,
                   "step_time_s": pred.step_time_s if pred else None}
-            if pred is not None:  # the 80 % band the figure shades (reports.intervals)
+            if pred is not None:  # the 80 % band the figure shades (validation.intervals)
                 iv = interval_for(pred.step_time_s, pred.tokens_per_s, pred.mfu, v, profile, 0.8, table)
                 pt["tokens_per_s_band"] = list(iv.tokens_per_s)
             (strong if kind == "strong" else weak).append(pt)
@@ -270,8 +270,8 @@ def _plan_for(scn: Scenario, opts: ReportOptions):
 
 
 def _band_sentence(pred, scn: Scenario, profile) -> str:
-    """The 80 % interval of the headline numbers (reports.intervals), with why it is wider when it is."""
-    from trainsim.reports.intervals import interval_for
+    """The 80 % interval of the headline numbers (validation.intervals), with why it is wider when it is."""
+    from trainsim.validation.intervals import interval_for
 
     iv = interval_for(pred.step_time_s, pred.tokens_per_s, pred.mfu, scn, profile, 0.8)
     notes = "".join(f" Wider: {r}." for r in iv.reasons)
@@ -354,7 +354,7 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
         "weak scaling grows the global batch with the GPU count. TP, PP, CP and EP as in the scenario; "
         "closed-form predictions.")],
         [_fig("scaling", "Weak and strong scaling", "Throughput against GPUs (dotted: ideal linear scaling from the "
-              "smallest point; shaded: the 80 % prediction interval, reports.intervals) and MFU.", sc)],
+              "smallest point; shaded: the 80 % prediction interval, validation.intervals) and MFU.", sc)],
         [Table("Scaling points", ["kind", "GPUs", "DP", "global batch", "step", "tokens/s", "MFU", "fits"], sc_rows)]))
 
     # Ranked layouts.

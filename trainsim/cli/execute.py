@@ -12,7 +12,7 @@ import json
 import os
 import sys
 
-from trainsim.reports.commands.common import (
+from trainsim.cli.common import (
     OVERRIDE_FLAGS,
     add_scenario_args,
     imply_schedule,

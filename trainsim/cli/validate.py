@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from trainsim.reports.commands.common import nonneg_float
+from trainsim.cli.common import nonneg_float
 
 
 def register(subparsers) -> None:
@@ -30,8 +30,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainsim.reports.datasets import SECONDARY_DATASETS, dataset_names, load_dataset, missing_external
-    from trainsim.reports.validate import default_collective_fn, default_predict_fn, render_text, validate
+    from trainsim.validation.datasets import SECONDARY_DATASETS, dataset_names, load_dataset, missing_external
+    from trainsim.validation.validate import default_collective_fn, default_predict_fn, render_text, validate
 
     profile = None
     if args.calibration:

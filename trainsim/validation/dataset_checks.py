@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from trainsim.reports.datasets import Dataset
+from trainsim.validation.datasets import Dataset
 
 
 def _number(text: str | None) -> float | None:

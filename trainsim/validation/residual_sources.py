@@ -11,9 +11,9 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from trainsim.reports.datasets import Dataset, load_common_runs, load_dataset, load_mosaic, load_nemo
-from trainsim.reports.intervals import scenario_features
-from trainsim.reports.measured_runs import step_time_of
+from trainsim.validation.datasets import Dataset, load_common_runs, load_dataset, load_mosaic, load_nemo
+from trainsim.validation.intervals import scenario_features
+from trainsim.validation.measured_runs import step_time_of
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared" / "validation"

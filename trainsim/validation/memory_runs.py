@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from trainsim.data import validation_path
-from trainsim.reports import common_runs
-from trainsim.reports.cells import num
-from trainsim.reports.datasets import Case, Dataset, _read_csv, _scenario
+from trainsim.validation import common_runs
+from trainsim.validation.cells import num
+from trainsim.validation.datasets import Case, Dataset, _read_csv, _scenario
 from trainsim.specs import SpecError
 
 GiB = float(1 << 30)

@@ -1,11 +1,11 @@
-"""`plan --rank-by p50|p90`: each fitting layout's prediction interval (reports.intervals), and the ranking by
+"""`plan --rank-by p50|p90`: each fitting layout's prediction interval (validation.intervals), and the ranking by
 the chosen quantile of step time. p50 is the engine's prediction; p90 is the upper end of the 80 % interval
 (the 90th percentile of the residual mixture), so a layout whose kind of scenario was predicted less reliably
 (or that nothing validated resembles) ranks lower under p90."""
 
 from __future__ import annotations
 
-from trainsim.reports.intervals import Interval, interval_for
+from trainsim.validation.intervals import Interval, interval_for
 from trainsim.simulator.search_space import to_scenario
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from trainsim.reports.cells import cluster, integer, num
+from trainsim.validation.cells import cluster, integer, num
 from trainsim.specs import SpecError, load_cluster
 from trainsim.specs.gpu_names import cluster_preset_for
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from trainsim.reports.commands.common import float_range
+from trainsim.cli.common import float_range
 from trainsim.specs.safe_write import check_output_path
 
 
@@ -25,7 +25,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainsim.reports.regress import (
+    from trainsim.validation.regress import (
         compare,
         load_baseline,
         load_suite,
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         save_baseline,
         snapshot,
     )
-    from trainsim.reports.validate import default_predict_fn
+    from trainsim.validation.validate import default_predict_fn
 
     if args.update:
         check_output_path(args.baseline, "baseline")  # before a minute of predictions, not after

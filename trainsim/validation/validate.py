@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from trainsim.reports.datasets import Case, CollectiveCase, Dataset, busbw_factor
+from trainsim.validation.datasets import Case, CollectiveCase, Dataset, busbw_factor
 from trainsim.specs import Scenario, SpecError
 
 

@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from trainsim.data import VALIDATION_DIR_ENV, external_validation_path, validation_path
-from trainsim.reports import common_runs, vtrain
-from trainsim.reports.cells import cluster as _cluster
-from trainsim.reports.cells import integer as _int
-from trainsim.reports.cells import num as _num
+from trainsim.validation import common_runs, vtrain
+from trainsim.validation.cells import cluster as _cluster
+from trainsim.validation.cells import integer as _int
+from trainsim.validation.cells import num as _num
 from trainsim.specs import ClusterSpec, Scenario, SpecError, build_scenario, load_cluster, load_model, preset
 from trainsim.specs.errors import did_you_mean
 from trainsim.specs.safe_read import read_csv_rows
@@ -164,7 +164,7 @@ _COMMON_NOTES = (
      "and dropout follow the source's year (arXiv id or a year in the source columns): <= 2021 "
      "megatron-2021 / deepspeed-2021, 2022 megatron-2022, later or unknown megatron (Megatron-Core); "
      "FSDP rows pytorch-fsdp up to 2023, torch after; FlashAttention from 2023, dropout up to 2022 "
-     "(trainsim/reports/common_runs.py)."),
+     "(trainsim/validation/common_runs.py)."),
 )
 _BLIND_NOTE_SC21 = ("unknowns (set once, same rule for every row): micro-batch 1 (as the paper states for "
                     "its Table 2 PTD-P runs); interleaving depth = smallest v > 1 dividing the layers per "
@@ -1307,8 +1307,8 @@ def _sc21(unknowns: str) -> Callable[[], Dataset]:
 
 
 def _load_memory(path: Path | None = None, name: str = "memory") -> Dataset:
-    """The measured-memory runs (trainsim/reports/memory_runs.py, which imports this module)."""
-    from trainsim.reports.memory_runs import load_memory
+    """The measured-memory runs (trainsim/validation/memory_runs.py, which imports this module)."""
+    from trainsim.validation.memory_runs import load_memory
     return load_memory(path, name=name)
 
 
@@ -1350,7 +1350,7 @@ def dataset_csv(name: str) -> Path:
 def load_dataset(name_or_path: str) -> Dataset:
     """A bundled dataset by name, or a CSV file in one of the bundled schemas (detected by its columns); every
     row with a negative or non-finite number, or a non-positive published value, is skipped with that reason."""
-    from trainsim.reports.dataset_checks import range_checked
+    from trainsim.validation.dataset_checks import range_checked
 
     if name_or_path in DATASETS:
         ds = DATASETS[name_or_path]()

@@ -1,6 +1,6 @@
 """`trainsim calibrate --from-runs FILE [FILE ...] --out PROFILE.json`: fit run-calibration factors.
 
-Reads the measured runs (reports.measured_runs), fits the named factors they identify
+Reads the measured runs (validation.measured_runs), fits the named factors they identify
 (simulator.run_fit), and writes a calibration profile whose ``run_calibration`` section holds the factors,
 their standard errors, the runs and every run's residual. ``--merge-into`` adds the section to an existing
 microbenchmark profile (the fit then predicts with that profile's measurements). Nothing is written when
@@ -31,7 +31,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 def run_from_runs(args: argparse.Namespace, out: Path) -> int:
     from trainsim.cost_models.profile import CalibrationProfile, Fingerprint, load_profile, save_profile
-    from trainsim.reports.measured_runs import load_runs
+    from trainsim.validation.measured_runs import load_runs
     from trainsim.simulator.run_fit import engine_predict_log, fit_runs
 
     for flag in ("device", "emit_slurm", "import_nccl_tests"):

@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainsim.reports.cells import cluster as _cluster
-from trainsim.reports.cells import integer as _int
-from trainsim.reports.cells import num as _num
+from trainsim.validation.cells import cluster as _cluster
+from trainsim.validation.cells import integer as _int
+from trainsim.validation.cells import num as _num
 
 VTRAIN_COLUMNS = frozenset({"row_id", "num_gpus", "global_batch", "micro_batch", "hidden", "heads", "layers",
                             "seq_len", "tp", "dp", "pp", "step_time_s"})
@@ -48,7 +48,7 @@ def is_vtrain(columns: set[str]) -> bool:
 
 def load_vtrain(path: Path, *, name: str = "vtrain"):
     """The vTrain rows of ``path`` as a Dataset (module docstring for every choice)."""
-    from trainsim.reports.datasets import Dataset, _read_csv
+    from trainsim.validation.datasets import Dataset, _read_csv
 
     rows = _read_csv(path)
     cases = tuple(_vtrain_case(r) for r in rows)
@@ -66,7 +66,7 @@ def load_vtrain(path: Path, *, name: str = "vtrain"):
 
 
 def _vtrain_case(r: dict):
-    from trainsim.reports.datasets import Case, _scenario
+    from trainsim.validation.datasets import Case, _scenario
 
     rid = r["row_id"]
     layers, hidden, heads, seq = _int(r["layers"]), _int(r["hidden"]), _int(r["heads"]), _int(r["seq_len"])

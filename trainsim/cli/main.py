@@ -1,4 +1,4 @@
-"""The `trainsim` command line: one subcommand per module in trainsim.reports.commands.
+"""The `trainsim` command line: one subcommand per module in trainsim.cli.
 
 Invalid input exits with status 2 and one line on stderr naming the field and the reason; no command prints the
 usage to stderr and exits 2.
@@ -12,7 +12,7 @@ import re
 import sys
 
 from trainsim import __version__
-from trainsim.reports.commands import COMMANDS
+from trainsim.cli import COMMANDS
 from trainsim.specs import SpecError
 
 
@@ -33,9 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     for name in COMMANDS:
         try:
-            module = importlib.import_module(f"trainsim.reports.commands.{name}")
+            module = importlib.import_module(f"trainsim.cli.{name}")
         except ModuleNotFoundError as e:
-            if e.name == f"trainsim.reports.commands.{name}":
+            if e.name == f"trainsim.cli.{name}":
                 continue  # subcommand not built yet
             raise
         module.register(sub)
@@ -46,7 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def document_ranges(parser: argparse.ArgumentParser) -> None:
     """Append each numeric flag's accepted range to its help (the same Bounded type enforces it)."""
-    from trainsim.reports.commands.common import Bounded
+    from trainsim.cli.common import Bounded
 
     for action in parser._actions:
         if isinstance(action.type, Bounded) and action.help != argparse.SUPPRESS:

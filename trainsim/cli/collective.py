@@ -15,7 +15,7 @@ import json
 import math
 import re
 
-from trainsim.reports.commands.common import positive_int
+from trainsim.cli.common import positive_int
 from trainsim.specs import SpecError
 
 MAX_ROWS = 512

@@ -43,12 +43,12 @@ def register(subparsers) -> None:
     p.add_argument("--samples", type=int_range(1, 10_000), default=20, help="Monte Carlo repetitions (default 20)")
     p.add_argument("--seed", type=int_range(0, 2**63 - 1), default=0, help="Monte Carlo seed (default 0)")
     p.add_argument("--coverage", type=float_range(0.5, 0.95), default=0.8,
-                   help="coverage of the prediction interval (default 0.8; reports.intervals)")
+                   help="coverage of the prediction interval (default 0.8; validation.intervals)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainsim.reports.intervals import check_coverage, interval_for
+    from trainsim.validation.intervals import check_coverage, interval_for
     from trainsim.simulator.predict import predict
 
     check_coverage(args.coverage)
@@ -133,7 +133,7 @@ def render(pred, scenario, iv=None) -> None:
     for w in pred.warnings:
         c.print(f"[yellow]note:[/] {w}")
     if iv is not None:
-        from trainsim.reports.intervals import text
+        from trainsim.validation.intervals import text
         for line in text(iv):
             c.print(line, highlight=False)
 

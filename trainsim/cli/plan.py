@@ -86,7 +86,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--objective", choices=("time", "cost"), default="time", help="rank by time to train or by cost")
     p.add_argument("--rank-by", choices=("p50", "p90"), default="p50",
                    help="step-time quantile the ranking uses: the prediction (p50) or the upper end of its 80 %% "
-                        "interval (p90, reports.plan_bands)")
+                        "interval (p90, validation.plan_bands)")
     p.add_argument("--memory-headroom", default=DEFAULT_MEMORY_HEADROOM, metavar="GiB|PCT",
                    help="memory every recommended layout leaves free, in GiB (6) or percent of GPU memory (10%%); "
                         f"default {DEFAULT_MEMORY_HEADROOM.replace('%', '%%')}: the caching allocator's fragmentation "
@@ -340,7 +340,7 @@ def run(args: argparse.Namespace) -> int:
     with make_executor(args.workers, args.dask_scheduler) as ex, rich_progress(not quiet) as progress:
         result = plan(req, executor=ex, progress=progress)
     from trainsim.cost_models.profile import load_profile
-    from trainsim.reports import plan_bands
+    from trainsim.validation import plan_bands
     ivs = plan_bands.rank(result, args.rank_by, load_profile(req.profile_path) if req.profile_path else None)
     warn_beyond_published(max(req.gpu_counts), req.global_batch, req.seq_len)  # after any refusal
     if args.json:
