@@ -75,31 +75,45 @@ def name_list(text: str) -> tuple[str, ...]:
     return names
 
 
+DIM_HELP = {
+    "tp": "tensor-parallel degree (within a node's NVLink domain)",
+    "pp": "pipeline-parallel stages",
+    "dp": "data-parallel replicas (derived from --gpus when left out)",
+    "cp": "context-parallel degree (the sequence split over ranks)",
+    "ep": "expert-parallel degree (MoE models)",
+    "vpp": "model chunks per pipeline rank (interleaved schedule; implies --schedule interleaved)",
+}
+
+
 def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = True) -> None:
     """The scenario flags of docs/design.md (`trainsim predict` and friends)."""
     if scenario_positional:
         p.add_argument("scenario", nargs="?", help="scenario YAML/JSON (flags override it)")
     p.add_argument("--model", help="preset name, YAML/JSON file, or Hugging Face config.json")
     p.add_argument("--cluster", help="preset name or YAML file")
-    p.add_argument("--gpus", type=positive_int)
-    for dim in ("tp", "pp", "dp", "cp", "ep", "vpp"):
-        p.add_argument(f"--{dim}", type=positive_int)
+    p.add_argument("--gpus", type=positive_int, help="GPUs in the job (tp x pp x dp x cp; the cluster's num_gpus)")
+    for dim, meaning in DIM_HELP.items():
+        p.add_argument(f"--{dim}", type=positive_int, help=meaning)
     p.add_argument("--etp", type=positive_int, help="expert tensor parallelism (default tp; 1 lets ep span TP ranks)")
     p.add_argument("--stage-layers", type=int_list, metavar="N,N,...",
                    help="transformer layers per virtual pipeline stage, pp*vpp of them in model order "
                         "(Megatron's pipeline layout; the embedding stays first, the loss last; each 0..100,000)")
-    p.add_argument("--seq-len", type=positive_int)
-    p.add_argument("--global-batch", type=positive_int)
-    p.add_argument("--micro-batch", type=positive_int)
-    p.add_argument("--recompute", choices=("none", "selective", "full"))
+    p.add_argument("--seq-len", type=positive_int, help="sequence length in tokens")
+    p.add_argument("--global-batch", type=positive_int, help="sequences per optimizer step (not tokens)")
+    p.add_argument("--micro-batch", type=positive_int, help="sequences per micro-batch per pipeline replica")
+    p.add_argument("--recompute", choices=("none", "selective", "full"),
+                   help="activation recomputation: selective = attention core (Korthikanti), full = whole blocks")
     p.add_argument("--recompute-modules", type=name_list, metavar="M,M,...",
                    help="modules recomputed under selective recompute (Megatron --recompute-modules: core_attn, "
                         "mla_up_proj, layernorm, mlp, moe_act, moe, shared_experts); implies --recompute selective")
-    p.add_argument("--sequence-parallel", action="store_true", default=None)
-    p.add_argument("--zero", type=int, choices=(0, 1, 2, 3))
-    p.add_argument("--distributed-optimizer", action="store_true", default=None)
-    p.add_argument("--schedule", choices=get_args(Schedule))
-    p.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "fp32"))
+    p.add_argument("--sequence-parallel", action="store_true", default=None,
+                   help="Megatron sequence parallelism over the TP group (norms and dropout sharded)")
+    p.add_argument("--zero", type=int, choices=(0, 1, 2, 3),
+                   help="ZeRO stage: 1 shards optimizer states, 2 also gradients, 3 also weights (FSDP)")
+    p.add_argument("--distributed-optimizer", action="store_true", default=None,
+                   help="Megatron's distributed optimizer (optimizer states sharded over DP, = ZeRO-1)")
+    p.add_argument("--schedule", choices=get_args(Schedule), help="pipeline schedule")
+    p.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "fp32"), help="compute precision of the GEMMs")
     p.add_argument("--framework", choices=FRAMEWORKS,
                    help="software stack whose documented behaviours apply (default megatron)")
     add_precision_args(p)

@@ -31,14 +31,15 @@ def register(sub) -> None:
     p = sub.add_parser("execute", help="run a plan for real (torchrun) and compare with the prediction",
                        description=__doc__)
     add_scenario_args(p)
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="run on CPU ranks (gloo) or one GPU per rank (NCCL); default cpu")
     p.add_argument("--steps", type=int_range(1, 100_000), default=5, help="timed optimizer steps")
     p.add_argument("--warmup", type=int_range(1, 10_000), default=1,
                    help="untimed steps first (the first also measures saved activations)")
     p.add_argument("--optimizer", choices=("adam", "sgd"), default="adam",
                    help="adam (8 B/param of fp32 state) or sgd with momentum (4 B/param)")
     p.add_argument("--lr", type=float_range(0, 1000, lo_open=True), default=None, help="learning rate (adam 1e-3, sgd 0.05)")
-    p.add_argument("--seed", type=int_range(0, 2**63 - 1), default=1234)
+    p.add_argument("--seed", type=int_range(0, 2**63 - 1), default=1234, help="seed of the synthetic data and weights")
     p.add_argument("--hsdp", type=positive_int, default=1, metavar="R",
                    help="with --zero 3: HSDP, R replicas x dp/R shards")
     p.add_argument("--timeout-s", type=float_range(0, 86400, lo_open=True), default=30.0,

@@ -36,13 +36,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--measured", metavar="FILE", help="a `trainsim execute --json` result to compare against")
     p.add_argument("--tokens", type=parse_tokens,
                    help="tokens to train on (e.g. 15T; range > 0, <= 1e16); default 20 per parameter")
-    p.add_argument("--price-per-gpu-hour", type=nonneg_float)
+    p.add_argument("--price-per-gpu-hour", type=nonneg_float, help="USD per GPU-hour for the cost figures")
     p.add_argument("--top", type=int_range(1, 10_000), default=10, help="layouts in the ranked table")
     p.add_argument("--no-plan", action="store_true", help="skip the layout search (faster)")
     # Goodput knobs: the flag, else (with --plan) the plan's own request, else the documented default.
     p.add_argument("--failure-rate-per-gpu-hour", type=float_range(0, 1),
                    help=f"default {gp.DEFAULT_FAILURE_RATE_PER_GPU_HOUR:.3g} (or the plan's)")
-    p.add_argument("--checkpoint-write-s", type=nonneg_float)
+    p.add_argument("--checkpoint-write-s", type=nonneg_float,
+                   help="seconds one checkpoint write takes (goodput; default from the storage bandwidth)")
     p.add_argument("--storage-write-gbps", type=float_range(0, 1e9, lo_open=True),
                    help=f"aggregate checkpoint write GB/s; default {gp.DEFAULT_STORAGE_WRITE_BPS / 1e9:g} (or the plan's)")
     p.add_argument("--restart-s", type=nonneg_float, help=f"default {gp.DEFAULT_RESTART_S:g} s (or the plan's)")

@@ -1,0 +1,32 @@
+"""Every flag of every command says what it is for: argparse help text on each option."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from trainsim.cli import COMMANDS
+from trainsim.cli.main import build_parser
+
+
+def _subparsers() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return dict(action.choices)
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_option_has_help(command):
+    sub = _subparsers()[command]
+    # a bare "range 1..N" (appended by cli.main.document_ranges) does not say what the flag is for
+    missing = [a.option_strings[0] for a in sub._actions
+               if a.option_strings and not isinstance(a, argparse._HelpAction)
+               and not (a.help or "").split("range ")[0].strip()]
+    assert not missing, f"{command}: options without help text: {missing}"
+
+
+def test_validate_help_lists_every_dataset():
+    from trainsim.validation.datasets import dataset_names
+    text = _subparsers()["validate"].format_help()
+    assert all(name in text for name in dataset_names())
