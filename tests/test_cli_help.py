@@ -30,3 +30,16 @@ def test_validate_help_lists_every_dataset():
     from trainsim.validation.datasets import dataset_names
     text = _subparsers()["validate"].format_help()
     assert all(name in text for name in dataset_names())
+
+
+def test_trace_says_what_it_wrote(tmp_path, capsys):
+    import json
+
+    from trainsim.cli.main import main
+
+    out = tmp_path / "step.json"
+    assert main(["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch", "16",
+                 "--trace", str(out), "--json"]) == 0
+    err = capsys.readouterr().err
+    n = len(json.loads(out.read_text())["traceEvents"])
+    assert f"wrote {out}: {n:,} trace events" in err

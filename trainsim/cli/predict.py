@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import math
 
 from .common import add_scenario_args, float_range, int_range, scenario_from_args, warn_beyond_published
@@ -67,6 +68,9 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({**pred.to_json(), **iv.to_json()}))
     else:
         render(pred, scenario, iv)
+    if args.trace:
+        print(f"wrote {args.trace}: {pred.engine.get('trace_events', 0):,} trace events of one step "
+              f"(Chrome trace format; open it in ui.perfetto.dev or chrome://tracing)", file=sys.stderr)
     return 0
 
 

@@ -145,8 +145,11 @@ def run(args: argparse.Namespace) -> int:
         tokens=tokens, price_per_gpu_hour=price, profile_path=args.calibration,
         plan_top_k=args.top, run_plan=not args.no_plan, **_goodput_knobs(args, request),
     )
-    report = build_report(scn, opts, plan_json=plan_json, measured=measured)
-    paths = write_report(report, args.out)
+    from rich.console import Console
+    with Console(stderr=True).status(f"building the report of {scn.name}: prediction, timeline, scaling, "
+                                     f"{'plan, ' if opts.run_plan and plan_json is None else ''}figures ..."):
+        report = build_report(scn, opts, plan_json=plan_json, measured=measured)
+        paths = write_report(report, args.out)
     warn_beyond_published(scn.num_gpus, scn.training.global_batch, scn.training.seq_len)  # after any refusal
     print(f"wrote {paths['html']} (self-contained HTML) and {paths['markdown']} in {time.perf_counter() - t0:.1f} s",
           file=sys.stderr)

@@ -204,9 +204,10 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
         pred = to_prediction(scenario, table, res, mode="discrete-event", calibration=calibration,
                              host_bytes=host, warnings=warnings)
         if trace_path is not None:
-            write_trace(res, trace_path, static_bytes=[st.static_bytes for st in table.stages],
-                        metadata={"scenario": scenario.name, "model": scenario.model.name,
-                                  "layout": pred.layout, "schedule": scenario.training.schedule})
+            pred.engine["trace_events"] = write_trace(
+                res, trace_path, static_bytes=[st.static_bytes for st in table.stages],
+                metadata={"scenario": scenario.name, "model": scenario.model.name,
+                          "layout": pred.layout, "schedule": scenario.training.schedule})
         _monte_carlo(pred, scenario, table, jitter_cv, stragglers, seed, samples, overhead_s)
     idle = host_idle_warning(scenario, table, pred.step_time_s)
     if idle:

@@ -56,8 +56,11 @@ def trace_events(res: EngineResult, static_bytes: list[float] | None = None) -> 
 
 
 def write_trace(res: EngineResult, path: str | Path, static_bytes: list[float] | None = None,
-                metadata: dict[str, Any] | None = None) -> None:
-    """Write the Chrome trace JSON object format ({"traceEvents": [...], ...}) to ``path``."""
-    doc = {"traceEvents": trace_events(res, static_bytes), "displayTimeUnit": "ms",
+                metadata: dict[str, Any] | None = None) -> int:
+    """Write the Chrome trace JSON object format ({"traceEvents": [...], ...}) to ``path``; returns the number
+    of trace events written."""
+    events = trace_events(res, static_bytes)
+    doc = {"traceEvents": events, "displayTimeUnit": "ms",
            "otherData": {k: str(v) for k, v in (metadata or {}).items()}}
     write_atomic(path, json.dumps(doc), "trace")
+    return len(events)
