@@ -69,8 +69,8 @@ fitted to a measurement.
   ``prefetch_elements=25000000``, smaller than one weight tensor of a large model, so nothing is
   gathered ahead. Each submodule's gather therefore runs serialized with compute. The reduce buckets are
   serialized too: the stage-3 optimizer's signature default is ``overlap_comm=False``, though the engine
-  passes the config value, whose stage-3 default was True in some 2021 versions (docs/validation.md, "This
-  round"); which one the SC21 baseline ran is not known, and the serialized reading is kept. The
+  passes the config value, whose stage-3 default was True in some 2021 versions (docs/validation.md, "Where
+  the model is still weak"); which one the SC21 baseline ran is not known, and the serialized reading is kept. The
   recomputed forward of a checkpointed layer gathers again (parameters are released after each
   submodule's forward unless reused within ``max_reuse_distance``). FSDP and today's DeepSpeed overlap.
 * ``zero3_gather_ops_per_rank`` -- host-side operations per data-parallel rank for every gathered tensor.
