@@ -157,8 +157,10 @@ def deeper_interleaving(scn: Scenario) -> Variant:
             continue
         return Variant(lever, f"vpp {lay.vpp} -> {v}" + ("" if v == lay.vpp + 1 else f" ({lay.vpp + 1}.."
                                                          f"{v - 1}: the layers do not split)"), scenario=out)
-    return Variant(lever, f"vpp {lay.vpp} -> {lay.vpp + 1}",
-                   reason=first_error or f"{scn.layers_per_stage} layers per stage: no deeper split")
+    if not first_error:
+        return Variant(lever, "-", reason=f"{scn.layers_per_stage} layers per stage: no deeper split")
+    return Variant(lever, "-", reason=f"no vpp in {lay.vpp + 1}..{scn.layers_per_stage} splits the layers; "
+                                      f"vpp {lay.vpp + 1}: {first_error}")
 
 
 def tp_overlap(scn: Scenario) -> Variant:
