@@ -139,3 +139,15 @@ def test_table_lists_every_lever(capsys):
     for name in ("ideal network", "no pipeline bubble", "one more interleaving depth", "TP comm overlap",
                  "DP comm overlap", "recompute one level", "twice the micro-batch", "next ZeRO stage"):
         assert name in out
+
+
+def test_report_section_is_the_same_table():
+    from trainsim.reports.whatif import levers_section
+    from trainsim.simulator.levers import explain_rows
+    scn = scenario(tp=2, pp=2, sequence_parallel=True)
+    sec = levers_section(scn, None)
+    expl = explain(scn)
+    assert sec.id == "levers" and sec.tables[0].rows == explain_rows(expl)
+    # the paragraph names the best real setting that fits, passing over the two ceilings ranked above it
+    best = next(lv for lv in expl.levers if lv.kind == "setting" and lv.fits and lv.gain_s > 0)
+    assert expl.levers[0].kind == "ceiling" and f"{best.lever} ({best.change})" in sec.paragraphs[0]

@@ -486,8 +486,7 @@ def levers_section(scn: Scenario, profile) -> Section:
            "bubble) are bounds, not settings; negative gains are memory levers (they trade time for memory). "
            + lead)
     return Section("levers", "What to change: levers ranked by gain", [par],
-                   tables=[Table(explain_title(expl)[0].upper() + explain_title(expl)[1:], list(EXPLAIN_COLUMNS),
-                                 explain_rows(expl))])
+                   tables=[Table(explain_title(expl), list(EXPLAIN_COLUMNS), explain_rows(expl))])
 
 
 def memory_assumptions_text(pred) -> str:

@@ -307,5 +307,5 @@ def explain_rows(expl: Explanation) -> list[list[str]]:
 
 
 def explain_title(expl: Explanation) -> str:
-    return (f"levers ranked by step-time gain ({expl.mode}; baseline {expl.baseline_step_time_s:.4g} s, peak "
+    return (f"Levers ranked by step-time gain ({expl.mode}; baseline {expl.baseline_step_time_s:.4g} s, peak "
             f"{expl.baseline_peak_bytes / 2**30:.1f} of {expl.gpu_memory_bytes / 2**30:.1f} GiB)")
