@@ -45,6 +45,10 @@ def register(subparsers) -> None:
     p.add_argument("--seed", type=int_range(0, 2**63 - 1), default=0, help="Monte Carlo seed (default 0)")
     p.add_argument("--coverage", type=float_range(0.5, 0.95), default=0.8,
                    help="coverage of the prediction interval (default 0.8; validation.intervals)")
+    p.add_argument("--explain", action="store_true",
+                   help="rank the what-if levers (ideal network, no bubble, vpp+1, TP/DP/EP overlap, recompute, "
+                        "2x micro-batch, next ZeRO) by step-time gain, closed form (simulator/levers.py)")
+    p.add_argument("--explain-engine", action="store_true", help="--explain with the engine for every lever")
     p.set_defaults(func=run)
 
 
@@ -53,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     from trainsim.simulator.predict import predict
 
     check_coverage(args.coverage)
+    check_explain(args)
     scenario = scenario_from_args(args)
     profile = None
     if getattr(args, "calibration", None):
@@ -61,17 +66,53 @@ def run(args: argparse.Namespace) -> int:
     pred = predict(scenario, fast=args.fast, ideal_network=args.ideal_network, profile=profile,
                    trace_path=args.trace, jitter_cv=args.jitter, stragglers=args.straggler, seed=args.seed,
                    samples=args.samples)
+    expl = explain(args, scenario, pred, profile) if args.explain or args.explain_engine else None
     iv = interval_for(pred.step_time_s, pred.tokens_per_s, pred.mfu, scenario, profile, args.coverage)
     # After the prediction: a refusal (exit 2) stays one line.
     warn_beyond_published(scenario.num_gpus, scenario.training.global_batch, scenario.training.seq_len)
     if args.json:
-        print(json.dumps({**pred.to_json(), **iv.to_json()}))
+        print(json.dumps({**pred.to_json(), **iv.to_json(), **({"explain": expl.to_json()} if expl else {})}))
     else:
         render(pred, scenario, iv)
+        if expl:
+            render_explain(expl)
     if args.trace:
         print(f"wrote {args.trace}: {pred.engine.get('trace_events', 0):,} trace events of one step "
               f"(Chrome trace format; open it in ui.perfetto.dev or chrome://tracing)", file=sys.stderr)
     return 0
+
+
+def check_explain(args: argparse.Namespace) -> None:
+    """--explain ranks deterministic steps predicted one way: refuse what contradicts that."""
+    from trainsim.specs import SpecError
+    if not (args.explain or args.explain_engine):
+        return
+    if args.jitter > 0 or args.straggler is not None:
+        raise SpecError("explain", "ranks deterministic step times; drop --jitter/--straggler")
+    if args.explain_engine and args.fast:
+        raise SpecError("explain_engine", "predicts every lever with the engine; drop --fast (or use --explain)")
+
+
+def explain(args: argparse.Namespace, scenario, pred, profile):
+    """The levers of ``scenario`` (simulator.levers); ``pred`` is their baseline when made the same way."""
+    from trainsim.simulator.levers import explain as explain_levers
+    engine = bool(args.explain_engine)
+    same = engine != bool(args.fast)
+    return explain_levers(scenario, engine=engine, ideal_network=args.ideal_network, profile=profile,
+                          baseline=pred if same else None)
+
+
+def render_explain(expl) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from trainsim.simulator.levers import EXPLAIN_COLUMNS, explain_rows, explain_title
+    t = Table(title=explain_title(expl))
+    for i, col in enumerate(EXPLAIN_COLUMNS):
+        t.add_column(col, justify="left" if i in (1, 2) else "right")
+    for row in explain_rows(expl):
+        t.add_row(*row)
+    Console(width=max(Console().width, 140)).print(t)  # one row per lever, also when piped
 
 
 def render(pred, scenario, iv=None) -> None:

@@ -332,6 +332,8 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
                             [Table("Per-stage memory", ["stage", "weights", "grads", "optimizer", "activations", "other", "total"], mem_rows,
                                    "" if len(per_stage) <= 8 else "First, second, second-to-last and last stages shown.")]))
 
+    sections.append(levers_section(scn, profile))
+
     # MFU heatmap.
     cells, tps, pps = mfu_grid(scn, profile)
     hm = plots.mfu_heatmap(cells, tps, pps, marked=(scn.layout.tp, scn.layout.pp),
@@ -466,6 +468,25 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
         subtitle=f"{scn.name} — TP{scn.layout.tp} PP{scn.layout.pp} DP{scn.dp} CP{scn.layout.cp} EP{scn.layout.ep} "
                  f"VPP{scn.layout.vpp}, {scn.training.schedule}, {scn.training.global_batch}×{scn.training.seq_len} tokens per step",
         metrics=metrics, sections=sections, notes=notes)
+
+
+def levers_section(scn: Scenario, profile) -> Section:
+    """What to change: the what-if levers of simulator.levers ranked by step-time gain, with peak memory and fit,
+    screened by the closed form (`trainsim predict --explain` prints the same table)."""
+    from trainsim.simulator.levers import EXPLAIN_COLUMNS, explain, explain_rows, explain_title
+
+    expl = explain(scn, profile=profile)
+    best = next((lv for lv in expl.levers if lv.applicable and lv.kind == "setting" and lv.fits
+                 and (lv.gain_s or 0) > 0), None)
+    lead = (f"The largest gain from one setting that still fits: {best.lever} ({best.change}), "
+            f"{fmt_pct(best.gain_fraction)} of the step." if best else
+            "No single setting that still fits shortens the step.")
+    par = ("Each lever changes one thing and is predicted in closed form (the planner's screen) against the "
+           "scenario predicted the same way; gains are shares of that step. Ceilings (ideal network, no pipeline "
+           "bubble) are bounds, not settings; negative gains are memory levers (they trade time for memory). "
+           + lead)
+    return Section("levers", "What to change: levers ranked by gain", [par],
+                   tables=[Table(explain_title(expl), list(EXPLAIN_COLUMNS), explain_rows(expl))])
 
 
 def memory_assumptions_text(pred) -> str:
