@@ -80,11 +80,12 @@ class ScaleUpSpec(BaseModel):
 
 class BackgroundLoadSpec(BaseModel):
     """Other jobs' traffic on the shared scale-out fabric, as the fraction of each tier's capacity it occupies
-    while this job communicates. The job's flows get ``1 - fraction`` of a link: the other tenants' traffic is
-    taken as inelastic (a fixed rate set elsewhere: their own bottleneck, storage and checkpoint streams).
-    Elastic competitors sharing a link max-min fairly with k-1 other bulk flows leave 1/k: state
-    ``1 - 1/k`` (0.5 for one other job all-reducing on the same links at the same time). The scale-up
-    fabric (NVLink, PCIe inside a node) is never shared with other jobs and is unaffected."""
+    while this job communicates; this job's flows get ``1 - fraction`` of each such link. The other traffic keeps
+    its rate (it is limited elsewhere: its own bottleneck, storage and checkpoint streams), which max-min fair
+    sharing grants a flow whose demand is below its fair share. An elastic competitor that takes a fair share
+    instead, with k-1 such bulk flows on the link, is stated as ``1 - 1/k`` (0.5 for one other job all-reducing
+    over the same links at the same time). The scale-up fabric (NVLink, PCIe inside a node) is not shared with
+    other jobs and is unaffected."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

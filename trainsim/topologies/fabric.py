@@ -20,10 +20,10 @@ Effective bandwidths are line rate × payload efficiency (documented constants b
 cluster via ``scale_up.efficiency`` / ``scale_out.efficiency``).
 
 Shared fabric (``scale_out.background_load``): other jobs' traffic occupies a fraction f of each NIC (tier
-``nic``) and of each leaf's spine uplinks/downlinks (tier ``spine``). It is modelled as an inelastic flow of
-fixed rate f·C on every such link, so under max-min fair sharing (`trainsim.cost_models.contention`) this
-job's flows get the remaining (1 - f)·C: every scale-out capacity below is the quiet fabric's times
-(1 - f). Inter-job interference of this kind is what network-aware ML schedulers measure and avoid
+``nic``) and of each leaf's spine uplinks/downlinks (tier ``spine``). It is modelled as a flow of fixed
+rate f·C on every such link (limited elsewhere, so max-min fair sharing, `trainsim.cost_models.contention`,
+grants it f·C), and this job's flows get the remaining (1 - f)·C: every scale-out capacity below is the
+quiet fabric's times (1 - f). Inter-job interference of this kind is what network-aware ML schedulers measure and avoid
 (CASSINI, Rajasekaran et al., NSDI 2024: jobs sharing a link slow each other unless their communication
 phases interleave; vClos, Han et al., Computer Networks 2025: ECMP hash collisions between tenants in a
 leaf-spine cluster); elastic competitors are stated as the share they leave (``BackgroundLoadSpec``).
