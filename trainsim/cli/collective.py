@@ -5,7 +5,8 @@
 ``--sizes`` takes a comma list (``1K,4M,1G``; K/M/G/T are powers of 1024 as in nccl-tests) or a range
 ``START:END`` doubling each row (``START:END:FACTOR`` for another factor). The group is ``--gpus``
 consecutive GPUs (whole nodes first), as nccl-tests runs on that many GPUs. ``--json`` prints a list of
-rows with keys size_bytes, time_s, algbw_GBps, busbw_GBps, algo (GB = 1e9 B, as nccl-tests prints).
+rows with keys size_bytes, time_s, algbw_GBps, busbw_GBps, algo (GB = 1e9 B, as nccl-tests prints) and
+background_load (other jobs' share of the NIC and spine tiers assumed, ``--background-load``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 import math
 import re
 
-from trainsim.cli.common import positive_int
+from trainsim.cli.common import add_background_arg, positive_int
 from trainsim.specs import SpecError
 
 MAX_ROWS = 512
@@ -81,6 +82,7 @@ def register(subparsers) -> None:
     p.add_argument("--algo", help="force an algorithm: ring, tree, nvls, hierarchical, direct, pairwise, p2p, ps")
     p.add_argument("--protocol", choices=("LL", "LL128", "Simple"), help="force an NCCL protocol")
     p.add_argument("--calibration", help="calibration profile JSON (measured collective fits replace the model)")
+    add_background_arg(p)
     p.add_argument("--json", action="store_true", help="print a JSON list of rows")
     p.set_defaults(func=run)
 
@@ -103,7 +105,8 @@ def rows(op: str, cluster, gpus: int, sizes: list[int], algo: str | None = None,
         lat = min(r.latency_s, r.time_s)
         out.append({"size_bytes": s, "time_s": r.time_s, "latency_s": lat, "bandwidth_s": r.time_s - lat,
                     "algbw_GBps": r.algbw_Bps / 1e9,
-                    "busbw_GBps": r.busbw_Bps / 1e9, "algo": r.label})
+                    "busbw_GBps": r.busbw_Bps / 1e9, "algo": r.label,
+                    "background_load": cluster.scale_out.background_load.model_dump()})
     return out
 
 
@@ -119,6 +122,9 @@ def run(args: argparse.Namespace) -> int:
     if gpus > base.gpus_per_node and gpus % base.gpus_per_node:
         raise SpecError("gpus", f"{gpus} GPUs is not a whole number of {base.gpus_per_node}-GPU nodes")
     cluster = load_cluster(args.cluster, gpus)
+    if args.background_load is not None:
+        from trainsim.specs.loaders import with_background_load
+        cluster = with_background_load(cluster, args.background_load)
     profile = None
     if args.calibration and (args.algo or args.protocol):
         raise SpecError("calibration", "a measured fit has no algorithm or protocol to force: give --calibration "
@@ -149,7 +155,8 @@ def _print_table(op: str, cluster, gpus: int, table: list[dict]) -> None:
 
     nodes = max(1, -(-gpus // cluster.gpus_per_node))
     t = Table(title=f"{canonical_op(op)} on {gpus} GPU(s) of {cluster.name} ({nodes} node(s)), predicted",
-              caption="GB/s = 1e9 B/s; busbw factors as nccl-tests doc/PERFORMANCE.md")
+              caption="GB/s = 1e9 B/s; busbw factors as nccl-tests doc/PERFORMANCE.md"
+              + (f"\n{shared}" if (shared := cluster.scale_out.background_load.sentence()) else ""))
     for col in ("size", "bytes", "time (us)", "latency (us)", "bandwidth (us)", "algbw (GB/s)", "busbw (GB/s)",
                 "algo"):
         t.add_column(col, justify="left" if col in ("algo", "size") else "right")

@@ -85,6 +85,46 @@ DIM_HELP = {
 }
 
 
+BACKGROUND_TIERS = ("nic", "spine")
+
+
+def parse_background_load(text: str) -> dict[str, float]:
+    """argparse type for ``--background-load``: ``FRACTION`` (every scale-out tier) or ``TIER:FRACTION,...``
+    (tiers nic, spine), each fraction in [0, 1): the share of those links other jobs' traffic takes."""
+    items = [x.strip() for x in str(text).split(",") if x.strip()]
+    if not items:
+        raise argparse.ArgumentTypeError(f"expected FRACTION or TIER:FRACTION,... (tiers nic, spine), got {text!r}")
+    if len(items) == 1 and ":" not in items[0]:
+        pairs = [(tier, items[0]) for tier in BACKGROUND_TIERS]
+    else:
+        pairs = []
+        for item in items:
+            tier, sep, value = item.partition(":")
+            tier = tier.strip().lower()
+            if not sep or tier not in BACKGROUND_TIERS:
+                raise argparse.ArgumentTypeError(
+                    f"cluster.scale_out.background_load: unknown tier {tier or item!r} (tiers: nic, spine; "
+                    f"write TIER:FRACTION,... or one FRACTION for both)")
+            pairs.append((tier, value))
+    out: dict[str, float] = {}
+    for tier, value in pairs:
+        field = f"cluster.scale_out.background_load.{tier}"
+        try:
+            f = float(value)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{field}: must be a number, got {value.strip()!r}") from None
+        if not (math.isfinite(f) and 0.0 <= f < 1.0):
+            raise argparse.ArgumentTypeError(f"{field}: must be a fraction >= 0 and < 1, got {value.strip()}")
+        out[tier] = f
+    return out
+
+
+def add_background_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--background-load", type=parse_background_load, metavar="FRACTION|TIER:FRACTION,...",
+                   help="other jobs' share of the shared scale-out fabric, per tier (nic, spine) or one fraction for "
+                        "both, each >= 0 and < 1: this job gets 1 - fraction of those links (scale-up unaffected)")
+
+
 def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = True) -> None:
     """The scenario flags of docs/design.md (`trainsim predict` and friends)."""
     if scenario_positional:
@@ -117,6 +157,7 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
     p.add_argument("--framework", choices=FRAMEWORKS,
                    help="software stack whose documented behaviours apply (default megatron)")
     add_precision_args(p)
+    add_background_arg(p)
     p.add_argument("--offload-optimizer", action="store_true", default=None,
                    help="optimizer states in host memory (ZeRO-Offload); PCIe traffic is timed")
     p.add_argument("--offload-params", action="store_true", default=None,
@@ -147,7 +188,7 @@ OVERRIDE_FLAGS = {
     "distributed_optimizer": "distributed_optimizer", "schedule": "schedule", "dtype": "dtype",
     "framework": "framework", "offload_optimizer": "offload_optimizer", "offload_params": "offload_params",
     "tp_comm_overlap": "tp_comm_overlap", "ep_comm_overlap": "ep_comm_overlap", "offload_activation_layers": "offload_activation_layers",
-    "grad_dtype": "grad_dtype", "master_weights": "master_weights",
+    "grad_dtype": "grad_dtype", "master_weights": "master_weights", "background_load": "background_load",
 }
 
 

@@ -18,7 +18,9 @@ from trainsim.simulator.search_space import SearchLimits, check_training_extra, 
 from trainsim.specs import SpecError, load_cluster, load_layout, load_model, load_scenario_file
 from trainsim.specs.training import Schedule, zero_conflict
 
-from .common import add_precision_args, float_range, int_range, nonneg_float, positive_int, warn_beyond_published
+from trainsim.specs.loaders import with_background_load
+
+from .common import add_background_arg, add_precision_args, float_range, int_range, nonneg_float, positive_int, warn_beyond_published
 
 # Tokens to train on: 10^16 is 640x Llama 3's 15.6T (arXiv:2407.21783), past any data set that exists.
 MAX_TOKENS = 1e16
@@ -98,6 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dask-scheduler", metavar="ADDRESS", help="run the sweep on a dask.distributed cluster")
     p.add_argument("--calibration", help="calibration profile JSON (from `trainsim calibrate`)")
     add_precision_args(p)
+    add_background_arg(p)
     g = p.add_argument_group("constraints (pin a dimension of the search)")
     for dim in ("tp", "pp", "cp", "ep", "vpp"):
         g.add_argument(f"--{dim}", type=positive_int, help=f"search only {dim} = N")
@@ -142,6 +145,8 @@ def request_from_args(args: argparse.Namespace):
         raise SpecError("cluster", "no cluster given (use --cluster NAME|PATH or a scenario file)")
     model = load_model(model_in)
     cluster = load_cluster(cluster_in)
+    if args.background_load is not None:
+        cluster = with_background_load(cluster, args.background_load)
     gpus_text = args.gpus if args.gpus is not None else raw.get("gpus")
     if gpus_text is None:
         raise SpecError("gpus", "no GPU count given (use --gpus N or --gpus A:B)")
@@ -271,6 +276,9 @@ def print_table(result, file=None) -> None:
     console.print(
         f"[bold]{req.model.name}[/bold] on {req.cluster.name}, GPUs {', '.join(map(str, req.gpu_counts))}; "
         f"global batch {req.global_batch} x {req.seq_len} tokens; training on {fmt_count(req.train_tokens)} tokens")
+    shared = req.cluster.scale_out.background_load.sentence()
+    if shared:
+        console.print(shared, highlight=False)
     console.print(
         f"layouts: {c['enumerated']} enumerated, {c['invalid']} invalid, {c['oom']} out of memory, "
         f"{c.get('over_headroom', 0)} within memory but over the {req.memory_headroom} headroom "

@@ -131,6 +131,9 @@ def render(pred, scenario, iv=None) -> None:
     c.print(f"layout tp={lay['tp']} pp={lay['pp']} dp={lay['dp']} cp={lay['cp']} ep={lay['ep']}{etp} vpp={lay['vpp']}, "
             f"{tr.schedule}, micro-batch {lay['micro_batch']} x {lay['num_microbatches']}, "
             f"seq {tr.seq_len}, {tr.dtype}, recompute {tr.recompute_label}, zero {tr.effective_zero}{extras}")
+    shared = scenario.cluster.scale_out.background_load.sentence()
+    if shared:
+        c.print(shared, highlight=False)
     t = Table(title="step", show_header=True)
     t.add_column("metric")
     t.add_column("value", justify="right")

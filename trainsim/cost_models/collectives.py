@@ -396,10 +396,26 @@ def collective_time(op: str, nbytes: float, group: GroupShape | int, cluster: Cl
     if not isinstance(group, GroupShape):
         raise SpecError("group", f"expected a GroupShape or a size, got {type(group).__name__}")
     if profile is not None and algo is None and protocol is None and group.size > 1 and nbytes > 0:
+        _check_profile_on_shared_fabric(profile, op, group)
         measured = _from_profile(profile, op, float(nbytes), group)
         if measured is not None:
             return measured
     return _cached(op, float(nbytes), group, algo, protocol)
+
+
+def _check_profile_on_shared_fabric(profile: Any, op: str, g: GroupShape) -> None:
+    """Refuse a measured collective fit on a fabric other jobs share: the fit's one bandwidth term cannot be split
+    into the scale-out part the background slows and the scale-up part it leaves alone."""
+    if not g.shares_fabric or getattr(profile, "collective_fit", None) is None:
+        return
+    try:
+        fit = profile.collective_fit(op, g.size, g.nodes)
+    except SpecError:
+        return
+    if fit is not None:
+        raise SpecError("cluster.scale_out.background_load",
+                        f"the calibration profile's measured {op} fit on {g.size} GPUs ({g.nodes} nodes) cannot be "
+                        "slowed by other jobs' traffic faithfully; drop the background load or the calibration")
 
 
 def _from_profile(profile: Any, op: str, nbytes: float, g: GroupShape) -> CollectiveTime | None:

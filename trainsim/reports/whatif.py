@@ -250,6 +250,9 @@ def scenario_table(scn: Scenario) -> Table:
                       f"sequence parallel {'on' if t.sequence_parallel else 'off'}"
                       + (", EP all-to-all overlap" if t.ep_comm_overlap else ""))],
     ]
+    shared = c.scale_out.background_load.sentence()
+    if shared:
+        rows.append(["shared fabric", shared.removeprefix("shared fabric: ")])
     return Table("Settings", ["setting", "value"], rows)
 
 

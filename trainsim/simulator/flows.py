@@ -4,7 +4,8 @@ Each transfer is a flow that needs ``transfer_s`` seconds of its links' full ban
 link split it max-min fairly (progressive filling); rates are recomputed only for the connected set of
 flows a start or finish touches, so independent transfers (the common case) cost O(1) each. A flow is
 never faster than it would be alone (rate cap 1). Link capacities are normalised to 1 because every
-transfer time is already computed at its own path's bandwidth by the collective cost model.
+transfer time is already computed at its own path's bandwidth by the collective cost model (on a shared
+fabric, the bandwidth other jobs' traffic leaves: `trainsim.topologies.fabric`).
 """
 
 from __future__ import annotations

@@ -94,4 +94,5 @@ def to_prediction(scenario: Scenario, table: CostTable, res: EngineResult, *, mo
         host_bytes=host_bytes,
         scenario=scenario.name,
         warnings=warnings,
+        background_load=scenario.cluster.scale_out.background_load.model_dump(),
     )

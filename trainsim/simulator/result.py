@@ -56,6 +56,8 @@ class Prediction:
     memory_assumptions: dict[str, Any] = field(default_factory=dict)
     other_terms: dict[str, float] = field(default_factory=dict)
     model_params: dict[str, int] = field(default_factory=dict)
+    # Other jobs' share of the scale-out fabric the prediction assumed, per tier (cluster.scale_out.background_load).
+    background_load: dict[str, float] = field(default_factory=lambda: {"nic": 0.0, "spine": 0.0})
 
     @property
     def fits(self) -> bool:
@@ -111,6 +113,7 @@ class Prediction:
             "layout": dict(self.layout),
             "engine": dict(self.engine),
             "calibration": self.calibration,
+            "background_load": dict(self.background_load),
             "breakdown_s": dict(self.breakdown_s),
             "warnings": list(self.warnings),
             **({"extra": self.extra} if self.extra else {}),

@@ -1,7 +1,7 @@
 """The user's vocabulary: models, clusters, layouts, training settings and whole scenarios."""
 
 from .errors import SpecError
-from .hardware import ClusterSpec, GPUSpec, ScaleOutSpec, ScaleUpSpec
+from .hardware import BackgroundLoadSpec, ClusterSpec, GPUSpec, ScaleOutSpec, ScaleUpSpec
 from .loaders import (
     build_scenario,
     load_cluster,
@@ -18,6 +18,7 @@ from .scenario import Scenario, resolve
 from .training import Layout, TrainingSpec
 
 __all__ = [
+    "BackgroundLoadSpec",
     "ClusterSpec",
     "GPUSpec",
     "Layout",

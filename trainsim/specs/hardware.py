@@ -78,6 +78,42 @@ class ScaleUpSpec(BaseModel):
     nvls_efficiency: float | None = Field(default=None, gt=0, le=1)
 
 
+class BackgroundLoadSpec(BaseModel):
+    """Other jobs' traffic on the shared scale-out fabric, as the fraction of each tier's capacity it occupies
+    while this job communicates; this job's flows get ``1 - fraction`` of each such link. The other traffic keeps
+    its rate (it is limited elsewhere: its own bottleneck, storage and checkpoint streams), which max-min fair
+    sharing grants a flow whose demand is below its fair share. An elastic competitor that takes a fair share
+    instead, with k-1 such bulk flows on the link, is stated as ``1 - 1/k`` (0.5 for one other job all-reducing
+    over the same links at the same time). The scale-up fabric (NVLink, PCIe inside a node) is not shared with
+    other jobs and is unaffected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    nic: float = Field(default=0.0, ge=0.0, lt=1.0, description="fraction of each NIC (and its leaf port) taken "
+                       "by other jobs' traffic, 0 <= f < 1")
+    spine: float = Field(default=0.0, ge=0.0, lt=1.0, description="fraction of each leaf's spine uplinks and "
+                         "downlinks taken by other jobs' traffic, 0 <= f < 1")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_fraction(cls, data):
+        """One number stands for every tier (``background_load: 0.3``), as the flag's single FRACTION does."""
+        if isinstance(data, (int, float)) and not isinstance(data, bool):
+            return {"nic": data, "spine": data}
+        return data
+
+    @property
+    def any(self) -> bool:
+        return self.nic > 0 or self.spine > 0
+
+    def sentence(self) -> str:
+        """What a report says about the shared fabric (empty when no other job's traffic is assumed)."""
+        if not self.any:
+            return ""
+        return (f"shared fabric: other jobs' traffic takes {self.nic:.0%} of each NIC and {self.spine:.0%} of the "
+                f"spine links; this job's scale-out collectives get the rest (scale-up unaffected)")
+
+
 class ScaleOutSpec(BaseModel):
     """The inter-node fabric: NICs per node and the switch network behind them."""
 
@@ -91,6 +127,9 @@ class ScaleOutSpec(BaseModel):
     nodes_per_leaf: int = Field(default=16, gt=0, le=100_000, description="nodes under one leaf (or rail group)")
     # Achieved payload fraction of the NIC line rate. None = 0.96 (NCCL topo.h NET_BW 12 GB/s per 100 Gb/s).
     efficiency: float | None = Field(default=None, gt=0, le=1)
+    background_load: BackgroundLoadSpec = Field(
+        default=BackgroundLoadSpec(), description="other jobs' share of the fabric per tier (nic, spine; one "
+        "number sets both): this job gets 1 - fraction of each such link (inelastic background)")
 
 
 class ClusterSpec(BaseModel):

@@ -175,6 +175,16 @@ def load_cluster(spec: str | Mapping | ClusterSpec, gpus: int | None = None) -> 
     return _validate(ClusterSpec, raw, "cluster")
 
 
+def with_background_load(cluster: ClusterSpec, load: Mapping[str, float]) -> ClusterSpec:
+    """The cluster with the given tiers of ``scale_out.background_load`` replaced (others kept); SpecError naming
+    the tier on an unknown tier or a fraction outside [0, 1)."""
+    if not isinstance(load, Mapping):
+        raise SpecError("cluster.scale_out.background_load", f"must be a mapping of tier to fraction, got {load!r}")
+    raw = cluster.model_dump()
+    raw["scale_out"]["background_load"] = {**raw["scale_out"]["background_load"], **dict(load)}
+    return _validate(ClusterSpec, raw, "cluster")
+
+
 # --- scenarios --------------------------------------------------------------------------------
 
 SCENARIO_KEYS = {"name", "description", "model", "cluster", "gpus", "layout", "training"}
@@ -218,12 +228,13 @@ def load_scenario_file(path: str | os.PathLike) -> dict:
 def build_scenario(raw: Mapping | None = None, overrides: Mapping | None = None) -> Scenario:
     """Merge a raw scenario mapping with flat overrides (CLI flags; ``None`` = not given) and resolve it.
 
-    Override keys: model, cluster, gpus, name, and any Layout or TrainingSpec field.
+    Override keys: model, cluster, gpus, name, background_load (a mapping of tier -> fraction laid over the
+    cluster's ``scale_out.background_load``), and any Layout or TrainingSpec field.
     """
     raw = dict(raw or {})
     ov = {k: v for k, v in (overrides or {}).items() if v is not None}
     for k in ov:
-        if k not in LAYOUT_KEYS | TRAINING_KEYS | {"model", "cluster", "gpus", "name"}:
+        if k not in LAYOUT_KEYS | TRAINING_KEYS | {"model", "cluster", "gpus", "name", "background_load"}:
             raise SpecError(k, "unknown setting")
     model_in = ov.get("model", raw.get("model"))
     if model_in is None:
@@ -245,6 +256,8 @@ def build_scenario(raw: Mapping | None = None, overrides: Mapping | None = None)
     training_raw = {**training_raw, **{k: v for k, v in ov.items() if k in TRAINING_KEYS}}
     model = load_model(model_in)
     cluster = load_cluster(cluster_in, gpus)
+    if "background_load" in ov:
+        cluster = with_background_load(cluster, ov["background_load"])
     layout = _validate(Layout, layout_raw, "layout")
     training = _validate(TrainingSpec, training_raw, "training")
     name = str(ov.get("name", raw.get("name", f"{model.name}@{cluster.name}")))

@@ -18,6 +18,16 @@ Leaves: fat-tree: leaf = node // nodes_per_leaf; rail-optimized: one leaf per (r
 
 Effective bandwidths are line rate × payload efficiency (documented constants below, overridable per
 cluster via ``scale_up.efficiency`` / ``scale_out.efficiency``).
+
+Shared fabric (``scale_out.background_load``): other jobs' traffic occupies a fraction f of each NIC (tier
+``nic``) and of each leaf's spine uplinks/downlinks (tier ``spine``). It is modelled as a flow of fixed
+rate f·C on every such link (limited elsewhere, so max-min fair sharing, `trainsim.cost_models.contention`,
+grants it f·C), and this job's flows get the remaining (1 - f)·C: every scale-out capacity below is the
+quiet fabric's times (1 - f). Inter-job interference of this kind is what network-aware ML schedulers measure and avoid
+(CASSINI, Rajasekaran et al., NSDI 2024: jobs sharing a link slow each other unless their communication
+phases interleave; vClos, Han et al., Computer Networks 2025: ECMP hash collisions between tenants in a
+leaf-spine cluster); elastic competitors are stated as the share they leave (``BackgroundLoadSpec``).
+Scale-up links are private to a node's job and never carry background.
 """
 
 from __future__ import annotations
@@ -83,6 +93,8 @@ class Fabric:
     kind: str
     oversubscription: float
     nodes_per_leaf: int
+    background_nic: float = 0.0     # other jobs' fraction of each NIC (scale_out.background_load.nic)
+    background_spine: float = 0.0   # other jobs' fraction of each leaf's spine links (...background_load.spine)
 
     @staticmethod
     def of(cluster: ClusterSpec) -> Fabric:
@@ -100,9 +112,14 @@ class Fabric:
         return self.scale_up_line_Bps * self.scale_up_efficiency
 
     @property
-    def nic_Bps(self) -> float:
-        """Effective bandwidth of one NIC per direction."""
+    def nic_quiet_Bps(self) -> float:
+        """Effective bandwidth of one NIC per direction on a fabric no other job uses."""
         return self.nic_line_Bps * self.nic_efficiency
+
+    @property
+    def nic_Bps(self) -> float:
+        """Effective bandwidth of one NIC per direction left to this job (the rest carries other jobs' traffic)."""
+        return self.nic_quiet_Bps * (1.0 - self.background_nic)
 
     @property
     def nics_per_gpu(self) -> float:
@@ -120,13 +137,14 @@ class Fabric:
     def leaf_uplink_Bps(self) -> float:
         """Aggregate spine-facing bandwidth of one leaf, per direction (host-facing bandwidth / oversubscription)."""
         hosts = self.nodes_per_leaf * (self.nics_per_node if self.kind == "fat-tree" else 1)
-        return hosts * self.nic_Bps / self.oversubscription
+        return hosts * self.nic_quiet_Bps / self.oversubscription * (1.0 - self.background_spine)
 
     def node_group_uplink_Bps(self) -> float:
         """Spine-facing bandwidth of all leaves serving one group of ``nodes_per_leaf`` nodes (every rail)."""
         if self.kind == "switch":
             return math.inf
-        return self.nodes_per_leaf * self.nics_per_node * self.nic_Bps / self.oversubscription
+        return (self.nodes_per_leaf * self.nics_per_node * self.nic_quiet_Bps / self.oversubscription
+                * (1.0 - self.background_spine))
 
     # ---- coordinates --------------------------------------------------------------------------
     def node_of(self, gpu: int) -> int:
@@ -232,4 +250,6 @@ def _fabric_cached(cluster_json: str) -> Fabric:
         kind=so.fabric,
         oversubscription=so.oversubscription,
         nodes_per_leaf=so.nodes_per_leaf,
+        background_nic=so.background_load.nic,
+        background_spine=so.background_load.spine,
     )

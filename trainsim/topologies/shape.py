@@ -8,7 +8,9 @@ Sharing assumption (documented, used by every group-level bandwidth): all groups
 (e.g. all DP groups) communicate at the same time, as they do in lock-step training. So a group with
 ``ranks_per_node`` members on a node owns ``ranks_per_node / gpus_per_node`` of that node's NICs, and
 its share of a leaf's uplinks is proportional to its members under that leaf. Cross-traffic between
-different kinds of groups is the contention model's job (`trainsim.cost_models.contention`).
+different kinds of groups is the contention model's job (`trainsim.cost_models.contention`). Other jobs'
+traffic on a shared fabric (``scale_out.background_load``) is already taken out of the fabric's NIC and
+spine capacities, so every rate here is what this job's group gets.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ class GroupShape:
     leaf_members: int           # fewest members under one crossed leaf (0 if no leaf boundary is crossed)
     leaf_share_Bps: float       # those members' share of that leaf's uplinks (inf if none crossed)
     oversubscription: float
+    background_nic: float = 0.0     # other jobs' fraction of each NIC, already taken out of nic_Bps
+    background_spine: float = 0.0   # other jobs' fraction of the spine links, already out of leaf_share_Bps
 
     # ---- derived -------------------------------------------------------------------------------
     @property
@@ -64,6 +68,11 @@ class GroupShape:
     @property
     def cross_leaf(self) -> bool:
         return self.leaves > 1
+
+    @property
+    def shares_fabric(self) -> bool:
+        """True when other jobs' traffic takes part of a scale-out link this group uses."""
+        return self.multi_node and (self.background_nic > 0 or (self.cross_leaf and self.background_spine > 0))
 
     @property
     def profile_key(self) -> tuple[int, int]:
@@ -112,6 +121,7 @@ class GroupShape:
             nvls=fabric.nvls and rpn > 1, nvls_efficiency=fabric.nvls_efficiency,
             nic_Bps=fabric.nic_Bps, nics_per_gpu=fabric.nics_per_gpu, net_latency_s=fabric.net_latency_s,
             leaf_members=leaf_members, leaf_share_Bps=leaf_share, oversubscription=fabric.oversubscription,
+            background_nic=fabric.background_nic, background_spine=fabric.background_spine,
         )
 
     @staticmethod
