@@ -659,6 +659,11 @@ def _with_ratio_to_1f1b(cases: list[Case]) -> list[Case]:
 NEMO_CITATION = ("NVIDIA NeMo Megatron-Bridge performance summaries (docs/performance-summary.md and "
                  "performance-summary-archive.md, containers 25.09-26.08; NVIDIA-NeMo/Megatron-Bridge) -- "
                  "nemo_megatron_bridge_perf.csv")
+# Gradients are reduced in bf16 in the performance recipes: NeMo's performance scripts set
+# ``grad_reduce_in_fp32 = False`` on every precision config they build (scripts/performance helpers,
+# set_precision_configs; read as read_file id 39780612905), and Megatron-Bridge's MoE recipes do the same
+# (recipes/qwen/qwen3_moe.py ``precision_config.grad_reduce_in_fp32 = False``; read_file id 2599762895).
+NEMO_GRAD_DTYPE = "bf16"
 # system -> (cluster preset, GPUs per NVLink domain used by jobs larger than one domain or None)
 NEMO_SYSTEMS = {
     "DGX-H100": ("dgx-h100", None),
@@ -1179,7 +1184,7 @@ def _nemo_case(r: dict) -> Case:
                      "ep_comm_overlap": ep_overlap,
                      **({"zero": 3} if fsdp > 0 else {}), "distributed_optimizer": fsdp == 0,
                      "schedule": "interleaved" if vp > 1 else "1f1b", "flash_attention": True,
-                     "dropout": False, "framework": "megatron",
+                     "dropout": False, "framework": "megatron", "grad_dtype": NEMO_GRAD_DTYPE,
                      "offload_activation_layers": (NEMO_ACTIVATION_OFFLOAD.get((model_name, system), 0)
                                                    if fsdp and dtype == "fp8" else 0)},
     }
