@@ -121,7 +121,7 @@ def _pipelined_exposed_s(comm_s: float, gemm_s: float, chunked_gemm_s: float, st
     the GEMM runs as ``steps`` chunks (``chunked_gemm_s`` >= ``gemm_s``, smaller tiles), one step of the
     shorter side is the pipeline's fill/drain; what exceeds the un-split GEMM is exposed."""
     # Never negative: overlapping a collective cannot make its GEMM faster than running it alone (a tiny,
-    # memory-bound GEMM whose op time exceeds the chunked tile-model time gave < 0 before).
+    # memory-bound GEMM whose op time exceeds the chunked tile-model time would otherwise give < 0).
     return max(0.0, max(comm_s, chunked_gemm_s) + min(comm_s, chunked_gemm_s) / steps - gemm_s)
 
 
