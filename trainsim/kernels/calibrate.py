@@ -263,6 +263,197 @@ def build_profile(fp: Fingerprint, peak_preset: str | None, peaks: dict[str, flo
     )
 
 
+@dataclass
+class _Run:
+    """One rank's calibration run: its arguments, place in the world, device, plan, and what it measured."""
+
+    args: argparse.Namespace
+    rank: int
+    world: int
+    device: object                  # torch.device
+    backend: str
+    plan: SuitePlan
+    cfg: object                     # microbench.BenchConfig
+    hosts: list[str]
+    notes: list[str]
+    gemm: list = field(default_factory=list)
+    attn: list = field(default_factory=list)
+    mem: list = field(default_factory=list)
+    copies: list = field(default_factory=list)
+    colls: list = field(default_factory=list)
+    dispatch: object = None
+    eager: dict = field(default_factory=dict)
+    optim: dict = field(default_factory=dict)
+    dtensor_coll: dict = field(default_factory=dict)
+    host_issue: dict = field(default_factory=dict)
+    rank_rates: list[float] = field(default_factory=list)
+
+    @property
+    def distributed(self) -> bool:
+        return self.world > 1
+
+
+def _open_device(args: argparse.Namespace, local_rank: int):
+    """(torch device, collective backend) of this rank, or None when --device cuda finds no CUDA device."""
+    import torch
+
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            print("error: device: --device cuda but torch sees no CUDA device", file=sys.stderr)
+            return None
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        return device, "nccl"
+    return torch.device("cpu"), "gloo"
+
+
+def _gemm_dtypes(run: _Run, requested: list[str]) -> list[str]:
+    """The requested GEMM dtypes this device runs; the others are noted and skipped."""
+    from trainsim.kernels import microbench as mb
+
+    dtypes = []
+    for d in requested:
+        reason = mb.gemm_dtype_unsupported(d, run.device)
+        if reason:
+            run.notes.append(f"{d} GEMMs not measured: {reason}")
+            _log(run.rank, f"skipping {d}: {reason}")
+        else:
+            dtypes.append(d)
+    return dtypes
+
+
+def _measure_gemms(run: _Run, dtypes: list[str], skip: set[str]) -> None:
+    """Transformer-layer GEMMs per dtype, then (distributed) every rank's overall GEMM rate.
+
+    Every rank runs the same GEMM suite at once: its overall rate is this device's speed, and the ranks'
+    spread is the part-to-part spread the simulator's slowest-GPU pace needs. Every rank joins the gather
+    (a rank that measured no GEMM reports 0, which the spread leaves out).
+    """
+    import torch.distributed as dist
+
+    from trainsim.kernels import microbench as mb
+
+    plan = run.plan
+    if "gemm" not in skip:
+        shapes = mb.transformer_gemm_shapes(plan.hiddens, plan.tokens, plan.tps)
+        for dtype in dtypes:
+            t0 = time.perf_counter()
+            run.gemm += mb.bench_gemms(shapes, dtype, run.cfg)
+            _log(run.rank, f"gemm {dtype}: {len(shapes)} shapes in {time.perf_counter() - t0:.1f} s")
+    if run.distributed:
+        rate = 0.0
+        if run.gemm:
+            rate = sum(gemm_flops(p.m, p.n, p.k) for p in run.gemm) / sum(p.stats.median_s for p in run.gemm)
+        run.rank_rates = [0.0] * run.world
+        dist.all_gather_object(run.rank_rates, rate)
+
+
+def _measure_attention_memory(run: _Run, dtypes: list[str], skip: set[str]) -> None:
+    """SDPA shapes per dtype, memory-bound ops and the dispatch overhead."""
+    from trainsim.kernels import microbench as mb
+
+    plan, cfg = run.plan, run.cfg
+    if "attention" not in skip:
+        for dtype in attention_dtypes(dtypes):
+            t0 = time.perf_counter()
+            run.attn += mb.bench_attention(plan.attention, dtype, cfg)
+            _log(run.rank, f"attention {dtype}: {len(plan.attention)} shapes in {time.perf_counter() - t0:.1f} s")
+    if "memory" not in skip:
+        t0 = time.perf_counter()
+        run.mem += mb.bench_memory(plan.mem_numels, memory_dtype(dtypes), cfg)
+        run.dispatch = mb.bench_dispatch(cfg)
+        _log(run.rank, f"memory-bound ops: {len(run.mem)} points in {time.perf_counter() - t0:.1f} s")
+
+
+def _measure_eager(run: _Run, skip: set[str]) -> None:
+    """Eager-execution costs: on CPU the framework's per-op cost (on the critical path there; on CUDA it overlaps
+    the asynchronous kernels), torch.optim's per-parameter loop and DTensor collectives (eager.py, compute.py);
+    on a GPU the same tiny blocks (kernels with ~no work) time the host's eager issue of a block pass, which
+    bounds every pass whose kernels are shorter (cost_models/host_issue.py)."""
+    from trainsim.kernels import microbench as mb
+
+    if "eager" in skip:
+        return
+    t0 = time.perf_counter()
+    if run.args.device == "cpu":
+        mesh1 = one_rank_mesh(run.rank, run.world) if run.distributed else None
+        run.eager = mb.bench_eager_overhead(run.cfg, mesh1)
+        run.optim = mb.bench_optimizer(run.cfg, mesh1=mesh1)
+        if run.distributed:
+            from torch.distributed.device_mesh import init_device_mesh
+            run.dtensor_coll = mb.bench_dtensor_collectives(run.cfg, init_device_mesh("cpu", (run.world,)))
+        _log(run.rank, f"eager overhead and optimizers in {time.perf_counter() - t0:.1f} s")
+    elif run.args.device == "cuda":
+        run.host_issue = mb.bench_eager_overhead(run.cfg)
+        _log(run.rank, f"host issue time of eager blocks in {time.perf_counter() - t0:.1f} s")
+
+
+def _measure_copies(run: _Run, skip: set[str]) -> None:
+    """Host<->device copies (devices only)."""
+    from trainsim.kernels import microbench as mb
+
+    if "copy" not in skip and run.args.device == "cuda":
+        t0 = time.perf_counter()
+        run.copies += mb.bench_copies(run.plan.copy_bytes, run.cfg)
+        _log(run.rank, f"copies: {len(run.copies)} points in {time.perf_counter() - t0:.1f} s")
+    elif run.args.device == "cpu":
+        run.notes.append("host<->device copies not measured: no device (cpu)")
+
+
+def _measure_collectives(run: _Run, skip: set[str]) -> None:
+    """Every collective op and size of the plan on every group shape the world allows (one process: none)."""
+    import torch.distributed as dist
+
+    from trainsim.kernels import microbench as mb
+
+    if "collectives" in skip:
+        return
+    if not run.distributed:
+        run.notes.append("collectives not measured: one process (run under torchrun with --nproc >= 2)")
+        return
+    plan, cfg = run.plan, run.cfg
+    dist.barrier()
+    for g in groups_to_measure(run.world, run.hosts):
+        handle = None if len(g.ranks) == run.world else dist.new_group(ranks=list(g.ranks))
+        g = mb.Group(ranks=g.ranks, nodes=g.nodes, handle=handle, label=g.label)
+        t0 = time.perf_counter()
+        est_bw = 1e9 if run.args.device == "cpu" else 20e9
+        for op in plan.coll_ops:
+            for size in plan.coll_bytes:
+                reps = mb.collective_reps(size, plan.coll_reps, est_bw, plan.coll_budget_s)
+                gcfg = mb.BenchConfig(device=run.device, warmup=max(1, min(cfg.warmup, 3)), reps=reps)
+                pt = mb.bench_collective(op, size, g, gcfg)
+                if pt is not None:
+                    run.colls.append(pt)
+            dist.barrier()
+        _log(run.rank, f"collectives on {g.label} ({g.size} ranks, {g.nodes} node(s)): "
+                       f"{time.perf_counter() - t0:.1f} s")
+
+
+def _write_profile(run: _Run, t_start: float) -> None:
+    """Fit what rank 0 measured and save the CalibrationProfile to --out."""
+    args, notes = run.args, run.notes
+    fit_min = args.fit_min_bytes
+    if fit_min is None:
+        oversubscribed = args.device == "cpu" and run.world > (os.cpu_count() or 1)
+        fit_min = float(1 << 20) if oversubscribed else 0.0
+        if oversubscribed:
+            notes.append(f"{run.world} ranks on {os.cpu_count()} cores: collective fits use sizes >= 1 MiB "
+                         "(scheduling floor below)")
+    fp = fingerprint(args.device, run.world, len(set(run.hosts)), run.backend if run.distributed else "",
+                     args.command)
+    preset_name, peaks = reference_peaks(args.device, fp.device_name, args.peak_preset)
+    if preset_name is None:
+        notes.append("no GPU preset matches this device: efficiencies are absent, times are absolute")
+    profile = build_profile(fp, preset_name, peaks, run.gemm, run.attn, run.mem, run.copies, run.colls, fit_min, notes)
+    profile = profile.model_copy(update={"dispatch_overhead": run.dispatch, "eager_overhead": run.eager,
+                                         "host_issue": run.host_issue,
+                                         "optimizer_fits": run.optim, "rank_gemm_flops": run.rank_rates,
+                                         "dtensor_collective_overhead_s": run.dtensor_coll})
+    save_profile(profile, args.out)
+    _log(run.rank, f"wrote {args.out} in {time.perf_counter() - t_start:.1f} s")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t_start = time.perf_counter()
@@ -273,18 +464,11 @@ def main(argv: list[str] | None = None) -> int:
 
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
-    if args.device == "cuda":
-        if not torch.cuda.is_available():
-            print("error: device: --device cuda but torch sees no CUDA device", file=sys.stderr)
-            return 2
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
-        torch.cuda.set_device(device)
-        backend = "nccl"
-    else:
-        device = torch.device("cpu")
-        backend = "gloo"
+    opened = _open_device(args, int(os.environ.get("LOCAL_RANK", "0")))
+    if opened is None:
+        return 2
+    device, backend = opened
     threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
     if threads > 0:
         torch.set_num_threads(threads)
@@ -296,116 +480,21 @@ def main(argv: list[str] | None = None) -> int:
         hosts = [socket.gethostname()] * world
         if distributed:
             dist.all_gather_object(hosts, socket.gethostname())
-        nodes = len(set(hosts))
         plan = suite_plan(args.device, args.quick)
-        requested = list(dict.fromkeys(args.dtype or (["bf16"] if args.device == "cuda" else ["fp32"])))
         cfg = mb.BenchConfig(device=device, warmup=args.warmup if args.warmup is not None else plan.warmup,
                              reps=args.reps or plan.reps, max_point_s=plan.max_point_s)
-        notes: list[str] = [f"{'quick' if args.quick else 'full'} suite; times are per call, median used for fits"]
-        dtypes = []
-        for d in requested:
-            reason = mb.gemm_dtype_unsupported(d, device)
-            if reason:
-                notes.append(f"{d} GEMMs not measured: {reason}")
-                _log(rank, f"skipping {d}: {reason}")
-            else:
-                dtypes.append(d)
+        run = _Run(args=args, rank=rank, world=world, device=device, backend=backend, plan=plan, cfg=cfg,
+                   hosts=hosts, notes=[f"{'quick' if args.quick else 'full'} suite; times are per call, median used for fits"])
+        requested = list(dict.fromkeys(args.dtype or (["bf16"] if args.device == "cuda" else ["fp32"])))
+        dtypes = _gemm_dtypes(run, requested)
         torch.manual_seed(1234 + rank)
-        gemm, attn, mem, copies, colls = [], [], [], [], []
-        dispatch = None
-        eager, optim, dtensor_coll, host_issue = {}, {}, {}, {}
-        if "gemm" not in skip:
-            shapes = mb.transformer_gemm_shapes(plan.hiddens, plan.tokens, plan.tps)
-            for dtype in dtypes:
-                t0 = time.perf_counter()
-                gemm += mb.bench_gemms(shapes, dtype, cfg)
-                _log(rank, f"gemm {dtype}: {len(shapes)} shapes in {time.perf_counter() - t0:.1f} s")
-        rank_rates: list[float] = []
-        if distributed:
-            # Every rank ran the same GEMM suite at once: its overall rate is this device's speed, and the
-            # ranks' spread is the part-to-part spread the simulator's slowest-GPU pace needs. Every rank
-            # joins the gather (a rank that measured no GEMM reports 0, which the spread leaves out).
-            rate = 0.0
-            if gemm:
-                rate = sum(gemm_flops(p.m, p.n, p.k) for p in gemm) / sum(p.stats.median_s for p in gemm)
-            rank_rates = [0.0] * world
-            dist.all_gather_object(rank_rates, rate)
-        if "attention" not in skip:
-            for dtype in attention_dtypes(dtypes):
-                t0 = time.perf_counter()
-                attn += mb.bench_attention(plan.attention, dtype, cfg)
-                _log(rank, f"attention {dtype}: {len(plan.attention)} shapes in {time.perf_counter() - t0:.1f} s")
-        if "memory" not in skip:
-            t0 = time.perf_counter()
-            mem += mb.bench_memory(plan.mem_numels, memory_dtype(dtypes), cfg)
-            dispatch = mb.bench_dispatch(cfg)
-            _log(rank, f"memory-bound ops: {len(mem)} points in {time.perf_counter() - t0:.1f} s")
-        if "eager" not in skip and args.device == "cpu":
-            # CPU eager execution: the framework's per-op cost is on the critical path (on CUDA it overlaps
-            # the asynchronous kernels), and torch.optim's per-parameter loop (eager.py, compute.py).
-            t0 = time.perf_counter()
-            mesh1 = one_rank_mesh(rank, world) if distributed else None
-            eager = mb.bench_eager_overhead(cfg, mesh1)
-            optim = mb.bench_optimizer(cfg, mesh1=mesh1)
-            if distributed:
-                from torch.distributed.device_mesh import init_device_mesh
-                dtensor_coll = mb.bench_dtensor_collectives(cfg, init_device_mesh("cpu", (world,)))
-            _log(rank, f"eager overhead and optimizers in {time.perf_counter() - t0:.1f} s")
-        if "eager" not in skip and args.device == "cuda":
-            # On a GPU the same tiny blocks (kernels with ~no work) time the host's eager issue of a block pass,
-            # which bounds every pass whose kernels are shorter (cost_models/host_issue.py).
-            t0 = time.perf_counter()
-            host_issue = mb.bench_eager_overhead(cfg)
-            _log(rank, f"host issue time of eager blocks in {time.perf_counter() - t0:.1f} s")
-        if "copy" not in skip and args.device == "cuda":
-            t0 = time.perf_counter()
-            copies += mb.bench_copies(plan.copy_bytes, cfg)
-            _log(rank, f"copies: {len(copies)} points in {time.perf_counter() - t0:.1f} s")
-        elif args.device == "cpu":
-            notes.append("host<->device copies not measured: no device (cpu)")
-        if "collectives" not in skip and distributed:
-            if distributed:
-                dist.barrier()
-            groups = groups_to_measure(world, hosts)
-            measured_groups = []
-            for g in groups:
-                handle = None if len(g.ranks) == world else dist.new_group(ranks=list(g.ranks))
-                g = mb.Group(ranks=g.ranks, nodes=g.nodes, handle=handle, label=g.label)
-                measured_groups.append(g)
-                t0 = time.perf_counter()
-                est_bw = 1e9 if args.device == "cpu" else 20e9
-                for op in plan.coll_ops:
-                    for size in plan.coll_bytes:
-                        reps = mb.collective_reps(size, plan.coll_reps, est_bw, plan.coll_budget_s)
-                        gcfg = mb.BenchConfig(device=device, warmup=max(1, min(cfg.warmup, 3)), reps=reps)
-                        pt = mb.bench_collective(op, size, g, gcfg)
-                        if pt is not None:
-                            colls.append(pt)
-                    if distributed:
-                        dist.barrier()
-                _log(rank, f"collectives on {g.label} ({g.size} ranks, {g.nodes} node(s)): "
-                           f"{time.perf_counter() - t0:.1f} s")
-        elif "collectives" not in skip:
-            notes.append("collectives not measured: one process (run under torchrun with --nproc >= 2)")
+        _measure_gemms(run, dtypes, skip)
+        _measure_attention_memory(run, dtypes, skip)
+        _measure_eager(run, skip)
+        _measure_copies(run, skip)
+        _measure_collectives(run, skip)
         if rank == 0:
-            fit_min = args.fit_min_bytes
-            if fit_min is None:
-                oversubscribed = args.device == "cpu" and world > (os.cpu_count() or 1)
-                fit_min = float(1 << 20) if oversubscribed else 0.0
-                if oversubscribed:
-                    notes.append(f"{world} ranks on {os.cpu_count()} cores: collective fits use sizes >= 1 MiB "
-                                 "(scheduling floor below)")
-            fp = fingerprint(args.device, world, nodes, backend if distributed else "", args.command)
-            preset_name, peaks = reference_peaks(args.device, fp.device_name, args.peak_preset)
-            if preset_name is None:
-                notes.append("no GPU preset matches this device: efficiencies are absent, times are absolute")
-            profile = build_profile(fp, preset_name, peaks, gemm, attn, mem, copies, colls, fit_min, notes)
-            profile = profile.model_copy(update={"dispatch_overhead": dispatch, "eager_overhead": eager,
-                                                 "host_issue": host_issue,
-                                                 "optimizer_fits": optim, "rank_gemm_flops": rank_rates,
-                                                 "dtensor_collective_overhead_s": dtensor_coll})
-            save_profile(profile, args.out)
-            _log(rank, f"wrote {args.out} in {time.perf_counter() - t_start:.1f} s")
+            _write_profile(run, t_start)
         if distributed:
             dist.barrier()
     finally:

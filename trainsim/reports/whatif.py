@@ -288,12 +288,41 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
     """Every section of the what-if report for ``scn`` (the best layout of ``plan_json`` when given)."""
     profile = _profile(opts.profile_path)
     pred = _predict(scn, False, profile)
+    sections: list[Section] = [
+        Section("scenario", "Scenario", tables=[scenario_table(scn)]),
+        _step_section(scn, pred, profile),
+        _memory_section(scn, pred),
+        levers_section(scn, profile),
+        _mfu_section(scn, profile),
+        _scaling_section(scn, profile, opts),
+    ]
+    if plan_json is None and opts.run_plan:
+        plan_json = _plan_for(scn, opts)
+    if plan_json is not None:
+        sections.append(_layouts_section(plan_json))
+    g = time_to_train(scn, pred.step_time_s, opts)
+    gpu_hours = scn.num_gpus * g.time_to_train_s / 3600
+    cost = gpu_hours * opts.price_per_gpu_hour if opts.price_per_gpu_hour is not None else None
+    sections.append(_time_cost_section(scn, opts, g, gpu_hours, cost))
+    if measured is not None:
+        sections.append(_measured_section(measured, pred))
+    metrics = [("step time", fmt_time(pred.step_time_s)), ("tokens/s", fmt_si(pred.tokens_per_s)),
+               ("MFU", fmt_pct(pred.mfu)), ("bubble", fmt_pct(pred.bubble_fraction)),
+               ("peak memory", f"{fmt_gib(pred.peak_bytes)} ({'fits' if pred.fits else 'OOM'})"),
+               ("goodput", fmt_pct(g.goodput)), ("time to train", fmt_time(g.time_to_train_s)),
+               ("GPU-hours", fmt_si(gpu_hours))]
+    if cost is not None:
+        metrics.append(("cost", fmt_money(cost)))
+    return Report(
+        title=title or f"trainsim what-if report: {scn.model.name} on {scn.num_gpus} × {scn.cluster.gpu.name}",
+        subtitle=f"{scn.name} — TP{scn.layout.tp} PP{scn.layout.pp} DP{scn.dp} CP{scn.layout.cp} EP{scn.layout.ep} "
+                 f"VPP{scn.layout.vpp}, {scn.training.schedule}, {scn.training.global_batch}×{scn.training.seq_len} tokens per step",
+        metrics=metrics, sections=sections, notes=_report_notes(opts, pred))
+
+
+def _step_section(scn: Scenario, pred, profile) -> Section:
+    """One training step: the headline numbers with their interval, the pipeline timeline and the breakdown."""
     events, sim_step_s, shown = step_timeline(scn, profile)
-    sections: list[Section] = []
-
-    sections.append(Section("scenario", "Scenario", tables=[scenario_table(scn)]))
-
-    # One step.
     exp = pred.exposed_comm_s
     step_par = (f"The discrete-event engine predicts {fmt_time(pred.step_time_s)} per step "
                 f"({fmt_si(pred.tokens_per_s)} tokens/s, MFU {fmt_pct(pred.mfu)}, HFU {fmt_pct(pred.hfu)}). "
@@ -310,15 +339,17 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
         crit = pred.breakdown_s.get("critical_stage")
         bd_title = "Step time breakdown" + (f" (critical stage {int(crit)})" if crit is not None else "")
         step_tables.append(Table(bd_title, ["part", "time"], parts))
-    sections.append(Section("step", "One training step", [step_par], [_fig(
+    return Section("step", "One training step", [step_par], [_fig(
         "timeline", "Pipeline timeline of one step",
         "Each stage has a compute row (forward, backward, recompute, and the TP/CP/EP communication the "
         "compute stream waits for) and a communication row (pipeline sends/receives and data-parallel "
         "gradient reduction; messages much shorter than the step are drawn at a minimum width). Hatched red is "
         "idle compute time: the pipeline bubble. One representative rank per stage (DP replicas and TP peers do "
-        "identical work).", tl)], step_tables))
+        "identical work).", tl)], step_tables)
 
-    # Memory.
+
+def _memory_section(scn: Scenario, pred) -> Section:
+    """Memory per GPU: whether it fits, the assumptions, the per-stage figure and table."""
     per_stage = [{"weights": s.weights, "grads": s.grads, "optimizer": s.optimizer, "activations": s.activations,
                   "other": s.other} for s in pred.per_stage_memory]
     mem_fig = plots.memory_figure(per_stage, pred.gpu_memory_bytes,
@@ -327,79 +358,80 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
     mem_rows = [[str(i)] + [fmt_gib(per_stage[i][k]) for k in ("weights", "grads", "optimizer", "activations", "other")]
                 + [fmt_gib(sum(per_stage[i].values()))] for i in show]
     fits_txt = ("fits" if pred.fits else "does NOT fit") + f": peak {fmt_gib(pred.peak_bytes)} of {fmt_gib(pred.gpu_memory_bytes)}"
-    sections.append(Section("memory", "Memory per GPU", [f"The layout {fits_txt} (headroom {fmt_gib(pred.gpu_memory_bytes - pred.peak_bytes)}).",
-                                                        memory_assumptions_text(pred)],
-                            [_fig("memory", "Memory per pipeline stage",
-                                  "Peak device memory of one GPU of each stage, stacked by component, against the GPU's "
-                                  "capacity (dashed). Activations follow the schedule's in-flight micro-batches.", mem_fig)],
-                            [Table("Per-stage memory", ["stage", "weights", "grads", "optimizer", "activations", "other", "total"], mem_rows,
-                                   "" if len(per_stage) <= 8 else "First, second, second-to-last and last stages shown.")]))
+    return Section("memory", "Memory per GPU", [f"The layout {fits_txt} (headroom {fmt_gib(pred.gpu_memory_bytes - pred.peak_bytes)}).",
+                                               memory_assumptions_text(pred)],
+                   [_fig("memory", "Memory per pipeline stage",
+                         "Peak device memory of one GPU of each stage, stacked by component, against the GPU's "
+                         "capacity (dashed). Activations follow the schedule's in-flight micro-batches.", mem_fig)],
+                   [Table("Per-stage memory", ["stage", "weights", "grads", "optimizer", "activations", "other", "total"], mem_rows,
+                          "" if len(per_stage) <= 8 else "First, second, second-to-last and last stages shown.")])
 
-    sections.append(levers_section(scn, profile))
 
-    # MFU heatmap.
+def _mfu_section(scn: Scenario, profile) -> Section:
+    """MFU over (TP, PP) at this GPU count, closed form."""
     cells, tps, pps = mfu_grid(scn, profile)
     hm = plots.mfu_heatmap(cells, tps, pps, marked=(scn.layout.tp, scn.layout.pp),
                            title=f"MFU over (TP, PP) on {scn.num_gpus} GPUs (closed form)")
-    sections.append(Section("mfu", "MFU over tensor and pipeline parallelism", [(
+    return Section("mfu", "MFU over tensor and pipeline parallelism", [(
         "Closed-form screen of every (TP, PP) at this GPU count with the other settings of the scenario "
         "(DP derived; 1F1B where the scenario's interleaving does not divide the stages). OOM: does not fit; "
         "invalid: the batch or the model cannot be split that way; —: TP×PP does not divide the GPUs.")],
-        [_fig("mfu_heatmap", "MFU heatmap over (TP, PP)", "Model FLOPs utilisation in percent; the red box is this scenario.", hm)]))
+        [_fig("mfu_heatmap", "MFU heatmap over (TP, PP)", "Model FLOPs utilisation in percent; the red box is this scenario.", hm)])
 
-    # Scaling.
+
+def _scaling_section(scn: Scenario, profile, opts: ReportOptions) -> Section:
+    """Weak and strong scaling from this scenario, closed form."""
     strong, weak = scaling(scn, profile, opts.scaling_points)
     sc = plots.scaling_figure([p for p in strong if p["fits"]], [p for p in weak if p["fits"]],
                               title=f"{scn.model.name} TP{scn.layout.tp} PP{scn.layout.pp}")
     sc_rows = [[kind, str(p["gpus"]), str(p["dp"]), str(p["global_batch"]), fmt_time(p["step_time_s"]),
                 fmt_si(p["tokens_per_s"]), fmt_pct(p["mfu"]), "yes" if p["fits"] else "no (OOM)"]
                for kind, pts in (("strong", strong), ("weak", weak)) for p in pts]
-    sections.append(Section("scaling", "Weak and strong scaling", [(
+    return Section("scaling", "Weak and strong scaling", [(
         "Strong scaling keeps the global batch and adds data-parallel replicas (fewer micro-batches each); "
         "weak scaling grows the global batch with the GPU count. TP, PP, CP and EP as in the scenario; "
         "closed-form predictions.")],
         [_fig("scaling", "Weak and strong scaling", "Throughput against GPUs (dotted: ideal linear scaling from the "
               "smallest point; shaded: the 80 % prediction interval, validation.intervals) and MFU.", sc)],
-        [Table("Scaling points", ["kind", "GPUs", "DP", "global batch", "step", "tokens/s", "MFU", "fits"], sc_rows)]))
+        [Table("Scaling points", ["kind", "GPUs", "DP", "global batch", "step", "tokens/s", "MFU", "fits"], sc_rows)])
 
-    # Ranked layouts.
-    if plan_json is None and opts.run_plan:
-        plan_json = _plan_for(scn, opts)
-    if plan_json is not None:
-        rows = [r for r in plan_json.get("rows", []) if r.get("fits", True)]
-        c = plan_json.get("counts", {})
-        req = plan_json.get("request", {})
-        headroom = (f"{c.get('over_headroom', 0)} within memory but over the {req['memory_headroom']} headroom, "
-                    if "memory_headroom" in req else "")
-        par = (f"{c.get('enumerated', '?')} layouts enumerated, {c.get('invalid', 0)} invalid, {c.get('oom', 0)} out of memory, "
-               f"{headroom}"
-               f"{c.get('dominated', 0)} dominated (heavier recompute than needed), {c.get('screened', '?')} screened in closed form, "
-               f"top {c.get('confirmed', '?')} confirmed by the engine ({plan_json.get('wall_s', 0.0):.1f} s).")
-        figs = []
-        gpu_counts = plan_json.get("request", {}).get("gpu_counts", [])
-        if len(gpu_counts) > 1:
-            priced = plan_json.get("request", {}).get("price_per_gpu_hour") is not None
-            pf = plots.pareto_figure(plan_json.get("screened_top", []) + rows, plan_json.get("pareto", []),
-                                     cost_label="cost ($)" if priced else "cost (GPU-hours)",
-                                     cost_key="cost" if priced else "gpu_hours")
-            figs.append(_fig("pareto", "Pareto front", "Time to train (with failures) against cost; colour = GPU count, "
-                             "filled = confirmed by the engine, hollow = closed-form screen; the black line joins "
-                             "layouts no other beats on GPUs, time and cost at once.", pf))
-        sections.append(Section("layouts", "Ranked layouts", [par], figs,
-                                [Table("Best layouts", list(LAYOUT_COLUMNS), layout_table(rows),
-                                       "Ranked by expected time to train including failures. 'engine' rows were confirmed "
-                                       "by the discrete-event engine.")]))
-        if plan_json.get("pareto") and len(gpu_counts) > 1:
-            pr = [[str(r["gpus"]), r["label"], fmt_si(r["tokens_per_s"]), fmt_pct(r["mfu"]), fmt_time(r["time_to_train_s"]),
-                   fmt_si(r["gpu_hours"]), fmt_money(r.get("cost"))] for r in plan_json["pareto"]]
-            sections[-1].tables.append(Table("Pareto front: GPUs vs time to train vs cost",
-                                             ["GPUs", "layout", "tokens/s", "MFU", "time to train", "GPU-hours", "cost"], pr))
 
-    # Time to train, cost, goodput.
-    g = time_to_train(scn, pred.step_time_s, opts)
+def _layouts_section(plan_json: Mapping[str, Any]) -> Section:
+    """Ranked layouts of a plan: its counts, the best layouts and, over several GPU counts, the Pareto front."""
+    rows = [r for r in plan_json.get("rows", []) if r.get("fits", True)]
+    c = plan_json.get("counts", {})
+    req = plan_json.get("request", {})
+    headroom = (f"{c.get('over_headroom', 0)} within memory but over the {req['memory_headroom']} headroom, "
+                if "memory_headroom" in req else "")
+    par = (f"{c.get('enumerated', '?')} layouts enumerated, {c.get('invalid', 0)} invalid, {c.get('oom', 0)} out of memory, "
+           f"{headroom}"
+           f"{c.get('dominated', 0)} dominated (heavier recompute than needed), {c.get('screened', '?')} screened in closed form, "
+           f"top {c.get('confirmed', '?')} confirmed by the engine ({plan_json.get('wall_s', 0.0):.1f} s).")
+    figs = []
+    gpu_counts = plan_json.get("request", {}).get("gpu_counts", [])
+    if len(gpu_counts) > 1:
+        priced = plan_json.get("request", {}).get("price_per_gpu_hour") is not None
+        pf = plots.pareto_figure(plan_json.get("screened_top", []) + rows, plan_json.get("pareto", []),
+                                 cost_label="cost ($)" if priced else "cost (GPU-hours)",
+                                 cost_key="cost" if priced else "gpu_hours")
+        figs.append(_fig("pareto", "Pareto front", "Time to train (with failures) against cost; colour = GPU count, "
+                         "filled = confirmed by the engine, hollow = closed-form screen; the black line joins "
+                         "layouts no other beats on GPUs, time and cost at once.", pf))
+    section = Section("layouts", "Ranked layouts", [par], figs,
+                      [Table("Best layouts", list(LAYOUT_COLUMNS), layout_table(rows),
+                             "Ranked by expected time to train including failures. 'engine' rows were confirmed "
+                             "by the discrete-event engine.")])
+    if plan_json.get("pareto") and len(gpu_counts) > 1:
+        pr = [[str(r["gpus"]), r["label"], fmt_si(r["tokens_per_s"]), fmt_pct(r["mfu"]), fmt_time(r["time_to_train_s"]),
+               fmt_si(r["gpu_hours"]), fmt_money(r.get("cost"))] for r in plan_json["pareto"]]
+        section.tables.append(Table("Pareto front: GPUs vs time to train vs cost",
+                                    ["GPUs", "layout", "tokens/s", "MFU", "time to train", "GPU-hours", "cost"], pr))
+    return section
+
+
+def _time_cost_section(scn: Scenario, opts: ReportOptions, g, gpu_hours: float, cost: float | None) -> Section:
+    """Time to train, cost and goodput of the run ``g`` (gp.Goodput) with its checkpoint-interval curve."""
     tokens = train_tokens(scn, opts)
-    gpu_hours = scn.num_gpus * g.time_to_train_s / 3600
-    cost = gpu_hours * opts.price_per_gpu_hour if opts.price_per_gpu_hour is not None else None
     ttt_rows = [["tokens to train", fmt_count(tokens) + (" (20 per parameter)" if not opts.tokens else "")],
                 ["optimizer steps", f"{math.ceil(tokens / scn.tokens_per_step):,}"],
                 ["failure-free time", fmt_time(g.ideal_time_s)],
@@ -420,42 +452,39 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
                           "Daly's expected wall time for this run as a function of the checkpoint interval; the "
                           "optimum balances checkpoint overhead against work lost to failures.",
                           plots.goodput_figure(curve, g.interval_s, g.young_interval_s, g.ideal_time_s)))
-    sections.append(Section("time-cost", "Time to train, cost and goodput", [(
+    return Section("time-cost", "Time to train, cost and goodput", [(
         f"Failures arrive at {opts.failure_rate_per_gpu_hour:.3g} per GPU-hour ({gp.FAILURE_RATE_SOURCE}), "
         f"so a {scn.num_gpus}-GPU job fails every {fmt_time(g.mtbf_s)} on average. With checkpoints every "
         f"{fmt_time(g.interval_s)} (Daly's optimum) the run keeps {fmt_pct(g.goodput)} of its time productive.")],
-        gfigs, [Table("Time to train and cost", ["quantity", "value"], ttt_rows)]))
+        gfigs, [Table("Time to train and cost", ["quantity", "value"], ttt_rows)])
 
-    # Predicted vs measured.
-    if measured is not None:
-        t_pairs, m_pairs = measured_pairs(measured, pred)
-        figs = []
-        if t_pairs:
-            figs.append(_fig("measured_time", "Predicted vs measured step time", "From `trainsim execute --json`.",
-                             plots.predicted_vs_measured_figure(t_pairs, "seconds", "Step time: predicted vs measured")))
-        if m_pairs:
-            figs.append(_fig("measured_memory", "Predicted vs measured memory", "Bytes per rank by stage and component "
-                             "(model states, and saved activations at the schedule's peak).",
-                             plots.predicted_vs_measured_figure(m_pairs, "MiB", "Memory per rank: predicted vs measured")))
-        rows = [[n, f"{p:.4g} s", f"{m:.4g} s", f"{100 * (p - m) / m:+.1f}%" if m else "—"] for n, p, m in t_pairs]
-        rows += [[n, f"{p:.4g} MiB", f"{m:.4g} MiB", f"{100 * (p - m) / m:+.1f}%" if m else "—"] for n, p, m in m_pairs]
-        own = (measured.get("predicted") or {}).get("prediction") or {}
-        source = ("the execute result's own prediction of the run as executed (torch's framework behaviours, "
-                  f"the executor's optimizer; calibration: {own.get('calibration', 'defaults')})"
-                  if (measured.get("predicted") or {}).get("step_time_s") is not None else "this report's prediction")
-        intro = ("The same scenario executed for real with torch.distributed (`trainsim execute`). "
-                 f"Predicted step time: {source}.")
-        sections.append(Section("measured", "Predicted vs measured", [intro], figs,
-            [Table("Predicted vs measured", ["metric", "predicted", "measured", "error"], rows)]))
 
-    metrics = [("step time", fmt_time(pred.step_time_s)), ("tokens/s", fmt_si(pred.tokens_per_s)),
-               ("MFU", fmt_pct(pred.mfu)), ("bubble", fmt_pct(pred.bubble_fraction)),
-               ("peak memory", f"{fmt_gib(pred.peak_bytes)} ({'fits' if pred.fits else 'OOM'})"),
-               ("goodput", fmt_pct(g.goodput)), ("time to train", fmt_time(g.time_to_train_s)),
-               ("GPU-hours", fmt_si(gpu_hours))]
-    if cost is not None:
-        metrics.append(("cost", fmt_money(cost)))
-    notes = [
+def _measured_section(measured: Mapping[str, Any], pred) -> Section:
+    """Predicted vs measured step time and memory of an executed run (`trainsim execute --json`)."""
+    t_pairs, m_pairs = measured_pairs(measured, pred)
+    figs = []
+    if t_pairs:
+        figs.append(_fig("measured_time", "Predicted vs measured step time", "From `trainsim execute --json`.",
+                         plots.predicted_vs_measured_figure(t_pairs, "seconds", "Step time: predicted vs measured")))
+    if m_pairs:
+        figs.append(_fig("measured_memory", "Predicted vs measured memory", "Bytes per rank by stage and component "
+                         "(model states, and saved activations at the schedule's peak).",
+                         plots.predicted_vs_measured_figure(m_pairs, "MiB", "Memory per rank: predicted vs measured")))
+    rows = [[n, f"{p:.4g} s", f"{m:.4g} s", f"{100 * (p - m) / m:+.1f}%" if m else "—"] for n, p, m in t_pairs]
+    rows += [[n, f"{p:.4g} MiB", f"{m:.4g} MiB", f"{100 * (p - m) / m:+.1f}%" if m else "—"] for n, p, m in m_pairs]
+    own = (measured.get("predicted") or {}).get("prediction") or {}
+    source = ("the execute result's own prediction of the run as executed (torch's framework behaviours, "
+              f"the executor's optimizer; calibration: {own.get('calibration', 'defaults')})"
+              if (measured.get("predicted") or {}).get("step_time_s") is not None else "this report's prediction")
+    intro = ("The same scenario executed for real with torch.distributed (`trainsim execute`). "
+             f"Predicted step time: {source}.")
+    return Section("measured", "Predicted vs measured", [intro], figs,
+                   [Table("Predicted vs measured", ["metric", "predicted", "measured", "error"], rows)])
+
+
+def _report_notes(opts: ReportOptions, pred) -> list[str]:
+    """The report's notes: the sources of its defaults, the options' own notes and the prediction's warnings."""
+    return [
         f"Failure rate default: {gp.FAILURE_RATE_SOURCE}.",
         ("Checkpoint interval: Young (CACM 1974) first order sqrt(2·δ·M); Daly (FGCS 2006) higher order, "
          "expected wall time M·e^(R/M)·(e^((τ+δ)/M) − 1)·T/τ."),
@@ -466,11 +495,6 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
         "MFU = model FLOPs (forward + backward, no recompute) / (step time × GPUs × dense peak); see docs/design.md in the trainsim repository.",
         f"Predictions use calibration: {pred.calibration}.",
     ] + list(opts.notes) + list(pred.warnings)
-    return Report(
-        title=title or f"trainsim what-if report: {scn.model.name} on {scn.num_gpus} × {scn.cluster.gpu.name}",
-        subtitle=f"{scn.name} — TP{scn.layout.tp} PP{scn.layout.pp} DP{scn.dp} CP{scn.layout.cp} EP{scn.layout.ep} "
-                 f"VPP{scn.layout.vpp}, {scn.training.schedule}, {scn.training.global_batch}×{scn.training.seq_len} tokens per step",
-        metrics=metrics, sections=sections, notes=notes)
 
 
 def levers_section(scn: Scenario, profile) -> Section:

@@ -71,22 +71,11 @@ def _inflight_act_bytes(schedule: str, p: int, m: int, v: int, s: int, acts: lis
 def estimate(table: CostTable) -> EngineResult:
     """Closed-form EngineResult (no events) for ``table``."""
     t0 = time.perf_counter()
-    p, v, m, sched = table.pp, table.vpp, table.num_microbatches, table.schedule
+    m = table.num_microbatches
     sums = [_stage_sums(st) for st in table.stages]
     dp_inline = [sum(c.dp_fwd_s + c.dp_bwd_s for c in st.chunks) for st in table.stages]
-    per_mb = [f + b + w + tp + cp + ep + d for (f, b, w, tp, cp, ep, _), d in zip(sums, dp_inline)]
-    if table.blocking_p2p:  # each op also waits for its own pipeline send
-        per_mb = [x + len(st.chunks) * ((st.send_fwd.time_s if st.send_fwd else 0.0)
-                                        + (st.send_bwd.time_s if st.send_bwd else 0.0))
-                  for x, st in zip(per_mb, table.stages)]
-    # Per micro-batch link time of the data-parallel streams (ZeRO-3 gathers before forward and backward,
-    # ZeRO-2/3 per-micro-batch reduce-scatter): when longer than the compute it overlaps, it paces the stage.
-    dp_link = []
-    for st in table.stages:
-        g = sum(2 * c.param_gather.time_s for c in st.chunks if c.param_gather is not None)
-        r = sum(bk.time_s for c in st.chunks for bk in c.grad_buckets) if table.reduce_grads_every_microbatch else 0.0
-        dp_link.append(g + r)
-    link_bound = [max(0.0, d - x) for x, d in zip(per_mb, dp_link)]
+    per_mb = _per_microbatch_s(table, sums, dp_inline)
+    link_bound = _link_bound_s(table, per_mb)
     # A framework that reduces after each backward (no overlap with the backward producing the gradients) still
     # overlaps micro-batch i's reduction with micro-batch i+1's compute; the last one is the stage's tail below,
     # so only m - 1 micro-batches are paced by the link.
@@ -96,87 +85,136 @@ def estimate(table: CostTable) -> EngineResult:
     # waits for the pipeline, and its reductions never block compute). Each stage is tried as the bottleneck
     # (m of its paced micro-batches plus everyone else's fill) and the longest wins, so the estimate moves
     # continuously when two stages trade places.
-    p2p = 0.0
-    if p > 1:
-        sends = [st.send_fwd.time_s if st.send_fwd else 0.0 for st in table.stages]
-        sendb = [st.send_bwd.time_s if st.send_bwd else 0.0 for st in table.stages]
-        # The fill's forward chain crosses every virtual-stage boundary vs -> vs+1 once (sent by stage vs % p),
-        # the drain's backward chain every vs -> vs-1: p·v - 1 messages each way (p - 1 without interleaving).
-        hops = p * v - 1 if sched == "interleaved" else p - 1
-        p2p = sum(sends[k % p] for k in range(hops)) + sum(sendb[k % p] for k in range(hops, 0, -1))
-    total = sum(per_mb)
-    if sched == "interleaved":
-        fills = [(total - x) / v for x in per_mb]
-    elif sched == "zb":
-        ws = [w for _, _, w, *_ in sums]
-        zb = [max(0.0, x - 2 * w) for x, w in zip(per_mb, ws)]
-        fills = [max(0.0, sum(zb) - z) for z in zb]
-    elif sched == "dualpipev":
-        # per chunk F&B + B_full - 3W = (x_c - 2w_c) + b_c, with b_c generalised to max(f_c, b_c) (the heavier
-        # of forward and input-backward is on the fill/drain path) and at least 2f_c; stage sums hold two chunks
-        terms = [max(0.0, (x - 2 * w + max(f, b)) / 2, f) for x, (f, b, w, *_r) in zip(per_mb, sums)]
-        fills = [sum(terms) - t for t in terms]
-    else:
-        fills = [total - x for x in per_mb]
+    p2p = _p2p_chain_s(table)
+    fills = _fills_s(table.schedule, table.vpp, per_mb, sums)
     pipe = max(m * x + paced_count * lb + fill for x, lb, fill in zip(per_mb, link_bound, fills)) + p2p
-    stages = []
-    for s, st in enumerate(table.stages):
-        f, b, w, tp, cp, ep, _ = sums[s]
-        tl = StageTimeline()
-        tl.compute_s = m * (f + b + w)
-        tl.exposed_s["tp"] = m * tp
-        tl.exposed_s["cp"] = m * cp
-        tl.exposed_s["ep"] = m * ep
-        tl.dp_inline_s = m * dp_inline[s]
-        tl.exposed_s["pp"] = p2p
-        # ZeRO-3 gathers / per-micro-batch reductions longer than the compute they overlap pace the stage
-        # (already in paced); the first layer's gather is not hidden by anything.
-        gather_exposed = paced_count * link_bound[s]
-        first = [c.param_gather.time_s / max(1, c.layers) for c in st.chunks if c.param_gather is not None]
-        if first:
-            gather_exposed += first[0]
-            pipe_s = pipe + first[0]
-        else:
-            pipe_s = pipe
-        # Gradient reduction: overlapped with the backward that produces it; the last bucket is exposed.
-        buckets = [bk.time_s for c in st.chunks for bk in c.grad_buckets]
-        total_dp = sum(buckets)
-        last = buckets[-1] if buckets else 0.0
-        if not table.overlap_grad_reduce:
-            tail = total_dp  # every bucket sent after the (last micro-batch's) backward pass
-        elif table.reduce_grads_every_microbatch:
-            tail = last  # the per-micro-batch reductions are paced above; the last one is exposed
-        else:
-            window = (b + w) * (1 - 1 / max(1, len(buckets)))
-            tail = max(last, total_dp - window) if buckets else 0.0
-        overlap = (m * total_dp if table.reduce_grads_every_microbatch else total_dp) - tail
-        tl.slowdown_s = table.comm_compute_slowdown * min(max(0.0, overlap), tl.compute_s)
-        tl.compute_s += tl.slowdown_s
-        tl.pipeline_end_s = pipe_s + tl.slowdown_s
-        tl.dp_tail_s = tail
-        tl.exposed_s["dp"] = tail + gather_exposed + tl.dp_inline_s
-        tl.optimizer_s = st.optimizer_s
-        tl.post_step_s = sum(t.time_s for t in st.post_step)
-        tl.exposed_s["dp"] += tl.post_step_s
-        tl.end_s = tl.pipeline_end_s + tail + tl.optimizer_s + tl.post_step_s
-        busy = tl.compute_s + m * (tp + cp + ep) + tl.dp_inline_s
-        tl.bubble_s = max(0.0, pipe_s - busy - p2p - gather_exposed)
-        # Memory: in-flight activations of the schedule (uniform chunks assumed), plus backward scratch.
-        acts = [c.act_bytes for c in st.chunks]
-        act_chunk = max(acts) if acts else 0.0
-        tl.act_peak_bytes = _inflight_act_bytes(sched, p, m, v, s, acts)
-        if sched == "zb":
-            # ZB-H1 at its peak: n_f micro-batches forwarded but not yet backward (1F1B's count), n_w whose W
-            # is postponed (their weight-gradient inputs retained), and the one in backward holding the larger.
-            w_ret = max(c.w_retained_bytes for c in st.chunks)
-            n_f = min(p - s, m)
-            n_w = min(s, m - n_f)
-            tl.act_peak_bytes = max(tl.act_peak_bytes, (n_f - 1) * act_chunk + n_w * w_ret + max(act_chunk, w_ret))
-        tl.transient_peak_bytes = max((c.bwd_transient_bytes for c in st.chunks), default=0.0) + \
-            2 * max((c.param_gather_bytes for c in st.chunks), default=0.0)
-        tl.ops = 0
-        stages.append(tl)
+    stages = [_stage_timeline(table, s, sums[s], dp_inline[s], link_bound[s], paced_count, pipe, p2p)
+              for s in range(table.pp)]
     step = max(tl.end_s for tl in stages)
     span = max(tl.pipeline_end_s for tl in stages)
     return EngineResult(step_time_s=step, stages=stages, events=0, wall_s=time.perf_counter() - t0,
                         pipeline_span_s=span)
+
+
+def _per_microbatch_s(table: CostTable, sums: list, dp_inline: list[float]) -> list[float]:
+    """Each stage's busy seconds per micro-batch: compute, exposed communication and (blocking p2p) its sends."""
+    per_mb = [f + b + w + tp + cp + ep + d for (f, b, w, tp, cp, ep, _), d in zip(sums, dp_inline)]
+    if table.blocking_p2p:  # each op also waits for its own pipeline send
+        per_mb = [x + len(st.chunks) * ((st.send_fwd.time_s if st.send_fwd else 0.0)
+                                        + (st.send_bwd.time_s if st.send_bwd else 0.0))
+                  for x, st in zip(per_mb, table.stages)]
+    return per_mb
+
+
+def _link_bound_s(table: CostTable, per_mb: list[float]) -> list[float]:
+    """Per micro-batch link time of each stage's data-parallel streams (ZeRO-3 gathers before forward and
+    backward, ZeRO-2/3 per-micro-batch reduce-scatter) beyond the compute it overlaps: what paces the stage."""
+    dp_link = []
+    for st in table.stages:
+        g = sum(2 * c.param_gather.time_s for c in st.chunks if c.param_gather is not None)
+        r = sum(bk.time_s for c in st.chunks for bk in c.grad_buckets) if table.reduce_grads_every_microbatch else 0.0
+        dp_link.append(g + r)
+    return [max(0.0, d - x) for x, d in zip(per_mb, dp_link)]
+
+
+def _p2p_chain_s(table: CostTable) -> float:
+    """Pipeline messages on the fill's forward chain and the drain's backward chain: every virtual-stage boundary
+    vs -> vs+1 once (sent by stage vs % p) and every vs -> vs-1: p·v - 1 messages each way (p - 1 without
+    interleaving)."""
+    p, v = table.pp, table.vpp
+    if p <= 1:
+        return 0.0
+    sends = [st.send_fwd.time_s if st.send_fwd else 0.0 for st in table.stages]
+    sendb = [st.send_bwd.time_s if st.send_bwd else 0.0 for st in table.stages]
+    hops = p * v - 1 if table.schedule == "interleaved" else p - 1
+    return sum(sends[k % p] for k in range(hops)) + sum(sendb[k % p] for k in range(hops, 0, -1))
+
+
+def _fills_s(sched: str, v: int, per_mb: list[float], sums: list) -> list[float]:
+    """Each stage's fill/drain when it is the bottleneck: the other stages' work the schedule cannot overlap."""
+    total = sum(per_mb)
+    if sched == "interleaved":
+        return [(total - x) / v for x in per_mb]
+    if sched == "zb":
+        ws = [w for _, _, w, *_ in sums]
+        zb = [max(0.0, x - 2 * w) for x, w in zip(per_mb, ws)]
+        return [max(0.0, sum(zb) - z) for z in zb]
+    if sched == "dualpipev":
+        # per chunk F&B + B_full - 3W = (x_c - 2w_c) + b_c, with b_c generalised to max(f_c, b_c) (the heavier
+        # of forward and input-backward is on the fill/drain path) and at least 2f_c; stage sums hold two chunks
+        terms = [max(0.0, (x - 2 * w + max(f, b)) / 2, f) for x, (f, b, w, *_r) in zip(per_mb, sums)]
+        return [sum(terms) - t for t in terms]
+    return [total - x for x in per_mb]
+
+
+def _grad_tail_s(table: CostTable, st, b: float, w: float) -> tuple[float, float]:
+    """(exposed tail, total) seconds of a stage's gradient reduction, overlapped with the backward that produces
+    it; the last bucket is exposed."""
+    buckets = [bk.time_s for c in st.chunks for bk in c.grad_buckets]
+    total_dp = sum(buckets)
+    last = buckets[-1] if buckets else 0.0
+    if not table.overlap_grad_reduce:
+        tail = total_dp  # every bucket sent after the (last micro-batch's) backward pass
+    elif table.reduce_grads_every_microbatch:
+        tail = last  # the per-micro-batch reductions are paced above; the last one is exposed
+    else:
+        window = (b + w) * (1 - 1 / max(1, len(buckets)))
+        tail = max(last, total_dp - window) if buckets else 0.0
+    return tail, total_dp
+
+
+def _stage_timeline(table: CostTable, s: int, sums_s: tuple, dp_inline_s: float, link_bound_s: float,
+                    paced_count: int, pipe: float, p2p: float) -> StageTimeline:
+    """Stage ``s``'s timeline in the pipeline of span ``pipe``: its compute, exposures, tail and memory."""
+    m, st = table.num_microbatches, table.stages[s]
+    f, b, w, tp, cp, ep, _ = sums_s
+    tl = StageTimeline()
+    tl.compute_s = m * (f + b + w)
+    tl.exposed_s["tp"] = m * tp
+    tl.exposed_s["cp"] = m * cp
+    tl.exposed_s["ep"] = m * ep
+    tl.dp_inline_s = m * dp_inline_s
+    tl.exposed_s["pp"] = p2p
+    # ZeRO-3 gathers / per-micro-batch reductions longer than the compute they overlap pace the stage
+    # (already in paced); the first layer's gather is not hidden by anything.
+    gather_exposed = paced_count * link_bound_s
+    first = [c.param_gather.time_s / max(1, c.layers) for c in st.chunks if c.param_gather is not None]
+    if first:
+        gather_exposed += first[0]
+        pipe_s = pipe + first[0]
+    else:
+        pipe_s = pipe
+    tail, total_dp = _grad_tail_s(table, st, b, w)
+    overlap = (m * total_dp if table.reduce_grads_every_microbatch else total_dp) - tail
+    tl.slowdown_s = table.comm_compute_slowdown * min(max(0.0, overlap), tl.compute_s)
+    tl.compute_s += tl.slowdown_s
+    tl.pipeline_end_s = pipe_s + tl.slowdown_s
+    tl.dp_tail_s = tail
+    tl.exposed_s["dp"] = tail + gather_exposed + tl.dp_inline_s
+    tl.optimizer_s = st.optimizer_s
+    tl.post_step_s = sum(t.time_s for t in st.post_step)
+    tl.exposed_s["dp"] += tl.post_step_s
+    tl.end_s = tl.pipeline_end_s + tail + tl.optimizer_s + tl.post_step_s
+    busy = tl.compute_s + m * (tp + cp + ep) + tl.dp_inline_s
+    tl.bubble_s = max(0.0, pipe_s - busy - p2p - gather_exposed)
+    _set_memory_peaks(tl, table, s)
+    tl.ops = 0
+    return tl
+
+
+def _set_memory_peaks(tl: StageTimeline, table: CostTable, s: int) -> None:
+    """In-flight activations of the schedule (uniform chunks assumed), plus backward scratch and gathers."""
+    p, v, m, sched = table.pp, table.vpp, table.num_microbatches, table.schedule
+    st = table.stages[s]
+    acts = [c.act_bytes for c in st.chunks]
+    act_chunk = max(acts) if acts else 0.0
+    tl.act_peak_bytes = _inflight_act_bytes(sched, p, m, v, s, acts)
+    if sched == "zb":
+        # ZB-H1 at its peak: n_f micro-batches forwarded but not yet backward (1F1B's count), n_w whose W
+        # is postponed (their weight-gradient inputs retained), and the one in backward holding the larger.
+        w_ret = max(c.w_retained_bytes for c in st.chunks)
+        n_f = min(p - s, m)
+        n_w = min(s, m - n_f)
+        tl.act_peak_bytes = max(tl.act_peak_bytes, (n_f - 1) * act_chunk + n_w * w_ret + max(act_chunk, w_ret))
+    tl.transient_peak_bytes = max((c.bwd_transient_bytes for c in st.chunks), default=0.0) + \
+        2 * max((c.param_gather_bytes for c in st.chunks), default=0.0)

@@ -100,6 +100,55 @@ class EngineResult:
         return max(range(len(self.stages)), key=lambda s: (self.stages[s].end_s, -s))
 
 
+@dataclass
+class _StageRun:
+    """One stage's compute-stream state during a step: its ops, noise scales, weight-gradient passes done
+    per chunk, ZeRO-3 gathers in flight, and the sends a fused pair defers to its end."""
+
+    s: int
+    st: object                       # the stage's StageCost
+    tl: StageTimeline
+    ops: list
+    heads: set
+    scale_s: float
+    op_scale: list | None
+    weight_done: list[int]
+    gather_bytes: list[float]
+    split_gather: dict
+    gathers: dict = field(default_factory=dict)   # op -> (first layer's gather event, rest's or None)
+    deferred: list = field(default_factory=list)  # (direction, mb, destination vstage)
+
+
+def _split_gathers(st) -> dict:
+    """Each chunk's ZeRO-3 gather as (first layer's, the rest's or None): gathers go layer by layer (FSDP wraps
+    each block), so an op may start once its first layer's parameters are in and cannot finish before the
+    rest have arrived. The builder's latency_s is that of all the chunk's gather calls: split like the bytes."""
+    split_gather = {}
+    for ci, ch in enumerate(st.chunks):
+        pg = ch.param_gather
+        if pg is not None and ch.layers > 1:
+            f1 = 1.0 / ch.layers
+            split_gather[ci] = (replace(pg, transfer_s=pg.transfer_s * f1, latency_s=pg.latency_s * f1,
+                                        nbytes=pg.nbytes * f1),
+                                replace(pg, name=pg.name + " (rest)", transfer_s=pg.transfer_s * (1 - f1),
+                                        latency_s=pg.latency_s * (1 - f1), nbytes=pg.nbytes * (1 - f1)))
+        elif pg is not None:
+            split_gather[ci] = (pg, None)
+    return split_gather
+
+
+def _account(tl: StageTimeline, comp: float, extra: float, comm: tuple) -> None:
+    """Add one op's compute, slowdown and exposed (tp, cp, ep, dp) communication to its stage's timeline."""
+    tl.compute_s += comp + extra
+    tl.slowdown_s += extra
+    tl.exposed_s["tp"] += comm[0]
+    tl.exposed_s["cp"] += comm[1]
+    tl.exposed_s["ep"] += comm[2]
+    tl.exposed_s["dp"] += comm[3]
+    tl.dp_inline_s += comm[3]
+    tl.ops += 1
+
+
 class _Engine:
     def __init__(self, table: CostTable, record: bool, op_scale: list[list[float]] | None,
                  stage_scale: list[float] | None):
@@ -222,175 +271,187 @@ class _Engine:
 
     # -- one stage's compute stream ----------------------------------------------------------------------
     def _stage(self, s: int):
-        env, t, p, v, m = self.env, self.t, self.p, self.v, self.m
-        st = t.stages[s]
-        tl = self.tl[s]
-        ops = self.ops[s]
-        scale_s = self.stage_scale[s]
-        op_scale = self.op_scale[s] if self.op_scale is not None else None
-        slowdown = t.comm_compute_slowdown
-        last_vs = p * v - 1
-        weight_done = [0] * v            # weight-gradient passes finished per chunk
-        per_mb = t.reduce_grads_every_microbatch
-        overlap = t.overlap_grad_reduce
-        gathers: dict[int, tuple[simpy.Event, simpy.Event | None]] = {}
-        gather_bytes = [0.0] * len(ops)
-        # ZeRO-3 gathers go layer by layer (FSDP wraps each block): an op may start once its first layer's
-        # parameters are in (head) and cannot finish before the rest (tail) have arrived.
-        split_gather = {}
-        for ci, ch in enumerate(st.chunks):
-            pg = ch.param_gather
-            if pg is not None and ch.layers > 1:
-                # the builder's latency_s is that of all the chunk's gather calls: split it like the bytes
-                f1 = 1.0 / ch.layers
-                split_gather[ci] = (replace(pg, transfer_s=pg.transfer_s * f1, latency_s=pg.latency_s * f1,
-                                            nbytes=pg.nbytes * f1),
-                                    replace(pg, name=pg.name + " (rest)", transfer_s=pg.transfer_s * (1 - f1),
-                                            latency_s=pg.latency_s * (1 - f1), nbytes=pg.nbytes * (1 - f1)))
-            elif pg is not None:
-                split_gather[ci] = (pg, None)
+        """Stage ``s``'s compute stream: its schedule's ops in order, then the step's tail."""
+        run = _StageRun(s=s, st=self.t.stages[s], tl=self.tl[s], ops=self.ops[s], heads=self.heads[s],
+                        scale_s=self.stage_scale[s],
+                        op_scale=self.op_scale[s] if self.op_scale is not None else None,
+                        weight_done=[0] * self.v, gather_bytes=[0.0] * len(self.ops[s]),
+                        split_gather=_split_gathers(self.t.stages[s]))
+        if run.ops and self._needs_gather(run, 0):
+            self._launch_gather(run, 0)
+        for i in range(len(run.ops)):
+            yield from self._op(run, i)
+        yield from self._step_tail(run)
 
-        def needs_gather(i: int) -> bool:
-            kind, _mb, c = ops[i]
-            return kind != W and st.chunks[c].param_gather is not None
+    def _needs_gather(self, run: _StageRun, i: int) -> bool:
+        kind, _mb, c = run.ops[i]
+        return kind != W and run.st.chunks[c].param_gather is not None
 
-        def launch_gather(i: int) -> None:
-            c = ops[i][2]
-            chunk = st.chunks[c]
-            head, tail = split_gather[c]
-            ev_h = env.event()
-            ev_t = env.event() if tail is not None else None
-            gathers[i] = (ev_h, ev_t)
-            gather_bytes[i] = chunk.param_gather_bytes
-            self._mem(s, 0.0, chunk.param_gather_bytes)
-            self.ag_queue[s].put((head, ev_h.succeed))
-            if tail is not None:
-                self.ag_queue[s].put((tail, ev_t.succeed))
+    def _launch_gather(self, run: _StageRun, i: int) -> None:
+        """Queue op ``i``'s ZeRO-3 parameter gathers (first layer, then the rest) on the gather stream."""
+        c = run.ops[i][2]
+        chunk = run.st.chunks[c]
+        head, tail = run.split_gather[c]
+        ev_h = self.env.event()
+        ev_t = self.env.event() if tail is not None else None
+        run.gathers[i] = (ev_h, ev_t)
+        run.gather_bytes[i] = chunk.param_gather_bytes
+        self._mem(run.s, 0.0, chunk.param_gather_bytes)
+        self.ag_queue[run.s].put((head, ev_h.succeed))
+        if tail is not None:
+            self.ag_queue[run.s].put((tail, ev_t.succeed))
 
-        def input_key(j: int) -> int | None:
-            """Message op j waits for: activation from the previous virtual stage or gradient from the next."""
-            kind_j, mb_j, c_j = ops[j]
-            vs_j = self.vstage[s][c_j]
-            if kind_j == F and vs_j > 0:
-                return self._key(0, mb_j, vs_j)
-            if kind_j in (B, BW) and vs_j < last_vs:
-                return self._key(1, mb_j, vs_j)
-            return None
+    def _input_key(self, run: _StageRun, j: int) -> int | None:
+        """Message op j waits for: activation from the previous virtual stage or gradient from the next."""
+        kind_j, mb_j, c_j = run.ops[j]
+        vs_j = self.vstage[run.s][c_j]
+        if kind_j == F and vs_j > 0:
+            return self._key(0, mb_j, vs_j)
+        if kind_j in (B, BW) and vs_j < self.p * self.v - 1:
+            return self._key(1, mb_j, vs_j)
+        return None
 
-        heads = self.heads[s]
-        deferred: list[tuple[int, int, int]] = []   # sends of a fused pair's first op, issued at its end
-        if ops and needs_gather(0):
-            launch_gather(0)
-        for i, (kind, mb, c) in enumerate(ops):
-            chunk = st.chunks[c]
-            vs = self.vstage[s][c]
-            t_ready = env.now
-            keys = [input_key(i)] + ([input_key(i + 1)] if i in heads else [])
-            t_send = t_data = t_ready
-            for key in keys:
-                if key is None:
-                    continue
-                if self.arrival[key] is None:
-                    ev = self.waiters.get(key)
-                    if ev is None:
-                        ev = self.waiters[key] = env.event()
-                    yield ev
-                if self.arrival[key] >= t_data:   # the later input decides the exposed wait
-                    t_send, t_data = self.sent_at[key], self.arrival[key]
-            if i + 1 < len(ops) and needs_gather(i + 1):
-                launch_gather(i + 1)       # prefetch one op ahead
-            gev, gtail = gathers.pop(i, (None, None))
-            if gev is not None and not gev.processed:
-                yield gev
-            t_start = env.now
-            if t_start > t_ready:
-                tl.exposed_s["pp"] += max(0.0, min(t_data, t_start) - max(t_send, t_ready))
-                gw = max(0.0, t_start - max(t_data, t_ready))
-                tl.gather_wait_s += gw
-                tl.exposed_s["dp"] += gw
-            # Duration: compute (scaled by noise / straggler) plus exposed comm on the compute stream.
-            if kind == F:
-                comp = chunk.fwd_s
-                comm = (chunk.tp_fwd_s, chunk.cp_fwd_s, chunk.ep_fwd_s, chunk.dp_fwd_s)
-                self._mem(s, chunk.act_bytes)
-            elif kind == BW:
-                comp = chunk.recompute_s + chunk.bwd_input_s + chunk.bwd_weight_s
-                comm = (chunk.tp_bwd_s, chunk.cp_bwd_s, chunk.ep_bwd_s, chunk.dp_bwd_s)
-                self._mem(s, 0.0, chunk.bwd_transient_bytes)
-            elif kind == B:
-                comp = chunk.recompute_s + chunk.bwd_input_s
-                comm = (chunk.tp_bwd_s, chunk.cp_bwd_s, chunk.ep_bwd_s, chunk.dp_bwd_s)
-                self._mem(s, 0.0, chunk.bwd_transient_bytes)
-            else:
-                comp = chunk.bwd_weight_s
-                comm = (0.0, 0.0, 0.0, 0.0)
-            scale = scale_s * (op_scale[i] if op_scale is not None else 1.0)
-            comp *= scale
-            extra = 0.0
-            if slowdown > 0:
-                busy = self._comm_busy_s(s, chunk.grad_buckets[:-1] if kind in (BW, W) and overlap and
-                                         (per_mb or weight_done[c] + 1 == m) else ())
-                if busy > 0:
-                    extra = min(comp, busy) * slowdown
-            dur = comp + extra + comm[0] + comm[1] + comm[2] + comm[3]
-            tl.compute_s += comp + extra
-            tl.slowdown_s += extra
-            tl.exposed_s["tp"] += comm[0]
-            tl.exposed_s["cp"] += comm[1]
-            tl.exposed_s["ep"] += comm[2]
-            tl.exposed_s["dp"] += comm[3]
-            tl.dp_inline_s += comm[3]
-            tl.ops += 1
-            # DP buckets of this chunk become ready during its last weight-gradient pass.
-            buckets = ()
-            if kind in (BW, W):
-                weight_done[c] += 1
-                if per_mb or (overlap and weight_done[c] == m):
-                    buckets = chunk.grad_buckets
-                nb = len(buckets)
-                if overlap:
-                    for k in range(nb - 1):
-                        self._enqueue_dp(s, buckets[k], None, delay=dur * (k + 1) / nb)
-            if dur > 0:
-                yield env.timeout(dur)
-            if gtail is not None and not gtail.processed:
-                t_w = env.now
-                yield gtail
-                tl.gather_wait_s += env.now - t_w
-                tl.exposed_s["dp"] += env.now - t_w
-            if self.trace is not None:
-                name = f"{KIND_NAMES[kind]} mb{mb} chunk{c}" + (f" ({chunk.label})" if chunk.label else "")
-                self.trace.append((s, "compute", name, t_start, dur, {
-                    "compute_s": comp + extra, "tp_s": comm[0], "cp_s": comm[1], "ep_s": comm[2], "dp_s": comm[3],
-                    "slowdown_s": extra, "layers": chunk.layers, "vstage": vs}))
-            if buckets:
-                for bk in (buckets[-1:] if overlap else buckets):
-                    self._enqueue_dp(s, bk, None)
-            # Memory release and messages.
-            if kind == BW:
-                self._mem(s, -chunk.act_bytes, -chunk.bwd_transient_bytes)
-            elif kind == B:
-                self._mem(s, -(chunk.act_bytes - chunk.w_retained_bytes), -chunk.bwd_transient_bytes)
-            elif kind == W:
-                self._mem(s, -chunk.w_retained_bytes)
-            if gather_bytes[i]:
-                self._mem(s, 0.0, -gather_bytes[i])
-            if kind == F and vs < last_vs:
-                deferred.append((0, mb, vs + 1))
-            elif kind in (B, BW) and vs > 0:
-                deferred.append((1, mb, vs - 1))
-            if i in heads:
-                continue                  # the pair's second op sends both outputs
-            for direction, mb_s, dst_vs in deferred:
-                sent = self._send(s, direction, mb_s, dst_vs)
-                if sent is not None and t.blocking_p2p and not sent.processed:
-                    t_w = env.now         # the compute stream waits for its own send (torch.cuda.synchronize)
-                    yield sent
-                    tl.exposed_s["pp"] += env.now - t_w
-            deferred.clear()
+    def _op(self, run: _StageRun, i: int):
+        """Run op ``i``: wait for its inputs and parameters, compute, release memory and send its outputs."""
+        kind, mb, c = run.ops[i]
+        chunk = run.st.chunks[c]
+        t_start, gtail = yield from self._op_start(run, i)
+        comp, extra, comm = self._op_duration(run, i, kind, chunk)
+        dur = comp + extra + comm[0] + comm[1] + comm[2] + comm[3]
+        _account(run.tl, comp, extra, comm)
+        buckets = self._weight_buckets(run, kind, chunk, c, dur)
+        if dur > 0:
+            yield self.env.timeout(dur)
+        if gtail is not None and not gtail.processed:
+            t_w = self.env.now
+            yield gtail
+            run.tl.gather_wait_s += self.env.now - t_w
+            run.tl.exposed_s["dp"] += self.env.now - t_w
+        if self.trace is not None:
+            name = f"{KIND_NAMES[kind]} mb{mb} chunk{c}" + (f" ({chunk.label})" if chunk.label else "")
+            self.trace.append((run.s, "compute", name, t_start, dur, {
+                "compute_s": comp + extra, "tp_s": comm[0], "cp_s": comm[1], "ep_s": comm[2], "dp_s": comm[3],
+                "slowdown_s": extra, "layers": chunk.layers, "vstage": self.vstage[run.s][c]}))
+        if buckets:
+            for bk in (buckets[-1:] if self.t.overlap_grad_reduce else buckets):
+                self._enqueue_dp(run.s, bk, None)
+        self._release(run, i, kind, chunk)
+        yield from self._send_outputs(run, i, kind, mb, self.vstage[run.s][c])
+
+    def _op_start(self, run: _StageRun, i: int):
+        """Wait for op ``i``'s input messages (a fused pair: both ops') and its first layer's parameters,
+        prefetching the next op's; charge the wait to pp or dp. Returns (start time, the gather tail event)."""
+        env, tl = self.env, run.tl
+        t_ready = env.now
+        keys = [self._input_key(run, i)] + ([self._input_key(run, i + 1)] if i in run.heads else [])
+        t_send = t_data = t_ready
+        for key in keys:
+            if key is None:
+                continue
+            if self.arrival[key] is None:
+                ev = self.waiters.get(key)
+                if ev is None:
+                    ev = self.waiters[key] = env.event()
+                yield ev
+            if self.arrival[key] >= t_data:   # the later input decides the exposed wait
+                t_send, t_data = self.sent_at[key], self.arrival[key]
+        if i + 1 < len(run.ops) and self._needs_gather(run, i + 1):
+            self._launch_gather(run, i + 1)       # prefetch one op ahead
+        gev, gtail = run.gathers.pop(i, (None, None))
+        if gev is not None and not gev.processed:
+            yield gev
+        t_start = env.now
+        if t_start > t_ready:
+            tl.exposed_s["pp"] += max(0.0, min(t_data, t_start) - max(t_send, t_ready))
+            gw = max(0.0, t_start - max(t_data, t_ready))
+            tl.gather_wait_s += gw
+            tl.exposed_s["dp"] += gw
+        return t_start, gtail
+
+    def _op_duration(self, run: _StageRun, i: int, kind: int, chunk) -> tuple[float, float, tuple]:
+        """(compute scaled by noise / straggler, its slowdown from concurrent bulk communication, exposed
+        (tp, cp, ep, dp) communication on the compute stream) of op ``i``; allocates its activations."""
+        s = run.s
+        if kind == F:
+            comp = chunk.fwd_s
+            comm = (chunk.tp_fwd_s, chunk.cp_fwd_s, chunk.ep_fwd_s, chunk.dp_fwd_s)
+            self._mem(s, chunk.act_bytes)
+        elif kind == BW:
+            comp = chunk.recompute_s + chunk.bwd_input_s + chunk.bwd_weight_s
+            comm = (chunk.tp_bwd_s, chunk.cp_bwd_s, chunk.ep_bwd_s, chunk.dp_bwd_s)
+            self._mem(s, 0.0, chunk.bwd_transient_bytes)
+        elif kind == B:
+            comp = chunk.recompute_s + chunk.bwd_input_s
+            comm = (chunk.tp_bwd_s, chunk.cp_bwd_s, chunk.ep_bwd_s, chunk.dp_bwd_s)
+            self._mem(s, 0.0, chunk.bwd_transient_bytes)
+        else:
+            comp = chunk.bwd_weight_s
+            comm = (0.0, 0.0, 0.0, 0.0)
+        scale = run.scale_s * (run.op_scale[i] if run.op_scale is not None else 1.0)
+        comp *= scale
+        extra = 0.0
+        t = self.t
+        if t.comm_compute_slowdown > 0:
+            c = run.ops[i][2]
+            releases = kind in (BW, W) and t.overlap_grad_reduce and (
+                t.reduce_grads_every_microbatch or run.weight_done[c] + 1 == self.m)
+            busy = self._comm_busy_s(s, chunk.grad_buckets[:-1] if releases else ())
+            if busy > 0:
+                extra = min(comp, busy) * t.comm_compute_slowdown
+        return comp, extra, comm
+
+    def _weight_buckets(self, run: _StageRun, kind: int, chunk, c: int, dur: float) -> tuple[Transfer, ...]:
+        """DP buckets of chunk ``c`` become ready during its last weight-gradient pass (every pass for ZeRO-2/3):
+        with overlap all but the last are queued at even points of the op; returns the buckets it releases."""
+        buckets = ()
+        if kind in (BW, W):
+            per_mb, overlap = self.t.reduce_grads_every_microbatch, self.t.overlap_grad_reduce
+            run.weight_done[c] += 1
+            if per_mb or (overlap and run.weight_done[c] == self.m):
+                buckets = chunk.grad_buckets
+            nb = len(buckets)
+            if overlap:
+                for k in range(nb - 1):
+                    self._enqueue_dp(run.s, buckets[k], None, delay=dur * (k + 1) / nb)
+        return buckets
+
+    def _release(self, run: _StageRun, i: int, kind: int, chunk) -> None:
+        """Memory an op frees at its end: a backward its chunk's activations (a split one keeps what W needs),
+        W the retained inputs, every op its gathered parameters."""
+        s = run.s
+        if kind == BW:
+            self._mem(s, -chunk.act_bytes, -chunk.bwd_transient_bytes)
+        elif kind == B:
+            self._mem(s, -(chunk.act_bytes - chunk.w_retained_bytes), -chunk.bwd_transient_bytes)
+        elif kind == W:
+            self._mem(s, -chunk.w_retained_bytes)
+        if run.gather_bytes[i]:
+            self._mem(s, 0.0, -run.gather_bytes[i])
+
+    def _send_outputs(self, run: _StageRun, i: int, kind: int, mb: int, vs: int):
+        """Send op ``i``'s output (activation forward, gradient backward); a fused pair's first op defers its
+        send to the pair's end. With blocking p2p the compute stream waits for each send."""
+        if kind == F and vs < self.p * self.v - 1:
+            run.deferred.append((0, mb, vs + 1))
+        elif kind in (B, BW) and vs > 0:
+            run.deferred.append((1, mb, vs - 1))
+        if i in run.heads:
+            return                    # the pair's second op sends both outputs
+        for direction, mb_s, dst_vs in run.deferred:
+            sent = self._send(run.s, direction, mb_s, dst_vs)
+            if sent is not None and self.t.blocking_p2p and not sent.processed:
+                t_w = self.env.now         # the compute stream waits for its own send (torch.cuda.synchronize)
+                yield sent
+                run.tl.exposed_s["pp"] += self.env.now - t_w
+        run.deferred.clear()
+
+    def _step_tail(self, run: _StageRun):
+        """After the stage's last op: gradient reduction (all of it when not overlapped), the optimizer step and
+        ZeRO-1/2's parameter all-gather."""
+        env, tl, st, s = self.env, run.tl, run.st, run.s
         tl.pipeline_end_s = env.now
-        if not overlap and not per_mb:  # reduce every chunk's gradients after the whole backward pass
-            for chunk in st.chunks:
+        if not self.t.overlap_grad_reduce and not self.t.reduce_grads_every_microbatch:
+            for chunk in st.chunks:    # reduce every chunk's gradients after the whole backward pass
                 for bk in chunk.grad_buckets:
                     self._enqueue_dp(s, bk, None)
         # Wait for this stage's data-parallel stream to drain (the exposed tail of gradient reduction).
@@ -401,7 +462,7 @@ class _Engine:
         tl.exposed_s["dp"] += tl.dp_tail_s
         if st.optimizer_s > 0:
             t0 = env.now
-            yield env.timeout(st.optimizer_s * scale_s)
+            yield env.timeout(st.optimizer_s * run.scale_s)
             tl.optimizer_s = env.now - t0
             if self.trace is not None:
                 self.trace.append((s, "compute", "optimizer step", t0, tl.optimizer_s, {}))

@@ -216,19 +216,39 @@ def _check_recompute_modules(m: ModelSpec, t: TrainingSpec) -> None:
 
 def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: TrainingSpec,
             name: str = "scenario") -> Scenario:
-    """Check every cross-field rule, derive dp, and return a Scenario; raises SpecError naming the field."""
+    """Check every cross-field rule, derive dp, and return a Scenario; raises SpecError naming the field.
+
+    The rules run in a fixed order (GPU count, tensor-parallel shards, pipeline stages and schedule, sequence
+    sharding, experts, batch, runtime settings), so an input breaking several is told about the first."""
+    m, t = model, training
+    dp = _derive_dp(cluster, layout)
+    etp = _check_tp_shards(m, layout)
+    _check_stages(m, layout, t)
+    _check_sequence(m, layout, t)
+    _check_experts(m, layout, t, dp, etp)
+    _check_batch(t, dp, layout.pp)
+    _check_runtime(m, cluster, t, layout.pp)
+    return Scenario(name=name, model=m, cluster=cluster, layout=layout.model_copy(update={"dp": dp}), training=t)
+
+
+def _derive_dp(cluster: ClusterSpec, layout: Layout) -> int:
+    """Data-parallel size: the GPUs over tp·pp·cp, or the layout's own dp when it multiplies out to the GPUs."""
     gpus = cluster.num_gpus
-    tp, pp, cp, ep, vpp = layout.tp, layout.pp, layout.cp, layout.ep, layout.vpp
+    tp, pp, cp = layout.tp, layout.pp, layout.cp
     mp = tp * pp * cp
     if layout.dp is None:
         if gpus % mp:
             raise SpecError("gpus", f"{gpus} GPUs are not divisible by tp*pp*cp = {tp}*{pp}*{cp} = {mp}")
-        dp = gpus // mp
-    else:
-        dp = layout.dp
-        if mp * dp != gpus:
-            raise SpecError("layout.dp", f"tp*pp*dp*cp = {tp}*{pp}*{dp}*{cp} = {mp * dp} but gpus = {gpus}")
-    m, t = model, training
+        return gpus // mp
+    dp = layout.dp
+    if mp * dp != gpus:
+        raise SpecError("layout.dp", f"tp*pp*dp*cp = {tp}*{pp}*{dp}*{cp} = {mp * dp} but gpus = {gpus}")
+    return dp
+
+
+def _check_tp_shards(m: ModelSpec, layout: Layout) -> int:
+    """TP (and expert TP) divide the heads and the MLPs they shard; returns the expert-TP size etp."""
+    tp = layout.tp
     if m.num_heads % tp:
         raise SpecError("layout.tp", f"tp={tp} does not divide num_heads={m.num_heads}")
     if m.kv_heads % tp:
@@ -246,6 +266,12 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
                         f"{'etp' if layout.etp else 'tp'}={etp} does not divide the experts' ffn ({m.expert_ffn})")
     if m.shared_expert_ffn and m.shared_expert_ffn % tp:
         raise SpecError("layout.tp", f"tp={tp} does not divide shared_expert_ffn={m.shared_expert_ffn}")
+    return etp
+
+
+def _check_stages(m: ModelSpec, layout: Layout, t: TrainingSpec) -> None:
+    """The layers split over pp·vpp stages, and the schedule fits pp and vpp."""
+    pp, vpp = layout.pp, layout.vpp
     if layout.stage_layers is not None:
         if sum(layout.stage_layers) != m.num_layers:
             raise SpecError("layout.stage_layers", f"sums to {sum(layout.stage_layers)} layers, the model has "
@@ -267,6 +293,11 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
         raise SpecError("training.schedule", "interleaved needs vpp > 1 (model chunks per pipeline rank)")
     if t.schedule == "interleaved" and pp == 1:
         raise SpecError("training.schedule", "interleaved needs pp > 1")
+
+
+def _check_sequence(m: ModelSpec, layout: Layout, t: TrainingSpec) -> None:
+    """The sequence splits over context parallelism (and its a2a heads) and sequence parallelism."""
+    tp, cp = layout.tp, layout.cp
     if t.seq_len % cp or (cp > 1 and t.seq_len % (2 * cp)):
         raise SpecError("training.seq_len", f"seq_len={t.seq_len} must be divisible by 2*cp = {2 * cp}")
     if cp > 1 and t.cp_comm == "a2a" and ((m.num_heads // tp) % cp or (m.kv_heads // tp) % cp):
@@ -276,6 +307,11 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
         raise SpecError("training.seq_len", f"seq_len={t.seq_len} must be divisible by tp*cp for sequence parallelism")
     if t.sequence_parallel and tp == 1:
         raise SpecError("training.sequence_parallel", "sequence parallelism needs tp > 1")
+
+
+def _check_experts(m: ModelSpec, layout: Layout, t: TrainingSpec, dp: int, etp: int) -> None:
+    """Expert parallelism: a MoE model, experts and ranks it divides, its overlap and recompute settings."""
+    tp, cp, ep = layout.tp, layout.cp, layout.ep
     if ep > 1 and not m.is_moe:
         raise SpecError("layout.ep", f"ep={ep} but {m.name} is a dense model (num_experts=1)")
     if t.ep_comm_overlap and (why := ep_overlap_refusal(m, layout, t)):
@@ -291,6 +327,10 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
             raise SpecError("layout.ep", f"ep={ep} must divide dp*cp = {dp * cp} (or set etp < tp to let it span "
                                          "TP ranks)")
         raise SpecError("layout.ep", f"ep={ep} must divide dp*cp*tp/etp = {dp * cp * (tp // etp)}")
+
+
+def _check_batch(t: TrainingSpec, dp: int, pp: int) -> None:
+    """The global batch splits into whole micro-batches per replica, as many as the schedule needs."""
     per_step = t.micro_batch * dp
     if t.global_batch % per_step:
         raise SpecError(
@@ -308,6 +348,10 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
             "training.global_batch",
             f"dualpipev needs num_microbatches ({n_micro}) >= 2*pp = {2 * pp} (torch's ScheduleDualPipeV)",
         )
+
+
+def _check_runtime(m: ModelSpec, cluster: ClusterSpec, t: TrainingSpec, pp: int) -> None:
+    """Positions, host issue mode, fp8 and activation offload are possible for this model and hardware."""
     if m.position_embedding == "learned" and t.seq_len > m.max_seq_len:
         raise SpecError("training.seq_len", f"seq_len={t.seq_len} exceeds {m.name}'s learned positions ({m.max_seq_len})")
     if t.host_issue != "eager" and (m.is_moe or cluster.gpu.num_sms is None):
@@ -330,4 +374,3 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
         if t.recompute != "none":
             raise SpecError(field, "activation CPU offload needs recompute=none (Megatron-Core: CPU offloading "
                                    "does not work with activation recomputation)")
-    return Scenario(name=name, model=m, cluster=cluster, layout=layout.model_copy(update={"dp": dp}), training=t)
