@@ -179,3 +179,18 @@ def test_fsdp_shard_grad_op_keeps_the_16_bit_copy_and_the_fp32_shard():
     sm, rp = stage_memory(s, 0), rank_param_shards(s, 0)
     assert sm.weights == pytest.approx(2 * rp.held + 4 * rp.held / 8)
     assert sm.grads == pytest.approx(4 * rp.held / 8) and sm.optimizer == pytest.approx(8 * rp.held / 8)
+
+
+def test_deepspeed_bf16_optimizer_keeps_bf16_grads_beside_fp32_ones():
+    # DeepSpeed's BF16_Optimizer (bf16, fp32 gradient accumulation, ZeRO 0/1, deepspeed/runtime/bf16_optimizer.py):
+    # bf16 weights 2, bf16 .grad 2 + fp32 accumulation buffer 4 (both unsharded), fp32 master + Adam 12 over DP.
+    base = ("llama3-8b", 8, {"tp": 1})
+    bf16_opt = scen(*base, framework="deepspeed", zero=1, grad_dtype="fp32")
+    sb = framework.state_bytes(bf16_opt.training)
+    assert (sb.weights, sb.grads, sb.optimizer) == (2, 6, 12) and "BF16_Optimizer" in sb.note
+    rp = rank_param_shards(bf16_opt, 0)
+    sm = stage_memory(bf16_opt, 0)
+    assert sm.grads == pytest.approx(6 * rp.grad_params) and rp.grad_params == rp.weight_params
+    # bf16 gradient accumulation is ZeRO's own optimizer (2 + 2 + 12), and so is ZeRO-2 with fp32 grads
+    assert framework.state_bytes(scen(*base, framework="deepspeed", zero=1).training).grads == 2
+    assert framework.state_bytes(scen(*base, framework="deepspeed", zero=2, grad_dtype="fp32").training).grads == 4

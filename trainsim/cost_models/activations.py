@@ -33,7 +33,8 @@ Recompute: ``selective`` drops what its modules (TrainingSpec.recompute_modules,
 softmax/dropout terms and the logsumexp, q, k, v and the output stay; mla_up_proj: MLA's per-head q, k, v;
 layernorm: the two norms' outputs (the linears' saved inputs); mlp: a dense block's MLP inner activations;
 moe_act: the experts' activation output; shared_experts: the shared expert's inner activations; moe: everything
-of the MoE layer after its input. ``full`` keeps only the block input ``e·T·h`` (``/tp`` with SP, the input is
+of the MoE layer after its input. ``op_sac`` (alone) is torchtitan's per-op policy, see ``_op_sac_layer``.
+``full`` keeps only the block input ``e·T·h`` (``/tp`` with SP, the input is
 sharded).
 
 ``impl`` selects the kernels: ``"fused"`` (default; Megatron/TE: fused norms and SwiGLU) or ``"eager"``
@@ -133,6 +134,8 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
         return ActivationBytes(main=e * T * h / r, small=0.0)
 
     rc = shp.recomputes  # selective recompute by module (TrainingSpec.recompute_modules)
+    if rc("op_sac"):
+        return _op_sac_layer(shp)
     norm_main, norm_small = _norm_bytes(shp, T / r, impl)
     # Two norms: each saves its input (+ stats); each output is the next GEMM's saved input -- the QKV
     # projection, then fc1, or in a MoE block the router (a 16-bit GEMM; the experts save their own input).
@@ -204,6 +207,39 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
     else:
         mlp = 0.0 if rc("mlp") else T * _mlp_inner_bytes(shp, shp.f, impl) / t
     return ActivationBytes(main=seq + attn + core + mlp, small=small)
+
+
+def _op_sac_layer(shp: LayerShape) -> ActivationBytes:
+    """Bytes torchtitan's per-op selective checkpointing keeps for one dense block.
+
+    torchtitan (``activation_checkpoint.mode = "selective"``, ``selective_ac_option = "op"``) wraps each
+    transformer block in torch's non-reentrant checkpoint with a ``create_selective_checkpoint_contexts``
+    policy: ops in ``_save_list`` -- ``aten.mm``, ``aten._scaled_dot_product_flash_attention`` /
+    ``_efficient_attention``, ``_c10d_functional.reduce_scatter_tensor`` -- are MUST_SAVE, except every
+    second ``aten.mm`` of the block (a per-block counter, ``meta[mm_count_key] % 2 == 0``), and every other
+    op is recomputed (pytorch/torchtitan torchtitan/parallelisms/parallelize_llama.py of 2024, read_file id
+    16980159914; the same policy in torchtitan/distributed/activation_checkpoint.py, read_file id
+    21885465056). So a block keeps: its input (the checkpoint's argument), the outputs of matmuls 1, 3, 5, ...
+    in forward order -- wq, wk, wv, wo, then w1, w3, w2 (SwiGLU) or fc1, fc2 (GeLU): q, v, w1's output and
+    w2's output (the row-parallel output before its reduction: ``T·h`` on every TP rank) --, the attention
+    kernel's output and fp32 logsumexp (flash or memory-efficient SDPA only: the math path is recomputed),
+    and with sequence parallelism the two reduce-scatter outputs. torchao's float8 linears count the same:
+    their ``torch.mm`` on Float8Tensor arguments reaches the checkpoint's dispatch mode as ``aten.mm`` (a mode
+    sees an op before a tensor subclass does) and the subclass lowers it to ``_scaled_mm`` underneath, so the
+    bf16 outputs of matmuls 1, 3, 5, ... are saved as with bf16 linears. The 2024 list's ``aten.abs`` /
+    ``aten.max`` (float8 amax) outputs are left out: torch.compile, which every float8 run uses, fuses the
+    abs into its max reduction.
+    """
+    e, h, t, r, T = shp.e, shp.h, shp.tp, shp.sp_div, shp.tokens
+    block_in = e * T * h / r
+    qkv = [shp.a * shp.d / t, shp.kv * shp.d / t, shp.kv * shp.d / t]
+    widths = qkv + [h] + ([shp.f / t, shp.f / t, h] if shp.gated else [shp.f / t, h])
+    mm = e * T * sum(widths[0::2])  # matmuls 1, 3, 5, ... of the block
+    heads = shp.a // t
+    sdpa = e * T * heads * shp.dvh if shp.flash else 0.0
+    small = STAT_BYTES * shp.b * heads * (shp.s // shp.cp) if shp.flash else 0.0
+    reduce_scatter = 2 * e * T * h / t if shp.sp and t > 1 else 0.0
+    return ActivationBytes(main=block_in + mm + sdpa + reduce_scatter, small=small)
 
 
 def _shape(x) -> LayerShape:

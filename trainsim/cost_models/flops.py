@@ -349,10 +349,23 @@ def recompute_ops(ops: tuple[Op, ...], mode: str, modules: frozenset = frozenset
     default the attention core), or all (full)."""
     if mode == "full":
         return ops
+    if mode == "selective" and "op_sac" in modules:
+        return _op_sac_rerun(ops)
     if mode == "selective":
         mods = modules or _CORE_ATTN
         return tuple(op for op in ops if op.modules & mods)
     return ()
+
+
+def _op_sac_rerun(ops: tuple[Op, ...]) -> tuple[Op, ...]:
+    """The ops torchtitan's per-op policy (recompute_modules op_sac, trainsim/cost_models/activations.py) re-runs
+    in a dense block: every op whose output it does not save -- norms, RoPE, residual adds, the activation
+    function, the out-projection (matmul 4) and with GeLU fc2 (matmul 6). The fused qkv and SwiGLU fc1 GEMMs
+    are saved in part (q and v, w1's output) and counted as not re-run, so the wk and w3 matmuls of the recompute
+    are left out: a lower bound on the recompute time."""
+    gated = any(op.name == "swiglu" for op in ops)
+    saved = {"qkv", "attention", "fc1"} | ({"fc2"} if gated else set())
+    return tuple(op for op in ops if op.name not in saved)
 
 
 @lru_cache(maxsize=4096)

@@ -279,6 +279,22 @@ FP32_PARAM_FRAMEWORKS = ("pytorch-fsdp", "torch")
 MIXED_ADAM_BYTES = 12
 
 
+# DeepSpeed's BF16_Optimizer keeps each parameter's bf16 gradient (``lp.grad``) beside its fp32 accumulation
+# buffer: ``update_hp_grads(clear_lp_grads=False)`` adds the bf16 grads into ``fp32_groups_gradients_flat`` (a
+# ``zeros_like`` of the whole flat bf16 group in fp32, not partitioned) and leaves them allocated until
+# ``clear_lp_grads`` before the next backward (deepspeed/runtime/bf16_optimizer.py and pipe/engine.py
+# ``_exec_backward_pass``, from PR #1801 "bf16+pipeline parallelism", 56c522386, 2022-04-19, through 38327e07f).
+BF16_LP_GRAD_BYTES = 2
+
+
+def _bf16_optimizer(training) -> bool:
+    """Whether DeepSpeed runs its BF16_Optimizer: bf16 with fp32 gradient accumulation at ZeRO stage 0 or 1 and
+    no CPU offload (deepspeed/runtime/engine.py ``_do_optimizer_sanity_check`` returns BFLOAT16 for ZeRO-1 with
+    grad_accum_dtype fp32; stage 0 bf16 always takes it)."""
+    return (training.framework in ("deepspeed", "deepspeed-2021") and training.dtype == "bf16"
+            and training.effective_zero <= 1 and training.grad_bytes == 4 and not training.offload_optimizer)
+
+
 @dataclass(frozen=True)
 class StateBytes:
     """Bytes per parameter of the model states as a framework keeps them, before any sharding.
@@ -316,7 +332,9 @@ def state_bytes(training) -> StateBytes:
       m and v (8 bytes; no separate master). 4 + 4 + 8 = 16 bytes. A ``param_dtype_bytes`` or a
       non-default ``optimizer_bytes_per_param`` in the scenario is taken as given.
     * deepspeed*: 16-bit parameters and gradients, the fp32 partition + Adam m, v (ZeRO paper Sec. 3.1:
-      2 + 2 + 12; deepspeed/runtime/zero/stage_1_and_2.py ``single_partition_of_fp32_groups``).
+      2 + 2 + 12; deepspeed/runtime/zero/stage_1_and_2.py ``single_partition_of_fp32_groups``). bf16 with
+      fp32 gradient accumulation at ZeRO 0/1 is the BF16_Optimizer: the bf16 gradients stay beside the fp32
+      accumulation buffer, 2 + (2 + 4) + 12 (``_bf16_optimizer``).
     * fp32 training: no master copy, 4 + 4 + 8 (Megatron's FP32Optimizer; torch.optim on fp32 parameters).
     * ``master_weights=false`` (pure low-precision, torchtune's default): weights and gradients in the
       training dtype and Adam's m and v in the parameters' dtype (torch.optim allocates them ``zeros_like``
@@ -339,6 +357,10 @@ def state_bytes(training) -> StateBytes:
                 f"{_dtype_name(grads, low)} grads, Adam m, v fp32 ({opt:g} B)")
         return StateBytes(4, grads, opt, note)
     w, opt = training.param_bytes, training.optimizer_bytes_per_param
+    if _bf16_optimizer(training):
+        note = (f"bf16 weights, bf16 grads + fp32 accumulated grads (DeepSpeed BF16_Optimizer), "
+                f"{'fp32 master + Adam m, v' if opt == MIXED_ADAM_BYTES else f'optimizer {opt:g} B'}")
+        return StateBytes(w, grads + BF16_LP_GRAD_BYTES, opt, note)
     if training.dtype == "fp32" and default_adam:
         # fp32 training has no separate master copy (Megatron's FP32Optimizer, torch.optim on fp32 parameters):
         # Adam's m and v only.

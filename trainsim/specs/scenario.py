@@ -203,6 +203,8 @@ _MODULE_NEEDS = {
     "moe_act": (lambda m: m.is_moe, "MoE blocks"),
     "shared_experts": (lambda m: bool(m.is_moe and m.shared_expert_ffn), "a shared expert (shared_expert_ffn)"),
     "mlp": (lambda m: m.num_dense_layers > 0, "dense MLP blocks"),
+    # torchtitan's per-op policy is costed from the matmul order of a dense MHA/GQA block (activations.py)
+    "op_sac": (lambda m: not m.is_moe and not m.is_mla, "dense MHA/GQA blocks without MoE or MLA"),
 }
 
 

@@ -10,9 +10,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 Recompute = Literal["none", "selective", "full"]
 # Megatron-Core --recompute-modules (with --recompute-granularity selective): the parts of a block whose
 # activations are dropped after the forward and recomputed before the backward.
-RecomputeModule = Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act", "moe", "shared_experts"]
+# "op_sac" is torchtitan's per-op selective checkpointing policy (activation_checkpoint.mode="selective",
+# selective_ac_option="op"; trainsim/cost_models/activations.py): frameworks torch / pytorch-fsdp, alone.
+RecomputeModule = Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act", "moe", "shared_experts",
+                          "op_sac"]
 RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act", "moe",
-                                      "shared_experts")
+                                      "shared_experts", "op_sac")
+OP_SAC_FRAMEWORKS = ("torch", "pytorch-fsdp")
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb", "dualpipev"]
 TrainDtype = Literal["bf16", "fp16", "fp8", "fp32"]
 # Dtype of the gradients a rank accumulates and reduces (Megatron's main-grad buffer, FSDP's reduce dtype).
@@ -157,10 +161,21 @@ class TrainingSpec(BaseModel):
                 raise ValueError("recompute_modules is empty: use recompute=none")
             if len(set(self.recompute_modules)) != len(self.recompute_modules):
                 raise ValueError("recompute_modules lists a module twice")
+            if "op_sac" in self.recompute_modules:
+                self._check_op_sac()
         if self.offload_params and self.zero != 3:
             raise ValueError("offload_params needs zero=3 (parameters must be sharded to be offloaded)")
         self._check_conflicts()
         return self
+
+    def _check_op_sac(self) -> None:
+        """torchtitan's per-op policy is a whole-block policy of torch's checkpoint API, not a Megatron module."""
+        if len(self.recompute_modules or ()) > 1:
+            raise ValueError("recompute_modules: op_sac (torchtitan's per-op policy) replaces the module list; "
+                             "list it alone")
+        if self.framework not in OP_SAC_FRAMEWORKS:
+            raise ValueError(f"recompute_modules: op_sac is torchtitan's per-op policy (torch.utils.checkpoint); "
+                             f"framework {self.framework} has no such policy: use framework torch or pytorch-fsdp")
 
     def _check_conflicts(self) -> None:
         """Settings that contradict each other or that the framework does not have: refused, never overridden."""

@@ -44,6 +44,9 @@ MEMORY_METRICS = ("allocated peak", "active peak", "reserved peak", "nvidia-smi"
 PREDICTED_FIELD = {"allocated peak": "peak_allocated_bytes", "active peak": "peak_allocated_bytes",
                    "reserved peak": "peak_reserved_bytes",
                    "nvidia-smi": "peak_device_bytes", "not stated": "peak_bytes"}
+# torchtitan's selective AC with selective_ac_option="op" (its per-op policy; the only SAC torchtitan had in early
+# 2024, enable_selective_ac): trainsim's recompute_modules op_sac (trainsim/cost_models/activations.py).
+TORCHTITAN_OP_SAC = re.compile(r"per-op SAC|torchtitan SAC", re.IGNORECASE)
 OFFLOAD = {"none": (False, False), "optimizer": (True, False), "optimizer+params": (True, True)}
 CATEGORY = {"torch": "torch FSDP2", "pytorch-fsdp": "torch FSDP1", "megatron": "Megatron",
             "megatron-2021": "Megatron", "megatron-2022": "Megatron", "deepspeed": "DeepSpeed",
@@ -173,6 +176,8 @@ def scenario_mapping(r: dict) -> dict:
                 "offload_optimizer": off_opt, "offload_params": off_params}
     if dist_opt:
         training["distributed_optimizer"] = True
+    if training["recompute"] == "selective" and TORCHTITAN_OP_SAC.search(r.get("recompute") or ""):
+        training["recompute_modules"] = ["op_sac"]
     grad_bytes = common_runs.whole(r, "grad_bytes")
     if grad_bytes is not None:
         training["grad_dtype_bytes"] = grad_bytes
