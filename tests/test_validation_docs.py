@@ -1,5 +1,5 @@
 """docs/validation.md stays a short reference whose tables can be regenerated
-(benchmarks/regen_validation_docs.py): every dataset has a marker, the file stays <= 420 lines, and docs/
+(benchmarks/regen_validation_docs.py): every dataset has a marker, the file stays <= 430 lines, and docs/
 carries no history ("this round")."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "validation.md"
-MAX_LINES = 420
+MAX_LINES = 430
 HISTORY_PHRASES = ("this round", "round)", "first round", "second round", "third round", "fourth round",
                    "fifth round", "last round", "next round", "previous round", "earlier round",
                    "later round", "previously", "we tried", "before this change", "at that commit",
@@ -74,14 +74,16 @@ def test_big_datasets_print_summary_only():
 
 
 def _history_hits(text: str) -> list[str]:
+    """The history phrases in ``text``, each matched as whole words ("background)" is not "round)")."""
     low = text.lower()
-    return [p for p in HISTORY_PHRASES if p in low]
+    return [p for p in HISTORY_PHRASES if re.search(r"(?<![a-z])" + re.escape(p), low)]
 
 
 def test_history_phrase_check_catches_a_diary_line():
     hits = _history_hits("Added this round; MAPE 9 -> 8 (fifth Round)")
     assert hits == ["this round", "round)", "fifth round"]
     assert _history_hits("A flat 4.5 % slowdown fits as well as the slowest-GPU term.") == []
+    assert _history_hits("this job gets 1 - f of each link (inelastic background)") == []
 
 
 def test_docs_carry_no_history():
