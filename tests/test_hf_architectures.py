@@ -351,17 +351,13 @@ def test_predict_json_carries_the_models_parameter_counts(tmp_path, capsys):
 
 # --- the memory model holds what ModelSpec counts -------------------------------------------------------------------
 
-_MEMORY_PENDING = ("cost_models/memory.py counts 2 norms per block without QK-norm and a "
-                   "V x hidden embedding: it should read ModelSpec.block_norm_params(), the qk_norm term of "
-                   "attention_params(), input_embedding_params() and output_layer_params()")
-
 
 @pytest.mark.parametrize("cfg", [
     LLAMA31_8B, QWEN25_7B, PHI3_MINI, _file("mixtral-8x7b"), _file("gpt2"),
-    pytest.param(GEMMA2_9B, marks=pytest.mark.xfail(strict=True, reason=_MEMORY_PENDING)),
-    pytest.param(QWEN3_8B, marks=pytest.mark.xfail(strict=True, reason=_MEMORY_PENDING)),
-    pytest.param(FALCON_7B, marks=pytest.mark.xfail(strict=True, reason=_MEMORY_PENDING)),
-    pytest.param(OPT_350M, marks=pytest.mark.xfail(strict=True, reason=_MEMORY_PENDING)),
+    GEMMA2_9B,
+    QWEN3_8B,
+    FALCON_7B,
+    OPT_350M,
 ], ids=["llama3.1-8b", "qwen2.5-7b", "phi3-mini", "mixtral", "gpt2", "gemma2-9b", "qwen3-8b", "falcon-7b", "opt-350m"])
 def test_one_rank_without_parallelism_holds_every_parameter(cfg):
     from trainsim.cost_models.memory import rank_param_shards

@@ -130,7 +130,8 @@ def _layer_params_rank(model, tp: int, ep: int, etp: int | None = None) -> tuple
         q, kv = model.num_heads * model.dhead, model.kv_heads * model.dhead
         qkv_bias = model.bias if model.qkv_bias is None else model.qkv_bias  # Qwen2: biases on q, k, v only
         attn = (h * q + 2 * h * kv + q * h) / tp + ((q + 2 * kv) / tp if qkv_bias else 0) + (h if model.bias else 0)
-    norms = 2 * model.norm_params()
+        attn += 2 * model.dhead if model.qk_norm else 0  # QK-norm weights, replicated over TP
+    norms = model.block_norm_params()  # block_norms per block (Gemma 2/3: 4, Falcon-7B: 1)
 
     def mlp(f: int, split: int = tp) -> float:
         n_in = 2 if model.gated_mlp else 1
@@ -146,18 +147,19 @@ def _layer_params_rank(model, tp: int, ep: int, etp: int | None = None) -> tuple
 def _stage_extra_params(model, tp: int, pp: int, stage: int, loss_stage: int | None = None) -> float:
     """Embedding / positions (first stage), final norm and output layer (``loss_stage``, default the last
     stage; stage 0 for DualPipeV's V, where both ends share rank 0 but keep separate copies) on one rank."""
-    h, V = model.hidden, model.vocab_size
+    h, V, e = model.hidden, model.vocab_size, model.embed_dim  # e: OPT's word_embed_proj_dim, else h
+    proj = e * h if model.embed_proj_dim else 0  # OPT's project_in / project_out, replicated
     extra = 0.0
     if stage == 0:
-        extra += V * h / tp
+        extra += V * e / tp + proj
         if model.position_embedding == "learned":
             extra += model.max_seq_len * h
     if stage == (pp - 1 if loss_stage is None else loss_stage):
-        extra += model.norm_params()
+        extra += model.norm_params() + proj
         if not model.tie_embeddings or pp > 1:
-            extra += V * h / tp
+            extra += V * e / tp
         if model.mtp_layers and stage != 0:  # MTP embeds the shifted tokens with a copy of the word embedding
-            extra += V * h / tp
+            extra += V * e / tp
     return extra
 
 
