@@ -169,6 +169,12 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
                         "--overlap-moe-expert-parallel-comm; pp 1 or vpp > 1)")
     p.add_argument("--tp-comm-overlap", action="store_true", default=None,
                    help="Transformer Engine userbuffers: sequence-parallel collectives overlap their GEMMs")
+    p.add_argument("--moe-imbalance", type=float, metavar="FACTOR",
+                   help="MoE routing: most loaded EP rank's tokens over the mean (1 = even; at most ep)")
+    p.add_argument("--moe-load-cv", type=float, metavar="CV",
+                   help="dropless MoE routing: coefficient of variation of tokens per EP rank (0..1; default 0)")
+    p.add_argument("--moe-capacity-factor", type=float, metavar="C",
+                   help="token-dropping MoE routing: expert capacity factor, caps the imbalance at C")
     p.add_argument("--calibration", help="calibration profile JSON (from `trainsim calibrate`)")
 
 
@@ -188,6 +194,7 @@ OVERRIDE_FLAGS = {
     "distributed_optimizer": "distributed_optimizer", "schedule": "schedule", "dtype": "dtype",
     "framework": "framework", "offload_optimizer": "offload_optimizer", "offload_params": "offload_params",
     "tp_comm_overlap": "tp_comm_overlap", "ep_comm_overlap": "ep_comm_overlap", "offload_activation_layers": "offload_activation_layers",
+    "moe_imbalance": "moe_imbalance", "moe_load_cv": "moe_load_cv", "moe_capacity_factor": "moe_capacity_factor",
     "grad_dtype": "grad_dtype", "master_weights": "master_weights", "background_load": "background_load",
 }
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from trainsim.specs.memo import IdentityMemo
 
 from .framework import behaviour
+from .moe_balance import scenario_moe_load_factor
 
 # Bytes per activation element for each training dtype. fp8 training (Transformer Engine) keeps
 # activations in bf16 and casts GEMM operands to fp8 on the fly, so activations stay 2 bytes -- except the
@@ -67,6 +68,7 @@ class LayerShape:
     attn_softcap: bool = False   # attention logits soft-capped (Gemma 2)
     final_softcap: bool = False  # output logits soft-capped (Gemma 2)
     proj: int = 0             # word-embedding width projected to/from h (OPT word_embed_proj_dim; 0: none)
+    moe_load: float = 1.0     # most loaded EP rank's tokens over the mean (moe_balance.py; 1 = even routing)
 
     @property
     def e(self) -> int:
@@ -84,9 +86,11 @@ class LayerShape:
 
     @property
     def routed_tokens(self) -> int:
-        """Expert token-copies one rank computes per micro-batch: its TP group's T tokens x top_k are spread over
-        the tp/etp ranks of the folded expert group (balanced routing); T·k with etp = tp."""
-        return self.tokens * self.top_k * self.xtp // self.tp
+        """Expert token-copies the most loaded rank computes per micro-batch: its TP group's T tokens x top_k
+        are spread over the tp/etp ranks of the folded expert group (T·k with etp = tp), times ``moe_load``
+        (routing imbalance, moe_balance.py; exactly the balanced count at 1)."""
+        mean = self.tokens * self.top_k * self.xtp // self.tp
+        return mean if self.moe_load == 1.0 else round(mean * self.moe_load)
 
     @property
     def mla(self) -> bool:
@@ -131,7 +135,7 @@ class LayerShape:
 
     def unsharded(self) -> LayerShape:
         """The same block with no TP/CP/EP/SP: whole-model FLOP counts (model FLOPs) come from this."""
-        return replace(self, tp=1, cp=1, ep=1, etp=0, sp=False)
+        return replace(self, tp=1, cp=1, ep=1, etp=0, sp=False, moe_load=1.0)
 
 
 
@@ -155,7 +159,7 @@ def _layer_shape(scenario) -> LayerShape:
         norms=m.block_norms, qk_norm=m.qk_norm, window=m.sliding_window or 0,
         local_frac=(1.0 - m.num_global_layers / m.num_layers) if m.sliding_window else 0.0,
         attn_softcap=m.attn_softcap is not None, final_softcap=m.final_softcap is not None,
-        proj=m.embed_proj_dim or 0,
+        proj=m.embed_proj_dim or 0, moe_load=scenario_moe_load_factor(scenario),
     )
 
 

@@ -181,7 +181,8 @@ def _ep_exposed(scenario: Scenario, groups: dict, profile) -> tuple[float, float
     lay, tr = scenario.layout, scenario.training
     shp = layer_shape(scenario)
     ep_f_ov = ep_b_ov = 0.0
-    a2a_bytes = shp.e * shp.tokens * shp.top_k * shp.h / (lay.tp if tr.sequence_parallel else 1)
+    # The most loaded rank receives (and returns) moe_load times the mean tokens (cost_models/moe_balance.py).
+    a2a_bytes = shp.e * shp.tokens * shp.top_k * shp.h / (lay.tp if tr.sequence_parallel else 1) * shp.moe_load
     a2a = sum(_coll("all_to_all", a2a_bytes, groups["ep"], scenario, profile))
     ep_f = ep_b = 2 * a2a
     if tr.ep_comm_overlap:

@@ -13,6 +13,7 @@ transient bytes at the moment the engine saw that stage's peak.
 from __future__ import annotations
 
 from trainsim.cost_models import flops as flops_model
+from trainsim.cost_models.shapes import layer_shape
 from trainsim.specs import Scenario
 
 from .costtable import COMM_DIMS, CostTable
@@ -95,4 +96,5 @@ def to_prediction(scenario: Scenario, table: CostTable, res: EngineResult, *, mo
         scenario=scenario.name,
         warnings=warnings,
         background_load=scenario.cluster.scale_out.background_load.model_dump(),
+        moe_imbalance=layer_shape(scenario).moe_load,
     )

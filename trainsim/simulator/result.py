@@ -58,6 +58,8 @@ class Prediction:
     model_params: dict[str, int] = field(default_factory=dict)
     # Other jobs' share of the scale-out fabric the prediction assumed, per tier (cluster.scale_out.background_load).
     background_load: dict[str, float] = field(default_factory=lambda: {"nic": 0.0, "spine": 0.0})
+    # Most loaded EP rank's tokens over the mean the prediction costed (cost_models/moe_balance.py; 1 = even).
+    moe_imbalance: float = 1.0
 
     @property
     def fits(self) -> bool:
@@ -114,6 +116,7 @@ class Prediction:
             "engine": dict(self.engine),
             "calibration": self.calibration,
             "background_load": dict(self.background_load),
+            "moe_imbalance": self.moe_imbalance,
             "breakdown_s": dict(self.breakdown_s),
             "warnings": list(self.warnings),
             **({"extra": self.extra} if self.extra else {}),

@@ -311,6 +311,18 @@ def _check_sequence(m: ModelSpec, layout: Layout, t: TrainingSpec) -> None:
         raise SpecError("training.sequence_parallel", "sequence parallelism needs tp > 1")
 
 
+def _check_moe_balance(m: ModelSpec, layout: Layout, t: TrainingSpec) -> None:
+    """Routing-imbalance settings belong to a MoE model; the most loaded of ep ranks holds at most all tokens."""
+    for name in ("moe_imbalance", "moe_capacity_factor"):
+        if getattr(t, name) is not None and not m.is_moe:
+            raise SpecError(f"training.{name}", f"{m.name} is a dense model (num_experts=1): no expert routing")
+    if t.moe_load_cv and not m.is_moe:
+        raise SpecError("training.moe_load_cv", f"{m.name} is a dense model (num_experts=1): no expert routing")
+    if t.moe_imbalance is not None and t.moe_imbalance > layout.ep:
+        raise SpecError("training.moe_imbalance", f"{t.moe_imbalance} exceeds ep={layout.ep}: the most loaded of "
+                                                  f"{layout.ep} EP ranks holds at most {layout.ep}x the mean")
+
+
 def _check_experts(m: ModelSpec, layout: Layout, t: TrainingSpec, dp: int, etp: int) -> None:
     """Expert parallelism: a MoE model, experts and ranks it divides, its overlap and recompute settings."""
     tp, cp, ep = layout.tp, layout.cp, layout.ep
@@ -318,6 +330,7 @@ def _check_experts(m: ModelSpec, layout: Layout, t: TrainingSpec, dp: int, etp: 
         raise SpecError("layout.ep", f"ep={ep} but {m.name} is a dense model (num_experts=1)")
     if t.ep_comm_overlap and (why := ep_overlap_refusal(m, layout, t)):
         raise SpecError("training.ep_comm_overlap", why)
+    _check_moe_balance(m, layout, t)
     if tp > 1 and m.is_moe and not t.sequence_parallel:
         raise SpecError("training.sequence_parallel", "MoE with tp > 1 needs sequence parallelism (Megatron-Core's "
                                                       "MoELayer refuses to train without it)")

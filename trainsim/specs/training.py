@@ -146,6 +146,19 @@ class TrainingSpec(BaseModel):
         default=False, description="MoE expert-parallel all-to-alls of one micro-batch overlapped with the compute of "
         "another (Megatron-Core --overlap-moe-expert-parallel-comm --delay-wgrad-compute, the combined 1F1B schedule; "
         "DualPipe's overlap): needs ep > 1, and pp = 1 or model chunks (interleaved, dualpipev)")
+    moe_imbalance: float | None = Field(
+        default=None, ge=1.0, allow_inf_nan=False, description="MoE routing imbalance: tokens of the most loaded "
+        "expert-parallel rank over the mean (1 = even routing, at most ep); it scales the experts' GEMM time, the "
+        "all-to-all bytes and the experts' activation memory (cost_models/moe_balance.py). None: from moe_load_cv "
+        "and moe_capacity_factor")
+    moe_load_cv: float = Field(
+        default=0.0, ge=0.0, le=1.0, allow_inf_nan=False, description="dropless MoE routing: coefficient of "
+        "variation of the tokens per EP rank; the most loaded of ep ranks carries 1 + cv * E[max of ep standard "
+        "normals] times the mean. 0 = even routing (the default: set the value measured on the run)")
+    moe_capacity_factor: float | None = Field(
+        default=None, gt=0.0, le=1000.0, allow_inf_nan=False, description="token-dropping MoE routing (Megatron-"
+        "Core --moe-expert-capacity-factor): an expert takes at most this many times its mean tokens, so the "
+        "most loaded rank's factor is capped at it. None = dropless")
     tp_comm_overlap: bool = Field(default=False, description="Transformer Engine userbuffers overlap of the "
                                   "sequence-parallel all-gathers / reduce-scatters with their GEMMs (Megatron-Core "
                                   "--tp-comm-overlap, off by default; on in Megatron-Bridge performance recipes). "
@@ -197,6 +210,9 @@ class TrainingSpec(BaseModel):
         if self.offload_params and self.framework in MEGATRON_FRAMEWORKS:
             raise ValueError("Megatron offloads the optimizer (--optimizer-cpu-offload), not the parameters: use "
                              "offload_optimizer, or framework deepspeed for ZeRO-3 parameter offload")
+        if self.moe_imbalance is not None and self.moe_load_cv:
+            raise ValueError("moe_imbalance (a measured factor) and moe_load_cv (a spread the factor is derived "
+                             "from) both given: set one")
         if self.optimizer_offload_fraction != 1.0 and not self.offload_optimizer:
             raise ValueError("optimizer_offload_fraction needs offload_optimizer=true")
 
