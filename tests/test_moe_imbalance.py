@@ -99,7 +99,8 @@ def test_predict_json_states_the_factor(capsys):
 def test_bad_values_are_refused_with_one_line(flags, field, capsys):
     assert main(["predict", "examples/mixtral-8x7b-h100.yaml", *flags]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and field in err
+    # a flag's own range is checked by argparse (naming the flag), the rest by the spec (naming the field)
+    assert len(err.splitlines()) == 1 and (field in err or f"argument {flags[0]}" in err), err
 
 
 def test_a_dense_model_refuses_routing_settings():

@@ -169,11 +169,11 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
                         "--overlap-moe-expert-parallel-comm; pp 1 or vpp > 1)")
     p.add_argument("--tp-comm-overlap", action="store_true", default=None,
                    help="Transformer Engine userbuffers: sequence-parallel collectives overlap their GEMMs")
-    p.add_argument("--moe-imbalance", type=float, metavar="FACTOR",
+    p.add_argument("--moe-imbalance", type=float_range(1.0, 1_000_000.0), metavar="FACTOR",
                    help="MoE routing: most loaded EP rank's tokens over the mean (1 = even; at most ep)")
-    p.add_argument("--moe-load-cv", type=float, metavar="CV",
+    p.add_argument("--moe-load-cv", type=float_range(0.0, 1.0), metavar="CV",
                    help="dropless MoE routing: coefficient of variation of tokens per EP rank (0..1; default 0)")
-    p.add_argument("--moe-capacity-factor", type=float, metavar="C",
+    p.add_argument("--moe-capacity-factor", type=float_range(0.0, 1_000.0, lo_open=True), metavar="C",
                    help="token-dropping MoE routing: expert capacity factor, caps the imbalance at C")
     p.add_argument("--calibration", help="calibration profile JSON (from `trainsim calibrate`)")
 
