@@ -78,6 +78,9 @@ class Dataset:
     notes: tuple[str, ...]
     cases: tuple[Case, ...]
     higher_is_better: bool = False
+    # The report also prints the step's per-block, per-micro-batch and per-step parts, published beside
+    # predicted (validation.structure), for tables whose rows span a grid of layer counts and micro-batches.
+    structure: bool = False
 
     @property
     def active(self) -> list[Case]:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from trainsim.validation.datasets import Case, CollectiveCase, Dataset, busbw_factor
+from trainsim.validation.structure import render_structure, step_structure
 from trainsim.specs import Scenario, SpecError
 
 
@@ -164,6 +165,7 @@ class ValidationReport:
             **Bias.fields(self.bias),
             "secondary_mape_pct": self.secondary_mape(),
             "by_category": self.by_category(),
+            **({"structure": [g.to_json() for g in step_structure(self)]} if d.structure else {}),
         }
 
 
@@ -339,6 +341,9 @@ def render_text(report: ValidationReport, *, show_skipped: bool = True, width: i
                               f"({v['worst_row']}){cat_bias}")
         for name, v in report.secondary_mape().items():
             console.print(f"  {name} (source basis) MAPE {v:.2f}%")
+        if d.structure:
+            for line in render_structure(step_structure(report)):
+                console.print(line)
     if show_skipped and report.skipped:
         console.print(f"skipped {len(report.skipped)} rows:")
         for r in report.skipped:

@@ -62,7 +62,7 @@ def load_vtrain(path: Path, *, name: str = "vtrain"):
         "regimes: every row is counted under its micro-batch, its TP degree and its layer count.",
     )
     return Dataset(name=name, title="vTrain: Megatron GPT on one 8xA100 node (MICRO 2024)", metric="step_time_s",
-                   unit="s", citation=VTRAIN_CITATION, notes=notes, cases=cases)
+                   unit="s", citation=VTRAIN_CITATION, notes=notes, cases=cases, structure=True)
 
 
 def _vtrain_case(r: dict):

@@ -1,0 +1,67 @@
+"""The step-structure diagnostic (validation.structure): least squares of step = a + b·L + c·m + e·m·L recover
+the terms of a closed form exactly, refuse grids that cannot fix them, and split the vTrain runs into the same
+per-block-and-micro-batch cost their own row differences give."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from external_tables import table_path
+
+from trainsim.validation.datasets import load_dataset
+from trainsim.validation.structure import fit_terms, render_structure, step_structure
+from trainsim.validation.validate import render_text, validate
+from trainsim.validation.vtrain import VTRAIN_FILE
+
+A, B, C, E = 0.004, 0.0015, 0.011, 0.0032  # seconds: fixed, per block and step, per micro-batch, per both
+
+
+def closed_form(layers: int, m: float) -> float:
+    return A + B * layers + C * m + E * m * layers
+
+
+def test_fit_recovers_a_bilinear_closed_form():
+    pts = [(L, m, closed_form(L, m)) for L, m in itertools.product((12, 16, 20, 24), (2, 4, 8, 16))]
+    t = fit_terms(pts)
+    assert (t.fixed_s, t.per_layer_step_s, t.per_microbatch_s, t.per_layer_microbatch_s) == pytest.approx(
+        (A, B, C, E), rel=1e-9)
+    assert t.rms_s == pytest.approx(0.0, abs=1e-12)
+
+
+def test_grids_that_cannot_fix_four_terms_are_refused():
+    one_m = [(L, 2, closed_form(L, 2)) for L in (12, 16, 20, 24, 28, 32)]  # m never varies: c and e mix with a, b
+    assert fit_terms(one_m) is None
+    assert fit_terms([(L, m, closed_form(L, m)) for L, m in itertools.product((12, 24), (2, 4))]) is None  # 4 < 6
+
+
+@pytest.fixture(scope="module")
+def ds():
+    return load_dataset(str(table_path(VTRAIN_FILE)))
+
+
+def test_vtrain_structure_matches_row_differences(ds):
+    """A stand-in predictor that returns the closed form is read back exactly; the published per-block cost of
+    TP 8, micro-batch 1 equals what two rows give directly: vt1_249 (L24) - vt1_185 (L12), both 16
+    micro-batches per step: (1.883691 - 0.961607) s / (12 x 16) = 4.80 ms."""
+
+    class Fixed:
+        def __init__(self, t):
+            self.step_time_s = t
+
+    def predict(s):
+        return Fixed(closed_form(s.model.num_layers, s.training.global_batch / (s.dp * s.training.micro_batch)))
+
+    rep = validate(ds, predict_fn=predict)
+    groups = {(g.tp, g.micro_batch): g for g in step_structure(rep)}
+    assert set(groups) == {(t, m) for t in (1, 2, 4, 8) for m in (1, 2, 4)}  # mb 8 rows hold one m only
+    for g in groups.values():
+        q = g.predicted
+        assert (q.per_layer_microbatch_s, q.per_microbatch_s, q.per_layer_step_s) == pytest.approx((E, C, B))
+    tp8 = groups[(8, 1)]
+    assert tp8.rows == 16
+    assert tp8.published.per_layer_microbatch_s == pytest.approx((1.883691 - 0.961607) / (12 * 16), rel=0.01)
+    lines = render_structure(list(groups.values()))
+    assert any(line.startswith("  TP 8, micro-batch 1 (16 rows): e 4.79 | 3.20, c ") for line in lines)
+    assert "structure (pp = 1 rows" in render_text(rep)
+    assert len(rep.to_json()["structure"]) == 12
