@@ -45,7 +45,7 @@ CLI_MODULES = ("trainsim.cli.main", "trainsim.cli")  # the first one that exists
 MARKER = re.compile(r"^<!--\s*validate:\s*(?P<args>.*?)\s*(?:\|\s*(?P<filter>[\w-]+)\s*)?-->\s*$")
 FENCE = re.compile(r"^(`{3,}|~{3,})")
 SUMMARY_LINE = re.compile(r"^[^\s│┃┏┡└┌├].*: (\d+ rows, MAPE|no rows compared)")
-SECTION_END = re.compile(r"^(assumptions:|skipped \d+ rows:|source: )")
+SECTION_END = re.compile(r"^(assumptions:|skipped \d+ rows:|source: |structure \()")
 UNAVAILABLE = re.compile(r"TRAINSIM_VALIDATION_DIR|not found|No such file|does not exist", re.IGNORECASE)
 
 
