@@ -14,9 +14,19 @@ and vTrain's own profiling model is built in fp16 (``src/predictor.py``: ``torch
 so the rows are fp16. What the files do not state is chosen once for every row: the GPT-2 vocabulary (50,257,
 padded by Megatron to a multiple of 128 x TP), the cluster preset ``dgx-a100`` (A100-SXM4, NVSwitch; the
 repository's measured 8-GPU all-reduce table, ``trace/a100/AR_GPU8_1M_1024M_LUT``, peaks at ~220 GB/s bus
-bandwidth, an NVSwitch node's), the framework ``megatron-2022`` (trainsim has no Megatron-DeepSpeed entry; the
-Megatron-LM of that time is its base: gradient all-reduce after the backward pass, fused gradient accumulation,
-blocking pipeline sends), no FlashAttention (Megatron's fused softmax) and dropout 0.1 (Megatron GPT defaults).
+bandwidth, an NVSwitch node's), no FlashAttention (Megatron's fused softmax) and dropout 0.1 (Megatron GPT
+defaults).
+
+Framework ``megatron-2021``, the behaviours Megatron-DeepSpeed's own layer code has (trainsim has no entry of that
+name). Its ``megatron/mpu/layers.py`` builds ``ColumnParallelLinear.forward`` from
+``copy_to_tensor_model_parallel_region`` and ``F.linear``: the input-gradient all-reduce runs inside the copy's
+backward, waited for on the compute stream (no overlap with the weight-gradient GEMM), and ``F.linear``'s autograd
+writes ``param.grad``, which autograd's AccumulateGrad adds into from the second micro-batch on (no fused
+``main_grad`` accumulation); its ``megatron/arguments.py`` of that time has neither
+``--async-tensor-model-parallel-allreduce`` nor gradient-accumulation fusion, and the later one switches the
+asynchronous all-reduce off whenever DeepSpeed runs (``if args.deepspeed:
+args.async_tensor_model_parallel_allreduce = False``). Gradients are all-reduced after the backward pass and
+pipeline sends block, as in ``megatron-2021``.
 
 Each case carries its regimes (micro-batch, TP, layers) so the report prints the error per regime: the
 work per kernel falls with the micro-batch and rises with 1/TP, which separates per-kernel fixed costs from
@@ -35,6 +45,7 @@ VTRAIN_COLUMNS = frozenset({"row_id", "num_gpus", "global_batch", "micro_batch",
                             "seq_len", "tp", "dp", "pp", "step_time_s"})
 VTRAIN_FILE = "vtrain_a100_single_node.csv"
 VTRAIN_VOCAB = 50257  # GPT-2 BPE tokenizer (Megatron --vocab-file gpt2-vocab.json)
+VTRAIN_FRAMEWORK = "megatron-2021"  # Megatron-DeepSpeed's layers: synchronous TP all-reduce, param.grad (module doc)
 VTRAIN_CITATION = ('Bang et al., "vTrain: A Simulation Framework for Evaluating Cost-effective and Compute-optimal '
                    'Large Language Model Training", MICRO 2024 (arXiv:2312.12391); measured iterations from '
                    'VIA-Research/vTrain data/ground_truth_single.csv, run settings from '
@@ -57,8 +68,9 @@ def load_vtrain(path: Path, *, name: str = "vtrain"):
         ("stated by the source's run configs: GPT blocks, sequence 1024, full activation checkpointing, 1F1B, "
          "no gradient bucketing, 8 GPUs per node."),
         ("measured with Megatron-DeepSpeed (source data/README.md) in fp16 (vTrain's profiling model is built in "
-         "fp16); chosen for every row (not stated): vocab 50,257 (GPT-2 tokenizer), cluster preset dgx-a100, "
-         "framework megatron-2022 (the Megatron-LM that fork is based on), no FlashAttention, dropout 0.1."),
+         "fp16); framework megatron-2021, the behaviours of that fork's layer code (TP input-gradient all-reduce "
+         "waited for on the compute stream, gradients accumulated in param.grad); chosen for every row (not "
+         "stated): vocab 50,257 (GPT-2 tokenizer), cluster preset dgx-a100, no FlashAttention, dropout 0.1."),
         "regimes: every row is counted under its micro-batch, its TP degree and its layer count.",
     )
     return Dataset(name=name, title="vTrain: Megatron GPT on one 8xA100 node (MICRO 2024)", metric="step_time_s",
@@ -83,7 +95,7 @@ def _vtrain_case(r: dict):
         "layout": {"tp": tp, "pp": pp},
         "training": {"seq_len": seq, "global_batch": gbs, "micro_batch": mbs, "dtype": "fp16",
                      "recompute": "full", "sequence_parallel": False, "zero": 0, "schedule": "1f1b",
-                     "flash_attention": False, "dropout": True, "framework": "megatron-2022"},
+                     "flash_attention": False, "dropout": True, "framework": VTRAIN_FRAMEWORK},
     }
     scenario, why = _scenario(raw, rid)
     regimes = (f"micro-batch {mbs}", f"TP {tp}", f"layers {layers}")
