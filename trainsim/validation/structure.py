@@ -15,7 +15,9 @@ A table that varies ``L`` and ``m`` over a grid (the vTrain single-node runs: L 
 terms by least squares, for the published steps and for trainsim's predictions alike. Setting one beside the
 other says which part of the step a model misses: a gap in ``e`` is per block and micro-batch (kernels, TP
 collectives, host issue), a gap in ``c`` is the output layer and loss, a gap in ``b`` the per-step update. It is
-a diagnostic of the error's structure, never an input to the model.
+a diagnostic of the error's structure, never an input to the model. The fit's rms residual says how exactly the
+published steps follow the bilinear form: runs timed end to end scatter by run-to-run noise, steps composed from
+per-layer measurements do not.
 """
 
 from __future__ import annotations
@@ -107,11 +109,12 @@ def render_structure(groups: list[GroupStructure]) -> list[str]:
         return []
     lines = ["structure (pp = 1 rows; least squares of step = a + b·L + c·m + e·m·L per TP, micro-batch and DP;",
              "  ms published | predicted): e per block and micro-batch, c per micro-batch outside the blocks,",
-             "  b per block and step"]
+             "  b per block and step; the rms residual of each fit in microseconds"]
     for g in groups:
         p, q = g.published, g.predicted
         lines.append(f"  TP {g.tp}, micro-batch {g.micro_batch} ({g.rows} rows): "
                      f"e {p.per_layer_microbatch_s * 1e3:.2f} | {q.per_layer_microbatch_s * 1e3:.2f}, "
                      f"c {p.per_microbatch_s * 1e3:.2f} | {q.per_microbatch_s * 1e3:.2f}, "
-                     f"b {p.per_layer_step_s * 1e3:.2f} | {q.per_layer_step_s * 1e3:.2f}")
+                     f"b {p.per_layer_step_s * 1e3:.2f} | {q.per_layer_step_s * 1e3:.2f}; "
+                     f"fit rms {p.rms_s * 1e6:.1f} | {q.rms_s * 1e6:.1f} us")
     return lines
