@@ -20,7 +20,7 @@ from trainsim.specs.training import Schedule, zero_conflict
 
 from trainsim.specs.loaders import with_background_load
 
-from .common import add_background_arg, add_precision_args, float_range, int_range, nonneg_float, positive_int, warn_beyond_published
+from .common import add_background_arg, add_data_parallel_args, add_precision_args, float_range, int_range, nonneg_float, positive_int, warn_beyond_published
 
 # Tokens to train on: 10^16 is 640x Llama 3's 15.6T (arXiv:2407.21783), past any data set that exists.
 MAX_TOKENS = 1e16
@@ -100,6 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dask-scheduler", metavar="ADDRESS", help="run the sweep on a dask.distributed cluster")
     p.add_argument("--calibration", help="calibration profile JSON (from `trainsim calibrate`)")
     add_precision_args(p)
+    add_data_parallel_args(p, layout=False)
     add_background_arg(p)
     g = p.add_argument_group("constraints (pin a dimension of the search)")
     for dim in ("tp", "pp", "cp", "ep", "vpp"):
@@ -109,6 +110,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--micro-batch", type=positive_int, help="search only this micro-batch (sequences)")
     g.add_argument("--recompute", choices=("none", "selective", "full"), help="search only this recompute level")
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="search only this ZeRO stage")
+    g.add_argument("--dp-shard", type=int_range(1, 10_000_000), metavar="S",
+                   help="search only HSDP shard groups of S ranks (1..dp, dividing dp; zero 3 with framework "
+                        "pytorch-fsdp/torch); by default those frameworks' ZeRO-3 layouts try full sharding and "
+                        "every power of two from 2 below dp")
     g.add_argument("--schedule", choices=get_args(Schedule), help="search only this pipeline schedule")
     g.add_argument("--max-tp", type=positive_int, help="largest TP searched (default: GPUs per node)")
     g.add_argument("--max-micro-batch", type=positive_int, default=16, help="largest micro-batch searched (default 16)")
@@ -135,7 +140,8 @@ def request_from_args(args: argparse.Namespace):
     training = raw.get("training") or {}
     if not isinstance(training, dict):
         raise SpecError("training", "must be a mapping")
-    precision = {k: getattr(args, k, None) for k in ("grad_dtype", "master_weights")}
+    precision = {k: getattr(args, k, None) for k in ("grad_dtype", "master_weights", "dp_bucket_mb",
+                                                     "overlap_grad_reduce")}
     training = {**training, **{k: v for k, v in precision.items() if v is not None}}
     model_in = args.model or raw.get("model")
     cluster_in = args.cluster or raw.get("cluster")
@@ -161,7 +167,7 @@ def request_from_args(args: argparse.Namespace):
         if isinstance(val, bool) or not isinstance(val, int) or val <= 0:
             raise SpecError(name, f"must be a positive integer, got {val!r}")
     fixed: dict[str, Any] = {}
-    for dim in ("tp", "pp", "cp", "ep", "vpp", "etp", "micro_batch", "recompute", "zero", "schedule"):
+    for dim in ("tp", "pp", "cp", "ep", "vpp", "etp", "micro_batch", "recompute", "zero", "schedule", "dp_shard"):
         v = getattr(args, dim, None)
         if v is not None:
             fixed[dim] = v
@@ -188,6 +194,8 @@ def request_from_args(args: argparse.Namespace):
     if layout.get("placement") is not None:
         placement = load_layout({"placement": layout["placement"]}).placement
     etp = load_layout({"etp": layout["etp"]}).etp if layout.get("etp") is not None else None
+    if layout.get("dp_shard") is not None and "dp_shard" not in fixed:  # the file's HSDP shard group, as --dp-shard
+        fixed["dp_shard"] = load_layout({"dp_shard": layout["dp_shard"]}).dp_shard
     if etp is not None and not model.is_moe:
         raise SpecError("layout.etp", f"etp={etp} but {model.name} is a dense model (num_experts=1)")
     if "etp" in fixed and not model.is_moe:
