@@ -17,7 +17,7 @@ from trainsim.simulator.builder import build_cost_table
 from trainsim.simulator.costtable import ChunkCost, CostTable, StageCost, Transfer
 from trainsim.simulator.engine import simulate
 from trainsim.simulator.predict import predict
-from trainsim.simulator.search_space import SearchLimits, enumerate_candidates
+from trainsim.simulator.search_space import SearchLimits, enumerate_candidates, valid_scenarios
 from trainsim.specs import SpecError, build_scenario, load_cluster, load_model
 from trainsim.topologies.placement import place
 
@@ -177,3 +177,12 @@ def test_plan_searches_shard_groups(tmp_path, capsys):
                  "--micro-batch", "1", "--dp-shard", "8", "--csv"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert rows and {r["dp_shard"] for r in rows} == {"8"}  # dp 16 shard 8, and dp 8 x cp 2 fully sharded
+
+
+def test_every_enumerated_shard_group_resolves():
+    """The planner enumerates only HSDP layouts the specs accept (nothing enumerated that resolve rejects)."""
+    lim = SearchLimits(max_micro_batch=2, fixed={"zero": 3}, training_extra={"framework": "torch"})
+    model, cluster = load_model("tiny-gpt"), load_cluster("dgx-h100", 16)
+    got = {c.key() for c in enumerate_candidates(model, cluster, 16, 32, 256, lim)}
+    valid = {c.key() for c, _ in valid_scenarios(model, cluster, 16, 32, 256, lim)}
+    assert got == valid and any(k[-1] < k[3] for k in got)  # some shard group below dp

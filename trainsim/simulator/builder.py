@@ -40,7 +40,14 @@ What goes where (choices documented here, once):
   forward and backward, prefetched one op ahead. Each collective the framework issues pays its own
   latency: one ZeRO-3 gather per block (FSDP) or per weight tensor (DeepSpeed), one reduce-scatter per
   block (FSDP) or per reduce bucket (DeepSpeed), see cost_models/framework.py. Offload adds its PCIe traffic (cost_models.memory) to the
-  optimizer step, exposed.
+  optimizer step, exposed. ``TrainingSpec.dp_bucket_mb`` and ``overlap_grad_reduce`` replace the framework's
+  bucket size and overlap (_bucket_settings). At most MAX_BUCKETS_PER_CHUNK transfers per chunk are simulated,
+  so with more calls than that the exposed last transfer carries calls/4 buckets' bytes and latency.
+* HSDP (``Layout.dp_shard`` = S < dp, torch FSDP2 on a (replicate, shard) mesh): the ZeRO-3 gathers and each
+  block's reduce-scatter run over the shard group (the S innermost DP ranks, torchtitan's dp_shard placement),
+  and each reduce-scattered shard (1/S of the block's gradient bytes) is then all-reduced over the dp/S replicas
+  on a stream of its own (FSDP2's all_reduce_stream, torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py),
+  every micro-batch as FSDP2 does by default (set_requires_all_reduce(False) deferring it is not modelled).
 * Links: a transfer occupies its GPU's NIC (tx/rx) when its group spans nodes, else its NVLink port, so
   pipeline messages and gradient buckets of a stage share bandwidth in the engine.
 * Slowest GPU: every GPU compute time -- block ops, embedding, head, MTP, the accumulation/copy passes and
