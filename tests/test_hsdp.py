@@ -200,3 +200,17 @@ def test_hsdp_keeps_gathers_off_a_congested_fabric():
     assert ph.breakdown_s["exposed_dp"] < pf.breakdown_s["exposed_dp"]
     assert ph.step_time_s < pf.step_time_s
     assert ph.peak_bytes > pf.peak_bytes
+
+
+@pytest.mark.parametrize("extra,msg", [
+    ([], "layout.dp_shard: HSDP is torch FSDP's hybrid sharding"),
+    (["--zero", "2"], "layout.dp_shard: HSDP shards the model states like ZeRO-3"),
+])
+def test_plan_refuses_a_shard_pin_hsdp_cannot_take(tmp_path, capsys, extra, msg):
+    f = tmp_path / "s.yaml"
+    fw = "megatron" if not extra else "pytorch-fsdp"
+    f.write_text(f"model: llama3-8b\ncluster: dgx-h100\ngpus: 16\ntraining: {{seq_len: 4096, global_batch: 64, "
+                 f"framework: {fw}}}\n")
+    assert main(["plan", str(f), "--dp-shard", "8", *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and msg in err

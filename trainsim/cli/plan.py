@@ -132,6 +132,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _pin_dp_shard(fixed: dict[str, Any], extra: dict[str, Any], layout: dict[str, Any]) -> None:
+    """The scenario file's HSDP shard group pins the search as --dp-shard does; a pinned shard group needs what
+    HSDP needs (specs.data_parallel): ZeRO-3 (then pinned) with an FSDP framework."""
+    from trainsim.specs.data_parallel import FSDP_FRAMEWORKS
+    if layout.get("dp_shard") is not None and "dp_shard" not in fixed:
+        fixed["dp_shard"] = load_layout({"dp_shard": layout["dp_shard"]}).dp_shard
+    if fixed.get("dp_shard") is None:
+        return
+    fw = extra.get("framework", "megatron")
+    if fw not in FSDP_FRAMEWORKS:
+        raise SpecError("layout.dp_shard", f"HSDP is torch FSDP's hybrid sharding: use framework pytorch-fsdp or "
+                        f"torch, not {fw}")
+    if fixed.setdefault("zero", 3) != 3:
+        raise SpecError("layout.dp_shard", f"HSDP shards the model states like ZeRO-3: needs zero 3, got "
+                        f"{fixed['zero']}")
+
+
 def request_from_args(args: argparse.Namespace):
     """A PlanRequest from the flags (and the scenario file, if given)."""
     from trainsim.simulator.planner import PlanRequest
@@ -194,12 +211,11 @@ def request_from_args(args: argparse.Namespace):
     if layout.get("placement") is not None:
         placement = load_layout({"placement": layout["placement"]}).placement
     etp = load_layout({"etp": layout["etp"]}).etp if layout.get("etp") is not None else None
-    if layout.get("dp_shard") is not None and "dp_shard" not in fixed:  # the file's HSDP shard group, as --dp-shard
-        fixed["dp_shard"] = load_layout({"dp_shard": layout["dp_shard"]}).dp_shard
     if etp is not None and not model.is_moe:
         raise SpecError("layout.etp", f"etp={etp} but {model.name} is a dense model (num_experts=1)")
     if "etp" in fixed and not model.is_moe:
         raise SpecError("etp", f"--etp {fixed['etp']} but {model.name} is a dense model (num_experts=1)")
+    _pin_dp_shard(fixed, extra, layout)
     limits = SearchLimits(max_tp=args.max_tp, max_micro_batch=args.max_micro_batch, dtype=dtype, fixed=fixed,
                           training_extra=extra, placement=placement, etp=etp)
     if args.storage_write_gbps <= 0:
