@@ -133,3 +133,15 @@ def test_flags_reach_predict_json(capsys):
     assert main(argv) == 0
     dp = json.loads(capsys.readouterr().out)["data_parallel"]
     assert dp["grad_bucket_mib"] == 25.0 and dp["overlap_grad_reduce"] is False and dp["dp_shard"] == 32
+
+
+@pytest.mark.parametrize("calls", [1, 2, 3])
+def test_overlapped_reduction_exposes_the_last_bucket(calls):
+    """With overlap on, buckets ready during the backward are reduced behind it; only the last one (a 1/calls
+    share of the gradients, its own latency included) is exposed after the backward pass."""
+    grad = memory.rank_param_shards(scenario(), 0).held * 4  # fp32 main grads
+    scn = scenario(dp_bucket_mb=grad / (calls - 0.5) / MiB if calls > 1 else grad / MiB)
+    chunk = build_cost_table(scn).stages[0].chunks[0]
+    assert len(chunk.grad_buckets) == calls
+    tail = simulate(build_cost_table(scn)).stages[0].dp_tail_s
+    assert tail == pytest.approx(chunk.grad_buckets[-1].time_s, rel=1e-6)
