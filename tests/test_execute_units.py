@@ -180,13 +180,14 @@ def test_executor_refuses_block_features_it_does_not_build(model, field):
     assert ei.value.field == field
 
 
-def test_hsdp_step_time_prediction_says_what_it_models():
+def test_hsdp_prediction_uses_the_shard_group():
+    """An HSDP run (--hsdp R) is predicted as the layout it runs: shard groups of dp/R ranks, R replicas."""
     from trainsim.kernels.exec_config import make_job
-    from trainsim.reports.execution import prediction_notes
+    from trainsim.kernels.executor import prediction_scenario
     from trainsim.specs import build_scenario
 
     s = build_scenario({"model": "tiny-gpt", "cluster": "cpu-host", "gpus": 4,
                         "training": {"seq_len": 64, "global_batch": 4, "dtype": "fp32", "zero": 3}})
-    assert prediction_notes(make_job(s, device="cpu")) == []
-    (note,) = prediction_notes(make_job(s, device="cpu", hsdp=2))
-    assert "HSDP" in note and "dp=4" in note and "2-rank shard groups" in note
+    assert prediction_scenario(make_job(s, device="cpu")).dp_shard == 4
+    scn = prediction_scenario(make_job(s, device="cpu", hsdp=2))
+    assert scn.dp == 4 and scn.dp_shard == 2 and scn.dp_replicas == 2

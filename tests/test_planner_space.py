@@ -47,7 +47,8 @@ def brute_force(model, cluster, gpus, gb, seq, lim: SearchLimits):
                                          schedule=sched, sequence_parallel=tp > 1))
                 except SpecError:
                     continue
-                out.add((gpus, tp, pp, dp, cp, ep, vpp, mb, rc, zero, sched, tp > 1, etp))
+                # the key ends with the shard-group size: dp (full sharding; Megatron has no HSDP)
+                out.add((gpus, tp, pp, dp, cp, ep, vpp, mb, rc, zero, sched, tp > 1, etp, dp))
     return out
 
 

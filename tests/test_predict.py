@@ -50,8 +50,8 @@ def test_json_keys_and_types(capsys):
         assert set(stage) >= {"weights", "grads", "optimizer", "activations", "other"}
         assert all(isinstance(v, float) and v >= 0 for v in stage.values())
     assert isinstance(j["fits"], bool)
-    assert j["layout"] == {"tp": 2, "pp": 2, "dp": 4, "cp": 1, "ep": 1, "etp": 2, "vpp": 1, "micro_batch": 1,
-                           "num_microbatches": 8}
+    assert j["layout"] == {"tp": 2, "pp": 2, "dp": 4, "cp": 1, "ep": 1, "etp": 2, "vpp": 1, "dp_shard": 4,
+                           "micro_batch": 1, "num_microbatches": 8}
     assert isinstance(j["engine"]["events"], int) and j["engine"]["events"] > 0
     assert isinstance(j["engine"]["wall_s"], float)
     assert j["calibration"] == "defaults"

@@ -169,6 +169,7 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
                         "--overlap-moe-expert-parallel-comm; pp 1 or vpp > 1)")
     p.add_argument("--tp-comm-overlap", action="store_true", default=None,
                    help="Transformer Engine userbuffers: sequence-parallel collectives overlap their GEMMs")
+    add_data_parallel_args(p)
     p.add_argument("--moe-imbalance", type=float_range(1.0, 1_000_000.0), metavar="FACTOR",
                    help="MoE routing: most loaded EP rank's tokens over the mean (1 = even; at most ep)")
     p.add_argument("--moe-load-cv", type=float_range(0.0, 1.0), metavar="CV",
@@ -176,6 +177,19 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
     p.add_argument("--moe-capacity-factor", type=float_range(0.0, 1_000.0, lo_open=True), metavar="C",
                    help="token-dropping MoE routing: expert capacity factor, caps the imbalance at C")
     p.add_argument("--calibration", help="calibration profile JSON (from `trainsim calibrate`)")
+
+
+def add_data_parallel_args(p: argparse.ArgumentParser, layout: bool = True) -> None:
+    """HSDP shard group, gradient bucket size and reduction overlap (predict, report and plan share them)."""
+    if layout:
+        p.add_argument("--dp-shard", type=int_range(1, 10_000_000), metavar="S",
+                       help="HSDP shard-group size (1..dp, dividing dp; zero 3, framework pytorch-fsdp/torch): "
+                            "states sharded over S ranks, replicated over dp/S groups (default dp = full shard)")
+    p.add_argument("--dp-bucket-mb", type=float_range(0.0, 1_000_000.0, lo_open=True), metavar="MIB",
+                   help="DP gradient bucket in MiB per reduction call (> 0, <= 1e6; default: the framework's, "
+                        "Megatron max(40M, 1M x dp) params; torch DDP uses 25)")
+    p.add_argument("--overlap-grad-reduce", action=argparse.BooleanOptionalAction, default=None,
+                   help="DP gradient reduction overlapped with backward (default: the framework's)")
 
 
 def add_precision_args(p: argparse.ArgumentParser) -> None:
@@ -196,6 +210,7 @@ OVERRIDE_FLAGS = {
     "tp_comm_overlap": "tp_comm_overlap", "ep_comm_overlap": "ep_comm_overlap", "offload_activation_layers": "offload_activation_layers",
     "moe_imbalance": "moe_imbalance", "moe_load_cv": "moe_load_cv", "moe_capacity_factor": "moe_capacity_factor",
     "grad_dtype": "grad_dtype", "master_weights": "master_weights", "background_load": "background_load",
+    "dp_shard": "dp_shard", "dp_bucket_mb": "dp_bucket_mb", "overlap_grad_reduce": "overlap_grad_reduce",
 }
 
 

@@ -20,7 +20,7 @@ from trainsim.specs.training import Schedule, zero_conflict
 
 from trainsim.specs.loaders import with_background_load
 
-from .common import add_background_arg, add_precision_args, float_range, int_range, nonneg_float, positive_int, warn_beyond_published
+from .common import add_background_arg, add_data_parallel_args, add_precision_args, float_range, int_range, nonneg_float, positive_int, warn_beyond_published
 
 # Tokens to train on: 10^16 is 640x Llama 3's 15.6T (arXiv:2407.21783), past any data set that exists.
 MAX_TOKENS = 1e16
@@ -100,6 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dask-scheduler", metavar="ADDRESS", help="run the sweep on a dask.distributed cluster")
     p.add_argument("--calibration", help="calibration profile JSON (from `trainsim calibrate`)")
     add_precision_args(p)
+    add_data_parallel_args(p, layout=False)
     add_background_arg(p)
     g = p.add_argument_group("constraints (pin a dimension of the search)")
     for dim in ("tp", "pp", "cp", "ep", "vpp"):
@@ -109,6 +110,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--micro-batch", type=positive_int, help="search only this micro-batch (sequences)")
     g.add_argument("--recompute", choices=("none", "selective", "full"), help="search only this recompute level")
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="search only this ZeRO stage")
+    g.add_argument("--dp-shard", type=int_range(1, 10_000_000), metavar="S",
+                   help="search only HSDP shard groups of S ranks (1..dp, dividing dp; zero 3 with framework "
+                        "pytorch-fsdp/torch); by default those frameworks' ZeRO-3 layouts try full sharding and "
+                        "every power of two from 2 below dp")
     g.add_argument("--schedule", choices=get_args(Schedule), help="search only this pipeline schedule")
     g.add_argument("--max-tp", type=positive_int, help="largest TP searched (default: GPUs per node)")
     g.add_argument("--max-micro-batch", type=positive_int, default=16, help="largest micro-batch searched (default 16)")
@@ -127,6 +132,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _pin_dp_shard(fixed: dict[str, Any], extra: dict[str, Any], layout: dict[str, Any]) -> None:
+    """The scenario file's HSDP shard group pins the search as --dp-shard does; a pinned shard group needs what
+    HSDP needs (specs.data_parallel): ZeRO-3 (then pinned) with an FSDP framework."""
+    from trainsim.specs.data_parallel import FSDP_FRAMEWORKS
+    if layout.get("dp_shard") is not None and "dp_shard" not in fixed:
+        fixed["dp_shard"] = load_layout({"dp_shard": layout["dp_shard"]}).dp_shard
+    if fixed.get("dp_shard") is None:
+        return
+    fw = extra.get("framework", "megatron")
+    if fw not in FSDP_FRAMEWORKS:
+        raise SpecError("layout.dp_shard", f"HSDP is torch FSDP's hybrid sharding: use framework pytorch-fsdp or "
+                        f"torch, not {fw}")
+    if fixed.setdefault("zero", 3) != 3:
+        raise SpecError("layout.dp_shard", f"HSDP shards the model states like ZeRO-3: needs zero 3, got "
+                        f"{fixed['zero']}")
+
+
 def request_from_args(args: argparse.Namespace):
     """A PlanRequest from the flags (and the scenario file, if given)."""
     from trainsim.simulator.planner import PlanRequest
@@ -135,7 +157,8 @@ def request_from_args(args: argparse.Namespace):
     training = raw.get("training") or {}
     if not isinstance(training, dict):
         raise SpecError("training", "must be a mapping")
-    precision = {k: getattr(args, k, None) for k in ("grad_dtype", "master_weights")}
+    precision = {k: getattr(args, k, None) for k in ("grad_dtype", "master_weights", "dp_bucket_mb",
+                                                     "overlap_grad_reduce")}
     training = {**training, **{k: v for k, v in precision.items() if v is not None}}
     model_in = args.model or raw.get("model")
     cluster_in = args.cluster or raw.get("cluster")
@@ -161,7 +184,7 @@ def request_from_args(args: argparse.Namespace):
         if isinstance(val, bool) or not isinstance(val, int) or val <= 0:
             raise SpecError(name, f"must be a positive integer, got {val!r}")
     fixed: dict[str, Any] = {}
-    for dim in ("tp", "pp", "cp", "ep", "vpp", "etp", "micro_batch", "recompute", "zero", "schedule"):
+    for dim in ("tp", "pp", "cp", "ep", "vpp", "etp", "micro_batch", "recompute", "zero", "schedule", "dp_shard"):
         v = getattr(args, dim, None)
         if v is not None:
             fixed[dim] = v
@@ -192,6 +215,7 @@ def request_from_args(args: argparse.Namespace):
         raise SpecError("layout.etp", f"etp={etp} but {model.name} is a dense model (num_experts=1)")
     if "etp" in fixed and not model.is_moe:
         raise SpecError("etp", f"--etp {fixed['etp']} but {model.name} is a dense model (num_experts=1)")
+    _pin_dp_shard(fixed, extra, layout)
     limits = SearchLimits(max_tp=args.max_tp, max_micro_batch=args.max_micro_batch, dtype=dtype, fixed=fixed,
                           training_extra=extra, placement=placement, etp=etp)
     if args.storage_write_gbps <= 0:

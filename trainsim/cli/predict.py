@@ -115,6 +115,18 @@ def render_explain(expl) -> None:
     Console(width=max(Console().width, 140)).print(t)  # one row per lever, also when piped
 
 
+def _dp_extras(scenario) -> str:
+    """The layout line's data-parallel settings where they are not the defaults: HSDP, bucket, overlap."""
+    tr, out = scenario.training, ""
+    if scenario.dp_shard < scenario.dp:
+        out += f", HSDP shard group {scenario.dp_shard} x {scenario.dp_replicas} replicas"
+    if tr.dp_bucket_mb is not None:
+        out += f", DP bucket {tr.dp_bucket_mb:g} MiB"
+    if tr.overlap_grad_reduce is not None:
+        out += f", grad-reduce overlap {'on' if tr.overlap_grad_reduce else 'off'}"
+    return out
+
+
 def render(pred, scenario, iv=None) -> None:
     """The readable rich table."""
     from rich.console import Console
@@ -127,7 +139,8 @@ def render(pred, scenario, iv=None) -> None:
     tr = scenario.training
     etp = f" etp={lay['etp']}" if scenario.model.is_moe and lay["etp"] != lay["tp"] else ""
     extras = "".join((", EP all-to-all overlap" if tr.ep_comm_overlap else "",
-                      f", stage layers {list(scenario.layout.stage_layers)}" if scenario.layout.stage_layers else ""))
+                      f", stage layers {list(scenario.layout.stage_layers)}" if scenario.layout.stage_layers else "",
+                      _dp_extras(scenario)))
     c.print(f"layout tp={lay['tp']} pp={lay['pp']} dp={lay['dp']} cp={lay['cp']} ep={lay['ep']}{etp} vpp={lay['vpp']}, "
             f"{tr.schedule}, micro-batch {lay['micro_batch']} x {lay['num_microbatches']}, "
             f"seq {tr.seq_len}, {tr.dtype}, recompute {tr.recompute_label}, zero {tr.effective_zero}{extras}")

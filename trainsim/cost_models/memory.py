@@ -5,7 +5,8 @@ Model states (mixed-precision Adam, ZeRO paper Sec. 3.1, formulas.csv ``zero_*``
 ``optimizer_bytes_per_param`` K (12: fp32 master weight, Adam m and v). ZeRO shards them over the
 data-parallel group: stage 1 (and Megatron's distributed optimizer) the optimizer states, stage 2 also the
 gradients, stage 3 (FSDP) also the weights. The group is DP×CP for dense parameters (Megatron shards over
-the DP×CP group) and DP×CP/EP for expert parameters (the expert-data-parallel group).
+the DP×CP group) and DP×CP/EP for expert parameters (the expert-data-parallel group); with HSDP
+(``Layout.dp_shard`` = S < dp) only the S×CP ranks of a shard group split them, as ZeRO-3 over S.
 
 Sharding by model parallelism: TP splits the attention and MLP matrices, their column-parallel biases and
 the vocabulary (norm weights and row-parallel biases are replicated); PP gives each stage ``L/pp`` blocks,
@@ -195,7 +196,7 @@ def rank_param_shards(scenario, stage: int) -> RankParams:
     if stage == scenario.loss_stage and m.mtp_layers:
         mtp_dense, mtp_expert = mtp_params_per_rank(m, lay.tp, lay.ep, lay.etp)
         dense, expert = dense + mtp_dense, expert + mtp_expert
-    n_dense = scenario.dp * lay.cp
+    n_dense = scenario.dp_shard * lay.cp  # the HSDP shard group (Layout.dp_shard), else all of dp
     n_exp = max(1.0, n_dense * lay.tp / (lay.ep * scenario.expert_tp))  # expert-data-parallel group
     z = t.effective_zero
 

@@ -51,8 +51,12 @@ def cuda_context_bytes(num_sms: int) -> float:
 
 def communicators(layout, dp: int) -> dict[str, int]:
     """Collective communicators a rank uses (size > 1): name -> ranks. Megatron-Core builds one per parallel
-    dimension (megatron/core/parallel_state.py), the gradient reduction over DP x CP when cp > 1."""
+    dimension (megatron/core/parallel_state.py), the gradient reduction over DP x CP when cp > 1; HSDP (FSDP2's 2-D mesh) uses
+    a shard-group and a replicate-group communicator."""
     groups = {"tp": layout.tp, "cp": layout.cp, "dp": dp * layout.cp, "ep": layout.ep}
+    if layout.dp_shard and layout.dp_shard < dp:  # HSDP: a shard group (with CP) and a replicate group instead
+        del groups["dp"]
+        groups.update(dp_shard=layout.dp_shard * layout.cp, dp_replicate=dp // layout.dp_shard)
     return {k: n for k, n in groups.items() if n > 1}
 
 

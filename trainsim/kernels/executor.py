@@ -142,13 +142,9 @@ def reference_losses(job: ExecJob) -> list[float]:
 
 # --- prediction --------------------------------------------------------------------------------------------
 
-def prediction_scenario(job: ExecJob, *, for_memory: bool = False) -> Scenario:
-    """The scenario as executed: the executor's optimizer state size, torch's own framework behaviours, and for
-    HSDP memory the shard group.
-
-    HSDP (R replicas x S shards) stores per rank what ZeRO-3 over S ranks stores, so its model-state memory
-    is predicted with dp = S (global batch scaled to keep the micro-batch count).
-    """
+def prediction_scenario(job: ExecJob) -> Scenario:
+    """The scenario as executed: the executor's optimizer state size, torch's own framework behaviours, and HSDP's
+    shard group (R replicas x S shards: Layout.dp_shard = dp / R, the layout the simulator costs as HSDP)."""
     s = job.spec
     # framework "torch": torch.distributed's own TP/FSDP2/DDP/pipelining behaviours (cost_models/framework.py).
     update = {"optimizer_bytes_per_param": OPTIMIZER_STATE_BYTES[job.optimizer], "framework": "torch"}
@@ -158,13 +154,9 @@ def prediction_scenario(job: ExecJob, *, for_memory: bool = False) -> Scenario:
         update.update(param_dtype_bytes=4, grad_dtype_bytes=4)
     training = s.training.model_copy(update=update)
     layout = s.layout
-    cluster = s.cluster
-    if for_memory and job.hsdp > 1:
-        shard = s.dp // job.hsdp
-        layout = layout.model_copy(update={"dp": shard})
-        training = training.model_copy(update={"global_batch": s.training.global_batch // job.hsdp})
-        cluster = cluster.with_gpus(cluster.num_gpus // job.hsdp)
-    return resolve(s.model, cluster, layout, training, name=s.name)
+    if job.hsdp > 1:
+        layout = layout.model_copy(update={"dp_shard": s.dp // job.hsdp})
+    return resolve(s.model, s.cluster, layout, training, name=s.name)
 
 
 def predicted_memory(job: ExecJob) -> list[dict[str, float]]:
@@ -175,7 +167,7 @@ def predicted_memory(job: ExecJob) -> list[dict[str, float]]:
     """
     from trainsim.cost_models import memory
 
-    scn = prediction_scenario(job, for_memory=True)
+    scn = prediction_scenario(job)
     out = []
     for stage in range(scn.layout.pp):
         sm = memory.stage_memory(scn, stage, impl=EXECUTOR_IMPL)

@@ -50,17 +50,6 @@ def error_pct(predicted: float, measured: float) -> float | None:
     return 100.0 * (predicted - measured) / measured
 
 
-def prediction_notes(job: ExecJob) -> list[str]:
-    """What the prediction beside a run does not model about how it runs."""
-    s = job.spec
-    if job.hsdp > 1:
-        note = (f"step time predicted as full-shard FSDP over dp={s.dp}: HSDP's gathers within "
-                f"{s.dp // job.hsdp}-rank shard groups and its all-reduce across {job.hsdp} replicas are not "
-                "modelled (memory uses the shard group)")
-        return [note]
-    return []
-
-
 def compare(job: ExecJob, result: dict[str, Any], *, calibration=None,
             reference: list[float] | None = None, with_prediction: bool = True) -> dict[str, Any]:
     """Measured vs predicted, side by side, with the error of each (the `--json` object of `trainsim execute`)."""
@@ -86,9 +75,6 @@ def compare(job: ExecJob, result: dict[str, Any], *, calibration=None,
         "predicted": {"per_stage": pred_stages},
         "error_pct": {"per_stage": errors},
     }
-    notes = prediction_notes(job)
-    if notes:
-        out["predicted"]["notes"] = notes
     if with_prediction:
         pred = predict_step(job, calibration)
         out["predicted"]["prediction"] = pred
@@ -121,8 +107,6 @@ def format_comparison(c: dict[str, Any]) -> str:
     lines = [head]
     for k, v in c["mechanism"].items():
         lines.append(f"  {k:10s} {v}")
-    for note in c["predicted"].get("notes", []):
-        lines.append(f"  note: {note}")
     m, p, e = c["measured"], c["predicted"], c["error_pct"]
     lines.append(f"  {'quantity':46s} {'measured':>14s} {'predicted':>14s} {'error':>9s}")
     if m["step_time_s"] is not None:

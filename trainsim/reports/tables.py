@@ -74,6 +74,8 @@ _SHORT = {"selective": "sel", "interleaved": "intl", "closed-form": "cf"}
 def layout_row(i: int, r: Mapping[str, Any]) -> list[str]:
     """One ranked-table row from a PlanRow.to_json() mapping."""
     lay = f"tp{r['tp']} pp{r['pp']} dp{r['dp']}"
+    if r.get("dp_shard") and r["dp_shard"] < r["dp"]:
+        lay += f" shard{r['dp_shard']}"
     if r.get("cp", 1) > 1:
         lay += f" cp{r['cp']}"
     if r.get("ep", 1) > 1:
@@ -101,4 +103,4 @@ CSV_FIELDS = ("rank", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch"
               "sequence_parallel", "source", "step_time_s", "tokens_per_s", "mfu", "hfu", "bubble_fraction",
               "peak_bytes", "gpu_bytes", "headroom_bytes", "fits", "goodput", "checkpoint_interval_s",
               "ideal_time_s", "time_to_train_s", "gpu_hours", "cost", "pareto",
-              "stage_layers", "etp")  # appended last: scripts reading the CSV by position keep their columns
+              "stage_layers", "etp", "dp_shard")  # appended last: scripts reading the CSV by position keep their columns

@@ -112,7 +112,8 @@ def _link_bound_s(table: CostTable, per_mb: list[float]) -> list[float]:
     dp_link = []
     for st in table.stages:
         g = sum(2 * c.param_gather.time_s for c in st.chunks if c.param_gather is not None)
-        r = sum(bk.time_s for c in st.chunks for bk in c.grad_buckets) if table.reduce_grads_every_microbatch else 0.0
+        r = (_reduce_s([bk for c in st.chunks for bk in c.grad_buckets])
+             if table.reduce_grads_every_microbatch else 0.0)
         dp_link.append(g + r)
     return [max(0.0, d - x) for x, d in zip(per_mb, dp_link)]
 
@@ -147,12 +148,24 @@ def _fills_s(sched: str, v: int, per_mb: list[float], sums: list) -> list[float]
     return [total - x for x in per_mb]
 
 
+def _reduce_s(buckets: list) -> float:
+    """Seconds to reduce ``buckets`` issued together: one after another on the reduction stream, each one's
+    HSDP all-reduce (Transfer.then) on its own stream once it is done (a two-machine flow shop); the plain sum
+    of their times without HSDP."""
+    rs_end = ar_end = 0.0
+    for bk in buckets:
+        rs_end += bk.time_s
+        ar_end = max(ar_end, rs_end) + (bk.then.time_s if bk.then is not None else 0.0)
+    return max(rs_end, ar_end)
+
+
 def _grad_tail_s(table: CostTable, st, b: float, w: float) -> tuple[float, float]:
     """(exposed tail, total) seconds of a stage's gradient reduction, overlapped with the backward that produces
-    it; the last bucket is exposed."""
-    buckets = [bk.time_s for c in st.chunks for bk in c.grad_buckets]
-    total_dp = sum(buckets)
-    last = buckets[-1] if buckets else 0.0
+    it; the last bucket (with its HSDP all-reduce) is exposed."""
+    bks = [bk for c in st.chunks for bk in c.grad_buckets]
+    buckets = [bk.time_s for bk in bks]
+    total_dp = _reduce_s(bks)
+    last = (bks[-1].time_s + (bks[-1].then.time_s if bks[-1].then is not None else 0.0)) if bks else 0.0
     if not table.overlap_grad_reduce:
         tail = total_dp  # every bucket sent after the (last micro-batch's) backward pass
     elif table.reduce_grads_every_microbatch:

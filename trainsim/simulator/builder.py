@@ -40,7 +40,14 @@ What goes where (choices documented here, once):
   forward and backward, prefetched one op ahead. Each collective the framework issues pays its own
   latency: one ZeRO-3 gather per block (FSDP) or per weight tensor (DeepSpeed), one reduce-scatter per
   block (FSDP) or per reduce bucket (DeepSpeed), see cost_models/framework.py. Offload adds its PCIe traffic (cost_models.memory) to the
-  optimizer step, exposed.
+  optimizer step, exposed. ``TrainingSpec.dp_bucket_mb`` and ``overlap_grad_reduce`` replace the framework's
+  bucket size and overlap (_bucket_settings). At most MAX_BUCKETS_PER_CHUNK transfers per chunk are simulated,
+  so with more calls than that the exposed last transfer carries calls/4 buckets' bytes and latency.
+* HSDP (``Layout.dp_shard`` = S < dp, torch FSDP2 on a (replicate, shard) mesh): the ZeRO-3 gathers and each
+  block's reduce-scatter run over the shard group (the S innermost DP ranks, torchtitan's dp_shard placement),
+  and each reduce-scattered shard (1/S of the block's gradient bytes) is then all-reduced over the dp/S replicas
+  on a stream of its own (FSDP2's all_reduce_stream, torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py),
+  every micro-batch as FSDP2 does by default (set_requires_all_reduce(False) deferring it is not modelled).
 * Links: a transfer occupies its GPU's NIC (tx/rx) when its group spans nodes, else its NVLink port, so
   pipeline messages and gradient buckets of a stage share bandwidth in the engine.
 * Slowest GPU: every GPU compute time -- block ops, embedding, head, MTP, the accumulation/copy passes and
@@ -91,6 +98,7 @@ __all__ = [
     "_persistent_tensors",
     "build_cost_table",
     "clear_cache",
+    "data_parallel_settings",
     "comm_compute_slowdown",
     "ep_paired_fraction",
     "w_retained_bytes_per_layer",
@@ -99,6 +107,7 @@ __all__ = [
 # Megatron-Core DistributedDataParallel: bucket_size = max(40_000_000, 1_000_000 * dp_size) parameters.
 DDP_BUCKET_PARAMS = 40_000_000
 DDP_BUCKET_PARAMS_PER_DP = 1_000_000
+MiB = 1 << 20  # torch DDP's bucket_cap_mb counts MiB (bucket_cap_mb * 1024 * 1024 bytes)
 # At most this many DP buckets per chunk are simulated as separate transfers (larger ones are merged;
 # the exposed last bucket grows accordingly). Bounds engine events for chunks of many layers.
 MAX_BUCKETS_PER_CHUNK = 4
@@ -149,7 +158,11 @@ class _Step:
     head_act: float
     z: int                            # effective ZeRO stage
     dp_group: object
-    bucket_params: int
+    shard_group: object               # ZeRO's sharding group: HSDP's shard group, else dp_group
+    rep_group: object                 # HSDP's replicate group (None without HSDP)
+    bucket_params: float              # ZeRO-0/1 DDP bucket (parameters)
+    reduce_bucket_params: float | None  # ZeRO-2/3 reduce bucket (parameters; None: one call per block)
+    overlap: bool                     # gradient reduction overlapped with backward
     reduce_op: str
     hw: object
     prep_per_param: float             # FSDP's gradient-preparation bytes per parameter
@@ -185,11 +198,12 @@ def _step_context(scenario: Scenario, profile) -> _Step:
         sg_gather = sum(_coll("all_gather", act_msg, groups["tp"], scenario, profile))
     z = tr.effective_zero
     dp_group = groups["dp"]
+    shard_group, rep_group = _hsdp_groups(scenario, pl, dp_group)
     # FSDP's own passes over each unit's gradient around its reduce-scatter (framework.py fsdp_grad_prep). Only the
     # concatenation runs in autograd on the compute stream; FSDP runs the cast, divides and += on its
     # post-backward stream, concurrently with the next unit's backward, where they take the same HBM bandwidth:
     # counted here as compute-stream time, a simplification that ignores any slack in the GEMMs' HBM use.
-    prep_per_param = (framework.fsdp_grad_prep_bytes_per_param(shp.e, tr.grad_bytes, scenario.dp,
+    prep_per_param = (framework.fsdp_grad_prep_bytes_per_param(shp.e, tr.grad_bytes, scenario.dp_shard,
                                                                scenario.num_microbatches > 1)
                       if fw.fsdp_grad_prep and z >= 2 and dp_group is not None else 0.0)
     # Embedding (+ positions) on the first stage; final norm + output layer (a duplicate of a tied embedding
@@ -208,8 +222,8 @@ def _step_context(scenario: Scenario, profile) -> _Step:
         local_global=_local_global_blocks(scenario, groups, profile),
         act_msg=act_msg, fw=fw, sg_gather=sg_gather,
         emb_act=act.embedding_activation_bytes(scenario), head_act=act.head_activation_bytes(scenario),
-        z=z, dp_group=dp_group,
-        bucket_params=max(DDP_BUCKET_PARAMS, DDP_BUCKET_PARAMS_PER_DP * scenario.dp),
+        z=z, dp_group=dp_group, shard_group=shard_group, rep_group=rep_group,
+        **_bucket_settings(scenario, fw),
         reduce_op="all_reduce" if z == 0 else "reduce_scatter",
         hw=compute.hw_of(scenario.cluster.gpu, tr.dtype), prep_per_param=prep_per_param,
         emb_params=emb_params, head_params=head_params, stage_mem=stage_mem,
@@ -218,6 +232,44 @@ def _step_context(scenario: Scenario, profile) -> _Step:
         issue=host_issue.scenario_block_issue(scenario, profile),
         last_vs=p * lay.vpp - 1,
     )
+
+
+def _hsdp_groups(scenario: Scenario, pl, dp_group) -> tuple[object, object]:
+    """(sharding group, replicate group): HSDP's shard group of Layout.dp_shard ranks (innermost in the DP group,
+    so on the fastest links) and its replicate group; without HSDP the whole DP group and None."""
+    if dp_group is None or scenario.dp_shard == scenario.dp:
+        return dp_group, None
+    shard_g, rep_g = pl.hsdp_groups(scenario.dp_shard)
+    return (shard_g if shard_g.size > 1 else None), rep_g
+
+
+def _bucket_settings(scenario: Scenario, fw: framework.FrameworkBehaviour) -> dict:
+    """The gradient bucket sizes (parameters) and overlap of the step: TrainingSpec.dp_bucket_mb (MiB of
+    gradients) and overlap_grad_reduce where set, else the framework's -- Megatron-Core DDP's
+    max(40M, 1M x dp) parameters for ZeRO 0-1, DeepSpeed's reduce_bucket_size or FSDP's per-block calls for
+    ZeRO 2-3."""
+    tr = scenario.training
+    bucket = max(DDP_BUCKET_PARAMS, DDP_BUCKET_PARAMS_PER_DP * scenario.dp)
+    reduce_bucket = fw.reduce_bucket_params
+    if tr.dp_bucket_mb is not None:
+        bucket = tr.dp_bucket_mb * MiB / tr.grad_bytes
+        reduce_bucket = bucket if reduce_bucket else None  # FSDP's per-block calls have no size (specs refuse it)
+    overlap = fw.overlap_grad_reduce if tr.overlap_grad_reduce is None else tr.overlap_grad_reduce
+    return {"bucket_params": bucket, "reduce_bucket_params": reduce_bucket, "overlap": overlap}
+
+
+def data_parallel_settings(scenario: Scenario) -> dict:
+    """The data-parallel settings a prediction costs (predict --json ``data_parallel``): HSDP's shard group and
+    replicas, the gradient bucket (MiB of gradients per reduction call; None where the framework reduces one
+    call per block) and whether the reduction overlaps the backward."""
+    tr = scenario.training
+    fw = framework.behaviour(tr.framework)
+    b = _bucket_settings(scenario, fw)
+    per_block = tr.effective_zero >= 2 and not b["reduce_bucket_params"]
+    bucket = b["reduce_bucket_params"] if tr.effective_zero >= 2 else b["bucket_params"]
+    return {"dp_shard": scenario.dp_shard, "dp_replicas": scenario.dp_replicas,
+            "grad_bucket_mib": None if per_block else bucket * tr.grad_bytes / MiB,
+            "grad_reduce_per_block": per_block, "overlap_grad_reduce": b["overlap"]}
 
 
 def _accumulate_s(st: _Step, params: float) -> float:
@@ -238,20 +290,35 @@ def _grad_buckets(st: _Step, s: int, params: float, label: str, layers_of_chunk:
     # scatter per block as backward produces it (FSDP), or per reduce bucket (DeepSpeed
     # reduce_bucket_size); ZeRO-0/1 use Megatron's DDP bucket size. At most MAX_BUCKETS_PER_CHUNK
     # transfers are simulated, each carrying its share of the calls' latency and bytes.
-    if z >= 2 and fw.reduce_bucket_params:
-        calls = max(1, math.ceil(params / fw.reduce_bucket_params))
+    if z >= 2 and st.reduce_bucket_params:
+        calls = max(1, math.ceil(params / st.reduce_bucket_params))
     elif z >= 2:
         calls = max(1, layers_of_chunk)
     else:
         calls = max(1, math.ceil(params / st.bucket_params))
     n = min(MAX_BUCKETS_PER_CHUNK, calls)
     per_call = params * tr.grad_bytes / calls
-    lat, bw = _coll(st.reduce_op, per_call, st.dp_group, st.scenario, st.profile)
     k_calls = calls / n
-    links = _links(s, st.dp_group)
+    then = _replica_all_reduce(st, s, per_call, k_calls, label)
+    if st.shard_group is None:  # HSDP with one-rank shard groups: the all-reduce is all there is
+        return tuple(then for _ in range(n))
+    lat, bw = _coll(st.reduce_op, per_call, st.shard_group, st.scenario, st.profile)
+    links = _links(s, st.shard_group)
     return tuple(Transfer(f"{st.reduce_op} grads {label} bucket {k}", transfer_s=bw * k_calls,
-                          latency_s=lat * k_calls, links=links, dim="dp", nbytes=per_call * k_calls)
+                          latency_s=lat * k_calls, links=links, dim="dp", nbytes=per_call * k_calls, then=then)
                  for k in range(n))
+
+
+def _replica_all_reduce(st: _Step, s: int, per_call: float, k_calls: float, label: str) -> Transfer | None:
+    """HSDP: the all-reduce of each reduce-scattered gradient shard (1/S of a call's bytes) across the replicate
+    group, ``k_calls`` calls of it (torch FSDP2 foreach_reduce: reduce-scatter over the shard dimension, then
+    all-reduce over the replicate dimension); None without HSDP."""
+    if st.rep_group is None:
+        return None
+    nbytes = per_call / st.scenario.dp_shard
+    lat, bw = _coll("all_reduce", nbytes, st.rep_group, st.scenario, st.profile)
+    return Transfer(f"all_reduce grad shard {label} across replicas", transfer_s=bw * k_calls,
+                    latency_s=lat * k_calls, links=_links(s, st.rep_group), dim="dp", nbytes=nbytes * k_calls)
 
 
 def _gather_calls(st: _Step, n_main: int, n_dense: int, extra: bool) -> int:
@@ -370,7 +437,7 @@ def _zero3_serialized_s(st: _Step, gather: Transfer, calls: int, params: float) 
     host = calls * st.fw.zero3_gather_ops_per_rank * scenario.dp * scenario.cluster.gpu.kernel_overhead_s
     copy_g = st.slowest * compute.memory_time_s(3 * params * tr.param_bytes, hw, profile, "copy") if host else 0.0
     copy_r = st.slowest * compute.memory_time_s(2 * params * tr.grad_bytes, hw, profile, "copy") if host else 0.0
-    rlat, rbw = _coll("reduce_scatter", params * tr.grad_bytes / calls, st.dp_group, scenario, profile)
+    rlat, rbw = _coll("reduce_scatter", params * tr.grad_bytes / calls, st.shard_group, scenario, profile)
     reduce = calls * (rlat + rbw) + host + copy_r
     host += copy_g
     dp_f = gather.time_s + host
@@ -386,9 +453,9 @@ def _chunk_dp(st: _Step, s: int, c: int, params: float, extra: bool, n: int, n_d
     gather, calls = None, 0
     if st.z >= 3 and st.dp_group is not None:
         calls = _gather_calls(st, n - n_d, n_d, extra)
-        lat, bwt = _coll("all_gather", params * tr.param_bytes / calls, st.dp_group, scenario, profile)
+        lat, bwt = _coll("all_gather", params * tr.param_bytes / calls, st.shard_group, scenario, profile)
         gather = Transfer(f"all_gather params chunk {c}", transfer_s=bwt * calls, latency_s=lat * calls,
-                          links=_links(s, st.dp_group), dim="dp", nbytes=params * tr.param_bytes)
+                          links=_links(s, st.shard_group or st.dp_group), dim="dp", nbytes=params * tr.param_bytes)
     buckets = _grad_buckets(st, s, params, f"chunk {c}", n)
     if gather is not None and not st.fw.zero3_overlap:
         dp_f, dp_b = _zero3_serialized_s(st, gather, calls, params)
@@ -500,7 +567,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
     tr = scenario.training
     stages = tuple(_stage(st, s) for s in range(scenario.layout.pp))
     table = CostTable(stages=stages, num_microbatches=scenario.num_microbatches, schedule=tr.schedule,
-                      reduce_grads_every_microbatch=st.z >= 2, overlap_grad_reduce=st.fw.overlap_grad_reduce,
+                      reduce_grads_every_microbatch=st.z >= 2, overlap_grad_reduce=st.overlap,
                       blocking_p2p=framework.p2p_blocks(tr),
                       comm_compute_slowdown=comm_compute_slowdown(scenario),
                       slowest_gpu_factor=st.slowest,

@@ -23,7 +23,9 @@ class Transfer:
     link share that link max-min fairly, which stretches it. ``latency_s`` is a fixed start-up delay that
     uses no bandwidth. ``links`` are opaque link ids ("s3.nic_tx"); ``dim`` is the parallel dimension
     it is charged to (tp/pp/dp/cp/ep); ``bulk`` marks collectives that run NCCL kernels on SMs and so slow
-    concurrent compute (see engine.COMM_COMPUTE_SLOWDOWN).
+    concurrent compute (see engine.COMM_COMPUTE_SLOWDOWN). ``then`` is a collective that starts when this one
+    ends, on a stream of its own: HSDP's all-reduce of a reduce-scattered gradient shard across the replica
+    groups (FSDP2's all_reduce_stream), concurrent with the next reduce-scatter.
     """
 
     name: str
@@ -33,6 +35,7 @@ class Transfer:
     dim: str = "dp"
     nbytes: float = 0.0
     bulk: bool = True
+    then: Transfer | None = None
 
     @property
     def time_s(self) -> float:
@@ -40,7 +43,7 @@ class Transfer:
         return self.latency_s + self.transfer_s
 
     def free(self) -> Transfer:
-        return replace(self, transfer_s=0.0, latency_s=0.0)
+        return replace(self, transfer_s=0.0, latency_s=0.0, then=self.then.free() if self.then else None)
 
 
 @dataclass(frozen=True)

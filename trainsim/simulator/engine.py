@@ -180,6 +180,9 @@ class _Engine:
         # all-gather and reduce-scatter streams); both share the stage's links.
         self.dp_queue = [simpy.Store(self.env) for _ in range(self.p)]
         self.ag_queue = [simpy.Store(self.env) for _ in range(self.p)]
+        # HSDP: each reduce-scatter's follow-up all-reduce across the replicas (Transfer.then) on a third stream.
+        self.ar_queue = [simpy.Store(self.env) for _ in range(self.p)]
+        self.chained = any(bk.then is not None for st in table.stages for c in st.chunks for bk in c.grad_buckets)
         self.act = [0.0] * self.p
         self.transient = [0.0] * self.p
         self.mem_peak = [0.0] * self.p
@@ -246,6 +249,8 @@ class _Engine:
             yield ev
             if self.trace is not None:
                 self.trace.append((s, stream, tr.name, t0, self.env.now - t0, {"bytes": tr.nbytes, "alone_s": tr.time_s}))
+            if tr.then is not None:
+                self.ar_queue[s].put((tr.then, None))
             if cb is not None:
                 cb()
 
@@ -267,7 +272,8 @@ class _Engine:
         gather = sum(tr.time_s for tr, _ in self.ag_queue[s].items if tr is not None and tr.bulk)
         reduce = sum(tr.time_s for tr, _ in self.dp_queue[s].items if tr is not None and tr.bulk)
         reduce += sum(tr.time_s for tr in mid_op if tr.bulk)
-        return inflight + max(gather, reduce)
+        replicate = sum(tr.time_s for tr, _ in self.ar_queue[s].items if tr is not None and tr.bulk)
+        return inflight + max(gather, reduce, replicate)
 
     # -- one stage's compute stream ----------------------------------------------------------------------
     def _stage(self, s: int):
@@ -458,6 +464,10 @@ class _Engine:
         done = env.event()
         self.dp_queue[s].put((None, done.succeed))
         yield done
+        if self.chained:            # and HSDP's replica all-reduces queued behind the last reduce-scatters
+            done = env.event()
+            self.ar_queue[s].put((None, done.succeed))
+            yield done
         tl.dp_tail_s = env.now - tl.pipeline_end_s
         tl.exposed_s["dp"] += tl.dp_tail_s
         if st.optimizer_s > 0:
@@ -480,6 +490,8 @@ class _Engine:
         for s in range(self.p):
             self.env.process(self._dp_stream(s, self.dp_queue[s], "dp"))
             self.env.process(self._dp_stream(s, self.ag_queue[s], "dp-gather"))
+            if self.chained:
+                self.env.process(self._dp_stream(s, self.ar_queue[s], "dp-replicate"))
         procs = [self.env.process(self._stage(s)) for s in range(self.p)]
         self.env.run()
         for s, pr in enumerate(procs):

@@ -17,9 +17,8 @@ step-time gain over the unchanged scenario, predicted the same way. The levers:
 * one more interleaving depth -- the next model-chunk count the layers allow (vpp+1, else the next that
   divides; 1F1B becomes Megatron's interleaved schedule).
 * TP / DP / EP communication overlap on -- Megatron-Core's ``--tp-comm-overlap`` (TrainingSpec.tp_comm_overlap),
-  ``--overlap-moe-expert-parallel-comm`` (ep_comm_overlap, MoE models); gradient-reduction overlap is the
-  framework's documented behaviour (cost_models/framework.py ``overlap_grad_reduce``), so it is reported, not
-  switched.
+  ``--overlap-moe-expert-parallel-comm`` (ep_comm_overlap, MoE models) and ``--overlap-grad-reduce``
+  (TrainingSpec.overlap_grad_reduce) where the framework's default (cost_models/framework.py) leaves it off.
 * recompute one level lighter (full -> selective -> none: faster, more memory) and one level heavier (none ->
   selective -> full: the memory lever).
 * twice the micro-batch, where the global batch still splits into whole micro-batches.
@@ -182,10 +181,11 @@ def dp_overlap(scn: Scenario) -> Variant:
     lever, fw = "DP comm overlap", scn.training.framework
     if scn.dp == 1 and scn.training.effective_zero == 0:
         return Variant(lever, "-", reason="dp=1: no data-parallel communication")
-    if framework.behaviour(fw).overlap_grad_reduce:
+    if scn.training.overlap_grad_reduce:
+        return Variant(lever, "-", reason="already on (overlap_grad_reduce)")
+    if scn.training.overlap_grad_reduce is None and framework.behaviour(fw).overlap_grad_reduce:
         return Variant(lever, "-", reason=f"already on (framework {fw} overlaps gradient reduction with backward)")
-    return Variant(lever, "-", reason=f"framework {fw} reduces gradients after the backward pass and no scenario "
-                                      "setting switches that (cost_models/framework.py overlap_grad_reduce)")
+    return _try(lever, "overlap_grad_reduce on", lambda: changed(scn, training={"overlap_grad_reduce": True}))
 
 
 def ep_overlap(scn: Scenario) -> Variant:

@@ -16,6 +16,7 @@ from trainsim.cost_models import flops as flops_model
 from trainsim.cost_models.shapes import layer_shape
 from trainsim.specs import Scenario
 
+from .builder import data_parallel_settings
 from .costtable import COMM_DIMS, CostTable
 from .engine import EngineResult
 from .result import Prediction, StageMemory
@@ -86,7 +87,7 @@ def to_prediction(scenario: Scenario, table: CostTable, res: EngineResult, *, mo
         peak_bytes=max(s.total for s in mem),
         gpu_memory_bytes=scenario.cluster.gpu.memory_bytes,
         layout={"tp": lay.tp, "pp": lay.pp, "dp": scenario.dp, "cp": lay.cp, "ep": lay.ep, "etp": scenario.expert_tp,
-                "vpp": lay.vpp,
+                "vpp": lay.vpp, "dp_shard": scenario.dp_shard,
                 "micro_batch": tr.micro_batch, "num_microbatches": scenario.num_microbatches},
         engine={"mode": mode, "events": res.events, "wall_s": res.wall_s,
                 **({"folded": res.folded.to_json()} if res.folded else {})},
@@ -97,4 +98,5 @@ def to_prediction(scenario: Scenario, table: CostTable, res: EngineResult, *, mo
         warnings=warnings,
         background_load=scenario.cluster.scale_out.background_load.model_dump(),
         moe_imbalance=layer_shape(scenario).moe_load,
+        data_parallel=data_parallel_settings(scenario),
     )

@@ -132,8 +132,9 @@ class PlanRow:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("candidate")
-        out = {**self.candidate.as_dict(), **d, "headroom_bytes": self.headroom_bytes,
-               "label": self.candidate.label()}
+        c = self.candidate
+        out = {**c.as_dict(), **d, "headroom_bytes": self.headroom_bytes, "label": c.label(),
+               "dp_shard": c.dp_shard or c.dp}  # the ranks the states are sharded over (dp: full sharding)
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in out.items()}
 
 
@@ -231,7 +232,7 @@ def _checked_stages(scn: Scenario, limit: float = float("inf")):
 
 def _states_key(c: Candidate) -> tuple:
     """What model-state bytes (weights, grads, optimizer) depend on: not micro-batch, recompute or schedule."""
-    return (c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.vpp, c.zero, c.etp)
+    return (c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.vpp, c.zero, c.etp, c.dp_shard)
 
 
 def _row(c: Candidate, pred, source: str, stated: Sequence[str] = ()) -> PlanRow:
@@ -244,7 +245,7 @@ def _row(c: Candidate, pred, source: str, stated: Sequence[str] = ()) -> PlanRow
 
 
 def _group_key(c: Candidate) -> tuple:
-    return (c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.vpp, c.micro_batch, c.schedule, c.zero, c.etp)
+    return (c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.vpp, c.micro_batch, c.schedule, c.zero, c.etp, c.dp_shard)
 
 
 def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRow], dict[str, int]]:

@@ -60,6 +60,8 @@ class Prediction:
     background_load: dict[str, float] = field(default_factory=lambda: {"nic": 0.0, "spine": 0.0})
     # Most loaded EP rank's tokens over the mean the prediction costed (cost_models/moe_balance.py; 1 = even).
     moe_imbalance: float = 1.0
+    # HSDP shard group / replicas, gradient bucket and overlap the prediction costed (builder.data_parallel_settings).
+    data_parallel: dict[str, Any] = field(default_factory=dict)
 
     @property
     def fits(self) -> bool:
@@ -117,6 +119,7 @@ class Prediction:
             "calibration": self.calibration,
             "background_load": dict(self.background_load),
             "moe_imbalance": self.moe_imbalance,
+            **({"data_parallel": dict(self.data_parallel)} if self.data_parallel else {}),
             "breakdown_s": dict(self.breakdown_s),
             "warnings": list(self.warnings),
             **({"extra": self.extra} if self.extra else {}),

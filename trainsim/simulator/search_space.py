@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from trainsim.specs import ClusterSpec, Layout, ModelSpec, Scenario, SpecError, TrainingSpec, resolve
+from trainsim.specs.data_parallel import FSDP_FRAMEWORKS
 from trainsim.specs.errors import from_validation_error
 from trainsim.specs.scenario import balanced_stage_layers, ep_overlap_refusal
 
@@ -103,9 +104,10 @@ class Candidate:
     # (uneven_split); None = the resolver's default split. A function of (model, pp, vpp): not part of the key.
     stage_layers: tuple[int, ...] | None = None
     etp: int | None = None  # expert tensor parallelism of a MoE candidate with tp > 1 (Layout.etp); else None
+    dp_shard: int | None = None  # HSDP shard-group size (Layout.dp_shard) when below dp; None = full sharding
 
     def key(self) -> tuple:
-        return tuple(getattr(self, f) for f in KEY_FIELDS)
+        return (*(getattr(self, f) for f in KEY_FIELDS), self.dp_shard or self.dp)
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -114,6 +116,8 @@ class Candidate:
         parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
         if self.cp > 1:
             parts.append(f"cp{self.cp}")
+        if self.dp_shard:
+            parts.append(f"shard{self.dp_shard}")
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
         if self.vpp > 1:
@@ -239,6 +243,27 @@ def _zero_options(pp: int, lim: SearchLimits) -> list[int]:
             and (pp == 1 or z <= 1 or "zero" in lim.fixed)]
 
 
+def _shard_options(dp: int, zero: int, ep: int, lim: SearchLimits) -> list[int | None]:
+    """HSDP shard-group sizes searched for a candidate: full sharding (None) and, for ZeRO-3 with an FSDP framework
+    and no expert parallelism (specs.data_parallel), the powers of two from 2 below dp that divide it -- a
+    one-rank shard group is DDP's replicated states, which zero 0 covers. ``--dp-shard S`` pins one size."""
+    pinned = lim.fixed.get("dp_shard")
+    hsdp_ok = zero == 3 and ep == 1 and lim.training_extra.get("framework", "megatron") in FSDP_FRAMEWORKS
+    if pinned is not None:
+        if pinned == dp:
+            return [None]
+        return [pinned] if hsdp_ok and pinned < dp and dp % pinned == 0 else []
+    if not hsdp_ok:
+        return [None]
+    out: list[int | None] = [None]
+    s = 2
+    while s < dp:
+        if dp % s == 0:
+            out.append(s)
+        s *= 2
+    return out
+
+
 def structural(model: ModelSpec, cluster: ClusterSpec, gpus: int, global_batch: int, seq_len: int,
                lim: SearchLimits) -> Iterator[tuple[int, int, int, int, int, int | None]]:
     """(tp, cp, pp, dp, ep, etp) splits of ``gpus`` that can possibly be valid (divisibility walked, not guessed)."""
@@ -279,10 +304,11 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, gpus: int, glob
                     continue
                 layers = uneven_split(model, pp * vpp)
                 for zero in _zero_options(pp, lim):
-                    for rc in lim.recompute:
-                        if lim.allowed("recompute", rc):
-                            yield Candidate(gpus, tp, pp, dp, cp, ep, vpp, mb, rc, zero, sched, sp, etp=etp,
-                                            stage_layers=layers)
+                    for shard in _shard_options(dp, zero, ep, lim):
+                        for rc in lim.recompute:
+                            if lim.allowed("recompute", rc):
+                                yield Candidate(gpus, tp, pp, dp, cp, ep, vpp, mb, rc, zero, sched, sp, etp=etp,
+                                                stage_layers=layers, dp_shard=shard)
 
 
 # TrainingSpec fields the search decides; every other one is the user's and applies to each candidate as given.
@@ -310,7 +336,7 @@ def to_scenario(model: ModelSpec, cluster: ClusterSpec, c: Candidate, global_bat
     if cluster.num_gpus != c.gpus:
         cluster = cluster.with_gpus(c.gpus)
     layout = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, ep=c.ep, vpp=c.vpp, etp=c.etp, stage_layers=c.stage_layers,
-                    **({"placement": lim.placement} if lim.placement else {}))
+                    dp_shard=c.dp_shard, **({"placement": lim.placement} if lim.placement else {}))
     extra = dict(lim.training_extra)
     if not c.sequence_parallel:
         extra.pop("tp_comm_overlap", None)  # TE's userbuffers overlap needs SP: candidates without it run plain

@@ -1,6 +1,6 @@
 """Chrome trace-event JSON of a simulated step (opens in Perfetto / chrome://tracing).
 
-One process per pipeline stage ("stage s"), one thread per stream (compute, pp, dp, dp-gather), complete events
+One process per pipeline stage ("stage s"), one thread per stream (compute, pp, dp, dp-gather, dp-replicate), complete events
 ("ph": "X") named after what ran (e.g. "F mb3 chunk1 (layers 8-15)", "reduce_scatter grads chunk 0
 bucket 2"), and a counter track per stage with the simulated memory (bytes) over time. Times are in µs
 as the format requires.
@@ -17,6 +17,8 @@ from trainsim.specs.safe_write import write_atomic
 from .engine import EngineResult
 
 STREAM_TIDS = {"compute": 0, "pp": 1, "dp": 2, "dp-gather": 3}
+# Streams only some steps have (named in the trace only when used): HSDP's all-reduce across replicas.
+OPTIONAL_TIDS = {"dp-replicate": 4}
 
 
 def trace_events(res: EngineResult, static_bytes: list[float] | None = None) -> list[dict[str, Any]]:
@@ -32,9 +34,13 @@ def trace_events(res: EngineResult, static_bytes: list[float] | None = None) -> 
             label = {"compute": "compute stream", "pp": "pipeline send/recv", "dp": "data-parallel comm",
                      "dp-gather": "ZeRO-3 parameter all-gather"}[stream]
             ev.append({"ph": "M", "name": "thread_name", "pid": s, "tid": tid, "args": {"name": label}})
-    for stage, stream, name, start, dur, args in sorted(res.trace, key=lambda r: (r[0], STREAM_TIDS[r[1]], r[3])):
+        if any(r[0] == s and r[1] in OPTIONAL_TIDS for r in res.trace):
+            ev.append({"ph": "M", "name": "thread_name", "pid": s, "tid": OPTIONAL_TIDS["dp-replicate"],
+                       "args": {"name": "HSDP all-reduce across replicas"}})
+    tids = {**STREAM_TIDS, **OPTIONAL_TIDS}
+    for stage, stream, name, start, dur, args in sorted(res.trace, key=lambda r: (r[0], tids[r[1]], r[3])):
         cat = "comm" if stream != "compute" else "compute"
-        ev.append({"ph": "X", "name": name, "cat": cat, "pid": stage, "tid": STREAM_TIDS[stream],
+        ev.append({"ph": "X", "name": name, "cat": cat, "pid": stage, "tid": tids[stream],
                    "ts": start * 1e6, "dur": max(dur, 0.0) * 1e6,
                    "args": {k: (float(v) if isinstance(v, (int, float)) else v) for k, v in args.items()}})
         # Exposed communication inside a compute op, drawn as nested slices at the op's end.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from .data_parallel import check_data_parallel
 from .errors import SpecError
 from .hardware import ClusterSpec
 from .memo import IdentityMemo
@@ -38,6 +39,16 @@ class Scenario(BaseModel):
     def dp(self) -> int:
         assert self.layout.dp is not None
         return self.layout.dp
+
+    @property
+    def dp_shard(self) -> int:
+        """Ranks the ZeRO-sharded model states are split over: the HSDP shard group (Layout.dp_shard), else dp."""
+        return self.layout.dp_shard or self.dp
+
+    @property
+    def dp_replicas(self) -> int:
+        """HSDP replica groups (dp / dp_shard; 1 without HSDP)."""
+        return self.dp // self.dp_shard
 
     @property
     def expert_tp(self) -> int:
@@ -229,6 +240,7 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
     _check_sequence(m, layout, t)
     _check_experts(m, layout, t, dp, etp)
     _check_batch(t, dp, layout.pp)
+    check_data_parallel(layout, t, dp)
     _check_runtime(m, cluster, t, layout.pp)
     return Scenario(name=name, model=m, cluster=cluster, layout=layout.model_copy(update={"dp": dp}), training=t)
 

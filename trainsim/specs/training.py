@@ -55,6 +55,11 @@ class Layout(BaseModel):
     etp: int | None = Field(default=None, gt=0, le=1_000_000, description="expert tensor parallelism (Megatron-Core "
                             "--expert-tensor-parallel-size): the experts' MLPs split over etp ranks; None = tp. With "
                             "etp < tp the expert-parallel group also spans tp/etp of the TP ranks (MoE parallel folding)")
+    dp_shard: int | None = Field(
+        default=None, gt=0, le=10_000_000, description="HSDP shard-group size S (zero=3, FSDP frameworks): model "
+        "states are sharded over S data-parallel ranks (the innermost, fastest ones) and replicated over dp/S "
+        "groups whose gradient shards are all-reduced (torch fully_shard on a 2-D (replicate, shard) mesh). "
+        "None = dp (full sharding); must divide dp")
     placement: tuple[str, ...] = Field(default=DEFAULT_PLACEMENT, description="innermost first")
     stage_layers: tuple[int, ...] | None = Field(
         default=None, description="transformer layers of each virtual pipeline stage, pp*vpp entries in model "
@@ -159,6 +164,16 @@ class TrainingSpec(BaseModel):
         default=None, gt=0.0, le=1000.0, allow_inf_nan=False, description="token-dropping MoE routing (Megatron-"
         "Core --moe-expert-capacity-factor): an expert takes at most this many times its mean tokens, so the "
         "most loaded rank's factor is capped at it. None = dropless")
+    overlap_grad_reduce: bool | None = Field(
+        default=None, description="data-parallel gradient reduction overlapped with the backward pass (Megatron-Core "
+        "--overlap-grad-reduce, DeepSpeed overlap_comm); False = every bucket reduced after the backward pass. "
+        "None = the framework's default (cost_models/framework.py); torch DDP/FSDP always overlap")
+    dp_bucket_mb: float | None = Field(
+        default=None, gt=0.0, le=1_000_000.0, allow_inf_nan=False, description="data-parallel gradient bucket, MiB "
+        "of gradients per reduction call (torch DDP bucket_cap_mb, default 25; Megatron-Core DDP bucket_size, "
+        "default max(40M, 1M x dp) parameters; DeepSpeed reduce_bucket_size): sets the number of calls, each "
+        "paying the collective's latency, and the last, exposed bucket. None = the framework's default. FSDP "
+        "reduces per wrapped block and has no bucket")
     tp_comm_overlap: bool = Field(default=False, description="Transformer Engine userbuffers overlap of the "
                                   "sequence-parallel all-gathers / reduce-scatters with their GEMMs (Megatron-Core "
                                   "--tp-comm-overlap, off by default; on in Megatron-Bridge performance recipes). "

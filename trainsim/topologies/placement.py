@@ -109,6 +109,25 @@ class Placement:
         """The GroupShape of the ``dim`` group containing ``rank``."""
         return _shape_cached(self.fabric, tuple(self.group_ranks(dim, rank)))
 
+    def hsdp_ranks(self, shard: int, rank: int = 0) -> tuple[list[int], list[int]]:
+        """HSDP's (shard group, replicate group) of ``rank`` for shard-group size ``shard``: the DP group split
+        into dp/shard groups of consecutive DP indices -- the innermost, closest ranks, as torchtitan's mesh
+        puts dp_shard inside dp_replicate -- and the ranks holding the same shard in each of them."""
+        dp = self.sizes["dp"]
+        if shard < 1 or dp % shard:
+            raise SpecError("layout.dp_shard", f"shard group size {shard} must divide dp={dp}")
+        members = self.group_ranks("dp", rank)
+        mine = self.coords(rank)["dp"]
+        idx = {r: self.coords(r)["dp"] for r in members}
+        shard_g = [r for r in members if idx[r] // shard == mine // shard]
+        rep_g = [r for r in members if idx[r] % shard == mine % shard]
+        return shard_g, rep_g
+
+    def hsdp_groups(self, shard: int, rank: int = 0) -> tuple[GroupShape, GroupShape]:
+        """GroupShapes of HSDP's shard and replicate groups containing ``rank`` (see hsdp_ranks)."""
+        shard_g, rep_g = self.hsdp_ranks(shard, rank)
+        return _shape_cached(self.fabric, tuple(shard_g)), _shape_cached(self.fabric, tuple(rep_g))
+
     def expert_tp_ranks(self, rank: int = 0) -> list[int]:
         """Members of the expert-tensor-parallel group of ``rank``: the ``Layout.etp`` ranks one expert's MLP is
         split over -- the TP ranks not folded into the EP group (``tp_r``), its innermost ``etp`` when folding

@@ -1,0 +1,147 @@
+"""Data-parallel gradient bucket size (training.dp_bucket_mb) and reduction overlap (training.overlap_grad_reduce)
+as scenario settings: defaults reproduce the framework presets, bucket counts and costs follow their closed
+forms, overlap off exposes every bucket, and inconsistent values are refused in one line."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from trainsim.cli.main import main
+from trainsim.cost_models import memory
+from trainsim.cost_models import nccl_model as nm
+from trainsim.cost_models.collectives import collective_time
+from trainsim.simulator import analytic
+from trainsim.simulator.builder import DDP_BUCKET_PARAMS, DDP_BUCKET_PARAMS_PER_DP, MiB, build_cost_table
+from trainsim.simulator.engine import simulate
+from trainsim.simulator.predict import predict
+from trainsim.specs import SpecError, build_scenario
+from trainsim.topologies.placement import place
+
+# Llama 3 8B on 32 H100 (4 nodes), TP 1, PP 1, DP 32, Megatron's distributed optimizer (ZeRO-1): one chunk.
+BASE = {"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 32, "layout": {},
+        "training": {"seq_len": 4096, "global_batch": 64, "distributed_optimizer": True, "recompute": "full"}}
+
+
+def scenario(**training):
+    return build_scenario({**BASE, "training": {**BASE["training"], **training}}, {})
+
+
+def test_defaults_are_the_framework_presets():
+    """Unset keys, and the keys set to the framework's own values, cost exactly what the presets cost."""
+    base = build_cost_table(scenario())
+    assert build_cost_table(scenario(overlap_grad_reduce=True)) == base
+    # Megatron-Core DDP: max(40M, 1M x dp) parameters of fp32 main grads per bucket.
+    default_mib = max(DDP_BUCKET_PARAMS, DDP_BUCKET_PARAMS_PER_DP * 32) * 4 / MiB
+    same = build_cost_table(scenario(dp_bucket_mb=default_mib))
+    assert same.stages[0].chunks[0].grad_buckets == base.stages[0].chunks[0].grad_buckets
+    assert predict(scenario(dp_bucket_mb=default_mib)).step_time_s == predict(scenario()).step_time_s
+    j = predict(scenario()).to_json()["data_parallel"]
+    assert j["grad_bucket_mib"] == pytest.approx(default_mib) and j["overlap_grad_reduce"] is True
+
+
+@pytest.mark.parametrize("mib", [25.0, 100.0, 400.0])
+def test_bucket_count_and_cost_closed_form(mib):
+    """calls = ceil(gradient bytes / bucket bytes); n equal calls cost n x (latency + per-call bandwidth time),
+    whose bandwidth part is the whole gradient's bytes over the bandwidth, as one call's would be."""
+    scn = scenario(dp_bucket_mb=mib)
+    chunk = build_cost_table(scn).stages[0].chunks[0]
+    grad = memory.rank_param_shards(scn, 0).held * scn.training.grad_bytes
+    calls = math.ceil(grad / (mib * MiB))
+    one = collective_time("reduce_scatter", grad / calls, place(scn).group("dp"), scn.cluster)
+    assert sum(bk.latency_s for bk in chunk.grad_buckets) == pytest.approx(calls * one.latency_s, rel=1e-9)
+    assert sum(bk.time_s for bk in chunk.grad_buckets) == pytest.approx(calls * one.time_s, rel=1e-9)
+    assert sum(bk.nbytes for bk in chunk.grad_buckets) == pytest.approx(grad, rel=1e-9)
+    # Ring reduce-scatter over n = 32 ranks: each call sends (n-1)/n of its bytes at the bottleneck rate, plus one
+    # pipeline fill (nccl_model.fill_bytes) -- so n calls cost n x (latency + fill) + (n-1)/n x bytes / rate.
+    assert one.algo == "ring"
+    n = place(scn).group("dp").size
+    wire = (n - 1) / n * grad
+    fill = min(wire / calls, nm.fill_bytes(one.protocol))
+    want = calls * (one.latency_s + fill / one.rate_Bps) + wire / one.rate_Bps
+    assert sum(bk.time_s for bk in chunk.grad_buckets) == pytest.approx(want, rel=1e-9)
+
+
+def test_smaller_buckets_pay_more_latency():
+    lat = [sum(bk.latency_s for bk in build_cost_table(scenario(dp_bucket_mb=m)).stages[0].chunks[0].grad_buckets)
+           for m in (400.0, 100.0, 25.0)]
+    assert lat[0] < lat[1] < lat[2]
+
+
+def test_overlap_off_exposes_the_sum_of_bucket_times():
+    """With the reduction after the backward pass, the step's DP tail is every bucket back to back (engine and
+    closed form), and exceeds the overlapped run's exposed last bucket."""
+    scn = scenario(overlap_grad_reduce=False)
+    table = build_cost_table(scn)
+    assert table.overlap_grad_reduce is False
+    total = sum(bk.time_s for c in table.stages[0].chunks for bk in c.grad_buckets)
+    assert simulate(table).stages[0].dp_tail_s == pytest.approx(total, rel=1e-9)
+    assert analytic.estimate(table).stages[0].dp_tail_s == pytest.approx(total, rel=1e-9)
+    on = simulate(build_cost_table(scenario())).stages[0].dp_tail_s
+    assert on < total
+
+
+def test_overlap_on_for_a_framework_without_it():
+    """Megatron 2021's local DDP reduces after the backward; overlap_grad_reduce=true costs the overlapped run."""
+    off = build_cost_table(scenario(framework="megatron-2021", distributed_optimizer=False))
+    on = build_cost_table(scenario(framework="megatron-2021", distributed_optimizer=False, overlap_grad_reduce=True))
+    assert off.overlap_grad_reduce is False and on.overlap_grad_reduce is True
+    assert simulate(on).step_time_s < simulate(off).step_time_s
+
+
+def test_deepspeed_reduce_bucket():
+    """DeepSpeed ZeRO-2 reduces in reduce_bucket_size buckets: dp_bucket_mb sets them."""
+    scn = scenario(framework="deepspeed", distributed_optimizer=False, zero=2, dp_bucket_mb=64.0)
+    chunk = build_cost_table(scn).stages[0].chunks[0]
+    grad = memory.rank_param_shards(scn, 0).held * scn.training.grad_bytes
+    calls = math.ceil(grad / (64 * MiB))
+    one = collective_time("reduce_scatter", grad / calls, place(scn).group("dp"), scn.cluster)
+    assert sum(bk.latency_s for bk in chunk.grad_buckets) == pytest.approx(calls * one.latency_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("training,msg", [
+    ({"dp_bucket_mb": 0}, "training.dp_bucket_mb"),
+    ({"dp_bucket_mb": -5}, "training.dp_bucket_mb"),
+    ({"zero": 3, "framework": "pytorch-fsdp", "distributed_optimizer": False, "dp_bucket_mb": 25},
+     "training.dp_bucket_mb: zero=3 with framework pytorch-fsdp"),
+    ({"framework": "torch", "distributed_optimizer": False, "overlap_grad_reduce": False},
+     "training.overlap_grad_reduce: framework torch"),
+])
+def test_bad_settings_are_refused(training, msg):
+    with pytest.raises(SpecError, match=msg):
+        scenario(**training)
+
+
+@pytest.mark.parametrize("yaml_training,field", [
+    ("dp_bucket_mb: 0", "training.dp_bucket_mb"),
+    ("overlap_grad_reduce: maybe", "training.overlap_grad_reduce"),
+])
+def test_scenario_file_refusals_exit_2_with_one_line(tmp_path, capsys, yaml_training, field):
+    f = tmp_path / "s.yaml"
+    f.write_text("model: llama3-8b\ncluster: dgx-h100\ngpus: 8\n"
+                 f"training: {{seq_len: 2048, global_batch: 16, {yaml_training}}}\n")
+    assert main(["predict", str(f)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and field in err
+
+
+def test_flags_reach_predict_json(capsys):
+    argv = ["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "32", "--seq-len", "4096",
+            "--global-batch", "64", "--dp-bucket-mb", "25", "--no-overlap-grad-reduce", "--json"]
+    assert main(argv) == 0
+    dp = json.loads(capsys.readouterr().out)["data_parallel"]
+    assert dp["grad_bucket_mib"] == 25.0 and dp["overlap_grad_reduce"] is False and dp["dp_shard"] == 32
+
+
+@pytest.mark.parametrize("calls", [1, 2, 3])
+def test_overlapped_reduction_exposes_the_last_bucket(calls):
+    """With overlap on, buckets ready during the backward are reduced behind it; only the last one (a 1/calls
+    share of the gradients, its own latency included) is exposed after the backward pass."""
+    grad = memory.rank_param_shards(scenario(), 0).held * 4  # fp32 main grads
+    scn = scenario(dp_bucket_mb=grad / (calls - 0.5) / MiB if calls > 1 else grad / MiB)
+    chunk = build_cost_table(scn).stages[0].chunks[0]
+    assert len(chunk.grad_buckets) == calls
+    tail = simulate(build_cost_table(scn)).stages[0].dp_tail_s
+    assert tail == pytest.approx(chunk.grad_buckets[-1].time_s, rel=1e-6)
