@@ -41,8 +41,9 @@ What goes where (choices documented here, once):
   latency: one ZeRO-3 gather per block (FSDP) or per weight tensor (DeepSpeed), one reduce-scatter per
   block (FSDP) or per reduce bucket (DeepSpeed), see cost_models/framework.py. Offload adds its PCIe traffic (cost_models.memory) to the
   optimizer step, exposed. ``TrainingSpec.dp_bucket_mb`` and ``overlap_grad_reduce`` replace the framework's
-  bucket size and overlap (_bucket_settings). At most MAX_BUCKETS_PER_CHUNK transfers per chunk are simulated,
-  so with more calls than that the exposed last transfer carries calls/4 buckets' bytes and latency.
+  bucket size and overlap (_bucket_settings). At most MAX_BUCKETS_PER_CHUNK transfers per chunk are simulated:
+  with more calls than that the last transfer is exactly one bucket (the exposed one) and the others share the
+  remaining calls' bytes and latency.
 * HSDP (``Layout.dp_shard`` = S < dp, torch FSDP2 on a (replicate, shard) mesh): the ZeRO-3 gathers and each
   block's reduce-scatter run over the shard group (the S innermost DP ranks, torchtitan's dp_shard placement),
   and each reduce-scattered shard (1/S of the block's gradient bytes) is then all-reduced over the dp/S replicas
@@ -296,17 +297,29 @@ def _grad_buckets(st: _Step, s: int, params: float, label: str, layers_of_chunk:
         calls = max(1, layers_of_chunk)
     else:
         calls = max(1, math.ceil(params / st.bucket_params))
-    n = min(MAX_BUCKETS_PER_CHUNK, calls)
     per_call = params * tr.grad_bytes / calls
-    k_calls = calls / n
-    then = _replica_all_reduce(st, s, per_call, k_calls, label)
+    return tuple(_bucket_transfer(st, s, per_call, k_calls, f"{label} bucket {k}")
+                 for k, k_calls in enumerate(_calls_per_transfer(calls)))
+
+
+def _calls_per_transfer(calls: int) -> tuple[float, ...]:
+    """How many of the ``calls`` bucket collectives each simulated transfer carries: one each up to
+    MAX_BUCKETS_PER_CHUNK; beyond that the last transfer is exactly one bucket (the one that becomes ready when
+    backward ends, so the exposed tail is one bucket's time whatever the count) and the others share the rest."""
+    n = min(MAX_BUCKETS_PER_CHUNK, calls)
+    if n == calls:
+        return (1.0,) * n
+    return ((calls - 1) / (n - 1),) * (n - 1) + (1.0,)
+
+
+def _bucket_transfer(st: _Step, s: int, per_call: float, k_calls: float, name: str) -> Transfer:
+    """``k_calls`` gradient-reduction calls of ``per_call`` bytes each as one engine transfer."""
+    then = _replica_all_reduce(st, s, per_call, k_calls, name)
     if st.shard_group is None:  # HSDP with one-rank shard groups: the all-reduce is all there is
-        return tuple(then for _ in range(n))
+        return then
     lat, bw = _coll(st.reduce_op, per_call, st.shard_group, st.scenario, st.profile)
-    links = _links(s, st.shard_group)
-    return tuple(Transfer(f"{st.reduce_op} grads {label} bucket {k}", transfer_s=bw * k_calls,
-                          latency_s=lat * k_calls, links=links, dim="dp", nbytes=per_call * k_calls, then=then)
-                 for k in range(n))
+    return Transfer(f"{st.reduce_op} grads {name}", transfer_s=bw * k_calls, latency_s=lat * k_calls,
+                    links=_links(s, st.shard_group), dim="dp", nbytes=per_call * k_calls, then=then)
 
 
 def _replica_all_reduce(st: _Step, s: int, per_call: float, k_calls: float, label: str) -> Transfer | None:
