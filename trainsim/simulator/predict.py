@@ -18,6 +18,7 @@ from .costtable import CostTable
 from .engine import schedule_ops, simulate
 from .fold import simulate_step
 from .metrics import to_prediction
+from .pools import describe_pools
 from .result import Prediction
 from .trace import write_trace
 
@@ -215,6 +216,7 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
     pred.engine["build_s"] = build_s
     pred.engine["wall_s"] = pred.engine["wall_s"] + build_s
     _describe_memory(pred, scenario)
+    describe_pools(pred, scenario, profile, ideal_network)
     return pred
 
 

@@ -230,6 +230,8 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
     _check_experts(m, layout, t, dp, etp)
     _check_batch(t, dp, layout.pp)
     _check_runtime(m, cluster, t, layout.pp)
+    from .pools import check_pools
+    check_pools(cluster, layout, t, dp)
     return Scenario(name=name, model=m, cluster=cluster, layout=layout.model_copy(update={"dp": dp}), training=t)
 
 
