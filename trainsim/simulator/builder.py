@@ -444,18 +444,20 @@ def _pp_sends(st: _Step, s: int, nets: tuple[Scenario, Scenario] | None = None
     ``nets`` are the scenarios the two links are priced on (default the stage's own: a link inside one pool)."""
     scenario, lay = st.scenario, st.scenario.layout
     net_f, net_b = nets or (scenario, scenario)
+    from trainsim.topologies.placement import place
+    pl_f, pl_b = (st.pl if n is scenario else place(n) for n in (net_f, net_b))  # a link's rates: its net's
     p, v = lay.pp, lay.vpp
     send_f = send_b = None
     if p > 1:
         msg = st.act_msg / lay.tp
         nxt, prv = (s + 1) % p, (s - 1) % p
         if v > 1 or s < p - 1:
-            g = st.pl.p2p(st.stage_rank[s], st.stage_rank[nxt])
+            g = pl_f.p2p(st.stage_rank[s], st.stage_rank[nxt])
             lat, bwt = _coll("send_recv", msg, g, net_f, st.profile)
             send_f = Transfer("send activations", transfer_s=bwt, latency_s=lat, links=_links(s, g, nxt),
                               dim="pp", nbytes=msg, bulk=False)
         if v > 1 or s > 0:
-            g = st.pl.p2p(st.stage_rank[s], st.stage_rank[prv])
+            g = pl_b.p2p(st.stage_rank[s], st.stage_rank[prv])
             lat, bwt = _coll("send_recv", msg, g, net_b, st.profile)
             send_b = Transfer("send gradients", transfer_s=bwt, latency_s=lat, links=_links(s, g, prv),
                               dim="pp", nbytes=msg, bulk=False)

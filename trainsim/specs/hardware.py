@@ -140,11 +140,16 @@ class PoolSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(description="the pool's name (the preset it was given by)")
-    gpu: GPUSpec
+    name: str | None = Field(default=None, description="the pool's name in outputs; none: its node or GPU preset's")
+    node: str | None = Field(default=None, description="a cluster preset whose node type (GPU, scale_up, scale_out; "
+                             "same GPUs per node as the cluster) the pool has; give node or gpu")
+    gpu: GPUSpec | None = Field(default=None, description="a GPU preset or mapping on the cluster's node; none: the "
+                                "node preset's (always filled once loaded)")
     nodes: int = Field(gt=0, le=1_000_000, description="nodes of this type in the job")
-    scale_up: ScaleUpSpec
-    scale_out: ScaleOutSpec
+    scale_up: ScaleUpSpec | None = Field(default=None, description="overrides of the node's scale-up; none: the node "
+                                         "preset's or the cluster's (always filled once loaded)")
+    scale_out: ScaleOutSpec | None = Field(default=None, description="overrides of the node's scale-out; none: the "
+                                           "node preset's or the cluster's (always filled once loaded)")
 
 
 class ClusterSpec(BaseModel):

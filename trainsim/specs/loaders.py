@@ -190,14 +190,15 @@ def _pool(entry: Any, i: int, base: Mapping) -> dict:
     if unknown:
         key = min(unknown)
         raise SpecError(f"{field}.{key}", f"unknown key{did_you_mean(key, sorted(POOL_KEYS))}")
-    if ("node" in entry) == ("gpu" in entry):
+    resolved = all(entry.get(k) is not None for k in ("gpu", "scale_up", "scale_out"))  # a loaded pool, dumped
+    if not resolved and (entry.get("node") is not None) == (entry.get("gpu") is not None):
         raise SpecError(field, "give either node (a cluster preset: a node type) or gpu (a GPU preset on the "
                                "cluster's node)")
     nodes = entry.get("nodes")
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes <= 0:
         raise SpecError(f"{field}.nodes", f"must be a positive whole number of nodes, got {nodes!r}")
     src, name = dict(base), entry.get("name")
-    if "node" in entry:
+    if entry.get("node") is not None:
         node = entry["node"]
         found = preset("clusters", node) if isinstance(node, str) else None
         if found is None:
@@ -207,12 +208,13 @@ def _pool(entry: Any, i: int, base: Mapping) -> dict:
                                              f"cluster {base.get('gpus_per_node', 8)}: pools must share one node size")
         src = {**src, **{k: found[k] for k in ("gpu", "scale_up", "scale_out")}}
         name = name or node
-    gpu_in = entry.get("gpu", src.get("gpu"))
+    gpu_in = entry.get("gpu") or src.get("gpu")
     try:
         gpu = load_gpu(gpu_in).model_dump()
     except SpecError as e:
-        raise SpecError(f"{field}.gpu", e.reason) from None
+        raise SpecError(e.field.replace("cluster.gpu", f"{field}.gpu", 1), e.reason) from None
     out = {"name": str(name or (gpu_in if isinstance(gpu_in, str) else gpu["name"])), "gpu": gpu, "nodes": nodes,
+           "node": entry.get("node"),
            "scale_up": _deep_merge(src["scale_up"], entry.get("scale_up") or {}),
            "scale_out": _deep_merge(src.get("scale_out") or ScaleOutSpec().model_dump(), entry.get("scale_out") or {})}
     return _validate(PoolSpec, out, field).model_dump()
@@ -291,14 +293,14 @@ def build_scenario(raw: Mapping | None = None, overrides: Mapping | None = None)
     """Merge a raw scenario mapping with flat overrides (CLI flags; ``None`` = not given) and resolve it.
 
     Override keys: model, cluster, gpus, name, background_load (a mapping of tier -> fraction laid over the
-    cluster's ``scale_out.background_load``), pools and placement (the cluster's ``pools`` and ``placement``),
+    cluster's ``scale_out.background_load``), pools and pool_placement (the cluster's ``pools`` and ``placement``),
     and any Layout or TrainingSpec field.
     """
     raw = dict(raw or {})
     ov = {k: v for k, v in (overrides or {}).items() if v is not None}
     for k in ov:
         if k not in LAYOUT_KEYS | TRAINING_KEYS | {"model", "cluster", "gpus", "name", "background_load", "pools",
-                                                      "placement"}:
+                                                      "pool_placement"}:
             raise SpecError(k, "unknown setting")
     model_in = ov.get("model", raw.get("model"))
     if model_in is None:
@@ -320,9 +322,10 @@ def build_scenario(raw: Mapping | None = None, overrides: Mapping | None = None)
     training_raw = {**training_raw, **{k: v for k, v in ov.items() if k in TRAINING_KEYS}}
     model = load_model(model_in)
     cluster = load_cluster(cluster_in, None if "pools" in ov else gpus)
-    if "pools" in ov or "placement" in ov:
-        cluster = load_cluster({**cluster.model_dump(), **{k: ov[k] for k in ("pools", "placement") if k in ov}},
-                               gpus if "pools" in ov else None)
+    if "pools" in ov or "pool_placement" in ov:
+        pooled = {**cluster.model_dump(), **({"pools": ov["pools"]} if "pools" in ov else {}),
+                  **({"placement": ov["pool_placement"]} if "pool_placement" in ov else {})}
+        cluster = load_cluster(pooled, gpus if "pools" in ov else None)
     if "background_load" in ov:
         cluster = with_background_load(cluster, ov["background_load"])
     layout = _validate(Layout, layout_raw, "layout")
