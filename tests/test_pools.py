@@ -217,3 +217,32 @@ def test_bad_pool_scenarios_name_the_field(cluster, field):
     with pytest.raises(SpecError) as e:
         _scn(cluster, layout={"tp": 8, "pp": 2})
     assert e.value.field == field, str(e.value)
+
+
+def test_plan_ranks_every_placement_on_the_pools(capsys):
+    """One layout, three placements on {A100 nodes, H100 nodes}: stages in either order and dp. Each row's step is
+    predict's for that arrangement; the ranking puts the fastest first."""
+    argv = ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--pool", "dgx-a100:2", "--pool", "dgx-h100:2",
+            "--global-batch", "16", "--seq-len", "4096", "--tp", "8", "--pp", "2", "--cp", "1", "--micro-batch", "1",
+            "--recompute", "none", "--zero", "1", "--schedule", "1f1b", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = [r for r in out["rows"] if r["fits"]]
+    assert sorted(r["pools"] for r in rows) == ["dp", "stages 0,1", "stages 1,0"]
+    cl = {"preset": "dgx-h100", "pools": [{"node": "dgx-a100", "nodes": 2}, {"node": "dgx-h100", "nodes": 2}]}
+    want = {}
+    for name, cluster in (("stages 0,1", cl), ("stages 1,0", {**cl, "pools": cl["pools"][::-1]}),
+                          ("dp", {**cl, "placement": "dp"})):
+        want[name] = predict(_scn(cluster, layout={"tp": 8, "pp": 2}, zero=1, sequence_parallel=True)
+                             ).step_time_s
+    for r in rows:
+        assert r["step_time_s"] == pytest.approx(want[r["pools"]], rel=1e-9), r["pools"]
+    assert [r["step_time_s"] for r in rows] == sorted(want.values())
+
+
+def test_plan_refuses_gpus_other_than_the_pools(capsys):
+    argv = ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--pool", "dgx-a100:2", "--gpus", "64",
+            "--global-batch", "16", "--seq-len", "4096"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "gpus" in err[0]

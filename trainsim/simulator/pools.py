@@ -64,8 +64,7 @@ def describe_pools(pred: Prediction, scenario: Scenario, profile=None, ideal_net
     else:
         pred.pools = _dp_entries(scenario, pred, profile, ideal_network)
         used_gpu = next(p.gpu for p, e in zip(c.pools, pred.pools) if e["paces"])
-    tight = min(pred.pools, key=lambda e: e["capacity_bytes"] - e["peak_memory_bytes"])
-    pred.gpu_memory_bytes = tight["capacity_bytes"]
+    pred.gpu_memory_bytes = tightest_pool(pred)["capacity_bytes"]
     # MFU over the pools' own dense peaks: model FLOPs / (step x sum over pools of GPUs x peak).
     dtype = scenario.training.dtype
     peak_sum = sum(g * p.gpu.peak(dtype) for p, g in zip(c.pools, pool_gpus(c)))
@@ -76,3 +75,36 @@ def describe_pools(pred: Prediction, scenario: Scenario, profile=None, ideal_net
         if not e["fits"]:
             pred.warnings.append(f"pool {e['name']} does not fit: peak {e['peak_memory_gib']:.1f} GiB of "
                                  f"{e['capacity_gib']:.1f} GiB on its {e['gpu']}")
+
+
+def pooled_memory_over(scenario: Scenario, headroom: str) -> str | None:
+    """The planner's memory screen on GPU pools, from the memory cost model on each pool's GPU: ``"oom"`` when a
+    stage exceeds its pool's HBM, ``"over_headroom"`` when it leaves less than ``headroom`` (planner.parse_headroom)
+    free there, else None. Every stage is checked on the pool that holds it (under ``dp`` on every pool)."""
+    from trainsim.cost_models import memory
+
+    from .planner import headroom_bytes
+    views, where = pool_views(scenario), stage_pools(scenario)
+    stages_placed = scenario.cluster.placement == "stages"
+    worst = None
+    for s in range(scenario.layout.pp):
+        for k in ([where[s]] if stages_placed else range(len(views))):
+            cap = views[k].cluster.gpu.memory_bytes
+            total = memory.stage_memory(views[k], s).total
+            if total > cap:
+                return "oom"
+            if total > cap - headroom_bytes(headroom, cap):
+                worst = "over_headroom"
+    return worst
+
+
+def pools_fit(pred: Prediction, headroom: str) -> bool:
+    """Every pool's predicted peak leaves ``headroom`` of its own GPU's memory free."""
+    from .planner import headroom_bytes
+    return all(e["peak_memory_bytes"] <= e["capacity_bytes"] - headroom_bytes(headroom, e["capacity_bytes"])
+               for e in pred.pools)
+
+
+def tightest_pool(pred: Prediction) -> dict:
+    """The pool with the least memory left at its peak."""
+    return min(pred.pools, key=lambda e: e["capacity_bytes"] - e["peak_memory_bytes"])

@@ -117,3 +117,46 @@ def check_pools(cluster: ClusterSpec, layout: Layout, training: TrainingSpec, dp
         if g % unit:
             raise SpecError(f"cluster.pools[{i}].nodes", f"the pool's {g} GPUs are not a whole number of {what}: "
                                                          f"one would straddle pools")
+
+
+# Pool orders a plan tries under ``placement: stages``: every permutation up to this many (4 pools), beyond it the
+# given order and its reverse.
+MAX_ORDERS = 24
+
+
+def placement_options(cluster: ClusterSpec, only: str | None = None) -> list[str]:
+    """The placements a plan evaluates on ``cluster``'s pools: ``"stages I,J,..."`` (pipeline stages on the pools in
+    that order) for every distinct order, and ``"dp"``; ``only`` keeps one kind. [None] without pools."""
+    pools = cluster.pools
+    if pools is None:
+        return [None]  # type: ignore[list-item]
+    from itertools import permutations
+    n = len(pools)
+    keys = [p.model_dump_json() for p in pools]
+    orders = list(permutations(range(n))) if n <= 4 else [tuple(range(n)), tuple(reversed(range(n)))]
+    seen, out = set(), []
+    for order in orders:
+        sig = tuple(keys[i] for i in order)
+        if sig not in seen:
+            seen.add(sig)
+            out.append("stages " + ",".join(map(str, order)))
+    if len(set(keys)) > 1:
+        out.append("dp")
+    return [o for o in out if only is None or o.split()[0] == only]
+
+
+def arranged(cluster: ClusterSpec, option: str | None) -> ClusterSpec:
+    """``cluster`` with its pools in the order and placement ``option`` names (placement_options); unchanged for
+    None. The top-level GPU and fabrics follow the first pool."""
+    if option is None or cluster.pools is None:
+        return cluster
+    if option == "dp":
+        return cluster.model_copy(update={"placement": "dp"})
+    kind, _, order_text = option.partition(" ")
+    order = [int(i) for i in order_text.split(",")]
+    if kind != "stages" or sorted(order) != list(range(len(cluster.pools))):
+        raise SpecError("cluster.placement", f"unknown pool placement {option!r}")
+    pools = tuple(cluster.pools[i] for i in order)
+    first = pools[0]
+    return cluster.model_copy(update={"pools": pools, "placement": "stages", "gpu": first.gpu,
+                                      "scale_up": first.scale_up, "scale_out": first.scale_out})
