@@ -145,11 +145,7 @@ def request_from_args(args: argparse.Namespace):
     if cluster_in is None:
         raise SpecError("cluster", "no cluster given (use --cluster NAME|PATH or a scenario file)")
     model = load_model(model_in)
-    cluster = load_cluster(cluster_in)
-    if args.pool:
-        cluster = load_cluster({**cluster.model_dump(), "pools": args.pool})
-    if args.background_load is not None:
-        cluster = with_background_load(cluster, args.background_load)
+    cluster = _plan_cluster(args, cluster_in)
     gpus_text = args.gpus if args.gpus is not None else raw.get("gpus")
     if gpus_text is None and cluster.pools is not None:
         gpus_text = cluster.num_gpus
@@ -210,6 +206,16 @@ def request_from_args(args: argparse.Namespace):
         storage_write_Bps=args.storage_write_gbps * 1e9, restart_s=args.restart_s, profile_path=args.calibration,
         memory_headroom=_checked_headroom(args.memory_headroom),
     )
+
+
+def _plan_cluster(args: argparse.Namespace, cluster_in):
+    """The cluster to plan on: the preset or file, with --pool's pools and --background-load's traffic."""
+    cluster = load_cluster(cluster_in)
+    if args.pool:
+        cluster = load_cluster({**cluster.model_dump(), "pools": args.pool})
+    if args.background_load is not None:
+        cluster = with_background_load(cluster, args.background_load)
+    return cluster
 
 
 def check_pool_plan(cluster, counts: tuple[int, ...], placement: str | None) -> None:

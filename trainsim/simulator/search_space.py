@@ -24,7 +24,7 @@ RECOMPUTE_LADDER = ("none", "selective", "full")   # less memory, more compute, 
 ZERO_LADDER = (0, 1, 2, 3)                         # less memory, more communication, left to right
 SCHEDULES = ("1f1b", "interleaved", "zb", "gpipe")
 KEY_FIELDS = ("gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "recompute", "zero", "schedule",
-              "sequence_parallel", "etp", "pools")
+              "sequence_parallel", "etp")
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,8 @@ class Candidate:
     pools: str | None = None
 
     def key(self) -> tuple:
-        return tuple(getattr(self, f) for f in KEY_FIELDS)
+        base = tuple(getattr(self, f) for f in KEY_FIELDS)
+        return base if self.pools is None else (*base, self.pools)  # a placement on GPU pools tells rows apart
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
