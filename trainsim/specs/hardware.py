@@ -195,6 +195,9 @@ class ClusterSpec(BaseModel):
         return max(1, self.num_gpus // self.gpus_per_node)
 
     def with_gpus(self, n: int) -> ClusterSpec:
+        if self.pools is not None and n != self.num_gpus:
+            from .errors import SpecError
+            raise SpecError("gpus", f"the cluster's pools hold exactly {self.num_gpus} GPUs, not {n}")
         return type(self).model_validate(
             {**self.model_dump(), "num_gpus": n}
         )
