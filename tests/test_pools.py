@@ -137,6 +137,25 @@ def test_dp_placement_runs_at_the_slowest_replica():
     assert [e["replicas"] for e in pooled.pools] == [1, 1]
     h100_like = pooled.pools[0]["replica_step_s_closed_form"]
     assert h100_like < pooled.pools[1]["replica_step_s_closed_form"]
+    # memory per pool: the same schedule keeps the same micro-batches in flight on every replica, so each pool's
+    # peak is what its own node type alone would hold
+    h100 = predict(_scn("dgx-h100", gpus=32, layout=lay))
+    assert pooled.pools[0]["peak_memory_bytes"] == pytest.approx(h100.peak_bytes, rel=1e-12)
+    assert pooled.pools[1]["peak_memory_bytes"] == pytest.approx(a100.peak_bytes, rel=1e-12)
+
+
+def test_explain_judges_fit_per_pool():
+    """A lever's fit on pools is every pool's against its own GPU: the baseline's pools decide, not the smallest
+    GPU against the largest peak."""
+    from trainsim.simulator.levers import explain
+    cl = {"preset": "dgx-a100", "pools": [{"gpu": "a100-80gb", "nodes": 1}, {"gpu": "a100-40gb", "nodes": 1}]}
+    scn = _scn(cl, layout={"tp": 8, "pp": 2}, seq_len=8192, global_batch=32, micro_batch=4)
+    base = predict(scn, fast=True)
+    assert base.fits and base.peak_bytes > 40 * 2**30 > base.pools[1]["peak_memory_bytes"]
+    expl = explain(scn, baseline=base)
+    for lv in expl.levers:
+        if lv.applicable and lv.lever in ("ideal network", "no pipeline bubble"):
+            assert lv.fits, lv
 
 
 def test_mfu_counts_each_pools_own_peak():
