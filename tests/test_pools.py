@@ -134,6 +134,12 @@ def test_dp_placement_runs_at_the_slowest_replica():
     a100 = predict(_scn("dgx-a100", gpus=32, layout=lay))
     assert pooled.step_time_s == pytest.approx(a100.step_time_s, rel=1e-12)
     assert [e["paces"] for e in pooled.pools] == [False, True]
+    fast = predict(_scn(cl, layout=lay), fast=True)
+    assert fast.step_time_s == pytest.approx(predict(_scn("dgx-a100", gpus=32, layout=lay), fast=True).step_time_s,
+                                             rel=1e-12)
+    peaks = 16 * load_gpu("h100-sxm").peak("bf16") + 16 * load_gpu("a100-80gb").peak("bf16")
+    flops = flops_model.model_flops_per_step(_scn(cl, layout=lay))
+    assert pooled.mfu == pytest.approx(flops / (pooled.step_time_s * peaks), rel=1e-12)
     assert [e["replicas"] for e in pooled.pools] == [1, 1]
     h100_like = pooled.pools[0]["replica_step_s_closed_form"]
     assert h100_like < pooled.pools[1]["replica_step_s_closed_form"]

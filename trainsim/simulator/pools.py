@@ -3,7 +3,8 @@ against that pool's HBM, which pool paces the step, and throughput figures over 
 
 Under ``placement: stages`` the engine already simulates each stage on its own pool's GPU (builder.py
 ``_pooled_stages``), so a slower pool's stages set the pipeline's pace; a pool's peak is the largest of its
-stages'. Under ``placement: dp`` the step is the pacing pool's replica (builder.dp_pacing_pool); another pool's
+stages'. Under ``placement: dp`` the step is the pacing pool's replica (the engine's longest, dp_engine_pacing; the
+closed form's under ``--fast``, builder.dp_pacing_pool); another pool's
 peak per stage is its own static memory (weights, gradients, optimizer state, buffers on its GPU) plus the
 activation and transient bytes the engine found for the pacing replica (the same schedule keeps the same
 micro-batches in flight on every replica).
@@ -36,11 +37,22 @@ def _stage_entries(scenario: Scenario, pred: Prediction) -> list[dict]:
     return out
 
 
-def _dp_entries(scenario: Scenario, pred: Prediction, profile, ideal_network: bool) -> list[dict]:
+def dp_engine_pacing(scenario: Scenario, profile=None, ideal_network: bool = False) -> int:
+    """Under ``placement: dp`` the pool whose replica's step is the longest in the engine (builder.dp_pacing_pool
+    picks it by the closed form, for the planner's screen and other table readers)."""
+    from .builder import build_cost_table
+    from .fold import MAX_WHOLE_PASSES, simulate_step
+    steps = [simulate_step(build_cost_table(v, profile=profile, ideal_network=ideal_network),
+                           max_passes=MAX_WHOLE_PASSES).step_time_s for v in pool_views(scenario)]
+    return max(range(len(steps)), key=lambda k: (steps[k], -k))
+
+
+def _dp_entries(scenario: Scenario, pred: Prediction, profile, ideal_network: bool, pacing: int | None) -> list[dict]:
     from .analytic import estimate
     from .builder import build_cost_table, dp_pacing_pool
     views = pool_views(scenario)
-    pacing = dp_pacing_pool(scenario, profile, ideal_network)
+    if pacing is None:
+        pacing = dp_pacing_pool(scenario, profile, ideal_network)
     paced = build_cost_table(views[pacing], profile=profile, ideal_network=ideal_network)
     replica = scenario.layout.tp * scenario.layout.cp * scenario.layout.pp
     out = []
@@ -53,17 +65,18 @@ def _dp_entries(scenario: Scenario, pred: Prediction, profile, ideal_network: bo
     return out
 
 
-def describe_pools(pred: Prediction, scenario: Scenario, profile=None, ideal_network: bool = False) -> None:
-    """Fill ``pred.pools`` and restate MFU/HFU and the capacity for a job on GPU pools (no-op without pools)."""
+def describe_pools(pred: Prediction, scenario: Scenario, profile=None, ideal_network: bool = False,
+                   pacing: int | None = None) -> None:
+    """Fill ``pred.pools`` and restate MFU/HFU and the capacity for a job on GPU pools (no-op without pools);
+    ``pacing``: under ``dp`` the pool whose replica ``pred`` is (None: builder.dp_pacing_pool's)."""
     c = scenario.cluster
     if c.pools is None:
         return
     if c.placement == "stages":
         pred.pools = _stage_entries(scenario, pred)
-        used_gpu = c.gpu  # to_prediction's MFU used the scenario's (first pool's) GPU
     else:
-        pred.pools = _dp_entries(scenario, pred, profile, ideal_network)
-        used_gpu = next(p.gpu for p, e in zip(c.pools, pred.pools) if e["paces"])
+        pred.pools = _dp_entries(scenario, pred, profile, ideal_network, pacing)
+    used_gpu = c.gpu  # to_prediction's MFU used the scenario's (first pool's) GPU
     pred.gpu_memory_bytes = tightest_pool(pred)["capacity_bytes"]
     # MFU over the pools' own dense peaks: model FLOPs / (step x sum over pools of GPUs x peak).
     dtype = scenario.training.dtype
