@@ -218,6 +218,9 @@ L8 = ["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--global-batc
      "cluster.pools[0].nodes"),
     (L8 + ["--pool", "dgx-h100:1", "--pool", "dgx-a100:1", "--dtype", "fp8", "--tp", "8", "--pp", "2"],
      "cluster.pools[1].gpu"),
+    (["execute", "--pool", "cpu-host:1", "--gpus", "8", "--no-predict"], "cluster.pools"),
+    (["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--placement", "dp", "--gpus", "16",
+      "--global-batch", "16", "--seq-len", "4096"], "cluster.placement"),
 ])
 def test_bad_pools_are_refused_with_one_line(argv, field, capsys):
     assert main(argv) == 2
