@@ -56,6 +56,18 @@ def test_all_same_pool_reproduces_the_plain_cluster():
         assert a == b, placement
 
 
+def test_pools_alone_make_a_cluster_and_round_trip():
+    """Without a base preset the first pool's node is the base; a loaded cluster of pools loads back to itself."""
+    from trainsim.specs import load_cluster
+    cl = {"pools": [{"node": "dgx-a100", "nodes": 2}, {"node": "dgx-h100", "nodes": 2}]}
+    scn = _scn(cl, layout={"tp": 8, "pp": 2})
+    with_base = _scn({"preset": "dgx-a100", **cl}, layout={"tp": 8, "pp": 2})
+    assert scn.cluster.name == "dgx-a100 + dgx-h100" and scn.num_gpus == 32
+    assert predict(scn).step_time_s == predict(with_base).step_time_s
+    assert load_cluster(scn.cluster) == scn.cluster
+    assert load_cluster({**scn.cluster.model_dump(), "placement": "dp"}).pools == scn.cluster.pools
+
+
 def test_slow_pool_stretches_its_stages_compute_by_k():
     k = 2.5
     ref = build_cost_table(_scn(_pools(1.0)), ideal_network=True)

@@ -227,7 +227,16 @@ def _with_pools(raw: dict, gpus: int | None) -> dict:
     if not isinstance(pools, (list, tuple)) or not 1 <= len(pools) <= MAX_POOLS:
         raise SpecError("cluster.pools", f"must be a list of 1 to {MAX_POOLS} pools, got {pools!r}")
     if any(k not in raw for k in ("gpu", "scale_up")):
-        raise SpecError("cluster.pools", "needs a base cluster (preset: NAME) for the node size and fabrics")
+        # no base cluster: the first pool's node preset is it (its node size, host and fabrics)
+        first = pools[0] if isinstance(pools[0], Mapping) else {}
+        node = preset("clusters", first["node"]) if isinstance(first.get("node"), str) else None
+        if node is None:
+            raise SpecError("cluster.pools", "needs a base cluster (preset: NAME) or a first pool given by node")
+        node.pop("num_gpus", None)
+        node["gpu"] = load_gpu(node["gpu"]).model_dump()
+        node["name"] = " + ".join(str(e.get("name") or e.get("node") or e.get("gpu"))
+                                  for e in pools if isinstance(e, Mapping))
+        raw = {**node, **raw}
     resolved = [_pool(e, i, raw) for i, e in enumerate(pools)]
     total = sum(p["nodes"] for p in resolved) * raw.get("gpus_per_node", 8)
     if gpus is not None and gpus != total:
