@@ -103,6 +103,23 @@ def test_pipeline_with_one_slow_last_stage_matches_1f1b_closed_form(k):
         assert pred.step_time_s > m * (f[-1] + b[-1])
 
 
+@pytest.mark.parametrize("k", [4.0, 6.0])
+def test_pipeline_with_one_slow_first_stage_matches_1f1b_closed_form(k):
+    """The slow pool first: stage 0 (k x slower, with the embedding) runs its p-1 warm-up forwards, and when they
+    last longer than micro-batch 0's round trip through the fast stages (sum_{s>0} f_s + b_s <= (p-1) F_0, the
+    premise) it never waits: it ends after m (F_0 + B_0), then its optimizer step; every later stage ends before
+    it, its last backward coming from them."""
+    cl = {"preset": "dgx-h100", "pools": [{"gpu": _slow_gpu(k), "nodes": 1}, {"gpu": _slow_gpu(1.0), "nodes": 3}]}
+    scn = _scn(cl)
+    table = build_cost_table(scn, ideal_network=True)
+    p, m = table.pp, table.num_microbatches
+    f = [st.chunks[0].fwd_s for st in table.stages]
+    b = [st.chunks[0].bwd_s for st in table.stages]
+    assert sum(f[1:]) + sum(b[1:]) <= (p - 1) * f[0]
+    closed = m * (f[0] + b[0]) + table.stages[0].optimizer_s
+    assert predict(scn, ideal_network=True).step_time_s == pytest.approx(closed, rel=1e-9)
+
+
 def test_memory_is_checked_per_pool():
     """Llama 3 8B on 16 GPUs, tp 8 pp 2, full batch in flight: stage 0 on A100 40 GB, stage 1 on A100 80 GB. Each
     pool's peak is its stage's, each against its own HBM; the static part is the memory model's on that pool's GPU."""
