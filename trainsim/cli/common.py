@@ -119,6 +119,35 @@ def parse_background_load(text: str) -> dict[str, float]:
     return out
 
 
+MAX_POOL_NODES = 1_000_000
+
+
+def parse_pool(text: str) -> dict:
+    """argparse type for ``--pool NAME:NODES``: NODES nodes of a cluster preset's node type (``dgx-h100:16``) or of
+    a GPU preset on the cluster's node (``h200:16``); a cluster preset of that name wins."""
+    from trainsim.specs import preset
+    name, sep, nodes = str(text).rpartition(":")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"cluster.pools: expected NAME:NODES such as dgx-h100:16, got {text!r}")
+    try:
+        n = int(nodes)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"cluster.pools: NODES must be an integer, got {nodes!r}") from None
+    if not 1 <= n <= MAX_POOL_NODES:
+        raise argparse.ArgumentTypeError(f"cluster.pools: NODES must be in 1..{MAX_POOL_NODES:,}, got {n}")
+    name = name.strip()
+    return {"node" if preset("clusters", name) is not None else "gpu": name, "nodes": n}
+
+
+def add_pool_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pool", type=parse_pool, action="append", metavar="NAME:NODES",
+                   help="a pool of a mixed cluster, repeatable, in rank order: NODES (1..1,000,000) nodes of a "
+                        "cluster preset's node type (dgx-a100:16) or a GPU preset on the cluster's node (h200:16)")
+    p.add_argument("--placement", choices=("stages", "dp"),
+                   help="with pools: pipeline stages on the pools in order (stages) or whole data-parallel "
+                        "replicas per pool (dp)")
+
+
 def add_background_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--background-load", type=parse_background_load, metavar="FRACTION|TIER:FRACTION,...",
                    help="other jobs' share of the shared scale-out fabric, per tier (nic, spine) or one fraction for "
@@ -158,6 +187,7 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
                    help="software stack whose documented behaviours apply (default megatron)")
     add_precision_args(p)
     add_background_arg(p)
+    add_pool_args(p)
     p.add_argument("--offload-optimizer", action="store_true", default=None,
                    help="optimizer states in host memory (ZeRO-Offload); PCIe traffic is timed")
     p.add_argument("--offload-params", action="store_true", default=None,
@@ -211,6 +241,7 @@ OVERRIDE_FLAGS = {
     "moe_imbalance": "moe_imbalance", "moe_load_cv": "moe_load_cv", "moe_capacity_factor": "moe_capacity_factor",
     "grad_dtype": "grad_dtype", "master_weights": "master_weights", "background_load": "background_load",
     "dp_shard": "dp_shard", "dp_bucket_mb": "dp_bucket_mb", "overlap_grad_reduce": "overlap_grad_reduce",
+    "pool": "pools", "placement": "pool_placement",
 }
 
 

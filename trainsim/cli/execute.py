@@ -21,7 +21,7 @@ from trainsim.cli.common import (
     positive_int,
     warn_beyond_published,
 )
-from trainsim.specs import build_scenario, load_scenario_file
+from trainsim.specs import SpecError, build_scenario, load_scenario_file
 from trainsim.specs.safe_write import check_output_dir
 
 CPU_DEFAULTS = {"model": "tiny-gpt", "cluster": "cpu-host", "dtype": "fp32", "seq_len": 128, "global_batch": 8}
@@ -69,7 +69,11 @@ def scenario_for_execute(args: argparse.Namespace):
                 for d in ("tp", "pp", "cp", "dp")}
         if all(isinstance(v, int) for v in dims.values()):
             overrides["gpus"] = dims["tp"] * dims["pp"] * dims["cp"] * dims["dp"]
-    return build_scenario(raw, overrides)
+    scenario = build_scenario(raw, overrides)
+    if scenario.cluster.pools is not None:  # its measurement would be compared with a mixed-pool prediction
+        raise SpecError("cluster.pools", "execute runs on this machine's devices, one kind; predict mixed GPU "
+                                         "pools with predict or plan")
+    return scenario
 
 
 FP32_LOSS_TOL = 1e-4  # fp32 against the fp32 reference: only summation order differs

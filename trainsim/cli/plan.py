@@ -20,7 +20,7 @@ from trainsim.specs.training import Schedule, zero_conflict
 
 from trainsim.specs.loaders import with_background_load
 
-from .common import add_background_arg, add_data_parallel_args, add_precision_args, float_range, int_range, nonneg_float, positive_int, warn_beyond_published
+from .common import add_background_arg, add_data_parallel_args, add_pool_args, add_precision_args, float_range, int_range, nonneg_float, positive_int, warn_beyond_published
 
 # Tokens to train on: 10^16 is 640x Llama 3's 15.6T (arXiv:2407.21783), past any data set that exists.
 MAX_TOKENS = 1e16
@@ -102,6 +102,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_precision_args(p)
     add_data_parallel_args(p, layout=False)
     add_background_arg(p)
+    add_pool_args(p)
     g = p.add_argument_group("constraints (pin a dimension of the search)")
     for dim in ("tp", "pp", "cp", "ep", "vpp"):
         g.add_argument(f"--{dim}", type=positive_int, help=f"search only {dim} = N")
@@ -167,13 +168,14 @@ def request_from_args(args: argparse.Namespace):
     if cluster_in is None:
         raise SpecError("cluster", "no cluster given (use --cluster NAME|PATH or a scenario file)")
     model = load_model(model_in)
-    cluster = load_cluster(cluster_in)
-    if args.background_load is not None:
-        cluster = with_background_load(cluster, args.background_load)
+    cluster = _plan_cluster(args, cluster_in)
     gpus_text = args.gpus if args.gpus is not None else raw.get("gpus")
+    if gpus_text is None and cluster.pools is not None:
+        gpus_text = cluster.num_gpus
     if gpus_text is None:
         raise SpecError("gpus", "no GPU count given (use --gpus N or --gpus A:B)")
     counts = parse_gpus(str(gpus_text), cluster.gpus_per_node)
+    check_pool_plan(cluster, counts, args.placement)
     global_batch = args.global_batch or training.get("global_batch")
     seq_len = args.seq_len or training.get("seq_len")
     if global_batch is None:
@@ -217,7 +219,7 @@ def request_from_args(args: argparse.Namespace):
         raise SpecError("etp", f"--etp {fixed['etp']} but {model.name} is a dense model (num_experts=1)")
     _pin_dp_shard(fixed, extra, layout)
     limits = SearchLimits(max_tp=args.max_tp, max_micro_batch=args.max_micro_batch, dtype=dtype, fixed=fixed,
-                          training_extra=extra, placement=placement, etp=etp)
+                          training_extra=extra, placement=placement, etp=etp, pool_placement=args.placement)
     if args.storage_write_gbps <= 0:
         raise SpecError("storage_write_gbps", "must be positive")
     return PlanRequest(
@@ -228,6 +230,27 @@ def request_from_args(args: argparse.Namespace):
         storage_write_Bps=args.storage_write_gbps * 1e9, restart_s=args.restart_s, profile_path=args.calibration,
         memory_headroom=_checked_headroom(args.memory_headroom),
     )
+
+
+def _plan_cluster(args: argparse.Namespace, cluster_in):
+    """The cluster to plan on: the preset or file, with --pool's pools and --background-load's traffic."""
+    cluster = load_cluster(cluster_in)
+    if args.pool:
+        cluster = load_cluster({**cluster.model_dump(), "pools": args.pool})
+    if args.background_load is not None:
+        cluster = with_background_load(cluster, args.background_load)
+    return cluster
+
+
+def check_pool_plan(cluster, counts: tuple[int, ...], placement: str | None) -> None:
+    """A plan on GPU pools runs on exactly the pools' GPUs; --placement needs pools."""
+    if cluster.pools is None:
+        if placement is not None:
+            raise SpecError("cluster.placement", f"--placement {placement} places work on pools; give --pool")
+        return
+    if counts != (cluster.num_gpus,):
+        raise SpecError("gpus", f"the pools hold {cluster.num_gpus} GPUs; a plan on them uses exactly that many, "
+                                f"got {', '.join(map(str, counts))}")
 
 
 def _checked_headroom(text: str) -> str:
@@ -303,6 +326,11 @@ def print_table(result, file=None) -> None:
     shared = req.cluster.scale_out.background_load.sentence()
     if shared:
         console.print(shared, highlight=False)
+    if req.cluster.pools:
+        console.print("pools: " + "; ".join(f"{i} = {p.name} ({p.nodes} nodes of {p.gpu.name})"
+                                            for i, p in enumerate(req.cluster.pools))
+                      + " -- '@pools stages I,J' puts pipeline stages on the pools in that order, '@pools dp' whole "
+                        "replicas on each", highlight=False)
     console.print(
         f"layouts: {c['enumerated']} enumerated, {c['invalid']} invalid, {c['oom']} out of memory, "
         f"{c.get('over_headroom', 0)} within memory but over the {req.memory_headroom} headroom "

@@ -134,8 +134,10 @@ def render(pred, scenario, iv=None) -> None:
 
     c = Console()
     lay = pred.layout
-    c.print(f"[bold]{scenario.model.describe()}[/] on {scenario.num_gpus} x {scenario.cluster.gpu.name} "
-            f"({scenario.cluster.name})")
+    pools = scenario.cluster.pools
+    gpus = (" + ".join(f"{p.nodes * scenario.cluster.gpus_per_node} x {p.gpu.name}" for p in pools) if pools
+            else f"{scenario.num_gpus} x {scenario.cluster.gpu.name}")
+    c.print(f"[bold]{scenario.model.describe()}[/] on {gpus} ({scenario.cluster.name})")
     tr = scenario.training
     etp = f" etp={lay['etp']}" if scenario.model.is_moe and lay["etp"] != lay["tp"] else ""
     extras = "".join((", EP all-to-all overlap" if tr.ep_comm_overlap else "",
@@ -188,6 +190,7 @@ def render(pred, scenario, iv=None) -> None:
                                                        sm.total)),
                   "yes" if sm.total <= pred.gpu_memory_bytes else "[red]no[/]")
     c.print(m)
+    render_pools(c, pred, scenario)
     c.print(f"peak {pred.peak_bytes / GiB:.1f} GiB, free {pred.free_bytes / GiB:.1f} GiB -> "
             + ("[green]fits[/]" if pred.fits else "[red]does not fit[/]"))
     render_memory_assumptions(c, pred)
@@ -197,6 +200,24 @@ def render(pred, scenario, iv=None) -> None:
         from trainsim.validation.intervals import text
         for line in text(iv):
             c.print(line, highlight=False)
+
+
+def render_pools(c, pred, scenario) -> None:
+    """Memory per GPU pool of a mixed cluster, each against its own GPU's capacity (nothing without pools)."""
+    from rich.table import Table
+    if not pred.pools:
+        return
+    how = scenario.cluster.placement
+    t = Table(title=f"GPU pools (placement {how}; links between pools on the slower pool's NICs)")
+    for col in ("pool", "GPU", "nodes", "stages" if how == "stages" else "replicas", "peak GiB", "capacity GiB",
+                "fits"):
+        t.add_column(col, justify="left" if col in ("pool", "GPU") else "right")
+    for e in pred.pools:
+        where = (",".join(map(str, e["stages"])) if how == "stages"
+                 else f"{e['replicas']}" + (" (paces)" if e["paces"] else ""))
+        t.add_row(e["name"], e["gpu"], str(e["nodes"]), where, f"{e['peak_memory_gib']:.1f}",
+                  f"{e['capacity_gib']:.1f}", "yes" if e["fits"] else "[red]no[/]")
+    c.print(t)
 
 
 def render_memory_assumptions(c, pred) -> None:

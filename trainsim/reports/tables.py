@@ -86,6 +86,8 @@ def layout_row(i: int, r: Mapping[str, Any]) -> list[str]:
         lay += f" etp{r['etp']}"
     if r.get("stage_layers"):
         lay += f" [{stage_layers_label(r['stage_layers'])}]"
+    if r.get("pools"):
+        lay += f" @pools {r['pools']}"
     return [
         str(i), str(r["gpus"]), lay, str(r["micro_batch"]), _SHORT.get(r["recompute"], r["recompute"]), str(r["zero"]),
         _SHORT.get(r["schedule"], r["schedule"]),
@@ -103,4 +105,4 @@ CSV_FIELDS = ("rank", "gpus", "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch"
               "sequence_parallel", "source", "step_time_s", "tokens_per_s", "mfu", "hfu", "bubble_fraction",
               "peak_bytes", "gpu_bytes", "headroom_bytes", "fits", "goodput", "checkpoint_interval_s",
               "ideal_time_s", "time_to_train_s", "gpu_hours", "cost", "pareto",
-              "stage_layers", "etp", "dp_shard")  # appended last: scripts reading the CSV by position keep their columns
+              "stage_layers", "etp", "dp_shard", "pools")  # appended last: scripts reading the CSV by position keep their columns

@@ -119,7 +119,11 @@ def variant(scn: Scenario, *, gpus: int | None = None, layout: Mapping[str, Any]
 def _fits_then_fast(scn: Scenario, profile):
     """(closed-form prediction or None, 'OOM'); fit is decided by the memory cost model, as in the planner."""
     from trainsim.simulator.planner import peak_memory_bytes
-    if peak_memory_bytes(scn) > scn.cluster.gpu.memory_bytes:
+    from trainsim.simulator.pools import pooled_memory_over
+    if scn.cluster.pools is not None:  # each stage against its own pool's GPU
+        if pooled_memory_over(scn, "0%") == "oom":
+            return None, "OOM"
+    elif peak_memory_bytes(scn) > scn.cluster.gpu.memory_bytes:
         return None, "OOM"
     return _predict(scn, True, profile), ""
 
@@ -314,7 +318,7 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
     if cost is not None:
         metrics.append(("cost", fmt_money(cost)))
     return Report(
-        title=title or f"trainsim what-if report: {scn.model.name} on {scn.num_gpus} × {scn.cluster.gpu.name}",
+        title=title or f"trainsim what-if report: {scn.model.name} on {_gpus_text(scn)}",
         subtitle=f"{scn.name} — TP{scn.layout.tp} PP{scn.layout.pp} DP{scn.dp} CP{scn.layout.cp} EP{scn.layout.ep} "
                  f"VPP{scn.layout.vpp}, {scn.training.schedule}, {scn.training.global_batch}×{scn.training.seq_len} tokens per step",
         metrics=metrics, sections=sections, notes=_report_notes(opts, pred))
@@ -348,6 +352,14 @@ def _step_section(scn: Scenario, pred, profile) -> Section:
         "identical work).", tl)], step_tables)
 
 
+def _gpus_text(scn: Scenario) -> str:
+    """'1024 × H100' or, on GPU pools, '512 × A100 + 512 × H100'."""
+    pools = scn.cluster.pools
+    if pools:
+        return " + ".join(f"{p.nodes * scn.cluster.gpus_per_node} × {p.gpu.name}" for p in pools)
+    return f"{scn.num_gpus} × {scn.cluster.gpu.name}"
+
+
 def _memory_section(scn: Scenario, pred) -> Section:
     """Memory per GPU: whether it fits, the assumptions, the per-stage figure and table."""
     per_stage = [{"weights": s.weights, "grads": s.grads, "optimizer": s.optimizer, "activations": s.activations,
@@ -358,13 +370,22 @@ def _memory_section(scn: Scenario, pred) -> Section:
     mem_rows = [[str(i)] + [fmt_gib(per_stage[i][k]) for k in ("weights", "grads", "optimizer", "activations", "other")]
                 + [fmt_gib(sum(per_stage[i].values()))] for i in show]
     fits_txt = ("fits" if pred.fits else "does NOT fit") + f": peak {fmt_gib(pred.peak_bytes)} of {fmt_gib(pred.gpu_memory_bytes)}"
-    return Section("memory", "Memory per GPU", [f"The layout {fits_txt} (headroom {fmt_gib(pred.gpu_memory_bytes - pred.peak_bytes)}).",
+    tables = [Table("Per-stage memory", ["stage", "weights", "grads", "optimizer", "activations", "other", "total"], mem_rows,
+                    "" if len(per_stage) <= 8 else "First, second, second-to-last and last stages shown.")]
+    if pred.pools:  # mixed GPU pools: each pool against its own GPU (simulator/pools.py)
+        fits_txt = ("fits" if pred.fits else "does NOT fit") + " on every GPU pool"
+        tables.append(Table("Memory per GPU pool", ["pool", "GPU", "nodes", "stages / replicas", "peak", "capacity",
+                                                    "fits"],
+                            [[e["name"], e["gpu"], str(e["nodes"]),
+                              ",".join(map(str, e["stages"])) if "stages" in e else str(e["replicas"]),
+                              fmt_gib(e["peak_memory_bytes"]), fmt_gib(e["capacity_bytes"]),
+                              "yes" if e["fits"] else "no"] for e in pred.pools], ""))
+    return Section("memory", "Memory per GPU", [f"The layout {fits_txt} (headroom {fmt_gib(pred.free_bytes)}).",
                                                memory_assumptions_text(pred)],
                    [_fig("memory", "Memory per pipeline stage",
                          "Peak device memory of one GPU of each stage, stacked by component, against the GPU's "
                          "capacity (dashed). Activations follow the schedule's in-flight micro-batches.", mem_fig)],
-                   [Table("Per-stage memory", ["stage", "weights", "grads", "optimizer", "activations", "other", "total"], mem_rows,
-                          "" if len(per_stage) <= 8 else "First, second, second-to-last and last stages shown.")])
+                   tables)
 
 
 def _mfu_section(scn: Scenario, profile) -> Section:

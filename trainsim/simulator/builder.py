@@ -75,6 +75,7 @@ from trainsim.cost_models import activations as act
 from trainsim.cost_models import compute, framework, host_issue, memory
 from trainsim.cost_models.shapes import dense_block_scenario, layer_shape
 from trainsim.specs import Scenario
+from trainsim.specs.pools import link_view, pool_views, stage_pools
 
 from .block import _Block, _block, _global_layers_in, _local_global_blocks, w_retained_bytes_per_layer
 from .costtable import ChunkCost, CostTable, StageCost, Transfer
@@ -517,22 +518,27 @@ def _chunk(st: _Step, s: int, c: int, pair: float) -> ChunkCost:
     )
 
 
-def _pp_sends(st: _Step, s: int) -> tuple[Transfer | None, Transfer | None]:
-    """Stage ``s``'s activation send to the next stage and gradient send to the previous one (None: no peer)."""
+def _pp_sends(st: _Step, s: int, nets: tuple[Scenario, Scenario] | None = None
+              ) -> tuple[Transfer | None, Transfer | None]:
+    """Stage ``s``'s activation send to the next stage and gradient send to the previous one (None: no peer);
+    ``nets`` are the scenarios the two links are priced on (default the stage's own: a link inside one pool)."""
     scenario, lay = st.scenario, st.scenario.layout
+    net_f, net_b = nets or (scenario, scenario)
+    from trainsim.topologies.placement import place
+    pl_f, pl_b = (st.pl if n is scenario else place(n) for n in (net_f, net_b))  # a link's rates: its net's
     p, v = lay.pp, lay.vpp
     send_f = send_b = None
     if p > 1:
         msg = st.act_msg / lay.tp
         nxt, prv = (s + 1) % p, (s - 1) % p
         if v > 1 or s < p - 1:
-            g = st.pl.p2p(st.stage_rank[s], st.stage_rank[nxt])
-            lat, bwt = _coll("send_recv", msg, g, scenario, st.profile)
+            g = pl_f.p2p(st.stage_rank[s], st.stage_rank[nxt])
+            lat, bwt = _coll("send_recv", msg, g, net_f, st.profile)
             send_f = Transfer("send activations", transfer_s=bwt, latency_s=lat, links=_links(s, g, nxt),
                               dim="pp", nbytes=msg, bulk=False)
         if v > 1 or s > 0:
-            g = st.pl.p2p(st.stage_rank[s], st.stage_rank[prv])
-            lat, bwt = _coll("send_recv", msg, g, scenario, st.profile)
+            g = pl_b.p2p(st.stage_rank[s], st.stage_rank[prv])
+            lat, bwt = _coll("send_recv", msg, g, net_b, st.profile)
             send_b = Transfer("send gradients", transfer_s=bwt, latency_s=lat, links=_links(s, g, prv),
                               dim="pp", nbytes=msg, bulk=False)
     return send_f, send_b
@@ -563,11 +569,12 @@ def _post_step(st: _Step, s: int) -> tuple[Transfer, ...]:
     return ()
 
 
-def _stage(st: _Step, s: int) -> StageCost:
-    """The StageCost of pipeline stage ``s``: its chunks, pipeline sends, optimizer step and static memory."""
+def _stage(st: _Step, s: int, nets: tuple[Scenario, Scenario] | None = None) -> StageCost:
+    """The StageCost of pipeline stage ``s``: its chunks, pipeline sends (their links priced on ``nets``),
+    optimizer step and static memory."""
     pair = ep_paired_fraction(st.scenario, s) if st.scenario.training.ep_comm_overlap else 0.0
     chunks = tuple(_chunk(st, s, c, pair) for c in range(st.scenario.layout.vpp))
-    send_f, send_b = _pp_sends(st, s)
+    send_f, send_b = _pp_sends(st, s, nets)
     sm = st.stage_mem[s]
     return StageCost(
         chunks=chunks, send_fwd=send_f, send_bwd=send_b, optimizer_s=_optimizer_s(st, s), post_step=_post_step(st, s),
@@ -575,15 +582,50 @@ def _stage(st: _Step, s: int) -> StageCost:
     )
 
 
+def _pooled_stages(scenario: Scenario, profile) -> tuple[tuple[StageCost, ...], list[_Step], tuple[int, ...]]:
+    """The stages of a pipeline whose stages sit on GPU pools (``placement: stages``, specs/pools.py): each stage
+    priced on its pool's node type, a message between two pools on the slower pool's scale-out."""
+    views = pool_views(scenario)
+    where = stage_pools(scenario)
+    steps = [_step_context(v, profile) for v in views]
+    p = scenario.layout.pp
+    stages = []
+    for s in range(p):
+        k, nxt, prv = where[s], where[(s + 1) % p], where[(s - 1) % p]
+        nets = (views[k] if nxt == k else link_view(scenario, k, nxt),
+                views[k] if prv == k else link_view(scenario, k, prv))
+        stages.append(_stage(steps[k], s, nets))
+    return tuple(stages), steps, where
+
+
+def dp_pacing_pool(scenario: Scenario, profile=None, ideal_network: bool = False) -> int:
+    """Under ``placement: dp`` (specs/pools.py) the pool whose replicas pace the step: the one whose replica's step
+    (its own table, closed form) is the longest -- the gradient reduction waits for the slowest replica."""
+    from .analytic import estimate
+    views = pool_views(scenario)
+    steps = [estimate(build_cost_table(v, profile=profile, ideal_network=ideal_network)).step_time_s for v in views]
+    return max(range(len(views)), key=lambda k: (steps[k], -k))
+
+
 def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
-    st = _step_context(scenario, profile)
     tr = scenario.training
-    stages = tuple(_stage(st, s) for s in range(scenario.layout.pp))
+    if scenario.cluster.pools is not None and scenario.cluster.placement == "dp":
+        k = dp_pacing_pool(scenario, profile, ideal_network)
+        return build_cost_table(pool_views(scenario)[k], profile=profile, ideal_network=ideal_network)
+    if scenario.cluster.pools is not None and scenario.cluster.placement == "stages":
+        stages, steps, where = _pooled_stages(scenario, profile)
+    else:
+        steps, where = [_step_context(scenario, profile)], (0,) * scenario.layout.pp
+        stages = tuple(_stage(steps[0], s) for s in range(scenario.layout.pp))
+    st = steps[0]
+    used = [steps[k] for k in sorted(set(where))]
+    # Several pools: the engine's one compute slowdown under NCCL is the largest pool's (conservative); the
+    # memory capacity the smallest pool's (predict checks each pool against its own, simulator/pools.py).
     table = CostTable(stages=stages, num_microbatches=scenario.num_microbatches, schedule=tr.schedule,
                       reduce_grads_every_microbatch=st.z >= 2, overlap_grad_reduce=st.overlap,
                       blocking_p2p=framework.p2p_blocks(tr),
-                      comm_compute_slowdown=comm_compute_slowdown(scenario),
-                      slowest_gpu_factor=st.slowest,
-                      gpu_memory_bytes=scenario.cluster.gpu.memory_bytes,
-                      host_bytes=max(sm.host for sm in st.stage_mem))
+                      comm_compute_slowdown=max(comm_compute_slowdown(u.scenario) for u in used),
+                      slowest_gpu_factor=max(u.slowest for u in used),
+                      gpu_memory_bytes=min(u.scenario.cluster.gpu.memory_bytes for u in used),
+                      host_bytes=max(steps[where[s]].stage_mem[s].host for s in range(scenario.layout.pp)))
     return table.without_communication() if ideal_network else table

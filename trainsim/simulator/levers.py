@@ -259,15 +259,17 @@ def _predict_variant(v: Variant, base, *, fast: bool, ideal: bool, profile) -> L
     if v.reason or v.scenario is None:
         return Lever(v.lever, v.change, v.kind, reason=v.reason)
     if v.no_bubble:
-        step, peak = bubble_free_step_s(v.scenario, fast=fast, ideal=ideal, profile=profile), base.peak_bytes
+        step, peak, pred = bubble_free_step_s(v.scenario, fast=fast, ideal=ideal, profile=profile), base.peak_bytes, base
     else:
         pred = predict(v.scenario, fast=fast, ideal_network=ideal or v.ideal_network, profile=profile)
         step, peak = pred.step_time_s, pred.peak_bytes
     cap = base.gpu_memory_bytes
+    # On GPU pools each pool's peak is against its own GPU (simulator/pools.py): the prediction's fits and free.
+    free, fits = (pred.free_bytes, pred.fits) if pred.pools else (cap - peak, peak <= cap)
     gain = base.step_time_s - step
     return Lever(v.lever, v.change, v.kind, step_time_s=step, gain_s=gain,
                  gain_fraction=gain / base.step_time_s if base.step_time_s > 0 else 0.0,
-                 peak_bytes=peak, free_bytes=cap - peak, fits=peak <= cap)
+                 peak_bytes=peak, free_bytes=free, fits=fits)
 
 
 def explain(scn: Scenario, *, engine: bool = False, ideal_network: bool = False, profile=None,

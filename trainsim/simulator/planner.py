@@ -22,6 +22,7 @@ from trainsim import SCHEMA_VERSION
 from trainsim.specs import ClusterSpec, ModelSpec, Scenario, SpecError
 
 from . import goodput as gp
+from .pools import pooled_memory_over, pools_fit, tightest_pool
 from .search_space import (
     RECOMPUTE_LADDER,
     Candidate,
@@ -187,6 +188,7 @@ class _Context:
     profile_path: str | None
     prune_dominated: bool
     memory_limit: float = float("inf")  # PlanRequest.memory_limit_bytes
+    memory_headroom: str = DEFAULT_MEMORY_HEADROOM  # per pool of a mixed cluster, against its own GPU (pools.py)
 
 
 _PROFILE_CACHE: dict[str, Any] = {}
@@ -236,10 +238,13 @@ def _states_key(c: Candidate) -> tuple:
 
 
 def _row(c: Candidate, pred, source: str, stated: Sequence[str] = ()) -> PlanRow:
+    # On GPU pools the row's memory is the pool with the least left (simulator/pools.py).
+    peak, cap = ((pred.peak_bytes, pred.gpu_memory_bytes) if not pred.pools else
+                 (tightest_pool(pred)["peak_memory_bytes"], tightest_pool(pred)["capacity_bytes"]))
     return PlanRow(
         candidate=c, source=source, step_time_s=pred.step_time_s, tokens_per_s=pred.tokens_per_s, mfu=pred.mfu,
-        hfu=pred.hfu, bubble_fraction=pred.bubble_fraction, peak_bytes=pred.peak_bytes,
-        gpu_bytes=pred.gpu_memory_bytes, fits=pred.fits, exposed_comm_s=dict(pred.exposed_comm_s),
+        hfu=pred.hfu, bubble_fraction=pred.bubble_fraction, peak_bytes=peak,
+        gpu_bytes=cap, fits=pred.fits, exposed_comm_s=dict(pred.exposed_comm_s),
         warnings=[*stated, *(w for w in pred.warnings if not w.startswith("uneven stages"))],  # layout column: stages
     )
 
@@ -271,6 +276,12 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
         except SpecError:
             counts["invalid"] += 1
             continue
+        if c.pools is not None:
+            row = _screen_pooled(ctx, c, scn, counts)
+            if row is not None:
+                fitted_groups.setdefault(g, rung)
+                rows.append(row)
+            continue
         limit = min(cluster.gpu.memory_bytes, ctx.memory_limit)
         stages = _checked_stages(scn, limit)
         peak = max(sm.total for sm in stages)
@@ -297,6 +308,18 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
     return rows, counts
 
 
+def _screen_pooled(ctx: _Context, c: Candidate, scn: Scenario, counts: dict[str, int]) -> PlanRow | None:
+    """The screen of a candidate on GPU pools: each stage's memory against its own pool's GPU, then the closed form."""
+    over = pooled_memory_over(scn, ctx.memory_headroom)
+    if over is not None:
+        counts[over] += 1
+        return None
+    row = _row(c, _predict(scn, True, ctx.profile_path), "closed-form", dropped_settings(ctx.model, c, ctx.limits))
+    row.fits = True  # the memory model decided, as for one pool; the engine has the last word
+    counts["screened"] += 1
+    return row
+
+
 def _over(peak: float, gpu_bytes: float) -> str:
     """The count a layout over the limit goes to: out of memory, or within memory but over the headroom."""
     return "oom" if peak > gpu_bytes else "over_headroom"
@@ -306,8 +329,10 @@ def confirm_one(ctx: _Context, c: Candidate) -> PlanRow:
     """Run the discrete-event engine on one candidate; it fits when its peak leaves the headroom free."""
     cluster = ctx.cluster.with_gpus(c.gpus) if ctx.cluster.num_gpus != c.gpus else ctx.cluster
     scn = to_scenario(ctx.model, cluster, c, ctx.global_batch, ctx.seq_len, ctx.limits)
-    row = _row(c, _predict(scn, False, ctx.profile_path), "engine", dropped_settings(ctx.model, c, ctx.limits))
-    row.fits = row.peak_bytes <= min(row.gpu_bytes, ctx.memory_limit)
+    pred = _predict(scn, False, ctx.profile_path)
+    row = _row(c, pred, "engine", dropped_settings(ctx.model, c, ctx.limits))
+    row.fits = (pools_fit(pred, ctx.memory_headroom) if pred.pools
+                else row.peak_bytes <= min(row.gpu_bytes, ctx.memory_limit))
     return row
 
 
@@ -400,7 +425,7 @@ def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress 
     if req.objective not in ("time", "cost"):
         raise SpecError("objective", f"must be time or cost, got {req.objective!r}")
     ctx = _Context(req.model, req.cluster, req.global_batch, req.seq_len, req.limits, req.profile_path,
-                   req.prune_dominated, req.memory_limit_bytes)
+                   req.prune_dominated, req.memory_limit_bytes, req.memory_headroom)
     cands: list[Candidate] = []
     for n in sorted(set(req.gpu_counts)):
         try:

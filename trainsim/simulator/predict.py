@@ -10,6 +10,7 @@ from pathlib import Path
 from trainsim.cost_models.run_factors import apply_factors
 from trainsim.specs import Scenario, SpecError
 from trainsim.specs.memo import IdentityMemo
+from trainsim.specs.pools import pool_views
 from trainsim.specs.safe_write import check_output_path
 
 from . import analytic, fold, variability
@@ -18,6 +19,7 @@ from .costtable import CostTable
 from .engine import schedule_ops, simulate
 from .fold import simulate_step
 from .metrics import to_prediction
+from .pools import describe_pools, dp_engine_pacing
 from .result import Prediction
 from .trace import write_trace
 
@@ -157,6 +159,15 @@ def _plus(res, overhead_s: float):
     return dataclasses.replace(res, step_time_s=res.step_time_s + overhead_s) if overhead_s > 0 else res
 
 
+def _table(scenario: Scenario, profile, ideal_network: bool, fast: bool) -> tuple[CostTable, int | None]:
+    """The cost table to time and, on GPU pools under ``placement: dp``, the pool whose replica it is: the one the
+    engine finds slowest (the closed form's with ``fast``, builder.dp_pacing_pool)."""
+    if scenario.cluster.pools is None or scenario.cluster.placement != "dp" or fast:
+        return build_cost_table(scenario, profile=profile, ideal_network=ideal_network), None
+    k = dp_engine_pacing(scenario, profile, ideal_network)
+    return build_cost_table(pool_views(scenario)[k], profile=profile, ideal_network=ideal_network), k
+
+
 def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = False, profile=None,
             trace_path: str | Path | None = None, jitter_cv: float = 0.0,
             stragglers: tuple[float, float] | None = None, seed: int = 0, samples: int = 20) -> Prediction:
@@ -174,7 +185,7 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
     t0 = time.perf_counter()
     calibration = profile.describe() if profile is not None else "defaults"
     scenario, profile, overhead_s = _with_run_calibration(scenario, profile)
-    table = build_cost_table(scenario, profile=profile, ideal_network=ideal_network)
+    table, pacing = _table(scenario, profile, ideal_network, fast)
     build_s = time.perf_counter() - t0
     host = table.host_bytes
     warnings: list[str] = []
@@ -215,6 +226,7 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
     pred.engine["build_s"] = build_s
     pred.engine["wall_s"] = pred.engine["wall_s"] + build_s
     _describe_memory(pred, scenario)
+    describe_pools(pred, scenario, profile, ideal_network, pacing)
     return pred
 
 

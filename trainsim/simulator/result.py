@@ -62,14 +62,21 @@ class Prediction:
     moe_imbalance: float = 1.0
     # HSDP shard group / replicas, gradient bucket and overlap the prediction costed (builder.data_parallel_settings).
     data_parallel: dict[str, Any] = field(default_factory=dict)
+    # Mixed GPU pools (cluster.pools): per pool its GPU, nodes, stages or replicas, peak memory, capacity and
+    # whether it fits (simulator/pools.py); empty for a cluster of one node type.
+    pools: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def fits(self) -> bool:
+        if self.pools:
+            return all(p["fits"] for p in self.pools)
         return self.peak_bytes <= self.gpu_memory_bytes
 
     @property
     def free_bytes(self) -> float:
-        """Device memory left at the peak (negative: over capacity)."""
+        """Device memory left at the peak (negative: over capacity); with pools, the least left in any pool."""
+        if self.pools:
+            return min(p["capacity_bytes"] - p["peak_memory_bytes"] for p in self.pools)
         return self.gpu_memory_bytes - self.peak_bytes
 
     @property
@@ -121,6 +128,7 @@ class Prediction:
             "moe_imbalance": self.moe_imbalance,
             **({"data_parallel": dict(self.data_parallel)} if self.data_parallel else {}),
             "breakdown_s": dict(self.breakdown_s),
+            **({"pools": [dict(p) for p in self.pools]} if self.pools else {}),
             "warnings": list(self.warnings),
             **({"extra": self.extra} if self.extra else {}),
             **({"step_time_p50_s": self.variability["step_time_p50_s"],

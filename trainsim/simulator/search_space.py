@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from trainsim.specs import ClusterSpec, Layout, ModelSpec, Scenario, SpecError, TrainingSpec, resolve
 from trainsim.specs.data_parallel import FSDP_FRAMEWORKS
 from trainsim.specs.errors import from_validation_error
+from trainsim.specs.pools import arranged, placement_options
 from trainsim.specs.scenario import balanced_stage_layers, ep_overlap_refusal
 
 RECOMPUTE_LADDER = ("none", "selective", "full")   # less memory, more compute, left to right
@@ -54,6 +55,8 @@ class SearchLimits:
     # None: MoE candidates with tp > 1 try both Megatron's default (etp = tp) and MoE parallel folding (etp = 1,
     # whole experts, the EP group spanning the TP ranks -- what the Megatron-Bridge MoE recipes run).
     etp: int | None = None
+    # Mixed GPU pools: the one placement kind searched ("stages": every pool order; "dp"); None: both.
+    pool_placement: str | None = None
 
     def expert_tp(self, tp: int) -> int:
         """The etp a candidate of this tp uses: the limit's where it divides tp, else tp (Megatron's default)."""
@@ -105,9 +108,12 @@ class Candidate:
     stage_layers: tuple[int, ...] | None = None
     etp: int | None = None  # expert tensor parallelism of a MoE candidate with tp > 1 (Layout.etp); else None
     dp_shard: int | None = None  # HSDP shard-group size (Layout.dp_shard) when below dp; None = full sharding
+    # Placement on a mixed cluster's pools (specs/pools.py placement_options: "stages 1,0" or "dp"); None: one pool.
+    pools: str | None = None
 
     def key(self) -> tuple:
-        return (*(getattr(self, f) for f in KEY_FIELDS), self.dp_shard or self.dp)
+        base = (*(getattr(self, f) for f in KEY_FIELDS), self.dp_shard or self.dp)
+        return base if self.pools is None else (*base, self.pools)  # a placement on GPU pools tells rows apart
 
     def as_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -126,6 +132,8 @@ class Candidate:
             parts.append(f"etp{self.etp}")
         if self.stage_layers:
             parts.append(f"layers {stage_layers_label(self.stage_layers)}")
+        if self.pools:
+            parts.append(f"pools {self.pools}")
         return " ".join(parts) + f" mb{self.micro_batch} {self.recompute} z{self.zero} {self.schedule}"
 
 
@@ -288,6 +296,7 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, gpus: int, glob
                          lim: SearchLimits | None = None) -> Iterator[Candidate]:
     """Every candidate of the space for one GPU count, before the validity check of ``resolve``."""
     lim = lim or SearchLimits()
+    placements = placement_options(cluster, lim.pool_placement)
     for tp, cp, pp, dp, ep, etp in structural(model, cluster, gpus, global_batch, seq_len, lim):
         per_replica = global_batch // dp
         sp = bool(lim.fixed.get("sequence_parallel", lim.sequence_parallel and tp > 1))
@@ -307,8 +316,9 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, gpus: int, glob
                     for shard in _shard_options(dp, zero, ep, lim):
                         for rc in lim.recompute:
                             if lim.allowed("recompute", rc):
-                                yield Candidate(gpus, tp, pp, dp, cp, ep, vpp, mb, rc, zero, sched, sp, etp=etp,
-                                                stage_layers=layers, dp_shard=shard)
+                                for where in placements:
+                                    yield Candidate(gpus, tp, pp, dp, cp, ep, vpp, mb, rc, zero, sched, sp,
+                                                    etp=etp, stage_layers=layers, dp_shard=shard, pools=where)
 
 
 # TrainingSpec fields the search decides; every other one is the user's and applies to each candidate as given.
@@ -335,6 +345,7 @@ def to_scenario(model: ModelSpec, cluster: ClusterSpec, c: Candidate, global_bat
     lim = lim or SearchLimits()
     if cluster.num_gpus != c.gpus:
         cluster = cluster.with_gpus(c.gpus)
+    cluster = arranged(cluster, c.pools)
     layout = Layout(tp=c.tp, pp=c.pp, dp=c.dp, cp=c.cp, ep=c.ep, vpp=c.vpp, etp=c.etp, stage_layers=c.stage_layers,
                     dp_shard=c.dp_shard, **({"placement": lim.placement} if lim.placement else {}))
     extra = dict(lim.training_extra)

@@ -132,8 +132,29 @@ class ScaleOutSpec(BaseModel):
         "number sets both): this job gets 1 - fraction of each such link (inelastic background)")
 
 
+class PoolSpec(BaseModel):
+    """One node type of a mixed cluster (``cluster.pools``): ``nodes`` nodes of ``gpu``, with their own in-node
+    fabric and NICs. Given in a scenario as ``{node: CLUSTER_PRESET, nodes: N}`` (that preset's GPU, scale-up and
+    scale-out) or ``{gpu: GPU_PRESET_OR_MAPPING, nodes: N}`` (the cluster's node with that GPU); ``scale_up`` and
+    ``scale_out`` override either."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str | None = Field(default=None, description="the pool's name in outputs; none: its node or GPU preset's")
+    node: str | None = Field(default=None, description="a cluster preset whose node type (GPU, scale_up, scale_out; "
+                             "same GPUs per node as the cluster) the pool has; give node or gpu")
+    gpu: GPUSpec | None = Field(default=None, description="a GPU preset or mapping on the cluster's node; none: the "
+                                "node preset's (always filled once loaded)")
+    nodes: int = Field(gt=0, le=1_000_000, description="nodes of this type in the job")
+    scale_up: ScaleUpSpec | None = Field(default=None, description="overrides of the node's scale-up; none: the node "
+                                         "preset's or the cluster's (always filled once loaded)")
+    scale_out: ScaleOutSpec | None = Field(default=None, description="overrides of the node's scale-out; none: the "
+                                           "node preset's or the cluster's (always filled once loaded)")
+
+
 class ClusterSpec(BaseModel):
-    """A homogeneous cluster of nodes; ``num_gpus`` is the size used for a run."""
+    """A cluster of nodes; ``num_gpus`` is the size used for a run. With ``pools`` it holds several node types
+    (the top-level ``gpu``, ``scale_up`` and ``scale_out`` are then the first pool's)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -147,9 +168,20 @@ class ClusterSpec(BaseModel):
     host_cpu: Literal["x86", "grace"] = Field(default="x86", description="the host CPU issuing the GPUs' kernels: "
                                               "x86 server cores, or NVIDIA Grace (GB200/GB300/GH200), ~2.6x slower "
                                               "per eager op (cost_models.host)")
+    pools: tuple[PoolSpec, ...] | None = Field(
+        default=None, description="node types of a mixed cluster, in rank order (list of `{node: CLUSTER_PRESET "
+        "| gpu: GPU_PRESET, nodes: N}`; their GPUs add up to the job's); none: one node type")
+    placement: Literal["stages", "dp"] = Field(
+        default="stages", description="with pools: `stages` puts pipeline stages on the pools in order (each "
+        "stage wholly in one pool), `dp` puts whole data-parallel replicas on each pool (the all-reduce waits "
+        "for the slowest replica); links between pools are the slower pool's scale-out NICs")
 
     @model_validator(mode="after")
     def _check(self) -> ClusterSpec:
+        if self.pools is not None:
+            covered = sum(p.nodes for p in self.pools) * self.gpus_per_node
+            if covered != self.num_gpus:
+                raise ValueError(f"pools hold {covered} GPUs but the job has num_gpus={self.num_gpus}")
         if self.num_gpus > self.gpus_per_node and self.num_gpus % self.gpus_per_node != 0:
             raise ValueError(
                 f"num_gpus={self.num_gpus} is not a whole number of {self.gpus_per_node}-GPU nodes"
@@ -163,6 +195,9 @@ class ClusterSpec(BaseModel):
         return max(1, self.num_gpus // self.gpus_per_node)
 
     def with_gpus(self, n: int) -> ClusterSpec:
+        if self.pools is not None and n != self.num_gpus:
+            from .errors import SpecError
+            raise SpecError("gpus", f"the cluster's pools hold exactly {self.num_gpus} GPUs, not {n}")
         return type(self).model_validate(
             {**self.model_dump(), "num_gpus": n}
         )

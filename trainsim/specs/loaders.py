@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from .errors import SpecError, did_you_mean, from_validation_error, unknown_name
-from .hardware import ClusterSpec, GPUSpec
+from .hardware import ClusterSpec, GPUSpec, PoolSpec, ScaleOutSpec
 from .hf_config import is_hf_config, model_from_hf
 from .model import ModelSpec
 from .presets import preset, preset_names
@@ -168,11 +168,82 @@ def load_cluster(spec: str | Mapping | ClusterSpec, gpus: int | None = None) -> 
         raise SpecError("cluster", f"expected a preset name, a file or a mapping, got {type(spec).__name__}")
     if isinstance(raw.get("gpu"), (str, Mapping)):
         raw["gpu"] = load_gpu(raw["gpu"]).model_dump()
+    if raw.get("pools") is not None:
+        raw = _with_pools(raw, gpus)
     if gpus is not None:
         raw["num_gpus"] = gpus
     elif "num_gpus" not in raw:
         raw["num_gpus"] = raw.get("gpus_per_node", 8)
     return _validate(ClusterSpec, raw, "cluster")
+
+
+POOL_KEYS = {"name", "node", "gpu", "nodes", "scale_up", "scale_out"}
+MAX_POOLS = 16
+
+
+def _pool(entry: Any, i: int, base: Mapping) -> dict:
+    """One resolved ``cluster.pools`` entry: a node preset's (or the cluster's) GPU and fabrics, then overrides."""
+    field = f"cluster.pools[{i}]"
+    if not isinstance(entry, Mapping):
+        raise SpecError(field, f"must be a mapping like {{node: dgx-h100, nodes: 16}}, got {entry!r}")
+    unknown = set(map(str, entry)) - POOL_KEYS
+    if unknown:
+        key = min(unknown)
+        raise SpecError(f"{field}.{key}", f"unknown key{did_you_mean(key, sorted(POOL_KEYS))}")
+    resolved = all(entry.get(k) is not None for k in ("gpu", "scale_up", "scale_out"))  # a loaded pool, dumped
+    if not resolved and (entry.get("node") is not None) == (entry.get("gpu") is not None):
+        raise SpecError(field, "give either node (a cluster preset: a node type) or gpu (a GPU preset on the "
+                               "cluster's node)")
+    nodes = entry.get("nodes")
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes <= 0:
+        raise SpecError(f"{field}.nodes", f"must be a positive whole number of nodes, got {nodes!r}")
+    src, name = dict(base), entry.get("name")
+    if entry.get("node") is not None:
+        node = entry["node"]
+        found = preset("clusters", node) if isinstance(node, str) else None
+        if found is None:
+            raise unknown_name(f"{field}.node", "cluster preset", node, preset_names("clusters"))
+        if found.get("gpus_per_node", 8) != base.get("gpus_per_node", 8):
+            raise SpecError(f"{field}.node", f"{node} has {found.get('gpus_per_node', 8)} GPUs per node, the "
+                                             f"cluster {base.get('gpus_per_node', 8)}: pools must share one node size")
+        src = {**src, **{k: found[k] for k in ("gpu", "scale_up", "scale_out")}}
+        name = name or node
+    gpu_in = entry.get("gpu") or src.get("gpu")
+    try:
+        gpu = load_gpu(gpu_in).model_dump()
+    except SpecError as e:
+        raise SpecError(e.field.replace("cluster.gpu", f"{field}.gpu", 1), e.reason) from None
+    out = {"name": str(name or (gpu_in if isinstance(gpu_in, str) else gpu["name"])), "gpu": gpu, "nodes": nodes,
+           "node": entry.get("node"),
+           "scale_up": _deep_merge(src["scale_up"], entry.get("scale_up") or {}),
+           "scale_out": _deep_merge(src.get("scale_out") or ScaleOutSpec().model_dump(), entry.get("scale_out") or {})}
+    return _validate(PoolSpec, out, field).model_dump()
+
+
+def _with_pools(raw: dict, gpus: int | None) -> dict:
+    """The cluster mapping with its ``pools`` resolved; the top-level GPU and fabrics become the first pool's and
+    the job's GPU count the pools' (SpecError when ``gpus`` says otherwise)."""
+    pools = raw["pools"]
+    if not isinstance(pools, (list, tuple)) or not 1 <= len(pools) <= MAX_POOLS:
+        raise SpecError("cluster.pools", f"must be a list of 1 to {MAX_POOLS} pools, got {pools!r}")
+    if any(k not in raw for k in ("gpu", "scale_up")):
+        # no base cluster: the first pool's node preset is it (its node size, host and fabrics)
+        first = pools[0] if isinstance(pools[0], Mapping) else {}
+        node = preset("clusters", first["node"]) if isinstance(first.get("node"), str) else None
+        if node is None:
+            raise SpecError("cluster.pools", "needs a base cluster (preset: NAME) or a first pool given by node")
+        node.pop("num_gpus", None)
+        node["gpu"] = load_gpu(node["gpu"]).model_dump()
+        node["name"] = " + ".join(str(e.get("name") or e.get("node") or e.get("gpu"))
+                                  for e in pools if isinstance(e, Mapping))
+        raw = {**node, **raw}
+    resolved = [_pool(e, i, raw) for i, e in enumerate(pools)]
+    total = sum(p["nodes"] for p in resolved) * raw.get("gpus_per_node", 8)
+    if gpus is not None and gpus != total:
+        raise SpecError("cluster.pools", f"the pools hold {total} GPUs but the job asks for gpus={gpus}")
+    first = resolved[0]
+    return {**raw, "pools": resolved, "num_gpus": total,
+            **{k: first[k] for k in ("gpu", "scale_up", "scale_out")}}
 
 
 def with_background_load(cluster: ClusterSpec, load: Mapping[str, float]) -> ClusterSpec:
@@ -182,6 +253,8 @@ def with_background_load(cluster: ClusterSpec, load: Mapping[str, float]) -> Clu
         raise SpecError("cluster.scale_out.background_load", f"must be a mapping of tier to fraction, got {load!r}")
     raw = cluster.model_dump()
     raw["scale_out"]["background_load"] = {**raw["scale_out"]["background_load"], **dict(load)}
+    for pool in raw.get("pools") or ():  # every node type's NICs share the one fabric
+        pool["scale_out"]["background_load"] = {**pool["scale_out"]["background_load"], **dict(load)}
     return _validate(ClusterSpec, raw, "cluster")
 
 
@@ -229,12 +302,14 @@ def build_scenario(raw: Mapping | None = None, overrides: Mapping | None = None)
     """Merge a raw scenario mapping with flat overrides (CLI flags; ``None`` = not given) and resolve it.
 
     Override keys: model, cluster, gpus, name, background_load (a mapping of tier -> fraction laid over the
-    cluster's ``scale_out.background_load``), and any Layout or TrainingSpec field.
+    cluster's ``scale_out.background_load``), pools and pool_placement (the cluster's ``pools`` and ``placement``),
+    and any Layout or TrainingSpec field.
     """
     raw = dict(raw or {})
     ov = {k: v for k, v in (overrides or {}).items() if v is not None}
     for k in ov:
-        if k not in LAYOUT_KEYS | TRAINING_KEYS | {"model", "cluster", "gpus", "name", "background_load"}:
+        if k not in LAYOUT_KEYS | TRAINING_KEYS | {"model", "cluster", "gpus", "name", "background_load", "pools",
+                                                      "pool_placement"}:
             raise SpecError(k, "unknown setting")
     model_in = ov.get("model", raw.get("model"))
     if model_in is None:
@@ -255,7 +330,11 @@ def build_scenario(raw: Mapping | None = None, overrides: Mapping | None = None)
     layout_raw = {**layout_raw, **{k: v for k, v in ov.items() if k in LAYOUT_KEYS}}
     training_raw = {**training_raw, **{k: v for k, v in ov.items() if k in TRAINING_KEYS}}
     model = load_model(model_in)
-    cluster = load_cluster(cluster_in, gpus)
+    cluster = load_cluster(cluster_in, None if "pools" in ov else gpus)
+    if "pools" in ov or "pool_placement" in ov:
+        pooled = {**cluster.model_dump(), **({"pools": ov["pools"]} if "pools" in ov else {}),
+                  **({"placement": ov["pool_placement"]} if "pool_placement" in ov else {})}
+        cluster = load_cluster(pooled, gpus if "pools" in ov else None)
     if "background_load" in ov:
         cluster = with_background_load(cluster, ov["background_load"])
     layout = _validate(Layout, layout_raw, "layout")

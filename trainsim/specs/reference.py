@@ -11,7 +11,7 @@ from typing import Any, Literal, get_args, get_origin
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
-from .hardware import BackgroundLoadSpec, ClusterSpec, GPUSpec, ScaleOutSpec, ScaleUpSpec
+from .hardware import BackgroundLoadSpec, ClusterSpec, GPUSpec, PoolSpec, ScaleOutSpec, ScaleUpSpec
 from .model import ModelSpec
 from .training import Layout, TrainingSpec
 
@@ -34,6 +34,7 @@ SECTIONS: tuple[tuple[str, type[BaseModel]], ...] = (
     ("cluster.scale_up", ScaleUpSpec),
     ("cluster.scale_out", ScaleOutSpec),
     ("cluster.scale_out.background_load", BackgroundLoadSpec),
+    ("cluster.pools[]", PoolSpec),
     ("layout", Layout),
     ("training", TrainingSpec),
 )

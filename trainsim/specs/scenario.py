@@ -242,6 +242,8 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
     _check_batch(t, dp, layout.pp)
     check_data_parallel(layout, t, dp)
     _check_runtime(m, cluster, t, layout.pp)
+    from .pools import check_pools
+    check_pools(cluster, layout, t, dp)
     return Scenario(name=name, model=m, cluster=cluster, layout=layout.model_copy(update={"dp": dp}), training=t)
 
 
