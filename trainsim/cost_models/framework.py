@@ -251,6 +251,14 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
 }
 
 
+# Frameworks whose un-fused loss is torch's eager ``F.cross_entropy`` on an fp32 copy of the logits (torchtitan's
+# ``cross_entropy_loss``: ``F.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))``, torchtitan
+# train.py of late 2024 with the loss left uncompiled, read_file id 60236233462; kernels/parallelize.py
+# ``cross_entropy`` for trainsim execute). Its memory differs from Megatron's in-place vocab-parallel loss
+# (activations.logits_workspace_bytes).
+EAGER_FP32_CE_FRAMEWORKS = ("torch",)
+
+
 def behaviour(framework: str) -> FrameworkBehaviour:
     """The behaviours of ``framework`` (one of FRAMEWORKS)."""
     return BEHAVIOURS[framework]

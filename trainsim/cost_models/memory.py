@@ -335,7 +335,8 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     activations = inflight_microbatches * per_mb + working
 
     details: dict[str, float] = {"activations_per_microbatch": per_mb, "recompute_working": working,
-                                 **runtime_terms(scenario), **transient_terms(scenario, stage, rp), **off.device}
+                                 **runtime_terms(scenario), **transient_terms(scenario, stage, rp, working),
+                                 **off.device}
     other = sum(v for k, v in details.items() if k not in ACTIVATION_DETAILS)
     return StageMemory(weights=off.weights, grads=off.grads, optimizer=off.optimizer, activations=activations,
                        other=other, host=host, pcie_h2d_bytes=off.h2d, pcie_d2h_bytes=off.d2h,
@@ -412,10 +413,14 @@ def model_states(t, rp: RankParams, sb) -> dict[str, float]:
     return {"weights": weights, "grads": rp.grad_params * sb.grads, "optimizer": rp.optimizer_params * sb.optimizer}
 
 
-def transient_terms(scenario, stage: int, rp: RankParams) -> dict[str, float]:
+def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0) -> dict[str, float]:
     """Buffers that exist for part of the step but at its peak: ZeRO-3 gathered parameters and unsharded
     gradients, the loss's logits workspace, pipeline send/receive buffers, the sequence-parallel all-gather
-    buffer."""
+    buffer.
+
+    The logits workspace and the recompute ``working`` set never coexist: autograd runs the loss's backward,
+    and frees its temporaries, before the last block's backward recomputes that block, so the workspace
+    counts only beyond the working set (``stage_memory`` adds the working set to the activations)."""
     lay, t = scenario.layout, scenario.training
     fw = behaviour(t.framework)
     pb, gb = t.param_bytes, t.grad_bytes
@@ -435,7 +440,7 @@ def transient_terms(scenario, stage: int, rp: RankParams) -> dict[str, float]:
             concat_copy = pb if fw.fsdp_grad_prep else 0  # the parameters' own 16-bit gradients beside the flat one
             out["zero3_gather_buffers"] = rp.unit_params * (2 * pb + gb + concat_copy)
     if stage == scenario.loss_stage:
-        out["logits_workspace"] = act.logits_workspace_bytes(scenario)
+        out["logits_workspace"] = max(0.0, act.logits_workspace_bytes(scenario) - working)
     shp = layer_shape(scenario)
     if lay.pp > 1:
         out["pp_p2p_buffers"] = 2.0 * shp.e * shp.tokens * shp.h / shp.sp_div

@@ -129,6 +129,11 @@ class TrainingSpec(BaseModel):
     param_dtype_bytes: int = Field(default=0, ge=0, le=8,
                                    description="bytes per stored weight; 0 = the dtype's (2 for bf16/fp16/fp8). "
                                                "torch AMP keeps fp32 weights (4) and casts per op")
+    cross_entropy: Literal["fused", "vocab_parallel", "eager_fp32"] | None = Field(
+        default=None, description="how the loss runs: fused = one fused (or torch.compile'd) kernel that saves the "
+        "16-bit logits and a logsumexp per token; vocab_parallel = Megatron's cross-entropy (in-place ops on an "
+        "fp32 copy of the logits); eager_fp32 = torch's eager F.cross_entropy on an fp32 copy (torchtitan, "
+        "trainsim execute); None = the framework's default (cost_models/framework.py)")
     framework: Framework = Field(default="megatron", description="software stack whose documented behaviours "
                                  "apply (cost_models/framework.py)")
     host_issue: Literal["eager", "cuda_graphs", "compile"] = Field(

@@ -1,0 +1,77 @@
+"""The loss's memory as each cross-entropy implementation allocates it, held against closed forms and against
+torch's own memory tracker running the eager loss under FakeTensorMode (nothing allocated)."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainsim.cost_models import activations as act
+from trainsim.cost_models.memory import stage_memory
+from trainsim.specs import SpecError, build_scenario
+
+SEQ, VOCAB = 2048, 32000
+MODEL = {"name": "w1024", "num_layers": 2, "hidden": 1024, "num_heads": 8, "num_kv_heads": 8, "ffn_hidden": 2816,
+         "vocab_size": VOCAB, "max_seq_len": SEQ, "norm": "rmsnorm", "position_embedding": "rope",
+         "activation": "swiglu", "bias": False, "tie_embeddings": False}
+
+
+def scen(gpus=1, layout=None, **training):
+    training = {"seq_len": SEQ, "global_batch": gpus, "micro_batch": 1, **training}
+    return build_scenario({"model": MODEL, "cluster": "dgx-h100", "gpus": gpus, "layout": layout or {},
+                           "training": training})
+
+
+@pytest.mark.parametrize("framework,cross_entropy,per_logit", [
+    ("megatron", None, 2),            # vocab-parallel: the 16-bit logits beside the in-place fp32 softmax
+    ("pytorch-fsdp", None, 2),        # fused kernel: the 16-bit logit gradient
+    ("torch", None, 8),               # eager F.cross_entropy on fp32: nll grad + log_softmax backward, fp32
+    ("torch", "fused", 2),            # torch.compile'd loss
+    ("pytorch-fsdp", "eager_fp32", 8),
+    ("megatron", "vocab_parallel", 2),
+])
+def test_logits_workspace_per_implementation(framework, cross_entropy, per_logit):
+    extra = {"cross_entropy": cross_entropy} if cross_entropy else {}
+    s = scen(framework=framework, **extra)
+    assert act.logits_workspace_bytes(s) == per_logit * SEQ * VOCAB
+
+
+def test_eager_loss_workspace_splits_over_the_vocabulary_shards():
+    s = scen(gpus=2, layout={"tp": 2}, framework="torch")
+    assert act.logits_workspace_bytes(s) == 8 * SEQ * VOCAB / 2
+
+
+def test_workspace_counts_only_beyond_the_recompute_working_set():
+    """The loss's backward runs and frees its temporaries before the last block is recomputed."""
+    for recompute in ("none", "full"):
+        s = scen(framework="torch", recompute=recompute)
+        sm = stage_memory(s, 0)
+        working = act.recompute_working_bytes(s)
+        assert sm.details["recompute_working"] == working
+        assert sm.details["logits_workspace"] == max(0.0, act.logits_workspace_bytes(s) - working)
+    assert act.recompute_working_bytes(scen(framework="torch", recompute="none")) == 0.0
+
+
+def test_unknown_cross_entropy_is_refused():
+    with pytest.raises(SpecError, match="cross_entropy"):
+        scen(cross_entropy="chunked")
+
+
+@pytest.mark.torch
+def test_eager_fp32_loss_matches_torch_memory_tracker():
+    """torch's MemTracker over ``F.cross_entropy(logits.float(), y)`` and its backward: the saved fp32 log-softmax
+    (ACT, 4 bytes per logit) and, at the peak, 8 bytes per logit of temporaries -- the model's workspace."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.mem_tracker import MemTracker
+    T, V = 1024, 8000
+    with FakeTensorMode():
+        logits = torch.randn(T, V, dtype=torch.bfloat16, requires_grad=True)  # the model's 16-bit output
+        y = torch.randint(0, V, (T,))
+        tracker = MemTracker()
+        with tracker:
+            F.cross_entropy(logits.float(), y).backward()
+        (peak,) = tracker.get_tracker_snapshot("peak").values()
+    by_name = {str(k).rsplit(".", 1)[-1]: v for k, v in peak.items()}
+    assert by_name["ACT"] == pytest.approx(4 * T * V, rel=0.01)
+    assert by_name["TEMP"] == pytest.approx(act.EAGER_CE_BACKWARD_BYTES * T * V, rel=0.01)
