@@ -35,9 +35,11 @@ def test_logits_workspace_per_implementation(framework, cross_entropy, per_logit
     assert act.logits_workspace_bytes(s) == per_logit * SEQ * VOCAB
 
 
-def test_eager_loss_workspace_splits_over_the_vocabulary_shards():
+def test_loss_parallel_workspace_on_the_vocabulary_shard():
+    """loss_parallel's fused backward holds three fp32 tensors of the rank's vocabulary shard."""
     s = scen(gpus=2, layout={"tp": 2}, framework="torch")
-    assert act.logits_workspace_bytes(s) == 8 * SEQ * VOCAB / 2
+    assert act.logits_workspace_bytes(s) == 12 * SEQ * VOCAB / 2
+    assert act.logits_workspace_bytes(scen(gpus=2, layout={"tp": 2})) == 2 * SEQ * VOCAB / 2  # Megatron
 
 
 def test_workspace_counts_only_beyond_the_recompute_working_set():
@@ -75,3 +77,26 @@ def test_eager_fp32_loss_matches_torch_memory_tracker():
     by_name = {str(k).rsplit(".", 1)[-1]: v for k, v in peak.items()}
     assert by_name["ACT"] == pytest.approx(4 * T * V, rel=0.01)
     assert by_name["TEMP"] == pytest.approx(act.EAGER_CE_BACKWARD_BYTES * T * V, rel=0.01)
+
+
+def test_deepspeed_pipeline_keeps_each_inflight_output_megatron_frees_it():
+    """DeepSpeed's pipeline engine keeps every in-flight micro-batch's stage output for its backward
+    (pipe_buffers['outputs']); Megatron deallocates it after the send. The last stage's output is the loss."""
+    base = dict(gpus=4, layout={"pp": 4}, global_batch=16, recompute="full", dropout=False)
+    ds, meg = scen(framework="deepspeed", **base), scen(framework="megatron", **base)
+    out = 2 * SEQ * MODEL["hidden"]
+    assert act.pipeline_output_bytes(ds) == out
+    for stage in range(4):
+        extra = (stage_memory(ds, stage).details["activations_per_microbatch"]
+                 - stage_memory(meg, stage).details["activations_per_microbatch"])
+        assert extra == (0 if stage == 3 else out)
+    inflight = stage_memory(ds, 0).inflight_microbatches
+    assert inflight == 4
+
+
+def test_measured_cuda_context_replaces_the_derived_one():
+    derived = stage_memory(scen(), 0).details["cuda_context"]
+    measured = stage_memory(scen(cuda_context_bytes=1573 << 20), 0).details["cuda_context"]
+    assert measured == 1573 << 20 and derived < measured
+    with pytest.raises(SpecError, match="cuda_context_bytes"):
+        scen(cuda_context_bytes=-1)

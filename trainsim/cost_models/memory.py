@@ -294,6 +294,11 @@ def activation_bytes_per_microbatch(scenario, stage: int, impl: str = "fused") -
     if stage == scenario.loss_stage:
         total += act.head_activation_bytes(scenario, impl)
         total += scenario.model.mtp_layers * act.mtp_activation_bytes(scenario, impl)
+    lay = scenario.layout
+    if lay.pp > 1 and behaviour(scenario.training.framework).pipeline_output_kept:
+        # each of the stage's ``vpp`` model chunks keeps its output, but the one that ends in the loss
+        chunks = lay.vpp - (1 if stage == scenario.loss_stage else 0)
+        total += chunks * act.pipeline_output_bytes(scenario)
     return total
 
 

@@ -64,11 +64,13 @@ def nccl_buffer_bytes(layout, dp: int) -> float:
 
 
 def runtime_terms(scenario) -> dict[str, float]:
-    """Named runtime bytes on one rank: ``cuda_context``, ``cublas_workspace``, ``nccl_buffers`` (GPU), or the
-    torch process itself (``cuda_context`` holds it on a CPU "GPU", which has no SM count)."""
+    """Named runtime bytes on one rank: ``cuda_context`` (``TrainingSpec.cuda_context_bytes`` where the run's stack
+    was measured, else derived), ``cublas_workspace``, ``nccl_buffers`` (GPU), or the torch process itself
+    (``cuda_context`` holds it on a CPU "GPU", which has no SM count)."""
     gpu = scenario.cluster.gpu
     if getattr(gpu, "num_sms", None) is None:
         return {"cuda_context": float(CPU_RUNTIME_RESERVE_BYTES)}
-    return {"cuda_context": cuda_context_bytes(gpu.num_sms),
+    measured = scenario.training.cuda_context_bytes
+    return {"cuda_context": float(measured) if measured else cuda_context_bytes(gpu.num_sms),
             "cublas_workspace": float(CUBLAS_HANDLES * CUBLAS_WORKSPACE_BYTES),
             "nccl_buffers": nccl_buffer_bytes(scenario.layout, scenario.dp)}

@@ -19,6 +19,8 @@
 * ``cross_entropy`` (optional): how the run's loss executes when it is not its framework's default (``fused``,
   ``vocab_parallel`` or ``eager_fp32``: TrainingSpec.cross_entropy), e.g. torchtitan's loss compiled under
   ``--training.compile``; empty = the framework's own;
+* ``cuda_context_mib`` (optional): the CUDA context of the run's software stack where the source measured it
+  (TrainingSpec.cuda_context_bytes); empty = derived from the GPU;
 * ``unmodelled`` (settings of the run trainsim cannot express, e.g. torch.compile) and ``unknowns`` (what the
   source leaves open and the rule that set it), beside the provenance columns.
 
@@ -185,6 +187,11 @@ def scenario_mapping(r: dict) -> dict:
     grad_bytes = common_runs.whole(r, "grad_bytes")
     if grad_bytes is not None:
         training["grad_dtype_bytes"] = grad_bytes
+    ctx = num(r.get("cuda_context_mib"))
+    if ctx is not None:
+        if ctx <= 0:
+            raise SpecError("cuda_context_mib", f"must be positive, got {r.get('cuda_context_mib')!r}")
+        training["cuda_context_bytes"] = int(ctx * (1 << 20))
     ce = (r.get("cross_entropy") or "").strip()
     if ce:
         if ce not in CROSS_ENTROPY:
