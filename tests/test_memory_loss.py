@@ -100,3 +100,36 @@ def test_measured_cuda_context_replaces_the_derived_one():
     assert measured == 1573 << 20 and derived < measured
     with pytest.raises(SpecError, match="cuda_context_bytes"):
         scen(cuda_context_bytes=-1)
+
+
+def test_allocator_caches_the_last_blocks_temporaries_and_the_eager_losss_16_bit_logits():
+    """At the loss's peak the last block's freed forward temporaries (its recompute working set) are cached and
+    too small for the logits-sized requests; torch's eager fp32 loss also leaves its freed 16-bit logits' block
+    idle while the fp32 gradients take new segments (allocator_reserve.py)."""
+    from trainsim.cost_models.allocator_reserve import loss_stage_cached_bytes
+    assert loss_stage_cached_bytes(working=3.0, loss_workspace=8.0, logits_bytes=2.0, eager_loss=True,
+                                   vocab=32000, ffn=2816) == 5.0
+    assert loss_stage_cached_bytes(working=9.0, loss_workspace=8.0, logits_bytes=2.0, eager_loss=False,
+                                   vocab=32000, ffn=2816) == 8.0
+    assert loss_stage_cached_bytes(working=3.0, loss_workspace=8.0, logits_bytes=2.0, eager_loss=True,
+                                   vocab=2048, ffn=2816) == 0.0
+    base = dict(gpus=2, layout={"pp": 2}, global_batch=4, recompute="full")
+    torch_s, meg = scen(framework="torch", **base), scen(framework="megatron", **base)
+    logits = 2 * SEQ * VOCAB
+    for s, eager in ((torch_s, True), (meg, False)):
+        first, last = stage_memory(s, 0), stage_memory(s, 1)
+        working = last.details["recompute_working"]
+        assert first.allocator_cached == 0.0
+        assert last.allocator_cached == min(working, act.logits_workspace_bytes(s)) + (logits if eager else 0.0)
+
+
+def test_reserved_and_device_counters_add_the_cached_bytes_the_fit_check_does_not():
+    from trainsim.simulator.predict import predict
+    s = scen(framework="torch", recompute="full")
+    pred = predict(s)
+    cached = stage_memory(s, 0).allocator_cached
+    assert cached > 0 and pred.allocator_cached_bytes == pytest.approx(cached)
+    assert pred.peak_reserved_bytes == pytest.approx(pred.peak_allocated_bytes + cached)
+    assert pred.peak_device_bytes == pytest.approx(pred.peak_bytes + cached)
+    assert pred.free_bytes == pred.gpu_memory_bytes - pred.peak_bytes
+    assert pred.to_json()["memory"]["peak_reserved_bytes"] == pred.peak_reserved_bytes

@@ -23,8 +23,9 @@ and gradients and Adam m, v (16); DeepSpeed 2 + 2 + 12; pure low-precision train
 buffers, the logits/loss workspace on the loss stage, pipeline send/receive buffers, Megatron's
 sequence-parallel all-gather buffer, and offload staging buffers. Data-parallel gradient buckets of ZeRO 0-2
 are views of the gradient storage (Megatron's contiguous grad buffer; torch DDP with
-``gradient_as_bucket_view``), so they add nothing. Allocator fragmentation is not included
-(runtime_memory.py says why): the planner leaves headroom for it.
+``gradient_as_bucket_view``), so they add nothing. The caching allocator's cached-but-free blocks are not in
+``total`` (the allocator frees them before failing an allocation); ``StageMemory.allocator_cached`` carries the
+part allocator_reserve.py derives, for the reserved and nvidia-smi counters.
 
 Offload (``offload``): each framework keeps different states on the device -- Megatron its 16-bit weights
 and fp32 grad buffer, DeepSpeed its weights and reduce buckets, FSDP only the gathered units -- and the host
@@ -40,6 +41,7 @@ from itertools import pairwise
 
 from . import activations as act
 from .framework import FP32_PARAM_FRAMEWORKS, behaviour, state_bytes
+from .allocator_reserve import loss_stage_cached_bytes
 from .runtime_memory import OUTSIDE_ALLOCATOR, runtime_terms
 from .shapes import block_kinds, dense_block_scenario, layer_shape
 
@@ -67,6 +69,9 @@ class StageMemory:
     pcie_d2h_bytes: float = 0.0
     inflight_microbatches: float = 0.0
     details: dict = field(default_factory=dict, compare=False, hash=False)
+    # The caching allocator's cached-but-free bytes at this stage's reserved peak, beyond ``allocated``
+    # (allocator_reserve.py); not in ``total``: the allocator frees them before it would run out of memory.
+    allocator_cached: float = 0.0
 
     @property
     def model_states(self) -> float:
@@ -345,7 +350,19 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     other = sum(v for k, v in details.items() if k not in ACTIVATION_DETAILS)
     return StageMemory(weights=off.weights, grads=off.grads, optimizer=off.optimizer, activations=activations,
                        other=other, host=host, pcie_h2d_bytes=off.h2d, pcie_d2h_bytes=off.d2h,
-                       inflight_microbatches=inflight_microbatches, details=details)
+                       inflight_microbatches=inflight_microbatches, details=details,
+                       allocator_cached=_allocator_cached(scenario, stage, working))
+
+
+def _allocator_cached(scenario, stage: int, working: float) -> float:
+    """The caching allocator's cached-but-free bytes at the loss stage's peak (allocator_reserve.py)."""
+    if stage != scenario.loss_stage or getattr(scenario.cluster.gpu, "num_sms", None) is None:
+        return 0.0
+    shp = layer_shape(scenario)
+    logits = shp.e * shp.tokens * -(-shp.vocab // shp.tp)
+    return loss_stage_cached_bytes(working=working, loss_workspace=act.logits_workspace_bytes(scenario),
+                                   logits_bytes=float(logits), eager_loss=shp.eager_ce, vocab=shp.vocab,
+                                   ffn=max(shp.f, shp.fe))
 
 
 @dataclass(frozen=True)

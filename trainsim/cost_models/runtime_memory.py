@@ -5,10 +5,11 @@ context and NCCL's buffers are cudaMalloc'd outside PyTorch's caching allocator 
 nvidia-smi sees them, ``torch.cuda.max_memory_allocated`` does not. The cuBLAS workspaces come from the
 caching allocator.
 
-Not modelled here: the caching allocator's reserved-but-unused memory (fragmentation). It depends on the
-allocation order, not on the layout alone; GMLake (Guo et al., ASPLOS 2024, arXiv:2401.08156) measures an
-average of 9.2 GB (up to 25 GB) of it on A100-80GB over eight LLM fine-tuning setups with recomputation,
-offload and ZeRO. The planner leaves headroom for it instead (simulator/planner.DEFAULT_MEMORY_HEADROOM).
+The caching allocator's reserved-but-unused memory is not a runtime term: allocator_reserve.py derives the part
+it can (cached blocks at the loss's peak); the rest depends on the allocation order, not on the layout alone.
+GMLake (Guo et al., ASPLOS 2024, arXiv:2401.08156) measures an average of 9.2 GB (up to 25 GB) of it on
+A100-80GB over eight LLM fine-tuning setups with recomputation, offload and ZeRO. The planner leaves headroom
+for it (simulator/planner.DEFAULT_MEMORY_HEADROOM).
 """
 
 from __future__ import annotations
