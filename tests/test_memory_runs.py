@@ -147,7 +147,7 @@ def test_accuracy_today(report):
     workspace, loss_parallel's on TP, not overlapping the recompute working set; the caching allocator's cached
     blocks at the loss's peak; DeepSpeed's pipeline keeping each in-flight stage output; BLOOM's measured CUDA
     context): 58 rows, MAPE 9.1 %, worst -22.5 % (a BLOOM row, nvidia-smi); by framework: Megatron 7.7 % (21
-    rows), Megatron + CPU optimizer offload 17.5 % (1 row), torch FSDP2 5.2 % (21), torch FSDP1 9.3 % (4),
+    rows), Megatron + CPU optimizer offload 17.9 % (1 row), torch FSDP2 5.2 % (21), torch FSDP1 9.3 % (4),
     DeepSpeed ZeRO-1 (BLOOM's BF16_Optimizer, nvidia-smi) 18.6 % (11, all under-predicted by about the same
     share). torchtitan's PR #165 reserved-peak rows stay 11-16 % low (reserve beyond the loss's cached blocks,
     e.g. from the first step, is not predicted); torch.compile rows are 5-8 % high (compile's memory savings in

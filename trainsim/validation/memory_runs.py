@@ -73,8 +73,8 @@ MEMORY_NOTES = (
      "sharding, offload, precision, FlashAttention, dropout and framework columns as stated; the GPU preset of "
      "gpu_type with gpu_memory_gib as its capacity when stated."),
     ("unknowns: each row's unknowns column says what its source leaves open and the rule that set it; "
-     "unmodelled names settings trainsim cannot express (torch.compile, float8 all-gather, fused cross-entropy, "
-     "ALiBi), which are predicted as if absent."),
+     "unmodelled names settings trainsim cannot express (torch.compile, float8 all-gather, ALiBi, "
+     "embedding LayerNorm), which are predicted as if absent."),
 )
 
 
