@@ -21,6 +21,12 @@ same tensors the checkpointed forward freed) stays cached, up to the loss's own 
 otherwise have served. torch's eager fp32 loss adds its 16-bit logits' segment: freed before the backward
 (torchtitan ``del pred``), it sits idle while the fp32 gradients need larger blocks. Other phases and first-step
 effects (optimizer states created into freed activation segments) are not modelled.
+
+This is the allocator's default segment mode. With ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` a request
+that no free block holds grows the stream's one segment, and a free block at its end counts toward it
+(``find_expandable_block``), so the last block's temporaries can be reused; that mode is not modelled (the
+memory dataset's torchtitan runs state no allocator setting: PR #165's run_llama_train.sh sets none, read_file
+id 17467273460; the June 2025 run's torchrun command sets none, id 23486694764).
 """
 
 from __future__ import annotations
