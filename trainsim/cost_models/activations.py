@@ -285,6 +285,13 @@ def embedding_activation_bytes(scenario) -> float:
     return 8.0 * T + (8.0 * shp.s / shp.cp if learned else 0.0) + mask
 
 
+def pipeline_output_bytes(scenario) -> float:
+    """One model chunk's output activation for one micro-batch (hidden states of its tokens, sequence-parallel
+    shard), which frameworks with ``behaviour(...).pipeline_output_kept`` hold until that micro-batch's backward."""
+    shp = _shape(scenario)
+    return float(shp.e * shp.tokens * shp.h / shp.sp_div)
+
+
 def head_activation_bytes(scenario, impl: str = "fused") -> float:
     """Last stage, per micro-batch: final norm input (+ stats) and output, what the loss saves, targets.
 
@@ -319,16 +326,34 @@ def mtp_activation_bytes(scenario, impl: str = "fused") -> float:
     return _layer(shp, impl).total + head_activation_bytes(scenario, impl) + norms + proj_in + 8.0 * T
 
 
-def logits_workspace_bytes(scenario) -> float:
-    """Transient bytes on the last stage while the loss runs, beyond what it saves: one 16-bit logits tensor.
+# torch's eager loss on fp32 logits, bytes per logit beside the saved fp32 log-softmax at its peak, the backward:
+# nll_loss's zero-filled fp32 input gradient and log_softmax's fp32 backward output (PyTorch
+# tools/autograd/derivatives.yaml: log_softmax saves its ``result`` and ``_log_softmax_backward_data`` returns a
+# new tensor; nll_loss_backward allocates ``zeros_like(self)``), the 16-bit logits already freed (torchtitan
+# ``del pred`` before ``loss.backward()``). The forward holds the 16-bit logits and their fp32 copy: ``e + 4``.
+EAGER_CE_BACKWARD_BYTES = 8
+# The same loss over vocabulary shards (tp > 1: torch.distributed.tensor.parallel.loss_parallel, torchtitan's
+# default with TP): its fused backward ``_nll_loss_and_log_softmax_backward`` holds ``zeros_like(x)``, then
+# ``grad_input + torch.exp(x)`` and that times the loss gradient -- three fp32 tensors at once (read_file id
+# 60317242654); its forward (fp32 copy, shifted logits, their exp) stays below that.
+LOSS_PARALLEL_BACKWARD_BYTES = 12
 
-    Megatron: the 16-bit logits live while ``.float()`` copies them (the fp32 copy is the saved softmax),
-    and in backward autograd casts the fp32 gradient back to a new 16-bit tensor; fused kernel: the
-    16-bit logit gradient is allocated while the saved logits are alive. Either way ``e·T·V/tp``.
+
+def logits_workspace_bytes(scenario) -> float:
+    """Transient bytes on the last stage while the loss runs, beyond what it saves.
+
+    Megatron: the 16-bit logits live while ``.float()`` copies them (the fp32 copy is the saved softmax, which
+    the in-place ops reuse), and in backward autograd casts the fp32 gradient back to a new 16-bit tensor;
+    fused kernel: the 16-bit logit gradient is allocated while the saved logits are alive. Either way
+    ``e·T·V/tp``. torch's eager ``F.cross_entropy`` on fp32 logits (framework torch, un-fused): the larger of its
+    forward (``e + 4`` per logit) and backward (``EAGER_CE_BACKWARD_BYTES``, ``LOSS_PARALLEL_BACKWARD_BYTES`` on
+    vocabulary shards) transients.
     """
     shp = _shape(scenario)
     v_local = -(-shp.vocab // shp.tp)
-    return float(shp.e * shp.tokens * v_local)
+    backward = LOSS_PARALLEL_BACKWARD_BYTES if shp.tp > 1 else EAGER_CE_BACKWARD_BYTES
+    per_logit = max(shp.e + 4, backward) if shp.eager_ce else shp.e
+    return float(per_logit * shp.tokens * v_local)
 
 
 def korthikanti_bytes(s: int, b: int, h: int, a: int, t: int = 1, *, sp: bool = False,

@@ -26,6 +26,11 @@ fitted to a measurement.
     - fused kernel (llm-foundry's default ``loss_fn: fused_crossentropy``, flash-attn's xentropy CUDA
       kernel; Megatron with ``--cross-entropy-loss-fusion``): forward reads the logits and writes the
       fp32 softmax (e + 4), backward reads it and writes the logit gradient (4 + e).
+* ``pipeline_output_kept`` -- a pipeline stage keeps each in-flight micro-batch's output activation until that
+  micro-batch's backward. deepspeed: the pipeline engine stores it in ``pipe_buffers['outputs']`` at the forward
+  and runs ``torch.autograd.backward`` from it (deepspeed/runtime/pipe/engine.py ``_exec_forward_pass`` /
+  ``_exec_backward_pass``). Megatron frees the output's data once it is sent (schedules.py
+  ``deallocate_output_tensor``; megatron/training/arguments.py sets ``deallocate_pipeline_outputs``).
 * ``zero3_gather`` -- what one ZeRO-3 parameter all-gather covers.
     - "block" (pytorch-fsdp, megatron's FSDP): one flat parameter per wrapped transformer block, so one
       all-gather per block and pass (FSDP wraps each block: llm-foundry ``fsdp_wrap`` of MPTBlock).
@@ -207,6 +212,7 @@ class FrameworkBehaviour:
     optimizer_update: Literal["fused", "per_param_loop"] = "fused"
     clip_scales_grads: bool = False
     fp8_weight_cache: bool = False
+    pipeline_output_kept: bool = False
 
 
 BEHAVIOURS: dict[str, FrameworkBehaviour] = {
@@ -233,11 +239,12 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                        train_metric_loss_passes=2, fsdp_grad_prep=True,
                                        optimizer_update="per_param_loop", clip_scales_grads=True),
     "deepspeed": FrameworkBehaviour("deepspeed", overlap_grad_reduce=True, fused_cross_entropy=False,
-                                    zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS),
+                                    zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
+                                    pipeline_output_kept=True),
     "deepspeed-2021": FrameworkBehaviour("deepspeed-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
                                          zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
                                          zero3_overlap=False, zero3_gather_ops_per_rank=2,
-                                         zero3_persistent_regather=True),
+                                         zero3_persistent_regather=True, pipeline_output_kept=True),
     # torch.distributed's own parallelism as trainsim execute runs it (kernels/parallelize.py): DDP buckets
     # reduced during backward, FSDP2 per-block gathers, eager F.cross_entropy (log_softmax + nll, not
     # fused), parallelize_module TP. Pipelining: Schedule1F1B's steady state fuses each send with the next
@@ -249,6 +256,14 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                 zero3_gather="block", reduce_bucket_params=None, p2p_overlap="never",
                                 tp_input_reduce="per_linear", grad_accumulation_pass=True),
 }
+
+
+# Frameworks whose un-fused loss is torch's eager ``F.cross_entropy`` on an fp32 copy of the logits (torchtitan's
+# ``cross_entropy_loss``: ``F.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))``, torchtitan
+# train.py of late 2024 with the loss left uncompiled, read_file id 60236233462; kernels/parallelize.py
+# ``cross_entropy`` for trainsim execute). Its memory differs from Megatron's in-place vocab-parallel loss
+# (activations.logits_workspace_bytes).
+EAGER_FP32_CE_FRAMEWORKS = ("torch",)
 
 
 def behaviour(framework: str) -> FrameworkBehaviour:

@@ -24,8 +24,9 @@ and gradients and Adam m, v (16); DeepSpeed 2 + 2 + 12; pure low-precision train
 buffers, the logits/loss workspace on the loss stage, pipeline send/receive buffers, Megatron's
 sequence-parallel all-gather buffer, and offload staging buffers. Data-parallel gradient buckets of ZeRO 0-2
 are views of the gradient storage (Megatron's contiguous grad buffer; torch DDP with
-``gradient_as_bucket_view``), so they add nothing. Allocator fragmentation is not included
-(runtime_memory.py says why): the planner leaves headroom for it.
+``gradient_as_bucket_view``), so they add nothing. The caching allocator's cached-but-free blocks are not in
+``total`` (the allocator frees them before failing an allocation); ``StageMemory.allocator_cached`` carries the
+part allocator_reserve.py derives, for the reserved and nvidia-smi counters.
 
 Offload (``offload``): each framework keeps different states on the device -- Megatron its 16-bit weights
 and fp32 grad buffer, DeepSpeed its weights and reduce buckets, FSDP only the gathered units -- and the host
@@ -41,6 +42,7 @@ from itertools import pairwise
 
 from . import activations as act
 from .framework import FP32_PARAM_FRAMEWORKS, behaviour, state_bytes
+from .allocator_reserve import loss_stage_cached_bytes
 from .runtime_memory import OUTSIDE_ALLOCATOR, runtime_terms
 from .shapes import block_kinds, dense_block_scenario, layer_shape
 
@@ -68,6 +70,9 @@ class StageMemory:
     pcie_d2h_bytes: float = 0.0
     inflight_microbatches: float = 0.0
     details: dict = field(default_factory=dict, compare=False, hash=False)
+    # The caching allocator's cached-but-free bytes at this stage's reserved peak, beyond ``allocated``
+    # (allocator_reserve.py); not in ``total``: the allocator frees them before it would run out of memory.
+    allocator_cached: float = 0.0
 
     @property
     def model_states(self) -> float:
@@ -295,6 +300,11 @@ def activation_bytes_per_microbatch(scenario, stage: int, impl: str = "fused") -
     if stage == scenario.loss_stage:
         total += act.head_activation_bytes(scenario, impl)
         total += scenario.model.mtp_layers * act.mtp_activation_bytes(scenario, impl)
+    lay = scenario.layout
+    if lay.pp > 1 and behaviour(scenario.training.framework).pipeline_output_kept:
+        # each of the stage's ``vpp`` model chunks keeps its output, but the one that ends in the loss
+        chunks = lay.vpp - (1 if stage == scenario.loss_stage else 0)
+        total += chunks * act.pipeline_output_bytes(scenario)
     return total
 
 
@@ -336,11 +346,24 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     activations = inflight_microbatches * per_mb + working
 
     details: dict[str, float] = {"activations_per_microbatch": per_mb, "recompute_working": working,
-                                 **runtime_terms(scenario), **transient_terms(scenario, stage, rp), **off.device}
+                                 **runtime_terms(scenario), **transient_terms(scenario, stage, rp, working),
+                                 **off.device}
     other = sum(v for k, v in details.items() if k not in ACTIVATION_DETAILS)
     return StageMemory(weights=off.weights, grads=off.grads, optimizer=off.optimizer, activations=activations,
                        other=other, host=host, pcie_h2d_bytes=off.h2d, pcie_d2h_bytes=off.d2h,
-                       inflight_microbatches=inflight_microbatches, details=details)
+                       inflight_microbatches=inflight_microbatches, details=details,
+                       allocator_cached=_allocator_cached(scenario, stage, working))
+
+
+def _allocator_cached(scenario, stage: int, working: float) -> float:
+    """The caching allocator's cached-but-free bytes at the loss stage's peak (allocator_reserve.py)."""
+    if stage != scenario.loss_stage or getattr(scenario.cluster.gpu, "num_sms", None) is None:
+        return 0.0
+    shp = layer_shape(scenario)
+    logits = shp.e * shp.tokens * -(-shp.vocab // shp.tp)
+    return loss_stage_cached_bytes(working=working, loss_workspace=act.logits_workspace_bytes(scenario),
+                                   logits_bytes=float(logits), eager_loss=shp.eager_ce, vocab=shp.vocab,
+                                   ffn=max(shp.f, shp.fe))
 
 
 @dataclass(frozen=True)
@@ -413,10 +436,14 @@ def model_states(t, rp: RankParams, sb) -> dict[str, float]:
     return {"weights": weights, "grads": rp.grad_params * sb.grads, "optimizer": rp.optimizer_params * sb.optimizer}
 
 
-def transient_terms(scenario, stage: int, rp: RankParams) -> dict[str, float]:
+def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0) -> dict[str, float]:
     """Buffers that exist for part of the step but at its peak: ZeRO-3 gathered parameters and unsharded
     gradients, the loss's logits workspace, pipeline send/receive buffers, the sequence-parallel all-gather
-    buffer."""
+    buffer.
+
+    The logits workspace and the recompute ``working`` set never coexist: autograd runs the loss's backward,
+    and frees its temporaries, before the last block's backward recomputes that block, so the workspace
+    counts only beyond the working set (``stage_memory`` adds the working set to the activations)."""
     lay, t = scenario.layout, scenario.training
     fw = behaviour(t.framework)
     pb, gb = t.param_bytes, t.grad_bytes
@@ -436,7 +463,7 @@ def transient_terms(scenario, stage: int, rp: RankParams) -> dict[str, float]:
             concat_copy = pb if fw.fsdp_grad_prep else 0  # the parameters' own 16-bit gradients beside the flat one
             out["zero3_gather_buffers"] = rp.unit_params * (2 * pb + gb + concat_copy)
     if stage == scenario.loss_stage:
-        out["logits_workspace"] = act.logits_workspace_bytes(scenario)
+        out["logits_workspace"] = max(0.0, act.logits_workspace_bytes(scenario) - working)
     shp = layer_shape(scenario)
     if lay.pp > 1:
         out["pp_p2p_buffers"] = 2.0 * shp.e * shp.tokens * shp.h / shp.sp_div

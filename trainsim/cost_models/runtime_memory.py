@@ -5,10 +5,11 @@ context and NCCL's buffers are cudaMalloc'd outside PyTorch's caching allocator 
 nvidia-smi sees them, ``torch.cuda.max_memory_allocated`` does not. The cuBLAS workspaces come from the
 caching allocator.
 
-Not modelled here: the caching allocator's reserved-but-unused memory (fragmentation). It depends on the
-allocation order, not on the layout alone; GMLake (Guo et al., ASPLOS 2024, arXiv:2401.08156) measures an
-average of 9.2 GB (up to 25 GB) of it on A100-80GB over eight LLM fine-tuning setups with recomputation,
-offload and ZeRO. The planner leaves headroom for it instead (simulator/planner.DEFAULT_MEMORY_HEADROOM).
+The caching allocator's reserved-but-unused memory is not a runtime term: allocator_reserve.py derives the part
+it can (cached blocks at the loss's peak); the rest depends on the allocation order, not on the layout alone.
+GMLake (Guo et al., ASPLOS 2024, arXiv:2401.08156) measures an average of 9.2 GB (up to 25 GB) of it on
+A100-80GB over eight LLM fine-tuning setups with recomputation, offload and ZeRO. The planner leaves headroom
+for it (simulator/planner.DEFAULT_MEMORY_HEADROOM).
 """
 
 from __future__ import annotations
@@ -68,11 +69,13 @@ def nccl_buffer_bytes(layout, dp: int) -> float:
 
 
 def runtime_terms(scenario) -> dict[str, float]:
-    """Named runtime bytes on one rank: ``cuda_context``, ``cublas_workspace``, ``nccl_buffers`` (GPU), or the
-    torch process itself (``cuda_context`` holds it on a CPU "GPU", which has no SM count)."""
+    """Named runtime bytes on one rank: ``cuda_context`` (``TrainingSpec.cuda_context_bytes`` where the run's stack
+    was measured, else derived), ``cublas_workspace``, ``nccl_buffers`` (GPU), or the torch process itself
+    (``cuda_context`` holds it on a CPU "GPU", which has no SM count)."""
     gpu = scenario.cluster.gpu
     if getattr(gpu, "num_sms", None) is None:
         return {"cuda_context": float(CPU_RUNTIME_RESERVE_BYTES)}
-    return {"cuda_context": cuda_context_bytes(gpu.num_sms),
+    measured = scenario.training.cuda_context_bytes
+    return {"cuda_context": float(measured) if measured else cuda_context_bytes(gpu.num_sms),
             "cublas_workspace": float(CUBLAS_HANDLES * CUBLAS_WORKSPACE_BYTES),
             "nccl_buffers": nccl_buffer_bytes(scenario.layout, scenario.dp)}

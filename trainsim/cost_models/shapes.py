@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from trainsim.specs.memo import IdentityMemo
 
-from .framework import behaviour
+from .framework import EAGER_FP32_CE_FRAMEWORKS, behaviour
 from .moe_balance import scenario_moe_load_factor
 
 # Bytes per activation element for each training dtype. fp8 training (Transformer Engine) keeps
@@ -57,7 +57,8 @@ class LayerShape:
     dropout: bool = False
     causal: bool = True  # decoder LMs: a fused kernel skips the masked half (time only, not FLOP counts)
     flash_version: int = 2  # FlashAttention generation (TrainingSpec.flash_attention_version)
-    fused_ce: bool = False  # fused cross-entropy kernel (framework.behaviour(...).fused_cross_entropy)
+    fused_ce: bool = False  # fused cross-entropy kernel (TrainingSpec.cross_entropy, else the framework's)
+    eager_ce: bool = False  # torch's eager F.cross_entropy on an fp32 copy of the logits (TrainingSpec.cross_entropy)
     metric_ce_passes: int = 0  # no-grad cross-entropy forwards of train metrics (framework.py)
     bias_grad_pass: bool = False  # biases reduce their gradient in a separate kernel (framework.py)
     fp8_weight_casts: float = 1.0  # fp8 weight quantizations per micro-batch (1, or 1/m with TE's step cache)
@@ -152,7 +153,10 @@ def _layer_shape(scenario) -> LayerShape:
         tp=lay.tp, cp=lay.cp, ep=lay.ep, etp=(lay.etp or 0) if m.is_moe else 0, sp=t.sequence_parallel, dtype=t.dtype, recompute=t.recompute,
         rc_modules=t.selective_modules,
         flash=t.flash_attention, dropout=t.dropout, flash_version=t.flash_attention_version,
-        fused_ce=behaviour(t.framework).fused_cross_entropy,
+        fused_ce=(t.cross_entropy == "fused" if t.cross_entropy
+                  else behaviour(t.framework).fused_cross_entropy),
+        eager_ce=(t.cross_entropy == "eager_fp32" if t.cross_entropy
+                  else t.framework in EAGER_FP32_CE_FRAMEWORKS and not behaviour(t.framework).fused_cross_entropy),
         metric_ce_passes=behaviour(t.framework).train_metric_loss_passes,
         bias_grad_pass=m.bias and not behaviour(t.framework).fused_bias_grad,
         fp8_weight_casts=(1.0 / scenario.num_microbatches if behaviour(t.framework).fp8_weight_cache else 1.0),

@@ -488,6 +488,8 @@ def _chunk(st: _Step, s: int, c: int, pair: float) -> ChunkCost:
         _add_embedding(st, cs)
     if vs == st.last_vs:
         _add_head(st, cs)
+    elif st.fw.pipeline_output_kept:
+        cs.a += act.pipeline_output_bytes(scenario)  # the chunk's output, kept until its backward
     params = sum(k * b.params for b, k in cs.kinds) + cs.extra_params
     cs.bw += _accumulate_s(st, params)
     if st.z >= 3 and st.dp_group is not None and n:

@@ -65,6 +65,9 @@ class Prediction:
     # Mixed GPU pools (cluster.pools): per pool its GPU, nodes, stages or replicas, peak memory, capacity and
     # whether it fits (simulator/pools.py); empty for a cluster of one node type.
     pools: list[dict[str, Any]] = field(default_factory=list)
+    # The caching allocator's reserved-but-free bytes at the reserved peak beyond the allocated peak
+    # (cost_models/allocator_reserve.py); not in ``peak_bytes``, which the fit check uses.
+    allocator_cached_bytes: float = 0.0
 
     @property
     def fits(self) -> bool:
@@ -81,8 +84,8 @@ class Prediction:
 
     @property
     def peak_device_bytes(self) -> float:
-        """What nvidia-smi shows at the peak: the device peak, CUDA context and NCCL buffers included."""
-        return self.peak_bytes
+        """What nvidia-smi shows at the peak: the reserved peak plus the CUDA context and NCCL buffers."""
+        return self.peak_bytes + self.allocator_cached_bytes
 
     @property
     def peak_allocated_bytes(self) -> float:
@@ -92,9 +95,10 @@ class Prediction:
 
     @property
     def peak_reserved_bytes(self) -> float:
-        """torch.cuda.max_memory_reserved's view. The caching allocator's cached, unused blocks (fragmentation)
-        are not predicted -- the planner's memory headroom covers them -- so this equals the allocated peak."""
-        return self.peak_allocated_bytes
+        """torch.cuda.max_memory_reserved's view: the allocated peak plus the caching allocator's cached, unused
+        blocks at the reserved peak (``allocator_cached_bytes``). Fragmentation beyond that mechanism is not
+        predicted; the planner's memory headroom covers it."""
+        return self.peak_allocated_bytes + self.allocator_cached_bytes
 
     def to_json(self) -> dict[str, Any]:
         """The stable JSON object (keys of docs/design.md plus engine, calibration and breakdown)."""
@@ -115,6 +119,7 @@ class Prediction:
                 "host_bytes": self.host_bytes,
                 "free_bytes": self.free_bytes,
                 "peak_allocated_bytes": self.peak_allocated_bytes,
+                "peak_reserved_bytes": self.peak_reserved_bytes,
                 "per_stage": [{**asdict(s), "total": s.total} for s in self.per_stage_memory],
                 **({"assumptions": dict(self.memory_assumptions)} if self.memory_assumptions else {}),
                 **({"other_terms": dict(self.other_terms)} if self.other_terms else {}),

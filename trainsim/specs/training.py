@@ -134,6 +134,16 @@ class TrainingSpec(BaseModel):
     param_dtype_bytes: int = Field(default=0, ge=0, le=8,
                                    description="bytes per stored weight; 0 = the dtype's (2 for bf16/fp16/fp8). "
                                                "torch AMP keeps fp32 weights (4) and casts per op")
+    cross_entropy: Literal["fused", "vocab_parallel", "eager_fp32"] | None = Field(
+        default=None, description="how the loss runs: fused = one fused (or torch.compile'd) kernel that saves the "
+        "16-bit logits and a logsumexp per token; vocab_parallel = Megatron's cross-entropy (in-place ops on an "
+        "fp32 copy of the logits); eager_fp32 = torch's eager F.cross_entropy on an fp32 copy (torchtitan, "
+        "trainsim execute); None = the framework's default (cost_models/framework.py)")
+    cuda_context_bytes: int = Field(
+        default=0, ge=0, le=16 << 30, description="device bytes of the CUDA context as measured for the run's "
+        "software stack (nvidia-smi after the first CUDA call, e.g. torch.ones(1).cuda()): module images loaded "
+        "eagerly (before CUDA_MODULE_LOADING=LAZY became the default in CUDA 12.2) count here; 0 = derived from "
+        "the GPU (cost_models/runtime_memory.py)")
     framework: Framework = Field(default="megatron", description="software stack whose documented behaviours "
                                  "apply (cost_models/framework.py)")
     host_issue: Literal["eager", "cuda_graphs", "compile"] = Field(

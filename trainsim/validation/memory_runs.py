@@ -16,6 +16,11 @@
 * ``grad_bytes`` (optional): bytes per gradient element when the source states a gradient dtype its framework
   does not use by default (DeepSpeed's BF16_Optimizer accumulates bf16 gradients in fp32: 4); empty = the
   framework's own choice, which is what a row without it tests;
+* ``cross_entropy`` (optional): how the run's loss executes when it is not its framework's default (``fused``,
+  ``vocab_parallel`` or ``eager_fp32``: TrainingSpec.cross_entropy), e.g. torchtitan's loss compiled under
+  ``--training.compile``; empty = the framework's own;
+* ``cuda_context_mib`` (optional): the CUDA context of the run's software stack where the source measured it
+  (TrainingSpec.cuda_context_bytes); empty = derived from the GPU;
 * ``unmodelled`` (settings of the run trainsim cannot express, e.g. torch.compile) and ``unknowns`` (what the
   source leaves open and the rule that set it), beside the provenance columns.
 
@@ -47,6 +52,7 @@ PREDICTED_FIELD = {"allocated peak": "peak_allocated_bytes", "active peak": "pea
 # torchtitan's selective AC with selective_ac_option="op" (its per-op policy; the only SAC torchtitan had in early
 # 2024, enable_selective_ac): trainsim's recompute_modules op_sac (trainsim/cost_models/activations.py).
 TORCHTITAN_OP_SAC = re.compile(r"per-op SAC|torchtitan SAC", re.IGNORECASE)
+CROSS_ENTROPY = ("fused", "vocab_parallel", "eager_fp32")
 OFFLOAD = {"none": (False, False), "optimizer": (True, False), "optimizer+params": (True, True)}
 CATEGORY = {"torch": "torch FSDP2", "pytorch-fsdp": "torch FSDP1", "megatron": "Megatron",
             "megatron-2021": "Megatron", "megatron-2022": "Megatron", "deepspeed": "DeepSpeed",
@@ -67,8 +73,8 @@ MEMORY_NOTES = (
      "sharding, offload, precision, FlashAttention, dropout and framework columns as stated; the GPU preset of "
      "gpu_type with gpu_memory_gib as its capacity when stated."),
     ("unknowns: each row's unknowns column says what its source leaves open and the rule that set it; "
-     "unmodelled names settings trainsim cannot express (torch.compile, float8 all-gather, fused cross-entropy, "
-     "ALiBi), which are predicted as if absent."),
+     "unmodelled names settings trainsim cannot express (torch.compile, float8 all-gather, ALiBi, "
+     "embedding LayerNorm), which are predicted as if absent."),
 )
 
 
@@ -181,6 +187,16 @@ def scenario_mapping(r: dict) -> dict:
     grad_bytes = common_runs.whole(r, "grad_bytes")
     if grad_bytes is not None:
         training["grad_dtype_bytes"] = grad_bytes
+    ctx = num(r.get("cuda_context_mib"))
+    if ctx is not None:
+        if ctx <= 0:
+            raise SpecError("cuda_context_mib", f"must be positive, got {r.get('cuda_context_mib')!r}")
+        training["cuda_context_bytes"] = int(ctx * (1 << 20))
+    ce = (r.get("cross_entropy") or "").strip()
+    if ce:
+        if ce not in CROSS_ENTROPY:
+            raise SpecError("cross_entropy", f"{ce!r} is none of {', '.join(CROSS_ENTROPY)}")
+        training["cross_entropy"] = ce
     if tp > 1 and (r.get("sequence_parallel") or "").strip().lower().startswith(("yes", "true", "on")):
         training["sequence_parallel"] = True
     layout = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp}

@@ -1,0 +1,46 @@
+"""What PyTorch's CUDA caching allocator holds beyond the allocated peak: the reserved-but-free bytes at the
+reserved peak (``torch.cuda.max_memory_reserved`` - ``max_memory_allocated``), derived from how it works.
+
+The allocator (c10/cuda/CUDACachingAllocator.cpp, read via find_string ids 6306562085 and 3232397):
+
+* serves a request from the smallest cached free block of its pool that is at least as large (best fit,
+  ``get_free_block``), splitting it; a freed block goes back to the cache, merged only with free neighbours
+  of its own segment -- blocks are never joined across segments;
+* when no cached block is large enough it cudaMallocs a new segment the size of the (rounded) request
+  (``alloc_block``: requests above 10 MiB get their own segment, rounded to 2 MiB) and keeps it;
+* frees cached segments only when a cudaMalloc fails (``release_available_cached_blocks`` /
+  ``release_cached_blocks``, then retry) or on ``empty_cache``. So cached bytes never cause an out-of-memory
+  error by themselves, and the planner's fit check does not count them (memory.StageMemory.total); only the
+  reserved and nvidia-smi counters do.
+
+Applied to the step's tensors on the loss stage, whose peak is the loss when its logits dwarf the blocks' own
+tensors (vocabulary larger than the MLP width): by the time the loss runs, the last block's forward
+temporaries are freed and cached, each smaller than any logits-sized request, so the loss's tensors take new
+segments beside them -- that block's working set (``recompute_working``: what recomputation materializes, the
+same tensors the checkpointed forward freed) stays cached, up to the loss's own workspace, which it could
+otherwise have served. torch's eager fp32 loss adds its 16-bit logits' segment: freed before the backward
+(torchtitan ``del pred``), it sits idle while the fp32 gradients need larger blocks. Other phases and first-step
+effects (optimizer states created into freed activation segments) are not modelled.
+
+This is the allocator's default segment mode. With ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` a request
+that no free block holds grows the stream's one segment, and a free block at its end counts toward it
+(``find_expandable_block``), so the last block's temporaries can be reused; that mode is not modelled (the
+memory dataset's torchtitan runs state no allocator setting: PR #165's run_llama_train.sh sets none, read_file
+id 17467273460; the June 2025 run's torchrun command sets none, id 23486694764).
+"""
+
+from __future__ import annotations
+
+
+def loss_stage_cached_bytes(*, working: float, loss_workspace: float, logits_bytes: float, eager_loss: bool,
+                            vocab: int, ffn: int) -> float:
+    """Cached-but-free bytes at the loss's peak on the loss stage, beyond what is allocated then.
+
+    ``working``: the last block's recompute working set (freed forward temporaries); ``loss_workspace``: the
+    loss's transient bytes (activations.logits_workspace_bytes); ``logits_bytes``: the 16-bit logits of the
+    rank's vocabulary shard; ``eager_loss``: torch's eager fp32 cross-entropy. Zero where the block's tensors
+    are not smaller than the logits' (``vocab <= ffn``).
+    """
+    if vocab <= ffn:
+        return 0.0
+    return min(working, loss_workspace) + (logits_bytes if eager_loss else 0.0)
