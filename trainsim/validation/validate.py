@@ -14,8 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from trainsim.validation.datasets import Case, CollectiveCase, Dataset, busbw_factor
 from trainsim.specs import Scenario, SpecError
+from trainsim.validation.cases import Case, CollectiveCase, Dataset
+from trainsim.validation.nccl_runs import busbw_factor
 
 
 class PredictionLike(Protocol):
