@@ -48,14 +48,19 @@ def settings_file(name: str):
 
 @cache
 def read_settings(name: str) -> tuple[MappingProxyType, ...]:
-    """The rows of settings table ``name`` (cells stripped), checked: key and provenance columns present and
-    filled in every row (a key may be empty only where the file keys a row by another column), keys unique; the
-    rows are read-only mappings."""
+    """The rows of bundled settings table ``name``, checked by ``checked_rows``; read-only mappings."""
     keys = SETTINGS_KEYS.get(name)
     if keys is None:
         raise SpecError("settings", f"unknown settings table {name!r} (known: {', '.join(SETTINGS_KEYS)})")
-    rows = [{k: (v or "").strip() for k, v in r.items() if k is not None}
-            for r in read_csv_rows(settings_file(name), "settings")]
+    rows = checked_rows(read_csv_rows(settings_file(name), "settings"), name, keys)
+    return tuple(MappingProxyType(r) for r in rows)
+
+
+def checked_rows(raw: list[dict], name: str, keys: tuple[str, ...]) -> list[dict[str, str]]:
+    """The rows of a settings table with every cell stripped; SpecError naming the file and line unless the key
+    and provenance columns are present and filled in every row (a key column may be empty where the row is keyed
+    by another one) and no key repeats."""
+    rows = [{k: (v or "").strip() for k, v in r.items() if k is not None} for r in raw]
     missing = [c for c in keys + PROVENANCE if rows and c not in rows[0]]
     if not rows or missing:
         raise SpecError("settings", f"{name}: " + (f"no column {', '.join(missing)}" if missing else "no rows"))
@@ -68,7 +73,7 @@ def read_settings(name: str) -> tuple[MappingProxyType, ...]:
         if key in seen:
             raise SpecError("settings", f"{name} line {i}: key {key} repeats line {seen[key]}")
         seen[key] = i
-    return tuple(MappingProxyType(r) for r in rows)
+    return rows
 
 
 def whole(row, column: str) -> int | None:
