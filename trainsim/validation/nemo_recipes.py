@@ -18,8 +18,11 @@ are kept, with the file, commit or pull request each was read from, in trainsim/
 * nemo_recompute_modules.csv: (table model, system, precision class, release range) -> recompute_modules.
 
 Releases map to Megatron-Bridge branches: 25.09 = r0.1.0, 25.11 = r0.2.0, 26.02(.01) = r0.3.0, 26.04(.01) =
-r0.4.0, 26.06(.01) = r0.5.0, 26.08 = r0.6.0. Config versions are dated by their parallel layout (which must equal
-the row's) and by dated pull requests. Precision classes: "mx" (MXFP8 / FP8-MX), "bf16", "any".
+r0.4.0, 26.06(.01) = r0.5.0, 26.08 = r0.6.0 (cherry-pick PRs #594 -> r0.1.0 2025-09, #1526 -> r0.2.0 2025-11,
+#2198/#2378 -> r0.3.0 2026-02; PR #5168: "cannot merge into r0.5.0 ... 26.06.01 container is already out ... 26.08
+rel branch r0.6.0"). The stored config versions carry commits without dates, so each is dated by its parallel
+layout (which must equal the row's) and by dated pull requests. Precision classes: "mx" (MXFP8 / FP8-MX), "bf16",
+"any".
 """
 
 from __future__ import annotations
