@@ -1,6 +1,5 @@
 """Code shape: no function over 80 lines and no module over 700 lines under trainsim/ (the brief's style rule,
-issue 19 item 3), except the explicit allow-list below, which can only shrink: an entry that no longer
-exceeds its limit fails the test until it is removed.
+issue 19 item 3), without exceptions.
 
 A function's length runs from its ``def`` line to its last line (nested functions and methods count on
 their own and within their enclosing function); a module's is its number of lines.
@@ -12,22 +11,9 @@ import ast
 from functools import cache
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[1] / "trainsim"
 MAX_FUNCTION_LINES = 80
 MAX_MODULE_LINES = 700
-
-# What remains over the limits, by path relative to trainsim/.
-ALLOWED_MODULES = {
-    # Per-dataset adapters and per-row tables of published runs; issue 19 item 1 turns them into data.
-    "validation/datasets.py",
-}
-ALLOWED_FUNCTIONS = {
-    # The Megatron-Bridge (NeMo) adapter and its per-row configuration, likewise due to become data.
-    ("validation/datasets.py", "load_nemo"),
-    ("validation/datasets.py", "_nemo_case"),
-}
 
 
 def _modules() -> list[Path]:
@@ -73,25 +59,10 @@ def test_the_scan_sees_the_package():
 
 
 def test_no_module_over_700_lines():
-    over = {m: n for m, n in _module_lines().items() if n > MAX_MODULE_LINES and m not in ALLOWED_MODULES}
+    over = {m: n for m, n in _module_lines().items() if n > MAX_MODULE_LINES}
     assert not over, f"modules over {MAX_MODULE_LINES} lines (split out a concept): {over}"
 
 
 def test_no_function_over_80_lines():
-    over = {f"{m}:{f}": n for (m, f), n in _function_lines().items()
-            if n > MAX_FUNCTION_LINES and (m, f) not in ALLOWED_FUNCTIONS}
+    over = {f"{m}:{f}": n for (m, f), n in _function_lines().items() if n > MAX_FUNCTION_LINES}
     assert not over, f"functions over {MAX_FUNCTION_LINES} lines (split into named steps): {over}"
-
-
-@pytest.mark.parametrize("module", sorted(ALLOWED_MODULES))
-def test_allowed_module_still_exceeds(module):
-    """The allow-list only shrinks: a module back under the limit is removed from it."""
-    n = _module_lines().get(module)
-    assert n is not None and n > MAX_MODULE_LINES, f"{module} ({n} lines): remove it from ALLOWED_MODULES"
-
-
-@pytest.mark.parametrize("entry", sorted(ALLOWED_FUNCTIONS))
-def test_allowed_function_still_exceeds(entry):
-    """The allow-list only shrinks: a function back under the limit (or gone) is removed from it."""
-    n = _function_lines().get(entry)
-    assert n is not None and n > MAX_FUNCTION_LINES, f"{entry} ({n} lines): remove it from ALLOWED_FUNCTIONS"

@@ -245,7 +245,7 @@ def test_schedule_negations_and_chunks():
 def test_blind_interleave_for_uneven_stages():
     """Unknown depth, layers not divisible by pp: the smallest v > 1 whose pp*v chunks split the layers evenly or
     with the two end chunks one layer short (the spec's rule); 1 when none does."""
-    from trainsim.validation.datasets import _blind_interleave
+    from trainsim.validation.common_run_cases import _blind_interleave
     assert _blind_interleave(126, 16) == 2      # 128 = 16 x 2 x 4
     assert _blind_interleave(50, 4) == 1        # neither 50 nor 52 splits into 4 v chunks for v in 2..12
     assert _blind_interleave(62, 8) == 2        # 64 = 8 x 2 x 4

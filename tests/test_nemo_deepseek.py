@@ -22,14 +22,14 @@ from external_tables import NEMO, table_path
 
 from trainsim.validation import validate as V
 from trainsim.cli.main import main
-from trainsim.validation.datasets import (
+from trainsim.validation.datasets import load_dataset
+from trainsim.validation.nemo_recipes import (
     NEMO_EP_OVERLAP,
     NEMO_EP_OVERLAP_UNDATED,
     NEMO_EXPERT_TP,
     NEMO_MTP_DEFAULT,
     NEMO_PIPELINE_LAYOUTS,
     NEMO_RECOMPUTE_MODULES,
-    load_dataset,
     nemo_ep_overlap,
     nemo_expert_tp,
     nemo_mtp_layers,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from trainsim.validation.datasets import Dataset
+from trainsim.validation.cases import Dataset
 
 
 def _number(text: str | None) -> float | None:

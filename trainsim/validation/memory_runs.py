@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from trainsim.data import validation_path
-from trainsim.validation import common_runs
-from trainsim.validation.cells import num
-from trainsim.validation.datasets import Case, Dataset, _read_csv, _scenario
 from trainsim.specs import SpecError
+from trainsim.validation import common_runs
+from trainsim.validation.cases import Case, Dataset, read_rows, scenario_or_skip
+from trainsim.validation.cells import num
 
 GiB = float(1 << 30)
 MEMORY_CSV = "memory_runs.csv"
@@ -81,7 +81,7 @@ MEMORY_NOTES = (
 def load_memory(path: Path | None = None, *, name: str = "memory") -> Dataset:
     """The measured-memory runs of ``memory_runs.csv`` (or a CSV with the same columns) as validation cases."""
     p = path or validation_path(MEMORY_CSV)
-    cases = tuple(memory_case(r) for r in _read_csv(p))
+    cases = tuple(memory_case(r) for r in read_rows(p))
     return Dataset(name=name, title="Measured peak memory per GPU", metric="peak_memory_gib", unit="GiB",
                    citation=MEMORY_CITATION if path is None else str(p), notes=MEMORY_NOTES, cases=cases)
 
@@ -115,7 +115,7 @@ def memory_case(r: dict) -> Case:
     except SpecError as e:
         return Case(rid, label, published, skip_reason=f"not representable: {e}")
     label = _label(r, raw, metric)
-    scenario, why = _scenario(raw, rid)
+    scenario, why = scenario_or_skip(raw, rid)
     category = CATEGORY.get(raw["training"]["framework"], raw["training"]["framework"])
     if category == "DeepSpeed":
         category += f" ZeRO-{raw['training']['zero']}"

@@ -11,9 +11,13 @@ import math
 from collections.abc import Callable
 from pathlib import Path
 
-from trainsim.validation.datasets import Dataset, load_common_runs, load_dataset, load_mosaic, load_nemo
+from trainsim.validation.cases import Dataset
+from trainsim.validation.common_run_cases import load_common_runs
+from trainsim.validation.datasets import load_dataset
 from trainsim.validation.intervals import scenario_features
 from trainsim.validation.measured_runs import step_time_of
+from trainsim.validation.mosaic import load_mosaic
+from trainsim.validation.nemo import load_nemo
 
 REPO = Path(__file__).resolve().parents[2]
 SHARED = REPO.parent / "shared" / "validation"

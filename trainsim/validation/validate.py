@@ -14,9 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from trainsim.validation.datasets import Case, CollectiveCase, Dataset, busbw_factor
-from trainsim.validation.structure import render_structure, step_structure
 from trainsim.specs import Scenario, SpecError
+from trainsim.validation.cases import Case, CollectiveCase, Dataset
+from trainsim.validation.nccl_runs import busbw_factor
+from trainsim.validation.structure import render_structure, step_structure
 
 
 class PredictionLike(Protocol):

@@ -1,4 +1,4 @@
-"""The vTrain single-node A100 measurements as validation cases (a small adapter beside datasets.py).
+"""The vTrain single-node A100 measurements as validation cases (a small adapter beside the other sources').
 
 Bang et al., "vTrain: A Simulation Framework for Evaluating Cost-effective and Compute-optimal Large Language
 Model Training", MICRO 2024 (arXiv:2312.12391), publish measured Megatron iterations on one node of 8 A100s
@@ -59,9 +59,9 @@ def is_vtrain(columns: set[str]) -> bool:
 
 def load_vtrain(path: Path, *, name: str = "vtrain"):
     """The vTrain rows of ``path`` as a Dataset (module docstring for every choice)."""
-    from trainsim.validation.datasets import Dataset, _read_csv
+    from trainsim.validation.cases import Dataset, read_rows
 
-    rows = _read_csv(path)
+    rows = read_rows(path)
     cases = tuple(_vtrain_case(r) for r in rows)
     notes = (
         "metric: seconds per iteration as measured (the published milliseconds / 1000).",
@@ -78,7 +78,7 @@ def load_vtrain(path: Path, *, name: str = "vtrain"):
 
 
 def _vtrain_case(r: dict):
-    from trainsim.validation.datasets import Case, _scenario
+    from trainsim.validation.cases import Case, scenario_or_skip
 
     rid = r["row_id"]
     layers, hidden, heads, seq = _int(r["layers"]), _int(r["hidden"]), _int(r["heads"]), _int(r["seq_len"])
@@ -97,7 +97,7 @@ def _vtrain_case(r: dict):
                      "recompute": "full", "sequence_parallel": False, "zero": 0, "schedule": "1f1b",
                      "flash_attention": False, "dropout": True, "framework": VTRAIN_FRAMEWORK},
     }
-    scenario, why = _scenario(raw, rid)
+    scenario, why = scenario_or_skip(raw, rid)
     regimes = (f"micro-batch {mbs}", f"TP {tp}", f"layers {layers}")
     return Case(rid, label, published, scenario=scenario, skip_reason=why, category=f"micro-batch {mbs}",
                 regimes=regimes)

@@ -1,0 +1,91 @@
+"""nccl-tests bus bandwidth curves as validation cases, predicted with the collective cost model; the one formula
+of the source's metric (``busbw_factor``) is nccl-tests' own."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from trainsim.data import validation_path
+from trainsim.specs import SpecError, load_cluster
+from trainsim.validation.cases import Case, CollectiveCase, Dataset, read_rows
+from trainsim.validation.cells import cluster as _cluster
+from trainsim.validation.cells import integer as _int
+from trainsim.validation.cells import num as _num
+from trainsim.validation.settings import read_settings
+
+# --- nccl-tests bus bandwidth ------------------------------------------------------------------------
+
+NCCL_CITATION = ("nccl-tests all_reduce_perf curves published by Azure (ND A100 v4, ND H100 v5, ND H200 v5, "
+                 "ND GB200 v6; Azure/AI-benchmarking-guide) -- nccl_busbw.csv")
+# system (as in the CSV) -> cluster preset, one per GPU type (settings/nccl_systems.csv, with sources).
+NCCL_SYSTEMS: dict[str, str] = {s["system"]: s["cluster_preset"] for s in read_settings("nccl_systems.csv")}
+_OPS = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
+        "alltoall": "all_to_all", "broadcast": "broadcast", "reduce": "reduce"}
+
+
+def busbw_factor(op: str, n: int) -> float:
+    """nccl-tests busbw / algbw: 2(n-1)/n for all-reduce, (n-1)/n for all-gather/reduce-scatter, 1 otherwise."""
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+def load_nccl(path: Path | None = None, *, name: str = "nccl") -> Dataset:
+    """nccl-tests all-reduce busbw-vs-size curves (single nodes), predicted with the collective cost model."""
+    rows = read_rows(path or validation_path("nccl_busbw.csv"))
+    cases: list[Case] = []
+    for r in rows:
+        rid = r.get("row_id", "?")
+        kind = r.get("record_type")
+        if kind == "definition":
+            continue  # busbw definitions, not measurements
+        busbw = _num(r.get("busbw_GBps"))
+        size = _num(r.get("msg_size_bytes"))
+        n = _int(r.get("num_gpus"))
+        system = (r.get("system") or "").strip()
+        label = f"{system.replace('Azure ND ', '')} {r.get('msg_size_label') or ''}".strip()
+        if kind != "measured_curve" or busbw is None or size is None or n is None:
+            cases.append(Case(rid, label[:48], busbw or float("nan"),
+                              skip_reason=f"{kind}: a single statement without a full configuration (approximate or user-reported)"))
+            continue
+        if system not in NCCL_SYSTEMS:
+            cases.append(Case(rid, label, busbw, skip_reason=f"no cluster preset for {system}"))
+            continue
+        op = _OPS.get(re.sub(r"[^a-z]", "", (r.get("collective") or "").split("(")[0].lower()), None)
+        if op is None:
+            cases.append(Case(rid, label, busbw, skip_reason=f"collective {r.get('collective')!r} not modelled"))
+            continue
+        nodes = _int(r.get("num_nodes")) or 1
+        gpn = _int(r.get("gpus_per_node")) or n
+        try:
+            cluster = load_cluster(_cluster(NCCL_SYSTEMS[system], n, gpus_per_node=gpn))
+        except SpecError as e:
+            cases.append(Case(rid, label, busbw, skip_reason=f"not representable: {e}"))
+            continue
+        if nodes * gpn != n:
+            cases.append(Case(rid, label, busbw, skip_reason="inconsistent node count"))
+            continue
+        size_class = "< 1 MB" if size < 2**20 else ("1-64 MB" if size < 64 * 2**20 else ">= 64 MB")
+        # Azure's runner drives every GPU of the node from one thread: ``all_reduce_perf ... -g <num_gpus>``
+        # (Azure/AI-benchmarking-guide Benchmarks/NVIDIA/NCCLBandwidth.py).
+        coll = CollectiveCase(op, size, n, cluster, gpus_per_thread=gpn if nodes == 1 else 1)
+        cases.append(Case(rid, label, busbw, collective=coll, group=system,
+                          category=f"{system.replace('Azure ND ', '')} {size_class}"))
+    notes = (
+        ("metric: nccl-tests bus bandwidth (GB/s = 1e9 B/s), busbw = algbw x 2(n-1)/n for all-reduce; "
+        "predicted busbw = nbytes / collective_time x the same factor."),
+        ("hardware: one cluster preset per system (ND A100 v4 -> dgx-a100, ND H100 v5 -> dgx-h100 with NVLS, "
+        "ND H200 v5 -> hgx-h200); the algorithm is the cost model's choice (Azure's A100 'NVLS' label is "
+        "a copy error: A100 has no NVLink SHARP)."),
+        ("measurement: Azure's runner (AI-benchmarking-guide Benchmarks/NVIDIA/NCCLBandwidth.py) runs "
+         "'all_reduce_perf -b 8 -e 8G -f 2 -g <num_gpus> -n 40': one thread enqueues the all-reduce on all of the "
+         "node's GPUs in turn each iteration, so an iteration lasts at least that many per-call launches "
+         "(nccl_model.LAUNCH_OVERHEAD_S each), which bounds the small-message curve."),
+        ("GB200 NVL (4 GPUs per host) has no cluster preset and is skipped; single statements from issue "
+        "threads (approximate, possibly mis-tuned systems) are listed as skipped."),
+    )
+    return Dataset(name=name, title="nccl-tests all-reduce bus bandwidth", metric="busbw_GBps", unit="GB/s",
+                   citation=NCCL_CITATION, notes=notes, cases=tuple(cases), higher_is_better=True)

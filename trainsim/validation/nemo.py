@@ -1,0 +1,306 @@
+"""NVIDIA Megatron-Bridge (NeMo) performance summaries as validation cases: tokens/s per GPU of modern
+Megatron-Core on H100 and Blackwell (DGX B200/B300, GB200/GB300 NVL72).
+
+The table is parsed from the Megatron-Bridge repository and not bundled (trainsim.data). Each row maps to a
+scenario from its printed layout and batch, joined with the recipe settings the table does not print
+(trainsim/validation/nemo_recipes.py, read from trainsim/data/validation/settings/). The model-FLOP basis of the
+secondary metric is NeMo's own (``nemo_llama_flops_per_token``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainsim.specs import load_cluster, load_model
+from trainsim.validation.cases import Case, Dataset, read_rows, scenario_or_skip
+from trainsim.validation.cells import cluster as _cluster
+from trainsim.validation.cells import integer as _int
+from trainsim.validation.cells import num as _num
+from trainsim.validation.external_tables import external_table
+from trainsim.validation.nemo_recipes import (
+    NEMO_ACTIVATION_OFFLOAD,
+    NEMO_MLA_OPTIMIZER_BYTES,
+    NEMO_MODELS,
+    NEMO_PIPELINE_LAYOUTS,
+    NEMO_SYSTEMS,
+    NEMO_UNMODELLED,
+    first_value,
+    nemo_ep_overlap,
+    nemo_expert_tp,
+    nemo_mtp_layers,
+    nemo_recompute_modules,
+    nemo_stage_layers,
+)
+
+NEMO_CITATION = ("NVIDIA NeMo Megatron-Bridge performance summaries (docs/performance-summary.md and "
+                 "performance-summary-archive.md, containers 25.09-26.08; NVIDIA-NeMo/Megatron-Bridge) -- "
+                 "nemo_megatron_bridge_perf.csv")
+# Gradients are reduced in bf16 in the performance recipes: NeMo's performance scripts set
+# ``grad_reduce_in_fp32 = False`` on every precision config they build (scripts/performance helpers,
+# set_precision_configs; read as read_file id 39780612905), and Megatron-Bridge's MoE recipes do the same
+# (recipes/qwen/qwen3_moe.py ``precision_config.grad_reduce_in_fp32 = False``; read_file id 2599762895).
+NEMO_GRAD_DTYPE = "bf16"
+NEMO_NOTES = (
+    ("metric: tokens/s per GPU as printed; secondary model_tflops_per_gpu on NeMo's own model-FLOP basis "
+     "(Llama: NeMo's llama3 formula, which reproduces the table's TFLOP/s / tokens/s ratio; MoE: the row's "
+     "published ratio), so it moves with the primary value."),
+    ("parenthesised values are an alternative run (another quantization recipe or layout, per each "
+     "release's footnotes): every cell is read as its first value, for every row; footnote markers "
+     "([^...]) are dropped."),
+    ("hardware: DGX-H100 -> dgx-h100, DGX-B200 -> dgx-b200, DGX-B300 -> dgx-b300, DGX-GB200 -> gb200-nvl72, "
+     "DGX-GB300 -> gb300-nvl72 (72-GPU NVLink5 domains modelled as 72-GPU nodes on NVSwitch). 128/256-GPU "
+     "NVL72 jobs are placed 64 GPUs per rack (16 of 18 trays: 128 and 256 are not multiples of 72; "
+     "assumed, the tables do not say), so TP/EP groups of up to 64 stay inside NVLink."),
+    ("precision: FP8 (current scaling), FP8-CS, FP8-MX, MXFP8 -> dtype fp8 (Transformer Engine runs the "
+     "block's linear layers in fp8; attention, the logits and elementwise ops stay 16-bit); BF16 -> bf16; "
+     "the 25.09 tables ('not stated in table') are FP8 per that release's text; NVFP4 rows are skipped "
+     "(no fp4 training dtype in trainsim)."),
+    ("software (Megatron-Bridge recipes, scripts/performance: sequence_parallel = tp > 1, CommOverlapConfig("
+     "tp_comm_overlap=True) with the userbuffers configs of megatron/bridge/training/comm_overlap.py): framework "
+     "megatron, sequence parallelism and TP comm/GEMM overlap when tp > 1, "
+     "distributed optimizer (fsdp column 0/empty) or Megatron FSDP = ZeRO-3 (fsdp column > 0), "
+     "FlashAttention-class fused attention, no dropout, interleaved 1F1B when vp > 1. The tables do not "
+     "state recomputation: none for the Llama and Qwen rows (the perf scripts read set none of it for these "
+     "models; the Qwen3 configs set recompute_granularity=None), the config's recompute_modules for "
+     "DeepSeek-V3 / Kimi K2 (below). "
+     "Activation CPU offload as the recipes set it for the Megatron-FSDP fp8 runs: Llama 3 70B 20 layers "
+     "on GB300, 40 on GB200; Llama 3.1 405B on GB200 95 (NEMO_ACTIVATION_OFFLOAD)."),
+    ("rows: pre-training and SFT (full-parameter training on seq_len tokens); LoRA rows skipped (frozen "
+     "base weights: no weight gradients or optimizer, not a trainsim mode)."),
+    ("MoE expert tensor parallelism (all MoE rows): layout.etp = the table's etp cell when printed (no MoE "
+     "row prints one), else the config's expert_tensor_parallel_size (NEMO_EXPERT_TP, with sources), else "
+     "Megatron-Core's default tp. Every config read sets 1: DeepSeek-V3 (BASE_DEEPSEEK_V3_CONFIG, every "
+     "version 25.11-26.06; the 25.09 deepseek_v3_llm_pretrain.py; the GB200 guide), Kimi K2 "
+     "(BASE_KIMI_K2_CONFIG), Qwen3 235B-A22B (BASE_QWEN3_235B_A22B_CONFIG 25.11 and 26.x, the 25.09 "
+     "qwen3_235b_a22b_llm_pretrain.py, NeMo 2's model_configs_gb200.csv etp_size 1 for the 25.09 GB200 tp2 pp1 "
+     "ep64 run), Qwen3 30B-A3B. So ep need only divide dp*cp*tp/etp (MoE parallel folding): the Qwen3 235B "
+     "H100 rows (tp2 pp8 vp4 ep32 on 256 GPUs, dp 16) and the 25.09 GB200 Qwen3 235B row (tp2 pp1 ep64 on 64 "
+     "GPUs, dp 32) fold their expert groups over the two TP ranks and are predicted; the H100 DeepSeek-V3 row "
+     "(tp2) keeps its experts unsplit. Rows with etp != tp carry 'etpN' in their label."),
+    ("DeepSeek-V3 and Kimi K2 (multi-head latent attention, shared expert, first dense layers): model presets "
+     "deepseek-v3 and kimi-k2 (the architecture recipes/kimi/kimi_k2.py @0350b4ef builds: 61 layers, 1 "
+     "dense, 384 experts top-8 + 1 shared, MLA with 64 heads). Pipeline split: the "
+     "pipeline_model_parallel_layout the Megatron-Bridge recipe or performance config gives the row's (pp, vp), "
+     "as Layout.stage_layers (transformer layers per virtual stage; embedding on the first, loss and MTP on "
+     "the last): DeepSeek-V3 (2,8), (4,4), (8,2), (16,1) 'Et*4|(t*4|)*14tmL' = 4 x 15 + 1; (8,1) "
+     "'Et*8|(t*8|)*6t*5mL' = 8 x 7 + 5; (8,4) 'Et|(tt|)*30mL' = 1 + 2 x 30 + 0 (the H100 config's; the "
+     "GB200 pp8 vp4 w/o-MTP row has the parallel layout of NVIDIA/Megatron-LM's DeepSeek-V3 GB200 guide, "
+     "docs/discussions/deepseek-v3-gb200-optimization: TP1 PP8 VPP4 EP32, MXFP8, no MTP, layout "
+     "'Et|(tt|)*30L'); Kimi K2 (4,4) 'Et*4|(t*4|)*14tL' "
+     "(NEMO_PIPELINE_LAYOUTS, with sources). A (pp, vp) with no layout in the recipes (GB300 pp2 vp4, "
+     "25.11) is skipped: the recipes' fallback cannot split 61 layers over 8 stages, so the split is unknown."),
+    ("DeepSeek-V3 multi-token prediction: rows labelled '(w/o MTP)' 0 modules, '(w/ MTP)' 1; every other "
+     "row (unlabelled, '(tokendrop)', '(dropless)') 1, as its release's recipe set it (deepseek_v3.py: "
+     "mtp_num_layers = 1; the 26.x performance layouts carry the 'm'); MTP is costed on the loss stage. "
+     "Kimi K2: none. 'tokendrop' rows (25.09: capacity factor 1, apply_moe_token_drop) are predicted as "
+     "the dropless ones: trainsim assumes balanced routing, which force-balanced routing with capacity "
+     "factor 1 is (no token dropped, no expert padded)."),
+    ("DeepSeek-V3 / Kimi K2 recompute: training.recompute_modules = the recompute_modules of the row's "
+     "Megatron-Bridge performance config (Megatron-Core --recompute-granularity selective --recompute-modules; "
+     "an empty list = recompute none), read per (model, system, precision) at the row's release, config "
+     "versions dated as for the EP overlap (NEMO_RECOMPUTE_MODULES, with sources): mla_up_proj + mlp for "
+     "H100 25.09 (deepseek_v3_llm_pretrain.py @27dfb3df) and B200 MXFP8 pp8 vp2 26.04.01 (B200_FP8_MX_V2); "
+     "mla_up_proj for GB200 25.09 (tokendrop) and 25.11 BF16, B200 pp16 25.09-26.04, B300 26.02-26.06, "
+     "GB300 MXFP8 with mbs 2 (26.02-26.04.01), GB200 MXFP8 26.02-26.04 and 26.06-26.08 (the full-iteration "
+     "config, PR #4226), Kimi K2 GB300 (mbs 2); mlp for GB200 MXFP8 26.04.01 (PR #3031 moved GB200 from "
+     "mla_up_proj to mlp; the stored config with the 26.04.01 layouts has it, those with the 26.04 layouts "
+     "do not); none ([]) for GB300 MXFP8 26.06-26.08 (the full-iteration config with mbs 1, PR #3983) and "
+     "GB300 25.11 (skipped: no layout); moe_act + mlp for the 25.11 GB200 FP8-MX pp8 vp4 row, which matches "
+     "no Megatron-Bridge config and takes the modules of the Megatron-LM GB200 guide its layout comes from. "
+     "Each module drops its saved tensors and re-runs its forward (mla_up_proj: MLA's up-projections and "
+     "RoPE; mlp: the dense blocks' MLP; moe_act: the experts' activation). A MLA row with no entry would be "
+     "skipped (none is). Rows with recompute carry 'rc:<modules>' in their label."),
+    ("DeepSeek-V3 / Kimi K2 optimizer and overlap: distributed optimizer; optimizer state 8 bytes/param "
+     "(NEMO_MLA_OPTIMIZER_BYTES: DeepSeek-V3 precision-aware Adam, fp32 main params + bf16 moments; Kimi K2 "
+     "Muon, fp32 main params + fp32 momentum, sharded layer-wise over DP -- Muon's Newton-Schulz iterations "
+     "are not costed); no TP comm overlap (the DeepSeek-V3 recipe's CommOverlapConfig(tp_comm_overlap=False); "
+     "only the H100 row has tp > 1), sequence parallelism when tp > 1. Not modelled, recorded only: MoE "
+     "token dispatch by the flex dispatcher with HybridEP (26.x GB300/GB200/B300/B200) or DeepEP (H100 25.09 "
+     "dropless configuration, B200 pp8 vp2 26.04.01), plain all-to-all for the 25.09 tokendrop rows; "
+     "moe_permute_fusion and moe_router_fusion on; moe_router_force_load_balancing on; CUDA graphs "
+     "(Transformer Engine graphs of attn/moe_router/"
+     "moe_preprocess, or full-iteration graphs with paged stashing on GB300/GB200 MXFP8 26.06+); MXFP8 "
+     "fp8_param_gather, fp8 dot-product attention (GB300/B300 MXFP8), cuteDSL fused grouped MLP. The EP "
+     "all-to-all overlap (moe_a2a_overlap) follows the MoE rule below."),
+    ("MoE EP all-to-all overlap (all MoE rows: DeepSeek-V3, Kimi K2, Qwen3 30B-A3B / 235B-A22B): "
+     "training.ep_comm_overlap (Megatron-Core --overlap-moe-expert-parallel-comm --delay-wgrad-compute, the "
+     "combined 1F1B schedule) exactly where the row's Megatron-Bridge performance config set moe_a2a_overlap "
+     "(scripts/performance: WorkloadBaseConfig.moe_a2a_overlap, default False, applied by "
+     "_set_moe_a2a_overlap_overrides; 25.09: a2a_1f1b / moe_a2a_1f1b_overrides), read per (model, system, "
+     "precision) at the row's release (releases = Megatron-Bridge branches r0.1.0 25.09 ... r0.6.0 26.08; "
+     "config versions dated by their parallel layout, which equals the row's, and by dated PRs; "
+     "NEMO_EP_OVERLAP, with sources): on for DeepSeek-V3 H100 25.09 (a2a_1f1b for H100, run_script.py "
+     "@27dfb3df), B200 MXFP8 pp8 vp2 26.04.01 (B200_FP8_MX_V2), GB300 and GB200 MXFP8 from 26.06 (PRs #3983, "
+     "#4226; #4330 measured the GBS 15360 row on 26.06.rc7); Qwen3 30B-A3B and 235B-A22B GB300 and GB200 "
+     "MXFP8 from 26.06 (PR #4249 for 26.06; PR #4606); Qwen3 235B H100 25.11-26.04.01 (ep 32 folded over "
+     "dp 16 x tp/etp 2, see the expert tensor parallelism note); Qwen3 235B B200 25.11 (pp8 vp2; PR #1760 turned it off after 25.11) and B300 26.02 / "
+     "26.02.01 (pp8 vp4; PR #2669 turned it off after 26.02). Off elsewhere: every other config read has "
+     "moe_a2a_overlap False (DeepSeek-V3 GB300/GB200 MXFP8 before 26.06, B300 incl. the 26.06 pp8 mbs-2 row, "
+     "B200 pp16, BF16; Kimi K2 GB300 mbs 2 -- its moe_a2a_overlap came with r0.6.0, PR #5168; Qwen3 "
+     "GB/B200 before 26.06, H100 30B pp1 ep16; all 25.09 rows but DeepSeek-V3 H100). No row combines the flag "
+     "with pp > 1 and no model chunks (Megatron-Core and trainsim refuse that; such a row would stay exposed). "
+     "Left off because the release's config could not be pinned down (NEMO_EP_OVERLAP_UNDATED): Qwen3 30B "
+     "B300 MXFP8 26.06 (PR #4606 enabled it on r0.5.0 after 2026-07-06), Qwen3 30B H100 26.02 / 26.02.01 "
+     "(pp2 vp12 GBS 1024) and 25.11 (pp2 vp24), DeepSeek-V3 GB200 FP8-MX 25.11 (pp8 vp4 ep32: no config "
+     "with that layout; its source guide sets no EP overlap). Rows on carry 'a2a-ov' in their label."),
+)
+
+
+def nemo_llama_flops_per_token(model, seq: int) -> float:
+    """NeMo's model FLOPs per token of a Llama (GQA, SwiGLU) step: 3 x 2 x (QKV + causal attention + out
+    projection + gated MLP) per layer + the logits (NeMo flops_formulas llama3: recompute not counted)."""
+    h, L, f, V = model.hidden, model.num_layers, model.ffn, model.vocab_size
+    attn = 6 * L * h * h * (1 + 2 * model.kv_heads / model.num_heads + seq / h + 1)
+    mlp = 6 * L * h * f * 3
+    return attn + mlp + 6 * h * V
+
+
+def load_nemo(path: Path | None = None, *, name: str = "nemo") -> Dataset:
+    """Megatron-Bridge performance tables: tokens/s per GPU of modern Megatron-Core (H100 FP8, Blackwell)."""
+    rows = read_rows(path or external_table("nemo", "nemo_megatron_bridge_perf.csv"))
+    cases = [_nemo_case(r) for r in rows]
+    return Dataset(name=name, title="NVIDIA Megatron-Bridge (NeMo) performance tables", metric="tokens_per_s_per_gpu",
+                   unit="tok/s/GPU", citation=NEMO_CITATION, notes=NEMO_NOTES, cases=tuple(cases),
+                   higher_is_better=True)
+
+
+@dataclass(frozen=True)
+class _Row:
+    """The cells of one table row the mapping reads, each as its first value (parenthesised alternatives and
+    footnote markers dropped), and the row's label and report category."""
+
+    rid: str
+    model_cell: str | None
+    model: str
+    system: str
+    gpus: int | None
+    published: float | None
+    tflops: float | None
+    precision: str
+    container: str | None
+    section: str
+    label: str
+    category: str
+    ints: dict[str, int | None]
+
+
+def _parse_row(r: dict) -> _Row:
+    model_name = first_value(r.get("model"))
+    system = (r.get("system") or "").strip()
+    gpus = _int(first_value(r.get("num_gpus")))
+    prec_text = first_value(r.get("precision")) or (r.get("precision") or "")
+    section = (r.get("section") or "").replace(" Performance", "")
+    tag = re.search(r"\(([^)]*)\)", r.get("model") or "") if model_name in NEMO_PIPELINE_LAYOUTS else None
+    label = (f"{model_name}{f' ({tag.group(1).strip()})' if tag else ''} {system.replace('DGX-', '')} n={gpus} "
+             f"{prec_text}")
+    if section == "Pre-Training":
+        section = ""
+    else:
+        label += f" {section}"
+    category = f"{system.replace('DGX-', '')} {'bf16' if prec_text.upper() == 'BF16' else 'fp8'}"
+    ints = {k: _int(first_value(r.get(k))) for k in ("gbs", "mbs", "seq_len", "fsdp", "tp", "pp", "cp", "vp", "ep",
+                                                      "etp")}
+    return _Row(r.get("row_id", "?"), r.get("model"), model_name, system, gpus,
+                _num(first_value(r.get("tokens_per_s_per_gpu"))), _num(first_value(r.get("model_tflops_per_gpu"))),
+                prec_text, r.get("nemo_container"), section, label, category, ints)
+
+
+def _skip_reason(row: _Row) -> str | None:
+    """Why a complete row is not predicted (LoRA, NVFP4, a model or system trainsim has no preset for), or None."""
+    if row.section == "LoRA":
+        return "LoRA fine-tuning (frozen base weights) is not modelled"
+    if "FP4" in row.precision.upper():
+        return "NVFP4: trainsim has no fp4 training dtype"
+    if row.model in NEMO_UNMODELLED:
+        return NEMO_UNMODELLED[row.model]
+    if row.model not in NEMO_MODELS:
+        return f"no model preset for {row.model!r}"
+    if row.system not in NEMO_SYSTEMS:
+        return f"no cluster preset for {row.system!r}"
+    if None in (row.ints["gbs"], row.ints["mbs"], row.ints["seq_len"]):
+        return "incomplete batch"
+    return None
+
+
+def _nemo_case(r: dict) -> Case:
+    row = _parse_row(r)
+    if row.published is None or row.gpus is None:
+        return Case(row.rid, row.label, row.published or float("nan"), skip_reason="incomplete row",
+                    category=row.category)
+    skip = _skip_reason(row)
+    if skip is not None:
+        return Case(row.rid, row.label, row.published, skip_reason=skip, category=row.category)
+    raw, label, rc_modules = _scenario_mapping(row)
+    why_not = _mla_settings(row, raw, rc_modules) if row.model in NEMO_PIPELINE_LAYOUTS else None
+    scenario, why = (None, why_not) if why_not else scenario_or_skip(raw, row.rid)
+    m = load_model(raw["model"])
+    secondary, fns = {}, {}
+    if row.tflops is not None:
+        fpt = (nemo_llama_flops_per_token(m, row.ints["seq_len"]) if not m.is_moe
+               else row.tflops * 1e12 / row.published)
+        secondary["model_tflops_per_gpu"] = row.tflops
+        fns["model_tflops_per_gpu"] = lambda tok_s, f=fpt: tok_s * f / 1e12
+    return Case(row.rid, label, row.published, scenario=scenario, skip_reason=why, secondary=secondary,
+                secondary_fns=fns, category=row.category + (" MoE" if m.is_moe else " dense"))
+
+
+def _scenario_mapping(row: _Row) -> tuple[dict, str, tuple[str, ...] | None]:
+    """The scenario mapping of a row (its printed layout and batch, the recipe settings joined to it), its label
+    with the layout appended, and the recompute modules of its config (MoE rows; None when no entry)."""
+    ints, model_name, system = row.ints, row.model, row.system
+    tp, pp, cp = ints["tp"] or 1, ints["pp"] or 1, ints["cp"] or 1
+    vp, ep, fsdp = ints["vp"] or 1, ints["ep"] or 1, ints["fsdp"] or 0
+    dtype = "bf16" if row.precision.upper() == "BF16" else "fp8"  # FP8 / FP8-CS / FP8-MX / MXFP8 / 'not stated'
+    cpreset, per_rack = NEMO_SYSTEMS[system]
+    # moe_a2a_overlap of the row's config (NEMO_EP_OVERLAP); Megatron-Core (and trainsim) refuse it with pp > 1 and
+    # no model chunks, so such a row would keep the all-to-all exposed (no table row is in that case).
+    ep_overlap = (ep > 1 and nemo_ep_overlap(model_name, system, row.precision, row.container or "")
+                  and (pp == 1 or vp > 1))
+    overrides = {}
+    if per_rack and row.gpus > load_cluster(cpreset).gpus_per_node:
+        overrides = {"gpus_per_node": per_rack, "scale_out": {"nics_per_node": per_rack}}
+    moe = load_model(NEMO_MODELS[model_name]).is_moe
+    # MoE rows: the config's expert tensor parallelism (NEMO_EXPERT_TP; the etp cell when printed) and its
+    # selective-recompute modules (NEMO_RECOMPUTE_MODULES; () = none; no entry: recompute none, see the notes).
+    etp = nemo_expert_tp(model_name, ints["etp"], tp) if moe else None
+    rc_modules = nemo_recompute_modules(model_name, system, row.precision, row.container or "") if moe else None
+    raw = {
+        "model": NEMO_MODELS[model_name],
+        "cluster": _cluster(cpreset, row.gpus, **overrides),
+        "layout": {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vp, **({"etp": etp} if etp else {})},
+        "training": {"seq_len": ints["seq_len"], "global_batch": ints["gbs"], "micro_batch": ints["mbs"],
+                     "dtype": dtype, "recompute": "none", "sequence_parallel": tp > 1, "tp_comm_overlap": tp > 1,
+                     "ep_comm_overlap": ep_overlap,
+                     **({"zero": 3} if fsdp > 0 else {}), "distributed_optimizer": fsdp == 0,
+                     "schedule": "interleaved" if vp > 1 else "1f1b", "flash_attention": True,
+                     "dropout": False, "framework": "megatron", "grad_dtype": NEMO_GRAD_DTYPE,
+                     "offload_activation_layers": (NEMO_ACTIVATION_OFFLOAD.get((model_name, system), 0)
+                                                   if fsdp and dtype == "fp8" else 0)},
+    }
+    if rc_modules:
+        raw["training"].update(recompute="selective", recompute_modules=list(rc_modules))
+    label = row.label + (f" tp{tp} pp{pp}" + (f" cp{cp}" if cp > 1 else "") + (f" v{vp}" if vp > 1 else "")
+                         + (f" ep{ep}" if ep > 1 else "") + (f" etp{etp}" if etp and etp != tp else "")
+                         + (" fsdp" if fsdp else "") + f" mb{ints['mbs']}" + (" a2a-ov" if ep_overlap else "")
+                         + (f" rc:{'+'.join(rc_modules)}" if rc_modules else ""))
+    return raw, label, rc_modules
+
+
+def _mla_settings(row: _Row, raw: dict, rc_modules: tuple[str, ...] | None) -> str | None:
+    """DeepSeek-V3 / Kimi K2: MTP from the row's label, the recipe's pipeline layout, the config's recompute modules
+    and the recipe's optimizer precision, no TP comm overlap (NEMO_NOTES say why), set on ``raw``; why the row
+    cannot be predicted (no layout or no recompute entry for it), or None."""
+    mtp = nemo_mtp_layers(row.model_cell)
+    stage_layers, layout_or_why = nemo_stage_layers(row.model, row.ints["pp"] or 1, row.ints["vp"] or 1, mtp)
+    why_not = None
+    if stage_layers is None:
+        why_not = layout_or_why
+    elif rc_modules is None:
+        why_not = (f"no recompute_modules for {row.model} {row.system} {row.precision} {row.container} in "
+                   "NEMO_RECOMPUTE_MODULES: the run's recompute is unknown")
+    raw["model"] = {"preset": NEMO_MODELS[row.model], "mtp_layers": mtp}
+    raw["layout"]["stage_layers"] = list(stage_layers or ())
+    raw["training"].update(tp_comm_overlap=False, optimizer_bytes_per_param=NEMO_MLA_OPTIMIZER_BYTES[row.model])
+    return why_not
