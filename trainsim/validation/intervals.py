@@ -16,7 +16,9 @@ the residual distribution, provided the sources are exchangeable. The mixture qu
 dozen sources whose offsets dominate, it covers about (1 - a)K/(K + 1) of a new source's rows.
 
 K sources bound a tail of a/2 only while p <= 1, i.e. c <= 1 - 2/(K + 1); above that the interval is a
-normal random-effects (Student-t, K - 1 degrees of freedom) band of one more source's row, and says so.
+normal random-effects (Student-t, K - 1 degrees of freedom) band of one more source's row, and says so. That
+band is parametric: it need not contain the distribution-free band of a lower coverage, which near
+1 - 2/(K + 1) reaches the most extreme rows of the most extreme source.
 
 A scenario unlike every validated one (its GPU type, framework, a parallelism dimension or its model
 family absent from all sources) is not exchangeable with them; it gets the envelope of the per-source
@@ -152,6 +154,8 @@ def random_effects_band(sources: list[dict], coverage: float) -> tuple[float, fl
 def hierarchical_band(sources: list[dict], coverage: float) -> tuple[float, float, str]:
     """(ln lower, ln upper, basis) for a row of a new source exchangeable with ``sources`` (module docstring)."""
     k = len(sources)
+    if k < 2:
+        raise ValueError(f"an interval over sources needs at least 2 of them, got {k}")
     n = sum(s["n"] for s in sources)
     p = hcp_level(k, (1.0 - coverage) / 2)
     if p is not None:
