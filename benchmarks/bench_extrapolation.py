@@ -1,6 +1,7 @@
 """What a user of `calibrate --from-runs` gets: calibrate on the fewest-GPU runs of a family, predict the rest.
 
-    python benchmarks/bench_extrapolation.py [--only DATASET ...] [--no-extrapolation] [--loo-check] [--no-coverage]
+    python benchmarks/bench_extrapolation.py [--only DATASET ...] [--cal-scales N] [--no-extrapolation] [--loo-check]
+                                             [--no-coverage]
 
 A family is a set of published runs on one stack at several scales (validation.residual_sources datasets):
 SC21 Table 1 (weak scaling), SC21 Table 2 PTD-P per model, Korthikanti et al. per recipe, Llama 3, the
@@ -56,10 +57,11 @@ def families(name: str, ds) -> dict[tuple, list]:
     return {k: v for k, v in groups.items() if len({c.scenario.num_gpus for c in v}) >= 2}
 
 
-def evaluate_family(ds, cases: list, source: str) -> dict:
+def evaluate_family(ds, cases: list, source: str, cal_scales: int = 1) -> dict:
+    """Calibrate on the runs at the ``cal_scales`` smallest GPU counts, predict the runs at larger ones."""
     runs = [run_of_case(c, ds, source) for c in cases]
-    least = min(r.scenario.num_gpus for r in runs)
-    cal_runs = [r for r in runs if r.scenario.num_gpus == least]
+    least = sorted({r.scenario.num_gpus for r in runs})[cal_scales - 1]
+    cal_runs = [r for r in runs if r.scenario.num_gpus <= least]
     held = [r for r in runs if r.scenario.num_gpus > least]
     cal = fit_runs(cal_runs, leave_one_out=len(cal_runs) >= 3)
     values = cal.values()
@@ -117,7 +119,7 @@ def loo_check(only: list[str] | None, min_scales: int = 4) -> None:
         print(f"largest-scale runs inside their 80 % run-calibration band: {sum(hits)} of {len(hits)}")
 
 
-def extrapolation(only: list[str] | None) -> None:
+def extrapolation(only: list[str] | None, cal_scales: int = 1) -> None:
     print(f"{'family':58} {'cal':>3} {'pred':>4} {'scales':>6} {'GPUs x':>7} {'MAPE %':>7} {'worst %':>8} "
           f"{'preset MAPE %':>13} {'in 80 %':>7}  fitted")
     for name, load in datasets().items():
@@ -125,8 +127,10 @@ def extrapolation(only: list[str] | None) -> None:
             continue  # zero-bubble rows are one scale each (schedules, not scales)
         ds = load()
         for key, cases in sorted(families(name, ds).items(), key=lambda kv: str(kv[0])):
+            if len({c.scenario.num_gpus for c in cases}) <= cal_scales:
+                continue
             t0 = time.perf_counter()
-            r = evaluate_family(ds, cases, name)
+            r = evaluate_family(ds, cases, name, cal_scales)
             label = " / ".join(str(k) for k in key)[:58]
             print(f"{label:58} {r['n_cal']:3d} {r['n_pred']:4d} {r['scales']:6d} {r['ratio']:7.1f} {r['mape']:7.1f} "
                   f"{r['worst']:+8.1f} {r['mape0']:13.1f} {r['in_band']:6.0f}%  {', '.join(r['fitted']) or '-'} "
@@ -185,11 +189,15 @@ def main() -> None:
     ap.add_argument("--only", nargs="+", help="dataset names (default all)")
     ap.add_argument("--no-coverage", action="store_true")
     ap.add_argument("--no-extrapolation", action="store_true")
+    ap.add_argument("--cal-scales", type=int, default=1,
+                    help="calibrate on the runs at this many smallest GPU counts (range 1..3, default 1)")
     ap.add_argument("--loo-check", action="store_true",
                     help="also the leave-one-out run-calibration band on each family's largest scale (minutes)")
     args = ap.parse_args()
+    if not 1 <= args.cal_scales <= 3:
+        ap.error(f"--cal-scales: must be between 1 and 3, got {args.cal_scales}")
     if not args.no_extrapolation:
-        extrapolation(args.only)
+        extrapolation(args.only, args.cal_scales)
     if args.loo_check:
         loo_check(args.only)
     if not args.no_coverage:
