@@ -1,6 +1,7 @@
 """What a user of `calibrate --from-runs` gets: calibrate on the fewest-GPU runs of a family, predict the rest.
 
-    python benchmarks/bench_extrapolation.py [--only DATASET ...] [--no-coverage]
+    python benchmarks/bench_extrapolation.py [--only DATASET ...] [--cal-scales N] [--no-extrapolation] [--loo-check]
+                                             [--no-coverage]
 
 A family is a set of published runs on one stack at several scales (validation.residual_sources datasets):
 SC21 Table 1 (weak scaling), SC21 Table 2 PTD-P per model, Korthikanti et al. per recipe, Llama 3, the
@@ -8,13 +9,16 @@ multi-scale families of docs/probe_runs.csv (same source table and model), Mosai
 model / sequence length and Megatron-Bridge per system / precision / model (both from ../shared/validation).
 For each family: the run(s) with the fewest GPUs are the calibration (simulator.run_fit), every run with more
 GPUs is predicted with the fitted factors; printed: GPU-count ratio covered, MAPE and worst row, and the
-same before calibration (presets). Then the coverage of the 80 % intervals (validation.intervals) on rows held
-out by source: each source's rows against the residual mixture of the other sources.
+same before calibration (presets), and how many predicted runs lie in the 80 % interval predict gives with that
+calibration. ``--loo-check``: the leave-one-out band of a calibration on all but each family's largest scale,
+against the largest. Then the coverage of the 80 % intervals (validation.intervals) on rows held
+out by source: each source's rows against the interval predict gives them from the other sources' residuals.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import time
 from collections import defaultdict
@@ -22,7 +26,8 @@ from collections import defaultdict
 import numpy as np
 
 from trainsim.cost_models.run_factors import apply_factors
-from trainsim.validation.intervals import _cdf, build_table, load_table, mixture_quantile
+from trainsim.cost_models.profile import CalibrationProfile
+from trainsim.validation.intervals import build_table, hierarchical_band, interval_for, published_band
 from trainsim.validation.measured_runs import run_of_case
 from trainsim.validation.residual_sources import datasets, residual_rows
 from trainsim.simulator.predict import predict
@@ -52,68 +57,131 @@ def families(name: str, ds) -> dict[tuple, list]:
     return {k: v for k, v in groups.items() if len({c.scenario.num_gpus for c in v}) >= 2}
 
 
-def evaluate_family(ds, cases: list, source: str) -> dict:
+def evaluate_family(ds, cases: list, source: str, cal_scales: int = 1) -> dict:
+    """Calibrate on the runs at the ``cal_scales`` smallest GPU counts, predict the runs at larger ones."""
     runs = [run_of_case(c, ds, source) for c in cases]
-    least = min(r.scenario.num_gpus for r in runs)
-    cal_runs = [r for r in runs if r.scenario.num_gpus == least]
+    least = sorted({r.scenario.num_gpus for r in runs})[cal_scales - 1]
+    cal_runs = [r for r in runs if r.scenario.num_gpus <= least]
     held = [r for r in runs if r.scenario.num_gpus > least]
-    cal = fit_runs(cal_runs, leave_one_out=False)
+    cal = fit_runs(cal_runs, leave_one_out=len(cal_runs) >= 3)
     values = cal.values()
-    errs, errs0 = [], []
+    errs, errs0, inside = [], [], []
     for r in held:
         scn, over = apply_factors(r.scenario, values)
-        errs.append((predict(scn).step_time_s + over) / r.step_time_s - 1)
+        step = predict(scn).step_time_s + over
+        errs.append(step / r.step_time_s - 1)
         errs0.append(predict(r.scenario).step_time_s / r.step_time_s - 1)
+        inside.append(_in_band(step, r, cal))
     worst = max(range(len(errs)), key=lambda i: abs(errs[i]))
     return {"n_cal": len(cal_runs), "n_pred": len(held), "ratio": max(r.scenario.num_gpus for r in runs) / least,
             "scales": len({r.scenario.num_gpus for r in runs}),
             "mape": 100 * float(np.mean(np.abs(errs))), "worst": 100 * errs[worst], "worst_row": held[worst].name,
-            "mape0": 100 * float(np.mean(np.abs(errs0))), "fitted": cal.fitted_names()}
+            "mape0": 100 * float(np.mean(np.abs(errs0))), "fitted": cal.fitted_names(),
+            "in_band": 100 * float(np.mean(inside))}
 
 
-def extrapolation(only: list[str] | None) -> None:
+def _in_band(step_s: float, run, cal) -> bool:
+    """Whether the measured step lies in the 80 % interval predict gives with this run calibration."""
+    iv = interval_for(step_s, 1.0, 1.0, run.scenario, CalibrationProfile(run_calibration=cal), 0.8)
+    return iv.step_time_s[0] <= run.step_time_s <= iv.step_time_s[1]
+
+
+def loo_check(only: list[str] | None, min_scales: int = 4) -> None:
+    """The leave-one-out band of a run calibration (validation.intervals.run_band) where it applies: families
+    with >= ``min_scales`` scales, calibrated on every run but those at the largest GPU count (leave-one-out
+    residuals included), predicting the largest; printed: the band, measured / predicted and whether inside."""
+    print(f"\n{'family (calibrated on all but the largest scale)':58} {'cal':>3} {'LOO sd':>6} "
+          f"{'80 % band':>15} {'meas/pred':>9}  inside  basis")
+    hits = []
+    for name, load in datasets().items():
+        if only and name not in only or name == "zero-bubble":
+            continue
+        ds = load()
+        for key, cases in sorted(families(name, ds).items(), key=lambda kv: str(kv[0])):
+            runs = [run_of_case(c, ds, name) for c in cases]
+            top = max(r.scenario.num_gpus for r in runs)
+            if len({r.scenario.num_gpus for r in runs}) < min_scales:
+                continue
+            cal_runs = [r for r in runs if r.scenario.num_gpus < top]
+            cal = fit_runs(cal_runs, leave_one_out=True)
+            values = cal.values()
+            for r in (r for r in runs if r.scenario.num_gpus == top):
+                scn, over = apply_factors(r.scenario, values)
+                step = predict(scn).step_time_s + over
+                iv = interval_for(step, 1.0, 1.0, r.scenario, CalibrationProfile(run_calibration=cal), 0.8)
+                lo, hi = (x / step for x in iv.step_time_s)
+                hits.append(lo <= r.step_time_s / step <= hi)
+                label = " / ".join(str(k) for k in key)[:58]
+                print(f"{label:58} {len(cal_runs):3d} {np.std(cal.loo_residuals(), ddof=1):6.3f} "
+                      f"x{lo:.3f}..x{hi:.3f} {r.step_time_s / step:9.3f}  {'yes' if hits[-1] else 'no':6}  "
+                      f"{iv.basis[:40]}", flush=True)
+    if hits:
+        print(f"largest-scale runs inside their 80 % run-calibration band: {sum(hits)} of {len(hits)}")
+
+
+def extrapolation(only: list[str] | None, cal_scales: int = 1) -> None:
     print(f"{'family':58} {'cal':>3} {'pred':>4} {'scales':>6} {'GPUs x':>7} {'MAPE %':>7} {'worst %':>8} "
-          f"{'preset MAPE %':>13}  fitted")
+          f"{'preset MAPE %':>13} {'in 80 %':>7}  fitted")
     for name, load in datasets().items():
         if only and name not in only or name == "zero-bubble":
             continue  # zero-bubble rows are one scale each (schedules, not scales)
         ds = load()
         for key, cases in sorted(families(name, ds).items(), key=lambda kv: str(kv[0])):
+            if len({c.scenario.num_gpus for c in cases}) <= cal_scales:
+                continue
             t0 = time.perf_counter()
-            r = evaluate_family(ds, cases, name)
+            r = evaluate_family(ds, cases, name, cal_scales)
             label = " / ".join(str(k) for k in key)[:58]
             print(f"{label:58} {r['n_cal']:3d} {r['n_pred']:4d} {r['scales']:6d} {r['ratio']:7.1f} {r['mape']:7.1f} "
-                  f"{r['worst']:+8.1f} {r['mape0']:13.1f}  {', '.join(r['fitted']) or '-'} "
+                  f"{r['worst']:+8.1f} {r['mape0']:13.1f} {r['in_band']:6.0f}%  {', '.join(r['fitted']) or '-'} "
                   f"({time.perf_counter() - t0:.0f} s)", flush=True)
 
 
-def held_out_coverage(sources: dict[str, dict], level: float = 0.8) -> None:
-    """Each source's rows against the 80 % interval of the mixture of the other sources (validation.intervals)."""
-    a = 1 - level
-    n_all = sum(s["n"] for s in sources.values())
-    hits_all, per_source = 0.0, []
-    print(f"\n{level:.0%} intervals on rows held out by source ({n_all} rows, {len(sources)} sources):")
-    for name, src in sorted(sources.items()):
-        others = [v for k, v in sources.items() if k != name]
-        lo, hi = mixture_quantile(others, a / 2), mixture_quantile(others, 1 - a / 2)
-        cov = _cdf(src, hi) - _cdf(src, lo)
-        hits_all += cov * src["n"]
-        per_source.append(cov)
-        print(f"  {name:48} n={src['n']:4d}  interval x{math.exp(lo):.3f}..x{math.exp(hi):.3f}  covered {cov:6.1%}")
-    print(f"coverage: {hits_all / n_all:.1%} of rows, {np.mean(per_source):.1%} averaged over sources "
-          f"(target 75-85 %)")
+def _band(table: dict, feats: dict, level: float, cache: dict) -> tuple[float, float, bool]:
+    """predict's band for a row with these features against ``table`` (validation.intervals.published_band)."""
+    key = json.dumps(feats, sort_keys=True)
+    if key not in cache:
+        lo, hi, _, why = published_band(table, feats, level)
+        cache[key] = (lo, hi, bool(why))
+    return cache[key]
 
 
-def coverage(only: list[str] | None, recompute: bool) -> None:
-    """From the stored table (each source's residual CDF on its 2.5 % quantile grid), or recomputed rows."""
-    if not recompute:
-        held_out_coverage(load_table()["sources"])
-        return
+def held_out_coverage(rows: list[tuple[str, float, dict, str]], level: float = 0.8) -> None:
+    """Each source's rows against the interval predict gives them from the table of the other sources: the
+    hierarchical conformal band, or the envelope where the row's GPU, framework, parallelism or family is in
+    none of the other sources. Also the conformal band alone (the method's own coverage, no novelty rule)."""
+    by: dict[str, list] = defaultdict(list)
+    for src, r, feat, _ in rows:
+        by[src].append((r, feat))
+    table = build_table([(s, r, f) for s, r, f, _ in rows])
+    print(f"\n{level:.0%} intervals on rows held out by source ({len(rows)} rows, {len(by)} sources):")
+    print(f"  {'source':44} {'rows':>4} {'novel':>5}  {'conformal band':>16} {'covered':>7}  {'as predict':>10}")
+    hits = {"band": [], "predict": []}
+    for name in sorted(by):
+        others = {k: v for k, v in table["sources"].items() if k != name}
+        lo, hi, _ = hierarchical_band(list(others.values()), level)
+        cache: dict = {}
+        got = [(lo <= r <= hi, _band({"sources": others}, f, level, cache)) for r, f in by[name]]
+        inside = [b for b, _ in got]
+        as_predict = [bl <= r <= bh for (r, _), (_, (bl, bh, _)) in zip(by[name], got, strict=True)]
+        novel = sum(n for _, (_, _, n) in got)
+        hits["band"].append(inside)
+        hits["predict"].append(as_predict)
+        print(f"  {name[:44]:44} {len(inside):4d} {novel:5d}  x{math.exp(lo):.3f}..x{math.exp(hi):.3f} "
+              f"{np.mean(inside):7.1%}  {np.mean(as_predict):10.1%}")
+    for what, label in (("band", "conformal band"), ("predict", "as predict gives it")):
+        flat = [x for h in hits[what] for x in h]
+        print(f"coverage, {label}: {np.mean(flat):.1%} of rows, {np.mean([np.mean(h) for h in hits[what]]):.1%} "
+              f"averaged over sources (target 75-85 %)")
+
+
+def coverage(only: list[str] | None) -> None:
+    """Every source's rows predicted again (the stored table keeps quantiles, not rows and their features)."""
     rows = []
     for name, load in datasets().items():
         if not only or name in only:
             rows += residual_rows(name, load(), lambda s: predict(s).step_time_s)
-    held_out_coverage(build_table([(s, r, f) for s, r, f, _ in rows])["sources"])
+    held_out_coverage(rows)
 
 
 def main() -> None:
@@ -121,13 +189,19 @@ def main() -> None:
     ap.add_argument("--only", nargs="+", help="dataset names (default all)")
     ap.add_argument("--no-coverage", action="store_true")
     ap.add_argument("--no-extrapolation", action="store_true")
-    ap.add_argument("--recompute", action="store_true",
-                    help="coverage from freshly predicted rows instead of the stored table (minutes)")
+    ap.add_argument("--cal-scales", type=int, default=1,
+                    help="calibrate on the runs at this many smallest GPU counts (range 1..3, default 1)")
+    ap.add_argument("--loo-check", action="store_true",
+                    help="also the leave-one-out run-calibration band on each family's largest scale (minutes)")
     args = ap.parse_args()
+    if not 1 <= args.cal_scales <= 3:
+        ap.error(f"--cal-scales: must be between 1 and 3, got {args.cal_scales}")
     if not args.no_extrapolation:
-        extrapolation(args.only)
+        extrapolation(args.only, args.cal_scales)
+    if args.loo_check:
+        loo_check(args.only)
     if not args.no_coverage:
-        coverage(args.only, args.recompute)
+        coverage(args.only)
 
 
 if __name__ == "__main__":

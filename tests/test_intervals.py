@@ -13,11 +13,15 @@ from trainsim.cli.main import main
 from trainsim.validation.intervals import (
     build_table,
     conformal_band,
+    hcp_level,
+    hierarchical_band,
     interval_for,
     load_table,
     mixture_quantile,
     published_band,
+    random_effects_band,
     scenario_features,
+    source_summary,
     t_band,
 )
 from trainsim.specs import build_scenario
@@ -46,12 +50,75 @@ def test_mixture_intervals_cover_new_sources_at_their_rate():
 
     rows = [(f"s{i}", float(r), {}) for i in range(200) for r in source(int(rng.integers(5, 60)))]
     srcs = list(build_table(rows)["sources"].values())
-    lo, hi = mixture_quantile(srcs, 0.1), mixture_quantile(srcs, 0.9)
+    lo, hi, basis = hierarchical_band(srcs, 0.8)
+    assert "hierarchical split-conformal" in basis
     new = [source(20) for _ in range(400)]
     covered = np.mean([np.mean((r >= lo) & (r <= hi)) for r in new])
     assert 0.75 <= covered <= 0.85
-    # The population's own 80 % band: +-1.2816 x sqrt(0.08^2 + 0.05^2).
-    assert hi == pytest.approx(1.2816 * math.hypot(0.08, 0.05), rel=0.2)
+    # The population's own band at the finite-sample level 0.9 x 201/200: z = 1.3085 of sqrt(0.08^2 + 0.05^2).
+    assert hi == pytest.approx(1.3085 * math.hypot(0.08, 0.05), rel=0.2)
+
+
+def test_hcp_level_is_the_conformal_rank_over_sources():
+    # (1 - tail)(K + 1)/K: K = 14 sources, tail 0.1 -> 0.9 x 15/14; K = 9 bounds it exactly; K = 8 cannot.
+    assert hcp_level(14, 0.1) == pytest.approx(0.9 * 15 / 14)
+    assert hcp_level(9, 0.1) == pytest.approx(1.0)
+    assert hcp_level(8, 0.1) is None
+
+
+def _coverage_of_new_rows(k: int, tau: float, sigma: float, sizes: tuple[int, int], draws: int, seed: int):
+    """Mean over seeded draws of the probability that a row of a new source falls in the band built from k
+    sources (offset ~ N(0, tau), rows ~ N(offset, sigma)): exactly Phi(hi/s) - Phi(lo/s), s = hypot(tau, sigma),
+    for the hierarchical band, its upper end alone, and the uncorrected mixture 10 / 90 % quantiles."""
+    from scipy.stats import norm
+
+    rng = np.random.default_rng(seed)
+    s = math.hypot(tau, sigma)
+    got = {"band": [], "upper": [], "pooled": []}
+    for _ in range(draws):
+        srcs = [source_summary(list(rng.normal(rng.normal(0, tau), sigma, int(rng.integers(*sizes)))), [])
+                for _ in range(k)]
+        lo, hi, _ = hierarchical_band(srcs, 0.8)
+        got["band"].append(norm.cdf(hi / s) - norm.cdf(lo / s))
+        got["upper"].append(norm.cdf(hi / s))
+        plo, phi = mixture_quantile(srcs, 0.1), mixture_quantile(srcs, 0.9)
+        got["pooled"].append(norm.cdf(phi / s) - norm.cdf(plo / s))
+    return {key: (float(np.mean(v)), float(np.std(v)) / math.sqrt(draws)) for key, v in got.items()}
+
+
+def test_one_row_per_source_gives_the_closed_form_conformal_coverage():
+    # K = 14 exchangeable sources of one row each: the 80 % band is the 1st and 14th order statistics, which
+    # cover a 15th draw with probability exactly 13/15 (in [1 - a, 1 - a + 2/(K + 1)]); its upper end alone
+    # 14/15 (in [1 - a/2, 1 - a/2 + 1/(K + 1)]). The uncorrected mixture quantiles (ranks 2 and 13) give 11/15.
+    c = _coverage_of_new_rows(14, 1.0, 1e-9, (1, 2), draws=200, seed=3)
+    mean, se = c["band"]
+    assert 0.8 <= mean <= 0.8 + 2 / 15 and abs(mean - 13 / 15) < 3.5 * se
+    mean, se = c["upper"]
+    assert 0.9 <= mean <= 0.9 + 1 / 15 and abs(mean - 14 / 15) < 3.5 * se
+    mean, se = c["pooled"]
+    assert abs(mean - 11 / 15) < 3.5 * se + 0.02  # the mixture interpolates between ranks: about 11/15
+
+
+def test_hierarchical_band_keeps_its_coverage_when_source_offsets_dominate():
+    # 13 sources of 1..59 rows, source offsets sd 0.1 and row noise sd 0.03 (published sources look like this):
+    # the band covers a new source's row with probability >= 80 %; the uncorrected mixture does not.
+    c = _coverage_of_new_rows(13, 0.1, 0.03, (1, 60), draws=120, seed=5)
+    mean, se = c["band"]
+    assert mean - 3 * se >= 0.8 - 0.01
+    mean, se = c["pooled"]
+    assert mean + 3 * se < 0.8
+
+
+def test_coverage_beyond_what_the_sources_bound_is_a_random_effects_band():
+    from scipy.stats import t as student
+
+    srcs = [{"n": 4, "mean": m, "sd": 0.05, "min": m, "max": m, "quantiles": [m] * 39} for m in (-0.1, 0.0, 0.1, 0.2)]
+    lo, hi, basis = hierarchical_band(srcs, 0.8)  # 4 sources bound at most 1 - 2/5 = 60 %
+    assert "Student-t" in basis and "60.0%" in basis
+    sd = math.sqrt(0.05**2 + np.var([-0.1, 0.0, 0.1, 0.2]))
+    half = student.ppf(0.9, 3) * sd * math.sqrt(1 + 1 / 4)
+    assert (lo, hi) == pytest.approx((0.05 - half, 0.05 + half))
+    assert (lo, hi) == pytest.approx(random_effects_band(srcs, 0.8))
 
 
 def test_unvalidated_scenario_gets_the_wider_envelope():
@@ -105,6 +172,7 @@ def test_stored_table_matches_what_the_script_computes_on_a_subset():
         assert src["n"] == stored[name]["n"]
         assert src["quantiles"] == pytest.approx(stored[name]["quantiles"], abs=0.01), \
             "stale table: run python benchmarks/residual_table.py"
+        assert src["mean"] == pytest.approx(stored[name]["mean"], abs=0.01)
         assert src["covers"] == stored[name]["covers"]
 
 

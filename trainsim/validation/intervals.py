@@ -1,17 +1,29 @@
-"""Prediction intervals from measured residuals (split-conformal, grouped by source).
+"""Prediction intervals from measured residuals (hierarchical split-conformal, grouped by source).
 
 The residual of a published run is r = ln(measured step / predicted step). The stored table
 (``trainsim/data/residual_quantiles.json``, written by ``benchmarks/residual_table.py``) holds, per source
-(a paper, a vendor table, a project's docs), the quantiles of its rows' residuals and what its runs cover
-(GPU types, frameworks, parallelism, model families). A prediction's interval at coverage c is
-[pred x e^{q(a/2)}, pred x e^{q(1 - a/2)}], a = 1 - c, where q is the quantile of the equal-weight mixture of
-the sources' residual distributions: every source counts once however many rows it has, and a new scenario
-is treated as one more source. The benchmark checks this on held-out sources (each source's rows against
-the mixture of the others).
+(a paper, a vendor table, a project's docs), the quantiles, mean and sd of its rows' residuals and what its
+runs cover (GPU types, frameworks, parallelism, model families). Rows of one source share its stack and its
+measurement habits, so they are not exchangeable with each other; sources are. A new scenario is one row of
+one more source, and its interval at coverage c = 1 - a is hierarchical conformal prediction (Lee, Barber &
+Willett, "Distribution-free inference with hierarchical data", arXiv:2306.06342, Sec. 3): each of the K
+sources spreads weight 1/(K + 1) over its rows, the new source's weight 1/(K + 1) sits at +inf (upper end)
+or -inf (lower end), and each end is that distribution's quantile for a tail of a/2. On the equal-weight
+mixture of the sources' residual distributions this is the quantile at level p = (1 - a/2)(K + 1)/K for the
+upper end and 1 - p for the lower one, which covers a row of a new source with probability >= 1 - a whatever
+the residual distribution, provided the sources are exchangeable. The mixture quantile at 1 - a/2 itself
+(CDF pooling, Dunn, Wasserman & Ramdas, JASA 2023, arXiv:1809.07441) is valid only as K grows: with about a
+dozen sources whose offsets dominate, it covers about (1 - a)K/(K + 1) of a new source's rows.
+
+K sources bound a tail of a/2 only while p <= 1, i.e. c <= 1 - 2/(K + 1); above that the interval is a
+normal random-effects (Student-t, K - 1 degrees of freedom) band of one more source's row, and says so. That
+band is parametric: it need not contain the distribution-free band of a lower coverage, which near
+1 - 2/(K + 1) reaches the most extreme rows of the most extreme source.
 
 A scenario unlike every validated one (its GPU type, framework, a parallelism dimension or its model
-family absent from all sources) gets the envelope of the per-source intervals instead -- from the
-lowest source's lower quantile to the highest source's upper quantile -- with one line per missing feature.
+family absent from all sources) is not exchangeable with them; it gets the envelope of the per-source
+intervals -- from the lowest source's lower quantile to the highest source's upper quantile, and at least
+the conformal band -- with one line per missing feature.
 
 With a run calibration (``calibrate --from-runs``) the residuals are its runs' leave-one-out residuals:
 split-conformal order statistics when there are enough runs for the coverage (n >= 2/a - 1), else a Student-t
@@ -56,8 +68,9 @@ def source_summary(residuals: list[float], features: list[dict[str, list[str]]])
     for f in features:
         for k, v in f.items():
             cover.setdefault(k, set()).update(v)
-    return {"n": int(r.size), "quantiles": [float(np.quantile(r, q)) for q in LEVELS],
-            "min": float(r.min()), "max": float(r.max()), "covers": {k: sorted(v) for k, v in cover.items()}}
+    return {"n": int(r.size), "quantiles": [float(q) for q in np.quantile(r, LEVELS)],
+            "min": float(r.min()), "max": float(r.max()), "mean": float(r.mean()), "sd": float(r.std()),
+            "covers": {k: sorted(v) for k, v in cover.items()}}
 
 
 def build_table(rows: list[tuple[str, float, dict[str, list[str]]]]) -> dict:
@@ -66,7 +79,7 @@ def build_table(rows: list[tuple[str, float, dict[str, list[str]]]]) -> dict:
     for src, r, feat in rows:
         by.setdefault(src, []).append((r, feat))
     sources = {s: source_summary([r for r, _ in v], [f for _, f in v]) for s, v in sorted(by.items())}
-    return {"kind": "trainsim-residual-quantiles", "schema_version": 1, "levels": list(LEVELS),
+    return {"kind": "trainsim-residual-quantiles", "schema_version": 2, "levels": list(LEVELS),
             "residual": "ln(measured step / predicted step)", "sources": sources}
 
 
@@ -74,20 +87,26 @@ def load_table(path: Path | None = None) -> dict:
     return json.loads((path or table_path()).read_text(encoding="utf-8"))
 
 
+_PS = np.array([0.0, *LEVELS, 1.0])
+
+
+def _knots(src: dict) -> np.ndarray:
+    return np.array([src["min"], *src["quantiles"], src["max"]])
+
+
 def _cdf(src: dict, x: float) -> float:
     """A source's residual CDF at x, linear between its stored quantiles (and its min / max)."""
-    xs = [src["min"], *src["quantiles"], src["max"]]
-    ps = [0.0, *LEVELS, 1.0]
-    return float(np.interp(x, xs, ps))
+    return float(np.interp(x, _knots(src), _PS))
 
 
 def mixture_quantile(sources: list[dict], p: float) -> float:
     """Quantile p of the equal-weight mixture of the sources' residual distributions (bisection)."""
-    lo = min(s["min"] for s in sources) - 1e-9
-    hi = max(s["max"] for s in sources) + 1e-9
+    knots = [_knots(s) for s in sources]
+    lo = min(k[0] for k in knots) - 1e-9
+    hi = max(k[-1] for k in knots) + 1e-9
     for _ in range(60):
         mid = 0.5 * (lo + hi)
-        if sum(_cdf(s, mid) for s in sources) / len(sources) < p:
+        if sum(float(np.interp(mid, k, _PS)) for k in knots) / len(knots) < p:
             lo = mid
         else:
             hi = mid
@@ -112,18 +131,54 @@ def novelty(table: dict, feats: dict[str, list[str]]) -> list[str]:
     return out
 
 
+def hcp_level(k: int, tail: float) -> float | None:
+    """Level of the K-source mixture quantile that bounds a tail of mass ``tail`` for a row of a new source:
+    (1 - tail)(K + 1)/K (module docstring); None when it exceeds 1 (K sources cannot bound that tail)."""
+    p = (1.0 - tail) * (k + 1) / k
+    return None if p > 1.0 + 1e-12 else min(p, 1.0)
+
+
+def random_effects_band(sources: list[dict], coverage: float) -> tuple[float, float]:
+    """Student-t band of one row of a new source: mixture mean +- t(K - 1) x mixture sd x sqrt(1 + 1/K), the
+    mixture variance being the sources' mean within-source variance plus the variance of their means."""
+    from scipy.stats import t
+
+    k = len(sources)
+    means = np.array([s["mean"] for s in sources])
+    within = float(np.mean([s["sd"] ** 2 for s in sources]))
+    sd = math.sqrt(within + float(means.var()))
+    half = float(t.ppf(0.5 + coverage / 2, k - 1)) * sd * math.sqrt(1 + 1 / k)
+    return float(means.mean()) - half, float(means.mean()) + half
+
+
+def hierarchical_band(sources: list[dict], coverage: float) -> tuple[float, float, str]:
+    """(ln lower, ln upper, basis) for a row of a new source exchangeable with ``sources`` (module docstring)."""
+    k = len(sources)
+    if k < 2:
+        raise ValueError(f"an interval over sources needs at least 2 of them, got {k}")
+    n = sum(s["n"] for s in sources)
+    p = hcp_level(k, (1.0 - coverage) / 2)
+    if p is not None:
+        basis = (f"hierarchical split-conformal over {n} published runs of {k} sources weighted equally "
+                 f"(mixture quantiles {1 - p:.3f} .. {p:.3f})")
+        return mixture_quantile(sources, 1.0 - p), mixture_quantile(sources, p), basis
+    lo, hi = random_effects_band(sources, coverage)
+    return lo, hi, (f"Student-t random-effects band over {n} published runs of {k} sources ({k} sources bound "
+                    f"at most {1 - 2 / (k + 1):.1%} coverage distribution-free)")
+
+
 def published_band(table: dict, feats: dict[str, list[str]], coverage: float) -> tuple[float, float, str, list[str]]:
     """(ln lower, ln upper, basis, reasons) from the published-run table."""
     a = 1.0 - coverage
     srcs = list(table["sources"].values())
     why = novelty(table, feats)
-    n = sum(s["n"] for s in srcs)
+    lo, hi, basis = hierarchical_band(srcs, coverage)
     if why:
-        lo = min(source_quantile(s, a / 2) for s in srcs)
-        hi = max(source_quantile(s, 1 - a / 2) for s in srcs)
+        lo = min(lo, min(source_quantile(s, a / 2) for s in srcs))
+        hi = max(hi, max(source_quantile(s, 1 - a / 2) for s in srcs))
+        n = sum(s["n"] for s in srcs)
         return lo, hi, f"envelope of the per-source intervals of {n} published runs ({len(srcs)} sources)", why
-    basis = f"split-conformal over {n} published runs, {len(srcs)} sources weighted equally"
-    return mixture_quantile(srcs, a / 2), mixture_quantile(srcs, 1 - a / 2), basis, []
+    return lo, hi, basis, []
 
 
 def conformal_band(residuals: list[float], coverage: float) -> tuple[float, float] | None:

@@ -1,7 +1,7 @@
 """`plan --rank-by p50|p90`: each fitting layout's prediction interval (validation.intervals), and the ranking by
 the chosen quantile of step time. p50 is the engine's prediction; p90 is the upper end of the 80 % interval
-(the 90th percentile of the residual mixture), so a layout whose kind of scenario was predicted less reliably
-(or that nothing validated resembles) ranks lower under p90."""
+(its hierarchical conformal upper bound, validation.intervals), so a layout whose kind of scenario was
+predicted less reliably (or that nothing validated resembles) ranks lower under p90."""
 
 from __future__ import annotations
 
