@@ -194,3 +194,25 @@ def test_deepspeed_bf16_optimizer_keeps_bf16_grads_beside_fp32_ones():
     # bf16 gradient accumulation is ZeRO's own optimizer (2 + 2 + 12), and so is ZeRO-2 with fp32 grads
     assert framework.state_bytes(scen(*base, framework="deepspeed", zero=1).training).grads == 2
     assert framework.state_bytes(scen(*base, framework="deepspeed", zero=2, grad_dtype="fp32").training).grads == 4
+
+
+def test_deepspeed_bf16_pipeline_reduce_casts_the_whole_fp32_gradient_to_bf16():
+    # PipelineEngine._bf16_reduce_grads all-reduces each group's flat fp32 gradient as one bucket, cast to bf16
+    # (communication_data_type): a 2-byte copy of every held parameter after the last backward. The reserved
+    # peak is the activation peak plus that copy; the allocated peak counts only what exceeds the activations.
+    s = scen("llama3-70b", 64, {"tp": 8, "pp": 4}, framework="deepspeed", zero=1, grad_dtype="fp32",
+             recompute="full", micro_batch=1, global_batch=64)
+    for stage in (0, 3):  # not the loss stage's cached logits: stage 0; the last stage has 1 micro-batch in flight
+        sm, rp = stage_memory(s, stage), rank_param_shards(s, stage)
+        cast = 2 * rp.held
+        beyond = max(0.0, cast - sm.activations)
+        assert sm.details.get("grad_reduce_cast", 0.0) == pytest.approx(beyond)
+        reserved = sm.total + sm.allocator_cached
+        loss_cached = stage_memory(s.model_copy(update={"training": s.training.model_copy(
+            update={"grad_dtype_bytes": 2})}), stage).allocator_cached if stage == 3 else 0.0
+        assert reserved == pytest.approx(sm.model_states + sm.activations + sm.other - beyond + cast + loss_cached)
+    assert stage_memory(s, 3).details["grad_reduce_cast"] > 0 and "grad_reduce_cast" not in stage_memory(s, 0).details
+    # no copy without the pipeline engine, without data parallelism, or with ZeRO's own optimizer (bf16 grads)
+    for other in (scen("llama3-70b", 64, {"tp": 8, "pp": 1}, framework="deepspeed", zero=1, grad_dtype="fp32"),
+                  scen("llama3-70b", 64, {"tp": 8, "pp": 4}, framework="deepspeed", zero=1)):
+        assert "grad_reduce_cast" not in stage_memory(other, 0).details

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from . import activations as act
-from .framework import FP32_PARAM_FRAMEWORKS, behaviour, state_bytes
+from .framework import FP32_PARAM_FRAMEWORKS, behaviour, bf16_optimizer, state_bytes
 from .allocator_reserve import loss_stage_cached_bytes
 from .runtime_memory import OUTSIDE_ALLOCATOR, runtime_terms
 from .shapes import block_kinds, dense_block_scenario, layer_shape
@@ -348,11 +348,39 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     details: dict[str, float] = {"activations_per_microbatch": per_mb, "recompute_working": working,
                                  **runtime_terms(scenario), **transient_terms(scenario, stage, rp, working),
                                  **off.device}
+    cast = reduce_cast_bytes(scenario, rp)
+    beyond = max(0.0, cast - activations)  # the reduce runs after the last backward: activations are freed
+    if beyond:
+        details["grad_reduce_cast"] = beyond
     other = sum(v for k, v in details.items() if k not in ACTIVATION_DETAILS)
     return StageMemory(weights=off.weights, grads=off.grads, optimizer=off.optimizer, activations=activations,
                        other=other, host=host, pcie_h2d_bytes=off.h2d, pcie_d2h_bytes=off.d2h,
                        inflight_microbatches=inflight_microbatches, details=details,
-                       allocator_cached=_allocator_cached(scenario, stage, working))
+                       allocator_cached=_allocator_cached(scenario, stage, working) + cast - beyond)
+
+
+def reduce_cast_bytes(scenario, rp: RankParams) -> float:
+    """The 16-bit copy of the whole fp32 gradient that DeepSpeed's pipeline engine all-reduces under its
+    BF16_Optimizer, on one rank (0 elsewhere).
+
+    ``PipelineEngine._bf16_reduce_grads`` passes ``BF16_Optimizer.get_grads_for_reduction()`` -- one flat fp32
+    gradient per parameter group (``fp32_groups_gradients_flat``) -- to ``buffered_allreduce_fallback``;
+    ``allreduce_no_retain`` closes a bucket at the first tensor past ``MEMORY_OPT_ALLREDUCE_SIZE`` (5e8
+    elements), so each group is one bucket, ``flatten`` of one tensor is a view, and ``allreduce_bucket`` casts
+    it to ``communication_data_type`` -- bf16 when bf16 is enabled (engine.py, d14baad94 2021-11-26; fp32
+    only from 261d63708 2023-03-30 to d56268f37 2023-04-25) -- a new tensor of ``param_bytes`` per held
+    parameter (DeepSpeed 56c522386 "bf16+pipeline parallelism" #1801, 2022-04-19, and its branch of
+    2022-02-28, 15293139f, through 08e0733e4, 2024-04-08, which reduces the 16-bit ``param.grad`` instead).
+
+    The reduce runs after the last backward, when the activations are freed; their cached blocks, each a
+    tensor-sized segment, cannot serve a request this large (allocator_reserve.py), so the copy takes a new
+    segment: the reserved peak is the activation peak plus the copy, the allocated peak the larger of the two
+    phases (``stage_memory``).
+    """
+    t = scenario.training
+    if not (bf16_optimizer(t) and scenario.layout.pp > 1 and scenario.dp > 1):
+        return 0.0
+    return float(rp.held * t.param_bytes)
 
 
 def _allocator_cached(scenario, stage: int, working: float) -> float:
