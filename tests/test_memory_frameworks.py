@@ -130,10 +130,20 @@ def test_runtime_terms_are_derived_from_documented_defaults():
     assert d["cuda_context"] == 132 * 2048 * 1024 + 9 * (1 << 20)
     assert d["cublas_workspace"] == 2 * 32 * (1 << 20)
     per_channel = 4 * (1 << 20) + 4915200 + 524288          # Simple + LL128 + LL buffers
-    assert d["nccl_buffers"] == 2 * 32 * per_channel + 2 * 2 * 4 * (1 << 20)  # tp and dp communicators + p2p
+    # Megatron: tp, dp, the world (pretrain's start-time all-reduce) and TP x PP (grad norm) communicators + p2p
+    assert d["nccl_buffers"] == 4 * 32 * per_channel + 2 * 2 * 4 * (1 << 20)
     sm = stage_memory(s, 0)
     assert sm.allocated == pytest.approx(sm.total - d["cuda_context"] - d["nccl_buffers"])
-    assert rt.communicators(s.layout, s.dp) == {"tp": 8, "dp": 4}
+    assert rt.communicators(s.layout, s.dp) == {"tp": 8, "dp": 4}  # torch: one per parallel dimension
+    mega = {"tp": 8, "dp": 4, "world": 64, "mp": 16}
+    assert rt.communicators(s.layout, s.dp, framework="megatron", stage=0) == mega
+    # tied embeddings: the embedding group on the first and the last stage only; DeepSpeed adds the pipe group
+    assert rt.communicators(s.layout, s.dp, framework="megatron", stage=1, tied_embeddings=True) == {
+        **mega, "embedding": 2}
+    assert rt.communicators(s.layout, s.dp, framework="deepspeed", stage=0, tied_embeddings=True) == {
+        **mega, "embedding": 2, "pp": 2}
+    single = scen("llama3-8b", 1, {"tp": 1})
+    assert rt.communicators(single.layout, single.dp, framework="megatron") == {}
 
 
 def test_zero_0_beside_the_distributed_optimizer_is_refused_on_the_command_line(tmp_path, capsys):

@@ -346,7 +346,7 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     activations = inflight_microbatches * per_mb + working
 
     details: dict[str, float] = {"activations_per_microbatch": per_mb, "recompute_working": working,
-                                 **runtime_terms(scenario), **transient_terms(scenario, stage, rp, working),
+                                 **runtime_terms(scenario, stage), **transient_terms(scenario, stage, rp, working),
                                  **off.device}
     cast = reduce_cast_bytes(scenario, rp)
     beyond = max(0.0, cast - activations)  # the reduce runs after the last backward: activations are freed
