@@ -226,3 +226,23 @@ def test_deepspeed_bf16_pipeline_reduce_casts_the_whole_fp32_gradient_to_bf16():
     for other in (scen("llama3-70b", 64, {"tp": 8, "pp": 1}, framework="deepspeed", zero=1, grad_dtype="fp32"),
                   scen("llama3-70b", 64, {"tp": 8, "pp": 4}, framework="deepspeed", zero=1)):
         assert "grad_reduce_cast" not in stage_memory(other, 0).details
+
+
+def test_embedding_norm_adds_its_parameters_and_saved_input_on_the_first_stage():
+    # BLOOM's word_embeddings_layernorm (--embed-layernorm): LayerNorm weight + bias (2h) on the first stage; the
+    # fused layer norm saves its 16-bit input (T x h) and an fp32 mean and inverse deviation per token.
+    from trainsim.cost_models import activations as act
+    bloom = {"name": "bloom-like", "num_layers": 4, "hidden": 1024, "num_heads": 16, "vocab_size": 250880,
+             "max_seq_len": 2048, "position_embedding": "rope"}
+
+    def s(norm):
+        return build_scenario({"model": {**bloom, "embedding_norm": norm}, "cluster": "dgx-h100", "gpus": 2,
+                               "layout": {"tp": 1, "pp": 2},
+                               "training": {"seq_len": 2048, "global_batch": 8, "micro_batch": 2,
+                                            "framework": "deepspeed"}})
+    with_norm, without = s(True), s(False)
+    assert with_norm.model.total_params() - without.model.total_params() == 2 * 1024
+    tokens = 2 * 2048
+    extra = act.embedding_activation_bytes(with_norm) - act.embedding_activation_bytes(without)
+    assert extra == 2 * tokens * 1024 + 8 * tokens
+    assert stage_memory(with_norm, 1).activations == stage_memory(without, 1).activations  # first stage only
