@@ -246,3 +246,20 @@ def test_embedding_norm_adds_its_parameters_and_saved_input_on_the_first_stage()
     extra = act.embedding_activation_bytes(with_norm) - act.embedding_activation_bytes(without)
     assert extra == 2 * tokens * 1024 + 8 * tokens
     assert stage_memory(with_norm, 1).activations == stage_memory(without, 1).activations  # first stage only
+
+
+def test_megatron_unfused_attention_keeps_a_persistent_scores_buffer_shared_with_the_sp_gather():
+    # GlobalMemoryBuffer "mpu": baddbmm's beta=0 input of [b x heads/tp, s, s] under unfused attention; the same
+    # named buffer serves the sequence-parallel gather, so one buffer of the larger size remains.
+    base = ("llama3-8b", 8, {"tp": 2})
+    fused = stage_memory(scen(*base, seq_len=4096, micro_batch=2, global_batch=8), 0).details
+    unfused = stage_memory(scen(*base, seq_len=4096, micro_batch=2, global_batch=8, flash_attention=False), 0).details
+    assert "attention_scores_buffer" not in fused
+    assert unfused["attention_scores_buffer"] == 2 * 2 * (32 // 2) * 4096 * 4096
+    sp = stage_memory(scen(*base, seq_len=4096, micro_batch=2, global_batch=8, flash_attention=False,
+                           sequence_parallel=True), 0).details
+    assert "sp_gather_buffer" not in sp and sp["attention_scores_buffer"] == unfused["attention_scores_buffer"]
+    assert stage_memory(scen(*base, seq_len=4096, micro_batch=2, global_batch=8, sequence_parallel=True),
+                        0).details["sp_gather_buffer"] == 2 * 2 * 4096 * 4096
+    torch_fw = scen(*base, seq_len=4096, micro_batch=2, global_batch=8, flash_attention=False, framework="torch")
+    assert "attention_scores_buffer" not in stage_memory(torch_fw, 0).details

@@ -495,12 +495,29 @@ def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0) 
     shp = layer_shape(scenario)
     if lay.pp > 1:
         out["pp_p2p_buffers"] = 2.0 * shp.e * shp.tokens * shp.h / shp.sp_div
-    if t.sequence_parallel and lay.tp > 1 and t.framework in ("megatron", "megatron-2022"):
-        # Megatron-Core gathers the sequence-parallel input of a column-parallel linear into one persistent
-        # buffer (tensor_parallel/layers.py: get_global_memory_buffer().get_tensor(..., "mpu")): the full
-        # sequence of one micro-batch at the hidden width.
-        out["sp_gather_buffer"] = float(shp.e * shp.tokens * shp.h)
+    out.update(megatron_global_buffer(scenario, shp))
     return out
+
+
+def megatron_global_buffer(scenario, shp) -> dict[str, float]:
+    """Megatron's persistent "mpu" buffer (megatron/core/utils.py ``GlobalMemoryBuffer.get_tensor``: one tensor
+    per name and dtype, reallocated only to grow, so it holds the largest request), named after its user.
+
+    * ``sp_gather_buffer``: sequence parallelism gathers a column-parallel linear's input into it
+      (tensor_parallel/layers.py): the full sequence of one micro-batch at the hidden width;
+    * ``attention_scores_buffer``: unfused attention passes it to ``torch.baddbmm`` as the (ignored, beta=0)
+      input of the raw scores, [b x heads/tp, sq, sk] (core/transformer/dot_product_attention.py
+      ``matmul_input_buffer``); the scores themselves are a new tensor, so the buffer is memory of its own.
+    """
+    t, lay = scenario.training, scenario.layout
+    if t.framework not in ("megatron", "megatron-2022"):
+        return {}
+    sp = float(shp.e * shp.tokens * shp.h) if t.sequence_parallel and lay.tp > 1 else 0.0
+    sq = shp.s / shp.cp
+    scores = 0.0 if shp.flash else float(shp.e * shp.b * -(-shp.a // shp.tp) * sq * sq)
+    if not (sp or scores):
+        return {}
+    return {"sp_gather_buffer" if sp >= scores else "attention_scores_buffer": max(sp, scores)}
 
 
 def all_stage_memory(scenario) -> list[StageMemory]:
