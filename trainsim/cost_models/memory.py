@@ -21,8 +21,9 @@ and gradients and Adam m, v (16); DeepSpeed 2 + 2 + 12; pure low-precision train
 
 ``other`` is the sum of named terms (``StageMemory.other_terms``): the runtime (``cuda_context``,
 ``cublas_workspace``, ``nccl_buffers``: runtime_memory.py), ZeRO-3 all-gather/prefetch and reduce-scatter
-buffers, the logits/loss workspace on the loss stage, pipeline send/receive buffers, Megatron's
-sequence-parallel all-gather buffer, and offload staging buffers. Data-parallel gradient buckets of ZeRO 0-2
+buffers, the logits/loss workspace on the loss stage, pipeline send/receive buffers, Megatron's persistent
+"mpu" buffer (sequence-parallel all-gather or unfused attention's score input), the part of DeepSpeed's bf16
+gradient all-reduce copy beyond the freed activations (``reduce_cast_bytes``), and offload staging buffers. Data-parallel gradient buckets of ZeRO 0-2
 are views of the gradient storage (Megatron's contiguous grad buffer; torch DDP with
 ``gradient_as_bucket_view``), so they add nothing. The caching allocator's cached-but-free blocks are not in
 ``total`` (the allocator frees them before failing an allocation); ``StageMemory.allocator_cached`` carries the
@@ -378,7 +379,7 @@ def reduce_cast_bytes(scenario, rp: RankParams) -> float:
     phases (``stage_memory``).
     """
     t = scenario.training
-    if not (bf16_optimizer(t) and scenario.layout.pp > 1 and scenario.dp > 1):
+    if not (bf16_optimizer(t) and scenario.layout.pp > 1):  # the engine reduces even over a DP group of 1
         return 0.0
     return float(rp.held * t.param_bytes)
 
