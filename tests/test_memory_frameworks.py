@@ -130,10 +130,20 @@ def test_runtime_terms_are_derived_from_documented_defaults():
     assert d["cuda_context"] == 132 * 2048 * 1024 + 9 * (1 << 20)
     assert d["cublas_workspace"] == 2 * 32 * (1 << 20)
     per_channel = 4 * (1 << 20) + 4915200 + 524288          # Simple + LL128 + LL buffers
-    assert d["nccl_buffers"] == 2 * 32 * per_channel + 2 * 2 * 4 * (1 << 20)  # tp and dp communicators + p2p
+    # Megatron: tp, dp, the world (pretrain's start-time all-reduce) and TP x PP (grad norm) communicators + p2p
+    assert d["nccl_buffers"] == 4 * 32 * per_channel + 2 * 2 * 4 * (1 << 20)
     sm = stage_memory(s, 0)
     assert sm.allocated == pytest.approx(sm.total - d["cuda_context"] - d["nccl_buffers"])
-    assert rt.communicators(s.layout, s.dp) == {"tp": 8, "dp": 4}
+    assert rt.communicators(s.layout, s.dp) == {"tp": 8, "dp": 4}  # torch: one per parallel dimension
+    mega = {"tp": 8, "dp": 4, "world": 64, "mp": 16}
+    assert rt.communicators(s.layout, s.dp, framework="megatron", stage=0) == mega
+    # tied embeddings: the embedding group on the first and the last stage only; DeepSpeed adds the pipe group
+    assert rt.communicators(s.layout, s.dp, framework="megatron", stage=1, tied_embeddings=True) == {
+        **mega, "embedding": 2}
+    assert rt.communicators(s.layout, s.dp, framework="deepspeed", stage=0, tied_embeddings=True) == {
+        **mega, "embedding": 2, "pp": 2}
+    single = scen("llama3-8b", 1, {"tp": 1})
+    assert rt.communicators(single.layout, single.dp, framework="megatron") == {}
 
 
 def test_zero_0_beside_the_distributed_optimizer_is_refused_on_the_command_line(tmp_path, capsys):
@@ -194,3 +204,62 @@ def test_deepspeed_bf16_optimizer_keeps_bf16_grads_beside_fp32_ones():
     # bf16 gradient accumulation is ZeRO's own optimizer (2 + 2 + 12), and so is ZeRO-2 with fp32 grads
     assert framework.state_bytes(scen(*base, framework="deepspeed", zero=1).training).grads == 2
     assert framework.state_bytes(scen(*base, framework="deepspeed", zero=2, grad_dtype="fp32").training).grads == 4
+
+
+def test_deepspeed_bf16_pipeline_reduce_casts_the_whole_fp32_gradient_to_bf16():
+    # PipelineEngine._bf16_reduce_grads all-reduces each group's flat fp32 gradient as one bucket, cast to bf16
+    # (communication_data_type): a 2-byte copy of every held parameter after the last backward. The reserved
+    # peak is the activation peak plus that copy; the allocated peak counts only what exceeds the activations.
+    s = scen("llama3-70b", 64, {"tp": 8, "pp": 4}, framework="deepspeed", zero=1, grad_dtype="fp32",
+             recompute="full", micro_batch=1, global_batch=64)
+    for stage in (0, 3):  # not the loss stage's cached logits: stage 0; the last stage has 1 micro-batch in flight
+        sm, rp = stage_memory(s, stage), rank_param_shards(s, stage)
+        cast = 2 * rp.held
+        beyond = max(0.0, cast - sm.activations)
+        assert sm.details.get("grad_reduce_cast", 0.0) == pytest.approx(beyond)
+        reserved = sm.total + sm.allocator_cached
+        loss_cached = stage_memory(s.model_copy(update={"training": s.training.model_copy(
+            update={"grad_dtype_bytes": 2})}), stage).allocator_cached if stage == 3 else 0.0
+        assert reserved == pytest.approx(sm.model_states + sm.activations + sm.other - beyond + cast + loss_cached)
+    assert stage_memory(s, 3).details["grad_reduce_cast"] > 0 and "grad_reduce_cast" not in stage_memory(s, 0).details
+    # no copy without the pipeline engine, without data parallelism, or with ZeRO's own optimizer (bf16 grads)
+    for other in (scen("llama3-70b", 64, {"tp": 8, "pp": 1}, framework="deepspeed", zero=1, grad_dtype="fp32"),
+                  scen("llama3-70b", 64, {"tp": 8, "pp": 4}, framework="deepspeed", zero=1)):
+        assert "grad_reduce_cast" not in stage_memory(other, 0).details
+
+
+def test_embedding_norm_adds_its_parameters_and_saved_input_on_the_first_stage():
+    # BLOOM's word_embeddings_layernorm (--embed-layernorm): LayerNorm weight + bias (2h) on the first stage; the
+    # fused layer norm saves its 16-bit input (T x h) and an fp32 mean and inverse deviation per token.
+    from trainsim.cost_models import activations as act
+    bloom = {"name": "bloom-like", "num_layers": 4, "hidden": 1024, "num_heads": 16, "vocab_size": 250880,
+             "max_seq_len": 2048, "position_embedding": "rope"}
+
+    def s(norm):
+        return build_scenario({"model": {**bloom, "embedding_norm": norm}, "cluster": "dgx-h100", "gpus": 2,
+                               "layout": {"tp": 1, "pp": 2},
+                               "training": {"seq_len": 2048, "global_batch": 8, "micro_batch": 2,
+                                            "framework": "deepspeed"}})
+    with_norm, without = s(True), s(False)
+    assert with_norm.model.total_params() - without.model.total_params() == 2 * 1024
+    tokens = 2 * 2048
+    extra = act.embedding_activation_bytes(with_norm) - act.embedding_activation_bytes(without)
+    assert extra == 2 * tokens * 1024 + 8 * tokens
+    assert stage_memory(with_norm, 1).activations == stage_memory(without, 1).activations  # first stage only
+
+
+def test_megatron_unfused_attention_keeps_a_persistent_scores_buffer_shared_with_the_sp_gather():
+    # GlobalMemoryBuffer "mpu": baddbmm's beta=0 input of [b x heads/tp, s, s] under unfused attention; the same
+    # named buffer serves the sequence-parallel gather, so one buffer of the larger size remains.
+    base = ("llama3-8b", 8, {"tp": 2})
+    fused = stage_memory(scen(*base, seq_len=4096, micro_batch=2, global_batch=8), 0).details
+    unfused = stage_memory(scen(*base, seq_len=4096, micro_batch=2, global_batch=8, flash_attention=False), 0).details
+    assert "attention_scores_buffer" not in fused
+    assert unfused["attention_scores_buffer"] == 2 * 2 * (32 // 2) * 4096 * 4096
+    sp = stage_memory(scen(*base, seq_len=4096, micro_batch=2, global_batch=8, flash_attention=False,
+                           sequence_parallel=True), 0).details
+    assert "sp_gather_buffer" not in sp and sp["attention_scores_buffer"] == unfused["attention_scores_buffer"]
+    assert stage_memory(scen(*base, seq_len=4096, micro_batch=2, global_batch=8, sequence_parallel=True),
+                        0).details["sp_gather_buffer"] == 2 * 2 * 4096 * 4096
+    torch_fw = scen(*base, seq_len=4096, micro_batch=2, global_batch=8, flash_attention=False, framework="torch")
+    assert "attention_scores_buffer" not in stage_memory(torch_fw, 0).details

@@ -277,12 +277,20 @@ def recompute_working_bytes(scenario, impl: str = "fused") -> float:
 
 
 def embedding_activation_bytes(scenario) -> float:
-    """First stage, per micro-batch: token ids (and position ids, int64) for the embedding backward, + dropout mask."""
+    """First stage, per micro-batch: token ids (and position ids, int64) for the embedding backward, + dropout mask.
+
+    With ``ModelSpec.embedding_norm`` (BLOOM) the norm saves its input, the embedding's 16-bit output (the
+    sequence-parallel shard), and an fp32 mean and inverse deviation per token (apex/Megatron fused layer
+    norm ``save_for_backward(input, mean, invvar)``); its output is the dropout's input, which dropout does not
+    keep. The embedding is not recomputed (Megatron-DeepSpeed checkpoints transformer layers only).
+    """
     shp = _shape(scenario)
     T = shp.tokens
     mask = MASK_BYTES * T * shp.h / shp.sp_div if shp.dropout else 0.0
-    learned = getattr(getattr(scenario, "model", None), "position_embedding", "rope") == "learned"
-    return 8.0 * T + (8.0 * shp.s / shp.cp if learned else 0.0) + mask
+    model = getattr(scenario, "model", None)
+    learned = getattr(model, "position_embedding", "rope") == "learned"
+    norm = (shp.e * T * shp.h + 8.0 * T) / shp.sp_div if getattr(model, "embedding_norm", False) else 0.0
+    return 8.0 * T + (8.0 * shp.s / shp.cp if learned else 0.0) + mask + norm
 
 
 def pipeline_output_bytes(scenario) -> float:

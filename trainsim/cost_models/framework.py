@@ -302,7 +302,7 @@ MIXED_ADAM_BYTES = 12
 BF16_LP_GRAD_BYTES = 2
 
 
-def _bf16_optimizer(training) -> bool:
+def bf16_optimizer(training) -> bool:
     """Whether DeepSpeed runs its BF16_Optimizer: bf16 with fp32 gradient accumulation at ZeRO stage 0 or 1 and
     no CPU offload (deepspeed/runtime/engine.py ``_do_optimizer_sanity_check`` returns BFLOAT16 for ZeRO-1 with
     grad_accum_dtype fp32; stage 0 bf16 always takes it)."""
@@ -349,7 +349,7 @@ def state_bytes(training) -> StateBytes:
     * deepspeed*: 16-bit parameters and gradients, the fp32 partition + Adam m, v (ZeRO paper Sec. 3.1:
       2 + 2 + 12; deepspeed/runtime/zero/stage_1_and_2.py ``single_partition_of_fp32_groups``). bf16 with
       fp32 gradient accumulation at ZeRO 0/1 is the BF16_Optimizer: the bf16 gradients stay beside the fp32
-      accumulation buffer, 2 + (2 + 4) + 12 (``_bf16_optimizer``).
+      accumulation buffer, 2 + (2 + 4) + 12 (``bf16_optimizer``).
     * fp32 training: no master copy, 4 + 4 + 8 (Megatron's FP32Optimizer; torch.optim on fp32 parameters).
     * ``master_weights=false`` (pure low-precision, torchtune's default): weights and gradients in the
       training dtype and Adam's m and v in the parameters' dtype (torch.optim allocates them ``zeros_like``
@@ -372,7 +372,7 @@ def state_bytes(training) -> StateBytes:
                 f"{_dtype_name(grads, low)} grads, Adam m, v fp32 ({opt:g} B)")
         return StateBytes(4, grads, opt, note)
     w, opt = training.param_bytes, training.optimizer_bytes_per_param
-    if _bf16_optimizer(training):
+    if bf16_optimizer(training):
         note = (f"bf16 weights, bf16 grads + fp32 accumulated grads (DeepSpeed BF16_Optimizer), "
                 f"{'fp32 master + Adam m, v' if opt == MIXED_ADAM_BYTES else f'optimizer {opt:g} B'}")
         return StateBytes(w, grads + BF16_LP_GRAD_BYTES, opt, note)

@@ -21,8 +21,9 @@ and gradients and Adam m, v (16); DeepSpeed 2 + 2 + 12; pure low-precision train
 
 ``other`` is the sum of named terms (``StageMemory.other_terms``): the runtime (``cuda_context``,
 ``cublas_workspace``, ``nccl_buffers``: runtime_memory.py), ZeRO-3 all-gather/prefetch and reduce-scatter
-buffers, the logits/loss workspace on the loss stage, pipeline send/receive buffers, Megatron's
-sequence-parallel all-gather buffer, and offload staging buffers. Data-parallel gradient buckets of ZeRO 0-2
+buffers, the logits/loss workspace on the loss stage, pipeline send/receive buffers, Megatron's persistent
+"mpu" buffer (sequence-parallel all-gather or unfused attention's score input), the part of DeepSpeed's bf16
+gradient all-reduce copy beyond the freed activations (``reduce_cast_bytes``), and offload staging buffers. Data-parallel gradient buckets of ZeRO 0-2
 are views of the gradient storage (Megatron's contiguous grad buffer; torch DDP with
 ``gradient_as_bucket_view``), so they add nothing. The caching allocator's cached-but-free blocks are not in
 ``total`` (the allocator frees them before failing an allocation); ``StageMemory.allocator_cached`` carries the
@@ -41,7 +42,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from . import activations as act
-from .framework import FP32_PARAM_FRAMEWORKS, behaviour, state_bytes
+from .framework import FP32_PARAM_FRAMEWORKS, behaviour, bf16_optimizer, state_bytes
 from .allocator_reserve import loss_stage_cached_bytes
 from .runtime_memory import OUTSIDE_ALLOCATOR, runtime_terms
 from .shapes import block_kinds, dense_block_scenario, layer_shape
@@ -346,13 +347,41 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     activations = inflight_microbatches * per_mb + working
 
     details: dict[str, float] = {"activations_per_microbatch": per_mb, "recompute_working": working,
-                                 **runtime_terms(scenario), **transient_terms(scenario, stage, rp, working),
+                                 **runtime_terms(scenario, stage), **transient_terms(scenario, stage, rp, working),
                                  **off.device}
+    cast = reduce_cast_bytes(scenario, rp)
+    beyond = max(0.0, cast - activations)  # the reduce runs after the last backward: activations are freed
+    if beyond:
+        details["grad_reduce_cast"] = beyond
     other = sum(v for k, v in details.items() if k not in ACTIVATION_DETAILS)
     return StageMemory(weights=off.weights, grads=off.grads, optimizer=off.optimizer, activations=activations,
                        other=other, host=host, pcie_h2d_bytes=off.h2d, pcie_d2h_bytes=off.d2h,
                        inflight_microbatches=inflight_microbatches, details=details,
-                       allocator_cached=_allocator_cached(scenario, stage, working))
+                       allocator_cached=_allocator_cached(scenario, stage, working) + cast - beyond)
+
+
+def reduce_cast_bytes(scenario, rp: RankParams) -> float:
+    """The 16-bit copy of the whole fp32 gradient that DeepSpeed's pipeline engine all-reduces under its
+    BF16_Optimizer, on one rank (0 elsewhere).
+
+    ``PipelineEngine._bf16_reduce_grads`` passes ``BF16_Optimizer.get_grads_for_reduction()`` -- one flat fp32
+    gradient per parameter group (``fp32_groups_gradients_flat``) -- to ``buffered_allreduce_fallback``;
+    ``allreduce_no_retain`` closes a bucket at the first tensor past ``MEMORY_OPT_ALLREDUCE_SIZE`` (5e8
+    elements), so each group is one bucket, ``flatten`` of one tensor is a view, and ``allreduce_bucket`` casts
+    it to ``communication_data_type`` -- bf16 when bf16 is enabled (engine.py, d14baad94 2021-11-26; fp32
+    only from 261d63708 2023-03-30 to d56268f37 2023-04-25) -- a new tensor of ``param_bytes`` per held
+    parameter (DeepSpeed 56c522386 "bf16+pipeline parallelism" #1801, 2022-04-19, and its branch of
+    2022-02-28, 15293139f, through 08e0733e4, 2024-04-08, which reduces the 16-bit ``param.grad`` instead).
+
+    The reduce runs after the last backward, when the activations are freed; their cached blocks, each a
+    tensor-sized segment, cannot serve a request this large (allocator_reserve.py), so the copy takes a new
+    segment: the reserved peak is the activation peak plus the copy, the allocated peak the larger of the two
+    phases (``stage_memory``).
+    """
+    t = scenario.training
+    if not (bf16_optimizer(t) and scenario.layout.pp > 1):  # the engine reduces even over a DP group of 1
+        return 0.0
+    return float(rp.held * t.param_bytes)
 
 
 def _allocator_cached(scenario, stage: int, working: float) -> float:
@@ -467,12 +496,29 @@ def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0) 
     shp = layer_shape(scenario)
     if lay.pp > 1:
         out["pp_p2p_buffers"] = 2.0 * shp.e * shp.tokens * shp.h / shp.sp_div
-    if t.sequence_parallel and lay.tp > 1 and t.framework in ("megatron", "megatron-2022"):
-        # Megatron-Core gathers the sequence-parallel input of a column-parallel linear into one persistent
-        # buffer (tensor_parallel/layers.py: get_global_memory_buffer().get_tensor(..., "mpu")): the full
-        # sequence of one micro-batch at the hidden width.
-        out["sp_gather_buffer"] = float(shp.e * shp.tokens * shp.h)
+    out.update(megatron_global_buffer(scenario, shp))
     return out
+
+
+def megatron_global_buffer(scenario, shp) -> dict[str, float]:
+    """Megatron's persistent "mpu" buffer (megatron/core/utils.py ``GlobalMemoryBuffer.get_tensor``: one tensor
+    per name and dtype, reallocated only to grow, so it holds the largest request), named after its user.
+
+    * ``sp_gather_buffer``: sequence parallelism gathers a column-parallel linear's input into it
+      (tensor_parallel/layers.py): the full sequence of one micro-batch at the hidden width;
+    * ``attention_scores_buffer``: unfused attention passes it to ``torch.baddbmm`` as the (ignored, beta=0)
+      input of the raw scores, [b x heads/tp, sq, sk] (core/transformer/dot_product_attention.py
+      ``matmul_input_buffer``); the scores themselves are a new tensor, so the buffer is memory of its own.
+    """
+    t, lay = scenario.training, scenario.layout
+    if t.framework not in ("megatron", "megatron-2022"):
+        return {}
+    sp = float(shp.e * shp.tokens * shp.h) if t.sequence_parallel and lay.tp > 1 else 0.0
+    sq = shp.s / shp.cp
+    scores = 0.0 if shp.flash else float(shp.e * shp.b * -(-shp.a // shp.tp) * sq * sq)
+    if not (sp or scores):
+        return {}
+    return {"sp_gather_buffer" if sp >= scores else "attention_scores_buffer": max(sp, scores)}
 
 
 def all_stage_memory(scenario) -> list[StageMemory]:

@@ -50,27 +50,53 @@ def cuda_context_bytes(num_sms: int) -> float:
     return float(num_sms * MAX_THREADS_PER_SM * CUDA_STACK_BYTES_PER_THREAD + CUDA_FIFO_AND_HEAP_BYTES)
 
 
-def communicators(layout, dp: int) -> dict[str, int]:
-    """Collective communicators a rank uses (size > 1): name -> ranks. Megatron-Core builds one per parallel
-    dimension (megatron/core/parallel_state.py), the gradient reduction over DP x CP when cp > 1; HSDP (FSDP2's 2-D mesh) uses
-    a shard-group and a replicate-group communicator."""
+def communicators(layout, dp: int, *, framework: str = "torch", stage: int | None = None,
+                  tied_embeddings: bool = False) -> dict[str, int]:
+    """Collective communicators a rank uses (size > 1): name -> ranks. torch creates one NCCL communicator per
+    process group (ProcessGroupNCCL), also for a group whose ranks repeat another's.
+
+    Every framework: one per parallel dimension (megatron/core/parallel_state.py), the gradient reduction
+    over DP x CP when cp > 1; HSDP (FSDP2's 2-D mesh) a shard-group and a replicate-group communicator.
+    Megatron and DeepSpeed's pipeline engine (the ``megatron*`` and ``deepspeed*`` frameworks) also run
+    collectives on:
+
+    * ``world``: ``pretrain`` all-reduces its start time over the default group (megatron/training/training.py,
+      read_file id 2244501596; Megatron-DeepSpeed keeps it);
+    * ``mp``: the gradient norm (and fp16's found-inf) is all-reduced over the model-parallel group, TP x PP
+      (megatron/core/optimizer/optimizer.py ``get_grad_stats_parallel_group`` -> parallel_state
+      ``get_model_parallel_group``; DeepSpeed BF16_Optimizer ``get_global_norm_of_tensors(mpu=...)``);
+    * ``embedding``: with tied embeddings and pp > 1, the first and the last stage all-reduce the word
+      embedding's gradient (megatron/core/distributed/finalize_model_grads.py ``_allreduce_word_embedding_grads``
+      over ``get_embedding_group``; DeepSpeed pipe/module.py ``allreduce_tied_weight_gradients`` over the
+      tied-module group), on those stages only (``stage``);
+    * ``pp`` (DeepSpeed): ``PipelineEngine._aggregate_total_loss`` broadcasts the loss over the pipe-parallel
+      group (deepspeed/runtime/pipe/engine.py, DeepSpeed 15293139f).
+    """
     groups = {"tp": layout.tp, "cp": layout.cp, "dp": dp * layout.cp, "ep": layout.ep}
     if layout.dp_shard and layout.dp_shard < dp:  # HSDP: a shard group (with CP) and a replicate group instead
         del groups["dp"]
         groups.update(dp_shard=layout.dp_shard * layout.cp, dp_replicate=dp // layout.dp_shard)
+    if framework.startswith(("megatron", "deepspeed")):
+        groups.update(world=layout.tp * layout.pp * layout.cp * dp, mp=layout.tp * layout.pp)
+        if tied_embeddings and layout.pp > 1 and stage in (0, layout.pp - 1):
+            groups["embedding"] = 2
+        if framework.startswith("deepspeed"):
+            groups["pp"] = layout.pp
     return {k: n for k, n in groups.items() if n > 1}
 
 
-def nccl_buffer_bytes(layout, dp: int) -> float:
-    """NCCL buffers on one rank: every collective communicator's channels, plus pipeline p2p."""
-    coll = len(communicators(layout, dp)) * NCCL_CHANNELS * NCCL_BUFFERS_PER_CHANNEL_BYTES
+def nccl_buffer_bytes(layout, dp: int, **which) -> float:
+    """NCCL buffers on one rank: every collective communicator's channels (``communicators``, keyword
+    arguments passed on), plus pipeline p2p."""
+    coll = len(communicators(layout, dp, **which)) * NCCL_CHANNELS * NCCL_BUFFERS_PER_CHANNEL_BYTES
     p2p = (2 * NCCL_P2P_CHANNELS_PER_PEER * 4 * MiB) if layout.pp > 1 else 0
     return float(coll + p2p)
 
 
-def runtime_terms(scenario) -> dict[str, float]:
+def runtime_terms(scenario, stage: int | None = None) -> dict[str, float]:
     """Named runtime bytes on one rank: ``cuda_context`` (``TrainingSpec.cuda_context_bytes`` where the run's stack
-    was measured, else derived), ``cublas_workspace``, ``nccl_buffers`` (GPU), or the torch process itself
+    was measured, else derived), ``cublas_workspace``, ``nccl_buffers`` (GPU; on pipeline ``stage`` where
+    given), or the torch process itself
     (``cuda_context`` holds it on a CPU "GPU", which has no SM count)."""
     gpu = scenario.cluster.gpu
     if getattr(gpu, "num_sms", None) is None:
@@ -78,4 +104,5 @@ def runtime_terms(scenario) -> dict[str, float]:
     measured = scenario.training.cuda_context_bytes
     return {"cuda_context": float(measured) if measured else cuda_context_bytes(gpu.num_sms),
             "cublas_workspace": float(CUBLAS_HANDLES * CUBLAS_WORKSPACE_BYTES),
-            "nccl_buffers": nccl_buffer_bytes(scenario.layout, scenario.dp)}
+            "nccl_buffers": nccl_buffer_bytes(scenario.layout, scenario.dp, framework=scenario.training.framework,
+                                              stage=stage, tied_embeddings=scenario.model.tie_embeddings)}

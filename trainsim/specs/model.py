@@ -40,6 +40,10 @@ class ModelSpec(BaseModel):
         default=2, ge=1, le=4,
         description="norm layers per block: 2 (before attention and before the MLP), 1 (Falcon-7B's parallel "
                     "attention/MLP reading one input norm), 4 (Gemma 2/3: a norm before and after each sub-layer)")
+    embedding_norm: bool = Field(
+        default=False, description="a norm right after the token embedding (BLOOM's word_embeddings_layernorm; "
+                                   "Megatron-DeepSpeed --embed-layernorm): its parameters and saved input on the "
+                                   "first stage")
     qk_norm: bool = Field(default=False, description="RMSNorm of head_dim on every query and key head (Qwen3, Gemma 3)")
     sliding_window: int | None = Field(
         default=None, gt=0, le=100_000_000,
@@ -227,10 +231,12 @@ class ModelSpec(BaseModel):
         return self.attention_params() + self.mlp_params() + self.block_norm_params()
 
     def input_embedding_params(self) -> int:
-        """First stage: the word embedding table (+ learned positions, + OPT's project_in)."""
+        """First stage: the word embedding table (+ learned positions, + BLOOM's embedding norm, + OPT's
+        project_in)."""
         emb = self.vocab_size * self.embed_dim
         if self.position_embedding == "learned":
             emb += self.max_seq_len * self.hidden
+        emb += self.norm_params() if self.embedding_norm else 0
         return emb + (self.embed_dim * self.hidden if self.embed_proj_dim else 0)
 
     def output_layer_params(self) -> int:

@@ -13,6 +13,8 @@
   ``dropout``, ``tied_embeddings``, ``gpu_memory_gib`` (the HBM of the part the run used when it differs from the
   preset's, e.g. the 96 GB H100 of Meta's Grand Teton: only the capacity changes, which is all that peak memory
   compares against);
+* ``embedding_norm`` (optional, yes/no): a norm after the token embedding (BLOOM's ``--embed-layernorm``:
+  ModelSpec.embedding_norm); empty = none;
 * ``grad_bytes`` (optional): bytes per gradient element when the source states a gradient dtype its framework
   does not use by default (DeepSpeed's BF16_Optimizer accumulates bf16 gradients in fp32: 4); empty = the
   framework's own choice, which is what a row without it tests;
@@ -73,8 +75,8 @@ MEMORY_NOTES = (
      "sharding, offload, precision, FlashAttention, dropout and framework columns as stated; the GPU preset of "
      "gpu_type with gpu_memory_gib as its capacity when stated."),
     ("unknowns: each row's unknowns column says what its source leaves open and the rule that set it; "
-     "unmodelled names settings trainsim cannot express (torch.compile, float8 all-gather, ALiBi, "
-     "embedding LayerNorm), which are predicted as if absent."),
+     "unmodelled names settings trainsim cannot express (torch.compile, float8 all-gather, ALiBi), which are "
+     "predicted as if absent."),
 )
 
 
@@ -169,6 +171,8 @@ def scenario_mapping(r: dict) -> dict:
     off_opt, off_params = offload(r)
     model = common_runs.model_mapping(r)
     model["tie_embeddings"] = _yes(r, "tied_embeddings")
+    if (r.get("embedding_norm") or "").strip():
+        model["embedding_norm"] = _yes(r, "embedding_norm")
     cluster = common_runs.cluster_mapping(r, gpus)
     cap = num(r.get("gpu_memory_gib"))
     if cap is not None:
