@@ -164,3 +164,48 @@ def test_graphs_or_compile_where_they_cannot_be_costed_are_refused(capsys, tmp_p
     assert main(["predict", str(f)]) == 2
     err = capsys.readouterr().err
     assert "training.host_issue" in err and "Traceback" not in err
+
+
+@pytest.mark.torch
+def test_megatron_layer_counts_match_the_dispatch_counter():
+    """BLOCK_OPS["megatron-gpt-unfused"] is what the op-for-op replica of Megatron's GPT layer
+    (kernels/megatron_block.py) dispatches, at any width and sequence length."""
+    torch = pytest.importorskip("torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from trainsim.kernels.megatron_block import MegatronLayer
+    from trainsim.kernels.op_count import _Counter
+
+    for hidden, heads, seq in ((256, 4, 64), (2048, 16, 128)):
+        with FakeTensorMode():
+            layer = MegatronLayer(hidden, heads, 4 * hidden)
+            x = torch.randn(seq, 1, hidden, requires_grad=True)
+            grad = torch.randn(seq, 1, hidden)
+            fwd, bwd = _Counter(), _Counter()
+            with fwd:
+                y = layer(x)
+            with bwd:
+                y.backward(grad)
+        assert (fwd.ops, fwd.kernels, bwd.ops, bwd.kernels) == hi.BLOCK_OPS["megatron-gpt-unfused"]
+
+
+def test_megatron_layer_count_applies_to_its_frameworks_without_flash():
+    assert hi.issue_style("layernorm-gelu-learned", megatron_layer=True, flash=False) == "megatron-gpt-unfused"
+    assert hi.issue_style("layernorm-gelu-learned", megatron_layer=True, flash=True) == "layernorm-gelu-learned"
+    assert hi.issue_style("layernorm-gelu-learned", megatron_layer=False, flash=False) == "layernorm-gelu-learned"
+    assert hi.issue_style("rmsnorm-swiglu-rope", megatron_layer=True, flash=False) == "rmsnorm-swiglu-rope"
+
+
+@pytest.mark.parametrize(("framework", "counted"), [("megatron-2021", "megatron-gpt-unfused"),
+                                                    ("megatron-2022", "megatron-gpt-unfused"),
+                                                    ("megatron", "layernorm-gelu-learned")])
+def test_scenario_issue_time_of_megatron_layer_closed_form(framework, counted):
+    """Full recompute at TP 2 without FlashAttention: forward = ops x 3.3 us + kernels x 3.8 us (2 all-reduces
+    added), backward = its own ops plus the recomputed forward's."""
+    s = small(tp=2, framework=framework, recompute="full", flash_attention=False)
+    f_ops, f_k, b_ops, b_k = hi.BLOCK_OPS[counted]
+    d, k = hi.ATEN_DISPATCH_S, hi.KERNEL_LAUNCH_S
+    fwd = (f_ops + 2) * d + (f_k + 2) * k
+    issue = hi.scenario_block_issue(s)
+    assert issue.fwd_s == pytest.approx(fwd)
+    assert issue.bwd_s == pytest.approx((b_ops + 2) * d + (b_k + 2) * k + fwd)

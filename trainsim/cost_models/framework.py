@@ -165,6 +165,11 @@ fitted to a measurement.
   ``_copy_model_grads_to_main_grads`` (read 2, write 4) and ``_copy_main_params_to_model_params``
   (read 4, write 2) = 12. The fp16 loss-scale unscale/inf check is a dtype effect, not a framework one
   (compute.FP16_UNSCALE_BYTES_PER_PARAM).
+* ``megatron_layer`` -- the blocks are Megatron's legacy ``ParallelTransformerLayer`` (megatron/model/
+  transformer.py of Megatron-LM 2021-2022 and of Megatron-DeepSpeed): without FlashAttention its unfused core
+  attention, separate bias adds and bias-dropout-adds dispatch more eager ops per block than the executor's
+  block, which the host's issue time counts (cost_models.host_issue, "Megatron's layer"). megatron-2021 and
+  megatron-2022 run it; Megatron-Core (megatron) runs Transformer Engine's fused layers instead.
 """
 
 from __future__ import annotations
@@ -213,6 +218,7 @@ class FrameworkBehaviour:
     clip_scales_grads: bool = False
     fp8_weight_cache: bool = False
     pipeline_output_kept: bool = False
+    megatron_layer: bool = False
 
 
 BEHAVIOURS: dict[str, FrameworkBehaviour] = {
@@ -222,7 +228,7 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
     "megatron-2021": FrameworkBehaviour("megatron-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
                                         zero3_gather="block", reduce_bucket_params=None,
                                         grad_accumulation_pass=True, optimizer_extra_bytes_per_param=12.0,
-                                        p2p_overlap="never", pp_scatter_gather=True),
+                                        p2p_overlap="never", pp_scatter_gather=True, megatron_layer=True),
     # Megatron-LM of early 2022 (Korthikanti et al., arXiv:2205.05198): the 2021 behaviours (local DDP reduced
     # after the backward pass -- Sec. 6.3: "we do not use any overlapping of gradient all-reduces with
     # back-propagation" --, unfused cross-entropy, fp16/bf16 optimizer copies, blocking p2p, scatter/gather)
@@ -233,7 +239,8 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
     "megatron-2022": FrameworkBehaviour("megatron-2022", overlap_grad_reduce=False, fused_cross_entropy=False,
                                         zero3_gather="block", reduce_bucket_params=None,
                                         grad_accumulation_pass=False, optimizer_extra_bytes_per_param=12.0,
-                                        p2p_overlap="never", pp_scatter_gather=True, tp_dgrad_overlap=True),
+                                        p2p_overlap="never", pp_scatter_gather=True, tp_dgrad_overlap=True,
+                                        megatron_layer=True),
     "pytorch-fsdp": FrameworkBehaviour("pytorch-fsdp", overlap_grad_reduce=True, fused_cross_entropy=True,
                                        zero3_gather="block", reduce_bucket_params=None,
                                        train_metric_loss_passes=2, fsdp_grad_prep=True,

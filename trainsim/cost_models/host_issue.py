@@ -36,6 +36,18 @@ whose kernels do ~no work, so the time is the host's issue time of a block pass 
 counted seconds for that block style. Without it, a profile's CPU eager overhead (``eager_overhead``: per
 modelled op x the block's modelled ops, ``compute.eager_overhead_s``) stands in for the host's time.
 
+Megatron's layer: frameworks that run Megatron's legacy ``ParallelTransformerLayer``
+(``FrameworkBehaviour.megatron_layer``: megatron-2021, megatron-2022) issue more forward ops than the
+executor's block where attention is not FlashAttention: the unfused core attention (``baddbmm`` into a
+preallocated buffer, softmax, attention dropout, ``bmm``, ``permute().contiguous()`` and their views), biases
+added apart from the GEMMs and two bias-dropout-adds. ``trainsim.kernels.megatron_block`` writes that layer op
+for op from Megatron-DeepSpeed's ``megatron/model/transformer.py``; the counter gives 59 ops / 30 kernels
+forward and 87 / 28 backward (``"megatron-gpt-unfused"``) against the executor block's 39 / 12 and 94 / 26.
+Host work outside aten dispatch (Python ``autograd.Function`` wrappers of Megatron's linears and fused kernels,
+the RNG-tracker fork around attention dropout, DeepSpeed's ``CheckpointFunction`` RNG save/restore) is not
+counted: it synchronises nothing with the device (``torch.cuda.get_rng_state`` copies the generator's seed and
+offset on the host), and no per-call measurement of it for that PyTorch and host is cited.
+
 Scenario settings that cut the count (``TrainingSpec.host_issue``): ``"cuda_graphs"`` captures each block's
 forward and backward as graphs, so the host launches one graph per block and pass (``KERNEL_LAUNCH_S`` each);
 ``"compile"`` (torch.compile / Inductor) drops the views and the Python dispatch of the captured ops, leaving
@@ -55,6 +67,8 @@ GRACE_SLOWDOWN = 35.0 / 13.5   # TE issue #2053: nn.Linear forward CPU time, Gra
 BLOCK_OPS = {
     "layernorm-gelu-learned": (39, 12, 94, 26),
     "rmsnorm-swiglu-rope": (85, 48, 144, 73),
+    # Megatron's legacy GPT layer without FlashAttention (trainsim.kernels.megatron_block, see "Megatron's layer")
+    "megatron-gpt-unfused": (59, 30, 87, 28),
 }
 # A TP collective issued from Python (torch.distributed call on the NCCL process group): one dispatch and one
 # kernel launch, as any other op.
@@ -76,6 +90,14 @@ def op_seconds(host_cpu: str = "x86") -> tuple[float, float]:
     """(seconds per dispatched aten op, extra seconds per kernel launch) on a ``host_cpu`` host."""
     scale = GRACE_SLOWDOWN if host_cpu == "grace" else 1.0
     return ATEN_DISPATCH_S * scale, KERNEL_LAUNCH_S * scale
+
+
+def issue_style(style: str, *, megatron_layer: bool, flash: bool) -> str:
+    """Key of ``BLOCK_OPS`` for a block of ``style``: Megatron's unfused GPT layer where the framework runs it
+    without FlashAttention, else the executor's block of that style."""
+    if megatron_layer and not flash and style == "layernorm-gelu-learned":
+        return "megatron-gpt-unfused"
+    return style
 
 
 def block_counts(style: str) -> tuple[int, int, int, int]:
@@ -136,6 +158,7 @@ def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
     """Host issue time of one dense block of ``scenario`` per micro-batch, or None where the host is not
     modelled apart: CPU ranks (their eager time is the ops' own time, cost_models.eager) and MoE blocks
     (Megatron-Core's MoE host work and its per-layer host sync: cost_models.host, a warning)."""
+    from . import framework
     from .compute import eager_overhead_s
     from .eager import block_style, count_passes
     from .flops import layer_ops
@@ -151,6 +174,8 @@ def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
         n_f, n_b = count_passes(layer_ops(shp))
         measured = (ov_f * n_f, ov_b * n_b)
     t = scenario.training
-    return block_issue(block_style(shp), recompute_full=t.recompute == "full",
+    style = issue_style(block_style(shp), megatron_layer=framework.behaviour(t.framework).megatron_layer,
+                        flash=shp.flash)
+    return block_issue(style, recompute_full=t.recompute == "full",
                        tp_collectives=tp_collective_calls(scenario), mode=t.host_issue,
                        host_cpu=scenario.cluster.host_cpu, measured=measured)
