@@ -219,20 +219,20 @@ class FrameworkBehaviour:
     pipeline_output_kept: bool = False
     # ZeRO-1/2's gather of the updated parameters after the optimizer step, in how many calls: "buffer" one per
     # parameter buffer (Megatron-LM 2021-22 DistributedOptimizer ``gather_model_params``: one all-gather per
-    # model chunk and dtype buffer), "bucket" one per DDP bucket (Megatron-Core's distributed optimizer
-    # all-gathers each bucket of its param-and-grad buffer, ``start_param_sync``), "allgather_bucket" one per
+    # model chunk and dtype buffer; Megatron-Core all-gathers per bucket, but with ``overlap_param_gather``,
+    # NeMo's setting, those calls run under the next forward pass, which the engine does not model, so one
+    # exposed call stands in rather than charging hidden latency), "allgather_bucket" one per
     # DEEPSPEED_ALLGATHER_BUCKET_PARAMS elements (DeepSpeed ``all_gather_dp_groups``), "broadcast_per_param" one
     # broadcast per parameter tensor from the rank that owns it (torch ``ZeroRedundancyOptimizer._sync_params``
     # with its default ``parameters_as_bucket_view=False``: "sent parameter-by-parameter", torch/distributed/
     # optim/zero_redundancy_optimizer.py, find_string ids 42221174, 1023684051).
-    param_gather: Literal["buffer", "bucket", "allgather_bucket", "broadcast_per_param"] = "buffer"
+    param_gather: Literal["buffer", "allgather_bucket", "broadcast_per_param"] = "buffer"
 
 
 BEHAVIOURS: dict[str, FrameworkBehaviour] = {
     "megatron": FrameworkBehaviour("megatron", overlap_grad_reduce=True, fused_cross_entropy=False,
                                    zero3_gather="block", reduce_bucket_params=None, p2p_overlap="interleaved",
-                                   tp_dgrad_overlap=True, fused_bias_grad=True, fp8_weight_cache=True,
-                                   param_gather="bucket"),
+                                   tp_dgrad_overlap=True, fused_bias_grad=True, fp8_weight_cache=True),
     "megatron-2021": FrameworkBehaviour("megatron-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
                                         zero3_gather="block", reduce_bucket_params=None,
                                         grad_accumulation_pass=True, optimizer_extra_bytes_per_param=12.0,

@@ -37,8 +37,8 @@ What goes where (choices documented here, once):
   overlap, ``framework.behaviour(...).overlap_grad_reduce``: Megatron 2021's local DDP): all-reduce for ZeRO-0, reduce-scatter for the distributed
   optimizer / ZeRO-1/2/3 (torch's ZeroRedundancyOptimizer, framework ``torch`` ZeRO-1: all-reduce);
   ZeRO-2/3 reduce every micro-batch (DeepSpeed/FSDP); ZeRO-1/2 gather the updated parameters after the
-  optimizer step in the framework's calls (``framework.param_gather``: per DDP bucket, per 5e8-element
-  DeepSpeed allgather bucket, or one broadcast per parameter from its owner), each a collective over the
+  optimizer step in the framework's calls (``framework.param_gather``: one per buffer (Megatron), one per
+  5e8-element DeepSpeed allgather bucket, or one broadcast per parameter from its owner), each a collective over the
   whole DP group paying its ring latency; ZeRO-3 all-gathers each chunk's parameters before every
   forward and backward, prefetched one op ahead. Each collective the framework issues pays its own
   latency: one ZeRO-3 gather per block (FSDP) or per weight tensor (DeepSpeed), one reduce-scatter per
@@ -576,8 +576,6 @@ def _param_gather_calls(st: _Step, s: int, held: float) -> int:
     """How many collectives the framework issues for ZeRO-1/2's updated parameters of stage ``s`` (``held``
     parameters; framework.FrameworkBehaviour.param_gather): each one pays its latency over the whole DP group."""
     how = _param_gather(st)
-    if how == "bucket":
-        return max(1, math.ceil(held / st.bucket_params))
     if how == "allgather_bucket":
         return max(1, int(held // framework.DEEPSPEED_ALLGATHER_BUCKET_PARAMS))
     if how == "broadcast_per_param":
@@ -605,7 +603,8 @@ def _post_step(st: _Step, s: int) -> tuple[Transfer, ...]:
         calls = _param_gather_calls(st, s, held)
         op = "broadcast" if _param_gather(st) == "broadcast_per_param" else "all_gather"
         lat, bwt = _coll(op, nbytes / calls, st.dp_group, st.scenario, st.profile)
-        return (Transfer(f"{op} updated params ({calls} calls)", transfer_s=bwt * calls,
+        name = f"{op} updated params" + (f" ({calls} calls)" if calls > 1 else "")
+        return (Transfer(name, transfer_s=bwt * calls,
                          latency_s=lat * calls, links=_links(s, st.dp_group), dim="dp", nbytes=nbytes),)
     return ()
 
