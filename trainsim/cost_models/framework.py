@@ -183,6 +183,10 @@ FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 
 # DeepSpeed ZeRO config default reduce_bucket_size (elements).
 DEEPSPEED_REDUCE_BUCKET_PARAMS = 5e8
+# DeepSpeed ZeRO config default allgather_bucket_size (elements): ZeRO-1/2 gather the updated parameters in
+# ``max(1, partition_numel * dp // allgather_bucket_size)`` sequential all-gathers per parameter group
+# (deepspeed/runtime/utils.py ``all_gather_dp_groups``, find_string id 48284869659).
+DEEPSPEED_ALLGATHER_BUCKET_PARAMS = 5e8
 # Composer DecoupledAdamW, one pass per eager op over fp32 state and gradient (module docstring): exp_avg
 # mul_ (r4 w4) and add_ (r8 w4), exp_avg_sq mul_ (8) and addcmul_ (r8 w4), sqrt (8), / c2 (8), add_ eps (8),
 # param.addcdiv_ (r12 w4). HBM bytes per parameter.
@@ -219,6 +223,16 @@ class FrameworkBehaviour:
     fp8_weight_cache: bool = False
     pipeline_output_kept: bool = False
     megatron_layer: bool = False
+    # ZeRO-1/2's gather of the updated parameters after the optimizer step, in how many calls: "buffer" one per
+    # parameter buffer (Megatron-LM 2021-22 DistributedOptimizer ``gather_model_params``: one all-gather per
+    # model chunk and dtype buffer; Megatron-Core all-gathers per bucket, but with ``overlap_param_gather``,
+    # NeMo's setting, those calls run under the next forward pass, which the engine does not model, so one
+    # exposed call stands in rather than charging hidden latency), "allgather_bucket" one per
+    # DEEPSPEED_ALLGATHER_BUCKET_PARAMS elements (DeepSpeed ``all_gather_dp_groups``), "broadcast_per_param" one
+    # broadcast per parameter tensor from the rank that owns it (torch ``ZeroRedundancyOptimizer._sync_params``
+    # with its default ``parameters_as_bucket_view=False``: "sent parameter-by-parameter", torch/distributed/
+    # optim/zero_redundancy_optimizer.py, find_string ids 42221174, 1023684051).
+    param_gather: Literal["buffer", "allgather_bucket", "broadcast_per_param"] = "buffer"
 
 
 BEHAVIOURS: dict[str, FrameworkBehaviour] = {
@@ -247,11 +261,12 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                        optimizer_update="per_param_loop", clip_scales_grads=True),
     "deepspeed": FrameworkBehaviour("deepspeed", overlap_grad_reduce=True, fused_cross_entropy=False,
                                     zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
-                                    pipeline_output_kept=True),
+                                    pipeline_output_kept=True, param_gather="allgather_bucket"),
     "deepspeed-2021": FrameworkBehaviour("deepspeed-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
                                          zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
                                          zero3_overlap=False, zero3_gather_ops_per_rank=2,
-                                         zero3_persistent_regather=True, pipeline_output_kept=True),
+                                         zero3_persistent_regather=True, pipeline_output_kept=True,
+                                         param_gather="allgather_bucket"),
     # torch.distributed's own parallelism as trainsim execute runs it (kernels/parallelize.py): DDP buckets
     # reduced during backward, FSDP2 per-block gathers, eager F.cross_entropy (log_softmax + nll, not
     # fused), parallelize_module TP. Pipelining: Schedule1F1B's steady state fuses each send with the next
@@ -261,7 +276,8 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
     # ``param.grad`` (``grad += new``, a separate elementwise pass: grad_accumulation_pass).
     "torch": FrameworkBehaviour("torch", overlap_grad_reduce=True, fused_cross_entropy=False,
                                 zero3_gather="block", reduce_bucket_params=None, p2p_overlap="never",
-                                tp_input_reduce="per_linear", grad_accumulation_pass=True),
+                                tp_input_reduce="per_linear", grad_accumulation_pass=True,
+                                param_gather="broadcast_per_param"),
 }
 
 

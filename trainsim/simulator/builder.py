@@ -35,8 +35,11 @@ What goes where (choices documented here, once):
 * DP: gradients reduced in Megatron DDP buckets (max(40M, 1M·dp) parameters, Megatron-Core default) as
   each chunk's last backward produces them (or all after the backward pass when the framework does not
   overlap, ``framework.behaviour(...).overlap_grad_reduce``: Megatron 2021's local DDP): all-reduce for ZeRO-0, reduce-scatter for the distributed
-  optimizer / ZeRO-1/2/3; ZeRO-2/3 reduce every micro-batch (DeepSpeed/FSDP); ZeRO-1/2 all-gather the
-  updated parameters after the optimizer step; ZeRO-3 all-gathers each chunk's parameters before every
+  optimizer / ZeRO-1/2/3 (torch's ZeroRedundancyOptimizer, framework ``torch`` ZeRO-1: all-reduce);
+  ZeRO-2/3 reduce every micro-batch (DeepSpeed/FSDP); ZeRO-1/2 gather the updated parameters after the
+  optimizer step in the framework's calls (``framework.param_gather``: one per buffer (Megatron), one per
+  5e8-element DeepSpeed allgather bucket, or one broadcast per parameter from its owner), each a collective over the
+  whole DP group paying its ring latency; ZeRO-3 all-gathers each chunk's parameters before every
   forward and backward, prefetched one op ahead. Each collective the framework issues pays its own
   latency: one ZeRO-3 gather per block (FSDP) or per weight tensor (DeepSpeed), one reduce-scatter per
   block (FSDP) or per reduce bucket (DeepSpeed), see cost_models/framework.py. Offload adds its PCIe traffic (cost_models.memory) to the
@@ -226,7 +229,9 @@ def _step_context(scenario: Scenario, profile) -> _Step:
         emb_act=act.embedding_activation_bytes(scenario), head_act=act.head_activation_bytes(scenario),
         z=z, dp_group=dp_group, shard_group=shard_group, rep_group=rep_group,
         **_bucket_settings(scenario, fw),
-        reduce_op="all_reduce" if z == 0 else "reduce_scatter",
+        # torch's ZeroRedundancyOptimizer shards only the optimizer: DDP still all-reduces every gradient.
+        reduce_op=("all_reduce" if z == 0 or (z == 1 and fw.param_gather == "broadcast_per_param")
+                   else "reduce_scatter"),
         hw=compute.hw_of(scenario.cluster.gpu, tr.dtype), prep_per_param=prep_per_param,
         emb_params=emb_params, head_params=head_params, stage_mem=stage_mem,
         working=stage_mem[0].details["recompute_working"],
@@ -560,14 +565,47 @@ def _optimizer_s(st: _Step, s: int) -> float:
     return opt
 
 
+def _param_gather(st: _Step) -> str:
+    """The framework's way of gathering updated parameters; torch's per-parameter broadcasts are its ZeRO-1
+    (ZeroRedundancyOptimizer), not its ZeRO-2, which gathers once per buffer here."""
+    how = st.fw.param_gather
+    return "buffer" if how == "broadcast_per_param" and st.z != 1 else how
+
+
+def _param_gather_calls(st: _Step, s: int, held: float) -> int:
+    """How many collectives the framework issues for ZeRO-1/2's updated parameters of stage ``s`` (``held``
+    parameters; framework.FrameworkBehaviour.param_gather): each one pays its latency over the whole DP group."""
+    how = _param_gather(st)
+    if how == "allgather_bucket":
+        return max(1, int(held // framework.DEEPSPEED_ALLGATHER_BUCKET_PARAMS))
+    if how == "broadcast_per_param":
+        return _stage_param_tensors(st, s)
+    return 1
+
+
+def _stage_param_tensors(st: _Step, s: int) -> int:
+    """Parameter tensors stage ``s`` holds: each block's weight tensors (block.gather_tensors, q/k/v counted as one)
+    and its two norm weights, the embedding on the first stage, the final norm and output head on the loss stage.
+    Biases are not counted, so this is a lower bound for models with biases."""
+    scenario = st.scenario
+    n = scenario.layers_on_stage(s)
+    n_d = scenario.dense_layers_on_stage(s) if scenario.model.is_moe else 0
+    blocks = (n - n_d) * (st.main.gather_tensors + 2) + n_d * (st.dense.gather_tensors + 2)
+    return max(1, blocks + (1 if s == 0 else 0) + (2 if s == scenario.loss_stage else 0))
+
+
 def _post_step(st: _Step, s: int) -> tuple[Transfer, ...]:
-    """ZeRO-1/2's all-gather of the updated parameters after the optimizer step."""
+    """ZeRO-1/2's gather of the updated parameters after the optimizer step, in the framework's calls: all-gathers,
+    or one broadcast per parameter from its owner (torch ZeroRedundancyOptimizer)."""
     if st.z in (1, 2) and st.dp_group is not None:
         held = memory.rank_param_shards(st.scenario, s).held
         nbytes = held * st.scenario.training.param_bytes
-        lat, bwt = _coll("all_gather", nbytes, st.dp_group, st.scenario, st.profile)
-        return (Transfer("all_gather updated params", transfer_s=bwt, latency_s=lat,
-                         links=_links(s, st.dp_group), dim="dp", nbytes=nbytes),)
+        calls = _param_gather_calls(st, s, held)
+        op = "broadcast" if _param_gather(st) == "broadcast_per_param" else "all_gather"
+        lat, bwt = _coll(op, nbytes / calls, st.dp_group, st.scenario, st.profile)
+        name = f"{op} updated params" + (f" ({calls} calls)" if calls > 1 else "")
+        return (Transfer(name, transfer_s=bwt * calls,
+                         latency_s=lat * calls, links=_links(s, st.dp_group), dim="dp", nbytes=nbytes),)
     return ()
 
 

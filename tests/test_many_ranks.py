@@ -1,0 +1,101 @@
+"""Collectives over many ranks: NCCL's latency closed forms for ring and tree up to 16,384 ranks, the algorithm
+NCCL's tuner would pick there, and the number of calls each framework issues for ZeRO-1/2's gather of the
+updated parameters (each call pays the latency of a ring over the whole data-parallel group)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from trainsim.cost_models import nccl_model as nm
+from trainsim.cost_models.collectives import candidates, collective_time
+from trainsim.simulator.builder import build_cost_table
+from trainsim.specs import build_scenario, load_cluster
+from trainsim.topologies.shape import GroupShape
+
+US = 1e-6
+LLAMA_7B = {"num_layers": 32, "hidden": 4096, "num_heads": 32, "ffn_hidden": 11008, "vocab_size": 32000,
+            "activation": "swiglu", "norm": "rmsnorm", "position_embedding": "rope", "max_seq_len": 4096,
+            "bias": False, "tie_embeddings": False}
+
+
+def _ring_simple_net_latency(n: int, nodes: int, steps: int, inter: int) -> float:
+    """tuning.cc ring latency, Simple, DGX presets (hwLat at the reference latencies): base + (steps - inter)
+    intra-node steps (each at least 3 network posts, getNetOverhead) + inter network steps, plus the launch."""
+    intra = max(nm.HW_LAT_US["nvlink"]["ring"]["Simple"], 3 * nm.NET_OVERHEAD_US)
+    return (nm.BASE_LAT_US["ring"]["Simple"] + (steps - inter) * intra
+            + inter * nm.HW_LAT_US["net"]["ring"]["Simple"]) * US + nm.LAUNCH_OVERHEAD_S
+
+
+@pytest.mark.parametrize("n", [16, 1024, 16384])
+@pytest.mark.parametrize("op", ["all_gather", "reduce_scatter"])
+def test_all_gather_and_reduce_scatter_rings_pay_n_minus_one_steps(op, n):
+    """Ring-only before NCCL's PAT: n-1 steps, N-1 of them across the network (tuning.cc nsteps/nInterSteps)."""
+    cluster = load_cluster("dgx-h100", n)
+    g = GroupShape.contiguous(n, cluster)
+    assert {c.algo for c in candidates(op, 1 << 30, g)} == {"ring"}
+    r = collective_time(op, 1 << 30, g, cluster, protocol="Simple")
+    assert r.latency_s == pytest.approx(_ring_simple_net_latency(n, g.nodes, n - 1, g.nodes - 1), rel=1e-9)
+
+
+@pytest.mark.parametrize("n", [64, 1024, 16384])
+def test_small_all_reduce_over_many_nodes_takes_the_tree(n):
+    """A double binary tree pays 2(log2 N) network steps where a ring pays 2N: NCCL's tuner picks it for small
+    all-reduces across nodes; its latency is tuning.cc's base + 2((ppn-1) intra + log2(N) inter)."""
+    cluster = load_cluster("dgx-a100", n)
+    g = GroupShape.contiguous(n, cluster)
+    r = collective_time("all_reduce", 4096, g, cluster)
+    assert r.algo == "tree"
+    tree = collective_time("all_reduce", 4096, g, cluster, algo="tree", protocol="LL")
+    closed = (nm.BASE_LAT_US["tree"]["LL"] + 2 * (7 * nm.HW_LAT_US["nvlink"]["tree"]["LL"]
+                                                  + math.log2(n // 8) * nm.HW_LAT_US["net"]["tree"]["LL"])) * US
+    assert tree.latency_s == pytest.approx(closed + nm.LAUNCH_OVERHEAD_S, rel=1e-9)
+    ring = collective_time("all_reduce", 4096, g, cluster, algo="ring", protocol="LL")
+    assert ring.latency_s > tree.latency_s * (2 if n == 64 else 20)
+
+
+def _zero1(framework: str, gpus: int):
+    return build_scenario({"model": LLAMA_7B, "cluster": "dgx-a100", "gpus": gpus,
+                           "training": {"seq_len": 2048, "micro_batch": 4, "global_batch": 4 * gpus, "zero": 1,
+                                        "framework": framework}})
+
+
+def test_deepspeed_zero1_gathers_in_allgather_bucket_calls_each_a_ring_over_all_ranks():
+    """DeepSpeed all_gather_dp_groups: max(1, numel // allgather_bucket_size) calls of 5e8 elements; over 1,024
+    A100s (128 nodes) each is a Simple ring of 1,023 steps, 127 across the network."""
+    sc = _zero1("deepspeed", 1024)
+    (gather,) = build_cost_table(sc).stages[0].post_step
+    held = sc.model.total_params()
+    calls = int(held // 5e8)
+    assert f"({calls} calls)" in gather.name
+    assert gather.latency_s == pytest.approx(calls * _ring_simple_net_latency(1024, 128, 1023, 127), rel=1e-6)
+    assert gather.nbytes == pytest.approx(held * 2)
+
+
+def test_megatron_distributed_optimizer_gathers_in_one_exposed_call():
+    """Megatron's distributed optimizer: one all-gather of the whole buffer after the step (Megatron-Core's
+    per-bucket gathers overlap the next forward, which the engine does not model), one ring over all ranks."""
+    sc = _zero1("megatron", 1024)
+    (gather,) = build_cost_table(sc).stages[0].post_step
+    assert gather.name == "all_gather updated params"
+    assert gather.latency_s == pytest.approx(_ring_simple_net_latency(1024, 128, 1023, 127), rel=1e-6)
+
+
+def test_torch_zero_redundancy_optimizer_broadcasts_each_parameter_from_its_owner():
+    """torch ZeroRedundancyOptimizer (parameters_as_bucket_view=False) broadcasts parameter by parameter: Llama
+    blocks hold qkv (one tensor here), o, gate, up, down and two norms, plus embedding, final norm and head; DDP
+    all-reduces the gradients in full."""
+    sc = _zero1("torch", 64)
+    st = build_cost_table(sc).stages[0]
+    (bcast,) = st.post_step
+    assert bcast.name == f"broadcast updated params ({32 * 7 + 1 + 2} calls)"
+    assert all(b.name.startswith("all_reduce") for c in st.chunks for b in c.grad_buckets)
+
+
+def test_per_call_latency_grows_the_zero1_gather_with_ranks():
+    """The same model's gather costs the same bytes per GPU at 64 and 1,024 ranks but 16x the ring steps."""
+    lat = {g: build_cost_table(_zero1("deepspeed", g)).stages[0].post_step[0].latency_s for g in (64, 1024)}
+    assert lat[1024] / lat[64] == pytest.approx(
+        _ring_simple_net_latency(1024, 128, 1023, 127) / _ring_simple_net_latency(64, 8, 63, 7), rel=1e-6)
+    assert lat[1024] / lat[64] > 10
