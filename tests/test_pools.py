@@ -303,3 +303,15 @@ def test_plan_refuses_gpus_other_than_the_pools(capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "gpus" in err[0]
+
+
+def test_report_settings_name_each_pools_gpus():
+    """The report's cluster row lists each pool's GPUs and memory, not the first pool's GPU under the base preset's
+    name for every GPU (16 A100 40 GB + 16 H200 here)."""
+    from trainsim.reports.whatif import scenario_table
+    cl = {"preset": "dgx-h100", "pools": [{"gpu": "a100-40gb", "nodes": 2}, {"gpu": "h200", "nodes": 2}]}
+    rows = dict(scenario_table(_scn(cl)).rows)
+    a100, h200 = load_gpu("a100-40gb"), load_gpu("h200")
+    gib = a100.memory_bytes / 2**30
+    assert rows["cluster"].startswith(f"16 × {a100.name} ({gib:.1f} GiB, pool a100-40gb) + 16 × {h200.name} (")
+    assert rows["cluster"].endswith("4 nodes of 8; placement stages") and "32 ×" not in rows["cluster"]

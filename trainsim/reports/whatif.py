@@ -237,6 +237,17 @@ def measured_pairs(measured: Mapping[str, Any], pred) -> tuple[list[tuple[str, f
 
 # --- the report -----------------------------------------------------------------------------------
 
+def _cluster_text(scn: Scenario) -> str:
+    """The cluster's GPUs with their memory: one node type, or each pool's (with the placement) on GPU pools."""
+    c = scn.cluster
+    if not c.pools:
+        return (f"{c.name}: {c.num_gpus} × {c.gpu.name} ({fmt_gib(c.gpu.memory_bytes)}), {c.num_nodes} nodes of "
+                f"{c.gpus_per_node}")
+    pools = " + ".join(f"{p.nodes * c.gpus_per_node} × {p.gpu.name} ({fmt_gib(p.gpu.memory_bytes)}, pool {p.name})"
+                       for p in c.pools)
+    return f"{pools}, {c.num_nodes} nodes of {c.gpus_per_node}; placement {c.placement}"
+
+
 def scenario_table(scn: Scenario) -> Table:
     m, c, lay, t = scn.model, scn.cluster, scn.layout, scn.training
     rows = [
@@ -244,7 +255,7 @@ def scenario_table(scn: Scenario) -> Table:
                    f"FFN {m.ffn}, vocab {m.vocab_size}") + (f", {m.num_experts} experts top-{m.top_k}" if m.is_moe else "")
                   + (f", {m.mtp_layers} MTP" if m.mtp_layers else "")],
         ["parameters", f"{fmt_count(m.total_params())} total, {fmt_count(m.active_params())} active per token"],
-        ["cluster", f"{c.name}: {c.num_gpus} × {c.gpu.name} ({fmt_gib(c.gpu.memory_bytes)}), {c.num_nodes} nodes of {c.gpus_per_node}"],
+        ["cluster", _cluster_text(scn)],
         ["layout", f"TP {lay.tp} × PP {lay.pp} × DP {scn.dp} × CP {lay.cp}, EP {lay.ep}"
                    + (f" (ETP {scn.expert_tp})" if m.is_moe and scn.expert_tp != lay.tp else "") + f", VPP {lay.vpp}"
                    + (f"; layers per virtual stage {list(lay.stage_layers)}" if lay.stage_layers else "")],
