@@ -39,8 +39,8 @@ def _slow_gpu(k: float) -> dict:
 
 
 def _pools(k: float, fast_nodes: int = 3, slow_nodes: int = 1) -> dict:
-    return {"preset": "dgx-h100", "pools": [{"gpu": _slow_gpu(1.0), "nodes": fast_nodes},
-                                            {"gpu": _slow_gpu(k), "nodes": slow_nodes}]}
+    return {"preset": "dgx-h100", "pools": [{"gpu": _slow_gpu(1.0), "nodes": fast_nodes, "name": "fast"},
+                                            {"gpu": _slow_gpu(k), "nodes": slow_nodes, "name": "slow"}]}
 
 
 def test_all_same_pool_reproduces_the_plain_cluster():
@@ -243,6 +243,7 @@ L8 = ["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--global-batc
     (L8 + ["--pool", "dgx-h100:1", "--pool", "dgx-a100:3", "--tp", "8", "--pp", "2"], "cluster.pools[0].nodes"),
     (L8 + ["--pool", "dgx-h100:1", "--pool", "gb200-nvl72:1"], "cluster.pools[1].node"),
     (L8 + ["--placement", "dp"], "cluster.placement"),
+    (L8 + ["--pool", "dgx-h100:1", "--pool", "dgx-h100:1"], "cluster.pools[1].name"),
     (L8 + ["--pool", "dgx-h100:1", "--pool", "dgx-a100:1", "--placement", "dp", "--tp", "8", "--pp", "2"],
      "cluster.pools[0].nodes"),
     (L8 + ["--pool", "dgx-h100:1", "--pool", "dgx-a100:1", "--dtype", "fp8", "--tp", "8", "--pp", "2"],
@@ -264,6 +265,8 @@ def test_bad_pools_are_refused_with_one_line(argv, field, capsys):
     ({"preset": "dgx-h100", "pools": [{"node": "dgx-h100", "nodes": True}]}, "cluster.pools[0].nodes"),
     ({"preset": "dgx-h100", "pools": [{"node": "dgx-h100", "gpu": "h200", "nodes": 4}]}, "cluster.pools[0]"),
     ({"preset": "dgx-h100", "pools": [{"node": "dgx-h100", "nodes": 4, "gpus": 8}]}, "cluster.pools[0].gpus"),
+    ({"preset": "dgx-h100", "pools": [{"node": "dgx-a100", "nodes": 1}, {"node": "dgx-h100", "nodes": 2},
+                                      {"gpu": "h200", "nodes": 1, "name": "dgx-a100"}]}, "cluster.pools[2].name"),
     ({"preset": "dgx-h100", "pools": [{"gpu": {"preset": "h100-sxm", "memory_bytes": -1}, "nodes": 4}]},
      "cluster.pools[0].gpu.memory_bytes"),
     ({"preset": "dgx-h100", "placement": "dp", "pools": [{"node": "dgx-h100", "nodes": 3},

@@ -238,6 +238,12 @@ def _with_pools(raw: dict, gpus: int | None) -> dict:
                                   for e in pools if isinstance(e, Mapping))
         raw = {**node, **raw}
     resolved = [_pool(e, i, raw) for i, e in enumerate(pools)]
+    names = [p["name"] for p in resolved]
+    for j, name in enumerate(names):
+        if name in names[:j]:
+            raise SpecError(f"cluster.pools[{j}].name", f"{name!r} names pools[{names.index(name)}] too: outputs "
+                                                        "tell pools apart by name (merge them into one pool or give "
+                                                        "each a name in the scenario file)")
     total = sum(p["nodes"] for p in resolved) * raw.get("gpus_per_node", 8)
     if gpus is not None and gpus != total:
         raise SpecError("cluster.pools", f"the pools hold {total} GPUs but the job asks for gpus={gpus}")
