@@ -318,3 +318,13 @@ def test_report_settings_name_each_pools_gpus():
     gib = a100.memory_bytes / 2**30
     assert rows["cluster"].startswith(f"16 × {a100.name} ({gib:.1f} GiB, pool a100-40gb) + 16 × {h200.name} (")
     assert rows["cluster"].endswith("4 nodes of 8; placement stages") and "32 ×" not in rows["cluster"]
+
+
+def test_report_scaling_on_pools_is_the_scenarios_point_and_says_so():
+    """Other GPU counts would need other pools (with_gpus refuses them): the scaling section has the scenario's
+    GPU count only and its text states why."""
+    from trainsim.reports.whatif import ReportOptions, _scaling_section
+    cl = {"preset": "dgx-h100", "pools": [{"node": "dgx-a100", "nodes": 2}, {"node": "dgx-h100", "nodes": 2}]}
+    sec = _scaling_section(_scn(cl), None, ReportOptions(scaling_points=2))
+    assert {row[1] for row in sec.tables[0].rows} == {"32"}
+    assert "the scenario's is the only point" in sec.paragraphs[0]

@@ -422,7 +422,9 @@ def _scaling_section(scn: Scenario, profile, opts: ReportOptions) -> Section:
     return Section("scaling", "Weak and strong scaling", [(
         "Strong scaling keeps the global batch and adds data-parallel replicas (fewer micro-batches each); "
         "weak scaling grows the global batch with the GPU count. TP, PP, CP and EP as in the scenario; "
-        "closed-form predictions.")],
+        "closed-form predictions." + (" On GPU pools the GPU count is the pools' (another count would need "
+                                      "other pools), so the scenario's is the only point." if scn.cluster.pools
+                                     else ""))],
         [_fig("scaling", "Weak and strong scaling", "Throughput against GPUs (dotted: ideal linear scaling from the "
               "smallest point; shaded: the 80 % prediction interval, validation.intervals) and MFU.", sc)],
         [Table("Scaling points", ["kind", "GPUs", "DP", "global batch", "step", "tokens/s", "MFU", "fits"], sc_rows)])
