@@ -233,6 +233,7 @@ POOLED = ["predict", "--fast", "--model", "llama3-8b", "--cluster", "dgx-h100", 
     (["--pool", "dgx-h100:2", "--pool", "dgx-a100:2", "--gpus", "16"], "cluster.pools"),
     (["--pool", "dgx-h100:1", "--pool", "dgx-a100:1", "--placement", "bogus"], "--placement"),
     (["--placement", "dp", "--gpus", "16"], "cluster.placement"),
+    (["--pool", "h200:1"] * 17, "cluster.pools: must be a list of 1 to 16 pools, got 17 pools"),
     (["--dp-shard", "2", "--gpus", "64"], "layout.dp_shard"),                 # zero 1, megatron: no HSDP
 ])
 def test_bad_pool_and_dp_flags_are_refused(flags, field, tmp_path, monkeypatch):

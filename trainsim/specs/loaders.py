@@ -225,7 +225,8 @@ def _with_pools(raw: dict, gpus: int | None) -> dict:
     the job's GPU count the pools' (SpecError when ``gpus`` says otherwise)."""
     pools = raw["pools"]
     if not isinstance(pools, (list, tuple)) or not 1 <= len(pools) <= MAX_POOLS:
-        raise SpecError("cluster.pools", f"must be a list of 1 to {MAX_POOLS} pools, got {pools!r}")
+        got = f"{len(pools)} pools" if isinstance(pools, (list, tuple)) else repr(pools)[:80]
+        raise SpecError("cluster.pools", f"must be a list of 1 to {MAX_POOLS} pools, got {got}")
     if any(k not in raw for k in ("gpu", "scale_up")):
         # no base cluster: the first pool's node preset is it (its node size, host and fabrics)
         first = pools[0] if isinstance(pools[0], Mapping) else {}
