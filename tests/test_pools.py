@@ -328,3 +328,17 @@ def test_report_scaling_on_pools_is_the_scenarios_point_and_says_so():
     sec = _scaling_section(_scn(cl), None, ReportOptions(scaling_points=2))
     assert {row[1] for row in sec.tables[0].rows} == {"32"}
     assert "the scenario's is the only point" in sec.paragraphs[0]
+
+
+def test_report_memory_figure_holds_each_stage_against_its_pools_gpu():
+    """On 40 GB A100 and 141 GB H200 pools each stage's bar meets its own pool's capacity (the tightest, 40 GB,
+    for all would show the H200 stages over a line they do not have)."""
+    from trainsim.reports.whatif import _stage_capacities
+    cl = {"preset": "dgx-h100", "pools": [{"gpu": "a100-40gb", "nodes": 2}, {"gpu": "h200", "nodes": 2}]}
+    scn = _scn(cl)
+    pred = predict(scn, fast=True)
+    a100, h200 = load_gpu("a100-40gb"), load_gpu("h200")
+    assert _stage_capacities(scn, pred) == [a100.memory_bytes] * 2 + [h200.memory_bytes] * 2
+    assert pred.gpu_memory_bytes == a100.memory_bytes
+    dp = _scn({**cl, "placement": "dp"}, layout={"tp": 8, "pp": 2})
+    assert _stage_capacities(dp, predict(dp, fast=True)) == a100.memory_bytes

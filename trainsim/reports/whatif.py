@@ -371,12 +371,24 @@ def _gpus_text(scn: Scenario) -> str:
     return f"{scn.num_gpus} × {scn.cluster.gpu.name}"
 
 
+def _stage_capacities(scn: Scenario, pred) -> float | list[float]:
+    """The capacity each stage's bar is held against: its own pool's GPU where stages sit on GPU pools, else the
+    (tightest) GPU's."""
+    if not pred.pools or scn.cluster.placement != "stages":
+        return pred.gpu_memory_bytes
+    caps = [0.0] * len(pred.per_stage_memory)
+    for e in pred.pools:
+        for s in e["stages"]:
+            caps[s] = e["capacity_bytes"]
+    return caps
+
+
 def _memory_section(scn: Scenario, pred) -> Section:
     """Memory per GPU: whether it fits, the assumptions, the per-stage figure and table."""
     per_stage = [{"weights": s.weights, "grads": s.grads, "optimizer": s.optimizer, "activations": s.activations,
                   "other": s.other} for s in pred.per_stage_memory]
-    mem_fig = plots.memory_figure(per_stage, pred.gpu_memory_bytes,
-                                  title=f"Peak memory per GPU by stage ({scn.cluster.gpu.name})")
+    mem_fig = plots.memory_figure(per_stage, _stage_capacities(scn, pred),
+                                  title=f"Peak memory per GPU by stage ({_gpus_text(scn)})")
     show = list(range(len(per_stage))) if len(per_stage) <= 8 else [0, 1, len(per_stage) - 2, len(per_stage) - 1]
     mem_rows = [[str(i)] + [fmt_gib(per_stage[i][k]) for k in ("weights", "grads", "optimizer", "activations", "other")]
                 + [fmt_gib(sum(per_stage[i].values()))] for i in show]
