@@ -94,10 +94,16 @@ def step_timeline(scn: Scenario, profile) -> tuple[list[plots.TimelineEvent], fl
 
 def variant(scn: Scenario, *, gpus: int | None = None, layout: Mapping[str, Any] | None = None,
             training: Mapping[str, Any] | None = None) -> Scenario:
-    """The scenario with some fields changed, re-resolved (SpecError when invalid); dp is re-derived."""
+    """The scenario with some fields changed, re-resolved (SpecError when invalid); dp is re-derived. An HSDP
+    shard group larger than the new dp is capped at it (full sharding over the new dp): the group cannot hold
+    more ranks than the data-parallel dimension has."""
     cluster = scn.cluster.with_gpus(gpus) if gpus and gpus != scn.num_gpus else scn.cluster
     update = {**(layout or {}), "dp": None}
     old = scn.layout
+    if old.dp_shard is not None and "dp_shard" not in update:
+        mp = math.prod(update.get(k, getattr(old, k)) for k in ("tp", "pp", "cp"))
+        if cluster.num_gpus % mp == 0 and cluster.num_gpus // mp < old.dp_shard:
+            update["dp_shard"] = None
     depth = (update.get("pp", old.pp), update.get("vpp", old.vpp))
     if "stage_layers" not in update and depth != (old.pp, old.vpp):
         # A pipeline layout is for its own pp x vpp only: another depth takes the default split, or the planner's
