@@ -342,3 +342,19 @@ def test_report_memory_figure_holds_each_stage_against_its_pools_gpu():
     assert pred.gpu_memory_bytes == a100.memory_bytes
     dp = _scn({**cl, "placement": "dp"}, layout={"tp": 8, "pp": 2})
     assert _stage_capacities(dp, predict(dp, fast=True)) == a100.memory_bytes
+
+
+def test_predict_table_holds_each_stage_against_its_pools_gpu(capsys, monkeypatch):
+    """Stages 0-1 on 141 GB H200 at ~51 GiB fit their GPU though the tightest pool (40 GB A100) is smaller: the
+    per-stage table says yes, as the pools table and the verdict do."""
+    monkeypatch.setenv("COLUMNS", "120")
+    argv = ["predict", "--fast", "--model", "llama3-8b", "--cluster", "dgx-h100", "--global-batch", "32",
+            "--seq-len", "8192", "--micro-batch", "4", "--tp", "8", "--pp", "4", "--pool", "h200:2",
+            "--pool", "a100-40gb:2"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    stage_rows = [ln for ln in out.splitlines() if ln.startswith("│") and ln.split("│")[1].strip() in "0123"
+                  and len(ln.split("│")) == 10]
+    assert len(stage_rows) == 4 and all(r.split("│")[8].strip() == "yes" for r in stage_rows), stage_rows
+    assert float(stage_rows[0].split("│")[7]) > load_gpu("a100-40gb").memory_bytes / 2**30
+    assert "capacity each stage's pool's GPU" in out and "-> fits" in out

@@ -380,13 +380,10 @@ def _gpus_text(scn: Scenario) -> str:
 def _stage_capacities(scn: Scenario, pred) -> float | list[float]:
     """The capacity each stage's bar is held against: its own pool's GPU where stages sit on GPU pools, else the
     (tightest) GPU's."""
+    from trainsim.simulator.pools import stage_capacity_bytes
     if not pred.pools or scn.cluster.placement != "stages":
         return pred.gpu_memory_bytes
-    caps = [0.0] * len(pred.per_stage_memory)
-    for e in pred.pools:
-        for s in e["stages"]:
-            caps[s] = e["capacity_bytes"]
-    return caps
+    return stage_capacity_bytes(scn, pred)
 
 
 def _memory_section(scn: Scenario, pred) -> Section:
