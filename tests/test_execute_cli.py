@@ -35,6 +35,11 @@ def no_launch(monkeypatch):
     (["--pp", "2", "--global-batch", "2", "--micro-batch", "2", "--schedule", "1f1b"], "training.global_batch"),
     (["--dp", "4", "--zero", "3", "--hsdp", "3"], "hsdp"),
     (["--dp", "2", "--hsdp", "2"], "hsdp"),                          # HSDP needs zero 3
+    # settings the executor's torch run does not have: predicting them would compare a run against another layout
+    (["--dp", "4", "--zero", "3", "--framework", "torch", "--dp-shard", "2", "--hsdp", "1"], "layout.dp_shard"),
+    (["--dp", "4", "--zero", "3", "--framework", "torch", "--dp-shard", "1", "--hsdp", "2"], "layout.dp_shard"),
+    (["--dp", "2", "--dp-bucket-mb", "25"], "training.dp_bucket_mb"),
+    (["--dp", "2", "--no-overlap-grad-reduce"], "training.overlap_grad_reduce"),
     (["--model", "mixtral-8x7b"], "model.num_experts"),
     (["--steps", "0"], "steps"),
     (["--model", "mpt-125m", "--pp", "2"], "model.tie_embeddings"),
@@ -132,3 +137,30 @@ def test_runs_inside_an_existing_torchrun():
     out = json.loads(res.stdout[start:res.stdout.rindex("}") + 1])
     assert out["world_size"] == 2 and out["mechanism"]["dp"].startswith("DDP")
     assert len(out["measured"]["losses"]) == 3
+
+
+def test_dp_shard_runs_the_hsdp_it_predicts(no_launch):
+    """layout.dp_shard without --hsdp runs dp/S replicas of S-rank shard groups: the job and its prediction have
+    the same shard group (4 ranks, S=2: 2 replicas), not full sharding over 4 beside an HSDP prediction."""
+    import argparse
+
+    from trainsim.cli.execute import register, replicas, scenario_for_execute
+    from trainsim.kernels.exec_config import make_job
+    from trainsim.kernels.executor import prediction_scenario
+    ap = argparse.ArgumentParser()
+    register(ap.add_subparsers())
+    args = ap.parse_args(["execute", "--dp", "4", "--zero", "3", "--framework", "torch", "--dp-shard", "2"])
+    s = scenario_for_execute(args)
+    job = make_job(s, device="cpu", hsdp=replicas(s, args.hsdp))
+    assert job.hsdp == 2 and prediction_scenario(job).dp_shard == 2
+    plain = scenario_for_execute(ap.parse_args(["execute", "--dp", "4", "--zero", "3"]))
+    assert replicas(plain, None) == 1
+
+
+def test_a_loss_other_than_the_executors_is_refused(no_launch, tmp_path, capsys):
+    f = tmp_path / "s.yaml"
+    f.write_text("model: tiny-gpt\ncluster: cpu-host\ngpus: 2\n"
+                 "training: {seq_len: 64, global_batch: 4, dtype: fp32, cross_entropy: fused}\n")
+    assert main(["execute", str(f)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "training.cross_entropy" in err[0], err

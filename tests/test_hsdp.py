@@ -222,3 +222,21 @@ def test_plan_refuses_a_shard_pin_hsdp_cannot_take(tmp_path, capsys, extra, msg)
     assert main(["plan", str(f), "--dp-shard", "8", *extra]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and msg in err
+
+
+def test_report_variants_cap_the_shard_group_at_the_new_dp():
+    """The report's heatmap and scaling change tp/pp or the GPU count: where the new dp is below the shard group,
+    the group is the whole dp (full sharding), so the cell is that layout's MFU rather than 'invalid'."""
+    from trainsim.reports.whatif import mfu_grid, variant
+    from trainsim.simulator.predict import predict as _predict
+    from trainsim.specs import build_scenario as _build
+    raw = {"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 64, "layout": {"tp": 2, "dp_shard": 8},
+           "training": {"seq_len": 4096, "global_batch": 64, "micro_batch": 1, "framework": "pytorch-fsdp",
+                        "zero": 3}}
+    s = _build(raw)
+    v = variant(s, layout={"tp": 8, "pp": 2})
+    assert v.dp == 4 and v.layout.dp_shard is None
+    full = _build({**raw, "layout": {"tp": 8, "pp": 2}})
+    cells, _, _ = mfu_grid(s, None)
+    assert cells[(8, 2)] == pytest.approx(_predict(full, fast=True).mfu, rel=1e-12)
+    assert variant(s, layout={"tp": 4}).layout.dp_shard == 8  # dp 16: the group is kept

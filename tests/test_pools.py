@@ -39,8 +39,8 @@ def _slow_gpu(k: float) -> dict:
 
 
 def _pools(k: float, fast_nodes: int = 3, slow_nodes: int = 1) -> dict:
-    return {"preset": "dgx-h100", "pools": [{"gpu": _slow_gpu(1.0), "nodes": fast_nodes},
-                                            {"gpu": _slow_gpu(k), "nodes": slow_nodes}]}
+    return {"preset": "dgx-h100", "pools": [{"gpu": _slow_gpu(1.0), "nodes": fast_nodes, "name": "fast"},
+                                            {"gpu": _slow_gpu(k), "nodes": slow_nodes, "name": "slow"}]}
 
 
 def test_all_same_pool_reproduces_the_plain_cluster():
@@ -243,6 +243,7 @@ L8 = ["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--global-batc
     (L8 + ["--pool", "dgx-h100:1", "--pool", "dgx-a100:3", "--tp", "8", "--pp", "2"], "cluster.pools[0].nodes"),
     (L8 + ["--pool", "dgx-h100:1", "--pool", "gb200-nvl72:1"], "cluster.pools[1].node"),
     (L8 + ["--placement", "dp"], "cluster.placement"),
+    (L8 + ["--pool", "dgx-h100:1", "--pool", "dgx-h100:1"], "cluster.pools[1].name"),
     (L8 + ["--pool", "dgx-h100:1", "--pool", "dgx-a100:1", "--placement", "dp", "--tp", "8", "--pp", "2"],
      "cluster.pools[0].nodes"),
     (L8 + ["--pool", "dgx-h100:1", "--pool", "dgx-a100:1", "--dtype", "fp8", "--tp", "8", "--pp", "2"],
@@ -264,6 +265,8 @@ def test_bad_pools_are_refused_with_one_line(argv, field, capsys):
     ({"preset": "dgx-h100", "pools": [{"node": "dgx-h100", "nodes": True}]}, "cluster.pools[0].nodes"),
     ({"preset": "dgx-h100", "pools": [{"node": "dgx-h100", "gpu": "h200", "nodes": 4}]}, "cluster.pools[0]"),
     ({"preset": "dgx-h100", "pools": [{"node": "dgx-h100", "nodes": 4, "gpus": 8}]}, "cluster.pools[0].gpus"),
+    ({"preset": "dgx-h100", "pools": [{"node": "dgx-a100", "nodes": 1}, {"node": "dgx-h100", "nodes": 2},
+                                      {"gpu": "h200", "nodes": 1, "name": "dgx-a100"}]}, "cluster.pools[2].name"),
     ({"preset": "dgx-h100", "pools": [{"gpu": {"preset": "h100-sxm", "memory_bytes": -1}, "nodes": 4}]},
      "cluster.pools[0].gpu.memory_bytes"),
     ({"preset": "dgx-h100", "placement": "dp", "pools": [{"node": "dgx-h100", "nodes": 3},
@@ -303,3 +306,55 @@ def test_plan_refuses_gpus_other_than_the_pools(capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "gpus" in err[0]
+
+
+def test_report_settings_name_each_pools_gpus():
+    """The report's cluster row lists each pool's GPUs and memory, not the first pool's GPU under the base preset's
+    name for every GPU (16 A100 40 GB + 16 H200 here)."""
+    from trainsim.reports.whatif import scenario_table
+    cl = {"preset": "dgx-h100", "pools": [{"gpu": "a100-40gb", "nodes": 2}, {"gpu": "h200", "nodes": 2}]}
+    rows = dict(scenario_table(_scn(cl)).rows)
+    a100, h200 = load_gpu("a100-40gb"), load_gpu("h200")
+    gib = a100.memory_bytes / 2**30
+    assert rows["cluster"].startswith(f"16 × {a100.name} ({gib:.1f} GiB, pool a100-40gb) + 16 × {h200.name} (")
+    assert rows["cluster"].endswith("4 nodes of 8; placement stages") and "32 ×" not in rows["cluster"]
+
+
+def test_report_scaling_on_pools_is_the_scenarios_point_and_says_so():
+    """Other GPU counts would need other pools (with_gpus refuses them): the scaling section has the scenario's
+    GPU count only and its text states why."""
+    from trainsim.reports.whatif import ReportOptions, _scaling_section
+    cl = {"preset": "dgx-h100", "pools": [{"node": "dgx-a100", "nodes": 2}, {"node": "dgx-h100", "nodes": 2}]}
+    sec = _scaling_section(_scn(cl), None, ReportOptions(scaling_points=2))
+    assert {row[1] for row in sec.tables[0].rows} == {"32"}
+    assert "the scenario's is the only point" in sec.paragraphs[0]
+
+
+def test_report_memory_figure_holds_each_stage_against_its_pools_gpu():
+    """On 40 GB A100 and 141 GB H200 pools each stage's bar meets its own pool's capacity (the tightest, 40 GB,
+    for all would show the H200 stages over a line they do not have)."""
+    from trainsim.reports.whatif import _stage_capacities
+    cl = {"preset": "dgx-h100", "pools": [{"gpu": "a100-40gb", "nodes": 2}, {"gpu": "h200", "nodes": 2}]}
+    scn = _scn(cl)
+    pred = predict(scn, fast=True)
+    a100, h200 = load_gpu("a100-40gb"), load_gpu("h200")
+    assert _stage_capacities(scn, pred) == [a100.memory_bytes] * 2 + [h200.memory_bytes] * 2
+    assert pred.gpu_memory_bytes == a100.memory_bytes
+    dp = _scn({**cl, "placement": "dp"}, layout={"tp": 8, "pp": 2})
+    assert _stage_capacities(dp, predict(dp, fast=True)) == a100.memory_bytes
+
+
+def test_predict_table_holds_each_stage_against_its_pools_gpu(capsys, monkeypatch):
+    """Stages 0-1 on 141 GB H200 at ~51 GiB fit their GPU though the tightest pool (40 GB A100) is smaller: the
+    per-stage table says yes, as the pools table and the verdict do."""
+    monkeypatch.setenv("COLUMNS", "120")
+    argv = ["predict", "--fast", "--model", "llama3-8b", "--cluster", "dgx-h100", "--global-batch", "32",
+            "--seq-len", "8192", "--micro-batch", "4", "--tp", "8", "--pp", "4", "--pool", "h200:2",
+            "--pool", "a100-40gb:2"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    stage_rows = [ln for ln in out.splitlines() if ln.startswith("│") and ln.split("│")[1].strip() in "0123"
+                  and len(ln.split("│")) == 10]
+    assert len(stage_rows) == 4 and all(r.split("│")[8].strip() == "yes" for r in stage_rows), stage_rows
+    assert float(stage_rows[0].split("│")[7]) > load_gpu("a100-40gb").memory_bytes / 2**30
+    assert "capacity each stage's pool's GPU" in out and "-> fits" in out

@@ -210,3 +210,74 @@ def test_published_sizes_do_not_warn():
                  "--pp", "16", "--seq-len", "8192", "--global-batch", "2048", "--fast", "--json"])
     assert r.code == 0, r.err
     assert not [ln for ln in r.err_lines if ln.startswith("warning: ")]
+
+
+# --- data-parallel knobs, GPU pools, the loss: every bad value is one line naming its field ------------------------
+
+POOLED = ["predict", "--fast", "--model", "llama3-8b", "--cluster", "dgx-h100", "--global-batch", "16",
+          "--seq-len", "4096", "--tp", "8", "--pp", "2"]
+
+
+@pytest.mark.parametrize("flags, field", [
+    (["--pool", "dgx-h100:0"], "--pool"),
+    (["--pool", "dgx-h100:-1"], "--pool"),
+    (["--pool", "dgx-h100:nan"], "--pool"),
+    (["--pool", "dgx-h100:1e400"], "--pool"),
+    (["--pool", "dgx-h100:1.5"], "--pool"),
+    (["--pool", "dgx-h100:99999999999999999999999"], "--pool"),
+    (["--pool", "dgx-h100"], "--pool"),
+    (["--pool", ":2"], "--pool"),
+    (["--pool", "nosuch:2"], "cluster.pools[0].gpu"),
+    (["--pool", "dgx-h100:1", "--pool", "dgx-h100:1"], "cluster.pools[1].name"),
+    (["--pool", "dgx-h100:1", "--pool", "dgx-a100:2"], "gpus"),                 # 24 GPUs: not whole tp*pp = 16
+    (["--pool", "dgx-h100:2", "--pool", "dgx-a100:2", "--gpus", "16"], "cluster.pools"),
+    (["--pool", "dgx-h100:1", "--pool", "dgx-a100:1", "--placement", "bogus"], "--placement"),
+    (["--placement", "dp", "--gpus", "16"], "cluster.placement"),
+    (["--pool", "h200:1"] * 17, "cluster.pools: must be a list of 1 to 16 pools, got 17 pools"),
+    (["--dp-shard", "2", "--gpus", "64"], "layout.dp_shard"),                 # zero 1, megatron: no HSDP
+])
+def test_bad_pool_and_dp_flags_are_refused(flags, field, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert_refused(run_cli(POOLED + flags), field)
+
+
+@pytest.mark.parametrize("yaml_text, field", [
+    ("layout: {tp: 2, dp_shard: 0}", "layout.dp_shard"),
+    ("layout: {tp: 2, dp_shard: .nan}", "layout.dp_shard"),
+    ("layout: {tp: 2, dp_shard: 2.5}", "layout.dp_shard"),
+    ("layout: {tp: 2, dp_shard: 3}", "layout.dp_shard"),
+    ("layout: {tp: 2, dp_shard: 99999999999}", "layout.dp_shard"),
+    ("training: {dp_bucket_mb: 0}", "training.dp_bucket_mb"),
+    ("training: {dp_bucket_mb: -25}", "training.dp_bucket_mb"),
+    ("training: {dp_bucket_mb: .nan}", "training.dp_bucket_mb"),
+    ("training: {dp_bucket_mb: .inf}", "training.dp_bucket_mb"),
+    ("training: {dp_bucket_mb: true}", "training.dp_bucket_mb"),
+    ("training: {overlap_grad_reduce: 3}", "training.overlap_grad_reduce"),
+    ("training: {cross_entropy: softmax}", "training.cross_entropy"),
+    ("training: {cross_entropy: [fused]}", "training.cross_entropy"),
+    ("training: {cuda_context_bytes: -1}", "training.cuda_context_bytes"),
+    ("training: {cuda_context_bytes: .nan}", "training.cuda_context_bytes"),
+    ("training: {cuda_context_bytes: 1.0e+30}", "training.cuda_context_bytes"),
+    ("cluster: {preset: dgx-h100, pools: []}", "cluster.pools"),
+    ("cluster: {preset: dgx-h100, pools: dgx-a100}", "cluster.pools"),
+    ("cluster: {preset: dgx-h100, pools: [{node: dgx-a100, nodes: .nan}, {node: dgx-h100, nodes: 1}]}",
+     "cluster.pools[0].nodes"),
+    ("cluster: {preset: dgx-h100, pools: [{node: dgx-a100, nodes: 1}, {node: dgx-h100, nodes: 1, extra: 1}]}",
+     "cluster.pools[1].extra"),
+    ("cluster: {preset: dgx-h100, pools: [{node: dgx-a100, nodes: 1, name: a}, {node: dgx-h100, nodes: 1, "
+     "name: a}]}", "cluster.pools[1].name"),
+    ("cluster: {preset: dgx-h100, placement: ring, pools: [{node: dgx-a100, nodes: 1}, {node: dgx-h100, nodes: 1}]}",
+     "cluster.placement"),
+])
+def test_bad_dp_pool_and_loss_keys_are_refused(yaml_text, field, tmp_path):
+    f = tmp_path / "s.yaml"
+    body = "model: llama3-8b\ngpus: 16\ntraining: {seq_len: 4096, global_batch: 16}\n"
+    key = yaml_text.split(":")[0]
+    if key != "cluster":
+        body = "model: llama3-8b\ncluster: dgx-h100\ngpus: 16\n"
+        if key == "layout":
+            body += "training: {framework: pytorch-fsdp, zero: 3, seq_len: 4096, global_batch: 16}\n"
+    else:
+        body = "model: llama3-8b\ntraining: {seq_len: 4096, global_batch: 16}\n"
+    f.write_text(body + yaml_text + "\n")
+    assert_refused(run_cli(["predict", "--fast", str(f)]), field)

@@ -40,8 +40,8 @@ def register(sub) -> None:
                    help="adam (8 B/param of fp32 state) or sgd with momentum (4 B/param)")
     p.add_argument("--lr", type=float_range(0, 1000, lo_open=True), default=None, help="learning rate (adam 1e-3, sgd 0.05)")
     p.add_argument("--seed", type=int_range(0, 2**63 - 1), default=1234, help="seed of the synthetic data and weights")
-    p.add_argument("--hsdp", type=positive_int, default=1, metavar="R",
-                   help="with --zero 3: HSDP, R replicas x dp/R shards")
+    p.add_argument("--hsdp", type=positive_int, default=None, metavar="R",
+                   help="with --zero 3: HSDP, R replicas x dp/R shards (default: dp / layout.dp_shard, else 1)")
     p.add_argument("--timeout-s", type=float_range(0, 86400, lo_open=True), default=30.0,
                    help="a rank with no progress for this long ends the run (dead or hung peer)")
     p.add_argument("--check", action="store_true", help="also run the single-process reference and compare losses")
@@ -96,6 +96,14 @@ def losses_match(losses: list[float], reference: list[float], tol: float) -> boo
     return len(losses) == len(reference) and all(abs(a - b) <= tol for a, b in zip(losses, reference))
 
 
+def replicas(scenario, hsdp: int | None) -> int:
+    """HSDP replicas to run: ``--hsdp`` when given, else the ones ``layout.dp_shard`` implies (dp / shard group)."""
+    if hsdp is not None:
+        return hsdp
+    shard = scenario.layout.dp_shard
+    return scenario.dp // shard if shard else 1
+
+
 def run(args: argparse.Namespace) -> int:
     from trainsim.kernels.exec_config import make_job
     from trainsim.kernels.executor import ExecutionError, reference_losses, run_jobs
@@ -110,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         from trainsim.cost_models.profile import load_profile
         profile = load_profile(args.calibration)
     job = make_job(scenario, device=args.device, steps=args.steps, warmup=args.warmup, seed=args.seed,
-                   optimizer=args.optimizer, lr=lr, hsdp=args.hsdp, profile_dir=args.profile_trace or "",
+                   optimizer=args.optimizer, lr=lr, hsdp=replicas(scenario, args.hsdp), profile_dir=args.profile_trace or "",
                    inject_fault=args.inject_fault or "", label="execute")
     # After every check that can refuse (exit 2 stays one line), before the run starts.
     warn_beyond_published(scenario.num_gpus, scenario.training.global_batch, scenario.training.seq_len)

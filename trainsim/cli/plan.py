@@ -330,7 +330,8 @@ def print_table(result, file=None) -> None:
         console.print("pools: " + "; ".join(f"{i} = {p.name} ({p.nodes} nodes of {p.gpu.name})"
                                             for i, p in enumerate(req.cluster.pools))
                       + " -- '@pools stages I,J' puts pipeline stages on the pools in that order, '@pools dp' whole "
-                        "replicas on each", highlight=False)
+                        "replicas on each; peak and free memory are the pool's with the least left",
+                      highlight=False)
     console.print(
         f"layouts: {c['enumerated']} enumerated, {c['invalid']} invalid, {c['oom']} out of memory, "
         f"{c.get('over_headroom', 0)} within memory but over the {req.memory_headroom} headroom "

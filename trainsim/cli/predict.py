@@ -132,6 +132,7 @@ def render(pred, scenario, iv=None) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from trainsim.simulator.pools import stage_capacity_bytes
     c = Console()
     lay = pred.layout
     pools = scenario.cluster.pools
@@ -179,7 +180,9 @@ def render(pred, scenario, iv=None) -> None:
               f"{pred.engine.get('wall_s', 0.0) * 1e3:.1f} ms")
     t.add_row("calibration", pred.calibration)
     c.print(t)
-    m = Table(title=f"memory per GPU (GiB; capacity {pred.gpu_memory_bytes / GiB:.1f} GiB)")
+    caps = stage_capacity_bytes(scenario, pred)
+    cap_text = "each stage's pool's GPU" if len(set(caps)) > 1 else f"{pred.gpu_memory_bytes / GiB:.1f} GiB"
+    m = Table(title=f"memory per GPU (GiB; capacity {cap_text})")
     for col in ("stage", "weights", "grads", "optimizer", "activations", "other", "total", "fits"):
         m.add_column(col, justify="right")
     stages = pred.per_stage_memory
@@ -188,7 +191,7 @@ def render(pred, scenario, iv=None) -> None:
         sm = stages[s]
         m.add_row(str(s), *(f"{x / GiB:.1f}" for x in (sm.weights, sm.grads, sm.optimizer, sm.activations, sm.other,
                                                        sm.total)),
-                  "yes" if sm.total <= pred.gpu_memory_bytes else "[red]no[/]")
+                  "yes" if sm.total <= caps[s] else "[red]no[/]")
     c.print(m)
     render_pools(c, pred, scenario)
     c.print(f"peak {pred.peak_bytes / GiB:.1f} GiB, free {pred.free_bytes / GiB:.1f} GiB -> "

@@ -80,6 +80,26 @@ def _check_block_features(m) -> None:
                                             "two pre-norms, a SiLU-gated or GeLU MLP and full causal attention)")
 
 
+def _check_dp_knobs(job: ExecJob) -> None:
+    """The shard group, gradient buckets, overlap and loss the executor runs are torch's own: a scenario asking for
+    others would be predicted with settings the run does not have, so it is refused."""
+    s = job.spec
+    lay, t = s.layout, s.training
+    if lay.dp_shard is not None and lay.dp_shard != s.dp // job.hsdp:
+        raise SpecError("layout.dp_shard", f"shard group {lay.dp_shard} but the executor shards over dp/R = "
+                                           f"{s.dp}/{job.hsdp} = {s.dp // job.hsdp}; give --hsdp {s.dp // lay.dp_shard} "
+                                           "or leave dp_shard out")
+    if t.dp_bucket_mb is not None:
+        raise SpecError("training.dp_bucket_mb", "the executor keeps torch's own gradient buckets (DDP's 25 MiB, "
+                                                 "FSDP2's one per block); dp_bucket_mb is simulated only")
+    if t.overlap_grad_reduce is False:
+        raise SpecError("training.overlap_grad_reduce", "torch's DDP and FSDP2 reduce gradients during backward; "
+                                                        "overlap_grad_reduce=false is simulated only")
+    if t.cross_entropy not in (None, "eager_fp32"):
+        raise SpecError("training.cross_entropy", f"the executor runs torch's eager F.cross_entropy on fp32 logits "
+                                                  f"(eager_fp32); {t.cross_entropy} is simulated only")
+
+
 def check_job(job: ExecJob) -> None:
     """Refuse what the executor cannot run, naming the field; called before any process starts."""
     s = job.spec
@@ -134,6 +154,7 @@ def check_job(job: ExecJob) -> None:
         raise SpecError("hsdp", f"replicate degree {job.hsdp} must divide dp={s.dp}")
     if job.hsdp > 1 and t.zero != 3:
         raise SpecError("hsdp", "HSDP (--hsdp R) needs zero=3")
+    _check_dp_knobs(job)
     if t.schedule == "dualpipev":
         raise SpecError("training.schedule", "dualpipev is simulated only, not executed (the executor does not build "
                                              "torch's ScheduleDualPipeV V-shaped stage split); use zb or interleaved")

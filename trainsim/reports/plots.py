@@ -138,9 +138,10 @@ def timeline_figure(events: Sequence[TimelineEvent], num_stages: int, step_time_
     return fig
 
 
-def memory_figure(per_stage: Sequence[Mapping[str, float]], capacity_bytes: float,
+def memory_figure(per_stage: Sequence[Mapping[str, float]], capacity_bytes: float | Sequence[float],
                   title: str = "Peak memory per GPU by pipeline stage") -> Figure:
-    """Stacked bars (GiB) of weights/grads/optimizer/activations/other per stage, with the GPU capacity line."""
+    """Stacked bars (GiB) of weights/grads/optimizer/activations/other per stage, with the GPU capacity line; a
+    sequence of capacities (stages on GPU pools) draws each stage's own GPU capacity over its bar."""
     n = len(per_stage)
     fig, ax = plt.subplots(figsize=(max(6.0, min(14.0, 2.5 + 0.45 * n)), 4.6))
     xs = list(range(n))
@@ -149,8 +150,14 @@ def memory_figure(per_stage: Sequence[Mapping[str, float]], capacity_bytes: floa
         vals = [float(s.get(comp, 0.0)) / GIB for s in per_stage]
         ax.bar(xs, vals, bottom=bottom, color=colour, label=comp, width=0.7)
         bottom = [b + v for b, v in zip(bottom, vals)]
-    cap = capacity_bytes / GIB
-    ax.axhline(cap, color="black", linestyle="--", linewidth=1.2, label=f"GPU capacity ({cap:.0f} GiB)")
+    if isinstance(capacity_bytes, (int, float)):
+        cap = capacity_bytes / GIB
+        ax.axhline(cap, color="black", linestyle="--", linewidth=1.2, label=f"GPU capacity ({cap:.0f} GiB)")
+    else:
+        caps = [c / GIB for c in capacity_bytes]
+        cap = max(caps)
+        ax.hlines(caps, [x - 0.45 for x in xs], [x + 0.45 for x in xs], colors="black", linestyles="--",
+                  linewidth=1.2, label="its pool's GPU capacity")
     ax.set_xticks(xs)
     ax.set_xticklabels([str(i) for i in xs], fontsize=8 if n > 16 else 9)
     ax.set_xlabel("pipeline stage")

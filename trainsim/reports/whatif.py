@@ -94,10 +94,16 @@ def step_timeline(scn: Scenario, profile) -> tuple[list[plots.TimelineEvent], fl
 
 def variant(scn: Scenario, *, gpus: int | None = None, layout: Mapping[str, Any] | None = None,
             training: Mapping[str, Any] | None = None) -> Scenario:
-    """The scenario with some fields changed, re-resolved (SpecError when invalid); dp is re-derived."""
+    """The scenario with some fields changed, re-resolved (SpecError when invalid); dp is re-derived. An HSDP
+    shard group larger than the new dp is capped at it (full sharding over the new dp): the group cannot hold
+    more ranks than the data-parallel dimension has."""
     cluster = scn.cluster.with_gpus(gpus) if gpus and gpus != scn.num_gpus else scn.cluster
     update = {**(layout or {}), "dp": None}
     old = scn.layout
+    if old.dp_shard is not None and "dp_shard" not in update:
+        mp = math.prod(update.get(k, getattr(old, k)) for k in ("tp", "pp", "cp"))
+        if cluster.num_gpus % mp == 0 and cluster.num_gpus // mp < old.dp_shard:
+            update["dp_shard"] = None
     depth = (update.get("pp", old.pp), update.get("vpp", old.vpp))
     if "stage_layers" not in update and depth != (old.pp, old.vpp):
         # A pipeline layout is for its own pp x vpp only: another depth takes the default split, or the planner's
@@ -237,6 +243,17 @@ def measured_pairs(measured: Mapping[str, Any], pred) -> tuple[list[tuple[str, f
 
 # --- the report -----------------------------------------------------------------------------------
 
+def _cluster_text(scn: Scenario) -> str:
+    """The cluster's GPUs with their memory: one node type, or each pool's (with the placement) on GPU pools."""
+    c = scn.cluster
+    if not c.pools:
+        return (f"{c.name}: {c.num_gpus} × {c.gpu.name} ({fmt_gib(c.gpu.memory_bytes)}), {c.num_nodes} nodes of "
+                f"{c.gpus_per_node}")
+    pools = " + ".join(f"{p.nodes * c.gpus_per_node} × {p.gpu.name} ({fmt_gib(p.gpu.memory_bytes)}, pool {p.name})"
+                       for p in c.pools)
+    return f"{pools}, {c.num_nodes} nodes of {c.gpus_per_node}; placement {c.placement}"
+
+
 def scenario_table(scn: Scenario) -> Table:
     m, c, lay, t = scn.model, scn.cluster, scn.layout, scn.training
     rows = [
@@ -244,7 +261,7 @@ def scenario_table(scn: Scenario) -> Table:
                    f"FFN {m.ffn}, vocab {m.vocab_size}") + (f", {m.num_experts} experts top-{m.top_k}" if m.is_moe else "")
                   + (f", {m.mtp_layers} MTP" if m.mtp_layers else "")],
         ["parameters", f"{fmt_count(m.total_params())} total, {fmt_count(m.active_params())} active per token"],
-        ["cluster", f"{c.name}: {c.num_gpus} × {c.gpu.name} ({fmt_gib(c.gpu.memory_bytes)}), {c.num_nodes} nodes of {c.gpus_per_node}"],
+        ["cluster", _cluster_text(scn)],
         ["layout", f"TP {lay.tp} × PP {lay.pp} × DP {scn.dp} × CP {lay.cp}, EP {lay.ep}"
                    + (f" (ETP {scn.expert_tp})" if m.is_moe and scn.expert_tp != lay.tp else "") + f", VPP {lay.vpp}"
                    + (f"; layers per virtual stage {list(lay.stage_layers)}" if lay.stage_layers else "")],
@@ -360,12 +377,21 @@ def _gpus_text(scn: Scenario) -> str:
     return f"{scn.num_gpus} × {scn.cluster.gpu.name}"
 
 
+def _stage_capacities(scn: Scenario, pred) -> float | list[float]:
+    """The capacity each stage's bar is held against: its own pool's GPU where stages sit on GPU pools, else the
+    (tightest) GPU's."""
+    from trainsim.simulator.pools import stage_capacity_bytes
+    if not pred.pools or scn.cluster.placement != "stages":
+        return pred.gpu_memory_bytes
+    return stage_capacity_bytes(scn, pred)
+
+
 def _memory_section(scn: Scenario, pred) -> Section:
     """Memory per GPU: whether it fits, the assumptions, the per-stage figure and table."""
     per_stage = [{"weights": s.weights, "grads": s.grads, "optimizer": s.optimizer, "activations": s.activations,
                   "other": s.other} for s in pred.per_stage_memory]
-    mem_fig = plots.memory_figure(per_stage, pred.gpu_memory_bytes,
-                                  title=f"Peak memory per GPU by stage ({scn.cluster.gpu.name})")
+    mem_fig = plots.memory_figure(per_stage, _stage_capacities(scn, pred),
+                                  title=f"Peak memory per GPU by stage ({_gpus_text(scn)})")
     show = list(range(len(per_stage))) if len(per_stage) <= 8 else [0, 1, len(per_stage) - 2, len(per_stage) - 1]
     mem_rows = [[str(i)] + [fmt_gib(per_stage[i][k]) for k in ("weights", "grads", "optimizer", "activations", "other")]
                 + [fmt_gib(sum(per_stage[i].values()))] for i in show]
@@ -411,7 +437,9 @@ def _scaling_section(scn: Scenario, profile, opts: ReportOptions) -> Section:
     return Section("scaling", "Weak and strong scaling", [(
         "Strong scaling keeps the global batch and adds data-parallel replicas (fewer micro-batches each); "
         "weak scaling grows the global batch with the GPU count. TP, PP, CP and EP as in the scenario; "
-        "closed-form predictions.")],
+        "closed-form predictions." + (" On GPU pools the GPU count is the pools' (another count would need "
+                                      "other pools), so the scenario's is the only point." if scn.cluster.pools
+                                     else ""))],
         [_fig("scaling", "Weak and strong scaling", "Throughput against GPUs (dotted: ideal linear scaling from the "
               "smallest point; shaded: the 80 % prediction interval, validation.intervals) and MFU.", sc)],
         [Table("Scaling points", ["kind", "GPUs", "DP", "global batch", "step", "tokens/s", "MFU", "fits"], sc_rows)])

@@ -90,6 +90,17 @@ def describe_pools(pred: Prediction, scenario: Scenario, profile=None, ideal_net
                                  f"{e['capacity_gib']:.1f} GiB on its {e['gpu']}")
 
 
+def stage_capacity_bytes(scenario: Scenario, pred: Prediction) -> list[float]:
+    """The HBM each pipeline stage's peak is held against: under ``placement: stages`` its own pool's GPU, else
+    the prediction's (the tightest pool's on GPU pools)."""
+    caps = [pred.gpu_memory_bytes] * len(pred.per_stage_memory)
+    if pred.pools and scenario.cluster.placement == "stages":
+        for e in pred.pools:
+            for s in e["stages"]:
+                caps[s] = e["capacity_bytes"]
+    return caps
+
+
 def pooled_memory_over(scenario: Scenario, headroom: str) -> str | None:
     """The planner's memory screen on GPU pools, from the memory cost model on each pool's GPU: ``"oom"`` when a
     stage exceeds its pool's HBM, ``"over_headroom"`` when it leaves less than ``headroom`` (planner.parse_headroom)

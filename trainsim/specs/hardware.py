@@ -140,7 +140,8 @@ class PoolSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str | None = Field(default=None, description="the pool's name in outputs; none: its node or GPU preset's")
+    name: str | None = Field(default=None, description="the pool's name in outputs, unique among the pools; none: "
+                             "its node or GPU preset's")
     node: str | None = Field(default=None, description="a cluster preset whose node type (GPU, scale_up, scale_out; "
                              "same GPUs per node as the cluster) the pool has; give node or gpu")
     gpu: GPUSpec | None = Field(default=None, description="a GPU preset or mapping on the cluster's node; none: the "

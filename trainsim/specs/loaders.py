@@ -225,7 +225,8 @@ def _with_pools(raw: dict, gpus: int | None) -> dict:
     the job's GPU count the pools' (SpecError when ``gpus`` says otherwise)."""
     pools = raw["pools"]
     if not isinstance(pools, (list, tuple)) or not 1 <= len(pools) <= MAX_POOLS:
-        raise SpecError("cluster.pools", f"must be a list of 1 to {MAX_POOLS} pools, got {pools!r}")
+        got = f"{len(pools)} pools" if isinstance(pools, (list, tuple)) else repr(pools)[:80]
+        raise SpecError("cluster.pools", f"must be a list of 1 to {MAX_POOLS} pools, got {got}")
     if any(k not in raw for k in ("gpu", "scale_up")):
         # no base cluster: the first pool's node preset is it (its node size, host and fabrics)
         first = pools[0] if isinstance(pools[0], Mapping) else {}
@@ -238,6 +239,12 @@ def _with_pools(raw: dict, gpus: int | None) -> dict:
                                   for e in pools if isinstance(e, Mapping))
         raw = {**node, **raw}
     resolved = [_pool(e, i, raw) for i, e in enumerate(pools)]
+    names = [p["name"] for p in resolved]
+    for j, name in enumerate(names):
+        if name in names[:j]:
+            raise SpecError(f"cluster.pools[{j}].name", f"{name!r} names pools[{names.index(name)}] too: outputs "
+                                                        "tell pools apart by name (merge them into one pool or give "
+                                                        "each a name in the scenario file)")
     total = sum(p["nodes"] for p in resolved) * raw.get("gpus_per_node", 8)
     if gpus is not None and gpus != total:
         raise SpecError("cluster.pools", f"the pools hold {total} GPUs but the job asks for gpus={gpus}")
