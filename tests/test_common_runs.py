@@ -314,3 +314,38 @@ def test_step_time_from_printed_tflops_on_a_known_basis(tmp_path):
     assert cases["palm"].published == pytest.approx(flops / (150e12 * 64), rel=1e-12)
     assert cases["palm"].scenario is not None
     assert "tflops_basis" in cases["unknown"].skip_reason
+
+
+def test_explicit_recipe_columns_replace_the_year_rules(tmp_path):
+    """A 2024 row (year rules: megatron, FlashAttention, no dropout, dtype from 'BF16', the preset's
+    rail-optimized fabric) that states the Korthikanti et al. 2022 recipe in the explicit columns is built with
+    that recipe; an empty explicit cell keeps the rule; an unreadable yes/no cell skips the row naming it."""
+    explicit = {"framework": "megatron-2022", "dtype": "fp16", "grad_dtype_bytes": "4", "flash_attention": "no",
+                "dropout": "yes", "fabric": "fat-tree", "label": "my label", "category": "my group",
+                "precision": "mixed precision (int4 text not read when dtype is stated)"}
+    rows = [{**LLAMA_ROW, "row_id": "explicit", **explicit}, {**LLAMA_ROW, "row_id": "rules", "framework": ""},
+            {**LLAMA_ROW, "row_id": "badflag", "flash_attention": "maybe"}]
+    cases = load_runs(tmp_path, rows)
+    t, c = cases["explicit"].scenario.training, cases["explicit"].scenario.cluster
+    assert (t.framework, t.dtype, t.grad_dtype_bytes, t.flash_attention, t.dropout) == \
+        ("megatron-2022", "fp16", 4, False, True)
+    assert c.scale_out.fabric == "fat-tree"
+    assert (cases["explicit"].label, cases["explicit"].category) == ("my label", "my group")
+    r = cases["rules"].scenario
+    assert (r.training.framework, r.training.dtype, r.training.grad_dtype_bytes) == ("megatron", "bf16", 0)
+    assert r.training.flash_attention is True and r.training.dropout is False
+    assert r.cluster.scale_out.fabric == load_cluster("dgx-h100").scale_out.fabric
+    assert "flash_attention" in cases["badflag"].skip_reason
+
+
+def test_korthikanti_rows_state_their_recipe_in_the_csv():
+    """korthikanti_2022.csv carries the recipe its notes state (bf16 with fp32 gradients, no FlashAttention,
+    dropout, megatron-2022, fat tree) and the rule for each value the paper leaves open."""
+    with open(validation_path("korthikanti_2022.csv"), newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 9 and all(r["assumptions"] for r in rows)
+    for c in load_dataset("korthikanti").cases:
+        t = c.scenario.training
+        assert (t.framework, t.dtype, t.grad_dtype_bytes, t.flash_attention, t.dropout) == \
+            ("megatron-2022", "bf16", 4, False, True)
+        assert c.scenario.cluster.scale_out.fabric == "fat-tree"

@@ -8,6 +8,7 @@ scripts (``unknowns="scripts"``, settings/sc21_scripts.csv).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -113,7 +114,12 @@ _SCRIPTS_NOTE = ("unknowns: micro-batch and interleaving depth of Table 1 are ta
                  "(paper), interleaving of the same model/layout in run_figure_12.sh / run_table_1.sh.")
 
 
-def load_common_runs(path: Path, *, name: str = "sc21", unknowns: str = "blind") -> Dataset:
+# A source's own secondary metric: row -> ({metric: published value}, {metric: step seconds -> predicted value}).
+SecondaryMetric = Callable[[dict], tuple[dict, dict]]
+
+
+def load_common_runs(path: Path, *, name: str = "sc21", unknowns: str = "blind",
+                     secondary: SecondaryMetric | None = None) -> Dataset:
     """SC21 Tables 1-2, or any CSV in the common run schema of validation/README.md: step time per run.
 
     Each run row maps to a scenario through ``common_runs`` (its GPU, architecture, layout and recipe
@@ -123,7 +129,8 @@ def load_common_runs(path: Path, *, name: str = "sc21", unknowns: str = "blind")
     interleaving depth v > 1 that divides the layers per pipeline stage (the paper ran the interleaved
     schedule for every pipelined row; the smallest depth is the least optimistic choice). ``"scripts"``
     (dataset ``sc21-scripts``) instead takes the values of the authors' reproduction scripts, to show how
-    much the unknowns matter.
+    much the unknowns matter. ``secondary`` is a source's own metric formula (e.g. Korthikanti et al.'s MFU),
+    used in place of the TFLOP/s column's.
     """
     if unknowns not in SC21_UNKNOWNS:
         raise SpecError("dataset", f"unknowns must be one of {', '.join(SC21_UNKNOWNS)}, got {unknowns!r}")
@@ -137,7 +144,7 @@ def load_common_runs(path: Path, *, name: str = "sc21", unknowns: str = "blind")
             cases.append(Case(rid, (r.get("description") or "")[:48], float("nan"),
                               skip_reason=f"{kind}: no step time with a full run configuration"))
             continue
-        cases.append(_common_run_case(r, blind))
+        cases.append(_common_run_case(r, blind, secondary))
     is_sc21 = name.startswith("sc21")
     notes = list(_SC21_NOTES if is_sc21 else _COMMON_NOTES)
     if blind:
@@ -167,14 +174,14 @@ def _source_step_flops(r: dict, gbs: int, layers: int, hidden: int) -> float | N
     return None
 
 
-def _common_run_case(r: dict, blind: bool) -> Case:
+def _common_run_case(r: dict, blind: bool, secondary: SecondaryMetric | None = None) -> Case:
     """One run row: the mapping of common_runs, with the micro-batch and interleaving depth the row leaves
     open set by the unknowns rule (blind) or the SC21 authors' scripts. A cell that cannot be read skips the
     row with the column named."""
     rid = r["row_id"]
     label = f"{r.get('model_name') or '?'} n={r.get('num_gpus') or '?'}"
     try:
-        return _common_run_case_checked(r, blind, rid)
+        return _common_run_case_checked(r, blind, rid, secondary)
     except SpecError as e:
         return Case(rid, label, common_runs.published_step_time(r) or float("nan"),
                     skip_reason=f"not representable: {e}")
@@ -203,7 +210,18 @@ def _lightest_fitting_recompute(raw: dict, rid: str) -> str:
     return "none"
 
 
-def _common_run_case_checked(r: dict, blind: bool, rid: str) -> Case:
+def _secondary_tflops(r: dict, gbs: int, layers: int, hidden: int, gpus: int) -> tuple[dict, dict]:
+    """The printed TFLOP/s per GPU as a secondary metric, when the row's basis is one trainsim knows."""
+    secondary, fns = {}, {}
+    tflops = _num(r.get("tflops_per_gpu"))
+    flops = _source_step_flops(r, gbs, layers, hidden)
+    if tflops is not None and flops is not None:
+        secondary["tflops_per_gpu"] = tflops
+        fns["tflops_per_gpu"] = lambda step_s, f=flops, n=gpus: f / (step_s * n) / 1e12
+    return secondary, fns
+
+
+def _common_run_case_checked(r: dict, blind: bool, rid: str, secondary_fn: SecondaryMetric | None = None) -> Case:
     layers, hidden, heads = (common_runs.whole(r, k) for k in ("layers", "hidden", "heads"))
     gpus, gbs = common_runs.whole(r, "num_gpus"), common_runs.whole(r, "global_batch_seqs")
     tp, pp = common_runs.degree(r, "tp"), common_runs.degree(r, "pp")
@@ -251,14 +269,11 @@ def _common_run_case_checked(r: dict, blind: bool, rid: str) -> Case:
     label += ((f" cp{cp}" if cp > 1 else "") + (f" ep{ep}" if ep > 1 else "") + f" mb{mbs}"
               + (f" v{vpp}" if vpp > 1 else "") + (" ZeRO-3" if zero == 3 else ""))
     scenario, why = scenario_or_skip(raw, rid)
-    secondary, fns = {}, {}
-    tflops = _num(r.get("tflops_per_gpu"))
-    flops = _source_step_flops(r, gbs, layers, hidden)
-    if tflops is not None and flops is not None:
-        secondary["tflops_per_gpu"] = tflops
-        fns["tflops_per_gpu"] = lambda step_s, f=flops, n=gpus: f / (step_s * n) / 1e12
+    secondary, fns = secondary_fn(r) if secondary_fn else _secondary_tflops(r, gbs, layers, hidden, gpus)
     table = (r.get("source_table") or "").split("/")[0].strip() or "runs"
     category = f"{table} ZeRO-3" if zero == 3 else (f"{table} PTD-P" if table.startswith("Table 2") else table)
+    label = r["label"].strip() if common_runs.stated(r, "label") else label
+    category = r["category"].strip() if common_runs.stated(r, "category") else category
     return Case(rid, label, published, scenario=scenario, skip_reason=why, secondary=secondary,
                 secondary_fns=fns, category=category)
 

@@ -17,8 +17,12 @@ named in ``model_name``), the layout (``tp``, ``pp``, ``cp``, ``ep``, ``vp_inter
 A row whose accelerator has no cluster preset raises ``SpecError`` naming ``gpu_type``, which the loader
 turns into a skip reason: a missing GPU is never replaced by another one silently.
 
-One column beyond the shared schema is read when present: ``cp_comm`` (ring / p2p, allgather, a2a / Ulysses),
-how context parallelism exchanges keys and values (TrainingSpec.cp_comm); ring when absent.
+Columns beyond the shared schema are read when present (a bundled dataset states with them what its per-run
+facts are, so one loader reads every bundled table): ``cp_comm`` (ring / p2p, allgather, a2a / Ulysses), how
+context parallelism exchanges keys and values (TrainingSpec.cp_comm), ring when absent; and the explicit
+recipe columns ``framework``, ``dtype``, ``grad_dtype_bytes``, ``flash_attention``, ``dropout`` and ``fabric``
+(scale-out topology), which replace the year and text rules above when filled. ``assumptions`` states in words
+the rule that set each value the source leaves open (documentation only).
 """
 
 from __future__ import annotations
@@ -90,6 +94,8 @@ def cluster_mapping(r: dict, gpus: int) -> dict:
         out["nics_per_node"], out["nic_bw_Bps"] = nics
     if re.search(r"fat[\s-]?tree|\bclos\b", link, re.IGNORECASE):
         out["fabric"] = "fat-tree"
+    if stated(r, "fabric"):
+        out["fabric"] = r["fabric"].strip()
     if out:
         over["scale_out"] = out
     return cluster(preset_name, gpus, **over)
@@ -133,6 +139,35 @@ def nics_from_text(link: str, per_node: int) -> tuple[int, float] | None:
     if gen:
         return per_node, IB_GENERATIONS[gen.group(1).lower()] * 1e9 / 8
     return None
+
+
+def stated(r: dict, key: str) -> bool:
+    """Whether the row fills the optional column ``key`` (else the caller's rule decides)."""
+    return not NOT_STATED.match(r.get(key) or "")
+
+
+def flag(r: dict, key: str) -> bool:
+    """A yes/no cell of an explicit recipe column; anything else is an error naming the column."""
+    t = (r.get(key) or "").strip().lower()
+    if t in ("yes", "true", "on", "1"):
+        return True
+    if t in ("no", "false", "off", "0"):
+        return False
+    raise SpecError(key, f"{r.get(key)!r} is neither yes nor no")
+
+
+def _explicit_recipe(r: dict, training: dict) -> dict:
+    """The training mapping with the row's explicit recipe columns (module docstring) in place of the rules
+    (a stated ``dtype`` is taken as written: the ``precision`` text is then not read)."""
+    for key in ("framework", "dtype"):
+        if stated(r, key):
+            training[key] = r[key].strip()
+    for key in ("flash_attention", "dropout"):
+        if stated(r, key):
+            training[key] = flag(r, key)
+    if stated(r, "grad_dtype_bytes"):
+        training["grad_dtype_bytes"] = whole(r, "grad_dtype_bytes")
+    return training
 
 
 def whole(r: dict, key: str) -> int | None:
@@ -319,9 +354,10 @@ def scenario_mapping(r: dict, micro_batch: int, vpp: int) -> dict:
     modern = year is None or year >= 2023
     sp = (r.get("sequence_parallel") or "").strip().lower().startswith(("yes", "true", "on"))
     training = {"seq_len": integer(r.get("seq_len")) or 2048, "global_batch": gbs, "micro_batch": micro_batch,
-                "dtype": precision(r), "recompute": recompute(r), "zero": zero,
+                "dtype": "" if stated(r, "dtype") else precision(r), "recompute": recompute(r), "zero": zero,
                 "schedule": schedule(r, vpp), "flash_attention": modern, "dropout": not modern,
                 "framework": framework_for(r, zero, year)}
+    _explicit_recipe(r, training)
     if dist_opt:
         training["distributed_optimizer"] = True
     if cp > 1:

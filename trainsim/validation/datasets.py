@@ -5,8 +5,10 @@ Each dataset is read by its adapter module: the rows of its CSV become ``Case``s
 and what a source does not print is set by one documented rule per dataset or joined from the recipe settings
 tables of trainsim/data/validation/settings/ (read by trainsim/validation/settings.py):
 
-* common_run_cases: SC21 Tables 1-2 (``sc21``, ``sc21-scripts``), Llama 3 405B and any common-run-schema CSV;
-* korthikanti, zero_bubble, nccl_runs: Korthikanti et al. 2022, the zero-bubble paper, nccl-tests busbw;
+* common_run_cases: the one loader of the common run schema: SC21 Tables 1-2 (``sc21``, ``sc21-scripts``),
+  Llama 3 405B, Korthikanti et al. 2022 (``korthikanti``: its recipe in the CSV's explicit columns, its MFU
+  formula in korthikanti.py) and any common-run-schema CSV;
+* zero_bubble, nccl_runs: the zero-bubble paper, nccl-tests busbw (tables of their own shape);
 * mosaic, nemo (+ nemo_recipes), vtrain: tables parsed from fetched repositories, read from
   $TRAINSIM_VALIDATION_DIR (external_tables), never bundled;
 * memory_runs: measured peak memory of published runs.

@@ -1,16 +1,18 @@
 """Korthikanti et al. 2022 (Megatron-LM on A100, sequence parallelism / selective recompute) as validation cases:
-Table 5's iteration times and the Sec. 6.3 data-parallel run; every layout choice is printed in the paper."""
+Table 5's iteration times and the Sec. 6.3 data-parallel run; every layout choice is printed in the paper.
+
+The runs are rows of the common run schema (korthikanti_2022.csv, with the explicit recipe columns and the
+assumptions they rest on) read by the common loader; what is specific to the source is its MFU formula."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from trainsim.data import validation_path
-from trainsim.validation import common_runs
-from trainsim.validation.cases import Case, Dataset, read_rows, scenario_or_skip
-from trainsim.validation.cells import cluster as _cluster
+from trainsim.validation.cases import Dataset
 from trainsim.validation.cells import integer as _int
 from trainsim.validation.cells import num as _num
+from trainsim.validation.common_run_cases import load_common_runs
 
 # --- Korthikanti et al. 2022 (Megatron-LM on A100, sequence parallelism / selective recompute) ------------
 
@@ -23,10 +25,21 @@ def korthikanti_model_flops(batch: int, seq: int, layers: int, hidden: int, voca
     return 72.0 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (12 * hidden * layers))
 
 
+def korthikanti_mfu(r: dict) -> tuple[dict, dict]:
+    """The row's printed MFU % and its prediction from a step time: Appendix A FLOPs over 312 TFLOP/s per GPU."""
+    mfu = _num(r.get("mfu_pct"))
+    if mfu is None:
+        return {}, {}
+    gpus, gbs = _int(r["num_gpus"]), _int(r["global_batch_seqs"])
+    flops = korthikanti_model_flops(gbs, _int(r["seq_len"]) or 2048, _int(r["layers"]), _int(r["hidden"]),
+                                    _int(r["vocab"]) or 51200)
+    return {"mfu_pct": mfu}, {"mfu_pct": lambda step_s, f=flops, n=gpus: 100 * f / (step_s * n * 312e12)}
+
+
 def load_korthikanti(path: Path | None = None, *, name: str = "korthikanti") -> Dataset:
     """Table 5 and the Sec. 6.3 data-parallel run: every layout choice is printed in the paper (Table 3)."""
-    rows = read_rows(path or validation_path("korthikanti_2022.csv"))
-    cases = tuple(_korthikanti_case(r) for r in rows)
+    cases = load_common_runs(path or validation_path("korthikanti_2022.csv"), name=name,
+                             secondary=korthikanti_mfu).cases
     notes = (
         ("metric: seconds per iteration as printed (Table 5 'Iteration Time'); MFU on the paper's Appendix A "
          "formula 72BsLh^2(1+s/6h+V/12hL) over 312 TFLOP/s."),
@@ -45,37 +58,3 @@ def load_korthikanti(path: Path | None = None, *, name: str = "korthikanti") -> 
     )
     return Dataset(name=name, title="Korthikanti et al. 2022: Megatron-LM on A100 (Table 5)", metric="step_time_s",
                    unit="s", citation=KORTHIKANTI_CITATION, notes=notes, cases=cases)
-
-
-def _korthikanti_case(r: dict) -> Case:
-    rid = r["row_id"]
-    layers, hidden, heads = _int(r["layers"]), _int(r["hidden"]), _int(r["heads"])
-    vocab, seq = _int(r["vocab"]) or 51200, _int(r["seq_len"]) or 2048
-    gpus, gbs, mbs = _int(r["num_gpus"]), _int(r["global_batch_seqs"]), _int(r["micro_batch"]) or 1
-    tp, pp, vpp = _int(r["tp"]) or 1, _int(r["pp"]) or 1, _int(r["vp_interleave"]) or 1
-    published = _num(r["step_time_s"])
-    sp = (r.get("sequence_parallel") or "").strip().lower() == "yes"
-    recompute = (r.get("recompute") or "full").strip().lower()
-    label = f"{r['model_name']} n={gpus} tp{tp} pp{pp}" + (f" v{vpp}" if vpp > 1 else "") + \
-        (" SP+selective" if sp else f" {recompute}")
-    if None in (layers, hidden, heads, gpus, gbs) or published is None:
-        return Case(rid, label, published or float("nan"), skip_reason="incomplete architecture or batch")
-    raw = {
-        "model": common_runs.model_mapping(r),
-        "cluster": _cluster("dgx-a100", gpus, scale_out={"fabric": "fat-tree"}),
-        "layout": {"tp": tp, "pp": pp, "vpp": vpp},
-        "training": {"seq_len": seq, "global_batch": gbs, "micro_batch": mbs, "dtype": "bf16", "grad_dtype_bytes": 4,
-                     "recompute": recompute, "sequence_parallel": sp, "zero": 0,
-                     "schedule": "interleaved" if vpp > 1 else "1f1b", "flash_attention": False, "dropout": True,
-                     "framework": "megatron-2022"},
-    }
-    scenario, why = scenario_or_skip(raw, rid)
-    secondary, fns = {}, {}
-    mfu = _num(r.get("mfu_pct"))
-    if mfu is not None:
-        flops = korthikanti_model_flops(gbs, seq, layers, hidden, vocab)
-        secondary["mfu_pct"] = mfu
-        fns["mfu_pct"] = lambda step_s, f=flops, n=gpus: 100 * f / (step_s * n * 312e12)
-    category = "SP + selective" if sp else "full recompute"
-    return Case(rid, label, published, scenario=scenario, skip_reason=why, secondary=secondary,
-                secondary_fns=fns, category=category)
