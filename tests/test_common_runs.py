@@ -349,3 +349,19 @@ def test_korthikanti_rows_state_their_recipe_in_the_csv():
         assert (t.framework, t.dtype, t.grad_dtype_bytes, t.flash_attention, t.dropout) == \
             ("megatron-2022", "bf16", 4, False, True)
         assert c.scenario.cluster.scale_out.fabric == "fat-tree"
+
+
+def test_skip_reason_group_and_overlap_p2p_columns(tmp_path):
+    """The zero-bubble rows [zero_bubble_2024.csv zb_1.5B_m24_*, Qi et al. 2024 Tables 3-4]: blocking pipeline
+    sends (overlap_p2p no), the rows of one model and m in one group, and ZB-2p skipped with its stated reason."""
+    with open(validation_path("zero_bubble_2024.csv"), newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["row_id"].startswith("zb_1.5B_m24_")]
+    cases = load_runs(tmp_path, rows)
+    one_f = cases["zb_1.5B_m24_1F1B"]
+    assert one_f.scenario.training.overlap_p2p is False and one_f.group == "GPT-3-like 1.5B|m=24"
+    assert cases["zb_1.5B_m24_1F1B-I"].scenario.training.schedule == "interleaved"
+    assert cases["zb_1.5B_m24_1F1B-I"].scenario.layout.vpp == 3  # (22 + 2) / 8: one layer per chunk
+    assert cases["zb_1.5B_m24_ZB-2p"].skip_reason == "schedule ZB-2p is not modelled"
+    user = {**rows[0], "overlap_p2p": "", "skip_reason": "", "group": ""}  # empty: the defaults, as before
+    plain = load_runs(tmp_path, [user])["zb_1.5B_m24_1F1B"]
+    assert plain.scenario.training.overlap_p2p is None and plain.group is None and plain.skip_reason is None

@@ -144,6 +144,11 @@ def load_common_runs(path: Path, *, name: str = "sc21", unknowns: str = "blind",
             cases.append(Case(rid, (r.get("description") or "")[:48], float("nan"),
                               skip_reason=f"{kind}: no step time with a full run configuration"))
             continue
+        if common_runs.stated(r, "skip_reason"):  # a run the source states trainsim does not model
+            cases.append(Case(rid, r.get("label") or rid, common_runs.published_step_time(r) or float("nan"),
+                              skip_reason=r["skip_reason"].strip(), group=r.get("group") or None,
+                              category=r.get("category") or ""))
+            continue
         cases.append(_common_run_case(r, blind, secondary))
     is_sc21 = name.startswith("sc21")
     notes = list(_SC21_NOTES if is_sc21 else _COMMON_NOTES)
@@ -274,8 +279,9 @@ def _common_run_case_checked(r: dict, blind: bool, rid: str, secondary_fn: Secon
     category = f"{table} ZeRO-3" if zero == 3 else (f"{table} PTD-P" if table.startswith("Table 2") else table)
     label = r["label"].strip() if common_runs.stated(r, "label") else label
     category = r["category"].strip() if common_runs.stated(r, "category") else category
+    group = r["group"].strip() if common_runs.stated(r, "group") else None
     return Case(rid, label, published, scenario=scenario, skip_reason=why, secondary=secondary,
-                secondary_fns=fns, category=category)
+                secondary_fns=fns, category=category, group=group)
 
 
 # --- Llama 3 405B pre-training (Meta, 2024) -------------------------------------------------------------

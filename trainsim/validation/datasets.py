@@ -7,8 +7,9 @@ tables of trainsim/data/validation/settings/ (read by trainsim/validation/settin
 
 * common_run_cases: the one loader of the common run schema: SC21 Tables 1-2 (``sc21``, ``sc21-scripts``),
   Llama 3 405B, Korthikanti et al. 2022 (``korthikanti``: its recipe in the CSV's explicit columns, its MFU
-  formula in korthikanti.py) and any common-run-schema CSV;
-* zero_bubble, nccl_runs: the zero-bubble paper, nccl-tests busbw (tables of their own shape);
+  formula in korthikanti.py), the zero-bubble paper (``zero-bubble``: its recipe in zero_bubble_2024.csv, its
+  samples/s metric and ratio to 1F1B in zero_bubble.py) and any common-run-schema CSV;
+* nccl_runs: nccl-tests busbw (a table of its own shape);
 * mosaic, nemo (+ nemo_recipes), vtrain: tables parsed from fetched repositories, read from
   $TRAINSIM_VALIDATION_DIR (external_tables), never bundled;
 * memory_runs: measured peak memory of published runs.
@@ -81,7 +82,7 @@ def dataset_names() -> list[str]:
 
 # The CSV each bundled dataset reads (its numeric cells are range-checked by dataset_checks).
 DATASET_CSV = {"sc21": "megatron_sc21_table1.csv", "sc21-scripts": "megatron_sc21_table1.csv",
-               "mosaic": "mosaic_mpt_benchmarks.csv", "zero-bubble": "pipeline_bubble.csv", "nccl": "nccl_busbw.csv",
+               "mosaic": "mosaic_mpt_benchmarks.csv", "zero-bubble": "zero_bubble_2024.csv", "nccl": "nccl_busbw.csv",
                "nemo": "nemo_megatron_bridge_perf.csv", "korthikanti": "korthikanti_2022.csv",
                "llama3": "llama3_2024.csv", "memory": "memory_runs.csv"}
 
@@ -119,6 +120,9 @@ def _load_csv_dataset(p: Path) -> Dataset:
         return load_mosaic(p, name=p.stem)
     if {"peak_memory_gib", "memory_metric"} <= cols:
         return _load_memory(p, name=p.stem)
+    if "samples_per_gpu_per_s" in cols and "num_stages_p" in cols:
+        raise SpecError("dataset", f"{p}: pipeline_bubble.csv's shape; write the runs in the common run schema "
+                                   "(as trainsim/data/validation/zero_bubble_2024.csv) with samples_per_gpu_per_s")
     if "samples_per_gpu_per_s" in cols:
         return load_zero_bubble(p, name=p.stem)
     if {"tokens_per_s_per_gpu", "model_tflops_per_gpu", "nemo_container"} <= cols:

@@ -1,31 +1,32 @@
 """The zero-bubble paper's measured pipeline schedules (Qi et al., ICLR 2024, Table 4) as validation cases:
-samples/s per GPU of 1F1B, interleaved 1F1B and ZB-1p, and each schedule's ratio to 1F1B."""
+samples/s per GPU of 1F1B, interleaved 1F1B and ZB-1p, and each schedule's ratio to 1F1B.
+
+The runs are rows of the common run schema (zero_bubble_2024.csv, with the explicit recipe columns and the
+assumptions they rest on) read by the common loader; what is specific to the source is its metric, samples/s
+per GPU, and the comparison of each schedule with 1F1B."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from trainsim.data import validation_path
-from trainsim.validation.cases import Case, Dataset, read_rows, scenario_or_skip
-from trainsim.validation.cells import cluster as _cluster
-from trainsim.validation.cells import integer as _int
+from trainsim.validation.cases import Case, Dataset, read_rows
 from trainsim.validation.cells import num as _num
+from trainsim.validation.common_run_cases import load_common_runs
 
 # --- Zero-bubble pipeline schedules (Qi et al., ICLR 2024, Table 4) -----------------------------------
 
 ZB_CITATION = ('Qi et al., "Zero Bubble (Almost) Pipeline Parallelism", ICLR 2024 (arXiv:2401.10241), '
                'Tables 3-4 (setup, measured samples/s per GPU)')
-ZB_SCHEDULES = {"1F1B": "1f1b", "1F1B-I": "interleaved", "ZB-1p": "zb"}
 
 
 def load_zero_bubble(path: Path | None = None, *, name: str = "zero-bubble") -> Dataset:
     """Zero-bubble paper Table 4: samples/s per GPU for 1F1B, interleaved 1F1B and ZB-1p (pure pipeline)."""
-    rows = read_rows(path or validation_path("pipeline_bubble.csv"))
-    cases: list[Case] = []
-    for r in rows:
-        if _num(r.get("samples_per_gpu_per_s")) is None:
-            continue  # formula rows and Table 5 bubble rates: not measured throughput
-        cases.append(_zb_case(r))
+    path = path or validation_path("zero_bubble_2024.csv")
+    samples = {r["row_id"]: _num(r.get("samples_per_gpu_per_s")) for r in read_rows(path)}
+    runs = load_common_runs(path, name=name, secondary=lambda r: ({}, {})).cases
+    cases = [dataclasses.replace(c, published=samples[c.row_id]) for c in runs if samples.get(c.row_id) is not None]
     notes = (
         ("metric: samples/s per GPU (Table 4, measured). The hardware is stated (A100 SXM 80GB, 8 per node, "
         "RoCE RDMA, up to 4 nodes) but the software stack is the authors' Megatron fork, so the secondary "
@@ -50,38 +51,6 @@ def load_zero_bubble(path: Path | None = None, *, name: str = "zero-bubble") -> 
     return Dataset(name=name, title="Zero-bubble pipeline schedules (Table 4)", metric="samples_per_gpu_per_s",
                    unit="samples/s/GPU", citation=ZB_CITATION, notes=notes, cases=tuple(cases),
                    higher_is_better=True)
-
-
-def _zb_case(r: dict) -> Case:
-    rid = r["row_id"]
-    sched = (r.get("schedule") or "").strip()
-    layers, heads, hidden = _int(r["layers"]), _int(r["heads"]), _int(r["hidden"])
-    seq, p = _int(r["seq_len"]), _int(r["num_stages_p"])
-    mbs, m = _int(r["microbatch_size"]), _int(r["num_microbatches_m"])
-    published = _num(r["samples_per_gpu_per_s"])
-    label = f"{r.get('model', '?').replace('GPT-3-like ', '')} p={p} m={m} {sched}"
-    group = f"{r.get('model')}|m={m}"
-    if sched not in ZB_SCHEDULES:
-        return Case(rid, label, published, group=group, skip_reason=f"schedule {sched} is not modelled")
-    if None in (layers, heads, hidden, seq, p, mbs, m):
-        return Case(rid, label, published, group=group, skip_reason="incomplete row")
-    # The paper gives the first and the last stage one layer fewer (room for embedding and loss): Megatron's
-    # uneven split (Scenario.stage_layers) of the real layer count, so layers + 2 must split over the stages.
-    if (layers + 2) % p:
-        return Case(rid, label, published, group=group, skip_reason=f"{layers} + 2 layers do not split over {p} stages")
-    model_layers = layers
-    vpp = (layers + 2) // p if sched == "1F1B-I" else 1
-    raw = {
-        "model": {"name": r.get("model") or rid, "num_layers": model_layers, "hidden": hidden, "num_heads": heads,
-                  "vocab_size": 50304, "max_seq_len": seq},
-        "cluster": _cluster("dgx-a100", p),
-        "layout": {"tp": 1, "pp": p, "vpp": vpp},
-        "training": {"seq_len": seq, "global_batch": mbs * m, "micro_batch": mbs, "dtype": "fp16",
-                     "recompute": "none", "schedule": ZB_SCHEDULES[sched], "flash_attention": False,
-                     "dropout": True, "overlap_p2p": False},
-    }
-    scenario, why = scenario_or_skip(raw, rid)
-    return Case(rid, label, published, scenario=scenario, skip_reason=why, group=group, category=sched)
 
 
 def _with_ratio_to_1f1b(cases: list[Case]) -> list[Case]:
