@@ -358,3 +358,16 @@ def test_predict_table_holds_each_stage_against_its_pools_gpu(capsys, monkeypatc
     assert len(stage_rows) == 4 and all(r.split("│")[8].strip() == "yes" for r in stage_rows), stage_rows
     assert float(stage_rows[0].split("│")[7]) > load_gpu("a100-40gb").memory_bytes / 2**30
     assert "capacity each stage's pool's GPU" in out and "-> fits" in out
+
+
+@pytest.mark.parametrize("flags, step_s", [
+    (["--pool", "dgx-a100:64", "--pool", "dgx-h100:64"], 17.77),
+    (["--pool", "dgx-h100:64", "--pool", "dgx-a100:64"], 19.90),
+    (["--pool", "dgx-a100:64", "--pool", "dgx-h100:64", "--placement", "dp"], 20.50),
+])
+def test_readme_pool_steps(flags, step_s, capsys):
+    """The README's mixed-pool figures for examples/llama3-70b-h100.yaml, as predict gives them."""
+    from pathlib import Path
+    example = Path(__file__).resolve().parents[1] / "examples" / "llama3-70b-h100.yaml"
+    assert main(["predict", str(example), *flags, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["step_time_s"] == pytest.approx(step_s, abs=0.005)

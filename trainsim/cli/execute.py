@@ -98,10 +98,7 @@ def losses_match(losses: list[float], reference: list[float], tol: float) -> boo
 
 def replicas(scenario, hsdp: int | None) -> int:
     """HSDP replicas to run: ``--hsdp`` when given, else the ones ``layout.dp_shard`` implies (dp / shard group)."""
-    if hsdp is not None:
-        return hsdp
-    shard = scenario.layout.dp_shard
-    return scenario.dp // shard if shard else 1
+    return hsdp if hsdp is not None else scenario.dp_replicas
 
 
 def run(args: argparse.Namespace) -> int:

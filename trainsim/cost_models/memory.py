@@ -495,7 +495,7 @@ def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0) 
         out["logits_workspace"] = max(0.0, act.logits_workspace_bytes(scenario) - working)
     shp = layer_shape(scenario)
     if lay.pp > 1:
-        out["pp_p2p_buffers"] = 2.0 * shp.e * shp.tokens * shp.h / shp.sp_div
+        out["pp_p2p_buffers"] = 2.0 * act.pipeline_output_bytes(shp)  # one send and one receive buffer
     out.update(megatron_global_buffer(scenario, shp))
     return out
 

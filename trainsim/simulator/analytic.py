@@ -165,7 +165,7 @@ def _grad_tail_s(table: CostTable, st, b: float, w: float) -> tuple[float, float
     bks = [bk for c in st.chunks for bk in c.grad_buckets]
     buckets = [bk.time_s for bk in bks]
     total_dp = _reduce_s(bks)
-    last = (bks[-1].time_s + (bks[-1].then.time_s if bks[-1].then is not None else 0.0)) if bks else 0.0
+    last = _reduce_s(bks[-1:])
     if not table.overlap_grad_reduce:
         tail = total_dp  # every bucket sent after the (last micro-batch's) backward pass
     elif table.reduce_grads_every_microbatch:

@@ -239,8 +239,9 @@ def _states_key(c: Candidate) -> tuple:
 
 def _row(c: Candidate, pred, source: str, stated: Sequence[str] = ()) -> PlanRow:
     # On GPU pools the row's memory is the pool with the least left (simulator/pools.py).
-    peak, cap = ((pred.peak_bytes, pred.gpu_memory_bytes) if not pred.pools else
-                 (tightest_pool(pred)["peak_memory_bytes"], tightest_pool(pred)["capacity_bytes"]))
+    tight = tightest_pool(pred) if pred.pools else {"peak_memory_bytes": pred.peak_bytes,
+                                                    "capacity_bytes": pred.gpu_memory_bytes}
+    peak, cap = tight["peak_memory_bytes"], tight["capacity_bytes"]
     return PlanRow(
         candidate=c, source=source, step_time_s=pred.step_time_s, tokens_per_s=pred.tokens_per_s, mfu=pred.mfu,
         hfu=pred.hfu, bubble_fraction=pred.bubble_fraction, peak_bytes=peak,

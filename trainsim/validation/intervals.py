@@ -94,11 +94,6 @@ def _knots(src: dict) -> np.ndarray:
     return np.array([src["min"], *src["quantiles"], src["max"]])
 
 
-def _cdf(src: dict, x: float) -> float:
-    """A source's residual CDF at x, linear between its stored quantiles (and its min / max)."""
-    return float(np.interp(x, _knots(src), _PS))
-
-
 def mixture_quantile(sources: list[dict], p: float) -> float:
     """Quantile p of the equal-weight mixture of the sources' residual distributions (bisection)."""
     knots = [_knots(s) for s in sources]
@@ -114,7 +109,7 @@ def mixture_quantile(sources: list[dict], p: float) -> float:
 
 
 def source_quantile(src: dict, p: float) -> float:
-    return float(np.interp(p, [0.0, *LEVELS, 1.0], [src["min"], *src["quantiles"], src["max"]]))
+    return float(np.interp(p, _PS, _knots(src)))
 
 
 def novelty(table: dict, feats: dict[str, list[str]]) -> list[str]:

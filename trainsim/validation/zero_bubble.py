@@ -62,6 +62,5 @@ def _with_ratio_to_1f1b(cases: list[Case]) -> list[Case]:
         sec = dict(c.secondary)
         if b:
             sec["ratio_to_1f1b"] = c.published / b
-        out.append(Case(c.row_id, c.label, c.published, c.scenario, c.collective, c.skip_reason, c.group,
-                        c.category, sec, dict(c.secondary_fns)))
+        out.append(dataclasses.replace(c, secondary=sec))
     return out
