@@ -14,7 +14,8 @@ from trainsim.cost_models import memory
 from trainsim.simulator.builder import build_cost_table
 from trainsim.simulator.predict import predict
 from trainsim.specs import SpecError, build_scenario, load_gpu
-from trainsim.specs.pools import DEFAULT_NIC_EFFICIENCY, pool_views, stage_pools
+from trainsim.specs.pools import NIC_EFFICIENCY as DEFAULT_NIC_EFFICIENCY  # the one default, from specs
+from trainsim.specs.pools import pool_views, stage_pools
 from trainsim.topologies.fabric import NIC_EFFICIENCY
 
 TRAIN = {"seq_len": 4096, "global_batch": 16, "micro_batch": 1, "schedule": "1f1b"}

@@ -114,6 +114,12 @@ class BackgroundLoadSpec(BaseModel):
                 f"spine links; this job's scale-out collectives get the rest (scale-up unaffected)")
 
 
+# NIC payload fraction, the default of ``ScaleOutSpec.efficiency``: NCCL topo.h NET_BW = 12.0 GB/s for a 100 Gb/s
+# (12.5 GB/s) NIC. Matches the maintainers' expectations 12.2 GB/s per 100 Gb/s, ~24 per 200 Gb/s HDR, 46-48 per
+# 400 Gb/s NDR (nccl_busbw.csv edr_per_nic, hdr_per_nic, ndr_per_nic).
+NIC_EFFICIENCY = 0.96
+
+
 class ScaleOutSpec(BaseModel):
     """The inter-node fabric: NICs per node and the switch network behind them."""
 

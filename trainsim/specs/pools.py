@@ -17,17 +17,16 @@ transfer of a view is priced at the slowest pool's scale-out (the DP ring passes
 from __future__ import annotations
 
 from .errors import SpecError
-from .hardware import ClusterSpec, PoolSpec, ScaleOutSpec
+from .hardware import NIC_EFFICIENCY, ClusterSpec, PoolSpec, ScaleOutSpec
 from .memo import IdentityMemo
 from .scenario import Scenario
 from .training import Layout, TrainingSpec
 
-DEFAULT_NIC_EFFICIENCY = 0.96  # as ScaleOutSpec.efficiency's default (NCCL topo.h NET_BW)
 
 
 def node_scale_out_Bps(so: ScaleOutSpec) -> float:
     """A node's achieved scale-out bandwidth, per direction: NICs × line rate × efficiency."""
-    return so.nics_per_node * so.nic_bw_Bps * (so.efficiency or DEFAULT_NIC_EFFICIENCY)
+    return so.nics_per_node * so.nic_bw_Bps * (so.efficiency or NIC_EFFICIENCY)
 
 
 def slower_scale_out(pools: tuple[PoolSpec, ...]) -> ScaleOutSpec:

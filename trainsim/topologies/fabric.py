@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from trainsim.specs import ClusterSpec, SpecError
+from trainsim.specs.hardware import NIC_EFFICIENCY  # noqa: F401  (re-exported: run_factors reads it here)
 
 LinkId = tuple[Hashable, ...]
 
@@ -48,10 +49,6 @@ LinkId = tuple[Hashable, ...]
 # PCIe: NCCL topo.h PCI_BW 12 GB/s for a 16 GB/s Gen3 x16 link (0.75). Infinity Fabric: no published
 # SM-copy figure at hand; the NVLink value is assumed (documented assumption).
 SCALE_UP_EFFICIENCY = {"nvswitch": 0.80, "nvlink": 0.80, "infinity-fabric": 0.80, "pcie": 0.75}
-# NIC payload fraction: NCCL topo.h NET_BW = 12.0 GB/s for a 100 Gb/s (12.5 GB/s) NIC. Matches the
-# maintainers' expectations 12.2 GB/s per 100 Gb/s, ~24 per 200 Gb/s HDR, 46-48 per 400 Gb/s NDR
-# (nccl_busbw.csv edr_per_nic, hdr_per_nic, ndr_per_nic).
-NIC_EFFICIENCY = 0.96
 # NVLink SHARP reduction efficiency, NCCL tuning nvlsEfficiency: Hopper 0.85, Blackwell 0.74.
 NVLS_EFFICIENCY = {"hopper": 0.85, "blackwell": 0.74}
 

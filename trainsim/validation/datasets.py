@@ -54,11 +54,6 @@ def _sc21(unknowns: str) -> Callable[[], Dataset]:
     return load
 
 
-def _load_memory(path: Path | None = None, name: str = "memory") -> Dataset:
-    """The measured-memory runs (trainsim/validation/memory_runs.py)."""
-    return load_memory(path, name=name)
-
-
 # Secondary datasets (not in `validate --dataset all`): the same rows under other documented choices.
 SECONDARY_DATASETS = ("sc21-scripts",)
 
@@ -71,7 +66,7 @@ DATASETS: dict[str, Callable[[], Dataset]] = {
     "nemo": load_nemo,
     "korthikanti": load_korthikanti,
     "llama3": load_llama3,
-    "memory": _load_memory,
+    "memory": load_memory,
     "vtrain": lambda: vtrain.load_vtrain(external_table("vtrain", vtrain.VTRAIN_FILE), name="vtrain"),
 }
 
@@ -119,7 +114,7 @@ def _load_csv_dataset(p: Path) -> Dataset:
     if {"throughput_tok_per_s", "fsdp_sharding_strategy"} <= cols:
         return load_mosaic(p, name=p.stem)
     if {"peak_memory_gib", "memory_metric"} <= cols:
-        return _load_memory(p, name=p.stem)
+        return load_memory(p, name=p.stem)
     if "samples_per_gpu_per_s" in cols and "num_stages_p" in cols:
         raise SpecError("dataset", f"{p}: pipeline_bubble.csv's shape; write the runs in the common run schema "
                                    "(as trainsim/data/validation/zero_bubble_2024.csv) with samples_per_gpu_per_s")
