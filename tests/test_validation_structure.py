@@ -65,3 +65,42 @@ def test_vtrain_structure_matches_row_differences(ds):
     assert any(line.startswith("  TP 8, micro-batch 1 (16 rows): e 4.79 | 3.20, c ") for line in lines)
     assert "structure (pp = 1 rows" in render_text(rep)
     assert len(rep.to_json()["structure"]) == 12
+
+
+def _group(tp: int, mb: int, e: float, *, dp_groups: int = 1, spread: float = 0.0):
+    from trainsim.validation.structure import GroupStructure, Terms
+
+    t = Terms(A, B, C, e, 0.0)
+    return GroupStructure(tp, mb, 8, t, t, dp_groups, spread)
+
+
+def test_falling_e_flags_only_a_drop_as_the_micro_batch_grows():
+    """Twice the work per block cannot take less time: the check names exactly the pairs where e falls."""
+    from trainsim.validation.structure import falling_e, render_checks
+
+    groups = [_group(1, 1, 0.003), _group(1, 2, 0.005), _group(1, 4, 0.009),
+              _group(8, 1, 0.004), _group(8, 2, 0.003, dp_groups=3, spread=2e-6), _group(8, 4, 0.0045)]
+    assert falling_e(groups) == [(8, 1, 2, 0.004, 0.003)]
+    lines = render_checks(groups)
+    assert "largest spread 2 us (1 regimes with several DP groups)" in lines[0]
+    assert lines[1].endswith("TP 8, micro-batch 1 -> 2: 4.00 -> 3.00 ms (scatter of at least 25 %)")
+
+
+def test_vtrain_rows_share_one_measurement_per_regime(ds):
+    """The published per-micro-batch terms of a (TP, micro-batch) regime agree over its DP groups to the table's
+    rounding (1 us), and e falls from micro-batch 1 to 2 at TP 8: rows vt1_249 - vt1_185 give (1.883691 - 0.961607)
+    s / (12 x 16) = 4.80 ms at micro-batch 1, the micro-batch 2 rows of the same TP 3.87 ms."""
+    from trainsim.validation.structure import falling_e
+
+    class Fixed:
+        def __init__(self, t):
+            self.step_time_s = t
+
+    rep = validate(ds, predict_fn=lambda s: Fixed(closed_form(s.model.num_layers, 1.0)))
+    groups = step_structure(rep)
+    multi = [g for g in groups if g.dp_groups > 1]
+    assert len(multi) == 9 and max(g.dp_spread_s for g in multi) < 5e-6
+    drops = {(tp, a, b): (e1, e2) for tp, a, b, e1, e2 in falling_e(groups)}
+    assert set(drops) == {(4, 1, 2), (8, 1, 2)}
+    assert drops[(8, 1, 2)][0] == pytest.approx((1.883691 - 0.961607) / (12 * 16), rel=0.01)
+    assert drops[(8, 1, 2)][1] == pytest.approx(3.87e-3, abs=0.01e-3)

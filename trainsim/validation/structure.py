@@ -18,6 +18,15 @@ collectives, host issue), a gap in ``c`` is the output layer and loss, a gap in 
 a diagnostic of the error's structure, never an input to the model. The fit's rms residual says how exactly the
 published steps follow the bilinear form: runs timed end to end scatter by run-to-run noise, steps composed from
 per-layer measurements do not.
+
+Two checks of the published terms say how many independent measurements a table holds and how far apart they
+scatter (``render_checks``):
+
+* the spread of ``c`` and ``e`` over the DP groups of one (TP, micro-batch) regime: a micro-batch's work does not
+  depend on DP, but runs timed apart still differ by their noise; a spread of a few microseconds says the rows
+  share one per-micro-batch measurement, so an error in it repeats over every L, m and DP of the regime;
+* ``e`` against the micro-batch at one TP: doubling the micro-batch doubles a block's work, so ``e`` cannot fall;
+  where the published ``e`` falls, the measurements scatter by at least that drop, a floor no model can beat.
 """
 
 from __future__ import annotations
@@ -50,9 +59,12 @@ class GroupStructure:
     rows: int
     published: Terms
     predicted: Terms
+    dp_groups: int = 1
+    dp_spread_s: float = 0.0  # largest spread of the published c and e over the regime's DP groups
 
     def to_json(self) -> dict:
-        return {"tp": self.tp, "micro_batch": self.micro_batch, "rows": self.rows,
+        return {"tp": self.tp, "micro_batch": self.micro_batch, "rows": self.rows, "dp_groups": self.dp_groups,
+                "dp_spread_s": self.dp_spread_s,
                 "published": self.published.__dict__, "predicted": self.predicted.__dict__}
 
 
@@ -73,6 +85,13 @@ def fit_terms(points: Iterable[tuple[int, float, float]]) -> Terms | None:
 
 def _mean_terms(terms: list[Terms]) -> Terms:
     return Terms(*(float(np.mean([getattr(t, f) for t in terms])) for f in Terms.__dataclass_fields__))
+
+
+def _dp_spread(terms: list[Terms]) -> float:
+    """Largest max - min over DP groups of the per-micro-batch terms ``c`` and ``e`` (seconds)."""
+    cs = [t.per_microbatch_s for t in terms]
+    es = [t.per_layer_microbatch_s for t in terms]
+    return float(max(max(cs) - min(cs), max(es) - min(es)))
 
 
 def _groups(cases, rows) -> dict[tuple[int, int, int], list[tuple[int, float, float, float]]]:
@@ -99,8 +118,39 @@ def step_structure(report) -> list[GroupStructure]:
             continue
         n, pubs, preds = acc.get((tp, mb), (0, [], []))
         acc[(tp, mb)] = (n + len(pts), pubs + [pub], preds + [pred])
-    return [GroupStructure(tp, mb, n, _mean_terms(pubs), _mean_terms(preds))
+    return [GroupStructure(tp, mb, n, _mean_terms(pubs), _mean_terms(preds), len(pubs), _dp_spread(pubs))
             for (tp, mb), (n, pubs, preds) in sorted(acc.items())]
+
+
+def falling_e(groups: list[GroupStructure]) -> list[tuple[int, int, int, float, float]]:
+    """(TP, micro-batch, next micro-batch, published e, next published e) wherever the published per-block cost
+    falls as the micro-batch grows at one TP: twice the work in less time, i.e. measurement scatter."""
+    by_tp: dict[int, list[GroupStructure]] = {}
+    for g in groups:
+        by_tp.setdefault(g.tp, []).append(g)
+    out = []
+    for tp, gs in sorted(by_tp.items()):
+        gs = sorted(gs, key=lambda g: g.micro_batch)
+        for lo, hi in zip(gs, gs[1:]):
+            e_lo, e_hi = lo.published.per_layer_microbatch_s, hi.published.per_layer_microbatch_s
+            if e_hi < e_lo:
+                out.append((tp, lo.micro_batch, hi.micro_batch, e_lo, e_hi))
+    return out
+
+
+def render_checks(groups: list[GroupStructure]) -> list[str]:
+    """Report lines of the two checks of the published terms (module docstring)."""
+    multi = [g for g in groups if g.dp_groups > 1]
+    lines = []
+    if multi:
+        worst = max(g.dp_spread_s for g in multi)
+        lines.append(f"  published c and e over the DP groups of a regime: largest spread {worst * 1e6:.0f} us "
+                     f"({len(multi)} regimes with several DP groups); a spread of microseconds says the rows of a "
+                     "regime share one per-micro-batch measurement")
+    for tp, mb, mb2, e1, e2 in falling_e(groups):
+        lines.append(f"  published e falls as the micro-batch grows: TP {tp}, micro-batch {mb} -> {mb2}: "
+                     f"{e1 * 1e3:.2f} -> {e2 * 1e3:.2f} ms (scatter of at least {100 * (e1 - e2) / e1:.0f} %)")
+    return lines
 
 
 def render_structure(groups: list[GroupStructure]) -> list[str]:
@@ -117,4 +167,4 @@ def render_structure(groups: list[GroupStructure]) -> list[str]:
                      f"c {p.per_microbatch_s * 1e3:.2f} | {q.per_microbatch_s * 1e3:.2f}, "
                      f"b {p.per_layer_step_s * 1e3:.2f} | {q.per_layer_step_s * 1e3:.2f}; "
                      f"fit rms {p.rms_s * 1e6:.1f} | {q.rms_s * 1e6:.1f} us")
-    return lines
+    return lines + render_checks(groups)
