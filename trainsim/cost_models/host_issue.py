@@ -29,7 +29,10 @@ Seconds per op on an x86 host (``ATEN_DISPATCH_S``, ``KERNEL_LAUNCH_S``):
 Cross-check (independent measurement): one ``torch.nn.Linear`` forward is ``t`` + ``addmm`` (+ a ``view``
 for 3-D inputs), 3 x 3.3 + 3.8 = 13.7 us, against the 13.5 us Transformer Engine issue #2053 measured for the
 CPU side of a BF16 ``nn.Linear`` forward on a Xeon Platinum 8480C. A Grace host is 2.6x slower per op (the same
-issue: 33-37 us), as ``cost_models.host`` states.
+issue: 33-37 us), as ``cost_models.host`` states. For Megatron's layer at TP 8 the counted forward (0.32 ms, see
+"Megatron's layer") lies inside the bracket that facebookresearch/metaseq PR #270 measured on OPT-175B (96
+Megatron-style layers, TP 8, 8 A100s): ~95 ms per decoded token eager, ~66 ms as one CUDA graph, i.e. at least
+0.30 ms of exposed host time per layer forward and at most 0.99 ms of issue time.
 
 A GPU calibration profile (``trainsim calibrate --device cuda``) times the executor's tiny blocks on the GPU,
 whose kernels do ~no work, so the time is the host's issue time of a block pass (``host_issue``); it replaces the
