@@ -220,3 +220,57 @@ def test_megatron_forward_issue_lies_within_a_measured_tp8_bracket():
     issue = hi.block_issue("megatron-gpt-unfused", recompute_full=False, tp_collectives=(2, 2))
     assert 29e-3 / 96 <= issue.fwd_s <= 95e-3 / 96
     assert issue.fwd_s == pytest.approx(61 * hi.ATEN_DISPATCH_S + 32 * hi.KERNEL_LAUNCH_S)
+
+
+@pytest.mark.torch
+def test_sync_lead_in_is_what_the_dispatch_counter_sees():
+    """After Megatron-DeepSpeed's first scalar copy returns, the host issues the second one and dense_h_to_4h's
+    ``torch.matmul(x, weight.t())`` up to its GEMM: lift_fresh, _to_copy (the copy), t, view, mm (the kernel)."""
+    torch = pytest.importorskip("torch")
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from trainsim.kernels.op_count import VIEW_OPS
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    x, w = torch.randn(4, 1, 8, device="meta"), torch.randn(16, 8, device="meta")
+    with Ops() as ops:
+        torch.tensor(0.0).to("meta")  # a Python scalar copied to a device, as torch.tensor(0.0, device=...)
+        torch.matmul(x, w.t())
+    lead = ops.names[:ops.names.index("mm") + 1]
+    assert lead == ["lift_fresh", "_to_copy", "t", "view", "mm"]
+    assert hi.SYNC_LEAD_BLOCK == (len(lead), sum(n not in VIEW_OPS and n != "lift_fresh" for n in lead))
+
+
+def test_sync_lead_closed_form():
+    d, k = hi.ATEN_DISPATCH_S, hi.KERNEL_LAUNCH_S
+    f, b, mb = hi.sync_leads(1, 1, tp=1, recompute_full=True)
+    assert (f, b, mb) == pytest.approx((5 * d + 2 * k, 5 * d + 2 * k, 43 * d + 16 * k))
+    assert f == pytest.approx(24.1e-6)
+    _, b0, mb8 = hi.sync_leads(1, 1, tp=8, recompute_full=False)
+    assert b0 == 0.0 and mb8 == pytest.approx(51 * d + 24 * k)
+    assert hi.sync_leads(0, 0, tp=8, recompute_full=True) == (0.0, 0.0, 0.0)
+
+
+def test_megatron_deepspeed_syncs_add_their_lead_ins_to_the_step():
+    """The same GPU-bound job under megatron-deepspeed and megatron-2021 (identical but for the syncs): the first
+    chunk idles for one micro-batch lead-in plus a block lead-in per block and pass with a recomputed forward."""
+    kw = {"tp": 1, "mb": 8, "hidden": 4096, "layers": 2, "recompute": "full", "dtype": "fp16"}
+    ds = build_cost_table(small(framework="megatron-deepspeed", **kw))
+    ref = build_cost_table(small(framework="megatron-2021", **kw))
+    a, r = ds.stages[0].chunks[0], ref.stages[0].chunks[0]
+    assert r.host_idle_fwd_s == r.host_idle_bwd_s == 0.0
+    f, b, mb = hi.sync_leads(1, 1, tp=1, recompute_full=True)
+    assert a.host_idle_fwd_s == pytest.approx(2 * f + mb)
+    assert a.host_idle_bwd_s == pytest.approx(2 * b)
+    assert a.fwd_s - r.fwd_s == pytest.approx(2 * f + mb)
+    s_ds, s_ref = small(framework="megatron-deepspeed", **kw), small(framework="megatron-2021", **kw)
+    m = s_ds.training.global_batch // (s_ds.dp * s_ds.training.micro_batch)
+    assert predict(s_ds).step_time_s - predict(s_ref).step_time_s == pytest.approx(m * (4 * f + mb), rel=0.02)

@@ -23,7 +23,7 @@ def test_rows_become_the_stated_scenarios(ds):
     assert c.published == pytest.approx(0.410491)
     assert (s.layout.tp, s.layout.pp, s.dp, s.training.micro_batch, s.training.global_batch) == (1, 2, 2, 4, 16)
     assert (s.model.num_layers, s.model.hidden, s.model.num_heads, s.model.vocab_size) == (24, 2048, 16, VTRAIN_VOCAB)
-    assert (s.training.recompute, s.training.schedule, s.training.framework) == ("full", "1f1b", "megatron-2021")
+    assert (s.training.recompute, s.training.schedule, s.training.framework) == ("full", "1f1b", "megatron-deepspeed")
     assert c.regimes == ("micro-batch 4", "TP 1", "layers 24")
 
 

@@ -170,6 +170,17 @@ fitted to a measurement.
   attention, separate bias adds and bias-dropout-adds dispatch more eager ops per block than the executor's
   block, which the host's issue time counts (cost_models.host_issue, "Megatron's layer"). megatron-2021 and
   megatron-2022 run it; Megatron-Core (megatron) runs Transformer Engine's fused layers instead.
+* ``host_syncs`` (``block_forward_syncs``, ``microbatch_syncs``) -- blocking host-device synchronisations that
+  stop the host from running ahead of the GPU. megatron-deepspeed (microsoft/Megatron-DeepSpeed@f4157bea; the
+  lines date from "MoE support (#48)", 2022-06-07): ``ParallelTransformerLayer.forward`` creates
+  ``moe_loss = torch.tensor(0.0, device=...)`` and ``mlp_bias = torch.tensor(0.0, device=...)`` between the
+  attention half and the MLP of every block (megatron/model/transformer.py), and a Python scalar copied to the
+  GPU is a pageable host-to-device copy, ``cudaMemcpyAsync`` followed by ``cudaStreamSynchronize``
+  (pytorch/pytorch#120996 flags ``torch.tensor(3.14, device=dev)`` as a synchronizing operation; sgl-project/
+  sglang#35106 traces it to ``memcpy_and_sync``): one sync per block forward, recomputed forwards included.
+  Each micro-batch starts with ``get_batch`` -> ``tensor_parallel.broadcast_data``, whose sizes come back with
+  ``sizes_cuda.cpu()`` (megatron/core/tensor_parallel/data.py; pretrain_gpt.py ``get_batch`` and
+  ``get_batch_pipe``): one sync per micro-batch. cost_models.host_issue prices what a sync exposes.
 """
 
 from __future__ import annotations
@@ -177,8 +188,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-Framework = Literal["megatron", "megatron-2021", "megatron-2022", "pytorch-fsdp", "deepspeed", "deepspeed-2021",
-                    "torch"]
+Framework = Literal["megatron", "megatron-2021", "megatron-2022", "megatron-deepspeed", "pytorch-fsdp", "deepspeed",
+                    "deepspeed-2021", "torch"]
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 
 # DeepSpeed ZeRO config default reduce_bucket_size (elements).
@@ -233,6 +244,8 @@ class FrameworkBehaviour:
     # with its default ``parameters_as_bucket_view=False``: "sent parameter-by-parameter", torch/distributed/
     # optim/zero_redundancy_optimizer.py, find_string ids 42221174, 1023684051).
     param_gather: Literal["buffer", "allgather_bucket", "broadcast_per_param"] = "buffer"
+    block_forward_syncs: int = 0   # blocking host-device syncs per block forward (module docstring, host_syncs)
+    microbatch_syncs: int = 0      # ... per micro-batch, before the first block
 
 
 BEHAVIOURS: dict[str, FrameworkBehaviour] = {
@@ -255,6 +268,15 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                         grad_accumulation_pass=False, optimizer_extra_bytes_per_param=12.0,
                                         p2p_overlap="never", pp_scatter_gather=True, tp_dgrad_overlap=True,
                                         megatron_layer=True),
+    # Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed): the layer code of megatron-2021 (synchronous TP
+    # all-reduces, param.grad accumulation, DeepSpeed's arguments switch the asynchronous all-reduce off) and its
+    # host syncs (module docstring, ``host_syncs``).
+    "megatron-deepspeed": FrameworkBehaviour("megatron-deepspeed", overlap_grad_reduce=False,
+                                             fused_cross_entropy=False, zero3_gather="block",
+                                             reduce_bucket_params=None, grad_accumulation_pass=True,
+                                             optimizer_extra_bytes_per_param=12.0, p2p_overlap="never",
+                                             pp_scatter_gather=True, megatron_layer=True, block_forward_syncs=1,
+                                             microbatch_syncs=1),
     "pytorch-fsdp": FrameworkBehaviour("pytorch-fsdp", overlap_grad_reduce=True, fused_cross_entropy=True,
                                        zero3_gather="block", reduce_bucket_params=None,
                                        train_metric_loss_passes=2, fsdp_grad_prep=True,

@@ -51,6 +51,30 @@ the RNG-tracker fork around attention dropout, DeepSpeed's ``CheckpointFunction`
 counted: it synchronises nothing with the device (``torch.cuda.get_rng_state`` copies the generator's seed and
 offset on the host), and no per-call measurement of it for that PyTorch and host is cited.
 
+Host syncs (``FrameworkBehaviour.block_forward_syncs`` / ``microbatch_syncs``, cost_models.framework
+``host_syncs``): a blocking host-device sync drains the GPU's queue, so the host cannot be ahead when it returns;
+the GPU then idles until the host has issued the next kernel that does work. That lead-in is counted from the code
+after the sync, at the same per-op seconds, and charged as GPU idle per sync (where the host is the bottleneck the
+sync costs instead the GPU's tail after the host's last issue, of the same order; the lead-in stands for both):
+
+* per block forward (``SYNC_LEAD_BLOCK``, Megatron-DeepSpeed's ``ParallelTransformerLayer.forward``): the second
+  scalar, ``mlp_bias = torch.tensor(0.0, device=...)`` (``lift_fresh``, ``_to_copy``: 2 dispatches and its
+  copy), then ``dense_h_to_4h``'s ``torch.matmul(input, weight.t())`` up to its GEMM (``t``, ``view``, ``mm``:
+  3 dispatches, 1 kernel): 5 dispatches, 2 launches (the dispatch counter sees exactly these ops,
+  ``tests/test_host_issue_time.py``). A recomputed forward pays it again.
+* per micro-batch (``SYNC_LEAD_MICROBATCH``, from ``sizes_cuda.cpu()`` in ``broadcast_data`` to the first
+  block's QKV GEMM; pretrain_gpt.py ``get_batch``, megatron/utils.py ``get_ltor_masks_and_position_ids`` with
+  its defaults, megatron/model/language_model.py ``Embedding``): unpacking the sizes from the CPU tensor
+  (3 x (``select``, ``gt``) and 2 ``mul``: 8 CPU dispatches), packing and copying the tokens to the GPU
+  (``contiguous``, ``view``, ``cat``, ``_to_copy``: 4, 1 copy), the broadcast (1, 1), ``narrow`` and ``view``
+  (2), ``long`` and the two shifted ``contiguous`` token tensors (7, 2), the masks and positions (``ones``,
+  ``tril``, ``view``, ``ones``, ``arange``, ``unsqueeze``, ``expand_as``, ``lt``: 8, 5), the word and position
+  embeddings, their sum, the transpose to ``[s, b, h]`` and the embedding dropout (6, 5), the checkpoint's RNG
+  state copies, the first layer norm and the QKV ``t``, ``view``, ``mm`` (7, 2): 43 dispatches, 16 launches. Under
+  TP the vocab-parallel embedding masks the tokens outside its shard and all-reduces (``lt``, ``ge``, ``or``,
+  ``clone``, ``sub``, ``masked_fill_``, ``index_put_``, ``all_reduce``: 8 more of each). The kernels in between
+  (token copies, masks, embedding lookups of one micro-batch) do too little work to hide the host.
+
 Scenario settings that cut the count (``TrainingSpec.host_issue``): ``"cuda_graphs"`` captures each block's
 forward and backward as graphs, so the host launches one graph per block and pass (``KERNEL_LAUNCH_S`` each);
 ``"compile"`` (torch.compile / Inductor) drops the views and the Python dispatch of the captured ops, leaving
@@ -60,7 +84,7 @@ separately: the executor's block has no dropout and one SDPA attention kernel, s
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 ATEN_DISPATCH_S = 3.3e-6
 KERNEL_LAUNCH_S = 3.8e-6
@@ -77,6 +101,12 @@ BLOCK_OPS = {
 # kernel launch, as any other op.
 COLLECTIVE_OPS = (1, 1)
 HOST_ISSUE_MODES = ("eager", "cuda_graphs", "compile")
+# (aten dispatches, kernel launches or copies) the host issues after a sync before the GPU has work again (module
+# doc, "Host syncs"): per block forward, per micro-batch, and what TP adds to the micro-batch's (vocab-parallel
+# embedding).
+SYNC_LEAD_BLOCK = (2 + 3, 1 + 1)
+SYNC_LEAD_MICROBATCH = (8 + 4 + 1 + 2 + 7 + 8 + 6 + 7, 0 + 1 + 1 + 0 + 2 + 5 + 5 + 2)
+SYNC_LEAD_VOCAB_PARALLEL = (8, 8)
 
 
 @dataclass(frozen=True)
@@ -87,6 +117,9 @@ class PassIssue:
     bwd_s: float
     fwd_ops: int
     bwd_ops: int
+    sync_fwd_s: float = 0.0         # GPU idle after the host syncs of one block's forward (module doc)
+    sync_bwd_s: float = 0.0         # ... of its backward pass (the recomputed forward's)
+    microbatch_sync_s: float = 0.0  # ... after the micro-batch's sync, before the first block
 
 
 def op_seconds(host_cpu: str = "x86") -> tuple[float, float]:
@@ -140,12 +173,31 @@ def host_idle_s(gpu_s: float, host_s: float) -> float:
     return max(0.0, host_s - gpu_s)
 
 
-def chunk_idle_s(issue: PassIssue | None, layers: int, gpu_fwd_s: float, gpu_bwd_s: float) -> tuple[float, float]:
+def chunk_idle_s(issue: PassIssue | None, layers: int, gpu_fwd_s: float, gpu_bwd_s: float,
+                 first: bool = False) -> tuple[float, float]:
     """(forward, backward) GPU idle of a chunk of ``layers`` blocks per micro-batch whose passes keep the GPU busy
-    ``gpu_fwd_s`` / ``gpu_bwd_s``; (0, 0) where the host is not modelled apart (``issue`` None) or no blocks."""
+    ``gpu_fwd_s`` / ``gpu_bwd_s``, the lead-ins after the framework's host syncs included (``first``: the chunk
+    that starts the micro-batch, after its sync); (0, 0) where the host is not modelled apart (``issue`` None) or
+    no blocks."""
     if issue is None or layers <= 0:
         return 0.0, 0.0
-    return host_idle_s(gpu_fwd_s, layers * issue.fwd_s), host_idle_s(gpu_bwd_s, layers * issue.bwd_s)
+    lead_f = layers * issue.sync_fwd_s + (issue.microbatch_sync_s if first else 0.0)
+    return (host_idle_s(gpu_fwd_s, layers * issue.fwd_s) + lead_f,
+            host_idle_s(gpu_bwd_s, layers * issue.bwd_s) + layers * issue.sync_bwd_s)
+
+
+def sync_leads(block_syncs: int, microbatch_syncs: int, *, tp: int, recompute_full: bool,
+               host_cpu: str = "x86") -> tuple[float, float, float]:
+    """(per block forward, per block backward, per micro-batch) GPU idle after ``block_syncs`` host syncs per block
+    forward and ``microbatch_syncs`` per micro-batch (module doc, "Host syncs"); a recomputed forward (full
+    recompute) syncs again in the backward pass."""
+    dispatch, launch = op_seconds(host_cpu)
+    block = block_syncs * (SYNC_LEAD_BLOCK[0] * dispatch + SYNC_LEAD_BLOCK[1] * launch)
+    ops, launches = SYNC_LEAD_MICROBATCH
+    if tp > 1:
+        ops, launches = ops + SYNC_LEAD_VOCAB_PARALLEL[0], launches + SYNC_LEAD_VOCAB_PARALLEL[1]
+    per_mb = microbatch_syncs * (ops * dispatch + launches * launch)
+    return block, (block if recompute_full else 0.0), per_mb
 
 
 def tp_collective_calls(scenario) -> tuple[int, int]:
@@ -179,6 +231,12 @@ def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
     t = scenario.training
     style = issue_style(block_style(shp), megatron_layer=framework.behaviour(t.framework).megatron_layer,
                         flash=shp.flash)
-    return block_issue(style, recompute_full=t.recompute == "full",
-                       tp_collectives=tp_collective_calls(scenario), mode=t.host_issue,
-                       host_cpu=scenario.cluster.host_cpu, measured=measured)
+    fw = framework.behaviour(t.framework)
+    issue = block_issue(style, recompute_full=t.recompute == "full",
+                        tp_collectives=tp_collective_calls(scenario), mode=t.host_issue,
+                        host_cpu=scenario.cluster.host_cpu, measured=measured)
+    if t.host_issue != "eager" or not (fw.block_forward_syncs or fw.microbatch_syncs):
+        return issue  # a captured graph cannot hold a host sync
+    f, b, mb = sync_leads(fw.block_forward_syncs, fw.microbatch_syncs, tp=scenario.layout.tp,
+                          recompute_full=t.recompute == "full", host_cpu=scenario.cluster.host_cpu)
+    return replace(issue, sync_fwd_s=f, sync_bwd_s=b, microbatch_sync_s=mb)

@@ -27,11 +27,11 @@ DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 # main-grad buffer in fp32 (megatron/core/distributed/distributed_data_parallel.py: ``grad_dtype = torch.float
 # if ddp_config.grad_reduce_in_fp32 else param.dtype``). fp8 runs keep bf16 parameters (--bf16 --fp8-format).
 # With fp16 the flag defaults off, so the buffer is fp16.
-MEGATRON_FRAMEWORKS = ("megatron", "megatron-2021", "megatron-2022")
+MEGATRON_FRAMEWORKS = ("megatron", "megatron-2021", "megatron-2022", "megatron-deepspeed")
 # The training framework: selects documented software-stack behaviours (gradient-reduction overlap,
 # cross-entropy kernel, ZeRO-3 gather granularity), see trainsim/cost_models/framework.py.
-Framework = Literal["megatron", "megatron-2021", "megatron-2022", "pytorch-fsdp", "deepspeed", "deepspeed-2021",
-                    "torch"]
+Framework = Literal["megatron", "megatron-2021", "megatron-2022", "megatron-deepspeed", "pytorch-fsdp", "deepspeed",
+                    "deepspeed-2021", "torch"]
 
 DEFAULT_PLACEMENT = ("tp", "cp", "ep", "dp", "pp")
 

@@ -17,8 +17,8 @@ repository's measured 8-GPU all-reduce table, ``trace/a100/AR_GPU8_1M_1024M_LUT`
 bandwidth, an NVSwitch node's), no FlashAttention (Megatron's fused softmax) and dropout 0.1 (Megatron GPT
 defaults).
 
-Framework ``megatron-2021``, the behaviours Megatron-DeepSpeed's own layer code has (trainsim has no entry of that
-name). Its ``megatron/mpu/layers.py`` builds ``ColumnParallelLinear.forward`` from
+Framework ``megatron-deepspeed``: the behaviours of ``megatron-2021`` that Megatron-DeepSpeed's layer code shares,
+and that fork's host syncs (one per block forward, one per micro-batch; cost_models.framework ``host_syncs``). Its ``megatron/mpu/layers.py`` builds ``ColumnParallelLinear.forward`` from
 ``copy_to_tensor_model_parallel_region`` and ``F.linear``: the input-gradient all-reduce runs inside the copy's
 backward, waited for on the compute stream (no overlap with the weight-gradient GEMM), and ``F.linear``'s autograd
 writes ``param.grad``, which autograd's AccumulateGrad adds into from the second micro-batch on (no fused
@@ -26,7 +26,9 @@ writes ``param.grad``, which autograd's AccumulateGrad adds into from the second
 ``--async-tensor-model-parallel-allreduce`` nor gradient-accumulation fusion, and the later one switches the
 asynchronous all-reduce off whenever DeepSpeed runs (``if args.deepspeed:
 args.async_tensor_model_parallel_allreduce = False``). Gradients are all-reduced after the backward pass and
-pipeline sends block, as in ``megatron-2021``.
+pipeline sends block, as in ``megatron-2021``. ``ParallelTransformerLayer.forward`` copies two Python scalars to
+the GPU between attention and MLP (``torch.tensor(0.0, device=...)``, a blocking copy) and ``get_batch`` reads the
+broadcast sizes back with ``.cpu()``: the host cannot run ahead of the GPU past either.
 
 Each case carries its regimes (micro-batch, TP, layers) so the report prints the error per regime: the
 work per kernel falls with the micro-batch and rises with 1/TP, which separates per-kernel fixed costs from
@@ -45,7 +47,7 @@ VTRAIN_COLUMNS = frozenset({"row_id", "num_gpus", "global_batch", "micro_batch",
                             "seq_len", "tp", "dp", "pp", "step_time_s"})
 VTRAIN_FILE = "vtrain_a100_single_node.csv"
 VTRAIN_VOCAB = 50257  # GPT-2 BPE tokenizer (Megatron --vocab-file gpt2-vocab.json)
-VTRAIN_FRAMEWORK = "megatron-2021"  # Megatron-DeepSpeed's layers: synchronous TP all-reduce, param.grad (module doc)
+VTRAIN_FRAMEWORK = "megatron-deepspeed"  # synchronous TP all-reduce, param.grad, host syncs (module doc)
 VTRAIN_CITATION = ('Bang et al., "vTrain: A Simulation Framework for Evaluating Cost-effective and Compute-optimal '
                    'Large Language Model Training", MICRO 2024 (arXiv:2312.12391); measured iterations from '
                    'VIA-Research/vTrain data/ground_truth_single.csv, run settings from '
@@ -68,8 +70,9 @@ def load_vtrain(path: Path, *, name: str = "vtrain"):
         ("stated by the source's run configs: GPT blocks, sequence 1024, full activation checkpointing, 1F1B, "
          "no gradient bucketing, 8 GPUs per node."),
         ("measured with Megatron-DeepSpeed (source data/README.md) in fp16 (vTrain's profiling model is built in "
-         "fp16); framework megatron-2021, the behaviours of that fork's layer code (TP input-gradient all-reduce "
-         "waited for on the compute stream, gradients accumulated in param.grad); chosen for every row (not "
+         "fp16); framework megatron-deepspeed, the behaviours of that fork's layer code (TP input-gradient all-reduce "
+         "waited for on the compute stream, gradients accumulated in param.grad, a host sync per block forward and "
+         "per micro-batch); chosen for every row (not "
          "stated): vocab 50,257 (GPT-2 tokenizer), cluster preset dgx-a100, no FlashAttention, dropout 0.1."),
         "regimes: every row is counted under its micro-batch, its TP degree and its layer count.",
     )
