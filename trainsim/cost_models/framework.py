@@ -178,9 +178,9 @@ fitted to a measurement.
   GPU is a pageable host-to-device copy, ``cudaMemcpyAsync`` followed by ``cudaStreamSynchronize``
   (pytorch/pytorch#120996 flags ``torch.tensor(3.14, device=dev)`` as a synchronizing operation; sgl-project/
   sglang#35106 traces it to ``memcpy_and_sync``): one sync per block forward, recomputed forwards included.
-  Each micro-batch starts with ``get_batch`` -> ``tensor_parallel.broadcast_data``, whose sizes come back with
-  ``sizes_cuda.cpu()`` (megatron/core/tensor_parallel/data.py; pretrain_gpt.py ``get_batch`` and
-  ``get_batch_pipe``): one sync per micro-batch. cost_models.host_issue prices what a sync exposes.
+  Each micro-batch starts with ``get_batch`` -> ``tensor_parallel.broadcast_data``, which copies the sizes to the
+  GPU (``get_accelerator().LongTensor(sizes)``) and back (``sizes_cuda.cpu()``; megatron/core/tensor_parallel/
+  data.py; pretrain_gpt.py ``get_batch`` and ``get_batch_pipe``): one drain of the queue per micro-batch. cost_models.host_issue prices what a sync exposes.
 """
 
 from __future__ import annotations

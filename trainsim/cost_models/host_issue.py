@@ -62,15 +62,17 @@ sync costs instead the GPU's tail after the host's last issue, of the same order
   copy), then ``dense_h_to_4h``'s ``torch.matmul(input, weight.t())`` up to its GEMM (``t``, ``view``, ``mm``:
   3 dispatches, 1 kernel): 5 dispatches, 2 launches (the dispatch counter sees exactly these ops,
   ``tests/test_host_issue_time.py``). A recomputed forward pays it again.
-* per micro-batch (``SYNC_LEAD_MICROBATCH``, from ``sizes_cuda.cpu()`` in ``broadcast_data`` to the first
-  block's QKV GEMM; pretrain_gpt.py ``get_batch``, megatron/utils.py ``get_ltor_masks_and_position_ids`` with
-  its defaults, megatron/model/language_model.py ``Embedding``): unpacking the sizes from the CPU tensor
+* per micro-batch (``SYNC_LEAD_MICROBATCH``, from the first sync of ``broadcast_data``, the sizes copied to the
+  GPU as ``get_accelerator().LongTensor(sizes)``, to the first block's QKV GEMM; pretrain_gpt.py ``get_batch``,
+  megatron/utils.py ``get_ltor_masks_and_position_ids`` with its defaults, megatron/model/language_model.py
+  ``Embedding``): the sizes' broadcast and ``.cpu()`` copy back (2 dispatches, 2 launches or copies), unpacking
+  the sizes from the CPU tensor
   (3 x (``select``, ``gt``) and 2 ``mul``: 8 CPU dispatches), packing and copying the tokens to the GPU
   (``contiguous``, ``view``, ``cat``, ``_to_copy``: 4, 1 copy), the broadcast (1, 1), ``narrow`` and ``view``
   (2), ``long`` and the two shifted ``contiguous`` token tensors (7, 2), the masks and positions (``ones``,
   ``tril``, ``view``, ``ones``, ``arange``, ``unsqueeze``, ``expand_as``, ``lt``: 8, 5), the word and position
   embeddings, their sum, the transpose to ``[s, b, h]`` and the embedding dropout (6, 5), the checkpoint's RNG
-  state copies, the first layer norm and the QKV ``t``, ``view``, ``mm`` (7, 2): 43 dispatches, 16 launches. Under
+  state copies, the first layer norm and the QKV ``t``, ``view``, ``mm`` (7, 2): 45 dispatches, 18 launches. Under
   TP the vocab-parallel embedding masks the tokens outside its shard and all-reduces (``lt``, ``ge``, ``or``,
   ``clone``, ``sub``, ``masked_fill_``, ``index_put_``, ``all_reduce``: 8 more of each). The kernels in between
   (token copies, masks, embedding lookups of one micro-batch) do too little work to hide the host.
@@ -105,7 +107,7 @@ HOST_ISSUE_MODES = ("eager", "cuda_graphs", "compile")
 # doc, "Host syncs"): per block forward, per micro-batch, and what TP adds to the micro-batch's (vocab-parallel
 # embedding).
 SYNC_LEAD_BLOCK = (2 + 3, 1 + 1)
-SYNC_LEAD_MICROBATCH = (8 + 4 + 1 + 2 + 7 + 8 + 6 + 7, 0 + 1 + 1 + 0 + 2 + 5 + 5 + 2)
+SYNC_LEAD_MICROBATCH = (2 + 8 + 4 + 1 + 2 + 7 + 8 + 6 + 7, 2 + 0 + 1 + 1 + 0 + 2 + 5 + 5 + 2)
 SYNC_LEAD_VOCAB_PARALLEL = (8, 8)
 
 
