@@ -27,7 +27,9 @@ gradient all-reduce copy beyond the freed activations (``reduce_cast_bytes``), a
 are views of the gradient storage (Megatron's contiguous grad buffer; torch DDP with
 ``gradient_as_bucket_view``), so they add nothing. The caching allocator's cached-but-free blocks are not in
 ``total`` (the allocator frees them before failing an allocation); ``StageMemory.allocator_cached`` carries the
-part allocator_reserve.py derives, for the reserved and nvidia-smi counters.
+part allocator_reserve.py derives, for the reserved and nvidia-smi counters. FSDP's sharded gradients, freed by
+``zero_grad`` before a one-micro-batch step's forward and re-created after its activation peak, leave ``total``
+for ``allocator_cached`` (``StageMemory.grads_off_peak``, allocator_reserve.grads_off_peak).
 
 Offload (``offload``): each framework keeps different states on the device -- Megatron its 16-bit weights
 and fp32 grad buffer, DeepSpeed its weights and reduce buckets, FSDP only the gathered units -- and the host
