@@ -464,3 +464,23 @@ def test_interleaved_with_as_many_microbatches_as_stages_holds_them_all():
     assert sc.num_microbatches == 4
     assert inflight_microbatches("interleaved", 4, 4, 0, 2) == 4
     assert peak_bytes(sc) == pytest.approx(predict(sc).peak_bytes, rel=1e-9)
+
+
+def test_fsdp_gradients_leave_the_peak_only_without_accumulation():
+    """allocator_reserve.grads_off_peak: min(grads, activations) for torch FSDP (zero >= 2) with one micro-batch
+    per step; nothing where gradients persist (Megatron's grad buffer, DeepSpeed, DDP buckets) or accumulate."""
+    from trainsim.cost_models.allocator_reserve import grads_off_peak
+    assert grads_off_peak(framework="torch", zero=3, microbatches=1, grads=3.0, activations=10.0) == 3.0
+    assert grads_off_peak(framework="pytorch-fsdp", zero=2, microbatches=1, grads=3.0, activations=1.0) == 1.0
+    for fw, zero, m in (("torch", 3, 2), ("torch", 1, 1), ("megatron", 3, 1), ("deepspeed", 3, 1)):
+        assert grads_off_peak(framework=fw, zero=zero, microbatches=m, grads=3.0, activations=10.0) == 0.0
+    m = gpt(4096, 32, 32, V=32000)
+    for mb in (1, 8):  # gradients above (mb 1, full recompute) and below (mb 8) the activations
+        one = stage_memory(scen(m, gpus=8, zero=3, framework="torch", micro_batch=mb, global_batch=8 * mb,
+                                recompute="full"), 0)
+        acc = stage_memory(scen(m, gpus=8, zero=3, framework="torch", micro_batch=mb, global_batch=16 * mb,
+                                recompute="full"), 0)
+        off = min(one.grads, one.activations)
+        assert one.grads_off_peak == off and acc.grads_off_peak == 0.0
+        assert acc.total - one.total == pytest.approx(off)  # the same step, gradients held across micro-batches
+        assert one.allocator_cached - acc.allocator_cached == pytest.approx(off)

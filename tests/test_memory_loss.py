@@ -28,6 +28,7 @@ def scen(gpus=1, layout=None, **training):
     ("torch", "fused", 2),            # torch.compile'd loss
     ("pytorch-fsdp", "eager_fp32", 8),
     ("megatron", "vocab_parallel", 2),
+    ("torch", "eager_fp32_kept", 12),  # the same with the caller's fp32 logits alive through the backward
 ])
 def test_logits_workspace_per_implementation(framework, cross_entropy, per_logit):
     extra = {"cross_entropy": cross_entropy} if cross_entropy else {}
@@ -77,6 +78,40 @@ def test_eager_fp32_loss_matches_torch_memory_tracker():
     by_name = {str(k).rsplit(".", 1)[-1]: v for k, v in peak.items()}
     assert by_name["ACT"] == pytest.approx(4 * T * V, rel=0.01)
     assert by_name["TEMP"] == pytest.approx(act.EAGER_CE_BACKWARD_BYTES * T * V, rel=0.01)
+
+
+@pytest.mark.torch
+def test_kept_fp32_logits_loss_matches_torch_memory_tracker():
+    """torchtitan of early 2024 (pytorch/torchtitan 83c879f18): the model returns ``self.output(h).float()`` and
+    the loop keeps ``pred`` through ``loss.backward()``. torch's MemTracker over that head and loss: 8 bytes per
+    logit saved (the kept fp32 logits and the fp32 log-softmax) and 8 of temporaries at the peak, 16 in all --
+    the model's saved log-softmax (4) plus its workspace (``eager_fp32_kept``: 12)."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.mem_tracker import MemTracker
+    T, V, H = 1024, 8000, 256
+    with FakeTensorMode():
+        head = torch.nn.Linear(H, V, bias=False, dtype=torch.bfloat16)
+        x = torch.randn(T, H, dtype=torch.bfloat16, requires_grad=True)
+        y = torch.randint(0, V, (T,))
+        tracker = MemTracker()
+        tracker.track_external(head)
+        with tracker:
+            pred = head(x).float()
+            F.cross_entropy(pred, y).backward()
+        (peak,) = tracker.get_tracker_snapshot("peak").values()
+    by_name = {str(k).rsplit(".", 1)[-1]: v for k, v in peak.items()}
+    assert by_name["ACT"] - x.numel() * 2 == pytest.approx(8 * T * V, rel=0.001)
+    assert by_name["TEMP"] == pytest.approx(8 * T * V, rel=0.001)
+    s = scen(framework="torch", cross_entropy="eager_fp32_kept")
+    model_peak = act.STAT_BYTES + act.logits_workspace_bytes(s) / (SEQ * VOCAB)
+    assert model_peak == 16
+
+
+def test_kept_fp32_logits_need_whole_logits():
+    with pytest.raises(SpecError, match="cross_entropy"):
+        scen(gpus=2, layout={"tp": 2}, framework="torch", cross_entropy="eager_fp32_kept")
 
 
 def test_deepspeed_pipeline_keeps_each_inflight_output_megatron_frees_it():

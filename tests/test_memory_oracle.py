@@ -124,3 +124,42 @@ def test_fsdp2_mixed_precision_policy(meshes):
 def test_tensor_parallel(meshes, sp):
     s = scenario(gpus=2, layout={"tp": 2}, dtype="fp32", sequence_parallel=sp)
     check(s, run_step(s, meshes["tp"], fsdp=False, mixed=False, sp=sp), fsdp=False)
+
+
+def test_fsdp2_gradients_are_off_the_peak(meshes):
+    """A second FSDP2 step after ``zero_grad()`` (set_to_none), under FSDPMemTracker: at the step's peak no sharded
+    gradient exists (the reduce-scatter re-creates them unit by unit after the activation peak), so the model
+    keeps them off its peak (``StageMemory.grads_off_peak``) and in the reserved counter's cached bytes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
+    from torch.distributed.fsdp import fully_shard
+
+    from trainsim.cost_models.memory import stage_memory
+    from trainsim.kernels.parallelize import cross_entropy
+    from trainsim.kernels.torch_model import Chunk, ModelOptions
+    s = scenario(zero=3, dtype="fp32")
+    with FakeTensorMode():
+        chunk = Chunk(s.model, list(range(s.model.num_layers)), True, True, ModelOptions(s.training.recompute))
+        for block in chunk.layers.values():
+            fully_shard(block, mesh=meshes["fsdp"], reshard_after_forward=True)
+        fully_shard(chunk, mesh=meshes["fsdp"], reshard_after_forward=True)
+        opt = torch.optim.Adam(chunk.parameters(), lr=1e-3)
+        x = torch.randint(0, WIDTH["vocab_size"], (1, SEQ))
+        y = torch.randint(0, WIDTH["vocab_size"], (1, SEQ))
+
+        def step():
+            opt.zero_grad()
+            cross_entropy(chunk(x), y, None).backward()
+            opt.step()
+        step()  # creates Adam's states; FSDPMemTracker follows one iteration
+        tracker = FSDPMemTracker(chunk, opt)
+        with tracker:
+            step()
+            after = _by_name(tracker.get_tracker_snapshot())
+        (peak,) = tracker._peak_mem_snap.values()
+    at_peak = {str(k).rsplit(".", 1)[-1]: v for k, v in peak.items()}
+    sm = stage_memory(s, 0, impl="eager")
+    assert at_peak.get("SHARDED_GRAD", 0) == 0 and after["SHARDED_GRAD"] == pytest.approx(sm.grads, rel=0.02)
+    assert sm.grads_off_peak == sm.grads
+    assert sm.total == pytest.approx(sm.weights + sm.optimizer + sm.activations + sm.other)
+    assert sm.allocator_cached >= sm.grads_off_peak

@@ -230,6 +230,10 @@ def render_memory_assumptions(c, pred) -> None:
         c.print(f"model states ({a['framework']}): {a['note']}; "
                 f"{a['weights_bytes_per_param']:g} + {a['grads_bytes_per_param']:g} + "
                 f"{a['optimizer_bytes_per_param']:g} bytes per parameter before sharding")
+    if a.get("grads_off_peak_bytes"):
+        c.print(f"gradients: {a['grads_off_peak_bytes'] / GiB:.2f} GiB of sharded gradients are freed before the "
+                "forward and re-created after the activation peak (not in the peak; reserved in the reduce-scatter "
+                "stream's pool)")
     terms = {k: v for k, v in pred.other_terms.items() if k != "stage" and v}
     if terms:
         c.print(f"other on stage {int(pred.other_terms['stage'])}: "

@@ -345,6 +345,11 @@ EAGER_CE_BACKWARD_BYTES = 8
 # ``grad_input + torch.exp(x)`` and that times the loss gradient -- three fp32 tensors at once (read_file id
 # 60317242654); its forward (fp32 copy, shifted logits, their exp) stays below that.
 LOSS_PARALLEL_BACKWARD_BYTES = 12
+# With the fp32 logits kept by the caller through the backward (cross_entropy "eager_fp32_kept": torchtitan's
+# model of early 2024 returns ``self.output(h).float()`` and its loop holds ``pred`` across ``loss.backward()``,
+# pytorch/torchtitan torchtrain/models/llama/model.py and train.py @ 83c879f18, PR #165), the backward's peak
+# holds them too: 4 more bytes per logit (torch's MemTracker: 16 per logit in all, tests/test_memory_loss.py).
+KEPT_FP32_LOGITS_BYTES = 4
 
 
 def logits_workspace_bytes(scenario) -> float:
@@ -355,11 +360,13 @@ def logits_workspace_bytes(scenario) -> float:
     fused kernel: the 16-bit logit gradient is allocated while the saved logits are alive. Either way
     ``e·T·V/tp``. torch's eager ``F.cross_entropy`` on fp32 logits (framework torch, un-fused): the larger of its
     forward (``e + 4`` per logit) and backward (``EAGER_CE_BACKWARD_BYTES``, ``LOSS_PARALLEL_BACKWARD_BYTES`` on
-    vocabulary shards) transients.
+    vocabulary shards, plus ``KEPT_FP32_LOGITS_BYTES`` where the caller keeps the fp32 logits) transients.
     """
     shp = _shape(scenario)
     v_local = -(-shp.vocab // shp.tp)
     backward = LOSS_PARALLEL_BACKWARD_BYTES if shp.tp > 1 else EAGER_CE_BACKWARD_BYTES
+    if shp.ce_logits_kept:
+        backward += KEPT_FP32_LOGITS_BYTES
     per_logit = max(shp.e + 4, backward) if shp.eager_ce else shp.e
     return float(per_logit * shp.tokens * v_local)
 

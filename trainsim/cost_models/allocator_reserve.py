@@ -31,6 +31,11 @@ id 17467273460; the June 2025 run's torchrun command sets none, id 23486694764).
 
 from __future__ import annotations
 
+# Frameworks whose data-parallel sharding (zero >= 2) reduce-scatters each unit's gradient into a new sharded
+# gradient on a side stream and whose training loops free the gradients with ``zero_grad(set_to_none=True)``
+# (torch's default since 2.0) before the next forward (``grads_off_peak``).
+SIDE_STREAM_GRAD_FRAMEWORKS = ("torch", "pytorch-fsdp")
+
 
 def loss_stage_cached_bytes(*, working: float, loss_workspace: float, logits_bytes: float, eager_loss: bool,
                             vocab: int, ffn: int) -> float:
@@ -44,3 +49,26 @@ def loss_stage_cached_bytes(*, working: float, loss_workspace: float, logits_byt
     if vocab <= ffn:
         return 0.0
     return min(working, loss_workspace) + (logits_bytes if eager_loss else 0.0)
+
+
+def grads_off_peak(*, framework: str, zero: int, microbatches: int, grads: float, activations: float) -> float:
+    """Sharded gradient bytes that do not exist at the activation peak but stay reserved, cached in the
+    reduce-scatter stream's pool.
+
+    FSDP2 allocates each unit's reduce-scatter output -- the sharded gradient, which ``.grad`` views -- under
+    ``torch.cuda.stream(reduce_scatter_stream)`` (torch/distributed/_composable/fsdp/_fsdp_collectives.py
+    ``foreach_reduce``, read_file id 588052386: "the GPU sharded gradient is allocated in the RS stream"); FSDP1
+    its ``new_sharded_grad`` inside ``_post_backward_stream`` (torch/distributed/fsdp/_runtime_utils.py
+    ``_reduce_grad``, read_file id 411759125). ``zero_grad(set_to_none=True)`` frees them before the forward
+    (torchtitan train.py calls it at the top of every step), and the backward re-creates them unit by unit,
+    after the activation peak at its start. So with one micro-batch per step (no accumulation across
+    micro-batches) the peak holds ``max(activations, grads)`` of the two, not both: ``min(grads, activations)``
+    is off the peak. The allocator serves a request only from blocks of the requesting stream
+    (c10/cuda/CUDACachingAllocator.cpp ``get_free_block``: ``(*it)->stream != p.stream()`` fails, read_file id
+    3232397), so the freed gradients' blocks stay reserved in the side stream's pool, unusable by the forward:
+    the reserved counter keeps them. torch's FSDPMemTracker shows one unit's gradient shard at the peak of an
+    FSDP2 step (tests/test_memory_oracle.py).
+    """
+    if framework not in SIDE_STREAM_GRAD_FRAMEWORKS or zero < 2 or microbatches > 1:
+        return 0.0
+    return min(grads, activations)

@@ -27,7 +27,9 @@ gradient all-reduce copy beyond the freed activations (``reduce_cast_bytes``), a
 are views of the gradient storage (Megatron's contiguous grad buffer; torch DDP with
 ``gradient_as_bucket_view``), so they add nothing. The caching allocator's cached-but-free blocks are not in
 ``total`` (the allocator frees them before failing an allocation); ``StageMemory.allocator_cached`` carries the
-part allocator_reserve.py derives, for the reserved and nvidia-smi counters.
+part allocator_reserve.py derives, for the reserved and nvidia-smi counters. FSDP's sharded gradients, freed by
+``zero_grad`` before a one-micro-batch step's forward and re-created after its activation peak, leave ``total``
+for ``allocator_cached`` (``StageMemory.grads_off_peak``, allocator_reserve.grads_off_peak).
 
 Offload (``offload``): each framework keeps different states on the device -- Megatron its 16-bit weights
 and fp32 grad buffer, DeepSpeed its weights and reduce buckets, FSDP only the gathered units -- and the host
@@ -43,7 +45,7 @@ from itertools import pairwise
 
 from . import activations as act
 from .framework import FP32_PARAM_FRAMEWORKS, behaviour, bf16_optimizer, state_bytes
-from .allocator_reserve import loss_stage_cached_bytes
+from .allocator_reserve import grads_off_peak, loss_stage_cached_bytes
 from .runtime_memory import OUTSIDE_ALLOCATOR, runtime_terms
 from .shapes import block_kinds, dense_block_scenario, layer_shape
 
@@ -74,6 +76,9 @@ class StageMemory:
     # The caching allocator's cached-but-free bytes at this stage's reserved peak, beyond ``allocated``
     # (allocator_reserve.py); not in ``total``: the allocator frees them before it would run out of memory.
     allocator_cached: float = 0.0
+    # Gradient bytes of ``grads`` that do not exist at the peak (freed before the forward, re-created after the
+    # activation peak; allocator_reserve.grads_off_peak): not in ``total``, in ``allocator_cached``.
+    grads_off_peak: float = 0.0
 
     @property
     def model_states(self) -> float:
@@ -82,7 +87,7 @@ class StageMemory:
     @property
     def total(self) -> float:
         """Device bytes (host excluded): what nvidia-smi shows at the peak, allocator fragmentation aside."""
-        return self.weights + self.grads + self.optimizer + self.activations + self.other
+        return self.weights + self.grads - self.grads_off_peak + self.optimizer + self.activations + self.other
 
     @property
     def allocated(self) -> float:
@@ -354,10 +359,13 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     if beyond:
         details["grad_reduce_cast"] = beyond
     other = sum(v for k, v in details.items() if k not in ACTIVATION_DETAILS)
+    off_peak = grads_off_peak(framework=t.framework, zero=t.effective_zero, microbatches=scenario.num_microbatches,
+                              grads=off.grads, activations=activations)
     return StageMemory(weights=off.weights, grads=off.grads, optimizer=off.optimizer, activations=activations,
                        other=other, host=host, pcie_h2d_bytes=off.h2d, pcie_d2h_bytes=off.d2h,
                        inflight_microbatches=inflight_microbatches, details=details,
-                       allocator_cached=_allocator_cached(scenario, stage, working) + cast - beyond)
+                       allocator_cached=_allocator_cached(scenario, stage, working) + cast - beyond + off_peak,
+                       grads_off_peak=off_peak)
 
 
 def reduce_cast_bytes(scenario, rp: RankParams) -> float:

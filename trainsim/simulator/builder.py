@@ -618,7 +618,8 @@ def _stage(st: _Step, s: int, nets: tuple[Scenario, Scenario] | None = None) -> 
     sm = st.stage_mem[s]
     return StageCost(
         chunks=chunks, send_fwd=send_f, send_bwd=send_b, optimizer_s=_optimizer_s(st, s), post_step=_post_step(st, s),
-        weights_bytes=sm.weights, grads_bytes=sm.grads, optimizer_bytes=sm.optimizer, other_bytes=sm.other,
+        weights_bytes=sm.weights, grads_bytes=sm.grads - sm.grads_off_peak, optimizer_bytes=sm.optimizer,
+        other_bytes=sm.other,
     )
 
 

@@ -276,6 +276,8 @@ def _describe_memory(pred: Prediction, scenario: Scenario) -> None:
     stages = {s: memory.stage_memory(scenario, s) for s in sorted({0, min(1, pp - 1), pp - 1})}
     peak = max(stages, key=lambda s: stages[s].total)
     pred.other_terms = {"stage": float(peak), **stages[peak].other_terms}
+    if stages[peak].grads_off_peak:  # allocator_reserve.grads_off_peak: the grads column shows the peak's share
+        pred.memory_assumptions["grads_off_peak_bytes"] = stages[peak].grads_off_peak
     reserved = max(sm.total + sm.allocator_cached for sm in stages.values())
     pred.allocator_cached_bytes = max(0.0, reserved - stages[peak].total)
     m = scenario.model

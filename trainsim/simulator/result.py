@@ -85,20 +85,29 @@ class Prediction:
     @property
     def peak_device_bytes(self) -> float:
         """What nvidia-smi shows at the peak: the reserved peak plus the CUDA context and NCCL buffers."""
-        return self.peak_bytes + self.allocator_cached_bytes
+        return self.peak_reserved_bytes + self._outside_allocator_bytes
 
     @property
     def peak_allocated_bytes(self) -> float:
         """torch.cuda.max_memory_allocated's view: the peak less what lies outside PyTorch's caching allocator
         (the CUDA context and NCCL's buffers, cost_models.runtime_memory.OUTSIDE_ALLOCATOR) on the peak stage."""
-        return self.peak_bytes - sum(self.other_terms.get(k, 0.0) for k in OUTSIDE_ALLOCATOR)
+        return self.peak_bytes - self._outside_allocator_bytes
+
+    @property
+    def _outside_allocator_bytes(self) -> float:
+        return sum(self.other_terms.get(k, 0.0) for k in OUTSIDE_ALLOCATOR)
 
     @property
     def peak_reserved_bytes(self) -> float:
         """torch.cuda.max_memory_reserved's view: the allocated peak plus the caching allocator's cached, unused
-        blocks at the reserved peak (``allocator_cached_bytes``). Fragmentation beyond that mechanism is not
-        predicted; the planner's memory headroom covers it."""
-        return self.peak_allocated_bytes + self.allocator_cached_bytes
+        blocks at the reserved peak (``allocator_cached_bytes``), at most what the device leaves the allocator:
+        when cudaMalloc fails the allocator frees its cached blocks and retries (c10/cuda/CUDACachingAllocator.cpp
+        ``malloc``: ``release_available_cached_blocks`` / ``release_cached_blocks``, counted in
+        ``num_alloc_retries``), so reserved memory never exceeds the HBM less the CUDA context and NCCL's buffers.
+        Fragmentation beyond that mechanism is not predicted; the planner's memory headroom covers it."""
+        allocated = self.peak_allocated_bytes
+        room = self.gpu_memory_bytes - self._outside_allocator_bytes
+        return min(allocated + self.allocator_cached_bytes, max(allocated, room))
 
     def to_json(self) -> dict[str, Any]:
         """The stable JSON object (keys of docs/design.md plus engine, calibration and breakdown)."""

@@ -323,6 +323,9 @@ def _check_sequence(m: ModelSpec, layout: Layout, t: TrainingSpec) -> None:
         raise SpecError("training.seq_len", f"seq_len={t.seq_len} must be divisible by tp*cp for sequence parallelism")
     if t.sequence_parallel and tp == 1:
         raise SpecError("training.sequence_parallel", "sequence parallelism needs tp > 1")
+    if t.cross_entropy == "eager_fp32_kept" and tp > 1:
+        raise SpecError("training.cross_entropy", "eager_fp32_kept (F.cross_entropy on whole fp32 logits) needs "
+                                                  "tp = 1; vocabulary shards run torch's loss_parallel (eager_fp32)")
 
 
 def _check_moe_balance(m: ModelSpec, layout: Layout, t: TrainingSpec) -> None:

@@ -134,11 +134,12 @@ class TrainingSpec(BaseModel):
     param_dtype_bytes: int = Field(default=0, ge=0, le=8,
                                    description="bytes per stored weight; 0 = the dtype's (2 for bf16/fp16/fp8). "
                                                "torch AMP keeps fp32 weights (4) and casts per op")
-    cross_entropy: Literal["fused", "vocab_parallel", "eager_fp32"] | None = Field(
+    cross_entropy: Literal["fused", "vocab_parallel", "eager_fp32", "eager_fp32_kept"] | None = Field(
         default=None, description="how the loss runs: fused = one fused (or torch.compile'd) kernel that saves the "
         "16-bit logits and a logsumexp per token; vocab_parallel = Megatron's cross-entropy (in-place ops on an "
         "fp32 copy of the logits); eager_fp32 = torch's eager F.cross_entropy on an fp32 copy (torchtitan, "
-        "trainsim execute); None = the framework's default (cost_models/framework.py)")
+        "trainsim execute); eager_fp32_kept = the same on fp32 logits the model returns and the "
+        "caller keeps through the backward (torchtitan of early 2024); None = the framework's default (cost_models/framework.py)")
     cuda_context_bytes: int = Field(
         default=0, ge=0, le=16 << 30, description="device bytes of the CUDA context as measured for the run's "
         "software stack (nvidia-smi after the first CUDA call, e.g. torch.ones(1).cuda()): module images loaded "

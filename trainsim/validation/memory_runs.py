@@ -54,7 +54,7 @@ PREDICTED_FIELD = {"allocated peak": "peak_allocated_bytes", "active peak": "pea
 # torchtitan's selective AC with selective_ac_option="op" (its per-op policy; the only SAC torchtitan had in early
 # 2024, enable_selective_ac): trainsim's recompute_modules op_sac (trainsim/cost_models/activations.py).
 TORCHTITAN_OP_SAC = re.compile(r"per-op SAC|torchtitan SAC", re.IGNORECASE)
-CROSS_ENTROPY = ("fused", "vocab_parallel", "eager_fp32")
+CROSS_ENTROPY = ("fused", "vocab_parallel", "eager_fp32", "eager_fp32_kept")
 OFFLOAD = {"none": (False, False), "optimizer": (True, False), "optimizer+params": (True, True)}
 CATEGORY = {"torch": "torch FSDP2", "pytorch-fsdp": "torch FSDP1", "megatron": "Megatron",
             "megatron-2021": "Megatron", "megatron-2022": "Megatron", "deepspeed": "DeepSpeed",
