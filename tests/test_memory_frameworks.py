@@ -114,6 +114,32 @@ def test_megatron_optimizer_offload_keeps_params_and_fp32_grad_buffer_on_gpu():
     assert half.pcie_d2h_bytes == half.pcie_h2d_bytes == pytest.approx(0.5 * rp.optimizer_params * 4)
 
 
+def test_megatron_distributed_optimizer_start_up_peak_is_two_weight_copies_and_the_grad_buffer():
+    """Megatron-Core DDP with the distributed optimizer allocates its 16-bit param buffer and fp32 grad buffer
+    before it frees each parameter's old storage (param_and_grad_buffer.py ``del old_param_data``): 2 + 2 + 4
+    bytes per held parameter. With the whole optimizer on the host (ms-swift's Qwen2.5-72B offload example:
+    tp 8, full recompute, precision-aware optimizer) that start-up peak is above the step's, and the peak is it
+    plus what lives outside the caching allocator; the step's own cached blocks fit in the freed storage."""
+    s = scen("llama3-70b", 8, {"tp": 8, "pp": 1}, distributed_optimizer=True, offload_optimizer=True,
+             recompute="full", sequence_parallel=True)
+    sm, rp = stage_memory(s, 0), rank_param_shards(s, 0)
+    outside = sum(sm.details[k] for k in rt.OUTSIDE_ALLOCATOR)
+    assert sm.optimizer == 0 and sm.details["ddp_param_remap"] > 0
+    assert sm.total - outside == pytest.approx(rp.held * (2 + 2 + 4))
+    assert sm.allocator_cached == 0
+
+
+@pytest.mark.parametrize("training", [{"distributed_optimizer": False}, {"framework": "megatron-2022",
+                                                                        "distributed_optimizer": True},
+                                      {"distributed_optimizer": True}])
+def test_ddp_start_up_peak_only_where_it_exceeds_the_step(training):
+    """No param buffer without the distributed optimizer (grads only) nor in the Megatron-LM of 2022 (its
+    distributed optimizer gathers into views of the grad buffer); with optimizer states on the GPU the step's
+    peak (6 + 12/DP bytes per parameter plus activations) is above 8 bytes per parameter at DP 8."""
+    s = scen("llama3-70b", 64, {"tp": 8, "pp": 1}, **training)
+    assert "ddp_param_remap" not in stage_memory(s, 0).details
+
+
 def test_fsdp_cpu_offload_keeps_only_gathered_units_on_gpu():
     s = scen("llama3-8b", 8, {"tp": 1}, framework="torch", zero=3, offload_params=True, offload_optimizer=True)
     sm, rp = stage_memory(s, 0), rank_param_shards(s, 0)

@@ -170,6 +170,10 @@ def test_accuracy_today(report):
     # torchtitan without compile (late 2024) and with its loss compiled with the model (June 2025, fused)
     for rid in ("tt24_t3_fsdp", "tt25_h200_32", "tt25_h200_64"):
         assert abs(next(r for r in report.compared if r.row_id == rid).error_pct) <= 4.0
+    # Megatron's CPU optimizer offload (ms-swift, Qwen2.5-72B tp 8): bf16 weights and the fp32 grad buffer stay, and
+    # DDP's start-up with the distributed optimizer holds the weights twice (memory.ddp_param_remap_bytes)
+    assert next(r for r in report.compared if r.row_id == "swift26_qwen72b_tp8_optoffload").error_pct == \
+        pytest.approx(5.9, abs=1.0)
     # per-op SAC on the active-peak counter, which carries no allocator reserve (PR #165, Llama 2 7B, mb 8)
     for rid in ("tt165_fsdp1_sac_active", "tt165_fsdp2_sac_active"):
         assert abs(next(r for r in report.compared if r.row_id == rid).error_pct) <= 4.0
