@@ -140,6 +140,26 @@ def test_ddp_start_up_peak_only_where_it_exceeds_the_step(training):
     assert "ddp_param_remap" not in stage_memory(s, 0).details
 
 
+def test_te_ring_context_parallel_saves_the_received_kv_block():
+    """Transformer Engine's p2p context parallelism (AttnFuncWithCPAndKVP2P) saves q, the last received K/V block
+    and the output; with learned positions and MHA, Megatron's q is a view of the fused QKV output, which stays
+    alive, so the received block is 2·e·T·h per block beyond it (T = b·s/cp tokens). With RoPE, or with the
+    all-gather exchange, nothing is added. Shapes: GPT-2 large (36 x 1280, 20 heads), mb 4, seq 1024, cp 2."""
+    from trainsim.cost_models.activations import layer_activation_bytes
+    gpt2l = {"name": "gpt2-large", "num_layers": 36, "hidden": 1280, "num_heads": 20, "ffn_hidden": 5120,
+             "vocab_size": 50304, "activation": "gelu", "norm": "layernorm", "position_embedding": "learned",
+             "bias": True, "tie_embeddings": True, "max_seq_len": 1024}
+
+    def block(model, comm):
+        s = build_scenario({"model": model, "cluster": "dgx-h100", "gpus": 2, "layout": {"cp": 2},
+                            "training": {"seq_len": 1024, "global_batch": 4, "micro_batch": 4, "cp_comm": comm}})
+        return layer_activation_bytes(s).total
+
+    assert block(gpt2l, "p2p") - block(gpt2l, "allgather") == 2 * 2 * (4 * 1024 // 2) * 1280
+    rope = {**gpt2l, "position_embedding": "rope"}
+    assert block(rope, "p2p") == block(rope, "allgather")
+
+
 def test_fsdp_cpu_offload_keeps_only_gathered_units_on_gpu():
     s = scen("llama3-8b", 8, {"tp": 1}, framework="torch", zero=3, offload_params=True, offload_optimizer=True)
     sm, rp = stage_memory(s, 0), rank_param_shards(s, 0)

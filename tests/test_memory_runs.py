@@ -148,20 +148,21 @@ def test_accuracy_today(report):
     blocks at the loss's peak; DeepSpeed's pipeline keeping each in-flight stage output; BLOOM's measured CUDA
     context, embedding LayerNorm and the bf16 copy of the fp32 gradient DeepSpeed's pipeline engine all-reduces;
     the NCCL communicators Megatron and DeepSpeed use beyond one per parallel dimension; Megatron's persistent
-    "mpu" buffer under unfused attention; Megatron-Core DDP's start-up peak with the distributed optimizer): 58 rows,
-    MAPE 5.5 %, worst -16.3 % (torchtitan PR #165's FSDP1 SAC reserved row); by framework: Megatron 6.2 % (21 rows,
-    all low: GPT-2 runs of mb 64 on nvidia-smi 6-14 %), Megatron + CPU optimizer offload +5.9 % (1 row), torch
+    "mpu" buffer under unfused attention; Megatron-Core DDP's start-up peak with the distributed optimizer; the K/V
+    block Transformer Engine's ring context parallelism saves): 58 rows, MAPE 5.4 %, worst -16.3 % (torchtitan PR
+    #165's FSDP1 SAC reserved row); by framework: Megatron 5.9 % (21 rows, all low: GPT-2 runs of mb 64 on
+    nvidia-smi 5-14 %), Megatron + CPU optimizer offload +5.9 % (1 row), torch
     FSDP2 5.2 % (21), torch FSDP1 9.3 % (4), DeepSpeed ZeRO-1 (BLOOM's
     BF16_Optimizer, nvidia-smi) 3.3 % (11). torchtitan's PR #165 reserved-peak rows stay 11-16 % low (reserve
     beyond the loss's cached blocks, e.g. from the first step, is not predicted); torch.compile rows are 5-8 %
     high (compile's memory savings in the blocks are not modelled). The issue's targets (MAPE <= 2 % on
     allocated, <= 5 % on reserved / nvidia-smi, worst <= 8 %) are not met: strict xfail below."""
     assert len(report.compared) == len(report.dataset.cases)
-    assert report.mape_pct <= 5.8
+    assert report.mape_pct <= 5.7
     cats = report.by_category()
     assert {k: v["rows"] for k, v in cats.items()} == {"Megatron": 21, "Megatron + offload": 1, "torch FSDP2": 21,
                                                         "torch FSDP1": 4, "DeepSpeed ZeRO-1": 11}
-    assert cats["Megatron"]["mape_pct"] <= 6.6
+    assert cats["Megatron"]["mape_pct"] <= 6.2
     assert cats["torch FSDP2"]["mape_pct"] <= 5.7
     assert cats["torch FSDP1"]["mape_pct"] <= 9.8
     assert cats["DeepSpeed ZeRO-1"]["mape_pct"] <= 3.8
