@@ -114,6 +114,52 @@ def test_megatron_optimizer_offload_keeps_params_and_fp32_grad_buffer_on_gpu():
     assert half.pcie_d2h_bytes == half.pcie_h2d_bytes == pytest.approx(0.5 * rp.optimizer_params * 4)
 
 
+def test_megatron_distributed_optimizer_start_up_peak_is_two_weight_copies_and_the_grad_buffer():
+    """Megatron-Core DDP with the distributed optimizer allocates its 16-bit param buffer and fp32 grad buffer
+    before it frees each parameter's old storage (param_and_grad_buffer.py ``del old_param_data``): 2 + 2 + 4
+    bytes per held parameter. With the whole optimizer on the host (ms-swift's Qwen2.5-72B offload example:
+    tp 8, full recompute, precision-aware optimizer) that start-up peak is above the step's, and the peak is it
+    plus what lives outside the caching allocator; the step's own cached blocks fit in the freed storage."""
+    s = scen("llama3-70b", 8, {"tp": 8, "pp": 1}, distributed_optimizer=True, offload_optimizer=True,
+             recompute="full", sequence_parallel=True)
+    sm, rp = stage_memory(s, 0), rank_param_shards(s, 0)
+    outside = sum(sm.details[k] for k in rt.OUTSIDE_ALLOCATOR)
+    assert sm.optimizer == 0 and sm.details["ddp_param_remap"] > 0
+    assert sm.total - outside == pytest.approx(rp.held * (2 + 2 + 4))
+    assert sm.allocator_cached == 0
+
+
+@pytest.mark.parametrize("training", [{"distributed_optimizer": False}, {"framework": "megatron-2022",
+                                                                        "distributed_optimizer": True},
+                                      {"distributed_optimizer": True}])
+def test_ddp_start_up_peak_only_where_it_exceeds_the_step(training):
+    """No param buffer without the distributed optimizer (grads only) nor in the Megatron-LM of 2022 (its
+    distributed optimizer gathers into views of the grad buffer); with optimizer states on the GPU the step's
+    peak (6 + 12/DP bytes per parameter plus activations) is above 8 bytes per parameter at DP 8."""
+    s = scen("llama3-70b", 64, {"tp": 8, "pp": 1}, **training)
+    assert "ddp_param_remap" not in stage_memory(s, 0).details
+
+
+def test_te_ring_context_parallel_saves_the_received_kv_block():
+    """Transformer Engine's p2p context parallelism (AttnFuncWithCPAndKVP2P) saves q, the last received K/V block
+    and the output; with learned positions and MHA, Megatron's q is a view of the fused QKV output, which stays
+    alive, so the received block is 2·e·T·h per block beyond it (T = b·s/cp tokens). With RoPE, or with the
+    all-gather exchange, nothing is added. Shapes: GPT-2 large (36 x 1280, 20 heads), mb 4, seq 1024, cp 2."""
+    from trainsim.cost_models.activations import layer_activation_bytes
+    gpt2l = {"name": "gpt2-large", "num_layers": 36, "hidden": 1280, "num_heads": 20, "ffn_hidden": 5120,
+             "vocab_size": 50304, "activation": "gelu", "norm": "layernorm", "position_embedding": "learned",
+             "bias": True, "tie_embeddings": True, "max_seq_len": 1024}
+
+    def block(model, comm):
+        s = build_scenario({"model": model, "cluster": "dgx-h100", "gpus": 2, "layout": {"cp": 2},
+                            "training": {"seq_len": 1024, "global_batch": 4, "micro_batch": 4, "cp_comm": comm}})
+        return layer_activation_bytes(s).total
+
+    assert block(gpt2l, "p2p") - block(gpt2l, "allgather") == 2 * 2 * (4 * 1024 // 2) * 1280
+    rope = {**gpt2l, "position_embedding": "rope"}
+    assert block(rope, "p2p") == block(rope, "allgather")
+
+
 def test_fsdp_cpu_offload_keeps_only_gathered_units_on_gpu():
     s = scen("llama3-8b", 8, {"tp": 1}, framework="torch", zero=3, offload_params=True, offload_optimizer=True)
     sm, rp = stage_memory(s, 0), rank_param_shards(s, 0)

@@ -148,22 +148,23 @@ def test_accuracy_today(report):
     blocks at the loss's peak; DeepSpeed's pipeline keeping each in-flight stage output; BLOOM's measured CUDA
     context, embedding LayerNorm and the bf16 copy of the fp32 gradient DeepSpeed's pipeline engine all-reduces;
     the NCCL communicators Megatron and DeepSpeed use beyond one per parallel dimension; Megatron's persistent
-    "mpu" buffer under unfused attention; PR #165's fp32 logits kept through the backward; FSDP's sharded
-    gradients off the activation peak and cached in the reduce-scatter stream's pool; reserved memory capped
-    at what the device leaves the allocator): 58 rows, MAPE 5.1 %, worst
-    -17.1 % (the Megatron CPU-offload row); by framework: Megatron 6.2 % (21 rows, all low: GPT-2 runs of mb 64
-    on nvidia-smi 6-14 %), Megatron + CPU optimizer offload 17.1 % (1 row), torch FSDP2 4.2 % (21), torch FSDP1
-    5.4 % (4), DeepSpeed ZeRO-1 (BLOOM's BF16_Optimizer, nvidia-smi) 3.3 % (11). torchtitan's PR #165 active-peak
-    rows are within 1.2 %, its eager reserved-peak rows 6-13 % low (default-stream fragmentation beyond the
-    loss's cached blocks is not predicted); late-2024 torch.compile rows are 5-8 % high (compile's memory
-    savings in the blocks are not modelled). The issue's targets (MAPE <= 2 % on
-    allocated, <= 5 % on reserved / nvidia-smi, worst <= 8 %) are not met: strict xfail below."""
+    "mpu" buffer under unfused attention; Megatron-Core DDP's start-up peak with the distributed optimizer; the K/V
+    block Transformer Engine's ring context parallelism saves; PR #165's fp32 logits kept through the backward;
+    FSDP's sharded gradients off the activation peak and cached in the reduce-scatter stream's pool; reserved
+    memory capped at what the device leaves the allocator): 58 rows, MAPE 4.8 %, worst -13.7 % (Megatron GPT-2
+    large pp 2 on nvidia-smi); by framework: Megatron 5.9 % (21 rows, all low: GPT-2 runs of mb 64 on nvidia-smi
+    5-14 %), Megatron + CPU optimizer offload +5.9 % (1 row), torch FSDP2 4.2 % (21), torch FSDP1 5.4 % (4),
+    DeepSpeed ZeRO-1 (BLOOM's BF16_Optimizer, nvidia-smi) 3.3 % (11). torchtitan's PR #165 active-peak rows are
+    within 1.2 %, its eager reserved-peak rows 6-13 % low (default-stream fragmentation beyond the loss's cached
+    blocks is not predicted); late-2024 torch.compile rows are 5-8 % high (compile's memory savings in the blocks
+    are not modelled). The issue's targets (MAPE <= 2 % on allocated, <= 5 % on reserved / nvidia-smi, worst
+    <= 8 %) are not met: strict xfail below."""
     assert len(report.compared) == len(report.dataset.cases)
-    assert report.mape_pct <= 5.4
+    assert report.mape_pct <= 5.1
     cats = report.by_category()
     assert {k: v["rows"] for k, v in cats.items()} == {"Megatron": 21, "Megatron + offload": 1, "torch FSDP2": 21,
                                                         "torch FSDP1": 4, "DeepSpeed ZeRO-1": 11}
-    assert cats["Megatron"]["mape_pct"] <= 6.6
+    assert cats["Megatron"]["mape_pct"] <= 6.2
     assert cats["torch FSDP2"]["mape_pct"] <= 4.5
     assert cats["torch FSDP1"]["mape_pct"] <= 5.7
     assert cats["DeepSpeed ZeRO-1"]["mape_pct"] <= 3.8
@@ -173,6 +174,10 @@ def test_accuracy_today(report):
     # torchtitan without compile (late 2024) and with its loss compiled with the model (June 2025, fused)
     for rid in ("tt24_t3_fsdp", "tt25_h200_32", "tt25_h200_64"):
         assert abs(next(r for r in report.compared if r.row_id == rid).error_pct) <= 4.0
+    # Megatron's CPU optimizer offload (ms-swift, Qwen2.5-72B tp 8): bf16 weights and the fp32 grad buffer stay, and
+    # DDP's start-up with the distributed optimizer holds the weights twice (memory.ddp_param_remap_bytes)
+    assert next(r for r in report.compared if r.row_id == "swift26_qwen72b_tp8_optoffload").error_pct == \
+        pytest.approx(5.9, abs=1.0)
     # the active-peak counter, which carries no allocator reserve (PR #165, Llama 2 7B, mb 8, AC and per-op SAC)
     for rid in ("tt165_fsdp1_ac_active", "tt165_fsdp1_sac_active", "tt165_fsdp2_ac_active", "tt165_fsdp2_sac_active"):
         assert abs(next(r for r in report.compared if r.row_id == rid).error_pct) <= 2.0

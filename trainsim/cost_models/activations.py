@@ -173,8 +173,7 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
         attn = qkv_saved + _gemm_input_e(shp, impl) * T * qd
         if not core_rc:
             small += STAT_BYTES * b * heads * sq
-            if _fp8_saved(shp, impl):
-                attn += e * T * qd
+            attn += (e * T * qd if _fp8_saved(shp, impl) else 0.0) + _te_cp_received_kv_bytes(shp)
         core = 0.0
     else:
         # q over local queries; k, v expanded to all query heads over all s keys; the output (saved only by
@@ -207,6 +206,21 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
     else:
         mlp = 0.0 if rc("mlp") else T * _mlp_inner_bytes(shp, shp.f, impl) / t
     return ActivationBytes(main=seq + attn + core + mlp, small=small)
+
+
+def _te_cp_received_kv_bytes(shp: LayerShape) -> float:
+    """K/V bytes Transformer Engine's ring context-parallel attention saves beyond the local q, k, v.
+
+    ``AttnFuncWithCPAndKVP2P.forward`` (transformer_engine/pytorch/attention/dot_product_attention/
+    context_parallel.py, TE v2.4) saves ``q``, ``kv = p2p_comm_buffers[-1]`` -- the K/V block received at the last
+    ring step, a buffer of its own (``torch.cat`` of k and v, then received into ``empty_like`` copies) -- and
+    the output. Megatron-Core hands it q, k, v as views of the fused QKV GEMM output; without RoPE (which makes q
+    and k new tensors and the layout check copies v) and with as many K/V heads as query heads, q stays a view
+    (``sbh3d`` layout: no copy), so the saved q keeps the whole QKV output alive and the received K/V block is
+    memory beyond it: ``2·e·T·kv·d/tp`` per block. 0 for every other case (GQA copies q in Megatron's reshape)."""
+    if not shp.te_cp_p2p or shp.rope or shp.mla or shp.kv != shp.a:
+        return 0.0
+    return float(2 * shp.e * shp.tokens * shp.kv * shp.d / shp.tp)
 
 
 def _op_sac_layer(shp: LayerShape) -> ActivationBytes:

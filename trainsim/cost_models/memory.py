@@ -23,9 +23,10 @@ and gradients and Adam m, v (16); DeepSpeed 2 + 2 + 12; pure low-precision train
 ``cublas_workspace``, ``nccl_buffers``: runtime_memory.py), ZeRO-3 all-gather/prefetch and reduce-scatter
 buffers, the logits/loss workspace on the loss stage, pipeline send/receive buffers, Megatron's persistent
 "mpu" buffer (sequence-parallel all-gather or unfused attention's score input), the part of DeepSpeed's bf16
-gradient all-reduce copy beyond the freed activations (``reduce_cast_bytes``), and offload staging buffers. Data-parallel gradient buckets of ZeRO 0-2
-are views of the gradient storage (Megatron's contiguous grad buffer; torch DDP with
-``gradient_as_bucket_view``), so they add nothing. The caching allocator's cached-but-free blocks are not in
+gradient all-reduce copy beyond the freed activations (``reduce_cast_bytes``), Megatron-Core DDP's start-up
+peak with the distributed optimizer beyond the step's (``ddp_param_remap_bytes``), and offload staging buffers.
+Data-parallel gradient buckets of ZeRO 0-2 are views of the gradient storage (Megatron's contiguous grad
+buffer; torch DDP with ``gradient_as_bucket_view``), so they add nothing. The caching allocator's cached-but-free blocks are not in
 ``total`` (the allocator frees them before failing an allocation); ``StageMemory.allocator_cached`` carries the
 part allocator_reserve.py derives, for the reserved and nvidia-smi counters. FSDP's sharded gradients, freed by
 ``zero_grad`` before a one-micro-batch step's forward and re-created after its activation peak, leave ``total``
@@ -358,14 +359,40 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     beyond = max(0.0, cast - activations)  # the reduce runs after the last backward: activations are freed
     if beyond:
         details["grad_reduce_cast"] = beyond
+    # Megatron-Core DDP's construction, before the first step: beyond the step's own allocated peak.
+    step_allocated = off.weights + off.grads + off.optimizer + activations + sum(
+        v for k, v in details.items() if k not in ACTIVATION_DETAILS + OUTSIDE_ALLOCATOR)
+    remap = max(0.0, ddp_param_remap_bytes(scenario, off.weights, off.grads) - step_allocated)
+    if remap:
+        details["ddp_param_remap"] = remap
     other = sum(v for k, v in details.items() if k not in ACTIVATION_DETAILS)
     off_peak = grads_off_peak(framework=t.framework, zero=t.effective_zero, microbatches=scenario.num_microbatches,
                               grads=off.grads, activations=activations)
+    cached = _allocator_cached(scenario, stage, working) + cast - beyond + off_peak
     return StageMemory(weights=off.weights, grads=off.grads, optimizer=off.optimizer, activations=activations,
                        other=other, host=host, pcie_h2d_bytes=off.h2d, pcie_d2h_bytes=off.d2h,
                        inflight_microbatches=inflight_microbatches, details=details,
-                       allocator_cached=_allocator_cached(scenario, stage, working) + cast - beyond + off_peak,
-                       grads_off_peak=off_peak)
+                       allocator_cached=max(0.0, cached - remap), grads_off_peak=off_peak)
+
+
+def ddp_param_remap_bytes(scenario, weights: float, grads: float) -> float:
+    """Allocated bytes on one rank while Megatron-Core's DDP wrapper builds its buffers under the distributed
+    optimizer (0 for every other setting): the 16-bit weights twice and the gradient buffer.
+
+    ``_ParamAndGradBuffer.__init__`` (megatron/core/distributed/param_and_grad_buffer.py, NVIDIA/Megatron-LM @
+    d98e8a64) allocates ``param_data`` -- only when ``use_distributed_optimizer`` ("Only re-map param tensors if
+    using distributed optimizer") -- and ``grad_data`` with ``torch.zeros``, and only then points every
+    parameter at its view of ``param_data``, copying its values and freeing the old storage (``old_param_data =
+    param.data; param.data = new_param_data; ...; del old_param_data``). So ``torch.cuda.max_memory_allocated``
+    and the reserved counters record 2 x weights + grads before the optimizer exists (its fp32 main shard and
+    Adam states come later: distrib_optimizer.py, the states at the first step). The freed storage stays in
+    the caching allocator, where the step's tensors reuse it (``stage_memory`` takes the step's cached blocks
+    from it); a device that cannot hold this fails at start-up.
+    """
+    t = scenario.training
+    if t.framework != "megatron" or t.effective_zero != 1:
+        return 0.0
+    return 2.0 * weights + grads
 
 
 def reduce_cast_bytes(scenario, rp: RankParams) -> float:

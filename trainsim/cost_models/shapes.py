@@ -71,6 +71,7 @@ class LayerShape:
     final_softcap: bool = False  # output logits soft-capped (Gemma 2)
     proj: int = 0             # word-embedding width projected to/from h (OPT word_embed_proj_dim; 0: none)
     moe_load: float = 1.0     # most loaded EP rank's tokens over the mean (moe_balance.py; 1 = even routing)
+    te_cp_p2p: bool = False   # context parallelism by Transformer Engine's K/V ring (Megatron-Core, cp_comm p2p)
 
     @property
     def e(self) -> int:
@@ -166,6 +167,7 @@ def _layer_shape(scenario) -> LayerShape:
         local_frac=(1.0 - m.num_global_layers / m.num_layers) if m.sliding_window else 0.0,
         attn_softcap=m.attn_softcap is not None, final_softcap=m.final_softcap is not None,
         proj=m.embed_proj_dim or 0, moe_load=scenario_moe_load_factor(scenario),
+        te_cp_p2p=t.framework == "megatron" and lay.cp > 1 and t.cp_comm == "p2p",
     )
 
 
