@@ -131,7 +131,7 @@ def test_unvalidated_scenario_is_scaled_by_what_held_out_sources_measured():
     lo, hi, basis, why = published_band(table, f, 0.8)
     assert not why and "split-conformal" in basis
     odd = {**f, "gpu": ["Imaginary X1"], "framework": ["nothing-like-it"]}
-    lo2, hi2, basis2, why2 = published_band(table, odd, 0.8)
+    lo2, hi2, _, why2 = published_band(table, odd, 0.8)
     assert len(why2) == 2 and "Imaginary X1" in why2[0] and "held-out rows whose GPU type" in why2[0]
     assert "held-out rows whose framework" in why2[1]
     w = max(1.0, *(scale_of(table["novelty"], d, 0.8) for d in ("gpu", "framework")))
@@ -144,7 +144,7 @@ def _uniform(half: float, n: int = 401) -> list[float]:
     return [float(x) for x in np.linspace(-half, half, n)]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _novel_table(novel_half: float) -> dict:
     """9 familiar sources (GPU 'A', residuals evenly spread on +-0.1) and one source 'n' on a GPU none of them
     has (residuals evenly spread on +-novel_half); 401 rows each, so every CDF is exactly uniform."""
@@ -171,7 +171,7 @@ def test_novelty_scale_is_the_held_out_score_quantile(coverage, h):
 
 def test_novel_scenario_band_is_the_conformal_band_scaled_about_its_median():
     table = _novel_table(0.3)
-    lo, hi, basis = hierarchical_band(list(table["sources"].values()), 0.8)
+    lo, hi, _ = hierarchical_band(list(table["sources"].values()), 0.8)
     lo2, hi2, basis2, why = published_band(table, {"gpu": ["Z"]}, 0.8)
     assert (lo, hi) == pytest.approx((-0.24, 0.24), abs=1e-6)  # 0.1 x (0.3 - x)/0.6 = 0.01 above x
     assert (lo2, hi2) == pytest.approx((-0.24 * 2.4, 0.24 * 2.4), abs=1e-6)
