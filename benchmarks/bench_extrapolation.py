@@ -1,7 +1,7 @@
 """What a user of `calibrate --from-runs` gets: calibrate on the fewest-GPU runs of a family, predict the rest.
 
     python benchmarks/bench_extrapolation.py [--only DATASET ...] [--cal-scales N] [--no-extrapolation] [--loo-check]
-                                             [--no-coverage] [--rows JSON]
+                                             [--no-coverage] [--coverage C] [--rows JSON]
 
 A family is a set of published runs on one stack at several scales (validation.residual_sources datasets):
 SC21 Table 1 (weak scaling), SC21 Table 2 PTD-P per model, Korthikanti et al. per recipe, Llama 3, the
@@ -28,7 +28,14 @@ import numpy as np
 
 from trainsim.cost_models.run_factors import apply_factors
 from trainsim.cost_models.profile import CalibrationProfile
-from trainsim.validation.intervals import build_table, hierarchical_band, interval_for, published_band
+from trainsim.validation.intervals import (
+    MAX_COVERAGE,
+    MIN_COVERAGE,
+    build_table,
+    hierarchical_band,
+    interval_for,
+    published_band,
+)
 from trainsim.validation.novelty import scale_of
 from trainsim.validation.measured_runs import run_of_case
 from trainsim.validation.residual_sources import datasets, residual_rows
@@ -183,8 +190,9 @@ def held_out_coverage(rows: list[tuple[str, float, dict, str]], level: float = 0
               f"{np.mean(inside):7.1%}  {np.mean(as_predict):10.1%}  {_novelty_scales(table, level)}", flush=True)
     for what, label in (("band", "conformal band"), ("predict", "as predict gives it")):
         flat = [x for h in hits[what] for x in h]
+        target = " (target 75-85 %)" if level == 0.8 else ""
         print(f"coverage, {label}: {np.mean(flat):.1%} of rows, {np.mean([np.mean(h) for h in hits[what]]):.1%} "
-              f"averaged over sources (target 75-85 %)")
+              f"averaged over sources{target}")
     full = build_table([(s, r, f) for s, r, f, _ in rows])
     print(f"measured novelty scales of the full table at {level:.0%}: {_novelty_scales(full, level)}")
 
@@ -203,9 +211,9 @@ def rows_cached(only: list[str] | None, path: str | None) -> list:
     return rows
 
 
-def coverage(only: list[str] | None, rows_path: str | None = None) -> None:
+def coverage(only: list[str] | None, rows_path: str | None = None, level: float = 0.8) -> None:
     """Every source's rows predicted again (the stored table keeps quantiles, not rows and their features)."""
-    held_out_coverage(rows_cached(only, rows_path))
+    held_out_coverage(rows_cached(only, rows_path), level)
 
 
 def main() -> None:
@@ -215,6 +223,8 @@ def main() -> None:
     ap.add_argument("--no-extrapolation", action="store_true")
     ap.add_argument("--cal-scales", type=int, default=1,
                     help="calibrate on the runs at this many smallest GPU counts (range 1..3, default 1)")
+    ap.add_argument("--coverage", type=float, default=0.8,
+                    help=f"coverage of the held-out intervals (range {MIN_COVERAGE}..{MAX_COVERAGE}, default 0.8)")
     ap.add_argument("--rows", metavar="JSON",
                     help="cache of the residual rows for the coverage part: read when it exists, else written")
     ap.add_argument("--loo-check", action="store_true",
@@ -222,12 +232,14 @@ def main() -> None:
     args = ap.parse_args()
     if not 1 <= args.cal_scales <= 3:
         ap.error(f"--cal-scales: must be between 1 and 3, got {args.cal_scales}")
+    if not MIN_COVERAGE <= args.coverage <= MAX_COVERAGE:
+        ap.error(f"--coverage: must be between {MIN_COVERAGE} and {MAX_COVERAGE}, got {args.coverage}")
     if not args.no_extrapolation:
         extrapolation(args.only, args.cal_scales)
     if args.loo_check:
         loo_check(args.only)
     if not args.no_coverage:
-        coverage(args.only, args.rows)
+        coverage(args.only, args.rows, args.coverage)
 
 
 if __name__ == "__main__":
