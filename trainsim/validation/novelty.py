@@ -17,7 +17,9 @@ Wasserman & Ramdas, arXiv:1809.07441): the band scaled by it covers a share c of
 quantile of the rows novel in no dimension ("none") says how the band does on familiar held-out rows, and of
 the rows novel in any ("any") stands in for a dimension no held-out source was new in. ``predict`` scales the
 band of a novel scenario about its median by the largest scale of its novel dimensions, never below 1 (a
-scenario nothing validated resembles never gets a narrower band than one that something does).
+scenario nothing validated resembles never gets a narrower band than one that something does). With one
+to four novel held-out sources per dimension the scale is an estimate, not a distribution-free bound: the
+hierarchical level c(K + 1)/K exceeds 1 at c = 0.8 for K <= 3.
 
 Scores come from the rows' residual quantiles (the score CDF at x is F(m + x(hi - m)) - F(m - x(m - lo)) on
 the piecewise-linear CDF through the knots), so the measurement needs only what ``build_table`` stores; it is
