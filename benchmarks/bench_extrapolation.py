@@ -1,7 +1,7 @@
 """What a user of `calibrate --from-runs` gets: calibrate on the fewest-GPU runs of a family, predict the rest.
 
     python benchmarks/bench_extrapolation.py [--only DATASET ...] [--cal-scales N] [--no-extrapolation] [--loo-check]
-                                             [--no-coverage]
+                                             [--no-coverage] [--coverage C] [--rows JSON]
 
 A family is a set of published runs on one stack at several scales (validation.residual_sources datasets):
 SC21 Table 1 (weak scaling), SC21 Table 2 PTD-P per model, Korthikanti et al. per recipe, Llama 3, the
@@ -22,12 +22,21 @@ import json
 import math
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
 from trainsim.cost_models.run_factors import apply_factors
 from trainsim.cost_models.profile import CalibrationProfile
-from trainsim.validation.intervals import build_table, hierarchical_band, interval_for, published_band
+from trainsim.validation.intervals import (
+    MAX_COVERAGE,
+    MIN_COVERAGE,
+    build_table,
+    hierarchical_band,
+    interval_for,
+    published_band,
+)
+from trainsim.validation.novelty import scale_of
 from trainsim.validation.measured_runs import run_of_case
 from trainsim.validation.residual_sources import datasets, residual_rows
 from trainsim.simulator.predict import predict
@@ -146,42 +155,65 @@ def _band(table: dict, feats: dict, level: float, cache: dict) -> tuple[float, f
     return cache[key]
 
 
+def _novelty_scales(table: dict, level: float) -> str:
+    """The measured scale of each novelty group of ``table`` at ``level`` (validation.novelty)."""
+    block = table.get("novelty")
+    if block is None:
+        return "no novelty measurement (envelope)"
+    return ", ".join(f"{g} x{scale_of(block, g, level):.2f} ({len(v['sources'])} src)"
+                     for g, v in block["groups"].items())
+
+
 def held_out_coverage(rows: list[tuple[str, float, dict, str]], level: float = 0.8) -> None:
-    """Each source's rows against the interval predict gives them from the table of the other sources: the
-    hierarchical conformal band, or the envelope where the row's GPU, framework, parallelism or family is in
-    none of the other sources. Also the conformal band alone (the method's own coverage, no novelty rule)."""
+    """Each source's rows against the interval predict gives them from the table built from the other sources'
+    rows alone (their summaries and their own leave-one-source-out novelty measurement, so no source speaks
+    for its own rows): the hierarchical conformal band, scaled where the row's GPU, framework, parallelism or
+    family is in none of the other sources. Also the conformal band alone (the method without novelty)."""
     by: dict[str, list] = defaultdict(list)
     for src, r, feat, _ in rows:
         by[src].append((r, feat))
-    table = build_table([(s, r, f) for s, r, f, _ in rows])
     print(f"\n{level:.0%} intervals on rows held out by source ({len(rows)} rows, {len(by)} sources):")
-    print(f"  {'source':44} {'rows':>4} {'novel':>5}  {'conformal band':>16} {'covered':>7}  {'as predict':>10}")
+    print(f"  {'source':44} {'rows':>4} {'novel':>5}  {'conformal band':>16} {'covered':>7}  {'as predict':>10}  "
+          f"measured novelty scales without it")
     hits = {"band": [], "predict": []}
     for name in sorted(by):
-        others = {k: v for k, v in table["sources"].items() if k != name}
-        lo, hi, _ = hierarchical_band(list(others.values()), level)
+        table = build_table([(s, r, f) for s, r, f, _ in rows if s != name])
+        lo, hi, _ = hierarchical_band(list(table["sources"].values()), level)
         cache: dict = {}
-        got = [(lo <= r <= hi, _band({"sources": others}, f, level, cache)) for r, f in by[name]]
+        got = [(lo <= r <= hi, _band(table, f, level, cache)) for r, f in by[name]]
         inside = [b for b, _ in got]
         as_predict = [bl <= r <= bh for (r, _), (_, (bl, bh, _)) in zip(by[name], got, strict=True)]
         novel = sum(n for _, (_, _, n) in got)
         hits["band"].append(inside)
         hits["predict"].append(as_predict)
         print(f"  {name[:44]:44} {len(inside):4d} {novel:5d}  x{math.exp(lo):.3f}..x{math.exp(hi):.3f} "
-              f"{np.mean(inside):7.1%}  {np.mean(as_predict):10.1%}")
+              f"{np.mean(inside):7.1%}  {np.mean(as_predict):10.1%}  {_novelty_scales(table, level)}", flush=True)
     for what, label in (("band", "conformal band"), ("predict", "as predict gives it")):
         flat = [x for h in hits[what] for x in h]
+        target = " (target 75-85 %)" if level == 0.8 else ""
         print(f"coverage, {label}: {np.mean(flat):.1%} of rows, {np.mean([np.mean(h) for h in hits[what]]):.1%} "
-              f"averaged over sources (target 75-85 %)")
+              f"averaged over sources{target}")
+    full = build_table([(s, r, f) for s, r, f, _ in rows])
+    print(f"measured novelty scales of the full table at {level:.0%}: {_novelty_scales(full, level)}")
 
 
-def coverage(only: list[str] | None) -> None:
-    """Every source's rows predicted again (the stored table keeps quantiles, not rows and their features)."""
+def rows_cached(only: list[str] | None, path: str | None) -> list:
+    """Every source's rows predicted again, or read from ``path`` when it exists (written there otherwise)."""
+    if path and Path(path).is_file():
+        rows = [tuple(r) for r in json.loads(Path(path).read_text(encoding="utf-8"))]
+        return [r for r in rows if not only or any(r[0] == n or r[0].startswith(f"{n}:") for n in only)]
     rows = []
     for name, load in datasets().items():
         if not only or name in only:
             rows += residual_rows(name, load(), lambda s: predict(s).step_time_s)
-    held_out_coverage(rows)
+    if path:
+        Path(path).write_text(json.dumps(rows), encoding="utf-8")
+    return rows
+
+
+def coverage(only: list[str] | None, rows_path: str | None = None, level: float = 0.8) -> None:
+    """Every source's rows predicted again (the stored table keeps quantiles, not rows and their features)."""
+    held_out_coverage(rows_cached(only, rows_path), level)
 
 
 def main() -> None:
@@ -191,17 +223,23 @@ def main() -> None:
     ap.add_argument("--no-extrapolation", action="store_true")
     ap.add_argument("--cal-scales", type=int, default=1,
                     help="calibrate on the runs at this many smallest GPU counts (range 1..3, default 1)")
+    ap.add_argument("--coverage", type=float, default=0.8,
+                    help=f"coverage of the held-out intervals (range {MIN_COVERAGE}..{MAX_COVERAGE}, default 0.8)")
+    ap.add_argument("--rows", metavar="JSON",
+                    help="cache of the residual rows for the coverage part: read when it exists, else written")
     ap.add_argument("--loo-check", action="store_true",
                     help="also the leave-one-out run-calibration band on each family's largest scale (minutes)")
     args = ap.parse_args()
     if not 1 <= args.cal_scales <= 3:
         ap.error(f"--cal-scales: must be between 1 and 3, got {args.cal_scales}")
+    if not MIN_COVERAGE <= args.coverage <= MAX_COVERAGE:
+        ap.error(f"--coverage: must be between {MIN_COVERAGE} and {MAX_COVERAGE}, got {args.coverage}")
     if not args.no_extrapolation:
         extrapolation(args.only, args.cal_scales)
     if args.loo_check:
         loo_check(args.only)
     if not args.no_coverage:
-        coverage(args.only)
+        coverage(args.only, args.rows, args.coverage)
 
 
 if __name__ == "__main__":

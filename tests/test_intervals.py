@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 
@@ -21,9 +22,11 @@ from trainsim.validation.intervals import (
     published_band,
     random_effects_band,
     scenario_features,
+    source_quantile,
     source_summary,
     t_band,
 )
+from trainsim.validation.novelty import held_out_groups, scale_of
 from trainsim.specs import build_scenario
 
 
@@ -121,16 +124,84 @@ def test_coverage_beyond_what_the_sources_bound_is_a_random_effects_band():
     assert (lo, hi) == pytest.approx(random_effects_band(srcs, 0.8))
 
 
-def test_unvalidated_scenario_gets_the_wider_envelope():
+def test_unvalidated_scenario_is_scaled_by_what_held_out_sources_measured():
     table = load_table()
     known = build_scenario({"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8, "training": {"global_batch": 8}})
     f = scenario_features(known)
     lo, hi, basis, why = published_band(table, f, 0.8)
     assert not why and "split-conformal" in basis
     odd = {**f, "gpu": ["Imaginary X1"], "framework": ["nothing-like-it"]}
-    lo2, hi2, basis2, why2 = published_band(table, odd, 0.8)
-    assert len(why2) == 2 and "Imaginary X1" in why2[0] and "envelope" in basis2
-    assert lo2 <= lo and hi2 >= hi and hi2 - lo2 > hi - lo
+    lo2, hi2, _, why2 = published_band(table, odd, 0.8)
+    assert len(why2) == 2 and "Imaginary X1" in why2[0] and "held-out rows whose GPU type" in why2[0]
+    assert "held-out rows whose framework" in why2[1]
+    w = max(1.0, *(scale_of(table["novelty"], d, 0.8) for d in ("gpu", "framework")))
+    m = mixture_quantile(list(table["sources"].values()), 0.5)
+    assert (lo2, hi2) == pytest.approx((m - w * (m - lo), m + w * (hi - m)))
+    assert lo2 <= lo and hi2 >= hi
+
+
+def _uniform(half: float, n: int = 401) -> list[float]:
+    return [float(x) for x in np.linspace(-half, half, n)]
+
+
+@functools.cache
+def _novel_table(novel_half: float) -> dict:
+    """9 familiar sources (GPU 'A', residuals evenly spread on +-0.1) and one source 'n' on a GPU none of them
+    has (residuals evenly spread on +-novel_half); 401 rows each, so every CDF is exactly uniform."""
+    rows = [(f"f{i}", r, {"gpu": ["A"]}) for i in range(9) for r in _uniform(0.1)]
+    return build_table(rows + [("n", r, {"gpu": ["N"]}) for r in _uniform(novel_half)])
+
+
+@pytest.mark.parametrize(("coverage", "h"), [(0.8, 0.1), (0.5, 0.1 * (2 * 0.75 * 10 / 9 - 1))])
+def test_novelty_scale_is_the_held_out_score_quantile(coverage, h):
+    # Held out, 'n' meets the 9 familiar sources' band +-h: the mixture quantile at (1 - a/2) x 10/9 of
+    # U(-0.1, 0.1) (1.0 at 80 %: h = 0.1). Its residuals, uniform on +-0.3, score uniform on [0, 0.3/h],
+    # whose quantile c is c x 0.3/h (2.4 at 80 %). The familiar held-out sources meet 8 familiar and 'n'
+    # (band +-0.3 at 80 %): their scale is 0.8 x 0.1/0.3.
+    block = _novel_table(0.3)["novelty"]
+    assert block["groups"]["gpu"]["sources"] == ["n"] and block["groups"]["gpu"]["rows"] == 401
+    assert scale_of(block, "gpu", coverage) == pytest.approx(coverage * 0.3 / h, rel=1e-6)
+    assert set(block["groups"]) == {"gpu", "any", "none"}
+    assert block["groups"]["none"]["sources"] == [f"f{i}" for i in range(9)]
+    if coverage == 0.8:
+        assert scale_of(block, "none", 0.8) == pytest.approx(0.8 * 0.1 / 0.3, rel=1e-6)
+        fresh = np.array(_uniform(0.3, 3001))  # the held-out band scaled by it holds 80 % of such rows
+        assert np.mean(np.abs(fresh) <= scale_of(block, "gpu", 0.8) * h) == pytest.approx(0.8, abs=1e-3)
+
+
+def test_novel_scenario_band_is_the_conformal_band_scaled_about_its_median():
+    table = _novel_table(0.3)
+    lo, hi, _ = hierarchical_band(list(table["sources"].values()), 0.8)
+    lo2, hi2, basis2, why = published_band(table, {"gpu": ["Z"]}, 0.8)
+    assert (lo, hi) == pytest.approx((-0.24, 0.24), abs=1e-6)  # 0.1 x (0.3 - x)/0.6 = 0.01 above x
+    assert (lo2, hi2) == pytest.approx((-0.24 * 2.4, 0.24 * 2.4), abs=1e-6)
+    assert "band x2.40" in why[0] and "401 rows of 1 source(s)" in why[0] and "scaled x2.40" in basis2
+    assert len(published_band(table, {"gpu": ["Z"], "family": ["q"]}, 0.8)[3]) == 2  # one line per feature
+
+
+def test_novel_scenario_not_widened_when_held_out_novel_sources_were_predicted_as_well():
+    table = _novel_table(0.05)
+    lo, hi, basis = hierarchical_band(list(table["sources"].values()), 0.8)
+    lo2, hi2, basis2, why = published_band(table, {"gpu": ["Z"]}, 0.8)
+    assert scale_of(table["novelty"], "gpu", 0.8) == pytest.approx(0.8 * 0.05 / 0.1, rel=1e-6)
+    assert (lo2, hi2, basis2) == (lo, hi, basis) and "not widened" in why[0]
+
+
+def test_held_out_groups_and_the_envelope_without_a_measurement():
+    rows = [("a", 0.1, {"gpu": ["A"], "family": ["x"]}), ("b", 0.0, {"gpu": ["B"], "family": ["y"]}),
+            ("b", 0.2, {"gpu": ["A"], "family": ["x"]}), ("c", -0.1, {"gpu": ["A"], "family": ["x"]})]
+    sources = build_table(rows)["sources"]
+    g = held_out_groups(rows, sources)
+    assert g["gpu"] == {"b": [0.0]} and g["family"] == {"b": [0.0]} and g["any"] == {"b": [0.0]}
+    assert g["none"] == {"a": [0.1], "b": [0.2], "c": [-0.1]}
+    plain = build_table([(s, r, {"gpu": ["A"]}) for s, r, _ in rows])
+    assert "novelty" not in plain  # no held-out row was new to the rest: nothing to measure
+    lo, hi, basis, why = published_band(plain, {"gpu": ["Z"]}, 0.6)
+    assert "envelope" in basis and "no held-out source was new" in why[0]
+    srcs = list(plain["sources"].values())
+    blo, bhi, _ = hierarchical_band(srcs, 0.6)  # the envelope is at least the conformal band
+    assert (lo, hi) == pytest.approx((min(blo, *(source_quantile(s, 0.2) for s in srcs)),
+                                      max(bhi, *(source_quantile(s, 0.8) for s in srcs))))
 
 
 def test_interval_is_the_prediction_times_the_residual_quantiles():

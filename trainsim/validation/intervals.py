@@ -21,9 +21,12 @@ band is parametric: it need not contain the distribution-free band of a lower co
 1 - 2/(K + 1) reaches the most extreme rows of the most extreme source.
 
 A scenario unlike every validated one (its GPU type, framework, a parallelism dimension or its model
-family absent from all sources) is not exchangeable with them; it gets the envelope of the per-source
-intervals -- from the lowest source's lower quantile to the highest source's upper quantile, and at least
-the conformal band -- with one line per missing feature.
+family absent from all sources) is not exchangeable with them. How much worse such scenarios are predicted is
+measured by leaving one source out at a time (validation.novelty): the rows of the held-out source whose
+value in a dimension the remaining sources lack are scored against the remaining sources' band, and the
+band of a novel scenario is scaled about its median by the scale that covers the stated share of those
+rows, with one line per missing feature saying what was measured. A table without that measurement (fewer
+than three sources, or none of them new to the rest) gives the envelope of the per-source intervals instead.
 
 With a run calibration (``calibrate --from-runs``) the residuals are its runs' leave-one-out residuals:
 split-conformal order statistics when there are enough runs for the coverage (n >= 2/a - 1), else a Student-t
@@ -40,7 +43,17 @@ from pathlib import Path
 
 import numpy as np
 
-LEVELS = tuple(round(x, 3) for x in np.linspace(0.025, 0.975, 39))  # the stored quantile grid
+from trainsim.validation import novelty
+from trainsim.validation.source_conformal import (  # noqa: F401  (re-exported: the interval's arithmetic)
+    LEVELS,
+    hcp_level,
+    hierarchical_band,
+    mixture_quantile,
+    random_effects_band,
+    source_quantile,
+    source_summary,
+)
+
 TABLE_NAME = "residual_quantiles.json"
 MIN_COVERAGE, MAX_COVERAGE = 0.5, 0.95  # beyond 95 % the stored 2.5 % / 97.5 % quantiles are extrapolation
 
@@ -61,119 +74,53 @@ def scenario_features(scenario) -> dict[str, list[str]]:
     return {"gpu": [scenario.cluster.gpu.name], "framework": [tr.framework], "parallelism": dims, "family": [family]}
 
 
-def source_summary(residuals: list[float], features: list[dict[str, list[str]]]) -> dict:
-    """One source's row count, residual quantiles on LEVELS and the union of its rows' features."""
-    r = np.asarray(residuals, dtype=float)
-    cover: dict[str, set[str]] = {}
-    for f in features:
-        for k, v in f.items():
-            cover.setdefault(k, set()).update(v)
-    return {"n": int(r.size), "quantiles": [float(q) for q in np.quantile(r, LEVELS)],
-            "min": float(r.min()), "max": float(r.max()), "mean": float(r.mean()), "sd": float(r.std()),
-            "covers": {k: sorted(v) for k, v in cover.items()}}
-
-
 def build_table(rows: list[tuple[str, float, dict[str, list[str]]]]) -> dict:
-    """The stored table from (source, residual, features) rows."""
+    """The stored table from (source, residual, features) rows: per-source summaries and the held-out
+    measurement of novelty (validation.novelty; absent when there is nothing to measure)."""
     by: dict[str, list] = {}
     for src, r, feat in rows:
         by.setdefault(src, []).append((r, feat))
     sources = {s: source_summary([r for r, _ in v], [f for _, f in v]) for s, v in sorted(by.items())}
-    return {"kind": "trainsim-residual-quantiles", "schema_version": 2, "levels": list(LEVELS),
-            "residual": "ln(measured step / predicted step)", "sources": sources}
+    table = {"kind": "trainsim-residual-quantiles", "schema_version": 3, "levels": list(LEVELS),
+             "residual": "ln(measured step / predicted step)", "sources": sources}
+    block = novelty.measure(rows, sources)
+    if block is not None:
+        table["novelty"] = block
+    return table
 
 
 def load_table(path: Path | None = None) -> dict:
     return json.loads((path or table_path()).read_text(encoding="utf-8"))
 
 
-_PS = np.array([0.0, *LEVELS, 1.0])
-
-
-def _knots(src: dict) -> np.ndarray:
-    return np.array([src["min"], *src["quantiles"], src["max"]])
-
-
-def mixture_quantile(sources: list[dict], p: float) -> float:
-    """Quantile p of the equal-weight mixture of the sources' residual distributions (bisection)."""
-    knots = [_knots(s) for s in sources]
-    lo = min(k[0] for k in knots) - 1e-9
-    hi = max(k[-1] for k in knots) + 1e-9
-    for _ in range(60):
-        mid = 0.5 * (lo + hi)
-        if sum(float(np.interp(mid, k, _PS)) for k in knots) / len(knots) < p:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
-
-
-def source_quantile(src: dict, p: float) -> float:
-    return float(np.interp(p, _PS, _knots(src)))
-
-
-def novelty(table: dict, feats: dict[str, list[str]]) -> list[str]:
-    """One line per feature of the scenario that no validated source covers."""
-    covered: dict[str, set[str]] = {}
-    for s in table["sources"].values():
-        for k, v in s["covers"].items():
-            covered.setdefault(k, set()).update(v)
-    out = []
-    for k, vals in feats.items():
-        for v in vals:
-            if v not in covered.get(k, set()):
-                out.append(f"{k} {v!r} is in none of the validated runs ({len(table['sources'])} sources)")
-    return out
-
-
-def hcp_level(k: int, tail: float) -> float | None:
-    """Level of the K-source mixture quantile that bounds a tail of mass ``tail`` for a row of a new source:
-    (1 - tail)(K + 1)/K (module docstring); None when it exceeds 1 (K sources cannot bound that tail)."""
-    p = (1.0 - tail) * (k + 1) / k
-    return None if p > 1.0 + 1e-12 else min(p, 1.0)
-
-
-def random_effects_band(sources: list[dict], coverage: float) -> tuple[float, float]:
-    """Student-t band of one row of a new source: mixture mean +- t(K - 1) x mixture sd x sqrt(1 + 1/K), the
-    mixture variance being the sources' mean within-source variance plus the variance of their means."""
-    from scipy.stats import t
-
-    k = len(sources)
-    means = np.array([s["mean"] for s in sources])
-    within = float(np.mean([s["sd"] ** 2 for s in sources]))
-    sd = math.sqrt(within + float(means.var()))
-    half = float(t.ppf(0.5 + coverage / 2, k - 1)) * sd * math.sqrt(1 + 1 / k)
-    return float(means.mean()) - half, float(means.mean()) + half
-
-
-def hierarchical_band(sources: list[dict], coverage: float) -> tuple[float, float, str]:
-    """(ln lower, ln upper, basis) for a row of a new source exchangeable with ``sources`` (module docstring)."""
-    k = len(sources)
-    if k < 2:
-        raise ValueError(f"an interval over sources needs at least 2 of them, got {k}")
-    n = sum(s["n"] for s in sources)
-    p = hcp_level(k, (1.0 - coverage) / 2)
-    if p is not None:
-        basis = (f"hierarchical split-conformal over {n} published runs of {k} sources weighted equally "
-                 f"(mixture quantiles {1 - p:.3f} .. {p:.3f})")
-        return mixture_quantile(sources, 1.0 - p), mixture_quantile(sources, p), basis
-    lo, hi = random_effects_band(sources, coverage)
-    return lo, hi, (f"Student-t random-effects band over {n} published runs of {k} sources ({k} sources bound "
-                    f"at most {1 - 2 / (k + 1):.1%} coverage distribution-free)")
+def _envelope(srcs: list[dict], coverage: float, lo: float, hi: float) -> tuple[float, float]:
+    """From the lowest source's lower quantile to the highest source's upper one, at least (lo, hi)."""
+    a = 1.0 - coverage
+    return (min(lo, min(source_quantile(s, a / 2) for s in srcs)),
+            max(hi, max(source_quantile(s, 1 - a / 2) for s in srcs)))
 
 
 def published_band(table: dict, feats: dict[str, list[str]], coverage: float) -> tuple[float, float, str, list[str]]:
-    """(ln lower, ln upper, basis, reasons) from the published-run table."""
-    a = 1.0 - coverage
+    """(ln lower, ln upper, basis, reasons) from the published-run table (module docstring)."""
     srcs = list(table["sources"].values())
-    why = novelty(table, feats)
+    found = novelty.novel_features(novelty.covered(table["sources"]), feats)
     lo, hi, basis = hierarchical_band(srcs, coverage)
-    if why:
-        lo = min(lo, min(source_quantile(s, a / 2) for s in srcs))
-        hi = max(hi, max(source_quantile(s, 1 - a / 2) for s in srcs))
+    if not found:
+        return lo, hi, basis, []
+    k = len(srcs)
+    block = table.get("novelty")
+    if block is None:
+        lo, hi = _envelope(srcs, coverage, lo, hi)
+        why = [f"{d} {v!r} is in none of the validated runs ({k} sources); no held-out source was new to the "
+               f"rest, so the band is the envelope of the per-source intervals" for d, v in found]
         n = sum(s["n"] for s in srcs)
-        return lo, hi, f"envelope of the per-source intervals of {n} published runs ({len(srcs)} sources)", why
-    return lo, hi, basis, []
+        return lo, hi, f"envelope of the per-source intervals of {n} published runs ({k} sources)", why
+    w, why = novelty.widening(block, found, k, coverage)
+    if w > 1.0:
+        m = mixture_quantile(srcs, 0.5)
+        lo, hi = m - w * (m - lo), m + w * (hi - m)
+        basis += f", scaled x{w:.2f} for what none of them has (measured on held-out sources)"
+    return lo, hi, basis, why
 
 
 def conformal_band(residuals: list[float], coverage: float) -> tuple[float, float] | None:
