@@ -136,18 +136,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _pin_dp_shard(fixed: dict[str, Any], extra: dict[str, Any], layout: dict[str, Any]) -> None:
     """The scenario file's HSDP shard group pins the search as --dp-shard does; a pinned shard group needs what
     HSDP needs (specs.data_parallel): ZeRO-3 (then pinned) with an FSDP framework."""
-    from trainsim.specs.data_parallel import FSDP_FRAMEWORKS
+    from trainsim.specs.data_parallel import hsdp_refusal
     if layout.get("dp_shard") is not None and "dp_shard" not in fixed:
         fixed["dp_shard"] = load_layout({"dp_shard": layout["dp_shard"]}).dp_shard
     if fixed.get("dp_shard") is None:
         return
-    fw = extra.get("framework", "megatron")
-    if fw not in FSDP_FRAMEWORKS:
-        raise SpecError("layout.dp_shard", f"HSDP is torch FSDP's hybrid sharding: use framework pytorch-fsdp or "
-                        f"torch, not {fw}")
-    if fixed.setdefault("zero", 3) != 3:
-        raise SpecError("layout.dp_shard", f"HSDP shards the model states like ZeRO-3: needs zero 3, got "
-                        f"{fixed['zero']}")
+    why = hsdp_refusal(fixed["dp_shard"], fixed.setdefault("zero", 3), extra.get("framework", "megatron"))
+    if why is not None:
+        raise SpecError("layout.dp_shard", why)
 
 
 def request_from_args(args: argparse.Namespace):

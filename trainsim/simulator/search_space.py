@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from trainsim.specs import ClusterSpec, Layout, ModelSpec, Scenario, SpecError, TrainingSpec, resolve
-from trainsim.specs.data_parallel import FSDP_FRAMEWORKS
+from trainsim.specs.data_parallel import hsdp_refusal
 from trainsim.specs.errors import from_validation_error
 from trainsim.specs.pools import arranged, placement_options
 from trainsim.specs.scenario import balanced_stage_layers, ep_overlap_refusal
@@ -253,20 +253,18 @@ def _zero_options(pp: int, lim: SearchLimits) -> list[int]:
 
 def _shard_options(dp: int, zero: int, ep: int, lim: SearchLimits) -> list[int | None]:
     """HSDP shard-group sizes searched for a candidate: full sharding (None) and, for ZeRO-3 with an FSDP framework
-    and no expert parallelism (specs.data_parallel), the powers of two from 2 below dp that divide it -- a
+    and no expert parallelism (specs.data_parallel.hsdp_refusal), the powers of two from 2 below dp that divide it -- a
     one-rank shard group is DDP's replicated states, which zero 0 covers. ``--dp-shard S`` pins one size."""
+    framework = lim.training_extra.get("framework", "megatron")
     pinned = lim.fixed.get("dp_shard")
-    hsdp_ok = zero == 3 and ep == 1 and lim.training_extra.get("framework", "megatron") in FSDP_FRAMEWORKS
     if pinned is not None:
-        if pinned == dp:
-            return [None]
-        return [pinned] if hsdp_ok and pinned < dp and dp % pinned == 0 else []
-    if not hsdp_ok:
-        return [None]
+        if hsdp_refusal(pinned, zero, framework, dp=dp, ep=ep) is not None:
+            return []
+        return [None] if pinned == dp else [pinned]
     out: list[int | None] = [None]
     s = 2
     while s < dp:
-        if dp % s == 0:
+        if hsdp_refusal(s, zero, framework, dp=dp, ep=ep) is None:
             out.append(s)
         s *= 2
     return out

@@ -37,21 +37,29 @@ def check_data_parallel(layout: Layout, t: TrainingSpec, dp: int) -> None:
 
 
 def _check_hsdp(layout: Layout, t: TrainingSpec, dp: int) -> None:
-    """The shard group divides dp and is a full-shard (ZeRO-3) FSDP layout without expert parallelism."""
-    s = layout.dp_shard
-    if s is None:
-        return
-    field = "layout.dp_shard"
-    if dp % s:
-        raise SpecError(field, f"shard group size {s} must divide dp={dp}")
-    if s == dp:
-        return  # full sharding: plain ZeRO-3 / FSDP
-    if t.effective_zero != 3:
-        raise SpecError(field, f"HSDP (shard group {s} < dp={dp}) shards the model states like ZeRO-3: needs zero=3, "
-                        f"got zero={t.effective_zero}")
-    if t.framework not in FSDP_FRAMEWORKS:
-        raise SpecError(field, f"HSDP is torch FSDP's hybrid sharding: use framework pytorch-fsdp or torch, not "
-                        f"{t.framework}")
-    if layout.ep > 1:
-        raise SpecError(field, f"HSDP with expert parallelism (ep={layout.ep}) is not costed: the experts' "
-                        "data-parallel sharding over a shard group is not modelled")
+    """A scenario's shard group passes :func:`hsdp_refusal`."""
+    if layout.dp_shard is not None:
+        why = hsdp_refusal(layout.dp_shard, t.effective_zero, t.framework, dp=dp, ep=layout.ep)
+        if why is not None:
+            raise SpecError("layout.dp_shard", why)
+
+
+def hsdp_refusal(shard: int, zero: int, framework: str, dp: int | None = None, ep: int = 1) -> str | None:
+    """Why a shard group of ``shard`` ranks is not a costed HSDP layout, or None when it is: the group divides
+    dp (a group of all dp ranks is plain full sharding, ZeRO-3 / FSDP, and needs nothing more); below dp it is a
+    ZeRO-3 layout of an FSDP framework without expert parallelism. ``dp=None`` (the planner's pin, before a
+    layout fixes dp) checks the ZeRO stage and framework only. The specs, ``plan``'s pin and the planner's
+    shard-group search all ask this one function."""
+    if dp is not None:
+        if dp % shard:
+            return f"shard group size {shard} must divide dp={dp}"
+        if shard == dp:
+            return None
+    if zero != 3:
+        return f"HSDP shards the model states like ZeRO-3: needs zero=3, got zero={zero}"
+    if framework not in FSDP_FRAMEWORKS:
+        return f"HSDP is torch FSDP's hybrid sharding: use framework pytorch-fsdp or torch, not {framework}"
+    if ep > 1:
+        return (f"HSDP with expert parallelism (ep={ep}) is not costed: the experts' data-parallel sharding over "
+                "a shard group is not modelled")
+    return None
