@@ -180,6 +180,26 @@ def test_dp_placement_runs_at_the_slowest_replica():
     assert pooled.pools[1]["peak_memory_bytes"] == pytest.approx(a100.peak_bytes, rel=1e-12)
 
 
+def test_dp_placement_runs_each_pools_replica_through_the_engine_once(monkeypatch):
+    """predict times the pacing replica from the engine run that picked it: one engine run per pool, no more."""
+    from trainsim.simulator import fold
+    from trainsim.simulator import predict as predict_module
+    calls = []
+    real = fold.simulate_step
+
+    def counted(table, **kw):
+        calls.append(table)
+        return real(table, **kw)
+    monkeypatch.setattr(fold, "simulate_step", counted)
+    monkeypatch.setattr(predict_module, "simulate_step", counted)
+    cl = {"preset": "dgx-h100", "placement": "dp",
+          "pools": [{"node": "dgx-h100", "nodes": 2}, {"node": "dgx-a100", "nodes": 2}]}
+    pooled = predict(_scn(cl, layout={"tp": 8, "pp": 2}))
+    assert len(calls) == 2
+    assert pooled.step_time_s == pytest.approx(real(calls[1], max_passes=fold.MAX_WHOLE_PASSES).step_time_s,
+                                               rel=1e-12)
+
+
 def test_explain_judges_fit_per_pool():
     """A lever's fit on pools is every pool's against its own GPU: the baseline's pools decide, not the smallest
     GPU against the largest peak."""
