@@ -12,6 +12,7 @@ from trainsim.validation.cases import Case, Dataset, read_rows, scenario_or_skip
 from trainsim.validation.cells import cluster as _cluster
 from trainsim.validation.cells import integer as _int
 from trainsim.validation.cells import num as _num
+from trainsim.validation.cells import yes_no
 from trainsim.validation.external_tables import external_table
 from trainsim.validation.settings import read_settings
 
@@ -105,8 +106,7 @@ def _mosaic_case(r: dict) -> Case:
     zero = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0}.get(strategy)
     if zero is None:
         return Case(rid, label, published, skip_reason=f"sharding strategy {strategy!r} not modelled")
-    ac = (r.get("activation_checkpointing") or "").strip().lower() == "true"
-    offload = (r.get("activation_cpu_offload") or "").strip().lower() == "true"
+    ac, offload = yes_no(r, "activation_checkpointing"), yes_no(r, "activation_cpu_offload")
     if offload:
         return Case(rid, label, published, skip_reason="activation CPU offload is not modelled")
     cpreset, cover = mosaic_clusters()[gpu]

@@ -31,7 +31,8 @@ import re
 from functools import cache
 
 from trainsim.specs import SpecError
-from trainsim.validation.settings import flag, read_settings, whole
+from trainsim.validation.cells import yes_no
+from trainsim.validation.settings import read_settings, whole
 
 
 @cache
@@ -112,7 +113,7 @@ def nemo_ep_overlap_ranges() -> tuple[tuple[str, str, str, str, str], ...]:
     """Where moe_a2a_overlap is on: (table model, system, precision class, first release, last release); absent =
     off."""
     rows = read_settings("nemo_ep_overlap.csv")
-    if not all(flag(s, "ep_comm_overlap") for s in rows):
+    if not all(yes_no(s, "ep_comm_overlap") for s in rows):
         raise SpecError("settings", "nemo_ep_overlap.csv lists where moe_a2a_overlap is on: every "
                                     "ep_comm_overlap must be true")
     return _ranged("nemo_ep_overlap.csv")
