@@ -341,6 +341,18 @@ def test_report_settings_name_each_pools_gpus():
     assert rows["cluster"].endswith("4 nodes of 8; placement stages") and "32 ×" not in rows["cluster"]
 
 
+def test_one_gpu_label_for_the_cli_and_the_report():
+    from trainsim.specs.pools import gpus_label
+    cl = {"preset": "dgx-h100", "pools": [{"gpu": "a100-40gb", "nodes": 2}, {"gpu": "h200", "nodes": 2}]}
+    a100, h200 = load_gpu("a100-40gb"), load_gpu("h200")
+    scn = _scn(cl)
+    assert gpus_label(scn.cluster, scn.num_gpus) == f"16 × {a100.name} + 16 × {h200.name}"
+    plain = _scn("dgx-h100", gpus=32)
+    assert gpus_label(plain.cluster, 32, times="x") == f"32 x {plain.cluster.gpu.name}"
+    assert gpus_label(plain.cluster, 32, memory=lambda b: f"{b / 2**30:.0f} GiB") == (
+        f"32 × {plain.cluster.gpu.name} (80 GiB)")
+
+
 def test_report_scaling_on_pools_is_the_scenarios_point_and_says_so():
     """Other GPU counts would need other pools (with_gpus refuses them): the scaling section has the scenario's
     GPU count only and its text states why."""
@@ -354,15 +366,15 @@ def test_report_scaling_on_pools_is_the_scenarios_point_and_says_so():
 def test_report_memory_figure_holds_each_stage_against_its_pools_gpu():
     """On 40 GB A100 and 141 GB H200 pools each stage's bar meets its own pool's capacity (the tightest, 40 GB,
     for all would show the H200 stages over a line they do not have)."""
-    from trainsim.reports.whatif import _stage_capacities
+    from trainsim.simulator.pools import stage_capacity_bytes
     cl = {"preset": "dgx-h100", "pools": [{"gpu": "a100-40gb", "nodes": 2}, {"gpu": "h200", "nodes": 2}]}
     scn = _scn(cl)
     pred = predict(scn, fast=True)
     a100, h200 = load_gpu("a100-40gb"), load_gpu("h200")
-    assert _stage_capacities(scn, pred) == [a100.memory_bytes] * 2 + [h200.memory_bytes] * 2
+    assert stage_capacity_bytes(scn, pred) == [a100.memory_bytes] * 2 + [h200.memory_bytes] * 2
     assert pred.gpu_memory_bytes == a100.memory_bytes
     dp = _scn({**cl, "placement": "dp"}, layout={"tp": 8, "pp": 2})
-    assert _stage_capacities(dp, predict(dp, fast=True)) == a100.memory_bytes
+    assert stage_capacity_bytes(dp, predict(dp, fast=True)) == [a100.memory_bytes] * 2
 
 
 def test_predict_table_holds_each_stage_against_its_pools_gpu(capsys, monkeypatch):
