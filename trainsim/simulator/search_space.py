@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from trainsim.specs import ClusterSpec, Layout, ModelSpec, Scenario, SpecError, TrainingSpec, resolve
 from trainsim.specs.data_parallel import hsdp_refusal
+from trainsim.specs.framework_era import feature_refusal
 from trainsim.specs.errors import from_validation_error
 from trainsim.specs.pools import arranged, placement_options
 from trainsim.specs.scenario import balanced_stage_layers, ep_overlap_refusal
@@ -223,9 +224,10 @@ def _schedules(pp: int, model: ModelSpec, lim: SearchLimits) -> Iterator[tuple[s
             yield lim.fixed.get("schedule", "1f1b"), 1
         return
     pinned = lim.fixed.get("schedule")
+    framework = lim.training_extra.get("framework", "megatron")
     for sched in lim.schedules + ((pinned,) if pinned is not None and pinned not in lim.schedules else ()):
-        if not lim.allowed("schedule", sched):
-            continue
+        if not lim.allowed("schedule", sched) or feature_refusal(framework, "schedule", sched):
+            continue  # a schedule the historic preset's code did not have (specs.framework_era) is not searched
         if sched == "interleaved":
             for v in _vpp_options(model, pp):
                 if not lim.allowed("vpp", v):
@@ -295,9 +297,12 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, gpus: int, glob
     """Every candidate of the space for one GPU count, before the validity check of ``resolve``."""
     lim = lim or SearchLimits()
     placements = placement_options(cluster, lim.pool_placement)
+    # sequence parallelism where TP has it, unless pinned -- not under a preset whose code predates it
+    sp_default = lim.sequence_parallel and not feature_refusal(lim.training_extra.get("framework", "megatron"),
+                                                               "sequence_parallel", True)
     for tp, cp, pp, dp, ep, etp in structural(model, cluster, gpus, global_batch, seq_len, lim):
         per_replica = global_batch // dp
-        sp = bool(lim.fixed.get("sequence_parallel", lim.sequence_parallel and tp > 1))
+        sp = bool(lim.fixed.get("sequence_parallel", sp_default and tp > 1))
         for mb in divisors(per_replica):
             if not lim.allowed("micro_batch", mb):
                 continue
