@@ -148,6 +148,28 @@ def test_bad_cells_skip_the_row_with_the_field_named(tmp_path):
     assert "micro_batch" in why["mb0"] and "layers" in why["layers"]
 
 
+@pytest.mark.parametrize("text, want", [
+    ("yes", True), ("Yes", True), (" TRUE ", True), ("yes (sdpa)", True), ("no", False), ("false", False),
+    ("no (predates SP)", False), ("on", SpecError), ("off", SpecError), ("1", SpecError), ("0", SpecError),
+    ("none", SpecError), ("", SpecError), (None, SpecError), ("yes please", SpecError), ("nope", SpecError),
+])
+def test_one_yes_no_vocabulary(text, want):
+    """yes/no and true/false, with an optional remark in parentheses; anything else refused with the field named."""
+    from trainsim.validation.cells import yes_no
+    if want is SpecError:
+        with pytest.raises(SpecError, match=r"^dropout: .* is neither yes nor no"):
+            yes_no({"dropout": text}, "dropout")
+    else:
+        assert yes_no({"dropout": text}, "dropout") is want
+
+
+def test_a_yes_no_cell_outside_the_vocabulary_skips_the_row_naming_it(tmp_path):
+    rows = [{**LLAMA_ROW, "row_id": "on", "flash_attention": "on"}, {**LLAMA_ROW, "row_id": "sp", "sequence_parallel": "1"}]
+    why = {k: c.skip_reason for k, c in load_runs(tmp_path, rows).items()}
+    assert "flash_attention" in why["on"] and "neither yes nor no" in why["on"]
+    assert "sequence_parallel" in why["sp"]
+
+
 @pytest.mark.parametrize("text, vp, expected", [
     ("interleaved 1F1B", 2, "interleaved"), ("1F1B", 1, "1f1b"), ("GPipe", 1, "gpipe"),
     ("ZB-H1", 1, "zb"), ("DualPipe", 2, "dualpipev"), ("", 1, "1f1b"), ("non-interleaved 1F1B", 2, "1f1b"),

@@ -42,7 +42,7 @@ def test_defaults_are_the_framework_presets():
     assert j["grad_bucket_mib"] == pytest.approx(default_mib) and j["overlap_grad_reduce"] is True
 
 
-@pytest.mark.parametrize("mib", [25.0, 100.0, 400.0])
+@pytest.mark.parametrize("mib", [100.0, 200.0, 400.0])
 def test_bucket_count_and_cost_closed_form(mib):
     """calls = ceil(gradient bytes / bucket bytes); n equal calls cost n x (latency + per-call bandwidth time),
     whose bandwidth part is the whole gradient's bytes over the bandwidth, as one call's would be."""
@@ -66,7 +66,7 @@ def test_bucket_count_and_cost_closed_form(mib):
 
 def test_smaller_buckets_pay_more_latency():
     lat = [sum(bk.latency_s for bk in build_cost_table(scenario(dp_bucket_mb=m)).stages[0].chunks[0].grad_buckets)
-           for m in (400.0, 100.0, 25.0)]
+           for m in (400.0, 200.0, 100.0)]
     assert lat[0] < lat[1] < lat[2]
 
 
@@ -129,10 +129,10 @@ def test_scenario_file_refusals_exit_2_with_one_line(tmp_path, capsys, yaml_trai
 
 def test_flags_reach_predict_json(capsys):
     argv = ["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "32", "--seq-len", "4096",
-            "--global-batch", "64", "--dp-bucket-mb", "25", "--no-overlap-grad-reduce", "--json"]
+            "--global-batch", "64", "--dp-bucket-mb", "128", "--no-overlap-grad-reduce", "--json"]
     assert main(argv) == 0
     dp = json.loads(capsys.readouterr().out)["data_parallel"]
-    assert dp["grad_bucket_mib"] == 25.0 and dp["overlap_grad_reduce"] is False and dp["dp_shard"] == 32
+    assert dp["grad_bucket_mib"] == 128.0 and dp["overlap_grad_reduce"] is False and dp["dp_shard"] == 32
 
 
 @pytest.mark.parametrize("calls", [1, 2, 3, 7, 40])
@@ -147,3 +147,27 @@ def test_overlapped_reduction_exposes_the_last_bucket(calls):
     assert chunk.grad_buckets[-1].time_s == pytest.approx(one.time_s, rel=1e-9)  # the last is one bucket
     tail = simulate(build_cost_table(scn)).stages[0].dp_tail_s
     assert tail == pytest.approx(chunk.grad_buckets[-1].time_s, rel=1e-6)
+
+
+def test_a_bucket_below_one_parameter_tensor_is_refused(capsys):
+    """Buckets hold whole tensors (torch DDP, Megatron-Core, DeepSpeed), so a block issues at most one call per
+    parameter tensor: Llama 3 8B's block holds 218.1 M parameters in 9 tensors (q, k, v, o, gate, up, down and two
+    RMSNorm weights), 24.2 M fp32 gradients = 92.4 MiB each on average at TP 1 and 11.6 MiB at TP 8."""
+    from trainsim.specs.data_parallel import min_bucket_mib
+    from trainsim.specs import load_model
+    m = load_model("llama3-8b")
+    assert m.block_param_tensors() == 9
+    assert m.dense_layer_params() == 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
+    assert min_bucket_mib(m, 1, 4) == pytest.approx(m.dense_layer_params() / 9 * 4 / MiB) == pytest.approx(92.44,
+                                                                                                            abs=0.01)
+    assert min_bucket_mib(m, 8, 4) == pytest.approx(92.44 / 8, abs=0.01)
+    with pytest.raises(SpecError, match=r"^training.dp_bucket_mb: 25 MiB is below .* use at least 92.5 MiB$"):
+        scenario(dp_bucket_mb=25.0)
+    scenario(dp_bucket_mb=92.5)  # the printed floor is accepted
+    tp8 = build_scenario({**BASE, "layout": {"tp": 8}, "training": {**BASE["training"], "dp_bucket_mb": 25.0}}, {})
+    assert tp8.training.dp_bucket_mb == 25.0  # torch DDP's default fits a TP-8 shard's tensors
+    argv = ["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "32", "--seq-len", "4096",
+            "--global-batch", "64", "--dp-bucket-mb", "0.001"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "training.dp_bucket_mb" in err and "whole tensors" in err

@@ -170,23 +170,23 @@ def test_graphs_or_compile_where_they_cannot_be_costed_are_refused(capsys, tmp_p
 def test_megatron_layer_counts_match_the_dispatch_counter():
     """BLOCK_OPS["megatron-gpt-unfused"] is what the op-for-op replica of Megatron's GPT layer
     (kernels/megatron_block.py) dispatches, at any width and sequence length."""
-    torch = pytest.importorskip("torch")
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from trainsim.kernels.megatron_block import MegatronLayer
-    from trainsim.kernels.op_count import _Counter
+    pytest.importorskip("torch")
+    from trainsim.kernels.op_count import count_megatron_layer_ops
 
     for hidden, heads, seq in ((256, 4, 64), (2048, 16, 128)):
-        with FakeTensorMode():
-            layer = MegatronLayer(hidden, heads, 4 * hidden)
-            x = torch.randn(seq, 1, hidden, requires_grad=True)
-            grad = torch.randn(seq, 1, hidden)
-            fwd, bwd = _Counter(), _Counter()
-            with fwd:
-                y = layer(x)
-            with bwd:
-                y.backward(grad)
-        assert (fwd.ops, fwd.kernels, bwd.ops, bwd.kernels) == hi.BLOCK_OPS["megatron-gpt-unfused"]
+        counted = count_megatron_layer_ops(hidden, heads, 4 * hidden, seq_len=seq)
+        assert counted.as_tuple() == hi.BLOCK_OPS["megatron-gpt-unfused"]
+
+
+@pytest.mark.torch
+def test_the_op_count_command_recounts_every_style(capsys):
+    """`python -m trainsim.kernels.op_count` counts every BLOCK_OPS style from its block and finds the table."""
+    pytest.importorskip("torch")
+    from trainsim.kernels.op_count import counted_block_ops, main
+    assert {s: c.as_tuple() for s, c in counted_block_ops().items()} == hi.BLOCK_OPS
+    assert main() == 0
+    out = capsys.readouterr().out
+    assert out.count("same") == len(hi.BLOCK_OPS) and "differs" not in out
 
 
 def test_megatron_layer_count_applies_to_its_frameworks_without_flash():

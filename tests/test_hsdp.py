@@ -240,3 +240,18 @@ def test_report_variants_cap_the_shard_group_at_the_new_dp():
     cells, _, _ = mfu_grid(s, None)
     assert cells[(8, 2)] == pytest.approx(_predict(full, fast=True).mfu, rel=1e-12)
     assert variant(s, layout={"tp": 4}).layout.dp_shard == 8  # dp 16: the group is kept
+
+
+@pytest.mark.parametrize("args,kw,why", [
+    ((8, 3, "torch"), {"dp": 64}, None),
+    ((64, 0, "megatron"), {"dp": 64}, None),  # the whole dp: plain full sharding
+    ((3, 3, "torch"), {"dp": 64}, "must divide dp=64"),
+    ((8, 2, "torch"), {"dp": 64}, "needs zero=3, got zero=2"),
+    ((8, 3, "megatron"), {"dp": 64}, "not megatron"),
+    ((8, 3, "torch"), {"dp": 64, "ep": 8}, "expert parallelism (ep=8)"),
+    ((8, 3, "deepspeed"), {}, "not deepspeed"),  # the planner's pin: dp not known yet
+])
+def test_hsdp_refusal_is_the_one_rule(args, kw, why):
+    from trainsim.specs.data_parallel import hsdp_refusal
+    got = hsdp_refusal(*args, **kw)
+    assert (got is None) if why is None else (why in got)

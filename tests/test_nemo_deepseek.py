@@ -3,10 +3,11 @@
 What is checked: every DeepSeekV3 / Kimi_K2 row is predicted or skipped for a named reason; the pipeline layouts of
 the Megatron-Bridge recipes parse to the transformer layers per virtual stage read off them by hand; the MTP choice
 follows each row's label; the dataset-wide rules (recompute, optimizer, overlap) hold for every such row; the CLI
-prints them. The MoE EP all-to-all overlap rule (NEMO_EP_OVERLAP: moe_a2a_overlap of each row's Megatron-Bridge
-config) is checked on rows read by hand from the configs, and every row it switches on resolves. The recompute rule
-(NEMO_RECOMPUTE_MODULES: recompute_modules of each row's config) and the expert-tensor-parallel rule (NEMO_EXPERT_TP:
-the etp cell, else the config's expert_tensor_parallel_size, else tp) are checked the same way, and the rows that
+prints them. The MoE EP all-to-all overlap rule (nemo_ep_overlap_ranges(): moe_a2a_overlap of each row's
+Megatron-Bridge config) is checked on rows read by hand from the configs, and every row it switches on resolves. The
+recompute rule (nemo_recompute_ranges(): recompute_modules of each row's config) and the expert-tensor-parallel rule
+(nemo_expert_tp_by_model(): the etp cell, else the config's expert_tensor_parallel_size, else tp) are checked the
+same way, and the rows that
 fold their expert groups over TP ranks resolve. Only two rows run through the engine (fast); the CLI check uses a
 stand-in predictor.
 """
@@ -20,21 +21,21 @@ from dataclasses import dataclass
 import pytest
 from external_tables import NEMO, table_path
 
-from trainsim.validation import validate as V
 from trainsim.cli.main import main
+from trainsim.validation import validate as V
 from trainsim.validation.datasets import load_dataset
 from trainsim.validation.nemo_recipes import (
-    NEMO_EP_OVERLAP,
-    NEMO_EP_OVERLAP_UNDATED,
-    NEMO_EXPERT_TP,
-    NEMO_MTP_DEFAULT,
-    NEMO_PIPELINE_LAYOUTS,
-    NEMO_RECOMPUTE_MODULES,
     nemo_ep_overlap,
+    nemo_ep_overlap_ranges,
+    nemo_ep_overlap_undated,
     nemo_expert_tp,
+    nemo_expert_tp_by_model,
+    nemo_mtp_default,
     nemo_mtp_layers,
+    nemo_pipeline_layouts,
     nemo_precision_class,
     nemo_recompute_modules,
+    nemo_recompute_ranges,
     nemo_release,
     nemo_stage_layers,
     parse_pipeline_layout,
@@ -85,11 +86,11 @@ def test_malformed_layouts_are_rejected(bad):
 
 
 def test_every_recipe_layout_has_pp_times_vp_stages_and_61_layers():
-    for model, table in NEMO_PIPELINE_LAYOUTS.items():
+    for model, table in nemo_pipeline_layouts().items():
         for (pp, vp), layout in table.items():
             layers, mtp = parse_pipeline_layout(layout)
             assert len(layers) == pp * vp and sum(layers) == 61, (model, pp, vp)
-            assert mtp == NEMO_MTP_DEFAULT[model], (model, pp, vp)
+            assert mtp == nemo_mtp_default()[model], (model, pp, vp)
             # without MTP the transformer layers per stage are the recipe's own (its last stage loses the 'm')
             no_mtp, why = nemo_stage_layers(model, pp, vp, 0)
             assert no_mtp == layers and "m" not in why
@@ -264,13 +265,13 @@ def test_undated_rows_keep_the_all_to_all_exposed(moe_cases):
     seen = set()
     for rid, (c, row) in moe_cases.items():
         key = (row["model"].split("(")[0].strip(), row["system"], row["precision"], row["nemo_container"])
-        if key in NEMO_EP_OVERLAP_UNDATED:
+        if key in nemo_ep_overlap_undated():
             seen.add(key)
             assert c.scenario is not None and not c.scenario.training.ep_comm_overlap, rid
             assert not nemo_ep_overlap(key[0], key[1], key[2], key[3]), rid
-    assert seen == set(NEMO_EP_OVERLAP_UNDATED)     # every listed case is a row of the table
+    assert seen == set(nemo_ep_overlap_undated())     # every listed case is a row of the table
     assert {rid for rid, (c, row) in moe_cases.items() if (row["model"].split("(")[0].strip(), row["system"],
-            row["precision"], row["nemo_container"]) in NEMO_EP_OVERLAP_UNDATED} == {
+            row["precision"], row["nemo_container"]) in nemo_ep_overlap_undated()} == {
         "mb_49", "mb_191", "mb_228", "mb_260", "mb_246"}
 
 
@@ -297,7 +298,7 @@ def test_every_overlapped_row_resolves(moe_cases):
     assert skipped == set()
     assert {"mb_106", "mb_151", "mb_195", "mb_233", "mb_261"} <= on_rows
     # every entry of the rule matches at least one row of the table
-    for m, s, pc, lo, hi in NEMO_EP_OVERLAP:
+    for m, s, pc, lo, hi in nemo_ep_overlap_ranges():
         assert any(row["model"].split("(")[0].strip() == m and row["system"] == s
                    and nemo_release(lo) <= nemo_release(row["nemo_container"]) <= nemo_release(hi)
                    for _, row in moe_cases.values()), (m, s, lo, hi)
@@ -306,12 +307,13 @@ def test_every_overlapped_row_resolves(moe_cases):
 def test_notes_describe_the_ep_overlap_rule(nemo):
     text = " ".join(nemo.notes)
     assert "trainsim exposes the EP all-to-all" not in text
-    for needle in ("moe_a2a_overlap", "ep_comm_overlap", "NEMO_EP_OVERLAP", "NEMO_EP_OVERLAP_UNDATED", "#4330",
+    for needle in ("moe_a2a_overlap", "ep_comm_overlap", "nemo_ep_overlap_ranges()", "nemo_ep_overlap_undated()",
+                   "#4330",
                    "#5168", "#1760", "#2669", "pp > 1 and no model chunks"):
         assert needle in text, needle
 
 
-# --- selective-recompute modules (NEMO_RECOMPUTE_MODULES) and expert tensor parallelism (NEMO_EXPERT_TP) ------------
+# --- selective-recompute modules (nemo_recompute_ranges()) and expert tensor parallelism (nemo_expert_tp_by_model())
 
 def _rule(row):
     return nemo_recompute_modules(row["model"].split("(")[0].strip(), row["system"], row["precision"],
@@ -381,7 +383,7 @@ def test_recompute_table_covers_the_mla_rows_once_and_leaves_qwen_at_none(moe_ca
     matched = {}
     for rid, (c, row) in moe_cases.items():
         name = row["model"].split("(")[0].strip()
-        hits = [e for e in NEMO_RECOMPUTE_MODULES
+        hits = [e for e in nemo_recompute_ranges()
                 if e[0] == name and e[1] == row["system"] and e[2] in ("any", nemo_precision_class(row["precision"]))
                 and nemo_release(e[3]) <= nemo_release(row["nemo_container"]) <= nemo_release(e[4])]
         assert len(hits) <= 1, (rid, hits)          # entries do not overlap
@@ -392,13 +394,13 @@ def test_recompute_table_covers_the_mla_rows_once_and_leaves_qwen_at_none(moe_ca
         else:                                       # Qwen3: recompute_granularity=None in every config read
             assert not hits and c.scenario is not None, rid
             assert c.scenario.training.recompute == "none", rid
-    assert set(matched) == set(NEMO_RECOMPUTE_MODULES)      # every entry is some row's
-    for e in NEMO_RECOMPUTE_MODULES:
+    assert set(matched) == set(nemo_recompute_ranges())      # every entry is some row's
+    for e in nemo_recompute_ranges():
         assert nemo_release(e[3]) <= nemo_release(e[4]) and len(set(e[5])) == len(e[5]), e
 
 
 def test_expert_tp_rule():
-    assert NEMO_EXPERT_TP == {"DeepSeekV3": 1, "Kimi_K2": 1, "Qwen3_30B_a3B": 1, "Qwen3_235B_a22B": 1}
+    assert nemo_expert_tp_by_model() == {"DeepSeekV3": 1, "Kimi_K2": 1, "Qwen3_30B_a3B": 1, "Qwen3_235B_a22B": 1}
     assert nemo_expert_tp("Qwen3_235B_a22B", None, 2) == 1      # the config's expert_tensor_parallel_size
     assert nemo_expert_tp("Qwen3_235B_a22B", 2, 2) == 2         # a printed etp cell wins
     assert nemo_expert_tp("SomeOtherMoE", None, 4) == 4         # Megatron-Core's default: tp
@@ -451,7 +453,8 @@ def test_a_folded_row_through_the_engine(moe_cases):
 
 def test_notes_describe_the_recompute_and_expert_tp_rules(nemo):
     text = " ".join(nemo.notes)
-    for needle in ("NEMO_RECOMPUTE_MODULES", "NEMO_EXPERT_TP", "recompute_modules", "expert_tensor_parallel_size",
+    for needle in ("nemo_recompute_ranges()", "nemo_expert_tp_by_model()", "recompute_modules",
+                   "expert_tensor_parallel_size",
                    "#3031", "#3983", "#4226", "moe_act + mlp", "dp*cp*tp/etp", "recompute_granularity=None"):
         assert needle in text, needle
     assert "ep | dp*cp" not in text and "those rows are skipped" not in text

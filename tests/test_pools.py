@@ -180,6 +180,26 @@ def test_dp_placement_runs_at_the_slowest_replica():
     assert pooled.pools[1]["peak_memory_bytes"] == pytest.approx(a100.peak_bytes, rel=1e-12)
 
 
+def test_dp_placement_runs_each_pools_replica_through_the_engine_once(monkeypatch):
+    """predict times the pacing replica from the engine run that picked it: one engine run per pool, no more."""
+    from trainsim.simulator import fold
+    from trainsim.simulator import predict as predict_module
+    calls = []
+    real = fold.simulate_step
+
+    def counted(table, **kw):
+        calls.append(table)
+        return real(table, **kw)
+    monkeypatch.setattr(fold, "simulate_step", counted)
+    monkeypatch.setattr(predict_module, "simulate_step", counted)
+    cl = {"preset": "dgx-h100", "placement": "dp",
+          "pools": [{"node": "dgx-h100", "nodes": 2}, {"node": "dgx-a100", "nodes": 2}]}
+    pooled = predict(_scn(cl, layout={"tp": 8, "pp": 2}))
+    assert len(calls) == 2
+    assert pooled.step_time_s == pytest.approx(real(calls[1], max_passes=fold.MAX_WHOLE_PASSES).step_time_s,
+                                               rel=1e-12)
+
+
 def test_explain_judges_fit_per_pool():
     """A lever's fit on pools is every pool's against its own GPU: the baseline's pools decide, not the smallest
     GPU against the largest peak."""
@@ -321,6 +341,18 @@ def test_report_settings_name_each_pools_gpus():
     assert rows["cluster"].endswith("4 nodes of 8; placement stages") and "32 ×" not in rows["cluster"]
 
 
+def test_one_gpu_label_for_the_cli_and_the_report():
+    from trainsim.specs.pools import gpus_label
+    cl = {"preset": "dgx-h100", "pools": [{"gpu": "a100-40gb", "nodes": 2}, {"gpu": "h200", "nodes": 2}]}
+    a100, h200 = load_gpu("a100-40gb"), load_gpu("h200")
+    scn = _scn(cl)
+    assert gpus_label(scn.cluster, scn.num_gpus) == f"16 × {a100.name} + 16 × {h200.name}"
+    plain = _scn("dgx-h100", gpus=32)
+    assert gpus_label(plain.cluster, 32, times="x") == f"32 x {plain.cluster.gpu.name}"
+    assert gpus_label(plain.cluster, 32, memory=lambda b: f"{b / 2**30:.0f} GiB") == (
+        f"32 × {plain.cluster.gpu.name} (80 GiB)")
+
+
 def test_report_scaling_on_pools_is_the_scenarios_point_and_says_so():
     """Other GPU counts would need other pools (with_gpus refuses them): the scaling section has the scenario's
     GPU count only and its text states why."""
@@ -334,15 +366,15 @@ def test_report_scaling_on_pools_is_the_scenarios_point_and_says_so():
 def test_report_memory_figure_holds_each_stage_against_its_pools_gpu():
     """On 40 GB A100 and 141 GB H200 pools each stage's bar meets its own pool's capacity (the tightest, 40 GB,
     for all would show the H200 stages over a line they do not have)."""
-    from trainsim.reports.whatif import _stage_capacities
+    from trainsim.simulator.pools import stage_capacity_bytes
     cl = {"preset": "dgx-h100", "pools": [{"gpu": "a100-40gb", "nodes": 2}, {"gpu": "h200", "nodes": 2}]}
     scn = _scn(cl)
     pred = predict(scn, fast=True)
     a100, h200 = load_gpu("a100-40gb"), load_gpu("h200")
-    assert _stage_capacities(scn, pred) == [a100.memory_bytes] * 2 + [h200.memory_bytes] * 2
+    assert stage_capacity_bytes(scn, pred) == [a100.memory_bytes] * 2 + [h200.memory_bytes] * 2
     assert pred.gpu_memory_bytes == a100.memory_bytes
     dp = _scn({**cl, "placement": "dp"}, layout={"tp": 8, "pp": 2})
-    assert _stage_capacities(dp, predict(dp, fast=True)) == a100.memory_bytes
+    assert stage_capacity_bytes(dp, predict(dp, fast=True)) == [a100.memory_bytes] * 2
 
 
 def test_predict_table_holds_each_stage_against_its_pools_gpu(capsys, monkeypatch):

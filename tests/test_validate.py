@@ -18,10 +18,10 @@ from trainsim.data import validation_path
 from trainsim.validation import validate as V
 from trainsim.cli.main import main
 from trainsim.validation.datasets import (
-    MOSAIC_PEAK_FLOPS,
     busbw_factor,
     load_dataset,
     mosaic_flops_per_seq,
+    mosaic_peak_flops,
     sc21_eq3_flops,
 )
 from trainsim.specs import load_model
@@ -188,7 +188,7 @@ def test_mosaic_peak_constants():
     for rid, r in table.items():
         dtype = "fp8" if "fp8" in r["precision"] else "bf16"
         peak = float(r["model_tflop_col"]) / float(r["mfu_pct"]) * 100
-        assert peak == pytest.approx(MOSAIC_PEAK_FLOPS[(r["gpu"], dtype)] / 1e12, rel=0.01), rid
+        assert peak == pytest.approx(mosaic_peak_flops()[(r["gpu"], dtype)] / 1e12, rel=0.01), rid
 
 
 def test_mosaic_flops_per_seq_closed_form():

@@ -137,3 +137,53 @@ def test_the_registry_is_a_registry():
     assert lines < 300, f"trainsim/validation/datasets.py has {lines} lines: the adapters belong beside it"
     assert set(datasets.DATASETS) >= {"sc21", "sc21-scripts", "mosaic", "nemo", "nccl", "zero-bubble", "korthikanti",
                                       "llama3", "memory", "vtrain"}
+
+
+def _clear_settings_caches():
+    from trainsim.validation import mosaic, nccl_runs, nemo_recipes
+    read_settings.cache_clear()
+    for mod in (nemo_recipes, nccl_runs, mosaic):
+        for f in vars(mod).values():
+            if callable(getattr(f, "cache_clear", None)):
+                f.cache_clear()
+
+
+@pytest.fixture
+def malformed_nemo_models(tmp_path, monkeypatch):
+    """nemo_models.csv with its second data row's key repeating the first's (file line 3)."""
+    real = settings.settings_file("nemo_models.csv").read_text().splitlines()
+    first = real[1].split(",")[0]
+    bad = tmp_path / "nemo_models.csv"
+    bad.write_text("\n".join([real[0], real[1], first + real[2][len(real[2].split(",")[0]):], *real[3:]]) + "\n")
+    monkeypatch.setattr(settings, "settings_file",
+                        lambda name, orig=settings.settings_file: bad if name == "nemo_models.csv" else orig(name))
+    _clear_settings_caches()
+    yield
+    monkeypatch.undo()
+    _clear_settings_caches()
+
+
+def test_importing_the_datasets_reads_no_settings_table():
+    """The settings tables are read on first use, so a malformed one cannot stop an import (or another dataset)."""
+    import subprocess
+    import sys
+    code = ("import trainsim.validation.settings as s\n"
+            "def refuse(name): raise SystemExit(f'read {name} at import')\n"
+            "s.settings_file = refuse\n"
+            "import trainsim.validation.datasets, trainsim.cli.main\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_malformed_nemo_table_stops_only_the_nemo_dataset(malformed_nemo_models, capsys):
+    from external_tables import table_path
+
+    from trainsim.cli.main import main
+    table_path("nemo_megatron_bridge_perf.csv")  # skips where the unbundled NeMo table is absent
+    for other in ("korthikanti", "nccl"):
+        assert datasets.load_dataset(other).cases
+    with pytest.raises(SpecError, match=r"nemo_models.csv line 3: key .* repeats line 2"):
+        datasets.load_dataset("nemo")
+    assert main(["validate", "--dataset", "nemo"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "nemo_models.csv line 3" in err

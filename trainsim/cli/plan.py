@@ -136,18 +136,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _pin_dp_shard(fixed: dict[str, Any], extra: dict[str, Any], layout: dict[str, Any]) -> None:
     """The scenario file's HSDP shard group pins the search as --dp-shard does; a pinned shard group needs what
     HSDP needs (specs.data_parallel): ZeRO-3 (then pinned) with an FSDP framework."""
-    from trainsim.specs.data_parallel import FSDP_FRAMEWORKS
+    from trainsim.specs.data_parallel import hsdp_refusal
     if layout.get("dp_shard") is not None and "dp_shard" not in fixed:
         fixed["dp_shard"] = load_layout({"dp_shard": layout["dp_shard"]}).dp_shard
     if fixed.get("dp_shard") is None:
         return
-    fw = extra.get("framework", "megatron")
-    if fw not in FSDP_FRAMEWORKS:
-        raise SpecError("layout.dp_shard", f"HSDP is torch FSDP's hybrid sharding: use framework pytorch-fsdp or "
-                        f"torch, not {fw}")
-    if fixed.setdefault("zero", 3) != 3:
-        raise SpecError("layout.dp_shard", f"HSDP shards the model states like ZeRO-3: needs zero 3, got "
-                        f"{fixed['zero']}")
+    why = hsdp_refusal(fixed["dp_shard"], fixed.setdefault("zero", 3), extra.get("framework", "megatron"))
+    if why is not None:
+        raise SpecError("layout.dp_shard", why)
 
 
 def request_from_args(args: argparse.Namespace):
@@ -192,9 +188,7 @@ def request_from_args(args: argparse.Namespace):
             fixed[dim] = v
     if fixed.get("vpp", 1) > 1 and "schedule" not in fixed:
         fixed["schedule"] = "interleaved"
-    dtype = args.dtype or training.get("dtype", "bf16")
-    if dtype == "fp8" and not cluster.gpu.fp8:
-        raise SpecError("training.dtype", f"fp8 needs FP8 tensor cores, which {cluster.gpu.name} lacks")
+    dtype = _plan_dtype(args, training, cluster)
     # Every training setting of the scenario file the search does not decide (framework, flash attention,
     # dropout, offload, optimizer bytes, TP overlap, CP exchange, ...) applies to each candidate as given.
     extra = training_extra(training)
@@ -205,7 +199,8 @@ def request_from_args(args: argparse.Namespace):
     if why:
         raise SpecError("training.zero", why)
     zero = fixed.get("zero", 1 if extra.get("distributed_optimizer") else 0)
-    check_training_extra(extra, seq_len=int(seq_len), global_batch=int(global_batch), zero=zero)
+    check_training_extra(extra, seq_len=int(seq_len), global_batch=int(global_batch), zero=zero, dtype=dtype,
+                         **{k: fixed[k] for k in ("schedule",) if k in fixed})  # a pinned schedule checked too
     layout = raw.get("layout") or {}
     if not isinstance(layout, dict):
         raise SpecError("layout", "must be a mapping")
@@ -230,6 +225,14 @@ def request_from_args(args: argparse.Namespace):
         storage_write_Bps=args.storage_write_gbps * 1e9, restart_s=args.restart_s, profile_path=args.calibration,
         memory_headroom=_checked_headroom(args.memory_headroom),
     )
+
+
+def _plan_dtype(args: argparse.Namespace, training: dict, cluster) -> str:
+    """The plan's dtype (--dtype, else the scenario file's, else bf16); fp8 needs FP8 tensor cores."""
+    dtype = args.dtype or training.get("dtype", "bf16")
+    if dtype == "fp8" and not cluster.gpu.fp8:
+        raise SpecError("training.dtype", f"fp8 needs FP8 tensor cores, which {cluster.gpu.name} lacks")
+    return dtype
 
 
 def _plan_cluster(args: argparse.Namespace, cluster_in):

@@ -133,11 +133,10 @@ def render(pred, scenario, iv=None) -> None:
     from rich.table import Table
 
     from trainsim.simulator.pools import stage_capacity_bytes
+    from trainsim.specs.pools import gpus_label
     c = Console()
     lay = pred.layout
-    pools = scenario.cluster.pools
-    gpus = (" + ".join(f"{p.nodes * scenario.cluster.gpus_per_node} x {p.gpu.name}" for p in pools) if pools
-            else f"{scenario.num_gpus} x {scenario.cluster.gpu.name}")
+    gpus = gpus_label(scenario.cluster, scenario.num_gpus, times="x")
     c.print(f"[bold]{scenario.model.describe()}[/] on {gpus} ({scenario.cluster.name})")
     tr = scenario.training
     etp = f" etp={lay['etp']}" if scenario.model.is_moe and lay["etp"] != lay["tp"] else ""

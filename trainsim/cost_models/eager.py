@@ -46,13 +46,8 @@ def modelled_ops(scenario) -> tuple[int, int]:
 
 
 def block_param_tensors(model) -> int:
-    """Parameter tensors of one block as the executor builds it (torch_model.Block): q, k, v, o, fc1,
-    (gate), fc2 weights (+ biases) and two norms (LayerNorm: weight + bias; RMSNorm: weight)."""
-    linears = 7 if model.gated_mlp else 6
-    qkv_bias = model.bias if model.qkv_bias is None else model.qkv_bias
-    biases = (3 if qkv_bias else 0) + ((linears - 3) if model.bias else 0)
-    norms = 2 * (2 if model.norm == "layernorm" else 1)
-    return linears + biases + norms
+    """Parameter tensors of one block as the executor builds it (specs.ModelSpec.block_param_tensors)."""
+    return model.block_param_tensors()
 
 
 def stage_param_tensors(scenario, stage: int) -> tuple[int, int]:

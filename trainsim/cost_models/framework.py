@@ -246,16 +246,34 @@ class FrameworkBehaviour:
     param_gather: Literal["buffer", "allgather_bucket", "broadcast_per_param"] = "buffer"
     block_forward_syncs: int = 0   # blocking host-device syncs per block forward (module docstring, host_syncs)
     microbatch_syncs: int = 0      # ... per micro-batch, before the first block
+    # Communicators beyond one per parallel dimension (runtime_memory.communicators, which cites each call): the
+    # start-time all-reduce over the world group (megatron/training/training.py ``pretrain``), the gradient norm
+    # over the model-parallel group TP x PP (megatron/core/optimizer/optimizer.py
+    # ``get_grad_stats_parallel_group``; DeepSpeed BF16_Optimizer ``get_global_norm_of_tensors(mpu=...)``) and,
+    # with tied embeddings and pp > 1, the first and last stages' embedding group (finalize_model_grads.py
+    # ``_allreduce_word_embedding_grads``; DeepSpeed pipe/module.py ``allreduce_tied_weight_gradients``). Megatron
+    # of every vintage and Megatron-DeepSpeed under DeepSpeed's engine run them; FSDP and torch do not.
+    model_parallel_groups: bool = False
+    # DeepSpeed's pipeline engine broadcasts the loss over the pipe-parallel group (deepspeed/runtime/pipe/
+    # engine.py ``PipelineEngine._aggregate_total_loss``, DeepSpeed 15293139f): one more communicator.
+    pp_loss_broadcast: bool = False
+    # Megatron's persistent "mpu" buffer (megatron/core/utils.py ``GlobalMemoryBuffer``, set up by
+    # ``_set_global_memory_buffer``; megatron/global_vars.py of the 2022 sequence-parallel code, find_string id
+    # 67184530167): memory.megatron_global_buffer. The SC21 code of megatron-2021 predates it (its
+    # tensor-parallel layers allocate per call), and DeepSpeed's engine does not allocate it.
+    global_memory_buffer: bool = False
 
 
 BEHAVIOURS: dict[str, FrameworkBehaviour] = {
     "megatron": FrameworkBehaviour("megatron", overlap_grad_reduce=True, fused_cross_entropy=False,
                                    zero3_gather="block", reduce_bucket_params=None, p2p_overlap="interleaved",
-                                   tp_dgrad_overlap=True, fused_bias_grad=True, fp8_weight_cache=True),
+                                   tp_dgrad_overlap=True, fused_bias_grad=True, fp8_weight_cache=True,
+                                   model_parallel_groups=True, global_memory_buffer=True),
     "megatron-2021": FrameworkBehaviour("megatron-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
                                         zero3_gather="block", reduce_bucket_params=None,
                                         grad_accumulation_pass=True, optimizer_extra_bytes_per_param=12.0,
-                                        p2p_overlap="never", pp_scatter_gather=True, megatron_layer=True),
+                                        p2p_overlap="never", pp_scatter_gather=True, megatron_layer=True,
+                                        model_parallel_groups=True),
     # Megatron-LM of early 2022 (Korthikanti et al., arXiv:2205.05198): the 2021 behaviours (local DDP reduced
     # after the backward pass -- Sec. 6.3: "we do not use any overlapping of gradient all-reduces with
     # back-propagation" --, unfused cross-entropy, fp16/bf16 optimizer copies, blocking p2p, scatter/gather)
@@ -267,7 +285,7 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                         zero3_gather="block", reduce_bucket_params=None,
                                         grad_accumulation_pass=False, optimizer_extra_bytes_per_param=12.0,
                                         p2p_overlap="never", pp_scatter_gather=True, tp_dgrad_overlap=True,
-                                        megatron_layer=True),
+                                        megatron_layer=True, model_parallel_groups=True, global_memory_buffer=True),
     # Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed): the layer code of megatron-2021 (synchronous TP
     # all-reduces, param.grad accumulation, DeepSpeed's arguments switch the asynchronous all-reduce off) and its
     # host syncs (module docstring, ``host_syncs``).
@@ -276,19 +294,21 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                              reduce_bucket_params=None, grad_accumulation_pass=True,
                                              optimizer_extra_bytes_per_param=12.0, p2p_overlap="never",
                                              pp_scatter_gather=True, megatron_layer=True, block_forward_syncs=1,
-                                             microbatch_syncs=1),
+                                             microbatch_syncs=1, model_parallel_groups=True),
     "pytorch-fsdp": FrameworkBehaviour("pytorch-fsdp", overlap_grad_reduce=True, fused_cross_entropy=True,
                                        zero3_gather="block", reduce_bucket_params=None,
                                        train_metric_loss_passes=2, fsdp_grad_prep=True,
                                        optimizer_update="per_param_loop", clip_scales_grads=True),
     "deepspeed": FrameworkBehaviour("deepspeed", overlap_grad_reduce=True, fused_cross_entropy=False,
                                     zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
-                                    pipeline_output_kept=True, param_gather="allgather_bucket"),
+                                    pipeline_output_kept=True, param_gather="allgather_bucket",
+                                    model_parallel_groups=True, pp_loss_broadcast=True),
     "deepspeed-2021": FrameworkBehaviour("deepspeed-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
                                          zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
                                          zero3_overlap=False, zero3_gather_ops_per_rank=2,
                                          zero3_persistent_regather=True, pipeline_output_kept=True,
-                                         param_gather="allgather_bucket"),
+                                         param_gather="allgather_bucket", model_parallel_groups=True,
+                                         pp_loss_broadcast=True),
     # torch.distributed's own parallelism as trainsim execute runs it (kernels/parallelize.py): DDP buckets
     # reduced during backward, FSDP2 per-block gathers, eager F.cross_entropy (log_softmax + nll, not
     # fused), parallelize_module TP. Pipelining: Schedule1F1B's steady state fuses each send with the next

@@ -92,7 +92,8 @@ ATEN_DISPATCH_S = 3.3e-6
 KERNEL_LAUNCH_S = 3.8e-6
 GRACE_SLOWDOWN = 35.0 / 13.5   # TE issue #2053: nn.Linear forward CPU time, Grace vs Xeon 8480C
 # (forward aten ops, forward kernels, backward aten ops, backward kernels) per block and micro-batch, by the
-# block style of cost_models.eager.block_style (counted by trainsim.kernels.op_count, see module doc).
+# block style of cost_models.eager.block_style (counted by trainsim.kernels.op_count, see module doc;
+# `python -m trainsim.kernels.op_count` counts every row again).
 BLOCK_OPS = {
     "layernorm-gelu-learned": (39, 12, 94, 26),
     "rmsnorm-swiglu-rope": (85, 48, 144, 73),

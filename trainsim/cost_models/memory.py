@@ -546,7 +546,7 @@ def megatron_global_buffer(scenario, shp) -> dict[str, float]:
       ``matmul_input_buffer``); the scores themselves are a new tensor, so the buffer is memory of its own.
     """
     t, lay = scenario.training, scenario.layout
-    if t.framework not in ("megatron", "megatron-2022"):
+    if not behaviour(t.framework).global_memory_buffer:
         return {}
     sp = float(shp.e * shp.tokens * shp.h) if t.sequence_parallel and lay.tp > 1 else 0.0
     sq = shp.s / shp.cp

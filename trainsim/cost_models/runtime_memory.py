@@ -14,6 +14,8 @@ for it (simulator/planner.DEFAULT_MEMORY_HEADROOM).
 
 from __future__ import annotations
 
+from .framework import behaviour
+
 MiB = 1 << 20
 # --- runtime memory outside the model, each term derived from a documented default -----------------------
 # CUDA context: the driver reserves local memory for every thread the device can hold resident, at the
@@ -57,8 +59,8 @@ def communicators(layout, dp: int, *, framework: str = "torch", stage: int | Non
 
     Every framework: one per parallel dimension (megatron/core/parallel_state.py), the gradient reduction
     over DP x CP when cp > 1; HSDP (FSDP2's 2-D mesh) a shard-group and a replicate-group communicator.
-    Megatron and DeepSpeed's pipeline engine (the ``megatron*`` and ``deepspeed*`` frameworks) also run
-    collectives on:
+    Megatron and DeepSpeed's pipeline engine (FrameworkBehaviour.model_parallel_groups; ``pp``:
+    pp_loss_broadcast) also run collectives on:
 
     * ``world``: ``pretrain`` all-reduces its start time over the default group (megatron/training/training.py,
       read_file id 2244501596; Megatron-DeepSpeed keeps it);
@@ -76,12 +78,13 @@ def communicators(layout, dp: int, *, framework: str = "torch", stage: int | Non
     if layout.dp_shard and layout.dp_shard < dp:  # HSDP: a shard group (with CP) and a replicate group instead
         del groups["dp"]
         groups.update(dp_shard=layout.dp_shard * layout.cp, dp_replicate=dp // layout.dp_shard)
-    if framework.startswith(("megatron", "deepspeed")):
+    fw = behaviour(framework)
+    if fw.model_parallel_groups:
         groups.update(world=layout.tp * layout.pp * layout.cp * dp, mp=layout.tp * layout.pp)
         if tied_embeddings and layout.pp > 1 and stage in (0, layout.pp - 1):
             groups["embedding"] = 2
-        if framework.startswith("deepspeed"):
-            groups["pp"] = layout.pp
+    if fw.pp_loss_broadcast:
+        groups["pp"] = layout.pp
     return {k: n for k, n in groups.items() if n > 1}
 
 

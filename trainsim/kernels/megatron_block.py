@@ -1,8 +1,9 @@
 """Megatron's GPT transformer layer at TP 1, written op for op as its eager code issues them, for op counting.
 
-``trainsim.kernels.op_count`` counts the aten ops a block dispatches under FakeTensorMode; the executor's own
-block (``torch_model.Block``: SDPA attention, no dropout, ``nn.Linear``) is a floor for Megatron's layer, which
-issues more ops per micro-batch. This module follows Megatron-DeepSpeed's ``megatron/model/transformer.py``
+``trainsim.kernels.op_count`` counts the aten ops a block dispatches under FakeTensorMode (this layer's in
+``count_megatron_layer_ops``: cost_models.host_issue.BLOCK_OPS["megatron-gpt-unfused"]); the executor's own block
+(``torch_model.Block``: SDPA attention, no dropout, ``nn.Linear``) is a floor for Megatron's layer, which issues
+more ops per micro-batch. This module follows Megatron-DeepSpeed's ``megatron/model/transformer.py``
 (microsoft/Megatron-DeepSpeed@f4157bea, the same layer code as Megatron-LM's of 2021-2022) on the path its GPT
 runs take without FlashAttention, sequence-major ``[s, b, h]``:
 

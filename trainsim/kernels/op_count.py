@@ -3,7 +3,10 @@
 A ``TorchDispatchMode`` sees every aten op the dispatcher runs; under ``FakeTensorMode`` tensors carry only
 shapes, so a block of any width is "run" in milliseconds on any machine. Views (``view``, ``t``,
 ``transpose``, ``detach``, ``expand``, ...) are dispatched but launch no kernel: they are counted apart.
-These counts are what ``cost_models.host_issue.BLOCK_OPS`` states for the executor's block.
+These counts are what ``cost_models.host_issue.BLOCK_OPS`` states: the executor's block (``torch_model.Block``)
+for the GPT- and Llama-style block styles, Megatron's legacy GPT layer (``megatron_block.MegatronLayer``) for
+``"megatron-gpt-unfused"``. ``python -m trainsim.kernels.op_count`` counts every style again and says whether the
+table still holds them.
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from trainsim.cost_models.host_issue import BLOCK_OPS
 from trainsim.specs import ModelSpec
 
+from .megatron_block import MegatronLayer
 from .torch_model import Block, ModelOptions
 
 # aten ops that only make a new view or alias of a tensor (no kernel launch on a GPU).
@@ -50,16 +55,59 @@ class _Counter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def count_block_ops(spec: ModelSpec, *, micro_batch: int = 1, seq_len: int = 64) -> OpCount:
-    """Aten ops of one eager forward and backward of the executor's block of ``spec`` (fake tensors)."""
+def _count(make_module, shape: tuple[int, ...]) -> OpCount:
+    """Ops of one forward and backward of ``make_module()`` on an input of ``shape``, all under fake tensors."""
     with FakeTensorMode():
-        block = Block(spec, ModelOptions())
-        x = torch.randn(micro_batch, seq_len, spec.hidden, requires_grad=True)
-        grad = torch.randn(micro_batch, seq_len, spec.hidden)
+        module = make_module()
+        x = torch.randn(*shape, requires_grad=True)
+        grad = torch.randn(*shape)
         fwd = _Counter()
         with fwd:
-            y = block(x)
+            y = module(x)
         bwd = _Counter()
         with bwd:
             y.backward(grad)
     return OpCount(fwd.ops, fwd.kernels, bwd.ops, bwd.kernels)
+
+
+def count_block_ops(spec: ModelSpec, *, micro_batch: int = 1, seq_len: int = 64) -> OpCount:
+    """Aten ops of one eager forward and backward of the executor's block of ``spec`` (fake tensors)."""
+    return _count(lambda: Block(spec, ModelOptions()), (micro_batch, seq_len, spec.hidden))
+
+
+def count_megatron_layer_ops(hidden: int, heads: int, ffn: int, *, micro_batch: int = 1,
+                             seq_len: int = 64) -> OpCount:
+    """Aten ops of one forward and backward of Megatron's legacy GPT layer (megatron_block), sequence-major."""
+    return _count(lambda: MegatronLayer(hidden, heads, ffn), (seq_len, micro_batch, hidden))
+
+
+# The block of each BLOCK_OPS style as counted (any width gives the same counts: tests/test_host_issue_time.py).
+_STYLE_ARCH = {
+    "layernorm-gelu-learned": {"activation": "gelu", "norm": "layernorm", "position_embedding": "learned"},
+    "rmsnorm-swiglu-rope": {"activation": "swiglu", "norm": "rmsnorm", "position_embedding": "rope", "bias": False,
+                            "tie_embeddings": False},
+}
+
+
+def counted_block_ops(hidden: int = 256, heads: int = 4) -> dict[str, OpCount]:
+    """Every cost_models.host_issue.BLOCK_OPS style counted from its source block at width ``hidden``."""
+    out = {style: count_block_ops(ModelSpec(name=style, num_layers=2, hidden=hidden, num_heads=heads,
+                                            ffn_hidden=4 * hidden, vocab_size=1000, max_seq_len=64, **arch))
+           for style, arch in _STYLE_ARCH.items()}
+    out["megatron-gpt-unfused"] = count_megatron_layer_ops(hidden, heads, 4 * hidden)
+    return out
+
+
+def main() -> int:
+    """Print each style's counts beside BLOCK_OPS; exit status 1 where they differ."""
+    counted = counted_block_ops()
+    print(f"{'style':<24} {'fwd ops':>8} {'fwd kernels':>12} {'bwd ops':>8} {'bwd kernels':>12}  BLOCK_OPS")
+    for style, c in counted.items():
+        same = BLOCK_OPS.get(style) == c.as_tuple()
+        print(f"{style:<24} {c.fwd_ops:>8} {c.fwd_kernels:>12} {c.bwd_ops:>8} {c.bwd_kernels:>12}  "
+              f"{'same' if same else f'differs: {BLOCK_OPS.get(style)}'}")
+    return 0 if all(BLOCK_OPS.get(s) == c.as_tuple() for s, c in counted.items()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -141,7 +141,8 @@ def timeline_figure(events: Sequence[TimelineEvent], num_stages: int, step_time_
 def memory_figure(per_stage: Sequence[Mapping[str, float]], capacity_bytes: float | Sequence[float],
                   title: str = "Peak memory per GPU by pipeline stage") -> Figure:
     """Stacked bars (GiB) of weights/grads/optimizer/activations/other per stage, with the GPU capacity line; a
-    sequence of capacities (stages on GPU pools) draws each stage's own GPU capacity over its bar."""
+    sequence of capacities that differ (stages on GPU pools, simulator.pools.stage_capacity_bytes) draws each
+    stage's own GPU capacity over its bar."""
     n = len(per_stage)
     fig, ax = plt.subplots(figsize=(max(6.0, min(14.0, 2.5 + 0.45 * n)), 4.6))
     xs = list(range(n))
@@ -150,6 +151,8 @@ def memory_figure(per_stage: Sequence[Mapping[str, float]], capacity_bytes: floa
         vals = [float(s.get(comp, 0.0)) / GIB for s in per_stage]
         ax.bar(xs, vals, bottom=bottom, color=colour, label=comp, width=0.7)
         bottom = [b + v for b, v in zip(bottom, vals)]
+    if not isinstance(capacity_bytes, (int, float)) and len(set(capacity_bytes)) == 1:
+        capacity_bytes = capacity_bytes[0]
     if isinstance(capacity_bytes, (int, float)):
         cap = capacity_bytes / GIB
         ax.axhline(cap, color="black", linestyle="--", linewidth=1.2, label=f"GPU capacity ({cap:.0f} GiB)")

@@ -12,9 +12,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from trainsim.simulator import goodput as gp
+from trainsim.simulator.pools import stage_capacity_bytes
 from trainsim.simulator.search_space import divisors, pipeline_splits, uneven_split
 from trainsim.specs import Scenario, SpecError, resolve
 from trainsim.specs.errors import from_validation_error
+from trainsim.specs.pools import gpus_label
 
 from . import plots
 from .html import FigureBlob, Report, Section, Table
@@ -246,12 +248,10 @@ def measured_pairs(measured: Mapping[str, Any], pred) -> tuple[list[tuple[str, f
 def _cluster_text(scn: Scenario) -> str:
     """The cluster's GPUs with their memory: one node type, or each pool's (with the placement) on GPU pools."""
     c = scn.cluster
+    gpus = gpus_label(c, c.num_gpus, memory=fmt_gib)
     if not c.pools:
-        return (f"{c.name}: {c.num_gpus} × {c.gpu.name} ({fmt_gib(c.gpu.memory_bytes)}), {c.num_nodes} nodes of "
-                f"{c.gpus_per_node}")
-    pools = " + ".join(f"{p.nodes * c.gpus_per_node} × {p.gpu.name} ({fmt_gib(p.gpu.memory_bytes)}, pool {p.name})"
-                       for p in c.pools)
-    return f"{pools}, {c.num_nodes} nodes of {c.gpus_per_node}; placement {c.placement}"
+        return f"{c.name}: {gpus}, {c.num_nodes} nodes of {c.gpus_per_node}"
+    return f"{gpus}, {c.num_nodes} nodes of {c.gpus_per_node}; placement {c.placement}"
 
 
 def scenario_table(scn: Scenario) -> Table:
@@ -370,27 +370,15 @@ def _step_section(scn: Scenario, pred, profile) -> Section:
 
 
 def _gpus_text(scn: Scenario) -> str:
-    """'1024 × H100' or, on GPU pools, '512 × A100 + 512 × H100'."""
-    pools = scn.cluster.pools
-    if pools:
-        return " + ".join(f"{p.nodes * scn.cluster.gpus_per_node} × {p.gpu.name}" for p in pools)
-    return f"{scn.num_gpus} × {scn.cluster.gpu.name}"
-
-
-def _stage_capacities(scn: Scenario, pred) -> float | list[float]:
-    """The capacity each stage's bar is held against: its own pool's GPU where stages sit on GPU pools, else the
-    (tightest) GPU's."""
-    from trainsim.simulator.pools import stage_capacity_bytes
-    if not pred.pools or scn.cluster.placement != "stages":
-        return pred.gpu_memory_bytes
-    return stage_capacity_bytes(scn, pred)
+    """'1024 × H100 SXM5 80GB' or, on GPU pools, '512 × A100 80GB SXM4 + 512 × H100 SXM5 80GB'."""
+    return gpus_label(scn.cluster, scn.num_gpus)
 
 
 def _memory_section(scn: Scenario, pred) -> Section:
     """Memory per GPU: whether it fits, the assumptions, the per-stage figure and table."""
     per_stage = [{"weights": s.weights, "grads": s.grads, "optimizer": s.optimizer, "activations": s.activations,
                   "other": s.other} for s in pred.per_stage_memory]
-    mem_fig = plots.memory_figure(per_stage, _stage_capacities(scn, pred),
+    mem_fig = plots.memory_figure(per_stage, stage_capacity_bytes(scn, pred),
                                   title=f"Peak memory per GPU by stage ({_gpus_text(scn)})")
     show = list(range(len(per_stage))) if len(per_stage) <= 8 else [0, 1, len(per_stage) - 2, len(per_stage) - 1]
     mem_rows = [[str(i)] + [fmt_gib(per_stage[i][k]) for k in ("weights", "grads", "optimizer", "activations", "other")]

@@ -37,14 +37,17 @@ def _stage_entries(scenario: Scenario, pred: Prediction) -> list[dict]:
     return out
 
 
-def dp_engine_pacing(scenario: Scenario, profile=None, ideal_network: bool = False) -> int:
-    """Under ``placement: dp`` the pool whose replica's step is the longest in the engine (builder.dp_pacing_pool
-    picks it by the closed form, for the planner's screen and other table readers)."""
+def dp_engine_pacing(scenario: Scenario, profile=None, ideal_network: bool = False):
+    """Under ``placement: dp`` the pool whose replica's step is the longest in the engine, with that replica's
+    cost table and engine result (``(pool, table, result)``) so that ``predict`` times the step from this one
+    engine run per pool rather than a second one (builder.dp_pacing_pool picks the pool by the closed form, for
+    the planner's screen and other table readers)."""
     from .builder import build_cost_table
     from .fold import MAX_WHOLE_PASSES, simulate_step
-    steps = [simulate_step(build_cost_table(v, profile=profile, ideal_network=ideal_network),
-                           max_passes=MAX_WHOLE_PASSES).step_time_s for v in pool_views(scenario)]
-    return max(range(len(steps)), key=lambda k: (steps[k], -k))
+    tables = [build_cost_table(v, profile=profile, ideal_network=ideal_network) for v in pool_views(scenario)]
+    runs = [simulate_step(t, max_passes=MAX_WHOLE_PASSES) for t in tables]
+    k = max(range(len(runs)), key=lambda k: (runs[k].step_time_s, -k))
+    return k, tables[k], runs[k]
 
 
 def _dp_entries(scenario: Scenario, pred: Prediction, profile, ideal_network: bool, pacing: int | None) -> list[dict]:

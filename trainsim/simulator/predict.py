@@ -10,7 +10,6 @@ from pathlib import Path
 from trainsim.cost_models.run_factors import apply_factors
 from trainsim.specs import Scenario, SpecError
 from trainsim.specs.memo import IdentityMemo
-from trainsim.specs.pools import pool_views
 from trainsim.specs.safe_write import check_output_path
 
 from . import analytic, fold, variability
@@ -159,13 +158,14 @@ def _plus(res, overhead_s: float):
     return dataclasses.replace(res, step_time_s=res.step_time_s + overhead_s) if overhead_s > 0 else res
 
 
-def _table(scenario: Scenario, profile, ideal_network: bool, fast: bool) -> tuple[CostTable, int | None]:
-    """The cost table to time and, on GPU pools under ``placement: dp``, the pool whose replica it is: the one the
-    engine finds slowest (the closed form's with ``fast``, builder.dp_pacing_pool)."""
+def _table(scenario: Scenario, profile, ideal_network: bool, fast: bool):
+    """The cost table to time and, on GPU pools under ``placement: dp``, the pool whose replica it is -- the one
+    the engine finds slowest (the closed form's with ``fast``, builder.dp_pacing_pool) -- with the engine's
+    result for that replica (dp_engine_pacing ran it; None where no engine ran yet)."""
     if scenario.cluster.pools is None or scenario.cluster.placement != "dp" or fast:
-        return build_cost_table(scenario, profile=profile, ideal_network=ideal_network), None
-    k = dp_engine_pacing(scenario, profile, ideal_network)
-    return build_cost_table(pool_views(scenario)[k], profile=profile, ideal_network=ideal_network), k
+        return build_cost_table(scenario, profile=profile, ideal_network=ideal_network), None, None
+    k, table, res = dp_engine_pacing(scenario, profile, ideal_network)
+    return table, k, res
 
 
 def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = False, profile=None,
@@ -185,7 +185,7 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
     t0 = time.perf_counter()
     calibration = profile.describe() if profile is not None else "defaults"
     scenario, profile, overhead_s = _with_run_calibration(scenario, profile)
-    table, pacing = _table(scenario, profile, ideal_network, fast)
+    table, pacing, paced_run = _table(scenario, profile, ideal_network, fast)
     build_s = time.perf_counter() - t0
     host = table.host_bytes
     warnings: list[str] = []
@@ -210,8 +210,11 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
                              host_bytes=host, warnings=warnings)
     else:
         _check_unfoldable(table, trace_path is not None, jitter_cv, samples)
-        res = _plus(simulate(table, record=True) if trace_path is not None
-                    else simulate_step(table, max_passes=fold.MAX_WHOLE_PASSES), overhead_s)
+        if trace_path is not None:
+            res = simulate(table, record=True)
+        else:
+            res = paced_run or simulate_step(table, max_passes=fold.MAX_WHOLE_PASSES)
+        res = _plus(res, overhead_s)
         pred = to_prediction(scenario, table, res, mode="discrete-event", calibration=calibration,
                              host_bytes=host, warnings=warnings)
         if trace_path is not None:

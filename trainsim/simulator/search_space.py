@@ -16,7 +16,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from trainsim.specs import ClusterSpec, Layout, ModelSpec, Scenario, SpecError, TrainingSpec, resolve
-from trainsim.specs.data_parallel import FSDP_FRAMEWORKS
+from trainsim.specs.data_parallel import hsdp_refusal
+from trainsim.specs.framework_era import feature_refusal
 from trainsim.specs.errors import from_validation_error
 from trainsim.specs.pools import arranged, placement_options
 from trainsim.specs.scenario import balanced_stage_layers, ep_overlap_refusal
@@ -223,9 +224,10 @@ def _schedules(pp: int, model: ModelSpec, lim: SearchLimits) -> Iterator[tuple[s
             yield lim.fixed.get("schedule", "1f1b"), 1
         return
     pinned = lim.fixed.get("schedule")
+    framework = lim.training_extra.get("framework", "megatron")
     for sched in lim.schedules + ((pinned,) if pinned is not None and pinned not in lim.schedules else ()):
-        if not lim.allowed("schedule", sched):
-            continue
+        if not lim.allowed("schedule", sched) or feature_refusal(framework, "schedule", sched):
+            continue  # a schedule the historic preset's code did not have (specs.framework_era) is not searched
         if sched == "interleaved":
             for v in _vpp_options(model, pp):
                 if not lim.allowed("vpp", v):
@@ -253,20 +255,18 @@ def _zero_options(pp: int, lim: SearchLimits) -> list[int]:
 
 def _shard_options(dp: int, zero: int, ep: int, lim: SearchLimits) -> list[int | None]:
     """HSDP shard-group sizes searched for a candidate: full sharding (None) and, for ZeRO-3 with an FSDP framework
-    and no expert parallelism (specs.data_parallel), the powers of two from 2 below dp that divide it -- a
+    and no expert parallelism (specs.data_parallel.hsdp_refusal), the powers of two from 2 below dp that divide it -- a
     one-rank shard group is DDP's replicated states, which zero 0 covers. ``--dp-shard S`` pins one size."""
+    framework = lim.training_extra.get("framework", "megatron")
     pinned = lim.fixed.get("dp_shard")
-    hsdp_ok = zero == 3 and ep == 1 and lim.training_extra.get("framework", "megatron") in FSDP_FRAMEWORKS
     if pinned is not None:
-        if pinned == dp:
-            return [None]
-        return [pinned] if hsdp_ok and pinned < dp and dp % pinned == 0 else []
-    if not hsdp_ok:
-        return [None]
+        if hsdp_refusal(pinned, zero, framework, dp=dp, ep=ep) is not None:
+            return []
+        return [None] if pinned == dp else [pinned]
     out: list[int | None] = [None]
     s = 2
     while s < dp:
-        if dp % s == 0:
+        if hsdp_refusal(s, zero, framework, dp=dp, ep=ep) is None:
             out.append(s)
         s *= 2
     return out
@@ -297,9 +297,12 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, gpus: int, glob
     """Every candidate of the space for one GPU count, before the validity check of ``resolve``."""
     lim = lim or SearchLimits()
     placements = placement_options(cluster, lim.pool_placement)
+    # sequence parallelism where TP has it, unless pinned -- not under a preset whose code predates it
+    sp_default = lim.sequence_parallel and not feature_refusal(lim.training_extra.get("framework", "megatron"),
+                                                               "sequence_parallel", True)
     for tp, cp, pp, dp, ep, etp in structural(model, cluster, gpus, global_batch, seq_len, lim):
         per_replica = global_batch // dp
-        sp = bool(lim.fixed.get("sequence_parallel", lim.sequence_parallel and tp > 1))
+        sp = bool(lim.fixed.get("sequence_parallel", sp_default and tp > 1))
         for mb in divisors(per_replica):
             if not lim.allowed("micro_batch", mb):
                 continue

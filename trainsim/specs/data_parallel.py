@@ -10,14 +10,27 @@
 * ``TrainingSpec.dp_bucket_mb``: a bucket size exists where the framework buckets gradients -- DDP / Megatron's
   DDP for ZeRO 0-1, DeepSpeed's ``reduce_bucket_size`` for ZeRO 2-3. FSDP (and Megatron's ZeRO-2/3 path as
   costed here) reduce-scatter each wrapped block's gradients as one call, so a bucket size there is refused.
+  Its lower bound is physical: every framework fills a bucket with whole parameter tensors and starts the next
+  one after the tensor that fills it -- torch DDP's reducer (``compute_bucket_assignment_by_size``, reducer.cpp,
+  find_string id 18621914), Megatron-Core's gradient buffer (a bucket ends at the parameter whose end reaches
+  ``bucket_size``, param_and_grad_buffer.py, id 54126231258), DeepSpeed ZeRO-1/2 (the bucket is flushed before a
+  parameter that would overflow it, stage_1_and_2.py ``reduce_independent_p_g_buckets_and_remove_grads``, id
+  4579479047) -- so a block issues at most one call per parameter tensor, however small the bucket. The cost
+  model charges ceil(gradient bytes / bucket) calls, so a bucket below a block's mean parameter-tensor gradient
+  (``min_bucket_mib``) would charge more calls than tensors, a count no framework issues: refused.
 * ``TrainingSpec.overlap_grad_reduce``: torch DDP and FSDP always overlap the reduction with the backward
   (DDP's autograd hooks, FSDP's post-backward hooks); turning it off is refused for them.
 """
 
 from __future__ import annotations
 
+import math
+
 from .errors import SpecError
+from .model import ModelSpec
 from .training import Layout, TrainingSpec
+
+MiB = 1 << 20
 
 # Frameworks whose ZeRO-3 is torch FSDP (FSDP1 HYBRID_SHARD / FSDP2 2-D mesh have HSDP).
 FSDP_FRAMEWORKS = ("pytorch-fsdp", "torch")
@@ -25,7 +38,15 @@ FSDP_FRAMEWORKS = ("pytorch-fsdp", "torch")
 BUCKETED_ZERO_FRAMEWORKS = ("deepspeed", "deepspeed-2021")
 
 
-def check_data_parallel(layout: Layout, t: TrainingSpec, dp: int) -> None:
+def min_bucket_mib(model: ModelSpec, tp: int, grad_bytes: int) -> float:
+    """The smallest ``dp_bucket_mb`` the cost model prices faithfully (module doc): the mean gradient bytes, in
+    MiB, of one parameter tensor of a dense block on one of ``tp`` tensor-parallel ranks. The count of tensors is
+    the executor block's (ModelSpec.block_param_tensors), an upper bound for frameworks that fuse tensors, so
+    the bound never refuses a bucket a framework could fill."""
+    return model.dense_layer_params() / tp / model.block_param_tensors() * grad_bytes / MiB
+
+
+def check_data_parallel(layout: Layout, t: TrainingSpec, dp: int, model: ModelSpec | None = None) -> None:
     """Refuse inconsistent HSDP, bucket and overlap settings with one line naming the field."""
     _check_hsdp(layout, t, dp)
     if t.dp_bucket_mb is not None and t.effective_zero >= 2 and t.framework not in BUCKETED_ZERO_FRAMEWORKS:
@@ -34,24 +55,39 @@ def check_data_parallel(layout: Layout, t: TrainingSpec, dp: int) -> None:
     if t.overlap_grad_reduce is False and t.framework in FSDP_FRAMEWORKS:
         raise SpecError("training.overlap_grad_reduce", f"framework {t.framework} (torch DDP/FSDP) always reduces "
                         "gradients in backward hooks, overlapped: there is no switch to turn it off")
+    if model is not None and t.dp_bucket_mb is not None:
+        floor = math.ceil(min_bucket_mib(model, layout.tp, t.grad_bytes) * 10) / 10  # as printed, one decimal
+        if t.dp_bucket_mb < floor:
+            raise SpecError("training.dp_bucket_mb", f"{t.dp_bucket_mb:g} MiB is below one parameter tensor's "
+                            f"gradients ({floor:.1f} MiB on average in a {model.name} block at tp={layout.tp}): "
+                            "frameworks put whole tensors in a bucket, so they issue at most one call per tensor, "
+                            f"fewer than such a bucket size implies; use at least {floor:.1f} MiB")
 
 
 def _check_hsdp(layout: Layout, t: TrainingSpec, dp: int) -> None:
-    """The shard group divides dp and is a full-shard (ZeRO-3) FSDP layout without expert parallelism."""
-    s = layout.dp_shard
-    if s is None:
-        return
-    field = "layout.dp_shard"
-    if dp % s:
-        raise SpecError(field, f"shard group size {s} must divide dp={dp}")
-    if s == dp:
-        return  # full sharding: plain ZeRO-3 / FSDP
-    if t.effective_zero != 3:
-        raise SpecError(field, f"HSDP (shard group {s} < dp={dp}) shards the model states like ZeRO-3: needs zero=3, "
-                        f"got zero={t.effective_zero}")
-    if t.framework not in FSDP_FRAMEWORKS:
-        raise SpecError(field, f"HSDP is torch FSDP's hybrid sharding: use framework pytorch-fsdp or torch, not "
-                        f"{t.framework}")
-    if layout.ep > 1:
-        raise SpecError(field, f"HSDP with expert parallelism (ep={layout.ep}) is not costed: the experts' "
-                        "data-parallel sharding over a shard group is not modelled")
+    """A scenario's shard group passes :func:`hsdp_refusal`."""
+    if layout.dp_shard is not None:
+        why = hsdp_refusal(layout.dp_shard, t.effective_zero, t.framework, dp=dp, ep=layout.ep)
+        if why is not None:
+            raise SpecError("layout.dp_shard", why)
+
+
+def hsdp_refusal(shard: int, zero: int, framework: str, dp: int | None = None, ep: int = 1) -> str | None:
+    """Why a shard group of ``shard`` ranks is not a costed HSDP layout, or None when it is: the group divides
+    dp (a group of all dp ranks is plain full sharding, ZeRO-3 / FSDP, and needs nothing more); below dp it is a
+    ZeRO-3 layout of an FSDP framework without expert parallelism. ``dp=None`` (the planner's pin, before a
+    layout fixes dp) checks the ZeRO stage and framework only. The specs, ``plan``'s pin and the planner's
+    shard-group search all ask this one function."""
+    if dp is not None:
+        if dp % shard:
+            return f"shard group size {shard} must divide dp={dp}"
+        if shard == dp:
+            return None
+    if zero != 3:
+        return f"HSDP shards the model states like ZeRO-3: needs zero=3, got zero={zero}"
+    if framework not in FSDP_FRAMEWORKS:
+        return f"HSDP is torch FSDP's hybrid sharding: use framework pytorch-fsdp or torch, not {framework}"
+    if ep > 1:
+        return (f"HSDP with expert parallelism (ep={ep}) is not costed: the experts' data-parallel sharding over "
+                "a shard group is not modelled")
+    return None

@@ -90,6 +90,22 @@ def pool_gpus(cluster: ClusterSpec) -> tuple[int, ...]:
     return tuple(p.nodes * cluster.gpus_per_node for p in cluster.pools or ())
 
 
+def gpus_label(cluster: ClusterSpec, num_gpus: int, *, times: str = "×", memory=None) -> str:
+    """The job's GPUs in one label: '1024 × H100 SXM5 80GB' or, on GPU pools, each pool's GPUs joined by ' + '
+    ('16 × A100 80GB SXM4 + 16 × H100 SXM5 80GB'). ``memory``, a formatter of bytes, adds each GPU's memory and,
+    on pools, the pool's name ('16 × H100 SXM5 80GB (80.0 GiB, pool b)'). The one label of the CLI and the
+    report."""
+    if cluster.pools is None:
+        parts = [(num_gpus, cluster.gpu, None)]
+    else:
+        parts = [(g, p.gpu, p.name) for p, g in zip(cluster.pools, pool_gpus(cluster))]
+
+    def one(n: int, gpu, pool: str | None) -> str:
+        note = [] if memory is None else [memory(gpu.memory_bytes)] + ([f"pool {pool}"] if pool else [])
+        return f"{n} {times} {gpu.name}" + (f" ({', '.join(note)})" if note else "")
+    return " + ".join(one(*p) for p in parts)
+
+
 def check_pools(cluster: ClusterSpec, layout: Layout, training: TrainingSpec, dp: int) -> None:
     """A placement the pools can hold: every stage (or replica) inside one pool, every pool's GPU able to run the
     dtype; SpecError naming the field otherwise."""

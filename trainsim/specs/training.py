@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .framework_era import era_refusal
+
 Recompute = Literal["none", "selective", "full"]
 # Megatron-Core --recompute-modules (with --recompute-granularity selective): the parts of a block whose
 # activations are dropped after the forward and recomputed before the backward.
@@ -146,7 +148,8 @@ class TrainingSpec(BaseModel):
         "eagerly (before CUDA_MODULE_LOADING=LAZY became the default in CUDA 12.2) count here; 0 = derived from "
         "the GPU (cost_models/runtime_memory.py)")
     framework: Framework = Field(default="megatron", description="software stack whose documented behaviours "
-                                 "apply (cost_models/framework.py)")
+                                 "apply (cost_models/framework.py); the historic presets (-2021, -2022) refuse "
+                                 "features their code predates (specs/framework_era.py)")
     host_issue: Literal["eager", "cuda_graphs", "compile"] = Field(
         default="eager", description="how the host issues each block's kernels (cost_models/host_issue.py): eager "
         "PyTorch (an aten dispatch per op, a launch per kernel), cuda_graphs (one graph launch per block and pass) "
@@ -184,7 +187,9 @@ class TrainingSpec(BaseModel):
         "of gradients per reduction call (torch DDP bucket_cap_mb, default 25; Megatron-Core DDP bucket_size, "
         "default max(40M, 1M x dp) parameters; DeepSpeed reduce_bucket_size): sets the number of calls, each "
         "paying the collective's latency, and the last, exposed bucket. None = the framework's default. FSDP "
-        "reduces per wrapped block and has no bucket")
+        "reduces per wrapped block and has no bucket. At least the mean gradient of one parameter tensor of a "
+        "block on a TP rank (specs/data_parallel.min_bucket_mib): frameworks put whole tensors in a bucket, so a "
+        "smaller size cannot issue more calls")
     tp_comm_overlap: bool = Field(default=False, description="Transformer Engine userbuffers overlap of the "
                                   "sequence-parallel all-gathers / reduce-scatters with their GEMMs (Megatron-Core "
                                   "--tp-comm-overlap, off by default; on in Megatron-Bridge performance recipes). "
@@ -241,6 +246,9 @@ class TrainingSpec(BaseModel):
                              "from) both given: set one")
         if self.optimizer_offload_fraction != 1.0 and not self.offload_optimizer:
             raise ValueError("optimizer_offload_fraction needs offload_optimizer=true")
+        why = era_refusal(self)  # a feature the historic preset's code did not have (specs/framework_era.py)
+        if why:
+            raise ValueError(why)
 
     @property
     def selective_modules(self) -> frozenset[str]:

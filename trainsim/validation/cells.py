@@ -3,8 +3,17 @@
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Mapping
 
-from trainsim.specs import load_cluster
+from trainsim.specs import SpecError, load_cluster
+
+# The one yes/no vocabulary of the published-run and settings CSVs: yes / no (hand-entered tables) and true / false
+# (tables parsed from configs), any case, optionally followed by a remark in parentheses ("yes (sdpa)",
+# "no (predates SP)"). Anything else -- "on", "1", "maybe", an empty cell -- is refused rather than guessed.
+YES = ("yes", "true")
+NO = ("no", "false")
+_YES_NO = re.compile(r"^(yes|no|true|false)(?:\s*\(.*\))?$")
 
 
 def num(text: str | None) -> float | None:
@@ -23,6 +32,16 @@ def integer(text: str | None) -> int | None:
     """A cell as an int, or None when empty or not a whole number."""
     v = num(text)
     return None if v is None or v != int(v) else int(v)
+
+
+def yes_no(row: Mapping[str, str | None], key: str) -> bool:
+    """The yes/no cell ``row[key]`` as a bool (the YES / NO vocabulary above); SpecError naming ``key`` otherwise."""
+    text = row.get(key)
+    m = _YES_NO.match((text or "").strip().lower())
+    if m is None:
+        raise SpecError(key, f"{text!r} is neither yes nor no (one of {', '.join(YES + NO)}, optionally followed by "
+                             "a remark in parentheses)")
+    return m.group(1) in YES
 
 
 def cluster(preset_name: str, gpus: int, **overrides) -> dict:

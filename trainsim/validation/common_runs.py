@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 
-from trainsim.validation.cells import cluster, integer, num
+from trainsim.validation.cells import cluster, integer, num, yes_no
 from trainsim.specs import SpecError, load_cluster
 from trainsim.specs.gpu_names import cluster_preset_for
 
@@ -149,16 +149,6 @@ def stated(r: dict, key: str) -> bool:
     return not NOT_STATED.match(r.get(key) or "")
 
 
-def flag(r: dict, key: str) -> bool:
-    """A yes/no cell of an explicit recipe column; anything else is an error naming the column."""
-    t = (r.get(key) or "").strip().lower()
-    if t in ("yes", "true", "on", "1"):
-        return True
-    if t in ("no", "false", "off", "0"):
-        return False
-    raise SpecError(key, f"{r.get(key)!r} is neither yes nor no")
-
-
 def _explicit_recipe(r: dict, training: dict) -> dict:
     """The training mapping with the row's explicit recipe columns (module docstring) in place of the rules
     (a stated ``dtype`` is taken as written: the ``precision`` text is then not read)."""
@@ -167,7 +157,7 @@ def _explicit_recipe(r: dict, training: dict) -> dict:
             training[key] = r[key].strip()
     for key in ("flash_attention", "dropout", "overlap_p2p"):
         if stated(r, key):
-            training[key] = flag(r, key)
+            training[key] = yes_no(r, key)
     if stated(r, "grad_dtype_bytes"):
         training["grad_dtype_bytes"] = whole(r, "grad_dtype_bytes")
     return training
@@ -355,7 +345,7 @@ def scenario_mapping(r: dict, micro_batch: int, vpp: int) -> dict:
     tp, pp, cp, ep = (degree(r, k) for k in ("tp", "pp", "cp", "ep"))
     zero, dist_opt = zero_stage(r)
     modern = year is None or year >= 2023
-    sp = (r.get("sequence_parallel") or "").strip().lower().startswith(("yes", "true", "on"))
+    sp = stated(r, "sequence_parallel") and yes_no(r, "sequence_parallel")
     training = {"seq_len": integer(r.get("seq_len")) or 2048, "global_batch": gbs, "micro_batch": micro_batch,
                 "dtype": "" if stated(r, "dtype") else precision(r), "recompute": recompute(r), "zero": zero,
                 "schedule": schedule(r, vpp), "flash_attention": modern, "dropout": not modern,

@@ -32,16 +32,16 @@ from trainsim.validation.common_run_cases import load_common_runs, load_llama3, 
 from trainsim.validation.external_tables import EXTERNAL_DATASETS, external_table, missing_external
 from trainsim.validation.korthikanti import korthikanti_model_flops, load_korthikanti
 from trainsim.validation.memory_runs import load_memory
-from trainsim.validation.mosaic import MOSAIC_PEAK_FLOPS, load_mosaic, mosaic_flops_per_seq
+from trainsim.validation.mosaic import load_mosaic, mosaic_flops_per_seq, mosaic_peak_flops
 from trainsim.validation.nccl_runs import busbw_factor, load_nccl
 from trainsim.validation.nemo import load_nemo, nemo_llama_flops_per_token
 from trainsim.validation.zero_bubble import load_zero_bubble
 
 __all__ = [
-    "DATASETS", "DATASET_CSV", "EXTERNAL_DATASETS", "MOSAIC_PEAK_FLOPS", "SECONDARY_DATASETS", "Case",
+    "DATASETS", "DATASET_CSV", "EXTERNAL_DATASETS", "SECONDARY_DATASETS", "Case",
     "CollectiveCase", "Dataset", "busbw_factor", "dataset_csv", "dataset_names", "external_table",
     "korthikanti_model_flops", "load_common_runs", "load_dataset", "load_korthikanti", "load_llama3", "load_mosaic",
-    "load_nccl", "load_nemo", "load_zero_bubble", "missing_external", "mosaic_flops_per_seq",
+    "load_nccl", "load_nemo", "load_zero_bubble", "missing_external", "mosaic_flops_per_seq", "mosaic_peak_flops",
     "nemo_llama_flops_per_token", "sc21_eq3_flops",
 ]
 

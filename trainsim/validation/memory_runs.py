@@ -41,7 +41,7 @@ from trainsim.data import validation_path
 from trainsim.specs import SpecError
 from trainsim.validation import common_runs
 from trainsim.validation.cases import Case, Dataset, read_rows, scenario_or_skip
-from trainsim.validation.cells import num
+from trainsim.validation.cells import num, yes_no
 
 GiB = float(1 << 30)
 MEMORY_CSV = "memory_runs.csv"
@@ -142,16 +142,6 @@ def _label(r: dict, raw: dict, metric: str) -> str:
     return " ".join(parts)
 
 
-def _yes(r: dict, key: str) -> bool:
-    """A yes/no cell (yes, true, on, or text starting so); a cell that says neither is an error naming it."""
-    t = (r.get(key) or "").strip().lower()
-    if re.match(r"(?:yes|true|on)\b", t):
-        return True
-    if re.match(r"(?:no|none|false|off)\b", t):
-        return False
-    raise SpecError(key, f"{r.get(key)!r} is neither yes nor no")
-
-
 def offload(r: dict) -> tuple[bool, bool]:
     """(offload_optimizer, offload_params) from the ``offload`` column."""
     t = (r.get("offload") or "").strip().lower()
@@ -170,9 +160,9 @@ def scenario_mapping(r: dict) -> dict:
     zero, dist_opt = common_runs.zero_stage(r)
     off_opt, off_params = offload(r)
     model = common_runs.model_mapping(r)
-    model["tie_embeddings"] = _yes(r, "tied_embeddings")
+    model["tie_embeddings"] = yes_no(r, "tied_embeddings")
     if (r.get("embedding_norm") or "").strip():
-        model["embedding_norm"] = _yes(r, "embedding_norm")
+        model["embedding_norm"] = yes_no(r, "embedding_norm")
     cluster = common_runs.cluster_mapping(r, gpus)
     cap = num(r.get("gpu_memory_gib"))
     if cap is not None:
@@ -181,8 +171,8 @@ def scenario_mapping(r: dict) -> dict:
         cluster["gpu"] = {**cluster["gpu"], "memory_bytes": int(cap * GiB)}
     training = {"seq_len": common_runs.whole(r, "seq_len"), "global_batch": gbs, "micro_batch": mbs,
                 "dtype": common_runs.precision(r), "recompute": common_runs.recompute(r), "zero": zero,
-                "schedule": common_runs.schedule(r, vpp), "flash_attention": _yes(r, "flash_attention"),
-                "dropout": _yes(r, "dropout"), "framework": (r.get("framework") or "").strip(),
+                "schedule": common_runs.schedule(r, vpp), "flash_attention": yes_no(r, "flash_attention"),
+                "dropout": yes_no(r, "dropout"), "framework": (r.get("framework") or "").strip(),
                 "offload_optimizer": off_opt, "offload_params": off_params}
     if dist_opt:
         training["distributed_optimizer"] = True
@@ -201,7 +191,7 @@ def scenario_mapping(r: dict) -> dict:
         if ce not in CROSS_ENTROPY:
             raise SpecError("cross_entropy", f"{ce!r} is none of {', '.join(CROSS_ENTROPY)}")
         training["cross_entropy"] = ce
-    if tp > 1 and (r.get("sequence_parallel") or "").strip().lower().startswith(("yes", "true", "on")):
+    if tp > 1 and common_runs.stated(r, "sequence_parallel") and yes_no(r, "sequence_parallel"):
         training["sequence_parallel"] = True
     layout = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp}
     dp = common_runs.whole(r, "dp")

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
 
 from trainsim.specs import SpecError, preset
@@ -11,6 +12,7 @@ from trainsim.validation.cases import Case, Dataset, read_rows, scenario_or_skip
 from trainsim.validation.cells import cluster as _cluster
 from trainsim.validation.cells import integer as _int
 from trainsim.validation.cells import num as _num
+from trainsim.validation.cells import yes_no
 from trainsim.validation.external_tables import external_table
 from trainsim.validation.settings import read_settings
 
@@ -20,6 +22,7 @@ MOSAIC_CITATION = ("MosaicML llm-foundry, scripts/train/benchmarking/README.md (
                    "throughput/MFU/HFU tables); architecture from scripts/train/yamls/pretrain/mpt-*.yaml")
 
 
+@cache
 def _gpu_settings() -> tuple[dict[str, tuple[str, dict]], dict[tuple[str, str], float]]:
     """settings/mosaic_gpus.csv (with sources): one cluster per GPU type (never per row) -- preset and GPU override
     -- and the peak each MFU was divided by (llm-foundry's GPU_AVAILABLE_FLOPS), per (GPU, precision)."""
@@ -33,8 +36,15 @@ def _gpu_settings() -> tuple[dict[str, tuple[str, dict]], dict[tuple[str, str], 
     return clusters, peaks
 
 
-# GPU -> (cluster preset, overrides); (GPU, dtype) -> peak FLOP/s (A100 312 TFLOP/s, H100 989 bf16, 1979 fp8).
-MOSAIC_CLUSTERS, MOSAIC_PEAK_FLOPS = _gpu_settings()
+def mosaic_clusters() -> dict[str, tuple[str, dict]]:
+    """GPU -> (cluster preset, overrides), read on first use (settings/mosaic_gpus.csv)."""
+    return _gpu_settings()[0]
+
+
+def mosaic_peak_flops() -> dict[tuple[str, str], float]:
+    """(GPU, dtype) -> the peak FLOP/s each MFU was divided by (A100 312 TFLOP/s, H100 989 bf16, 1979 fp8), read
+    on first use (settings/mosaic_gpus.csv)."""
+    return _gpu_settings()[1]
 
 
 def mosaic_flops_per_seq(n_params: float, layers: int, d_model: int, seq: int, factor: int = 3) -> float:
@@ -83,7 +93,7 @@ def _mosaic_case(r: dict) -> Case:
         return Case(rid, label, published or float("nan"), skip_reason="incomplete row")
     precision = (r.get("precision") or "").lower()
     dtype = "fp8" if "fp8" in precision else "bf16"
-    if gpu not in MOSAIC_CLUSTERS:
+    if gpu not in mosaic_clusters():
         return Case(rid, label, published, skip_reason=f"no cluster for GPU {gpu!r}")
     if preset("models", size) is None:
         return Case(rid, label, published, skip_reason=f"no model preset {size!r}")
@@ -96,11 +106,10 @@ def _mosaic_case(r: dict) -> Case:
     zero = {"FULL_SHARD": 3, "SHARD_GRAD_OP": 2, "NO_SHARD": 0}.get(strategy)
     if zero is None:
         return Case(rid, label, published, skip_reason=f"sharding strategy {strategy!r} not modelled")
-    ac = (r.get("activation_checkpointing") or "").strip().lower() == "true"
-    offload = (r.get("activation_cpu_offload") or "").strip().lower() == "true"
+    ac, offload = yes_no(r, "activation_checkpointing"), yes_no(r, "activation_cpu_offload")
     if offload:
         return Case(rid, label, published, skip_reason="activation CPU offload is not modelled")
-    cpreset, cover = MOSAIC_CLUSTERS[gpu]
+    cpreset, cover = mosaic_clusters()[gpu]
     n_params = _num(r.get("num_params_reported"))
     raw = {
         "model": {"preset": size, "max_seq_len": seq,
@@ -117,7 +126,7 @@ def _mosaic_case(r: dict) -> Case:
     scenario, why = scenario_or_skip(raw, rid)
     n_params = n_params or float(arch.get("published_params") or 0)
     flops_seq = mosaic_flops_per_seq(n_params, arch["num_layers"], arch["hidden"], seq)
-    peak = MOSAIC_PEAK_FLOPS.get((gpu, dtype))
+    peak = mosaic_peak_flops().get((gpu, dtype))
     secondary, fns = {}, {}
     mfu = _num(r.get("mfu_pct"))
     if mfu is not None and peak:

@@ -4,6 +4,7 @@ of the source's metric (``busbw_factor``) is nccl-tests' own."""
 from __future__ import annotations
 
 import re
+from functools import cache
 from pathlib import Path
 
 from trainsim.data import validation_path
@@ -18,8 +19,15 @@ from trainsim.validation.settings import read_settings
 
 NCCL_CITATION = ("nccl-tests all_reduce_perf curves published by Azure (ND A100 v4, ND H100 v5, ND H200 v5, "
                  "ND GB200 v6; Azure/AI-benchmarking-guide) -- nccl_busbw.csv")
-# system (as in the CSV) -> cluster preset, one per GPU type (settings/nccl_systems.csv, with sources).
-NCCL_SYSTEMS: dict[str, str] = {s["system"]: s["cluster_preset"] for s in read_settings("nccl_systems.csv")}
+
+
+@cache
+def nccl_systems() -> dict[str, str]:
+    """system (as in the CSV) -> cluster preset, one per GPU type (settings/nccl_systems.csv, with sources), read
+    on first use."""
+    return {s["system"]: s["cluster_preset"] for s in read_settings("nccl_systems.csv")}
+
+
 _OPS = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
         "alltoall": "all_to_all", "broadcast": "broadcast", "reduce": "reduce"}
 
@@ -51,7 +59,7 @@ def load_nccl(path: Path | None = None, *, name: str = "nccl") -> Dataset:
             cases.append(Case(rid, label[:48], busbw or float("nan"),
                               skip_reason=f"{kind}: a single statement without a full configuration (approximate or user-reported)"))
             continue
-        if system not in NCCL_SYSTEMS:
+        if system not in nccl_systems():
             cases.append(Case(rid, label, busbw, skip_reason=f"no cluster preset for {system}"))
             continue
         op = _OPS.get(re.sub(r"[^a-z]", "", (r.get("collective") or "").split("(")[0].lower()), None)
@@ -61,7 +69,7 @@ def load_nccl(path: Path | None = None, *, name: str = "nccl") -> Dataset:
         nodes = _int(r.get("num_nodes")) or 1
         gpn = _int(r.get("gpus_per_node")) or n
         try:
-            cluster = load_cluster(_cluster(NCCL_SYSTEMS[system], n, gpus_per_node=gpn))
+            cluster = load_cluster(_cluster(nccl_systems()[system], n, gpus_per_node=gpn))
         except SpecError as e:
             cases.append(Case(rid, label, busbw, skip_reason=f"not representable: {e}"))
             continue

@@ -20,18 +20,18 @@ from trainsim.validation.cells import integer as _int
 from trainsim.validation.cells import num as _num
 from trainsim.validation.external_tables import external_table
 from trainsim.validation.nemo_recipes import (
-    NEMO_ACTIVATION_OFFLOAD,
-    NEMO_MLA_OPTIMIZER_BYTES,
-    NEMO_MODELS,
-    NEMO_PIPELINE_LAYOUTS,
-    NEMO_SYSTEMS,
-    NEMO_UNMODELLED,
     first_value,
+    nemo_activation_offload,
     nemo_ep_overlap,
     nemo_expert_tp,
+    nemo_mla_optimizer_bytes,
+    nemo_models,
     nemo_mtp_layers,
+    nemo_pipeline_layouts,
     nemo_recompute_modules,
     nemo_stage_layers,
+    nemo_systems,
+    nemo_unmodelled,
 )
 
 NEMO_CITATION = ("NVIDIA NeMo Megatron-Bridge performance summaries (docs/performance-summary.md and "
@@ -66,11 +66,11 @@ NEMO_NOTES = (
      "models; the Qwen3 configs set recompute_granularity=None), the config's recompute_modules for "
      "DeepSeek-V3 / Kimi K2 (below). "
      "Activation CPU offload as the recipes set it for the Megatron-FSDP fp8 runs: Llama 3 70B 20 layers "
-     "on GB300, 40 on GB200; Llama 3.1 405B on GB200 95 (NEMO_ACTIVATION_OFFLOAD)."),
+     "on GB300, 40 on GB200; Llama 3.1 405B on GB200 95 (nemo_activation_offload())."),
     ("rows: pre-training and SFT (full-parameter training on seq_len tokens); LoRA rows skipped (frozen "
      "base weights: no weight gradients or optimizer, not a trainsim mode)."),
     ("MoE expert tensor parallelism (all MoE rows): layout.etp = the table's etp cell when printed (no MoE "
-     "row prints one), else the config's expert_tensor_parallel_size (NEMO_EXPERT_TP, with sources), else "
+     "row prints one), else the config's expert_tensor_parallel_size (nemo_expert_tp_by_model(), with sources), else "
      "Megatron-Core's default tp. Every config read sets 1: DeepSeek-V3 (BASE_DEEPSEEK_V3_CONFIG, every "
      "version 25.11-26.06; the 25.09 deepseek_v3_llm_pretrain.py; the GB200 guide), Kimi K2 "
      "(BASE_KIMI_K2_CONFIG), Qwen3 235B-A22B (BASE_QWEN3_235B_A22B_CONFIG 25.11 and 26.x, the 25.09 "
@@ -89,7 +89,7 @@ NEMO_NOTES = (
      "GB200 pp8 vp4 w/o-MTP row has the parallel layout of NVIDIA/Megatron-LM's DeepSeek-V3 GB200 guide, "
      "docs/discussions/deepseek-v3-gb200-optimization: TP1 PP8 VPP4 EP32, MXFP8, no MTP, layout "
      "'Et|(tt|)*30L'); Kimi K2 (4,4) 'Et*4|(t*4|)*14tL' "
-     "(NEMO_PIPELINE_LAYOUTS, with sources). A (pp, vp) with no layout in the recipes (GB300 pp2 vp4, "
+     "(nemo_pipeline_layouts(), with sources). A (pp, vp) with no layout in the recipes (GB300 pp2 vp4, "
      "25.11) is skipped: the recipes' fallback cannot split 61 layers over 8 stages, so the split is unknown."),
     ("DeepSeek-V3 multi-token prediction: rows labelled '(w/o MTP)' 0 modules, '(w/ MTP)' 1; every other "
      "row (unlabelled, '(tokendrop)', '(dropless)') 1, as its release's recipe set it (deepseek_v3.py: "
@@ -100,7 +100,7 @@ NEMO_NOTES = (
     ("DeepSeek-V3 / Kimi K2 recompute: training.recompute_modules = the recompute_modules of the row's "
      "Megatron-Bridge performance config (Megatron-Core --recompute-granularity selective --recompute-modules; "
      "an empty list = recompute none), read per (model, system, precision) at the row's release, config "
-     "versions dated as for the EP overlap (NEMO_RECOMPUTE_MODULES, with sources): mla_up_proj + mlp for "
+     "versions dated as for the EP overlap (nemo_recompute_ranges(), with sources): mla_up_proj + mlp for "
      "H100 25.09 (deepseek_v3_llm_pretrain.py @27dfb3df) and B200 MXFP8 pp8 vp2 26.04.01 (B200_FP8_MX_V2); "
      "mla_up_proj for GB200 25.09 (tokendrop) and 25.11 BF16, B200 pp16 25.09-26.04, B300 26.02-26.06, "
      "GB300 MXFP8 with mbs 2 (26.02-26.04.01), GB200 MXFP8 26.02-26.04 and 26.06-26.08 (the full-iteration "
@@ -113,7 +113,7 @@ NEMO_NOTES = (
      "RoPE; mlp: the dense blocks' MLP; moe_act: the experts' activation). A MLA row with no entry would be "
      "skipped (none is). Rows with recompute carry 'rc:<modules>' in their label."),
     ("DeepSeek-V3 / Kimi K2 optimizer and overlap: distributed optimizer; optimizer state 8 bytes/param "
-     "(NEMO_MLA_OPTIMIZER_BYTES: DeepSeek-V3 precision-aware Adam, fp32 main params + bf16 moments; Kimi K2 "
+     "(nemo_mla_optimizer_bytes(): DeepSeek-V3 precision-aware Adam, fp32 main params + bf16 moments; Kimi K2 "
      "Muon, fp32 main params + fp32 momentum, sharded layer-wise over DP -- Muon's Newton-Schulz iterations "
      "are not costed); no TP comm overlap (the DeepSeek-V3 recipe's CommOverlapConfig(tp_comm_overlap=False); "
      "only the H100 row has tp > 1), sequence parallelism when tp > 1. Not modelled, recorded only: MoE "
@@ -131,7 +131,7 @@ NEMO_NOTES = (
      "_set_moe_a2a_overlap_overrides; 25.09: a2a_1f1b / moe_a2a_1f1b_overrides), read per (model, system, "
      "precision) at the row's release (releases = Megatron-Bridge branches r0.1.0 25.09 ... r0.6.0 26.08; "
      "config versions dated by their parallel layout, which equals the row's, and by dated PRs; "
-     "NEMO_EP_OVERLAP, with sources): on for DeepSeek-V3 H100 25.09 (a2a_1f1b for H100, run_script.py "
+     "nemo_ep_overlap_ranges(), with sources): on for DeepSeek-V3 H100 25.09 (a2a_1f1b for H100, run_script.py "
      "@27dfb3df), B200 MXFP8 pp8 vp2 26.04.01 (B200_FP8_MX_V2), GB300 and GB200 MXFP8 from 26.06 (PRs #3983, "
      "#4226; #4330 measured the GBS 15360 row on 26.06.rc7); Qwen3 30B-A3B and 235B-A22B GB300 and GB200 "
      "MXFP8 from 26.06 (PR #4249 for 26.06; PR #4606); Qwen3 235B H100 25.11-26.04.01 (ep 32 folded over "
@@ -141,7 +141,7 @@ NEMO_NOTES = (
      "B200 pp16, BF16; Kimi K2 GB300 mbs 2 -- its moe_a2a_overlap came with r0.6.0, PR #5168; Qwen3 "
      "GB/B200 before 26.06, H100 30B pp1 ep16; all 25.09 rows but DeepSeek-V3 H100). No row combines the flag "
      "with pp > 1 and no model chunks (Megatron-Core and trainsim refuse that; such a row would stay exposed). "
-     "Left off because the release's config could not be pinned down (NEMO_EP_OVERLAP_UNDATED): Qwen3 30B "
+     "Left off because the release's config could not be pinned down (nemo_ep_overlap_undated()): Qwen3 30B "
      "B300 MXFP8 26.06 (PR #4606 enabled it on r0.5.0 after 2026-07-06), Qwen3 30B H100 26.02 / 26.02.01 "
      "(pp2 vp12 GBS 1024) and 25.11 (pp2 vp24), DeepSeek-V3 GB200 FP8-MX 25.11 (pp8 vp4 ep32: no config "
      "with that layout; its source guide sets no EP overlap). Rows on carry 'a2a-ov' in their label."),
@@ -192,7 +192,7 @@ def _parse_row(r: dict) -> _Row:
     gpus = _int(first_value(r.get("num_gpus")))
     prec_text = first_value(r.get("precision")) or (r.get("precision") or "")
     section = (r.get("section") or "").replace(" Performance", "")
-    tag = re.search(r"\(([^)]*)\)", r.get("model") or "") if model_name in NEMO_PIPELINE_LAYOUTS else None
+    tag = re.search(r"\(([^)]*)\)", r.get("model") or "") if model_name in nemo_pipeline_layouts() else None
     label = (f"{model_name}{f' ({tag.group(1).strip()})' if tag else ''} {system.replace('DGX-', '')} n={gpus} "
              f"{prec_text}")
     if section == "Pre-Training":
@@ -213,11 +213,11 @@ def _skip_reason(row: _Row) -> str | None:
         return "LoRA fine-tuning (frozen base weights) is not modelled"
     if "FP4" in row.precision.upper():
         return "NVFP4: trainsim has no fp4 training dtype"
-    if row.model in NEMO_UNMODELLED:
-        return NEMO_UNMODELLED[row.model]
-    if row.model not in NEMO_MODELS:
+    if row.model in nemo_unmodelled():
+        return nemo_unmodelled()[row.model]
+    if row.model not in nemo_models():
         return f"no model preset for {row.model!r}"
-    if row.system not in NEMO_SYSTEMS:
+    if row.system not in nemo_systems():
         return f"no cluster preset for {row.system!r}"
     if None in (row.ints["gbs"], row.ints["mbs"], row.ints["seq_len"]):
         return "incomplete batch"
@@ -233,7 +233,7 @@ def _nemo_case(r: dict) -> Case:
     if skip is not None:
         return Case(row.rid, row.label, row.published, skip_reason=skip, category=row.category)
     raw, label, rc_modules = _scenario_mapping(row)
-    why_not = _mla_settings(row, raw, rc_modules) if row.model in NEMO_PIPELINE_LAYOUTS else None
+    why_not = _mla_settings(row, raw, rc_modules) if row.model in nemo_pipeline_layouts() else None
     scenario, why = (None, why_not) if why_not else scenario_or_skip(raw, row.rid)
     m = load_model(raw["model"])
     secondary, fns = {}, {}
@@ -253,21 +253,21 @@ def _scenario_mapping(row: _Row) -> tuple[dict, str, tuple[str, ...] | None]:
     tp, pp, cp = ints["tp"] or 1, ints["pp"] or 1, ints["cp"] or 1
     vp, ep, fsdp = ints["vp"] or 1, ints["ep"] or 1, ints["fsdp"] or 0
     dtype = "bf16" if row.precision.upper() == "BF16" else "fp8"  # FP8 / FP8-CS / FP8-MX / MXFP8 / 'not stated'
-    cpreset, per_rack = NEMO_SYSTEMS[system]
-    # moe_a2a_overlap of the row's config (NEMO_EP_OVERLAP); Megatron-Core (and trainsim) refuse it with pp > 1 and
-    # no model chunks, so such a row would keep the all-to-all exposed (no table row is in that case).
+    cpreset, per_rack = nemo_systems()[system]
+    # moe_a2a_overlap of the row's config (nemo_ep_overlap_ranges()); Megatron-Core (and trainsim) refuse it with
+    # pp > 1 and no model chunks, so such a row would keep the all-to-all exposed (no table row is in that case).
     ep_overlap = (ep > 1 and nemo_ep_overlap(model_name, system, row.precision, row.container or "")
                   and (pp == 1 or vp > 1))
     overrides = {}
     if per_rack and row.gpus > load_cluster(cpreset).gpus_per_node:
         overrides = {"gpus_per_node": per_rack, "scale_out": {"nics_per_node": per_rack}}
-    moe = load_model(NEMO_MODELS[model_name]).is_moe
-    # MoE rows: the config's expert tensor parallelism (NEMO_EXPERT_TP; the etp cell when printed) and its
-    # selective-recompute modules (NEMO_RECOMPUTE_MODULES; () = none; no entry: recompute none, see the notes).
+    moe = load_model(nemo_models()[model_name]).is_moe
+    # MoE rows: the config's expert tensor parallelism (nemo_expert_tp_by_model(); the etp cell when printed) and its
+    # selective-recompute modules (nemo_recompute_ranges(); () = none; no entry: recompute none, see the notes).
     etp = nemo_expert_tp(model_name, ints["etp"], tp) if moe else None
     rc_modules = nemo_recompute_modules(model_name, system, row.precision, row.container or "") if moe else None
     raw = {
-        "model": NEMO_MODELS[model_name],
+        "model": nemo_models()[model_name],
         "cluster": _cluster(cpreset, row.gpus, **overrides),
         "layout": {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vp, **({"etp": etp} if etp else {})},
         "training": {"seq_len": ints["seq_len"], "global_batch": ints["gbs"], "micro_batch": ints["mbs"],
@@ -276,7 +276,7 @@ def _scenario_mapping(row: _Row) -> tuple[dict, str, tuple[str, ...] | None]:
                      **({"zero": 3} if fsdp > 0 else {}), "distributed_optimizer": fsdp == 0,
                      "schedule": "interleaved" if vp > 1 else "1f1b", "flash_attention": True,
                      "dropout": False, "framework": "megatron", "grad_dtype": NEMO_GRAD_DTYPE,
-                     "offload_activation_layers": (NEMO_ACTIVATION_OFFLOAD.get((model_name, system), 0)
+                     "offload_activation_layers": (nemo_activation_offload().get((model_name, system), 0)
                                                    if fsdp and dtype == "fp8" else 0)},
     }
     if rc_modules:
@@ -299,8 +299,8 @@ def _mla_settings(row: _Row, raw: dict, rc_modules: tuple[str, ...] | None) -> s
         why_not = layout_or_why
     elif rc_modules is None:
         why_not = (f"no recompute_modules for {row.model} {row.system} {row.precision} {row.container} in "
-                   "NEMO_RECOMPUTE_MODULES: the run's recompute is unknown")
-    raw["model"] = {"preset": NEMO_MODELS[row.model], "mtp_layers": mtp}
+                   "nemo_recompute_ranges(): the run's recompute is unknown")
+    raw["model"] = {"preset": nemo_models()[row.model], "mtp_layers": mtp}
     raw["layout"]["stage_layers"] = list(stage_layers or ())
-    raw["training"].update(tp_comm_overlap=False, optimizer_bytes_per_param=NEMO_MLA_OPTIMIZER_BYTES[row.model])
+    raw["training"].update(tp_comm_overlap=False, optimizer_bytes_per_param=nemo_mla_optimizer_bytes()[row.model])
     return why_not

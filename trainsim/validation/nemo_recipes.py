@@ -28,12 +28,16 @@ layout (which must equal the row's) and by dated pull requests. Precision classe
 from __future__ import annotations
 
 import re
+from functools import cache
 
 from trainsim.specs import SpecError
-from trainsim.validation.settings import flag, read_settings, whole
+from trainsim.validation.cells import yes_no
+from trainsim.validation.settings import read_settings, whole
 
 
-def _nemo_systems() -> dict[str, tuple[str, int | None]]:
+@cache
+def nemo_systems() -> dict[str, tuple[str, int | None]]:
+    """system -> (cluster preset, GPUs per NVLink domain used by jobs larger than one domain or None)."""
     return {s["system"]: (s["cluster_preset"], whole(s, "gpus_per_rack")) for s in read_settings("nemo_systems.csv")}
 
 
@@ -42,11 +46,60 @@ def _model_column(column: str, parse=whole) -> dict[str, object]:
     return {s["table_model"]: parse(s, column) for s in read_settings("nemo_models.csv") if s[column]}
 
 
-def _pipeline_layouts() -> dict[str, dict[tuple[int, int], str]]:
+@cache
+def nemo_models() -> dict[str, str]:
+    """Table model name (before any parenthesis) -> model preset."""
+    return _model_column("preset", lambda s, c: s[c])
+
+
+@cache
+def nemo_unmodelled() -> dict[str, str]:
+    """Table model name -> why the model is not representable."""
+    return _model_column("skip_reason", lambda s, c: s[c])
+
+
+@cache
+def nemo_mtp_default() -> dict[str, int]:
+    """MTP modules of a row whose model cell has no '(w/o MTP)' / '(w/ MTP)' label: what its release's recipe did."""
+    return _model_column("mtp_layers")
+
+
+@cache
+def nemo_mla_optimizer_bytes() -> dict[str, int]:
+    """Optimizer state bytes per parameter of the MLA recipes (precision-aware Adam 4 + 2 + 2; Muon 4 + 4)."""
+    return _model_column("optimizer_bytes_per_param")
+
+
+@cache
+def nemo_expert_tp_by_model() -> dict[str, int]:
+    """Megatron-Core --expert-tensor-parallel-size of the MoE models' configs, used where the table's etp cell is
+    empty (every MoE row's is); a model absent here takes Megatron-Core's default, etp = tp."""
+    return _model_column("expert_tp")
+
+
+@cache
+def nemo_mtp_labels() -> dict[str, int | None]:
+    """A model cell's '(w/o MTP)' / '(w/ MTP)' label -> MTP modules."""
+    return {s["label"]: whole(s, "mtp_layers") for s in read_settings("nemo_mtp_labels.csv")}
+
+
+@cache
+def nemo_pipeline_layouts() -> dict[str, dict[tuple[int, int], str]]:
+    """Multi-head-latent-attention models (DeepSeek-V3, Kimi K2): (pp, vp) -> pipeline_model_parallel_layout (E =
+    embedding, t = transformer layer, m = MTP module, L = loss, | = virtual-stage boundary, x*n / (..)*n =
+    repetition)."""
     out: dict[str, dict[tuple[int, int], str]] = {}
     for s in read_settings("nemo_pipeline_layouts.csv"):
         out.setdefault(s["table_model"], {})[(whole(s, "pp"), whole(s, "vp"))] = s["layout"]
     return out
+
+
+@cache
+def nemo_activation_offload() -> dict[tuple[str, str], int | None]:
+    """Activation CPU offload (cpu_offloading_num_layers) of the Megatron-FSDP fp8 runs: (table model, system) ->
+    layers."""
+    return {(s["table_model"], s["system"]): whole(s, "offload_layers")
+            for s in read_settings("nemo_activation_offload.csv")}
 
 
 def _ranged(name: str) -> tuple[tuple[str, str, str, str, str], ...]:
@@ -55,48 +108,33 @@ def _ranged(name: str) -> tuple[tuple[str, str, str, str, str], ...]:
                  for s in read_settings(name))
 
 
-def _ep_overlap() -> tuple[tuple[str, str, str, str, str], ...]:
+@cache
+def nemo_ep_overlap_ranges() -> tuple[tuple[str, str, str, str, str], ...]:
+    """Where moe_a2a_overlap is on: (table model, system, precision class, first release, last release); absent =
+    off."""
     rows = read_settings("nemo_ep_overlap.csv")
-    if not all(flag(s, "ep_comm_overlap") for s in rows):
+    if not all(yes_no(s, "ep_comm_overlap") for s in rows):
         raise SpecError("settings", "nemo_ep_overlap.csv lists where moe_a2a_overlap is on: every "
                                     "ep_comm_overlap must be true")
     return _ranged("nemo_ep_overlap.csv")
 
 
-def _recompute_modules() -> tuple[tuple[str, str, str, str, str, tuple[str, ...]], ...]:
+@cache
+def nemo_ep_overlap_undated() -> dict[tuple[str, str, str, str], str]:
+    """Rows whose release's config could not be pinned down, kept off: (table model, system, precision, release) ->
+    why."""
+    return {(s["table_model"], s["system"], s["precision"], s["release"]): s["source"]
+            for s in read_settings("nemo_ep_overlap_undated.csv")}
+
+
+@cache
+def nemo_recompute_ranges() -> tuple[tuple[str, str, str, str, str, tuple[str, ...]], ...]:
+    """recompute_modules of each row's config: (table model, system, precision class, first, last release,
+    modules); () = recompute none. Qwen3 rows have none: every Qwen3 config read sets
+    recompute_granularity=None."""
     mods = [tuple(m for m in s["recompute_modules"].split(";") if m != "none")
             for s in read_settings("nemo_recompute_modules.csv")]
     return tuple((*key, m) for key, m in zip(_ranged("nemo_recompute_modules.csv"), mods))
-
-
-# system -> (cluster preset, GPUs per NVLink domain used by jobs larger than one domain or None)
-NEMO_SYSTEMS = _nemo_systems()
-# Table model name (before any parenthesis) -> model preset, or -> why the model is not representable.
-NEMO_MODELS: dict[str, str] = _model_column("preset", lambda s, c: s[c])
-NEMO_UNMODELLED: dict[str, str] = _model_column("skip_reason", lambda s, c: s[c])
-# Activation CPU offload (cpu_offloading_num_layers) of the Megatron-FSDP fp8 runs: (table model, system) -> layers.
-NEMO_ACTIVATION_OFFLOAD = {(s["table_model"], s["system"]): whole(s, "offload_layers")
-                           for s in read_settings("nemo_activation_offload.csv")}
-# moe_a2a_overlap on: (table model, system, precision class, first release, last release); absent = off.
-NEMO_EP_OVERLAP = _ep_overlap()
-# Rows whose release's config could not be pinned down, kept off: (table model, system, precision, release) -> why.
-NEMO_EP_OVERLAP_UNDATED: dict[tuple[str, str, str, str], str] = {
-    (s["table_model"], s["system"], s["precision"], s["release"]): s["source"]
-    for s in read_settings("nemo_ep_overlap_undated.csv")}
-# Multi-head-latent-attention models (DeepSeek-V3, Kimi K2): (pp, vp) -> pipeline_model_parallel_layout (E =
-# embedding, t = transformer layer, m = MTP module, L = loss, | = virtual-stage boundary, x*n / (..)*n = repetition).
-NEMO_PIPELINE_LAYOUTS = _pipeline_layouts()
-# MTP modules of a row whose model cell has no '(w/o MTP)' / '(w/ MTP)' label: what its release's recipe did.
-NEMO_MTP_DEFAULT = _model_column("mtp_layers")
-NEMO_MTP_LABELS = {s["label"]: whole(s, "mtp_layers") for s in read_settings("nemo_mtp_labels.csv")}
-# Optimizer state bytes per parameter of the MLA recipes (precision-aware Adam 4 + 2 + 2; Muon 4 + 4).
-NEMO_MLA_OPTIMIZER_BYTES = _model_column("optimizer_bytes_per_param")
-# recompute_modules of each row's config: (table model, system, precision class, first, last release, modules);
-# () = recompute none. Qwen3 rows have none: every Qwen3 config read sets recompute_granularity=None.
-NEMO_RECOMPUTE_MODULES = _recompute_modules()
-# Megatron-Core --expert-tensor-parallel-size of the MoE models' configs, used where the table's etp cell is
-# empty (every MoE row's is); a model absent here takes Megatron-Core's default, etp = tp.
-NEMO_EXPERT_TP: dict[str, int] = _model_column("expert_tp")
 
 
 def nemo_release(text: str) -> tuple[int, ...]:
@@ -114,25 +152,26 @@ def _nemo_config_entry(table, model_name: str, system: str, precision: str, rele
 
 
 def nemo_ep_overlap(model_name: str, system: str, precision: str, release: str) -> bool:
-    """Whether the row's Megatron-Bridge performance config set moe_a2a_overlap (NEMO_EP_OVERLAP)."""
-    return _nemo_config_entry(NEMO_EP_OVERLAP, model_name, system, precision, release) is not None
+    """Whether the row's Megatron-Bridge performance config set moe_a2a_overlap (nemo_ep_overlap_ranges())."""
+    return _nemo_config_entry(nemo_ep_overlap_ranges(), model_name, system, precision, release) is not None
 
 
 def nemo_precision_class(precision: str) -> str:
-    """'mx' (MXFP8 / FP8-MX), 'bf16' or 'other' (the classes of NEMO_RECOMPUTE_MODULES)."""
+    """'mx' (MXFP8 / FP8-MX), 'bf16' or 'other' (the classes of nemo_recompute_ranges())."""
     p = (precision or "").upper()
     return "mx" if ("MX" in p and "FP8" in p) else ("bf16" if p.strip() == "BF16" else "other")
 
 
 def nemo_recompute_modules(model_name: str, system: str, precision: str, release: str) -> tuple[str, ...] | None:
-    """The recompute_modules of the row's config (NEMO_RECOMPUTE_MODULES; () = none), or None when no entry."""
-    entry = _nemo_config_entry(NEMO_RECOMPUTE_MODULES, model_name, system, precision, release)
+    """The recompute_modules of the row's config (nemo_recompute_ranges(); () = none), or None when no entry."""
+    entry = _nemo_config_entry(nemo_recompute_ranges(), model_name, system, precision, release)
     return None if entry is None else entry[5]
 
 
 def nemo_expert_tp(model_name: str, etp_cell: int | None, tp: int) -> int:
-    """Expert tensor parallelism of a MoE row: the table's etp cell, else the config's (NEMO_EXPERT_TP), else tp."""
-    return etp_cell or NEMO_EXPERT_TP.get(model_name) or tp
+    """Expert tensor parallelism of a MoE row: the table's etp cell, else the config's
+    (nemo_expert_tp_by_model()), else tp."""
+    return etp_cell or nemo_expert_tp_by_model().get(model_name) or tp
 
 
 def parse_pipeline_layout(layout: str) -> tuple[tuple[int, ...], int]:
@@ -160,15 +199,16 @@ def parse_pipeline_layout(layout: str) -> tuple[tuple[int, ...], int]:
 
 
 def nemo_mtp_layers(model_cell: str | None) -> int:
-    """MTP modules of a DeepSeek-V3 / Kimi K2 row from its model cell's label (NEMO_MTP_LABELS, NEMO_MTP_DEFAULT)."""
+    """MTP modules of a DeepSeek-V3 / Kimi K2 row from its model cell's label (nemo_mtp_labels(),
+    nemo_mtp_default())."""
     name = first_value(model_cell)
     tag = re.search(r"\(([^)]*)\)", model_cell or "")
-    return NEMO_MTP_LABELS.get(tag.group(1).strip().lower() if tag else "", NEMO_MTP_DEFAULT[name])
+    return nemo_mtp_labels().get(tag.group(1).strip().lower() if tag else "", nemo_mtp_default()[name])
 
 
 def nemo_stage_layers(model_name: str, pp: int, vp: int, mtp_layers: int) -> tuple[tuple[int, ...] | None, str]:
-    """Layout.stage_layers of a (pp, vp) from NEMO_PIPELINE_LAYOUTS, or (None, why not)."""
-    layout = NEMO_PIPELINE_LAYOUTS[model_name].get((pp, vp))
+    """Layout.stage_layers of a (pp, vp) from nemo_pipeline_layouts(), or (None, why not)."""
+    layout = nemo_pipeline_layouts()[model_name].get((pp, vp))
     if layout is None:
         return None, (f"pp={pp} vp={vp}: no pipeline_model_parallel_layout for this (pp, vp) in the Megatron-Bridge "
                       f"{model_name} recipes or performance configs, and their fallback (no layout, embedding and "

@@ -84,11 +84,3 @@ def whole(row, column: str) -> int | None:
     if not text.isdigit():
         raise SpecError("settings", f"{column}: must be a whole number >= 0, got {text!r}")
     return int(text)
-
-
-def flag(row, column: str) -> bool:
-    """A settings cell 'true' / 'false' as a bool; SpecError naming the column otherwise."""
-    text = row[column].lower()
-    if text not in ("true", "false"):
-        raise SpecError("settings", f"{column}: must be true or false, got {row[column]!r}")
-    return text == "true"

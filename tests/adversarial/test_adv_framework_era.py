@@ -1,0 +1,98 @@
+"""Historic framework presets asked for features their code did not have: fp8, zero-bubble / DualPipe schedules,
+TE's TP overlap, Megatron-Core's EP overlap, and sequence parallelism before 2022 (specs/framework_era.py) are
+refused with one line naming the setting, from the command line, a scenario file and `plan`; the current presets
+and the historic ones within their era still run; no bundled example or validation row needs such a combination."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import REPO, assert_refused, run_cli
+
+from trainsim.specs import build_scenario, load_scenario_file
+from trainsim.specs.framework_era import HISTORIC_FRAMEWORKS, era_refusal, feature_refusal
+
+BASE = ["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "4096",
+        "--global-batch", "32", "--fast"]
+
+REFUSED = [
+    ("megatron-2021", ["--dtype", "fp8"], "dtype=fp8"),
+    ("megatron-2022", ["--dtype", "fp8"], "dtype=fp8"),
+    ("deepspeed-2021", ["--dtype", "fp8"], "dtype=fp8"),
+    ("megatron-2021", ["--pp", "2", "--schedule", "zb"], "schedule=zb"),
+    ("megatron-2022", ["--pp", "2", "--schedule", "zb"], "schedule=zb"),
+    ("deepspeed-2021", ["--pp", "2", "--schedule", "zb"], "schedule=zb"),
+    ("megatron-2022", ["--pp", "2", "--schedule", "dualpipev"], "schedule=dualpipev"),
+    ("megatron-2022", ["--tp", "2", "--sequence-parallel", "--tp-comm-overlap"], "tp_comm_overlap=true"),
+    ("megatron-2021", ["--tp", "2", "--sequence-parallel"], "sequence_parallel=true"),
+    ("deepspeed-2021", ["--tp", "2", "--sequence-parallel"], "sequence_parallel=true"),
+]
+
+
+@pytest.mark.parametrize("framework, flags, field", REFUSED, ids=[f"{f}{''.join(x)}" for f, x, _ in REFUSED])
+def test_a_feature_the_preset_predates_is_refused(framework, flags, field):
+    r = run_cli([*BASE, "--framework", framework, *flags])
+    assert_refused(r, field)
+    line = r.err_lines[0]
+    assert framework in line and "predates it" in line and "use framework" in line
+
+
+def test_the_refusal_cites_what_introduced_the_feature():
+    assert "arXiv:2401.10241" in feature_refusal("megatron-2022", "schedule", "zb")
+    assert "arXiv:2412.19437" in feature_refusal("megatron-2021", "schedule", "dualpipev")
+    assert "Transformer Engine" in feature_refusal("megatron-2021", "dtype", "fp8")
+    assert "PR #6362" in feature_refusal("megatron-2022", "tp_comm_overlap", True)
+    assert "arXiv:2205.05198" in feature_refusal("deepspeed-2021", "sequence_parallel", True)
+
+
+@pytest.mark.parametrize("framework, flags", [
+    ("megatron", ["--dtype", "fp8"]), ("megatron", ["--pp", "2", "--schedule", "zb"]),
+    ("megatron", ["--tp", "2", "--sequence-parallel", "--tp-comm-overlap"]),
+    ("megatron-2022", ["--tp", "2", "--sequence-parallel"]),   # Korthikanti et al.'s own code has SP
+    ("megatron-2021", ["--pp", "2", "--schedule", "interleaved", "--vpp", "2"]),  # SC21 introduced it
+    ("deepspeed", ["--dtype", "fp8"]),
+])
+def test_features_within_the_presets_era_still_run(framework, flags):
+    r = run_cli([*BASE, "--framework", framework, *flags])
+    assert r.code == 0, r.err
+
+
+def test_a_scenario_file_and_plan_are_refused_alike(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("model: llama3-8b\ncluster: dgx-h100\ngpus: 16\nlayout: {pp: 2}\n"
+                 "training: {seq_len: 4096, global_batch: 32, framework: megatron-2021, schedule: zb}\n")
+    assert_refused(run_cli(["predict", f, "--fast"]), "schedule=zb")
+    plan = tmp_path / "p.yaml"
+    plan.write_text("model: llama3-8b\ncluster: dgx-h100\ngpus: 16\n"
+                    "training: {seq_len: 4096, global_batch: 32, framework: megatron-2022}\n")
+    assert_refused(run_cli(["plan", plan, "--dtype", "fp8"]), "dtype=fp8")
+    assert_refused(run_cli(["plan", plan, "--schedule", "zb"]), "schedule=zb")
+
+
+def test_plan_searches_only_what_the_presets_code_had(tmp_path):
+    """Unpinned, the search leaves out the schedules and the sequence parallelism a historic preset lacks, so
+    its layouts are those of that code rather than none."""
+    from trainsim.simulator.search_space import SearchLimits, enumerate_candidates
+    from trainsim.specs import load_cluster, load_model
+    lim = SearchLimits(max_micro_batch=1, fixed={"recompute": "full"}, training_extra={"framework": "megatron-2021"})
+    cands = list(enumerate_candidates(load_model("llama3-8b"), load_cluster("dgx-h100", 16), 16, 32, 4096, lim))
+    assert cands and all(c.schedule not in ("zb", "dualpipev") and not c.sequence_parallel for c in cands)
+    assert any(c.tp > 1 for c in cands)
+
+
+def test_no_bundled_example_asks_a_historic_preset_for_a_later_feature():
+    for path in sorted(Path(REPO, "examples").glob("*.yaml")):
+        scn = build_scenario(load_scenario_file(str(path)))
+        assert era_refusal(scn.training) is None, path.name
+    assert set(HISTORIC_FRAMEWORKS) == {"megatron-2021", "megatron-2022", "deepspeed-2021"}
+
+
+@pytest.mark.parametrize("name", ["sc21", "korthikanti", "zero-bubble", "llama3"])
+def test_no_bundled_validation_row_needs_a_feature_its_preset_predates(name):
+    """Every row of the bundled datasets resolves without an era refusal (a refused row would be skipped with
+    its reason; none is)."""
+    from trainsim.validation.datasets import load_dataset
+    ds = load_dataset(name)
+    assert not [c.skip_reason for c in ds.cases if c.skip_reason and "predates it" in c.skip_reason]
+    assert all(era_refusal(c.scenario.training) is None for c in ds.active)
