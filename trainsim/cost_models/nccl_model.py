@@ -29,6 +29,13 @@ Sources (all public NVIDIA code/statements; none is fitted to a measured curve):
   thread per GPU, NCCL_PROTO=LL, 8-128 B) is ~21 us, against the tuner's ring LL 6.6 + 14 x 0.6 = 15 us.
   ``LAUNCH_OVERHEAD_S`` is added once to every modelled collective call (not to calibrated fits, which
   measured it).
+* Per-GPU issue cost when one host thread drives several GPUs (nccl-tests ``-g``): the thread launches the
+  call on each GPU in turn, so an iteration lasts at least that many launches, each at the host CPU's
+  per-launch cost (``HOST_LAUNCH_S``): AMD EPYC Rome 5 us (the nccl-tests#123 figure above was measured on a
+  DGX-A100, whose host is two AMD EPYC 7742 Rome parts); Intel Sapphire Rapids 3.8 us
+  (``host_issue.KERNEL_LAUNCH_S``: back-to-back launches in NVIDIA's "Getting Started with CUDA Graphs",
+  cross-checked on a Xeon Platinum 8480C by Transformer Engine issue #2053, see that module). Hosts of other
+  kinds use ``LAUNCH_OVERHEAD_S``.
 
 Latency scaling: the cluster's ``scale_up.latency_s`` and ``scale_out.latency_s`` scale NCCL's
 intra-node and network hwLat tables relative to the preset defaults (3 µs and 5 µs), so a preset uses
@@ -38,6 +45,8 @@ NCCL's numbers as they are and a custom fabric with slower switches is slower in
 from __future__ import annotations
 
 import math
+
+from .host_issue import KERNEL_LAUNCH_S
 
 US = 1e-6
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -62,6 +71,8 @@ REF_SCALE_UP_LATENCY_S = 3.0e-6   # preset default the hwLat tables correspond t
 REF_NET_LATENCY_S = 5.0e-6
 NET_OVERHEAD_US = 1.0             # per network post (NCCL getNetOverhead, Intel/other CPUs)
 LAUNCH_OVERHEAD_S = 5.0e-6        # per collective call: CUDA launch + NCCL enqueue (nccl-tests#123)
+# Per-GPU launch cost of a host thread that drives several GPUs, by host CPU family (module doc).
+HOST_LAUNCH_S = {"amd-rome": LAUNCH_OVERHEAD_S, "intel-spr": KERNEL_LAUNCH_S}
 RING_PLATEAU = 1.4                # multi-node ring Simple all-reduce latency multiplier (Ampere+)
 
 LL128_EFF = 0.92
