@@ -40,6 +40,8 @@ def test_collective_command_prints_latency_and_bandwidth_parts():
     for row in rows("all_reduce", cluster, 8, [4096, 1 << 26]):
         assert row["latency_s"] + row["bandwidth_s"] == pytest.approx(row["time_s"])
         assert row["latency_s"] > 0 and row["bandwidth_s"] > 0
+    small, big = rows("all_reduce", cluster, 8, [4096, 1 << 26])
+    assert small["bound"] == "latency" and big["bound"] == "bandwidth"  # 4 KiB: ring LL's 15 us + launch vs ~0.1 us
 
 
 def test_one_thread_driving_many_gpus_bounds_small_collectives():
