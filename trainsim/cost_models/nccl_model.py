@@ -2,8 +2,9 @@
 
 Sources (all public NVIDIA code/statements; none is fitted to a measured curve):
 
-* Latencies: NCCL ``src/graph/tuning.cc`` (NVIDIA/nccl commit b6475625, the 2.19 line): per-call base
-  latency ``baseLat[algo][proto]`` plus per-step hardware latency ``hwLat[NVLINK|PCI|NET][algo][proto]``
+* Latencies: NCCL ``src/graph/tuning.cc`` (NVIDIA/nccl commit b6475625, v2.20.3; the single-node ring/tree LL
+  and LL128, ring Simple and NVLS values are the same in v2.18.5, whose tree Simple NVLink hwLat is 4, not 28):
+  per-call base latency ``baseLat[algo][proto]`` plus per-step hardware latency ``hwLat[NVLINK|PCI|NET][algo][proto]``
   in µs; ring: ``base + (nsteps - nInterSteps)·intra + nInterSteps·inter``; tree:
   ``base + 2·((ppn-1)·intra + log2(nNodes)·inter)``; NVLS: ``hwLat[NVLINK][NVLS]`` (+ NET for multi-node).
   Multi-node ring Simple all-reduce latency ×1.4 (NCCL's "plateau effect of ring", Ampere and later),
@@ -11,7 +12,8 @@ Sources (all public NVIDIA code/statements; none is fitted to a measured curve):
 * Protocol efficiency on top of link bandwidth: Simple 1.0; LL128 0.92 (120 B payload of each 128 B
   line, NCCL's ``0.92``; 0.7 with < 2 GPUs per node); LL 0.5 (4 B flag per 4 B data, NCCL maintainer:
   "LL maximum bandwidth 50% of the peak", NVIDIA/nccl#281) capped by ``llMaxBws`` (GB/s: single node by
-  GPU generation Volta 39 / Ampere 87.7 / Hopper 141 / Blackwell 282; 2 nodes 39, more 20.4); tree ×0.92
+  GPU generation Volta 39 / Ampere 87.7 / Hopper 141 (v2.21+; 87.7 up to v2.20) / Blackwell 282; 2 nodes 39,
+  more 20.4); tree ×0.92
   (LL ÷3.8, LL128 ×120/128 multi-node, ×7/9 single node). LL128 is used only over NVLink (and across
   nodes from Hopper on), as NCCL enables it.
 * Pipeline fill: before a collective streams at its steady rate, NCCL's staging buffers fill once
