@@ -172,8 +172,9 @@ def test_cli_json_rows(monkeypatch, capsys):
     assert code == 0
     rows = json.loads(out)
     assert [r["size_bytes"] for r in rows] == [2**k for k in range(10, 34)]
-    assert set(rows[0]) == {"size_bytes", "time_s", "latency_s", "bandwidth_s", "algbw_GBps", "busbw_GBps", "algo",
-                            "background_load"}
+    assert set(rows[0]) == {"size_bytes", "time_s", "latency_s", "bandwidth_s", "bound", "algbw_GBps", "busbw_GBps",
+                            "algo", "background_load"}
+    assert rows[0]["bound"] == "latency" and rows[-1]["bound"] == "bandwidth"  # 1 KiB vs 8 GiB
     assert all(r["latency_s"] + r["bandwidth_s"] == pytest.approx(r["time_s"]) for r in rows)
     last = rows[-1]
     assert last["busbw_GBps"] == pytest.approx(last["algbw_GBps"] * 1.75)

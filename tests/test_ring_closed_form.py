@@ -40,6 +40,8 @@ def test_collective_command_prints_latency_and_bandwidth_parts():
     for row in rows("all_reduce", cluster, 8, [4096, 1 << 26]):
         assert row["latency_s"] + row["bandwidth_s"] == pytest.approx(row["time_s"])
         assert row["latency_s"] > 0 and row["bandwidth_s"] > 0
+    small, big = rows("all_reduce", cluster, 8, [4096, 1 << 26])
+    assert small["bound"] == "latency" and big["bound"] == "bandwidth"  # 4 KiB: ring LL's 15 us + launch vs ~0.1 us
 
 
 def test_one_thread_driving_many_gpus_bounds_small_collectives():
@@ -57,3 +59,29 @@ def test_one_thread_driving_many_gpus_bounds_small_collectives():
     big = 1 << 30  # a large message is unaffected: the GPU, not the host, sets the pace
     assert fn(CollectiveCase("all_reduce", big, 8, cluster, gpus_per_thread=8)) == pytest.approx(
         fn(CollectiveCase("all_reduce", big, 8, cluster)))
+
+
+def test_host_cpu_sets_the_single_thread_floor():
+    """The per-GPU launch of the one driving thread is the host CPU's: 8 x 3.8 us = 30.4 us on Sapphire Rapids
+    (host_issue.KERNEL_LAUNCH_S), 8 x 5 us = 40 us on AMD EPYC Rome (nccl-tests#123, a DGX-A100); an unknown host
+    is refused by name."""
+    from trainsim.cost_models.collectives import single_thread_issue_s
+    from trainsim.cost_models.host_issue import KERNEL_LAUNCH_S
+    from trainsim.specs import SpecError
+    assert single_thread_issue_s(8, "intel-spr") == pytest.approx(8 * 3.8e-6) == pytest.approx(8 * KERNEL_LAUNCH_S)
+    assert single_thread_issue_s(8, "amd-rome") == pytest.approx(40e-6)
+    with pytest.raises(SpecError, match="host_cpu"):
+        single_thread_issue_s(8, "pentium")
+
+
+def test_nccl_cases_carry_their_vm_host_cpu():
+    """Each Azure system's cases carry the VM size's host CPU (settings/nccl_systems.csv), and a 1 KiB all-reduce
+    on 8 GPUs is bounded by 8 of its launches, not by the kernel (ring LL: 15 us + 5 us launch)."""
+    from trainsim.validation.datasets import load_dataset
+    from trainsim.validation.validate import default_collective_fn
+    cases = {c.row_id: c.collective for c in load_dataset("nccl").cases if c.collective is not None}
+    assert cases["azure_ND_A100_v4_1K"].host_cpu == "amd-rome"
+    assert cases["azure_ND_H100_v5_1K"].host_cpu == cases["azure_ND_H200_v5_1K"].host_cpu == "intel-spr"
+    fn = default_collective_fn()
+    assert fn(cases["azure_ND_H200_v5_1K"]) == pytest.approx(8 * 3.8e-6)
+    assert fn(cases["azure_ND_A100_v4_1K"]) == pytest.approx(8 * 5e-6)

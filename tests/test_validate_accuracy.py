@@ -138,16 +138,17 @@ def test_nccl_large_messages():
 
 
 def test_nccl_small_messages_guard():
-    """nccl-tests all-reduce below 1 MB (latency-bound): each call pays NCCL's tuner latency plus one ~5 us launch
-    (nccl-tests#123), and Azure's runner drives the node's 8 GPUs from one thread (-g 8), so an iteration lasts at
-    least 8 launches. Guarded at today's accuracy: A100 MAPE <= 11 %, H100 <= 21 % (target 20 %), H200 <= 24 %
-    (its Xeon host launches faster than 5 us: predicted too slow) [azure_ND_A100_v4_1K .. azure_ND_H200_v5_524K];
-    whole curve set MAPE <= 12 %."""
+    """nccl-tests all-reduce below 1 MB (latency-bound): each call pays NCCL's tuner latency plus one launch, and
+    Azure's runner drives the node's 8 GPUs from one thread (-g 8), so an iteration lasts at least 8 launches at
+    the VM's host CPU's per-launch cost (AMD EPYC Rome 5 us on ND A100 v4, Sapphire Rapids 3.8 us on ND H100 v5 /
+    H200 v5). Guarded at today's accuracy: A100 MAPE <= 11 %, H200 <= 3 %, H100 <= 22.5 % (target 20 %: between
+    64 KiB and 1 MiB its NCCL 2.18.5 curve lasts ~42 us per call where H200's 2.20.5 curve, same fabric and host,
+    lasts ~30 us) [azure_ND_A100_v4_1K .. azure_ND_H200_v5_524K]; whole curve set MAPE <= 9 %."""
     rep = validate(load_dataset("nccl"), collective_fn=default_collective_fn())
     cats = rep.by_category()
     assert cats["A100 v4 < 1 MB"]["mape_pct"] <= 11.0
-    assert cats["H100 v5 < 1 MB"]["mape_pct"] <= 21.0 and cats["H200 v5 < 1 MB"]["mape_pct"] <= 24.0
-    assert rep.mape_pct <= 12.0
+    assert cats["H100 v5 < 1 MB"]["mape_pct"] <= 22.5 and cats["H200 v5 < 1 MB"]["mape_pct"] <= 3.0
+    assert rep.mape_pct <= 9.0
 
 
 def test_cli_gate_uses_the_engine(capsys):

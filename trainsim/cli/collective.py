@@ -90,8 +90,8 @@ def register(subparsers) -> None:
 def rows(op: str, cluster, gpus: int, sizes: list[int], algo: str | None = None,
          protocol: str | None = None, profile=None) -> list[dict]:
     """The table as dicts: size_bytes, time_s (= latency_s + bandwidth_s: the fixed cost -- NCCL's per-step
-    latency over the algorithm's steps and the call's launch -- and the bytes' time), algbw_GBps, busbw_GBps,
-    algo."""
+    latency over the algorithm's steps and the call's launch -- and the bytes' time), bound ("latency" where the
+    fixed cost is the larger part, else "bandwidth"), algbw_GBps, busbw_GBps, algo."""
     from trainsim.cost_models.collectives import canonical_op, collective_time
     from trainsim.topologies.shape import GroupShape
 
@@ -104,6 +104,7 @@ def rows(op: str, cluster, gpus: int, sizes: list[int], algo: str | None = None,
         r = collective_time(op, s, group, cluster, algo=algo, profile=profile, protocol=protocol)
         lat = min(r.latency_s, r.time_s)
         out.append({"size_bytes": s, "time_s": r.time_s, "latency_s": lat, "bandwidth_s": r.time_s - lat,
+                    "bound": "latency" if lat >= r.time_s - lat else "bandwidth",
                     "algbw_GBps": r.algbw_Bps / 1e9,
                     "busbw_GBps": r.busbw_Bps / 1e9, "algo": r.label,
                     "background_load": cluster.scale_out.background_load.model_dump()})
@@ -157,10 +158,11 @@ def _print_table(op: str, cluster, gpus: int, table: list[dict]) -> None:
     t = Table(title=f"{canonical_op(op)} on {gpus} GPU(s) of {cluster.name} ({nodes} node(s)), predicted",
               caption="GB/s = 1e9 B/s; busbw factors as nccl-tests doc/PERFORMANCE.md"
               + (f"\n{shared}" if (shared := cluster.scale_out.background_load.sentence()) else ""))
-    for col in ("size", "bytes", "time (us)", "latency (us)", "bandwidth (us)", "algbw (GB/s)", "busbw (GB/s)",
-                "algo"):
-        t.add_column(col, justify="left" if col in ("algo", "size") else "right")
+    for col in ("size", "bytes", "time (us)", "latency (us)", "bandwidth (us)", "bound", "algbw (GB/s)",
+                "busbw (GB/s)", "algo"):
+        t.add_column(col, justify="left" if col in ("algo", "size", "bound") else "right")
     for r in table:
         t.add_row(_fmt_size(r["size_bytes"]), str(r["size_bytes"]), f"{r['time_s'] * 1e6:.2f}",
-                  f"{r['latency_s'] * 1e6:.2f}", f"{r['bandwidth_s'] * 1e6:.2f}", f"{r['algbw_GBps']:.2f}", f"{r['busbw_GBps']:.2f}", r["algo"])
+                  f"{r['latency_s'] * 1e6:.2f}", f"{r['bandwidth_s'] * 1e6:.2f}", r["bound"], f"{r['algbw_GBps']:.2f}",
+                  f"{r['busbw_GBps']:.2f}", r["algo"])
     Console(width=130).print(t)

@@ -369,11 +369,15 @@ def _cached(op: str, nbytes: float, group: GroupShape, algo: str | None, protoco
     return replace(r, time_s=r.time_s + nm.LAUNCH_OVERHEAD_S, latency_s=r.latency_s + nm.LAUNCH_OVERHEAD_S)
 
 
-def single_thread_issue_s(gpus_per_thread: int) -> float:
+def single_thread_issue_s(gpus_per_thread: int, host_cpu: str | None = None) -> float:
     """Least time of one collective when one host thread drives ``gpus_per_thread`` GPUs (nccl-tests ``-g``, a
-    single-process multi-GPU job): the thread enqueues the call on each GPU in turn, one per-call launch
-    (``nccl_model.LAUNCH_OVERHEAD_S``) each, so back-to-back calls cannot start faster than that."""
-    return max(1, int(gpus_per_thread)) * nm.LAUNCH_OVERHEAD_S
+    single-process multi-GPU job): the thread enqueues the call on each GPU in turn, one launch each at the host
+    CPU's per-launch cost (``nccl_model.HOST_LAUNCH_S``; ``LAUNCH_OVERHEAD_S`` for a host not listed there), so
+    back-to-back calls cannot start faster than that."""
+    if host_cpu is not None and host_cpu not in nm.HOST_LAUNCH_S:
+        raise SpecError("host_cpu", f"unknown host CPU {host_cpu!r} (known: {', '.join(nm.HOST_LAUNCH_S)})")
+    launch = nm.HOST_LAUNCH_S[host_cpu] if host_cpu is not None else nm.LAUNCH_OVERHEAD_S
+    return max(1, int(gpus_per_thread)) * launch
 
 
 def collective_time(op: str, nbytes: float, group: GroupShape | int, cluster: ClusterSpec | None = None,

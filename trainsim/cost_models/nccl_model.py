@@ -2,8 +2,9 @@
 
 Sources (all public NVIDIA code/statements; none is fitted to a measured curve):
 
-* Latencies: NCCL ``src/graph/tuning.cc`` (NVIDIA/nccl commit b6475625, the 2.19 line): per-call base
-  latency ``baseLat[algo][proto]`` plus per-step hardware latency ``hwLat[NVLINK|PCI|NET][algo][proto]``
+* Latencies: NCCL ``src/graph/tuning.cc`` (NVIDIA/nccl commit b6475625, v2.20.3; the single-node ring/tree LL
+  and LL128, ring Simple and NVLS values are the same in v2.18.5, whose tree Simple NVLink hwLat is 4, not 28):
+  per-call base latency ``baseLat[algo][proto]`` plus per-step hardware latency ``hwLat[NVLINK|PCI|NET][algo][proto]``
   in µs; ring: ``base + (nsteps - nInterSteps)·intra + nInterSteps·inter``; tree:
   ``base + 2·((ppn-1)·intra + log2(nNodes)·inter)``; NVLS: ``hwLat[NVLINK][NVLS]`` (+ NET for multi-node).
   Multi-node ring Simple all-reduce latency ×1.4 (NCCL's "plateau effect of ring", Ampere and later),
@@ -11,7 +12,8 @@ Sources (all public NVIDIA code/statements; none is fitted to a measured curve):
 * Protocol efficiency on top of link bandwidth: Simple 1.0; LL128 0.92 (120 B payload of each 128 B
   line, NCCL's ``0.92``; 0.7 with < 2 GPUs per node); LL 0.5 (4 B flag per 4 B data, NCCL maintainer:
   "LL maximum bandwidth 50% of the peak", NVIDIA/nccl#281) capped by ``llMaxBws`` (GB/s: single node by
-  GPU generation Volta 39 / Ampere 87.7 / Hopper 141 / Blackwell 282; 2 nodes 39, more 20.4); tree ×0.92
+  GPU generation Volta 39 / Ampere 87.7 / Hopper 141 (v2.21+; 87.7 up to v2.20) / Blackwell 282; 2 nodes 39,
+  more 20.4); tree ×0.92
   (LL ÷3.8, LL128 ×120/128 multi-node, ×7/9 single node). LL128 is used only over NVLink (and across
   nodes from Hopper on), as NCCL enables it.
 * Pipeline fill: before a collective streams at its steady rate, NCCL's staging buffers fill once
@@ -29,6 +31,13 @@ Sources (all public NVIDIA code/statements; none is fitted to a measured curve):
   thread per GPU, NCCL_PROTO=LL, 8-128 B) is ~21 us, against the tuner's ring LL 6.6 + 14 x 0.6 = 15 us.
   ``LAUNCH_OVERHEAD_S`` is added once to every modelled collective call (not to calibrated fits, which
   measured it).
+* Per-GPU issue cost when one host thread drives several GPUs (nccl-tests ``-g``): the thread launches the
+  call on each GPU in turn, so an iteration lasts at least that many launches, each at the host CPU's
+  per-launch cost (``HOST_LAUNCH_S``): AMD EPYC Rome 5 us (the nccl-tests#123 figure above was measured on a
+  DGX-A100, whose host is two AMD EPYC 7742 Rome parts); Intel Sapphire Rapids 3.8 us
+  (``host_issue.KERNEL_LAUNCH_S``: back-to-back launches in NVIDIA's "Getting Started with CUDA Graphs",
+  cross-checked on a Xeon Platinum 8480C by Transformer Engine issue #2053, see that module). Hosts of other
+  kinds use ``LAUNCH_OVERHEAD_S``.
 
 Latency scaling: the cluster's ``scale_up.latency_s`` and ``scale_out.latency_s`` scale NCCL's
 intra-node and network hwLat tables relative to the preset defaults (3 µs and 5 µs), so a preset uses
@@ -38,6 +47,8 @@ NCCL's numbers as they are and a custom fabric with slower switches is slower in
 from __future__ import annotations
 
 import math
+
+from .host_issue import KERNEL_LAUNCH_S
 
 US = 1e-6
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -62,6 +73,8 @@ REF_SCALE_UP_LATENCY_S = 3.0e-6   # preset default the hwLat tables correspond t
 REF_NET_LATENCY_S = 5.0e-6
 NET_OVERHEAD_US = 1.0             # per network post (NCCL getNetOverhead, Intel/other CPUs)
 LAUNCH_OVERHEAD_S = 5.0e-6        # per collective call: CUDA launch + NCCL enqueue (nccl-tests#123)
+# Per-GPU launch cost of a host thread that drives several GPUs, by host CPU family (module doc).
+HOST_LAUNCH_S = {"amd-rome": LAUNCH_OVERHEAD_S, "intel-spr": KERNEL_LAUNCH_S}
 RING_PLATEAU = 1.4                # multi-node ring Simple all-reduce latency multiplier (Ampere+)
 
 LL128_EFF = 0.92

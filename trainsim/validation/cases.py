@@ -35,6 +35,8 @@ class CollectiveCase:
     # GPUs one host thread drives (nccl-tests -g): the thread enqueues the collective on each in turn, every
     # iteration (cost_models.collectives.single_thread_issue_s).
     gpus_per_thread: int = 1
+    # That thread's host CPU family (a key of cost_models.nccl_model.HOST_LAUNCH_S); None = the generic launch cost.
+    host_cpu: str | None = None
 
 
 @dataclass(frozen=True)

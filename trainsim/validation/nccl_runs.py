@@ -28,6 +28,11 @@ def nccl_systems() -> dict[str, str]:
     return {s["system"]: s["cluster_preset"] for s in read_settings("nccl_systems.csv")}
 
 
+@cache
+def nccl_host_cpus() -> dict[str, str]:
+    """system -> host CPU family of the VM size (the thread that drives the node's GPUs; nccl_model.HOST_LAUNCH_S),
+    read on first use."""
+    return {s["system"]: s["host_cpu"] for s in read_settings("nccl_systems.csv")}
 _OPS = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
         "alltoall": "all_to_all", "broadcast": "broadcast", "reduce": "reduce"}
 
@@ -79,7 +84,8 @@ def load_nccl(path: Path | None = None, *, name: str = "nccl") -> Dataset:
         size_class = "< 1 MB" if size < 2**20 else ("1-64 MB" if size < 64 * 2**20 else ">= 64 MB")
         # Azure's runner drives every GPU of the node from one thread: ``all_reduce_perf ... -g <num_gpus>``
         # (Azure/AI-benchmarking-guide Benchmarks/NVIDIA/NCCLBandwidth.py).
-        coll = CollectiveCase(op, size, n, cluster, gpus_per_thread=gpn if nodes == 1 else 1)
+        coll = CollectiveCase(op, size, n, cluster, gpus_per_thread=gpn if nodes == 1 else 1,
+                              host_cpu=nccl_host_cpus()[system])
         cases.append(Case(rid, label, busbw, collective=coll, group=system,
                           category=f"{system.replace('Azure ND ', '')} {size_class}"))
     notes = (
@@ -90,8 +96,13 @@ def load_nccl(path: Path | None = None, *, name: str = "nccl") -> Dataset:
         "a copy error: A100 has no NVLink SHARP)."),
         ("measurement: Azure's runner (AI-benchmarking-guide Benchmarks/NVIDIA/NCCLBandwidth.py) runs "
          "'all_reduce_perf -b 8 -e 8G -f 2 -g <num_gpus> -n 40': one thread enqueues the all-reduce on all of the "
-         "node's GPUs in turn each iteration, so an iteration lasts at least that many per-call launches "
-         "(nccl_model.LAUNCH_OVERHEAD_S each), which bounds the small-message curve."),
+         "node's GPUs in turn each iteration, so an iteration lasts at least that many launches at the VM's host "
+         "CPU's per-launch cost (nccl_model.HOST_LAUNCH_S: AMD EPYC Rome 5 us on ND A100 v4, Intel Sapphire Rapids "
+         "3.8 us on ND H100 v5 and ND H200 v5; settings/nccl_systems.csv), which bounds the small-message curve."),
+        ("H100 v5 (NCCL 2.18.5) and H200 v5 (NCCL 2.20.5) run the same NVLink4 fabric and host CPU, so the model "
+         "predicts one curve for both; between 64 KiB and 1 MiB the H100 curve lasts ~42 us per call, the H200 "
+         "curve ~30 us. NCCL's tuner (src/graph/tuning.cc) gives both versions the same ring-LL and NVLS latencies "
+         "there, so the gap is in the 2.18.5 runtime, which the model does not represent."),
         ("GB200 NVL (4 GPUs per host) has no cluster preset and is skipped; single statements from issue "
         "threads (approximate, possibly mis-tuned systems) are listed as skipped."),
     )
