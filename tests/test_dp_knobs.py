@@ -44,12 +44,13 @@ def test_defaults_are_the_framework_presets():
 
 @pytest.mark.parametrize("mib", [100.0, 200.0, 400.0])
 def test_bucket_count_and_cost_closed_form(mib):
-    """calls = ceil(gradient bytes / bucket bytes); n equal calls cost n x (latency + per-call bandwidth time),
+    """calls = min(ceil(gradient bytes / bucket bytes), parameter tensors: 32 blocks x 9 + 2); n equal calls cost n x (latency + per-call bandwidth time),
     whose bandwidth part is the whole gradient's bytes over the bandwidth, as one call's would be."""
     scn = scenario(dp_bucket_mb=mib)
     chunk = build_cost_table(scn).stages[0].chunks[0]
     grad = memory.rank_param_shards(scn, 0).held * scn.training.grad_bytes
-    calls = math.ceil(grad / (mib * MiB))
+    calls = min(math.ceil(grad / (mib * MiB)), 32 * 9 + 2)
+    assert (calls == 290) == (mib == 100.0)  # 100 MiB buckets would be 305 calls: more than the 290 tensors
     one = collective_time("reduce_scatter", grad / calls, place(scn).group("dp"), scn.cluster)
     assert sum(bk.latency_s for bk in chunk.grad_buckets) == pytest.approx(calls * one.latency_s, rel=1e-9)
     assert sum(bk.time_s for bk in chunk.grad_buckets) == pytest.approx(calls * one.time_s, rel=1e-9)
@@ -149,25 +150,21 @@ def test_overlapped_reduction_exposes_the_last_bucket(calls):
     assert tail == pytest.approx(chunk.grad_buckets[-1].time_s, rel=1e-6)
 
 
-def test_a_bucket_below_one_parameter_tensor_is_refused(capsys):
-    """Buckets hold whole tensors (torch DDP, Megatron-Core, DeepSpeed), so a block issues at most one call per
-    parameter tensor: Llama 3 8B's block holds 218.1 M parameters in 9 tensors (q, k, v, o, gate, up, down and two
-    RMSNorm weights), 24.2 M fp32 gradients = 92.4 MiB each on average at TP 1 and 11.6 MiB at TP 8."""
-    from trainsim.specs.data_parallel import min_bucket_mib
+def test_a_bucket_below_one_parameter_tensor_issues_one_call_per_tensor():
+    """Buckets hold whole tensors (torch DDP, Megatron-Core, DeepSpeed: specs/data_parallel.py), so a chunk issues
+    at most one call per parameter tensor: Llama 3 8B's block holds 218.1 M parameters in 9 tensors (q, k, v, o,
+    gate, up, down and two RMSNorm weights), 92.4 MiB of fp32 gradients each on average at TP 1. torch DDP's
+    default 25 MiB bucket is costed as one call per tensor (plus the embedding and output layer), never as
+    ceil(bytes / 25 MiB) calls, and a smaller bucket costs the same."""
     from trainsim.specs import load_model
     m = load_model("llama3-8b")
     assert m.block_param_tensors() == 9
     assert m.dense_layer_params() == 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
-    assert min_bucket_mib(m, 1, 4) == pytest.approx(m.dense_layer_params() / 9 * 4 / MiB) == pytest.approx(92.44,
-                                                                                                            abs=0.01)
-    assert min_bucket_mib(m, 8, 4) == pytest.approx(92.44 / 8, abs=0.01)
-    with pytest.raises(SpecError, match=r"^training.dp_bucket_mb: 25 MiB is below .* use at least 92.5 MiB$"):
-        scenario(dp_bucket_mb=25.0)
-    scenario(dp_bucket_mb=92.5)  # the printed floor is accepted
-    tp8 = build_scenario({**BASE, "layout": {"tp": 8}, "training": {**BASE["training"], "dp_bucket_mb": 25.0}}, {})
-    assert tp8.training.dp_bucket_mb == 25.0  # torch DDP's default fits a TP-8 shard's tensors
-    argv = ["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "32", "--seq-len", "4096",
-            "--global-batch", "64", "--dp-bucket-mb", "0.001"]
-    assert main(argv) == 2
-    err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "training.dp_bucket_mb" in err and "whole tensors" in err
+    grad = memory.rank_param_shards(scenario(), 0).held * 4
+    layers = scenario().model.num_layers
+    assert math.ceil(grad / (25 * MiB)) > layers * 9 + 2  # the byte count alone would charge more calls
+    tiny, ddp = (build_cost_table(scenario(dp_bucket_mb=mib)).stages[0].chunks[0] for mib in (0.001, 25.0))
+    one = collective_time("reduce_scatter", grad / (layers * 9 + 2), place(scenario()).group("dp"),
+                          scenario().cluster)
+    assert tiny.grad_buckets[-1].time_s == pytest.approx(one.time_s, rel=1e-9)
+    assert [b.time_s for b in tiny.grad_buckets] == pytest.approx([b.time_s for b in ddp.grad_buckets], rel=1e-12)

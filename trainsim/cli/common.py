@@ -216,8 +216,8 @@ def add_data_parallel_args(p: argparse.ArgumentParser, layout: bool = True) -> N
                        help="HSDP shard-group size (1..dp, dividing dp; zero 3, framework pytorch-fsdp/torch): "
                             "states sharded over S ranks, replicated over dp/S groups (default dp = full shard)")
     p.add_argument("--dp-bucket-mb", type=float_range(0.0, 1_000_000.0, lo_open=True), metavar="MIB",
-                   help="DP gradient bucket in MiB per reduction call (> 0, <= 1e6, and at least a block's mean "
-                        "parameter-tensor gradient: buckets hold whole tensors; default: the framework's, "
+                   help="DP gradient bucket in MiB per reduction call (> 0, <= 1e6; buckets hold whole tensors, so "
+                        "at most one call per parameter tensor; default: the framework's, "
                         "Megatron max(40M, 1M x dp) params; torch DDP uses 25)")
     p.add_argument("--overlap-grad-reduce", action=argparse.BooleanOptionalAction, default=None,
                    help="DP gradient reduction overlapped with backward (default: the framework's)")

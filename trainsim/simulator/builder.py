@@ -290,22 +290,31 @@ def _accumulate_s(st: _Step, params: float) -> float:
 
 def _grad_buckets(st: _Step, s: int, params: float, label: str, layers_of_chunk: int) -> tuple[Transfer, ...]:
     """The DP gradient reductions of one chunk's ``params`` as engine transfers."""
-    tr, fw, z = st.scenario.training, st.fw, st.z
+    tr = st.scenario.training
     if st.dp_group is None or params <= 0:
         return ()
-    # How many collectives the framework really issues for this chunk's gradients: ZeRO-2/3 reduce-
-    # scatter per block as backward produces it (FSDP), or per reduce bucket (DeepSpeed
-    # reduce_bucket_size); ZeRO-0/1 use Megatron's DDP bucket size. At most MAX_BUCKETS_PER_CHUNK
-    # transfers are simulated, each carrying its share of the calls' latency and bytes.
-    if z >= 2 and st.reduce_bucket_params:
-        calls = max(1, math.ceil(params / st.reduce_bucket_params))
-    elif z >= 2:
-        calls = max(1, layers_of_chunk)
-    else:
-        calls = max(1, math.ceil(params / st.bucket_params))
+    calls = _grad_calls(st, params, layers_of_chunk)
     per_call = params * tr.grad_bytes / calls
     return tuple(_bucket_transfer(st, s, per_call, k_calls, f"{label} bucket {k}")
                  for k, k_calls in enumerate(_calls_per_transfer(calls)))
+
+
+def _grad_calls(st: _Step, params: float, layers_of_chunk: int) -> int:
+    """How many collectives the framework really issues for a chunk's ``params`` gradients: ZeRO-2/3 reduce-
+    scatter per block as backward produces it (FSDP), or per reduce bucket (DeepSpeed reduce_bucket_size);
+    ZeRO-0/1 per DDP bucket. A bucket holds whole parameter tensors (specs/data_parallel.py cites each
+    framework), so a chunk issues at most one call per tensor: its blocks' tensors plus the embedding and the
+    output layer a first or last chunk holds (two, an upper bound elsewhere). MoE blocks hold one set of tensors
+    per local expert, more than a dense block's count, so the cap is not applied to them. At most
+    MAX_BUCKETS_PER_CHUNK transfers are simulated, each carrying its share of the calls' latency and bytes."""
+    z = st.z
+    if z >= 2 and not st.reduce_bucket_params:
+        return max(1, layers_of_chunk)
+    bucket = st.reduce_bucket_params if z >= 2 else st.bucket_params
+    calls = max(1, math.ceil(params / bucket))
+    if st.scenario.model.is_moe:
+        return calls
+    return min(calls, max(1, layers_of_chunk) * st.scenario.model.block_param_tensors() + 2)
 
 
 def _calls_per_transfer(calls: int) -> tuple[float, ...]:

@@ -15,22 +15,18 @@
   find_string id 18621914), Megatron-Core's gradient buffer (a bucket ends at the parameter whose end reaches
   ``bucket_size``, param_and_grad_buffer.py, id 54126231258), DeepSpeed ZeRO-1/2 (the bucket is flushed before a
   parameter that would overflow it, stage_1_and_2.py ``reduce_independent_p_g_buckets_and_remove_grads``, id
-  4579479047) -- so a block issues at most one call per parameter tensor, however small the bucket. The cost
-  model charges ceil(gradient bytes / bucket) calls, so a bucket below a block's mean parameter-tensor gradient
-  (``min_bucket_mib``) would charge more calls than tensors, a count no framework issues: refused.
+  4579479047) -- so a chunk issues at most one call per parameter tensor, however small the bucket. The cost
+  model charges min(ceil(gradient bytes / bucket), parameter tensors of the chunk) calls
+  (simulator/builder.py ``_grad_calls``), so any positive size is costed as the frameworks issue it.
 * ``TrainingSpec.overlap_grad_reduce``: torch DDP and FSDP always overlap the reduction with the backward
   (DDP's autograd hooks, FSDP's post-backward hooks); turning it off is refused for them.
 """
 
 from __future__ import annotations
 
-import math
-
 from .errors import SpecError
-from .model import ModelSpec
 from .training import Layout, TrainingSpec
 
-MiB = 1 << 20
 
 # Frameworks whose ZeRO-3 is torch FSDP (FSDP1 HYBRID_SHARD / FSDP2 2-D mesh have HSDP).
 FSDP_FRAMEWORKS = ("pytorch-fsdp", "torch")
@@ -38,15 +34,7 @@ FSDP_FRAMEWORKS = ("pytorch-fsdp", "torch")
 BUCKETED_ZERO_FRAMEWORKS = ("deepspeed", "deepspeed-2021")
 
 
-def min_bucket_mib(model: ModelSpec, tp: int, grad_bytes: int) -> float:
-    """The smallest ``dp_bucket_mb`` the cost model prices faithfully (module doc): the mean gradient bytes, in
-    MiB, of one parameter tensor of a dense block on one of ``tp`` tensor-parallel ranks. The count of tensors is
-    the executor block's (ModelSpec.block_param_tensors), an upper bound for frameworks that fuse tensors, so
-    the bound never refuses a bucket a framework could fill."""
-    return model.dense_layer_params() / tp / model.block_param_tensors() * grad_bytes / MiB
-
-
-def check_data_parallel(layout: Layout, t: TrainingSpec, dp: int, model: ModelSpec | None = None) -> None:
+def check_data_parallel(layout: Layout, t: TrainingSpec, dp: int) -> None:
     """Refuse inconsistent HSDP, bucket and overlap settings with one line naming the field."""
     _check_hsdp(layout, t, dp)
     if t.dp_bucket_mb is not None and t.effective_zero >= 2 and t.framework not in BUCKETED_ZERO_FRAMEWORKS:
@@ -55,13 +43,6 @@ def check_data_parallel(layout: Layout, t: TrainingSpec, dp: int, model: ModelSp
     if t.overlap_grad_reduce is False and t.framework in FSDP_FRAMEWORKS:
         raise SpecError("training.overlap_grad_reduce", f"framework {t.framework} (torch DDP/FSDP) always reduces "
                         "gradients in backward hooks, overlapped: there is no switch to turn it off")
-    if model is not None and t.dp_bucket_mb is not None:
-        floor = math.ceil(min_bucket_mib(model, layout.tp, t.grad_bytes) * 10) / 10  # as printed, one decimal
-        if t.dp_bucket_mb < floor:
-            raise SpecError("training.dp_bucket_mb", f"{t.dp_bucket_mb:g} MiB is below one parameter tensor's "
-                            f"gradients ({floor:.1f} MiB on average in a {model.name} block at tp={layout.tp}): "
-                            "frameworks put whole tensors in a bucket, so they issue at most one call per tensor, "
-                            f"fewer than such a bucket size implies; use at least {floor:.1f} MiB")
 
 
 def _check_hsdp(layout: Layout, t: TrainingSpec, dp: int) -> None:

@@ -240,7 +240,7 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
     _check_sequence(m, layout, t)
     _check_experts(m, layout, t, dp, etp)
     _check_batch(t, dp, layout.pp)
-    check_data_parallel(layout, t, dp, m)
+    check_data_parallel(layout, t, dp)
     _check_runtime(m, cluster, t, layout.pp)
     from .pools import check_pools
     check_pools(cluster, layout, t, dp)

@@ -187,9 +187,8 @@ class TrainingSpec(BaseModel):
         "of gradients per reduction call (torch DDP bucket_cap_mb, default 25; Megatron-Core DDP bucket_size, "
         "default max(40M, 1M x dp) parameters; DeepSpeed reduce_bucket_size): sets the number of calls, each "
         "paying the collective's latency, and the last, exposed bucket. None = the framework's default. FSDP "
-        "reduces per wrapped block and has no bucket. At least the mean gradient of one parameter tensor of a "
-        "block on a TP rank (specs/data_parallel.min_bucket_mib): frameworks put whole tensors in a bucket, so a "
-        "smaller size cannot issue more calls")
+        "reduces per wrapped block and has no bucket. Frameworks put whole tensors in a bucket, so a chunk "
+        "issues at most one call per parameter tensor however small the bucket (specs/data_parallel.py)")
     tp_comm_overlap: bool = Field(default=False, description="Transformer Engine userbuffers overlap of the "
                                   "sequence-parallel all-gathers / reduce-scatters with their GEMMs (Megatron-Core "
                                   "--tp-comm-overlap, off by default; on in Megatron-Bridge performance recipes). "
