@@ -9,7 +9,8 @@ rank count at fixed work per GPU can be read off (issue 22 item 3). Rows that st
 2023) also show the prediction under the year rule alone (the same CSV with those columns blank), so what the
 stated code changes is visible. Then a 7B Llama (LLaMA-1 7B shape) in pure
 ZeRO-1 data parallelism on DGX A100, one 4,096-token sequence per GPU, from 8 to 1,024 GPUs per framework: the
-step's growth with ranks and its exposed DP time.
+step's growth with ranks and its exposed DP time (``deepspeed-2021``: DeepSpeed before v0.12.4, whose ZeRO-1/2
+reduce each owner rank's slice of every bucket in a call of its own, about one ring over all ranks per GPU).
 """
 
 from __future__ import annotations
@@ -86,8 +87,8 @@ LLAMA_7B = {"num_layers": 32, "hidden": 4096, "num_heads": 32, "ffn_hidden": 110
 
 def zero1_growth() -> None:
     print("\nLlama 7B, ZeRO-1 over all ranks, DGX A100, seq 4096, one sequence per GPU")
-    print(f"{'framework':>10} {'GPUs':>6} {'step s':>8} {'vs 8':>7} {'exposed DP s':>12}")
-    for fw in ("deepspeed", "megatron", "torch"):
+    print(f"{'framework':>14} {'GPUs':>6} {'step s':>8} {'vs 8':>7} {'exposed DP s':>12}")
+    for fw in ("deepspeed", "deepspeed-2021", "megatron", "torch"):
         base = None
         for g in (8, 64, 1024):
             sc = build_scenario({"model": LLAMA_7B, "cluster": "dgx-a100", "gpus": g,
@@ -95,7 +96,7 @@ def zero1_growth() -> None:
                                               "framework": fw}})
             r = predict(sc)
             base = base or r.step_time_s
-            print(f"{fw:>10} {g:>6} {r.step_time_s:>8.3f} {r.step_time_s / base - 1:>+7.1%} "
+            print(f"{fw:>14} {g:>6} {r.step_time_s:>8.3f} {r.step_time_s / base - 1:>+7.1%} "
                   f"{r.exposed_comm_s.get('dp', 0.0):>12.3f}")
 
 
