@@ -22,7 +22,10 @@ import tempfile
 from collections import defaultdict
 from pathlib import Path
 
+from trainsim.cost_models.collectives import collective_time
 from trainsim.simulator.predict import predict
+from trainsim.topologies.placement import place
+from trainsim.topologies.shape import GroupShape
 from trainsim.specs import build_scenario
 from trainsim.validation.common_run_cases import load_common_runs
 from trainsim.validation.measured_runs import step_time_of
@@ -59,7 +62,30 @@ def main() -> None:
         if len({c.scenario.num_gpus for c in cases}) < 2:
             continue
         _family(table, model, sorted(cases, key=lambda c: c.scenario.num_gpus), ds.metric, year_rule)
+    small_collectives([c for c in ds.active if c.row_id.startswith("megascale_mlm_175b_")])
     zero1_growth()
+
+
+def small_collectives(cases: list) -> None:
+    """The per-step scalar collectives of Megatron-LM (commit 285068c8) over many ranks, from the collective model:
+    the loss all-reduce over the data-parallel group every micro-batch on the last stage (pretrain_gpt.py
+    ``average_losses_across_data_parallel_group``) and the gradient-norm all-reduce over the model-parallel group
+    (optimizer/clip_grads.py); bf16 has no grad scaler, so no ``found_inf`` all-reduce, and the timers of log level 0
+    place no barrier inside the step (timers.py returns a dummy for level-1 timers). Not in the engine: their sum
+    is printed against the step to show its size."""
+    if not cases:
+        return
+    print("\nMegaScale baseline: per-step scalar collectives (4 B each), closed form")
+    print(f"{'GPUs':>7} {'dp':>4} {'micro-batches':>13} {'loss AR us':>10} {'norm AR us':>10} {'sum ms':>7} {'of step':>8}")
+    for c in sorted(cases, key=lambda c: c.scenario.num_gpus):
+        sc = c.scenario
+        loss = collective_time("all_reduce", 4, place(sc).group("dp"), sc.cluster)
+        mp = GroupShape.contiguous(sc.layout.tp * sc.layout.pp, sc.cluster)
+        norm = collective_time("all_reduce", 4, mp, sc.cluster)
+        total = sc.num_microbatches * loss.time_s + norm.time_s
+        step = predict(sc).step_time_s
+        print(f"{sc.num_gpus:>7} {sc.dp:>4} {sc.num_microbatches:>13} {loss.time_s * 1e6:>10.1f} "
+              f"{norm.time_s * 1e6:>10.1f} {total * 1e3:>7.2f} {total / step:>8.3%}")
 
 
 def _family(table: str, model: str, cases: list, metric: str, year_rule: dict) -> None:
