@@ -4,28 +4,56 @@
 
 Per family: each run's GPU count, published step, predicted step, signed error (predicted/published - 1) and
 the exposed data-parallel / sharding communication of the predicted step, so the trend of the error with
-rank count at fixed work per GPU can be read off (issue 22 item 3). Then a 7B Llama (LLaMA-1 7B shape) in pure
+rank count at fixed work per GPU can be read off (issue 22 item 3). Rows that state the code they ran
+(``framework`` / ``flash_attention_version`` columns, e.g. MegaScale's Megatron-LM commit 285068c8 of January
+2023) also show the prediction under the year rule alone (the same CSV with those columns blank), so what the
+stated code changes is visible. Then a 7B Llama (LLaMA-1 7B shape) in pure
 ZeRO-1 data parallelism on DGX A100, one 4,096-token sequence per GPU, from 8 to 1,024 GPUs per framework: the
-step's growth with ranks and its exposed DP time.
+step's growth with ranks and its exposed DP time (``deepspeed-2021``: DeepSpeed before v0.12.4, whose ZeRO-1/2
+reduce each owner rank's slice of every bucket in a call of its own, about one ring over all ranks per GPU).
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import math
+import tempfile
 from collections import defaultdict
+from pathlib import Path
 
+from trainsim.cost_models.collectives import collective_time
 from trainsim.simulator.predict import predict
+from trainsim.topologies.placement import place
+from trainsim.topologies.shape import GroupShape
 from trainsim.specs import build_scenario
+from trainsim.validation.common_run_cases import load_common_runs
 from trainsim.validation.measured_runs import step_time_of
-from trainsim.validation.residual_sources import datasets
+from trainsim.validation.residual_sources import REPO
+
+PROBE = REPO / "docs" / "probe_runs.csv"
+STATED_CODE = ("framework", "flash_attention_version")
+
+
+def _year_rule_cases() -> dict:
+    """row_id -> case of the probe CSV with the stated-code columns blank (the loader's year rule decides)."""
+    with open(PROBE, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "probe_year_rule.csv"
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows({k: ("" if k in STATED_CODE else v) for k, v in r.items()} for r in rows)
+        return {c.row_id: c for c in load_common_runs(path, name="probe_year_rule").active}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--family", default="", help="only families whose source table contains this text")
     args = ap.parse_args()
-    ds = datasets()["probe"]()
+    ds = load_common_runs(PROBE, name="probe_runs")
+    year_rule = _year_rule_cases()
     fams: dict[tuple, list] = defaultdict(list)
     for c in ds.active:
         if math.isfinite(c.published) and c.published > 0 and args.family.lower() in c.category.lower():
@@ -33,14 +61,49 @@ def main() -> None:
     for (table, model), cases in sorted(fams.items()):
         if len({c.scenario.num_gpus for c in cases}) < 2:
             continue
-        print(f"\n{table} / {model}")
-        print(f"{'GPUs':>7} {'published s':>12} {'predicted s':>12} {'error':>8} {'exposed DP s':>12}")
-        for c in sorted(cases, key=lambda c: c.scenario.num_gpus):
-            pub = step_time_of(c, ds.metric)
-            r = predict(c.scenario)
-            dp = r.exposed_comm_s.get("dp", 0.0)
-            print(f"{c.scenario.num_gpus:>7} {pub:>12.3f} {r.step_time_s:>12.3f} {r.step_time_s / pub - 1:>+8.1%} {dp:>12.3f}")
+        _family(table, model, sorted(cases, key=lambda c: c.scenario.num_gpus), ds.metric, year_rule)
+    small_collectives([c for c in ds.active if c.row_id.startswith("megascale_mlm_175b_")])
     zero1_growth()
+
+
+def small_collectives(cases: list) -> None:
+    """The per-step scalar collectives of Megatron-LM (commit 285068c8) over many ranks, from the collective model:
+    the loss all-reduce over the data-parallel group every micro-batch on the last stage (pretrain_gpt.py
+    ``average_losses_across_data_parallel_group``) and the gradient-norm all-reduce over the model-parallel group
+    (optimizer/clip_grads.py); bf16 has no grad scaler, so no ``found_inf`` all-reduce, and the timers of log level 0
+    place no barrier inside the step (timers.py returns a dummy for level-1 timers). Not in the engine: their sum
+    is printed against the step to show its size."""
+    if not cases:
+        return
+    print("\nMegaScale baseline: per-step scalar collectives (4 B each), closed form")
+    print(f"{'GPUs':>7} {'dp':>4} {'micro-batches':>13} {'loss AR us':>10} {'norm AR us':>10} {'sum ms':>7} {'of step':>8}")
+    for c in sorted(cases, key=lambda c: c.scenario.num_gpus):
+        sc = c.scenario
+        loss = collective_time("all_reduce", 4, place(sc).group("dp"), sc.cluster)
+        mp = GroupShape.contiguous(sc.layout.tp * sc.layout.pp, sc.cluster)
+        norm = collective_time("all_reduce", 4, mp, sc.cluster)
+        total = sc.num_microbatches * loss.time_s + norm.time_s
+        step = predict(sc).step_time_s
+        print(f"{sc.num_gpus:>7} {sc.dp:>4} {sc.num_microbatches:>13} {loss.time_s * 1e6:>10.1f} "
+              f"{norm.time_s * 1e6:>10.1f} {total * 1e3:>7.2f} {total / step:>8.3%}")
+
+
+def _family(table: str, model: str, cases: list, metric: str, year_rule: dict) -> None:
+    stated = any(c.scenario.training != year_rule[c.row_id].scenario.training for c in cases)
+    fw = cases[0].scenario.training.framework
+    print(f"\n{table} / {model}" + (f" (stated code: {fw}; year rule: "
+                                   f"{year_rule[cases[0].row_id].scenario.training.framework})" if stated else ""))
+    extra = f" {'year rule s':>12} {'error':>8} {'DP s':>7}" if stated else ""
+    print(f"{'GPUs':>7} {'published s':>12} {'predicted s':>12} {'error':>8} {'exposed DP s':>12}{extra}")
+    for c in cases:
+        pub = step_time_of(c, metric)
+        r = predict(c.scenario)
+        line = (f"{c.scenario.num_gpus:>7} {pub:>12.3f} {r.step_time_s:>12.3f} {r.step_time_s / pub - 1:>+8.1%} "
+                f"{r.exposed_comm_s.get('dp', 0.0):>12.3f}")
+        if stated:
+            y = predict(year_rule[c.row_id].scenario)
+            line += f" {y.step_time_s:>12.3f} {y.step_time_s / pub - 1:>+8.1%} {y.exposed_comm_s.get('dp', 0.0):>7.3f}"
+        print(line)
 
 
 LLAMA_7B = {"num_layers": 32, "hidden": 4096, "num_heads": 32, "ffn_hidden": 11008, "vocab_size": 32000,
@@ -50,8 +113,8 @@ LLAMA_7B = {"num_layers": 32, "hidden": 4096, "num_heads": 32, "ffn_hidden": 110
 
 def zero1_growth() -> None:
     print("\nLlama 7B, ZeRO-1 over all ranks, DGX A100, seq 4096, one sequence per GPU")
-    print(f"{'framework':>10} {'GPUs':>6} {'step s':>8} {'vs 8':>7} {'exposed DP s':>12}")
-    for fw in ("deepspeed", "megatron", "torch"):
+    print(f"{'framework':>14} {'GPUs':>6} {'step s':>8} {'vs 8':>7} {'exposed DP s':>12}")
+    for fw in ("deepspeed", "deepspeed-2021", "megatron", "torch"):
         base = None
         for g in (8, 64, 1024):
             sc = build_scenario({"model": LLAMA_7B, "cluster": "dgx-a100", "gpus": g,
@@ -59,7 +122,7 @@ def zero1_growth() -> None:
                                               "framework": fw}})
             r = predict(sc)
             base = base or r.step_time_s
-            print(f"{fw:>10} {g:>6} {r.step_time_s:>8.3f} {r.step_time_s / base - 1:>+7.1%} "
+            print(f"{fw:>14} {g:>6} {r.step_time_s:>8.3f} {r.step_time_s / base - 1:>+7.1%} "
                   f"{r.exposed_comm_s.get('dp', 0.0):>12.3f}")
 
 

@@ -343,7 +343,7 @@ def test_explicit_recipe_columns_replace_the_year_rules(tmp_path):
     rail-optimized fabric) that states the Korthikanti et al. 2022 recipe in the explicit columns is built with
     that recipe; an empty explicit cell keeps the rule; an unreadable yes/no cell skips the row naming it."""
     explicit = {"framework": "megatron-2022", "dtype": "fp16", "grad_dtype_bytes": "4", "flash_attention": "no",
-                "dropout": "yes", "fabric": "fat-tree", "label": "my label", "category": "my group",
+                "flash_attention_version": "1", "dropout": "yes", "fabric": "fat-tree", "label": "my label", "category": "my group",
                 "precision": "mixed precision (int4 text not read when dtype is stated)"}
     rows = [{**LLAMA_ROW, "row_id": "explicit", **explicit}, {**LLAMA_ROW, "row_id": "rules", "framework": ""},
             {**LLAMA_ROW, "row_id": "badflag", "flash_attention": "maybe"}]
@@ -351,11 +351,13 @@ def test_explicit_recipe_columns_replace_the_year_rules(tmp_path):
     t, c = cases["explicit"].scenario.training, cases["explicit"].scenario.cluster
     assert (t.framework, t.dtype, t.grad_dtype_bytes, t.flash_attention, t.dropout) == \
         ("megatron-2022", "fp16", 4, False, True)
+    assert t.flash_attention_version == 1
     assert c.scale_out.fabric == "fat-tree"
     assert (cases["explicit"].label, cases["explicit"].category) == ("my label", "my group")
     r = cases["rules"].scenario
     assert (r.training.framework, r.training.dtype, r.training.grad_dtype_bytes) == ("megatron", "bf16", 0)
     assert r.training.flash_attention is True and r.training.dropout is False
+    assert r.training.flash_attention_version == 2
     assert r.cluster.scale_out.fabric == load_cluster("dgx-h100").scale_out.fabric
     assert "flash_attention" in cases["badflag"].skip_reason
 

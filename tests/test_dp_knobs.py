@@ -93,13 +93,21 @@ def test_overlap_on_for_a_framework_without_it():
 
 
 def test_deepspeed_reduce_bucket():
-    """DeepSpeed ZeRO-2 reduces in reduce_bucket_size buckets: dp_bucket_mb sets them."""
+    """DeepSpeed ZeRO-2 reduces in reduce_bucket_size buckets (dp_bucket_mb sets them), one all-reduce per bucket
+    (use_multi_rank_bucket_allreduce, DeepSpeed >= 0.12.4), in its backward hooks on the compute stream
+    (overlap_comm defaults to stage == 3): every micro-batch's backward carries the calls, none reach the DP
+    stream; with overlap_grad_reduce on they go back to the engine as buckets of the same calls."""
     scn = scenario(framework="deepspeed", distributed_optimizer=False, zero=2, dp_bucket_mb=64.0)
     chunk = build_cost_table(scn).stages[0].chunks[0]
     grad = memory.rank_param_shards(scn, 0).held * scn.training.grad_bytes
     calls = math.ceil(grad / (64 * MiB))
-    one = collective_time("reduce_scatter", grad / calls, place(scn).group("dp"), scn.cluster)
-    assert sum(bk.latency_s for bk in chunk.grad_buckets) == pytest.approx(calls * one.latency_s, rel=1e-9)
+    one = collective_time("all_reduce", grad / calls, place(scn).group("dp"), scn.cluster)
+    assert chunk.grad_buckets == ()
+    assert chunk.dp_bwd_s == pytest.approx(calls * one.time_s, rel=1e-9)
+    on = build_cost_table(scenario(framework="deepspeed", distributed_optimizer=False, zero=2, dp_bucket_mb=64.0,
+                                   overlap_grad_reduce=True)).stages[0].chunks[0]
+    assert on.dp_bwd_s == 0.0 and all(bk.name.startswith("all_reduce") for bk in on.grad_buckets)
+    assert sum(bk.latency_s for bk in on.grad_buckets) == pytest.approx(calls * one.latency_s, rel=1e-9)
 
 
 @pytest.mark.parametrize("training,msg", [

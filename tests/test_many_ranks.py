@@ -1,6 +1,7 @@
 """Collectives over many ranks: NCCL's latency closed forms for ring and tree up to 16,384 ranks, the algorithm
-NCCL's tuner would pick there, and the number of calls each framework issues for ZeRO-1/2's gather of the
-updated parameters (each call pays the latency of a ring over the whole data-parallel group)."""
+NCCL's tuner would pick there, and the number of calls each framework issues for ZeRO-1/2's gradient reduction and
+gather of the updated parameters (each call pays the latency of a ring over the whole data-parallel group); the
+MegaScale baseline rows run the Megatron-LM code their commit has."""
 
 from __future__ import annotations
 
@@ -99,3 +100,102 @@ def test_per_call_latency_grows_the_zero1_gather_with_ranks():
     assert lat[1024] / lat[64] == pytest.approx(
         _ring_simple_net_latency(1024, 128, 1023, 127) / _ring_simple_net_latency(64, 8, 63, 7), rel=1e-6)
     assert lat[1024] / lat[64] > 10
+
+
+def _megascale():
+    from trainsim.validation.common_run_cases import load_common_runs
+    from trainsim.validation.residual_sources import REPO
+    ds = load_common_runs(REPO / "docs" / "probe_runs.csv", name="probe_runs")
+    return {c.scenario.num_gpus: c for c in ds.active if c.row_id.startswith("megascale_mlm_175b_")}
+
+
+def test_megascale_baseline_runs_the_code_its_commit_has():
+    """MegaScale Sec. 6.1: the baseline is Megatron-LM commit 285068c8 (2023-01-11), whose train_step all-reduces
+    the gradient buffers after the backward pass (local DDP), blocks on pipeline p2p and calls flash_attn 1.x:
+    the rows state megatron-2022 and FlashAttention 1, not the year rule's Megatron-Core (arXiv 2024)."""
+    cases = _megascale()
+    assert sorted(cases) == [256, 512, 768, 1024, 3072, 6144, 8192, 12288]
+    for c in cases.values():
+        t = c.scenario.training
+        assert (t.framework, t.flash_attention_version, t.zero) == ("megatron-2022", 1, 0)
+        assert (c.scenario.layout.tp, c.scenario.layout.pp, c.scenario.layout.vpp) == (8, 8, 6)
+
+
+def test_megascale_gradient_all_reduce_is_exposed_in_full():
+    """Without overlap the step exposes every gradient all-reduce of the data-parallel group: the engine's exposed
+    DP time at 256 GPUs (dp 4, one A100 rail per ring) is the sum of the bucket all-reduces' closed-form times
+    over the DP group (fp32 main grads), within the engine's link sharing."""
+    from trainsim.simulator.predict import predict
+    sc = _megascale()[256].scenario
+    st = build_cost_table(sc).stages[0]
+    buckets = [b for ch in st.chunks for b in ch.grad_buckets]
+    assert buckets and all(b.name.startswith("all_reduce") for b in buckets)
+    assert sum(b.nbytes for b in buckets) == pytest.approx(st.grads_bytes, rel=1e-3)  # fp32: 4 B per parameter
+    closed = sum(b.transfer_s + b.latency_s for b in buckets)
+    assert predict(sc).exposed_comm_s["dp"] == pytest.approx(closed, rel=0.02)
+
+
+def _ring_ll_latency(steps: int, inter: int) -> float:
+    """tuning.cc ring latency under LL on the DGX presets: base + (steps - inter) intra-node steps (each at least one
+    network post, getNetOverhead) + inter network steps, plus the launch."""
+    intra = max(nm.HW_LAT_US["nvlink"]["ring"]["LL"], nm.NET_OVERHEAD_US)
+    return (nm.BASE_LAT_US["ring"]["LL"] + (steps - inter) * intra
+            + inter * nm.HW_LAT_US["net"]["ring"]["LL"]) * US + nm.LAUNCH_OVERHEAD_S
+
+
+def _zero1_bf16_grads(framework: str, gpus: int):
+    return build_scenario({"model": LLAMA_7B, "cluster": "dgx-a100", "gpus": gpus,
+                           "training": {"seq_len": 4096, "micro_batch": 1, "global_batch": gpus, "zero": 1,
+                                        "framework": framework}})
+
+
+def test_deepspeed_before_0_12_4_reduces_each_owner_slice_as_a_ring_over_all_ranks():
+    """DeepSpeed ZeRO-1 (DeepSpeedZeroOptimizer.average_tensor, reduce_scatter=True, before PR #4695): one
+    dist.reduce per (5e8-element bucket, owner rank) pair, buckets + dp - 1 calls; over 1,024 A100s each is a ring
+    of 1,023 steps, 127 across the network (NCCL's reduce has no tree): ~1.25 ms apiece, ~1.3 s per step."""
+    sc = _zero1_bf16_grads("deepspeed-2021", 1024)
+    st = build_cost_table(sc).stages[0]
+    buckets = [b for ch in st.chunks for b in ch.grad_buckets]
+    held = sc.model.total_params()
+    calls = math.ceil(held / 5e8) + 1024 - 1
+    assert all(b.name.startswith("reduce grads") for b in buckets)
+    assert sum(b.nbytes for b in buckets) == pytest.approx(held * 2)
+    one = collective_time("reduce", held * 2 / calls, GroupShape.contiguous(1024, sc.cluster), sc.cluster)
+    assert one.protocol == "LL" and one.latency_s == pytest.approx(_ring_ll_latency(1023, 127), rel=1e-9)
+    assert sum(b.latency_s for b in buckets) == pytest.approx(calls * one.latency_s, rel=1e-9)
+    assert sum(b.latency_s for b in buckets) > 1.2
+
+
+def test_deepspeed_all_reduces_each_bucket_after_the_backward():
+    """DeepSpeed >= 0.12.4 (use_multi_rank_bucket_allreduce): one all-reduce per 5e8-element bucket, and with
+    overlap_comm off for stage 1 (its default) after the backward pass: the step exposes every call."""
+    from trainsim.simulator.predict import predict
+    sc = _zero1_bf16_grads("deepspeed", 64)
+    st = build_cost_table(sc).stages[0]
+    buckets = [b for ch in st.chunks for b in ch.grad_buckets]
+    held = sc.model.total_params()
+    calls = math.ceil(held / 5e8)
+    one = collective_time("all_reduce", held * 2 / calls, GroupShape.contiguous(64, sc.cluster), sc.cluster)
+    assert all(b.name.startswith("all_reduce grads") for b in buckets)
+    assert sum(b.time_s for b in buckets) == pytest.approx(calls * one.time_s, rel=1e-9)
+    gather = st.post_step[0]
+    exposed = predict(sc).exposed_comm_s["dp"]
+    assert exposed == pytest.approx(calls * one.time_s + gather.time_s, rel=0.02)
+
+
+def test_default_overlap_by_framework_and_stage():
+    """DeepSpeed's overlap_comm defaults to stage == 3; Megatron-Core and torch overlap at every stage; an explicit
+    overlap_grad_reduce wins."""
+    from trainsim.cost_models import framework
+    def t(fw, zero, **kw):
+        return build_scenario({"model": LLAMA_7B, "cluster": "dgx-a100", "gpus": 16,
+                               "training": {"seq_len": 2048, "global_batch": 16, "zero": zero, "framework": fw,
+                                            **kw}}).training
+    assert [framework.default_overlap_grad_reduce(t("deepspeed", z)) for z in (0, 1, 2, 3)] == [False] * 3 + [True]
+    assert all(framework.default_overlap_grad_reduce(t("megatron", z)) for z in (0, 1))
+    assert framework.grad_reduce_op(t("deepspeed", 0)) == "all_reduce"
+    assert framework.grad_reduce_op(t("deepspeed-2021", 1)) == "reduce"
+    assert framework.grad_reduce_op(t("megatron", 1)) == "reduce_scatter"
+    on = build_cost_table(build_scenario({"model": LLAMA_7B, "cluster": "dgx-a100", "gpus": 16, "training": {
+        "seq_len": 2048, "global_batch": 16, "zero": 1, "framework": "deepspeed", "overlap_grad_reduce": True}}))
+    assert on.overlap_grad_reduce is True

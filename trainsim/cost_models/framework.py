@@ -14,7 +14,8 @@ fitted to a measurement.
     - pytorch-fsdp (the llm-foundry / Composer FSDP stack of the MosaicML benchmarks): FSDP reduce-scatters each wrapped block's gradients in a post-backward hook, on a
       separate stream, overlapped with the backward of earlier blocks (torch.distributed.fsdp docs).
     - deepspeed: ZeRO ``overlap_comm`` -- gradients are reduced in ``reduce_bucket_size`` buckets during
-      backward (DeepSpeed ZeRO config docs; on by default for stage 3).
+      backward (DeepSpeed ZeRO config docs; on by default for stage 3 only: stages 0-2 reduce after the
+      backward, or in its hooks on the compute stream, ``overlap_below_zero3``).
 * ``cross_entropy_bytes`` -- HBM bytes per logit (forward, backward) of the loss, with ``e``-byte logits.
     - Megatron's vocab-parallel cross-entropy (megatron/mpu/cross_entropy.py in 2021,
       megatron/core/tensor_parallel/cross_entropy.py today; the un-fused path is Megatron-Core's default,
@@ -185,6 +186,8 @@ fitted to a measurement.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -262,6 +265,15 @@ class FrameworkBehaviour:
     # 67184530167): memory.megatron_global_buffer. The SC21 code of megatron-2021 predates it (its
     # tensor-parallel layers allocate per call), and DeepSpeed's engine does not allocate it.
     global_memory_buffer: bool = False
+    # ZeRO 0-2 gradient reduction calls (see zero12_reduce_calls): "ddp_bucket" per DDP bucket (Megatron, torch);
+    # DeepSpeed's own buckets of reduce_bucket_size elements, DeepSpeedZeroOptimizer ``average_tensor`` with its
+    # default reduce_scatter=True: "per_rank_reduce" one ``dist.reduce`` of each destination rank's slice of a
+    # bucket (DeepSpeed up to v0.12.3), "bucket_all_reduce" one all-reduce per bucket, every rank keeping its
+    # slice (``use_multi_rank_bucket_allreduce``, default True from v0.12.4: PR #4695, 2afa1c7f2, 2023-11-21).
+    dp_grad_calls: Literal["ddp_bucket", "per_rank_reduce", "bucket_all_reduce"] = "ddp_bucket"
+    # ZeRO 0-2 gradient reduction overlapped with the backward (else on the compute stream after it): DeepSpeed's
+    # ``overlap_comm`` defaults to ``stage == 3`` (runtime/zero/config.py ``overlap_comm_valid``).
+    overlap_below_zero3: bool = True
 
 
 BEHAVIOURS: dict[str, FrameworkBehaviour] = {
@@ -302,13 +314,15 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
     "deepspeed": FrameworkBehaviour("deepspeed", overlap_grad_reduce=True, fused_cross_entropy=False,
                                     zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
                                     pipeline_output_kept=True, param_gather="allgather_bucket",
-                                    model_parallel_groups=True, pp_loss_broadcast=True),
+                                    model_parallel_groups=True, pp_loss_broadcast=True,
+                                    dp_grad_calls="bucket_all_reduce", overlap_below_zero3=False),
     "deepspeed-2021": FrameworkBehaviour("deepspeed-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
                                          zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
                                          zero3_overlap=False, zero3_gather_ops_per_rank=2,
                                          zero3_persistent_regather=True, pipeline_output_kept=True,
                                          param_gather="allgather_bucket", model_parallel_groups=True,
-                                         pp_loss_broadcast=True),
+                                         pp_loss_broadcast=True, dp_grad_calls="per_rank_reduce",
+                                         overlap_below_zero3=False),
     # torch.distributed's own parallelism as trainsim execute runs it (kernels/parallelize.py): DDP buckets
     # reduced during backward, FSDP2 per-block gathers, eager F.cross_entropy (log_softmax + nll, not
     # fused), parallelize_module TP. Pipelining: Schedule1F1B's steady state fuses each send with the next
@@ -342,6 +356,43 @@ def p2p_blocks(training) -> bool:
         return not training.overlap_p2p
     mode = BEHAVIOURS[training.framework].p2p_overlap
     return mode == "never" or (mode == "interleaved" and training.schedule != "interleaved")
+
+
+def default_overlap_grad_reduce(training) -> bool:
+    """Whether the framework overlaps gradient reduction with the backward at the training's ZeRO stage by default
+    (``TrainingSpec.overlap_grad_reduce`` unset)."""
+    fw = BEHAVIOURS[training.framework]
+    return fw.overlap_grad_reduce and (fw.overlap_below_zero3 or training.effective_zero >= 3)
+
+
+def _deepspeed_reduce(training) -> str:
+    """The ZeRO 0-2 reduction mode: the framework's, but DeepSpeed ZeRO-0 and its BF16_Optimizer (ZeRO-1) reduce
+    through the engine's ``buffered_allreduce_fallback``: all-reduces of ``elements_per_buffer`` = 5e8 elements."""
+    mode = BEHAVIOURS[training.framework].dp_grad_calls
+    if mode != "ddp_bucket" and (training.effective_zero == 0 or bf16_optimizer(training)):
+        return "bucket_all_reduce"
+    return mode
+
+
+def grad_reduce_op(training) -> str:
+    """The collective that reduces gradients across data-parallel ranks at the training's ZeRO stage."""
+    z, fw = training.effective_zero, BEHAVIOURS[training.framework]
+    if z == 0 or (z == 1 and fw.param_gather == "broadcast_per_param"):
+        return "all_reduce"  # torch's ZeroRedundancyOptimizer shards only the optimizer: DDP all-reduces
+    mode = _deepspeed_reduce(training) if z <= 2 else "ddp_bucket"
+    return {"per_rank_reduce": "reduce", "bucket_all_reduce": "all_reduce"}.get(mode, "reduce_scatter")
+
+
+def zero12_reduce_calls(training, params: float, dp: int, bucket_params: float) -> int | None:
+    """Collective calls of one ZeRO 0-2 reduction of ``params`` gradients over ``dp`` ranks in DeepSpeed's buckets
+    of ``bucket_params`` elements; None where the framework reduces in DDP buckets. Each rank owns a contiguous
+    1/dp of the flat gradient, so the per-rank ``reduce`` path issues one call per (bucket, owner) pair: the
+    owners' ranges split ``buckets - 1`` times more, ``buckets + dp - 1`` calls in all."""
+    mode = _deepspeed_reduce(training) if training.effective_zero <= 2 else "ddp_bucket"
+    if mode == "ddp_bucket":
+        return None
+    buckets = max(1, math.ceil(params / bucket_params))
+    return buckets + dp - 1 if mode == "per_rank_reduce" else buckets
 
 
 def held_grad_bytes(training) -> int:

@@ -35,7 +35,9 @@ What goes where (choices documented here, once):
 * DP: gradients reduced in Megatron DDP buckets (max(40M, 1M·dp) parameters, Megatron-Core default) as
   each chunk's last backward produces them (or all after the backward pass when the framework does not
   overlap, ``framework.behaviour(...).overlap_grad_reduce``: Megatron 2021's local DDP): all-reduce for ZeRO-0, reduce-scatter for the distributed
-  optimizer / ZeRO-1/2/3 (torch's ZeroRedundancyOptimizer, framework ``torch`` ZeRO-1: all-reduce);
+  optimizer / ZeRO-1/2/3 (torch's ZeroRedundancyOptimizer, framework ``torch`` ZeRO-1: all-reduce); DeepSpeed's
+  ZeRO 0-2 in its own 5e8-element buckets, not overlapped (ZeRO-2: in its hooks, on the compute stream), one
+  all-reduce per bucket, or one reduce per owner rank and bucket (``deepspeed-2021``; framework.dp_grad_calls);
   ZeRO-2/3 reduce every micro-batch (DeepSpeed/FSDP); ZeRO-1/2 gather the updated parameters after the
   optimizer step in the framework's calls (``framework.param_gather``: one per buffer (Megatron), one per
   5e8-element DeepSpeed allgather bucket, or one broadcast per parameter from its owner), each a collective over the
@@ -228,10 +230,7 @@ def _step_context(scenario: Scenario, profile) -> _Step:
         act_msg=act_msg, fw=fw, sg_gather=sg_gather,
         emb_act=act.embedding_activation_bytes(scenario), head_act=act.head_activation_bytes(scenario),
         z=z, dp_group=dp_group, shard_group=shard_group, rep_group=rep_group,
-        **_bucket_settings(scenario, fw),
-        # torch's ZeroRedundancyOptimizer shards only the optimizer: DDP still all-reduces every gradient.
-        reduce_op=("all_reduce" if z == 0 or (z == 1 and fw.param_gather == "broadcast_per_param")
-                   else "reduce_scatter"),
+        **_bucket_settings(scenario, fw), reduce_op=framework.grad_reduce_op(tr),
         hw=compute.hw_of(scenario.cluster.gpu, tr.dtype), prep_per_param=prep_per_param,
         emb_params=emb_params, head_params=head_params, stage_mem=stage_mem,
         working=stage_mem[0].details["recompute_working"],
@@ -261,7 +260,7 @@ def _bucket_settings(scenario: Scenario, fw: framework.FrameworkBehaviour) -> di
     if tr.dp_bucket_mb is not None:
         bucket = tr.dp_bucket_mb * MiB / tr.grad_bytes
         reduce_bucket = bucket if reduce_bucket else None  # FSDP's per-block calls have no size (specs refuse it)
-    overlap = fw.overlap_grad_reduce if tr.overlap_grad_reduce is None else tr.overlap_grad_reduce
+    overlap = framework.default_overlap_grad_reduce(tr) if tr.overlap_grad_reduce is None else tr.overlap_grad_reduce
     return {"bucket_params": bucket, "reduce_bucket_params": reduce_bucket, "overlap": overlap}
 
 
@@ -293,7 +292,10 @@ def _grad_buckets(st: _Step, s: int, params: float, label: str, layers_of_chunk:
     tr = st.scenario.training
     if st.dp_group is None or params <= 0:
         return ()
-    calls = _grad_calls(st, params, layers_of_chunk)
+    ds_calls = (framework.zero12_reduce_calls(tr, params, st.shard_group.size, st.reduce_bucket_params)
+                if st.reduce_bucket_params else None)
+    # DeepSpeed ZeRO 0-2: its own buckets, per owner rank before v0.12.4 (framework.py); else _grad_calls
+    calls = ds_calls or _grad_calls(st, params, layers_of_chunk)
     per_call = params * tr.grad_bytes / calls
     return tuple(_bucket_transfer(st, s, per_call, k_calls, f"{label} bucket {k}")
                  for k, k_calls in enumerate(_calls_per_transfer(calls)))
@@ -485,6 +487,8 @@ def _chunk_dp(st: _Step, s: int, c: int, params: float, extra: bool, n: int, n_d
         gather = Transfer(f"all_gather params chunk {c}", transfer_s=bwt * calls, latency_s=lat * calls,
                           links=_links(s, st.shard_group or st.dp_group), dim="dp", nbytes=params * tr.param_bytes)
     buckets = _grad_buckets(st, s, params, f"chunk {c}", n)
+    if st.z == 2 and not st.overlap:  # reduced in backward hooks on the compute stream, every micro-batch
+        return None, (), 0.0, sum(b.transfer_s + b.latency_s for b in buckets)
     if gather is not None and not st.fw.zero3_overlap:
         dp_f, dp_b = _zero3_serialized_s(st, gather, calls, params)
         return None, (), dp_f, dp_b

@@ -20,9 +20,10 @@ turns into a skip reason: a missing GPU is never replaced by another one silentl
 Columns beyond the shared schema are read when present (a bundled dataset states with them what its per-run
 facts are, so one loader reads every bundled table): ``cp_comm`` (ring / p2p, allgather, a2a / Ulysses), how
 context parallelism exchanges keys and values (TrainingSpec.cp_comm), ring when absent; and the explicit
-recipe columns ``framework``, ``dtype``, ``grad_dtype_bytes``, ``flash_attention``, ``dropout``, ``overlap_p2p``
-(pipeline sends overlapped with compute) and ``fabric`` (scale-out topology), which replace the year and text
-rules above when filled. ``assumptions`` states in words the rule that set each value the source leaves open
+recipe columns ``framework``, ``dtype``, ``grad_dtype_bytes``, ``flash_attention``, ``flash_attention_version``
+(1 or 2), ``dropout``, ``overlap_p2p`` (pipeline sends overlapped with compute) and ``fabric`` (scale-out
+topology), which replace the year and text rules above when filled (a row that names the code it ran, e.g. a
+framework commit older than its paper, states that code's era here). ``assumptions`` states in words the rule that set each value the source leaves open
 (documentation only). The loader also reads ``label``, ``category``, ``group`` (rows compared with each other)
 and ``skip_reason`` (a run trainsim does not model, e.g. a schedule it has no engine for: skipped with that
 reason).
@@ -158,8 +159,9 @@ def _explicit_recipe(r: dict, training: dict) -> dict:
     for key in ("flash_attention", "dropout", "overlap_p2p"):
         if stated(r, key):
             training[key] = yes_no(r, key)
-    if stated(r, "grad_dtype_bytes"):
-        training["grad_dtype_bytes"] = whole(r, "grad_dtype_bytes")
+    for key in ("grad_dtype_bytes", "flash_attention_version"):
+        if stated(r, key):
+            training[key] = whole(r, key)
     return training
 
 
