@@ -59,16 +59,15 @@ def should_split(block_size: int, size: int, small: bool) -> bool:
     return remaining >= K_MIN_BLOCK_SIZE if small else remaining > K_SMALL_SIZE
 
 
-@dataclass
 class _Block:
-    addr: int
-    size: int
-    segment: int
-    stream: int
-    small: bool
-    allocated: bool = False
-    prev: _Block | None = field(default=None, repr=False)
-    next: _Block | None = field(default=None, repr=False)
+    """A block of a segment: its address, size, stream and pool, whether handed out, and its neighbours."""
+
+    __slots__ = ("addr", "size", "stream", "small", "allocated", "prev", "next")
+
+    def __init__(self, addr: int, size: int, stream: int, small: bool, prev: _Block | None = None,
+                 next: _Block | None = None) -> None:  # noqa: A002 -- the allocator's own field name
+        self.addr, self.size, self.stream, self.small = addr, size, stream, small
+        self.allocated, self.prev, self.next = False, prev, next
 
     def key(self) -> tuple[int, int, int]:
         return (self.stream, self.size, self.addr)
@@ -86,7 +85,6 @@ class CachingAllocator:
     peak_reserved: int = 0
     peak_allocated: int = 0
     _next_addr: int = 0
-    _segments: int = 0
 
     def malloc(self, handle: object, nbytes: float, stream: int = 0) -> None:
         """Allocate ``nbytes`` on ``stream`` for ``handle`` (``DeviceCachingAllocator::malloc``)."""
@@ -94,8 +92,7 @@ class CachingAllocator:
         small = size <= K_SMALL_SIZE
         block = self._best_fit(size, stream, small) or self._new_segment(size, stream, small)
         if should_split(block.size, size, small):
-            rest = _Block(addr=block.addr + size, size=block.size - size, segment=block.segment, stream=stream,
-                          small=small, prev=block, next=block.next)
+            rest = _Block(block.addr + size, block.size - size, stream, small, prev=block, next=block.next)
             if block.next is not None:
                 block.next.prev = rest
             block.next, block.size = rest, size
@@ -136,9 +133,8 @@ class CachingAllocator:
 
     def _new_segment(self, size: int, stream: int, small: bool) -> _Block:
         nbytes = allocation_size(size)
-        block = _Block(addr=self._next_addr, size=nbytes, segment=self._segments, stream=stream, small=small)
+        block = _Block(self._next_addr, nbytes, stream, small)
         self._next_addr += nbytes
-        self._segments += 1
         self.reserved += nbytes
         self.peak_reserved = max(self.peak_reserved, self.reserved)
         return block

@@ -30,7 +30,10 @@ buffer; torch DDP with ``gradient_as_bucket_view``), so they add nothing. The ca
 ``total`` (the allocator frees them before failing an allocation); ``StageMemory.allocator_cached`` carries the
 part allocator_reserve.py derives, for the reserved and nvidia-smi counters. FSDP's sharded gradients, freed by
 ``zero_grad`` before a one-micro-batch step's forward and re-created after its activation peak, leave ``total``
-for ``allocator_cached`` (``StageMemory.grads_off_peak``, allocator_reserve.grads_off_peak).
+for ``allocator_cached`` (``StageMemory.grads_off_peak``, allocator_reserve.grads_off_peak). Optimizer states
+created at the first step split the segments the freed activations left cached, so the next step's activations
+take new ones: ``allocator_cached`` carries that too where the trace is replayed (``StageMemory.first_step_reserved``,
+first_step_fragmentation.py).
 
 Offload (``offload``): each framework keeps different states on the device -- Megatron its 16-bit weights
 and fp32 grad buffer, DeepSpeed its weights and reduce buckets, FSDP only the gathered units -- and the host
@@ -47,6 +50,7 @@ from itertools import pairwise
 from . import activations as act
 from .framework import FP32_PARAM_FRAMEWORKS, behaviour, bf16_optimizer, state_bytes
 from .allocator_reserve import grads_off_peak, loss_stage_cached_bytes
+from .first_step_fragmentation import first_step_extra_reserved, lazy_state_bytes
 from .runtime_memory import OUTSIDE_ALLOCATOR, runtime_terms
 from .shapes import block_kinds, dense_block_scenario, layer_shape
 
@@ -80,6 +84,10 @@ class StageMemory:
     # Gradient bytes of ``grads`` that do not exist at the peak (freed before the forward, re-created after the
     # activation peak; allocator_reserve.grads_off_peak): not in ``total``, in ``allocator_cached``.
     grads_off_peak: float = 0.0
+    # Of ``allocator_cached``: what the optimizer states created at the first step add (first_step_fragmentation.py),
+    # and the sentence saying whether and why it is replayed.
+    first_step_reserved: float = 0.0
+    first_step_note: str = field(default="", compare=False)
 
     @property
     def model_states(self) -> float:
@@ -368,11 +376,33 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     other = sum(v for k, v in details.items() if k not in ACTIVATION_DETAILS)
     off_peak = grads_off_peak(framework=t.framework, zero=t.effective_zero, microbatches=scenario.num_microbatches,
                               grads=off.grads, activations=activations)
-    cached = _allocator_cached(scenario, stage, working) + cast - beyond + off_peak
+    first_step, note = _first_step_reserved(scenario, stage, rp, inflight_microbatches, impl)
+    cached = _allocator_cached(scenario, stage, working) + cast - beyond + off_peak + first_step
     return StageMemory(weights=off.weights, grads=off.grads, optimizer=off.optimizer, activations=activations,
                        other=other, host=host, pcie_h2d_bytes=off.h2d, pcie_d2h_bytes=off.d2h,
                        inflight_microbatches=inflight_microbatches, details=details,
-                       allocator_cached=max(0.0, cached - remap), grads_off_peak=off_peak)
+                       allocator_cached=max(0.0, cached - remap), grads_off_peak=off_peak,
+                       first_step_reserved=first_step, first_step_note=note)
+
+
+def _first_step_reserved(scenario, stage: int, rp: RankParams, inflight: float, impl: str) -> tuple[float, str]:
+    """Reserved bytes the optimizer states created at the first step add on ``stage`` (first_step_fragmentation.py),
+    and the sentence the memory assumptions state."""
+    per_element, note = lazy_state_bytes(scenario.training)
+    if per_element is None or not rp.optimizer_params:
+        return 0.0, note
+    m, lay = scenario.model, scenario.layout
+    ends = _stage_extra_params(m, lay.tp, lay.pp, stage, scenario.loss_stage)
+    first = _stage_extra_params(m, lay.tp, lay.pp, stage, loss_stage=-1)  # the first stage's part alone
+    extra = first_step_extra_reserved(scenario, stage, inflight=max(1, round(inflight)),
+                                      layers=scenario.layers_on_stage(stage), ends=(first, ends - first),
+                                      shard=rp.held / rp.optimizer_params, state_bytes=per_element, impl=impl,
+                                      fused_params=True)
+    if extra is None:
+        return 0.0, ("Adam's m, v created at the first step, not replayed: the caching-allocator trace does not "
+                     "cover this block (MoE, MLA, per-op checkpointing, ring-CP K/V or QK-norm); the reserved "
+                     "figure leaves the first-step fragmentation out")
+    return extra, note
 
 
 def ddp_param_remap_bytes(scenario, weights: float, grads: float) -> float:

@@ -279,6 +279,9 @@ def _describe_memory(pred: Prediction, scenario: Scenario) -> None:
     if stages[peak].grads_off_peak:  # allocator_reserve.grads_off_peak: the grads column shows the peak's share
         pred.memory_assumptions["grads_off_peak_bytes"] = stages[peak].grads_off_peak
     reserved = max(sm.total + sm.allocator_cached for sm in stages.values())
+    top = max(stages.values(), key=lambda sm: sm.total + sm.allocator_cached)
+    pred.memory_assumptions["first_step_states"] = top.first_step_note
+    pred.memory_assumptions["first_step_reserved_bytes"] = top.first_step_reserved
     pred.allocator_cached_bytes = max(0.0, reserved - stages[peak].total)
     m = scenario.model
     pred.model_params = {"total_params": int(m.total_params()), "active_params": int(m.active_params())}
