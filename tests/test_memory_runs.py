@@ -151,20 +151,25 @@ def test_accuracy_today(report):
     "mpu" buffer under unfused attention; Megatron-Core DDP's start-up peak with the distributed optimizer; the K/V
     block Transformer Engine's ring context parallelism saves; PR #165's fp32 logits kept through the backward;
     FSDP's sharded gradients off the activation peak and cached in the reduce-scatter stream's pool; reserved
-    memory capped at what the device leaves the allocator): 58 rows, MAPE 4.8 %, worst -13.7 % (Megatron GPT-2
-    large pp 2 on nvidia-smi); by framework: Megatron 5.9 % (21 rows, all low: GPT-2 runs of mb 64 on nvidia-smi
-    5-14 %), Megatron + CPU optimizer offload +5.9 % (1 row), torch FSDP2 4.2 % (21), torch FSDP1 5.4 % (4),
+    memory capped at what the device leaves the allocator; the segments Megatron's Adam states, created at the
+    first step, take from the freed activations, replayed through the caching allocator): 58 rows, MAPE 4.4 %,
+    worst -13.2 % (torchtitan PR #165 FSDP1 SAC reserved); by framework: Megatron 5.0 % (21 rows, all low: the
+    GPT-2 XL mb 1 runs on nvidia-smi 10 %, the first-step replay adds nothing there; GPT-2 large mb 64 3-5 %),
+    Megatron + CPU optimizer offload +5.9 % (1 row), torch FSDP2 4.2 % (21), torch FSDP1 5.4 % (4),
     DeepSpeed ZeRO-1 (BLOOM's BF16_Optimizer, nvidia-smi) 3.3 % (11). torchtitan's PR #165 active-peak rows are
     within 1.2 %, its eager reserved-peak rows 6-13 % low (default-stream fragmentation beyond the loss's cached
     blocks is not predicted); late-2024 torch.compile rows are 5-8 % high (compile's memory savings in the blocks
     are not modelled). The issue's targets (MAPE <= 2 % on allocated, <= 5 % on reserved / nvidia-smi, worst
     <= 8 %) are not met: strict xfail below."""
     assert len(report.compared) == len(report.dataset.cases)
-    assert report.mape_pct <= 5.1
+    assert report.mape_pct <= 4.5
     cats = report.by_category()
     assert {k: v["rows"] for k, v in cats.items()} == {"Megatron": 21, "Megatron + offload": 1, "torch FSDP2": 21,
                                                         "torch FSDP1": 4, "DeepSpeed ZeRO-1": 11}
-    assert cats["Megatron"]["mape_pct"] <= 6.2
+    assert cats["Megatron"]["mape_pct"] <= 5.1
+    # GPT-2 large, mb 64 (nvidia-smi): the Adam states split the freed activation segments at the first step
+    for rid, err in (("vs25_gpt2l_tp2", -2.8), ("vs25_gpt2l_tp2_sp", -3.5), ("vs25_gpt2l_pp2", -3.2)):
+        assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(err, abs=0.5)
     assert cats["torch FSDP2"]["mape_pct"] <= 4.5
     assert cats["torch FSDP1"]["mape_pct"] <= 5.7
     assert cats["DeepSpeed ZeRO-1"]["mape_pct"] <= 3.8

@@ -233,6 +233,9 @@ def render_memory_assumptions(c, pred) -> None:
         c.print(f"gradients: {a['grads_off_peak_bytes'] / GiB:.2f} GiB of sharded gradients are freed before the "
                 "forward and re-created after the activation peak (not in the peak; reserved in the reduce-scatter "
                 "stream's pool)")
+    if a.get("first_step_states"):
+        c.print(f"reserved: {a['first_step_reserved_bytes'] / GiB:.2f} GiB for the first step's optimizer states -- "
+                f"{a['first_step_states']}")
     terms = {k: v for k, v in pred.other_terms.items() if k != "stage" and v}
     if terms:
         c.print(f"other on stage {int(pred.other_terms['stage'])}: "

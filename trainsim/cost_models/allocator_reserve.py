@@ -19,8 +19,9 @@ temporaries are freed and cached, each smaller than any logits-sized request, so
 segments beside them -- that block's working set (``recompute_working``: what recomputation materializes, the
 same tensors the checkpointed forward freed) stays cached, up to the loss's own workspace, which it could
 otherwise have served. torch's eager fp32 loss adds its 16-bit logits' segment: freed before the backward
-(torchtitan ``del pred``), it sits idle while the fp32 gradients need larger blocks. Other phases and first-step
-effects (optimizer states created into freed activation segments) are not modelled.
+(torchtitan ``del pred``), it sits idle while the fp32 gradients need larger blocks. The first step's optimizer
+states, created into the freed activation segments, are first_step_fragmentation.py's (a replay of the allocator,
+caching_allocator.py); other phases are not modelled.
 
 This is the allocator's default segment mode. With ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` a request
 that no free block holds grows the stream's one segment, and a free block at its end counts toward it

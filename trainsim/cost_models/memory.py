@@ -30,7 +30,10 @@ buffer; torch DDP with ``gradient_as_bucket_view``), so they add nothing. The ca
 ``total`` (the allocator frees them before failing an allocation); ``StageMemory.allocator_cached`` carries the
 part allocator_reserve.py derives, for the reserved and nvidia-smi counters. FSDP's sharded gradients, freed by
 ``zero_grad`` before a one-micro-batch step's forward and re-created after its activation peak, leave ``total``
-for ``allocator_cached`` (``StageMemory.grads_off_peak``, allocator_reserve.grads_off_peak).
+for ``allocator_cached`` (``StageMemory.grads_off_peak``, allocator_reserve.grads_off_peak). Optimizer states
+created at the first step split the segments the freed activations left cached, so the next step's activations
+take new ones: ``reserved_cached`` adds that to ``allocator_cached`` where the trace is replayed
+(first_step_fragmentation.py).
 
 Offload (``offload``): each framework keeps different states on the device -- Megatron its 16-bit weights
 and fp32 grad buffer, DeepSpeed its weights and reduce buckets, FSDP only the gathered units -- and the host
@@ -47,6 +50,7 @@ from itertools import pairwise
 from . import activations as act
 from .framework import FP32_PARAM_FRAMEWORKS, behaviour, bf16_optimizer, state_bytes
 from .allocator_reserve import grads_off_peak, loss_stage_cached_bytes
+from .first_step_fragmentation import first_step_extra_reserved, lazy_state_bytes
 from .runtime_memory import OUTSIDE_ALLOCATOR, runtime_terms
 from .shapes import block_kinds, dense_block_scenario, layer_shape
 
@@ -80,6 +84,9 @@ class StageMemory:
     # Gradient bytes of ``grads`` that do not exist at the peak (freed before the forward, re-created after the
     # activation peak; allocator_reserve.grads_off_peak): not in ``total``, in ``allocator_cached``.
     grads_off_peak: float = 0.0
+    # Cached bytes Megatron-Core DDP's start-up frees that the step's cached blocks leave unused
+    # (``ddp_param_remap_bytes``): segments a later request can still take (``reserved_cached``).
+    cache_slack: float = 0.0
 
     @property
     def model_states(self) -> float:
@@ -372,7 +379,40 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     return StageMemory(weights=off.weights, grads=off.grads, optimizer=off.optimizer, activations=activations,
                        other=other, host=host, pcie_h2d_bytes=off.h2d, pcie_d2h_bytes=off.d2h,
                        inflight_microbatches=inflight_microbatches, details=details,
-                       allocator_cached=max(0.0, cached - remap), grads_off_peak=off_peak)
+                       allocator_cached=max(0.0, cached - remap), grads_off_peak=off_peak,
+                       cache_slack=max(0.0, remap - cached))
+
+
+def reserved_cached(scenario, stage: int, sm: StageMemory, impl: str = "fused") -> tuple[float, float, str]:
+    """The caching allocator's cached-but-free bytes at ``stage``'s reserved peak: ``sm.allocator_cached`` plus
+    what the optimizer states created at the first step add (first_step_fragmentation.py) beyond the start-up
+    segments the step leaves unused (``sm.cache_slack``). Returns (cached bytes, the first step's part, the
+    sentence the memory assumptions state). Apart from ``stage_memory`` because only the reserved and nvidia-smi
+    counters need it, and its replay costs more than the rest of a stage's memory."""
+    first_step, note = _first_step_reserved(scenario, stage, sm, impl)
+    extra = max(0.0, first_step - sm.cache_slack)
+    return sm.allocator_cached + extra, extra, note
+
+
+def _first_step_reserved(scenario, stage: int, sm: StageMemory, impl: str) -> tuple[float, str]:
+    """Reserved bytes the optimizer states created at the first step add on ``stage`` (first_step_fragmentation.py),
+    and the sentence the memory assumptions state."""
+    per_element, note = lazy_state_bytes(scenario.training)
+    rp = rank_param_shards(scenario, stage)
+    if per_element is None or not rp.optimizer_params:
+        return 0.0, note
+    m, lay = scenario.model, scenario.layout
+    ends = _stage_extra_params(m, lay.tp, lay.pp, stage, scenario.loss_stage)
+    first = _stage_extra_params(m, lay.tp, lay.pp, stage, loss_stage=-1)  # the first stage's part alone
+    extra = first_step_extra_reserved(scenario, stage, inflight=max(1, round(sm.inflight_microbatches)),
+                                      layers=scenario.layers_on_stage(stage), ends=(first, ends - first),
+                                      shard=rp.held / rp.optimizer_params, state_bytes=per_element, impl=impl,
+                                      fused_params=True)
+    if extra is None:
+        return 0.0, ("Adam's m, v created at the first step, not replayed: the caching-allocator trace does not "
+                     "cover this block (MoE, MLA, per-op checkpointing, ring-CP K/V or QK-norm); the reserved "
+                     "figure leaves the first-step fragmentation out")
+    return extra, note
 
 
 def ddp_param_remap_bytes(scenario, weights: float, grads: float) -> float:

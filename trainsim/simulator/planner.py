@@ -205,7 +205,9 @@ def _profile(path: str | None):
 
 def _predict(scn: Scenario, fast: bool, profile_path: str | None):
     from .predict import predict  # the engine; imported lazily so search_space/goodput stay light
-    return predict(scn, fast=fast, profile=_profile(profile_path))
+    # The planner ranks and fits by allocated memory (peak_bytes): the reserved counter's allocator replay is
+    # left out (predict's allocator_replay).
+    return predict(scn, fast=fast, profile=_profile(profile_path), allocator_replay=False)
 
 
 def peak_memory_bytes(scn: Scenario) -> float:

@@ -170,7 +170,8 @@ def _table(scenario: Scenario, profile, ideal_network: bool, fast: bool):
 
 def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = False, profile=None,
             trace_path: str | Path | None = None, jitter_cv: float = 0.0,
-            stragglers: tuple[float, float] | None = None, seed: int = 0, samples: int = 20) -> Prediction:
+            stragglers: tuple[float, float] | None = None, seed: int = 0, samples: int = 20,
+            allocator_replay: bool = True) -> Prediction:
     """Predict one optimizer step of ``scenario``.
 
     ``fast`` uses the closed form (analytic.estimate, microseconds) instead of the discrete-event engine;
@@ -180,6 +181,9 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
     seeded Monte Carlo repetitions and add step_time_p50_s / step_time_p99_s (Prediction.variability).
     A long step's steady state is folded (fold.simulate_step, ``engine["folded"]``); what cannot fold -- a
     trace, per-op jitter, a step that reaches no steady state -- is refused beyond its bound (SpecError).
+    ``allocator_replay=False`` leaves the first optimizer step's fragmentation (first_step_fragmentation.py, a
+    caching-allocator replay) out of the reserved and nvidia-smi figures, and says so in the memory
+    assumptions: for callers that rank by allocated memory only (the planner's screen).
     """
     _check_args(fast, trace_path, jitter_cv, stragglers, samples)
     t0 = time.perf_counter()
@@ -228,7 +232,7 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
         pred.warnings.append(idle)
     pred.engine["build_s"] = build_s
     pred.engine["wall_s"] = pred.engine["wall_s"] + build_s
-    _describe_memory(pred, scenario)
+    _describe_memory(pred, scenario, allocator_replay)
     describe_pools(pred, scenario, profile, ideal_network, pacing)
     return pred
 
@@ -270,7 +274,7 @@ def _monte_carlo(pred: Prediction, scenario: Scenario, table: CostTable, jitter_
     pred.engine["monte_carlo_wall_s"] = wall
 
 
-def _describe_memory(pred: Prediction, scenario: Scenario) -> None:
+def _describe_memory(pred: Prediction, scenario: Scenario, allocator_replay: bool = True) -> None:
     """Fill the prediction's stated memory assumptions, the peak stage's named other terms and parameter counts."""
     from trainsim.cost_models import framework, memory
     pred.memory_assumptions = framework.memory_assumptions(scenario.training)
@@ -281,7 +285,13 @@ def _describe_memory(pred: Prediction, scenario: Scenario) -> None:
     pred.other_terms = {"stage": float(peak), **stages[peak].other_terms}
     if stages[peak].grads_off_peak:  # allocator_reserve.grads_off_peak: the grads column shows the peak's share
         pred.memory_assumptions["grads_off_peak_bytes"] = stages[peak].grads_off_peak
-    reserved = max(sm.total + sm.allocator_cached for sm in stages.values())
+    cached = {s: (memory.reserved_cached(scenario, s, sm) if allocator_replay else
+                  (sm.allocator_cached, 0.0, "first-step fragmentation not replayed (allocator_replay=False): the "
+                   "reserved figure leaves it out")) for s, sm in stages.items()}
+    top = max(stages, key=lambda s: stages[s].total + cached[s][0])
+    reserved = stages[top].total + cached[top][0]
+    pred.memory_assumptions["first_step_states"] = cached[top][2]
+    pred.memory_assumptions["first_step_reserved_bytes"] = cached[top][1]
     pred.allocator_cached_bytes = max(0.0, reserved - stages[peak].total)
     m = scenario.model
     pred.model_params = {"total_params": int(m.total_params()), "active_params": int(m.active_params())}

@@ -1,0 +1,191 @@
+"""Reserved bytes the first optimizer step adds by creating Adam's states after the activations were freed.
+
+torch.optim.Adam creates ``exp_avg`` and ``exp_avg_sq`` (``torch.zeros_like(p)``) for each parameter lazily,
+in ``_init_group`` at the first ``step()``; apex's and Transformer Engine's FusedAdam, which Megatron's
+optimizers wrap, do the same on their first step (``if len(state) == 0``). The first step runs after the
+first backward has freed the activations, so the states land -- best fit, split -- in the segments the
+activations left cached, and the second step's activations need segments of their own. With the states
+created before the first forward, they would take their own segments and the activations would reuse theirs.
+
+``first_step_extra_reserved`` replays both orders of one stage's default-stream tensors through the caching
+allocator (caching_allocator.py) -- per micro-batch in flight each block's saved tensors, as activations.py
+counts them, allocated in forward order and freed in reverse; the stage's embedding / head activations; then
+the states of every parameter tensor the rank's optimizer holds (sharded by ZeRO-1+ over the shard group) --
+and returns the difference of the two reserved peaks. Weights, gradient buffers and fp32 main parameters are
+allocated before the first forward and never freed, and FSDP's all-gathered parameters and reduce-scattered
+gradients live in their side streams' pools, which default-stream requests never use (allocator_reserve.py),
+so none of them changes the difference. Left out: transient workspaces (the loss's logits, a recomputed
+block's working set) and the interleaving of forwards and backwards of a pipeline schedule (the in-flight
+micro-batches are allocated together and freed in reverse).
+
+``None`` where the trace cannot be built faithfully -- MoE or MLA blocks, torchtitan's per-op selective
+checkpointing, a saved set the tensor list below does not add up to, a non-default optimizer -- and the caller
+keeps its own estimate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+
+from .activations import (_fp8_saved, _gemm_input_bytes, _gemm_input_e, _norm_bytes, embedding_activation_bytes, head_activation_bytes,
+                          layer_activation_bytes, MASK_BYTES)
+from .caching_allocator import replay
+from .shapes import LayerShape, layer_shape
+
+# The tensor list may miss this share of activations.py's per-block total (its small terms are several fp32
+# statistics tensors, listed as one).
+REST_TOLERANCE = 0.02
+
+
+def block_saved_tensors(shp: LayerShape, impl: str) -> tuple[float, ...] | None:
+    """Sizes (bytes) of the tensors one dense block saves for its backward, in forward order; ``None`` where
+    this list does not cover the block (MoE, MLA, per-op checkpointing) or misses more than REST_TOLERANCE."""
+    if shp.is_moe or shp.mla or shp.recomputes("op_sac") or shp.te_cp_p2p or shp.qk_norm:
+        return None
+    total = layer_activation_bytes(shp, impl).total
+    if shp.recompute == "full":
+        return (total,)
+    e, h, t, r, T = shp.e, shp.h, shp.tp, shp.sp_div, shp.tokens
+    norm_in, norm_small = _norm_bytes(shp, T / r, impl)
+    gemm_in = 0.0 if shp.recomputes("layernorm") else _gemm_input_bytes(shp, impl)
+    mask = [MASK_BYTES * T * h / r] if shp.dropout else []
+    heads = shp.a // t
+    qkv = [e * T * heads * shp.d, e * T * shp.kv * shp.d / t, e * T * shp.kv * shp.d / t]
+    if impl == "fused":
+        qkv = [sum(qkv)]  # Megatron's fused QKV projection: one output, viewed as q, k, v
+    o, ge = T * heads * shp.dvh, _gemm_input_e(shp, impl)
+    attn_out = [ge * o]  # the out-projection's input; flash's own 16-bit copy beside an fp8 one
+    if not shp.recomputes("core_attn") and (_fp8_saved(shp, impl) or (impl == "eager" and shp.rope)):
+        attn_out.append(e * o)
+    f = shp.f / t
+    if shp.recomputes("mlp"):
+        mlp = []
+    elif shp.gated:  # fused: gate|up, product (fc2's input); eager: gate, up, silu(gate), product
+        mlp = [2 * e * T * f, ge * T * f] if impl == "fused" else [e * T * f] * 3 + [ge * T * f]
+    else:  # fc1's output, GeLU's output (fc2's input)
+        mlp = [e * T * f, ge * T * f]
+    tensors = [norm_in, gemm_in, *qkv, *attn_out, *mask, norm_in, gemm_in, *mlp, *mask]
+    if not shp.flash and not shp.recomputes("core_attn"):
+        probs = shp.b * heads * (shp.s // shp.cp) * shp.s
+        tensors += [e * probs] + ([MASK_BYTES * probs, e * probs] if shp.dropout else [])
+    tensors = [x for x in tensors if x > 0]
+    rest = total - sum(tensors)
+    if rest < -1.0 or rest > REST_TOLERANCE * total:
+        return None
+    return tuple(tensors) + ((rest,) if rest > 0 else ())
+
+
+def param_tensor_elems(shp: LayerShape, fused: bool, layers: int, ends: tuple[float, float],
+                       shard: float) -> tuple[float, ...]:
+    """Elements of each parameter tensor whose optimizer states the rank holds, in registration order: the
+    first stage's embedding (``ends[0]``), per block the attention and MLP matrices (fused QKV and gate|up with
+    Megatron's modules) and the norm weights, then the loss stage's final norm and output layer (``ends[1]``);
+    each divided by the ZeRO ``shard``."""
+    h, t, d = shp.h, shp.tp, shp.d
+    q, kv = h * shp.a * d / t, h * shp.kv * d / t
+    attn = [q + 2 * kv] if fused else [q, kv, kv]
+    up = [2 * h * shp.f / t] if fused and shp.gated else [h * shp.f / t] * (2 if shp.gated else 1)
+    block = [*attn, shp.a * d * h / t, *up, shp.f * h / t] + [float(h)] * shp.norms
+    out = [ends[0]] + block * layers + [ends[1]]
+    return tuple(x / shard for x in out if x > 0)
+
+
+def head_saved_tensors(scenario, impl: str) -> tuple[float, ...]:
+    """The loss stage's tensors per micro-batch (activations.head_activation_bytes): the final norm's input and
+    statistics, its output (the output layer's input), then what the loss saves and the targets, as one."""
+    shp = layer_shape(scenario)
+    n = shp.tokens / shp.sp_div
+    norm_in, norm_small = _norm_bytes(shp, n, impl)
+    out = _gemm_input_bytes(shp, impl, fp8_input=False)
+    return norm_in, norm_small, out, head_activation_bytes(scenario, impl) - norm_in - norm_small - out
+
+
+def _micro_batch(k: int, blocks: tuple[tuple[float, ...], tuple[float, ...]], layers: int, first: tuple[float, ...],
+                 last: tuple[float, ...]) -> tuple[list, list]:
+    """Forward and backward events of micro-batch ``k``: ``blocks`` = (kept, temporaries) per block --
+    temporaries are a checkpointed block's forward, alive while it runs forward and again while it is recomputed
+    in its backward; kept tensors are freed in reverse order by the backward."""
+    kept, temps = blocks
+    fwd, bwd = [], []
+
+    def keep(tag, sizes):
+        fwd.extend(("alloc", (k, tag, i), x) for i, x in enumerate(sizes))
+        return [("free", (k, tag, i)) for i in reversed(range(len(sizes)))]
+
+    def transient(tag, out):
+        out.extend(("alloc", (k, tag, i), x) for i, x in enumerate(temps))
+        out.extend(("free", (k, tag, i)) for i in reversed(range(len(temps))))
+
+    frees = [keep("first", first)]
+    for layer in range(layers):
+        frees.append(keep(("block", layer), kept))
+        transient(("fwd", layer), fwd)
+    frees.append(keep("last", last))
+    for layer_frees in reversed(frees):
+        if layer_frees and layer_frees[0][1][1] not in ("first", "last"):
+            transient(("re", layer_frees[0][1][1][1]), bwd)
+        bwd.extend(layer_frees)
+    return fwd, bwd
+
+
+@lru_cache(maxsize=1024)
+def _extra_reserved(blocks, layers: int, first, last, inflight: int, states: tuple[float, ...]) -> int:
+    def step(tag):
+        passes = [_micro_batch((tag, k), blocks, layers, first, last) for k in range(inflight)]
+        return [e for f, _ in passes for e in f] + [e for _, b in reversed(passes) for e in b]
+
+    st = [("alloc", ("s", i), x) for i, x in enumerate(states)]
+    step1, step2 = step(1), step(2)
+    lazy = replay(step1 + st + step2).peak_reserved
+    upfront = replay(st + step1 + step2).peak_reserved
+    return max(0, lazy - upfront)
+
+
+def first_step_extra_reserved(scenario, stage: int, *, inflight: int, layers: int, ends: tuple[float, float],
+                              shard: float, state_bytes: tuple[int, ...], impl: str,
+                              fused_params: bool) -> float | None:
+    """Reserved bytes on one rank of ``stage`` that the lazily created optimizer states add (module doc).
+
+    ``inflight``: micro-batches whose activations are alive at the peak; ``layers``: the stage's blocks;
+    ``ends``: its embedding and its final norm + output-layer parameters; ``shard``: the ZeRO-1 shard group;
+    ``state_bytes``: the bytes per element of each lazily created state tensor (Adam m, v); ``fused_params``:
+    Megatron's fused QKV and gate|up weights (else torch's separate ones).
+    """
+    shp = layer_shape(scenario)
+    kept = block_saved_tensors(shp, impl)
+    temps = block_saved_tensors(replace(shp, recompute="none"), impl) if shp.recompute == "full" else ()
+    if kept is None or temps is None or inflight < 1:
+        return None
+    first = (embedding_activation_bytes(scenario),) if stage == 0 else ()
+    last = head_saved_tensors(scenario, impl) if stage == scenario.loss_stage else ()
+    elems = param_tensor_elems(shp, fused_params, layers, ends, shard)
+    states = tuple(n * b for n in elems for b in state_bytes)
+    return float(_extra_reserved((kept, temps), layers, first, last, inflight, states))
+
+
+# Megatron-LM's optimizers (megatron/core/optimizer/optimizer.py, NVIDIA/Megatron-LM @ d98e8a64) wrap Transformer
+# Engine's or apex's FusedAdam, which create exp_avg / exp_avg_sq at their first step; ``init_state_fn`` creates
+# them earlier only for a checkpoint load (``state_dict(is_loading=True)`` / ``sharded_state_dict``).
+LAZY_STATE_FRAMEWORKS = ("megatron", "megatron-2021", "megatron-2022")
+
+
+def lazy_state_bytes(training) -> tuple[tuple[int, ...] | None, str]:
+    """Bytes per element of the optimizer-state tensors created at the first step (Adam m, v), or ``None``,
+    with the sentence the prediction's memory assumptions state either way."""
+    fw = training.framework
+    if training.offload_optimizer:
+        return None, "optimizer states on the host: no first-step fragmentation of device segments"
+    if fw.startswith("deepspeed") or fw == "megatron-deepspeed":
+        return None, ("DeepSpeed creates its optimizer states at construction (ZeRO initialize_optimizer_states, "
+                      "deepspeed/runtime/zero/stage_1_and_2.py): no first-step fragmentation")
+    if fw not in LAZY_STATE_FRAMEWORKS:
+        return None, ("Adam's states are created at the first step (torch.optim.Adam _init_group), not replayed "
+                      "for this framework: no eager run of the memory dataset holds the trace, and its torchtitan "
+                      "runs under torch.compile allocate other tensors; the reserved figure leaves the first-step "
+                      "fragmentation out")
+    if training.optimizer_bytes_per_param not in (8, 12):
+        return None, (f"optimizer_bytes_per_param {training.optimizer_bytes_per_param:g} is not Adam's: the "
+                      "first-step fragmentation is not replayed")
+    return (4, 4), ("Adam's m, v created at the first step (FusedAdam): reserved bytes from the caching-allocator "
+                    "replay of the first two steps (first_step_fragmentation.py)")
