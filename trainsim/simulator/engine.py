@@ -278,6 +278,8 @@ class _Engine:
         itself releases mid-way: what is in flight plus the longer of the two queues.
         """
         inflight = self.net.bulk_remaining_s(s)
+        if not (mid_op or self.ag_queue[s].items or self.dp_queue[s].items or self.ar_queue[s].items):
+            return inflight           # nothing queued (the common case): the sums below would all be 0
         gather = sum(tr.time_s for tr, _ in self.ag_queue[s].items if tr is not None and tr.bulk)
         reduce = sum(tr.time_s for tr, _ in self.dp_queue[s].items if tr is not None and tr.bulk)
         reduce += sum(tr.time_s for tr in mid_op if tr.bulk)
