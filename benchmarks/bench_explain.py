@@ -41,6 +41,7 @@ def timed(fn) -> tuple[float, object]:
 
 
 def bench(example: str, repeats: int, engine: bool) -> None:
+    from trainsim.simulator import fold
     from trainsim.simulator.builder import clear_cache
     from trainsim.simulator.levers import explain
     from trainsim.simulator.predict import predict
@@ -51,9 +52,11 @@ def bench(example: str, repeats: int, engine: bool) -> None:
     expl = None
     for _ in range(repeats):
         clear_cache()
+        fold.clear_cache()   # the engine runs remembered per process
         t, expl = timed(lambda: explain(scn, engine=engine))
         cold.append(t)
         clear_cache()
+        fold.clear_cache()
         predict(scn)  # what `trainsim report` has run before its levers section
         t, _ = timed(lambda: explain(scn, engine=engine))
         warm.append(t)

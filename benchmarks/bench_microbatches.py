@@ -46,7 +46,7 @@ def timed(fn):
 
 def bench(example: str, full_limit_s: float) -> None:
     from trainsim.simulator.engine import simulate
-    from trainsim.simulator.fold import period, simulate_step
+    from trainsim.simulator.fold import clear_cache, period, simulate_step
     base = table_of(example)
     q = period(base)
     print(f"\n{example}: pp {base.pp}, vpp {base.vpp}, {base.schedule}")
@@ -56,6 +56,7 @@ def bench(example: str, full_limit_s: float) -> None:
     for n in COUNTS:
         m = max(q, round(n / q) * q)
         table = replace(base, num_microbatches=m)
+        clear_cache()   # time the engine, not the memo of samples shared with the previous count
         t_fold, fo = timed(lambda table=table: simulate_step(table))
         sim = ",".join(str(c) for c in fo.folded.simulated) if fo.folded else "whole"
         line = f"  {m:>13,} {t_fold:>9.3f}s {fo.events:>8,} {sim:>18}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from functools import cache
 from importlib import resources
 
@@ -23,4 +24,4 @@ def preset_names(kind: str) -> list[str]:
 def preset(kind: str, name: str) -> dict | None:
     """A fresh copy of a preset's raw fields, or None if there is no such preset."""
     entry = _table(kind).get(name.lower())
-    return None if entry is None else yaml.safe_load(yaml.safe_dump(entry))
+    return None if entry is None else copy.deepcopy(entry)

@@ -1,0 +1,63 @@
+"""The per-process memo of engine runs (fold.simulate_once) and the engine's event count.
+
+A remembered run must be the run itself: the same numbers as a fresh simulate(), a private copy per caller,
+a distinct entry per stage_scale, and no second engine run for the same table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, replace
+
+import simpy
+
+from trainsim.simulator import engine, fold
+from trainsim.simulator.costtable import uniform_table
+from trainsim.simulator.engine import simulate
+
+
+def test_remembered_run_equals_a_fresh_one_and_is_a_private_copy():
+    fold.clear_cache()
+    table = uniform_table(4, 12, vpp=2, schedule="interleaved")
+    fresh = simulate(table)
+    first = fold.simulate_once(table)
+    first.stages[0].compute_s = -1.0            # a caller adjusting its copy
+    again = fold.simulate_once(table)
+    for res in (first, again):
+        assert res.step_time_s == fresh.step_time_s and res.events == fresh.events
+    assert [asdict(s) for s in again.stages] == [asdict(s) for s in fresh.stages]
+
+
+def test_same_table_runs_the_engine_once_and_stage_scale_is_part_of_the_key(monkeypatch):
+    fold.clear_cache()
+    calls = []
+    monkeypatch.setattr(fold, "simulate", lambda table, **kw: calls.append(kw) or simulate(table, **kw))
+    table = uniform_table(2, 8)
+    a = fold.simulate_once(table)
+    b = fold.simulate_once(replace(table))                 # equal, not identical
+    slow = fold.simulate_once(table, [1.0, 2.0])
+    assert len(calls) == 2 and calls[1] == {"stage_scale": [1.0, 2.0]}
+    assert a.step_time_s == b.step_time_s < slow.step_time_s
+    # 1F1B, uniform stages of 1 s per pass, free network: (m + p - 1) x (fwd + bwd) = 9 x 3 s
+    assert a.step_time_s == 27.0
+
+
+class _StepCounting(simpy.Environment):
+    """Counts every step() call, the engine's definition of its events."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events = 0
+
+    def step(self) -> None:
+        self.events += 1
+        super().step()
+
+    def run_counted(self) -> None:
+        self.run()                     # its last step() finds the schedule empty
+
+
+def test_event_count_is_the_number_of_steps(monkeypatch):
+    table = uniform_table(4, 16, vpp=2, schedule="interleaved")
+    counted = simulate(table).events
+    monkeypatch.setattr(engine, "_Counting", _StepCounting)
+    assert simulate(table).events == counted > 16 * 4 * 2 * 2   # at least one timeout per op (F, BW)
