@@ -49,3 +49,21 @@ def test_plan_applies_a_files_tp_comm_overlap_to_its_sequence_parallel_candidate
                  "training: {seq_len: 2048, global_batch: 8, tp_comm_overlap: true}\n")
     assert main(["plan", str(f), "--top", "2", "--tp", "1"]) == 0
     assert "tp_comm_overlap not applied" in capsys.readouterr().out
+
+
+def test_predict_states_the_host_memory_offload_needs(capsys):
+    """ZeRO-3 with parameter and optimizer offload (DeepSpeed ZeRO-Infinity): the host holds each rank's partition
+    of the fp32 master weights, Adam m and v (12 bytes), its fp32 gradient partition (4) and the bf16 parameters
+    (2): 18 bytes x 8.03e9 / 8 ranks per GPU, times the node's 8 GPUs; the text output states it (item 6)."""
+    import json
+    off = ["--framework", "deepspeed", "--zero", "3", "--offload-optimizer", "--offload-params"]
+    assert main([*BASE, *off]) == 0
+    pred = json.loads(capsys.readouterr().out)
+    params = pred["model"]["total_params"]
+    assert pred["memory"]["host_bytes"] == pytest.approx(18 * params / 8, rel=1e-3)
+    assert main([*BASE[:-1], *off]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    gib = pred["memory"]["host_bytes"] / 2**30
+    assert f"host memory (offload): {gib:.1f} GiB per GPU, {8 * gib:.1f} GiB per node" in out
+    assert main(BASE[:-1]) == 0
+    assert "host memory (offload)" not in capsys.readouterr().out
