@@ -195,6 +195,7 @@ def render(pred, scenario, iv=None) -> None:
     render_pools(c, pred, scenario)
     c.print(f"peak {pred.peak_bytes / GiB:.1f} GiB, free {pred.free_bytes / GiB:.1f} GiB -> "
             + ("[green]fits[/]" if pred.fits else "[red]does not fit[/]"))
+    render_host_memory(c, pred, scenario)
     render_memory_assumptions(c, pred)
     for w in pred.warnings:
         c.print(f"[yellow]note:[/] {w}")
@@ -220,6 +221,16 @@ def render_pools(c, pred, scenario) -> None:
         t.add_row(e["name"], e["gpu"], str(e["nodes"]), where, f"{e['peak_memory_gib']:.1f}",
                   f"{e['capacity_gib']:.1f}", "yes" if e["fits"] else "[red]no[/]")
     c.print(t)
+
+
+def render_host_memory(c, pred, scenario) -> None:
+    """What offload keeps in host memory (Prediction.host_bytes), per GPU and per node against the node's host
+    memory (ClusterSpec.host_memory_bytes); nothing without offload."""
+    if not pred.host_bytes:
+        return
+    node = pred.host_bytes * min(scenario.cluster.gpus_per_node, scenario.cluster.num_gpus)
+    c.print(f"host memory (offload): {pred.host_bytes / GiB:.1f} GiB per GPU, {node / GiB:.1f} GiB per node of "
+            f"{scenario.cluster.host_memory_bytes / GiB:.0f} GiB")
 
 
 def render_memory_assumptions(c, pred) -> None:

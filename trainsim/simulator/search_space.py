@@ -336,10 +336,12 @@ def training_extra(training: Mapping[str, Any]) -> dict[str, Any]:
 
 def check_training_extra(extra: Mapping[str, Any], **searched: Any) -> None:
     """Validate a plan's fixed training settings as a TrainingSpec would take them (SpecError naming the field);
-    ``searched`` fills the fields the search decides. A module list is selective recompute's."""
+    ``searched`` fills the fields the search decides. A module list is selective recompute's; TP comm overlap is
+    checked as the sequence-parallel candidates it applies to take it (to_scenario drops it from the others)."""
     from trainsim.specs import load_training
     rc = {"recompute": "selective"} if extra.get("recompute_modules") else {}
-    load_training({**searched, **rc, **extra})
+    sp = {"sequence_parallel": True} if extra.get("tp_comm_overlap") else {}
+    load_training({**searched, **rc, **sp, **extra})
 
 
 def to_scenario(model: ModelSpec, cluster: ClusterSpec, c: Candidate, global_batch: int, seq_len: int,

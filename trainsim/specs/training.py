@@ -230,6 +230,11 @@ class TrainingSpec(BaseModel):
         if self.framework == "torch" and self.tp_comm_overlap:
             raise ValueError("tp_comm_overlap is Transformer Engine's userbuffers overlap (Megatron-Core); framework "
                              "torch runs parallelize_module TP without it: use framework megatron or drop it")
+        if self.tp_comm_overlap and not self.sequence_parallel:
+            # Megatron-LM arguments.py: "Tensor parallel communication/GEMM overlap can happen only when sequence
+            # parallelism is enabled" (find_string id 2536926475); without it the setting would change nothing
+            raise ValueError("tp_comm_overlap overlaps the sequence-parallel all-gathers / reduce-scatters with their "
+                             "GEMMs: it needs sequence_parallel=true (and tp > 1), as Megatron-LM asserts")
         if self.framework == "torch" and self.ep_comm_overlap:
             raise ValueError("ep_comm_overlap is Megatron-Core's combined 1F1B overlap; framework torch has no "
                              "expert-parallel overlap: use framework megatron or drop it")

@@ -1,0 +1,69 @@
+"""Settings that would change nothing are refused with one line naming the field (issue 21, item 8), never
+accepted and silently ignored."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainsim.cli.main import main
+from trainsim.specs import SpecError, build_scenario
+
+BASE = ["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--seq-len", "2048",
+        "--global-batch", "8", "--fast", "--json"]
+
+
+def _scen(tp: int, **training):
+    return build_scenario({"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8, "layout": {"tp": tp},
+                           "training": {"seq_len": 2048, "global_batch": 8, **training}})
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_tp_comm_overlap_without_sequence_parallelism_is_refused(tp):
+    """Megatron-LM's arguments.py asserts 'Tensor parallel communication/GEMM overlap can happen only when
+    sequence parallelism is enabled': userbuffers overlap the SP all-gathers and reduce-scatters."""
+    with pytest.raises(SpecError) as ei:
+        _scen(tp, tp_comm_overlap=True)
+    assert ei.value.field.startswith("training") and "sequence_parallel" in str(ei.value)
+
+
+def test_tp_comm_overlap_refusal_is_one_line_exit_2(capsys):
+    assert main([*BASE, "--tp", "2", "--tp-comm-overlap"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "tp_comm_overlap" in err[0] and "sequence_parallel" in err[0]
+
+
+def test_tp_comm_overlap_with_sequence_parallelism_still_shortens_the_step(capsys):
+    import json
+    steps = []
+    for extra in ([], ["--tp-comm-overlap"]):
+        assert main([*BASE, "--tp", "2", "--sequence-parallel", *extra]) == 0
+        steps.append(json.loads(capsys.readouterr().out)["step_time_s"])
+    assert steps[1] < steps[0]
+
+
+def test_plan_applies_a_files_tp_comm_overlap_to_its_sequence_parallel_candidates(tmp_path, capsys):
+    """A plan file's tp_comm_overlap is not refused for the search's non-SP candidates: they run without it
+    and the table says so (search_space.dropped_settings)."""
+    f = tmp_path / "s.yaml"
+    f.write_text("model: llama3-8b\ncluster: dgx-h100\ngpus: 8\n"
+                 "training: {seq_len: 2048, global_batch: 8, tp_comm_overlap: true}\n")
+    assert main(["plan", str(f), "--top", "2", "--tp", "1"]) == 0
+    assert "tp_comm_overlap not applied" in capsys.readouterr().out
+
+
+def test_predict_states_the_host_memory_offload_needs(capsys):
+    """ZeRO-3 with parameter and optimizer offload (DeepSpeed ZeRO-Infinity): the host holds each rank's partition
+    of the fp32 master weights, Adam m and v (12 bytes), its fp32 gradient partition (4) and the bf16 parameters
+    (2): 18 bytes x 8.03e9 / 8 ranks per GPU, times the node's 8 GPUs; the text output states it (item 6)."""
+    import json
+    off = ["--framework", "deepspeed", "--zero", "3", "--offload-optimizer", "--offload-params"]
+    assert main([*BASE, *off]) == 0
+    pred = json.loads(capsys.readouterr().out)
+    params = pred["model"]["total_params"]
+    assert pred["memory"]["host_bytes"] == pytest.approx(18 * params / 8, rel=1e-3)
+    assert main([*BASE[:-1], *off]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    gib = pred["memory"]["host_bytes"] / 2**30
+    assert f"host memory (offload): {gib:.1f} GiB per GPU, {8 * gib:.1f} GiB per node" in out
+    assert main(BASE[:-1]) == 0
+    assert "host memory (offload)" not in capsys.readouterr().out
