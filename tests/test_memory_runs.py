@@ -35,7 +35,7 @@ def report(dataset):
 
 
 def test_loader_reads_every_row_and_every_scenario_builds(raw_rows, dataset):
-    assert len(raw_rows) >= 58
+    assert len(raw_rows) >= 61
     assert [c.row_id for c in dataset.cases] == [r["row_id"] for r in raw_rows]
     assert len({c.row_id for c in dataset.cases}) == len(raw_rows)
     assert [c.row_id for c in dataset.cases if c.skip_reason or c.scenario is None] == []
@@ -86,6 +86,21 @@ def test_bloom_production_layout_row_equals_its_source(dataset):
     assert (s.model.hidden, s.model.num_layers, s.model.num_heads, s.model.vocab_size) == (14336, 70, 112, 250880)
     assert (s.training.zero, s.training.grad_bytes, s.training.recompute, s.training.framework) == (1, 4, "full",
                                                                                                    "deepspeed")
+
+
+def test_zero3_offload_row_equals_its_source(dataset):
+    """DeepSpeed issue #1830 (ZeRO-Infinity, 2022-03-14): GPT with hidden 10240, 128 heads, 80 layers, MP 1 on 4 A100
+    80GB, checkpointing every layer, parameters and optimizer offloaded; 'mini-batch 8: ... [actual] 31GB'
+    (nvidia-smi); sequence 1024 and fp16 from the launcher it names (ds_pretrain_gpt2-zero3.sh)."""
+    case = next(c for c in dataset.cases if c.row_id == "dsi22_gpt100b_z3off_mb8")
+    s = case.scenario
+    assert case.published == 31.0 and case.category == "DeepSpeed ZeRO-3 + offload"
+    assert (s.num_gpus, s.layout.dp, s.layout.tp, s.layout.pp, s.training.micro_batch, s.training.seq_len) == (
+        4, 4, 1, 1, 8, 1024)
+    assert (s.model.hidden, s.model.num_layers, s.model.num_heads) == (10240, 80, 128)
+    assert (s.training.zero, s.training.offload_optimizer, s.training.offload_params, s.training.recompute,
+            s.training.dtype, s.training.framework) == (3, True, True, "full", "fp16", "deepspeed")
+    assert "smi" in case.label
 
 
 def test_one_run_on_three_counters(dataset):
@@ -152,20 +167,24 @@ def test_accuracy_today(report):
     block Transformer Engine's ring context parallelism saves; PR #165's fp32 logits kept through the backward;
     FSDP's sharded gradients off the activation peak and cached in the reduce-scatter stream's pool; reserved
     memory capped at what the device leaves the allocator; the segments Megatron's Adam states, created at the
-    first step, take from the freed activations, replayed through the caching allocator): 58 rows, MAPE 4.4 %,
+    first step, take from the freed activations, replayed through the caching allocator): 61 rows, MAPE 4.5 %,
     worst -13.2 % (torchtitan PR #165 FSDP1 SAC reserved); by framework: Megatron 5.0 % (21 rows, all low: the
     GPT-2 XL mb 1 runs on nvidia-smi 10 %, the first-step replay adds nothing there; GPT-2 large mb 64 3-5 %),
     Megatron + CPU optimizer offload +5.9 % (1 row), torch FSDP2 4.2 % (21), torch FSDP1 5.4 % (4),
-    DeepSpeed ZeRO-1 (BLOOM's BF16_Optimizer, nvidia-smi) 3.3 % (11). torchtitan's PR #165 active-peak rows are
+    DeepSpeed ZeRO-1 (BLOOM's BF16_Optimizer, nvidia-smi) 3.3 % (11), DeepSpeed ZeRO-3 with parameter and optimizer
+    offload (DeepSpeed issue #1830, 0.1T GPT on 4 A100, nvidia-smi) 6.6 % (3: -10.9 / -8.5 / +0.4 % at mini-batch
+    4 / 8 / 16; the run kept its activation checkpoints on the host, --checkpoint-in-cpu, which trainsim keeps on
+    the GPU, 1.56 GiB per sample, so the rest of its peak is under-predicted by more than the row error). torchtitan's PR #165 active-peak rows are
     within 1.2 %, its eager reserved-peak rows 6-13 % low (default-stream fragmentation beyond the loss's cached
     blocks is not predicted); late-2024 torch.compile rows are 5-8 % high (compile's memory savings in the blocks
     are not modelled). The issue's targets (MAPE <= 2 % on allocated, <= 5 % on reserved / nvidia-smi, worst
     <= 8 %) are not met: strict xfail below."""
     assert len(report.compared) == len(report.dataset.cases)
-    assert report.mape_pct <= 4.5
+    assert report.mape_pct <= 4.6
     cats = report.by_category()
     assert {k: v["rows"] for k, v in cats.items()} == {"Megatron": 21, "Megatron + offload": 1, "torch FSDP2": 21,
-                                                        "torch FSDP1": 4, "DeepSpeed ZeRO-1": 11}
+                                                        "torch FSDP1": 4, "DeepSpeed ZeRO-1": 11,
+                                                        "DeepSpeed ZeRO-3 + offload": 3}
     assert cats["Megatron"]["mape_pct"] <= 5.1
     # GPT-2 large, mb 64 (nvidia-smi): the Adam states split the freed activation segments at the first step
     for rid, err in (("vs25_gpt2l_tp2", -2.8), ("vs25_gpt2l_tp2_sp", -3.5), ("vs25_gpt2l_pp2", -3.2)):
@@ -183,6 +202,12 @@ def test_accuracy_today(report):
     # DDP's start-up with the distributed optimizer holds the weights twice (memory.ddp_param_remap_bytes)
     assert next(r for r in report.compared if r.row_id == "swift26_qwen72b_tp8_optoffload").error_pct == \
         pytest.approx(5.9, abs=1.0)
+    # DeepSpeed ZeRO-3 with parameters and optimizer states on the host (issue #1830, nvidia-smi): low at small
+    # mini-batches although trainsim keeps the checkpoints the run moved to the host (unmodelled there)
+    assert cats["DeepSpeed ZeRO-3 + offload"]["mape_pct"] <= 7.0
+    for rid, err in (("dsi22_gpt100b_z3off_mb4", -10.9), ("dsi22_gpt100b_z3off_mb8", -8.5),
+                     ("dsi22_gpt100b_z3off_mb16", 0.4)):
+        assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(err, abs=1.0)
     # the active-peak counter, which carries no allocator reserve (PR #165, Llama 2 7B, mb 8, AC and per-op SAC)
     for rid in ("tt165_fsdp1_ac_active", "tt165_fsdp1_sac_active", "tt165_fsdp2_ac_active", "tt165_fsdp2_sac_active"):
         assert abs(next(r for r in report.compared if r.row_id == rid).error_pct) <= 2.0
