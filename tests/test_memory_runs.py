@@ -35,7 +35,7 @@ def report(dataset):
 
 
 def test_loader_reads_every_row_and_every_scenario_builds(raw_rows, dataset):
-    assert len(raw_rows) >= 61
+    assert len(raw_rows) >= 63
     assert [c.row_id for c in dataset.cases] == [r["row_id"] for r in raw_rows]
     assert len({c.row_id for c in dataset.cases}) == len(raw_rows)
     assert [c.row_id for c in dataset.cases if c.skip_reason or c.scenario is None] == []
@@ -103,6 +103,23 @@ def test_zero3_offload_row_equals_its_source(dataset):
     assert "smi" in case.label
 
 
+def test_fairseq_fsdp_offload_row_equals_its_source(dataset):
+    """fairseq examples/fully_sharded_data_parallel/README.md, '13B params on 8 V100 GPUs': transformer_lm_gpt3_13,
+    --tokens-per-sample 2048 --batch-size 8, --cpu-offload --checkpoint-activations --fp16, gb_free 9.3 of the
+    V100-SXM2-32GB's 31.75 GiB (fairseq logs total_memory_in_GB - max_memory_allocated). The log prints
+    13,110,865,920 parameters: the row's untied 50,272 vocabulary gives that less fairseq's two padding positions
+    (2 x 5120)."""
+    case = next(c for c in dataset.cases if c.row_id == "fsq21_gpt3_13b_8gpu_cpuoffload")
+    s = case.scenario
+    assert case.published == pytest.approx(31.75 - 9.3) and case.category == "torch FSDP1 + offload"
+    assert s.model.total_params() == 13_110_865_920 - 2 * 5120
+    assert (s.num_gpus, s.layout.dp, s.training.micro_batch, s.training.seq_len, s.training.global_batch) == (
+        8, 8, 8, 2048, 64)
+    assert (s.training.zero, s.training.offload_optimizer, s.training.offload_params, s.training.recompute,
+            s.training.dtype, s.training.dropout) == (3, True, True, "full", "fp16", False)
+    assert s.cluster.gpu.memory_bytes == int(31.75 * (1 << 30)) and "alloc" in case.label
+
+
 def test_one_run_on_three_counters(dataset):
     """The Megatron GPT-345M log (read_file id 16669093845): max allocated 8696.85 MB, max reserved 8786 MB,
     nvidia-smi 9652 MiB per process -- one scenario, three published bases, in MiB / 1024."""
@@ -167,24 +184,26 @@ def test_accuracy_today(report):
     block Transformer Engine's ring context parallelism saves; PR #165's fp32 logits kept through the backward;
     FSDP's sharded gradients off the activation peak and cached in the reduce-scatter stream's pool; reserved
     memory capped at what the device leaves the allocator; the segments Megatron's Adam states, created at the
-    first step, take from the freed activations, replayed through the caching allocator): 61 rows, MAPE 4.5 %,
+    first step, take from the freed activations, replayed through the caching allocator): 63 rows, MAPE 4.8 %,
     worst -13.2 % (torchtitan PR #165 FSDP1 SAC reserved); by framework: Megatron 5.0 % (21 rows, all low: the
     GPT-2 XL mb 1 runs on nvidia-smi 10 %, the first-step replay adds nothing there; GPT-2 large mb 64 3-5 %),
     Megatron + CPU optimizer offload +5.9 % (1 row), torch FSDP2 4.2 % (21), torch FSDP1 5.4 % (4),
     DeepSpeed ZeRO-1 (BLOOM's BF16_Optimizer, nvidia-smi) 3.3 % (11), DeepSpeed ZeRO-3 with parameter and optimizer
     offload (DeepSpeed issue #1830, 0.1T GPT on 4 A100, nvidia-smi) 6.6 % (3: -10.9 / -8.5 / +0.4 % at mini-batch
     4 / 8 / 16; the run kept its activation checkpoints on the host, --checkpoint-in-cpu, which trainsim keeps on
-    the GPU, 1.56 GiB per sample, so the rest of its peak is under-predicted by more than the row error). torchtitan's PR #165 active-peak rows are
+    the GPU, 1.56 GiB per sample, so the rest of its peak is under-predicted by more than the row error), fairscale
+    FSDP with CPU offload (fairseq's GPT-3 13B example on 1 and 8 V100, allocated) 12.1 % low (2 rows: not
+    attributed; the model's FSDP1 behaviours are torch's, not fairscale's of 2021). torchtitan's PR #165 active-peak rows are
     within 1.2 %, its eager reserved-peak rows 6-13 % low (default-stream fragmentation beyond the loss's cached
     blocks is not predicted); late-2024 torch.compile rows are 5-8 % high (compile's memory savings in the blocks
     are not modelled). The issue's targets (MAPE <= 2 % on allocated, <= 5 % on reserved / nvidia-smi, worst
     <= 8 %) are not met: strict xfail below."""
     assert len(report.compared) == len(report.dataset.cases)
-    assert report.mape_pct <= 4.6
+    assert report.mape_pct <= 4.9
     cats = report.by_category()
     assert {k: v["rows"] for k, v in cats.items()} == {"Megatron": 21, "Megatron + offload": 1, "torch FSDP2": 21,
                                                         "torch FSDP1": 4, "DeepSpeed ZeRO-1": 11,
-                                                        "DeepSpeed ZeRO-3 + offload": 3}
+                                                        "DeepSpeed ZeRO-3 + offload": 3, "torch FSDP1 + offload": 2}
     assert cats["Megatron"]["mape_pct"] <= 5.1
     # GPT-2 large, mb 64 (nvidia-smi): the Adam states split the freed activation segments at the first step
     for rid, err in (("vs25_gpt2l_tp2", -2.8), ("vs25_gpt2l_tp2_sp", -3.5), ("vs25_gpt2l_pp2", -3.2)):
@@ -208,6 +227,9 @@ def test_accuracy_today(report):
     for rid, err in (("dsi22_gpt100b_z3off_mb4", -10.9), ("dsi22_gpt100b_z3off_mb8", -8.5),
                      ("dsi22_gpt100b_z3off_mb16", 0.4)):
         assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(err, abs=1.0)
+    # fairscale FSDP + CPU offload (fairseq GPT-3 13B, allocated = 31.75 GiB - gb_free 9.3): low on 1 and 8 GPUs alike
+    for rid in ("fsq21_gpt3_13b_1gpu_cpuoffload", "fsq21_gpt3_13b_8gpu_cpuoffload"):
+        assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(-12.1, abs=1.0)
     # the active-peak counter, which carries no allocator reserve (PR #165, Llama 2 7B, mb 8, AC and per-op SAC)
     for rid in ("tt165_fsdp1_ac_active", "tt165_fsdp1_sac_active", "tt165_fsdp2_ac_active", "tt165_fsdp2_sac_active"):
         assert abs(next(r for r in report.compared if r.row_id == rid).error_pct) <= 2.0

@@ -39,6 +39,7 @@ from typing import Any
 
 from trainsim.data import validation_path
 from trainsim.specs import SpecError
+from trainsim.specs.loaders import load_gpu
 from trainsim.validation import common_runs
 from trainsim.validation.cases import Case, Dataset, read_rows, scenario_or_skip
 from trainsim.validation.cells import num, yes_no
@@ -168,7 +169,9 @@ def scenario_mapping(r: dict) -> dict:
     if cap is not None:
         if cap <= 0:
             raise SpecError("gpu_memory_gib", f"must be positive, got {r.get('gpu_memory_gib')!r}")
-        cluster["gpu"] = {**cluster["gpu"], "memory_bytes": int(cap * GiB)}
+        gpu = cluster["gpu"]  # a preset's GPU by name (e.g. dgx-a100 with a100-40gb) or its mapping
+        gpu = load_gpu(gpu).model_dump() if isinstance(gpu, str) else gpu
+        cluster["gpu"] = {**gpu, "memory_bytes": int(cap * GiB)}
     training = {"seq_len": common_runs.whole(r, "seq_len"), "global_batch": gbs, "micro_batch": mbs,
                 "dtype": common_runs.precision(r), "recompute": common_runs.recompute(r), "zero": zero,
                 "schedule": common_runs.schedule(r, vpp), "flash_attention": yes_no(r, "flash_attention"),
