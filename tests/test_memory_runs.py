@@ -35,13 +35,19 @@ def report(dataset):
 
 
 def test_loader_reads_every_row_and_every_scenario_builds(raw_rows, dataset):
-    assert len(raw_rows) >= 63
+    assert len(raw_rows) >= 65
     assert [c.row_id for c in dataset.cases] == [r["row_id"] for r in raw_rows]
     assert len({c.row_id for c in dataset.cases}) == len(raw_rows)
-    assert [c.row_id for c in dataset.cases if c.skip_reason or c.scenario is None] == []
+    # the runs that kept their activation checkpoints in host memory (DeepSpeed --checkpoint-in-cpu) are shown, not
+    # compared: trainsim keeps every checkpoint on the GPU
+    host = [r["row_id"] for r in raw_rows if r["activation_checkpoints"] == "host"]
+    assert host == ["dsi22_gpt100b_z3off_mb4", "dsi22_gpt100b_z3off_mb8", "dsi22_gpt100b_z3off_mb16",
+                    "bs21_meg_ds_z3_52b_tp4_alloc", "bs21_meg_ds_z3_52b_tp4_resv"]
+    assert [c.row_id for c in dataset.cases if c.skip_reason or c.scenario is None] == host
+    assert all("activation_checkpoints: host" in c.skip_reason for c in dataset.cases if c.row_id in host)
     for r, c in zip(raw_rows, dataset.cases):
         assert c.published == float(r["peak_memory_gib"])
-        assert c.scenario.num_gpus == int(r["num_gpus"])
+        assert c.scenario is None or c.scenario.num_gpus == int(r["num_gpus"])
         assert r["memory_metric"] in MEMORY_METRICS
         for col in ("source_title", "source_locator", "read_from", "source_type", "confidence", "unknowns"):
             assert r[col].strip(), f"{r['row_id']}: {col} is empty"
@@ -88,19 +94,27 @@ def test_bloom_production_layout_row_equals_its_source(dataset):
                                                                                                    "deepspeed")
 
 
-def test_zero3_offload_row_equals_its_source(dataset):
+def test_zero3_rows_with_host_checkpoints_equal_their_sources(raw_rows, dataset):
     """DeepSpeed issue #1830 (ZeRO-Infinity, 2022-03-14): GPT with hidden 10240, 128 heads, 80 layers, MP 1 on 4 A100
     80GB, checkpointing every layer, parameters and optimizer offloaded; 'mini-batch 8: ... [actual] 31GB'
-    (nvidia-smi); sequence 1024 and fp16 from the launcher it names (ds_pretrain_gpt2-zero3.sh)."""
+    (nvidia-smi); sequence 1024 and fp16 from the launcher it names (ds_pretrain_gpt2-zero3.sh). BigScience's
+    Megatron-DeepSpeed ZeRO-3 log (meg_ds_zero_gpt2_perf_n16_nbs48_ms48.out): 52B (8192 x 64 layers, 32 heads), TP 4
+    on 64 V100, micro-batch 48, 'max allocated: 26118.2294921875' MB. Both ran with --checkpoint-in-cpu."""
+    from trainsim.validation.memory_runs import scenario_mapping
+    rows = {r["row_id"]: r for r in raw_rows}
     case = next(c for c in dataset.cases if c.row_id == "dsi22_gpt100b_z3off_mb8")
-    s = case.scenario
-    assert case.published == 31.0 and case.category == "DeepSpeed ZeRO-3 + offload"
-    assert (s.num_gpus, s.layout.dp, s.layout.tp, s.layout.pp, s.training.micro_batch, s.training.seq_len) == (
-        4, 4, 1, 1, 8, 1024)
-    assert (s.model.hidden, s.model.num_layers, s.model.num_heads) == (10240, 80, 128)
-    assert (s.training.zero, s.training.offload_optimizer, s.training.offload_params, s.training.recompute,
-            s.training.dtype, s.training.framework) == (3, True, True, "full", "fp16", "deepspeed")
-    assert "smi" in case.label
+    assert case.published == 31.0 and "activation_checkpoints: host" in case.skip_reason
+    raw = scenario_mapping(rows["dsi22_gpt100b_z3off_mb8"])
+    assert (raw["layout"]["tp"], raw["layout"]["dp"], raw["training"]["micro_batch"], raw["training"]["seq_len"]) == (
+        1, 4, 8, 1024)
+    assert (raw["model"]["hidden"], raw["model"]["num_layers"], raw["model"]["num_heads"]) == (10240, 80, 128)
+    assert (raw["training"]["zero"], raw["training"]["offload_optimizer"], raw["training"]["offload_params"],
+            raw["training"]["recompute"], raw["training"]["framework"]) == (3, True, True, "full", "deepspeed")
+    case = next(c for c in dataset.cases if c.row_id == "bs21_meg_ds_z3_52b_tp4_alloc")
+    assert case.published == pytest.approx(26118.2294921875 / 1024) and case.skip_reason
+    raw = scenario_mapping(rows["bs21_meg_ds_z3_52b_tp4_alloc"])
+    assert (raw["layout"]["tp"], raw["layout"]["dp"], raw["training"]["micro_batch"], raw["training"]["zero"],
+            raw["training"]["offload_optimizer"], raw["model"]["vocab_size"]) == (4, 16, 48, 3, False, 50688)
 
 
 def test_fairseq_fsdp_offload_row_equals_its_source(dataset):
@@ -151,6 +165,7 @@ def test_bad_cells_skip_the_row_naming_the_column(raw_rows):
     row = dict(raw_rows[0])
     assert "memory_metric" in memory_case({**row, "memory_metric": "peak"}).skip_reason
     assert "offload" in memory_case({**row, "offload": "gpu"}).skip_reason
+    assert "activation_checkpoints" in memory_case({**row, "activation_checkpoints": "cpu"}).skip_reason
     assert "flash_attention" in memory_case({**row, "flash_attention": "maybe"}).skip_reason
     assert "peak_memory_gib" in memory_case({**row, "peak_memory_gib": "-3"}).skip_reason
     assert "gpu_memory_gib" in memory_case({**row, "gpu_memory_gib": "0"}).skip_reason
@@ -184,26 +199,24 @@ def test_accuracy_today(report):
     block Transformer Engine's ring context parallelism saves; PR #165's fp32 logits kept through the backward;
     FSDP's sharded gradients off the activation peak and cached in the reduce-scatter stream's pool; reserved
     memory capped at what the device leaves the allocator; the segments Megatron's Adam states, created at the
-    first step, take from the freed activations, replayed through the caching allocator): 63 rows, MAPE 4.8 %,
+    first step, take from the freed activations, replayed through the caching allocator): 60 rows, MAPE 4.7 %,
     worst -13.2 % (torchtitan PR #165 FSDP1 SAC reserved); by framework: Megatron 5.0 % (21 rows, all low: the
     GPT-2 XL mb 1 runs on nvidia-smi 10 %, the first-step replay adds nothing there; GPT-2 large mb 64 3-5 %),
     Megatron + CPU optimizer offload +5.9 % (1 row), torch FSDP2 4.2 % (21), torch FSDP1 5.4 % (4),
-    DeepSpeed ZeRO-1 (BLOOM's BF16_Optimizer, nvidia-smi) 3.3 % (11), DeepSpeed ZeRO-3 with parameter and optimizer
-    offload (DeepSpeed issue #1830, 0.1T GPT on 4 A100, nvidia-smi) 6.6 % (3: -10.9 / -8.5 / +0.4 % at mini-batch
-    4 / 8 / 16; the run kept its activation checkpoints on the host, --checkpoint-in-cpu, which trainsim keeps on
-    the GPU, 1.56 GiB per sample, so the rest of its peak is under-predicted by more than the row error), fairscale
-    FSDP with CPU offload (fairseq's GPT-3 13B example on 1 and 8 V100, allocated) 12.1 % low (2 rows: not
+    DeepSpeed ZeRO-1 (BLOOM's BF16_Optimizer, nvidia-smi) 3.3 % (11), fairscale FSDP with CPU offload (fairseq's GPT-3 13B example on 1 and 8 V100, allocated) 12.1 % low (2 rows: not
     attributed; the model's FSDP1 behaviours are torch's, not fairscale's of 2021). torchtitan's PR #165 active-peak rows are
     within 1.2 %, its eager reserved-peak rows 6-13 % low (default-stream fragmentation beyond the loss's cached
     blocks is not predicted); late-2024 torch.compile rows are 5-8 % high (compile's memory savings in the blocks
     are not modelled). The issue's targets (MAPE <= 2 % on allocated, <= 5 % on reserved / nvidia-smi, worst
-    <= 8 %) are not met: strict xfail below."""
-    assert len(report.compared) == len(report.dataset.cases)
-    assert report.mape_pct <= 4.9
+    <= 8 %) are not met: strict xfail below. The five DeepSpeed ZeRO-3 rows (issue #1830 with offload, BigScience's
+    52B without) kept their activation checkpoints in host memory and are skipped: predicted as if on the GPU they
+    came out -10.9 / -8.5 / +0.4 % and +186 / +165 %, the checkpoints being 37-49 % and 66 % of those predictions."""
+    assert len(report.compared) == len(report.dataset.cases) - 5 and len(report.skipped) == 5
+    assert report.mape_pct <= 4.8
     cats = report.by_category()
     assert {k: v["rows"] for k, v in cats.items()} == {"Megatron": 21, "Megatron + offload": 1, "torch FSDP2": 21,
                                                         "torch FSDP1": 4, "DeepSpeed ZeRO-1": 11,
-                                                        "DeepSpeed ZeRO-3 + offload": 3, "torch FSDP1 + offload": 2}
+                                                        "torch FSDP1 + offload": 2}
     assert cats["Megatron"]["mape_pct"] <= 5.1
     # GPT-2 large, mb 64 (nvidia-smi): the Adam states split the freed activation segments at the first step
     for rid, err in (("vs25_gpt2l_tp2", -2.8), ("vs25_gpt2l_tp2_sp", -3.5), ("vs25_gpt2l_pp2", -3.2)):
@@ -221,12 +234,6 @@ def test_accuracy_today(report):
     # DDP's start-up with the distributed optimizer holds the weights twice (memory.ddp_param_remap_bytes)
     assert next(r for r in report.compared if r.row_id == "swift26_qwen72b_tp8_optoffload").error_pct == \
         pytest.approx(5.9, abs=1.0)
-    # DeepSpeed ZeRO-3 with parameters and optimizer states on the host (issue #1830, nvidia-smi): low at small
-    # mini-batches although trainsim keeps the checkpoints the run moved to the host (unmodelled there)
-    assert cats["DeepSpeed ZeRO-3 + offload"]["mape_pct"] <= 7.0
-    for rid, err in (("dsi22_gpt100b_z3off_mb4", -10.9), ("dsi22_gpt100b_z3off_mb8", -8.5),
-                     ("dsi22_gpt100b_z3off_mb16", 0.4)):
-        assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(err, abs=1.0)
     # fairscale FSDP + CPU offload (fairseq GPT-3 13B, allocated = 31.75 GiB - gb_free 9.3): low on 1 and 8 GPUs alike
     for rid in ("fsq21_gpt3_13b_1gpu_cpuoffload", "fsq21_gpt3_13b_8gpu_cpuoffload"):
         assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(-12.1, abs=1.0)

@@ -23,6 +23,9 @@
   ``--training.compile``; empty = the framework's own;
 * ``cuda_context_mib`` (optional): the CUDA context of the run's software stack where the source measured it
   (TrainingSpec.cuda_context_bytes); empty = derived from the GPU;
+* ``activation_checkpoints`` (optional, gpu/host): where the run keeps its activation checkpoints; ``host``
+  (DeepSpeed's ``--checkpoint-in-cpu``) is a placement trainsim cannot express -- it keeps every checkpoint on the
+  GPU, often the largest term of such a run -- so the row is shown as skipped, not compared; empty = gpu;
 * ``unmodelled`` (settings of the run trainsim cannot express, e.g. torch.compile) and ``unknowns`` (what the
   source leaves open and the rule that set it), beside the provenance columns.
 
@@ -57,6 +60,7 @@ PREDICTED_FIELD = {"allocated peak": "peak_allocated_bytes", "active peak": "pea
 TORCHTITAN_OP_SAC = re.compile(r"per-op SAC|torchtitan SAC", re.IGNORECASE)
 CROSS_ENTROPY = ("fused", "vocab_parallel", "eager_fp32", "eager_fp32_kept")
 OFFLOAD = {"none": (False, False), "optimizer": (True, False), "optimizer+params": (True, True)}
+CHECKPOINT_PLACES = ("gpu", "host")
 CATEGORY = {"torch": "torch FSDP2", "pytorch-fsdp": "torch FSDP1", "megatron": "Megatron",
             "megatron-2021": "Megatron", "megatron-2022": "Megatron", "deepspeed": "DeepSpeed",
             "deepspeed-2021": "DeepSpeed"}
@@ -115,6 +119,9 @@ def memory_case(r: dict) -> Case:
     try:
         metric = memory_metric(r)
         raw = scenario_mapping(r)
+        if checkpoints_on_host(r):
+            return Case(rid, label, published, skip_reason="not representable: activation_checkpoints: host (the run "
+                        "keeps its activation checkpoints in host memory; trainsim keeps them on the GPU)")
     except SpecError as e:
         return Case(rid, label, published, skip_reason=f"not representable: {e}")
     label = _label(r, raw, metric)
@@ -141,6 +148,15 @@ def _label(r: dict, raw: dict, metric: str) -> str:
     parts.append({"allocated peak": "alloc", "active peak": "active", "reserved peak": "resv", "nvidia-smi": "smi",
                   "not stated": "?"}[metric])
     return " ".join(parts)
+
+
+def checkpoints_on_host(r: dict) -> bool:
+    """Whether the ``activation_checkpoints`` column places the checkpoints in host memory (empty = gpu)."""
+    t = (r.get("activation_checkpoints") or "").strip().lower() or "gpu"
+    if t not in CHECKPOINT_PLACES:
+        raise SpecError("activation_checkpoints", f"{r.get('activation_checkpoints')!r} is none of "
+                                                  f"{', '.join(CHECKPOINT_PLACES)}")
+    return t == "host"
 
 
 def offload(r: dict) -> tuple[bool, bool]:
