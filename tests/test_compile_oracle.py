@@ -149,7 +149,6 @@ def test_compiled_op_sac_drops_the_unread_last_matmul_output(shape):
     sac = {"recompute": "selective", "recompute_modules": ["op_sac"]}
     compiled = act.layer_activation_bytes(_scen(model, s, compile=True, **sac)).total
     eager = act.layer_activation_bytes(_scen(model, s, **sac)).total
-    assert compiled == pytest.approx(measured, rel=0.02)
     assert measured == compiled
     assert eager - compiled == 4 * s * h
 
