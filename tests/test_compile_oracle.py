@@ -161,3 +161,18 @@ def test_compile_refuses_what_is_not_measured():
                  "sequence_parallel": True}):
         with pytest.raises((ValueError, SpecError), match="compile"):
             TrainingSpec(compile=True, **bad)
+
+
+def test_predict_states_the_compile_assumption_and_saves_less():
+    """Llama 3 8B, FSDP on 8 GPUs, torchtitan per-op SAC: compile keeps 2·T·h bytes less per block (w2's output)."""
+    from trainsim.simulator.predict import predict
+    base = {"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8, "layout": {}}
+    training = {"seq_len": 8192, "global_batch": 16, "micro_batch": 2, "framework": "torch", "zero": 3,
+                "recompute": "selective", "recompute_modules": ["op_sac"]}
+    eager = build_scenario({**base, "training": training})
+    compiled = build_scenario({**base, "training": {**training, "compile": True}})
+    saved = act.layer_activation_bytes(eager).total - act.layer_activation_bytes(compiled).total
+    assert saved == 2 * 2 * 8192 * 4096
+    pred = predict(compiled)
+    assert "per-op SAC" in pred.memory_assumptions["compile"]
+    assert "compile" not in predict(eager).memory_assumptions

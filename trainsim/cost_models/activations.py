@@ -41,6 +41,9 @@ sharded).
 (plain torch autograd, the executor's model in trainsim/kernels/torch_model.py: RMSNorm in fp32 saving
 its normalised tensor, SwiGLU 4·f, a copy of the attention output after RoPE, per-layer RoPE tables, and
 with torch's SequenceParallel the all-gathered norm outputs saved whole by the following linears).
+Blocks under torch.compile (TrainingSpec.compile) keep what AOTAutograd's min-cut partitioner saves, measured
+in tests/test_compile_oracle.py: without AC the ``"fused"`` block (norm inputs and outputs, SwiGLU 3·f), with full
+AC the block input, with op_sac all but the unread last matmul output (``_op_sac_layer``).
 For a dropout-free GPT block with LayerNorm, SDPA and GeLU both agree and this is exactly what torch saves
 (``saved_tensors_hooks`` deduplicated by storage): ``16·e·s·b·h`` + LayerNorm stats ``2·8·b·s`` +
 logsumexp ``4·b·a·s`` (/shared/notes/torch-distributed-on-cpu.md).
