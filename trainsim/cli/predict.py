@@ -240,6 +240,8 @@ def render_memory_assumptions(c, pred) -> None:
         c.print(f"model states ({a['framework']}): {a['note']}; "
                 f"{a['weights_bytes_per_param']:g} + {a['grads_bytes_per_param']:g} + "
                 f"{a['optimizer_bytes_per_param']:g} bytes per parameter before sharding")
+    if a.get("compile"):
+        c.print(f"activations: {a['compile']}")
     if a.get("grads_off_peak_bytes"):
         c.print(f"gradients: {a['grads_off_peak_bytes'] / GiB:.2f} GiB of sharded gradients are freed before the "
                 "forward and re-created after the activation peak (not in the peak; reserved in the reduce-scatter "

@@ -41,6 +41,9 @@ sharded).
 (plain torch autograd, the executor's model in trainsim/kernels/torch_model.py: RMSNorm in fp32 saving
 its normalised tensor, SwiGLU 4·f, a copy of the attention output after RoPE, per-layer RoPE tables, and
 with torch's SequenceParallel the all-gathered norm outputs saved whole by the following linears).
+Blocks under torch.compile (TrainingSpec.compile) keep what AOTAutograd's min-cut partitioner saves, measured
+in tests/test_compile_oracle.py: without AC the ``"fused"`` block (norm inputs and outputs, SwiGLU 3·f), with full
+AC the block input, with op_sac all but the unread last matmul output (``_op_sac_layer``).
 For a dropout-free GPT block with LayerNorm, SDPA and GeLU both agree and this is exactly what torch saves
 (``saved_tensors_hooks`` deduplicated by storage): ``16·e·s·b·h`` + LayerNorm stats ``2·8·b·s`` +
 logsumexp ``4·b·a·s`` (/shared/notes/torch-distributed-on-cpu.md).
@@ -243,12 +246,21 @@ def _op_sac_layer(shp: LayerShape) -> ActivationBytes:
     bf16 outputs of matmuls 1, 3, 5, ... are saved as with bf16 linears. The 2024 list's ``aten.abs`` /
     ``aten.max`` (float8 amax) outputs are left out: torch.compile, which every float8 run uses, fuses the
     abs into its max reduction.
+
+    Under torch.compile (``shp.compiled``) AOTAutograd's ``min_cut_rematerialization_partition`` saves a
+    MUST_SAVE output only where the backward graph reads it: the block's last matmul (SwiGLU's w2, number 7)
+    feeds only the residual add, whose backward reads nothing, so it is not kept; every other kept tensor is read
+    (q before RoPE, which the backward recomputes). Measured against torch's partitioner in
+    tests/test_compile_oracle.py.
     """
     e, h, t, r, T = shp.e, shp.h, shp.tp, shp.sp_div, shp.tokens
     block_in = e * T * h / r
     qkv = [shp.a * shp.d / t, shp.kv * shp.d / t, shp.kv * shp.d / t]
     widths = qkv + [h] + ([shp.f / t, shp.f / t, h] if shp.gated else [shp.f / t, h])
-    mm = e * T * sum(widths[0::2])  # matmuls 1, 3, 5, ... of the block
+    kept = widths[0::2]  # matmuls 1, 3, 5, ... of the block
+    if shp.compiled and len(widths) % 2:
+        kept = kept[:-1]  # under torch.compile the last matmul's output (no backward op reads it) is not kept
+    mm = e * T * sum(kept)
     heads = shp.a // t
     sdpa = e * T * heads * shp.dvh if shp.flash else 0.0
     small = STAT_BYTES * shp.b * heads * (shp.s // shp.cp) if shp.flash else 0.0

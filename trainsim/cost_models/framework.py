@@ -507,7 +507,17 @@ def memory_assumptions(training) -> dict:
     return {"framework": training.framework, "weights_bytes_per_param": sb.weights,
             "grads_bytes_per_param": sb.grads, "optimizer_bytes_per_param": sb.optimizer,
             "grad_reduce_dtype": training.grad_dtype_name, "master_weights": training.master_weights,
-            "note": sb.note}
+            "note": sb.note, **({"compile": _compile_note(training)} if training.compile else {})}
+
+
+def _compile_note(training) -> str:
+    """What a compiled block is assumed to save (TrainingSpec.compile; measured in tests/test_compile_oracle.py)."""
+    if training.recompute == "full":
+        return "torch.compile under full AC: each block keeps its input, as eager"
+    if training.recompute == "selective":
+        return ("torch.compile under per-op SAC: AOTAutograd's min-cut partitioner drops the unread w2 output the "
+                "policy marks saved")
+    return "torch.compile without AC: blocks keep what fused kernels keep (no fp32 norm copies, SwiGLU 3·f)"
 
 
 def fsdp_divide_factors(world: int) -> tuple[float, float]:

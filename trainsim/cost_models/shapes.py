@@ -53,6 +53,7 @@ class LayerShape:
     dtype: str = "bf16"
     recompute: str = "none"
     rc_modules: frozenset = frozenset()  # recompute=selective: TrainingSpec.selective_modules
+    compiled: bool = False  # blocks under torch.compile (TrainingSpec.compile): AOTAutograd's partitioner
     flash: bool = True
     dropout: bool = False
     causal: bool = True  # decoder LMs: a fused kernel skips the masked half (time only, not FLOP counts)
@@ -154,6 +155,7 @@ def _layer_shape(scenario) -> LayerShape:
         dv=(m.v_head_dim or 0) if m.is_mla else 0,
         tp=lay.tp, cp=lay.cp, ep=lay.ep, etp=(lay.etp or 0) if m.is_moe else 0, sp=t.sequence_parallel, dtype=t.dtype, recompute=t.recompute,
         rc_modules=t.selective_modules,
+        compiled=t.compile,
         flash=t.flash_attention, dropout=t.dropout, flash_version=t.flash_attention_version,
         fused_ce=(t.cross_entropy == "fused" if t.cross_entropy
                   else behaviour(t.framework).fused_cross_entropy),

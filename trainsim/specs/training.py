@@ -150,6 +150,14 @@ class TrainingSpec(BaseModel):
     framework: Framework = Field(default="megatron", description="software stack whose documented behaviours "
                                  "apply (cost_models/framework.py); the historic presets (-2021, -2022) refuse "
                                  "features their code predates (specs/framework_era.py)")
+    compile: bool = Field(
+        default=False, description="the model's blocks run under torch.compile (torchtitan --training.compile): "
+        "AOTAutograd's min_cut_rematerialization_partition (torch/_functorch/partitioners.py) keeps only the "
+        "tensors the backward graph reads, so a matmul output that torchtitan's per-op SAC policy marks saved but "
+        "no backward op reads (SwiGLU's down-projection output) is not kept; without AC a compiled block keeps "
+        "what fused kernels keep (norm inputs and outputs, the gate and up outputs and their product) and with "
+        "full AC its input. Frameworks torch and pytorch-fsdp; refused with Megatron's selective module recompute "
+        "and with op_sac under sequence parallelism (not measured)")
     host_issue: Literal["eager", "cuda_graphs", "compile"] = Field(
         default="eager", description="how the host issues each block's kernels (cost_models/host_issue.py): eager "
         "PyTorch (an aten dispatch per op, a launch per kernel), cuda_graphs (one graph launch per block and pass) "
@@ -220,6 +228,18 @@ class TrainingSpec(BaseModel):
             raise ValueError(f"recompute_modules: op_sac is torchtitan's per-op policy (torch.utils.checkpoint); "
                              f"framework {self.framework} has no such policy: use framework torch or pytorch-fsdp")
 
+    def _check_compile(self) -> None:
+        """torch.compile's saved tensors are measured (tests/test_compile_oracle.py) for no AC, full AC and op_sac."""
+        if self.framework not in OP_SAC_FRAMEWORKS:
+            raise ValueError(f"compile: torch.compile of the model's blocks is a torch setting (framework torch or "
+                             f"pytorch-fsdp), not {self.framework}")
+        if self.recompute == "selective" and list(self.recompute_modules or ()) != ["op_sac"]:
+            raise ValueError("compile: with selective recompute only torchtitan's per-op policy "
+                             "(recompute_modules [op_sac]) is modelled under torch.compile")
+        if self.sequence_parallel and self.recompute == "selective":
+            raise ValueError("compile: op_sac with sequence parallelism is not modelled under torch.compile (which "
+                             "reduce-scatter outputs the partitioner keeps is not measured)")
+
     def _check_conflicts(self) -> None:
         """Settings that contradict each other or that the framework does not have: refused, never overridden."""
         if self.grad_dtype and self.grad_dtype_bytes and DTYPE_BYTES[self.grad_dtype] != self.grad_dtype_bytes:
@@ -227,6 +247,8 @@ class TrainingSpec(BaseModel):
         if not self.master_weights and self.dtype in ("fp32", "fp8"):
             raise ValueError(f"master_weights=false needs dtype bf16 or fp16 (pure low-precision training), got "
                              f"{self.dtype}")
+        if self.compile:
+            self._check_compile()
         if self.framework == "torch" and self.tp_comm_overlap:
             raise ValueError("tp_comm_overlap is Transformer Engine's userbuffers overlap (Megatron-Core); framework "
                              "torch runs parallelize_module TP without it: use framework megatron or drop it")

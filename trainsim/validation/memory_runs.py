@@ -26,7 +26,9 @@
 * ``activation_checkpoints`` (optional, gpu/host): where the run keeps its activation checkpoints; ``host``
   (DeepSpeed's ``--checkpoint-in-cpu``) is a placement trainsim cannot express -- it keeps every checkpoint on the
   GPU, often the largest term of such a run -- so the row is shown as skipped, not compared; empty = gpu;
-* ``unmodelled`` (settings of the run trainsim cannot express, e.g. torch.compile) and ``unknowns`` (what the
+* ``compile`` (optional, yes/no, the last column): the run compiled its blocks with torch.compile
+  (TrainingSpec.compile); empty = eager;
+* ``unmodelled`` (settings of the run trainsim cannot express, e.g. float8 FSDP all-gather) and ``unknowns`` (what the
   source leaves open and the rule that set it), beside the provenance columns.
 
 Each row becomes a scenario; `trainsim validate --dataset memory` predicts it through the public prediction
@@ -80,7 +82,7 @@ MEMORY_NOTES = (
      "sharding, offload, precision, FlashAttention, dropout and framework columns as stated; the GPU preset of "
      "gpu_type with gpu_memory_gib as its capacity when stated."),
     ("unknowns: each row's unknowns column says what its source leaves open and the rule that set it; "
-     "unmodelled names settings trainsim cannot express (torch.compile, float8 all-gather, ALiBi), which are "
+     "unmodelled names settings trainsim cannot express (float8 all-gather, ALiBi), which are "
      "predicted as if absent."),
 )
 
@@ -210,6 +212,8 @@ def scenario_mapping(r: dict) -> dict:
         if ce not in CROSS_ENTROPY:
             raise SpecError("cross_entropy", f"{ce!r} is none of {', '.join(CROSS_ENTROPY)}")
         training["cross_entropy"] = ce
+    if (r.get("compile") or "").strip():
+        training["compile"] = yes_no(r, "compile")
     if tp > 1 and common_runs.stated(r, "sequence_parallel") and yes_no(r, "sequence_parallel"):
         training["sequence_parallel"] = True
     layout = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp}
