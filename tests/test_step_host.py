@@ -120,3 +120,46 @@ def test_big_model_keeps_the_gpu_time():
     host = sh.scenario_step_host(sc, 0)
     assert host.issue_s < gpu
     assert sh.optimizer_phase_s(gpu, host) == pytest.approx(gpu + D + K)
+
+
+def test_contiguous_shards_hold_a_share_of_the_tensors():
+    """Megatron's distributed optimizer shards a flat buffer: a rank's range holds ceil(k / n) + 1 big tensors and
+    ceil(s / n) norms/biases, and the elements of its shard; FSDP2 (framework torch) cuts every tensor instead."""
+    def scen(framework, zero):
+        model = {"name": "m", "num_layers": 4, "hidden": 256, "num_heads": 4, "ffn_hidden": 1024, "vocab_size": 1024,
+                 "max_seq_len": 128}
+        return build_scenario({"model": model, "cluster": "dgx-a100", "gpus": 8,
+                               "training": {"seq_len": 128, "global_batch": 8, "micro_batch": 1,
+                                            "framework": framework, "zero": zero}})
+    full = sh.rank_tensor_sizes(scen("megatron-2022", 0), 0)
+    small = sum(1 for s in full if s == 256)
+    big = len(full) - small
+    dist = sh.rank_tensor_sizes(scen("megatron-2022", 1), 0)
+    assert len(dist) == math.ceil(small / 8) + math.ceil(big / 8) + 1
+    assert sum(dist) == pytest.approx(sum(full) / 8, rel=1e-3)
+    fsdp2 = sh.rank_tensor_sizes(scen("torch", 3), 0)
+    assert len(fsdp2) == len(full) and sum(fsdp2) == pytest.approx(sum(full) / 8, rel=1e-2)
+
+
+@pytest.mark.parametrize(("framework", "adds"), [("megatron-2021", 4 + 4 + 4), ("megatron-2022", 4 + 4),
+                                                 ("megatron", 0), ("torch", 0)])
+def test_megatron_ddp_hooks_add_to_the_backward_issue(framework, adds):
+    """Megatron's local-DDP hook: main_grad.add_ per tensor with a param.grad (2022: wgrad fused, biases and norms
+    only); each is one dispatch and one launch more in a block's backward."""
+    sc = tiny(framework)
+    assert hi.ddp_hook_adds(sc) == adds
+    from trainsim.cost_models.eager import block_style
+    from trainsim.cost_models.framework import behaviour
+    from trainsim.cost_models.shapes import layer_shape
+    shp = layer_shape(sc)
+    base = hi.block_issue(hi.issue_style(block_style(shp), megatron_layer=behaviour(framework).megatron_layer,
+                                         flash=shp.flash), recompute_full=sc.training.recompute == "full")
+    issue = hi.scenario_block_issue(sc)
+    assert issue.bwd_s - base.bwd_s == pytest.approx(adds * (D + K))
+
+
+@pytest.mark.parametrize("framework", ["deepspeed", "megatron-deepspeed"])
+def test_deepspeed_flat_groups_closed_form(framework):
+    """Two flat fp32 groups (FusedAdam: one launch per 320 chunks of each), a norm per group, all_reduce, .item()."""
+    sizes = [65536 * 100] * 64   # 6,400 chunks in all: 3,200 per group, 10 launches each
+    assert sh.step_counts(framework, "fused", sizes) == (2 + 4, 2 * 10 + 4, 1)

@@ -20,7 +20,7 @@ Launch counts come from the kernels' own batching:
   chunk. ``multi_tensor_launches`` replays that loop. (Recent torch builds for Hopper widen the kernel argument
   and allow more tensors per launch, ``DepthToMaxConfig<true>``, find_string id 1000103670: the counts here are
   the classic upper bound.)
-* Megatron (all versions here) and Megatron-DeepSpeed: apex/TE ``FusedAdam`` over the fp32 main parameters, one
+* Megatron (all versions here): apex/TE ``FusedAdam`` over the fp32 main parameters, one
   ``multi_tensor_applier`` call per parameter group (weight decay / no decay: 2) with 4 lists (grad, param, m,
   v); the norm for clipping is ``multi_tensor_l2norm`` over the gradients (1 list), summed over the model-
   parallel group by an ``all_reduce`` and read back by ``total_norm.item()`` (megatron/core/optimizer/
@@ -28,8 +28,13 @@ Launch counts come from the kernels' own batching:
   the same, id 47359657657): one host sync per step. The coefficient scaling (``multi_tensor_scale``) runs only
   when the norm exceeds the threshold, which the step cannot know: not counted. ``zero_grad_buffer`` zeroes the
   contiguous gradient buffer: one op.
-* DeepSpeed: ZeRO flattens each parameter group into one fp32 partition per rank
-  (``single_partition_of_fp32_groups``), so ``FusedAdam`` sees 2 tensors of half the shard each.
+* DeepSpeed (and Megatron-DeepSpeed, which runs DeepSpeed's engine and optimizer wrappers): ZeRO and the fp16/bf16
+  optimizers flatten each parameter group into one fp32 partition per rank (``single_partition_of_fp32_groups``,
+  ``fp32_groups_flat``), so ``FusedAdam`` sees 2 tensors of half the shard each; the norm is summed over the
+  model-parallel group and read back with ``total_norm_cuda[0].item()`` (deepspeed/runtime/utils.py
+  ``get_grad_norm`` and zero/stage_1_and_2.py ``get_grad_norm_direct``, find_string ids 52433580680 and
+  19399401349): one host sync per step, counted with one norm launch per flat group. (Older ZeRO versions also
+  read each gradient's norm with ``.item()`` inside the loop: not counted.)
 * pytorch-fsdp (Composer's ``DecoupledAdamW``, framework.py ``per_param_loop``): 8 eager ops per parameter
   tensor (``mul_``, ``add_``, ``mul_``, ``addcmul_``, ``sqrt``, ``div``, ``add_``, ``addcdiv_``), each a dispatch
   and a launch; FSDP's ``clip_grad_norm_`` takes one ``vector_norm`` per gradient, stacks and reduces them,
@@ -99,7 +104,9 @@ def multi_tensor_launches(sizes: Iterable[int], depth: int, scalarlist: bool = F
 def rank_tensor_sizes(scenario, stage: int) -> list[int]:
     """Elements of each parameter tensor the optimizer of a rank of ``stage`` updates: the executor's tensor count
     (eager.stage_param_tensors), norms and biases ``hidden`` elements each, the rest of the rank's parameters split
-    evenly over the linears and embeddings; sharded (ZeRO >= 1) as every tensor cut over the shard group."""
+    evenly over the linears and embeddings. Sharded (ZeRO >= 1): torch's FSDP2 (framework torch) cuts every tensor
+    over the shard group; the others shard a contiguous flat buffer (Megatron's distributed optimizer, FSDP1's
+    flat parameters), whose 1/n range holds whole tensors and at most one cut one: ceil(k / n) + 1 of each kind."""
     from .eager import stage_param_tensors
     from .memory import rank_param_shards
 
@@ -115,7 +122,12 @@ def rank_tensor_sizes(scenario, stage: int) -> list[int]:
     small_elems = min(total, small * m.hidden)
     big_size = (total - small_elems) / max(1, big)
     shard = sh.optimizer_params / total if total else 1.0
-    return [max(1, round(m.hidden * shard))] * small + [max(1, round(big_size * shard))] * big
+    if shard >= 1.0 or scenario.training.framework == "torch":
+        return [max(1, round(m.hidden * shard))] * small + [max(1, round(big_size * shard))] * big
+    n = round(1.0 / shard)
+    k_small, k_big = min(small, math.ceil(small / n)), min(big, math.ceil(big / n) + 1)
+    big_each = max(1.0, (sh.optimizer_params - k_small * m.hidden) / max(1, k_big))
+    return [m.hidden] * k_small + [max(1, round(big_each))] * k_big
 
 
 def _fused_counts(sizes: list[int], groups: int) -> tuple[int, int]:
@@ -135,10 +147,11 @@ def step_counts(framework: str, optimizer_update: str, sizes: list[int]) -> tupl
     if framework == "torch":
         launches = sum(multi_tensor_launches(sizes, d, s) for d, s in TORCH_FOREACH_ADAM)
         return len(TORCH_FOREACH_ADAM) + 1, launches, 0
-    if framework.startswith("deepspeed"):
+    if framework.startswith("deepspeed") or framework == "megatron-deepspeed":
         half = sum(sizes) / 2
         d, k = _fused_counts([math.ceil(half)] * 2, MEGATRON_PARAM_GROUPS)
-        return d, k, 0
+        # a norm per flat group, the model-parallel all_reduce, the .item() copy
+        return d + 2 + 1 + 1, k + 2 + 1 + 1, 1
     d, k = _fused_counts(sizes, MEGATRON_PARAM_GROUPS)
     norm = multi_tensor_launches(sizes, 1)
     # l2norm call + all_reduce + .item() (a copy), zero_grad_buffer's zero_
