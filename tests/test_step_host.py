@@ -163,3 +163,23 @@ def test_deepspeed_flat_groups_closed_form(framework):
     """Two flat fp32 groups (FusedAdam: one launch per 320 chunks of each), a norm per group, all_reduce, .item()."""
     sizes = [65536 * 100] * 64   # 6,400 chunks in all: 3,200 per group, 10 launches each
     assert sh.step_counts(framework, "fused", sizes) == (2 + 4, 2 * 10 + 4, 1)
+
+
+def test_the_grad_norm_scalar_all_reduce_is_exposed_once_per_step():
+    """TP 2: the optimizer phase gains one 4-byte all-reduce's time over the TP group (collectives.collective_time),
+    not counted as host idle."""
+    from trainsim.cost_models.collectives import collective_time
+    from trainsim.topologies import place
+    model = {"name": "m", "num_layers": 2, "hidden": 64, "num_heads": 4, "ffn_hidden": 256, "vocab_size": 1024,
+             "max_seq_len": 128}
+    sc = build_scenario({"model": model, "cluster": "dgx-a100", "gpus": 2, "layout": {"tp": 2},
+                         "training": {"seq_len": 128, "global_batch": 1, "micro_batch": 1,
+                                      "framework": "megatron-2022"}})
+    ar = float(collective_time("all_reduce", 4.0, place(sc).group("tp"), sc.cluster).time_s)
+    assert ar > 0
+    host = sh.scenario_step_host(sc, 0)
+    table = build_cost_table(sc)
+    st = table.stages[0]
+    gpu = compute.optimizer_step_parts(sc, 0)[0] * table.slowest_gpu_factor   # the job's slowest GPU's pace
+    assert st.optimizer_s == pytest.approx(max(gpu, host.issue_s) + ar + host.sync_lead_s)
+    assert st.optimizer_host_idle_s == pytest.approx(max(0.0, host.issue_s - gpu) + host.sync_lead_s)

@@ -179,9 +179,20 @@ def scenario_step_host(scenario, stage: int) -> StepHost | None:
                      scenario.cluster.host_cpu)
 
 
-def optimizer_phase_s(gpu_s: float, host: StepHost | None) -> float:
+def norm_reduce_s(scenario, groups: tuple, profile=None) -> float:
+    """Seconds of the grad norm's all-reduces of one fp32 scalar over ``groups`` (topologies GroupShapes or None:
+    the TP group, and the sharding group where ZeRO >= 1 splits the gradients): every update waits for the
+    clip coefficient, so their latency is exposed once per step. The pipeline stages' share of Megatron's
+    model-parallel reduction is not counted (one group shape per dimension)."""
+    from .collectives import collective_time
+
+    return sum(float(collective_time("all_reduce", 4.0, g, scenario.cluster, profile=profile).time_s)
+               for g in groups if g is not None and g.size > 1)
+
+
+def optimizer_phase_s(gpu_s: float, host: StepHost | None, reduce_s: float = 0.0) -> float:
     """Seconds of the optimizer phase: the GPU's time or the host's issue time, whichever is longer, plus the
-    lead-ins after its host syncs."""
+    grad norm's scalar all-reduces and the lead-ins after its host syncs."""
     if host is None:
         return gpu_s
-    return max(gpu_s, host.issue_s) + host.sync_lead_s
+    return max(gpu_s, host.issue_s) + reduce_s + host.sync_lead_s
