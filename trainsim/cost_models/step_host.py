@@ -6,7 +6,8 @@ reads the gradient norm back to the host (``.item()``) the GPU drains and then w
 next kernel. The step's optimizer phase lasts at least the host's issue time (the host runs ahead of the GPU
 while it can, as for a block's passes in ``host_issue``):
 
-    optimizer phase = max(GPU time of the update and norm, host issue time of the step) + lead-in per host sync
+    optimizer phase = max(GPU time of the update and norm, host issue time of the step)
+                      + the norm's scalar all-reduces (``norm_reduce_s``) + lead-in per host sync
 
 Launch counts come from the kernels' own batching:
 
@@ -48,7 +49,9 @@ Launch counts come from the kernels' own batching:
 Per-op seconds are ``host_issue``'s (3.3 us per dispatch, 3.8 us more per launch, Grace 2.6x). A host sync's
 lead-in is the dispatch and launch of the first kernel the host issues after it. Per-step logging (Megatron's
 ``training_log``) reads losses back only every ``log_interval`` steps: not counted per step. Per-module hooks
-(DDP's per-parameter autograd hooks, FSDP's pre/post hooks) are not counted here.
+run per micro-batch, not per step: Megatron's local-DDP parameter hooks are in a block's backward issue time
+(``host_issue.ddp_hook_adds``); FSDP's pre/post forward/backward hooks issue the gathers and reduce-scatters the
+builder already counts as collectives, and their Python frames are not counted (no cited per-call measurement).
 """
 
 from __future__ import annotations
