@@ -183,3 +183,13 @@ def test_the_grad_norm_scalar_all_reduce_is_exposed_once_per_step():
     gpu = compute.optimizer_step_parts(sc, 0)[0] * table.slowest_gpu_factor   # the job's slowest GPU's pace
     assert st.optimizer_s == pytest.approx(max(gpu, host.issue_s) + ar + host.sync_lead_s)
     assert st.optimizer_host_idle_s == pytest.approx(max(0.0, host.issue_s - gpu) + host.sync_lead_s)
+
+
+def test_moe_and_offload_keep_the_gpu_time_and_no_idle():
+    """Where the step's host work is not modelled apart (MoE, offloaded optimizer) the phase is the device's and
+    records no host idle."""
+    sc = build_scenario({"model": "mixtral-8x7b", "gpus": 8, "cluster": "dgx-h100",
+                         "layout": {"tp": 1, "ep": 8}, "training": {"seq_len": 1024, "global_batch": 8, "zero": 1}})
+    assert sh.scenario_step_host(sc, 0) is None
+    st = build_cost_table(sc).stages[0]
+    assert st.optimizer_host_idle_s == 0.0

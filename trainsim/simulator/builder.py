@@ -573,8 +573,10 @@ def _optimizer_s(st: _Step, s: int) -> tuple[float, float]:
     sm = st.stage_mem[s]
     opt_gpu, opt_host = compute.optimizer_step_parts(scenario, s, st.profile)
     gpu = opt_gpu * st.slowest
-    reduce_s = step_host.norm_reduce_s(scenario, (st.groups["tp"], st.shard_group if st.z >= 1 else None), st.profile)
-    phase = step_host.optimizer_phase_s(gpu, step_host.scenario_step_host(scenario, s), reduce_s)
+    host = step_host.scenario_step_host(scenario, s)
+    groups = (st.groups["tp"], st.shard_group if st.z >= 1 else None)
+    reduce_s = step_host.norm_reduce_s(scenario, groups, st.profile) if host is not None else 0.0
+    phase = step_host.optimizer_phase_s(gpu, host, reduce_s)
     opt = phase + opt_host
     if st.fw.zero3_persistent_regather and st.z >= 3 and st.dp_group is not None:
         opt += _persistent_regather_s(scenario, s, st.dp_group, st.profile)
