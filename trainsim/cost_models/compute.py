@@ -394,7 +394,7 @@ def optimizer_step_parts(scenario, stage: int, profile=None) -> tuple[float, flo
             # Elements split by tensor count (DTensor parameters go through DTensor dispatch, measured apart).
             parts = [(name, plain), (f"{name}-dtensor" if f"{name}-dtensor" in fits else name, dtensor)]
             return sum(prof.optimizer_time_s(k, n, sh.optimizer_params * n / total) for k, n in parts if n), 0.0
-    # Multi-tensor kernels: a handful of launches per step, negligible next to the streaming time.
+    # The host's issue of the step's kernels is cost_models/step_host.py's (the builder takes the longer).
     return (memory_time_s(update_bytes, hw, prof, "copy") if update_bytes else 0.0) + norm_s, 0.0
 
 

@@ -77,6 +77,15 @@ sync costs instead the GPU's tail after the host's last issue, of the same order
   ``clone``, ``sub``, ``masked_fill_``, ``index_put_``, ``all_reduce``: 8 more of each). The kernels in between
   (token copies, masks, embedding lookups of one micro-batch) do too little work to hide the host.
 
+Per-parameter hooks (``ddp_hook_adds``): Megatron-LM's local DDP (megatron/model/distributed.py of 2021-2022,
+``_make_param_hook``; the same in Megatron-Core's ``_make_backward_post_hook``, find_string ids 1654539297 and
+983298283) registers a hook on every parameter's AccumulateGrad node that runs, each micro-batch's backward,
+``param.main_grad.add_(param.grad.data)`` where autograd produced a ``param.grad``: one dispatch and one kernel
+per such tensor. megatron-2021 (``grad_accumulation_pass``) does it for every tensor of Megatron's layer (fused
+QKV, out-projection, two MLP linears, their biases, two norms); megatron-2022's gradient-accumulation fusion lets
+the linears' wgrad GEMMs write ``main_grad`` ("The gradient function of linear layers is fused with GEMMs"), so
+only biases and norms pass through the hook. The hook's own Python frame is not counted (no cited measurement).
+
 Scenario settings that cut the count (``TrainingSpec.host_issue``): ``"cuda_graphs"`` captures each block's
 forward and backward as graphs, so the host launches one graph per block and pass (``KERNEL_LAUNCH_S`` each);
 ``"compile"`` (torch.compile / Inductor) drops the views and the Python dispatch of the captured ops, leaving
@@ -203,6 +212,24 @@ def sync_leads(block_syncs: int, microbatch_syncs: int, *, tp: int, recompute_fu
     return block, (block if recompute_full else 0.0), per_mb
 
 
+MEGATRON_LAYER_LINEARS = 4    # fused QKV, attention out-projection, dense_h_to_4h, dense_4h_to_h
+
+
+def ddp_hook_adds(scenario) -> int:
+    """``main_grad.add_`` calls one block's backward issues from Megatron's local-DDP parameter hooks (module doc,
+    "Per-parameter hooks"): megatron-2021 every tensor of Megatron's layer, megatron-2022 its biases and norms,
+    other frameworks none."""
+    from .framework import behaviour
+
+    m, name = scenario.model, scenario.training.framework
+    if name not in ("megatron-2021", "megatron-2022"):
+        return 0
+    norms = 2 * (2 if m.norm == "layernorm" else 1)
+    biases = MEGATRON_LAYER_LINEARS if m.bias else 0
+    fused_wgrad = not behaviour(name).grad_accumulation_pass
+    return norms + biases + (0 if fused_wgrad else MEGATRON_LAYER_LINEARS)
+
+
 def tp_collective_calls(scenario) -> tuple[int, int]:
     """(forward, backward) TP collective calls of one dense block: Megatron's two column/row-parallel pairs
     issue 2 all-reduces each way (sequence parallel: 2 all-gathers + 2 reduce-scatters)."""
@@ -238,6 +265,10 @@ def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
     issue = block_issue(style, recompute_full=t.recompute == "full",
                         tp_collectives=tp_collective_calls(scenario), mode=t.host_issue,
                         host_cpu=scenario.cluster.host_cpu, measured=measured)
+    hooks = ddp_hook_adds(scenario)
+    if hooks:
+        issue = replace(issue, bwd_s=issue.bwd_s + hooks * sum(op_seconds(scenario.cluster.host_cpu)),
+                        bwd_ops=issue.bwd_ops + hooks)
     if t.host_issue != "eager" or not (fw.block_forward_syncs or fw.microbatch_syncs):
         return issue  # a captured graph cannot hold a host sync
     f, b, mb = sync_leads(fw.block_forward_syncs, fw.microbatch_syncs, tp=scenario.layout.tp,

@@ -77,7 +77,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from trainsim.cost_models import activations as act
-from trainsim.cost_models import compute, framework, host_issue, memory
+from trainsim.cost_models import compute, framework, host_issue, memory, step_host
 from trainsim.cost_models.shapes import dense_block_scenario, layer_shape
 from trainsim.specs import Scenario
 from trainsim.specs.pools import link_view, pool_views, stage_pools
@@ -564,18 +564,25 @@ def _pp_sends(st: _Step, s: int, nets: tuple[Scenario, Scenario] | None = None
     return send_f, send_b
 
 
-def _optimizer_s(st: _Step, s: int) -> float:
-    """Stage ``s``'s optimizer step: GPU part at the job's pace, host part, DeepSpeed's persistent re-gather and
-    the offload's PCIe traffic, exposed."""
+def _optimizer_s(st: _Step, s: int) -> tuple[float, float]:
+    """Stage ``s``'s optimizer step and the GPU's wait for its host in it: GPU part at the job's pace or the host's
+    issue of the step's kernels, whichever is longer, with the lead-ins after its host syncs (cost_models/
+    step_host.py); host (offloaded) update, DeepSpeed's persistent re-gather and the offload's PCIe traffic,
+    exposed."""
     scenario = st.scenario
     sm = st.stage_mem[s]
     opt_gpu, opt_host = compute.optimizer_step_parts(scenario, s, st.profile)
-    opt = opt_gpu * st.slowest + opt_host
+    gpu = opt_gpu * st.slowest
+    host = step_host.scenario_step_host(scenario, s)
+    groups = (st.groups["tp"], st.shard_group if st.z >= 1 else None)
+    reduce_s = step_host.norm_reduce_s(scenario, groups, st.profile) if host is not None else 0.0
+    phase = step_host.optimizer_phase_s(gpu, host, reduce_s)
+    opt = phase + opt_host
     if st.fw.zero3_persistent_regather and st.z >= 3 and st.dp_group is not None:
         opt += _persistent_regather_s(scenario, s, st.dp_group, st.profile)
     if sm.pcie_h2d_bytes or sm.pcie_d2h_bytes:
         opt += (sm.pcie_h2d_bytes + sm.pcie_d2h_bytes) / scenario.cluster.gpu.pcie_bw_Bps
-    return opt
+    return opt, phase - gpu - reduce_s
 
 
 def _param_gather(st: _Step) -> str:
@@ -629,8 +636,10 @@ def _stage(st: _Step, s: int, nets: tuple[Scenario, Scenario] | None = None) -> 
     chunks = tuple(_chunk(st, s, c, pair) for c in range(st.scenario.layout.vpp))
     send_f, send_b = _pp_sends(st, s, nets)
     sm = st.stage_mem[s]
+    opt_s, opt_idle = _optimizer_s(st, s)
     return StageCost(
-        chunks=chunks, send_fwd=send_f, send_bwd=send_b, optimizer_s=_optimizer_s(st, s), post_step=_post_step(st, s),
+        chunks=chunks, send_fwd=send_f, send_bwd=send_b, optimizer_s=opt_s, optimizer_host_idle_s=opt_idle,
+        post_step=_post_step(st, s),
         weights_bytes=sm.weights, grads_bytes=sm.grads - sm.grads_off_peak, optimizer_bytes=sm.optimizer,
         other_bytes=sm.other,
     )

@@ -109,6 +109,8 @@ class StageCost:
     send_fwd: Transfer | None = None
     send_bwd: Transfer | None = None
     optimizer_s: float = 0.0
+    # Of optimizer_s, the GPU's wait for its host to issue the step's kernels (cost_models/step_host.py).
+    optimizer_host_idle_s: float = 0.0
     # ZeRO-1/2 / distributed optimizer: parameter all-gather after the optimizer step (exposed).
     post_step: tuple[Transfer, ...] = ()
     # Static bytes per GPU by component: weights, grads, optimizer, other (buffers, workspace).

@@ -108,11 +108,13 @@ HOST_IDLE_REPORT_SHARE = 0.01
 
 def host_idle_share(table, step_time_s: float) -> float:
     """Share of the step the busiest stage's GPU waits for its host to issue kernels: per micro-batch the
-    chunks' host idle (ChunkCost.host_idle_*), times the micro-batches, over the step time."""
+    chunks' host idle (ChunkCost.host_idle_*) times the micro-batches, plus the optimizer step's
+    (StageCost.optimizer_host_idle_s), over the step time."""
     if step_time_s <= 0:
         return 0.0
-    per_stage = [sum(c.host_idle_fwd_s + c.host_idle_bwd_s for c in st.chunks) for st in table.stages]
-    return min(1.0, max(per_stage, default=0.0) * table.num_microbatches / step_time_s)
+    per_stage = [sum(c.host_idle_fwd_s + c.host_idle_bwd_s for c in st.chunks) * table.num_microbatches
+                 + st.optimizer_host_idle_s for st in table.stages]
+    return min(1.0, max(per_stage, default=0.0) / step_time_s)
 
 
 def host_idle_warning(scenario: Scenario, table, step_time_s: float) -> str | None:
