@@ -67,3 +67,51 @@ def test_predict_states_the_host_memory_offload_needs(capsys):
     assert f"host memory (offload): {gib:.1f} GiB per GPU, {8 * gib:.1f} GiB per node" in out
     assert main(BASE[:-1]) == 0
     assert "host memory (offload)" not in capsys.readouterr().out
+
+
+def _refusal(capsys, *flags) -> str:
+    assert main([*BASE, *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1
+    return err[0]
+
+
+def test_megatron_cpu_optimizer_offload_without_the_distributed_optimizer_is_refused(capsys):
+    """Megatron-LM arguments.py asserts --optimizer-cpu-offload needs --use-precision-aware-optimizer, and
+    get_megatron_optimizer (megatron/core/optimizer/__init__.py) raises '--use-precision-aware-optimizer only
+    supported with distributed optimizer': the zero-0 offload run does not exist."""
+    line = _refusal(capsys, "--offload-optimizer")
+    assert "offload_optimizer" in line and "distributed_optimizer" in line
+    assert main([*BASE, "--offload-optimizer", "--distributed-optimizer"]) == 0
+    assert main([*BASE, "--offload-optimizer", "--zero", "3"]) == 0  # Megatron-FSDP runs on the distributed optimizer
+    capsys.readouterr()
+    with pytest.raises(SpecError) as ei:
+        _scen(1, offload_optimizer=True)
+    assert "distributed_optimizer" in str(ei.value)
+
+
+@pytest.mark.parametrize("framework", ["torch", "pytorch-fsdp"])
+def test_torch_frameworks_refuse_megatrons_distributed_optimizer(capsys, framework):
+    """Megatron-LM asserts '--use-torch-fsdp2 is not supported with MCore's distributed optimizer'; torch's own
+    ZeRO-1 (ZeroRedundancyOptimizer) is --zero 1, not a renamed flag."""
+    line = _refusal(capsys, "--framework", framework, "--distributed-optimizer")
+    assert "distributed_optimizer" in line and "zero 1" in line
+    assert main([*BASE, "--framework", "torch", "--zero", "1"]) == 0
+
+
+@pytest.mark.parametrize("zero,strategy", [(2, "optim_grads"), (3, "optim_grads_params")])
+def test_distributed_optimizer_beside_zero_2_or_3_is_stated(capsys, zero, strategy):
+    """ZeRO-2/3 shard the optimizer states as the distributed optimizer does and more: the step is ZeRO-N's
+    (identical to --zero N alone), and the output says so, in --json's assumptions and in the text."""
+    import json
+    flags = ["--zero", str(zero), "--distributed-optimizer"]
+    assert main([*BASE, *flags]) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert main([*BASE, "--zero", str(zero)]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert both["step_time_s"] == alone["step_time_s"]
+    note = both["memory"]["assumptions"]["optimizer_sharding"]
+    assert f"costed as ZeRO-{zero}" in note and strategy in note
+    assert "optimizer_sharding" not in alone["memory"]["assumptions"]
+    assert main([*BASE[:-1], *flags]) == 0
+    assert f"optimizer sharding: distributed_optimizer with zero {zero}" in " ".join(capsys.readouterr().out.split())

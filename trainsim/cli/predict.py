@@ -242,6 +242,8 @@ def render_memory_assumptions(c, pred) -> None:
                 f"{a['optimizer_bytes_per_param']:g} bytes per parameter before sharding")
     if a.get("compile"):
         c.print(f"activations: {a['compile']}")
+    if a.get("optimizer_sharding"):
+        c.print(f"optimizer sharding: {a['optimizer_sharding']}")
     if a.get("grads_off_peak_bytes"):
         c.print(f"gradients: {a['grads_off_peak_bytes'] / GiB:.2f} GiB of sharded gradients are freed before the "
                 "forward and re-created after the activation peak (not in the peak; reserved in the reduce-scatter "

@@ -507,7 +507,8 @@ def memory_assumptions(training) -> dict:
     return {"framework": training.framework, "weights_bytes_per_param": sb.weights,
             "grads_bytes_per_param": sb.grads, "optimizer_bytes_per_param": sb.optimizer,
             "grad_reduce_dtype": training.grad_dtype_name, "master_weights": training.master_weights,
-            "note": sb.note, **({"compile": _compile_note(training)} if training.compile else {})}
+            "note": sb.note, **({"compile": _compile_note(training)} if training.compile else {}),
+            **({"optimizer_sharding": training.optimizer_sharding_note} if training.optimizer_sharding_note else {})}
 
 
 def _compile_note(training) -> str:

@@ -272,9 +272,38 @@ class TrainingSpec(BaseModel):
                              "from) both given: set one")
         if self.optimizer_offload_fraction != 1.0 and not self.offload_optimizer:
             raise ValueError("optimizer_offload_fraction needs offload_optimizer=true")
+        self._check_distributed_optimizer()
         why = era_refusal(self)  # a feature the historic preset's code did not have (specs/framework_era.py)
         if why:
             raise ValueError(why)
+
+    def _check_distributed_optimizer(self) -> None:
+        """Megatron-Core's DistributedOptimizer where the framework has it, and what needs it."""
+        if self.distributed_optimizer and self.framework in OP_SAC_FRAMEWORKS:
+            # Megatron-LM arguments.py: "--use-torch-fsdp2 is not supported with MCore's distributed optimizer"
+            raise ValueError(f"distributed_optimizer is Megatron-Core's DistributedOptimizer; framework "
+                             f"{self.framework} has none: use zero 1 (torch's ZeroRedundancyOptimizer) or zero 3 "
+                             f"(FSDP) instead")
+        if self.offload_optimizer and self.framework == "megatron" and self.effective_zero == 0:
+            # Megatron-LM arguments.py asserts --optimizer-cpu-offload needs --use-precision-aware-optimizer, and
+            # megatron/core/optimizer/__init__.py get_megatron_optimizer raises "--use-precision-aware-optimizer
+            # only supported with distributed optimizer" (commit d98e8a64)
+            raise ValueError("offload_optimizer under framework megatron (--optimizer-cpu-offload) needs the "
+                             "distributed optimizer, as Megatron-Core requires: set distributed_optimizer=true")
+
+    @property
+    def optimizer_sharding_note(self) -> str | None:
+        """The stated resolution of ``distributed_optimizer`` beside ZeRO stage 2 or 3 (None otherwise): the
+        distributed optimizer's optimizer-state sharding (ZeRO-1) is part of the higher stage, which is what is
+        costed; under Megatron that stage is Megatron-FSDP's --data-parallel-sharding-strategy (optim_grads,
+        optim_grads_params), which runs on the DistributedOptimizer (Megatron-LM arguments.py)."""
+        if not (self.distributed_optimizer and self.zero >= 2):
+            return None
+        how = ""
+        if self.framework in MEGATRON_FRAMEWORKS:
+            how = f" (Megatron-FSDP {'optim_grads' if self.zero == 2 else 'optim_grads_params'} on the distributed optimizer)"
+        return (f"distributed_optimizer with zero {self.zero}: costed as ZeRO-{self.zero}{how}, which includes the "
+                f"distributed optimizer's sharding of the optimizer states")
 
     @property
     def selective_modules(self) -> frozenset[str]:
