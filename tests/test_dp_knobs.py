@@ -176,3 +176,22 @@ def test_a_bucket_below_one_parameter_tensor_issues_one_call_per_tensor():
                           scenario().cluster)
     assert tiny.grad_buckets[-1].time_s == pytest.approx(one.time_s, rel=1e-9)
     assert [b.time_s for b in tiny.grad_buckets] == pytest.approx([b.time_s for b in ddp.grad_buckets], rel=1e-12)
+
+
+@pytest.mark.parametrize("extra", [
+    {"model": "llama3-8b", "gpus": 8, "training": {"framework": "deepspeed", "zero": 2}},
+    {"model": "llama3-8b", "gpus": 8, "training": {"framework": "deepspeed", "zero": 1}},
+    {"model": "mixtral-8x7b", "gpus": 64, "layout": {"ep": 8}, "training": {"zero": 1}},
+])
+def test_whole_tensor_cap_holds_for_deepspeed_buckets_and_moe_chunks(extra):
+    """DeepSpeed's own ZeRO 0-2 buckets and a MoE chunk's buckets hold whole tensors too (a MoE block: its
+    router and each local expert's projections), so below the smallest tensor the bucket size stops mattering:
+    a 1e-6 MiB and a 1e-3 MiB bucket cost the same calls, a finite step."""
+    def step(mib: float) -> float:
+        spec = {"model": extra["model"], "cluster": "dgx-h100", "gpus": extra["gpus"],
+                "layout": extra.get("layout", {}),
+                "training": {"seq_len": 2048, "global_batch": extra["gpus"], **extra["training"],
+                             "dp_bucket_mb": mib}}
+        return predict(build_scenario(spec, {}), fast=True).step_time_s
+    assert step(1e-6) == pytest.approx(step(1e-3), rel=1e-12)
+    assert step(1e-6) < 2 * step(1e6)  # one call per tensor, not millions of calls

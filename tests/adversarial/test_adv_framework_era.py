@@ -1,5 +1,5 @@
 """Historic framework presets asked for features their code did not have: fp8, zero-bubble / DualPipe schedules,
-TE's TP overlap, Megatron-Core's EP overlap, and sequence parallelism before 2022 (specs/framework_era.py) are
+TE's TP overlap, Megatron-Core's EP overlap, and sequence parallelism and selective recompute before 2022 (specs/framework_era.py) are
 refused with one line naming the setting, from the command line, a scenario file and `plan`; the current presets
 and the historic ones within their era still run; no bundled example or validation row needs such a combination."""
 
@@ -27,6 +27,8 @@ REFUSED = [
     ("megatron-2022", ["--tp", "2", "--sequence-parallel", "--tp-comm-overlap"], "tp_comm_overlap=true"),
     ("megatron-2021", ["--tp", "2", "--sequence-parallel"], "sequence_parallel=true"),
     ("deepspeed-2021", ["--tp", "2", "--sequence-parallel"], "sequence_parallel=true"),
+    ("megatron-2021", ["--recompute", "selective"], "recompute=selective"),
+    ("deepspeed-2021", ["--recompute", "selective"], "recompute=selective"),
 ]
 
 

@@ -200,7 +200,7 @@ def request_from_args(args: argparse.Namespace):
         raise SpecError("training.zero", why)
     zero = fixed.get("zero", 1 if extra.get("distributed_optimizer") else 0)
     check_training_extra(extra, seq_len=int(seq_len), global_batch=int(global_batch), zero=zero, dtype=dtype,
-                         **{k: fixed[k] for k in ("schedule",) if k in fixed})  # a pinned schedule checked too
+                         **{k: fixed[k] for k in ("schedule", "recompute") if k in fixed})  # pinned ones checked too
     layout = raw.get("layout") or {}
     if not isinstance(layout, dict):
         raise SpecError("layout", "must be a mapping")

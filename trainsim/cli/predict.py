@@ -248,9 +248,10 @@ def render_memory_assumptions(c, pred) -> None:
         c.print(f"gradients: {a['grads_off_peak_bytes'] / GiB:.2f} GiB of sharded gradients are freed before the "
                 "forward and re-created after the activation peak (not in the peak; reserved in the reduce-scatter "
                 "stream's pool)")
-    if a.get("first_step_states"):
-        c.print(f"reserved: {a['first_step_reserved_bytes'] / GiB:.2f} GiB for the first step's optimizer states -- "
-                f"{a['first_step_states']}")
+    if a.get("first_step_states"):  # a figure only where the replay adds reserved bytes; else just its reason
+        extra = a.get("first_step_reserved_bytes") or 0.0
+        size = f"{extra / GiB:.2f} GiB " if extra > 0 else ""
+        c.print(f"reserved: {size}for the first step's optimizer states -- {a['first_step_states']}")
     terms = {k: v for k, v in pred.other_terms.items() if k != "stage" and v}
     if terms:
         c.print(f"other on stage {int(pred.other_terms['stage'])}: "

@@ -383,15 +383,19 @@ def grad_reduce_op(training) -> str:
     return {"per_rank_reduce": "reduce", "bucket_all_reduce": "all_reduce"}.get(mode, "reduce_scatter")
 
 
-def zero12_reduce_calls(training, params: float, dp: int, bucket_params: float) -> int | None:
+def zero12_reduce_calls(training, params: float, dp: int, bucket_params: float,
+                        max_buckets: int | None = None) -> int | None:
     """Collective calls of one ZeRO 0-2 reduction of ``params`` gradients over ``dp`` ranks in DeepSpeed's buckets
-    of ``bucket_params`` elements; None where the framework reduces in DDP buckets. Each rank owns a contiguous
+    of ``bucket_params`` elements; None where the framework reduces in DDP buckets. A bucket holds whole
+    tensors, so there are at most ``max_buckets`` (the parameter tensors) of them. Each rank owns a contiguous
     1/dp of the flat gradient, so the per-rank ``reduce`` path issues one call per (bucket, owner) pair: the
     owners' ranges split ``buckets - 1`` times more, ``buckets + dp - 1`` calls in all."""
     mode = _deepspeed_reduce(training) if training.effective_zero <= 2 else "ddp_bucket"
     if mode == "ddp_bucket":
         return None
     buckets = max(1, math.ceil(params / bucket_params))
+    if max_buckets is not None:
+        buckets = min(buckets, max_buckets)
     return buckets + dp - 1 if mode == "per_rank_reduce" else buckets
 
 

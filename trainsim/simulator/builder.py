@@ -292,31 +292,36 @@ def _grad_buckets(st: _Step, s: int, params: float, label: str, layers_of_chunk:
     tr = st.scenario.training
     if st.dp_group is None or params <= 0:
         return ()
-    ds_calls = (framework.zero12_reduce_calls(tr, params, st.shard_group.size, st.reduce_bucket_params)
-                if st.reduce_bucket_params else None)
+    tensors = _chunk_tensors(st.scenario, layers_of_chunk)
+    ds_calls = (framework.zero12_reduce_calls(tr, params, st.shard_group.size, st.reduce_bucket_params,
+                                              max_buckets=tensors) if st.reduce_bucket_params else None)
     # DeepSpeed ZeRO 0-2: its own buckets, per owner rank before v0.12.4 (framework.py); else _grad_calls
-    calls = ds_calls or _grad_calls(st, params, layers_of_chunk)
+    calls = ds_calls or _grad_calls(st, params, layers_of_chunk, tensors)
     per_call = params * tr.grad_bytes / calls
     return tuple(_bucket_transfer(st, s, per_call, k_calls, f"{label} bucket {k}")
                  for k, k_calls in enumerate(_calls_per_transfer(calls)))
 
 
-def _grad_calls(st: _Step, params: float, layers_of_chunk: int) -> int:
-    """How many collectives the framework really issues for a chunk's ``params`` gradients: ZeRO-2/3 reduce-
-    scatter per block as backward produces it (FSDP), or per reduce bucket (DeepSpeed reduce_bucket_size);
-    ZeRO-0/1 per DDP bucket. A bucket holds whole parameter tensors (specs/data_parallel.py cites each
-    framework), so a chunk issues at most one call per tensor: its blocks' tensors plus the embedding and the
-    output layer a first or last chunk holds (two, an upper bound elsewhere). MoE blocks hold one set of tensors
-    per local expert, more than a dense block's count, so the cap is not applied to them. At most
-    MAX_BUCKETS_PER_CHUNK transfers are simulated, each carrying its share of the calls' latency and bytes."""
+def _grad_calls(st: _Step, params: float, layers_of_chunk: int, tensors: int) -> int:
+    """Collectives the framework issues for a chunk's ``params`` gradients: ZeRO-2/3 reduce-scatter per block
+    as backward produces it (FSDP), or per reduce bucket (DeepSpeed); ZeRO-0/1 per DDP bucket. A bucket holds
+    whole tensors (specs/data_parallel.py), so a chunk issues at most one call per tensor (``tensors``)."""
     z = st.z
     if z >= 2 and not st.reduce_bucket_params:
         return max(1, layers_of_chunk)
     bucket = st.reduce_bucket_params if z >= 2 else st.bucket_params
-    calls = max(1, math.ceil(params / bucket))
-    if st.scenario.model.is_moe:
-        return calls
-    return min(calls, max(1, layers_of_chunk) * st.scenario.model.block_param_tensors() + 2)
+    return max(1, min(math.ceil(params / bucket), tensors))
+
+
+def _chunk_tensors(scenario: Scenario, layers_of_chunk: int) -> int:
+    """Parameter tensors of a chunk, an upper bound: its blocks' (ModelSpec.block_param_tensors; a MoE block adds
+    its router and each local expert's two or three projections) plus the embedding and the output layer a
+    first or last chunk holds (two, an upper bound elsewhere)."""
+    m = scenario.model
+    per_block = m.block_param_tensors()
+    if m.is_moe:
+        per_block += 1 + -(-m.num_experts // scenario.layout.ep) * (3 if m.gated_mlp else 2)
+    return max(1, layers_of_chunk) * per_block + 2
 
 
 def _calls_per_transfer(calls: int) -> tuple[float, ...]:

@@ -298,8 +298,10 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, gpus: int, glob
     lim = lim or SearchLimits()
     placements = placement_options(cluster, lim.pool_placement)
     # sequence parallelism where TP has it, unless pinned -- not under a preset whose code predates it
-    sp_default = lim.sequence_parallel and not feature_refusal(lim.training_extra.get("framework", "megatron"),
-                                                               "sequence_parallel", True)
+    framework = lim.training_extra.get("framework", "megatron")
+    sp_default = lim.sequence_parallel and not feature_refusal(framework, "sequence_parallel", True)
+    recomputes = [rc for rc in lim.recompute if lim.allowed("recompute", rc)
+                  and not feature_refusal(framework, "recompute", rc)]  # nor a recompute the preset predates
     for tp, cp, pp, dp, ep, etp in structural(model, cluster, gpus, global_batch, seq_len, lim):
         per_replica = global_batch // dp
         sp = bool(lim.fixed.get("sequence_parallel", sp_default and tp > 1))
@@ -317,11 +319,10 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, gpus: int, glob
                 layers = uneven_split(model, pp * vpp)
                 for zero in _zero_options(pp, lim):
                     for shard in _shard_options(dp, zero, ep, lim):
-                        for rc in lim.recompute:
-                            if lim.allowed("recompute", rc):
-                                for where in placements:
-                                    yield Candidate(gpus, tp, pp, dp, cp, ep, vpp, mb, rc, zero, sched, sp,
-                                                    etp=etp, stage_layers=layers, dp_shard=shard, pools=where)
+                        for rc in recomputes:
+                            for where in placements:
+                                yield Candidate(gpus, tp, pp, dp, cp, ep, vpp, mb, rc, zero, sched, sp,
+                                                etp=etp, stage_layers=layers, dp_shard=shard, pools=where)
 
 
 # TrainingSpec fields the search decides; every other one is the user's and applies to each candidate as given.

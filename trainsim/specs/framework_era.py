@@ -21,6 +21,11 @@ What introduced each feature:
 * ``sequence_parallel`` under megatron-2021 / deepspeed-2021 -- sequence parallelism is Korthikanti et al.,
   arXiv:2205.05198 (May 2022), the code ``megatron-2022`` stands for; SC21's runs predate it (the SC21 dataset
   says so: "no (predates SP)").
+* ``recompute: selective`` under megatron-2021 / deepspeed-2021 -- selective activation recomputation is the
+  same paper's (arXiv:2205.05198, 2022).
+
+Settings outside ``TrainingSpec`` (context and expert parallelism in the layout) and the distributed optimizer
+are not checked against the era.
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ FEATURE_ORIGINS: dict[tuple[str, object], tuple[str, int]] = {
     ("ep_comm_overlap", True): ("Megatron-Core's MoE all-to-all overlap came with Megatron-Bridge 0.1.0 (2025)",
                                 2025),
     ("sequence_parallel", True): ("sequence parallelism is Korthikanti et al., arXiv:2205.05198 (2022)", 2022),
+    ("recompute", "selective"): ("selective activation recomputation is Korthikanti et al., arXiv:2205.05198 "
+                                 "(2022)", 2022),
 }
 
 # What to use instead, per preset: the same framework's current code.

@@ -111,7 +111,7 @@ def published_band(table: dict, feats: dict[str, list[str]], coverage: float) ->
     block = table.get("novelty")
     if block is None:
         lo, hi = _envelope(srcs, coverage, lo, hi)
-        why = [f"{d} {v!r} is in none of the validated runs ({k} sources); no held-out source was new to the "
+        why = [f"{d} {v!r} is in none of the runs behind the interval ({k} sources); no held-out source was new to the "
                f"rest, so the band is the envelope of the per-source intervals" for d, v in found]
         n = sum(s["n"] for s in srcs)
         return lo, hi, f"envelope of the per-source intervals of {n} published runs ({k} sources)", why

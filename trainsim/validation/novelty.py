@@ -127,7 +127,7 @@ def widening(block: dict, found: list[tuple[str, str]], n_sources: int, coverage
         what = (f"whose {DIMENSIONS.get(dim, dim)} the other sources lacked" if group == dim
                 else "new to the other sources in any dimension (no held-out source was new in this one)")
         held = f"held-out rows {what} ({g['rows']} rows of {len(g['sources'])} source(s))"
-        head = f"{dim} {value!r} is in none of the validated runs ({n_sources} sources)"
+        head = f"{dim} {value!r} is in none of the runs behind the interval ({n_sources} sources)"
         if s > 1.0:
             lines.append(f"{head}: band x{s:.2f} about its median, the scale that covers {coverage:.0%} of the {held}")
         else:
