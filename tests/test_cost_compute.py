@@ -180,7 +180,8 @@ def test_optimizer_step_memory_bound_over_the_shard():
                 + p0.grad_params * g / bw + gpu.kernel_overhead_s)
     assert C.optimizer_step_time(s0, 0) == pytest.approx(expected, rel=1e-12)
     assert C.optimizer_step_time(s1, 0) < C.optimizer_step_time(s0, 0) / 3  # update over 1/8 of the params
-    off = scen("llama3-8b", gpus=8, layout={"tp": 8}, seq_len=4096, global_batch=8, offload_optimizer=True)
+    off = scen("llama3-8b", gpus=8, layout={"tp": 8}, seq_len=4096, global_batch=8, offload_optimizer=True,
+               distributed_optimizer=True)
     assert C.optimizer_step_time(off, 0) > C.optimizer_step_time(s0, 0)  # host DRAM is slower than HBM
 
 
