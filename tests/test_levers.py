@@ -98,8 +98,13 @@ def test_not_applicable_levers_give_their_reason():
     assert "tp=1" in by["TP comm overlap"].reason
     assert by["DP comm overlap"].scenario.training.overlap_grad_reduce is True  # Megatron 2021 reduces after backward
     assert "already full" in by["recompute one level heavier"].reason
-    assert by["recompute one level lighter"].scenario.training.recompute == "selective"
+    # one level lighter than full is selective recompute, which Megatron-LM of 2021 predates (specs.framework_era)
+    assert by["recompute one level lighter"].scenario is None
+    assert "predates it" in by["recompute one level lighter"].reason
     assert by["next ZeRO stage"].scenario.training.effective_zero == 1
+    lighter = {v.lever: v for v in variants(scenario(tp=1, pp=1, framework="megatron-2022", recompute="full",
+                                                     zero=0))}["recompute one level lighter"]
+    assert lighter.scenario.training.recompute == "selective"
 
 
 def test_interleaving_refused_by_the_resolver_gives_its_reason():
