@@ -113,9 +113,9 @@ def load_nccl(path: Path | None = None, *, name: str = "nccl") -> Dataset:
         ("H100 v5 (NCCL 2.18.5) and H200 v5 (NCCL 2.20.5) run the same NVLink4 fabric, host CPU and forced "
          "algorithm, so the model predicts one curve for both; from 64 KiB to 2 MiB the H100 curve lasts a flat "
          "~42-45 us per call, the H200 curve ~31 us up to 512 KiB. NCCL's tuner (src/graph/tuning.cc) gives NVLS "
-         "the same 23 us in both versions (2.18.5 baseLat, 2.20.5 hwLat; the model uses v2.21.5's 25), and both split an NVLS all-reduce below "
-         "8 MiB into 16 KiB chunks over 16 channels x 8 heads (enqueue.cc), one 2 MiB loop: the flat H100 "
-         "curve is one such loop at ~42 us in the 2.18.5 device code, which the model does not represent."),
+         "the same 23 us in both versions (2.18.5 baseLat, 2.20.5 hwLat; the model uses v2.21.5's 25), and both split an "
+         "NVLS all-reduce below 8 MiB into 16 KiB chunks over 16 channels (enqueue.cc): the flat ~42 us of the H100 "
+         "curve lies in the 2.18.5 device code, which the model does not represent."),
         ("GB200 NVL (4 GPUs per host) has no cluster preset and is skipped; single statements from issue "
         "threads (approximate, possibly mis-tuned systems) are listed as skipped."),
     )
