@@ -16,7 +16,8 @@ Sources (all public NVIDIA code/statements; none is fitted to a measured curve):
   "LL maximum bandwidth 50% of the peak", NVIDIA/nccl#281) capped by ``llMaxBws`` (GB/s: single node by
   GPU generation Volta 39 / Ampere 87.7 / Hopper 141 (v2.21+; 87.7 up to v2.20) / Blackwell 282; 2 nodes 39,
   more 20.4); tree ×0.92
-  (LL ÷3.8, LL128 ×120/128 multi-node, ×7/9 single node). LL128 is used only over NVLink (and across
+  (LL ÷3.8, LL128 ×120/128 multi-node, ×7/9 single node), times NCCL's measured medium-size tree
+  correction ``treeCorrectionFactor`` (0.4-1 by protocol and log2 size, ``TREE_CORRECTION``). LL128 is used only over NVLink (and across
   nodes from Hopper on), as NCCL enables it.
 * Pipeline fill: before a collective streams at its steady rate, NCCL's staging buffers fill once
   (sender and receiver side). We charge ``min(2 × buffer, wire bytes)`` at the bottleneck rate (a message
@@ -88,6 +89,14 @@ LL128_EFF_1PPN = 0.7
 LL_EFF = 0.5
 TREE_EFF = 0.92
 TREE_LL_DIV = 3.8
+# NCCL's measured correction of tree bandwidth for medium sizes, by protocol, indexed by log2(nBytes / 64) for
+# 64 B .. 256 MiB (tuning.cc v2.21.5 ``treeCorrectionFactor``: "Trees are not perfectly sticking to the model for
+# medium sizes"); 1 from 512 MiB on.
+TREE_CORRECTION = {
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+}
 LL_MAX_BUSBW_Bps = {"volta": 39.0e9, "ampere": 87.7e9, "hopper": 141.0e9, "blackwell": 282.0e9,
                     "cdna": 87.7e9, "other": 87.7e9}
 LL_MAX_BUSBW_2NODES_Bps = 39.0e9
@@ -152,6 +161,13 @@ def tree_protocol_Bps(bus_Bps: float, protocol: str, arch: str, nodes: int) -> f
     if protocol == "LL128":
         return b * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0)
     return b
+
+
+def tree_correction(protocol: str, nbytes: float) -> float:
+    """NCCL's tree bandwidth factor for a message of ``nbytes`` (``TREE_CORRECTION``, NCCL's own integer log2)."""
+    log_size = max(0, int(nbytes) >> 6).bit_length() - 1
+    table = TREE_CORRECTION[protocol]
+    return table[max(0, log_size)] if log_size < len(table) else 1.0
 
 
 def log2i(n: int) -> int:
