@@ -58,3 +58,21 @@ def test_one_mib_switches_to_nvls_where_nccls_tuner_does():
     r = collective_time("all_reduce", 1 << 20, g, cluster)
     assert r.label == "nvls/Simple"
     assert r.rate_Bps > (1 << 20) / (_tuner_ring_ll_upper_s(1 << 20) - 23 * US)
+
+
+@pytest.mark.parametrize("proto,nbytes,factor", [("Simple", 1 << 20, 0.5), ("LL128", 1 << 16, 0.6),
+                                                  ("LL", 1 << 10, 0.9), ("Simple", 1 << 29, 1.0)])
+def test_tree_bandwidth_takes_nccls_medium_size_correction(monkeypatch, proto, nbytes, factor):
+    """NCCL scales tree bandwidth by ``treeCorrectionFactor[proto][log2(nBytes/64)]`` (tuning.cc v2.21.5): 1 MiB
+    Simple -> index 14 = 0.5, 64 KiB LL128 -> index 10 = 0.6, 1 KiB LL -> index 4 = 0.9, 512 MiB -> past the
+    table = 1. The bandwidth part of a two-node tree grows by exactly 1/factor."""
+    from trainsim.cost_models import collectives as co
+    cluster = load_cluster("dgx-h100", 16)
+    g = GroupShape.contiguous(16, cluster)
+    corrected = collective_time("all_reduce", nbytes, g, cluster, algo="tree", protocol=proto)
+    monkeypatch.setattr(nm, "TREE_CORRECTION", {p: (1.0,) * 23 for p in nm.PROTOCOLS})
+    co.clear_cache()
+    plain = collective_time("all_reduce", nbytes, g, cluster, algo="tree", protocol=proto)
+    co.clear_cache()
+    assert corrected.latency_s == pytest.approx(plain.latency_s)
+    assert corrected.time_s - corrected.latency_s == pytest.approx((plain.time_s - plain.latency_s) / factor)

@@ -194,11 +194,12 @@ def _tree(op: str, S: float, g: GroupShape, proto: str) -> CollectiveTime | None
     net_wire = 2.0 * S * (N - 1) / N                   # per node per direction (2 nodes: S; many: -> 2S)
     t_bw = 0.0
     rates = []
+    corr = nm.tree_correction(proto, S)
     if intra_wire:
-        r = nm.tree_protocol_Bps(g.intra_Bps, proto, g.arch, N)
+        r = nm.tree_protocol_Bps(g.intra_Bps, proto, g.arch, N) * corr
         t_bw = max(t_bw, intra_wire / r)
         rates.append(r)
-    r_net = nm.tree_protocol_Bps(min(g.node_Bps, g.leaf_share_Bps), proto, g.arch, N)
+    r_net = nm.tree_protocol_Bps(min(g.node_Bps, g.leaf_share_Bps), proto, g.arch, N) * corr
     t_bw = max(t_bw, net_wire / r_net)
     rates.append(r_net)
     intra = _lat(g, nm.intra_hw(g.scale_up_kind), "tree", proto)

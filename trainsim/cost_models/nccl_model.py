@@ -2,8 +2,10 @@
 
 Sources (all public NVIDIA code/statements; none is fitted to a measured curve):
 
-* Latencies: NCCL ``src/graph/tuning.cc`` (NVIDIA/nccl commit b6475625, v2.20.3; the single-node ring/tree LL
-  and LL128, ring Simple and NVLS values are the same in v2.18.5, whose tree Simple NVLink hwLat is 4, not 28):
+* Latencies: NCCL ``src/graph/tuning.cc`` at one release, v2.21.5 (NVIDIA/nccl commit ab2b89c4), the release whose
+  LL bandwidths (ring LL at half the bus rate, Hopper ``llMaxBws`` 141 GB/s) the model uses below; its NVLS
+  NVLink hwLat is 25 us (23 in v2.18.5 ``baseLat`` and v2.19-2.20 ``hwLat``); the ring/tree LL and LL128, ring
+  Simple and tree Simple (28) values are those of v2.20.x (v2.18.5's tree Simple NVLink hwLat is 4):
   per-call base latency ``baseLat[algo][proto]`` plus per-step hardware latency ``hwLat[NVLINK|PCI|NET][algo][proto]``
   in µs; ring: ``base + (nsteps - nInterSteps)·intra + nInterSteps·inter``; tree:
   ``base + 2·((ppn-1)·intra + log2(nNodes)·inter)``; NVLS: ``hwLat[NVLINK][NVLS]`` (+ NET for multi-node).
@@ -14,7 +16,8 @@ Sources (all public NVIDIA code/statements; none is fitted to a measured curve):
   "LL maximum bandwidth 50% of the peak", NVIDIA/nccl#281) capped by ``llMaxBws`` (GB/s: single node by
   GPU generation Volta 39 / Ampere 87.7 / Hopper 141 (v2.21+; 87.7 up to v2.20) / Blackwell 282; 2 nodes 39,
   more 20.4); tree ×0.92
-  (LL ÷3.8, LL128 ×120/128 multi-node, ×7/9 single node). LL128 is used only over NVLink (and across
+  (LL ÷3.8, LL128 ×120/128 multi-node, ×7/9 single node), times NCCL's measured medium-size tree
+  correction ``treeCorrectionFactor`` (0.4-1 by protocol and log2 size, ``TREE_CORRECTION``). LL128 is used only over NVLink (and across
   nodes from Hopper on), as NCCL enables it.
 * Pipeline fill: before a collective streams at its steady rate, NCCL's staging buffers fill once
   (sender and receiver side). We charge ``min(2 × buffer, wire bytes)`` at the bottleneck rate (a message
@@ -31,13 +34,19 @@ Sources (all public NVIDIA code/statements; none is fitted to a measured curve):
   thread per GPU, NCCL_PROTO=LL, 8-128 B) is ~21 us, against the tuner's ring LL 6.6 + 14 x 0.6 = 15 us.
   ``LAUNCH_OVERHEAD_S`` is added once to every modelled collective call (not to calibrated fits, which
   measured it).
-* Per-GPU issue cost when one host thread drives several GPUs (nccl-tests ``-g``): the thread launches the
-  call on each GPU in turn, so an iteration lasts at least that many launches, each at the host CPU's
-  per-launch cost (``HOST_LAUNCH_S``): AMD EPYC Rome 5 us (the nccl-tests#123 figure above was measured on a
-  DGX-A100, whose host is two AMD EPYC 7742 Rome parts); Intel Sapphire Rapids 3.8 us
-  (``host_issue.KERNEL_LAUNCH_S``: back-to-back launches in NVIDIA's "Getting Started with CUDA Graphs",
-  cross-checked on a Xeon Platinum 8480C by Transformer Engine issue #2053, see that module). Hosts of other
-  kinds use ``LAUNCH_OVERHEAD_S``.
+* Per-GPU issue cost when one host thread drives several GPUs (nccl-tests ``-g``): inside one NCCL group the
+  thread enqueues the call and launches its kernel on each GPU in turn, so an iteration lasts at least that many
+  issues. ``HOST_LAUNCH_S`` holds that one quantity per host CPU family: the host time of one NCCL collective
+  call on one GPU (the CUDA kernel launch plus NCCL's host-side enqueue).
+  AMD EPYC Rome 5 us: the maintainer's "CUDA launch time and some overhead (~5us)" above, stated for a DGX-A100
+  (two EPYC 7742 Rome); the same thread's own ``-g`` table (ring, 1 channel, 8-128 B) reaches 33.7 us at 8 GPUs
+  where a thread per GPU takes ~21 us, so that iteration is issue-bound at 33.7 / 8 = 4.2 us per GPU (an older
+  NCCL on bare metal). Intel Sapphire Rapids 3.8 us: the bare kernel launch only, NVIDIA's "Getting Started
+  with CUDA Graphs" (A. Gray, 2019: 3.8 us per back-to-back stream launch), which the Transformer Engine issue
+  #2053 measurement on a Xeon Platinum 8480C (Sapphire Rapids) bears out (see ``host_issue``). No published
+  figure isolates NCCL's host-side enqueue on Sapphire Rapids, so this entry counts it as zero: a lower bound
+  of the quantity, not the whole of it. The constant is NCCL's, independent of ``host_issue.KERNEL_LAUNCH_S``
+  (the eager per-op launch), which shares the 2019 figure. Hosts of other kinds use ``LAUNCH_OVERHEAD_S``.
 
 Latency scaling: the cluster's ``scale_up.latency_s`` and ``scale_out.latency_s`` scale NCCL's
 intra-node and network hwLat tables relative to the preset defaults (3 µs and 5 µs), so a preset uses
@@ -47,8 +56,6 @@ NCCL's numbers as they are and a custom fabric with slower switches is slower in
 from __future__ import annotations
 
 import math
-
-from .host_issue import KERNEL_LAUNCH_S
 
 US = 1e-6
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -61,7 +68,7 @@ BASE_LAT_US = {
 HW_LAT_US = {
     "nvlink": {"tree": {"LL": 0.6, "LL128": 1.25, "Simple": 28.0},
                "ring": {"LL": 0.6, "LL128": 1.9, "Simple": 3.4},
-               "nvls": {"Simple": 23.0}},
+               "nvls": {"Simple": 25.0}},
     "pci": {"tree": {"LL": 1.0, "LL128": 1.9, "Simple": 28.0},
             "ring": {"LL": 1.0, "LL128": 2.5, "Simple": 5.7},
             "nvls": {"Simple": 0.0}},
@@ -73,8 +80,8 @@ REF_SCALE_UP_LATENCY_S = 3.0e-6   # preset default the hwLat tables correspond t
 REF_NET_LATENCY_S = 5.0e-6
 NET_OVERHEAD_US = 1.0             # per network post (NCCL getNetOverhead, Intel/other CPUs)
 LAUNCH_OVERHEAD_S = 5.0e-6        # per collective call: CUDA launch + NCCL enqueue (nccl-tests#123)
-# Per-GPU launch cost of a host thread that drives several GPUs, by host CPU family (module doc).
-HOST_LAUNCH_S = {"amd-rome": LAUNCH_OVERHEAD_S, "intel-spr": KERNEL_LAUNCH_S}
+# Host time of one NCCL collective call on one GPU (launch + enqueue), by host CPU family (module doc).
+HOST_LAUNCH_S = {"amd-rome": LAUNCH_OVERHEAD_S, "intel-spr": 3.8e-6}
 RING_PLATEAU = 1.4                # multi-node ring Simple all-reduce latency multiplier (Ampere+)
 
 LL128_EFF = 0.92
@@ -82,6 +89,14 @@ LL128_EFF_1PPN = 0.7
 LL_EFF = 0.5
 TREE_EFF = 0.92
 TREE_LL_DIV = 3.8
+# NCCL's measured correction of tree bandwidth for medium sizes, by protocol, indexed by log2(nBytes / 64) for
+# 64 B .. 256 MiB (tuning.cc v2.21.5 ``treeCorrectionFactor``: "Trees are not perfectly sticking to the model for
+# medium sizes"); 1 from 512 MiB on.
+TREE_CORRECTION = {
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+}
 LL_MAX_BUSBW_Bps = {"volta": 39.0e9, "ampere": 87.7e9, "hopper": 141.0e9, "blackwell": 282.0e9,
                     "cdna": 87.7e9, "other": 87.7e9}
 LL_MAX_BUSBW_2NODES_Bps = 39.0e9
@@ -146,6 +161,13 @@ def tree_protocol_Bps(bus_Bps: float, protocol: str, arch: str, nodes: int) -> f
     if protocol == "LL128":
         return b * (7.0 / 9.0 if nodes == 1 else 120.0 / 128.0)
     return b
+
+
+def tree_correction(protocol: str, nbytes: float) -> float:
+    """NCCL's tree bandwidth factor for a message of ``nbytes`` (``TREE_CORRECTION``, NCCL's own integer log2)."""
+    log_size = max(0, int(nbytes) >> 6).bit_length() - 1
+    table = TREE_CORRECTION[protocol]
+    return table[max(0, log_size)] if log_size < len(table) else 1.0
 
 
 def log2i(n: int) -> int:

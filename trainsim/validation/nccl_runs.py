@@ -33,6 +33,15 @@ def nccl_host_cpus() -> dict[str, str]:
     """system -> host CPU family of the VM size (the thread that drives the node's GPUs; nccl_model.HOST_LAUNCH_S),
     read on first use."""
     return {s["system"]: s["host_cpu"] for s in read_settings("nccl_systems.csv")}
+
+
+@cache
+def nccl_forced_algos() -> dict[str, str | None]:
+    """system -> the algorithm the runner forces (``NCCL_ALGO=NVLS`` on 8-GPU VMs with NVLink SHARP), None where
+    the hardware lacks it and the cost model chooses; read on first use."""
+    return {s["system"]: (s.get("nccl_algo") or None) for s in read_settings("nccl_systems.csv")}
+
+
 _OPS = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
         "alltoall": "all_to_all", "broadcast": "broadcast", "reduce": "reduce"}
 
@@ -84,25 +93,29 @@ def load_nccl(path: Path | None = None, *, name: str = "nccl") -> Dataset:
         size_class = "< 1 MB" if size < 2**20 else ("1-64 MB" if size < 64 * 2**20 else ">= 64 MB")
         # Azure's runner drives every GPU of the node from one thread: ``all_reduce_perf ... -g <num_gpus>``
         # (Azure/AI-benchmarking-guide Benchmarks/NVIDIA/NCCLBandwidth.py).
-        coll = CollectiveCase(op, size, n, cluster, gpus_per_thread=gpn if nodes == 1 else 1,
-                              host_cpu=nccl_host_cpus()[system])
+        # ... with NCCL_ALGO=NVLS on 8-GPU VMs (the same file), which NCCL honours where the GPUs have NVLink SHARP.
+        coll = CollectiveCase(op, size, n, cluster, algo=nccl_forced_algos()[system],
+                              gpus_per_thread=gpn if nodes == 1 else 1, host_cpu=nccl_host_cpus()[system])
         cases.append(Case(rid, label, busbw, collective=coll, group=system,
                           category=f"{system.replace('Azure ND ', '')} {size_class}"))
     notes = (
         ("metric: nccl-tests bus bandwidth (GB/s = 1e9 B/s), busbw = algbw x 2(n-1)/n for all-reduce; "
         "predicted busbw = nbytes / collective_time x the same factor."),
         ("hardware: one cluster preset per system (ND A100 v4 -> dgx-a100, ND H100 v5 -> dgx-h100 with NVLS, "
-        "ND H200 v5 -> hgx-h200); the algorithm is the cost model's choice (Azure's A100 'NVLS' label is "
-        "a copy error: A100 has no NVLink SHARP)."),
+        "ND H200 v5 -> hgx-h200). Algorithm: the runner sets NCCL_ALGO=NVLS on 8-GPU VMs, so the H100 and H200 "
+        "curves are NVLS at every size and are predicted with algo nvls; A100 has no NVLink SHARP, so its "
+        "'NVLS' label cannot be what ran and the cost model chooses (settings/nccl_systems.csv)."),
         ("measurement: Azure's runner (AI-benchmarking-guide Benchmarks/NVIDIA/NCCLBandwidth.py) runs "
-         "'all_reduce_perf -b 8 -e 8G -f 2 -g <num_gpus> -n 40': one thread enqueues the all-reduce on all of the "
+         "'NCCL_ALGO=NVLS all_reduce_perf -b 8 -e 8G -f 2 -g <num_gpus> -n 40': one thread enqueues the all-reduce on all of the "
          "node's GPUs in turn each iteration, so an iteration lasts at least that many launches at the VM's host "
          "CPU's per-launch cost (nccl_model.HOST_LAUNCH_S: AMD EPYC Rome 5 us on ND A100 v4, Intel Sapphire Rapids "
          "3.8 us on ND H100 v5 and ND H200 v5; settings/nccl_systems.csv), which bounds the small-message curve."),
-        ("H100 v5 (NCCL 2.18.5) and H200 v5 (NCCL 2.20.5) run the same NVLink4 fabric and host CPU, so the model "
-         "predicts one curve for both; between 64 KiB and 1 MiB the H100 curve lasts ~42 us per call, the H200 "
-         "curve ~30 us. NCCL's tuner (src/graph/tuning.cc) gives both versions the same ring-LL and NVLS latencies "
-         "there, so the gap is in the 2.18.5 runtime, which the model does not represent."),
+        ("H100 v5 (NCCL 2.18.5) and H200 v5 (NCCL 2.20.5) run the same NVLink4 fabric, host CPU and forced "
+         "algorithm, so the model predicts one curve for both; from 64 KiB to 2 MiB the H100 curve lasts a flat "
+         "~42-45 us per call, the H200 curve ~31 us up to 512 KiB. NCCL's tuner (src/graph/tuning.cc) gives NVLS "
+         "the same 23 us in both versions (2.18.5 baseLat, 2.20.5 hwLat; the model uses v2.21.5's 25), and both split an "
+         "NVLS all-reduce below 8 MiB into 16 KiB chunks over 16 channels (enqueue.cc): the flat ~42 us of the H100 "
+         "curve lies in the 2.18.5 device code, which the model does not represent."),
         ("GB200 NVL (4 GPUs per host) has no cluster preset and is skipped; single statements from issue "
         "threads (approximate, possibly mis-tuned systems) are listed as skipped."),
     )
