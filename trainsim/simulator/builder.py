@@ -78,6 +78,8 @@ from dataclasses import dataclass
 
 from trainsim.cost_models import activations as act
 from trainsim.cost_models import compute, framework, host_issue, memory, step_host
+from trainsim.cost_models.grad_buffer import DDP_BUCKET_PARAMS, DDP_BUCKET_PARAMS_PER_DP, MiB, megatron_bucket_params
+from trainsim.cost_models.param_tensors import chunk_tensors, rank_tensors
 from trainsim.cost_models.shapes import dense_block_scenario, layer_shape
 from trainsim.specs import Scenario
 from trainsim.specs.pools import link_view, pool_views, stage_pools
@@ -99,6 +101,9 @@ from .exposures import (
 
 # Re-exported for callers that reach the block and exposure helpers through the builder.
 __all__ = [
+    "DDP_BUCKET_PARAMS",
+    "DDP_BUCKET_PARAMS_PER_DP",
+    "MiB",
     "_block",
     "_ep_overlapped",
     "_op_times",
@@ -111,10 +116,6 @@ __all__ = [
     "w_retained_bytes_per_layer",
 ]
 
-# Megatron-Core DistributedDataParallel: bucket_size = max(40_000_000, 1_000_000 * dp_size) parameters.
-DDP_BUCKET_PARAMS = 40_000_000
-DDP_BUCKET_PARAMS_PER_DP = 1_000_000
-MiB = 1 << 20  # torch DDP's bucket_cap_mb counts MiB (bucket_cap_mb * 1024 * 1024 bytes)
 # At most this many DP buckets per chunk are simulated as separate transfers (larger ones are merged;
 # the exposed last bucket grows accordingly). Bounds engine events for chunks of many layers.
 MAX_BUCKETS_PER_CHUNK = 4
@@ -255,10 +256,9 @@ def _bucket_settings(scenario: Scenario, fw: framework.FrameworkBehaviour) -> di
     max(40M, 1M x dp) parameters for ZeRO 0-1, DeepSpeed's reduce_bucket_size or FSDP's per-block calls for
     ZeRO 2-3."""
     tr = scenario.training
-    bucket = max(DDP_BUCKET_PARAMS, DDP_BUCKET_PARAMS_PER_DP * scenario.dp)
+    bucket = megatron_bucket_params(scenario, tr.dp_bucket_mb)
     reduce_bucket = fw.reduce_bucket_params
     if tr.dp_bucket_mb is not None:
-        bucket = tr.dp_bucket_mb * MiB / tr.grad_bytes
         reduce_bucket = bucket if reduce_bucket else None  # FSDP's per-block calls have no size (specs refuse it)
     overlap = framework.default_overlap_grad_reduce(tr) if tr.overlap_grad_reduce is None else tr.overlap_grad_reduce
     return {"bucket_params": bucket, "reduce_bucket_params": reduce_bucket, "overlap": overlap}
@@ -287,12 +287,14 @@ def _accumulate_s(st: _Step, params: float) -> float:
     return compute.memory_time_s(nbytes, st.hw, st.profile, "copy") * st.slowest if nbytes > 0 else 0.0
 
 
-def _grad_buckets(st: _Step, s: int, params: float, label: str, layers_of_chunk: int) -> tuple[Transfer, ...]:
-    """The DP gradient reductions of one chunk's ``params`` as engine transfers."""
+def _grad_buckets(st: _Step, s: int, params: float, label: str, layers_of_chunk: int,
+                  vstage: int) -> tuple[Transfer, ...]:
+    """The DP gradient reductions of one chunk's (virtual stage ``vstage``'s) ``params`` as engine transfers; a
+    bucket holds whole tensors, so the chunk issues at most one call per tensor it holds (param_tensors.py)."""
     tr = st.scenario.training
     if st.dp_group is None or params <= 0:
         return ()
-    tensors = _chunk_tensors(st.scenario, layers_of_chunk)
+    tensors = len(chunk_tensors(st.scenario, vstage))
     ds_calls = (framework.zero12_reduce_calls(tr, params, st.shard_group.size, st.reduce_bucket_params,
                                               max_buckets=tensors) if st.reduce_bucket_params else None)
     # DeepSpeed ZeRO 0-2: its own buckets, per owner rank before v0.12.4 (framework.py); else _grad_calls
@@ -311,17 +313,6 @@ def _grad_calls(st: _Step, params: float, layers_of_chunk: int, tensors: int) ->
         return max(1, layers_of_chunk)
     bucket = st.reduce_bucket_params if z >= 2 else st.bucket_params
     return max(1, min(math.ceil(params / bucket), tensors))
-
-
-def _chunk_tensors(scenario: Scenario, layers_of_chunk: int) -> int:
-    """Parameter tensors of a chunk, an upper bound: its blocks' (ModelSpec.block_param_tensors; a MoE block adds
-    its router and each local expert's two or three projections) plus the embedding and the output layer a
-    first or last chunk holds (two, an upper bound elsewhere)."""
-    m = scenario.model
-    per_block = m.block_param_tensors()
-    if m.is_moe:
-        per_block += 1 + -(-m.num_experts // scenario.layout.ep) * (3 if m.gated_mlp else 2)
-    return max(1, layers_of_chunk) * per_block + 2
 
 
 def _calls_per_transfer(calls: int) -> tuple[float, ...]:
@@ -491,7 +482,7 @@ def _chunk_dp(st: _Step, s: int, c: int, params: float, extra: bool, n: int, n_d
         lat, bwt = _coll("all_gather", params * tr.param_bytes / calls, st.shard_group, scenario, profile)
         gather = Transfer(f"all_gather params chunk {c}", transfer_s=bwt * calls, latency_s=lat * calls,
                           links=_links(s, st.shard_group or st.dp_group), dim="dp", nbytes=params * tr.param_bytes)
-    buckets = _grad_buckets(st, s, params, f"chunk {c}", n)
+    buckets = _grad_buckets(st, s, params, f"chunk {c}", n, st.scenario.virtual_stage(s, c))
     if st.z == 2 and not st.overlap:  # reduced in backward hooks on the compute stream, every micro-batch
         return None, (), 0.0, sum(b.transfer_s + b.latency_s for b in buckets)
     if gather is not None and not st.fw.zero3_overlap:
@@ -604,19 +595,8 @@ def _param_gather_calls(st: _Step, s: int, held: float) -> int:
     if how == "allgather_bucket":
         return max(1, int(held // framework.DEEPSPEED_ALLGATHER_BUCKET_PARAMS))
     if how == "broadcast_per_param":
-        return _stage_param_tensors(st, s)
+        return max(1, len(rank_tensors(st.scenario, s)))  # one broadcast per parameter tensor
     return 1
-
-
-def _stage_param_tensors(st: _Step, s: int) -> int:
-    """Parameter tensors stage ``s`` holds: each block's weight tensors (block.gather_tensors, q/k/v counted as one)
-    and its two norm weights, the embedding on the first stage, the final norm and output head on the loss stage.
-    Biases are not counted, so this is a lower bound for models with biases."""
-    scenario = st.scenario
-    n = scenario.layers_on_stage(s)
-    n_d = scenario.dense_layers_on_stage(s) if scenario.model.is_moe else 0
-    blocks = (n - n_d) * (st.main.gather_tensors + 2) + n_d * (st.dense.gather_tensors + 2)
-    return max(1, blocks + (1 if s == 0 else 0) + (2 if s == scenario.loss_stage else 0))
 
 
 def _post_step(st: _Step, s: int) -> tuple[Transfer, ...]:
