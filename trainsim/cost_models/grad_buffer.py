@@ -29,6 +29,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from trainsim.specs.memo import IdentityMemo
+
 from .param_tensors import ParamTensor, chunk_tensors
 
 # Megatron-Core DistributedDataParallel: bucket_size = max(40_000_000, 1_000_000 * dp_size) parameters.
@@ -129,7 +131,12 @@ def _unit_buckets(scenario, unit: list[ParamTensor], n: int, first_chunk: bool) 
 def optimizer_tensor_elems(scenario, stage: int, rank: int = 0) -> list[float]:
     """Elements of each tensor the optimizer of data-parallel rank ``rank`` of ``stage`` updates: every tensor
     whole without ZeRO; with ZeRO >= 1 the pieces of its flat 1/n slices (module doc), or 1/n of every tensor
-    under torch's FSDP2 / per-tensor sharding (framework ``torch``); n is memory.shard_groups' group."""
+    under torch's FSDP2 / per-tensor sharding (framework ``torch``); n is memory.shard_groups' group. Memoised
+    per Scenario object (specs/memo.py)."""
+    return list(_OPTIMIZER_ELEMS(scenario, stage, rank))
+
+
+def _optimizer_tensor_elems(scenario, stage: int, rank: int) -> tuple[float, ...]:
     from .memory import shard_groups
 
     sharded = scenario.training.effective_zero >= 1
@@ -145,4 +152,7 @@ def optimizer_tensor_elems(scenario, stage: int, rank: int = 0) -> list[float]:
                 continue
             for unit in _chunk_units(scenario, tensors, expert):
                 out += shard_pieces(_unit_buckets(scenario, unit, n, c == 0), n, rank % n)
-    return out
+    return tuple(out)
+
+
+_OPTIMIZER_ELEMS = IdentityMemo(_optimizer_tensor_elems)

@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainsim.specs.memo import IdentityMemo
+
 
 @dataclass(frozen=True)
 class ParamTensor:
@@ -158,25 +160,36 @@ def mtp_tensors(model, tp: int, ep: int, etp: int, style: str, embedding_copy: b
     return out
 
 
-def chunk_tensors(scenario, vstage: int, style: str | None = None) -> tuple[ParamTensor, ...]:
-    """The tensors one rank holds of virtual stage ``vstage`` (its model chunk), in registration order; ``style``
-    defaults to the scenario's framework's (module_style)."""
+def _named(template: list[ParamTensor], prefix: str) -> list[ParamTensor]:
+    """``template`` (a block's tensors named from its root) under ``prefix``."""
+    return [ParamTensor(f"{prefix}{t.name}", t.elems, t.kind, t.tp_sharded, t.expert) for t in template]
+
+
+def _chunk_tensors(scenario, vstage: int, style: str) -> tuple[ParamTensor, ...]:
     m, lay = scenario.model, scenario.layout
-    style = style or module_style(scenario.training.framework)
     etp, last = scenario.expert_tp, lay.pp * lay.vpp - 1
     n = scenario.stage_layers[vstage]
     n_dense = scenario.dense_layers_in(vstage) if m.is_moe else n
     start = sum(scenario.stage_layers[:vstage])
     out = embedding_tensors(m, lay.tp) if vstage == 0 else []
-    dense_model = m.dense_block() if m.is_moe else m
+    kinds = {"dense": m.dense_block() if m.is_moe and n_dense else m, "main": m}
+    templates = {k: block_tensors(model, lay.tp, lay.ep, etp, style, "") for k, model in kinds.items()}
     for i in range(n):
-        model = dense_model if i < n_dense else m
-        out += block_tensors(model, lay.tp, lay.ep, etp, style, f"layers.{start + i}")
+        out += _named(templates["dense" if i < n_dense else "main"], f"layers.{start + i}")
     if vstage == last:
         out += head_tensors(m, lay.tp, with_output=not (m.tie_embeddings and last == 0))
         if m.mtp_layers:
             out += mtp_tensors(m, lay.tp, lay.ep, etp, style, embedding_copy=scenario.loss_stage != 0)
     return tuple(out)
+
+
+_CHUNK_TENSORS = IdentityMemo(_chunk_tensors)
+
+
+def chunk_tensors(scenario, vstage: int, style: str | None = None) -> tuple[ParamTensor, ...]:
+    """The tensors one rank holds of virtual stage ``vstage`` (its model chunk), in registration order; ``style``
+    defaults to the scenario's framework's (module_style). Memoised per Scenario object (specs/memo.py)."""
+    return _CHUNK_TENSORS(scenario, vstage, style or module_style(scenario.training.framework))
 
 
 def rank_tensors(scenario, stage: int, style: str | None = None) -> tuple[ParamTensor, ...]:
