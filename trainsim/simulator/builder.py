@@ -46,7 +46,7 @@ What goes where (choices documented here, once):
   latency: one ZeRO-3 gather per block (FSDP) or per weight tensor (DeepSpeed), one reduce-scatter per
   block (FSDP) or per reduce bucket (DeepSpeed), see cost_models/framework.py. Offload adds its PCIe traffic (cost_models.memory) to the
   optimizer step, exposed. ``TrainingSpec.dp_bucket_mb`` and ``overlap_grad_reduce`` replace the framework's
-  bucket size and overlap (_bucket_settings). At most MAX_BUCKETS_PER_CHUNK transfers per chunk are simulated:
+  bucket size and overlap (grad_sync.py _bucket_settings). At most MAX_BUCKETS_PER_CHUNK transfers per chunk are simulated:
   with more calls than that the last transfer is exactly one bucket (the exposed one) and the others share the
   remaining calls' bytes and latency.
 * HSDP (``Layout.dp_shard`` = S < dp, torch FSDP2 on a (replicate, shard) mesh): the ZeRO-3 gathers and each
