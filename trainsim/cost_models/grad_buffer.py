@@ -14,7 +14,8 @@ distrib_optimizer.py ``_build_model_gbuf_range`` / ``_build_model_gbuf_param_ran
   without gradient-reduction overlap, and for every model chunk after the first (``disable_bucketing=
   (model_chunk_idx > 0)``, megatron/training/training.py, find_string id 8571023248), one bucket holds the
   chunk; a tied word embedding / output layer of a pipelined model gets a bucket of its own
-  (``_does_param_require_new_bucket``: ``shared_embedding``);
+  (``_does_param_require_new_bucket``: ``shared_embedding``, which Megatron-Core's LanguageModule sets on both
+  when pp > 1, megatron/core/models/common/language_module/language_module.py, find_string id 47602216427);
 * expert parameters sit in a buffer of their own, sharded over the expert-data-parallel group.
 
 Rank r owns ``[r * size/n, (r + 1) * size/n)`` of each bucket; its optimizer holds one fp32 main parameter (and
