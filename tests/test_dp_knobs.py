@@ -25,6 +25,12 @@ BASE = {"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 32, "layout": {},
         "training": {"seq_len": 4096, "global_batch": 64, "distributed_optimizer": True, "recompute": "full"}}
 
 
+# Megatron-Core's Llama module (TE layer spec): per TransformerLayer linear_qkv.weight (+ its fused
+# layer_norm_weight), linear_proj.weight, linear_fc1.weight (gate|up, + its layer_norm_weight), linear_fc2.weight;
+# embedding.word_embeddings.weight, decoder.final_layernorm.weight and output_layer.weight (param_tensors.py).
+MEGATRON_TENSORS = 32 * 6 + 3
+
+
 def scenario(**training):
     return build_scenario({**BASE, "training": {**BASE["training"], **training}}, {})
 
@@ -44,13 +50,13 @@ def test_defaults_are_the_framework_presets():
 
 @pytest.mark.parametrize("mib", [100.0, 200.0, 400.0])
 def test_bucket_count_and_cost_closed_form(mib):
-    """calls = min(ceil(gradient bytes / bucket bytes), parameter tensors: 32 blocks x 9 + 2); n equal calls cost n x (latency + per-call bandwidth time),
+    """calls = min(ceil(gradient bytes / bucket bytes), parameter tensors: 32 blocks x 6 + 3 = MEGATRON_TENSORS); n equal calls cost n x (latency + per-call bandwidth time),
     whose bandwidth part is the whole gradient's bytes over the bandwidth, as one call's would be."""
     scn = scenario(dp_bucket_mb=mib)
     chunk = build_cost_table(scn).stages[0].chunks[0]
     grad = memory.rank_param_shards(scn, 0).held * scn.training.grad_bytes
-    calls = min(math.ceil(grad / (mib * MiB)), 32 * 9 + 2)
-    assert (calls == 290) == (mib == 100.0)  # 100 MiB buckets would be 305 calls: more than the 290 tensors
+    calls = min(math.ceil(grad / (mib * MiB)), MEGATRON_TENSORS)
+    assert (calls == MEGATRON_TENSORS) == (mib == 100.0)  # 100 MiB buckets would be 305 calls: more than 195 tensors
     one = collective_time("reduce_scatter", grad / calls, place(scn).group("dp"), scn.cluster)
     assert sum(bk.latency_s for bk in chunk.grad_buckets) == pytest.approx(calls * one.latency_s, rel=1e-9)
     assert sum(bk.time_s for bk in chunk.grad_buckets) == pytest.approx(calls * one.time_s, rel=1e-9)
@@ -160,19 +166,22 @@ def test_overlapped_reduction_exposes_the_last_bucket(calls):
 
 def test_a_bucket_below_one_parameter_tensor_issues_one_call_per_tensor():
     """Buckets hold whole tensors (torch DDP, Megatron-Core, DeepSpeed: specs/data_parallel.py), so a chunk issues
-    at most one call per parameter tensor: Llama 3 8B's block holds 218.1 M parameters in 9 tensors (q, k, v, o,
-    gate, up, down and two RMSNorm weights), 92.4 MiB of fp32 gradients each on average at TP 1. torch DDP's
-    default 25 MiB bucket is costed as one call per tensor (plus the embedding and output layer), never as
-    ceil(bytes / 25 MiB) calls, and a smaller bucket costs the same."""
+    at most one call per parameter tensor: Llama 3 8B's block holds 218.1 M parameters in 9 tensors as torch
+    builds it (q, k, v, o, gate, up, down and two RMSNorm weights), in 6 as Megatron-Core does (fused qkv and
+    gate|up: MEGATRON_TENSORS), 139 MiB of fp32 gradients each on average at TP 1. A 25 MiB bucket is costed as
+    one call per tensor (plus the embedding, final norm and output layer), never as ceil(bytes / 25 MiB) calls,
+    and a smaller bucket costs the same."""
+    from trainsim.cost_models.param_tensors import block_tensors
     from trainsim.specs import load_model
     m = load_model("llama3-8b")
-    assert m.block_param_tensors() == 9
+    assert len(block_tensors(m, 1, 1, 1, "torch")) == 9 and len(block_tensors(m, 1, 1, 1, "fused")) == 6
     assert m.dense_layer_params() == 2 * 4096 * 4096 + 2 * 4096 * 1024 + 3 * 4096 * 14336 + 2 * 4096
     grad = memory.rank_param_shards(scenario(), 0).held * 4
     layers = scenario().model.num_layers
-    assert math.ceil(grad / (25 * MiB)) > layers * 9 + 2  # the byte count alone would charge more calls
+    assert layers * 6 + 3 == MEGATRON_TENSORS
+    assert math.ceil(grad / (25 * MiB)) > MEGATRON_TENSORS  # the byte count alone would charge more calls
     tiny, ddp = (build_cost_table(scenario(dp_bucket_mb=mib)).stages[0].chunks[0] for mib in (0.001, 25.0))
-    one = collective_time("reduce_scatter", grad / (layers * 9 + 2), place(scenario()).group("dp"),
+    one = collective_time("reduce_scatter", grad / MEGATRON_TENSORS, place(scenario()).group("dp"),
                           scenario().cluster)
     assert tiny.grad_buckets[-1].time_s == pytest.approx(one.time_s, rel=1e-9)
     assert [b.time_s for b in tiny.grad_buckets] == pytest.approx([b.time_s for b in ddp.grad_buckets], rel=1e-12)

@@ -45,39 +45,22 @@ def modelled_ops(scenario) -> tuple[int, int]:
     return count_passes(layer_ops(layer_shape(scenario)))
 
 
-def block_param_tensors(model) -> int:
-    """Parameter tensors of one block as the executor builds it (specs.ModelSpec.block_param_tensors)."""
-    return model.block_param_tensors()
-
-
 def stage_param_tensors(scenario, stage: int) -> tuple[int, int]:
-    """(plain, DTensor) parameter tensors one rank of pipeline stage ``stage`` holds (all its chunks).
+    """(plain, DTensor) parameter tensors one rank of pipeline stage ``stage`` holds (all its chunks) in the
+    executor's model (param_tensors.rank_tensors, torch style).
 
-    torch's FSDP2 (ZeRO-3 over dp > 1) makes every parameter a DTensor; TP makes the sharded linears,
-    the vocab-parallel embedding and the output layer DTensors, and with sequence parallelism the norms
-    too (``SequenceParallel`` replicates them as DTensors); learned positions stay plain under TP.
+    torch's FSDP2 (ZeRO-3 over dp > 1) makes every parameter a DTensor; TP (parallelize_module) makes every
+    tensor of a parallelized linear (its replicated row-parallel bias too), the vocab-parallel embedding and the
+    output layer DTensors, and with sequence parallelism the norms too (``SequenceParallel`` replicates them as
+    DTensors); learned positions stay plain under TP.
     """
-    m, lay, t = scenario.model, scenario.layout, scenario.training
-    p, v = lay.pp, lay.vpp
-    layers = scenario.stage_layers
-    norm_t = 2 if m.norm == "layernorm" else 1
-    plain = dt = 0
-    for c in range(v):
-        vs = scenario.virtual_stage(stage, c)
-        blk = block_param_tensors(m)
-        norms = 2 * norm_t
-        tp_dt = blk - (0 if t.sequence_parallel else norms)
-        dt += layers[vs] * tp_dt
-        plain += layers[vs] * (blk - tp_dt)
-        if vs == 0:
-            dt += 1
-            plain += 1 if m.position_embedding == "learned" else 0
-        if vs == p * v - 1:
-            head = 0 if (m.tie_embeddings and p * v == 1) else 1
-            dt += head + (norm_t if t.sequence_parallel else 0)
-            plain += 0 if t.sequence_parallel else norm_t
-    if lay.tp > 1 and not (scenario.dp > 1 and t.effective_zero >= 3):
-        return plain, dt
+    from .param_tensors import rank_tensors
+
+    tensors = rank_tensors(scenario, stage, "torch")
+    t = scenario.training
     if scenario.dp > 1 and t.effective_zero >= 3:
-        return 0, plain + dt
-    return plain + dt, 0
+        return 0, len(tensors)
+    if scenario.layout.tp <= 1:
+        return len(tensors), 0
+    plain = sum(1 for x in tensors if x.kind == "position" or (x.kind == "norm" and not t.sequence_parallel))
+    return plain, len(tensors) - plain

@@ -10,7 +10,8 @@ created before the first forward, they would take their own segments and the act
 ``first_step_extra_reserved`` replays both orders of one stage's default-stream tensors through the caching
 allocator (caching_allocator.py) -- per micro-batch in flight each block's saved tensors, as activations.py
 counts them, allocated in forward order and freed in reverse; the stage's embedding / head activations; then
-the states of every parameter tensor the rank's optimizer holds (sharded by ZeRO-1+ over the shard group) --
+the states of every parameter tensor the rank's optimizer holds (with ZeRO-1+ the tensor pieces of its shard,
+grad_buffer.optimizer_tensor_elems, as the distributed optimizer creates them) --
 and returns the difference of the two reserved peaks. Weights, gradient buffers and fp32 main parameters are
 allocated before the first forward and never freed, and FSDP's all-gathered parameters and reduce-scattered
 gradients live in their side streams' pools, which default-stream requests never use (allocator_reserve.py),
@@ -76,21 +77,6 @@ def block_saved_tensors(shp: LayerShape, impl: str) -> tuple[float, ...] | None:
     return tuple(tensors) + ((rest,) if rest > 0 else ())
 
 
-def param_tensor_elems(shp: LayerShape, fused: bool, layers: int, ends: tuple[float, float],
-                       shard: float) -> tuple[float, ...]:
-    """Elements of each parameter tensor whose optimizer states the rank holds, in registration order: the
-    first stage's embedding (``ends[0]``), per block the attention and MLP matrices (fused QKV and gate|up with
-    Megatron's modules) and the norm weights, then the loss stage's final norm and output layer (``ends[1]``);
-    each divided by the ZeRO ``shard``."""
-    h, t, d = shp.h, shp.tp, shp.d
-    q, kv = h * shp.a * d / t, h * shp.kv * d / t
-    attn = [q + 2 * kv] if fused else [q, kv, kv]
-    up = [2 * h * shp.f / t] if fused and shp.gated else [h * shp.f / t] * (2 if shp.gated else 1)
-    block = [*attn, shp.a * d * h / t, *up, shp.f * h / t] + [float(h)] * shp.norms
-    out = [ends[0]] + block * layers + [ends[1]]
-    return tuple(x / shard for x in out if x > 0)
-
-
 def head_saved_tensors(scenario, impl: str) -> tuple[float, ...]:
     """The loss stage's tensors per micro-batch (activations.head_activation_bytes): the final norm's input and
     statistics, its output (the output layer's input), then what the loss saves and the targets, as one."""
@@ -142,15 +128,15 @@ def _extra_reserved(blocks, layers: int, first, last, inflight: int, states: tup
     return max(0, lazy - upfront)
 
 
-def first_step_extra_reserved(scenario, stage: int, *, inflight: int, layers: int, ends: tuple[float, float],
-                              shard: float, state_bytes: tuple[int, ...], impl: str,
-                              fused_params: bool) -> float | None:
+def first_step_extra_reserved(scenario, stage: int, *, inflight: int, layers: int,
+                              param_elems: tuple[float, ...], state_bytes: tuple[int, ...],
+                              impl: str) -> float | None:
     """Reserved bytes on one rank of ``stage`` that the lazily created optimizer states add (module doc).
 
     ``inflight``: micro-batches whose activations are alive at the peak; ``layers``: the stage's blocks;
-    ``ends``: its embedding and its final norm + output-layer parameters; ``shard``: the ZeRO-1 shard group;
-    ``state_bytes``: the bytes per element of each lazily created state tensor (Adam m, v); ``fused_params``:
-    Megatron's fused QKV and gate|up weights (else torch's separate ones).
+    ``param_elems``: the elements of each tensor (or shard piece) the rank's optimizer updates, in its order
+    (grad_buffer.optimizer_tensor_elems); ``state_bytes``: the bytes per element of each lazily created state
+    tensor (Adam m, v).
     """
     shp = layer_shape(scenario)
     kept = block_saved_tensors(shp, impl)
@@ -159,8 +145,7 @@ def first_step_extra_reserved(scenario, stage: int, *, inflight: int, layers: in
         return None
     first = (embedding_activation_bytes(scenario),) if stage == 0 else ()
     last = head_saved_tensors(scenario, impl) if stage == scenario.loss_stage else ()
-    elems = param_tensor_elems(shp, fused_params, layers, ends, shard)
-    states = tuple(n * b for n in elems for b in state_bytes)
+    states = tuple(n * b for n in param_elems if n > 0 for b in state_bytes)
     return float(_extra_reserved((kept, temps), layers, first, last, inflight, states))
 
 

@@ -51,6 +51,7 @@ from . import activations as act
 from .framework import FP32_PARAM_FRAMEWORKS, behaviour, bf16_optimizer, state_bytes
 from .allocator_reserve import grads_off_peak, loss_stage_cached_bytes
 from .first_step_fragmentation import first_step_extra_reserved, lazy_state_bytes
+from .grad_buffer import optimizer_tensor_elems
 from .runtime_memory import OUTSIDE_ALLOCATOR, runtime_terms
 from .shapes import block_kinds, dense_block_scenario, layer_shape
 
@@ -215,8 +216,7 @@ def rank_param_shards(scenario, stage: int) -> RankParams:
     if stage == scenario.loss_stage and m.mtp_layers:
         mtp_dense, mtp_expert = mtp_params_per_rank(m, lay.tp, lay.ep, lay.etp)
         dense, expert = dense + mtp_dense, expert + mtp_expert
-    n_dense = scenario.dp_shard * lay.cp  # the HSDP shard group (Layout.dp_shard), else all of dp
-    n_exp = max(1.0, n_dense * lay.tp / (lay.ep * scenario.expert_tp))  # expert-data-parallel group
+    n_dense, n_exp = shard_groups(scenario)
     z = t.effective_zero
 
     def shard(level: int) -> float:
@@ -225,6 +225,14 @@ def rank_param_shards(scenario, stage: int) -> RankParams:
     unit = max(dense_l + expert_l, block_l, extra)
     return RankParams(dense=dense, expert=expert, weight_params=shard(3), grad_params=shard(2),
                       optimizer_params=shard(1), unit_params=unit)
+
+
+def shard_groups(scenario) -> tuple[int, float]:
+    """Ranks ZeRO shards a rank's (dense, expert) model states over: the HSDP shard group (Layout.dp_shard, else
+    all of dp) times cp, and the expert-data-parallel group."""
+    lay = scenario.layout
+    n_dense = scenario.dp_shard * lay.cp
+    return n_dense, max(1.0, n_dense * lay.tp / (lay.ep * scenario.expert_tp))
 
 
 def _check_stage(stage: int, pp: int) -> None:
@@ -401,13 +409,10 @@ def _first_step_reserved(scenario, stage: int, sm: StageMemory, impl: str) -> tu
     rp = rank_param_shards(scenario, stage)
     if per_element is None or not rp.optimizer_params:
         return 0.0, note
-    m, lay = scenario.model, scenario.layout
-    ends = _stage_extra_params(m, lay.tp, lay.pp, stage, scenario.loss_stage)
-    first = _stage_extra_params(m, lay.tp, lay.pp, stage, loss_stage=-1)  # the first stage's part alone
     extra = first_step_extra_reserved(scenario, stage, inflight=max(1, round(sm.inflight_microbatches)),
-                                      layers=scenario.layers_on_stage(stage), ends=(first, ends - first),
-                                      shard=rp.held / rp.optimizer_params, state_bytes=per_element, impl=impl,
-                                      fused_params=True)
+                                      layers=scenario.layers_on_stage(stage),
+                                      param_elems=tuple(optimizer_tensor_elems(scenario, stage)),
+                                      state_bytes=per_element, impl=impl)
     if extra is None:
         return 0.0, ("Adam's m, v created at the first step, not replayed: the caching-allocator trace does not "
                      "cover this block (MoE, MLA, per-op checkpointing, ring-CP K/V or QK-norm); the reserved "

@@ -57,7 +57,6 @@ builder already counts as collectives, and their Python frames are not counted (
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -105,32 +104,13 @@ def multi_tensor_launches(sizes: Iterable[int], depth: int, scalarlist: bool = F
 
 
 def rank_tensor_sizes(scenario, stage: int) -> list[int]:
-    """Elements of each parameter tensor the optimizer of a rank of ``stage`` updates: the executor's tensor count
-    (eager.stage_param_tensors), norms and biases ``hidden`` elements each, the rest of the rank's parameters split
-    evenly over the linears and embeddings. Sharded (ZeRO >= 1): torch's FSDP2 (framework torch) cuts every tensor
-    over the shard group; the others shard a contiguous flat buffer (Megatron's distributed optimizer, FSDP1's
-    flat parameters), whose 1/n range holds whole tensors and at most one cut one: ceil(k / n) + 1 of each kind."""
-    from .eager import stage_param_tensors
-    from .memory import rank_param_shards
+    """Elements of each parameter tensor (or tensor piece) the optimizer of a rank of ``stage`` updates: the rank's
+    tensors (param_tensors.py), whole, or cut by its ZeRO shard -- the flat 1/n slice of each gradient bucket
+    (Megatron's distributed optimizer, FSDP1's flat parameters) or 1/n of each tensor (torch's FSDP2):
+    grad_buffer.optimizer_tensor_elems."""
+    from .grad_buffer import optimizer_tensor_elems
 
-    m = scenario.model
-    plain, dt = stage_param_tensors(scenario, stage)
-    count = plain + dt
-    sh = rank_param_shards(scenario, stage)
-    total = sh.dense + sh.expert
-    layers = scenario.layers_on_stage(stage)
-    small = max(0, m.block_param_tensors() - (7 if m.gated_mlp else 6)) * layers
-    small = min(small, max(0, count - 1))
-    big = count - small
-    small_elems = min(total, small * m.hidden)
-    big_size = (total - small_elems) / max(1, big)
-    shard = sh.optimizer_params / total if total else 1.0
-    if shard >= 1.0 or scenario.training.framework == "torch":
-        return [max(1, round(m.hidden * shard))] * small + [max(1, round(big_size * shard))] * big
-    n = round(1.0 / shard)
-    k_small, k_big = min(small, math.ceil(small / n)), min(big, math.ceil(big / n) + 1)
-    big_each = max(1.0, (sh.optimizer_params - k_small * m.hidden) / max(1, k_big))
-    return [m.hidden] * k_small + [max(1, round(big_each))] * k_big
+    return [max(1, round(x)) for x in optimizer_tensor_elems(scenario, stage)]
 
 
 def _fused_counts(sizes: list[int], groups: int) -> tuple[int, int]:

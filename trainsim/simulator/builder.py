@@ -46,7 +46,7 @@ What goes where (choices documented here, once):
   latency: one ZeRO-3 gather per block (FSDP) or per weight tensor (DeepSpeed), one reduce-scatter per
   block (FSDP) or per reduce bucket (DeepSpeed), see cost_models/framework.py. Offload adds its PCIe traffic (cost_models.memory) to the
   optimizer step, exposed. ``TrainingSpec.dp_bucket_mb`` and ``overlap_grad_reduce`` replace the framework's
-  bucket size and overlap (_bucket_settings). At most MAX_BUCKETS_PER_CHUNK transfers per chunk are simulated:
+  bucket size and overlap (grad_sync.py _bucket_settings). At most MAX_BUCKETS_PER_CHUNK transfers per chunk are simulated:
   with more calls than that the last transfer is exactly one bucket (the exposed one) and the others share the
   remaining calls' bytes and latency.
 * HSDP (``Layout.dp_shard`` = S < dp, torch FSDP2 on a (replicate, shard) mesh): the ZeRO-3 gathers and each
@@ -72,55 +72,51 @@ What goes where (choices documented here, once):
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
 from dataclasses import dataclass
 
 from trainsim.cost_models import activations as act
 from trainsim.cost_models import compute, framework, host_issue, memory, step_host
-from trainsim.cost_models.shapes import dense_block_scenario, layer_shape
+from trainsim.cost_models.grad_buffer import DDP_BUCKET_PARAMS, DDP_BUCKET_PARAMS_PER_DP, MiB
 from trainsim.specs import Scenario
 from trainsim.specs.pools import link_view, pool_views, stage_pools
 
-from .block import _Block, _block, _global_layers_in, _local_global_blocks, w_retained_bytes_per_layer
+from .block import _block, _global_layers_in, w_retained_bytes_per_layer
 from .costtable import ChunkCost, CostTable, StageCost, Transfer
 from .exposures import (
     _coll,
     _ep_overlapped,
     _links,
     _op_times,
-    _pace,
-    _paced,
     _persistent_regather_s,
     _persistent_tensors,
     comm_compute_slowdown,
     ep_paired_fraction,
 )
+from .grad_sync import MAX_BUCKETS_PER_CHUNK, _chunk_dp, _post_step, data_parallel_settings
+from .step_context import _Step, _step_context
 
 # Re-exported for callers that reach the block and exposure helpers through the builder.
 __all__ = [
+    "DDP_BUCKET_PARAMS",
+    "DDP_BUCKET_PARAMS_PER_DP",
+    "MAX_BUCKETS_PER_CHUNK",
+    "MiB",
     "_block",
     "_ep_overlapped",
     "_op_times",
     "_persistent_tensors",
     "build_cost_table",
     "clear_cache",
-    "data_parallel_settings",
     "comm_compute_slowdown",
+    "data_parallel_settings",
     "ep_paired_fraction",
     "w_retained_bytes_per_layer",
 ]
 
-# Megatron-Core DistributedDataParallel: bucket_size = max(40_000_000, 1_000_000 * dp_size) parameters.
-DDP_BUCKET_PARAMS = 40_000_000
-DDP_BUCKET_PARAMS_PER_DP = 1_000_000
-MiB = 1 << 20  # torch DDP's bucket_cap_mb counts MiB (bucket_cap_mb * 1024 * 1024 bytes)
-# At most this many DP buckets per chunk are simulated as separate transfers (larger ones are merged;
-# the exposed last bucket grows accordingly). Bounds engine events for chunks of many layers.
-MAX_BUCKETS_PER_CHUNK = 4
-
-
 _CACHE: OrderedDict[tuple, tuple] = OrderedDict()  # memo: key -> (CostTable, profile); tables are pure functions of the key
+
+
 _CACHE_SIZE = 512
 
 
@@ -142,142 +138,6 @@ def build_cost_table(scenario: Scenario, *, profile=None, ideal_network: bool = 
     return table
 
 
-@dataclass(frozen=True)
-class _Step:
-    """What every chunk and stage of one optimizer step shares, worked out once per cost table: the paced
-    end-of-model times, the blocks, the parallel groups, the DP settings and the stages' memory."""
-
-    scenario: Scenario
-    profile: object
-    slowest: float                    # compute-time multiplier of the job's slowest GPU
-    emb: compute.LayerTimes
-    head: compute.LayerTimes
-    mtp: compute.LayerTimes
-    pl: object                        # topologies Placement
-    groups: dict
-    main: _Block
-    dense: _Block                     # a MoE model's first_dense_layers (else ``main``)
-    local_global: tuple | None        # (local, global) blocks of a sliding-window dense model
-    act_msg: float                    # one [b, s/cp, h] activation, bytes
-    fw: framework.FrameworkBehaviour
-    sg_gather: float                  # Megatron's scatter/gather re-gather of a received activation
-    emb_act: float
-    head_act: float
-    z: int                            # effective ZeRO stage
-    dp_group: object
-    shard_group: object               # ZeRO's sharding group: HSDP's shard group, else dp_group
-    rep_group: object                 # HSDP's replicate group (None without HSDP)
-    bucket_params: float              # ZeRO-0/1 DDP bucket (parameters)
-    reduce_bucket_params: float | None  # ZeRO-2/3 reduce bucket (parameters; None: one call per block)
-    overlap: bool                     # gradient reduction overlapped with backward
-    reduce_op: str
-    hw: object
-    prep_per_param: float             # FSDP's gradient-preparation bytes per parameter
-    emb_params: float
-    head_params: float
-    stage_mem: tuple
-    working: float                    # one block's recompute working set (the largest block kind)
-    stage_rank: tuple                 # rank 0's column of the pipeline
-    issue: object                     # host time to issue one block (None: not modelled)
-    last_vs: int
-
-
-def _step_context(scenario: Scenario, profile) -> _Step:
-    """The shared per-step inputs of ``scenario`` (see _Step)."""
-    m, lay, tr = scenario.model, scenario.layout, scenario.training
-    p = lay.pp
-    shp = layer_shape(scenario)
-    # The job runs at its slowest GPU's pace: GPU compute (never communication, host or PCIe time) is
-    # stretched by the expected slowest of the job's GPUs (cost_models/variation.py).
-    slowest = _pace(scenario, profile)
-    from trainsim.topologies.placement import place
-    pl = place(scenario)
-    groups = {d: (pl.group(d) if getattr(lay, d) > 1 else None) for d in ("tp", "cp", "ep", "dp")}
-    # A MoE model's first_dense_layers cost what its dense_block() costs; every other block is `main`.
-    main = _block(scenario, groups, profile)
-    dense = _block(dense_block_scenario(scenario), groups, profile) if m.first_dense_layers and m.is_moe else main
-    act_msg = shp.e * shp.tokens * shp.h
-    fw = framework.behaviour(tr.framework)
-    # Megatron's scatter/gather optimisation (SC21 Sec. 4.1): each TP rank sends 1/tp of the activation and
-    # the receiver all-gathers it over the TP group (gather_split_1d_tensor) on the compute stream before use.
-    sg_gather = 0.0
-    if lay.pp > 1 and lay.tp > 1 and not tr.sequence_parallel and fw.pp_scatter_gather:
-        sg_gather = sum(_coll("all_gather", act_msg, groups["tp"], scenario, profile))
-    z = tr.effective_zero
-    dp_group = groups["dp"]
-    shard_group, rep_group = _hsdp_groups(scenario, pl, dp_group)
-    # FSDP's own passes over each unit's gradient around its reduce-scatter (framework.py fsdp_grad_prep). Only the
-    # concatenation runs in autograd on the compute stream; FSDP runs the cast, divides and += on its
-    # post-backward stream, concurrently with the next unit's backward, where they take the same HBM bandwidth:
-    # counted here as compute-stream time, a simplification that ignores any slack in the GEMMs' HBM use.
-    prep_per_param = (framework.fsdp_grad_prep_bytes_per_param(shp.e, tr.grad_bytes, scenario.dp_shard,
-                                                               scenario.num_microbatches > 1)
-                      if fw.fsdp_grad_prep and z >= 2 and dp_group is not None else 0.0)
-    # Embedding (+ positions) on the first stage; final norm + output layer (a duplicate of a tied embedding
-    # when pp > 1) on the last: memory.stage_extra_params's split, one rank.
-    emb_params = memory.stage_extra_params(m, lay.tp, max(p, 2), 0)
-    loss_stage = scenario.loss_stage  # p-1, or 0 in DualPipeV's V (which holds the embedding already)
-    head_params = (memory.stage_extra_params(m, lay.tp, p, loss_stage, loss_stage)
-                   - (emb_params if loss_stage == 0 else 0.0))
-    stage_mem = tuple(memory.stage_memory(scenario, s) for s in range(p))
-    return _Step(
-        scenario=scenario, profile=profile, slowest=slowest,
-        emb=_paced(compute.embedding_times(scenario, profile), slowest),
-        head=_paced(compute.head_times(scenario, profile), slowest),
-        mtp=_paced(compute.mtp_times(scenario, profile), slowest),
-        pl=pl, groups=groups, main=main, dense=dense,
-        local_global=_local_global_blocks(scenario, groups, profile),
-        act_msg=act_msg, fw=fw, sg_gather=sg_gather,
-        emb_act=act.embedding_activation_bytes(scenario), head_act=act.head_activation_bytes(scenario),
-        z=z, dp_group=dp_group, shard_group=shard_group, rep_group=rep_group,
-        **_bucket_settings(scenario, fw), reduce_op=framework.grad_reduce_op(tr),
-        hw=compute.hw_of(scenario.cluster.gpu, tr.dtype), prep_per_param=prep_per_param,
-        emb_params=emb_params, head_params=head_params, stage_mem=stage_mem,
-        working=stage_mem[0].details["recompute_working"],
-        stage_rank=tuple(pl.pp_peer(0, k) for k in range(p)),
-        issue=host_issue.scenario_block_issue(scenario, profile),
-        last_vs=p * lay.vpp - 1,
-    )
-
-
-def _hsdp_groups(scenario: Scenario, pl, dp_group) -> tuple[object, object]:
-    """(sharding group, replicate group): HSDP's shard group of Layout.dp_shard ranks (innermost in the DP group,
-    so on the fastest links) and its replicate group; without HSDP the whole DP group and None."""
-    if dp_group is None or scenario.dp_shard == scenario.dp:
-        return dp_group, None
-    shard_g, rep_g = pl.hsdp_groups(scenario.dp_shard)
-    return (shard_g if shard_g.size > 1 else None), rep_g
-
-
-def _bucket_settings(scenario: Scenario, fw: framework.FrameworkBehaviour) -> dict:
-    """The gradient bucket sizes (parameters) and overlap of the step: TrainingSpec.dp_bucket_mb (MiB of
-    gradients) and overlap_grad_reduce where set, else the framework's -- Megatron-Core DDP's
-    max(40M, 1M x dp) parameters for ZeRO 0-1, DeepSpeed's reduce_bucket_size or FSDP's per-block calls for
-    ZeRO 2-3."""
-    tr = scenario.training
-    bucket = max(DDP_BUCKET_PARAMS, DDP_BUCKET_PARAMS_PER_DP * scenario.dp)
-    reduce_bucket = fw.reduce_bucket_params
-    if tr.dp_bucket_mb is not None:
-        bucket = tr.dp_bucket_mb * MiB / tr.grad_bytes
-        reduce_bucket = bucket if reduce_bucket else None  # FSDP's per-block calls have no size (specs refuse it)
-    overlap = framework.default_overlap_grad_reduce(tr) if tr.overlap_grad_reduce is None else tr.overlap_grad_reduce
-    return {"bucket_params": bucket, "reduce_bucket_params": reduce_bucket, "overlap": overlap}
-
-
-def data_parallel_settings(scenario: Scenario) -> dict:
-    """The data-parallel settings a prediction costs (predict --json ``data_parallel``): HSDP's shard group and
-    replicas, the gradient bucket (MiB of gradients per reduction call; None where the framework reduces one
-    call per block) and whether the reduction overlaps the backward."""
-    tr = scenario.training
-    fw = framework.behaviour(tr.framework)
-    b = _bucket_settings(scenario, fw)
-    per_block = tr.effective_zero >= 2 and not b["reduce_bucket_params"]
-    bucket = b["reduce_bucket_params"] if tr.effective_zero >= 2 else b["bucket_params"]
-    return {"dp_shard": scenario.dp_shard, "dp_replicas": scenario.dp_replicas,
-            "grad_bucket_mib": None if per_block else bucket * tr.grad_bytes / MiB,
-            "grad_reduce_per_block": per_block, "overlap_grad_reduce": b["overlap"]}
-
-
 def _accumulate_s(st: _Step, params: float) -> float:
     """Compute-stream seconds of the passes over a chunk's ``params`` gradients outside the GEMMs: frameworks
     without gradient-accumulation fusion add each block's weight gradients into the accumulation buffer in a
@@ -285,84 +145,6 @@ def _accumulate_s(st: _Step, params: float) -> float:
     tr = st.scenario.training
     nbytes = params * ((3 * tr.grad_bytes if st.fw.grad_accumulation_pass else 0.0) + st.prep_per_param)
     return compute.memory_time_s(nbytes, st.hw, st.profile, "copy") * st.slowest if nbytes > 0 else 0.0
-
-
-def _grad_buckets(st: _Step, s: int, params: float, label: str, layers_of_chunk: int) -> tuple[Transfer, ...]:
-    """The DP gradient reductions of one chunk's ``params`` as engine transfers."""
-    tr = st.scenario.training
-    if st.dp_group is None or params <= 0:
-        return ()
-    tensors = _chunk_tensors(st.scenario, layers_of_chunk)
-    ds_calls = (framework.zero12_reduce_calls(tr, params, st.shard_group.size, st.reduce_bucket_params,
-                                              max_buckets=tensors) if st.reduce_bucket_params else None)
-    # DeepSpeed ZeRO 0-2: its own buckets, per owner rank before v0.12.4 (framework.py); else _grad_calls
-    calls = ds_calls or _grad_calls(st, params, layers_of_chunk, tensors)
-    per_call = params * tr.grad_bytes / calls
-    return tuple(_bucket_transfer(st, s, per_call, k_calls, f"{label} bucket {k}")
-                 for k, k_calls in enumerate(_calls_per_transfer(calls)))
-
-
-def _grad_calls(st: _Step, params: float, layers_of_chunk: int, tensors: int) -> int:
-    """Collectives the framework issues for a chunk's ``params`` gradients: ZeRO-2/3 reduce-scatter per block
-    as backward produces it (FSDP), or per reduce bucket (DeepSpeed); ZeRO-0/1 per DDP bucket. A bucket holds
-    whole tensors (specs/data_parallel.py), so a chunk issues at most one call per tensor (``tensors``)."""
-    z = st.z
-    if z >= 2 and not st.reduce_bucket_params:
-        return max(1, layers_of_chunk)
-    bucket = st.reduce_bucket_params if z >= 2 else st.bucket_params
-    return max(1, min(math.ceil(params / bucket), tensors))
-
-
-def _chunk_tensors(scenario: Scenario, layers_of_chunk: int) -> int:
-    """Parameter tensors of a chunk, an upper bound: its blocks' (ModelSpec.block_param_tensors; a MoE block adds
-    its router and each local expert's two or three projections) plus the embedding and the output layer a
-    first or last chunk holds (two, an upper bound elsewhere)."""
-    m = scenario.model
-    per_block = m.block_param_tensors()
-    if m.is_moe:
-        per_block += 1 + -(-m.num_experts // scenario.layout.ep) * (3 if m.gated_mlp else 2)
-    return max(1, layers_of_chunk) * per_block + 2
-
-
-def _calls_per_transfer(calls: int) -> tuple[float, ...]:
-    """How many of the ``calls`` bucket collectives each simulated transfer carries: one each up to
-    MAX_BUCKETS_PER_CHUNK; beyond that the last transfer is exactly one bucket (the one that becomes ready when
-    backward ends, so the exposed tail is one bucket's time whatever the count) and the others share the rest."""
-    n = min(MAX_BUCKETS_PER_CHUNK, calls)
-    if n == calls:
-        return (1.0,) * n
-    return ((calls - 1) / (n - 1),) * (n - 1) + (1.0,)
-
-
-def _bucket_transfer(st: _Step, s: int, per_call: float, k_calls: float, name: str) -> Transfer:
-    """``k_calls`` gradient-reduction calls of ``per_call`` bytes each as one engine transfer."""
-    then = _replica_all_reduce(st, s, per_call, k_calls, name)
-    if st.shard_group is None:  # HSDP with one-rank shard groups: the all-reduce is all there is
-        return then
-    lat, bw = _coll(st.reduce_op, per_call, st.shard_group, st.scenario, st.profile)
-    return Transfer(f"{st.reduce_op} grads {name}", transfer_s=bw * k_calls, latency_s=lat * k_calls,
-                    links=_links(s, st.shard_group), dim="dp", nbytes=per_call * k_calls, then=then)
-
-
-def _replica_all_reduce(st: _Step, s: int, per_call: float, k_calls: float, label: str) -> Transfer | None:
-    """HSDP: the all-reduce of each reduce-scattered gradient shard (1/S of a call's bytes) across the replicate
-    group, ``k_calls`` calls of it (torch FSDP2 foreach_reduce: reduce-scatter over the shard dimension, then
-    all-reduce over the replicate dimension); None without HSDP."""
-    if st.rep_group is None:
-        return None
-    nbytes = per_call / st.scenario.dp_shard
-    lat, bw = _coll("all_reduce", nbytes, st.rep_group, st.scenario, st.profile)
-    return Transfer(f"all_reduce grad shard {label} across replicas", transfer_s=bw * k_calls,
-                    latency_s=lat * k_calls, links=_links(s, st.rep_group), dim="dp", nbytes=nbytes * k_calls)
-
-
-def _gather_calls(st: _Step, n_main: int, n_dense: int, extra: bool) -> int:
-    """ZeRO-3 all-gathers per pass over a chunk: one per block (FSDP) or per weight tensor (DeepSpeed)."""
-    if st.fw.zero3_gather == "tensor":
-        tensors = n_main * st.main.gather_tensors + n_dense * st.dense.gather_tensors
-    else:
-        tensors = n_main + n_dense
-    return max(1, tensors + (1 if extra else 0))
 
 
 @dataclass
@@ -458,48 +240,6 @@ def _add_head(st: _Step, cs: _ChunkSums) -> None:
         cs.label = cs.label + f" + {k} MTP"
 
 
-def _zero3_serialized_s(st: _Step, gather: Transfer, calls: int, params: float) -> tuple[float, float]:
-    """Exposed ZeRO-3 seconds (forward, backward) of a chunk whose gathers and reduce-scatters are serialized
-    with compute (DeepSpeed 2021); the recomputed forward of a checkpointed layer gathers again before the
-    backward's own gather.
-
-    Each gathered tensor and each reduced gradient tensor also costs host ops per rank (the list-based
-    collectives of that code: framework.zero3_gather_ops_per_rank) and HBM copies around them: the zero-filled
-    output plus the flat buffer copied back into the list (3 passes over the gathered bytes), the gradients
-    copied into the flat reduce-scatter input (2 passes).
-    """
-    scenario, tr, profile, hw = st.scenario, st.scenario.training, st.profile, st.hw
-    host = calls * st.fw.zero3_gather_ops_per_rank * scenario.dp * scenario.cluster.gpu.kernel_overhead_s
-    copy_g = st.slowest * compute.memory_time_s(3 * params * tr.param_bytes, hw, profile, "copy") if host else 0.0
-    copy_r = st.slowest * compute.memory_time_s(2 * params * tr.grad_bytes, hw, profile, "copy") if host else 0.0
-    rlat, rbw = _coll("reduce_scatter", params * tr.grad_bytes / calls, st.shard_group, scenario, profile)
-    reduce = calls * (rlat + rbw) + host + copy_r
-    host += copy_g
-    dp_f = gather.time_s + host
-    dp_b = (2 if tr.recompute == "full" else 1) * (gather.time_s + host) + reduce
-    return dp_f, dp_b
-
-
-def _chunk_dp(st: _Step, s: int, c: int, params: float, extra: bool, n: int, n_d: int):
-    """A chunk's DP work on its ``params`` (``extra``: parameters beyond its blocks'): (ZeRO-3 parameter gather
-    transfer or None, gradient buckets, exposed dp forward and backward seconds) -- gathers and buckets go to
-    the engine unless the framework serializes them."""
-    scenario, tr, profile = st.scenario, st.scenario.training, st.profile
-    gather, calls = None, 0
-    if st.z >= 3 and st.dp_group is not None:
-        calls = _gather_calls(st, n - n_d, n_d, extra)
-        lat, bwt = _coll("all_gather", params * tr.param_bytes / calls, st.shard_group, scenario, profile)
-        gather = Transfer(f"all_gather params chunk {c}", transfer_s=bwt * calls, latency_s=lat * calls,
-                          links=_links(s, st.shard_group or st.dp_group), dim="dp", nbytes=params * tr.param_bytes)
-    buckets = _grad_buckets(st, s, params, f"chunk {c}", n)
-    if st.z == 2 and not st.overlap:  # reduced in backward hooks on the compute stream, every micro-batch
-        return None, (), 0.0, sum(b.transfer_s + b.latency_s for b in buckets)
-    if gather is not None and not st.fw.zero3_overlap:
-        dp_f, dp_b = _zero3_serialized_s(st, gather, calls, params)
-        return None, (), dp_f, dp_b
-    return gather, buckets, 0.0, 0.0
-
-
 def _chunk(st: _Step, s: int, c: int, pair: float) -> ChunkCost:
     """The ChunkCost of stage ``s``'s chunk ``c``; ``pair`` is the share of its passes the combined 1F1B schedule
     pairs (EP overlap)."""
@@ -588,50 +328,6 @@ def _optimizer_s(st: _Step, s: int) -> tuple[float, float]:
     if sm.pcie_h2d_bytes or sm.pcie_d2h_bytes:
         opt += (sm.pcie_h2d_bytes + sm.pcie_d2h_bytes) / scenario.cluster.gpu.pcie_bw_Bps
     return opt, phase - gpu - reduce_s
-
-
-def _param_gather(st: _Step) -> str:
-    """The framework's way of gathering updated parameters; torch's per-parameter broadcasts are its ZeRO-1
-    (ZeroRedundancyOptimizer), not its ZeRO-2, which gathers once per buffer here."""
-    how = st.fw.param_gather
-    return "buffer" if how == "broadcast_per_param" and st.z != 1 else how
-
-
-def _param_gather_calls(st: _Step, s: int, held: float) -> int:
-    """How many collectives the framework issues for ZeRO-1/2's updated parameters of stage ``s`` (``held``
-    parameters; framework.FrameworkBehaviour.param_gather): each one pays its latency over the whole DP group."""
-    how = _param_gather(st)
-    if how == "allgather_bucket":
-        return max(1, int(held // framework.DEEPSPEED_ALLGATHER_BUCKET_PARAMS))
-    if how == "broadcast_per_param":
-        return _stage_param_tensors(st, s)
-    return 1
-
-
-def _stage_param_tensors(st: _Step, s: int) -> int:
-    """Parameter tensors stage ``s`` holds: each block's weight tensors (block.gather_tensors, q/k/v counted as one)
-    and its two norm weights, the embedding on the first stage, the final norm and output head on the loss stage.
-    Biases are not counted, so this is a lower bound for models with biases."""
-    scenario = st.scenario
-    n = scenario.layers_on_stage(s)
-    n_d = scenario.dense_layers_on_stage(s) if scenario.model.is_moe else 0
-    blocks = (n - n_d) * (st.main.gather_tensors + 2) + n_d * (st.dense.gather_tensors + 2)
-    return max(1, blocks + (1 if s == 0 else 0) + (2 if s == scenario.loss_stage else 0))
-
-
-def _post_step(st: _Step, s: int) -> tuple[Transfer, ...]:
-    """ZeRO-1/2's gather of the updated parameters after the optimizer step, in the framework's calls: all-gathers,
-    or one broadcast per parameter from its owner (torch ZeroRedundancyOptimizer)."""
-    if st.z in (1, 2) and st.dp_group is not None:
-        held = memory.rank_param_shards(st.scenario, s).held
-        nbytes = held * st.scenario.training.param_bytes
-        calls = _param_gather_calls(st, s, held)
-        op = "broadcast" if _param_gather(st) == "broadcast_per_param" else "all_gather"
-        lat, bwt = _coll(op, nbytes / calls, st.dp_group, st.scenario, st.profile)
-        name = f"{op} updated params" + (f" ({calls} calls)" if calls > 1 else "")
-        return (Transfer(name, transfer_s=bwt * calls,
-                         latency_s=lat * calls, links=_links(s, st.dp_group), dim="dp", nbytes=nbytes),)
-    return ()
 
 
 def _stage(st: _Step, s: int, nets: tuple[Scenario, Scenario] | None = None) -> StageCost:

@@ -17,7 +17,7 @@
   parameter that would overflow it, stage_1_and_2.py ``reduce_independent_p_g_buckets_and_remove_grads``, id
   4579479047) -- so a chunk issues at most one call per parameter tensor, however small the bucket. The cost
   model charges min(ceil(gradient bytes / bucket), parameter tensors of the chunk) calls
-  (simulator/builder.py ``_chunk_tensors``, an upper bound on the tensors), so a bucket of any positive size
+  (the chunk's tensors as cost_models/param_tensors.py lists them), so a bucket of any positive size
   costs at most one call per tensor, as the frameworks issue them.
 * ``TrainingSpec.overlap_grad_reduce``: torch DDP and FSDP always overlap the reduction with the backward
   (DDP's autograd hooks, FSDP's post-backward hooks); turning it off is refused for them.

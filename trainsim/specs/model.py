@@ -226,17 +226,6 @@ class ModelSpec(BaseModel):
         """Norm weights of one block (block_norms norms of hidden width)."""
         return self.block_norms * self.norm_params()
 
-    def block_param_tensors(self) -> int:
-        """Parameter tensors of one dense block as the executor builds it (kernels/torch_model.Block): q, k, v, o,
-        fc1, (gate), fc2 weights (+ biases) and two norms (LayerNorm: weight + bias; RMSNorm: weight). Megatron
-        fuses q, k, v and fc1 with the gate into fewer, larger tensors, so this is an upper bound on any
-        framework's count."""
-        linears = 7 if self.gated_mlp else 6
-        qkv_bias = self.bias if self.qkv_bias is None else self.qkv_bias
-        biases = (3 if qkv_bias else 0) + ((linears - 3) if self.bias else 0)
-        norms = 2 * (2 if self.norm == "layernorm" else 1)
-        return linears + biases + norms
-
     def dense_layer_params(self) -> int:
         """Parameters of one dense block (a dense model's block, or a MoE model's first_dense_layers)."""
         return self.attention_params() + self.mlp_params() + self.block_norm_params()

@@ -1,0 +1,198 @@
+"""The parameter tensors one rank holds: the one list every per-tensor cost reads. Pure.
+
+Each entry is one ``nn.Parameter`` of the rank's model chunks, in registration (forward) order, with its
+elements on this rank (after the tensor-, expert- and vocab-parallel splits), whether TP splits it, whether it is
+an expert tensor (held by the expert-parallel rank, reduced over the expert-data-parallel group) and its kind.
+All parameters are held in the training dtype (``TrainingSpec.param_bytes``); no entry carries its own.
+
+Two module styles build the same model:
+
+* ``torch`` -- the executor's model (trainsim/kernels/torch_model.py ``Block``, ``Embeddings``, ``Chunk``) and the
+  Hugging Face style DeepSpeed and FSDP runs train: ``nn.Linear`` q, k, v, o, fc1, (gate), fc2, each with a bias
+  where the spec has one; a norm's weight (and LayerNorm's bias); a MoE layer's router and per expert its two or
+  three projections.
+* ``fused`` -- Megatron (Megatron-Core ``TransformerLayer`` with ``SelfAttention``: ``linear_qkv`` (q, k, v in one
+  ColumnParallelLinear) and ``linear_proj``; ``MLP``: ``linear_fc1`` (gate and up in one tensor when gated) and
+  ``linear_fc2``; ``MoELayer``: ``TopKRouter.weight`` and per local expert ``linear_fc1`` / ``linear_fc2``
+  (``TEGroupedMLP``'s ``weight{i}``); ``MLASelfAttention``: q down/up (or one q projection), kv down/up,
+  their latents' norms, ``linear_proj``; Megatron-LM's legacy ``ParallelAttention.query_key_value`` and
+  ``ParallelMLP.dense_h_to_4h`` fuse the same way). Transformer Engine keeps a fused norm's weight inside the
+  next linear (``layer_norm_weight``), still one tensor of its own.
+
+Row-parallel biases (attention output, fc2) and norms are replicated over TP; the word embedding and output
+layer are vocab-parallel. The first virtual stage holds the embedding (+ learned positions, BLOOM's embedding
+norm, OPT's project_in), the last the final norm (OPT's project_out) and the output layer -- absent only when the
+embedding is tied and one module holds both (pp * vpp == 1: torch_model.Chunk ties them; Megatron keeps a copy on
+the last stage) -- and each multi-token-prediction module (a block, ``eh_proj`` 2h->h, three norms; a word
+embedding copy off stage 0), as cost_models/memory.py counts them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainsim.specs.memo import IdentityMemo
+
+
+@dataclass(frozen=True)
+class ParamTensor:
+    """One parameter tensor on one rank: ``elems`` its elements there; ``kind`` one of weight, bias, norm,
+    embedding, position, head, router; ``tp_sharded`` split over TP (or the vocab); ``expert`` an EP-local
+    expert's."""
+
+    name: str
+    elems: float
+    kind: str = "weight"
+    tp_sharded: bool = False
+    expert: bool = False
+
+
+def module_style(framework: str) -> str:
+    """'fused' for the Megatron family (Megatron-LM, Megatron-Core, Megatron-DeepSpeed's GPT), else 'torch'."""
+    return "fused" if framework.startswith("megatron") else "torch"
+
+
+def _norm(name: str, model, width: int | None = None) -> list[ParamTensor]:
+    """A norm's weight, and LayerNorm's bias (nn.LayerNorm / TE LayerNorm; RMSNorm has a weight only)."""
+    w = width or model.hidden
+    out = [ParamTensor(f"{name}.weight", float(w), "norm")]
+    if model.norm == "layernorm" and width is None:
+        out.append(ParamTensor(f"{name}.bias", float(w), "norm"))
+    return out
+
+
+def _linear(name: str, fan_in: float, fan_out: float, bias: bool, split: int, column: bool,
+            expert: bool = False) -> list[ParamTensor]:
+    """A linear layer split ``split`` ways: column-parallel splits its outputs (and bias), row-parallel its inputs
+    (its bias replicated)."""
+    w = ParamTensor(f"{name}.weight", fan_in * fan_out / split, "weight", split > 1, expert)
+    if not bias:
+        return [w]
+    b = ParamTensor(f"{name}.bias", fan_out / (split if column else 1), "bias", column and split > 1, expert)
+    return [w, b]
+
+
+def _attention(model, tp: int, style: str, p: str) -> list[ParamTensor]:
+    """The attention's tensors (and QK-norm weights) of one block."""
+    h, d = model.hidden, model.dhead
+    if model.is_mla:
+        a, qk, v = model.num_heads, model.qk_head_dim, model.v_dim
+        ql, kvl, dr = model.q_lora_rank, model.kv_lora_rank, model.qk_rope_head_dim or 0
+        q = ([*_linear(f"{p}.q_down", h, ql, False, 1, True), *_norm(f"{p}.q_norm", model, ql),
+              *_linear(f"{p}.q_up", ql, a * qk, False, tp, True)] if ql else _linear(f"{p}.q", h, a * qk, False, tp, True))
+        kv = [*_linear(f"{p}.kv_down", h, kvl + dr, False, 1, True), *_norm(f"{p}.kv_norm", model, kvl),
+              *_linear(f"{p}.kv_up", kvl, a * (d + v), False, tp, True)]
+        return [*q, *kv, *_linear(f"{p}.proj", a * v, h, False, tp, False)]
+    q, kv = model.num_heads * d, model.kv_heads * d
+    qkv_bias = model.bias if model.qkv_bias is None else model.qkv_bias
+    if style == "fused":
+        out = _linear(f"{p}.linear_qkv", h, q + 2 * kv, qkv_bias, tp, True)
+    else:
+        out = [*_linear(f"{p}.q", h, q, qkv_bias, tp, True), *_linear(f"{p}.k", h, kv, qkv_bias, tp, True),
+               *_linear(f"{p}.v", h, kv, qkv_bias, tp, True)]
+    if model.qk_norm:
+        out += [ParamTensor(f"{p}.q_norm.weight", float(d), "norm"), ParamTensor(f"{p}.k_norm.weight", float(d), "norm")]
+    return out + _linear(f"{p}.o", q, h, model.bias, tp, False)
+
+
+def _mlp(model, ffn: int, split: int, style: str, p: str, expert: bool = False) -> list[ParamTensor]:
+    """An MLP (or one expert) of hidden width ``ffn`` split ``split`` ways: fc1, (gate), fc2."""
+    h, gated = model.hidden, model.gated_mlp
+    if style == "fused" or not gated:
+        up = _linear(f"{p}.fc1", h, (2 if gated else 1) * ffn, model.bias, split, True, expert)
+    else:
+        up = [*_linear(f"{p}.fc1", h, ffn, model.bias, split, True, expert),
+              *_linear(f"{p}.gate", h, ffn, model.bias, split, True, expert)]
+    return up + _linear(f"{p}.fc2", ffn, h, model.bias, split, False, expert)
+
+
+def block_tensors(model, tp: int, ep: int, etp: int, style: str, prefix: str = "layer") -> list[ParamTensor]:
+    """One block's tensors on one rank (a MoE block for a MoE model; ``model.dense_block()`` for its dense ones):
+    the first of its ``block_norms`` norms before the attention, the others before the MLP."""
+    norms = [_norm(f"{prefix}.norm{i}", model) for i in range(model.block_norms)]
+    out = [t for n in norms[:1] for t in n] + _attention(model, tp, style, f"{prefix}.attn")
+    out += [t for n in norms[1:] for t in n]
+    if not model.is_moe:
+        return out + _mlp(model, model.ffn, tp, style, f"{prefix}.mlp")
+    out.append(ParamTensor(f"{prefix}.router.weight", float(model.hidden * model.num_experts), "router"))
+    if model.shared_expert_ffn:
+        out += _mlp(model, model.shared_expert_ffn, tp, style, f"{prefix}.shared_expert")
+    for e in range(model.num_experts // ep):
+        out += _mlp(model, model.expert_ffn, etp, style, f"{prefix}.experts.{e}", expert=True)
+    return out
+
+
+def embedding_tensors(model, tp: int) -> list[ParamTensor]:
+    """The first virtual stage's: vocab-parallel word embedding, learned positions, embedding norm, project_in."""
+    h, e = model.hidden, model.embed_dim
+    out = [ParamTensor("embedding.word.weight", model.vocab_size * e / tp, "embedding", tp > 1)]
+    if model.position_embedding == "learned":
+        out.append(ParamTensor("embedding.position.weight", float(model.max_seq_len * h), "position"))
+    if model.embedding_norm:
+        out += _norm("embedding.norm", model)
+    if model.embed_proj_dim:
+        out.append(ParamTensor("embedding.project_in.weight", float(e * h), "weight"))
+    return out
+
+
+def head_tensors(model, tp: int, with_output: bool) -> list[ParamTensor]:
+    """The last virtual stage's: final norm, project_out, the vocab-parallel output layer (``with_output``)."""
+    h, e = model.hidden, model.embed_dim
+    out = _norm("final_norm", model)
+    if model.embed_proj_dim:
+        out.append(ParamTensor("project_out.weight", float(e * h), "weight"))
+    if with_output:
+        out.append(ParamTensor("output_layer.weight", model.vocab_size * e / tp, "head", tp > 1))
+    return out
+
+
+def mtp_tensors(model, tp: int, ep: int, etp: int, style: str, embedding_copy: bool) -> list[ParamTensor]:
+    """Multi-token-prediction modules (memory.mtp_params_per_rank): per module enorm, hnorm, eh_proj (2h->h,
+    column-parallel), a block like the model's, its final norm; a word-embedding copy off stage 0."""
+    h, out = model.hidden, []
+    if embedding_copy:
+        out.append(ParamTensor("mtp.embedding.word.weight", model.vocab_size * model.embed_dim / tp, "embedding", tp > 1))
+    for k in range(model.mtp_layers):
+        p = f"mtp.{k}"
+        out += [*_norm(f"{p}.enorm", model), *_norm(f"{p}.hnorm", model),
+                *_linear(f"{p}.eh_proj", 2 * h, h, False, tp, True),
+                *block_tensors(model, tp, ep, etp, style, f"{p}.layer"), *_norm(f"{p}.final_norm", model)]
+    return out
+
+
+def _named(template: list[ParamTensor], prefix: str) -> list[ParamTensor]:
+    """``template`` (a block's tensors named from its root) under ``prefix``."""
+    return [ParamTensor(f"{prefix}{t.name}", t.elems, t.kind, t.tp_sharded, t.expert) for t in template]
+
+
+def _chunk_tensors(scenario, vstage: int, style: str) -> tuple[ParamTensor, ...]:
+    m, lay = scenario.model, scenario.layout
+    etp, last = scenario.expert_tp, lay.pp * lay.vpp - 1
+    n = scenario.stage_layers[vstage]
+    n_dense = scenario.dense_layers_in(vstage) if m.is_moe else n
+    start = sum(scenario.stage_layers[:vstage])
+    out = embedding_tensors(m, lay.tp) if vstage == 0 else []
+    kinds = {"dense": m.dense_block() if m.is_moe and n_dense else m, "main": m}
+    templates = {k: block_tensors(model, lay.tp, lay.ep, etp, style, "") for k, model in kinds.items()}
+    for i in range(n):
+        out += _named(templates["dense" if i < n_dense else "main"], f"layers.{start + i}")
+    if vstage == last:
+        out += head_tensors(m, lay.tp, with_output=not (m.tie_embeddings and last == 0))
+        if m.mtp_layers:
+            out += mtp_tensors(m, lay.tp, lay.ep, etp, style, embedding_copy=scenario.loss_stage != 0)
+    return tuple(out)
+
+
+_CHUNK_TENSORS = IdentityMemo(_chunk_tensors)
+
+
+def chunk_tensors(scenario, vstage: int, style: str | None = None) -> tuple[ParamTensor, ...]:
+    """The tensors one rank holds of virtual stage ``vstage`` (its model chunk), in registration order; ``style``
+    defaults to the scenario's framework's (module_style). Memoised per Scenario object (specs/memo.py)."""
+    return _CHUNK_TENSORS(scenario, vstage, style or module_style(scenario.training.framework))
+
+
+def rank_tensors(scenario, stage: int, style: str | None = None) -> tuple[ParamTensor, ...]:
+    """The tensors one rank of pipeline stage ``stage`` holds: its chunks' (chunk_tensors), in chunk order."""
+    return tuple(t for c in range(scenario.layout.vpp)
+                 for t in chunk_tensors(scenario, scenario.virtual_stage(stage, c), style))

@@ -1,0 +1,195 @@
+"""Data-parallel communication of one optimizer step as engine transfers: gradient buckets (their size, the calls a
+framework issues, HSDP's replica all-reduce), ZeRO-3 parameter gathers and ZeRO-1/2's gather of the updated
+parameters (the builder's "DP" and "HSDP" choices, builder.py module doc)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from trainsim.cost_models import compute, framework, memory
+from trainsim.cost_models.grad_buffer import MiB, megatron_bucket_params
+from trainsim.cost_models.param_tensors import chunk_tensors, rank_tensors
+from trainsim.specs import Scenario
+
+from .costtable import Transfer
+from .exposures import _coll, _links
+
+if TYPE_CHECKING:
+    from .step_context import _Step
+
+# At most this many DP buckets per chunk are simulated as separate transfers (larger ones are merged;
+# the exposed last bucket grows accordingly). Bounds engine events for chunks of many layers.
+MAX_BUCKETS_PER_CHUNK = 4
+
+
+def _bucket_settings(scenario: Scenario, fw: framework.FrameworkBehaviour) -> dict:
+    """The gradient bucket sizes (parameters) and overlap of the step: TrainingSpec.dp_bucket_mb (MiB of
+    gradients) and overlap_grad_reduce where set, else the framework's -- Megatron-Core DDP's
+    max(40M, 1M x dp) parameters for ZeRO 0-1, DeepSpeed's reduce_bucket_size or FSDP's per-block calls for
+    ZeRO 2-3."""
+    tr = scenario.training
+    bucket = megatron_bucket_params(scenario, tr.dp_bucket_mb)
+    reduce_bucket = fw.reduce_bucket_params
+    if tr.dp_bucket_mb is not None:
+        reduce_bucket = bucket if reduce_bucket else None  # FSDP's per-block calls have no size (specs refuse it)
+    overlap = framework.default_overlap_grad_reduce(tr) if tr.overlap_grad_reduce is None else tr.overlap_grad_reduce
+    return {"bucket_params": bucket, "reduce_bucket_params": reduce_bucket, "overlap": overlap}
+
+
+def data_parallel_settings(scenario: Scenario) -> dict:
+    """The data-parallel settings a prediction costs (predict --json ``data_parallel``): HSDP's shard group and
+    replicas, the gradient bucket (MiB of gradients per reduction call; None where the framework reduces one
+    call per block) and whether the reduction overlaps the backward."""
+    tr = scenario.training
+    fw = framework.behaviour(tr.framework)
+    b = _bucket_settings(scenario, fw)
+    per_block = tr.effective_zero >= 2 and not b["reduce_bucket_params"]
+    bucket = b["reduce_bucket_params"] if tr.effective_zero >= 2 else b["bucket_params"]
+    return {"dp_shard": scenario.dp_shard, "dp_replicas": scenario.dp_replicas,
+            "grad_bucket_mib": None if per_block else bucket * tr.grad_bytes / MiB,
+            "grad_reduce_per_block": per_block, "overlap_grad_reduce": b["overlap"]}
+
+
+def _grad_buckets(st: _Step, s: int, params: float, label: str, layers_of_chunk: int,
+                  vstage: int) -> tuple[Transfer, ...]:
+    """The DP gradient reductions of one chunk's (virtual stage ``vstage``'s) ``params`` as engine transfers; a
+    bucket holds whole tensors, so the chunk issues at most one call per tensor it holds (param_tensors.py)."""
+    tr = st.scenario.training
+    if st.dp_group is None or params <= 0:
+        return ()
+    tensors = len(chunk_tensors(st.scenario, vstage))
+    ds_calls = (framework.zero12_reduce_calls(tr, params, st.shard_group.size, st.reduce_bucket_params,
+                                              max_buckets=tensors) if st.reduce_bucket_params else None)
+    # DeepSpeed ZeRO 0-2: its own buckets, per owner rank before v0.12.4 (framework.py); else _grad_calls
+    calls = ds_calls or _grad_calls(st, params, layers_of_chunk, tensors)
+    per_call = params * tr.grad_bytes / calls
+    return tuple(_bucket_transfer(st, s, per_call, k_calls, f"{label} bucket {k}")
+                 for k, k_calls in enumerate(_calls_per_transfer(calls)))
+
+
+def _grad_calls(st: _Step, params: float, layers_of_chunk: int, tensors: int) -> int:
+    """Collectives the framework issues for a chunk's ``params`` gradients: ZeRO-2/3 reduce-scatter per block
+    as backward produces it (FSDP), or per reduce bucket (DeepSpeed); ZeRO-0/1 per DDP bucket. A bucket holds
+    whole tensors (specs/data_parallel.py), so a chunk issues at most one call per tensor (``tensors``)."""
+    z = st.z
+    if z >= 2 and not st.reduce_bucket_params:
+        return max(1, layers_of_chunk)
+    bucket = st.reduce_bucket_params if z >= 2 else st.bucket_params
+    return max(1, min(math.ceil(params / bucket), tensors))
+
+
+def _calls_per_transfer(calls: int) -> tuple[float, ...]:
+    """How many of the ``calls`` bucket collectives each simulated transfer carries: one each up to
+    MAX_BUCKETS_PER_CHUNK; beyond that the last transfer is exactly one bucket (the one that becomes ready when
+    backward ends, so the exposed tail is one bucket's time whatever the count) and the others share the rest."""
+    n = min(MAX_BUCKETS_PER_CHUNK, calls)
+    if n == calls:
+        return (1.0,) * n
+    return ((calls - 1) / (n - 1),) * (n - 1) + (1.0,)
+
+
+def _bucket_transfer(st: _Step, s: int, per_call: float, k_calls: float, name: str) -> Transfer:
+    """``k_calls`` gradient-reduction calls of ``per_call`` bytes each as one engine transfer."""
+    then = _replica_all_reduce(st, s, per_call, k_calls, name)
+    if st.shard_group is None:  # HSDP with one-rank shard groups: the all-reduce is all there is
+        return then
+    lat, bw = _coll(st.reduce_op, per_call, st.shard_group, st.scenario, st.profile)
+    return Transfer(f"{st.reduce_op} grads {name}", transfer_s=bw * k_calls, latency_s=lat * k_calls,
+                    links=_links(s, st.shard_group), dim="dp", nbytes=per_call * k_calls, then=then)
+
+
+def _replica_all_reduce(st: _Step, s: int, per_call: float, k_calls: float, label: str) -> Transfer | None:
+    """HSDP: the all-reduce of each reduce-scattered gradient shard (1/S of a call's bytes) across the replicate
+    group, ``k_calls`` calls of it (torch FSDP2 foreach_reduce: reduce-scatter over the shard dimension, then
+    all-reduce over the replicate dimension); None without HSDP."""
+    if st.rep_group is None:
+        return None
+    nbytes = per_call / st.scenario.dp_shard
+    lat, bw = _coll("all_reduce", nbytes, st.rep_group, st.scenario, st.profile)
+    return Transfer(f"all_reduce grad shard {label} across replicas", transfer_s=bw * k_calls,
+                    latency_s=lat * k_calls, links=_links(s, st.rep_group), dim="dp", nbytes=nbytes * k_calls)
+
+
+def _gather_calls(st: _Step, n_main: int, n_dense: int, extra: bool) -> int:
+    """ZeRO-3 all-gathers per pass over a chunk: one per block (FSDP) or per weight tensor (DeepSpeed)."""
+    if st.fw.zero3_gather == "tensor":
+        tensors = n_main * st.main.gather_tensors + n_dense * st.dense.gather_tensors
+    else:
+        tensors = n_main + n_dense
+    return max(1, tensors + (1 if extra else 0))
+
+
+def _zero3_serialized_s(st: _Step, gather: Transfer, calls: int, params: float) -> tuple[float, float]:
+    """Exposed ZeRO-3 seconds (forward, backward) of a chunk whose gathers and reduce-scatters are serialized
+    with compute (DeepSpeed 2021); the recomputed forward of a checkpointed layer gathers again before the
+    backward's own gather.
+
+    Each gathered tensor and each reduced gradient tensor also costs host ops per rank (the list-based
+    collectives of that code: framework.zero3_gather_ops_per_rank) and HBM copies around them: the zero-filled
+    output plus the flat buffer copied back into the list (3 passes over the gathered bytes), the gradients
+    copied into the flat reduce-scatter input (2 passes).
+    """
+    scenario, tr, profile, hw = st.scenario, st.scenario.training, st.profile, st.hw
+    host = calls * st.fw.zero3_gather_ops_per_rank * scenario.dp * scenario.cluster.gpu.kernel_overhead_s
+    copy_g = st.slowest * compute.memory_time_s(3 * params * tr.param_bytes, hw, profile, "copy") if host else 0.0
+    copy_r = st.slowest * compute.memory_time_s(2 * params * tr.grad_bytes, hw, profile, "copy") if host else 0.0
+    rlat, rbw = _coll("reduce_scatter", params * tr.grad_bytes / calls, st.shard_group, scenario, profile)
+    reduce = calls * (rlat + rbw) + host + copy_r
+    host += copy_g
+    dp_f = gather.time_s + host
+    dp_b = (2 if tr.recompute == "full" else 1) * (gather.time_s + host) + reduce
+    return dp_f, dp_b
+
+
+def _chunk_dp(st: _Step, s: int, c: int, params: float, extra: bool, n: int, n_d: int):
+    """A chunk's DP work on its ``params`` (``extra``: parameters beyond its blocks'): (ZeRO-3 parameter gather
+    transfer or None, gradient buckets, exposed dp forward and backward seconds) -- gathers and buckets go to
+    the engine unless the framework serializes them."""
+    scenario, tr, profile = st.scenario, st.scenario.training, st.profile
+    gather, calls = None, 0
+    if st.z >= 3 and st.dp_group is not None:
+        calls = _gather_calls(st, n - n_d, n_d, extra)
+        lat, bwt = _coll("all_gather", params * tr.param_bytes / calls, st.shard_group, scenario, profile)
+        gather = Transfer(f"all_gather params chunk {c}", transfer_s=bwt * calls, latency_s=lat * calls,
+                          links=_links(s, st.shard_group or st.dp_group), dim="dp", nbytes=params * tr.param_bytes)
+    buckets = _grad_buckets(st, s, params, f"chunk {c}", n, st.scenario.virtual_stage(s, c))
+    if st.z == 2 and not st.overlap:  # reduced in backward hooks on the compute stream, every micro-batch
+        return None, (), 0.0, sum(b.transfer_s + b.latency_s for b in buckets)
+    if gather is not None and not st.fw.zero3_overlap:
+        dp_f, dp_b = _zero3_serialized_s(st, gather, calls, params)
+        return None, (), dp_f, dp_b
+    return gather, buckets, 0.0, 0.0
+
+
+def _param_gather(st: _Step) -> str:
+    """The framework's way of gathering updated parameters; torch's per-parameter broadcasts are its ZeRO-1
+    (ZeroRedundancyOptimizer), not its ZeRO-2, which gathers once per buffer here."""
+    how = st.fw.param_gather
+    return "buffer" if how == "broadcast_per_param" and st.z != 1 else how
+
+
+def _param_gather_calls(st: _Step, s: int, held: float) -> int:
+    """How many collectives the framework issues for ZeRO-1/2's updated parameters of stage ``s`` (``held``
+    parameters; framework.FrameworkBehaviour.param_gather): each one pays its latency over the whole DP group."""
+    how = _param_gather(st)
+    if how == "allgather_bucket":
+        return max(1, int(held // framework.DEEPSPEED_ALLGATHER_BUCKET_PARAMS))
+    if how == "broadcast_per_param":
+        return max(1, len(rank_tensors(st.scenario, s)))  # one broadcast per parameter tensor
+    return 1
+
+
+def _post_step(st: _Step, s: int) -> tuple[Transfer, ...]:
+    """ZeRO-1/2's gather of the updated parameters after the optimizer step, in the framework's calls: all-gathers,
+    or one broadcast per parameter from its owner (torch ZeroRedundancyOptimizer)."""
+    if st.z in (1, 2) and st.dp_group is not None:
+        held = memory.rank_param_shards(st.scenario, s).held
+        nbytes = held * st.scenario.training.param_bytes
+        calls = _param_gather_calls(st, s, held)
+        op = "broadcast" if _param_gather(st) == "broadcast_per_param" else "all_gather"
+        lat, bwt = _coll(op, nbytes / calls, st.dp_group, st.scenario, st.profile)
+        name = f"{op} updated params" + (f" ({calls} calls)" if calls > 1 else "")
+        return (Transfer(name, transfer_s=bwt * calls,
+                         latency_s=lat * calls, links=_links(s, st.dp_group), dim="dp", nbytes=nbytes),)
+    return ()

@@ -1,0 +1,122 @@
+"""What every chunk and stage of one optimizer step shares (builder.py's _Step): the paced end-of-model times, the
+blocks, the parallel groups, the data-parallel settings and the stages' memory, worked out once per cost table."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trainsim.cost_models import activations as act
+from trainsim.cost_models import compute, framework, host_issue, memory
+from trainsim.cost_models.shapes import dense_block_scenario, layer_shape
+from trainsim.specs import Scenario
+
+from .block import _Block, _block, _local_global_blocks
+from .exposures import _coll, _pace, _paced
+from .grad_sync import _bucket_settings
+
+
+@dataclass(frozen=True)
+class _Step:
+    """What every chunk and stage of one optimizer step shares, worked out once per cost table: the paced
+    end-of-model times, the blocks, the parallel groups, the DP settings and the stages' memory."""
+
+    scenario: Scenario
+    profile: object
+    slowest: float                    # compute-time multiplier of the job's slowest GPU
+    emb: compute.LayerTimes
+    head: compute.LayerTimes
+    mtp: compute.LayerTimes
+    pl: object                        # topologies Placement
+    groups: dict
+    main: _Block
+    dense: _Block                     # a MoE model's first_dense_layers (else ``main``)
+    local_global: tuple | None        # (local, global) blocks of a sliding-window dense model
+    act_msg: float                    # one [b, s/cp, h] activation, bytes
+    fw: framework.FrameworkBehaviour
+    sg_gather: float                  # Megatron's scatter/gather re-gather of a received activation
+    emb_act: float
+    head_act: float
+    z: int                            # effective ZeRO stage
+    dp_group: object
+    shard_group: object               # ZeRO's sharding group: HSDP's shard group, else dp_group
+    rep_group: object                 # HSDP's replicate group (None without HSDP)
+    bucket_params: float              # ZeRO-0/1 DDP bucket (parameters)
+    reduce_bucket_params: float | None  # ZeRO-2/3 reduce bucket (parameters; None: one call per block)
+    overlap: bool                     # gradient reduction overlapped with backward
+    reduce_op: str
+    hw: object
+    prep_per_param: float             # FSDP's gradient-preparation bytes per parameter
+    emb_params: float
+    head_params: float
+    stage_mem: tuple
+    working: float                    # one block's recompute working set (the largest block kind)
+    stage_rank: tuple                 # rank 0's column of the pipeline
+    issue: object                     # host time to issue one block (None: not modelled)
+    last_vs: int
+
+
+def _step_context(scenario: Scenario, profile) -> _Step:
+    """The shared per-step inputs of ``scenario`` (see _Step)."""
+    m, lay, tr = scenario.model, scenario.layout, scenario.training
+    p = lay.pp
+    shp = layer_shape(scenario)
+    # The job runs at its slowest GPU's pace: GPU compute (never communication, host or PCIe time) is
+    # stretched by the expected slowest of the job's GPUs (cost_models/variation.py).
+    slowest = _pace(scenario, profile)
+    from trainsim.topologies.placement import place
+    pl = place(scenario)
+    groups = {d: (pl.group(d) if getattr(lay, d) > 1 else None) for d in ("tp", "cp", "ep", "dp")}
+    # A MoE model's first_dense_layers cost what its dense_block() costs; every other block is `main`.
+    main = _block(scenario, groups, profile)
+    dense = _block(dense_block_scenario(scenario), groups, profile) if m.first_dense_layers and m.is_moe else main
+    act_msg = shp.e * shp.tokens * shp.h
+    fw = framework.behaviour(tr.framework)
+    # Megatron's scatter/gather optimisation (SC21 Sec. 4.1): each TP rank sends 1/tp of the activation and
+    # the receiver all-gathers it over the TP group (gather_split_1d_tensor) on the compute stream before use.
+    sg_gather = 0.0
+    if lay.pp > 1 and lay.tp > 1 and not tr.sequence_parallel and fw.pp_scatter_gather:
+        sg_gather = sum(_coll("all_gather", act_msg, groups["tp"], scenario, profile))
+    z = tr.effective_zero
+    dp_group = groups["dp"]
+    shard_group, rep_group = _hsdp_groups(scenario, pl, dp_group)
+    # FSDP's own passes over each unit's gradient around its reduce-scatter (framework.py fsdp_grad_prep). Only the
+    # concatenation runs in autograd on the compute stream; FSDP runs the cast, divides and += on its
+    # post-backward stream, concurrently with the next unit's backward, where they take the same HBM bandwidth:
+    # counted here as compute-stream time, a simplification that ignores any slack in the GEMMs' HBM use.
+    prep_per_param = (framework.fsdp_grad_prep_bytes_per_param(shp.e, tr.grad_bytes, scenario.dp_shard,
+                                                               scenario.num_microbatches > 1)
+                      if fw.fsdp_grad_prep and z >= 2 and dp_group is not None else 0.0)
+    # Embedding (+ positions) on the first stage; final norm + output layer (a duplicate of a tied embedding
+    # when pp > 1) on the last: memory.stage_extra_params's split, one rank.
+    emb_params = memory.stage_extra_params(m, lay.tp, max(p, 2), 0)
+    loss_stage = scenario.loss_stage  # p-1, or 0 in DualPipeV's V (which holds the embedding already)
+    head_params = (memory.stage_extra_params(m, lay.tp, p, loss_stage, loss_stage)
+                   - (emb_params if loss_stage == 0 else 0.0))
+    stage_mem = tuple(memory.stage_memory(scenario, s) for s in range(p))
+    return _Step(
+        scenario=scenario, profile=profile, slowest=slowest,
+        emb=_paced(compute.embedding_times(scenario, profile), slowest),
+        head=_paced(compute.head_times(scenario, profile), slowest),
+        mtp=_paced(compute.mtp_times(scenario, profile), slowest),
+        pl=pl, groups=groups, main=main, dense=dense,
+        local_global=_local_global_blocks(scenario, groups, profile),
+        act_msg=act_msg, fw=fw, sg_gather=sg_gather,
+        emb_act=act.embedding_activation_bytes(scenario), head_act=act.head_activation_bytes(scenario),
+        z=z, dp_group=dp_group, shard_group=shard_group, rep_group=rep_group,
+        **_bucket_settings(scenario, fw), reduce_op=framework.grad_reduce_op(tr),
+        hw=compute.hw_of(scenario.cluster.gpu, tr.dtype), prep_per_param=prep_per_param,
+        emb_params=emb_params, head_params=head_params, stage_mem=stage_mem,
+        working=stage_mem[0].details["recompute_working"],
+        stage_rank=tuple(pl.pp_peer(0, k) for k in range(p)),
+        issue=host_issue.scenario_block_issue(scenario, profile),
+        last_vs=p * lay.vpp - 1,
+    )
+
+
+def _hsdp_groups(scenario: Scenario, pl, dp_group) -> tuple[object, object]:
+    """(sharding group, replicate group): HSDP's shard group of Layout.dp_shard ranks (innermost in the DP group,
+    so on the fastest links) and its replicate group; without HSDP the whole DP group and None."""
+    if dp_group is None or scenario.dp_shard == scenario.dp:
+        return dp_group, None
+    shard_g, rep_g = pl.hsdp_groups(scenario.dp_shard)
+    return (shard_g if shard_g.size > 1 else None), rep_g
