@@ -21,10 +21,21 @@ MiB = 1 << 20
 # CUDA context: the driver reserves local memory for every thread the device can hold resident, at the
 # per-thread stack limit (cudaLimitStackSize, default 1 KiB: CUDA Runtime API cudaDeviceSetLimit), plus the
 # printf FIFO (cudaLimitPrintfFifoSize, 1 MiB) and the device malloc heap (cudaLimitMallocHeapSize, 8 MiB).
-# Module images load lazily (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2) and are not counted.
 CUDA_STACK_BYTES_PER_THREAD = 1024
 MAX_THREADS_PER_SM = 2048                # Volta..Hopper, CUDA C++ Programming Guide, compute capabilities table
 CUDA_FIFO_AND_HEAP_BYTES = 9 * MiB
+# The rest of the context is per process, not per SM: the driver's own context structures and the module images
+# a training step loads (lazily, at each kernel's first launch). Measured on one H200 (132 SMs; torch 2.11.0+cu130,
+# driver 580.159.04, lazy loading by default; benchmarks/device/context_memory.py, record
+# benchmarks/data/context_memory_h200.json): nvidia-smi's process memory less torch.cuda.memory_reserved is
+# 610 MiB after the first CUDA call and 694 MiB once a bf16 GEMM (cuBLAS / cuBLASLt), SDPA forward and backward,
+# a fused AdamW step and cross-entropy have run; the local memory, FIFO and heap above are 273 MiB of it on
+# 132 SMs, which leaves 421 MiB. A stack that loads modules eagerly (CUDA before 12.2) holds more: a row
+# states its measured context then (TrainingSpec.cuda_context_bytes).
+CUDA_MEASURED_H200_BYTES = 694 * MiB
+CUDA_MEASURED_H200_SMS = 132
+CUDA_DRIVER_AND_MODULES_BYTES = CUDA_MEASURED_H200_BYTES - (
+    CUDA_MEASURED_H200_SMS * MAX_THREADS_PER_SM * CUDA_STACK_BYTES_PER_THREAD + CUDA_FIFO_AND_HEAP_BYTES)
 # cuBLAS workspace: PyTorch's default CUBLAS_WORKSPACE_CONFIG ":4096:8" on Hopper (aten/src/ATen/cuda/
 # CublasHandlePool.cpp getChosenWorkspaceSize; cuBLAS docs recommend 32 MiB on sm90), one for the cuBLAS and
 # one for the cuBLASLt handle of the compute stream, both from the caching allocator.
@@ -48,8 +59,10 @@ NCCL_P2P_CHANNELS_PER_PEER = 2
 
 
 def cuda_context_bytes(num_sms: int) -> float:
-    """Local memory for every resident thread at the default stack limit, plus printf FIFO and malloc heap."""
-    return float(num_sms * MAX_THREADS_PER_SM * CUDA_STACK_BYTES_PER_THREAD + CUDA_FIFO_AND_HEAP_BYTES)
+    """Local memory for every resident thread at the default stack limit, printf FIFO and malloc heap, plus the
+    per-process driver state and module images (``CUDA_DRIVER_AND_MODULES_BYTES``)."""
+    return float(num_sms * MAX_THREADS_PER_SM * CUDA_STACK_BYTES_PER_THREAD + CUDA_FIFO_AND_HEAP_BYTES
+                 + CUDA_DRIVER_AND_MODULES_BYTES)
 
 
 def communicators(layout, dp: int, *, framework: str = "torch", stage: int | None = None,
