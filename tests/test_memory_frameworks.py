@@ -326,3 +326,23 @@ def test_cuda_context_per_process_part_is_the_h200_measurement():
     assert rt.cuda_context_bytes(132) == outside["cross entropy"] * (1 << 20)
     assert outside["first call"] < outside["cross entropy"]  # module images load at each kernel's first launch
     assert rt.cuda_context_bytes(132) - rt.cuda_context_bytes(108) == 24 * 2048 * 1024
+
+
+def test_state_rounding_follows_the_caching_allocator_segment_rules():
+    """One Megatron parameter of 20,480,000 elements without the distributed optimizer (state_rounding.py): its
+    bf16 tensor (40,960,000 B) gets a segment rounded up to 2 MiB (41,943,040 B) whose 983,040 B remainder is under
+    kSmallSize (1 MiB), so the block keeps it and max_memory_allocated counts it; its fp32 main copy (81,920,000 B)
+    leaves 1,966,080 B, which is split off and cached (reserved, not allocated); the bf16 clone is freed."""
+    from trainsim.cost_models.state_rounding import _rounding
+    assert _rounding((20_480_000,), 2, True, True) == 41_943_040 - 40_960_000
+    assert _rounding((20_480_000,), 2, False, True) == 0  # distributed optimizer: contiguous bf16 buffer
+    # GPT-2 XL on one GPU (memory_runs vs25_gpt2xl_1gpu): per-tensor bf16 and fp32 copies of 48 blocks; each tensor
+    # keeps at most 1 MiB unsplit, and the fc1 / fc2 weights (10.24 M elements) keep 0.47 MiB (bf16) each at least
+    from trainsim.validation.memory_runs import load_memory
+    case = next(c for c in load_memory().cases if c.row_id == "vs25_gpt2xl_1gpu")
+    rounding = stage_memory(case.scenario, 0).details["state_rounding"]
+    big = 4 * 48 + 2  # fused QKV, out-projection, fc1, fc2 per block; embedding, output layer
+    assert 2 * 48 * (20 * (1 << 20) - 20_480_000) <= rounding <= 2 * big * (1 << 20)
+    for other in (scen("llama3-8b", 8, {}, framework="torch", zero=3),   # FSDP2: sharded DTensor parameters
+                  scen("llama3-8b", 8, {}, framework="megatron", distributed_optimizer=True, offload_optimizer=True)):
+        assert "state_rounding" not in stage_memory(other, 0).details

@@ -201,9 +201,10 @@ def test_accuracy_today(report):
     memory capped at what the device leaves the allocator; the segments Megatron's Adam states, created at the
     first step, take from the freed activations, replayed through the caching allocator; torch.compile'd blocks
     as AOTAutograd's partitioner saves them, TrainingSpec.compile; the CUDA context's per-process driver state and
-    module images measured on an H200, runtime_memory.CUDA_DRIVER_AND_MODULES_BYTES): 60 rows, MAPE 4.0 %,
+    module images measured on an H200, runtime_memory.CUDA_DRIVER_AND_MODULES_BYTES; the 2 MiB segment rounding of
+    Megatron's per-tensor 16-bit and fp32 main parameters, state_rounding.py): 60 rows, MAPE 4.0 %,
     worst -13.2 % (torchtitan PR #165 FSDP1 SAC reserved); by framework: Megatron 4.1 % (21 rows, 20 low: the
-    GPT-2 XL mb 1 runs on nvidia-smi 8-9 %, the first-step replay adds nothing there; GPT-2 large mb 64 2-5 %; the
+    GPT-2 XL mb 1 runs on nvidia-smi 8 %, the first-step replay adds nothing there; GPT-2 large mb 64 2-5 %; the
     zero-bubble rows 1-6.5 %), Megatron + CPU optimizer offload +6.5 % (1 row), torch FSDP2 3.2 % (21), torch FSDP1 5.4 % (4),
     DeepSpeed ZeRO-1 (BLOOM's BF16_Optimizer, nvidia-smi) 3.3 % (11), fairscale FSDP with CPU offload (fairseq's
     GPT-3 13B example on 1 and 8 V100, allocated) 12.1 % low (2 rows: not attributed; the model's FSDP1
@@ -223,7 +224,7 @@ def test_accuracy_today(report):
     assert {k: v["rows"] for k, v in cats.items()} == {"Megatron": 21, "Megatron + offload": 1, "torch FSDP2": 21,
                                                         "torch FSDP1": 4, "DeepSpeed ZeRO-1": 11,
                                                         "torch FSDP1 + offload": 2}
-    assert cats["Megatron"]["mape_pct"] <= 4.2
+    assert cats["Megatron"]["mape_pct"] <= 4.1
     # GPT-2 large, mb 64 (nvidia-smi): the Adam states split the freed activation segments at the first step
     for rid, err in (("vs25_gpt2l_tp2", -2.3), ("vs25_gpt2l_tp2_sp", -2.9), ("vs25_gpt2l_pp2", -2.8)):
         assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(err, abs=0.5)

@@ -53,6 +53,7 @@ from .allocator_reserve import grads_off_peak, loss_stage_cached_bytes
 from .first_step_fragmentation import first_step_extra_reserved, lazy_state_bytes
 from .runtime_memory import OUTSIDE_ALLOCATOR, runtime_terms
 from .shapes import block_kinds, dense_block_scenario, layer_shape
+from .state_rounding import megatron_state_rounding_bytes
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -362,6 +363,9 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     details: dict[str, float] = {"activations_per_microbatch": per_mb, "recompute_working": working,
                                  **runtime_terms(scenario, stage), **transient_terms(scenario, stage, rp, working),
                                  **off.device}
+    rounding = state_rounding_bytes(scenario, stage, rp)
+    if rounding:
+        details["state_rounding"] = rounding
     cast = reduce_cast_bytes(scenario, rp)
     beyond = max(0.0, cast - activations)  # the reduce runs after the last backward: activations are freed
     if beyond:
@@ -413,6 +417,16 @@ def _first_step_reserved(scenario, stage: int, sm: StageMemory, impl: str) -> tu
                      "cover this block (MoE, MLA, per-op checkpointing, ring-CP K/V or QK-norm); the reserved "
                      "figure leaves the first-step fragmentation out")
     return extra, note
+
+
+def state_rounding_bytes(scenario, stage: int, rp: RankParams) -> float:
+    """Allocated bytes the caching allocator's 2 MiB rounding adds to Megatron's per-tensor 16-bit and fp32 main
+    parameters on one rank of ``stage`` (state_rounding.py)."""
+    m, lay = scenario.model, scenario.layout
+    ends = _stage_extra_params(m, lay.tp, lay.pp, stage, scenario.loss_stage)
+    first = _stage_extra_params(m, lay.tp, lay.pp, stage, loss_stage=-1)  # the first stage's part alone
+    return megatron_state_rounding_bytes(scenario, stage, held=rp.held, optimizer_params=rp.optimizer_params,
+                                         ends=(first, ends - first))
 
 
 def ddp_param_remap_bytes(scenario, weights: float, grads: float) -> float:
