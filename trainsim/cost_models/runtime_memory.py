@@ -1,9 +1,9 @@
 """Device memory a training process holds besides the model: CUDA context, library workspaces, NCCL buffers.
 
-Each term is derived from a documented default (constants below), none fitted to a measurement. The CUDA
-context and NCCL's buffers are cudaMalloc'd outside PyTorch's caching allocator (``OUTSIDE_ALLOCATOR``):
-nvidia-smi sees them, ``torch.cuda.max_memory_allocated`` does not. The cuBLAS workspaces come from the
-caching allocator.
+Each term is derived from a documented default or a device measurement (constants below), none fitted to a
+validation row. The CUDA context and NCCL's buffers are cudaMalloc'd outside PyTorch's caching allocator
+(``OUTSIDE_ALLOCATOR``): nvidia-smi sees them, ``torch.cuda.max_memory_allocated`` does not. The cuBLAS
+workspaces come from the caching allocator.
 
 The caching allocator's reserved-but-unused memory is not a runtime term: allocator_reserve.py derives the part
 it can (cached blocks at the loss's peak); the rest depends on the allocation order, not on the layout alone.
@@ -47,6 +47,13 @@ CUBLAS_HANDLES = 2
 # DEFAULT_LL_BUFFSIZE) -- on up to MAXCHANNELS = 32 channels: an upper bound, as NCCL connects protocols
 # lazily (NCCL_RUNTIME_CONNECT). cudaMalloc'd by NCCL, outside the caching allocator.
 NCCL_BUFFERS_PER_CHANNEL_BYTES = 4 * MiB + 120 * 640 * 8 * 8 + 8 * 512 * 8 * 16
+# Not counted: NCCL's own per-process state. The H200 record (benchmarks/data/context_memory_h200.json, NCCL
+# 2.28.9) shows a one-rank group and its all-reduce adding 556 MiB outside the allocator with no channel buffer
+# at all; how much of it a communicator of several ranks adds beyond its channels, and on older NCCL releases,
+# is not measured, so no term counts it and a world-size-1 job has no NCCL bytes here. A 4-rank Megatron run of
+# 2023 on A800s bounds context and NCCL together at 866 MiB (nvidia-smi less the reserved peak, which never
+# shrinks without empty_cache: memory_runs.csv mlm23_345m_dp4_resv / _smi), below the 1,234 MiB these terms give
+# it: on that stack the context, or NCCL's channels below the 32-channel bound, were smaller.
 NCCL_CHANNELS = 32
 # A CPU "GPU" (one torch process per core, gloo): the process's own runtime; a torch worker's resident
 # size is ~330 MiB here (/shared/notes/torch-distributed-on-cpu.md, "Costs").
