@@ -172,8 +172,10 @@ def test_fsdp_cpu_offload_keeps_only_gathered_units_on_gpu():
 def test_runtime_terms_are_derived_from_documented_defaults():
     s = scen("llama3-70b", 64, {"tp": 8, "pp": 2}, distributed_optimizer=True, sequence_parallel=True)
     d = stage_memory(s, 0).details
-    # H100 SXM: 132 SMs x 2048 threads x 1 KiB stack + 1 MiB printf FIFO + 8 MiB heap.
-    assert d["cuda_context"] == 132 * 2048 * 1024 + 9 * (1 << 20)
+    # H100 SXM: 132 SMs x 2048 threads x 1 KiB stack + 1 MiB printf FIFO + 8 MiB heap, plus the per-process
+    # driver state and module images measured on an H200 (132 SMs as well: the whole measured 694 MiB).
+    assert d["cuda_context"] == 132 * 2048 * 1024 + 9 * (1 << 20) + rt.CUDA_DRIVER_AND_MODULES_BYTES
+    assert d["cuda_context"] == 694 * (1 << 20)
     assert d["cublas_workspace"] == 2 * 32 * (1 << 20)
     per_channel = 4 * (1 << 20) + 4915200 + 524288          # Simple + LL128 + LL buffers
     # Megatron: tp, dp, the world (pretrain's start-time all-reduce) and TP x PP (grad norm) communicators + p2p
@@ -309,3 +311,38 @@ def test_megatron_unfused_attention_keeps_a_persistent_scores_buffer_shared_with
                         0).details["sp_gather_buffer"] == 2 * 2 * 4096 * 4096
     torch_fw = scen(*base, seq_len=4096, micro_batch=2, global_batch=8, flash_attention=False, framework="torch")
     assert "attention_scores_buffer" not in stage_memory(torch_fw, 0).details
+
+
+def test_cuda_context_per_process_part_is_the_h200_measurement():
+    """benchmarks/data/context_memory_h200.json (benchmarks/device/context_memory.py on one H200, torch 2.11.0+cu130):
+    nvidia-smi's process memory less torch's reserved bytes once a training step's kernels ran (GEMM, SDPA, fused
+    AdamW, cross-entropy) is the derived context of a 132-SM GPU; a GPU with fewer SMs keeps the per-process part
+    and scales only the local memory (A100: 108 SMs)."""
+    import json
+    from pathlib import Path
+    record = json.loads((Path(__file__).parents[1] / "benchmarks/data/context_memory_h200.json").read_text())
+    assert "H200" in record["dev"]
+    outside = {s["step"]: s["outside_mib"] for s in record["steps"] if "outside_mib" in s}
+    assert rt.cuda_context_bytes(132) == outside["cross entropy"] * (1 << 20)
+    assert outside["first call"] < outside["cross entropy"]  # module images load at each kernel's first launch
+    assert rt.cuda_context_bytes(132) - rt.cuda_context_bytes(108) == 24 * 2048 * 1024
+
+
+def test_state_rounding_follows_the_caching_allocator_segment_rules():
+    """One Megatron parameter of 20,480,000 elements without the distributed optimizer (state_rounding.py): its
+    bf16 tensor (40,960,000 B) gets a segment rounded up to 2 MiB (41,943,040 B) whose 983,040 B remainder is under
+    kSmallSize (1 MiB), so the block keeps it and max_memory_allocated counts it; its fp32 main copy (81,920,000 B)
+    leaves 1,966,080 B, which is split off and cached (reserved, not allocated); the bf16 clone is freed."""
+    from trainsim.cost_models.state_rounding import _rounding
+    assert _rounding((20_480_000,), (20_480_000,), 2) == 41_943_040 - 40_960_000
+    assert _rounding((), (20_480_000,), 2) == 0  # distributed optimizer: contiguous bf16 buffer
+    # GPT-2 XL on one GPU (memory_runs vs25_gpt2xl_1gpu): per-tensor bf16 and fp32 copies of 48 blocks; each tensor
+    # keeps at most 1 MiB unsplit, and the fc1 / fc2 weights (10.24 M elements) keep 0.47 MiB (bf16) each at least
+    from trainsim.validation.memory_runs import load_memory
+    case = next(c for c in load_memory().cases if c.row_id == "vs25_gpt2xl_1gpu")
+    rounding = stage_memory(case.scenario, 0).details["state_rounding"]
+    big = 4 * 48 + 2  # fused QKV, out-projection, fc1, fc2 per block; embedding, output layer
+    assert 2 * 48 * (20 * (1 << 20) - 20_480_000) <= rounding <= 2 * big * (1 << 20)
+    for other in (scen("llama3-8b", 8, {}, framework="torch", zero=3),   # FSDP2: sharded DTensor parameters
+                  scen("llama3-8b", 8, {}, framework="megatron", distributed_optimizer=True, offload_optimizer=True)):
+        assert "state_rounding" not in stage_memory(other, 0).details

@@ -200,10 +200,12 @@ def test_accuracy_today(report):
     FSDP's sharded gradients off the activation peak and cached in the reduce-scatter stream's pool; reserved
     memory capped at what the device leaves the allocator; the segments Megatron's Adam states, created at the
     first step, take from the freed activations, replayed through the caching allocator; torch.compile'd blocks
-    as AOTAutograd's partitioner saves them, TrainingSpec.compile): 60 rows, MAPE 4.4 %,
-    worst -13.2 % (torchtitan PR #165 FSDP1 SAC reserved); by framework: Megatron 5.0 % (21 rows, all low: the
-    GPT-2 XL mb 1 runs on nvidia-smi 10 %, the first-step replay adds nothing there; GPT-2 large mb 64 3-5 %),
-    Megatron + CPU optimizer offload +5.9 % (1 row), torch FSDP2 3.2 % (21), torch FSDP1 5.4 % (4),
+    as AOTAutograd's partitioner saves them, TrainingSpec.compile; the CUDA context's per-process driver state and
+    module images measured on an H200, runtime_memory.CUDA_DRIVER_AND_MODULES_BYTES; the 2 MiB segment rounding of
+    Megatron's per-tensor 16-bit and fp32 main parameters, state_rounding.py): 60 rows, MAPE 4.0 %,
+    worst -13.2 % (torchtitan PR #165 FSDP1 SAC reserved); by framework: Megatron 4.1 % (21 rows, 20 low: the
+    GPT-2 XL mb 1 runs on nvidia-smi 8 %, the first-step replay adds nothing there; GPT-2 large mb 64 2-5 %; the
+    zero-bubble rows 1-6.5 %), Megatron + CPU optimizer offload +6.5 % (1 row), torch FSDP2 3.2 % (21), torch FSDP1 5.4 % (4),
     DeepSpeed ZeRO-1 (BLOOM's BF16_Optimizer, nvidia-smi) 3.3 % (11), fairscale FSDP with CPU offload (fairseq's
     GPT-3 13B example on 1 and 8 V100, allocated) 12.1 % low (2 rows: not attributed; the model's FSDP1
     behaviours are torch's, not fairscale's of 2021). torchtitan's PR #165 active-peak rows are within 1.2 %, its
@@ -217,14 +219,14 @@ def test_accuracy_today(report):
     in host memory and are skipped: predicted as if on the GPU they came out -10.9 / -8.5 / +0.4 % and +186 /
     +165 %, the checkpoints being 37-49 % and 66 % of those predictions."""
     assert len(report.compared) == len(report.dataset.cases) - 5 and len(report.skipped) == 5
-    assert report.mape_pct <= 4.5
+    assert report.mape_pct <= 4.1
     cats = report.by_category()
     assert {k: v["rows"] for k, v in cats.items()} == {"Megatron": 21, "Megatron + offload": 1, "torch FSDP2": 21,
                                                         "torch FSDP1": 4, "DeepSpeed ZeRO-1": 11,
                                                         "torch FSDP1 + offload": 2}
-    assert cats["Megatron"]["mape_pct"] <= 5.1
+    assert cats["Megatron"]["mape_pct"] <= 4.1
     # GPT-2 large, mb 64 (nvidia-smi): the Adam states split the freed activation segments at the first step
-    for rid, err in (("vs25_gpt2l_tp2", -2.8), ("vs25_gpt2l_tp2_sp", -3.5), ("vs25_gpt2l_pp2", -3.2)):
+    for rid, err in (("vs25_gpt2l_tp2", -2.3), ("vs25_gpt2l_tp2_sp", -2.9), ("vs25_gpt2l_pp2", -2.8)):
         assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(err, abs=0.5)
     assert cats["torch FSDP2"]["mape_pct"] <= 3.4
     assert cats["torch FSDP1"]["mape_pct"] <= 5.7
@@ -242,7 +244,7 @@ def test_accuracy_today(report):
     # Megatron's CPU optimizer offload (ms-swift, Qwen2.5-72B tp 8): bf16 weights and the fp32 grad buffer stay, and
     # DDP's start-up with the distributed optimizer holds the weights twice (memory.ddp_param_remap_bytes)
     assert next(r for r in report.compared if r.row_id == "swift26_qwen72b_tp8_optoffload").error_pct == \
-        pytest.approx(5.9, abs=1.0)
+        pytest.approx(6.5, abs=1.0)
     # fairscale FSDP + CPU offload (fairseq GPT-3 13B, allocated = 31.75 GiB - gb_free 9.3): low on 1 and 8 GPUs alike
     for rid in ("fsq21_gpt3_13b_1gpu_cpuoffload", "fsq21_gpt3_13b_8gpu_cpuoffload"):
         assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(-12.1, abs=1.0)

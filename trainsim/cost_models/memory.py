@@ -54,6 +54,7 @@ from .first_step_fragmentation import first_step_extra_reserved, lazy_state_byte
 from .grad_buffer import optimizer_tensor_elems
 from .runtime_memory import OUTSIDE_ALLOCATOR, runtime_terms
 from .shapes import block_kinds, dense_block_scenario, layer_shape
+from .state_rounding import megatron_state_rounding_bytes
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -370,6 +371,9 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     details: dict[str, float] = {"activations_per_microbatch": per_mb, "recompute_working": working,
                                  **runtime_terms(scenario, stage), **transient_terms(scenario, stage, rp, working),
                                  **off.device}
+    rounding = state_rounding_bytes(scenario, stage, rp)
+    if rounding:
+        details["state_rounding"] = rounding
     cast = reduce_cast_bytes(scenario, rp)
     beyond = max(0.0, cast - activations)  # the reduce runs after the last backward: activations are freed
     if beyond:
@@ -418,6 +422,12 @@ def _first_step_reserved(scenario, stage: int, sm: StageMemory, impl: str) -> tu
                      "cover this block (MoE, MLA, per-op checkpointing, ring-CP K/V or QK-norm); the reserved "
                      "figure leaves the first-step fragmentation out")
     return extra, note
+
+
+def state_rounding_bytes(scenario, stage: int, rp: RankParams) -> float:
+    """Allocated bytes the caching allocator's 2 MiB rounding adds to Megatron's per-tensor 16-bit and fp32 main
+    parameters on one rank of ``stage`` (state_rounding.py)."""
+    return megatron_state_rounding_bytes(scenario, stage, optimizer_params=rp.optimizer_params)
 
 
 def ddp_param_remap_bytes(scenario, weights: float, grads: float) -> float:

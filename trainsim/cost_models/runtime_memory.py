@@ -1,9 +1,9 @@
 """Device memory a training process holds besides the model: CUDA context, library workspaces, NCCL buffers.
 
-Each term is derived from a documented default (constants below), none fitted to a measurement. The CUDA
-context and NCCL's buffers are cudaMalloc'd outside PyTorch's caching allocator (``OUTSIDE_ALLOCATOR``):
-nvidia-smi sees them, ``torch.cuda.max_memory_allocated`` does not. The cuBLAS workspaces come from the
-caching allocator.
+Each term is derived from a documented default or a device measurement (constants below), none fitted to a
+validation row. The CUDA context and NCCL's buffers are cudaMalloc'd outside PyTorch's caching allocator
+(``OUTSIDE_ALLOCATOR``): nvidia-smi sees them, ``torch.cuda.max_memory_allocated`` does not. The cuBLAS
+workspaces come from the caching allocator.
 
 The caching allocator's reserved-but-unused memory is not a runtime term: allocator_reserve.py derives the part
 it can (cached blocks at the loss's peak); the rest depends on the allocation order, not on the layout alone.
@@ -21,10 +21,21 @@ MiB = 1 << 20
 # CUDA context: the driver reserves local memory for every thread the device can hold resident, at the
 # per-thread stack limit (cudaLimitStackSize, default 1 KiB: CUDA Runtime API cudaDeviceSetLimit), plus the
 # printf FIFO (cudaLimitPrintfFifoSize, 1 MiB) and the device malloc heap (cudaLimitMallocHeapSize, 8 MiB).
-# Module images load lazily (CUDA_MODULE_LOADING=LAZY, the default since CUDA 12.2) and are not counted.
 CUDA_STACK_BYTES_PER_THREAD = 1024
 MAX_THREADS_PER_SM = 2048                # Volta..Hopper, CUDA C++ Programming Guide, compute capabilities table
 CUDA_FIFO_AND_HEAP_BYTES = 9 * MiB
+# The rest of the context is per process, not per SM: the driver's own context structures and the module images
+# a training step loads (lazily, at each kernel's first launch). Measured on one H200 (132 SMs; torch 2.11.0+cu130,
+# driver 580.159.04, lazy loading by default; benchmarks/device/context_memory.py, record
+# benchmarks/data/context_memory_h200.json): nvidia-smi's process memory less torch.cuda.memory_reserved is
+# 610 MiB after the first CUDA call and 694 MiB once a bf16 GEMM (cuBLAS / cuBLASLt), SDPA forward and backward,
+# a fused AdamW step and cross-entropy have run; the local memory, FIFO and heap above are 273 MiB of it on
+# 132 SMs, which leaves 421 MiB. A stack that loads modules eagerly (CUDA before 12.2) holds more: a row
+# states its measured context then (TrainingSpec.cuda_context_bytes).
+CUDA_MEASURED_H200_BYTES = 694 * MiB
+CUDA_MEASURED_H200_SMS = 132
+CUDA_DRIVER_AND_MODULES_BYTES = CUDA_MEASURED_H200_BYTES - (
+    CUDA_MEASURED_H200_SMS * MAX_THREADS_PER_SM * CUDA_STACK_BYTES_PER_THREAD + CUDA_FIFO_AND_HEAP_BYTES)
 # cuBLAS workspace: PyTorch's default CUBLAS_WORKSPACE_CONFIG ":4096:8" on Hopper (aten/src/ATen/cuda/
 # CublasHandlePool.cpp getChosenWorkspaceSize; cuBLAS docs recommend 32 MiB on sm90), one for the cuBLAS and
 # one for the cuBLASLt handle of the compute stream, both from the caching allocator.
@@ -36,6 +47,13 @@ CUBLAS_HANDLES = 2
 # DEFAULT_LL_BUFFSIZE) -- on up to MAXCHANNELS = 32 channels: an upper bound, as NCCL connects protocols
 # lazily (NCCL_RUNTIME_CONNECT). cudaMalloc'd by NCCL, outside the caching allocator.
 NCCL_BUFFERS_PER_CHANNEL_BYTES = 4 * MiB + 120 * 640 * 8 * 8 + 8 * 512 * 8 * 16
+# Not counted: NCCL's own per-process state. The H200 record (benchmarks/data/context_memory_h200.json, NCCL
+# 2.28.9) shows a one-rank group and its all-reduce adding 556 MiB outside the allocator with no channel buffer
+# at all; how much of it a communicator of several ranks adds beyond its channels, and on older NCCL releases,
+# is not measured, so no term counts it and a world-size-1 job has no NCCL bytes here. A 4-rank Megatron run of
+# 2023 on A800s bounds context and NCCL together at 866 MiB (nvidia-smi less the reserved peak, which never
+# shrinks without empty_cache: memory_runs.csv mlm23_345m_dp4_resv / _smi), below the 1,234 MiB these terms give
+# it: on that stack the context, or NCCL's channels below the 32-channel bound, were smaller.
 NCCL_CHANNELS = 32
 # A CPU "GPU" (one torch process per core, gloo): the process's own runtime; a torch worker's resident
 # size is ~330 MiB here (/shared/notes/torch-distributed-on-cpu.md, "Costs").
@@ -48,8 +66,10 @@ NCCL_P2P_CHANNELS_PER_PEER = 2
 
 
 def cuda_context_bytes(num_sms: int) -> float:
-    """Local memory for every resident thread at the default stack limit, plus printf FIFO and malloc heap."""
-    return float(num_sms * MAX_THREADS_PER_SM * CUDA_STACK_BYTES_PER_THREAD + CUDA_FIFO_AND_HEAP_BYTES)
+    """Local memory for every resident thread at the default stack limit, printf FIFO and malloc heap, plus the
+    per-process driver state and module images (``CUDA_DRIVER_AND_MODULES_BYTES``)."""
+    return float(num_sms * MAX_THREADS_PER_SM * CUDA_STACK_BYTES_PER_THREAD + CUDA_FIFO_AND_HEAP_BYTES
+                 + CUDA_DRIVER_AND_MODULES_BYTES)
 
 
 def communicators(layout, dp: int, *, framework: str = "torch", stage: int | None = None,
