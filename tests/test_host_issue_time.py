@@ -203,15 +203,20 @@ def test_megatron_layer_count_applies_to_its_frameworks_without_flash():
 def test_scenario_issue_time_of_megatron_layer_closed_form(framework, counted):
     """Full recompute at TP 2 without FlashAttention: forward = ops x 3.3 us + kernels x 3.8 us (2 all-reduces
     added), backward = its own ops plus the recomputed forward's plus Megatron's local-DDP hooks' main_grad.add_
-    (2021: all 12 tensors of the layer; 2022: its 4 biases and 4 norm tensors; Megatron-Core: none counted)."""
+    (2021: all 12 tensors of the layer; 2022: its 4 biases and 4 norm tensors; Megatron-Core: none counted); each
+    at the pace of the slower of the 2 ranks' hosts: for two log-normal draws E[max] / E = 2 Phi(sigma / sqrt 2)."""
+    from statistics import NormalDist
+
+    from trainsim.cost_models.host_jitter import DEFAULT_SIGMA
     s = small(tp=2, framework=framework, recompute="full", flash_attention=False)
     f_ops, f_k, b_ops, b_k = hi.BLOCK_OPS[counted]
     d, k = hi.ATEN_DISPATCH_S, hi.KERNEL_LAUNCH_S
-    fwd = (f_ops + 2) * d + (f_k + 2) * k
+    f_pace, b_pace = (2 * NormalDist().cdf(sg / 2 ** 0.5) for sg in DEFAULT_SIGMA)
+    fwd = ((f_ops + 2) * d + (f_k + 2) * k) * f_pace
     issue = hi.scenario_block_issue(s)
     assert issue.fwd_s == pytest.approx(fwd)
     hooks = {"megatron-2021": 12, "megatron-2022": 8, "megatron": 0}[framework]
-    assert issue.bwd_s == pytest.approx((b_ops + 2 + hooks) * d + (b_k + 2 + hooks) * k + fwd)
+    assert issue.bwd_s == pytest.approx(((b_ops + 2 + hooks) * d + (b_k + 2 + hooks) * k) * b_pace + fwd)
 
 
 def test_megatron_forward_issue_lies_within_a_measured_tp8_bracket():

@@ -97,6 +97,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from .host_jitter import measured_sigma, pace
+
 ATEN_DISPATCH_S = 3.3e-6
 KERNEL_LAUNCH_S = 3.8e-6
 GRACE_SLOWDOWN = 35.0 / 13.5   # TE issue #2053: nn.Linear forward CPU time, Grace vs Xeon 8480C
@@ -180,22 +182,40 @@ def block_issue(style: str, *, recompute_full: bool, tp_collectives: tuple[int, 
     return PassIssue(f_s, b_s, f_n, b_n)
 
 
+def tp_paced(issue: PassIssue, tp: int, sigma: tuple[float, float], *, recompute_full: bool) -> PassIssue:
+    """``issue`` at the pace of the slowest of ``tp`` ranks' hosts (cost_models.host_jitter): the forward's issue
+    time (and the recomputed forward's) times ``pace(tp, sigma_fwd)``, the backward's own times
+    ``pace(tp, sigma_bwd)``. The TP collectives of every pass make the ranks wait for one another."""
+    f_pace, b_pace = pace(tp, sigma[0]), pace(tp, sigma[1])
+    own_bwd = issue.bwd_s - (issue.fwd_s if recompute_full else 0.0)
+    fwd = issue.fwd_s * f_pace
+    return replace(issue, fwd_s=fwd, bwd_s=own_bwd * b_pace + (fwd if recompute_full else 0.0))
+
+
 def host_idle_s(gpu_s: float, host_s: float) -> float:
     """Seconds the GPU waits for its host over a pass: what the host issue time exceeds the GPU time by."""
     return max(0.0, host_s - gpu_s)
 
 
 def chunk_idle_s(issue: PassIssue | None, layers: int, gpu_fwd_s: float, gpu_bwd_s: float,
-                 first: bool = False) -> tuple[float, float]:
+                 first: bool = False, blocks: tuple[tuple[int, float, float], ...] = ()) -> tuple[float, float]:
     """(forward, backward) GPU idle of a chunk of ``layers`` blocks per micro-batch whose passes keep the GPU busy
     ``gpu_fwd_s`` / ``gpu_bwd_s``, the lead-ins after the framework's host syncs included (``first``: the chunk
     that starts the micro-batch, after its sync); (0, 0) where the host is not modelled apart (``issue`` None) or
-    no blocks."""
+    no blocks. ``blocks`` are the chunk's (count, forward GPU seconds, backward GPU seconds) per block kind: where
+    the framework syncs in every block's forward (``issue.sync_fwd_s``; its backward too under full recompute,
+    ``issue.sync_bwd_s``) the host cannot run ahead past a block, so each block's host excess is idle on its own
+    (module doc, "Host syncs") and the chunk's other GPU work (embedding, logits and loss) hides none of it."""
     if issue is None or layers <= 0:
         return 0.0, 0.0
     lead_f = layers * issue.sync_fwd_s + (issue.microbatch_sync_s if first else 0.0)
-    return (host_idle_s(gpu_fwd_s, layers * issue.fwd_s) + lead_f,
-            host_idle_s(gpu_bwd_s, layers * issue.bwd_s) + layers * issue.sync_bwd_s)
+    idle_f = host_idle_s(gpu_fwd_s, layers * issue.fwd_s)
+    idle_b = host_idle_s(gpu_bwd_s, layers * issue.bwd_s)
+    if blocks and issue.sync_fwd_s > 0:
+        idle_f = sum(k * host_idle_s(f, issue.fwd_s) for k, f, _ in blocks)
+    if blocks and issue.sync_bwd_s > 0:
+        idle_b = sum(k * host_idle_s(b, issue.bwd_s) for k, _, b in blocks)
+    return idle_f + lead_f, idle_b + layers * issue.sync_bwd_s
 
 
 def sync_leads(block_syncs: int, microbatch_syncs: int, *, tp: int, recompute_full: bool,
@@ -269,6 +289,9 @@ def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
     if hooks:
         issue = replace(issue, bwd_s=issue.bwd_s + hooks * sum(op_seconds(scenario.cluster.host_cpu)),
                         bwd_ops=issue.bwd_ops + hooks)
+    if t.host_issue == "eager" and scenario.layout.tp > 1:
+        issue = tp_paced(issue, scenario.layout.tp, measured_sigma(profile, block_style(shp)),
+                         recompute_full=t.recompute == "full")
     if t.host_issue != "eager" or not (fw.block_forward_syncs or fw.microbatch_syncs):
         return issue  # a captured graph cannot hold a host sync
     f, b, mb = sync_leads(fw.block_forward_syncs, fw.microbatch_syncs, tp=scenario.layout.tp,
