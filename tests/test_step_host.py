@@ -162,7 +162,8 @@ def test_megatron_ddp_hooks_add_to_the_backward_issue(framework, adds):
     base = hi.block_issue(hi.issue_style(block_style(shp), megatron_layer=behaviour(framework).megatron_layer,
                                          flash=shp.flash), recompute_full=sc.training.recompute == "full")
     issue = hi.scenario_block_issue(sc)
-    assert issue.bwd_s - base.bwd_s == pytest.approx(adds * (D + K))
+    frames = hi.MODULE_FRAME_RATIO if behaviour(framework).megatron_layer else 1.0   # the legacy Python layer's
+    assert issue.bwd_s == pytest.approx((base.bwd_s + adds * (D + K)) * frames)
 
 
 @pytest.mark.parametrize("framework", ["deepspeed", "megatron-deepspeed"])

@@ -55,7 +55,9 @@ Host syncs (``FrameworkBehaviour.block_forward_syncs`` / ``microbatch_syncs``, c
 ``host_syncs``): a blocking host-device sync drains the GPU's queue, so the host cannot be ahead when it returns;
 the GPU then idles until the host has issued the next kernel that does work. That lead-in is counted from the code
 after the sync, at the same per-op seconds, and charged as GPU idle per sync (where the host is the bottleneck the
-sync costs instead the GPU's tail after the host's last issue, of the same order; the lead-in stands for both):
+sync costs instead the GPU's tail after the host's last issue, of the same order; the lead-in stands for both).
+A sync in every block forward also bounds how far the host runs ahead: a block's host excess over its own GPU time
+is idle on its own, and the chunk's other GPU work (embedding, logits, loss) cannot hide it (``chunk_idle_s``):
 
 * per block forward (``SYNC_LEAD_BLOCK``, Megatron-DeepSpeed's ``ParallelTransformerLayer.forward``): the second
   scalar, ``mlp_bias = torch.tensor(0.0, device=...)`` (``lift_fresh``, ``_to_copy``: 2 dispatches and its
@@ -86,6 +88,21 @@ QKV, out-projection, two MLP linears, their biases, two norms); megatron-2022's 
 the linears' wgrad GEMMs write ``main_grad`` ("The gradient function of linear layers is fused with GEMMs"), so
 only biases and norms pass through the hook. The hook's own Python frame is not counted (no cited measurement).
 
+Python frames (``MODULE_FRAME_RATIO``): a whole block pass costs its host more than its aten dispatches and
+launches -- module ``__call__`` and hook frames, ``autograd.Function`` wrappers, the autograd graph's nodes. The one
+whole-pass timing on a GPU host with the op count known is the calibrated executor block's forward: 0.329 ms
+median on an H200 host (``trainsim calibrate --device cuda``, benchmarks/data/profile_h200.json) against its
+counted 174 us, 1.89x. Frameworks that run Megatron's legacy Python layer (``FrameworkBehaviour.megatron_layer``)
+are charged their counted seconds (block passes, DDP hooks and the sync lead-ins) times that ratio where no
+profile measured the host. The backward pass's timing (1.72 ms against 0.41 counted) is not used per block: it is
+one ``backward()`` call per block there, so it holds the autograd engine's start per call, which a training step
+pays once per micro-batch. With the ratio, the TP 8 Megatron layer forward is 0.61 ms (0.86 ms at the pace of 8
+ranks, ``host_jitter``), inside metaseq PR #270's 0.30-0.99 ms bracket above. Megatron-Core (``megatron``) runs
+Transformer Engine's layers and keeps the counted seconds.
+
+TP pace (``tp_paced``, cost_models.host_jitter): under TP every rank's pass waits for its peers at each TP
+collective, so a host-bound pass lasts the expected slowest of the ``tp`` ranks' issue times, not their mean.
+
 Scenario settings that cut the count (``TrainingSpec.host_issue``): ``"cuda_graphs"`` captures each block's
 forward and backward as graphs, so the host launches one graph per block and pass (``KERNEL_LAUNCH_S`` each);
 ``"compile"`` (torch.compile / Inductor) drops the views and the Python dispatch of the captured ops, leaving
@@ -96,6 +113,8 @@ separately: the executor's block has no dropout and one SDPA attention kernel, s
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+
+from .host_jitter import MEASURED_FWD, measured_sigma, pace
 
 ATEN_DISPATCH_S = 3.3e-6
 KERNEL_LAUNCH_S = 3.8e-6
@@ -109,6 +128,12 @@ BLOCK_OPS = {
     # Megatron's legacy GPT layer without FlashAttention (trainsim.kernels.megatron_block, see "Megatron's layer")
     "megatron-gpt-unfused": (59, 30, 87, 28),
 }
+# Host seconds of a whole eager block pass over its counted aten dispatch and launch seconds, as measured on a
+# GPU host (module doc, "Python frames"): the executor's GPT block forward, 0.329 ms median (trainsim calibrate
+# --device cuda on an H200 host, benchmarks/data/profile_h200.json host_issue; host_jitter.MEASURED_FWD) against
+# its counted 39 x 3.3 + 12 x 3.8 = 174.3 us: 1.89.
+MODULE_FRAME_RATIO = MEASURED_FWD[0] / (BLOCK_OPS["layernorm-gelu-learned"][0] * ATEN_DISPATCH_S
+                                        + BLOCK_OPS["layernorm-gelu-learned"][1] * KERNEL_LAUNCH_S)
 # A TP collective issued from Python (torch.distributed call on the NCCL process group): one dispatch and one
 # kernel launch, as any other op.
 COLLECTIVE_OPS = (1, 1)
@@ -180,22 +205,40 @@ def block_issue(style: str, *, recompute_full: bool, tp_collectives: tuple[int, 
     return PassIssue(f_s, b_s, f_n, b_n)
 
 
+def tp_paced(issue: PassIssue, tp: int, sigma: tuple[float, float], *, recompute_full: bool) -> PassIssue:
+    """``issue`` at the pace of the slowest of ``tp`` ranks' hosts (cost_models.host_jitter): the forward's issue
+    time (and the recomputed forward's) times ``pace(tp, sigma_fwd)``, the backward's own times
+    ``pace(tp, sigma_bwd)``. The TP collectives of every pass make the ranks wait for one another."""
+    f_pace, b_pace = pace(tp, sigma[0]), pace(tp, sigma[1])
+    own_bwd = issue.bwd_s - (issue.fwd_s if recompute_full else 0.0)
+    fwd = issue.fwd_s * f_pace
+    return replace(issue, fwd_s=fwd, bwd_s=own_bwd * b_pace + (fwd if recompute_full else 0.0))
+
+
 def host_idle_s(gpu_s: float, host_s: float) -> float:
     """Seconds the GPU waits for its host over a pass: what the host issue time exceeds the GPU time by."""
     return max(0.0, host_s - gpu_s)
 
 
 def chunk_idle_s(issue: PassIssue | None, layers: int, gpu_fwd_s: float, gpu_bwd_s: float,
-                 first: bool = False) -> tuple[float, float]:
+                 first: bool = False, blocks: tuple[tuple[int, float, float], ...] = ()) -> tuple[float, float]:
     """(forward, backward) GPU idle of a chunk of ``layers`` blocks per micro-batch whose passes keep the GPU busy
     ``gpu_fwd_s`` / ``gpu_bwd_s``, the lead-ins after the framework's host syncs included (``first``: the chunk
     that starts the micro-batch, after its sync); (0, 0) where the host is not modelled apart (``issue`` None) or
-    no blocks."""
+    no blocks. ``blocks`` are the chunk's (count, forward GPU seconds, backward GPU seconds) per block kind: where
+    the framework syncs in every block's forward (``issue.sync_fwd_s``; its backward too under full recompute,
+    ``issue.sync_bwd_s``) the host cannot run ahead past a block, so each block's host excess is idle on its own
+    (module doc, "Host syncs") and the chunk's other GPU work (embedding, logits and loss) hides none of it."""
     if issue is None or layers <= 0:
         return 0.0, 0.0
     lead_f = layers * issue.sync_fwd_s + (issue.microbatch_sync_s if first else 0.0)
-    return (host_idle_s(gpu_fwd_s, layers * issue.fwd_s) + lead_f,
-            host_idle_s(gpu_bwd_s, layers * issue.bwd_s) + layers * issue.sync_bwd_s)
+    idle_f = host_idle_s(gpu_fwd_s, layers * issue.fwd_s)
+    idle_b = host_idle_s(gpu_bwd_s, layers * issue.bwd_s)
+    if blocks and issue.sync_fwd_s > 0:
+        idle_f = sum(k * host_idle_s(f, issue.fwd_s) for k, f, _ in blocks)
+    if blocks and issue.sync_bwd_s > 0:
+        idle_b = sum(k * host_idle_s(b, issue.bwd_s) for k, _, b in blocks)
+    return idle_f + lead_f, idle_b + layers * issue.sync_bwd_s
 
 
 def sync_leads(block_syncs: int, microbatch_syncs: int, *, tp: int, recompute_full: bool,
@@ -269,8 +312,13 @@ def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
     if hooks:
         issue = replace(issue, bwd_s=issue.bwd_s + hooks * sum(op_seconds(scenario.cluster.host_cpu)),
                         bwd_ops=issue.bwd_ops + hooks)
+    frames = MODULE_FRAME_RATIO if fw.megatron_layer and measured is None and t.host_issue == "eager" else 1.0
+    issue = replace(issue, fwd_s=issue.fwd_s * frames, bwd_s=issue.bwd_s * frames)
+    if t.host_issue == "eager" and scenario.layout.tp > 1:
+        issue = tp_paced(issue, scenario.layout.tp, measured_sigma(profile, block_style(shp)),
+                         recompute_full=t.recompute == "full")
     if t.host_issue != "eager" or not (fw.block_forward_syncs or fw.microbatch_syncs):
         return issue  # a captured graph cannot hold a host sync
     f, b, mb = sync_leads(fw.block_forward_syncs, fw.microbatch_syncs, tp=scenario.layout.tp,
                           recompute_full=t.recompute == "full", host_cpu=scenario.cluster.host_cpu)
-    return replace(issue, sync_fwd_s=f, sync_bwd_s=b, microbatch_sync_s=mb)
+    return replace(issue, sync_fwd_s=f * frames, sync_bwd_s=b * frames, microbatch_sync_s=mb * frames)

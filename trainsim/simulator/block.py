@@ -78,6 +78,13 @@ class _Block:
     params: float          # dense + expert parameters on one rank
     gather_tensors: int    # ZeRO-3 all-gathers per pass when the framework gathers tensor by tensor
 
+    def gpu_passes(self) -> tuple[float, float]:
+        """(forward, backward) seconds the GPU's stream is busy with one block per micro-batch: compute (the
+        backward with its recomputed forward) and the exposed TP and CP communication on that stream."""
+        t = self.times
+        bwd = t.bwd_input_s + t.bwd_weight_s + t.recompute_s
+        return t.fwd_s + self.tp_f + self.cp_f, bwd + self.tp_b + self.cp_b
+
 
 def _tp_dense_exposed(scenario: Scenario, groups: dict, profile, act_msg: float) -> tuple[float, float]:
     """Exposed TP seconds (forward, backward) of a block's two column/row-parallel pairs, by the framework's

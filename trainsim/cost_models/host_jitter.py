@@ -1,0 +1,76 @@
+"""Host jitter across the ranks of a tensor-parallel group: the group runs at its slowest host's pace. Pure.
+
+A block's host issue time is not the same on every call: the Python interpreter, the allocator, the OS scheduler
+and the garbage collector make it vary from pass to pass and from rank to rank. On one GPU the variation averages
+out over a step. Under tensor parallelism every rank's block waits at each TP collective for its peers (the NCCL
+kernel of the all-reduce completes only once every rank has launched its own), so where the host is the
+bottleneck the group advances at the pace of the slowest of its ``n`` hosts: a host-bound pass lasts the expected
+maximum of ``n`` issue times, not their mean. NCCL's maintainers name this "load imbalance, i.e., one GPU showed
+up ... later than its peers" as what a collective's time in training holds beyond nccl-tests' (NVIDIA/nccl#701),
+and Megatron-LM's ``--manual-gc`` exists to "align the timing of the collection across ranks which mitigates the
+impact of CPU-associated jitters" (megatron/training/arguments.py, find_string id 15239139127).
+
+Model: a pass's issue time on one rank is log-normal with median ``m`` and log-spread ``sigma``; ranks are
+independent. The expected maximum of ``n`` draws over the expected one draw,
+
+    pace(n, sigma) = E[max_n X] / E[X] = integral n * phi(t) * Phi(t)^(n-1) * exp(sigma*t) dt / exp(sigma^2/2),
+
+is 1 at n = 1 and grows with n and sigma (evaluated by ``scipy.integrate.quad``). The counted issue seconds
+(``host_issue``) stand for the mean. ``sigma`` comes from a measured pass: ln(p99 / median) / z_0.99 of the
+repeated timings ``trainsim calibrate --device cuda`` takes of the executor's block (``profile.host_issue``).
+Without a profile the measured defaults below apply: the GPT block timed 30 times on an H200 host
+(benchmarks/data/profile_h200.json, ``host_issue["layernorm-gelu-learned"]``): forward median 0.329 ms, p99
+0.598 ms; backward median 1.722 ms, p99 2.280 ms.
+
+The factor applies to the host's issue time of a pass, so it changes a step only where that pass is host-bound:
+for n = 8 it is 1.40 (forward) and 1.18 (backward) with the defaults. Jitter within a rank over a step is not
+modelled apart (it averages out in the step's sum of passes).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+from statistics import NormalDist
+
+# Measured host issue timings of the executor's GPT block on a GPU host (module doc): (median s, p99 s).
+MEASURED_FWD = (0.0003289760053157806, 0.0005984575879573823)
+MEASURED_BWD = (0.001722416043281555, 0.002280057990550995)
+Z99 = NormalDist().inv_cdf(0.99)
+
+
+def log_sigma(median_s: float, p99_s: float) -> float:
+    """Log-normal spread of a timing from its median and 99th percentile (0 where either is missing)."""
+    if median_s <= 0 or p99_s <= median_s:
+        return 0.0
+    return math.log(p99_s / median_s) / Z99
+
+
+DEFAULT_SIGMA = (log_sigma(*MEASURED_FWD), log_sigma(*MEASURED_BWD))
+
+
+@lru_cache(maxsize=256)
+def pace(n: int, sigma: float) -> float:
+    """Expected maximum of ``n`` independent log-normal draws of log-spread ``sigma`` over their mean (module
+    doc): the factor a TP group of ``n`` ranks stretches a host-bound pass by."""
+    if n <= 1 or sigma <= 0:
+        return 1.0
+    from scipy.integrate import quad
+
+    nd = NormalDist()
+
+    def integrand(t: float) -> float:
+        return n * math.exp(-t * t / 2) / math.sqrt(2 * math.pi) * nd.cdf(t) ** (n - 1) * math.exp(sigma * t)
+
+    value, _ = quad(integrand, -12.0, 12.0 + sigma * 4, limit=200)
+    return value / math.exp(sigma * sigma / 2)
+
+
+def measured_sigma(profile, style: str) -> tuple[float, float]:
+    """(forward, backward) log-spread of the host issue time: the profile's own timings of ``style`` (or of the
+    GPT block where it timed that one only), else the measured defaults (module doc)."""
+    table = getattr(profile, "host_issue", None) or {}
+    ov = table.get(style) or table.get("layernorm-gelu-learned")
+    if ov is None:
+        return DEFAULT_SIGMA
+    return log_sigma(ov.fwd.median_s, ov.fwd.p99_s), log_sigma(ov.bwd.median_s, ov.bwd.p99_s)
