@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from . import activations as act
+from . import autocast
 from .framework import FP32_PARAM_FRAMEWORKS, behaviour, bf16_optimizer, state_bytes
 from .allocator_reserve import grads_off_peak, loss_stage_cached_bytes
 from .first_step_fragmentation import first_step_extra_reserved, lazy_state_bytes
@@ -568,11 +569,35 @@ def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0) 
             out["zero3_gather_buffers"] = rp.unit_params * (2 * pb + gb + concat_copy)
     if stage == scenario.loss_stage:
         out["logits_workspace"] = max(0.0, act.logits_workspace_bytes(scenario) - working)
+    if t.autocast:
+        out["autocast_weight_cache"] = autocast.weight_cast_cache_bytes(autocast_cast_params(scenario, stage, rp)[0])
     shp = layer_shape(scenario)
     if lay.pp > 1:
         out["pp_p2p_buffers"] = 2.0 * act.pipeline_output_bytes(shp)  # one send and one receive buffer
     out.update(megatron_global_buffer(scenario, shp))
     return out
+
+
+def autocast_cast_params(scenario, stage: int, rp: RankParams | None = None) -> tuple[float, float, float]:
+    """(cast, bias, output-layer) elements of ``stage``'s rank that torch.autocast casts to 16 bits and caches
+    for the step (autocast.py): every linear weight and bias held, the output layer's weight among them."""
+    m, lay = scenario.model, scenario.layout
+    rp = rp or rank_param_shards(scenario, stage)
+    L = scenario.layers_on_stage(stage)
+    loss = stage == scenario.loss_stage
+    cast = rp.held - autocast.non_cast_params(m, lay.tp, lay.pp, L, stage == 0, loss)
+    head = m.vocab_size * m.embed_dim / lay.tp if loss else 0.0
+    return cast, L * autocast.linear_bias_params(m, lay.tp), head
+
+
+def autocast_saved_weight_bytes(scenario, stage: int) -> float:
+    """16-bit weight copies one micro-batch's autograd graph saves under torch.autocast (0 without it): the
+    cached casts, which a saved-tensor meter counting non-parameter storages sees in every micro-batch."""
+    if not scenario.training.autocast:
+        return 0.0
+    cast, bias, head = autocast_cast_params(scenario, stage)
+    return autocast.LOW_PRECISION_BYTES * autocast.saved_weight_cast_params(cast, bias, head,
+                                                                            scenario.training.recompute)
 
 
 def megatron_global_buffer(scenario, shp) -> dict[str, float]:
