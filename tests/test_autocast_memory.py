@@ -1,0 +1,148 @@
+"""torch.autocast on fp32 weights (cost_models/autocast.py) held against the executor's CUDA measurements.
+
+benchmarks/data/executed_h200.jsonl holds one `trainsim execute --device cuda --json` record per line (one NVIDIA
+H200, torch 2.11.0+cu130; benchmarks/device/README.md): bytes saved for backward per micro-batch (a
+saved_tensors_hooks meter, deduplicated by storage, fp32 parameters left out) and torch.cuda.max_memory_allocated.
+Each scenario is rebuilt from the record's sweep line (benchmarks/device/sweep.txt, trace_sweep.txt: the
+lines benchmarks/device/gen_scenario.py turned into the executed scenarios) and predicted by today's code, never
+from the record's stored prediction.
+
+Tolerances: the saved bytes follow from the tensor shapes alone, so they must agree to 0.01 % (what is left is
+flash attention's two 8-byte RNG words per layer and nll_loss's 4-byte total weight, a few hundred bytes);
+the peak allocated within 0.2 % -- the caching allocator rounds every block up to 512 bytes and keeps unsplit
+remainders below 1 MiB of large segments (c10/cuda/CUDACachingAllocator.cpp ``round_size``, ``should_split``),
+a few MiB over the step's hundreds of tensors, and the models's own count of transients is per tensor.
+Two configurations peak elsewhere than the model's forward/backward peak (``KNOWN_PEAK_MISSES``, docs/execute.md):
+they are asserted under-predicted by no more than what was measured, so a change in either direction shows.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from trainsim.cost_models import activations as act
+from trainsim.cost_models import memory
+from trainsim.kernels.exec_config import ExecJob
+from trainsim.kernels.executor import predicted_memory, prediction_scenario
+from trainsim.specs import SpecError, build_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS = ROOT / "benchmarks" / "data" / "executed_h200.jsonl"
+SWEEPS = {"sweep.txt": False, "trace_sweep.txt": True}  # trace lines carry a "traced" flag as the 2nd field
+ACTS_TOL_PCT = 0.01
+ALLOC_TOL_PCT = 0.2
+# sweep name -> measured under-prediction of the peak allocated (%), both below the model's forward/backward peak
+KNOWN_PEAK_MISSES = {"g4096_mb1": 3.6, "g1024_s256_mb1": 12.0}
+
+
+def _sweep_lines() -> dict[str, list[str]]:
+    out = {}
+    for name, traced in SWEEPS.items():
+        for line in (ROOT / "benchmarks" / "device" / name).read_text().splitlines():
+            parts = line.split()
+            if parts:
+                out[parts[0]] = [parts[0]] + parts[2:] if traced else parts
+    return out
+
+
+def _scenario(parts: list[str]) -> dict:
+    """The scenario gen_scenario.py writes for a sweep line on the H200 cluster, dtype bf16."""
+    name, layers, hidden, heads, ffn, seq, mb, gb, recompute, *extra = parts
+    model = {"name": name, "num_layers": int(layers), "hidden": int(hidden), "num_heads": int(heads),
+             "ffn_hidden": int(ffn), "vocab_size": 50304, "max_seq_len": int(seq)}
+    for kv in (extra[0].split(",") if extra else []):
+        key, value = kv.split("=")
+        model[key] = yaml.safe_load(value)
+    return {"model": model, "cluster": "hgx-h200", "gpus": 1, "layout": {"tp": 1, "pp": 1, "dp": 1},
+            "training": {"seq_len": int(seq), "global_batch": int(gb), "micro_batch": int(mb), "dtype": "bf16",
+                         "recompute": recompute, "framework": "torch"}}
+
+
+def _records() -> list[dict]:
+    return [json.loads(line) for line in RECORDS.read_text().splitlines() if line.strip()]
+
+
+RECORD_IDS = [f"{r['sweep_name']}{'-traced' if r.get('traced') else ''}" for r in _records()]
+
+
+@pytest.fixture(scope="module")
+def cases():
+    lines = _sweep_lines()
+    out = []
+    for rec in _records():
+        scn = build_scenario(_scenario(lines[rec["sweep_name"]]))
+        job = ExecJob(scenario=scn.model_dump(mode="json"), device="cuda")
+        out.append((rec, job))
+    return out
+
+
+@pytest.mark.parametrize("index", range(len(RECORD_IDS)), ids=RECORD_IDS)
+def test_rebuilt_scenario_is_the_executed_one(cases, index):
+    rec, job = cases[index]
+    s, rank = job.spec, rec["measured"]["ranks"][0]
+    assert rec["device"] == "cuda" and rec["layout"]["micro_batch"] == s.training.micro_batch
+    assert rec["layout"]["num_microbatches"] == s.num_microbatches
+    assert rec["layout"]["recompute"] == s.training.recompute
+    assert rank["num_params_local"] == s.model.total_params()
+    assert prediction_scenario(job).training.autocast  # one GPU, no FSDP2: the step runs under torch.autocast
+
+
+@pytest.mark.parametrize("index", range(len(RECORD_IDS)), ids=RECORD_IDS)
+def test_saved_activations_match_cuda_measurement(cases, index):
+    rec, job = cases[index]
+    measured = rec["measured"]["ranks"][0]["saved_per_microbatch_bytes"]
+    predicted = predicted_memory(job)[0]["activations_per_microbatch"]
+    assert predicted == pytest.approx(measured, rel=ACTS_TOL_PCT / 100)
+
+
+@pytest.mark.parametrize("index", range(len(RECORD_IDS)), ids=RECORD_IDS)
+def test_peak_allocated_matches_cuda_measurement(cases, index):
+    rec, job = cases[index]
+    measured = rec["measured"]["ranks"][0]["max_memory_allocated_bytes"]
+    predicted = predicted_memory(job)[0]["allocated"]
+    err = 100 * (predicted - measured) / measured
+    miss = KNOWN_PEAK_MISSES.get(rec["sweep_name"])
+    if miss is None:
+        assert abs(err) <= ALLOC_TOL_PCT, f"{err:+.3f} %"
+    else:
+        assert -miss <= err < -ALLOC_TOL_PCT, f"{err:+.3f} %"
+
+
+def _gpt(**training):
+    return build_scenario({"model": {"name": "g", "num_layers": 4, "hidden": 1024, "num_heads": 16,
+                                     "ffn_hidden": 4096, "vocab_size": 50304, "max_seq_len": 1024},
+                           "cluster": "hgx-h200", "gpus": 1,
+                           "training": {"seq_len": 1024, "global_batch": 4, "micro_batch": 1, "framework": "torch",
+                                        "param_dtype_bytes": 4, **training}})
+
+
+def test_autocast_block_closed_form():
+    """A LayerNorm GeLU block under autocast saves 8·T·h bytes more than in 16-bit weights: two fp32 norm
+    inputs (+2·T·h each) and two more 16-bit casts of the first norm's output for k and v (+2·T·h each)."""
+    on, off = _gpt(), _gpt(mixed_precision="param_dtype")
+    assert on.training.autocast and not off.training.autocast
+    T, h = 1024, 1024
+    for impl in ("eager", "fused"):
+        diff = act.layer_activation_bytes(on, impl).total - act.layer_activation_bytes(off, impl).total
+        assert diff == 8 * T * h
+    full_on, full_off = _gpt(recompute="full"), _gpt(recompute="full", mixed_precision="param_dtype")
+    assert act.layer_activation_bytes(full_on).total == 2 * act.layer_activation_bytes(full_off).total  # fp32 input
+
+
+def test_weight_cast_cache_is_every_linear_weight_and_bias_once():
+    scn = _gpt()
+    m = scn.model
+    linear = m.num_layers * (12 * m.hidden**2 + 9 * m.hidden) + m.vocab_size * m.hidden  # tied head casts wte
+    sm = memory.stage_memory(scn, 0)
+    assert sm.details["autocast_weight_cache"] == 2 * linear
+    assert "autocast_weight_cache" not in memory.stage_memory(_gpt(mixed_precision="param_dtype"), 0).details
+    assert "autocast_weight_cache" not in memory.stage_memory(_gpt(zero=3), 0).details  # FSDP2's policy
+
+
+def test_autocast_needs_fp32_weights_and_a_16_bit_dtype():
+    with pytest.raises((SpecError, ValueError), match="mixed_precision"):
+        _gpt(dtype="fp32", mixed_precision="autocast")
