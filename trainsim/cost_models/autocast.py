@@ -30,10 +30,21 @@ installed header):
    Linear that reads it, and each saves its own 16-bit copy: q, k and v (separate Linears, torchtitan's wq, wk, wv
    and the executor's model) save three, SwiGLU's gate and up two, a GeLU MLP's fc1 one (``norm_output_casts``).
 
+4. **Deferred gradient casts.** A cached copy carries the autograd node of the cast that made it
+   (``ToCopyBackward``), created in the step's first forward. The engine runs ready nodes by descending sequence
+   number (torch/csrc/autograd/engine.h ``ReadyQueue::CompareNodeTaskTime``, find_string id 39604046), so in the
+   backward of every later micro-batch those old nodes run last: the 16-bit gradient of every cast weight and bias
+   waits in its input buffer until the micro-batch's whole backward is done, then each is cast to fp32 and added to
+   ``.grad``. At that end the activations are freed and the waiting gradients, as many bytes as the cache, are
+   alive (``deferred_grad_cast_bytes``); a tied embedding's own gradient waits there too for the output layer's
+   (one AccumulateGrad for both uses; torch/csrc/autograd/input_buffer.cpp ``accumulate`` adds in place, find_string
+   id 38773552855). Recompute clears the cache in backward (above), so the next forward makes new, later nodes
+   and nothing is deferred; one micro-batch has no later one.
+
 CPU autocast's lists differ (no ``layer_norm``, ``rms_norm``, ``softmax`` on its fp32 list; autocast_mode.cpp
 ``TORCH_LIBRARY_IMPL(aten, AutocastCPU, m)``): this is CUDA's policy. Measured on an H200 (torch 2.11+cu130,
 benchmarks/data/executed_h200.jsonl): the saved bytes per dtype of GPT and Llama-style blocks agree to the byte
-(tests/test_autocast_memory.py, docs/execute.md).
+(tests/test_autocast_memory.py, docs/execute.md), the peak allocated within 0.1 %.
 """
 
 from __future__ import annotations
@@ -92,3 +103,16 @@ def saved_weight_cast_params(cast_params: float, biases: float, head_params: flo
     if recompute == "full":
         return float(head_params)
     return float(cast_params - biases)
+
+
+def defers_grad_casts(recompute: str, microbatches: int) -> bool:
+    """Whether later micro-batches' backward passes defer the cast weights' gradients to their end (mechanism 4)."""
+    return recompute == "none" and microbatches > 1
+
+
+def deferred_grad_cast_bytes(cast_params: float, largest_cast: float, tied_vocab_params: float) -> float:
+    """Bytes beyond the model states and the cache at the end of a later micro-batch's backward (mechanism 4): the
+    16-bit gradient of every cast tensor, the fp32 gradient the first conversion makes of the largest one (the
+    output layer's, whose cast was made last and so converts first), and with a tied embedding on the stage its
+    fp32 gradient waiting for the output layer's."""
+    return float(LOW_PRECISION_BYTES * cast_params + RESIDUAL_BYTES * (largest_cast + tied_vocab_params))

@@ -363,6 +363,10 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     details: dict[str, float] = {"activations_per_microbatch": per_mb, "recompute_working": working,
                                  **runtime_terms(scenario, stage), **transient_terms(scenario, stage, rp, working),
                                  **off.device}
+    deferred = _autocast_deferred(scenario, stage, rp, inflight_microbatches, per_mb)
+    beyond = max(0.0, deferred - activations - details.get("logits_workspace", 0.0))
+    if beyond:  # the end of a later micro-batch's backward outgrows the activation peak (autocast.py, mechanism 4)
+        details["autocast_deferred_grads"] = beyond
     cast = reduce_cast_bytes(scenario, rp)
     beyond = max(0.0, cast - activations)  # the reduce runs after the last backward: activations are freed
     if beyond:
@@ -588,6 +592,19 @@ def autocast_cast_params(scenario, stage: int, rp: RankParams | None = None) -> 
     cast = rp.held - autocast.non_cast_params(m, lay.tp, lay.pp, L, stage == 0, loss)
     head = m.vocab_size * m.embed_dim / lay.tp if loss else 0.0
     return cast, L * autocast.linear_bias_params(m, lay.tp), head
+
+
+def _autocast_deferred(scenario, stage: int, rp: RankParams, inflight: float, per_mb: float) -> float:
+    """Bytes beside the model states and the weight-cast cache at the end of a later micro-batch's backward under
+    torch.autocast (autocast.py, mechanism 4): the deferred gradient casts and the other in-flight micro-batches'
+    activations; 0 where nothing is deferred."""
+    t, m, lay = scenario.training, scenario.model, scenario.layout
+    if not (t.autocast and autocast.defers_grad_casts(t.recompute, scenario.num_microbatches)):
+        return 0.0
+    cast, _, head = autocast_cast_params(scenario, stage, rp)
+    largest = max(head, largest_weight_tensor_params(m, lay.tp, lay.ep, lay.etp))
+    tied = head if (m.tie_embeddings and stage == 0 and stage == scenario.loss_stage) else 0.0
+    return autocast.deferred_grad_cast_bytes(cast, largest, tied) + max(0.0, inflight - 1) * per_mb
 
 
 def autocast_saved_weight_bytes(scenario, stage: int) -> float:
