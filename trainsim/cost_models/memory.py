@@ -24,7 +24,9 @@ and gradients and Adam m, v (16); DeepSpeed 2 + 2 + 12; pure low-precision train
 buffers, the logits/loss workspace on the loss stage, pipeline send/receive buffers, Megatron's persistent
 "mpu" buffer (sequence-parallel all-gather or unfused attention's score input), the part of DeepSpeed's bf16
 gradient all-reduce copy beyond the freed activations (``reduce_cast_bytes``), Megatron-Core DDP's start-up
-peak with the distributed optimizer beyond the step's (``ddp_param_remap_bytes``), and offload staging buffers.
+peak with the distributed optimizer beyond the step's (``ddp_param_remap_bytes``), offload staging buffers, and
+under torch.autocast on fp32 weights (TrainingSpec.autocast) its weight-cast cache and, where it outgrows the
+activation peak, the end of a later micro-batch's backward with its deferred gradient casts (autocast.py).
 Data-parallel gradient buckets of ZeRO 0-2 are views of the gradient storage (Megatron's contiguous grad
 buffer; torch DDP with ``gradient_as_bucket_view``), so they add nothing. The caching allocator's cached-but-free blocks are not in
 ``total`` (the allocator frees them before failing an allocation); ``StageMemory.allocator_cached`` carries the
