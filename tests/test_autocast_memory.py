@@ -164,3 +164,45 @@ def test_deferred_gradient_casts_closed_form():
         scn2 = build_scenario({**scn.model_dump(mode="json"),
                                "training": {**scn.training.model_dump(mode="json"), **other}})
         assert "autocast_deferred_grads" not in memory.stage_memory(scn2, 0, impl="eager").details
+
+
+def test_cached_casts_gradients_run_last_in_later_microbatches():
+    """Mechanism 4's premise on real torch (CPU autocast casts linear weights through the same ``cached_cast``):
+    the first micro-batch converts each weight's gradient as soon as it exists; in the second the same cached
+    copies' ToCopyBackward nodes run only after everything else, the embedding's backward included."""
+    torch = pytest.importorskip("torch")
+    from trainsim.kernels.parallelize import cross_entropy
+    from trainsim.kernels.torch_model import ModelOptions, build_chunk, synthetic_batch
+    from trainsim.specs import load_model
+
+    m = load_model({"num_layers": 2, "hidden": 32, "num_heads": 2, "ffn_hidden": 64, "vocab_size": 50,
+                    "max_seq_len": 8, "tie_embeddings": True})
+    model = build_chunk(m, [0, 1], True, True, ModelOptions(), 0, torch.device("cpu"))
+    ids, targets = synthetic_batch(0, 0, 2, 8, m.vocab_size)
+    orders: list[list[str]] = []
+    hooked: dict[int, object] = {}  # node id -> node (kept alive, so no id is reused by a later node)
+
+    def hook_graph(root):
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            if node is None or id(node) in hooked:
+                continue
+            hooked[id(node)] = node
+            node.register_prehook(lambda grads, name=node.name(): orders[-1].append(name))
+            stack.extend(nxt for nxt, _ in node.next_functions)
+
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        for mb in range(2):
+            loss = cross_entropy(model(ids[mb:mb + 1]), targets[mb:mb + 1])
+            hook_graph(loss.grad_fn)
+            orders.append([])
+            loss.backward()
+    first, second = orders
+    weights = 2 * m.num_layers * 6 + 1  # q, k, v, o, fc1, fc2 weights and biases per layer, the tied head
+    activations = m.num_layers * 4 + 2  # the fp32 norm outputs cast per linear (q, k, v; fc1), head input, logits
+    assert first.count("ToCopyBackward0") == second.count("ToCopyBackward0") == weights + activations
+    # the first micro-batch converts along the way: only the embedding's own gradient remains after its backward
+    assert first[first.index("EmbeddingBackward0") + 1:].count("ToCopyBackward0") == 0
+    tail = second[second.index("EmbeddingBackward0") + 1:]
+    assert tail.count("ToCopyBackward0") == weights  # all the cached copies' conversions deferred to the end
