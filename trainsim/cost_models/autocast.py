@@ -24,8 +24,10 @@ installed header):
    type-promote the blocks' 16-bit outputs (bf16 + fp32 -> fp32; ``add`` is on no list): block inputs and outputs,
    a full-recompute checkpoint's saved input and a pipeline stage's output are fp32 (``RESIDUAL_BYTES``).
    ``layer_norm``, ``native_layer_norm`` and ``rms_norm`` are on CUDA's fp32 list (``AT_FORALL_FP32``): every norm
-   saves its fp32 input and fp32 statistics, and returns fp32. On CUDA ``rms_norm`` runs the fused kernel
-   (``_fused_rms_norm``), which saves the input and rstd only -- not the normalised tensor the composite saves.
+   saves its fp32 input and fp32 statistics, and returns fp32. ``rms_norm`` with a weight of the input's dtype
+   dispatches to ``at::_fused_rms_norm`` (aten/src/ATen/native/layer_norm.cpp ``rms_norm_symint``, read_file id
+   6079783), whose CUDA backward needs the input and rstd only -- not the normalised tensor the composite saves
+   (measured: the H200 Llama lines' fp32 bytes are 4 per element per norm plus 4 per token, to the byte).
 3. **One cast per consuming linear.** The norm output is no leaf, so ``cached_cast`` casts it anew for every
    Linear that reads it, and each saves its own 16-bit copy: q, k and v (separate Linears, torchtitan's wq, wk, wv
    and the executor's model) save three, SwiGLU's gate and up two, a GeLU MLP's fc1 one (``norm_output_casts``).
