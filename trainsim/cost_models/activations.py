@@ -54,6 +54,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from .autocast import RESIDUAL_BYTES, norm_output_casts
 from .shapes import LayerShape, layer_shape
 
 MASK_BYTES = 1  # dropout masks are bool/uint8 on CUDA (Korthikanti's assumption)
@@ -109,6 +110,8 @@ def _norm_bytes(shp: LayerShape, n_tok: float, impl: str) -> tuple[float, float]
     (before the weight) besides rstd: ``8·h`` bytes per token instead of ``e·h``.
     """
     e, h = shp.e, shp.h
+    if shp.autocast:  # fp32 residual input, fp32 stats; CUDA's fused rms_norm saves no normalised copy (autocast.py)
+        return RESIDUAL_BYTES * n_tok * h, (2 if shp.norm == "layernorm" else 1) * STAT_BYTES * n_tok
     if shp.norm == "layernorm":
         return e * n_tok * h, 2 * STAT_BYTES * n_tok
     if impl == "eager":
@@ -129,24 +132,35 @@ def _gemm_input_bytes(shp: LayerShape, impl: str, fp8_input: bool = True) -> flo
     return e * shp.tokens * shp.h / r
 
 
+def _norm_output_bytes(shp: LayerShape, impl: str) -> float:
+    """The block's norm outputs, saved as the inputs of the linears after them.
+
+    Two norms: each output is the next GEMM's saved input -- the QKV projection, then fc1, or in a MoE block the
+    router (a 16-bit GEMM; the experts save their own input). Recomputing "layernorm" drops both outputs (Megatron
+    discards them once the linears have consumed them). One norm (Falcon-7B's parallel block): its output feeds
+    QKV and fc1 both, saved once. Four (Gemma 2/3): the post-norms save their inputs and statistics; their outputs
+    go to the residual add, which saves nothing. Under torch.autocast every linear after a norm saves its own
+    16-bit cast of the fp32 norm output (autocast.py, ``norm_output_casts``).
+    """
+    c_attn, c_mlp = norm_output_casts(shp.gated, shp.mla, shp.is_moe) if shp.autocast else (1, 1)
+    if shp.norms < 2 and shp.autocast:
+        c_attn += c_mlp  # one norm feeds the attention and MLP linears: a cast for each
+    return c_attn * _gemm_input_bytes(shp, impl) + (
+        c_mlp * _gemm_input_bytes(shp, impl, fp8_input=not shp.is_moe) if shp.norms >= 2 else 0.0)
+
+
 @lru_cache(maxsize=8192)
 def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
     e, h, t, r = shp.e, shp.h, shp.tp, shp.sp_div
     b, T = shp.b, shp.tokens
     if shp.recompute == "full":
-        return ActivationBytes(main=e * T * h / r, small=0.0)
+        return ActivationBytes(main=(RESIDUAL_BYTES if shp.autocast else e) * T * h / r, small=0.0)
 
     rc = shp.recomputes  # selective recompute by module (TrainingSpec.recompute_modules)
     if rc("op_sac"):
         return _op_sac_layer(shp)
     norm_main, norm_small = _norm_bytes(shp, T / r, impl)
-    # Two norms: each saves its input (+ stats); each output is the next GEMM's saved input -- the QKV
-    # projection, then fc1, or in a MoE block the router (a 16-bit GEMM; the experts save their own input).
-    # Recomputing "layernorm" drops both outputs (Megatron discards them once the linears have consumed them).
-    # One norm (Falcon-7B's parallel block): its output feeds QKV and fc1 both, saved once. Four (Gemma 2/3): the
-    # post-norms save their inputs and statistics; their outputs go to the residual add, which saves nothing.
-    norm_outs = _gemm_input_bytes(shp, impl) + (
-        _gemm_input_bytes(shp, impl, fp8_input=not shp.is_moe) if shp.norms >= 2 else 0.0)
+    norm_outs = _norm_output_bytes(shp, impl)
     seq = (shp.norms * norm_main + (0.0 if rc("layernorm") else norm_outs)
            + (2 * MASK_BYTES * T * h / r if shp.dropout else 0.0))
     small = shp.norms * norm_small
@@ -323,7 +337,7 @@ def pipeline_output_bytes(scenario) -> float:
     """One model chunk's output activation for one micro-batch (hidden states of its tokens, sequence-parallel
     shard), which frameworks with ``behaviour(...).pipeline_output_kept`` hold until that micro-batch's backward."""
     shp = _shape(scenario)
-    return float(shp.e * shp.tokens * shp.h / shp.sp_div)
+    return float((RESIDUAL_BYTES if shp.autocast else shp.e) * shp.tokens * shp.h / shp.sp_div)
 
 
 def head_activation_bytes(scenario, impl: str = "fused") -> float:

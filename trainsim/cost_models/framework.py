@@ -512,7 +512,15 @@ def memory_assumptions(training) -> dict:
             "grads_bytes_per_param": sb.grads, "optimizer_bytes_per_param": sb.optimizer,
             "grad_reduce_dtype": training.grad_dtype_name, "master_weights": training.master_weights,
             "note": sb.note, **({"compile": _compile_note(training)} if training.compile else {}),
-            **({"optimizer_sharding": training.optimizer_sharding_note} if training.optimizer_sharding_note else {})}
+            **({"optimizer_sharding": training.optimizer_sharding_note} if training.optimizer_sharding_note else {}),
+            **({"mixed_precision": AUTOCAST_NOTE} if training.autocast else {})}
+
+
+# What predict states under training.autocast (cost_models/autocast.py holds the mechanisms and their sources).
+AUTOCAST_NOTE = ("torch.autocast on fp32 weights: a 16-bit copy of every linear weight and bias cached for the step "
+                 "(autocast_weight_cache), an fp32 residual stream (fp32 norm inputs, one 16-bit cast of a norm output "
+                 "per linear reading it), and without recompute later micro-batches' weight gradients cast at the end "
+                 "of their backward (autocast_deferred_grads)")
 
 
 def _compile_note(training) -> str:

@@ -24,7 +24,9 @@ and gradients and Adam m, v (16); DeepSpeed 2 + 2 + 12; pure low-precision train
 buffers, the logits/loss workspace on the loss stage, pipeline send/receive buffers, Megatron's persistent
 "mpu" buffer (sequence-parallel all-gather or unfused attention's score input), the part of DeepSpeed's bf16
 gradient all-reduce copy beyond the freed activations (``reduce_cast_bytes``), Megatron-Core DDP's start-up
-peak with the distributed optimizer beyond the step's (``ddp_param_remap_bytes``), and offload staging buffers.
+peak with the distributed optimizer beyond the step's (``ddp_param_remap_bytes``), offload staging buffers, and
+under torch.autocast on fp32 weights (TrainingSpec.autocast) its weight-cast cache and, where it outgrows the
+activation peak, the end of a later micro-batch's backward with its deferred gradient casts (autocast.py).
 Data-parallel gradient buckets of ZeRO 0-2 are views of the gradient storage (Megatron's contiguous grad
 buffer; torch DDP with ``gradient_as_bucket_view``), so they add nothing. The caching allocator's cached-but-free blocks are not in
 ``total`` (the allocator frees them before failing an allocation); ``StageMemory.allocator_cached`` carries the
@@ -48,6 +50,7 @@ from dataclasses import dataclass, field
 from itertools import pairwise
 
 from . import activations as act
+from . import autocast
 from .framework import FP32_PARAM_FRAMEWORKS, behaviour, bf16_optimizer, state_bytes
 from .allocator_reserve import grads_off_peak, loss_stage_cached_bytes
 from .first_step_fragmentation import first_step_extra_reserved, lazy_state_bytes
@@ -374,6 +377,10 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     rounding = state_rounding_bytes(scenario, stage, rp)
     if rounding:
         details["state_rounding"] = rounding
+    deferred = _autocast_deferred(scenario, stage, rp, inflight_microbatches, per_mb)
+    beyond = max(0.0, deferred - activations - details.get("logits_workspace", 0.0))
+    if beyond:  # the end of a later micro-batch's backward outgrows the activation peak (autocast.py, mechanism 4)
+        details["autocast_deferred_grads"] = beyond
     cast = reduce_cast_bytes(scenario, rp)
     beyond = max(0.0, cast - activations)  # the reduce runs after the last backward: activations are freed
     if beyond:
@@ -583,11 +590,48 @@ def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0) 
             out["zero3_gather_buffers"] = rp.unit_params * (2 * pb + gb + concat_copy)
     if stage == scenario.loss_stage:
         out["logits_workspace"] = max(0.0, act.logits_workspace_bytes(scenario) - working)
+    if t.autocast:
+        out["autocast_weight_cache"] = autocast.weight_cast_cache_bytes(autocast_cast_params(scenario, stage, rp)[0])
     shp = layer_shape(scenario)
     if lay.pp > 1:
         out["pp_p2p_buffers"] = 2.0 * act.pipeline_output_bytes(shp)  # one send and one receive buffer
     out.update(megatron_global_buffer(scenario, shp))
     return out
+
+
+def autocast_cast_params(scenario, stage: int, rp: RankParams | None = None) -> tuple[float, float, float]:
+    """(cast, bias, output-layer) elements of ``stage``'s rank that torch.autocast casts to 16 bits and caches
+    for the step (autocast.py): every linear weight and bias held, the output layer's weight among them."""
+    m, lay = scenario.model, scenario.layout
+    rp = rp or rank_param_shards(scenario, stage)
+    L = scenario.layers_on_stage(stage)
+    loss = stage == scenario.loss_stage
+    cast = rp.held - autocast.non_cast_params(m, lay.tp, lay.pp, L, stage == 0, loss)
+    head = m.vocab_size * m.embed_dim / lay.tp if loss else 0.0
+    return cast, L * autocast.linear_bias_params(m, lay.tp), head
+
+
+def _autocast_deferred(scenario, stage: int, rp: RankParams, inflight: float, per_mb: float) -> float:
+    """Bytes beside the model states and the weight-cast cache at the end of a later micro-batch's backward under
+    torch.autocast (autocast.py, mechanism 4): the deferred gradient casts and the other in-flight micro-batches'
+    activations; 0 where nothing is deferred."""
+    t, m, lay = scenario.training, scenario.model, scenario.layout
+    if not (t.autocast and autocast.defers_grad_casts(t.recompute, scenario.num_microbatches)):
+        return 0.0
+    cast, _, head = autocast_cast_params(scenario, stage, rp)
+    largest = max(head, largest_weight_tensor_params(m, lay.tp, lay.ep, lay.etp))
+    tied = head if (m.tie_embeddings and stage == 0 and stage == scenario.loss_stage) else 0.0
+    return autocast.deferred_grad_cast_bytes(cast, largest, tied) + max(0.0, inflight - 1) * per_mb
+
+
+def autocast_saved_weight_bytes(scenario, stage: int) -> float:
+    """16-bit weight copies one micro-batch's autograd graph saves under torch.autocast (0 without it): the
+    cached casts, which a saved-tensor meter counting non-parameter storages sees in every micro-batch."""
+    if not scenario.training.autocast:
+        return 0.0
+    cast, bias, head = autocast_cast_params(scenario, stage)
+    return autocast.LOW_PRECISION_BYTES * autocast.saved_weight_cast_params(cast, bias, head,
+                                                                            scenario.training.recompute)
 
 
 def megatron_global_buffer(scenario, shp) -> dict[str, float]:

@@ -61,6 +61,7 @@ class LayerShape:
     fused_ce: bool = False  # fused cross-entropy kernel (TrainingSpec.cross_entropy, else the framework's)
     eager_ce: bool = False  # torch's eager F.cross_entropy on an fp32 copy of the logits (TrainingSpec.cross_entropy)
     ce_logits_kept: bool = False  # the caller keeps the fp32 logits through the backward (cross_entropy eager_fp32_kept)
+    autocast: bool = False  # fp32 weights under torch.autocast (TrainingSpec.autocast; cost_models/autocast.py)
     metric_ce_passes: int = 0  # no-grad cross-entropy forwards of train metrics (framework.py)
     bias_grad_pass: bool = False  # biases reduce their gradient in a separate kernel (framework.py)
     fp8_weight_casts: float = 1.0  # fp8 weight quantizations per micro-batch (1, or 1/m with TE's step cache)
@@ -162,6 +163,7 @@ def _layer_shape(scenario) -> LayerShape:
         eager_ce=(t.cross_entropy in ("eager_fp32", "eager_fp32_kept") if t.cross_entropy
                   else t.framework in EAGER_FP32_CE_FRAMEWORKS and not behaviour(t.framework).fused_cross_entropy),
         ce_logits_kept=t.cross_entropy == "eager_fp32_kept",
+        autocast=t.autocast,
         metric_ce_passes=behaviour(t.framework).train_metric_loss_passes,
         bias_grad_pass=m.bias and not behaviour(t.framework).fused_bias_grad,
         fp8_weight_casts=(1.0 / scenario.num_microbatches if behaviour(t.framework).fp8_weight_cache else 1.0),

@@ -189,3 +189,11 @@ def available_memory_bytes() -> int:
         pass
     return 0
 
+
+def dp_mode(s: Scenario) -> str:
+    """none | ddp | fsdp-replicate (zero 0 with pipelining or TP) | fsdp."""
+    if s.dp == 1 and s.training.zero != 3:
+        return "none"
+    if s.training.zero == 3:
+        return "fsdp"
+    return "ddp" if s.layout.pp == 1 and s.layout.tp == 1 else "fsdp-replicate"

@@ -15,7 +15,7 @@ from typing import Any
 
 from trainsim.specs import Scenario, resolve
 
-from .exec_config import ExecJob, check_job, world_size
+from .exec_config import ExecJob, check_job, dp_mode, world_size
 
 WORKER_MODULE = "trainsim.kernels.execute_worker"
 OPTIMIZER_STATE_BYTES = {"adam": 8, "sgd": 4}  # fp32 Adam m+v; fp32 SGD momentum buffer
@@ -152,6 +152,11 @@ def prediction_scenario(job: ExecJob) -> Scenario:
         # torch mixed precision (autocast / FSDP2 MixedPrecisionPolicy) keeps fp32 weights and fp32 gradients;
         # the low-precision copies are transient. Adam's state is then m and v only (no separate master copy).
         update.update(param_dtype_bytes=4, grad_dtype_bytes=4)
+        # FSDP2 layouts cast through MixedPrecisionPolicy; the others run the step under torch.autocast
+        # (parallelize.build: autocast_dtype), whose weight-cast cache and fp32 residual stream the memory
+        # model then counts (cost_models/autocast.py).
+        fsdp = dp_mode(s).startswith("fsdp")
+        update["mixed_precision"] = "param_dtype" if fsdp else "autocast"
     training = s.training.model_copy(update=update)
     layout = s.layout
     if job.hsdp > 1:
@@ -164,6 +169,9 @@ def predicted_memory(job: ExecJob) -> list[dict[str, float]]:
 
     Activations use the cost model's ``impl="eager"`` switch: the executor runs plain torch autograd
     (eager RMSNorm and SwiGLU, torch SequenceParallel saving gathered GEMM inputs), not fused kernels.
+    Under torch.autocast the linears save the cached 16-bit weight copies, which the saved-tensor meter counts in
+    every micro-batch (they are not parameter storages): ``saved_weight_casts`` is added to both activation
+    figures; the cache itself is held once, in ``other`` (memory.autocast_cast_params).
     """
     from trainsim.cost_models import memory
 
@@ -171,8 +179,10 @@ def predicted_memory(job: ExecJob) -> list[dict[str, float]]:
     out = []
     for stage in range(scn.layout.pp):
         sm = memory.stage_memory(scn, stage, impl=EXECUTOR_IMPL)
+        casts = memory.autocast_saved_weight_bytes(scn, stage)
+        per_mb = memory.activation_bytes_per_microbatch(scn, stage, impl=EXECUTOR_IMPL)
         out.append({"params": sm.weights, "grads": sm.grads, "optimizer": sm.optimizer,
-                    "activations_per_microbatch": memory.activation_bytes_per_microbatch(scn, stage, impl=EXECUTOR_IMPL),
-                    "activations_peak": sm.activations, "inflight_microbatches": sm.inflight_microbatches,
-                    "other": sm.other, "total": sm.total})
+                    "activations_per_microbatch": per_mb + casts, "activations_peak": sm.activations + casts,
+                    "saved_weight_casts": casts, "inflight_microbatches": sm.inflight_microbatches,
+                    "other": sm.other, "total": sm.total, "allocated": sm.allocated})
     return out

@@ -24,6 +24,7 @@ from torch import nn
 
 from trainsim.specs import Scenario
 
+from .exec_config import dp_mode
 from .torch_model import Chunk, ModelOptions, build_chunk, materialize
 
 SCHEDULES = {"gpipe": "ScheduleGPipe", "1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B",
@@ -39,15 +40,6 @@ def layers_of(stage: int, stage_layers: tuple[int, ...]) -> list[int]:
     """Global layer indices of virtual stage ``stage`` (Scenario.stage_layers: even, or Megatron's uneven split)."""
     start = sum(stage_layers[:stage])
     return list(range(start, start + stage_layers[stage]))
-
-
-def dp_mode(s: Scenario) -> str:
-    """none | ddp | fsdp-replicate (zero 0 with pipelining or TP) | fsdp."""
-    if s.dp == 1 and s.training.zero != 3:
-        return "none"
-    if s.training.zero == 3:
-        return "fsdp"
-    return "ddp" if s.layout.pp == 1 and s.layout.tp == 1 else "fsdp-replicate"
 
 
 @dataclass

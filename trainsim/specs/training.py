@@ -136,6 +136,12 @@ class TrainingSpec(BaseModel):
     param_dtype_bytes: int = Field(default=0, ge=0, le=8,
                                    description="bytes per stored weight; 0 = the dtype's (2 for bf16/fp16/fp8). "
                                                "torch AMP keeps fp32 weights (4) and casts per op")
+    mixed_precision: Literal["autocast", "param_dtype"] | None = Field(
+        default=None, description="how fp32 weights (param_dtype_bytes 4) meet bf16/fp16 compute: autocast = "
+        "torch.autocast around the step (casts per op, a bf16 copy of every weight cached for the step, an fp32 "
+        "residual stream: cost_models/autocast.py); param_dtype = the weights are cast once per use by the "
+        "framework (FSDP2 MixedPrecisionPolicy, FSDP's mixed_precision); None = autocast for framework torch "
+        "below ZeRO-3 with fp32 weights and a bf16/fp16 dtype, else param_dtype")
     cross_entropy: Literal["fused", "vocab_parallel", "eager_fp32", "eager_fp32_kept"] | None = Field(
         default=None, description="how the loss runs: fused = one fused (or torch.compile'd) kernel that saves the "
         "16-bit logits and a logsumexp per token; vocab_parallel = Megatron's cross-entropy (in-place ops on an "
@@ -272,6 +278,9 @@ class TrainingSpec(BaseModel):
                              "from) both given: set one")
         if self.optimizer_offload_fraction != 1.0 and not self.offload_optimizer:
             raise ValueError("optimizer_offload_fraction needs offload_optimizer=true")
+        if self.mixed_precision == "autocast" and not (self.param_bytes == 4 and self.dtype in ("bf16", "fp16")):
+            raise ValueError(f"mixed_precision: autocast casts fp32 weights (param_dtype_bytes 4) to a bf16/fp16 "
+                             f"dtype; got {self.param_bytes}-byte weights and dtype {self.dtype}")
         self._check_distributed_optimizer()
         why = era_refusal(self)  # a feature the historic preset's code did not have (specs/framework_era.py)
         if why:
@@ -324,6 +333,16 @@ class TrainingSpec(BaseModel):
         """ZeRO stage with Megatron's distributed optimizer counted as stage 1 (predict prints this one; an
         explicit ``--zero 0`` beside the distributed optimizer is refused: zero_conflict)."""
         return max(self.zero, 1 if self.distributed_optimizer else 0)
+
+    @property
+    def autocast(self) -> bool:
+        """Whether compute runs under ``torch.autocast`` on fp32 weights (``mixed_precision``; its default:
+        framework torch, fp32 weights, a bf16/fp16 dtype, no ZeRO-3/FSDP2 whose MixedPrecisionPolicy casts the
+        gathered parameters instead)."""
+        if self.mixed_precision is not None:
+            return self.mixed_precision == "autocast"
+        return (self.framework == "torch" and self.param_bytes == 4 and self.dtype in ("bf16", "fp16")
+                and self.effective_zero < 3)
 
     @property
     def param_bytes(self) -> int:
