@@ -11,6 +11,8 @@ stated code changes is visible. Then a 7B Llama (LLaMA-1 7B shape) in pure
 ZeRO-1 data parallelism on DGX A100, one 4,096-token sequence per GPU, from 8 to 1,024 GPUs per framework: the
 step's growth with ranks and its exposed DP time (``deepspeed-2021``: DeepSpeed before v0.12.4, whose ZeRO-1/2
 reduce each owner rank's slice of every bucket in a call of its own, about one ring over all ranks per GPU).
+Last, the AMSP paper's runs at a fixed 4M-token batch (``validate --dataset amsp``): each layout's published
+slowdown from 8 to 1,024 A800 GPUs beside trainsim's, with the overlap the paper states and without it.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ def main() -> None:
         _family(table, model, sorted(cases, key=lambda c: c.scenario.num_gpus), ds.metric, year_rule)
     small_collectives([c for c in ds.active if c.row_id.startswith("megascale_mlm_175b_")])
     zero1_growth()
+    amsp_slowdowns()
 
 
 def small_collectives(cases: list) -> None:
@@ -124,6 +127,31 @@ def zero1_growth() -> None:
             base = base or r.step_time_s
             print(f"{fw:>14} {g:>6} {r.step_time_s:>8.3f} {r.step_time_s / base - 1:>+7.1%} "
                   f"{r.exposed_comm_s.get('dp', 0.0):>12.3f}")
+
+
+
+def amsp_slowdowns() -> None:
+    """The AMSP paper's fixed-4M-token-batch runs (validate --dataset amsp): GPU time per token at 1,024 over 8 A800
+    GPUs, published and predicted, with the overlap the paper states and with DeepSpeed's ZeRO-1 default (none)."""
+    from trainsim.validation.amsp import SLOWDOWN
+    from trainsim.validation.datasets import load_dataset
+    ds = load_dataset("amsp")
+    print("\nAMSP (arXiv:2311.00257): slowdown 8 -> 1,024 A800 GPUs at a fixed 4M-token batch")
+    print(f"{'group':>24} {'published':>9} {'predicted':>9} {'no overlap':>10}")
+    small = {c.group: c for c in ds.active if SLOWDOWN not in c.secondary}
+    for c in ds.cases:
+        if SLOWDOWN not in c.secondary:
+            continue
+        if c.skip_reason is not None:
+            print(f"{c.group:>24} {c.secondary[SLOWDOWN]:>9.2f} {'refused':>9}")
+            continue
+        b = small[c.group]
+        ratios = []
+        for ovl in (None, False):
+            sc, sb = ((x if ovl is None else x.model_copy(update={"training": x.training.model_copy(
+                update={"overlap_grad_reduce": ovl})})) for x in (c.scenario, b.scenario))
+            ratios.append(predict(sc).step_time_s * sc.num_gpus / (predict(sb).step_time_s * sb.num_gpus))
+        print(f"{c.group:>24} {c.secondary[SLOWDOWN]:>9.2f} {ratios[0]:>9.2f} {ratios[1]:>10.2f}")
 
 
 if __name__ == "__main__":

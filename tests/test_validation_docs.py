@@ -1,5 +1,5 @@
 """docs/validation.md stays a short reference whose tables can be regenerated
-(benchmarks/regen_validation_docs.py): every dataset has a marker, the file stays <= 430 lines, and docs/
+(benchmarks/regen_validation_docs.py): every dataset has a marker, the file stays <= 440 lines, and docs/
 carries no history ("this round")."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "validation.md"
-MAX_LINES = 430
+MAX_LINES = 440
 HISTORY_PHRASES = ("this round", "round)", "first round", "second round", "third round", "fourth round",
                    "fifth round", "last round", "next round", "previous round", "earlier round",
                    "later round", "previously", "we tried", "before this change", "at that commit",

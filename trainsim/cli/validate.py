@@ -16,7 +16,7 @@ def register(subparsers) -> None:
                     "of each row, the MAPE and the worst row. Exit 1 when MAPE exceeds --max-mape "
                     "(or the worst row exceeds --max-worst).")
     p.add_argument("--dataset", default="sc21",
-                   help="bundled dataset (sc21, sc21-scripts, zero-bubble, nccl, korthikanti, llama3, memory; "
+                   help="bundled dataset (sc21, sc21-scripts, zero-bubble, nccl, korthikanti, llama3, memory, amsp; "
                         "mosaic, nemo and vtrain read their unbundled tables from the directory in $TRAINSIM_VALIDATION_DIR; "
                         "all) or a CSV path; "
                         "all = every primary dataset (sc21-scripts is a variant of sc21)")

@@ -65,6 +65,9 @@ def hsdp_refusal(shard: int, zero: int, framework: str, dp: int | None = None, e
             return f"shard group size {shard} must divide dp={dp}"
         if shard == dp:
             return None
+    if zero != 3 and framework in BUCKETED_ZERO_FRAMEWORKS:
+        return (f"ZeRO-{zero} sharded within a subgroup and replicated across it (AMSP / MiCS-style partial "
+                f"sharding) is not costed for framework {framework}: DeepSpeed ZeRO-1/2 shard over all dp ranks")
     if zero != 3:
         return f"HSDP shards the model states like ZeRO-3: needs zero=3, got zero={zero}"
     if framework not in FSDP_FRAMEWORKS:

@@ -33,6 +33,11 @@ GPU_NAMES: tuple[GPUName, ...] = (
     # H800: H100 compute with NVLink cut to 400 GB/s bidirectional, 200 per direction [h800_dsv3]
     GPUName(r"h800", "h100-sxm", "dgx-h100", {"scale_up": {"bw_per_gpu_Bps": 200e9}}),
     GPUName(r"h100", "h100-sxm", "dgx-h100"),
+    # A800: the A100 with NVLink cut to 400 GB/s bidirectional, 200 per direction, otherwise the same part (NVIDIA's
+    # export variant, Reuters via tweakers.net/nieuws/203182, Nov 2022; AMSP arXiv:2311.00257 Sec. VI-A testbed)
+    GPUName(r"a800.*\b40\s*gb|a800.*-40gb", "a100-40gb", "dgx-a100",
+            {"gpu": "a100-40gb", "scale_up": {"bw_per_gpu_Bps": 200e9}}),
+    GPUName(r"a800", "a100-80gb", "dgx-a100", {"scale_up": {"bw_per_gpu_Bps": 200e9}}),
     GPUName(r"a100.*\b40\s*gb|a100.*-40gb", "a100-40gb", "dgx-a100", {"gpu": "a100-40gb"}),
     GPUName(r"a100", "a100-80gb", "dgx-a100"),
     GPUName(r"mi300x", "mi300x", "mi300x"),

@@ -21,7 +21,8 @@ Columns beyond the shared schema are read when present (a bundled dataset states
 facts are, so one loader reads every bundled table): ``cp_comm`` (ring / p2p, allgather, a2a / Ulysses), how
 context parallelism exchanges keys and values (TrainingSpec.cp_comm), ring when absent; and the explicit
 recipe columns ``framework``, ``dtype``, ``grad_dtype_bytes``, ``flash_attention``, ``flash_attention_version``
-(1 or 2), ``dropout``, ``overlap_p2p`` (pipeline sends overlapped with compute) and ``fabric`` (scale-out
+(1 or 2), ``dropout``, ``overlap_p2p`` (pipeline sends overlapped with compute), ``overlap_grad_reduce`` (data-parallel
+gradient reduction overlapped with the backward) and ``fabric`` (scale-out
 topology), which replace the year and text rules above when filled (a row that names the code it ran, e.g. a
 framework commit older than its paper, states that code's era here). ``assumptions`` states in words the rule that set each value the source leaves open
 (documentation only). The loader also reads ``label``, ``category``, ``group`` (rows compared with each other)
@@ -156,7 +157,7 @@ def _explicit_recipe(r: dict, training: dict) -> dict:
     for key in ("framework", "dtype"):
         if stated(r, key):
             training[key] = r[key].strip()
-    for key in ("flash_attention", "dropout", "overlap_p2p"):
+    for key in ("flash_attention", "dropout", "overlap_p2p", "overlap_grad_reduce"):
         if stated(r, key):
             training[key] = yes_no(r, key)
     for key in ("grad_dtype_bytes", "flash_attention_version"):

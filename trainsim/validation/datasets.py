@@ -8,7 +8,8 @@ tables of trainsim/data/validation/settings/ (read by trainsim/validation/settin
 * common_run_cases: the one loader of the common run schema: SC21 Tables 1-2 (``sc21``, ``sc21-scripts``),
   Llama 3 405B, Korthikanti et al. 2022 (``korthikanti``: its recipe in the CSV's explicit columns, its MFU
   formula in korthikanti.py), the zero-bubble paper (``zero-bubble``: its recipe in zero_bubble_2024.csv, its
-  samples/s metric and ratio to 1F1B in zero_bubble.py) and any common-run-schema CSV;
+  samples/s metric and ratio to 1F1B in zero_bubble.py), the AMSP paper's ZeRO runs from 8 to 1,024 GPUs (``amsp``:
+  MFU-derived step times and each layout's slowdown, amsp.py) and any common-run-schema CSV;
 * nccl_runs: nccl-tests busbw (a table of its own shape);
 * mosaic, nemo (+ nemo_recipes), vtrain: tables parsed from fetched repositories, read from
   $TRAINSIM_VALIDATION_DIR (external_tables), never bundled;
@@ -28,6 +29,7 @@ from trainsim.specs import SpecError
 from trainsim.specs.errors import did_you_mean
 from trainsim.validation import vtrain
 from trainsim.validation.cases import Case, CollectiveCase, Dataset, read_rows
+from trainsim.validation.amsp import load_amsp
 from trainsim.validation.common_run_cases import load_common_runs, load_llama3, sc21_eq3_flops
 from trainsim.validation.external_tables import EXTERNAL_DATASETS, external_table, missing_external
 from trainsim.validation.korthikanti import korthikanti_model_flops, load_korthikanti
@@ -40,7 +42,7 @@ from trainsim.validation.zero_bubble import load_zero_bubble
 __all__ = [
     "DATASETS", "DATASET_CSV", "EXTERNAL_DATASETS", "SECONDARY_DATASETS", "Case",
     "CollectiveCase", "Dataset", "busbw_factor", "dataset_csv", "dataset_names", "external_table",
-    "korthikanti_model_flops", "load_common_runs", "load_dataset", "load_korthikanti", "load_llama3", "load_mosaic",
+    "korthikanti_model_flops", "load_common_runs", "load_dataset", "load_amsp", "load_korthikanti", "load_llama3", "load_mosaic",
     "load_nccl", "load_nemo", "load_zero_bubble", "missing_external", "mosaic_flops_per_seq", "mosaic_peak_flops",
     "nemo_llama_flops_per_token", "sc21_eq3_flops",
 ]
@@ -67,6 +69,7 @@ DATASETS: dict[str, Callable[[], Dataset]] = {
     "korthikanti": load_korthikanti,
     "llama3": load_llama3,
     "memory": load_memory,
+    "amsp": load_amsp,
     "vtrain": lambda: vtrain.load_vtrain(external_table("vtrain", vtrain.VTRAIN_FILE), name="vtrain"),
 }
 
@@ -79,7 +82,8 @@ def dataset_names() -> list[str]:
 DATASET_CSV = {"sc21": "megatron_sc21_table1.csv", "sc21-scripts": "megatron_sc21_table1.csv",
                "mosaic": "mosaic_mpt_benchmarks.csv", "zero-bubble": "zero_bubble_2024.csv", "nccl": "nccl_busbw.csv",
                "nemo": "nemo_megatron_bridge_perf.csv", "korthikanti": "korthikanti_2022.csv",
-               "llama3": "llama3_2024.csv", "memory": "memory_runs.csv"}
+               "llama3": "llama3_2024.csv", "memory": "memory_runs.csv",
+               "amsp": "amsp_2023.csv"}
 
 
 def dataset_csv(name: str) -> Path:

@@ -268,7 +268,9 @@ def validate(dataset: Dataset, *, predict_fn: PredictFn | None = None,
 
 
 def _fill_group_ratios(dataset: Dataset, rows: list[RowResult]) -> None:
-    """Zero-bubble: predicted throughput / predicted 1F1B throughput of the same group."""
+    """Zero-bubble: predicted throughput / predicted 1F1B throughput of the same group; scaling groups (amsp):
+    predicted GPU-seconds per step over the group's smallest run's (``slowdown_vs_smallest``)."""
+    _fill_slowdowns(dataset, rows)
     by_id = {c.row_id: c for c in dataset.cases}
     base: dict[str, float] = {}
     for r in rows:
@@ -285,6 +287,26 @@ def _fill_group_ratios(dataset: Dataset, rows: list[RowResult]) -> None:
         p = (r.predicted / b) if (b and r.predicted) else None
         sec["ratio_to_1f1b"] = {"published": pub, "predicted": p,
                                 "error_pct": _error_pct(p, pub) if p is not None else None}
+
+
+def _fill_slowdowns(dataset: Dataset, rows: list[RowResult]) -> None:
+    """``slowdown_vs_smallest``: (predicted step x GPUs) / (the same for the group's run on the fewest GPUs)."""
+    by_id = {c.row_id: c for c in dataset.cases}
+    base: dict[str, tuple[int, float]] = {}
+    for r in rows:
+        c = by_id[r.row_id]
+        if c.group and r.predicted and c.scenario is not None:
+            n = c.scenario.num_gpus
+            if c.group not in base or n < base[c.group][0]:
+                base[c.group] = (n, r.predicted * n)
+    for r in rows:
+        c = by_id[r.row_id]
+        if r.skipped is not None or "slowdown_vs_smallest" not in c.secondary or c.scenario is None:
+            continue
+        pub, b = c.secondary["slowdown_vs_smallest"], base.get(c.group or "")
+        p = r.predicted * c.scenario.num_gpus / b[1] if (b and r.predicted) else None
+        r.secondary["slowdown_vs_smallest"] = {"published": pub, "predicted": p,
+                                               "error_pct": _error_pct(p, pub) if p is not None else None}
 
 
 # --- rendering -----------------------------------------------------------------------------------

@@ -1,0 +1,92 @@
+"""ZeRO over many ranks: the AMSP paper's LLaMA runs from 8 to 1,024 A800 GPUs (Chen et al., arXiv:2311.00257)
+as validation cases -- each sharding layout's step time at 8 and at 1,024 GPUs and the slowdown between them.
+
+The runs are rows of the common run schema (amsp_2023.csv, hand-entered from the paper's text, with the explicit
+recipe columns and the assumptions they rest on) read by the common loader. The paper prints MFU on the Megatron-LM
+FLOP formula; the CSV's step time is derived from it (``derived_fields``). What is specific to the source is the
+comparison it makes: at a fixed global batch of 4M tokens, the time each GPU spends per token grows from 8 to
+1,024 GPUs, and how much depends on where the ZeRO shards live (over all ranks, or within each node).
+``slowdown_vs_smallest`` is that growth, ``step_time x GPUs`` of a row over the same of its group's smallest run
+(the same model, layout and global batch), i.e. the ratio of the smallest run's MFU to this one's -- independent of
+the FLOP formula and of the absolute kernel speed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from trainsim.data import validation_path
+from trainsim.validation.cases import Case, Dataset, read_rows
+from trainsim.validation.cells import integer as _int
+from trainsim.validation.cells import num as _num
+from trainsim.validation.common_run_cases import load_common_runs
+
+AMSP_CITATION = ('Chen et al., "AMSP: Reducing Communication Overhead of ZeRO for Efficient LLM Training", '
+                 'arXiv:2311.00257v2 (2024), Secs. I, III-A, III-C, VI-A, VI-B (MFU from 8 to 1,024 A800 GPUs)')
+
+# The secondary metric every row of a scaling group carries (module docstring).
+SLOWDOWN = "slowdown_vs_smallest"
+
+
+def megatron_model_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:
+    """Model FLOPs of one step on the Megatron-LM formula the paper uses (Sec. VI-A, footnote 2: attention not halved
+    for the causal mask): 72 B s L h^2 (1 + s/6h + V/12hL)."""
+    return 72.0 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (12 * hidden * layers))
+
+
+def _mfu(r: dict) -> tuple[dict, dict]:
+    """The row's printed MFU % and its prediction from a step time (Megatron formula over 312 TFLOP/s per GPU)."""
+    mfu = _num(r.get("mfu_pct"))
+    if mfu is None:
+        return {}, {}
+    gpus = _int(r["num_gpus"])
+    flops = megatron_model_flops(_int(r["global_batch_seqs"]), _int(r["seq_len"]), _int(r["layers"]),
+                                 _int(r["hidden"]), _int(r["vocab"]))
+    return {"mfu_pct": mfu}, {"mfu_pct": lambda step_s, f=flops, n=gpus: 100 * f / (step_s * n * 312e12)}
+
+
+def with_group_slowdowns(cases: list[Case], gpus: dict[str, int]) -> list[Case]:
+    """Attach each row's published slowdown to its group's smallest run (module docstring); ``gpus``: row_id -> GPUs."""
+    base: dict[str, Case] = {}
+    for c in cases:
+        if c.group and (c.group not in base or gpus[c.row_id] < gpus[base[c.group].row_id]):
+            base[c.group] = c
+    out = []
+    for c in cases:
+        b = base.get(c.group or "")
+        sec = dict(c.secondary)
+        if b is not None and b is not c:
+            sec[SLOWDOWN] = (c.published * gpus[c.row_id]) / (b.published * gpus[b.row_id])
+        out.append(dataclasses.replace(c, secondary=sec))
+    return out
+
+
+def published_trends(cases: tuple[Case, ...]) -> dict[str, float]:
+    """Group -> published slowdown of its largest run (skipped rows included: the layouts trainsim refuses)."""
+    return {c.group: c.secondary[SLOWDOWN] for c in cases if c.group and SLOWDOWN in c.secondary}
+
+
+def load_amsp(path: Path | None = None, *, name: str = "amsp") -> Dataset:
+    """The AMSP paper's LLaMA-7B/13B runs from 8 to 1,024 A800 GPUs: ZeRO-1 and ZeRO-3 over all ranks (DeepSpeed,
+    predicted), ZeRO-1 and MiCS sharded within each node (listed, skipped with the reason)."""
+    path = path or validation_path("amsp_2023.csv")
+    gpus = {r["row_id"]: _int(r["num_gpus"]) or 0 for r in read_rows(path)}
+    cases = with_group_slowdowns(list(load_common_runs(path, name=name, secondary=_mfu).cases), gpus)
+    trends = published_trends(tuple(cases))
+    notes = (
+        ("metric: seconds per step, derived from the printed MFU (Megatron-LM formula over 312 TFLOP/s, as the "
+         "paper computes it); the secondary mfu_pct is the printed value. slowdown_vs_smallest = (step x GPUs) / "
+         "(the same at 8 GPUs): the growth of GPU time per token from 8 to 1,024 GPUs at the fixed 4M-token batch."),
+        ("published slowdowns 8 -> 1,024 GPUs: " + "; ".join(f"{g} x{v:.2f}" for g, v in sorted(trends.items()))
+         + ". The within-node layouts are AMSP's own engine and DeepSpeed-MiCS, which trainsim does not cost "
+         "(skipped rows): their published trend is the direction, not a checked number."),
+        ("hardware: A800 80GB (A100 compute, NVLink 400 GB/s bidirectional), 8 per node, 4 HDR 200 Gb/s NICs per node "
+         "(Sec. VI-A 2) -- dgx-a100 with the A800's NVLink and 4 NICs; leaf-spine placement not stated (rail-optimized)."),
+        ("software: DeepSpeed (framework deepspeed) bf16, FlashAttention-2, no recomputation for 7B/13B, micro-batch "
+         "1 x 4096 tokens, no TP/PP; overlap of communication with computation enabled in every baseline "
+         "(Sec. VI-A 4): DeepSpeed overlap_comm, set with the overlap_grad_reduce column for the ZeRO-1 rows "
+         "(ZeRO-3 overlaps by default)."),
+    )
+    return Dataset(name=name, title="AMSP: ZeRO from 8 to 1,024 A800 GPUs (LLaMA-7B/13B)", metric="step_time_s",
+                   unit="s", citation=AMSP_CITATION, notes=notes, cases=tuple(cases))
