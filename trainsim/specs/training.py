@@ -141,7 +141,7 @@ class TrainingSpec(BaseModel):
         "16-bit logits and a logsumexp per token; vocab_parallel = Megatron's cross-entropy (in-place ops on an "
         "fp32 copy of the logits); eager_fp32 = torch's eager F.cross_entropy on an fp32 copy (torchtitan, "
         "trainsim execute); eager_fp32_kept = the same on fp32 logits the model returns and the "
-        "caller keeps through the backward (torchtitan of early 2024); None = the framework's default (cost_models/framework.py)")
+        "caller keeps through the backward (torchtitan of early 2024; frameworks torch and pytorch-fsdp only); None = the framework's default (cost_models/framework.py)")
     cuda_context_bytes: int = Field(
         default=0, ge=0, le=16 << 30, description="device bytes of the CUDA context as measured for the run's "
         "software stack (nvidia-smi after the first CUDA call, e.g. torch.ones(1).cuda()): module images loaded "
@@ -249,6 +249,14 @@ class TrainingSpec(BaseModel):
                              f"{self.dtype}")
         if self.compile:
             self._check_compile()
+        if self.cross_entropy == "eager_fp32_kept" and self.framework not in OP_SAC_FRAMEWORKS:
+            # the caller of a torch model keeps the fp32 logits it returns (torchtitan PR #165's loss); Megatron's
+            # GPT computes the loss inside the model with its vocab-parallel cross entropy
+            # (megatron/core/tensor_parallel/cross_entropy.py), as Megatron-DeepSpeed's and DeepSpeed's GPT do
+            raise ValueError(f"cross_entropy: eager_fp32_kept is a torch training loop's loss on fp32 logits the "
+                             f"model returns (torchtitan); framework {self.framework} runs Megatron's vocab-parallel "
+                             f"cross entropy inside the model: use framework torch or pytorch-fsdp, or another "
+                             f"cross_entropy")
         if self.framework == "torch" and self.tp_comm_overlap:
             raise ValueError("tp_comm_overlap is Transformer Engine's userbuffers overlap (Megatron-Core); framework "
                              "torch runs parallelize_module TP without it: use framework megatron or drop it")
