@@ -149,7 +149,8 @@ class TrainingSpec(BaseModel):
         "the GPU (cost_models/runtime_memory.py)")
     framework: Framework = Field(default="megatron", description="software stack whose documented behaviours "
                                  "apply (cost_models/framework.py); the historic presets (-2021, -2022) refuse "
-                                 "features their code predates (specs/framework_era.py)")
+                                 "features their code predates and megatron-deepspeed what that fork lacks "
+                                 "(specs/framework_era.py)")
     compile: bool = Field(
         default=False, description="the model's blocks run under torch.compile (torchtitan --training.compile): "
         "AOTAutograd's min_cut_rematerialization_partition (torch/_functorch/partitioners.py) keeps only the "
