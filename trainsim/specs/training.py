@@ -158,11 +158,13 @@ class TrainingSpec(BaseModel):
         "no backward op reads (SwiGLU's down-projection output) is not kept; without AC a compiled block keeps "
         "what fused kernels keep (norm inputs and outputs, the gate and up outputs and their product) and with "
         "full AC its input. Frameworks torch and pytorch-fsdp; refused with Megatron's selective module recompute "
-        "and with op_sac under sequence parallelism (not measured)")
+        "and with op_sac under sequence parallelism (not measured). With host_issue eager the host issues the "
+        "compiled kernels (host_issue compile: cost_models/compiled_issue.py)")
     host_issue: Literal["eager", "cuda_graphs", "compile"] = Field(
         default="eager", description="how the host issues each block's kernels (cost_models/host_issue.py): eager "
         "PyTorch (an aten dispatch per op, a launch per kernel), cuda_graphs (one graph launch per block and pass) "
-        "or compile (torch.compile: one launch per kernel, no Python dispatch); a pass lasts at least its issue time")
+        "or compile (torch.compile: one launch per Inductor kernel -- GEMMs, attention and one fused kernel per "
+        "pointwise/norm region -- no Python dispatch; implied by compile: true); a pass lasts at least its issue time")
     overlap_p2p: bool | None = Field(default=None, description="pipeline sends overlap compute (Megatron "
                                      "--overlap-p2p-communication); None = the framework's default")
     cp_comm: Literal["p2p", "allgather", "a2a"] = Field(
@@ -313,6 +315,12 @@ class TrainingSpec(BaseModel):
             how = f" (Megatron-FSDP {'optim_grads' if self.zero == 2 else 'optim_grads_params'} on the distributed optimizer)"
         return (f"distributed_optimizer with zero {self.zero}: costed as ZeRO-{self.zero}{how}, which includes the "
                 f"distributed optimizer's sharding of the optimizer states")
+
+    @property
+    def host_issue_mode(self) -> str:
+        """How the host issues the blocks' kernels (cost_models.host_issue): ``compile`` implies torch.compile's
+        fused kernels where ``host_issue`` is left eager; CUDA graphs stay graphs."""
+        return "compile" if self.compile and self.host_issue == "eager" else self.host_issue
 
     @property
     def selective_modules(self) -> frozenset[str]:
