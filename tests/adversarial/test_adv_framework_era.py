@@ -33,7 +33,6 @@ REFUSED = [
     ("megatron-2022", ["--cp", "2"], "layout.cp"),
     ("deepspeed-2021", ["--cp", "2"], "layout.cp"),
     ("megatron-2021", ["--distributed-optimizer"], "distributed_optimizer=true"),
-    ("megatron-2022", ["--distributed-optimizer"], "distributed_optimizer=true"),  # merged 2022-06-08, after SP
     ("deepspeed-2021", ["--distributed-optimizer"], "distributed_optimizer=true"),
 ]
 MOE = ["predict", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "4096",
@@ -96,7 +95,7 @@ def test_the_refusal_cites_what_introduced_the_feature():
     assert "Transformer Engine" in feature_refusal("megatron-2021", "dtype", "fp8")
     assert "PR #6362" in feature_refusal("megatron-2022", "tp_comm_overlap", True)
     assert "arXiv:2205.05198" in feature_refusal("deepspeed-2021", "sequence_parallel", True)
-    assert "d07d29df14" in feature_refusal("megatron-2022", "distributed_optimizer", True)
+    assert "d07d29df14" in feature_refusal("megatron-2021", "distributed_optimizer", True)
     assert "4a6255a763" in feature_refusal("megatron-2021", "cp", "> 1")
     assert "arXiv:2309.14509" in feature_refusal("deepspeed-2021", "cp", "> 1")
     assert "370f3c1f4b" in feature_refusal("megatron-2022", "ep", "> 1")
@@ -111,6 +110,7 @@ def test_the_refusal_cites_what_introduced_the_feature():
     ("megatron-2021", ["--pp", "2", "--schedule", "interleaved", "--vpp", "2"]),  # SC21 introduced it
     ("deepspeed", ["--dtype", "fp8"]),
     ("megatron", ["--cp", "2", "--distributed-optimizer"]),
+    ("megatron-2022", ["--distributed-optimizer"]),   # Megatron-LM of mid-2022 (d07d29df14, 2022-06-08)
     ("deepspeed", ["--cp", "2"]),
 ])
 def test_features_within_the_presets_era_still_run(framework, flags):
@@ -130,7 +130,7 @@ def test_a_scenario_file_and_plan_are_refused_alike(tmp_path):
     assert_refused(run_cli(["plan", plan, "--schedule", "zb"]), "schedule=zb")
     assert_refused(run_cli(["plan", plan, "--cp", "2"]), "layout.cp")
     dist = tmp_path / "d.yaml"
-    dist.write_text(plan.read_text().replace("megatron-2022}", "megatron-2022, distributed_optimizer: true}"))
+    dist.write_text(plan.read_text().replace("megatron-2022}", "megatron-2021, distributed_optimizer: true}"))
     assert_refused(run_cli(["plan", dist]), "distributed_optimizer=true")
     moe = tmp_path / "m.yaml"
     moe.write_text(plan.read_text().replace("llama3-8b", "mixtral-8x7b"))

@@ -10,8 +10,10 @@ The historic presets' code and its date (what a feature must predate):
 
 * ``megatron-2021`` -- Megatron-LM of SC21, the v2.x releases of 2021 (NVIDIA/Megatron-LM tags v2.0 2021-01-12
   .. v2.6 2021-08-27; dated by v2.6).
-* ``megatron-2022`` -- Megatron-LM of Korthikanti et al.: the merge of branch ``sequence_parallel`` into main,
-  NVIDIA/Megatron-LM@9aad9203aa (2022-05-20), which brought sequence parallelism and selective recompute.
+* ``megatron-2022`` -- Megatron-LM of mid-2022: Korthikanti et al.'s sequence parallelism and selective
+  recompute (branch ``sequence_parallel``, NVIDIA/Megatron-LM@9aad9203aa, 2022-05-20) and the distributed
+  optimizer merged three weeks later (d07d29df14, 2022-06-08), whose 2022 form the memory model prices for this
+  preset (cost_models/memory: its parameter all-gather lands in views of the grad buffer); dated by the latter.
 * ``deepspeed-2021`` -- DeepSpeed's ZeRO-3 of mid-2021 as cost_models/framework.py reads it,
   microsoft/DeepSpeed@70adb32 (2021-07-12).
 
@@ -28,8 +30,9 @@ What introduced each feature (dates from the repositories' first-parent history,
   CHANGELOG 0.1.0rc3, 2025).
 * ``sequence_parallel``, ``recompute: selective`` -- Korthikanti et al., arXiv:2205.05198; merged 2022-05-20.
 * ``distributed_optimizer`` -- Megatron-LM's ``--use-distributed-optimizer``: branch
-  ``lmcafee/distrib-opt-nodupe`` merged into main on 2022-06-08 (NVIDIA/Megatron-LM@d07d29df14), after the
-  code of Korthikanti et al. DeepSpeed has no such optimizer (it shards optimizer states with ZeRO-1).
+  ``lmcafee/distrib-opt-nodupe`` merged into main on 2022-06-08 (NVIDIA/Megatron-LM@d07d29df14; its work began
+  2022-02-10, 329fe5820f "working on Float16DistributedOptimizer"), after every 2021 release. DeepSpeed has no
+  such optimizer (it shards optimizer states with ZeRO-1).
 * context parallelism (``layout.cp > 1``) -- Megatron: ``--context-parallel-size``, branch
   ``xren/pretrain_gpt_with_cp`` merged 2023-10-30 (NVIDIA/Megatron-LM@4a6255a763). DeepSpeed: Ulysses'
   all-to-all sequence parallelism, DeepSpeed 0.10.2 (Megatron-DeepSpeed's "DeepSpeed Ulysses Release (#230)",
@@ -60,7 +63,7 @@ from datetime import date
 # preset -> the code it stands for, and that code's date.
 HISTORIC_FRAMEWORKS: dict[str, tuple[str, date]] = {
     "megatron-2021": ("Megatron-LM of SC21", date(2021, 8, 27)),
-    "megatron-2022": ("Megatron-LM of Korthikanti et al.", date(2022, 5, 20)),
+    "megatron-2022": ("Megatron-LM of Korthikanti et al.", date(2022, 6, 8)),
     "deepspeed-2021": ("DeepSpeed", date(2021, 7, 12)),
 }
 
