@@ -52,7 +52,8 @@ logsumexp ``4·b·a·s`` (/shared/notes/torch-distributed-on-cpu.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+
+from trainsim.specs.memo import memoised
 
 from .shapes import LayerShape, layer_shape
 
@@ -129,7 +130,7 @@ def _gemm_input_bytes(shp: LayerShape, impl: str, fp8_input: bool = True) -> flo
     return e * shp.tokens * shp.h / r
 
 
-@lru_cache(maxsize=8192)
+@memoised(maxsize=8192)
 def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
     e, h, t, r = shp.e, shp.h, shp.tp, shp.sp_div
     b, T = shp.b, shp.tokens
@@ -282,7 +283,7 @@ def layer_activation_bytes(scenario, impl: str = "fused") -> ActivationBytes:
     return _layer(_shape(scenario), impl)
 
 
-@lru_cache(maxsize=8192)
+@memoised(maxsize=8192)
 def _no_recompute(shp: LayerShape, impl: str) -> ActivationBytes:
     from dataclasses import replace
     return _layer(replace(shp, recompute="none"), impl)
