@@ -17,9 +17,18 @@ def test_llama_block_kernels_match_the_captured_graphs():
     """The Llama-style block: q, k, v, o, gate, up, down (7 GEMMs) + SDPA forward; the rest fused by region."""
     pytest.importorskip("torch")
     from trainsim.kernels.compiled_count import counted_compiled_kernels
-    counted = counted_compiled_kernels(hidden=128, heads=2)
-    assert counted == COMPILED_BLOCK_KERNELS
+    counted = counted_compiled_kernels(hidden=128, heads=2, styles=("rmsnorm-swiglu-rope",))
+    assert counted["rmsnorm-swiglu-rope"] == COMPILED_BLOCK_KERNELS["rmsnorm-swiglu-rope"]
     assert set(COMPILED_BLOCK_KERNELS) == set(hi.BLOCK_OPS)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_every_style_matches_the_captured_graphs():
+    """The GPT block and Megatron's legacy layer too (about 10 s of CPU: three compiles)."""
+    pytest.importorskip("torch")
+    from trainsim.kernels.compiled_count import counted_compiled_kernels
+    assert counted_compiled_kernels(hidden=128, heads=2) == COMPILED_BLOCK_KERNELS
 
 
 def test_compiled_counts_are_fewer_than_eager_and_at_least_the_gemms():

@@ -104,14 +104,18 @@ def _capture(make_module, shape: tuple[int, ...]) -> tuple[int, int]:
     return graphs["fwd"], graphs["bwd"]
 
 
-def counted_compiled_kernels(hidden: int = 256, heads: int = 4) -> dict[str, tuple[int, int]]:
-    """Every style of cost_models.host_issue.BLOCK_OPS: (forward, backward) kernels of the compiled block."""
+def counted_compiled_kernels(hidden: int = 256, heads: int = 4,
+                             styles: tuple[str, ...] | None = None) -> dict[str, tuple[int, int]]:
+    """(forward, backward) kernels of the compiled block of each style of cost_models.host_issue.BLOCK_OPS (or of
+    ``styles``)."""
     out = {}
     for style, arch in _STYLE_ARCH.items():
-        spec = ModelSpec(name=style, num_layers=2, hidden=hidden, num_heads=heads, ffn_hidden=4 * hidden,
-                         vocab_size=1000, max_seq_len=64, **arch)
-        out[style] = _capture(lambda s=spec: Block(s, ModelOptions()), (1, 64, hidden))
-    out["megatron-gpt-unfused"] = _capture(lambda: MegatronLayer(hidden, heads, 4 * hidden), (64, 1, hidden))
+        if styles is None or style in styles:
+            spec = ModelSpec(name=style, num_layers=2, hidden=hidden, num_heads=heads, ffn_hidden=4 * hidden,
+                             vocab_size=1000, max_seq_len=64, **arch)
+            out[style] = _capture(lambda s=spec: Block(s, ModelOptions()), (1, 64, hidden))
+    if styles is None or "megatron-gpt-unfused" in styles:
+        out["megatron-gpt-unfused"] = _capture(lambda: MegatronLayer(hidden, heads, 4 * hidden), (64, 1, hidden))
     return out
 
 
