@@ -154,6 +154,11 @@ def test_plan_searches_only_what_the_presets_code_had(tmp_path):
                         training_extra={"framework": "megatron-deepspeed", "cp_comm": "a2a"})
     assert any(c.cp > 1 for c in enumerate_candidates(load_model("llama3-8b"), load_cluster("dgx-h100", 16), 16,
                                                       32, 4096, fork))  # Ulysses: searched
+    zb = SearchLimits(max_micro_batch=1, fixed={"recompute": "full", "pp": 2},
+                      training_extra={"framework": "megatron-deepspeed"})
+    zbs = [c for c in enumerate_candidates(load_model("llama3-8b"), load_cluster("dgx-h100", 16), 16, 32, 4096, zb)
+           if c.schedule == "zb"]
+    assert zbs and not any(c.sequence_parallel for c in zbs)  # ZB-H1 only without SP there
     moe = SearchLimits(max_micro_batch=1, fixed={"recompute": "full"}, training_extra={"framework": "deepspeed"})
     assert any(c.ep > 1 for c in enumerate_candidates(load_model("mixtral-8x7b"), load_cluster("dgx-h100", 16), 16,
                                                       32, 4096, moe))

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from trainsim.specs import ClusterSpec, Layout, ModelSpec, Scenario, SpecError, TrainingSpec, resolve
 from trainsim.specs.data_parallel import hsdp_refusal
-from trainsim.specs.framework_era import feature_refusal, layout_refusal
+from trainsim.specs.framework_era import feature_refusal, layout_refusal, schedule_refusal
 from trainsim.specs.errors import from_validation_error
 from trainsim.specs.pools import arranged, placement_options
 from trainsim.specs.scenario import balanced_stage_layers, ep_overlap_refusal
@@ -320,7 +320,7 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, gpus: int, glob
                 break
             n_micro = per_replica // mb
             for sched, vpp in _schedules(pp, model, lim):
-                if sched == "interleaved" and n_micro % pp:
+                if sched == "interleaved" and n_micro % pp or schedule_refusal(framework, sched, sp):
                     continue
                 if sched == "dualpipev" and n_micro < 2 * pp:
                     continue

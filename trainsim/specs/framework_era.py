@@ -169,8 +169,13 @@ def era_refusal(training) -> str | None:
             why = feature_refusal(training.framework, field, value)
             if why:
                 return why
-    if training.framework == "megatron-deepspeed" and training.schedule == "zb" and training.sequence_parallel:
-        # megatron/arguments.py: assert args.sequence_parallel == False, "Sequence Parallel not tested, ..."
+    return schedule_refusal(training.framework, training.schedule, training.sequence_parallel)
+
+
+def schedule_refusal(framework: str, schedule: str, sequence_parallel: bool) -> str | None:
+    """Why the framework's code cannot run ``schedule`` with this sequence parallelism, or None: Megatron-DeepSpeed's
+    megatron/arguments.py asserts ``args.sequence_parallel == False`` for ZB-H1 ("Sequence Parallel not tested")."""
+    if framework == "megatron-deepspeed" and schedule == "zb" and sequence_parallel:
         return ("schedule=zb: Megatron-DeepSpeed's ZB-H1 (--enable-zbh1-pipeline) asserts sequence parallelism "
                 "off (megatron/arguments.py: \"Sequence Parallel not tested\"): turn sequence_parallel off or use "
                 "framework megatron")
