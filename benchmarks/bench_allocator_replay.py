@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from trainsim.specs.memo import active_memo, memo_scope
 from trainsim.cost_models import memory
 from trainsim.cost_models.first_step_fragmentation import _extra_reserved
 from trainsim.validation.memory_runs import load_memory
@@ -28,8 +29,9 @@ def main() -> None:
             total += dt
             if extra:
                 print(f"{c.row_id:36s} stage {s:2d}: +{extra / GiB:6.2f} GiB reserved  ({dt * 1e3:7.1f} ms)")
-    print(f"replays: {_extra_reserved.cache_info().misses} distinct traces, {total:.2f} s in all")
+    print(f"replays: {active_memo().size(_extra_reserved.memo_name)} distinct traces, {total:.2f} s in all")
 
 
 if __name__ == "__main__":
-    main()
+    with memo_scope():  # one memo for the run, as a CLI command has (specs.memo)
+        main()

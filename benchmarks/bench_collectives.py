@@ -15,6 +15,7 @@ from __future__ import annotations
 import random
 import time
 
+from trainsim.specs.memo import active_memo, memo_scope
 from trainsim.cost_models import collectives as C
 from trainsim.cost_models.contention import Flow, max_min_rates
 from trainsim.specs import build_scenario, load_cluster
@@ -35,8 +36,9 @@ def main() -> None:
     print(f"cluster: {s.cluster.name}, {s.num_gpus} GPUs, layout tp={s.layout.tp} pp={s.layout.pp} dp={s.dp}")
 
     def cold_place():
-        P._placement_cached.cache_clear()
-        P._shape_cached.cache_clear()
+        memo = active_memo()
+        memo.forget(P._placement_cached.memo_name)
+        memo.forget(P._shape_cached.memo_name)
         pl = place(s)
         return {d: pl.group(d) for d in ("tp", "cp", "ep", "dp", "pp")}, pl.pp_p2p(0)
 
@@ -80,4 +82,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with memo_scope():  # one memo for the run, as a CLI command has (specs.memo)
+        main()

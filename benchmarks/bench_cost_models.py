@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from trainsim.specs.memo import memo_scope
 from trainsim.cost_models import activations, compute, flops, memory
 from trainsim.specs import build_scenario
 
@@ -48,4 +49,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with memo_scope():  # one memo for the run, as a CLI command has (specs.memo)
+        main()

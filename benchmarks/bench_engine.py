@@ -59,6 +59,7 @@ import json, resource, tracemalloc, sys
 sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r})
 import bench_engine as b
 b.one_core()
+from trainsim.specs.memo import memo_scope
 from trainsim.simulator.predict import predict
 sc = b.scenario(128, {vpp})
 rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -121,4 +122,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with memo_scope():  # one memo for the run, as a CLI command has (specs.memo)
+        main()

@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from trainsim.specs.memo import memo_scope
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ("llama3-70b-h100.yaml", "llama3-8b-h100-8.yaml", "mixtral-8x7b-h100.yaml", "deepseek-v3-h100.yaml")
 
@@ -84,4 +86,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    with memo_scope():  # one memo for the run, as a CLI command has (specs.memo)
+        raise SystemExit(main())

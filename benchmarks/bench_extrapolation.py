@@ -20,11 +20,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+
+from trainsim.specs.errors import SpecError
+from trainsim.specs.safe_read import parse_json, read_text
 
 from trainsim.cost_models.run_factors import apply_factors
 from trainsim.cost_models.profile import CalibrationProfile
@@ -197,17 +201,51 @@ def held_out_coverage(rows: list[tuple[str, float, dict, str]], level: float = 0
     print(f"measured novelty scales of the full table at {level:.0%}: {_novelty_scales(full, level)}")
 
 
+# What --rows writes: the rows under a kind and a version, so a file of another kind or version is refused.
+ROWS_KIND, ROWS_VERSION = "trainsim-residual-rows", 1
+FEATURE_KEYS = ("gpu", "framework", "parallelism", "family")  # validation.intervals.scenario_features
+
+
+def _check_row(i: int, row) -> tuple:
+    """One cached row as residual_rows makes it: (source, finite residual, features, row id), else why not."""
+    if not (isinstance(row, list) and len(row) == 4):
+        raise SpecError("--rows", f"row {i} is not a [source, residual, features, row_id] list")
+    src, r, feat, rid = row
+    if not (isinstance(src, str) and isinstance(rid, str)):
+        raise SpecError("--rows", f"row {i}: source and row id must be strings")
+    if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r):
+        raise SpecError("--rows", f"row {i}: residual {r!r} is not a finite number")
+    if not (isinstance(feat, dict) and tuple(sorted(feat)) == tuple(sorted(FEATURE_KEYS))
+            and all(isinstance(v, list) and all(isinstance(x, str) for x in v) for v in feat.values())):
+        raise SpecError("--rows", f"row {i}: features must map {', '.join(FEATURE_KEYS)} to lists of names")
+    return src, float(r), feat, rid
+
+
+def read_rows(path: str) -> list[tuple]:
+    """The rows of a cache ``--rows`` wrote, or a SpecError naming the file and what is wrong with it."""
+    data = parse_json(read_text(path, "--rows", max_bytes=256 << 20), "--rows", path)
+    if not isinstance(data, dict) or data.get("kind") != ROWS_KIND:
+        raise SpecError("--rows", f"{path} is not a residual-rows cache of this script (kind {ROWS_KIND!r})")
+    if data.get("schema_version") != ROWS_VERSION:
+        raise SpecError("--rows", f"{path} has schema_version {data.get('schema_version')!r}, this script reads "
+                                  f"{ROWS_VERSION}: delete it to recompute the rows")
+    if not isinstance(data.get("rows"), list):
+        raise SpecError("--rows", f"{path} has no list of rows")
+    return [_check_row(i, row) for i, row in enumerate(data["rows"])]
+
+
 def rows_cached(only: list[str] | None, path: str | None) -> list:
     """Every source's rows predicted again, or read from ``path`` when it exists (written there otherwise)."""
-    if path and Path(path).is_file():
-        rows = [tuple(r) for r in json.loads(Path(path).read_text(encoding="utf-8"))]
+    if path and Path(path).exists():
+        rows = read_rows(path)
         return [r for r in rows if not only or any(r[0] == n or r[0].startswith(f"{n}:") for n in only)]
     rows = []
     for name, load in datasets().items():
         if not only or name in only:
             rows += residual_rows(name, load(), lambda s: predict(s).step_time_s)
     if path:
-        Path(path).write_text(json.dumps(rows), encoding="utf-8")
+        Path(path).write_text(json.dumps({"kind": ROWS_KIND, "schema_version": ROWS_VERSION, "rows": rows}),
+                              encoding="utf-8")
     return rows
 
 
@@ -243,4 +281,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except SpecError as e:
+        print(f"error: {e}", file=sys.stderr)  # one line naming the input, as the CLI prints it
+        sys.exit(2)
+

@@ -18,6 +18,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from trainsim.specs.memo import memo_scope
+
 ROOT = Path(__file__).resolve().parent.parent
 COUNTS = (10, 100, 1_000, 10_000, 100_000, 500_000)
 EXAMPLES = ("llama3-8b-h100-8.yaml", "mixtral-8x7b-h100.yaml", "llama3-70b-h100.yaml")
@@ -83,4 +85,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    with memo_scope():  # one memo for the run, as a CLI command has (specs.memo)
+        raise SystemExit(main())

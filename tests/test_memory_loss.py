@@ -114,6 +114,26 @@ def test_kept_fp32_logits_need_whole_logits():
         scen(gpus=2, layout={"tp": 2}, framework="torch", cross_entropy="eager_fp32_kept")
 
 
+@pytest.mark.parametrize("framework", ["megatron", "megatron-2021", "megatron-2022", "megatron-deepspeed",
+                                       "deepspeed", "deepspeed-2021"])
+def test_kept_fp32_logits_are_a_torch_loop_not_megatrons_loss(framework):
+    """Megatron's GPT (and the DeepSpeed GPTs built on it) computes its vocab-parallel loss inside the model: no
+    caller keeps fp32 logits, so the torch loop's setting is refused there, naming the field, not costed."""
+    with pytest.raises(SpecError, match="cross_entropy: eager_fp32_kept .* framework " + framework):
+        scen(framework=framework, cross_entropy="eager_fp32_kept")
+    scen(framework="pytorch-fsdp", cross_entropy="eager_fp32_kept")  # torch loops keep them: accepted
+
+
+def test_kept_fp32_logits_refused_from_the_command_line(tmp_path, capsys):
+    from trainsim.cli.main import main
+    f = tmp_path / "s.yaml"
+    f.write_text("model: llama3-8b\ncluster: dgx-h100\ngpus: 8\n"
+                 "training: {seq_len: 4096, global_batch: 8, framework: megatron, cross_entropy: eager_fp32_kept}\n")
+    assert main(["predict", str(f), "--fast"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cross_entropy" in err[0] and "megatron" in err[0]
+
+
 def test_deepspeed_pipeline_keeps_each_inflight_output_megatron_frees_it():
     """DeepSpeed's pipeline engine keeps every in-flight micro-batch's stage output for its backward
     (pipe_buffers['outputs']); Megatron deallocates it after the send. The last stage's output is the loss."""

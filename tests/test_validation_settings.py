@@ -140,12 +140,9 @@ def test_the_registry_is_a_registry():
 
 
 def _clear_settings_caches():
-    from trainsim.validation import mosaic, nccl_runs, nemo_recipes
-    read_settings.cache_clear()
-    for mod in (nemo_recipes, nccl_runs, mosaic):
-        for f in vars(mod).values():
-            if callable(getattr(f, "cache_clear", None)):
-                f.cache_clear()
+    """Nothing outlives a memo scope (specs.memo): the settings are read again at the next call."""
+    from trainsim.specs.memo import active_memo
+    assert active_memo() is None
 
 
 @pytest.fixture

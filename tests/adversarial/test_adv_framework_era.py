@@ -29,6 +29,26 @@ REFUSED = [
     ("deepspeed-2021", ["--tp", "2", "--sequence-parallel"], "sequence_parallel=true"),
     ("megatron-2021", ["--recompute", "selective"], "recompute=selective"),
     ("deepspeed-2021", ["--recompute", "selective"], "recompute=selective"),
+    ("megatron-2021", ["--cp", "2"], "layout.cp"),
+    ("megatron-2022", ["--cp", "2"], "layout.cp"),
+    ("deepspeed-2021", ["--cp", "2"], "layout.cp"),
+    ("megatron-2021", ["--distributed-optimizer"], "distributed_optimizer=true"),
+    ("deepspeed-2021", ["--distributed-optimizer"], "distributed_optimizer=true"),
+]
+MOE = ["predict", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16", "--seq-len", "4096",
+       "--global-batch", "32", "--fast"]
+MOE_REFUSED = [
+    ("megatron-2021", [], "model.num_experts"),
+    ("megatron-2022", [], "model.num_experts"),   # SwitchMLP (top-1, serial experts) is not the MoE layer costed
+    ("deepspeed-2021", [], "model.num_experts"),  # deepspeed.moe came 2021-08-16, after the preset's 2021-07 code
+    ("megatron-2022", ["--ep", "2"], "layout.ep"),
+    ("deepspeed-2021", ["--ep", "2"], "layout.ep"),
+]
+FORK_REFUSED = [  # microsoft/Megatron-DeepSpeed@f4157bea has no such flag, or asserts against the combination
+    (["--tp", "2", "--sequence-parallel", "--tp-comm-overlap"], "tp_comm_overlap=true"),
+    (["--pp", "2", "--vpp", "2", "--schedule", "dualpipev"], "schedule=dualpipev"),
+    (["--cp", "2"], "cp_comm=p2p"),                # only Ulysses' all-to-all context parallelism
+    (["--pp", "2", "--schedule", "zb", "--tp", "2", "--sequence-parallel"], "schedule=zb"),
 ]
 
 
@@ -40,12 +60,47 @@ def test_a_feature_the_preset_predates_is_refused(framework, flags, field):
     assert framework in line and "predates it" in line and "use framework" in line
 
 
+@pytest.mark.parametrize("framework, flags, field", MOE_REFUSED, ids=[f"{f}{''.join(x)}" for f, x, _ in MOE_REFUSED])
+def test_moe_and_expert_parallelism_before_the_code_had_them_are_refused(framework, flags, field):
+    r = run_cli([*MOE, "--framework", framework, *flags])
+    assert_refused(r, field)
+    assert "predates it" in r.err_lines[0] and "use framework" in r.err_lines[0]
+
+
+@pytest.mark.parametrize("flags, field", FORK_REFUSED, ids=[''.join(x) for x, _ in FORK_REFUSED])
+def test_what_megatron_deepspeed_cannot_run_is_refused(flags, field):
+    r = run_cli([*BASE, "--framework", "megatron-deepspeed", *flags])
+    assert_refused(r, field)
+    assert "Megatron-DeepSpeed" in r.err_lines[0]
+
+
+def test_megatron_deepspeed_runs_what_its_code_has(tmp_path):
+    """ZeRO, SP, the distributed optimizer, interleaving, ZB-H1 without SP, fp8, MoE with EP and Ulysses (cp_comm
+    a2a) all run under megatron-deepspeed."""
+    for flags in (["--tp", "2", "--sequence-parallel"], ["--distributed-optimizer"], ["--zero", "3"],
+                  ["--pp", "2", "--vpp", "2", "--schedule", "interleaved"], ["--pp", "2", "--schedule", "zb"],
+                  ["--dtype", "fp8"], ["--recompute", "selective"]):
+        r = run_cli([*BASE, "--framework", "megatron-deepspeed", *flags])
+        assert r.code == 0, (flags, r.err)
+    assert run_cli([*MOE, "--framework", "megatron-deepspeed", "--ep", "2"]).code == 0
+    f = tmp_path / "u.yaml"
+    f.write_text("model: llama3-8b\ncluster: dgx-h100\ngpus: 16\nlayout: {cp: 2}\n"
+                 "training: {seq_len: 4096, global_batch: 32, framework: megatron-deepspeed, cp_comm: a2a}\n")
+    assert run_cli(["predict", f, "--fast"]).code == 0
+
+
 def test_the_refusal_cites_what_introduced_the_feature():
     assert "arXiv:2401.10241" in feature_refusal("megatron-2022", "schedule", "zb")
     assert "arXiv:2412.19437" in feature_refusal("megatron-2021", "schedule", "dualpipev")
     assert "Transformer Engine" in feature_refusal("megatron-2021", "dtype", "fp8")
     assert "PR #6362" in feature_refusal("megatron-2022", "tp_comm_overlap", True)
     assert "arXiv:2205.05198" in feature_refusal("deepspeed-2021", "sequence_parallel", True)
+    assert "d07d29df14" in feature_refusal("megatron-2021", "distributed_optimizer", True)
+    assert "4a6255a763" in feature_refusal("megatron-2021", "cp", "> 1")
+    assert "arXiv:2309.14509" in feature_refusal("deepspeed-2021", "cp", "> 1")
+    assert "370f3c1f4b" in feature_refusal("megatron-2022", "ep", "> 1")
+    assert "f28432441" in feature_refusal("deepspeed-2021", "num_experts", "> 1")
+    assert feature_refusal("megatron", "cp", "> 1") is None and feature_refusal("deepspeed", "ep", "> 1") is None
 
 
 @pytest.mark.parametrize("framework, flags", [
@@ -54,6 +109,9 @@ def test_the_refusal_cites_what_introduced_the_feature():
     ("megatron-2022", ["--tp", "2", "--sequence-parallel"]),   # Korthikanti et al.'s own code has SP
     ("megatron-2021", ["--pp", "2", "--schedule", "interleaved", "--vpp", "2"]),  # SC21 introduced it
     ("deepspeed", ["--dtype", "fp8"]),
+    ("megatron", ["--cp", "2", "--distributed-optimizer"]),
+    ("megatron-2022", ["--distributed-optimizer"]),   # Megatron-LM of mid-2022 (d07d29df14, 2022-06-08)
+    ("deepspeed", ["--cp", "2"]),
 ])
 def test_features_within_the_presets_era_still_run(framework, flags):
     r = run_cli([*BASE, "--framework", framework, *flags])
@@ -70,6 +128,13 @@ def test_a_scenario_file_and_plan_are_refused_alike(tmp_path):
                     "training: {seq_len: 4096, global_batch: 32, framework: megatron-2022}\n")
     assert_refused(run_cli(["plan", plan, "--dtype", "fp8"]), "dtype=fp8")
     assert_refused(run_cli(["plan", plan, "--schedule", "zb"]), "schedule=zb")
+    assert_refused(run_cli(["plan", plan, "--cp", "2"]), "layout.cp")
+    dist = tmp_path / "d.yaml"
+    dist.write_text(plan.read_text().replace("megatron-2022}", "megatron-2021, distributed_optimizer: true}"))
+    assert_refused(run_cli(["plan", dist]), "distributed_optimizer=true")
+    moe = tmp_path / "m.yaml"
+    moe.write_text(plan.read_text().replace("llama3-8b", "mixtral-8x7b"))
+    assert_refused(run_cli(["plan", moe]), "model.num_experts")
 
 
 def test_plan_searches_only_what_the_presets_code_had(tmp_path):
@@ -81,6 +146,22 @@ def test_plan_searches_only_what_the_presets_code_had(tmp_path):
     cands = list(enumerate_candidates(load_model("llama3-8b"), load_cluster("dgx-h100", 16), 16, 32, 4096, lim))
     assert cands and all(c.schedule not in ("zb", "dualpipev") and not c.sequence_parallel for c in cands)
     assert any(c.tp > 1 for c in cands)
+    long = SearchLimits(max_micro_batch=1, fixed={"recompute": "full"}, min_tokens_per_cp_rank=1,
+                        training_extra={"framework": "megatron-2022"})
+    assert all(c.cp == 1 for c in enumerate_candidates(load_model("llama3-8b"), load_cluster("dgx-h100", 16), 16,
+                                                       32, 4096, long))
+    fork = SearchLimits(max_micro_batch=1, fixed={"recompute": "full"}, min_tokens_per_cp_rank=1,
+                        training_extra={"framework": "megatron-deepspeed", "cp_comm": "a2a"})
+    assert any(c.cp > 1 for c in enumerate_candidates(load_model("llama3-8b"), load_cluster("dgx-h100", 16), 16,
+                                                      32, 4096, fork))  # Ulysses: searched
+    zb = SearchLimits(max_micro_batch=1, fixed={"recompute": "full", "pp": 2},
+                      training_extra={"framework": "megatron-deepspeed"})
+    zbs = [c for c in enumerate_candidates(load_model("llama3-8b"), load_cluster("dgx-h100", 16), 16, 32, 4096, zb)
+           if c.schedule == "zb"]
+    assert zbs and not any(c.sequence_parallel for c in zbs)  # ZB-H1 only without SP there
+    moe = SearchLimits(max_micro_batch=1, fixed={"recompute": "full"}, training_extra={"framework": "deepspeed"})
+    assert any(c.ep > 1 for c in enumerate_candidates(load_model("mixtral-8x7b"), load_cluster("dgx-h100", 16), 16,
+                                                      32, 4096, moe))
 
 
 def test_no_bundled_example_asks_a_historic_preset_for_a_later_feature():

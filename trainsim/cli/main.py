@@ -14,6 +14,7 @@ import sys
 from trainsim import __version__
 from trainsim.cli import COMMANDS
 from trainsim.specs import SpecError
+from trainsim.specs.memo import memo_scope
 
 
 class UsageError(Exception):
@@ -67,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, "func", None):
             parser.print_help(sys.stderr)  # no command: the usage goes where errors go, and it is one
             return 2
-        code = args.func(args)
+        with memo_scope():  # the command's memo of pure results: nothing outlives it (specs.memo)
+            code = args.func(args)
         return int(code or 0)
     except (SpecError, UsageError) as e:
         print(f"error: {one_line(str(e))}", file=sys.stderr)

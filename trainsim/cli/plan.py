@@ -16,6 +16,7 @@ from trainsim.simulator import goodput as gp
 from trainsim.simulator.planner import DEFAULT_MEMORY_HEADROOM, parse_headroom
 from trainsim.simulator.search_space import SearchLimits, check_training_extra, training_extra
 from trainsim.specs import SpecError, load_cluster, load_layout, load_model, load_scenario_file
+from trainsim.specs.framework_era import layout_refusal
 from trainsim.specs.training import Schedule, zero_conflict
 
 from trainsim.specs.loaders import with_background_load
@@ -146,6 +147,15 @@ def _pin_dp_shard(fixed: dict[str, Any], extra: dict[str, Any], layout: dict[str
         raise SpecError("layout.dp_shard", why)
 
 
+def _check_framework_code(fixed: dict[str, Any], extra: dict[str, Any], model) -> None:
+    """Context / expert parallelism and MoE models the framework preset's code lacks (specs.framework_era):
+    refused here, naming the field, rather than left to drop every candidate."""
+    why = layout_refusal(extra.get("framework", "megatron"), cp=fixed.get("cp", 1), ep=fixed.get("ep", 1),
+                         moe=model.is_moe, cp_comm=extra.get("cp_comm", "p2p"))
+    if why:
+        raise SpecError(*why)
+
+
 def request_from_args(args: argparse.Namespace):
     """A PlanRequest from the flags (and the scenario file, if given)."""
     from trainsim.simulator.planner import PlanRequest
@@ -199,6 +209,7 @@ def request_from_args(args: argparse.Namespace):
     if why:
         raise SpecError("training.zero", why)
     zero = fixed.get("zero", 1 if extra.get("distributed_optimizer") else 0)
+    _check_framework_code(fixed, extra, model)
     check_training_extra(extra, seq_len=int(seq_len), global_batch=int(global_batch), zero=zero, dtype=dtype,
                          **{k: fixed[k] for k in ("schedule", "recompute") if k in fixed})  # pinned ones checked too
     layout = raw.get("layout") or {}

@@ -52,7 +52,8 @@ logsumexp ``4·b·a·s`` (/shared/notes/torch-distributed-on-cpu.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+
+from trainsim.specs.memo import memoised
 
 from .autocast import RESIDUAL_BYTES, norm_output_casts
 from .shapes import LayerShape, layer_shape
@@ -149,7 +150,7 @@ def _norm_output_bytes(shp: LayerShape, impl: str) -> float:
         c_mlp * _gemm_input_bytes(shp, impl, fp8_input=not shp.is_moe) if shp.norms >= 2 else 0.0)
 
 
-@lru_cache(maxsize=8192)
+@memoised(maxsize=8192)
 def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
     e, h, t, r = shp.e, shp.h, shp.tp, shp.sp_div
     b, T = shp.b, shp.tokens
@@ -296,7 +297,7 @@ def layer_activation_bytes(scenario, impl: str = "fused") -> ActivationBytes:
     return _layer(_shape(scenario), impl)
 
 
-@lru_cache(maxsize=8192)
+@memoised(maxsize=8192)
 def _no_recompute(shp: LayerShape, impl: str) -> ActivationBytes:
     from dataclasses import replace
     return _layer(replace(shp, recompute="none"), impl)

@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from typing import Any
 
 from trainsim.specs import ClusterSpec, SpecError
+from trainsim.specs.memo import active_memo, memoised
 from trainsim.topologies.shape import GroupShape
 
 from . import nccl_model as nm
@@ -360,7 +360,7 @@ def best(op: str, nbytes: float, group: GroupShape, algos: tuple[str, ...] | Non
     return min(c, key=lambda r: (r.time_s, r.algo, r.protocol))
 
 
-@lru_cache(maxsize=131072)
+@memoised(maxsize=131072)
 def _cached(op: str, nbytes: float, group: GroupShape, algo: str | None, protocol: str | None) -> CollectiveTime:
     if group.size <= 1 or nbytes <= 0:
         return _zero(op, nbytes, group.size)
@@ -469,5 +469,7 @@ def ps_exchange_time(nbytes: float, group: GroupShape, num_servers: int | None =
 
 
 def clear_cache() -> None:
-    """Drop cached results (tests that monkeypatch constants)."""
-    _cached.cache_clear()
+    """Drop the active memo scope's collective times (tests that monkeypatch constants)."""
+    memo = active_memo()
+    if memo is not None:
+        memo.forget(_cached.memo_name)

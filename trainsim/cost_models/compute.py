@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+
+from trainsim.specs.memo import memoised
 
 from .flops import Op, head_ops, layer_ops, recompute_ops
 from .profile import MEMORY_OPS
@@ -150,7 +151,7 @@ def _tile_factor(m: int, n: int, k: int, batch: int, num_sms: int, peak: float) 
     return pad * wave * k_split / (k_split + k0)
 
 
-@lru_cache(maxsize=65536)
+@memoised(maxsize=65536)
 def gemm_efficiency_default(m: int, n: int, k: int, batch: int, gemm_eff: float, num_sms: int | None,
                             peak: float) -> float:
     """Datasheet-model GEMM efficiency for this shape (fraction of dense peak), see module docstring."""
@@ -286,7 +287,7 @@ def _sum_times(ops: tuple[Op, ...], rec: tuple[Op, ...], hw: _Hw, shp: LayerShap
     return LayerTimes(f, bi, bw, r)
 
 
-@lru_cache(maxsize=16384)
+@memoised(maxsize=16384)
 def _cached_times(what: str, shp: LayerShape, hw: _Hw, pref, learned_positions: bool) -> LayerTimes:
     profile = pref.profile if pref is not None else None
     if what == "layer":

@@ -27,7 +27,8 @@ keeps its own estimate.
 from __future__ import annotations
 
 from dataclasses import replace
-from functools import lru_cache
+
+from trainsim.specs.memo import memoised
 
 from .activations import (_fp8_saved, _gemm_input_bytes, _gemm_input_e, _norm_bytes, embedding_activation_bytes, head_activation_bytes,
                           layer_activation_bytes, MASK_BYTES)
@@ -115,7 +116,7 @@ def _micro_batch(k: int, blocks: tuple[tuple[float, ...], tuple[float, ...]], la
     return fwd, bwd
 
 
-@lru_cache(maxsize=1024)
+@memoised(maxsize=1024)
 def _extra_reserved(blocks, layers: int, first, last, inflight: int, states: tuple[float, ...]) -> int:
     def step(tag):
         passes = [_micro_batch((tag, k), blocks, layers, first, last) for k in range(inflight)]

@@ -33,7 +33,8 @@ in ``compute.py`` turns into time for memory-bound ops.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import lru_cache
+
+from trainsim.specs.memo import memoised
 
 from .framework import cross_entropy_bytes, train_metric_bytes_per_logit
 from .shapes import DEFAULT_SELECTIVE as _CORE_ATTN
@@ -290,7 +291,7 @@ def _mla_projection_ops(shp: LayerShape) -> list[Op]:
             else op for op in ops]
 
 
-@lru_cache(maxsize=4096)
+@memoised(maxsize=4096)
 def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
     e, h, t = shp.e, shp.h, shp.tp
     T = shp.tokens
@@ -368,7 +369,7 @@ def _op_sac_rerun(ops: tuple[Op, ...]) -> tuple[Op, ...]:
     return tuple(op for op in ops if op.name not in saved)
 
 
-@lru_cache(maxsize=4096)
+@memoised(maxsize=4096)
 def _embedding_ops(shp: LayerShape, learned_positions: bool) -> tuple[Op, ...]:
     e, h = shp.e, shp.h
     T = shp.tokens
@@ -393,7 +394,7 @@ def embedding_ops(scenario) -> tuple[Op, ...]:
     return _embedding_ops(shp, learned)
 
 
-@lru_cache(maxsize=4096)
+@memoised(maxsize=4096)
 def _head_ops(shp: LayerShape) -> tuple[Op, ...]:
     e, h = shp.e, shp.h
     T = shp.tokens
@@ -415,7 +416,7 @@ def _head_ops(shp: LayerShape) -> tuple[Op, ...]:
                        0.0, 5.0 * shp.metric_ce_passes),) if shp.metric_ce_passes else ())
 
 
-@lru_cache(maxsize=4096)
+@memoised(maxsize=4096)
 def _mtp_ops(shp: LayerShape) -> tuple[Op, ...]:
     """One multi-token-prediction module's own ops (Megatron-Core MultiTokenPredictionLayer): the embedding
     of the shifted tokens, RMSNorms of it and of the previous depth's hidden state, and the projection of
@@ -469,10 +470,10 @@ def _per_microbatch_unsharded(scenario) -> tuple[PassFlops, PassFlops]:
     return blocks, head
 
 
-_unsharded = lru_cache(maxsize=4096)(LayerShape.unsharded)
+_unsharded = memoised(maxsize=4096)(LayerShape.unsharded)
 
 
-@lru_cache(maxsize=4096)
+@memoised(maxsize=4096)
 def _unsharded_flops(shp: LayerShape, L: int) -> tuple[PassFlops, PassFlops]:
     lay = pass_flops(_layer_ops(shp), shp.recompute, modules=shp.rc_modules)
     head = pass_flops(_head_ops(shp), "none")

@@ -105,8 +105,9 @@ collective, so a host-bound pass lasts the expected slowest of the ``tp`` ranks'
 
 Scenario settings that cut the count (``TrainingSpec.host_issue``): ``"cuda_graphs"`` captures each block's
 forward and backward as graphs, so the host launches one graph per block and pass (``KERNEL_LAUNCH_S`` each);
-``"compile"`` (torch.compile / Inductor) drops the views and the Python dispatch of the captured ops, leaving
-one launch per kernel. Megatron's own fusions (fused bias-GeLU, bias-dropout-add, softmax) are not counted
+``"compile"`` (torch.compile / Inductor; also what ``TrainingSpec.compile`` implies) drops the views and the Python
+dispatch of the captured ops and fuses the pointwise and norm ops between the GEMMs and attention, leaving one
+launch per compiled kernel (cost_models.compiled_issue). Megatron's own fusions (fused bias-GeLU, bias-dropout-add, softmax) are not counted
 separately: the executor's block has no dropout and one SDPA attention kernel, so it is a floor for Megatron.
 """
 
@@ -115,6 +116,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .host_jitter import MEASURED_FWD, measured_sigma, pace
+from .compiled_issue import compiled_kernel_count
 
 ATEN_DISPATCH_S = 3.3e-6
 KERNEL_LAUNCH_S = 3.8e-6
@@ -194,6 +196,7 @@ def block_issue(style: str, *, recompute_full: bool, tp_collectives: tuple[int, 
         f_s = b_s = dispatch + launch
         f_n = b_n = 1
     elif mode == "compile":
+        f_k, b_k = compiled_kernel_count(style, (f_k, b_k), block_counts(style)[1::2])
         f_s, b_s, f_n, b_n = f_k * launch, b_k * launch, f_k, b_k
     else:
         f_s, b_s = f_ops * dispatch + f_k * launch, b_ops * dispatch + b_k * launch
@@ -306,18 +309,18 @@ def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
                         flash=shp.flash)
     fw = framework.behaviour(t.framework)
     issue = block_issue(style, recompute_full=t.recompute == "full",
-                        tp_collectives=tp_collective_calls(scenario), mode=t.host_issue,
+                        tp_collectives=tp_collective_calls(scenario), mode=t.host_issue_mode,
                         host_cpu=scenario.cluster.host_cpu, measured=measured)
     hooks = ddp_hook_adds(scenario)
     if hooks:
         issue = replace(issue, bwd_s=issue.bwd_s + hooks * sum(op_seconds(scenario.cluster.host_cpu)),
                         bwd_ops=issue.bwd_ops + hooks)
-    frames = MODULE_FRAME_RATIO if fw.megatron_layer and measured is None and t.host_issue == "eager" else 1.0
+    frames = MODULE_FRAME_RATIO if fw.megatron_layer and measured is None and t.host_issue_mode == "eager" else 1.0
     issue = replace(issue, fwd_s=issue.fwd_s * frames, bwd_s=issue.bwd_s * frames)
-    if t.host_issue == "eager" and scenario.layout.tp > 1:
+    if t.host_issue_mode == "eager" and scenario.layout.tp > 1:
         issue = tp_paced(issue, scenario.layout.tp, measured_sigma(profile, block_style(shp)),
                          recompute_full=t.recompute == "full")
-    if t.host_issue != "eager" or not (fw.block_forward_syncs or fw.microbatch_syncs):
+    if t.host_issue_mode != "eager" or not (fw.block_forward_syncs or fw.microbatch_syncs):
         return issue  # a captured graph cannot hold a host sync
     f, b, mb = sync_leads(fw.block_forward_syncs, fw.microbatch_syncs, tp=scenario.layout.tp,
                           recompute_full=t.recompute == "full", host_cpu=scenario.cluster.host_cpu)

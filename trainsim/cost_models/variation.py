@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import math
 import numbers
-from functools import lru_cache
 
 import numpy as np
 
+from trainsim.specs.memo import memoised
 
-@lru_cache(maxsize=1)
+
+@memoised(maxsize=1)
 def _grid() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The integration grid, the normal pdf and log cdf on it (built on first use, not at import)."""
     x = np.linspace(-9.0, 9.0, 36001)
@@ -46,7 +47,7 @@ def expected_max_std_normal(n: int) -> float:
     return _expected_max(int(n))
 
 
-@lru_cache(maxsize=4096)
+@memoised(maxsize=4096)
 def _expected_max(n: int) -> float:
     if n == 1:
         return 0.0

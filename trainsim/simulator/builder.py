@@ -72,13 +72,13 @@ What goes where (choices documented here, once):
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 
 from trainsim.cost_models import activations as act
 from trainsim.cost_models import compute, framework, host_issue, memory, step_host
 from trainsim.cost_models.grad_buffer import DDP_BUCKET_PARAMS, DDP_BUCKET_PARAMS_PER_DP, MiB
 from trainsim.specs import Scenario
+from trainsim.specs.memo import active_memo
 from trainsim.specs.pools import link_view, pool_views, stage_pools
 
 from .block import _block, _global_layers_in, w_retained_bytes_per_layer
@@ -114,28 +114,24 @@ __all__ = [
     "w_retained_bytes_per_layer",
 ]
 
-_CACHE: OrderedDict[tuple, tuple] = OrderedDict()  # memo: key -> (CostTable, profile); tables are pure functions of the key
-
-
-_CACHE_SIZE = 512
+_TABLE_MEMO, _CACHE_SIZE = "trainsim.simulator.builder.build_cost_table", 512  # per memo scope (specs.memo)
 
 
 def clear_cache() -> None:
-    _CACHE.clear()
+    """Drop the active memo scope's cost tables (benchmarks timing a cold build)."""
+    if (memo := active_memo()) is not None:
+        memo.forget(_TABLE_MEMO)
 
 
 def build_cost_table(scenario: Scenario, *, profile=None, ideal_network: bool = False) -> CostTable:
-    """The CostTable of one optimizer step of ``scenario`` (memoised on the scenario's JSON and the profile)."""
+    """The CostTable of one optimizer step of ``scenario``, kept in the active memo scope (a pure function of the
+    scenario's JSON, the profile object and ``ideal_network``)."""
+    if (memo := active_memo()) is None:
+        return _build(scenario, profile, ideal_network)
     key = (scenario.model_dump_json(), id(profile) if profile is not None else None, ideal_network)
-    hit = _CACHE.get(key)
-    if hit is not None and (profile is None or hit[1] is profile):
-        _CACHE.move_to_end(key)
-        return hit[0]
-    table = _build(scenario, profile, ideal_network)
-    _CACHE[key] = (table, profile)
-    if len(_CACHE) > _CACHE_SIZE:
-        _CACHE.popitem(last=False)
-    return table
+    table, owner = memo.lookup(_TABLE_MEMO, key, lambda: (_build(scenario, profile, ideal_network), profile),
+                               _CACHE_SIZE)
+    return table if profile is None or owner is profile else _build(scenario, profile, ideal_network)
 
 
 def _accumulate_s(st: _Step, params: float) -> float:

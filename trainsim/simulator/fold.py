@@ -34,9 +34,9 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
 from trainsim.specs import SpecError
+from trainsim.specs.memo import active_memo, memoised
 
 from .costtable import CostTable
 from .engine import EngineResult, StageTimeline, set_bubbles, simulate
@@ -137,24 +137,26 @@ def _extrapolate(res: tuple[EngineResult, EngineResult, EngineResult], counts: t
     return stages
 
 
-# Distinct (table, stage_scale) runs remembered per process: the engine is deterministic and its inputs are
-# frozen, so a validation table, the tests and the reports that predict the same rows (and the folds that
-# sample the same micro-batch counts) run it once.
+# Distinct (table, stage_scale) runs remembered per memo scope (specs.memo: a CLI command, a plan, a predict): the
+# engine is deterministic and its inputs are frozen, so the rows of a validation table that share a step (and the
+# folds that sample the same micro-batch counts) run it once.
 ENGINE_MEMO_SIZE = 512
 
 
-@lru_cache(maxsize=ENGINE_MEMO_SIZE)
+@memoised(maxsize=ENGINE_MEMO_SIZE)
 def _simulate_memo(table: CostTable, stage_scale: tuple[float, ...] | None) -> EngineResult:
     return simulate(table, stage_scale=list(stage_scale) if stage_scale is not None else None)
 
 
 def clear_cache() -> None:
-    """Forget the remembered engine runs (benchmarks time the engine itself, not the lookup)."""
-    _simulate_memo.cache_clear()
+    """Forget the active memo scope's engine runs (benchmarks time the engine itself, not the lookup)."""
+    memo = active_memo()
+    if memo is not None:
+        memo.forget(_simulate_memo.memo_name)
 
 
 def simulate_once(table: CostTable, stage_scale: list[float] | None = None) -> EngineResult:
-    """``simulate(table, stage_scale=...)``, run once per distinct input in a process; a private copy of the
+    """``simulate(table, stage_scale=...)``, run once per distinct input in a memo scope; a private copy of the
     result each call (callers adjust it), ``wall_s`` this call's own time."""
     t0 = time.perf_counter()
     res = copy.deepcopy(_simulate_memo(table, tuple(stage_scale) if stage_scale is not None else None))

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from trainsim import SCHEMA_VERSION
 from trainsim.specs import ClusterSpec, ModelSpec, Scenario, SpecError
+from trainsim.specs.memo import in_memo_scope
 
 from . import goodput as gp
 from .pools import pooled_memory_over, pools_fit, tightest_pool
@@ -256,6 +257,7 @@ def _group_key(c: Candidate) -> tuple:
     return (c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.vpp, c.micro_batch, c.schedule, c.zero, c.etp, c.dp_shard)
 
 
+@in_memo_scope  # one memo per plan (per task in a worker process): specs.memo
 def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRow], dict[str, int]]:
     """Resolve, memory-check and closed-form-screen a chunk of candidates."""
     counts = {"invalid": 0, "oom": 0, "over_headroom": 0, "dominated": 0, "screened": 0}
@@ -328,6 +330,7 @@ def _over(peak: float, gpu_bytes: float) -> str:
     return "oom" if peak > gpu_bytes else "over_headroom"
 
 
+@in_memo_scope  # one memo per plan (per task in a worker process): specs.memo
 def confirm_one(ctx: _Context, c: Candidate) -> PlanRow:
     """Run the discrete-event engine on one candidate; it fits when its peak leaves the headroom free."""
     cluster = ctx.cluster.with_gpus(c.gpus) if ctx.cluster.num_gpus != c.gpus else ctx.cluster
@@ -420,6 +423,7 @@ def _run(executor: Executor | None, fn, ctx, items: list, progress: Progress | N
     return out
 
 
+@in_memo_scope  # the whole search shares one memo scope (specs.memo)
 def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress | None = None) -> PlanResult:
     """Search the layout space of ``req`` and return the ranked, engine-confirmed plan."""
     t0 = time.perf_counter()

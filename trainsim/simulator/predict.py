@@ -9,7 +9,7 @@ from pathlib import Path
 
 from trainsim.cost_models.run_factors import apply_factors
 from trainsim.specs import Scenario, SpecError
-from trainsim.specs.memo import IdentityMemo
+from trainsim.specs.memo import IdentityMemo, in_memo_scope
 from trainsim.specs.safe_write import check_output_path
 
 from . import analytic, fold, variability
@@ -170,6 +170,7 @@ def _table(scenario: Scenario, profile, ideal_network: bool, fast: bool):
     return table, k, res
 
 
+@in_memo_scope  # the caller's memo scope, else one for this prediction (specs.memo)
 def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = False, profile=None,
             trace_path: str | Path | None = None, jitter_cv: float = 0.0,
             stragglers: tuple[float, float] | None = None, seed: int = 0, samples: int = 20,

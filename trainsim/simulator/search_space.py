@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from trainsim.specs import ClusterSpec, Layout, ModelSpec, Scenario, SpecError, TrainingSpec, resolve
 from trainsim.specs.data_parallel import hsdp_refusal
-from trainsim.specs.framework_era import feature_refusal
+from trainsim.specs.framework_era import feature_refusal, layout_refusal, schedule_refusal
 from trainsim.specs.errors import from_validation_error
 from trainsim.specs.pools import arranged, placement_options
 from trainsim.specs.scenario import balanced_stage_layers, ep_overlap_refusal
@@ -162,10 +162,18 @@ def _tp_options(model: ModelSpec, cluster: ClusterSpec, gpus: int, lim: SearchLi
     return out
 
 
+def _code_has(lim: SearchLimits, *, cp: int = 1, ep: int = 1) -> bool:
+    """Whether the framework preset's code runs this context / expert parallelism (specs.framework_era): a degree
+    it cannot run is not searched."""
+    extra = lim.training_extra
+    return layout_refusal(extra.get("framework", "megatron"), cp=cp, ep=ep, moe=False,
+                          cp_comm=extra.get("cp_comm", "p2p")) is None
+
+
 def _cp_options(seq_len: int, rest: int, lim: SearchLimits) -> list[int]:
     out = []
     for cp in divisors(rest):
-        if not lim.allowed("cp", cp):
+        if not lim.allowed("cp", cp) or not _code_has(lim, cp=cp):
             continue
         if cp > 1 and ("cp" not in lim.fixed) and seq_len // cp < lim.min_tokens_per_cp_rank:
             continue
@@ -288,7 +296,7 @@ def structural(model: ModelSpec, cluster: ClusterSpec, gpus: int, global_batch: 
                     eps = ([e for e in divisors(model.num_experts) if (dp * cp * fold) % e == 0] if model.is_moe
                            else [1])
                     for ep in eps:
-                        if lim.allowed("ep", ep):
+                        if lim.allowed("ep", ep) and _code_has(lim, ep=ep):
                             yield tp, cp, pp, dp, ep, etp
 
 
@@ -312,7 +320,7 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, gpus: int, glob
                 break
             n_micro = per_replica // mb
             for sched, vpp in _schedules(pp, model, lim):
-                if sched == "interleaved" and n_micro % pp:
+                if sched == "interleaved" and n_micro % pp or schedule_refusal(framework, sched, sp):
                     continue
                 if sched == "dualpipev" and n_micro < 2 * pp:
                     continue

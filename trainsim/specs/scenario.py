@@ -6,6 +6,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .data_parallel import check_data_parallel
 from .errors import SpecError
+from .framework_era import layout_refusal
 from .hardware import ClusterSpec
 from .memo import IdentityMemo
 from .model import ModelSpec
@@ -237,6 +238,7 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
     dp = _derive_dp(cluster, layout)
     etp = _check_tp_shards(m, layout)
     _check_stages(m, layout, t)
+    _check_framework_code(m, layout, t)
     _check_sequence(m, layout, t)
     _check_experts(m, layout, t, dp, etp)
     _check_batch(t, dp, layout.pp)
@@ -245,6 +247,14 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
     from .pools import check_pools
     check_pools(cluster, layout, t, dp)
     return Scenario(name=name, model=m, cluster=cluster, layout=layout.model_copy(update={"dp": dp}), training=t)
+
+
+def _check_framework_code(m: ModelSpec, layout: Layout, t: TrainingSpec) -> None:
+    """Context and expert parallelism and MoE models where the framework preset's code has them
+    (specs/framework_era.py: historic presets, Megatron-DeepSpeed's Ulysses-only context parallelism)."""
+    why = layout_refusal(t.framework, cp=layout.cp, ep=layout.ep, moe=m.is_moe, cp_comm=t.cp_comm)
+    if why:
+        raise SpecError(*why)
 
 
 def _derive_dp(cluster: ClusterSpec, layout: Layout) -> int:

@@ -147,7 +147,7 @@ class TrainingSpec(BaseModel):
         "16-bit logits and a logsumexp per token; vocab_parallel = Megatron's cross-entropy (in-place ops on an "
         "fp32 copy of the logits); eager_fp32 = torch's eager F.cross_entropy on an fp32 copy (torchtitan, "
         "trainsim execute); eager_fp32_kept = the same on fp32 logits the model returns and the "
-        "caller keeps through the backward (torchtitan of early 2024); None = the framework's default (cost_models/framework.py)")
+        "caller keeps through the backward (torchtitan of early 2024; frameworks torch and pytorch-fsdp only); None = the framework's default (cost_models/framework.py)")
     cuda_context_bytes: int = Field(
         default=0, ge=0, le=16 << 30, description="device bytes of the CUDA context as measured for the run's "
         "software stack (nvidia-smi after the first CUDA call, e.g. torch.ones(1).cuda()): module images loaded "
@@ -155,7 +155,8 @@ class TrainingSpec(BaseModel):
         "the GPU (cost_models/runtime_memory.py)")
     framework: Framework = Field(default="megatron", description="software stack whose documented behaviours "
                                  "apply (cost_models/framework.py); the historic presets (-2021, -2022) refuse "
-                                 "features their code predates (specs/framework_era.py)")
+                                 "features their code predates and megatron-deepspeed what that fork lacks "
+                                 "(specs/framework_era.py)")
     compile: bool = Field(
         default=False, description="the model's blocks run under torch.compile (torchtitan --training.compile): "
         "AOTAutograd's min_cut_rematerialization_partition (torch/_functorch/partitioners.py) keeps only the "
@@ -163,11 +164,13 @@ class TrainingSpec(BaseModel):
         "no backward op reads (SwiGLU's down-projection output) is not kept; without AC a compiled block keeps "
         "what fused kernels keep (norm inputs and outputs, the gate and up outputs and their product) and with "
         "full AC its input. Frameworks torch and pytorch-fsdp; refused with Megatron's selective module recompute "
-        "and with op_sac under sequence parallelism (not measured)")
+        "and with op_sac under sequence parallelism (not measured). With host_issue eager the host issues the "
+        "compiled kernels (host_issue compile: cost_models/compiled_issue.py)")
     host_issue: Literal["eager", "cuda_graphs", "compile"] = Field(
         default="eager", description="how the host issues each block's kernels (cost_models/host_issue.py): eager "
         "PyTorch (an aten dispatch per op, a launch per kernel), cuda_graphs (one graph launch per block and pass) "
-        "or compile (torch.compile: one launch per kernel, no Python dispatch); a pass lasts at least its issue time")
+        "or compile (torch.compile: one launch per Inductor kernel -- GEMMs, attention and one fused kernel per "
+        "pointwise/norm region -- no Python dispatch; implied by compile: true); a pass lasts at least its issue time")
     overlap_p2p: bool | None = Field(default=None, description="pipeline sends overlap compute (Megatron "
                                      "--overlap-p2p-communication); None = the framework's default")
     cp_comm: Literal["p2p", "allgather", "a2a"] = Field(
@@ -255,6 +258,14 @@ class TrainingSpec(BaseModel):
                              f"{self.dtype}")
         if self.compile:
             self._check_compile()
+        if self.cross_entropy == "eager_fp32_kept" and self.framework not in OP_SAC_FRAMEWORKS:
+            # the caller of a torch model keeps the fp32 logits it returns (torchtitan PR #165's loss); Megatron's
+            # GPT computes the loss inside the model with its vocab-parallel cross entropy
+            # (megatron/core/tensor_parallel/cross_entropy.py), as Megatron-DeepSpeed's and DeepSpeed's GPT do
+            raise ValueError(f"cross_entropy: eager_fp32_kept is a torch training loop's loss on fp32 logits the "
+                             f"model returns (torchtitan); framework {self.framework} runs Megatron's vocab-parallel "
+                             f"cross entropy inside the model: use framework torch or pytorch-fsdp, or another "
+                             f"cross_entropy")
         if self.framework == "torch" and self.tp_comm_overlap:
             raise ValueError("tp_comm_overlap is Transformer Engine's userbuffers overlap (Megatron-Core); framework "
                              "torch runs parallelize_module TP without it: use framework megatron or drop it")
@@ -313,6 +324,12 @@ class TrainingSpec(BaseModel):
             how = f" (Megatron-FSDP {'optim_grads' if self.zero == 2 else 'optim_grads_params'} on the distributed optimizer)"
         return (f"distributed_optimizer with zero {self.zero}: costed as ZeRO-{self.zero}{how}, which includes the "
                 f"distributed optimizer's sharding of the optimizer states")
+
+    @property
+    def host_issue_mode(self) -> str:
+        """How the host issues the blocks' kernels (cost_models.host_issue): ``compile`` implies torch.compile's
+        fused kernels where ``host_issue`` is left eager; CUDA graphs stay graphs."""
+        return "compile" if self.compile and self.host_issue == "eager" else self.host_issue
 
     @property
     def selective_modules(self) -> frozenset[str]:

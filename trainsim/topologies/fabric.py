@@ -35,10 +35,10 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable
 from dataclasses import dataclass
-from functools import lru_cache
 
 from trainsim.specs import ClusterSpec, SpecError
 from trainsim.specs.hardware import NIC_EFFICIENCY  # noqa: F401  (re-exported: run_factors reads it here)
+from trainsim.specs.memo import memoised
 
 LinkId = tuple[Hashable, ...]
 
@@ -223,7 +223,7 @@ class Fabric:
         return self.net_latency_s
 
 
-@lru_cache(maxsize=64)
+@memoised(maxsize=64)
 def _fabric_cached(cluster_json: str) -> Fabric:
     cluster = ClusterSpec.model_validate_json(cluster_json)
     su, so = cluster.scale_up, cluster.scale_out

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
 from itertools import product
 
 from trainsim.specs import ClusterSpec, Layout, Scenario, SpecError
+from trainsim.specs.memo import memoised
 
 from .fabric import Fabric
 from .shape import GroupShape
@@ -175,12 +175,12 @@ class Placement:
             raise SpecError("rank", f"rank {rank} is outside 0..{self.cluster.num_gpus - 1}")
 
 
-@lru_cache(maxsize=4096)
+@memoised(maxsize=4096)
 def _shape_cached(fabric: Fabric, ranks: tuple[int, ...]) -> GroupShape:
     return GroupShape.of_ranks(ranks, fabric)
 
 
-@lru_cache(maxsize=256)
+@memoised(maxsize=256)
 def _placement_cached(cluster_json: str, layout_json: str) -> Placement:
     return Placement(ClusterSpec.model_validate_json(cluster_json), Layout.model_validate_json(layout_json))
 

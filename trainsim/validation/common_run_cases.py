@@ -9,11 +9,11 @@ scripts (``unknowns="scripts"``, settings/sc21_scripts.csv).
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cache
 from pathlib import Path
 
 from trainsim.data import validation_path
 from trainsim.specs import SpecError
+from trainsim.specs.memo import memoised
 from trainsim.validation import common_runs
 from trainsim.validation.cases import Case, Dataset, read_rows, scenario_or_skip
 from trainsim.validation.cells import integer as _int
@@ -27,7 +27,7 @@ SC21_CITATION = ('Narayanan et al., "Efficient Large-Scale Language Model Traini
                  'reproduction scripts NVIDIA/Megatron-LM examples/sc21/run_table_1.sh and run_figure_12.sh')
 
 
-@cache
+@memoised(maxsize=64)
 def sc21_script_values() -> tuple[dict[str, tuple[int, int | None]], dict[int, int]]:
     """The values of the authors' reproduction scripts (settings/sc21_scripts.csv, with sources): Table 1 row_id ->
     (micro-batch, layers per virtual pipeline stage or None for the plain 1F1B schedule), and, for Table 2's PTD-P

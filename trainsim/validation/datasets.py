@@ -27,6 +27,7 @@ from pathlib import Path
 from trainsim.data import validation_path
 from trainsim.specs import SpecError
 from trainsim.specs.errors import did_you_mean
+from trainsim.specs.memo import in_memo_scope
 from trainsim.validation import vtrain
 from trainsim.validation.cases import Case, CollectiveCase, Dataset, read_rows
 from trainsim.validation.amsp import load_amsp
@@ -93,6 +94,7 @@ def dataset_csv(name: str) -> Path:
     return validation_path(DATASET_CSV[name])
 
 
+@in_memo_scope  # the settings tables read once per load (specs.memo), or once per the caller's scope
 def load_dataset(name_or_path: str) -> Dataset:
     """A bundled dataset by name, or a CSV file in one of the bundled schemas (detected by its columns); every
     row with a negative or non-finite number, or a non-positive published value, is skipped with that reason."""

@@ -4,10 +4,10 @@
 
 from __future__ import annotations
 
-from functools import cache
 from pathlib import Path
 
 from trainsim.specs import SpecError, preset
+from trainsim.specs.memo import memoised
 from trainsim.validation.cases import Case, Dataset, read_rows, scenario_or_skip
 from trainsim.validation.cells import cluster as _cluster
 from trainsim.validation.cells import integer as _int
@@ -22,7 +22,7 @@ MOSAIC_CITATION = ("MosaicML llm-foundry, scripts/train/benchmarking/README.md (
                    "throughput/MFU/HFU tables); architecture from scripts/train/yamls/pretrain/mpt-*.yaml")
 
 
-@cache
+@memoised(maxsize=64)
 def _gpu_settings() -> tuple[dict[str, tuple[str, dict]], dict[tuple[str, str], float]]:
     """settings/mosaic_gpus.csv (with sources): one cluster per GPU type (never per row) -- preset and GPU override
     -- and the peak each MFU was divided by (llm-foundry's GPU_AVAILABLE_FLOPS), per (GPU, precision)."""

@@ -4,11 +4,11 @@ of the source's metric (``busbw_factor``) is nccl-tests' own."""
 from __future__ import annotations
 
 import re
-from functools import cache
 from pathlib import Path
 
 from trainsim.data import validation_path
 from trainsim.specs import SpecError, load_cluster
+from trainsim.specs.memo import memoised
 from trainsim.validation.cases import Case, CollectiveCase, Dataset, read_rows
 from trainsim.validation.cells import cluster as _cluster
 from trainsim.validation.cells import integer as _int
@@ -21,14 +21,14 @@ NCCL_CITATION = ("nccl-tests all_reduce_perf curves published by Azure (ND A100 
                  "ND GB200 v6; Azure/AI-benchmarking-guide) -- nccl_busbw.csv")
 
 
-@cache
+@memoised(maxsize=64)
 def nccl_systems() -> dict[str, str]:
     """system (as in the CSV) -> cluster preset, one per GPU type (settings/nccl_systems.csv, with sources), read
     on first use."""
     return {s["system"]: s["cluster_preset"] for s in read_settings("nccl_systems.csv")}
 
 
-@cache
+@memoised(maxsize=64)
 def nccl_host_cpus() -> dict[str, str]:
     """system -> host CPU family of the VM size (the thread that drives the node's GPUs; nccl_model.HOST_LAUNCH_S),
     read on first use."""

@@ -28,14 +28,14 @@ layout (which must equal the row's) and by dated pull requests. Precision classe
 from __future__ import annotations
 
 import re
-from functools import cache
 
 from trainsim.specs import SpecError
+from trainsim.specs.memo import memoised
 from trainsim.validation.cells import yes_no
 from trainsim.validation.settings import read_settings, whole
 
 
-@cache
+@memoised(maxsize=64)
 def nemo_systems() -> dict[str, tuple[str, int | None]]:
     """system -> (cluster preset, GPUs per NVLink domain used by jobs larger than one domain or None)."""
     return {s["system"]: (s["cluster_preset"], whole(s, "gpus_per_rack")) for s in read_settings("nemo_systems.csv")}
@@ -46,44 +46,44 @@ def _model_column(column: str, parse=whole) -> dict[str, object]:
     return {s["table_model"]: parse(s, column) for s in read_settings("nemo_models.csv") if s[column]}
 
 
-@cache
+@memoised(maxsize=64)
 def nemo_models() -> dict[str, str]:
     """Table model name (before any parenthesis) -> model preset."""
     return _model_column("preset", lambda s, c: s[c])
 
 
-@cache
+@memoised(maxsize=64)
 def nemo_unmodelled() -> dict[str, str]:
     """Table model name -> why the model is not representable."""
     return _model_column("skip_reason", lambda s, c: s[c])
 
 
-@cache
+@memoised(maxsize=64)
 def nemo_mtp_default() -> dict[str, int]:
     """MTP modules of a row whose model cell has no '(w/o MTP)' / '(w/ MTP)' label: what its release's recipe did."""
     return _model_column("mtp_layers")
 
 
-@cache
+@memoised(maxsize=64)
 def nemo_mla_optimizer_bytes() -> dict[str, int]:
     """Optimizer state bytes per parameter of the MLA recipes (precision-aware Adam 4 + 2 + 2; Muon 4 + 4)."""
     return _model_column("optimizer_bytes_per_param")
 
 
-@cache
+@memoised(maxsize=64)
 def nemo_expert_tp_by_model() -> dict[str, int]:
     """Megatron-Core --expert-tensor-parallel-size of the MoE models' configs, used where the table's etp cell is
     empty (every MoE row's is); a model absent here takes Megatron-Core's default, etp = tp."""
     return _model_column("expert_tp")
 
 
-@cache
+@memoised(maxsize=64)
 def nemo_mtp_labels() -> dict[str, int | None]:
     """A model cell's '(w/o MTP)' / '(w/ MTP)' label -> MTP modules."""
     return {s["label"]: whole(s, "mtp_layers") for s in read_settings("nemo_mtp_labels.csv")}
 
 
-@cache
+@memoised(maxsize=64)
 def nemo_pipeline_layouts() -> dict[str, dict[tuple[int, int], str]]:
     """Multi-head-latent-attention models (DeepSeek-V3, Kimi K2): (pp, vp) -> pipeline_model_parallel_layout (E =
     embedding, t = transformer layer, m = MTP module, L = loss, | = virtual-stage boundary, x*n / (..)*n =
@@ -94,7 +94,7 @@ def nemo_pipeline_layouts() -> dict[str, dict[tuple[int, int], str]]:
     return out
 
 
-@cache
+@memoised(maxsize=64)
 def nemo_activation_offload() -> dict[tuple[str, str], int | None]:
     """Activation CPU offload (cpu_offloading_num_layers) of the Megatron-FSDP fp8 runs: (table model, system) ->
     layers."""
@@ -108,7 +108,7 @@ def _ranged(name: str) -> tuple[tuple[str, str, str, str, str], ...]:
                  for s in read_settings(name))
 
 
-@cache
+@memoised(maxsize=64)
 def nemo_ep_overlap_ranges() -> tuple[tuple[str, str, str, str, str], ...]:
     """Where moe_a2a_overlap is on: (table model, system, precision class, first release, last release); absent =
     off."""
@@ -119,7 +119,7 @@ def nemo_ep_overlap_ranges() -> tuple[tuple[str, str, str, str, str], ...]:
     return _ranged("nemo_ep_overlap.csv")
 
 
-@cache
+@memoised(maxsize=64)
 def nemo_ep_overlap_undated() -> dict[tuple[str, str, str, str], str]:
     """Rows whose release's config could not be pinned down, kept off: (table model, system, precision, release) ->
     why."""
@@ -127,7 +127,7 @@ def nemo_ep_overlap_undated() -> dict[tuple[str, str, str, str], str]:
             for s in read_settings("nemo_ep_overlap_undated.csv")}
 
 
-@cache
+@memoised(maxsize=64)
 def nemo_recompute_ranges() -> tuple[tuple[str, str, str, str, str, tuple[str, ...]], ...]:
     """recompute_modules of each row's config: (table model, system, precision class, first, last release,
     modules); () = recompute none. Qwen3 rows have none: every Qwen3 config read sets

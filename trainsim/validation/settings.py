@@ -15,11 +15,11 @@ malformed table stops the loader with the file and row named instead of silently
 
 from __future__ import annotations
 
-from functools import cache
 from types import MappingProxyType
 
 from trainsim.data import validation_path
 from trainsim.specs import SpecError
+from trainsim.specs.memo import memoised
 from trainsim.specs.safe_read import read_csv_rows
 
 SETTINGS_DIR = "settings"
@@ -46,7 +46,7 @@ def settings_file(name: str):
     return validation_path(f"{SETTINGS_DIR}/{name}")
 
 
-@cache
+@memoised(maxsize=64)
 def read_settings(name: str) -> tuple[MappingProxyType, ...]:
     """The rows of bundled settings table ``name``, checked by ``checked_rows``; read-only mappings."""
     keys = SETTINGS_KEYS.get(name)
