@@ -30,8 +30,9 @@ modelled apart (it averages out in the step's sum of passes).
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 from statistics import NormalDist
+
+from trainsim.specs.memo import memoised
 
 # Measured host issue timings of the executor's GPT block on a GPU host (module doc): (median s, p99 s).
 MEASURED_FWD = (0.0003289760053157806, 0.0005984575879573823)
@@ -49,7 +50,7 @@ def log_sigma(median_s: float, p99_s: float) -> float:
 DEFAULT_SIGMA = (log_sigma(*MEASURED_FWD), log_sigma(*MEASURED_BWD))
 
 
-@lru_cache(maxsize=256)
+@memoised(maxsize=256)
 def pace(n: int, sigma: float) -> float:
     """Expected maximum of ``n`` independent log-normal draws of log-spread ``sigma`` over their mean (module
     doc): the factor a TP group of ``n`` ranks stretches a host-bound pass by."""

@@ -27,7 +27,7 @@ depends on which cached block each takes.
 
 from __future__ import annotations
 
-from functools import lru_cache
+from trainsim.specs.memo import memoised
 
 from .caching_allocator import CachingAllocator
 from .first_step_fragmentation import LAZY_STATE_FRAMEWORKS
@@ -37,7 +37,7 @@ from .param_tensors import rank_tensors
 FP32_BYTES = 4
 
 
-@lru_cache(maxsize=1024)
+@memoised(maxsize=1024)
 def _rounding(weights: tuple[int, ...], mains: tuple[int, ...], param_bytes: int) -> float:
     """Allocated bytes beyond the element sizes after the start-up allocations (module doc): one 16-bit tensor per
     element count in ``weights``, then one fp32 main parameter per element count in ``mains``."""

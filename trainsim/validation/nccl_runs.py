@@ -35,7 +35,7 @@ def nccl_host_cpus() -> dict[str, str]:
     return {s["system"]: s["host_cpu"] for s in read_settings("nccl_systems.csv")}
 
 
-@cache
+@memoised(maxsize=64)
 def nccl_forced_algos() -> dict[str, str | None]:
     """system -> the algorithm the runner forces (``NCCL_ALGO=NVLS`` on 8-GPU VMs with NVLink SHARP), None where
     the hardware lacks it and the cost model chooses; read on first use."""
