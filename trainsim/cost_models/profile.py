@@ -98,7 +98,7 @@ MEMORY_OP_FAMILIES = {
     "norm": ("layernorm", "rmsnorm"),
     "elementwise": ("gelu", "add", "copy"),
     "activation": ("gelu",), "swiglu": ("gelu", "add"), "silu": ("gelu",),
-    "residual": ("add",), "loss": ("softmax",), "embedding": ("copy",),
+    "residual": ("add",), "loss": ("softmax",), "embedding": ("copy",), "cast": ("copy",),
 }
 
 
