@@ -585,3 +585,35 @@ def cross_entropy_bytes(fused: bool, e: int, eager: bool = False) -> tuple[float
     if eager:
         return float(e + 4 + 8), float(4 + 12 + 4 + e)
     return float(e + 4 + 32), float(8 + 4 + e)
+
+
+def autocast_tag(scenario) -> str | None:
+    """``"+autocast-bf16"`` / ``"+autocast-fp16"`` where ``scenario`` runs as trainsim execute runs a one-GPU-deep
+    layout under autocast (framework torch, 16-bit dtype, no TP, PP or FSDP2: kernels/parallelize.py
+    ``build_parallel``), else None."""
+    t, lay = scenario.training, scenario.layout
+    if t.framework != "torch" or t.dtype not in ("bf16", "fp16") or lay.tp > 1 or lay.pp > 1:
+        return None
+    if scenario.dp > 1 and t.effective_zero >= 3:
+        return None
+    return f"+autocast-{t.dtype}"
+
+
+def autocast_cast_bytes_per_param(scenario) -> float:
+    """HBM bytes per parameter per micro-batch of autocast's weight casts where trainsim execute runs the scenario
+    under autocast (``autocast_tag``): the first forward of the step casts each fp32 weight to 16 bits (read 4,
+    write e; cached for the step's later micro-batches, so 1/n per micro-batch) and every backward casts each
+    weight's 16-bit gradient back to fp32 (``ToCopyBackward0``: read e, write 4) before AccumulateGrad. The
+    profiled H200 step shows both: one bf16 copy kernel per weight in the first forward and one fp32 copy per
+    weight and micro-batch (784 = 196 tensors x 4 micro-batches, benchmarks/data/trace_summary_h200.json)."""
+    if autocast_tag(scenario) is None:
+        return 0.0
+    e = 2
+    return (4 + e) / scenario.num_microbatches + (e + 4)
+
+
+def queued_microbatches(scenario) -> int:
+    """Micro-batches one host issues back to back without a host sync between them, or 0 where each pass is
+    bounded by its own issue: trainsim execute's one-stage gradient accumulation (``autocast_tag`` layouts,
+    kernels/parallelize.py ``_accumulate``: no sync until the step's loss is read)."""
+    return scenario.num_microbatches if autocast_tag(scenario) else 0
