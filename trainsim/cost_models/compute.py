@@ -362,7 +362,7 @@ def optimizer_step_parts(scenario, stage: int, profile=None) -> tuple[float, flo
     ``offload_optimizer`` the update runs on the host at ``HOST_MEM_BW_PER_NODE_BPS / gpus_per_node``
     (the PCIe traffic is reported by ``memory.stage_memory`` for the engine to time).
     """
-    from .framework import PER_PARAM_LOOP_ADAM_BYTES, behaviour, held_grad_bytes
+    from .framework import FOREACH_ADAM_BYTES, PER_PARAM_LOOP_ADAM_BYTES, behaviour, held_grad_bytes
     from .memory import rank_param_shards  # memory does not import compute
 
     t = scenario.training
@@ -371,10 +371,12 @@ def optimizer_step_parts(scenario, stage: int, profile=None) -> tuple[float, flo
     grad_bytes = held_grad_bytes(t)
     if fw.optimizer_update == "per_param_loop" and t.optimizer_bytes_per_param == 12:
         per_param = PER_PARAM_LOOP_ADAM_BYTES  # fp32 master, m, v: the eager op sequence of framework.py
+    elif fw.optimizer_update == "foreach" and t.optimizer_bytes_per_param == 8 and t.param_bytes == 4:
+        per_param = FOREACH_ADAM_BYTES  # torch.optim.Adam's _foreach passes over fp32 params, m, v (framework.py)
     else:
         per_param = 2 * t.optimizer_bytes_per_param + grad_bytes + t.param_bytes
     update_bytes = sh.optimizer_params * (per_param + fw.optimizer_extra_bytes_per_param)
-    norm_bytes = sh.grad_params * grad_bytes * (3 if fw.clip_scales_grads else 1)
+    norm_bytes = sh.grad_params * grad_bytes * (3 if fw.clip_scales_grads else 1) if fw.clips_grads else 0.0
     if t.dtype == "fp16":
         norm_bytes += sh.optimizer_params * FP16_UNSCALE_BYTES_PER_PARAM
     hw = hw_of(scenario.cluster.gpu, t.dtype)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 
 from trainsim.specs.memo import memoised
 
-from .framework import cross_entropy_bytes, train_metric_bytes_per_logit
+from .framework import cross_entropy_bytes, eager_ce_cast_bytes, train_metric_bytes_per_logit
 from .shapes import DEFAULT_SELECTIVE as _CORE_ATTN
 from .shapes import LayerShape, block_kinds, layer_shape
 
@@ -411,9 +411,21 @@ def _head_ops(shp: LayerShape) -> tuple[Op, ...]:
         + cap
         # Cross-entropy over this rank's vocabulary shard: fused kernel or Megatron's fp32 op sequence,
         # bytes per logit from framework.cross_entropy_bytes (the framework's own implementation).
-        + (_elementwise("cross_entropy", "loss", logits, *cross_entropy_bytes(shp.fused_ce, e), 5.0),)
+        + _loss_ops(shp, logits)
     ) + ((_elementwise("train_metrics", "loss", logits, shp.metric_ce_passes * train_metric_bytes_per_logit(e),
                        0.0, 5.0 * shp.metric_ce_passes),) if shp.metric_ce_passes else ())
+
+
+def _loss_ops(shp: LayerShape, logits: float) -> tuple[Op, ...]:
+    """The loss over ``logits`` values: one op, or for torch's eager ``F.cross_entropy`` on an fp32 copy its two
+    kernel families apart (framework.cross_entropy_bytes): the casts (``.float()`` and autograd's cast of the
+    gradient back, copy kernels) and log-softmax + NLL (softmax kernels), so each gets its measured bandwidth."""
+    fwd, bwd = cross_entropy_bytes(shp.fused_ce, shp.e, shp.eager_ce)
+    if shp.eager_ce and not shp.fused_ce:
+        cf, cb = eager_ce_cast_bytes(shp.e)
+        return (_elementwise("cross_entropy_cast", "cast", logits, cf, cb, 0.0),
+                _elementwise("cross_entropy", "loss", logits, fwd - cf, bwd - cb, 5.0))
+    return (_elementwise("cross_entropy", "loss", logits, fwd, bwd, 5.0),)
 
 
 @memoised(maxsize=4096)

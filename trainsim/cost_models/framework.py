@@ -27,6 +27,16 @@ fitted to a measurement.
     - fused kernel (llm-foundry's default ``loss_fn: fused_crossentropy``, flash-attn's xentropy CUDA
       kernel; Megatron with ``--cross-entropy-loss-fusion``): forward reads the logits and writes the
       fp32 softmax (e + 4), backward reads it and writes the logit gradient (4 + e).
+    - torch's eager ``F.cross_entropy`` on an fp32 copy of the logits (``EAGER_FP32_CE_FRAMEWORKS``, the
+      ``eager_fp32`` settings): aten's ``cross_entropy_loss`` is ``log_softmax`` + ``nll_loss``
+      (aten/src/ATen/native/LossNLL.cpp ``cross_entropy_loss_prob_target``/``_label_smoothing`` aside, the
+      class-index path calls ``at::nll_loss_nd(at::log_softmax(self, class_dim, self.scalar_type()), ...)``).
+      Forward: ``.float()`` (read e, write 4), ``log_softmax`` (``cunn_SoftMaxForward``: read 4, write 4),
+      ``nll_loss`` gathers one value per token (negligible): e + 12. Backward: ``nll_loss_backward`` fills
+      the fp32 gradient with zeros and scatters (write 4), ``log_softmax_backward`` (read the gradient and the
+      saved output, write: 12), autograd's cast back to the logits' dtype (read 4, write e): e + 20. The
+      kernels of one profiled H200 step are exactly these (cunn_SoftMaxForward/Backward,
+      nll_loss_forward/backward_reduce, a fill, two copies: benchmarks/data/trace_summary_h200.json, "loss").
 * ``pipeline_output_kept`` -- a pipeline stage keeps each in-flight micro-batch's output activation until that
   micro-batch's backward. deepspeed: the pipeline engine stores it in ``pipe_buffers['outputs']`` at the forward
   and runs ``torch.autograd.backward`` from it (deepspeed/runtime/pipe/engine.py ``_exec_forward_pass`` /
@@ -151,6 +161,15 @@ fitted to a measurement.
   g)``, ``denom = (exp_avg_sq.sqrt() / c2).add_(eps)``, ``param.addcdiv_(exp_avg, denom)`` (the decay
   ``param.mul_`` is skipped at the yamls' ``weight_decay: 0.0``): ``PER_PARAM_LOOP_ADAM_BYTES`` on fp32 state
   and fp32 gradients (FSDP's gradient shards; used when the optimizer state is the 12-byte fp32 master + m + v).
+  "foreach" (``torch.optim.Adam``'s default on CUDA, framework torch: torch/optim/adam.py ``_multi_tensor_adam``,
+  find_string id 14460399403): one ``multi_tensor_apply`` pass per ``_foreach`` op over fp32 state --
+  ``_foreach_lerp_(exp_avgs, grads)`` (read 8, write 4), ``_foreach_mul_(exp_avg_sqs)`` (4 + 4),
+  ``_foreach_addcmul_(exp_avg_sqs, grads, grads)`` (12 + 4), ``_foreach_sqrt`` into a new list (4 + 4),
+  ``_foreach_div_`` and ``_foreach_add_`` on it (8 each), ``_foreach_addcdiv_(params, exp_avgs, denom)``
+  (12 + 4): ``FOREACH_ADAM_BYTES`` = 76 bytes per parameter (the profiled H200 step runs 77
+  ``multi_tensor_apply_kernel`` launches for 204 M parameters in 4.0 ms: 3.9 TB/s at these bytes).
+* ``clips_grads`` -- the step computes the gradient norm for clipping (one read of every gradient). trainsim
+  execute's torch step (kernels/parallelize.py ``train_step``: ``optimizer.step()`` with no clipping) does not.
 * ``clip_scales_grads`` -- gradient clipping multiplies every gradient by the clip coefficient
   unconditionally (FSDP's ``clip_grad_norm_``: ``grad.mul_(clamp(max_norm / norm, max=1))``; Composer's
   ``gradient_clipping`` algorithm calls it on the root FSDP module): the norm pass reads each gradient
@@ -205,6 +224,8 @@ DEEPSPEED_ALLGATHER_BUCKET_PARAMS = 5e8
 # mul_ (r4 w4) and add_ (r8 w4), exp_avg_sq mul_ (8) and addcmul_ (r8 w4), sqrt (8), / c2 (8), add_ eps (8),
 # param.addcdiv_ (r12 w4). HBM bytes per parameter.
 PER_PARAM_LOOP_ADAM_BYTES = 8 + 12 + 8 + 12 + 8 + 8 + 8 + 16
+# torch.optim.Adam foreach (module docstring, "optimizer_update"): lerp_, mul_, addcmul_, sqrt, div_, add_, addcdiv_.
+FOREACH_ADAM_BYTES = 12 + 8 + 16 + 8 + 8 + 8 + 16
 # FSDP keeps the sharded parameter (and so its gradient shard) in fp32 under mixed precision.
 FSDP_SHARD_GRAD_BYTES = 4
 # DeepSpeed ZeRO-3 default stage3_param_persistence_threshold (elements): smaller parameters stay resident.
@@ -232,7 +253,8 @@ class FrameworkBehaviour:
     fused_bias_grad: bool = False
     zero3_persistent_regather: bool = False
     fsdp_grad_prep: bool = False
-    optimizer_update: Literal["fused", "per_param_loop"] = "fused"
+    optimizer_update: Literal["fused", "per_param_loop", "foreach"] = "fused"
+    clips_grads: bool = True
     clip_scales_grads: bool = False
     fp8_weight_cache: bool = False
     pipeline_output_kept: bool = False
@@ -333,7 +355,8 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
     "torch": FrameworkBehaviour("torch", overlap_grad_reduce=True, fused_cross_entropy=False,
                                 zero3_gather="block", reduce_bucket_params=None, p2p_overlap="never",
                                 tp_input_reduce="per_linear", grad_accumulation_pass=True,
-                                param_gather="broadcast_per_param"),
+                                param_gather="broadcast_per_param", optimizer_update="foreach",
+                                clips_grads=False),
 }
 
 
@@ -551,13 +574,54 @@ def fsdp_grad_prep_bytes_per_param(e: int, g: int, world: int, accumulate: bool)
     return float(unsharded + shard / world)
 
 
+def eager_ce_cast_bytes(e: int) -> tuple[float, float]:
+    """HBM bytes per logit, (forward, backward), of the dtype casts inside torch's eager fp32 cross-entropy:
+    ``.float()`` (read e, write 4) and autograd's cast of the gradient back (read 4, write e)."""
+    return float(e + 4), float(4 + e)
+
+
 def train_metric_bytes_per_logit(e: int) -> float:
     """HBM bytes per logit of one eager no-grad cross-entropy (a train-metric update), e-byte logits."""
     return float(e + 4 + 12 + 4)
 
 
-def cross_entropy_bytes(fused: bool, e: int) -> tuple[float, float]:
-    """HBM bytes per logit of the loss, (forward, backward), for ``e``-byte logits (see module docstring)."""
+def cross_entropy_bytes(fused: bool, e: int, eager: bool = False) -> tuple[float, float]:
+    """HBM bytes per logit of the loss, (forward, backward), for ``e``-byte logits (see module docstring):
+    fused kernel, torch's eager ``F.cross_entropy`` on an fp32 copy (``eager``), else Megatron's."""
     if fused:
         return float(e + 4), float(4 + e)
+    if eager:
+        return float(e + 4 + 8), float(4 + 12 + 4 + e)
     return float(e + 4 + 32), float(8 + 4 + e)
+
+
+def autocast_tag(scenario) -> str | None:
+    """``"+autocast-bf16"`` / ``"+autocast-fp16"`` where ``scenario`` runs as trainsim execute runs a one-GPU-deep
+    layout under autocast (framework torch, 16-bit dtype, no TP, PP or FSDP2: kernels/parallelize.py
+    ``build_parallel``), else None."""
+    t, lay = scenario.training, scenario.layout
+    if t.framework != "torch" or t.dtype not in ("bf16", "fp16") or lay.tp > 1 or lay.pp > 1:
+        return None
+    if scenario.dp > 1 and t.effective_zero >= 3:
+        return None
+    return f"+autocast-{t.dtype}"
+
+
+def autocast_cast_bytes_per_param(scenario) -> float:
+    """HBM bytes per parameter per micro-batch of autocast's weight casts where trainsim execute runs the scenario
+    under autocast (``autocast_tag``): the first forward of the step casts each fp32 weight to 16 bits (read 4,
+    write e; cached for the step's later micro-batches, so 1/n per micro-batch) and every backward casts each
+    weight's 16-bit gradient back to fp32 (``ToCopyBackward0``: read e, write 4) before AccumulateGrad. The
+    profiled H200 step shows both: one bf16 copy kernel per weight in the first forward and one fp32 copy per
+    weight and micro-batch (784 = 196 tensors x 4 micro-batches, benchmarks/data/trace_summary_h200.json)."""
+    if autocast_tag(scenario) is None:
+        return 0.0
+    e = 2
+    return (4 + e) / scenario.num_microbatches + (e + 4)
+
+
+def queued_microbatches(scenario) -> int:
+    """Micro-batches one host issues back to back without a host sync between them, or 0 where each pass is
+    bounded by its own issue: trainsim execute's one-stage gradient accumulation (``autocast_tag`` layouts,
+    kernels/parallelize.py ``_accumulate``: no sync until the step's loss is read)."""
+    return scenario.num_microbatches if autocast_tag(scenario) else 0

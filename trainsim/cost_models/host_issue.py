@@ -136,6 +136,15 @@ BLOCK_OPS = {
 # its counted 39 x 3.3 + 12 x 3.8 = 174.3 us: 1.89.
 MODULE_FRAME_RATIO = MEASURED_FWD[0] / (BLOCK_OPS["layernorm-gelu-learned"][0] * ATEN_DISPATCH_S
                                         + BLOCK_OPS["layernorm-gelu-learned"][1] * KERNEL_LAUNCH_S)
+# The executor's block under bf16 autocast (trainsim execute on a GPU: fp32 weights, torch.autocast around the
+# step's micro-batches), counted the same way under CPU autocast, whose lower-precision list casts the same linears
+# (aten addmm/mm): (first forward ops, kernels, later forward ops, kernels). The first forward of a step casts every
+# weight and bias to bf16; autocast caches those casts of leaf tensors until the autocast region ends
+# (torch/csrc/autograd/autocast_mode: ``cached_cast``), so the step's later micro-batches cast only activations.
+BLOCK_OPS_AUTOCAST = {
+    "layernorm-gelu-learned": (55, 28, 43, 16),
+    "rmsnorm-swiglu-rope": (101, 64, 94, 57),
+}
 # A TP collective issued from Python (torch.distributed call on the NCCL process group): one dispatch and one
 # kernel launch, as any other op.
 COLLECTIVE_OPS = (1, 1)
@@ -159,6 +168,8 @@ class PassIssue:
     sync_fwd_s: float = 0.0         # GPU idle after the host syncs of one block's forward (module doc)
     sync_bwd_s: float = 0.0         # ... of its backward pass (the recomputed forward's)
     microbatch_sync_s: float = 0.0  # ... after the micro-batch's sync, before the first block
+    microbatch_fwd_s: float = 0.0   # host seconds per micro-batch outside the blocks: embedding, head, loss, start
+    microbatch_bwd_s: float = 0.0   # ... of its backward (the loss's and head's backward, the autograd engine's start)
 
 
 def op_seconds(host_cpu: str = "x86") -> tuple[float, float]:
@@ -223,24 +234,48 @@ def host_idle_s(gpu_s: float, host_s: float) -> float:
     return max(0.0, host_s - gpu_s)
 
 
+def queued_idle_s(host_f: float, host_b: float, gpu_f: float, gpu_b: float, n: int) -> float:
+    """GPU idle over ``n`` micro-batches (forward, backward, forward, ...) that one host issues back to back with
+    no host sync between them, from a drained queue (the step starts after one).
+
+    The GPU ends pass ``p`` at ``E_p = max(E_{p-1} + gpu_p, H_p)`` (``H_p``: the host's clock when it has issued
+    pass ``p``), so its idle over the sequence is the largest excess of the host's cumulative time over the GPU's
+    at a pass boundary, not the sum of each pass's excess: a backward the host issues faster than the GPU runs it
+    lets the host start the next micro-batch's forward early, and that lead covers the forward's issue. With
+    ``D = host_f + host_b - gpu_f - gpu_b`` per micro-batch the boundaries give ``k D + (gpu_b - host_b)`` after
+    the k-th forward and ``k D`` after the k-th backward, whose maximum over k = 1..n is below."""
+    d = host_f + host_b - gpu_f - gpu_b
+    return max(0.0, host_f - gpu_f, n * d + max(0.0, gpu_b - host_b))
+
+
 def chunk_idle_s(issue: PassIssue | None, layers: int, gpu_fwd_s: float, gpu_bwd_s: float,
-                 first: bool = False, blocks: tuple[tuple[int, float, float], ...] = ()) -> tuple[float, float]:
+                 first: bool = False, blocks: tuple[tuple[int, float, float], ...] = (),
+                 queued: int = 0) -> tuple[float, float]:
     """(forward, backward) GPU idle of a chunk of ``layers`` blocks per micro-batch whose passes keep the GPU busy
     ``gpu_fwd_s`` / ``gpu_bwd_s``, the lead-ins after the framework's host syncs included (``first``: the chunk
-    that starts the micro-batch, after its sync); (0, 0) where the host is not modelled apart (``issue`` None) or
-    no blocks. ``blocks`` are the chunk's (count, forward GPU seconds, backward GPU seconds) per block kind: where
-    the framework syncs in every block's forward (``issue.sync_fwd_s``; its backward too under full recompute,
+    that starts the micro-batch, after its sync, and carries the micro-batch's host work outside the blocks);
+    (0, 0) where the host is not modelled apart (``issue`` None) or no blocks.
+
+    ``blocks`` are the chunk's (count, forward GPU seconds, backward GPU seconds) per block kind: where the
+    framework syncs in every block's forward (``issue.sync_fwd_s``; its backward too under full recompute,
     ``issue.sync_bwd_s``) the host cannot run ahead past a block, so each block's host excess is idle on its own
-    (module doc, "Host syncs") and the chunk's other GPU work (embedding, logits and loss) hides none of it."""
+    (module doc, "Host syncs") and the chunk's other GPU work (embedding, logits and loss) hides none of it.
+    ``queued`` > 0: the chunk is the whole model and its ``queued`` micro-batches are issued back to back without
+    host syncs (trainsim execute's gradient accumulation): the step's idle is ``queued_idle_s``, charged evenly to
+    each micro-batch's forward."""
     if issue is None or layers <= 0:
         return 0.0, 0.0
     lead_f = layers * issue.sync_fwd_s + (issue.microbatch_sync_s if first else 0.0)
-    idle_f = host_idle_s(gpu_fwd_s, layers * issue.fwd_s)
-    idle_b = host_idle_s(gpu_bwd_s, layers * issue.bwd_s)
+    mb_f, mb_b = (issue.microbatch_fwd_s, issue.microbatch_bwd_s) if first else (0.0, 0.0)
+    if queued > 0:
+        idle = queued_idle_s(layers * issue.fwd_s + mb_f, layers * issue.bwd_s + mb_b, gpu_fwd_s, gpu_bwd_s, queued)
+        return idle / queued + lead_f, layers * issue.sync_bwd_s
+    idle_f = host_idle_s(gpu_fwd_s, layers * issue.fwd_s + mb_f)
+    idle_b = host_idle_s(gpu_bwd_s, layers * issue.bwd_s + mb_b)
     if blocks and issue.sync_fwd_s > 0:
-        idle_f = sum(k * host_idle_s(f, issue.fwd_s) for k, f, _ in blocks)
+        idle_f = sum(k * host_idle_s(f, issue.fwd_s) for k, f, _ in blocks) + mb_f
     if blocks and issue.sync_bwd_s > 0:
-        idle_b = sum(k * host_idle_s(b, issue.bwd_s) for k, _, b in blocks)
+        idle_b = sum(k * host_idle_s(b, issue.bwd_s) for k, _, b in blocks) + mb_b
     return idle_f + lead_f, idle_b + layers * issue.sync_bwd_s
 
 
@@ -285,6 +320,40 @@ def tp_collective_calls(scenario) -> tuple[int, int]:
     return per_pass, per_pass
 
 
+def executor_block_issue(scenario, profile) -> PassIssue | None:
+    """Host issue time of trainsim execute's eager micro-batch from the profile's two-depth measurement of the
+    executor's own chunk under its autocast (``CalibrationProfile.host_issue_chunk``), or None where the profile
+    has none for this block style or the scenario does not run that way (``autocast_tag``).
+
+    Per block: the measured forward casts every weight (each timed call is a fresh autocast region); the step's
+    later micro-batches hit autocast's weight cache, so their forward is scaled by the counted ops
+    (``BLOCK_OPS_AUTOCAST``, at ``op_seconds``' dispatch and launch weights) and the micro-batches averaged. The
+    backward is measured with the gradients held (AccumulateGrad adds), under full recompute apart (it re-issues
+    the forward). Per micro-batch: the embedding, head, loss and each pass's start (``microbatch_*_s``)."""
+    from .eager import block_style
+    from .shapes import layer_shape
+
+    from .framework import autocast_tag
+
+    tag = autocast_tag(scenario)
+    chunk = getattr(profile, "host_issue_chunk", None) or {}
+    if tag is None or getattr(scenario.cluster.gpu, "num_sms", None) is None or scenario.model.is_moe:
+        return None
+    style = block_style(layer_shape(scenario))
+    m = chunk.get(style + tag)
+    if m is None or style not in BLOCK_OPS_AUTOCAST or scenario.training.host_issue != "eager":
+        return None
+    d, k = op_seconds(scenario.cluster.host_cpu)
+    f_ops, f_k, s_ops, s_k = BLOCK_OPS_AUTOCAST[style]
+    steady = m.block_fwd_s * (s_ops * d + s_k * k) / (f_ops * d + f_k * k)
+    n = scenario.num_microbatches
+    fwd = (m.block_fwd_s + (n - 1) * steady) / n
+    full = scenario.training.recompute == "full"
+    bwd = m.block_bwd_full_recompute_s if full else m.block_bwd_s
+    return PassIssue(fwd, bwd, s_ops, BLOCK_OPS[style][2] + (s_ops if full else 0),
+                     microbatch_fwd_s=m.microbatch_fwd_s, microbatch_bwd_s=m.microbatch_bwd_s)
+
+
 def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
     """Host issue time of one dense block of ``scenario`` per micro-batch, or None where the host is not
     modelled apart: CPU ranks (their eager time is the ops' own time, cost_models.eager) and MoE blocks
@@ -297,6 +366,9 @@ def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
 
     if getattr(scenario.cluster.gpu, "num_sms", None) is None or scenario.model.is_moe:
         return None
+    executed = executor_block_issue(scenario, profile) if profile is not None else None
+    if executed is not None:
+        return executed
     shp = layer_shape(scenario)
     gpu_measured = getattr(profile, "host_issue_block_s", None) if profile is not None else None
     measured = gpu_measured(block_style(shp)) if gpu_measured is not None else None

@@ -98,7 +98,7 @@ MEMORY_OP_FAMILIES = {
     "norm": ("layernorm", "rmsnorm"),
     "elementwise": ("gelu", "add", "copy"),
     "activation": ("gelu",), "swiglu": ("gelu", "add"), "silu": ("gelu",),
-    "residual": ("add",), "loss": ("softmax",), "embedding": ("copy",),
+    "residual": ("add",), "loss": ("softmax",), "embedding": ("copy",), "cast": ("copy",),
 }
 
 
@@ -214,6 +214,23 @@ class EagerBlockOverhead(_Model):
         return self.fwd.median_s / self.fwd_ops if pass_ == "fwd" else self.bwd.median_s / self.bwd_ops
 
 
+class ChunkHostIssue(_Model):
+    """Host issue seconds of trainsim execute's eager micro-batch on a GPU, from a tiny model (kernels with ~no
+    work) timed at two depths (kernels/host_issue_bench.py): per block (forward; backward, also under full
+    recompute) and per micro-batch outside the blocks (embedding, head, loss, the pass's start), and the
+    optimizer step per parameter tensor and per step."""
+
+    layers: tuple[int, int]
+    block_fwd_s: float = Field(ge=0)
+    block_bwd_s: float = Field(ge=0)
+    block_bwd_full_recompute_s: float = Field(ge=0)
+    microbatch_fwd_s: float = Field(ge=0)
+    microbatch_bwd_s: float = Field(ge=0)
+    step_per_tensor_s: float = Field(ge=0)
+    step_fixed_s: float = Field(ge=0)
+    reps: int = Field(ge=1)
+
+
 class OptimizerFit(_Model):
     """torch.optim ``step()`` and ``zero_grad()``: (per_tensor_s + zero_grad_per_tensor_s) · tensors +
     elements / elements_per_s."""
@@ -279,6 +296,10 @@ class CalibrationProfile(_Model):
     dispatch_overhead: Stats | None = Field(default=None, description="one-element op: launch/dispatch cost")
     eager_overhead: dict[str, EagerBlockOverhead] = Field(
         default_factory=dict, description="per block style (cost_models.eager.block_style); CPU eager only")
+    host_issue_chunk: dict[str, ChunkHostIssue] = Field(
+        default_factory=dict, description="trainsim execute's eager micro-batch and optimizer step timed on a GPU "
+        "at two depths: host issue seconds per block, per micro-batch and per optimizer tensor "
+        "(kernels/host_issue_bench.py; cost_models.host_issue); GPU only")
     host_issue: dict[str, EagerBlockOverhead] = Field(
         default_factory=dict, description="per block style: a tiny executor block's forward / backward on a GPU, "
         "whose kernels do ~no work, so its time is the host's eager issue time (cost_models.host_issue); GPU only")

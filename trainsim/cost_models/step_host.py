@@ -149,17 +149,30 @@ def step_host(framework: str, optimizer_update: str, sizes: list[int], host_cpu:
                     syncs * (dispatch + launch))
 
 
-def scenario_step_host(scenario, stage: int) -> StepHost | None:
+def scenario_step_host(scenario, stage: int, profile=None) -> StepHost | None:
     """Host work of ``scenario``'s optimizer step on a rank of ``stage``, or None where it is not modelled apart
-    (CPU ranks, MoE models -- as for host_issue.scenario_block_issue --, and the host-offloaded optimizer)."""
-    from .framework import behaviour
+    (CPU ranks, MoE models -- as for host_issue.scenario_block_issue --, and the host-offloaded optimizer).
+
+    Where a GPU profile timed trainsim execute's own step (``CalibrationProfile.host_issue_chunk``, framework
+    torch run as the executor runs it: ``host_issue.autocast_tag``), its seconds per parameter tensor and per step
+    replace the counted ones: torch's foreach Adam also loops over the tensors in Python (``_get_value(step)`` for
+    the bias corrections of each, the CPU step counters stepped one by one), which the launch count misses."""
+    from .eager import block_style
+    from .framework import autocast_tag, behaviour
+    from .shapes import layer_shape
 
     t = scenario.training
     if getattr(scenario.cluster.gpu, "num_sms", None) is None or scenario.model.is_moe or t.offload_optimizer:
         return None
     fw = behaviour(t.framework)
-    return step_host(t.framework, fw.optimizer_update, rank_tensor_sizes(scenario, stage),
-                     scenario.cluster.host_cpu)
+    sizes = rank_tensor_sizes(scenario, stage)
+    host = step_host(t.framework, fw.optimizer_update, sizes, scenario.cluster.host_cpu)
+    tag = autocast_tag(scenario)
+    m = (getattr(profile, "host_issue_chunk", None) or {}).get(block_style(layer_shape(scenario)) + (tag or ""))
+    if tag is None or m is None:
+        return host
+    return StepHost(host.dispatches, host.launches, host.syncs, m.step_fixed_s + m.step_per_tensor_s * len(sizes),
+                    host.sync_lead_s)
 
 
 def norm_reduce_s(scenario, groups: tuple, profile=None) -> float:

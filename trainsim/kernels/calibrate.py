@@ -286,6 +286,7 @@ class _Run:
     optim: dict = field(default_factory=dict)
     dtensor_coll: dict = field(default_factory=dict)
     host_issue: dict = field(default_factory=dict)
+    host_issue_chunk: dict = field(default_factory=dict)
     rank_rates: list[float] = field(default_factory=list)
 
     @property
@@ -384,7 +385,10 @@ def _measure_eager(run: _Run, skip: set[str]) -> None:
             run.dtensor_coll = mb.bench_dtensor_collectives(run.cfg, init_device_mesh("cpu", (run.world,)))
         _log(run.rank, f"eager overhead and optimizers in {time.perf_counter() - t0:.1f} s")
     elif run.args.device == "cuda":
+        from trainsim.kernels.host_issue_bench import bench_chunk_issue
+
         run.host_issue = mb.bench_eager_overhead(run.cfg)
+        run.host_issue_chunk = bench_chunk_issue(run.cfg)
         _log(run.rank, f"host issue time of eager blocks in {time.perf_counter() - t0:.1f} s")
 
 
@@ -447,7 +451,7 @@ def _write_profile(run: _Run, t_start: float) -> None:
         notes.append("no GPU preset matches this device: efficiencies are absent, times are absolute")
     profile = build_profile(fp, preset_name, peaks, run.gemm, run.attn, run.mem, run.copies, run.colls, fit_min, notes)
     profile = profile.model_copy(update={"dispatch_overhead": run.dispatch, "eager_overhead": run.eager,
-                                         "host_issue": run.host_issue,
+                                         "host_issue": run.host_issue, "host_issue_chunk": run.host_issue_chunk,
                                          "optimizer_fits": run.optim, "rank_gemm_flops": run.rank_rates,
                                          "dtensor_collective_overhead_s": run.dtensor_coll})
     save_profile(profile, args.out)

@@ -75,6 +75,22 @@ def count_block_ops(spec: ModelSpec, *, micro_batch: int = 1, seq_len: int = 64)
     return _count(lambda: Block(spec, ModelOptions()), (micro_batch, seq_len, spec.hidden))
 
 
+def count_block_ops_autocast(spec: ModelSpec, *, micro_batch: int = 1, seq_len: int = 64) -> tuple[int, int, int, int]:
+    """(first forward ops, kernels, later forward ops, kernels) of the executor's block under bf16 autocast
+    (CPU autocast, fake tensors): two forwards in one autocast region, the second hitting autocast's weight-cast
+    cache as a step's later micro-batches do (cost_models.host_issue.BLOCK_OPS_AUTOCAST)."""
+    with FakeTensorMode():
+        module = Block(spec, ModelOptions())
+        x = torch.randn(micro_batch, seq_len, spec.hidden, requires_grad=True)
+        first, later = _Counter(), _Counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            with first:
+                module(x)
+            with later:
+                module(x)
+    return first.ops, first.kernels, later.ops, later.kernels
+
+
 def count_megatron_layer_ops(hidden: int, heads: int, ffn: int, *, micro_batch: int = 1,
                              seq_len: int = 64) -> OpCount:
     """Aten ops of one forward and backward of Megatron's legacy GPT layer (megatron_block), sequence-major."""

@@ -120,6 +120,10 @@ def format_comparison(c: dict[str, Any]) -> str:
         bd = (p.get("prediction") or {}).get("breakdown_s") or {}
         if bd:
             lines.append(f"  {'predicted breakdown [s]':46s} " + " ".join(f"{k} {v:.4f}" for k, v in bd.items() if v))
+        step = (p.get("prediction") or {}).get("step_time_s")
+        if bd.get("host_idle") and step:
+            lines.append(f"  {'predicted GPU idle waiting for the host':46s} {100 * bd['host_idle'] / step:13.0f}%"
+                         " (host-bound: cost_models/host_issue.py)")
     for stage, (ms, ps, es) in enumerate(zip(m["per_stage"], p["per_stage"], e["per_stage"])):
         for key, label in (("params", "parameters"), ("grads", "gradients"), ("optimizer", "optimizer states"),
                            ("activations_per_microbatch", "saved activations / micro-batch"),

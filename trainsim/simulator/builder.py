@@ -137,9 +137,9 @@ def build_cost_table(scenario: Scenario, *, profile=None, ideal_network: bool = 
 def _accumulate_s(st: _Step, params: float) -> float:
     """Compute-stream seconds of the passes over a chunk's ``params`` gradients outside the GEMMs: frameworks
     without gradient-accumulation fusion add each block's weight gradients into the accumulation buffer in a
-    separate pass every micro-batch (framework.py grad_accumulation_pass), plus FSDP's gradient preparation."""
-    tr = st.scenario.training
-    nbytes = params * ((3 * tr.grad_bytes if st.fw.grad_accumulation_pass else 0.0) + st.prep_per_param)
+    separate pass every micro-batch (framework.py grad_accumulation_pass), FSDP's gradient prep, autocast's casts."""
+    tr, cast = st.scenario.training, framework.autocast_cast_bytes_per_param(st.scenario)
+    nbytes = params * ((3 * tr.grad_bytes if st.fw.grad_accumulation_pass else 0.0) + st.prep_per_param + cast)
     return compute.memory_time_s(nbytes, st.hw, st.profile, "copy") * st.slowest if nbytes > 0 else 0.0
 
 
@@ -265,7 +265,8 @@ def _chunk(st: _Step, s: int, c: int, pair: float) -> ChunkCost:
     cp_fc, cp_bc = sum(k * b.cp_f for b, k in ck), sum(k * b.cp_b for b, k in ck)
     idle_f, idle_b = host_issue.chunk_idle_s(st.issue, n, cs.f + off_f + tp_fc + cp_fc + dp_f,
                                              cs.bi + cs.bw + cs.rc + off_b + tp_bc + cp_bc + dp_b, first=vs == 0,
-                                             blocks=tuple((k, *b.gpu_passes()) for b, k in cs.kinds if k))
+                                             blocks=tuple((k, *b.gpu_passes()) for b, k in cs.kinds if k),
+                                             queued=framework.queued_microbatches(scenario))
     return ChunkCost(
         fwd_s=cs.f + off_f + idle_f, bwd_input_s=cs.bi + off_b + idle_b, bwd_weight_s=cs.bw, recompute_s=cs.rc,
         host_idle_fwd_s=idle_f, host_idle_bwd_s=idle_b, tp_fwd_s=tp_fc, tp_bwd_s=tp_bc,
@@ -315,7 +316,7 @@ def _optimizer_s(st: _Step, s: int) -> tuple[float, float]:
     sm = st.stage_mem[s]
     opt_gpu, opt_host = compute.optimizer_step_parts(scenario, s, st.profile)
     gpu = opt_gpu * st.slowest
-    host = step_host.scenario_step_host(scenario, s)
+    host = step_host.scenario_step_host(scenario, s, st.profile)
     groups = (st.groups["tp"], st.shard_group if st.z >= 1 else None)
     reduce_s = step_host.norm_reduce_s(scenario, groups, st.profile) if host is not None else 0.0
     phase = step_host.optimizer_phase_s(gpu, host, reduce_s)

@@ -1,0 +1,111 @@
+"""trainsim execute's one-GPU steps on an H200 (benchmarks/data/executed_h200.jsonl) against today's prediction
+with the profile `trainsim calibrate` measured on that machine, and the mechanisms behind it.
+
+Tolerance per record: the structural error left (``STRUCTURAL``, stated per block style in docs/execute.md,
+"One-GPU steps on an H200") plus twice the relative spread (population standard deviation over median) of the
+record's timed steps, which is up to 15.6 % on the host-bound lines (a shared VM host) and under 1 % on the
+GPU-bound ones.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("bench_executed_h200", ROOT / "benchmarks" / "bench_executed_h200.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+# GPT-style: GEMM and attention times from the quick profile's fits run 10-20 % over the profiled kernels at
+# micro-batch 1-8 and the host's per-block issue under the real model is ~15 % above the tiny model's.
+# Llama-style: the tiny model's host issue (1.5 ms forward, 2.1 ms backward per block) exceeds what the measured
+# step allows (the whole l2048_mb1 step is 156 ms, the tiny timings give 224 ms of host issue alone), so the
+# host-bound Llama line is over-predicted by ~55 %; docs/execute.md says what isolates it.
+STRUCTURAL = {"g": 0.20, "l": 0.60}
+
+
+@pytest.fixture(scope="module")
+def rows():
+    from trainsim.cost_models.profile import load_profile
+
+    return bench.rows(bench.untraced_records(), load_profile(bench.DATA / "profile_h200.json"))
+
+
+def test_every_untraced_record_is_predicted_within_noise_and_stated_structure(rows):
+    assert len(rows) == 11
+    for r in rows:
+        tol = STRUCTURAL[r["name"][0]] + 2 * r["spread"]
+        assert abs(r["error_pct"]) / 100 <= tol, (r["name"], r["error_pct"], tol)
+
+
+def test_gpt_lines_mape(rows):
+    gpt = [abs(r["error_pct"]) for r in rows if r["name"].startswith("g")]
+    assert statistics.fmean(gpt) < 10.0
+
+
+def test_optimizer_phase_matches_measured_foreach_adam(rows):
+    # torch.optim.Adam foreach: 76 B/param of _foreach passes; the measured phase (GPU events) on the GPU-bound
+    # sizes, where the host's per-tensor loop hides behind the kernels.
+    for r in rows:
+        if r["name"] in ("g2048_mb1", "g2048_mb4", "g4096_mb1", "l2048_mb4"):
+            assert r["optimizer_s"] == pytest.approx(r["measured_optimizer_s"], rel=0.10)
+
+
+def test_queued_idle_is_the_largest_host_lead_of_the_recurrence():
+    from trainsim.cost_models.host_issue import queued_idle_s
+
+    for hf, hb, gf, gb, n in [(5, 10, 2, 12, 4), (9, 15, 1, 3, 4), (1, 2, 5, 5, 3), (4, 1, 1, 9, 8), (3, 3, 3, 3, 2)]:
+        end = clock = 0.0
+        for _ in range(n):   # E_p = max(E_{p-1} + g_p, H_p)
+            for h, g in ((hf, gf), (hb, gb)):
+                clock += h
+                end = max(end + g, clock)
+        assert queued_idle_s(hf, hb, gf, gb, n) == pytest.approx(end - n * (gf + gb))
+
+
+def test_autocast_block_counts_match_the_counter():
+    from trainsim.cost_models.host_issue import BLOCK_OPS_AUTOCAST
+    from trainsim.kernels.op_count import _STYLE_ARCH, count_block_ops_autocast
+    from trainsim.specs import ModelSpec
+
+    for style, arch in _STYLE_ARCH.items():
+        spec = ModelSpec(name=style, num_layers=2, hidden=256, num_heads=4, ffn_hidden=1024, vocab_size=1000,
+                         max_seq_len=64, **arch)
+        assert count_block_ops_autocast(spec) == BLOCK_OPS_AUTOCAST[style]
+
+
+def test_chunk_fit_recovers_a_linear_host_model():
+    from trainsim.kernels.host_issue_bench import LAYERS, chunk_issue_from_runs
+
+    runs = {}
+    for rc, per_b in (("none", 3e-3), ("full", 5e-3)):
+        for n in LAYERS:
+            runs[f"s|bf16|{rc}|{n}"] = {"tensors": 16 * n + 5, "fwd": [1e-3 + 2e-3 * n] * 3,
+                                        "bwd": [4e-3 + per_b * n] * 3, "step": [5e-4 + 1e-5 * (16 * n + 5)] * 3}
+    m = chunk_issue_from_runs(runs)["s+autocast-bf16"]
+    assert (m.block_fwd_s, m.microbatch_fwd_s) == pytest.approx((2e-3, 1e-3))
+    assert (m.block_bwd_s, m.microbatch_bwd_s, m.block_bwd_full_recompute_s) == pytest.approx((3e-3, 4e-3, 5e-3))
+    assert (m.step_per_tensor_s, m.step_fixed_s) == pytest.approx((1e-5, 5e-4))
+
+
+def test_profile_chunk_entries_come_from_the_raw_h200_timings():
+    from trainsim.cost_models.profile import load_profile
+    from trainsim.kernels.host_issue_bench import chunk_issue_from_runs
+
+    raw = json.loads((bench.DATA / "host_issue_chunk_h200_raw.json").read_text())
+    prof = load_profile(bench.DATA / "profile_h200.json")
+    assert raw["device"] == "NVIDIA H200"
+    assert chunk_issue_from_runs(raw["runs"]) == prof.host_issue_chunk
+
+
+def test_eager_cross_entropy_bytes_are_its_kernels():
+    from trainsim.cost_models import framework
+
+    # .float() 2+4, log_softmax 4+4 | nll fill 4, log_softmax_backward 12, cast back 4+2
+    assert framework.cross_entropy_bytes(False, 2, eager=True) == (14.0, 22.0)
+    assert framework.eager_ce_cast_bytes(2) == (6.0, 6.0)
