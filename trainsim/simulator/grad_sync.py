@@ -112,8 +112,9 @@ def _merge_groups(calls: int) -> tuple[int, ...]:
 
 
 def _grad_calls(st: _Step, params: float, layers_of_chunk: int, tensors: int) -> int:
-    """Collectives the framework issues for a chunk's ``params`` gradients: ZeRO-2/3 reduce-scatter per block
-    as backward produces it (FSDP), or per reduce bucket (DeepSpeed); ZeRO-0/1 per DDP bucket. A bucket holds
+    """Collectives the framework issues for a chunk's ``params`` gradients where they are not Megatron DDP's buckets
+    (_ddp_transfers): ZeRO-2/3 reduce-scatter per block as backward produces it (FSDP), or per reduce bucket
+    (DeepSpeed); ZeRO-0/1 per DDP bucket of equal size. A bucket holds
     whole tensors (specs/data_parallel.py), so a chunk issues at most one call per tensor (``tensors``)."""
     z = st.z
     if z >= 2 and not st.reduce_bucket_params:
