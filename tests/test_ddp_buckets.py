@@ -128,3 +128,15 @@ def test_closed_form_tail_follows_the_engine(pp):
     eng, est = simulate(table).stages[0].dp_tail_s, analytic.estimate(table).stages[0].dp_tail_s
     assert est == pytest.approx(eng, rel=0.02)
     assert est > max(bk.time_s for bk in table.stages[0].chunks[0].grad_buckets[-1:])
+
+
+def test_deepspeed_2021_gathers_megatrons_gpt_tensor_by_tensor():
+    """DeepSpeed 2021's ZeRO-3 GPT is Megatron's (fused ``query_key_value``; param_tensors.module_style) and its
+    ``_all_gather`` issues one call per tensor: per block qkv, dense, h->4h, 4h->h weights (biases and LayerNorms
+    <= 1e5 elements persist), plus the word and learned position embeddings (tied output: no output layer)."""
+    gpt = {**SMALL, "activation": "gelu", "norm": "layernorm", "bias": True, "position_embedding": "learned",
+           "tie_embeddings": True}
+    scn = build_scenario({"model": gpt, "cluster": "dgx-a100", "gpus": 8,
+                          "training": {"seq_len": 2048, "global_batch": 8, "zero": 3,
+                                       "framework": "deepspeed-2021"}}, {})
+    assert zero3_gathers.gather_calls(chunk_tensors(scn, 0), "deepspeed-2021") == 4 * 4 + 2
