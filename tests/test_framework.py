@@ -59,19 +59,24 @@ def test_megatron_2021_reduces_gradients_after_the_backward():
     assert not table.overlap_grad_reduce and build_cost_table(scen()).overlap_grad_reduce
     total_dp = sum(b.time_s for ch in table.stages[0].chunks for b in ch.grad_buckets)
     assert old.exposed_comm_s["dp"] == pytest.approx(total_dp, rel=1e-6)
-    assert new.exposed_comm_s["dp"] < 0.5 * total_dp
+    # Megatron-Core overlaps all but the bucket the embedding closes (produced last) and what the reduction of
+    # the earlier buckets cannot hide behind the rest of the backward
+    last = build_cost_table(scen()).stages[0].chunks[0].grad_buckets[-1].time_s
+    assert last <= new.exposed_comm_s["dp"] < total_dp
     # the closed-form path agrees on the exposed reduction
     fast = predict(scen(framework="megatron-2021"), fast=True)
     assert fast.exposed_comm_s["dp"] == pytest.approx(total_dp, rel=1e-6)
 
 
 def test_zero3_gathers_pay_one_latency_per_collective():
-    """FSDP: one all-gather per block; DeepSpeed: one per weight tensor (4 per dense GeLU block)."""
+    """FSDP: one all-gather per block (+ the root unit's embedding and head); DeepSpeed: one per submodule with
+    gathered parameters (Hugging Face's Llama: q, k, v, o, gate, up, down; the embedding and the output layer;
+    RMSNorm weights persist)."""
     base = {"zero": 3, "recompute": "full"}
-    for fw, per_block in (("pytorch-fsdp", 1), ("deepspeed", 5)):  # llama3-8b is gated: qkv, o, gate, up, down
+    for fw, per_block, extra in (("pytorch-fsdp", 1, 1), ("deepspeed", 7, 2)):
         s = scen(framework=fw, **base)
         g = build_cost_table(s).stages[0].chunks[0].param_gather
-        calls = s.model.num_layers * per_block + 1  # + the embedding/head tensors of the chunk
+        calls = s.model.num_layers * per_block + extra
         grp = place(s).group("dp")
         one = collectives.collective_time("all_gather", g.nbytes / calls, grp, s.cluster)
         assert g.latency_s == pytest.approx(calls * one.latency_s, rel=1e-9), fw
@@ -210,7 +215,7 @@ def test_deepspeed_2021_serializes_per_tensor_collectives_with_compute():
     s = _ds2021(64)
     ch = build_cost_table(s).stages[0].chunks[0]
     assert ch.param_gather is None and ch.grad_buckets == ()
-    calls = s.model.num_layers * 5 + 1
+    calls = s.model.num_layers * 4 + 2  # Megatron's GPT: qkv, dense, fc1 (gate|up), fc2; embedding, output layer
     params = build_cost_table(scen(framework="deepspeed", zero=3)).stages[0].chunks[0].param_gather.nbytes / 2
     grp = place(s).group("dp")
     one = collectives.collective_time("all_gather", params * 2 / calls, grp, s.cluster)

@@ -286,4 +286,8 @@ def test_megatron_deepspeed_syncs_add_their_lead_ins_to_the_step():
     assert a.fwd_s - r.fwd_s == pytest.approx(2 * f + mb)
     s_ds, s_ref = small(framework="megatron-deepspeed", **kw), small(framework="megatron-2021", **kw)
     m = s_ds.training.global_batch // (s_ds.dp * s_ds.training.micro_batch)
-    assert predict(s_ds).step_time_s - predict(s_ref).step_time_s == pytest.approx(m * (4 * f + mb), rel=0.02)
+    # their gradient reductions differ in calls (Megatron-LM 2021's one all-reduce of the chunk's buffer,
+    # cost_models/ddp_buckets.py; DeepSpeed's engine its own), both exposed after the backward: set apart
+    p_ds, p_ref = predict(s_ds), predict(s_ref)
+    step = (p_ds.step_time_s - p_ds.exposed_comm_s["dp"]) - (p_ref.step_time_s - p_ref.exposed_comm_s["dp"])
+    assert step == pytest.approx(m * (4 * f + mb), rel=0.02)

@@ -47,8 +47,9 @@ fitted to a measurement.
       all-gather per block and pass (FSDP wraps each block: llm-foundry ``fsdp_wrap`` of MPTBlock).
     - "tensor" (deepspeed): ZeRO-3 partitions every ``nn.Parameter`` separately (``ds_tensor`` per
       parameter, deepspeed/runtime/zero/partition_parameters.py) and gathers the parameters a submodule
-      needs when it runs (``fetch_sub_module``): one collective per weight tensor and pass, each paying
-      the ring's (n-1)-step latency over all data-parallel ranks. Small tensors under
+      needs when it runs (``fetch_sub_module``): one coalesced collective per submodule and pass (one per
+      tensor in deepspeed-2021), each paying the ring's (n-1)-step latency over all data-parallel ranks,
+      counted from param_tensors by cost_models/zero3_gathers.py. Small tensors under
       ``stage3_param_persistence_threshold`` (biases, norms) stay resident and are not gathered.
 * ``reduce_bucket_params`` -- ZeRO-2/3 gradient reduce-scatter granularity: FSDP one per block
   (None), DeepSpeed ``reduce_bucket_size`` default 5e8 elements (DeepSpeed ZeRO config docs).

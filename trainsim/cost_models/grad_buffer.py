@@ -11,9 +11,10 @@ distrib_optimizer.py ``_build_model_gbuf_range`` / ``_build_model_gbuf_param_ran
 * with the distributed optimizer each parameter starts at a multiple of 64 elements (``_pad_start_of_param_if_
   needed``), and a bucket ends padded to a multiple of lcm(n, 128) (``_pad_end_of_bucket_if_needed``);
 * a bucket closes once it holds ``bucket_size`` elements (DDP: max(40M, 1M x dp), or ``--ddp-bucket-size``);
-  without gradient-reduction overlap, and for every model chunk after the first (``disable_bucketing=
-  (model_chunk_idx > 0)``, megatron/training/training.py, find_string id 8571023248), one bucket holds the
-  chunk; a tied word embedding / output layer of a pipelined model gets a bucket of its own
+  without gradient-reduction overlap, for every model chunk after the first (``disable_bucketing=
+  (model_chunk_idx > 0)``, megatron/training/training.py, find_string id 8571023248) and on every pipeline rank
+  but the first (``if disable_bucketing or pp_rank > 0: self.bucket_size = None``, megatron/core/distributed/
+  distributed_data_parallel.py, find_string id 51877415627), one bucket holds the chunk; a tied word embedding / output layer of a pipelined model gets a bucket of its own
   (``_does_param_require_new_bucket``: ``shared_embedding``, which Megatron-Core's LanguageModule sets on both
   when pp > 1, megatron/core/models/common/language_module/language_module.py, find_string id 47602216427);
 * expert parameters sit in a buffer of their own, sharded over the expert-data-parallel group.
@@ -114,7 +115,7 @@ def _chunk_units(scenario, tensors: tuple[ParamTensor, ...], expert: bool) -> li
 
 
 def _unit_buckets(scenario, unit: list[ParamTensor], n: int, first_chunk: bool) -> list[Bucket]:
-    """The buckets of one buffer or flat parameter (module doc)."""
+    """The buckets of one buffer or flat parameter (module doc); ``first_chunk``: pipeline rank 0's first chunk."""
     from .framework import default_overlap_grad_reduce
 
     tr = scenario.training
@@ -152,7 +153,7 @@ def _optimizer_tensor_elems(scenario, stage: int, rank: int) -> tuple[float, ...
                 out += [t.elems / n for t in tensors if t.expert == expert]
                 continue
             for unit in _chunk_units(scenario, tensors, expert):
-                out += shard_pieces(_unit_buckets(scenario, unit, n, c == 0), n, rank % n)
+                out += shard_pieces(_unit_buckets(scenario, unit, n, c == 0 and stage == 0), n, rank % n)
     return tuple(out)
 
 

@@ -48,8 +48,11 @@ class ParamTensor:
 
 
 def module_style(framework: str) -> str:
-    """'fused' for the Megatron family (Megatron-LM, Megatron-Core, Megatron-DeepSpeed's GPT), else 'torch'."""
-    return "fused" if framework.startswith("megatron") else "torch"
+    """'fused' for the Megatron family (Megatron-LM, Megatron-Core, Megatron-DeepSpeed's GPT) and for
+    ``deepspeed-2021``, whose ZeRO-3 GPT runs train Megatron's model (DeepSpeed's ZeRO-3 release example,
+    microsoft/DeepSpeedExamples Megatron-LM-v1.1.5-ZeRO3/megatron/model/transformer.py: ``query_key_value``
+    one ColumnParallelLinear, read_file id 6017323966), else 'torch'."""
+    return "fused" if framework.startswith("megatron") or framework == "deepspeed-2021" else "torch"
 
 
 def _norm(name: str, model, width: int | None = None) -> list[ParamTensor]:

@@ -170,10 +170,26 @@ def _grad_tail_s(table: CostTable, st, b: float, w: float) -> tuple[float, float
         tail = total_dp  # every bucket sent after the (last micro-batch's) backward pass
     elif table.reduce_grads_every_microbatch:
         tail = last  # the per-micro-batch reductions are paced above; the last one is exposed
+    elif bks and all(bk.ready_at is not None for bk in bks):
+        tail = _ready_tail_s(st)
     else:
         window = (b + w) * (1 - 1 / max(1, len(buckets)))
         tail = max(last, total_dp - window) if buckets else 0.0
     return tail, total_dp
+
+
+def _ready_tail_s(st) -> float:
+    """The exposed tail of buckets that carry their ready points (Transfer.ready_at): the chunks' last backward
+    passes taken back to back at the end of the stage's work (the last chunk first, chunk 0 last, as the
+    schedules' drains end), each bucket queued once its share of its chunk's backward has run, reduced one after
+    another; what runs past the last backward is exposed."""
+    clock = end = 0.0
+    for c in reversed(st.chunks):
+        dur = c.bwd_s + c.bwd_comm_s
+        for bk in c.grad_buckets:
+            end = max(end, clock + bk.ready_at * dur) + bk.time_s
+        clock += dur
+    return max(0.0, end - clock)
 
 
 def _stage_timeline(table: CostTable, s: int, sums_s: tuple, dp_inline_s: float, link_bound_s: float,

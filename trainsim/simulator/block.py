@@ -76,7 +76,6 @@ class _Block:
     act_bytes: float
     w_keep_bytes: float
     params: float          # dense + expert parameters on one rank
-    gather_tensors: int    # ZeRO-3 all-gathers per pass when the framework gathers tensor by tensor
 
     def gpu_passes(self) -> tuple[float, float]:
         """(forward, backward) seconds the GPU's stream is busy with one block per micro-batch: compute (the
@@ -199,16 +198,6 @@ def _ep_exposed(scenario: Scenario, groups: dict, profile) -> tuple[float, float
     return ep_f, ep_b, ep_f_ov, ep_b_ov
 
 
-def _gather_tensors(scenario: Scenario) -> int:
-    """Weight tensors of one block on one rank: ZeRO-3 all-gathers per pass when the framework gathers tensor
-    by tensor (MLA: q (down, up) | q, kv down, kv up, out; MLP: 2, gated 3, per local expert and shared expert)."""
-    m, lay = scenario.model, scenario.layout
-    shp = layer_shape(scenario)
-    mlp = 3 if shp.gated else 2
-    attn_tensors = (5 if shp.ql else 4) if shp.mla else 2  # MLA: q(down, up) | q, kv down, kv up, out
-    return attn_tensors + mlp * ((max(1, m.num_experts // lay.ep) + (1 if shp.fs else 0)) if shp.is_moe else 1)
-
-
 def _block(scenario: Scenario, groups: dict, profile) -> _Block:
     """The per-block costs of ``scenario``'s block (a MoE model's dense blocks: its ``dense_block()``)."""
     m, lay, tr = scenario.model, scenario.layout, scenario.training
@@ -225,7 +214,7 @@ def _block(scenario: Scenario, groups: dict, profile) -> _Block:
         tp_f=tp_f, tp_b=tp_b, cp_f=cp_f, cp_b=cp_b, ep_f=ep_f,
         ep_b=ep_b, ep_f_ov=ep_f_ov, ep_b_ov=ep_b_ov, act_bytes=act.layer_activation_bytes(scenario).total,
         w_keep_bytes=w_retained_bytes_per_layer(scenario) if tr.schedule in ("zb", "dualpipev") else 0.0,
-        params=dense_l + expert_l, gather_tensors=_gather_tensors(scenario))
+        params=dense_l + expert_l)
 
 
 def _local_global_blocks(scenario: Scenario, groups: dict, profile) -> tuple[_Block, _Block] | None:

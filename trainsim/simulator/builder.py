@@ -32,9 +32,12 @@ What goes where (choices documented here, once):
   micro-batch's compute on the paired share of a stage's passes (``ep_paired_fraction``).
 * PP: one activation (gradient) message per micro-batch and chunk, b·(s/cp)·h elements split over the TP
   ranks (scatter/gather optimisation or SP, SC21 Sec. 4.1), on the links between the stages' GPUs.
-* DP: gradients reduced in Megatron DDP buckets (max(40M, 1M·dp) parameters, Megatron-Core default) as
-  each chunk's last backward produces them (or all after the backward pass when the framework does not
-  overlap, ``framework.behaviour(...).overlap_grad_reduce``: Megatron 2021's local DDP): all-reduce for ZeRO-0, reduce-scatter for the distributed
+* DP: gradients reduced in Megatron DDP's buckets -- one call per bucket of the chunk's gradient buffer as
+  Megatron-Core lays it out (max(40M, 1M·dp) parameters on pipeline rank 0's first chunk only, one bucket
+  elsewhere; one call per chunk buffer for Megatron-LM 2021/2022; cost_models/ddp_buckets.py), each launched
+  when the chunk's last backward has produced its last gradient (Transfer.ready_at) -- or all after the backward
+  pass when the framework does not overlap (``framework.behaviour(...).overlap_grad_reduce``: Megatron 2021's
+  local DDP): all-reduce for ZeRO-0, reduce-scatter for the distributed
   optimizer / ZeRO-1/2/3 (torch's ZeroRedundancyOptimizer, framework ``torch`` ZeRO-1: all-reduce); DeepSpeed's
   ZeRO 0-2 in its own 5e8-element buckets, not overlapped (ZeRO-2: in its hooks, on the compute stream), one
   all-reduce per bucket, or one reduce per owner rank and bucket (``deepspeed-2021``; framework.dp_grad_calls);
@@ -43,12 +46,13 @@ What goes where (choices documented here, once):
   5e8-element DeepSpeed allgather bucket, or one broadcast per parameter from its owner), each a collective over the
   whole DP group paying its ring latency; ZeRO-3 all-gathers each chunk's parameters before every
   forward and backward, prefetched one op ahead. Each collective the framework issues pays its own
-  latency: one ZeRO-3 gather per block (FSDP) or per weight tensor (DeepSpeed), one reduce-scatter per
+  latency: one ZeRO-3 gather per block (FSDP) or per submodule (DeepSpeed; per tensor in 2021:
+  cost_models/zero3_gathers.py), one reduce-scatter per
   block (FSDP) or per reduce bucket (DeepSpeed), see cost_models/framework.py. Offload adds its PCIe traffic (cost_models.memory) to the
   optimizer step, exposed. ``TrainingSpec.dp_bucket_mb`` and ``overlap_grad_reduce`` replace the framework's
   bucket size and overlap (grad_sync.py _bucket_settings). At most MAX_BUCKETS_PER_CHUNK transfers per chunk are simulated:
-  with more calls than that the last transfer is exactly one bucket (the exposed one) and the others share the
-  remaining calls' bytes and latency.
+  with more calls than that the last transfer is exactly one bucket (the exposed one) and the others carry the
+  remaining calls' bytes and latency (Megatron: consecutive buckets, each group ready with its last member).
 * HSDP (``Layout.dp_shard`` = S < dp, torch FSDP2 on a (replicate, shard) mesh): the ZeRO-3 gathers and each
   block's reduce-scatter run over the shard group (the S innermost DP ranks, torchtitan's dp_shard placement),
   and each reduce-scattered shard (1/S of the block's gradient bytes) is then all-reduced over the dp/S replicas

@@ -25,7 +25,9 @@ class Transfer:
     it is charged to (tp/pp/dp/cp/ep); ``bulk`` marks collectives that run NCCL kernels on SMs and so slow
     concurrent compute (see engine.COMM_COMPUTE_SLOWDOWN). ``then`` is a collective that starts when this one
     ends, on a stream of its own: HSDP's all-reduce of a reduce-scattered gradient shard across the replica
-    groups (FSDP2's all_reduce_stream), concurrent with the next reduce-scatter.
+    groups (FSDP2's all_reduce_stream), concurrent with the next reduce-scatter. ``ready_at`` (gradient buckets)
+    is the fraction of the backward op that releases it after which its gradients are all produced; None spaces
+    a chunk's buckets evenly over that op.
     """
 
     name: str
@@ -36,6 +38,7 @@ class Transfer:
     nbytes: float = 0.0
     bulk: bool = True
     then: Transfer | None = None
+    ready_at: float | None = None
 
     @property
     def time_s(self) -> float:

@@ -419,7 +419,8 @@ class _Engine:
 
     def _weight_buckets(self, run: _StageRun, kind: int, chunk, c: int, dur: float) -> tuple[Transfer, ...]:
         """DP buckets of chunk ``c`` become ready during its last weight-gradient pass (every pass for ZeRO-2/3):
-        with overlap all but the last are queued at even points of the op; returns the buckets it releases."""
+        with overlap all but the last are queued when their gradients are produced (Transfer.ready_at, else at even
+        points of the op); returns the buckets it releases."""
         buckets = ()
         if kind in (BW, W):
             per_mb, overlap = self.t.reduce_grads_every_microbatch, self.t.overlap_grad_reduce
@@ -429,7 +430,8 @@ class _Engine:
             nb = len(buckets)
             if overlap:
                 for k in range(nb - 1):
-                    self._enqueue_dp(run.s, buckets[k], None, delay=dur * (k + 1) / nb)
+                    at = buckets[k].ready_at
+                    self._enqueue_dp(run.s, buckets[k], None, delay=dur * (at if at is not None else (k + 1) / nb))
         return buckets
 
     def _release(self, run: _StageRun, i: int, kind: int, chunk) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from trainsim.cost_models import compute, framework, memory
+from trainsim.cost_models import compute, ddp_buckets, framework, memory, zero3_gathers
 from trainsim.cost_models.grad_buffer import MiB, megatron_bucket_params
 from trainsim.cost_models.param_tensors import chunk_tensors, rank_tensors
 from trainsim.specs import Scenario
@@ -58,6 +58,8 @@ def _grad_buckets(st: _Step, s: int, params: float, label: str, layers_of_chunk:
     tr = st.scenario.training
     if st.dp_group is None or params <= 0:
         return ()
+    if ddp_buckets.issues_ddp_buckets(tr) and st.shard_group is not None and st.rep_group is None:
+        return _ddp_transfers(st, s, label, vstage)
     tensors = len(chunk_tensors(st.scenario, vstage))
     ds_calls = (framework.zero12_reduce_calls(tr, params, st.shard_group.size, st.reduce_bucket_params,
                                               max_buckets=tensors) if st.reduce_bucket_params else None)
@@ -68,9 +70,51 @@ def _grad_buckets(st: _Step, s: int, params: float, label: str, layers_of_chunk:
                  for k, k_calls in enumerate(_calls_per_transfer(calls)))
 
 
+def _ddp_transfers(st: _Step, s: int, label: str, vstage: int) -> tuple[Transfer, ...]:
+    """Megatron DDP's reductions of virtual stage ``vstage``'s gradients: one call per bucket of its gradient buffer
+    (cost_models/ddp_buckets.py), each ready when backward has produced its last gradient; more than
+    MAX_BUCKETS_PER_CHUNK are merged into consecutive groups (the last bucket stays alone), a group ready with
+    its last member."""
+    scenario, tr = st.scenario, st.scenario.training
+    chunk = next(c for c in range(scenario.layout.vpp) if scenario.virtual_stage(s, c) == vstage)
+    buckets = ddp_buckets.chunk_dp_buckets(scenario, s, chunk, st.shard_group.size)
+    tensors = chunk_tensors(scenario, vstage)
+    n = scenario.stage_layers[vstage]
+    block_s = sum(k * (b.times.bwd_input_s + b.times.bwd_weight_s + b.times.recompute_s)
+                  for b, k in ((st.main, n - (scenario.dense_layers_in(vstage) if scenario.model.is_moe else 0)),
+                               (st.dense, scenario.dense_layers_in(vstage) if scenario.model.is_moe else 0)))
+    head = st.head.bwd_input_s + st.head.bwd_weight_s + st.head.recompute_s
+    emb = st.emb.bwd_input_s + st.emb.bwd_weight_s
+    ready = ddp_buckets.ready_fractions(tensors, [b.closing_tensor for b in buckets], head, block_s / max(1, n), emb)
+    order = sorted(range(len(buckets)), key=lambda k: ready[k])
+    groups = _merge_groups(len(order))
+    out, start = [], 0
+    for g, size in enumerate(groups):
+        members = order[start:start + size]
+        start += size
+        parts = [_coll(st.reduce_op, buckets[k].elems * tr.grad_bytes, st.shard_group, scenario, st.profile)
+                 for k in members]
+        nbytes = sum(buckets[k].elems for k in members) * tr.grad_bytes
+        out.append(Transfer(f"{st.reduce_op} grads {label} bucket {g}" + (f" ({size} calls)" if size > 1 else ""),
+                            transfer_s=sum(p[1] for p in parts), latency_s=sum(p[0] for p in parts),
+                            links=_links(s, st.shard_group), dim="dp", nbytes=nbytes,
+                            ready_at=ready[members[-1]]))
+    return tuple(out)
+
+
+def _merge_groups(calls: int) -> tuple[int, ...]:
+    """Consecutive bucket counts per simulated transfer: one each up to MAX_BUCKETS_PER_CHUNK, else the first
+    ``calls - 1`` shared as evenly as possible by MAX_BUCKETS_PER_CHUNK - 1 transfers and the last alone."""
+    if calls <= MAX_BUCKETS_PER_CHUNK:
+        return (1,) * calls
+    k, rest = MAX_BUCKETS_PER_CHUNK - 1, calls - 1
+    return tuple(rest // k + (1 if i < rest % k else 0) for i in range(k)) + (1,)
+
+
 def _grad_calls(st: _Step, params: float, layers_of_chunk: int, tensors: int) -> int:
-    """Collectives the framework issues for a chunk's ``params`` gradients: ZeRO-2/3 reduce-scatter per block
-    as backward produces it (FSDP), or per reduce bucket (DeepSpeed); ZeRO-0/1 per DDP bucket. A bucket holds
+    """Collectives the framework issues for a chunk's ``params`` gradients where they are not Megatron DDP's buckets
+    (_ddp_transfers): ZeRO-2/3 reduce-scatter per block as backward produces it (FSDP), or per reduce bucket
+    (DeepSpeed); ZeRO-0/1 per DDP bucket of equal size. A bucket holds
     whole tensors (specs/data_parallel.py), so a chunk issues at most one call per tensor (``tensors``)."""
     z = st.z
     if z >= 2 and not st.reduce_bucket_params:
@@ -111,13 +155,13 @@ def _replica_all_reduce(st: _Step, s: int, per_call: float, k_calls: float, labe
                     latency_s=lat * k_calls, links=_links(s, st.rep_group), dim="dp", nbytes=nbytes * k_calls)
 
 
-def _gather_calls(st: _Step, n_main: int, n_dense: int, extra: bool) -> int:
-    """ZeRO-3 all-gathers per pass over a chunk: one per block (FSDP) or per weight tensor (DeepSpeed)."""
+def _gather_calls(st: _Step, vstage: int, n_main: int, n_dense: int, extra: bool) -> int:
+    """ZeRO-3 all-gathers per pass over virtual stage ``vstage``'s chunk: one per block and one for the parameters
+    beyond them (FSDP), or DeepSpeed's per submodule (per tensor in 2021) over the chunk's parameter tensors
+    (cost_models/zero3_gathers.py)."""
     if st.fw.zero3_gather == "tensor":
-        tensors = n_main * st.main.gather_tensors + n_dense * st.dense.gather_tensors
-    else:
-        tensors = n_main + n_dense
-    return max(1, tensors + (1 if extra else 0))
+        return max(1, zero3_gathers.gather_calls(chunk_tensors(st.scenario, vstage), st.scenario.training.framework))
+    return max(1, n_main + n_dense + (1 if extra else 0))
 
 
 def _zero3_serialized_s(st: _Step, gather: Transfer, calls: int, params: float) -> tuple[float, float]:
@@ -149,7 +193,7 @@ def _chunk_dp(st: _Step, s: int, c: int, params: float, extra: bool, n: int, n_d
     scenario, tr, profile = st.scenario, st.scenario.training, st.profile
     gather, calls = None, 0
     if st.z >= 3 and st.dp_group is not None:
-        calls = _gather_calls(st, n - n_d, n_d, extra)
+        calls = _gather_calls(st, st.scenario.virtual_stage(s, c), n - n_d, n_d, extra)
         lat, bwt = _coll("all_gather", params * tr.param_bytes / calls, st.shard_group, scenario, profile)
         gather = Transfer(f"all_gather params chunk {c}", transfer_s=bwt * calls, latency_s=lat * calls,
                           links=_links(s, st.shard_group or st.dp_group), dim="dp", nbytes=params * tr.param_bytes)

@@ -1,0 +1,113 @@
+"""The data-parallel gradient reductions Megatron's DDP issues for one model chunk, and when each can start. Pure.
+
+Megatron-Core (framework ``megatron``, ``DistributedDataParallel``): one gradient buffer per chunk for the dense
+parameters and one for the expert parameters, each cut into buckets by grad_buffer.buffer_buckets; each bucket is
+a bucket group of its own and one reduce-scatter (distributed optimizer) or all-reduce, launched once every
+gradient in it has been produced in the last micro-batch's backward (``partition_buckets`` case 2; param_and_grad_
+buffer.py ``register_grad_ready``). The bucket size ``max(40M, 1M x dp)`` applies only with ``overlap_grad_reduce``,
+only to the first model chunk (``disable_bucketing=(model_chunk_idx > 0)``) and only on pipeline rank 0:
+``if disable_bucketing or pp_rank > 0: self.bucket_size = None`` (megatron/core/distributed/
+distributed_data_parallel.py, NVIDIA/Megatron-LM d98e8a64, find_string id 51877415627; since 5d745a79 of
+2023-10-23), so every other chunk is one bucket. The 64-element alignment, lcm(dp, 128) bucket padding and the
+tied embedding's own bucket belong to the distributed optimizer's layout (``DistributedOptimizer._compute_per_
+buffer_param_layout``; ``_compute_default_per_buffer_param_layout`` pads nothing and splits nothing).
+
+Megatron-LM 2021/2022 (``megatron-2021``, ``megatron-2022``): the local DDP's ``allreduce_gradients`` issues one
+``all_reduce`` of each dtype's contiguous grad buffer per model chunk after the backward (megatron/model/
+distributed.py at a8d172b3, 2021-04, and 55ba1f7b, 2022-05; the main grads are all fp32: one buffer), and the 2022
+distributed optimizer one ``_reduce_scatter_base`` per chunk buffer (megatron/optimizer/distrib_optimizer.py
+``reduce_model_grads`` at 52e63688): one call per chunk. Those versions have no overlapped reduction; a scenario
+that turns ``overlap_grad_reduce`` on for them gets Megatron-Core's buckets, the code that brought the overlap.
+
+A bucket becomes ready when the gradient of its last tensor in buffer order -- the earliest registered, as the
+buffer runs in reverse registration order -- is produced. The backward of a chunk runs its output head (and MTP
+modules) first, then its blocks from the last to the first, then the embedding; ``ready_fractions`` places each
+tensor's gradient at its module's share of the chunk's backward time, within a block in proportion to the
+tensors' elements (a weight gradient GEMM's time is proportional to its weight's elements at a fixed token count).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .grad_buffer import buffer_buckets, megatron_bucket_params
+from .param_tensors import ParamTensor, chunk_tensors
+
+LEGACY_MEGATRON = ("megatron-2021", "megatron-2022")
+
+
+@dataclass(frozen=True)
+class DpBucket:
+    """One gradient reduction call of a chunk: its elements (padded), whether it holds expert gradients and the
+    registration index (in chunk_tensors) of the tensor whose gradient completes it."""
+
+    elems: int
+    expert: bool
+    closing_tensor: int
+
+
+def issues_ddp_buckets(training) -> bool:
+    """Whether the chunk's gradient reduction is Megatron DDP's (the Megatron-Core or legacy Megatron-LM wrapper at
+    ZeRO 0-1; Megatron-DeepSpeed reduces in DeepSpeed's engine)."""
+    return training.framework in ("megatron", *LEGACY_MEGATRON) and training.effective_zero <= 1
+
+
+def _overlap(training) -> bool:
+    from .framework import default_overlap_grad_reduce
+
+    return default_overlap_grad_reduce(training) if training.overlap_grad_reduce is None else \
+        training.overlap_grad_reduce
+
+
+def chunk_dp_buckets(scenario, stage: int, chunk: int, n: int) -> tuple[DpBucket, ...]:
+    """The DDP buckets of ``stage``'s model chunk ``chunk`` reduced over ``n`` data-parallel ranks, in launch order
+    (module doc): dense buffer first, then the expert buffer."""
+    tr = scenario.training
+    tensors = chunk_tensors(scenario, scenario.virtual_stage(stage, chunk))
+    if tr.framework in LEGACY_MEGATRON and not _overlap(tr):
+        return (DpBucket(round(sum(t.elems for t in tensors)), False, 0),) if tensors else ()
+    dist_opt = tr.effective_zero >= 1
+    bucketed = _overlap(tr) and chunk == 0 and stage == 0
+    size = megatron_bucket_params(scenario, tr.dp_bucket_mb) if bucketed else None
+    out: list[DpBucket] = []
+    for expert in (False, True):
+        idx = [i for i, t in enumerate(tensors) if t.expert == expert]
+        if not idx:
+            continue
+        shared = dist_opt and scenario.model.tie_embeddings and scenario.layout.pp > 1
+        own = frozenset(k for k, i in enumerate(idx) if shared and tensors[i].kind in ("embedding", "head"))
+        sizes = [max(1, round(tensors[i].elems)) for i in idx]
+        pos = 0  # tensors of this buffer laid out so far (the buffer runs in reverse registration order)
+        for b in buffer_buckets(sizes, n, size, dist_opt, own):
+            pos += len(b.ranges)
+            out.append(DpBucket(b.size, expert, idx[len(idx) - pos]))
+    return tuple(out)
+
+
+def _segment(name: str) -> str:
+    """The module of a chunk's backward a tensor's gradient comes from: 'head', 'embedding' or 'layers.<i>'."""
+    if name.startswith("layers."):
+        return ".".join(name.split(".")[:2])
+    return "embedding" if name.startswith("embedding.") else "head"
+
+
+def ready_fractions(tensors: tuple[ParamTensor, ...], closing: list[int], head_s: float, block_s: float,
+                    embedding_s: float) -> tuple[float, ...]:
+    """For each bucket (``closing``: the registration index of the tensor that completes it) the fraction of the
+    chunk's backward after which it is ready (module doc); ``head_s``, ``block_s``, ``embedding_s`` are the
+    backward seconds of the head (with MTP), of one block and of the embedding."""
+    seg_s = {"head": head_s, "embedding": embedding_s}
+    seg_elems: dict[str, float] = {}
+    for t in tensors:
+        seg_elems[_segment(t.name)] = seg_elems.get(_segment(t.name), 0.0) + t.elems
+    ready = [0.0] * len(tensors)
+    clock, current, done = 0.0, None, 0.0
+    for i in reversed(range(len(tensors))):
+        seg = _segment(tensors[i].name)
+        if seg != current:
+            clock += seg_s.get(current, block_s) if current is not None else 0.0
+            current, done = seg, 0.0
+        done += tensors[i].elems
+        ready[i] = clock + seg_s.get(seg, block_s) * done / max(seg_elems[seg], 1.0)
+    total = clock + (seg_s.get(current, block_s) if current is not None else 0.0)
+    return tuple(min(1.0, ready[i] / total) if total > 0 else 1.0 for i in closing)
