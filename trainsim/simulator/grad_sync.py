@@ -161,7 +161,7 @@ def _chunk_dp(st: _Step, s: int, c: int, params: float, extra: bool, n: int, n_d
         dp_f, dp_b = _zero3_serialized_s(st, gather, calls, params)
         return None, (), dp_f, dp_b
     if gather is not None and st.fw.zero3_reduce_serialized:  # DeepSpeed: gathers prefetched, reductions not
-        return gather, (), 0.0, zero3_reduce.serialized_reduce_s(st, params, st.scenario.virtual_stage(s, c))
+        return gather, (), *zero3_reduce.serialized_reduce_s(st, params, st.scenario.virtual_stage(s, c))
     return gather, buckets, 0.0, 0.0
 
 

@@ -1,20 +1,22 @@
-"""DeepSpeed ZeRO-3's gradient reduction as its code issues it, on the backward's critical path
-(framework.py ``zero3_reduce_serialized``).
+"""DeepSpeed ZeRO-3's per-rank work at many ranks: its gradient reduction on the backward's critical path and
+the host loops over ranks around each gathered and reduced tensor (framework.py ``zero3_reduce_serialized``).
 
-Per micro-batch and chunk, deepspeed/runtime/zero/stage3.py (microsoft/DeepSpeed@38327e07) fills
-``reduce_bucket_size``-element buckets in its backward hooks and reduces each one with
-``reduce_scatter_coalesced`` (runtime/comm/coalesced_collectives.py):
+deepspeed/runtime/zero/stage3.py (microsoft/DeepSpeed@38327e07) fills ``reduce_bucket_size``-element buckets
+in its backward hooks and reduces each with ``reduce_scatter_coalesced`` (runtime/comm/coalesced_collectives.py);
+partition_parameters.py unpacks each gathered parameter in ``AllGatherCoalescedHandle.wait``. Per micro-batch:
 
-* host: ``world_sz`` slice views of every gradient in the bucket (``flattened_tensor[rank * chunk_sz: ...]``
-  for each rank), one aten ``slice`` dispatch each (``host_issue.op_seconds``), on the autograd thread that
-  issues the backward -- ``tensors x ranks`` ops per micro-batch, a cost that grows with the rank count;
-* HBM: ``torch.cat`` of those views into one interleaved buffer and its in-place ``div_`` -- two reads and
-  two writes of the bucket (4 passes over the gradient bytes);
-* network: one reduce-scatter of the bucket over the data-parallel group per call, its ring latency over
-  all ranks included (cost_models/collectives.py).
-
-The AMSP trace of DeepSpeed ZeRO-3 (arXiv:2311.00257v2, Sec. VI-C, Fig. 14) shows these reduce-scatters not
-overlapped with computation even with ``overlap_comm`` on, so all three add to the backward pass.
+* GPU, on the backward's critical path: one reduce-scatter per bucket over all data-parallel ranks, its ring
+  latency over n - 1 steps included (cost_models/collectives.py), and reduce_scatter_coalesced's ``torch.cat``
+  of the per-rank views into one interleaved buffer and its in-place ``div_`` (read and write the bucket twice:
+  ``COALESCE_HBM_PASSES``). The AMSP trace of DeepSpeed ZeRO-3 (arXiv:2311.00257v2, Sec. VI-C, Fig. 14) shows
+  these reduce-scatters not overlapped with computation even with ``overlap_comm`` on.
+* GPU, on the compute stream: the wait's ``torch.cat`` of a gathered parameter's per-rank pieces into
+  ``param.data`` (read and write the parameter: ``UNPACK_HBM_PASSES``) each time it is gathered.
+* host, on the thread that issues the passes (``with_rank_loops``): ``world_sz`` slice views of every gradient
+  (``flattened_tensor[rank * chunk_sz: ...]``, ``REDUCE_OPS_PER_RANK``) and, per gathered parameter, one
+  ``narrow`` and one ``record_stream`` per rank (``UNPACK_OPS_PER_RANK``) -- aten dispatches
+  (``host_issue.op_seconds``) whose count grows with the rank count. Parameters under
+  ``stage3_param_persistence_threshold`` stay resident and are not gathered; every gradient is reduced.
 """
 
 from __future__ import annotations
@@ -22,8 +24,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from trainsim.cost_models import compute, host_issue
-from trainsim.cost_models.param_tensors import chunk_tensors
+from dataclasses import replace
+
+from trainsim.cost_models import compute, framework, host_issue
+from trainsim.cost_models.host_issue import PassIssue
+from trainsim.cost_models.param_tensors import chunk_tensors, rank_tensors
 
 from .exposures import _coll
 
@@ -32,6 +37,11 @@ if TYPE_CHECKING:
 
 # torch.cat and the in-place div_ of reduce_scatter_coalesced: each reads and writes the bucket once.
 COALESCE_HBM_PASSES = 4
+# AllGatherCoalescedHandle.wait's torch.cat of a parameter's per-rank pieces: one read, one write.
+UNPACK_HBM_PASSES = 2
+# Host aten ops per rank: reduce_scatter_coalesced's slice of each gradient; the wait's narrow + record_stream.
+REDUCE_OPS_PER_RANK = 1
+UNPACK_OPS_PER_RANK = 2
 
 
 def reduce_calls(params: float, bucket_params: float, tensors: int) -> int:
@@ -40,23 +50,57 @@ def reduce_calls(params: float, bucket_params: float, tensors: int) -> int:
     return max(1, min(math.ceil(params / bucket_params), tensors))
 
 
-def host_slice_s(tensors: int, ranks: int, host_cpu: str = "x86") -> float:
-    """Host seconds of reduce_scatter_coalesced's per-rank slice views: one aten dispatch per rank per tensor."""
+def applies(scenario) -> bool:
+    """Whether the scenario's framework costs ZeRO-3 this way (ZeRO-3 over more than one rank)."""
+    tr = scenario.training
+    return (framework.behaviour(tr.framework).zero3_reduce_serialized and tr.effective_zero >= 3
+            and scenario.dp > 1)
+
+
+def host_slice_s(tensors: int, ranks: int, ops_per_rank: int = REDUCE_OPS_PER_RANK, host_cpu: str = "x86") -> float:
+    """Host seconds of ``ops_per_rank`` aten dispatches per rank for each of ``tensors`` tensors."""
     dispatch, _ = host_issue.op_seconds(host_cpu)
-    return tensors * ranks * dispatch
+    return tensors * ranks * ops_per_rank * dispatch
 
 
-def serialized_reduce_s(st: _Step, params: float, vstage: int) -> float:
-    """Backward seconds per micro-batch that DeepSpeed ZeRO-3's gradient reduction of one chunk's ``params``
-    adds (module doc): the reduce-scatter calls, the host's slice views and the coalescing copies."""
+def _model_tensors(scenario) -> tuple[int, int]:
+    """(gathered, reduced) parameter tensors of one model replica: all of them are reduced; those above
+    stage3_param_persistence_threshold are gathered."""
+    tensors = [t for s in range(scenario.layout.pp) for t in rank_tensors(scenario, s)]
+    gathered = sum(1 for t in tensors if t.elems > framework.DEEPSPEED_PERSISTENCE_THRESHOLD)
+    return gathered, len(tensors)
+
+
+def with_rank_loops(scenario, issue: PassIssue | None) -> PassIssue | None:
+    """The block issue time with DeepSpeed ZeRO-3's host loops over ranks (module doc) added per block: each
+    forward unpacks the gathered parameters, each backward unpacks them again (and once more for a recomputed
+    forward) and slices the gradients; the model's tensors are spread evenly over its blocks."""
+    if issue is None or not applies(scenario):
+        return issue
+    gathered, reduced = _model_tensors(scenario)
+    ranks, layers, host = scenario.dp, scenario.model.num_layers, scenario.cluster.host_cpu
+    unpack = host_slice_s(gathered, ranks, UNPACK_OPS_PER_RANK, host) / layers
+    slices = host_slice_s(reduced, ranks, REDUCE_OPS_PER_RANK, host) / layers
+    regather = 2 if scenario.training.recompute == "full" else 1
+    ops_f, ops_b = gathered * ranks * UNPACK_OPS_PER_RANK, (regather * gathered * UNPACK_OPS_PER_RANK + reduced) * ranks
+    return replace(issue, fwd_s=issue.fwd_s + unpack, bwd_s=issue.bwd_s + regather * unpack + slices,
+                   fwd_ops=issue.fwd_ops + round(ops_f / layers), bwd_ops=issue.bwd_ops + round(ops_b / layers))
+
+
+def serialized_reduce_s(st: _Step, params: float, vstage: int) -> tuple[float, float]:
+    """(forward, backward) GPU seconds per micro-batch that DeepSpeed ZeRO-3 adds to one chunk's passes on
+    its ``params`` (module doc): the unpacking copies of the gathered parameters, and in the backward the
+    reduce-scatter calls and the coalescing copies."""
     scenario, tr = st.scenario, st.scenario.training
     group = st.shard_group or st.dp_group
     if group is None or group.size <= 1 or params <= 0:
-        return 0.0
+        return 0.0, 0.0
     tensors = len(chunk_tensors(scenario, vstage))
     calls = reduce_calls(params, st.reduce_bucket_params or params, tensors)
     grad_bytes = params * tr.grad_bytes
     lat, bw = _coll("reduce_scatter", grad_bytes / calls, group, scenario, st.profile)
-    host = host_slice_s(tensors, group.size, scenario.cluster.host_cpu)
     hbm = st.slowest * compute.memory_time_s(COALESCE_HBM_PASSES * grad_bytes, st.hw, st.profile, "copy")
-    return calls * (lat + bw) + host + hbm
+    unpack = st.slowest * compute.memory_time_s(UNPACK_HBM_PASSES * params * tr.param_bytes, st.hw, st.profile,
+                                                "copy")
+    regather = 2 if tr.recompute == "full" else 1
+    return unpack, regather * unpack + calls * (lat + bw) + hbm
