@@ -13,8 +13,9 @@ partition_parameters.py unpacks each gathered parameter in ``AllGatherCoalescedH
 * GPU, on the compute stream: the wait's ``torch.cat`` of a gathered parameter's per-rank pieces into
   ``param.data`` (read and write the parameter: ``UNPACK_HBM_PASSES``) each time it is gathered.
 * host, on the thread that issues the passes (``with_rank_loops``): ``world_sz`` slice views of every gradient
-  (``flattened_tensor[rank * chunk_sz: ...]``, ``REDUCE_OPS_PER_RANK``) and, per gathered parameter, one
-  ``narrow`` and one ``record_stream`` per rank (``UNPACK_OPS_PER_RANK``) -- aten dispatches
+  (``flattened_tensor[rank * chunk_sz: ...]``, ``REDUCE_OPS_PER_RANK``), per gathered parameter one ``narrow``
+  and one ``record_stream`` per rank (``UNPACK_OPS_PER_RANK``), and per all-gather call ``_all_gather_dtype``'s
+  ``narrow`` of its flat output for every rank (``GATHER_OPS_PER_RANK``) -- aten dispatches
   (``host_issue.op_seconds``) whose count grows with the rank count. Parameters under
   ``stage3_param_persistence_threshold`` stay resident and are not gathered; every gradient is reduced.
 """
@@ -39,9 +40,11 @@ if TYPE_CHECKING:
 COALESCE_HBM_PASSES = 4
 # AllGatherCoalescedHandle.wait's torch.cat of a parameter's per-rank pieces: one read, one write.
 UNPACK_HBM_PASSES = 2
-# Host aten ops per rank: reduce_scatter_coalesced's slice of each gradient; the wait's narrow + record_stream.
+# Host aten ops per rank: reduce_scatter_coalesced's slice of each gradient; the wait's narrow + record_stream
+# of each gathered parameter; _all_gather_dtype's narrow of each call's output.
 REDUCE_OPS_PER_RANK = 1
 UNPACK_OPS_PER_RANK = 2
+GATHER_OPS_PER_RANK = 1
 
 
 def reduce_calls(params: float, bucket_params: float, tensors: int) -> int:
@@ -63,27 +66,30 @@ def host_slice_s(tensors: int, ranks: int, ops_per_rank: int = REDUCE_OPS_PER_RA
     return tensors * ranks * ops_per_rank * dispatch
 
 
-def _model_tensors(scenario) -> tuple[int, int]:
-    """(gathered, reduced) parameter tensors of one model replica: all of them are reduced; those above
-    stage3_param_persistence_threshold are gathered."""
+def _model_tensors(scenario) -> tuple[int, int, int]:
+    """(gathered, reduced, gathered outside the blocks) parameter tensors of one model replica: all of them are
+    reduced; those above stage3_param_persistence_threshold are gathered."""
     tensors = [t for s in range(scenario.layout.pp) for t in rank_tensors(scenario, s)]
-    gathered = sum(1 for t in tensors if t.elems > framework.DEEPSPEED_PERSISTENCE_THRESHOLD)
-    return gathered, len(tensors)
+    gathered = [t for t in tensors if t.elems > framework.DEEPSPEED_PERSISTENCE_THRESHOLD]
+    return len(gathered), len(tensors), sum(1 for t in gathered if not t.name.startswith("layers."))
 
 
-def with_rank_loops(scenario, issue: PassIssue | None) -> PassIssue | None:
+def with_rank_loops(scenario, issue: PassIssue | None, gather_calls: int) -> PassIssue | None:
     """The block issue time with DeepSpeed ZeRO-3's host loops over ranks (module doc) added per block: each
     forward unpacks the gathered parameters, each backward unpacks them again (and once more for a recomputed
-    forward) and slices the gradients; the model's tensors are spread evenly over its blocks."""
+    forward) and slices the gradients; each of a block's ``gather_calls`` all-gathers per pass (and each
+    gathered tensor outside the blocks) narrows its output once per rank. The model's tensors outside the
+    blocks are spread evenly over its blocks."""
     if issue is None or not applies(scenario):
         return issue
-    gathered, reduced = _model_tensors(scenario)
-    ranks, layers, host = scenario.dp, scenario.model.num_layers, scenario.cluster.host_cpu
-    unpack = host_slice_s(gathered, ranks, UNPACK_OPS_PER_RANK, host) / layers
-    slices = host_slice_s(reduced, ranks, REDUCE_OPS_PER_RANK, host) / layers
+    gathered, reduced, outside = _model_tensors(scenario)
+    ranks, layers = scenario.dp, scenario.model.num_layers
+    calls = gather_calls * layers + outside
+    gather_ops = (gathered * UNPACK_OPS_PER_RANK + calls * GATHER_OPS_PER_RANK) * ranks
     regather = 2 if scenario.training.recompute == "full" else 1
-    ops_f, ops_b = gathered * ranks * UNPACK_OPS_PER_RANK, (regather * gathered * UNPACK_OPS_PER_RANK + reduced) * ranks
-    return replace(issue, fwd_s=issue.fwd_s + unpack, bwd_s=issue.bwd_s + regather * unpack + slices,
+    ops_f, ops_b = gather_ops, regather * gather_ops + reduced * REDUCE_OPS_PER_RANK * ranks
+    dispatch, _ = host_issue.op_seconds(scenario.cluster.host_cpu)
+    return replace(issue, fwd_s=issue.fwd_s + ops_f * dispatch / layers, bwd_s=issue.bwd_s + ops_b * dispatch / layers,
                    fwd_ops=issue.fwd_ops + round(ops_f / layers), bwd_ops=issue.bwd_ops + round(ops_b / layers))
 
 
