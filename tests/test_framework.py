@@ -83,13 +83,16 @@ def test_zero3_gathers_pay_one_latency_per_collective():
 
 
 def test_deepspeed_reduce_scatter_per_reduce_bucket():
+    """DeepSpeed ZeRO-3 reduces each 5e8-element bucket with one reduce-scatter over all 32 ranks, on the
+    backward's critical path (zero3_reduce.py): its latency is calls x the ring's closed-form latency."""
     s = scen(framework="deepspeed", zero=3)
-    buckets = build_cost_table(s).stages[0].chunks[0].grad_buckets
-    params = sum(b.nbytes for b in buckets) / s.training.grad_bytes
+    chunk = build_cost_table(s).stages[0].chunks[0]
+    assert chunk.grad_buckets == ()  # not engine transfers: serialized with the backward
+    params = s.model.total_params()
     calls = -(-params // framework.DEEPSPEED_REDUCE_BUCKET_PARAMS)
     grp = place(s).group("dp")
     one = collectives.collective_time("reduce_scatter", params * 2 / calls, grp, s.cluster)
-    assert sum(b.latency_s for b in buckets) == pytest.approx(calls * one.latency_s, rel=1e-6)
+    assert chunk.dp_bwd_s > calls * one.time_s
 
 
 def test_cli_flag(capsys):

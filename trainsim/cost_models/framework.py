@@ -100,6 +100,18 @@ fitted to a measurement.
   Hence a cost linear in the number of ranks: 2 x n x kernel_overhead_s per gathered or reduced tensor,
   plus the copies around them (``torch.zeros`` output and the flat buffer copied back: 3 passes over the
   gathered bytes; the gradients copied into the flat input: 2 passes).
+* ``zero3_reduce_serialized`` -- deepspeed: ZeRO-3's gradient reduce-scatters lie on the backward's critical
+  path although its parameter gathers are prefetched. Measured: the AMSP paper's trace of DeepSpeed ZeRO-3 on
+  A800s (Chen et al., arXiv:2311.00257v2, Sec. VI-C, Fig. 14): "Even when the communication-computation overlap
+  setting is enabled, DeepSpeed-ZeRO3/MiCS/ZeRO++ fails to effectively overlap ReduceScatter with computation."
+  The code behind it (microsoft/DeepSpeed@38327e07, deepspeed/runtime/zero/stage3.py): the backward hook fills a
+  ``reduce_bucket_size`` bucket (5e8 elements) and ``__reduce_and_partition_ipg_grads`` reduces it on the
+  autograd thread through ``reduce_scatter_coalesced`` (runtime/comm/coalesced_collectives.py), which first
+  builds ``world_sz`` slice views of every gradient in the bucket (a Python list comprehension), concatenates
+  them with ``torch.cat`` into one interleaved buffer, ``div_``s it and calls a synchronous
+  ``reduce_scatter_fn`` -- host work of ``tensors x ranks`` aten ops and two passes over the bucket before each
+  call, while no backward kernel of the next layers is issued; ``max_param_reduce_events = 2`` makes the host
+  ``synchronize()`` on the third reduction still in flight. simulator/zero3_reduce.py costs it.
 * ``zero3_persistent_regather`` -- deepspeed-2021: after every optimizer step the persistent parameters
   (those under ``stage3_param_persistence_threshold``, default 1e5 elements: norm weights and biases) are
   all-gathered again, and ``_allgather_params`` copies each rank's piece of each of them back with a Python
@@ -247,6 +259,7 @@ class FrameworkBehaviour:
     train_metric_loss_passes: int = 0
     zero3_overlap: bool = True
     zero3_gather_ops_per_rank: int = 0
+    zero3_reduce_serialized: bool = False
     p2p_overlap: Literal["always", "interleaved", "never"] = "always"
     pp_scatter_gather: bool = False
     tp_input_reduce: Literal["region", "per_linear"] = "region"
@@ -338,7 +351,8 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                     zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
                                     pipeline_output_kept=True, param_gather="allgather_bucket",
                                     model_parallel_groups=True, pp_loss_broadcast=True,
-                                    dp_grad_calls="bucket_all_reduce", overlap_below_zero3=False),
+                                    dp_grad_calls="bucket_all_reduce", overlap_below_zero3=False,
+                                    zero3_reduce_serialized=True),
     "deepspeed-2021": FrameworkBehaviour("deepspeed-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
                                          zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
                                          zero3_overlap=False, zero3_gather_ops_per_rank=2,

@@ -13,6 +13,7 @@ from trainsim.cost_models.param_tensors import chunk_tensors, rank_tensors
 from trainsim.specs import Scenario
 
 from .costtable import Transfer
+from . import zero3_reduce
 from .exposures import _coll, _links
 
 if TYPE_CHECKING:
@@ -203,6 +204,8 @@ def _chunk_dp(st: _Step, s: int, c: int, params: float, extra: bool, n: int, n_d
     if gather is not None and not st.fw.zero3_overlap:
         dp_f, dp_b = _zero3_serialized_s(st, gather, calls, params)
         return None, (), dp_f, dp_b
+    if gather is not None and st.fw.zero3_reduce_serialized:  # DeepSpeed: gathers prefetched, reductions not
+        return gather, (), *zero3_reduce.serialized_reduce_s(st, params, st.scenario.virtual_stage(s, c))
     return gather, buckets, 0.0, 0.0
 
 

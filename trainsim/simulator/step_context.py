@@ -11,6 +11,7 @@ from trainsim.cost_models.shapes import dense_block_scenario, layer_shape
 from trainsim.specs import Scenario
 
 from .block import _Block, _block, _local_global_blocks
+from . import zero3_reduce
 from .exposures import _coll, _pace, _paced
 from .grad_sync import _bucket_settings
 
@@ -108,7 +109,8 @@ def _step_context(scenario: Scenario, profile) -> _Step:
         emb_params=emb_params, head_params=head_params, stage_mem=stage_mem,
         working=stage_mem[0].details["recompute_working"],
         stage_rank=tuple(pl.pp_peer(0, k) for k in range(p)),
-        issue=host_issue.scenario_block_issue(scenario, profile),
+        issue=zero3_reduce.with_rank_loops(scenario, host_issue.scenario_block_issue(scenario, profile),
+                                           main.gather_tensors),
         last_vs=p * lay.vpp - 1,
     )
 

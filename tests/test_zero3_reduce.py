@@ -1,0 +1,79 @@
+"""DeepSpeed ZeRO-3's gradient reduction on the backward's critical path (simulator/zero3_reduce.py): the calls,
+host slice views and copies that stage3.py / reduce_scatter_coalesced issue, checked against closed forms."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainsim.cost_models import collectives, framework, host_issue
+from trainsim.cost_models.param_tensors import chunk_tensors
+from trainsim.simulator import zero3_reduce
+from trainsim.simulator.builder import build_cost_table
+from trainsim.specs import build_scenario
+from trainsim.topologies.placement import place
+
+LLAMA_13B = {"name": "llama-13b", "num_layers": 40, "hidden": 5120, "num_heads": 40, "ffn_hidden": 13824,
+             "vocab_size": 32000, "activation": "swiglu", "norm": "rmsnorm", "position_embedding": "rope",
+             "max_seq_len": 4096, "bias": False, "tie_embeddings": False}
+
+
+def scen(gpus: int, framework_name: str = "deepspeed"):
+    return build_scenario({"model": LLAMA_13B, "cluster": "dgx-a100", "gpus": gpus, "layout": {"tp": 1, "pp": 1},
+                           "training": {"seq_len": 4096, "global_batch": 1024, "micro_batch": 1, "zero": 3,
+                                        "framework": framework_name}})
+
+
+def test_llama_13b_holds_363_weight_tensors_and_needs_27_buckets():
+    """40 blocks x (q, k, v, o, gate, up, down, 2 norms) + embedding, head, final norm = 363 tensors;
+    13.0e9 gradient elements in 5e8-element buckets (stage3.py reduce_bucket_size) = 27 calls."""
+    s = scen(1024)
+    assert len(chunk_tensors(s, 0)) == 40 * 9 + 3
+    params = s.model.total_params()
+    assert zero3_reduce.reduce_calls(params, framework.DEEPSPEED_REDUCE_BUCKET_PARAMS, 363) == 27
+    assert zero3_reduce.reduce_calls(params, 1e12, 363) == 1
+    assert zero3_reduce.reduce_calls(params, 1.0, 363) == 363  # a bucket holds whole tensors
+
+
+def test_host_slices_grow_with_ranks():
+    """reduce_scatter_coalesced slices every gradient once per rank: 363 x 1,024 aten dispatches."""
+    dispatch, _ = host_issue.op_seconds("x86")
+    assert zero3_reduce.host_slice_s(363, 1024) == pytest.approx(363 * 1024 * dispatch)
+    assert zero3_reduce.host_slice_s(363, 1024) == pytest.approx(128 * zero3_reduce.host_slice_s(363, 8))
+
+
+def test_block_issue_carries_the_loops_over_ranks():
+    """Per block and micro-batch the host adds, over 1,024 ranks: forward 282 gathered tensors (7 linears x 40 +
+    embedding + head; norms stay resident under the 1e5-element persistence threshold) x 2 ops (narrow,
+    record_stream) plus one narrow per rank for each of the 40 x 6 + 2 all-gather calls (6 per block given);
+    backward the same plus 363 gradient slices; spread over 40 blocks."""
+    s = scen(1024)
+    base = host_issue.scenario_block_issue(s)
+    issue = zero3_reduce.with_rank_loops(s, base, 6)
+    dispatch, _ = host_issue.op_seconds("x86")
+    gather = (282 * 2 + 242) * 1024 * dispatch / 40
+    assert issue.fwd_s - base.fwd_s == pytest.approx(gather)
+    assert issue.bwd_s - base.bwd_s == pytest.approx(gather + 363 * 1024 * dispatch / 40)
+    assert zero3_reduce.with_rank_loops(scen(1024, "pytorch-fsdp"), base, 6) is base
+
+
+def test_chunk_backward_carries_the_reduction_closed_form():
+    """The chunk's exposed DP backward is 27 x (one bucket's reduce-scatter over 1,024 ranks, its ring latency
+    over 1,023 steps included) + the coalescing copies (4 passes over the gradients) + the unpacking copy of the
+    gathered parameters (2 passes); the forward carries the unpacking copy alone."""
+    s = scen(1024)
+    chunk = build_cost_table(s).stages[0].chunks[0]
+    params = s.model.total_params()
+    one = collectives.collective_time("reduce_scatter", params * 2 / 27, place(s).group("dp"), s.cluster)
+    assert one.algo == "ring" and one.latency_s > 1023 * 3e-6  # ring-only reduce-scatter, n - 1 steps
+    assert chunk.grad_buckets == ()
+    # 2 bytes per element at the A100's effective HBM rate (2.039 TB/s x hbm_efficiency 0.83, GPUSpec),
+    # paced by the slowest of 1,024 GPUs (a few per cent)
+    hbm_pass = params * 2 / (2.039e12 * 0.83)
+    assert 2 * hbm_pass < chunk.dp_fwd_s < 2.2 * hbm_pass
+    rest = chunk.dp_bwd_s - 27 * one.time_s
+    assert 6 * hbm_pass < rest < 6.6 * hbm_pass
+
+
+def test_other_frameworks_keep_the_reduction_in_the_engine():
+    chunk = build_cost_table(scen(64, "pytorch-fsdp")).stages[0].chunks[0]
+    assert chunk.grad_buckets and chunk.dp_bwd_s == 0.0

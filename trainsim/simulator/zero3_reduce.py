@@ -1,0 +1,112 @@
+"""DeepSpeed ZeRO-3's per-rank work at many ranks: its gradient reduction on the backward's critical path and
+the host loops over ranks around each gathered and reduced tensor (framework.py ``zero3_reduce_serialized``).
+
+deepspeed/runtime/zero/stage3.py (microsoft/DeepSpeed@38327e07) fills ``reduce_bucket_size``-element buckets
+in its backward hooks and reduces each with ``reduce_scatter_coalesced`` (runtime/comm/coalesced_collectives.py);
+partition_parameters.py unpacks each gathered parameter in ``AllGatherCoalescedHandle.wait``. Per micro-batch:
+
+* GPU, on the backward's critical path: one reduce-scatter per bucket over all data-parallel ranks, its ring
+  latency over n - 1 steps included (cost_models/collectives.py), and reduce_scatter_coalesced's ``torch.cat``
+  of the per-rank views into one interleaved buffer and its in-place ``div_`` (read and write the bucket twice:
+  ``COALESCE_HBM_PASSES``). The AMSP trace of DeepSpeed ZeRO-3 (arXiv:2311.00257v2, Sec. VI-C, Fig. 14) shows
+  these reduce-scatters not overlapped with computation even with ``overlap_comm`` on.
+* GPU, on the compute stream: the wait's ``torch.cat`` of a gathered parameter's per-rank pieces into
+  ``param.data`` (read and write the parameter: ``UNPACK_HBM_PASSES``) each time it is gathered.
+* host, on the thread that issues the passes (``with_rank_loops``): ``world_sz`` slice views of every gradient
+  (``flattened_tensor[rank * chunk_sz: ...]``, ``REDUCE_OPS_PER_RANK``), per gathered parameter one ``narrow``
+  and one ``record_stream`` per rank (``UNPACK_OPS_PER_RANK``), and per all-gather call ``_all_gather_dtype``'s
+  ``narrow`` of its flat output for every rank (``GATHER_OPS_PER_RANK``) -- aten dispatches
+  (``host_issue.op_seconds``) whose count grows with the rank count. Parameters under
+  ``stage3_param_persistence_threshold`` stay resident and are not gathered; every gradient is reduced.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+from dataclasses import replace
+
+from trainsim.cost_models import compute, framework, host_issue
+from trainsim.cost_models.host_issue import PassIssue
+from trainsim.cost_models.param_tensors import chunk_tensors, rank_tensors
+
+from .exposures import _coll
+
+if TYPE_CHECKING:
+    from .step_context import _Step
+
+# torch.cat and the in-place div_ of reduce_scatter_coalesced: each reads and writes the bucket once.
+COALESCE_HBM_PASSES = 4
+# AllGatherCoalescedHandle.wait's torch.cat of a parameter's per-rank pieces: one read, one write.
+UNPACK_HBM_PASSES = 2
+# Host aten ops per rank: reduce_scatter_coalesced's slice of each gradient; the wait's narrow + record_stream
+# of each gathered parameter; _all_gather_dtype's narrow of each call's output.
+REDUCE_OPS_PER_RANK = 1
+UNPACK_OPS_PER_RANK = 2
+GATHER_OPS_PER_RANK = 1
+
+
+def reduce_calls(params: float, bucket_params: float, tensors: int) -> int:
+    """Reduce-scatter calls for ``params`` gradients in ``bucket_params``-element buckets: a bucket holds whole
+    tensors (stage3.py flushes the bucket before a gradient that would overflow it), so at most one per tensor."""
+    return max(1, min(math.ceil(params / bucket_params), tensors))
+
+
+def applies(scenario) -> bool:
+    """Whether the scenario's framework costs ZeRO-3 this way (ZeRO-3 over more than one rank)."""
+    tr = scenario.training
+    return (framework.behaviour(tr.framework).zero3_reduce_serialized and tr.effective_zero >= 3
+            and scenario.dp > 1)
+
+
+def host_slice_s(tensors: int, ranks: int, ops_per_rank: int = REDUCE_OPS_PER_RANK, host_cpu: str = "x86") -> float:
+    """Host seconds of ``ops_per_rank`` aten dispatches per rank for each of ``tensors`` tensors."""
+    dispatch, _ = host_issue.op_seconds(host_cpu)
+    return tensors * ranks * ops_per_rank * dispatch
+
+
+def _model_tensors(scenario) -> tuple[int, int, int]:
+    """(gathered, reduced, gathered outside the blocks) parameter tensors of one model replica: all of them are
+    reduced; those above stage3_param_persistence_threshold are gathered."""
+    tensors = [t for s in range(scenario.layout.pp) for t in rank_tensors(scenario, s)]
+    gathered = [t for t in tensors if t.elems > framework.DEEPSPEED_PERSISTENCE_THRESHOLD]
+    return len(gathered), len(tensors), sum(1 for t in gathered if not t.name.startswith("layers."))
+
+
+def with_rank_loops(scenario, issue: PassIssue | None, gather_calls: int) -> PassIssue | None:
+    """The block issue time with DeepSpeed ZeRO-3's host loops over ranks (module doc) added per block: each
+    forward unpacks the gathered parameters, each backward unpacks them again (and once more for a recomputed
+    forward) and slices the gradients; each of a block's ``gather_calls`` all-gathers per pass (and each
+    gathered tensor outside the blocks) narrows its output once per rank. The model's tensors outside the
+    blocks are spread evenly over its blocks."""
+    if issue is None or not applies(scenario):
+        return issue
+    gathered, reduced, outside = _model_tensors(scenario)
+    ranks, layers = scenario.dp, scenario.model.num_layers
+    calls = gather_calls * layers + outside
+    gather_ops = (gathered * UNPACK_OPS_PER_RANK + calls * GATHER_OPS_PER_RANK) * ranks
+    regather = 2 if scenario.training.recompute == "full" else 1
+    ops_f, ops_b = gather_ops, regather * gather_ops + reduced * REDUCE_OPS_PER_RANK * ranks
+    dispatch, _ = host_issue.op_seconds(scenario.cluster.host_cpu)
+    return replace(issue, fwd_s=issue.fwd_s + ops_f * dispatch / layers, bwd_s=issue.bwd_s + ops_b * dispatch / layers,
+                   fwd_ops=issue.fwd_ops + round(ops_f / layers), bwd_ops=issue.bwd_ops + round(ops_b / layers))
+
+
+def serialized_reduce_s(st: _Step, params: float, vstage: int) -> tuple[float, float]:
+    """(forward, backward) GPU seconds per micro-batch that DeepSpeed ZeRO-3 adds to one chunk's passes on
+    its ``params`` (module doc): the unpacking copies of the gathered parameters, and in the backward the
+    reduce-scatter calls and the coalescing copies."""
+    scenario, tr = st.scenario, st.scenario.training
+    group = st.shard_group or st.dp_group
+    if group is None or group.size <= 1 or params <= 0:
+        return 0.0, 0.0
+    tensors = len(chunk_tensors(scenario, vstage))
+    calls = reduce_calls(params, st.reduce_bucket_params or params, tensors)
+    grad_bytes = params * tr.grad_bytes
+    lat, bw = _coll("reduce_scatter", grad_bytes / calls, group, scenario, st.profile)
+    hbm = st.slowest * compute.memory_time_s(COALESCE_HBM_PASSES * grad_bytes, st.hw, st.profile, "copy")
+    unpack = st.slowest * compute.memory_time_s(UNPACK_HBM_PASSES * params * tr.param_bytes, st.hw, st.profile,
+                                                "copy")
+    regather = 2 if tr.recompute == "full" else 1
+    return unpack, regather * unpack + calls * (lat + bw) + hbm
