@@ -44,16 +44,17 @@ def test_host_slices_grow_with_ranks():
 def test_block_issue_carries_the_loops_over_ranks():
     """Per block and micro-batch the host adds, over 1,024 ranks: forward 282 gathered tensors (7 linears x 40 +
     embedding + head; norms stay resident under the 1e5-element persistence threshold) x 2 ops (narrow,
-    record_stream) plus one narrow per rank for each of the 40 x 6 + 2 all-gather calls (6 per block given);
-    backward the same plus 363 gradient slices; spread over 40 blocks."""
+    record_stream) plus one narrow per rank for each of the 40 x 7 + 2 all-gather calls (one per submodule: q, k,
+    v, o, gate, up, down; zero3_gathers.py); backward the same plus 363 gradient slices; spread over 40 blocks."""
     s = scen(1024)
     base = host_issue.scenario_block_issue(s)
-    issue = zero3_reduce.with_rank_loops(s, base, 6)
+    issue = zero3_reduce.with_rank_loops(s, base)
+    assert zero3_reduce.block_gather_calls(s) == 7
     dispatch, _ = host_issue.op_seconds("x86")
-    gather = (282 * 2 + 242) * 1024 * dispatch / 40
+    gather = (282 * 2 + 282) * 1024 * dispatch / 40
     assert issue.fwd_s - base.fwd_s == pytest.approx(gather)
     assert issue.bwd_s - base.bwd_s == pytest.approx(gather + 363 * 1024 * dispatch / 40)
-    assert zero3_reduce.with_rank_loops(scen(1024, "pytorch-fsdp"), base, 6) is base
+    assert zero3_reduce.with_rank_loops(scen(1024, "pytorch-fsdp"), base) is base
 
 
 def test_chunk_backward_carries_the_reduction_closed_form():

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING
 
 from dataclasses import replace
 
-from trainsim.cost_models import compute, framework, host_issue
+from trainsim.cost_models import compute, framework, host_issue, zero3_gathers
 from trainsim.cost_models.host_issue import PassIssue
-from trainsim.cost_models.param_tensors import chunk_tensors, rank_tensors
+from trainsim.cost_models.param_tensors import block_tensors, chunk_tensors, module_style, rank_tensors
 
 from .exposures import _coll
 
@@ -74,17 +74,23 @@ def _model_tensors(scenario) -> tuple[int, int, int]:
     return len(gathered), len(tensors), sum(1 for t in gathered if not t.name.startswith("layers."))
 
 
-def with_rank_loops(scenario, issue: PassIssue | None, gather_calls: int) -> PassIssue | None:
+def block_gather_calls(scenario) -> int:
+    """All-gathers ZeRO-3 issues for one block's pass (cost_models/zero3_gathers.py)."""
+    lay, fw = scenario.layout, scenario.training.framework
+    return zero3_gathers.gather_calls(block_tensors(scenario.model, lay.tp, lay.ep, scenario.expert_tp, module_style(fw)), fw)
+
+
+def with_rank_loops(scenario, issue: PassIssue | None) -> PassIssue | None:
     """The block issue time with DeepSpeed ZeRO-3's host loops over ranks (module doc) added per block: each
     forward unpacks the gathered parameters, each backward unpacks them again (and once more for a recomputed
-    forward) and slices the gradients; each of a block's ``gather_calls`` all-gathers per pass (and each
+    forward) and slices the gradients; each of a block's all-gathers per pass (``block_gather_calls``) (and each
     gathered tensor outside the blocks) narrows its output once per rank. The model's tensors outside the
     blocks are spread evenly over its blocks."""
     if issue is None or not applies(scenario):
         return issue
     gathered, reduced, outside = _model_tensors(scenario)
     ranks, layers = scenario.dp, scenario.model.num_layers
-    calls = gather_calls * layers + outside
+    calls = block_gather_calls(scenario) * layers + outside
     gather_ops = (gathered * UNPACK_OPS_PER_RANK + calls * GATHER_OPS_PER_RANK) * ranks
     regather = 2 if scenario.training.recompute == "full" else 1
     ops_f, ops_b = gather_ops, regather * gather_ops + reduced * REDUCE_OPS_PER_RANK * ranks
