@@ -60,7 +60,7 @@ def block_saved_tensors(shp: LayerShape, impl: str) -> tuple[float, ...] | None:
         qkv = [sum(qkv)]  # Megatron's fused QKV projection: one output, viewed as q, k, v
     o, ge = T * heads * shp.dvh, _gemm_input_e(shp, impl)
     attn_out = [ge * o]  # the out-projection's input; flash's own 16-bit copy beside an fp8 one
-    if not shp.recomputes("core_attn") and (_fp8_saved(shp, impl) or (impl == "eager" and shp.rope) or impl == "titan"):
+    if not shp.recomputes("core_attn") and (_fp8_saved(shp, impl) or (impl == "eager" and shp.rope)):
         attn_out.append(e * o)
     f = shp.f / t
     if shp.recomputes("mlp"):
