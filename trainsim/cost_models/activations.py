@@ -47,9 +47,9 @@ casts parameters, not activations, so the residual stream is 16-bit): its RMSNor
 fp32 rstd and the 16-bit normalised tensor (the weight ``mul``): ``(4 + e)·h`` per token; RoPE by complex
 multiplication in fp32 saves only the shared ``freqs_cis`` buffer; ``repeat_kv`` expands k and v to the query
 heads by a copy, which SDPA saves (``3·a·d`` for q, k, v); SDPA's output and the out-projection's input
-are one tensor on CUDA (q after RoPE is (b, s, a, d)-contiguous, flash attention allocates its output
-``empty_like`` the (b, s, a, d) query, so ``output.transpose(1, 2).contiguous()`` is a view; CPU flash attention
-returns (b, a, s, d)-contiguous and the call copies); ``w2(F.silu(w1(x)) * w3(x))`` saves ``4·f``
+are one tensor (q after RoPE is (b, s, a, d)-contiguous and flash attention, CUDA's and CPU's, allocates its
+output in that layout, so ``output.transpose(1, 2).contiguous()`` is a view); ``w2(F.silu(w1(x)) * w3(x))``
+saves ``4·f``
 (pytorch/torchtitan torchtrain/models/llama/model.py @ 83c879f18 of March 2024; torchtitan/models/norms.py
 ``RMSNorm`` under the default ``norm_type = "rmsnorm"`` and models/llama/model.py @ ba2469780 of December 2024).
 A block is costed so when ``LayerShape.titan`` (shapes._titan_block: framework torch, uncompiled, dense Llama);
