@@ -124,3 +124,27 @@ def test_titan_differs_from_fused_and_eager_where_the_code_does():
     titan = act.layer_activation_bytes(shp, "fused").total
     T, h, f, a, kv, d = 128, 128, 352, 8, 2, 16
     assert titan - fused == 2 * 4 * T * h + 2 * T * f + 2 * 2 * T * (a - kv) * d
+
+
+def _scenario(**training):
+    from trainsim.specs import build_scenario
+    model = {"activation": "swiglu", "norm": "rmsnorm", "position_embedding": "rope", "bias": False,
+             "vocab_size": 1024, "num_layers": 2, "hidden": 128, "num_heads": 8, "num_kv_heads": 2,
+             "ffn_hidden": 352, "max_seq_len": 64}
+    return build_scenario({"model": model, "cluster": "dgx-h100", "gpus": 1, "layout": {},
+                           "training": {"seq_len": 64, "global_batch": 2, "micro_batch": 2, "dtype": "bf16",
+                                        **training}})
+
+
+def test_framework_torch_costs_uncompiled_llama_blocks_as_torchtitan():
+    """framework torch, bf16, uncompiled: the default costing is the measured titan block; compiled, autocast or
+    Megatron keep the fused one."""
+    from trainsim.cost_models.shapes import layer_shape
+    measured = _saved_bytes(128, 8, 2, 352, 2, 64)
+    assert layer_shape(_scenario(framework="torch")).titan
+    # FSDP2's MixedPrecisionPolicy: fp32 sharded parameters, bf16 compute, no autocast
+    assert layer_shape(_scenario(framework="torch", zero=3, param_dtype_bytes=4)).titan
+    assert act.layer_activation_bytes(_scenario(framework="torch")).total == measured
+    for other in ({"framework": "torch", "compile": True}, {"framework": "torch", "mixed_precision": "autocast", "param_dtype_bytes": 4},
+                  {"framework": "megatron"}):
+        assert not layer_shape(_scenario(**other)).titan
