@@ -54,6 +54,9 @@ saves ``4·f``
 ``RMSNorm`` under the default ``norm_type = "rmsnorm"`` and models/llama/model.py @ ba2469780 of December 2024).
 A block is costed so when ``LayerShape.titan`` (shapes._titan_block: framework torch, uncompiled, dense Llama);
 ``kernels`` maps the default ``"fused"`` to it. Measured against torch's autograd in tests/test_titan_oracle.py.
+The norm term is torchtitan's own RMSNorm class, its code until 3b39d7ab0 (2025-03-19, PR #985 switched to
+``nn.RMSNorm``, whose CUDA ``_fused_rms_norm`` in recent torch saves the input and rstd as ``"fused"``); framework
+``torch`` has no era to tell them apart, and every uncompiled torchtitan row of the memory dataset predates it.
 Blocks under torch.compile (TrainingSpec.compile) keep what AOTAutograd's min-cut partitioner saves, measured
 in tests/test_compile_oracle.py: without AC the ``"fused"`` block (norm inputs and outputs, SwiGLU 3·f), with full
 AC the block input, with op_sac all but the unread last matmul output (``_op_sac_layer``).
