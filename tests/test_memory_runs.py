@@ -202,14 +202,16 @@ def test_accuracy_today(report):
     first step, take from the freed activations, replayed through the caching allocator; torch.compile'd blocks
     as AOTAutograd's partitioner saves them, TrainingSpec.compile; the CUDA context's per-process driver state and
     module images measured on an H200, runtime_memory.CUDA_DRIVER_AND_MODULES_BYTES; the 2 MiB segment rounding of
-    Megatron's per-tensor 16-bit and fp32 main parameters, state_rounding.py): 60 rows, MAPE 4.0 %,
+    Megatron's per-tensor 16-bit and fp32 main parameters, state_rounding.py; torchtitan's uncompiled Llama
+    blocks as its eager code saves them, activations.py impl "titan"): 60 rows, MAPE 3.95 %,
     worst -13.2 % (torchtitan PR #165 FSDP1 SAC reserved); by framework: Megatron 4.1 % (21 rows, 20 low: the
     GPT-2 XL mb 1 runs on nvidia-smi 8 %, the first-step replay adds nothing there; GPT-2 large mb 64 2-5 %; the
-    zero-bubble rows 1-6.5 %), Megatron + CPU optimizer offload +6.5 % (1 row), torch FSDP2 3.2 % (21), torch FSDP1 5.4 % (4),
+    zero-bubble rows 1-6.5 %), Megatron + CPU optimizer offload +6.5 % (1 row), torch FSDP2 3.05 % (21), torch FSDP1 5.4 % (4),
     DeepSpeed ZeRO-1 (BLOOM's BF16_Optimizer, nvidia-smi) 3.3 % (11), fairscale FSDP with CPU offload (fairseq's
     GPT-3 13B example on 1 and 8 V100, allocated) 12.1 % low (2 rows: not attributed; the model's FSDP1
-    behaviours are torch's, not fairscale's of 2021). torchtitan's PR #165 active-peak rows are within 1.2 %, its
-    eager reserved-peak rows 6-13 % low (default-stream fragmentation beyond the loss's cached blocks is not
+    behaviours are torch's, not fairscale's of 2021). torchtitan's PR #165 FSDP2 active-peak rows are within
+    2.3 % (high: the final RMSNorm's fp32 input copy, 0.25 GiB, joined a peak already 1.2 % high), its FSDP2
+    eager reserved-peak rows 2.6 and 5.6 % low and FSDP1 ones 6-13 % low (default-stream fragmentation beyond the loss's cached blocks is not
     predicted); the late-2024 torch.compile per-op SAC rows are within 1.5 % (the partitioner drops the unread w2
     output; they were 5-8 % high without it), the June 2025 H200 rows 4.5-6.4 % low (their float8 FSDP
     all-gather is not modelled) and PR #165's compile SAC rows -5.1 % (mb 8) and -0.1 % (mb 16); the late-2024
@@ -219,7 +221,7 @@ def test_accuracy_today(report):
     in host memory and are skipped: predicted as if on the GPU they came out -10.9 / -8.5 / +0.4 % and +186 /
     +165 %, the checkpoints being 37-49 % and 66 % of those predictions."""
     assert len(report.compared) == len(report.dataset.cases) - 5 and len(report.skipped) == 5
-    assert report.mape_pct <= 4.1
+    assert report.mape_pct <= 4.0
     cats = report.by_category()
     assert {k: v["rows"] for k, v in cats.items()} == {"Megatron": 21, "Megatron + offload": 1, "torch FSDP2": 21,
                                                         "torch FSDP1": 4, "DeepSpeed ZeRO-1": 11,
@@ -228,12 +230,12 @@ def test_accuracy_today(report):
     # GPT-2 large, mb 64 (nvidia-smi): the Adam states split the freed activation segments at the first step
     for rid, err in (("vs25_gpt2l_tp2", -2.3), ("vs25_gpt2l_tp2_sp", -2.9), ("vs25_gpt2l_pp2", -2.8)):
         assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(err, abs=0.5)
-    assert cats["torch FSDP2"]["mape_pct"] <= 3.4
+    assert cats["torch FSDP2"]["mape_pct"] <= 3.1
     assert cats["torch FSDP1"]["mape_pct"] <= 5.7
     assert cats["DeepSpeed ZeRO-1"]["mape_pct"] <= 3.8
     # the issue's headline row: torchtitan's 82.4 GiB run (reserved peak): eager fp32 loss and cached blocks
     row = next(r for r in report.compared if r.row_id == "tt24_t1_fsdp")
-    assert row.error_pct == pytest.approx(-2.0, abs=1.0)
+    assert row.error_pct == pytest.approx(-0.3, abs=1.0)
     # torchtitan without compile (late 2024) and with its loss compiled with the model (June 2025, fused)
     assert abs(next(r for r in report.compared if r.row_id == "tt24_t3_fsdp").error_pct) <= 4.0
     # torch.compile with torchtitan's per-op SAC (TrainingSpec.compile): late 2024 (bf16 and float8)
@@ -249,8 +251,12 @@ def test_accuracy_today(report):
     for rid in ("fsq21_gpt3_13b_1gpu_cpuoffload", "fsq21_gpt3_13b_8gpu_cpuoffload"):
         assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(-12.1, abs=1.0)
     # the active-peak counter, which carries no allocator reserve (PR #165, Llama 2 7B, mb 8, AC and per-op SAC)
-    for rid in ("tt165_fsdp1_ac_active", "tt165_fsdp1_sac_active", "tt165_fsdp2_ac_active", "tt165_fsdp2_sac_active"):
+    for rid in ("tt165_fsdp1_ac_active", "tt165_fsdp1_sac_active", "tt165_fsdp2_sac_active"):
         assert abs(next(r for r in report.compared if r.row_id == rid).error_pct) <= 2.0
+    # FSDP2 + full AC: +2.3 %, its loss-phase peak holding the final RMSNorm's fp32 input copy (0.25 GiB, torchtitan's
+    # eager RMSNorm) on top of terms already 1.2 % high (by hand from the code: root unit 0.49 GiB gathered where the
+    # model's FSDP transient counts two blocks and a block's gradient, 1.47 GiB -- not attributed further)
+    assert next(r for r in report.compared if r.row_id == "tt165_fsdp2_ac_active").error_pct == pytest.approx(2.3, abs=0.2)
 
 
 @pytest.mark.xfail(strict=True, reason="issue 21 item 3 target (MAPE <= 5 %, worst <= 8 %) not met by today's "

@@ -41,6 +41,22 @@ sharded).
 (plain torch autograd, the executor's model in trainsim/kernels/torch_model.py: RMSNorm in fp32 saving
 its normalised tensor, SwiGLU 4·f, a copy of the attention output after RoPE, per-layer RoPE tables, and
 with torch's SequenceParallel the all-gathered norm outputs saved whole by the following linears).
+``"titan"`` is what torchtitan's eager Llama code saves with 16-bit parameters (FSDP2's MixedPrecisionPolicy
+casts parameters, not activations, so the residual stream is 16-bit): its RMSNorm
+``self._norm(x.float()).type_as(x) * self.weight`` saves the fp32 copy of the input (``pow`` and ``mul``), the
+fp32 rstd and the 16-bit normalised tensor (the weight ``mul``): ``(4 + e)·h`` per token; RoPE by complex
+multiplication in fp32 saves only the shared ``freqs_cis`` buffer; ``repeat_kv`` expands k and v to the query
+heads by a copy, which SDPA saves (``3·a·d`` for q, k, v); SDPA's output and the out-projection's input
+are one tensor (q after RoPE is (b, s, a, d)-contiguous and flash attention, CUDA's and CPU's, allocates its
+output in that layout, so ``output.transpose(1, 2).contiguous()`` is a view); ``w2(F.silu(w1(x)) * w3(x))``
+saves ``4·f``
+(pytorch/torchtitan torchtrain/models/llama/model.py @ 83c879f18 of March 2024; torchtitan/models/norms.py
+``RMSNorm`` under the default ``norm_type = "rmsnorm"`` and models/llama/model.py @ ba2469780 of December 2024).
+A block is costed so when ``LayerShape.titan`` (shapes._titan_block: framework torch, uncompiled, dense Llama);
+``kernels`` maps the default ``"fused"`` to it. Measured against torch's autograd in tests/test_titan_oracle.py.
+The norm term is torchtitan's own RMSNorm class, its code until 3b39d7ab0 (2025-03-19, PR #985 switched to
+``nn.RMSNorm``, whose CUDA ``_fused_rms_norm`` in recent torch saves the input and rstd as ``"fused"``); framework
+``torch`` has no era to tell them apart, and every uncompiled torchtitan row of the memory dataset predates it.
 Blocks under torch.compile (TrainingSpec.compile) keep what AOTAutograd's min-cut partitioner saves, measured
 in tests/test_compile_oracle.py: without AC the ``"fused"`` block (norm inputs and outputs, SwiGLU 3·f), with full
 AC the block input, with op_sac all but the unread last matmul output (``_op_sac_layer``).
@@ -90,11 +106,18 @@ def _mlp_inner_bytes(shp: LayerShape, ffn: int, impl: str = "fused") -> float:
     product = fc2 input), eager 4·f (gate, up, silu(gate), product). The fc2 input is the linear's own save."""
     fc2_in = _gemm_input_e(shp, impl) * ffn
     if shp.gated:
-        return shp.e * (3 if impl == "eager" else 2) * ffn + fc2_in
+        return shp.e * (3 if impl in EAGER_IMPLS else 2) * ffn + fc2_in
     return shp.e * ffn + fc2_in
 
 
-IMPLS = ("fused", "eager")
+IMPLS = ("fused", "eager", "titan")
+EAGER_IMPLS = ("eager", "titan")  # un-fused SwiGLU; torch's SequenceParallel hands linears the gathered input
+
+
+def kernels(shp: LayerShape, impl: str) -> str:
+    """The kernels a block runs: the framework's own where ``impl`` is the default ``"fused"`` and the block is
+    torchtitan's eager Llama code (``LayerShape.titan``), else ``impl``."""
+    return "titan" if impl == "fused" and shp.titan else impl
 
 
 def _check_impl(impl: str) -> None:
@@ -117,6 +140,8 @@ def _norm_bytes(shp: LayerShape, n_tok: float, impl: str) -> tuple[float, float]
         return e * n_tok * h, 2 * STAT_BYTES * n_tok
     if impl == "eager":
         return 2 * STAT_BYTES * n_tok * h, STAT_BYTES * n_tok
+    if impl == "titan":  # fp32 input copy and 16-bit normalised tensor (module docstring)
+        return (STAT_BYTES + e) * n_tok * h, STAT_BYTES * n_tok
     return e * n_tok * h, STAT_BYTES * n_tok
 
 
@@ -128,7 +153,7 @@ def _gemm_input_bytes(shp: LayerShape, impl: str, fp8_input: bool = True) -> flo
     backward (Korthikanti Sec. 4.2.2); torch's ``PrepareModuleInput(Shard(1) -> Replicate())`` hands the
     linears the gathered tensor, which they save whole (``eager``).
     """
-    r = 1 if impl == "eager" else shp.sp_div
+    r = 1 if impl in EAGER_IMPLS else shp.sp_div
     e = _gemm_input_e(shp, impl) if fp8_input else shp.e
     return e * shp.tokens * shp.h / r
 
@@ -152,6 +177,7 @@ def _norm_output_bytes(shp: LayerShape, impl: str) -> float:
 
 @memoised(maxsize=8192)
 def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
+    impl = kernels(shp, impl)
     e, h, t, r = shp.e, shp.h, shp.tp, shp.sp_div
     b, T = shp.b, shp.tokens
     if shp.recompute == "full":
@@ -180,7 +206,8 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
         small += STAT_BYTES * (T / r) * (2 if shp.ql else 1)
         qkv_saved = 0.0 if rc("mla_up_proj") else e * T * heads * (2 * shp.dqk + shp.dvh)
     else:
-        qkv_saved = e * T * (shp.a + 2 * shp.kv) * shp.d / t
+        # torchtitan's repeat_kv copies k and v to the query heads before SDPA, which saves the copies
+        qkv_saved = e * T * (3 * shp.a if impl == "titan" else shp.a + 2 * shp.kv) * shp.d / t
         if shp.qk_norm:  # QK-norm saves the un-normed q and k and an fp32 rstd per head (q, k after it as above)
             qkv_saved += e * T * (shp.a + shp.kv) * shp.d / t
             small += STAT_BYTES * T * (shp.a + shp.kv) / t
@@ -352,6 +379,7 @@ def head_activation_bytes(scenario, impl: str = "fused") -> float:
     """
     _check_impl(impl)
     shp = _shape(scenario)
+    impl = kernels(shp, impl)
     T, r = shp.tokens, shp.sp_div
     norm_main, norm_small = _norm_bytes(shp, T / r, impl)
     v_local = -(-shp.vocab // shp.tp)
@@ -369,6 +397,7 @@ def mtp_activation_bytes(scenario, impl: str = "fused") -> float:
     the output head, the two norms' inputs and the projection's input (the concatenated 2h), token ids."""
     _check_impl(impl)
     shp = _shape(scenario)
+    impl = kernels(shp, impl)
     T, r = shp.tokens, shp.sp_div
     norms = 2 * sum(_norm_bytes(shp, T / r, impl))
     proj_in = 2 * _gemm_input_e(shp, impl) * T * shp.h / r

@@ -30,7 +30,7 @@ from dataclasses import replace
 
 from trainsim.specs.memo import memoised
 
-from .activations import (_fp8_saved, _gemm_input_bytes, _gemm_input_e, _norm_bytes, embedding_activation_bytes, head_activation_bytes,
+from .activations import (kernels, _fp8_saved, _gemm_input_bytes, _gemm_input_e, _norm_bytes, embedding_activation_bytes, head_activation_bytes,
                           layer_activation_bytes, MASK_BYTES)
 from .caching_allocator import replay
 from .shapes import LayerShape, layer_shape
@@ -45,6 +45,7 @@ def block_saved_tensors(shp: LayerShape, impl: str) -> tuple[float, ...] | None:
     this list does not cover the block (MoE, MLA, per-op checkpointing) or misses more than REST_TOLERANCE."""
     if shp.is_moe or shp.mla or shp.recomputes("op_sac") or shp.te_cp_p2p or shp.qk_norm:
         return None
+    impl = kernels(shp, impl)
     total = layer_activation_bytes(shp, impl).total
     if shp.recompute == "full":
         return (total,)
@@ -53,7 +54,8 @@ def block_saved_tensors(shp: LayerShape, impl: str) -> tuple[float, ...] | None:
     gemm_in = 0.0 if shp.recomputes("layernorm") else _gemm_input_bytes(shp, impl)
     mask = [MASK_BYTES * T * h / r] if shp.dropout else []
     heads = shp.a // t
-    qkv = [e * T * heads * shp.d, e * T * shp.kv * shp.d / t, e * T * shp.kv * shp.d / t]
+    kv = shp.a if impl == "titan" else shp.kv  # torchtitan's repeat_kv copies
+    qkv = [e * T * heads * shp.d, e * T * kv * shp.d / t, e * T * kv * shp.d / t]
     if impl == "fused":
         qkv = [sum(qkv)]  # Megatron's fused QKV projection: one output, viewed as q, k, v
     o, ge = T * heads * shp.dvh, _gemm_input_e(shp, impl)
@@ -63,7 +65,7 @@ def block_saved_tensors(shp: LayerShape, impl: str) -> tuple[float, ...] | None:
     f = shp.f / t
     if shp.recomputes("mlp"):
         mlp = []
-    elif shp.gated:  # fused: gate|up, product (fc2's input); eager: gate, up, silu(gate), product
+    elif shp.gated:  # fused: gate|up, product (fc2's input); eager/titan: gate, up, silu(gate), product
         mlp = [2 * e * T * f, ge * T * f] if impl == "fused" else [e * T * f] * 3 + [ge * T * f]
     else:  # fc1's output, GeLU's output (fc2's input)
         mlp = [e * T * f, ge * T * f]

@@ -310,6 +310,12 @@ class FrameworkBehaviour:
     # ZeRO 0-2 gradient reduction overlapped with the backward (else on the compute stream after it): DeepSpeed's
     # ``overlap_comm`` defaults to ``stage == 3`` (runtime/zero/config.py ``overlap_comm_valid``).
     overlap_below_zero3: bool = True
+    # Dense Llama blocks run torchtitan's eager model code without torch.compile (activations.py impl "titan"):
+    # its own RMSNorm ``self._norm(x.float()).type_as(x) * self.weight``, ``repeat_kv`` copies of k and v,
+    # the attention output's ``transpose(1, 2).contiguous()`` copy, ``w2(F.silu(w1(x)) * w3(x))``
+    # (pytorch/torchtitan torchtrain/models/llama/model.py @ 83c879f18, torchtitan/models/norms.py and
+    # models/llama/model.py @ ba2469780).
+    eager_llama_block: bool = False
 
 
 BEHAVIOURS: dict[str, FrameworkBehaviour] = {
@@ -371,7 +377,7 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                 zero3_gather="block", reduce_bucket_params=None, p2p_overlap="never",
                                 tp_input_reduce="per_linear", grad_accumulation_pass=True,
                                 param_gather="broadcast_per_param", optimizer_update="foreach",
-                                clips_grads=False),
+                                clips_grads=False, eager_llama_block=True),
 }
 
 

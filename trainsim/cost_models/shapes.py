@@ -62,6 +62,7 @@ class LayerShape:
     eager_ce: bool = False  # torch's eager F.cross_entropy on an fp32 copy of the logits (TrainingSpec.cross_entropy)
     ce_logits_kept: bool = False  # the caller keeps the fp32 logits through the backward (cross_entropy eager_fp32_kept)
     autocast: bool = False  # fp32 weights under torch.autocast (TrainingSpec.autocast; cost_models/autocast.py)
+    titan: bool = False  # a dense Llama block as torchtitan's eager model code runs it (_titan_block)
     metric_ce_passes: int = 0  # no-grad cross-entropy forwards of train metrics (framework.py)
     bias_grad_pass: bool = False  # biases reduce their gradient in a separate kernel (framework.py)
     fp8_weight_casts: float = 1.0  # fp8 weight quantizations per micro-batch (1, or 1/m with TE's step cache)
@@ -145,6 +146,18 @@ class LayerShape:
 
 
 
+def _titan_block(m, t) -> bool:
+    """Whether a block runs torchtitan's eager Llama code (activations.py ``impl="titan"``): a framework whose
+    blocks are torchtitan's (framework.FrameworkBehaviour.eager_llama_block), not compiled (AOTAutograd's
+    partitioner saves the fused set, tests/test_compile_oracle.py), 16-bit parameters as FSDP2's
+    MixedPrecisionPolicy casts them (no autocast), flash SDPA, and the architecture that code implements:
+    RoPE, RMSNorm before attention and MLP, SwiGLU, no biases, dense, no MLA, QK-norm or sliding window."""
+    return (behaviour(t.framework).eager_llama_block and not t.compile and not t.autocast
+            and t.dtype in ("bf16", "fp16") and t.flash_attention and m.gated_mlp and m.norm == "rmsnorm"
+            and m.position_embedding == "rope" and not m.bias and not m.is_moe and not m.is_mla
+            and m.block_norms == 2 and not m.qk_norm and not m.sliding_window)
+
+
 def _layer_shape(scenario) -> LayerShape:
     m, lay, t = scenario.model, scenario.layout, scenario.training
     return LayerShape(
@@ -164,6 +177,7 @@ def _layer_shape(scenario) -> LayerShape:
                   else t.framework in EAGER_FP32_CE_FRAMEWORKS and not behaviour(t.framework).fused_cross_entropy),
         ce_logits_kept=t.cross_entropy == "eager_fp32_kept",
         autocast=t.autocast,
+        titan=_titan_block(m, t),
         metric_ce_passes=behaviour(t.framework).train_metric_loss_passes,
         bias_grad_pass=m.bias and not behaviour(t.framework).fused_bias_grad,
         fp8_weight_casts=(1.0 / scenario.num_microbatches if behaviour(t.framework).fp8_weight_cache else 1.0),
