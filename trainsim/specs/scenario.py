@@ -404,6 +404,14 @@ def _check_runtime(m: ModelSpec, cluster: ClusterSpec, t: TrainingSpec, pp: int)
                                                f"({'a MoE model' if m.is_moe else 'CPU ranks'}); use eager")
     if t.dtype == "fp8" and not cluster.gpu.fp8:
         raise SpecError("training.dtype", f"fp8 needs FP8 tensor cores, which {cluster.gpu.name} lacks")
+    llama = (m.gated_mlp and m.norm == "rmsnorm" and m.position_embedding == "rope" and not m.bias
+             and not m.is_moe and not m.is_mla and m.block_norms == 2 and not m.qk_norm and not m.sliding_window)
+    if t.block_code == "torchtitan" and not (llama and t.dtype in ("bf16", "fp16") and not t.compile
+                                             and not t.autocast):
+        # torchtitan's eager Llama block (cost_models/activations.py impl titan) is costed for what that code runs
+        raise SpecError("training.block_code", f"torchtitan is costed for torchtitan's eager dense Llama block "
+                                               f"(RMSNorm, RoPE, SwiGLU, no biases) in bf16/fp16 without compile "
+                                               f"or autocast; {m.name} with these settings is not: use fused")
     if t.offload_activation_layers:
         # Megatron-Core's TransformerConfig checks for --cpu-offloading (transformer_config.py __post_init__).
         field = "training.offload_activation_layers"

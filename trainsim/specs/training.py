@@ -142,6 +142,13 @@ class TrainingSpec(BaseModel):
         "residual stream: cost_models/autocast.py); param_dtype = the weights are cast once per use by the "
         "framework (FSDP2 MixedPrecisionPolicy, FSDP's mixed_precision); None = autocast for framework torch "
         "below ZeRO-3 with fp32 weights and a bf16/fp16 dtype, else param_dtype")
+    block_code: Literal["fused", "torchtitan"] | None = Field(
+        default=None, description="whose block code saves the activations: fused = fused norms and SwiGLU "
+        "(Megatron/Transformer Engine, compiled blocks); torchtitan = torchtitan's eager Llama block (fp32 copies "
+        "of the RMSNorm input, repeat_kv copies of k and v, SwiGLU saving 4 ffn-wide tensors, TP linears saving "
+        "their all-gathered input; cost_models/activations.py impl titan; framework torch only); None = torchtitan "
+        "for framework torch where its code applies (dense RMSNorm/RoPE/SwiGLU blocks, bf16/fp16, not compiled), "
+        "else fused")
     cross_entropy: Literal["fused", "vocab_parallel", "eager_fp32", "eager_fp32_kept"] | None = Field(
         default=None, description="how the loss runs: fused = one fused (or torch.compile'd) kernel that saves the "
         "16-bit logits and a logsumexp per token; vocab_parallel = Megatron's cross-entropy (in-place ops on an "
@@ -266,6 +273,10 @@ class TrainingSpec(BaseModel):
                              f"model returns (torchtitan); framework {self.framework} runs Megatron's vocab-parallel "
                              f"cross entropy inside the model: use framework torch or pytorch-fsdp, or another "
                              f"cross_entropy")
+        if self.block_code == "torchtitan" and self.framework != "torch":
+            raise ValueError(f"block_code: torchtitan is torchtitan's eager Llama block under framework torch; "
+                             f"framework {self.framework} runs its own block code: use framework torch or "
+                             f"block_code fused")
         if self.framework == "torch" and self.tp_comm_overlap:
             raise ValueError("tp_comm_overlap is Transformer Engine's userbuffers overlap (Megatron-Core); framework "
                              "torch runs parallelize_module TP without it: use framework megatron or drop it")
