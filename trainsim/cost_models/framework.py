@@ -621,7 +621,7 @@ def autocast_tag(scenario) -> str | None:
     layout under autocast (framework torch, 16-bit dtype, no TP, PP or FSDP2: kernels/parallelize.py
     ``build_parallel``), else None."""
     t, lay = scenario.training, scenario.layout
-    if t.framework != "torch" or t.dtype not in ("bf16", "fp16") or lay.tp > 1 or lay.pp > 1:
+    if not t.autocast or t.framework != "torch" or t.dtype not in ("bf16", "fp16") or lay.tp > 1 or lay.pp > 1:
         return None
     if scenario.dp > 1 and t.effective_zero >= 3:
         return None
@@ -634,10 +634,14 @@ def autocast_cast_bytes_per_param(scenario) -> float:
     write e; cached for the step's later micro-batches, so 1/n per micro-batch) and every backward casts each
     weight's 16-bit gradient back to fp32 (``ToCopyBackward0``: read e, write 4) before AccumulateGrad. The
     profiled H200 step shows both: one bf16 copy kernel per weight in the first forward and one fp32 copy per
-    weight and micro-batch (784 = 196 tensors x 4 micro-batches, benchmarks/data/trace_summary_h200.json)."""
+    weight and micro-batch (784 = 196 tensors x 4 micro-batches, benchmarks/data/trace_summary_h200.json). Under
+    full recompute each checkpoint's recompute leaves its own autocast region, which clears the cache
+    (cost_models/autocast.py): every micro-batch's forward and its recompute cast the weights again."""
     if autocast_tag(scenario) is None:
         return 0.0
     e = 2
+    if scenario.training.recompute == "full":
+        return 2 * (4 + e) + (e + 4)
     return (4 + e) / scenario.num_microbatches + (e + 4)
 
 

@@ -341,14 +341,16 @@ def executor_block_issue(scenario, profile) -> PassIssue | None:
         return None
     style = block_style(layer_shape(scenario))
     m = chunk.get(style + tag)
-    if m is None or style not in BLOCK_OPS_AUTOCAST or scenario.training.host_issue != "eager":
+    if m is None or style not in BLOCK_OPS_AUTOCAST or scenario.training.host_issue_mode != "eager":
         return None
     d, k = op_seconds(scenario.cluster.host_cpu)
     f_ops, f_k, s_ops, s_k = BLOCK_OPS_AUTOCAST[style]
     steady = m.block_fwd_s * (s_ops * d + s_k * k) / (f_ops * d + f_k * k)
     n = scenario.num_microbatches
-    fwd = (m.block_fwd_s + (n - 1) * steady) / n
     full = scenario.training.recompute == "full"
+    # the first forward of the step casts the weights; under full recompute every forward does (the recompute's
+    # autocast region clears the cache: cost_models/autocast.py)
+    fwd = m.block_fwd_s if full else (m.block_fwd_s + (n - 1) * steady) / n
     bwd = m.block_bwd_full_recompute_s if full else m.block_bwd_s
     return PassIssue(fwd, bwd, s_ops, BLOCK_OPS[style][2] + (s_ops if full else 0),
                      microbatch_fwd_s=m.microbatch_fwd_s, microbatch_bwd_s=m.microbatch_bwd_s)

@@ -167,7 +167,7 @@ def tree_correction(protocol: str, nbytes: float) -> float:
     """NCCL's tree bandwidth factor for a message of ``nbytes`` (``TREE_CORRECTION``, NCCL's own integer log2)."""
     log_size = max(0, int(nbytes) >> 6).bit_length() - 1
     table = TREE_CORRECTION[protocol]
-    return table[max(0, log_size)] if log_size < len(table) else 1.0
+    return table[log_size] if 0 <= log_size < len(table) else 1.0  # below 64 B NCCL's log2i is -1: none
 
 
 def log2i(n: int) -> int:

@@ -29,6 +29,7 @@ from dataclasses import replace
 
 from trainsim.cost_models import compute, framework, host_issue, zero3_gathers
 from trainsim.cost_models.host_issue import PassIssue
+from trainsim.cost_models.memory import shard_groups
 from trainsim.cost_models.param_tensors import block_tensors, chunk_tensors, module_style, rank_tensors
 
 from .exposures import _coll
@@ -70,7 +71,7 @@ def _model_tensors(scenario) -> tuple[int, int, int]:
     """(gathered, reduced, gathered outside the blocks) parameter tensors of one model replica: all of them are
     reduced; those above stage3_param_persistence_threshold are gathered."""
     tensors = [t for s in range(scenario.layout.pp) for t in rank_tensors(scenario, s)]
-    gathered = [t for t in tensors if t.elems > framework.DEEPSPEED_PERSISTENCE_THRESHOLD]
+    gathered = zero3_gathers.gathered(tensors)
     return len(gathered), len(tensors), sum(1 for t in gathered if not t.name.startswith("layers."))
 
 
@@ -89,7 +90,7 @@ def with_rank_loops(scenario, issue: PassIssue | None) -> PassIssue | None:
     if issue is None or not applies(scenario):
         return issue
     gathered, reduced, outside = _model_tensors(scenario)
-    ranks, layers = scenario.dp, scenario.model.num_layers
+    ranks, layers = max(1, round(shard_groups(scenario)[0])), scenario.model.num_layers  # the ZeRO-3 shard group
     calls = block_gather_calls(scenario) * layers + outside
     gather_ops = (gathered * UNPACK_OPS_PER_RANK + calls * GATHER_OPS_PER_RANK) * ranks
     regather = 2 if scenario.training.recompute == "full" else 1

@@ -404,6 +404,12 @@ def _check_runtime(m: ModelSpec, cluster: ClusterSpec, t: TrainingSpec, pp: int)
                                                f"({'a MoE model' if m.is_moe else 'CPU ranks'}); use eager")
     if t.dtype == "fp8" and not cluster.gpu.fp8:
         raise SpecError("training.dtype", f"fp8 needs FP8 tensor cores, which {cluster.gpu.name} lacks")
+    if t.framework in ("deepspeed", "deepspeed-2021", "megatron-deepspeed") and t.effective_zero >= 2 and pp > 1:
+        # DeepSpeed's PipelineEngine asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
+        # (deepspeed/runtime/pipe/engine.py)
+        raise SpecError("training.zero", f"ZeRO-{t.effective_zero} with pipeline parallelism (pp={pp}) does not run "
+                                         f"under {t.framework}: DeepSpeed's pipeline engine refuses ZeRO-2/3; use "
+                                         f"zero 0 or 1, or pp 1")
     llama = (m.gated_mlp and m.norm == "rmsnorm" and m.position_embedding == "rope" and not m.bias
              and not m.is_moe and not m.is_mla and m.block_norms == 2 and not m.qk_norm and not m.sliding_window)
     if t.block_code == "torchtitan" and not (llama and t.dtype in ("bf16", "fp16") and not t.compile
