@@ -86,7 +86,8 @@ Per-parameter hooks (``ddp_hook_adds``): Megatron-LM's local DDP (megatron/model
 per such tensor. megatron-2021 (``grad_accumulation_pass``) does it for every tensor of Megatron's layer (fused
 QKV, out-projection, two MLP linears, their biases, two norms); megatron-2022's gradient-accumulation fusion lets
 the linears' wgrad GEMMs write ``main_grad`` ("The gradient function of linear layers is fused with GEMMs"), so
-only biases and norms pass through the hook. The hook's own Python frame is not counted (no cited measurement).
+only biases and norms pass through the hook. The hook's own Python frame has no measurement of its own; it enters
+only through ``MODULE_FRAME_RATIO`` where that applies.
 
 Python frames (``MODULE_FRAME_RATIO``): a whole block pass costs its host more than its aten dispatches and
 launches -- module ``__call__`` and hook frames, ``autograd.Function`` wrappers, the autograd graph's nodes. The one
@@ -97,8 +98,11 @@ are charged their counted seconds (block passes, DDP hooks and the sync lead-ins
 profile measured the host. The backward pass's timing (1.72 ms against 0.41 counted) is not used per block: it is
 one ``backward()`` call per block there, so it holds the autograd engine's start per call, which a training step
 pays once per micro-batch. With the ratio, the TP 8 Megatron layer forward is 0.61 ms (0.86 ms at the pace of 8
-ranks, ``host_jitter``), inside metaseq PR #270's 0.30-0.99 ms bracket above. Megatron-Core (``megatron``) runs
-Transformer Engine's layers and keeps the counted seconds.
+ranks, ``host_jitter``), inside metaseq PR #270's 0.30-0.99 ms bracket above. The ratio rests on one block style
+(GPT) timed on one host (the H200 machine's Xeon) and carries that host's speed relative to the older x86 sources
+of ``ATEN_DISPATCH_S`` / ``KERNEL_LAUNCH_S``; the same profile's Llama block gives 2.41, so it is an estimate of
+Python-frame cost, not a constant of it. Megatron-Core (``megatron``) runs Transformer Engine's layers and keeps
+the counted seconds.
 
 TP pace (``tp_paced``, cost_models.host_jitter): under TP every rank's pass waits for its peers at each TP
 collective, so a host-bound pass lasts the expected slowest of the ``tp`` ranks' issue times, not their mean.

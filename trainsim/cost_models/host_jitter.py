@@ -20,7 +20,10 @@ is 1 at n = 1 and grows with n and sigma (evaluated by ``scipy.integrate.quad``)
 repeated timings ``trainsim calibrate --device cuda`` takes of the executor's block (``profile.host_issue``).
 Without a profile the measured defaults below apply: the GPT block timed 30 times on an H200 host
 (benchmarks/data/profile_h200.json, ``host_issue["layernorm-gelu-learned"]``): forward median 0.329 ms, p99
-0.598 ms; backward median 1.722 ms, p99 2.280 ms.
+0.598 ms; backward median 1.722 ms, p99 2.280 ms. With 30 timings the "p99" is in effect the slowest one, so
+sigma rests on the tail of a small sample. The backward timing holds the autograd engine's start per call, which
+``host_issue`` does not use as a per-block time; its spread is used here because the start is paid on every rank
+alike, so it shifts the timings rather than spreading them (an assumption, not a measurement).
 
 The factor applies to the host's issue time of a pass, so it changes a step only where that pass is host-bound:
 for n = 8 it is 1.40 (forward) and 1.18 (backward) with the defaults. Jitter within a rank over a step is not
