@@ -91,13 +91,20 @@ def rows(records: list[dict], profile) -> list[dict]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--records", default=str(DATA / "executed_h200.jsonl"))
-    ap.add_argument("--profile", default=str(DATA / "profile_h200.json"))
+    ap.add_argument("--records", default=str(DATA / "executed_h200.jsonl"),
+                    help="execute --json records, one JSON object per line (default: the H200 records)")
+    ap.add_argument("--profile", default=str(DATA / "profile_h200.json"),
+                    help="calibration profile the predictions use (default: the H200 profile)")
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     from trainsim.cost_models.profile import load_profile
+    from trainsim.specs import SpecError
 
-    res = rows(untraced_records(Path(args.records)), load_profile(args.profile))
+    try:
+        res = rows(untraced_records(Path(args.records)), load_profile(args.profile))
+    except (OSError, ValueError, KeyError, SpecError) as exc:  # a missing or malformed file: one line, exit 2
+        print(f"error: --records/--profile: {exc}".splitlines()[0], file=sys.stderr)
+        return 2
     print(f"{'record':<16} {'measured':>9} {'spread':>7} {'predicted':>9} {'error':>8} {'host idle':>9} "
           f"{'opt meas':>8} {'opt pred':>8}")
     for x in res:

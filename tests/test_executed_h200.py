@@ -25,8 +25,10 @@ _spec.loader.exec_module(bench)
 # micro-batch 1-8 and the host's per-block issue under the real model is ~15 % above the tiny model's.
 # Llama-style: the tiny model's host issue (1.5 ms forward, 2.1 ms backward per block) exceeds what the measured
 # step allows (the whole l2048_mb1 step is 156 ms, the tiny timings give 224 ms of host issue alone), so the
-# host-bound Llama line is over-predicted by ~55 %; docs/execute.md says what isolates it.
-STRUCTURAL = {"g": 0.20, "l": 0.60}
+# host-bound Llama line is over-predicted by ~55 %; docs/execute.md says what isolates it. That line has its own
+# band (a known gap that must neither grow nor silently vanish); the GPU-bound Llama lines take the GPT bound.
+STRUCTURAL = {"g": 0.20, "l": 0.20}
+KNOWN_GAP = {"l2048_mb1": (40.0, 70.0)}
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +41,10 @@ def rows():
 def test_every_untraced_record_is_predicted_within_noise_and_stated_structure(rows):
     assert len(rows) == 11
     for r in rows:
+        if r["name"] in KNOWN_GAP:
+            lo, hi = KNOWN_GAP[r["name"]]
+            assert lo <= r["error_pct"] <= hi, (r["name"], r["error_pct"])
+            continue
         tol = STRUCTURAL[r["name"][0]] + 2 * r["spread"]
         assert abs(r["error_pct"]) / 100 <= tol, (r["name"], r["error_pct"], tol)
 

@@ -45,6 +45,7 @@ def tp_mesh():
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
     owned = not dist.is_initialized()  # another module's fake world (test_memory_oracle) serves as well
+    assert owned or dist.get_world_size() >= 2
     if owned:
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
     yield DeviceMesh("cpu", [0, 1])

@@ -300,6 +300,11 @@ class TrainingSpec(BaseModel):
                              "from) both given: set one")
         if self.optimizer_offload_fraction != 1.0 and not self.offload_optimizer:
             raise ValueError("optimizer_offload_fraction needs offload_optimizer=true")
+        if self.mixed_precision == "autocast" and self.framework not in ("torch", "pytorch-fsdp"):
+            # Megatron and DeepSpeed cast the model once (Float16Module / the fp16 engine), never torch.autocast
+            raise ValueError(f"mixed_precision: autocast is torch.autocast in a torch training loop; framework "
+                             f"{self.framework} casts the model to 16 bits itself: use framework torch or "
+                             f"pytorch-fsdp, or mixed_precision param_dtype")
         if self.mixed_precision == "autocast" and not (self.param_bytes == 4 and self.dtype in ("bf16", "fp16")):
             raise ValueError(f"mixed_precision: autocast casts fp32 weights (param_dtype_bytes 4) to a bf16/fp16 "
                              f"dtype; got {self.param_bytes}-byte weights and dtype {self.dtype}")
