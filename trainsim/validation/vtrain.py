@@ -47,6 +47,10 @@ VTRAIN_COLUMNS = frozenset({"row_id", "num_gpus", "global_batch", "micro_batch",
                             "seq_len", "tp", "dp", "pp", "step_time_s"})
 VTRAIN_FILE = "vtrain_a100_single_node.csv"
 VTRAIN_VOCAB = 50257  # GPT-2 BPE tokenizer (Megatron --vocab-file gpt2-vocab.json)
+# Megatron-DeepSpeed pads the tokenizer's vocabulary to a multiple of make_vocab_size_divisible_by (default 128)
+# times the TP degree (megatron/tokenizer/tokenizer.py ``_vocab_size_with_padding``; read_file id 9869772981), so
+# each TP rank holds an equal shard of whole 128-row tiles: 50,304 rows at TP 1, 51,200 at TP 8.
+VTRAIN_VOCAB_DIVISIBLE_BY = 128
 VTRAIN_FRAMEWORK = "megatron-deepspeed"  # synchronous TP all-reduce, param.grad, host syncs (module doc)
 VTRAIN_CITATION = ('Bang et al., "vTrain: A Simulation Framework for Evaluating Cost-effective and Compute-optimal '
                    'Large Language Model Training", MICRO 2024 (arXiv:2312.12391); measured iterations from '
@@ -57,6 +61,12 @@ VTRAIN_CITATION = ('Bang et al., "vTrain: A Simulation Framework for Evaluating 
 def is_vtrain(columns: set[str]) -> bool:
     """Whether a CSV's header is the vTrain single-node table's (common-run files name ``global_batch_seqs``)."""
     return VTRAIN_COLUMNS <= columns and "global_batch_seqs" not in columns
+
+
+def padded_vocab(vocab: int, tp: int) -> int:
+    """Megatron's padded vocabulary: ``vocab`` rounded up to a multiple of 128 x ``tp`` (VTRAIN_VOCAB_DIVISIBLE_BY)."""
+    multiple = VTRAIN_VOCAB_DIVISIBLE_BY * tp
+    return -(-vocab // multiple) * multiple
 
 
 def load_vtrain(path: Path, *, name: str = "vtrain"):
@@ -73,7 +83,7 @@ def load_vtrain(path: Path, *, name: str = "vtrain"):
          "fp16); framework megatron-deepspeed, the behaviours of that fork's layer code (TP input-gradient all-reduce "
          "waited for on the compute stream, gradients accumulated in param.grad, a host sync per block forward and "
          "per micro-batch); chosen for every row (not "
-         "stated): vocab 50,257 (GPT-2 tokenizer), cluster preset dgx-a100, no FlashAttention, dropout 0.1."),
+         "stated): vocab 50,257 (GPT-2 tokenizer) padded to a multiple of 128 x TP, cluster preset dgx-a100, no FlashAttention, dropout 0.1."),
         "regimes: every row is counted under its micro-batch, its TP degree and its layer count.",
     )
     return Dataset(name=name, title="vTrain: Megatron GPT on one 8xA100 node (MICRO 2024)", metric="step_time_s",
@@ -93,7 +103,8 @@ def _vtrain_case(r: dict):
         return Case(rid, label, published or float("nan"), skip_reason="incomplete architecture or batch")
     raw = {
         "model": {"name": f"gpt-h{hidden}-l{layers}", "num_layers": layers, "hidden": hidden, "num_heads": heads,
-                  "ffn_hidden": 4 * hidden, "vocab_size": VTRAIN_VOCAB, "max_seq_len": seq},
+                  "ffn_hidden": 4 * hidden, "vocab_size": padded_vocab(VTRAIN_VOCAB, tp),
+                  "max_seq_len": seq},
         "cluster": _cluster("dgx-a100", gpus),
         "layout": {"tp": tp, "pp": pp},
         "training": {"seq_len": seq, "global_batch": gbs, "micro_batch": mbs, "dtype": "fp16",
