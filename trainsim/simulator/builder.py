@@ -151,7 +151,8 @@ def _tied_sum_params(st: _Step, vs: int) -> float:
     """Parameters whose two gradients autograd sums before accumulating them: a tied word embedding whose lookup
     and output layer run in the same chunk receives a dense gradient from each (the logits GEMM's weight gradient,
     the embedding's dense backward), which the engine adds in its input buffer (torch/csrc/autograd/
-    input_buffer.cpp ``InputBuffer::accumulate``: one more read-read-write pass over the local table) before
+    input_buffer.cpp ``InputBuffer::accumulate``, find_string id 670689175: ``old_var.add_(var)``, one more
+    read-read-write pass over the local table) before
     AccumulateGrad adds the sum into ``param.grad``. Frameworks fusing the weight-gradient accumulation into the
     GEMM (no ``grad_accumulation_pass``) write the output layer's share straight into ``main_grad`` instead."""
     m, tp = st.scenario.model, st.scenario.layout.tp
