@@ -14,6 +14,7 @@ import pytest
 
 from trainsim.cost_models.flops import (
     MATMUL_KINDS,
+    embedding_ops,
     hardware_flops_per_step,
     head_ops,
     layer_flops,
@@ -202,3 +203,15 @@ def test_fp8_marks_block_gemms_only():
     assert not any(o.fp8 for o in head_ops(s))
     assert math.isclose(model_flops_per_step(s), model_flops_per_step(
         scen("llama3-8b", gpus=8, cluster="dgx-h100", seq_len=4096, global_batch=8)))
+
+
+@pytest.mark.parametrize("tp", [1, 4])
+def test_embedding_backward_writes_the_dense_local_table(tp):
+    # torch's embedding_dense_backward (sparse=False) zero-fills a gradient of the rank's whole vocabulary shard
+    # (at::zeros), then scatter-adds the T token rows: bytes = 3·e·T·h (read dY, read-modify-write the rows)
+    # + 8·T (int64 ids) + e·(V/tp)·h (the zero fill).
+    model = {"num_layers": 2, "hidden": 2048, "num_heads": 16, "vocab_size": 50304, "max_seq_len": 1024}
+    s = scen(model, gpus=tp, layout={"tp": tp}, seq_len=1024, global_batch=2, micro_batch=2)
+    (emb,) = [op for op in embedding_ops(s) if op.name == "embedding"]
+    T, e = 2 * 1024, 2
+    assert emb.bwd_weight_bytes == 3 * e * T * 2048 + 8 * T + e * (50304 // tp) * 2048

@@ -8,7 +8,7 @@ from external_tables import table_path
 
 from trainsim.validation.datasets import load_dataset
 from trainsim.validation.validate import validate
-from trainsim.validation.vtrain import VTRAIN_FILE, VTRAIN_VOCAB, is_vtrain
+from trainsim.validation.vtrain import VTRAIN_FILE, VTRAIN_VOCAB, is_vtrain, padded_vocab
 
 
 @pytest.fixture(scope="module")
@@ -22,9 +22,17 @@ def test_rows_become_the_stated_scenarios(ds):
     s = c.scenario
     assert c.published == pytest.approx(0.410491)
     assert (s.layout.tp, s.layout.pp, s.dp, s.training.micro_batch, s.training.global_batch) == (1, 2, 2, 4, 16)
-    assert (s.model.num_layers, s.model.hidden, s.model.num_heads, s.model.vocab_size) == (24, 2048, 16, VTRAIN_VOCAB)
+    assert (s.model.num_layers, s.model.hidden, s.model.num_heads, s.model.vocab_size) == (24, 2048, 16, 50304)
     assert (s.training.recompute, s.training.schedule, s.training.framework) == ("full", "1f1b", "megatron-deepspeed")
     assert c.regimes == ("micro-batch 4", "TP 1", "layers 24")
+
+
+def test_vocab_is_padded_as_megatron_pads_it():
+    # Megatron's log for the GPT-2 tokenizer at TP 1: "padded vocab (size: 50257) with 47 dummy tokens (new size:
+    # 50304)"; at TP t the multiple is 128 t (_vocab_size_with_padding).
+    assert VTRAIN_VOCAB == 50257
+    assert [padded_vocab(VTRAIN_VOCAB, t) for t in (1, 2, 4, 8)] == [50304, 50432, 50688, 51200]
+    assert padded_vocab(256, 2) == 256
 
 
 def test_errors_are_reported_per_regime(ds):

@@ -374,12 +374,16 @@ def _embedding_ops(shp: LayerShape, learned_positions: bool) -> tuple[Op, ...]:
     e, h = shp.e, shp.h
     T = shp.tokens
     # Vocab-parallel lookup: each TP rank writes its rows (zeros elsewhere) for all T tokens, then the
-    # partial sums are all-reduced (reduce-scattered with SP). bwd: read dY, scatter-add into the grad rows.
+    # partial sums are all-reduced (reduce-scattered with SP). bwd: read dY, scatter-add into the grad rows of
+    # a dense gradient of the rank's whole table: torch's embedding_dense_backward (sparse=False, nn.Embedding's
+    # and Megatron's VocabParallelEmbedding's default) allocates it with at::zeros, a write of every row
+    # (aten/src/ATen/native/cuda/Embedding.cu ``embedding_dense_backward_cuda``; find_string id 45737010).
     extra = 2 * e * T * h if learned_positions else 0  # + position rows read and added
     w = shp.proj or h  # OPT: rows of word_embed_proj_dim, then project_in (p -> h, no bias)
+    dense_zero = e * -(-shp.vocab // shp.tp) * w
     ops = [Op(name="embedding", kind="embedding", fwd_flops=0.0, bwd_input_flops=0.0, bwd_weight_flops=T * w,
               fwd_bytes=float(2 * e * T * w + extra + 8 * T), bwd_input_bytes=0.0,
-              bwd_weight_bytes=float(3 * e * T * w + 8 * T))]
+              bwd_weight_bytes=float(3 * e * T * w + 8 * T + dense_zero))]
     if shp.proj:
         ops.append(_linear("project_in", T, h, shp.proj, e))
     if shp.dropout:

@@ -147,6 +147,20 @@ def _accumulate_s(st: _Step, params: float) -> float:
     return compute.memory_time_s(nbytes, st.hw, st.profile, "copy") * st.slowest if nbytes > 0 else 0.0
 
 
+def _tied_sum_params(st: _Step, vs: int) -> float:
+    """Parameters whose two gradients autograd sums before accumulating them: a tied word embedding whose lookup
+    and output layer run in the same chunk receives a dense gradient from each (the logits GEMM's weight gradient,
+    the embedding's dense backward), which the engine adds in its input buffer (torch/csrc/autograd/
+    input_buffer.cpp ``InputBuffer::accumulate``, find_string id 670689175: ``old_var.add_(var)``, one more
+    read-read-write pass over the local table) before
+    AccumulateGrad adds the sum into ``param.grad``. Frameworks fusing the weight-gradient accumulation into the
+    GEMM (no ``grad_accumulation_pass``) write the output layer's share straight into ``main_grad`` instead."""
+    m, tp = st.scenario.model, st.scenario.layout.tp
+    if vs != 0 or vs != st.last_vs or not m.tie_embeddings or not st.fw.grad_accumulation_pass:
+        return 0.0
+    return m.vocab_size * m.embed_dim / tp
+
+
 @dataclass
 class _ChunkSums:
     """Running per-micro-batch totals of one chunk: compute seconds by pass, activation bytes, parameters beyond
@@ -253,7 +267,7 @@ def _chunk(st: _Step, s: int, c: int, pair: float) -> ChunkCost:
         _add_head(st, cs)
     elif st.fw.pipeline_output_kept:
         cs.a += act.pipeline_output_bytes(scenario)  # the chunk's output, kept until its backward
-    params = sum(k * b.params for b, k in cs.kinds) + cs.extra_params
+    params = sum(k * b.params for b, k in cs.kinds) + cs.extra_params + _tied_sum_params(st, vs)
     cs.bw += _accumulate_s(st, params)
     if st.z >= 3 and st.dp_group is not None and n:
         # Eager FSDP2 per wrapped block (CPU profiles only; compute.wrapper_overhead_s).

@@ -32,7 +32,13 @@ broadcast sizes back with ``.cpu()``: the host cannot run ahead of the GPU past 
 
 Each case carries its regimes (micro-batch, TP, layers) so the report prints the error per regime: the
 work per kernel falls with the micro-batch and rises with 1/TP, which separates per-kernel fixed costs from
-FLOP- and bandwidth-bound time.
+FLOP- and bandwidth-bound time. The report's structure fit reads, per (TP, micro-batch), the cost per micro-batch
+outside the blocks (``c``): the head (padded-vocabulary logits GEMMs, the fork's fp32 cross-entropy passes,
+megatron/core/tensor_parallel/cross_entropy.py), the embedding's dense gradient and the tied table's gradient sum.
+Published ``c`` grows 1.55 ms per sequence at TP 2, below the TP 2 head's own floor (3 GEMMs of
+2 x 1024 x 2048 x 25,216 = 317 GFLOP at the 312 TFLOP/s fp16 peak, 1.02 ms; 52 bytes per fp32 logit over
+1024 x 25,216 logits = 1.34 GB at 2.04 TB/s, 0.66 ms), while at TP 1 it grows 8.3 ms per sequence, twice the
+modelled head: no per-rank head cost fits both, so the gap at TP 1 is left open rather than fitted.
 """
 
 from __future__ import annotations
@@ -47,6 +53,10 @@ VTRAIN_COLUMNS = frozenset({"row_id", "num_gpus", "global_batch", "micro_batch",
                             "seq_len", "tp", "dp", "pp", "step_time_s"})
 VTRAIN_FILE = "vtrain_a100_single_node.csv"
 VTRAIN_VOCAB = 50257  # GPT-2 BPE tokenizer (Megatron --vocab-file gpt2-vocab.json)
+# Megatron-DeepSpeed pads the tokenizer's vocabulary to a multiple of make_vocab_size_divisible_by (default 128)
+# times the TP degree (megatron/tokenizer/tokenizer.py ``_vocab_size_with_padding``; read_file id 9869772981), so
+# each TP rank holds an equal shard of whole 128-row tiles: 50,304 rows at TP 1, 51,200 at TP 8.
+VTRAIN_VOCAB_DIVISIBLE_BY = 128
 VTRAIN_FRAMEWORK = "megatron-deepspeed"  # synchronous TP all-reduce, param.grad, host syncs (module doc)
 VTRAIN_CITATION = ('Bang et al., "vTrain: A Simulation Framework for Evaluating Cost-effective and Compute-optimal '
                    'Large Language Model Training", MICRO 2024 (arXiv:2312.12391); measured iterations from '
@@ -57,6 +67,12 @@ VTRAIN_CITATION = ('Bang et al., "vTrain: A Simulation Framework for Evaluating 
 def is_vtrain(columns: set[str]) -> bool:
     """Whether a CSV's header is the vTrain single-node table's (common-run files name ``global_batch_seqs``)."""
     return VTRAIN_COLUMNS <= columns and "global_batch_seqs" not in columns
+
+
+def padded_vocab(vocab: int, tp: int) -> int:
+    """Megatron's padded vocabulary: ``vocab`` rounded up to a multiple of 128 x ``tp`` (VTRAIN_VOCAB_DIVISIBLE_BY)."""
+    multiple = VTRAIN_VOCAB_DIVISIBLE_BY * tp
+    return -(-vocab // multiple) * multiple
 
 
 def load_vtrain(path: Path, *, name: str = "vtrain"):
@@ -73,7 +89,7 @@ def load_vtrain(path: Path, *, name: str = "vtrain"):
          "fp16); framework megatron-deepspeed, the behaviours of that fork's layer code (TP input-gradient all-reduce "
          "waited for on the compute stream, gradients accumulated in param.grad, a host sync per block forward and "
          "per micro-batch); chosen for every row (not "
-         "stated): vocab 50,257 (GPT-2 tokenizer), cluster preset dgx-a100, no FlashAttention, dropout 0.1."),
+         "stated): vocab 50,257 (GPT-2 tokenizer) padded to a multiple of 128 x TP, cluster preset dgx-a100, no FlashAttention, dropout 0.1."),
         "regimes: every row is counted under its micro-batch, its TP degree and its layer count.",
     )
     return Dataset(name=name, title="vTrain: Megatron GPT on one 8xA100 node (MICRO 2024)", metric="step_time_s",
@@ -93,7 +109,8 @@ def _vtrain_case(r: dict):
         return Case(rid, label, published or float("nan"), skip_reason="incomplete architecture or batch")
     raw = {
         "model": {"name": f"gpt-h{hidden}-l{layers}", "num_layers": layers, "hidden": hidden, "num_heads": heads,
-                  "ffn_hidden": 4 * hidden, "vocab_size": VTRAIN_VOCAB, "max_seq_len": seq},
+                  "ffn_hidden": 4 * hidden, "vocab_size": padded_vocab(VTRAIN_VOCAB, tp),
+                  "max_seq_len": seq},
         "cluster": _cluster("dgx-a100", gpus),
         "layout": {"tp": tp, "pp": pp},
         "training": {"seq_len": seq, "global_batch": gbs, "micro_batch": mbs, "dtype": "fp16",
