@@ -252,7 +252,7 @@ def render_memory_assumptions(c, pred) -> None:
         extra = a.get("first_step_reserved_bytes") or 0.0
         size = f"{extra / GiB:.2f} GiB " if extra > 0 else ""
         c.print(f"reserved: {size}for the first step's optimizer states -- {a['first_step_states']}")
-    terms = {k: v for k, v in pred.other_terms.items() if k != "stage" and v}
+    terms = {k: v for k, v in pred.other_terms.items() if k != "stage" and v >= 0.005 * GiB}  # as printed: 0.01 GiB
     if terms:
         c.print(f"other on stage {int(pred.other_terms['stage'])}: "
                 + ", ".join(f"{k.replace('_', ' ')} {v / GiB:.2f}" for k, v in terms.items()) + " GiB")
