@@ -127,7 +127,8 @@ def test_closed_form_tail_follows_the_engine(pp):
     table = build_cost_table(small(pp=pp))
     eng, est = simulate(table).stages[0].dp_tail_s, analytic.estimate(table).stages[0].dp_tail_s
     assert est == pytest.approx(eng, rel=0.02)
-    assert est > max(bk.time_s for bk in table.stages[0].chunks[0].grad_buckets[-1:])
+    # the last bucket is ready only when the backward ends: at least its own reduction is exposed
+    assert est >= max(bk.time_s for bk in table.stages[0].chunks[0].grad_buckets[-1:]) * (1 - 1e-9)
 
 
 def test_deepspeed_2021_gathers_megatrons_gpt_tensor_by_tensor():

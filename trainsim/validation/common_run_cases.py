@@ -300,7 +300,9 @@ def load_llama3(path: Path | None = None, *, name: str = "llama3") -> Dataset:
          "states and gradients with parameters kept after forward (zero 2, framework torch by the year rule); "
          "interleaving depth V = 8, derived from the text: the first chunk of the first stage holds only the "
          "embedding and the last chunk of the last stage only the output/loss, i.e. one layer per chunk, "
-         "(126 + 2) / 16. Sequence parallelism assumed (the paper's TP cites Korthikanti et al.)."),
+         "(126 + 2) / 16. Sequence parallelism assumed (the paper's TP cites Korthikanti et al.). Block code fused "
+         "(block_code column): Meta's stack is not torchtitan's eager block, whose saves would need about 176 GB "
+         "per GPU at the 8K layout, while the runs trained on 80 GB H100s."),
         ("metric: step time derived from the printed TFLOPs/GPU on the paper's basis, PaLM MFU (6N + 12*L*H*Q*T "
          "per token, N = 405e9): the tflops_per_gpu column is the same comparison. The CP row's DP is 8 "
          "(Table 4 prints 4, which does not multiply out to 16,384 GPUs); its CP all-gathers K/V before "

@@ -154,7 +154,7 @@ def stated(r: dict, key: str) -> bool:
 def _explicit_recipe(r: dict, training: dict) -> dict:
     """The training mapping with the row's explicit recipe columns (module docstring) in place of the rules
     (a stated ``dtype`` is taken as written: the ``precision`` text is then not read)."""
-    for key in ("framework", "dtype"):
+    for key in ("framework", "dtype", "block_code"):
         if stated(r, key):
             training[key] = r[key].strip()
     for key in ("flash_attention", "dropout", "overlap_p2p", "overlap_grad_reduce"):
