@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .errors import SpecError
 from .framework_era import era_refusal
 
 Recompute = Literal["none", "selective", "full"]
@@ -238,22 +240,22 @@ class TrainingSpec(BaseModel):
     def _check_op_sac(self) -> None:
         """torchtitan's per-op policy is a whole-block policy of torch's checkpoint API, not a Megatron module."""
         if len(self.recompute_modules or ()) > 1:
-            raise ValueError("recompute_modules: op_sac (torchtitan's per-op policy) replaces the module list; "
+            raise SpecError("recompute_modules", "op_sac (torchtitan's per-op policy) replaces the module list; "
                              "list it alone")
         if self.framework not in OP_SAC_FRAMEWORKS:
-            raise ValueError(f"recompute_modules: op_sac is torchtitan's per-op policy (torch.utils.checkpoint); "
+            raise SpecError("recompute_modules", f"op_sac is torchtitan's per-op policy (torch.utils.checkpoint); "
                              f"framework {self.framework} has no such policy: use framework torch or pytorch-fsdp")
 
     def _check_compile(self) -> None:
         """torch.compile's saved tensors are measured (tests/test_compile_oracle.py) for no AC, full AC and op_sac."""
         if self.framework not in OP_SAC_FRAMEWORKS:
-            raise ValueError(f"compile: torch.compile of the model's blocks is a torch setting (framework torch or "
+            raise SpecError("compile", f"torch.compile of the model's blocks is a torch setting (framework torch or "
                              f"pytorch-fsdp), not {self.framework}")
         if self.recompute == "selective" and list(self.recompute_modules or ()) != ["op_sac"]:
-            raise ValueError("compile: with selective recompute only torchtitan's per-op policy "
+            raise SpecError("compile", "with selective recompute only torchtitan's per-op policy "
                              "(recompute_modules [op_sac]) is modelled under torch.compile")
         if self.sequence_parallel and self.recompute == "selective":
-            raise ValueError("compile: op_sac with sequence parallelism is not modelled under torch.compile (which "
+            raise SpecError("compile", "op_sac with sequence parallelism is not modelled under torch.compile (which "
                              "reduce-scatter outputs the partitioner keeps is not measured)")
 
     def _check_conflicts(self) -> None:
@@ -269,12 +271,12 @@ class TrainingSpec(BaseModel):
             # the caller of a torch model keeps the fp32 logits it returns (torchtitan PR #165's loss); Megatron's
             # GPT computes the loss inside the model with its vocab-parallel cross entropy
             # (megatron/core/tensor_parallel/cross_entropy.py), as Megatron-DeepSpeed's and DeepSpeed's GPT do
-            raise ValueError(f"cross_entropy: eager_fp32_kept is a torch training loop's loss on fp32 logits the "
+            raise SpecError("cross_entropy", f"eager_fp32_kept is a torch training loop's loss on fp32 logits the "
                              f"model returns (torchtitan); framework {self.framework} runs Megatron's vocab-parallel "
                              f"cross entropy inside the model: use framework torch or pytorch-fsdp, or another "
                              f"cross_entropy")
         if self.block_code == "torchtitan" and self.framework != "torch":
-            raise ValueError(f"block_code: torchtitan is torchtitan's eager Llama block under framework torch; "
+            raise SpecError("block_code", f"torchtitan is torchtitan's eager Llama block under framework torch; "
                              f"framework {self.framework} runs its own block code: use framework torch or "
                              f"block_code fused")
         if self.framework == "torch" and self.tp_comm_overlap:
@@ -302,22 +304,22 @@ class TrainingSpec(BaseModel):
             raise ValueError("optimizer_offload_fraction needs offload_optimizer=true")
         if self.mixed_precision == "autocast" and self.framework not in ("torch", "pytorch-fsdp"):
             # Megatron and DeepSpeed cast the model once (Float16Module / the fp16 engine), never torch.autocast
-            raise ValueError(f"mixed_precision: autocast is torch.autocast in a torch training loop; framework "
+            raise SpecError("mixed_precision", f"autocast is torch.autocast in a torch training loop; framework "
                              f"{self.framework} casts the model to 16 bits itself: use framework torch or "
                              f"pytorch-fsdp, or mixed_precision param_dtype")
         if self.mixed_precision == "autocast" and not (self.param_bytes == 4 and self.dtype in ("bf16", "fp16")):
-            raise ValueError(f"mixed_precision: autocast casts fp32 weights (param_dtype_bytes 4) to a bf16/fp16 "
+            raise SpecError("mixed_precision", f"autocast casts fp32 weights (param_dtype_bytes 4) to a bf16/fp16 "
                              f"dtype; got {self.param_bytes}-byte weights and dtype {self.dtype}")
         self._check_distributed_optimizer()
         why = era_refusal(self)  # a feature the historic preset's code did not have (specs/framework_era.py)
         if why:
-            raise ValueError(why)
+            raise SpecError(re.match(r"\w+", why).group(), why)
 
     def _check_distributed_optimizer(self) -> None:
         """Megatron-Core's DistributedOptimizer where the framework has it, and what needs it."""
         if self.distributed_optimizer and self.framework in OP_SAC_FRAMEWORKS:
             # Megatron-LM arguments.py: "--use-torch-fsdp2 is not supported with MCore's distributed optimizer"
-            raise ValueError(f"distributed_optimizer is Megatron-Core's DistributedOptimizer; framework "
+            raise SpecError("distributed_optimizer", f"Megatron-Core's DistributedOptimizer; framework "
                              f"{self.framework} has none: use zero 1 (torch's ZeroRedundancyOptimizer) or zero 3 "
                              f"(FSDP) instead")
         if self.offload_optimizer and self.framework == "megatron" and self.effective_zero == 0:
