@@ -18,6 +18,7 @@ out by source: each source's rows against the interval predict gives them from t
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import sys
@@ -201,8 +202,25 @@ def held_out_coverage(rows: list[tuple[str, float, dict, str]], level: float = 0
     print(f"measured novelty scales of the full table at {level:.0%}: {_novelty_scales(full, level)}")
 
 
-# What --rows writes: the rows under a kind and a version, so a file of another kind or version is refused.
+# What --rows writes: the rows under a kind and a version, so a file of another kind or version is refused, and
+# the key of the model code that predicted them (model_code_key), so rows of other code are refused too.
 ROWS_KIND, ROWS_VERSION = "trainsim-residual-rows", 1
+# The packages a residual row depends on: everything but the command line, the reports and the torch kernels.
+MODEL_CODE_SKIPS = ("cli", "reports", "kernels", "__pycache__")
+
+
+def model_code_key() -> str:
+    """trainsim's version and a SHA-256 over the source and bundled data of the packages that predict a row
+    (MODEL_CODE_SKIPS left out), file by file in path order: any edit there changes the key."""
+    import trainsim
+    root = Path(trainsim.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for f in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix != ".pyc"):
+        rel = f.relative_to(root)
+        if rel.parts[0] in MODEL_CODE_SKIPS or "__pycache__" in rel.parts:
+            continue
+        digest.update(rel.as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
+    return f"{trainsim.__version__}+{digest.hexdigest()[:16]}"
 FEATURE_KEYS = ("gpu", "framework", "parallelism", "family")  # validation.intervals.scenario_features
 
 
@@ -229,29 +247,35 @@ def read_rows(path: str) -> list[tuple]:
     if data.get("schema_version") != ROWS_VERSION:
         raise SpecError("--rows", f"{path} has schema_version {data.get('schema_version')!r}, this script reads "
                                   f"{ROWS_VERSION}: delete it to recompute the rows")
+    key = model_code_key()
+    if data.get("model_code") != key:
+        raise SpecError("--rows", f"{path} holds rows predicted by other model code (model_code "
+                                  f"{data.get('model_code')!r}, this code is {key!r}): delete it to recompute the rows")
     if not isinstance(data.get("rows"), list):
         raise SpecError("--rows", f"{path} has no list of rows")
     return [_check_row(i, row) for i, row in enumerate(data["rows"])]
 
 
-def rows_cached(only: list[str] | None, path: str | None) -> list:
-    """Every source's rows predicted again, or read from ``path`` when it exists (written there otherwise)."""
+def rows_cached(only: list[str] | None, path: str | None, cached: list | None = None) -> list:
+    """Every source's rows predicted again, or ``cached`` (read_rows of ``path``, checked before any other work)
+    when ``path`` exists (written there otherwise)."""
     if path and Path(path).exists():
-        rows = read_rows(path)
+        rows = cached if cached is not None else read_rows(path)
         return [r for r in rows if not only or any(r[0] == n or r[0].startswith(f"{n}:") for n in only)]
     rows = []
     for name, load in datasets().items():
         if not only or name in only:
             rows += residual_rows(name, load(), lambda s: predict(s).step_time_s)
     if path:
-        Path(path).write_text(json.dumps({"kind": ROWS_KIND, "schema_version": ROWS_VERSION, "rows": rows}),
-                              encoding="utf-8")
+        Path(path).write_text(json.dumps({"kind": ROWS_KIND, "schema_version": ROWS_VERSION,
+                                          "model_code": model_code_key(), "rows": rows}), encoding="utf-8")
     return rows
 
 
-def coverage(only: list[str] | None, rows_path: str | None = None, level: float = 0.8) -> None:
+def coverage(only: list[str] | None, rows_path: str | None = None, level: float = 0.8,
+             cached: list | None = None) -> None:
     """Every source's rows predicted again (the stored table keeps quantiles, not rows and their features)."""
-    held_out_coverage(rows_cached(only, rows_path), level)
+    held_out_coverage(rows_cached(only, rows_path, cached), level)
 
 
 def main() -> None:
@@ -264,7 +288,8 @@ def main() -> None:
     ap.add_argument("--coverage", type=float, default=0.8,
                     help=f"coverage of the held-out intervals (range {MIN_COVERAGE}..{MAX_COVERAGE}, default 0.8)")
     ap.add_argument("--rows", metavar="JSON",
-                    help="cache of the residual rows for the coverage part: read when it exists, else written")
+                    help="cache of the residual rows for the coverage part: read when it exists (refused unless "
+                         "the same model code wrote it), else written")
     ap.add_argument("--loo-check", action="store_true",
                     help="also the leave-one-out run-calibration band on each family's largest scale (minutes)")
     args = ap.parse_args()
@@ -272,12 +297,15 @@ def main() -> None:
         ap.error(f"--cal-scales: must be between 1 and 3, got {args.cal_scales}")
     if not MIN_COVERAGE <= args.coverage <= MAX_COVERAGE:
         ap.error(f"--coverage: must be between {MIN_COVERAGE} and {MAX_COVERAGE}, got {args.coverage}")
+    # a --rows cache is checked before the minutes of extrapolation, so a stale or bad one fails at once
+    use_rows = args.rows and not args.no_coverage and Path(args.rows).exists()
+    cached = read_rows(args.rows) if use_rows else None
     if not args.no_extrapolation:
         extrapolation(args.only, args.cal_scales)
     if args.loo_check:
         loo_check(args.only)
     if not args.no_coverage:
-        coverage(args.only, args.rows, args.coverage)
+        coverage(args.only, args.rows, args.coverage, cached)
 
 
 if __name__ == "__main__":

@@ -76,3 +76,13 @@ def test_deepspeed_zero1_within_a_node_is_refused_in_one_line(capsys):
                "--micro-batch", "4", "--seq-len", "2048", "--framework", "deepspeed", "--zero", "1", "--dp-shard", "8"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and err.count("\n") == 0 and "layout.dp_shard" in err and "partial sharding" in err
+
+
+def test_megatron_deepspeed_zero1_within_a_subgroup_gets_the_partial_sharding_refusal(capsys):
+    """Megatron-DeepSpeed runs ZeRO through DeepSpeed's engine, which shards ZeRO-1 over all dp ranks: a shard
+    group is AMSP / MiCS-style partial sharding, refused as such rather than with the generic HSDP line."""
+    rc = main(["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--global-batch", "32",
+               "--seq-len", "4096", "--framework", "megatron-deepspeed", "--zero", "1", "--dp-shard", "2", "--fast"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.count("\n") == 0 and "layout.dp_shard" in err and "partial sharding" in err
+    assert "framework megatron-deepspeed" in err and "HSDP" not in err

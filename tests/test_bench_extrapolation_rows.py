@@ -1,8 +1,9 @@
-"""benchmarks/bench_extrapolation.py --rows FILE refuses a malformed cache, or one of another kind or version,
-with one line naming the file and the reason (exit 2), and reads back the rows it wrote."""
+"""benchmarks/bench_extrapolation.py --rows FILE refuses a malformed cache, or one of another kind, version or
+model code, with one line naming the file and the reason (exit 2), and reads back the rows it wrote."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -20,8 +21,18 @@ def run(path: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120, check=False, cwd=REPO)
 
 
-def cache(rows, kind="trainsim-residual-rows", version=1) -> str:
-    return json.dumps({"kind": kind, "schema_version": version, "rows": rows})
+def _script():
+    spec = importlib.util.spec_from_file_location("bench_extrapolation", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+KEY = _script().model_code_key()
+
+
+def cache(rows, kind="trainsim-residual-rows", version=1, model_code=KEY) -> str:
+    return json.dumps({"kind": kind, "schema_version": version, "model_code": model_code, "rows": rows})
 
 
 @pytest.mark.parametrize("text, reason", [
@@ -55,3 +66,40 @@ def test_a_good_cache_is_read_back(tmp_path):
     r = run(f)
     assert r.returncode == 0, r.stderr[-800:]
     assert "18 rows, 3 sources" in r.stdout
+
+
+@pytest.mark.parametrize("model_code", [None, "0.1.0+0000000000000000"], ids=["unkeyed", "other-code"])
+def test_rows_of_other_model_code_are_refused_before_the_extrapolation_runs(tmp_path, model_code):
+    """A cache without this code's key (written by older model code, or before keys) is refused in one line naming
+    --rows, and before the extrapolation section prints anything (it is not given --no-extrapolation here)."""
+    f = tmp_path / "rows.json"
+    f.write_text(cache([["a", 0.1, FEAT, "r1"]], model_code=model_code), encoding="utf-8")
+    r = subprocess.run([sys.executable, str(SCRIPT), "--rows", str(f)], capture_output=True, text=True, timeout=120,
+                       check=False, cwd=REPO)
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and r.stdout == "", (r.stdout[-400:], r.stderr[-800:])
+    assert len(lines) == 1 and lines[0].startswith("error: --rows:") and "other model code" in lines[0], lines
+    assert KEY in lines[0]
+
+
+def test_the_model_code_key_follows_the_model_source(tmp_path, monkeypatch):
+    """The key is trainsim's version plus a hash of the predicting packages' files: a copy of the package with one
+    cost-model file edited gets another key, a copy with only the CLI edited the same one."""
+    import shutil
+
+    import trainsim
+    src = Path(trainsim.__file__).resolve().parent
+    copy = tmp_path / "trainsim"
+    shutil.copytree(src, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    module = _script()
+
+    def key_of(root: Path) -> str:
+        monkeypatch.setattr(trainsim, "__file__", str(root / "__init__.py"))
+        return module.model_code_key()
+    assert key_of(copy) == KEY
+    (copy / "cli" / "main.py").write_text((copy / "cli" / "main.py").read_text() + "\n# edit\n")
+    assert key_of(copy) == KEY
+    cm = copy / "cost_models" / "memory.py"
+    target = cm if cm.exists() else next((copy / "cost_models").glob("*.py"))
+    target.write_text(target.read_text() + "\n# edit\n")
+    assert key_of(copy) != KEY and key_of(copy).startswith(trainsim.__version__ + "+")

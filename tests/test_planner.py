@@ -309,3 +309,20 @@ def test_screen_counts_zb_weight_gradient_inputs(capsys):
                  "--recompute", "full", "--zero", "1", "--schedule", "zb", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["counts"]["oom"] >= 1 and d["counts"]["engine_oom"] == 0 and not d["rows"]
+
+
+def test_the_plans_profile_is_read_once_per_memo_scope_and_not_kept_after(monkeypatch):
+    """planner._profile memoises the measured profile in the plan's memo scope (specs.memo), not in a
+    process-wide dict: one read per scope, a fresh read in the next scope."""
+    import trainsim.cost_models.profile as profile_mod
+    from trainsim.simulator import planner
+    from trainsim.specs.memo import memo_scope
+    reads = []
+    monkeypatch.setattr(profile_mod, "load_profile", lambda path: reads.append(path) or {"path": path})
+    with memo_scope():
+        assert planner._profile("p.json") is planner._profile("p.json")
+        assert planner._profile(None) is None
+    assert reads == ["p.json"]
+    with memo_scope():
+        planner._profile("p.json")
+    assert reads == ["p.json", "p.json"]

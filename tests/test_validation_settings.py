@@ -184,3 +184,29 @@ def test_a_malformed_nemo_table_stops_only_the_nemo_dataset(malformed_nemo_model
     assert main(["validate", "--dataset", "nemo"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "nemo_models.csv line 3" in err
+
+
+@pytest.mark.parametrize("loader", [
+    "nemo_recipes.nemo_systems", "nemo_recipes.nemo_models", "nemo_recipes.nemo_unmodelled",
+    "nemo_recipes.nemo_mtp_default", "nemo_recipes.nemo_mla_optimizer_bytes", "nemo_recipes.nemo_expert_tp_by_model",
+    "nemo_recipes.nemo_mtp_labels", "nemo_recipes.nemo_pipeline_layouts", "nemo_recipes.nemo_activation_offload",
+    "nemo_recipes.nemo_ep_overlap_undated", "nccl_runs.nccl_systems", "nccl_runs.nccl_host_cpus",
+    "nccl_runs.nccl_forced_algos"])
+def test_memoised_settings_loaders_return_read_only_views(loader):
+    """A memoised loader's result is shared by every caller of the scope, so it is a read-only view (as
+    read_settings' rows are): a caller cannot change what the next one reads."""
+    import importlib
+
+    from trainsim.specs.memo import memo_scope
+    module, name = loader.split(".")
+    fn = getattr(importlib.import_module(f"trainsim.validation.{module}"), name)
+    with memo_scope():
+        table = fn()
+        assert table, loader
+        with pytest.raises(TypeError):
+            table["x"] = None  # type: ignore[index]
+        for value in table.values():
+            if hasattr(value, "keys"):
+                with pytest.raises(TypeError):
+                    value["x"] = None
+        assert fn() is table

@@ -74,6 +74,36 @@ def test_what_megatron_deepspeed_cannot_run_is_refused(flags, field):
     assert "Megatron-DeepSpeed" in r.err_lines[0]
 
 
+@pytest.mark.parametrize("cp_comm", ["p2p", "allgather"])
+def test_deepspeed_context_parallelism_is_only_ulysses(tmp_path, cp_comm):
+    """DeepSpeed splits the sequence only with Ulysses' all-to-all (deepspeed/sequence/layer.py,
+    DistributedAttention): ring or all-gather context parallelism is refused there, a2a runs, and cp = 1 with
+    either cp_comm is no contradiction."""
+    f = tmp_path / "d.yaml"
+    body = "model: llama3-8b\ncluster: dgx-h100\ngpus: 16\nlayout: {{cp: {cp}}}\n" \
+           "training: {{seq_len: 4096, global_batch: 32, framework: deepspeed, cp_comm: {comm}}}\n"
+    f.write_text(body.format(cp=2, comm=cp_comm))
+    r = run_cli(["predict", f, "--fast"])
+    assert_refused(r, "training.cp_comm")
+    line = r.err_lines[0]
+    assert f"cp_comm={cp_comm}" in line and "framework deepspeed" in line and "Ulysses" in line
+    f.write_text(body.format(cp=1, comm=cp_comm))
+    assert run_cli(["predict", f, "--fast"]).code == 0
+    f.write_text(body.format(cp=2, comm="a2a"))
+    assert run_cli(["predict", f, "--fast"]).code == 0
+
+
+def test_deepspeed_cp_flag_alone_is_refused_and_the_2021_code_predates_ulysses():
+    """--cp 2 takes the default cp_comm p2p (ring attention), which DeepSpeed has not; deepspeed-2021 (2021-07)
+    predates Ulysses (2023-08) altogether, so its cp > 1 is refused by date whatever cp_comm says."""
+    r = run_cli([*BASE, "--framework", "deepspeed", "--cp", "2"])
+    assert_refused(r, "training.cp_comm")
+    assert "cp_comm=p2p" in r.err_lines[0]
+    r = run_cli([*BASE, "--framework", "deepspeed-2021", "--cp", "2"])
+    assert_refused(r, "layout.cp")
+    assert "Ulysses" in r.err_lines[0] and "predates it" in r.err_lines[0]
+
+
 def test_megatron_deepspeed_runs_what_its_code_has(tmp_path):
     """ZeRO, SP, the distributed optimizer, interleaving, ZB-H1 without SP, fp8, MoE with EP and Ulysses (cp_comm
     a2a) all run under megatron-deepspeed."""
@@ -111,7 +141,6 @@ def test_the_refusal_cites_what_introduced_the_feature():
     ("deepspeed", ["--dtype", "fp8"]),
     ("megatron", ["--cp", "2", "--distributed-optimizer"]),
     ("megatron-2022", ["--distributed-optimizer"]),   # Megatron-LM of mid-2022 (d07d29df14, 2022-06-08)
-    ("deepspeed", ["--cp", "2"]),
 ])
 def test_features_within_the_presets_era_still_run(framework, flags):
     r = run_cli([*BASE, "--framework", framework, *flags])

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from trainsim import SCHEMA_VERSION
 from trainsim.specs import ClusterSpec, ModelSpec, Scenario, SpecError
-from trainsim.specs.memo import in_memo_scope
+from trainsim.specs.memo import in_memo_scope, memoised
 
 from . import goodput as gp
 from .pools import pooled_memory_over, pools_fit, tightest_pool
@@ -192,16 +192,13 @@ class _Context:
     memory_headroom: str = DEFAULT_MEMORY_HEADROOM  # per pool of a mixed cluster, against its own GPU (pools.py)
 
 
-_PROFILE_CACHE: dict[str, Any] = {}
-
-
+@memoised(maxsize=8)
 def _profile(path: str | None):
+    """The measured kernel profile at ``path`` (None without one), read once per plan's memo scope."""
     if not path:
         return None
-    if path not in _PROFILE_CACHE:
-        from trainsim.cost_models.profile import load_profile
-        _PROFILE_CACHE[path] = load_profile(path)
-    return _PROFILE_CACHE[path]
+    from trainsim.cost_models.profile import load_profile
+    return load_profile(path)
 
 
 def _predict(scn: Scenario, fast: bool, profile_path: str | None):

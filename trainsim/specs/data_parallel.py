@@ -33,6 +33,10 @@ from .training import Layout, TrainingSpec
 FSDP_FRAMEWORKS = ("pytorch-fsdp", "torch")
 # Frameworks whose ZeRO-2/3 gradient reduction goes in reduce_bucket_size buckets (DeepSpeed ZeRO config).
 BUCKETED_ZERO_FRAMEWORKS = ("deepspeed", "deepspeed-2021")
+# Frameworks whose ZeRO-1/2 is DeepSpeed's engine, sharding over the whole data-parallel group: DeepSpeed and
+# Megatron-DeepSpeed, which runs ZeRO through deepspeed.initialize (specs/framework_era.py). Megatron-DeepSpeed's
+# ZeRO-2/3 is costed per block (cost_models/framework.py), so it is not in BUCKETED_ZERO_FRAMEWORKS.
+DEEPSPEED_ZERO_FRAMEWORKS = (*BUCKETED_ZERO_FRAMEWORKS, "megatron-deepspeed")
 
 
 def check_data_parallel(layout: Layout, t: TrainingSpec, dp: int) -> None:
@@ -65,7 +69,7 @@ def hsdp_refusal(shard: int, zero: int, framework: str, dp: int | None = None, e
             return f"shard group size {shard} must divide dp={dp}"
         if shard == dp:
             return None
-    if zero != 3 and framework in BUCKETED_ZERO_FRAMEWORKS:
+    if zero != 3 and framework in DEEPSPEED_ZERO_FRAMEWORKS:
         return (f"ZeRO-{zero} sharded within a subgroup and replicated across it (AMSP / MiCS-style partial "
                 f"sharding) is not costed for framework {framework}: DeepSpeed ZeRO-1/2 shard over all dp ranks")
     if zero != 3:

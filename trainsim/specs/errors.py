@@ -49,6 +49,10 @@ def from_validation_error(err: ValidationError, prefix: str = "", model: type[Ba
     field = ".".join(p for p in (prefix, loc) if p) or prefix or "input"
     msg = first.get("msg", "invalid value")
     msg = msg.removeprefix("Value error, ")
+    inner = (first.get("ctx") or {}).get("error")
+    if isinstance(inner, SpecError):  # a validator named the field it refuses, relative to the model it checks
+        field = ".".join(p for p in (prefix, loc, inner.field) if p)
+        msg = inner.reason
     if first.get("type") == "extra_forbidden" and raw_loc:
         msg = "unknown key" + did_you_mean(raw_loc[-1], _fields_at(model, raw_loc))
     return SpecError(field, msg.replace("\n", " "))

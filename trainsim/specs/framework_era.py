@@ -54,6 +54,10 @@ recompute, MoE with ``--moe-expert-parallel-size``, and context parallelism only
 userbuffers overlap (no ``--tp-comm-overlap``), no EP overlap, no DualPipe, no ring or all-gather context
 parallelism (no ``--context-parallel-size``), and its arguments.py asserts that ZB-H1 runs without sequence
 parallelism ("Sequence Parallel not tested").
+
+``deepspeed`` (current DeepSpeed) splits the sequence only with Ulysses' all-to-all (``DistributedAttention``,
+deepspeed/sequence/layer.py): ``cp > 1`` needs ``cp_comm: a2a`` there, and ring (``p2p``) or all-gather context
+parallelism is refused. ``deepspeed-2021`` predates Ulysses, so any ``cp > 1`` is refused by its date.
 """
 
 from __future__ import annotations
@@ -108,9 +112,10 @@ FEATURE_ORIGINS: dict[tuple[str, object], tuple[str, date] | dict[str, tuple[str
 
 # What to use instead, per preset: the same framework's current code.
 SUCCESSOR = {"megatron-2021": "megatron", "megatron-2022": "megatron", "deepspeed-2021": "deepspeed",
-             "megatron-deepspeed": "megatron"}
+             "megatron-deepspeed": "megatron", "deepspeed": "megatron"}
 
-FORK_CODE = {"megatron-deepspeed": "microsoft/Megatron-DeepSpeed@f4157bea"}
+FORK_CODE = {"megatron-deepspeed": "microsoft/Megatron-DeepSpeed@f4157bea",
+             "deepspeed": "microsoft/DeepSpeed, deepspeed/sequence/layer.py"}
 # (field, value) a fork's code does not run -> what it lacks (its megatron/arguments.py has no such flag).
 FORK_LACKS: dict[str, dict[tuple[str, object], str]] = {
     "megatron-deepspeed": {
@@ -121,6 +126,12 @@ FORK_LACKS: dict[str, dict[tuple[str, object], str]] = {
                             "all-to-all, --ds-sequence-parallel-size)",
         ("cp_comm", "allgather"): "no all-gather context parallelism (no --context-parallel-size; cp is Ulysses' "
                                   "all-to-all, --ds-sequence-parallel-size)",
+    },
+    "deepspeed": {
+        ("cp_comm", "p2p"): "no ring-attention context parallelism (its sequence parallelism is Ulysses' "
+                            "all-to-all, DistributedAttention)",
+        ("cp_comm", "allgather"): "no all-gather context parallelism (its sequence parallelism is Ulysses' "
+                                  "all-to-all, DistributedAttention)",
     },
 }
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .errors import SpecError
 from .framework_era import era_refusal
 
 Recompute = Literal["none", "selective", "full"]
@@ -222,110 +224,117 @@ class TrainingSpec(BaseModel):
     def _check(self) -> TrainingSpec:
         if self.recompute_modules is not None:
             if self.recompute != "selective":
-                raise ValueError("recompute_modules needs recompute=selective (Megatron-Core: --recompute-modules "
-                                 "with --recompute-granularity selective)")
+                raise SpecError("recompute_modules", "needs recompute=selective (Megatron-Core: --recompute-modules "
+                                                     "with --recompute-granularity selective)")
             if not self.recompute_modules:
-                raise ValueError("recompute_modules is empty: use recompute=none")
+                raise SpecError("recompute_modules", "is empty: use recompute=none")
             if len(set(self.recompute_modules)) != len(self.recompute_modules):
-                raise ValueError("recompute_modules lists a module twice")
+                raise SpecError("recompute_modules", "lists a module twice")
             if "op_sac" in self.recompute_modules:
                 self._check_op_sac()
         if self.offload_params and self.zero != 3:
-            raise ValueError("offload_params needs zero=3 (parameters must be sharded to be offloaded)")
+            raise SpecError("offload_params", "needs zero=3 (parameters must be sharded to be offloaded)")
         self._check_conflicts()
         return self
 
     def _check_op_sac(self) -> None:
         """torchtitan's per-op policy is a whole-block policy of torch's checkpoint API, not a Megatron module."""
         if len(self.recompute_modules or ()) > 1:
-            raise ValueError("recompute_modules: op_sac (torchtitan's per-op policy) replaces the module list; "
+            raise SpecError("recompute_modules", "op_sac (torchtitan's per-op policy) replaces the module list; "
                              "list it alone")
         if self.framework not in OP_SAC_FRAMEWORKS:
-            raise ValueError(f"recompute_modules: op_sac is torchtitan's per-op policy (torch.utils.checkpoint); "
+            raise SpecError("recompute_modules", f"op_sac is torchtitan's per-op policy (torch.utils.checkpoint); "
                              f"framework {self.framework} has no such policy: use framework torch or pytorch-fsdp")
 
     def _check_compile(self) -> None:
         """torch.compile's saved tensors are measured (tests/test_compile_oracle.py) for no AC, full AC and op_sac."""
         if self.framework not in OP_SAC_FRAMEWORKS:
-            raise ValueError(f"compile: torch.compile of the model's blocks is a torch setting (framework torch or "
+            raise SpecError("compile", f"torch.compile of the model's blocks is a torch setting (framework torch or "
                              f"pytorch-fsdp), not {self.framework}")
         if self.recompute == "selective" and list(self.recompute_modules or ()) != ["op_sac"]:
-            raise ValueError("compile: with selective recompute only torchtitan's per-op policy "
+            raise SpecError("compile", "with selective recompute only torchtitan's per-op policy "
                              "(recompute_modules [op_sac]) is modelled under torch.compile")
         if self.sequence_parallel and self.recompute == "selective":
-            raise ValueError("compile: op_sac with sequence parallelism is not modelled under torch.compile (which "
+            raise SpecError("compile", "op_sac with sequence parallelism is not modelled under torch.compile (which "
                              "reduce-scatter outputs the partitioner keeps is not measured)")
 
     def _check_conflicts(self) -> None:
         """Settings that contradict each other or that the framework does not have: refused, never overridden."""
         if self.grad_dtype and self.grad_dtype_bytes and DTYPE_BYTES[self.grad_dtype] != self.grad_dtype_bytes:
-            raise ValueError(f"grad_dtype={self.grad_dtype} contradicts grad_dtype_bytes={self.grad_dtype_bytes}")
+            raise SpecError("grad_dtype", f"grad_dtype={self.grad_dtype} contradicts "
+                                          f"grad_dtype_bytes={self.grad_dtype_bytes}")
         if not self.master_weights and self.dtype in ("fp32", "fp8"):
-            raise ValueError(f"master_weights=false needs dtype bf16 or fp16 (pure low-precision training), got "
-                             f"{self.dtype}")
+            raise SpecError("master_weights", f"master_weights=false needs dtype bf16 or fp16 (pure low-precision "
+                                              f"training), got {self.dtype}")
         if self.compile:
             self._check_compile()
         if self.cross_entropy == "eager_fp32_kept" and self.framework not in OP_SAC_FRAMEWORKS:
             # the caller of a torch model keeps the fp32 logits it returns (torchtitan PR #165's loss); Megatron's
             # GPT computes the loss inside the model with its vocab-parallel cross entropy
             # (megatron/core/tensor_parallel/cross_entropy.py), as Megatron-DeepSpeed's and DeepSpeed's GPT do
-            raise ValueError(f"cross_entropy: eager_fp32_kept is a torch training loop's loss on fp32 logits the "
+            raise SpecError("cross_entropy", f"eager_fp32_kept is a torch training loop's loss on fp32 logits the "
                              f"model returns (torchtitan); framework {self.framework} runs Megatron's vocab-parallel "
                              f"cross entropy inside the model: use framework torch or pytorch-fsdp, or another "
                              f"cross_entropy")
         if self.block_code == "torchtitan" and self.framework != "torch":
-            raise ValueError(f"block_code: torchtitan is torchtitan's eager Llama block under framework torch; "
+            raise SpecError("block_code", f"torchtitan is torchtitan's eager Llama block under framework torch; "
                              f"framework {self.framework} runs its own block code: use framework torch or "
                              f"block_code fused")
         if self.framework == "torch" and self.tp_comm_overlap:
-            raise ValueError("tp_comm_overlap is Transformer Engine's userbuffers overlap (Megatron-Core); framework "
-                             "torch runs parallelize_module TP without it: use framework megatron or drop it")
+            raise SpecError("tp_comm_overlap", "Transformer Engine's userbuffers overlap (Megatron-Core) is not in "
+                                               "framework torch, whose parallelize_module TP runs without it: use "
+                                               "framework megatron or drop it")
         if self.tp_comm_overlap and not self.sequence_parallel:
             # Megatron-LM arguments.py: "Tensor parallel communication/GEMM overlap can happen only when sequence
             # parallelism is enabled" (find_string id 2536926475); without it the setting would change nothing
-            raise ValueError("tp_comm_overlap overlaps the sequence-parallel all-gathers / reduce-scatters with their "
-                             "GEMMs: it needs sequence_parallel=true (and tp > 1), as Megatron-LM asserts")
+            raise SpecError("tp_comm_overlap", "it overlaps the sequence-parallel all-gathers / reduce-scatters with "
+                                               "their GEMMs: it needs sequence_parallel=true (and tp > 1), as "
+                                               "Megatron-LM asserts")
         if self.framework == "torch" and self.ep_comm_overlap:
-            raise ValueError("ep_comm_overlap is Megatron-Core's combined 1F1B overlap; framework torch has no "
-                             "expert-parallel overlap: use framework megatron or drop it")
+            raise SpecError("ep_comm_overlap", "Megatron-Core's combined 1F1B overlap is not in framework torch, "
+                                               "which has no expert-parallel overlap: use framework megatron or "
+                                               "drop it")
         fsdp = self.framework in ("pytorch-fsdp", "torch")
         if fsdp and self.offload_optimizer != self.offload_params:
-            raise ValueError("FSDP's CPU offload (CPUOffload / CPUOffloadPolicy) moves parameters, gradients and the "
-                             "optimizer step to the host together: set offload_params and offload_optimizer both")
+            raise SpecError("offload_optimizer", "FSDP's CPU offload (CPUOffload / CPUOffloadPolicy) moves parameters, "
+                                                 "gradients and the optimizer step to the host together: set "
+                                                 "offload_params and offload_optimizer both")
         if self.offload_params and self.framework in MEGATRON_FRAMEWORKS:
-            raise ValueError("Megatron offloads the optimizer (--optimizer-cpu-offload), not the parameters: use "
-                             "offload_optimizer, or framework deepspeed for ZeRO-3 parameter offload")
+            raise SpecError("offload_params", "Megatron offloads the optimizer (--optimizer-cpu-offload), not the "
+                                              "parameters: use offload_optimizer, or framework deepspeed for ZeRO-3 "
+                                              "parameter offload")
         if self.moe_imbalance is not None and self.moe_load_cv:
-            raise ValueError("moe_imbalance (a measured factor) and moe_load_cv (a spread the factor is derived "
-                             "from) both given: set one")
+            raise SpecError("moe_imbalance", "moe_imbalance (a measured factor) and moe_load_cv (a spread the factor "
+                                             "is derived from) both given: set one")
         if self.optimizer_offload_fraction != 1.0 and not self.offload_optimizer:
-            raise ValueError("optimizer_offload_fraction needs offload_optimizer=true")
+            raise SpecError("optimizer_offload_fraction", "needs offload_optimizer=true")
         if self.mixed_precision == "autocast" and self.framework not in ("torch", "pytorch-fsdp"):
             # Megatron and DeepSpeed cast the model once (Float16Module / the fp16 engine), never torch.autocast
-            raise ValueError(f"mixed_precision: autocast is torch.autocast in a torch training loop; framework "
+            raise SpecError("mixed_precision", f"autocast is torch.autocast in a torch training loop; framework "
                              f"{self.framework} casts the model to 16 bits itself: use framework torch or "
                              f"pytorch-fsdp, or mixed_precision param_dtype")
         if self.mixed_precision == "autocast" and not (self.param_bytes == 4 and self.dtype in ("bf16", "fp16")):
-            raise ValueError(f"mixed_precision: autocast casts fp32 weights (param_dtype_bytes 4) to a bf16/fp16 "
+            raise SpecError("mixed_precision", f"autocast casts fp32 weights (param_dtype_bytes 4) to a bf16/fp16 "
                              f"dtype; got {self.param_bytes}-byte weights and dtype {self.dtype}")
         self._check_distributed_optimizer()
         why = era_refusal(self)  # a feature the historic preset's code did not have (specs/framework_era.py)
         if why:
-            raise ValueError(why)
+            raise SpecError(re.match(r"\w+", why).group(), why)
 
     def _check_distributed_optimizer(self) -> None:
         """Megatron-Core's DistributedOptimizer where the framework has it, and what needs it."""
         if self.distributed_optimizer and self.framework in OP_SAC_FRAMEWORKS:
             # Megatron-LM arguments.py: "--use-torch-fsdp2 is not supported with MCore's distributed optimizer"
-            raise ValueError(f"distributed_optimizer is Megatron-Core's DistributedOptimizer; framework "
-                             f"{self.framework} has none: use zero 1 (torch's ZeroRedundancyOptimizer) or zero 3 "
-                             f"(FSDP) instead")
+            raise SpecError("distributed_optimizer", f"Megatron-Core's DistributedOptimizer is not in framework "
+                                                     f"{self.framework}: use zero 1 (torch's ZeroRedundancyOptimizer) "
+                                                     f"or zero 3 (FSDP) instead")
         if self.offload_optimizer and self.framework == "megatron" and self.effective_zero == 0:
             # Megatron-LM arguments.py asserts --optimizer-cpu-offload needs --use-precision-aware-optimizer, and
             # megatron/core/optimizer/__init__.py get_megatron_optimizer raises "--use-precision-aware-optimizer
             # only supported with distributed optimizer" (commit d98e8a64)
-            raise ValueError("offload_optimizer under framework megatron (--optimizer-cpu-offload) needs the "
-                             "distributed optimizer, as Megatron-Core requires: set distributed_optimizer=true")
+            raise SpecError("offload_optimizer", "under framework megatron (--optimizer-cpu-offload) it needs the "
+                                                 "distributed optimizer, as Megatron-Core requires: set "
+                                                 "distributed_optimizer=true")
 
     @property
     def optimizer_sharding_note(self) -> str | None:

@@ -4,7 +4,9 @@ of the source's metric (``busbw_factor``) is nccl-tests' own."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
+from types import MappingProxyType
 
 from trainsim.data import validation_path
 from trainsim.specs import SpecError, load_cluster
@@ -22,24 +24,25 @@ NCCL_CITATION = ("nccl-tests all_reduce_perf curves published by Azure (ND A100 
 
 
 @memoised(maxsize=64)
-def nccl_systems() -> dict[str, str]:
+def nccl_systems() -> Mapping[str, str]:
     """system (as in the CSV) -> cluster preset, one per GPU type (settings/nccl_systems.csv, with sources), read
     on first use."""
-    return {s["system"]: s["cluster_preset"] for s in read_settings("nccl_systems.csv")}
+    return MappingProxyType({s["system"]: s["cluster_preset"] for s in read_settings("nccl_systems.csv")})
 
 
 @memoised(maxsize=64)
-def nccl_host_cpus() -> dict[str, str]:
+def nccl_host_cpus() -> Mapping[str, str]:
     """system -> host CPU family of the VM size (the thread that drives the node's GPUs; nccl_model.HOST_LAUNCH_S),
     read on first use."""
-    return {s["system"]: s["host_cpu"] for s in read_settings("nccl_systems.csv")}
+    return MappingProxyType({s["system"]: s["host_cpu"] for s in read_settings("nccl_systems.csv")})
 
 
 @memoised(maxsize=64)
-def nccl_forced_algos() -> dict[str, str | None]:
+def nccl_forced_algos() -> Mapping[str, str | None]:
     """system -> the algorithm the runner forces (``NCCL_ALGO=NVLS`` on 8-GPU VMs with NVLink SHARP), None where
     the hardware lacks it and the cost model chooses; read on first use."""
-    return {s["system"]: (s.get("nccl_algo") or None) for s in read_settings("nccl_systems.csv")}
+    return MappingProxyType({s["system"]: (s.get("nccl_algo") or None)
+                             for s in read_settings("nccl_systems.csv")})
 
 
 _OPS = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",

@@ -28,6 +28,8 @@ layout (which must equal the row's) and by dated pull requests. Precision classe
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from types import MappingProxyType
 
 from trainsim.specs import SpecError
 from trainsim.specs.memo import memoised
@@ -36,9 +38,10 @@ from trainsim.validation.settings import read_settings, whole
 
 
 @memoised(maxsize=64)
-def nemo_systems() -> dict[str, tuple[str, int | None]]:
+def nemo_systems() -> Mapping[str, tuple[str, int | None]]:
     """system -> (cluster preset, GPUs per NVLink domain used by jobs larger than one domain or None)."""
-    return {s["system"]: (s["cluster_preset"], whole(s, "gpus_per_rack")) for s in read_settings("nemo_systems.csv")}
+    return MappingProxyType({s["system"]: (s["cluster_preset"], whole(s, "gpus_per_rack"))
+                             for s in read_settings("nemo_systems.csv")})
 
 
 def _model_column(column: str, parse=whole) -> dict[str, object]:
@@ -47,59 +50,59 @@ def _model_column(column: str, parse=whole) -> dict[str, object]:
 
 
 @memoised(maxsize=64)
-def nemo_models() -> dict[str, str]:
+def nemo_models() -> Mapping[str, str]:
     """Table model name (before any parenthesis) -> model preset."""
-    return _model_column("preset", lambda s, c: s[c])
+    return MappingProxyType(_model_column("preset", lambda s, c: s[c]))
 
 
 @memoised(maxsize=64)
-def nemo_unmodelled() -> dict[str, str]:
+def nemo_unmodelled() -> Mapping[str, str]:
     """Table model name -> why the model is not representable."""
-    return _model_column("skip_reason", lambda s, c: s[c])
+    return MappingProxyType(_model_column("skip_reason", lambda s, c: s[c]))
 
 
 @memoised(maxsize=64)
-def nemo_mtp_default() -> dict[str, int]:
+def nemo_mtp_default() -> Mapping[str, int]:
     """MTP modules of a row whose model cell has no '(w/o MTP)' / '(w/ MTP)' label: what its release's recipe did."""
-    return _model_column("mtp_layers")
+    return MappingProxyType(_model_column("mtp_layers"))
 
 
 @memoised(maxsize=64)
-def nemo_mla_optimizer_bytes() -> dict[str, int]:
+def nemo_mla_optimizer_bytes() -> Mapping[str, int]:
     """Optimizer state bytes per parameter of the MLA recipes (precision-aware Adam 4 + 2 + 2; Muon 4 + 4)."""
-    return _model_column("optimizer_bytes_per_param")
+    return MappingProxyType(_model_column("optimizer_bytes_per_param"))
 
 
 @memoised(maxsize=64)
-def nemo_expert_tp_by_model() -> dict[str, int]:
+def nemo_expert_tp_by_model() -> Mapping[str, int]:
     """Megatron-Core --expert-tensor-parallel-size of the MoE models' configs, used where the table's etp cell is
     empty (every MoE row's is); a model absent here takes Megatron-Core's default, etp = tp."""
-    return _model_column("expert_tp")
+    return MappingProxyType(_model_column("expert_tp"))
 
 
 @memoised(maxsize=64)
-def nemo_mtp_labels() -> dict[str, int | None]:
+def nemo_mtp_labels() -> Mapping[str, int | None]:
     """A model cell's '(w/o MTP)' / '(w/ MTP)' label -> MTP modules."""
-    return {s["label"]: whole(s, "mtp_layers") for s in read_settings("nemo_mtp_labels.csv")}
+    return MappingProxyType({s["label"]: whole(s, "mtp_layers") for s in read_settings("nemo_mtp_labels.csv")})
 
 
 @memoised(maxsize=64)
-def nemo_pipeline_layouts() -> dict[str, dict[tuple[int, int], str]]:
+def nemo_pipeline_layouts() -> Mapping[str, Mapping[tuple[int, int], str]]:
     """Multi-head-latent-attention models (DeepSeek-V3, Kimi K2): (pp, vp) -> pipeline_model_parallel_layout (E =
     embedding, t = transformer layer, m = MTP module, L = loss, | = virtual-stage boundary, x*n / (..)*n =
     repetition)."""
     out: dict[str, dict[tuple[int, int], str]] = {}
     for s in read_settings("nemo_pipeline_layouts.csv"):
         out.setdefault(s["table_model"], {})[(whole(s, "pp"), whole(s, "vp"))] = s["layout"]
-    return out
+    return MappingProxyType({model: MappingProxyType(layouts) for model, layouts in out.items()})
 
 
 @memoised(maxsize=64)
-def nemo_activation_offload() -> dict[tuple[str, str], int | None]:
+def nemo_activation_offload() -> Mapping[tuple[str, str], int | None]:
     """Activation CPU offload (cpu_offloading_num_layers) of the Megatron-FSDP fp8 runs: (table model, system) ->
     layers."""
-    return {(s["table_model"], s["system"]): whole(s, "offload_layers")
-            for s in read_settings("nemo_activation_offload.csv")}
+    return MappingProxyType({(s["table_model"], s["system"]): whole(s, "offload_layers")
+                             for s in read_settings("nemo_activation_offload.csv")})
 
 
 def _ranged(name: str) -> tuple[tuple[str, str, str, str, str], ...]:
@@ -120,11 +123,11 @@ def nemo_ep_overlap_ranges() -> tuple[tuple[str, str, str, str, str], ...]:
 
 
 @memoised(maxsize=64)
-def nemo_ep_overlap_undated() -> dict[tuple[str, str, str, str], str]:
+def nemo_ep_overlap_undated() -> Mapping[tuple[str, str, str, str], str]:
     """Rows whose release's config could not be pinned down, kept off: (table model, system, precision, release) ->
     why."""
-    return {(s["table_model"], s["system"], s["precision"], s["release"]): s["source"]
-            for s in read_settings("nemo_ep_overlap_undated.csv")}
+    return MappingProxyType({(s["table_model"], s["system"], s["precision"], s["release"]): s["source"]
+                             for s in read_settings("nemo_ep_overlap_undated.csv")})
 
 
 @memoised(maxsize=64)
