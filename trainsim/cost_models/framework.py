@@ -621,7 +621,7 @@ def autocast_tag(scenario) -> str | None:
     layout under autocast (framework torch, 16-bit dtype, no TP, PP or FSDP2: kernels/parallelize.py
     ``build_parallel``), else None."""
     t, lay = scenario.training, scenario.layout
-    if not t.autocast or t.framework != "torch" or t.dtype not in ("bf16", "fp16") or lay.tp > 1 or lay.pp > 1:
+    if not t.autocast or t.framework != "torch" or lay.tp > 1 or lay.pp > 1:  # t.autocast implies a 16-bit dtype
         return None
     if scenario.dp > 1 and t.effective_zero >= 3:
         return None

@@ -151,14 +151,12 @@ def _titan_block(m, t) -> bool:
     scenario states fused block code (TrainingSpec.block_code), else a framework whose
     blocks are torchtitan's (framework.FrameworkBehaviour.eager_llama_block), not compiled (AOTAutograd's
     partitioner saves the fused set, tests/test_compile_oracle.py), 16-bit parameters as FSDP2's
-    MixedPrecisionPolicy casts them (no autocast), flash SDPA, and the architecture that code implements:
-    RoPE, RMSNorm before attention and MLP, SwiGLU, no biases, dense, no MLA, QK-norm or sliding window."""
+    MixedPrecisionPolicy casts them (no autocast), flash SDPA, and the architecture that code implements
+    (ModelSpec.plain_llama_block)."""
     if t.block_code == "fused":
         return False
     return (behaviour(t.framework).eager_llama_block and not t.compile and not t.autocast
-            and t.dtype in ("bf16", "fp16") and t.flash_attention and m.gated_mlp and m.norm == "rmsnorm"
-            and m.position_embedding == "rope" and not m.bias and not m.is_moe and not m.is_mla
-            and m.block_norms == 2 and not m.qk_norm and not m.sliding_window)
+            and t.dtype in ("bf16", "fp16") and t.flash_attention and m.plain_llama_block)
 
 
 def _layer_shape(scenario) -> LayerShape:

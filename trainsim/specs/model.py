@@ -171,6 +171,14 @@ class ModelSpec(BaseModel):
         return self.activation in ("swiglu", "geglu")
 
     @property
+    def plain_llama_block(self) -> bool:
+        """A dense Llama block as torchtitan's eager model code implements it: RMSNorm before attention and MLP,
+        RoPE, SwiGLU, no biases, no MoE, MLA, QK-norm or sliding window (TrainingSpec.block_code)."""
+        return (self.gated_mlp and self.norm == "rmsnorm" and self.position_embedding == "rope" and not self.bias
+                and not self.is_moe and not self.is_mla and self.block_norms == 2 and not self.qk_norm
+                and not self.sliding_window)
+
+    @property
     def num_global_layers(self) -> int:
         """Blocks with full (global) attention: all without a sliding window, every global_every-th with one."""
         if self.sliding_window is None:

@@ -410,9 +410,7 @@ def _check_runtime(m: ModelSpec, cluster: ClusterSpec, t: TrainingSpec, pp: int)
         raise SpecError("training.zero", f"ZeRO-{t.effective_zero} with pipeline parallelism (pp={pp}) does not run "
                                          f"under {t.framework}: DeepSpeed's pipeline engine refuses ZeRO-2/3; use "
                                          f"zero 0 or 1, or pp 1")
-    llama = (m.gated_mlp and m.norm == "rmsnorm" and m.position_embedding == "rope" and not m.bias
-             and not m.is_moe and not m.is_mla and m.block_norms == 2 and not m.qk_norm and not m.sliding_window)
-    if t.block_code == "torchtitan" and not (llama and t.dtype in ("bf16", "fp16") and not t.compile
+    if t.block_code == "torchtitan" and not (m.plain_llama_block and t.dtype in ("bf16", "fp16") and not t.compile
                                              and not t.autocast):
         # torchtitan's eager Llama block (cost_models/activations.py impl titan) is costed for what that code runs
         raise SpecError("training.block_code", f"torchtitan is costed for torchtitan's eager dense Llama block "
