@@ -374,7 +374,7 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     details: dict[str, float] = {"activations_per_microbatch": per_mb, "recompute_working": working,
                                  **runtime_terms(scenario, stage), **transient_terms(scenario, stage, rp, working),
                                  **off.device}
-    rounding = state_rounding_bytes(scenario, stage, rp)
+    rounding = megatron_state_rounding_bytes(scenario, stage, optimizer_params=rp.optimizer_params)
     if rounding:
         details["state_rounding"] = rounding
     deferred = _autocast_deferred(scenario, stage, rp, inflight_microbatches, per_mb)
@@ -429,12 +429,6 @@ def _first_step_reserved(scenario, stage: int, sm: StageMemory, impl: str) -> tu
                      "cover this block (MoE, MLA, per-op checkpointing, ring-CP K/V or QK-norm); the reserved "
                      "figure leaves the first-step fragmentation out")
     return extra, note
-
-
-def state_rounding_bytes(scenario, stage: int, rp: RankParams) -> float:
-    """Allocated bytes the caching allocator's 2 MiB rounding adds to Megatron's per-tensor 16-bit and fp32 main
-    parameters on one rank of ``stage`` (state_rounding.py)."""
-    return megatron_state_rounding_bytes(scenario, stage, optimizer_params=rp.optimizer_params)
 
 
 def ddp_param_remap_bytes(scenario, weights: float, grads: float) -> float:

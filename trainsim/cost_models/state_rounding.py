@@ -64,7 +64,7 @@ def megatron_state_rounding_bytes(scenario, stage: int, *, optimizer_params: flo
         return 0.0
     masters = t.master_weights and t.param_bytes < FP32_BYTES
     distributed = t.effective_zero >= 1
-    if not (masters or not distributed):
+    if distributed and not masters:
         return 0.0
     weights = tuple(round(x.elems) for x in rank_tensors(scenario, stage)) if not distributed else ()
     mains = tuple(round(n) for n in optimizer_tensor_elems(scenario, stage)) if masters else ()

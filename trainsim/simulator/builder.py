@@ -50,7 +50,7 @@ What goes where (choices documented here, once):
   cost_models/zero3_gathers.py), one reduce-scatter per
   block (FSDP) or per reduce bucket (DeepSpeed), see cost_models/framework.py. Offload adds its PCIe traffic (cost_models.memory) to the
   optimizer step, exposed. ``TrainingSpec.dp_bucket_mb`` and ``overlap_grad_reduce`` replace the framework's
-  bucket size and overlap (grad_sync.py _bucket_settings). At most MAX_BUCKETS_PER_CHUNK transfers per chunk are simulated:
+  bucket size and overlap (grad_sync.py _bucket_settings). At most grad_sync.MAX_BUCKETS_PER_CHUNK transfers per chunk are simulated:
   with more calls than that the last transfer is exactly one bucket (the exposed one) and the others carry the
   remaining calls' bytes and latency (Megatron: consecutive buckets, each group ready with its last member).
 * HSDP (``Layout.dp_shard`` = S < dp, torch FSDP2 on a (replicate, shard) mesh): the ZeRO-3 gathers and each
@@ -97,14 +97,13 @@ from .exposures import (
     comm_compute_slowdown,
     ep_paired_fraction,
 )
-from .grad_sync import MAX_BUCKETS_PER_CHUNK, _chunk_dp, _post_step, data_parallel_settings
+from .grad_sync import _chunk_dp, _post_step, data_parallel_settings
 from .step_context import _Step, _step_context
 
 # Re-exported for callers that reach the block and exposure helpers through the builder.
 __all__ = [
     "DDP_BUCKET_PARAMS",
     "DDP_BUCKET_PARAMS_PER_DP",
-    "MAX_BUCKETS_PER_CHUNK",
     "MiB",
     "_block",
     "_ep_overlapped",

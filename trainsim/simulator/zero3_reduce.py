@@ -92,11 +92,14 @@ def with_rank_loops(scenario, issue: PassIssue | None) -> PassIssue | None:
     gathered, reduced, outside = _model_tensors(scenario)
     ranks, layers = max(1, round(shard_groups(scenario)[0])), scenario.model.num_layers  # the ZeRO-3 shard group
     calls = block_gather_calls(scenario) * layers + outside
-    gather_ops = (gathered * UNPACK_OPS_PER_RANK + calls * GATHER_OPS_PER_RANK) * ranks
+    cpu = scenario.cluster.host_cpu
+    gather_s = (host_slice_s(gathered, ranks, UNPACK_OPS_PER_RANK, cpu)
+                + host_slice_s(calls, ranks, GATHER_OPS_PER_RANK, cpu))
     regather = 2 if scenario.training.recompute == "full" else 1
+    fwd_s, bwd_s = gather_s, regather * gather_s + host_slice_s(reduced, ranks, REDUCE_OPS_PER_RANK, cpu)
+    gather_ops = (gathered * UNPACK_OPS_PER_RANK + calls * GATHER_OPS_PER_RANK) * ranks
     ops_f, ops_b = gather_ops, regather * gather_ops + reduced * REDUCE_OPS_PER_RANK * ranks
-    dispatch, _ = host_issue.op_seconds(scenario.cluster.host_cpu)
-    return replace(issue, fwd_s=issue.fwd_s + ops_f * dispatch / layers, bwd_s=issue.bwd_s + ops_b * dispatch / layers,
+    return replace(issue, fwd_s=issue.fwd_s + fwd_s / layers, bwd_s=issue.bwd_s + bwd_s / layers,
                    fwd_ops=issue.fwd_ops + round(ops_f / layers), bwd_ops=issue.bwd_ops + round(ops_b / layers))
 
 

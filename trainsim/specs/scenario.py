@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from .data_parallel import check_data_parallel
+from .data_parallel import DEEPSPEED_ZERO_FRAMEWORKS, check_data_parallel
 from .errors import SpecError
 from .framework_era import layout_refusal
 from .hardware import ClusterSpec
@@ -404,18 +404,18 @@ def _check_runtime(m: ModelSpec, cluster: ClusterSpec, t: TrainingSpec, pp: int)
                                                f"({'a MoE model' if m.is_moe else 'CPU ranks'}); use eager")
     if t.dtype == "fp8" and not cluster.gpu.fp8:
         raise SpecError("training.dtype", f"fp8 needs FP8 tensor cores, which {cluster.gpu.name} lacks")
-    if t.framework in ("deepspeed", "deepspeed-2021", "megatron-deepspeed") and t.effective_zero >= 2 and pp > 1:
+    if t.framework in DEEPSPEED_ZERO_FRAMEWORKS and t.effective_zero >= 2 and pp > 1:
         # DeepSpeed's PipelineEngine asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
         # (deepspeed/runtime/pipe/engine.py)
         raise SpecError("training.zero", f"ZeRO-{t.effective_zero} with pipeline parallelism (pp={pp}) does not run "
                                          f"under {t.framework}: DeepSpeed's pipeline engine refuses ZeRO-2/3; use "
                                          f"zero 0 or 1, or pp 1")
     if t.block_code == "torchtitan" and not (m.plain_llama_block and t.dtype in ("bf16", "fp16") and not t.compile
-                                             and not t.autocast):
+                                             and not t.autocast and t.flash_attention):
         # torchtitan's eager Llama block (cost_models/activations.py impl titan) is costed for what that code runs
         raise SpecError("training.block_code", f"torchtitan is costed for torchtitan's eager dense Llama block "
-                                               f"(RMSNorm, RoPE, SwiGLU, no biases) in bf16/fp16 without compile "
-                                               f"or autocast; {m.name} with these settings is not: use fused")
+                                               f"(RMSNorm, RoPE, SwiGLU, no biases) in bf16/fp16 with flash SDPA, "
+                                               f"without compile or autocast; {m.name} with these settings is not: use fused")
     if t.offload_activation_layers:
         # Megatron-Core's TransformerConfig checks for --cpu-offloading (transformer_config.py __post_init__).
         field = "training.offload_activation_layers"

@@ -149,8 +149,8 @@ class TrainingSpec(BaseModel):
         "(Megatron/Transformer Engine, compiled blocks); torchtitan = torchtitan's eager Llama block (fp32 copies "
         "of the RMSNorm input, repeat_kv copies of k and v, SwiGLU saving 4 ffn-wide tensors, TP linears saving "
         "their all-gathered input; cost_models/activations.py impl titan; framework torch only); None = torchtitan "
-        "for framework torch where its code applies (dense RMSNorm/RoPE/SwiGLU blocks, bf16/fp16, not compiled), "
-        "else fused")
+        "for framework torch where its code applies (ModelSpec.plain_llama_block, bf16/fp16, flash SDPA, neither "
+        "compiled nor under autocast), else fused")
     cross_entropy: Literal["fused", "vocab_parallel", "eager_fp32", "eager_fp32_kept"] | None = Field(
         default=None, description="how the loss runs: fused = one fused (or torch.compile'd) kernel that saves the "
         "16-bit logits and a logsumexp per token; vocab_parallel = Megatron's cross-entropy (in-place ops on an "
