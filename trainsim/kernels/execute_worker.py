@@ -131,6 +131,7 @@ def run_job(job: ExecJob, device: torch.device) -> dict[str, Any] | None:
     lo = par.dp_rank * per_dp
     losses, times = [], []
     phases: dict[str, list[float]] = {}
+    host_phases: dict[str, list[float]] = {"host_issue_s": []}
     activations: dict[str, Any] = {}
     prof = None
     total = job.warmup + job.steps
@@ -164,6 +165,9 @@ def run_job(job: ExecJob, device: torch.device) -> dict[str, Any] | None:
             times.append(float(dt.item()))
             for k, v in par.phases_s.items():
                 phases.setdefault(k, []).append(v)
+            for k, v in par.host_phases_s.items():
+                host_phases.setdefault(k, []).append(v)
+            host_phases["host_issue_s"].append(par.host_issue_s)
         if prof is not None:
             prof.step()
     if prof is not None:
@@ -173,6 +177,7 @@ def run_job(job: ExecJob, device: torch.device) -> dict[str, Any] | None:
     mine = {"rank": dist.get_rank(), "pp_rank": par.pp_rank, "dp_rank": par.dp_rank, "tp_rank": par.tp_rank,
             "stage_ids": par.stage_ids, **state_bytes(par.chunks, par.optimizer), **activations,
             "phases_median_s": {k: statistics.median(v) for k, v in phases.items()},
+            "host_phases_median_s": {k: statistics.median(v) for k, v in host_phases.items() if v},
             "maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
     mine.update(_device_memory(device))
     _tick(f"{job.label or 'job'} results")

@@ -63,6 +63,8 @@ class Parallel:
     autocast_dtype: torch.dtype | None = None
     mechanism: dict[str, str] = field(default_factory=dict)
     phases_s: dict[str, float] = field(default_factory=dict)  # the last step's phases on this rank (GPU time on cuda)
+    host_phases_s: dict[str, float] = field(default_factory=dict)  # the host's time issuing each phase
+    host_issue_s: float = 0.0  # the host's time from the step's start to its last issued op, before any wait
     _marks: list = field(default_factory=list)
 
     @property
@@ -88,30 +90,35 @@ class Parallel:
             return contextlib.nullcontext()
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
 
-    def _mark(self):
+    def _mark(self) -> tuple[object | None, float]:
         """A point in this rank's execution: a CUDA event recorded on the current stream on GPUs (host
-        timers would only see the asynchronous launches), ``perf_counter`` on CPU."""
+        timers would only see the asynchronous launches; None on CPU) and the host's ``perf_counter``."""
+        host = time.perf_counter()
         if self.device.type == "cuda":
             ev = torch.cuda.Event(enable_timing=True)
             ev.record()
-            return ev
-        return time.perf_counter()
+            return ev, host
+        return None, host
 
     def _phase(self, name: str, start, end) -> None:
         self._marks.append((name, start, end))
 
-    def _resolve_phases(self) -> dict[str, float]:
-        """Seconds per phase of the last step, summed over micro-batches (waits for the GPU's last event)."""
-        out: dict[str, float] = {}
-        for name, start, end in self._marks:
-            if isinstance(start, float):
-                dt = end - start
+    def _resolve_phases(self) -> tuple[dict[str, float], dict[str, float]]:
+        """Seconds per phase of the last step, summed over micro-batches, on the device (waits for the GPU's
+        last event) and on the host (the time its Python and launches took to issue the phase: on a GPU whose
+        queue is not full this is the host's own cost, which the device phase hides when the GPU is slower)."""
+        device: dict[str, float] = {}
+        host: dict[str, float] = {}
+        for name, (ev0, h0), (ev1, h1) in self._marks:
+            if ev0 is None:
+                dt = h1 - h0
             else:
-                end.synchronize()
-                dt = start.elapsed_time(end) / 1e3
-            out[name] = out.get(name, 0.0) + dt
+                ev1.synchronize()
+                dt = ev0.elapsed_time(ev1) / 1e3
+            device[name] = device.get(name, 0.0) + dt
+            host[name] = host.get(name, 0.0) + (h1 - h0)
         self._marks = []
-        return out
+        return device, host
 
     def train_step(self, ids: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         """One optimizer step on this dp rank's batch (n_micro·mb sequences); returns the global mean loss."""
@@ -137,7 +144,8 @@ class Parallel:
         if not (self.has_last and self.tp_rank == 0):
             local.zero_()
         dist.all_reduce(local)
-        self.phases_s = self._resolve_phases()
+        self.host_issue_s = time.perf_counter() - t0[1]
+        self.phases_s, self.host_phases_s = self._resolve_phases()
         return local / self.scenario.dp
 
     def _accumulate(self, ids: torch.Tensor, targets: torch.Tensor, n_micro: int) -> torch.Tensor:
