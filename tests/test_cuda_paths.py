@@ -262,9 +262,11 @@ def test_phase_times_on_cuda_come_from_cuda_events(monkeypatch):
         t1 = Parallel._mark(par)
         Parallel._phase(par, "forward_s", t0, t1)
         Parallel._phase(par, "backward_s", t1, Parallel._mark(par))
-    phases = Parallel._resolve_phases(par)
+    phases, host = Parallel._resolve_phases(par)
     assert phases == pytest.approx({"forward_s": 0.02, "backward_s": 0.02})
+    assert set(host) == {"forward_s", "backward_s"}  # the host's perf_counter beside each event
+    assert all(0.0 <= v < 1.0 for v in host.values())
     assert waited and par._marks == []
     cpu = SimpleNamespace(device=torch.device("cpu"), _marks=[])
-    Parallel._phase(cpu, "optimizer_s", 1.0, 1.25)
-    assert Parallel._resolve_phases(cpu) == {"optimizer_s": 0.25}
+    Parallel._phase(cpu, "optimizer_s", (None, 1.0), (None, 1.25))
+    assert Parallel._resolve_phases(cpu) == ({"optimizer_s": 0.25}, {"optimizer_s": 0.25})
