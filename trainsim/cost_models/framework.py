@@ -218,10 +218,11 @@ fitted to a measurement.
 
 from __future__ import annotations
 
-import math
 
 from dataclasses import dataclass
 from typing import Literal, get_args
+
+from .grad_buffer import whole_tensor_buckets
 
 Framework = Literal["megatron", "megatron-2021", "megatron-2022", "megatron-deepspeed", "pytorch-fsdp", "deepspeed",
                     "deepspeed-2021", "torch"]
@@ -437,9 +438,7 @@ def zero12_reduce_calls(training, params: float, dp: int, bucket_params: float,
     mode = _deepspeed_reduce(training) if training.effective_zero <= 2 else "ddp_bucket"
     if mode == "ddp_bucket":
         return None
-    buckets = max(1, math.ceil(params / bucket_params))
-    if max_buckets is not None:
-        buckets = min(buckets, max_buckets)
+    buckets = whole_tensor_buckets(params, bucket_params, max_buckets)
     return buckets + dp - 1 if mode == "per_rank_reduce" else buckets
 
 
