@@ -219,6 +219,8 @@ def _param_gather_calls(st: _Step, s: int, held: float) -> int:
     """How many collectives the framework issues for ZeRO-1/2's updated parameters of stage ``s`` (``held``
     parameters; framework.FrameworkBehaviour.param_gather): each one pays its latency over the whole DP group."""
     how = _param_gather(st)
+    if how == "param_group":
+        return 1
     if how == "allgather_bucket":
         return max(1, int(held // framework.DEEPSPEED_ALLGATHER_BUCKET_PARAMS))
     if how == "broadcast_per_param":
