@@ -100,7 +100,7 @@ fitted to a measurement.
   Hence a cost linear in the number of ranks: 2 x n x kernel_overhead_s per gathered or reduced tensor,
   plus the copies around them (``torch.zeros`` output and the flat buffer copied back: 3 passes over the
   gathered bytes; the gradients copied into the flat input: 2 passes).
-* ``zero3_reduce_serialized`` -- deepspeed: ZeRO-3's gradient reduce-scatters lie on the backward's critical
+* ``zero3_reduce_serialized`` -- deepspeed, deepspeed-2023: ZeRO-3's gradient reduce-scatters lie on the backward's critical
   path although its parameter gathers are prefetched. Measured: the AMSP paper's trace of DeepSpeed ZeRO-3 on
   A800s (Chen et al., arXiv:2311.00257v2, Sec. VI-C, Fig. 14): "Even when the communication-computation overlap
   setting is enabled, DeepSpeed-ZeRO3/MiCS/ZeRO++ fails to effectively overlap ReduceScatter with computation."
