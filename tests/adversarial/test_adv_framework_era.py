@@ -220,3 +220,17 @@ def test_deepspeed_2023_refuses_what_came_after_v0_12_3():
                                      "schedule": "dualpipev"}})
     msg = str(e.value)
     assert "DeepSpeed v0.12.3" in msg and "use framework deepspeed" in msg
+
+
+def test_deepspeed_2023_refuses_ring_context_parallelism_and_names_a_framework_that_has_it():
+    """DeepSpeed v0.12.3 splits the sequence only with Ulysses' all-to-all, like today's DeepSpeed: cp_comm p2p is
+    refused in one line pointing at megatron, not at deepspeed (which lacks it too)."""
+    from trainsim.specs import SpecError
+    base = {"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 16, "layout": {"cp": 2}}
+    with pytest.raises(SpecError) as e:
+        build_scenario({**base, "training": {"seq_len": 8192, "global_batch": 64, "framework": "deepspeed-2023",
+                                             "cp_comm": "p2p"}})
+    assert "no ring-attention" in str(e.value) and "use framework megatron" in str(e.value)
+    ok = build_scenario({**base, "training": {"seq_len": 8192, "global_batch": 64, "framework": "deepspeed-2023",
+                                              "cp_comm": "a2a"}})
+    assert ok.layout.cp == 2

@@ -138,6 +138,9 @@ FORK_LACKS: dict[str, dict[tuple[str, object], str]] = {
                                   "all-to-all, DistributedAttention)",
     },
 }
+# DeepSpeed v0.12.3 splits the sequence the same one way (deepspeed/sequence/layer.py, since v0.10.2).
+FORK_CODE["deepspeed-2023"] = "DeepSpeed v0.12.3, deepspeed/sequence/layer.py"
+FORK_LACKS["deepspeed-2023"] = FORK_LACKS["deepspeed"]
 
 
 def _lineage(framework: str) -> str:
@@ -156,13 +159,21 @@ def _instead(field: str, value) -> str:
     return "turn it off" if isinstance(value, bool) else f"another {field}"
 
 
+def _has_it(framework: str, field: str, value) -> str:
+    """The first successor of ``framework`` (SUCCESSOR, followed on) whose code runs ``field=value``."""
+    fw = SUCCESSOR[framework]
+    while (field, value) in FORK_LACKS.get(fw, {}):
+        fw = SUCCESSOR[fw]
+    return fw
+
+
 def feature_refusal(framework: str, field: str, value) -> str | None:
     """Why ``field=value`` needs a feature that ``framework``'s code does not have, or None. ``value`` "> 1"
     stands for any degree above one of ``cp``, ``ep`` or ``num_experts``."""
     lacks = FORK_LACKS.get(framework, {}).get((field, value))
     if lacks:
         return (f"{_shown(field, value)}: framework {framework} ({FORK_CODE[framework]}) has {lacks}: use framework "
-                f"{SUCCESSOR[framework]} or {_instead(field, value)}")
+                f"{_has_it(framework, field, value)} or {_instead(field, value)}")
     era = HISTORIC_FRAMEWORKS.get(framework)
     origin = FEATURE_ORIGINS.get((field, value))
     if isinstance(origin, dict):
