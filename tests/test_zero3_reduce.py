@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from trainsim.cost_models import collectives, framework, host_issue
+from trainsim.cost_models.grad_buffer import whole_tensor_buckets
 from trainsim.cost_models.param_tensors import chunk_tensors
 from trainsim.simulator import zero3_reduce
 from trainsim.simulator.builder import build_cost_table
@@ -29,9 +30,9 @@ def test_llama_13b_holds_363_weight_tensors_and_needs_27_buckets():
     s = scen(1024)
     assert len(chunk_tensors(s, 0)) == 40 * 9 + 3
     params = s.model.total_params()
-    assert zero3_reduce.reduce_calls(params, framework.DEEPSPEED_REDUCE_BUCKET_PARAMS, 363) == 27
-    assert zero3_reduce.reduce_calls(params, 1e12, 363) == 1
-    assert zero3_reduce.reduce_calls(params, 1.0, 363) == 363  # a bucket holds whole tensors
+    assert whole_tensor_buckets(params, framework.DEEPSPEED_REDUCE_BUCKET_PARAMS, 363) == 27
+    assert whole_tensor_buckets(params, 1e12, 363) == 1
+    assert whole_tensor_buckets(params, 1.0, 363) == 363  # a bucket holds whole tensors
 
 
 def test_host_slices_grow_with_ranks():
@@ -78,3 +79,13 @@ def test_chunk_backward_carries_the_reduction_closed_form():
 def test_other_frameworks_keep_the_reduction_in_the_engine():
     chunk = build_cost_table(scen(64, "pytorch-fsdp")).stages[0].chunks[0]
     assert chunk.grad_buckets and chunk.dp_bwd_s == 0.0
+
+
+def test_one_whole_tensor_bucket_rule_for_every_framework():
+    """ZeRO-3's reduce-scatter buckets, DeepSpeed ZeRO-1/2's reduce buckets and the DDP-sized calls of grad_sync use one
+    rule: ceil(params / bucket), at most one per tensor."""
+    from trainsim.specs import build_scenario as bs
+    assert whole_tensor_buckets(10.0, 3.0) == 4 and whole_tensor_buckets(10.0, 3.0, 2) == 2
+    tr = bs({"model": LLAMA_13B, "cluster": "dgx-a100", "gpus": 64, "training": {
+        "seq_len": 4096, "global_batch": 64, "zero": 2, "framework": "deepspeed"}}).training
+    assert framework.zero12_reduce_calls(tr, 13e9, 64, 5e8, max_buckets=363) == whole_tensor_buckets(13e9, 5e8, 363)

@@ -197,10 +197,10 @@ def test_no_bundled_example_asks_a_historic_preset_for_a_later_feature():
     for path in sorted(Path(REPO, "examples").glob("*.yaml")):
         scn = build_scenario(load_scenario_file(str(path)))
         assert era_refusal(scn.training) is None, path.name
-    assert set(HISTORIC_FRAMEWORKS) == {"megatron-2021", "megatron-2022", "deepspeed-2021"}
+    assert set(HISTORIC_FRAMEWORKS) == {"megatron-2021", "megatron-2022", "deepspeed-2021", "deepspeed-2023"}
 
 
-@pytest.mark.parametrize("name", ["sc21", "korthikanti", "zero-bubble", "llama3"])
+@pytest.mark.parametrize("name", ["sc21", "korthikanti", "zero-bubble", "llama3", "amsp"])
 def test_no_bundled_validation_row_needs_a_feature_its_preset_predates(name):
     """Every row of the bundled datasets resolves without an era refusal (a refused row would be skipped with
     its reason; none is)."""
@@ -208,3 +208,29 @@ def test_no_bundled_validation_row_needs_a_feature_its_preset_predates(name):
     ds = load_dataset(name)
     assert not [c.skip_reason for c in ds.cases if c.skip_reason and "predates it" in c.skip_reason]
     assert all(era_refusal(c.scenario.training) is None for c in ds.active)
+
+
+def test_deepspeed_2023_refuses_what_came_after_v0_12_3():
+    """DeepSpeed v0.12.3 (2023-11-11) predates DualPipe (arXiv:2412.19437): refused naming the preset's code and the
+    current preset to use."""
+    from trainsim.specs import SpecError
+    with pytest.raises(SpecError) as e:
+        build_scenario({"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 16, "layout": {"pp": 2},
+                        "training": {"seq_len": 4096, "global_batch": 64, "framework": "deepspeed-2023",
+                                     "schedule": "dualpipev"}})
+    msg = str(e.value)
+    assert "DeepSpeed v0.12.3" in msg and "use framework deepspeed" in msg
+
+
+def test_deepspeed_2023_refuses_ring_context_parallelism_and_names_a_framework_that_has_it():
+    """DeepSpeed v0.12.3 splits the sequence only with Ulysses' all-to-all, like today's DeepSpeed: cp_comm p2p is
+    refused in one line pointing at megatron, not at deepspeed (which lacks it too)."""
+    from trainsim.specs import SpecError
+    base = {"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 16, "layout": {"cp": 2}}
+    with pytest.raises(SpecError) as e:
+        build_scenario({**base, "training": {"seq_len": 8192, "global_batch": 64, "framework": "deepspeed-2023",
+                                             "cp_comm": "p2p"}})
+    assert "no ring-attention" in str(e.value) and "use framework megatron" in str(e.value)
+    ok = build_scenario({**base, "training": {"seq_len": 8192, "global_batch": 64, "framework": "deepspeed-2023",
+                                              "cp_comm": "a2a"}})
+    assert ok.layout.cp == 2

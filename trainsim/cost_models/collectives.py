@@ -168,8 +168,12 @@ def _ring(op: str, S: float, g: GroupShape, proto: str) -> CollectiveTime | None
     intra = _lat(g, nm.intra_hw(g.scale_up_kind), "ring", proto)
     lat = nm.base_lat_s("ring", proto)
     if N > 1:
-        overhead = nm.NET_OVERHEAD_US * nm.US * (3 if proto == "Simple" else 1)
-        intra = max(intra, overhead)
+        if op not in ("broadcast", "reduce"):
+            # tuning.cc: "Inter-node rings still have to launch nsteps * net overhead" -- the floor of its
+            # all-reduce / all-gather / reduce-scatter branch. Broadcast and reduce are a chain whose intra-node
+            # hops post nothing to the network; tuning.cc's branch for them has no such floor.
+            overhead = nm.NET_OVERHEAD_US * nm.US * (3 if proto == "Simple" else 1)
+            intra = max(intra, overhead)
         # NCCL's tuner counts 2N inter-node steps for an all-reduce ring; with one rank per node that exceeds
         # the 2(N-1) steps there are, and its negative intra-node step count made a large intra-node latency
         # produce a negative collective time. There are no intra-node steps then, not fewer than none.

@@ -100,7 +100,7 @@ fitted to a measurement.
   Hence a cost linear in the number of ranks: 2 x n x kernel_overhead_s per gathered or reduced tensor,
   plus the copies around them (``torch.zeros`` output and the flat buffer copied back: 3 passes over the
   gathered bytes; the gradients copied into the flat input: 2 passes).
-* ``zero3_reduce_serialized`` -- deepspeed: ZeRO-3's gradient reduce-scatters lie on the backward's critical
+* ``zero3_reduce_serialized`` -- deepspeed, deepspeed-2023: ZeRO-3's gradient reduce-scatters lie on the backward's critical
   path although its parameter gathers are prefetched. Measured: the AMSP paper's trace of DeepSpeed ZeRO-3 on
   A800s (Chen et al., arXiv:2311.00257v2, Sec. VI-C, Fig. 14): "Even when the communication-computation overlap
   setting is enabled, DeepSpeed-ZeRO3/MiCS/ZeRO++ fails to effectively overlap ReduceScatter with computation."
@@ -218,13 +218,14 @@ fitted to a measurement.
 
 from __future__ import annotations
 
-import math
 
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from .grad_buffer import whole_tensor_buckets
+
 Framework = Literal["megatron", "megatron-2021", "megatron-2022", "megatron-deepspeed", "pytorch-fsdp", "deepspeed",
-                    "deepspeed-2021", "torch"]
+                    "deepspeed-2023", "deepspeed-2021", "torch"]
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)
 
 # DeepSpeed ZeRO config default reduce_bucket_size (elements).
@@ -278,11 +279,15 @@ class FrameworkBehaviour:
     # model chunk and dtype buffer; Megatron-Core all-gathers per bucket, but with ``overlap_param_gather``,
     # NeMo's setting, those calls run under the next forward pass, which the engine does not model, so one
     # exposed call stands in rather than charging hidden latency), "allgather_bucket" one per
-    # DEEPSPEED_ALLGATHER_BUCKET_PARAMS elements (DeepSpeed ``all_gather_dp_groups``), "broadcast_per_param" one
+    # DEEPSPEED_ALLGATHER_BUCKET_PARAMS elements (DeepSpeed ``all_gather_dp_groups`` up to v0.12.3: a list
+    # ``dist.all_gather`` of one ``narrow`` per rank per shard), "param_group" one ``all_gather_into_tensor`` per
+    # optimizer parameter group (DeepSpeed from v0.12.4, PR #4705, fd0a52c1a: ``all_gather_dp_groups`` calls
+    # ``all_gather_into_tensor_dp_groups`` whenever torch has ``all_gather_into_tensor``, find_string id
+    # 48284869659; one group counted: a separate no-weight-decay group adds one call), "broadcast_per_param" one
     # broadcast per parameter tensor from the rank that owns it (torch ``ZeroRedundancyOptimizer._sync_params``
     # with its default ``parameters_as_bucket_view=False``: "sent parameter-by-parameter", torch/distributed/
     # optim/zero_redundancy_optimizer.py, find_string ids 42221174, 1023684051).
-    param_gather: Literal["buffer", "allgather_bucket", "broadcast_per_param"] = "buffer"
+    param_gather: Literal["buffer", "allgather_bucket", "param_group", "broadcast_per_param"] = "buffer"
     block_forward_syncs: int = 0   # blocking host-device syncs per block forward (module docstring, host_syncs)
     microbatch_syncs: int = 0      # ... per micro-batch, before the first block
     # Communicators beyond one per parallel dimension (runtime_memory.communicators, which cites each call): the
@@ -355,10 +360,22 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                        optimizer_update="per_param_loop", clip_scales_grads=True),
     "deepspeed": FrameworkBehaviour("deepspeed", overlap_grad_reduce=True, fused_cross_entropy=False,
                                     zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
-                                    pipeline_output_kept=True, param_gather="allgather_bucket",
+                                    pipeline_output_kept=True, param_gather="param_group",
                                     model_parallel_groups=True, pp_loss_broadcast=True,
                                     dp_grad_calls="bucket_all_reduce", overlap_below_zero3=False,
                                     zero3_reduce_serialized=True),
+    # DeepSpeed v0.10.0 .. v0.12.3 (specs/framework_era.py): today's ZeRO-3 (gathers prefetched, reductions
+    # serialized: the AMSP trace of this DeepSpeed, arXiv:2311.00257v2 Fig. 14) with the ZeRO-1/2 communication of
+    # before v0.12.4 -- ``average_tensor`` reduces each owner rank's slice of a bucket with its own ``dist.reduce``
+    # (v0.12.3 stage_1_and_2.py, 6ea44d02c) and ``all_gather_dp_groups`` gathers the updated parameters in
+    # ``allgather_bucket_size`` shards. DeepSpeed's own account of the change (blogs/comm-opt/README.md, PR #4695):
+    # a dense 7B on 1,024 A100s spent 1.2 s per step in that reduction, 0.36 s after it.
+    "deepspeed-2023": FrameworkBehaviour("deepspeed-2023", overlap_grad_reduce=True, fused_cross_entropy=False,
+                                         zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
+                                         pipeline_output_kept=True, param_gather="allgather_bucket",
+                                         model_parallel_groups=True, pp_loss_broadcast=True,
+                                         dp_grad_calls="per_rank_reduce", overlap_below_zero3=False,
+                                         zero3_reduce_serialized=True),
     "deepspeed-2021": FrameworkBehaviour("deepspeed-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
                                          zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
                                          zero3_overlap=False, zero3_gather_ops_per_rank=2,
@@ -437,9 +454,7 @@ def zero12_reduce_calls(training, params: float, dp: int, bucket_params: float,
     mode = _deepspeed_reduce(training) if training.effective_zero <= 2 else "ddp_bucket"
     if mode == "ddp_bucket":
         return None
-    buckets = max(1, math.ceil(params / bucket_params))
-    if max_buckets is not None:
-        buckets = min(buckets, max_buckets)
+    buckets = whole_tensor_buckets(params, bucket_params, max_buckets)
     return buckets + dp - 1 if mode == "per_rank_reduce" else buckets
 
 
@@ -470,7 +485,7 @@ def bf16_optimizer(training) -> bool:
     """Whether DeepSpeed runs its BF16_Optimizer: bf16 with fp32 gradient accumulation at ZeRO stage 0 or 1 and
     no CPU offload (deepspeed/runtime/engine.py ``_do_optimizer_sanity_check`` returns BFLOAT16 for ZeRO-1 with
     grad_accum_dtype fp32; stage 0 bf16 always takes it)."""
-    return (training.framework in ("deepspeed", "deepspeed-2021") and training.dtype == "bf16"
+    return (training.framework in ("deepspeed", "deepspeed-2023", "deepspeed-2021") and training.dtype == "bf16"
             and training.effective_zero <= 1 and training.grad_bytes == 4 and not training.offload_optimizer)
 
 

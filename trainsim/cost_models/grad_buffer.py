@@ -51,6 +51,16 @@ class Bucket:
     ranges: tuple[tuple[int, int], ...]
 
 
+def whole_tensor_buckets(params: float, bucket_params: float, tensors: int | None = None) -> int:
+    """Buckets of at most ``bucket_params`` elements that ``params`` gradients fill, at most one per tensor: a bucket
+    holds whole tensors -- DeepSpeed's ZeRO hooks flush the bucket before a gradient that would overflow it
+    (stage_1_and_2.py ``reduce_independent_p_g_buckets_and_remove_grads``, stage3.py ``reduce_ready_partitions_and_
+    remove_grads``), torch DDP's reducer closes a bucket at the tensor that reaches ``bucket_cap_mb`` -- so ``tensors``
+    tensors fill no more than ``tensors`` buckets (None: no tensor bound)."""
+    buckets = max(1, math.ceil(params / bucket_params))
+    return buckets if tensors is None else max(1, min(buckets, tensors))
+
+
 def megatron_bucket_params(scenario, bucket_mb: float | None = None) -> float:
     """Megatron-Core DDP's bucket size in parameters: max(40M, 1M x dp), or ``bucket_mb`` MiB of gradients."""
     if bucket_mb is not None:

@@ -40,7 +40,7 @@ What goes where (choices documented here, once):
   local DDP): all-reduce for ZeRO-0, reduce-scatter for the distributed
   optimizer / ZeRO-1/2/3 (torch's ZeroRedundancyOptimizer, framework ``torch`` ZeRO-1: all-reduce); DeepSpeed's
   ZeRO 0-2 in its own 5e8-element buckets, not overlapped (ZeRO-2: in its hooks, on the compute stream), one
-  all-reduce per bucket, or one reduce per owner rank and bucket (``deepspeed-2021``; framework.dp_grad_calls);
+  all-reduce per bucket, or one reduce per owner rank and bucket (``deepspeed-2021``, ``deepspeed-2023``; framework.dp_grad_calls);
   ZeRO-2/3 reduce every micro-batch (DeepSpeed/FSDP); ZeRO-1/2 gather the updated parameters after the
   optimizer step in the framework's calls (``framework.param_gather``: one per buffer (Megatron), one per
   5e8-element DeepSpeed allgather bucket, or one broadcast per parameter from its owner), each a collective over the

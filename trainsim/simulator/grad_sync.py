@@ -4,11 +4,10 @@ parameters (the builder's "DP" and "HSDP" choices, builder.py module doc)."""
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from trainsim.cost_models import compute, ddp_buckets, framework, memory, zero3_gathers
-from trainsim.cost_models.grad_buffer import MiB, megatron_bucket_params
+from trainsim.cost_models.grad_buffer import MiB, megatron_bucket_params, whole_tensor_buckets
 from trainsim.cost_models.param_tensors import chunk_tensors, rank_tensors
 from trainsim.specs import Scenario
 
@@ -121,7 +120,7 @@ def _grad_calls(st: _Step, params: float, layers_of_chunk: int, tensors: int) ->
     if z >= 2 and not st.reduce_bucket_params:
         return max(1, layers_of_chunk)
     bucket = st.reduce_bucket_params if z >= 2 else st.bucket_params
-    return max(1, min(math.ceil(params / bucket), tensors))
+    return whole_tensor_buckets(params, bucket, tensors)
 
 
 def _calls_per_transfer(calls: int) -> tuple[float, ...]:
@@ -220,6 +219,8 @@ def _param_gather_calls(st: _Step, s: int, held: float) -> int:
     """How many collectives the framework issues for ZeRO-1/2's updated parameters of stage ``s`` (``held``
     parameters; framework.FrameworkBehaviour.param_gather): each one pays its latency over the whole DP group."""
     how = _param_gather(st)
+    if how == "param_group":
+        return 1
     if how == "allgather_bucket":
         return max(1, int(held // framework.DEEPSPEED_ALLGATHER_BUCKET_PARAMS))
     if how == "broadcast_per_param":

@@ -22,12 +22,12 @@ partition_parameters.py unpacks each gathered parameter in ``AllGatherCoalescedH
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from dataclasses import replace
 
 from trainsim.cost_models import compute, framework, host_issue, zero3_gathers
+from trainsim.cost_models.grad_buffer import whole_tensor_buckets
 from trainsim.cost_models.host_issue import PassIssue
 from trainsim.cost_models.memory import shard_groups
 from trainsim.cost_models.param_tensors import block_tensors, chunk_tensors, module_style, rank_tensors
@@ -46,12 +46,6 @@ UNPACK_HBM_PASSES = 2
 REDUCE_OPS_PER_RANK = 1
 UNPACK_OPS_PER_RANK = 2
 GATHER_OPS_PER_RANK = 1
-
-
-def reduce_calls(params: float, bucket_params: float, tensors: int) -> int:
-    """Reduce-scatter calls for ``params`` gradients in ``bucket_params``-element buckets: a bucket holds whole
-    tensors (stage3.py flushes the bucket before a gradient that would overflow it), so at most one per tensor."""
-    return max(1, min(math.ceil(params / bucket_params), tensors))
 
 
 def applies(scenario) -> bool:
@@ -112,7 +106,7 @@ def serialized_reduce_s(st: _Step, params: float, vstage: int) -> tuple[float, f
     if group is None or group.size <= 1 or params <= 0:
         return 0.0, 0.0
     tensors = len(chunk_tensors(scenario, vstage))
-    calls = reduce_calls(params, st.reduce_bucket_params or params, tensors)
+    calls = whole_tensor_buckets(params, st.reduce_bucket_params or params, tensors)
     grad_bytes = params * tr.grad_bytes
     lat, bw = _coll("reduce_scatter", grad_bytes / calls, group, scenario, st.profile)
     hbm = st.slowest * compute.memory_time_s(COALESCE_HBM_PASSES * grad_bytes, st.hw, st.profile, "copy")

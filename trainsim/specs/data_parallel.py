@@ -32,7 +32,7 @@ from .training import Layout, TrainingSpec
 # Frameworks whose ZeRO-3 is torch FSDP (FSDP1 HYBRID_SHARD / FSDP2 2-D mesh have HSDP).
 FSDP_FRAMEWORKS = ("pytorch-fsdp", "torch")
 # Frameworks whose ZeRO-2/3 gradient reduction goes in reduce_bucket_size buckets (DeepSpeed ZeRO config).
-BUCKETED_ZERO_FRAMEWORKS = ("deepspeed", "deepspeed-2021")
+BUCKETED_ZERO_FRAMEWORKS = ("deepspeed", "deepspeed-2023", "deepspeed-2021")
 # Frameworks whose ZeRO-1/2 is DeepSpeed's engine, sharding over the whole data-parallel group: DeepSpeed and
 # Megatron-DeepSpeed, which runs ZeRO through deepspeed.initialize (specs/framework_era.py). Megatron-DeepSpeed's
 # ZeRO-2/3 is costed per block (cost_models/framework.py), so it is not in BUCKETED_ZERO_FRAMEWORKS.

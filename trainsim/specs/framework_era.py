@@ -1,7 +1,7 @@
 """Features a framework preset's code does not have: refused, not costed as if that code had them.
 
-``megatron-2021``, ``megatron-2022`` and ``deepspeed-2021`` stand for a framework's code of one time (the
-behaviours in cost_models/framework.py are read from it); ``megatron-deepspeed`` stands for the fork
+``megatron-2021``, ``megatron-2022``, ``deepspeed-2021`` and ``deepspeed-2023`` stand for a framework's code of one
+time (the behaviours in cost_models/framework.py are read from it); ``megatron-deepspeed`` stands for the fork
 microsoft/Megatron-DeepSpeed (f4157bea, 2024-12-24). A setting that code cannot run is a contradiction in the
 input, so it is refused with the setting named, what introduced it (or that the fork lacks it) and the preset
 to use instead -- never priced with the old behaviours plus a feature they never ran with.
@@ -16,6 +16,9 @@ The historic presets' code and its date (what a feature must predate):
   preset (cost_models/memory: its parameter all-gather lands in views of the grad buffer); dated by the latter.
 * ``deepspeed-2021`` -- DeepSpeed's ZeRO-3 of mid-2021 as cost_models/framework.py reads it,
   microsoft/DeepSpeed@70adb32 (2021-07-12).
+* ``deepspeed-2023`` -- DeepSpeed v0.10.0 .. v0.12.3 (tag v0.12.3, microsoft/DeepSpeed@6ea44d02c, 2023-11-11), the
+  releases between ZeRO++ (#3784, first in v0.10.0) and the ZeRO-1/2 communication rewrite of v0.12.4 (PR #4695,
+  2afa1c7f2, 2023-11-21; PR #4705, fd0a52c1a, 2023-11-29); dated by v0.12.3.
 
 What introduced each feature (dates from the repositories' first-parent history, ``git log -S``):
 
@@ -69,6 +72,7 @@ HISTORIC_FRAMEWORKS: dict[str, tuple[str, date]] = {
     "megatron-2021": ("Megatron-LM of SC21", date(2021, 8, 27)),
     "megatron-2022": ("Megatron-LM of Korthikanti et al.", date(2022, 6, 8)),
     "deepspeed-2021": ("DeepSpeed", date(2021, 7, 12)),
+    "deepspeed-2023": ("DeepSpeed v0.12.3", date(2023, 11, 11)),
 }
 
 _SP = ("sequence parallelism is Korthikanti et al., arXiv:2205.05198 (2022)", date(2022, 5, 20))
@@ -112,7 +116,7 @@ FEATURE_ORIGINS: dict[tuple[str, object], tuple[str, date] | dict[str, tuple[str
 
 # What to use instead, per preset: the same framework's current code.
 SUCCESSOR = {"megatron-2021": "megatron", "megatron-2022": "megatron", "deepspeed-2021": "deepspeed",
-             "megatron-deepspeed": "megatron", "deepspeed": "megatron"}
+             "deepspeed-2023": "deepspeed", "megatron-deepspeed": "megatron", "deepspeed": "megatron"}
 
 FORK_CODE = {"megatron-deepspeed": "microsoft/Megatron-DeepSpeed@f4157bea",
              "deepspeed": "microsoft/DeepSpeed, deepspeed/sequence/layer.py"}
@@ -134,6 +138,9 @@ FORK_LACKS: dict[str, dict[tuple[str, object], str]] = {
                                   "all-to-all, DistributedAttention)",
     },
 }
+# DeepSpeed v0.12.3 splits the sequence the same one way (deepspeed/sequence/layer.py, since v0.10.2).
+FORK_CODE["deepspeed-2023"] = "DeepSpeed v0.12.3, deepspeed/sequence/layer.py"
+FORK_LACKS["deepspeed-2023"] = FORK_LACKS["deepspeed"]
 
 
 def _lineage(framework: str) -> str:
@@ -152,13 +159,21 @@ def _instead(field: str, value) -> str:
     return "turn it off" if isinstance(value, bool) else f"another {field}"
 
 
+def _has_it(framework: str, field: str, value) -> str:
+    """The first successor of ``framework`` (SUCCESSOR, followed on) whose code runs ``field=value``."""
+    fw = SUCCESSOR[framework]
+    while (field, value) in FORK_LACKS.get(fw, {}):
+        fw = SUCCESSOR[fw]
+    return fw
+
+
 def feature_refusal(framework: str, field: str, value) -> str | None:
     """Why ``field=value`` needs a feature that ``framework``'s code does not have, or None. ``value`` "> 1"
     stands for any degree above one of ``cp``, ``ep`` or ``num_experts``."""
     lacks = FORK_LACKS.get(framework, {}).get((field, value))
     if lacks:
         return (f"{_shown(field, value)}: framework {framework} ({FORK_CODE[framework]}) has {lacks}: use framework "
-                f"{SUCCESSOR[framework]} or {_instead(field, value)}")
+                f"{_has_it(framework, field, value)} or {_instead(field, value)}")
     era = HISTORIC_FRAMEWORKS.get(framework)
     origin = FEATURE_ORIGINS.get((field, value))
     if isinstance(origin, dict):

@@ -35,7 +35,7 @@ MEGATRON_FRAMEWORKS = ("megatron", "megatron-2021", "megatron-2022", "megatron-d
 # The training framework: selects documented software-stack behaviours (gradient-reduction overlap,
 # cross-entropy kernel, ZeRO-3 gather granularity), see trainsim/cost_models/framework.py.
 Framework = Literal["megatron", "megatron-2021", "megatron-2022", "megatron-deepspeed", "pytorch-fsdp", "deepspeed",
-                    "deepspeed-2021", "torch"]
+                    "deepspeed-2023", "deepspeed-2021", "torch"]
 
 DEFAULT_PLACEMENT = ("tp", "cp", "ep", "dp", "pp")
 
@@ -163,7 +163,7 @@ class TrainingSpec(BaseModel):
         "eagerly (before CUDA_MODULE_LOADING=LAZY became the default in CUDA 12.2) count here; 0 = derived from "
         "the GPU (cost_models/runtime_memory.py)")
     framework: Framework = Field(default="megatron", description="software stack whose documented behaviours "
-                                 "apply (cost_models/framework.py); the historic presets (-2021, -2022) refuse "
+                                 "apply (cost_models/framework.py); the historic presets (-2021, -2022, -2023) refuse "
                                  "features their code predates and megatron-deepspeed what that fork lacks "
                                  "(specs/framework_era.py)")
     compile: bool = Field(

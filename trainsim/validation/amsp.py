@@ -83,7 +83,8 @@ def load_amsp(path: Path | None = None, *, name: str = "amsp") -> Dataset:
          "(skipped rows): their published trend is the direction, not a checked number."),
         ("hardware: A800 80GB (A100 compute, NVLink 400 GB/s bidirectional), 8 per node, 4 HDR 200 Gb/s NICs per node "
          "(Sec. VI-A 2) -- dgx-a100 with the A800's NVLink and 4 NICs; leaf-spine placement not stated (rail-optimized)."),
-        ("software: DeepSpeed (framework deepspeed) bf16, FlashAttention-2, no recomputation for 7B/13B, micro-batch "
+        ("software: DeepSpeed v0.10-v0.12.3 (framework deepspeed-2023: its ZeRO++ baseline needs v0.10.0, the runs precede "
+         "v0.12.4) bf16, FlashAttention-2, no recomputation for 7B/13B, micro-batch "
          "1 x 4096 tokens, no TP/PP; overlap of communication with computation enabled in every baseline "
          "(Sec. VI-A 4): DeepSpeed overlap_comm, set with the overlap_grad_reduce column for the ZeRO-1 rows "
          "(ZeRO-3 overlaps by default)."),

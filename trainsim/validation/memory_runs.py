@@ -64,7 +64,7 @@ CROSS_ENTROPY = ("fused", "vocab_parallel", "eager_fp32", "eager_fp32_kept")
 OFFLOAD = {"none": (False, False), "optimizer": (True, False), "optimizer+params": (True, True)}
 CHECKPOINT_PLACES = ("gpu", "host")
 CATEGORY = {"torch": "torch FSDP2", "pytorch-fsdp": "torch FSDP1", "megatron": "Megatron",
-            "megatron-2021": "Megatron", "megatron-2022": "Megatron", "deepspeed": "DeepSpeed",
+            "megatron-2021": "Megatron", "megatron-2022": "Megatron", "deepspeed": "DeepSpeed", "deepspeed-2023": "DeepSpeed",
             "deepspeed-2021": "DeepSpeed"}
 
 MEMORY_CITATION = ("trainsim/data/validation/memory_runs.csv: torchtitan benchmarks (Llama 3.1 on H100, end of 2024; "
