@@ -94,14 +94,23 @@ launches -- module ``__call__`` and hook frames, ``autograd.Function`` wrappers,
 whole-pass timing on a GPU host with the op count known is the calibrated executor block's forward: 0.329 ms
 median on an H200 host (``trainsim calibrate --device cuda``, benchmarks/data/profile_h200.json) against its
 counted 174 us, 1.89x. Frameworks that run Megatron's legacy Python layer (``FrameworkBehaviour.megatron_layer``)
-are charged their counted seconds (block passes, DDP hooks and the sync lead-ins) times that ratio where no
-profile measured the host. The backward pass's timing (1.72 ms against 0.41 counted) is not used per block: it is
-one ``backward()`` call per block there, so it holds the autograd engine's start per call, which a training step
-pays once per micro-batch. With the ratio, the TP 8 Megatron layer forward is 0.61 ms (0.86 ms at the pace of 8
-ranks, ``host_jitter``), inside metaseq PR #270's 0.30-0.99 ms bracket above. The ratio rests on one block style
+are charged their counted forward seconds (forward passes, recomputed forwards and the sync lead-ins) times that
+ratio where no profile measured the host. The single-call backward timing (1.72 ms against 0.41 counted) is not
+used per block: it is one ``backward()`` call per block there, so it holds the autograd engine's start per call,
+which a training step pays once per micro-batch. The backward's per-block cost is measured apart, without that
+start: the executor's GPT chunk timed at 2 and 8 blocks (``kernels/host_issue_bench.py``, gradients held so every
+AccumulateGrad adds, as from a step's second micro-batch on) gives a slope of 1.225 ms per block backward on the
+same H200 host (``profile_h200.json`` ``host_issue_chunk``), 3.00x its counted 0.41 ms
+(``BACKWARD_FRAME_RATIO``): the autograd engine's per-node work (graph-task bookkeeping, input buffers, stream
+guards, the saved-tensor unpacking of each node) is host time the aten dispatch count does not see, and the
+backward has no module frames to share it with the forward's ratio. The legacy layer's own backward (its ops, TP
+collectives and DDP hooks) is charged at that ratio. With the ratios, the TP 8 Megatron layer forward is 0.61 ms
+(0.86 ms at the pace of 8 ranks, ``host_jitter``), inside metaseq PR #270's 0.30-0.99 ms bracket above, and its
+own backward 1.22 ms (1.44 ms at the pace of 8 ranks). The ratio rests on one block style
 (GPT) timed on one host (the H200 machine's Xeon) and carries that host's speed relative to the older x86 sources
-of ``ATEN_DISPATCH_S`` / ``KERNEL_LAUNCH_S``; the same profile's Llama block gives 2.41, so it is an estimate of
-Python-frame cost, not a constant of it. Megatron-Core (``megatron``) runs Transformer Engine's layers and keeps
+of ``ATEN_DISPATCH_S`` / ``KERNEL_LAUNCH_S``; the same profile's Llama block gives 2.41 forward (single call) and
+1.15 backward (chunk slope, 0.865 ms against 0.752 counted), so the ratios are estimates of Python-frame and
+autograd-engine cost for the GPT block style that Megatron's legacy layer shares, not constants of every block. Megatron-Core (``megatron``) runs Transformer Engine's layers and keeps
 the counted seconds.
 
 TP pace (``tp_paced``, cost_models.host_jitter): under TP every rank's pass waits for its peers at each TP
@@ -140,6 +149,13 @@ BLOCK_OPS = {
 # its counted 39 x 3.3 + 12 x 3.8 = 174.3 us: 1.89.
 MODULE_FRAME_RATIO = MEASURED_FWD[0] / (BLOCK_OPS["layernorm-gelu-learned"][0] * ATEN_DISPATCH_S
                                         + BLOCK_OPS["layernorm-gelu-learned"][1] * KERNEL_LAUNCH_S)
+# Host seconds of one block's backward inside a running backward pass over its counted seconds (module doc, "Python
+# frames"): the slope of the executor's GPT chunk timed at 2 and 8 blocks with the gradients held, 1.225 ms per
+# block (trainsim calibrate --device cuda on an H200 host, benchmarks/data/profile_h200.json
+# host_issue_chunk["layernorm-gelu-learned"].block_bwd_s), against its counted 94 x 3.3 + 26 x 3.8 = 408.8 us: 3.00.
+MEASURED_BWD_SLOPE_S = 0.001225295960903168
+BACKWARD_FRAME_RATIO = MEASURED_BWD_SLOPE_S / (BLOCK_OPS["layernorm-gelu-learned"][2] * ATEN_DISPATCH_S
+                                               + BLOCK_OPS["layernorm-gelu-learned"][3] * KERNEL_LAUNCH_S)
 # The executor's block under bf16 autocast (trainsim execute on a GPU: fp32 weights, torch.autocast around the
 # step's micro-batches), counted the same way under CPU autocast, whose lower-precision list casts the same linears
 # (aten addmm/mm): (first forward ops, kernels, later forward ops, kernels). The first forward of a step casts every
@@ -394,7 +410,10 @@ def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
         issue = replace(issue, bwd_s=issue.bwd_s + hooks * sum(op_seconds(scenario.cluster.host_cpu)),
                         bwd_ops=issue.bwd_ops + hooks)
     frames = MODULE_FRAME_RATIO if fw.megatron_layer and measured is None and t.host_issue_mode == "eager" else 1.0
-    issue = replace(issue, fwd_s=issue.fwd_s * frames, bwd_s=issue.bwd_s * frames)
+    recompute = issue.fwd_s if t.recompute == "full" else 0.0
+    bwd_frames = BACKWARD_FRAME_RATIO if frames != 1.0 else 1.0
+    issue = replace(issue, fwd_s=issue.fwd_s * frames,
+                    bwd_s=recompute * frames + (issue.bwd_s - recompute) * bwd_frames)
     if t.host_issue_mode == "eager" and scenario.layout.tp > 1:
         issue = tp_paced(issue, scenario.layout.tp, measured_sigma(profile, block_style(shp)),
                          recompute_full=t.recompute == "full")
