@@ -46,6 +46,16 @@ preallocated buffer, softmax, attention dropout, ``bmm``, ``permute().contiguous
 added apart from the GEMMs and two bias-dropout-adds. ``trainsim.kernels.megatron_block`` writes that layer op
 for op from Megatron-DeepSpeed's ``megatron/model/transformer.py``; the counter gives 59 ops / 30 kernels
 forward and 87 / 28 backward (``"megatron-gpt-unfused"``) against the executor block's 39 / 12 and 94 / 26.
+Megatron's ``FusedScaleMaskSoftmax`` runs its fused kernel only where the kernel's constraints hold
+(``megatron_fused_softmax``: fp16/bf16 scores, more than 16 keys, the query length and ``b * np`` -- micro-batch
+times heads per TP rank -- multiples of 4; Megatron-DeepSpeed ``megatron/model/fused_softmax.py``, read_file id
+20226917267, the same ``attn_batches % 4`` rule in every Megatron version found, e.g. find_string id 25104479622);
+elsewhere, e.g. 16 heads at TP 8 and micro-batch 1 (2 attention batches), it takes its eager path: the cast to
+fp32, the scale, ``masked_fill_``, ``Softmax`` and the cast back, 63 / 34 forward and 91 / 32 backward
+(``"megatron-gpt-unfused-eager-softmax"``, counted on fp16 tensors). The version-dependent upper bound on the key
+length (2,048 in Megatron-DeepSpeed, 4,096 in later Megatron-LM) is not applied, and the eager path's extra fp32
+HBM passes over the ``b x np x s x s`` scores are not added to the GPU time (the generic softmax op stands for
+them; where the path applies the scores are small: 8 MB in fp32 at s = 1,024 with 2 attention batches).
 Host work outside aten dispatch (Python ``autograd.Function`` wrappers of Megatron's linears and fused kernels,
 the RNG-tracker fork around attention dropout, DeepSpeed's ``CheckpointFunction`` RNG save/restore) is not
 counted: it synchronises nothing with the device (``torch.cuda.get_rng_state`` copies the generator's seed and
@@ -142,7 +152,13 @@ BLOCK_OPS = {
     "rmsnorm-swiglu-rope": (85, 48, 144, 73),
     # Megatron's legacy GPT layer without FlashAttention (trainsim.kernels.megatron_block, see "Megatron's layer")
     "megatron-gpt-unfused": (59, 30, 87, 28),
+    # ... where its fused softmax kernel does not apply and FusedScaleMaskSoftmax runs its eager path (module doc)
+    "megatron-gpt-unfused-eager-softmax": (63, 34, 91, 32),
 }
+# Megatron's fused scaled-masked-softmax kernel needs ``b * np`` (micro-batch x heads per TP rank) and the query
+# length to be multiples of 4, more than 16 keys and fp16/bf16 scores (module doc, "Megatron's layer").
+FUSED_SOFTMAX_MULTIPLE = 4
+FUSED_SOFTMAX_MIN_KEYS = 16
 # Host seconds of a whole eager block pass over its counted aten dispatch and launch seconds, as measured on a
 # GPU host (module doc, "Python frames"): the executor's GPT block forward, 0.329 ms median (trainsim calibrate
 # --device cuda on an H200 host, benchmarks/data/profile_h200.json host_issue; host_jitter.MEASURED_FWD) against
@@ -198,12 +214,22 @@ def op_seconds(host_cpu: str = "x86") -> tuple[float, float]:
     return ATEN_DISPATCH_S * scale, KERNEL_LAUNCH_S * scale
 
 
-def issue_style(style: str, *, megatron_layer: bool, flash: bool) -> str:
+def issue_style(style: str, *, megatron_layer: bool, flash: bool, fused_softmax: bool = True) -> str:
     """Key of ``BLOCK_OPS`` for a block of ``style``: Megatron's unfused GPT layer where the framework runs it
-    without FlashAttention, else the executor's block of that style."""
+    without FlashAttention (with its eager softmax path where the fused kernel does not apply), else the
+    executor's block of that style."""
     if megatron_layer and not flash and style == "layernorm-gelu-learned":
-        return "megatron-gpt-unfused"
+        return "megatron-gpt-unfused" if fused_softmax else "megatron-gpt-unfused-eager-softmax"
     return style
+
+
+def megatron_fused_softmax(shp) -> bool:
+    """Whether Megatron's ``FusedScaleMaskSoftmax`` runs its fused kernel for a block of shape ``shp`` (module doc,
+    "Megatron's layer"): fp16/bf16 scores, more than 16 keys, query length and ``b * np`` multiples of 4."""
+    attn_batches = shp.b * (shp.a // shp.tp)
+    sq = shp.s // shp.cp
+    return (shp.dtype in ("fp16", "bf16") and shp.s > FUSED_SOFTMAX_MIN_KEYS
+            and sq % FUSED_SOFTMAX_MULTIPLE == 0 and attn_batches % FUSED_SOFTMAX_MULTIPLE == 0)
 
 
 def block_counts(style: str) -> tuple[int, int, int, int]:
@@ -400,7 +426,7 @@ def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
         measured = (ov_f * n_f, ov_b * n_b)
     t = scenario.training
     style = issue_style(block_style(shp), megatron_layer=framework.behaviour(t.framework).megatron_layer,
-                        flash=shp.flash)
+                        flash=shp.flash, fused_softmax=megatron_fused_softmax(shp))
     fw = framework.behaviour(t.framework)
     issue = block_issue(style, recompute_full=t.recompute == "full",
                         tp_collectives=tp_collective_calls(scenario), mode=t.host_issue_mode,
