@@ -115,8 +115,8 @@ same H200 host (``profile_h200.json`` ``host_issue_chunk``), 3.00x its counted 0
 guards, the saved-tensor unpacking of each node) is host time the aten dispatch count does not see, and the
 backward has no module frames to share it with the forward's ratio. The legacy layer's own backward (its ops, TP
 collectives and DDP hooks) is charged at that ratio. With the ratios, the TP 8 Megatron layer forward is 0.61 ms
-(0.86 ms at the pace of 8 ranks, ``host_jitter``), inside metaseq PR #270's 0.30-0.99 ms bracket above, and its
-own backward 1.22 ms (1.44 ms at the pace of 8 ranks). The ratio rests on one block style
+(0.92 ms at the pace of 8 ranks, ``host_jitter``), inside metaseq PR #270's 0.30-0.99 ms bracket above, and its
+own backward 1.22 ms (1.49 ms at the pace of 8 ranks). The ratio rests on one block style
 (GPT) timed on one host (the H200 machine's Xeon) and carries that host's speed relative to the older x86 sources
 of ``ATEN_DISPATCH_S`` / ``KERNEL_LAUNCH_S``; the same profile's Llama block gives 2.41 forward (single call) and
 1.15 backward (chunk slope, 0.865 ms against 0.752 counted), so the ratios are estimates of Python-frame and
