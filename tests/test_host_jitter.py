@@ -78,6 +78,33 @@ def test_chunk_idle_is_per_block_where_every_block_syncs():
     assert hi.chunk_idle_s(free, 4, 10.0e-3, 20.0e-3, blocks=blocks) == (0.0, 0.0)
 
 
+def test_a_block_forward_sync_waits_for_the_collective_past_the_host():
+    """Host 1.5 ms per block forward against 1.0 ms of GPU, a 0.3 ms all-reduce drained by the sync of which the
+    host's 0.1 ms issue after it hides a part: each host-bound block forward lasts 1.5 + 0.2 ms; a GPU-bound block
+    (2.0 ms) is not stretched; without a per-block sync there is no tail."""
+    synced = hi.PassIssue(fwd_s=1.5e-3, bwd_s=2.0e-3, fwd_ops=1, bwd_ops=1, sync_fwd_s=1e-5, sync_bwd_s=1e-5,
+                          sync_overlap_s=0.1e-3)
+    assert hi.sync_tail_s(synced, 0.3e-3) == pytest.approx(0.2e-3)
+    assert hi.sync_tail_s(synced, 0.05e-3) == 0.0
+    f, b = hi.chunk_idle_s(synced, 4, 10.0e-3, 20.0e-3, blocks=((4, 1.0e-3, 1.0e-3, 0.3e-3),))
+    assert f == pytest.approx(4 * (0.7e-3 + 1e-5))
+    assert b == pytest.approx(4 * (1.2e-3 + 1e-5))   # the recomputed forward's sync drains it too
+    f, _ = hi.chunk_idle_s(synced, 4, 10.0e-3, 20.0e-3, blocks=((4, 2.0e-3, 3.0e-3, 0.3e-3),))
+    assert f == pytest.approx(4 * 1e-5)
+    free = hi.PassIssue(fwd_s=1.5e-3, bwd_s=2.0e-3, fwd_ops=1, bwd_ops=1, sync_overlap_s=0.1e-3)
+    assert hi.sync_tail_s(free, 0.3e-3) == 0.0
+
+
+def test_the_sync_overlap_is_the_counted_ops_after_the_collective():
+    """megatron-deepspeed at TP 8: the bias-dropout-add, layer norm and scalar between the attention's all-reduce
+    and the sync (7 dispatches, 5 launches) at the legacy layer's forward ratio and the 8 ranks' pace."""
+    s = _scenario("megatron-deepspeed", 50304)
+    issue = hi.scenario_block_issue(s)
+    want = (7 * hi.ATEN_DISPATCH_S + 5 * hi.KERNEL_LAUNCH_S) * hi.MODULE_FRAME_RATIO * hj.pace(8, hj.DEFAULT_SIGMA[0])
+    assert issue.sync_overlap_s == pytest.approx(want)
+    assert hi.scenario_block_issue(_scenario("megatron-2021", 50304)).sync_overlap_s == 0.0
+
+
 def _scenario(framework: str, vocab: int):
     model = {"name": "g", "num_layers": 4, "hidden": 512, "num_heads": 8, "ffn_hidden": 2048, "vocab_size": vocab,
              "max_seq_len": 1024}

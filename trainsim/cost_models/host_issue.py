@@ -74,6 +74,15 @@ is idle on its own, and the chunk's other GPU work (embedding, logits, loss) can
   copy), then ``dense_h_to_4h``'s ``torch.matmul(input, weight.t())`` up to its GEMM (``t``, ``view``, ``mm``:
   3 dispatches, 1 kernel): 5 dispatches, 2 launches (the dispatch counter sees exactly these ops,
   ``tests/test_host_issue_time.py``). A recomputed forward pays it again.
+* the block forward's sync waits for the GPU to drain, and what it drains ends with the attention's output
+  collective: Megatron-DeepSpeed's layer runs ``self_attention`` (whose ``RowParallelLinear`` all-reduces its
+  output), ``bias_dropout_add``, ``post_attention_layernorm`` and then creates the scalars. Where the pass is
+  host-bound, the GPU starts that collective only once the slowest rank's host has launched it (a TP collective
+  completes only when every rank has joined), so the sync returns a collective's time after that launch, of which
+  the host's own issue of the ops in between (``SYNC_TAIL_HOST``: the bias-dropout-add's ``expand``, ``add``,
+  ``native_dropout``, ``add``, the layer norm, the first scalar's ``lift_fresh`` and copy: 7 dispatches,
+  5 launches) hides a part: the rest (``sync_tail_s``) adds to the host's time of the pass (``chunk_idle_s``). The
+  kernels in between (a few microseconds each) are not added.
 * per micro-batch (``SYNC_LEAD_MICROBATCH``, from the first sync of ``broadcast_data``, the sizes copied to the
   GPU as ``get_accelerator().LongTensor(sizes)``, to the first block's QKV GEMM; pretrain_gpt.py ``get_batch``,
   megatron/utils.py ``get_ltor_masks_and_position_ids`` with its defaults, megatron/model/language_model.py
@@ -191,6 +200,9 @@ HOST_ISSUE_MODES = ("eager", "cuda_graphs", "compile")
 SYNC_LEAD_BLOCK = (2 + 3, 1 + 1)
 SYNC_LEAD_MICROBATCH = (2 + 8 + 4 + 1 + 2 + 7 + 8 + 6 + 7, 2 + 0 + 1 + 1 + 0 + 2 + 5 + 5 + 2)
 SYNC_LEAD_VOCAB_PARALLEL = (8, 8)
+# (aten dispatches, kernel launches or copies) the host issues between the attention's output all-reduce and the
+# block forward's sync (module doc, "Host syncs"): bias-dropout-add 4 / 3, layer norm 1 / 1, the scalar 2 / 1.
+SYNC_TAIL_HOST = (4 + 1 + 2, 3 + 1 + 1)
 
 
 @dataclass(frozen=True)
@@ -206,6 +218,7 @@ class PassIssue:
     microbatch_sync_s: float = 0.0  # ... after the micro-batch's sync, before the first block
     microbatch_fwd_s: float = 0.0   # host seconds per micro-batch outside the blocks: embedding, head, loss, start
     microbatch_bwd_s: float = 0.0   # ... of its backward (the loss's and head's backward, the autograd engine's start)
+    sync_overlap_s: float = 0.0     # host seconds between the collective a block forward's sync drains and the sync
 
 
 def op_seconds(host_cpu: str = "x86") -> tuple[float, float]:
@@ -294,17 +307,27 @@ def queued_idle_s(host_f: float, host_b: float, gpu_f: float, gpu_b: float, n: i
     return max(0.0, host_f - gpu_f, n * d + max(0.0, gpu_b - host_b))
 
 
+def sync_tail_s(issue: PassIssue, collective_s: float) -> float:
+    """Seconds a host-bound block forward's sync waits beyond the host's own issue (module doc, "Host syncs"):
+    the collective it drains (``collective_s``, launched last by the slowest rank) less the host's issue of the ops
+    between that collective and the sync; 0 without a sync per block forward."""
+    if issue.sync_fwd_s <= 0:
+        return 0.0
+    return max(0.0, collective_s - issue.sync_overlap_s)
+
+
 def chunk_idle_s(issue: PassIssue | None, layers: int, gpu_fwd_s: float, gpu_bwd_s: float,
-                 first: bool = False, blocks: tuple[tuple[int, float, float], ...] = (),
+                 first: bool = False, blocks: tuple[tuple[float, ...], ...] = (),
                  queued: int = 0) -> tuple[float, float]:
     """(forward, backward) GPU idle of a chunk of ``layers`` blocks per micro-batch whose passes keep the GPU busy
     ``gpu_fwd_s`` / ``gpu_bwd_s``, the lead-ins after the framework's host syncs included (``first``: the chunk
     that starts the micro-batch, after its sync, and carries the micro-batch's host work outside the blocks);
     (0, 0) where the host is not modelled apart (``issue`` None) or no blocks.
 
-    ``blocks`` are the chunk's (count, forward GPU seconds, backward GPU seconds) per block kind: where the
-    framework syncs in every block's forward (``issue.sync_fwd_s``; its backward too under full recompute,
-    ``issue.sync_bwd_s``) the host cannot run ahead past a block, so each block's host excess is idle on its own
+    ``blocks`` are the chunk's (count, forward GPU seconds, backward GPU seconds[, seconds of the collective the
+    forward's sync drains]) per block kind: where the framework syncs in every block's forward (``issue.sync_fwd_s``;
+    its backward too under full recompute, ``issue.sync_bwd_s``) the host cannot run ahead past a block, so each
+    block's host excess, with the collective's tail past the host at the sync (``sync_tail_s``), is idle on its own
     (module doc, "Host syncs") and the chunk's other GPU work (embedding, logits and loss) hides none of it.
     ``queued`` > 0: the chunk is the whole model and its ``queued`` micro-batches are issued back to back without
     host syncs (trainsim execute's gradient accumulation): the step's idle is ``queued_idle_s``, charged evenly to
@@ -318,10 +341,11 @@ def chunk_idle_s(issue: PassIssue | None, layers: int, gpu_fwd_s: float, gpu_bwd
         return idle / queued + lead_f, layers * issue.sync_bwd_s
     idle_f = host_idle_s(gpu_fwd_s, layers * issue.fwd_s + mb_f)
     idle_b = host_idle_s(gpu_bwd_s, layers * issue.bwd_s + mb_b)
+    tails = [sync_tail_s(issue, kind[3] if len(kind) > 3 else 0.0) for kind in blocks]
     if blocks and issue.sync_fwd_s > 0:
-        idle_f = sum(k * host_idle_s(f, issue.fwd_s) for k, f, _ in blocks) + mb_f
+        idle_f = sum(kind[0] * host_idle_s(kind[1], issue.fwd_s + t) for kind, t in zip(blocks, tails)) + mb_f
     if blocks and issue.sync_bwd_s > 0:
-        idle_b = sum(k * host_idle_s(b, issue.bwd_s) for k, _, b in blocks) + mb_b
+        idle_b = sum(kind[0] * host_idle_s(kind[2], issue.bwd_s + t) for kind, t in zip(blocks, tails)) + mb_b
     return idle_f + lead_f, idle_b + layers * issue.sync_bwd_s
 
 
@@ -447,4 +471,8 @@ def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
         return issue  # a captured graph cannot hold a host sync
     f, b, mb = sync_leads(fw.block_forward_syncs, fw.microbatch_syncs, tp=scenario.layout.tp,
                           recompute_full=t.recompute == "full", host_cpu=scenario.cluster.host_cpu)
-    return replace(issue, sync_fwd_s=f * frames, sync_bwd_s=b * frames, microbatch_sync_s=mb * frames)
+    d, k = op_seconds(scenario.cluster.host_cpu)
+    f_pace = pace(scenario.layout.tp, measured_sigma(profile, block_style(shp))[0])
+    overlap = (SYNC_TAIL_HOST[0] * d + SYNC_TAIL_HOST[1] * k) * frames * f_pace if fw.block_forward_syncs else 0.0
+    return replace(issue, sync_fwd_s=f * frames, sync_bwd_s=b * frames, microbatch_sync_s=mb * frames,
+                   sync_overlap_s=overlap)
