@@ -191,6 +191,39 @@ def test_the_op_count_command_recounts_every_style(capsys):
     assert out.count("same") == len(hi.BLOCK_OPS) and "differs" not in out
 
 
+@pytest.mark.torch
+def test_megatron_eager_softmax_path_adds_its_casts_scale_and_mask():
+    """Where Megatron's fused softmax kernel does not apply, FusedScaleMaskSoftmax's eager path replaces the one
+    softmax op by the fp32 cast, the scale, masked_fill_, softmax and the fp16 cast: 4 more ops and kernels each
+    way, at any width, sequence and micro-batch (megatron_block, fused_softmax=False)."""
+    pytest.importorskip("torch")
+    from trainsim.kernels.op_count import count_megatron_layer_ops
+
+    for hidden, heads, seq, mb in ((256, 4, 64, 1), (2048, 16, 128, 2)):
+        eager = count_megatron_layer_ops(hidden, heads, 4 * hidden, seq_len=seq, micro_batch=mb,
+                                         fused_softmax=False).as_tuple()
+        assert eager == hi.BLOCK_OPS["megatron-gpt-unfused-eager-softmax"]
+        assert [e - f for e, f in zip(eager, hi.BLOCK_OPS["megatron-gpt-unfused"])] == [4, 4, 4, 4]
+
+
+@pytest.mark.parametrize(("tp", "mb", "dtype", "fused"), [(8, 1, "fp16", False), (8, 2, "fp16", True),
+                                                          (4, 1, "fp16", True), (1, 1, "bf16", True),
+                                                          (8, 3, "fp16", False), (4, 1, "fp32", False)])
+def test_megatron_fused_softmax_needs_attention_batches_in_fours(tp, mb, dtype, fused):
+    """16 heads: b * np = mb * 16 / tp must be a multiple of 4 and the scores fp16/bf16 (Megatron's
+    FusedScaleMaskSoftmax), so TP 8 at micro-batch 1 (2 attention batches) takes the eager softmax path."""
+    from trainsim.cost_models.shapes import layer_shape
+    model = {"name": "gpt", "num_layers": 2, "hidden": 1024, "num_heads": 16, "ffn_hidden": 4096,
+             "vocab_size": 32000, "max_seq_len": 256}
+    training = {"seq_len": 256, "global_batch": 8 * mb, "micro_batch": mb, "framework": "megatron-2022",
+                "dtype": dtype, "flash_attention": False}
+    s = build_scenario({"model": model, "cluster": "dgx-a100", "gpus": 8, "layout": {"tp": tp},
+                        "training": training})
+    assert hi.megatron_fused_softmax(layer_shape(s)) is fused
+    style = hi.issue_style("layernorm-gelu-learned", megatron_layer=True, flash=False, fused_softmax=fused)
+    assert style == ("megatron-gpt-unfused" if fused else "megatron-gpt-unfused-eager-softmax")
+
+
 def test_megatron_layer_count_applies_to_its_frameworks_without_flash():
     assert hi.issue_style("layernorm-gelu-learned", megatron_layer=True, flash=False) == "megatron-gpt-unfused"
     assert hi.issue_style("layernorm-gelu-learned", megatron_layer=True, flash=True) == "layernorm-gelu-learned"
@@ -205,8 +238,9 @@ def test_scenario_issue_time_of_megatron_layer_closed_form(framework, counted):
     """Full recompute at TP 2 without FlashAttention: forward = ops x 3.3 us + kernels x 3.8 us (2 all-reduces
     added), backward = its own ops plus the recomputed forward's plus Megatron's local-DDP hooks' main_grad.add_
     (2021: all 12 tensors of the layer; 2022: its 4 biases and 4 norm tensors; Megatron-Core: none counted); the
-    legacy Python layer (2021, 2022) at the measured whole-pass ratio, 0.329 ms for the executor's GPT block forward
-    on a GPU host against its counted 39 x 3.3 + 12 x 3.8 us; each pass at the pace of the slower of the 2 ranks'
+    legacy Python layer (2021, 2022) at the measured whole-pass ratios, forward 0.329 ms for the executor's GPT block
+    on a GPU host against its counted 39 x 3.3 + 12 x 3.8 us, backward (hooks included) 1.225 ms per block inside a
+    running backward against its counted 94 x 3.3 + 26 x 3.8 us; each pass at the pace of the slower of the 2 ranks'
     hosts: for two log-normal draws E[max] / E = 2 Phi(sigma / sqrt 2)."""
     from statistics import NormalDist
 
@@ -216,11 +250,12 @@ def test_scenario_issue_time_of_megatron_layer_closed_form(framework, counted):
     d, k = hi.ATEN_DISPATCH_S, hi.KERNEL_LAUNCH_S
     f_pace, b_pace = (2 * NormalDist().cdf(sg / 2 ** 0.5) for sg in DEFAULT_SIGMA)
     frames = 0.3289760053157806e-3 / (39 * 3.3e-6 + 12 * 3.8e-6) if framework != "megatron" else 1.0
+    bwd_frames = 1.225295960903168e-3 / (94 * 3.3e-6 + 26 * 3.8e-6) if framework != "megatron" else 1.0
     fwd = ((f_ops + 2) * d + (f_k + 2) * k) * frames * f_pace
     issue = hi.scenario_block_issue(s)
     assert issue.fwd_s == pytest.approx(fwd)
     hooks = {"megatron-2021": 12, "megatron-2022": 8, "megatron": 0}[framework]
-    assert issue.bwd_s == pytest.approx(((b_ops + 2 + hooks) * d + (b_k + 2 + hooks) * k) * frames * b_pace + fwd)
+    assert issue.bwd_s == pytest.approx(((b_ops + 2 + hooks) * d + (b_k + 2 + hooks) * k) * bwd_frames * b_pace + fwd)
 
 
 def test_megatron_forward_issue_lies_within_a_measured_tp8_bracket():

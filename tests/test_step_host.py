@@ -162,8 +162,10 @@ def test_megatron_ddp_hooks_add_to_the_backward_issue(framework, adds):
     base = hi.block_issue(hi.issue_style(block_style(shp), megatron_layer=behaviour(framework).megatron_layer,
                                          flash=shp.flash), recompute_full=sc.training.recompute == "full")
     issue = hi.scenario_block_issue(sc)
-    frames = hi.MODULE_FRAME_RATIO if behaviour(framework).megatron_layer else 1.0   # the legacy Python layer's
-    assert issue.bwd_s == pytest.approx((base.bwd_s + adds * (D + K)) * frames)
+    megatron_layer = behaviour(framework).megatron_layer   # the legacy Python layer's measured ratios
+    frames, bwd_frames = (hi.MODULE_FRAME_RATIO, hi.BACKWARD_FRAME_RATIO) if megatron_layer else (1.0, 1.0)
+    recomputed = base.fwd_s if sc.training.recompute == "full" else 0.0
+    assert issue.bwd_s == pytest.approx(recomputed * frames + (base.bwd_s - recomputed + adds * (D + K)) * bwd_frames)
 
 
 @pytest.mark.parametrize("framework", ["deepspeed", "megatron-deepspeed"])

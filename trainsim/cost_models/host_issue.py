@@ -46,6 +46,16 @@ preallocated buffer, softmax, attention dropout, ``bmm``, ``permute().contiguous
 added apart from the GEMMs and two bias-dropout-adds. ``trainsim.kernels.megatron_block`` writes that layer op
 for op from Megatron-DeepSpeed's ``megatron/model/transformer.py``; the counter gives 59 ops / 30 kernels
 forward and 87 / 28 backward (``"megatron-gpt-unfused"``) against the executor block's 39 / 12 and 94 / 26.
+Megatron's ``FusedScaleMaskSoftmax`` runs its fused kernel only where the kernel's constraints hold
+(``megatron_fused_softmax``: fp16/bf16 scores, more than 16 keys, the query length and ``b * np`` -- micro-batch
+times heads per TP rank -- multiples of 4; Megatron-DeepSpeed ``megatron/model/fused_softmax.py``, read_file id
+20226917267, the same ``attn_batches % 4`` rule in every Megatron version found, e.g. find_string id 25104479622);
+elsewhere, e.g. 16 heads at TP 8 and micro-batch 1 (2 attention batches), it takes its eager path: the cast to
+fp32, the scale, ``masked_fill_``, ``Softmax`` and the cast back, 63 / 34 forward and 91 / 32 backward
+(``"megatron-gpt-unfused-eager-softmax"``, counted on fp16 tensors). The version-dependent upper bound on the key
+length (2,048 in Megatron-DeepSpeed, 4,096 in later Megatron-LM) is not applied, and the eager path's extra fp32
+HBM passes over the ``b x np x s x s`` scores are not added to the GPU time (the generic softmax op stands for
+them; where the path applies the scores are small: 8 MB in fp32 at s = 1,024 with 2 attention batches).
 Host work outside aten dispatch (Python ``autograd.Function`` wrappers of Megatron's linears and fused kernels,
 the RNG-tracker fork around attention dropout, DeepSpeed's ``CheckpointFunction`` RNG save/restore) is not
 counted: it synchronises nothing with the device (``torch.cuda.get_rng_state`` copies the generator's seed and
@@ -64,6 +74,15 @@ is idle on its own, and the chunk's other GPU work (embedding, logits, loss) can
   copy), then ``dense_h_to_4h``'s ``torch.matmul(input, weight.t())`` up to its GEMM (``t``, ``view``, ``mm``:
   3 dispatches, 1 kernel): 5 dispatches, 2 launches (the dispatch counter sees exactly these ops,
   ``tests/test_host_issue_time.py``). A recomputed forward pays it again.
+* the block forward's sync waits for the GPU to drain, and what it drains ends with the attention's output
+  collective: Megatron-DeepSpeed's layer runs ``self_attention`` (whose ``RowParallelLinear`` all-reduces its
+  output), ``bias_dropout_add``, ``post_attention_layernorm`` and then creates the scalars. Where the pass is
+  host-bound, the GPU starts that collective only once the slowest rank's host has launched it (a TP collective
+  completes only when every rank has joined), so the sync returns a collective's time after that launch, of which
+  the host's own issue of the ops in between (``SYNC_TAIL_HOST``: the bias-dropout-add's ``expand``, ``add``,
+  ``native_dropout``, ``add``, the layer norm, the first scalar's ``lift_fresh`` and copy: 7 dispatches,
+  5 launches) hides a part: the rest (``sync_tail_s``) adds to the host's time of the pass (``chunk_idle_s``). The
+  kernels in between (a few microseconds each) are not added.
 * per micro-batch (``SYNC_LEAD_MICROBATCH``, from the first sync of ``broadcast_data``, the sizes copied to the
   GPU as ``get_accelerator().LongTensor(sizes)``, to the first block's QKV GEMM; pretrain_gpt.py ``get_batch``,
   megatron/utils.py ``get_ltor_masks_and_position_ids`` with its defaults, megatron/model/language_model.py
@@ -94,14 +113,23 @@ launches -- module ``__call__`` and hook frames, ``autograd.Function`` wrappers,
 whole-pass timing on a GPU host with the op count known is the calibrated executor block's forward: 0.329 ms
 median on an H200 host (``trainsim calibrate --device cuda``, benchmarks/data/profile_h200.json) against its
 counted 174 us, 1.89x. Frameworks that run Megatron's legacy Python layer (``FrameworkBehaviour.megatron_layer``)
-are charged their counted seconds (block passes, DDP hooks and the sync lead-ins) times that ratio where no
-profile measured the host. The backward pass's timing (1.72 ms against 0.41 counted) is not used per block: it is
-one ``backward()`` call per block there, so it holds the autograd engine's start per call, which a training step
-pays once per micro-batch. With the ratio, the TP 8 Megatron layer forward is 0.61 ms (0.86 ms at the pace of 8
-ranks, ``host_jitter``), inside metaseq PR #270's 0.30-0.99 ms bracket above. The ratio rests on one block style
+are charged their counted forward seconds (forward passes, recomputed forwards and the sync lead-ins) times that
+ratio where no profile measured the host. The single-call backward timing (1.72 ms against 0.41 counted) is not
+used per block: it is one ``backward()`` call per block there, so it holds the autograd engine's start per call,
+which a training step pays once per micro-batch. The backward's per-block cost is measured apart, without that
+start: the executor's GPT chunk timed at 2 and 8 blocks (``kernels/host_issue_bench.py``, gradients held so every
+AccumulateGrad adds, as from a step's second micro-batch on) gives a slope of 1.225 ms per block backward on the
+same H200 host (``profile_h200.json`` ``host_issue_chunk``), 3.00x its counted 0.41 ms
+(``BACKWARD_FRAME_RATIO``): the autograd engine's per-node work (graph-task bookkeeping, input buffers, stream
+guards, the saved-tensor unpacking of each node) is host time the aten dispatch count does not see, and the
+backward has no module frames to share it with the forward's ratio. The legacy layer's own backward (its ops, TP
+collectives and DDP hooks) is charged at that ratio. With the ratios, the TP 8 Megatron layer forward is 0.61 ms
+(0.92 ms at the pace of 8 ranks, ``host_jitter``), inside metaseq PR #270's 0.30-0.99 ms bracket above, and its
+own backward 1.22 ms (1.49 ms at the pace of 8 ranks). The ratio rests on one block style
 (GPT) timed on one host (the H200 machine's Xeon) and carries that host's speed relative to the older x86 sources
-of ``ATEN_DISPATCH_S`` / ``KERNEL_LAUNCH_S``; the same profile's Llama block gives 2.41, so it is an estimate of
-Python-frame cost, not a constant of it. Megatron-Core (``megatron``) runs Transformer Engine's layers and keeps
+of ``ATEN_DISPATCH_S`` / ``KERNEL_LAUNCH_S``; the same profile's Llama block gives 2.41 forward (single call) and
+1.15 backward (chunk slope, 0.865 ms against 0.752 counted), so the ratios are estimates of Python-frame and
+autograd-engine cost for the GPT block style that Megatron's legacy layer shares, not constants of every block. Megatron-Core (``megatron``) runs Transformer Engine's layers and keeps
 the counted seconds.
 
 TP pace (``tp_paced``, cost_models.host_jitter): under TP every rank's pass waits for its peers at each TP
@@ -133,13 +161,26 @@ BLOCK_OPS = {
     "rmsnorm-swiglu-rope": (85, 48, 144, 73),
     # Megatron's legacy GPT layer without FlashAttention (trainsim.kernels.megatron_block, see "Megatron's layer")
     "megatron-gpt-unfused": (59, 30, 87, 28),
+    # ... where its fused softmax kernel does not apply and FusedScaleMaskSoftmax runs its eager path (module doc)
+    "megatron-gpt-unfused-eager-softmax": (63, 34, 91, 32),
 }
+# Megatron's fused scaled-masked-softmax kernel needs ``b * np`` (micro-batch x heads per TP rank) and the query
+# length to be multiples of 4, more than 16 keys and fp16/bf16 scores (module doc, "Megatron's layer").
+FUSED_SOFTMAX_MULTIPLE = 4
+FUSED_SOFTMAX_MIN_KEYS = 16
 # Host seconds of a whole eager block pass over its counted aten dispatch and launch seconds, as measured on a
 # GPU host (module doc, "Python frames"): the executor's GPT block forward, 0.329 ms median (trainsim calibrate
 # --device cuda on an H200 host, benchmarks/data/profile_h200.json host_issue; host_jitter.MEASURED_FWD) against
 # its counted 39 x 3.3 + 12 x 3.8 = 174.3 us: 1.89.
 MODULE_FRAME_RATIO = MEASURED_FWD[0] / (BLOCK_OPS["layernorm-gelu-learned"][0] * ATEN_DISPATCH_S
                                         + BLOCK_OPS["layernorm-gelu-learned"][1] * KERNEL_LAUNCH_S)
+# Host seconds of one block's backward inside a running backward pass over its counted seconds (module doc, "Python
+# frames"): the slope of the executor's GPT chunk timed at 2 and 8 blocks with the gradients held, 1.225 ms per
+# block (trainsim calibrate --device cuda on an H200 host, benchmarks/data/profile_h200.json
+# host_issue_chunk["layernorm-gelu-learned"].block_bwd_s), against its counted 94 x 3.3 + 26 x 3.8 = 408.8 us: 3.00.
+MEASURED_BWD_SLOPE_S = 0.001225295960903168
+BACKWARD_FRAME_RATIO = MEASURED_BWD_SLOPE_S / (BLOCK_OPS["layernorm-gelu-learned"][2] * ATEN_DISPATCH_S
+                                               + BLOCK_OPS["layernorm-gelu-learned"][3] * KERNEL_LAUNCH_S)
 # The executor's block under bf16 autocast (trainsim execute on a GPU: fp32 weights, torch.autocast around the
 # step's micro-batches), counted the same way under CPU autocast, whose lower-precision list casts the same linears
 # (aten addmm/mm): (first forward ops, kernels, later forward ops, kernels). The first forward of a step casts every
@@ -159,6 +200,9 @@ HOST_ISSUE_MODES = ("eager", "cuda_graphs", "compile")
 SYNC_LEAD_BLOCK = (2 + 3, 1 + 1)
 SYNC_LEAD_MICROBATCH = (2 + 8 + 4 + 1 + 2 + 7 + 8 + 6 + 7, 2 + 0 + 1 + 1 + 0 + 2 + 5 + 5 + 2)
 SYNC_LEAD_VOCAB_PARALLEL = (8, 8)
+# (aten dispatches, kernel launches or copies) the host issues between the attention's output all-reduce and the
+# block forward's sync (module doc, "Host syncs"): bias-dropout-add 4 / 3, layer norm 1 / 1, the scalar 2 / 1.
+SYNC_TAIL_HOST = (4 + 1 + 2, 3 + 1 + 1)
 
 
 @dataclass(frozen=True)
@@ -174,6 +218,7 @@ class PassIssue:
     microbatch_sync_s: float = 0.0  # ... after the micro-batch's sync, before the first block
     microbatch_fwd_s: float = 0.0   # host seconds per micro-batch outside the blocks: embedding, head, loss, start
     microbatch_bwd_s: float = 0.0   # ... of its backward (the loss's and head's backward, the autograd engine's start)
+    sync_overlap_s: float = 0.0     # host seconds between the collective a block forward's sync drains and the sync
 
 
 def op_seconds(host_cpu: str = "x86") -> tuple[float, float]:
@@ -182,12 +227,22 @@ def op_seconds(host_cpu: str = "x86") -> tuple[float, float]:
     return ATEN_DISPATCH_S * scale, KERNEL_LAUNCH_S * scale
 
 
-def issue_style(style: str, *, megatron_layer: bool, flash: bool) -> str:
+def issue_style(style: str, *, megatron_layer: bool, flash: bool, fused_softmax: bool = True) -> str:
     """Key of ``BLOCK_OPS`` for a block of ``style``: Megatron's unfused GPT layer where the framework runs it
-    without FlashAttention, else the executor's block of that style."""
+    without FlashAttention (with its eager softmax path where the fused kernel does not apply), else the
+    executor's block of that style."""
     if megatron_layer and not flash and style == "layernorm-gelu-learned":
-        return "megatron-gpt-unfused"
+        return "megatron-gpt-unfused" if fused_softmax else "megatron-gpt-unfused-eager-softmax"
     return style
+
+
+def megatron_fused_softmax(shp) -> bool:
+    """Whether Megatron's ``FusedScaleMaskSoftmax`` runs its fused kernel for a block of shape ``shp`` (module doc,
+    "Megatron's layer"): fp16/bf16 scores, more than 16 keys, query length and ``b * np`` multiples of 4."""
+    attn_batches = shp.b * (shp.a // shp.tp)
+    sq = shp.s // shp.cp
+    return (shp.dtype in ("fp16", "bf16") and shp.s > FUSED_SOFTMAX_MIN_KEYS
+            and sq % FUSED_SOFTMAX_MULTIPLE == 0 and attn_batches % FUSED_SOFTMAX_MULTIPLE == 0)
 
 
 def block_counts(style: str) -> tuple[int, int, int, int]:
@@ -252,17 +307,27 @@ def queued_idle_s(host_f: float, host_b: float, gpu_f: float, gpu_b: float, n: i
     return max(0.0, host_f - gpu_f, n * d + max(0.0, gpu_b - host_b))
 
 
+def sync_tail_s(issue: PassIssue, collective_s: float) -> float:
+    """Seconds a host-bound block forward's sync waits beyond the host's own issue (module doc, "Host syncs"):
+    the collective it drains (``collective_s``, launched last by the slowest rank) less the host's issue of the ops
+    between that collective and the sync; 0 without a sync per block forward."""
+    if issue.sync_fwd_s <= 0:
+        return 0.0
+    return max(0.0, collective_s - issue.sync_overlap_s)
+
+
 def chunk_idle_s(issue: PassIssue | None, layers: int, gpu_fwd_s: float, gpu_bwd_s: float,
-                 first: bool = False, blocks: tuple[tuple[int, float, float], ...] = (),
+                 first: bool = False, blocks: tuple[tuple[float, ...], ...] = (),
                  queued: int = 0) -> tuple[float, float]:
     """(forward, backward) GPU idle of a chunk of ``layers`` blocks per micro-batch whose passes keep the GPU busy
     ``gpu_fwd_s`` / ``gpu_bwd_s``, the lead-ins after the framework's host syncs included (``first``: the chunk
     that starts the micro-batch, after its sync, and carries the micro-batch's host work outside the blocks);
     (0, 0) where the host is not modelled apart (``issue`` None) or no blocks.
 
-    ``blocks`` are the chunk's (count, forward GPU seconds, backward GPU seconds) per block kind: where the
-    framework syncs in every block's forward (``issue.sync_fwd_s``; its backward too under full recompute,
-    ``issue.sync_bwd_s``) the host cannot run ahead past a block, so each block's host excess is idle on its own
+    ``blocks`` are the chunk's (count, forward GPU seconds, backward GPU seconds[, seconds of the collective the
+    forward's sync drains]) per block kind: where the framework syncs in every block's forward (``issue.sync_fwd_s``;
+    its backward too under full recompute, ``issue.sync_bwd_s``) the host cannot run ahead past a block, so each
+    block's host excess, with the collective's tail past the host at the sync (``sync_tail_s``), is idle on its own
     (module doc, "Host syncs") and the chunk's other GPU work (embedding, logits and loss) hides none of it.
     ``queued`` > 0: the chunk is the whole model and its ``queued`` micro-batches are issued back to back without
     host syncs (trainsim execute's gradient accumulation): the step's idle is ``queued_idle_s``, charged evenly to
@@ -276,10 +341,11 @@ def chunk_idle_s(issue: PassIssue | None, layers: int, gpu_fwd_s: float, gpu_bwd
         return idle / queued + lead_f, layers * issue.sync_bwd_s
     idle_f = host_idle_s(gpu_fwd_s, layers * issue.fwd_s + mb_f)
     idle_b = host_idle_s(gpu_bwd_s, layers * issue.bwd_s + mb_b)
+    tails = [sync_tail_s(issue, kind[3] if len(kind) > 3 else 0.0) for kind in blocks]
     if blocks and issue.sync_fwd_s > 0:
-        idle_f = sum(k * host_idle_s(f, issue.fwd_s) for k, f, _ in blocks) + mb_f
+        idle_f = sum(kind[0] * host_idle_s(kind[1], issue.fwd_s + t) for kind, t in zip(blocks, tails)) + mb_f
     if blocks and issue.sync_bwd_s > 0:
-        idle_b = sum(k * host_idle_s(b, issue.bwd_s) for k, _, b in blocks) + mb_b
+        idle_b = sum(kind[0] * host_idle_s(kind[2], issue.bwd_s + t) for kind, t in zip(blocks, tails)) + mb_b
     return idle_f + lead_f, idle_b + layers * issue.sync_bwd_s
 
 
@@ -384,7 +450,7 @@ def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
         measured = (ov_f * n_f, ov_b * n_b)
     t = scenario.training
     style = issue_style(block_style(shp), megatron_layer=framework.behaviour(t.framework).megatron_layer,
-                        flash=shp.flash)
+                        flash=shp.flash, fused_softmax=megatron_fused_softmax(shp))
     fw = framework.behaviour(t.framework)
     issue = block_issue(style, recompute_full=t.recompute == "full",
                         tp_collectives=tp_collective_calls(scenario), mode=t.host_issue_mode,
@@ -394,7 +460,10 @@ def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
         issue = replace(issue, bwd_s=issue.bwd_s + hooks * sum(op_seconds(scenario.cluster.host_cpu)),
                         bwd_ops=issue.bwd_ops + hooks)
     frames = MODULE_FRAME_RATIO if fw.megatron_layer and measured is None and t.host_issue_mode == "eager" else 1.0
-    issue = replace(issue, fwd_s=issue.fwd_s * frames, bwd_s=issue.bwd_s * frames)
+    recompute = issue.fwd_s if t.recompute == "full" else 0.0
+    bwd_frames = BACKWARD_FRAME_RATIO if frames != 1.0 else 1.0
+    issue = replace(issue, fwd_s=issue.fwd_s * frames,
+                    bwd_s=recompute * frames + (issue.bwd_s - recompute) * bwd_frames)
     if t.host_issue_mode == "eager" and scenario.layout.tp > 1:
         issue = tp_paced(issue, scenario.layout.tp, measured_sigma(profile, block_style(shp)),
                          recompute_full=t.recompute == "full")
@@ -402,4 +471,8 @@ def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
         return issue  # a captured graph cannot hold a host sync
     f, b, mb = sync_leads(fw.block_forward_syncs, fw.microbatch_syncs, tp=scenario.layout.tp,
                           recompute_full=t.recompute == "full", host_cpu=scenario.cluster.host_cpu)
-    return replace(issue, sync_fwd_s=f * frames, sync_bwd_s=b * frames, microbatch_sync_s=mb * frames)
+    d, k = op_seconds(scenario.cluster.host_cpu)
+    f_pace = pace(scenario.layout.tp, measured_sigma(profile, block_style(shp))[0])
+    overlap = (SYNC_TAIL_HOST[0] * d + SYNC_TAIL_HOST[1] * k) * frames * f_pace if fw.block_forward_syncs else 0.0
+    return replace(issue, sync_fwd_s=f * frames, sync_bwd_s=b * frames, microbatch_sync_s=mb * frames,
+                   sync_overlap_s=overlap)

@@ -55,12 +55,12 @@ class _Counter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _count(make_module, shape: tuple[int, ...]) -> OpCount:
+def _count(make_module, shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> OpCount:
     """Ops of one forward and backward of ``make_module()`` on an input of ``shape``, all under fake tensors."""
     with FakeTensorMode():
         module = make_module()
-        x = torch.randn(*shape, requires_grad=True)
-        grad = torch.randn(*shape)
+        x = torch.randn(*shape, dtype=dtype, requires_grad=True)
+        grad = torch.randn(*shape, dtype=dtype)
         fwd = _Counter()
         with fwd:
             y = module(x)
@@ -92,9 +92,12 @@ def count_block_ops_autocast(spec: ModelSpec, *, micro_batch: int = 1, seq_len: 
 
 
 def count_megatron_layer_ops(hidden: int, heads: int, ffn: int, *, micro_batch: int = 1,
-                             seq_len: int = 64) -> OpCount:
-    """Aten ops of one forward and backward of Megatron's legacy GPT layer (megatron_block), sequence-major."""
-    return _count(lambda: MegatronLayer(hidden, heads, ffn), (seq_len, micro_batch, hidden))
+                             seq_len: int = 64, fused_softmax: bool = True) -> OpCount:
+    """Aten ops of one forward and backward of Megatron's legacy GPT layer (megatron_block), sequence-major; its
+    eager softmax path (``fused_softmax=False``) on fp16 tensors, whose fp32 casts dispatch as in training."""
+    dtype = torch.float32 if fused_softmax else torch.float16
+    return _count(lambda: MegatronLayer(hidden, heads, ffn, fused_softmax=fused_softmax, seq_len=seq_len,
+                                        dtype=dtype), (seq_len, micro_batch, hidden), dtype)
 
 
 # The block of each BLOCK_OPS style as counted (any width gives the same counts: tests/test_host_issue_time.py).
@@ -111,16 +114,18 @@ def counted_block_ops(hidden: int = 256, heads: int = 4) -> dict[str, OpCount]:
                                             ffn_hidden=4 * hidden, vocab_size=1000, max_seq_len=64, **arch))
            for style, arch in _STYLE_ARCH.items()}
     out["megatron-gpt-unfused"] = count_megatron_layer_ops(hidden, heads, 4 * hidden)
+    out["megatron-gpt-unfused-eager-softmax"] = count_megatron_layer_ops(hidden, heads, 4 * hidden,
+                                                                        fused_softmax=False)
     return out
 
 
 def main() -> int:
     """Print each style's counts beside BLOCK_OPS; exit status 1 where they differ."""
     counted = counted_block_ops()
-    print(f"{'style':<24} {'fwd ops':>8} {'fwd kernels':>12} {'bwd ops':>8} {'bwd kernels':>12}  BLOCK_OPS")
+    print(f"{'style':<36} {'fwd ops':>8} {'fwd kernels':>12} {'bwd ops':>8} {'bwd kernels':>12}  BLOCK_OPS")
     for style, c in counted.items():
         same = BLOCK_OPS.get(style) == c.as_tuple()
-        print(f"{style:<24} {c.fwd_ops:>8} {c.fwd_kernels:>12} {c.bwd_ops:>8} {c.bwd_kernels:>12}  "
+        print(f"{style:<36} {c.fwd_ops:>8} {c.fwd_kernels:>12} {c.bwd_ops:>8} {c.bwd_kernels:>12}  "
               f"{'same' if same else f'differs: {BLOCK_OPS.get(style)}'}")
     return 0 if all(BLOCK_OPS.get(s) == c.as_tuple() for s, c in counted.items()) else 1
 

@@ -280,9 +280,11 @@ def _chunk(st: _Step, s: int, c: int, pair: float) -> ChunkCost:
     # The GPU cannot run ahead of its host: a pass lasts at least the host's time to issue it; the
     # excess over the GPU's busy time (compute + communication on its stream) is GPU idle.
     cp_fc, cp_bc = sum(k * b.cp_f for b, k in ck), sum(k * b.cp_b for b, k in ck)
+    tp_calls = max(1, host_issue.tp_collective_calls(scenario)[0])  # a forward's sync drains one of them
     idle_f, idle_b = host_issue.chunk_idle_s(st.issue, n, cs.f + off_f + tp_fc + cp_fc + dp_f,
                                              cs.bi + cs.bw + cs.rc + off_b + tp_bc + cp_bc + dp_b, first=vs == 0,
-                                             blocks=tuple((k, *b.gpu_passes()) for b, k in cs.kinds if k),
+                                             blocks=tuple((k, *b.gpu_passes(), b.tp_f / tp_calls)
+                                                          for b, k in cs.kinds if k),
                                              queued=framework.queued_microbatches(scenario))
     return ChunkCost(
         fwd_s=cs.f + off_f + idle_f, bwd_input_s=cs.bi + off_b + idle_b, bwd_weight_s=cs.bw, recompute_s=cs.rc,
