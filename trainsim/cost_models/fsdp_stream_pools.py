@@ -19,9 +19,12 @@ activations never reuse them (allocator_reserve.py). FSDP allocates on two side 
   reduction is issued, so the next unit's input takes its block (best fit): the pool holds one input per distinct
   unit size -- a transformer block's and the embedding / output unit's -- beside the sharded gradients.
 * **the all-gather pool** (FSDP2): ``foreach_all_gather`` allocates each unit's flat all-gather output inside
-  ``with torch.cuda.stream(all_gather_copy_in_stream)`` (_fsdp_collectives.py, same read); the result stays
-  referenced (``AllGatherState``) until the next unit's copy-out, so two outputs are alive when the next one is
-  allocated: the pool holds a block's and the embedding / output unit's output.
+  ``with torch.cuda.stream(all_gather_copy_in_stream)`` (_fsdp_collectives.py, same read). In the forward the
+  result stays referenced (``AllGatherState``) until the next unit's ``wait_for_unshard``, which runs after that
+  unit's ``unshard`` has allocated its own output; in the backward it is freed right after its copy-out, before
+  the next unit is prefetched (torch/distributed/_composable/fsdp/_fsdp_param_group.py ``wait_for_unshard``,
+  find_string id 2400678). So two outputs are alive in the forward: the pool holds a block's and the embedding /
+  output unit's output.
 
 Both are replayed through the allocator (caching_allocator.replay) over two steps, on the unit sizes of the rank
 (each unit padded to a multiple of the shard group, as FSDP pads its shards). What the memory model already
@@ -76,19 +79,19 @@ def reduce_pool_extra(units: tuple[float, ...], shard: int, reduce_bytes: int, i
 @memoised(maxsize=256)
 def gather_pool_extra(units: tuple[float, ...], shard: int, param_bytes: int) -> float:
     """Reserved bytes of FSDP2's all-gather pool beyond the one gathered unit the memory model counts as
-    allocated (the largest), replayed over two steps: the forward gathers every unit, the backward every block
-    again (the first unit, the root's embedding / output, is not resharded after forward: FSDP2 sets the root's
-    ``reshard_after_forward`` to False); each output is freed once the next one is allocated (module doc)."""
-    order = list(units) + list(reversed(units[1:]))
+    allocated (the largest), replayed over two steps: the forward gathers every unit, each output freed once the
+    next one is allocated; the backward every block again (the first unit, the root's embedding / output, is not
+    resharded after forward: FSDP2 sets the root's ``reshard_after_forward`` to False), each freed before the next
+    is allocated (module doc)."""
     events: list[tuple] = []
-    k = 0
-    for _ in range(2):
-        for j, u in enumerate(order):
-            events.append(("alloc", k + j, _padded(u, shard) * param_bytes))
+    for step in range(2):
+        for j, u in enumerate(units):
+            events.append(("alloc", (step, "f", j), _padded(u, shard) * param_bytes))
             if j:
-                events.append(("free", k + j - 1))
-        events.append(("free", k + len(order) - 1))
-        k += len(order)
+                events.append(("free", (step, "f", j - 1)))
+        events.append(("free", (step, "f", len(units) - 1)))
+        for j, u in enumerate(reversed(units[1:])):
+            events += [("alloc", (step, "b", j), _padded(u, shard) * param_bytes), ("free", (step, "b", j))]
     return float(max(0, replay(events).peak_reserved - _padded(max(units), shard) * param_bytes))
 
 
