@@ -205,10 +205,11 @@ def test_accuracy_today(report):
     Megatron's per-tensor 16-bit and fp32 main parameters, state_rounding.py; torchtitan's uncompiled Llama
     blocks as its eager code saves them, activations.py impl "titan"; FSDP's side-stream pools --
     FSDP1's reduce-dtype gradient copies, the reduce-scatter inputs of PR #165's FSDP2 (before pytorch/pytorch#129721)
-    and FSDP2's all-gather outputs -- replayed through the caching allocator, fsdp_stream_pools.py): 60 rows, MAPE
-    3.88 %, worst -12.1 % (fairseq's GPT-3 13B with CPU offload); by framework: Megatron 4.1 % (21 rows, 20 low: the
+    and FSDP2's all-gather outputs -- replayed through the caching allocator, fsdp_stream_pools.py; loss_parallel's forward holding the fp32 copy,
+    the shifted logits and their exp beside the caller's bf16 logits, activations.LOSS_PARALLEL_FORWARD_BYTES): 60
+    rows, MAPE 3.79 %, worst -12.1 % (fairseq's GPT-3 13B with CPU offload); by framework: Megatron 4.1 % (21 rows, 20 low: the
     GPT-2 XL mb 1 runs on nvidia-smi 8 %, the first-step replay adds nothing there; GPT-2 large mb 64 2-5 %; the
-    zero-bubble rows 1-6.5 %), Megatron + CPU optimizer offload +6.5 % (1 row), torch FSDP2 3.2 % (21), torch FSDP1 3.4 % (4),
+    zero-bubble rows 1-6.5 %), Megatron + CPU optimizer offload +6.5 % (1 row), torch FSDP2 2.9 % (21), torch FSDP1 3.4 % (4),
     DeepSpeed ZeRO-1 (BLOOM's BF16_Optimizer, nvidia-smi) 3.3 % (11), fairscale FSDP with CPU offload (fairseq's
     GPT-3 13B example on 1 and 8 V100, allocated) 12.1 % low (2 rows: not attributed; the model's FSDP1
     behaviours are torch's, not fairscale's of 2021). torchtitan's PR #165 FSDP2 active-peak rows are within
@@ -219,13 +220,13 @@ def test_accuracy_today(report):
     rows' cached blocks at the loss come out high, not attributed); the late-2024 torch.compile per-op SAC rows
     are within 2.5 % (the partitioner drops the unread w2 output; they were 5-8 % high without it), the June 2025
     H200 rows 3.5-5.5 % low (their float8 FSDP all-gather is not modelled); the late-2024 full-AC compile rows
-    (whose saved bytes compile does not change) stay 4.6-5.3 % high and its 70B FSDP x TP 8 row 9.2 % low. The issue's targets (MAPE
+    (whose saved bytes compile does not change) stay 4.6-5.3 % high and its 70B FSDP x TP 8 row is 3.7 % low. The issue's targets (MAPE
     <= 2 % on allocated, <= 5 % on reserved / nvidia-smi, worst <= 8 %) are not met: strict xfail below. The five
     DeepSpeed ZeRO-3 rows (issue #1830 with offload, BigScience's 52B without) kept their activation checkpoints
     in host memory and are skipped: predicted as if on the GPU they came out -10.9 / -8.5 / +0.4 % and +186 /
     +165 %, the checkpoints being 37-49 % and 66 % of those predictions."""
     assert len(report.compared) == len(report.dataset.cases) - 5 and len(report.skipped) == 5
-    assert report.mape_pct <= 3.95
+    assert report.mape_pct <= 3.85
     cats = report.by_category()
     assert {k: v["rows"] for k, v in cats.items()} == {"Megatron": 21, "Megatron + offload": 1, "torch FSDP2": 21,
                                                         "torch FSDP1": 4, "DeepSpeed ZeRO-1": 11,
@@ -234,7 +235,9 @@ def test_accuracy_today(report):
     # GPT-2 large, mb 64 (nvidia-smi): the Adam states split the freed activation segments at the first step
     for rid, err in (("vs25_gpt2l_tp2", -2.3), ("vs25_gpt2l_tp2_sp", -2.9), ("vs25_gpt2l_pp2", -2.8)):
         assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(err, abs=0.5)
-    assert cats["torch FSDP2"]["mape_pct"] <= 3.3
+    assert cats["torch FSDP2"]["mape_pct"] <= 3.0
+    # the 70B FSDP x TP 8 run: loss_parallel's forward (three fp32 vocabulary shards beside the bf16 logits)
+    assert next(r for r in report.compared if r.row_id == "tt24_t4_2d").error_pct == pytest.approx(-3.7, abs=1.0)
     assert cats["torch FSDP1"]["mape_pct"] <= 3.6
     assert cats["DeepSpeed ZeRO-1"]["mape_pct"] <= 3.8
     # the issue's headline row: torchtitan's 82.4 GiB run (reserved peak): eager fp32 loss and cached blocks
