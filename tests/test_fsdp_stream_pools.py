@@ -22,6 +22,7 @@ def test_identical_units_keep_one_input_segment():
     for n in (1, 4):
         assert reduce_pool_extra((float(BLOCK),) * n, SHARD, 4, True, 1) == BLOCK * 4
     assert reduce_pool_extra((float(BLOCK),) * 4, SHARD, 4, True, 3) == BLOCK * 4 + BLOCK * 4 / SHARD
+    assert reduce_pool_extra((float(BLOCK),) * 4, SHARD, 4, True, 16) == BLOCK * 4 + BLOCK * 4 / SHARD
 
 
 def test_outputs_alone_add_nothing():
@@ -39,9 +40,9 @@ def test_larger_root_unit_takes_a_second_segment():
 
 
 def test_gather_pool_two_outputs_alive():
-    """Each all-gather output lives until the next is allocated: two blocks' outputs for identical blocks; with a
-    larger root first, the root's and a block's (each later block carved from the root's segment or taking the
-    block's) -- beyond the one unit the memory model counts, a block's bytes either way."""
+    """In the forward each all-gather output lives until the next is allocated: two blocks' outputs for identical
+    blocks; with a larger root first, the root's and a block's (each later block carved from the root's segment or
+    taking the block's) -- beyond the one unit the memory model counts, a block's bytes either way."""
     assert gather_pool_extra((float(BLOCK),) * 4, SHARD, 2) == BLOCK * 2
     assert gather_pool_extra((2.0 * BLOCK,) + (float(BLOCK),) * 4, SHARD, 2) == BLOCK * 2
 

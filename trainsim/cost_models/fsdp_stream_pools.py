@@ -58,10 +58,11 @@ def reduce_pool_extra(units: tuple[float, ...], shard: int, reduce_bytes: int, i
     ``input_in_pool``: the unsharded reduce-dtype copy is allocated on this stream (module doc). Per micro-batch
     each unit's input (when in the pool) and its sharded output are allocated, then the input freed; outputs of
     later micro-batches are accumulated into the first's and freed; ``zero_grad`` frees the first's at the step's
-    end."""
+    end. From the third micro-batch on each request takes the block its predecessor of the same unit freed, so
+    two micro-batches stand for any larger number (the replay's cost stays linear in the units)."""
     events: list[tuple] = []
     for step in range(2):
-        for mb in range(microbatches):
+        for mb in range(min(microbatches, 2)):
             for i, u in enumerate(reversed(units)):
                 n = _padded(u, shard)
                 if input_in_pool:
