@@ -48,7 +48,7 @@ def test_gather_pool_two_outputs_alive():
 
 
 def _training(**kw):
-    base = dict(seq_len=2048, global_batch=64, micro_batch=8, zero=3, dtype="bf16")
+    base = {"seq_len": 2048, "global_batch": 64, "micro_batch": 8, "zero": 3, "dtype": "bf16"}
     return TrainingSpec(**{**base, **kw})
 
 

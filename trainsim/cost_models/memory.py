@@ -35,7 +35,9 @@ part allocator_reserve.py derives, for the reserved and nvidia-smi counters. FSD
 for ``allocator_cached`` (``StageMemory.grads_off_peak``, allocator_reserve.grads_off_peak). Optimizer states
 created at the first step split the segments the freed activations left cached, so the next step's activations
 take new ones: ``reserved_cached`` adds that to ``allocator_cached`` where the trace is replayed
-(first_step_fragmentation.py).
+(first_step_fragmentation.py). FSDP's side streams keep their own pools -- FSDP1's reduce-dtype gradient copies,
+FSDP2's all-gather outputs and, before torch 2.5, its reduce-scatter inputs -- whose bytes beyond what is counted
+join ``allocator_cached`` (``StageMemory.stream_pools``, fsdp_stream_pools.py).
 
 Offload (``offload``): each framework keeps different states on the device -- Megatron its 16-bit weights
 and fp32 grad buffer, DeepSpeed its weights and reduce buckets, FSDP only the gathered units -- and the host
