@@ -89,3 +89,16 @@ def test_stage_memory_carries_the_pools_in_the_reserved_figure():
     raw["training"]["framework"] = "torch"  # FSDP2 of torch >= 2.5: only the all-gather pool's second unit
     sm2 = memory.stage_memory(build_scenario(raw), 0)
     assert sm2.total == pytest.approx(sm.total, rel=0.05) and 0 < sm2.stream_pools < sm.stream_pools
+
+
+def test_predict_states_the_pool_bytes():
+    """predict names the side-stream pools' bytes among its memory assumptions, and they are in the reserved
+    figure beyond the allocated peak."""
+    from trainsim.cost_models import memory
+    from trainsim.simulator.predict import predict
+    from trainsim.validation.memory_runs import load_memory
+    case = next(c for c in load_memory().cases if c.row_id == "tt165_fsdp1_ac_resv")
+    pred = predict(case.scenario)
+    pools = memory.stage_memory(case.scenario, 0).stream_pools
+    assert pred.memory_assumptions["fsdp_stream_pool_bytes"] == pools > 0
+    assert pred.peak_reserved_bytes - pred.peak_allocated_bytes >= pools
