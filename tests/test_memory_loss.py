@@ -37,9 +37,12 @@ def test_logits_workspace_per_implementation(framework, cross_entropy, per_logit
 
 
 def test_loss_parallel_workspace_on_the_vocabulary_shard():
-    """loss_parallel's fused backward holds three fp32 tensors of the rank's vocabulary shard."""
+    """loss_parallel's forward holds three fp32 tensors of the rank's vocabulary shard (the fp32 copy, the shifted
+    logits and their exp, DTensor's _log_softmax) beside the caller's bf16 logits -- 2 + 12 bytes per logit, above
+    its fused backward's three fp32 tensors (12)."""
     s = scen(gpus=2, layout={"tp": 2}, framework="torch")
-    assert act.logits_workspace_bytes(s) == 12 * SEQ * VOCAB / 2
+    assert act.LOSS_PARALLEL_BACKWARD_BYTES == 12 and act.LOSS_PARALLEL_FORWARD_BYTES == 12
+    assert act.logits_workspace_bytes(s) == (2 + 12) * SEQ * VOCAB / 2
     assert act.logits_workspace_bytes(scen(gpus=2, layout={"tp": 2})) == 2 * SEQ * VOCAB / 2  # Megatron
 
 

@@ -203,25 +203,30 @@ def test_accuracy_today(report):
     as AOTAutograd's partitioner saves them, TrainingSpec.compile; the CUDA context's per-process driver state and
     module images measured on an H200, runtime_memory.CUDA_DRIVER_AND_MODULES_BYTES; the 2 MiB segment rounding of
     Megatron's per-tensor 16-bit and fp32 main parameters, state_rounding.py; torchtitan's uncompiled Llama
-    blocks as its eager code saves them, activations.py impl "titan"): 60 rows, MAPE 3.95 %,
-    worst -13.2 % (torchtitan PR #165 FSDP1 SAC reserved); by framework: Megatron 4.1 % (21 rows, 20 low: the
+    blocks as its eager code saves them, activations.py impl "titan"; FSDP's side-stream pools --
+    FSDP1's reduce-dtype gradient copies, the reduce-scatter inputs of PR #165's FSDP2 (before pytorch/pytorch#129721)
+    and FSDP2's all-gather outputs -- replayed through the caching allocator, fsdp_stream_pools.py; loss_parallel's forward holding the fp32 copy,
+    the shifted logits and their exp beside the caller's bf16 logits, activations.LOSS_PARALLEL_FORWARD_BYTES): 60
+    rows, MAPE 3.79 %, worst -12.1 % (fairseq's GPT-3 13B with CPU offload); by framework: Megatron 4.1 % (21 rows, 20 low: the
     GPT-2 XL mb 1 runs on nvidia-smi 8 %, the first-step replay adds nothing there; GPT-2 large mb 64 2-5 %; the
-    zero-bubble rows 1-6.5 %), Megatron + CPU optimizer offload +6.5 % (1 row), torch FSDP2 3.05 % (21), torch FSDP1 5.4 % (4),
+    zero-bubble rows 1-6.5 %), Megatron + CPU optimizer offload +6.5 % (1 row), torch FSDP2 2.9 % (21), torch FSDP1 3.4 % (4),
     DeepSpeed ZeRO-1 (BLOOM's BF16_Optimizer, nvidia-smi) 3.3 % (11), fairscale FSDP with CPU offload (fairseq's
     GPT-3 13B example on 1 and 8 V100, allocated) 12.1 % low (2 rows: not attributed; the model's FSDP1
     behaviours are torch's, not fairscale's of 2021). torchtitan's PR #165 FSDP2 active-peak rows are within
     2.3 % (high: the final RMSNorm's fp32 input copy, 0.25 GiB, joined a peak already 1.2 % high), its FSDP2
-    eager reserved-peak rows 2.6 and 5.6 % low and FSDP1 ones 6-13 % low (default-stream fragmentation beyond the loss's cached blocks is not
-    predicted); the late-2024 torch.compile per-op SAC rows are within 1.5 % (the partitioner drops the unread w2
-    output; they were 5-8 % high without it), the June 2025 H200 rows 4.5-6.4 % low (their float8 FSDP
-    all-gather is not modelled) and PR #165's compile SAC rows -5.1 % (mb 8) and -0.1 % (mb 16); the late-2024
-    full-AC compile rows (whose saved bytes compile does not change) stay 4-5 % high. The issue's targets (MAPE
+    eager reserved-peak rows -2.2 % (SAC) and +4.0 % (AC), FSDP1 ones -2.7 % (AC) and -10.6 % (SAC: FSDP1's
+    further compute-stream fragmentation under per-op SAC is not predicted); PR #165's compile rows -1.3 % (SAC
+    mb 8), +2.2 % (SAC mb 16), -0.9 % (no AC) and +7.8 % (AC: with the reduce-scatter pool counted the full-AC
+    rows' cached blocks at the loss come out high, not attributed); the late-2024 torch.compile per-op SAC rows
+    are within 2.5 % (the partitioner drops the unread w2 output; they were 5-8 % high without it), the June 2025
+    H200 rows 3.5-5.5 % low (their float8 FSDP all-gather is not modelled); the late-2024 full-AC compile rows
+    (whose saved bytes compile does not change) stay 4.6-5.3 % high and its 70B FSDP x TP 8 row is 3.7 % low. The issue's targets (MAPE
     <= 2 % on allocated, <= 5 % on reserved / nvidia-smi, worst <= 8 %) are not met: strict xfail below. The five
     DeepSpeed ZeRO-3 rows (issue #1830 with offload, BigScience's 52B without) kept their activation checkpoints
     in host memory and are skipped: predicted as if on the GPU they came out -10.9 / -8.5 / +0.4 % and +186 /
     +165 %, the checkpoints being 37-49 % and 66 % of those predictions."""
     assert len(report.compared) == len(report.dataset.cases) - 5 and len(report.skipped) == 5
-    assert report.mape_pct <= 4.0
+    assert report.mape_pct <= 3.85
     cats = report.by_category()
     assert {k: v["rows"] for k, v in cats.items()} == {"Megatron": 21, "Megatron + offload": 1, "torch FSDP2": 21,
                                                         "torch FSDP1": 4, "DeepSpeed ZeRO-1": 11,
@@ -230,8 +235,10 @@ def test_accuracy_today(report):
     # GPT-2 large, mb 64 (nvidia-smi): the Adam states split the freed activation segments at the first step
     for rid, err in (("vs25_gpt2l_tp2", -2.3), ("vs25_gpt2l_tp2_sp", -2.9), ("vs25_gpt2l_pp2", -2.8)):
         assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(err, abs=0.5)
-    assert cats["torch FSDP2"]["mape_pct"] <= 3.1
-    assert cats["torch FSDP1"]["mape_pct"] <= 5.7
+    assert cats["torch FSDP2"]["mape_pct"] <= 3.0
+    # the 70B FSDP x TP 8 run: loss_parallel's forward (three fp32 vocabulary shards beside the bf16 logits)
+    assert next(r for r in report.compared if r.row_id == "tt24_t4_2d").error_pct == pytest.approx(-3.7, abs=1.0)
+    assert cats["torch FSDP1"]["mape_pct"] <= 3.6
     assert cats["DeepSpeed ZeRO-1"]["mape_pct"] <= 3.8
     # the issue's headline row: torchtitan's 82.4 GiB run (reserved peak): eager fp32 loss and cached blocks
     row = next(r for r in report.compared if r.row_id == "tt24_t1_fsdp")
@@ -240,8 +247,8 @@ def test_accuracy_today(report):
     assert abs(next(r for r in report.compared if r.row_id == "tt24_t3_fsdp").error_pct) <= 4.0
     # torch.compile with torchtitan's per-op SAC (TrainingSpec.compile): late 2024 (bf16 and float8)
     for rid in ("tt24_t1_compile", "tt24_t1_compile_fp8", "tt24_t3_compile", "tt24_t3_compile_fp8"):
-        assert abs(next(r for r in report.compared if r.row_id == rid).error_pct) <= 1.5
-    for rid, err in (("tt25_h200_32", -4.5), ("tt25_h200_64", -6.4)):  # float8 FSDP all-gather unmodelled
+        assert abs(next(r for r in report.compared if r.row_id == rid).error_pct) <= 2.5
+    for rid, err in (("tt25_h200_32", -3.5), ("tt25_h200_64", -5.5)):  # float8 FSDP all-gather unmodelled
         assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(err, abs=1.0)
     # Megatron's CPU optimizer offload (ms-swift, Qwen2.5-72B tp 8): bf16 weights and the fp32 grad buffer stay, and
     # DDP's start-up with the distributed optimizer holds the weights twice (memory.ddp_param_remap_bytes)

@@ -413,8 +413,13 @@ EAGER_CE_BACKWARD_BYTES = 8
 # The same loss over vocabulary shards (tp > 1: torch.distributed.tensor.parallel.loss_parallel, torchtitan's
 # default with TP): its fused backward ``_nll_loss_and_log_softmax_backward`` holds ``zeros_like(x)``, then
 # ``grad_input + torch.exp(x)`` and that times the loss gradient -- three fp32 tensors at once (read_file id
-# 60317242654); its forward (fp32 copy, shifted logits, their exp) stays below that.
+# 60317242654).
 LOSS_PARALLEL_BACKWARD_BYTES = 12
+# Its forward, DTensor's ``_log_softmax`` (torch/distributed/tensor/parallel/loss.py, find_string id 1893107656),
+# holds the fp32 copy ``x``, ``shifted = x - x_max`` and ``torch.exp(shifted)`` at once before the saved ``result``
+# exists: three fp32 tensors, beside the caller's 16-bit logits (torchtitan's ``pred``, deleted only after the
+# loss; ``eager_fp32_kept`` needs whole logits, tp = 1).
+LOSS_PARALLEL_FORWARD_BYTES = 12
 # With the fp32 logits kept by the caller through the backward (cross_entropy "eager_fp32_kept": torchtitan's
 # model of early 2024 returns ``self.output(h).float()`` and its loop holds ``pred`` across ``loss.backward()``,
 # pytorch/torchtitan torchtrain/models/llama/model.py and train.py @ 83c879f18, PR #165), the backward's peak
@@ -429,15 +434,19 @@ def logits_workspace_bytes(scenario) -> float:
     the in-place ops reuse), and in backward autograd casts the fp32 gradient back to a new 16-bit tensor;
     fused kernel: the 16-bit logit gradient is allocated while the saved logits are alive. Either way
     ``e·T·V/tp``. torch's eager ``F.cross_entropy`` on fp32 logits (framework torch, un-fused): the larger of its
-    forward (``e + 4`` per logit) and backward (``EAGER_CE_BACKWARD_BYTES``, ``LOSS_PARALLEL_BACKWARD_BYTES`` on
-    vocabulary shards, plus ``KEPT_FP32_LOGITS_BYTES`` where the caller keeps the fp32 logits) transients.
+    forward (``e + 4`` per logit; ``LOSS_PARALLEL_FORWARD_BYTES`` beside the ``e`` of the 16-bit logits on
+    vocabulary shards) and backward (``EAGER_CE_BACKWARD_BYTES``, ``LOSS_PARALLEL_BACKWARD_BYTES`` on vocabulary
+    shards, plus ``KEPT_FP32_LOGITS_BYTES`` where the caller keeps the fp32 logits) transients.
     """
     shp = _shape(scenario)
     v_local = -(-shp.vocab // shp.tp)
     backward = LOSS_PARALLEL_BACKWARD_BYTES if shp.tp > 1 else EAGER_CE_BACKWARD_BYTES
+    forward = shp.e + 4
+    if shp.tp > 1:
+        forward = LOSS_PARALLEL_FORWARD_BYTES + shp.e
     if shp.ce_logits_kept:
         backward += KEPT_FP32_LOGITS_BYTES
-    per_logit = max(shp.e + 4, backward) if shp.eager_ce else shp.e
+    per_logit = max(forward, backward) if shp.eager_ce else shp.e
     return float(per_logit * shp.tokens * v_local)
 
 

@@ -21,7 +21,8 @@ same tensors the checkpointed forward freed) stays cached, up to the loss's own 
 otherwise have served. torch's eager fp32 loss adds its 16-bit logits' segment: freed before the backward
 (torchtitan ``del pred``), it sits idle while the fp32 gradients need larger blocks. The first step's optimizer
 states, created into the freed activation segments, are first_step_fragmentation.py's (a replay of the allocator,
-caching_allocator.py); other phases are not modelled.
+caching_allocator.py); the pools of FSDP's side streams are fsdp_stream_pools.py's; other phases are not
+modelled.
 
 This is the allocator's default segment mode. With ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` a request
 that no free block holds grows the stream's one segment, and a free block at its end counts toward it

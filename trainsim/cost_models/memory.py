@@ -35,7 +35,9 @@ part allocator_reserve.py derives, for the reserved and nvidia-smi counters. FSD
 for ``allocator_cached`` (``StageMemory.grads_off_peak``, allocator_reserve.grads_off_peak). Optimizer states
 created at the first step split the segments the freed activations left cached, so the next step's activations
 take new ones: ``reserved_cached`` adds that to ``allocator_cached`` where the trace is replayed
-(first_step_fragmentation.py).
+(first_step_fragmentation.py). FSDP's side streams keep their own pools -- FSDP1's reduce-dtype gradient copies,
+FSDP2's all-gather outputs and, before torch 2.5, its reduce-scatter inputs -- whose bytes beyond what is counted
+join ``allocator_cached`` (``StageMemory.stream_pools``, fsdp_stream_pools.py).
 
 Offload (``offload``): each framework keeps different states on the device -- Megatron its 16-bit weights
 and fp32 grad buffer, DeepSpeed its weights and reduce buckets, FSDP only the gathered units -- and the host
@@ -54,6 +56,7 @@ from . import autocast
 from .framework import FP32_PARAM_FRAMEWORKS, behaviour, bf16_optimizer, state_bytes
 from .allocator_reserve import grads_off_peak, loss_stage_cached_bytes
 from .first_step_fragmentation import first_step_extra_reserved, lazy_state_bytes
+from .fsdp_stream_pools import stream_pool_cached
 from .grad_buffer import optimizer_tensor_elems
 from .runtime_memory import OUTSIDE_ALLOCATOR, runtime_terms
 from .shapes import block_kinds, dense_block_scenario, layer_shape
@@ -92,6 +95,8 @@ class StageMemory:
     # Cached bytes Megatron-Core DDP's start-up frees that the step's cached blocks leave unused
     # (``ddp_param_remap_bytes``): segments a later request can still take (``reserved_cached``).
     cache_slack: float = 0.0
+    # FSDP's side-stream pools' reserved bytes beyond what is counted (fsdp_stream_pools.py): in ``allocator_cached``.
+    stream_pools: float = 0.0
 
     @property
     def model_states(self) -> float:
@@ -394,12 +399,13 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     other = sum(v for k, v in details.items() if k not in ACTIVATION_DETAILS)
     off_peak = grads_off_peak(framework=t.framework, zero=t.effective_zero, microbatches=scenario.num_microbatches,
                               grads=off.grads, activations=activations)
-    cached = _allocator_cached(scenario, stage, working) + cast - beyond + off_peak
+    pools = _stream_pools(scenario, stage, sb.grads)
+    cached = _allocator_cached(scenario, stage, working) + cast - beyond + off_peak + pools
     return StageMemory(weights=off.weights, grads=off.grads, optimizer=off.optimizer, activations=activations,
                        other=other, host=host, pcie_h2d_bytes=off.h2d, pcie_d2h_bytes=off.d2h,
                        inflight_microbatches=inflight_microbatches, details=details,
                        allocator_cached=max(0.0, cached - remap), grads_off_peak=off_peak,
-                       cache_slack=max(0.0, remap - cached))
+                       cache_slack=max(0.0, remap - cached), stream_pools=pools)
 
 
 def reserved_cached(scenario, stage: int, sm: StageMemory, impl: str = "fused") -> tuple[float, float, str]:
@@ -473,6 +479,22 @@ def reduce_cast_bytes(scenario, rp: RankParams) -> float:
     if not (bf16_optimizer(t) and scenario.layout.pp > 1):  # the engine reduces even over a DP group of 1
         return 0.0
     return float(rp.held * t.param_bytes)
+
+
+def _stream_pools(scenario, stage: int, reduce_bytes: int) -> float:
+    """FSDP's side-stream pools' cached bytes on a rank of ``stage`` (fsdp_stream_pools.py): its units are the
+    stage's embedding / output parameters (the root unit) and each block (the layer's TP/EP shard)."""
+    m, lay = scenario.model, scenario.layout
+    if getattr(scenario.cluster.gpu, "num_sms", None) is None:
+        return 0.0
+    layer = sum(_layer_params_rank(m, lay.tp, lay.ep, lay.etp))
+    n_dense = scenario.dense_layers_on_stage(stage) if m.is_moe else 0  # first_dense_layers, as rank_param_shards
+    dense = _layer_params_rank(dense_block_scenario(scenario).model, lay.tp, 1)[0] if n_dense else 0.0
+    extra = _stage_extra_params(m, lay.tp, lay.pp, stage, scenario.loss_stage)
+    units = (((extra,) if extra else ()) + (dense,) * n_dense
+             + (layer,) * (scenario.layers_on_stage(stage) - n_dense))
+    return stream_pool_cached(scenario.training, units, shard_groups(scenario)[0], reduce_bytes,
+                              scenario.num_microbatches)
 
 
 def _allocator_cached(scenario, stage: int, working: float) -> float:

@@ -295,6 +295,8 @@ def _describe_memory(pred: Prediction, scenario: Scenario, allocator_replay: boo
     reserved = stages[top].total + cached[top][0]
     pred.memory_assumptions["first_step_states"] = cached[top][2]
     pred.memory_assumptions["first_step_reserved_bytes"] = cached[top][1]
+    if stages[top].stream_pools:  # FSDP's side-stream pools (cost_models/fsdp_stream_pools.py), in the cached bytes
+        pred.memory_assumptions["fsdp_stream_pool_bytes"] = stages[top].stream_pools
     pred.allocator_cached_bytes = max(0.0, reserved - stages[peak].total)
     m = scenario.model
     pred.model_params = {"total_params": int(m.total_params()), "active_params": int(m.active_params())}

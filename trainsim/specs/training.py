@@ -175,6 +175,11 @@ class TrainingSpec(BaseModel):
         "full AC its input. Frameworks torch and pytorch-fsdp; refused with Megatron's selective module recompute "
         "and with op_sac under sequence parallelism (not measured). With host_issue eager the host issues the "
         "compiled kernels (host_issue compile: cost_models/compiled_issue.py)")
+    fsdp_reduce_scatter_input: Literal["compute_stream", "reduce_scatter_stream"] | None = Field(
+        default=None, description="where FSDP2 (framework torch) allocates each unit's unsharded reduce-scatter "
+        "input: compute_stream (torch 2.5 on, pytorch/pytorch#129721) or reduce_scatter_stream (the FSDP2 of torch "
+        "2.3-2.4, e.g. torchtitan PR #165), whose pool keeps those bytes reserved beside the activations' "
+        "(cost_models/fsdp_stream_pools.py); None = compute_stream; framework torch only")
     host_issue: Literal["eager", "cuda_graphs", "compile"] = Field(
         default="eager", description="how the host issues each block's kernels (cost_models/host_issue.py): eager "
         "PyTorch (an aten dispatch per op, a launch per kernel), cuda_graphs (one graph launch per block and pass) "
@@ -276,6 +281,9 @@ class TrainingSpec(BaseModel):
                              f"model returns (torchtitan); framework {self.framework} runs Megatron's vocab-parallel "
                              f"cross entropy inside the model: use framework torch or pytorch-fsdp, or another "
                              f"cross_entropy")
+        if self.fsdp_reduce_scatter_input and self.framework != "torch":
+            raise SpecError("fsdp_reduce_scatter_input", f"it places FSDP2's reduce-scatter input (framework torch); "
+                             f"framework {self.framework} has no FSDP2: drop it")
         if self.block_code == "torchtitan" and self.framework != "torch":
             raise SpecError("block_code", f"torchtitan is torchtitan's eager Llama block under framework torch; "
                              f"framework {self.framework} runs its own block code: use framework torch or "

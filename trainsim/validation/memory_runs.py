@@ -60,6 +60,9 @@ PREDICTED_FIELD = {"allocated peak": "peak_allocated_bytes", "active peak": "pea
 # torchtitan's selective AC with selective_ac_option="op" (its per-op policy; the only SAC torchtitan had in early
 # 2024, enable_selective_ac): trainsim's recompute_modules op_sac (trainsim/cost_models/activations.py).
 TORCHTITAN_OP_SAC = re.compile(r"per-op SAC|torchtitan SAC", re.IGNORECASE)
+# FSDP2 of torch 2.3-2.4 (before pytorch/pytorch#129721) allocates its reduce-scatter input in the reduce-scatter
+# stream: stated in ``zero_or_sharding`` (TrainingSpec.fsdp_reduce_scatter_input reduce_scatter_stream).
+FSDP2_RS_STREAM_INPUT = re.compile(r"reduce-scatter input in the reduce-scatter stream", re.IGNORECASE)
 CROSS_ENTROPY = ("fused", "vocab_parallel", "eager_fp32", "eager_fp32_kept")
 OFFLOAD = {"none": (False, False), "optimizer": (True, False), "optimizer+params": (True, True)}
 CHECKPOINT_PLACES = ("gpu", "host")
@@ -199,6 +202,8 @@ def scenario_mapping(r: dict) -> dict:
         training["distributed_optimizer"] = True
     if training["recompute"] == "selective" and TORCHTITAN_OP_SAC.search(r.get("recompute") or ""):
         training["recompute_modules"] = ["op_sac"]
+    if FSDP2_RS_STREAM_INPUT.search(r.get("zero_or_sharding") or ""):
+        training["fsdp_reduce_scatter_input"] = "reduce_scatter_stream"
     grad_bytes = common_runs.whole(r, "grad_bytes")
     if grad_bytes is not None:
         training["grad_dtype_bytes"] = grad_bytes
