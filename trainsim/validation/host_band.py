@@ -4,7 +4,7 @@ Where the host issues kernels more slowly than the GPU runs them, the step lasts
 (cost_models.host_issue), so the step inherits the host's speed on that machine and in that process. That speed
 is not a constant of the machine kind: the same one-GPU lines run by ``trainsim execute`` on two leases of one
 H200 machine kind (each a 16-core Xeon host; benchmarks/device/README.md) took up to 34 % less or 36 % more on the
-second lease where the step is host-bound, and within 5 % on the GPU-bound lines (benchmarks/data
+second lease where the step is host-bound, and by at most 5.1 % on the GPU-bound lines (benchmarks/data
 ``executed_h200.jsonl`` lease 1, ``executed_h200_host.jsonl`` lease 2, the same untraced sweep lines).
 
 ``LEASE_PAIRS`` holds ln(step on lease 2 / step on lease 1) of every line both leases ran that is host-bound on
