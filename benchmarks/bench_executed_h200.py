@@ -191,7 +191,7 @@ def print_repeated(by_lease: dict[str, list[dict]]) -> None:
             continue
         print(f"{x['name']:<21} {x['measured_s']:9.4f} {y['measured_s']:9.4f} "
               f"{math.log(y['measured_s'] / x['measured_s']):+8.3f} {x['predicted_s']:9.4f} {x['error_pct']:+6.1f}% "
-              f"{y['error_pct']:+6.1f}% {x['host_share']:10.2f} {str(y.get('host_bound', '-')):>14}")
+              f"{y['error_pct']:+6.1f}% {x['host_share']:10.2f} {y.get('host_bound', '-')!s:>14}")
 
 
 def print_host_phases(res: list[dict]) -> None:
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     measured, err = hardware_loop_error_pct(profile)
     print(f"\nhardware loop: measured {measured:.4f} s, today's error {err:+.1f}%")
     both = [x for res in by_lease.values() for x in res]
-    print(f"MAPE " + ", ".join(f"{k} {mape(v):.1f} %" for k, v in by_lease.items())
+    print("MAPE " + ", ".join(f"{k} {mape(v):.1f} %" for k, v in by_lease.items())
           + f"; over both {mape(both):.1f} % ({len(both)} records)")
     return 0
 

@@ -1,9 +1,9 @@
-"""trainsim execute's one-GPU steps on an H200 (benchmarks/data/executed_h200.jsonl) against today's prediction
+"""trainsim execute's one-GPU steps on two H200 leases (benchmarks/data/executed_h200*.jsonl) against today's prediction
 with the profile `trainsim calibrate` measured on that machine, and the mechanisms behind it.
 
 Tolerance per record: the structural error left (``STRUCTURAL``, stated per block style in docs/execute.md,
 "One-GPU steps on an H200") plus twice the relative spread (population standard deviation over median) of the
-record's timed steps, which is up to 15.6 % on the host-bound lines (a shared VM host) and under 1 % on the
+record's timed steps, which is up to 17.3 % on the host-bound lines (a shared VM host) and about 1 % on the
 GPU-bound ones.
 """
 

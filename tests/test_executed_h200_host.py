@@ -91,7 +91,12 @@ def test_host_issue_model_on_the_host_bound_phases(leases):
 
 
 def test_steady_autocast_forward_is_the_plain_forward_at_the_steady_op_count():
-    from trainsim.cost_models.host_issue import BLOCK_OPS, BLOCK_OPS_AUTOCAST, op_seconds, steady_autocast_fwd_s
+    from trainsim.cost_models.host_issue import (
+        BLOCK_OPS,
+        BLOCK_OPS_AUTOCAST,
+        op_seconds,
+        steady_autocast_fwd_s,
+    )
     from trainsim.cost_models.profile import ChunkHostIssue
 
     def chunk(fwd):
@@ -103,7 +108,8 @@ def test_steady_autocast_forward_is_the_plain_forward_at_the_steady_op_count():
     f_ops, f_k, s_ops, s_k = BLOCK_OPS_AUTOCAST[style]
     p_ops, p_k = BLOCK_OPS[style][:2]
     steady = s_ops * d + s_k * k
-    assert steady_autocast_fwd_s(style, chunk(1e-3), chunk(3e-4)) == pytest.approx(3e-4 * steady / (p_ops * d + p_k * k))
+    plain = p_ops * d + p_k * k
+    assert steady_autocast_fwd_s(style, chunk(1e-3), chunk(3e-4)) == pytest.approx(3e-4 * steady / plain)
     assert steady_autocast_fwd_s(style, chunk(1e-3), None) == pytest.approx(1e-3 * steady / (f_ops * d + f_k * k))
     assert steady_autocast_fwd_s(style, chunk(1e-4), chunk(3e-4)) == 1e-4   # never above the casting forward
 

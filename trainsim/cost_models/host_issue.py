@@ -328,7 +328,7 @@ def tp_collective_calls(scenario) -> tuple[int, int]:
     return per_pass, per_pass
 
 
-def steady_autocast_fwd_s(style: str, cast: "ChunkHostIssue", plain: "ChunkHostIssue | None",
+def steady_autocast_fwd_s(style: str, cast: ChunkHostIssue, plain: ChunkHostIssue | None,
                           host_cpu: str = "x86") -> float:
     """Host seconds of one block forward under autocast once the step's weight casts are cached (micro-batches
     2..n of a step).
@@ -374,7 +374,7 @@ def executor_block_issue(scenario, profile) -> PassIssue | None:
     m = chunk.get(style + tag)
     if m is None or style not in BLOCK_OPS_AUTOCAST or scenario.training.host_issue_mode != "eager":
         return None
-    f_ops, f_k, s_ops, s_k = BLOCK_OPS_AUTOCAST[style]
+    s_ops = BLOCK_OPS_AUTOCAST[style][2]
     steady = steady_autocast_fwd_s(style, m, chunk.get(style), scenario.cluster.host_cpu)
     n = scenario.num_microbatches
     full = scenario.training.recompute == "full"

@@ -198,10 +198,10 @@ def host_widening(lo: float, hi: float, step_s: float, host_idle_s: float, scena
         return lo, hi, []
     lo, hi = host_band.widen(lo, hi, off)
     gpu = max(0.0, step_s - host_idle_s)
-    return lo, hi, [f"the step depends on its host's issue time ({host_s:.4g} s per step against {gpu:.4g} s of GPU "
-                    f"work): widened by {off[0]:+.2f} / {off[1]:+.2f} in ln(step) for the host's speed, whose spread "
-                    f"between two leases of one H200 machine kind is ln sigma {host_band.HOST_LOG_SIGMA:.2f} "
-                    f"(validation/host_band.py)"]
+    why = (f"the step depends on its host's issue time ({host_s:.4g} s per step against {gpu:.4g} s of GPU work): "
+           f"widened by {off[0]:+.2f} / {off[1]:+.2f} in ln(step) for the host's speed, whose spread between two "
+           f"leases of one H200 machine kind is ln sigma {host_band.HOST_LOG_SIGMA:.2f} (validation/host_band.py)")
+    return lo, hi, [why]
 
 
 def interval_for(step_s: float, tokens_per_s: float, mfu: float, scenario, profile=None, coverage: float = 0.8,
