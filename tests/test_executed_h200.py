@@ -1,9 +1,9 @@
-"""trainsim execute's one-GPU steps on an H200 (benchmarks/data/executed_h200.jsonl) against today's prediction
+"""trainsim execute's one-GPU steps on two H200 leases (benchmarks/data/executed_h200*.jsonl) against today's prediction
 with the profile `trainsim calibrate` measured on that machine, and the mechanisms behind it.
 
 Tolerance per record: the structural error left (``STRUCTURAL``, stated per block style in docs/execute.md,
 "One-GPU steps on an H200") plus twice the relative spread (population standard deviation over median) of the
-record's timed steps, which is up to 15.6 % on the host-bound lines (a shared VM host) and under 1 % on the
+record's timed steps, which is up to 17.3 % on the host-bound lines (a shared VM host) and about 1 % on the
 GPU-bound ones.
 """
 
@@ -22,36 +22,47 @@ bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
 # GPT-style: GEMM and attention times from the quick profile's fits run 10-20 % over the profiled kernels at
-# micro-batch 1-8 and the host's per-block issue under the real model is ~15 % above the tiny model's.
-# Llama-style: the tiny model's host issue (1.5 ms forward, 2.1 ms backward per block) exceeds what the measured
-# step allows (the whole l2048_mb1 step is 156 ms, the tiny timings give 224 ms of host issue alone), so the
-# host-bound Llama line is over-predicted by ~55 %; docs/execute.md says what isolates it. That line has its own
-# band (a known gap that must neither grow nor silently vanish); the GPU-bound Llama lines take the GPT bound.
+# micro-batch 1-8. Host-bound lines (micro-batch 1-2) also carry the host's own speed, which differs by up to 36 %
+# between the two leases (validation/host_band.py): they are held to that band in tests/test_executed_h200_host.py,
+# here only to the structural bound plus twice their timed steps' spread.
+# Llama-style: the host-bound l2048_mb1 of lease 1 ran in 0.156 s, below the predicted GPU work alone (0.167 s),
+# so no host speed reaches it: over-predicted by ~50 % (a known gap that must neither grow nor silently vanish;
+# docs/execute.md). The same line on lease 2 (0.213 s) is within the bound.
 STRUCTURAL = {"g": 0.20, "l": 0.20}
-KNOWN_GAP = {"l2048_mb1": (40.0, 70.0)}
+KNOWN_GAP = {("lease 1", "l2048_mb1"): (40.0, 70.0)}
 
 
 @pytest.fixture(scope="module")
-def rows():
+def leases():
     from trainsim.cost_models.profile import load_profile
 
-    return bench.rows(bench.untraced_records(), load_profile(bench.DATA / "profile_h200.json"))
+    profile = load_profile(bench.DATA / "profile_h200.json")
+    return {k: bench.rows(bench.untraced_records(p), profile) for k, p in bench.LEASES.items()}
 
 
-def test_every_untraced_record_is_predicted_within_noise_and_stated_structure(rows):
-    assert len(rows) == 11
-    for r in rows:
-        if r["name"] in KNOWN_GAP:
-            lo, hi = KNOWN_GAP[r["name"]]
-            assert lo <= r["error_pct"] <= hi, (r["name"], r["error_pct"])
-            continue
-        tol = STRUCTURAL[r["name"][0]] + 2 * r["spread"]
-        assert abs(r["error_pct"]) / 100 <= tol, (r["name"], r["error_pct"], tol)
+@pytest.fixture(scope="module")
+def rows(leases):
+    return leases["lease 1"]
 
 
-def test_gpt_lines_mape(rows):
-    gpt = [abs(r["error_pct"]) for r in rows if r["name"].startswith("g")]
-    assert statistics.fmean(gpt) < 10.0
+def test_every_untraced_record_is_predicted_within_noise_and_stated_structure(leases):
+    assert [len(v) for v in leases.values()] == [11, 15]
+    for lease, rs in leases.items():
+        for r in rs:
+            if (lease, r["name"]) in KNOWN_GAP:
+                lo, hi = KNOWN_GAP[lease, r["name"]]
+                assert lo <= r["error_pct"] <= hi, (lease, r["name"], r["error_pct"])
+                continue
+            tol = STRUCTURAL[r["name"][0]] + 2 * r["spread"]
+            assert abs(r["error_pct"]) / 100 <= tol, (lease, r["name"], r["error_pct"], tol)
+
+
+def test_gpt_lines_mape(leases):
+    # 18 GPT records of both leases: 9.8 % (10.7 % with the steady autocast forward scaled from the casting one by
+    # op counts: host_issue.steady_autocast_fwd_s)
+    gpt = [abs(r["error_pct"]) for rs in leases.values() for r in rs if r["name"].startswith("g")]
+    assert len(gpt) == 18
+    assert statistics.fmean(gpt) < 10.5
 
 
 def test_optimizer_phase_matches_measured_foreach_adam(rows):

@@ -146,9 +146,13 @@ separately: the executor's block has no dropout and one SDPA attention kernel, s
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from .host_jitter import MEASURED_FWD, measured_sigma, pace
 from .compiled_issue import compiled_kernel_count
+
+if TYPE_CHECKING:
+    from .profile import ChunkHostIssue
 
 ATEN_DISPATCH_S = 3.3e-6
 KERNEL_LAUNCH_S = 3.8e-6
@@ -390,14 +394,37 @@ def tp_collective_calls(scenario) -> tuple[int, int]:
     return per_pass, per_pass
 
 
+def steady_autocast_fwd_s(style: str, cast: ChunkHostIssue, plain: ChunkHostIssue | None,
+                          host_cpu: str = "x86") -> float:
+    """Host seconds of one block forward under autocast once the step's weight casts are cached (micro-batches
+    2..n of a step).
+
+    The profile times the block forward under autocast in a fresh autocast region per call, so each timed forward
+    casts every weight (``cast.block_fwd_s``), and without autocast (``plain.block_fwd_s``, the same tiny block in
+    the same calibration). A weight cast is not an average op: autocast's ``cached_cast`` (aten/src/ATen/
+    autocast_mode.cpp) runs ``to(bf16)`` -- a fresh allocation, a copy kernel and an autograd ``ToCopyBackward``
+    node -- and inserts it in the cast cache; on the H200 profile the 16 extra forward ops of the GPT block cost
+    0.68 ms (42 us each) against 7.1 us for a counted dispatch and launch. Scaling the casting forward by op counts
+    would leave most of that cost in every later micro-batch; the steady forward is therefore the plain forward
+    scaled by its counted ops (``BLOCK_OPS_AUTOCAST`` steady vs ``BLOCK_OPS``: the activation casts autocast still
+    dispatches). Without a plain measurement the casting forward is scaled by the counted ops."""
+    d, k = op_seconds(host_cpu)
+    f_ops, f_k, s_ops, s_k = BLOCK_OPS_AUTOCAST[style]
+    steady = s_ops * d + s_k * k
+    if plain is not None and plain.block_fwd_s > 0:
+        p_ops, p_k = BLOCK_OPS[style][:2]
+        return min(cast.block_fwd_s, plain.block_fwd_s * steady / (p_ops * d + p_k * k))
+    return cast.block_fwd_s * steady / (f_ops * d + f_k * k)
+
+
 def executor_block_issue(scenario, profile) -> PassIssue | None:
     """Host issue time of trainsim execute's eager micro-batch from the profile's two-depth measurement of the
     executor's own chunk under its autocast (``CalibrationProfile.host_issue_chunk``), or None where the profile
     has none for this block style or the scenario does not run that way (``autocast_tag``).
 
     Per block: the measured forward casts every weight (each timed call is a fresh autocast region); the step's
-    later micro-batches hit autocast's weight cache, so their forward is scaled by the counted ops
-    (``BLOCK_OPS_AUTOCAST``, at ``op_seconds``' dispatch and launch weights) and the micro-batches averaged. The
+    later micro-batches hit autocast's weight cache, so their forward is the profile's plain forward at the
+    steady autocast op count (``steady_autocast_fwd_s``) and the micro-batches averaged. The
     backward is measured with the gradients held (AccumulateGrad adds), under full recompute apart (it re-issues
     the forward). Per micro-batch: the embedding, head, loss and each pass's start (``microbatch_*_s``)."""
     from .eager import block_style
@@ -413,9 +440,8 @@ def executor_block_issue(scenario, profile) -> PassIssue | None:
     m = chunk.get(style + tag)
     if m is None or style not in BLOCK_OPS_AUTOCAST or scenario.training.host_issue_mode != "eager":
         return None
-    d, k = op_seconds(scenario.cluster.host_cpu)
-    f_ops, f_k, s_ops, s_k = BLOCK_OPS_AUTOCAST[style]
-    steady = m.block_fwd_s * (s_ops * d + s_k * k) / (f_ops * d + f_k * k)
+    s_ops = BLOCK_OPS_AUTOCAST[style][2]
+    steady = steady_autocast_fwd_s(style, m, chunk.get(style), scenario.cluster.host_cpu)
     n = scenario.num_microbatches
     full = scenario.training.recompute == "full"
     # the first forward of the step casts the weights; under full recompute every forward does (the recompute's
