@@ -228,8 +228,8 @@ def _schedules(pp: int, model: ModelSpec, lim: SearchLimits) -> Iterator[tuple[s
     is searched only when asked for (``--schedule dualpipev`` or in ``lim.schedules``), so the default
     space and its results stay as they were."""
     if pp == 1:
-        if lim.allowed("vpp", 1) and lim.fixed.get("schedule") != "dualpipev":
-            yield lim.fixed.get("schedule", "1f1b"), 1
+        if lim.allowed("vpp", 1) and lim.fixed.get("schedule") in (None, "1f1b", "gpipe", "zb"):
+            yield "1f1b", 1  # a pinned pipeline schedule has nothing to schedule here (specs.scenario refuses it)
         return
     pinned = lim.fixed.get("schedule")
     framework = lim.training_extra.get("framework", "megatron")
