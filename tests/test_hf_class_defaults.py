@@ -69,3 +69,14 @@ def test_on_the_cli_it_is_one_line_exit_2(tmp_path, capsys):
                  "--seq-len", "4096"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "model.num_key_value_heads" in err[0]
+
+
+def test_mistral_layer_types_must_agree_with_its_one_window():
+    """MistralForCausalLM windows every layer whatever layer_types says (a local/global list is Ministral's): a
+    pattern with full-attention layers beside sliding_window is refused, not costed as local/global blocks."""
+    n = MISTRAL_7B["num_hidden_layers"]
+    with pytest.raises(SpecError) as ei:
+        load_model({**MISTRAL_7B, "layer_types": ["sliding_attention", "full_attention"] * (n // 2)})
+    assert ei.value.field == "model.layer_types"
+    same = load_model({**MISTRAL_7B, "layer_types": ["sliding_attention"] * n})
+    assert (same.sliding_window, same.global_every) == (MISTRAL_7B["sliding_window"], None)

@@ -280,6 +280,14 @@ def _window_fields(d: Mapping, arch: HFArch, layers: Any) -> dict:
                                                  "model_type")
         return {}
     window = _hf_int(d, "sliding_window")
+    if types is not None and arch.global_every is None:
+        # Mistral, Mixtral and Phi-3 pass sliding_window to every layer and read no layer_types (MistralConfig
+        # warns that a layer_types list needs the Ministral classes; read_file id 52091264498)
+        uniform = "sliding_attention" if window is not None else "full_attention"
+        if not isinstance(types, list) or any(t != uniform for t in types):
+            raise SpecError("model.layer_types", f"this model_type applies sliding_window={window} to every layer and "
+                                                 f"reads no per-layer types: every entry must be {uniform!r}")
+        return {"sliding_window": window} if window is not None else {}
     if types is not None:
         return _layer_types_fields(types, window, layers)
     if window is None:
