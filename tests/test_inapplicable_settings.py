@@ -49,3 +49,19 @@ def test_refusals_are_one_line_exit_2(capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "training.offload_optimizer" in err[0]
+
+
+def test_torch_context_parallelism_states_the_exchange_it_assumed(tmp_path, capsys):
+    """Under framework torch an unset cp_comm is costed as the overlapped K/V ring while torch's context_parallel
+    defaults to all-gather rotation: predict says which it assumed; a stated cp_comm, or Megatron, says nothing."""
+    import json
+    from trainsim.simulator.predict import cp_default_warning
+
+    def scenario(**kw):
+        return scen(layout={"cp": 2}, global_batch=4, seq_len=8192, **kw)
+    assert "cp_comm p2p assumed" in cp_default_warning(scenario(framework="torch"))[0]
+    assert cp_default_warning(scenario(framework="torch", cp_comm="allgather")) == []
+    assert cp_default_warning(scenario()) == []
+    assert main(["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch", "4",
+                 "--seq-len", "8192", "--cp", "2", "--framework", "torch", "--fast", "--json"]) == 0
+    assert any(w.startswith("cp_comm p2p assumed") for w in json.loads(capsys.readouterr().out)["warnings"])
