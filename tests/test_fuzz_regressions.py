@@ -27,7 +27,7 @@ def test_tp_comm_overlap_never_gives_negative_exposed_tp():
     model = {"name": "fz", "num_layers": 1, "hidden": 2, "num_heads": 2, "vocab_size": 1, "bias": False,
              "tie_embeddings": False, "ffn_hidden": 2818}
     training = {"seq_len": 2048, "global_batch": 4, "micro_batch": 4, "dtype": "fp32", "recompute": "full",
-                "sequence_parallel": True, "schedule": "gpipe", "tp_comm_overlap": True}
+                "sequence_parallel": True, "schedule": "1f1b", "tp_comm_overlap": True}
     s = build_scenario({"model": model, "cluster": "dgx-a100", "gpus": 2, "layout": {"tp": 2}, "training": training})
     for fast in (False, True):
         p = predict(s, fast=fast)
@@ -41,7 +41,7 @@ def test_hfu_above_one_at_long_sequences_is_explained(capsys):
     import json
 
     argv = ["predict", "--model", "llama3-405b", "--cluster", "dgx-a100", "--gpus", "1", "--seq-len", "1048576",
-            "--global-batch", "1", "--recompute", "selective", "--schedule", "gpipe", "--json"]
+            "--global-batch", "1", "--recompute", "selective", "--schedule", "1f1b", "--json"]
     assert main(argv) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["hfu"] > 1

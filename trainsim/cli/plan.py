@@ -359,8 +359,9 @@ def print_table(result, file=None) -> None:
         console.print(f"[red]no layout {why}[/red]")
         return
     t = Table(title=f"Top {len(rows)} layouts (ranked by {'cost' if req.objective == 'cost' else 'time to train'})",
-              caption="recomp: activation recompute; sched: pipeline schedule (intl = interleaved); free: memory "
-                      "headroom; src: engine = discrete-event engine, cf = closed form", padding=(0, 1))
+              caption="sp: sequence parallelism (--sequence-parallel); recomp: activation recompute; sched: pipeline "
+                      "schedule (intl = interleaved); free: memory headroom; src: engine = discrete-event engine, "
+                      "cf = closed form", padding=(0, 1))
     for col in LAYOUT_COLUMNS:
         t.add_column(col, justify="left" if col in ("layout", "recomp", "sched", "src") else "right",
                      no_wrap=col == "layout")

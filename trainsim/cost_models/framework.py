@@ -541,7 +541,9 @@ def state_bytes(training) -> StateBytes:
     default_adam = training.optimizer_bytes_per_param == MIXED_ADAM_BYTES
     if not training.master_weights:
         opt = 2 * training.param_bytes if default_adam else training.optimizer_bytes_per_param
-        note = f"pure {low}: weights, grads and Adam m, v in {low}, no fp32 master"
+        grad_name = _dtype_name(grads, low)
+        note = (f"pure {low}: weights and Adam m, v in {low}, {grad_name} grads, no fp32 master" if grad_name != low
+                else f"pure {low}: weights, grads and Adam m, v in {low}, no fp32 master")
         return StateBytes(training.param_bytes, grads, opt, note)
     if training.framework in FP32_PARAM_FRAMEWORKS and training.dtype != "fp32" and not training.param_dtype_bytes:
         if not (training.grad_dtype_bytes or training.grad_dtype):
@@ -558,7 +560,8 @@ def state_bytes(training) -> StateBytes:
     if training.dtype == "fp32" and default_adam:
         # fp32 training has no separate master copy (Megatron's FP32Optimizer, torch.optim on fp32 parameters):
         # Adam's m and v only.
-        return StateBytes(w, grads, 8, "fp32 weights and grads, Adam m, v fp32 (no master copy)")
+        return StateBytes(w, grads, 8, f"fp32 weights, {_dtype_name(grads, low)} grads, Adam m, v fp32 (no master "
+                                       "copy)")
     master = "fp32 master + Adam m, v" if opt == MIXED_ADAM_BYTES else f"optimizer {opt:g} B"
     note = f"{_dtype_name(w, low)} weights, {_dtype_name(grads, low)} grads, {master}"
     return StateBytes(w, grads, opt, note)

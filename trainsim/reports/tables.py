@@ -73,7 +73,7 @@ _SHORT = {"selective": "sel", "interleaved": "intl", "closed-form": "cf"}
 
 def layout_row(i: int, r: Mapping[str, Any]) -> list[str]:
     """One ranked-table row from a PlanRow.to_json() mapping."""
-    lay = f"tp{r['tp']} pp{r['pp']} dp{r['dp']}"
+    lay = f"tp{r['tp']}{' sp' if r.get('sequence_parallel') else ''} pp{r['pp']} dp{r['dp']}"
     if r.get("dp_shard") and r["dp_shard"] < r["dp"]:
         lay += f" shard{r['dp_shard']}"
     if r.get("cp", 1) > 1:

@@ -459,7 +459,7 @@ def _layouts_section(plan_json: Mapping[str, Any]) -> Section:
     section = Section("layouts", "Ranked layouts", [par], figs,
                       [Table("Best layouts", list(LAYOUT_COLUMNS), layout_table(rows),
                              "Ranked by expected time to train including failures. 'engine' rows were confirmed "
-                             "by the discrete-event engine.")])
+                             "by the discrete-event engine; 'sp': with sequence parallelism; 'free': memory left.")])
     if plan_json.get("pareto") and len(gpu_counts) > 1:
         pr = [[str(r["gpus"]), r["label"], fmt_si(r["tokens_per_s"]), fmt_pct(r["mfu"]), fmt_time(r["time_to_train_s"]),
                fmt_si(r["gpu_hours"]), fmt_money(r.get("cost"))] for r in plan_json["pareto"]]

@@ -76,6 +76,19 @@ def _check_args(fast: bool, trace_path, jitter_cv: float, stragglers, samples: i
 HOST_BOUND_WARN_RATIO = 0.5
 
 
+def cp_default_warning(scenario: Scenario) -> list[str]:
+    """The stated resolution of an unset ``cp_comm`` under the torch frameworks: trainsim's default is the K/V ring
+    overlapped with attention (Megatron-Core/TE's p2p), while torch's context_parallel rotates K/V by all-gather
+    unless set_rotate_method says otherwise (torch/distributed/tensor/experimental/_attention.py
+    _ContextParallelOptions.rotate_method = ALL_GATHER; torchtitan's context_parallel_rotate_method "allgather")."""
+    t = scenario.training
+    if scenario.layout.cp == 1 or t.framework not in ("torch", "pytorch-fsdp") or "cp_comm" in t.model_fields_set:
+        return []
+    return [f"cp_comm {t.cp_comm} assumed (a K/V ring overlapped with attention: torch's set_rotate_method"
+            "('alltoall')); torch's context_parallel rotates by all-gather unless told otherwise: set "
+            "training.cp_comm: allgather in the scenario for that"]
+
+
 def host_bound_warning(scenario: Scenario, profile=None, table=None) -> str | None:
     """The launch-bound warning of a MoE scenario in eager Megatron-Core on GPUs (None when it does not apply).
 
@@ -204,6 +217,7 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
                         f"{scenario.stage_layers[-1]} (last), {max(scenario.stage_layers)} (others)")
     if ideal_network:
         warnings.append("ideal network: all communication is free")
+    warnings += cp_default_warning(scenario)
     launch = host_bound_warning(scenario, profile, table)
     if launch:
         warnings.append(launch)

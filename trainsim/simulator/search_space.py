@@ -15,12 +15,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from trainsim.cost_models.framework import behaviour
 from trainsim.specs import ClusterSpec, Layout, ModelSpec, Scenario, SpecError, TrainingSpec, resolve
-from trainsim.specs.data_parallel import hsdp_refusal
+from trainsim.specs.data_parallel import DEEPSPEED_ZERO_FRAMEWORKS, hsdp_refusal
 from trainsim.specs.framework_era import feature_refusal, layout_refusal, schedule_refusal
 from trainsim.specs.errors import from_validation_error
 from trainsim.specs.pools import arranged, placement_options
 from trainsim.specs.scenario import balanced_stage_layers, ep_overlap_refusal
+from trainsim.specs.training import MEGATRON_FRAMEWORKS
 
 RECOMPUTE_LADDER = ("none", "selective", "full")   # less memory, more compute, left to right
 ZERO_LADDER = (0, 1, 2, 3)                         # less memory, more communication, left to right
@@ -120,7 +122,7 @@ class Candidate:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     def label(self) -> str:
-        parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
+        parts = [f"tp{self.tp}", *(["sp"] if self.sequence_parallel else []), f"pp{self.pp}", f"dp{self.dp}"]
         if self.cp > 1:
             parts.append(f"cp{self.cp}")
         if self.dp_shard:
@@ -228,8 +230,8 @@ def _schedules(pp: int, model: ModelSpec, lim: SearchLimits) -> Iterator[tuple[s
     is searched only when asked for (``--schedule dualpipev`` or in ``lim.schedules``), so the default
     space and its results stay as they were."""
     if pp == 1:
-        if lim.allowed("vpp", 1) and lim.fixed.get("schedule") != "dualpipev":
-            yield lim.fixed.get("schedule", "1f1b"), 1
+        if lim.allowed("vpp", 1) and lim.fixed.get("schedule") in (None, "1f1b", "gpipe", "zb"):
+            yield "1f1b", 1  # a pinned pipeline schedule has nothing to schedule here (specs.scenario refuses it)
         return
     pinned = lim.fixed.get("schedule")
     framework = lim.training_extra.get("framework", "megatron")
@@ -259,6 +261,33 @@ def _zero_options(pp: int, lim: SearchLimits) -> list[int]:
     floor = 1 if lim.training_extra.get("distributed_optimizer") else 0
     return [z for z in lim.zero if z >= floor and lim.allowed("zero", z)
             and (pp == 1 or z <= 1 or "zero" in lim.fixed)]
+
+
+# Frameworks whose ZeRO-1 is only the optimizer states sharded over the group (Megatron's distributed optimizer,
+# DeepSpeed's stage 1): over a one-rank group it holds and runs what their unsharded optimizer does. Not the torch
+# frameworks, whose sharded stages run FSDP (fp32 shards beside the 16-bit unsharded copy) where stage 0 runs DDP.
+ZERO1_IS_THE_PLAIN_OPTIMIZER = frozenset(MEGATRON_FRAMEWORKS + DEEPSPEED_ZERO_FRAMEWORKS)
+
+
+def _same_run_as_lower_zero(model: ModelSpec, split: tuple, zero: int, zeros: list[int], lim: SearchLimits) -> bool:
+    """Whether ``zero`` describes the same run as a lower stage also searched, so the plan shows it once: ZeRO
+    shards the model states over dp_shard x cp ranks (experts over their expert-data-parallel group,
+    cost_models.memory.shard_groups), and over a one-rank group there is nothing to shard. ZeRO-2 then is ZeRO-1
+    (gradients reduce-scattered to one rank are the whole gradient; not FSDP1's, whose stage 2 the cost model
+    prices with its flat-gradient preparation), and ZeRO-1 is stage 0 where the framework's
+    ZeRO-1 is only the sharded optimizer (ZERO1_IS_THE_PLAIN_OPTIMIZER) and no CPU optimizer offload needs it.
+    ZeRO-3 stays: its gathered-unit buffers make another run. A pinned ``--zero`` is searched as asked."""
+    tp, cp, dp, ep, etp, shard = split
+    if "zero" in lim.fixed or zero not in (1, 2):
+        return False
+    group = (shard or dp) * cp
+    if group > 1 or (model.is_moe and group * tp / (ep * (etp or tp)) > 1):
+        return False
+    extra = lim.training_extra
+    framework = extra.get("framework", "megatron")
+    if zero == 2:  # FSDP1's stage 2 prepares each unit's flat gradient (fsdp_grad_prep): priced as another run
+        return 1 in zeros and not behaviour(framework).fsdp_grad_prep
+    return 0 in zeros and framework in ZERO1_IS_THE_PLAIN_OPTIMIZER and not extra.get("offload_optimizer")
 
 
 def _shard_options(dp: int, zero: int, ep: int, lim: SearchLimits) -> list[int | None]:
@@ -325,8 +354,11 @@ def enumerate_candidates(model: ModelSpec, cluster: ClusterSpec, gpus: int, glob
                 if sched == "dualpipev" and n_micro < 2 * pp:
                     continue
                 layers = uneven_split(model, pp * vpp)
-                for zero in _zero_options(pp, lim):
+                zeros = _zero_options(pp, lim)
+                for zero in zeros:
                     for shard in _shard_options(dp, zero, ep, lim):
+                        if _same_run_as_lower_zero(model, (tp, cp, dp, ep, etp, shard), zero, zeros, lim):
+                            continue
                         for rc in recomputes:
                             for where in placements:
                                 yield Candidate(gpus, tp, pp, dp, cp, ep, vpp, mb, rc, zero, sched, sp,

@@ -45,6 +45,12 @@ def check_data_parallel(layout: Layout, t: TrainingSpec, dp: int) -> None:
     if t.dp_bucket_mb is not None and t.effective_zero >= 2 and t.framework not in BUCKETED_ZERO_FRAMEWORKS:
         raise SpecError("training.dp_bucket_mb", f"zero={t.effective_zero} with framework {t.framework} reduce-"
                         "scatters each block's gradients as one call (FSDP): there is no bucket size; drop it")
+    if t.offload_optimizer and t.effective_zero == 0 and t.framework in DEEPSPEED_ZERO_FRAMEWORKS:
+        # deepspeed/runtime/engine.py _do_optimizer_sanity_check: without ZeRO (stage 0) the optimizer is wrapped
+        # as BF16/FP16_Optimizer, never _configure_zero_optimizer, where ZeRO-Offload lives; the offload_optimizer
+        # block of zero_optimization does nothing there (read_file id 30958683708)
+        raise SpecError("training.offload_optimizer", f"framework {t.framework} offloads the optimizer with "
+                        "ZeRO-Offload, a ZeRO stage 1-3 setting: set zero 1, 2 or 3")
     if t.overlap_grad_reduce is False and t.framework in FSDP_FRAMEWORKS:
         raise SpecError("training.overlap_grad_reduce", f"framework {t.framework} (torch DDP/FSDP) always reduces "
                         "gradients in backward hooks, overlapped: there is no switch to turn it off")

@@ -29,7 +29,9 @@ class HFArch:
 
     ``tied``: ``tie_word_embeddings`` default of its config class; ``head_dim``: the class's head_dim default when
     the key is absent (None: hidden / heads); ``global_every``: period of full-attention blocks among local ones
-    when ``layer_types`` is absent (None: every block local when ``sliding_window`` is set, 0: no window read)."""
+    when ``layer_types`` is absent (None: every block local when ``sliding_window`` is set, 0: no window read);
+    ``required``: keys the file must spell out (null allowed) because the config class defaults them to a value of
+    its own that the mapping's fallback is not (``_HF_CLASS_DEFAULTED``)."""
 
     classes: tuple[str, ...]
     gated: bool
@@ -44,6 +46,7 @@ class HFArch:
     head_dim: int | None = None
     global_every: int | None = 0
     softcap: bool = False
+    required: tuple[str, ...] = ()
 
 
 # Read against transformers' modelling code (models/<type>/modeling_<type>.py, configuration_<type>.py):
@@ -56,24 +59,54 @@ class HFArch:
 # attention and output logits; Gemma 3 has QK-norm and one global block in 6 (sliding_window_pattern 6).
 # GPT-2: learned positions, LayerNorm, biases, tied, fc + proj. Falcon: LayerNorm, rotary, tied, two-matrix GeLU
 # MLP, ``bias`` on every linear; OPT: learned positions, LayerNorm, ReLU two-matrix MLP, ``enable_bias``, tied.
+# Keys whose absence the config class fills with a default of its own, where the mapping's fallback differs
+# (num_key_value_heads -> num_attention_heads, no window, no soft-cap, top-2 routing, experts as wide as the dense
+# MLP, no shared or leading dense blocks). transformers' MistralConfig: num_key_value_heads 8, sliding_window 4096
+# (read_file id 52091264498); Gemma2Config: num_key_value_heads 4, sliding_window 4096, soft-caps 50.0 / 30.0
+# (id 66181675041); Gemma3TextConfig: num_key_value_heads 4, sliding_window 4096 (id 65907536900);
+# Qwen3MoeConfig: num_key_value_heads 4, num_experts 128, num_experts_per_tok 8, moe_intermediate_size 768
+# (id 51836514800). LlamaConfig and Phi3Config (id 51859939896) default num_key_value_heads to
+# num_attention_heads, as the mapping does. Refusing the absent key, rather than copying each class's
+# default, keeps a partial config from being costed with a guess of the transformers version.
+_KV = ("num_key_value_heads",)
+_HF_CLASS_DEFAULTED = {
+    "mistral": (*_KV, "sliding_window"), "mixtral": _KV, "qwen2": _KV, "qwen3": _KV, "gemma": _KV,
+    "qwen2_moe": (*_KV, "moe_intermediate_size", "num_experts_per_tok", "shared_expert_intermediate_size"),
+    "qwen3_moe": (*_KV, "moe_intermediate_size", "num_experts_per_tok"),
+    "gemma2": (*_KV, "sliding_window", "attn_logit_softcapping", "final_logit_softcapping"),
+    "gemma3_text": (*_KV, "sliding_window"),
+    "deepseek": ("moe_intermediate_size", "num_experts_per_tok", "n_shared_experts", "first_k_dense_replace"),
+    "glm4_moe": (*_KV, "moe_intermediate_size", "num_experts_per_tok", "n_shared_experts", "first_k_dense_replace"),
+}
+
 HF_ARCHS: dict[str, HFArch] = {
     "llama": HFArch(("LlamaForCausalLM",), gated=True),
-    "mistral": HFArch(("MistralForCausalLM",), gated=True, global_every=None),
-    "mixtral": HFArch(("MixtralForCausalLM",), gated=True, moe=True, global_every=None),
+    "mistral": HFArch(("MistralForCausalLM",), gated=True, global_every=None,
+                      required=_HF_CLASS_DEFAULTED["mistral"]),
+    "mixtral": HFArch(("MixtralForCausalLM",), gated=True, moe=True, global_every=None,
+                      required=_HF_CLASS_DEFAULTED["mixtral"]),
     "phi3": HFArch(("Phi3ForCausalLM",), gated=True, global_every=None),
-    "qwen2": HFArch(("Qwen2ForCausalLM",), gated=True, qkv_bias=True),
-    "qwen2_moe": HFArch(("Qwen2MoeForCausalLM",), gated=True, qkv_bias=True, moe=True),
-    "qwen3": HFArch(("Qwen3ForCausalLM",), gated=True, qk_norm=True, head_dim=128),
-    "qwen3_moe": HFArch(("Qwen3MoeForCausalLM",), gated=True, qk_norm=True, head_dim=128, moe=True),
-    "gemma": HFArch(("GemmaForCausalLM",), gated=True, tied=True, act="gelu_pytorch_tanh", head_dim=256),
+    "qwen2": HFArch(("Qwen2ForCausalLM",), gated=True, qkv_bias=True, required=_HF_CLASS_DEFAULTED["qwen2"]),
+    "qwen2_moe": HFArch(("Qwen2MoeForCausalLM",), gated=True, qkv_bias=True, moe=True,
+                        required=_HF_CLASS_DEFAULTED["qwen2_moe"]),
+    "qwen3": HFArch(("Qwen3ForCausalLM",), gated=True, qk_norm=True, head_dim=128,
+                    required=_HF_CLASS_DEFAULTED["qwen3"]),
+    "qwen3_moe": HFArch(("Qwen3MoeForCausalLM",), gated=True, qk_norm=True, head_dim=128, moe=True,
+                        required=_HF_CLASS_DEFAULTED["qwen3_moe"]),
+    "gemma": HFArch(("GemmaForCausalLM",), gated=True, tied=True, act="gelu_pytorch_tanh", head_dim=256,
+                    required=_HF_CLASS_DEFAULTED["gemma"]),
     "gemma2": HFArch(("Gemma2ForCausalLM",), gated=True, tied=True, act="gelu_pytorch_tanh", head_dim=256,
-                     block_norms=4, global_every=2, softcap=True),
+                     block_norms=4, global_every=2, softcap=True, required=_HF_CLASS_DEFAULTED["gemma2"]),
     "gemma3_text": HFArch(("Gemma3ForCausalLM",), gated=True, tied=True, act="gelu_pytorch_tanh", head_dim=256,
-                          block_norms=4, qk_norm=True, global_every=6, softcap=True),
-    "deepseek_v2": HFArch(("DeepseekV2ForCausalLM",), gated=True, moe=True),
-    "deepseek_v3": HFArch(("DeepseekV3ForCausalLM",), gated=True, moe=True),
-    "kimi_k2": HFArch(("DeepseekV3ForCausalLM",), gated=True, moe=True),  # Kimi K2 is the DeepSeek-V3 architecture
-    "glm4_moe": HFArch(("Glm4MoeForCausalLM",), gated=True, moe=True),
+                          block_norms=4, qk_norm=True, global_every=6, softcap=True,
+                          required=_HF_CLASS_DEFAULTED["gemma3_text"]),
+    "deepseek_v2": HFArch(("DeepseekV2ForCausalLM",), gated=True, moe=True,
+                          required=_HF_CLASS_DEFAULTED["deepseek"]),
+    "deepseek_v3": HFArch(("DeepseekV3ForCausalLM",), gated=True, moe=True,
+                          required=_HF_CLASS_DEFAULTED["deepseek"]),
+    # Kimi K2 is the DeepSeek-V3 architecture
+    "kimi_k2": HFArch(("DeepseekV3ForCausalLM",), gated=True, moe=True, required=_HF_CLASS_DEFAULTED["deepseek"]),
+    "glm4_moe": HFArch(("Glm4MoeForCausalLM",), gated=True, moe=True, required=_HF_CLASS_DEFAULTED["glm4_moe"]),
     "gpt2": HFArch(("GPT2LMHeadModel",), gated=False, norm="layernorm", position="learned", tied=True,
                    act="gelu_new"),
     "falcon": HFArch(("FalconForCausalLM",), gated=False, norm="layernorm", tied=True, act="gelu"),
@@ -139,6 +172,7 @@ def model_from_hf(d: Mapping, name: str = "hf-model") -> dict:
     """Map a Hugging Face ``config.json`` of an allow-listed architecture (``HF_ARCHS``) to ModelSpec fields."""
     _refuse_unmodelled(d)
     model_type, arch = hf_architecture(d)
+    _refuse_class_defaulted(d, model_type, arch)
     layers, hidden, heads = (_get(d, "num_hidden_layers", "n_layer"), _get(d, "hidden_size", "n_embd"),
                              _get(d, "num_attention_heads", "n_head"))
     if layers is None or hidden is None or heads is None:
@@ -176,6 +210,19 @@ def model_from_hf(d: Mapping, name: str = "hf-model") -> dict:
     out.update(_experts(d, model_type, arch))
     out.update(_hf_architecture_fields(d, model_type, out))
     return out
+
+
+def _refuse_class_defaulted(d: Mapping, model_type: str, arch: HFArch) -> None:
+    """SpecError naming the first key the file leaves to its config class's own default (``HFArch.required``), and
+    the expert count of a MoE architecture (every config class defaults it to a count of its own; without it the
+    model would be costed dense)."""
+    for key in arch.required:
+        if key not in d:
+            raise SpecError(f"model.{key}", f"missing: transformers' {model_type!r} config class defaults it to a "
+                                            "value of its own, not the one assumed without it; state it")
+    if arch.moe and not any(k in d for k in ("num_local_experts", "num_experts", "n_routed_experts")):
+        raise SpecError("model.num_experts", f"missing: {model_type!r} is a mixture-of-experts architecture; state "
+                                             "its expert count (num_local_experts / num_experts / n_routed_experts)")
 
 
 def _activation(d: Mapping, arch: HFArch) -> str:
@@ -233,6 +280,14 @@ def _window_fields(d: Mapping, arch: HFArch, layers: Any) -> dict:
                                                  "model_type")
         return {}
     window = _hf_int(d, "sliding_window")
+    if types is not None and arch.global_every is None:
+        # Mistral, Mixtral and Phi-3 pass sliding_window to every layer and read no layer_types (MistralConfig
+        # warns that a layer_types list needs the Ministral classes; read_file id 52091264498)
+        uniform = "sliding_attention" if window is not None else "full_attention"
+        if not isinstance(types, list) or any(t != uniform for t in types):
+            raise SpecError("model.layer_types", f"this model_type applies sliding_window={window} to every layer and "
+                                                 f"reads no per-layer types: every entry must be {uniform!r}")
+        return {"sliding_window": window} if window is not None else {}
     if types is not None:
         return _layer_types_fields(types, window, layers)
     if window is None:
@@ -339,6 +394,9 @@ def _refuse_unmodelled(d: Mapping) -> None:
                                             "has MoE in every block after the first first_k_dense_replace)")
     if d.get("mlp_only_layers"):
         raise SpecError("model.mlp_only_layers", "dense layers at chosen indices among MoE layers are not modelled")
+    if d.get("add_cross_attention"):  # GPT2Block adds crossattention + ln_cross_attn: an encoder-decoder's decoder
+        raise SpecError("model.add_cross_attention", "cross-attention blocks (a decoder attending to an encoder) are "
+                                                     "not modelled")
     for key in ("is_encoder_decoder", "use_bidirectional_attention"):  # EmbeddingGemma, encoder-decoder wrappers
         if d.get(key):
             raise SpecError(f"model.{key}", "bidirectional (encoder) attention is not modelled; only causal "

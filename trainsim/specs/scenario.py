@@ -319,6 +319,11 @@ def _check_stages(m: ModelSpec, layout: Layout, t: TrainingSpec) -> None:
         raise SpecError("training.schedule", "interleaved needs vpp > 1 (model chunks per pipeline rank)")
     if t.schedule == "interleaved" and pp == 1:
         raise SpecError("training.schedule", "interleaved needs pp > 1")
+    if t.schedule in ("gpipe", "zb") and pp == 1:
+        # One stage has no pipeline to schedule: 1F1B there is plain gradient accumulation (forward then backward
+        # per micro-batch), what Megatron's forward_backward_no_pipelining and torchtitan without pp run.
+        raise SpecError("training.schedule", f"{t.schedule} needs pp > 1 (one stage has no pipeline to schedule; "
+                                             "use 1f1b)")
 
 
 def _check_sequence(m: ModelSpec, layout: Layout, t: TrainingSpec) -> None:

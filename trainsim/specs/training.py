@@ -21,6 +21,12 @@ RecomputeModule = Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe_a
 RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act", "moe",
                                       "shared_experts", "op_sac")
 OP_SAC_FRAMEWORKS = ("torch", "pytorch-fsdp")
+# Frameworks without Megatron-Core's communication overlaps: Transformer Engine's userbuffers TP overlap
+# (--tp-comm-overlap) and the combined-1F1B expert-parallel all-to-all overlap (--overlap-moe-expert-parallel-comm).
+# torch's parallelize_module TP and FSDP run their collectives unoverlapped with the GEMMs; DeepSpeed's engine and
+# its MoE layer (deepspeed/moe/sharded_moe.py, an all-to-all before and after the experts) have neither.
+# megatron-deepspeed and the dated presets are refused by specs.framework_era.
+NO_MCORE_OVERLAP_FRAMEWORKS = ("torch", "pytorch-fsdp", "deepspeed")
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb", "dualpipev"]
 TrainDtype = Literal["bf16", "fp16", "fp8", "fp32"]
 # Dtype of the gradients a rank accumulates and reduces (Megatron's main-grad buffer, FSDP's reduce dtype).
@@ -288,20 +294,20 @@ class TrainingSpec(BaseModel):
             raise SpecError("block_code", f"torchtitan is torchtitan's eager Llama block under framework torch; "
                              f"framework {self.framework} runs its own block code: use framework torch or "
                              f"block_code fused")
-        if self.framework == "torch" and self.tp_comm_overlap:
-            raise SpecError("tp_comm_overlap", "Transformer Engine's userbuffers overlap (Megatron-Core) is not in "
-                                               "framework torch, whose parallelize_module TP runs without it: use "
-                                               "framework megatron or drop it")
+        if self.framework in NO_MCORE_OVERLAP_FRAMEWORKS and self.tp_comm_overlap:
+            raise SpecError("tp_comm_overlap", f"Transformer Engine's userbuffers overlap (Megatron-Core) is not in "
+                                               f"framework {self.framework}, whose TP runs without it: use "
+                                               f"framework megatron or drop it")
         if self.tp_comm_overlap and not self.sequence_parallel:
             # Megatron-LM arguments.py: "Tensor parallel communication/GEMM overlap can happen only when sequence
             # parallelism is enabled" (find_string id 2536926475); without it the setting would change nothing
             raise SpecError("tp_comm_overlap", "it overlaps the sequence-parallel all-gathers / reduce-scatters with "
                                                "their GEMMs: it needs sequence_parallel=true (and tp > 1), as "
                                                "Megatron-LM asserts")
-        if self.framework == "torch" and self.ep_comm_overlap:
-            raise SpecError("ep_comm_overlap", "Megatron-Core's combined 1F1B overlap is not in framework torch, "
-                                               "which has no expert-parallel overlap: use framework megatron or "
-                                               "drop it")
+        if self.framework in NO_MCORE_OVERLAP_FRAMEWORKS and self.ep_comm_overlap:
+            raise SpecError("ep_comm_overlap", f"Megatron-Core's combined 1F1B overlap is not in framework "
+                                               f"{self.framework}, which has no expert-parallel overlap: use "
+                                               f"framework megatron or drop it")
         fsdp = self.framework in ("pytorch-fsdp", "torch")
         if fsdp and self.offload_optimizer != self.offload_params:
             raise SpecError("offload_optimizer", "FSDP's CPU offload (CPUOffload / CPUOffloadPolicy) moves parameters, "

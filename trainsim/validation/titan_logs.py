@@ -162,7 +162,7 @@ def titan_scenario_parts(cfg: dict, toml: Path, deg: dict[str, int]) -> tuple[st
     mb = _get(cfg, toml, "parallelism", "pipeline_parallel_microbatch_size", 1) if pp > 1 else lbs
     training = {"seq_len": seq, "global_batch": gbs, "micro_batch": mb, "dtype": dtype, "recompute": mode,
                 "zero": 3 if deg["data_parallel_shard"] > 1 else 0, "framework": "torch",
-                "schedule": "gpipe" if sched == "GPipe" else "1f1b"}
+                "schedule": "gpipe" if sched == "GPipe" and pp > 1 else "1f1b"}
     layout = {"tp": deg["tensor_parallel"], "pp": pp, "cp": deg["context_parallel"], "dp": dp}
     return FLAVOURS[key], layout, training
 
