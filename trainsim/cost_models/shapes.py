@@ -56,7 +56,7 @@ class LayerShape:
     compiled: bool = False  # blocks under torch.compile (TrainingSpec.compile): AOTAutograd's partitioner
     flash: bool = True
     dropout: bool = False
-    softmax_fp32: bool = False  # unfused attention saves fp32 probabilities too (TrainingSpec.attention_softmax_fp32)
+    softmax_fp32: bool = False  # unfused attention also saves fp32 probabilities (TrainingSpec.attention_softmax_fp32)
     causal: bool = True  # decoder LMs: a fused kernel skips the masked half (time only, not FLOP counts)
     flash_version: int = 2  # FlashAttention generation (TrainingSpec.flash_attention_version)
     fused_ce: bool = False  # fused cross-entropy kernel (TrainingSpec.cross_entropy, else the framework's)

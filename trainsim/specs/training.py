@@ -114,8 +114,10 @@ class TrainingSpec(BaseModel):
     flash_attention_version: Literal[1, 2] = 2
     dropout: bool = Field(default=False, description="dropout layers present (their masks are saved)")
     attention_softmax_fp32: bool = Field(
-        default=False, description="unfused attention (flash_attention false) takes its softmax in fp32 and saves the "
-        "fp32 probabilities besides their 16-bit cast for the value GEMM (fairseq MultiheadAttention: utils.softmax(x, dtype=float32) then type_as; Hugging Face eager attention: softmax(dtype=float32).to(dtype))")
+        default=False, description="unfused attention (flash_attention false) takes its softmax in fp32 and saves "
+        "the fp32 probabilities besides their 16-bit cast for the value GEMM (fairseq MultiheadAttention: "
+        "utils.softmax(x, dtype=float32) then type_as; Hugging Face eager attention: "
+        "softmax(dtype=float32).to(dtype))")
     offload_optimizer: bool = False
     offload_params: bool = False
     offload_activation_layers: int = Field(
