@@ -179,7 +179,8 @@ def test_runtime_terms_are_derived_from_documented_defaults():
     assert d["cublas_workspace"] == 2 * 32 * (1 << 20)
     per_channel = 4 * (1 << 20) + 4915200 + 524288          # Simple + LL128 + LL buffers
     # Megatron: tp, dp, the world (pretrain's start-time all-reduce) and TP x PP (grad norm) communicators + p2p
-    assert d["nccl_buffers"] == 4 * 32 * per_channel + 2 * 2 * 4 * (1 << 20)
+    # ... and NCCL's per-process state (benchmarks/data/nccl_single_rank_memory_h200.json)
+    assert d["nccl_buffers"] == 4 * 32 * per_channel + 2 * 2 * 4 * (1 << 20) + 170 * (1 << 20)
     sm = stage_memory(s, 0)
     assert sm.allocated == pytest.approx(sm.total - d["cuda_context"] - d["nccl_buffers"])
     assert rt.communicators(s.layout, s.dp) == {"tp": 8, "dp": 4}  # torch: one per parallel dimension
@@ -192,6 +193,28 @@ def test_runtime_terms_are_derived_from_documented_defaults():
         **mega, "embedding": 2, "pp": 2}
     single = scen("llama3-8b", 1, {"tp": 1})
     assert rt.communicators(single.layout, single.dp, framework="megatron") == {}
+
+
+def test_nccl_state_of_a_one_gpu_run_follows_the_measured_one_rank_communicator():
+    """benchmarks/data/nccl_single_rank_memory_h200.json (NCCL 2.28.9, defaults): the first one-rank communicator
+    adds 558 MiB outside the allocator, each further one 388-390 MiB; with cuMem off 684 and 512-514 MiB. The
+    per-process part is the difference; a communicator's part is 64 channels x 3 device allocations x the 2 MiB
+    cuMem granularity (NCCL src/channel.cc initChannel, src/include/alloc.h) plus a few MiB."""
+    import json
+    from pathlib import Path
+    rec = json.loads((Path(__file__).parents[1] / "benchmarks/data/nccl_single_rank_memory_h200.json").read_text())
+    MiB = 1 << 20
+    for variant in (rec["variants"][0], rec["variants"][2]):  # defaults, NCCL_CUMEM_ENABLE=0
+        m = [s["outside_mib"] for s in variant["steps"]]
+        first, further = m[1] - m[0], m[3] - m[2]
+        assert abs((first - further) * MiB - rt.NCCL_PROCESS_STATE_BYTES) <= 4 * MiB
+    default = [s["outside_mib"] for s in rec["variants"][0]["steps"]]
+    assert abs((default[3] - default[2]) * MiB - rt.NCCL_ONE_RANK_COMM_BYTES) <= 2 * MiB
+    assert 0 <= rt.NCCL_ONE_RANK_COMM_BYTES - 64 * 3 * 2 * MiB <= 8 * MiB
+    # Megatron's one-GPU run all-reduces its start time over the one-rank world group; torch's holds no NCCL
+    mega = scen("llama3-8b", 1, {"tp": 1}, framework="megatron")
+    assert stage_memory(mega, 0).details["nccl_buffers"] == rt.NCCL_ONE_RANK_COMM_BYTES + rt.NCCL_PROCESS_STATE_BYTES
+    assert stage_memory(scen("llama3-8b", 1, {"tp": 1}, framework="torch"), 0).details["nccl_buffers"] == 0
 
 
 def test_zero_0_beside_the_distributed_optimizer_is_refused_on_the_command_line(tmp_path, capsys):

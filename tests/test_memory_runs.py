@@ -206,13 +206,18 @@ def test_accuracy_today(report):
     blocks as its eager code saves them, activations.py impl "titan"; FSDP's side-stream pools --
     FSDP1's reduce-dtype gradient copies, the reduce-scatter inputs of PR #165's FSDP2 (before pytorch/pytorch#129721)
     and FSDP2's all-gather outputs -- replayed through the caching allocator, fsdp_stream_pools.py; loss_parallel's forward holding the fp32 copy,
-    the shifted logits and their exp beside the caller's bf16 logits, activations.LOSS_PARALLEL_FORWARD_BYTES): 60
-    rows, MAPE 3.79 %, worst -12.1 % (fairseq's GPT-3 13B with CPU offload); by framework: Megatron 4.1 % (21 rows, 20 low: the
-    GPT-2 XL mb 1 runs on nvidia-smi 8 %, the first-step replay adds nothing there; GPT-2 large mb 64 2-5 %; the
-    zero-bubble rows 1-6.5 %), Megatron + CPU optimizer offload +6.5 % (1 row), torch FSDP2 2.9 % (21), torch FSDP1 3.4 % (4),
-    DeepSpeed ZeRO-1 (BLOOM's BF16_Optimizer, nvidia-smi) 3.3 % (11), fairscale FSDP with CPU offload (fairseq's
-    GPT-3 13B example on 1 and 8 V100, allocated) 12.1 % low (2 rows: not attributed; the model's FSDP1
-    behaviours are torch's, not fairscale's of 2021). torchtitan's PR #165 FSDP2 active-peak rows are within
+    the shifted logits and their exp beside the caller's bf16 logits, activations.LOSS_PARALLEL_FORWARD_BYTES; NCCL's
+    per-process state and a one-GPU Megatron run's one-rank world communicator, measured on an H200,
+    runtime_memory.NCCL_PROCESS_STATE_BYTES / NCCL_ONE_RANK_COMM_BYTES; fairseq's fp32 attention softmax,
+    TrainingSpec.attention_softmax_fp32): 60 rows, MAPE 3.40 %, worst -10.6 % (torchtitan PR #165 FSDP1 SAC reserved);
+    by framework: Megatron 3.7 % (21 rows, 20 low: the GPT-2 XL mb 1 runs on nvidia-smi 6.6-7.3 %, the first-step
+    replay adds nothing there; GPT-2 large mb 64 2-5 %; the zero-bubble rows 0.4-6 %), Megatron + CPU optimizer
+    offload +6.7 % (1 row), torch FSDP2 2.9 % (21), torch FSDP1 3.4 % (4), DeepSpeed ZeRO-1 (BLOOM's BF16_Optimizer,
+    nvidia-smi) 3.05 % (11), fairscale FSDP with CPU offload (fairseq's GPT-3 13B example on 1 and 8 V100, allocated)
+    5.2 % high (2 rows: the recompute working set of a block whose fp32 softmax output and its 16-bit cast are saved,
+    10 GiB, peaks beside the head's saved fp32 log-softmax, which autograd has freed by then, while the block
+    backward's own activation gradients are not counted; the model's FSDP1 behaviours are torch's, not fairscale's of
+    2021). torchtitan's PR #165 FSDP2 active-peak rows are within
     2.3 % (high: the final RMSNorm's fp32 input copy, 0.25 GiB, joined a peak already 1.2 % high), its FSDP2
     eager reserved-peak rows -2.2 % (SAC) and +4.0 % (AC), FSDP1 ones -2.7 % (AC) and -10.6 % (SAC: FSDP1's
     further compute-stream fragmentation under per-op SAC is not predicted); PR #165's compile rows -1.3 % (SAC
@@ -226,12 +231,12 @@ def test_accuracy_today(report):
     in host memory and are skipped: predicted as if on the GPU they came out -10.9 / -8.5 / +0.4 % and +186 /
     +165 %, the checkpoints being 37-49 % and 66 % of those predictions."""
     assert len(report.compared) == len(report.dataset.cases) - 5 and len(report.skipped) == 5
-    assert report.mape_pct <= 3.85
+    assert report.mape_pct <= 3.5
     cats = report.by_category()
     assert {k: v["rows"] for k, v in cats.items()} == {"Megatron": 21, "Megatron + offload": 1, "torch FSDP2": 21,
                                                         "torch FSDP1": 4, "DeepSpeed ZeRO-1": 11,
                                                         "torch FSDP1 + offload": 2}
-    assert cats["Megatron"]["mape_pct"] <= 4.1
+    assert cats["Megatron"]["mape_pct"] <= 3.8
     # GPT-2 large, mb 64 (nvidia-smi): the Adam states split the freed activation segments at the first step
     for rid, err in (("vs25_gpt2l_tp2", -2.3), ("vs25_gpt2l_tp2_sp", -2.9), ("vs25_gpt2l_pp2", -2.8)):
         assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(err, abs=0.5)
@@ -239,7 +244,7 @@ def test_accuracy_today(report):
     # the 70B FSDP x TP 8 run: loss_parallel's forward (three fp32 vocabulary shards beside the bf16 logits)
     assert next(r for r in report.compared if r.row_id == "tt24_t4_2d").error_pct == pytest.approx(-3.7, abs=1.0)
     assert cats["torch FSDP1"]["mape_pct"] <= 3.6
-    assert cats["DeepSpeed ZeRO-1"]["mape_pct"] <= 3.8
+    assert cats["DeepSpeed ZeRO-1"]["mape_pct"] <= 3.1
     # the issue's headline row: torchtitan's 82.4 GiB run (reserved peak): eager fp32 loss and cached blocks
     row = next(r for r in report.compared if r.row_id == "tt24_t1_fsdp")
     assert row.error_pct == pytest.approx(-0.3, abs=1.0)
@@ -253,10 +258,11 @@ def test_accuracy_today(report):
     # Megatron's CPU optimizer offload (ms-swift, Qwen2.5-72B tp 8): bf16 weights and the fp32 grad buffer stay, and
     # DDP's start-up with the distributed optimizer holds the weights twice (memory.ddp_param_remap_bytes)
     assert next(r for r in report.compared if r.row_id == "swift26_qwen72b_tp8_optoffload").error_pct == \
-        pytest.approx(6.5, abs=1.0)
-    # fairscale FSDP + CPU offload (fairseq GPT-3 13B, allocated = 31.75 GiB - gb_free 9.3): low on 1 and 8 GPUs alike
+        pytest.approx(6.7, abs=1.0)
+    # fairscale FSDP + CPU offload (fairseq GPT-3 13B, allocated = 31.75 GiB - gb_free 9.3): 1 and 8 GPUs alike,
+    # its fp32 attention softmax (TrainingSpec.attention_softmax_fp32) counted; with a 16-bit one -12.1 %
     for rid in ("fsq21_gpt3_13b_1gpu_cpuoffload", "fsq21_gpt3_13b_8gpu_cpuoffload"):
-        assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(-12.1, abs=1.0)
+        assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(5.2, abs=1.0)
     # the active-peak counter, which carries no allocator reserve (PR #165, Llama 2 7B, mb 8, AC and per-op SAC)
     for rid in ("tt165_fsdp1_ac_active", "tt165_fsdp1_sac_active", "tt165_fsdp2_sac_active"):
         assert abs(next(r for r in report.compared if r.row_id == rid).error_pct) <= 2.0

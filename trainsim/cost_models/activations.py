@@ -12,8 +12,10 @@ flash attention, no-dropout and any element size ``e``:
   activations (GeLU: fc1 output and GeLU output ``2·f``; SwiGLU: ``3·f`` with Megatron's fused kernel
   (gate|up and product), ``4·f`` in eager autograd (gate, up, silu(gate), product)), MoE: dispatched tokens
   ``k·h``, experts' inner ``k·(2|3|4)·fe``, expert outputs for the weighted combine ``k·h``;
-* attention core, unfused only: softmax output ``e·a·sq·sk``, with dropout its 1-byte mask and output (a sliding
-  window is a mask on the whole matrix there, so it saves the same; flash attention saves no s×s term either way);
+* attention core, unfused only: softmax output ``e·a·sq·sk`` (``(4 + e)·a·sq·sk`` where the softmax runs in fp32
+  and its 16-bit cast feeds the value GEMM: TrainingSpec.attention_softmax_fp32), with dropout its 1-byte mask and
+  output (a sliding window is a mask on the whole matrix there, so it saves the same; flash attention saves no s×s
+  term either way);
 * small terms (``ActivationBytes.small``): norm statistics in fp32 (LayerNorm mean + rstd, RMSNorm rstd),
   flash attention's fp32 logsumexp ``4·b·a·sq``, MoE router probabilities (fp32) and top-k indices.
 
@@ -75,6 +77,7 @@ from .autocast import RESIDUAL_BYTES, norm_output_casts
 from .shapes import LayerShape, layer_shape
 
 MASK_BYTES = 1  # dropout masks are bool/uint8 on CUDA (Korthikanti's assumption)
+FP32_SOFTMAX_BYTES = 4  # an fp32 softmax output per attention probability (TrainingSpec.attention_softmax_fp32)
 STAT_BYTES = 4  # norm statistics and logsumexp are fp32
 FP8_SAVED_BYTES = 1  # a TE linear's input saved for backward in fp8 (E4M3)
 
@@ -226,7 +229,9 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
         qkv_unfused = e * T * heads * shp.dqk + e * b * sk * heads * (shp.dqk + shp.dvh)
         attn = (0.0 if shp.mla and rc("mla_up_proj") else qkv_unfused) + _gemm_input_e(shp, impl) * T * qd
         probs = b * heads * sq * sk
-        core = 0.0 if core_rc else e * probs + ((MASK_BYTES + e) * probs if shp.dropout else 0.0)
+        # an fp32 softmax saves its fp32 output (SoftmaxBackward) besides the 16-bit cast the value GEMM saves
+        saved_probs = e + (FP32_SOFTMAX_BYTES if shp.softmax_fp32 else 0)
+        core = 0.0 if core_rc else saved_probs * probs + ((MASK_BYTES + e) * probs if shp.dropout else 0.0)
     if impl == "eager" and shp.rope:
         # RoPE by torch.cat leaves q in (b, a, s, d) order, so the attention output's transpose back to
         # (b, s, a·d) is a copy the out-projection saves (besides the output SDPA saves, unless the core

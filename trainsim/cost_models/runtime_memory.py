@@ -47,13 +47,31 @@ CUBLAS_HANDLES = 2
 # DEFAULT_LL_BUFFSIZE) -- on up to MAXCHANNELS = 32 channels: an upper bound, as NCCL connects protocols
 # lazily (NCCL_RUNTIME_CONNECT). cudaMalloc'd by NCCL, outside the caching allocator.
 NCCL_BUFFERS_PER_CHANNEL_BYTES = 4 * MiB + 120 * 640 * 8 * 8 + 8 * 512 * 8 * 16
-# Not counted: NCCL's own per-process state. The H200 record (benchmarks/data/context_memory_h200.json, NCCL
-# 2.28.9) shows a one-rank group and its all-reduce adding 556 MiB outside the allocator with no channel buffer
-# at all; how much of it a communicator of several ranks adds beyond its channels, and on older NCCL releases,
-# is not measured, so no term counts it and a world-size-1 job has no NCCL bytes here. A 4-rank Megatron run of
-# 2023 on A800s bounds context and NCCL together at 866 MiB (nvidia-smi less the reserved peak, which never
-# shrinks without empty_cache: memory_runs.csv mlm23_345m_dp4_resv / _smi), below the 1,234 MiB these terms give
-# it: on that stack the context, or NCCL's channels below the 32-channel bound, were smaller.
+# NCCL's own state beyond the channel buffers, measured on one H200 (NCCL 2.28.9, torch 2.11.0+cu130;
+# benchmarks/device/nccl_single_rank_memory.py, record benchmarks/data/nccl_single_rank_memory_h200.json): the first
+# one-rank communicator adds 558 MiB outside the allocator and each further one 388-390 MiB (NCCL's defaults); with
+# NCCL_CUMEM_ENABLE=0, 684 MiB and 512-514 MiB. The difference, 170-172 MiB either way, is per process (NCCL's
+# device code and process-wide state): ``NCCL_PROCESS_STATE_BYTES``, on every rank that creates a communicator.
+# What a one-rank communicator adds is its channels' device structures: NCCL gives it MAXCHANNELS = 64 channels
+# (the log prints "64 coll channels"), and initChannel (src/channel.cc) makes three device allocations per channel
+# (the shared-resource peers, the channel's peers, its ring's user ranks), each rounded up to the cuMem
+# allocation granularity (src/include/alloc.h ``ALIGN_SIZE(size, granularity)``; 2 MiB): 64 x 3 x 2 MiB = 384 MiB
+# of the measured 388 (the rest is its work FIFO and device communicator). With cuMem off the same structures
+# are small cudaMallocs and the 512 MiB is instead the local net proxy's shared point-to-point buffer, p2p
+# channels x NCCL_SHARED_STEPS (16) x p2pChunkSize (512 KiB on all-NVLink) = 64 x 16 x 512 KiB (src/transport/
+# net.cc sharedNetBuffersInit, called from init.cc "Connect to local net proxy" on the eager-connect path; the
+# same 536,870,912-byte calloc is NVIDIA/nccl issue #2363); NCCL_RUNTIME_CONNECT=0 pays both (902 MiB each).
+# The defaults' 388 MiB is ``NCCL_ONE_RANK_COMM_BYTES``: Megatron and DeepSpeed run ``pretrain``'s start-time
+# all-reduce over the world group even when it has one rank (``communicators``), so a one-GPU run of them holds
+# one. A communicator of several ranks holds the same three allocations per channel on a cuMem stack (32
+# channels: 192 MiB) and, on the eager path (NCCL before 2.22, or cuMem off), the shared p2p buffer; which of
+# them a row's stack had is not known from its source, so only the channel buffers below count for it. A
+# 4-rank Megatron run of 2023 on A800s bounds context and NCCL together at 866 MiB (nvidia-smi less the reserved
+# peak, which never shrinks without empty_cache: memory_runs.csv mlm23_345m_dp4_resv / _smi), below the
+# 1,404 MiB these terms give it: on that stack the context, or NCCL's channels below the 32-channel bound, were
+# smaller.
+NCCL_PROCESS_STATE_BYTES = 170 * MiB
+NCCL_ONE_RANK_COMM_BYTES = 388 * MiB
 NCCL_CHANNELS = 32
 # A CPU "GPU" (one torch process per core, gloo): the process's own runtime; a torch worker's resident
 # size is ~330 MiB here (/shared/notes/torch-distributed-on-cpu.md, "Costs").
@@ -109,11 +127,22 @@ def communicators(layout, dp: int, *, framework: str = "torch", stage: int | Non
 
 
 def nccl_buffer_bytes(layout, dp: int, **which) -> float:
-    """NCCL buffers on one rank: every collective communicator's channels (``communicators``, keyword
-    arguments passed on), plus pipeline p2p."""
+    """NCCL's device memory on one rank: every collective communicator's channels (``communicators``, keyword
+    arguments passed on), pipeline p2p, and NCCL's per-process state on a rank that creates any communicator --
+    also a one-GPU run of a framework that all-reduces over its one-rank world group (``world_size_one_comm``),
+    which holds that communicator's channel structures (``NCCL_ONE_RANK_COMM_BYTES``)."""
     coll = len(communicators(layout, dp, **which)) * NCCL_CHANNELS * NCCL_BUFFERS_PER_CHANNEL_BYTES
     p2p = (2 * NCCL_P2P_CHANNELS_PER_PEER * 4 * MiB) if layout.pp > 1 else 0
-    return float(coll + p2p)
+    one_rank = NCCL_ONE_RANK_COMM_BYTES if world_size_one_comm(layout, dp, which.get("framework", "torch")) else 0
+    process = NCCL_PROCESS_STATE_BYTES if (coll or p2p or one_rank) else 0
+    return float(coll + p2p + one_rank + process)
+
+
+def world_size_one_comm(layout, dp: int, framework: str) -> bool:
+    """Whether a one-GPU run creates a one-rank NCCL communicator: Megatron's ``pretrain`` (and Megatron-DeepSpeed's)
+    all-reduces its start time over the default group whatever its size (``communicators``, ``world``)."""
+    one_gpu = layout.tp * layout.pp * layout.cp * dp == 1
+    return one_gpu and behaviour(framework).model_parallel_groups
 
 
 def runtime_terms(scenario, stage: int | None = None) -> dict[str, float]:

@@ -119,6 +119,11 @@ class TrainingSpec(BaseModel):
     # MPT/llm-foundry), which Dao 2023 (arXiv:2307.08691) reports about 2x slower than FlashAttention-2.
     flash_attention_version: Literal[1, 2] = 2
     dropout: bool = Field(default=False, description="dropout layers present (their masks are saved)")
+    attention_softmax_fp32: bool = Field(
+        default=False, description="unfused attention (flash_attention false) takes its softmax in fp32 and saves "
+        "the fp32 probabilities besides their 16-bit cast for the value GEMM (fairseq MultiheadAttention: "
+        "utils.softmax(x, dtype=float32) then type_as; Hugging Face eager attention: "
+        "softmax(dtype=float32).to(dtype))")
     offload_optimizer: bool = False
     offload_params: bool = False
     offload_activation_layers: int = Field(
@@ -322,6 +327,9 @@ class TrainingSpec(BaseModel):
                                              "is derived from) both given: set one")
         if self.optimizer_offload_fraction != 1.0 and not self.offload_optimizer:
             raise SpecError("optimizer_offload_fraction", "needs offload_optimizer=true")
+        if self.attention_softmax_fp32 and self.flash_attention:
+            raise SpecError("attention_softmax_fp32", "describes unfused attention's saved probabilities; a flash "
+                                                      "kernel saves none: set flash_attention false")
         if self.mixed_precision == "autocast" and self.framework not in ("torch", "pytorch-fsdp"):
             # Megatron and DeepSpeed cast the model once (Float16Module / the fp16 engine), never torch.autocast
             raise SpecError("mixed_precision", f"autocast is torch.autocast in a torch training loop; framework "

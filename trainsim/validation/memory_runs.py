@@ -23,6 +23,9 @@
   ``--training.compile``; empty = the framework's own;
 * ``cuda_context_mib`` (optional): the CUDA context of the run's software stack where the source measured it
   (TrainingSpec.cuda_context_bytes); empty = derived from the GPU;
+* ``attention_softmax_fp32`` (optional, yes/no): the run's unfused attention takes its softmax in fp32 and saves the
+  fp32 probabilities besides their 16-bit cast (fairseq's MultiheadAttention: TrainingSpec.attention_softmax_fp32);
+  empty = no;
 * ``activation_checkpoints`` (optional, gpu/host): where the run keeps its activation checkpoints; ``host``
   (DeepSpeed's ``--checkpoint-in-cpu``) is a placement trainsim cannot express -- it keeps every checkpoint on the
   GPU, often the largest term of such a run -- so the row is shown as skipped, not compared; empty = gpu;
@@ -219,6 +222,8 @@ def scenario_mapping(r: dict) -> dict:
         training["cross_entropy"] = ce
     if (r.get("compile") or "").strip():
         training["compile"] = yes_no(r, "compile")
+    if (r.get("attention_softmax_fp32") or "").strip():
+        training["attention_softmax_fp32"] = yes_no(r, "attention_softmax_fp32")
     if tp > 1 and common_runs.stated(r, "sequence_parallel") and yes_no(r, "sequence_parallel"):
         training["sequence_parallel"] = True
     layout = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp}
