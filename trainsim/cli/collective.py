@@ -16,10 +16,12 @@ import json
 import math
 import re
 
-from trainsim.cli.common import add_background_arg, positive_int
+from trainsim.cli.common import add_background_arg, int_range
 from trainsim.specs import SpecError
 
 MAX_ROWS = 512
+MAX_SIZE = 2**50                # 1 PiB: past any buffer one GPU holds
+MAX_GPUS = 10_000_000           # the cluster spec's own bound on num_gpus (specs/hardware.py)
 _UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB": 2**20, "MIB": 2**20,
           "G": 2**30, "GB": 2**30, "GIB": 2**30, "T": 2**40, "TB": 2**40, "TIB": 2**40}
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
@@ -31,8 +33,10 @@ def parse_size(text: str) -> int:
     if not m or m.group(2).upper() not in _UNITS:
         raise SpecError("sizes", f"cannot read size {text!r} (use e.g. 1024, 64K, 4M, 1G)")
     value = float(m.group(1)) * _UNITS[m.group(2).upper()]
-    if not math.isfinite(value) or value < 1 or value > 2**50:
+    if not math.isfinite(value) or value < 1 or value > MAX_SIZE:
         raise SpecError("sizes", f"size {text!r} must be between 1 B and 1 PiB")
+    if value != int(value):
+        raise SpecError("sizes", f"size {text!r} is {value:g} B, not a whole number of bytes")
     return int(value)
 
 
@@ -77,8 +81,11 @@ def register(subparsers) -> None:
     p.add_argument("--op", default="all_reduce",
                    help="all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, reduce, send_recv")
     p.add_argument("--cluster", required=True, help="preset name or YAML file")
-    p.add_argument("--gpus", type=positive_int, help="group size (default: one node)")
-    p.add_argument("--sizes", default="1K:8G", help="list (1K,4M,1G) or range START:END[:FACTOR] (default 1K:8G)")
+    p.add_argument("--gpus", type=int_range(2, MAX_GPUS),
+                   help="group size; whole nodes beyond one node (default: one node)")
+    p.add_argument("--sizes", default="1K:8G",
+                   help="list (1K,4M,1G) or range START:END[:FACTOR] (default 1K:8G); each size a whole number of "
+                        f"bytes from 1 B to 1 PiB (K/M/G/T = powers of 1024), FACTOR > 1, at most {MAX_ROWS} sizes")
     p.add_argument("--algo", help="force an algorithm: ring, tree, nvls, hierarchical, direct, pairwise, p2p, ps")
     p.add_argument("--protocol", choices=("LL", "LL128", "Simple"), help="force an NCCL protocol")
     p.add_argument("--calibration", help="calibration profile JSON (measured collective fits replace the model)")

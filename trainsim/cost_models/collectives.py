@@ -354,9 +354,16 @@ def candidates(op: str, nbytes: float, group: GroupShape, algos: tuple[str, ...]
 def best(op: str, nbytes: float, group: GroupShape, algos: tuple[str, ...] | None = None,
          protocol: str | None = None) -> CollectiveTime:
     """The fastest candidate (NCCL-like selection); SpecError if none applies."""
+    if protocol is not None and algos and "ps" in algos:
+        raise SpecError("protocol", "the parameter-server exchange (ps) is not an NCCL kernel and has no protocol")
     c = candidates(op, nbytes, group, algos, protocol)
+    if not c and protocol is not None and candidates(op, nbytes, group, algos, None):
+        which = "/".join(algos) if algos else canonical_op(op)
+        raise SpecError("protocol", f"{which} on {group.describe()} does not run under {protocol} "
+                                    "(NCCL offers NVLS, all-to-all and send/recv under Simple only)")
     if not c:
-        raise SpecError("algo", f"{'/'.join(algos or ())} does not apply to {op} on {group.describe()}")
+        which = "/".join(algos) if algos else "no algorithm"
+        raise SpecError("algo", f"{which} does not apply to {canonical_op(op)} on {group.describe()}")
     return min(c, key=lambda r: (r.time_s, r.algo, r.protocol))
 
 
