@@ -209,6 +209,8 @@ def test_cli_table_and_list(monkeypatch, capsys):
     (["--cluster", "dgx-h100", "--algo", "nvls", "--protocol", "LL"], "protocol"),  # NVLS is Simple only
     (["--cluster", "dgx-h100", "--op", "all_to_all", "--protocol", "LL128"], "protocol"),
     (["--cluster", "dgx-h100", "--algo", "ps", "--protocol", "LL"], "protocol"),  # not an NCCL kernel
+    (["--cluster", "dgx-h100", "--nccl-version", "2"], "nccl_version"),
+    (["--cluster", "dgx-h100", "--nccl-version", "-1.5"], "nccl_version"),
 ])
 def test_cli_bad_input_one_line_exit_2(monkeypatch, capsys, argv, field):
     code, out, err = _main(["collective", *argv], monkeypatch, capsys)

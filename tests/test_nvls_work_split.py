@@ -49,3 +49,15 @@ def test_bad_version_is_refused_by_name():
     c = load_cluster("dgx-h100", 8)
     with pytest.raises(SpecError, match="nccl_version"):
         collective_time("all_reduce", 1024, 8, c, nccl_version="two")
+
+
+def test_collective_command_takes_the_release():
+    """`trainsim collective --nccl-version 2.18.5`: the same latency, 15 more wire-times on CTA 0 at 64 KiB."""
+    from trainsim.cli.collective import rows
+    c = load_cluster("dgx-h100", 8)
+    g = GroupShape.contiguous(8, c)
+    old, = rows("all_reduce", c, 8, [64 * KiB], algo="nvls", nccl_version="2.18.5")
+    new, = rows("all_reduce", c, 8, [64 * KiB], algo="nvls")
+    assert old["latency_s"] == new["latency_s"]
+    wire, rate = 64 * KiB * (1 + 1 / 8), g.intra_Bps * g.nvls_efficiency
+    assert old["bandwidth_s"] - new["bandwidth_s"] == pytest.approx(15 * wire / rate, rel=1e-9)

@@ -88,6 +88,9 @@ def register(subparsers) -> None:
                         f"bytes from 1 B to 1 PiB (K/M/G/T = powers of 1024), FACTOR > 1, at most {MAX_ROWS} sizes")
     p.add_argument("--algo", help="force an algorithm: ring, tree, nvls, hierarchical, direct, pairwise, p2p, ps")
     p.add_argument("--protocol", choices=("LL", "LL128", "Simple"), help="force an NCCL protocol")
+    p.add_argument("--nccl-version", metavar="MAJOR.MINOR[.PATCH]",
+                   help="NCCL release to model where its work split differs (up to 2.19: an NVLS all-reduce below "
+                        "2 MiB runs on its first CTAs only); default: the current release")
     p.add_argument("--calibration", help="calibration profile JSON (measured collective fits replace the model)")
     add_background_arg(p)
     p.add_argument("--json", action="store_true", help="print a JSON list of rows")
@@ -95,7 +98,7 @@ def register(subparsers) -> None:
 
 
 def rows(op: str, cluster, gpus: int, sizes: list[int], algo: str | None = None,
-         protocol: str | None = None, profile=None) -> list[dict]:
+         protocol: str | None = None, profile=None, nccl_version: str | None = None) -> list[dict]:
     """The table as dicts: size_bytes, time_s (= latency_s + bandwidth_s: the fixed cost -- NCCL's per-step
     latency over the algorithm's steps and the call's launch -- and the bytes' time), bound ("latency" where the
     fixed cost is the larger part, else "bandwidth"), algbw_GBps, busbw_GBps, algo."""
@@ -108,7 +111,8 @@ def rows(op: str, cluster, gpus: int, sizes: list[int], algo: str | None = None,
         raise SpecError("gpus", f"send_recv runs between 2 GPUs, got --gpus {gpus}")
     out = []
     for s in sizes:
-        r = collective_time(op, s, group, cluster, algo=algo, profile=profile, protocol=protocol)
+        r = collective_time(op, s, group, cluster, algo=algo, profile=profile, protocol=protocol,
+                            nccl_version=nccl_version)
         lat = min(r.latency_s, r.time_s)
         out.append({"size_bytes": s, "time_s": r.time_s, "latency_s": lat, "bandwidth_s": r.time_s - lat,
                     "bound": "latency" if lat >= r.time_s - lat else "bandwidth",
@@ -140,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     if args.calibration:
         from trainsim.cost_models.profile import load_profile
         profile = load_profile(args.calibration)
-    table = rows(args.op, cluster, gpus, sizes, args.algo, args.protocol, profile)
+    table = rows(args.op, cluster, gpus, sizes, args.algo, args.protocol, profile, args.nccl_version)
     if args.json:
         print(json.dumps(table, indent=1))
         return 0

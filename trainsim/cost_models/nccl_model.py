@@ -131,10 +131,9 @@ def nccl_version_tuple(version: str | None) -> tuple[int, int] | None:
     if version is None:
         return None
     parts = str(version).strip().split(".")
-    try:
-        return int(parts[0]), int(parts[1])
-    except (ValueError, IndexError):
-        raise SpecError("nccl_version", f"expected MAJOR.MINOR[.PATCH], got {version!r}") from None
+    if not 2 <= len(parts) <= 4 or not all(p.isdigit() for p in parts[:2]):
+        raise SpecError("nccl_version", f"expected MAJOR.MINOR[.PATCH], got {version!r}")
+    return int(parts[0]), int(parts[1])
 
 
 def nvls_chunk_bytes(nbytes: float, n_heads: int) -> int:
