@@ -31,7 +31,7 @@ def test_fixed_costs_are_the_tp_calls_closed_form():
     assert pred.extra["collective_fixed_cost_s"] == pytest.approx(calls * RING_LL_8_US * 1e-6, rel=0.02)
     share = pred.extra["collective_fixed_cost_s"] / pred.step_time_s
     assert share >= LATENCY_BOUND_SHARE
-    assert any(w.startswith(f"latency-bound: collectives' fixed costs (NCCL launch, base and per-step latency: ring "
+    assert any(w.startswith(f"latency-bound: collectives' fixed costs (each call's launch and base latency plus per-step latency: ring "
                             f"2(n-1) steps, tree 2 log n) take {100 * share:.0f} % of the step") for w in pred.warnings)
 
 
@@ -75,3 +75,20 @@ def test_predict_cli_and_report_say_it(monkeypatch, capsys, tmp_path):
     sentence = _bound_sentence(pred)
     assert "GPU idle waiting for the host: 0.0% of the step." in sentence
     assert "(latency-bound)" in sentence
+
+
+def test_plan_rows_say_latency_bound():
+    """`plan` confirms rows with the same prediction: a small model data-parallel over 64 A100s with ZeRO-3 (a
+    gather and a reduce-scatter per block per micro-batch over 8 nodes) carries the note, and its step includes
+    those fixed costs."""
+    from trainsim.simulator.planner import PlanRequest, plan
+    from trainsim.simulator.search_space import SearchLimits
+    from trainsim.specs import load_cluster
+    model = tp8().model
+    req = PlanRequest(model=model, cluster=load_cluster("dgx-a100"), gpu_counts=(64,), global_batch=64, seq_len=256,
+                      top_k=1, limits=SearchLimits(fixed={"tp": 1, "pp": 1, "cp": 1, "ep": 1, "micro_batch": 1,
+                                                          "zero": 3},
+                                                   training_extra={"framework": "megatron-2022",
+                                                                   "host_issue": "cuda_graphs"}))
+    row = plan(req).rows[0]
+    assert any(w.startswith("latency-bound: ") for w in row.warnings)

@@ -382,7 +382,7 @@ def _bound_sentence(pred) -> str:
     fixed = pred.extra.get("collective_fixed_cost_s", 0.0) / step
     out = f"GPU idle waiting for the host: {fmt_pct(idle)} of the step{' (host-bound)' if idle >= bar else ''}. "
     if "collective_fixed_cost_s" in pred.extra:
-        out += (f"Collectives' fixed costs (NCCL launch and per-step latency) take {fmt_pct(fixed)} of the step"
+        out += (f"Collectives' fixed costs (each call's launch and latency) take {fmt_pct(fixed)} of the step"
                 f"{' (latency-bound)' if fixed >= bar else ''}. ")
     return out
 

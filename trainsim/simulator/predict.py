@@ -129,7 +129,7 @@ def host_idle_warning(scenario: Scenario, table, step_time_s: float) -> str | No
 
 # Say so when the collectives' fixed costs take at least this share of the step; call the step latency-bound
 # from LATENCY_BOUND_SHARE on (the same bar as a host-bound note's share is read against: a fifth of the step).
-FIXED_COST_REPORT_SHARE = 0.01
+FIXED_COST_REPORT_SHARE = 0.05
 LATENCY_BOUND_SHARE = 0.2
 
 
@@ -148,7 +148,7 @@ def fixed_cost_note(fixed_s: float, step_time_s: float) -> str | None:
     if share < FIXED_COST_REPORT_SHARE:
         return None
     head = "latency-bound: " if share >= LATENCY_BOUND_SHARE else ""
-    return (f"{head}collectives' fixed costs (NCCL launch, base and per-step latency: ring 2(n-1) steps, tree "
+    return (f"{head}collectives' fixed costs (each call's launch and base latency plus per-step latency: ring 2(n-1) steps, tree "
             f"2 log n) take {100 * share:.0f} % of the step ({fixed_s * 1e3:.3g} ms); fewer, larger messages "
             f"(bigger buckets, a larger micro-batch, a smaller TP or DP group) shorten it")
 
