@@ -211,6 +211,7 @@ def test_cli_table_and_list(monkeypatch, capsys):
     (["--cluster", "dgx-h100", "--algo", "ps", "--protocol", "LL"], "protocol"),  # not an NCCL kernel
     (["--cluster", "dgx-h100", "--nccl-version", "2"], "nccl_version"),
     (["--cluster", "dgx-h100", "--nccl-version", "-1.5"], "nccl_version"),
+    (["--cluster", "dgx-h100", "--nccl-version", "2.18.5", "--calibration", "p.json"], "calibration"),
 ])
 def test_cli_bad_input_one_line_exit_2(monkeypatch, capsys, argv, field):
     code, out, err = _main(["collective", *argv], monkeypatch, capsys)

@@ -138,9 +138,9 @@ def run(args: argparse.Namespace) -> int:
         from trainsim.specs.loaders import with_background_load
         cluster = with_background_load(cluster, args.background_load)
     profile = None
-    if args.calibration and (args.algo or args.protocol):
-        raise SpecError("calibration", "a measured fit has no algorithm or protocol to force: give --calibration "
-                                       "or --algo/--protocol, not both")
+    if args.calibration and (args.algo or args.protocol or args.nccl_version):
+        raise SpecError("calibration", "a measured fit has no algorithm, protocol or NCCL release to choose: give "
+                                       "--calibration or --algo/--protocol/--nccl-version, not both")
     if args.calibration:
         from trainsim.cost_models.profile import load_profile
         profile = load_profile(args.calibration)
