@@ -4,9 +4,12 @@
 
 ``--sizes`` takes a comma list (``1K,4M,1G``; K/M/G/T are powers of 1024 as in nccl-tests) or a range
 ``START:END`` doubling each row (``START:END:FACTOR`` for another factor). The group is ``--gpus``
-consecutive GPUs (whole nodes first), as nccl-tests runs on that many GPUs. ``--json`` prints a list of
-rows with keys size_bytes, time_s, algbw_GBps, busbw_GBps, algo (GB = 1e9 B, as nccl-tests prints) and
-background_load (other jobs' share of the NIC and spine tiers assumed, ``--background-load``).
+consecutive GPUs (whole nodes first), as nccl-tests runs on that many GPUs. Each row splits the time into its
+latency part (the call's launch, NCCL's base and per-step latency) and its bandwidth part, and says which bounds
+it. ``--nccl-version`` models a release whose work split differs (nccl_model.nvls_busiest_channel_share).
+``--json`` prints a list of rows with keys size_bytes, time_s, latency_s, bandwidth_s, bound, algbw_GBps,
+busbw_GBps, algo (GB = 1e9 B, as nccl-tests prints) and background_load (other jobs' share of the NIC and spine
+tiers assumed, ``--background-load``).
 """
 
 from __future__ import annotations
