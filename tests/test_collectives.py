@@ -195,12 +195,30 @@ def test_cli_table_and_list(monkeypatch, capsys):
     (["--cluster", "dgx-a100", "--gpus", "12"], "gpus"),
     (["--cluster", "dgx-a100", "--op", "gossip"], "op"),
     (["--cluster", "dgx-a100", "--algo", "nvls"], "algo"),
+    (["--cluster", "dgx-a100", "--algo", "gossip"], "algo"),
+    (["--cluster", "dgx-a100", "--sizes", "0"], "sizes"),
+    (["--cluster", "dgx-a100", "--sizes", "-5"], "sizes"),
+    (["--cluster", "dgx-a100", "--sizes", "1.5"], "sizes"),        # 1.5 B: not a whole number of bytes
+    (["--cluster", "dgx-a100", "--sizes", "2P"], "sizes"),
+    (["--cluster", "dgx-a100", "--sizes", "1K:1M:1"], "sizes"),
+    (["--cluster", "dgx-a100", "--sizes", ","], "sizes"),
+    (["--cluster", "dgx-a100", "--gpus", "1"], "argument --gpus"),
+    (["--cluster", "dgx-a100", "--gpus", "0"], "argument --gpus"),
+    (["--cluster", "dgx-a100", "--gpus", "100000000"], "argument --gpus"),  # past the cluster spec's 10^7
+    (["--cluster", "dgx-a100", "--gpus", "2.5"], "argument --gpus"),
+    (["--cluster", "dgx-h100", "--algo", "nvls", "--protocol", "LL"], "protocol"),  # NVLS is Simple only
+    (["--cluster", "dgx-h100", "--op", "all_to_all", "--protocol", "LL128"], "protocol"),
+    (["--cluster", "dgx-h100", "--algo", "ps", "--protocol", "LL"], "protocol"),  # not an NCCL kernel
+    (["--cluster", "dgx-h100", "--nccl-version", "2"], "nccl_version"),
+    (["--cluster", "dgx-h100", "--nccl-version", "-1.5"], "nccl_version"),
+    (["--cluster", "dgx-h100", "--nccl-version", "2.18.5", "--calibration", "p.json"], "calibration"),
 ])
 def test_cli_bad_input_one_line_exit_2(monkeypatch, capsys, argv, field):
     code, out, err = _main(["collective", *argv], monkeypatch, capsys)
     assert code == 2
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: {field}:")
+    assert not out
 
 
 def test_reduce_scatter_busbw_declines_with_node_count():

@@ -142,15 +142,16 @@ def test_nccl_small_messages_guard():
     (AI-benchmarking-guide Benchmarks/NVIDIA/NCCLBandwidth.py), so the H100 and H200 curves are NVLS at every size
     (NCCL v2.21.5 tuner latency 25 us plus one launch per call), and the runner drives the node's 8 GPUs from one
     thread (-g 8), so an iteration lasts at least 8 launches at the VM's host CPU's per-launch cost (AMD EPYC Rome
-    5 us on ND A100 v4, Sapphire Rapids 3.8 us on ND H100 v5 / H200 v5). Guarded at today's accuracy: A100 MAPE
-    <= 11 %, H200 <= 3 %, H100 <= 20.5 % (target 20 %: from 64 KiB to 2 MiB its NCCL 2.18.5 NVLS curve lasts a flat
-    ~42 us per call where H200's 2.20.5 curve, same fabric, host and algorithm, lasts ~31 us up to 512 KiB)
-    [azure_ND_A100_v4_1K .. azure_ND_H200_v5_524K]; whole curve set MAPE <= 8.5 %."""
+    5 us on ND A100 v4, Sapphire Rapids 3.8 us on ND H100 v5 / H200 v5). The H100 curve ran NCCL 2.18.5, whose NVLS
+    all-reduce puts a message below 2 MiB on its first CTAs in whole 8 x 16 KiB loops (nccl_model
+    .nvls_busiest_channel_share); H200's 2.20.5 splits it over all 16. Guarded at today's accuracy: A100 MAPE
+    <= 11 %, H200 <= 3 %, H100 <= 12 % (target 20 %) [azure_ND_A100_v4_1K .. azure_ND_H200_v5_524K]; whole curve
+    set MAPE <= 7.5 %."""
     rep = validate(load_dataset("nccl"), collective_fn=default_collective_fn())
     cats = rep.by_category()
     assert cats["A100 v4 < 1 MB"]["mape_pct"] <= 11.0
-    assert cats["H100 v5 < 1 MB"]["mape_pct"] <= 20.5 and cats["H200 v5 < 1 MB"]["mape_pct"] <= 3.0
-    assert rep.mape_pct <= 8.5
+    assert cats["H100 v5 < 1 MB"]["mape_pct"] <= 12.0 and cats["H200 v5 < 1 MB"]["mape_pct"] <= 3.0
+    assert rep.mape_pct <= 7.5
 
 
 def test_cli_gate_uses_the_engine(capsys):

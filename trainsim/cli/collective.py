@@ -4,9 +4,12 @@
 
 ``--sizes`` takes a comma list (``1K,4M,1G``; K/M/G/T are powers of 1024 as in nccl-tests) or a range
 ``START:END`` doubling each row (``START:END:FACTOR`` for another factor). The group is ``--gpus``
-consecutive GPUs (whole nodes first), as nccl-tests runs on that many GPUs. ``--json`` prints a list of
-rows with keys size_bytes, time_s, algbw_GBps, busbw_GBps, algo (GB = 1e9 B, as nccl-tests prints) and
-background_load (other jobs' share of the NIC and spine tiers assumed, ``--background-load``).
+consecutive GPUs (whole nodes first), as nccl-tests runs on that many GPUs. Each row splits the time into its
+latency part (the call's launch, NCCL's base and per-step latency) and its bandwidth part, and says which bounds
+it. ``--nccl-version`` models a release whose work split differs (nccl_model.nvls_busiest_channel_share).
+``--json`` prints a list of rows with keys size_bytes, time_s, latency_s, bandwidth_s, bound, algbw_GBps,
+busbw_GBps, algo (GB = 1e9 B, as nccl-tests prints) and background_load (other jobs' share of the NIC and spine
+tiers assumed, ``--background-load``).
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ import json
 import math
 import re
 
-from trainsim.cli.common import add_background_arg, positive_int
+from trainsim.cli.common import add_background_arg, int_range
 from trainsim.specs import SpecError
 
 MAX_ROWS = 512
+MAX_SIZE = 2**50                # 1 PiB: past any buffer one GPU holds
+MAX_GPUS = 10_000_000           # the cluster spec's own bound on num_gpus (specs/hardware.py)
 _UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB": 2**20, "MIB": 2**20,
           "G": 2**30, "GB": 2**30, "GIB": 2**30, "T": 2**40, "TB": 2**40, "TIB": 2**40}
 _SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
@@ -31,8 +36,10 @@ def parse_size(text: str) -> int:
     if not m or m.group(2).upper() not in _UNITS:
         raise SpecError("sizes", f"cannot read size {text!r} (use e.g. 1024, 64K, 4M, 1G)")
     value = float(m.group(1)) * _UNITS[m.group(2).upper()]
-    if not math.isfinite(value) or value < 1 or value > 2**50:
+    if not math.isfinite(value) or value < 1 or value > MAX_SIZE:
         raise SpecError("sizes", f"size {text!r} must be between 1 B and 1 PiB")
+    if value != int(value):
+        raise SpecError("sizes", f"size {text!r} is {value:g} B, not a whole number of bytes")
     return int(value)
 
 
@@ -77,10 +84,16 @@ def register(subparsers) -> None:
     p.add_argument("--op", default="all_reduce",
                    help="all_reduce, reduce_scatter, all_gather, all_to_all, broadcast, reduce, send_recv")
     p.add_argument("--cluster", required=True, help="preset name or YAML file")
-    p.add_argument("--gpus", type=positive_int, help="group size (default: one node)")
-    p.add_argument("--sizes", default="1K:8G", help="list (1K,4M,1G) or range START:END[:FACTOR] (default 1K:8G)")
+    p.add_argument("--gpus", type=int_range(2, MAX_GPUS),
+                   help="group size; whole nodes beyond one node (default: one node)")
+    p.add_argument("--sizes", default="1K:8G",
+                   help="list (1K,4M,1G) or range START:END[:FACTOR] (default 1K:8G); each size a whole number of "
+                        f"bytes from 1 B to 1 PiB (K/M/G/T = powers of 1024), FACTOR > 1, at most {MAX_ROWS} sizes")
     p.add_argument("--algo", help="force an algorithm: ring, tree, nvls, hierarchical, direct, pairwise, p2p, ps")
     p.add_argument("--protocol", choices=("LL", "LL128", "Simple"), help="force an NCCL protocol")
+    p.add_argument("--nccl-version", metavar="MAJOR.MINOR[.PATCH]",
+                   help="NCCL release to model where its work split differs (up to 2.19: an NVLS all-reduce below "
+                        "2 MiB runs on its first CTAs only); default: the current release")
     p.add_argument("--calibration", help="calibration profile JSON (measured collective fits replace the model)")
     add_background_arg(p)
     p.add_argument("--json", action="store_true", help="print a JSON list of rows")
@@ -88,7 +101,7 @@ def register(subparsers) -> None:
 
 
 def rows(op: str, cluster, gpus: int, sizes: list[int], algo: str | None = None,
-         protocol: str | None = None, profile=None) -> list[dict]:
+         protocol: str | None = None, profile=None, nccl_version: str | None = None) -> list[dict]:
     """The table as dicts: size_bytes, time_s (= latency_s + bandwidth_s: the fixed cost -- NCCL's per-step
     latency over the algorithm's steps and the call's launch -- and the bytes' time), bound ("latency" where the
     fixed cost is the larger part, else "bandwidth"), algbw_GBps, busbw_GBps, algo."""
@@ -101,7 +114,8 @@ def rows(op: str, cluster, gpus: int, sizes: list[int], algo: str | None = None,
         raise SpecError("gpus", f"send_recv runs between 2 GPUs, got --gpus {gpus}")
     out = []
     for s in sizes:
-        r = collective_time(op, s, group, cluster, algo=algo, profile=profile, protocol=protocol)
+        r = collective_time(op, s, group, cluster, algo=algo, profile=profile, protocol=protocol,
+                            nccl_version=nccl_version)
         lat = min(r.latency_s, r.time_s)
         out.append({"size_bytes": s, "time_s": r.time_s, "latency_s": lat, "bandwidth_s": r.time_s - lat,
                     "bound": "latency" if lat >= r.time_s - lat else "bandwidth",
@@ -127,13 +141,13 @@ def run(args: argparse.Namespace) -> int:
         from trainsim.specs.loaders import with_background_load
         cluster = with_background_load(cluster, args.background_load)
     profile = None
-    if args.calibration and (args.algo or args.protocol):
-        raise SpecError("calibration", "a measured fit has no algorithm or protocol to force: give --calibration "
-                                       "or --algo/--protocol, not both")
+    if args.calibration and (args.algo or args.protocol or args.nccl_version):
+        raise SpecError("calibration", "a measured fit has no algorithm, protocol or NCCL release to choose: give "
+                                       "--calibration or --algo/--protocol/--nccl-version, not both")
     if args.calibration:
         from trainsim.cost_models.profile import load_profile
         profile = load_profile(args.calibration)
-    table = rows(args.op, cluster, gpus, sizes, args.algo, args.protocol, profile)
+    table = rows(args.op, cluster, gpus, sizes, args.algo, args.protocol, profile, args.nccl_version)
     if args.json:
         print(json.dumps(table, indent=1))
         return 0

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         profile = load_profile(args.calibration)
     pred = predict(scenario, fast=args.fast, ideal_network=args.ideal_network, profile=profile,
                    trace_path=args.trace, jitter_cv=args.jitter, stragglers=args.straggler, seed=args.seed,
-                   samples=args.samples)
+                   samples=args.samples, fixed_costs=True)
     expl = explain(args, scenario, pred, profile) if args.explain or args.explain_engine else None
     iv = interval_for(pred.step_time_s, pred.tokens_per_s, pred.mfu, scenario, profile, args.coverage,
                       host_idle_s=pred.breakdown_s.get("host_idle", 0.0))
@@ -172,6 +172,9 @@ def render(pred, scenario, iv=None) -> None:
     idle = pred.breakdown_s.get("host_idle", 0.0)
     if idle > 0:
         t.add_row("GPU idle waiting for the host", f"{idle:.4g} s ({idle / max(pred.step_time_s, 1e-30):.0%})")
+    fixed = pred.extra.get("collective_fixed_cost_s", 0.0)
+    if fixed > 0:
+        t.add_row("collectives' fixed costs", f"{fixed:.4g} s ({fixed / max(pred.step_time_s, 1e-30):.0%})")
     for d, val in pred.exposed_comm_s.items():
         t.add_row(f"exposed {d.upper()} comm", f"{val:.4g} s")
     fold = pred.engine.get("folded")

@@ -214,11 +214,14 @@ def _tree(op: str, S: float, g: GroupShape, proto: str) -> CollectiveTime | None
                           _link_bytes(g, intra_wire, net_wire / ppn))
 
 
-def _nvls(op: str, S: float, g: GroupShape, proto: str) -> CollectiveTime | None:
+def _nvls(op: str, S: float, g: GroupShape, proto: str,
+          version: tuple[int, int] | None = None) -> CollectiveTime | None:
     """NVLink SHARP inside one NVSwitch domain: the switch reduces (multimem ld_reduce) and multicasts.
 
     All-reduce: each GPU sends S (its operand, read by the switch) + S/n (its reduced shard) and receives
-    S/n + S (multicast), so S·(1+1/n) per direction. All-gather / reduce-scatter: S·(n-1)/n.
+    S/n + S (multicast), so S·(1+1/n) per direction. All-gather / reduce-scatter: S·(n-1)/n. The bytes run on
+    16 CTAs at 1/16 of the rate each; the busiest one's share sets the time (nccl_model.nvls_busiest_channel_share:
+    1/16 from NCCL v2.20.3, whole per-head chunks on the first CTAs up to v2.19).
     """
     if not g.nvls or g.multi_node or proto != "Simple" or op not in ("all_reduce", "all_gather", "reduce_scatter"):
         return None
@@ -226,7 +229,8 @@ def _nvls(op: str, S: float, g: GroupShape, proto: str) -> CollectiveTime | None
     wire = S * (1 + 1 / n) if op == "all_reduce" else S * (n - 1) / n
     rate = g.intra_Bps * g.nvls_efficiency
     lat = _lat(g, "nvlink", "nvls", "Simple")
-    t = lat + (wire + min(wire, nm.fill_bytes("Simple"))) / rate
+    share = nm.nvls_busiest_channel_share(S, n, version) if op == "all_reduce" else 1.0 / nm.NVLS_CHANNELS
+    t = lat + (wire * share * nm.NVLS_CHANNELS + min(wire, nm.fill_bytes("Simple"))) / rate
     return CollectiveTime(op, S, n, t, "nvls", "Simple", lat, rate, (("scale_up", wire),))
 
 
@@ -327,7 +331,7 @@ _DEFAULT_ALGOS = {
 
 
 def candidates(op: str, nbytes: float, group: GroupShape, algos: tuple[str, ...] | None = None,
-               protocol: str | None = None) -> list[CollectiveTime]:
+               protocol: str | None = None, nccl_version: tuple[int, int] | None = None) -> list[CollectiveTime]:
     """Every applicable (algorithm, protocol) timing for this op on this group, unsorted."""
     op = canonical_op(op)
     if not algos:
@@ -349,27 +353,35 @@ def candidates(op: str, nbytes: float, group: GroupShape, algos: tuple[str, ...]
         for p in _protocols(group, protocol) if a not in ("nvls", "direct", "pairwise", "p2p") else ("Simple",):
             if protocol is not None and p != protocol:
                 continue
-            r = fn(op, nbytes, group, p)
+            r = _nvls(op, nbytes, group, p, nccl_version) if a == "nvls" else fn(op, nbytes, group, p)
             if r is not None:
                 out.append(r)
     return out
 
 
 def best(op: str, nbytes: float, group: GroupShape, algos: tuple[str, ...] | None = None,
-         protocol: str | None = None) -> CollectiveTime:
+         protocol: str | None = None, nccl_version: tuple[int, int] | None = None) -> CollectiveTime:
     """The fastest candidate (NCCL-like selection); SpecError if none applies."""
-    c = candidates(op, nbytes, group, algos, protocol)
+    if protocol is not None and algos and "ps" in algos:
+        raise SpecError("protocol", "the parameter-server exchange (ps) is not an NCCL kernel and has no protocol")
+    c = candidates(op, nbytes, group, algos, protocol, nccl_version)
+    if not c and protocol is not None and candidates(op, nbytes, group, algos, None):
+        which = "/".join(algos) if algos else canonical_op(op)
+        raise SpecError("protocol", f"{which} on {group.describe()} does not run under {protocol} "
+                                    "(NCCL offers NVLS, all-to-all and send/recv under Simple only)")
     if not c:
-        raise SpecError("algo", f"{'/'.join(algos or ())} does not apply to {op} on {group.describe()}")
+        which = "/".join(algos) if algos else "no algorithm"
+        raise SpecError("algo", f"{which} does not apply to {canonical_op(op)} on {group.describe()}")
     return min(c, key=lambda r: (r.time_s, r.algo, r.protocol))
 
 
 @memoised(maxsize=131072)
-def _cached(op: str, nbytes: float, group: GroupShape, algo: str | None, protocol: str | None) -> CollectiveTime:
+def _cached(op: str, nbytes: float, group: GroupShape, algo: str | None, protocol: str | None,
+            nccl_version: tuple[int, int] | None = None) -> CollectiveTime:
     if group.size <= 1 or nbytes <= 0:
         return _zero(op, nbytes, group.size)
     algos = None if algo is None else (algo,)
-    r = best(op, nbytes, group, algos, protocol)
+    r = best(op, nbytes, group, algos, protocol, nccl_version)
     # One kernel launch + NCCL enqueue per call (nccl_model.LAUNCH_OVERHEAD_S), counted as latency.
     return replace(r, time_s=r.time_s + nm.LAUNCH_OVERHEAD_S, latency_s=r.latency_s + nm.LAUNCH_OVERHEAD_S)
 
@@ -386,13 +398,17 @@ def single_thread_issue_s(gpus_per_thread: int, host_cpu: str | None = None) -> 
 
 
 def collective_time(op: str, nbytes: float, group: GroupShape | int, cluster: ClusterSpec | None = None,
-                    algo: str | None = None, profile: Any = None, protocol: str | None = None) -> CollectiveTime:
+                    algo: str | None = None, profile: Any = None, protocol: str | None = None,
+                    nccl_version: str | None = None) -> CollectiveTime:
     """Time of one collective of ``nbytes`` (nccl-tests size) on ``group``.
 
     ``group`` is a GroupShape (from `trainsim.topologies.place(...).group(dim)`) or an int: that many
     consecutive GPUs of ``cluster`` (as nccl-tests on N GPUs). ``algo``/``protocol`` force a choice;
     ``profile`` (a CalibrationProfile) replaces the model where it has a fit for (op, size, nodes).
+    ``nccl_version`` ("2.18.5") selects NCCL's work split where it changed between releases (NVLS all-reduce
+    below 2 MiB, nccl_model.nvls_busiest_channel_share); None is the current release.
     """
+    version = nm.nccl_version_tuple(nccl_version)
     op = canonical_op(op)
     if algo is not None and algo not in ALGOS:
         raise SpecError("algo", f"unknown algorithm {algo!r} (known: {', '.join(ALGOS)})")
@@ -409,7 +425,7 @@ def collective_time(op: str, nbytes: float, group: GroupShape | int, cluster: Cl
         measured = _from_profile(profile, op, float(nbytes), group)
         if measured is not None:
             return measured
-    return _cached(op, float(nbytes), group, algo, protocol)
+    return _cached(op, float(nbytes), group, algo, protocol, version)
 
 
 def _check_profile_on_shared_fabric(profile: Any, op: str, g: GroupShape) -> None:

@@ -48,6 +48,16 @@ Sources (all public NVIDIA code/statements; none is fitted to a measured curve):
   of the quantity, not the whole of it. The constant is NCCL's, independent of ``host_issue.KERNEL_LAUNCH_S``
   (the eager per-op launch), which shares the 2019 figure. Hosts of other kinds use ``LAUNCH_OVERHEAD_S``.
 
+* NVLS work per channel (single-node all-reduce): NCCL runs an NVLS all-reduce on ``NCCL_NVLS_NCHANNELS`` = 16
+  CTAs (src/transport/nvls.cc), each moving its share through its scatter, NVLink-SHARP reduce and gather warps at
+  1/16 of the group's rate (NCCL's own model: bandwidth ∝ channels used, tuning.cc ``bw / nChannels *
+  info->nChannels``). From v2.20.3 the message is split evenly over the channels (enqueue.cc
+  ``addTunedCollToPlan``: ``countPerChannels``; device/all_reduce.h ``oneNode``), so the busiest CTA carries 1/16.
+  Up to v2.19 each CTA takes whole loops of ``nHeads × chunk`` (collectives/device/all_reduce.h: ``offset =
+  gridOffset + bid*nvls->nHeads*chunkSize``; nHeads = the node's 8 GPUs), with ``chunk`` from enqueue.cc
+  ``computeColl`` (128 KiB, cut to 64/32/16 KiB below 64/8/2 x 16 x nHeads x chunk bytes): a message below one loop
+  (2 MiB on 8 GPUs) sits on as few CTAs as it fills, the first carrying up to 8 x 16 KiB, and takes that CTA's time.
+
 Latency scaling: the cluster's ``scale_up.latency_s`` and ``scale_out.latency_s`` scale NCCL's
 intra-node and network hwLat tables relative to the preset defaults (3 µs and 5 µs), so a preset uses
 NCCL's numbers as they are and a custom fabric with slower switches is slower in proportion.
@@ -56,6 +66,8 @@ NCCL's numbers as they are and a custom fabric with slower switches is slower in
 from __future__ import annotations
 
 import math
+
+from trainsim.specs import SpecError
 
 US = 1e-6
 PROTOCOLS = ("LL", "LL128", "Simple")
@@ -107,6 +119,42 @@ BUFFER_BYTES = {"Simple": NCCL_BUFFSIZE, "LL128": 120 * 640 * 8 * 8, "LL": 8 * 5
 FILL_BUFFERS = 2                  # sender + receiver staging buffers
 P2P_CHUNK_NVL = 512 * 2**10
 P2P_CHUNK_NET = 128 * 2**10
+
+
+NVLS_CHANNELS = 16                # NCCL_NVLS_NCHANNELS default (src/transport/nvls.cc)
+NVLS_MAX_CHUNK = 128 * 2**10      # enqueue.cc computeColl: NVLS maxChunkSize
+NVLS_EVEN_SPLIT_FROM = (2, 20)    # v2.20.3: per-channel count split of single-node NVLS (enqueue.cc, all_reduce.h)
+
+
+def nccl_version_tuple(version: str | None) -> tuple[int, int] | None:
+    """'2.18.5' -> (2, 18); None stays None (the current release's behaviour)."""
+    if version is None:
+        return None
+    parts = str(version).strip().split(".")
+    if not 2 <= len(parts) <= 4 or not all(p.isdigit() for p in parts[:2]):
+        raise SpecError("nccl_version", f"expected MAJOR.MINOR[.PATCH], got {version!r}")
+    return int(parts[0]), int(parts[1])
+
+
+def nvls_chunk_bytes(nbytes: float, n_heads: int) -> int:
+    """NCCL's NVLS all-reduce chunk for a message of ``nbytes`` (enqueue.cc computeColl, v2.18.5)."""
+    ops = NVLS_CHANNELS * n_heads
+    chunk = NVLS_MAX_CHUNK
+    for factor, size in ((64, 65536), (8, 32768), (2, 16384)):
+        if nbytes < factor * ops * chunk and chunk > size:
+            chunk = size
+    return chunk
+
+
+def nvls_busiest_channel_share(nbytes: float, n_heads: int, version: tuple[int, int] | None) -> float:
+    """Share of the message the busiest of the 16 NVLS CTAs carries (module doc): 1/16 from v2.20.3 (and for an
+    unstated version); up to v2.19 whole loops of ``nHeads × chunk`` per CTA, the first CTA the fullest."""
+    if version is None or version >= NVLS_EVEN_SPLIT_FROM or nbytes <= 0:
+        return 1.0 / NVLS_CHANNELS
+    slot = n_heads * nvls_chunk_bytes(nbytes, n_heads)
+    full_loops = int(nbytes // (NVLS_CHANNELS * slot))
+    rest = nbytes - full_loops * NVLS_CHANNELS * slot
+    return (full_loops * slot + min(slot, rest)) / nbytes
 
 
 def fill_bytes(protocol: str) -> float:

@@ -47,9 +47,9 @@ def _profile(path: str | None):
     return load_profile(path)
 
 
-def _predict(scn: Scenario, fast: bool, profile):
+def _predict(scn: Scenario, fast: bool, profile, fixed_costs: bool = False):
     from trainsim.simulator.predict import predict
-    return predict(scn, fast=fast, profile=profile)
+    return predict(scn, fast=fast, profile=profile, fixed_costs=fixed_costs)
 
 
 def _fig(name: str, title: str, caption: str, fig) -> FigureBlob:
@@ -310,7 +310,7 @@ def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any
                  measured: Mapping[str, Any] | None = None, title: str | None = None) -> Report:
     """Every section of the what-if report for ``scn`` (the best layout of ``plan_json`` when given)."""
     profile = _profile(opts.profile_path)
-    pred = _predict(scn, False, profile)
+    pred = _predict(scn, False, profile, fixed_costs=True)
     sections: list[Section] = [
         Section("scenario", "Scenario", tables=[scenario_table(scn)]),
         _step_section(scn, pred, profile),
@@ -351,7 +351,7 @@ def _step_section(scn: Scenario, pred, profile) -> Section:
                 f"({fmt_si(pred.tokens_per_s)} tokens/s, MFU {fmt_pct(pred.mfu)}, HFU {fmt_pct(pred.hfu)}). "
                 f"Pipeline bubbles take {fmt_pct(pred.bubble_fraction)} of the step; exposed communication: "
                 + ", ".join(f"{k.upper()} {fmt_time(exp.get(k, 0.0))}" for k in ("tp", "cp", "ep", "pp", "dp")) + ".")
-    step_par += " " + _band_sentence(pred, scn, profile)
+    step_par += " " + _bound_sentence(pred) + _band_sentence(pred, scn, profile)
     tl = plots.timeline_figure(events, scn.layout.pp, step_time_s=sim_step_s,
                                title=f"One step of {scn.model.name}: {scn.layout.pp} stages × {scn.num_microbatches} micro-batches ({scn.training.schedule})"
                                + ("" if shown == scn.num_microbatches else
@@ -359,6 +359,8 @@ def _step_section(scn: Scenario, pred, profile) -> Section:
     step_tables = []
     if pred.breakdown_s:
         parts = [[k.replace("_", " "), fmt_time(v)] for k, v in pred.breakdown_s.items() if k != "critical_stage"]
+        if "collective_fixed_cost_s" in pred.extra:
+            parts.append(["of which collectives' fixed costs", fmt_time(pred.extra["collective_fixed_cost_s"])])
         crit = pred.breakdown_s.get("critical_stage")
         bd_title = "Step time breakdown" + (f" (critical stage {int(crit)})" if crit is not None else "")
         step_tables.append(Table(bd_title, ["part", "time"], parts))
@@ -369,6 +371,22 @@ def _step_section(scn: Scenario, pred, profile) -> Section:
         "gradient reduction; messages much shorter than the step are drawn at a minimum width). Hatched red is "
         "idle compute time: the pipeline bubble. One representative rank per stage (DP replicas and TP peers do "
         "identical work).", tl)], step_tables)
+
+
+def _bound_sentence(pred) -> str:
+    """What bounds the step besides the GPU's work: its wait for the host to issue kernels (host-bound) and the
+    collectives' fixed costs (latency-bound), each as a share of the step."""
+    from trainsim.simulator.predict import LATENCY_BOUND_SHARE as bar
+    step = pred.step_time_s
+    if step <= 0:
+        return ""
+    idle = pred.breakdown_s.get("host_idle", 0.0) / step
+    fixed = pred.extra.get("collective_fixed_cost_s", 0.0) / step
+    out = f"GPU idle waiting for the host: {fmt_pct(idle)} of the step{' (host-bound)' if idle >= bar else ''}. "
+    if "collective_fixed_cost_s" in pred.extra:
+        out += (f"Collectives' fixed costs (each call's launch and latency) take {fmt_pct(fixed)} of the step"
+                f"{' (latency-bound)' if fixed >= bar else ''}. ")
+    return out
 
 
 def _gpus_text(scn: Scenario) -> str:

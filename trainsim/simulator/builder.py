@@ -128,10 +128,11 @@ def clear_cache() -> None:
 
 def build_cost_table(scenario: Scenario, *, profile=None, ideal_network: bool = False) -> CostTable:
     """The CostTable of one optimizer step of ``scenario``, kept in the active memo scope (a pure function of the
-    scenario's JSON, the profile object and ``ideal_network``)."""
+    scenario's JSON and collective_fixed_costs, the profile object and ``ideal_network``)."""
     if (memo := active_memo()) is None:
         return _build(scenario, profile, ideal_network)
-    key = (scenario.model_dump_json(), id(profile) if profile is not None else None, ideal_network)
+    key = (scenario.model_dump_json(), id(profile) if profile is not None else None, ideal_network,
+           scenario.collective_fixed_costs)
     table, owner = memo.lookup(_TABLE_MEMO, key, lambda: (_build(scenario, profile, ideal_network), profile),
                                _CACHE_SIZE)
     return table if profile is None or owner is profile else _build(scenario, profile, ideal_network)

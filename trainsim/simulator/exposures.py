@@ -23,14 +23,15 @@ def _collectives():
 
 
 def _coll(op: str, nbytes: float, group, scenario: Scenario, profile) -> tuple[float, float]:
-    """(latency_s, bandwidth_s) of one collective on ``group`` (a topologies GroupShape)."""
+    """(latency_s, bandwidth_s) of one collective on ``group`` (a topologies GroupShape); the latency part is 0 on
+    a scenario without collective fixed costs (Scenario.without_collective_fixed_costs, predict's what-if)."""
     if nbytes <= 0 or group is None or group.size <= 1:
         return 0.0, 0.0
     res = _collectives().collective_time(op, nbytes, group, scenario.cluster, profile=profile)
     total = float(res.time_s)
     lat = float(getattr(res, "latency_s", 0.0) or 0.0)
     lat = min(max(lat, 0.0), total)
-    return lat, total - lat
+    return (lat if scenario.collective_fixed_costs else 0.0), total - lat
 
 
 def _links(stage: int, group, peer: int | None = None) -> tuple[str, ...]:

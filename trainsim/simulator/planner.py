@@ -201,11 +201,12 @@ def _profile(path: str | None):
     return load_profile(path)
 
 
-def _predict(scn: Scenario, fast: bool, profile_path: str | None):
+def _predict(scn: Scenario, fast: bool, profile_path: str | None, fixed_costs: bool = False):
     from .predict import predict  # the engine; imported lazily so search_space/goodput stay light
     # The planner ranks and fits by allocated memory (peak_bytes): the reserved counter's allocator replay is
-    # left out (predict's allocator_replay).
-    return predict(scn, fast=fast, profile=_profile(profile_path), allocator_replay=False)
+    # left out (predict's allocator_replay). Confirmed rows also measure the collectives' fixed costs, so a
+    # latency-bound layout says so beside a host-bound one (predict's fixed_costs).
+    return predict(scn, fast=fast, profile=_profile(profile_path), allocator_replay=False, fixed_costs=fixed_costs)
 
 
 def peak_memory_bytes(scn: Scenario) -> float:
@@ -332,7 +333,7 @@ def confirm_one(ctx: _Context, c: Candidate) -> PlanRow:
     """Run the discrete-event engine on one candidate; it fits when its peak leaves the headroom free."""
     cluster = ctx.cluster.with_gpus(c.gpus) if ctx.cluster.num_gpus != c.gpus else ctx.cluster
     scn = to_scenario(ctx.model, cluster, c, ctx.global_batch, ctx.seq_len, ctx.limits)
-    pred = _predict(scn, False, ctx.profile_path)
+    pred = _predict(scn, False, ctx.profile_path, fixed_costs=True)
     row = _row(c, pred, "engine", dropped_settings(ctx.model, c, ctx.limits))
     row.fits = (pools_fit(pred, ctx.memory_headroom) if pred.pools
                 else row.peak_bytes <= min(row.gpu_bytes, ctx.memory_limit))

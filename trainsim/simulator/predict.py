@@ -140,6 +140,32 @@ def host_idle_warning(scenario: Scenario, table, step_time_s: float) -> str | No
             f"(training.host_issue: cuda_graphs), torch.compile, a larger micro-batch or a smaller TP shorten it")
 
 
+# Say so when the collectives' fixed costs take at least this share of the step; call the step latency-bound
+# from LATENCY_BOUND_SHARE on (the same bar as a host-bound note's share is read against: a fifth of the step).
+FIXED_COST_REPORT_SHARE = 0.05
+LATENCY_BOUND_SHARE = 0.2
+
+
+def collective_fixed_cost_s(scenario: Scenario, step_time_s: float, *, fast: bool = False, profile=None) -> float:
+    """Seconds of the step the collectives' fixed costs take: the step less the same step with every collective
+    and pipeline message costed by its bytes only (NCCL's launch, base and per-step latency removed;
+    Scenario.without_collective_fixed_costs). The difference is what those fixed costs add to the critical path,
+    after overlap and after any host-bound wait that they hid."""
+    what_if = predict(scenario.without_collective_fixed_costs(), fast=fast, profile=profile, allocator_replay=False)
+    return max(0.0, step_time_s - what_if.step_time_s)
+
+
+def fixed_cost_note(fixed_s: float, step_time_s: float) -> str | None:
+    """'latency-bound: collectives' fixed costs take 27 % of the step' (or the share, where below the bar)."""
+    share = fixed_s / step_time_s if step_time_s > 0 else 0.0
+    if share < FIXED_COST_REPORT_SHARE:
+        return None
+    head = "latency-bound: " if share >= LATENCY_BOUND_SHARE else ""
+    return (f"{head}collectives' fixed costs (each call's launch and base latency plus per-step latency: ring 2(n-1) steps, tree "
+            f"2 log n) take {100 * share:.0f} % of the step ({fixed_s * 1e3:.3g} ms); fewer, larger messages "
+            f"(bigger buckets, a larger micro-batch, a smaller TP or DP group) shorten it")
+
+
 def _scaled_profile(profile, scale: float):
     return profile.model_copy(update={"compute_time_scale": scale})
 
@@ -187,7 +213,7 @@ def _table(scenario: Scenario, profile, ideal_network: bool, fast: bool):
 def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = False, profile=None,
             trace_path: str | Path | None = None, jitter_cv: float = 0.0,
             stragglers: tuple[float, float] | None = None, seed: int = 0, samples: int = 20,
-            allocator_replay: bool = True) -> Prediction:
+            allocator_replay: bool = True, fixed_costs: bool = False) -> Prediction:
     """Predict one optimizer step of ``scenario``.
 
     ``fast`` uses the closed form (analytic.estimate, microseconds) instead of the discrete-event engine;
@@ -199,11 +225,14 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
     trace, per-op jitter, a step that reaches no steady state -- is refused beyond its bound (SpecError).
     ``allocator_replay=False`` leaves the first optimizer step's fragmentation (first_step_fragmentation.py, a
     caching-allocator replay) out of the reserved and nvidia-smi figures, and says so in the memory
-    assumptions: for callers that rank by allocated memory only (the planner's screen).
+    assumptions: for callers that rank by allocated memory only (the planner's screen). ``fixed_costs`` also
+    predicts the step without the collectives' fixed costs (a second prediction) and records the difference in
+    ``extra["collective_fixed_cost_s"]``, with a 'latency-bound' note where it is a large share of the step.
     """
     _check_args(fast, trace_path, jitter_cv, stragglers, samples)
     t0 = time.perf_counter()
     calibration = profile.describe() if profile is not None else "defaults"
+    given = (scenario, profile)  # as called: the fixed-cost what-if repeats this prediction
     scenario, profile, overhead_s = _with_run_calibration(scenario, profile)
     table, pacing, paced_run = _table(scenario, profile, ideal_network, fast)
     build_s = time.perf_counter() - t0
@@ -247,6 +276,11 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
     idle = host_idle_warning(scenario, table, pred.step_time_s)
     if idle:
         pred.warnings.append(idle)
+    if fixed_costs and not ideal_network and scenario.collective_fixed_costs:
+        fixed = collective_fixed_cost_s(given[0], pred.step_time_s, fast=fast, profile=given[1])
+        pred.extra["collective_fixed_cost_s"] = fixed
+        if note := fixed_cost_note(fixed, pred.step_time_s):
+            pred.warnings.append(note)
     pred.engine["build_s"] = build_s
     pred.engine["wall_s"] = pred.engine["wall_s"] + build_s
     _describe_memory(pred, scenario, allocator_replay)

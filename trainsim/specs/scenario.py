@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from .data_parallel import DEEPSPEED_ZERO_FRAMEWORKS, check_data_parallel
 from .errors import SpecError
@@ -31,6 +31,20 @@ class Scenario(BaseModel):
     cluster: ClusterSpec
     layout: Layout
     training: TrainingSpec
+    # False only on the what-if copy `without_collective_fixed_costs` makes; not a scenario key.
+    _collective_fixed_costs: bool = PrivateAttr(default=True)
+
+    @property
+    def collective_fixed_costs(self) -> bool:
+        """Whether collectives pay their fixed cost (NCCL launch, base and per-step latency): False on the what-if
+        copy predict uses to measure how much of the step those fixed costs take (a latency-bound step)."""
+        return self._collective_fixed_costs
+
+    def without_collective_fixed_costs(self) -> Scenario:
+        """This scenario with every collective and pipeline message costed by its bytes only (simulator exposures)."""
+        copy = self.model_copy()
+        copy._collective_fixed_costs = False
+        return copy
 
     @property
     def num_gpus(self) -> int:

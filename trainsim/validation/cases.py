@@ -37,6 +37,8 @@ class CollectiveCase:
     gpus_per_thread: int = 1
     # That thread's host CPU family (a key of cost_models.nccl_model.HOST_LAUNCH_S); None = the generic launch cost.
     host_cpu: str | None = None
+    # The NCCL release measured ("2.18.5"), where its work split differs (collectives.collective_time).
+    nccl_version: str | None = None
 
 
 @dataclass(frozen=True)

@@ -98,7 +98,8 @@ def load_nccl(path: Path | None = None, *, name: str = "nccl") -> Dataset:
         # (Azure/AI-benchmarking-guide Benchmarks/NVIDIA/NCCLBandwidth.py).
         # ... with NCCL_ALGO=NVLS on 8-GPU VMs (the same file), which NCCL honours where the GPUs have NVLink SHARP.
         coll = CollectiveCase(op, size, n, cluster, algo=nccl_forced_algos()[system],
-                              gpus_per_thread=gpn if nodes == 1 else 1, host_cpu=nccl_host_cpus()[system])
+                              gpus_per_thread=gpn if nodes == 1 else 1, host_cpu=nccl_host_cpus()[system],
+                              nccl_version=(r.get("nccl_version") or "").strip() or None)
         cases.append(Case(rid, label, busbw, collective=coll, group=system,
                           category=f"{system.replace('Azure ND ', '')} {size_class}"))
     notes = (
@@ -114,11 +115,14 @@ def load_nccl(path: Path | None = None, *, name: str = "nccl") -> Dataset:
          "CPU's per-launch cost (nccl_model.HOST_LAUNCH_S: AMD EPYC Rome 5 us on ND A100 v4, Intel Sapphire Rapids "
          "3.8 us on ND H100 v5 and ND H200 v5; settings/nccl_systems.csv), which bounds the small-message curve."),
         ("H100 v5 (NCCL 2.18.5) and H200 v5 (NCCL 2.20.5) run the same NVLink4 fabric, host CPU and forced "
-         "algorithm, so the model predicts one curve for both; from 64 KiB to 2 MiB the H100 curve lasts a flat "
-         "~42-45 us per call, the H200 curve ~31 us up to 512 KiB. NCCL's tuner (src/graph/tuning.cc) gives NVLS "
-         "the same 23 us in both versions (2.18.5 baseLat, 2.20.5 hwLat; the model uses v2.21.5's 25), and both split an "
-         "NVLS all-reduce below 8 MiB into 16 KiB chunks over 16 channels (enqueue.cc): the flat ~42 us of the H100 "
-         "curve lies in the 2.18.5 device code, which the model does not represent."),
+         "algorithm; NCCL's tuner gives NVLS the same 23 us in both (2.18.5 baseLat, 2.20.5 hwLat; the model uses "
+         "v2.21.5's 25). Their device code differs below 2 MiB: 2.20.3+ splits an NVLS all-reduce evenly over its 16 "
+         "CTAs (enqueue.cc addTunedCollToPlan), 2.18.5 gives each CTA whole 8 x 16 KiB loops (all_reduce.h, "
+         "enqueue.cc computeColl), so a 64 KiB - 1 MiB message sits on the first CTAs at 1/16 of the rate each. Each "
+         "case carries its row's nccl_version and the model times the busiest CTA "
+         "(nccl_model.nvls_busiest_channel_share); the H100 curve's flat ~42 us from 64 KiB to 2 MiB is ~34-38 us "
+         "in the model, and its 25.6 us at 1-8 KiB lies below the model's 8 x 3.8 us single-thread issue floor "
+         "(Sapphire Rapids, HOST_LAUNCH_S), which the 2.20.5 H200 curve (~30 us) meets."),
         ("GB200 NVL (4 GPUs per host) has no cluster preset and is skipped; single statements from issue "
         "threads (approximate, possibly mis-tuned systems) are listed as skipped."),
     )

@@ -200,7 +200,8 @@ def default_collective_fn(profile: Any = None) -> CollectiveFn:
 
     def run(case: CollectiveCase) -> float:
         group = group_of_ranks(case.cluster, list(range(case.num_gpus)))
-        t = float(collective_time(case.op, case.nbytes, group, case.cluster, algo=case.algo, profile=profile).time_s)
+        t = float(collective_time(case.op, case.nbytes, group, case.cluster, algo=case.algo, profile=profile,
+                                  nccl_version=case.nccl_version).time_s)
         return max(t, single_thread_issue_s(case.gpus_per_thread, case.host_cpu))
 
     return run
