@@ -307,7 +307,7 @@ def ddp_hook_adds(scenario) -> int:
     from .framework import behaviour
 
     m, name = scenario.model, scenario.training.framework
-    if name not in ("megatron-2021", "megatron-2022"):
+    if behaviour(name).megatron_ddp != "local":
         return 0
     norms = 2 * (2 if m.norm == "layernorm" else 1)
     biases = MEGATRON_LAYER_LINEARS if m.bias else 0

@@ -51,7 +51,7 @@ from itertools import pairwise
 
 from . import activations as act
 from . import autocast
-from .framework import FP32_PARAM_FRAMEWORKS, behaviour, bf16_optimizer, state_bytes
+from .framework import behaviour, bf16_optimizer, state_bytes
 from .allocator_reserve import grads_off_peak, loss_stage_cached_bytes
 from .first_step_fragmentation import first_step_extra_reserved, lazy_state_bytes
 from .grad_buffer import optimizer_tensor_elems
@@ -551,7 +551,7 @@ def model_states(t, rp: RankParams, sb) -> dict[str, float]:
     (reshard_after_forward=False), so the weights are the full 16-bit copy plus the fp32 shard.
     """
     weights = rp.weight_params * sb.weights
-    if t.framework in FP32_PARAM_FRAMEWORKS and 1 <= t.effective_zero < 3 and sb.weights > t.param_bytes:
+    if behaviour(t.framework).fp32_params and 1 <= t.effective_zero < 3 and sb.weights > t.param_bytes:
         weights = rp.held * t.param_bytes + rp.optimizer_params * sb.weights
     return {"weights": weights, "grads": rp.grad_params * sb.grads, "optimizer": rp.optimizer_params * sb.optimizer}
 
