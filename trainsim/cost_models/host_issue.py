@@ -297,22 +297,21 @@ def sync_leads(block_syncs: int, microbatch_syncs: int, *, tp: int, recompute_fu
     return block, (block if recompute_full else 0.0), per_mb
 
 
-MEGATRON_LAYER_LINEARS = 4    # fused QKV, attention out-projection, dense_h_to_4h, dense_4h_to_h
-
-
 def ddp_hook_adds(scenario) -> int:
     """``main_grad.add_`` calls one block's backward issues from Megatron's local-DDP parameter hooks (module doc,
-    "Per-parameter hooks"): megatron-2021 every tensor of Megatron's layer, megatron-2022 its biases and norms,
-    other frameworks none."""
+    "Per-parameter hooks"): megatron-2021 every tensor of Megatron's layer, megatron-2022 its biases and norms
+    (its wgrad GEMMs accumulate into ``main_grad``), other frameworks none. The tensors are the block's
+    (param_tensors.block_tensors)."""
     from .framework import behaviour
+    from .param_tensors import block_tensors, module_style
 
-    m, name = scenario.model, scenario.training.framework
-    if behaviour(name).megatron_ddp != "local":
+    m, lay, name = scenario.model, scenario.layout, scenario.training.framework
+    fw = behaviour(name)
+    if fw.megatron_ddp != "local":
         return 0
-    norms = 2 * (2 if m.norm == "layernorm" else 1)
-    biases = MEGATRON_LAYER_LINEARS if m.bias else 0
-    fused_wgrad = not behaviour(name).grad_accumulation_pass
-    return norms + biases + (0 if fused_wgrad else MEGATRON_LAYER_LINEARS)
+    hooked = ("norm", "bias", "weight") if fw.grad_accumulation_pass else ("norm", "bias")
+    tensors = block_tensors(m, lay.tp, lay.ep, scenario.expert_tp, module_style(name))
+    return sum(t.kind in hooked for t in tensors)
 
 
 def tp_collective_calls(scenario) -> tuple[int, int]:
