@@ -323,6 +323,20 @@ def tp_collective_calls(scenario) -> tuple[int, int]:
     return per_pass, per_pass
 
 
+def profiled_chunk(scenario, profile):
+    """The profile's two-depth measurement of trainsim execute's own chunk (``CalibrationProfile.host_issue_chunk``)
+    for the scenario's block style under its autocast, or None where the profile has none or the scenario does not
+    run as the executor does: no ``autocast_tag``, a CPU "GPU", a MoE model."""
+    from .eager import block_style
+    from .framework import autocast_tag
+    from .shapes import layer_shape
+
+    tag = autocast_tag(scenario)
+    if tag is None or getattr(scenario.cluster.gpu, "num_sms", None) is None or scenario.model.is_moe:
+        return None
+    return (getattr(profile, "host_issue_chunk", None) or {}).get(block_style(layer_shape(scenario)) + tag)
+
+
 def executor_block_issue(scenario, profile) -> PassIssue | None:
     """Host issue time of trainsim execute's eager micro-batch from the profile's two-depth measurement of the
     executor's own chunk under its autocast (``CalibrationProfile.host_issue_chunk``), or None where the profile
@@ -336,14 +350,8 @@ def executor_block_issue(scenario, profile) -> PassIssue | None:
     from .eager import block_style
     from .shapes import layer_shape
 
-    from .framework import autocast_tag
-
-    tag = autocast_tag(scenario)
-    chunk = getattr(profile, "host_issue_chunk", None) or {}
-    if tag is None or getattr(scenario.cluster.gpu, "num_sms", None) is None or scenario.model.is_moe:
-        return None
+    m = profiled_chunk(scenario, profile)
     style = block_style(layer_shape(scenario))
-    m = chunk.get(style + tag)
     if m is None or style not in BLOCK_OPS_AUTOCAST or scenario.training.host_issue_mode != "eager":
         return None
     d, k = op_seconds(scenario.cluster.host_cpu)
