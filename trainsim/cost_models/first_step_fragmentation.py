@@ -159,7 +159,7 @@ def lazy_state_bytes(training) -> tuple[tuple[int, ...] | None, str]:
     fw = training.framework
     if training.offload_optimizer:
         return None, "optimizer states on the host: no first-step fragmentation of device segments"
-    if fw.startswith("deepspeed") or fw == "megatron-deepspeed":
+    if behaviour(fw).deepspeed_engine:
         return None, ("DeepSpeed creates its optimizer states at construction (ZeRO initialize_optimizer_states, "
                       "deepspeed/runtime/zero/stage_1_and_2.py): no first-step fragmentation")
     if not behaviour(fw).lazy_optimizer_states:

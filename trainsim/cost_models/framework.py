@@ -340,6 +340,15 @@ class FrameworkBehaviour:
     # The sharded parameters are the fp32 master weights (torch.distributed FSDP1 FlatParameter / FSDP2 DTensor
     # shards under a mixed-precision policy; torch AMP keeps fp32 parameters and casts per op): state_bytes.
     fp32_params: bool = False
+    # The model and its optimizer run under DeepSpeed's engine (``deepspeed.initialize``): the ZeRO optimizers
+    # create their states at construction (first_step_fragmentation.lazy_state_bytes) and step the flat fp32
+    # groups (step_host.step_counts).
+    deepspeed_engine: bool = False
+    # How the model's modules hold their parameters (param_tensors.module_style): "fused" Megatron's layers (one QKV
+    # tensor, gate and up in one fc1) -- the Megatron family, and deepspeed-2021, whose ZeRO-3 GPT runs train
+    # Megatron's model (microsoft/DeepSpeedExamples Megatron-LM-v1.1.5-ZeRO3/megatron/model/transformer.py:
+    # ``query_key_value`` one ColumnParallelLinear, read_file id 6017323966); "torch" separate nn.Linear q, k, v.
+    module_style: Literal["fused", "torch"] = "torch"
 
 
 BEHAVIOURS: dict[str, FrameworkBehaviour] = {
@@ -347,13 +356,13 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                    zero3_gather="block", reduce_bucket_params=None, p2p_overlap="interleaved",
                                    tp_dgrad_overlap=True, fused_bias_grad=True, fp8_weight_cache=True,
                                    model_parallel_groups=True, global_memory_buffer=True, megatron_ddp="core",
-                                   lazy_optimizer_states=True),
+                                   lazy_optimizer_states=True, module_style="fused"),
     "megatron-2021": FrameworkBehaviour("megatron-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
                                         zero3_gather="block", reduce_bucket_params=None,
                                         grad_accumulation_pass=True, optimizer_extra_bytes_per_param=12.0,
                                         p2p_overlap="never", pp_scatter_gather=True, megatron_layer=True,
                                         model_parallel_groups=True, megatron_ddp="local",
-                                        lazy_optimizer_states=True),
+                                        lazy_optimizer_states=True, module_style="fused"),
     # Megatron-LM of early 2022 (Korthikanti et al., arXiv:2205.05198): the 2021 behaviours (local DDP reduced
     # after the backward pass -- Sec. 6.3: "we do not use any overlapping of gradient all-reduces with
     # back-propagation" --, unfused cross-entropy, fp16/bf16 optimizer copies, blocking p2p, scatter/gather)
@@ -366,7 +375,7 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                         grad_accumulation_pass=False, optimizer_extra_bytes_per_param=12.0,
                                         p2p_overlap="never", pp_scatter_gather=True, tp_dgrad_overlap=True,
                                         megatron_layer=True, model_parallel_groups=True, global_memory_buffer=True,
-                                        megatron_ddp="local", lazy_optimizer_states=True),
+                                        megatron_ddp="local", lazy_optimizer_states=True, module_style="fused"),
     # Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed): the layer code of megatron-2021 (synchronous TP
     # all-reduces, param.grad accumulation, DeepSpeed's arguments switch the asynchronous all-reduce off) and its
     # host syncs (module docstring, ``host_syncs``).
@@ -375,7 +384,8 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                              reduce_bucket_params=None, grad_accumulation_pass=True,
                                              optimizer_extra_bytes_per_param=12.0, p2p_overlap="never",
                                              pp_scatter_gather=True, megatron_layer=True, block_forward_syncs=1,
-                                             microbatch_syncs=1, model_parallel_groups=True),
+                                             microbatch_syncs=1, model_parallel_groups=True, deepspeed_engine=True,
+                                             module_style="fused"),
     "pytorch-fsdp": FrameworkBehaviour("pytorch-fsdp", overlap_grad_reduce=True, fused_cross_entropy=True,
                                        zero3_gather="block", reduce_bucket_params=None,
                                        train_metric_loss_passes=2, fsdp_grad_prep=True,
@@ -386,14 +396,14 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                     pipeline_output_kept=True, param_gather="allgather_bucket",
                                     model_parallel_groups=True, pp_loss_broadcast=True,
                                     dp_grad_calls="bucket_all_reduce", overlap_below_zero3=False,
-                                    zero3_reduce_serialized=True),
+                                    zero3_reduce_serialized=True, deepspeed_engine=True),
     "deepspeed-2021": FrameworkBehaviour("deepspeed-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
                                          zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
                                          zero3_overlap=False, zero3_gather_ops_per_rank=2,
                                          zero3_persistent_regather=True, pipeline_output_kept=True,
                                          param_gather="allgather_bucket", model_parallel_groups=True,
                                          pp_loss_broadcast=True, dp_grad_calls="per_rank_reduce",
-                                         overlap_below_zero3=False),
+                                         overlap_below_zero3=False, deepspeed_engine=True, module_style="fused"),
     # torch.distributed's own parallelism as trainsim execute runs it (kernels/parallelize.py): DDP buckets
     # reduced during backward, FSDP2 per-block gathers, eager F.cross_entropy (log_softmax + nll, not
     # fused), parallelize_module TP. Pipelining: Schedule1F1B's steady state fuses each send with the next

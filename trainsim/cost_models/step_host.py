@@ -60,6 +60,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
+from .framework import behaviour
 from .host_issue import op_seconds, profiled_chunk
 
 MTA_CHUNK = 65536
@@ -130,7 +131,7 @@ def step_counts(framework: str, optimizer_update: str, sizes: list[int]) -> tupl
     if framework == "torch":
         launches = sum(multi_tensor_launches(sizes, d, s) for d, s in TORCH_FOREACH_ADAM)
         return len(TORCH_FOREACH_ADAM) + 1, launches, 0
-    if framework.startswith("deepspeed") or framework == "megatron-deepspeed":
+    if behaviour(framework).deepspeed_engine:
         half = sum(sizes) / 2
         d, k = _fused_counts([math.ceil(half)] * 2, MEGATRON_PARAM_GROUPS)
         # a norm per flat group, the model-parallel all_reduce, the .item() copy
@@ -157,8 +158,6 @@ def scenario_step_host(scenario, stage: int, profile=None) -> StepHost | None:
     torch run as the executor runs it: ``host_issue.autocast_tag``), its seconds per parameter tensor and per step
     replace the counted ones: torch's foreach Adam also loops over the tensors in Python (``_get_value(step)`` for
     the bias corrections of each, the CPU step counters stepped one by one), which the launch count misses."""
-    from .framework import behaviour
-
     t = scenario.training
     if getattr(scenario.cluster.gpu, "num_sms", None) is None or scenario.model.is_moe or t.offload_optimizer:
         return None
