@@ -37,10 +37,10 @@ from trainsim.validation.intervals import (
     MAX_COVERAGE,
     MIN_COVERAGE,
     build_table,
-    hierarchical_band,
     interval_for,
     published_band,
 )
+from trainsim.validation.source_conformal import hierarchical_band
 from trainsim.validation.novelty import scale_of
 from trainsim.validation.measured_runs import run_of_case
 from trainsim.validation.residual_sources import datasets, residual_rows

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from trainsim.cli.main import main
-from trainsim.validation.amsp import SLOWDOWN, megatron_model_flops
+from trainsim.validation.amsp import SLOWDOWN
+from trainsim.validation.korthikanti import korthikanti_model_flops
 from trainsim.validation.datasets import load_dataset
 from trainsim.validation.validate import validate
 
@@ -30,7 +31,7 @@ def test_rows_hold_the_printed_mfu_and_its_step_time(amsp):
         c = by_id[rid]
         n = int(rid.rsplit("_", 1)[1])
         layers, hidden = (32, 4096) if "_7b_" in rid else (40, 5120)
-        flops = megatron_model_flops(1024, 4096, layers, hidden, 32000)
+        flops = korthikanti_model_flops(1024, 4096, layers, hidden, 32000)
         assert c.published == pytest.approx(flops / (n * 312e12 * mfu / 100), rel=1e-4)
         if c.skip_reason is None:
             assert c.secondary["mfu_pct"] == mfu

@@ -140,6 +140,20 @@ def test_weight_cast_cache_is_every_linear_weight_and_bias_once():
     assert "autocast_weight_cache" not in memory.stage_memory(_gpt(zero=3), 0).details  # FSDP2's policy
 
 
+def test_mla_latent_norms_are_never_cast():
+    """Every norm weight runs in fp32 under autocast, MLA's kv latent norm too (param_tensors' ``kv_norm``):
+    DeepSeek-V2-Lite (27 layers, h 2048, kv_lora_rank 512, no q LoRA, RMSNorm, untied 102,400-token vocabulary)
+    casts all it holds but 27 x (2h + 512) norm elements, the final norm and the word embedding."""
+    scn = build_scenario({"model": "deepseek-v2-lite", "cluster": "hgx-h200", "gpus": 1,
+                          "layout": {"tp": 1, "pp": 1, "dp": 1},
+                          "training": {"seq_len": 1024, "global_batch": 8, "micro_batch": 1, "dtype": "bf16",
+                                       "framework": "torch", "param_dtype_bytes": 4, "mixed_precision": "autocast"}})
+    cast, bias, head = memory.autocast_cast_params(scn, 0)
+    never = 27 * (2 * 2048 + 512) + 2048 + 102400 * 2048
+    assert cast == memory.rank_param_shards(scn, 0).held - never
+    assert (bias, head) == (0.0, 102400 * 2048)
+
+
 def test_autocast_needs_fp32_weights_and_a_16_bit_dtype():
     with pytest.raises((SpecError, ValueError), match="mixed_precision"):
         _gpt(dtype="fp32", mixed_precision="autocast")

@@ -87,13 +87,10 @@ def test_queued_idle_is_the_largest_host_lead_of_the_recurrence():
 
 def test_autocast_block_counts_match_the_counter():
     from trainsim.cost_models.host_issue import BLOCK_OPS_AUTOCAST
-    from trainsim.kernels.op_count import _STYLE_ARCH, count_block_ops_autocast
-    from trainsim.specs import ModelSpec
+    from trainsim.kernels.op_count import STYLE_ARCH, count_block_ops_autocast, style_spec
 
-    for style, arch in _STYLE_ARCH.items():
-        spec = ModelSpec(name=style, num_layers=2, hidden=256, num_heads=4, ffn_hidden=1024, vocab_size=1000,
-                         max_seq_len=64, **arch)
-        assert count_block_ops_autocast(spec) == BLOCK_OPS_AUTOCAST[style]
+    for style in STYLE_ARCH:
+        assert count_block_ops_autocast(style_spec(style)) == BLOCK_OPS_AUTOCAST[style]
 
 
 def test_chunk_fit_recovers_a_linear_host_model():

@@ -14,17 +14,19 @@ from trainsim.cli.main import main
 from trainsim.validation.intervals import (
     build_table,
     conformal_band,
-    hcp_level,
-    hierarchical_band,
     interval_for,
     load_table,
-    mixture_quantile,
     published_band,
-    random_effects_band,
     scenario_features,
+    t_band,
+)
+from trainsim.validation.source_conformal import (
+    hcp_level,
+    hierarchical_band,
+    mixture_quantile,
+    random_effects_band,
     source_quantile,
     source_summary,
-    t_band,
 )
 from trainsim.validation.novelty import held_out_groups, scale_of
 from trainsim.specs import build_scenario

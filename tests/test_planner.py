@@ -8,6 +8,7 @@ import io
 import json
 import math
 import multiprocessing as mp
+from pathlib import Path
 
 import pytest
 
@@ -312,7 +313,7 @@ def test_screen_counts_zb_weight_gradient_inputs(capsys):
 
 
 def test_the_plans_profile_is_read_once_per_memo_scope_and_not_kept_after(monkeypatch):
-    """planner._profile memoises the measured profile in the plan's memo scope (specs.memo), not in a
+    """planner.plan_profile memoises the measured profile in the plan's memo scope (specs.memo), not in a
     process-wide dict: one read per scope, a fresh read in the next scope."""
     import trainsim.cost_models.profile as profile_mod
     from trainsim.simulator import planner
@@ -320,9 +321,23 @@ def test_the_plans_profile_is_read_once_per_memo_scope_and_not_kept_after(monkey
     reads = []
     monkeypatch.setattr(profile_mod, "load_profile", lambda path: reads.append(path) or {"path": path})
     with memo_scope():
-        assert planner._profile("p.json") is planner._profile("p.json")
-        assert planner._profile(None) is None
+        assert planner.plan_profile("p.json") is planner.plan_profile("p.json")
+        assert planner.plan_profile(None) is None
     assert reads == ["p.json"]
     with memo_scope():
-        planner._profile("p.json")
+        planner.plan_profile("p.json")
     assert reads == ["p.json", "p.json"]
+
+
+def test_a_plan_reads_its_profile_once_whatever_runs_its_tasks(monkeypatch):
+    """The plan's context carries the profile to its tasks: one read per plan, though a thread pool's tasks each
+    open a memo scope of their own (a task reading the file itself would read it once per task)."""
+    import trainsim.cost_models.profile as profile_mod
+    real, reads = profile_mod.load_profile, []
+    monkeypatch.setattr(profile_mod, "load_profile", lambda path: reads.append(path) or real(path))
+    path = str(Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "profile_h200.json")
+    req = small_request(cluster=load_cluster("hgx-h200"), gpu_counts=(8,), top_k=2, chunk_size=8, profile_path=path)
+    with concurrent.futures.ThreadPoolExecutor(2) as ex:
+        res = plan(req, executor=ex)
+    assert res.rows and res.counts["screened"] > 1
+    assert reads == [path]

@@ -415,9 +415,9 @@ def run(args: argparse.Namespace) -> int:
     quiet = args.json or args.csv
     with make_executor(args.workers, args.dask_scheduler) as ex, rich_progress(not quiet) as progress:
         result = plan(req, executor=ex, progress=progress)
-    from trainsim.cost_models.profile import load_profile
+    from trainsim.simulator.planner import plan_profile
     from trainsim.validation import plan_bands
-    ivs = plan_bands.rank(result, args.rank_by, load_profile(req.profile_path) if req.profile_path else None)
+    ivs = plan_bands.rank(result, args.rank_by, plan_profile(req.profile_path))  # the plan's (same memo scope)
     warn_beyond_published(max(req.gpu_counts), req.global_batch, req.seq_len)  # after any refusal
     if args.json:
         out = result.to_json()

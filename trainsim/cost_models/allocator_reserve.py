@@ -33,10 +33,7 @@ id 17467273460; the June 2025 run's torchrun command sets none, id 23486694764).
 
 from __future__ import annotations
 
-# Frameworks whose data-parallel sharding (zero >= 2) reduce-scatters each unit's gradient into a new sharded
-# gradient on a side stream and whose training loops free the gradients with ``zero_grad(set_to_none=True)``
-# (torch's default since 2.0) before the next forward (``grads_off_peak``).
-SIDE_STREAM_GRAD_FRAMEWORKS = ("torch", "pytorch-fsdp")
+from .framework import behaviour
 
 
 def loss_stage_cached_bytes(*, working: float, loss_workspace: float, logits_bytes: float, eager_loss: bool,
@@ -71,6 +68,6 @@ def grads_off_peak(*, framework: str, zero: int, microbatches: int, grads: float
     the reserved counter keeps them. torch's FSDPMemTracker shows one unit's gradient shard at the peak of an
     FSDP2 step (tests/test_memory_oracle.py).
     """
-    if framework not in SIDE_STREAM_GRAD_FRAMEWORKS or zero < 2 or microbatches > 1:
+    if not behaviour(framework).side_stream_grads or zero < 2 or microbatches > 1:
         return 0.0
     return min(grads, activations)

@@ -66,32 +66,31 @@ def norm_output_casts(gated: bool, mla: bool, moe: bool) -> tuple[int, int]:
     return attn, mlp
 
 
-def linear_bias_params(model, tp: int) -> float:
-    """Bias elements of one dense block's linears on one rank (cast and cached, never saved for backward)."""
-    h, d = model.hidden, model.dhead
-    q, kv = model.num_heads * d, model.kv_heads * d
-    qkv_bias = model.bias if model.qkv_bias is None else model.qkv_bias
-    n_in = 2 if model.gated_mlp else 1
-    out = (q + 2 * kv) / tp if qkv_bias else 0.0
-    if model.bias:
-        out += h + n_in * model.ffn / tp + h
-    return float(out)
+# Parameter kinds (param_tensors.ParamTensor.kind) autocast never casts: norm weights (and QK-norm, MLA's latent
+# norms) run in fp32, and ``embedding`` is on no autocast list (word and learned position embeddings).
+NEVER_CAST_KINDS = ("norm", "embedding", "position")
+TIED_EMBEDDING = "embedding.word.weight"  # param_tensors' name of the word embedding a tied output layer reuses
 
 
-def non_cast_params(model, tp: int, pp: int, layers: int, first: bool, loss: bool) -> float:
-    """Parameters of a stage's rank that autocast never casts: norm weights (and QK-norm), the input embedding
-    and learned positions (``embedding`` is on no autocast list). A tied output layer on the embedding's own
-    stage (pp = 1) casts the embedding weight, which then counts as cast."""
-    out = layers * (model.block_norm_params() + (2 * model.dhead if model.qk_norm else 0))
-    if first:
-        out += model.vocab_size * model.embed_dim / tp
-        if model.position_embedding == "learned":
-            out += model.max_seq_len * model.hidden
-        if loss and model.tie_embeddings and pp == 1:
-            out -= model.vocab_size * model.embed_dim / tp
-    if loss:
-        out += model.norm_params()
-    return float(out)
+def _output_is_embedding(tensors, loss: bool, tied: bool) -> bool:
+    """Whether the rank's output layer is its tied word embedding (one module holds both: param_tensors keeps no
+    separate output layer), which the output linear casts."""
+    return loss and tied and not any(t.kind == "head" for t in tensors)
+
+
+def cast_params(tensors, held: float, *, loss: bool, tied: bool) -> tuple[float, float, float]:
+    """(cast, bias, output-layer) elements of a rank that autocast casts to 16 bits and caches for the step.
+
+    ``tensors``: the rank's parameter tensors (param_tensors.rank_tensors); ``held``: the parameter elements it
+    holds; ``loss``: it runs the loss; ``tied``: the model ties its embeddings. Every tensor outside
+    NEVER_CAST_KINDS is cast (linear weights and biases, routers, the output layer); a tied output layer on the
+    embedding's own rank casts the embedding weight. The biases are cast and cached, never saved for backward."""
+    tied_out = _output_is_embedding(tensors, loss, tied)
+    embedding = sum(t.elems for t in tensors if t.name == TIED_EMBEDDING)
+    never = sum(t.elems for t in tensors if t.kind in NEVER_CAST_KINDS) - (embedding if tied_out else 0.0)
+    biases = sum(t.elems for t in tensors if t.kind == "bias")
+    head = embedding if tied_out else sum(t.elems for t in tensors if t.kind == "head")
+    return float(held - never), float(biases), float(head)
 
 
 def weight_cast_cache_bytes(cast_params: float) -> float:

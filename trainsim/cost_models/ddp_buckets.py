@@ -30,10 +30,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .framework import behaviour, default_overlap_grad_reduce
 from .grad_buffer import buffer_buckets, megatron_bucket_params
 from .param_tensors import ParamTensor, chunk_tensors
-
-LEGACY_MEGATRON = ("megatron-2021", "megatron-2022")
 
 
 @dataclass(frozen=True)
@@ -49,12 +48,10 @@ class DpBucket:
 def issues_ddp_buckets(training) -> bool:
     """Whether the chunk's gradient reduction is Megatron DDP's (the Megatron-Core or legacy Megatron-LM wrapper at
     ZeRO 0-1; Megatron-DeepSpeed reduces in DeepSpeed's engine)."""
-    return training.framework in ("megatron", *LEGACY_MEGATRON) and training.effective_zero <= 1
+    return behaviour(training.framework).megatron_ddp is not None and training.effective_zero <= 1
 
 
 def _overlap(training) -> bool:
-    from .framework import default_overlap_grad_reduce
-
     return default_overlap_grad_reduce(training) if training.overlap_grad_reduce is None else \
         training.overlap_grad_reduce
 
@@ -64,7 +61,7 @@ def chunk_dp_buckets(scenario, stage: int, chunk: int, n: int) -> tuple[DpBucket
     (module doc): dense buffer first, then the expert buffer."""
     tr = scenario.training
     tensors = chunk_tensors(scenario, scenario.virtual_stage(stage, chunk))
-    if tr.framework in LEGACY_MEGATRON and not _overlap(tr):
+    if behaviour(tr.framework).megatron_ddp == "local" and not _overlap(tr):
         return (DpBucket(round(sum(t.elems for t in tensors)), False, 0),) if tensors else ()
     dist_opt = tr.effective_zero >= 1
     bucketed = _overlap(tr) and chunk == 0 and stage == 0

@@ -33,6 +33,7 @@ from trainsim.specs.memo import memoised
 from .activations import (kernels, _fp8_saved, _gemm_input_bytes, _gemm_input_e, _norm_bytes, embedding_activation_bytes, head_activation_bytes,
                           layer_activation_bytes, MASK_BYTES)
 from .caching_allocator import replay
+from .framework import behaviour
 from .shapes import LayerShape, layer_shape
 
 # The tensor list may miss this share of activations.py's per-block total (its small terms are several fp32
@@ -152,22 +153,16 @@ def first_step_extra_reserved(scenario, stage: int, *, inflight: int, layers: in
     return float(_extra_reserved((kept, temps), layers, first, last, inflight, states))
 
 
-# Megatron-LM's optimizers (megatron/core/optimizer/optimizer.py, NVIDIA/Megatron-LM @ d98e8a64) wrap Transformer
-# Engine's or apex's FusedAdam, which create exp_avg / exp_avg_sq at their first step; ``init_state_fn`` creates
-# them earlier only for a checkpoint load (``state_dict(is_loading=True)`` / ``sharded_state_dict``).
-LAZY_STATE_FRAMEWORKS = ("megatron", "megatron-2021", "megatron-2022")
-
-
 def lazy_state_bytes(training) -> tuple[tuple[int, ...] | None, str]:
     """Bytes per element of the optimizer-state tensors created at the first step (Adam m, v), or ``None``,
     with the sentence the prediction's memory assumptions state either way."""
     fw = training.framework
     if training.offload_optimizer:
         return None, "optimizer states on the host: no first-step fragmentation of device segments"
-    if fw.startswith("deepspeed") or fw == "megatron-deepspeed":
+    if behaviour(fw).deepspeed_engine:
         return None, ("DeepSpeed creates its optimizer states at construction (ZeRO initialize_optimizer_states, "
                       "deepspeed/runtime/zero/stage_1_and_2.py): no first-step fragmentation")
-    if fw not in LAZY_STATE_FRAMEWORKS:
+    if not behaviour(fw).lazy_optimizer_states:
         return None, ("Adam's states are created at the first step (torch.optim.Adam _init_group), not replayed "
                       "for this framework: no eager run of the memory dataset holds the trace, and its torchtitan "
                       "runs under torch.compile allocate other tensors; the reserved figure leaves the first-step "

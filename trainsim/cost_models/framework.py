@@ -27,7 +27,7 @@ fitted to a measurement.
     - fused kernel (llm-foundry's default ``loss_fn: fused_crossentropy``, flash-attn's xentropy CUDA
       kernel; Megatron with ``--cross-entropy-loss-fusion``): forward reads the logits and writes the
       fp32 softmax (e + 4), backward reads it and writes the logit gradient (4 + e).
-    - torch's eager ``F.cross_entropy`` on an fp32 copy of the logits (``EAGER_FP32_CE_FRAMEWORKS``, the
+    - torch's eager ``F.cross_entropy`` on an fp32 copy of the logits (``eager_fp32_cross_entropy``, the
       ``eager_fp32`` settings): aten's ``cross_entropy_loss`` is ``log_softmax`` + ``nll_loss``
       (aten/src/ATen/native/LossNLL.cpp ``cross_entropy_loss_prob_target``/``_label_smoothing`` aside, the
       class-index path calls ``at::nll_loss_nd(at::log_softmax(self, class_dim, self.scalar_type()), ...)``).
@@ -222,8 +222,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from .grad_buffer import whole_tensor_buckets
-
 Framework = Literal["megatron", "megatron-2021", "megatron-2022", "megatron-deepspeed", "pytorch-fsdp", "deepspeed",
                     "deepspeed-2023", "deepspeed-2021", "torch"]
 FRAMEWORKS: tuple[str, ...] = get_args(Framework)
@@ -321,18 +319,53 @@ class FrameworkBehaviour:
     # (pytorch/torchtitan torchtrain/models/llama/model.py @ 83c879f18, torchtitan/models/norms.py and
     # models/llama/model.py @ ba2469780).
     eager_llama_block: bool = False
+    # Megatron's own data-parallel wrapper reduces the gradients at ZeRO 0-1 (cost_models/ddp_buckets.py): "core"
+    # Megatron-Core ``DistributedDataParallel`` (bucketed, overlapped by default), "local" Megatron-LM's local DDP
+    # of 2021-22 (``--DDP-impl local``: one flat buffer all-reduced after the backward, ``main_grad.add_`` hooks
+    # per parameter, megatron/model/distributed.py); None where another engine reduces them (Megatron-DeepSpeed
+    # reduces in DeepSpeed's engine).
+    megatron_ddp: Literal["core", "local"] | None = None
+    # The optimizer creates Adam's exp_avg / exp_avg_sq at its first step: Megatron-LM's optimizers
+    # (megatron/core/optimizer/optimizer.py, NVIDIA/Megatron-LM @ d98e8a64) wrap Transformer Engine's or apex's
+    # FusedAdam, which create them lazily; ``init_state_fn`` creates them earlier only for a checkpoint load
+    # (``state_dict(is_loading=True)`` / ``sharded_state_dict``). first_step_fragmentation replays that step.
+    lazy_optimizer_states: bool = False
+    # Data-parallel sharding (zero >= 2) reduce-scatters each unit's gradient into a new sharded gradient on a side
+    # stream, and the training loop frees the gradients with ``zero_grad(set_to_none=True)`` (torch's default
+    # since 2.0) before the next forward (allocator_reserve.grads_off_peak).
+    side_stream_grads: bool = False
+    # The un-fused loss is torch's eager ``F.cross_entropy`` on an fp32 copy of the logits (torchtitan's
+    # ``cross_entropy_loss``: ``F.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))``, torchtitan
+    # train.py of late 2024 with the loss left uncompiled, read_file id 60236233462; kernels/parallelize.py
+    # ``cross_entropy`` for trainsim execute). Its memory differs from Megatron's in-place vocab-parallel loss
+    # (activations.logits_workspace_bytes).
+    eager_fp32_cross_entropy: bool = False
+    # The sharded parameters are the fp32 master weights (torch.distributed FSDP1 FlatParameter / FSDP2 DTensor
+    # shards under a mixed-precision policy; torch AMP keeps fp32 parameters and casts per op): state_bytes.
+    fp32_params: bool = False
+    # The model and its optimizer run under DeepSpeed's engine (``deepspeed.initialize``): the ZeRO optimizers
+    # create their states at construction (first_step_fragmentation.lazy_state_bytes) and step the flat fp32
+    # groups (step_host.step_counts).
+    deepspeed_engine: bool = False
+    # How the model's modules hold their parameters (param_tensors.module_style): "fused" Megatron's layers (one QKV
+    # tensor, gate and up in one fc1) -- the Megatron family, and deepspeed-2021, whose ZeRO-3 GPT runs train
+    # Megatron's model (microsoft/DeepSpeedExamples Megatron-LM-v1.1.5-ZeRO3/megatron/model/transformer.py:
+    # ``query_key_value`` one ColumnParallelLinear, read_file id 6017323966); "torch" separate nn.Linear q, k, v.
+    module_style: Literal["fused", "torch"] = "torch"
 
 
 BEHAVIOURS: dict[str, FrameworkBehaviour] = {
     "megatron": FrameworkBehaviour("megatron", overlap_grad_reduce=True, fused_cross_entropy=False,
                                    zero3_gather="block", reduce_bucket_params=None, p2p_overlap="interleaved",
                                    tp_dgrad_overlap=True, fused_bias_grad=True, fp8_weight_cache=True,
-                                   model_parallel_groups=True, global_memory_buffer=True),
+                                   model_parallel_groups=True, global_memory_buffer=True, megatron_ddp="core",
+                                   lazy_optimizer_states=True, module_style="fused"),
     "megatron-2021": FrameworkBehaviour("megatron-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
                                         zero3_gather="block", reduce_bucket_params=None,
                                         grad_accumulation_pass=True, optimizer_extra_bytes_per_param=12.0,
                                         p2p_overlap="never", pp_scatter_gather=True, megatron_layer=True,
-                                        model_parallel_groups=True),
+                                        model_parallel_groups=True, megatron_ddp="local",
+                                        lazy_optimizer_states=True, module_style="fused"),
     # Megatron-LM of early 2022 (Korthikanti et al., arXiv:2205.05198): the 2021 behaviours (local DDP reduced
     # after the backward pass -- Sec. 6.3: "we do not use any overlapping of gradient all-reduces with
     # back-propagation" --, unfused cross-entropy, fp16/bf16 optimizer copies, blocking p2p, scatter/gather)
@@ -344,7 +377,8 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                         zero3_gather="block", reduce_bucket_params=None,
                                         grad_accumulation_pass=False, optimizer_extra_bytes_per_param=12.0,
                                         p2p_overlap="never", pp_scatter_gather=True, tp_dgrad_overlap=True,
-                                        megatron_layer=True, model_parallel_groups=True, global_memory_buffer=True),
+                                        megatron_layer=True, model_parallel_groups=True, global_memory_buffer=True,
+                                        megatron_ddp="local", lazy_optimizer_states=True, module_style="fused"),
     # Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed): the layer code of megatron-2021 (synchronous TP
     # all-reduces, param.grad accumulation, DeepSpeed's arguments switch the asynchronous all-reduce off) and its
     # host syncs (module docstring, ``host_syncs``).
@@ -353,17 +387,19 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                              reduce_bucket_params=None, grad_accumulation_pass=True,
                                              optimizer_extra_bytes_per_param=12.0, p2p_overlap="never",
                                              pp_scatter_gather=True, megatron_layer=True, block_forward_syncs=1,
-                                             microbatch_syncs=1, model_parallel_groups=True),
+                                             microbatch_syncs=1, model_parallel_groups=True, deepspeed_engine=True,
+                                             module_style="fused"),
     "pytorch-fsdp": FrameworkBehaviour("pytorch-fsdp", overlap_grad_reduce=True, fused_cross_entropy=True,
                                        zero3_gather="block", reduce_bucket_params=None,
                                        train_metric_loss_passes=2, fsdp_grad_prep=True,
-                                       optimizer_update="per_param_loop", clip_scales_grads=True),
+                                       optimizer_update="per_param_loop", clip_scales_grads=True,
+                                       side_stream_grads=True, fp32_params=True),
     "deepspeed": FrameworkBehaviour("deepspeed", overlap_grad_reduce=True, fused_cross_entropy=False,
                                     zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
                                     pipeline_output_kept=True, param_gather="param_group",
                                     model_parallel_groups=True, pp_loss_broadcast=True,
                                     dp_grad_calls="bucket_all_reduce", overlap_below_zero3=False,
-                                    zero3_reduce_serialized=True),
+                                    zero3_reduce_serialized=True, deepspeed_engine=True),
     # DeepSpeed v0.10.0 .. v0.12.3 (specs/framework_era.py): today's ZeRO-3 (gathers prefetched, reductions
     # serialized: the AMSP trace of this DeepSpeed, arXiv:2311.00257v2 Fig. 14) with the ZeRO-1/2 communication of
     # before v0.12.4 -- ``average_tensor`` reduces each owner rank's slice of a bucket with its own ``dist.reduce``
@@ -375,14 +411,14 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                          pipeline_output_kept=True, param_gather="allgather_bucket",
                                          model_parallel_groups=True, pp_loss_broadcast=True,
                                          dp_grad_calls="per_rank_reduce", overlap_below_zero3=False,
-                                         zero3_reduce_serialized=True),
+                                         zero3_reduce_serialized=True, deepspeed_engine=True),
     "deepspeed-2021": FrameworkBehaviour("deepspeed-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
                                          zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
                                          zero3_overlap=False, zero3_gather_ops_per_rank=2,
                                          zero3_persistent_regather=True, pipeline_output_kept=True,
                                          param_gather="allgather_bucket", model_parallel_groups=True,
                                          pp_loss_broadcast=True, dp_grad_calls="per_rank_reduce",
-                                         overlap_below_zero3=False),
+                                         overlap_below_zero3=False, deepspeed_engine=True, module_style="fused"),
     # torch.distributed's own parallelism as trainsim execute runs it (kernels/parallelize.py): DDP buckets
     # reduced during backward, FSDP2 per-block gathers, eager F.cross_entropy (log_softmax + nll, not
     # fused), parallelize_module TP. Pipelining: Schedule1F1B's steady state fuses each send with the next
@@ -394,16 +430,10 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                 zero3_gather="block", reduce_bucket_params=None, p2p_overlap="never",
                                 tp_input_reduce="per_linear", grad_accumulation_pass=True,
                                 param_gather="broadcast_per_param", optimizer_update="foreach",
-                                clips_grads=False, eager_llama_block=True),
+                                clips_grads=False, eager_llama_block=True, side_stream_grads=True,
+                                eager_fp32_cross_entropy=True, fp32_params=True),
 }
 
-
-# Frameworks whose un-fused loss is torch's eager ``F.cross_entropy`` on an fp32 copy of the logits (torchtitan's
-# ``cross_entropy_loss``: ``F.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))``, torchtitan
-# train.py of late 2024 with the loss left uncompiled, read_file id 60236233462; kernels/parallelize.py
-# ``cross_entropy`` for trainsim execute). Its memory differs from Megatron's in-place vocab-parallel loss
-# (activations.logits_workspace_bytes).
-EAGER_FP32_CE_FRAMEWORKS = ("torch",)
 
 
 def behaviour(framework: str) -> FrameworkBehaviour:
@@ -451,6 +481,8 @@ def zero12_reduce_calls(training, params: float, dp: int, bucket_params: float,
     tensors, so there are at most ``max_buckets`` (the parameter tensors) of them. Each rank owns a contiguous
     1/dp of the flat gradient, so the per-rank ``reduce`` path issues one call per (bucket, owner) pair: the
     owners' ranges split ``buckets - 1`` times more, ``buckets + dp - 1`` calls in all."""
+    from .grad_buffer import whole_tensor_buckets  # grad_buffer reads param_tensors, which reads this module
+
     mode = _deepspeed_reduce(training) if training.effective_zero <= 2 else "ddp_bucket"
     if mode == "ddp_bucket":
         return None
@@ -466,9 +498,6 @@ def held_grad_bytes(training) -> int:
     return training.grad_bytes
 
 
-# Frameworks whose sharded parameters are the fp32 master weights (torch.distributed FSDP1 FlatParameter /
-# FSDP2 DTensor shards under a mixed-precision policy; torch AMP keeps fp32 parameters and casts per op).
-FP32_PARAM_FRAMEWORKS = ("pytorch-fsdp", "torch")
 # Mixed-precision Adam: fp32 master weight + m + v (TrainingSpec.optimizer_bytes_per_param's default).
 MIXED_ADAM_BYTES = 12
 
@@ -520,7 +549,7 @@ def state_bytes(training) -> StateBytes:
       (``optimizer_bytes_per_param`` = 12; megatron/core/optimizer/distrib_optimizer.py builds the fp32 main
       shard, optimizer.py Float16OptimizerWithFloat16Params the unsharded one). 2 + 4 + 12 = 18 bytes, the
       figure of megatron/training/theoretical_memory_usage.py (6 + 12/DP with the distributed optimizer).
-    * pytorch-fsdp / torch (FP32_PARAM_FRAMEWORKS): the stored (sharded) parameters are fp32 -- FSDP2's
+    * pytorch-fsdp / torch (``fp32_params``): the stored (sharded) parameters are fp32 -- FSDP2's
       MixedPrecisionPolicy casts them to ``param_dtype`` only for the unsharded compute copy, and torch AMP
       autocasts per op --, the gradients land in the fp32 parameter dtype (``held_grad_bytes``), and Adam keeps
       m and v (8 bytes; no separate master). 4 + 4 + 8 = 16 bytes. A ``param_dtype_bytes`` or a
@@ -545,7 +574,7 @@ def state_bytes(training) -> StateBytes:
         note = (f"pure {low}: weights and Adam m, v in {low}, {grad_name} grads, no fp32 master" if grad_name != low
                 else f"pure {low}: weights, grads and Adam m, v in {low}, no fp32 master")
         return StateBytes(training.param_bytes, grads, opt, note)
-    if training.framework in FP32_PARAM_FRAMEWORKS and training.dtype != "fp32" and not training.param_dtype_bytes:
+    if BEHAVIOURS[training.framework].fp32_params and training.dtype != "fp32" and not training.param_dtype_bytes:
         if not (training.grad_dtype_bytes or training.grad_dtype):
             grads = 4
         opt = 8 if default_adam else training.optimizer_bytes_per_param

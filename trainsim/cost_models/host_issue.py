@@ -367,22 +367,21 @@ def sync_leads(block_syncs: int, microbatch_syncs: int, *, tp: int, recompute_fu
     return block, (block if recompute_full else 0.0), per_mb
 
 
-MEGATRON_LAYER_LINEARS = 4    # fused QKV, attention out-projection, dense_h_to_4h, dense_4h_to_h
-
-
 def ddp_hook_adds(scenario) -> int:
     """``main_grad.add_`` calls one block's backward issues from Megatron's local-DDP parameter hooks (module doc,
-    "Per-parameter hooks"): megatron-2021 every tensor of Megatron's layer, megatron-2022 its biases and norms,
-    other frameworks none."""
+    "Per-parameter hooks"): megatron-2021 every tensor of Megatron's layer, megatron-2022 its biases and norms
+    (its wgrad GEMMs accumulate into ``main_grad``), other frameworks none. The tensors are the block's
+    (param_tensors.block_tensors)."""
     from .framework import behaviour
+    from .param_tensors import block_tensors, module_style
 
-    m, name = scenario.model, scenario.training.framework
-    if name not in ("megatron-2021", "megatron-2022"):
+    m, lay, name = scenario.model, scenario.layout, scenario.training.framework
+    fw = behaviour(name)
+    if fw.megatron_ddp != "local":
         return 0
-    norms = 2 * (2 if m.norm == "layernorm" else 1)
-    biases = MEGATRON_LAYER_LINEARS if m.bias else 0
-    fused_wgrad = not behaviour(name).grad_accumulation_pass
-    return norms + biases + (0 if fused_wgrad else MEGATRON_LAYER_LINEARS)
+    hooked = ("norm", "bias", "weight") if fw.grad_accumulation_pass else ("norm", "bias")
+    tensors = block_tensors(m, lay.tp, lay.ep, scenario.expert_tp, module_style(name))
+    return sum(t.kind in hooked for t in tensors)
 
 
 def tp_collective_calls(scenario) -> tuple[int, int]:
@@ -417,6 +416,20 @@ def steady_autocast_fwd_s(style: str, cast: ChunkHostIssue, plain: ChunkHostIssu
     return cast.block_fwd_s * steady / (f_ops * d + f_k * k)
 
 
+def profiled_chunk(scenario, profile):
+    """The profile's two-depth measurement of trainsim execute's own chunk (``CalibrationProfile.host_issue_chunk``)
+    for the scenario's block style under its autocast, or None where the profile has none or the scenario does not
+    run as the executor does: no ``autocast_tag``, a CPU "GPU", a MoE model."""
+    from .eager import block_style
+    from .framework import autocast_tag
+    from .shapes import layer_shape
+
+    tag = autocast_tag(scenario)
+    if tag is None or getattr(scenario.cluster.gpu, "num_sms", None) is None or scenario.model.is_moe:
+        return None
+    return (getattr(profile, "host_issue_chunk", None) or {}).get(block_style(layer_shape(scenario)) + tag)
+
+
 def executor_block_issue(scenario, profile) -> PassIssue | None:
     """Host issue time of trainsim execute's eager micro-batch from the profile's two-depth measurement of the
     executor's own chunk under its autocast (``CalibrationProfile.host_issue_chunk``), or None where the profile
@@ -430,18 +443,13 @@ def executor_block_issue(scenario, profile) -> PassIssue | None:
     from .eager import block_style
     from .shapes import layer_shape
 
-    from .framework import autocast_tag
-
-    tag = autocast_tag(scenario)
-    chunk = getattr(profile, "host_issue_chunk", None) or {}
-    if tag is None or getattr(scenario.cluster.gpu, "num_sms", None) is None or scenario.model.is_moe:
-        return None
+    m = profiled_chunk(scenario, profile)
     style = block_style(layer_shape(scenario))
-    m = chunk.get(style + tag)
     if m is None or style not in BLOCK_OPS_AUTOCAST or scenario.training.host_issue_mode != "eager":
         return None
     s_ops = BLOCK_OPS_AUTOCAST[style][2]
-    steady = steady_autocast_fwd_s(style, m, chunk.get(style), scenario.cluster.host_cpu)
+    plain = (getattr(profile, "host_issue_chunk", None) or {}).get(style)
+    steady = steady_autocast_fwd_s(style, m, plain, scenario.cluster.host_cpu)
     n = scenario.num_microbatches
     full = scenario.training.recompute == "full"
     # the first forward of the step casts the weights; under full recompute every forward does (the recompute's

@@ -53,11 +53,12 @@ from itertools import pairwise
 
 from . import activations as act
 from . import autocast
-from .framework import FP32_PARAM_FRAMEWORKS, behaviour, bf16_optimizer, state_bytes
+from .framework import behaviour, bf16_optimizer, state_bytes
 from .allocator_reserve import grads_off_peak, loss_stage_cached_bytes
 from .first_step_fragmentation import first_step_extra_reserved, lazy_state_bytes
 from .fsdp_stream_pools import stream_pool_cached
 from .grad_buffer import optimizer_tensor_elems
+from .param_tensors import rank_tensors
 from .runtime_memory import OUTSIDE_ALLOCATOR, runtime_terms
 from .shapes import block_kinds, dense_block_scenario, layer_shape
 from .state_rounding import megatron_state_rounding_bytes
@@ -573,7 +574,7 @@ def model_states(t, rp: RankParams, sb) -> dict[str, float]:
     (reshard_after_forward=False), so the weights are the full 16-bit copy plus the fp32 shard.
     """
     weights = rp.weight_params * sb.weights
-    if t.framework in FP32_PARAM_FRAMEWORKS and 1 <= t.effective_zero < 3 and sb.weights > t.param_bytes:
+    if behaviour(t.framework).fp32_params and 1 <= t.effective_zero < 3 and sb.weights > t.param_bytes:
         weights = rp.held * t.param_bytes + rp.optimizer_params * sb.weights
     return {"weights": weights, "grads": rp.grad_params * sb.grads, "optimizer": rp.optimizer_params * sb.optimizer}
 
@@ -618,13 +619,9 @@ def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0) 
 def autocast_cast_params(scenario, stage: int, rp: RankParams | None = None) -> tuple[float, float, float]:
     """(cast, bias, output-layer) elements of ``stage``'s rank that torch.autocast casts to 16 bits and caches
     for the step (autocast.py): every linear weight and bias held, the output layer's weight among them."""
-    m, lay = scenario.model, scenario.layout
     rp = rp or rank_param_shards(scenario, stage)
-    L = scenario.layers_on_stage(stage)
-    loss = stage == scenario.loss_stage
-    cast = rp.held - autocast.non_cast_params(m, lay.tp, lay.pp, L, stage == 0, loss)
-    head = m.vocab_size * m.embed_dim / lay.tp if loss else 0.0
-    return cast, L * autocast.linear_bias_params(m, lay.tp), head
+    return autocast.cast_params(rank_tensors(scenario, stage), rp.held, loss=stage == scenario.loss_stage,
+                                tied=scenario.model.tie_embeddings)
 
 
 def _autocast_deferred(scenario, stage: int, rp: RankParams, inflight: float, per_mb: float) -> float:

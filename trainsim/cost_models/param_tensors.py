@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 from trainsim.specs.memo import IdentityMemo
 
+from .framework import behaviour
+
 
 @dataclass(frozen=True)
 class ParamTensor:
@@ -49,10 +51,9 @@ class ParamTensor:
 
 def module_style(framework: str) -> str:
     """'fused' for the Megatron family (Megatron-LM, Megatron-Core, Megatron-DeepSpeed's GPT) and for
-    ``deepspeed-2021``, whose ZeRO-3 GPT runs train Megatron's model (DeepSpeed's ZeRO-3 release example,
-    microsoft/DeepSpeedExamples Megatron-LM-v1.1.5-ZeRO3/megatron/model/transformer.py: ``query_key_value``
-    one ColumnParallelLinear, read_file id 6017323966), else 'torch'."""
-    return "fused" if framework.startswith("megatron") or framework == "deepspeed-2021" else "torch"
+    ``deepspeed-2021``, whose ZeRO-3 GPT runs train Megatron's model, else 'torch' (FrameworkBehaviour.module_style
+    cites both)."""
+    return behaviour(framework).module_style
 
 
 def _norm(name: str, model, width: int | None = None) -> list[ParamTensor]:

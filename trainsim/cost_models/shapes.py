@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from trainsim.specs.memo import IdentityMemo
 
-from .framework import EAGER_FP32_CE_FRAMEWORKS, behaviour
+from .framework import behaviour
 from .moe_balance import scenario_moe_load_factor
 
 # Bytes per activation element for each training dtype. fp8 training (Transformer Engine) keeps
@@ -177,7 +177,7 @@ def _layer_shape(scenario) -> LayerShape:
         fused_ce=(t.cross_entropy == "fused" if t.cross_entropy
                   else behaviour(t.framework).fused_cross_entropy),
         eager_ce=(t.cross_entropy in ("eager_fp32", "eager_fp32_kept") if t.cross_entropy
-                  else t.framework in EAGER_FP32_CE_FRAMEWORKS and not behaviour(t.framework).fused_cross_entropy),
+                  else behaviour(t.framework).eager_fp32_cross_entropy and not behaviour(t.framework).fused_cross_entropy),
         ce_logits_kept=t.cross_entropy == "eager_fp32_kept",
         autocast=t.autocast,
         titan=_titan_block(m, t),

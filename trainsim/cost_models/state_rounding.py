@@ -30,7 +30,7 @@ from __future__ import annotations
 from trainsim.specs.memo import memoised
 
 from .caching_allocator import CachingAllocator
-from .first_step_fragmentation import LAZY_STATE_FRAMEWORKS
+from .framework import behaviour
 from .grad_buffer import optimizer_tensor_elems
 from .param_tensors import rank_tensors
 
@@ -59,7 +59,7 @@ def megatron_state_rounding_bytes(scenario, stage: int, *, optimizer_params: flo
     a CPU "GPU", the optimizer on the host, no fp32 main parameters). ``optimizer_params``: the parameters whose
     optimizer states the rank holds."""
     t = scenario.training
-    if (t.framework not in LAZY_STATE_FRAMEWORKS or t.offload_optimizer or not optimizer_params
+    if (not behaviour(t.framework).lazy_optimizer_states or t.offload_optimizer or not optimizer_params
             or getattr(scenario.cluster.gpu, "num_sms", None) is None):
         return 0.0
     masters = t.master_weights and t.param_bytes < FP32_BYTES

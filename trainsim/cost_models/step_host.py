@@ -60,7 +60,8 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
-from .host_issue import op_seconds
+from .framework import behaviour
+from .host_issue import op_seconds, profiled_chunk
 
 MTA_CHUNK = 65536
 MTA_MAX_BLOCKS = 320
@@ -130,7 +131,7 @@ def step_counts(framework: str, optimizer_update: str, sizes: list[int]) -> tupl
     if framework == "torch":
         launches = sum(multi_tensor_launches(sizes, d, s) for d, s in TORCH_FOREACH_ADAM)
         return len(TORCH_FOREACH_ADAM) + 1, launches, 0
-    if framework.startswith("deepspeed") or framework == "megatron-deepspeed":
+    if behaviour(framework).deepspeed_engine:
         half = sum(sizes) / 2
         d, k = _fused_counts([math.ceil(half)] * 2, MEGATRON_PARAM_GROUPS)
         # a norm per flat group, the model-parallel all_reduce, the .item() copy
@@ -157,19 +158,14 @@ def scenario_step_host(scenario, stage: int, profile=None) -> StepHost | None:
     torch run as the executor runs it: ``host_issue.autocast_tag``), its seconds per parameter tensor and per step
     replace the counted ones: torch's foreach Adam also loops over the tensors in Python (``_get_value(step)`` for
     the bias corrections of each, the CPU step counters stepped one by one), which the launch count misses."""
-    from .eager import block_style
-    from .framework import autocast_tag, behaviour
-    from .shapes import layer_shape
-
     t = scenario.training
     if getattr(scenario.cluster.gpu, "num_sms", None) is None or scenario.model.is_moe or t.offload_optimizer:
         return None
     fw = behaviour(t.framework)
     sizes = rank_tensor_sizes(scenario, stage)
     host = step_host(t.framework, fw.optimizer_update, sizes, scenario.cluster.host_cpu)
-    tag = autocast_tag(scenario)
-    m = (getattr(profile, "host_issue_chunk", None) or {}).get(block_style(layer_shape(scenario)) + (tag or ""))
-    if tag is None or m is None:
+    m = profiled_chunk(scenario, profile)  # the executor's own step, timed (docstring)
+    if m is None:
         return host
     return StepHost(host.dispatches, host.launches, host.syncs, m.step_fixed_s + m.step_per_tensor_s * len(sizes),
                     host.sync_lead_s)

@@ -29,10 +29,9 @@ from functorch.compile import make_boxed_func
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from trainsim.cost_models.compiled_issue import COMPILED_BLOCK_KERNELS
-from trainsim.specs import ModelSpec
 
 from .megatron_block import MegatronLayer
-from .op_count import _STYLE_ARCH, VIEW_OPS
+from .op_count import STYLE_ARCH, VIEW_OPS, style_spec
 from .torch_model import Block, ModelOptions
 
 EXTERN_OPS = ("mm", "addmm", "bmm", "baddbmm")
@@ -109,10 +108,9 @@ def counted_compiled_kernels(hidden: int = 256, heads: int = 4,
     """(forward, backward) kernels of the compiled block of each style of cost_models.host_issue.BLOCK_OPS (or of
     ``styles``)."""
     out = {}
-    for style, arch in _STYLE_ARCH.items():
+    for style in STYLE_ARCH:
         if styles is None or style in styles:
-            spec = ModelSpec(name=style, num_layers=2, hidden=hidden, num_heads=heads, ffn_hidden=4 * hidden,
-                             vocab_size=1000, max_seq_len=64, **arch)
+            spec = style_spec(style, hidden, heads)
             out[style] = _capture(lambda s=spec: Block(s, ModelOptions()), (1, 64, hidden))
     if styles is None or "megatron-gpt-unfused" in styles:
         out["megatron-gpt-unfused"] = _capture(lambda: MegatronLayer(hidden, heads, 4 * hidden), (64, 1, hidden))

@@ -101,18 +101,23 @@ def count_megatron_layer_ops(hidden: int, heads: int, ffn: int, *, micro_batch: 
 
 
 # The block of each BLOCK_OPS style as counted (any width gives the same counts: tests/test_host_issue_time.py).
-_STYLE_ARCH = {
+STYLE_ARCH = {
     "layernorm-gelu-learned": {"activation": "gelu", "norm": "layernorm", "position_embedding": "learned"},
     "rmsnorm-swiglu-rope": {"activation": "swiglu", "norm": "rmsnorm", "position_embedding": "rope", "bias": False,
                             "tie_embeddings": False},
 }
 
 
+def style_spec(style: str, hidden: int = 256, heads: int = 4) -> ModelSpec:
+    """The small model whose block the counters build for a STYLE_ARCH style: two layers of width ``hidden``, a 4x
+    MLP, a 1,000-token vocabulary, 64 positions (the counts do not depend on the sizes)."""
+    return ModelSpec(name=style, num_layers=2, hidden=hidden, num_heads=heads, ffn_hidden=4 * hidden,
+                     vocab_size=1000, max_seq_len=64, **STYLE_ARCH[style])
+
+
 def counted_block_ops(hidden: int = 256, heads: int = 4) -> dict[str, OpCount]:
     """Every cost_models.host_issue.BLOCK_OPS style counted from its source block at width ``hidden``."""
-    out = {style: count_block_ops(ModelSpec(name=style, num_layers=2, hidden=hidden, num_heads=heads,
-                                            ffn_hidden=4 * hidden, vocab_size=1000, max_seq_len=64, **arch))
-           for style, arch in _STYLE_ARCH.items()}
+    out = {style: count_block_ops(style_spec(style, hidden, heads)) for style in STYLE_ARCH}
     out["megatron-gpt-unfused"] = count_megatron_layer_ops(hidden, heads, 4 * hidden)
     out["megatron-gpt-unfused-eager-softmax"] = count_megatron_layer_ops(hidden, heads, 4 * hidden,
                                                                         fused_softmax=False)

@@ -186,27 +186,28 @@ class _Context:
     global_batch: int
     seq_len: int
     limits: SearchLimits
-    profile_path: str | None
+    profile: Any  # the calibration profile (CalibrationProfile) or None, read once per plan (plan_profile)
     prune_dominated: bool
     memory_limit: float = float("inf")  # PlanRequest.memory_limit_bytes
     memory_headroom: str = DEFAULT_MEMORY_HEADROOM  # per pool of a mixed cluster, against its own GPU (pools.py)
 
 
 @memoised(maxsize=8)
-def _profile(path: str | None):
-    """The measured kernel profile at ``path`` (None without one), read once per plan's memo scope."""
+def plan_profile(path: str | None):
+    """The measured kernel profile at ``path`` (None without one), read once per memo scope (one plan, one CLI
+    command): the plan's context carries it to every task, in this process or a worker."""
     if not path:
         return None
     from trainsim.cost_models.profile import load_profile
     return load_profile(path)
 
 
-def _predict(scn: Scenario, fast: bool, profile_path: str | None, fixed_costs: bool = False):
+def _predict(scn: Scenario, fast: bool, profile, fixed_costs: bool = False):
     from .predict import predict  # the engine; imported lazily so search_space/goodput stay light
     # The planner ranks and fits by allocated memory (peak_bytes): the reserved counter's allocator replay is
     # left out (predict's allocator_replay). Confirmed rows also measure the collectives' fixed costs, so a
     # latency-bound layout says so beside a host-bound one (predict's fixed_costs).
-    return predict(scn, fast=fast, profile=_profile(profile_path), allocator_replay=False, fixed_costs=fixed_costs)
+    return predict(scn, fast=fast, profile=profile, allocator_replay=False, fixed_costs=fixed_costs)
 
 
 def peak_memory_bytes(scn: Scenario) -> float:
@@ -293,7 +294,7 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
             if max(sm.weights + sm.grads + sm.optimizer for sm in stages) > limit:
                 states_oom.add(_states_key(c))
             continue
-        pred = _predict(scn, True, ctx.profile_path)
+        pred = _predict(scn, True, ctx.profile)
         if scn.training.schedule == "zb" and pred.peak_bytes > peak:
             # ZB's postponed weight-gradient passes keep their GEMM inputs (under recompute more than the
             # checkpoints): the static model has no schedule order to count them, the closed form does.
@@ -317,7 +318,7 @@ def _screen_pooled(ctx: _Context, c: Candidate, scn: Scenario, counts: dict[str,
     if over is not None:
         counts[over] += 1
         return None
-    row = _row(c, _predict(scn, True, ctx.profile_path), "closed-form", dropped_settings(ctx.model, c, ctx.limits))
+    row = _row(c, _predict(scn, True, ctx.profile), "closed-form", dropped_settings(ctx.model, c, ctx.limits))
     row.fits = True  # the memory model decided, as for one pool; the engine has the last word
     counts["screened"] += 1
     return row
@@ -333,7 +334,7 @@ def confirm_one(ctx: _Context, c: Candidate) -> PlanRow:
     """Run the discrete-event engine on one candidate; it fits when its peak leaves the headroom free."""
     cluster = ctx.cluster.with_gpus(c.gpus) if ctx.cluster.num_gpus != c.gpus else ctx.cluster
     scn = to_scenario(ctx.model, cluster, c, ctx.global_batch, ctx.seq_len, ctx.limits)
-    pred = _predict(scn, False, ctx.profile_path, fixed_costs=True)
+    pred = _predict(scn, False, ctx.profile, fixed_costs=True)
     row = _row(c, pred, "engine", dropped_settings(ctx.model, c, ctx.limits))
     row.fits = (pools_fit(pred, ctx.memory_headroom) if pred.pools
                 else row.peak_bytes <= min(row.gpu_bytes, ctx.memory_limit))
@@ -429,8 +430,8 @@ def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress 
         raise SpecError("gpus", "no GPU count to plan for")
     if req.objective not in ("time", "cost"):
         raise SpecError("objective", f"must be time or cost, got {req.objective!r}")
-    ctx = _Context(req.model, req.cluster, req.global_batch, req.seq_len, req.limits, req.profile_path,
-                   req.prune_dominated, req.memory_limit_bytes, req.memory_headroom)
+    ctx = _Context(req.model, req.cluster, req.global_batch, req.seq_len, req.limits,
+                   plan_profile(req.profile_path), req.prune_dominated, req.memory_limit_bytes, req.memory_headroom)
     cands: list[Candidate] = []
     for n in sorted(set(req.gpu_counts)):
         try:

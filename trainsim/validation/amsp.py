@@ -19,31 +19,14 @@ from pathlib import Path
 from trainsim.data import validation_path
 from trainsim.validation.cases import Case, Dataset, read_rows
 from trainsim.validation.cells import integer as _int
-from trainsim.validation.cells import num as _num
 from trainsim.validation.common_run_cases import load_common_runs
+from trainsim.validation.korthikanti import korthikanti_mfu
 
 AMSP_CITATION = ('Chen et al., "AMSP: Reducing Communication Overhead of ZeRO for Efficient LLM Training", '
                  'arXiv:2311.00257v2 (2024), Secs. I, III-A, III-C, VI-A, VI-B (MFU from 8 to 1,024 A800 GPUs)')
 
 # The secondary metric every row of a scaling group carries (module docstring).
 SLOWDOWN = "slowdown_vs_smallest"
-
-
-def megatron_model_flops(batch: int, seq: int, layers: int, hidden: int, vocab: int) -> float:
-    """Model FLOPs of one step on the Megatron-LM formula the paper uses (Sec. VI-A, footnote 2: attention not halved
-    for the causal mask): 72 B s L h^2 (1 + s/6h + V/12hL)."""
-    return 72.0 * batch * seq * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (12 * hidden * layers))
-
-
-def _mfu(r: dict) -> tuple[dict, dict]:
-    """The row's printed MFU % and its prediction from a step time (Megatron formula over 312 TFLOP/s per GPU)."""
-    mfu = _num(r.get("mfu_pct"))
-    if mfu is None:
-        return {}, {}
-    gpus = _int(r["num_gpus"])
-    flops = megatron_model_flops(_int(r["global_batch_seqs"]), _int(r["seq_len"]), _int(r["layers"]),
-                                 _int(r["hidden"]), _int(r["vocab"]))
-    return {"mfu_pct": mfu}, {"mfu_pct": lambda step_s, f=flops, n=gpus: 100 * f / (step_s * n * 312e12)}
 
 
 def with_group_slowdowns(cases: list[Case], gpus: dict[str, int]) -> list[Case]:
@@ -71,8 +54,12 @@ def load_amsp(path: Path | None = None, *, name: str = "amsp") -> Dataset:
     """The AMSP paper's LLaMA-7B/13B runs from 8 to 1,024 A800 GPUs: ZeRO-1 and ZeRO-3 over all ranks (DeepSpeed,
     predicted), ZeRO-1 and MiCS sharded within each node (listed, skipped with the reason)."""
     path = path or validation_path("amsp_2023.csv")
-    gpus = {r["row_id"]: _int(r["num_gpus"]) or 0 for r in read_rows(path)}
-    cases = with_group_slowdowns(list(load_common_runs(path, name=name, secondary=_mfu).cases), gpus)
+    rows = read_rows(path)
+    gpus = {r["row_id"]: _int(r["num_gpus"]) or 0 for r in rows}
+    # The paper's MFU is on the Megatron-LM formula (Sec. VI-A, footnote 2: attention not halved for the causal
+    # mask), the one Korthikanti et al.'s Appendix A prints: korthikanti_mfu over 312 TFLOP/s per GPU.
+    runs = load_common_runs(path, name=name, secondary=korthikanti_mfu, rows=rows)
+    cases = with_group_slowdowns(list(runs.cases), gpus)
     trends = published_trends(tuple(cases))
     notes = (
         ("metric: seconds per step, derived from the printed MFU (Megatron-LM formula over 312 TFLOP/s, as the "

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trainsim.specs import ClusterSpec, Scenario, SpecError, build_scenario
+from trainsim.specs.memo import memoised
 from trainsim.specs.safe_read import read_csv_rows
 
 # --- the shapes ------------------------------------------------------------------------------------
@@ -91,9 +92,15 @@ class Dataset:
 
 # --- helpers ---------------------------------------------------------------------------------------
 
+@memoised(maxsize=32)
+def _csv_rows(path: Path) -> tuple[dict[str, str], ...]:
+    return tuple(read_csv_rows(path, "dataset"))
+
+
 def read_rows(path: Path) -> list[dict[str, str]]:
-    """The rows of a dataset CSV (the safe reader; SpecError naming 'dataset' on a bad file)."""
-    return read_csv_rows(path, "dataset")
+    """The rows of a dataset CSV (the safe reader; SpecError naming 'dataset' on a bad file), each a fresh dict.
+    The file is read once per memo scope (``load_dataset`` opens one: its loader and its range checks share it)."""
+    return [dict(r) for r in _csv_rows(Path(path))]
 
 
 def scenario_or_skip(raw: dict, name: str) -> tuple[Scenario | None, str | None]:

@@ -119,7 +119,7 @@ SecondaryMetric = Callable[[dict], tuple[dict, dict]]
 
 
 def load_common_runs(path: Path, *, name: str = "sc21", unknowns: str = "blind",
-                     secondary: SecondaryMetric | None = None) -> Dataset:
+                     secondary: SecondaryMetric | None = None, rows: list[dict] | None = None) -> Dataset:
     """SC21 Tables 1-2, or any CSV in the common run schema of validation/README.md: step time per run.
 
     Each run row maps to a scenario through ``common_runs`` (its GPU, architecture, layout and recipe
@@ -130,12 +130,12 @@ def load_common_runs(path: Path, *, name: str = "sc21", unknowns: str = "blind",
     schedule for every pipelined row; the smallest depth is the least optimistic choice). ``"scripts"``
     (dataset ``sc21-scripts``) instead takes the values of the authors' reproduction scripts, to show how
     much the unknowns matter. ``secondary`` is a source's own metric formula (e.g. Korthikanti et al.'s MFU),
-    used in place of the TFLOP/s column's.
+    used in place of the TFLOP/s column's. ``rows``: the CSV's rows where the caller has read them already.
     """
     if unknowns not in SC21_UNKNOWNS:
         raise SpecError("dataset", f"unknowns must be one of {', '.join(SC21_UNKNOWNS)}, got {unknowns!r}")
     blind = unknowns == "blind"
-    rows = read_rows(path)
+    rows = read_rows(path) if rows is None else rows
     cases: list[Case] = []
     for r in rows:
         rid = r.get("row_id", "?")

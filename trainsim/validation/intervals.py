@@ -44,12 +44,10 @@ from pathlib import Path
 import numpy as np
 
 from trainsim.validation import novelty
-from trainsim.validation.source_conformal import (  # noqa: F401  (re-exported: the interval's arithmetic)
+from trainsim.validation.source_conformal import (
     LEVELS,
-    hcp_level,
     hierarchical_band,
     mixture_quantile,
-    random_effects_band,
     source_quantile,
     source_summary,
 )
