@@ -11,7 +11,8 @@ sequence parallelism) and the three recompute levels:
 * saved activations of one micro-batch at the end of the forward pass (ACT), against
   ``activation_bytes_per_microbatch(impl="eager")``.
 
-Each within 2 %. The optimizer's per-parameter ``step`` counters (one 4-byte scalar per parameter tensor) are
+Each within 2 %; and the FSDP2 stage's allocated peak against FSDPMemTracker's peak of a second step, within 2 %
+(cost_models/fsdp2_peak.py: the root unit gathered once per pass, blocks double-buffered). The optimizer's per-parameter ``step`` counters (one 4-byte scalar per parameter tensor) are
 in torch's OPT and not in the model: a few hundred bytes.
 """
 
