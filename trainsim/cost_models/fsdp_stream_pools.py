@@ -82,10 +82,12 @@ def reduce_pool_extra(units: tuple[float, ...], shard: int, reduce_bytes: int, i
 def gather_pool_extra(units: tuple[float, ...], shard: int, param_bytes: int,
                       counted: float | None = None) -> float:
     """Reserved bytes of FSDP2's all-gather pool beyond the all-gather outputs the memory model counts as
-    allocated at its peak (``counted``; default the largest unit's: fsdp2_peak.py says which), replayed over two steps: the forward gathers every unit, each output freed once the
-    next one is allocated; the backward every block again (the first unit, the root's embedding / output, is not
-    resharded after forward: FSDP2 sets the root's ``reshard_after_forward`` to False), each freed before the next
-    is allocated (module doc)."""
+    allocated at its peak (``counted``; default the largest unit's: fsdp2_peak.py says which), replayed over two
+    steps: the forward gathers every unit, each output freed once the next one is allocated; the backward every
+    block again, each freed before the next is allocated (module doc). The first unit, the root's embedding /
+    output, is gathered in the backward only where it was resharded after forward (FSDP2 leaves the root unsharded
+    by default, _fsdp_state.py ``_lazy_init``), and then alone, before any block: its output takes the block the
+    forward's left, so the replay leaves it out."""
     events: list[tuple] = []
     for step in range(2):
         for j, u in enumerate(units):
