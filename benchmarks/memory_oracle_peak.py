@@ -1,7 +1,7 @@
 """Print the analytical model's stage peak beside the peak torch's FSDPMemTracker records over a second training
 step, by category, for the FSDP2 layouts of tests/test_memory_oracle.py (h = 2048, 2 blocks, vocabulary 32k, 8 fake
-ranks). CPU only: fake tensors and fake collectives. The model's peak leaves out the CUDA context, which the tracker
-does not see.
+ranks). CPU only: fake tensors and fake collectives. The model's peak leaves out what lies outside the caching
+allocator (the CUDA context, NCCL's buffers), which the tracker does not see.
 
     python benchmarks/memory_oracle_peak.py
 """
@@ -14,43 +14,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import test_memory_oracle as oracle
-import torch
 import torch.distributed as dist
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from trainsim.cost_models.memory import stage_memory
-from trainsim.kernels.parallelize import cross_entropy
-from trainsim.kernels.torch_model import Chunk, ModelOptions
+from trainsim.cost_models.runtime_memory import OUTSIDE_ALLOCATOR
 
 MiB = float(1 << 20)
 
 
 def tracked_peak(s, mesh, mixed: bool) -> dict[str, float]:
     """Per-category bytes at the peak of the second step (Adam's states exist), as FSDPMemTracker records it."""
-    with FakeTensorMode():
-        chunk = Chunk(s.model, list(range(s.model.num_layers)), True, True, ModelOptions(s.training.recompute))
-        policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mixed
-                  else MixedPrecisionPolicy())
-        for block in chunk.layers.values():
-            fully_shard(block, mesh=mesh, reshard_after_forward=True, mp_policy=policy)
-        fully_shard(chunk, mesh=mesh, reshard_after_forward=True, mp_policy=policy)
-        opt = torch.optim.Adam(chunk.parameters(), lr=1e-3)
-        x = torch.randint(0, oracle.WIDTH["vocab_size"], (1, oracle.SEQ))
-
-        def step():
-            opt.zero_grad()
-            cross_entropy(chunk(x), x, None).backward()
-            opt.step()
-        step()
-        tracker = FSDPMemTracker(chunk, opt)
-        with tracker:
-            step()
-        (peak,) = tracker._peak_mem_snap.values()
-    return {str(k).rsplit(".", 1)[-1]: v for k, v in peak.items() if v}
+    peak, _ = oracle.second_step(s, mesh, mixed)
+    return {k: v for k, v in peak.items() if v}
 
 
 def main() -> None:
@@ -61,7 +38,7 @@ def main() -> None:
             s = oracle.scenario(zero=3, dtype=dtype, recompute=recompute)
             torch_peak = tracked_peak(s, mesh, mixed)
             sm = stage_memory(s, 0, impl="eager")
-            ours = sm.total - sm.other_terms.get("cuda_context", 0.0)
+            ours = sm.total - sum(sm.details.get(k, 0.0) for k in OUTSIDE_ALLOCATOR)
             print(f"FSDP2 {dtype}{' MixedPrecisionPolicy' if mixed else ''}, recompute {recompute}: "
                   f"model {ours / MiB:.1f} MiB, torch {torch_peak['Total'] / MiB:.1f} MiB "
                   f"({100 * (ours / torch_peak['Total'] - 1):+.1f} %)")
@@ -69,7 +46,7 @@ def main() -> None:
             print("  model: " + ", ".join(f"{k} {getattr(sm, k) / MiB:.1f}"
                                           for k in ("weights", "grads", "optimizer", "activations"))
                   + ", " + ", ".join(f"{k} {v / MiB:.1f}" for k, v in sm.other_terms.items()
-                                     if k != "cuda_context" and v))
+                                     if k not in OUTSIDE_ALLOCATOR and v))
 
 
 if __name__ == "__main__":

@@ -47,6 +47,32 @@ def test_gather_pool_two_outputs_alive():
     assert gather_pool_extra((2.0 * BLOCK,) + (float(BLOCK),) * 4, SHARD, 2) == BLOCK * 2
 
 
+def test_gather_pool_beyond_the_outputs_the_peak_moment_holds():
+    """The pool's reserved peak is the forward's root and first-block outputs (3 blocks' bytes for a root of two);
+    what the stage's peak counts as allocated depends on its FSDP2 moment (fsdp2_peak.py): one block's output at the
+    activation peak leaves the root's cached, both at the forward moment leave nothing, none at the root's
+    reduce-scatter leaves all of it cached."""
+    from trainsim.cost_models.fsdp2_peak import fsdp2_phases
+    root, units = 2.0 * BLOCK, (2.0 * BLOCK,) + (float(BLOCK),) * 4
+    counted = fsdp2_phases(root, float(BLOCK), 2, 2, 4).gather_outputs
+    assert counted == {"backward": BLOCK * 2, "forward": 3 * BLOCK * 2, "reduce": 0.0}
+    extra = {k: gather_pool_extra(units, SHARD, 2, v) for k, v in counted.items()}
+    assert extra == {"backward": root * 2, "forward": 0.0, "reduce": 3 * BLOCK * 2}
+
+
+def test_fsdp2_moments_closed_form():
+    """fsdp2_peak.py's three moments for a root of R and blocks of B parameters, bf16 compute, fp32 reduce:
+    backward R*2 + 2*B*2 + B*2 beside the activations; forward 2*(R + B)*2; reduce R*(2 + 4). The peak moment is
+    the one largest once the activation peak's own bytes are added to the backward."""
+    from trainsim.cost_models.fsdp2_peak import fsdp2_phases, peak_moment
+    R, B = 3.0 * BLOCK, float(BLOCK)
+    ph = fsdp2_phases(R, B, 2, 2, 4)
+    assert (ph.backward, ph.forward, ph.reduce) == (R * 2 + 6 * B, 4 * (R + B), 6 * R)
+    assert peak_moment(ph, ph.backward + 100 * B, 0.0) == ("backward", 0.0)
+    assert peak_moment(ph, ph.backward, 0.0) == ("reduce", 6 * R - ph.backward)
+    assert peak_moment(fsdp2_phases(R, B, 4, 4, 4), R * 4 + 12 * B, 0.0) == ("forward", 8 * (R + B) - R * 4 - 12 * B)
+
+
 def _training(**kw):
     base = {"seq_len": 2048, "global_batch": 64, "micro_batch": 8, "zero": 3, "dtype": "bf16"}
     return TrainingSpec(**{**base, **kw})

@@ -11,7 +11,8 @@ sequence parallelism) and the three recompute levels:
 * saved activations of one micro-batch at the end of the forward pass (ACT), against
   ``activation_bytes_per_microbatch(impl="eager")``.
 
-Each within 2 %. The optimizer's per-parameter ``step`` counters (one 4-byte scalar per parameter tensor) are
+Each within 2 %; and the FSDP2 stage's allocated peak against FSDPMemTracker's peak of a second step, within 2 %
+(cost_models/fsdp2_peak.py: the root unit gathered once per pass, blocks double-buffered). The optimizer's per-parameter ``step`` counters (one 4-byte scalar per parameter tensor) are
 in torch's OPT and not in the model: a few hundred bytes.
 """
 
@@ -126,23 +127,24 @@ def test_tensor_parallel(meshes, sp):
     check(s, run_step(s, meshes["tp"], fsdp=False, mixed=False, sp=sp), fsdp=False)
 
 
-def test_fsdp2_gradients_are_off_the_peak(meshes):
-    """A second FSDP2 step after ``zero_grad()`` (set_to_none), under FSDPMemTracker: at the step's peak no sharded
-    gradient exists (the reduce-scatter re-creates them unit by unit after the activation peak), so the model
-    keeps them off its peak (``StageMemory.grads_off_peak``) and in the reserved counter's cached bytes."""
+def second_step(s, mesh, mixed: bool) -> tuple[dict[str, int], dict[str, int]]:
+    """The executor's FSDP2 chunk for ``s`` (as parallelize.py wraps it: each block, then the chunk as the root
+    unit holding the embedding, final norm and output layer), one step to create Adam's states, then a second
+    step after ``zero_grad()`` (set_to_none) under FSDPMemTracker. Returns (the snapshot at the tracked peak, the
+    snapshot after the step), by category name."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.distributed._tools.fsdp2_mem_tracker import FSDPMemTracker
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    from trainsim.cost_models.memory import stage_memory
     from trainsim.kernels.parallelize import cross_entropy
     from trainsim.kernels.torch_model import Chunk, ModelOptions
-    s = scenario(zero=3, dtype="fp32")
     with FakeTensorMode():
         chunk = Chunk(s.model, list(range(s.model.num_layers)), True, True, ModelOptions(s.training.recompute))
+        policy = (MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if mixed
+                  else MixedPrecisionPolicy())
         for block in chunk.layers.values():
-            fully_shard(block, mesh=meshes["fsdp"], reshard_after_forward=True)
-        fully_shard(chunk, mesh=meshes["fsdp"], reshard_after_forward=True)
+            fully_shard(block, mesh=mesh, reshard_after_forward=True, mp_policy=policy)
+        fully_shard(chunk, mesh=mesh, reshard_after_forward=True, mp_policy=policy)
         opt = torch.optim.Adam(chunk.parameters(), lr=1e-3)
         x = torch.randint(0, WIDTH["vocab_size"], (1, SEQ))
         y = torch.randint(0, WIDTH["vocab_size"], (1, SEQ))
@@ -157,9 +159,46 @@ def test_fsdp2_gradients_are_off_the_peak(meshes):
             step()
             after = _by_name(tracker.get_tracker_snapshot())
         (peak,) = tracker._peak_mem_snap.values()
-    at_peak = {str(k).rsplit(".", 1)[-1]: v for k, v in peak.items()}
+    return {str(k).rsplit(".", 1)[-1]: v for k, v in peak.items()}, after
+
+
+def test_fsdp2_gradients_are_off_the_peak(meshes):
+    """A second FSDP2 step after ``zero_grad()`` (set_to_none), under FSDPMemTracker: at the step's peak no sharded
+    gradient exists (the reduce-scatter re-creates them unit by unit after the activation peak), so the model
+    keeps them off its peak (``StageMemory.grads_off_peak``) and in the reserved counter's cached bytes."""
+    from trainsim.cost_models.memory import stage_memory
+    s = scenario(zero=3, dtype="fp32")
+    at_peak, after = second_step(s, meshes["fsdp"], mixed=False)
     sm = stage_memory(s, 0, impl="eager")
     assert at_peak.get("SHARDED_GRAD", 0) == 0 and after["SHARDED_GRAD"] == pytest.approx(sm.grads, rel=0.02)
     assert sm.grads_off_peak == sm.grads
     assert sm.total == pytest.approx(sm.weights + sm.optimizer + sm.activations + sm.other)
     assert sm.allocator_cached >= sm.grads_off_peak
+
+
+@pytest.mark.parametrize("dtype,recompute,moment", [("fp32", "none", "backward"), ("fp32", "full", "forward"),
+                                                    ("bf16", "none", "backward"), ("bf16", "full", "reduce")])
+def test_fsdp2_step_peak(meshes, dtype, recompute, moment):
+    """The stage's allocated peak (without what lies outside the caching allocator: the CUDA context, NCCL's
+    buffers) against FSDPMemTracker's peak of a second step, within 2 %. FSDP2's root unit (embedding, final
+    norm, output layer: 131 M parameters here, a block 45 M) is gathered once per pass, the blocks
+    double-buffered; the peak is the largest of three moments (cost_models/fsdp2_peak.py), and the tracker's own
+    peak falls on each: fp32 with full recompute at the first block's copy-out in the forward (the root's
+    unsharded parameters and its all-gather output, the block's output and copy-out), fp32 without recompute
+    inside the last block's backward, bf16 MixedPrecisionPolicy at the root's reduce-scatter (its bf16 gradients
+    and their fp32 copy). ``moment`` is the one the model picks (bf16 without recompute: its activation peak,
+    1 % above the reduce-scatter the tracker records)."""
+    from trainsim.cost_models.memory import rank_param_shards, stage_memory
+    from trainsim.cost_models.runtime_memory import OUTSIDE_ALLOCATOR
+    s = scenario(zero=3, dtype=dtype, recompute=recompute)
+    at_peak, _ = second_step(s, meshes["fsdp"], mixed=dtype == "bf16")
+    sm = stage_memory(s, 0, impl="eager")
+    ours = sm.total - sum(sm.details.get(k, 0.0) for k in OUTSIDE_ALLOCATOR)
+    assert ours == pytest.approx(at_peak["Total"], rel=0.02)
+    rp = rank_param_shards(s, 0)
+    assert rp.root_params > 2 * rp.block_params  # the largest unit is the root, which is not double-buffered
+    assert ("fsdp2_phase_peak" in sm.details) == (moment != "backward")
+    if moment == "forward":
+        assert at_peak.get("UNSHARDED_PARAM") and at_peak.get("ALL_GATHER") and not at_peak.get("UNSHARDED_GRAD")
+    if moment == "reduce":
+        assert at_peak.get("UNSHARDED_GRAD") and not at_peak.get("UNSHARDED_PARAM") and at_peak["ACT"] < 1e-4 * ours

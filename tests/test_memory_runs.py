@@ -209,23 +209,27 @@ def test_accuracy_today(report):
     the shifted logits and their exp beside the caller's bf16 logits, activations.LOSS_PARALLEL_FORWARD_BYTES; NCCL's
     per-process state and a one-GPU Megatron run's one-rank world communicator, measured on an H200,
     runtime_memory.NCCL_PROCESS_STATE_BYTES / NCCL_ONE_RANK_COMM_BYTES; fairseq's fp32 attention softmax,
-    TrainingSpec.attention_softmax_fp32): 60 rows, MAPE 3.40 %, worst -10.6 % (torchtitan PR #165 FSDP1 SAC reserved);
+    TrainingSpec.attention_softmax_fp32): 60 rows, MAPE 3.37 %, worst -10.6 % (torchtitan PR #165 FSDP1 SAC reserved);
     by framework: Megatron 3.7 % (21 rows, 20 low: the GPT-2 XL mb 1 runs on nvidia-smi 6.6-7.3 %, the first-step
     replay adds nothing there; GPT-2 large mb 64 2-5 %; the zero-bubble rows 0.4-6 %), Megatron + CPU optimizer
-    offload +6.7 % (1 row), torch FSDP2 2.9 % (21), torch FSDP1 3.4 % (4), DeepSpeed ZeRO-1 (BLOOM's BF16_Optimizer,
+    offload +6.7 % (1 row), torch FSDP2 2.86 % (21), torch FSDP1 3.4 % (4), DeepSpeed ZeRO-1 (BLOOM's BF16_Optimizer,
     nvidia-smi) 3.05 % (11), fairscale FSDP with CPU offload (fairseq's GPT-3 13B example on 1 and 8 V100, allocated)
     5.2 % high (2 rows: the recompute working set of a block whose fp32 softmax output and its 16-bit cast are saved,
     10 GiB, peaks beside the head's saved fp32 log-softmax, which autograd has freed by then, while the block
     backward's own activation gradients are not counted; the model's FSDP1 behaviours are torch's, not fairscale's of
     2021). torchtitan's PR #165 FSDP2 active-peak rows are within
-    2.3 % (high: the final RMSNorm's fp32 input copy, 0.25 GiB, joined a peak already 1.2 % high), its FSDP2
-    eager reserved-peak rows -2.2 % (SAC) and +4.0 % (AC), FSDP1 ones -2.7 % (AC) and -10.6 % (SAC: FSDP1's
-    further compute-stream fragmentation under per-op SAC is not predicted); PR #165's compile rows -1.3 % (SAC
-    mb 8), +2.2 % (SAC mb 16), -0.9 % (no AC) and +7.8 % (AC: with the reduce-scatter pool counted the full-AC
+    3.0 % (high: the final RMSNorm's fp32 input copy, 0.25 GiB, joined a peak already high), its FSDP2
+    eager reserved-peak rows -1.8 % (SAC) and +4.8 % (AC), FSDP1 ones -2.7 % (AC) and -10.6 % (SAC: FSDP1's
+    further compute-stream fragmentation under per-op SAC is not predicted); PR #165's compile rows -0.8 % (SAC
+    mb 8), +2.5 % (SAC mb 16), -0.6 % (no AC) and +8.8 % (AC: with the reduce-scatter pool counted the full-AC
     rows' cached blocks at the loss come out high, not attributed); the late-2024 torch.compile per-op SAC rows
     are within 2.5 % (the partitioner drops the unread w2 output; they were 5-8 % high without it), the June 2025
-    H200 rows 3.5-5.5 % low (their float8 FSDP all-gather is not modelled); the late-2024 full-AC compile rows
-    (whose saved bytes compile does not change) stay 4.6-5.3 % high and its 70B FSDP x TP 8 row is 3.7 % low. The issue's targets (MAPE
+    H200 rows 5.9-7.9 % low (their float8 FSDP all-gather is not modelled); the late-2024 full-AC compile rows
+    (whose saved bytes compile does not change) stay 3.2-3.9 % high and its 70B FSDP x TP 8 row is 3.9 % low.
+    FSDP2's transient terms are the three moments of cost_models/fsdp2_peak.py (held against FSDPMemTracker's
+    peak in tests/test_memory_oracle.py): the root unit gathered once per pass, the blocks double-buffered --
+    torchtitan wraps the embedding and the output layer in the root unit in every version these rows cite
+    (PR #165 of March 2024, late 2024, June 2025; the separate wrapping of pytorch/torchtitan#1094 merged later). The issue's targets (MAPE
     <= 2 % on allocated, <= 5 % on reserved / nvidia-smi, worst <= 8 %) are not met: strict xfail below. The five
     DeepSpeed ZeRO-3 rows (issue #1830 with offload, BigScience's 52B without) kept their activation checkpoints
     in host memory and are skipped: predicted as if on the GPU they came out -10.9 / -8.5 / +0.4 % and +186 /
@@ -247,13 +251,13 @@ def test_accuracy_today(report):
     assert cats["DeepSpeed ZeRO-1"]["mape_pct"] <= 3.1
     # the issue's headline row: torchtitan's 82.4 GiB run (reserved peak): eager fp32 loss and cached blocks
     row = next(r for r in report.compared if r.row_id == "tt24_t1_fsdp")
-    assert row.error_pct == pytest.approx(-0.3, abs=1.0)
+    assert row.error_pct == pytest.approx(-1.1, abs=1.0)
     # torchtitan without compile (late 2024) and with its loss compiled with the model (June 2025, fused)
     assert abs(next(r for r in report.compared if r.row_id == "tt24_t3_fsdp").error_pct) <= 4.0
     # torch.compile with torchtitan's per-op SAC (TrainingSpec.compile): late 2024 (bf16 and float8)
     for rid in ("tt24_t1_compile", "tt24_t1_compile_fp8", "tt24_t3_compile", "tt24_t3_compile_fp8"):
         assert abs(next(r for r in report.compared if r.row_id == rid).error_pct) <= 2.5
-    for rid, err in (("tt25_h200_32", -3.5), ("tt25_h200_64", -5.5)):  # float8 FSDP all-gather unmodelled
+    for rid, err in (("tt25_h200_32", -5.9), ("tt25_h200_64", -7.9)):  # float8 FSDP all-gather unmodelled
         assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(err, abs=1.0)
     # Megatron's CPU optimizer offload (ms-swift, Qwen2.5-72B tp 8): bf16 weights and the fp32 grad buffer stay, and
     # DDP's start-up with the distributed optimizer holds the weights twice (memory.ddp_param_remap_bytes)
@@ -266,10 +270,11 @@ def test_accuracy_today(report):
     # the active-peak counter, which carries no allocator reserve (PR #165, Llama 2 7B, mb 8, AC and per-op SAC)
     for rid in ("tt165_fsdp1_ac_active", "tt165_fsdp1_sac_active", "tt165_fsdp2_sac_active"):
         assert abs(next(r for r in report.compared if r.row_id == rid).error_pct) <= 2.0
-    # FSDP2 + full AC: +2.3 %, its loss-phase peak holding the final RMSNorm's fp32 input copy (0.25 GiB, torchtitan's
-    # eager RMSNorm) on top of terms already 1.2 % high (by hand from the code: root unit 0.49 GiB gathered where the
-    # model's FSDP transient counts two blocks and a block's gradient, 1.47 GiB -- not attributed further)
-    assert next(r for r in report.compared if r.row_id == "tt165_fsdp2_ac_active").error_pct == pytest.approx(2.3, abs=0.2)
+    # FSDP2 + full AC: +3.0 %, its loss-phase peak holding the final RMSNorm's fp32 input copy (0.25 GiB, torchtitan's
+    # eager RMSNorm) on top of terms already high: the activation-peak moment of fsdp2_peak.py (root 0.49 GiB, two
+    # blocks and a block's gradient, 1.62 GiB) stands for the last block's backward, while at the loss itself FSDP2
+    # holds the root and the last block (torchtitan does not reshard it after forward), 0.87 GiB
+    assert next(r for r in report.compared if r.row_id == "tt165_fsdp2_ac_active").error_pct == pytest.approx(3.0, abs=0.2)
 
 
 @pytest.mark.xfail(strict=True, reason="issue 21 item 3 target (MAPE <= 5 %, worst <= 8 %) not met by today's "

@@ -28,8 +28,9 @@ activations never reuse them (allocator_reserve.py). FSDP allocates on two side 
 
 Both are replayed through the allocator (caching_allocator.replay) over two steps, on the unit sizes of the rank
 (each unit padded to a multiple of the shard group, as FSDP pads its shards). What the memory model already
-counts is subtracted: the sharded gradients (``grads`` / ``StageMemory.grads_off_peak``) and the one prefetched
-unit of ``zero3_gather_buffers`` (memory.transient_terms). FSDP1's all-gather pool holds its unsharded flat
+counts is subtracted: the sharded gradients (``grads`` / ``StageMemory.grads_off_peak``) and the all-gather outputs
+FSDP2's peak moment holds (fsdp2_peak.py: one block's at the activation peak, the root's and the first block's in
+the forward, none at the root's reduce-scatter). FSDP1's all-gather pool holds its unsharded flat
 parameters themselves, which ``zero3_gather_buffers`` counts; its ``record_stream`` frees are bounded by the
 rate limiter (``limit_all_gathers``) and not modelled. With CPU offload the sharded gradients leave the device
 and neither pool is modelled (0).
@@ -78,12 +79,15 @@ def reduce_pool_extra(units: tuple[float, ...], shard: int, reduce_bytes: int, i
 
 
 @memoised(maxsize=256)
-def gather_pool_extra(units: tuple[float, ...], shard: int, param_bytes: int) -> float:
-    """Reserved bytes of FSDP2's all-gather pool beyond the one gathered unit the memory model counts as
-    allocated (the largest), replayed over two steps: the forward gathers every unit, each output freed once the
-    next one is allocated; the backward every block again (the first unit, the root's embedding / output, is not
-    resharded after forward: FSDP2 sets the root's ``reshard_after_forward`` to False), each freed before the next
-    is allocated (module doc)."""
+def gather_pool_extra(units: tuple[float, ...], shard: int, param_bytes: int,
+                      counted: float | None = None) -> float:
+    """Reserved bytes of FSDP2's all-gather pool beyond the all-gather outputs the memory model counts as
+    allocated at its peak (``counted``; default the largest unit's: fsdp2_peak.py says which), replayed over two
+    steps: the forward gathers every unit, each output freed once the next one is allocated; the backward every
+    block again, each freed before the next is allocated (module doc). The first unit, the root's embedding /
+    output, is gathered in the backward only where it was resharded after forward (FSDP2 leaves the root unsharded
+    by default, _fsdp_state.py ``_lazy_init``), and then alone, before any block: its output takes the block the
+    forward's left, so the replay leaves it out."""
     events: list[tuple] = []
     for step in range(2):
         for j, u in enumerate(units):
@@ -93,7 +97,9 @@ def gather_pool_extra(units: tuple[float, ...], shard: int, param_bytes: int) ->
         events.append(("free", (step, "f", len(units) - 1)))
         for j, u in enumerate(reversed(units[1:])):
             events += [("alloc", (step, "b", j), _padded(u, shard) * param_bytes), ("free", (step, "b", j))]
-    return float(max(0, replay(events).peak_reserved - _padded(max(units), shard) * param_bytes))
+    if counted is None:
+        counted = _padded(max(units), shard) * param_bytes
+    return float(max(0, replay(events).peak_reserved - counted))
 
 
 def reduce_input_in_pool(training, reduce_bytes: int) -> bool:
@@ -104,13 +110,14 @@ def reduce_input_in_pool(training, reduce_bytes: int) -> bool:
 
 
 def stream_pool_cached(training, units: tuple[float, ...], shard: int, reduce_bytes: int,
-                       microbatches: int) -> float:
+                       microbatches: int, gather_counted: float | None = None) -> float:
     """Cached bytes FSDP's side-stream pools hold at the reserved peak beyond what the memory model counts
-    (module doc); 0 outside FSDP (ZeRO-2/3 of ``FSDP_FRAMEWORKS``), with CPU offload, or without units."""
+    (module doc; ``gather_counted`` as ``gather_pool_extra``'s ``counted``); 0 outside FSDP (ZeRO-2/3 of
+    ``FSDP_FRAMEWORKS``), with CPU offload, or without units."""
     t = training
     if t.framework not in FSDP_FRAMEWORKS or t.effective_zero < 2 or t.offload_params or not units:
         return 0.0
     extra = reduce_pool_extra(units, shard, reduce_bytes, reduce_input_in_pool(t, reduce_bytes), microbatches)
     if t.framework == "torch" and t.effective_zero >= 3:
-        extra += gather_pool_extra(units, shard, t.param_bytes)
+        extra += gather_pool_extra(units, shard, t.param_bytes, gather_counted)
     return extra

@@ -56,6 +56,7 @@ from . import autocast
 from .framework import behaviour, bf16_optimizer, state_bytes
 from .allocator_reserve import grads_off_peak, loss_stage_cached_bytes
 from .first_step_fragmentation import first_step_extra_reserved, lazy_state_bytes
+from .fsdp2_peak import fsdp2_moment, fsdp2_of
 from .fsdp_stream_pools import stream_pool_cached
 from .grad_buffer import optimizer_tensor_elems
 from .param_tensors import rank_tensors
@@ -130,6 +131,8 @@ class RankParams:
     grad_params: float       # gradients stored after ZeRO-2 sharding
     optimizer_params: float  # parameters whose optimizer states this rank holds (ZeRO-1)
     unit_params: float       # largest FSDP unit (block / embedding / head) held unsharded during use
+    root_params: float = 0.0   # the stage's embedding / norm / output layer: FSDP2's root unit (fsdp2_peak.py)
+    block_params: float = 0.0  # the largest block: FSDP2's per-block unit
 
     @property
     def held(self) -> float:
@@ -234,7 +237,8 @@ def rank_param_shards(scenario, stage: int) -> RankParams:
 
     unit = max(dense_l + expert_l, block_l, extra)
     return RankParams(dense=dense, expert=expert, weight_params=shard(3), grad_params=shard(2),
-                      optimizer_params=shard(1), unit_params=unit)
+                      optimizer_params=shard(1), unit_params=unit, root_params=extra,
+                      block_params=max(dense_l + expert_l, block_l))
 
 
 def shard_groups(scenario) -> tuple[int, float]:
@@ -387,6 +391,11 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     beyond = max(0.0, deferred - activations - details.get("logits_workspace", 0.0))
     if beyond:  # the end of a later micro-batch's backward outgrows the activation peak (autocast.py, mechanism 4)
         details["autocast_deferred_grads"] = beyond
+    off_peak = grads_off_peak(framework=t.framework, zero=t.effective_zero, microbatches=scenario.num_microbatches,
+                              grads=off.grads, activations=activations)
+    moment = fsdp2_moment(scenario, rp, details, activations, off_peak)
+    if moment and moment[1]:
+        details["fsdp2_phase_peak"] = moment[1]
     cast = reduce_cast_bytes(scenario, rp)
     beyond = max(0.0, cast - activations)  # the reduce runs after the last backward: activations are freed
     if beyond:
@@ -398,9 +407,8 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     if remap:
         details["ddp_param_remap"] = remap
     other = sum(v for k, v in details.items() if k not in ACTIVATION_DETAILS)
-    off_peak = grads_off_peak(framework=t.framework, zero=t.effective_zero, microbatches=scenario.num_microbatches,
-                              grads=off.grads, activations=activations)
-    pools = _stream_pools(scenario, stage, sb.grads)
+    gathered = None if moment is None else fsdp2_of(scenario, rp).gather_outputs[moment[0]]
+    pools = _stream_pools(scenario, stage, sb.grads, gathered)
     cached = _allocator_cached(scenario, stage, working) + cast - beyond + off_peak + pools
     return StageMemory(weights=off.weights, grads=off.grads, optimizer=off.optimizer, activations=activations,
                        other=other, host=host, pcie_h2d_bytes=off.h2d, pcie_d2h_bytes=off.d2h,
@@ -482,7 +490,7 @@ def reduce_cast_bytes(scenario, rp: RankParams) -> float:
     return float(rp.held * t.param_bytes)
 
 
-def _stream_pools(scenario, stage: int, reduce_bytes: int) -> float:
+def _stream_pools(scenario, stage: int, reduce_bytes: int, gather_counted: float | None = None) -> float:
     """FSDP's side-stream pools' cached bytes on a rank of ``stage`` (fsdp_stream_pools.py): its units are the
     stage's embedding / output parameters (the root unit) and each block (the layer's TP/EP shard)."""
     m, lay = scenario.model, scenario.layout
@@ -495,7 +503,7 @@ def _stream_pools(scenario, stage: int, reduce_bytes: int) -> float:
     units = (((extra,) if extra else ()) + (dense,) * n_dense
              + (layer,) * (scenario.layers_on_stage(stage) - n_dense))
     return stream_pool_cached(scenario.training, units, shard_groups(scenario)[0], reduce_bytes,
-                              scenario.num_microbatches)
+                              scenario.num_microbatches, gather_counted)
 
 
 def _allocator_cached(scenario, stage: int, working: float) -> float:
@@ -599,6 +607,8 @@ def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0) 
             big = largest_weight_tensor_params(scenario.model, lay.tp, lay.ep, lay.etp)
             live = max(big, min(rp.unit_params, DEEPSPEED_MAX_LIVE_PARAMS))
             out["zero3_gather_buffers"] = live * pb + max(big, min(rp.unit_params, fw.reduce_bucket_params)) * gb
+        elif t.framework == "torch":  # FSDP2: the root unit gathered once per pass, blocks double-buffered
+            out["zero3_gather_buffers"] = fsdp2_of(scenario, rp).backward
         else:
             # FSDP: the unit in use and the prefetched next one unsharded, plus one unit's full gradient
             # before its reduce-scatter (twice while FSDP1's split backward concatenates the parameters'

@@ -1,0 +1,89 @@
+"""What FSDP2 (torch ``fully_shard``, framework ``torch``) keeps unsharded at the three moments its step can peak.
+
+FSDP2 wraps each transformer block as a unit and the chunk itself as the root unit, which holds what no block
+holds: the embedding, the final norm and the output layer (the executor's kernels/parallelize.py, torchtitan's
+``apply_fsdp``). The root's parameters are unsharded for the whole forward (its post-forward runs after every
+block's) and again for the whole backward (its pre-backward gathers them before the output layer's backward, its
+post-backward reshards them after the embedding's): it is gathered once per pass, never double-buffered. The
+blocks are gathered one after another, each with the next one prefetched. Per unit FSDP2 allocates a flat
+all-gather output and copies it out into the unsharded parameters (torch/distributed/fsdp/_fully_shard/
+_fsdp_param_group.py ``unshard`` / ``wait_for_unshard``, _fsdp_collectives.py ``foreach_all_gather`` /
+``foreach_all_gather_copy_out``); after the backward it copies each unit's unsharded gradients into a flat
+reduce-scatter input of the reduce dtype (``foreach_reduce``: ``reduce_scatter_comm.allocate(..., dtype=
+reduce_dtype)``) once the unit's parameters are resharded (``post_backward``: ``self.reshard()`` before
+``foreach_reduce``).
+
+* **forward, at the first block's copy-out** -- "in forward with implicit prefetching ... we save a reference to
+  the current all-gather result to free after the next copy-out" (``wait_for_unshard``'s docstring): the root's
+  unsharded parameters and its all-gather output, the first block's all-gather output and its copy-out. No
+  block's activations exist yet.
+* **backward, at the activation peak** (the loss's backward into the last block): the root unsharded, the last
+  block unsharded, the all-gather output of the block before it (the backward prefetch; in the backward an
+  all-gather output is freed right after its copy-out) and one block's unsharded gradient before its
+  reduce-scatter, beside every saved activation and the loss's workspace.
+* **the root's reduce-scatter**, the end of the backward: the root's unsharded gradients (``param_dtype``) and
+  their reduce-dtype copy, beside the other units' sharded gradients; activations and unsharded parameters are
+  gone.
+
+torch's FSDPMemTracker, run on the executor's model under FakeTensorMode (tests/test_memory_oracle.py), peaks at
+each of the three: the forward one for fp32 with full recompute, the backward one for fp32 without recompute
+(inside the last block's backward, where the output layer's gradient and the block's first gradients take the
+place of freed activations, which the lumped one-block gradient stands for), the reduce-scatter for the bf16
+MixedPrecisionPolicy (an fp32 reduce-scatter input of the root's size).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .framework import state_bytes
+
+
+@dataclass(frozen=True)
+class Fsdp2Phases:
+    """Bytes of FSDP2's unsharded parameters, all-gather outputs and unsharded / reduce-scatter gradients."""
+
+    backward: float  # beside the activations and the loss's workspace, at the activation peak
+    forward: float   # at the first block's copy-out, without activations
+    reduce: float    # at the root's reduce-scatter, without activations or the other units' sharded gradients
+    gather_outputs: dict  # flat all-gather outputs allocated at each moment
+
+
+def fsdp2_phases(root: float, block: float, param_bytes: int, grad_bytes: int, reduce_bytes: int) -> Fsdp2Phases:
+    """The three moments (module doc) for a rank whose root unit holds ``root`` parameters and whose largest block
+    ``block``; ``param_bytes``: the compute (``param_dtype``) copy, ``grad_bytes``: the unsharded gradient (same
+    dtype), ``reduce_bytes``: the reduce-scatter input (``reduce_dtype``)."""
+    return Fsdp2Phases(backward=root * param_bytes + 2 * block * param_bytes + block * grad_bytes,
+                       forward=2 * (root + block) * param_bytes,
+                       reduce=root * (grad_bytes + reduce_bytes),
+                       gather_outputs={"backward": block * param_bytes, "forward": (root + block) * param_bytes,
+                                       "reduce": 0.0})
+
+
+def peak_moment(phases: Fsdp2Phases, at_activation_peak: float, other_grad_shards: float) -> tuple[str, float]:
+    """The moment the step peaks at and the bytes by which it outgrows the activation peak, whose FSDP2-dependent
+    part is ``at_activation_peak`` (activations, the loss's workspace, ``phases.backward``); at the reduce-scatter
+    the other units' sharded gradients that the activation peak does not hold (``other_grad_shards``) exist."""
+    forward = phases.forward - at_activation_peak
+    reduce = phases.reduce + other_grad_shards - at_activation_peak
+    if max(forward, reduce) <= 0:
+        return "backward", 0.0
+    return ("forward", forward) if forward >= reduce else ("reduce", reduce)
+
+
+def fsdp2_of(scenario, rp) -> Fsdp2Phases:
+    """FSDP2's unsharded bytes at its three peak moments on a rank (module doc); the reduce-scatter input is
+    in the sharded gradient's dtype (the MixedPrecisionPolicy's reduce_dtype)."""
+    t = scenario.training
+    return fsdp2_phases(rp.root_params, rp.block_params, t.param_bytes, t.grad_bytes, state_bytes(t).grads)
+
+
+def fsdp2_moment(scenario, rp, details: dict, activations: float = 0.0,
+                 off_peak: float = 0.0) -> tuple[str, float] | None:
+    """FSDP2's peak moment on the stage and its bytes beyond the activation peak (module doc); the blocks'
+    off-peak gradient shards exist at the root's reduce-scatter. None outside FSDP2's ZeRO-3."""
+    if "zero3_gather_buffers" not in details or scenario.training.framework != "torch":
+        return None
+    at_peak = activations + details.get("logits_workspace", 0.0) + details["zero3_gather_buffers"]
+    shards = off_peak * (rp.held - rp.root_params) / rp.held if rp.held else 0.0
+    return peak_moment(fsdp2_of(scenario, rp), at_peak, shards)
