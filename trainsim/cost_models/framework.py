@@ -532,13 +532,22 @@ def state_bytes(training) -> StateBytes:
     * fp32 training: no master copy, 4 + 4 + 8 (Megatron's FP32Optimizer; torch.optim on fp32 parameters).
     * ``master_weights=false`` (pure low-precision, torchtune's default): weights and gradients in the
       training dtype and Adam's m and v in the parameters' dtype (torch.optim allocates them ``zeros_like``
-      the parameter): 2 + 2 + 4.
+      the parameter): 2 + 2 + 4. Under framework deepspeed (bf16_master_weights_and_grads +
+      bf16_optimizer_states) ZeRO keeps a bf16 master partition besides: 2 + 2 + (2 + 4).
     """
     low = "fp16" if training.dtype == "fp16" else "bf16"
     grads = held_grad_bytes(training)
     # optimizer_bytes_per_param at its default (MIXED_ADAM_BYTES) means "Adam as this precision keeps it";
     # any other value (SGD, an 8-bit Adam, the executor's 8) is taken as given, as are explicit dtype bytes.
     default_adam = training.optimizer_bytes_per_param == MIXED_ADAM_BYTES
+    if not training.master_weights and training.framework == "deepspeed":
+        # bf16_master_weights_and_grads: ZeRO still clones the 16-bit partition into a master partition, now in
+        # bf16 (stage_1_and_2.py ``weights_partition = ...detach().clone().to(dtype=self.master_weights_and_grads
+        # _dtype)``), beside Adam's m and v in bf16 (bf16_optimizer_states)
+        opt = 3 * training.param_bytes if default_adam else training.optimizer_bytes_per_param
+        return StateBytes(training.param_bytes, grads, opt, "pure bf16 (DeepSpeed bf16_master_weights_and_grads + "
+                          "bf16_optimizer_states): bf16 weights and grads, a bf16 master partition and Adam m, v "
+                          "in bf16")
     if not training.master_weights:
         opt = 2 * training.param_bytes if default_adam else training.optimizer_bytes_per_param
         grad_name = _dtype_name(grads, low)

@@ -38,12 +38,24 @@ DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 # if ddp_config.grad_reduce_in_fp32 else param.dtype``). fp8 runs keep bf16 parameters (--bf16 --fp8-format).
 # With fp16 the flag defaults off, so the buffer is fp16.
 MEGATRON_FRAMEWORKS = ("megatron", "megatron-2021", "megatron-2022", "megatron-deepspeed")
+# DeepSpeed's engine and its forks (the ZeRO and BF16 optimizers keep the master weights).
+DEEPSPEED_LINE = ("deepspeed", "deepspeed-2023", "deepspeed-2021", "megatron-deepspeed")
 # The training framework: selects documented software-stack behaviours (gradient-reduction overlap,
 # cross-entropy kernel, ZeRO-3 gather granularity), see trainsim/cost_models/framework.py.
 Framework = Literal["megatron", "megatron-2021", "megatron-2022", "megatron-deepspeed", "pytorch-fsdp", "deepspeed",
                     "deepspeed-2023", "deepspeed-2021", "torch"]
 
 DEFAULT_PLACEMENT = ("tp", "cp", "ep", "dp", "pp")
+
+
+def default_cp_comm(framework: str) -> str:
+    """The context-parallel exchange a framework runs when the scenario leaves ``cp_comm`` unset: torch's
+    context_parallel rotates K/V by all-gather unless set_rotate_method says otherwise
+    (torch/distributed/tensor/experimental/_attention.py ``_ContextParallelOptions.rotate_method =
+    _RotateMethod.ALL_GATHER``, find_string id 106942014; torchtitan's ``context_parallel_rotate_method`` defaults
+    to "allgather", id 43447747977); Megatron-Core's --cp-comm-type defaults to p2p, the K/V ring. DeepSpeed's
+    Ulysses (a2a) is asked for by name (specs/framework_era.py refuses a ring there)."""
+    return "allgather" if framework == "torch" else "p2p"
 
 
 class Layout(BaseModel):
@@ -193,11 +205,15 @@ class TrainingSpec(BaseModel):
         "pointwise/norm region -- no Python dispatch; implied by compile: true); a pass lasts at least its issue time")
     overlap_p2p: bool | None = Field(default=None, description="pipeline sends overlap compute (Megatron "
                                      "--overlap-p2p-communication); None = the framework's default")
-    cp_comm: Literal["p2p", "allgather", "a2a"] = Field(
-        default="p2p", description="context-parallel exchange (Megatron-Core/TE --cp-comm-type): p2p = ring "
+    cp_comm: Literal["p2p", "allgather", "a2a"] | None = Field(
+        default=None, description="context-parallel exchange (Megatron-Core/TE --cp-comm-type): p2p = ring "
         "passing K/V blocks, overlapped with attention; allgather = K/V all-gathered before attention and their "
-        "gradients reduce-scattered after (Llama 3, arXiv:2407.21783 Sec. 3.3.2), exposed; a2a = all-to-all of "
-        "Q/K/V and of the output between sequence and head sharding (DeepSpeed-Ulysses), exposed")
+        "gradients reduce-scattered after (Llama 3, arXiv:2407.21783 Sec. 3.3.2), exposed -- under framework torch "
+        "torch's own all-gather rotation (its context_parallel's default: the gather overlaps the local block's "
+        "attention, dK/dV return in a ring); a2a = all-to-all of Q/K/V and of the output between sequence and "
+        "head sharding (DeepSpeed-Ulysses), exposed. None = the framework's default: allgather for torch "
+        "(torch's _ContextParallelOptions.rotate_method, torchtitan's context_parallel_rotate_method), else p2p "
+        "(Megatron-Core's --cp-comm-type)")
     ep_comm_overlap: bool = Field(
         default=False, description="MoE expert-parallel all-to-alls of one micro-batch overlapped with the compute of "
         "another (Megatron-Core --overlap-moe-expert-parallel-comm --delay-wgrad-compute, the combined 1F1B schedule; "
@@ -277,6 +293,8 @@ class TrainingSpec(BaseModel):
         if not self.master_weights and self.dtype in ("fp32", "fp8"):
             raise SpecError("master_weights", f"master_weights=false needs dtype bf16 or fp16 (pure low-precision "
                                               f"training), got {self.dtype}")
+        if not self.master_weights and self.framework in DEEPSPEED_LINE:
+            self._check_deepspeed_pure_bf16()
         if self.compile:
             self._check_compile()
         if self.cross_entropy == "eager_fp32_kept" and self.framework not in OP_SAC_FRAMEWORKS:
@@ -335,6 +353,25 @@ class TrainingSpec(BaseModel):
         if why:
             raise SpecError(re.match(r"\w+", why).group(), why)
 
+    def _check_deepspeed_pure_bf16(self) -> None:
+        """DeepSpeed keeps an fp32 master partition (ZeRO's single_partition_of_fp32_groups, BF16_Optimizer's fp32
+        groups) unless bf16.bf16_master_weights_and_grads (with bf16_optimizer_states) is set
+        (deepspeedai/DeepSpeed PR #7700): a bf16 master partition, gradients and Adam states, which
+        deepspeed/runtime/config.py asserts only with ZeRO stage 1, 2 or 3 (read_file id 51845822457)."""
+        if self.framework != "deepspeed":
+            raise SpecError("master_weights", f"framework {self.framework} keeps fp32 master weights (DeepSpeed's "
+                             "bf16 master weights, bf16_master_weights_and_grads, came with deepspeedai/DeepSpeed PR "
+                             "#7700, after this code): use framework deepspeed, or master_weights true")
+        if self.dtype != "bf16":
+            raise SpecError("master_weights", f"DeepSpeed drops fp32 master weights only for bf16 "
+                             f"(bf16_master_weights_and_grads), not dtype {self.dtype}")
+        if self.effective_zero == 0:
+            raise SpecError("master_weights", "DeepSpeed's bf16_master_weights_and_grads is a ZeRO stage 1-3 setting "
+                             "(deepspeed/runtime/config.py asserts it): set zero 1, 2 or 3")
+        if self.grad_bytes != 2:
+            raise SpecError("master_weights", "DeepSpeed's bf16_master_weights_and_grads keeps the gradients in bf16: "
+                             "drop grad_dtype / grad_dtype_bytes")
+
     def _check_distributed_optimizer(self) -> None:
         """Megatron-Core's DistributedOptimizer where the framework has it, and what needs it."""
         if self.distributed_optimizer and self.framework in OP_SAC_FRAMEWORKS:
@@ -363,6 +400,11 @@ class TrainingSpec(BaseModel):
             how = f" (Megatron-FSDP {'optim_grads' if self.zero == 2 else 'optim_grads_params'} on the distributed optimizer)"
         return (f"distributed_optimizer with zero {self.zero}: costed as ZeRO-{self.zero}{how}, which includes the "
                 f"distributed optimizer's sharding of the optimizer states")
+
+    @property
+    def cp_exchange(self) -> str:
+        """The context-parallel exchange costed: ``cp_comm`` as given, else the framework's (default_cp_comm)."""
+        return self.cp_comm or default_cp_comm(self.framework)
 
     @property
     def host_issue_mode(self) -> str:
