@@ -143,3 +143,35 @@ def test_deepspeed_pure_bf16_keeps_a_bf16_master_partition():
     assert (ds.weights, ds.grads, ds.optimizer) == (2, 2, 6) and "bf16 master partition" in ds.note
     tt = framework.state_bytes(scen(framework="torch", zero=3, master_weights=False).training)
     assert (tt.weights, tt.grads, tt.optimizer) == (2, 2, 4)
+
+
+@pytest.mark.parametrize("training,field", [
+    # each was accepted and predicted the step and peak of the run without it
+    ({"framework": "deepspeed", "zero": 1, "offload_optimizer": True, "optimizer_offload_fraction": 0.5},
+     "optimizer_offload_fraction"),
+    ({"framework": "torch", "fsdp_reduce_scatter_input": "reduce_scatter_stream"}, "fsdp_reduce_scatter_input"),
+    ({"flash_attention": False, "flash_attention_version": 1}, "flash_attention_version"),
+    # costed as ZeRO-1 while DeepSpeed has no Megatron DistributedOptimizer (peak 156 -> 62 GiB)
+    ({"framework": "deepspeed", "distributed_optimizer": True}, "distributed_optimizer"),
+    ({"framework": "deepspeed-2023", "distributed_optimizer": True}, "distributed_optimizer"),
+])
+def test_settings_with_nothing_to_act_on_are_refused(training, field):
+    with pytest.raises(SpecError) as ei:
+        scen(**training)
+    assert ei.value.field == f"training.{field}"
+
+
+def test_what_the_refused_settings_need_still_runs():
+    scen(offload_optimizer=True, distributed_optimizer=True, optimizer_offload_fraction=0.5)  # Megatron-Core
+    scen(framework="torch", zero=3, fsdp_reduce_scatter_input="reduce_scatter_stream")
+    scen(flash_attention_version=1)
+    scen(framework="deepspeed", zero=1)
+
+
+def test_pipeline_overlap_with_one_stage_is_stated_inert():
+    from trainsim.simulator.predict import predict
+    plain, given = predict(scen(), fast=True), predict(scen(overlap_p2p=True), fast=True)
+    assert given.step_time_s == plain.step_time_s
+    assert any(w.startswith("overlap_p2p changes nothing here: with pp = 1") for w in given.warnings)
+    staged = predict(scen(layout={"pp": 2}, overlap_p2p=True), fast=True)
+    assert not any(w.startswith("overlap_p2p") for w in staged.warnings)

@@ -20,7 +20,7 @@ from .fold import simulate_step
 from .metrics import to_prediction
 from .pools import describe_pools, dp_engine_pacing
 from .result import Prediction
-from .stated_settings import inert_data_parallel_notes
+from .stated_settings import inert_data_parallel_notes, inert_pipeline_notes
 from .trace import write_trace
 
 MAX_SAMPLES = 10_000
@@ -218,6 +218,7 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
     if ideal_network:
         warnings.append("ideal network: all communication is free")
     warnings += cp_default_warning(scenario) + inert_data_parallel_notes(scenario)
+    warnings += inert_pipeline_notes(scenario)
     launch = host_bound_warning(scenario, profile, table)
     if launch:
         warnings.append(launch)

@@ -21,3 +21,10 @@ def inert_data_parallel_notes(scenario: Scenario) -> list[str]:
             "torchtitan run in their data-parallel x cp group, is not costed)" if cp > 1 else "")
     return [f"{' and '.join(given)} {verb} nothing here: with dp = 1 the step has no data-parallel gradient "
             f"reduction to bucket or overlap{also}"]
+
+
+def inert_pipeline_notes(scenario: Scenario) -> list[str]:
+    """``overlap_p2p`` with one pipeline stage: there are no pipeline sends to overlap."""
+    if scenario.layout.pp > 1 or scenario.training.overlap_p2p is None:
+        return []
+    return ["overlap_p2p changes nothing here: with pp = 1 there are no pipeline sends to overlap"]

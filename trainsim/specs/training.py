@@ -340,6 +340,7 @@ class TrainingSpec(BaseModel):
                                              "is derived from) both given: set one")
         if self.optimizer_offload_fraction != 1.0 and not self.offload_optimizer:
             raise SpecError("optimizer_offload_fraction", "needs offload_optimizer=true")
+        self._check_inapplicable()
         if self.mixed_precision == "autocast" and self.framework not in ("torch", "pytorch-fsdp"):
             # Megatron and DeepSpeed cast the model once (Float16Module / the fp16 engine), never torch.autocast
             raise SpecError("mixed_precision", f"autocast is torch.autocast in a torch training loop; framework "
@@ -352,6 +353,27 @@ class TrainingSpec(BaseModel):
         why = era_refusal(self)  # a feature the historic preset's code did not have (specs/framework_era.py)
         if why:
             raise SpecError(re.match(r"\w+", why).group(), why)
+
+    def _check_inapplicable(self) -> None:
+        """Settings the scenario's framework or its other settings leave nothing to act on: refused, naming why
+        (each was accepted and changed nothing, or changed what the framework does not do)."""
+        if self.optimizer_offload_fraction != 1.0 and self.framework != "megatron":
+            # Megatron-Core's HybridDeviceOptimizer (--optimizer-offload-fraction); DeepSpeed's ZeRO-Offload and FSDP's
+            # CPUOffload move the whole optimizer (DeepSpeed's partial offload_optimizer.ratio, ZeRO-3 Twin-Flow, is
+            # not costed)
+            raise SpecError("optimizer_offload_fraction", f"it is Megatron-Core's --optimizer-offload-fraction; "
+                             f"framework {self.framework} offloads the whole optimizer as costed: drop it, or use "
+                             f"framework megatron")
+        if self.fsdp_reduce_scatter_input and self.effective_zero < 3:
+            raise SpecError("fsdp_reduce_scatter_input", f"it places FSDP2's reduce-scatter input, which zero "
+                             f"{self.effective_zero} (no FSDP) does not have: set zero 3 or drop it")
+        if self.flash_attention_version == 1 and not self.flash_attention:
+            raise SpecError("flash_attention_version", "a FlashAttention generation needs flash_attention=true")
+        if self.distributed_optimizer and self.framework in ("deepspeed", "deepspeed-2023", "deepspeed-2021"):
+            # DeepSpeed shards optimizer states with its ZeRO stage 1 (deepspeed/runtime/zero/stage_1_and_2.py); it has
+            # no Megatron DistributedOptimizer (specs/framework_era.py)
+            raise SpecError("distributed_optimizer", f"Megatron's DistributedOptimizer is not in framework "
+                             f"{self.framework}, which shards optimizer states with ZeRO stage 1: set zero 1 instead")
 
     def _check_deepspeed_pure_bf16(self) -> None:
         """DeepSpeed keeps an fp32 master partition (ZeRO's single_partition_of_fp32_groups, BF16_Optimizer's fp32
