@@ -61,13 +61,17 @@ def test_torch_context_parallelism_defaults_to_torchs_all_gather(capsys):
     def scenario(**kw):
         return scen(layout={"cp": 2}, global_batch=4, seq_len=8192, **kw)
     torch_default = scenario(framework="torch")
-    assert torch_default.training.cp_exchange == "allgather"
-    assert "cp_comm allgather assumed" in cp_default_warning(torch_default)[0]
+    assert torch_default.training.cp_exchange == "torch_allgather"
+    assert "cp_comm torch_allgather assumed" in cp_default_warning(torch_default)[0]
     assert cp_default_warning(scenario(framework="torch", cp_comm="p2p")) == []
     assert scenario().training.cp_exchange == "p2p" and cp_default_warning(scenario()) == []
     assert main(["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch", "4",
                  "--seq-len", "8192", "--cp", "2", "--framework", "torch", "--fast", "--json"]) == 0
-    assert any(w.startswith("cp_comm allgather assumed") for w in json.loads(capsys.readouterr().out)["warnings"])
+    assert any(w.startswith("cp_comm torch_allgather assumed")
+               for w in json.loads(capsys.readouterr().out)["warnings"])
+    with pytest.raises(SpecError) as ei:  # torch's rotation is torch's
+        scenario(cp_comm="torch_allgather")
+    assert ei.value.field == "training.cp_comm"
 
 
 def test_torch_all_gather_rotation_is_costed_as_torch_runs_it():
@@ -89,9 +93,12 @@ def test_torch_all_gather_rotation_is_costed_as_torch_runs_it():
     assert fwd_s == pytest.approx(max(0.0, gather - blk))
     assert bwd_s == pytest.approx(max(0.0, gather - bwd) + 3 * max(0.0, dkv - bwd) + dkv)
     assert bwd_s >= dkv > 0  # the last dK/dV pass is always exposed
-    # Llama 3's all-gather (Megatron-side, exposed): gather forward, gather + reduce-scatter backward
-    m = scen(layout={"cp": 4}, gpus=8, global_batch=4, seq_len=32768, cp_comm="allgather")
-    assert exposures._cp_exchange_s(m, None, group, shp.e, shp.tokens, shp)[0] == pytest.approx(gather)
+    # cp_comm allgather stays Llama 3's exposed all-gather (arXiv:2407.21783 Sec. 3.3.2), under torch too
+    for fw in ("torch", "megatron"):
+        m = scen(layout={"cp": 4}, gpus=8, global_batch=4, seq_len=32768, cp_comm="allgather", framework=fw)
+        scatter = sum(exposures._coll("reduce_scatter", 4 * kv, group, m, None))
+        assert exposures._cp_exchange_s(m, None, group, shp.e, shp.tokens, shp) == pytest.approx(
+            (gather, gather + scatter))
 
 
 def test_fsdp1_stack_has_no_context_parallelism(capsys):

@@ -93,14 +93,14 @@ def _cp_exchange_s(scenario: Scenario, profile, group, e: int, tokens: int, shp)
     ``tokens`` is this rank's share of the micro-batch. p2p: the ring passes K/V blocks cp-1 times, each step
     hidden behind the attention of the block before it (backward: dK/dV travel too, behind 2.5x the work);
     allgather: K and V of all cp blocks gathered before attention, and gathered again plus dK/dV reduce-
-    scattered in backward, all on the critical path (under framework torch, torch's own all-gather rotation:
-    _torch_allgather_cp_s); a2a (Ulysses): Q, K, V re-sharded from sequence to heads
+    scattered in backward, all on the critical path (Llama 3's); torch_allgather: torch context_parallel's
+    rotation (_torch_allgather_cp_s); a2a (Ulysses): Q, K, V re-sharded from sequence to heads
     before attention and the output back after, the same exchanges mirrored in backward, on the critical path.
     """
     cp, tp = scenario.layout.cp, scenario.layout.tp
     kv_block = e * tokens * shp.kv * (shp.dqk + shp.dvh) / tp   # K and V of this rank's sequence block
     mode = scenario.training.cp_exchange
-    if mode == "allgather" and scenario.training.framework == "torch":
+    if mode == "torch_allgather":
         return _torch_allgather_cp_s(scenario, profile, group, e, kv_block)
     if mode == "allgather":
         gather = sum(_coll("all_gather", kv_block * cp, group, scenario, profile))

@@ -86,7 +86,8 @@ def cp_default_warning(scenario: Scenario) -> list[str]:
         return []
     return [f"cp_comm {t.cp_exchange} assumed: torch's context_parallel default (_ContextParallelOptions.rotate_method "
             "ALL_GATHER, torchtitan's context_parallel_rotate_method 'allgather'), one K/V all-gather per attention "
-            "call and dK/dV passed in a ring; set training.cp_comm: p2p for set_rotate_method('alltoall')"]
+            "call behind the local block and dK/dV passed in a ring; set training.cp_comm: p2p for "
+            "set_rotate_method('alltoall')"]
 
 
 def host_bound_warning(scenario: Scenario, profile=None, table=None) -> str | None:

@@ -53,9 +53,9 @@ def default_cp_comm(framework: str) -> str:
     context_parallel rotates K/V by all-gather unless set_rotate_method says otherwise
     (torch/distributed/tensor/experimental/_attention.py ``_ContextParallelOptions.rotate_method =
     _RotateMethod.ALL_GATHER``, find_string id 106942014; torchtitan's ``context_parallel_rotate_method`` defaults
-    to "allgather", id 43447747977); Megatron-Core's --cp-comm-type defaults to p2p, the K/V ring. DeepSpeed's
-    Ulysses (a2a) is asked for by name (specs/framework_era.py refuses a ring there)."""
-    return "allgather" if framework == "torch" else "p2p"
+    to "allgather", id 43447747977), ``torch_allgather``; Megatron-Core's --cp-comm-type defaults to p2p, the K/V
+    ring. DeepSpeed's Ulysses (a2a) is asked for by name (specs/framework_era.py refuses a ring there)."""
+    return "torch_allgather" if framework == "torch" else "p2p"
 
 
 class Layout(BaseModel):
@@ -205,15 +205,15 @@ class TrainingSpec(BaseModel):
         "pointwise/norm region -- no Python dispatch; implied by compile: true); a pass lasts at least its issue time")
     overlap_p2p: bool | None = Field(default=None, description="pipeline sends overlap compute (Megatron "
                                      "--overlap-p2p-communication); None = the framework's default")
-    cp_comm: Literal["p2p", "allgather", "a2a"] | None = Field(
+    cp_comm: Literal["p2p", "allgather", "a2a", "torch_allgather"] | None = Field(
         default=None, description="context-parallel exchange (Megatron-Core/TE --cp-comm-type): p2p = ring "
         "passing K/V blocks, overlapped with attention; allgather = K/V all-gathered before attention and their "
-        "gradients reduce-scattered after (Llama 3, arXiv:2407.21783 Sec. 3.3.2), exposed -- under framework torch "
-        "torch's own all-gather rotation (its context_parallel's default: the gather overlaps the local block's "
-        "attention, dK/dV return in a ring); a2a = all-to-all of Q/K/V and of the output between sequence and "
-        "head sharding (DeepSpeed-Ulysses), exposed. None = the framework's default: allgather for torch "
-        "(torch's _ContextParallelOptions.rotate_method, torchtitan's context_parallel_rotate_method), else p2p "
-        "(Megatron-Core's --cp-comm-type)")
+        "gradients reduce-scattered after (Llama 3, arXiv:2407.21783 Sec. 3.3.2), exposed; a2a = all-to-all of "
+        "Q/K/V and of the output between sequence and head sharding (DeepSpeed-Ulysses), exposed; torch_allgather "
+        "= torch context_parallel's all-gather rotation (framework torch only): one K/V all-gather behind the "
+        "local block's attention, dK/dV passed in an fp32 ring. None = the framework's default: torch_allgather "
+        "for torch (torch's _ContextParallelOptions.rotate_method, torchtitan's context_parallel_rotate_method "
+        "'allgather'), else p2p (Megatron-Core's --cp-comm-type)")
     ep_comm_overlap: bool = Field(
         default=False, description="MoE expert-parallel all-to-alls of one micro-batch overlapped with the compute of "
         "another (Megatron-Core --overlap-moe-expert-parallel-comm --delay-wgrad-compute, the combined 1F1B schedule; "
@@ -367,9 +367,12 @@ class TrainingSpec(BaseModel):
         if self.fsdp_reduce_scatter_input and self.effective_zero < 3:
             raise SpecError("fsdp_reduce_scatter_input", f"it places FSDP2's reduce-scatter input, which zero "
                              f"{self.effective_zero} (no FSDP) does not have: set zero 3 or drop it")
+        if self.cp_comm == "torch_allgather" and self.framework != "torch":
+            raise SpecError("cp_comm", f"torch_allgather is torch context_parallel's rotation (framework torch); "
+                             f"framework {self.framework} does not run it: use allgather, p2p or a2a")
         if self.flash_attention_version == 1 and not self.flash_attention:
             raise SpecError("flash_attention_version", "a FlashAttention generation needs flash_attention=true")
-        if self.distributed_optimizer and self.framework in ("deepspeed", "deepspeed-2023", "deepspeed-2021"):
+        if self.distributed_optimizer and self.framework in ("deepspeed", "deepspeed-2023"):  # -2021: by its date
             # DeepSpeed shards optimizer states with its ZeRO stage 1 (deepspeed/runtime/zero/stage_1_and_2.py); it has
             # no Megatron DistributedOptimizer (specs/framework_era.py)
             raise SpecError("distributed_optimizer", f"Megatron's DistributedOptimizer is not in framework "

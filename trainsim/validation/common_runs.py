@@ -331,11 +331,13 @@ def cp_comm(r: dict) -> str | None:
         return None
     if re.search(r"ring|p2p", t):
         return "p2p"
+    if re.search(r"torch", t) and re.search(r"all[\s_-]?gather", t):
+        return "torch_allgather"
     if re.search(r"all[\s_-]?gather", t):
         return "allgather"
     if re.search(r"a2a|all[\s_-]?to[\s_-]?all|ulysses", t):
         return "a2a"
-    raise SpecError("cp_comm", f"{r.get('cp_comm')!r} is none of ring/p2p, allgather, a2a")
+    raise SpecError("cp_comm", f"{r.get('cp_comm')!r} is none of ring/p2p, allgather, torch all-gather, a2a")
 
 
 def degree(r: dict, key: str) -> int:
