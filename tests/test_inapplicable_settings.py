@@ -182,3 +182,24 @@ def test_pipeline_overlap_with_one_stage_is_stated_inert():
     assert any(w.startswith("overlap_p2p changes nothing here: with pp = 1") for w in given.warnings)
     staged = predict(scen(layout={"pp": 2}, overlap_p2p=True), fast=True)
     assert not any(w.startswith("overlap_p2p") for w in staged.warnings)
+
+
+@pytest.mark.parametrize("section,method,expected", [
+    (None, None, "torch_allgather"), ("parallelism", "allgather", "torch_allgather"),
+    ("parallelism", "alltoall", "p2p"), ("experimental", "alltoall", "p2p")])
+def test_a_torchtitan_run_keeps_the_rotate_method_its_toml_states(section, method, expected):
+    """A torchtitan job TOML with context parallelism is costed with the rotation it ran (its default all-gather,
+    or "alltoall", the ring), not with trainsim's default."""
+    from pathlib import Path
+
+    from trainsim.validation.titan_logs import read_toml, titan_scenario_parts
+    toml = Path(__file__).parent / "data" / "runs" / "llama3_8b.toml"
+    cfg = read_toml(toml)
+    if section:
+        cfg[section] = {**cfg.get(section, {}), "context_parallel_rotate_method": method}
+    deg = {"data_parallel_replicate": 1, "data_parallel_shard": 4, "context_parallel": 2, "tensor_parallel": 1,
+           "pipeline_parallel": 1}
+    assert titan_scenario_parts(cfg, toml, deg)[2]["cp_comm"] == expected
+    cfg["parallelism"] = {**cfg.get("parallelism", {}), "context_parallel_rotate_method": "ring"}
+    with pytest.raises(SpecError, match="context_parallel_rotate_method"):
+        titan_scenario_parts(cfg, toml, deg)
