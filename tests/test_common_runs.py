@@ -274,13 +274,14 @@ def test_blind_interleave_for_uneven_stages():
 
 
 @pytest.mark.parametrize("text, expected", [
-    ("", "p2p"), ("ring", "p2p"), ("allgather (Sec. 3.3.2)", "allgather"), ("all-gather", "allgather"),
-    ("Ulysses", "a2a"), ("all-to-all", "a2a"),
+    ("", None), ("ring", "p2p"), ("allgather (Sec. 3.3.2)", "allgather"), ("all-gather", "allgather"),
+    ("torch context_parallel all-gather rotation", "torch_allgather"), ("Ulysses", "a2a"), ("all-to-all", "a2a"),
 ])
 def test_cp_comm_column(text, expected):
+    """An empty cell leaves cp_comm to the framework's default (specs.training.default_cp_comm)."""
     assert common_runs.cp_comm({"cp_comm": text}) == expected
     row = {**LLAMA_ROW, "cp": "2", "cp_comm": text, "num_gpus": "32768"}
-    assert common_runs.scenario_mapping(row, 1, 2)["training"]["cp_comm"] == expected
+    assert common_runs.scenario_mapping(row, 1, 2)["training"].get("cp_comm") == expected
 
 
 def test_precision_names_float8_as_fp8():
@@ -343,15 +344,16 @@ def test_explicit_recipe_columns_replace_the_year_rules(tmp_path):
     rail-optimized fabric) that states the Korthikanti et al. 2022 recipe in the explicit columns is built with
     that recipe; an empty explicit cell keeps the rule; an unreadable yes/no cell skips the row naming it."""
     explicit = {"framework": "megatron-2022", "dtype": "fp16", "grad_dtype_bytes": "4", "flash_attention": "no",
-                "flash_attention_version": "1", "dropout": "yes", "fabric": "fat-tree", "label": "my label", "category": "my group",
+                "dropout": "yes", "fabric": "fat-tree", "label": "my label", "category": "my group",
                 "precision": "mixed precision (int4 text not read when dtype is stated)"}
     rows = [{**LLAMA_ROW, "row_id": "explicit", **explicit}, {**LLAMA_ROW, "row_id": "rules", "framework": ""},
-            {**LLAMA_ROW, "row_id": "badflag", "flash_attention": "maybe"}]
+            {**LLAMA_ROW, "row_id": "badflag", "flash_attention": "maybe"},
+            {**LLAMA_ROW, "row_id": "fa1", "flash_attention_version": "1"}]
     cases = load_runs(tmp_path, rows)
     t, c = cases["explicit"].scenario.training, cases["explicit"].scenario.cluster
     assert (t.framework, t.dtype, t.grad_dtype_bytes, t.flash_attention, t.dropout) == \
         ("megatron-2022", "fp16", 4, False, True)
-    assert t.flash_attention_version == 1
+    assert cases["fa1"].scenario.training.flash_attention_version == 1
     assert c.scale_out.fabric == "fat-tree"
     assert (cases["explicit"].label, cases["explicit"].category) == ("my label", "my group")
     r = cases["rules"].scenario

@@ -229,7 +229,7 @@ def test_property_every_public_function_finite_positive_and_bounded():
         if model == "mixtral-8x7b":
             layout["ep"] = 2
         base = dict(seq_len=seq, global_batch=8 * mb, micro_batch=mb, sequence_parallel=sp and tp > 1,
-                    flash_attention=flash, dropout=dropout, dtype=dtype, zero=zero, schedule=schedule)
+                    flash_attention=flash, dropout=dropout, dtype=dtype, zero=zero, schedule=schedule if pp > 1 else "1f1b")
         times = []
         for rec in ("none", "selective", "full"):
             s = scen(model, gpus=gpus, layout=layout, **base, recompute=rec)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainsim.cost_models import framework
+from trainsim.cost_models import model_states
 from trainsim.cost_models import runtime_memory as rt
 from trainsim.cost_models.memory import rank_param_shards, stage_memory
 from trainsim.specs import SpecError, build_scenario
@@ -71,7 +71,7 @@ def test_gradient_dtype_setting_and_framework_defaults():
     # Pure bf16 (torchtune): 2 + 2 + 4 bytes per parameter, no fp32 master.
     pure = stage_memory(scen(*base, master_weights=False), 0)
     assert pure.model_states == pytest.approx(8 * rp.held)
-    assert "no fp32 master" in framework.state_bytes(scen(*base, master_weights=False).training).note
+    assert "no fp32 master" in model_states.state_bytes(scen(*base, master_weights=False).training).note
     # FSDP2 (torch) / FSDP1 (pytorch-fsdp) under mixed precision: fp32 shards, fp32 grads, Adam m and v.
     for fw in ("torch", "pytorch-fsdp"):
         z3 = scen(*base, framework=fw, zero=3)
@@ -267,14 +267,14 @@ def test_deepspeed_bf16_optimizer_keeps_bf16_grads_beside_fp32_ones():
     # bf16 weights 2, bf16 .grad 2 + fp32 accumulation buffer 4 (both unsharded), fp32 master + Adam 12 over DP.
     base = ("llama3-8b", 8, {"tp": 1})
     bf16_opt = scen(*base, framework="deepspeed", zero=1, grad_dtype="fp32")
-    sb = framework.state_bytes(bf16_opt.training)
+    sb = model_states.state_bytes(bf16_opt.training)
     assert (sb.weights, sb.grads, sb.optimizer) == (2, 6, 12) and "BF16_Optimizer" in sb.note
     rp = rank_param_shards(bf16_opt, 0)
     sm = stage_memory(bf16_opt, 0)
     assert sm.grads == pytest.approx(6 * rp.grad_params) and rp.grad_params == rp.weight_params
     # bf16 gradient accumulation is ZeRO's own optimizer (2 + 2 + 12), and so is ZeRO-2 with fp32 grads
-    assert framework.state_bytes(scen(*base, framework="deepspeed", zero=1).training).grads == 2
-    assert framework.state_bytes(scen(*base, framework="deepspeed", zero=2, grad_dtype="fp32").training).grads == 4
+    assert model_states.state_bytes(scen(*base, framework="deepspeed", zero=1).training).grads == 2
+    assert model_states.state_bytes(scen(*base, framework="deepspeed", zero=2, grad_dtype="fp32").training).grads == 4
 
 
 def test_deepspeed_bf16_pipeline_reduce_casts_the_whole_fp32_gradient_to_bf16():

@@ -17,7 +17,7 @@ from trainsim.simulator.planner import DEFAULT_MEMORY_HEADROOM, parse_headroom
 from trainsim.simulator.search_space import SearchLimits, check_training_extra, training_extra
 from trainsim.specs import SpecError, load_cluster, load_layout, load_model, load_scenario_file
 from trainsim.specs.framework_era import layout_refusal
-from trainsim.specs.training import Schedule, zero_conflict
+from trainsim.specs.training import Schedule, default_cp_comm, zero_conflict
 
 from trainsim.specs.loaders import with_background_load
 
@@ -150,8 +150,9 @@ def _pin_dp_shard(fixed: dict[str, Any], extra: dict[str, Any], layout: dict[str
 def _check_framework_code(fixed: dict[str, Any], extra: dict[str, Any], model) -> None:
     """Context / expert parallelism and MoE models the framework preset's code lacks (specs.framework_era):
     refused here, naming the field, rather than left to drop every candidate."""
-    why = layout_refusal(extra.get("framework", "megatron"), cp=fixed.get("cp", 1), ep=fixed.get("ep", 1),
-                         moe=model.is_moe, cp_comm=extra.get("cp_comm", "p2p"))
+    fw = extra.get("framework", "megatron")
+    why = layout_refusal(fw, cp=fixed.get("cp", 1), ep=fixed.get("ep", 1), moe=model.is_moe,
+                         cp_comm=extra.get("cp_comm") or default_cp_comm(fw))
     if why:
         raise SpecError(*why)
 

@@ -341,7 +341,7 @@ class FrameworkBehaviour:
     # (activations.logits_workspace_bytes).
     eager_fp32_cross_entropy: bool = False
     # The sharded parameters are the fp32 master weights (torch.distributed FSDP1 FlatParameter / FSDP2 DTensor
-    # shards under a mixed-precision policy; torch AMP keeps fp32 parameters and casts per op): state_bytes.
+    # shards under a mixed-precision policy; torch AMP keeps fp32 parameters and casts per op): model_states.state_bytes.
     fp32_params: bool = False
     # The model and its optimizer run under DeepSpeed's engine (``deepspeed.initialize``): the ZeRO optimizers
     # create their states at construction (first_step_fragmentation.lazy_state_bytes) and step the flat fp32
@@ -490,18 +490,6 @@ def zero12_reduce_calls(training, params: float, dp: int, bucket_params: float,
     return buckets + dp - 1 if mode == "per_rank_reduce" else buckets
 
 
-def held_grad_bytes(training) -> int:
-    """Bytes per gradient element a rank holds for the optimizer: FSDP keeps its reduced shards in the fp32
-    parameter dtype whatever the reduce dtype (fsdp_grad_prep); otherwise the training's gradient dtype."""
-    if BEHAVIOURS[training.framework].fsdp_grad_prep and training.effective_zero >= 2:
-        return FSDP_SHARD_GRAD_BYTES
-    return training.grad_bytes
-
-
-# Mixed-precision Adam: fp32 master weight + m + v (TrainingSpec.optimizer_bytes_per_param's default).
-MIXED_ADAM_BYTES = 12
-
-
 # DeepSpeed's BF16_Optimizer keeps each parameter's bf16 gradient (``lp.grad``) beside its fp32 accumulation
 # buffer: ``update_hp_grads(clear_lp_grads=False)`` adds the bf16 grads into ``fp32_groups_gradients_flat`` (a
 # ``zeros_like`` of the whole flat bf16 group in fp32, not partitioned) and leaves them allocated until
@@ -516,112 +504,6 @@ def bf16_optimizer(training) -> bool:
     grad_accum_dtype fp32; stage 0 bf16 always takes it)."""
     return (training.framework in ("deepspeed", "deepspeed-2023", "deepspeed-2021") and training.dtype == "bf16"
             and training.effective_zero <= 1 and training.grad_bytes == 4 and not training.offload_optimizer)
-
-
-@dataclass(frozen=True)
-class StateBytes:
-    """Bytes per parameter of the model states as a framework keeps them, before any sharding.
-
-    ``weights``: the stored parameters; ``grads``: the gradients held for the optimizer; ``optimizer``: the
-    optimizer's own state (fp32 master copy when separate from the weights, Adam m and v). ``note`` says in
-    words which dtypes these are (predict and the report print it).
-    """
-
-    weights: float
-    grads: float
-    optimizer: float
-    note: str
-
-    @property
-    def total(self) -> float:
-        return self.weights + self.grads + self.optimizer
-
-
-def _dtype_name(nbytes: float, low: str) -> str:
-    return {4: "fp32", 2: low, 1: "fp8"}.get(int(nbytes), f"{nbytes:g}-byte")
-
-
-def state_bytes(training) -> StateBytes:
-    """Model-state bytes per parameter under ``training``'s framework and precision (see StateBytes).
-
-    * megatron*: 16-bit parameters (``param_bytes``), the DDP main-grad buffer in ``grad_bytes`` (fp32 with
-      bf16: specs.training.MEGATRON_FRAMEWORKS), and the optimizer's fp32 main parameters + Adam m, v
-      (``optimizer_bytes_per_param`` = 12; megatron/core/optimizer/distrib_optimizer.py builds the fp32 main
-      shard, optimizer.py Float16OptimizerWithFloat16Params the unsharded one). 2 + 4 + 12 = 18 bytes, the
-      figure of megatron/training/theoretical_memory_usage.py (6 + 12/DP with the distributed optimizer).
-    * pytorch-fsdp / torch (``fp32_params``): the stored (sharded) parameters are fp32 -- FSDP2's
-      MixedPrecisionPolicy casts them to ``param_dtype`` only for the unsharded compute copy, and torch AMP
-      autocasts per op --, the gradients land in the fp32 parameter dtype (``held_grad_bytes``), and Adam keeps
-      m and v (8 bytes; no separate master). 4 + 4 + 8 = 16 bytes. A ``param_dtype_bytes`` or a
-      non-default ``optimizer_bytes_per_param`` in the scenario is taken as given.
-    * deepspeed*: 16-bit parameters and gradients, the fp32 partition + Adam m, v (ZeRO paper Sec. 3.1:
-      2 + 2 + 12; deepspeed/runtime/zero/stage_1_and_2.py ``single_partition_of_fp32_groups``). bf16 with
-      fp32 gradient accumulation at ZeRO 0/1 is the BF16_Optimizer: the bf16 gradients stay beside the fp32
-      accumulation buffer, 2 + (2 + 4) + 12 (``bf16_optimizer``).
-    * fp32 training: no master copy, 4 + 4 + 8 (Megatron's FP32Optimizer; torch.optim on fp32 parameters).
-    * ``master_weights=false`` (pure low-precision, torchtune's default): weights and gradients in the
-      training dtype and Adam's m and v in the parameters' dtype (torch.optim allocates them ``zeros_like``
-      the parameter): 2 + 2 + 4.
-    """
-    low = "fp16" if training.dtype == "fp16" else "bf16"
-    grads = held_grad_bytes(training)
-    # optimizer_bytes_per_param at its default (MIXED_ADAM_BYTES) means "Adam as this precision keeps it";
-    # any other value (SGD, an 8-bit Adam, the executor's 8) is taken as given, as are explicit dtype bytes.
-    default_adam = training.optimizer_bytes_per_param == MIXED_ADAM_BYTES
-    if not training.master_weights:
-        opt = 2 * training.param_bytes if default_adam else training.optimizer_bytes_per_param
-        grad_name = _dtype_name(grads, low)
-        note = (f"pure {low}: weights and Adam m, v in {low}, {grad_name} grads, no fp32 master" if grad_name != low
-                else f"pure {low}: weights, grads and Adam m, v in {low}, no fp32 master")
-        return StateBytes(training.param_bytes, grads, opt, note)
-    if BEHAVIOURS[training.framework].fp32_params and training.dtype != "fp32" and not training.param_dtype_bytes:
-        if not (training.grad_dtype_bytes or training.grad_dtype):
-            grads = 4
-        opt = 8 if default_adam else training.optimizer_bytes_per_param
-        note = (f"fp32 sharded weights (the {low} unsharded copy only during compute), "
-                f"{_dtype_name(grads, low)} grads, Adam m, v fp32 ({opt:g} B)")
-        return StateBytes(4, grads, opt, note)
-    w, opt = training.param_bytes, training.optimizer_bytes_per_param
-    if bf16_optimizer(training):
-        note = (f"bf16 weights, bf16 grads + fp32 accumulated grads (DeepSpeed BF16_Optimizer), "
-                f"{'fp32 master + Adam m, v' if opt == MIXED_ADAM_BYTES else f'optimizer {opt:g} B'}")
-        return StateBytes(w, grads + BF16_LP_GRAD_BYTES, opt, note)
-    if training.dtype == "fp32" and default_adam:
-        # fp32 training has no separate master copy (Megatron's FP32Optimizer, torch.optim on fp32 parameters):
-        # Adam's m and v only.
-        return StateBytes(w, grads, 8, f"fp32 weights, {_dtype_name(grads, low)} grads, Adam m, v fp32 (no master "
-                                       "copy)")
-    master = "fp32 master + Adam m, v" if opt == MIXED_ADAM_BYTES else f"optimizer {opt:g} B"
-    note = f"{_dtype_name(w, low)} weights, {_dtype_name(grads, low)} grads, {master}"
-    return StateBytes(w, grads, opt, note)
-
-
-def memory_assumptions(training) -> dict:
-    """The model-state dtypes a prediction assumed, for predict / report output (bytes per parameter)."""
-    sb = state_bytes(training)
-    return {"framework": training.framework, "weights_bytes_per_param": sb.weights,
-            "grads_bytes_per_param": sb.grads, "optimizer_bytes_per_param": sb.optimizer,
-            "grad_reduce_dtype": training.grad_dtype_name, "master_weights": training.master_weights,
-            "note": sb.note, **({"compile": _compile_note(training)} if training.compile else {}),
-            **({"optimizer_sharding": training.optimizer_sharding_note} if training.optimizer_sharding_note else {}),
-            **({"mixed_precision": AUTOCAST_NOTE} if training.autocast else {})}
-
-
-# What predict states under training.autocast (cost_models/autocast.py holds the mechanisms and their sources).
-AUTOCAST_NOTE = ("torch.autocast on fp32 weights: a 16-bit copy of every linear weight and bias cached for the step "
-                 "(autocast_weight_cache), an fp32 residual stream (fp32 norm inputs, one 16-bit cast of a norm output "
-                 "per linear reading it), and without recompute later micro-batches' weight gradients cast at the end "
-                 "of their backward (autocast_deferred_grads)")
-
-
-def _compile_note(training) -> str:
-    """What a compiled block is assumed to save (TrainingSpec.compile; measured in tests/test_compile_oracle.py)."""
-    if training.recompute == "full":
-        return "torch.compile under full AC: each block keeps its input, as eager"
-    if training.recompute == "selective":
-        return ("torch.compile under per-op SAC: AOTAutograd's min-cut partitioner drops the unread w2 output the "
-                "policy marks saved")
-    return "torch.compile without AC: blocks keep what fused kernels keep (no fp32 norm copies, SwiGLU 3·f)"
 
 
 def fsdp_divide_factors(world: int) -> tuple[float, float]:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .framework import state_bytes
+from .model_states import state_bytes
 
 
 @dataclass(frozen=True)

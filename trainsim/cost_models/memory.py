@@ -14,7 +14,7 @@ the embedding (+ learned positions) to the first stage, final norm and output la
 embeddings keep a duplicate of the word embedding on the last stage when ``pp > 1`` (Megatron), with its
 own gradient and optimizer state. EP gives each rank ``E/ep`` experts.
 
-Model-state bytes per parameter come from the framework's own code (framework.state_bytes): Megatron keeps
+Model-state bytes per parameter come from the framework's own code (model_states.state_bytes): Megatron keeps
 16-bit weights, an fp32 main-grad buffer and fp32 main weights + Adam m, v (18 bytes; 6 + 12/DP with the
 distributed optimizer, as megatron/training/theoretical_memory_usage.py); FSDP keeps fp32 sharded weights
 and gradients and Adam m, v (16); DeepSpeed 2 + 2 + 12; pure low-precision training 2 + 2 + 4.
@@ -53,7 +53,8 @@ from itertools import pairwise
 
 from . import activations as act
 from . import autocast
-from .framework import behaviour, bf16_optimizer, state_bytes
+from .framework import behaviour, bf16_optimizer
+from .model_states import state_bytes
 from .allocator_reserve import grads_off_peak, loss_stage_cached_bytes
 from .first_step_fragmentation import first_step_extra_reserved, lazy_state_bytes
 from .fsdp2_peak import fsdp2_moment, fsdp2_of

@@ -188,7 +188,7 @@ def _layer_shape(scenario) -> LayerShape:
         local_frac=(1.0 - m.num_global_layers / m.num_layers) if m.sliding_window else 0.0,
         attn_softcap=m.attn_softcap is not None, final_softcap=m.final_softcap is not None,
         proj=m.embed_proj_dim or 0, moe_load=scenario_moe_load_factor(scenario),
-        te_cp_p2p=t.framework == "megatron" and lay.cp > 1 and t.cp_comm == "p2p",
+        te_cp_p2p=t.framework == "megatron" and lay.cp > 1 and t.cp_exchange == "p2p",
     )
 
 

@@ -94,12 +94,15 @@ def _cp_exchange_s(scenario: Scenario, profile, group, e: int, tokens: int, shp)
     ``tokens`` is this rank's share of the micro-batch. p2p: the ring passes K/V blocks cp-1 times, each step
     hidden behind the attention of the block before it (backward: dK/dV travel too, behind 2.5x the work);
     allgather: K and V of all cp blocks gathered before attention, and gathered again plus dK/dV reduce-
-    scattered in backward, all on the critical path; a2a (Ulysses): Q, K, V re-sharded from sequence to heads
+    scattered in backward, all on the critical path (Llama 3's); torch_allgather: torch context_parallel's
+    rotation (_torch_allgather_cp_s); a2a (Ulysses): Q, K, V re-sharded from sequence to heads
     before attention and the output back after, the same exchanges mirrored in backward, on the critical path.
     """
     cp, tp = scenario.layout.cp, scenario.layout.tp
     kv_block = e * tokens * shp.kv * (shp.dqk + shp.dvh) / tp   # K and V of this rank's sequence block
-    mode = scenario.training.cp_comm
+    mode = scenario.training.cp_exchange
+    if mode == "torch_allgather":
+        return _torch_allgather_cp_s(scenario, profile, group, e, kv_block)
     if mode == "allgather":
         gather = sum(_coll("all_gather", kv_block * cp, group, scenario, profile))
         scatter = sum(_coll("reduce_scatter", kv_block * cp, group, scenario, profile))
@@ -115,6 +118,30 @@ def _cp_exchange_s(scenario: Scenario, profile, group, e: int, tokens: int, shp)
     attn_blk = _attention_fwd_s(scenario, profile) / cp
     steps = cp - 1
     return steps * max(0.0, step - attn_blk), steps * max(0.0, step_b - compute.FLASH_BWD_FACTOR * attn_blk)
+
+
+# torch's context parallelism accumulates dK/dV in fp32 and rotates them so (_ContextParallelOptions.convert_to_f32
+# = True: ``accum_dtype = torch.float32``, _templated_ring_attention_backward).
+TORCH_CP_GRAD_BYTES = 4
+
+
+def _torch_allgather_cp_s(scenario: Scenario, profile, group, e: int, kv_block: float) -> tuple[float, float]:
+    """Exposed (forward, backward) context-parallel time of one block under torch's all-gather rotation
+    (torch/distributed/tensor/experimental/_attention.py, _AllGatherRotater; find_string id 106942014).
+
+    Forward: K/V of all cp blocks in one asynchronous all-gather issued before the local block's attention and
+    waited for before the next block's, so it hides behind one block's attention. Backward: the same all-gather
+    behind the local block's backward, and dK/dV passed to the next rank after each of the cp blocks (the dkv
+    rotater is always _RotateMethod.ALL_TO_ALL), fp32 (TORCH_CP_GRAD_BYTES), each behind the next block's backward
+    but the last, which the function waits for before it returns.
+    """
+    cp = scenario.layout.cp
+    gather = sum(_coll("all_gather", kv_block * cp, group, scenario, profile))
+    dkv = sum(_coll("send_recv", kv_block * TORCH_CP_GRAD_BYTES / e, group, scenario, profile))
+    attn_blk = _attention_fwd_s(scenario, profile) / cp
+    bwd_blk = compute.FLASH_BWD_FACTOR * attn_blk
+    fwd = max(0.0, gather - attn_blk)
+    return fwd, max(0.0, gather - bwd_blk) + (cp - 1) * max(0.0, dkv - bwd_blk) + dkv
 
 
 def _pipelined_exposed_s(comm_s: float, gemm_s: float, chunked_gemm_s: float, steps: int) -> float:

@@ -20,6 +20,7 @@ from .fold import simulate_step
 from .metrics import to_prediction
 from .pools import describe_pools, dp_engine_pacing
 from .result import Prediction
+from .stated_settings import inert_data_parallel_notes, inert_pipeline_notes
 from .trace import write_trace
 
 MAX_SAMPLES = 10_000
@@ -77,16 +78,16 @@ HOST_BOUND_WARN_RATIO = 0.5
 
 
 def cp_default_warning(scenario: Scenario) -> list[str]:
-    """The stated resolution of an unset ``cp_comm`` under the torch frameworks: trainsim's default is the K/V ring
-    overlapped with attention (Megatron-Core/TE's p2p), while torch's context_parallel rotates K/V by all-gather
-    unless set_rotate_method says otherwise (torch/distributed/tensor/experimental/_attention.py
-    _ContextParallelOptions.rotate_method = ALL_GATHER; torchtitan's context_parallel_rotate_method "allgather")."""
+    """The stated resolution of an unset ``cp_comm`` under framework torch: torch's context_parallel rotates K/V
+    by all-gather unless set_rotate_method says otherwise (specs.training.default_cp_comm), and that is what is
+    costed (simulator/exposures.py _torch_allgather_cp_s)."""
     t = scenario.training
-    if scenario.layout.cp == 1 or t.framework not in ("torch", "pytorch-fsdp") or "cp_comm" in t.model_fields_set:
+    if scenario.layout.cp == 1 or t.framework != "torch" or t.cp_comm is not None:
         return []
-    return [f"cp_comm {t.cp_comm} assumed (a K/V ring overlapped with attention: torch's set_rotate_method"
-            "('alltoall')); torch's context_parallel rotates by all-gather unless told otherwise: set "
-            "training.cp_comm: allgather in the scenario for that"]
+    return [f"cp_comm {t.cp_exchange} assumed: torch's context_parallel default (_ContextParallelOptions.rotate_method "
+            "ALL_GATHER, torchtitan's context_parallel_rotate_method 'allgather'), one K/V all-gather per attention "
+            "call behind the local block and dK/dV passed in a ring; set training.cp_comm: p2p for "
+            "set_rotate_method('alltoall')"]
 
 
 def host_bound_warning(scenario: Scenario, profile=None, table=None) -> str | None:
@@ -246,7 +247,8 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
                         f"{scenario.stage_layers[-1]} (last), {max(scenario.stage_layers)} (others)")
     if ideal_network:
         warnings.append("ideal network: all communication is free")
-    warnings += cp_default_warning(scenario)
+    warnings += cp_default_warning(scenario) + inert_data_parallel_notes(scenario)
+    warnings += inert_pipeline_notes(scenario)
     launch = host_bound_warning(scenario, profile, table)
     if launch:
         warnings.append(launch)
@@ -327,8 +329,8 @@ def _monte_carlo(pred: Prediction, scenario: Scenario, table: CostTable, jitter_
 
 def _describe_memory(pred: Prediction, scenario: Scenario, allocator_replay: bool = True) -> None:
     """Fill the prediction's stated memory assumptions, the peak stage's named other terms and parameter counts."""
-    from trainsim.cost_models import framework, memory
-    pred.memory_assumptions = framework.memory_assumptions(scenario.training)
+    from trainsim.cost_models import memory, model_states
+    pred.memory_assumptions = model_states.memory_assumptions(scenario.training)
     pp = scenario.layout.pp
     # The peak is on stage 0, 1 or p-1 (planner.peak_memory_bytes says why).
     stages = {s: memory.stage_memory(scenario, s) for s in sorted({0, min(1, pp - 1), pp - 1})}

@@ -51,7 +51,7 @@ class Prediction:
     extra: dict[str, Any] = field(default_factory=dict)
     # Monte Carlo summary when jitter/stragglers were requested (step_time_p50_s, step_time_p99_s, ...).
     variability: dict[str, Any] = field(default_factory=dict)
-    # Model-state dtypes assumed (framework.memory_assumptions), the peak stage's named ``other`` terms
+    # Model-state dtypes assumed (model_states.memory_assumptions), the peak stage's named ``other`` terms
     # (bytes), and the model's parameter counts.
     memory_assumptions: dict[str, Any] = field(default_factory=dict)
     other_terms: dict[str, float] = field(default_factory=dict)

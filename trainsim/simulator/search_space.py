@@ -22,6 +22,7 @@ from trainsim.specs.framework_era import feature_refusal, layout_refusal, schedu
 from trainsim.specs.errors import from_validation_error
 from trainsim.specs.pools import arranged, placement_options
 from trainsim.specs.scenario import balanced_stage_layers, ep_overlap_refusal
+from trainsim.specs.training import default_cp_comm
 from trainsim.specs.training import MEGATRON_FRAMEWORKS
 
 RECOMPUTE_LADDER = ("none", "selective", "full")   # less memory, more compute, left to right
@@ -168,8 +169,8 @@ def _code_has(lim: SearchLimits, *, cp: int = 1, ep: int = 1) -> bool:
     """Whether the framework preset's code runs this context / expert parallelism (specs.framework_era): a degree
     it cannot run is not searched."""
     extra = lim.training_extra
-    return layout_refusal(extra.get("framework", "megatron"), cp=cp, ep=ep, moe=False,
-                          cp_comm=extra.get("cp_comm", "p2p")) is None
+    fw = extra.get("framework", "megatron")
+    return layout_refusal(fw, cp=cp, ep=ep, moe=False, cp_comm=extra.get("cp_comm") or default_cp_comm(fw)) is None
 
 
 def _cp_options(seq_len: int, rest: int, lim: SearchLimits) -> list[int]:

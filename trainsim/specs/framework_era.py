@@ -138,6 +138,13 @@ FORK_LACKS: dict[str, dict[tuple[str, object], str]] = {
                                   "all-to-all, DistributedAttention)",
     },
 }
+# pytorch-fsdp (Composer + llm-foundry on torch FSDP1) has no context parallelism: Composer's ParallelismConfig
+# holds fsdp and tp only (mosaicml/composer composer/utils/parallelism.py, read_file id 305597169), and torch's
+# context_parallel shards DTensor buffers on a device mesh, which torchtitan composes with FSDP2 (framework torch).
+FORK_CODE["pytorch-fsdp"] = "Composer + llm-foundry on torch FSDP1, composer/utils/parallelism.py"
+FORK_LACKS["pytorch-fsdp"] = {("cp", "> 1"): "no context parallelism (Composer's ParallelismConfig holds fsdp and tp "
+                                             "only)"}
+SUCCESSOR["pytorch-fsdp"] = "torch"
 # DeepSpeed v0.12.3 splits the sequence the same one way (deepspeed/sequence/layer.py, since v0.10.2).
 FORK_CODE["deepspeed-2023"] = "DeepSpeed v0.12.3, deepspeed/sequence/layer.py"
 FORK_LACKS["deepspeed-2023"] = FORK_LACKS["deepspeed"]

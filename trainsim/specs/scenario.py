@@ -266,7 +266,7 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
 def _check_framework_code(m: ModelSpec, layout: Layout, t: TrainingSpec) -> None:
     """Context and expert parallelism and MoE models where the framework preset's code has them
     (specs/framework_era.py: historic presets, Megatron-DeepSpeed's Ulysses-only context parallelism)."""
-    why = layout_refusal(t.framework, cp=layout.cp, ep=layout.ep, moe=m.is_moe, cp_comm=t.cp_comm)
+    why = layout_refusal(t.framework, cp=layout.cp, ep=layout.ep, moe=m.is_moe, cp_comm=t.cp_exchange)
     if why:
         raise SpecError(*why)
 
@@ -345,7 +345,7 @@ def _check_sequence(m: ModelSpec, layout: Layout, t: TrainingSpec) -> None:
     tp, cp = layout.tp, layout.cp
     if t.seq_len % cp or (cp > 1 and t.seq_len % (2 * cp)):
         raise SpecError("training.seq_len", f"seq_len={t.seq_len} must be divisible by 2*cp = {2 * cp}")
-    if cp > 1 and t.cp_comm == "a2a" and ((m.num_heads // tp) % cp or (m.kv_heads // tp) % cp):
+    if cp > 1 and t.cp_exchange == "a2a" and ((m.num_heads // tp) % cp or (m.kv_heads // tp) % cp):
         raise SpecError("training.cp_comm", f"a2a (Ulysses) needs the query and key/value heads per TP rank "
                                             f"({m.num_heads // tp}, {m.kv_heads // tp}) divisible by cp={cp}")
     if t.sequence_parallel and t.seq_len % (tp * cp):

@@ -38,12 +38,24 @@ DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 # if ddp_config.grad_reduce_in_fp32 else param.dtype``). fp8 runs keep bf16 parameters (--bf16 --fp8-format).
 # With fp16 the flag defaults off, so the buffer is fp16.
 MEGATRON_FRAMEWORKS = ("megatron", "megatron-2021", "megatron-2022", "megatron-deepspeed")
+# DeepSpeed's engine and its forks (the ZeRO and BF16 optimizers keep the master weights).
+DEEPSPEED_LINE = ("deepspeed", "deepspeed-2023", "deepspeed-2021", "megatron-deepspeed")
 # The training framework: selects documented software-stack behaviours (gradient-reduction overlap,
 # cross-entropy kernel, ZeRO-3 gather granularity), see trainsim/cost_models/framework.py.
 Framework = Literal["megatron", "megatron-2021", "megatron-2022", "megatron-deepspeed", "pytorch-fsdp", "deepspeed",
                     "deepspeed-2023", "deepspeed-2021", "torch"]
 
 DEFAULT_PLACEMENT = ("tp", "cp", "ep", "dp", "pp")
+
+
+def default_cp_comm(framework: str) -> str:
+    """The context-parallel exchange a framework runs when the scenario leaves ``cp_comm`` unset: torch's
+    context_parallel rotates K/V by all-gather unless set_rotate_method says otherwise
+    (torch/distributed/tensor/experimental/_attention.py ``_ContextParallelOptions.rotate_method =
+    _RotateMethod.ALL_GATHER``, find_string id 106942014; torchtitan's ``context_parallel_rotate_method`` defaults
+    to "allgather", id 43447747977), ``torch_allgather``; Megatron-Core's --cp-comm-type defaults to p2p, the K/V
+    ring. DeepSpeed's Ulysses (a2a) is asked for by name (specs/framework_era.py refuses a ring there)."""
+    return "torch_allgather" if framework == "torch" else "p2p"
 
 
 class Layout(BaseModel):
@@ -198,11 +210,15 @@ class TrainingSpec(BaseModel):
         "pointwise/norm region -- no Python dispatch; implied by compile: true); a pass lasts at least its issue time")
     overlap_p2p: bool | None = Field(default=None, description="pipeline sends overlap compute (Megatron "
                                      "--overlap-p2p-communication); None = the framework's default")
-    cp_comm: Literal["p2p", "allgather", "a2a"] = Field(
-        default="p2p", description="context-parallel exchange (Megatron-Core/TE --cp-comm-type): p2p = ring "
+    cp_comm: Literal["p2p", "allgather", "a2a", "torch_allgather"] | None = Field(
+        default=None, description="context-parallel exchange (Megatron-Core/TE --cp-comm-type): p2p = ring "
         "passing K/V blocks, overlapped with attention; allgather = K/V all-gathered before attention and their "
         "gradients reduce-scattered after (Llama 3, arXiv:2407.21783 Sec. 3.3.2), exposed; a2a = all-to-all of "
-        "Q/K/V and of the output between sequence and head sharding (DeepSpeed-Ulysses), exposed")
+        "Q/K/V and of the output between sequence and head sharding (DeepSpeed-Ulysses), exposed; torch_allgather "
+        "= torch context_parallel's all-gather rotation (framework torch only): one K/V all-gather behind the "
+        "local block's attention, dK/dV passed in an fp32 ring. None = the framework's default: torch_allgather "
+        "for torch (torch's _ContextParallelOptions.rotate_method, torchtitan's context_parallel_rotate_method "
+        "'allgather'), else p2p (Megatron-Core's --cp-comm-type)")
     ep_comm_overlap: bool = Field(
         default=False, description="MoE expert-parallel all-to-alls of one micro-batch overlapped with the compute of "
         "another (Megatron-Core --overlap-moe-expert-parallel-comm --delay-wgrad-compute, the combined 1F1B schedule; "
@@ -282,6 +298,8 @@ class TrainingSpec(BaseModel):
         if not self.master_weights and self.dtype in ("fp32", "fp8"):
             raise SpecError("master_weights", f"master_weights=false needs dtype bf16 or fp16 (pure low-precision "
                                               f"training), got {self.dtype}")
+        if not self.master_weights and self.framework in DEEPSPEED_LINE:
+            self._check_deepspeed_pure_bf16()
         if self.compile:
             self._check_compile()
         if self.cross_entropy == "eager_fp32_kept" and self.framework not in OP_SAC_FRAMEWORKS:
@@ -330,6 +348,7 @@ class TrainingSpec(BaseModel):
         if self.attention_softmax_fp32 and self.flash_attention:
             raise SpecError("attention_softmax_fp32", "describes unfused attention's saved probabilities; a flash "
                                                       "kernel saves none: set flash_attention false")
+        self._check_inapplicable()
         if self.mixed_precision == "autocast" and self.framework not in ("torch", "pytorch-fsdp"):
             # Megatron and DeepSpeed cast the model once (Float16Module / the fp16 engine), never torch.autocast
             raise SpecError("mixed_precision", f"autocast is torch.autocast in a torch training loop; framework "
@@ -342,6 +361,49 @@ class TrainingSpec(BaseModel):
         why = era_refusal(self)  # a feature the historic preset's code did not have (specs/framework_era.py)
         if why:
             raise SpecError(re.match(r"\w+", why).group(), why)
+
+    def _check_inapplicable(self) -> None:
+        """Settings the scenario's framework or its other settings leave nothing to act on: refused, naming why
+        (each was accepted and changed nothing, or changed what the framework does not do)."""
+        if self.optimizer_offload_fraction != 1.0 and self.framework != "megatron":
+            # Megatron-Core's HybridDeviceOptimizer (--optimizer-offload-fraction); DeepSpeed's ZeRO-Offload and FSDP's
+            # CPUOffload move the whole optimizer (DeepSpeed's partial offload_optimizer.ratio, ZeRO-3 Twin-Flow, is
+            # not costed)
+            raise SpecError("optimizer_offload_fraction", f"it is Megatron-Core's --optimizer-offload-fraction; "
+                             f"framework {self.framework} offloads the whole optimizer as costed: drop it, or use "
+                             f"framework megatron")
+        if self.fsdp_reduce_scatter_input and self.effective_zero < 3:
+            raise SpecError("fsdp_reduce_scatter_input", f"it places FSDP2's reduce-scatter input, which zero "
+                             f"{self.effective_zero} (no FSDP) does not have: set zero 3 or drop it")
+        if self.cp_comm == "torch_allgather" and self.framework != "torch":
+            raise SpecError("cp_comm", f"torch_allgather is torch context_parallel's rotation (framework torch); "
+                             f"framework {self.framework} does not run it: use allgather, p2p or a2a")
+        if self.flash_attention_version == 1 and not self.flash_attention:
+            raise SpecError("flash_attention_version", "a FlashAttention generation needs flash_attention=true")
+        if self.distributed_optimizer and self.framework in ("deepspeed", "deepspeed-2023"):  # -2021: by its date
+            # DeepSpeed shards optimizer states with its ZeRO stage 1 (deepspeed/runtime/zero/stage_1_and_2.py); it has
+            # no Megatron DistributedOptimizer (specs/framework_era.py)
+            raise SpecError("distributed_optimizer", f"Megatron's DistributedOptimizer is not in framework "
+                             f"{self.framework}, which shards optimizer states with ZeRO stage 1: set zero 1 instead")
+
+    def _check_deepspeed_pure_bf16(self) -> None:
+        """DeepSpeed keeps an fp32 master partition (ZeRO's single_partition_of_fp32_groups, BF16_Optimizer's fp32
+        groups) unless bf16.bf16_master_weights_and_grads (with bf16_optimizer_states) is set
+        (deepspeedai/DeepSpeed PR #7700): a bf16 master partition, gradients and Adam states, which
+        deepspeed/runtime/config.py asserts only with ZeRO stage 1, 2 or 3 (read_file id 51845822457)."""
+        if self.framework != "deepspeed":
+            raise SpecError("master_weights", f"framework {self.framework} keeps fp32 master weights (DeepSpeed's "
+                             "bf16 master weights, bf16_master_weights_and_grads, came with deepspeedai/DeepSpeed PR "
+                             "#7700, after this code): use framework deepspeed, or master_weights true")
+        if self.dtype != "bf16":
+            raise SpecError("master_weights", f"DeepSpeed drops fp32 master weights only for bf16 "
+                             f"(bf16_master_weights_and_grads), not dtype {self.dtype}")
+        if self.effective_zero == 0:
+            raise SpecError("master_weights", "DeepSpeed's bf16_master_weights_and_grads is a ZeRO stage 1-3 setting "
+                             "(deepspeed/runtime/config.py asserts it): set zero 1, 2 or 3")
+        if self.grad_bytes != 2:
+            raise SpecError("master_weights", "DeepSpeed's bf16_master_weights_and_grads keeps the gradients in bf16: "
+                             "drop grad_dtype / grad_dtype_bytes")
 
     def _check_distributed_optimizer(self) -> None:
         """Megatron-Core's DistributedOptimizer where the framework has it, and what needs it."""
@@ -371,6 +433,11 @@ class TrainingSpec(BaseModel):
             how = f" (Megatron-FSDP {'optim_grads' if self.zero == 2 else 'optim_grads_params'} on the distributed optimizer)"
         return (f"distributed_optimizer with zero {self.zero}: costed as ZeRO-{self.zero}{how}, which includes the "
                 f"distributed optimizer's sharding of the optimizer states")
+
+    @property
+    def cp_exchange(self) -> str:
+        """The context-parallel exchange costed: ``cp_comm`` as given, else the framework's (default_cp_comm)."""
+        return self.cp_comm or default_cp_comm(self.framework)
 
     @property
     def host_issue_mode(self) -> str:

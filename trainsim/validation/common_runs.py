@@ -19,7 +19,7 @@ turns into a skip reason: a missing GPU is never replaced by another one silentl
 
 Columns beyond the shared schema are read when present (a bundled dataset states with them what its per-run
 facts are, so one loader reads every bundled table): ``cp_comm`` (ring / p2p, allgather, a2a / Ulysses), how
-context parallelism exchanges keys and values (TrainingSpec.cp_comm), ring when absent; and the explicit
+context parallelism exchanges keys and values (TrainingSpec.cp_comm), the framework's default when absent; and the explicit
 recipe columns ``framework``, ``dtype``, ``grad_dtype_bytes``, ``flash_attention``, ``flash_attention_version``
 (1 or 2), ``dropout``, ``overlap_p2p`` (pipeline sends overlapped with compute), ``overlap_grad_reduce`` (data-parallel
 gradient reduction overlapped with the backward) and ``fabric`` (scale-out
@@ -323,16 +323,21 @@ def is_run_row(r: dict) -> bool:
     return r.get("record_type") in RUN_RECORD_TYPES
 
 
-def cp_comm(r: dict) -> str:
-    """TrainingSpec.cp_comm from the optional ``cp_comm`` column (ring when absent)."""
+def cp_comm(r: dict) -> str | None:
+    """TrainingSpec.cp_comm from the optional ``cp_comm`` column (None when absent: the framework's default,
+    specs.training.default_cp_comm)."""
     t = (r.get("cp_comm") or "").strip().lower()
-    if NOT_STATED.match(t) or re.search(r"ring|p2p", t):
+    if NOT_STATED.match(t):
+        return None
+    if re.search(r"ring|p2p", t):
         return "p2p"
+    if re.search(r"torch", t) and re.search(r"all[\s_-]?gather", t):
+        return "torch_allgather"
     if re.search(r"all[\s_-]?gather", t):
         return "allgather"
     if re.search(r"a2a|all[\s_-]?to[\s_-]?all|ulysses", t):
         return "a2a"
-    raise SpecError("cp_comm", f"{r.get('cp_comm')!r} is none of ring/p2p, allgather, a2a")
+    raise SpecError("cp_comm", f"{r.get('cp_comm')!r} is none of ring/p2p, allgather, torch all-gather, a2a")
 
 
 def degree(r: dict, key: str) -> int:
@@ -356,7 +361,7 @@ def scenario_mapping(r: dict, micro_batch: int, vpp: int) -> dict:
     _explicit_recipe(r, training)
     if dist_opt:
         training["distributed_optimizer"] = True
-    if cp > 1:
+    if cp > 1 and cp_comm(r):
         training["cp_comm"] = cp_comm(r)
     if sp and tp > 1:
         training["sequence_parallel"] = True

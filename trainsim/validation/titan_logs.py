@@ -164,7 +164,25 @@ def titan_scenario_parts(cfg: dict, toml: Path, deg: dict[str, int]) -> tuple[st
                 "zero": 3 if deg["data_parallel_shard"] > 1 else 0, "framework": "torch",
                 "schedule": "gpipe" if sched == "GPipe" and pp > 1 else "1f1b"}
     layout = {"tp": deg["tensor_parallel"], "pp": pp, "cp": deg["context_parallel"], "dp": dp}
+    if layout["cp"] > 1:
+        training["cp_comm"] = _cp_rotate(cfg, toml)
     return FLAVOURS[key], layout, training
+
+
+# torchtitan's context_parallel_rotate_method (its default "allgather", the torch default) -> TrainingSpec.cp_comm:
+# "alltoall" passes K/V to the next rank each step, the ring trainsim costs as p2p.
+ROTATE_METHODS = {"allgather": "torch_allgather", "alltoall": "p2p"}
+
+
+def _cp_rotate(cfg: dict, toml: Path) -> str:
+    """The run's context-parallel exchange from ``parallelism.context_parallel_rotate_method`` (``experimental.``
+    in torchtitan's configs of 2024), "allgather" where neither is set."""
+    section = "parallelism" if "context_parallel_rotate_method" in cfg.get("parallelism", {}) else "experimental"
+    method = _get(cfg, toml, section, "context_parallel_rotate_method", "allgather", str)
+    if method not in ROTATE_METHODS:
+        raise _err(toml, None, f"{section}.context_parallel_rotate_method", f"{method!r} is none of "
+                                                                            f"{', '.join(ROTATE_METHODS)}")
+    return ROTATE_METHODS[method]
 
 
 def titan_run(log: Path, toml: Path, cluster: str | None) -> MeasuredRun:
