@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 
 from trainsim.specs.memo import memoised
 
+from .autocast import RESIDUAL_BYTES, norm_output_casts
 from .framework import cross_entropy_bytes, eager_ce_cast_bytes, train_metric_bytes_per_logit
 from .shapes import DEFAULT_SELECTIVE as _CORE_ATTN
 from .shapes import LayerShape, block_kinds, layer_shape
@@ -156,18 +157,35 @@ def _elementwise(name: str, kind: str, n_elems: float, fwd_rw: float, bwd_rw: fl
 
 
 def _norm(name: str, shp: LayerShape, n_tok: float) -> Op:
-    """LayerNorm/RMSNorm over n_tok tokens: fwd reads x, writes y (+ fp32 stats); bwd reads x, dy, writes dx."""
-    e, h = shp.e, shp.h
+    """LayerNorm/RMSNorm over n_tok tokens: fwd reads x, writes y (+ fp32 stats); bwd reads x, dy, writes dx.
+    Under torch.autocast the norms run on CUDA's fp32 list on the fp32 residual stream (cost_models/autocast.py,
+    mechanism 2): x, y, dy and dx are 4 bytes."""
+    e, h = (RESIDUAL_BYTES if shp.autocast else shp.e), shp.h
     stats = (8 if shp.norm == "layernorm" else 4) * n_tok
     return _elementwise(name, "norm", n_tok * h, 2 * e, 3 * e, _NORM_FLOPS.get(shp.norm, 5.0),
                         extra_fwd_bytes=stats, extra_bwd_bytes=stats)
 
 
 def _residual(name: str, shp: LayerShape, n_tok: float) -> Op:
-    """(bias-)dropout-add: fwd reads 2, writes 1 (+ 1-byte mask with dropout); bwd adds the two grad branches."""
+    """(bias-)dropout-add: fwd reads 2, writes 1 (+ 1-byte mask with dropout); bwd adds the two grad branches.
+    Under torch.autocast the add type-promotes the 16-bit branch output onto the fp32 stream (autocast.py,
+    mechanism 2): forward reads e + 4 and writes 4 bytes; backward adds the two fp32 gradient branches (read 4 + 4,
+    write 4) and AddBackward casts the branch's gradient back to the branch's dtype (read 4, write e)."""
     e = shp.e
+    if shp.autocast and not shp.dropout:
+        r = RESIDUAL_BYTES
+        return _elementwise(name, "elementwise", n_tok * shp.h, e + 2 * r, 3 * r + r + e)
     mask = 1 if shp.dropout else 0
     return _elementwise(name, "elementwise", n_tok * shp.h, 3 * e + mask, 3 * e + mask + (2 * e if shp.dropout else 0))
+
+
+def _autocast_casts(name: str, shp: LayerShape, n_tok: float, casts: int) -> Op:
+    """torch.autocast's casts of one fp32 norm output, once per Linear reading it (``cached_cast`` caches leaves
+    only; autocast.py mechanism 3): forward reads 4 and writes e bytes per cast; backward each cast's
+    ``ToCopyBackward0`` converts its e-byte gradient to fp32 and the autograd engine sums the ``casts`` fp32
+    gradients into the norm's input buffer (InputBuffer::accumulate, read 4 + 4, write 4 per extra branch)."""
+    e, r = shp.e, RESIDUAL_BYTES
+    return _elementwise(name, "cast", n_tok * shp.h, casts * (r + e), casts * (e + r) + (casts - 1) * 3 * r)
 
 
 def _attention_ops(shp: LayerShape) -> list[Op]:
@@ -299,6 +317,9 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
     fp8, casts = shp.dtype == "fp8", shp.fp8_weight_casts
     qkv_out = (shp.a + 2 * shp.kv) * shp.d // t
     ops: list[Op] = _tag([_norm("norm1", shp, T_seq)], "layernorm")
+    casts = norm_output_casts(shp.gated, shp.mla, shp.is_moe) if shp.autocast else (0, 0)
+    if casts[0]:
+        ops += _tag([_autocast_casts("norm1_casts", shp, T_seq, casts[0])], "layernorm")
     if shp.mla:
         ops += _mla_projection_ops(shp)
     else:
@@ -315,6 +336,8 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
     ops.append(_residual("residual1", shp, T_seq))
     if shp.norms >= 2:  # one norm only: Falcon-7B's parallel attention and MLP read the same input norm
         ops += _tag([_norm("norm2", shp, T_seq)], "layernorm")
+        if casts[1]:
+            ops += _tag([_autocast_casts("norm2_casts", shp, T_seq, casts[1])], "layernorm")
     ops += _moe_ops(shp) if shp.is_moe else _mlp_ops(shp, T, shp.f, "")
     if shp.norms == 4:
         ops.append(_norm("post_mlp_norm", shp, T_seq))
@@ -409,8 +432,9 @@ def _head_ops(shp: LayerShape) -> tuple[Op, ...]:
     proj = (_linear("project_out", T, shp.proj, h, e),) if shp.proj else ()
     cap = ((_elementwise("logit_softcap", "elementwise", logits, 2 * e, 3 * e, _SOFTCAP_FLOPS),)
            if shp.final_softcap else ())
+    cast = (_autocast_casts("final_norm_cast", shp, T // shp.sp_div, 1),) if shp.autocast else ()
     return (
-        (_norm("final_norm", shp, T // shp.sp_div),) + proj
+        (_norm("final_norm", shp, T // shp.sp_div),) + cast + proj
         + (_linear("logits", T, v_local, shp.proj or h, e),)  # output layer stays 16-bit under fp8 recipes
         + cap
         # Cross-entropy over this rank's vocabulary shard: fused kernel or Megatron's fp32 op sequence,
