@@ -317,9 +317,9 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
     fp8, casts = shp.dtype == "fp8", shp.fp8_weight_casts
     qkv_out = (shp.a + 2 * shp.kv) * shp.d // t
     ops: list[Op] = _tag([_norm("norm1", shp, T_seq)], "layernorm")
-    casts = norm_output_casts(shp.gated, shp.mla, shp.is_moe) if shp.autocast else (0, 0)
-    if casts[0]:
-        ops += _tag([_autocast_casts("norm1_casts", shp, T_seq, casts[0])], "layernorm")
+    ac_casts = norm_output_casts(shp.gated, shp.mla, shp.is_moe) if shp.autocast else (0, 0)
+    if ac_casts[0]:
+        ops += _tag([_autocast_casts("norm1_casts", shp, T_seq, ac_casts[0])], "layernorm")
     if shp.mla:
         ops += _mla_projection_ops(shp)
     else:
@@ -336,8 +336,8 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
     ops.append(_residual("residual1", shp, T_seq))
     if shp.norms >= 2:  # one norm only: Falcon-7B's parallel attention and MLP read the same input norm
         ops += _tag([_norm("norm2", shp, T_seq)], "layernorm")
-        if casts[1]:
-            ops += _tag([_autocast_casts("norm2_casts", shp, T_seq, casts[1])], "layernorm")
+        if ac_casts[1]:
+            ops += _tag([_autocast_casts("norm2_casts", shp, T_seq, ac_casts[1])], "layernorm")
     ops += _moe_ops(shp) if shp.is_moe else _mlp_ops(shp, T, shp.f, "")
     if shp.norms == 4:
         ops.append(_norm("post_mlp_norm", shp, T_seq))
