@@ -179,6 +179,28 @@ def _residual(name: str, shp: LayerShape, n_tok: float) -> Op:
     return _elementwise(name, "elementwise", n_tok * shp.h, 3 * e + mask, 3 * e + mask + (2 * e if shp.dropout else 0))
 
 
+# Bytes per element (in units of e) of eager rotary embedding on halves as torch code writes it (trainsim execute's
+# kernels/torch_model.py ``apply_rope``, HF Llama's ``rotate_half`` form alike): forward four half-width multiplies
+# (read and write half an element each: 4 x 1), a subtract and an add of two halves (2 x 1.5) and the ``cat``
+# (read 1, write 1): 9; backward the subtract's negation (1), the four multiplies' input gradients (4), the sum of
+# each half's two gradients (2 x 1.5), each slice's backward writing a zero-filled full tensor and copying its half
+# (2 x 2) and the sum of the two slices' gradients (3): 15. A fused RoPE kernel reads and writes once (2, 2).
+EAGER_ROPE_RW = (9, 15)
+# Bytes per element (units of e) of SwiGLU as two eager ops, ``F.silu(gate(x)) * fc1(x)`` (kernels/torch_model.py
+# MLP): forward silu (read 1, write 1) and the multiply (read 2, write 1): 5; backward the multiply's two input
+# gradients (read 2, write 1 each) and silu's backward (read its input and gradient, write 1): 9. A fused kernel
+# reads gate and up and writes once (3), and its backward reads gate, up, dy and writes both gradients (5).
+EAGER_SWIGLU_RW = (5, 9)
+
+
+def _rope(shp: LayerShape, n_elems: float) -> Op:
+    """RoPE on the local query and key heads: a fused kernel, or under torch.autocast (trainsim execute's eager
+    block code) the eager op sequence of ``EAGER_ROPE_RW``."""
+    e = shp.e
+    fwd, bwd = EAGER_ROPE_RW if shp.autocast else (2, 2)
+    return _elementwise("rope", "elementwise", n_elems, fwd * e, bwd * e, 3.0)
+
+
 def _autocast_casts(name: str, shp: LayerShape, n_tok: float, casts: int) -> Op:
     """torch.autocast's casts of one fp32 norm output, once per Linear reading it (``cached_cast`` caches leaves
     only; autocast.py mechanism 3): forward reads 4 and writes e bytes per cast; backward each cast's
@@ -250,7 +272,8 @@ def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int 
     fp8, casts = shp.dtype == "fp8", shp.fp8_weight_casts
     act_elems = batch * tokens * f_local
     if shp.gated:  # silu(gate) * up: reads 2, writes 1; bwd reads gate, up, dy, writes dgate, dup
-        act = _elementwise(f"{prefix}swiglu", "elementwise", act_elems, 3 * e, 5 * e, 6.0)
+        fwd_rw, bwd_rw = EAGER_SWIGLU_RW if shp.autocast else (3, 5)
+        act = _elementwise(f"{prefix}swiglu", "elementwise", act_elems, fwd_rw * e, bwd_rw * e, 6.0)
     else:
         act = _elementwise(f"{prefix}gelu", "elementwise", act_elems, 2 * e, 3 * e, 8.0)
     if module == "moe":
@@ -328,7 +351,7 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
             ops.append(_elementwise("qk_norm", "norm", T * (shp.a + shp.kv) * shp.d // t, 2 * e, 3 * e,
                                     _NORM_FLOPS["rmsnorm"]))
         if shp.rope:
-            ops.append(_elementwise("rope", "elementwise", T * (shp.a + shp.kv) * shp.d // t, 2 * e, 2 * e, 3.0))
+            ops.append(_rope(shp, T * (shp.a + shp.kv) * shp.d // t))
     ops += _attention_ops(shp)
     ops.append(_linear("out_proj", T, h, shp.a * shp.dvh // t, e, fp8=fp8, weight_casts=casts))
     if shp.norms == 4:  # Gemma 2/3: a norm after each sub-layer too, before its residual add
