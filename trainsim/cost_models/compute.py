@@ -23,7 +23,9 @@
 
 An optional calibration ``profile`` (``trainsim.cost_models.profile.CalibrationProfile``) replaces the
 datasheet model wherever it has measurements (GEMM, attention, memory-bound ops); ``profile=None`` means
-datasheet defaults.
+datasheet defaults. A GPU profile's fixed part of a timed call is its host's dispatch
+(``CalibrationProfile.floor_is_host``): on the device a kernel costs the measured rate terms plus the GPU's
+``kernel_overhead_s``, and the host's issue time is cost_models/host_issue.py's.
 """
 
 from __future__ import annotations
