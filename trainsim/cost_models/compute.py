@@ -23,7 +23,9 @@
 
 An optional calibration ``profile`` (``trainsim.cost_models.profile.CalibrationProfile``) replaces the
 datasheet model wherever it has measurements (GEMM, attention, memory-bound ops); ``profile=None`` means
-datasheet defaults.
+datasheet defaults. A GPU profile's fixed part of a timed call is its host's dispatch
+(``CalibrationProfile.floor_is_host``): on the device a kernel costs the measured rate terms plus the GPU's
+``kernel_overhead_s``, and the host's issue time is cost_models/host_issue.py's.
 """
 
 from __future__ import annotations
@@ -169,7 +171,9 @@ def gemm_time_s(m: int, n: int, k: int, hw: _Hw, *, batch: int = 1, fp8: bool = 
         t1 = profile.gemm_time_s(m, n, k, pdtype)
         if t1 is not None:
             fit = profile.gemm_fits.get(pdtype)
-            c0 = fit.overhead_s if fit is not None else 0.0
+            c0 = fit.overhead_s * profile.compute_time_scale if fit is not None else 0.0
+            if profile.floor_is_host:  # the fit's fixed part is the timed call's host issue (profile.floor_is_host)
+                return batch * max(0.0, t1 - c0) + hw.overhead_s
             return t1 + (batch - 1) * max(0.0, t1 - c0)
     peak = hw.peak_fp8 if fp8 else hw.peak
     eff = gemm_efficiency_default(m, n, k, batch, hw.gemm_eff, hw.num_sms, peak)
@@ -182,9 +186,10 @@ def gemm_time_s(m: int, n: int, k: int, hw: _Hw, *, batch: int = 1, fp8: bool = 
 def memory_time_s(nbytes: float, hw: _Hw, profile=None, op: str | None = None, pass_: str = "fwd") -> float:
     """Seconds of a memory-bound kernel moving ``nbytes`` (read + written)."""
     if profile is not None:
-        t = profile.memory_time_s(nbytes, op, pass_)
+        host_floor = profile.floor_is_host
+        t = profile.memory_time_s(nbytes, op, pass_, device_only=host_floor)
         if t is not None:
-            return t
+            return t + hw.overhead_s if host_floor else t
     return nbytes / hw.mem_Bps + hw.overhead_s
 
 
@@ -203,6 +208,9 @@ def _attention_time(op: Op, hw: _Hw, profile, dtype: str, pass_: str, causal: bo
     if profile is not None and op.attn is not None:
         t = profile.attention_time_s(*op.attn, base, causal, pass_)
         if t is not None:
+            if profile.floor_is_host:  # the fit's fixed part is the timed call's host issue (profile.floor_is_host)
+                fit = profile.attention_fits[f"{base}/{pass_}"]
+                return max(0.0, t - fit.overhead_s * profile.compute_time_scale) + hw.overhead_s
             return t
     mult = 1.0 if pass_ == "fwd" else FLASH_BWD_FACTOR
     flops = op.fwd_flops * op.work_fraction * mult

@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 
 from trainsim.specs.memo import memoised
 
+from .autocast import RESIDUAL_BYTES, norm_output_casts
 from .framework import cross_entropy_bytes, eager_ce_cast_bytes, train_metric_bytes_per_logit
 from .shapes import DEFAULT_SELECTIVE as _CORE_ATTN
 from .shapes import LayerShape, block_kinds, layer_shape
@@ -156,18 +157,57 @@ def _elementwise(name: str, kind: str, n_elems: float, fwd_rw: float, bwd_rw: fl
 
 
 def _norm(name: str, shp: LayerShape, n_tok: float) -> Op:
-    """LayerNorm/RMSNorm over n_tok tokens: fwd reads x, writes y (+ fp32 stats); bwd reads x, dy, writes dx."""
-    e, h = shp.e, shp.h
+    """LayerNorm/RMSNorm over n_tok tokens: fwd reads x, writes y (+ fp32 stats); bwd reads x, dy, writes dx.
+    Under torch.autocast the norms run on CUDA's fp32 list on the fp32 residual stream (cost_models/autocast.py,
+    mechanism 2): x, y, dy and dx are 4 bytes."""
+    e, h = (RESIDUAL_BYTES if shp.autocast else shp.e), shp.h
     stats = (8 if shp.norm == "layernorm" else 4) * n_tok
     return _elementwise(name, "norm", n_tok * h, 2 * e, 3 * e, _NORM_FLOPS.get(shp.norm, 5.0),
                         extra_fwd_bytes=stats, extra_bwd_bytes=stats)
 
 
 def _residual(name: str, shp: LayerShape, n_tok: float) -> Op:
-    """(bias-)dropout-add: fwd reads 2, writes 1 (+ 1-byte mask with dropout); bwd adds the two grad branches."""
+    """(bias-)dropout-add: fwd reads 2, writes 1 (+ 1-byte mask with dropout); bwd adds the two grad branches.
+    Under torch.autocast the add type-promotes the 16-bit branch output onto the fp32 stream (autocast.py,
+    mechanism 2): forward reads e + 4 and writes 4 bytes; backward adds the two fp32 gradient branches (read 4 + 4,
+    write 4) and AddBackward casts the branch's gradient back to the branch's dtype (read 4, write e)."""
     e = shp.e
+    if shp.autocast and not shp.dropout:
+        r = RESIDUAL_BYTES
+        return _elementwise(name, "elementwise", n_tok * shp.h, e + 2 * r, 3 * r + r + e)
     mask = 1 if shp.dropout else 0
     return _elementwise(name, "elementwise", n_tok * shp.h, 3 * e + mask, 3 * e + mask + (2 * e if shp.dropout else 0))
+
+
+# Bytes per element (in units of e) of eager rotary embedding on halves as torch code writes it (trainsim execute's
+# kernels/torch_model.py ``apply_rope``, HF Llama's ``rotate_half`` form alike): forward four half-width multiplies
+# (read and write half an element each: 4 x 1), a subtract and an add of two halves (2 x 1.5) and the ``cat``
+# (read 1, write 1): 9; backward the subtract's negation (1), the four multiplies' input gradients (4), the sum of
+# each half's two gradients (2 x 1.5), each slice's backward writing a zero-filled full tensor and copying its half
+# (2 x 2) and the sum of the two slices' gradients (3): 15. A fused RoPE kernel reads and writes once (2, 2).
+EAGER_ROPE_RW = (9, 15)
+# Bytes per element (units of e) of SwiGLU as two eager ops, ``F.silu(gate(x)) * fc1(x)`` (kernels/torch_model.py
+# MLP): forward silu (read 1, write 1) and the multiply (read 2, write 1): 5; backward the multiply's two input
+# gradients (read 2, write 1 each) and silu's backward (read its input and gradient, write 1): 9. A fused kernel
+# reads gate and up and writes once (3), and its backward reads gate, up, dy and writes both gradients (5).
+EAGER_SWIGLU_RW = (5, 9)
+
+
+def _rope(shp: LayerShape, n_elems: float) -> Op:
+    """RoPE on the local query and key heads: a fused kernel, or under torch.autocast (trainsim execute's eager
+    block code) the eager op sequence of ``EAGER_ROPE_RW``."""
+    e = shp.e
+    fwd, bwd = EAGER_ROPE_RW if shp.autocast else (2, 2)
+    return _elementwise("rope", "elementwise", n_elems, fwd * e, bwd * e, 3.0)
+
+
+def _autocast_casts(name: str, shp: LayerShape, n_tok: float, casts: int) -> Op:
+    """torch.autocast's casts of one fp32 norm output, once per Linear reading it (``cached_cast`` caches leaves
+    only; autocast.py mechanism 3): forward reads 4 and writes e bytes per cast; backward each cast's
+    ``ToCopyBackward0`` converts its e-byte gradient to fp32 and the autograd engine sums the ``casts`` fp32
+    gradients into the norm's input buffer (InputBuffer::accumulate, read 4 + 4, write 4 per extra branch)."""
+    e, r = shp.e, RESIDUAL_BYTES
+    return _elementwise(name, "cast", n_tok * shp.h, casts * (r + e), casts * (e + r) + (casts - 1) * 3 * r)
 
 
 def _attention_ops(shp: LayerShape) -> list[Op]:
@@ -232,7 +272,8 @@ def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int 
     fp8, casts = shp.dtype == "fp8", shp.fp8_weight_casts
     act_elems = batch * tokens * f_local
     if shp.gated:  # silu(gate) * up: reads 2, writes 1; bwd reads gate, up, dy, writes dgate, dup
-        act = _elementwise(f"{prefix}swiglu", "elementwise", act_elems, 3 * e, 5 * e, 6.0)
+        fwd_rw, bwd_rw = EAGER_SWIGLU_RW if shp.autocast else (3, 5)
+        act = _elementwise(f"{prefix}swiglu", "elementwise", act_elems, fwd_rw * e, bwd_rw * e, 6.0)
     else:
         act = _elementwise(f"{prefix}gelu", "elementwise", act_elems, 2 * e, 3 * e, 8.0)
     if module == "moe":
@@ -299,6 +340,9 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
     fp8, casts = shp.dtype == "fp8", shp.fp8_weight_casts
     qkv_out = (shp.a + 2 * shp.kv) * shp.d // t
     ops: list[Op] = _tag([_norm("norm1", shp, T_seq)], "layernorm")
+    ac_casts = norm_output_casts(shp.gated, shp.mla, shp.is_moe) if shp.autocast else (0, 0)
+    if ac_casts[0]:
+        ops += _tag([_autocast_casts("norm1_casts", shp, T_seq, ac_casts[0])], "layernorm")
     if shp.mla:
         ops += _mla_projection_ops(shp)
     else:
@@ -307,7 +351,7 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
             ops.append(_elementwise("qk_norm", "norm", T * (shp.a + shp.kv) * shp.d // t, 2 * e, 3 * e,
                                     _NORM_FLOPS["rmsnorm"]))
         if shp.rope:
-            ops.append(_elementwise("rope", "elementwise", T * (shp.a + shp.kv) * shp.d // t, 2 * e, 2 * e, 3.0))
+            ops.append(_rope(shp, T * (shp.a + shp.kv) * shp.d // t))
     ops += _attention_ops(shp)
     ops.append(_linear("out_proj", T, h, shp.a * shp.dvh // t, e, fp8=fp8, weight_casts=casts))
     if shp.norms == 4:  # Gemma 2/3: a norm after each sub-layer too, before its residual add
@@ -315,6 +359,8 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
     ops.append(_residual("residual1", shp, T_seq))
     if shp.norms >= 2:  # one norm only: Falcon-7B's parallel attention and MLP read the same input norm
         ops += _tag([_norm("norm2", shp, T_seq)], "layernorm")
+        if ac_casts[1]:
+            ops += _tag([_autocast_casts("norm2_casts", shp, T_seq, ac_casts[1])], "layernorm")
     ops += _moe_ops(shp) if shp.is_moe else _mlp_ops(shp, T, shp.f, "")
     if shp.norms == 4:
         ops.append(_norm("post_mlp_norm", shp, T_seq))
@@ -409,8 +455,9 @@ def _head_ops(shp: LayerShape) -> tuple[Op, ...]:
     proj = (_linear("project_out", T, shp.proj, h, e),) if shp.proj else ()
     cap = ((_elementwise("logit_softcap", "elementwise", logits, 2 * e, 3 * e, _SOFTCAP_FLOPS),)
            if shp.final_softcap else ())
+    cast = (_autocast_casts("final_norm_cast", shp, T // shp.sp_div, 1),) if shp.autocast else ()
     return (
-        (_norm("final_norm", shp, T // shp.sp_div),) + proj
+        (_norm("final_norm", shp, T // shp.sp_div),) + cast + proj
         + (_linear("logits", T, v_local, shp.proj or h, e),)  # output layer stays 16-bit under fp8 recipes
         + cap
         # Cross-entropy over this rank's vocabulary shard: fused kernel or Megatron's fp32 op sequence,

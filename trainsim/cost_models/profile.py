@@ -375,7 +375,21 @@ class CalibrationProfile(_Model):
             by_op.setdefault(p.op, []).append((p.nbytes, p.stats.median_s))
         return {op: sorted(v) for op, v in by_op.items() if len({n for n, _ in v}) >= 2}
 
-    def memory_time_s(self, nbytes: float, op: str | None = None, pass_: str = "fwd") -> float | None:
+    @property
+    def floor_is_host(self) -> bool:
+        """Whether the fixed part of a measured kernel time is the host's, not the device's (GPU profiles).
+
+        ``microbench.time_fn`` brackets one eager call with CUDA events after a synchronise: the GPU records the
+        start at once and then idles until the host has dispatched the call (one op ~15 us, ``dispatch_overhead``;
+        ``torch.autograd.grad`` of one op ~90 us), so a small kernel's time is the host's issue time -- the 4 MB
+        and 67 MB copies of the H200 profile both take 24 us, its backward norms 96 us at 6 MB and 100 MB.
+        In a training step the host issues ahead of a busy GPU and kernels run back to back (the profiled H200
+        steps, benchmarks/data/trace_summary_h200.json: 4,694 kernels summing to 33.8 ms, 7 us each); the host's
+        issue time is the host-issue model's (cost_models/host_issue.py). A CPU profile's op *is* the host's."""
+        return self.fingerprint.device == "cuda"
+
+    def memory_time_s(self, nbytes: float, op: str | None = None, pass_: str = "fwd",
+                      device_only: bool = False) -> float | None:
         """Predicted time of a memory-bound op moving ``nbytes`` (read + written), or None.
 
         A measured ``op`` is interpolated between its points (log-log, so cache-resident and DRAM-sized
@@ -383,24 +397,28 @@ class CalibrationProfile(_Model):
         dispatch floor), above the largest the largest point's bandwidth continues. An unmeasured or
         unnamed op gets the median over its family (MEMORY_OP_FAMILIES: "norm", "elementwise", ...) or
         over all measured ops. ``pass_="bwd"`` uses the measured backward kernels ("gelu_bwd", ...) of the
-        op or its family when present, else the forward curve.
+        op or its family when present, else the forward curve. ``device_only`` (GPU profiles, ``floor_is_host``)
+        leaves the timed call's host floor out: the op streams at its largest point's bandwidth, the one point
+        whose time the device's work dominates (a lower bound on the device's rate: that time still holds the
+        call's launch delay), with no fixed part -- the caller adds the device's own per-kernel cost.
         """
+        interp = _rate_of_largest if device_only else _loglog_interp
         by_op = self._memory_ops_points()
         if pass_ == "bwd":
             # Backward kernels were measured separately for norms, softmax and gelu ("<op>_bwd").
             names = [op] if op in MEMORY_OPS else list(MEMORY_OP_FAMILIES.get(op or "", ()))
-            bwd = sorted(_loglog_interp(by_op[f"{o}_bwd"], nbytes) for o in names if f"{o}_bwd" in by_op)
+            bwd = sorted(interp(by_op[f"{o}_bwd"], nbytes) for o in names if f"{o}_bwd" in by_op)
             if bwd:
                 mid = len(bwd) // 2
                 return bwd[mid] if len(bwd) % 2 else 0.5 * (bwd[mid - 1] + bwd[mid])
         by_op = {o: v for o, v in by_op.items() if not o.endswith("_bwd") or o == op}
         if op in by_op:
-            return _loglog_interp(by_op[op], nbytes)
+            return interp(by_op[op], nbytes)
         if not by_op:
             fit = self.memory_fits.get("all")
-            return None if fit is None else fit.time_s(nbytes)
+            return None if fit is None else (nbytes / fit.bw_Bps if device_only else fit.time_s(nbytes))
         family = [o for o in MEMORY_OP_FAMILIES.get(op or "", ()) if o in by_op] or list(by_op)
-        times = sorted(_loglog_interp(by_op[o], nbytes) for o in family)
+        times = sorted(interp(by_op[o], nbytes) for o in family)
         mid = len(times) // 2
         return times[mid] if len(times) % 2 else 0.5 * (times[mid - 1] + times[mid])
 
@@ -533,6 +551,12 @@ def speed_spread_cv(rates: list[float]) -> float | None:
         return None
     mean = sum(xs) / len(xs)
     return math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)) / mean
+
+
+def _rate_of_largest(points: list[tuple[float, float]], x: float) -> float:
+    """Seconds to move ``x`` bytes at the rate of the largest (size, time) point, no fixed part."""
+    n, t = points[-1]
+    return t * x / n
 
 
 def _loglog_interp(points: list[tuple[float, float]], x: float) -> float:
