@@ -254,7 +254,7 @@ def test_ep_overlap_hides_all_to_all_and_never_costs_more():
 @pytest.mark.parametrize("layout, training", [
     ({"ep": 1}, {}),                                            # no expert parallelism
     ({"pp": 2, "ep": 8}, {"schedule": "1f1b"}),                 # pp > 1 without model chunks
-    ({"ep": 16}, {"schedule": "zb"}),                           # no forward/backward pairs
+    ({"pp": 2, "ep": 8}, {"schedule": "zb"}),                   # no forward/backward pairs
 ])
 def test_ep_overlap_refused_where_megatron_refuses(layout, training):
     with pytest.raises(SpecError) as err:
@@ -475,7 +475,7 @@ def test_zero_bubble_retained_weight_gradient_inputs_with_mla_and_shared_expert(
     projections (h, q/kv latents, heads' values in; latents, RoPE key, per-head q/k/v and h out), the routed experts
     (top-k copies) and the shared expert."""
     from trainsim.simulator.builder import w_retained_bytes_per_layer
-    s = scen(dsv3(), gpus=8, layout={"ep": 8}, schedule="zb", global_batch=16)
+    s = scen(dsv3(num_layers=62), gpus=16, layout={"pp": 2, "ep": 8}, schedule="zb", global_batch=16)  # zb: pp > 1
     e, T = 2, 4096
     attn_in = H + QL + KVL + A * DV
     attn_grad = QL + KVL + DR + A * (DN + DR) + A * (DN + DV) + H

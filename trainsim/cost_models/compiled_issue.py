@@ -23,6 +23,8 @@ COMPILED_BLOCK_KERNELS: dict[str, tuple[int, int]] = {
     "layernorm-gelu-learned": (11, 20),
     "rmsnorm-swiglu-rope": (16, 28),
     "megatron-gpt-unfused": (14, 19),
+    # the eager softmax fallback (fp32 cast, scale, masked_fill, softmax, cast back) fuses into the same regions
+    "megatron-gpt-unfused-eager-softmax": (14, 19),
 }
 
 

@@ -83,7 +83,7 @@ def graph_kernels(gm: torch.fx.GraphModule) -> int:
     return externs + len({find(n) for n in parent})
 
 
-def _capture(make_module, shape: tuple[int, ...]) -> tuple[int, int]:
+def _capture(make_module, shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> tuple[int, int]:
     """(forward, backward) kernels of one compiled forward and backward of ``make_module()`` on CPU."""
     graphs: dict[str, int] = {}
 
@@ -96,8 +96,8 @@ def _capture(make_module, shape: tuple[int, ...]) -> tuple[int, int]:
     backend = aot_autograd(fw_compiler=keep("fwd"), bw_compiler=keep("bwd"),
                            partition_fn=min_cut_rematerialization_partition)
     torch._dynamo.reset()
-    module = make_module()
-    x = torch.randn(*shape, requires_grad=True)
+    module = make_module().to(dtype)
+    x = torch.randn(*shape, dtype=dtype, requires_grad=True)
     torch.compile(module, backend=backend, fullgraph=True)(x).sum().backward()
     torch._dynamo.reset()
     return graphs["fwd"], graphs["bwd"]
@@ -112,8 +112,12 @@ def counted_compiled_kernels(hidden: int = 256, heads: int = 4,
         if styles is None or style in styles:
             spec = style_spec(style, hidden, heads)
             out[style] = _capture(lambda s=spec: Block(s, ModelOptions()), (1, 64, hidden))
-    if styles is None or "megatron-gpt-unfused" in styles:
-        out["megatron-gpt-unfused"] = _capture(lambda: MegatronLayer(hidden, heads, 4 * hidden), (64, 1, hidden))
+    # the eager softmax path casts fp16 scores to fp32 and back (megatron_block), so it is captured in fp16
+    for style, fused, dtype in (("megatron-gpt-unfused", True, torch.float32),
+                                ("megatron-gpt-unfused-eager-softmax", False, torch.float16)):
+        if styles is None or style in styles:
+            out[style] = _capture(lambda f=fused: MegatronLayer(hidden, heads, 4 * hidden, fused_softmax=f),
+                                  (64, 1, hidden), dtype)
     return out
 
 
