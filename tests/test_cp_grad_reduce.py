@@ -95,3 +95,23 @@ def test_bucket_settings_act_at_dp1_with_cp(capsys):
     assert main([*base, "--dp-bucket-mb", "1"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert not any("changes nothing" in w for w in out["warnings"])
+
+
+@pytest.mark.parametrize("framework,zero,cp_comm", [
+    ("megatron", 1, None), ("megatron-deepspeed", 1, "a2a"), ("deepspeed", 2, "a2a"), ("torch", 3, None)])
+def test_every_framework_reduces_over_dp_x_cp(framework, zero, cp_comm):
+    """Megatron's distributed optimizer, DeepSpeed Ulysses' ZeRO (seq_data_parallel_group) and torchtitan's FSDP2
+    (dp_shard_cp): with cp=2, dp=4 every data-parallel collective -- gradient buckets, serialized ZeRO-2 reduction,
+    parameter all-gather -- costs what it costs at cp=1, dp=8 (same per-rank weights, same 8-rank group)."""
+    def dp_work(cp):
+        s = build_scenario({"model": "llama3-8b", "cluster": "dgx-a100", "gpus": 8, "layout": {"cp": cp},
+                            "training": {"seq_len": 8192, "global_batch": 64, "micro_batch": 1, "framework": framework,
+                                         "zero": zero, **({"cp_comm": cp_comm} if cp_comm else {})}}, {})
+        ct = build_cost_table(s)
+        chunks = [ch for st in ct.stages for ch in st.chunks]
+        return ([(t.nbytes, t.transfer_s, t.latency_s) for ch in chunks for t in ch.grad_buckets],
+                [(ch.dp_fwd_s, ch.dp_bwd_s) for ch in chunks],
+                [(t.nbytes, t.transfer_s, t.latency_s) for st in ct.stages for t in st.post_step])
+    two, one = dp_work(2), dp_work(1)
+    assert two == one
+    assert two[0] or any(b > 0 for _, b in two[1])  # a reduction is costed at all
