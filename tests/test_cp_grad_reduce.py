@@ -78,7 +78,8 @@ def test_dp_cp_group_spans_the_cp_ranks_next_to_tp():
 
 def test_hsdp_shard_group_takes_the_cp_ranks():
     """torchtitan's HSDP shards over dp_shard x cp (``dp_shard_cp``) and replicates over dp_replicate: with
-    cp 2, dp 8, dp_shard 4 the shard group has 8 ranks, the replicate group 2 -- 8 x 2 = the 16 dp x cp ranks."""
+    cp 2, dp 8, dp_shard 4 the shard group has 8 ranks, the replicate group 2 -- 8 x 2 = the 16 dp x cp ranks --
+    and each reduce-scattered shard all-reduced across the replicas is 1/8 of the bucket."""
     s = build_scenario({"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 16, "layout": {"cp": 2, "dp_shard": 4},
                         "training": {"seq_len": 8192, "global_batch": 64, "framework": "torch", "zero": 3}}, {})
     shard, rep = place(s).hsdp_ranks(4)
@@ -86,6 +87,8 @@ def test_hsdp_shard_group_takes_the_cp_ranks():
     assert set(shard) | {r for r in place(s).dp_cp_ranks()} == set(place(s).dp_cp_ranks())
     assert len(set(shard) & set(rep)) == 1
     assert memory.shard_groups(s)[0] == len(shard)
+    buckets = grad_buckets(s)
+    assert buckets and all(t.then.nbytes == pytest.approx(t.nbytes / 8, rel=1e-12) for t in buckets)
 
 
 def test_bucket_settings_act_at_dp1_with_cp(capsys):
