@@ -44,7 +44,9 @@ What goes where (choices documented here, once):
   ZeRO-2/3 reduce every micro-batch (DeepSpeed/FSDP); ZeRO-1/2 gather the updated parameters after the
   optimizer step in the framework's calls (``framework.param_gather``: one per buffer (Megatron), one per
   5e8-element DeepSpeed allgather bucket, or one broadcast per parameter from its owner), each a collective over the
-  whole DP group paying its ring latency; ZeRO-3 all-gathers each chunk's parameters before every
+  whole DP group paying its ring latency. The DP group of these collectives is the data-parallel x
+  context-parallel group (topologies.placement.dp_cp_ranks: Megatron-Core's intra_dp_cp_group, torchtitan's
+  dp_shard_cp, DeepSpeed's seq_data_parallel_group), so dp = 1 with cp > 1 still reduces; ZeRO-3 all-gathers each chunk's parameters before every
   forward and backward, prefetched one op ahead. Each collective the framework issues pays its own
   latency: one ZeRO-3 gather per block (FSDP) or per submodule (DeepSpeed; per tensor in 2021:
   cost_models/zero3_gathers.py), one reduce-scatter per
@@ -54,8 +56,8 @@ What goes where (choices documented here, once):
   with more calls than that the last transfer is exactly one bucket (the exposed one) and the others carry the
   remaining calls' bytes and latency (Megatron: consecutive buckets, each group ready with its last member).
 * HSDP (``Layout.dp_shard`` = S < dp, torch FSDP2 on a (replicate, shard) mesh): the ZeRO-3 gathers and each
-  block's reduce-scatter run over the shard group (the S innermost DP ranks, torchtitan's dp_shard placement),
-  and each reduce-scattered shard (1/S of the block's gradient bytes) is then all-reduced over the dp/S replicas
+  block's reduce-scatter run over the shard group (the S innermost DP ranks with their cp ranks, torchtitan's
+  dp_shard_cp), and each reduce-scattered shard (1/(S x cp) of the block's gradient bytes) is then all-reduced over the dp/S replicas
   on a stream of its own (FSDP2's all_reduce_stream, torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py),
   every micro-batch as FSDP2 does by default (set_requires_all_reduce(False) deferring it is not modelled).
 * Links: a transfer occupies its GPU's NIC (tx/rx) when its group spans nodes, else its NVLink port, so

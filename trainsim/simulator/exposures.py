@@ -254,7 +254,7 @@ def _persistent_regather_s(scenario: Scenario, stage: int, dp_group, profile) ->
     if not count:
         return 0.0
     lat, bw = _coll("all_gather", elems * scenario.training.param_bytes, dp_group, scenario, profile)
-    return lat + bw + count * scenario.dp * scenario.cluster.gpu.kernel_overhead_s
+    return lat + bw + count * dp_group.size * scenario.cluster.gpu.kernel_overhead_s
 
 
 def _column_parallel_bwd_exposed_s(gather_s: float, reduce_s: float, scenario: Scenario, profile,

@@ -144,12 +144,12 @@ def _bucket_transfer(st: _Step, s: int, per_call: float, k_calls: float, name: s
 
 
 def _replica_all_reduce(st: _Step, s: int, per_call: float, k_calls: float, label: str) -> Transfer | None:
-    """HSDP: the all-reduce of each reduce-scattered gradient shard (1/S of a call's bytes) across the replicate
-    group, ``k_calls`` calls of it (torch FSDP2 foreach_reduce: reduce-scatter over the shard dimension, then
-    all-reduce over the replicate dimension); None without HSDP."""
+    """HSDP: the all-reduce of each reduce-scattered gradient shard (1/(S x cp) of a call's bytes: the shard group
+    is torchtitan's dp_shard_cp) across the replicate group, ``k_calls`` calls of it (torch FSDP2 foreach_reduce:
+    reduce-scatter over the shard dimension, then all-reduce over the replicate dimension); None without HSDP."""
     if st.rep_group is None:
         return None
-    nbytes = per_call / st.scenario.dp_shard
+    nbytes = per_call / memory.shard_groups(st.scenario)[0]  # the shard group: dp_shard x cp ranks
     lat, bw = _coll("all_reduce", nbytes, st.rep_group, st.scenario, st.profile)
     return Transfer(f"all_reduce grad shard {label} across replicas", transfer_s=bw * k_calls,
                     latency_s=lat * k_calls, links=_links(s, st.rep_group), dim="dp", nbytes=nbytes * k_calls)
@@ -175,7 +175,7 @@ def _zero3_serialized_s(st: _Step, gather: Transfer, calls: int, params: float) 
     copied into the flat reduce-scatter input (2 passes).
     """
     scenario, tr, profile, hw = st.scenario, st.scenario.training, st.profile, st.hw
-    host = calls * st.fw.zero3_gather_ops_per_rank * scenario.dp * scenario.cluster.gpu.kernel_overhead_s
+    host = calls * st.fw.zero3_gather_ops_per_rank * st.dp_group.size * scenario.cluster.gpu.kernel_overhead_s
     copy_g = st.slowest * compute.memory_time_s(3 * params * tr.param_bytes, hw, profile, "copy") if host else 0.0
     copy_r = st.slowest * compute.memory_time_s(2 * params * tr.grad_bytes, hw, profile, "copy") if host else 0.0
     rlat, rbw = _coll("reduce_scatter", params * tr.grad_bytes / calls, st.shard_group, scenario, profile)

@@ -179,8 +179,8 @@ def tp_overlap(scn: Scenario) -> Variant:
 
 def dp_overlap(scn: Scenario) -> Variant:
     lever, fw = "DP comm overlap", scn.training.framework
-    if scn.dp == 1 and scn.training.effective_zero == 0:
-        return Variant(lever, "-", reason="dp=1: no data-parallel communication")
+    if scn.dp * scn.layout.cp == 1 and scn.training.effective_zero == 0:
+        return Variant(lever, "-", reason="dp=cp=1: no data-parallel communication")
     if scn.training.overlap_grad_reduce:
         return Variant(lever, "-", reason="already on (overlap_grad_reduce)")
     if scn.training.overlap_grad_reduce is None and framework.default_overlap_grad_reduce(scn.training):

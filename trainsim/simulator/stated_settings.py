@@ -8,19 +8,16 @@ from trainsim.specs import Scenario
 
 
 def inert_data_parallel_notes(scenario: Scenario) -> list[str]:
-    """``dp_bucket_mb`` / ``overlap_grad_reduce`` with one data-parallel rank: the step has no data-parallel
-    gradient reduction (step_context: no DP group where dp = 1), so neither a bucket size nor its overlap changes
-    it. With cp > 1 the frameworks reduce over dp x cp ranks, which the step does not cost: the note says so."""
+    """``dp_bucket_mb`` / ``overlap_grad_reduce`` with one data-parallel x context-parallel rank: the step has no
+    gradient reduction (step_context: no DP group where dp x cp = 1), so neither a bucket size nor its overlap
+    changes it. With cp > 1 the gradients reduce over the dp x cp ranks, so the settings act even at dp = 1."""
     t = scenario.training
     given = [k for k in ("dp_bucket_mb", "overlap_grad_reduce") if getattr(t, k) is not None]
-    if scenario.dp > 1 or not given:
+    if scenario.dp * scenario.layout.cp > 1 or not given:
         return []
     verb = "changes" if len(given) == 1 else "change"
-    cp = scenario.layout.cp
-    also = (f" (the reduction of the gradients over the {cp} context-parallel ranks, which Megatron-Core and "
-            "torchtitan run in their data-parallel x cp group, is not costed)" if cp > 1 else "")
     return [f"{' and '.join(given)} {verb} nothing here: with dp = 1 the step has no data-parallel gradient "
-            f"reduction to bucket or overlap{also}"]
+            "reduction to bucket or overlap"]
 
 
 def inert_pipeline_notes(scenario: Scenario) -> list[str]:

@@ -38,7 +38,7 @@ class _Step:
     emb_act: float
     head_act: float
     z: int                            # effective ZeRO stage
-    dp_group: object
+    dp_group: object                  # the data-parallel x context-parallel group (None with one such rank)
     shard_group: object               # ZeRO's sharding group: HSDP's shard group, else dp_group
     rep_group: object                 # HSDP's replicate group (None without HSDP)
     bucket_params: float              # ZeRO-0/1 DDP bucket (parameters)
@@ -78,13 +78,15 @@ def _step_context(scenario: Scenario, profile) -> _Step:
     if lay.pp > 1 and lay.tp > 1 and not tr.sequence_parallel and fw.pp_scatter_gather:
         sg_gather = sum(_coll("all_gather", act_msg, groups["tp"], scenario, profile))
     z = tr.effective_zero
-    dp_group = groups["dp"]
+    # Gradients reduce, and ZeRO shards, over the data-parallel x context-parallel ranks (placement.dp_cp_ranks):
+    # the cp ranks hold the same weights and each computes a gradient from its part of the sequence.
+    dp_group = pl.dp_cp_group() if scenario.dp * lay.cp > 1 else None
     shard_group, rep_group = _hsdp_groups(scenario, pl, dp_group)
     # FSDP's own passes over each unit's gradient around its reduce-scatter (framework.py fsdp_grad_prep). Only the
     # concatenation runs in autograd on the compute stream; FSDP runs the cast, divides and += on its
     # post-backward stream, concurrently with the next unit's backward, where they take the same HBM bandwidth:
     # counted here as compute-stream time, a simplification that ignores any slack in the GEMMs' HBM use.
-    prep_per_param = (framework.fsdp_grad_prep_bytes_per_param(shp.e, tr.grad_bytes, scenario.dp_shard,
+    prep_per_param = (framework.fsdp_grad_prep_bytes_per_param(shp.e, tr.grad_bytes, scenario.dp_shard * lay.cp,
                                                                scenario.num_microbatches > 1)
                       if fw.fsdp_grad_prep and z >= 2 and dp_group is not None else 0.0)
     # Embedding (+ positions) on the first stage; final norm + output layer (a duplicate of a tied embedding

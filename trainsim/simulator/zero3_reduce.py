@@ -49,10 +49,10 @@ GATHER_OPS_PER_RANK = 1
 
 
 def applies(scenario) -> bool:
-    """Whether the scenario's framework costs ZeRO-3 this way (ZeRO-3 over more than one rank)."""
+    """Whether the scenario's framework costs ZeRO-3 this way (ZeRO-3 over more than one data-parallel x context-parallel rank)."""
     tr = scenario.training
     return (framework.behaviour(tr.framework).zero3_reduce_serialized and tr.effective_zero >= 3
-            and scenario.dp > 1)
+            and scenario.dp * scenario.layout.cp > 1)
 
 
 def host_slice_s(tensors: int, ranks: int, ops_per_rank: int = REDUCE_OPS_PER_RANK, host_cpu: str = "x86") -> float:

@@ -109,18 +109,35 @@ class Placement:
         """The GroupShape of the ``dim`` group containing ``rank``."""
         return _shape_cached(self.fabric, tuple(self.group_ranks(dim, rank)))
 
+    def dp_cp_ranks(self, rank: int = 0) -> list[int]:
+        """Members of the data-parallel x context-parallel group of ``rank``: the ranks that hold the same model
+        shard (same tp and pp position), over which the frameworks reduce the dense gradients and shard ZeRO's
+        states -- Megatron-Core's DDP buffers reduce over its intra_dp_cp_group, torchtitan's FSDP shards over the
+        ``dp_shard_cp`` mesh, DeepSpeed's ZeRO optimizer over ``seq_data_parallel_group`` (dp x Ulysses sp)."""
+        self._check(rank)
+        varying = [x for x in self._atoms if x.dims & {"dp", "cp"} and x.size > 1]
+        base = rank - sum(((rank // x.stride) % x.size) * x.stride for x in varying)
+        return sorted(base + sum(i * x.stride for i, x in zip(idx, varying))
+                      for idx in product(*(range(x.size) for x in varying)))
+
+    def dp_cp_group(self, rank: int = 0) -> GroupShape:
+        """The GroupShape of the data-parallel x context-parallel group containing ``rank`` (see dp_cp_ranks)."""
+        return _shape_cached(self.fabric, tuple(self.dp_cp_ranks(rank)))
+
     def hsdp_ranks(self, shard: int, rank: int = 0) -> tuple[list[int], list[int]]:
         """HSDP's (shard group, replicate group) of ``rank`` for shard-group size ``shard``: the DP group split
         into dp/shard groups of consecutive DP indices -- the innermost, closest ranks, as torchtitan's mesh
-        puts dp_shard inside dp_replicate -- and the ranks holding the same shard in each of them."""
+        puts dp_shard inside dp_replicate -- each with all the context-parallel ranks of its members (torchtitan
+        shards over the flattened ``dp_shard_cp`` mesh), and the ranks holding the same shard (same DP index
+        modulo ``shard``, same CP index) in each of them."""
         dp = self.sizes["dp"]
         if shard < 1 or dp % shard:
             raise SpecError("layout.dp_shard", f"shard group size {shard} must divide dp={dp}")
-        members = self.group_ranks("dp", rank)
-        mine = self.coords(rank)["dp"]
-        idx = {r: self.coords(r)["dp"] for r in members}
-        shard_g = [r for r in members if idx[r] // shard == mine // shard]
-        rep_g = [r for r in members if idx[r] % shard == mine % shard]
+        members = self.dp_cp_ranks(rank)
+        me = self.coords(rank)
+        idx = {r: self.coords(r) for r in members}
+        shard_g = [r for r in members if idx[r]["dp"] // shard == me["dp"] // shard]
+        rep_g = [r for r in members if idx[r]["dp"] % shard == me["dp"] % shard and idx[r]["cp"] == me["cp"]]
         return shard_g, rep_g
 
     def hsdp_groups(self, shard: int, rank: int = 0) -> tuple[GroupShape, GroupShape]:
