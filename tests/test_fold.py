@@ -44,8 +44,8 @@ LAYOUTS = {
                          {"schedule": "1f1b", "framework": "megatron-2021"}),
     "deepspeed2021-zero3": ("llama3-8b", "dgx-h100", 8, {"tp": 1, "pp": 1},  # DP on the compute stream
                             {"zero": 3, "framework": "deepspeed-2021", "recompute": "full"}),
-    "fsdp-zero3-cp2": ("llama3-8b", "dgx-h100", 16, {"tp": 1, "pp": 1, "cp": 2},
-                       {"zero": 3, "framework": "pytorch-fsdp", "seq_len": 8192}),
+    "fsdp-zero3-cp2": ("llama3-8b", "dgx-h100", 16, {"tp": 1, "pp": 1, "cp": 2},  # torchtitan: FSDP2 over dp x cp
+                       {"zero": 3, "framework": "torch", "seq_len": 8192}),
     "cpu-pp2": ("tiny-gpt", "cpu-host", 2, {"pp": 2}, {"schedule": "1f1b", "dtype": "fp32", "seq_len": 128}),
 }
 
