@@ -41,8 +41,7 @@ from __future__ import annotations
 from trainsim.specs.memo import memoised
 
 from .caching_allocator import replay
-
-FSDP_FRAMEWORKS = ("torch", "pytorch-fsdp")
+from .framework import BEHAVIOURS
 
 
 def _padded(params: float, shard: int) -> int:
@@ -113,9 +112,9 @@ def stream_pool_cached(training, units: tuple[float, ...], shard: int, reduce_by
                        microbatches: int, gather_counted: float | None = None) -> float:
     """Cached bytes FSDP's side-stream pools hold at the reserved peak beyond what the memory model counts
     (module doc; ``gather_counted`` as ``gather_pool_extra``'s ``counted``); 0 outside FSDP (ZeRO-2/3 of
-    ``FSDP_FRAMEWORKS``), with CPU offload, or without units."""
+    ``FrameworkBehaviour.torch_fsdp``), with CPU offload, or without units."""
     t = training
-    if t.framework not in FSDP_FRAMEWORKS or t.effective_zero < 2 or t.offload_params or not units:
+    if not BEHAVIOURS[t.framework].torch_fsdp or t.effective_zero < 2 or t.offload_params or not units:
         return 0.0
     extra = reduce_pool_extra(units, shard, reduce_bytes, reduce_input_in_pool(t, reduce_bytes), microbatches)
     if t.framework == "torch" and t.effective_zero >= 3:

@@ -51,7 +51,7 @@ def state_bytes(training) -> StateBytes:
     """Model-state bytes per parameter under ``training``'s framework and precision (see StateBytes).
 
     * megatron*: 16-bit parameters (``param_bytes``), the DDP main-grad buffer in ``grad_bytes`` (fp32 with
-      bf16: specs.training.MEGATRON_FRAMEWORKS), and the optimizer's fp32 main parameters + Adam m, v
+      bf16: FrameworkBehaviour.megatron_arguments), and the optimizer's fp32 main parameters + Adam m, v
       (``optimizer_bytes_per_param`` = 12; megatron/core/optimizer/distrib_optimizer.py builds the fp32 main
       shard, optimizer.py Float16OptimizerWithFloat16Params the unsharded one). 2 + 4 + 12 = 18 bytes, the
       figure of megatron/training/theoretical_memory_usage.py (6 + 12/DP with the distributed optimizer).
