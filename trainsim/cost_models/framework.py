@@ -93,7 +93,7 @@ def bf16_optimizer(training) -> bool:
     """Whether DeepSpeed runs its BF16_Optimizer: bf16 with fp32 gradient accumulation at ZeRO stage 0 or 1 and
     no CPU offload (deepspeed/runtime/engine.py ``_do_optimizer_sanity_check`` returns BFLOAT16 for ZeRO-1 with
     grad_accum_dtype fp32; stage 0 bf16 always takes it)."""
-    return (training.framework in ("deepspeed", "deepspeed-2023", "deepspeed-2021") and training.dtype == "bf16"
+    return (BEHAVIOURS[training.framework].deepspeed_optimizer and training.dtype == "bf16"
             and training.effective_zero <= 1 and training.grad_bytes == 4 and not training.offload_optimizer)
 
 

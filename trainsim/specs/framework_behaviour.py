@@ -360,6 +360,33 @@ class FrameworkBehaviour:
     # engine and its MoE layer (deepspeed/moe/sharded_moe.py, an all-to-all before and after the experts) have
     # neither. megatron-deepspeed and the dated presets are refused by specs.framework_era instead.
     no_mcore_overlap: bool = False
+    # torch's data-parallel sharding is FSDP2's ``fully_shard``: every parameter a DTensor sharded on dim 0 (1/n of
+    # each tensor, not a flat slice), the root module one unit gathered once per pass, the reduce-scatter input
+    # placed by the caller (torch/distributed/fsdp/_fully_shard; torchtitan parallelize.py). pytorch-fsdp runs
+    # FSDP1's FlatParameter (Composer), whose unit is one flat parameter per wrapped block.
+    fsdp2: bool = False
+    # The optimizer is DeepSpeed's own: BF16_Optimizer at bf16 ZeRO 0-1 (deepspeed/runtime/engine.py
+    # ``_do_optimizer_sanity_check``), ZeRO stage 1 for optimizer-state sharding (no Megatron DistributedOptimizer,
+    # deepspeed/runtime/zero/stage_1_and_2.py) and ZeRO-Offload of its fp32 partition. megatron-deepspeed's is
+    # costed as Megatron's Float16OptimizerWithFloat16Params (optimizer_extra_bytes_per_param).
+    deepspeed_optimizer: bool = False
+    # DeepSpeed's ``bf16.bf16_master_weights_and_grads`` (with ``bf16_optimizer_states``): a bf16 master partition,
+    # gradients and Adam states instead of fp32 ones (deepspeedai/DeepSpeed PR #7700; deepspeed/runtime/config.py
+    # asserts ZeRO stage 1-3, read_file id 51845822457). Only today's DeepSpeed has it.
+    bf16_master_weights: bool = False
+    # One all-gather per gathered ZeRO-3 parameter tensor rather than one coalesced call per submodule: the
+    # ZeRO-3 of early 2021 (deepspeed/runtime/zero/stage3.py ``fetch_sub_module`` -> ``_allgather_param`` per
+    # parameter; cost_models/zero3_gathers.py).
+    zero3_gather_per_tensor: bool = False
+    # The context-parallel exchange when ``TrainingSpec.cp_comm`` is unset: torch's context_parallel rotates K/V by
+    # all-gather unless set_rotate_method says otherwise (torch/distributed/tensor/experimental/_attention.py
+    # ``_ContextParallelOptions.rotate_method = _RotateMethod.ALL_GATHER``, find_string id 106942014; torchtitan's
+    # ``context_parallel_rotate_method`` defaults to "allgather", id 43447747977): "torch_allgather"; Megatron-Core's
+    # --cp-comm-type defaults to p2p, the K/V ring.
+    default_cp_comm: Literal["p2p", "torch_allgather"] = "p2p"
+    # The code lineage whose dated features specs/framework_era.py checks a historic preset against (FEATURE_ORIGINS
+    # keyed per lineage): DeepSpeed's own releases, or Megatron-LM (Megatron-DeepSpeed forks Megatron-LM).
+    era_lineage: Literal["megatron", "deepspeed"] = "megatron"
 
 
 BEHAVIOURS: dict[str, FrameworkBehaviour] = {
@@ -368,14 +395,14 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                    tp_dgrad_overlap=True, fused_bias_grad=True, fp8_weight_cache=True,
                                    model_parallel_groups=True, global_memory_buffer=True, megatron_ddp="core",
                                    lazy_optimizer_states=True, module_style="fused",
-        megatron_arguments=True),
+                                   megatron_arguments=True),
     "megatron-2021": FrameworkBehaviour("megatron-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
                                         zero3_gather="block", reduce_bucket_params=None,
                                         grad_accumulation_pass=True, optimizer_extra_bytes_per_param=12.0,
                                         p2p_overlap="never", pp_scatter_gather=True, megatron_layer=True,
                                         model_parallel_groups=True, megatron_ddp="local",
                                         lazy_optimizer_states=True, module_style="fused",
-        megatron_arguments=True),
+                                        megatron_arguments=True),
     # Megatron-LM of early 2022 (Korthikanti et al., arXiv:2205.05198): the 2021 behaviours (local DDP reduced
     # after the backward pass -- Sec. 6.3: "we do not use any overlapping of gradient all-reduces with
     # back-propagation" --, unfused cross-entropy, fp16/bf16 optimizer copies, blocking p2p, scatter/gather)
@@ -389,7 +416,7 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                         p2p_overlap="never", pp_scatter_gather=True, tp_dgrad_overlap=True,
                                         megatron_layer=True, model_parallel_groups=True, global_memory_buffer=True,
                                         megatron_ddp="local", lazy_optimizer_states=True, module_style="fused",
-        megatron_arguments=True),
+                                        megatron_arguments=True),
     # Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed): the layer code of megatron-2021 (synchronous TP
     # all-reduces, param.grad accumulation, DeepSpeed's arguments switch the asynchronous all-reduce off) and its
     # host syncs (module docstring, ``host_syncs``).
@@ -400,21 +427,22 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                              pp_scatter_gather=True, megatron_layer=True, block_forward_syncs=1,
                                              microbatch_syncs=1, model_parallel_groups=True, deepspeed_engine=True,
                                              module_style="fused",
-        megatron_arguments=True),
+                                             megatron_arguments=True),
     "pytorch-fsdp": FrameworkBehaviour("pytorch-fsdp", overlap_grad_reduce=True, fused_cross_entropy=True,
                                        zero3_gather="block", reduce_bucket_params=None,
                                        train_metric_loss_passes=2, fsdp_grad_prep=True,
                                        optimizer_update="per_param_loop", clip_scales_grads=True,
                                        side_stream_grads=True, fp32_params=True,
-        torch_fsdp=True, torch_training_loop=True,
-        no_mcore_overlap=True),
+                                       torch_fsdp=True, torch_training_loop=True,
+                                       no_mcore_overlap=True),
     "deepspeed": FrameworkBehaviour("deepspeed", overlap_grad_reduce=True, fused_cross_entropy=False,
                                     zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
                                     pipeline_output_kept=True, param_gather="param_group",
                                     model_parallel_groups=True, pp_loss_broadcast=True,
                                     dp_grad_calls="bucket_all_reduce", overlap_below_zero3=False,
                                     zero3_reduce_serialized=True, deepspeed_engine=True,
-        no_mcore_overlap=True),
+                                    no_mcore_overlap=True,
+                                    deepspeed_optimizer=True, era_lineage="deepspeed", bf16_master_weights=True),
     # DeepSpeed v0.10.0 .. v0.12.3 (specs/framework_era.py): today's ZeRO-3 (gathers prefetched, reductions
     # serialized: the AMSP trace of this DeepSpeed, arXiv:2311.00257v2 Fig. 14) with the ZeRO-1/2 communication of
     # before v0.12.4 -- ``average_tensor`` reduces each owner rank's slice of a bucket with its own ``dist.reduce``
@@ -426,14 +454,17 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                          pipeline_output_kept=True, param_gather="allgather_bucket",
                                          model_parallel_groups=True, pp_loss_broadcast=True,
                                          dp_grad_calls="per_rank_reduce", overlap_below_zero3=False,
-                                         zero3_reduce_serialized=True, deepspeed_engine=True),
+                                         zero3_reduce_serialized=True, deepspeed_engine=True,
+                                         deepspeed_optimizer=True, era_lineage="deepspeed"),
     "deepspeed-2021": FrameworkBehaviour("deepspeed-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
                                          zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
                                          zero3_overlap=False, zero3_gather_ops_per_rank=2,
                                          zero3_persistent_regather=True, pipeline_output_kept=True,
                                          param_gather="allgather_bucket", model_parallel_groups=True,
                                          pp_loss_broadcast=True, dp_grad_calls="per_rank_reduce",
-                                         overlap_below_zero3=False, deepspeed_engine=True, module_style="fused"),
+                                         overlap_below_zero3=False, deepspeed_engine=True, module_style="fused",
+                                         deepspeed_optimizer=True, era_lineage="deepspeed",
+                                         zero3_gather_per_tensor=True),
     # torch.distributed's own parallelism as trainsim execute runs it (kernels/parallelize.py): DDP buckets
     # reduced during backward, FSDP2 per-block gathers, eager F.cross_entropy (log_softmax + nll, not
     # fused), parallelize_module TP. Pipelining: Schedule1F1B's steady state fuses each send with the next
@@ -447,8 +478,8 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                 param_gather="broadcast_per_param", optimizer_update="foreach",
                                 clips_grads=False, eager_llama_block=True, side_stream_grads=True,
                                 eager_fp32_cross_entropy=True, fp32_params=True,
-        torch_fsdp=True, torch_training_loop=True,
-        no_mcore_overlap=True),
+                                torch_fsdp=True, torch_training_loop=True,
+                                no_mcore_overlap=True, fsdp2=True, default_cp_comm="torch_allgather"),
 }
 
 

@@ -67,6 +67,8 @@ from __future__ import annotations
 
 from datetime import date
 
+from .framework_behaviour import BEHAVIOURS
+
 # preset -> the code it stands for, and that code's date.
 HISTORIC_FRAMEWORKS: dict[str, tuple[str, date]] = {
     "megatron-2021": ("Megatron-LM of SC21", date(2021, 8, 27)),
@@ -151,7 +153,7 @@ FORK_LACKS["deepspeed-2023"] = FORK_LACKS["deepspeed"]
 
 
 def _lineage(framework: str) -> str:
-    return "deepspeed" if framework.startswith("deepspeed") else "megatron"
+    return BEHAVIOURS[framework].era_lineage
 
 
 def _shown(field: str, value) -> str:

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .errors import SpecError
 from .framework_behaviour import BEHAVIOURS, Framework
-from .framework_era import era_refusal
+from .framework_era import era_refusal, feature_refusal
 
 Recompute = Literal["none", "selective", "full"]
 # Megatron-Core --recompute-modules (with --recompute-granularity selective): the parts of a block whose
@@ -31,13 +31,10 @@ DEFAULT_PLACEMENT = ("tp", "cp", "ep", "dp", "pp")
 
 
 def default_cp_comm(framework: str) -> str:
-    """The context-parallel exchange a framework runs when the scenario leaves ``cp_comm`` unset: torch's
-    context_parallel rotates K/V by all-gather unless set_rotate_method says otherwise
-    (torch/distributed/tensor/experimental/_attention.py ``_ContextParallelOptions.rotate_method =
-    _RotateMethod.ALL_GATHER``, find_string id 106942014; torchtitan's ``context_parallel_rotate_method`` defaults
-    to "allgather", id 43447747977), ``torch_allgather``; Megatron-Core's --cp-comm-type defaults to p2p, the K/V
-    ring. DeepSpeed's Ulysses (a2a) is asked for by name (specs/framework_era.py refuses a ring there)."""
-    return "torch_allgather" if framework == "torch" else "p2p"
+    """The context-parallel exchange a framework runs when the scenario leaves ``cp_comm`` unset
+    (FrameworkBehaviour.default_cp_comm). DeepSpeed's Ulysses (a2a) is asked for by name (specs/framework_era.py
+    refuses a ring there)."""
+    return BEHAVIOURS[framework].default_cp_comm
 
 
 class Layout(BaseModel):
@@ -292,10 +289,10 @@ class TrainingSpec(BaseModel):
                              f"model returns (torchtitan); framework {self.framework} runs Megatron's vocab-parallel "
                              f"cross entropy inside the model: use framework torch or pytorch-fsdp, or another "
                              f"cross_entropy")
-        if self.fsdp_reduce_scatter_input and self.framework != "torch":
+        if self.fsdp_reduce_scatter_input and not BEHAVIOURS[self.framework].fsdp2:
             raise SpecError("fsdp_reduce_scatter_input", f"it places FSDP2's reduce-scatter input (framework torch); "
                              f"framework {self.framework} has no FSDP2: drop it")
-        if self.block_code == "torchtitan" and self.framework != "torch":
+        if self.block_code == "torchtitan" and not BEHAVIOURS[self.framework].eager_llama_block:
             raise SpecError("block_code", f"torchtitan is torchtitan's eager Llama block under framework torch; "
                              f"framework {self.framework} runs its own block code: use framework torch or "
                              f"block_code fused")
@@ -362,7 +359,8 @@ class TrainingSpec(BaseModel):
                              f"framework {self.framework} does not run it: use allgather, p2p or a2a")
         if self.flash_attention_version == 1 and not self.flash_attention:
             raise SpecError("flash_attention_version", "a FlashAttention generation needs flash_attention=true")
-        if self.distributed_optimizer and self.framework in ("deepspeed", "deepspeed-2023"):  # -2021: by its date
+        if (self.distributed_optimizer and BEHAVIOURS[self.framework].deepspeed_optimizer
+                and feature_refusal(self.framework, "distributed_optimizer", True) is None):  # else by its date
             # DeepSpeed shards optimizer states with its ZeRO stage 1 (deepspeed/runtime/zero/stage_1_and_2.py); it has
             # no Megatron DistributedOptimizer (specs/framework_era.py)
             raise SpecError("distributed_optimizer", f"Megatron's DistributedOptimizer is not in framework "
@@ -373,7 +371,7 @@ class TrainingSpec(BaseModel):
         groups) unless bf16.bf16_master_weights_and_grads (with bf16_optimizer_states) is set
         (deepspeedai/DeepSpeed PR #7700): a bf16 master partition, gradients and Adam states, which
         deepspeed/runtime/config.py asserts only with ZeRO stage 1, 2 or 3 (read_file id 51845822457)."""
-        if self.framework != "deepspeed":
+        if not BEHAVIOURS[self.framework].bf16_master_weights:
             raise SpecError("master_weights", f"framework {self.framework} keeps fp32 master weights (DeepSpeed's "
                              "bf16 master weights, bf16_master_weights_and_grads, came with deepspeedai/DeepSpeed PR "
                              "#7700, after this code): use framework deepspeed, or master_weights true")
