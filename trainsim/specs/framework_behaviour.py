@@ -1,8 +1,8 @@
 """Software-stack behaviours that change step time without changing the hardware: one row per framework.
 
 ``TrainingSpec.framework`` names the training framework; the specs' checks, the cost models
-(cost_models/framework.py) and the engine builder read the behaviours below from it. Every value is the framework's own default, cited to its code or docs; none is
-fitted to a measurement.
+(cost_models/framework.py) and the engine builder read the behaviours below from it. Every value is the
+framework's own default, cited to its code or docs; none is fitted to a measurement.
 
 * ``overlap_grad_reduce`` -- data-parallel gradient reduction overlapped with the backward pass.
     - megatron: Megatron-Core ``DistributedDataParallel`` with ``--overlap-grad-reduce`` (buckets are

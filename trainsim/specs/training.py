@@ -158,14 +158,14 @@ class TrainingSpec(BaseModel):
         "16-bit logits and a logsumexp per token; vocab_parallel = Megatron's cross-entropy (in-place ops on an "
         "fp32 copy of the logits); eager_fp32 = torch's eager F.cross_entropy on an fp32 copy (torchtitan, "
         "trainsim execute); eager_fp32_kept = the same on fp32 logits the model returns and the "
-        "caller keeps through the backward (torchtitan of early 2024; frameworks torch and pytorch-fsdp only); None = the framework's default (cost_models/framework.py)")
+        "caller keeps through the backward (torchtitan of early 2024; frameworks torch and pytorch-fsdp only); None = the framework's default (specs/framework_behaviour.py)")
     cuda_context_bytes: int = Field(
         default=0, ge=0, le=16 << 30, description="device bytes of the CUDA context as measured for the run's "
         "software stack (nvidia-smi after the first CUDA call, e.g. torch.ones(1).cuda()): module images loaded "
         "eagerly (before CUDA_MODULE_LOADING=LAZY became the default in CUDA 12.2) count here; 0 = derived from "
         "the GPU (cost_models/runtime_memory.py)")
     framework: Framework = Field(default="megatron", description="software stack whose documented behaviours "
-                                 "apply (cost_models/framework.py); the historic presets (-2021, -2022, -2023) refuse "
+                                 "apply (specs/framework_behaviour.py); the historic presets (-2021, -2022, -2023) refuse "
                                  "features their code predates and megatron-deepspeed what that fork lacks "
                                  "(specs/framework_era.py)")
     compile: bool = Field(
@@ -218,7 +218,7 @@ class TrainingSpec(BaseModel):
     overlap_grad_reduce: bool | None = Field(
         default=None, description="data-parallel gradient reduction overlapped with the backward pass (Megatron-Core "
         "--overlap-grad-reduce, DeepSpeed overlap_comm); False = every bucket reduced after the backward pass. "
-        "None = the framework's default (cost_models/framework.py); torch DDP/FSDP always overlap")
+        "None = the framework's default (specs/framework_behaviour.py); torch DDP/FSDP always overlap")
     dp_bucket_mb: float | None = Field(
         default=None, gt=0.0, le=1_000_000.0, allow_inf_nan=False, description="data-parallel gradient bucket, MiB "
         "of gradients per reduction call (torch DDP bucket_cap_mb, default 25; Megatron-Core DDP bucket_size, "
