@@ -1,444 +1,35 @@
-"""Software-stack behaviours that change step time without changing the hardware: one row per framework.
+"""What the frameworks' behaviours (specs/framework_behaviour.py: ``FrameworkBehaviour``, ``BEHAVIOURS``) cost.
 
-``TrainingSpec.framework`` names the training framework; the cost models and the engine builder read the
-behaviours below from it. Every value is the framework's own default, cited to its code or docs; none is
-fitted to a measurement.
-
-* ``overlap_grad_reduce`` -- data-parallel gradient reduction overlapped with the backward pass.
-    - megatron: Megatron-Core ``DistributedDataParallel`` with ``--overlap-grad-reduce`` (buckets are
-      reduced as backward produces them; the default of Megatron-Core/NeMo training recipes).
-    - megatron-2021: Megatron-LM of SC21 (``--DDP-impl local``, the default): ``train_step`` calls
-      ``model_module.allreduce_gradients()`` after ``forward_backward_func`` returns, i.e. one
-      all-reduce of every gradient after the whole backward pass, not overlapped (megatron/training.py
-      of that time, timer 'backward-params-all-reduce').
-    - pytorch-fsdp (the llm-foundry / Composer FSDP stack of the MosaicML benchmarks): FSDP reduce-scatters each wrapped block's gradients in a post-backward hook, on a
-      separate stream, overlapped with the backward of earlier blocks (torch.distributed.fsdp docs).
-    - deepspeed: ZeRO ``overlap_comm`` -- gradients are reduced in ``reduce_bucket_size`` buckets during
-      backward (DeepSpeed ZeRO config docs; on by default for stage 3 only: stages 0-2 reduce after the
-      backward, or in its hooks on the compute stream, ``overlap_below_zero3``).
-* ``cross_entropy_bytes`` -- HBM bytes per logit (forward, backward) of the loss, with ``e``-byte logits.
-    - Megatron's vocab-parallel cross-entropy (megatron/mpu/cross_entropy.py in 2021,
-      megatron/core/tensor_parallel/cross_entropy.py today; the un-fused path is Megatron-Core's default,
-      ``--cross-entropy-loss-fusion`` off), separate fp32 kernels: ``logits.float()`` (read e, write 4),
-      ``max`` (read 4), ``sub_`` (4 + 4), ``exp`` (4 + 4), ``sum`` (read 4), ``div_`` (4 + 4): e + 36
-      forward; backward ``mul_`` by the loss gradient (4 + 4) and autograd's cast of the fp32 gradient
-      back to the logits' dtype (4 + e): e + 12. Used by megatron, megatron-2021 and deepspeed
-      (Megatron-DeepSpeed's GPT uses the same loss).
-    - fused kernel (llm-foundry's default ``loss_fn: fused_crossentropy``, flash-attn's xentropy CUDA
-      kernel; Megatron with ``--cross-entropy-loss-fusion``): forward reads the logits and writes the
-      fp32 softmax (e + 4), backward reads it and writes the logit gradient (4 + e).
-    - torch's eager ``F.cross_entropy`` on an fp32 copy of the logits (``eager_fp32_cross_entropy``, the
-      ``eager_fp32`` settings): aten's ``cross_entropy_loss`` is ``log_softmax`` + ``nll_loss``
-      (aten/src/ATen/native/LossNLL.cpp ``cross_entropy_loss_prob_target``/``_label_smoothing`` aside, the
-      class-index path calls ``at::nll_loss_nd(at::log_softmax(self, class_dim, self.scalar_type()), ...)``).
-      Forward: ``.float()`` (read e, write 4), ``log_softmax`` (``cunn_SoftMaxForward``: read 4, write 4),
-      ``nll_loss`` gathers one value per token (negligible): e + 12. Backward: ``nll_loss_backward`` fills
-      the fp32 gradient with zeros and scatters (write 4), ``log_softmax_backward`` (read the gradient and the
-      saved output, write: 12), autograd's cast back to the logits' dtype (read 4, write e): e + 20. The
-      kernels of one profiled H200 step are exactly these (cunn_SoftMaxForward/Backward,
-      nll_loss_forward/backward_reduce, a fill, two copies: benchmarks/data/trace_summary_h200.json, "loss").
-* ``pipeline_output_kept`` -- a pipeline stage keeps each in-flight micro-batch's output activation until that
-  micro-batch's backward. deepspeed: the pipeline engine stores it in ``pipe_buffers['outputs']`` at the forward
-  and runs ``torch.autograd.backward`` from it (deepspeed/runtime/pipe/engine.py ``_exec_forward_pass`` /
-  ``_exec_backward_pass``). Megatron frees the output's data once it is sent (schedules.py
-  ``deallocate_output_tensor``; megatron/training/arguments.py sets ``deallocate_pipeline_outputs``).
-* ``zero3_gather`` -- what one ZeRO-3 parameter all-gather covers.
-    - "block" (pytorch-fsdp, megatron's FSDP): one flat parameter per wrapped transformer block, so one
-      all-gather per block and pass (FSDP wraps each block: llm-foundry ``fsdp_wrap`` of MPTBlock).
-    - "tensor" (deepspeed): ZeRO-3 partitions every ``nn.Parameter`` separately (``ds_tensor`` per
-      parameter, deepspeed/runtime/zero/partition_parameters.py) and gathers the parameters a submodule
-      needs when it runs (``fetch_sub_module``): one coalesced collective per submodule and pass (one per
-      tensor in deepspeed-2021), each paying the ring's (n-1)-step latency over all data-parallel ranks,
-      counted from param_tensors by cost_models/zero3_gathers.py. Small tensors under
-      ``stage3_param_persistence_threshold`` (biases, norms) stay resident and are not gathered.
-* ``reduce_bucket_params`` -- ZeRO-2/3 gradient reduce-scatter granularity: FSDP one per block
-  (None), DeepSpeed ``reduce_bucket_size`` default 5e8 elements (DeepSpeed ZeRO config docs).
-* ``grad_accumulation_pass`` -- weight gradients reach the accumulation buffer through a separate
-  elementwise add every micro-batch. megatron-2021: the wgrad GEMM writes ``param.grad`` and DDP's hook
-  runs ``param.main_grad.add_(param.grad.data)`` (local DDP's ``_make_param_hook``; with torch DDP
-  autograd's AccumulateGrad does the same ``grad +=``): read both, write one, ``3 x grad_bytes`` per
-  parameter per micro-batch. megatron: ``--gradient-accumulation-fusion`` (on by default) makes the wgrad
-  GEMM accumulate into ``main_grad`` itself. torch (plain autograd, DDP): AccumulateGrad's ``grad += new``
-  for every micro-batch (the first one's gradient is stolen, not added: counted anyway). FSDP / DeepSpeed ZeRO-2/3 reduce-scatter every micro-batch
-  and accumulate only the 1/dp shard (folded into the optimizer's bytes).
-* ``train_metric_loss_passes`` -- extra no-grad cross-entropy forwards per micro-batch over the logits.
-  pytorch-fsdp (Composer + llm-foundry): Composer's ``Trainer._train_microbatch`` ends every micro-batch
-  with ``_eval_train_metrics``, which updates each train metric on the micro-batch's logits; llm-foundry's
-  MPT declares ``train_metrics = [LanguageCrossEntropy(), LanguagePerplexity()]``, and each ``update`` runs
-  an eager ``torch.nn.CrossEntropyLoss`` under bf16 autocast: fp32 cast (read e, write 4), log-softmax
-  (max, sum and write passes: read 12, write 4), NLL gather (negligible) = e + 20 bytes per logit each
-  (``TRAIN_METRIC_BYTES_PER_LOGIT``).
-* ``p2p_overlap`` -- when pipeline sends overlap the sender's compute ("always", "interleaved", "never";
-  ``TrainingSpec.overlap_p2p`` overrides it). Megatron's ``_communicate`` runs ``batch_isend_irecv``, waits
-  on the requests and, with ``batch_p2p_sync`` (default on), calls ``torch.cuda.synchronize()``: the sender
-  blocks. megatron-2021 always did so; Megatron-Core overlaps p2p with compute only in the interleaved
-  schedule (``--overlap-p2p-communication``, on by default; the non-interleaved 1F1B always uses the
-  blocking batched path) -> "interleaved". Other frameworks rarely pipeline: "always".
-* ``pp_scatter_gather`` -- pipeline messages split over the TP ranks and all-gathered by the receiver.
-  megatron-2021: ``--scatter-gather-tensors-in-pipeline`` (default on; SC21 Sec. 4.1): each TP rank sends
-  1/t of the activation and the receiver runs ``gather_split_1d_tensor`` (an all-gather over the TP group)
-  on the compute stream before using it. Modern Megatron shards the message by sequence parallelism
-  instead, with nothing to gather.
-* ``zero3_overlap`` -- ZeRO-3 parameter gathers and gradient reduce-scatters overlap compute.
-  deepspeed-2021 (the ZeRO-3 of early 2021, deepspeed/runtime/zero/stage3.py): ``fetch_sub_module`` is
-  blocking -- it waits on the gather handles and calls ``comm_stream.synchronize()`` and
-  ``torch.cuda.synchronize()`` before the submodule runs; the prefetch window is a hard-coded
-  ``prefetch_elements=25000000``, smaller than one weight tensor of a large model, so nothing is
-  gathered ahead. Each submodule's gather therefore runs serialized with compute. The reduce buckets are
-  serialized too: the stage-3 optimizer's signature default is ``overlap_comm=False``, though the engine
-  passes the config value, whose stage-3 default was True in some 2021 versions (docs/validation.md, "Where
-  the model is still weak"); which one the SC21 baseline ran is not known, and the serialized reading is kept. The
-  recomputed forward of a checkpointed layer gathers again (parameters are released after each
-  submodule's forward unless reused within ``max_reuse_distance``). FSDP and today's DeepSpeed overlap.
-* ``zero3_gather_ops_per_rank`` -- host-side operations per data-parallel rank for every gathered tensor.
-  deepspeed-2021: ``_allgather_param`` builds the output as a Python list of one ``narrow`` view per rank,
-  and torch.distributed's list ``all_gather`` (ProcessGroupNCCL of PyTorch 1.8) gathers into a flat
-  buffer and copies it back into each of the n outputs -- one view and one copy kernel per rank, each an
-  eager op dispatch of about ``GPUSpec.kernel_overhead_s``, on the critical path because the fetch is
-  blocking. Gradients go the same way: ``_reduce_scatter_gradient`` reduce-scatters each parameter's
-  gradient from a list of n ``narrow`` views, which the list ``reduce_scatter`` copies into a flat buffer.
-  Hence a cost linear in the number of ranks: 2 x n x kernel_overhead_s per gathered or reduced tensor,
-  plus the copies around them (``torch.zeros`` output and the flat buffer copied back: 3 passes over the
-  gathered bytes; the gradients copied into the flat input: 2 passes).
-* ``zero3_reduce_serialized`` -- deepspeed, deepspeed-2023: ZeRO-3's gradient reduce-scatters lie on the backward's critical
-  path although its parameter gathers are prefetched. Measured: the AMSP paper's trace of DeepSpeed ZeRO-3 on
-  A800s (Chen et al., arXiv:2311.00257v2, Sec. VI-C, Fig. 14): "Even when the communication-computation overlap
-  setting is enabled, DeepSpeed-ZeRO3/MiCS/ZeRO++ fails to effectively overlap ReduceScatter with computation."
-  The code behind it (microsoft/DeepSpeed@38327e07, deepspeed/runtime/zero/stage3.py): the backward hook fills a
-  ``reduce_bucket_size`` bucket (5e8 elements) and ``__reduce_and_partition_ipg_grads`` reduces it on the
-  autograd thread through ``reduce_scatter_coalesced`` (runtime/comm/coalesced_collectives.py), which first
-  builds ``world_sz`` slice views of every gradient in the bucket (a Python list comprehension), concatenates
-  them with ``torch.cat`` into one interleaved buffer, ``div_``s it and calls a synchronous
-  ``reduce_scatter_fn`` -- host work of ``tensors x ranks`` aten ops and two passes over the bucket before each
-  call, while no backward kernel of the next layers is issued; ``max_param_reduce_events = 2`` makes the host
-  ``synchronize()`` on the third reduction still in flight. simulator/zero3_reduce.py costs it.
-* ``zero3_persistent_regather`` -- deepspeed-2021: after every optimizer step the persistent parameters
-  (those under ``stage3_param_persistence_threshold``, default 1e5 elements: norm weights and biases) are
-  all-gathered again, and ``_allgather_params`` copies each rank's piece of each of them back with a Python
-  loop of ``narrow().copy_()`` -- one eager op per rank per persistent tensor, on the critical path after the
-  step (``_post_step`` -> ``persistent_parameters[0].all_gather(...)``; samyam/DeepSpeed stage3.py@14a775e8,
-  partition_parameters.py@67f957a4, the same in microsoft/DeepSpeed@70adb32). Cost:
-  ``tensors x dp x kernel_overhead_s`` plus one all-gather of their bytes.
-* ``tp_input_reduce`` -- how the backward reduces the input gradient of column-parallel layers.
-    - "region" (Megatron): one all-reduce per column-parallel region (the ``f`` operator before the fused
-      QKV and before the MLP's first layer), i.e. 2 per block in backward; with sequence parallelism one
-      reduce-scatter per region instead.
-    - "per_linear" (torch's own ``parallelize_module``, framework "torch": the plan of trainsim execute,
-      kernels/parallelize.tp_plan_block): q, k, v, fc1 (and gate) are separate ``ColwiseParallel``
-      linears, each turning its replicated local input into a DTensor, so each reduces its Partial input
-      gradient with its own all-reduce: 4 per block in backward (5 gated), 2 in forward. With sequence
-      parallelism ``PrepareModuleInput`` gathers once per region (one reduce-scatter back), but the
-      ``SequenceParallel`` norms' replicated weights get Partial gradients: one all-reduce per norm
-      parameter tensor per micro-batch. Counted from a torch.profiler trace of tiny-gpt tp2 (gloo): 29
-      all-reduces per micro-batch = 4 blocks x (2 + 4) + embedding, output layer and loss_parallel; with
-      SP 18 all-gathers, 17 reduce-scatters and 22 all-reduces (4 x 4 norm-weight gradients + head/loss).
-* ``tp_dgrad_overlap`` -- the backward of a column-parallel linear (QKV, MLP in) reduces its input gradient
-  asynchronously while the same layer's weight-gradient GEMM runs. Megatron: ``LinearWithGradAccumulation
-  AndAsyncCommunication`` launches the all-reduce (with sequence parallelism: reduce-scatter) of
-  ``grad_input`` with ``async_op=True`` before the wgrad GEMM and waits after it; with sequence
-  parallelism it also re-all-gathers the layer's sharded input for that wgrad GEMM asynchronously while the
-  dgrad GEMM runs. Exposed: ``max(0, comm - gemm)`` per overlapped pair. megatron (Megatron-Core) and
-  megatron-2022 (the Megatron-LM of Korthikanti et al. 2022, arXiv:2205.05198 Sec. 6.2: "we overlap
-  all-reduce communication with the linear weight's gradient computation"; ``--async-tensor-model-parallel-
-  allreduce``, added to Megatron-LM after SC21) do it; megatron-2021 (SC21's code) waits for every TP
-  collective on the compute stream.
-* ``fused_bias_grad`` -- the weight-gradient GEMM also produces the bias gradient (cuBLASLt's BGRADB
-  epilogue, which Transformer Engine's Linear uses: megatron, i.e. Megatron-Core with TE). Otherwise each
-  biased linear reduces its output gradient over the tokens in a separate kernel, one read of dY:
-  megatron-2021/2022 (``LinearWithGradAccumulationAndAsyncAllreduce``: ``grad_bias = grad_output.sum(dim=0)``;
-  the skipped biases of out_proj, fc1 and fc2 through autograd's sum of ``bias.expand_as(residual)`` and of
-  the bias-GeLU gradient), torch / pytorch-fsdp (``nn.Linear``'s autograd reduces ``grad`` to the bias shape)
-  and DeepSpeed (Megatron-DeepSpeed uses Megatron's layers). Only models with biases pay it.
-* ``fsdp_grad_prep`` -- what FSDP (PyTorch 2.0's FullyShardedDataParallel, the llm-foundry / Composer stack:
-  pytorch-fsdp) does to every wrapped unit's gradient, per micro-batch, around its reduce-scatter
-  (torch/distributed/fsdp/_runtime_utils.py ``_post_backward_hook`` and flat_param.py of 2023; the
-  default hook torch/distributed/algorithms/_comm_hooks/default_hooks.py ``reduce_scatter_hook``):
-    - the module's parameters are ``split``/``view`` s of the unit's flat parameter, so autograd's
-      split backward concatenates every parameter gradient into the flat gradient (``at::cat``: read e,
-      write e per parameter);
-    - the flat gradient is cast to the reduce dtype when that differs (read e, write g);
-    - it is divided in place by the pre-divide factor (read g, write g; the factor doubles while
-      ``world % f == 0 and world / f > f``, so it is > 1 for any world >= 2), reduce-scattered, and the
-      shard divided by the post-divide factor ``world / pre`` when that is > 1;
-    - the shard is cast to the parameter's dtype (fp32 master weights: read g, write 4) and, from the
-      second micro-batch on, added into the saved gradient shard (read 4 + 4, write 4; counted every
-      micro-batch when accumulating). Composer runs no ``no_sync`` for FSDP, so this is every micro-batch.
-  ``fsdp_grad_prep_bytes_per_param`` gives the bytes per parameter of the unit; the optimizer then sees
-  fp32 gradient shards. Memory: while the split backward concatenates, the parameters' own 16-bit gradients
-  and the unit's flat gradient coexist (memory.stage_memory).
-* ``optimizer_update`` -- how the Adam step streams the optimizer shard. "fused" (Megatron/TE/apex
-  multi-tensor Adam, torch's fused/foreach paths): one pass reading the fp32 master weight, m, v and the
-  gradient and writing them back (``2 x optimizer_bytes + grad + param`` bytes per parameter).
-  "per_param_loop" (Composer's ``DecoupledAdamW``, the optimizer of llm-foundry's MPT yamls): a Python loop
-  over parameters of separate eager ops -- ``exp_avg.mul_(b1).add_(g)``, ``exp_avg_sq.mul_(b2).addcmul_(g,
-  g)``, ``denom = (exp_avg_sq.sqrt() / c2).add_(eps)``, ``param.addcdiv_(exp_avg, denom)`` (the decay
-  ``param.mul_`` is skipped at the yamls' ``weight_decay: 0.0``): ``PER_PARAM_LOOP_ADAM_BYTES`` on fp32 state
-  and fp32 gradients (FSDP's gradient shards; used when the optimizer state is the 12-byte fp32 master + m + v).
-  "foreach" (``torch.optim.Adam``'s default on CUDA, framework torch: torch/optim/adam.py ``_multi_tensor_adam``,
-  find_string id 14460399403): one ``multi_tensor_apply`` pass per ``_foreach`` op over fp32 state --
-  ``_foreach_lerp_(exp_avgs, grads)`` (read 8, write 4), ``_foreach_mul_(exp_avg_sqs)`` (4 + 4),
-  ``_foreach_addcmul_(exp_avg_sqs, grads, grads)`` (12 + 4), ``_foreach_sqrt`` into a new list (4 + 4),
-  ``_foreach_div_`` and ``_foreach_add_`` on it (8 each), ``_foreach_addcdiv_(params, exp_avgs, denom)``
-  (12 + 4): ``FOREACH_ADAM_BYTES`` = 76 bytes per parameter (the profiled H200 step runs 77
-  ``multi_tensor_apply_kernel`` launches for 204 M parameters in 4.0 ms: 3.9 TB/s at these bytes).
-* ``clips_grads`` -- the step computes the gradient norm for clipping (one read of every gradient). trainsim
-  execute's torch step (kernels/parallelize.py ``train_step``: ``optimizer.step()`` with no clipping) does not.
-* ``clip_scales_grads`` -- gradient clipping multiplies every gradient by the clip coefficient
-  unconditionally (FSDP's ``clip_grad_norm_``: ``grad.mul_(clamp(max_norm / norm, max=1))``; Composer's
-  ``gradient_clipping`` algorithm calls it on the root FSDP module): the norm pass reads each gradient
-  once, the scaling reads and writes it again. Megatron scales only when the norm exceeds the threshold
-  (a host-side test), so its clipping is one read.
-* ``fp8_weight_cache`` -- with fp8 training, Transformer Engine quantizes each weight once per optimizer step
-  and reuses the fp8 copy (and its transpose) for the step's later micro-batches when the caller passes
-  ``is_first_microbatch`` (TE Linear docs: "processing and caching of the weights in FP8"). Megatron-Core's
-  TELinear / TEGroupedLinear do (megatron); a bare ``te.Linear`` call -- llm-foundry's MPT layers under
-  Composer's ``amp_fp8`` (pytorch-fsdp) -- leaves it None, so every forward quantizes the weight again.
-* ``optimizer_extra_bytes_per_param`` -- bytes per parameter the optimizer step moves beyond a fused
-  Adam (cost_models.compute.optimizer_step_time). megatron-2021 (Float16OptimizerWithFloat16Params):
-  ``_copy_model_grads_to_main_grads`` (read 2, write 4) and ``_copy_main_params_to_model_params``
-  (read 4, write 2) = 12. The fp16 loss-scale unscale/inf check is a dtype effect, not a framework one
-  (compute.FP16_UNSCALE_BYTES_PER_PARAM).
-* ``megatron_layer`` -- the blocks are Megatron's legacy ``ParallelTransformerLayer`` (megatron/model/
-  transformer.py of Megatron-LM 2021-2022 and of Megatron-DeepSpeed): without FlashAttention its unfused core
-  attention, separate bias adds and bias-dropout-adds dispatch more eager ops per block than the executor's
-  block, which the host's issue time counts (cost_models.host_issue, "Megatron's layer"). megatron-2021 and
-  megatron-2022 run it; Megatron-Core (megatron) runs Transformer Engine's fused layers instead.
-* ``host_syncs`` (``block_forward_syncs``, ``microbatch_syncs``) -- blocking host-device synchronisations that
-  stop the host from running ahead of the GPU. megatron-deepspeed (microsoft/Megatron-DeepSpeed@f4157bea; the
-  lines date from "MoE support (#48)", 2022-06-07): ``ParallelTransformerLayer.forward`` creates
-  ``moe_loss = torch.tensor(0.0, device=...)`` and ``mlp_bias = torch.tensor(0.0, device=...)`` between the
-  attention half and the MLP of every block (megatron/model/transformer.py), and a Python scalar copied to the
-  GPU is a pageable host-to-device copy, ``cudaMemcpyAsync`` followed by ``cudaStreamSynchronize``
-  (pytorch/pytorch#120996 flags ``torch.tensor(3.14, device=dev)`` as a synchronizing operation; sgl-project/
-  sglang#35106 traces it to ``memcpy_and_sync``): one sync per block forward, recomputed forwards included.
-  Each micro-batch starts with ``get_batch`` -> ``tensor_parallel.broadcast_data``, which copies the sizes to the
-  GPU (``get_accelerator().LongTensor(sizes)``) and back (``sizes_cuda.cpu()``; megatron/core/tensor_parallel/
-  data.py; pretrain_gpt.py ``get_batch`` and ``get_batch_pipe``): one drain of the queue per micro-batch. cost_models.host_issue prices what a sync exposes.
+The per-framework facts and their citations live in specs/framework_behaviour.py; this module holds the constants
+and pure functions that turn them into bytes, calls and defaults for the cost models and the engine builder.
 """
 
 from __future__ import annotations
 
+from trainsim.specs.framework_behaviour import (  # noqa: F401  (the cost models read them as framework.X)
+    BEHAVIOURS,
+    DEEPSPEED_REDUCE_BUCKET_PARAMS,
+    FRAMEWORKS,
+    Framework,
+    FrameworkBehaviour,
+    behaviour,
+)
 
-from dataclasses import dataclass
-from typing import Literal, get_args
-
-Framework = Literal["megatron", "megatron-2021", "megatron-2022", "megatron-deepspeed", "pytorch-fsdp", "deepspeed",
-                    "deepspeed-2023", "deepspeed-2021", "torch"]
-FRAMEWORKS: tuple[str, ...] = get_args(Framework)
-
-# DeepSpeed ZeRO config default reduce_bucket_size (elements).
-DEEPSPEED_REDUCE_BUCKET_PARAMS = 5e8
 # DeepSpeed ZeRO config default allgather_bucket_size (elements): ZeRO-1/2 gather the updated parameters in
 # ``max(1, partition_numel * dp // allgather_bucket_size)`` sequential all-gathers per parameter group
 # (deepspeed/runtime/utils.py ``all_gather_dp_groups``, find_string id 48284869659).
 DEEPSPEED_ALLGATHER_BUCKET_PARAMS = 5e8
-# Composer DecoupledAdamW, one pass per eager op over fp32 state and gradient (module docstring): exp_avg
-# mul_ (r4 w4) and add_ (r8 w4), exp_avg_sq mul_ (8) and addcmul_ (r8 w4), sqrt (8), / c2 (8), add_ eps (8),
-# param.addcdiv_ (r12 w4). HBM bytes per parameter.
+# Composer DecoupledAdamW, one pass per eager op over fp32 state and gradient (specs/framework_behaviour.py
+# docstring, "optimizer_update"): exp_avg mul_ (r4 w4) and add_ (r8 w4), exp_avg_sq mul_ (8) and addcmul_ (r8 w4),
+# sqrt (8), / c2 (8), add_ eps (8), param.addcdiv_ (r12 w4). HBM bytes per parameter.
 PER_PARAM_LOOP_ADAM_BYTES = 8 + 12 + 8 + 12 + 8 + 8 + 8 + 16
-# torch.optim.Adam foreach (module docstring, "optimizer_update"): lerp_, mul_, addcmul_, sqrt, div_, add_, addcdiv_.
+# torch.optim.Adam foreach (specs/framework_behaviour.py docstring, "optimizer_update"): lerp_, mul_, addcmul_,
+# sqrt, div_, add_, addcdiv_.
 FOREACH_ADAM_BYTES = 12 + 8 + 16 + 8 + 8 + 8 + 16
 # FSDP keeps the sharded parameter (and so its gradient shard) in fp32 under mixed precision.
 FSDP_SHARD_GRAD_BYTES = 4
 # DeepSpeed ZeRO-3 default stage3_param_persistence_threshold (elements): smaller parameters stay resident.
 DEEPSPEED_PERSISTENCE_THRESHOLD = 1e5
-
-
-@dataclass(frozen=True)
-class FrameworkBehaviour:
-    """The behaviours of one framework that the cost models read (see module docstring)."""
-
-    name: str
-    overlap_grad_reduce: bool
-    fused_cross_entropy: bool
-    zero3_gather: Literal["block", "tensor"]
-    reduce_bucket_params: float | None  # ZeRO-2/3 reduce-scatter bucket (elements); None = one per block
-    grad_accumulation_pass: bool = False
-    optimizer_extra_bytes_per_param: float = 0.0
-    train_metric_loss_passes: int = 0
-    zero3_overlap: bool = True
-    zero3_gather_ops_per_rank: int = 0
-    zero3_reduce_serialized: bool = False
-    p2p_overlap: Literal["always", "interleaved", "never"] = "always"
-    pp_scatter_gather: bool = False
-    tp_input_reduce: Literal["region", "per_linear"] = "region"
-    tp_dgrad_overlap: bool = False
-    fused_bias_grad: bool = False
-    zero3_persistent_regather: bool = False
-    fsdp_grad_prep: bool = False
-    optimizer_update: Literal["fused", "per_param_loop", "foreach"] = "fused"
-    clips_grads: bool = True
-    clip_scales_grads: bool = False
-    fp8_weight_cache: bool = False
-    pipeline_output_kept: bool = False
-    megatron_layer: bool = False
-    # ZeRO-1/2's gather of the updated parameters after the optimizer step, in how many calls: "buffer" one per
-    # parameter buffer (Megatron-LM 2021-22 DistributedOptimizer ``gather_model_params``: one all-gather per
-    # model chunk and dtype buffer; Megatron-Core all-gathers per bucket, but with ``overlap_param_gather``,
-    # NeMo's setting, those calls run under the next forward pass, which the engine does not model, so one
-    # exposed call stands in rather than charging hidden latency), "allgather_bucket" one per
-    # DEEPSPEED_ALLGATHER_BUCKET_PARAMS elements (DeepSpeed ``all_gather_dp_groups`` up to v0.12.3: a list
-    # ``dist.all_gather`` of one ``narrow`` per rank per shard), "param_group" one ``all_gather_into_tensor`` per
-    # optimizer parameter group (DeepSpeed from v0.12.4, PR #4705, fd0a52c1a: ``all_gather_dp_groups`` calls
-    # ``all_gather_into_tensor_dp_groups`` whenever torch has ``all_gather_into_tensor``, find_string id
-    # 48284869659; one group counted: a separate no-weight-decay group adds one call), "broadcast_per_param" one
-    # broadcast per parameter tensor from the rank that owns it (torch ``ZeroRedundancyOptimizer._sync_params``
-    # with its default ``parameters_as_bucket_view=False``: "sent parameter-by-parameter", torch/distributed/
-    # optim/zero_redundancy_optimizer.py, find_string ids 42221174, 1023684051).
-    param_gather: Literal["buffer", "allgather_bucket", "param_group", "broadcast_per_param"] = "buffer"
-    block_forward_syncs: int = 0   # blocking host-device syncs per block forward (module docstring, host_syncs)
-    microbatch_syncs: int = 0      # ... per micro-batch, before the first block
-    # Communicators beyond one per parallel dimension (runtime_memory.communicators, which cites each call): the
-    # start-time all-reduce over the world group (megatron/training/training.py ``pretrain``), the gradient norm
-    # over the model-parallel group TP x PP (megatron/core/optimizer/optimizer.py
-    # ``get_grad_stats_parallel_group``; DeepSpeed BF16_Optimizer ``get_global_norm_of_tensors(mpu=...)``) and,
-    # with tied embeddings and pp > 1, the first and last stages' embedding group (finalize_model_grads.py
-    # ``_allreduce_word_embedding_grads``; DeepSpeed pipe/module.py ``allreduce_tied_weight_gradients``). Megatron
-    # of every vintage and Megatron-DeepSpeed under DeepSpeed's engine run them; FSDP and torch do not.
-    model_parallel_groups: bool = False
-    # DeepSpeed's pipeline engine broadcasts the loss over the pipe-parallel group (deepspeed/runtime/pipe/
-    # engine.py ``PipelineEngine._aggregate_total_loss``, DeepSpeed 15293139f): one more communicator.
-    pp_loss_broadcast: bool = False
-    # Megatron's persistent "mpu" buffer (megatron/core/utils.py ``GlobalMemoryBuffer``, set up by
-    # ``_set_global_memory_buffer``; megatron/global_vars.py of the 2022 sequence-parallel code, find_string id
-    # 67184530167): memory.megatron_global_buffer. The SC21 code of megatron-2021 predates it (its
-    # tensor-parallel layers allocate per call), and DeepSpeed's engine does not allocate it.
-    global_memory_buffer: bool = False
-    # ZeRO 0-2 gradient reduction calls (see zero12_reduce_calls): "ddp_bucket" per DDP bucket (Megatron, torch);
-    # DeepSpeed's own buckets of reduce_bucket_size elements, DeepSpeedZeroOptimizer ``average_tensor`` with its
-    # default reduce_scatter=True: "per_rank_reduce" one ``dist.reduce`` of each destination rank's slice of a
-    # bucket (DeepSpeed up to v0.12.3), "bucket_all_reduce" one all-reduce per bucket, every rank keeping its
-    # slice (``use_multi_rank_bucket_allreduce``, default True from v0.12.4: PR #4695, 2afa1c7f2, 2023-11-21).
-    dp_grad_calls: Literal["ddp_bucket", "per_rank_reduce", "bucket_all_reduce"] = "ddp_bucket"
-    # ZeRO 0-2 gradient reduction overlapped with the backward (else on the compute stream after it): DeepSpeed's
-    # ``overlap_comm`` defaults to ``stage == 3`` (runtime/zero/config.py ``overlap_comm_valid``).
-    overlap_below_zero3: bool = True
-    # Dense Llama blocks run torchtitan's eager model code without torch.compile (activations.py impl "titan"):
-    # its own RMSNorm ``self._norm(x.float()).type_as(x) * self.weight``, ``repeat_kv`` copies of k and v,
-    # the attention output's ``transpose(1, 2).contiguous()`` copy, ``w2(F.silu(w1(x)) * w3(x))``
-    # (pytorch/torchtitan torchtrain/models/llama/model.py @ 83c879f18, torchtitan/models/norms.py and
-    # models/llama/model.py @ ba2469780).
-    eager_llama_block: bool = False
-    # Megatron's own data-parallel wrapper reduces the gradients at ZeRO 0-1 (cost_models/ddp_buckets.py): "core"
-    # Megatron-Core ``DistributedDataParallel`` (bucketed, overlapped by default), "local" Megatron-LM's local DDP
-    # of 2021-22 (``--DDP-impl local``: one flat buffer all-reduced after the backward, ``main_grad.add_`` hooks
-    # per parameter, megatron/model/distributed.py); None where another engine reduces them (Megatron-DeepSpeed
-    # reduces in DeepSpeed's engine).
-    megatron_ddp: Literal["core", "local"] | None = None
-    # The optimizer creates Adam's exp_avg / exp_avg_sq at its first step: Megatron-LM's optimizers
-    # (megatron/core/optimizer/optimizer.py, NVIDIA/Megatron-LM @ d98e8a64) wrap Transformer Engine's or apex's
-    # FusedAdam, which create them lazily; ``init_state_fn`` creates them earlier only for a checkpoint load
-    # (``state_dict(is_loading=True)`` / ``sharded_state_dict``). first_step_fragmentation replays that step.
-    lazy_optimizer_states: bool = False
-    # Data-parallel sharding (zero >= 2) reduce-scatters each unit's gradient into a new sharded gradient on a side
-    # stream, and the training loop frees the gradients with ``zero_grad(set_to_none=True)`` (torch's default
-    # since 2.0) before the next forward (allocator_reserve.grads_off_peak).
-    side_stream_grads: bool = False
-    # The un-fused loss is torch's eager ``F.cross_entropy`` on an fp32 copy of the logits (torchtitan's
-    # ``cross_entropy_loss``: ``F.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))``, torchtitan
-    # train.py of late 2024 with the loss left uncompiled, read_file id 60236233462; kernels/parallelize.py
-    # ``cross_entropy`` for trainsim execute). Its memory differs from Megatron's in-place vocab-parallel loss
-    # (activations.logits_workspace_bytes).
-    eager_fp32_cross_entropy: bool = False
-    # The sharded parameters are the fp32 master weights (torch.distributed FSDP1 FlatParameter / FSDP2 DTensor
-    # shards under a mixed-precision policy; torch AMP keeps fp32 parameters and casts per op): model_states.state_bytes.
-    fp32_params: bool = False
-    # The model and its optimizer run under DeepSpeed's engine (``deepspeed.initialize``): the ZeRO optimizers
-    # create their states at construction (first_step_fragmentation.lazy_state_bytes) and step the flat fp32
-    # groups (step_host.step_counts).
-    deepspeed_engine: bool = False
-    # How the model's modules hold their parameters (param_tensors.module_style): "fused" Megatron's layers (one QKV
-    # tensor, gate and up in one fc1) -- the Megatron family, and deepspeed-2021, whose ZeRO-3 GPT runs train
-    # Megatron's model (microsoft/DeepSpeedExamples Megatron-LM-v1.1.5-ZeRO3/megatron/model/transformer.py:
-    # ``query_key_value`` one ColumnParallelLinear, read_file id 6017323966); "torch" separate nn.Linear q, k, v.
-    module_style: Literal["fused", "torch"] = "torch"
-
-
-BEHAVIOURS: dict[str, FrameworkBehaviour] = {
-    "megatron": FrameworkBehaviour("megatron", overlap_grad_reduce=True, fused_cross_entropy=False,
-                                   zero3_gather="block", reduce_bucket_params=None, p2p_overlap="interleaved",
-                                   tp_dgrad_overlap=True, fused_bias_grad=True, fp8_weight_cache=True,
-                                   model_parallel_groups=True, global_memory_buffer=True, megatron_ddp="core",
-                                   lazy_optimizer_states=True, module_style="fused"),
-    "megatron-2021": FrameworkBehaviour("megatron-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
-                                        zero3_gather="block", reduce_bucket_params=None,
-                                        grad_accumulation_pass=True, optimizer_extra_bytes_per_param=12.0,
-                                        p2p_overlap="never", pp_scatter_gather=True, megatron_layer=True,
-                                        model_parallel_groups=True, megatron_ddp="local",
-                                        lazy_optimizer_states=True, module_style="fused"),
-    # Megatron-LM of early 2022 (Korthikanti et al., arXiv:2205.05198): the 2021 behaviours (local DDP reduced
-    # after the backward pass -- Sec. 6.3: "we do not use any overlapping of gradient all-reduces with
-    # back-propagation" --, unfused cross-entropy, fp16/bf16 optimizer copies, blocking p2p, scatter/gather)
-    # plus the asynchronous TP input-gradient reduction of Sec. 6.2 (tp_dgrad_overlap) and gradient-
-    # accumulation fusion, both in that code's ``LinearWithGradAccumulationAndAsyncAllreduce`` (the wgrad GEMM
-    # accumulates into ``main_grad``; on by default when gradients accumulate in fp32, which arguments.py forces
-    # for bf16): no separate accumulation pass.
-    "megatron-2022": FrameworkBehaviour("megatron-2022", overlap_grad_reduce=False, fused_cross_entropy=False,
-                                        zero3_gather="block", reduce_bucket_params=None,
-                                        grad_accumulation_pass=False, optimizer_extra_bytes_per_param=12.0,
-                                        p2p_overlap="never", pp_scatter_gather=True, tp_dgrad_overlap=True,
-                                        megatron_layer=True, model_parallel_groups=True, global_memory_buffer=True,
-                                        megatron_ddp="local", lazy_optimizer_states=True, module_style="fused"),
-    # Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed): the layer code of megatron-2021 (synchronous TP
-    # all-reduces, param.grad accumulation, DeepSpeed's arguments switch the asynchronous all-reduce off) and its
-    # host syncs (module docstring, ``host_syncs``).
-    "megatron-deepspeed": FrameworkBehaviour("megatron-deepspeed", overlap_grad_reduce=False,
-                                             fused_cross_entropy=False, zero3_gather="block",
-                                             reduce_bucket_params=None, grad_accumulation_pass=True,
-                                             optimizer_extra_bytes_per_param=12.0, p2p_overlap="never",
-                                             pp_scatter_gather=True, megatron_layer=True, block_forward_syncs=1,
-                                             microbatch_syncs=1, model_parallel_groups=True, deepspeed_engine=True,
-                                             module_style="fused"),
-    "pytorch-fsdp": FrameworkBehaviour("pytorch-fsdp", overlap_grad_reduce=True, fused_cross_entropy=True,
-                                       zero3_gather="block", reduce_bucket_params=None,
-                                       train_metric_loss_passes=2, fsdp_grad_prep=True,
-                                       optimizer_update="per_param_loop", clip_scales_grads=True,
-                                       side_stream_grads=True, fp32_params=True),
-    "deepspeed": FrameworkBehaviour("deepspeed", overlap_grad_reduce=True, fused_cross_entropy=False,
-                                    zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
-                                    pipeline_output_kept=True, param_gather="param_group",
-                                    model_parallel_groups=True, pp_loss_broadcast=True,
-                                    dp_grad_calls="bucket_all_reduce", overlap_below_zero3=False,
-                                    zero3_reduce_serialized=True, deepspeed_engine=True),
-    # DeepSpeed v0.10.0 .. v0.12.3 (specs/framework_era.py): today's ZeRO-3 (gathers prefetched, reductions
-    # serialized: the AMSP trace of this DeepSpeed, arXiv:2311.00257v2 Fig. 14) with the ZeRO-1/2 communication of
-    # before v0.12.4 -- ``average_tensor`` reduces each owner rank's slice of a bucket with its own ``dist.reduce``
-    # (v0.12.3 stage_1_and_2.py, 6ea44d02c) and ``all_gather_dp_groups`` gathers the updated parameters in
-    # ``allgather_bucket_size`` shards. DeepSpeed's own account of the change (blogs/comm-opt/README.md, PR #4695):
-    # a dense 7B on 1,024 A100s spent 1.2 s per step in that reduction, 0.36 s after it.
-    "deepspeed-2023": FrameworkBehaviour("deepspeed-2023", overlap_grad_reduce=True, fused_cross_entropy=False,
-                                         zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
-                                         pipeline_output_kept=True, param_gather="allgather_bucket",
-                                         model_parallel_groups=True, pp_loss_broadcast=True,
-                                         dp_grad_calls="per_rank_reduce", overlap_below_zero3=False,
-                                         zero3_reduce_serialized=True, deepspeed_engine=True),
-    "deepspeed-2021": FrameworkBehaviour("deepspeed-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
-                                         zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
-                                         zero3_overlap=False, zero3_gather_ops_per_rank=2,
-                                         zero3_persistent_regather=True, pipeline_output_kept=True,
-                                         param_gather="allgather_bucket", model_parallel_groups=True,
-                                         pp_loss_broadcast=True, dp_grad_calls="per_rank_reduce",
-                                         overlap_below_zero3=False, deepspeed_engine=True, module_style="fused"),
-    # torch.distributed's own parallelism as trainsim execute runs it (kernels/parallelize.py): DDP buckets
-    # reduced during backward, FSDP2 per-block gathers, eager F.cross_entropy (log_softmax + nll, not
-    # fused), parallelize_module TP. Pipelining: Schedule1F1B's steady state fuses each send with the next
-    # receive and waits on both (torch/distributed/pipelining/schedules.py, ``_wait_batch_p2p(_batch_p2p(
-    # fwd_sends + bwd_recvs))``): the sender blocks.
-    # Gradient accumulation: autograd's AccumulateGrad adds each micro-batch's weight gradient into
-    # ``param.grad`` (``grad += new``, a separate elementwise pass: grad_accumulation_pass).
-    "torch": FrameworkBehaviour("torch", overlap_grad_reduce=True, fused_cross_entropy=False,
-                                zero3_gather="block", reduce_bucket_params=None, p2p_overlap="never",
-                                tp_input_reduce="per_linear", grad_accumulation_pass=True,
-                                param_gather="broadcast_per_param", optimizer_update="foreach",
-                                clips_grads=False, eager_llama_block=True, side_stream_grads=True,
-                                eager_fp32_cross_entropy=True, fp32_params=True),
-}
-
-
-
-def behaviour(framework: str) -> FrameworkBehaviour:
-    """The behaviours of ``framework`` (one of FRAMEWORKS)."""
-    return BEHAVIOURS[framework]
 
 
 def p2p_blocks(training) -> bool:
@@ -502,7 +93,7 @@ def bf16_optimizer(training) -> bool:
     """Whether DeepSpeed runs its BF16_Optimizer: bf16 with fp32 gradient accumulation at ZeRO stage 0 or 1 and
     no CPU offload (deepspeed/runtime/engine.py ``_do_optimizer_sanity_check`` returns BFLOAT16 for ZeRO-1 with
     grad_accum_dtype fp32; stage 0 bf16 always takes it)."""
-    return (training.framework in ("deepspeed", "deepspeed-2023", "deepspeed-2021") and training.dtype == "bf16"
+    return (BEHAVIOURS[training.framework].deepspeed_optimizer and training.dtype == "bf16"
             and training.effective_zero <= 1 and training.grad_bytes == 4 and not training.offload_optimizer)
 
 
@@ -515,7 +106,8 @@ def fsdp_divide_factors(world: int) -> tuple[float, float]:
 
 
 def fsdp_grad_prep_bytes_per_param(e: int, g: int, world: int, accumulate: bool) -> float:
-    """HBM bytes per parameter of one FSDP unit's gradient preparation in one micro-batch (module docstring):
+    """HBM bytes per parameter of one FSDP unit's gradient preparation in one micro-batch (specs/
+    framework_behaviour.py docstring, ``fsdp_grad_prep``):
     ``e``-byte compute gradients reduced in ``g`` bytes over ``world`` ranks; shard passes divided by ``world``."""
     pre, post = fsdp_divide_factors(world)
     unsharded = 2 * e + (e + g if g != e else 0) + (2 * g if pre > 1 else 0)
@@ -536,7 +128,8 @@ def train_metric_bytes_per_logit(e: int) -> float:
 
 
 def cross_entropy_bytes(fused: bool, e: int, eager: bool = False) -> tuple[float, float]:
-    """HBM bytes per logit of the loss, (forward, backward), for ``e``-byte logits (see module docstring):
+    """HBM bytes per logit of the loss, (forward, backward), for ``e``-byte logits (see the
+    specs/framework_behaviour.py docstring):
     fused kernel, torch's eager ``F.cross_entropy`` on an fp32 copy (``eager``), else Megatron's."""
     if fused:
         return float(e + 4), float(4 + e)

@@ -36,6 +36,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainsim.specs.framework_behaviour import BEHAVIOURS
+
 from .model_states import state_bytes
 
 
@@ -82,7 +84,7 @@ def fsdp2_moment(scenario, rp, details: dict, activations: float = 0.0,
                  off_peak: float = 0.0) -> tuple[str, float] | None:
     """FSDP2's peak moment on the stage and its bytes beyond the activation peak (module doc); the blocks'
     off-peak gradient shards exist at the root's reduce-scatter. None outside FSDP2's ZeRO-3."""
-    if "zero3_gather_buffers" not in details or scenario.training.framework != "torch":
+    if "zero3_gather_buffers" not in details or not BEHAVIOURS[scenario.training.framework].fsdp2:
         return None
     at_peak = activations + details.get("logits_workspace", 0.0) + details["zero3_gather_buffers"]
     shards = off_peak * (rp.held - rp.root_params) / rp.held if rp.held else 0.0

@@ -38,11 +38,10 @@ and neither pool is modelled (0).
 
 from __future__ import annotations
 
+from trainsim.specs.framework_behaviour import BEHAVIOURS
 from trainsim.specs.memo import memoised
 
 from .caching_allocator import replay
-
-FSDP_FRAMEWORKS = ("torch", "pytorch-fsdp")
 
 
 def _padded(params: float, shard: int) -> int:
@@ -104,7 +103,7 @@ def gather_pool_extra(units: tuple[float, ...], shard: int, param_bytes: int,
 
 def reduce_input_in_pool(training, reduce_bytes: int) -> bool:
     """Whether the unsharded reduce-dtype gradient is allocated on the reduce-scatter stream (module doc)."""
-    if training.framework == "pytorch-fsdp":
+    if not BEHAVIOURS[training.framework].fsdp2:  # FSDP1 (pytorch-fsdp)
         return reduce_bytes != training.param_bytes
     return training.fsdp_reduce_scatter_input == "reduce_scatter_stream"
 
@@ -113,11 +112,11 @@ def stream_pool_cached(training, units: tuple[float, ...], shard: int, reduce_by
                        microbatches: int, gather_counted: float | None = None) -> float:
     """Cached bytes FSDP's side-stream pools hold at the reserved peak beyond what the memory model counts
     (module doc; ``gather_counted`` as ``gather_pool_extra``'s ``counted``); 0 outside FSDP (ZeRO-2/3 of
-    ``FSDP_FRAMEWORKS``), with CPU offload, or without units."""
+    ``FrameworkBehaviour.torch_fsdp``), with CPU offload, or without units."""
     t = training
-    if t.framework not in FSDP_FRAMEWORKS or t.effective_zero < 2 or t.offload_params or not units:
+    if not BEHAVIOURS[t.framework].torch_fsdp or t.effective_zero < 2 or t.offload_params or not units:
         return 0.0
     extra = reduce_pool_extra(units, shard, reduce_bytes, reduce_input_in_pool(t, reduce_bytes), microbatches)
-    if t.framework == "torch" and t.effective_zero >= 3:
+    if BEHAVIOURS[t.framework].fsdp2 and t.effective_zero >= 3:
         extra += gather_pool_extra(units, shard, t.param_bytes, gather_counted)
     return extra

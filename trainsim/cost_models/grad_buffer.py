@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from trainsim.specs.framework_behaviour import BEHAVIOURS
 from trainsim.specs.memo import IdentityMemo
 
 from .param_tensors import ParamTensor, chunk_tensors
@@ -115,7 +116,7 @@ def _chunk_units(scenario, tensors: tuple[ParamTensor, ...], expert: bool) -> li
     """The buffers (Megatron: one per chunk) or flat parameters (FSDP1: one per block, the rest in one) of a chunk's
     dense or expert tensors."""
     chosen = [t for t in tensors if t.expert == expert]
-    if scenario.training.framework.startswith("megatron"):
+    if BEHAVIOURS[scenario.training.framework].megatron_arguments:
         return [chosen] if chosen else []
     units: dict[str, list[ParamTensor]] = {}
     for t in chosen:
@@ -130,9 +131,9 @@ def _unit_buckets(scenario, unit: list[ParamTensor], n: int, first_chunk: bool) 
 
     tr = scenario.training
     sizes = [max(1, round(t.elems)) for t in unit]
-    if not tr.framework.startswith("megatron"):
+    if not BEHAVIOURS[tr.framework].megatron_arguments:
         return buffer_buckets(sizes, n, None, False)
-    core = tr.framework == "megatron"
+    core = BEHAVIOURS[tr.framework].megatron_ddp == "core"
     overlap = default_overlap_grad_reduce(tr) if tr.overlap_grad_reduce is None else tr.overlap_grad_reduce
     bucket = megatron_bucket_params(scenario, tr.dp_bucket_mb) if (core and overlap and first_chunk) else None
     shared = scenario.model.tie_embeddings and scenario.layout.pp > 1 and core
@@ -159,7 +160,7 @@ def _optimizer_tensor_elems(scenario, stage: int, rank: int) -> tuple[float, ...
         tensors = chunk_tensors(scenario, vs)
         for expert, group in groups.items():
             n = max(1, round(group))
-            if n == 1 or scenario.training.framework == "torch":
+            if n == 1 or BEHAVIOURS[scenario.training.framework].fsdp2:
                 out += [t.elems / n for t in tensors if t.expert == expert]
                 continue
             for unit in _chunk_units(scenario, tensors, expert):

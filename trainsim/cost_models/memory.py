@@ -462,7 +462,7 @@ def ddp_param_remap_bytes(scenario, weights: float, grads: float) -> float:
     from it); a device that cannot hold this fails at start-up.
     """
     t = scenario.training
-    if t.framework != "megatron" or t.effective_zero != 1:
+    if behaviour(t.framework).megatron_ddp != "core" or t.effective_zero != 1:  # Megatron-Core's distributed optimizer
         return 0.0
     return 2.0 * weights + grads
 
@@ -555,10 +555,10 @@ def offload(scenario, rp: RankParams, sb, states: dict[str, float]) -> Offload:
     if not (t.offload_optimizer or t.offload_params):
         return Offload(w, g, o)
     n_micro, shard = scenario.num_microbatches, rp.optimizer_params
-    if t.framework in ("pytorch-fsdp", "torch"):
+    if behaviour(t.framework).torch_fsdp:
         host = w + g + o
         return Offload(0.0, 0.0, 0.0, host=host, h2d=2 * n_micro * w, d2h=n_micro * g)
-    if t.framework.startswith("deepspeed"):
+    if behaviour(t.framework).deepspeed_optimizer:  # ZeRO-Offload
         fw = behaviour(t.framework)
         bucket = min(rp.held, fw.reduce_bucket_params or rp.held) * t.grad_bytes
         device = {"offload_reduce_buckets": 2.0 * bucket}
@@ -608,7 +608,7 @@ def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0) 
             big = largest_weight_tensor_params(scenario.model, lay.tp, lay.ep, lay.etp)
             live = max(big, min(rp.unit_params, DEEPSPEED_MAX_LIVE_PARAMS))
             out["zero3_gather_buffers"] = live * pb + max(big, min(rp.unit_params, fw.reduce_bucket_params)) * gb
-        elif t.framework == "torch":  # FSDP2: the root unit gathered once per pass, blocks double-buffered
+        elif fw.fsdp2:  # FSDP2: the root unit gathered once per pass, blocks double-buffered
             out["zero3_gather_buffers"] = fsdp2_of(scenario, rp).backward
         else:
             # FSDP: the unit in use and the prefetched next one unsharded, plus one unit's full gradient

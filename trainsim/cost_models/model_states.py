@@ -51,7 +51,7 @@ def state_bytes(training) -> StateBytes:
     """Model-state bytes per parameter under ``training``'s framework and precision (see StateBytes).
 
     * megatron*: 16-bit parameters (``param_bytes``), the DDP main-grad buffer in ``grad_bytes`` (fp32 with
-      bf16: specs.training.MEGATRON_FRAMEWORKS), and the optimizer's fp32 main parameters + Adam m, v
+      bf16: FrameworkBehaviour.megatron_arguments), and the optimizer's fp32 main parameters + Adam m, v
       (``optimizer_bytes_per_param`` = 12; megatron/core/optimizer/distrib_optimizer.py builds the fp32 main
       shard, optimizer.py Float16OptimizerWithFloat16Params the unsharded one). 2 + 4 + 12 = 18 bytes, the
       figure of megatron/training/theoretical_memory_usage.py (6 + 12/DP with the distributed optimizer).
@@ -75,7 +75,7 @@ def state_bytes(training) -> StateBytes:
     # optimizer_bytes_per_param at its default (MIXED_ADAM_BYTES) means "Adam as this precision keeps it";
     # any other value (SGD, an 8-bit Adam, the executor's 8) is taken as given, as are explicit dtype bytes.
     default_adam = training.optimizer_bytes_per_param == MIXED_ADAM_BYTES
-    if not training.master_weights and training.framework == "deepspeed":
+    if not training.master_weights and BEHAVIOURS[training.framework].bf16_master_weights:
         # bf16_master_weights_and_grads: ZeRO still clones the 16-bit partition into a master partition, now in
         # bf16 (stage_1_and_2.py ``weights_partition = ...detach().clone().to(dtype=self.master_weights_and_grads
         # _dtype)``), beside Adam's m and v in bf16 (bf16_optimizer_states)

@@ -128,7 +128,7 @@ def step_counts(framework: str, optimizer_update: str, sizes: list[int]) -> tupl
         per_t, per_s = FSDP_CLIP_OPS
         ops = PER_PARAM_LOOP_OPS * n + per_t * n + per_s
         return ops, ops, 0
-    if framework == "torch":
+    if behaviour(framework).optimizer_update == "foreach":  # torch.optim.Adam's _multi_tensor_adam
         launches = sum(multi_tensor_launches(sizes, d, s) for d, s in TORCH_FOREACH_ADAM)
         return len(TORCH_FOREACH_ADAM) + 1, launches, 0
     if behaviour(framework).deepspeed_engine:

@@ -25,6 +25,8 @@ deepspeed/runtime/zero/partition_parameters.py ``_convert_to_deepspeed_param``) 
 
 from __future__ import annotations
 
+from trainsim.specs.framework_behaviour import BEHAVIOURS
+
 from .framework import DEEPSPEED_PERSISTENCE_THRESHOLD
 from .param_tensors import ParamTensor
 
@@ -41,8 +43,8 @@ def gathered(tensors: tuple[ParamTensor, ...] | list[ParamTensor]) -> list[Param
 
 def gather_calls(tensors: tuple[ParamTensor, ...] | list[ParamTensor], framework: str) -> int:
     """All-gathers of one pass over ``tensors`` (module doc): one per submodule with gathered parameters, or one per
-    gathered tensor for ``deepspeed-2021``."""
+    gathered tensor where the framework gathers each separately (``zero3_gather_per_tensor``: deepspeed-2021)."""
     kept = gathered(tensors)
-    if framework == "deepspeed-2021":
+    if BEHAVIOURS[framework].zero3_gather_per_tensor:
         return len(kept)
     return len({_module(t.name) for t in kept})

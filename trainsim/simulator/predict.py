@@ -9,6 +9,7 @@ from pathlib import Path
 
 from trainsim.cost_models.run_factors import apply_factors
 from trainsim.specs import Scenario, SpecError
+from trainsim.specs.framework_behaviour import behaviour
 from trainsim.specs.memo import IdentityMemo, in_memo_scope
 from trainsim.specs.safe_write import check_output_path
 
@@ -82,7 +83,7 @@ def cp_default_warning(scenario: Scenario) -> list[str]:
     by all-gather unless set_rotate_method says otherwise (specs.training.default_cp_comm), and that is what is
     costed (simulator/exposures.py _torch_allgather_cp_s)."""
     t = scenario.training
-    if scenario.layout.cp == 1 or t.framework != "torch" or t.cp_comm is not None:
+    if scenario.layout.cp == 1 or t.cp_comm is not None or behaviour(t.framework).default_cp_comm == "p2p":
         return []
     return [f"cp_comm {t.cp_exchange} assumed: torch's context_parallel default (_ContextParallelOptions.rotate_method "
             "ALL_GATHER, torchtitan's context_parallel_rotate_method 'allgather'), one K/V all-gather per attention "

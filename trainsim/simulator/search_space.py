@@ -15,15 +15,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from trainsim.cost_models.framework import behaviour
+from trainsim.cost_models.framework import BEHAVIOURS, behaviour
 from trainsim.specs import ClusterSpec, Layout, ModelSpec, Scenario, SpecError, TrainingSpec, resolve
-from trainsim.specs.data_parallel import DEEPSPEED_ZERO_FRAMEWORKS, hsdp_refusal
+from trainsim.specs.data_parallel import hsdp_refusal
 from trainsim.specs.framework_era import feature_refusal, layout_refusal, schedule_refusal
 from trainsim.specs.errors import from_validation_error
 from trainsim.specs.pools import arranged, placement_options
 from trainsim.specs.scenario import balanced_stage_layers, ep_overlap_refusal
 from trainsim.specs.training import default_cp_comm
-from trainsim.specs.training import MEGATRON_FRAMEWORKS
 
 RECOMPUTE_LADDER = ("none", "selective", "full")   # less memory, more compute, left to right
 ZERO_LADDER = (0, 1, 2, 3)                         # less memory, more communication, left to right
@@ -267,7 +266,8 @@ def _zero_options(pp: int, lim: SearchLimits) -> list[int]:
 # Frameworks whose ZeRO-1 is only the optimizer states sharded over the group (Megatron's distributed optimizer,
 # DeepSpeed's stage 1): over a one-rank group it holds and runs what their unsharded optimizer does. Not the torch
 # frameworks, whose sharded stages run FSDP (fp32 shards beside the 16-bit unsharded copy) where stage 0 runs DDP.
-ZERO1_IS_THE_PLAIN_OPTIMIZER = frozenset(MEGATRON_FRAMEWORKS + DEEPSPEED_ZERO_FRAMEWORKS)
+ZERO1_IS_THE_PLAIN_OPTIMIZER = frozenset(name for name, fw in BEHAVIOURS.items()
+                                         if fw.megatron_arguments or fw.deepspeed_engine)
 
 
 def _same_run_as_lower_zero(model: ModelSpec, split: tuple, zero: int, zeros: list[int], lim: SearchLimits) -> bool:

@@ -26,32 +26,29 @@
 from __future__ import annotations
 
 from .errors import SpecError
+from .framework_behaviour import BEHAVIOURS
 from .training import Layout, TrainingSpec
 
 
-# Frameworks whose ZeRO-3 is torch FSDP (FSDP1 HYBRID_SHARD / FSDP2 2-D mesh have HSDP).
-FSDP_FRAMEWORKS = ("pytorch-fsdp", "torch")
-# Frameworks whose ZeRO-2/3 gradient reduction goes in reduce_bucket_size buckets (DeepSpeed ZeRO config).
-BUCKETED_ZERO_FRAMEWORKS = ("deepspeed", "deepspeed-2023", "deepspeed-2021")
-# Frameworks whose ZeRO-1/2 is DeepSpeed's engine, sharding over the whole data-parallel group: DeepSpeed and
-# Megatron-DeepSpeed, which runs ZeRO through deepspeed.initialize (specs/framework_era.py). Megatron-DeepSpeed's
-# ZeRO-2/3 is costed per block (cost_models/framework.py), so it is not in BUCKETED_ZERO_FRAMEWORKS.
-DEEPSPEED_ZERO_FRAMEWORKS = (*BUCKETED_ZERO_FRAMEWORKS, "megatron-deepspeed")
+# The framework facts read here (specs/framework_behaviour.py): ``torch_fsdp`` (ZeRO-3 is torch FSDP, with HSDP),
+# ``reduce_bucket_params`` (ZeRO-2/3 gradients reduced in DeepSpeed's reduce_bucket_size buckets; None where each
+# block's are one call) and ``deepspeed_engine`` (ZeRO-1/2 is DeepSpeed's engine, sharding over the whole
+# data-parallel group: DeepSpeed and Megatron-DeepSpeed, which runs ZeRO through deepspeed.initialize).
 
 
 def check_data_parallel(layout: Layout, t: TrainingSpec, dp: int) -> None:
     """Refuse inconsistent HSDP, bucket and overlap settings with one line naming the field."""
     _check_hsdp(layout, t, dp)
-    if t.dp_bucket_mb is not None and t.effective_zero >= 2 and t.framework not in BUCKETED_ZERO_FRAMEWORKS:
+    if t.dp_bucket_mb is not None and t.effective_zero >= 2 and BEHAVIOURS[t.framework].reduce_bucket_params is None:
         raise SpecError("training.dp_bucket_mb", f"zero={t.effective_zero} with framework {t.framework} reduce-"
                         "scatters each block's gradients as one call (FSDP): there is no bucket size; drop it")
-    if t.offload_optimizer and t.effective_zero == 0 and t.framework in DEEPSPEED_ZERO_FRAMEWORKS:
+    if t.offload_optimizer and t.effective_zero == 0 and BEHAVIOURS[t.framework].deepspeed_engine:
         # deepspeed/runtime/engine.py _do_optimizer_sanity_check: without ZeRO (stage 0) the optimizer is wrapped
         # as BF16/FP16_Optimizer, never _configure_zero_optimizer, where ZeRO-Offload lives; the offload_optimizer
         # block of zero_optimization does nothing there (read_file id 30958683708)
         raise SpecError("training.offload_optimizer", f"framework {t.framework} offloads the optimizer with "
                         "ZeRO-Offload, a ZeRO stage 1-3 setting: set zero 1, 2 or 3")
-    if t.overlap_grad_reduce is False and t.framework in FSDP_FRAMEWORKS:
+    if t.overlap_grad_reduce is False and BEHAVIOURS[t.framework].torch_fsdp:
         raise SpecError("training.overlap_grad_reduce", f"framework {t.framework} (torch DDP/FSDP) always reduces "
                         "gradients in backward hooks, overlapped: there is no switch to turn it off")
 
@@ -75,12 +72,12 @@ def hsdp_refusal(shard: int, zero: int, framework: str, dp: int | None = None, e
             return f"shard group size {shard} must divide dp={dp}"
         if shard == dp:
             return None
-    if zero != 3 and framework in DEEPSPEED_ZERO_FRAMEWORKS:
+    if zero != 3 and BEHAVIOURS[framework].deepspeed_engine:
         return (f"ZeRO-{zero} sharded within a subgroup and replicated across it (AMSP / MiCS-style partial "
                 f"sharding) is not costed for framework {framework}: DeepSpeed ZeRO-1/2 shard over all dp ranks")
     if zero != 3:
         return f"HSDP shards the model states like ZeRO-3: needs zero=3, got zero={zero}"
-    if framework not in FSDP_FRAMEWORKS:
+    if not BEHAVIOURS[framework].torch_fsdp:
         return f"HSDP is torch FSDP's hybrid sharding: use framework pytorch-fsdp or torch, not {framework}"
     if ep > 1:
         return (f"HSDP with expert parallelism (ep={ep}) is not costed: the experts' data-parallel sharding over "

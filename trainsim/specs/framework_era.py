@@ -1,7 +1,7 @@
 """Features a framework preset's code does not have: refused, not costed as if that code had them.
 
 ``megatron-2021``, ``megatron-2022``, ``deepspeed-2021`` and ``deepspeed-2023`` stand for a framework's code of one
-time (the behaviours in cost_models/framework.py are read from it); ``megatron-deepspeed`` stands for the fork
+time (the behaviours in specs/framework_behaviour.py are read from it); ``megatron-deepspeed`` stands for the fork
 microsoft/Megatron-DeepSpeed (f4157bea, 2024-12-24). A setting that code cannot run is a contradiction in the
 input, so it is refused with the setting named, what introduced it (or that the fork lacks it) and the preset
 to use instead -- never priced with the old behaviours plus a feature they never ran with.
@@ -14,7 +14,7 @@ The historic presets' code and its date (what a feature must predate):
   recompute (branch ``sequence_parallel``, NVIDIA/Megatron-LM@9aad9203aa, 2022-05-20) and the distributed
   optimizer merged three weeks later (d07d29df14, 2022-06-08), whose 2022 form the memory model prices for this
   preset (cost_models/memory: its parameter all-gather lands in views of the grad buffer); dated by the latter.
-* ``deepspeed-2021`` -- DeepSpeed's ZeRO-3 of mid-2021 as cost_models/framework.py reads it,
+* ``deepspeed-2021`` -- DeepSpeed's ZeRO-3 of mid-2021 as specs/framework_behaviour.py reads it,
   microsoft/DeepSpeed@70adb32 (2021-07-12).
 * ``deepspeed-2023`` -- DeepSpeed v0.10.0 .. v0.12.3 (tag v0.12.3, microsoft/DeepSpeed@6ea44d02c, 2023-11-11), the
   releases between ZeRO++ (#3784, first in v0.10.0) and the ZeRO-1/2 communication rewrite of v0.12.4 (PR #4695,
@@ -66,6 +66,8 @@ parallelism is refused. ``deepspeed-2021`` predates Ulysses, so any ``cp > 1`` i
 from __future__ import annotations
 
 from datetime import date
+
+from .framework_behaviour import BEHAVIOURS
 
 # preset -> the code it stands for, and that code's date.
 HISTORIC_FRAMEWORKS: dict[str, tuple[str, date]] = {
@@ -151,7 +153,7 @@ FORK_LACKS["deepspeed-2023"] = FORK_LACKS["deepspeed"]
 
 
 def _lineage(framework: str) -> str:
-    return "deepspeed" if framework.startswith("deepspeed") else "megatron"
+    return BEHAVIOURS[framework].era_lineage
 
 
 def _shown(field: str, value) -> str:

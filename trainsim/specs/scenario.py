@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
-from .data_parallel import DEEPSPEED_ZERO_FRAMEWORKS, check_data_parallel
+from .data_parallel import check_data_parallel
 from .errors import SpecError
+from .framework_behaviour import BEHAVIOURS
 from .framework_era import layout_refusal
 from .hardware import ClusterSpec
 from .memo import IdentityMemo
@@ -423,7 +424,7 @@ def _check_runtime(m: ModelSpec, cluster: ClusterSpec, t: TrainingSpec, pp: int)
                                                f"({'a MoE model' if m.is_moe else 'CPU ranks'}); use eager")
     if t.dtype == "fp8" and not cluster.gpu.fp8:
         raise SpecError("training.dtype", f"fp8 needs FP8 tensor cores, which {cluster.gpu.name} lacks")
-    if t.framework in DEEPSPEED_ZERO_FRAMEWORKS and t.effective_zero >= 2 and pp > 1:
+    if BEHAVIOURS[t.framework].deepspeed_engine and t.effective_zero >= 2 and pp > 1:
         # DeepSpeed's PipelineEngine asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
         # (deepspeed/runtime/pipe/engine.py)
         raise SpecError("training.zero", f"ZeRO-{t.effective_zero} with pipeline parallelism (pp={pp}) does not run "

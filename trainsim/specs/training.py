@@ -9,7 +9,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .errors import SpecError
-from .framework_era import era_refusal
+from .framework_behaviour import BEHAVIOURS, Framework
+from .framework_era import era_refusal, feature_refusal
 
 Recompute = Literal["none", "selective", "full"]
 # Megatron-Core --recompute-modules (with --recompute-granularity selective): the parts of a block whose
@@ -20,42 +21,20 @@ RecomputeModule = Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe_a
                           "op_sac"]
 RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act", "moe",
                                       "shared_experts", "op_sac")
-OP_SAC_FRAMEWORKS = ("torch", "pytorch-fsdp")
-# Frameworks without Megatron-Core's communication overlaps: Transformer Engine's userbuffers TP overlap
-# (--tp-comm-overlap) and the combined-1F1B expert-parallel all-to-all overlap (--overlap-moe-expert-parallel-comm).
-# torch's parallelize_module TP and FSDP run their collectives unoverlapped with the GEMMs; DeepSpeed's engine and
-# its MoE layer (deepspeed/moe/sharded_moe.py, an all-to-all before and after the experts) have neither.
-# megatron-deepspeed and the dated presets are refused by specs.framework_era.
-NO_MCORE_OVERLAP_FRAMEWORKS = ("torch", "pytorch-fsdp", "deepspeed")
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb", "dualpipev"]
 TrainDtype = Literal["bf16", "fp16", "fp8", "fp32"]
 # Dtype of the gradients a rank accumulates and reduces (Megatron's main-grad buffer, FSDP's reduce dtype).
 GradDtype = Literal["fp32", "bf16", "fp16"]
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
-# Frameworks built on Megatron-LM's arguments handling (megatron/training/arguments.py validate_args): with
-# bf16 it sets accumulate_allreduce_grads_in_fp32 unless --grad-reduce-in-bf16, and DDP then allocates the
-# main-grad buffer in fp32 (megatron/core/distributed/distributed_data_parallel.py: ``grad_dtype = torch.float
-# if ddp_config.grad_reduce_in_fp32 else param.dtype``). fp8 runs keep bf16 parameters (--bf16 --fp8-format).
-# With fp16 the flag defaults off, so the buffer is fp16.
-MEGATRON_FRAMEWORKS = ("megatron", "megatron-2021", "megatron-2022", "megatron-deepspeed")
-# DeepSpeed's engine and its forks (the ZeRO and BF16 optimizers keep the master weights).
-DEEPSPEED_LINE = ("deepspeed", "deepspeed-2023", "deepspeed-2021", "megatron-deepspeed")
-# The training framework: selects documented software-stack behaviours (gradient-reduction overlap,
-# cross-entropy kernel, ZeRO-3 gather granularity), see trainsim/cost_models/framework.py.
-Framework = Literal["megatron", "megatron-2021", "megatron-2022", "megatron-deepspeed", "pytorch-fsdp", "deepspeed",
-                    "deepspeed-2023", "deepspeed-2021", "torch"]
 
 DEFAULT_PLACEMENT = ("tp", "cp", "ep", "dp", "pp")
 
 
 def default_cp_comm(framework: str) -> str:
-    """The context-parallel exchange a framework runs when the scenario leaves ``cp_comm`` unset: torch's
-    context_parallel rotates K/V by all-gather unless set_rotate_method says otherwise
-    (torch/distributed/tensor/experimental/_attention.py ``_ContextParallelOptions.rotate_method =
-    _RotateMethod.ALL_GATHER``, find_string id 106942014; torchtitan's ``context_parallel_rotate_method`` defaults
-    to "allgather", id 43447747977), ``torch_allgather``; Megatron-Core's --cp-comm-type defaults to p2p, the K/V
-    ring. DeepSpeed's Ulysses (a2a) is asked for by name (specs/framework_era.py refuses a ring there)."""
-    return "torch_allgather" if framework == "torch" else "p2p"
+    """The context-parallel exchange a framework runs when the scenario leaves ``cp_comm`` unset
+    (FrameworkBehaviour.default_cp_comm). DeepSpeed's Ulysses (a2a) is asked for by name (specs/framework_era.py
+    refuses a ring there)."""
+    return BEHAVIOURS[framework].default_cp_comm
 
 
 class Layout(BaseModel):
@@ -179,14 +158,14 @@ class TrainingSpec(BaseModel):
         "16-bit logits and a logsumexp per token; vocab_parallel = Megatron's cross-entropy (in-place ops on an "
         "fp32 copy of the logits); eager_fp32 = torch's eager F.cross_entropy on an fp32 copy (torchtitan, "
         "trainsim execute); eager_fp32_kept = the same on fp32 logits the model returns and the "
-        "caller keeps through the backward (torchtitan of early 2024; frameworks torch and pytorch-fsdp only); None = the framework's default (cost_models/framework.py)")
+        "caller keeps through the backward (torchtitan of early 2024; frameworks torch and pytorch-fsdp only); None = the framework's default (specs/framework_behaviour.py)")
     cuda_context_bytes: int = Field(
         default=0, ge=0, le=16 << 30, description="device bytes of the CUDA context as measured for the run's "
         "software stack (nvidia-smi after the first CUDA call, e.g. torch.ones(1).cuda()): module images loaded "
         "eagerly (before CUDA_MODULE_LOADING=LAZY became the default in CUDA 12.2) count here; 0 = derived from "
         "the GPU (cost_models/runtime_memory.py)")
     framework: Framework = Field(default="megatron", description="software stack whose documented behaviours "
-                                 "apply (cost_models/framework.py); the historic presets (-2021, -2022, -2023) refuse "
+                                 "apply (specs/framework_behaviour.py); the historic presets (-2021, -2022, -2023) refuse "
                                  "features their code predates and megatron-deepspeed what that fork lacks "
                                  "(specs/framework_era.py)")
     compile: bool = Field(
@@ -239,7 +218,7 @@ class TrainingSpec(BaseModel):
     overlap_grad_reduce: bool | None = Field(
         default=None, description="data-parallel gradient reduction overlapped with the backward pass (Megatron-Core "
         "--overlap-grad-reduce, DeepSpeed overlap_comm); False = every bucket reduced after the backward pass. "
-        "None = the framework's default (cost_models/framework.py); torch DDP/FSDP always overlap")
+        "None = the framework's default (specs/framework_behaviour.py); torch DDP/FSDP always overlap")
     dp_bucket_mb: float | None = Field(
         default=None, gt=0.0, le=1_000_000.0, allow_inf_nan=False, description="data-parallel gradient bucket, MiB "
         "of gradients per reduction call (torch DDP bucket_cap_mb, default 25; Megatron-Core DDP bucket_size, "
@@ -274,13 +253,13 @@ class TrainingSpec(BaseModel):
         if len(self.recompute_modules or ()) > 1:
             raise SpecError("recompute_modules", "op_sac (torchtitan's per-op policy) replaces the module list; "
                              "list it alone")
-        if self.framework not in OP_SAC_FRAMEWORKS:
+        if not BEHAVIOURS[self.framework].torch_training_loop:
             raise SpecError("recompute_modules", f"op_sac is torchtitan's per-op policy (torch.utils.checkpoint); "
                              f"framework {self.framework} has no such policy: use framework torch or pytorch-fsdp")
 
     def _check_compile(self) -> None:
         """torch.compile's saved tensors are measured (tests/test_compile_oracle.py) for no AC, full AC and op_sac."""
-        if self.framework not in OP_SAC_FRAMEWORKS:
+        if not BEHAVIOURS[self.framework].torch_training_loop:
             raise SpecError("compile", f"torch.compile of the model's blocks is a torch setting (framework torch or "
                              f"pytorch-fsdp), not {self.framework}")
         if self.recompute == "selective" and list(self.recompute_modules or ()) != ["op_sac"]:
@@ -298,11 +277,11 @@ class TrainingSpec(BaseModel):
         if not self.master_weights and self.dtype in ("fp32", "fp8"):
             raise SpecError("master_weights", f"master_weights=false needs dtype bf16 or fp16 (pure low-precision "
                                               f"training), got {self.dtype}")
-        if not self.master_weights and self.framework in DEEPSPEED_LINE:
+        if not self.master_weights and BEHAVIOURS[self.framework].deepspeed_engine:
             self._check_deepspeed_pure_bf16()
         if self.compile:
             self._check_compile()
-        if self.cross_entropy == "eager_fp32_kept" and self.framework not in OP_SAC_FRAMEWORKS:
+        if self.cross_entropy == "eager_fp32_kept" and not BEHAVIOURS[self.framework].torch_training_loop:
             # the caller of a torch model keeps the fp32 logits it returns (torchtitan PR #165's loss); Megatron's
             # GPT computes the loss inside the model with its vocab-parallel cross entropy
             # (megatron/core/tensor_parallel/cross_entropy.py), as Megatron-DeepSpeed's and DeepSpeed's GPT do
@@ -310,14 +289,14 @@ class TrainingSpec(BaseModel):
                              f"model returns (torchtitan); framework {self.framework} runs Megatron's vocab-parallel "
                              f"cross entropy inside the model: use framework torch or pytorch-fsdp, or another "
                              f"cross_entropy")
-        if self.fsdp_reduce_scatter_input and self.framework != "torch":
+        if self.fsdp_reduce_scatter_input and not BEHAVIOURS[self.framework].fsdp2:
             raise SpecError("fsdp_reduce_scatter_input", f"it places FSDP2's reduce-scatter input (framework torch); "
                              f"framework {self.framework} has no FSDP2: drop it")
-        if self.block_code == "torchtitan" and self.framework != "torch":
+        if self.block_code == "torchtitan" and not BEHAVIOURS[self.framework].eager_llama_block:
             raise SpecError("block_code", f"torchtitan is torchtitan's eager Llama block under framework torch; "
                              f"framework {self.framework} runs its own block code: use framework torch or "
                              f"block_code fused")
-        if self.framework in NO_MCORE_OVERLAP_FRAMEWORKS and self.tp_comm_overlap:
+        if BEHAVIOURS[self.framework].no_mcore_overlap and self.tp_comm_overlap:
             raise SpecError("tp_comm_overlap", f"Transformer Engine's userbuffers overlap (Megatron-Core) is not in "
                                                f"framework {self.framework}, whose TP runs without it: use "
                                                f"framework megatron or drop it")
@@ -327,16 +306,16 @@ class TrainingSpec(BaseModel):
             raise SpecError("tp_comm_overlap", "it overlaps the sequence-parallel all-gathers / reduce-scatters with "
                                                "their GEMMs: it needs sequence_parallel=true (and tp > 1), as "
                                                "Megatron-LM asserts")
-        if self.framework in NO_MCORE_OVERLAP_FRAMEWORKS and self.ep_comm_overlap:
+        if BEHAVIOURS[self.framework].no_mcore_overlap and self.ep_comm_overlap:
             raise SpecError("ep_comm_overlap", f"Megatron-Core's combined 1F1B overlap is not in framework "
                                                f"{self.framework}, which has no expert-parallel overlap: use "
                                                f"framework megatron or drop it")
-        fsdp = self.framework in ("pytorch-fsdp", "torch")
+        fsdp = BEHAVIOURS[self.framework].torch_fsdp
         if fsdp and self.offload_optimizer != self.offload_params:
             raise SpecError("offload_optimizer", "FSDP's CPU offload (CPUOffload / CPUOffloadPolicy) moves parameters, "
                                                  "gradients and the optimizer step to the host together: set "
                                                  "offload_params and offload_optimizer both")
-        if self.offload_params and self.framework in MEGATRON_FRAMEWORKS:
+        if self.offload_params and BEHAVIOURS[self.framework].megatron_arguments:
             raise SpecError("offload_params", "Megatron offloads the optimizer (--optimizer-cpu-offload), not the "
                                               "parameters: use offload_optimizer, or framework deepspeed for ZeRO-3 "
                                               "parameter offload")
@@ -349,7 +328,7 @@ class TrainingSpec(BaseModel):
             raise SpecError("attention_softmax_fp32", "describes unfused attention's saved probabilities; a flash "
                                                       "kernel saves none: set flash_attention false")
         self._check_inapplicable()
-        if self.mixed_precision == "autocast" and self.framework not in ("torch", "pytorch-fsdp"):
+        if self.mixed_precision == "autocast" and not BEHAVIOURS[self.framework].torch_training_loop:
             # Megatron and DeepSpeed cast the model once (Float16Module / the fp16 engine), never torch.autocast
             raise SpecError("mixed_precision", f"autocast is torch.autocast in a torch training loop; framework "
                              f"{self.framework} casts the model to 16 bits itself: use framework torch or "
@@ -380,7 +359,8 @@ class TrainingSpec(BaseModel):
                              f"framework {self.framework} does not run it: use allgather, p2p or a2a")
         if self.flash_attention_version == 1 and not self.flash_attention:
             raise SpecError("flash_attention_version", "a FlashAttention generation needs flash_attention=true")
-        if self.distributed_optimizer and self.framework in ("deepspeed", "deepspeed-2023"):  # -2021: by its date
+        if (self.distributed_optimizer and BEHAVIOURS[self.framework].deepspeed_optimizer
+                and feature_refusal(self.framework, "distributed_optimizer", True) is None):  # else by its date
             # DeepSpeed shards optimizer states with its ZeRO stage 1 (deepspeed/runtime/zero/stage_1_and_2.py); it has
             # no Megatron DistributedOptimizer (specs/framework_era.py)
             raise SpecError("distributed_optimizer", f"Megatron's DistributedOptimizer is not in framework "
@@ -391,7 +371,7 @@ class TrainingSpec(BaseModel):
         groups) unless bf16.bf16_master_weights_and_grads (with bf16_optimizer_states) is set
         (deepspeedai/DeepSpeed PR #7700): a bf16 master partition, gradients and Adam states, which
         deepspeed/runtime/config.py asserts only with ZeRO stage 1, 2 or 3 (read_file id 51845822457)."""
-        if self.framework != "deepspeed":
+        if not BEHAVIOURS[self.framework].bf16_master_weights:
             raise SpecError("master_weights", f"framework {self.framework} keeps fp32 master weights (DeepSpeed's "
                              "bf16 master weights, bf16_master_weights_and_grads, came with deepspeedai/DeepSpeed PR "
                              "#7700, after this code): use framework deepspeed, or master_weights true")
@@ -407,7 +387,7 @@ class TrainingSpec(BaseModel):
 
     def _check_distributed_optimizer(self) -> None:
         """Megatron-Core's DistributedOptimizer where the framework has it, and what needs it."""
-        if self.distributed_optimizer and self.framework in OP_SAC_FRAMEWORKS:
+        if self.distributed_optimizer and BEHAVIOURS[self.framework].torch_training_loop:
             # Megatron-LM arguments.py: "--use-torch-fsdp2 is not supported with MCore's distributed optimizer"
             raise SpecError("distributed_optimizer", f"Megatron-Core's DistributedOptimizer is not in framework "
                                                      f"{self.framework}: use zero 1 (torch's ZeroRedundancyOptimizer) "
@@ -429,7 +409,7 @@ class TrainingSpec(BaseModel):
         if not (self.distributed_optimizer and self.zero >= 2):
             return None
         how = ""
-        if self.framework in MEGATRON_FRAMEWORKS:
+        if BEHAVIOURS[self.framework].megatron_arguments:
             how = f" (Megatron-FSDP {'optim_grads' if self.zero == 2 else 'optim_grads_params'} on the distributed optimizer)"
         return (f"distributed_optimizer with zero {self.zero}: costed as ZeRO-{self.zero}{how}, which includes the "
                 f"distributed optimizer's sharding of the optimizer states")
@@ -482,13 +462,14 @@ class TrainingSpec(BaseModel):
     @property
     def grad_bytes(self) -> int:
         """Bytes per gradient element as accumulated and reduced: ``grad_dtype_bytes``, ``grad_dtype``, or the
-        framework's default (fp32 main grads for Megatron with bf16/fp8, MEGATRON_FRAMEWORKS; else the
+        framework's default (fp32 main grads for Megatron with bf16/fp8,
+        FrameworkBehaviour.megatron_arguments: fp8 runs keep bf16 parameters, with fp16 the buffer is fp16; else the
         parameters' dtype; pure low-precision training keeps them in the training dtype)."""
         if self.grad_dtype_bytes:
             return self.grad_dtype_bytes
         if self.grad_dtype:
             return DTYPE_BYTES[self.grad_dtype]
-        if self.master_weights and self.framework in MEGATRON_FRAMEWORKS and self.dtype in ("bf16", "fp8"):
+        if self.master_weights and BEHAVIOURS[self.framework].megatron_arguments and self.dtype in ("bf16", "fp8"):
             return 4
         return self.param_bytes
 
