@@ -109,3 +109,20 @@ def test_dense_model_reduces_over_dp_cp_only():
     g = place(s).dp_cp_group()
     assert sum(t.transfer_s for t in bks) == pytest.approx(ring_all_reduce_s(bks[0].nbytes, 8, g.intra_Bps),
                                                            rel=1e-9)
+
+
+def test_distributed_optimizer_gathers_expert_params_over_expert_dp():
+    """ZeRO-1 (Megatron's distributed optimizer): the updated dense parameters all-gather over the 8 DP ranks, the
+    expert ones over the expert-data-parallel group -- none with ep = dp = 8, 2 ranks with ep = 4 (ring
+    all-gather: (n-1)/n of the bytes per rank)."""
+    one = build_cost_table(scen(ep=8, zero=1)).stages[0].post_step
+    two = build_cost_table(scen(ep=4, zero=1)).stages[0].post_step
+    assert [t.name for t in one] == ["all_gather updated params"]
+    assert [t.name for t in two] == ["all_gather updated expert params", "all_gather updated params"]
+    held = memory.rank_param_shards(scen(ep=4, zero=1), 0)
+    assert two[0].nbytes == pytest.approx(held.expert * 2, rel=1e-12)
+    assert two[1].nbytes == pytest.approx(held.dense * 2, rel=1e-12)
+    bw = place(scen(ep=4, zero=1)).dp_cp_group().intra_Bps
+    for t, n in zip(two, (2, 8)):
+        wire = (n - 1) / n * t.nbytes
+        assert t.transfer_s == pytest.approx((wire + min(wire, nccl_model.fill_bytes("Simple"))) / bw, rel=1e-9)

@@ -241,29 +241,41 @@ def _param_gather(st: _Step) -> str:
     return "buffer" if how == "broadcast_per_param" and st.z != 1 else how
 
 
-def _param_gather_calls(st: _Step, s: int, held: float) -> int:
+def _param_gather_calls(st: _Step, s: int, held: float, expert: bool | None = None) -> int:
     """How many collectives the framework issues for ZeRO-1/2's updated parameters of stage ``s`` (``held``
-    parameters; framework.FrameworkBehaviour.param_gather): each one pays its latency over the whole DP group."""
+    parameters; only the expert or only the dense tensors where ``expert`` says which;
+    framework.FrameworkBehaviour.param_gather): each one pays its latency over its whole group."""
     how = _param_gather(st)
     if how == "param_group":
         return 1
     if how == "allgather_bucket":
         return max(1, int(held // framework.DEEPSPEED_ALLGATHER_BUCKET_PARAMS))
-    if how == "broadcast_per_param":
-        return max(1, len(rank_tensors(st.scenario, s)))  # one broadcast per parameter tensor
+    if how == "broadcast_per_param":  # one broadcast per parameter tensor
+        return max(1, sum(1 for t in rank_tensors(st.scenario, s) if expert is None or t.expert == expert))
     return 1
 
 
 def _post_step(st: _Step, s: int) -> tuple[Transfer, ...]:
     """ZeRO-1/2's gather of the updated parameters after the optimizer step, in the framework's calls: all-gathers,
-    or one broadcast per parameter from its owner (torch ZeroRedundancyOptimizer)."""
-    if st.z in (1, 2) and st.dp_group is not None:
-        held = memory.rank_param_shards(st.scenario, s).held
-        nbytes = held * st.scenario.training.param_bytes
-        calls = _param_gather_calls(st, s, held)
-        op = "broadcast" if _param_gather(st) == "broadcast_per_param" else "all_gather"
-        lat, bwt = _coll(op, nbytes / calls, st.dp_group, st.scenario, st.profile)
-        name = f"{op} updated params" + (f" ({calls} calls)" if calls > 1 else "")
-        return (Transfer(name, transfer_s=bwt * calls,
-                         latency_s=lat * calls, links=_links(s, st.dp_group), dim="dp", nbytes=nbytes),)
-    return ()
+    or one broadcast per parameter from its owner (torch ZeroRedundancyOptimizer). A MoE model's expert parameters
+    gather over the expert-data-parallel group their optimizer states are sharded over (memory.shard_groups;
+    Megatron-Core's distributed optimizer keeps the expert buffers' shards on intra_expt_dp_group), none where that
+    group is one rank."""
+    if st.z not in (1, 2) or st.dp_group is None:
+        return ()
+    held = memory.rank_param_shards(st.scenario, s)
+    if not st.expert_apart:
+        return (_param_gather_transfer(st, s, held.held, st.dp_group, None, ""),)
+    parts = ((held.expert, st.expert_dp_group, True, " expert"), (held.dense, st.dp_group, False, ""))
+    return tuple(_param_gather_transfer(st, s, n, g, e, label) for n, g, e, label in parts if g is not None and n > 0)
+
+
+def _param_gather_transfer(st: _Step, s: int, params: float, group, expert: bool | None, label: str) -> Transfer:
+    """The gather of ``params`` updated parameters over ``group`` as one engine transfer."""
+    nbytes = params * st.scenario.training.param_bytes
+    calls = _param_gather_calls(st, s, params, expert)
+    op = "broadcast" if _param_gather(st) == "broadcast_per_param" else "all_gather"
+    lat, bwt = _coll(op, nbytes / calls, group, st.scenario, st.profile)
+    name = f"{op} updated{label} params" + (f" ({calls} calls)" if calls > 1 else "")
+    return Transfer(name, transfer_s=bwt * calls, latency_s=lat * calls, links=_links(s, group), dim="dp",
+                    nbytes=nbytes)
