@@ -126,3 +126,18 @@ def test_distributed_optimizer_gathers_expert_params_over_expert_dp():
     for t, n in zip(two, (2, 8)):
         wire = (n - 1) / n * t.nbytes
         assert t.transfer_s == pytest.approx((wire + min(wire, nccl_model.fill_bytes("Simple"))) / bw, rel=1e-9)
+
+
+def test_fsdp_gathers_experts_over_expert_dp():
+    """torch FSDP2 (ZeRO-3) with ep = dp = 8: the experts are not sharded (memory.shard_groups: 1 rank), so the
+    chunk's all-gather moves only the dense parameters -- dense/8 x 7 per rank before the gather completes -- and
+    the reduce-scatters carry only the dense gradients; ep = 1 keeps every parameter on the dp group."""
+    s = scen(ep=8, zero=3, framework="torch", overlap=True)
+    held, tr = memory.rank_param_shards(s, 0), s.training
+    ch = build_cost_table(s).stages[0].chunks[0]
+    assert ch.param_gather.nbytes == pytest.approx(held.dense * tr.param_bytes, rel=1e-9)
+    assert sum(b.nbytes for b in ch.grad_buckets) == pytest.approx(held.dense * tr.grad_bytes, rel=1e-9)
+    s1 = scen(ep=1, zero=3, framework="torch", overlap=True)
+    ch1 = build_cost_table(s1).stages[0].chunks[0]
+    assert ch1.param_gather.nbytes == pytest.approx(memory.rank_param_shards(s1, 0).held * tr.param_bytes, rel=1e-9)
+    assert [b for b in ch1.grad_buckets if "experts" in b.name] == []

@@ -212,6 +212,29 @@ def _zero3_serialized_s(st: _Step, gather: Transfer, calls: int, params: float) 
     return dp_f, dp_b
 
 
+def _zero3_gather(st: _Step, s: int, c: int, params: float, calls: int, moe_layers: int) -> Transfer:
+    """ZeRO-3's all-gathers of chunk ``c``'s ``params`` (``calls`` of them) as one engine transfer; a MoE model's
+    expert parameters (_Step.expert_apart) gather apart over the expert-data-parallel group -- torchtitan shards
+    each block's experts as an FSDP unit of their own on the ``dp_shard_mod_ep`` mesh, one call per MoE block;
+    DeepSpeed per expert submodule -- and nothing where that group is one rank."""
+    scenario, tr = st.scenario, st.scenario.training
+    vs = scenario.virtual_stage(s, c)
+    parts = [(params, calls, st.shard_group)]
+    if st.expert_apart:
+        tensors = chunk_tensors(scenario, vs)
+        expert = params * sum(t.elems for t in tensors if t.expert) / max(1.0, sum(t.elems for t in tensors))
+        e_calls = (zero3_gathers.gather_calls([t for t in tensors if t.expert], tr.framework)
+                   if st.fw.zero3_gather == "tensor" else moe_layers)
+        parts = [(params - expert, calls, st.shard_group)]
+        if expert > 0 and st.expert_dp_group is not None:
+            parts.append((expert, max(1, e_calls), st.expert_dp_group))
+    costs = [(k, _coll("all_gather", p * tr.param_bytes / k, g, scenario, st.profile)) for p, k, g in parts]
+    links = tuple(dict.fromkeys(x for _, _, g in parts for x in _links(s, g or st.dp_group)))
+    return Transfer(f"all_gather params chunk {c}", transfer_s=sum(k * bw for k, (_, bw) in costs),
+                    latency_s=sum(k * lat for k, (lat, _) in costs), links=links, dim="dp",
+                    nbytes=sum(p for p, _, _ in parts) * tr.param_bytes)
+
+
 def _chunk_dp(st: _Step, s: int, c: int, params: float, extra: bool, n: int, n_d: int):
     """A chunk's DP work on its ``params`` (``extra``: parameters beyond its blocks'): (ZeRO-3 parameter gather
     transfer or None, gradient buckets, exposed dp forward and backward seconds) -- gathers and buckets go to
@@ -220,9 +243,7 @@ def _chunk_dp(st: _Step, s: int, c: int, params: float, extra: bool, n: int, n_d
     gather, calls = None, 0
     if st.z >= 3 and st.dp_group is not None:
         calls = _gather_calls(st, st.scenario.virtual_stage(s, c), n - n_d, n_d, extra)
-        lat, bwt = _coll("all_gather", params * tr.param_bytes / calls, st.shard_group, scenario, profile)
-        gather = Transfer(f"all_gather params chunk {c}", transfer_s=bwt * calls, latency_s=lat * calls,
-                          links=_links(s, st.shard_group or st.dp_group), dim="dp", nbytes=params * tr.param_bytes)
+        gather = _zero3_gather(st, s, c, params, calls, n - n_d)
     buckets = _grad_buckets(st, s, params, f"chunk {c}", n, st.scenario.virtual_stage(s, c))
     if st.z == 2 and not st.overlap:  # reduced in backward hooks on the compute stream, every micro-batch
         return None, (), 0.0, sum(b.transfer_s + b.latency_s for b in buckets)

@@ -135,9 +135,13 @@ def _expert_dp(scenario: Scenario, pl, dp_group, rep_group) -> tuple[bool, objec
     (distributed_data_parallel.py: expert_parallel_params over intra_expt_dp_group), DeepSpeed-MoE over its
     expert-data-parallel groups (utils/groups.py _get_expert_data_parallel_group) and torchtitan FSDP-shards the
     experts over the ``dp_shard_mod_ep`` mesh: tp*cp*dp/(ep*etp) ranks (placement.expert_dp_ranks), the group
-    memory.shard_groups shards expert states over. With HSDP the experts stay on the dense path (the replicate
-    all-reduce of an expert shard is not modelled apart); a one-rank group reduces nothing."""
-    if not scenario.model.is_moe or dp_group is None or rep_group is not None:
+    memory.shard_groups shards expert states over. Without EP or expert-TP folding that group is the dense one and
+    the experts stay on the dense path (Megatron's expert buffer is apart either way: ddp_buckets.py), as they do
+    with HSDP (the replicate all-reduce of an expert shard is not modelled apart); a one-rank group reduces
+    nothing."""
+    lay = scenario.layout
+    folded = lay.ep > 1 or scenario.expert_tp != lay.tp
+    if not scenario.model.is_moe or not folded or dp_group is None or rep_group is not None:
         return False, None
     group = pl.expert_dp_group()
     return True, (group if group.size > 1 else None)
