@@ -141,3 +141,25 @@ def test_fsdp_gathers_experts_over_expert_dp():
     ch1 = build_cost_table(s1).stages[0].chunks[0]
     assert ch1.param_gather.nbytes == pytest.approx(memory.rank_param_shards(s1, 0).held * tr.param_bytes, rel=1e-9)
     assert [b for b in ch1.grad_buckets if "experts" in b.name] == []
+
+
+def test_overlapped_ddp_buckets_reduce_each_over_its_group():
+    """Megatron-Core with the distributed optimizer and overlap (40M-parameter buckets, merged into at most
+    grad_sync.MAX_BUCKETS_PER_CHUNK transfers): the transfers carry every dense bucket's ring reduce-scatter over 8
+    ranks and every expert bucket's over 2 ((n-1)/n of a call's bytes plus the Simple protocol's fill); the expert
+    buffer is padded for its 2-rank group."""
+    from trainsim.cost_models import ddp_buckets
+    s = scen(ep=4, zero=1, overlap=True)
+    bks = build_cost_table(s).stages[0].chunks[0].grad_buckets
+    calls = ddp_buckets.chunk_dp_buckets(s, 0, 0, 8, 2)
+    bw = place(s).dp_cp_group().intra_Bps
+
+    def ring_rs(nbytes, n):
+        wire = (n - 1) / n * nbytes
+        return (wire + min(wire, nccl_model.fill_bytes("Simple"))) / bw
+
+    assert any(b.expert for b in calls) and any(not b.expert for b in calls)
+    assert sum(t.nbytes for t in bks) == pytest.approx(sum(b.elems for b in calls) * 4, rel=1e-12)
+    assert all(b.elems % 2 == 0 for b in calls if b.expert)
+    assert sum(t.transfer_s for t in bks) == pytest.approx(
+        sum(ring_rs(b.elems * 4, 2 if b.expert else 8) for b in calls), rel=1e-9)
