@@ -56,9 +56,10 @@ def _overlap(training) -> bool:
         training.overlap_grad_reduce
 
 
-def chunk_dp_buckets(scenario, stage: int, chunk: int, n: int) -> tuple[DpBucket, ...]:
-    """The DDP buckets of ``stage``'s model chunk ``chunk`` reduced over ``n`` data-parallel ranks, in launch order
-    (module doc): dense buffer first, then the expert buffer."""
+def chunk_dp_buckets(scenario, stage: int, chunk: int, n: int, n_expert: int | None = None) -> tuple[DpBucket, ...]:
+    """The DDP buckets of ``stage``'s model chunk ``chunk`` in launch order (module doc): dense buffer first, laid
+    out for ``n`` data-parallel ranks, then the expert buffer, laid out for the ``n_expert`` ranks of the
+    expert-data-parallel group it reduces over (default ``n``)."""
     tr = scenario.training
     tensors = chunk_tensors(scenario, scenario.virtual_stage(stage, chunk))
     if behaviour(tr.framework).megatron_ddp == "local" and not _overlap(tr):
@@ -75,7 +76,7 @@ def chunk_dp_buckets(scenario, stage: int, chunk: int, n: int) -> tuple[DpBucket
         own = frozenset(k for k, i in enumerate(idx) if shared and tensors[i].kind in ("embedding", "head"))
         sizes = [max(1, round(tensors[i].elems)) for i in idx]
         pos = 0  # tensors of this buffer laid out so far (the buffer runs in reverse registration order)
-        for b in buffer_buckets(sizes, n, size, dist_opt, own):
+        for b in buffer_buckets(sizes, (n_expert or n) if expert else n, size, dist_opt, own):
             pos += len(b.ranges)
             out.append(DpBucket(b.size, expert, idx[len(idx) - pos]))
     return tuple(out)

@@ -46,7 +46,10 @@ What goes where (choices documented here, once):
   5e8-element DeepSpeed allgather bucket, or one broadcast per parameter from its owner), each a collective over the
   whole DP group paying its ring latency. The DP group of these collectives is the data-parallel x
   context-parallel group (topologies.placement.dp_cp_ranks: Megatron-Core's intra_dp_cp_group, torchtitan's
-  dp_shard_cp, DeepSpeed's seq_data_parallel_group), so dp = 1 with cp > 1 still reduces; ZeRO-3 all-gathers each chunk's parameters before every
+  dp_shard_cp, DeepSpeed's seq_data_parallel_group), so dp = 1 with cp > 1 still reduces; a MoE model's expert
+  gradients, gathers and updated-parameter gathers run in calls of their own over the expert-data-parallel group
+  (placement.expert_dp_ranks, tp*cp*dp/(ep*etp) ranks; none with one rank; step_context._expert_dp), except under
+  HSDP. ZeRO-3 all-gathers each chunk's parameters before every
   forward and backward, prefetched one op ahead. Each collective the framework issues pays its own
   latency: one ZeRO-3 gather per block (FSDP) or per submodule (DeepSpeed; per tensor in 2021:
   cost_models/zero3_gathers.py), one reduce-scatter per

@@ -54,30 +54,51 @@ def data_parallel_settings(scenario: Scenario) -> dict:
 def _grad_buckets(st: _Step, s: int, params: float, label: str, layers_of_chunk: int,
                   vstage: int) -> tuple[Transfer, ...]:
     """The DP gradient reductions of one chunk's (virtual stage ``vstage``'s) ``params`` as engine transfers; a
-    bucket holds whole tensors, so the chunk issues at most one call per tensor it holds (param_tensors.py)."""
+    bucket holds whole tensors, so the chunk issues at most one call per tensor it holds (param_tensors.py). A MoE
+    model's expert gradients reduce in calls of their own over the expert-data-parallel group (_Step.expert_apart),
+    issued before the dense ones' last (the embedding's, which backward produces last)."""
     tr = st.scenario.training
     if st.dp_group is None or params <= 0:
         return ()
     if ddp_buckets.issues_ddp_buckets(tr) and st.shard_group is not None and st.rep_group is None:
         return _ddp_transfers(st, s, label, vstage)
-    tensors = len(chunk_tensors(st.scenario, vstage))
-    ds_calls = (framework.zero12_reduce_calls(tr, params, st.shard_group.size, st.reduce_bucket_params,
+    tensors = chunk_tensors(st.scenario, vstage)
+    if not st.expert_apart:
+        return _part_buckets(st, s, params, st.shard_group, len(tensors), layers_of_chunk, label)
+    n_exp = sum(1 for t in tensors if t.expert)
+    expert = params * sum(t.elems for t in tensors if t.expert) / max(1.0, sum(t.elems for t in tensors))
+    moe_layers = layers_of_chunk - st.scenario.dense_layers_in(vstage)
+    experts = (_part_buckets(st, s, expert, st.expert_dp_group, n_exp, moe_layers, f"{label} experts")
+               if st.expert_dp_group is not None and expert > 0 else ())
+    return experts + _part_buckets(st, s, params - expert, st.shard_group, len(tensors) - n_exp, layers_of_chunk,
+                                   label)
+
+
+def _part_buckets(st: _Step, s: int, params: float, group, tensors: int, layers: int,
+                  label: str) -> tuple[Transfer, ...]:
+    """The reductions of ``params`` gradients held in ``tensors`` tensors over ``group`` where they are not
+    Megatron DDP's buckets: DeepSpeed ZeRO 0-2's own buckets (per owner rank before v0.12.4, framework.py), else
+    _grad_calls'."""
+    tr = st.scenario.training
+    if params <= 0:
+        return ()
+    ds_calls = (framework.zero12_reduce_calls(tr, params, group.size, st.reduce_bucket_params,
                                               max_buckets=tensors) if st.reduce_bucket_params else None)
-    # DeepSpeed ZeRO 0-2: its own buckets, per owner rank before v0.12.4 (framework.py); else _grad_calls
-    calls = ds_calls or _grad_calls(st, params, layers_of_chunk, tensors)
+    calls = ds_calls or _grad_calls(st, params, layers, tensors)
     per_call = params * tr.grad_bytes / calls
-    return tuple(_bucket_transfer(st, s, per_call, k_calls, f"{label} bucket {k}")
+    return tuple(_bucket_transfer(st, s, per_call, k_calls, f"{label} bucket {k}", group)
                  for k, k_calls in enumerate(_calls_per_transfer(calls)))
 
 
 def _ddp_transfers(st: _Step, s: int, label: str, vstage: int) -> tuple[Transfer, ...]:
-    """Megatron DDP's reductions of virtual stage ``vstage``'s gradients: one call per bucket of its gradient buffer
-    (cost_models/ddp_buckets.py), each ready when backward has produced its last gradient; more than
-    MAX_BUCKETS_PER_CHUNK are merged into consecutive groups (the last bucket stays alone), a group ready with
-    its last member."""
+    """Megatron DDP's reductions of virtual stage ``vstage``'s gradients: one call per bucket of its gradient buffers
+    (cost_models/ddp_buckets.py; the expert buffer's over the expert-data-parallel group, none where that group is
+    one rank), each ready when backward has produced its last gradient; more than MAX_BUCKETS_PER_CHUNK are merged
+    into consecutive groups (the last bucket stays alone), a group ready with its last member."""
     scenario, tr = st.scenario, st.scenario.training
     chunk = next(c for c in range(scenario.layout.vpp) if scenario.virtual_stage(s, c) == vstage)
-    buckets = ddp_buckets.chunk_dp_buckets(scenario, s, chunk, st.shard_group.size)
+    n_exp = (st.expert_dp_group.size if st.expert_dp_group is not None else 1) if st.expert_apart else None
+    buckets = ddp_buckets.chunk_dp_buckets(scenario, s, chunk, st.shard_group.size, n_exp)
     tensors = chunk_tensors(scenario, vstage)
     n = scenario.stage_layers[vstage]
     block_s = sum(k * (b.times.bwd_input_s + b.times.bwd_weight_s + b.times.recompute_s)
@@ -86,19 +107,23 @@ def _ddp_transfers(st: _Step, s: int, label: str, vstage: int) -> tuple[Transfer
     head = st.head.bwd_input_s + st.head.bwd_weight_s + st.head.recompute_s
     emb = st.emb.bwd_input_s + st.emb.bwd_weight_s
     ready = ddp_buckets.ready_fractions(tensors, [b.closing_tensor for b in buckets], head, block_s / max(1, n), emb)
-    order = sorted(range(len(buckets)), key=lambda k: ready[k])
+
+    def group_of(k: int):
+        return st.expert_dp_group if buckets[k].expert and st.expert_apart else st.shard_group
+
+    order = sorted((k for k in range(len(buckets)) if group_of(k) is not None), key=lambda k: ready[k])
     groups = _merge_groups(len(order))
     out, start = [], 0
     for g, size in enumerate(groups):
         members = order[start:start + size]
         start += size
-        parts = [_coll(st.reduce_op, buckets[k].elems * tr.grad_bytes, st.shard_group, scenario, st.profile)
+        parts = [_coll(st.reduce_op, buckets[k].elems * tr.grad_bytes, group_of(k), scenario, st.profile)
                  for k in members]
         nbytes = sum(buckets[k].elems for k in members) * tr.grad_bytes
+        links = tuple(dict.fromkeys(x for k in members for x in _links(s, group_of(k))))
         out.append(Transfer(f"{st.reduce_op} grads {label} bucket {g}" + (f" ({size} calls)" if size > 1 else ""),
                             transfer_s=sum(p[1] for p in parts), latency_s=sum(p[0] for p in parts),
-                            links=_links(s, st.shard_group), dim="dp", nbytes=nbytes,
-                            ready_at=ready[members[-1]]))
+                            links=links, dim="dp", nbytes=nbytes, ready_at=ready[members[-1]]))
     return tuple(out)
 
 
@@ -133,14 +158,15 @@ def _calls_per_transfer(calls: int) -> tuple[float, ...]:
     return ((calls - 1) / (n - 1),) * (n - 1) + (1.0,)
 
 
-def _bucket_transfer(st: _Step, s: int, per_call: float, k_calls: float, name: str) -> Transfer:
-    """``k_calls`` gradient-reduction calls of ``per_call`` bytes each as one engine transfer."""
+def _bucket_transfer(st: _Step, s: int, per_call: float, k_calls: float, name: str, group) -> Transfer:
+    """``k_calls`` gradient-reduction calls of ``per_call`` bytes each over ``group`` (the shard group, or the
+    expert-data-parallel group) as one engine transfer."""
     then = _replica_all_reduce(st, s, per_call, k_calls, name)
-    if st.shard_group is None:  # HSDP with one-rank shard groups: the all-reduce is all there is
+    if group is None:  # HSDP with one-rank shard groups: the all-reduce is all there is
         return then
-    lat, bw = _coll(st.reduce_op, per_call, st.shard_group, st.scenario, st.profile)
+    lat, bw = _coll(st.reduce_op, per_call, group, st.scenario, st.profile)
     return Transfer(f"{st.reduce_op} grads {name}", transfer_s=bw * k_calls, latency_s=lat * k_calls,
-                    links=_links(s, st.shard_group), dim="dp", nbytes=per_call * k_calls, then=then)
+                    links=_links(s, group), dim="dp", nbytes=per_call * k_calls, then=then)
 
 
 def _replica_all_reduce(st: _Step, s: int, per_call: float, k_calls: float, label: str) -> Transfer | None:
@@ -186,6 +212,29 @@ def _zero3_serialized_s(st: _Step, gather: Transfer, calls: int, params: float) 
     return dp_f, dp_b
 
 
+def _zero3_gather(st: _Step, s: int, c: int, params: float, calls: int, moe_layers: int) -> Transfer:
+    """ZeRO-3's all-gathers of chunk ``c``'s ``params`` (``calls`` of them) as one engine transfer; a MoE model's
+    expert parameters (_Step.expert_apart) gather apart over the expert-data-parallel group -- torchtitan shards
+    each block's experts as an FSDP unit of their own on the ``dp_shard_mod_ep`` mesh, one call per MoE block;
+    DeepSpeed per expert submodule -- and nothing where that group is one rank."""
+    scenario, tr = st.scenario, st.scenario.training
+    vs = scenario.virtual_stage(s, c)
+    parts = [(params, calls, st.shard_group)]
+    if st.expert_apart:
+        tensors = chunk_tensors(scenario, vs)
+        expert = params * sum(t.elems for t in tensors if t.expert) / max(1.0, sum(t.elems for t in tensors))
+        e_calls = (zero3_gathers.gather_calls([t for t in tensors if t.expert], tr.framework)
+                   if st.fw.zero3_gather == "tensor" else moe_layers)
+        parts = [(params - expert, calls, st.shard_group)]
+        if expert > 0 and st.expert_dp_group is not None:
+            parts.append((expert, max(1, e_calls), st.expert_dp_group))
+    costs = [(k, _coll("all_gather", p * tr.param_bytes / k, g, scenario, st.profile)) for p, k, g in parts]
+    links = tuple(dict.fromkeys(x for _, _, g in parts for x in _links(s, g or st.dp_group)))
+    return Transfer(f"all_gather params chunk {c}", transfer_s=sum(k * bw for k, (_, bw) in costs),
+                    latency_s=sum(k * lat for k, (lat, _) in costs), links=links, dim="dp",
+                    nbytes=sum(p for p, _, _ in parts) * tr.param_bytes)
+
+
 def _chunk_dp(st: _Step, s: int, c: int, params: float, extra: bool, n: int, n_d: int):
     """A chunk's DP work on its ``params`` (``extra``: parameters beyond its blocks'): (ZeRO-3 parameter gather
     transfer or None, gradient buckets, exposed dp forward and backward seconds) -- gathers and buckets go to
@@ -194,9 +243,7 @@ def _chunk_dp(st: _Step, s: int, c: int, params: float, extra: bool, n: int, n_d
     gather, calls = None, 0
     if st.z >= 3 and st.dp_group is not None:
         calls = _gather_calls(st, st.scenario.virtual_stage(s, c), n - n_d, n_d, extra)
-        lat, bwt = _coll("all_gather", params * tr.param_bytes / calls, st.shard_group, scenario, profile)
-        gather = Transfer(f"all_gather params chunk {c}", transfer_s=bwt * calls, latency_s=lat * calls,
-                          links=_links(s, st.shard_group or st.dp_group), dim="dp", nbytes=params * tr.param_bytes)
+        gather = _zero3_gather(st, s, c, params, calls, n - n_d)
     buckets = _grad_buckets(st, s, params, f"chunk {c}", n, st.scenario.virtual_stage(s, c))
     if st.z == 2 and not st.overlap:  # reduced in backward hooks on the compute stream, every micro-batch
         return None, (), 0.0, sum(b.transfer_s + b.latency_s for b in buckets)
@@ -215,29 +262,41 @@ def _param_gather(st: _Step) -> str:
     return "buffer" if how == "broadcast_per_param" and st.z != 1 else how
 
 
-def _param_gather_calls(st: _Step, s: int, held: float) -> int:
+def _param_gather_calls(st: _Step, s: int, held: float, expert: bool | None = None) -> int:
     """How many collectives the framework issues for ZeRO-1/2's updated parameters of stage ``s`` (``held``
-    parameters; framework.FrameworkBehaviour.param_gather): each one pays its latency over the whole DP group."""
+    parameters; only the expert or only the dense tensors where ``expert`` says which;
+    framework.FrameworkBehaviour.param_gather): each one pays its latency over its whole group."""
     how = _param_gather(st)
     if how == "param_group":
         return 1
     if how == "allgather_bucket":
         return max(1, int(held // framework.DEEPSPEED_ALLGATHER_BUCKET_PARAMS))
-    if how == "broadcast_per_param":
-        return max(1, len(rank_tensors(st.scenario, s)))  # one broadcast per parameter tensor
+    if how == "broadcast_per_param":  # one broadcast per parameter tensor
+        return max(1, sum(1 for t in rank_tensors(st.scenario, s) if expert is None or t.expert == expert))
     return 1
 
 
 def _post_step(st: _Step, s: int) -> tuple[Transfer, ...]:
     """ZeRO-1/2's gather of the updated parameters after the optimizer step, in the framework's calls: all-gathers,
-    or one broadcast per parameter from its owner (torch ZeroRedundancyOptimizer)."""
-    if st.z in (1, 2) and st.dp_group is not None:
-        held = memory.rank_param_shards(st.scenario, s).held
-        nbytes = held * st.scenario.training.param_bytes
-        calls = _param_gather_calls(st, s, held)
-        op = "broadcast" if _param_gather(st) == "broadcast_per_param" else "all_gather"
-        lat, bwt = _coll(op, nbytes / calls, st.dp_group, st.scenario, st.profile)
-        name = f"{op} updated params" + (f" ({calls} calls)" if calls > 1 else "")
-        return (Transfer(name, transfer_s=bwt * calls,
-                         latency_s=lat * calls, links=_links(s, st.dp_group), dim="dp", nbytes=nbytes),)
-    return ()
+    or one broadcast per parameter from its owner (torch ZeroRedundancyOptimizer). A MoE model's expert parameters
+    gather over the expert-data-parallel group their optimizer states are sharded over (memory.shard_groups;
+    Megatron-Core's distributed optimizer keeps the expert buffers' shards on intra_expt_dp_group), none where that
+    group is one rank."""
+    if st.z not in (1, 2) or st.dp_group is None:
+        return ()
+    held = memory.rank_param_shards(st.scenario, s)
+    if not st.expert_apart:
+        return (_param_gather_transfer(st, s, held.held, st.dp_group, None, ""),)
+    parts = ((held.expert, st.expert_dp_group, True, " expert"), (held.dense, st.dp_group, False, ""))
+    return tuple(_param_gather_transfer(st, s, n, g, e, label) for n, g, e, label in parts if g is not None and n > 0)
+
+
+def _param_gather_transfer(st: _Step, s: int, params: float, group, expert: bool | None, label: str) -> Transfer:
+    """The gather of ``params`` updated parameters over ``group`` as one engine transfer."""
+    nbytes = params * st.scenario.training.param_bytes
+    calls = _param_gather_calls(st, s, params, expert)
+    op = "broadcast" if _param_gather(st) == "broadcast_per_param" else "all_gather"
+    lat, bwt = _coll(op, nbytes / calls, group, st.scenario, st.profile)
+    name = f"{op} updated{label} params" + (f" ({calls} calls)" if calls > 1 else "")
+    return Transfer(name, transfer_s=bwt * calls, latency_s=lat * calls, links=_links(s, group), dim="dp",
+                    nbytes=nbytes)

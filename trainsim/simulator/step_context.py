@@ -41,6 +41,8 @@ class _Step:
     dp_group: object                  # the data-parallel x context-parallel group (None with one such rank)
     shard_group: object               # ZeRO's sharding group: HSDP's shard group, else dp_group
     rep_group: object                 # HSDP's replicate group (None without HSDP)
+    expert_apart: bool                # expert gradients reduce over the expert-data-parallel group, not dp_group
+    expert_dp_group: object           # that group (None with one rank: no expert gradient reduction)
     bucket_params: float              # ZeRO-0/1 DDP bucket (parameters)
     reduce_bucket_params: float | None  # ZeRO-2/3 reduce bucket (parameters; None: one call per block)
     overlap: bool                     # gradient reduction overlapped with backward
@@ -82,6 +84,7 @@ def _step_context(scenario: Scenario, profile) -> _Step:
     # the cp ranks hold the same weights and each computes a gradient from its part of the sequence.
     dp_group = pl.dp_cp_group() if scenario.dp * lay.cp > 1 else None
     shard_group, rep_group = _hsdp_groups(scenario, pl, dp_group)
+    expert_apart, expert_dp_group = _expert_dp(scenario, pl, dp_group, rep_group)
     # FSDP's own passes over each unit's gradient around its reduce-scatter (framework.py fsdp_grad_prep). Only the
     # concatenation runs in autograd on the compute stream; FSDP runs the cast, divides and += on its
     # post-backward stream, concurrently with the next unit's backward, where they take the same HBM bandwidth:
@@ -106,6 +109,7 @@ def _step_context(scenario: Scenario, profile) -> _Step:
         act_msg=act_msg, fw=fw, sg_gather=sg_gather,
         emb_act=act.embedding_activation_bytes(scenario), head_act=act.head_activation_bytes(scenario),
         z=z, dp_group=dp_group, shard_group=shard_group, rep_group=rep_group,
+        expert_apart=expert_apart, expert_dp_group=expert_dp_group,
         **_bucket_settings(scenario, fw), reduce_op=framework.grad_reduce_op(tr),
         hw=compute.hw_of(scenario.cluster.gpu, tr.dtype), prep_per_param=prep_per_param,
         emb_params=emb_params, head_params=head_params, stage_mem=stage_mem,
@@ -123,3 +127,21 @@ def _hsdp_groups(scenario: Scenario, pl, dp_group) -> tuple[object, object]:
         return dp_group, None
     shard_g, rep_g = pl.hsdp_groups(scenario.dp_shard)
     return (shard_g if shard_g.size > 1 else None), rep_g
+
+
+def _expert_dp(scenario: Scenario, pl, dp_group, rep_group) -> tuple[bool, object]:
+    """(whether a MoE model's expert gradients reduce apart from the dense ones, over which group): Megatron-Core
+    DDP reduces expert parameters in buffers of their own over the expert-data-parallel group
+    (distributed_data_parallel.py: expert_parallel_params over intra_expt_dp_group), DeepSpeed-MoE over its
+    expert-data-parallel groups (utils/groups.py _get_expert_data_parallel_group) and torchtitan FSDP-shards the
+    experts over the ``dp_shard_mod_ep`` mesh: tp*cp*dp/(ep*etp) ranks (placement.expert_dp_ranks), the group
+    memory.shard_groups shards expert states over. Without EP or expert-TP folding that group is the dense one and
+    the experts stay on the dense path (Megatron's expert buffer is apart either way: ddp_buckets.py), as they do
+    with HSDP (the replicate all-reduce of an expert shard is not modelled apart); a one-rank group reduces
+    nothing."""
+    lay = scenario.layout
+    folded = lay.ep > 1 or scenario.expert_tp != lay.tp
+    if not scenario.model.is_moe or not folded or dp_group is None or rep_group is not None:
+        return False, None
+    group = pl.expert_dp_group()
+    return True, (group if group.size > 1 else None)

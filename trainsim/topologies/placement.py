@@ -162,6 +162,27 @@ class Placement:
         """The GroupShape of the expert-tensor-parallel group containing ``rank`` (see expert_tp_ranks)."""
         return _shape_cached(self.fabric, tuple(self.expert_tp_ranks(rank)))
 
+    def expert_dp_ranks(self, rank: int = 0) -> list[int]:
+        """Members of the expert-data-parallel group of ``rank``: the ranks of its pipeline stage that hold the same
+        experts' same expert-TP slice -- the same EP and expert-TP index, varying over the TP ranks beyond
+        ``Layout.etp`` that folding leaves (``tp_r``'s outer part), the cp ranks not in the EP group (``cp_r``) and
+        the DP ranks not in it (``dp_r``): tp*cp*dp/(ep*etp) ranks, Megatron-Core's expert-data-parallel group
+        (parallel_state.get_expert_data_parallel_group), over which DDP reduces the expert gradients and the
+        distributed optimizer shards the expert states."""
+        self._check(rank)
+        etp = self.layout.etp or self.sizes["tp"]
+        tp_r = self._by_name["tp_r"]
+        axes = [(tp_r.size // etp, tp_r.stride * etp)] + [(self._by_name[n].size, self._by_name[n].stride)
+                                                          for n in ("cp_r", "dp_r")]
+        axes = [(n, stride) for n, stride in axes if n > 1]
+        base = rank - sum(((rank // stride) % n) * stride for n, stride in axes)
+        return sorted(base + sum(i * stride for i, (_, stride) in zip(idx, axes))
+                      for idx in product(*(range(n) for n, _ in axes)))
+
+    def expert_dp_group(self, rank: int = 0) -> GroupShape:
+        """The GroupShape of the expert-data-parallel group containing ``rank`` (see expert_dp_ranks)."""
+        return _shape_cached(self.fabric, tuple(self.expert_dp_ranks(rank)))
+
     def groups(self) -> dict[str, GroupShape]:
         """Shapes of the tp, cp, ep, dp and pp groups containing rank 0."""
         return {d: self.group(d) for d in DIMS}
