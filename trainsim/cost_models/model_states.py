@@ -76,7 +76,7 @@ def state_bytes(training) -> StateBytes:
     # any other value (SGD, an 8-bit Adam, the executor's 8) is taken as given, as are explicit dtype bytes.
     default_adam = training.optimizer_bytes_per_param == MIXED_ADAM_BYTES
     if not training.master_weights and BEHAVIOURS[training.framework].bf16_master_weights:
-        # bf16_master_weights_and_grads: ZeRO still clones the 16-bit partition into a master partition, now in
+        # bf16_master_weights_and_grads: ZeRO clones the 16-bit partition into a master partition, itself in
         # bf16 (stage_1_and_2.py ``weights_partition = ...detach().clone().to(dtype=self.master_weights_and_grads
         # _dtype)``), beside Adam's m and v in bf16 (bf16_optimizer_states)
         opt = 3 * training.param_bytes if default_adam else training.optimizer_bytes_per_param

@@ -66,12 +66,17 @@ def _grad_buckets(st: _Step, s: int, params: float, label: str, layers_of_chunk:
     if not st.expert_apart:
         return _part_buckets(st, s, params, st.shard_group, len(tensors), layers_of_chunk, label)
     n_exp = sum(1 for t in tensors if t.expert)
-    expert = params * sum(t.elems for t in tensors if t.expert) / max(1.0, sum(t.elems for t in tensors))
+    expert = _expert_share(tensors, params)
     moe_layers = layers_of_chunk - st.scenario.dense_layers_in(vstage)
     experts = (_part_buckets(st, s, expert, st.expert_dp_group, n_exp, moe_layers, f"{label} experts")
                if st.expert_dp_group is not None and expert > 0 else ())
     return experts + _part_buckets(st, s, params - expert, st.shard_group, len(tensors) - n_exp, layers_of_chunk,
                                    label)
+
+
+def _expert_share(tensors, params: float) -> float:
+    """The part of ``params`` that is expert parameters, in proportion to the expert tensors' elements."""
+    return params * sum(t.elems for t in tensors if t.expert) / max(1.0, sum(t.elems for t in tensors))
 
 
 def _part_buckets(st: _Step, s: int, params: float, group, tensors: int, layers: int,
@@ -222,7 +227,7 @@ def _zero3_gather(st: _Step, s: int, c: int, params: float, calls: int, moe_laye
     parts = [(params, calls, st.shard_group)]
     if st.expert_apart:
         tensors = chunk_tensors(scenario, vs)
-        expert = params * sum(t.elems for t in tensors if t.expert) / max(1.0, sum(t.elems for t in tensors))
+        expert = _expert_share(tensors, params)
         e_calls = (zero3_gathers.gather_calls([t for t in tensors if t.expert], tr.framework)
                    if st.fw.zero3_gather == "tensor" else moe_layers)
         parts = [(params - expert, calls, st.shard_group)]
@@ -239,7 +244,6 @@ def _chunk_dp(st: _Step, s: int, c: int, params: float, extra: bool, n: int, n_d
     """A chunk's DP work on its ``params`` (``extra``: parameters beyond its blocks'): (ZeRO-3 parameter gather
     transfer or None, gradient buckets, exposed dp forward and backward seconds) -- gathers and buckets go to
     the engine unless the framework serializes them."""
-    scenario, tr, profile = st.scenario, st.scenario.training, st.profile
     gather, calls = None, 0
     if st.z >= 3 and st.dp_group is not None:
         calls = _gather_calls(st, st.scenario.virtual_stage(s, c), n - n_d, n_d, extra)
