@@ -14,6 +14,7 @@ from trainsim.cost_models.flops import head_ops
 from trainsim.cli.main import main
 from trainsim.simulator.builder import build_cost_table
 from trainsim.simulator.predict import predict
+from trainsim.specs import framework_behaviour
 from trainsim.specs import SpecError, build_scenario
 from trainsim.topologies.placement import place
 
@@ -89,7 +90,7 @@ def test_deepspeed_reduce_scatter_per_reduce_bucket():
     chunk = build_cost_table(s).stages[0].chunks[0]
     assert chunk.grad_buckets == ()  # not engine transfers: serialized with the backward
     params = s.model.total_params()
-    calls = -(-params // framework.DEEPSPEED_REDUCE_BUCKET_PARAMS)
+    calls = -(-params // framework_behaviour.DEEPSPEED_REDUCE_BUCKET_PARAMS)
     grp = place(s).group("dp")
     one = collectives.collective_time("reduce_scatter", params * 2 / calls, grp, s.cluster)
     assert chunk.dp_bwd_s > calls * one.time_s

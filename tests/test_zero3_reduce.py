@@ -10,6 +10,7 @@ from trainsim.cost_models.grad_buffer import whole_tensor_buckets
 from trainsim.cost_models.param_tensors import chunk_tensors
 from trainsim.simulator import zero3_reduce
 from trainsim.simulator.builder import build_cost_table
+from trainsim.specs import framework_behaviour
 from trainsim.specs import build_scenario
 from trainsim.topologies.placement import place
 
@@ -30,7 +31,7 @@ def test_llama_13b_holds_363_weight_tensors_and_needs_27_buckets():
     s = scen(1024)
     assert len(chunk_tensors(s, 0)) == 40 * 9 + 3
     params = s.model.total_params()
-    assert whole_tensor_buckets(params, framework.DEEPSPEED_REDUCE_BUCKET_PARAMS, 363) == 27
+    assert whole_tensor_buckets(params, framework_behaviour.DEEPSPEED_REDUCE_BUCKET_PARAMS, 363) == 27
     assert whole_tensor_buckets(params, 1e12, 363) == 1
     assert whole_tensor_buckets(params, 1.0, 363) == 363  # a bucket holds whole tensors
 

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Mapping
 from typing import get_args
 
-from trainsim.cost_models.framework import FRAMEWORKS
+from trainsim.specs.framework_behaviour import FRAMEWORKS
 from trainsim.specs import Scenario, SpecError, build_scenario, load_scenario_file
 from trainsim.specs.published_scale import scale_warnings
 from trainsim.specs.training import Schedule

@@ -379,7 +379,7 @@ def head_activation_bytes(scenario, impl: str = "fused") -> float:
     The output layer saves its (SP-sharded) input. The loss saves, per logit of this rank's vocabulary
     shard: Megatron's vocab-parallel cross-entropy its fp32 softmax ``4·T·V/tp`` (Korthikanti's ``4·sbv/t``
     term; the in-place ops reuse the fp32 copy of the logits); a fused kernel (flash-attn's xentropy,
-    ``framework.behaviour(...).fused_cross_entropy``) the 16-bit logits themselves and a logsumexp per
+    ``framework_behaviour.behaviour(...).fused_cross_entropy``) the 16-bit logits themselves and a logsumexp per
     token. Plus the integer targets ``8·T``.
     """
     _check_impl(impl)

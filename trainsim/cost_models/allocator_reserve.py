@@ -33,7 +33,7 @@ id 17467273460; the June 2025 run's torchrun command sets none, id 23486694764).
 
 from __future__ import annotations
 
-from .framework import behaviour
+from trainsim.specs.framework_behaviour import behaviour
 
 
 def loss_stage_cached_bytes(*, working: float, loss_workspace: float, logits_bytes: float, eager_loss: bool,

@@ -370,7 +370,9 @@ def optimizer_step_parts(scenario, stage: int, profile=None) -> tuple[float, flo
     ``offload_optimizer`` the update runs on the host at ``HOST_MEM_BW_PER_NODE_BPS / gpus_per_node``
     (the PCIe traffic is reported by ``memory.stage_memory`` for the engine to time).
     """
-    from .framework import FOREACH_ADAM_BYTES, PER_PARAM_LOOP_ADAM_BYTES, behaviour
+    from trainsim.specs.framework_behaviour import behaviour
+
+    from .framework import FOREACH_ADAM_BYTES, PER_PARAM_LOOP_ADAM_BYTES
     from .model_states import held_grad_bytes
     from .memory import rank_param_shards  # memory does not import compute
 

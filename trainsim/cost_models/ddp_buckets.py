@@ -30,7 +30,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .framework import behaviour, default_overlap_grad_reduce
+from trainsim.specs.framework_behaviour import behaviour
+
+from .framework import default_overlap_grad_reduce
 from .grad_buffer import buffer_buckets, megatron_bucket_params
 from .param_tensors import ParamTensor, chunk_tensors
 

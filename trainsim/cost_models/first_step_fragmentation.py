@@ -33,7 +33,7 @@ from trainsim.specs.memo import memoised
 from .activations import (kernels, _fp8_saved, _gemm_input_bytes, _gemm_input_e, _norm_bytes, embedding_activation_bytes, head_activation_bytes,
                           layer_activation_bytes, MASK_BYTES)
 from .caching_allocator import replay
-from .framework import behaviour
+from trainsim.specs.framework_behaviour import behaviour
 from .shapes import LayerShape, layer_shape
 
 # The tensor list may miss this share of activations.py's per-block total (its small terms are several fp32

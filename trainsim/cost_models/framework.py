@@ -6,14 +6,7 @@ and pure functions that turn them into bytes, calls and defaults for the cost mo
 
 from __future__ import annotations
 
-from trainsim.specs.framework_behaviour import (  # noqa: F401  (the cost models read them as framework.X)
-    BEHAVIOURS,
-    DEEPSPEED_REDUCE_BUCKET_PARAMS,
-    FRAMEWORKS,
-    Framework,
-    FrameworkBehaviour,
-    behaviour,
-)
+from trainsim.specs.framework_behaviour import BEHAVIOURS
 
 # DeepSpeed ZeRO config default allgather_bucket_size (elements): ZeRO-1/2 gather the updated parameters in
 # ``max(1, partition_numel * dp // allgather_bucket_size)`` sequential all-gathers per parameter group

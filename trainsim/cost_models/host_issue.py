@@ -372,7 +372,7 @@ def ddp_hook_adds(scenario) -> int:
     "Per-parameter hooks"): megatron-2021 every tensor of Megatron's layer, megatron-2022 its biases and norms
     (its wgrad GEMMs accumulate into ``main_grad``), other frameworks none. The tensors are the block's
     (param_tensors.block_tensors)."""
-    from .framework import behaviour
+    from trainsim.specs.framework_behaviour import behaviour
     from .param_tensors import block_tensors, module_style
 
     m, lay, name = scenario.model, scenario.layout, scenario.training.framework
@@ -464,7 +464,8 @@ def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
     """Host issue time of one dense block of ``scenario`` per micro-batch, or None where the host is not
     modelled apart: CPU ranks (their eager time is the ops' own time, cost_models.eager) and MoE blocks
     (Megatron-Core's MoE host work and its per-layer host sync: cost_models.host, a warning)."""
-    from . import framework
+    from trainsim.specs.framework_behaviour import behaviour
+
     from .compute import eager_overhead_s
     from .eager import block_style, count_passes
     from .flops import layer_ops
@@ -483,9 +484,9 @@ def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
         n_f, n_b = count_passes(layer_ops(shp))
         measured = (ov_f * n_f, ov_b * n_b)
     t = scenario.training
-    style = issue_style(block_style(shp), megatron_layer=framework.behaviour(t.framework).megatron_layer,
-                        flash=shp.flash, fused_softmax=megatron_fused_softmax(shp))
-    fw = framework.behaviour(t.framework)
+    fw = behaviour(t.framework)
+    style = issue_style(block_style(shp), megatron_layer=fw.megatron_layer, flash=shp.flash,
+                        fused_softmax=megatron_fused_softmax(shp))
     issue = block_issue(style, recompute_full=t.recompute == "full",
                         tp_collectives=tp_collective_calls(scenario), mode=t.host_issue_mode,
                         host_cpu=scenario.cluster.host_cpu, measured=measured)

@@ -53,7 +53,9 @@ from itertools import pairwise
 
 from . import activations as act
 from . import autocast
-from .framework import behaviour, bf16_optimizer
+from trainsim.specs.framework_behaviour import behaviour
+
+from .framework import bf16_optimizer
 from .model_states import state_bytes
 from .allocator_reserve import grads_off_peak, loss_stage_cached_bytes
 from .first_step_fragmentation import first_step_extra_reserved, lazy_state_bytes

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .framework import BEHAVIOURS, BF16_LP_GRAD_BYTES, FSDP_SHARD_GRAD_BYTES, bf16_optimizer
+from trainsim.specs.framework_behaviour import BEHAVIOURS
+
+from .framework import BF16_LP_GRAD_BYTES, FSDP_SHARD_GRAD_BYTES, bf16_optimizer
 
 
 def held_grad_bytes(training) -> int:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from trainsim.specs.memo import IdentityMemo
 
-from .framework import behaviour
+from trainsim.specs.framework_behaviour import behaviour
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ for it (simulator/planner.DEFAULT_MEMORY_HEADROOM).
 
 from __future__ import annotations
 
-from .framework import behaviour
+from trainsim.specs.framework_behaviour import behaviour
 
 MiB = 1 << 20
 # --- runtime memory outside the model, each term derived from a documented default -----------------------

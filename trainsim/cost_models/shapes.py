@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 
 from trainsim.specs.memo import IdentityMemo
 
-from .framework import behaviour
+from trainsim.specs.framework_behaviour import behaviour
 from .moe_balance import scenario_moe_load_factor
 
 # Bytes per activation element for each training dtype. fp8 training (Transformer Engine) keeps
@@ -150,7 +150,7 @@ class LayerShape:
 def _titan_block(m, t) -> bool:
     """Whether a block runs torchtitan's eager Llama code (activations.py ``impl="titan"``): not where the
     scenario states fused block code (TrainingSpec.block_code), else a framework whose
-    blocks are torchtitan's (framework.FrameworkBehaviour.eager_llama_block), not compiled (AOTAutograd's
+    blocks are torchtitan's (framework_behaviour.FrameworkBehaviour.eager_llama_block), not compiled (AOTAutograd's
     partitioner saves the fused set, tests/test_compile_oracle.py), 16-bit parameters as FSDP2's
     MixedPrecisionPolicy casts them (no autocast), flash SDPA, and the architecture that code implements
     (ModelSpec.plain_llama_block)."""

@@ -30,7 +30,7 @@ from __future__ import annotations
 from trainsim.specs.memo import memoised
 
 from .caching_allocator import CachingAllocator
-from .framework import behaviour
+from trainsim.specs.framework_behaviour import behaviour
 from .grad_buffer import optimizer_tensor_elems
 from .param_tensors import rank_tensors
 

@@ -60,7 +60,7 @@ import math
 from dataclasses import dataclass
 from typing import Iterable
 
-from .framework import behaviour
+from trainsim.specs.framework_behaviour import behaviour
 from .host_issue import op_seconds, profiled_chunk
 
 MTA_CHUNK = 65536

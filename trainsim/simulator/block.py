@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainsim.cost_models import activations as act
-from trainsim.cost_models import compute, framework, memory
+from trainsim.cost_models import compute, memory
 from trainsim.cost_models.shapes import layer_shape
-from trainsim.specs import Scenario
+from trainsim.specs import Scenario, framework_behaviour
 
 from .exposures import (
     _coll,
@@ -92,7 +92,7 @@ def _tp_dense_exposed(scenario: Scenario, groups: dict, profile, act_msg: float)
     m, lay, tr = scenario.model, scenario.layout, scenario.training
     shp = layer_shape(scenario)
     e = shp.e
-    fw = framework.behaviour(tr.framework)
+    fw = framework_behaviour.behaviour(tr.framework)
     per_linear = fw.tp_input_reduce == "per_linear"  # framework.py: torch parallelize_module
     # torch TP communicates by DTensor redistribution: its host cost beyond the raw collective is
     # measured by CPU calibrations (profile.dtensor_collective_overhead_s), else 0.

@@ -36,7 +36,7 @@ What goes where (choices documented here, once):
   Megatron-Core lays it out (max(40M, 1M·dp) parameters on pipeline rank 0's first chunk only, one bucket
   elsewhere; one call per chunk buffer for Megatron-LM 2021/2022; cost_models/ddp_buckets.py), each launched
   when the chunk's last backward has produced its last gradient (Transfer.ready_at) -- or all after the backward
-  pass when the framework does not overlap (``framework.behaviour(...).overlap_grad_reduce``: Megatron 2021's
+  pass when the framework does not overlap (``framework_behaviour.behaviour(...).overlap_grad_reduce``: Megatron 2021's
   local DDP): all-reduce for ZeRO-0, reduce-scatter for the distributed
   optimizer / ZeRO-1/2/3 (torch's ZeroRedundancyOptimizer, framework ``torch`` ZeRO-1: all-reduce); DeepSpeed's
   ZeRO 0-2 in its own 5e8-element buckets, not overlapped (ZeRO-2: in its hooks, on the compute stream), one

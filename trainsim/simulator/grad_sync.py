@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from trainsim.cost_models import compute, ddp_buckets, framework, memory, zero3_gathers
 from trainsim.cost_models.grad_buffer import MiB, megatron_bucket_params, whole_tensor_buckets
 from trainsim.cost_models.param_tensors import chunk_tensors, rank_tensors
-from trainsim.specs import Scenario
+from trainsim.specs import Scenario, framework_behaviour
 
 from .costtable import Transfer
 from . import zero3_reduce
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 MAX_BUCKETS_PER_CHUNK = 4
 
 
-def _bucket_settings(scenario: Scenario, fw: framework.FrameworkBehaviour) -> dict:
+def _bucket_settings(scenario: Scenario, fw: framework_behaviour.FrameworkBehaviour) -> dict:
     """The gradient bucket sizes (parameters) and overlap of the step: TrainingSpec.dp_bucket_mb (MiB of
     gradients) and overlap_grad_reduce where set, else the framework's -- Megatron-Core DDP's
     max(40M, 1M x dp) parameters for ZeRO 0-1, DeepSpeed's reduce_bucket_size or FSDP's per-block calls for
@@ -42,7 +42,7 @@ def data_parallel_settings(scenario: Scenario) -> dict:
     replicas, the gradient bucket (MiB of gradients per reduction call; None where the framework reduces one
     call per block) and whether the reduction overlaps the backward."""
     tr = scenario.training
-    fw = framework.behaviour(tr.framework)
+    fw = framework_behaviour.behaviour(tr.framework)
     b = _bucket_settings(scenario, fw)
     per_block = tr.effective_zero >= 2 and not b["reduce_bucket_params"]
     bucket = b["reduce_bucket_params"] if tr.effective_zero >= 2 else b["bucket_params"]
@@ -269,7 +269,7 @@ def _param_gather(st: _Step) -> str:
 def _param_gather_calls(st: _Step, s: int, held: float, expert: bool | None = None) -> int:
     """How many collectives the framework issues for ZeRO-1/2's updated parameters of stage ``s`` (``held``
     parameters; only the expert or only the dense tensors where ``expert`` says which;
-    framework.FrameworkBehaviour.param_gather): each one pays its latency over its whole group."""
+    framework_behaviour.FrameworkBehaviour.param_gather): each one pays its latency over its whole group."""
     how = _param_gather(st)
     if how == "param_group":
         return 1

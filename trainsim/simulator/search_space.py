@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from trainsim.cost_models.framework import BEHAVIOURS, behaviour
+from trainsim.specs.framework_behaviour import BEHAVIOURS, behaviour
 from trainsim.specs import ClusterSpec, Layout, ModelSpec, Scenario, SpecError, TrainingSpec, resolve
 from trainsim.specs.data_parallel import hsdp_refusal
 from trainsim.specs.framework_era import feature_refusal, layout_refusal, schedule_refusal

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from trainsim.cost_models import activations as act
 from trainsim.cost_models import compute, framework, host_issue, memory
 from trainsim.cost_models.shapes import dense_block_scenario, layer_shape
-from trainsim.specs import Scenario
+from trainsim.specs import Scenario, framework_behaviour
 
 from .block import _Block, _block, _local_global_blocks
 from . import zero3_reduce
@@ -33,7 +33,7 @@ class _Step:
     dense: _Block                     # a MoE model's first_dense_layers (else ``main``)
     local_global: tuple | None        # (local, global) blocks of a sliding-window dense model
     act_msg: float                    # one [b, s/cp, h] activation, bytes
-    fw: framework.FrameworkBehaviour
+    fw: framework_behaviour.FrameworkBehaviour
     sg_gather: float                  # Megatron's scatter/gather re-gather of a received activation
     emb_act: float
     head_act: float
@@ -73,7 +73,7 @@ def _step_context(scenario: Scenario, profile) -> _Step:
     main = _block(scenario, groups, profile)
     dense = _block(dense_block_scenario(scenario), groups, profile) if m.first_dense_layers and m.is_moe else main
     act_msg = shp.e * shp.tokens * shp.h
-    fw = framework.behaviour(tr.framework)
+    fw = framework_behaviour.behaviour(tr.framework)
     # Megatron's scatter/gather optimisation (SC21 Sec. 4.1): each TP rank sends 1/tp of the activation and
     # the receiver all-gathers it over the TP group (gather_split_1d_tensor) on the compute stream before use.
     sg_gather = 0.0

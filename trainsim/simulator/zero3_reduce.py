@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING
 
 from dataclasses import replace
 
-from trainsim.cost_models import compute, framework, host_issue, zero3_gathers
+from trainsim.cost_models import compute, host_issue, zero3_gathers
 from trainsim.cost_models.grad_buffer import whole_tensor_buckets
 from trainsim.cost_models.host_issue import PassIssue
 from trainsim.cost_models.memory import shard_groups
 from trainsim.cost_models.param_tensors import block_tensors, chunk_tensors, module_style, rank_tensors
+from trainsim.specs import framework_behaviour
 
 from .exposures import _coll
 
@@ -51,7 +52,7 @@ GATHER_OPS_PER_RANK = 1
 def applies(scenario) -> bool:
     """Whether the scenario's framework costs ZeRO-3 this way (ZeRO-3 over more than one data-parallel x context-parallel rank)."""
     tr = scenario.training
-    return (framework.behaviour(tr.framework).zero3_reduce_serialized and tr.effective_zero >= 3
+    return (framework_behaviour.behaviour(tr.framework).zero3_reduce_serialized and tr.effective_zero >= 3
             and scenario.dp * scenario.layout.cp > 1)
 
 
