@@ -3,8 +3,9 @@
 FSDP2 wraps each transformer block as a unit and the chunk itself as the root unit, which holds what no block
 holds: the embedding, the final norm and the output layer (the executor's kernels/parallelize.py, torchtitan's
 ``apply_fsdp``). The root's parameters are unsharded for the whole forward (its post-forward runs after every
-block's) and again for the whole backward (its pre-backward gathers them before the output layer's backward, its
-post-backward reshards them after the embedding's): it is gathered once per pass, never double-buffered. The
+block's) and stay unsharded through the whole backward: FSDP2 does not reshard the root after forward
+(_fsdp_state.py ``_lazy_init`` sets its ``post_forward_mesh_info = None``, find_string id 59218098) and its
+post-backward reshards them after the embedding's: it is gathered once per step, never double-buffered. The
 blocks are gathered one after another, each with the next one prefetched. Per unit FSDP2 allocates a flat
 all-gather output and copies it out into the unsharded parameters (torch/distributed/fsdp/_fully_shard/
 _fsdp_param_group.py ``unshard`` / ``wait_for_unshard``, _fsdp_collectives.py ``foreach_all_gather`` /
