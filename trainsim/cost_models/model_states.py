@@ -2,7 +2,8 @@
 under the training's precision, and the notes that state those assumptions in predict's output.
 
 The framework behaviours these read (fp32 parameters, FSDP's gradient preparation, DeepSpeed's BF16_Optimizer)
-live in ``framework.py``; ``memory.py`` multiplies these bytes by each rank's parameter count.
+live in ``specs/framework_behaviour.py``, the bytes they cost in ``framework.py``; ``memory.py`` multiplies these
+bytes by each rank's parameter count.
 """
 
 from __future__ import annotations
