@@ -102,6 +102,7 @@ def test_default_placement_tp_innermost_pp_outermost():
     tp, dp, pp = p.group("tp"), p.group("dp"), p.group("pp")
     assert (tp.nodes, tp.ranks_per_node) == (1, 8)
     assert (dp.nodes, dp.ranks_per_node, dp.size) == (4, 1, 4)
+    assert (pp.nodes, pp.ranks_per_node, pp.size) == (4, 1, 4)  # ranks 0, 32, 64, 96: nodes 0, 4, 8, 12
     assert p.pp_peer(5) == 37 and p.pp_peer(100) is None
     assert p.pp_p2p(0).size == 2 and p.pp_p2p(0).multi_node
 
