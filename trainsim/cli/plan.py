@@ -16,6 +16,7 @@ from trainsim.simulator import goodput as gp
 from trainsim.simulator.planner import DEFAULT_MEMORY_HEADROOM, parse_headroom
 from trainsim.simulator.search_space import SearchLimits, check_training_extra, training_extra
 from trainsim.specs import SpecError, load_cluster, load_layout, load_model, load_scenario_file
+from trainsim.specs.framework_behaviour import FRAMEWORKS
 from trainsim.specs.framework_era import layout_refusal
 from trainsim.specs.training import Schedule, default_cp_comm, zero_conflict
 
@@ -151,6 +152,8 @@ def _check_framework_code(fixed: dict[str, Any], extra: dict[str, Any], model) -
     """Context / expert parallelism and MoE models the framework preset's code lacks (specs.framework_era):
     refused here, naming the field, rather than left to drop every candidate."""
     fw = extra.get("framework", "megatron")
+    if fw not in FRAMEWORKS:
+        return  # TrainingSpec refuses the name itself, listing the frameworks
     why = layout_refusal(fw, cp=fixed.get("cp", 1), ep=fixed.get("ep", 1), moe=model.is_moe,
                          cp_comm=extra.get("cp_comm") or default_cp_comm(fw))
     if why:

@@ -33,9 +33,8 @@ DEFAULT_PLACEMENT = ("tp", "cp", "ep", "dp", "pp")
 def default_cp_comm(framework: str) -> str:
     """The context-parallel exchange a framework runs when the scenario leaves ``cp_comm`` unset
     (FrameworkBehaviour.default_cp_comm). DeepSpeed's Ulysses (a2a) is asked for by name (specs/framework_era.py
-    refuses a ring there). An unknown framework gets the ring here; TrainingSpec's own check refuses its name."""
-    row = BEHAVIOURS.get(framework)
-    return row.default_cp_comm if row is not None else "p2p"
+    refuses a ring there)."""
+    return BEHAVIOURS[framework].default_cp_comm
 
 
 class Layout(BaseModel):
