@@ -9,8 +9,8 @@ import math
 
 import pytest
 
-from trainsim.cost_models import nccl_model as nm
-from trainsim.cost_models.collectives import candidates, collective_time
+from trainsim.cost_models import host_issue, nccl_model as nm
+from trainsim.cost_models.collectives import candidates, chained_call_latency_s, collective_time
 from trainsim.simulator.builder import build_cost_table
 from trainsim.specs import build_scenario, load_cluster
 from trainsim.topologies.shape import GroupShape
@@ -64,13 +64,18 @@ def _zero1(framework: str, gpus: int):
 
 def test_deepspeed_zero1_before_0_12_4_gathers_in_allgather_bucket_calls_each_a_ring_over_all_ranks():
     """DeepSpeed v0.12.3 all_gather_dp_groups: max(1, numel // allgather_bucket_size) list all-gathers of 5e8
-    elements; over 1,024 A100s (128 nodes) each is a Simple ring of 1,023 steps, 127 across the network."""
+    elements; over 1,024 A100s (128 nodes) each is a Simple ring of 1,023 steps, 127 across the network, and
+    torch's list all_gather copies the flat result back with one copy_ per rank, issued by the host (one aten
+    dispatch and one launch each): at 1,024 ranks those issues outlast the copies' HBM time."""
     sc = _zero1("deepspeed-2023", 1024)
     (gather,) = build_cost_table(sc).stages[0].post_step
     held = sc.model.total_params()
     calls = int(held // 5e8)
     assert f"({calls} calls)" in gather.name
-    assert gather.latency_s == pytest.approx(calls * _ring_simple_net_latency(1024, 128, 1023, 127), rel=1e-6)
+    copies = calls * 1024 * (host_issue.ATEN_DISPATCH_S + host_issue.KERNEL_LAUNCH_S)
+    assert copies > 2 * held * 2 / sc.cluster.gpu.hbm_bw_Bps  # host-bound: each copy moves 1/1024 of a bucket
+    assert gather.latency_s == pytest.approx(calls * _ring_simple_net_latency(1024, 128, 1023, 127) + copies,
+                                             rel=1e-6)
     assert gather.nbytes == pytest.approx(held * 2)
 
 
@@ -174,17 +179,39 @@ def _zero1_bf16_grads(framework: str, gpus: int):
 def test_deepspeed_before_0_12_4_reduces_each_owner_slice_as_a_ring_over_all_ranks(fw):
     """DeepSpeed ZeRO-1 (DeepSpeedZeroOptimizer.average_tensor, reduce_scatter=True, v0.12.3 and before): one
     dist.reduce per (5e8-element bucket, owner rank) pair, buckets + dp - 1 calls; over 1,024 A100s each is a chain
-    of 1,023 hops, 127 across the network (NCCL's reduce has no tree): ~0.9 ms of latency apiece."""
+    of 1,023 hops, 127 across the network (NCCL's reduce has no tree): ~0.9 ms of latency. A bucket's reduces are
+    queued back to back, owners in rank order, so they follow each other through the chain: the first of each
+    bucket pays the chain's latency, every further one its base latency, one network hop and its launch."""
     sc = _zero1_bf16_grads(fw, 1024)
     st = build_cost_table(sc).stages[0]
     buckets = [b for ch in st.chunks for b in ch.grad_buckets]
     held = sc.model.total_params()
-    calls = math.ceil(held / 5e8) + 1024 - 1
+    bursts = math.ceil(held / 5e8)
+    calls = bursts + 1024 - 1
     assert all(b.name.startswith("reduce grads") for b in buckets)
     assert sum(b.nbytes for b in buckets) == pytest.approx(held * 2)
     one = collective_time("reduce", held * 2 / calls, GroupShape.contiguous(1024, sc.cluster), sc.cluster)
     assert one.protocol == "LL" and one.latency_s == pytest.approx(_chain_ll_latency(1023, 127), rel=1e-9)
-    assert sum(b.latency_s for b in buckets) == pytest.approx(calls * one.latency_s, rel=1e-9)
+    follow = (nm.BASE_LAT_US["ring"]["LL"] + nm.HW_LAT_US["net"]["ring"]["LL"]) * US + nm.LAUNCH_OVERHEAD_S
+    assert sum(b.latency_s for b in buckets) == pytest.approx(bursts * one.latency_s + (calls - bursts) * follow,
+                                                              rel=1e-9)
+    assert sum(b.latency_s for b in buckets) < 0.05 * calls * one.latency_s
+
+
+@pytest.mark.parametrize("n", [16, 1024, 16384])
+def test_a_burst_of_chained_reduces_pays_the_chain_latency_once(n):
+    """Ring reduce and broadcast end on each rank once it has forwarded its last chunk: a call queued behind another
+    waits one step, not a whole chain (collectives.chained_call_latency_s); a single node's step is an NVLink hop.
+    All-gather ends with every rank holding everything: no chaining, one call's latency each."""
+    cluster = load_cluster("dgx-a100", n)
+    g = GroupShape.contiguous(n, cluster)
+    hop = "net" if g.multi_node else "nvlink"
+    for op in ("reduce", "broadcast"):
+        r = collective_time(op, 1 << 20, g, cluster, protocol="LL")
+        follow = (nm.BASE_LAT_US["ring"]["LL"] + nm.HW_LAT_US[hop]["ring"]["LL"]) * US + nm.LAUNCH_OVERHEAD_S
+        assert chained_call_latency_s(r, g) == pytest.approx(follow, rel=1e-9)
+    ag = collective_time("all_gather", 1 << 20, g, cluster)
+    assert chained_call_latency_s(ag, g) == ag.latency_s
 
 
 def test_deepspeed_all_reduces_each_bucket_after_the_backward():

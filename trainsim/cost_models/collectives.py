@@ -386,6 +386,29 @@ def _cached(op: str, nbytes: float, group: GroupShape, algo: str | None, protoco
     return replace(r, time_s=r.time_s + nm.LAUNCH_OVERHEAD_S, latency_s=r.latency_s + nm.LAUNCH_OVERHEAD_S)
 
 
+def chained_call_latency_s(res: CollectiveTime, group: GroupShape) -> float:
+    """Latency of each further call of a burst of ring ``reduce`` / ``broadcast`` calls issued back to back on one
+    communicator (``res``: one such call), or ``res.latency_s`` where the calls do not chain.
+
+    NCCL's ring reduce and broadcast are a chain: every rank receives a chunk from its predecessor, (adds its own
+    and) forwards it, and its kernel ends once it has forwarded the last chunk -- there is no barrier at the end of
+    a call (NVIDIA/nccl src/device/reduce.h ``runRing``: ``send`` on the root's successor, ``recvReduceSend`` on
+    the ranks after it, ``recvReduceCopy`` on the root; broadcast.h the mirror image; find_string id 68831102).
+    Calls queued on the same stream therefore follow each other through the chain as a wavefront: a rank starts
+    call k+1 as soon as it has passed on call k's last chunk, and when the next call's root is the next rank
+    (DeepSpeed's per-owner reduces, owners in rank order) its chain starts one rank further on, so every rank is
+    ready when call k+1's data reaches it. The chain's (n-1)-step
+    latency is paid once per burst; each further call pays its kernel's base latency, one step over the slowest
+    hop (the network where the group spans nodes) and its launch (nccl_model.LAUNCH_OVERHEAD_S). A measured
+    (profile) or non-ring timing is returned unchanged."""
+    if res.algo != "ring" or canonical_op(res.op) not in ("reduce", "broadcast") or group.size <= 1:
+        return res.latency_s
+    proto = res.protocol
+    hop = _lat(group, "net", "ring", proto) if group.multi_node else _lat(group, nm.intra_hw(group.scale_up_kind),
+                                                                         "ring", proto)
+    return min(res.latency_s, nm.base_lat_s("ring", proto) + hop + nm.LAUNCH_OVERHEAD_S)
+
+
 def single_thread_issue_s(gpus_per_thread: int, host_cpu: str | None = None) -> float:
     """Least time of one collective when one host thread drives ``gpus_per_thread`` GPUs (nccl-tests ``-g``, a
     single-process multi-GPU job): the thread enqueues the call on each GPU in turn, one launch each at the host

@@ -34,6 +34,17 @@ def _coll(op: str, nbytes: float, group, scenario: Scenario, profile) -> tuple[f
     return (lat if scenario.collective_fixed_costs else 0.0), total - lat
 
 
+def _chained_lat(op: str, nbytes: float, group, scenario: Scenario, profile) -> float:
+    """Latency of each call after the first of a burst of ``op`` calls queued back to back on ``group``
+    (collectives.chained_call_latency_s: ring reduces and broadcasts follow each other through the chain); the
+    one call's whole latency for other ops; 0 without collective fixed costs, like _coll."""
+    if nbytes <= 0 or group is None or group.size <= 1 or not scenario.collective_fixed_costs:
+        return 0.0
+    coll = _collectives()
+    res = coll.collective_time(op, nbytes, group, scenario.cluster, profile=profile)
+    return min(max(float(coll.chained_call_latency_s(res, group)), 0.0), float(res.time_s))
+
+
 def _links(stage: int, group, peer: int | None = None) -> tuple[str, ...]:
     kind = "nic" if group.multi_node else "nvl"
     dst = stage if peer is None else peer

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainsim.cost_models import compute, ddp_buckets, framework, memory, zero3_gathers
+from trainsim.cost_models import compute, ddp_buckets, framework, host_issue, memory, zero3_gathers
 from trainsim.cost_models.grad_buffer import MiB, megatron_bucket_params, whole_tensor_buckets
 from trainsim.cost_models.param_tensors import chunk_tensors, rank_tensors
 from trainsim.specs import Scenario, framework_behaviour
 
 from .costtable import Transfer
 from . import zero3_reduce
-from .exposures import _coll, _links
+from .exposures import _chained_lat, _coll, _links
 
 if TYPE_CHECKING:
     from .step_context import _Step
@@ -91,8 +91,24 @@ def _part_buckets(st: _Step, s: int, params: float, group, tensors: int, layers:
                                               max_buckets=tensors) if st.reduce_bucket_params else None)
     calls = ds_calls or _grad_calls(st, params, layers, tensors)
     per_call = params * tr.grad_bytes / calls
-    return tuple(_bucket_transfer(st, s, per_call, k_calls, f"{label} bucket {k}", group)
+    lat = _owner_reduce_latency(st, per_call, group, calls, tensors, params) if ds_calls else None
+    return tuple(_bucket_transfer(st, s, per_call, k_calls, f"{label} bucket {k}", group, lat)
                  for k, k_calls in enumerate(_calls_per_transfer(calls)))
+
+
+def _owner_reduce_latency(st: _Step, per_call: float, group, calls: int, tensors: int,
+                          params: float) -> float | None:
+    """Mean latency per call of DeepSpeed's per-owner reduces (framework.zero12_reduce_calls), or None where its
+    calls are not per-owner reduces. ``average_tensor`` issues a bucket's reduces back to back (``async_op=True``,
+    then waits on all of them; stage_1_and_2.py of v0.12.3), owners in rank order, so each bucket is one burst of
+    chained ring reduces: the first pays the chain's whole latency, the others one step each
+    (exposures._chained_lat)."""
+    if st.reduce_op != "reduce":
+        return None
+    bursts = min(calls, whole_tensor_buckets(params, st.reduce_bucket_params, tensors))
+    lat, _ = _coll(st.reduce_op, per_call, group, st.scenario, st.profile)
+    follow = _chained_lat(st.reduce_op, per_call, group, st.scenario, st.profile)
+    return (bursts * lat + (calls - bursts) * follow) / calls
 
 
 def _ddp_transfers(st: _Step, s: int, label: str, vstage: int) -> tuple[Transfer, ...]:
@@ -163,13 +179,16 @@ def _calls_per_transfer(calls: int) -> tuple[float, ...]:
     return ((calls - 1) / (n - 1),) * (n - 1) + (1.0,)
 
 
-def _bucket_transfer(st: _Step, s: int, per_call: float, k_calls: float, name: str, group) -> Transfer:
+def _bucket_transfer(st: _Step, s: int, per_call: float, k_calls: float, name: str, group,
+                     lat_per_call: float | None = None) -> Transfer:
     """``k_calls`` gradient-reduction calls of ``per_call`` bytes each over ``group`` (the shard group, or the
-    expert-data-parallel group) as one engine transfer."""
+    expert-data-parallel group) as one engine transfer; ``lat_per_call`` replaces one call's latency where the
+    calls chain (_owner_reduce_latency)."""
     then = _replica_all_reduce(st, s, per_call, k_calls, name)
     if group is None:  # HSDP with one-rank shard groups: the all-reduce is all there is
         return then
     lat, bw = _coll(st.reduce_op, per_call, group, st.scenario, st.profile)
+    lat = lat if lat_per_call is None else lat_per_call
     return Transfer(f"{st.reduce_op} grads {name}", transfer_s=bw * k_calls, latency_s=lat * k_calls,
                     links=_links(s, group), dim="dp", nbytes=per_call * k_calls, then=then)
 
@@ -302,5 +321,21 @@ def _param_gather_transfer(st: _Step, s: int, params: float, group, expert: bool
     op = "broadcast" if _param_gather(st) == "broadcast_per_param" else "all_gather"
     lat, bwt = _coll(op, nbytes / calls, group, st.scenario, st.profile)
     name = f"{op} updated{label} params" + (f" ({calls} calls)" if calls > 1 else "")
-    return Transfer(name, transfer_s=bwt * calls, latency_s=lat * calls, links=_links(s, group), dim="dp",
-                    nbytes=nbytes)
+    return Transfer(name, transfer_s=bwt * calls, latency_s=lat * calls + _list_gather_copies_s(st, nbytes, calls, group),
+                    links=_links(s, group), dim="dp", nbytes=nbytes)
+
+
+def _list_gather_copies_s(st: _Step, nbytes: float, calls: int, group) -> float:
+    """Seconds of the copies behind DeepSpeed's list all-gathers of the updated parameters ("allgather_bucket":
+    ``dist.all_gather(shard_list, ...)`` with one ``narrow`` view per rank, deepspeed/runtime/utils.py
+    ``all_gather_dp_groups`` of v0.12.3), else 0. torch's ProcessGroupNCCL ``allgather`` of a tensor list gathers
+    into a flat buffer and copies it back with one ``copy_`` (and ``recordStream``) per output tensor, i.e. per
+    rank and call (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, "Copy the flattened output tensors to the
+    outputs", find_string id 2220260): ``calls x ranks`` aten ops and kernel launches issued by the host in the
+    optimizer step (host_issue.op_seconds), running on the NCCL stream while the host issues the next ones, which
+    together read and write the gathered bytes once: the longer of the two."""
+    if _param_gather(st) != "allgather_bucket" or group is None or group.size <= 1 or nbytes <= 0:
+        return 0.0
+    dispatch, launch = host_issue.op_seconds(st.scenario.cluster.host_cpu)
+    copy = st.slowest * compute.memory_time_s(2 * nbytes, st.hw, st.profile, "copy")
+    return max(calls * group.size * (dispatch + launch), copy)
