@@ -61,8 +61,9 @@ def test_block_issue_carries_the_loops_over_ranks():
 
 def test_chunk_backward_carries_the_reduction_closed_form():
     """The chunk's exposed DP backward is 27 x (one bucket's reduce-scatter over 1,024 ranks, its ring latency
-    over 1,023 steps included) + the coalescing copies (4 passes over the gradients) + the unpacking copy of the
-    gathered parameters (2 passes); the forward carries the unpacking copy alone."""
+    over 1,023 steps included) + the hook's copy into the bucket and the coalescing copies (6 passes over the
+    gradients) + the unpacking copy of the gathered parameters (2 passes); the forward carries the unpacking copy
+    alone."""
     s = scen(1024)
     chunk = build_cost_table(s).stages[0].chunks[0]
     params = s.model.total_params()
@@ -74,7 +75,7 @@ def test_chunk_backward_carries_the_reduction_closed_form():
     hbm_pass = params * 2 / (2.039e12 * 0.83)
     assert 2 * hbm_pass < chunk.dp_fwd_s < 2.2 * hbm_pass
     rest = chunk.dp_bwd_s - 27 * one.time_s
-    assert 6 * hbm_pass < rest < 6.6 * hbm_pass
+    assert 8 * hbm_pass < rest < 8.8 * hbm_pass
 
 
 def test_other_frameworks_keep_the_reduction_in_the_engine():

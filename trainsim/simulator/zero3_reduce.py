@@ -6,9 +6,11 @@ in its backward hooks and reduces each with ``reduce_scatter_coalesced`` (runtim
 partition_parameters.py unpacks each gathered parameter in ``AllGatherCoalescedHandle.wait``. Per micro-batch:
 
 * GPU, on the backward's critical path: one reduce-scatter per bucket over all data-parallel ranks, its ring
-  latency over n - 1 steps included (cost_models/collectives.py), and reduce_scatter_coalesced's ``torch.cat``
-  of the per-rank views into one interleaved buffer and its in-place ``div_`` (read and write the bucket twice:
-  ``COALESCE_HBM_PASSES``). The AMSP trace of DeepSpeed ZeRO-3 (arXiv:2311.00257v2, Sec. VI-C, Fig. 14) shows
+  latency over n - 1 steps included (cost_models/collectives.py), the backward hook's copy of each gradient into
+  the contiguous bucket (``__add_grad_to_ipg_bucket``: ``new_grad_tensor.copy_(param.grad)`` into
+  ``__ipg_bucket_flat_buffer`` on the reduce stream, with ``contiguous_gradients`` on by default; stage3.py of
+  v0.12.3 and of 38327e07), and reduce_scatter_coalesced's ``torch.cat`` of the per-rank views into one
+  interleaved buffer and its in-place ``div_`` (read and write the bucket three times: ``COALESCE_HBM_PASSES``). The AMSP trace of DeepSpeed ZeRO-3 (arXiv:2311.00257v2, Sec. VI-C, Fig. 14) shows
   these reduce-scatters not overlapped with computation even with ``overlap_comm`` on.
 * GPU, on the compute stream: the wait's ``torch.cat`` of a gathered parameter's per-rank pieces into
   ``param.data`` (read and write the parameter: ``UNPACK_HBM_PASSES``) each time it is gathered.
@@ -38,8 +40,9 @@ from .exposures import _coll
 if TYPE_CHECKING:
     from .step_context import _Step
 
-# torch.cat and the in-place div_ of reduce_scatter_coalesced: each reads and writes the bucket once.
-COALESCE_HBM_PASSES = 4
+# The hook's copy into the contiguous bucket, then torch.cat and the in-place div_ of reduce_scatter_coalesced:
+# each reads and writes the bucket once.
+COALESCE_HBM_PASSES = 6
 # AllGatherCoalescedHandle.wait's torch.cat of a parameter's per-rank pieces: one read, one write.
 UNPACK_HBM_PASSES = 2
 # Host aten ops per rank: reduce_scatter_coalesced's slice of each gradient; the wait's narrow + record_stream
