@@ -247,3 +247,29 @@ def test_default_overlap_by_framework_and_stage():
     on = build_cost_table(build_scenario({"model": LLAMA_7B, "cluster": "dgx-a100", "gpus": 16, "training": {
         "seq_len": 2048, "global_batch": 16, "zero": 1, "framework": "deepspeed", "overlap_grad_reduce": True}}))
     assert on.overlap_grad_reduce is True
+
+
+def _ds_training(zero: int, micro_batches: int, framework: str = "deepspeed-2023", grad_bytes: int = 0):
+    return build_scenario({"model": LLAMA_7B, "cluster": "dgx-a100", "gpus": 8,
+                           "training": {"seq_len": 4096, "micro_batch": 1, "global_batch": 8 * micro_batches,
+                                        "zero": zero, "framework": framework, "grad_dtype_bytes": grad_bytes}})
+
+
+def test_deepspeed_zero1_accumulates_in_param_grad_between_boundaries():
+    """DeepSpeed ZeRO-1 (stage_1_and_2.py v0.12.3): the hooks act only at the accumulation boundary, so autograd's
+    AccumulateGrad adds every micro-batch's gradient but the first into param.grad (read both, write one). Its
+    BF16_Optimizer (fp32 accumulation) casts and adds into the fp32 gradient after every micro-batch; ZeRO-3 keeps
+    only its shard; Megatron-LM 2021's hooks add into main_grad every micro-batch."""
+    from trainsim.cost_models.framework import bf16_optimizer, grad_accumulation_bytes_per_param as acc
+    sc = _ds_training(1, 128)
+    assert sc.training.grad_bytes == 2 and not bf16_optimizer(sc.training)
+    assert acc(sc.training, sc.num_microbatches) == pytest.approx(3 * 2 * 127 / 128)
+    one = _ds_training(1, 1)
+    assert acc(one.training, one.num_microbatches) == 0.0
+    bf16 = _ds_training(1, 4, grad_bytes=4)
+    assert bf16_optimizer(bf16.training)
+    assert acc(bf16.training, bf16.num_microbatches) == pytest.approx(2 + 4 + 3 * 4)
+    z3 = _ds_training(3, 128)
+    assert acc(z3.training, z3.num_microbatches) == 0.0
+    mlm = _ds_training(1, 4, framework="megatron-2021")
+    assert acc(mlm.training, mlm.num_microbatches) == 3 * mlm.training.grad_bytes

@@ -90,6 +90,31 @@ def bf16_optimizer(training) -> bool:
             and training.effective_zero <= 1 and training.grad_bytes == 4 and not training.offload_optimizer)
 
 
+def grad_accumulation_bytes_per_param(training, microbatches: int) -> float:
+    """HBM bytes per parameter per micro-batch (averaged over the step's ``microbatches``) of adding each
+    micro-batch's weight gradients into the accumulated ones in a pass of its own:
+
+    * the framework's ``grad_accumulation_pass`` (specs/framework_behaviour.py): ``3 x grad_bytes``;
+    * DeepSpeed's ZeRO-1 optimizer (DeepSpeedZeroOptimizer at stage 1, bf16 or fp16 gradients): its backward hooks
+      act only at the accumulation boundary at stage 1 (``reduce_ready_partitions_and_remove_grads``: ``if
+      self.partition_gradients or self.is_gradient_accumulation_boundary``, deepspeed/runtime/zero/
+      stage_1_and_2.py of v0.12.3), so every later micro-batch's gradient reaches ``param.grad`` through autograd's
+      AccumulateGrad ``grad += new`` (read both, write one: ``3 x grad_bytes``); the first micro-batch's gradient
+      is stolen, not added: ``(m - 1) / m`` of the passes;
+    * DeepSpeed's BF16_Optimizer (``bf16_optimizer``): ``backward`` runs ``update_hp_grads`` after every
+      micro-batch, ``hp_grad.add_(lp.grad.to(fp32))`` per parameter (deepspeed/runtime/bf16_optimizer.py of v0.12.3):
+      the cast reads the 16-bit gradient and writes it in fp32, the add reads both fp32 tensors and writes one.
+    ZeRO-2/3 reduce every micro-batch and accumulate only the 1/dp shard (folded into the optimizer's bytes)."""
+    fw, g = BEHAVIOURS[training.framework], training.grad_bytes
+    if fw.grad_accumulation_pass:
+        return 3.0 * g
+    if bf16_optimizer(training):
+        return float(training.param_bytes + 4 + 3 * 4)
+    if fw.deepspeed_optimizer and training.effective_zero == 1 and not training.offload_optimizer:
+        return 3.0 * g * (microbatches - 1) / max(1, microbatches)
+    return 0.0
+
+
 def fsdp_divide_factors(world: int) -> tuple[float, float]:
     """FSDP's gradient (pre, post) divide factors for ``world`` ranks (default_hooks.DefaultState)."""
     factor = 1

@@ -146,9 +146,11 @@ def build_cost_table(scenario: Scenario, *, profile=None, ideal_network: bool = 
 def _accumulate_s(st: _Step, params: float) -> float:
     """Compute-stream seconds of the passes over a chunk's ``params`` gradients outside the GEMMs: frameworks
     without gradient-accumulation fusion add each block's weight gradients into the accumulation buffer in a
-    separate pass every micro-batch (framework.py grad_accumulation_pass), FSDP's gradient prep, autocast's casts."""
+    separate pass every micro-batch (framework.grad_accumulation_bytes_per_param: the framework's
+    grad_accumulation_pass, DeepSpeed's ZeRO-0/1 optimizers), FSDP's gradient prep, autocast's casts."""
     tr, cast = st.scenario.training, framework.autocast_cast_bytes_per_param(st.scenario)
-    nbytes = params * ((3 * tr.grad_bytes if st.fw.grad_accumulation_pass else 0.0) + st.prep_per_param + cast)
+    acc = framework.grad_accumulation_bytes_per_param(tr, st.scenario.num_microbatches)
+    nbytes = params * (acc + st.prep_per_param + cast)
     return compute.memory_time_s(nbytes, st.hw, st.profile, "copy") * st.slowest if nbytes > 0 else 0.0
 
 
