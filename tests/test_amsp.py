@@ -64,9 +64,10 @@ def test_runs_are_deepspeed_on_a800_nodes_with_four_hdr_nics(amsp):
 
 def test_zero1_over_all_ranks_reduces_each_owner_slice_and_slows_past_the_within_node_layout(amsp):
     """DeepSpeed v0.10-v0.12.3 (the ZeRO++ baseline needs >= v0.10.0; arXiv v1 precedes v0.12.4): at 1,024 ranks
-    one dist.reduce per (5e8-element bucket, owner rank), 14 + 1,023 calls, each a chain over all ranks. The
-    predicted slowdown exceeds the published within-node layout's 64/51 and the published all-ranks 1.75 (the
-    per-call latency at 1,024 ranks is NCCL's tuner model: docs/validation.md, "ZeRO over many ranks")."""
+    one dist.reduce per (5e8-element bucket, owner rank), 14 + 1,023 calls, each a chain over all ranks, queued
+    back to back per bucket so that consecutive owners' calls follow each other through the chain
+    (collectives.chained_call_latency_s). The predicted slowdown exceeds the published within-node layout's 64/51
+    and is within 10 % of the published all-ranks 63/36 = 1.75 (Sec. I)."""
     from trainsim.simulator.builder import build_cost_table
     from trainsim.simulator.predict import predict
     s = next(c for c in amsp.cases if c.row_id == "amsp_7b_zero1_1024").scenario
@@ -76,7 +77,8 @@ def test_zero1_over_all_ranks_reduces_each_owner_slice_and_slows_past_the_within
     rows = {r.row_id: r for r in validate(amsp, predict_fn=lambda s: predict(s, fast=True)).rows}
     got = rows["amsp_7b_zero1_1024"].secondary[SLOWDOWN]
     assert got["published"] == pytest.approx(1.75, rel=1e-4)
-    assert got["predicted"] > 1.75 > 64 / 51
+    assert got["predicted"] == pytest.approx(1.75, rel=0.10)
+    assert got["predicted"] > 64 / 51
 
 
 def test_deepspeed_zero1_within_a_node_is_refused_in_one_line(capsys):
