@@ -257,15 +257,19 @@ def _ds_training(zero: int, micro_batches: int, framework: str = "deepspeed-2023
 
 def test_deepspeed_zero1_accumulates_in_param_grad_between_boundaries():
     """DeepSpeed ZeRO-1 (stage_1_and_2.py v0.12.3): the hooks act only at the accumulation boundary, so autograd's
-    AccumulateGrad adds every micro-batch's gradient but the first into param.grad (read both, write one). Its
+    AccumulateGrad adds every micro-batch's gradient but the first into param.grad (read both, write one); the
+    hook copies each gradient into the contiguous bucket at the boundary (ZeRO-2: every micro-batch). Its
     BF16_Optimizer (fp32 accumulation) casts and adds into the fp32 gradient after every micro-batch; ZeRO-3 keeps
     only its shard; Megatron-LM 2021's hooks add into main_grad every micro-batch."""
     from trainsim.cost_models.framework import bf16_optimizer, grad_accumulation_bytes_per_param as acc
     sc = _ds_training(1, 128)
     assert sc.training.grad_bytes == 2 and not bf16_optimizer(sc.training)
-    assert acc(sc.training, sc.num_microbatches) == pytest.approx(3 * 2 * 127 / 128)
+    # AccumulateGrad in 127 of 128 micro-batches, the hook's copy into the bucket in the last one
+    assert acc(sc.training, sc.num_microbatches) == pytest.approx(3 * 2 * 127 / 128 + 2 * 2 / 128)
     one = _ds_training(1, 1)
-    assert acc(one.training, one.num_microbatches) == 0.0
+    assert acc(one.training, one.num_microbatches) == pytest.approx(2 * 2)
+    z2 = _ds_training(2, 4)
+    assert acc(z2.training, z2.num_microbatches) == pytest.approx(2 * 2)
     bf16 = _ds_training(1, 4, grad_bytes=4)
     assert bf16_optimizer(bf16.training)
     assert acc(bf16.training, bf16.num_microbatches) == pytest.approx(2 + 4 + 3 * 4)

@@ -104,14 +104,19 @@ def grad_accumulation_bytes_per_param(training, microbatches: int) -> float:
     * DeepSpeed's BF16_Optimizer (``bf16_optimizer``): ``backward`` runs ``update_hp_grads`` after every
       micro-batch, ``hp_grad.add_(lp.grad.to(fp32))`` per parameter (deepspeed/runtime/bf16_optimizer.py of v0.12.3):
       the cast reads the 16-bit gradient and writes it in fp32, the add reads both fp32 tensors and writes one.
+    DeepSpeed's ZeRO-1/2 optimizer also copies each gradient into its contiguous reduce bucket in the backward hook,
+    on the compute stream (``reduce_independent_p_g_buckets_and_remove_grads``: ``new_grad_tensor.copy_(grad_reduc
+    .view(-1))`` into ``ipg_buffer``, ``contiguous_gradients`` on by default): read and write, ``2 x grad_bytes``,
+    at the boundary micro-batch at stage 1 and every micro-batch at stage 2.
     ZeRO-2/3 reduce every micro-batch and accumulate only the 1/dp shard (folded into the optimizer's bytes)."""
-    fw, g = BEHAVIOURS[training.framework], training.grad_bytes
+    fw, g, m = BEHAVIOURS[training.framework], training.grad_bytes, max(1, microbatches)
     if fw.grad_accumulation_pass:
         return 3.0 * g
     if bf16_optimizer(training):
         return float(training.param_bytes + 4 + 3 * 4)
-    if fw.deepspeed_optimizer and training.effective_zero == 1 and not training.offload_optimizer:
-        return 3.0 * g * (microbatches - 1) / max(1, microbatches)
+    if fw.deepspeed_optimizer and training.effective_zero in (1, 2) and not training.offload_optimizer:
+        bucket_copy = 2.0 * g * (1.0 / m if training.effective_zero == 1 else 1.0)
+        return bucket_copy + (3.0 * g * (m - 1) / m if training.effective_zero == 1 else 0.0)
     return 0.0
 
 

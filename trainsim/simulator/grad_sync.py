@@ -100,9 +100,9 @@ def _owner_reduce_latency(st: _Step, per_call: float, group, calls: int, tensors
                           params: float) -> float | None:
     """Mean latency per call of DeepSpeed's per-owner reduces (framework.zero12_reduce_calls), or None where its
     calls are not per-owner reduces. ``average_tensor`` issues a bucket's reduces back to back (``async_op=True``,
-    then waits on all of them; stage_1_and_2.py of v0.12.3), owners in rank order, so each bucket is one burst of
-    chained ring reduces: the first pays the chain's whole latency, the others one step each
-    (exposures._chained_lat)."""
+    then waits on all of them; stage_1_and_2.py of v0.12.3, stage2.py of v0.3.13 in 2021), owners in rank order, so
+    each bucket is one burst of chained ring reduces: the first pays the chain's whole latency, the others one step
+    each (exposures._chained_lat)."""
     if st.reduce_op != "reduce":
         return None
     bursts = min(calls, whole_tensor_buckets(params, st.reduce_bucket_params, tensors))
