@@ -1,7 +1,8 @@
 """Collectives over many ranks: NCCL's latency closed forms for ring and tree up to 16,384 ranks, the algorithm
 NCCL's tuner would pick there, and the number of calls each framework issues for ZeRO-1/2's gradient reduction and
-gather of the updated parameters (each call pays the latency of a ring over the whole data-parallel group); the
-MegaScale baseline rows run the Megatron-LM code their commit has."""
+gather of the updated parameters (each call pays the latency of a ring over the whole data-parallel group, except
+ring reduces queued back to back, which follow each other through the chain); the MegaScale baseline rows run the
+Megatron-LM code their commit has."""
 
 from __future__ import annotations
 
