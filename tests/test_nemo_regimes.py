@@ -13,8 +13,8 @@ import csv
 from trainsim.validation.nemo import load_nemo
 from trainsim.validation.validate import default_predict_fn, validate
 
-_COLUMNS = ("row_id,nemo_container,section,model,system,num_gpus,precision,gbs,mbs,seq_len,fsdp,tp,pp,cp,vp,ep,etp,ga,"
-            "tokens_per_s_per_gpu,model_tflops_per_gpu").split(",")
+_COLUMNS = ["row_id", "nemo_container", "section", "model", "system", "num_gpus", "precision", "gbs", "mbs", "seq_len",
+            "fsdp", "tp", "pp", "cp", "vp", "ep", "etp", "ga", "tokens_per_s_per_gpu", "model_tflops_per_gpu"]
 _ROWS = (  # hand-written: (row, model, system, GPUs, gbs, mbs, tp, pp, vp, ep, tok/s/GPU)
     ("r_b200_mb1", "Qwen3_30B_a3B", "DGX-B200", 8, 512, 1, 1, 1, "n/a", 8, 20000),
     ("r_gb300_mb2", "Qwen3_30B_a3B", "DGX-GB300", 8, 512, 2, 1, 1, "n/a", 8, 30000),
