@@ -138,7 +138,12 @@ NEMO_NOTES = (
      "padded token drop (25.09: no host sync); Qwen3 235B-A22B B300 pp8 ep8 2,644-2,691 at vp4 with EP overlap "
      "(26.02, 26.02.01) vs 4,865-5,936 at mb2 without (26.04, 26.04.01). Every such row's EP group lies inside one "
      "8-GPU NVLink node, so the shortfall is the host side of the software release, not the EP fabric; the x86 "
-     "micro-batch-1 regime holds the large positive errors."),
+     "micro-batch-1 regime holds the large positive errors. NVIDIA says as much of the three Qwen3 235B-A22B "
+     "B200/B300 rows with EP overlap: Megatron-Bridge PR #1760 'Disable moe_a2a_overlap due to CPU overhead' "
+     "(B200 MXFP8 step 20.1 -> 16.9 s), issue #3399 (B300: 'moe_a2a_overlap and VP degraded perf'). Where EP spans "
+     "nodes the all-to-all is costed on the fabric: Megatron-Bridge PR #3868 timed Qwen3 30B-A3B BF16 on 16 H100 "
+     "(EP 16 over two nodes, alltoall dispatcher, mbs 1, GBS 1024) at 41.36 s per step eager, and trainsim "
+     "predicts 34.0 s for that run."),
     ("MoE EP all-to-all overlap (all MoE rows: DeepSeek-V3, Kimi K2, Qwen3 30B-A3B / 235B-A22B): "
      "training.ep_comm_overlap (Megatron-Core --overlap-moe-expert-parallel-comm --delay-wgrad-compute, the "
      "combined 1F1B schedule) exactly where the row's Megatron-Bridge performance config set moe_a2a_overlap "
