@@ -124,6 +124,26 @@ NEMO_NOTES = (
      "moe_preprocess, or full-iteration graphs with paged stashing on GB300/GB200 MXFP8 26.06+); MXFP8 "
      "fp8_param_gather, fp8 dot-product attention (GB300/B300 MXFP8), cuteDSL fused grouped MLP. The EP "
      "all-to-all overlap (moe_a2a_overlap) follows the MoE rule below."),
+    ("regimes: every MoE row is also counted under its host CPU (x86 on DGX H100/B200/B300, Grace on "
+     "GB200/GB300) and micro-batch (1 or >= 2). trainsim costs a MoE block's host issue only as predict's "
+     "host-bound warning (cost_models/host.py), so a run whose host cannot keep ahead of its GPU is predicted too "
+     "fast. Megatron-Bridge's Qwen3 performance configs (scripts/performance, qwen3 workload_base_configs at "
+     "v0.2.0 = 25.11, v0.3.0 = 26.02, v0.3.1 = 26.02.01) run HybridEP with Transformer Engine CUDA graphs of the "
+     "router and dispatch preprocess on GB200/GB300, but on DGX B200/B300/H100 Megatron-Core's alltoall dispatcher "
+     "(the model provider's default; 235B-A22B until r0.5.0, 30B-A3B B200 until 26.02) or DeepEP (30B-A3B H100, "
+     "26.02), whose dropless dispatch blocks the host before every MoE layer's all-to-all (token_dispatcher.py "
+     "cuda_sync_point 'before_ep_alltoall'; DeepEP's dispatch: 'the CPU will wait for GPU's signal to arrive', "
+     "fused_a2a.py; HybridEP skips its D2H wait only when given the permuted-token count). The same printed layouts ran 1.8-2.9x faster in another release: Qwen3 30B-A3B H100 pp2 vp12 ep8 mb1 "
+     "5,113 (26.02) vs 9,058 tok/s/GPU (26.02.01); B200 ep8 mb1 9,299 (25.11) and 9,691 (26.02) vs 18,066 with "
+     "padded token drop (25.09: no host sync); Qwen3 235B-A22B B300 pp8 ep8 2,644-2,691 at vp4 with EP overlap "
+     "(26.02, 26.02.01) vs 4,865-5,936 at mb2 without (26.04, 26.04.01). Every such row's EP group lies inside one "
+     "8-GPU NVLink node, so the shortfall is the host side of the software release, not the EP fabric; the x86 "
+     "micro-batch-1 regime holds the large positive errors. NVIDIA says as much of the three Qwen3 235B-A22B "
+     "B200/B300 rows with EP overlap: Megatron-Bridge PR #1760 'Disable moe_a2a_overlap due to CPU overhead' "
+     "(B200 MXFP8 step 20.1 -> 16.9 s), issue #3399 (B300: 'moe_a2a_overlap and VP degraded perf'). Where EP spans "
+     "nodes the all-to-all is costed on the fabric: Megatron-Bridge PR #3868 timed Qwen3 30B-A3B BF16 on 16 H100 "
+     "(EP 16 over two nodes, alltoall dispatcher, mbs 1, GBS 1024) at 41.36 s per step eager, and trainsim "
+     "predicts 34.0 s for that run."),
     ("MoE EP all-to-all overlap (all MoE rows: DeepSeek-V3, Kimi K2, Qwen3 30B-A3B / 235B-A22B): "
      "training.ep_comm_overlap (Megatron-Core --overlap-moe-expert-parallel-comm --delay-wgrad-compute, the "
      "combined 1F1B schedule) exactly where the row's Megatron-Bridge performance config set moe_a2a_overlap "
@@ -243,7 +263,16 @@ def _nemo_case(r: dict) -> Case:
         secondary["model_tflops_per_gpu"] = row.tflops
         fns["model_tflops_per_gpu"] = lambda tok_s, f=fpt: tok_s * f / 1e12
     return Case(row.rid, label, row.published, scenario=scenario, skip_reason=why, secondary=secondary,
-                secondary_fns=fns, category=row.category + (" MoE" if m.is_moe else " dense"))
+                secondary_fns=fns, category=row.category + (" MoE" if m.is_moe else " dense"),
+                regimes=_moe_regimes(row) if m.is_moe else ())
+
+
+def _moe_regimes(row: _Row) -> tuple[str, ...]:
+    """A MoE row's host regime: the host CPU that issues its kernels (x86 DGX or Grace NVL72, ClusterSpec.host_cpu)
+    and whether it runs micro-batch 1, where a MoE block's host work is largest against its GPU work (NEMO_NOTES,
+    'regimes')."""
+    host = "Grace" if load_cluster(nemo_systems()[row.system][0]).host_cpu == "grace" else "x86"
+    return (f"MoE {host} host, micro-batch {'1' if row.ints['mbs'] == 1 else '>= 2'}",)
 
 
 def _scenario_mapping(row: _Row) -> tuple[dict, str, tuple[str, ...] | None]:
