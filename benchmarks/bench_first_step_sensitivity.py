@@ -23,7 +23,11 @@ from dataclasses import replace
 
 from trainsim.cost_models import memory
 from trainsim.cost_models.activations import embedding_activation_bytes
-from trainsim.cost_models.first_step_fragmentation import _extra_reserved, block_saved_tensors, head_saved_tensors
+from trainsim.cost_models.first_step_fragmentation import (
+    _extra_reserved,
+    block_saved_tensors,
+    head_saved_tensors,
+)
 from trainsim.cost_models.grad_buffer import optimizer_tensor_elems
 from trainsim.cost_models.shapes import layer_shape
 from trainsim.simulator.predict import predict

@@ -54,8 +54,8 @@ def test_blocks_the_list_does_not_cover_are_not_replayed():
     assert block_saved_tensors(_gpt(experts=8, top_k=2), "fused") is None
 
 
-@pytest.mark.parametrize("kw", [dict(), dict(compiled=True), dict(sp=True, tp=2), dict(gated=True, kv=4),
-                                dict(gated=True, kv=4, compiled=True), dict(flash=False)])
+@pytest.mark.parametrize("kw", [{}, {"compiled": True}, {"sp": True, "tp": 2}, {"gated": True, "kv": 4},
+                                {"gated": True, "kv": 4, "compiled": True}, {"flash": False}])
 def test_op_sac_list_is_torchtitans_per_op_policy(kw):
     """torchtitan's per-op SAC keeps the block input, matmuls 1, 3, 5(, 7) and the SDPA output + logsumexp
     (activations._op_sac_layer): the list adds up to the activation model's block and names q's size first."""
