@@ -27,7 +27,9 @@ segment pushes that activation into the logits' freed segment and the next step'
 adding the blocks' recompute working sets to the trace, or leaving the logits out, moves the replay's figure by
 the logits' size: 7.7, 0.0 and 0.04 GiB on torchtitan's Llama 3.1 8B run on 128 H100s (memory_runs.csv
 tt24_t3_fsdp, predicted +0.6 % without it), 2.7, 0.7 and 2.7 GiB on PR #165's FSDP1 run with per-op SAC
-(benchmarks/bench_first_step_sensitivity.py prints every torch FSDP row).
+(benchmarks/bench_first_step_sensitivity.py prints every torch FSDP row). torch's own trace of PR #165's eager
+step, every tensor included (kernels/alloc_trace.py, benchmarks/bench_titan_allocator_trace.py), reserves 1.0 GiB
+less with the states created lazily than up front, with full AC and with per-op SAC alike.
 """
 
 from __future__ import annotations
