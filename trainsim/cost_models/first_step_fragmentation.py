@@ -29,7 +29,7 @@ the logits' size: 7.7, 0.0 and 0.04 GiB on torchtitan's Llama 3.1 8B run on 128 
 tt24_t3_fsdp, predicted +0.6 % without it), 2.7, 0.7 and 2.7 GiB on PR #165's FSDP1 run with per-op SAC
 (benchmarks/bench_first_step_sensitivity.py prints every torch FSDP row). torch's own trace of PR #165's eager
 step, every tensor included (kernels/alloc_trace.py, benchmarks/bench_titan_allocator_trace.py), reserves 1.0 GiB
-less with the states created lazily than up front, with full AC and with per-op SAC alike.
+(full AC) and 1.1 GiB (per-op SAC) less with the states created lazily than up front.
 """
 
 from __future__ import annotations
