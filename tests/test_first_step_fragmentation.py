@@ -52,7 +52,20 @@ def test_block_tensor_list_adds_up_to_the_activation_model(kw):
 
 def test_blocks_the_list_does_not_cover_are_not_replayed():
     assert block_saved_tensors(_gpt(experts=8, top_k=2), "fused") is None
-    assert block_saved_tensors(_gpt(recompute="selective", rc_modules=frozenset({"op_sac"})), "fused") is None
+
+
+@pytest.mark.parametrize("kw", [{}, {"compiled": True}, {"sp": True, "tp": 2}, {"gated": True, "kv": 4},
+                                {"gated": True, "kv": 4, "compiled": True}, {"flash": False}])
+def test_op_sac_list_is_torchtitans_per_op_policy(kw):
+    """torchtitan's per-op SAC keeps the block input, matmuls 1, 3, 5(, 7) and the SDPA output + logsumexp
+    (activations._op_sac_layer): the list adds up to the activation model's block and names q's size first."""
+    shp = _gpt(recompute="selective", rc_modules=frozenset({"op_sac"}), **kw)
+    tensors = block_saved_tensors(shp, "fused")
+    assert tensors is not None
+    assert sum(tensors) == pytest.approx(layer_activation_bytes(shp, "fused").total, rel=1e-9)
+    block_in, q = tensors[0], tensors[1]
+    assert block_in == shp.e * shp.tokens * shp.h / shp.sp_div
+    assert q == shp.e * shp.tokens * shp.a * shp.d / shp.tp
 
 
 def test_which_frameworks_replay():
@@ -78,3 +91,14 @@ def test_only_the_reserved_counter_moves():
     assert pred.peak_allocated_bytes == pytest.approx(sm.allocated)
     assert pred.peak_reserved_bytes == pytest.approx(sm.allocated + cached)
     assert pred.memory_assumptions["first_step_reserved_bytes"] == first_step
+
+
+def test_toy_trace_logits_segment_takes_the_displaced_activation():
+    """Why torch's FSDP runs are not replayed (module doc): two blocks saving one 30 MiB tensor each, a 100 MiB
+    loss tensor, one 16 MiB state. Lazily the state splits the first block's freed segment (remainder 14 MiB), so
+    the second step's second block takes the logits' freed 100 MiB segment and the logits a new one: 30 + 30 +
+    100 + 100 = 260 MiB against 16 + 30 + 30 + 100 = 176 MiB up front, 84 MiB more. Without the loss tensor the
+    displaced block takes a new 30 MiB segment: 90 against 76 MiB, 14 MiB."""
+    blocks = ((30 * MiB,), ())
+    assert _extra_reserved(blocks, 2, (), (100 * MiB,), 1, (16 * MiB,)) == 84 * MiB
+    assert _extra_reserved(blocks, 2, (), (), 1, (16 * MiB,)) == 14 * MiB

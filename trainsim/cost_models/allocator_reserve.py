@@ -22,7 +22,11 @@ otherwise have served. torch's eager fp32 loss adds its 16-bit logits' segment: 
 (torchtitan ``del pred``), it sits idle while the fp32 gradients need larger blocks. The first step's optimizer
 states, created into the freed activation segments, are first_step_fragmentation.py's (a replay of the allocator,
 caching_allocator.py); the pools of FSDP's side streams are fsdp_stream_pools.py's; other phases are not
-modelled.
+modelled. Held against torch's own allocation trace of torchtitan's eager Llama 2 7B step replayed through the
+allocator (kernels/alloc_trace.py; benchmarks/bench_titan_allocator_trace.py, PR #165's shapes), the compute
+stream's reserved-but-free bytes are 1.8 GiB with full AC and 4.3 GiB with per-op SAC where this term gives 3.8
+and 2.9 (the PR's FSDP2 runs, less the side-stream pools: 3.0 and 4.6): the blocks' saved tensors interleave with
+their transients under SAC, which the loss-stage term does not see.
 
 This is the allocator's default segment mode. With ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` a request
 that no free block holds grows the stream's one segment, and a free block at its end counts toward it

@@ -19,9 +19,17 @@ so none of them changes the difference. Left out: transient workspaces (the loss
 block's working set) and the interleaving of forwards and backwards of a pipeline schedule (the in-flight
 micro-batches are allocated together and freed in reverse).
 
-``None`` where the trace cannot be built faithfully -- MoE or MLA blocks, torchtitan's per-op selective
-checkpointing, a saved set the tensor list below does not add up to, a non-default optimizer -- and the caller
-keeps its own estimate.
+``None`` where the trace cannot be built faithfully -- MoE or MLA blocks, a saved set the tensor list below does
+not add up to, a non-default optimizer -- and the caller keeps its own estimate. torch.optim's Adam / AdamW create
+their states lazily too (``_init_group``), but torch's FSDP runs are not replayed: their answer depends on
+tensors the trace leaves out. Where the loss's logits are the largest tensor, a state that splits an activation's
+segment pushes that activation into the logits' freed segment and the next step's logits into a new one, so
+adding the blocks' recompute working sets to the trace, or leaving the logits out, moves the replay's figure by
+the logits' size: 7.7, 0.0 and 0.04 GiB on torchtitan's Llama 3.1 8B run on 128 H100s (memory_runs.csv
+tt24_t3_fsdp, predicted +0.6 % without it), 2.7, 0.7 and 2.7 GiB on PR #165's FSDP1 run with per-op SAC
+(benchmarks/bench_first_step_sensitivity.py prints every torch FSDP row). torch's own trace of PR #165's eager
+step, every tensor included (kernels/alloc_trace.py, benchmarks/bench_titan_allocator_trace.py), reserves 1.0 GiB
+(full AC) and 1.1 GiB (per-op SAC) less with the states created lazily than up front.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from dataclasses import replace
 from trainsim.specs.memo import memoised
 
 from .activations import (kernels, _fp8_saved, _gemm_input_bytes, _gemm_input_e, _norm_bytes, embedding_activation_bytes, head_activation_bytes,
-                          layer_activation_bytes, MASK_BYTES)
+                          layer_activation_bytes, MASK_BYTES, STAT_BYTES)
 from .caching_allocator import replay
 from trainsim.specs.framework_behaviour import behaviour
 from .shapes import LayerShape, layer_shape
@@ -44,12 +52,14 @@ REST_TOLERANCE = 0.02
 def block_saved_tensors(shp: LayerShape, impl: str) -> tuple[float, ...] | None:
     """Sizes (bytes) of the tensors one dense block saves for its backward, in forward order; ``None`` where
     this list does not cover the block (MoE, MLA, per-op checkpointing) or misses more than REST_TOLERANCE."""
-    if shp.is_moe or shp.mla or shp.recomputes("op_sac") or shp.te_cp_p2p or shp.qk_norm:
+    if shp.is_moe or shp.mla or shp.te_cp_p2p or shp.qk_norm:
         return None
     impl = kernels(shp, impl)
     total = layer_activation_bytes(shp, impl).total
     if shp.recompute == "full":
         return (total,)
+    if shp.recomputes("op_sac"):
+        return _checked(op_sac_saved_tensors(shp), total)
     e, h, t, r, T = shp.e, shp.h, shp.tp, shp.sp_div, shp.tokens
     norm_in, norm_small = _norm_bytes(shp, T / r, impl)
     gemm_in = 0.0 if shp.recomputes("layernorm") else _gemm_input_bytes(shp, impl)
@@ -74,11 +84,35 @@ def block_saved_tensors(shp: LayerShape, impl: str) -> tuple[float, ...] | None:
     if not shp.flash and not shp.recomputes("core_attn"):
         probs = shp.b * heads * (shp.s // shp.cp) * shp.s
         tensors += [e * probs] + ([MASK_BYTES * probs, e * probs] if shp.dropout else [])
+    return _checked(tensors, total)
+
+
+def _checked(tensors: list[float], total: float) -> tuple[float, ...] | None:
+    """``tensors`` (zero sizes dropped) with the rest of activations.py's ``total`` as one last tensor, or ``None``
+    where they exceed the total or miss more than REST_TOLERANCE of it."""
     tensors = [x for x in tensors if x > 0]
     rest = total - sum(tensors)
     if rest < -1.0 or rest > REST_TOLERANCE * total:
         return None
     return tuple(tensors) + ((rest,) if rest > 0 else ())
+
+
+def op_sac_saved_tensors(shp: LayerShape) -> list[float]:
+    """What torchtitan's per-op selective checkpointing keeps of one dense block, in forward order (activations.
+    _op_sac_layer says why each): the block input; q and v (matmuls 1 and 3); the attention kernel's output and
+    fp32 logsumexp (flash / memory-efficient SDPA); with sequence parallelism the attention's reduce-scatter
+    output; the MLP's kept matmul outputs (matmul 5, and matmul 7 -- SwiGLU's w2 -- unless torch.compile's
+    partitioner drops it); the MLP's reduce-scatter output."""
+    e, h, t, r, T = shp.e, shp.h, shp.tp, shp.sp_div, shp.tokens
+    heads = shp.a // t
+    widths = [shp.a * shp.d / t, shp.kv * shp.d / t, shp.kv * shp.d / t, h]
+    widths += [shp.f / t, shp.f / t, h] if shp.gated else [shp.f / t, h]
+    kept = widths[0::2]
+    if shp.compiled and len(widths) % 2:
+        kept = kept[:-1]
+    rs = [e * T * h / t] if shp.sp and t > 1 else []
+    sdpa = [e * T * heads * shp.dvh, STAT_BYTES * shp.b * heads * (shp.s // shp.cp)] if shp.flash else []
+    return [e * T * h / r, e * T * kept[0], e * T * kept[1], *sdpa, *rs, *(e * T * w for w in kept[2:]), *rs]
 
 
 def head_saved_tensors(scenario, impl: str) -> tuple[float, ...]:
@@ -164,9 +198,9 @@ def lazy_state_bytes(training) -> tuple[tuple[int, ...] | None, str]:
                       "deepspeed/runtime/zero/stage_1_and_2.py): no first-step fragmentation")
     if not behaviour(fw).lazy_optimizer_states:
         return None, ("Adam's states are created at the first step (torch.optim.Adam _init_group), not replayed "
-                      "for this framework: no eager run of the memory dataset holds the trace, and its torchtitan "
-                      "runs under torch.compile allocate other tensors; the reserved figure leaves the first-step "
-                      "fragmentation out")
+                      "for this framework: the replay of its runs moves by the logits' size with the transient "
+                      "tensors the trace leaves out (first_step_fragmentation.py); the reserved figure leaves the "
+                      "first-step fragmentation out")
     if training.optimizer_bytes_per_param not in (8, 12):
         return None, (f"optimizer_bytes_per_param {training.optimizer_bytes_per_param:g} is not Adam's: the "
                       "first-step fragmentation is not replayed")
