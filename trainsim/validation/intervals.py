@@ -198,7 +198,7 @@ def host_widening(lo: float, hi: float, step_s: float, host_idle_s: float, scena
     gpu = max(0.0, step_s - host_idle_s)
     why = (f"the step depends on its host's issue time ({host_s:.4g} s per step against {gpu:.4g} s of GPU work): "
            f"widened by {off[0]:+.2f} / {off[1]:+.2f} in ln(step) for the host's speed, whose spread between two "
-           f"leases of one H200 machine kind is ln sigma {host_band.HOST_LOG_SIGMA:.2f} (validation/host_band.py)")
+           f"leases of one H200 machine kind is ln sigma {host_band.host_log_sigma():.2f} (validation/host_band.py)")
     return lo, hi, [why]
 
 
