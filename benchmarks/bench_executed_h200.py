@@ -151,7 +151,7 @@ def rows(records: list[dict], profile) -> list[dict]:
         sc = executed_scenario(r)
         pred = predict(sc, profile=profile)
         iv = interval_for(pred.step_time_s, pred.tokens_per_s, pred.mfu, sc, profile, 0.8,
-                          host_idle_s=pred.breakdown_s.get("host_idle", 0.0))
+                          breakdown=pred.breakdown_s)
         times = m["step_times_s"]
         spread = (statistics.pstdev(times) / statistics.median(times)) if len(times) > 1 else 0.0
         out.append({"name": r["sweep_name"], "measured_s": m["step_time_s"], "spread": spread,

@@ -161,7 +161,7 @@ def test_interval_says_why_it_is_wider_only_where_the_host_matters():
         sc = bench.executed_scenario(recs[name])
         p = predict(sc, profile=profile)
         iv = interval_for(p.step_time_s, p.tokens_per_s, p.mfu, sc, profile, 0.8,
-                          host_idle_s=p.breakdown_s["host_idle"])
+                          breakdown=p.breakdown_s)
         notes[name] = [r for r in iv.reasons if "host's issue time" in r]
     assert len(notes["g1024_mb1"]) == 1 and notes["g4096_mb1"] == []
     assert json.dumps(notes)   # plain strings, as the --json output carries them

@@ -21,8 +21,8 @@ the machine kind's typical one, so a pair's log ratio is the difference of two d
 Five pairs of one machine kind are a small sample: sigma_host is this measurement, not a law of hosts.
 
 A step's sensitivity to its host's speed comes from its predicted host issue time ``H`` (every pass's issue, the
-optimizer step's included) and its GPU-busy time ``G`` (the step less the predicted GPU idle waiting for the
-host): the step scales as max(G, x H) / max(G, H) for a host x times slower. At coverage c the host's factor is
+optimizer step's included: the prediction's ``breakdown_s["host_issue"]``, the engine's own figure) and its
+GPU-busy time ``G`` (the step less the predicted GPU idle waiting for the host, ``breakdown_s["host_idle"]``): the step scales as max(G, x H) / max(G, H) for a host x times slower. At coverage c the host's factor is
 x = exp(+-z sigma_host), z the normal quantile of (1 + c) / 2, which gives the log-offsets ``host_offsets``: +-z
 sigma_host where the step is host-bound, 0 where the GPU time exceeds even the slow host's issue. They widen the
 interval's ends (validation.intervals) in quadrature about its middle, as independent sources of spread add.
@@ -76,22 +76,6 @@ def log_sigma(pairs: dict[str, float]) -> float:
 def host_log_sigma() -> float:
     """sigma_host of the two leases' host-bound lines (module doc)."""
     return log_sigma(lease_pairs())
-
-
-def step_host_issue_s(scenario, profile=None) -> float:
-    """Host seconds to issue one step on a rank of the first stage: its blocks' forward and backward and the
-    micro-batch's own work per micro-batch (cost_models.host_issue), the optimizer step (cost_models.step_host);
-    0 where the host is not modelled apart (CPU ranks, MoE)."""
-    from trainsim.cost_models.host_issue import scenario_block_issue
-    from trainsim.cost_models.step_host import scenario_step_host
-
-    issue = scenario_block_issue(scenario, profile)
-    if issue is None:
-        return 0.0
-    layers = scenario.model.num_layers / max(1, scenario.layout.pp)
-    per_mb = layers * (issue.fwd_s + issue.bwd_s) + issue.microbatch_fwd_s + issue.microbatch_bwd_s
-    step = scenario_step_host(scenario, 0, profile)
-    return scenario.num_microbatches * per_mb + (step.issue_s if step is not None else 0.0)
 
 
 def host_offsets(step_s: float, host_idle_s: float, host_s: float, coverage: float,
