@@ -183,6 +183,20 @@ class Placement:
         """The GroupShape of the expert-data-parallel group containing ``rank`` (see expert_dp_ranks)."""
         return _shape_cached(self.fabric, tuple(self.expert_dp_ranks(rank)))
 
+    def expert_hsdp_ranks(self, shard: int, rank: int = 0) -> list[int]:
+        """HSDP's expert shard group of ``rank`` for shard-group size ``shard``: the members of its
+        expert-data-parallel group (expert_dp_ranks) in its HSDP shard (the same DP index divided by ``shard``,
+        as hsdp_ranks splits the DP group), over which FSDP shards and reduce-scatters the experts; the replicate
+        group is the dense one (the same shard position in every replica)."""
+        if shard < 1 or self.sizes["dp"] % shard:
+            raise SpecError("layout.dp_shard", f"shard group size {shard} must divide dp={self.sizes['dp']}")
+        mine = self.coords(rank)["dp"] // shard
+        return [r for r in self.expert_dp_ranks(rank) if self.coords(r)["dp"] // shard == mine]
+
+    def expert_hsdp_group(self, shard: int, rank: int = 0) -> GroupShape:
+        """The GroupShape of HSDP's expert shard group containing ``rank`` (see expert_hsdp_ranks)."""
+        return _shape_cached(self.fabric, tuple(self.expert_hsdp_ranks(shard, rank)))
+
     def groups(self) -> dict[str, GroupShape]:
         """Shapes of the tp, cp, ep, dp and pp groups containing rank 0."""
         return {d: self.group(d) for d in DIMS}
