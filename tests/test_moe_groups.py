@@ -51,3 +51,37 @@ def test_deepspeed_zero3_refuses_moe_as_its_engine_does(framework):
     with pytest.raises(SpecError, match="training.zero: ZeRO-3 with a MoE model does not run"):
         build_scenario({"model": "mixtral-8x7b", "cluster": "dgx-h100", "gpus": 64,
                         "training": {"seq_len": 4096, "global_batch": 128, "zero": 3, "framework": framework}})
+
+
+def _mixtral_megatron(distributed_optimizer: bool):
+    return build_scenario({"model": "mixtral-8x7b", "cluster": "dgx-h100", "gpus": 64,
+                           "layout": {"tp": 1, "pp": 4, "ep": 8},
+                           "training": {"seq_len": 4096, "global_batch": 256, "micro_batch": 1, "dtype": "bf16",
+                                        "distributed_optimizer": distributed_optimizer, "framework": "megatron"}})
+
+
+@pytest.mark.parametrize("distributed_optimizer", [False, True])
+def test_moe_grad_norm_is_reduced_over_the_groups_megatron_core_uses(distributed_optimizer):
+    """Mixtral EP 8 PP 4 DP 16 on DGX H100 (8 GPUs a node): the optimizer phase is the GPU's update and norm pass
+    plus the norm's scalar all-reduces. Without the distributed optimizer Megatron-Core's expert optimizer reduces
+    its norm over the expert-TP x EP group -- the 8 EP ranks, one node -- and the dense one over TP (1 rank:
+    nothing); with it both share the intra-instance group, costed as the 16-rank sharding group."""
+    from trainsim.cost_models.collectives import collective_time
+    from trainsim.cost_models.compute import optimizer_step_parts
+    from trainsim.simulator.step_context import _step_context
+
+    sc = _mixtral_megatron(distributed_optimizer)
+    pl = place(sc)
+    st = _step_context(sc, None)
+    if distributed_optimizer:
+        group = st.shard_group
+        assert group.size == 16
+    else:
+        group = pl.expert_tp_ep_group()
+        assert (group.size, group.nodes) == (8, 1)
+        assert set(pl.group_ranks("ep")) == {r for r in range(64) if pl.coords(r)["pp"] == 0 and
+                                             pl.coords(r)["dp"] < 8}
+    scalar = float(collective_time("all_reduce", 4.0, group, sc.cluster).time_s)
+    assert scalar > 0
+    gpu = optimizer_step_parts(sc, 0)[0] * st.slowest
+    assert build_cost_table(sc).stages[0].optimizer_s == pytest.approx(gpu + scalar, rel=1e-12)

@@ -162,6 +162,13 @@ class Placement:
         """The GroupShape of the expert-tensor-parallel group containing ``rank`` (see expert_tp_ranks)."""
         return _shape_cached(self.fabric, tuple(self.expert_tp_ranks(rank)))
 
+    def expert_tp_ep_group(self, rank: int = 0) -> GroupShape:
+        """The GroupShape of the expert-tensor x expert-parallel group of ``rank``: every expert-TP rank of each EP
+        rank of its group -- the ranks that hold different expert parameters of one stage, Megatron-Core's
+        expert_tensor_and_model_parallel group (its tensor-model-pipeline group within one stage)."""
+        ranks = {r for m in self.group_ranks("ep", rank) for r in self.expert_tp_ranks(m)}
+        return _shape_cached(self.fabric, tuple(sorted(ranks)))
+
     def expert_dp_ranks(self, rank: int = 0) -> list[int]:
         """Members of the expert-data-parallel group of ``rank``: the ranks of its pipeline stage that hold the same
         experts' same expert-TP slice -- the same EP and expert-TP index, varying over the TP ranks beyond
