@@ -24,6 +24,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from trainsim.validation.host_band import HOST_BOUND_RATIO
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "benchmarks" / "data"
 SWEEPS = tuple(ROOT / "benchmarks" / "device" / name for name in ("sweep.txt", "trace_sweep.txt", "host_sweep.txt"))
@@ -65,7 +67,7 @@ LEASES = {"lease 1": DATA / "executed_h200.jsonl", "lease 2": DATA / "executed_h
 # A phase is host-bound where the host's issue time of it is at least this share of its device time: the device's
 # events then span the host's issue (the GPU waited for it). A host that blocks on a full launch queue also ends
 # up level with the device, so the flag is read together with the predicted host share (``host_share``).
-HOST_BOUND_RATIO = 0.9
+# HOST_BOUND_RATIO (validation.host_band) is the criterion the host band's lease pairs use too.
 
 
 def untraced_records(path: Path = DATA / "executed_h200.jsonl") -> list[dict]:
@@ -149,7 +151,7 @@ def rows(records: list[dict], profile) -> list[dict]:
         sc = executed_scenario(r)
         pred = predict(sc, profile=profile)
         iv = interval_for(pred.step_time_s, pred.tokens_per_s, pred.mfu, sc, profile, 0.8,
-                          host_idle_s=pred.breakdown_s.get("host_idle", 0.0))
+                          breakdown=pred.breakdown_s)
         times = m["step_times_s"]
         spread = (statistics.pstdev(times) / statistics.median(times)) if len(times) > 1 else 0.0
         out.append({"name": r["sweep_name"], "measured_s": m["step_time_s"], "spread": spread,

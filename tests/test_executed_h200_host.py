@@ -43,17 +43,41 @@ def leases():
 
 
 def test_host_sigma_is_the_host_bound_repeated_lines_of_the_two_leases():
-    from trainsim.validation.host_band import HOST_LOG_SIGMA, LEASE_PAIRS
+    from trainsim.validation.host_band import host_log_sigma, lease_pairs
 
     one, two = _records("lease 1"), _records("lease 2")
     repeated = sorted(set(one) & set(two))
     assert len(repeated) == 11
     pairs = {n: math.log(two[n]["measured"]["step_time_s"] / one[n]["measured"]["step_time_s"]) for n in repeated}
     bound = {n: r for n, r in pairs.items() if _host_bound(two[n])}
-    assert bound == pytest.approx(LEASE_PAIRS)
-    assert HOST_LOG_SIGMA == pytest.approx(0.1994, abs=1e-4)
+    assert sorted(bound) == ["g1024_mb1", "g1024_mb2", "g2048_mb2_full", "l2048_mb1", "l2048_mb2_full"]
+    assert lease_pairs() == bound   # exact: the bundled table carries the records' own floats
+    assert host_log_sigma() == pytest.approx(0.1994, abs=1e-4)
     # the GPU-bound repeated lines differ by at most 5.1 % between the leases (host_band's module doc)
     assert max(abs(r) for n, r in pairs.items() if n not in bound) < math.log(1.051)
+
+
+def test_bundled_lease_table_is_the_record_files_rows():
+    """trainsim/data/host_lease_pairs.csv is what benchmarks/host_lease_pairs.py writes from the two lease files,
+    and each row's record reference points at that line of its file."""
+    import csv
+
+    from trainsim.validation.host_band import LEASE_COLUMNS, lease_pairs_path
+
+    spec = importlib.util.spec_from_file_location("host_lease_pairs", ROOT / "benchmarks" / "host_lease_pairs.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    with lease_pairs_path().open(encoding="utf-8", newline="") as f:
+        reader = csv.DictReader(f)
+        assert tuple(reader.fieldnames) == LEASE_COLUMNS
+        bundled = list(reader)
+    assert bundled == [{k: str(v) for k, v in r.items()} for r in gen.pair_rows()]
+    for row in bundled:
+        for lease in ("lease1", "lease2"):
+            path, line = row[f"{lease}_record"].rsplit(":", 1)
+            rec = json.loads((ROOT / path).read_text(encoding="utf-8").splitlines()[int(line) - 1])
+            assert rec["sweep_name"] == row["sweep_name"] and not rec.get("traced")
+            assert float(row[f"{lease}_step_time_s"]) == rec["measured"]["step_time_s"]
 
 
 def test_every_repeated_record_of_both_leases_is_inside_its_interval_or_a_stated_band(leases):
@@ -137,7 +161,7 @@ def test_interval_says_why_it_is_wider_only_where_the_host_matters():
         sc = bench.executed_scenario(recs[name])
         p = predict(sc, profile=profile)
         iv = interval_for(p.step_time_s, p.tokens_per_s, p.mfu, sc, profile, 0.8,
-                          host_idle_s=p.breakdown_s["host_idle"])
+                          breakdown=p.breakdown_s)
         notes[name] = [r for r in iv.reasons if "host's issue time" in r]
     assert len(notes["g1024_mb1"]) == 1 and notes["g4096_mb1"] == []
     assert json.dumps(notes)   # plain strings, as the --json output carries them

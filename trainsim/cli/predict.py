@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
                    samples=args.samples, fixed_costs=True)
     expl = explain(args, scenario, pred, profile) if args.explain or args.explain_engine else None
     iv = interval_for(pred.step_time_s, pred.tokens_per_s, pred.mfu, scenario, profile, args.coverage,
-                      host_idle_s=pred.breakdown_s.get("host_idle", 0.0))
+                      breakdown=pred.breakdown_s)
     # After the prediction: a refusal (exit 2) stays one line.
     warn_beyond_published(scenario.num_gpus, scenario.training.global_batch, scenario.training.seq_len)
     if args.json:

@@ -320,6 +320,16 @@ def sync_tail_s(issue: PassIssue, collective_s: float) -> float:
     return max(0.0, collective_s - issue.sync_overlap_s)
 
 
+def chunk_issue_s(issue: PassIssue | None, layers: int, first: bool = False) -> tuple[float, float]:
+    """(forward, backward) host seconds to issue a chunk of ``layers`` blocks for one micro-batch: its blocks'
+    passes and, on the chunk that starts the micro-batch (``first``), the micro-batch's own work outside the blocks;
+    (0, 0) where the host is not modelled apart (``issue`` None) or no blocks."""
+    if issue is None or layers <= 0:
+        return 0.0, 0.0
+    mb_f, mb_b = (issue.microbatch_fwd_s, issue.microbatch_bwd_s) if first else (0.0, 0.0)
+    return layers * issue.fwd_s + mb_f, layers * issue.bwd_s + mb_b
+
+
 def chunk_idle_s(issue: PassIssue | None, layers: int, gpu_fwd_s: float, gpu_bwd_s: float,
                  first: bool = False, blocks: tuple[tuple[float, ...], ...] = (),
                  queued: int = 0) -> tuple[float, float]:
@@ -340,11 +350,12 @@ def chunk_idle_s(issue: PassIssue | None, layers: int, gpu_fwd_s: float, gpu_bwd
         return 0.0, 0.0
     lead_f = layers * issue.sync_fwd_s + (issue.microbatch_sync_s if first else 0.0)
     mb_f, mb_b = (issue.microbatch_fwd_s, issue.microbatch_bwd_s) if first else (0.0, 0.0)
+    host_f, host_b = chunk_issue_s(issue, layers, first)
     if queued > 0:
-        idle = queued_idle_s(layers * issue.fwd_s + mb_f, layers * issue.bwd_s + mb_b, gpu_fwd_s, gpu_bwd_s, queued)
+        idle = queued_idle_s(host_f, host_b, gpu_fwd_s, gpu_bwd_s, queued)
         return idle / queued + lead_f, layers * issue.sync_bwd_s
-    idle_f = host_idle_s(gpu_fwd_s, layers * issue.fwd_s + mb_f)
-    idle_b = host_idle_s(gpu_bwd_s, layers * issue.bwd_s + mb_b)
+    idle_f = host_idle_s(gpu_fwd_s, host_f)
+    idle_b = host_idle_s(gpu_bwd_s, host_b)
     tails = [sync_tail_s(issue, kind[3] if len(kind) > 3 else 0.0) for kind in blocks]
     if blocks and issue.sync_fwd_s > 0:
         idle_f = sum(kind[0] * host_idle_s(kind[1], issue.fwd_s + t) for kind, t in zip(blocks, tails)) + mb_f

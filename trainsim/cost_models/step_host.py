@@ -184,7 +184,8 @@ def norm_reduce_s(scenario, groups: tuple, profile=None) -> float:
 
 def optimizer_phase_s(gpu_s: float, host: StepHost | None, reduce_s: float = 0.0) -> float:
     """Seconds of the optimizer phase: the GPU's time or the host's issue time, whichever is longer, plus the
-    grad norm's scalar all-reduces and the lead-ins after its host syncs."""
+    grad norm's scalar all-reduces and the lead-ins after its host syncs (the GPU's time and the all-reduces where
+    the host is not modelled apart, ``host`` None)."""
     if host is None:
-        return gpu_s
+        return gpu_s + reduce_s
     return max(gpu_s, host.issue_s) + reduce_s + host.sync_lead_s

@@ -198,7 +198,7 @@ def scaling(scn: Scenario, profile, points: int = 6) -> tuple[list[dict], list[d
                   "step_time_s": pred.step_time_s if pred else None}
             if pred is not None:  # the 80 % band the figure shades (validation.intervals)
                 iv = interval_for(pred.step_time_s, pred.tokens_per_s, pred.mfu, v, profile, 0.8, table,
-                                  host_idle_s=pred.breakdown_s.get("host_idle", 0.0))
+                                  breakdown=pred.breakdown_s)
                 pt["tokens_per_s_band"] = list(iv.tokens_per_s)
             (strong if kind == "strong" else weak).append(pt)
     return strong, weak
@@ -299,7 +299,7 @@ def _band_sentence(pred, scn: Scenario, profile) -> str:
     from trainsim.validation.intervals import interval_for
 
     iv = interval_for(pred.step_time_s, pred.tokens_per_s, pred.mfu, scn, profile, 0.8,
-                      host_idle_s=pred.breakdown_s.get("host_idle", 0.0))
+                      breakdown=pred.breakdown_s)
     notes = "".join(f" Wider: {r}." for r in iv.reasons)
     return (f"80 % interval: {fmt_time(iv.step_time_s[0])} to {fmt_time(iv.step_time_s[1])} per step, "
             f"{fmt_si(iv.tokens_per_s[0])} to {fmt_si(iv.tokens_per_s[1])} tokens/s, MFU {fmt_pct(iv.mfu[0])} to "

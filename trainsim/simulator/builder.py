@@ -294,9 +294,11 @@ def _chunk(st: _Step, s: int, c: int, pair: float) -> ChunkCost:
                                              blocks=tuple((k, *b.gpu_passes(), b.tp_f / tp_calls)
                                                           for b, k in cs.kinds if k),
                                              queued=framework.queued_microbatches(scenario))
+    host_f, host_b = host_issue.chunk_issue_s(st.issue, n, first=vs == 0)
     return ChunkCost(
         fwd_s=cs.f + off_f + idle_f, bwd_input_s=cs.bi + off_b + idle_b, bwd_weight_s=cs.bw, recompute_s=cs.rc,
-        host_idle_fwd_s=idle_f, host_idle_bwd_s=idle_b, tp_fwd_s=tp_fc, tp_bwd_s=tp_bc,
+        host_idle_fwd_s=idle_f, host_idle_bwd_s=idle_b, host_issue_fwd_s=host_f, host_issue_bwd_s=host_b,
+        tp_fwd_s=tp_fc, tp_bwd_s=tp_bc,
         cp_fwd_s=cp_fc, cp_bwd_s=cp_bc,
         ep_fwd_s=sum(k * (b.ep_f_ov * pair + b.ep_f * (1 - pair)) for b, k in ck),
         ep_bwd_s=sum(k * (b.ep_b_ov * pair + b.ep_b * (1 - pair)) for b, k in ck),
@@ -334,8 +336,25 @@ def _pp_sends(st: _Step, s: int, nets: tuple[Scenario, Scenario] | None = None
     return send_f, send_b
 
 
-def _optimizer_s(st: _Step, s: int) -> tuple[float, float]:
-    """Stage ``s``'s optimizer step and the GPU's wait for its host in it: GPU part at the job's pace or the host's
+def _norm_groups(st: _Step) -> tuple:
+    """The groups the gradient norm's partial sums are all-reduced over (step_host.norm_reduce_s): the TP group and,
+    where ZeRO >= 1 shards the gradients, the sharding group. Megatron-Core keeps a MoE model's expert parameters in
+    an optimizer of their own (megatron/core/optimizer/__init__.py get_megatron_optimizer: model_parallel_group =
+    the expert tensor-model-pipeline group, data_parallel_group = the expert-data-parallel group); its
+    ChainedOptimizer.get_grad_norm takes one norm over every gradient where the optimizers share their
+    grad-stats group -- the distributed optimizer's intra-instance group, the dense groups here -- and otherwise
+    each optimizer's norm over its own group: without the distributed optimizer the expert norm is all-reduced
+    over the expert-TP x EP group besides the dense one over TP (megatron/core/optimizer/optimizer.py,
+    read_file id 28117659708; the groups: find_string ids 70434993956 and 44928196)."""
+    groups = (st.groups["tp"], st.shard_group if st.z >= 1 else None)
+    if st.expert_apart and st.z == 0 and st.fw.megatron_ddp == "core":
+        groups += (st.pl.expert_tp_ep_group(),)
+    return groups
+
+
+def _optimizer_s(st: _Step, s: int) -> tuple[float, float, float]:
+    """Stage ``s``'s optimizer step, the GPU's wait for its host in it and the host's issue time of its kernels:
+    GPU part at the job's pace or the host's
     issue of the step's kernels, whichever is longer, with the lead-ins after its host syncs (cost_models/
     step_host.py); host (offloaded) update, DeepSpeed's persistent re-gather and the offload's PCIe traffic,
     exposed."""
@@ -344,15 +363,17 @@ def _optimizer_s(st: _Step, s: int) -> tuple[float, float]:
     opt_gpu, opt_host = compute.optimizer_step_parts(scenario, s, st.profile)
     gpu = opt_gpu * st.slowest
     host = step_host.scenario_step_host(scenario, s, st.profile)
-    groups = (st.groups["tp"], st.shard_group if st.z >= 1 else None)
-    reduce_s = step_host.norm_reduce_s(scenario, groups, st.profile) if host is not None else 0.0
+    costed = host is not None or (scenario.model.is_moe and scenario.cluster.gpu.num_sms is not None)
+    reduce_s = step_host.norm_reduce_s(scenario, _norm_groups(st), st.profile) if costed else 0.0
     phase = step_host.optimizer_phase_s(gpu, host, reduce_s)
     opt = phase + opt_host
     if st.fw.zero3_persistent_regather and st.z >= 3 and st.dp_group is not None:
         opt += _persistent_regather_s(scenario, s, st.dp_group, st.profile)
     if sm.pcie_h2d_bytes or sm.pcie_d2h_bytes:
         opt += (sm.pcie_h2d_bytes + sm.pcie_d2h_bytes) / scenario.cluster.gpu.pcie_bw_Bps
-    return opt, phase - gpu - reduce_s
+    if host is None:  # no host work modelled apart: the phase is the device's and its all-reduces, no idle
+        return opt, 0.0, 0.0
+    return opt, phase - gpu - reduce_s, host.issue_s
 
 
 def _stage(st: _Step, s: int, nets: tuple[Scenario, Scenario] | None = None) -> StageCost:
@@ -362,9 +383,10 @@ def _stage(st: _Step, s: int, nets: tuple[Scenario, Scenario] | None = None) -> 
     chunks = tuple(_chunk(st, s, c, pair) for c in range(st.scenario.layout.vpp))
     send_f, send_b = _pp_sends(st, s, nets)
     sm = st.stage_mem[s]
-    opt_s, opt_idle = _optimizer_s(st, s)
+    opt_s, opt_idle, opt_issue = _optimizer_s(st, s)
     return StageCost(
         chunks=chunks, send_fwd=send_f, send_bwd=send_b, optimizer_s=opt_s, optimizer_host_idle_s=opt_idle,
+        optimizer_host_issue_s=opt_issue,
         post_step=_post_step(st, s),
         weights_bytes=sm.weights, grads_bytes=sm.grads - sm.grads_off_peak, optimizer_bytes=sm.optimizer,
         other_bytes=sm.other,

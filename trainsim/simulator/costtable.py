@@ -87,6 +87,10 @@ class ChunkCost:
     # (cost_models/host_issue.py), per micro-batch, forward and backward.
     host_idle_fwd_s: float = 0.0
     host_idle_bwd_s: float = 0.0
+    # Host seconds to issue this chunk's forward / backward per micro-batch (host_issue.chunk_issue_s; 0 where the
+    # host is not modelled apart): the quantity the idle above is the excess of.
+    host_issue_fwd_s: float = 0.0
+    host_issue_bwd_s: float = 0.0
 
     @property
     def bwd_s(self) -> float:
@@ -114,6 +118,8 @@ class StageCost:
     optimizer_s: float = 0.0
     # Of optimizer_s, the GPU's wait for its host to issue the step's kernels (cost_models/step_host.py).
     optimizer_host_idle_s: float = 0.0
+    # Host seconds to issue the optimizer step's kernels (cost_models/step_host.py; 0 where not modelled apart).
+    optimizer_host_issue_s: float = 0.0
     # ZeRO-1/2 / distributed optimizer: parameter all-gather after the optimizer step (exposed).
     post_step: tuple[Transfer, ...] = ()
     # Static bytes per GPU by component: weights, grads, optimizer, other (buffers, workspace).

@@ -68,8 +68,8 @@ def _grad_buckets(st: _Step, s: int, params: float, label: str, layers_of_chunk:
     n_exp = sum(1 for t in tensors if t.expert)
     expert = _expert_share(tensors, params)
     moe_layers = layers_of_chunk - st.scenario.dense_layers_in(vstage)
-    experts = (_part_buckets(st, s, expert, st.expert_dp_group, n_exp, moe_layers, f"{label} experts")
-               if st.expert_dp_group is not None and expert > 0 else ())
+    experts = (_part_buckets(st, s, expert, st.expert_dp_group, n_exp, moe_layers, f"{label} experts", True)
+               if (st.expert_dp_group is not None or st.rep_group is not None) and expert > 0 else ())
     return experts + _part_buckets(st, s, params - expert, st.shard_group, len(tensors) - n_exp, layers_of_chunk,
                                    label)
 
@@ -80,10 +80,10 @@ def _expert_share(tensors, params: float) -> float:
 
 
 def _part_buckets(st: _Step, s: int, params: float, group, tensors: int, layers: int,
-                  label: str) -> tuple[Transfer, ...]:
-    """The reductions of ``params`` gradients held in ``tensors`` tensors over ``group`` where they are not
-    Megatron DDP's buckets: DeepSpeed ZeRO 0-2's own buckets (per owner rank before v0.12.4, framework.py), else
-    _grad_calls'."""
+                  label: str, expert: bool = False) -> tuple[Transfer, ...]:
+    """The reductions of ``params`` gradients held in ``tensors`` tensors over ``group`` (``expert``: the expert
+    parameters' group) where they are not Megatron DDP's buckets: DeepSpeed ZeRO 0-2's own buckets (per owner rank
+    before v0.12.4, framework.py), else _grad_calls'."""
     tr = st.scenario.training
     if params <= 0:
         return ()
@@ -92,7 +92,7 @@ def _part_buckets(st: _Step, s: int, params: float, group, tensors: int, layers:
     calls = ds_calls or _grad_calls(st, params, layers, tensors)
     per_call = params * tr.grad_bytes / calls
     lat = _owner_reduce_latency(st, per_call, group, calls, tensors, params) if ds_calls else None
-    return tuple(_bucket_transfer(st, s, per_call, k_calls, f"{label} bucket {k}", group, lat)
+    return tuple(_bucket_transfer(st, s, per_call, k_calls, f"{label} bucket {k}", group, lat, expert)
                  for k, k_calls in enumerate(_calls_per_transfer(calls)))
 
 
@@ -180,11 +180,11 @@ def _calls_per_transfer(calls: int) -> tuple[float, ...]:
 
 
 def _bucket_transfer(st: _Step, s: int, per_call: float, k_calls: float, name: str, group,
-                     lat_per_call: float | None = None) -> Transfer:
+                     lat_per_call: float | None = None, expert: bool = False) -> Transfer:
     """``k_calls`` gradient-reduction calls of ``per_call`` bytes each over ``group`` (the shard group, or the
-    expert-data-parallel group) as one engine transfer; ``lat_per_call`` replaces one call's latency where the
-    calls chain (_owner_reduce_latency)."""
-    then = _replica_all_reduce(st, s, per_call, k_calls, name)
+    expert-data-parallel group: ``expert``) as one engine transfer; ``lat_per_call`` replaces one call's latency
+    where the calls chain (_owner_reduce_latency)."""
+    then = _replica_all_reduce(st, s, per_call, k_calls, name, expert)
     if group is None:  # HSDP with one-rank shard groups: the all-reduce is all there is
         return then
     lat, bw = _coll(st.reduce_op, per_call, group, st.scenario, st.profile)
@@ -193,13 +193,15 @@ def _bucket_transfer(st: _Step, s: int, per_call: float, k_calls: float, name: s
                     links=_links(s, group), dim="dp", nbytes=per_call * k_calls, then=then)
 
 
-def _replica_all_reduce(st: _Step, s: int, per_call: float, k_calls: float, label: str) -> Transfer | None:
+def _replica_all_reduce(st: _Step, s: int, per_call: float, k_calls: float, label: str,
+                        expert: bool = False) -> Transfer | None:
     """HSDP: the all-reduce of each reduce-scattered gradient shard (1/(S x cp) of a call's bytes: the shard group
-    is torchtitan's dp_shard_cp) across the replicate group, ``k_calls`` calls of it (torch FSDP2 foreach_reduce:
-    reduce-scatter over the shard dimension, then all-reduce over the replicate dimension); None without HSDP."""
+    is torchtitan's dp_shard_cp; an expert call's 1/(S x cp x tp/(ep x etp)), its expert shard group's) across the
+    replicate group, ``k_calls`` calls of it (torch FSDP2 foreach_reduce: reduce-scatter over the shard dimension,
+    then all-reduce over the replicate dimension); None without HSDP."""
     if st.rep_group is None:
         return None
-    nbytes = per_call / memory.shard_groups(st.scenario)[0]  # the shard group: dp_shard x cp ranks
+    nbytes = per_call / memory.shard_groups(st.scenario)[1 if expert else 0]
     lat, bw = _coll("all_reduce", nbytes, st.rep_group, st.scenario, st.profile)
     return Transfer(f"all_reduce grad shard {label} across replicas", transfer_s=bw * k_calls,
                     latency_s=lat * k_calls, links=_links(s, st.rep_group), dim="dp", nbytes=nbytes * k_calls)

@@ -52,6 +52,11 @@ def to_prediction(scenario: Scenario, table: CostTable, res: EngineResult, *, mo
     host_idle = min(tl.compute_s, table.num_microbatches * sum(c.host_idle_fwd_s + c.host_idle_bwd_s
                                                                for c in table.stages[crit].chunks))
     compute_s = tl.compute_s - tl.slowdown_s - host_idle
+    # The critical stage's host time to issue its step: every pass's issue and the optimizer step's (builder:
+    # ChunkCost.host_issue_*, StageCost.optimizer_host_issue_s); it overlaps the GPU's time, not a part of the step.
+    host_issue = (table.num_microbatches * sum(c.host_issue_fwd_s + c.host_issue_bwd_s
+                                               for c in table.stages[crit].chunks)
+                  + table.stages[crit].optimizer_host_issue_s)
     # The critical stage's compute due to the slowest-GPU pace (cost_models/variation.py): its compute x
     # (1 - 1/k). Approximate: any exposed offload copy folded into the compute fields is counted as compute,
     # and the optimizer's and the bubble's growth are not attributed here.
@@ -60,6 +65,7 @@ def to_prediction(scenario: Scenario, table: CostTable, res: EngineResult, *, mo
         "compute": compute_s - slowest,
         "compute_slowest_gpu": slowest,
         "host_idle": host_idle,
+        "host_issue": host_issue,
         "compute_slowdown_from_comm": tl.slowdown_s,
         "bubble": tl.bubble_s,
         **{f"exposed_{d}": exposed[d] for d in COMM_DIMS},

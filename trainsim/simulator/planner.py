@@ -126,6 +126,8 @@ class PlanRow:
     gpu_hours: float = 0.0
     cost: float | None = None
     warnings: list[str] = field(default_factory=list)  # the prediction's (host-bound risk, MFU > 100 %, offload)
+    host_idle_s: float = 0.0         # the prediction's GPU idle waiting for the host (breakdown_s["host_idle"])
+    host_issue_s: float = 0.0        # ... and its host's issue time of the step (breakdown_s["host_issue"])
 
     @property
     def headroom_bytes(self) -> float:
@@ -249,6 +251,7 @@ def _row(c: Candidate, pred, source: str, stated: Sequence[str] = ()) -> PlanRow
         hfu=pred.hfu, bubble_fraction=pred.bubble_fraction, peak_bytes=peak,
         gpu_bytes=cap, fits=pred.fits, exposed_comm_s=dict(pred.exposed_comm_s),
         warnings=[*stated, *(w for w in pred.warnings if not w.startswith("uneven stages"))],  # layout column: stages
+        host_idle_s=pred.breakdown_s.get("host_idle", 0.0), host_issue_s=pred.breakdown_s.get("host_issue", 0.0),
     )
 
 

@@ -135,13 +135,14 @@ def _expert_dp(scenario: Scenario, pl, dp_group, rep_group) -> tuple[bool, objec
     (distributed_data_parallel.py: expert_parallel_params over intra_expt_dp_group), DeepSpeed-MoE over its
     expert-data-parallel groups (utils/groups.py _get_expert_data_parallel_group) and torchtitan FSDP-shards the
     experts over the ``dp_shard_mod_ep`` mesh: tp*cp*dp/(ep*etp) ranks (placement.expert_dp_ranks), the group
-    memory.shard_groups shards expert states over. Without EP or expert-TP folding that group is the dense one and
-    the experts stay on the dense path (Megatron's expert buffer is apart either way: ddp_buckets.py), as they do
-    with HSDP (the replicate all-reduce of an expert shard is not modelled apart); a one-rank group reduces
-    nothing."""
+    memory.shard_groups shards expert states over. Under HSDP that group is the expert-data-parallel ranks inside
+    the rank's shard group (placement.expert_hsdp_group: tp*cp*dp_shard/(ep*etp) ranks, memory.shard_groups'
+    expert count), and each expert shard is all-reduced over the replicate group as a dense one is. Without EP or
+    expert-TP folding that group is the dense one and the experts stay on the dense path (Megatron's expert
+    buffer is apart either way: ddp_buckets.py); a one-rank group reduces nothing."""
     lay = scenario.layout
     folded = lay.ep > 1 or scenario.expert_tp != lay.tp
-    if not scenario.model.is_moe or not folded or dp_group is None or rep_group is not None:
+    if not scenario.model.is_moe or not folded or dp_group is None:
         return False, None
-    group = pl.expert_dp_group()
+    group = pl.expert_dp_group() if rep_group is None else pl.expert_hsdp_group(scenario.dp_shard)
     return True, (group if group.size > 1 else None)

@@ -430,6 +430,12 @@ def _check_runtime(m: ModelSpec, cluster: ClusterSpec, t: TrainingSpec, pp: int)
         raise SpecError("training.zero", f"ZeRO-{t.effective_zero} with pipeline parallelism (pp={pp}) does not run "
                                          f"under {t.framework}: DeepSpeed's pipeline engine refuses ZeRO-2/3; use "
                                          f"zero 0 or 1, or pp 1")
+    if BEHAVIOURS[t.framework].deepspeed_engine and t.effective_zero >= 3 and m.is_moe:
+        # DeepSpeed's engine asserts "MoE not supported with Stage 3" (deepspeed/runtime/engine.py
+        # _configure_zero_optimizer, find_string id 57130323): its ZeRO-3 has no expert-data-parallel partitioning
+        raise SpecError("training.zero", f"ZeRO-3 with a MoE model does not run under {t.framework}: DeepSpeed's "
+                                         f"engine refuses MoE at stage 3; use zero 1 or 2, or framework megatron "
+                                         f"or torch")
     if t.block_code == "torchtitan" and not (m.plain_llama_block and t.dtype in ("bf16", "fp16") and not t.compile
                                              and not t.autocast and t.flash_attention):
         # torchtitan's eager Llama block (cost_models/activations.py impl titan) is costed for what that code runs

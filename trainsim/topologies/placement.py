@@ -162,6 +162,13 @@ class Placement:
         """The GroupShape of the expert-tensor-parallel group containing ``rank`` (see expert_tp_ranks)."""
         return _shape_cached(self.fabric, tuple(self.expert_tp_ranks(rank)))
 
+    def expert_tp_ep_group(self, rank: int = 0) -> GroupShape:
+        """The GroupShape of the expert-tensor x expert-parallel group of ``rank``: every expert-TP rank of each EP
+        rank of its group -- the ranks that hold different expert parameters of one stage, Megatron-Core's
+        expert_tensor_and_model_parallel group (its tensor-model-pipeline group within one stage)."""
+        ranks = {r for m in self.group_ranks("ep", rank) for r in self.expert_tp_ranks(m)}
+        return _shape_cached(self.fabric, tuple(sorted(ranks)))
+
     def expert_dp_ranks(self, rank: int = 0) -> list[int]:
         """Members of the expert-data-parallel group of ``rank``: the ranks of its pipeline stage that hold the same
         experts' same expert-TP slice -- the same EP and expert-TP index, varying over the TP ranks beyond
@@ -182,6 +189,20 @@ class Placement:
     def expert_dp_group(self, rank: int = 0) -> GroupShape:
         """The GroupShape of the expert-data-parallel group containing ``rank`` (see expert_dp_ranks)."""
         return _shape_cached(self.fabric, tuple(self.expert_dp_ranks(rank)))
+
+    def expert_hsdp_ranks(self, shard: int, rank: int = 0) -> list[int]:
+        """HSDP's expert shard group of ``rank`` for shard-group size ``shard``: the members of its
+        expert-data-parallel group (expert_dp_ranks) in its HSDP shard (the same DP index divided by ``shard``,
+        as hsdp_ranks splits the DP group), over which FSDP shards and reduce-scatters the experts; the replicate
+        group is the dense one (the same shard position in every replica)."""
+        if shard < 1 or self.sizes["dp"] % shard:
+            raise SpecError("layout.dp_shard", f"shard group size {shard} must divide dp={self.sizes['dp']}")
+        mine = self.coords(rank)["dp"] // shard
+        return [r for r in self.expert_dp_ranks(rank) if self.coords(r)["dp"] // shard == mine]
+
+    def expert_hsdp_group(self, shard: int, rank: int = 0) -> GroupShape:
+        """The GroupShape of HSDP's expert shard group containing ``rank`` (see expert_hsdp_ranks)."""
+        return _shape_cached(self.fabric, tuple(self.expert_hsdp_ranks(shard, rank)))
 
     def groups(self) -> dict[str, GroupShape]:
         """Shapes of the tp, cp, ep, dp and pp groups containing rank 0."""

@@ -7,19 +7,22 @@ H200 machine kind (each a 16-core Xeon host; benchmarks/device/README.md) took u
 second lease where the step is host-bound, and by at most 5.1 % on the GPU-bound lines (benchmarks/data
 ``executed_h200.jsonl`` lease 1, ``executed_h200_host.jsonl`` lease 2, the same untraced sweep lines).
 
-``LEASE_PAIRS`` holds ln(step on lease 2 / step on lease 1) of every line both leases ran that is host-bound on
-lease 2 by its own measurement: the host's issue time of forward and of backward is at least 90 % of the device
-time of that phase (``host_phases_median_s`` against ``phases_median_s``: the device's events span the host's
-issue, the GPU waited for it). Each lease's host-bound step is one draw of a log-normal host speed around the
-machine kind's typical one, so a pair's log ratio is the difference of two draws, of variance 2 sigma^2:
+The measurements are data: ``trainsim/data/host_lease_pairs.csv`` (written from the two record files by
+``benchmarks/host_lease_pairs.py``) holds one row per untraced line both leases ran, with where each lease's record
+lies, each lease's measured median step and lease 2's host issue and device time of forward and backward.
+``lease_pairs`` takes ln(step on lease 2 / step on lease 1) of every line that is host-bound on lease 2 by its own
+measurement: the host's issue time of forward and of backward is at least ``HOST_BOUND_RATIO`` (90 %) of the
+device time of that phase (``host_phases_median_s`` against ``phases_median_s``: the device's events span the
+host's issue, the GPU waited for it). Each lease's host-bound step is one draw of a log-normal host speed around
+the machine kind's typical one, so a pair's log ratio is the difference of two draws, of variance 2 sigma^2:
 
-    sigma_host = sqrt(mean(r^2) / 2)                       (``HOST_LOG_SIGMA``: 0.20 from the five pairs)
+    sigma_host = sqrt(mean(r^2) / 2)                       (``host_log_sigma``: 0.20 from the five pairs)
 
 Five pairs of one machine kind are a small sample: sigma_host is this measurement, not a law of hosts.
 
 A step's sensitivity to its host's speed comes from its predicted host issue time ``H`` (every pass's issue, the
-optimizer step's included) and its GPU-busy time ``G`` (the step less the predicted GPU idle waiting for the
-host): the step scales as max(G, x H) / max(G, H) for a host x times slower. At coverage c the host's factor is
+optimizer step's included: the prediction's ``breakdown_s["host_issue"]``, the engine's own figure) and its
+GPU-busy time ``G`` (the step less the predicted GPU idle waiting for the host, ``breakdown_s["host_idle"]``): the step scales as max(G, x H) / max(G, H) for a host x times slower. At coverage c the host's factor is
 x = exp(+-z sigma_host), z the normal quantile of (1 + c) / 2, which gives the log-offsets ``host_offsets``: +-z
 sigma_host where the step is host-bound, 0 where the GPU time exceeds even the slow host's issue. They widen the
 interval's ends (validation.intervals) in quadrature about its middle, as independent sources of spread add.
@@ -27,41 +30,60 @@ interval's ends (validation.intervals) in quadrature about its middle, as indepe
 
 from __future__ import annotations
 
+import csv
 import math
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
 from statistics import NormalDist
 
-# ln(lease 2 step / lease 1 step) of the repeated untraced lines that are host-bound on lease 2 (module doc);
-# steps: benchmarks/data/executed_h200.jsonl and executed_h200_host.jsonl, field measured.step_time_s.
-LEASE_PAIRS = {
-    "g1024_mb1": math.log(0.08520241850000332 / 0.12152173150000323),
-    "g1024_mb2": math.log(0.08690504650000008 / 0.13133914200000163),
-    "g2048_mb2_full": math.log(0.46247896950001177 / 0.43885197049999647),
-    "l2048_mb1": math.log(0.21260012749999646 / 0.1562933239999893),
-    "l2048_mb2_full": math.log(0.38816816749999816 / 0.41239521899998977),
-}
-HOST_LOG_SIGMA = math.sqrt(sum(r * r for r in LEASE_PAIRS.values()) / len(LEASE_PAIRS) / 2)
+LEASE_PAIRS_NAME = "host_lease_pairs.csv"
+LEASE_COLUMNS = ("sweep_name", "machine_kind", "lease1_record", "lease1_step_time_s", "lease2_record",
+                 "lease2_step_time_s", "lease2_host_forward_s", "lease2_device_forward_s", "lease2_host_backward_s",
+                 "lease2_device_backward_s")
+# A phase is host-bound where its host issue time is at least this share of its device time (module doc).
+HOST_BOUND_RATIO = 0.9
 
 
-def step_host_issue_s(scenario, profile=None) -> float:
-    """Host seconds to issue one step on a rank of the first stage: its blocks' forward and backward and the
-    micro-batch's own work per micro-batch (cost_models.host_issue), the optimizer step (cost_models.step_host);
-    0 where the host is not modelled apart (CPU ranks, MoE)."""
-    from trainsim.cost_models.host_issue import scenario_block_issue
-    from trainsim.cost_models.step_host import scenario_step_host
+def lease_pairs_path() -> Path:
+    return Path(str(resources.files("trainsim.data").joinpath(LEASE_PAIRS_NAME)))
 
-    issue = scenario_block_issue(scenario, profile)
-    if issue is None:
-        return 0.0
-    layers = scenario.model.num_layers / max(1, scenario.layout.pp)
-    per_mb = layers * (issue.fwd_s + issue.bwd_s) + issue.microbatch_fwd_s + issue.microbatch_bwd_s
-    step = scenario_step_host(scenario, 0, profile)
-    return scenario.num_microbatches * per_mb + (step.issue_s if step is not None else 0.0)
+
+def host_bound(row: dict) -> bool:
+    """Whether lease 2 measured a line host-bound: forward and backward each issued in at least
+    ``HOST_BOUND_RATIO`` of the phase's device time."""
+    return all(float(row[f"lease2_host_{k}_s"]) >= HOST_BOUND_RATIO * float(row[f"lease2_device_{k}_s"])
+               for k in ("forward", "backward"))
+
+
+@lru_cache(maxsize=1)
+def _rows() -> tuple[dict, ...]:
+    with lease_pairs_path().open(encoding="utf-8", newline="") as f:
+        return tuple(csv.DictReader(f))
+
+
+def lease_pairs() -> dict[str, float]:
+    """ln(lease 2 step / lease 1 step) of every line both leases ran that lease 2 measured host-bound."""
+    return {r["sweep_name"]: math.log(float(r["lease2_step_time_s"]) / float(r["lease1_step_time_s"]))
+            for r in _rows() if host_bound(r)}
+
+
+def log_sigma(pairs: dict[str, float]) -> float:
+    """sigma_host of the module doc: sqrt(mean(r^2) / 2) over the pairs' log ratios."""
+    return math.sqrt(sum(r * r for r in pairs.values()) / len(pairs) / 2)
+
+
+def host_log_sigma() -> float:
+    """sigma_host of the two leases' host-bound lines (module doc)."""
+    return log_sigma(lease_pairs())
 
 
 def host_offsets(step_s: float, host_idle_s: float, host_s: float, coverage: float,
-                 sigma: float = HOST_LOG_SIGMA) -> tuple[float, float]:
+                 sigma: float | None = None) -> tuple[float, float]:
     """(lower <= 0, upper >= 0) log-offsets of a step of ``step_s`` with ``host_idle_s`` predicted GPU idle waiting
-    for the host and ``host_s`` host issue time, for the host's speed at ``coverage`` (module doc)."""
+    for the host and ``host_s`` host issue time, for the host's speed at ``coverage`` (module doc); ``sigma``
+    defaults to the leases' ``host_log_sigma()``."""
+    sigma = host_log_sigma() if sigma is None else sigma
     if host_s <= 0 or step_s <= 0 or sigma <= 0:
         return 0.0, 0.0
     gpu = max(0.0, step_s - host_idle_s)

@@ -184,13 +184,13 @@ def check_coverage(coverage: float) -> float:
     return coverage
 
 
-def host_widening(lo: float, hi: float, step_s: float, host_idle_s: float, scenario, profile,
+def host_widening(lo: float, hi: float, step_s: float, host_idle_s: float, host_s: float,
                   coverage: float) -> tuple[float, float, list[str]]:
     """(lo, hi) widened for the host's issue-time spread between machines of one kind where the step depends on its
-    host (validation.host_band), with the line that says so; unchanged where it does not."""
+    host (validation.host_band), with the line that says so; unchanged where it does not. ``host_idle_s`` and
+    ``host_s`` are the prediction's GPU idle waiting for the host and host issue time per step."""
     from trainsim.validation import host_band
 
-    host_s = host_band.step_host_issue_s(scenario, profile)
     off = host_band.host_offsets(step_s, host_idle_s, host_s, coverage)
     if max(-off[0], off[1]) < 0.01:
         return lo, hi, []
@@ -198,15 +198,16 @@ def host_widening(lo: float, hi: float, step_s: float, host_idle_s: float, scena
     gpu = max(0.0, step_s - host_idle_s)
     why = (f"the step depends on its host's issue time ({host_s:.4g} s per step against {gpu:.4g} s of GPU work): "
            f"widened by {off[0]:+.2f} / {off[1]:+.2f} in ln(step) for the host's speed, whose spread between two "
-           f"leases of one H200 machine kind is ln sigma {host_band.HOST_LOG_SIGMA:.2f} (validation/host_band.py)")
+           f"leases of one H200 machine kind is ln sigma {host_band.host_log_sigma():.2f} (validation/host_band.py)")
     return lo, hi, [why]
 
 
 def interval_for(step_s: float, tokens_per_s: float, mfu: float, scenario, profile=None, coverage: float = 0.8,
-                 table: dict | None = None, host_idle_s: float = 0.0) -> Interval:
-    """The interval of one prediction (module docstring). ``profile`` may hold a run calibration;
-    ``host_idle_s`` is the prediction's GPU idle waiting for the host (its breakdown's ``host_idle``), which with the
-    step's host issue time widens a host-bound step's band for the host's measured variability (``host_widening``)."""
+                 table: dict | None = None, breakdown: dict[str, float] | None = None) -> Interval:
+    """The interval of one prediction (module docstring). ``profile`` may hold a run calibration; ``breakdown`` is
+    the prediction's (``Prediction.breakdown_s``), whose GPU idle waiting for the host (``host_idle``) and host issue
+    time of the step (``host_issue``) widen a host-bound step's band for the host's measured variability
+    (``host_widening``)."""
     check_coverage(coverage)
     rc = getattr(profile, "run_calibration", None)
     reasons: list[str] = []
@@ -219,7 +220,8 @@ def interval_for(step_s: float, tokens_per_s: float, mfu: float, scenario, profi
         lo, hi, basis, why = published_band(table or load_table(), scenario_features(scenario), coverage)
         reasons += why
     lo, hi = min(lo, hi), max(lo, hi)
-    lo, hi, why = host_widening(lo, hi, step_s, host_idle_s, scenario, profile, coverage)
+    bd = breakdown or {}
+    lo, hi, why = host_widening(lo, hi, step_s, bd.get("host_idle", 0.0), bd.get("host_issue", 0.0), coverage)
     reasons += why
     step = (step_s * math.exp(lo), step_s * math.exp(hi))
     return Interval(coverage, step, (tokens_per_s * step_s / step[1], tokens_per_s * step_s / step[0]),

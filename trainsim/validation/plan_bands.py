@@ -19,7 +19,8 @@ def bands(result, profile) -> dict[tuple, Interval]:
         c = r.candidate
         cluster = req.cluster.with_gpus(c.gpus) if req.cluster.num_gpus != c.gpus else req.cluster
         scn = to_scenario(req.model, cluster, c, req.global_batch, req.seq_len, req.limits)
-        out[c.key()] = interval_for(r.step_time_s, r.tokens_per_s, r.mfu, scn, profile, 0.8)
+        out[c.key()] = interval_for(r.step_time_s, r.tokens_per_s, r.mfu, scn, profile, 0.8,
+                                    breakdown={"host_idle": r.host_idle_s, "host_issue": r.host_issue_s})
     return out
 
 
