@@ -71,7 +71,10 @@ def test_block_issue_carries_the_loops_over_ranks():
     (v, o), (fc1), (gate), (fc2), (head). Only the two coalesced calls loop over ranks (partition_parameters.py:
     a single-parameter all_gather_coalesced gathers straight into the parameter): per rank one narrow of each
     call's flat output and a narrow + record_stream of each of its 4 parameters, forward and backward; the
-    backward adds 12 gradient slices per rank (9 block tensors + embedding, final norm, head)."""
+    backward adds 12 gradient slices per rank (9 block tensors + embedding, final norm, head). The module hooks
+    add, per pass, over 12 parameter-owning modules + 3 block containers = 15 modules, 9 gathered parameters and 7
+    calls: forward 15 x (2 detaches + 3 stream-wait calls) + 9 x (3 wait + 2 release) + 7 x 5 = 155, backward
+    15 x 3 + 45 + 35 = 125."""
     s = build_scenario({"model": {**LLAMA_13B, "num_layers": 1}, "cluster": "dgx-a100", "gpus": 1024,
                         "layout": {"tp": 1, "pp": 1}, "training": {"seq_len": 4096, "global_batch": 1024,
                                                                     "micro_batch": 1, "zero": 3,
@@ -80,9 +83,10 @@ def test_block_issue_carries_the_loops_over_ranks():
     base = host_issue.scenario_block_issue(s)
     issue = zero3_reduce.with_rank_loops(s, base)
     dispatch, _ = host_issue.op_seconds("x86")
+    assert zero3_reduce.hook_ops(s) == (155, 125)
     gather = (4 * 2 + 2) * 1024 * dispatch
-    assert issue.fwd_s - base.fwd_s == pytest.approx(gather)
-    assert issue.bwd_s - base.bwd_s == pytest.approx(gather + 12 * 1024 * dispatch)
+    assert issue.fwd_s - base.fwd_s == pytest.approx(gather + 155 * dispatch)
+    assert issue.bwd_s - base.bwd_s == pytest.approx(gather + 125 * dispatch + 12 * 1024 * dispatch)
     assert zero3_reduce.with_rank_loops(scen(1024, "pytorch-fsdp"), base) is base
 
 
