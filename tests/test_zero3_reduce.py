@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainsim.cost_models import collectives, framework, host_issue
+from trainsim.cost_models import collectives, framework, host_issue, zero3_gathers
 from trainsim.cost_models.grad_buffer import whole_tensor_buckets
 from trainsim.cost_models.param_tensors import chunk_tensors
 from trainsim.simulator import zero3_reduce
@@ -43,27 +43,57 @@ def test_host_slices_grow_with_ranks():
     assert zero3_reduce.host_slice_s(363, 1024) == pytest.approx(128 * zero3_reduce.host_slice_s(363, 8))
 
 
-def test_block_issue_carries_the_loops_over_ranks():
-    """Per block and micro-batch the host adds, over 1,024 ranks: forward 282 gathered tensors (7 linears x 40 +
-    embedding + head; norms stay resident under the 1e5-element persistence threshold) x 2 ops (narrow,
-    record_stream) plus one narrow per rank for each of the 40 x 7 + 2 all-gather calls (one per submodule: q, k,
-    v, o, gate, up, down; zero3_gathers.py); backward the same plus 363 gradient slices; spread over 40 blocks."""
+def test_prefetch_groups_parameters_by_the_bucket_and_the_live_bound():
+    """partitioned_param_coordinator.fetch_sub_module, traced by hand (bucket 50, elements of each submodule):
+    the first submodule fetches its own parameter, then prefetches the 2nd and 3rd (30 < 50, 60 >= 50 stops);
+    at the 2nd the queue head moves past its own and prefetches the 60; at the 3rd the 10. Under a live bound of
+    40 each prefetch is limited to what is not yet gathered: one parameter per call."""
+    assert zero3_gathers.prefetch_calls([[30], [30], [30], [60], [10]], 50, 1000) == [(30,), (30, 30), (60,), (10,)]
+    assert zero3_gathers.prefetch_calls([[30]] * 4, 50, 1000) == [(30,), (30, 30), (30,)]
+    assert zero3_gathers.prefetch_calls([[30]] * 4, 50, 40) == [(30,), (30,), (30,), (30,)]
+    assert zero3_gathers.prefetch_calls([[20, 10], [30]], 50, 1000) == [(20, 10), (30,)]
+
+
+def test_llama_block_gathers_in_five_calls():
+    """One LLaMA-13B block, traced by hand with the 5e7-element bucket (q, k, v, o: 2.62e7 elements; fc1, gate,
+    fc2: 7.08e7): (q) on demand, then prefetches (k, v), (o, fc1), (gate), (fc2) -- 5 calls, 2 of them coalesced
+    over 4 tensors."""
     s = scen(1024)
+    assert zero3_reduce.block_gather_calls(s) == 5
+    sq, mlp = 5120 * 5120, 5120 * 13824
+    tensors = [t for t in chunk_tensors(s, 0) if t.name.startswith("layers.0.")]
+    assert zero3_gathers.coalesced(tensors, "deepspeed") == (2, 4, 3 * sq + mlp)
+    assert zero3_gathers.coalesced(tensors, "deepspeed-2021") == (0, 0, 0.0)
+
+
+def test_block_issue_carries_the_loops_over_ranks():
+    """A one-block LLaMA-13B: embedding (1.64e8), the block, head (1.64e8), traced by hand: (embedding), (q, k),
+    (v, o), (fc1), (gate), (fc2), (head). Only the two coalesced calls loop over ranks (partition_parameters.py:
+    a single-parameter all_gather_coalesced gathers straight into the parameter): per rank one narrow of each
+    call's flat output and a narrow + record_stream of each of its 4 parameters, forward and backward; the
+    backward adds 12 gradient slices per rank (9 block tensors + embedding, final norm, head). The module hooks
+    add, per pass, over 12 parameter-owning modules + 3 block containers = 15 modules, 9 gathered parameters and 7
+    calls: forward 15 x (2 detaches + 3 stream-wait calls) + 9 x (3 wait + 2 release) + 7 x 5 = 155, backward
+    15 x 3 + 45 + 35 = 125."""
+    s = build_scenario({"model": {**LLAMA_13B, "num_layers": 1}, "cluster": "dgx-a100", "gpus": 1024,
+                        "layout": {"tp": 1, "pp": 1}, "training": {"seq_len": 4096, "global_batch": 1024,
+                                                                    "micro_batch": 1, "zero": 3,
+                                                                    "framework": "deepspeed"}})
+    assert zero3_gathers.gather_calls(chunk_tensors(s, 0), "deepspeed") == 7
     base = host_issue.scenario_block_issue(s)
     issue = zero3_reduce.with_rank_loops(s, base)
-    assert zero3_reduce.block_gather_calls(s) == 7
     dispatch, _ = host_issue.op_seconds("x86")
-    gather = (282 * 2 + 282) * 1024 * dispatch / 40
-    assert issue.fwd_s - base.fwd_s == pytest.approx(gather)
-    assert issue.bwd_s - base.bwd_s == pytest.approx(gather + 363 * 1024 * dispatch / 40)
+    assert zero3_reduce.hook_ops(s) == (155, 125)
+    gather = (4 * 2 + 2) * 1024 * dispatch
+    assert issue.fwd_s - base.fwd_s == pytest.approx(gather + 155 * dispatch)
+    assert issue.bwd_s - base.bwd_s == pytest.approx(gather + 125 * dispatch + 12 * 1024 * dispatch)
     assert zero3_reduce.with_rank_loops(scen(1024, "pytorch-fsdp"), base) is base
 
 
 def test_chunk_backward_carries_the_reduction_closed_form():
     """The chunk's exposed DP backward is 27 x (one bucket's reduce-scatter over 1,024 ranks, its ring latency
     over 1,023 steps included) + the hook's copy into the bucket and the coalescing copies (6 passes over the
-    gradients) + the unpacking copy of the gathered parameters (2 passes); the forward carries the unpacking copy
-    alone."""
+    gradients) + the unpacking copy (2 passes) of the coalesced gathers' parameters, forward and backward."""
     s = scen(1024)
     chunk = build_cost_table(s).stages[0].chunks[0]
     params = s.model.total_params()
@@ -73,9 +103,11 @@ def test_chunk_backward_carries_the_reduction_closed_form():
     # 2 bytes per element at the A100's effective HBM rate (2.039 TB/s x hbm_efficiency 0.83, GPUSpec),
     # paced by the slowest of 1,024 GPUs (a few per cent)
     hbm_pass = params * 2 / (2.039e12 * 0.83)
-    assert 2 * hbm_pass < chunk.dp_fwd_s < 2.2 * hbm_pass
+    _, _, held = zero3_gathers.coalesced(chunk_tensors(s, 0), "deepspeed")
+    unpack = 2 * hbm_pass * held / params
+    assert unpack < chunk.dp_fwd_s < 1.1 * unpack
     rest = chunk.dp_bwd_s - 27 * one.time_s
-    assert 8 * hbm_pass < rest < 8.8 * hbm_pass
+    assert 6 * hbm_pass + unpack < rest < 1.1 * (6 * hbm_pass + unpack)
 
 
 def test_other_frameworks_keep_the_reduction_in_the_engine():

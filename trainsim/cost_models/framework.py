@@ -23,6 +23,11 @@ FOREACH_ADAM_BYTES = 12 + 8 + 16 + 8 + 8 + 8 + 16
 FSDP_SHARD_GRAD_BYTES = 4
 # DeepSpeed ZeRO-3 default stage3_param_persistence_threshold (elements): smaller parameters stay resident.
 DEEPSPEED_PERSISTENCE_THRESHOLD = 1e5
+# DeepSpeed ZeRO-3 defaults stage3_prefetch_bucket_size (elements one prefetch gathers at least, unless the queue
+# ends) and stage3_max_live_parameters (gathered elements beyond which nothing more is prefetched):
+# deepspeed/runtime/zero/config.py, ``pp_int(5e7)`` and ``pp_int(1e9)`` in v0.10.0, v0.12.3 and 38327e07.
+DEEPSPEED_PREFETCH_BUCKET = 5e7
+DEEPSPEED_MAX_LIVE_PARAMS = 1e9
 
 
 def p2p_blocks(training) -> bool:

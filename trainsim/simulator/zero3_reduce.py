@@ -13,13 +13,28 @@ partition_parameters.py unpacks each gathered parameter in ``AllGatherCoalescedH
   interleaved buffer and its in-place ``div_`` (read and write the bucket three times: ``COALESCE_HBM_PASSES``). The AMSP trace of DeepSpeed ZeRO-3 (arXiv:2311.00257v2, Sec. VI-C, Fig. 14) shows
   these reduce-scatters not overlapped with computation even with ``overlap_comm`` on.
 * GPU, on the compute stream: the wait's ``torch.cat`` of a gathered parameter's per-rank pieces into
-  ``param.data`` (read and write the parameter: ``UNPACK_HBM_PASSES``) each time it is gathered.
+  ``param.data`` (read and write the parameter: ``UNPACK_HBM_PASSES``) each time it is gathered, for the
+  parameters of calls that hold two or more (``zero3_gathers.coalesced``); a single-parameter call gathers
+  straight into the parameter's buffer (``all_gather_coalesced``'s ``len(params) == 1`` path) and copies nothing.
 * host, on the thread that issues the passes (``with_rank_loops``): ``world_sz`` slice views of every gradient
-  (``flattened_tensor[rank * chunk_sz: ...]``, ``REDUCE_OPS_PER_RANK``), per gathered parameter one ``narrow``
-  and one ``record_stream`` per rank (``UNPACK_OPS_PER_RANK``), and per all-gather call ``_all_gather_dtype``'s
-  ``narrow`` of its flat output for every rank (``GATHER_OPS_PER_RANK``) -- aten dispatches
+  (``flattened_tensor[rank * chunk_sz: ...]``, ``REDUCE_OPS_PER_RANK``), and for the coalesced calls alone one
+  ``narrow`` and one ``record_stream`` per rank for each of their parameters (``UNPACK_OPS_PER_RANK``) and the
+  flat output's ``narrow`` for every rank (``GATHER_OPS_PER_RANK``) -- aten dispatches
   (``host_issue.op_seconds``) whose count grows with the rank count. Parameters under
   ``stage3_param_persistence_threshold`` stay resident and are not gathered; every gradient is reduced.
+* host, per module and pass (``hook_ops``): the hooks ZeRO-3 registers on every module
+  (deepspeed/runtime/zero/parameter_offload.py ``_register_hooks_recursively``, v0.12.3 and 38327e07). Forward:
+  ``_post_backward_module_hook`` and ``_pre_backward_module_hook`` wrap the module's input and output in
+  ``PostBackwardFunction`` / ``PreBackwardFunction`` (an ``autograd.Function`` whose forward ``detach``es:
+  ``HOOK_FUNCTION_OPS``), and ``fetch_sub_module`` ends with ``current_stream().wait_stream(allgather_stream)``
+  (torch's ``Stream.wait_stream``: an event created and recorded, a stream wait: ``WAIT_STREAM_CALLS``); the
+  backward's ``fetch_sub_module`` waits the same way. Per gathered parameter and pass: the handle's ``wait`` and
+  a new recorded event (``PARAM_WAIT_CALLS``), and its release (``free_param``: ``record_stream`` and
+  ``torch.empty(0)``, ``RELEASE_OPS``); per all-gather call ``all_gather_coalesced``'s ``torch.empty`` output,
+  the shard's ``.to``, and ``narrow``, ``view``, ``.to`` of the result (``GATHER_CALL_OPS``). Modules are those
+  that own parameters plus each block's three containers (block, attention, MLP); parameter-less leaves
+  (rotary embedding, activation, dropout) are left out, and the hooks' Python frames are not counted beyond
+  their aten and CUDA-runtime calls (each charged ``host_issue.op_seconds``' dispatch): a lower bound.
 """
 
 from __future__ import annotations
@@ -45,11 +60,20 @@ if TYPE_CHECKING:
 COALESCE_HBM_PASSES = 6
 # AllGatherCoalescedHandle.wait's torch.cat of a parameter's per-rank pieces: one read, one write.
 UNPACK_HBM_PASSES = 2
-# Host aten ops per rank: reduce_scatter_coalesced's slice of each gradient; the wait's narrow + record_stream
-# of each gathered parameter; _all_gather_dtype's narrow of each call's output.
+# Host aten ops per rank: reduce_scatter_coalesced's slice of each gradient; the coalesced wait's narrow +
+# record_stream of each parameter it holds; the coalesced call's narrow of its flat output for every rank.
 REDUCE_OPS_PER_RANK = 1
 UNPACK_OPS_PER_RANK = 2
 GATHER_OPS_PER_RANK = 1
+# Host calls of ZeRO-3's module hooks (module doc): per module and forward the two autograd.Function detaches,
+# per module and pass the stream wait; per gathered parameter and pass its wait and release; per gather call its
+# output and view ops.
+HOOK_FUNCTION_OPS = 2
+WAIT_STREAM_CALLS = 3
+PARAM_WAIT_CALLS = 3
+RELEASE_OPS = 2
+GATHER_CALL_OPS = 5
+BLOCK_CONTAINERS = 3
 
 
 def applies(scenario) -> bool:
@@ -66,11 +90,11 @@ def host_slice_s(tensors: int, ranks: int, ops_per_rank: int = REDUCE_OPS_PER_RA
 
 
 def _model_tensors(scenario) -> tuple[int, int, int]:
-    """(gathered, reduced, gathered outside the blocks) parameter tensors of one model replica: all of them are
-    reduced; those above stage3_param_persistence_threshold are gathered."""
+    """(coalesced gather calls, parameter tensors they hold, reduced tensors) of one model replica: every tensor is
+    reduced; the calls are those that hold two or more gathered tensors (zero3_gathers.coalesced)."""
     tensors = [t for s in range(scenario.layout.pp) for t in rank_tensors(scenario, s)]
-    gathered = zero3_gathers.gathered(tensors)
-    return len(gathered), len(tensors), sum(1 for t in gathered if not t.name.startswith("layers."))
+    calls, held, _ = zero3_gathers.coalesced(tensors, scenario.training.framework)
+    return calls, held, len(tensors)
 
 
 def block_gather_calls(scenario) -> int:
@@ -79,42 +103,55 @@ def block_gather_calls(scenario) -> int:
     return zero3_gathers.gather_calls(block_tensors(scenario.model, lay.tp, lay.ep, scenario.expert_tp, module_style(fw)), fw)
 
 
+def hook_ops(scenario) -> tuple[int, int]:
+    """(forward, backward) host calls of ZeRO-3's module hooks per pass over one model replica (module doc); a
+    recomputed forward's hooks are in the caller's ``regather``."""
+    tensors = [t for s in range(scenario.layout.pp) for t in rank_tensors(scenario, s)]
+    modules = len({t.name.rsplit(".", 1)[0] for t in tensors}) + BLOCK_CONTAINERS * scenario.model.num_layers
+    gathered = zero3_gathers.gathered(tensors)
+    per_param = len(gathered) * (PARAM_WAIT_CALLS + RELEASE_OPS)
+    per_call = zero3_gathers.gather_calls(tensors, scenario.training.framework) * GATHER_CALL_OPS
+    fwd = modules * (HOOK_FUNCTION_OPS + WAIT_STREAM_CALLS) + per_param + per_call
+    return fwd, modules * WAIT_STREAM_CALLS + per_param + per_call
+
+
 def with_rank_loops(scenario, issue: PassIssue | None) -> PassIssue | None:
     """The block issue time with DeepSpeed ZeRO-3's host loops over ranks (module doc) added per block: each
-    forward unpacks the gathered parameters, each backward unpacks them again (and once more for a recomputed
-    forward) and slices the gradients; each of a block's all-gathers per pass (``block_gather_calls``) (and each
-    gathered tensor outside the blocks) narrows its output once per rank. The model's tensors outside the
-    blocks are spread evenly over its blocks."""
+    forward unpacks the parameters of its coalesced gathers, each backward unpacks them again (and once more for
+    a recomputed forward) and slices the gradients; each coalesced all-gather narrows its flat output once per
+    rank. Single-parameter gathers loop over no ranks. The module hooks' host calls (``hook_ops``) come with
+    each pass. The model's tensors outside the blocks are spread evenly over its blocks."""
     if issue is None or not applies(scenario):
         return issue
-    gathered, reduced, outside = _model_tensors(scenario)
+    calls, coalesced, reduced = _model_tensors(scenario)
     ranks, layers = max(1, round(shard_groups(scenario)[0])), scenario.model.num_layers  # the ZeRO-3 shard group
-    calls = block_gather_calls(scenario) * layers + outside
     cpu = scenario.cluster.host_cpu
-    gather_s = (host_slice_s(gathered, ranks, UNPACK_OPS_PER_RANK, cpu)
-                + host_slice_s(calls, ranks, GATHER_OPS_PER_RANK, cpu))
+    hook_f, hook_b = hook_ops(scenario)
+    gather_ops = (coalesced * UNPACK_OPS_PER_RANK + calls * GATHER_OPS_PER_RANK) * ranks
     regather = 2 if scenario.training.recompute == "full" else 1
-    fwd_s, bwd_s = gather_s, regather * gather_s + host_slice_s(reduced, ranks, REDUCE_OPS_PER_RANK, cpu)
-    gather_ops = (gathered * UNPACK_OPS_PER_RANK + calls * GATHER_OPS_PER_RANK) * ranks
-    ops_f, ops_b = gather_ops, regather * gather_ops + reduced * REDUCE_OPS_PER_RANK * ranks
+    ops_f = gather_ops + hook_f
+    ops_b = (regather - 1) * ops_f + gather_ops + hook_b + reduced * REDUCE_OPS_PER_RANK * ranks
+    fwd_s, bwd_s = host_slice_s(ops_f, 1, 1, cpu), host_slice_s(ops_b, 1, 1, cpu)
     return replace(issue, fwd_s=issue.fwd_s + fwd_s / layers, bwd_s=issue.bwd_s + bwd_s / layers,
                    fwd_ops=issue.fwd_ops + round(ops_f / layers), bwd_ops=issue.bwd_ops + round(ops_b / layers))
 
 
 def serialized_reduce_s(st: _Step, params: float, vstage: int) -> tuple[float, float]:
     """(forward, backward) GPU seconds per micro-batch that DeepSpeed ZeRO-3 adds to one chunk's passes on
-    its ``params`` (module doc): the unpacking copies of the gathered parameters, and in the backward the
-    reduce-scatter calls and the coalescing copies."""
+    its ``params`` (module doc): the unpacking copies of the coalesced gathers' parameters (their share of the
+    chunk's elements), and in the backward the reduce-scatter calls and the coalescing copies."""
     scenario, tr = st.scenario, st.scenario.training
     group = st.shard_group or st.dp_group
     if group is None or group.size <= 1 or params <= 0:
         return 0.0, 0.0
-    tensors = len(chunk_tensors(scenario, vstage))
+    chunk = chunk_tensors(scenario, vstage)
+    tensors, total = len(chunk), sum(t.elems for t in chunk)
+    share = zero3_gathers.coalesced(chunk, tr.framework)[2] / total if total > 0 else 0.0
     calls = whole_tensor_buckets(params, st.reduce_bucket_params or params, tensors)
     grad_bytes = params * tr.grad_bytes
     lat, bw = _coll("reduce_scatter", grad_bytes / calls, group, scenario, st.profile)
     hbm = st.slowest * compute.memory_time_s(COALESCE_HBM_PASSES * grad_bytes, st.hw, st.profile, "copy")
-    unpack = st.slowest * compute.memory_time_s(UNPACK_HBM_PASSES * params * tr.param_bytes, st.hw, st.profile,
-                                                "copy")
+    unpack = st.slowest * compute.memory_time_s(UNPACK_HBM_PASSES * share * params * tr.param_bytes, st.hw,
+                                                st.profile, "copy") if share > 0 else 0.0
     regather = 2 if tr.recompute == "full" else 1
     return unpack, regather * unpack + calls * (lat + bw) + hbm
