@@ -15,7 +15,7 @@ from trainsim.data import validation_path
 from trainsim.cli.main import main
 from trainsim.validation.datasets import load_dataset
 from trainsim.validation.memory_runs import MEMORY_METRICS, GiB, load_memory, memory_case, predicted_gib
-from trainsim.validation.validate import default_predict_fn, validate
+from trainsim.validation.validate import default_predict_fn, render_text, validate
 
 
 @pytest.fixture(scope="module")
@@ -159,6 +159,37 @@ def test_predicted_gib_takes_the_counter_the_source_printed():
     assert predicted_gib(split, "allocated peak") == 9.0
     assert predicted_gib(split, "active peak") == 9.0
     assert predicted_gib(split, "nvidia-smi") == 10.0
+
+
+def test_summary_per_measured_counter(raw_rows, dataset, capsys):
+    """A stand-in model that predicts one constant per counter (allocated 10, reserved 20, device 30, peak 40 GiB):
+    each row's error is then C / published - 1, and the summary of each counter group is the mean |error| over the
+    CSV's rows on that counter (read with the csv module), allocated and active peaks together; the host-checkpoint
+    rows are skipped before any prediction. The same groups reach the text report and --json."""
+    const = {"allocated peak": 10.0, "active peak": 10.0, "reserved peak": 20.0, "nvidia-smi": 30.0,
+             "not stated": 40.0}
+    group = {"allocated peak": "allocated/active peak", "active peak": "allocated/active peak",
+             "reserved peak": "reserved peak", "nvidia-smi": "nvidia-smi", "not stated": "not stated"}
+    model = SimpleNamespace(peak_allocated_bytes=10 * GiB, peak_reserved_bytes=20 * GiB, peak_device_bytes=30 * GiB,
+                            peak_bytes=40 * GiB)
+    rep = validate(dataset, predict_fn=lambda scenario: model)
+    expected: dict[str, list[float]] = {}
+    for r in raw_rows:
+        if (r["activation_checkpoints"] or "").strip() == "host":
+            continue
+        m = r["memory_metric"].strip()
+        expected.setdefault(group[m], []).append(abs(const[m] / float(r["peak_memory_gib"]) - 1) * 100)
+    got = rep.by_counter()
+    assert list(got) == sorted(expected)  # allocated/active, not stated, nvidia-smi, reserved
+    for name, errs in expected.items():
+        assert got[name]["rows"] == len(errs)
+        assert got[name]["mape_pct"] == pytest.approx(sum(errs) / len(errs), rel=1e-9)
+        assert got[name]["worst_pct"] == pytest.approx(max(errs), rel=1e-9)
+    assert sum(v["rows"] for v in got.values()) == len(rep.compared)
+    assert rep.to_json()["by_counter"] == got
+    text = render_text(rep)
+    for name, v in got.items():
+        assert f"  counter {name}: {v['rows']} rows, MAPE {v['mape_pct']:.2f}%" in text
 
 
 def test_bad_cells_skip_the_row_naming_the_column(raw_rows):
