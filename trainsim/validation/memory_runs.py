@@ -71,6 +71,9 @@ TORCHTITAN_OP_SAC = re.compile(r"per-op SAC|torchtitan SAC", re.IGNORECASE)
 # FSDP2 of torch 2.3-2.4 (before pytorch/pytorch#129721) allocates its reduce-scatter input in the reduce-scatter
 # stream: stated in ``zero_or_sharding`` (TrainingSpec.fsdp_reduce_scatter_input reduce_scatter_stream).
 FSDP2_RS_STREAM_INPUT = re.compile(r"reduce-scatter input in the reduce-scatter stream", re.IGNORECASE)
+# FSDP2 units left unsharded from forward to backward, stated in ``zero_or_sharding``
+# (TrainingSpec.fsdp_unsharded_after_forward root_and_last_block: torch before pytorch/pytorch#154704 and torchtitan).
+FSDP2_ROOT_AND_LAST_BLOCK = re.compile(r"root and last block unsharded after forward", re.IGNORECASE)
 CROSS_ENTROPY = ("fused", "vocab_parallel", "eager_fp32", "eager_fp32_kept")
 OFFLOAD = {"none": (False, False), "optimizer": (True, False), "optimizer+params": (True, True)}
 CHECKPOINT_PLACES = ("gpu", "host")
@@ -215,6 +218,8 @@ def scenario_mapping(r: dict) -> dict:
         training["recompute_modules"] = ["op_sac"]
     if FSDP2_RS_STREAM_INPUT.search(r.get("zero_or_sharding") or ""):
         training["fsdp_reduce_scatter_input"] = "reduce_scatter_stream"
+    if FSDP2_ROOT_AND_LAST_BLOCK.search(r.get("zero_or_sharding") or ""):
+        training["fsdp_unsharded_after_forward"] = "root_and_last_block"
     grad_bytes = common_runs.whole(r, "grad_bytes")
     if grad_bytes is not None:
         training["grad_dtype_bytes"] = grad_bytes
