@@ -187,9 +187,8 @@ def test_summary_per_measured_counter(raw_rows, dataset, capsys):
         assert got[name]["worst_pct"] == pytest.approx(max(errs), rel=1e-9)
     assert sum(v["rows"] for v in got.values()) == len(rep.compared)
     assert rep.to_json()["by_counter"] == got
-    text = render_text(rep)
-    for name, v in got.items():
-        assert f"  counter {name}: {v['rows']} rows, MAPE {v['mape_pct']:.2f}%" in text
+    line = "  MAPE by counter: " + ", ".join(f"{name} {v['mape_pct']:.2f}%" for name, v in got.items())
+    assert line in render_text(rep).splitlines()
 
 
 def test_bad_cells_skip_the_row_naming_the_column(raw_rows):
@@ -240,7 +239,7 @@ def test_accuracy_today(report):
     the shifted logits and their exp beside the caller's bf16 logits, activations.LOSS_PARALLEL_FORWARD_BYTES; NCCL's
     per-process state and a one-GPU Megatron run's one-rank world communicator, measured on an H200,
     runtime_memory.NCCL_PROCESS_STATE_BYTES / NCCL_ONE_RANK_COMM_BYTES; fairseq's fp32 attention softmax,
-    TrainingSpec.attention_softmax_fp32): 60 rows, MAPE 3.37 %, worst -10.6 % (torchtitan PR #165 FSDP1 SAC reserved);
+    TrainingSpec.attention_softmax_fp32): 60 rows, MAPE 3.32 %, worst -10.6 % (torchtitan PR #165 FSDP1 SAC reserved);
     by framework: Megatron 3.7 % (21 rows, 20 low: the GPT-2 XL mb 1 runs on nvidia-smi 6.6-7.3 %, the first-step
     replay adds nothing there; GPT-2 large mb 64 2-5 %; the zero-bubble rows 0.4-6 %), Megatron + CPU optimizer
     offload +6.7 % (1 row), torch FSDP2 2.86 % (21), torch FSDP1 3.4 % (4), DeepSpeed ZeRO-1 (BLOOM's BF16_Optimizer,
@@ -266,7 +265,7 @@ def test_accuracy_today(report):
     in host memory and are skipped: predicted as if on the GPU they came out -10.9 / -8.5 / +0.4 % and +186 /
     +165 %, the checkpoints being 37-49 % and 66 % of those predictions."""
     assert len(report.compared) == len(report.dataset.cases) - 5 and len(report.skipped) == 5
-    assert report.mape_pct <= 3.5
+    assert report.mape_pct <= 3.35
     cats = report.by_category()
     assert {k: v["rows"] for k, v in cats.items()} == {"Megatron": 21, "Megatron + offload": 1, "torch FSDP2": 21,
                                                         "torch FSDP1": 4, "DeepSpeed ZeRO-1": 11,
@@ -275,7 +274,7 @@ def test_accuracy_today(report):
     # GPT-2 large, mb 64 (nvidia-smi): the Adam states split the freed activation segments at the first step
     for rid, err in (("vs25_gpt2l_tp2", -2.3), ("vs25_gpt2l_tp2_sp", -2.9), ("vs25_gpt2l_pp2", -2.8)):
         assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(err, abs=0.5)
-    assert cats["torch FSDP2"]["mape_pct"] <= 3.0
+    assert cats["torch FSDP2"]["mape_pct"] <= 2.75
     # the 70B FSDP x TP 8 run: loss_parallel's forward (three fp32 vocabulary shards beside the bf16 logits)
     assert next(r for r in report.compared if r.row_id == "tt24_t4_2d").error_pct == pytest.approx(-4.2, abs=1.0)
     assert cats["torch FSDP1"]["mape_pct"] <= 3.6

@@ -373,13 +373,15 @@ def render_text(report: ValidationReport, *, show_skipped: bool = True, width: i
         console.print(f"{d.name}: {len(report.compared)} rows, MAPE {mape:.2f}%, worst {abs(worst.error_pct):.2f}% "  # type: ignore[union-attr]
                       f"({worst.row_id})" + (f"; {bias.text()}" if bias else ""))  # type: ignore[union-attr]
         cats = report.by_category()
-        groups = [(name, v) for name, v in cats.items()] if len(cats) > 1 else []
-        groups += [(f"counter {name}", v) for name, v in report.by_counter().items()]
-        for name, v in groups:
-            cat_bias = ("; " + Bias(v["bias_pct"], v["mape_after_bias_pct"]).text()
-                        if v["bias_pct"] is not None else "")
-            console.print(f"  {name}: {v['rows']} rows, MAPE {v['mape_pct']:.2f}%, worst {v['worst_pct']:.2f}% "
-                          f"({v['worst_row']}){cat_bias}")
+        if len(cats) > 1:
+            for name, v in cats.items():
+                cat_bias = ("; " + Bias(v["bias_pct"], v["mape_after_bias_pct"]).text()
+                            if v["bias_pct"] is not None else "")
+                console.print(f"  {name}: {v['rows']} rows, MAPE {v['mape_pct']:.2f}%, worst {v['worst_pct']:.2f}% "
+                              f"({v['worst_row']}){cat_bias}")
+        counters = report.by_counter()  # one line; rows, worst row and bias per counter in --json (by_counter)
+        if counters:
+            console.print("  MAPE by counter: " + ", ".join(f"{k} {v['mape_pct']:.2f}%" for k, v in counters.items()))
         for name, v in report.secondary_mape().items():
             console.print(f"  {name} (source basis) MAPE {v:.2f}%")
         if d.structure:
