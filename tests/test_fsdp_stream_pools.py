@@ -51,13 +51,28 @@ def test_gather_pool_beyond_the_outputs_the_peak_moment_holds():
     """The pool's reserved peak is the forward's root and first-block outputs (3 blocks' bytes for a root of two);
     what the stage's peak counts as allocated depends on its FSDP2 moment (fsdp2_peak.py): one block's output at the
     activation peak leaves the root's cached, both at the forward moment leave nothing, none at the root's
-    reduce-scatter leaves all of it cached."""
+    reduce-scatter or the loss's backward leaves all of it cached."""
     from trainsim.cost_models.fsdp2_peak import fsdp2_phases
     root, units = 2.0 * BLOCK, (2.0 * BLOCK,) + (float(BLOCK),) * 4
     counted = fsdp2_phases(root, float(BLOCK), 2, 2, 4).gather_outputs
-    assert counted == {"backward": BLOCK * 2, "forward": 3 * BLOCK * 2, "reduce": 0.0}
+    assert counted == {"backward": BLOCK * 2, "forward": 3 * BLOCK * 2, "reduce": 0.0, "loss": 0.0}
     extra = {k: gather_pool_extra(units, SHARD, 2, v) for k, v in counted.items()}
-    assert extra == {"backward": root * 2, "forward": 0.0, "reduce": 3 * BLOCK * 2}
+    assert extra == {"backward": root * 2, "forward": 0.0, "reduce": 3 * BLOCK * 2, "loss": 3 * BLOCK * 2}
+
+
+def test_fsdp2_loss_moment_closed_form():
+    """At the loss's backward FSDP2 holds only the units left unsharded after forward: none, the root R, or the
+    root and the last block B (16-bit copies); the loss moment rules where the workspace W plus those reaches the
+    bound on the last block's backward: working - head_saved + backward + block_reduce + head_grad."""
+    from trainsim.cost_models.fsdp2_peak import fsdp2_phases, loss_moment_rules
+    R, B = 3.0 * BLOCK, float(BLOCK)
+    assert [fsdp2_phases(R, B, 2, 2, 4, kept).loss for kept in ("none", "root", "root_and_last_block")] == \
+        [0.0, 2 * R, 2 * (R + B)]
+    ph = fsdp2_phases(R, B, 2, 2, 4, "root")
+    bound = 10.0 - 5.0 + ph.backward + 4 * B + 7.0  # working 10, head_saved 5, block_reduce 4B, head_grad 7
+    common = {"working": 10.0, "head_saved": 5.0, "head_grad": 7.0, "block_reduce": 4 * B}
+    assert loss_moment_rules(ph, workspace=bound - ph.loss, **common)
+    assert not loss_moment_rules(ph, workspace=bound - ph.loss - 1.0, **common)
 
 
 def test_fsdp2_moments_closed_form():

@@ -157,6 +157,8 @@ def test_deepspeed_pure_bf16_keeps_a_bf16_master_partition():
     ({"framework": "deepspeed", "zero": 1, "offload_optimizer": True, "optimizer_offload_fraction": 0.5},
      "optimizer_offload_fraction"),
     ({"framework": "torch", "fsdp_reduce_scatter_input": "reduce_scatter_stream"}, "fsdp_reduce_scatter_input"),
+    ({"framework": "torch", "fsdp_unsharded_after_forward": "root"}, "fsdp_unsharded_after_forward"),
+    ({"framework": "pytorch-fsdp", "zero": 3, "fsdp_unsharded_after_forward": "root"}, "fsdp_unsharded_after_forward"),
     ({"flash_attention": False, "flash_attention_version": 1}, "flash_attention_version"),
     # costed as ZeRO-1 while DeepSpeed has no Megatron DistributedOptimizer (peak 156 -> 62 GiB)
     ({"framework": "deepspeed", "distributed_optimizer": True}, "distributed_optimizer"),
@@ -171,6 +173,7 @@ def test_settings_with_nothing_to_act_on_are_refused(training, field):
 def test_what_the_refused_settings_need_still_runs():
     scen(offload_optimizer=True, distributed_optimizer=True, optimizer_offload_fraction=0.5)  # Megatron-Core
     scen(framework="torch", zero=3, fsdp_reduce_scatter_input="reduce_scatter_stream")
+    scen(framework="torch", zero=3, fsdp_unsharded_after_forward="root_and_last_block")
     scen(flash_attention_version=1)
     scen(framework="deepspeed", zero=1)
 

@@ -14,6 +14,14 @@ reduce-scatter input of the reduce dtype (``foreach_reduce``: ``reduce_scatter_c
 reduce_dtype)``) once the unit's parameters are resharded (``post_backward``: ``self.reshard()`` before
 ``foreach_reduce``).
 
+* **the loss's backward** (the activation peak where the loss's workspace outgrows the recomputed block): only the
+  units left unsharded after their forward (TrainingSpec.fsdp_unsharded_after_forward: none from torch 2.8 on,
+  pytorch/pytorch#154704; the root before it, #131965; torchtitan also keeps its last block, parallelize_llama.py
+  ``reshard_after_forward = layer_id < len(model.layers) - 1`` since PR #165) -- the root's pre-backward hook, which
+  gathers it and prefetches the last block, fires on the logits' gradient, after the loss's backward. Taken where
+  it exceeds a bound on the last block's backward (the loss's saved tensors and workspace gone, that block's
+  working set, the backward term, one block's reduce-scatter input and the output layer's unsharded gradient);
+  otherwise the lumped backward term below stands.
 * **forward, at the first block's copy-out** -- "in forward with implicit prefetching ... we save a reference to
   the current all-gather result to free after the next copy-out" (``wait_for_unshard``'s docstring): the root's
   unsharded parameters and its all-gather output, the first block's all-gather output and its copy-out. No
@@ -27,7 +35,8 @@ reduce_dtype)``) once the unit's parameters are resharded (``post_backward``: ``
   gone.
 
 torch's FSDPMemTracker, run on the executor's model under FakeTensorMode (tests/test_memory_oracle.py), peaks at
-each of the three: the forward one for fp32 with full recompute, the backward one for fp32 without recompute
+the loss's backward where its workspace dominates (sequence 4096: no unit unsharded, as the model says) and at
+each of the other three: the forward one for fp32 with full recompute, the backward one for fp32 without recompute
 (inside the last block's backward, where the output layer's gradient and the block's first gradients take the
 place of freed activations, which the lumped one-block gradient stands for), the reduce-scatter for the bf16
 MixedPrecisionPolicy (an fp32 reduce-scatter input of the root's size).
@@ -50,43 +59,77 @@ class Fsdp2Phases:
     forward: float   # at the first block's copy-out, without activations
     reduce: float    # at the root's reduce-scatter, without activations or the other units' sharded gradients
     gather_outputs: dict  # flat all-gather outputs allocated at each moment
+    loss: float = 0.0  # units left unsharded after forward, at the loss's backward
 
 
-def fsdp2_phases(root: float, block: float, param_bytes: int, grad_bytes: int, reduce_bytes: int) -> Fsdp2Phases:
-    """The three moments (module doc) for a rank whose root unit holds ``root`` parameters and whose largest block
+def fsdp2_phases(root: float, block: float, param_bytes: int, grad_bytes: int, reduce_bytes: int,
+                 unsharded_after_forward: str = "none") -> Fsdp2Phases:
+    """The moments (module doc) for a rank whose root unit holds ``root`` parameters and whose largest block
     ``block``; ``param_bytes``: the compute (``param_dtype``) copy, ``grad_bytes``: the unsharded gradient (same
-    dtype), ``reduce_bytes``: the reduce-scatter input (``reduce_dtype``)."""
+    dtype), ``reduce_bytes``: the reduce-scatter input (``reduce_dtype``); ``unsharded_after_forward``: the units
+    kept unsharded from forward to backward (TrainingSpec.fsdp_unsharded_after_forward)."""
+    kept = {"none": 0.0, "root": root, "root_and_last_block": root + block}[unsharded_after_forward]
     return Fsdp2Phases(backward=root * param_bytes + 2 * block * param_bytes + block * grad_bytes,
                        forward=2 * (root + block) * param_bytes,
                        reduce=root * (grad_bytes + reduce_bytes),
                        gather_outputs={"backward": block * param_bytes, "forward": (root + block) * param_bytes,
-                                       "reduce": 0.0})
+                                       "reduce": 0.0, "loss": 0.0},
+                       loss=kept * param_bytes)
 
 
-def peak_moment(phases: Fsdp2Phases, at_activation_peak: float, other_grad_shards: float) -> tuple[str, float]:
+def loss_moment_rules(phases: Fsdp2Phases, *, workspace: float, working: float, head_saved: float,
+                      head_grad: float, block_reduce: float) -> bool:
+    """Whether the loss's backward (its ``workspace`` beside every saved activation, ``phases.loss`` unsharded)
+    outgrows a bound on the last block's backward: the loss's saved tensors (``head_saved``) and workspace freed,
+    the block's recompute ``working`` set, the lumped backward term, one block's reduce-scatter input
+    (``block_reduce``) and the output layer's unsharded gradient (``head_grad``)."""
+    return workspace + phases.loss >= working - head_saved + phases.backward + block_reduce + head_grad
+
+
+def peak_moment(phases: Fsdp2Phases, at_activation_peak: float, other_grad_shards: float,
+                activation_moment: str = "backward") -> tuple[str, float]:
     """The moment the step peaks at and the bytes by which it outgrows the activation peak, whose FSDP2-dependent
     part is ``at_activation_peak`` (activations, the loss's workspace, ``phases.backward``); at the reduce-scatter
     the other units' sharded gradients that the activation peak does not hold (``other_grad_shards``) exist."""
     forward = phases.forward - at_activation_peak
     reduce = phases.reduce + other_grad_shards - at_activation_peak
     if max(forward, reduce) <= 0:
-        return "backward", 0.0
+        return activation_moment, 0.0
     return ("forward", forward) if forward >= reduce else ("reduce", reduce)
 
 
 def fsdp2_of(scenario, rp) -> Fsdp2Phases:
-    """FSDP2's unsharded bytes at its three peak moments on a rank (module doc); the reduce-scatter input is
+    """FSDP2's unsharded bytes at its peak moments on a rank (module doc); the reduce-scatter input is
     in the sharded gradient's dtype (the MixedPrecisionPolicy's reduce_dtype)."""
     t = scenario.training
-    return fsdp2_phases(rp.root_params, rp.block_params, t.param_bytes, t.grad_bytes, state_bytes(t).grads)
+    return fsdp2_phases(rp.root_params, rp.block_params, t.param_bytes, t.grad_bytes, state_bytes(t).grads,
+                        t.fsdp_unsharded_after_forward or "none")
+
+
+def activation_peak_gather(scenario, stage: int, rp, working: float) -> tuple[str, float]:
+    """FSDP2's moment at the stage's activation peak and its unsharded bytes there: ("loss", the units kept after
+    forward) on the loss stage where the loss's backward rules (``loss_moment_rules``), else ("backward", the
+    lumped backward term)."""
+    phases = fsdp2_of(scenario, rp)
+    if stage != scenario.loss_stage:
+        return "backward", phases.backward
+    from . import activations as act
+    t, m = scenario.training, scenario.model
+    rules = loss_moment_rules(phases, workspace=act.logits_workspace_bytes(scenario), working=working,
+                              head_saved=act.head_activation_bytes(scenario),
+                              head_grad=m.vocab_size * m.embed_dim / scenario.layout.tp * t.param_bytes,
+                              block_reduce=rp.block_params * state_bytes(t).grads)
+    return ("loss", phases.loss) if rules else ("backward", phases.backward)
 
 
 def fsdp2_moment(scenario, rp, details: dict, activations: float = 0.0,
-                 off_peak: float = 0.0) -> tuple[str, float] | None:
+                 off_peak: float = 0.0, stage: int = 0) -> tuple[str, float] | None:
     """FSDP2's peak moment on the stage and its bytes beyond the activation peak (module doc); the blocks'
     off-peak gradient shards exist at the root's reduce-scatter. None outside FSDP2's ZeRO-3."""
     if "zero3_gather_buffers" not in details or not BEHAVIOURS[scenario.training.framework].fsdp2:
         return None
     at_peak = activations + details.get("logits_workspace", 0.0) + details["zero3_gather_buffers"]
     shards = off_peak * (rp.held - rp.root_params) / rp.held if rp.held else 0.0
-    return peak_moment(fsdp2_of(scenario, rp), at_peak, shards)
+    working = details.get("recompute_working", 0.0)
+    return peak_moment(fsdp2_of(scenario, rp), at_peak, shards,
+                       activation_peak_gather(scenario, stage, rp, working)[0])

@@ -59,7 +59,7 @@ from .framework import bf16_optimizer
 from .model_states import state_bytes
 from .allocator_reserve import grads_off_peak, loss_stage_cached_bytes
 from .first_step_fragmentation import first_step_extra_reserved, lazy_state_bytes
-from .fsdp2_peak import fsdp2_moment, fsdp2_of
+from .fsdp2_peak import activation_peak_gather, fsdp2_moment, fsdp2_of
 from .fsdp_stream_pools import stream_pool_cached
 from .grad_buffer import optimizer_tensor_elems
 from .param_tensors import rank_tensors
@@ -396,7 +396,7 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
         details["autocast_deferred_grads"] = beyond
     off_peak = grads_off_peak(framework=t.framework, zero=t.effective_zero, microbatches=scenario.num_microbatches,
                               grads=off.grads, activations=activations)
-    moment = fsdp2_moment(scenario, rp, details, activations, off_peak)
+    moment = fsdp2_moment(scenario, rp, details, activations, off_peak, stage)
     if moment and moment[1]:
         details["fsdp2_phase_peak"] = moment[1]
     cast = reduce_cast_bytes(scenario, rp)
@@ -610,8 +610,8 @@ def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0) 
             big = largest_weight_tensor_params(scenario.model, lay.tp, lay.ep, lay.etp)
             live = max(big, min(rp.unit_params, DEEPSPEED_MAX_LIVE_PARAMS))
             out["zero3_gather_buffers"] = live * pb + max(big, min(rp.unit_params, fw.reduce_bucket_params)) * gb
-        elif fw.fsdp2:  # FSDP2: the root unit gathered once per pass, blocks double-buffered
-            out["zero3_gather_buffers"] = fsdp2_of(scenario, rp).backward
+        elif fw.fsdp2:  # FSDP2: the root gathered once per pass, blocks double-buffered; or the loss's moment
+            out["zero3_gather_buffers"] = activation_peak_gather(scenario, stage, rp, working)[1]
         else:
             # FSDP: the unit in use and the prefetched next one unsharded, plus one unit's full gradient
             # before its reduce-scatter (twice while FSDP1's split backward concatenates the parameters'

@@ -182,6 +182,13 @@ class TrainingSpec(BaseModel):
         "input: compute_stream (torch 2.5 on, pytorch/pytorch#129721) or reduce_scatter_stream (the FSDP2 of torch "
         "2.3-2.4, e.g. torchtitan PR #165), whose pool keeps those bytes reserved beside the activations' "
         "(cost_models/fsdp_stream_pools.py); None = compute_stream; framework torch only")
+    fsdp_unsharded_after_forward: Literal["none", "root", "root_and_last_block"] | None = Field(
+        default=None, description="the FSDP2 units (framework torch) left unsharded from their forward to their "
+        "backward, so gathered while the loss runs: none (every unit resharded after forward: fully_shard("
+        "reshard_after_forward=True) from torch 2.8 on, pytorch/pytorch#154704, as the executor builds), root (the "
+        "FSDP2 of torch 2.3-2.7 never reshards the root unit after forward, pytorch/pytorch#131965) or "
+        "root_and_last_block (also the last block, which torchtitan wraps with reshard_after_forward=False since "
+        "its PR #165); None = none (cost_models/fsdp2_peak.py); framework torch with zero 3 only")
     host_issue: Literal["eager", "cuda_graphs", "compile"] = Field(
         default="eager", description="how the host issues each block's kernels (cost_models/host_issue.py): eager "
         "PyTorch (an aten dispatch per op, a launch per kernel), cuda_graphs (one graph launch per block and pass) "
@@ -351,6 +358,9 @@ class TrainingSpec(BaseModel):
             raise SpecError("optimizer_offload_fraction", f"it is Megatron-Core's --optimizer-offload-fraction; "
                              f"framework {self.framework} offloads the whole optimizer as costed: drop it, or use "
                              f"framework megatron")
+        if self.fsdp_unsharded_after_forward and not (BEHAVIOURS[self.framework].fsdp2 and self.effective_zero >= 3):
+            raise SpecError("fsdp_unsharded_after_forward", f"it describes FSDP2 (framework torch, zero 3), which "
+                            f"framework {self.framework} with zero {self.effective_zero} does not run: drop it")
         if self.fsdp_reduce_scatter_input and self.effective_zero < 3:
             raise SpecError("fsdp_reduce_scatter_input", f"it places FSDP2's reduce-scatter input, which zero "
                              f"{self.effective_zero} (no FSDP) does not have: set zero 3 or drop it")

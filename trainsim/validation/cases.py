@@ -63,6 +63,10 @@ class Case:
     value_fn: Callable[[Any], float] | None = field(default=None, compare=False)
     # Further groupings the report prints beside the category (e.g. "micro-batch 1", "TP 8", "layers 24").
     regimes: tuple[str, ...] = ()
+    # The measured counter the published value was read on, where a dataset mixes counters with different
+    # targets (memory rows: "allocated/active peak", "reserved peak", "nvidia-smi", "not stated"); the report
+    # prints one summary per counter beside the categories.
+    counter: str = ""
 
 
 @dataclass(frozen=True)

@@ -140,13 +140,17 @@ class ValidationReport:
                 cats.setdefault(key, []).append(r)
         if any(regimes_of.values()):  # regimes read best in order: "micro-batch 1, 2, 4, 8", "TP 1 .. 8"
             cats = dict(sorted(cats.items(), key=lambda kv: _natural(kv[0])))
-        out = {}
-        for name, rows in cats.items():
-            errs = [abs(r.error_pct) for r in rows]  # type: ignore[arg-type]
-            w = max(rows, key=lambda r: abs(r.error_pct))  # type: ignore[arg-type]
-            out[name] = {"rows": len(rows), "mape_pct": sum(errs) / len(errs), "worst_pct": abs(w.error_pct),
-                         "worst_row": w.row_id, **Bias.fields(Bias.of(rows))}
-        return out
+        return _group_stats(cats)
+
+    def by_counter(self) -> dict[str, dict[str, Any]]:
+        """Rows, MAPE and worst row per measured counter (Case.counter), counters in alphabetical order; empty
+        where the dataset's cases name none."""
+        counter_of = {c.row_id: c.counter for c in self.dataset.cases}
+        groups: dict[str, list[RowResult]] = {}
+        for r in self.compared:
+            if counter_of.get(r.row_id):
+                groups.setdefault(counter_of[r.row_id], []).append(r)
+        return _group_stats(dict(sorted(groups.items())))
 
     def to_json(self) -> dict[str, Any]:
         d = self.dataset
@@ -166,8 +170,20 @@ class ValidationReport:
             **Bias.fields(self.bias),
             "secondary_mape_pct": self.secondary_mape(),
             "by_category": self.by_category(),
+            "by_counter": self.by_counter(),
             **({"structure": [g.to_json() for g in step_structure(self)]} if d.structure else {}),
         }
+
+
+def _group_stats(groups: dict[str, list[RowResult]]) -> dict[str, dict[str, Any]]:
+    """Rows, MAPE, worst row and bias of each named group of compared rows."""
+    out = {}
+    for name, rows in groups.items():
+        errs = [abs(r.error_pct) for r in rows]  # type: ignore[arg-type]
+        w = max(rows, key=lambda r: abs(r.error_pct))  # type: ignore[arg-type]
+        out[name] = {"rows": len(rows), "mape_pct": sum(errs) / len(errs), "worst_pct": abs(w.error_pct),
+                     "worst_row": w.row_id, **Bias.fields(Bias.of(rows))}
+    return out
 
 
 def _natural(text: str) -> tuple:
@@ -363,6 +379,9 @@ def render_text(report: ValidationReport, *, show_skipped: bool = True, width: i
                             if v["bias_pct"] is not None else "")
                 console.print(f"  {name}: {v['rows']} rows, MAPE {v['mape_pct']:.2f}%, worst {v['worst_pct']:.2f}% "
                               f"({v['worst_row']}){cat_bias}")
+        counters = report.by_counter()  # one line; rows, worst row and bias per counter in --json (by_counter)
+        if counters:
+            console.print("  MAPE by counter: " + ", ".join(f"{k} {v['mape_pct']:.2f}%" for k, v in counters.items()))
         for name, v in report.secondary_mape().items():
             console.print(f"  {name} (source basis) MAPE {v:.2f}%")
         if d.structure:
