@@ -238,16 +238,15 @@ def test_accuracy_today(report):
     and FSDP2's all-gather outputs -- replayed through the caching allocator, fsdp_stream_pools.py; loss_parallel's forward holding the fp32 copy,
     the shifted logits and their exp beside the caller's bf16 logits, activations.LOSS_PARALLEL_FORWARD_BYTES; NCCL's
     per-process state and a one-GPU Megatron run's one-rank world communicator, measured on an H200,
-    runtime_memory.NCCL_PROCESS_STATE_BYTES / NCCL_ONE_RANK_COMM_BYTES; fairseq's fp32 attention softmax,
-    TrainingSpec.attention_softmax_fp32): 60 rows, MAPE 3.32 %, worst -10.6 % (torchtitan PR #165 FSDP1 SAC reserved);
+    runtime_memory.NCCL_PROCESS_STATE_BYTES / NCCL_ONE_RANK_COMM_BYTES): 60 rows, MAPE 3.55 %, worst -12.1 %
+    (fairseq's GPT-3 13B with CPU offload);
     by framework: Megatron 3.7 % (21 rows, 20 low: the GPT-2 XL mb 1 runs on nvidia-smi 6.6-7.3 %, the first-step
     replay adds nothing there; GPT-2 large mb 64 2-5 %; the zero-bubble rows 0.4-6 %), Megatron + CPU optimizer
     offload +6.7 % (1 row), torch FSDP2 2.86 % (21), torch FSDP1 3.4 % (4), DeepSpeed ZeRO-1 (BLOOM's BF16_Optimizer,
     nvidia-smi) 3.05 % (11), fairscale FSDP with CPU offload (fairseq's GPT-3 13B example on 1 and 8 V100, allocated)
-    5.2 % high (2 rows: the recompute working set of a block whose fp32 softmax output and its 16-bit cast are saved,
-    10 GiB, peaks beside the head's saved fp32 log-softmax, which autograd has freed by then, while the block
-    backward's own activation gradients are not counted; the model's FSDP1 behaviours are torch's, not fairscale's of
-    2021). torchtitan's PR #165 FSDP2 active-peak rows are within
+    12.1 % low (2 rows: its training self-attention takes torch's F.multi_head_attention_forward, a 16-bit softmax;
+    about 2.7 GiB, one attention-score tensor's size, is not attributed; the model's FSDP1 behaviours are torch's,
+    not fairscale's of 2021). torchtitan's PR #165 FSDP2 active-peak rows are within
     0.4 % (at the loss's backward FSDP2 holds only the root and the last block, left unsharded after forward), its
     FSDP2 eager reserved-peak rows -2.4 % (SAC) and +3.6 % (AC), FSDP1 ones -2.7 % (AC) and -10.6 % (SAC: FSDP1's
     further compute-stream fragmentation under per-op SAC is not predicted); PR #165's compile rows -1.5 % (SAC
@@ -265,7 +264,7 @@ def test_accuracy_today(report):
     in host memory and are skipped: predicted as if on the GPU they came out -10.9 / -8.5 / +0.4 % and +186 /
     +165 %, the checkpoints being 37-49 % and 66 % of those predictions."""
     assert len(report.compared) == len(report.dataset.cases) - 5 and len(report.skipped) == 5
-    assert report.mape_pct <= 3.35
+    assert report.mape_pct <= 3.6
     cats = report.by_category()
     assert {k: v["rows"] for k, v in cats.items()} == {"Megatron": 21, "Megatron + offload": 1, "torch FSDP2": 21,
                                                         "torch FSDP1": 4, "DeepSpeed ZeRO-1": 11,
@@ -294,9 +293,9 @@ def test_accuracy_today(report):
     assert next(r for r in report.compared if r.row_id == "swift26_qwen72b_tp8_optoffload").error_pct == \
         pytest.approx(6.7, abs=1.0)
     # fairscale FSDP + CPU offload (fairseq GPT-3 13B, allocated = 31.75 GiB - gb_free 9.3): 1 and 8 GPUs alike,
-    # its fp32 attention softmax (TrainingSpec.attention_softmax_fp32) counted; with a 16-bit one -12.1 %
+    # its 16-bit attention softmax (torch's F.multi_head_attention_forward): 12.1 % low, not attributed
     for rid in ("fsq21_gpt3_13b_1gpu_cpuoffload", "fsq21_gpt3_13b_8gpu_cpuoffload"):
-        assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(5.2, abs=1.0)
+        assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(-12.1, abs=1.0)
     # the active-peak counter, which carries no allocator reserve (PR #165, Llama 2 7B, mb 8, AC and per-op SAC)
     for rid in ("tt165_fsdp1_ac_active", "tt165_fsdp1_sac_active", "tt165_fsdp2_sac_active", "tt165_fsdp2_ac_active"):
         assert abs(next(r for r in report.compared if r.row_id == rid).error_pct) <= 2.0
