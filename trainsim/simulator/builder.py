@@ -283,6 +283,8 @@ def _chunk(st: _Step, s: int, c: int, pair: float) -> ChunkCost:
     ck = cs.comm_kinds
     tp_fc = sum(k * b.tp_f for b, k in ck) + (st.sg_gather if vs > 0 else 0.0)
     tp_bc = sum(k * b.tp_b for b, k in ck) + (st.sg_gather if vs < st.last_vs else 0.0)
+    tp_fc += (st.vocab_tp.emb_fwd_s if vs == 0 else 0.0) + (st.vocab_tp.head_fwd_s if vs == st.last_vs else 0.0)
+    tp_bc += st.vocab_tp.head_bwd_s if vs == st.last_vs else 0.0
     # The GPU cannot run ahead of its host: a pass lasts at least the host's time to issue it; the
     # excess over the GPU's busy time (compute + communication on its stream) is GPU idle.
     cp_fc, cp_bc = sum(k * b.cp_f for b, k in ck), sum(k * b.cp_b for b, k in ck)
