@@ -84,7 +84,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainsim.cost_models import activations as act
-from trainsim.cost_models import compute, framework, host_issue, memory, step_host
+from trainsim.cost_models import compute, framework, host_issue, loss_issue, memory, step_host
 from trainsim.cost_models.grad_buffer import DDP_BUCKET_PARAMS, DDP_BUCKET_PARAMS_PER_DP, MiB
 from trainsim.specs import Scenario
 from trainsim.specs.memo import active_memo
@@ -294,6 +294,11 @@ def _chunk(st: _Step, s: int, c: int, pair: float) -> ChunkCost:
                                              blocks=tuple((k, *b.gpu_passes(), b.tp_f / tp_calls)
                                                           for b, k in cs.kinds if k),
                                              queued=framework.queued_microbatches(scenario))
+    if vs == st.last_vs and st.head_issue != (0.0, 0.0):
+        head_f, head_b = loss_issue.head_idle_s(st.head_issue, (
+            st.head.fwd_s + st.vocab_tp.head_fwd_s,
+            st.head.bwd_input_s + st.head.bwd_weight_s + st.vocab_tp.head_bwd_s))
+        idle_f, idle_b = idle_f + head_f, idle_b + head_b
     return ChunkCost(
         fwd_s=cs.f + off_f + idle_f, bwd_input_s=cs.bi + off_b + idle_b, bwd_weight_s=cs.bw, recompute_s=cs.rc,
         host_idle_fwd_s=idle_f, host_idle_bwd_s=idle_b, tp_fwd_s=tp_fc, tp_bwd_s=tp_bc,

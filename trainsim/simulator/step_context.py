@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainsim.cost_models import activations as act
-from trainsim.cost_models import compute, framework, host_issue, memory
+from trainsim.cost_models import compute, framework, host_issue, loss_issue, memory
 from trainsim.cost_models.shapes import dense_block_scenario, layer_shape
 from trainsim.specs import Scenario, framework_behaviour
 
@@ -37,6 +37,7 @@ class _Step:
     fw: framework_behaviour.FrameworkBehaviour
     sg_gather: float                  # Megatron's scatter/gather re-gather of a received activation
     vocab_tp: VocabTp                 # the vocabulary-parallel embedding's, logits' and loss's TP collectives
+    head_issue: tuple                 # (forward, backward) host seconds of the head and loss (cost_models.loss_issue)
     emb_act: float
     head_act: float
     z: int                            # effective ZeRO stage
@@ -111,6 +112,7 @@ def _step_context(scenario: Scenario, profile) -> _Step:
         pl=pl, groups=groups, main=main, dense=dense,
         local_global=_local_global_blocks(scenario, groups, profile),
         act_msg=act_msg, fw=fw, sg_gather=sg_gather, vocab_tp=vocab_tp,
+        head_issue=loss_issue.head_loss_issue_s(scenario, profile),
         emb_act=act.embedding_activation_bytes(scenario), head_act=act.head_activation_bytes(scenario),
         z=z, dp_group=dp_group, shard_group=shard_group, rep_group=rep_group,
         expert_apart=expert_apart, expert_dp_group=expert_dp_group,
