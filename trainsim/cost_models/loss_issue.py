@@ -18,10 +18,12 @@ They apply to frameworks that run Megatron's legacy Python layer (``FrameworkBeh
 mode where no GPU profile measured the host: the executor's own chunk has its per-micro-batch work measured
 (``CalibrationProfile.host_issue_chunk``), Megatron-Core's head is Transformer Engine's.
 
-GPU idle: the host issues the head's ops while the GPU runs them (no host sync between the last block and the
-loss), so the GPU waits only where issuing takes longer than running: ``max(0, host - GPU)`` for the head's
-forward and for its backward, on the chunk that holds the head (``head_idle_s``). A TP 1 head of a 50k vocabulary
-runs milliseconds per sequence and hides its issue; at TP 8 and one sequence it runs a fraction of a millisecond.
+GPU idle (host_issue.chunk_idle_s, on the chunk that ends the model): the head's host seconds join the chunk's
+host time, which the GPU waits for where it exceeds the chunk's GPU time. Where the framework syncs host and GPU
+in every block (Megatron-DeepSpeed), the host cannot be ahead when the head starts: the host issues the head's ops
+while the GPU runs them, so the GPU waits only where issuing takes longer than running, ``max(0, host - GPU)`` for
+the head's forward and for its backward (``head_idle_s``). A TP 1 head of a 50k vocabulary runs milliseconds per
+sequence and hides its issue; at TP 8 and one sequence it runs a fraction of a millisecond.
 """
 
 from __future__ import annotations

@@ -84,7 +84,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainsim.cost_models import activations as act
-from trainsim.cost_models import compute, framework, host_issue, loss_issue, memory, step_host
+from trainsim.cost_models import compute, framework, host_issue, memory, step_host
 from trainsim.cost_models.grad_buffer import DDP_BUCKET_PARAMS, DDP_BUCKET_PARAMS_PER_DP, MiB
 from trainsim.specs import Scenario
 from trainsim.specs.memo import active_memo
@@ -293,12 +293,8 @@ def _chunk(st: _Step, s: int, c: int, pair: float) -> ChunkCost:
                                              cs.bi + cs.bw + cs.rc + off_b + tp_bc + cp_bc + dp_b, first=vs == 0,
                                              blocks=tuple((k, *b.gpu_passes(), b.tp_f / tp_calls)
                                                           for b, k in cs.kinds if k),
-                                             queued=framework.queued_microbatches(scenario))
-    if vs == st.last_vs and st.head_issue != (0.0, 0.0):
-        head_f, head_b = loss_issue.head_idle_s(st.head_issue, (
-            st.head.fwd_s + st.vocab_tp.head_fwd_s,
-            st.head.bwd_input_s + st.head.bwd_weight_s + st.vocab_tp.head_bwd_s))
-        idle_f, idle_b = idle_f + head_f, idle_b + head_b
+                                             queued=framework.queued_microbatches(scenario),
+                                             head=_head_issue(st) if vs == st.last_vs else None)
     return ChunkCost(
         fwd_s=cs.f + off_f + idle_f, bwd_input_s=cs.bi + off_b + idle_b, bwd_weight_s=cs.bw, recompute_s=cs.rc,
         host_idle_fwd_s=idle_f, host_idle_bwd_s=idle_b, tp_fwd_s=tp_fc, tp_bwd_s=tp_bc,
@@ -311,6 +307,16 @@ def _chunk(st: _Step, s: int, c: int, pair: float) -> ChunkCost:
         layers=n, label=cs.label, grad_buckets=buckets,
         param_gather=gather, param_gather_bytes=0.0,  # gather buffers are in memory.stage_memory 'other'
     )
+
+
+def _head_issue(st: _Step) -> tuple[float, float, float, float] | None:
+    """(host forward, host backward, GPU forward, GPU backward) seconds of the output head and loss per micro-batch
+    (cost_models.loss_issue; GPU: the head's ops and its vocabulary-parallel collectives), None where its host
+    time is not modelled apart."""
+    if st.head_issue == (0.0, 0.0):
+        return None
+    return (*st.head_issue, st.head.fwd_s + st.vocab_tp.head_fwd_s,
+            st.head.bwd_input_s + st.head.bwd_weight_s + st.vocab_tp.head_bwd_s)
 
 
 def _pp_sends(st: _Step, s: int, nets: tuple[Scenario, Scenario] | None = None
