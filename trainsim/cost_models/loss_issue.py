@@ -43,8 +43,8 @@ def head_loss_issue_s(scenario, profile=None) -> tuple[float, float]:
     """(forward, backward) host seconds to issue Megatron's head and loss for one micro-batch (module doc); (0, 0)
     where they are not modelled apart (not Megatron's legacy layer, not eager, or a GPU profile measured the
     host)."""
-    from .host_issue import (BACKWARD_FRAME_RATIO, COLLECTIVE_OPS, MODULE_FRAME_RATIO, op_seconds)
     from .eager import block_style
+    from .host_issue import BACKWARD_FRAME_RATIO, COLLECTIVE_OPS, MODULE_FRAME_RATIO, op_seconds
     from .shapes import layer_shape
 
     t, tp = scenario.training, scenario.layout.tp
