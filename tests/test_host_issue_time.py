@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from trainsim.cost_models import host_issue as hi
+from trainsim.cost_models import loss_issue
 from trainsim.simulator.builder import build_cost_table
 from trainsim.simulator.predict import predict
 from trainsim.specs import ModelSpec, build_scenario
@@ -68,9 +69,12 @@ def test_a_host_bound_chunk_waits_for_its_host():
     ch = build_cost_table(s).stages[0].chunks[0]
     n = ch.layers
     assert ch.host_idle_fwd_s > 0 and ch.host_idle_bwd_s > 0
-    # the forward pass (compute + exposed TP) now lasts exactly the host's issue time of its blocks
-    assert ch.fwd_s + ch.tp_fwd_s == pytest.approx(n * issue.fwd_s)
-    assert ch.bwd_s + ch.tp_bwd_s == pytest.approx(n * issue.bwd_s)
+    # the forward pass (compute + exposed TP) now lasts exactly the host's issue time of its blocks and of the
+    # output head and loss it ends with (cost_models.loss_issue)
+    head_f, head_b = loss_issue.head_loss_issue_s(s)
+    assert head_f > 0 and head_b > 0
+    assert ch.fwd_s + ch.tp_fwd_s == pytest.approx(n * issue.fwd_s + head_f)
+    assert ch.bwd_s + ch.tp_bwd_s == pytest.approx(n * issue.bwd_s + head_b)
     graphs = build_cost_table(small(host_issue="cuda_graphs")).stages[0].chunks[0]
     assert graphs.host_idle_fwd_s == graphs.host_idle_bwd_s == 0.0
     assert predict(small(host_issue="cuda_graphs")).step_time_s < predict(s).step_time_s

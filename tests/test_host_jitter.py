@@ -117,10 +117,22 @@ def _fwd_idle(framework: str, vocab: int) -> float:
     return build_cost_table(_scenario(framework, vocab)).stages[0].chunks[0].host_idle_fwd_s
 
 
+def _head_own_idle(framework: str, vocab: int) -> float:
+    """Forward GPU idle of the head's own host issue where every block syncs (cost_models.loss_issue)."""
+    from trainsim.cost_models.loss_issue import head_idle_s
+    from trainsim.simulator.step_context import _step_context
+
+    st = _step_context(_scenario(framework, vocab), None)
+    return head_idle_s(st.head_issue, (st.head.fwd_s + st.vocab_tp.head_fwd_s, 0.0))[0]
+
+
 def test_the_head_hides_no_host_time_where_every_block_syncs():
     """Host-bound tiny blocks at TP 8: a 64x larger vocabulary (more logits and loss work on the GPU in the same
     forward pass) hides part of the blocks' host excess where the host runs ahead over the chunk (megatron-2021),
-    none where every block forward syncs (megatron-deepspeed): there each block's excess is idle on its own."""
+    none where every block forward syncs (megatron-deepspeed): there each block's excess is idle on its own, and the
+    larger head hides only the head's own issue (idle at 4,096 entries, none at 262,144)."""
     assert _fwd_idle("megatron-2021", 262144) < _fwd_idle("megatron-2021", 4096) - 1e-4
-    assert _fwd_idle("megatron-deepspeed", 262144) == pytest.approx(_fwd_idle("megatron-deepspeed", 4096))
+    small_head = _head_own_idle("megatron-deepspeed", 4096)
+    assert small_head > 0 and _head_own_idle("megatron-deepspeed", 262144) == 0.0
+    assert _fwd_idle("megatron-deepspeed", 262144) == pytest.approx(_fwd_idle("megatron-deepspeed", 4096) - small_head)
     assert _fwd_idle("megatron-deepspeed", 4096) > 0

@@ -38,6 +38,7 @@ from trainsim.specs.memo import memoised
 
 from .autocast import RESIDUAL_BYTES, norm_output_casts
 from .framework import cross_entropy_bytes, eager_ce_cast_bytes, train_metric_bytes_per_logit
+from .host_issue import megatron_fused_softmax
 from .shapes import DEFAULT_SELECTIVE as _CORE_ATTN
 from .shapes import LayerShape, block_kinds, layer_shape
 
@@ -49,6 +50,14 @@ MATMUL_KINDS = frozenset({"gemm", "bmm", "attention"})
 # SwiGLU ~6 (sigmoid, 2 mul), softmax ~5, add/dropout 1.
 _NORM_FLOPS = {"layernorm": 5.0, "rmsnorm": 3.0}
 _SOFTCAP_FLOPS = 3.0  # soft-capping c·tanh(x/c): divide, tanh, multiply
+# Megatron's fused causal softmax (``ScaledUpperTriangMaskedSoftmax``, megatron/fused_kernels/
+# scaled_upper_triang_masked_softmax.h, read_file id 942379751): the forward kernel loads a row's elements only
+# below ``local_seq = blockIdx.x + 1`` (the row's unmasked keys), sets the rest to -inf without reading them and
+# writes every element (zeros above the diagonal); the backward kernel loads the output gradient and the saved
+# output under the same bound and writes every element. The kernel's dispatch asserts at most 2,048 keys
+# (``TORCH_INTERNAL_ASSERT(softmax_elements >= 0 && softmax_elements <= 2048)``); beyond, Megatron's softmax
+# takes another path, which reads the whole score matrix.
+CAUSAL_SOFTMAX_MAX_KEYS = 2048
 
 
 @dataclass(frozen=True)
@@ -245,11 +254,31 @@ def _attention_ops(shp: LayerShape) -> list[Op]:
     ops.append(scores)
     if shp.attn_softcap:  # c·tanh(x/c) on the scores before the softmax (Gemma 2's attn_logit_softcapping)
         ops.append(_elementwise("attn_softcap", "elementwise", probs, 2 * e, 3 * e, _SOFTCAP_FLOPS, modules=_CORE_ATTN))
-    ops.append(_elementwise("softmax", "softmax", probs, 2 * e, 3 * e, 5.0, modules=_CORE_ATTN))
+    fwd_rw, bwd_rw = causal_softmax_bytes(shp) if causal_fused_softmax(shp) else (2 * e, 3 * e)
+    ops.append(_elementwise("softmax", "softmax", probs, fwd_rw, bwd_rw, 5.0, modules=_CORE_ATTN))
     if shp.dropout:
         ops.append(_elementwise("attn_dropout", "elementwise", probs, 2 * e + 1, 2 * e + 1, 1.0, modules=_CORE_ATTN))
     ops.append(_bmm("attn_values", batch, (sq, dv, sk), ((sq, sk, dv), (sk, dv, sq)), e))
     return ops
+
+
+def causal_fused_softmax(shp: LayerShape) -> bool:
+    """Whether the scores' softmax is Megatron's fused upper-triangular (causal) kernel: Megatron's
+    FusedScaleMaskSoftmax (``LayerShape.megatron_softmax``) on causal scores where its fused kernel applies
+    (host_issue.megatron_fused_softmax: fp16/bf16, query length and ``b * np`` multiples of 4, more than 16 keys)
+    and the keys fit the kernel (``CAUSAL_SOFTMAX_MAX_KEYS``)."""
+    return (shp.megatron_softmax and shp.causal and not shp.flash and shp.cp == 1
+            and shp.s <= CAUSAL_SOFTMAX_MAX_KEYS and megatron_fused_softmax(shp))
+
+
+def causal_softmax_bytes(shp: LayerShape) -> tuple[float, float]:
+    """(forward, backward) HBM bytes per score of Megatron's fused causal softmax (module doc of
+    ``CAUSAL_SOFTMAX_MAX_KEYS``): row i reads its i + 1 unmasked scores (forward: the input; backward: the output
+    gradient and the saved output) and writes all s entries, zeros above the diagonal. Averaged over the rows,
+    (s + 1) / (2 s) of each read."""
+    e, s = shp.e, shp.s
+    kept = (s + 1) / (2 * s)
+    return e * kept + e, 2 * e * kept + e
 
 
 def _bmm(name: str, batch: int, fwd: Gemm, bwd: tuple[Gemm, ...], e: int) -> Op:

@@ -150,6 +150,7 @@ from typing import TYPE_CHECKING
 
 from .host_jitter import MEASURED_FWD, measured_sigma, pace
 from .compiled_issue import compiled_kernel_count
+from .loss_issue import head_idle_s
 
 if TYPE_CHECKING:
     from .profile import ChunkHostIssue
@@ -320,19 +321,22 @@ def sync_tail_s(issue: PassIssue, collective_s: float) -> float:
     return max(0.0, collective_s - issue.sync_overlap_s)
 
 
-def chunk_issue_s(issue: PassIssue | None, layers: int, first: bool = False) -> tuple[float, float]:
+def chunk_issue_s(issue: PassIssue | None, layers: int, first: bool = False,
+                  head: tuple[float, ...] | None = None) -> tuple[float, float]:
     """(forward, backward) host seconds to issue a chunk of ``layers`` blocks for one micro-batch: its blocks'
-    passes and, on the chunk that starts the micro-batch (``first``), the micro-batch's own work outside the blocks;
+    passes, on the chunk that starts the micro-batch (``first``) the micro-batch's own work outside the blocks, and
+    on the chunk that ends it the output head and loss (``head``: their host forward and backward seconds first);
     (0, 0) where the host is not modelled apart (``issue`` None) or no blocks."""
     if issue is None or layers <= 0:
         return 0.0, 0.0
     mb_f, mb_b = (issue.microbatch_fwd_s, issue.microbatch_bwd_s) if first else (0.0, 0.0)
-    return layers * issue.fwd_s + mb_f, layers * issue.bwd_s + mb_b
+    head_f, head_b = head[:2] if head is not None else (0.0, 0.0)
+    return layers * issue.fwd_s + mb_f + head_f, layers * issue.bwd_s + mb_b + head_b
 
 
 def chunk_idle_s(issue: PassIssue | None, layers: int, gpu_fwd_s: float, gpu_bwd_s: float,
                  first: bool = False, blocks: tuple[tuple[float, ...], ...] = (),
-                 queued: int = 0) -> tuple[float, float]:
+                 queued: int = 0, head: tuple[float, float, float, float] | None = None) -> tuple[float, float]:
     """(forward, backward) GPU idle of a chunk of ``layers`` blocks per micro-batch whose passes keep the GPU busy
     ``gpu_fwd_s`` / ``gpu_bwd_s``, the lead-ins after the framework's host syncs included (``first``: the chunk
     that starts the micro-batch, after its sync, and carries the micro-batch's host work outside the blocks);
@@ -345,12 +349,20 @@ def chunk_idle_s(issue: PassIssue | None, layers: int, gpu_fwd_s: float, gpu_bwd
     (module doc, "Host syncs") and the chunk's other GPU work (embedding, logits and loss) hides none of it.
     ``queued`` > 0: the chunk is the whole model and its ``queued`` micro-batches are issued back to back without
     host syncs (trainsim execute's gradient accumulation): the step's idle is ``queued_idle_s``, charged evenly to
-    each micro-batch's forward."""
+    each micro-batch's forward.
+    ``head``: (host forward, host backward, GPU forward, GPU backward) seconds of the output head and loss on the
+    chunk that ends the model (cost_models.loss_issue): its host time joins the chunk's; where the blocks sync
+    the host cannot be ahead when the head starts, so the head idles for its own excess (``loss_issue.head_idle_s``)."""
     if issue is None or layers <= 0:
         return 0.0, 0.0
     lead_f = layers * issue.sync_fwd_s + (issue.microbatch_sync_s if first else 0.0)
     mb_f, mb_b = (issue.microbatch_fwd_s, issue.microbatch_bwd_s) if first else (0.0, 0.0)
-    host_f, host_b = chunk_issue_s(issue, layers, first)
+    if head is not None and issue.sync_fwd_s <= 0:
+        mb_f, mb_b = mb_f + head[0], mb_b + head[1]
+    elif head is not None:
+        idle_head = head_idle_s(head[:2], head[2:])
+        mb_f, mb_b = mb_f + idle_head[0], mb_b + idle_head[1]
+    host_f, host_b = layers * issue.fwd_s + mb_f, layers * issue.bwd_s + mb_b
     if queued > 0:
         idle = queued_idle_s(host_f, host_b, gpu_fwd_s, gpu_bwd_s, queued)
         return idle / queued + lead_f, layers * issue.sync_bwd_s

@@ -58,6 +58,7 @@ class LayerShape:
     dropout: bool = False
     softmax_fp32: bool = False  # unfused attention also saves fp32 probabilities (TrainingSpec.attention_softmax_fp32)
     causal: bool = True  # decoder LMs: a fused kernel skips the masked half (time only, not FLOP counts)
+    megatron_softmax: bool = False  # unfused attention's softmax is Megatron's FusedScaleMaskSoftmax (flops.py)
     flash_version: int = 2  # FlashAttention generation (TrainingSpec.flash_attention_version)
     fused_ce: bool = False  # fused cross-entropy kernel (TrainingSpec.cross_entropy, else the framework's)
     eager_ce: bool = False  # torch's eager F.cross_entropy on an fp32 copy of the logits (TrainingSpec.cross_entropy)
@@ -174,6 +175,7 @@ def _layer_shape(scenario) -> LayerShape:
         compiled=t.compile,
         flash=t.flash_attention, dropout=t.dropout, flash_version=t.flash_attention_version,
         softmax_fp32=t.attention_softmax_fp32 and not t.flash_attention,
+        megatron_softmax=behaviour(t.framework).megatron_arguments,
         fused_ce=(t.cross_entropy == "fused" if t.cross_entropy
                   else behaviour(t.framework).fused_cross_entropy),
         eager_ce=(t.cross_entropy in ("eager_fp32", "eager_fp32_kept") if t.cross_entropy

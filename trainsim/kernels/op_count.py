@@ -21,6 +21,7 @@ from trainsim.cost_models.host_issue import BLOCK_OPS
 from trainsim.specs import ModelSpec
 
 from .megatron_block import MegatronLayer
+from .megatron_head import MegatronHead
 from .torch_model import Block, ModelOptions
 
 # aten ops that only make a new view or alias of a tensor (no kernel launch on a GPU).
@@ -98,6 +99,21 @@ def count_megatron_layer_ops(hidden: int, heads: int, ffn: int, *, micro_batch: 
     dtype = torch.float32 if fused_softmax else torch.float16
     return _count(lambda: MegatronLayer(hidden, heads, ffn, fused_softmax=fused_softmax, seq_len=seq_len,
                                         dtype=dtype), (seq_len, micro_batch, hidden), dtype)
+
+
+def count_megatron_head_ops(hidden: int, vocab: int, *, micro_batch: int = 1, seq_len: int = 64) -> OpCount:
+    """Aten ops of one forward and backward of Megatron's GPT head and loss (megatron_head), sequence-major, from
+    the last block's output to the scaled loss (cost_models.loss_issue.HEAD_LOSS_OPS)."""
+    with FakeTensorMode():
+        module = MegatronHead(hidden, vocab, seq_len=seq_len, micro_batch=micro_batch)
+        x = torch.randn(seq_len, micro_batch, hidden, requires_grad=True)
+        fwd = _Counter()
+        with fwd:
+            loss = module(x)
+        bwd = _Counter()
+        with bwd:
+            loss.backward()
+    return OpCount(fwd.ops, fwd.kernels, bwd.ops, bwd.kernels)
 
 
 # The block of each BLOCK_OPS style as counted (any width gives the same counts: tests/test_host_issue_time.py).

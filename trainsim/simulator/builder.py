@@ -285,16 +285,19 @@ def _chunk(st: _Step, s: int, c: int, pair: float) -> ChunkCost:
     ck = cs.comm_kinds
     tp_fc = sum(k * b.tp_f for b, k in ck) + (st.sg_gather if vs > 0 else 0.0)
     tp_bc = sum(k * b.tp_b for b, k in ck) + (st.sg_gather if vs < st.last_vs else 0.0)
+    tp_fc += (st.vocab_tp.emb_fwd_s if vs == 0 else 0.0) + (st.vocab_tp.head_fwd_s if vs == st.last_vs else 0.0)
+    tp_bc += st.vocab_tp.head_bwd_s if vs == st.last_vs else 0.0
     # The GPU cannot run ahead of its host: a pass lasts at least the host's time to issue it; the
     # excess over the GPU's busy time (compute + communication on its stream) is GPU idle.
     cp_fc, cp_bc = sum(k * b.cp_f for b, k in ck), sum(k * b.cp_b for b, k in ck)
     tp_calls = max(1, host_issue.tp_collective_calls(scenario)[0])  # a forward's sync drains one of them
+    head = _head_issue(st) if vs == st.last_vs else None
     idle_f, idle_b = host_issue.chunk_idle_s(st.issue, n, cs.f + off_f + tp_fc + cp_fc + dp_f,
                                              cs.bi + cs.bw + cs.rc + off_b + tp_bc + cp_bc + dp_b, first=vs == 0,
                                              blocks=tuple((k, *b.gpu_passes(), b.tp_f / tp_calls)
                                                           for b, k in cs.kinds if k),
-                                             queued=framework.queued_microbatches(scenario))
-    host_f, host_b = host_issue.chunk_issue_s(st.issue, n, first=vs == 0)
+                                             queued=framework.queued_microbatches(scenario), head=head)
+    host_f, host_b = host_issue.chunk_issue_s(st.issue, n, first=vs == 0, head=head)
     return ChunkCost(
         fwd_s=cs.f + off_f + idle_f, bwd_input_s=cs.bi + off_b + idle_b, bwd_weight_s=cs.bw, recompute_s=cs.rc,
         host_idle_fwd_s=idle_f, host_idle_bwd_s=idle_b, host_issue_fwd_s=host_f, host_issue_bwd_s=host_b,
@@ -308,6 +311,16 @@ def _chunk(st: _Step, s: int, c: int, pair: float) -> ChunkCost:
         layers=n, label=cs.label, grad_buckets=buckets,
         param_gather=gather, param_gather_bytes=0.0,  # gather buffers are in memory.stage_memory 'other'
     )
+
+
+def _head_issue(st: _Step) -> tuple[float, float, float, float] | None:
+    """(host forward, host backward, GPU forward, GPU backward) seconds of the output head and loss per micro-batch
+    (cost_models.loss_issue; GPU: the head's ops and its vocabulary-parallel collectives), None where its host
+    time is not modelled apart."""
+    if st.head_issue == (0.0, 0.0):
+        return None
+    return (*st.head_issue, st.head.fwd_s + st.vocab_tp.head_fwd_s,
+            st.head.bwd_input_s + st.head.bwd_weight_s + st.vocab_tp.head_bwd_s)
 
 
 def _pp_sends(st: _Step, s: int, nets: tuple[Scenario, Scenario] | None = None

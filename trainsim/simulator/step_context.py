@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainsim.cost_models import activations as act
-from trainsim.cost_models import compute, framework, host_issue, memory
+from trainsim.cost_models import compute, framework, host_issue, loss_issue, memory
 from trainsim.cost_models.shapes import dense_block_scenario, layer_shape
 from trainsim.specs import Scenario, framework_behaviour
 
@@ -14,6 +14,7 @@ from .block import _Block, _block, _local_global_blocks
 from . import zero3_reduce
 from .exposures import _coll, _pace, _paced
 from .grad_sync import _bucket_settings
+from .vocab_tp import VocabTp, vocab_parallel_tp
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class _Step:
     act_msg: float                    # one [b, s/cp, h] activation, bytes
     fw: framework_behaviour.FrameworkBehaviour
     sg_gather: float                  # Megatron's scatter/gather re-gather of a received activation
+    vocab_tp: VocabTp                 # the vocabulary-parallel embedding's, logits' and loss's TP collectives
+    head_issue: tuple                 # (forward, backward) host seconds of the head and loss (cost_models.loss_issue)
     emb_act: float
     head_act: float
     z: int                            # effective ZeRO stage
@@ -99,14 +102,17 @@ def _step_context(scenario: Scenario, profile) -> _Step:
     head_params = (memory.stage_extra_params(m, lay.tp, p, loss_stage, loss_stage)
                    - (emb_params if loss_stage == 0 else 0.0))
     stage_mem = tuple(memory.stage_memory(scenario, s) for s in range(p))
+    head = _paced(compute.head_times(scenario, profile), slowest)
+    vocab_tp = vocab_parallel_tp(scenario, groups["tp"], profile, act_msg, shp.tokens, head.bwd_weight_s, fw)
     return _Step(
         scenario=scenario, profile=profile, slowest=slowest,
         emb=_paced(compute.embedding_times(scenario, profile), slowest),
-        head=_paced(compute.head_times(scenario, profile), slowest),
+        head=head,
         mtp=_paced(compute.mtp_times(scenario, profile), slowest),
         pl=pl, groups=groups, main=main, dense=dense,
         local_global=_local_global_blocks(scenario, groups, profile),
-        act_msg=act_msg, fw=fw, sg_gather=sg_gather,
+        act_msg=act_msg, fw=fw, sg_gather=sg_gather, vocab_tp=vocab_tp,
+        head_issue=loss_issue.head_loss_issue_s(scenario, profile),
         emb_act=act.embedding_activation_bytes(scenario), head_act=act.head_activation_bytes(scenario),
         z=z, dp_group=dp_group, shard_group=shard_group, rep_group=rep_group,
         expert_apart=expert_apart, expert_dp_group=expert_dp_group,
