@@ -2,8 +2,11 @@
 DeepSeek-V3 on 512 H100 (a fine-grained MoE space with uneven pipeline splits and expert-TP folding),
 and the README's main job (`trainsim report examples/llama3-70b-h100.yaml`). Prints wall time, CPU time and
 how many layouts each stage of the search handled. Target: the 405B plan in <= 30 s on this 2-core machine.
+``--tensors-only`` times just the per-tensor-heavy pair: Qwen3-30B-A3B (128 experts x 48 layers: tens of
+thousands of parameter tensors per rank, param_tensors.py) and Llama 3 8B on 16 H100 at tp = 2 (the CLI's
+``plan --model qwen3-30b-a3b --gpus 16 --global-batch 64 --seq-len 4096 --tp 2 --etp 2 --top 2``).
 
-    python benchmarks/bench_planner.py [--workers N] [--skip-report]
+    python benchmarks/bench_planner.py [--workers N] [--skip-report] [--tensors-only]
 """
 
 from __future__ import annotations
@@ -63,6 +66,24 @@ def bench_deepseek(workers: int) -> None:
           f"best: {res.rows[0].candidate.label()}")
 
 
+def bench_tensor_heavy() -> None:
+    """A fine-grained MoE plan whose candidates each read tens of thousands of per-expert tensors, and a dense
+    plan of the same shape, through the CLI (output discarded)."""
+    import contextlib
+    import io
+
+    from trainsim.cli.main import main
+
+    for name, extra in (("qwen3-30b-a3b", ["--etp", "2"]), ("llama3-8b", [])):
+        argv = ["plan", "--model", name, "--cluster", "dgx-h100", "--gpus", "16", "--global-batch", "64",
+                "--seq-len", "4096", "--tp", "2", *extra, "--top", "2", "--json"]
+        c0, t0 = cpu_s(), time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = main(argv)
+        wall, cpu = time.perf_counter() - t0, cpu_s() - c0
+        print(f"trainsim {' '.join(argv)}: exit {code}, {wall:.1f} s wall, {cpu:.1f} s CPU")
+
+
 def bench_report() -> None:
     from trainsim.cli.main import main
 
@@ -82,8 +103,12 @@ def main() -> int:
     ap.add_argument("--skip-report", action="store_true")
     ap.add_argument("--skip-moe", action="store_true", help="skip the DeepSeek-V3 space")
     ap.add_argument("--exhaustive", action="store_true", help="also time the search without dominance pruning")
+    ap.add_argument("--tensors-only", action="store_true", help="time only the Qwen3-30B-A3B and Llama 3 8B plans")
     args = ap.parse_args()
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}, python {sys.version.split()[0]}")
+    if args.tensors_only:
+        bench_tensor_heavy()
+        return 0
     for w in ([1, os.cpu_count() or 1] if args.workers == 0 else [args.workers]):
         bench_405b(w)
     if args.exhaustive:

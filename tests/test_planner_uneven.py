@@ -193,12 +193,18 @@ def test_moe_plans_search_expert_tensor_parallel_folding():
 
 
 def test_plan_cli_pins_etp_and_refuses_it_for_dense_models(capsys):
+    """--etp 2 holds in every row while ep is searched (pp and micro-batch pinned to keep the sweep small: tp = 2
+    MoE candidates would otherwise also try MoE parallel folding, etp = 1)."""
     from trainsim.cli.main import main
     code = main(["plan", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--gpus", "16", "--global-batch", "64",
-                 "--seq-len", "4096", "--tp", "2", "--etp", "2", "--top", "2", "--json"])
+                 "--seq-len", "4096", "--tp", "2", "--etp", "2", "--pp", "1", "--micro-batch", "1", "--top", "2",
+                 "--json"])
     import json
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert code == 0 and rows and all(r["etp"] == 2 for r in rows)
+    main(["plan", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--gpus", "16", "--global-batch", "64",
+          "--seq-len", "4096", "--tp", "2", "--pp", "1", "--micro-batch", "1", "--top", "2", "--json"])
+    assert any(r["etp"] == 1 for r in json.loads(capsys.readouterr().out)["rows"])  # unpinned, folding wins
     code = main(["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--global-batch", "64",
                  "--seq-len", "4096", "--etp", "1"])
     assert code == 2 and "etp" in capsys.readouterr().err

@@ -31,10 +31,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainsim.specs.framework_behaviour import behaviour
+from trainsim.specs.memo import IdentityMemo
 
 from .framework import default_overlap_grad_reduce
 from .grad_buffer import buffer_buckets, megatron_bucket_params
-from .param_tensors import ParamTensor, chunk_tensors
+from .param_tensors import ChunkKey, ParamTensor, chunk_key, key_tensors
 
 
 @dataclass(frozen=True)
@@ -61,27 +62,39 @@ def _overlap(training) -> bool:
 def chunk_dp_buckets(scenario, stage: int, chunk: int, n: int, n_expert: int | None = None) -> tuple[DpBucket, ...]:
     """The DDP buckets of ``stage``'s model chunk ``chunk`` in launch order (module doc): dense buffer first, laid
     out for ``n`` data-parallel ranks, then the expert buffer, laid out for the ``n_expert`` ranks of the
-    expert-data-parallel group it reduces over (default ``n``)."""
+    expert-data-parallel group it reduces over (default ``n``). Memoised per model object and chunk."""
     tr = scenario.training
-    tensors = chunk_tensors(scenario, scenario.virtual_stage(stage, chunk))
+    key = chunk_key(scenario, scenario.virtual_stage(stage, chunk))
     if behaviour(tr.framework).megatron_ddp == "local" and not _overlap(tr):
-        return (DpBucket(round(sum(t.elems for t in tensors)), False, 0),) if tensors else ()
+        return _CHUNK_BUCKETS(scenario.model, key, None, n, n, False, False)
     dist_opt = tr.effective_zero >= 1
     bucketed = _overlap(tr) and chunk == 0 and stage == 0
     size = megatron_bucket_params(scenario, tr.dp_bucket_mb) if bucketed else None
+    shared = dist_opt and scenario.model.tie_embeddings and scenario.layout.pp > 1
+    return _CHUNK_BUCKETS(scenario.model, key, size, n, n_expert or n, dist_opt, shared, True)
+
+
+def _chunk_buckets(model, key: ChunkKey, size: float | None, n: int, n_expert: int, dist_opt: bool, shared: bool,
+                   bucketed: bool = False) -> tuple[DpBucket, ...]:
+    """chunk_dp_buckets of the chunk ``key`` describes; not ``bucketed``: the legacy DDP's one call per chunk."""
+    tensors = key_tensors(model, key)
+    if not bucketed:
+        return (DpBucket(round(sum(t.elems for t in tensors)), False, 0),) if tensors else ()
     out: list[DpBucket] = []
     for expert in (False, True):
         idx = [i for i, t in enumerate(tensors) if t.expert == expert]
         if not idx:
             continue
-        shared = dist_opt and scenario.model.tie_embeddings and scenario.layout.pp > 1
         own = frozenset(k for k, i in enumerate(idx) if shared and tensors[i].kind in ("embedding", "head"))
         sizes = [max(1, round(tensors[i].elems)) for i in idx]
         pos = 0  # tensors of this buffer laid out so far (the buffer runs in reverse registration order)
-        for b in buffer_buckets(sizes, (n_expert or n) if expert else n, size, dist_opt, own):
+        for b in buffer_buckets(sizes, n_expert if expert else n, size, dist_opt, own):
             pos += len(b.ranges)
             out.append(DpBucket(b.size, expert, idx[len(idx) - pos]))
     return tuple(out)
+
+
+_CHUNK_BUCKETS = IdentityMemo(_chunk_buckets)
 
 
 def _segment(name: str) -> str:
@@ -91,23 +104,67 @@ def _segment(name: str) -> str:
     return "embedding" if name.startswith("embedding.") else "head"
 
 
+@dataclass(frozen=True)
+class SegmentProfile:
+    """Where each tensor's gradient falls in a chunk's backward (ready_fractions): the chunk's modules in backward
+    order ('head', 'embedding' or 'layers.<i>'), and per tensor its module's position in that order and the
+    elements of its module produced up to and including it, over the module's elements (at least 1)."""
+
+    segments: tuple[str, ...]
+    position: tuple[int, ...]
+    done: tuple[float, ...]
+    seg_elems: tuple[float, ...]
+
+
+def segment_profile(tensors: tuple[ParamTensor, ...]) -> SegmentProfile:
+    """The SegmentProfile of a chunk's tensors (registration order)."""
+    names = [_segment(t.name) for t in tensors]
+    seg_elems: dict[str, float] = {}
+    for name, t in zip(names, tensors):
+        seg_elems[name] = seg_elems.get(name, 0.0) + t.elems
+    segments: list[str] = []
+    position, done_of, elems_of = [0] * len(tensors), [0.0] * len(tensors), [1.0] * len(tensors)
+    current, done = None, 0.0
+    for i in reversed(range(len(tensors))):
+        if names[i] != current:
+            current, done = names[i], 0.0
+            segments.append(current)
+        done += tensors[i].elems
+        position[i], done_of[i], elems_of[i] = len(segments) - 1, done, max(seg_elems[current], 1.0)
+    return SegmentProfile(tuple(segments), tuple(position), tuple(done_of), tuple(elems_of))
+
+
+def chunk_segment_profile(scenario, vstage: int) -> SegmentProfile:
+    """segment_profile of virtual stage ``vstage``'s tensors (param_tensors.chunk_tensors). Memoised per model
+    object and chunk."""
+    return _PROFILES(scenario.model, chunk_key(scenario, vstage))
+
+
+_PROFILES = IdentityMemo(lambda model, key: segment_profile(key_tensors(model, key)))
+
+
 def ready_fractions(tensors: tuple[ParamTensor, ...], closing: list[int], head_s: float, block_s: float,
                     embedding_s: float) -> tuple[float, ...]:
     """For each bucket (``closing``: the registration index of the tensor that completes it) the fraction of the
     chunk's backward after which it is ready (module doc); ``head_s``, ``block_s``, ``embedding_s`` are the
     backward seconds of the head (with MTP), of one block and of the embedding."""
+    return profile_ready_fractions(segment_profile(tensors), closing, head_s, block_s, embedding_s)
+
+
+def profile_ready_fractions(profile: SegmentProfile, closing: list[int], head_s: float, block_s: float,
+                            embedding_s: float) -> tuple[float, ...]:
+    """ready_fractions from the chunk's SegmentProfile: each module's backward starts once every module before it
+    in backward order has run, and a tensor's gradient is ready at its module's start plus the module's time in
+    proportion to the elements produced up to it."""
     seg_s = {"head": head_s, "embedding": embedding_s}
-    seg_elems: dict[str, float] = {}
-    for t in tensors:
-        seg_elems[_segment(t.name)] = seg_elems.get(_segment(t.name), 0.0) + t.elems
-    ready = [0.0] * len(tensors)
-    clock, current, done = 0.0, None, 0.0
-    for i in reversed(range(len(tensors))):
-        seg = _segment(tensors[i].name)
-        if seg != current:
-            clock += seg_s.get(current, block_s) if current is not None else 0.0
-            current, done = seg, 0.0
-        done += tensors[i].elems
-        ready[i] = clock + seg_s.get(seg, block_s) * done / max(seg_elems[seg], 1.0)
-    total = clock + (seg_s.get(current, block_s) if current is not None else 0.0)
-    return tuple(min(1.0, ready[i] / total) if total > 0 else 1.0 for i in closing)
+    starts, clock = [], 0.0
+    for seg in profile.segments:
+        starts.append(clock)
+        clock += seg_s.get(seg, block_s)
+    total = clock
+    out = []
+    for i in closing:
+        k = profile.position[i]
+        ready = starts[k] + seg_s.get(profile.segments[k], block_s) * profile.done[i] / profile.seg_elems[i]
+        out.append(min(1.0, ready / total) if total > 0 else 1.0)
+    return tuple(out)

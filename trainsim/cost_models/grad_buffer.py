@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from trainsim.specs.framework_behaviour import BEHAVIOURS
 from trainsim.specs.memo import IdentityMemo
 
-from .param_tensors import ParamTensor, chunk_tensors
+from .param_tensors import ChunkKey, ParamTensor, chunk_key, key_tensors
 
 # Megatron-Core DistributedDataParallel: bucket_size = max(40_000_000, 1_000_000 * dp_size) parameters.
 DDP_BUCKET_PARAMS = 40_000_000
@@ -112,11 +112,38 @@ def shard_pieces(buckets: list[Bucket], n: int, rank: int) -> list[int]:
     return out
 
 
-def _chunk_units(scenario, tensors: tuple[ParamTensor, ...], expert: bool) -> list[list[ParamTensor]]:
+@dataclass(frozen=True)
+class BufferRules:
+    """How a rank's gradient buffers are cut (module doc), from the scenario: ``megatron`` Megatron's per-chunk
+    buffers (else FSDP1's flat parameters), ``core`` Megatron-Core's distributed-optimizer layout (64-element
+    starts, lcm(n, 128) ends), ``bucket`` the first chunk's bucket size in parameters (None: one bucket),
+    ``shared`` a tied embedding / output layer in buckets of their own, ``fsdp2`` per-tensor sharding."""
+
+    megatron: bool
+    core: bool
+    bucket: float | None
+    shared: bool
+    fsdp2: bool
+
+
+def buffer_rules(scenario, first_chunk: bool) -> BufferRules:
+    """The BufferRules of ``scenario``; ``first_chunk``: pipeline rank 0's first chunk."""
+    from .framework import default_overlap_grad_reduce
+
+    tr = scenario.training
+    fw = BEHAVIOURS[tr.framework]
+    core = fw.megatron_ddp == "core"
+    overlap = default_overlap_grad_reduce(tr) if tr.overlap_grad_reduce is None else tr.overlap_grad_reduce
+    bucket = megatron_bucket_params(scenario, tr.dp_bucket_mb) if (core and overlap and first_chunk) else None
+    return BufferRules(fw.megatron_arguments, core, bucket, scenario.model.tie_embeddings and scenario.layout.pp > 1
+                       and core, fw.fsdp2)
+
+
+def _chunk_units(rules: BufferRules, tensors: tuple[ParamTensor, ...], expert: bool) -> list[list[ParamTensor]]:
     """The buffers (Megatron: one per chunk) or flat parameters (FSDP1: one per block, the rest in one) of a chunk's
     dense or expert tensors."""
     chosen = [t for t in tensors if t.expert == expert]
-    if BEHAVIOURS[scenario.training.framework].megatron_arguments:
+    if rules.megatron:
         return [chosen] if chosen else []
     units: dict[str, list[ParamTensor]] = {}
     for t in chosen:
@@ -125,47 +152,68 @@ def _chunk_units(scenario, tensors: tuple[ParamTensor, ...], expert: bool) -> li
     return list(units.values())
 
 
-def _unit_buckets(scenario, unit: list[ParamTensor], n: int, first_chunk: bool) -> list[Bucket]:
-    """The buckets of one buffer or flat parameter (module doc); ``first_chunk``: pipeline rank 0's first chunk."""
-    from .framework import default_overlap_grad_reduce
-
-    tr = scenario.training
+def _unit_buckets(rules: BufferRules, unit: list[ParamTensor], n: int) -> list[Bucket]:
+    """The buckets of one buffer or flat parameter (module doc)."""
     sizes = [max(1, round(t.elems)) for t in unit]
-    if not BEHAVIOURS[tr.framework].megatron_arguments:
+    if not rules.megatron:
         return buffer_buckets(sizes, n, None, False)
-    core = BEHAVIOURS[tr.framework].megatron_ddp == "core"
-    overlap = default_overlap_grad_reduce(tr) if tr.overlap_grad_reduce is None else tr.overlap_grad_reduce
-    bucket = megatron_bucket_params(scenario, tr.dp_bucket_mb) if (core and overlap and first_chunk) else None
-    shared = scenario.model.tie_embeddings and scenario.layout.pp > 1 and core
-    own = frozenset(i for i, t in enumerate(unit) if shared and t.kind in ("embedding", "head"))
-    return buffer_buckets(sizes, n, bucket, core, own)
+    own = frozenset(i for i, t in enumerate(unit) if rules.shared and t.kind in ("embedding", "head"))
+    return buffer_buckets(sizes, n, rules.bucket, rules.core, own)
 
 
 def optimizer_tensor_elems(scenario, stage: int, rank: int = 0) -> list[float]:
     """Elements of each tensor the optimizer of data-parallel rank ``rank`` of ``stage`` updates: every tensor
     whole without ZeRO; with ZeRO >= 1 the pieces of its flat 1/n slices (module doc), or 1/n of every tensor
     under torch's FSDP2 / per-tensor sharding (framework ``torch``); n is memory.shard_groups' group. Memoised
-    per Scenario object (specs/memo.py)."""
+    per Scenario object, and per model and chunk (specs/memo.py)."""
     return list(_OPTIMIZER_ELEMS(scenario, stage, rank))
 
 
-def _optimizer_tensor_elems(scenario, stage: int, rank: int) -> tuple[float, ...]:
+PiecesKey = tuple[tuple[ChunkKey, BufferRules, bool, int, int], ...]
+
+
+def optimizer_pieces_key(scenario, stage: int, rank: int = 0) -> PiecesKey:
+    """What optimizer_tensor_elems depends on, per chunk and buffer (dense, expert): the chunk's key, its
+    BufferRules, expert or not, the shard group n and the rank in it."""
     from .memory import shard_groups
 
     sharded = scenario.training.effective_zero >= 1
     groups = dict(zip((False, True), shard_groups(scenario))) if sharded else {False: 1, True: 1}
-    out: list[float] = []
+    out = []
     for c in range(scenario.layout.vpp):
-        vs = scenario.virtual_stage(stage, c)
-        tensors = chunk_tensors(scenario, vs)
+        key = chunk_key(scenario, scenario.virtual_stage(stage, c))
+        rules = buffer_rules(scenario, c == 0 and stage == 0)
         for expert, group in groups.items():
             n = max(1, round(group))
-            if n == 1 or BEHAVIOURS[scenario.training.framework].fsdp2:
-                out += [t.elems / n for t in tensors if t.expert == expert]
-                continue
-            for unit in _chunk_units(scenario, tensors, expert):
-                out += shard_pieces(_unit_buckets(scenario, unit, n, c == 0 and stage == 0), n, rank % n)
+            out.append((key, rules, expert, n, rank % n))
+    return tuple(out)
+
+
+def pieces_of(model, key: PiecesKey) -> tuple[float, ...]:
+    """optimizer_tensor_elems of the scenario ``key`` describes (optimizer_pieces_key) of ``model``. Memoised per
+    model object."""
+    return _PIECES(model, key)
+
+
+def _pieces(model, key: PiecesKey) -> tuple[float, ...]:
+    return tuple(x for part in key for x in _CHUNK_PIECES(model, *part))
+
+
+def _optimizer_tensor_elems(scenario, stage: int, rank: int) -> tuple[float, ...]:
+    return pieces_of(scenario.model, optimizer_pieces_key(scenario, stage, rank))
+
+
+def _chunk_pieces(model, key: ChunkKey, rules: BufferRules, expert: bool, n: int, rank: int) -> tuple[float, ...]:
+    """The optimizer's tensor pieces of one chunk's dense or expert tensors on rank ``rank`` of ``n``."""
+    tensors = key_tensors(model, key)
+    if n == 1 or rules.fsdp2:
+        return tuple(t.elems / n for t in tensors if t.expert == expert)
+    out: list[float] = []
+    for unit in _chunk_units(rules, tensors, expert):
+        out += shard_pieces(_unit_buckets(rules, unit, n), n, rank)
     return tuple(out)
 
 
 _OPTIMIZER_ELEMS = IdentityMemo(_optimizer_tensor_elems)
+_CHUNK_PIECES = IdentityMemo(_chunk_pieces)
+_PIECES = IdentityMemo(_pieces)

@@ -169,22 +169,61 @@ def _named(template: list[ParamTensor], prefix: str) -> list[ParamTensor]:
     return [ParamTensor(f"{prefix}{t.name}", t.elems, t.kind, t.tp_sharded, t.expert) for t in template]
 
 
-def _chunk_tensors(scenario, vstage: int, style: str) -> tuple[ParamTensor, ...]:
+@dataclass(frozen=True)
+class ChunkKey:
+    """What one model chunk's tensor list depends on besides the model: the splits, the module style, its global
+    layers ``start`` .. ``start + layers`` (the first ``dense`` of them dense blocks), whether it holds the
+    embedding and the head (with the output layer, with an MTP word-embedding copy). Scenarios that differ only
+    in batch, recompute, schedule or ZeRO share it, so the planner builds each chunk's list once per model."""
+
+    tp: int
+    ep: int
+    etp: int
+    style: str
+    start: int
+    layers: int
+    dense: int
+    first: bool
+    last: bool
+    with_output: bool
+    mtp_embedding_copy: bool
+
+
+def chunk_key(scenario, vstage: int, style: str | None = None) -> ChunkKey:
+    """The ChunkKey of ``scenario``'s virtual stage ``vstage``; ``style`` defaults to the framework's."""
     m, lay = scenario.model, scenario.layout
-    etp, last = scenario.expert_tp, lay.pp * lay.vpp - 1
+    last = lay.pp * lay.vpp - 1
     n = scenario.stage_layers[vstage]
-    n_dense = scenario.dense_layers_in(vstage) if m.is_moe else n
-    start = sum(scenario.stage_layers[:vstage])
-    out = embedding_tensors(m, lay.tp) if vstage == 0 else []
-    kinds = {"dense": m.dense_block() if m.is_moe and n_dense else m, "main": m}
-    templates = {k: block_tensors(model, lay.tp, lay.ep, etp, style, "") for k, model in kinds.items()}
-    for i in range(n):
-        out += _named(templates["dense" if i < n_dense else "main"], f"layers.{start + i}")
-    if vstage == last:
-        out += head_tensors(m, lay.tp, with_output=not (m.tie_embeddings and last == 0))
+    return ChunkKey(lay.tp, lay.ep, scenario.expert_tp, style or module_style(scenario.training.framework),
+                    sum(scenario.stage_layers[:vstage]), n, scenario.dense_layers_in(vstage) if m.is_moe else n,
+                    vstage == 0, vstage == last, not (m.tie_embeddings and last == 0),
+                    vstage == last and bool(m.mtp_layers) and scenario.loss_stage != 0)
+
+
+def _key_tensors(m, k: ChunkKey) -> tuple[ParamTensor, ...]:
+    out = embedding_tensors(m, k.tp) if k.first else []
+    kinds = {"dense": m.dense_block() if m.is_moe and k.dense else m, "main": m}
+    templates = {name: block_tensors(model, k.tp, k.ep, k.etp, k.style, "") for name, model in kinds.items()}
+    for i in range(k.layers):
+        out += _named(templates["dense" if i < k.dense else "main"], f"layers.{k.start + i}")
+    if k.last:
+        out += head_tensors(m, k.tp, with_output=k.with_output)
         if m.mtp_layers:
-            out += mtp_tensors(m, lay.tp, lay.ep, etp, style, embedding_copy=scenario.loss_stage != 0)
+            out += mtp_tensors(m, k.tp, k.ep, k.etp, k.style, embedding_copy=k.mtp_embedding_copy)
     return tuple(out)
+
+
+_KEY_TENSORS = IdentityMemo(_key_tensors)
+
+
+def key_tensors(model, key: ChunkKey) -> tuple[ParamTensor, ...]:
+    """The tensors of the chunk ``key`` describes of ``model``, in registration order. Memoised per model object
+    (specs/memo.py): the same tuple for every scenario of the model with that key."""
+    return _KEY_TENSORS(model, key)
+
+
+def _chunk_tensors(scenario, vstage: int, style: str) -> tuple[ParamTensor, ...]:
+    return key_tensors(scenario.model, chunk_key(scenario, vstage, style))
 
 
 _CHUNK_TENSORS = IdentityMemo(_chunk_tensors)
@@ -192,11 +231,24 @@ _CHUNK_TENSORS = IdentityMemo(_chunk_tensors)
 
 def chunk_tensors(scenario, vstage: int, style: str | None = None) -> tuple[ParamTensor, ...]:
     """The tensors one rank holds of virtual stage ``vstage`` (its model chunk), in registration order; ``style``
-    defaults to the scenario's framework's (module_style). Memoised per Scenario object (specs/memo.py)."""
+    defaults to the scenario's framework's (module_style). Memoised per Scenario object and per model and
+    ChunkKey (specs/memo.py)."""
     return _CHUNK_TENSORS(scenario, vstage, style or module_style(scenario.training.framework))
 
 
+def rank_keys(scenario, stage: int, style: str | None = None) -> tuple[ChunkKey, ...]:
+    """The ChunkKeys of pipeline stage ``stage``'s chunks, in chunk order."""
+    return tuple(chunk_key(scenario, scenario.virtual_stage(stage, c), style) for c in range(scenario.layout.vpp))
+
+
+def _keys_tensors(model, keys: tuple[ChunkKey, ...]) -> tuple[ParamTensor, ...]:
+    return tuple(t for k in keys for t in key_tensors(model, k))
+
+
+_KEYS_TENSORS = IdentityMemo(_keys_tensors)
+
+
 def rank_tensors(scenario, stage: int, style: str | None = None) -> tuple[ParamTensor, ...]:
-    """The tensors one rank of pipeline stage ``stage`` holds: its chunks' (chunk_tensors), in chunk order."""
-    return tuple(t for c in range(scenario.layout.vpp)
-                 for t in chunk_tensors(scenario, scenario.virtual_stage(stage, c), style))
+    """The tensors one rank of pipeline stage ``stage`` holds: its chunks' (chunk_tensors), in chunk order.
+    Memoised per model and ChunkKeys."""
+    return _KEYS_TENSORS(scenario.model, rank_keys(scenario, stage, style))

@@ -27,12 +27,12 @@ depends on which cached block each takes.
 
 from __future__ import annotations
 
-from trainsim.specs.memo import memoised
+from trainsim.specs.memo import IdentityMemo, memoised
 
 from .caching_allocator import CachingAllocator
 from trainsim.specs.framework_behaviour import behaviour
-from .grad_buffer import optimizer_tensor_elems
-from .param_tensors import rank_tensors
+from .grad_buffer import optimizer_pieces_key, pieces_of
+from .param_tensors import key_tensors, rank_keys
 
 FP32_BYTES = 4
 
@@ -66,6 +66,17 @@ def megatron_state_rounding_bytes(scenario, stage: int, *, optimizer_params: flo
     distributed = t.effective_zero >= 1
     if distributed and not masters:
         return 0.0
-    weights = tuple(round(x.elems) for x in rank_tensors(scenario, stage)) if not distributed else ()
-    mains = tuple(round(n) for n in optimizer_tensor_elems(scenario, stage)) if masters else ()
-    return _rounding(weights, mains, t.param_bytes)
+    keys = rank_keys(scenario, stage) if not distributed else ()
+    pieces = optimizer_pieces_key(scenario, stage) if masters else None
+    return _ROUNDING(scenario.model, keys, pieces, t.param_bytes)
+
+
+def _model_rounding(model, keys: tuple, pieces, param_bytes: int) -> float:
+    """_rounding of the 16-bit tensors of the chunks ``keys`` and the fp32 main parameters of the optimizer
+    pieces ``pieces`` (grad_buffer.optimizer_pieces_key; None: no main parameters) of ``model``."""
+    weights = tuple(round(x.elems) for k in keys for x in key_tensors(model, k))
+    mains = tuple(round(n) for n in pieces_of(model, pieces)) if pieces is not None else ()
+    return _rounding(weights, mains, param_bytes)
+
+
+_ROUNDING = IdentityMemo(_model_rounding)  # per model object and chunk keys: the planner's candidates share them

@@ -120,14 +120,14 @@ def _ddp_transfers(st: _Step, s: int, label: str, vstage: int) -> tuple[Transfer
     chunk = next(c for c in range(scenario.layout.vpp) if scenario.virtual_stage(s, c) == vstage)
     n_exp = (st.expert_dp_group.size if st.expert_dp_group is not None else 1) if st.expert_apart else None
     buckets = ddp_buckets.chunk_dp_buckets(scenario, s, chunk, st.shard_group.size, n_exp)
-    tensors = chunk_tensors(scenario, vstage)
     n = scenario.stage_layers[vstage]
     block_s = sum(k * (b.times.bwd_input_s + b.times.bwd_weight_s + b.times.recompute_s)
                   for b, k in ((st.main, n - (scenario.dense_layers_in(vstage) if scenario.model.is_moe else 0)),
                                (st.dense, scenario.dense_layers_in(vstage) if scenario.model.is_moe else 0)))
     head = st.head.bwd_input_s + st.head.bwd_weight_s + st.head.recompute_s
     emb = st.emb.bwd_input_s + st.emb.bwd_weight_s
-    ready = ddp_buckets.ready_fractions(tensors, [b.closing_tensor for b in buckets], head, block_s / max(1, n), emb)
+    ready = ddp_buckets.profile_ready_fractions(ddp_buckets.chunk_segment_profile(scenario, vstage),
+                                                [b.closing_tensor for b in buckets], head, block_s / max(1, n), emb)
 
     def group_of(k: int):
         return st.expert_dp_group if buckets[k].expert and st.expert_apart else st.shard_group
