@@ -263,11 +263,13 @@ def _zero_options(pp: int, lim: SearchLimits) -> list[int]:
             and (pp == 1 or z <= 1 or "zero" in lim.fixed)]
 
 
-# Frameworks whose ZeRO-1 is only the optimizer states sharded over the group (Megatron's distributed optimizer,
-# DeepSpeed's stage 1): over a one-rank group it holds and runs what their unsharded optimizer does. Not the torch
-# frameworks, whose sharded stages run FSDP (fp32 shards beside the 16-bit unsharded copy) where stage 0 runs DDP.
+# Frameworks whose ZeRO-1 is only the optimizer states sharded over the group (Megatron's distributed optimizer):
+# over a one-rank group it holds and runs what their unsharded optimizer does. Not DeepSpeed's, whose stages 1 and 2
+# run DeepSpeedZeroOptimizer (its bucket copies and accumulation, cost_models.framework.
+# grad_accumulation_bytes_per_param) where stage 0 runs its plain or BF16 optimizer; not the torch frameworks,
+# whose sharded stages run FSDP (fp32 shards beside the 16-bit unsharded copy) where stage 0 runs DDP.
 ZERO1_IS_THE_PLAIN_OPTIMIZER = frozenset(name for name, fw in BEHAVIOURS.items()
-                                         if fw.megatron_arguments or fw.deepspeed_engine)
+                                         if fw.megatron_arguments and not fw.deepspeed_optimizer)
 
 
 def _same_run_as_lower_zero(model: ModelSpec, split: tuple, zero: int, zeros: list[int], lim: SearchLimits) -> bool:
@@ -277,6 +279,8 @@ def _same_run_as_lower_zero(model: ModelSpec, split: tuple, zero: int, zeros: li
     (gradients reduce-scattered to one rank are the whole gradient; not FSDP1's, whose stage 2 the cost model
     prices with its flat-gradient preparation), and ZeRO-1 is stage 0 where the framework's
     ZeRO-1 is only the sharded optimizer (ZERO1_IS_THE_PLAIN_OPTIMIZER) and no CPU optimizer offload needs it.
+    DeepSpeed's stage 2 copies every micro-batch's gradients into its bucket where stage 1 does so once per step
+    (stage_1_and_2.py), so its stages stay apart.
     ZeRO-3 stays: its gathered-unit buffers make another run. A pinned ``--zero`` is searched as asked."""
     tp, cp, dp, ep, etp, shard = split
     if "zero" in lim.fixed or zero not in (1, 2):
@@ -287,7 +291,8 @@ def _same_run_as_lower_zero(model: ModelSpec, split: tuple, zero: int, zeros: li
     extra = lim.training_extra
     framework = extra.get("framework", "megatron")
     if zero == 2:  # FSDP1's stage 2 prepares each unit's flat gradient (fsdp_grad_prep): priced as another run
-        return 1 in zeros and not behaviour(framework).fsdp_grad_prep
+        fw = behaviour(framework)
+        return 1 in zeros and not fw.fsdp_grad_prep and not fw.deepspeed_optimizer
     return 0 in zeros and framework in ZERO1_IS_THE_PLAIN_OPTIMIZER and not extra.get("offload_optimizer")
 
 
