@@ -64,6 +64,7 @@ from .fsdp_stream_pools import stream_pool_cached
 from .grad_buffer import optimizer_tensor_elems
 from .param_tensors import rank_tensors
 from .runtime_memory import OUTSIDE_ALLOCATOR, runtime_terms
+from .softmax_backward_peak import softmax_backward_beyond
 from .shapes import block_kinds, dense_block_scenario, layer_shape
 from .state_rounding import megatron_state_rounding_bytes
 
@@ -394,6 +395,8 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     beyond = max(0.0, deferred - activations - details.get("logits_workspace", 0.0))
     if beyond:  # the end of a later micro-batch's backward outgrows the activation peak (autocast.py, mechanism 4)
         details["autocast_deferred_grads"] = beyond
+    if softmax_peak := softmax_backward_beyond(scenario, stage, rp, details):  # softmax_backward_peak.py
+        details["softmax_backward_peak"] = softmax_peak
     off_peak = grads_off_peak(framework=t.framework, zero=t.effective_zero, microbatches=scenario.num_microbatches,
                               grads=off.grads, activations=activations)
     moment = fsdp2_moment(scenario, rp, details, activations, off_peak, stage)

@@ -115,6 +115,11 @@ class TrainingSpec(BaseModel):
         "the fp32 probabilities besides their 16-bit cast for the value GEMM (fairseq MultiheadAttention: "
         "utils.softmax(x, dtype=float32) then type_as; Hugging Face eager attention: "
         "softmax(dtype=float32).to(dtype))")
+    softmax_backward_keeps_input: bool = Field(
+        default=False, description="the torch version's softmax backward keeps the softmax input as well as its "
+        "output (torch <= 1.10: _softmax_backward_data(grad, output, dim, self), removed in torch 1.11 by "
+        "pytorch/pytorch#65242); one more score-sized tensor at unfused attention's softmax backward "
+        "(cost_models/softmax_backward_peak.py)")
     offload_optimizer: bool = False
     offload_params: bool = False
     offload_activation_layers: int = Field(
@@ -334,6 +339,9 @@ class TrainingSpec(BaseModel):
         if self.attention_softmax_fp32 and self.flash_attention:
             raise SpecError("attention_softmax_fp32", "describes unfused attention's saved probabilities; a flash "
                                                       "kernel saves none: set flash_attention false")
+        if self.softmax_backward_keeps_input and self.flash_attention:
+            raise SpecError("softmax_backward_keeps_input", "describes unfused attention's softmax backward; a "
+                                                            "flash kernel runs none: set flash_attention false")
         self._check_inapplicable()
         if self.mixed_precision == "autocast" and not BEHAVIOURS[self.framework].torch_training_loop:
             # Megatron and DeepSpeed cast the model once (Float16Module / the fp16 engine), never torch.autocast

@@ -26,10 +26,12 @@
 * ``attention_softmax_fp32`` (optional, yes/no): the run's unfused attention takes its softmax in fp32 and saves the
   fp32 probabilities besides their 16-bit cast (fairseq's MultiheadAttention: TrainingSpec.attention_softmax_fp32);
   empty = no;
+* ``softmax_backward_keeps_input`` (optional, yes/no): the run's torch (<= 1.10) keeps the softmax input for its
+  backward (TrainingSpec.softmax_backward_keeps_input, pytorch/pytorch#65242); empty = no (torch >= 1.11);
 * ``activation_checkpoints`` (optional, gpu/host): where the run keeps its activation checkpoints; ``host``
   (DeepSpeed's ``--checkpoint-in-cpu``) is a placement trainsim cannot express -- it keeps every checkpoint on the
   GPU, often the largest term of such a run -- so the row is shown as skipped, not compared; empty = gpu;
-* ``compile`` (optional, yes/no, the last column): the run compiled its blocks with torch.compile
+* ``compile`` (optional, yes/no): the run compiled its blocks with torch.compile
   (TrainingSpec.compile); empty = eager;
 * ``unmodelled`` (settings of the run trainsim cannot express, e.g. float8 FSDP all-gather) and ``unknowns`` (what the
   source leaves open and the rule that set it), beside the provenance columns.
@@ -237,6 +239,8 @@ def scenario_mapping(r: dict) -> dict:
         training["compile"] = yes_no(r, "compile")
     if (r.get("attention_softmax_fp32") or "").strip():
         training["attention_softmax_fp32"] = yes_no(r, "attention_softmax_fp32")
+    if (r.get("softmax_backward_keeps_input") or "").strip():
+        training["softmax_backward_keeps_input"] = yes_no(r, "softmax_backward_keeps_input")
     if tp > 1 and common_runs.stated(r, "sequence_parallel") and yes_no(r, "sequence_parallel"):
         training["sequence_parallel"] = True
     layout = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp}
