@@ -51,9 +51,10 @@ def test_only_torch_softmax_under_full_recompute(change):
     assert "softmax_backward_peak" not in stage_memory(scen(**change), 0).details
 
 
-def test_keeps_input_beside_a_flash_kernel_is_refused():
+@pytest.mark.parametrize("change", [{"flash_attention": True}, {"framework": "megatron"}])
+def test_keeps_input_where_no_torch_softmax_runs_is_refused(change):
     with pytest.raises(SpecError) as e:
-        scen(softmax_backward_keeps_input=True, flash_attention=True)
+        scen(softmax_backward_keeps_input=True, **change)
     assert e.value.field == "training.softmax_backward_keeps_input"
 
 

@@ -375,6 +375,10 @@ class TrainingSpec(BaseModel):
         if self.cp_comm == "torch_allgather" and self.framework != "torch":
             raise SpecError("cp_comm", f"torch_allgather is torch context_parallel's rotation (framework torch); "
                              f"framework {self.framework} does not run it: use allgather, p2p or a2a")
+        if self.softmax_backward_keeps_input and not BEHAVIOURS[self.framework].torch_training_loop:
+            # Megatron's FusedScaleMaskSoftmax (Megatron-DeepSpeed's too) runs its own backward on the output only
+            raise SpecError("softmax_backward_keeps_input", f"it describes torch's softmax backward; framework "
+                            f"{self.framework}'s unfused attention is not costed as torch's softmax: drop it")
         if self.flash_attention_version == 1 and not self.flash_attention:
             raise SpecError("flash_attention_version", "a FlashAttention generation needs flash_attention=true")
         if (self.distributed_optimizer and BEHAVIOURS[self.framework].deepspeed_optimizer
