@@ -23,9 +23,10 @@ one block:
   with the gradients of the weights after the attention core (out-projection and MLP), whose backward ran.
 
 The moment replaces the activation peak's recompute working set, ZeRO-3 gather buffers and logits workspace
-(memory.stage_memory); ``softmax_backward_beyond`` returns what it adds beyond them. Scope: full recompute,
-16-bit softmax (attention_softmax_fp32 false: ATen dropout with p = 0 returns its input, read_file id 152822613,
-so no dropout tensors), and ZeRO below 3 or FSDP1's flat units; elsewhere the activation peak stands.
+(memory.stage_memory); ``softmax_backward_beyond`` returns what it adds beyond them. Scope: full recompute, a
+16-bit softmax (attention_softmax_fp32 false), no torch.autocast, and ZeRO below 3 or FSDP1's flat units; elsewhere
+the activation peak stands. Attention dropout with p = 0 adds no tensor (ATen's dropout returns its input,
+read_file id 152822613); with p > 0 its backward, which frees its mask, runs before the softmax's.
 """
 
 from __future__ import annotations
