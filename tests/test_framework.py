@@ -176,6 +176,12 @@ def _pipelined(fw):
     return build_scenario(_raw(fw))
 
 
+def _vocab_tp(sc):
+    """The vocabulary-parallel layers' TP seconds per micro-batch (simulator/vocab_tp.py) the chunks carry."""
+    from trainsim.simulator.step_context import _step_context
+    return _step_context(sc, None).vocab_tp
+
+
 def test_megatron_2021_pipeline_sends_block_and_are_gathered_over_tp():
     """Megatron 2021 p2p: the sender waits for its send (torch.cuda.synchronize); the receiver all-gathers
     the 1/t message over its TP group on the compute stream (scatter/gather, SC21 Sec. 4.1)."""
@@ -187,11 +193,14 @@ def test_megatron_2021_pipeline_sends_block_and_are_gathered_over_tp():
     ag = collectives.collective_time("all_gather", msg, grp, old.cluster).time_s
     first, last = t_old.stages[0].chunks[0], t_old.stages[-1].chunks[0]
     # Equal stages (80 layers / pp4): the per-block TP time is the same on every stage, so what differs is
-    # the receiver's gather -- stage 0 receives no activation but a gradient, the last stage the reverse.
-    assert last.tp_fwd_s - first.tp_fwd_s == pytest.approx(ag)
-    assert first.tp_bwd_s - last.tp_bwd_s == pytest.approx(ag)
+    # the receiver's gather -- stage 0 receives no activation but a gradient, the last stage the reverse -- and
+    # the vocabulary-parallel collectives (the embedding's on stage 0, the logits' and loss's on the last).
+    v_old, v_new = _vocab_tp(old), _vocab_tp(new)
+    assert last.tp_fwd_s - first.tp_fwd_s == pytest.approx(ag + v_old.head_fwd_s - v_old.emb_fwd_s)
+    assert first.tp_bwd_s - last.tp_bwd_s == pytest.approx(ag - v_old.head_bwd_s)
     n_new = t_new.stages[0].chunks[0]
-    assert n_new.tp_fwd_s == pytest.approx(t_new.stages[-1].chunks[0].tp_fwd_s)  # Megatron-Core: no gather
+    assert n_new.tp_fwd_s - v_new.emb_fwd_s == pytest.approx(  # Megatron-Core: no gather
+        t_new.stages[-1].chunks[0].tp_fwd_s - v_new.head_fwd_s)
     # blocking sends are exposed pipeline time in the engine and in the closed form
     asyn = build_scenario({**_raw(), "training": {**_raw()["training"], "framework": "megatron",
                                                   "overlap_p2p": True}})
@@ -262,10 +271,12 @@ def test_tp_dgrad_overlap_hides_column_parallel_reductions_behind_wgrad():
         ops = {o.name: o for o in _op_times(sc, None)}  # the job's pace: wgrad GEMMs of its slowest GPU
         slow = 16 / 108  # NCCL's SMs over the A100's: the wgrad GEMM runs slower while the all-reduce is in flight
         per_block = sum(max(0.0, ar - w) + slow * min(ar, w) for w in (ops["qkv"].bwd_weight_s, ops["fc1"].bwd_weight_s))
-        layers = sc.model.num_layers
-        assert build_cost_table(sc).stages[0].chunks[0].tp_bwd_s == pytest.approx(layers * per_block)
-        assert build_cost_table(sc).stages[0].chunks[0].tp_fwd_s == pytest.approx(layers * 2 * ar)
-    assert build_cost_table(old).stages[0].chunks[0].tp_bwd_s == pytest.approx(layers * 2 * ar)
+        layers, v = sc.model.num_layers, _vocab_tp(sc)  # one stage: the vocabulary-parallel collectives too
+        assert build_cost_table(sc).stages[0].chunks[0].tp_bwd_s == pytest.approx(layers * per_block + v.head_bwd_s)
+        assert build_cost_table(sc).stages[0].chunks[0].tp_fwd_s == pytest.approx(
+            layers * 2 * ar + v.emb_fwd_s + v.head_fwd_s)
+    assert build_cost_table(old).stages[0].chunks[0].tp_bwd_s == pytest.approx(
+        layers * 2 * ar + _vocab_tp(old).head_bwd_s)
 
 
 def test_bias_gradients_are_a_separate_pass_unless_fused_into_the_wgrad_gemm():

@@ -395,8 +395,8 @@ def test_predict_table_holds_each_stage_against_its_pools_gpu(capsys, monkeypatc
 
 @pytest.mark.parametrize("flags, step_s", [
     (["--pool", "dgx-a100:64", "--pool", "dgx-h100:64"], 17.79),
-    (["--pool", "dgx-h100:64", "--pool", "dgx-a100:64"], 19.89),
-    (["--pool", "dgx-a100:64", "--pool", "dgx-h100:64", "--placement", "dp"], 20.35),
+    (["--pool", "dgx-h100:64", "--pool", "dgx-a100:64"], 19.91),
+    (["--pool", "dgx-a100:64", "--pool", "dgx-h100:64", "--placement", "dp"], 20.36),
 ])
 def test_readme_pool_steps(flags, step_s, capsys):
     """The README's mixed-pool figures for examples/llama3-70b-h100.yaml, as predict gives them."""
