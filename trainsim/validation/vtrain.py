@@ -42,6 +42,13 @@ modelled head: no per-rank head cost fits both, so the gap at TP 1 is left open 
 rows with pp > 1 say the same independently: their last stage carries the head, so the slowest stage's time per
 micro-batch is (L / pp) blocks plus the head, and their error grows with the number of micro-batches (pp 4, 12
 layers, micro-batch 1: -7 % at 2 micro-batches, -19 % at 16), as a head about 5 ms short per sequence would make it.
+The fork's head path, read from its code, adds no pass over the logits to those counted: GPTModelPipe's
+``float16_to_fp32`` layer is the one ``.float()`` and ``CrossEntropy``'s ``output.contiguous().float()`` is a
+no-op on it; ``_VocabParallelCrossEntropy`` is Megatron's (38 bytes per fp16 logit forward, 14 backward:
+tests/test_vtrain_head.py); DeepSpeed's ``_is_checkpointable`` checkpoints GPTModelPipe's transformer layers only,
+so the head is not recomputed. A per-logit pass large enough to close TP 1 (about 140 more bytes per logit at the
+A100's 1.69 TB/s) would add its bytes per logit at every TP too: the per-sequence ``c`` of TP 2 / 4 / 8 would go
+from 2.12 / 1.12 / 0.50 ms to about 4.2 / 2.2 / 1.0 ms against the published 1.58 / 1.52 / 1.07.
 """
 
 from __future__ import annotations
