@@ -229,8 +229,9 @@ def _nvls(op: str, S: float, g: GroupShape, proto: str,
     wire = S * (1 + 1 / n) if op == "all_reduce" else S * (n - 1) / n
     rate = g.intra_Bps * g.nvls_efficiency
     lat = _lat(g, "nvlink", "nvls", "Simple")
-    share = nm.nvls_busiest_channel_share(S, n, version) if op == "all_reduce" else 1.0 / nm.NVLS_CHANNELS
-    t = lat + (wire * share * nm.NVLS_CHANNELS + min(wire, nm.fill_bytes("Simple"))) / rate
+    # the busiest channel's share of an all-reduce's work sets its time; the others split evenly over the channels
+    busiest = nm.NVLS_CHANNELS * nm.nvls_busiest_channel_share(S, n, version) if op == "all_reduce" else 1.0
+    t = lat + (wire * busiest + min(wire, nm.fill_bytes("Simple"))) / rate
     return CollectiveTime(op, S, n, t, "nvls", "Simple", lat, rate, (("scale_up", wire),))
 
 

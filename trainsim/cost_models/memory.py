@@ -55,7 +55,7 @@ from . import activations as act
 from . import autocast
 from trainsim.specs.framework_behaviour import behaviour
 
-from .framework import bf16_optimizer
+from .framework import DEEPSPEED_MAX_LIVE_PARAMS, bf16_optimizer
 from .model_states import state_bytes
 from .allocator_reserve import grads_off_peak, loss_stage_cached_bytes
 from .first_step_fragmentation import first_step_extra_reserved, lazy_state_bytes
@@ -346,10 +346,6 @@ def activation_bytes_per_microbatch(scenario, stage: int, impl: str = "fused") -
         chunks = lay.vpp - (1 if stage == scenario.loss_stage else 0)
         total += chunks * act.pipeline_output_bytes(scenario)
     return total
-
-
-# DeepSpeed ZeRO config default stage3_max_live_parameters (elements kept gathered at once).
-DEEPSPEED_MAX_LIVE_PARAMS = 1e9
 
 
 def largest_weight_tensor_params(model, tp: int = 1, ep: int = 1, etp: int | None = None) -> float:

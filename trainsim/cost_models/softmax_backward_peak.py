@@ -71,7 +71,8 @@ def unit_bytes(scenario, rp, stage: int) -> float:
         return 0.0
     pb, gb = t.param_bytes, t.grad_bytes
     head_grad = m.vocab_size * m.embed_dim / lay.tp * gb if stage == scenario.loss_stage else 0.0
-    qkv_params = (m.hidden + (1 if m.bias else 0)) * (m.num_heads + 2 * m.kv_heads) * m.dhead / lay.tp
+    qkv_bias = m.bias if m.qkv_bias is None else m.qkv_bias  # ModelSpec.attention_params' rule
+    qkv_params = (m.hidden + (1 if qkv_bias else 0)) * (m.num_heads + 2 * m.kv_heads) * m.dhead / lay.tp
     after_core = max(0.0, rp.block_params - qkv_params)
     return rp.root_params * pb + head_grad + rp.block_params * pb + after_core * gb
 

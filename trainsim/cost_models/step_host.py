@@ -175,11 +175,16 @@ def norm_reduce_s(scenario, groups: tuple, profile=None) -> float:
     """Seconds of the grad norm's all-reduces of one fp32 scalar over ``groups`` (topologies GroupShapes or None:
     the TP group, and the sharding group where ZeRO >= 1 splits the gradients): every update waits for the
     clip coefficient, so their latency is exposed once per step. The pipeline stages' share of Megatron's
-    model-parallel reduction is not counted (one group shape per dimension)."""
+    model-parallel reduction is not counted (one group shape per dimension). A scenario without collective fixed
+    costs (Scenario.without_collective_fixed_costs) keeps only their bytes' time, as exposures._coll does."""
     from .collectives import collective_time
 
-    return sum(float(collective_time("all_reduce", 4.0, g, scenario.cluster, profile=profile).time_s)
-               for g in groups if g is not None and g.size > 1)
+    def seconds(g) -> float:
+        res = collective_time("all_reduce", 4.0, g, scenario.cluster, profile=profile)
+        fixed = 0.0 if scenario.collective_fixed_costs else min(max(float(res.latency_s or 0.0), 0.0), res.time_s)
+        return float(res.time_s) - fixed
+
+    return sum(seconds(g) for g in groups if g is not None and g.size > 1)
 
 
 def optimizer_phase_s(gpu_s: float, host: StepHost | None, reduce_s: float = 0.0) -> float:

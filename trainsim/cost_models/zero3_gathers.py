@@ -76,15 +76,16 @@ def prefetch_calls(modules: list[list[float]], bucket: float = DEEPSPEED_PREFETC
             calls.append(tuple(queue[k] for k in missing))
             avail.update(missing)
             live += sum(queue[k] for k in missing)
-        head, budget, got = max(head, own.stop), min(max_live - live, bucket), []
-        while head < len(queue) and sum(queue[k] for k in got) < budget:
+        head, budget, got, held = max(head, own.stop), min(max_live - live, bucket), [], 0.0
+        while head < len(queue) and held < budget:
             if head not in avail:
                 got.append(head)
+                held += queue[head]
             head += 1
         if got:
             calls.append(tuple(queue[k] for k in got))
             avail.update(got)
-            live += sum(queue[k] for k in got)
+            live += held
         avail.difference_update(own)
         live -= sum(sizes)
     return calls
@@ -101,8 +102,8 @@ def gather_calls(tensors: tuple[ParamTensor, ...] | list[ParamTensor], framework
 def coalesced(tensors: tuple[ParamTensor, ...] | list[ParamTensor], framework: str) -> tuple[int, int, float]:
     """(calls, tensors, elements) of ``tensors``' all-gathers that hold two or more gathered tensors and so take
     ``all_gather_coalesced``'s flat-buffer path with its per-rank views and unpacking copy (module doc); a
-    single-tensor call takes neither. None where the framework gathers each tensor separately (deepspeed-2021,
-    whose list all-gathers are costed in simulator/grad_sync.py)."""
+    single-tensor call takes neither. (0, 0, 0.0) where the framework gathers each tensor separately
+    (deepspeed-2021, whose list all-gathers are costed in simulator/grad_sync.py)."""
     if BEHAVIOURS[framework].zero3_gather_per_tensor:
         return 0, 0, 0.0
     held = [c for c in prefetch_calls(_submodules(tensors)) if len(c) > 1]

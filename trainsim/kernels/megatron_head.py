@@ -1,7 +1,7 @@
 """Megatron's GPT output head and loss at TP 1, written op for op as its eager code issues them, for op counting.
 
 ``trainsim.kernels.op_count`` counts the aten ops this module dispatches under FakeTensorMode
-(``count_megatron_head_ops``: cost_models.host_issue.HEAD_LOSS_OPS), as ``megatron_block`` does for the layer. It
+(``count_megatron_head_ops``: cost_models.loss_issue.HEAD_LOSS_OPS), as ``megatron_block`` does for the layer. It
 follows Megatron-DeepSpeed on the path its GPT runs take after the last transformer layer, sequence-major
 ``[s, b, h]``:
 
@@ -16,7 +16,7 @@ follows Megatron-DeepSpeed on the path its GPT runs take after the last transfor
   logits gathered by ``logits_2d[arange_1d, masked_target_1d]`` and cloned, zeroed outside the shard, ``exp``,
   ``sum``, ``log(sum) - predicted``, the softmax kept for the backward (``div_``); backward: the saved softmax
   minus one at the targets (``grad_2d[arange_1d, masked_target_1d] -= softmax_update``) times the loss gradient.
-  Its three TP all-reduces are counted apart (``HEAD_LOSS_COLLECTIVES``);
+  Its three TP all-reduces are counted apart (``loss_issue.CE_ALL_REDUCE_CALLS``);
 * ``loss_func`` (pretrain_gpt.py, read_file id 20367238795): ``losses.float()``, ``loss_mask.view(-1).float()``,
   ``torch.sum(losses.view(-1) * loss_mask) / loss_mask.sum()``;
 * the fp16 loss scaling before ``backward`` (Megatron's ``optimizer.scale_loss``: ``loss * scale``).

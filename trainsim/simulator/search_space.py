@@ -269,7 +269,7 @@ def _zero_options(pp: int, lim: SearchLimits) -> list[int]:
 # grad_accumulation_bytes_per_param) where stage 0 runs its plain or BF16 optimizer; not the torch frameworks,
 # whose sharded stages run FSDP (fp32 shards beside the 16-bit unsharded copy) where stage 0 runs DDP.
 ZERO1_IS_THE_PLAIN_OPTIMIZER = frozenset(name for name, fw in BEHAVIOURS.items()
-                                         if fw.megatron_arguments and not fw.deepspeed_optimizer)
+                                         if fw.megatron_arguments)
 
 
 def _same_run_as_lower_zero(model: ModelSpec, split: tuple, zero: int, zeros: list[int], lim: SearchLimits) -> bool:

@@ -29,9 +29,10 @@ from dataclasses import dataclass
 
 from trainsim.specs import Scenario
 
+from trainsim.cost_models.loss_issue import CE_ALL_REDUCE_CALLS
+
 from .exposures import _coll
 
-CE_ALL_REDUCES = 3          # max, target logit, sum of exponentials (``_VocabParallelCrossEntropy.forward``)
 CE_BYTES_PER_TOKEN = 4      # each an fp32 value per token
 
 
@@ -53,14 +54,10 @@ def vocab_parallel_tp(scenario: Scenario, group, profile, act_msg: float, tokens
     lay, tr = scenario.layout, scenario.training
     if lay.tp <= 1 or group is None or not fw.model_parallel_groups:
         return VocabTp()
-    ce = CE_ALL_REDUCES * sum(_coll("all_reduce", CE_BYTES_PER_TOKEN * tokens, group, scenario, profile))
-    if tr.sequence_parallel:
-        emb = sum(_coll("reduce_scatter", act_msg, group, scenario, profile))
-        gather = sum(_coll("all_gather", act_msg, group, scenario, profile))
-        head_f, reduce = gather + ce, emb
-    else:
-        emb = sum(_coll("all_reduce", act_msg, group, scenario, profile))
-        head_f, reduce = ce, emb
-    head_b = max(0.0, reduce - head_wgrad_s) if fw.tp_dgrad_overlap else reduce
+    ce = CE_ALL_REDUCE_CALLS * sum(_coll("all_reduce", CE_BYTES_PER_TOKEN * tokens, group, scenario, profile))
+    sp = tr.sequence_parallel
+    emb = sum(_coll("reduce_scatter" if sp else "all_reduce", act_msg, group, scenario, profile))
+    head_f = ce + (sum(_coll("all_gather", act_msg, group, scenario, profile)) if sp else 0.0)
+    head_b = max(0.0, emb - head_wgrad_s) if fw.tp_dgrad_overlap else emb
     return VocabTp(emb_fwd_s=emb, head_fwd_s=head_f, head_bwd_s=head_b)
 

@@ -67,7 +67,7 @@ framework's own default, cited to its code or docs; none is fitted to a measurem
   MPT declares ``train_metrics = [LanguageCrossEntropy(), LanguagePerplexity()]``, and each ``update`` runs
   an eager ``torch.nn.CrossEntropyLoss`` under bf16 autocast: fp32 cast (read e, write 4), log-softmax
   (max, sum and write passes: read 12, write 4), NLL gather (negligible) = e + 20 bytes per logit each
-  (``TRAIN_METRIC_BYTES_PER_LOGIT``).
+  (``cost_models.framework.train_metric_bytes_per_logit``).
 * ``p2p_overlap`` -- when pipeline sends overlap the sender's compute ("always", "interleaved", "never";
   ``TrainingSpec.overlap_p2p`` overrides it). Megatron's ``_communicate`` runs ``batch_isend_irecv``, waits
   on the requests and, with ``batch_p2p_sync`` (default on), calls ``torch.cuda.synchronize()``: the sender
