@@ -66,6 +66,19 @@ def test_tile_model_reproduces_measured_8192_vs_16384_gemm_rates(gpu_name, row, 
     assert rate[16384] / 1e12 == pytest.approx(large, rel=0.01)
 
 
+@pytest.mark.parametrize("gpu_name,row,measured", [("gb200", "gb200_azure", 2906.9), ("gb300", "gb300_azure", 3308.5)])
+def test_blackwell_16384_fp8_gemm_runs_at_the_measured_cublaslt_rate(gpu_name, row, measured):
+    """hardware.csv: Azure's cuBLASLt FP8 16384^3 on GB200 and GB300 (same benchmark) at NVIDIA's dense FP8 peak,
+    which the recipe table gives both parts alike (nv_recipe_peaks_gb300: 4900 TFLOP/s)."""
+    assert f"16384^3={measured}" in HW_CSV.loc[row, "measured_values"]
+    assert "GB300 4900" in HW_CSV.loc["nv_recipe_peaks_gb300", "fp8_dense_tflops"]
+    gpu = load_gpu(gpu_name)
+    assert gpu.peak("fp8") == 4900e12 and gpu.peak("bf16") == 2450e12
+    hw = C.hw_of(gpu, "fp8")
+    n = 16384
+    assert 2 * n ** 3 / C.gemm_time_s(n, n, n, hw, fp8=True) / 1e12 == pytest.approx(measured, rel=0.01)
+
+
 def test_gemm_time_monotone_in_every_dimension_and_efficiency_capped():
     gpu = load_gpu("h100-sxm")
     hw = C.hw_of(gpu, "bf16")
