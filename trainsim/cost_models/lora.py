@@ -27,6 +27,15 @@ from dataclasses import replace
 from .flops import Op, _linear
 from .shapes import LayerShape
 
+# Host issue of one target's adapter per micro-batch, eager (host_issue.block_issue ``extra``): (forward aten ops,
+# forward kernels, backward ops, backward kernels), counted from the code (not timed). Forward: LoRALinear's
+# ``layernorm_output.contiguous()`` and ``reshape`` (2 dispatches, no kernel) and its add (1, 1); each adapter linear
+# through Megatron-Core's LinearWithGradAccumulationAndAsyncCommunication, ``torch.matmul(input, weight.t())`` on a
+# 3-D input (t, view, mm, _unsafe_view: 4, 1), twice; the scale ``x * (alpha / dim)`` (1, 1): 12 ops, 4 kernels.
+# Backward: the scale's mul (1, 1); per adapter linear ``grad_output.matmul(weight)`` (view, mm, _unsafe_view: 3, 1)
+# and the wgrad GEMM accumulating into the fp32 main_grad (gradient_accumulation_fusion's
+# ``wgrad_gemm_accum_fp32`` after two views: 3, 1); the adapter's input gradient added to the base's (1, 1): 14, 6.
+ISSUE_PER_TARGET = (12, 4, 14, 6)
 # flops.py op name of each Megatron-Bridge target linear of a dense block.
 TARGET_OPS = {"linear_qkv": "qkv", "linear_proj": "out_proj", "linear_fc1": "fc1", "linear_fc2": "fc2"}
 COLUMN_PARALLEL = frozenset({"linear_qkv", "linear_fc1"})
@@ -81,3 +90,9 @@ def frozen_weight_bytes(training) -> int:
     """Bytes per frozen LoRA base weight: 1 with Transformer Engine fp8 primary weights
     (TrainingSpec.lora_fp8_base_weights), else the parameter dtype's."""
     return 1 if training.lora_fp8_base_weights else training.param_bytes
+
+
+def adapter_issue_counts(shp: LayerShape) -> tuple[int, int, int, int]:
+    """(forward ops, forward kernels, backward ops, backward kernels) the adapters add to one block's eager issue."""
+    n = len(shp.lora_targets)
+    return tuple(n * c for c in ISSUE_PER_TARGET)

@@ -450,7 +450,7 @@ def _first_step_reserved(scenario, stage: int, sm: StageMemory, impl: str) -> tu
                                       state_bytes=per_element, impl=impl)
     if extra is None:
         return 0.0, ("Adam's m, v created at the first step, not replayed: the caching-allocator trace does not "
-                     "cover this block (MoE, MLA, per-op checkpointing, ring-CP K/V or QK-norm); the reserved "
+                     "cover this block (MoE, MLA, per-op checkpointing, ring-CP K/V, QK-norm or LoRA); the reserved "
                      "figure leaves the first-step fragmentation out")
     return extra, note
 
