@@ -118,6 +118,7 @@ def test_host_issue_adds_adapter_kernels():
     ({"lora_rank": 16, "lora_target_modules": []}, "training.lora_target_modules"),
     ({"lora_rank": 16, "lora_target_modules": ["linear_qkv", "linear_qkv"]}, "training.lora_target_modules"),
     ({"lora_fp8_base_weights": True}, "training.lora_rank"),
+    ({"lora_rank": 16, "schedule": "zb"}, "training.lora_rank"),
     ({"lora_rank": 20000}, "training.lora_rank"),
 ])
 def test_refusals_name_the_field(training, field):
@@ -133,3 +134,29 @@ def test_rank_must_divide_over_tp_and_moe_is_refused():
            "training": {"seq_len": 4096, "global_batch": 32, "distributed_optimizer": True, "lora_rank": 16}}
     with pytest.raises(SpecError, match="dense MHA/GQA"):
         build_scenario(raw)
+
+
+def test_nemo_lora_rows_take_the_release_settings(tmp_path):
+    """A LoRA Performance row of release 26.06 maps to LoRA with its performance config's adapters (nemo_lora.csv:
+    rank 16, alpha 32, linear_qkv only); one of a release with no entry is skipped, naming why. Hand-written rows in
+    the table's column layout (no unbundled data needed)."""
+    import csv
+
+    from trainsim.validation.nemo import load_nemo
+
+    cols = ["row_id", "nemo_container", "section", "model", "system", "num_gpus", "precision", "gbs", "mbs",
+            "seq_len", "fsdp", "tp", "pp", "cp", "vp", "ep", "etp", "ga", "tokens_per_s_per_gpu", "model_tflops_per_gpu"]
+    path = tmp_path / "nemo.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=cols)
+        w.writeheader()
+        for rid, release in (("r_lora", "26.06"), ("r_undated", "25.09")):
+            w.writerow({"row_id": rid, "nemo_container": release, "section": "LoRA Performance",
+                        "model": "LLAMA3_70B", "system": "DGX-H100", "num_gpus": 8, "precision": "FP8", "gbs": 32,
+                        "mbs": 1, "seq_len": 4096, "tp": 2, "pp": 4, "cp": 1, "vp": 20, "ep": "n/a",
+                        "tokens_per_s_per_gpu": 2600, "model_tflops_per_gpu": 720})
+    cases = {c.row_id: c for c in load_nemo(path).cases}
+    t = cases["r_lora"].scenario.training
+    assert (t.lora_rank, t.lora_alpha, t.lora_target_modules) == (16, 32.0, ("linear_qkv",))
+    assert t.framework == "megatron" and t.distributed_optimizer and t.grad_dtype == "bf16"
+    assert cases["r_undated"].scenario is None and "nemo_lora.csv" in cases["r_undated"].skip_reason

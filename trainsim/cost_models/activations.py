@@ -28,6 +28,10 @@ attention output besides the bf16 one flash attention saves, and MoE experts sav
 fp8. Norm inputs, q/k/v/o, the activation function's input, the expert outputs, and the inputs of 16-bit
 GEMMs (a MoE router, the output layer) stay 2 bytes.
 
+LoRA (``LayerShape.lora_rank``, cost_models/lora.py): a frozen linear saves no input (Transformer Engine skips the
+save without ``weight.requires_grad``), a target's adapter saves the base input 16-bit for its own weight gradient
+(once with flash attention's copy of the attention output), and each adapter its B input, ``e·T·rank``.
+
 Here ``T = b·s/cp`` tokens per rank; with CP every token-proportional term is divided by ``cp`` (ring
 attention keeps only the local q, k, v, o; received k/v chunks are re-sent in backward).
 Recompute: ``selective`` drops what its modules (TrainingSpec.recompute_modules, Megatron-Core

@@ -61,6 +61,9 @@ def training_refusal(t) -> tuple[str, str] | None:
     if t.effective_zero >= 2:
         return "lora_rank", ("LoRA is costed with Megatron-Core DDP and the distributed optimizer (zero 0 or 1); "
                              "ZeRO-2/3 of frozen base weights is not modelled")
+    if t.schedule in ("zb", "dualpipev"):
+        return "lora_rank", (f"the {t.schedule} schedule defers weight gradients, whose retained inputs are not "
+                             f"modelled for adapters: use 1f1b, interleaved or gpipe")
     if t.offload_optimizer or t.offload_params:
         return "lora_rank", "optimizer or parameter offload with LoRA is not modelled: drop the offload settings"
     if t.lora_fp8_base_weights and t.dtype != "fp8":
