@@ -160,3 +160,12 @@ def test_nemo_lora_rows_take_the_release_settings(tmp_path):
     assert (t.lora_rank, t.lora_alpha, t.lora_target_modules) == (16, 32.0, ("linear_qkv",))
     assert t.framework == "megatron" and t.distributed_optimizer and t.grad_dtype == "bf16"
     assert cases["r_undated"].scenario is None and "nemo_lora.csv" in cases["r_undated"].skip_reason
+
+
+def test_execute_refuses_lora(capsys):
+    """The executor trains every parameter, so a LoRA scenario is refused in one line, exit status 2."""
+    from trainsim.cli.main import main
+
+    assert main(["execute", "--model", "tiny-gpt", "--cluster", "cpu-host", "--gpus", "1", "--global-batch", "2",
+                 "--lora-rank", "4"]) == 2
+    assert "training.lora_rank: LoRA fine-tuning is simulated only" in capsys.readouterr().err
