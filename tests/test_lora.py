@@ -169,3 +169,16 @@ def test_execute_refuses_lora(capsys):
     assert main(["execute", "--model", "tiny-gpt", "--cluster", "cpu-host", "--gpus", "1", "--global-batch", "2",
                  "--lora-rank", "4"]) == 2
     assert "training.lora_rank: LoRA fine-tuning is simulated only" in capsys.readouterr().err
+
+
+def test_full_recompute_reruns_the_adapters():
+    """Full recompute keeps only the block input and re-runs the whole forward, adapters included: hardware FLOPs
+    exceed model FLOPs by one forward of the base GEMMs, the attention core and the adapters."""
+    T, r, n_micro = 4096, 16, 32
+    full_rc = _scenario(recompute="full", lora_rank=r)
+    assert (activations.layer_activation_bytes(full_rc).total
+            == activations.layer_activation_bytes(_scenario(recompute="full")).total)
+    weights = H * (Q + 2 * KV * D) + Q * H + H * 2 * F + F * H
+    fwd = 2 * T * weights + 2 * T * A * T * (D + D) + sum(2 * T * r * sum(_dims(t)) for t in LORA_TARGETS)
+    extra = flops.hardware_flops_per_step(full_rc) - flops.model_flops_per_step(full_rc)
+    assert extra == pytest.approx(n_micro * L * fwd, rel=1e-12)
