@@ -186,6 +186,7 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
     p.add_argument("--framework", choices=FRAMEWORKS,
                    help="software stack whose documented behaviours apply (default megatron)")
     add_precision_args(p)
+    add_lora_args(p)
     add_background_arg(p)
     add_pool_args(p)
     p.add_argument("--offload-optimizer", action="store_true", default=None,
@@ -223,6 +224,22 @@ def add_data_parallel_args(p: argparse.ArgumentParser, layout: bool = True) -> N
                    help="DP gradient reduction overlapped with backward (default: the framework's)")
 
 
+def add_lora_args(p: argparse.ArgumentParser) -> None:
+    """LoRA fine-tuning on frozen base weights (specs/lora.py; predict, report, execute and plan share them)."""
+    p.add_argument("--lora-rank", type=int_range(0, 65_536), metavar="R",
+                   help="LoRA fine-tuning: adapter rank; base weights frozen, adapters trained (Megatron-Bridge "
+                        "PEFT; framework megatron, zero 0/1, dense models; 0 = full training)")
+    p.add_argument("--lora-alpha", type=float_range(0.0, 1_000_000.0, lo_open=True), metavar="ALPHA",
+                   help="LoRA scale numerator (output x alpha/rank); recorded, costs nothing")
+    p.add_argument("--lora-targets", dest="lora_target_modules", type=name_list, metavar="M,M,...",
+                   help="linears with adapters: linear_qkv, linear_proj, linear_fc1, linear_fc2 (default all)")
+    p.add_argument("--lora-fp8-base-weights", action="store_true", default=None,
+                   help="frozen base weights held in fp8 only (Transformer Engine fp8 primary weights; dtype fp8)")
+
+
+LORA_FLAGS = ("lora_rank", "lora_alpha", "lora_target_modules", "lora_fp8_base_weights")
+
+
 def add_precision_args(p: argparse.ArgumentParser) -> None:
     """Model-state dtypes where a framework allows both (predict, report and plan share them)."""
     p.add_argument("--grad-dtype", choices=("fp32", "bf16", "fp16"),
@@ -242,7 +259,7 @@ OVERRIDE_FLAGS = {
     "moe_imbalance": "moe_imbalance", "moe_load_cv": "moe_load_cv", "moe_capacity_factor": "moe_capacity_factor",
     "grad_dtype": "grad_dtype", "master_weights": "master_weights", "background_load": "background_load",
     "dp_shard": "dp_shard", "dp_bucket_mb": "dp_bucket_mb", "overlap_grad_reduce": "overlap_grad_reduce",
-    "pool": "pools", "placement": "pool_placement",
+    "pool": "pools", "placement": "pool_placement", **{k: k for k in LORA_FLAGS},
 }
 
 

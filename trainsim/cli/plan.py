@@ -22,7 +22,7 @@ from trainsim.specs.training import Schedule, default_cp_comm, zero_conflict
 
 from trainsim.specs.loaders import with_background_load
 
-from .common import add_background_arg, add_data_parallel_args, add_pool_args, add_precision_args, float_range, int_range, nonneg_float, positive_int, warn_beyond_published
+from .common import LORA_FLAGS, add_background_arg, add_data_parallel_args, add_lora_args, add_pool_args, add_precision_args, float_range, int_range, nonneg_float, positive_int, warn_beyond_published
 
 # Tokens to train on: 10^16 is 640x Llama 3's 15.6T (arXiv:2407.21783), past any data set that exists.
 MAX_TOKENS = 1e16
@@ -102,6 +102,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dask-scheduler", metavar="ADDRESS", help="run the sweep on a dask.distributed cluster")
     p.add_argument("--calibration", help="calibration profile JSON (from `trainsim calibrate`)")
     add_precision_args(p)
+    add_lora_args(p)
     add_data_parallel_args(p, layout=False)
     add_background_arg(p)
     add_pool_args(p)
@@ -169,7 +170,7 @@ def request_from_args(args: argparse.Namespace):
     if not isinstance(training, dict):
         raise SpecError("training", "must be a mapping")
     precision = {k: getattr(args, k, None) for k in ("grad_dtype", "master_weights", "dp_bucket_mb",
-                                                     "overlap_grad_reduce")}
+                                                     "overlap_grad_reduce", *LORA_FLAGS)}
     training = {**training, **{k: v for k, v in precision.items() if v is not None}}
     model_in = args.model or raw.get("model")
     cluster_in = args.cluster or raw.get("cluster")

@@ -142,6 +142,7 @@ def render(pred, scenario, iv=None) -> None:
     tr = scenario.training
     etp = f" etp={lay['etp']}" if scenario.model.is_moe and lay["etp"] != lay["tp"] else ""
     extras = "".join((", EP all-to-all overlap" if tr.ep_comm_overlap else "",
+                      f", LoRA rank {tr.lora_rank} on {'+'.join(tr.lora_target_modules)}" if tr.lora_rank else "",
                       f", stage layers {list(scenario.layout.stage_layers)}" if scenario.layout.stage_layers else "",
                       _dp_extras(scenario)))
     c.print(f"layout tp={lay['tp']} pp={lay['pp']} dp={lay['dp']} cp={lay['cp']} ep={lay['ep']}{etp} vpp={lay['vpp']}, "
@@ -244,6 +245,8 @@ def render_memory_assumptions(c, pred) -> None:
         c.print(f"model states ({a['framework']}): {a['note']}; "
                 f"{a['weights_bytes_per_param']:g} + {a['grads_bytes_per_param']:g} + "
                 f"{a['optimizer_bytes_per_param']:g} bytes per parameter before sharding")
+    if a.get("lora"):
+        c.print(a["lora"])
     if a.get("compile"):
         c.print(f"activations: {a['compile']}")
     if a.get("optimizer_sharding"):

@@ -28,6 +28,10 @@ attention output besides the bf16 one flash attention saves, and MoE experts sav
 fp8. Norm inputs, q/k/v/o, the activation function's input, the expert outputs, and the inputs of 16-bit
 GEMMs (a MoE router, the output layer) stay 2 bytes.
 
+LoRA (``LayerShape.lora_rank``, cost_models/lora.py): a frozen linear saves no input (Transformer Engine skips the
+save without ``weight.requires_grad``), a target's adapter saves the base input 16-bit for its own weight gradient
+(once with flash attention's copy of the attention output), and each adapter its B input, ``e·T·rank``.
+
 Here ``T = b·s/cp`` tokens per rank; with CP every token-proportional term is divided by ``cp`` (ring
 attention keeps only the local q, k, v, o; received k/v chunks are re-sent in backward).
 Recompute: ``selective`` drops what its modules (TrainingSpec.recompute_modules, Megatron-Core
@@ -104,10 +108,20 @@ def _gemm_input_e(shp: LayerShape, impl: str) -> int:
     return FP8_SAVED_BYTES if _fp8_saved(shp, impl) else shp.e
 
 
+def _saved_input_e(shp: LayerShape, impl: str, targets: tuple[str, ...], fp8_input: bool = True) -> int:
+    """Bytes per element a base linear (one of ``targets``, Megatron-Bridge names) saves of its input. Under LoRA
+    a frozen linear saves none (Transformer Engine skips the save when ``weight.requires_grad`` is False,
+    cost_models/lora.py) and a target's adapter saves it 16-bit for its own weight gradient (a Megatron-Core
+    linear, not an fp8 one); else ``_gemm_input_e`` (16-bit where ``fp8_input`` is False)."""
+    if shp.lora_rank:
+        return shp.e if any(t in shp.lora_targets for t in targets) else 0
+    return _gemm_input_e(shp, impl) if fp8_input else shp.e
+
+
 def _mlp_inner_bytes(shp: LayerShape, ffn: int, impl: str = "fused") -> float:
     """Inner MLP bytes saved per token: GeLU 2·f (fc1 out, GeLU out = fc2 input); SwiGLU fused 3·f (gate|up,
     product = fc2 input), eager 4·f (gate, up, silu(gate), product). The fc2 input is the linear's own save."""
-    fc2_in = _gemm_input_e(shp, impl) * ffn
+    fc2_in = _saved_input_e(shp, impl, ("linear_fc2",)) * ffn
     if shp.gated:
         return shp.e * (3 if impl in EAGER_IMPLS else 2) * ffn + fc2_in
     return shp.e * ffn + fc2_in
@@ -148,7 +162,7 @@ def _norm_bytes(shp: LayerShape, n_tok: float, impl: str) -> tuple[float, float]
     return e * n_tok * h, STAT_BYTES * n_tok
 
 
-def _gemm_input_bytes(shp: LayerShape, impl: str, fp8_input: bool = True) -> float:
+def _gemm_input_bytes(shp: LayerShape, impl: str, fp8_input: bool = True, targets: tuple[str, ...] = ()) -> float:
     """A norm output saved as the input of the column-parallel GEMMs after it; ``fp8_input=False`` when the
     consumer is not a Transformer Engine fp8 linear (the output layer, a MoE router), so it stays 16-bit.
 
@@ -157,8 +171,7 @@ def _gemm_input_bytes(shp: LayerShape, impl: str, fp8_input: bool = True) -> flo
     linears the gathered tensor, which they save whole (``eager``).
     """
     r = 1 if impl in EAGER_IMPLS else shp.sp_div
-    e = _gemm_input_e(shp, impl) if fp8_input else shp.e
-    return e * shp.tokens * shp.h / r
+    return _saved_input_e(shp, impl, targets, fp8_input) * shp.tokens * shp.h / r
 
 
 def _norm_output_bytes(shp: LayerShape, impl: str) -> float:
@@ -174,8 +187,10 @@ def _norm_output_bytes(shp: LayerShape, impl: str) -> float:
     c_attn, c_mlp = norm_output_casts(shp.gated, shp.mla, shp.is_moe) if shp.autocast else (1, 1)
     if shp.norms < 2 and shp.autocast:
         c_attn += c_mlp  # one norm feeds the attention and MLP linears: a cast for each
-    return c_attn * _gemm_input_bytes(shp, impl) + (
-        c_mlp * _gemm_input_bytes(shp, impl, fp8_input=not shp.is_moe) if shp.norms >= 2 else 0.0)
+    one = ("linear_qkv",) if shp.norms >= 2 else ("linear_qkv", "linear_fc1")
+    return c_attn * _gemm_input_bytes(shp, impl, targets=one) + (
+        c_mlp * _gemm_input_bytes(shp, impl, fp8_input=not shp.is_moe, targets=("linear_fc1",))
+        if shp.norms >= 2 else 0.0)
 
 
 @memoised(maxsize=8192)
@@ -218,16 +233,17 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
         # q, k, v; the output is saved by the out-projection (its input) and, unless the core is recomputed
         # (core_attn), by flash attention for its own backward -- one 16-bit tensor, or with fp8 the
         # projection's fp8 copy besides flash's 16-bit one.
-        attn = qkv_saved + _gemm_input_e(shp, impl) * T * qd
+        attn = qkv_saved + _attention_output_bytes(shp, impl, T * qd, flash_keeps=not core_rc)
         if not core_rc:
             small += STAT_BYTES * b * heads * sq
-            attn += (e * T * qd if _fp8_saved(shp, impl) else 0.0) + _te_cp_received_kv_bytes(shp)
+            attn += _te_cp_received_kv_bytes(shp)
         core = 0.0
     else:
         # q over local queries; k, v expanded to all query heads over all s keys; the output (saved only by
         # the out-projection: the batched GEMMs' backward needs the probabilities and v).
         qkv_unfused = e * T * heads * shp.dqk + e * b * sk * heads * (shp.dqk + shp.dvh)
-        attn = (0.0 if shp.mla and rc("mla_up_proj") else qkv_unfused) + _gemm_input_e(shp, impl) * T * qd
+        attn = ((0.0 if shp.mla and rc("mla_up_proj") else qkv_unfused)
+                + _attention_output_bytes(shp, impl, T * qd, flash_keeps=False))
         probs = b * heads * sq * sk
         # an fp32 softmax saves its fp32 output (SoftmaxBackward) besides the 16-bit cast the value GEMM saves
         saved_probs = e + (FP32_SOFTMAX_BYTES if shp.softmax_fp32 else 0)
@@ -255,7 +271,26 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
         small += router
     else:
         mlp = 0.0 if rc("mlp") else T * _mlp_inner_bytes(shp, shp.f, impl) / t
-    return ActivationBytes(main=seq + attn + core + mlp, small=small)
+    return ActivationBytes(main=seq + attn + core + mlp + _lora_adapter_bytes(shp), small=small)
+
+
+def _attention_output_bytes(shp: LayerShape, impl: str, n: float, flash_keeps: bool) -> float:
+    """The attention output (``n`` elements), saved by the out-projection as its input and, where ``flash_keeps``
+    (fused attention whose core is not recomputed), by flash attention for its own backward: one 16-bit tensor,
+    or with fp8 the projection's fp8 copy besides flash's 16-bit one. Under LoRA a frozen out-projection saves
+    nothing and an adapted one the 16-bit tensor flash keeps too (``_saved_input_e``)."""
+    lin = _saved_input_e(shp, impl, ("linear_proj",))
+    if lin == shp.e and flash_keeps:
+        return shp.e * n  # one tensor, saved twice
+    return lin * n + (shp.e * n if flash_keeps else 0.0)
+
+
+def _lora_adapter_bytes(shp: LayerShape) -> float:
+    """LoRA: the input of each adapter's B (T x rank, 16-bit), kept for its weight gradient, unless the target's
+    module is recomputed (MLP recompute re-runs fc1's and fc2's adapters); A's input is the base's (above)."""
+    mlp_rc = shp.recomputes("mlp")
+    kept = sum(1 for t in shp.lora_targets if not (mlp_rc and t in ("linear_fc1", "linear_fc2")))
+    return float(shp.e * shp.tokens * shp.lora_rank * kept)
 
 
 def _te_cp_received_kv_bytes(shp: LayerShape) -> float:

@@ -396,7 +396,23 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
     ops.append(_residual("residual2", shp, T_seq))
     if shp.bias_grad_pass and not shp.is_moe:
         ops.append(_bias_grads(shp, T, T_seq, qkv_out))
-    return tuple(ops)
+    return _lora_block(shp, ops)
+
+
+def _lora_block(shp: LayerShape, ops: list[Op]) -> tuple[Op, ...]:
+    """A block's ops, under LoRA (``shp.lora_rank``) with frozen base weights and the adapters (lora.py)."""
+    if not shp.lora_rank:
+        return tuple(ops)
+    from .lora import with_adapters  # lora.py builds its ops with this module's _linear
+    return tuple(with_adapters(shp, ops))
+
+
+def _lora_frozen(shp: LayerShape, ops) -> tuple[Op, ...]:
+    """Embedding or head ops, under LoRA with their weights frozen (no weight-gradient pass: lora.py)."""
+    if not shp.lora_rank:
+        return tuple(ops)
+    from .lora import frozen
+    return tuple(frozen(op) for op in ops)
 
 
 def _bias_grads(shp: LayerShape, T: int, T_seq: int, qkv_out: int) -> Op:
@@ -463,7 +479,7 @@ def _embedding_ops(shp: LayerShape, learned_positions: bool) -> tuple[Op, ...]:
         ops.append(_linear("project_in", T, h, shp.proj, e))
     if shp.dropout:
         ops.append(_elementwise("embedding_dropout", "elementwise", T // shp.sp_div * h, 2 * e + 1, 2 * e + 1))
-    return tuple(ops)
+    return _lora_frozen(shp, ops)
 
 
 def embedding_ops(scenario) -> tuple[Op, ...]:
@@ -475,6 +491,10 @@ def embedding_ops(scenario) -> tuple[Op, ...]:
 
 @memoised(maxsize=4096)
 def _head_ops(shp: LayerShape) -> tuple[Op, ...]:
+    return _lora_frozen(shp, _head_ops_trained(shp))
+
+
+def _head_ops_trained(shp: LayerShape) -> tuple[Op, ...]:
     e, h = shp.e, shp.h
     T = shp.tokens
     v_local = -(-shp.vocab // shp.tp)

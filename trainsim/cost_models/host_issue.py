@@ -257,13 +257,15 @@ def block_counts(style: str) -> tuple[int, int, int, int]:
 
 def block_issue(style: str, *, recompute_full: bool, tp_collectives: tuple[int, int] = (0, 0),
                 mode: str = "eager", host_cpu: str = "x86",
-                measured: tuple[float, float] | None = None) -> PassIssue:
+                measured: tuple[float, float] | None = None,
+                extra: tuple[int, int, int, int] = (0, 0, 0, 0)) -> PassIssue:
     """Host issue time of one block per micro-batch: forward, and backward with a recomputed forward first.
 
     ``tp_collectives`` is (forward, backward) TP collective calls of the block (Megatron: 2 and 2);
     ``measured`` the (forward, backward) eager seconds of one block a calibration profile measured, which
-    replace the counted ones in eager mode."""
-    f_ops, f_k, b_ops, b_k = block_counts(style)
+    replace the counted ones in eager mode; ``extra`` (fwd ops, fwd kernels, bwd ops, bwd kernels) adds kernels
+    beyond the block style's (LoRA adapters: lora.adapter_issue_counts)."""
+    f_ops, f_k, b_ops, b_k = (c + x for c, x in zip(block_counts(style), extra))
     f_ops, f_k = f_ops + tp_collectives[0] * COLLECTIVE_OPS[0], f_k + tp_collectives[0] * COLLECTIVE_OPS[1]
     b_ops, b_k = b_ops + tp_collectives[1] * COLLECTIVE_OPS[0], b_k + tp_collectives[1] * COLLECTIVE_OPS[1]
     dispatch, launch = op_seconds(host_cpu)
@@ -492,6 +494,7 @@ def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
     from .compute import eager_overhead_s
     from .eager import block_style, count_passes
     from .flops import layer_ops
+    from .lora import adapter_issue_counts
     from .shapes import layer_shape
 
     if getattr(scenario.cluster.gpu, "num_sms", None) is None or scenario.model.is_moe:
@@ -512,7 +515,7 @@ def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
                         fused_softmax=megatron_fused_softmax(shp))
     issue = block_issue(style, recompute_full=t.recompute == "full",
                         tp_collectives=tp_collective_calls(scenario), mode=t.host_issue_mode,
-                        host_cpu=scenario.cluster.host_cpu, measured=measured)
+                        host_cpu=scenario.cluster.host_cpu, measured=measured, extra=adapter_issue_counts(shp))
     hooks = ddp_hook_adds(scenario)
     if hooks:
         issue = replace(issue, bwd_s=issue.bwd_s + hooks * sum(op_seconds(scenario.cluster.host_cpu)),

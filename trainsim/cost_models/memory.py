@@ -62,6 +62,7 @@ from .first_step_fragmentation import first_step_extra_reserved, lazy_state_byte
 from .fsdp2_peak import activation_peak_gather, fsdp2_moment, fsdp2_of
 from .fsdp_stream_pools import stream_pool_cached
 from .grad_buffer import optimizer_tensor_elems
+from .lora import adapter_params_rank, frozen_weight_bytes
 from .param_tensors import rank_tensors
 from .runtime_memory import OUTSIDE_ALLOCATOR, runtime_terms
 from .softmax_backward_peak import softmax_backward_beyond
@@ -137,6 +138,7 @@ class RankParams:
     unit_params: float       # largest FSDP unit (block / embedding / head) held unsharded during use
     root_params: float = 0.0   # the stage's embedding / norm / output layer: FSDP2's root unit (fsdp2_peak.py)
     block_params: float = 0.0  # the largest block: FSDP2's per-block unit
+    frozen_params: float = 0.0  # LoRA: the frozen base parameters held besides (no gradient, no optimizer state)
 
     @property
     def held(self) -> float:
@@ -234,6 +236,10 @@ def rank_param_shards(scenario, stage: int) -> RankParams:
         mtp_dense, mtp_expert = mtp_params_per_rank(m, lay.tp, lay.ep, lay.etp)
         dense, expert = dense + mtp_dense, expert + mtp_expert
     n_dense, n_exp = shard_groups(scenario)
+    if t.lora_rank:  # LoRA: the adapters are the trained parameters, the base frozen (specs/lora.py refuses ZeRO-2/3)
+        adapters = scenario.layers_on_stage(stage) * adapter_params_rank(layer_shape(scenario))
+        return RankParams(dense=adapters, expert=0.0, weight_params=adapters, grad_params=adapters, unit_params=adapters,
+                          optimizer_params=adapters / (n_dense if t.effective_zero else 1), frozen_params=dense + expert)
     z = t.effective_zero
 
     def shard(level: int) -> float:
@@ -405,7 +411,8 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     # Megatron-Core DDP's construction, before the first step: beyond the step's own allocated peak.
     step_allocated = off.weights + off.grads + off.optimizer + activations + sum(
         v for k, v in details.items() if k not in ACTIVATION_DETAILS + OUTSIDE_ALLOCATOR)
-    remap = max(0.0, ddp_param_remap_bytes(scenario, off.weights, off.grads) - step_allocated)
+    trained_weights = off.weights - rp.frozen_params * frozen_weight_bytes(t)  # DDP's buffers hold trained ones only
+    remap = max(0.0, ddp_param_remap_bytes(scenario, trained_weights, off.grads) - step_allocated)
     if remap:
         details["ddp_param_remap"] = remap
     other = sum(v for k, v in details.items() if k not in ACTIVATION_DETAILS)
@@ -443,7 +450,7 @@ def _first_step_reserved(scenario, stage: int, sm: StageMemory, impl: str) -> tu
                                       state_bytes=per_element, impl=impl)
     if extra is None:
         return 0.0, ("Adam's m, v created at the first step, not replayed: the caching-allocator trace does not "
-                     "cover this block (MoE, MLA, per-op checkpointing, ring-CP K/V or QK-norm); the reserved "
+                     "cover this block (MoE, MLA, per-op checkpointing, ring-CP K/V, QK-norm or LoRA); the reserved "
                      "figure leaves the first-step fragmentation out")
     return extra, note
 
@@ -583,7 +590,7 @@ def model_states(t, rp: RankParams, sb) -> dict[str, float]:
     shard is the optimizer's) while the unsharded ``param_dtype`` copy stays between forward and backward
     (reshard_after_forward=False), so the weights are the full 16-bit copy plus the fp32 shard.
     """
-    weights = rp.weight_params * sb.weights
+    weights = rp.weight_params * sb.weights + rp.frozen_params * frozen_weight_bytes(t)
     if behaviour(t.framework).fp32_params and 1 <= t.effective_zero < 3 and sb.weights > t.param_bytes:
         weights = rp.held * t.param_bytes + rp.optimizer_params * sb.weights
     return {"weights": weights, "grads": rp.grad_params * sb.grads, "optimizer": rp.optimizer_params * sb.optimizer}

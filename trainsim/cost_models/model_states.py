@@ -122,7 +122,14 @@ def memory_assumptions(training) -> dict:
             "grad_reduce_dtype": training.grad_dtype_name, "master_weights": training.master_weights,
             "note": sb.note, **({"compile": _compile_note(training)} if training.compile else {}),
             **({"optimizer_sharding": training.optimizer_sharding_note} if training.optimizer_sharding_note else {}),
-            **({"mixed_precision": AUTOCAST_NOTE} if training.autocast else {})}
+            **({"mixed_precision": AUTOCAST_NOTE} if training.autocast else {}),
+            **({"lora": LORA_NOTE.format(fp8=" in fp8" if training.lora_fp8_base_weights else "")}
+               if training.lora_rank else {})}
+
+
+# What predict states under training.lora_rank (cost_models/lora.py, specs/lora.py).
+LORA_NOTE = ("LoRA: every base parameter frozen and held{fp8} without gradient or optimizer state; these bytes per "
+             "parameter apply to the adapters only, whose gradients alone are reduced over data parallelism")
 
 
 # What predict states under training.autocast (cost_models/autocast.py holds the mechanisms and their sources).

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from trainsim.specs.memo import IdentityMemo
 
 from trainsim.specs.framework_behaviour import behaviour
+from trainsim.specs.lora import LORA_TARGETS, adapter_dims
 
 
 @dataclass(frozen=True)
@@ -187,6 +188,8 @@ class ChunkKey:
     last: bool
     with_output: bool
     mtp_embedding_copy: bool
+    lora_rank: int = 0            # TrainingSpec.lora_rank: the chunk's trainable tensors are the adapters
+    lora_targets: tuple[str, ...] = ()
 
 
 def chunk_key(scenario, vstage: int, style: str | None = None) -> ChunkKey:
@@ -197,10 +200,26 @@ def chunk_key(scenario, vstage: int, style: str | None = None) -> ChunkKey:
     return ChunkKey(lay.tp, lay.ep, scenario.expert_tp, style or module_style(scenario.training.framework),
                     sum(scenario.stage_layers[:vstage]), n, scenario.dense_layers_in(vstage) if m.is_moe else n,
                     vstage == 0, vstage == last, not (m.tie_embeddings and last == 0),
-                    vstage == last and bool(m.mtp_layers) and scenario.loss_stage != 0)
+                    vstage == last and bool(m.mtp_layers) and scenario.loss_stage != 0,
+                    scenario.training.lora_rank, tuple(scenario.training.lora_target_modules)
+                    if scenario.training.lora_rank else ())
+
+
+def lora_block_tensors(model, tp: int, rank: int, targets: tuple[str, ...]) -> list[ParamTensor]:
+    """One block's LoRA adapter weights on one TP rank, in Megatron-Core's registration order of their bases
+    (linear_qkv, linear_proj, linear_fc1, linear_fc2): rank x d_in / tp for A, rank x d_out / tp for B."""
+    out = []
+    for t in (x for x in LORA_TARGETS if x in targets):
+        d_in, d_out = adapter_dims(model, t)
+        out += [ParamTensor(f".{t}.adapter.linear_in.weight", rank * d_in / tp, "weight", tp > 1),
+                ParamTensor(f".{t}.adapter.linear_out.weight", rank * d_out / tp, "weight", tp > 1)]
+    return out
 
 
 def _key_tensors(m, k: ChunkKey) -> tuple[ParamTensor, ...]:
+    if k.lora_rank:
+        template = lora_block_tensors(m, k.tp, k.lora_rank, k.lora_targets)
+        return tuple(t for i in range(k.layers) for t in _named(template, f"layers.{k.start + i}"))
     out = embedding_tensors(m, k.tp) if k.first else []
     kinds = {"dense": m.dense_block() if m.is_moe and k.dense else m, "main": m}
     templates = {name: block_tensors(model, k.tp, k.ep, k.etp, k.style, "") for name, model in kinds.items()}

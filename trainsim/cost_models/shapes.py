@@ -77,6 +77,8 @@ class LayerShape:
     proj: int = 0             # word-embedding width projected to/from h (OPT word_embed_proj_dim; 0: none)
     moe_load: float = 1.0     # most loaded EP rank's tokens over the mean (moe_balance.py; 1 = even routing)
     te_cp_p2p: bool = False   # context parallelism by Transformer Engine's K/V ring (Megatron-Core, cp_comm p2p)
+    lora_rank: int = 0        # LoRA adapters' rank (TrainingSpec.lora_rank; 0: full training, nothing frozen)
+    lora_targets: frozenset = frozenset()  # the linears with adapters (TrainingSpec.lora_target_modules)
 
     @property
     def e(self) -> int:
@@ -185,12 +187,14 @@ def _layer_shape(scenario) -> LayerShape:
         titan=_titan_block(m, t),
         metric_ce_passes=behaviour(t.framework).train_metric_loss_passes,
         bias_grad_pass=m.bias and not behaviour(t.framework).fused_bias_grad,
-        fp8_weight_casts=(1.0 / scenario.num_microbatches if behaviour(t.framework).fp8_weight_cache else 1.0),
+        fp8_weight_casts=(0.0 if t.lora_fp8_base_weights else 1.0 / scenario.num_microbatches
+                          if behaviour(t.framework).fp8_weight_cache else 1.0),
         norms=m.block_norms, qk_norm=m.qk_norm, window=m.sliding_window or 0,
         local_frac=(1.0 - m.num_global_layers / m.num_layers) if m.sliding_window else 0.0,
         attn_softcap=m.attn_softcap is not None, final_softcap=m.final_softcap is not None,
         proj=m.embed_proj_dim or 0, moe_load=scenario_moe_load_factor(scenario),
         te_cp_p2p=t.framework == "megatron" and lay.cp > 1 and t.cp_exchange == "p2p",
+        lora_rank=t.lora_rank, lora_targets=frozenset(t.lora_target_modules) if t.lora_rank else frozenset(),
     )
 
 

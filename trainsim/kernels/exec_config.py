@@ -127,6 +127,9 @@ def check_job(job: ExecJob) -> None:
                                                       "(selective = core_attn); other modules are simulated only")
     if m.mtp_layers:
         raise SpecError("model.mtp_layers", "multi-token prediction is simulated only, not executed")
+    if t.lora_rank:
+        raise SpecError("training.lora_rank", "LoRA fine-tuning is simulated only, not executed (the executor trains "
+                                              "every parameter)")
     if lay.cp > 1:
         raise SpecError("layout.cp", "context parallelism is not executed (torch's context_parallel needs CUDA SDPA); use cp=1")
     if lay.ep > 1:

@@ -270,7 +270,9 @@ def scenario_table(scn: Scenario) -> Table:
                    f"micro-batch {t.micro_batch}, {scn.num_microbatches} micro-batches per step")],
         ["training", (f"{t.dtype}, schedule {t.schedule}, recompute {t.recompute_label}, ZeRO {t.effective_zero}, "
                       f"sequence parallel {'on' if t.sequence_parallel else 'off'}"
-                      + (", EP all-to-all overlap" if t.ep_comm_overlap else ""))],
+                      + (", EP all-to-all overlap" if t.ep_comm_overlap else "")
+                      + (f", LoRA rank {t.lora_rank} on {'+'.join(t.lora_target_modules)} (base frozen)"
+                         if t.lora_rank else ""))],
     ]
     shared = c.scale_out.background_load.sentence()
     if shared:

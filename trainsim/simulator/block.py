@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from trainsim.cost_models import activations as act
 from trainsim.cost_models import compute, memory
+from trainsim.cost_models.lora import adapter_params_rank
 from trainsim.cost_models.shapes import layer_shape
 from trainsim.specs import Scenario, framework_behaviour
 
@@ -214,7 +215,7 @@ def _block(scenario: Scenario, groups: dict, profile) -> _Block:
         tp_f=tp_f, tp_b=tp_b, cp_f=cp_f, cp_b=cp_b, ep_f=ep_f,
         ep_b=ep_b, ep_f_ov=ep_f_ov, ep_b_ov=ep_b_ov, act_bytes=act.layer_activation_bytes(scenario).total,
         w_keep_bytes=w_retained_bytes_per_layer(scenario) if tr.schedule in ("zb", "dualpipev") else 0.0,
-        params=dense_l + expert_l)
+        params=adapter_params_rank(shp) if tr.lora_rank else dense_l + expert_l)  # LoRA: adapters' grads only
 
 
 def _local_global_blocks(scenario: Scenario, groups: dict, profile) -> tuple[_Block, _Block] | None:

@@ -101,6 +101,8 @@ def _step_context(scenario: Scenario, profile) -> _Step:
     loss_stage = scenario.loss_stage  # p-1, or 0 in DualPipeV's V (which holds the embedding already)
     head_params = (memory.stage_extra_params(m, lay.tp, p, loss_stage, loss_stage)
                    - (emb_params if loss_stage == 0 else 0.0))
+    if tr.lora_rank:  # LoRA freezes the embedding and the head: no gradient to accumulate or reduce
+        emb_params = head_params = 0.0
     stage_mem = tuple(memory.stage_memory(scenario, s) for s in range(p))
     head = _paced(compute.head_times(scenario, profile), slowest)
     vocab_tp = vocab_parallel_tp(scenario, groups["tp"], profile, act_msg, shp.tokens, head.bwd_weight_s, fw)

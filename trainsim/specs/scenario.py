@@ -9,6 +9,7 @@ from .errors import SpecError
 from .framework_behaviour import BEHAVIOURS
 from .framework_era import layout_refusal
 from .hardware import ClusterSpec
+from .lora import check_lora_model
 from .memo import IdentityMemo
 from .model import ModelSpec
 from .training import Layout, TrainingSpec
@@ -259,6 +260,7 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
     _check_batch(t, dp, layout.pp)
     check_data_parallel(layout, t, dp)
     _check_runtime(m, cluster, t, layout.pp)
+    check_lora_model(m, layout, t)
     from .pools import check_pools
     check_pools(cluster, layout, t, dp)
     return Scenario(name=name, model=m, cluster=cluster, layout=layout.model_copy(update={"dp": dp}), training=t)

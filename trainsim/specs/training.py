@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from .errors import SpecError
 from .framework_behaviour import BEHAVIOURS, Framework
 from .framework_era import era_refusal, feature_refusal
+from .lora import DEFAULT_LORA_ALPHA, LORA_TARGETS, LoraTarget, training_refusal as lora_refusal
 
 Recompute = Literal["none", "selective", "full"]
 # Megatron-Core --recompute-modules (with --recompute-granularity selective): the parts of a block whose
@@ -242,6 +243,21 @@ class TrainingSpec(BaseModel):
                                   "sequence-parallel all-gathers / reduce-scatters with their GEMMs (Megatron-Core "
                                   "--tp-comm-overlap, off by default; on in Megatron-Bridge performance recipes). "
                                   "Needs sequence_parallel")
+    lora_rank: int = Field(
+        default=0, ge=0, le=65_536, description="LoRA fine-tuning (Megatron-Bridge PEFT, specs/lora.py): the rank "
+        "of the low-rank adapters put beside each target linear; every base parameter is frozen (no weight "
+        "gradient, main grad or optimizer state), the adapters are trained. 0 = full training. Framework "
+        "megatron, zero 0/1, dense MHA/GQA models; a multiple of tp")
+    lora_alpha: float = Field(
+        default=DEFAULT_LORA_ALPHA, gt=0.0, le=1_000_000.0, allow_inf_nan=False, description="LoRA scale numerator "
+        "(output x alpha/rank); recorded, it costs nothing")
+    lora_target_modules: tuple[LoraTarget, ...] = Field(
+        default=LORA_TARGETS, description="with lora_rank: the linears that get adapters (Megatron-Bridge "
+        "LoRA.target_modules; default all four)")
+    lora_fp8_base_weights: bool = Field(
+        default=False, description="with lora_rank and dtype fp8: the frozen base weights are held in fp8 only "
+        "(Transformer Engine fp8 primary weights, fp8_model_init): 1 byte per base weight and no per-step weight "
+        "quantization; else they are held in the parameter dtype")
 
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:
@@ -343,6 +359,8 @@ class TrainingSpec(BaseModel):
             raise SpecError("softmax_backward_keeps_input", "describes unfused attention's softmax backward; a "
                                                             "flash kernel runs none: set flash_attention false")
         self._check_inapplicable()
+        if why := lora_refusal(self):
+            raise SpecError(*why)
         if self.mixed_precision == "autocast" and not BEHAVIOURS[self.framework].torch_training_loop:
             # Megatron and DeepSpeed cast the model once (Float16Module / the fp16 engine), never torch.autocast
             raise SpecError("mixed_precision", f"autocast is torch.autocast in a torch training loop; framework "

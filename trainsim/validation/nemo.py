@@ -24,6 +24,7 @@ from trainsim.validation.nemo_recipes import (
     nemo_activation_offload,
     nemo_ep_overlap,
     nemo_expert_tp,
+    nemo_lora,
     nemo_mla_optimizer_bytes,
     nemo_models,
     nemo_mtp_layers,
@@ -67,8 +68,20 @@ NEMO_NOTES = (
      "DeepSeek-V3 / Kimi K2 (below). "
      "Activation CPU offload as the recipes set it for the Megatron-FSDP fp8 runs: Llama 3 70B 20 layers "
      "on GB300, 40 on GB200; Llama 3.1 405B on GB200 95 (nemo_activation_offload())."),
-    ("rows: pre-training and SFT (full-parameter training on seq_len tokens); LoRA rows skipped (frozen "
-     "base weights: no weight gradients or optimizer, not a trainsim mode)."),
+    ("rows: pre-training and SFT (full-parameter training on seq_len tokens); LoRA rows (Llama 3 70B, 26.06) as "
+     "LoRA fine-tuning (training.lora_rank; specs/lora.py) with the settings of the release's performance config "
+     "(nemo_lora.csv: rank 16, alpha 32, adapters on linear_qkv only -- Megatron-Bridge v0.5.0 "
+     "llama3_llm_finetune.py overrides the recipe's four default targets; grads reduced in bf16, distributed "
+     "optimizer). Their data is SQuAD packed into 4096-token sequences (pad_to_max_length): the table's TFLOP/s per "
+     "token (2.78-2.79e11, the secondary metric's basis) is Megatron-Bridge's LoRA formula (training/utils/"
+     "flop_utils.py: 2/3 of the frozen model's FLOPs on the packed tokens plus attention within each packed "
+     "sample), which it applies only to Llama 3 70B LoRA on packed SQuAD (scripts/performance --data squad_packed; "
+     "the scripts' default mock data would give the full-training formula, about 4.3e11); tokens/s is read as printed "
+     "and predicted as GBS x 4096 tokens per step (the packing fills each sequence, pad_to_max_length). trainsim costs the attention core over the whole 4096-token causal window "
+     "(block-diagonal masks of packed samples are not modelled): 16-18 % of these rows' predicted block time, "
+     "most of which short SQuAD samples do not spend, so the LoRA rows are predicted slower than the packed runs "
+     "by up to that much on that account. The Transformer Engine CUDA graphs of the MLP (GB200/GB300 configs) are "
+     "not modelled."),
     ("MoE expert tensor parallelism (all MoE rows): layout.etp = the table's etp cell when printed (no MoE "
      "row prints one), else the config's expert_tensor_parallel_size (nemo_expert_tp_by_model(), with sources), else "
      "Megatron-Core's default tp. Every config read sets 1: DeepSeek-V3 (BASE_DEEPSEEK_V3_CONFIG, every "
@@ -229,8 +242,8 @@ def _parse_row(r: dict) -> _Row:
 
 def _skip_reason(row: _Row) -> str | None:
     """Why a complete row is not predicted (LoRA, NVFP4, a model or system trainsim has no preset for), or None."""
-    if row.section == "LoRA":
-        return "LoRA fine-tuning (frozen base weights) is not modelled"
+    if row.section == "LoRA" and nemo_lora(row.model, row.container or "") is None:
+        return f"no LoRA settings for {row.model} {row.container} in nemo_lora.csv: the recipe's adapters are unknown"
     if "FP4" in row.precision.upper():
         return "NVFP4: trainsim has no fp4 training dtype"
     if row.model in nemo_unmodelled():
@@ -258,7 +271,7 @@ def _nemo_case(r: dict) -> Case:
     m = load_model(raw["model"])
     secondary, fns = {}, {}
     if row.tflops is not None:
-        fpt = (nemo_llama_flops_per_token(m, row.ints["seq_len"]) if not m.is_moe
+        fpt = (nemo_llama_flops_per_token(m, row.ints["seq_len"]) if not (m.is_moe or row.section == "LoRA")
                else row.tflops * 1e12 / row.published)
         secondary["model_tflops_per_gpu"] = row.tflops
         fns["model_tflops_per_gpu"] = lambda tok_s, f=fpt: tok_s * f / 1e12
@@ -310,10 +323,15 @@ def _scenario_mapping(row: _Row) -> tuple[dict, str, tuple[str, ...] | None]:
     }
     if rc_modules:
         raw["training"].update(recompute="selective", recompute_modules=list(rc_modules))
+    lora = nemo_lora(model_name, row.container or "") if row.section == "LoRA" else None
+    if lora:
+        raw["training"].update(lora_rank=lora["lora_rank"], lora_alpha=lora["lora_alpha"],
+                               lora_target_modules=list(lora["lora_target_modules"]))
     label = row.label + (f" tp{tp} pp{pp}" + (f" cp{cp}" if cp > 1 else "") + (f" v{vp}" if vp > 1 else "")
                          + (f" ep{ep}" if ep > 1 else "") + (f" etp{etp}" if etp and etp != tp else "")
                          + (" fsdp" if fsdp else "") + f" mb{ints['mbs']}" + (" a2a-ov" if ep_overlap else "")
-                         + (f" rc:{'+'.join(rc_modules)}" if rc_modules else ""))
+                         + (f" rc:{'+'.join(rc_modules)}" if rc_modules else "")
+                         + (f" lora r{lora['lora_rank']}:{'+'.join(lora['lora_target_modules'])}" if lora else ""))
     return raw, label, rc_modules
 
 

@@ -15,7 +15,9 @@ are kept, with the file, commit or pull request each was read from, in trainsim/
 * nemo_ep_overlap.csv: (table model, system, precision class, release range) where moe_a2a_overlap is on
   (Megatron-Core --overlap-moe-expert-parallel-comm -> TrainingSpec.ep_comm_overlap); absent = off;
 * nemo_ep_overlap_undated.csv: the rows whose release's config could not be pinned down (kept off);
-* nemo_recompute_modules.csv: (table model, system, precision class, release range) -> recompute_modules.
+* nemo_recompute_modules.csv: (table model, system, precision class, release range) -> recompute_modules;
+* nemo_lora.csv: (table model, release range) -> the LoRA rank, alpha, target modules and packed dataset of the
+  LoRA Performance rows.
 
 Releases map to Megatron-Bridge branches: 25.09 = r0.1.0, 25.11 = r0.2.0, 26.02(.01) = r0.3.0, 26.04(.01) =
 r0.4.0, 26.06(.01) = r0.5.0, 26.08 = r0.6.0 (cherry-pick PRs #594 -> r0.1.0 2025-09, #1526 -> r0.2.0 2025-11,
@@ -138,6 +140,22 @@ def nemo_recompute_ranges() -> tuple[tuple[str, str, str, str, str, tuple[str, .
     mods = [tuple(m for m in s["recompute_modules"].split(";") if m != "none")
             for s in read_settings("nemo_recompute_modules.csv")]
     return tuple((*key, m) for key, m in zip(_ranged("nemo_recompute_modules.csv"), mods))
+
+
+@memoised(maxsize=64)
+def nemo_lora_settings() -> tuple[tuple[str, str, str, Mapping[str, object]], ...]:
+    """(table model, first release, last release, LoRA training keys) of each LoRA recipe (nemo_lora.csv)."""
+    return tuple((s["table_model"], s["first_release"], s["last_release"],
+                  MappingProxyType({"lora_rank": whole(s, "lora_rank"), "lora_alpha": float(s["lora_alpha"]),
+                                    "lora_target_modules": tuple(s["target_modules"].split(";"))}))
+                 for s in read_settings("nemo_lora.csv"))
+
+
+def nemo_lora(model_name: str, release: str) -> Mapping[str, object] | None:
+    """The LoRA training keys of a LoRA row's recipe (``nemo_lora_settings``), or None where no entry covers it."""
+    r = nemo_release(release)
+    return next((keys for model, first, last, keys in nemo_lora_settings()
+                 if model == model_name and nemo_release(first) <= r <= nemo_release(last)), None)
 
 
 def nemo_release(text: str) -> tuple[int, ...]:

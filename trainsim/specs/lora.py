@@ -1,0 +1,94 @@
+"""LoRA fine-tuning (low-rank adapters on frozen base weights) as Megatron-Bridge's PEFT runs it: which settings
+a scenario may combine with it, and the adapter geometry every cost model reads.
+
+Megatron-Bridge ``LoRA`` (src/megatron/bridge/peft/lora.py, NVIDIA-NeMo/Megatron-Bridge @ v0.5.0) freezes every
+base parameter (embedding and output layer included) and wraps each target linear in ``LoRALinear``: the output
+is ``base(x) + B(A(x)) * alpha / rank`` with ``A`` (linear_in: d_in -> rank) and ``B`` (linear_out: rank ->
+d_out) Megatron-Core linears (``ParallelLinearAdapter``, peft/utils.py). Its default targets are ``linear_qkv,
+linear_proj, linear_fc1, linear_fc2``; ``dim`` (the rank) 32 and ``alpha`` 32, which the Llama 3 70B recipe sets
+to 16 and 32 (recipes/llama/h100/llama3.py ``llama3_70b_peft_8gpu_h100_bf16_config``). ``alpha`` scales the
+adapter's output and costs nothing.
+
+Under tensor parallelism the adapter follows its base linear (``ParallelLinearAdapter``): for a column-parallel
+base (linear_qkv, linear_fc1) ``A`` is a ColumnParallelLinear(d_in -> rank) whose output is gathered and ``B`` a
+ColumnParallelLinear(rank -> d_out) left sharded; for a row-parallel base (linear_proj, linear_fc2) ``A`` is a
+RowParallelLinear(d_in -> rank) and ``B`` a ColumnParallelLinear(rank -> d_out) whose output is gathered. Every
+adapter weight is thus split over TP, and Megatron-Core's ColumnParallelLinear divides its output size by the TP
+size (``divide``, which asserts divisibility): the rank must be a multiple of tp.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from .errors import SpecError
+
+LoraTarget = Literal["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
+# Megatron-Bridge LoRA.target_modules' default (peft/lora.py): every linear of a dense block.
+LORA_TARGETS: tuple[str, ...] = ("linear_qkv", "linear_proj", "linear_fc1", "linear_fc2")
+# Megatron-Bridge LoRA.alpha's default; a scale on the adapter output, no cost.
+DEFAULT_LORA_ALPHA = 32.0
+
+
+def adapter_dims(model, target: str) -> tuple[int, int]:
+    """(d_in, d_out) of the base linear ``target`` of one dense block of ``model`` (whole, before TP): the fused
+    QKV projection h -> (a + 2 kv) d, the attention output projection a d -> h, fc1 h -> (2 with SwiGLU) f, fc2
+    f -> h. The adapter adds rank x (d_in + d_out) parameters on it."""
+    h, q, kv = model.hidden, model.num_heads * model.dhead, model.kv_heads * model.dhead
+    n_in = 2 if model.gated_mlp else 1
+    return {"linear_qkv": (h, q + 2 * kv), "linear_proj": (q, h), "linear_fc1": (h, n_in * model.ffn),
+            "linear_fc2": (model.ffn, h)}[target]
+
+
+def adapter_params_per_layer(model, rank: int, targets: tuple[str, ...]) -> int:
+    """Adapter parameters of one block, all TP ranks together: rank x (d_in + d_out) per target."""
+    return sum(rank * sum(adapter_dims(model, t)) for t in targets)
+
+
+def training_refusal(t) -> tuple[str, str] | None:
+    """(field, reason) when the LoRA settings of TrainingSpec ``t`` cannot be costed as given, else None."""
+    if not t.lora_rank:
+        if t.lora_fp8_base_weights or tuple(t.lora_target_modules) != LORA_TARGETS or t.lora_alpha != DEFAULT_LORA_ALPHA:
+            return "lora_rank", "the lora_* settings describe LoRA adapters: set lora_rank > 0 or drop them"
+        return None
+    if not t.lora_target_modules:
+        return "lora_target_modules", "is empty: LoRA needs at least one target linear"
+    if len(set(t.lora_target_modules)) != len(t.lora_target_modules):
+        return "lora_target_modules", "lists a module twice"
+    if t.framework != "megatron":
+        return "lora_rank", (f"LoRA is costed as Megatron-Bridge's PEFT on Megatron-Core (framework megatron); "
+                             f"framework {t.framework} is not: use framework megatron")
+    if t.effective_zero >= 2:
+        return "lora_rank", ("LoRA is costed with Megatron-Core DDP and the distributed optimizer (zero 0 or 1); "
+                             "ZeRO-2/3 of frozen base weights is not modelled")
+    if t.schedule in ("zb", "dualpipev"):
+        return "lora_rank", (f"the {t.schedule} schedule defers weight gradients, whose retained inputs are not "
+                             f"modelled for adapters: use 1f1b, interleaved or gpipe")
+    if t.offload_optimizer or t.offload_params:
+        return "lora_rank", "optimizer or parameter offload with LoRA is not modelled: drop the offload settings"
+    if t.lora_fp8_base_weights and t.dtype != "fp8":
+        return "lora_fp8_base_weights", f"fp8 base weights are Transformer Engine's fp8 primary weights of an fp8 " \
+                                        f"run: set dtype fp8 (got {t.dtype})"
+    return None
+
+
+def check_lora_model(model, layout, t) -> None:
+    """The model and layout rules of LoRA: a dense MHA/GQA model (Megatron-Bridge puts MoE experts' and MLA's
+    adapters on other linears, not costed here), a rank within each target's dimensions, and a rank divisible by tp
+    (module doc)."""
+    if not t.lora_rank:
+        return
+    if model.is_moe or model.is_mla:
+        raise SpecError("training.lora_rank", f"LoRA is costed for dense MHA/GQA blocks; {model.name} has "
+                        f"{'MoE experts' if model.is_moe else 'multi-head latent attention'}")
+    if model.mtp_layers:
+        raise SpecError("training.lora_rank", "LoRA with multi-token-prediction modules is not modelled")
+    if getattr(model, "embed_proj_dim", None):
+        raise SpecError("training.lora_rank", f"{model.name}'s embedding projection is not a LoRA target modelled")
+    smallest = min(min(adapter_dims(model, x)) for x in t.lora_target_modules)
+    if t.lora_rank > smallest:
+        raise SpecError("training.lora_rank", f"rank {t.lora_rank} exceeds the smallest target dimension "
+                        f"{smallest}: a low-rank adapter needs rank <= min(d_in, d_out)")
+    if t.lora_rank % layout.tp:
+        raise SpecError("training.lora_rank", f"rank {t.lora_rank} must be divisible by tp = {layout.tp} "
+                        "(Megatron-Core's ColumnParallelLinear splits the adapter's rank dimension over TP)")
