@@ -83,7 +83,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpus", help="N, a range A:B (powers of two in between), or a list a,b,c")
     p.add_argument("--global-batch", type=positive_int, help="sequences per optimizer step (not tokens)")
     p.add_argument("--seq-len", type=positive_int, help="sequence length in tokens")
-    p.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "nvfp4", "fp32"), help="compute precision of the GEMMs")
+    p.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "nvfp4", "fp32"),
+                   help="compute precision of the GEMMs (nvfp4: Transformer Engine's NVFP4 recipe, Blackwell only)")
     p.add_argument("--tokens", type=parse_tokens,
                    help="tokens to train on (e.g. 15T; range > 0, <= 1e16); default 20 per parameter")
     p.add_argument("--price-per-gpu-hour", type=nonneg_float, help="cost per GPU-hour")

@@ -21,7 +21,8 @@ class GPUSpec(BaseModel):
     # Achieved fraction of dense peak for large, well-shaped GEMMs (cuBLASLt microbenchmarks).
     gemm_efficiency: float = Field(default=0.80, gt=0, le=1)
     # The same for FP4 (block-scaled E2M1) GEMMs against the ``fp4`` peak, where measured; None = gemm_efficiency.
-    gemm_efficiency_fp4: float | None = Field(default=None, gt=0, le=1)
+    gemm_efficiency_fp4: float | None = Field(default=None, gt=0, le=1, description="achieved fraction of the fp4 "
+                                              "peak for large FP4 GEMMs (cuBLASLt); none = gemm_efficiency")
     # Achieved fraction of HBM bandwidth for streaming kernels (STREAM-like triad).
     hbm_efficiency: float = Field(default=0.85, gt=0, le=1)
     # Achieved fraction of dense peak for fused (flash) attention forward.

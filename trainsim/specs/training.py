@@ -94,7 +94,11 @@ class TrainingSpec(BaseModel):
     seq_len: int = Field(default=2048, gt=0, le=100_000_000)
     global_batch: int = Field(default=512, gt=0, le=1_000_000_000, description="sequences per step")
     micro_batch: int = Field(default=1, gt=0, le=1_000_000, description="sequences per pipeline replica")
-    dtype: TrainDtype = "bf16"
+    dtype: TrainDtype = Field(
+        default="bf16", description="compute precision: bf16, fp16, fp32; fp8 = Transformer Engine's fp8 GEMMs in the "
+        "blocks' linears; nvfp4 = Transformer Engine's NVFP4BlockScaling recipe (Megatron-Core --fp4-format e2m1 "
+        "--fp4-recipe nvfp4: fprop, dgrad and wgrad of every block linear on FP4 tensor cores, bf16 parameters, fp32 "
+        "master weights; cost_models/nvfp4.py), framework megatron on a GPU with an fp4 peak (Blackwell)")
     recompute: Recompute = "none"
     recompute_modules: tuple[RecomputeModule, ...] | None = Field(
         default=None, description="with recompute=selective: the modules recomputed (Megatron-Core --recompute-"
