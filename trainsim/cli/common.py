@@ -182,7 +182,8 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
     p.add_argument("--distributed-optimizer", action="store_true", default=None,
                    help="Megatron's distributed optimizer (optimizer states sharded over DP, = ZeRO-1)")
     p.add_argument("--schedule", choices=get_args(Schedule), help="pipeline schedule")
-    p.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "fp32"), help="compute precision of the GEMMs")
+    p.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "nvfp4", "fp32"),
+                   help="compute precision of the GEMMs (nvfp4: Transformer Engine's NVFP4 recipe, Blackwell only)")
     p.add_argument("--framework", choices=FRAMEWORKS,
                    help="software stack whose documented behaviours apply (default megatron)")
     add_precision_args(p)

@@ -16,6 +16,7 @@ from trainsim.simulator import goodput as gp
 from trainsim.simulator.planner import DEFAULT_MEMORY_HEADROOM, parse_headroom
 from trainsim.simulator.search_space import SearchLimits, check_training_extra, training_extra
 from trainsim.specs import SpecError, load_cluster, load_layout, load_model, load_scenario_file
+from trainsim.specs.hardware import dtype_refusal
 from trainsim.specs.framework_behaviour import FRAMEWORKS
 from trainsim.specs.framework_era import layout_refusal
 from trainsim.specs.training import Schedule, default_cp_comm, zero_conflict
@@ -82,7 +83,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpus", help="N, a range A:B (powers of two in between), or a list a,b,c")
     p.add_argument("--global-batch", type=positive_int, help="sequences per optimizer step (not tokens)")
     p.add_argument("--seq-len", type=positive_int, help="sequence length in tokens")
-    p.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "fp32"), help="compute precision of the GEMMs")
+    p.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "nvfp4", "fp32"),
+                   help="compute precision of the GEMMs (nvfp4: Transformer Engine's NVFP4 recipe, Blackwell only)")
     p.add_argument("--tokens", type=parse_tokens,
                    help="tokens to train on (e.g. 15T; range > 0, <= 1e16); default 20 per parameter")
     p.add_argument("--price-per-gpu-hour", type=nonneg_float, help="cost per GPU-hour")
@@ -246,8 +248,8 @@ def request_from_args(args: argparse.Namespace):
 def _plan_dtype(args: argparse.Namespace, training: dict, cluster) -> str:
     """The plan's dtype (--dtype, else the scenario file's, else bf16); fp8 needs FP8 tensor cores."""
     dtype = args.dtype or training.get("dtype", "bf16")
-    if dtype == "fp8" and not cluster.gpu.fp8:
-        raise SpecError("training.dtype", f"fp8 needs FP8 tensor cores, which {cluster.gpu.name} lacks")
+    if dtype_refusal(cluster.gpu, dtype):
+        raise SpecError("training.dtype", dtype_refusal(cluster.gpu, dtype))
     return dtype
 
 

@@ -26,7 +26,8 @@ only the column-wise copy, whose 1/32 scale bytes are left out). So the norm out
 fc2 input (the SwiGLU product or GeLU output) take 1 byte, the out-projection keeps a 1-byte copy of the
 attention output besides the bf16 one flash attention saves, and MoE experts save their dispatched input in
 fp8. Norm inputs, q/k/v/o, the activation function's input, the expert outputs, and the inputs of 16-bit
-GEMMs (a MoE router, the output layer) stay 2 bytes.
+GEMMs (a MoE router, the output layer) stay 2 bytes. nvfp4 saves the same tensors as the NVFP4 columnwise copy the
+wgrad GEMM reads, 0.5625 bytes per element (``TE_SAVED_BYTES``; nvfp4.py).
 
 LoRA (``LayerShape.lora_rank``, cost_models/lora.py): a frozen linear saves no input (Transformer Engine skips the
 save without ``weight.requires_grad``), a target's adapter saves the base input 16-bit for its own weight gradient
@@ -78,12 +79,15 @@ from dataclasses import dataclass
 from trainsim.specs.memo import memoised
 
 from .autocast import RESIDUAL_BYTES, norm_output_casts
+from .nvfp4 import NVFP4_BYTES
 from .shapes import LayerShape, layer_shape
 
 MASK_BYTES = 1  # dropout masks are bool/uint8 on CUDA (Korthikanti's assumption)
 FP32_SOFTMAX_BYTES = 4  # an fp32 softmax output per attention probability (TrainingSpec.attention_softmax_fp32)
 STAT_BYTES = 4  # norm statistics and logsumexp are fp32
 FP8_SAVED_BYTES = 1  # a TE linear's input saved for backward in fp8 (E4M3)
+# nvfp4: the columnwise NVFP4 copy the wgrad GEMM reads, 4 bits + an E4M3 scale per 16 elements (nvfp4.py)
+TE_SAVED_BYTES = {"fp8": FP8_SAVED_BYTES, "nvfp4": NVFP4_BYTES}
 
 
 @dataclass(frozen=True)
@@ -99,13 +103,13 @@ class ActivationBytes:
 
 
 def _fp8_saved(shp: LayerShape, impl: str) -> bool:
-    """Whether GEMM inputs are saved in fp8: fp8 training through Transformer Engine's fused modules."""
-    return shp.dtype == "fp8" and impl == "fused"
+    """Whether GEMM inputs are saved quantized: fp8 or nvfp4 training through Transformer Engine's fused modules."""
+    return shp.dtype in TE_SAVED_BYTES and impl == "fused"
 
 
-def _gemm_input_e(shp: LayerShape, impl: str) -> int:
+def _gemm_input_e(shp: LayerShape, impl: str) -> float:
     """Bytes per element of a linear layer's saved input."""
-    return FP8_SAVED_BYTES if _fp8_saved(shp, impl) else shp.e
+    return TE_SAVED_BYTES[shp.dtype] if _fp8_saved(shp, impl) else shp.e
 
 
 def _saved_input_e(shp: LayerShape, impl: str, targets: tuple[str, ...], fp8_input: bool = True) -> int:

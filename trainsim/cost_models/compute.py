@@ -15,7 +15,8 @@
       mean of what the 8192³ vs 16384³ cuBLASLt rates imply for A100 (2.1 µs), H100 (1.6) and H200 (0.95)
       [hardware.csv a100_azure, h100_azure, h200_azure].
   Small, skinny GEMMs also fall onto the memory roof through their bytes. Without ``num_sms`` (CPU
-  "GPUs", custom specs) ``S`` = 1.
+  "GPUs", custom specs) ``S`` = 1. NVFP4 GEMMs (dtype nvfp4) use the same tile model at ``GPUSpec.peak("fp4")``
+  and ``GPUSpec.gemm_efficiency_fp4`` (measured cuBLASLt FP4 at 16384³), operands at 0.5625 bytes (nvfp4.py).
 * Fused (flash) attention runs at ``GPUSpec.attention_efficiency`` of the 16-bit peak on the FLOPs it
   executes: forward 4·b·a·sq·sk·d, halved when causal; backward 2.5× forward (it recomputes the scores:
   five GEMM-sized products against two), the convention FlashAttention's benchmarks and
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from trainsim.specs.memo import memoised
 
 from .flops import Op, head_ops, layer_ops, recompute_ops
+from .nvfp4 import NVFP4_BYTES
 from .profile import MEMORY_OPS
 from .shapes import IdentityMemo, LayerShape, layer_shape
 
@@ -45,6 +47,9 @@ MIN_SPLIT_K = 256
 TILE_OVERHEAD_S = 1.5e-6
 _REF_GEMM = (16384, 16384, 16384)
 FLASH_BWD_FACTOR = 2.5
+# Training dtypes whose non-GEMM math (attention, norms, the logits) runs at the 16-bit rate: fp8 and nvfp4 put only
+# the blocks' linear GEMMs on their own tensor cores.
+LOW_PRECISION_DTYPES = ("fp8", "nvfp4")
 # First-generation fused attention (FlashAttention v1 and the Triton kernel MPT/llm-foundry used in 2023)
 # runs at about half the speed of FlashAttention-2, whose measured efficiency the GPU presets carry: the
 # FlashAttention-2 paper (Dao 2023, arXiv:2307.08691) reports "around 2x speedup compared to FlashAttention"
@@ -103,6 +108,8 @@ class _Hw:
     mem_Bps: float       # achieved HBM bandwidth
     overhead_s: float
     num_sms: int | None
+    peak_fp4: float = 0.0        # dense FP4 peak (0: no FP4 tensor cores; nvfp4 is refused there)
+    gemm_eff_fp4: float = 0.0    # GPUSpec.gemm_efficiency_fp4, else gemm_eff
 
 
 class _ProfileRef:
@@ -126,9 +133,12 @@ def hw_of(gpu, dtype: str) -> _Hw:
 
 
 def _hw_of(gpu, dtype: str) -> _Hw:
-    base = "bf16" if dtype == "fp8" else dtype
+    base = "bf16" if dtype in LOW_PRECISION_DTYPES else dtype
+    fp4 = getattr(gpu, "fp4", False)
     return _Hw(
         peak=gpu.peak(base), peak_fp8=gpu.peak("fp8"), gemm_eff=gpu.gemm_efficiency,
+        peak_fp4=gpu.peak("fp4") if fp4 else 0.0,
+        gemm_eff_fp4=(gpu.gemm_efficiency_fp4 or gpu.gemm_efficiency) if fp4 else 0.0,
         attn_eff=gpu.attention_efficiency, mem_Bps=gpu.hbm_bw_Bps * gpu.hbm_efficiency,
         overhead_s=gpu.kernel_overhead_s, num_sms=getattr(gpu, "num_sms", None),
     )
@@ -164,8 +174,11 @@ def gemm_efficiency_default(m: int, n: int, k: int, batch: int, gemm_eff: float,
 
 
 def gemm_time_s(m: int, n: int, k: int, hw: _Hw, *, batch: int = 1, fp8: bool = False, e: int = 2,
-                profile=None, dtype: str = "bf16") -> float:
-    """Seconds of ``batch`` (m×k)·(k×n) GEMMs launched as one kernel (bmm / grouped GEMM)."""
+                profile=None, dtype: str = "bf16", fp4: bool = False) -> float:
+    """Seconds of ``batch`` (m×k)·(k×n) GEMMs launched as one kernel (bmm / grouped GEMM); ``fp4``: NVFP4 operands
+    at the FP4 peak and its measured efficiency (nvfp4.py)."""
+    if fp4:
+        return _fp4_gemm_time_s(m, n, k, hw, batch, e)
     pdtype = "fp8" if fp8 else dtype
     if profile is not None:
         t1 = profile.gemm_time_s(m, n, k, pdtype)
@@ -183,6 +196,14 @@ def gemm_time_s(m: int, n: int, k: int, hw: _Hw, *, batch: int = 1, fp8: bool = 
     return max(flops / (peak * eff), nbytes / hw.mem_Bps) + hw.overhead_s
 
 
+def _fp4_gemm_time_s(m: int, n: int, k: int, hw: _Hw, batch: int, e: int) -> float:
+    """An NVFP4 GEMM: the tile model at the FP4 peak. ``trainsim calibrate`` measures no FP4 GEMM (its dtypes are
+    fp32, tf32, bf16, fp16, fp8), so a calibration profile leaves this datasheet model in place."""
+    eff = gemm_efficiency_default(m, n, k, batch, hw.gemm_eff_fp4, hw.num_sms, hw.peak_fp4)
+    nbytes = batch * ((m * k + k * n) * NVFP4_BYTES + m * n * e)
+    return max(2.0 * m * n * k * batch / (hw.peak_fp4 * eff), nbytes / hw.mem_Bps) + hw.overhead_s
+
+
 def memory_time_s(nbytes: float, hw: _Hw, profile=None, op: str | None = None, pass_: str = "fwd") -> float:
     """Seconds of a memory-bound kernel moving ``nbytes`` (read + written)."""
     if profile is not None:
@@ -196,15 +217,15 @@ def memory_time_s(nbytes: float, hw: _Hw, profile=None, op: str | None = None, p
 def _gemms_time(gemms, op: Op, hw: _Hw, e: int, profile, dtype: str, extra_bytes: float) -> float:
     t = 0.0
     for m, n, k in gemms:
-        t += gemm_time_s(m, n, k, hw, batch=op.batch, fp8=op.fp8, e=e, profile=profile, dtype=dtype)
-    if extra_bytes > 0:  # fp8 casts of X / dY: separate memory-bound kernels
+        t += gemm_time_s(m, n, k, hw, batch=op.batch, fp8=op.fp8, e=e, profile=profile, dtype=dtype, fp4=op.fp4)
+    if extra_bytes > 0:  # fp8 / NVFP4 casts of X / dY: separate memory-bound kernels
         t += memory_time_s(extra_bytes, hw, profile, "copy")
     return t
 
 
 def _attention_time(op: Op, hw: _Hw, profile, dtype: str, pass_: str, causal: bool,
                     flash_version: int = 2) -> float:
-    base = "bf16" if dtype == "fp8" else dtype
+    base = "bf16" if dtype in LOW_PRECISION_DTYPES else dtype
     if profile is not None and op.attn is not None:
         t = profile.attention_time_s(*op.attn, base, causal, pass_)
         if t is not None:
@@ -226,8 +247,8 @@ def op_times(op: Op, hw: _Hw, *, e: int = 2, dtype: str = "bf16", profile=None, 
         return OpTimes(op.name, _attention_time(op, hw, profile, dtype, "fwd", causal, flash_version),
                        _attention_time(op, hw, profile, dtype, "bwd", causal, flash_version), 0.0)
     if op.fwd_gemms:
-        ob = 1 if op.fp8 else e
-        # Bytes beyond the GEMMs' own operands are the fp8 casts (see flops._linear).
+        ob = NVFP4_BYTES if op.fp4 else (1 if op.fp8 else e)
+        # Bytes beyond the GEMMs' own operands are the fp8 / NVFP4 casts (see flops._linear).
         def gemm_bytes(gs):
             return op.batch * sum((m * k + k * n) * ob + m * n * e for m, n, k in gs)
         cast_f = max(0.0, op.fwd_bytes - gemm_bytes(op.fwd_gemms))

@@ -25,6 +25,8 @@ Conventions (stated once, used everywhere):
   weight is quantized the same way (read e, write 2 per parameter) on every forward unless the caller passes
   ``is_first_microbatch`` so TE caches it for the step's later micro-batches (Megatron-Core does; a bare
   ``te.Linear`` call, as llm-foundry makes, does not): ``LayerShape.fp8_weight_casts`` per micro-batch.
+* nvfp4 training: the same GEMMs on NVFP4 operands (0.5625 bytes per element) with the NVFP4 recipe's casts
+  (amax pass, rowwise quantize, random-Hadamard columnwise quantize): nvfp4.py.
 
 Bytes are the compulsory HBM traffic of each kernel (inputs read + outputs written), which the roofline
 in ``compute.py`` turns into time for memory-bound ops.
@@ -36,6 +38,7 @@ from dataclasses import dataclass, replace
 
 from trainsim.specs.memo import memoised
 
+from . import nvfp4
 from .autocast import RESIDUAL_BYTES, norm_output_casts
 from .framework import cross_entropy_bytes, eager_ce_cast_bytes, train_metric_bytes_per_logit
 from .host_issue import megatron_fused_softmax
@@ -83,6 +86,7 @@ class Op:
     bwd_weight_gemms: tuple[Gemm, ...] = ()
     batch: int = 1
     fp8: bool = False
+    fp4: bool = False  # NVFP4 operands on the FP4 tensor cores (dtype nvfp4, nvfp4.py)
     modules: frozenset = frozenset()  # TrainingSpec.recompute_modules whose recompute re-runs this op
     work_fraction: float = 1.0
     attn: tuple[int, int, int, int, int] | None = None
@@ -135,22 +139,27 @@ def _flops(gemms: tuple[Gemm, ...], batch: int = 1) -> float:
     return float(batch * sum(2 * m * n * k for m, n, k in gemms))
 
 
-def _linear(name: str, m: int, n: int, k: int, e: int, *, fp8: bool = False, batch: int = 1,
+def _linear(name: str, m: int, n: int, k: int, e: int, *, fp8: bool = False, fp4: bool = False, batch: int = 1,
             kind: str = "gemm", weight_casts: float = 1.0) -> Op:
-    """Y(m×n) = X(m×k)·W(k×n): fwd, dX = dY·Wᵀ, dW = Xᵀ·dY; bytes with fp8 operands and casts if fp8
-    (``weight_casts``: quantizations of W per micro-batch, see the module docstring)."""
-    ob = 1 if fp8 else e
+    """Y(m×n) = X(m×k)·W(k×n): fwd, dX = dY·Wᵀ, dW = Xᵀ·dY; bytes with fp8 (or NVFP4, ``fp4``) operands and their
+    casts (``weight_casts``: quantizations of W per micro-batch, see the module docstring and nvfp4.py)."""
+    ob = nvfp4.NVFP4_BYTES if fp4 else (1 if fp8 else e)
     fwd, dx, dw = ((m, n, k),), ((m, k, n),), ((k, n, m),)
     q = e + 2                                # read e, write the fp8 tensor and its transpose
-    cast_x = (m * k * q + k * n * q * weight_casts) if fp8 else 0  # X each call; W as cached
-    cast_dy = m * n * q if fp8 else 0        # dY once, shared by dX and dW
+    cast_x = cast_dy = 0.0
+    if fp8:
+        cast_x = m * k * q + k * n * q * weight_casts  # X each call; W as cached
+        cast_dy = m * n * q                  # dY once, shared by dX and dW
+    elif fp4:
+        cast_x = nvfp4.rht_cast_bytes(m * k, e) + nvfp4.weight_cast_bytes(k * n, e) * weight_casts
+        cast_dy = nvfp4.rht_cast_bytes(m * n, e)
     return Op(
         name=name, kind=kind,
         fwd_flops=_flops(fwd, batch), bwd_input_flops=_flops(dx, batch), bwd_weight_flops=_flops(dw, batch),
         fwd_bytes=float(batch * ((m * k + k * n) * ob + m * n * e + cast_x)),
         bwd_input_bytes=float(batch * ((m * n + k * n) * ob + m * k * e + cast_dy)),
         bwd_weight_bytes=float(batch * ((m * k + m * n) * ob + k * n * e)),
-        fwd_gemms=fwd, bwd_input_gemms=dx, bwd_weight_gemms=dw, batch=batch, fp8=fp8,
+        fwd_gemms=fwd, bwd_input_gemms=dx, bwd_weight_gemms=dw, batch=batch, fp8=fp8, fp4=fp4,
     )
 
 
@@ -298,7 +307,7 @@ def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int 
     e, h, t = shp.e, shp.h, split or shp.tp
     f_local = ffn // t
     n_in = 2 if shp.gated else 1
-    fp8, casts = shp.dtype == "fp8", shp.fp8_weight_casts
+    fp8, fp4, casts = shp.dtype == "fp8", shp.dtype == "nvfp4", shp.fp8_weight_casts
     act_elems = batch * tokens * f_local
     if shp.gated:  # silu(gate) * up: reads 2, writes 1; bwd reads gate, up, dy, writes dgate, dup
         fwd_rw, bwd_rw = EAGER_SWIGLU_RW if shp.autocast else (3, 5)
@@ -308,9 +317,9 @@ def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int 
     if module == "moe":
         act = replace(act, modules=frozenset({"moe_act"}))
     ops = [
-        _linear(f"{prefix}fc1", tokens, n_in * f_local, h, e, fp8=fp8, batch=batch, weight_casts=casts),
+        _linear(f"{prefix}fc1", tokens, n_in * f_local, h, e, fp8=fp8, fp4=fp4, batch=batch, weight_casts=casts),
         act,
-        _linear(f"{prefix}fc2", tokens, h, f_local, e, fp8=fp8, batch=batch, weight_casts=casts),
+        _linear(f"{prefix}fc2", tokens, h, f_local, e, fp8=fp8, fp4=fp4, batch=batch, weight_casts=casts),
     ]
     return _tag(ops, module)
 
@@ -343,18 +352,18 @@ def _mla_projection_ops(shp: LayerShape) -> list[Op]:
     and the shared key's RoPE parts."""
     e, h, t, T = shp.e, shp.h, shp.tp, shp.tokens
     Ts = T // shp.sp_div  # the down-projections run on the rank's sequence shard (SP), latents gathered after
-    fp8, casts = shp.dtype == "fp8", shp.fp8_weight_casts
+    fp8, fp4, casts = shp.dtype == "fp8", shp.dtype == "nvfp4", shp.fp8_weight_casts
     heads = shp.a // t
     ops: list[Op] = []
     if shp.ql:
-        ops += [_linear("q_down", Ts, shp.ql, h, e, fp8=fp8, weight_casts=casts),
+        ops += [_linear("q_down", Ts, shp.ql, h, e, fp8=fp8, fp4=fp4, weight_casts=casts),
                 _elementwise("q_norm", "norm", Ts * shp.ql, 2 * e, 3 * e, _NORM_FLOPS["rmsnorm"]),
-                _linear("q_up", T, heads * shp.dqk, shp.ql, e, fp8=fp8, weight_casts=casts)]
+                _linear("q_up", T, heads * shp.dqk, shp.ql, e, fp8=fp8, fp4=fp4, weight_casts=casts)]
     else:
-        ops.append(_linear("q_proj", T, heads * shp.dqk, h, e, fp8=fp8, weight_casts=casts))
-    ops += [_linear("kv_down", Ts, shp.kvl + shp.dr, h, e, fp8=fp8, weight_casts=casts),
+        ops.append(_linear("q_proj", T, heads * shp.dqk, h, e, fp8=fp8, fp4=fp4, weight_casts=casts))
+    ops += [_linear("kv_down", Ts, shp.kvl + shp.dr, h, e, fp8=fp8, fp4=fp4, weight_casts=casts),
             _elementwise("kv_norm", "norm", Ts * shp.kvl, 2 * e, 3 * e, _NORM_FLOPS["rmsnorm"]),
-            _linear("kv_up", T, heads * (shp.d + shp.dvh), shp.kvl, e, fp8=fp8, weight_casts=casts),
+            _linear("kv_up", T, heads * (shp.d + shp.dvh), shp.kvl, e, fp8=fp8, fp4=fp4, weight_casts=casts),
             _elementwise("rope", "elementwise", T * (heads + 1) * shp.dr, 2 * e, 2 * e, 3.0)]
     # mla_up_proj recompute re-runs the up-projections and RoPE (the down-projections' outputs are kept).
     return [replace(op, modules=frozenset({"mla_up_proj"})) if op.name in ("q_up", "q_proj", "kv_up", "rope")
@@ -366,7 +375,7 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
     e, h, t = shp.e, shp.h, shp.tp
     T = shp.tokens
     T_seq = T // shp.sp_div
-    fp8, casts = shp.dtype == "fp8", shp.fp8_weight_casts
+    fp8, fp4, casts = shp.dtype == "fp8", shp.dtype == "nvfp4", shp.fp8_weight_casts
     qkv_out = (shp.a + 2 * shp.kv) * shp.d // t
     ops: list[Op] = _tag([_norm("norm1", shp, T_seq)], "layernorm")
     ac_casts = norm_output_casts(shp.gated, shp.mla, shp.is_moe) if shp.autocast else (0, 0)
@@ -375,14 +384,14 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
     if shp.mla:
         ops += _mla_projection_ops(shp)
     else:
-        ops.append(_linear("qkv", T, qkv_out, h, e, fp8=fp8, weight_casts=casts))
+        ops.append(_linear("qkv", T, qkv_out, h, e, fp8=fp8, fp4=fp4, weight_casts=casts))
         if shp.qk_norm:  # RMSNorm over head_dim of every local query and key head (Qwen3, Gemma 3)
             ops.append(_elementwise("qk_norm", "norm", T * (shp.a + shp.kv) * shp.d // t, 2 * e, 3 * e,
                                     _NORM_FLOPS["rmsnorm"]))
         if shp.rope:
             ops.append(_rope(shp, T * (shp.a + shp.kv) * shp.d // t))
     ops += _attention_ops(shp)
-    ops.append(_linear("out_proj", T, h, shp.a * shp.dvh // t, e, fp8=fp8, weight_casts=casts))
+    ops.append(_linear("out_proj", T, h, shp.a * shp.dvh // t, e, fp8=fp8, fp4=fp4, weight_casts=casts))
     if shp.norms == 4:  # Gemma 2/3: a norm after each sub-layer too, before its residual add
         ops.append(_norm("post_attn_norm", shp, T_seq))
     ops.append(_residual("residual1", shp, T_seq))
@@ -536,11 +545,11 @@ def _mtp_ops(shp: LayerShape) -> tuple[Op, ...]:
     output head are the model's block and head ops (the builder adds them)."""
     e, h, T = shp.e, shp.h, shp.tokens
     T_seq = T // shp.sp_div
-    fp8, casts = shp.dtype == "fp8", shp.fp8_weight_casts
+    fp8, fp4, casts = shp.dtype == "fp8", shp.dtype == "nvfp4", shp.fp8_weight_casts
     lookup = Op(name="mtp_embedding", kind="embedding", fwd_flops=0.0, bwd_input_flops=0.0, bwd_weight_flops=T * h,
                 fwd_bytes=float(2 * e * T * h + 8 * T), bwd_input_bytes=0.0, bwd_weight_bytes=float(3 * e * T * h))
     return (lookup, _norm("mtp_enorm", shp, T_seq), _norm("mtp_hnorm", shp, T_seq),
-            _linear("mtp_eh_proj", T, h // shp.tp, 2 * h, e, fp8=fp8, weight_casts=casts))
+            _linear("mtp_eh_proj", T, h // shp.tp, 2 * h, e, fp8=fp8, fp4=fp4, weight_casts=casts))
 
 
 def head_ops(scenario) -> tuple[Op, ...]:

@@ -18,7 +18,8 @@ estimates to within ~30 %):
   all-to-alls, chunk sort, SwiGLU, unsort, unpermute -- 45 forward, 40 backward; a dense MLP 6 forward, 10 backward.
 * Per local expert, launched in TE's C++ loop: 2 GEMMs forward (fc1, fc2), 4 backward (dgrad and wgrad of each);
   under fp8 one quantize kernel per expert for each GEMM input (2 forward, 2 backward; MXFP8's count -- FP8 current
-  scaling launches three per input).
+  scaling launches three per input); nvfp4 is given the same count (TE's grouped NVFP4 quantize; its per-tensor
+  path launches amax, rowwise and RHT-columnwise kernels, which is not costed here).
 
 Host seconds per op (``HOST_OP_S``, ``HOST_LOOP_OP_S``): Transformer Engine issue #2053 timed the CPU side of one BF16
 ``torch.nn.Linear`` forward at 13.5 us on a Xeon Platinum 8480C and 33-37 us on Grace (GB200/GH200); a launch from
@@ -59,8 +60,8 @@ def moe_block_host_issue(shp: LayerShape, host_cpu: str = "x86") -> HostIssue:
     local = max(1, shp.experts // shp.ep)
     fwd_py = ATTN_OPS[0] + MOE_OPS[0] + (MLP_OPS[0] if shp.fs else 0)
     bwd_py = ATTN_OPS[1] + MOE_OPS[1] + (MLP_OPS[1] if shp.fs else 0)
-    per_expert_f = EXPERT_GEMMS[0] + (EXPERT_QUANTIZE[0] if shp.dtype == "fp8" else 0)
-    per_expert_b = EXPERT_GEMMS[1] + (EXPERT_QUANTIZE[1] if shp.dtype == "fp8" else 0)
+    per_expert_f = EXPERT_GEMMS[0] + (EXPERT_QUANTIZE[0] if shp.dtype in ("fp8", "nvfp4") else 0)
+    per_expert_b = EXPERT_GEMMS[1] + (EXPERT_QUANTIZE[1] if shp.dtype in ("fp8", "nvfp4") else 0)
     full = shp.recompute == "full"
     rerun_moe = full or shp.recomputes("moe")
     rerun_shared = bool(shp.fs) and (rerun_moe or shp.recomputes("shared_experts"))

@@ -53,6 +53,7 @@ from itertools import pairwise
 
 from . import activations as act
 from . import autocast
+from . import nvfp4
 from trainsim.specs.framework_behaviour import behaviour
 
 from .framework import DEEPSPEED_MAX_LIVE_PARAMS, bf16_optimizer
@@ -628,6 +629,11 @@ def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0) 
         out["logits_workspace"] = max(0.0, act.logits_workspace_bytes(scenario) - working)
     if t.autocast:
         out["autocast_weight_cache"] = autocast.weight_cast_cache_bytes(autocast_cast_params(scenario, stage, rp)[0])
+    if t.dtype == "nvfp4":
+        # Transformer Engine's rowwise and columnwise NVFP4 copies of the rank's linear weights, quantized at the
+        # step's first micro-batch and kept for the backward and the later micro-batches (nvfp4.py)
+        linear = sum(p.elems for p in rank_tensors(scenario, stage) if p.kind == "weight")
+        out["nvfp4_weight_copies"] = nvfp4.weight_copy_bytes(linear)
     shp = layer_shape(scenario)
     if lay.pp > 1:
         out["pp_p2p_buffers"] = 2.0 * act.pipeline_output_bytes(shp)  # one send and one receive buffer

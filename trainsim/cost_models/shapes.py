@@ -17,7 +17,7 @@ from .moe_balance import scenario_moe_load_factor
 # activations in bf16 and casts GEMM operands to fp8 on the fly, so activations stay 2 bytes -- except the
 # inputs TE's linears save for their weight-gradient GEMMs, which are saved already cast (activations.py).
 DEFAULT_SELECTIVE = frozenset({"core_attn"})  # Megatron's selective recompute without --recompute-modules
-ACT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "fp32": 4}
+ACT_BYTES = {"bf16": 2, "fp16": 2, "fp8": 2, "nvfp4": 2, "fp32": 4}  # nvfp4 as fp8 (nvfp4.py)
 
 
 @dataclass(frozen=True)

@@ -177,8 +177,8 @@ def check_job(job: ExecJob) -> None:
         avail = available_memory_bytes()
         if avail and need > avail:
             raise SpecError("layout", f"needs about {need / 2**30:.1f} GiB of host memory, {avail / 2**30:.1f} GiB available")
-    elif t.dtype == "fp8":
-        raise SpecError("training.dtype", "fp8 is not executed; use bf16 or fp16")
+    elif t.dtype in ("fp8", "nvfp4"):
+        raise SpecError("training.dtype", f"{t.dtype} is not executed; use bf16 or fp16")
 
 
 def available_memory_bytes() -> int:

@@ -164,12 +164,13 @@ def _pipelined_exposed_s(comm_s: float, gemm_s: float, chunked_gemm_s: float, st
     return max(0.0, max(comm_s, chunked_gemm_s) + min(comm_s, chunked_gemm_s) / steps - gemm_s)
 
 
-def _chunk_ratio(m: int, n: int, k: int, steps: int, hw, fp8: bool, e: int) -> float:
+def _chunk_ratio(m: int, n: int, k: int, steps: int, hw, fp8: bool, e: int, fp4: bool = False) -> float:
     """Time of a GEMM run as ``steps`` row chunks over its time in one piece (tile model of compute.py)."""
-    whole = compute.gemm_time_s(m, n, k, hw, fp8=fp8, e=e)
+    whole = compute.gemm_time_s(m, n, k, hw, fp8=fp8, e=e, fp4=fp4)
     # At least 1: smaller tiles never speed the same work up (the tile model's wave quantization can favour
     # the smaller grid of an odd shape).
-    return max(1.0, steps * compute.gemm_time_s(max(1, m // steps), n, k, hw, fp8=fp8, e=e) / whole) if whole > 0 else 1.0
+    chunk = compute.gemm_time_s(max(1, m // steps), n, k, hw, fp8=fp8, e=e, fp4=fp4)
+    return max(1.0, steps * chunk / whole) if whole > 0 else 1.0
 
 
 def _tp_overlapped(ag_s: float, rs_s: float, tp: int, scenario: Scenario, profile) -> tuple[float, float]:
@@ -191,7 +192,7 @@ def _tp_overlapped(ag_s: float, rs_s: float, tp: int, scenario: Scenario, profil
 
     def ring(comm_s: float, name: str, field: str) -> float:
         g = gemm(name, field)
-        r = _chunk_ratio(*dims[(name, field)], tp, hw, fp8, e) if g > 0 else 1.0
+        r = _chunk_ratio(*dims[(name, field)], tp, hw, fp8, e, shp.dtype == "nvfp4") if g > 0 else 1.0
         return _pipelined_exposed_s(comm_s, g, g * r, tp)
     fwd = (ring(ag_s, "qkv", "fwd_s") + ring(rs_s, "out_proj", "fwd_s")
            + ring(ag_s, "fc1", "fwd_s") + ring(rs_s, "fc2", "fwd_s"))

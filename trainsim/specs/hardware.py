@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-Dtype = Literal["bf16", "fp16", "fp8", "tf32", "fp32"]
+Dtype = Literal["bf16", "fp16", "fp8", "fp4", "tf32", "fp32"]
 
 
 class GPUSpec(BaseModel):
@@ -20,6 +20,9 @@ class GPUSpec(BaseModel):
     peak_flops: dict[Dtype, float] = Field(description="dense peak FLOP/s per dtype (no 2:4 sparsity)")
     # Achieved fraction of dense peak for large, well-shaped GEMMs (cuBLASLt microbenchmarks).
     gemm_efficiency: float = Field(default=0.80, gt=0, le=1)
+    # The same for FP4 (block-scaled E2M1) GEMMs against the ``fp4`` peak, where measured; None = gemm_efficiency.
+    gemm_efficiency_fp4: float | None = Field(default=None, gt=0, le=1, description="achieved fraction of the fp4 "
+                                              "peak for large FP4 GEMMs (cuBLASLt); none = gemm_efficiency")
     # Achieved fraction of HBM bandwidth for streaming kernels (STREAM-like triad).
     hbm_efficiency: float = Field(default=0.85, gt=0, le=1)
     # Achieved fraction of dense peak for fused (flash) attention forward.
@@ -49,8 +52,16 @@ class GPUSpec(BaseModel):
                 raise ValueError(f"peak_flops.{k}={v} is not a plausible FLOP/s")
         return self
 
+    @property
+    def fp4(self) -> bool:
+        """FP4 tensor cores (Blackwell and later): the GPU states an ``fp4`` peak."""
+        return "fp4" in self.peak_flops
+
     def peak(self, dtype: str) -> float:
-        """Dense peak FLOP/s for a training dtype; fp8 falls back to bf16 on GPUs without fp8."""
+        """Dense peak FLOP/s for a training dtype; fp8 falls back to bf16 on GPUs without fp8; nvfp4 is the fp4 peak
+        (a GPU without one is refused before: dtype_refusal)."""
+        if dtype == "nvfp4":
+            dtype = "fp4"
         if dtype in self.peak_flops:
             return self.peak_flops[dtype]  # type: ignore[index]
         if dtype == "fp8":
@@ -60,6 +71,16 @@ class GPUSpec(BaseModel):
         if dtype == "fp16":
             return self.peak_flops["bf16"]
         raise KeyError(dtype)
+
+
+def dtype_refusal(gpu: GPUSpec, dtype: str) -> str | None:
+    """Why ``gpu`` cannot run training dtype ``dtype`` (no tensor cores of that format), or None."""
+    if dtype == "fp8" and not gpu.fp8:
+        return f"fp8 needs FP8 tensor cores, which {gpu.name} lacks"
+    if dtype == "nvfp4" and not gpu.fp4:
+        return (f"nvfp4 needs FP4 tensor cores (Blackwell: b200, gb200, b300, gb300), which {gpu.name} lacks "
+                f"(no fp4 in its peak_flops)")
+    return None
 
 
 class ScaleUpSpec(BaseModel):

@@ -17,7 +17,7 @@ transfer of a view is priced at the slowest pool's scale-out (the DP ring passes
 from __future__ import annotations
 
 from .errors import SpecError
-from .hardware import NIC_EFFICIENCY, ClusterSpec, PoolSpec, ScaleOutSpec
+from .hardware import NIC_EFFICIENCY, ClusterSpec, PoolSpec, ScaleOutSpec, dtype_refusal
 from .memo import IdentityMemo
 from .scenario import Scenario
 from .training import Layout, TrainingSpec
@@ -114,8 +114,8 @@ def check_pools(cluster: ClusterSpec, layout: Layout, training: TrainingSpec, dp
             raise SpecError("cluster.placement", f"{cluster.placement} places work on pools; give cluster.pools")
         return
     for i, pool in enumerate(cluster.pools):
-        if training.dtype == "fp8" and not pool.gpu.fp8:
-            raise SpecError(f"cluster.pools[{i}].gpu", f"fp8 needs FP8 tensor cores, which {pool.gpu.name} lacks")
+        if dtype_refusal(pool.gpu, training.dtype):
+            raise SpecError(f"cluster.pools[{i}].gpu", dtype_refusal(pool.gpu, training.dtype))
     gpus = pool_gpus(cluster)
     if cluster.placement == "stages":
         if layout.placement[-1] != "pp":

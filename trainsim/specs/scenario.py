@@ -8,7 +8,7 @@ from .data_parallel import check_data_parallel
 from .errors import SpecError
 from .framework_behaviour import BEHAVIOURS
 from .framework_era import layout_refusal
-from .hardware import ClusterSpec
+from .hardware import ClusterSpec, dtype_refusal
 from .lora import check_lora_model
 from .memo import IdentityMemo
 from .model import ModelSpec
@@ -424,8 +424,8 @@ def _check_runtime(m: ModelSpec, cluster: ClusterSpec, t: TrainingSpec, pp: int)
         # kernels to capture -- a graph or compile setting there would be silently without effect.
         raise SpecError("training.host_issue", f"{t.host_issue} is costed for dense blocks on GPUs only "
                                                f"({'a MoE model' if m.is_moe else 'CPU ranks'}); use eager")
-    if t.dtype == "fp8" and not cluster.gpu.fp8:
-        raise SpecError("training.dtype", f"fp8 needs FP8 tensor cores, which {cluster.gpu.name} lacks")
+    if dtype_refusal(cluster.gpu, t.dtype):
+        raise SpecError("training.dtype", dtype_refusal(cluster.gpu, t.dtype))
     if BEHAVIOURS[t.framework].deepspeed_engine and t.effective_zero >= 2 and pp > 1:
         # DeepSpeed's PipelineEngine asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
         # (deepspeed/runtime/pipe/engine.py)

@@ -23,7 +23,9 @@ RecomputeModule = Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe_a
 RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act", "moe",
                                       "shared_experts", "op_sac")
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb", "dualpipev"]
-TrainDtype = Literal["bf16", "fp16", "fp8", "fp32"]
+# nvfp4: Transformer Engine's NVFP4BlockScaling recipe under Megatron-Core (cost_models/nvfp4.py): the blocks' linear
+# GEMMs on FP4 tensor cores, everything else as under fp8 (bf16 weights, fp32 master weights and Adam states).
+TrainDtype = Literal["bf16", "fp16", "fp8", "nvfp4", "fp32"]
 # Dtype of the gradients a rank accumulates and reduces (Megatron's main-grad buffer, FSDP's reduce dtype).
 GradDtype = Literal["fp32", "bf16", "fp16"]
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
@@ -93,7 +95,11 @@ class TrainingSpec(BaseModel):
     seq_len: int = Field(default=2048, gt=0, le=100_000_000)
     global_batch: int = Field(default=512, gt=0, le=1_000_000_000, description="sequences per step")
     micro_batch: int = Field(default=1, gt=0, le=1_000_000, description="sequences per pipeline replica")
-    dtype: TrainDtype = "bf16"
+    dtype: TrainDtype = Field(
+        default="bf16", description="compute precision: bf16, fp16, fp32; fp8 = Transformer Engine's fp8 GEMMs in the "
+        "blocks' linears; nvfp4 = Transformer Engine's NVFP4BlockScaling recipe (Megatron-Core --fp4-format e2m1 "
+        "--fp4-recipe nvfp4: fprop, dgrad and wgrad of every block linear on FP4 tensor cores, bf16 parameters, fp32 "
+        "master weights; cost_models/nvfp4.py), framework megatron on a GPU with an fp4 peak (Blackwell)")
     recompute: Recompute = "none"
     recompute_modules: tuple[RecomputeModule, ...] | None = Field(
         default=None, description="with recompute=selective: the modules recomputed (Megatron-Core --recompute-"
@@ -273,8 +279,21 @@ class TrainingSpec(BaseModel):
                 self._check_op_sac()
         if self.offload_params and self.zero != 3:
             raise SpecError("offload_params", "needs zero=3 (parameters must be sharded to be offloaded)")
+        if self.dtype == "nvfp4":
+            self._check_nvfp4()
         self._check_conflicts()
         return self
+
+    def _check_nvfp4(self) -> None:
+        """nvfp4 is costed as Megatron-Core drives Transformer Engine's NVFP4BlockScaling recipe (Megatron-Bridge
+        bf16_with_nvfp4_mixed: bf16 parameters, fp32 master weights; cost_models/nvfp4.py)."""
+        if self.framework != "megatron":
+            raise SpecError("dtype", f"nvfp4 is costed as Megatron-Core with Transformer Engine's NVFP4BlockScaling "
+                                     f"recipe (--fp4-format e2m1 --fp4-recipe nvfp4, 2025); framework "
+                                     f"{self.framework} does not run it: use framework megatron")
+        if self.param_bytes != 2:
+            raise SpecError("param_dtype_bytes", f"nvfp4 training keeps bf16 parameters (2 bytes) that Transformer "
+                                                 f"Engine quantizes per step; got {self.param_bytes}")
 
     def _check_op_sac(self) -> None:
         """torchtitan's per-op policy is a whole-block policy of torch's checkpoint API, not a Megatron module."""
@@ -302,7 +321,7 @@ class TrainingSpec(BaseModel):
         if self.grad_dtype and self.grad_dtype_bytes and DTYPE_BYTES[self.grad_dtype] != self.grad_dtype_bytes:
             raise SpecError("grad_dtype", f"grad_dtype={self.grad_dtype} contradicts "
                                           f"grad_dtype_bytes={self.grad_dtype_bytes}")
-        if not self.master_weights and self.dtype in ("fp32", "fp8"):
+        if not self.master_weights and self.dtype in ("fp32", "fp8", "nvfp4"):
             raise SpecError("master_weights", f"master_weights=false needs dtype bf16 or fp16 (pure low-precision "
                                               f"training), got {self.dtype}")
         if not self.master_weights and BEHAVIOURS[self.framework].deepspeed_engine:
@@ -503,13 +522,14 @@ class TrainingSpec(BaseModel):
     def grad_bytes(self) -> int:
         """Bytes per gradient element as accumulated and reduced: ``grad_dtype_bytes``, ``grad_dtype``, or the
         framework's default (fp32 main grads for Megatron with bf16/fp8,
-        FrameworkBehaviour.megatron_arguments: fp8 runs keep bf16 parameters, with fp16 the buffer is fp16; else the
+        FrameworkBehaviour.megatron_arguments: fp8 and nvfp4 runs keep bf16 parameters, with fp16 the buffer is fp16; else the
         parameters' dtype; pure low-precision training keeps them in the training dtype)."""
         if self.grad_dtype_bytes:
             return self.grad_dtype_bytes
         if self.grad_dtype:
             return DTYPE_BYTES[self.grad_dtype]
-        if self.master_weights and BEHAVIOURS[self.framework].megatron_arguments and self.dtype in ("bf16", "fp8"):
+        if self.master_weights and BEHAVIOURS[self.framework].megatron_arguments and self.dtype in ("bf16", "fp8",
+                                                                                                  "nvfp4"):
             return 4
         return self.param_bytes
 

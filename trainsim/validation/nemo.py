@@ -56,8 +56,14 @@ NEMO_NOTES = (
      "assumed, the tables do not say), so TP/EP groups of up to 64 stay inside NVLink."),
     ("precision: FP8 (current scaling), FP8-CS, FP8-MX, MXFP8 -> dtype fp8 (Transformer Engine runs the "
      "block's linear layers in fp8; attention, the logits and elementwise ops stay 16-bit); BF16 -> bf16; "
-     "the 25.09 tables ('not stated in table') are FP8 per that release's text; NVFP4 rows are skipped "
-     "(no fp4 training dtype in trainsim)."),
+     "the 25.09 tables ('not stated in table') are FP8 per that release's text; NVFP4 -> dtype nvfp4 "
+     "(Megatron-Bridge bf16_with_nvfp4_mixed: Transformer Engine's NVFP4BlockScaling recipe on every block's "
+     "linears, no bf16 layers; cost_models/nvfp4.py), without TP comm overlap (the Llama performance configs set "
+     "tp_comm_overlap False for nvfp4: scripts/performance/configs/llama/llama3_llm_pretrain.py and "
+     "llama31_llm_pretrain.py, r0.3.0-r0.5.0, 'False if precision == \"nvfp4\"'). Not modelled, recorded only: "
+     "fp4_param_gather (NVFP4 parameters gathered in NVFP4 by the distributed optimizer, set from r0.4.0 = 26.04 on, "
+     "Megatron-LM PR #4005), full-iteration CUDA graphs and NVTE_USE_FAST_MATH=1 of the NVFP4 configs. The "
+     "Nemotron 3 Super NVFP4 rows are hybrid Mamba models (skipped as such)."),
     ("software (Megatron-Bridge recipes, scripts/performance: sequence_parallel = tp > 1, CommOverlapConfig("
      "tp_comm_overlap=True) with the userbuffers configs of megatron/bridge/training/comm_overlap.py): framework "
      "megatron, sequence parallelism and TP comm/GEMM overlap when tp > 1, "
@@ -232,7 +238,7 @@ def _parse_row(r: dict) -> _Row:
         section = ""
     else:
         label += f" {section}"
-    category = f"{system.replace('DGX-', '')} {'bf16' if prec_text.upper() == 'BF16' else 'fp8'}"
+    category = f"{system.replace('DGX-', '')} {_dtype(prec_text)}"
     ints = {k: _int(first_value(r.get(k))) for k in ("gbs", "mbs", "seq_len", "fsdp", "tp", "pp", "cp", "vp", "ep",
                                                       "etp")}
     return _Row(r.get("row_id", "?"), r.get("model"), model_name, system, gpus,
@@ -240,12 +246,18 @@ def _parse_row(r: dict) -> _Row:
                 prec_text, r.get("nemo_container"), section, label, category, ints)
 
 
+def _dtype(precision: str) -> str:
+    """The training dtype of a precision cell: NVFP4 -> nvfp4, BF16 -> bf16, else fp8 (FP8 / FP8-CS / FP8-MX /
+    MXFP8 / 'not stated')."""
+    text = precision.upper()
+    return "nvfp4" if "FP4" in text else ("bf16" if text == "BF16" else "fp8")
+
+
 def _skip_reason(row: _Row) -> str | None:
-    """Why a complete row is not predicted (LoRA, NVFP4, a model or system trainsim has no preset for), or None."""
+    """Why a complete row is not predicted (LoRA without settings, a model or system trainsim has no preset for), or
+    None."""
     if row.section == "LoRA" and nemo_lora(row.model, row.container or "") is None:
         return f"no LoRA settings for {row.model} {row.container} in nemo_lora.csv: the recipe's adapters are unknown"
-    if "FP4" in row.precision.upper():
-        return "NVFP4: trainsim has no fp4 training dtype"
     if row.model in nemo_unmodelled():
         return nemo_unmodelled()[row.model]
     if row.model not in nemo_models():
@@ -294,7 +306,7 @@ def _scenario_mapping(row: _Row) -> tuple[dict, str, tuple[str, ...] | None]:
     ints, model_name, system = row.ints, row.model, row.system
     tp, pp, cp = ints["tp"] or 1, ints["pp"] or 1, ints["cp"] or 1
     vp, ep, fsdp = ints["vp"] or 1, ints["ep"] or 1, ints["fsdp"] or 0
-    dtype = "bf16" if row.precision.upper() == "BF16" else "fp8"  # FP8 / FP8-CS / FP8-MX / MXFP8 / 'not stated'
+    dtype = _dtype(row.precision)
     cpreset, per_rack = nemo_systems()[system]
     # moe_a2a_overlap of the row's config (nemo_ep_overlap_ranges()); Megatron-Core (and trainsim) refuse it with
     # pp > 1 and no model chunks, so such a row would keep the all-to-all exposed (no table row is in that case).
@@ -313,7 +325,8 @@ def _scenario_mapping(row: _Row) -> tuple[dict, str, tuple[str, ...] | None]:
         "cluster": _cluster(cpreset, row.gpus, **overrides),
         "layout": {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vp, **({"etp": etp} if etp else {})},
         "training": {"seq_len": ints["seq_len"], "global_batch": ints["gbs"], "micro_batch": ints["mbs"],
-                     "dtype": dtype, "recompute": "none", "sequence_parallel": tp > 1, "tp_comm_overlap": tp > 1,
+                     "dtype": dtype, "recompute": "none", "sequence_parallel": tp > 1,
+                     "tp_comm_overlap": tp > 1 and dtype != "nvfp4",
                      "ep_comm_overlap": ep_overlap,
                      **({"zero": 3} if fsdp > 0 else {}), "distributed_optimizer": fsdp == 0,
                      "schedule": "interleaved" if vp > 1 else "1f1b", "flash_attention": True,
