@@ -59,7 +59,8 @@ from .framework import DEEPSPEED_MAX_LIVE_PARAMS, bf16_optimizer
 from .model_states import state_bytes
 from .allocator_reserve import grads_off_peak, loss_stage_cached_bytes
 from .first_step_fragmentation import first_step_extra_reserved, lazy_state_bytes
-from .fsdp2_peak import activation_peak_gather, fsdp2_moment, fsdp2_of
+from .fsdp2_peak import Fsdp2Peak, activation_peak, fsdp2_moment
+from .fsdp2_peak import applies as fsdp2_applies
 from .fsdp_stream_pools import stream_pool_cached
 from .grad_buffer import optimizer_tensor_elems
 from .param_tensors import rank_tensors
@@ -381,8 +382,10 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     working = max(act.recompute_working_bytes(scn, impl) for scn, _ in block_kinds(scenario))
     activations = inflight_microbatches * per_mb + working
 
+    fsdp2 = activation_peak(scenario, stage, rp, working) if fsdp2_applies(scenario) else None
     details: dict[str, float] = {"activations_per_microbatch": per_mb, "recompute_working": working,
-                                 **runtime_terms(scenario, stage), **transient_terms(scenario, stage, rp, working),
+                                 **runtime_terms(scenario, stage),
+                                 **transient_terms(scenario, stage, rp, working, fsdp2),
                                  **off.device}
     rounding = megatron_state_rounding_bytes(scenario, stage, optimizer_params=rp.optimizer_params)
     if rounding:
@@ -395,7 +398,7 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
         details["softmax_backward_peak"] = softmax_peak
     off_peak = grads_off_peak(framework=t.framework, zero=t.effective_zero, microbatches=scenario.num_microbatches,
                               grads=off.grads, activations=activations)
-    moment = fsdp2_moment(scenario, rp, details, activations, off_peak, stage)
+    moment = fsdp2_moment(fsdp2, rp, details, activations, off_peak)
     if moment and moment[1]:
         details["fsdp2_phase_peak"] = moment[1]
     cast = reduce_cast_bytes(scenario, rp)
@@ -409,7 +412,7 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     if remap:
         details["ddp_param_remap"] = remap
     other = sum(v for k, v in details.items() if k not in ACTIVATION_DETAILS)
-    gathered = None if moment is None else fsdp2_of(scenario, rp).gather_outputs[moment[0]]
+    gathered = None if moment is None else fsdp2.phases.gather_outputs[moment[0]]
     pools = _stream_pools(scenario, stage, sb.grads, gathered)
     cached = _allocator_cached(scenario, stage, working) + cast - beyond + off_peak + pools
     return StageMemory(weights=off.weights, grads=off.grads, optimizer=off.optimizer, activations=activations,
@@ -589,14 +592,16 @@ def model_states(t, rp: RankParams, sb) -> dict[str, float]:
     return {"weights": weights, "grads": rp.grad_params * sb.grads, "optimizer": rp.optimizer_params * sb.optimizer}
 
 
-def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0) -> dict[str, float]:
+def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0,
+                    fsdp2: Fsdp2Peak | None = None) -> dict[str, float]:
     """Buffers that exist for part of the step but at its peak: ZeRO-3 gathered parameters and unsharded
     gradients, the loss's logits workspace, pipeline send/receive buffers, the sequence-parallel all-gather
     buffer.
 
     The logits workspace and the recompute ``working`` set never coexist: autograd runs the loss's backward,
     and frees its temporaries, before the last block's backward recomputes that block, so the workspace
-    counts only beyond the working set (``stage_memory`` adds the working set to the activations)."""
+    counts only beyond the working set (``stage_memory`` adds the working set to the activations). ``fsdp2``: FSDP2's
+    moment at the activation peak where the caller has it (fsdp2_peak.activation_peak; worked out here otherwise)."""
     lay, t = scenario.layout, scenario.training
     fw = behaviour(t.framework)
     pb, gb = t.param_bytes, t.grad_bytes
@@ -610,7 +615,7 @@ def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0) 
             live = max(big, min(rp.unit_params, DEEPSPEED_MAX_LIVE_PARAMS))
             out["zero3_gather_buffers"] = live * pb + max(big, min(rp.unit_params, fw.reduce_bucket_params)) * gb
         elif fw.fsdp2:  # FSDP2: the root gathered once per pass, blocks double-buffered; or the loss's moment
-            out["zero3_gather_buffers"] = activation_peak_gather(scenario, stage, rp, working)[1]
+            out["zero3_gather_buffers"] = (fsdp2 or activation_peak(scenario, stage, rp, working)).gathered
         else:
             # FSDP: the unit in use and the prefetched next one unsharded, plus one unit's full gradient
             # before its reduce-scatter (twice while FSDP1's split backward concatenates the parameters'
