@@ -383,14 +383,15 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     activations = inflight_microbatches * per_mb + working
 
     fsdp2 = activation_peak(scenario, stage, rp, working) if fsdp2_applies(scenario) else None
+    casts = autocast_cast_params(scenario, stage, rp) if t.autocast else None
     details: dict[str, float] = {"activations_per_microbatch": per_mb, "recompute_working": working,
                                  **runtime_terms(scenario, stage),
-                                 **transient_terms(scenario, stage, rp, working, fsdp2),
+                                 **transient_terms(scenario, stage, rp, working, fsdp2, casts),
                                  **off.device}
     rounding = megatron_state_rounding_bytes(scenario, stage, optimizer_params=rp.optimizer_params)
     if rounding:
         details["state_rounding"] = rounding
-    deferred = _autocast_deferred(scenario, stage, rp, inflight_microbatches, per_mb)
+    deferred = _autocast_deferred(scenario, stage, casts, inflight_microbatches, per_mb)
     beyond = max(0.0, deferred - activations - details.get("logits_workspace", 0.0))
     if beyond:  # the end of a later micro-batch's backward outgrows the activation peak (autocast.py, mechanism 4)
         details["autocast_deferred_grads"] = beyond
@@ -593,7 +594,7 @@ def model_states(t, rp: RankParams, sb) -> dict[str, float]:
 
 
 def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0,
-                    fsdp2: Fsdp2Peak | None = None) -> dict[str, float]:
+                    fsdp2: Fsdp2Peak | None = None, casts: tuple | None = None) -> dict[str, float]:
     """Buffers that exist for part of the step but at its peak: ZeRO-3 gathered parameters and unsharded
     gradients, the loss's logits workspace, pipeline send/receive buffers, the sequence-parallel all-gather
     buffer.
@@ -601,7 +602,8 @@ def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0,
     The logits workspace and the recompute ``working`` set never coexist: autograd runs the loss's backward,
     and frees its temporaries, before the last block's backward recomputes that block, so the workspace
     counts only beyond the working set (``stage_memory`` adds the working set to the activations). ``fsdp2``: FSDP2's
-    moment at the activation peak where the caller has it (fsdp2_peak.activation_peak; worked out here otherwise)."""
+    moment at the activation peak, ``casts`` the rank's ``autocast_cast_params``, where the caller has them (worked
+    out here otherwise)."""
     lay, t = scenario.layout, scenario.training
     fw = behaviour(t.framework)
     pb, gb = t.param_bytes, t.grad_bytes
@@ -625,7 +627,8 @@ def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0,
     if stage == scenario.loss_stage:
         out["logits_workspace"] = max(0.0, act.logits_workspace_bytes(scenario) - working)
     if t.autocast:
-        out["autocast_weight_cache"] = autocast.weight_cast_cache_bytes(autocast_cast_params(scenario, stage, rp)[0])
+        cast = (casts or autocast_cast_params(scenario, stage, rp))[0]
+        out["autocast_weight_cache"] = autocast.weight_cast_cache_bytes(cast)
     shp = layer_shape(scenario)
     if lay.pp > 1:
         out["pp_p2p_buffers"] = 2.0 * act.pipeline_output_bytes(shp)  # one send and one receive buffer
@@ -641,14 +644,15 @@ def autocast_cast_params(scenario, stage: int, rp: RankParams | None = None) -> 
                                 tied=scenario.model.tie_embeddings)
 
 
-def _autocast_deferred(scenario, stage: int, rp: RankParams, inflight: float, per_mb: float) -> float:
+def _autocast_deferred(scenario, stage: int, casts: tuple | None, inflight: float, per_mb: float) -> float:
     """Bytes beside the model states and the weight-cast cache at the end of a later micro-batch's backward under
     torch.autocast (autocast.py, mechanism 4): the deferred gradient casts and the other in-flight micro-batches'
-    activations; 0 where nothing is deferred."""
+    activations; 0 where nothing is deferred. ``casts``: the rank's ``autocast_cast_params`` (None without
+    autocast)."""
     t, m, lay = scenario.training, scenario.model, scenario.layout
-    if not (t.autocast and autocast.defers_grad_casts(t.recompute, scenario.num_microbatches)):
+    if casts is None or not autocast.defers_grad_casts(t.recompute, scenario.num_microbatches):
         return 0.0
-    cast, _, head = autocast_cast_params(scenario, stage, rp)
+    cast, _, head = casts
     largest = max(head, largest_weight_tensor_params(m, lay.tp, lay.ep, lay.etp))
     tied = head if (m.tie_embeddings and stage == 0 and stage == scenario.loss_stage) else 0.0
     return autocast.deferred_grad_cast_bytes(cast, largest, tied) + max(0.0, inflight - 1) * per_mb
