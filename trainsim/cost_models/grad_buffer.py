@@ -190,12 +190,8 @@ def optimizer_pieces_key(scenario, stage: int, rank: int = 0) -> PiecesKey:
 
 
 def pieces_of(model, key: PiecesKey) -> tuple[float, ...]:
-    """optimizer_tensor_elems of the scenario ``key`` describes (optimizer_pieces_key) of ``model``. Memoised per
-    model object."""
-    return _PIECES(model, key)
-
-
-def _pieces(model, key: PiecesKey) -> tuple[float, ...]:
+    """optimizer_tensor_elems of the scenario ``key`` describes (optimizer_pieces_key) of ``model``: its chunks'
+    pieces, each memoised per model object and chunk."""
     return tuple(x for part in key for x in _CHUNK_PIECES(model, *part))
 
 
@@ -216,4 +212,3 @@ def _chunk_pieces(model, key: ChunkKey, rules: BufferRules, expert: bool, n: int
 
 _OPTIMIZER_ELEMS = IdentityMemo(_optimizer_tensor_elems)
 _CHUNK_PIECES = IdentityMemo(_chunk_pieces)
-_PIECES = IdentityMemo(_pieces)
