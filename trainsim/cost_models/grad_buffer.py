@@ -128,13 +128,13 @@ class BufferRules:
 
 def buffer_rules(scenario, first_chunk: bool) -> BufferRules:
     """The BufferRules of ``scenario``; ``first_chunk``: pipeline rank 0's first chunk."""
-    from .framework import default_overlap_grad_reduce
+    from .framework import overlap_grad_reduce
 
     tr = scenario.training
     fw = BEHAVIOURS[tr.framework]
     core = fw.megatron_ddp == "core"
-    overlap = default_overlap_grad_reduce(tr) if tr.overlap_grad_reduce is None else tr.overlap_grad_reduce
-    bucket = megatron_bucket_params(scenario, tr.dp_bucket_mb) if (core and overlap and first_chunk) else None
+    bucket = megatron_bucket_params(scenario, tr.dp_bucket_mb) if (core and overlap_grad_reduce(tr) and first_chunk) \
+        else None
     return BufferRules(fw.megatron_arguments, core, bucket, scenario.model.tie_embeddings and scenario.layout.pp > 1
                        and core, fw.fsdp2)
 
