@@ -35,7 +35,7 @@ Recompute: ``selective`` drops what its modules (TrainingSpec.recompute_modules,
 softmax/dropout terms and the logsumexp, q, k, v and the output stay; mla_up_proj: MLA's per-head q, k, v;
 layernorm: the two norms' outputs (the linears' saved inputs); mlp: a dense block's MLP inner activations;
 moe_act: the experts' activation output; shared_experts: the shared expert's inner activations; moe: everything
-of the MoE layer after its input. ``op_sac`` (alone) is torchtitan's per-op policy, see ``_op_sac_layer``.
+of the MoE layer after its input. ``op_sac`` (alone) is torchtitan's per-op policy, see ``op_sac_saved_tensors``.
 ``full`` keeps only the block input ``e·T·h`` (``/tp`` with SP, the input is
 sharded).
 
@@ -61,7 +61,7 @@ The norm term is torchtitan's own RMSNorm class, its code until 3b39d7ab0 (2025-
 ``torch`` has no era to tell them apart, and every uncompiled torchtitan row of the memory dataset predates it.
 Blocks under torch.compile (TrainingSpec.compile) keep what AOTAutograd's min-cut partitioner saves, measured
 in tests/test_compile_oracle.py: without AC the ``"fused"`` block (norm inputs and outputs, SwiGLU 3·f), with full
-AC the block input, with op_sac all but the unread last matmul output (``_op_sac_layer``).
+AC the block input, with op_sac all but the unread last matmul output (``op_sac_saved_tensors``).
 For a dropout-free GPT block with LayerNorm, SDPA and GeLU both agree and this is exactly what torch saves
 (``saved_tensors_hooks`` deduplicated by storage): ``16·e·s·b·h`` + LayerNorm stats ``2·8·b·s`` +
 logsumexp ``4·b·a·s`` (/shared/notes/torch-distributed-on-cpu.md).

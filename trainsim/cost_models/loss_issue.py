@@ -10,10 +10,11 @@ dispatch counter (``trainsim.kernels.op_count.count_megatron_head_ops``) gives 3
 target logit, sum of exponentials: Megatron calls them whatever the TP size) and, under TP, the logits' input-
 gradient all-reduce are one dispatch and one launch each (``host_issue.COLLECTIVE_OPS``).
 
-The seconds follow the blocks' rules (cost_models.host_issue): ``ATEN_DISPATCH_S`` and ``KERNEL_LAUNCH_S`` per op,
-times the measured Python-frame ratios of a whole forward (``MODULE_FRAME_RATIO``, 1.89) and of a backward inside a
-running backward pass (``BACKWARD_FRAME_RATIO``, 3.00), and under TP the slowest of the TP ranks' hosts
-(``host_jitter.pace``: the cross-entropy's all-reduces make the ranks wait for one another as the blocks' do).
+The seconds follow the blocks' rules through the blocks' own functions (cost_models.host_issue): ``ATEN_DISPATCH_S``
+and ``KERNEL_LAUNCH_S`` per op (``eager_issue_s``, the collectives added by ``with_collectives``), times the measured
+Python-frame ratios of a whole forward (``MODULE_FRAME_RATIO``, 1.89) and of a backward inside a running backward
+pass (``BACKWARD_FRAME_RATIO``, 3.00), and under TP the slowest of the TP ranks' hosts (``paced_s``: the
+cross-entropy's all-reduces make the ranks wait for one another as the blocks' do).
 They apply to frameworks that run Megatron's legacy Python layer (``FrameworkBehaviour.megatron_layer``) in eager
 mode where no GPU profile measured the host: the executor's own chunk has its per-micro-batch work measured
 (``CalibrationProfile.host_issue_chunk``), Megatron-Core's head is Transformer Engine's.
