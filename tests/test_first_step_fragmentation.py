@@ -58,7 +58,7 @@ def test_blocks_the_list_does_not_cover_are_not_replayed():
                                 {"gated": True, "kv": 4, "compiled": True}, {"flash": False}])
 def test_op_sac_list_is_torchtitans_per_op_policy(kw):
     """torchtitan's per-op SAC keeps the block input, matmuls 1, 3, 5(, 7) and the SDPA output + logsumexp
-    (activations._op_sac_layer): the list adds up to the activation model's block and names q's size first."""
+    (activations.op_sac_saved_tensors): the list adds up to the activation model's block and names q's size first."""
     shp = _gpt(recompute="selective", rc_modules=frozenset({"op_sac"}), **kw)
     tensors = block_saved_tensors(shp, "fused")
     assert tensors is not None

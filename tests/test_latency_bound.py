@@ -94,3 +94,20 @@ def test_plan_rows_say_latency_bound():
                                                                    "host_issue": "cuda_graphs"}))
     row = plan(req).rows[0]
     assert any(w.startswith("latency-bound: ") for w in row.warnings)
+
+
+def test_predict_and_report_call_a_step_host_bound_at_one_bar():
+    """predict's warning and the what-if report's sentence label a step host-bound from the same share of GPU idle
+    waiting for the host (predict.HOST_BOUND_SHARE): a one-stage step of 1 s with idle just at and just below it."""
+    from types import SimpleNamespace
+
+    from trainsim.reports.whatif import _bound_sentence
+    from trainsim.simulator.predict import HOST_BOUND_SHARE, host_idle_warning
+
+    s = tp8()
+    for idle, labelled in ((HOST_BOUND_SHARE, True), (0.99 * HOST_BOUND_SHARE, False)):
+        chunk = SimpleNamespace(host_idle_fwd_s=idle, host_idle_bwd_s=0.0)
+        table = SimpleNamespace(num_microbatches=1, stages=[SimpleNamespace(chunks=[chunk], optimizer_host_idle_s=0.0)])
+        pred = SimpleNamespace(step_time_s=1.0, breakdown_s={"host_idle": idle}, extra={})
+        assert (host_idle_warning(s, table, 1.0) is not None) is labelled
+        assert ("(host-bound)" in _bound_sentence(pred)) is labelled

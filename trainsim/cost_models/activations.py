@@ -40,7 +40,7 @@ Recompute: ``selective`` drops what its modules (TrainingSpec.recompute_modules,
 softmax/dropout terms and the logsumexp, q, k, v and the output stay; mla_up_proj: MLA's per-head q, k, v;
 layernorm: the two norms' outputs (the linears' saved inputs); mlp: a dense block's MLP inner activations;
 moe_act: the experts' activation output; shared_experts: the shared expert's inner activations; moe: everything
-of the MoE layer after its input. ``op_sac`` (alone) is torchtitan's per-op policy, see ``_op_sac_layer``.
+of the MoE layer after its input. ``op_sac`` (alone) is torchtitan's per-op policy, see ``op_sac_saved_tensors``.
 ``full`` keeps only the block input ``e·T·h`` (``/tp`` with SP, the input is
 sharded).
 
@@ -66,7 +66,7 @@ The norm term is torchtitan's own RMSNorm class, its code until 3b39d7ab0 (2025-
 ``torch`` has no era to tell them apart, and every uncompiled torchtitan row of the memory dataset predates it.
 Blocks under torch.compile (TrainingSpec.compile) keep what AOTAutograd's min-cut partitioner saves, measured
 in tests/test_compile_oracle.py: without AC the ``"fused"`` block (norm inputs and outputs, SwiGLU 3·f), with full
-AC the block input, with op_sac all but the unread last matmul output (``_op_sac_layer``).
+AC the block input, with op_sac all but the unread last matmul output (``op_sac_saved_tensors``).
 For a dropout-free GPT block with LayerNorm, SDPA and GeLU both agree and this is exactly what torch saves
 (``saved_tensors_hooks`` deduplicated by storage): ``16·e·s·b·h`` + LayerNorm stats ``2·8·b·s`` +
 logsumexp ``4·b·a·s`` (/shared/notes/torch-distributed-on-cpu.md).
@@ -312,8 +312,14 @@ def _te_cp_received_kv_bytes(shp: LayerShape) -> float:
     return float(2 * shp.e * shp.tokens * shp.kv * shp.d / shp.tp)
 
 
-def _op_sac_layer(shp: LayerShape) -> ActivationBytes:
-    """Bytes torchtitan's per-op selective checkpointing keeps for one dense block.
+def _op_sac_lse_bytes(shp: LayerShape) -> float:
+    """The fp32 logsumexp flash or memory-efficient SDPA saves beside its output (0 on the math path)."""
+    return STAT_BYTES * shp.b * (shp.a // shp.tp) * (shp.s // shp.cp) if shp.flash else 0.0
+
+
+def op_sac_saved_tensors(shp: LayerShape) -> list[float]:
+    """Sizes (bytes) of the tensors torchtitan's per-op selective checkpointing keeps for one dense block, in
+    forward order.
 
     torchtitan (``activation_checkpoint.mode = "selective"``, ``selective_ac_option = "op"``) wraps each
     transformer block in torch's non-reentrant checkpoint with a ``create_selective_checkpoint_contexts``
@@ -340,18 +346,22 @@ def _op_sac_layer(shp: LayerShape) -> ActivationBytes:
     tests/test_compile_oracle.py.
     """
     e, h, t, r, T = shp.e, shp.h, shp.tp, shp.sp_div, shp.tokens
-    block_in = e * T * h / r
-    qkv = [shp.a * shp.d / t, shp.kv * shp.d / t, shp.kv * shp.d / t]
-    widths = qkv + [h] + ([shp.f / t, shp.f / t, h] if shp.gated else [shp.f / t, h])
+    heads = shp.a // t
+    widths = [shp.a * shp.d / t, shp.kv * shp.d / t, shp.kv * shp.d / t, h]
+    widths += [shp.f / t, shp.f / t, h] if shp.gated else [shp.f / t, h]
     kept = widths[0::2]  # matmuls 1, 3, 5, ... of the block
     if shp.compiled and len(widths) % 2:
         kept = kept[:-1]  # under torch.compile the last matmul's output (no backward op reads it) is not kept
-    mm = e * T * sum(kept)
-    heads = shp.a // t
-    sdpa = e * T * heads * shp.dvh if shp.flash else 0.0
-    small = STAT_BYTES * shp.b * heads * (shp.s // shp.cp) if shp.flash else 0.0
-    reduce_scatter = 2 * e * T * h / t if shp.sp and t > 1 else 0.0
-    return ActivationBytes(main=block_in + mm + sdpa + reduce_scatter, small=small)
+    rs = [e * T * h / t] if shp.sp and t > 1 else []
+    sdpa = [e * T * heads * shp.dvh, _op_sac_lse_bytes(shp)] if shp.flash else []
+    return [e * T * h / r, e * T * kept[0], e * T * kept[1], *sdpa, *rs, *(e * T * w for w in kept[2:]), *rs]
+
+
+def _op_sac_layer(shp: LayerShape) -> ActivationBytes:
+    """Bytes torchtitan's per-op selective checkpointing keeps for one dense block (``op_sac_saved_tensors``):
+    the logsumexp as small, the rest as main."""
+    small = _op_sac_lse_bytes(shp)
+    return ActivationBytes(main=sum(op_sac_saved_tensors(shp)) - small, small=small)
 
 
 def _shape(x) -> LayerShape:

@@ -72,24 +72,29 @@ NEVER_CAST_KINDS = ("norm", "embedding", "position")
 TIED_EMBEDDING = "embedding.word.weight"  # param_tensors' name of the word embedding a tied output layer reuses
 
 
-def _output_is_embedding(tensors, loss: bool, tied: bool) -> bool:
-    """Whether the rank's output layer is its tied word embedding (one module holds both: param_tensors keeps no
-    separate output layer), which the output linear casts."""
-    return loss and tied and not any(t.kind == "head" for t in tensors)
-
-
 def cast_params(tensors, held: float, *, loss: bool, tied: bool) -> tuple[float, float, float]:
-    """(cast, bias, output-layer) elements of a rank that autocast casts to 16 bits and caches for the step.
+    """(cast, bias, output-layer) elements of a rank that autocast casts to 16 bits and caches for the step, in one
+    walk over its tensors.
 
     ``tensors``: the rank's parameter tensors (param_tensors.rank_tensors); ``held``: the parameter elements it
     holds; ``loss``: it runs the loss; ``tied``: the model ties its embeddings. Every tensor outside
-    NEVER_CAST_KINDS is cast (linear weights and biases, routers, the output layer); a tied output layer on the
-    embedding's own rank casts the embedding weight. The biases are cast and cached, never saved for backward."""
-    tied_out = _output_is_embedding(tensors, loss, tied)
-    embedding = sum(t.elems for t in tensors if t.name == TIED_EMBEDDING)
-    never = sum(t.elems for t in tensors if t.kind in NEVER_CAST_KINDS) - (embedding if tied_out else 0.0)
-    biases = sum(t.elems for t in tensors if t.kind == "bias")
-    head = embedding if tied_out else sum(t.elems for t in tensors if t.kind == "head")
+    NEVER_CAST_KINDS is cast (linear weights and biases, routers, the output layer). A tied output layer on the
+    embedding's own rank (the loss's rank holding no separate output layer: one module holds both) casts the
+    embedding weight. The biases are cast and cached, never saved for backward."""
+    embedding = never = biases = head = 0.0
+    has_head = False
+    for t in tensors:
+        if t.name == TIED_EMBEDDING:
+            embedding += t.elems
+        if t.kind in NEVER_CAST_KINDS:
+            never += t.elems
+        elif t.kind == "bias":
+            biases += t.elems
+        elif t.kind == "head":
+            head += t.elems
+            has_head = True
+    if loss and tied and not has_head:  # the output layer is the tied word embedding, which the output linear casts
+        never, head = never - embedding, embedding
     return float(held - never), float(biases), float(head)
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from trainsim.specs.framework_behaviour import behaviour
 from trainsim.specs.memo import IdentityMemo
 
-from .framework import default_overlap_grad_reduce
+from .framework import overlap_grad_reduce
 from .grad_buffer import buffer_buckets, megatron_bucket_params
 from .param_tensors import ChunkKey, ParamTensor, chunk_key, key_tensors
 
@@ -54,21 +54,16 @@ def issues_ddp_buckets(training) -> bool:
     return behaviour(training.framework).megatron_ddp is not None and training.effective_zero <= 1
 
 
-def _overlap(training) -> bool:
-    return default_overlap_grad_reduce(training) if training.overlap_grad_reduce is None else \
-        training.overlap_grad_reduce
-
-
 def chunk_dp_buckets(scenario, stage: int, chunk: int, n: int, n_expert: int | None = None) -> tuple[DpBucket, ...]:
     """The DDP buckets of ``stage``'s model chunk ``chunk`` in launch order (module doc): dense buffer first, laid
     out for ``n`` data-parallel ranks, then the expert buffer, laid out for the ``n_expert`` ranks of the
     expert-data-parallel group it reduces over (default ``n``). Memoised per model object and chunk."""
     tr = scenario.training
     key = chunk_key(scenario, scenario.virtual_stage(stage, chunk))
-    if behaviour(tr.framework).megatron_ddp == "local" and not _overlap(tr):
+    if behaviour(tr.framework).megatron_ddp == "local" and not overlap_grad_reduce(tr):
         return _CHUNK_BUCKETS(scenario.model, key, None, n, n, False, False)
     dist_opt = tr.effective_zero >= 1
-    bucketed = _overlap(tr) and chunk == 0 and stage == 0
+    bucketed = overlap_grad_reduce(tr) and chunk == 0 and stage == 0
     size = megatron_bucket_params(scenario, tr.dp_bucket_mb) if bucketed else None
     shared = dist_opt and scenario.model.tie_embeddings and scenario.layout.pp > 1
     return _CHUNK_BUCKETS(scenario.model, key, size, n, n_expert or n, dist_opt, shared, True)

@@ -39,7 +39,7 @@ from dataclasses import replace
 from trainsim.specs.memo import memoised
 
 from .activations import (kernels, _fp8_saved, _gemm_input_bytes, _gemm_input_e, _norm_bytes, embedding_activation_bytes, head_activation_bytes,
-                          layer_activation_bytes, MASK_BYTES, STAT_BYTES)
+                          layer_activation_bytes, op_sac_saved_tensors, MASK_BYTES)
 from .caching_allocator import replay
 from trainsim.specs.framework_behaviour import behaviour
 from .shapes import LayerShape, layer_shape
@@ -95,24 +95,6 @@ def _checked(tensors: list[float], total: float) -> tuple[float, ...] | None:
     if rest < -1.0 or rest > REST_TOLERANCE * total:
         return None
     return tuple(tensors) + ((rest,) if rest > 0 else ())
-
-
-def op_sac_saved_tensors(shp: LayerShape) -> list[float]:
-    """What torchtitan's per-op selective checkpointing keeps of one dense block, in forward order (activations.
-    _op_sac_layer says why each): the block input; q and v (matmuls 1 and 3); the attention kernel's output and
-    fp32 logsumexp (flash / memory-efficient SDPA); with sequence parallelism the attention's reduce-scatter
-    output; the MLP's kept matmul outputs (matmul 5, and matmul 7 -- SwiGLU's w2 -- unless torch.compile's
-    partitioner drops it); the MLP's reduce-scatter output."""
-    e, h, t, r, T = shp.e, shp.h, shp.tp, shp.sp_div, shp.tokens
-    heads = shp.a // t
-    widths = [shp.a * shp.d / t, shp.kv * shp.d / t, shp.kv * shp.d / t, h]
-    widths += [shp.f / t, shp.f / t, h] if shp.gated else [shp.f / t, h]
-    kept = widths[0::2]
-    if shp.compiled and len(widths) % 2:
-        kept = kept[:-1]
-    rs = [e * T * h / t] if shp.sp and t > 1 else []
-    sdpa = [e * T * heads * shp.dvh, STAT_BYTES * shp.b * heads * (shp.s // shp.cp)] if shp.flash else []
-    return [e * T * h / r, e * T * kept[0], e * T * kept[1], *sdpa, *rs, *(e * T * w for w in kept[2:]), *rs]
 
 
 def head_saved_tensors(scenario, impl: str) -> tuple[float, ...]:

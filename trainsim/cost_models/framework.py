@@ -45,6 +45,13 @@ def default_overlap_grad_reduce(training) -> bool:
     return fw.overlap_grad_reduce and (fw.overlap_below_zero3 or training.effective_zero >= 3)
 
 
+def overlap_grad_reduce(training) -> bool:
+    """Whether the step overlaps gradient reduction with the backward: ``TrainingSpec.overlap_grad_reduce`` where
+    set, else the framework's default (``default_overlap_grad_reduce``)."""
+    given = training.overlap_grad_reduce
+    return default_overlap_grad_reduce(training) if given is None else given
+
+
 def _deepspeed_reduce(training) -> str:
     """The ZeRO 0-2 reduction mode: the framework's, but DeepSpeed ZeRO-0 and its BF16_Optimizer (ZeRO-1) reduce
     through the engine's ``buffered_allreduce_fallback``: all-reduces of ``elements_per_buffer`` = 5e8 elements."""

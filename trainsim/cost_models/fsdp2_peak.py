@@ -106,30 +106,50 @@ def fsdp2_of(scenario, rp) -> Fsdp2Phases:
                         t.fsdp_unsharded_after_forward or "none")
 
 
-def activation_peak_gather(scenario, stage: int, rp, working: float) -> tuple[str, float]:
+@dataclass(frozen=True)
+class Fsdp2Peak:
+    """FSDP2's phases on a rank and its moment at the stage's activation peak, worked out once per stage."""
+
+    phases: Fsdp2Phases
+    moment: str       # "loss" or "backward" (``activation_peak``)
+    gathered: float   # the unsharded bytes at that moment
+
+
+def applies(scenario) -> bool:
+    """Whether the scenario gathers parameters as FSDP2 does: ZeRO-3 under a framework that runs ``fully_shard``."""
+    t = scenario.training
+    return t.effective_zero >= 3 and BEHAVIOURS[t.framework].fsdp2 and BEHAVIOURS[t.framework].zero3_gather != "tensor"
+
+
+def activation_peak(scenario, stage: int, rp, working: float) -> Fsdp2Peak:
     """FSDP2's moment at the stage's activation peak and its unsharded bytes there: ("loss", the units kept after
     forward) on the loss stage where the loss's backward rules (``loss_moment_rules``), else ("backward", the
     lumped backward term)."""
     phases = fsdp2_of(scenario, rp)
     if stage != scenario.loss_stage:
-        return "backward", phases.backward
+        return Fsdp2Peak(phases, "backward", phases.backward)
     from . import activations as act
     t, m = scenario.training, scenario.model
     rules = loss_moment_rules(phases, workspace=act.logits_workspace_bytes(scenario), working=working,
                               head_saved=act.head_activation_bytes(scenario),
                               head_grad=m.vocab_size * m.embed_dim / scenario.layout.tp * t.param_bytes,
                               block_reduce=rp.block_params * state_bytes(t).grads)
-    return ("loss", phases.loss) if rules else ("backward", phases.backward)
+    return Fsdp2Peak(phases, "loss", phases.loss) if rules else Fsdp2Peak(phases, "backward", phases.backward)
 
 
-def fsdp2_moment(scenario, rp, details: dict, activations: float = 0.0,
-                 off_peak: float = 0.0, stage: int = 0) -> tuple[str, float] | None:
-    """FSDP2's peak moment on the stage and its bytes beyond the activation peak (module doc); the blocks'
-    off-peak gradient shards exist at the root's reduce-scatter. None outside FSDP2's ZeRO-3."""
-    if "zero3_gather_buffers" not in details or not BEHAVIOURS[scenario.training.framework].fsdp2:
+def activation_peak_gather(scenario, stage: int, rp, working: float) -> tuple[str, float]:
+    """(moment, unsharded bytes) of ``activation_peak``."""
+    peak = activation_peak(scenario, stage, rp, working)
+    return peak.moment, peak.gathered
+
+
+def fsdp2_moment(peak: Fsdp2Peak | None, rp, details: dict, activations: float = 0.0,
+                 off_peak: float = 0.0) -> tuple[str, float] | None:
+    """FSDP2's peak moment on the stage and its bytes beyond the activation peak (module doc) from its ``peak``
+    (``activation_peak``); the blocks' off-peak gradient shards exist at the root's reduce-scatter. None outside
+    FSDP2's ZeRO-3 (``peak`` None)."""
+    if peak is None:
         return None
     at_peak = activations + details.get("logits_workspace", 0.0) + details["zero3_gather_buffers"]
     shards = off_peak * (rp.held - rp.root_params) / rp.held if rp.held else 0.0
-    working = details.get("recompute_working", 0.0)
-    return peak_moment(fsdp2_of(scenario, rp), at_peak, shards,
-                       activation_peak_gather(scenario, stage, rp, working)[0])
+    return peak_moment(peak.phases, at_peak, shards, peak.moment)

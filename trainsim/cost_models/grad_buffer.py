@@ -128,13 +128,13 @@ class BufferRules:
 
 def buffer_rules(scenario, first_chunk: bool) -> BufferRules:
     """The BufferRules of ``scenario``; ``first_chunk``: pipeline rank 0's first chunk."""
-    from .framework import default_overlap_grad_reduce
+    from .framework import overlap_grad_reduce
 
     tr = scenario.training
     fw = BEHAVIOURS[tr.framework]
     core = fw.megatron_ddp == "core"
-    overlap = default_overlap_grad_reduce(tr) if tr.overlap_grad_reduce is None else tr.overlap_grad_reduce
-    bucket = megatron_bucket_params(scenario, tr.dp_bucket_mb) if (core and overlap and first_chunk) else None
+    bucket = megatron_bucket_params(scenario, tr.dp_bucket_mb) if (core and overlap_grad_reduce(tr) and first_chunk) \
+        else None
     return BufferRules(fw.megatron_arguments, core, bucket, scenario.model.tie_embeddings and scenario.layout.pp > 1
                        and core, fw.fsdp2)
 
@@ -190,12 +190,8 @@ def optimizer_pieces_key(scenario, stage: int, rank: int = 0) -> PiecesKey:
 
 
 def pieces_of(model, key: PiecesKey) -> tuple[float, ...]:
-    """optimizer_tensor_elems of the scenario ``key`` describes (optimizer_pieces_key) of ``model``. Memoised per
-    model object."""
-    return _PIECES(model, key)
-
-
-def _pieces(model, key: PiecesKey) -> tuple[float, ...]:
+    """optimizer_tensor_elems of the scenario ``key`` describes (optimizer_pieces_key) of ``model``: its chunks'
+    pieces, each memoised per model object and chunk."""
     return tuple(x for part in key for x in _CHUNK_PIECES(model, *part))
 
 
@@ -216,4 +212,3 @@ def _chunk_pieces(model, key: ChunkKey, rules: BufferRules, expert: bool, n: int
 
 _OPTIMIZER_ELEMS = IdentityMemo(_optimizer_tensor_elems)
 _CHUNK_PIECES = IdentityMemo(_chunk_pieces)
-_PIECES = IdentityMemo(_pieces)

@@ -255,6 +255,29 @@ def block_counts(style: str) -> tuple[int, int, int, int]:
     return BLOCK_OPS.get(style, BLOCK_OPS["layernorm-gelu-learned"])
 
 
+def with_collectives(counts: tuple[int, int, int, int], calls: tuple[int, int]) -> tuple[int, int, int, int]:
+    """(fwd ops, fwd kernels, bwd ops, bwd kernels) ``counts`` plus (forward, backward) ``calls`` collective calls,
+    one dispatch and one launch each (``COLLECTIVE_OPS``)."""
+    f_ops, f_k, b_ops, b_k = counts
+    return (f_ops + calls[0] * COLLECTIVE_OPS[0], f_k + calls[0] * COLLECTIVE_OPS[1],
+            b_ops + calls[1] * COLLECTIVE_OPS[0], b_k + calls[1] * COLLECTIVE_OPS[1])
+
+
+def eager_issue_s(counts: tuple[int, int, int, int], host_cpu: str = "x86") -> tuple[float, float]:
+    """(forward, backward) host seconds to issue (fwd ops, fwd kernels, bwd ops, bwd kernels) ``counts`` in eager
+    mode: ``ATEN_DISPATCH_S`` per op and ``KERNEL_LAUNCH_S`` more per kernel (module doc)."""
+    dispatch, launch = op_seconds(host_cpu)
+    f_ops, f_k, b_ops, b_k = counts
+    return f_ops * dispatch + f_k * launch, b_ops * dispatch + b_k * launch
+
+
+def paced_s(fwd_s: float, bwd_s: float, tp: int, sigma: tuple[float, float]) -> tuple[float, float]:
+    """(forward, backward) host seconds at the pace of the slowest of ``tp`` ranks' hosts (cost_models.host_jitter):
+    ``pace(tp, sigma_fwd)`` and ``pace(tp, sigma_bwd)`` times the one rank's; the TP collectives of every pass make
+    the ranks wait for one another."""
+    return fwd_s * pace(tp, sigma[0]), bwd_s * pace(tp, sigma[1])
+
+
 def block_issue(style: str, *, recompute_full: bool, tp_collectives: tuple[int, int] = (0, 0),
                 mode: str = "eager", host_cpu: str = "x86",
                 measured: tuple[float, float] | None = None,
@@ -265,9 +288,9 @@ def block_issue(style: str, *, recompute_full: bool, tp_collectives: tuple[int, 
     ``measured`` the (forward, backward) eager seconds of one block a calibration profile measured, which
     replace the counted ones in eager mode; ``extra`` (fwd ops, fwd kernels, bwd ops, bwd kernels) adds kernels
     beyond the block style's (LoRA adapters: lora.adapter_issue_counts)."""
-    f_ops, f_k, b_ops, b_k = (c + x for c, x in zip(block_counts(style), extra))
-    f_ops, f_k = f_ops + tp_collectives[0] * COLLECTIVE_OPS[0], f_k + tp_collectives[0] * COLLECTIVE_OPS[1]
-    b_ops, b_k = b_ops + tp_collectives[1] * COLLECTIVE_OPS[0], b_k + tp_collectives[1] * COLLECTIVE_OPS[1]
+    style_counts = tuple(c + x for c, x in zip(block_counts(style), extra))
+    counts = with_collectives(style_counts, tp_collectives)
+    f_ops, f_k, b_ops, b_k = counts
     dispatch, launch = op_seconds(host_cpu)
     if mode == "cuda_graphs":
         f_s = b_s = dispatch + launch
@@ -276,7 +299,7 @@ def block_issue(style: str, *, recompute_full: bool, tp_collectives: tuple[int, 
         f_k, b_k = compiled_kernel_count(style, (f_k, b_k), block_counts(style)[1::2])
         f_s, b_s, f_n, b_n = f_k * launch, b_k * launch, f_k, b_k
     else:
-        f_s, b_s = f_ops * dispatch + f_k * launch, b_ops * dispatch + b_k * launch
+        f_s, b_s = eager_issue_s(counts, host_cpu)
         f_n, b_n = f_ops, b_ops
         if measured is not None and (measured[0] or measured[1]):
             f_s, b_s = measured
@@ -286,13 +309,11 @@ def block_issue(style: str, *, recompute_full: bool, tp_collectives: tuple[int, 
 
 
 def tp_paced(issue: PassIssue, tp: int, sigma: tuple[float, float], *, recompute_full: bool) -> PassIssue:
-    """``issue`` at the pace of the slowest of ``tp`` ranks' hosts (cost_models.host_jitter): the forward's issue
-    time (and the recomputed forward's) times ``pace(tp, sigma_fwd)``, the backward's own times
-    ``pace(tp, sigma_bwd)``. The TP collectives of every pass make the ranks wait for one another."""
-    f_pace, b_pace = pace(tp, sigma[0]), pace(tp, sigma[1])
+    """``issue`` at the pace of the slowest of ``tp`` ranks' hosts (``paced_s``): the forward (and the recomputed
+    forward) at the forward's pace, the backward's own issue at the backward's."""
     own_bwd = issue.bwd_s - (issue.fwd_s if recompute_full else 0.0)
-    fwd = issue.fwd_s * f_pace
-    return replace(issue, fwd_s=fwd, bwd_s=own_bwd * b_pace + (fwd if recompute_full else 0.0))
+    fwd, own_bwd = paced_s(issue.fwd_s, own_bwd, tp, sigma)
+    return replace(issue, fwd_s=fwd, bwd_s=own_bwd + (fwd if recompute_full else 0.0))
 
 
 def host_idle_s(gpu_s: float, host_s: float) -> float:

@@ -10,10 +10,11 @@ dispatch counter (``trainsim.kernels.op_count.count_megatron_head_ops``) gives 3
 target logit, sum of exponentials: Megatron calls them whatever the TP size) and, under TP, the logits' input-
 gradient all-reduce are one dispatch and one launch each (``host_issue.COLLECTIVE_OPS``).
 
-The seconds follow the blocks' rules (cost_models.host_issue): ``ATEN_DISPATCH_S`` and ``KERNEL_LAUNCH_S`` per op,
-times the measured Python-frame ratios of a whole forward (``MODULE_FRAME_RATIO``, 1.89) and of a backward inside a
-running backward pass (``BACKWARD_FRAME_RATIO``, 3.00), and under TP the slowest of the TP ranks' hosts
-(``host_jitter.pace``: the cross-entropy's all-reduces make the ranks wait for one another as the blocks' do).
+The seconds follow the blocks' rules through the blocks' own functions (cost_models.host_issue): ``ATEN_DISPATCH_S``
+and ``KERNEL_LAUNCH_S`` per op (``eager_issue_s``, the collectives added by ``with_collectives``), times the measured
+Python-frame ratios of a whole forward (``MODULE_FRAME_RATIO``, 1.89) and of a backward inside a running backward
+pass (``BACKWARD_FRAME_RATIO``, 3.00), and under TP the slowest of the TP ranks' hosts (``paced_s``: the
+cross-entropy's all-reduces make the ranks wait for one another as the blocks' do).
 They apply to frameworks that run Megatron's legacy Python layer (``FrameworkBehaviour.megatron_layer``) in eager
 mode where no GPU profile measured the host: the executor's own chunk has its per-micro-batch work measured
 (``CalibrationProfile.host_issue_chunk``), Megatron-Core's head is Transformer Engine's.
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 from trainsim.specs.framework_behaviour import behaviour
 
-from .host_jitter import measured_sigma, pace
+from .host_jitter import measured_sigma
 
 # (forward ops, forward kernels, backward ops, backward kernels) of Megatron's head and loss per micro-batch,
 # as trainsim.kernels.op_count.count_megatron_head_ops counts trainsim.kernels.megatron_head (module doc).
@@ -44,25 +45,20 @@ def head_loss_issue_s(scenario, profile=None) -> tuple[float, float]:
     where they are not modelled apart (not Megatron's legacy layer, not eager, or a GPU profile measured the
     host)."""
     from .eager import block_style
-    from .host_issue import BACKWARD_FRAME_RATIO, COLLECTIVE_OPS, MODULE_FRAME_RATIO, op_seconds
+    from .host_issue import BACKWARD_FRAME_RATIO, MODULE_FRAME_RATIO, eager_issue_s, paced_s, with_collectives
     from .shapes import layer_shape
 
     t, tp = scenario.training, scenario.layout.tp
     if (not behaviour(t.framework).megatron_layer or t.host_issue_mode != "eager"
             or getattr(scenario.cluster.gpu, "num_sms", None) is None or scenario.model.is_moe):
         return 0.0, 0.0
+    style = block_style(layer_shape(scenario))
     measured = getattr(profile, "host_issue_block_s", None) if profile is not None else None
-    if measured is not None and measured(block_style(layer_shape(scenario))) is not None:
+    if measured is not None and measured(style) is not None:
         return 0.0, 0.0
-    d, k = op_seconds(scenario.cluster.host_cpu)
-    f_ops, f_k, b_ops, b_k = HEAD_LOSS_OPS
-    f_calls, b_calls = CE_ALL_REDUCE_CALLS, HEAD_BWD_TP_CALLS if tp > 1 else 0
-    fwd = ((f_ops + f_calls * COLLECTIVE_OPS[0]) * d + (f_k + f_calls * COLLECTIVE_OPS[1]) * k) * MODULE_FRAME_RATIO
-    bwd = ((b_ops + b_calls * COLLECTIVE_OPS[0]) * d + (b_k + b_calls * COLLECTIVE_OPS[1]) * k) * BACKWARD_FRAME_RATIO
-    if tp > 1:
-        sigma = measured_sigma(profile, block_style(layer_shape(scenario)))
-        fwd, bwd = fwd * pace(tp, sigma[0]), bwd * pace(tp, sigma[1])
-    return fwd, bwd
+    calls = (CE_ALL_REDUCE_CALLS, HEAD_BWD_TP_CALLS if tp > 1 else 0)
+    fwd, bwd = eager_issue_s(with_collectives(HEAD_LOSS_OPS, calls), scenario.cluster.host_cpu)
+    return paced_s(fwd * MODULE_FRAME_RATIO, bwd * BACKWARD_FRAME_RATIO, tp, measured_sigma(profile, style))
 
 
 def head_idle_s(host: tuple[float, float], gpu: tuple[float, float]) -> tuple[float, float]:

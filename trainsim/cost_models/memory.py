@@ -58,9 +58,11 @@ from trainsim.specs.framework_behaviour import behaviour
 
 from .framework import DEEPSPEED_MAX_LIVE_PARAMS, bf16_optimizer
 from .model_states import state_bytes
+from .offload import Offload, offload
 from .allocator_reserve import grads_off_peak, loss_stage_cached_bytes
 from .first_step_fragmentation import first_step_extra_reserved, lazy_state_bytes
-from .fsdp2_peak import activation_peak_gather, fsdp2_moment, fsdp2_of
+from .fsdp2_peak import Fsdp2Peak, activation_peak, fsdp2_moment
+from .fsdp2_peak import applies as fsdp2_applies
 from .fsdp_stream_pools import stream_pool_cached
 from .grad_buffer import optimizer_tensor_elems
 from .lora import adapter_params_rank, frozen_weight_bytes
@@ -388,13 +390,16 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     working = max(act.recompute_working_bytes(scn, impl) for scn, _ in block_kinds(scenario))
     activations = inflight_microbatches * per_mb + working
 
+    fsdp2 = activation_peak(scenario, stage, rp, working) if fsdp2_applies(scenario) else None
+    casts = autocast_cast_params(scenario, stage, rp) if t.autocast else None
     details: dict[str, float] = {"activations_per_microbatch": per_mb, "recompute_working": working,
-                                 **runtime_terms(scenario, stage), **transient_terms(scenario, stage, rp, working),
+                                 **runtime_terms(scenario, stage),
+                                 **transient_terms(scenario, stage, rp, working, fsdp2, casts),
                                  **off.device}
     rounding = megatron_state_rounding_bytes(scenario, stage, optimizer_params=rp.optimizer_params)
     if rounding:
         details["state_rounding"] = rounding
-    deferred = _autocast_deferred(scenario, stage, rp, inflight_microbatches, per_mb)
+    deferred = _autocast_deferred(scenario, stage, casts, inflight_microbatches, per_mb)
     beyond = max(0.0, deferred - activations - details.get("logits_workspace", 0.0))
     if beyond:  # the end of a later micro-batch's backward outgrows the activation peak (autocast.py, mechanism 4)
         details["autocast_deferred_grads"] = beyond
@@ -402,7 +407,7 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
         details["softmax_backward_peak"] = softmax_peak
     off_peak = grads_off_peak(framework=t.framework, zero=t.effective_zero, microbatches=scenario.num_microbatches,
                               grads=off.grads, activations=activations)
-    moment = fsdp2_moment(scenario, rp, details, activations, off_peak, stage)
+    moment = fsdp2_moment(fsdp2, rp, details, activations, off_peak)
     if moment and moment[1]:
         details["fsdp2_phase_peak"] = moment[1]
     cast = reduce_cast_bytes(scenario, rp)
@@ -417,7 +422,7 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     if remap:
         details["ddp_param_remap"] = remap
     other = sum(v for k, v in details.items() if k not in ACTIVATION_DETAILS)
-    gathered = None if moment is None else fsdp2_of(scenario, rp).gather_outputs[moment[0]]
+    gathered = None if moment is None else fsdp2.phases.gather_outputs[moment[0]]
     pools = _stream_pools(scenario, stage, sb.grads, gathered)
     cached = _allocator_cached(scenario, stage, working) + cast - beyond + off_peak + pools
     return StageMemory(weights=off.weights, grads=off.grads, optimizer=off.optimizer, activations=activations,
@@ -527,63 +532,6 @@ def _allocator_cached(scenario, stage: int, working: float) -> float:
                                    ffn=max(shp.f, shp.fe))
 
 
-@dataclass(frozen=True)
-class Offload:
-    """Model states left on the device after offload, what the host holds, and the PCIe bytes per step."""
-
-    weights: float
-    grads: float
-    optimizer: float
-    host: float = 0.0
-    h2d: float = 0.0
-    d2h: float = 0.0
-    device: dict = field(default_factory=dict)  # offload buffers kept on the device (named terms of ``other``)
-
-
-def offload(scenario, rp: RankParams, sb, states: dict[str, float]) -> Offload:
-    """Where each framework keeps the model states under ``offload_optimizer`` / ``offload_params``.
-
-    * megatron (``--optimizer-cpu-offload``, megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py
-      HybridDeviceOptimizer): the fp32 main parameters and Adam states of ``optimizer_offload_fraction`` of the
-      shard move to the host and are updated there; the 16-bit parameters and DDP's fp32 main-grad buffer
-      stay on the GPU. Each step copies that fraction's fp32 gradients to the host (into pinned fp32
-      copies) and the updated fp32 parameters back.
-    * deepspeed (ZeRO-Offload / ZeRO-Infinity, deepspeed/runtime/zero/stage_1_and_2.py ``cpu_offload``,
-      stage3.py ``offload_optimizer``): the fp32 partition, Adam states and the fp32 gradient partition live
-      on the host; the GPU keeps its 16-bit parameters (the shard under ZeRO-3) and, instead of the
-      gradient partition, the reduce buckets (``reduce_bucket_size`` elements, double-buffered with
-      ``overlap_comm``) that stream gradients out. ``offload_params`` (ZeRO-3) keeps the 16-bit parameter shard
-      on the host too and brings it in for every forward and backward of every micro-batch.
-    * pytorch-fsdp / torch (FSDP ``CPUOffload(offload_params=True)``, FSDP2 ``CPUOffloadPolicy``): the
-      sharded fp32 parameters, their gradients and the optimizer step are on the host together; the GPU holds
-      only the gathered units (``zero3_gather_buffers``). The shard is copied in before each gather (forward
-      and backward of every micro-batch) and each micro-batch's reduced gradient shard is copied out.
-    """
-    t = scenario.training
-    w, g, o = states["weights"], states["grads"], states["optimizer"]
-    if not (t.offload_optimizer or t.offload_params):
-        return Offload(w, g, o)
-    n_micro, shard = scenario.num_microbatches, rp.optimizer_params
-    if behaviour(t.framework).torch_fsdp:
-        host = w + g + o
-        return Offload(0.0, 0.0, 0.0, host=host, h2d=2 * n_micro * w, d2h=n_micro * g)
-    if behaviour(t.framework).deepspeed_optimizer:  # ZeRO-Offload
-        fw = behaviour(t.framework)
-        bucket = min(rp.held, fw.reduce_bucket_params or rp.held) * t.grad_bytes
-        device = {"offload_reduce_buckets": 2.0 * bucket}
-        host = o + shard * 4  # fp32 gradient partition beside the fp32 master and Adam states
-        h2d, d2h = shard * t.param_bytes, shard * t.grad_bytes
-        if t.offload_params:
-            host += w
-            h2d += 2 * n_micro * w
-            w = 0.0
-        return Offload(w, 0.0, 0.0, host=host, h2d=h2d, d2h=d2h, device=device)
-    # Megatron: the offloaded fraction of the optimizer shard goes to the host, with pinned fp32 gradient copies.
-    f = t.optimizer_offload_fraction
-    host = f * (o + shard * 4)
-    return Offload(w, g, (1 - f) * o, host=host, h2d=f * shard * 4, d2h=f * shard * 4)
-
-
 def model_states(t, rp: RankParams, sb) -> dict[str, float]:
     """Weights, gradients and optimizer bytes on one rank after ZeRO sharding.
 
@@ -597,14 +545,17 @@ def model_states(t, rp: RankParams, sb) -> dict[str, float]:
     return {"weights": weights, "grads": rp.grad_params * sb.grads, "optimizer": rp.optimizer_params * sb.optimizer}
 
 
-def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0) -> dict[str, float]:
+def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0,
+                    fsdp2: Fsdp2Peak | None = None, casts: tuple | None = None) -> dict[str, float]:
     """Buffers that exist for part of the step but at its peak: ZeRO-3 gathered parameters and unsharded
     gradients, the loss's logits workspace, pipeline send/receive buffers, the sequence-parallel all-gather
     buffer.
 
     The logits workspace and the recompute ``working`` set never coexist: autograd runs the loss's backward,
     and frees its temporaries, before the last block's backward recomputes that block, so the workspace
-    counts only beyond the working set (``stage_memory`` adds the working set to the activations)."""
+    counts only beyond the working set (``stage_memory`` adds the working set to the activations). ``fsdp2``: FSDP2's
+    moment at the activation peak, ``casts`` the rank's ``autocast_cast_params``, where the caller has them (worked
+    out here otherwise)."""
     lay, t = scenario.layout, scenario.training
     fw = behaviour(t.framework)
     pb, gb = t.param_bytes, t.grad_bytes
@@ -618,7 +569,7 @@ def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0) 
             live = max(big, min(rp.unit_params, DEEPSPEED_MAX_LIVE_PARAMS))
             out["zero3_gather_buffers"] = live * pb + max(big, min(rp.unit_params, fw.reduce_bucket_params)) * gb
         elif fw.fsdp2:  # FSDP2: the root gathered once per pass, blocks double-buffered; or the loss's moment
-            out["zero3_gather_buffers"] = activation_peak_gather(scenario, stage, rp, working)[1]
+            out["zero3_gather_buffers"] = (fsdp2 or activation_peak(scenario, stage, rp, working)).gathered
         else:
             # FSDP: the unit in use and the prefetched next one unsharded, plus one unit's full gradient
             # before its reduce-scatter (twice while FSDP1's split backward concatenates the parameters'
@@ -628,7 +579,8 @@ def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0) 
     if stage == scenario.loss_stage:
         out["logits_workspace"] = max(0.0, act.logits_workspace_bytes(scenario) - working)
     if t.autocast:
-        out["autocast_weight_cache"] = autocast.weight_cast_cache_bytes(autocast_cast_params(scenario, stage, rp)[0])
+        cast = (casts or autocast_cast_params(scenario, stage, rp))[0]
+        out["autocast_weight_cache"] = autocast.weight_cast_cache_bytes(cast)
     if t.dtype == "nvfp4":
         # Transformer Engine's rowwise and columnwise NVFP4 copies of the rank's linear weights, quantized at the
         # step's first micro-batch and kept for the backward and the later micro-batches (nvfp4.py)
@@ -649,14 +601,15 @@ def autocast_cast_params(scenario, stage: int, rp: RankParams | None = None) -> 
                                 tied=scenario.model.tie_embeddings)
 
 
-def _autocast_deferred(scenario, stage: int, rp: RankParams, inflight: float, per_mb: float) -> float:
+def _autocast_deferred(scenario, stage: int, casts: tuple | None, inflight: float, per_mb: float) -> float:
     """Bytes beside the model states and the weight-cast cache at the end of a later micro-batch's backward under
     torch.autocast (autocast.py, mechanism 4): the deferred gradient casts and the other in-flight micro-batches'
-    activations; 0 where nothing is deferred."""
+    activations; 0 where nothing is deferred. ``casts``: the rank's ``autocast_cast_params`` (None without
+    autocast)."""
     t, m, lay = scenario.training, scenario.model, scenario.layout
-    if not (t.autocast and autocast.defers_grad_casts(t.recompute, scenario.num_microbatches)):
+    if casts is None or not autocast.defers_grad_casts(t.recompute, scenario.num_microbatches):
         return 0.0
-    cast, _, head = autocast_cast_params(scenario, stage, rp)
+    cast, _, head = casts
     largest = max(head, largest_weight_tensor_params(m, lay.tp, lay.ep, lay.etp))
     tied = head if (m.tie_embeddings and stage == 0 and stage == scenario.loss_stage) else 0.0
     return autocast.deferred_grad_cast_bytes(cast, largest, tied) + max(0.0, inflight - 1) * per_mb

@@ -34,6 +34,8 @@ deepspeed/runtime/zero/partition_parameters.py ``_convert_to_deepspeed_param``) 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from trainsim.specs.framework_behaviour import BEHAVIOURS
 
 from .framework import DEEPSPEED_MAX_LIVE_PARAMS, DEEPSPEED_PERSISTENCE_THRESHOLD, DEEPSPEED_PREFETCH_BUCKET
@@ -91,20 +93,37 @@ def prefetch_calls(modules: list[list[float]], bucket: float = DEEPSPEED_PREFETC
     return calls
 
 
-def gather_calls(tensors: tuple[ParamTensor, ...] | list[ParamTensor], framework: str) -> int:
-    """All-gathers of one pass over ``tensors`` (module doc): the prefetcher's calls, or one per gathered tensor where
-    the framework gathers each separately (``zero3_gather_per_tensor``: deepspeed-2021)."""
+@dataclass(frozen=True)
+class PassGathers:
+    """ZeRO-3's all-gathers of one pass over a list of tensors (module doc)."""
+
+    calls: int                # all-gather calls
+    gathered: int             # tensors gathered (above the persistence threshold)
+    coalesced_calls: int      # calls that hold two or more tensors (all_gather_coalesced's flat-buffer path)
+    coalesced_tensors: int    # tensors those calls hold
+    coalesced_elems: float    # their elements
+
+
+def pass_gathers(tensors: tuple[ParamTensor, ...] | list[ParamTensor], framework: str) -> PassGathers:
+    """The all-gathers of one pass over ``tensors``, the prefetch replayed once (module doc): the prefetcher's calls,
+    or one per gathered tensor, none coalesced, where the framework gathers each separately
+    (``zero3_gather_per_tensor``: deepspeed-2021, whose list all-gathers are costed in simulator/grad_sync.py)."""
+    n_gathered = len(gathered(tensors))
     if BEHAVIOURS[framework].zero3_gather_per_tensor:
-        return len(gathered(tensors))
-    return len(prefetch_calls(_submodules(tensors)))
+        return PassGathers(n_gathered, n_gathered, 0, 0, 0.0)
+    calls = prefetch_calls(_submodules(tensors))
+    held = [c for c in calls if len(c) > 1]
+    return PassGathers(len(calls), n_gathered, len(held), sum(len(c) for c in held), sum(sum(c) for c in held))
+
+
+def gather_calls(tensors: tuple[ParamTensor, ...] | list[ParamTensor], framework: str) -> int:
+    """All-gathers of one pass over ``tensors`` (``pass_gathers``)."""
+    return pass_gathers(tensors, framework).calls
 
 
 def coalesced(tensors: tuple[ParamTensor, ...] | list[ParamTensor], framework: str) -> tuple[int, int, float]:
     """(calls, tensors, elements) of ``tensors``' all-gathers that hold two or more gathered tensors and so take
     ``all_gather_coalesced``'s flat-buffer path with its per-rank views and unpacking copy (module doc); a
-    single-tensor call takes neither. (0, 0, 0.0) where the framework gathers each tensor separately
-    (deepspeed-2021, whose list all-gathers are costed in simulator/grad_sync.py)."""
-    if BEHAVIOURS[framework].zero3_gather_per_tensor:
-        return 0, 0, 0.0
-    held = [c for c in prefetch_calls(_submodules(tensors)) if len(c) > 1]
-    return len(held), sum(len(c) for c in held), sum(sum(c) for c in held)
+    single-tensor call takes neither. (0, 0, 0.0) where the framework gathers each tensor separately."""
+    g = pass_gathers(tensors, framework)
+    return g.coalesced_calls, g.coalesced_tensors, g.coalesced_elems

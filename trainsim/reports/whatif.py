@@ -377,17 +377,19 @@ def _step_section(scn: Scenario, pred, profile) -> Section:
 
 def _bound_sentence(pred) -> str:
     """What bounds the step besides the GPU's work: its wait for the host to issue kernels (host-bound) and the
-    collectives' fixed costs (latency-bound), each as a share of the step."""
-    from trainsim.simulator.predict import LATENCY_BOUND_SHARE as bar
+    collectives' fixed costs (latency-bound), each as a share of the step, at predict's bars (HOST_BOUND_SHARE,
+    LATENCY_BOUND_SHARE)."""
+    from trainsim.simulator.predict import HOST_BOUND_SHARE, LATENCY_BOUND_SHARE
     step = pred.step_time_s
     if step <= 0:
         return ""
     idle = pred.breakdown_s.get("host_idle", 0.0) / step
     fixed = pred.extra.get("collective_fixed_cost_s", 0.0) / step
-    out = f"GPU idle waiting for the host: {fmt_pct(idle)} of the step{' (host-bound)' if idle >= bar else ''}. "
+    host_bound = " (host-bound)" if idle >= HOST_BOUND_SHARE else ""
+    out = f"GPU idle waiting for the host: {fmt_pct(idle)} of the step{host_bound}. "
     if "collective_fixed_cost_s" in pred.extra:
         out += (f"Collectives' fixed costs (each call's launch and latency) take {fmt_pct(fixed)} of the step"
-                f"{' (latency-bound)' if fixed >= bar else ''}. ")
+                f"{' (latency-bound)' if fixed >= LATENCY_BOUND_SHARE else ''}. ")
     return out
 
 

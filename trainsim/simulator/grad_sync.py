@@ -33,8 +33,8 @@ def _bucket_settings(scenario: Scenario, fw: framework_behaviour.FrameworkBehavi
     reduce_bucket = fw.reduce_bucket_params
     if tr.dp_bucket_mb is not None:
         reduce_bucket = bucket if reduce_bucket else None  # FSDP's per-block calls have no size (specs refuse it)
-    overlap = framework.default_overlap_grad_reduce(tr) if tr.overlap_grad_reduce is None else tr.overlap_grad_reduce
-    return {"bucket_params": bucket, "reduce_bucket_params": reduce_bucket, "overlap": overlap}
+    return {"bucket_params": bucket, "reduce_bucket_params": reduce_bucket,
+            "overlap": framework.overlap_grad_reduce(tr)}
 
 
 def data_parallel_settings(scenario: Scenario) -> dict:

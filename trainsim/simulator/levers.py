@@ -183,7 +183,7 @@ def dp_overlap(scn: Scenario) -> Variant:
         return Variant(lever, "-", reason="dp=cp=1: no data-parallel communication")
     if scn.training.overlap_grad_reduce:
         return Variant(lever, "-", reason="already on (overlap_grad_reduce)")
-    if scn.training.overlap_grad_reduce is None and framework.default_overlap_grad_reduce(scn.training):
+    if framework.overlap_grad_reduce(scn.training):  # unset: the framework's default
         return Variant(lever, "-", reason=f"already on (framework {fw} overlaps gradient reduction with backward)")
     return _try(lever, "overlap_grad_reduce on", lambda: changed(scn, training={"overlap_grad_reduce": True}))
 

@@ -47,7 +47,7 @@ from trainsim.cost_models import compute, host_issue, zero3_gathers
 from trainsim.cost_models.grad_buffer import whole_tensor_buckets
 from trainsim.cost_models.host_issue import PassIssue
 from trainsim.cost_models.memory import shard_groups
-from trainsim.cost_models.param_tensors import block_tensors, chunk_tensors, module_style, rank_tensors
+from trainsim.cost_models.param_tensors import ParamTensor, block_tensors, chunk_tensors, module_style, rank_tensors
 from trainsim.specs import framework_behaviour
 
 from .exposures import _coll
@@ -89,12 +89,11 @@ def host_slice_s(tensors: int, ranks: int, ops_per_rank: int = REDUCE_OPS_PER_RA
     return tensors * ranks * ops_per_rank * dispatch
 
 
-def _model_tensors(scenario) -> tuple[int, int, int]:
-    """(coalesced gather calls, parameter tensors they hold, reduced tensors) of one model replica: every tensor is
-    reduced; the calls are those that hold two or more gathered tensors (zero3_gathers.coalesced)."""
+def _model_gathers(scenario) -> tuple[list[ParamTensor], zero3_gathers.PassGathers]:
+    """One model replica's tensors (every pipeline stage's) and ZeRO-3's all-gathers of one pass over them: every
+    tensor is reduced; the coalesced calls hold two or more gathered tensors (zero3_gathers.pass_gathers)."""
     tensors = [t for s in range(scenario.layout.pp) for t in rank_tensors(scenario, s)]
-    calls, held, _ = zero3_gathers.coalesced(tensors, scenario.training.framework)
-    return calls, held, len(tensors)
+    return tensors, zero3_gathers.pass_gathers(tensors, scenario.training.framework)
 
 
 def block_gather_calls(scenario) -> int:
@@ -103,14 +102,14 @@ def block_gather_calls(scenario) -> int:
     return zero3_gathers.gather_calls(block_tensors(scenario.model, lay.tp, lay.ep, scenario.expert_tp, module_style(fw)), fw)
 
 
-def hook_ops(scenario) -> tuple[int, int]:
-    """(forward, backward) host calls of ZeRO-3's module hooks per pass over one model replica (module doc); a
-    recomputed forward's hooks are in the caller's ``regather``."""
-    tensors = [t for s in range(scenario.layout.pp) for t in rank_tensors(scenario, s)]
+def hook_ops(scenario, model: tuple[list[ParamTensor], zero3_gathers.PassGathers] | None = None) -> tuple[int, int]:
+    """(forward, backward) host calls of ZeRO-3's module hooks per pass over one model replica (module doc), from
+    ``model`` (``_model_gathers``, built here where not given); a recomputed forward's hooks are in the caller's
+    ``regather``."""
+    tensors, gathers = model if model is not None else _model_gathers(scenario)
     modules = len({t.name.rsplit(".", 1)[0] for t in tensors}) + BLOCK_CONTAINERS * scenario.model.num_layers
-    gathered = zero3_gathers.gathered(tensors)
-    per_param = len(gathered) * (PARAM_WAIT_CALLS + RELEASE_OPS)
-    per_call = zero3_gathers.gather_calls(tensors, scenario.training.framework) * GATHER_CALL_OPS
+    per_param = gathers.gathered * (PARAM_WAIT_CALLS + RELEASE_OPS)
+    per_call = gathers.calls * GATHER_CALL_OPS
     fwd = modules * (HOOK_FUNCTION_OPS + WAIT_STREAM_CALLS) + per_param + per_call
     return fwd, modules * WAIT_STREAM_CALLS + per_param + per_call
 
@@ -123,14 +122,16 @@ def with_rank_loops(scenario, issue: PassIssue | None) -> PassIssue | None:
     each pass. The model's tensors outside the blocks are spread evenly over its blocks."""
     if issue is None or not applies(scenario):
         return issue
-    calls, coalesced, reduced = _model_tensors(scenario)
+    model = _model_gathers(scenario)
+    tensors, gathers = model
     ranks, layers = max(1, round(shard_groups(scenario)[0])), scenario.model.num_layers  # the ZeRO-3 shard group
     cpu = scenario.cluster.host_cpu
-    hook_f, hook_b = hook_ops(scenario)
-    gather_ops = (coalesced * UNPACK_OPS_PER_RANK + calls * GATHER_OPS_PER_RANK) * ranks
+    hook_f, hook_b = hook_ops(scenario, model)
+    gather_ops = ranks * (gathers.coalesced_tensors * UNPACK_OPS_PER_RANK
+                          + gathers.coalesced_calls * GATHER_OPS_PER_RANK)
     regather = 2 if scenario.training.recompute == "full" else 1
     ops_f = gather_ops + hook_f
-    ops_b = (regather - 1) * ops_f + gather_ops + hook_b + reduced * REDUCE_OPS_PER_RANK * ranks
+    ops_b = (regather - 1) * ops_f + gather_ops + hook_b + len(tensors) * REDUCE_OPS_PER_RANK * ranks
     fwd_s, bwd_s = host_slice_s(ops_f, 1, 1, cpu), host_slice_s(ops_b, 1, 1, cpu)
     return replace(issue, fwd_s=issue.fwd_s + fwd_s / layers, bwd_s=issue.bwd_s + bwd_s / layers,
                    fwd_ops=issue.fwd_ops + round(ops_f / layers), bwd_ops=issue.bwd_ops + round(ops_b / layers))

@@ -95,15 +95,26 @@ class Placement:
         """Members of the ``dim`` group that contains ``rank``, in group order."""
         if dim not in DIMS:
             raise SpecError("group", f"unknown parallel dimension {dim!r} (known: {', '.join(DIMS)})")
+        return self._ranks_along(rank, self._axes({dim}))
+
+    def _axes(self, dims: set[str]) -> list[tuple[int, int]]:
+        """(size, stride) of the atoms that the groups of any of ``dims`` vary."""
+        return [(x.size, x.stride) for x in self._atoms if x.dims & dims]
+
+    def _ranks_along(self, rank: int, axes: list[tuple[int, int]]) -> list[int]:
+        """The ranks whose coordinates equal ``rank``'s but along ``axes`` ((size, stride) each), sorted: every
+        group of this placement is one such set."""
         self._check(rank)
-        varying = [x for x in self._atoms if dim in x.dims and x.size > 1]
-        base = rank
-        for x in varying:
-            base -= ((rank // x.stride) % x.size) * x.stride
-        out = []
-        for idx in product(*(range(x.size) for x in reversed(varying))):
-            out.append(base + sum(i * x.stride for i, x in zip(idx, reversed(varying))))
-        return sorted(out)
+        axes = [(n, stride) for n, stride in axes if n > 1]
+        base = rank - sum(((rank // stride) % n) * stride for n, stride in axes)
+        return sorted(base + sum(i * stride for i, (_, stride) in zip(idx, axes))
+                      for idx in product(*(range(n) for n, _ in axes)))
+
+    def _check_shard(self, shard: int) -> None:
+        """HSDP's shard-group size must divide the DP size."""
+        dp = self.sizes["dp"]
+        if shard < 1 or dp % shard:
+            raise SpecError("layout.dp_shard", f"shard group size {shard} must divide dp={dp}")
 
     def group(self, dim: str, rank: int = 0) -> GroupShape:
         """The GroupShape of the ``dim`` group containing ``rank``."""
@@ -114,11 +125,7 @@ class Placement:
         shard (same tp and pp position), over which the frameworks reduce the dense gradients and shard ZeRO's
         states -- Megatron-Core's DDP buffers reduce over its intra_dp_cp_group, torchtitan's FSDP shards over the
         ``dp_shard_cp`` mesh, DeepSpeed's ZeRO optimizer over ``seq_data_parallel_group`` (dp x Ulysses sp)."""
-        self._check(rank)
-        varying = [x for x in self._atoms if x.dims & {"dp", "cp"} and x.size > 1]
-        base = rank - sum(((rank // x.stride) % x.size) * x.stride for x in varying)
-        return sorted(base + sum(i * x.stride for i, x in zip(idx, varying))
-                      for idx in product(*(range(x.size) for x in varying)))
+        return self._ranks_along(rank, self._axes({"dp", "cp"}))
 
     def dp_cp_group(self, rank: int = 0) -> GroupShape:
         """The GroupShape of the data-parallel x context-parallel group containing ``rank`` (see dp_cp_ranks)."""
@@ -130,9 +137,7 @@ class Placement:
         puts dp_shard inside dp_replicate -- each with all the context-parallel ranks of its members (torchtitan
         shards over the flattened ``dp_shard_cp`` mesh), and the ranks holding the same shard (same DP index
         modulo ``shard``, same CP index) in each of them."""
-        dp = self.sizes["dp"]
-        if shard < 1 or dp % shard:
-            raise SpecError("layout.dp_shard", f"shard group size {shard} must divide dp={dp}")
+        self._check_shard(shard)
         members = self.dp_cp_ranks(rank)
         me = self.coords(rank)
         idx = {r: self.coords(r) for r in members}
@@ -176,15 +181,11 @@ class Placement:
         the DP ranks not in it (``dp_r``): tp*cp*dp/(ep*etp) ranks, Megatron-Core's expert-data-parallel group
         (parallel_state.get_expert_data_parallel_group), over which DDP reduces the expert gradients and the
         distributed optimizer shards the expert states."""
-        self._check(rank)
         etp = self.layout.etp or self.sizes["tp"]
         tp_r = self._by_name["tp_r"]
         axes = [(tp_r.size // etp, tp_r.stride * etp)] + [(self._by_name[n].size, self._by_name[n].stride)
                                                           for n in ("cp_r", "dp_r")]
-        axes = [(n, stride) for n, stride in axes if n > 1]
-        base = rank - sum(((rank // stride) % n) * stride for n, stride in axes)
-        return sorted(base + sum(i * stride for i, (_, stride) in zip(idx, axes))
-                      for idx in product(*(range(n) for n, _ in axes)))
+        return self._ranks_along(rank, axes)
 
     def expert_dp_group(self, rank: int = 0) -> GroupShape:
         """The GroupShape of the expert-data-parallel group containing ``rank`` (see expert_dp_ranks)."""
@@ -195,8 +196,7 @@ class Placement:
         expert-data-parallel group (expert_dp_ranks) in its HSDP shard (the same DP index divided by ``shard``,
         as hsdp_ranks splits the DP group), over which FSDP shards and reduce-scatters the experts; the replicate
         group is the dense one (the same shard position in every replica)."""
-        if shard < 1 or self.sizes["dp"] % shard:
-            raise SpecError("layout.dp_shard", f"shard group size {shard} must divide dp={self.sizes['dp']}")
+        self._check_shard(shard)
         mine = self.coords(rank)["dp"] // shard
         return [r for r in self.expert_dp_ranks(rank) if self.coords(r)["dp"] // shard == mine]
 

@@ -30,12 +30,13 @@ interval's ends (validation.intervals) in quadrature about its middle, as indepe
 
 from __future__ import annotations
 
-import csv
 import math
-from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from statistics import NormalDist
+
+from trainsim.specs.memo import memoised
+from trainsim.specs.safe_read import read_csv_rows
 
 LEASE_PAIRS_NAME = "host_lease_pairs.csv"
 LEASE_COLUMNS = ("sweep_name", "machine_kind", "lease1_record", "lease1_step_time_s", "lease2_record",
@@ -56,10 +57,9 @@ def host_bound(row: dict) -> bool:
                for k in ("forward", "backward"))
 
 
-@lru_cache(maxsize=1)
-def _rows() -> tuple[dict, ...]:
-    with lease_pairs_path().open(encoding="utf-8", newline="") as f:
-        return tuple(csv.DictReader(f))
+@memoised(maxsize=1)
+def _rows() -> tuple[dict[str, str], ...]:
+    return tuple(read_csv_rows(lease_pairs_path(), "dataset"))
 
 
 def lease_pairs() -> dict[str, float]:
