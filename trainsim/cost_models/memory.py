@@ -61,6 +61,7 @@ from .allocator_reserve import grads_off_peak, loss_stage_cached_bytes
 from .first_step_fragmentation import first_step_extra_reserved, lazy_state_bytes
 from .fsdp2_peak import activation_peak_gather, fsdp2_moment, fsdp2_of
 from .fsdp_stream_pools import stream_pool_cached
+from .op_sac_trace import op_sac_cached_bytes
 from .grad_buffer import optimizer_tensor_elems
 from .param_tensors import rank_tensors
 from .runtime_memory import OUTSIDE_ALLOCATOR, runtime_terms
@@ -509,9 +510,12 @@ def _stream_pools(scenario, stage: int, reduce_bytes: int, gather_counted: float
 
 
 def _allocator_cached(scenario, stage: int, working: float) -> float:
-    """The caching allocator's cached-but-free bytes at the loss stage's peak (allocator_reserve.py)."""
+    """The caching allocator's cached-but-free bytes at the loss stage's peak (allocator_reserve.py), or the op-by-op
+    replay's where it covers the step (op_sac_trace.py)."""
     if stage != scenario.loss_stage or getattr(scenario.cluster.gpu, "num_sms", None) is None:
         return 0.0
+    if (replayed := op_sac_cached_bytes(scenario, shard_groups(scenario)[0])) is not None:
+        return replayed
     shp = layer_shape(scenario)
     logits = shp.e * shp.tokens * -(-shp.vocab // shp.tp)
     return loss_stage_cached_bytes(working=working, loss_workspace=act.logits_workspace_bytes(scenario),

@@ -155,8 +155,8 @@ def _titan_block(m, t) -> bool:
     partitioner saves the fused set, tests/test_compile_oracle.py), 16-bit parameters as FSDP2's
     MixedPrecisionPolicy casts them (no autocast), flash SDPA, and the architecture that code implements
     (ModelSpec.plain_llama_block)."""
-    if t.block_code == "fused":
-        return False
+    if t.block_code is not None:
+        return t.block_code == "torchtitan"
     return (behaviour(t.framework).eager_llama_block and not t.compile and not t.autocast
             and t.dtype in ("bf16", "fp16") and t.flash_attention and m.plain_llama_block)
 
