@@ -69,8 +69,8 @@ def test_cached_bytes_of_pr165_step():
 def _scenario(row: str = "tt165_fsdp2_sac_resv", **training):
     """A run of memory_runs.csv (PR #165's per-op SAC runs: FSDP2, and FSDP1 over torchtitan's block code) with
     ``training`` changed (a key set to None dropped)."""
-    from trainsim.specs import build_scenario
     from trainsim.data import validation_path
+    from trainsim.specs import build_scenario
     from trainsim.validation.memory_runs import scenario_mapping
     with open(validation_path("memory_runs.csv"), newline="", encoding="utf-8") as f:
         raw = next(r for r in csv.DictReader(f) if r["row_id"] == row)

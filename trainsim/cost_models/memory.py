@@ -30,8 +30,9 @@ activation peak, the end of a later micro-batch's backward with its deferred gra
 Data-parallel gradient buckets of ZeRO 0-2 are views of the gradient storage (Megatron's contiguous grad
 buffer; torch DDP with ``gradient_as_bucket_view``), so they add nothing. The caching allocator's cached-but-free blocks are not in
 ``total`` (the allocator frees them before failing an allocation); ``StageMemory.allocator_cached`` carries the
-part allocator_reserve.py derives, for the reserved and nvidia-smi counters. FSDP's sharded gradients, freed by
-``zero_grad`` before a one-micro-batch step's forward and re-created after its activation peak, leave ``total``
+part allocator_reserve.py derives (op_sac_trace.py's op-by-op replay where it covers the step), for the reserved
+and nvidia-smi counters. FSDP's sharded gradients, freed by ``zero_grad`` before a one-micro-batch step's forward
+and re-created after its activation peak, leave ``total``
 for ``allocator_cached`` (``StageMemory.grads_off_peak``, allocator_reserve.grads_off_peak). Optimizer states
 created at the first step split the segments the freed activations left cached, so the next step's activations
 take new ones: ``reserved_cached`` adds that to ``allocator_cached`` where the trace is replayed

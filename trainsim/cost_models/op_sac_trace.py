@@ -132,7 +132,10 @@ def step_events(step: int, layers: int, size: dict[str, int]) -> list[tuple]:
     backwards in reverse, the embedding's gradient."""
     emb = (step, "emb")
     events = [("alloc", emb, size["Th2"])]
-    out = lambda k: emb if k < 0 else ((step, "f", k), _last(FORWARD))  # noqa: E731 -- block k's output
+
+    def out(k: int):  # block k's output; block -1's is the embedding's
+        return emb if k < 0 else ((step, "f", k), _last(FORWARD))
+
     for k in range(layers):
         events += _phase(FORWARD, (step, "f", k), size, {})
     head = (step, "head")
