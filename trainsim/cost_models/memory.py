@@ -62,7 +62,7 @@ from .allocator_reserve import grads_off_peak, loss_stage_cached_bytes
 from .first_step_fragmentation import first_step_extra_reserved, lazy_state_bytes
 from .fsdp2_peak import activation_peak_gather, fsdp2_moment, fsdp2_of
 from .fsdp_stream_pools import stream_pool_cached
-from .op_sac_trace import op_sac_cached_bytes
+from . import op_sac_trace
 from .grad_buffer import optimizer_tensor_elems
 from .param_tensors import rank_tensors
 from .runtime_memory import OUTSIDE_ALLOCATOR, runtime_terms
@@ -435,7 +435,8 @@ def reserved_cached(scenario, stage: int, sm: StageMemory, impl: str = "fused") 
 def _first_step_reserved(scenario, stage: int, sm: StageMemory, impl: str) -> tuple[float, str]:
     """Reserved bytes the optimizer states created at the first step add on ``stage`` (first_step_fragmentation.py),
     and the sentence the memory assumptions state."""
-    per_element, note = lazy_state_bytes(scenario.training)
+    replayed = op_sac_trace.covers(scenario)  # the op-by-op replay holds the states
+    per_element, note = op_sac_trace.STATES_NOTE if replayed else lazy_state_bytes(scenario.training)
     rp = rank_param_shards(scenario, stage)
     if per_element is None or not rp.optimizer_params:
         return 0.0, note
@@ -515,7 +516,7 @@ def _allocator_cached(scenario, stage: int, working: float) -> float:
     replay's where it covers the step (op_sac_trace.py)."""
     if stage != scenario.loss_stage or getattr(scenario.cluster.gpu, "num_sms", None) is None:
         return 0.0
-    if (replayed := op_sac_cached_bytes(scenario, shard_groups(scenario)[0])) is not None:
+    if (replayed := op_sac_trace.op_sac_cached_bytes(scenario, shard_groups(scenario)[0])) is not None:
         return replayed
     shp = layer_shape(scenario)
     logits = shp.e * shp.tokens * -(-shp.vocab // shp.tp)

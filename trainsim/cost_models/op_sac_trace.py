@@ -164,18 +164,28 @@ def trace_cached_bytes(layers: int, size_items: tuple, states: tuple[int, ...]) 
     return r.peak_reserved - r.peak_allocated
 
 
+def covers(scenario) -> bool:
+    """Whether the scenario's step is the one these tables describe (module doc)."""
+    shp, t, m, lay = layer_shape(scenario), scenario.training, scenario.model, scenario.layout
+    return (behaviour(t.framework).torch_fsdp and shp.titan and shp.recomputes("op_sac") and shp.kv == shp.a
+            and lay.tp == lay.cp == lay.pp == 1 and scenario.num_microbatches == 1 and shp.ce_logits_kept
+            and not (shp.dropout or shp.is_moe or shp.mla or shp.qk_norm or shp.window or shp.bias)
+            and shp.gated and shp.rope and shp.norm == "rmsnorm" and not m.tie_embeddings and not t.offload_params)
+
+
+# What the memory assumptions state of Adam's lazily created states where the replay covers the step (no
+# per-element bytes for first_step_fragmentation.py: the replay holds them).
+STATES_NOTE = (None, ("Adam's m, v created at the first step (torch.optim _init_group): in the op-by-op replay of "
+                     "the per-op SAC step (op_sac_trace.py)"))
+
+
 def op_sac_cached_bytes(scenario, shard: int) -> float | None:
     """The compute stream's cached-but-free bytes at the reserved peak of a scenario these tables cover (module
     doc), or ``None``; ``shard``: the FSDP group Adam's per-parameter states are split over."""
-    shp, t, m, lay = layer_shape(scenario), scenario.training, scenario.model, scenario.layout
-    covered = (behaviour(t.framework).torch_fsdp and shp.titan and shp.recomputes("op_sac") and shp.kv == shp.a
-               and lay.tp == lay.cp == lay.pp == 1 and scenario.num_microbatches == 1 and shp.ce_logits_kept
-               and not (shp.dropout or shp.is_moe or shp.mla or shp.qk_norm or shp.window or shp.bias)
-               and shp.gated and shp.rope and shp.norm == "rmsnorm" and not m.tie_embeddings and not t.offload_params)
-    if not covered:
+    if not covers(scenario):
         return None
+    shp, m = layer_shape(scenario), scenario.model
     size = sizes(b=shp.b, s=shp.s, h=shp.h, a=shp.a, f=shp.f, vocab=shp.vocab, e=int(shp.e))
     elems = titan_param_elems(layers=m.num_layers, h=shp.h, a=shp.a, kv=shp.kv, f=shp.f, vocab=shp.vocab)
     states = tuple(4 * -(-n // shard) for n in elems for _ in range(2))
     return float(trace_cached_bytes(m.num_layers, tuple(sorted(size.items())), states))
-
