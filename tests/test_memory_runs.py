@@ -240,10 +240,10 @@ def test_accuracy_today(report):
     per-process state and a one-GPU Megatron run's one-rank world communicator, measured on an H200,
     runtime_memory.NCCL_PROCESS_STATE_BYTES / NCCL_ONE_RANK_COMM_BYTES; the last block's unfused torch-softmax
     backward under full recompute, softmax_backward_peak.py; the op-by-op allocation replay of torchtitan's step under
-    per-op SAC, op_sac_trace.py): 60 rows, MAPE 3.03 %, worst -8.8 % (the June 2025 H200 run on 64 GPUs);
+    per-op SAC, op_sac_trace.py): 60 rows, MAPE 3.02 %, worst -8.8 % (the June 2025 H200 run on 64 GPUs);
     by framework: Megatron 3.7 % (21 rows, 20 low: the GPT-2 XL mb 1 runs on nvidia-smi 6.6-7.3 %, the first-step
     replay adds nothing there; GPT-2 large mb 64 2-5 %; the zero-bubble rows 0.4-6 %), Megatron + CPU optimizer
-    offload +6.7 % (1 row), torch FSDP2 2.6 % (21), torch FSDP1 2.1 % (4), DeepSpeed ZeRO-1 (BLOOM's BF16_Optimizer,
+    offload +6.7 % (1 row), torch FSDP2 2.55 % (21), torch FSDP1 2.1 % (4), DeepSpeed ZeRO-1 (BLOOM's BF16_Optimizer,
     nvidia-smi) 3.05 % (11), fairscale FSDP with CPU offload (fairseq's GPT-3 13B example on 1 and 8 V100, allocated)
     +0.4 % (2 rows: its peak is the last block's softmax backward in torch's F.multi_head_attention_forward, a
     16-bit softmax whose torch <= 1.10 backward keeps its input; the model's FSDP1 behaviours are torch's, not
@@ -275,7 +275,7 @@ def test_accuracy_today(report):
     # GPT-2 large, mb 64 (nvidia-smi): the Adam states split the freed activation segments at the first step
     for rid, err in (("vs25_gpt2l_tp2", -2.3), ("vs25_gpt2l_tp2_sp", -2.9), ("vs25_gpt2l_pp2", -2.8)):
         assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(err, abs=0.5)
-    assert cats["torch FSDP2"]["mape_pct"] <= 2.65
+    assert cats["torch FSDP2"]["mape_pct"] <= 2.6
     # the 70B FSDP x TP 8 run: loss_parallel's forward (three fp32 vocabulary shards beside the bf16 logits)
     assert next(r for r in report.compared if r.row_id == "tt24_t4_2d").error_pct == pytest.approx(-4.2, abs=1.0)
     assert cats["torch FSDP1"]["mape_pct"] <= 2.2
@@ -286,11 +286,12 @@ def test_accuracy_today(report):
     for rid, err in (("tt165_fsdp2_sac_resv", 0.0), ("tt165_fsdp1_sac_resv", -6.7)):
         assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(err, abs=0.5)
     assert cats["DeepSpeed ZeRO-1"]["mape_pct"] <= 3.1
-    # the issue's headline row: torchtitan's 82.4 GiB run (reserved peak): eager fp32 loss and cached blocks
+    # the issue's headline row: torchtitan's 82.4 GiB run (reserved peak): eager fp32 loss, its per-op SAC step
+    # replayed op by op (op_sac_trace.py: grouped-query attention, late 2024's loss), -0.1 % (-1.6 % with the
+    # loss-stage term); the same run on 128 GPUs +0.7 % (-0.0 %)
     row = next(r for r in report.compared if r.row_id == "tt24_t1_fsdp")
-    assert row.error_pct == pytest.approx(-1.1, abs=1.0)
-    # torchtitan without compile (late 2024) and with its loss compiled with the model (June 2025, fused)
-    assert abs(next(r for r in report.compared if r.row_id == "tt24_t3_fsdp").error_pct) <= 4.0
+    assert row.error_pct == pytest.approx(-0.1, abs=0.5)
+    assert next(r for r in report.compared if r.row_id == "tt24_t3_fsdp").error_pct == pytest.approx(0.7, abs=0.5)
     # torch.compile with torchtitan's per-op SAC (TrainingSpec.compile): late 2024 (bf16 and float8)
     for rid in ("tt24_t1_compile", "tt24_t1_compile_fp8", "tt24_t3_compile", "tt24_t3_compile_fp8"):
         assert abs(next(r for r in report.compared if r.row_id == rid).error_pct) <= 2.5

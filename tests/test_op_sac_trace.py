@@ -35,26 +35,29 @@ def _named(shaped):
     return [("alloc", next(allocs), n) if k == "alloc" else ("free", n) for k, n in shaped]
 
 
-def _generated(layers: int, dims: dict) -> list[tuple]:
-    size = ot.sizes(**{k: dims[k] for k in ("b", "s", "h", "a", "f", "vocab")})
+def _generated(layers: int, dims: dict, kept: bool) -> list[tuple]:
+    size = ot.sizes(**{k: dims[k] for k in ("b", "s", "h", "a", "kv", "f", "vocab")})
     elems = ot.titan_param_elems(layers=layers, **{k: dims[k] for k in ("h", "a", "kv", "f", "vocab")})
     states = [("alloc", ("state", i), 4 * -(-n // SHARD)) for i, n in enumerate(x for x in elems for _ in "mv")]
-    return ot.step_events(0, layers, size) + states + ot.step_events(1, layers, size)
+    phases = ot.tables(gqa=dims["kv"] < dims["a"], logits_kept=kept)
+    return ot.step_events(0, layers, size, phases) + states + ot.step_events(1, layers, size, phases)
 
 
-@pytest.mark.parametrize("dims", [
-    {"b": 1, "s": 16, "h": 40, "a": 4, "kv": 4, "f": 72, "vocab": 232},      # every size symbol distinct
-    {"b": 2, "s": 512, "h": 256, "a": 4, "kv": 4, "f": 688, "vocab": 1000},  # activations in the large pool
+@pytest.mark.parametrize("dims, kept", [
+    ({"b": 1, "s": 16, "h": 40, "a": 4, "kv": 4, "f": 72, "vocab": 232}, True),   # every size symbol distinct
+    ({"b": 3, "s": 16, "h": 60, "a": 6, "kv": 2, "f": 88, "vocab": 232}, False),  # GQA, late-2024 loss
+    ({"b": 2, "s": 512, "h": 256, "a": 4, "kv": 4, "f": 688, "vocab": 1000}, True),  # the large pool
+    ({"b": 2, "s": 512, "h": 256, "a": 8, "kv": 2, "f": 688, "vocab": 1000}, False),
 ])
-def test_generated_sequence_is_torchs_own(dims):
+def test_generated_sequence_is_torchs_own(dims, kept):
     """Two steps of two blocks, Adam's states created lazily: the generator's allocations and frees are torch's,
     one for one (torch frees the states when FakeTensorMode exits, after the last step), and so is the replay."""
     layers = 2
-    traced = _shape(titan_step_events(layers=layers, recompute="op_sac", shard=SHARD, **dims))
-    generated = _shape(_generated(layers, dims))
+    traced = _shape(titan_step_events(layers=layers, recompute="op_sac", shard=SHARD, logits_kept=kept, **dims))
+    generated = _shape(_generated(layers, dims, kept))
     assert traced[:len(generated)] == generated
     assert all(ev[0] == "free" for ev in traced[len(generated):])
-    assert replay(_named(traced)) == replay(_generated(layers, dims))
+    assert replay(_named(traced)) == replay(_generated(layers, dims, kept))
 
 
 def test_cached_bytes_of_pr165_step():
@@ -85,7 +88,8 @@ def test_covers_only_the_code_it_replays():
     under FSDP 1 or 2 with per-op SAC and its kept fp32 logits -- and ``None`` (the loss-stage term) elsewhere."""
     assert ot.op_sac_cached_bytes(_scenario(), SHARD) == pytest.approx(4.29 * 2**30, rel=0.01)
     assert ot.op_sac_cached_bytes(_scenario("tt165_fsdp1_sac_resv"), SHARD) == pytest.approx(4.29 * 2**30, rel=0.01)
-    for other in ({"recompute": "full", "recompute_modules": None}, {"cross_entropy": "eager_fp32"},
+    assert ot.op_sac_cached_bytes(_scenario("tt24_t1_fsdp"), SHARD) == pytest.approx(7.45 * 2**30, rel=0.01)
+    for other in ({"recompute": "full", "recompute_modules": None}, {"cross_entropy": "fused"},
                   {"compile": True}, {"global_batch": 128}):
         assert ot.op_sac_cached_bytes(_scenario(**other), SHARD) is None, other
     assert ot.op_sac_cached_bytes(_scenario("tt165_fsdp1_sac_resv", block_code=None), SHARD) is None  # Composer's
