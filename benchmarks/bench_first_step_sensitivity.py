@@ -12,7 +12,9 @@ torch.optim's Adam/AdamW create their states lazily too (``_init_group``), so th
 the spread across the three traces is why the prediction does not use it (lazy_state_bytes says so): where the
 loss's logits are the largest tensor, a state that splits an activation's segment can push that activation
 into the logits' segment, and the next step's logits into a new one, so the replay's answer jumps by the logits'
-size with details the trace does not hold.
+size with details the trace does not hold. PR #165's eager per-op SAC rows (FSDP1 and FSDP2) are predicted from
+the op-by-op replay of their step (cost_models/op_sac_trace.py), which holds the lazily created states already:
+their columns count them a second time.
 
     TRAINSIM_VALIDATION_DIR=../shared/validation python benchmarks/bench_first_step_sensitivity.py
 """

@@ -239,22 +239,23 @@ def test_accuracy_today(report):
     the shifted logits and their exp beside the caller's bf16 logits, activations.LOSS_PARALLEL_FORWARD_BYTES; NCCL's
     per-process state and a one-GPU Megatron run's one-rank world communicator, measured on an H200,
     runtime_memory.NCCL_PROCESS_STATE_BYTES / NCCL_ONE_RANK_COMM_BYTES; the last block's unfused torch-softmax
-    backward under full recompute, softmax_backward_peak.py): 60 rows, MAPE 3.16 %, worst -10.6 % (torchtitan PR
-    #165's FSDP1 per-op SAC reserved-peak row);
+    backward under full recompute, softmax_backward_peak.py; the op-by-op allocation replay of torchtitan's step under
+    per-op SAC, op_sac_trace.py): 60 rows, MAPE 3.02 %, worst -8.8 % (the June 2025 H200 run on 64 GPUs);
     by framework: Megatron 3.7 % (21 rows, 20 low: the GPT-2 XL mb 1 runs on nvidia-smi 6.6-7.3 %, the first-step
     replay adds nothing there; GPT-2 large mb 64 2-5 %; the zero-bubble rows 0.4-6 %), Megatron + CPU optimizer
-    offload +6.7 % (1 row), torch FSDP2 2.86 % (21), torch FSDP1 3.4 % (4), DeepSpeed ZeRO-1 (BLOOM's BF16_Optimizer,
+    offload +6.7 % (1 row), torch FSDP2 2.55 % (21), torch FSDP1 2.1 % (4), DeepSpeed ZeRO-1 (BLOOM's BF16_Optimizer,
     nvidia-smi) 3.05 % (11), fairscale FSDP with CPU offload (fairseq's GPT-3 13B example on 1 and 8 V100, allocated)
     +0.4 % (2 rows: its peak is the last block's softmax backward in torch's F.multi_head_attention_forward, a
     16-bit softmax whose torch <= 1.10 backward keeps its input; the model's FSDP1 behaviours are torch's, not
     fairscale's of 2021, and agree with its root unit kept gathered). torchtitan's PR #165 FSDP2 active-peak rows are within
     0.4 % (at the loss's backward FSDP2 holds only the root and the last block, left unsharded after forward), its
-    FSDP2 eager reserved-peak rows -2.4 % (SAC) and +3.6 % (AC), FSDP1 ones -2.7 % (AC) and -10.6 % (SAC: FSDP1's
-    further compute-stream fragmentation under per-op SAC is not predicted); PR #165's compile rows -1.5 % (SAC
+    FSDP2 eager reserved-peak rows +0.0 % (SAC) and +3.6 % (AC), FSDP1 ones (torchtitan's block code) +0.7 % (AC)
+    and -6.7 % (SAC: FSDP1's further reserve under per-op SAC is not in torch's trace); PR #165's compile rows -1.5 % (SAC
     mb 8), +2.1 % (SAC mb 16), -1.0 % (no AC) and +7.5 % (AC: with the reduce-scatter pool counted the full-AC
     rows' cached blocks at the loss come out high, not attributed); the late-2024 torch.compile per-op SAC rows
     are within 2.5 % (the partitioner drops the unread w2 output; they were 5-8 % high without it), the June 2025
-    H200 rows 6.7-8.8 % low (their float8 FSDP all-gather is not modelled); the late-2024 full-AC compile rows
+    H200 rows 6.7-8.8 % low (their float8 FSDP all-gather is not modelled; from 32 to 64 ranks the reserved
+    peak falls 0.99 GiB where the sharded states and gradients fall 2.3 GiB, not attributed); the late-2024 full-AC compile rows
     (whose saved bytes compile does not change) stay 2.7-3.5 % high and its 70B FSDP x TP 8 row is 4.2 % low.
     FSDP2's transient terms are the three moments of cost_models/fsdp2_peak.py (held against FSDPMemTracker's
     peak in tests/test_memory_oracle.py): the root unit gathered once per pass, the blocks double-buffered --
@@ -265,7 +266,7 @@ def test_accuracy_today(report):
     in host memory and are skipped: predicted as if on the GPU they came out -10.9 / -8.5 / +0.4 % and +186 /
     +165 %, the checkpoints being 37-49 % and 66 % of those predictions."""
     assert len(report.compared) == len(report.dataset.cases) - 5 and len(report.skipped) == 5
-    assert report.mape_pct <= 3.2
+    assert report.mape_pct <= 3.1
     cats = report.by_category()
     assert {k: v["rows"] for k, v in cats.items()} == {"Megatron": 21, "Megatron + offload": 1, "torch FSDP2": 21,
                                                         "torch FSDP1": 4, "DeepSpeed ZeRO-1": 11,
@@ -274,16 +275,23 @@ def test_accuracy_today(report):
     # GPT-2 large, mb 64 (nvidia-smi): the Adam states split the freed activation segments at the first step
     for rid, err in (("vs25_gpt2l_tp2", -2.3), ("vs25_gpt2l_tp2_sp", -2.9), ("vs25_gpt2l_pp2", -2.8)):
         assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(err, abs=0.5)
-    assert cats["torch FSDP2"]["mape_pct"] <= 2.75
+    assert cats["torch FSDP2"]["mape_pct"] <= 2.6
     # the 70B FSDP x TP 8 run: loss_parallel's forward (three fp32 vocabulary shards beside the bf16 logits)
     assert next(r for r in report.compared if r.row_id == "tt24_t4_2d").error_pct == pytest.approx(-4.2, abs=1.0)
-    assert cats["torch FSDP1"]["mape_pct"] <= 3.6
+    assert cats["torch FSDP1"]["mape_pct"] <= 2.2
+    # PR #165's per-op SAC runs (reserved): the compute stream's cached bytes from the op-by-op replay of
+    # torchtitan's step (op_sac_trace.py, 4.29 GiB, torch's own trace one for one); FSDP1 runs torchtitan's block
+    # code (block_code column). FSDP1's remaining -6.7 % (4.3 GiB more reserved than FSDP2 at the same allocated
+    # peak, against 0.3 GiB with full AC) is not in the trace
+    for rid, err in (("tt165_fsdp2_sac_resv", 0.0), ("tt165_fsdp1_sac_resv", -6.7)):
+        assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(err, abs=0.5)
     assert cats["DeepSpeed ZeRO-1"]["mape_pct"] <= 3.1
-    # the issue's headline row: torchtitan's 82.4 GiB run (reserved peak): eager fp32 loss and cached blocks
+    # the issue's headline row: torchtitan's 82.4 GiB run (reserved peak): eager fp32 loss, its per-op SAC step
+    # replayed op by op (op_sac_trace.py: grouped-query attention, late 2024's loss), -0.1 % (-1.6 % with the
+    # loss-stage term); the same run on 128 GPUs +0.7 % (-0.0 %)
     row = next(r for r in report.compared if r.row_id == "tt24_t1_fsdp")
-    assert row.error_pct == pytest.approx(-1.1, abs=1.0)
-    # torchtitan without compile (late 2024) and with its loss compiled with the model (June 2025, fused)
-    assert abs(next(r for r in report.compared if r.row_id == "tt24_t3_fsdp").error_pct) <= 4.0
+    assert row.error_pct == pytest.approx(-0.1, abs=0.5)
+    assert next(r for r in report.compared if r.row_id == "tt24_t3_fsdp").error_pct == pytest.approx(0.7, abs=0.5)
     # torch.compile with torchtitan's per-op SAC (TrainingSpec.compile): late 2024 (bf16 and float8)
     for rid in ("tt24_t1_compile", "tt24_t1_compile_fp8", "tt24_t3_compile", "tt24_t3_compile_fp8"):
         assert abs(next(r for r in report.compared if r.row_id == rid).error_pct) <= 2.5

@@ -26,10 +26,11 @@ tensors the trace leaves out. Where the loss's logits are the largest tensor, a 
 segment pushes that activation into the logits' freed segment and the next step's logits into a new one, so
 adding the blocks' recompute working sets to the trace, or leaving the logits out, moves the replay's figure by
 the logits' size: 7.7, 0.0 and 0.04 GiB on torchtitan's Llama 3.1 8B run on 128 H100s (memory_runs.csv
-tt24_t3_fsdp, predicted -0.0 % without it), 2.7, 0.7 and 2.7 GiB on PR #165's FSDP1 run with per-op SAC
+tt24_t3_fsdp, predicted -0.0 % without it), 2.7, 1.2 and 2.7 GiB on PR #165's FSDP1 run with per-op SAC
 (benchmarks/bench_first_step_sensitivity.py prints every torch FSDP row). torch's own trace of PR #165's eager
 step, every tensor included (kernels/alloc_trace.py, benchmarks/bench_titan_allocator_trace.py), reserves 1.0 GiB
-(full AC) and 1.1 GiB (per-op SAC) less with the states created lazily than up front.
+(full AC) and 1.1 GiB (per-op SAC) less with the states created lazily than up front; where a scenario runs that
+per-op SAC step, op_sac_trace.py replays it op by op, lazy states included.
 """
 
 from __future__ import annotations

@@ -30,8 +30,9 @@ activation peak, the end of a later micro-batch's backward with its deferred gra
 Data-parallel gradient buckets of ZeRO 0-2 are views of the gradient storage (Megatron's contiguous grad
 buffer; torch DDP with ``gradient_as_bucket_view``), so they add nothing. The caching allocator's cached-but-free blocks are not in
 ``total`` (the allocator frees them before failing an allocation); ``StageMemory.allocator_cached`` carries the
-part allocator_reserve.py derives, for the reserved and nvidia-smi counters. FSDP's sharded gradients, freed by
-``zero_grad`` before a one-micro-batch step's forward and re-created after its activation peak, leave ``total``
+part allocator_reserve.py derives (op_sac_trace.py's op-by-op replay where it covers the step), for the reserved
+and nvidia-smi counters. FSDP's sharded gradients, freed by ``zero_grad`` before a one-micro-batch step's forward
+and re-created after its activation peak, leave ``total``
 for ``allocator_cached`` (``StageMemory.grads_off_peak``, allocator_reserve.grads_off_peak). Optimizer states
 created at the first step split the segments the freed activations left cached, so the next step's activations
 take new ones: ``reserved_cached`` adds that to ``allocator_cached`` where the trace is replayed
@@ -64,6 +65,7 @@ from .first_step_fragmentation import first_step_extra_reserved, lazy_state_byte
 from .fsdp2_peak import Fsdp2Peak, activation_peak, fsdp2_moment
 from .fsdp2_peak import applies as fsdp2_applies
 from .fsdp_stream_pools import stream_pool_cached
+from . import op_sac_trace
 from .grad_buffer import optimizer_tensor_elems
 from .lora import adapter_params_rank, frozen_weight_bytes
 from .param_tensors import rank_tensors
@@ -446,7 +448,8 @@ def reserved_cached(scenario, stage: int, sm: StageMemory, impl: str = "fused") 
 def _first_step_reserved(scenario, stage: int, sm: StageMemory, impl: str) -> tuple[float, str]:
     """Reserved bytes the optimizer states created at the first step add on ``stage`` (first_step_fragmentation.py),
     and the sentence the memory assumptions state."""
-    per_element, note = lazy_state_bytes(scenario.training)
+    replayed = op_sac_trace.covers(scenario)  # the op-by-op replay holds the states
+    per_element, note = op_sac_trace.STATES_NOTE if replayed else lazy_state_bytes(scenario.training)
     rp = rank_param_shards(scenario, stage)
     if per_element is None or not rp.optimizer_params:
         return 0.0, note
@@ -522,9 +525,12 @@ def _stream_pools(scenario, stage: int, reduce_bytes: int, gather_counted: float
 
 
 def _allocator_cached(scenario, stage: int, working: float) -> float:
-    """The caching allocator's cached-but-free bytes at the loss stage's peak (allocator_reserve.py)."""
+    """The caching allocator's cached-but-free bytes at the loss stage's peak (allocator_reserve.py), or the op-by-op
+    replay's where it covers the step (op_sac_trace.py)."""
     if stage != scenario.loss_stage or getattr(scenario.cluster.gpu, "num_sms", None) is None:
         return 0.0
+    if (replayed := op_sac_trace.op_sac_cached_bytes(scenario, shard_groups(scenario)[0])) is not None:
+        return replayed
     shp = layer_shape(scenario)
     logits = shp.e * shp.tokens * -(-shp.vocab // shp.tp)
     return loss_stage_cached_bytes(working=working, loss_workspace=act.logits_workspace_bytes(scenario),

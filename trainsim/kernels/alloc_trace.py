@@ -114,9 +114,12 @@ def _model(layers: int, h: int, a: int, kv: int, f: int, vocab: int):
 
 def titan_step_events(*, layers: int, b: int, s: int, h: int, a: int, kv: int, f: int, vocab: int,
                       recompute: str = "none", shard: int = 1, lazy_states: bool = True,
-                      steps: int = 2) -> list[tuple]:
+                      steps: int = 2, logits_kept: bool = True) -> list[tuple]:
     """The recorded trace of ``steps`` steps (module doc); ``recompute`` one of none, full, op_sac; marks
-    ``forward_end`` before each loss and ``step_end`` after each step."""
+    ``forward_end`` before each loss and ``step_end`` after each step. ``logits_kept=False``: torchtitan's loss
+    of late 2024 instead -- the model returns its 16-bit logits, ``loss_fn`` runs ``F.cross_entropy`` on their
+    fp32 copy, and train.py deletes them before the backward (``del pred``; pytorch/torchtitan 9dec370 train.py,
+    the commit of its late-2024 benchmark, fetched mirror)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     if recompute not in ("none", "full", "op_sac"):
         raise ValueError(f"recompute: {recompute!r} is none of none, full, op_sac")
@@ -145,11 +148,18 @@ def titan_step_events(*, layers: int, b: int, s: int, h: int, a: int, kv: int, f
                 for bl in blocks:
                     x = _run_block(bl, x, freqs_cis, recompute)
                 rec.mark("forward_end")
-                pred = out(norm(x)).float()  # torchtitan keeps its fp32 logits through the backward
-                loss = F.cross_entropy(pred.flatten(0, 1), labels.flatten(0, 1))
+                if logits_kept:  # torchtitan of March 2024 keeps its fp32 logits through the backward
+                    pred = out(norm(x)).float()
+                    loss = F.cross_entropy(pred.flatten(0, 1), labels.flatten(0, 1))
+                else:
+                    pred = out(norm(x))
+                    loss = F.cross_entropy(pred.flatten(0, 1).float(), labels.flatten(0, 1))
+                    del pred
                 del x
                 loss.backward()
-                del pred, loss
+                if logits_kept:
+                    del pred
+                del loss
                 if step == 0 and lazy_states:
                     create_states()
                 rec.mark("step_end")

@@ -162,7 +162,8 @@ class TrainingSpec(BaseModel):
         default=None, description="whose block code saves the activations: fused = fused norms and SwiGLU "
         "(Megatron/Transformer Engine, compiled blocks); torchtitan = torchtitan's eager Llama block (fp32 copies "
         "of the RMSNorm input, repeat_kv copies of k and v, SwiGLU saving 4 ffn-wide tensors, TP linears saving "
-        "their all-gathered input; cost_models/activations.py impl titan; framework torch only); None = torchtitan "
+        "their all-gathered input; cost_models/activations.py impl titan; framework torch, or pytorch-fsdp running "
+        "torchtitan's model as torchtitan's FSDP1 wrapper of early 2024 did); None = torchtitan "
         "for framework torch where its code applies (ModelSpec.plain_llama_block, bf16/fp16, flash SDPA, neither "
         "compiled nor under autocast), else fused")
     cross_entropy: Literal["fused", "vocab_parallel", "eager_fp32", "eager_fp32_kept"] | None = Field(
@@ -339,10 +340,10 @@ class TrainingSpec(BaseModel):
         if self.fsdp_reduce_scatter_input and not BEHAVIOURS[self.framework].fsdp2:
             raise SpecError("fsdp_reduce_scatter_input", f"it places FSDP2's reduce-scatter input (framework torch); "
                              f"framework {self.framework} has no FSDP2: drop it")
-        if self.block_code == "torchtitan" and not BEHAVIOURS[self.framework].eager_llama_block:
-            raise SpecError("block_code", f"torchtitan is torchtitan's eager Llama block under framework torch; "
-                             f"framework {self.framework} runs its own block code: use framework torch or "
-                             f"block_code fused")
+        if self.block_code == "torchtitan" and not BEHAVIOURS[self.framework].torch_fsdp:
+            raise SpecError("block_code", f"torchtitan is torchtitan's eager Llama block under torch's FSDP "
+                             f"(framework torch or pytorch-fsdp); framework {self.framework} runs its own block "
+                             f"code: use framework torch or pytorch-fsdp, or block_code fused")
         if BEHAVIOURS[self.framework].no_mcore_overlap and self.tp_comm_overlap:
             raise SpecError("tp_comm_overlap", f"Transformer Engine's userbuffers overlap (Megatron-Core) is not in "
                                                f"framework {self.framework}, whose TP runs without it: use "

@@ -237,6 +237,8 @@ def scenario_mapping(r: dict) -> dict:
         training["cross_entropy"] = ce
     if (r.get("compile") or "").strip():
         training["compile"] = yes_no(r, "compile")
+    if common_runs.stated(r, "block_code"):
+        training["block_code"] = r["block_code"].strip()
     if (r.get("attention_softmax_fp32") or "").strip():
         training["attention_softmax_fp32"] = yes_no(r, "attention_softmax_fp32")
     if (r.get("softmax_backward_keeps_input") or "").strip():
