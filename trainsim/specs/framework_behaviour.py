@@ -59,7 +59,8 @@ framework's own default, cited to its code or docs; none is fitted to a measurem
   autograd's AccumulateGrad does the same ``grad +=``): read both, write one, ``3 x grad_bytes`` per
   parameter per micro-batch. megatron: ``--gradient-accumulation-fusion`` (on by default) makes the wgrad
   GEMM accumulate into ``main_grad`` itself. torch (plain autograd, DDP): AccumulateGrad's ``grad += new``
-  for every micro-batch (the first one's gradient is stolen, not added: counted anyway). FSDP / DeepSpeed ZeRO-2/3 reduce-scatter every micro-batch
+  for every micro-batch (the first one's gradient is stolen, not added: counted anyway; megatron-deepspeed counts
+  m - 1 of m, ``grad_accumulation_steals_first``). FSDP / DeepSpeed ZeRO-2/3 reduce-scatter every micro-batch
   and accumulate only the 1/dp shard (folded into the optimizer's bytes).
 * ``train_metric_loss_passes`` -- extra no-grad cross-entropy forwards per micro-batch over the logits.
   pytorch-fsdp (Composer + llm-foundry): Composer's ``Trainer._train_microbatch`` ends every micro-batch
