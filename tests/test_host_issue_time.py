@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from trainsim.cost_models import compute
 from trainsim.cost_models import host_issue as hi
 from trainsim.cost_models import loss_issue
+from trainsim.cost_models.memory import rank_param_shards
 from trainsim.simulator.builder import build_cost_table
 from trainsim.simulator.predict import predict
 from trainsim.specs import ModelSpec, build_scenario
@@ -311,9 +313,11 @@ def test_sync_lead_closed_form():
 
 
 def test_megatron_deepspeed_syncs_add_their_lead_ins_to_the_step():
-    """The same GPU-bound job under megatron-deepspeed and megatron-2021 (identical but for the syncs): the first
-    chunk idles for one micro-batch lead-in plus a block lead-in per block and pass with a recomputed forward, each
-    at the legacy layer's measured whole-pass ratio."""
+    """The same GPU-bound job under megatron-deepspeed and megatron-2021 (identical but for the syncs and the
+    gradient accumulation): the first chunk idles for one micro-batch lead-in plus a block lead-in per block and pass
+    with a recomputed forward, each at the legacy layer's measured whole-pass ratio; with one micro-batch per step
+    megatron-deepspeed's AccumulateGrad adds nothing (the gradient is stolen), megatron-2021's hooks add every
+    gradient into main_grad (read, read, write: 3 x 2 bytes per parameter)."""
     kw = {"tp": 1, "mb": 8, "hidden": 4096, "layers": 2, "recompute": "full", "dtype": "fp16"}
     ds = build_cost_table(small(framework="megatron-deepspeed", **kw))
     ref = build_cost_table(small(framework="megatron-2021", **kw))
@@ -327,6 +331,10 @@ def test_megatron_deepspeed_syncs_add_their_lead_ins_to_the_step():
     m = s_ds.training.global_batch // (s_ds.dp * s_ds.training.micro_batch)
     # their gradient reductions differ in calls (Megatron-LM 2021's one all-reduce of the chunk's buffer,
     # cost_models/ddp_buckets.py; DeepSpeed's engine its own), both exposed after the backward: set apart
+    hw = compute.hw_of(s_ds.cluster.gpu, "fp16")
+    assert m == 1
     p_ds, p_ref = predict(s_ds), predict(s_ref)
+    saved = sum(p_ref.breakdown_s[k] - p_ds.breakdown_s[k] for k in ("compute", "compute_slowest_gpu"))
+    assert saved == pytest.approx(3 * 2 * rank_param_shards(s_ds, 0).grad_params / hw.mem_Bps, rel=0.05)
     step = (p_ds.step_time_s - p_ds.exposed_comm_s["dp"]) - (p_ref.step_time_s - p_ref.exposed_comm_s["dp"])
-    assert step == pytest.approx(m * (4 * f + mb), rel=0.02)
+    assert step + saved == pytest.approx(m * (4 * f + mb), rel=0.02)

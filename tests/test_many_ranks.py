@@ -278,3 +278,17 @@ def test_deepspeed_zero1_accumulates_in_param_grad_between_boundaries():
     assert acc(z3.training, z3.num_microbatches) == 0.0
     mlm = _ds_training(1, 4, framework="megatron-2021")
     assert acc(mlm.training, mlm.num_microbatches) == 3 * mlm.training.grad_bytes
+
+
+def test_megatron_deepspeed_steals_the_first_micro_batch_gradient():
+    """Megatron-DeepSpeed accumulates in autograd's param.grad, which DeepSpeed's FP16_Optimizer.step sets to None:
+    AccumulateGrad takes the step's first gradient as it is and adds the other m - 1 (read both, write one), so
+    over m micro-batches the pass moves 3 x grad_bytes x (m - 1) bytes per parameter, none with one micro-batch;
+    megatron-2021's local DDP adds every micro-batch into its zeroed main_grad."""
+    from trainsim.cost_models.framework import grad_accumulation_bytes_per_param as acc
+    for m in (1, 2, 16):
+        sc = _ds_training(0, m, framework="megatron-deepspeed")
+        g = sc.training.grad_bytes
+        assert acc(sc.training, sc.num_microbatches) * m == pytest.approx(3 * g * (m - 1))
+        mlm = _ds_training(0, m, framework="megatron-2021")
+        assert acc(mlm.training, mlm.num_microbatches) * m == pytest.approx(3 * g * m)

@@ -104,3 +104,29 @@ def test_vtrain_rows_share_one_measurement_per_regime(ds):
     assert set(drops) == {(4, 1, 2), (8, 1, 2)}
     assert drops[(8, 1, 2)][0] == pytest.approx((1.883691 - 0.961607) / (12 * 16), rel=0.01)
     assert drops[(8, 1, 2)][1] == pytest.approx(3.87e-3, abs=0.01e-3)
+
+
+def test_term_leverage_closes_exactly_the_term_that_carries_the_error(ds):
+    """A stand-in predictor that is off only by 1 ms per block and step on the fitted rows (pp = 1, micro-batch up to
+    4: published + 0.001 x L; every other row exact): closing b's gap takes the MAPE to zero, closing any other
+    term leaves it as predicted (least squares moves exactly b by 0.001 s, the other fitted terms by nothing)."""
+    from trainsim.validation.structure import render_leverage, term_leverage
+
+    class Fixed:
+        def __init__(self, t):
+            self.step_time_s = t
+
+    by_name = {c.scenario.name: c for c in ds.cases}
+
+    def predict(s):
+        c = by_name[s.name]
+        fitted = s.layout.pp == 1 and s.training.micro_batch <= 4  # micro-batch 8 rows hold one m: not fitted
+        return Fixed(c.published + (0.001 * s.model.num_layers if fitted else 0.0))
+
+    rep = validate(ds, predict_fn=predict)
+    lev = term_leverage(rep)
+    assert lev["b"] == pytest.approx(0.0, abs=1e-9)
+    for k in ("a", "c", "e"):
+        assert lev[k] == pytest.approx(rep.mape_pct, rel=1e-9)
+    assert render_leverage(lev, rep.mape_pct)[0].startswith("  MAPE with one term's gap closed")
+    assert rep.to_json()["term_leverage_mape_pct"] == pytest.approx(lev)

@@ -106,7 +106,9 @@ def grad_accumulation_bytes_per_param(training, microbatches: int) -> float:
     """HBM bytes per parameter per micro-batch (averaged over the step's ``microbatches``) of adding each
     micro-batch's weight gradients into the accumulated ones in a pass of its own:
 
-    * the framework's ``grad_accumulation_pass`` (specs/framework_behaviour.py): ``3 x grad_bytes``;
+    * the framework's ``grad_accumulation_pass`` (specs/framework_behaviour.py): ``3 x grad_bytes``, on
+      ``(m - 1) / m`` of the micro-batches where the first one's gradient is stolen
+      (``grad_accumulation_steals_first``: megatron-deepspeed's ``param.grad``);
     * DeepSpeed's ZeRO-1 optimizer (DeepSpeedZeroOptimizer at stage 1, bf16 or fp16 gradients): its backward hooks
       act only at the accumulation boundary at stage 1 (``reduce_ready_partitions_and_remove_grads``: ``if
       self.partition_gradients or self.is_gradient_accumulation_boundary``, deepspeed/runtime/zero/
@@ -123,7 +125,7 @@ def grad_accumulation_bytes_per_param(training, microbatches: int) -> float:
     ZeRO-2/3 reduce every micro-batch and accumulate only the 1/dp shard (folded into the optimizer's bytes)."""
     fw, g, m = BEHAVIOURS[training.framework], training.grad_bytes, max(1, microbatches)
     if fw.grad_accumulation_pass:
-        return 3.0 * g
+        return 3.0 * g * ((m - 1) / m if fw.grad_accumulation_steals_first else 1.0)
     if bf16_optimizer(training):
         return float(training.param_bytes + 4 + 3 * 4)
     if fw.deepspeed_optimizer and training.effective_zero in (1, 2) and not training.offload_optimizer:

@@ -143,14 +143,16 @@ def build_cost_table(scenario: Scenario, *, profile=None, ideal_network: bool = 
     return table if profile is None or owner is profile else _build(scenario, profile, ideal_network)
 
 
-def _accumulate_s(st: _Step, params: float) -> float:
+def _accumulate_s(st: _Step, params: float, tied: float = 0.0) -> float:
     """Compute-stream seconds of the passes over a chunk's ``params`` gradients outside the GEMMs: frameworks
     without gradient-accumulation fusion add each block's weight gradients into the accumulation buffer in a
     separate pass every micro-batch (framework.grad_accumulation_bytes_per_param: the framework's
-    grad_accumulation_pass, DeepSpeed's ZeRO-0/1 optimizers), FSDP's gradient prep, autocast's casts."""
+    grad_accumulation_pass, DeepSpeed's ZeRO-0/1 optimizers), FSDP's gradient prep, autocast's casts. ``tied``:
+    the tied table's parameters whose two gradients autograd sums in its input buffer every micro-batch, the first
+    included (``_tied_sum_params``: read, read, write)."""
     tr, cast = st.scenario.training, framework.autocast_cast_bytes_per_param(st.scenario)
     acc = framework.grad_accumulation_bytes_per_param(tr, st.scenario.num_microbatches)
-    nbytes = params * (acc + st.prep_per_param + cast)
+    nbytes = params * (acc + st.prep_per_param + cast) + tied * (3.0 * tr.grad_bytes + st.prep_per_param + cast)
     return compute.memory_time_s(nbytes, st.hw, st.profile, "copy") * st.slowest if nbytes > 0 else 0.0
 
 
@@ -274,8 +276,8 @@ def _chunk(st: _Step, s: int, c: int, pair: float) -> ChunkCost:
         _add_head(st, cs)
     elif st.fw.pipeline_output_kept:
         cs.a += act.pipeline_output_bytes(scenario)  # the chunk's output, kept until its backward
-    params = sum(k * b.params for b, k in cs.kinds) + cs.extra_params + _tied_sum_params(st, vs)
-    cs.bw += _accumulate_s(st, params)
+    params = sum(k * b.params for b, k in cs.kinds) + cs.extra_params
+    cs.bw += _accumulate_s(st, params, _tied_sum_params(st, vs))
     if st.z >= 3 and st.dp_group is not None and n:
         # Eager FSDP2 per wrapped block (CPU profiles only; compute.wrapper_overhead_s).
         of, ob = compute.wrapper_overhead_s(scenario, profile, "fsdp")

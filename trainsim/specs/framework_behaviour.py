@@ -59,7 +59,8 @@ framework's own default, cited to its code or docs; none is fitted to a measurem
   autograd's AccumulateGrad does the same ``grad +=``): read both, write one, ``3 x grad_bytes`` per
   parameter per micro-batch. megatron: ``--gradient-accumulation-fusion`` (on by default) makes the wgrad
   GEMM accumulate into ``main_grad`` itself. torch (plain autograd, DDP): AccumulateGrad's ``grad += new``
-  for every micro-batch (the first one's gradient is stolen, not added: counted anyway). FSDP / DeepSpeed ZeRO-2/3 reduce-scatter every micro-batch
+  for every micro-batch (the first one's gradient is stolen, not added: counted anyway; megatron-deepspeed counts
+  m - 1 of m, ``grad_accumulation_steals_first``). FSDP / DeepSpeed ZeRO-2/3 reduce-scatter every micro-batch
   and accumulate only the 1/dp shard (folded into the optimizer's bytes).
 * ``train_metric_loss_passes`` -- extra no-grad cross-entropy forwards per micro-batch over the logits.
   pytorch-fsdp (Composer + llm-foundry): Composer's ``Trainer._train_microbatch`` ends every micro-batch
@@ -333,6 +334,15 @@ class FrameworkBehaviour:
     # create their states at construction (first_step_fragmentation.lazy_state_bytes) and step the flat fp32
     # groups (step_host.step_counts).
     deepspeed_engine: bool = False
+    # The accumulated gradient is autograd's ``param.grad``, freed (set to None) by the optimizer step, so the step's
+    # first micro-batch's gradient is stolen, not added: torch's AccumulateGrad takes ``new_grad`` as the gradient
+    # where ``variable_grad`` is undefined and adds only into a defined one (torch/csrc/autograd/functions/
+    # accumulate_grad.h ``accumulateGrad``, find_string id 24866157830); DeepSpeed's FP16_Optimizer.step sets every
+    # fp16 ``p.grad = None`` once it has flattened them (deepspeed/runtime/fp16/fused_optimizer.py, read_file id
+    # 186267960), and the engine's ``zero_grad`` does the same. Of the step's m micro-batches m - 1 run the
+    # accumulation pass (cost_models.framework.grad_accumulation_bytes_per_param). Local DDP's ``main_grad.add_``
+    # (megatron-2021) adds every micro-batch into a zeroed buffer.
+    grad_accumulation_steals_first: bool = False
     # How the model's modules hold their parameters (param_tensors.module_style): "fused" Megatron's layers (one QKV
     # tensor, gate and up in one fc1) -- the Megatron family, and deepspeed-2021, whose ZeRO-3 GPT runs train
     # Megatron's model (microsoft/DeepSpeedExamples Megatron-LM-v1.1.5-ZeRO3/megatron/model/transformer.py:
@@ -426,6 +436,7 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                              optimizer_extra_bytes_per_param=12.0, p2p_overlap="never",
                                              pp_scatter_gather=True, megatron_layer=True, block_forward_syncs=1,
                                              microbatch_syncs=1, model_parallel_groups=True, deepspeed_engine=True,
+                                             grad_accumulation_steals_first=True,
                                              module_style="fused",
                                              megatron_arguments=True),
     "pytorch-fsdp": FrameworkBehaviour("pytorch-fsdp", overlap_grad_reduce=True, fused_cross_entropy=True,

@@ -94,8 +94,8 @@ def _dp_spread(terms: list[Terms]) -> float:
     return float(max(max(cs) - min(cs), max(es) - min(es)))
 
 
-def _groups(cases, rows) -> dict[tuple[int, int, int], list[tuple[int, float, float, float]]]:
-    """(tp, micro-batch, dp) -> [(L, m, published, predicted)] over the compared pp = 1 rows."""
+def _groups(cases, rows) -> dict[tuple[int, int, int], list[tuple[int, float, float, float, str]]]:
+    """(tp, micro-batch, dp) -> [(L, m, published, predicted, row id)] over the compared pp = 1 rows."""
     by_id = {c.row_id: c for c in cases}
     out: dict[tuple[int, int, int], list[tuple[int, float, float, float]]] = {}
     for r in rows:
@@ -104,7 +104,8 @@ def _groups(cases, rows) -> dict[tuple[int, int, int], list[tuple[int, float, fl
             continue
         mb = s.training.micro_batch
         m = s.training.global_batch / (s.dp * mb)
-        out.setdefault((s.layout.tp, mb, s.dp), []).append((s.model.num_layers, m, r.published, r.predicted))
+        out.setdefault((s.layout.tp, mb, s.dp), []).append((s.model.num_layers, m, r.published, r.predicted,
+                                                            r.row_id))
     return out
 
 
@@ -112,14 +113,50 @@ def step_structure(report) -> list[GroupStructure]:
     """The terms of every (TP, micro-batch) regime of a validation report whose rows span an (L, m) grid."""
     acc: dict[tuple[int, int], tuple[int, list[Terms], list[Terms]]] = {}
     for (tp, mb, _dp), pts in sorted(_groups(report.dataset.cases, report.compared).items()):
-        pub = fit_terms((L, m, p) for L, m, p, _ in pts)
-        pred = fit_terms((L, m, q) for L, m, _, q in pts)
+        pub = fit_terms((L, m, p) for L, m, p, _, _ in pts)
+        pred = fit_terms((L, m, q) for L, m, _, q, _ in pts)
         if pub is None or pred is None:
             continue
         n, pubs, preds = acc.get((tp, mb), (0, [], []))
         acc[(tp, mb)] = (n + len(pts), pubs + [pub], preds + [pred])
     return [GroupStructure(tp, mb, n, _mean_terms(pubs), _mean_terms(preds), len(pubs), _dp_spread(pubs))
             for (tp, mb), (n, pubs, preds) in sorted(acc.items())]
+
+
+TERMS = ("a", "b", "c", "e")
+
+
+def term_leverage(report) -> dict[str, float]:
+    """MAPE (%) of the whole report were one term's gap closed: for each term, every fitted pp = 1 row's prediction
+    moves by (published - predicted term) x its regressor (1, L, m or m·L), every other row as predicted. A large
+    drop says the error lives in that term; a small one that closing it, however justified, barely moves the
+    dataset. A diagnostic of where the error is, never an input to the model. Empty without fitted regimes."""
+    moved: dict[str, dict[str, float]] = {k: {} for k in TERMS}
+    for pts in _groups(report.dataset.cases, report.compared).values():
+        pub = fit_terms((L, m, p) for L, m, p, _, _ in pts)
+        pred = fit_terms((L, m, q) for L, m, _, q, _ in pts)
+        if pub is None or pred is None:
+            continue
+        gaps = (pub.fixed_s - pred.fixed_s, pub.per_layer_step_s - pred.per_layer_step_s,
+                pub.per_microbatch_s - pred.per_microbatch_s,
+                pub.per_layer_microbatch_s - pred.per_layer_microbatch_s)
+        for L, m, _, q, rid in pts:
+            for k, gap, x in zip(TERMS, gaps, (1.0, L, m, m * L)):
+                moved[k][rid] = q + gap * x
+    if not moved["a"]:
+        return {}
+    rows = report.compared
+    return {k: float(np.mean([abs(moved[k].get(r.row_id, r.predicted) - r.published) / r.published * 100
+                              for r in rows])) for k in TERMS}
+
+
+def render_leverage(leverage: dict[str, float], mape_pct: float) -> list[str]:
+    """Report line of ``term_leverage``: the MAPE with each term's gap closed beside the MAPE as predicted."""
+    if not leverage:
+        return []
+    parts = ", ".join(f"{k} {v:.2f}%" for k, v in leverage.items())
+    return [f"  MAPE with one term's gap closed on the fitted rows (the rest as predicted): {parts}; "
+            f"as predicted {mape_pct:.2f}%"]
 
 
 def falling_e(groups: list[GroupStructure]) -> list[tuple[int, int, int, float, float]]:

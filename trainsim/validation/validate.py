@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from trainsim.specs import Scenario, SpecError
 from trainsim.validation.cases import Case, CollectiveCase, Dataset
 from trainsim.validation.nccl_runs import busbw_factor
-from trainsim.validation.structure import render_structure, step_structure
+from trainsim.validation.structure import render_leverage, render_structure, step_structure, term_leverage
 
 
 class PredictionLike(Protocol):
@@ -171,7 +171,8 @@ class ValidationReport:
             "secondary_mape_pct": self.secondary_mape(),
             "by_category": self.by_category(),
             "by_counter": self.by_counter(),
-            **({"structure": [g.to_json() for g in step_structure(self)]} if d.structure else {}),
+            **({"structure": [g.to_json() for g in step_structure(self)],
+                "term_leverage_mape_pct": term_leverage(self)} if d.structure else {}),
         }
 
 
@@ -386,6 +387,8 @@ def render_text(report: ValidationReport, *, show_skipped: bool = True, width: i
             console.print(f"  {name} (source basis) MAPE {v:.2f}%")
         if d.structure:
             for line in render_structure(step_structure(report)):
+                console.print(line)
+            for line in render_leverage(term_leverage(report), report.mape_pct):
                 console.print(line)
     if show_skipped and report.skipped:
         console.print(f"skipped {len(report.skipped)} rows:")

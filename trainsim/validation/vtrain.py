@@ -49,6 +49,27 @@ tests/test_vtrain_head.py); DeepSpeed's ``_is_checkpointable`` checkpoints GPTMo
 so the head is not recomputed. A per-logit pass large enough to close TP 1 (about 140 more bytes per logit at the
 A100's 1.69 TB/s) would add its bytes per logit at every TP too: the per-sequence ``c`` of TP 2 / 4 / 8 would go
 from 2.12 / 1.12 / 0.50 ms to about 4.2 / 2.2 / 1.0 ms against the published 1.58 / 1.52 / 1.07.
+
+The per-block, per-step term ``b`` (the update of one block's parameters and, at DP > 1, their all-reduce) is
+over-predicted at every TP, but it is not where the error lives: the report's line "MAPE with one term's gap
+closed" (structure.term_leverage) gives about 8.7 % with ``b`` closed and about 5.6 % with ``e`` closed, against
+8.8 % as predicted. The published ``b`` at DP 1 is 20.1-20.8 ps per local parameter at TP 2, 4 and 8 (0.507 /
+0.253 / 0.131 ms per block over 25.2 / 12.6 / 6.3 M parameters), i.e. at most 41 bytes per parameter at the
+A100-80GB's 2.039 TB/s peak (the 40 GB part's 1.555 TB/s allows 31; the source files name only "A100"). Every fp16
+master-weight update in the fork's code moves more: Megatron's Float16OptimizerWithFloat16Params copies the fp16
+gradient to fp32 (2 + 4), unscales it (4 + 4), reads it for the L2 norm (4), runs apex's fused Adam (gradient 4,
+master, m, v read and written: 28) and copies the master back (4 + 2): 52 bytes, which trainsim costs as 50 at
+83 % of the peak (29.5 ps); DeepSpeed's FP16_Optimizer, which the engine wraps apex's FusedAdam in at ZeRO 0
+(deepspeed/runtime/fp16/fused_optimizer.py, read_file id 186267960), adds the flattening copy and a per-tensor
+overflow check (``float(x.float().sum())``, a host sync per tensor: deepspeed/runtime/utils.py ``CheckOverflow``,
+find_string id 51821472028) -- about 70 bytes and a dozen syncs per block,
+which the published 0.131 ms per block at TP 8 cannot hold. No code path read reproduces the published update,
+so ``b`` is left at the Megatron optimizer's bytes. The published ``b`` at TP 1 is also the same at DP 2, 4 and 8
+(1.49 / 1.44 / 1.42 ms per block), so no gradient all-reduce of the block's 100 MB shows there, while at TP 2 and
+4 DP 2 adds 0.20 and 0.13 ms per block (the same source's nccl-tests table, trace/a100/AR_GPU2_1M_1024M_LUT, times
+a 128 MB all-reduce over 2 GPUs at 0.76 ms); and the TP 1, TP 4 and TP 8 rows follow the bilinear form to about
+1 us rms while TP 2's scatter by 248 us. The remaining error is in ``e``, whose published values fall with the
+micro-batch at TP 4 and TP 8 (the report's checks): a scatter no per-kernel mechanism follows.
 """
 
 from __future__ import annotations
