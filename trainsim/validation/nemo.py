@@ -28,7 +28,9 @@ from trainsim.validation.nemo_recipes import (
     nemo_models,
     nemo_mtp_layers,
     nemo_pipeline_layouts,
+    nemo_recompute_known,
     nemo_recompute_modules,
+    nemo_skipped_runs,
     nemo_stage_layers,
     nemo_systems,
     nemo_unmodelled,
@@ -237,6 +239,9 @@ def _skip_reason(row: _Row) -> str | None:
         return nemo_unmodelled()[row.model]
     if row.model not in nemo_models():
         return f"no model preset for {row.model!r}"
+    run = nemo_skipped_runs().get((row.model, row.system, row.precision, row.container or ""))
+    if run is not None:
+        return run
     if row.system not in nemo_systems():
         return f"no cluster preset for {row.system!r}"
     if None in (row.ints["gbs"], row.ints["mbs"], row.ints["seq_len"]):
@@ -254,6 +259,9 @@ def _nemo_case(r: dict) -> Case:
         return Case(row.rid, row.label, row.published, skip_reason=skip, category=row.category)
     raw, label, rc_modules = _scenario_mapping(row)
     why_not = _mla_settings(row, raw, rc_modules) if row.model in nemo_pipeline_layouts() else None
+    if why_not is None and rc_modules is None and nemo_recompute_known(row.model):
+        why_not = (f"no recompute_modules for {row.model} {row.system} {row.precision} {row.container} in "
+                   "nemo_recompute_ranges(): the run's recompute is unknown")
     scenario, why = (None, why_not) if why_not else scenario_or_skip(raw, row.rid)
     m = load_model(raw["model"])
     secondary, fns = {}, {}

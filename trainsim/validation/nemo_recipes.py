@@ -15,7 +15,9 @@ are kept, with the file, commit or pull request each was read from, in trainsim/
 * nemo_ep_overlap.csv: (table model, system, precision class, release range) where moe_a2a_overlap is on
   (Megatron-Core --overlap-moe-expert-parallel-comm -> TrainingSpec.ep_comm_overlap); absent = off;
 * nemo_ep_overlap_undated.csv: the rows whose release's config could not be pinned down (kept off);
-* nemo_recompute_modules.csv: (table model, system, precision class, release range) -> recompute_modules.
+* nemo_recompute_modules.csv: (table model, system, precision class, release range) -> recompute_modules;
+* nemo_skipped_runs.csv: (table model, system, precision, release) -> why the row is not predicted (a run the
+  release footnotes as a software defect, a printed layout that matches no config of its release).
 
 Releases map to Megatron-Bridge branches: 25.09 = r0.1.0, 25.11 = r0.2.0, 26.02(.01) = r0.3.0, 26.04(.01) =
 r0.4.0, 26.06(.01) = r0.5.0, 26.08 = r0.6.0 (cherry-pick PRs #594 -> r0.1.0 2025-09, #1526 -> r0.2.0 2025-11,
@@ -138,6 +140,20 @@ def nemo_recompute_ranges() -> tuple[tuple[str, str, str, str, str, tuple[str, .
     mods = [tuple(m for m in s["recompute_modules"].split(";") if m != "none")
             for s in read_settings("nemo_recompute_modules.csv")]
     return tuple((*key, m) for key, m in zip(_ranged("nemo_recompute_modules.csv"), mods))
+
+
+@memoised(maxsize=64)
+def nemo_skipped_runs() -> Mapping[tuple[str, str, str, str], str]:
+    """Rows not predicted, with why: (table model, system, precision as printed, release) -> reason."""
+    return MappingProxyType({(s["table_model"], s["system"], s["precision"], s["release"]): s["reason"]
+                             for s in read_settings("nemo_skipped_runs.csv")})
+
+
+def nemo_recompute_known(model_name: str) -> bool:
+    """Whether the recompute of ``model_name``'s configs is listed per (system, precision, release): then a row with
+    no entry has an unknown recompute and is not predicted (models with no entry at all run without recompute in
+    every config read, nemo_recompute_ranges())."""
+    return any(entry[0] == model_name for entry in nemo_recompute_ranges())
 
 
 def nemo_release(text: str) -> tuple[int, ...]:
