@@ -126,6 +126,18 @@ NEMO_NOTES = (
      "moe_preprocess, or full-iteration graphs with paged stashing on GB300/GB200 MXFP8 26.06+); MXFP8 "
      "fp8_param_gather, fp8 dot-product attention (GB300/B300 MXFP8), cuteDSL fused grouped MLP. The EP "
      "all-to-all overlap (moe_a2a_overlap) follows the MoE rule below."),
+    ("GPT OSS 120B: model preset gpt-oss-120b (Megatron-Bridge GPTOSSBridge: 36 MoE blocks of 128 experts of 2880, "
+     "top-4, biases on q/k/v/o, the experts and the router, a learned sink logit per head, 128-key sliding-window "
+     "blocks alternating with full-attention ones, clamped SwiGLU, V = 201088 untied); expert TP 1; recompute_modules "
+     "of each row's config (nemo_recompute_ranges()): layernorm + moe_act on GB200, B200 and H100 BF16 (26.02-"
+     "26.04.01), none on GB300, B300 and the GB200 MXFP8 runs (26.06-26.08), and a GPT OSS row with no entry is "
+     "skipped (its recompute unknown); EP overlap on for GB200 BF16 26.04 / 26.04.01 and GB300 / GB200 MXFP8 26.06-"
+     "26.08 (nemo_ep_overlap_ranges()). Skipped (nemo_skipped_runs()): the 26.06.01 MXFP8 rows, which the table "
+     "footnotes as a cuDNN fused-attention regression (NVIDIA/cudnn-frontend issue 256), and the 25.11 rows, whose "
+     "printed runs (seq 8192 on GB300 / GB200, ep 8 on B200, mbs 4 with GA 2 on H100) match no config of that "
+     "release. Not modelled, recorded only: HybridEP / alltoall dispatch, Transformer Engine CUDA graphs, the MXFP8 "
+     "runs' full-iteration graphs with experts padded to capacity factor 1.5 and paged stashing, fp8 dot-product "
+     "attention, the cuteDSL fused grouped MLP."),
     ("regimes: every MoE row is also counted under its host CPU (x86 on DGX H100/B200/B300, Grace on "
      "GB200/GB300) and micro-batch (1 or >= 2). trainsim costs a MoE block's host issue only as predict's "
      "host-bound warning (cost_models/host.py), so a run whose host cannot keep ahead of its GPU is predicted too "
