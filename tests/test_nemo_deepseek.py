@@ -295,7 +295,7 @@ def test_every_overlapped_row_resolves(moe_cases):
             assert sc.layout.ep > 1 and (sc.layout.pp == 1 or sc.layout.vpp > 1), rid
             assert sc.training.schedule in ("1f1b", "interleaved"), rid
     assert len(on_rows) == 35
-    assert skipped == {"mb_21", "mb_22"}  # GPT OSS 120B 26.06.01: the footnoted cuDNN regression (test_nemo_gpt_oss)
+    assert skipped == {"mb_21", "mb_22"}  # GPT OSS 120B 26.06.01: a footnoted kernel regression (test_nemo_gpt_oss)
     assert {"mb_106", "mb_151", "mb_195", "mb_233", "mb_261"} <= on_rows
     # every entry of the rule matches at least one row of the table
     for m, s, pc, lo, hi in nemo_ep_overlap_ranges():

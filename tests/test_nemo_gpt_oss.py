@@ -36,7 +36,7 @@ def test_every_row_is_predicted_or_skipped_for_a_named_reason(cases):
     assert len(cases) == 31
     skipped = {rid: c.skip_reason for rid, c in cases.items() if c.skip_reason}
     assert set(skipped) == {"mb_21", "mb_22", "mb_239", "mb_247", "mb_253", "mb_259"}
-    for rid in ("mb_21", "mb_22"):  # 26.06.01 MXFP8: the table's footnote names a cuDNN regression
+    for rid in ("mb_21", "mb_22"):  # 26.06.01 MXFP8: the footnoted grouped-MLP kernel regression
         assert "cudnn-frontend issue 256" in skipped[rid]
     for rid in ("mb_239", "mb_247", "mb_253", "mb_259"):  # 25.11: printed runs that match no config
         assert "matches no Megatron-Bridge GPT-OSS 120B config" in skipped[rid]

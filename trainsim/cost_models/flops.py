@@ -238,8 +238,8 @@ def _attention_ops(shp: LayerShape) -> list[Op]:
         # A fused kernel with a sliding window skips the key blocks outside it (FlashAttention-2 window_size,
         # TE's window_size): its work is that of attn_keys keys per query. Soft-capped logits (Gemma 2) are
         # capped inside the kernel (FlashAttention-2 softcap), and attention sinks (gpt-oss) enter the running
-        # softmax denominator inside it (cuDNN's fused attention with TE's softmax_type learnable): no extra
-        # kernel and no extra HBM traffic beyond the per-head sink vector.
+        # softmax denominator inside it (TE's FusedAttention with softmax_type learnable runs cuDNN >= 9.13.1's
+        # sink attention, NVIDIA/TransformerEngine PR #2148): no extra kernel, no HBM traffic beyond the sink vector.
         sk_eff = shp.attn_keys
         fwd = 2.0 * b * heads * sq * sk_eff * (dq + dv)
         q_bytes, o_bytes = b * sq * heads * dq * e, b * sq * heads * dv * e
