@@ -167,6 +167,8 @@ def test_executor_refuses_settings_it_would_not_run(training, field):
     ({"sliding_window": 16}, "model.sliding_window"),
     ({"final_softcap": 30.0}, "model.final_softcap"),
     ({"embed_proj_dim": 32}, "model.embed_proj_dim"),
+    ({"attn_sinks": True}, "model.attn_sinks"),
+    ({"activation": "swiglu", "swiglu_limit": 7.0}, "model.swiglu_limit"),
 ])
 def test_executor_refuses_block_features_it_does_not_build(model, field):
     """A Gemma/Qwen3/OPT feature the executor's block lacks is refused by name, not run as another model."""

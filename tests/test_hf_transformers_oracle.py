@@ -12,6 +12,7 @@ import warnings
 import pytest
 import test_hf_architectures as T
 import test_model_deepseek as D
+import test_model_gpt_oss as G
 
 from trainsim.specs import load_model
 
@@ -24,6 +25,9 @@ CASES = {
     "phi3-mini": T.PHI3_MINI, "falcon-7b": T.FALCON_7B, "opt-350m": T.OPT_350M, "mistral-7b": T._file("mistral-7b"),
     "mixtral-8x7b": T._file("mixtral-8x7b"), "gpt2": T._file("gpt2"), "deepseek-v3": D.DEEPSEEK_V3,
     "deepseek-v2": D.DEEPSEEK_V2, "deepseek-v2-lite": D.DEEPSEEK_V2_LITE, "glm4.5": D.GLM45,
+    # the released files' mxfp4 quantization_config describes the checkpoint's storage, not the trained model
+    **{name: {k: v for k, v in cfg.items() if k != "quantization_config"}
+       for name, cfg in (("gpt-oss-20b", G.GPT_OSS_20B), ("gpt-oss-120b", G.GPT_OSS_120B))},
 }
 # Qwen2-MoE's shared-expert gate, Linear(hidden, 1) per block, has no ModelSpec term (hf_config._qwen2_moe_fields).
 SHARED_EXPERT_GATE = {"qwen1.5-moe-a2.7b": (D.QWEN15_MOE, 2048 * 24), "qwen2-57b-a14b": (D.QWEN2_57B, 3584 * 28)}

@@ -207,7 +207,7 @@ def test_one_deepseek_row_through_the_engine(mla_cases):
 
 # --- MoE EP all-to-all overlap (Megatron-Bridge moe_a2a_overlap -> training.ep_comm_overlap) -----------------------
 
-MOE_MODELS = ("DeepSeekV3", "Kimi_K2", "Qwen3_30B_a3B", "Qwen3_235B_a22B")
+MOE_MODELS = ("DeepSeekV3", "Kimi_K2", "Qwen3_30B_a3B", "Qwen3_235B_a22B", "GPT OSS 120B")
 
 
 @pytest.fixture(scope="module")
@@ -294,8 +294,8 @@ def test_every_overlapped_row_resolves(moe_cases):
             on_rows.add(rid)
             assert sc.layout.ep > 1 and (sc.layout.pp == 1 or sc.layout.vpp > 1), rid
             assert sc.training.schedule in ("1f1b", "interleaved"), rid
-    assert len(on_rows) == 29
-    assert skipped == set()
+    assert len(on_rows) == 35
+    assert skipped == {"mb_21", "mb_22"}  # GPT OSS 120B 26.06.01: a footnoted kernel regression (test_nemo_gpt_oss)
     assert {"mb_106", "mb_151", "mb_195", "mb_233", "mb_261"} <= on_rows
     # every entry of the rule matches at least one row of the table
     for m, s, pc, lo, hi in nemo_ep_overlap_ranges():
@@ -387,10 +387,12 @@ def test_recompute_table_covers_the_mla_rows_once_and_leaves_qwen_at_none(moe_ca
                 if e[0] == name and e[1] == row["system"] and e[2] in ("any", nemo_precision_class(row["precision"]))
                 and nemo_release(e[3]) <= nemo_release(row["nemo_container"]) <= nemo_release(e[4])]
         assert len(hits) <= 1, (rid, hits)          # entries do not overlap
-        if name in MLA_MODELS:
-            assert len(hits) == 1, rid              # every DeepSeek-V3 / Kimi K2 row has its config's modules
+        if name in MLA_MODELS or (name == "GPT OSS 120B" and c.scenario is not None):
+            assert len(hits) == 1, rid              # every MLA and predicted GPT-OSS row: its config's modules
             matched.setdefault(hits[0], []).append(rid)
             assert "recompute" not in (c.skip_reason or ""), rid
+        elif name == "GPT OSS 120B":                # skipped: a footnoted regression or a layout matching no config
+            assert c.skip_reason and ("footnote" in c.skip_reason or "matches no" in c.skip_reason), rid
         else:                                       # Qwen3: recompute_granularity=None in every config read
             assert not hits and c.scenario is not None, rid
             assert c.scenario.training.recompute == "none", rid
@@ -400,7 +402,8 @@ def test_recompute_table_covers_the_mla_rows_once_and_leaves_qwen_at_none(moe_ca
 
 
 def test_expert_tp_rule():
-    assert nemo_expert_tp_by_model() == {"DeepSeekV3": 1, "Kimi_K2": 1, "Qwen3_30B_a3B": 1, "Qwen3_235B_a22B": 1}
+    assert nemo_expert_tp_by_model() == {"DeepSeekV3": 1, "Kimi_K2": 1, "Qwen3_30B_a3B": 1, "Qwen3_235B_a22B": 1,
+                                         "GPT OSS 120B": 1}
     assert nemo_expert_tp("Qwen3_235B_a22B", None, 2) == 1      # the config's expert_tensor_parallel_size
     assert nemo_expert_tp("Qwen3_235B_a22B", 2, 2) == 2         # a printed etp cell wins
     assert nemo_expert_tp("SomeOtherMoE", None, 4) == 4         # Megatron-Core's default: tp

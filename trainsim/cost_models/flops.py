@@ -53,6 +53,13 @@ MATMUL_KINDS = frozenset({"gemm", "bmm", "attention"})
 # SwiGLU ~6 (sigmoid, 2 mul), softmax ~5, add/dropout 1.
 _NORM_FLOPS = {"layernorm": 5.0, "rmsnorm": 3.0}
 _SOFTCAP_FLOPS = 3.0  # soft-capping c·tanh(x/c): divide, tanh, multiply
+# gpt-oss's clamped SwiGLU (transformers GptOssExperts.forward, read_file id 44441688634; Megatron-Core
+# activation_func_clamp_value / glu_linear_offset): besides SwiGLU's sigmoid and two multiplies, the gate's
+# upper clamp, the up projection's two-sided clamp, the sigmoid's gain alpha and the +1 on up: 5 more per element.
+_GLU_CLAMP_FLOPS = 5.0
+# An attention sink (gpt-oss, Megatron-Core softmax_type "learnable") adds exp(sink - max) to each score row's
+# denominator: subtract, exp, add per row and head forward; the backward reduces the sink's gradient over rows.
+_SINK_FLOPS = 3.0
 # Megatron's fused causal softmax (``ScaledUpperTriangMaskedSoftmax``, megatron/fused_kernels/
 # scaled_upper_triang_masked_softmax.h, read_file id 942379751): the forward kernel loads a row's elements only
 # below ``local_seq = blockIdx.x + 1`` (the row's unmasked keys), sets the rest to -inf without reading them and
@@ -239,7 +246,9 @@ def _attention_ops(shp: LayerShape) -> list[Op]:
     if shp.flash:
         # A fused kernel with a sliding window skips the key blocks outside it (FlashAttention-2 window_size,
         # TE's window_size): its work is that of attn_keys keys per query. Soft-capped logits (Gemma 2) are
-        # capped inside the kernel (FlashAttention-2 softcap): no extra HBM traffic.
+        # capped inside the kernel (FlashAttention-2 softcap), and attention sinks (gpt-oss) enter the running
+        # softmax denominator inside it (TE's FusedAttention with softmax_type learnable runs cuDNN >= 9.13.1's
+        # sink attention, NVIDIA/TransformerEngine PR #2148): no extra kernel, no HBM traffic beyond the sink vector.
         sk_eff = shp.attn_keys
         fwd = 2.0 * b * heads * sq * sk_eff * (dq + dv)
         q_bytes, o_bytes = b * sq * heads * dq * e, b * sq * heads * dv * e
@@ -265,6 +274,9 @@ def _attention_ops(shp: LayerShape) -> list[Op]:
         ops.append(_elementwise("attn_softcap", "elementwise", probs, 2 * e, 3 * e, _SOFTCAP_FLOPS, modules=_CORE_ATTN))
     fwd_rw, bwd_rw = causal_softmax_bytes(shp) if causal_fused_softmax(shp) else (2 * e, 3 * e)
     ops.append(_elementwise("softmax", "softmax", probs, fwd_rw, bwd_rw, 5.0, modules=_CORE_ATTN))
+    if shp.sinks:  # the sink column of each row: its logit read, its exp added to the row's denominator
+        ops.append(_elementwise("attn_sinks", "elementwise", b * heads * sq, 2 * e, 3 * e, _SINK_FLOPS,
+                                modules=_CORE_ATTN))
     if shp.dropout:
         ops.append(_elementwise("attn_dropout", "elementwise", probs, 2 * e + 1, 2 * e + 1, 1.0, modules=_CORE_ATTN))
     ops.append(_bmm("attn_values", batch, (sq, dv, sk), ((sq, sk, dv), (sk, dv, sq)), e))
@@ -311,7 +323,8 @@ def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int 
     act_elems = batch * tokens * f_local
     if shp.gated:  # silu(gate) * up: reads 2, writes 1; bwd reads gate, up, dy, writes dgate, dup
         fwd_rw, bwd_rw = EAGER_SWIGLU_RW if shp.autocast else (3, 5)
-        act = _elementwise(f"{prefix}swiglu", "elementwise", act_elems, fwd_rw * e, bwd_rw * e, 6.0)
+        act = _elementwise(f"{prefix}swiglu", "elementwise", act_elems, fwd_rw * e, bwd_rw * e,
+                           6.0 + (_GLU_CLAMP_FLOPS if shp.glu_clamp else 0.0))
     else:
         act = _elementwise(f"{prefix}gelu", "elementwise", act_elems, 2 * e, 3 * e, 8.0)
     if module == "moe":

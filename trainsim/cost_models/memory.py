@@ -176,6 +176,7 @@ def _layer_params_rank(model, tp: int, ep: int, etp: int | None = None) -> tuple
         qkv_bias = model.bias if model.qkv_bias is None else model.qkv_bias  # Qwen2: biases on q, k, v only
         attn = (h * q + 2 * h * kv + q * h) / tp + ((q + 2 * kv) / tp if qkv_bias else 0) + (h if model.bias else 0)
         attn += 2 * model.dhead if model.qk_norm else 0  # QK-norm weights, replicated over TP
+        attn += model.num_heads / tp if model.attn_sinks else 0  # one sink logit per head, heads split over TP
     norms = model.block_norm_params()  # block_norms per block (Gemma 2/3: 4, Falcon-7B: 1)
 
     def mlp(f: int, split: int = tp) -> float:
@@ -184,7 +185,7 @@ def _layer_params_rank(model, tp: int, ep: int, etp: int | None = None) -> tuple
 
     if model.is_moe:
         shared = mlp(model.shared_expert_ffn) if model.shared_expert_ffn else 0.0
-        return (attn + norms + h * model.num_experts + shared,
+        return (attn + norms + model.router_params() + shared,  # the router is replicated over TP
                 (model.num_experts / ep) * mlp(model.expert_ffn, etp or tp))
     return attn + norms + mlp(model.ffn), 0.0
 

@@ -97,6 +97,8 @@ def _attention(model, tp: int, style: str, p: str) -> list[ParamTensor]:
                *_linear(f"{p}.v", h, kv, qkv_bias, tp, True)]
     if model.qk_norm:
         out += [ParamTensor(f"{p}.q_norm.weight", float(d), "norm"), ParamTensor(f"{p}.k_norm.weight", float(d), "norm")]
+    if model.attn_sinks:  # gpt-oss: one learned logit per head (Megatron-Core core_attention.softmax_offset)
+        out.append(ParamTensor(f"{p}.sinks", model.num_heads / tp, "weight", tp > 1))
     return out + _linear(f"{p}.o", q, h, model.bias, tp, False)
 
 
@@ -120,6 +122,8 @@ def block_tensors(model, tp: int, ep: int, etp: int, style: str, prefix: str = "
     if not model.is_moe:
         return out + _mlp(model, model.ffn, tp, style, f"{prefix}.mlp")
     out.append(ParamTensor(f"{prefix}.router.weight", float(model.hidden * model.num_experts), "router"))
+    if model.router_bias:
+        out.append(ParamTensor(f"{prefix}.router.bias", float(model.num_experts), "router"))
     if model.shared_expert_ffn:
         out += _mlp(model, model.shared_expert_ffn, tp, style, f"{prefix}.shared_expert")
     for e in range(model.num_experts // ep):

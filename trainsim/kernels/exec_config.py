@@ -71,6 +71,8 @@ def _check_block_features(m) -> None:
         "qk_norm": (m.qk_norm, "QK-norm"),
         "sliding_window": (m.sliding_window is not None, "sliding-window attention"),
         "attn_softcap": (m.attn_softcap is not None, "soft-capped attention logits"),
+        "attn_sinks": (m.attn_sinks, "attention sinks"),
+        "swiglu_limit": (m.swiglu_limit is not None, "a clamped SwiGLU"),
         "final_softcap": (m.final_softcap is not None, "soft-capped output logits"),
         "embed_proj_dim": (m.embed_proj_dim is not None, "a projected word embedding"),
     }

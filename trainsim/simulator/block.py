@@ -219,11 +219,12 @@ def _block(scenario: Scenario, groups: dict, profile) -> _Block:
 
 
 def _local_global_blocks(scenario: Scenario, groups: dict, profile) -> tuple[_Block, _Block] | None:
-    """(local, global) blocks of a dense model with one global block every ``global_every`` among sliding-window
-    ones (Gemma 2/3), so that each pipeline chunk is costed with the blocks it holds; the main block carries
-    their mean, exact for the whole model. None for other models (every block alike)."""
+    """(local, global) blocks of a model with one global block every ``global_every`` among sliding-window ones
+    (Gemma 2/3, gpt-oss), so that each pipeline chunk is costed with the blocks it holds; the main block carries
+    their mean, exact for the whole model. None for other models (every block alike) and for a MoE model with
+    leading dense blocks (its chunks split by dense_layers_in instead; no such windowed model is known)."""
     m = scenario.model
-    if m.is_moe or not m.sliding_window or not m.global_every:
+    if m.first_dense_layers or not m.sliding_window or not m.global_every:
         return None
     local = scenario.model_copy(update={"model": m.model_copy(update={"global_every": None})})
     full = scenario.model_copy(update={"model": m.model_copy(update={"sliding_window": None, "global_every": None})})

@@ -193,7 +193,7 @@ def _chunk_blocks(st: _Step, vs: int) -> tuple[_ChunkSums, int, int]:
     n = layers[vs]
     n_d = scenario.dense_layers_in(vs) if scenario.model.is_moe else 0
     kinds = ((st.main, n - n_d), (st.dense, n_d))
-    if st.local_global is not None:  # this chunk's own local and global blocks (dense models only)
+    if st.local_global is not None:  # this chunk's own local and global blocks (no dense blocks among MoE ones)
         g = _global_layers_in(scenario, vs)
         kinds = ((st.local_global[0], n - g), (st.local_global[1], g))
     off = memory.offloaded_layers(scenario)  # pp = 1: this one chunk holds every layer

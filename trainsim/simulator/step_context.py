@@ -32,7 +32,7 @@ class _Step:
     groups: dict
     main: _Block
     dense: _Block                     # a MoE model's first_dense_layers (else ``main``)
-    local_global: tuple | None        # (local, global) blocks of a sliding-window dense model
+    local_global: tuple | None        # (local, global) blocks of a model with local and global attention
     act_msg: float                    # one [b, s/cp, h] activation, bytes
     fw: framework_behaviour.FrameworkBehaviour
     sg_gather: float                  # Megatron's scatter/gather re-gather of a received activation

@@ -3,8 +3,8 @@
 Each accepted ``model_type`` is mapped as its modelling code in transformers builds it (``HF_ARCHS``): attention
 (MHA / GQA / MQA, Falcon's ``multi_query`` and ``new_decoder_architecture``, DeepSeek's MLA), MLP (gated from the
 architecture: SwiGLU or GeGLU; two matrices for GPT-2, Falcon and OPT), tied embeddings by the architecture's
-default, biases, norms per block, QK-norm, sliding-window and local/global attention layers, logit soft-capping
-and OPT's embedding projection. Anything else -- an encoder, an unknown ``model_type``, an ``architectures`` entry
+default, biases, norms per block, QK-norm, sliding-window and local/global attention layers, logit soft-capping,
+OPT's embedding projection and gpt-oss's attention sinks, biased router and clamped SwiGLU. Anything else -- an encoder, an unknown ``model_type``, an ``architectures`` entry
 another class, or a key describing a feature ModelSpec cannot represent -- is a SpecError naming the field: a
 dropped feature would be a model with other parameter counts and other per-token work, predicted without a
 warning.
@@ -65,7 +65,8 @@ class HFArch:
 # (read_file id 52091264498); Gemma2Config: num_key_value_heads 4, sliding_window 4096, soft-caps 50.0 / 30.0
 # (id 66181675041); Gemma3TextConfig: num_key_value_heads 4, sliding_window 4096 (id 65907536900);
 # Qwen3MoeConfig: num_key_value_heads 4, num_experts 128, num_experts_per_tok 8, moe_intermediate_size 768
-# (id 51836514800). LlamaConfig and Phi3Config (id 51859939896) default num_key_value_heads to
+# (id 51836514800); GptOssConfig: num_key_value_heads 8, sliding_window 128, num_experts_per_tok 4,
+# attention_bias true (id 68807404104). LlamaConfig and Phi3Config (id 51859939896) default num_key_value_heads to
 # num_attention_heads, as the mapping does. Refusing the absent key, rather than copying each class's
 # default, keeps a partial config from being costed with a guess of the transformers version.
 _KV = ("num_key_value_heads",)
@@ -77,6 +78,7 @@ _HF_CLASS_DEFAULTED = {
     "gemma3_text": (*_KV, "sliding_window"),
     "deepseek": ("moe_intermediate_size", "num_experts_per_tok", "n_shared_experts", "first_k_dense_replace"),
     "glm4_moe": (*_KV, "moe_intermediate_size", "num_experts_per_tok", "n_shared_experts", "first_k_dense_replace"),
+    "gpt_oss": (*_KV, "sliding_window", "num_experts_per_tok", "attention_bias"),
 }
 
 HF_ARCHS: dict[str, HFArch] = {
@@ -107,6 +109,10 @@ HF_ARCHS: dict[str, HFArch] = {
     # Kimi K2 is the DeepSeek-V3 architecture
     "kimi_k2": HFArch(("DeepseekV3ForCausalLM",), gated=True, moe=True, required=_HF_CLASS_DEFAULTED["deepseek"]),
     "glm4_moe": HFArch(("Glm4MoeForCausalLM",), gated=True, moe=True, required=_HF_CLASS_DEFAULTED["glm4_moe"]),
+    # gpt-oss: sliding-window blocks at even indices, full attention at odd ones (GptOssConfig's layer_types
+    # default), head_dim 64 (_gpt_oss_fields says the rest)
+    "gpt_oss": HFArch(("GptOssForCausalLM",), gated=True, moe=True, head_dim=64, global_every=2,
+                      required=_HF_CLASS_DEFAULTED["gpt_oss"]),
     "gpt2": HFArch(("GPT2LMHeadModel",), gated=False, norm="layernorm", position="learned", tied=True,
                    act="gelu_new"),
     "falcon": HFArch(("FalconForCausalLM",), gated=False, norm="layernorm", tied=True, act="gelu"),
@@ -260,6 +266,8 @@ def _bias_fields(d: Mapping, model_type: str, arch: HFArch) -> dict:
         return {"bias": bool(d.get("enable_bias", True))}
     if model_type in _HF_DEEPSEEK_MOE_TYPES:
         return {"bias": False}
+    if model_type == "gpt_oss":
+        return _gpt_oss_bias(d)
     for key in ("attention_bias", "mlp_bias"):
         if d.get(key):
             raise SpecError(f"model.{key}", f"biases on the attention projections only (q, k, v and o) or on the "
@@ -439,6 +447,8 @@ def _hf_architecture_fields(d: Mapping, model_type: str, out: Mapping) -> dict:
         return {**_glm4_moe_attention_fields(d), **_deepseek_moe_fields(d, out)}
     if model_type == "qwen2_moe":
         return _qwen2_moe_fields(d, out)
+    if model_type == "gpt_oss":
+        return _gpt_oss_fields(d)
     return {}
 
 
@@ -512,3 +522,29 @@ def _qwen2_moe_fields(d: Mapping, out: Mapping) -> dict:
     """
     shared = d.get("shared_expert_intermediate_size")
     return {"shared_expert_ffn": shared} if shared and _is_moe(out) else {}
+
+
+# gpt-oss's expert clamp when config.json does not state swiglu_limit: transformers' GptOssExperts fixes
+# ``self.limit = 7.0`` (modeling_gpt_oss.py, read_file id 44441688634) and GptOssConfig defaults swiglu_limit to 7.0.
+_GPT_OSS_SWIGLU_LIMIT = 7.0
+
+
+def _gpt_oss_bias(d: Mapping) -> dict:
+    """gpt-oss (transformers GptOssAttention / GptOssExperts): ``attention_bias`` puts biases on q, k, v and o,
+    and every expert's gate_up_proj and down_proj carry biases whatever it says. ModelSpec's ``bias`` is one
+    switch for both, so only attention_bias true (the released models') is mapped."""
+    if not d.get("attention_bias"):
+        raise SpecError("model.attention_bias", "gpt-oss experts always carry biases; attention without them "
+                                                "(attention_bias false) is not modelled")
+    return {"bias": True}
+
+
+def _gpt_oss_fields(d: Mapping) -> dict:
+    """gpt-oss (transformers modeling_gpt_oss.py, read_file id 44441688634; OpenAI's model card, arXiv:2508.10925):
+    a learned sink logit per head in every attention softmax (GptOssAttention.sinks), a router with a bias
+    (GptOssTopKRouter.bias) and the clamped SwiGLU of the experts (``swiglu_limit``; alpha 1.702). YaRN RoPE
+    (``rope_scaling``) changes no weight and no per-token work ModelSpec costs."""
+    limit = d.get("swiglu_limit", _GPT_OSS_SWIGLU_LIMIT)
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < limit <= 1_000_000:
+        raise SpecError("model.swiglu_limit", f"must be a number in (0, 1e6], got {limit!r}")
+    return {"attn_sinks": True, "router_bias": True, "swiglu_limit": float(limit)}

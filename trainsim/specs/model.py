@@ -14,8 +14,9 @@ class ModelSpec(BaseModel):
     ``first_dense_layers`` has a MoE MLP (routed experts, plus an always-active shared expert when
     ``shared_expert_ffn`` is set). Attention is multi-head / grouped-query, or DeepSeek's multi-head latent
     attention (MLA) when ``kv_lora_rank`` is set. ``block_norms``, ``qk_norm``, ``sliding_window`` /
-    ``global_every``, the soft-caps and ``embed_proj_dim`` describe the Gemma, Qwen3, Falcon, Mistral and OPT blocks
-    (specs/hf_config.py maps each accepted Hugging Face architecture onto them)."""
+    ``global_every``, the soft-caps and ``embed_proj_dim`` describe the Gemma, Qwen3, Falcon, Mistral and OPT blocks;
+    ``attn_sinks``, ``router_bias`` and ``swiglu_limit`` gpt-oss's (specs/hf_config.py maps each accepted Hugging
+    Face architecture onto them)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -54,12 +55,21 @@ class ModelSpec(BaseModel):
                     "Gemma 3: 6); None = every block is local")
     attn_softcap: float | None = Field(default=None, gt=0, description="attention logits capped c*tanh(x/c) (Gemma 2)")
     final_softcap: float | None = Field(default=None, gt=0, description="output logits capped c*tanh(x/c) (Gemma 2)")
+    attn_sinks: bool = Field(
+        default=False,
+        description="a learned logit per query head in every softmax denominator (gpt-oss sinks; Megatron-Core "
+                    "softmax_type learnable): num_heads parameters per block and one more term per score row")
+    swiglu_limit: float | None = Field(
+        default=None, gt=0, le=1_000_000,
+        description="gpt-oss's clamped SwiGLU: gate clamped to <= limit, up to +-limit, out = gate*sigmoid(1.702*gate)"
+                    "*(up + 1) (transformers GptOssExperts, swiglu_limit 7.0): elementwise work only; needs swiglu")
     embed_proj_dim: int | None = Field(
         default=None, gt=0, le=1_000_000,
         description="word embeddings of this width, projected to hidden after the lookup and back before the output "
                     "layer by bias-free linears (OPT word_embed_proj_dim); None = hidden")
     num_experts: int = Field(default=1, gt=0, le=100_000)
     top_k: int = Field(default=1, gt=0, le=100_000)
+    router_bias: bool = Field(default=False, description="MoE router with a bias per expert (gpt-oss)")
     moe_ffn_hidden: int | None = Field(default=None, gt=0, le=10_000_000)
     shared_expert_ffn: int | None = Field(
         default=None, gt=0, le=10_000_000,
@@ -93,6 +103,12 @@ class ModelSpec(BaseModel):
             raise ValueError(f"top_k={self.top_k} exceeds num_experts={self.num_experts}")
         if not self.is_moe and (self.shared_expert_ffn or self.first_dense_layers):
             raise ValueError("shared_expert_ffn and first_dense_layers need a MoE model (num_experts > 1)")
+        if self.router_bias and not self.is_moe:
+            raise ValueError("router_bias needs a MoE model (num_experts > 1)")
+        if self.swiglu_limit is not None and self.activation != "swiglu":
+            raise ValueError(f"swiglu_limit clamps a SwiGLU MLP; activation is {self.activation!r}")
+        if self.attn_sinks and self.is_mla:
+            raise ValueError("attention sinks with multi-head latent attention are not modelled")
         if self.first_dense_layers >= self.num_layers:
             raise ValueError(f"first_dense_layers={self.first_dense_layers} must be below num_layers={self.num_layers}")
         mla_only = {"q_lora_rank": self.q_lora_rank, "qk_rope_head_dim": self.qk_rope_head_dim,
@@ -164,7 +180,8 @@ class ModelSpec(BaseModel):
         """This model's dense block as a model of its own (num_experts 1, same attention): the first
         ``first_dense_layers`` blocks of a MoE model cost what a block of this model costs."""
         return self.model_copy(update={"num_experts": 1, "top_k": 1, "moe_ffn_hidden": None,
-                                       "shared_expert_ffn": None, "first_dense_layers": 0})
+                                       "shared_expert_ffn": None, "first_dense_layers": 0,
+                                       "router_bias": False})
 
     @property
     def gated_mlp(self) -> bool:
@@ -198,7 +215,7 @@ class ModelSpec(BaseModel):
         weights = h * q + 2 * h * kv + q * h
         qkv_bias = self.bias if self.qkv_bias is None else self.qkv_bias
         biases = ((q + 2 * kv) if qkv_bias else 0) + (h if self.bias else 0)
-        return weights + biases + (2 * self.dhead if self.qk_norm else 0)
+        return weights + biases + (2 * self.dhead if self.qk_norm else 0) + (self.num_heads if self.attn_sinks else 0)
 
     def _mla_params(self) -> int:
         """MLA (DeepSeek-V2 Sec. 2.1): query down/up projections (or one full-rank one), the joint key/value
@@ -220,11 +237,15 @@ class ModelSpec(BaseModel):
     def norm_params(self) -> int:
         return self.hidden * (2 if self.norm == "layernorm" else 1)
 
+    def router_params(self) -> int:
+        """A MoE block's router: a hidden x experts linear (+ a bias per expert with router_bias)."""
+        return self.num_experts * (self.hidden + (1 if self.router_bias else 0)) if self.is_moe else 0
+
     def layer_params(self) -> int:
         """Parameters of one MoE block (all experts counted; the shared expert and router included), or of a
         dense block for a dense model."""
         if self.is_moe:
-            mlp = (self.num_experts * self.mlp_params(self.expert_ffn) + self.hidden * self.num_experts
+            mlp = (self.num_experts * self.mlp_params(self.expert_ffn) + self.router_params()
                    + (self.mlp_params(self.shared_expert_ffn) if self.shared_expert_ffn else 0))
         else:
             mlp = self.mlp_params()
@@ -266,7 +287,7 @@ class ModelSpec(BaseModel):
         """Parameters touched per token (top-k routed experts and the shared expert only)."""
         if not self.is_moe:
             return self.total_params()
-        dense = self.attention_params() + self.block_norm_params() + self.hidden * self.num_experts
+        dense = self.attention_params() + self.block_norm_params() + self.router_params()
         active = dense + self.top_k * self.mlp_params(self.expert_ffn)
         if self.shared_expert_ffn:
             active += self.mlp_params(self.shared_expert_ffn)

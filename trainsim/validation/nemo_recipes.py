@@ -18,6 +18,8 @@ are kept, with the file, commit or pull request each was read from, in trainsim/
 * nemo_recompute_modules.csv: (table model, system, precision class, release range) -> recompute_modules;
 * nemo_lora.csv: (table model, release range) -> the LoRA rank, alpha, target modules and packed dataset of the
   LoRA Performance rows.
+* nemo_skipped_runs.csv: (table model, system, precision, release) -> why the row is not predicted (a run the
+  release footnotes as a software defect, a printed layout that matches no config of its release).
 
 Releases map to Megatron-Bridge branches: 25.09 = r0.1.0, 25.11 = r0.2.0, 26.02(.01) = r0.3.0, 26.04(.01) =
 r0.4.0, 26.06(.01) = r0.5.0, 26.08 = r0.6.0 (cherry-pick PRs #594 -> r0.1.0 2025-09, #1526 -> r0.2.0 2025-11,
@@ -156,6 +158,20 @@ def nemo_lora(model_name: str, release: str) -> Mapping[str, object] | None:
     r = nemo_release(release)
     return next((keys for model, first, last, keys in nemo_lora_settings()
                  if model == model_name and nemo_release(first) <= r <= nemo_release(last)), None)
+
+
+@memoised(maxsize=64)
+def nemo_skipped_runs() -> Mapping[tuple[str, str, str, str], str]:
+    """Rows not predicted, with why: (table model, system, precision as printed, release) -> reason."""
+    return MappingProxyType({(s["table_model"], s["system"], s["precision"], s["release"]): s["reason"]
+                             for s in read_settings("nemo_skipped_runs.csv")})
+
+
+def nemo_recompute_known(model_name: str) -> bool:
+    """Whether the recompute of ``model_name``'s configs is listed per (system, precision, release): then a row with
+    no entry has an unknown recompute and is not predicted (models with no entry at all run without recompute in
+    every config read, nemo_recompute_ranges())."""
+    return any(entry[0] == model_name for entry in nemo_recompute_ranges())
 
 
 def nemo_release(text: str) -> tuple[int, ...]:

@@ -36,6 +36,7 @@ SETTINGS_KEYS: dict[str, tuple[str, ...]] = {
     "nemo_ep_overlap_undated.csv": ("table_model", "system", "precision", "release"),
     "nemo_recompute_modules.csv": ("table_model", "system", "precision_class", "first_release", "last_release"),
     "nemo_lora.csv": ("table_model", "first_release", "last_release"),
+    "nemo_skipped_runs.csv": ("table_model", "system", "precision", "release"),
     "mosaic_gpus.csv": ("gpu", "precision"),
     "sc21_scripts.csv": ("row_id", "layers"),
     "nccl_systems.csv": ("system",),

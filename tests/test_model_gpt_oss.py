@@ -1,0 +1,145 @@
+"""gpt-oss is costed as gpt-oss: parameters, attention sinks, biased router and experts, clamped SwiGLU, alternating
+128-key sliding-window blocks, and the Megatron-Bridge GPT OSS 120B rows of the nemo dataset.
+
+Independent truth: OpenAI's model card (arXiv:2508.10925, Table 1: 116.83B total / 5.13B active for gpt-oss-120b,
+20.91B / 3.61B for gpt-oss-20b, active counting the unembedding but not the embedding), the closed forms of the
+causal window's query-key pairs, and (tests/test_hf_transformers_oracle.py, with these fixtures) transformers' own
+GptOssForCausalLM counted on the meta device: equal to the parameter.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from trainsim.cost_models import memory
+from trainsim.cost_models.flops import layer_ops
+from trainsim.cost_models.param_tensors import block_tensors
+from trainsim.specs import SpecError, build_scenario, load_model
+
+# openai/gpt-oss-20b config.json as released (a verbatim copy in another project's test, read_file id 35443043162);
+# gpt-oss-120b's differs in num_hidden_layers 36, num_local_experts 128 and its 36 layer_types.
+GPT_OSS_20B = {
+    "architectures": ["GptOssForCausalLM"], "attention_bias": True, "attention_dropout": 0.0, "eos_token_id": 200002,
+    "experts_per_token": 4, "head_dim": 64, "hidden_act": "silu", "hidden_size": 2880, "initial_context_length": 4096,
+    "initializer_range": 0.02, "intermediate_size": 2880,
+    "layer_types": ["sliding_attention", "full_attention"] * 12,
+    "max_position_embeddings": 131072, "model_type": "gpt_oss", "num_attention_heads": 64, "num_experts_per_tok": 4,
+    "num_hidden_layers": 24, "num_key_value_heads": 8, "num_local_experts": 32, "output_router_logits": False,
+    "pad_token_id": 199999,
+    "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                       "model.embed_tokens", "lm_head"], "quant_method": "mxfp4"},
+    "rms_norm_eps": 1e-05,
+    "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0, "original_max_position_embeddings": 4096,
+                     "rope_type": "yarn", "truncate": False},
+    "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128, "swiglu_limit": 7.0,
+    "tie_word_embeddings": False, "transformers_version": "4.55.0.dev0", "use_cache": True, "vocab_size": 201088,
+}
+GPT_OSS_120B = {**GPT_OSS_20B, "num_hidden_layers": 36, "num_local_experts": 128,
+                "layer_types": ["sliding_attention", "full_attention"] * 18}
+
+# Model card Table 1 (total, active); active = every parameter a token touches but the input embedding table.
+PUBLISHED = {"gpt-oss-120b": (116.83e9, 5.13e9), "gpt-oss-20b": (20.91e9, 3.61e9)}
+
+
+def _card_active(m) -> int:
+    return m.active_params() - m.vocab_size * m.embed_dim
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED))
+def test_presets_hold_the_model_cards_counts(name):
+    m = load_model(name)
+    total, active = PUBLISHED[name]
+    assert m.total_params() == pytest.approx(total, rel=0.005)
+    assert _card_active(m) == pytest.approx(active, rel=0.005)
+
+
+@pytest.mark.parametrize("cfg,name", [(GPT_OSS_120B, "gpt-oss-120b"), (GPT_OSS_20B, "gpt-oss-20b")])
+def test_released_config_maps_to_the_preset(cfg, name):
+    hf, preset = load_model(cfg), load_model(name)
+    assert hf.total_params() == preset.total_params() and hf.active_params() == preset.active_params()
+    assert (hf.attn_sinks, hf.router_bias, hf.bias, hf.swiglu_limit) == (True, True, True, 7.0)
+    assert (hf.sliding_window, hf.global_every, hf.num_global_layers) == (128, 2, cfg["num_hidden_layers"] // 2)
+    assert (hf.num_experts, hf.top_k, hf.dhead, hf.kv_heads, hf.tie_embeddings) == (
+        cfg["num_local_experts"], 4, 64, 8, False)
+
+
+def test_the_parts_of_one_block_by_hand():
+    m = load_model("gpt-oss-120b")
+    h, q, kv = 2880, 64 * 64, 8 * 64
+    # q, k, v, o weights + their biases + 64 sinks (GptOssAttention)
+    assert m.attention_params() == 2 * h * q + 2 * h * kv + (q + 2 * kv + h) + 64
+    # per expert gate_up (h x 2f + 2f) and down (f x h + h); the router h x E + E (GptOssExperts, GptOssTopKRouter)
+    assert m.mlp_params(2880) == h * 2 * 2880 + 2 * 2880 + 2880 * h + h
+    assert m.router_params() == 128 * (h + 1)
+    # Table 1's "Attention" row: 0.96B over 36 blocks
+    assert 36 * m.attention_params() == pytest.approx(0.96e9, rel=0.005)
+
+
+@pytest.mark.parametrize("edit,field", [
+    ({"attention_bias": False}, "model.attention_bias"),
+    ({"attention_bias": None}, "model.attention_bias"),
+    ({"sliding_window": None}, "model.sliding_window"),
+    ({"swiglu_limit": "7"}, "model.swiglu_limit"),
+    ({"layer_types": ["full_attention", "sliding_attention"] * 12}, "model.layer_types"),
+    ({"architectures": ["GptOssModel"]}, "model.architectures"),
+])
+def test_what_cannot_be_costed_is_refused(edit, field):
+    with pytest.raises(SpecError) as ei:
+        load_model({**GPT_OSS_20B, **edit})
+    assert ei.value.field == field
+
+
+@pytest.mark.parametrize("key", ["num_key_value_heads", "sliding_window", "num_experts_per_tok", "attention_bias"])
+def test_keys_left_to_the_class_default_are_refused(key):
+    with pytest.raises(SpecError) as ei:
+        load_model({k: v for k, v in GPT_OSS_20B.items() if k != key})
+    assert ei.value.field == f"model.{key}"
+
+
+def test_spec_refuses_the_new_fields_out_of_place():
+    base = load_model("gpt-oss-20b").model_dump()
+    for edit in ({"num_experts": 1, "top_k": 1}, {"activation": "geglu"}, {"activation": "gelu"}):
+        with pytest.raises(ValueError):
+            load_model({**base, **edit})
+
+
+def _scenario(seq=4096, flash=True, tp=1, ep=1, gpus=8):
+    return build_scenario({"model": "gpt-oss-20b", "cluster": {"preset": "dgx-h100", "num_gpus": gpus},
+                           "layout": {"tp": tp, "ep": ep},
+                           "training": {"seq_len": seq, "global_batch": gpus // tp, "micro_batch": 1,
+                                        "flash_attention": flash, "sequence_parallel": tp > 1}})
+
+
+def test_window_blocks_count_only_the_window():
+    s, w, heads, d = 4096, 128, 64, 64
+    attn = next(op for op in layer_ops(_scenario(s)) if op.name == "attention")
+    # full-matrix convention (flops.py): a global block 4·a·s²·d; a local one that times its share of the causal
+    # query-key pairs, w(w+1)/2 + (s-w)w of s(s+1)/2; half the blocks each
+    local = (w * (w + 1) / 2 + (s - w) * w) / (s * (s + 1) / 2)
+    assert attn.fwd_flops == pytest.approx(4 * heads * s * s * d * (0.5 * local + 0.5), rel=1e-12)
+    assert attn.work_fraction == 0.5  # the kernel computes the causal half of it
+
+
+def test_sinks_and_clamp_are_elementwise_work():
+    ops = {op.name: op for op in layer_ops(_scenario(512, flash=False))}
+    b, heads, s = 1, 64, 512
+    assert ops["attn_sinks"].fwd_flops == 3.0 * b * heads * s  # one exp-and-add per score row and head
+    act = ops["expert_swiglu"]
+    plain = load_model({**load_model("gpt-oss-20b").model_dump(), "swiglu_limit": None})
+    sc = build_scenario({"model": plain.model_dump(), "cluster": {"preset": "dgx-h100", "num_gpus": 8},
+                         "training": {"seq_len": 512, "global_batch": 8, "micro_batch": 1, "flash_attention": False}})
+    unclamped = next(op for op in layer_ops(sc) if op.name == "expert_swiglu")
+    assert act.fwd_flops == pytest.approx(unclamped.fwd_flops * 11 / 6)
+    assert "attn_sinks" not in {op.name for op in layer_ops(_scenario(512))}  # inside the fused kernel
+
+
+@pytest.mark.parametrize("tp,ep", [(1, 1), (2, 4)])
+def test_per_rank_parameters_add_sinks_and_router_bias(tp, ep):
+    m = load_model("gpt-oss-20b")
+    dense, expert = memory.layer_params_per_rank(m, tp, ep, 1)
+    tensors = block_tensors(m, tp, ep, 1, "fused")
+    assert dense + expert == pytest.approx(sum(t.elems for t in tensors))
+    assert any(t.name.endswith(".sinks") and t.elems == 64 / tp for t in tensors)
+    assert any(t.name.endswith("router.bias") and t.elems == 32 for t in tensors)
+    if (tp, ep) == (1, 1):
+        assert dense + expert == m.layer_params()
