@@ -40,13 +40,15 @@ from trainsim.specs.framework_behaviour import behaviour
 class ParamTensor:
     """One parameter tensor on one rank: ``elems`` its elements there; ``kind`` one of weight, bias, norm,
     embedding, position, head, router; ``tp_sharded`` split over TP (or the vocab); ``expert`` an EP-local
-    expert's."""
+    expert's; ``shape`` a matrix's (rows, columns) on this rank (a linear's (out, in) after its TP split), None
+    for a vector."""
 
     name: str
     elems: float
     kind: str = "weight"
     tp_sharded: bool = False
     expert: bool = False
+    shape: tuple[float, float] | None = None
 
 
 def module_style(framework: str) -> str:
@@ -69,7 +71,8 @@ def _linear(name: str, fan_in: float, fan_out: float, bias: bool, split: int, co
             expert: bool = False) -> list[ParamTensor]:
     """A linear layer split ``split`` ways: column-parallel splits its outputs (and bias), row-parallel its inputs
     (its bias replicated)."""
-    w = ParamTensor(f"{name}.weight", fan_in * fan_out / split, "weight", split > 1, expert)
+    shape = (fan_out / split, float(fan_in)) if column else (float(fan_out), fan_in / split)
+    w = ParamTensor(f"{name}.weight", fan_in * fan_out / split, "weight", split > 1, expert, shape)
     if not bias:
         return [w]
     b = ParamTensor(f"{name}.bias", fan_out / (split if column else 1), "bias", column and split > 1, expert)
@@ -118,7 +121,8 @@ def block_tensors(model, tp: int, ep: int, etp: int, style: str, prefix: str = "
     out += [t for n in norms[1:] for t in n]
     if not model.is_moe:
         return out + _mlp(model, model.ffn, tp, style, f"{prefix}.mlp")
-    out.append(ParamTensor(f"{prefix}.router.weight", float(model.hidden * model.num_experts), "router"))
+    out.append(ParamTensor(f"{prefix}.router.weight", float(model.hidden * model.num_experts), "router",
+                           shape=(float(model.num_experts), float(model.hidden))))
     if model.shared_expert_ffn:
         out += _mlp(model, model.shared_expert_ffn, tp, style, f"{prefix}.shared_expert")
     for e in range(model.num_experts // ep):
@@ -131,11 +135,12 @@ def embedding_tensors(model, tp: int) -> list[ParamTensor]:
     h, e = model.hidden, model.embed_dim
     out = [ParamTensor("embedding.word.weight", model.vocab_size * e / tp, "embedding", tp > 1)]
     if model.position_embedding == "learned":
-        out.append(ParamTensor("embedding.position.weight", float(model.max_seq_len * h), "position"))
+        out.append(ParamTensor("embedding.position.weight", float(model.max_seq_len * h), "position",
+                               shape=(float(model.max_seq_len), float(h))))
     if model.embedding_norm:
         out += _norm("embedding.norm", model)
     if model.embed_proj_dim:
-        out.append(ParamTensor("embedding.project_in.weight", float(e * h), "weight"))
+        out.append(ParamTensor("embedding.project_in.weight", float(e * h), "weight", shape=(float(h), float(e))))
     return out
 
 
@@ -144,7 +149,7 @@ def head_tensors(model, tp: int, with_output: bool) -> list[ParamTensor]:
     h, e = model.hidden, model.embed_dim
     out = _norm("final_norm", model)
     if model.embed_proj_dim:
-        out.append(ParamTensor("project_out.weight", float(e * h), "weight"))
+        out.append(ParamTensor("project_out.weight", float(e * h), "weight", shape=(float(e), float(h))))
     if with_output:
         out.append(ParamTensor("output_layer.weight", model.vocab_size * e / tp, "head", tp > 1))
     return out
@@ -166,7 +171,7 @@ def mtp_tensors(model, tp: int, ep: int, etp: int, style: str, embedding_copy: b
 
 def _named(template: list[ParamTensor], prefix: str) -> list[ParamTensor]:
     """``template`` (a block's tensors named from its root) under ``prefix``."""
-    return [ParamTensor(f"{prefix}{t.name}", t.elems, t.kind, t.tp_sharded, t.expert) for t in template]
+    return [ParamTensor(f"{prefix}{t.name}", t.elems, t.kind, t.tp_sharded, t.expert, t.shape) for t in template]
 
 
 @dataclass(frozen=True)
