@@ -11,12 +11,17 @@ the host-offloaded HybridDeviceOptimizer steps torch Adam only.
 
 from __future__ import annotations
 
+# Defaults of TrainingSpec: Megatron-Core's --muon-num-ns-steps and mixed-precision Adam's fp32 main + m + v. A
+# scenario that dumps and reloads its training carries every field, so a default value is not refused.
+MUON_NS_STEPS = 5
+ADAM_STATE_BYTES = 12
+
 
 def muon_refusal(training) -> tuple[str, str] | None:
     """(field, reason) of the first setting Muon cannot be costed under, or None."""
     t = training
     if t.optimizer != "muon":
-        if "muon_ns_steps" in t.model_fields_set:
+        if t.muon_ns_steps != MUON_NS_STEPS:
             return "muon_ns_steps", "counts Muon's Newton-Schulz iterations: it needs optimizer muon"
         return None
     if t.framework != "megatron":
@@ -32,7 +37,7 @@ def muon_refusal(training) -> tuple[str, str] | None:
     if t.offload_optimizer:
         return "offload_optimizer", ("the host-offloaded optimizer (HybridDeviceOptimizer) steps torch Adam only; "
                                      "muon runs on the GPU: drop offload_optimizer")
-    if "optimizer_bytes_per_param" in t.model_fields_set:
+    if t.optimizer_bytes_per_param != ADAM_STATE_BYTES:
         return "optimizer_bytes_per_param", ("with optimizer muon the state bytes follow from the parameters: fp32 "
                                              "main + momentum on Muon's matrices, fp32 main + Adam m, v on the "
                                              "rest (cost_models/muon.py): drop it")

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from .errors import SpecError
 from .framework_behaviour import BEHAVIOURS, Framework
 from .framework_era import era_refusal, feature_refusal
-from .optimizer_choice import muon_refusal
+from .optimizer_choice import MUON_NS_STEPS, muon_refusal
 
 Recompute = Literal["none", "selective", "full"]
 # Megatron-Core --recompute-modules (with --recompute-granularity selective): the parts of a block whose
@@ -138,7 +138,7 @@ class TrainingSpec(BaseModel):
         "optimizer (dist_muon) assigns whole parameters to data-parallel ranks, all-reduces the gradients and "
         "all-gathers the updated parameters); framework megatron, bf16/fp8/fp32, zero <= 1")
     muon_ns_steps: int = Field(
-        default=5, ge=1, le=100, description="with optimizer muon: Newton-Schulz iterations per matrix and step "
+        default=MUON_NS_STEPS, ge=1, le=100, description="with optimizer muon: Newton-Schulz iterations per matrix and step "
         "(Megatron-Core --muon-num-ns-steps, default 5 as in Keller Jordan's Muon)")
     grad_dtype_bytes: int = Field(default=0, ge=0, le=8, description="bytes per gradient element; 0 = from "
                                   "grad_dtype, else the framework's default (see grad_bytes)")
