@@ -117,3 +117,13 @@ def test_settings_that_contradict_the_optimizer_are_refused(training, field, tmp
     code = main(P + [str(path)])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and field in err, err
+
+
+def test_host_issues_muons_kernels_one_parameter_at_a_time():
+    """llama3-8b on one rank: per block 4 Muon tensors (qkv, o, fc1, fc2) of 11 element-wise kernels each and
+    6 matrices (q, k, v, o, fc1, fc2) of 3 GEMMs x 5 iterations: 32 x (44 + 90) launches beyond Adam's."""
+    from trainsim.cost_models.step_host import scenario_step_host
+
+    adam = build_scenario({}, {"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 1})
+    extra = scenario_step_host(_scenario(gpus=1), 0).launches - scenario_step_host(adam, 0).launches
+    assert extra == 32 * (4 * 11 + 3 * 5 * 6) == 4288

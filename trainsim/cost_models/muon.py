@@ -171,6 +171,18 @@ def shard_seconds(shard: Shard, training, steps: int, hw, profile=None) -> float
     return ns + (memory_time_s(nbytes, hw, profile, "copy") if nbytes else 0.0) + launches
 
 
+def shard_launches(shard: Shard, steps: int) -> int:
+    """Kernels the host issues for a shard's Muon parameters, one parameter at a time: the element-wise ones and
+    three GEMMs per iteration of each matrix."""
+    return shard.muon_tensors * MUON_ELEMENTWISE_KERNELS + 3 * steps * len(shard.matrices)
+
+
+def busiest_launches(scenario, stage: int) -> int:
+    """shard_launches of the busiest dense and expert shards of ``stage`` together (as step_seconds)."""
+    steps = scenario.training.muon_ns_steps
+    return sum(max((shard_launches(s, steps) for s in group), default=0) for group in rank_shards(scenario, stage))
+
+
 def step_seconds(scenario, stage: int, profile=None) -> float:
     """Device seconds of the Muon step on the busiest rank of ``stage``: its dense shard's and its expert shard's
     update (the most loaded of each group together: exact where either group is one rank, an upper bound
