@@ -127,3 +127,17 @@ def test_host_issues_muons_kernels_one_parameter_at_a_time():
     adam = build_scenario({}, {"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 1})
     extra = scenario_step_host(_scenario(gpus=1), 0).launches - scenario_step_host(adam, 0).launches
     assert extra == 32 * (4 * 11 + 3 * 5 * 6) == 4288
+
+
+def test_checkpoint_holds_muons_state_bytes():
+    """A Muon checkpoint: the bf16 weights plus 8 B on the Muon matrices and 12 B on the rest (llama3-8b by hand)."""
+    from trainsim.reports.whatif import ReportOptions, checkpoint_seconds
+    from trainsim.simulator import goodput as gp
+
+    scn = _scenario()
+    assert muon.model_state_bytes_per_param(scn) == pytest.approx(
+        (8 * MUON_ELEMS + 12 * ADAM_ELEMS) / (MUON_ELEMS + ADAM_ELEMS), rel=1e-12)
+    opts = ReportOptions()
+    want = gp.checkpoint_write_s(scn.model.total_params() * (2 + muon.model_state_bytes_per_param(scn)),
+                                 opts.storage_write_Bps)
+    assert checkpoint_seconds(scn, opts) == pytest.approx(want, rel=1e-12)

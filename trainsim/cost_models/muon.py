@@ -99,6 +99,15 @@ def rank_state_bytes_per_param(scenario, stage: int) -> float:
     return sum(x.elems * state_bytes(is_muon_param(x), master) for x in tensors) / total
 
 
+def model_state_bytes_per_param(scenario) -> float:
+    """Mean optimizer-state bytes per parameter of the whole model (a checkpoint's): the stages' rank means,
+    weighted by the elements a rank of each holds (every TP/EP rank of a stage holds the same kinds)."""
+    per_stage = [(sum(x.elems for x in rank_tensors(scenario, s)), rank_state_bytes_per_param(scenario, s))
+                 for s in range(scenario.layout.pp)]
+    total = sum(n for n, _ in per_stage)
+    return sum(n * b for n, b in per_stage) / total if total else float(state_bytes(True, True))
+
+
 @dataclass(frozen=True)
 class Shard:
     """The parameters one data-parallel rank updates: Newton-Schulz matrices, Muon and AdamW elements and
