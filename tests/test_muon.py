@@ -141,3 +141,4 @@ def test_checkpoint_holds_muons_state_bytes():
     want = gp.checkpoint_write_s(scn.model.total_params() * (2 + muon.model_state_bytes_per_param(scn)),
                                  opts.storage_write_Bps)
     assert checkpoint_seconds(scn, opts) == pytest.approx(want, rel=1e-12)
+
