@@ -142,3 +142,21 @@ def test_checkpoint_holds_muons_state_bytes():
                                  opts.storage_write_Bps)
     assert checkpoint_seconds(scn, opts) == pytest.approx(want, rel=1e-12)
 
+
+
+def test_duplicated_tp_mode_gathers_and_iterates_whole_matrices():
+    """muon_tp_mode duplicated (newton_schulz_tp): each TP-sharded matrix's fp32 momentum is all-gathered over TP
+    (q, k, v apart) and the whole matrix iterated on every TP rank -- the FLOPs of the unsharded model; blockwise
+    iterates the TP 4 shards (a quarter of the rows or columns each)."""
+    dup = _scenario(gpus=4, tp=4, muon_tp_mode="duplicated")
+    block = _scenario(gpus=4, tp=4)
+    whole = _scenario(gpus=1)
+    (d_shard,), _ = muon.rank_shards(dup, 0)
+    (b_shard,), _ = muon.rank_shards(block, 0)
+    (w_shard,), _ = muon.rank_shards(whole, 0)
+    assert sorted(d_shard.matrices) == sorted(w_shard.matrices)
+    per_block = 4096 * 4096 + 2 * 1024 * 4096 + 4096 * 4096 + 28672 * 4096 + 4096 * 14336   # q, k, v, o, fc1, fc2
+    assert len(d_shard.gathers) == 32 * 6 and sum(d_shard.gathers) == 32 * per_block * 4
+    flops = [sum(muon.ns_flops(r, c, 5) for r, c in s.matrices) for s in (d_shard, b_shard)]
+    assert flops[0] > 3 * flops[1] and not b_shard.gathers
+    assert muon.step_seconds(dup, 0) > muon.step_seconds(block, 0)

@@ -16,8 +16,10 @@ Sources (NVIDIA/Megatron-LM @ d98e8a64, NVIDIA-NeMo/Emerging-Optimizers @ fd7729
   transposed so that the iteration runs on the short side (X is m x n, m <= n), normalised, cast to bf16
   (``fp32_matmul_prec`` "medium", the default) and iterated ``steps`` times (``muon_num_ns_steps`` 5; the quintic
   coefficients of Keller Jordan's Muon, modded-nanogpt) as ``A = X Xᵀ`` (2·m²·n), ``B = b·A + c·A·A`` (2·m³),
-  ``X = a·X + B·X`` (2·m²·n). Megatron-Bridge's recipes set ``muon_tp_mode`` "blockwise": a TP-sharded matrix is
-  orthogonalised as its local shard, without a collective.
+  ``X = a·X + B·X`` (2·m²·n). ``muon_tp_mode`` "blockwise" (Megatron-Bridge's recipes) orthogonalises a
+  TP-sharded matrix as its local shard, without a collective; "duplicated" (Megatron-LM's default;
+  ``newton_schulz_tp``) all-gathers the fp32 momentum over the TP group (the expert-TP group for an expert's) and
+  iterates the whole matrix on every TP rank, one blocking all-gather per matrix (q, k and v apart).
 * Element-wise passes per Muon parameter (orthogonalized_optimizer.py ``step``; fp32 main parameter p, gradient g
   and momentum buffer): decoupled weight decay ``p.mul_`` (read + write p, 8 B), ``momentum.lerp_(g)`` (12 B),
   Nesterov ``g.lerp(momentum)`` (12 B), the Frobenius normalisation (a norm read and a divide, 12 B), the casts
@@ -43,6 +45,9 @@ from .param_tensors import ParamTensor, module_style, rank_tensors
 
 # Bytes per Muon parameter of the element-wise passes (module doc), beside the gradient's cast and the 16-bit copy.
 MUON_ELEMENTWISE_BYTES = 8 + 12 + 12 + 12 + 6 + 6 + 16 + 12
+# The passes newton_schulz makes over its whole input (the normalisation 12 B, the casts 6 + 6 B): in the duplicated
+# TP mode over the gathered matrix, so (tp - 1) / tp of those bytes come on top of the shard's.
+GATHERED_PASS_BYTES = 12 + 6 + 6
 # Element-wise kernels per Muon parameter: decay, two lerps, norm, divide, two casts, two scales, add, copy.
 MUON_ELEMENTWISE_KERNELS = 11
 FP32 = 4
@@ -69,12 +74,15 @@ def is_muon_param(t: ParamTensor) -> bool:
     return t.shape is not None and t.kind not in ("embedding", "head")
 
 
-def muon_matrices(t: ParamTensor, model, style: str) -> tuple[tuple[float, float], ...]:
-    """The matrices Newton-Schulz runs on for ``t`` (none for an AdamW parameter): its local shard, or a fused
-    linear_qkv's q, k and v rows apart (``TensorParallelMuon.orthogonalize`` with ``split_qkv``)."""
+def muon_matrices(t: ParamTensor, model, style: str, gather: int = 1) -> tuple[tuple[float, float], ...]:
+    """The matrices Newton-Schulz runs on for ``t`` (none for an AdamW parameter): its local shard, or with
+    ``gather`` > 1 (duplicated TP mode) the whole matrix its TP group's ``gather`` shards make; a fused linear_qkv's
+    q, k and v rows apart (``TensorParallelMuon.orthogonalize`` with ``split_qkv``)."""
     if not is_muon_param(t):
         return ()
     rows, cols = t.shape
+    if gather > 1 and t.split_dim is not None:
+        rows, cols = (rows * gather, cols) if t.split_dim == 0 else (rows, cols * gather)
     if style == "fused" and t.name.endswith("linear_qkv.weight") and not model.is_mla:
         q, kv = model.num_heads * model.dhead, model.kv_heads * model.dhead
         return tuple((rows * part / (q + 2 * kv), cols) for part in (q, kv, kv))
@@ -111,12 +119,14 @@ def model_state_bytes_per_param(scenario) -> float:
 @dataclass(frozen=True)
 class Shard:
     """The parameters one data-parallel rank updates: Newton-Schulz matrices, Muon and AdamW elements and
-    parameter tensors."""
+    parameter tensors, and the duplicated TP mode's all-gathers (bytes of each gathered fp32 matrix)."""
 
     matrices: tuple[tuple[float, float], ...] = ()
     muon_elems: float = 0.0
     adam_elems: float = 0.0
     muon_tensors: int = 0
+    gathers: tuple[float, ...] = ()
+    gather_ways: int = 1
 
 
 def _ping_pong(tensors: list[ParamTensor], n: int) -> list[list[ParamTensor]]:
@@ -128,10 +138,12 @@ def _ping_pong(tensors: list[ParamTensor], n: int) -> list[list[ParamTensor]]:
     return out
 
 
-def _shard(tensors: list[ParamTensor], model, style: str) -> Shard:
+def _shard(tensors: list[ParamTensor], model, style: str, gather: int) -> Shard:
     muon = [t for t in tensors if is_muon_param(t)]
-    return Shard(tuple(m for t in muon for m in muon_matrices(t, model, style)), sum(t.elems for t in muon),
-                 sum(t.elems for t in tensors if not is_muon_param(t)), len(muon))
+    gathered = tuple(r * c * FP32 for t in muon if gather > 1 and t.split_dim is not None
+                     for r, c in muon_matrices(t, model, style, gather))
+    return Shard(tuple(m for t in muon for m in muon_matrices(t, model, style, gather)), sum(t.elems for t in muon),
+                 sum(t.elems for t in tensors if not is_muon_param(t)), len(muon), gathered, gather)
 
 
 def rank_shards(scenario, stage: int) -> tuple[tuple[Shard, ...], tuple[Shard, ...]]:
@@ -143,10 +155,12 @@ def rank_shards(scenario, stage: int) -> tuple[tuple[Shard, ...], tuple[Shard, .
     tensors = list(rank_tensors(scenario, stage))
     model, style = scenario.model, module_style(scenario.training.framework)
     n_dense, n_exp = shard_groups(scenario) if scenario.training.effective_zero >= 1 else (1, 1)
+    duplicated = scenario.training.muon_tp_mode == "duplicated"
     parts = []
     for expert, n in ((False, n_dense), (True, n_exp)):
+        gather = (scenario.expert_tp if expert else scenario.layout.tp) if duplicated else 1
         mine = [t for t in tensors if t.expert == expert]
-        parts.append(tuple(_shard(s, model, style) for s in _ping_pong(mine, max(1, round(n)))))
+        parts.append(tuple(_shard(s, model, style, gather) for s in _ping_pong(mine, max(1, round(n)))))
     return parts[0], parts[1]
 
 
@@ -162,9 +176,10 @@ def adam_bytes_per_param(training) -> float:
     return 2 * state_bytes(False, training.param_bytes < FP32) + training.grad_bytes + training.param_bytes
 
 
-def shard_seconds(shard: Shard, training, steps: int, hw, profile=None) -> float:
-    """Device seconds of one rank's update of ``shard``: the Newton-Schulz GEMMs in bf16 (three per iteration),
-    the Muon parameters' element-wise kernels and the AdamW parameters' fused update."""
+def shard_seconds(shard: Shard, training, steps: int, hw, profile=None, gather_s=None) -> float:
+    """Seconds of one rank's update of ``shard``: the Newton-Schulz GEMMs in bf16 (three per iteration), the Muon
+    parameters' element-wise kernels, the AdamW parameters' fused update and, in the duplicated TP mode, the
+    blocking all-gathers (``gather_s``: seconds of one all-gather of that many bytes)."""
     from .compute import gemm_time_s, memory_time_s
 
     per_matrix: dict[tuple[float, float], float] = {}
@@ -177,13 +192,15 @@ def shard_seconds(shard: Shard, training, steps: int, hw, profile=None) -> float
         ns += per_matrix[key]
     nbytes = shard.muon_elems * muon_bytes_per_param(training) + shard.adam_elems * adam_bytes_per_param(training)
     launches = shard.muon_tensors * (MUON_ELEMENTWISE_KERNELS - 1) * hw.overhead_s
-    return ns + (memory_time_s(nbytes, hw, profile, "copy") if nbytes else 0.0) + launches
+    gathers = sum(gather_s(b) for b in shard.gathers) if gather_s is not None else 0.0
+    nbytes += sum(shard.gathers) / FP32 * GATHERED_PASS_BYTES * (1.0 - 1.0 / shard.gather_ways)
+    return ns + (memory_time_s(nbytes, hw, profile, "copy") if nbytes else 0.0) + launches + gathers
 
 
 def shard_launches(shard: Shard, steps: int) -> int:
     """Kernels the host issues for a shard's Muon parameters, one parameter at a time: the element-wise ones and
     three GEMMs per iteration of each matrix."""
-    return shard.muon_tensors * MUON_ELEMENTWISE_KERNELS + 3 * steps * len(shard.matrices)
+    return shard.muon_tensors * MUON_ELEMENTWISE_KERNELS + 3 * steps * len(shard.matrices) + len(shard.gathers)
 
 
 def busiest_launches(scenario, stage: int) -> int:
@@ -201,5 +218,27 @@ def step_seconds(scenario, stage: int, profile=None) -> float:
     t = scenario.training
     hw = hw_of(scenario.cluster.gpu, "bf16")  # the iteration runs in bf16 whatever the training dtype
     dense, expert = rank_shards(scenario, stage)
-    return sum(max((shard_seconds(s, t, t.muon_ns_steps, hw, profile) for s in group), default=0.0)
-               for group in (dense, expert))
+    gathers = _tp_gather_seconds(scenario, profile)
+    return sum(max((shard_seconds(s, t, t.muon_ns_steps, hw, profile, g) for s in group), default=0.0)
+               for group, g in zip((dense, expert), gathers))
+
+
+def _tp_gather_seconds(scenario, profile=None) -> tuple:
+    """(dense, expert) functions of the all-gather seconds of a gathered fp32 matrix's bytes over the TP and the
+    expert-TP group in the duplicated TP mode (None where nothing is gathered)."""
+    from trainsim.topologies.placement import place
+
+    from .collectives import collective_time
+
+    if scenario.training.muon_tp_mode != "duplicated":
+        return None, None
+    pl = place(scenario)
+    groups = (pl.group("tp") if scenario.layout.tp > 1 else None,
+              pl.expert_tp_group() if scenario.expert_tp > 1 else None)
+
+    def seconds_over(group):
+        if group is None:
+            return None
+        return lambda nbytes: float(collective_time("all_gather", nbytes, group, scenario.cluster,
+                                                    profile=profile).time_s)
+    return tuple(seconds_over(g) for g in groups)

@@ -41,7 +41,8 @@ class ParamTensor:
     """One parameter tensor on one rank: ``elems`` its elements there; ``kind`` one of weight, bias, norm,
     embedding, position, head, router; ``tp_sharded`` split over TP (or the vocab); ``expert`` an EP-local
     expert's; ``shape`` a matrix's (rows, columns) on this rank (a linear's (out, in) after its TP split), None
-    for a vector."""
+    for a vector; ``split_dim`` the dimension of ``shape`` TP splits (0 column-parallel, 1 row-parallel), None
+    where it is whole."""
 
     name: str
     elems: float
@@ -49,6 +50,7 @@ class ParamTensor:
     tp_sharded: bool = False
     expert: bool = False
     shape: tuple[float, float] | None = None
+    split_dim: int | None = None
 
 
 def module_style(framework: str) -> str:
@@ -72,7 +74,8 @@ def _linear(name: str, fan_in: float, fan_out: float, bias: bool, split: int, co
     """A linear layer split ``split`` ways: column-parallel splits its outputs (and bias), row-parallel its inputs
     (its bias replicated)."""
     shape = (fan_out / split, float(fan_in)) if column else (float(fan_out), fan_in / split)
-    w = ParamTensor(f"{name}.weight", fan_in * fan_out / split, "weight", split > 1, expert, shape)
+    w = ParamTensor(f"{name}.weight", fan_in * fan_out / split, "weight", split > 1, expert, shape,
+                    (0 if column else 1) if split > 1 else None)
     if not bias:
         return [w]
     b = ParamTensor(f"{name}.bias", fan_out / (split if column else 1), "bias", column and split > 1, expert)
@@ -171,7 +174,8 @@ def mtp_tensors(model, tp: int, ep: int, etp: int, style: str, embedding_copy: b
 
 def _named(template: list[ParamTensor], prefix: str) -> list[ParamTensor]:
     """``template`` (a block's tensors named from its root) under ``prefix``."""
-    return [ParamTensor(f"{prefix}{t.name}", t.elems, t.kind, t.tp_sharded, t.expert, t.shape) for t in template]
+    return [ParamTensor(f"{prefix}{t.name}", t.elems, t.kind, t.tp_sharded, t.expert, t.shape, t.split_dim)
+            for t in template]
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,8 @@ def muon_refusal(training) -> tuple[str, str] | None:
     if t.optimizer != "muon":
         if t.muon_ns_steps != MUON_NS_STEPS:
             return "muon_ns_steps", "counts Muon's Newton-Schulz iterations: it needs optimizer muon"
+        if t.muon_tp_mode != "blockwise":
+            return "muon_tp_mode", "says how Muon orthogonalises TP-sharded matrices: it needs optimizer muon"
         return None
     if t.framework != "megatron":
         return "optimizer", (f"muon is costed as Megatron-Core's Muon (emerging_optimizers.py); framework "

@@ -137,6 +137,11 @@ class TrainingSpec(BaseModel):
         "output layer, norms and biases stay on AdamW; with distributed_optimizer the LayerWise distributed "
         "optimizer (dist_muon) assigns whole parameters to data-parallel ranks, all-reduces the gradients and "
         "all-gathers the updated parameters); framework megatron, bf16/fp8/fp32, zero <= 1")
+    muon_tp_mode: Literal["blockwise", "duplicated"] = Field(
+        default="blockwise", description="with optimizer muon, how a TP-sharded matrix is orthogonalised "
+        "(Megatron-Core --muon-tp-mode): blockwise = each TP rank its own shard, no collective (Megatron-Bridge's "
+        "recipes); duplicated = the fp32 momentum all-gathered over the TP group and the whole matrix iterated on "
+        "every TP rank (Megatron-LM's default); distributed is not costed")
     muon_ns_steps: int = Field(
         default=MUON_NS_STEPS, ge=1, le=100, description="with optimizer muon: Newton-Schulz iterations per matrix and step "
         "(Megatron-Core --muon-num-ns-steps, default 5 as in Keller Jordan's Muon)")
