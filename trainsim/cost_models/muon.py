@@ -21,9 +21,10 @@ Sources (NVIDIA/Megatron-LM @ d98e8a64, NVIDIA-NeMo/Emerging-Optimizers @ fd7729
   ``newton_schulz_tp``) all-gathers the fp32 momentum over the TP group (the expert-TP group for an expert's) and
   iterates the whole matrix on every TP rank, one blocking all-gather per matrix (q, k and v apart).
 * Element-wise passes per Muon parameter (orthogonalized_optimizer.py ``step``; fp32 main parameter p, gradient g
-  and momentum buffer): decoupled weight decay ``p.mul_`` (read + write p, 8 B), ``momentum.lerp_(g)`` (12 B),
-  Nesterov ``g.lerp(momentum)`` (12 B), the Frobenius normalisation (a norm read and a divide, 12 B), the casts
-  to and from bf16 around the iteration (6 + 6 B), the two scale multiplies (16 B), ``p.add_`` (12 B); and
+  and momentum buffer): decoupled weight decay ``p.add_(p, alpha=-lr·wd)`` (mixin.py; p read once from HBM and
+  written, 8 B), ``momentum.lerp_(g)`` (12 B), Nesterov ``g.lerp(momentum)`` (12 B), the Frobenius normalisation
+  (a norm read and a divide, 12 B), the casts to and from bf16 around the iteration (6 + 6 B), the two scale
+  multiplies (16 B), ``p.add_`` (12 B); and
   Float16OptimizerWithFloat16Params' copy of the main parameter into the 16-bit model parameter (4 + 2 B) and of
   a 16-bit main gradient into fp32 (2 + 4 B). One kernel each, one parameter at a time.
 * State: the fp32 main parameter and one fp32 momentum buffer per Muon parameter; the fp32 main parameter and
