@@ -154,8 +154,9 @@ def add_background_arg(p: argparse.ArgumentParser) -> None:
                         "both, each >= 0 and < 1: this job gets 1 - fraction of those links (scale-up unaffected)")
 
 
-def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = True) -> None:
-    """The scenario flags of docs/design.md (`trainsim predict` and friends)."""
+def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = True, optimizer: bool = True) -> None:
+    """The scenario flags of docs/design.md (`trainsim predict` and friends); ``optimizer=False`` leaves out
+    ``--optimizer`` for a command whose own flag of that name picks what it runs (execute)."""
     if scenario_positional:
         p.add_argument("scenario", nargs="?", help="scenario YAML/JSON (flags override it)")
     p.add_argument("--model", help="preset name, YAML/JSON file, or Hugging Face config.json")
@@ -181,6 +182,10 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
                    help="ZeRO stage: 1 shards optimizer states, 2 also gradients, 3 also weights (FSDP)")
     p.add_argument("--distributed-optimizer", action="store_true", default=None,
                    help="Megatron's distributed optimizer (optimizer states sharded over DP, = ZeRO-1)")
+    if optimizer:
+        p.add_argument("--optimizer", dest="train_optimizer", choices=("adam", "muon"),
+                       help="update rule: adam (default) or muon (Megatron-Core's Muon: Newton-Schulz on the 2D hidden "
+                            "matrices, Adam on the rest; with --distributed-optimizer its layer-wise dist_muon)")
     p.add_argument("--schedule", choices=get_args(Schedule), help="pipeline schedule")
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "nvfp4", "fp32"),
                    help="compute precision of the GEMMs (nvfp4: Transformer Engine's NVFP4 recipe, Blackwell only)")
@@ -254,7 +259,7 @@ OVERRIDE_FLAGS = {
     "model": "model", "cluster": "cluster", "gpus": "gpus", "tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp",
     "ep": "ep", "etp": "etp", "vpp": "vpp", "stage_layers": "stage_layers", "seq_len": "seq_len", "global_batch": "global_batch", "micro_batch": "micro_batch",
     "recompute": "recompute", "recompute_modules": "recompute_modules", "sequence_parallel": "sequence_parallel", "zero": "zero",
-    "distributed_optimizer": "distributed_optimizer", "schedule": "schedule", "dtype": "dtype",
+    "distributed_optimizer": "distributed_optimizer", "train_optimizer": "optimizer", "schedule": "schedule", "dtype": "dtype",
     "framework": "framework", "offload_optimizer": "offload_optimizer", "offload_params": "offload_params",
     "tp_comm_overlap": "tp_comm_overlap", "ep_comm_overlap": "ep_comm_overlap", "offload_activation_layers": "offload_activation_layers",
     "moe_imbalance": "moe_imbalance", "moe_load_cv": "moe_load_cv", "moe_capacity_factor": "moe_capacity_factor",

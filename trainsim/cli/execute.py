@@ -30,7 +30,7 @@ CPU_DEFAULTS = {"model": "tiny-gpt", "cluster": "cpu-host", "dtype": "fp32", "se
 def register(sub) -> None:
     p = sub.add_parser("execute", help="run a plan for real (torchrun) and compare with the prediction",
                        description=__doc__)
-    add_scenario_args(p)
+    add_scenario_args(p, optimizer=False)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="run on CPU ranks (gloo) or one GPU per rank (NCCL); default cpu")
     p.add_argument("--steps", type=int_range(1, 100_000), default=5, help="timed optimizer steps")

@@ -375,7 +375,8 @@ def mtp_times(scenario, profile=None) -> LayerTimes:
 
 
 def optimizer_step_time(scenario, stage: int, profile=None) -> float:
-    """Seconds of the (memory-bound) Adam step over this rank's optimizer shard, plus the grad-norm pass."""
+    """Seconds of the optimizer step over this rank's optimizer shard (Adam's memory-bound update, or Muon's:
+    cost_models/muon.py), plus the grad-norm pass."""
     return sum(optimizer_step_parts(scenario, stage, profile))
 
 
@@ -414,6 +415,9 @@ def optimizer_step_parts(scenario, stage: int, profile=None) -> tuple[float, flo
     hw = hw_of(scenario.cluster.gpu, t.dtype)
     prof = profile
     norm_s = memory_time_s(norm_bytes, hw, prof, "copy") if norm_bytes else 0.0
+    if t.optimizer == "muon":  # Newton-Schulz GEMMs and per-parameter passes on the busiest rank (muon.py)
+        from .muon import step_seconds
+        return step_seconds(scenario, stage, prof) + norm_s, 0.0
     if t.offload_optimizer:
         host_bw = HOST_MEM_BW_PER_NODE_BPS / min(scenario.cluster.gpus_per_node, scenario.num_gpus)
         return norm_s, update_bytes / host_bw

@@ -62,7 +62,7 @@ def chunk_dp_buckets(scenario, stage: int, chunk: int, n: int, n_expert: int | N
     key = chunk_key(scenario, scenario.virtual_stage(stage, chunk))
     if behaviour(tr.framework).megatron_ddp == "local" and not overlap_grad_reduce(tr):
         return _CHUNK_BUCKETS(scenario.model, key, None, n, n, False, False)
-    dist_opt = tr.effective_zero >= 1
+    dist_opt = tr.effective_zero >= 1 and tr.optimizer != "muon"  # dist_muon's DDP lays out no DistOpt shards
     bucketed = overlap_grad_reduce(tr) and chunk == 0 and stage == 0
     size = megatron_bucket_params(scenario, tr.dp_bucket_mb) if bucketed else None
     shared = dist_opt and scenario.model.tie_embeddings and scenario.layout.pp > 1

@@ -184,6 +184,9 @@ def lazy_state_bytes(training) -> tuple[tuple[int, ...] | None, str]:
                       "for this framework: the replay of its runs moves by the logits' size with the transient "
                       "tensors the trace leaves out (first_step_fragmentation.py); the reserved figure leaves the "
                       "first-step fragmentation out")
+    if training.optimizer == "muon":
+        return None, ("Muon's momentum buffers (cost_models/muon.py) are not replayed: the first-step "
+                      "fragmentation is left out")
     if training.optimizer_bytes_per_param not in (8, 12):
         return None, (f"optimizer_bytes_per_param {training.optimizer_bytes_per_param:g} is not Adam's: the "
                       "first-step fragmentation is not replayed")

@@ -64,8 +64,10 @@ def _deepspeed_reduce(training) -> str:
 def grad_reduce_op(training) -> str:
     """The collective that reduces gradients across data-parallel ranks at the training's ZeRO stage."""
     z, fw = training.effective_zero, BEHAVIOURS[training.framework]
-    if z == 0 or (z == 1 and fw.param_gather == "broadcast_per_param"):
-        return "all_reduce"  # torch's ZeroRedundancyOptimizer shards only the optimizer: DDP all-reduces
+    if z == 0 or (z == 1 and (fw.param_gather == "broadcast_per_param" or training.optimizer == "muon")):
+        # torch's ZeroRedundancyOptimizer shards only the optimizer, and so does Megatron-Core's dist_muon (its
+        # LayerWise optimizer on DDP without use_distributed_optimizer, cost_models/muon.py): DDP all-reduces
+        return "all_reduce"
     mode = _deepspeed_reduce(training) if z <= 2 else "ddp_bucket"
     return {"per_rank_reduce": "reduce", "bucket_all_reduce": "all_reduce"}.get(mode, "reduce_scatter")
 

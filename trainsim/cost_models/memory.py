@@ -58,7 +58,7 @@ from . import nvfp4
 from trainsim.specs.framework_behaviour import behaviour
 
 from .framework import DEEPSPEED_MAX_LIVE_PARAMS, bf16_optimizer
-from .model_states import state_bytes
+from .model_states import rank_state_bytes, state_bytes
 from .offload import Offload, offload
 from .allocator_reserve import grads_off_peak, loss_stage_cached_bytes
 from .first_step_fragmentation import first_step_extra_reserved, lazy_state_bytes
@@ -384,7 +384,7 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     rp = rank_param_shards(scenario, stage)
     if inflight_microbatches is None:
         inflight_microbatches = _inflight(t.schedule, lay.pp, scenario.num_microbatches, stage, lay.vpp)
-    sb = state_bytes(t)
+    sb = rank_state_bytes(scenario, stage)
     off = offload(scenario, rp, sb, model_states(t, rp, sb))
 
     per_mb = activation_bytes_per_microbatch(scenario, stage, impl)
@@ -480,7 +480,7 @@ def ddp_param_remap_bytes(scenario, weights: float, grads: float) -> float:
     from it); a device that cannot hold this fails at start-up.
     """
     t = scenario.training
-    if behaviour(t.framework).megatron_ddp != "core" or t.effective_zero != 1:  # Megatron-Core's distributed optimizer
+    if behaviour(t.framework).megatron_ddp != "core" or t.effective_zero != 1 or t.optimizer == "muon":  # DistOpt DDP
         return 0.0
     return 2.0 * weights + grads
 

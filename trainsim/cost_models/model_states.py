@@ -8,10 +8,11 @@ bytes by each rank's parameter count.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trainsim.specs.framework_behaviour import BEHAVIOURS
 
+from . import muon
 from .framework import BF16_LP_GRAD_BYTES, FSDP_SHARD_GRAD_BYTES, bf16_optimizer
 
 
@@ -104,6 +105,8 @@ def state_bytes(training) -> StateBytes:
         note = (f"bf16 weights, bf16 grads + fp32 accumulated grads (DeepSpeed BF16_Optimizer), "
                 f"{'fp32 master + Adam m, v' if opt == MIXED_ADAM_BYTES else f'optimizer {opt:g} B'}")
         return StateBytes(w, grads + BF16_LP_GRAD_BYTES, opt, note)
+    if training.optimizer == "muon":
+        return _muon_state_bytes(training, w, grads, low)
     if training.dtype == "fp32" and default_adam:
         # fp32 training has no separate master copy (Megatron's FP32Optimizer, torch.optim on fp32 parameters):
         # Adam's m and v only.
@@ -112,6 +115,27 @@ def state_bytes(training) -> StateBytes:
     master = "fp32 master + Adam m, v" if opt == MIXED_ADAM_BYTES else f"optimizer {opt:g} B"
     note = f"{_dtype_name(w, low)} weights, {_dtype_name(grads, low)} grads, {master}"
     return StateBytes(w, grads, opt, note)
+
+
+def _muon_state_bytes(training, w: float, grads: float, low: str) -> StateBytes:
+    """Megatron-Core's Muon (cost_models/muon.py): the optimizer figure is a Muon matrix's; rank_state_bytes
+    weighs in the AdamW parameters' larger state."""
+    master = w < 4
+    opt = muon.state_bytes(True, master)
+    main = "fp32 main + " if master else ""
+    note = (f"{_dtype_name(w, low)} weights, {_dtype_name(grads, low)} grads, {main}Muon momentum fp32 ({opt:g} B) "
+            f"on Muon's matrices, {main}Adam m, v ({muon.state_bytes(False, master):g} B) on the embedding, output "
+            f"layer, norms and biases")
+    return StateBytes(w, grads, opt, note)
+
+
+def rank_state_bytes(scenario, stage: int) -> StateBytes:
+    """state_bytes of the scenario's training, with Muon's optimizer bytes per parameter the mean over the
+    parameters a rank of ``stage`` holds (Muon's on its matrices, Adam's on the rest)."""
+    sb = state_bytes(scenario.training)
+    if scenario.training.optimizer != "muon":
+        return sb
+    return replace(sb, optimizer=muon.rank_state_bytes_per_param(scenario, stage))
 
 
 def memory_assumptions(training) -> dict:

@@ -41,13 +41,17 @@ from trainsim.specs.lora import LORA_TARGETS, adapter_dims
 class ParamTensor:
     """One parameter tensor on one rank: ``elems`` its elements there; ``kind`` one of weight, bias, norm,
     embedding, position, head, router; ``tp_sharded`` split over TP (or the vocab); ``expert`` an EP-local
-    expert's."""
+    expert's; ``shape`` a matrix's (rows, columns) on this rank (a linear's (out, in) after its TP split), None
+    for a vector; ``split_dim`` the dimension of ``shape`` TP splits (0 column-parallel, 1 row-parallel), None
+    where it is whole."""
 
     name: str
     elems: float
     kind: str = "weight"
     tp_sharded: bool = False
     expert: bool = False
+    shape: tuple[float, float] | None = None
+    split_dim: int | None = None
 
 
 def module_style(framework: str) -> str:
@@ -70,7 +74,9 @@ def _linear(name: str, fan_in: float, fan_out: float, bias: bool, split: int, co
             expert: bool = False) -> list[ParamTensor]:
     """A linear layer split ``split`` ways: column-parallel splits its outputs (and bias), row-parallel its inputs
     (its bias replicated)."""
-    w = ParamTensor(f"{name}.weight", fan_in * fan_out / split, "weight", split > 1, expert)
+    shape = (fan_out / split, float(fan_in)) if column else (float(fan_out), fan_in / split)
+    w = ParamTensor(f"{name}.weight", fan_in * fan_out / split, "weight", split > 1, expert, shape,
+                    (0 if column else 1) if split > 1 else None)
     if not bias:
         return [w]
     b = ParamTensor(f"{name}.bias", fan_out / (split if column else 1), "bias", column and split > 1, expert)
@@ -121,7 +127,8 @@ def block_tensors(model, tp: int, ep: int, etp: int, style: str, prefix: str = "
     out += [t for n in norms[1:] for t in n]
     if not model.is_moe:
         return out + _mlp(model, model.ffn, tp, style, f"{prefix}.mlp")
-    out.append(ParamTensor(f"{prefix}.router.weight", float(model.hidden * model.num_experts), "router"))
+    out.append(ParamTensor(f"{prefix}.router.weight", float(model.hidden * model.num_experts), "router",
+                           shape=(float(model.num_experts), float(model.hidden))))
     if model.router_bias:
         out.append(ParamTensor(f"{prefix}.router.bias", float(model.num_experts), "router"))
     if model.shared_expert_ffn:
@@ -136,11 +143,12 @@ def embedding_tensors(model, tp: int) -> list[ParamTensor]:
     h, e = model.hidden, model.embed_dim
     out = [ParamTensor("embedding.word.weight", model.vocab_size * e / tp, "embedding", tp > 1)]
     if model.position_embedding == "learned":
-        out.append(ParamTensor("embedding.position.weight", float(model.max_seq_len * h), "position"))
+        out.append(ParamTensor("embedding.position.weight", float(model.max_seq_len * h), "position",
+                               shape=(float(model.max_seq_len), float(h))))
     if model.embedding_norm:
         out += _norm("embedding.norm", model)
     if model.embed_proj_dim:
-        out.append(ParamTensor("embedding.project_in.weight", float(e * h), "weight"))
+        out.append(ParamTensor("embedding.project_in.weight", float(e * h), "weight", shape=(float(h), float(e))))
     return out
 
 
@@ -149,7 +157,7 @@ def head_tensors(model, tp: int, with_output: bool) -> list[ParamTensor]:
     h, e = model.hidden, model.embed_dim
     out = _norm("final_norm", model)
     if model.embed_proj_dim:
-        out.append(ParamTensor("project_out.weight", float(e * h), "weight"))
+        out.append(ParamTensor("project_out.weight", float(e * h), "weight", shape=(float(e), float(h))))
     if with_output:
         out.append(ParamTensor("output_layer.weight", model.vocab_size * e / tp, "head", tp > 1))
     return out
@@ -171,7 +179,8 @@ def mtp_tensors(model, tp: int, ep: int, etp: int, style: str, embedding_copy: b
 
 def _named(template: list[ParamTensor], prefix: str) -> list[ParamTensor]:
     """``template`` (a block's tensors named from its root) under ``prefix``."""
-    return [ParamTensor(f"{prefix}{t.name}", t.elems, t.kind, t.tp_sharded, t.expert) for t in template]
+    return [ParamTensor(f"{prefix}{t.name}", t.elems, t.kind, t.tp_sharded, t.expert, t.shape, t.split_dim)
+            for t in template]
 
 
 @dataclass(frozen=True)

@@ -164,6 +164,12 @@ def scenario_step_host(scenario, stage: int, profile=None) -> StepHost | None:
     fw = behaviour(t.framework)
     sizes = rank_tensor_sizes(scenario, stage)
     host = step_host(t.framework, fw.optimizer_update, sizes, scenario.cluster.host_cpu)
+    if t.optimizer == "muon":  # Muon's per-parameter kernels beside the fused launches (counted over every tensor)
+        from .muon import busiest_launches
+        k = busiest_launches(scenario, stage)
+        dispatch, launch = op_seconds(scenario.cluster.host_cpu)
+        host = StepHost(host.dispatches + k, host.launches + k, host.syncs, host.issue_s + k * (dispatch + launch),
+                        host.sync_lead_s)
     m = profiled_chunk(scenario, profile)  # the executor's own step, timed (docstring)
     if m is None:
         return host

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from trainsim.cost_models import muon
 from trainsim.simulator import goodput as gp
 from trainsim.simulator.pools import stage_capacity_bytes
 from trainsim.simulator.search_space import divisors, pipeline_splits, uneven_split
@@ -64,7 +65,8 @@ def checkpoint_seconds(scn: Scenario, opts: ReportOptions) -> float:
     if opts.checkpoint_write_s is not None:
         return opts.checkpoint_write_s
     t = scn.training
-    nbytes = gp.checkpoint_bytes(scn.model.total_params(), t.param_bytes, t.optimizer_bytes_per_param)
+    opt = muon.model_state_bytes_per_param(scn) if t.optimizer == "muon" else t.optimizer_bytes_per_param
+    nbytes = gp.checkpoint_bytes(scn.model.total_params(), t.param_bytes, opt)
     return gp.checkpoint_write_s(nbytes, opts.storage_write_Bps)
 
 

@@ -115,7 +115,7 @@ def plan_goodput(work_s: float, num_gpus: int, checkpoint_s: float, restart_s: f
     )
 
 
-def checkpoint_bytes(total_params: float, param_bytes: int = 2, optimizer_bytes_per_param: int = 12) -> float:
+def checkpoint_bytes(total_params: float, param_bytes: int = 2, optimizer_bytes_per_param: float = 12) -> float:
     """Bytes of a full training checkpoint: weights in the training dtype plus fp32 master and Adam states."""
     return float(total_params) * (param_bytes + optimizer_bytes_per_param)
 

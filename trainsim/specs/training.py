@@ -12,6 +12,7 @@ from .errors import SpecError
 from .framework_behaviour import BEHAVIOURS, Framework
 from .framework_era import era_refusal, feature_refusal
 from .lora import DEFAULT_LORA_ALPHA, LORA_TARGETS, LoraTarget, training_refusal as lora_refusal
+from .optimizer_choice import MUON_NS_STEPS, muon_refusal
 
 Recompute = Literal["none", "selective", "full"]
 # Megatron-Core --recompute-modules (with --recompute-granularity selective): the parts of a block whose
@@ -135,6 +136,22 @@ class TrainingSpec(BaseModel):
         "this many transformer layers are copied to host memory during the forward and back before their "
         "backward, overlapped with the other layers' compute; needs pp=1 and recompute=none, as in Megatron-Core")
     optimizer_bytes_per_param: int = Field(default=12, gt=0, le=64, description="fp32 master + Adam m, v")
+    optimizer: Literal["adam", "muon"] = Field(
+        default="adam", description="the update rule: adam (AdamW, optimizer_bytes_per_param of state) or muon "
+        "(Megatron-Core's emerging-optimizers Muon, cost_models/muon.py: every 2D hidden matrix -- attention "
+        "projections, MLP and each expert's fc1/fc2, the router -- takes Nesterov momentum orthogonalised by "
+        "Newton-Schulz in bf16 GEMMs, split per q/k/v for a fused linear_qkv and blockwise over TP; embeddings, "
+        "output layer, norms and biases stay on AdamW; with distributed_optimizer the LayerWise distributed "
+        "optimizer (dist_muon) assigns whole parameters to data-parallel ranks, all-reduces the gradients and "
+        "all-gathers the updated parameters); framework megatron, bf16/fp8/fp32, zero <= 1")
+    muon_tp_mode: Literal["blockwise", "duplicated"] = Field(
+        default="blockwise", description="with optimizer muon, how a TP-sharded matrix is orthogonalised "
+        "(Megatron-Core --muon-tp-mode): blockwise = each TP rank its own shard, no collective (Megatron-Bridge's "
+        "recipes); duplicated = the fp32 momentum all-gathered over the TP group and the whole matrix iterated on "
+        "every TP rank (Megatron-LM's default); distributed is not costed")
+    muon_ns_steps: int = Field(
+        default=MUON_NS_STEPS, ge=1, le=100, description="with optimizer muon: Newton-Schulz iterations per matrix and step "
+        "(Megatron-Core --muon-num-ns-steps, default 5 as in Keller Jordan's Muon)")
     grad_dtype_bytes: int = Field(default=0, ge=0, le=8, description="bytes per gradient element; 0 = from "
                                   "grad_dtype, else the framework's default (see grad_bytes)")
     grad_dtype: GradDtype | None = Field(
@@ -390,6 +407,8 @@ class TrainingSpec(BaseModel):
             raise SpecError("mixed_precision", f"autocast casts fp32 weights (param_dtype_bytes 4) to a bf16/fp16 "
                              f"dtype; got {self.param_bytes}-byte weights and dtype {self.dtype}")
         self._check_distributed_optimizer()
+        if why := muon_refusal(self):
+            raise SpecError(*why)
         why = era_refusal(self)  # a feature the historic preset's code did not have (specs/framework_era.py)
         if why:
             raise SpecError(re.match(r"\w+", why).group(), why)

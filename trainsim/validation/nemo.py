@@ -26,6 +26,7 @@ from trainsim.validation.nemo_recipes import (
     nemo_expert_tp,
     nemo_lora,
     nemo_mla_optimizer_bytes,
+    nemo_optimizer,
     nemo_models,
     nemo_mtp_layers,
     nemo_pipeline_layouts,
@@ -133,10 +134,11 @@ NEMO_NOTES = (
      "Each module drops its saved tensors and re-runs its forward (mla_up_proj: MLA's up-projections and "
      "RoPE; mlp: the dense blocks' MLP; moe_act: the experts' activation). A MLA row with no entry would be "
      "skipped (none is). Rows with recompute carry 'rc:<modules>' in their label."),
-    ("DeepSeek-V3 / Kimi K2 optimizer and overlap: distributed optimizer; optimizer state 8 bytes/param "
-     "(nemo_mla_optimizer_bytes(): DeepSeek-V3 precision-aware Adam, fp32 main params + bf16 moments; Kimi K2 "
-     "Muon, fp32 main params + fp32 momentum, sharded layer-wise over DP -- Muon's Newton-Schulz iterations "
-     "are not costed); no TP comm overlap (the DeepSeek-V3 recipe's CommOverlapConfig(tp_comm_overlap=False); "
+    ("DeepSeek-V3 / Kimi K2 optimizer and overlap: DeepSeek-V3 distributed optimizer with precision-aware Adam, "
+     "8 bytes/param of state (nemo_mla_optimizer_bytes(): fp32 main params + bf16 moments); Kimi K2 Muon "
+     "(nemo_optimizer(): the recipe's dist_muon, cost_models/muon.py): fp32 main params + fp32 momentum on the 2D "
+     "hidden matrices and Adam on the rest, whole parameters dealt over DP, gradients all-reduced, updated "
+     "parameters all-gathered, 5 bf16 Newton-Schulz iterations per matrix on the busiest rank); no TP comm overlap (the DeepSeek-V3 recipe's CommOverlapConfig(tp_comm_overlap=False); "
      "only the H100 row has tp > 1), sequence parallelism when tp > 1. Not modelled, recorded only: MoE "
      "token dispatch by the flex dispatcher with HybridEP (26.x GB300/GB200/B300/B200) or DeepEP (H100 25.09 "
      "dropless configuration, B200 pp8 vp2 26.04.01), plain all-to-all for the 25.09 tokendrop rows; "
@@ -383,5 +385,7 @@ def _mla_settings(row: _Row, raw: dict, rc_modules: tuple[str, ...] | None) -> s
                    "nemo_recompute_ranges(): the run's recompute is unknown")
     raw["model"] = {"preset": nemo_models()[row.model], "mtp_layers": mtp}
     raw["layout"]["stage_layers"] = list(stage_layers or ())
-    raw["training"].update(tp_comm_overlap=False, optimizer_bytes_per_param=nemo_mla_optimizer_bytes()[row.model])
+    raw["training"].update(tp_comm_overlap=False, optimizer=nemo_optimizer().get(row.model, "adam"))
+    if row.model in nemo_mla_optimizer_bytes():
+        raw["training"]["optimizer_bytes_per_param"] = nemo_mla_optimizer_bytes()[row.model]
     return why_not

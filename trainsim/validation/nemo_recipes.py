@@ -73,8 +73,15 @@ def nemo_mtp_default() -> Mapping[str, int]:
 
 @memoised(maxsize=64)
 def nemo_mla_optimizer_bytes() -> Mapping[str, int]:
-    """Optimizer state bytes per parameter of the MLA recipes (precision-aware Adam 4 + 2 + 2; Muon 4 + 4)."""
+    """Optimizer state bytes per parameter of the Adam recipes where set by hand (precision-aware Adam 4 + 2 + 2);
+    a Muon recipe's follow from its parameters (nemo_optimizer, cost_models/muon.py)."""
     return MappingProxyType(_model_column("optimizer_bytes_per_param"))
+
+
+@memoised(maxsize=64)
+def nemo_optimizer() -> Mapping[str, str]:
+    """The recipe's optimizer (TrainingSpec.optimizer: adam or muon) of the models where the table sets it."""
+    return MappingProxyType(_model_column("optimizer", lambda s, c: s[c]))
 
 
 @memoised(maxsize=64)
