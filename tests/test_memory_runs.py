@@ -292,11 +292,18 @@ def test_accuracy_today(report):
     row = next(r for r in report.compared if r.row_id == "tt24_t1_fsdp")
     assert row.error_pct == pytest.approx(-0.1, abs=0.5)
     assert next(r for r in report.compared if r.row_id == "tt24_t3_fsdp").error_pct == pytest.approx(0.7, abs=0.5)
-    # torch.compile with torchtitan's per-op SAC (TrainingSpec.compile): late 2024 (bf16 and float8)
+    # torch.compile with torchtitan's per-op SAC (TrainingSpec.compile): late 2024 (bf16 and float8), June 2025 on
+    # H200 (float8, compiled loss); the eager step's op-by-op replay stands in for the compiled one's cached bytes
+    # (op_sac_trace.compiled_stand_in), an upper estimate (-1.6 / -0.4 / -6.7 / -8.8 % with the loss-stage term)
     for rid in ("tt24_t1_compile", "tt24_t1_compile_fp8", "tt24_t3_compile", "tt24_t3_compile_fp8"):
-        assert abs(next(r for r in report.compared if r.row_id == rid).error_pct) <= 2.5
-    for rid, err in (("tt25_h200_32", -6.7), ("tt25_h200_64", -8.8)):  # float8 FSDP all-gather unmodelled
-        assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(err, abs=1.0)
+        assert 0.0 <= next(r for r in report.compared if r.row_id == rid).error_pct <= 2.5
+    for rid, err in (("tt25_h200_32", 2.2), ("tt25_h200_64", 2.5)):
+        assert next(r for r in report.compared if r.row_id == rid).error_pct == pytest.approx(err, abs=0.5)
+    # from 32 to 64 ranks the published reserved peak falls 0.99 GiB: the fp32 parameters' and gradients' halves,
+    # Adam's lazily created states sitting in cached segments either way (op_sac_trace module doc)
+    h200 = {r.row_id: r for r in report.compared if r.row_id.startswith("tt25_h200_")}
+    fall = h200["tt25_h200_32"].predicted - h200["tt25_h200_64"].predicted
+    assert fall == pytest.approx(h200["tt25_h200_32"].published - h200["tt25_h200_64"].published, abs=0.2)
     # Megatron's CPU optimizer offload (ms-swift, Qwen2.5-72B tp 8): bf16 weights and the fp32 grad buffer stay, and
     # DDP's start-up with the distributed optimizer holds the weights twice (memory.ddp_param_remap_bytes)
     assert next(r for r in report.compared if r.row_id == "swift26_qwen72b_tp8_optoffload").error_pct == \
@@ -320,9 +327,8 @@ def test_accuracy_today(report):
                                                                                                            abs=0.2)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 21 item 3 target (MAPE <= 5 %, worst <= 8 %) not met by today's "
-                                       "memory model; promote to a plain test once it passes")
 def test_issue_target(report):
+    """issue 21 item 3: MAPE <= 5 % and every row within 8 % (the reserved counter's target)."""
     assert report.mape_pct <= 5.0 and report.worst_pct <= 8.0
 
 

@@ -85,11 +85,58 @@ def _scenario(row: str = "tt165_fsdp2_sac_resv", **training):
 
 def test_covers_only_the_code_it_replays():
     """The scenario's reserved term is the replay's where the step is the traced one -- torchtitan's eager block
-    under FSDP 1 or 2 with per-op SAC and its kept fp32 logits -- and ``None`` (the loss-stage term) elsewhere."""
+    under FSDP 1 or 2 with per-op SAC and its kept fp32 logits -- or that step compiled, and ``None`` (the
+    loss-stage term) elsewhere."""
     assert ot.op_sac_cached_bytes(_scenario(), SHARD) == pytest.approx(4.29 * 2**30, rel=0.01)
     assert ot.op_sac_cached_bytes(_scenario("tt165_fsdp1_sac_resv"), SHARD) == pytest.approx(4.29 * 2**30, rel=0.01)
     assert ot.op_sac_cached_bytes(_scenario("tt24_t1_fsdp"), SHARD) == pytest.approx(7.45 * 2**30, rel=0.01)
     for other in ({"recompute": "full", "recompute_modules": None}, {"cross_entropy": "fused"},
-                  {"compile": True}, {"global_batch": 128}):
+                  {"global_batch": 128}):
         assert ot.op_sac_cached_bytes(_scenario(**other), SHARD) is None, other
+    # compiled, the eager step's tables stand in (compiled_stand_in); for a compiled loss, the late-2024 eager loss
+    assert ot.op_sac_cached_bytes(_scenario(compile=True), SHARD) == pytest.approx(4.29 * 2**30, rel=0.01)
+    late_2024 = ot.op_sac_cached_bytes(_scenario(compile=True, cross_entropy="eager_fp32"), SHARD)
+    assert late_2024 is not None
+    assert ot.op_sac_cached_bytes(_scenario(compile=True, cross_entropy="fused"), SHARD) == late_2024
     assert ot.op_sac_cached_bytes(_scenario("tt165_fsdp1_sac_resv", block_code=None), SHARD) is None  # Composer's
+
+
+def test_lazy_states_land_in_the_cached_segments():
+    """Llama 3.1 8B's per-op SAC step (local batch 2 x 8192, GQA, late 2024's loss): Adam's states created after the
+    first backward take segments the step leaves cached, so the two steps' reserved peak is the stateless one's
+    (62.15 GiB) within 0.2 GiB for the states of 32, 64 and 128 ranks (1.87 / 0.93 / 0.47 GiB), while those of 8
+    ranks (7.48 GiB) do not fit and add more than themselves (op_sac_trace module doc)."""
+    GiB = 1 << 30
+    size = ot.sizes(b=2, s=8192, h=4096, a=32, kv=8, f=14336, vocab=128256)
+    elems = ot.titan_param_elems(layers=32, h=4096, a=32, kv=8, f=14336, vocab=128256)
+    phases = ot.tables(gqa=True, logits_kept=False)
+    steps = (ot.step_events(0, 32, size, phases), ot.step_events(1, 32, size, phases))
+    bare = replay(steps[0] + steps[1]).peak_reserved
+
+    def reserved(shard: int) -> tuple[float, float]:
+        states = [4 * -(-n // shard) for n in elems for _ in "mv"]
+        lazy = [("alloc", ("state", i), x) for i, x in enumerate(states)]
+        return (replay(steps[0] + lazy + steps[1]).peak_reserved - bare) / GiB, sum(states) / GiB
+
+    for shard in (32, 64, 128):
+        extra, states = reserved(shard)
+        assert 0.0 <= extra <= 0.2 and states >= 0.45
+    extra, states = reserved(8)
+    assert extra > states > 7.0
+
+
+def test_compiled_steps_are_replayed_with_the_eager_tables():
+    """torchtitan's compiled per-op SAC step (the June 2025 H200 run: float8 Linear layers, compiled loss) is
+    replayed with the eager tables standing in (op_sac_trace.compiled_stand_in) and says so; fused block code is
+    not."""
+    from trainsim.cost_models import memory
+    from trainsim.specs import build_scenario
+    from trainsim.validation.memory_runs import load_memory
+    case = next(c for c in load_memory().cases if c.row_id == "tt25_h200_64")
+    scn = case.scenario
+    assert ot.compiled_stand_in(scn) and ot.covers(scn)
+    assert ot.states_note(scn) is ot.COMPILED_NOTE
+    sm = memory.stage_memory(scn, 0)
+    assert sm.allocator_cached == pytest.approx(ot.op_sac_cached_bytes(scn, 64) + sm.grads_off_peak + sm.stream_pools)
+    fused = build_scenario({**scn.model_dump(), "training": {**scn.training.model_dump(), "block_code": "fused"}})
+    assert not ot.compiled_stand_in(fused) and not ot.covers(fused)

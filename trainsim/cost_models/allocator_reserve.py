@@ -27,8 +27,9 @@ allocator (kernels/alloc_trace.py; benchmarks/bench_titan_allocator_trace.py, PR
 stream's reserved-but-free bytes are 1.8 GiB with full AC and 4.3 GiB with per-op SAC where this term gives 3.8
 and 2.9 (the PR's FSDP2 runs, less the side-stream pools: 3.0 and 4.6): the blocks' saved tensors interleave with
 their transients under SAC, which the loss-stage term does not see. Where a scenario runs that code under per-op
-SAC, op_sac_trace.py generates the step's allocations op by op from the shapes and its replay's cached bytes
-replace this term (memory._allocator_cached).
+SAC, eager or compiled (the eager step's tables standing in for the compiled one's), op_sac_trace.py generates the
+step's allocations op by op from the shapes and its replay's cached bytes replace this term
+(memory._allocator_cached).
 
 This is the allocator's default segment mode. With ``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` a request
 that no free block holds grows the stream's one segment, and a free block at its end counts toward it

@@ -450,7 +450,7 @@ def _first_step_reserved(scenario, stage: int, sm: StageMemory, impl: str) -> tu
     """Reserved bytes the optimizer states created at the first step add on ``stage`` (first_step_fragmentation.py),
     and the sentence the memory assumptions state."""
     replayed = op_sac_trace.covers(scenario)  # the op-by-op replay holds the states
-    per_element, note = op_sac_trace.STATES_NOTE if replayed else lazy_state_bytes(scenario.training)
+    per_element, note = op_sac_trace.states_note(scenario) if replayed else lazy_state_bytes(scenario.training)
     rp = rank_param_shards(scenario, stage)
     if per_element is None or not rp.optimizer_params:
         return 0.0, note

@@ -35,13 +35,29 @@ states of every parameter's 1/``shard`` piece are created after the first step's
 bytes at the reserved peak, in place of the loss-stage term, where the scenario runs this code -- torch FSDP
 (1 or 2) over eager torchtitan blocks (shapes.LayerShape.titan) with per-op SAC, multi-head or grouped-query
 attention (not one key/value head, whose ``repeat_kv`` is a view), no TP / CP / PP, one micro-batch per step and
-torchtitan's eager fp32 loss (cross_entropy eager_fp32 or eager_fp32_kept); ``None`` elsewhere. Left out, as in the trace: FSDP's side-stream
+torchtitan's eager fp32 loss (cross_entropy eager_fp32 or eager_fp32_kept), or that step compiled (below); ``None`` elsewhere. Left out, as in the trace: FSDP's side-stream
 pools (fsdp_stream_pools.py), its unsharded parameters and gradients (FSDP2 holds a unit's unsharded gradients
 until its reduce-scatter copy-in; FSDP1 concatenates them into the flat gradient), CUDA's flash-attention
 workspaces (the trace dispatches to the CPU kernel), the optimizer's foreach temporaries. Held against the
 trace's replay in tests/test_op_sac_trace.py. PR #165's Llama 2 7B step: 4.29 GiB where the loss-stage term
 gives 2.0 (FSDP1) and 2.9 (FSDP2) (benchmarks/bench_titan_allocator_trace.py); late 2024's Llama 3.1 8B step
 (local batch 2 x 8192): 7.45 GiB on 8 ranks and 6.71 on 128, where it gives 6.2.
+
+Adam's lazily created states land in the segments the first step's loss and blocks left cached, so the reserved
+peak hardly depends on the shard they are cut to once they fit there: on Llama 3.1 8B's step (local batch 2 x
+8192, grouped-query attention, late 2024's loss) the replay reserves 62.15 GiB without states and 62.21, 62.31,
+62.23 GiB with the 1.87, 0.93, 0.47 GiB of states of 32, 64 and 128 ranks (7.48 GiB on 8 ranks no longer fit:
+69.98); the reserved figure falls from 32 to 64 ranks by what the rank's fp32 parameters and gradients lose, not
+by the states' 0.93 GiB (tests/test_op_sac_trace.py; the June 2025 H200 runs, memory_runs.csv tt25_h200_32/64,
+fall by 0.99 GiB where the states counted as allocated made the model's fall 2.34).
+
+**Compiled steps** (``compiled_stand_in``): torchtitan compiles each block (and, from 2025, its loss) with the
+per-op policy inside; AOTAutograd's partitioner saves what the policy marks MUST_SAVE, so the saved tensors and
+their order are the eager step's, and torchao's float8 Linear keeps the 16-bit outputs of its scaled mm. The
+eager tables stand for the compiled step, the eager late-2024 loss for a compiled one: an upper estimate of its
+cached bytes, since Inductor fuses the RMSNorms' fp32 temporaries and the loss's fp32 copy -- the compiled rows
+of memory_runs.csv come out 1.4-2.5 % high with local batch 2 x 8192 (tt24_t1/t3_compile, tt25_h200) or 8 x 2048
+(tt165_fsdp2_sac_compile_resv), 5.2 % with 16 x 2048, where the loss-stage term left them up to 8.8 % low.
 """
 
 from __future__ import annotations
@@ -227,12 +243,26 @@ def trace_cached_bytes(layers: int, size_items: tuple, states: tuple[int, ...], 
     return r.peak_reserved - r.peak_allocated
 
 
+def compiled_stand_in(scenario) -> bool:
+    """Whether the scenario compiles torchtitan's Llama blocks (and perhaps its loss) under per-op SAC, so that the
+    eager step's tables stand in for the compiled step's (module doc): torchtitan's model code (the framework's
+    eager Llama block, not fused block code), torch.compile, 16-bit or torchao float8 Linear layers, flash SDPA,
+    no autocast, the architecture that code implements (ModelSpec.plain_llama_block)."""
+    t, m = scenario.training, scenario.model
+    return (t.compile and t.block_code != "fused" and behaviour(t.framework).eager_llama_block
+            and t.dtype in ("bf16", "fp16", "fp8") and t.flash_attention and not t.autocast
+            and m.plain_llama_block)
+
+
 def covers(scenario) -> bool:
-    """Whether the scenario's step is the one these tables describe (module doc)."""
+    """Whether the scenario's step is the one these tables describe, or its compiled form they stand in for
+    (``compiled_stand_in``; module doc)."""
     shp, t, m, lay = layer_shape(scenario), scenario.training, scenario.model, scenario.layout
-    return (behaviour(t.framework).torch_fsdp and shp.titan and shp.recomputes("op_sac") and shp.a % shp.kv == 0
-            and (shp.kv == shp.a or shp.kv > 1) and lay.tp == lay.cp == lay.pp == 1
-            and scenario.num_microbatches == 1 and shp.eager_ce and not shp.fused_ce
+    eager = shp.titan and shp.eager_ce and not shp.fused_ce
+    compiled = compiled_stand_in(scenario) and (shp.eager_ce or shp.fused_ce)
+    return (behaviour(t.framework).torch_fsdp and (eager or compiled) and shp.recomputes("op_sac")
+            and shp.a % shp.kv == 0 and (shp.kv == shp.a or shp.kv > 1) and lay.tp == lay.cp == lay.pp == 1
+            and scenario.num_microbatches == 1
             and not (shp.dropout or shp.is_moe or shp.mla or shp.qk_norm or shp.window or shp.bias)
             and shp.gated and shp.rope and shp.norm == "rmsnorm" and not m.tie_embeddings and not t.offload_params)
 
@@ -241,6 +271,14 @@ def covers(scenario) -> bool:
 # per-element bytes for first_step_fragmentation.py: the replay holds them).
 STATES_NOTE = (None, ("Adam's m, v created at the first step (torch.optim _init_group): in the op-by-op replay of "
                      "the per-op SAC step (op_sac_trace.py)"))
+COMPILED_NOTE = (None, ("Adam's m, v created at the first step (torch.optim _init_group): in the op-by-op replay of "
+                       "the eager per-op SAC step, which stands in for the compiled one (op_sac_trace.py; an upper "
+                       "estimate of its cached bytes: Inductor fuses the RMSNorms' fp32 temporaries and the loss)"))
+
+
+def states_note(scenario) -> tuple:
+    """What the memory assumptions state of Adam's lazily created states where the replay covers the step."""
+    return COMPILED_NOTE if scenario.training.compile else STATES_NOTE
 
 
 def op_sac_cached_bytes(scenario, shard: int) -> float | None:
@@ -253,4 +291,4 @@ def op_sac_cached_bytes(scenario, shard: int) -> float | None:
     elems = titan_param_elems(layers=m.num_layers, h=shp.h, a=shp.a, kv=shp.kv, f=shp.f, vocab=shp.vocab)
     states = tuple(4 * -(-n // shard) for n in elems for _ in range(2))
     return float(trace_cached_bytes(m.num_layers, tuple(sorted(size.items())), states, shp.kv < shp.a,
-                                    shp.ce_logits_kept))
+                                    shp.ce_logits_kept and not shp.fused_ce))
