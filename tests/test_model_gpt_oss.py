@@ -176,3 +176,20 @@ def test_op_fuser_experts_drop_the_eager_passes():
 def test_op_fuser_needs_megatron():
     with pytest.raises(SpecError, match="fused_grouped_mlp"):
         _megatron_ops(fused_grouped_mlp=True, framework="torch")
+
+
+def test_eager_clamp_keeps_fc1_output_unless_moe_act_is_recomputed():
+    """The two clamps save fc1's raw output (2 x 2880 per routed token, bf16) besides the clamped copy the fused
+    activation saves; under moe_act recompute the checkpoint keeps only fc1's output, as without the clamp."""
+    from trainsim.cost_models.activations import layer_activation_bytes
+
+    def act(fused, rc=()):
+        sc = build_scenario({"model": "gpt-oss-20b", "cluster": {"preset": "dgx-h100", "num_gpus": 8},
+                             "layout": {"ep": 8},
+                             "training": {"seq_len": 512, "global_batch": 8, "micro_batch": 1,
+                                          "fused_grouped_mlp": fused,
+                                          **({"recompute": "selective", "recompute_modules": list(rc)} if rc else {})}})
+        return layer_activation_bytes(sc).main
+
+    assert act(False) - act(True) == 2 * (512 * 4) * 2 * 2880
+    assert act(False, ("moe_act",)) == act(True, ("moe_act",))
