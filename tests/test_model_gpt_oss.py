@@ -57,7 +57,7 @@ def test_presets_hold_the_model_cards_counts(name):
 def test_released_config_maps_to_the_preset(cfg, name):
     hf, preset = load_model(cfg), load_model(name)
     assert hf.total_params() == preset.total_params() and hf.active_params() == preset.active_params()
-    assert (hf.attn_sinks, hf.router_bias, hf.bias, hf.swiglu_limit) == (True, True, True, 7.0)
+    assert (hf.attn_sinks, hf.router_bias, hf.bias, hf.swiglu_limit, hf.rope_yarn) == (True, True, True, 7.0, True)
     assert (hf.sliding_window, hf.global_every, hf.num_global_layers) == (128, 2, cfg["num_hidden_layers"] // 2)
     assert (hf.num_experts, hf.top_k, hf.dhead, hf.kv_heads, hf.tie_embeddings) == (
         cfg["num_local_experts"], 4, 64, 8, False)
@@ -143,3 +143,53 @@ def test_per_rank_parameters_add_sinks_and_router_bias(tp, ep):
     assert any(t.name.endswith("router.bias") and t.elems == 32 for t in tensors)
     if (tp, ep) == (1, 1):
         assert dense + expert == m.layer_params()
+
+
+def _megatron_ops(fused_grouped_mlp=False, framework="megatron", seq=512):
+    sc = build_scenario({"model": "gpt-oss-20b", "cluster": {"preset": "dgx-h100", "num_gpus": 8},
+                         "layout": {"ep": 8},
+                         "training": {"seq_len": seq, "global_batch": 8, "micro_batch": 1, "framework": framework,
+                                      "fused_grouped_mlp": fused_grouped_mlp}})
+    return {op.name: op for op in layer_ops(sc)}
+
+
+def test_megatron_eager_expert_passes_by_hand():
+    """Megatron-Core's TEGroupedMLP (flops.py MCORE_GLU_CLAMP_RW, MCORE_EXPERT_BIAS_RW): the clamp over fc1's
+    output (2 x 2880 per routed token) and the per-expert fc2 bias over its output (2880), bf16; 512 tokens x top-4
+    routed to this rank with ep 8 (balanced). RoPE runs Megatron's unfused sequence on q and k (64 + 8 heads of 64)."""
+    ops, e, routed = _megatron_ops(), 2, 512 * 4
+    clamp, bias, rope = ops["expert_glu_clamp"], ops["expert_fc2_bias"], ops["rope"]
+    assert (clamp.fwd_bytes, clamp.bwd_input_bytes) == (4 * e * routed * 5760, 5 * e * routed * 5760)
+    assert "moe_act" in clamp.modules  # inside the moe_act checkpoint: recomputed with it
+    assert (bias.fwd_bytes, bias.bwd_input_bytes) == (6 * e * routed * 2880, 8 * e * routed * 2880)
+    assert (rope.fwd_bytes, rope.bwd_input_bytes) == (12 * e * 512 * 72 * 64, 13 * e * 512 * 72 * 64)
+
+
+def test_op_fuser_experts_drop_the_eager_passes():
+    """use_transformer_engine_op_fuser (TrainingSpec.fused_grouped_mlp): bias and clamp inside TE's ops."""
+    fused, eager = _megatron_ops(fused_grouped_mlp=True), _megatron_ops()
+    assert "expert_glu_clamp" not in fused and "expert_fc2_bias" not in fused
+    assert fused["rope"] == eager["rope"]  # the RoPE choice is the model's, not the experts'
+    assert set(eager) - set(fused) == {"expert_glu_clamp", "expert_fc2_bias"}
+
+
+def test_op_fuser_needs_megatron():
+    with pytest.raises(SpecError, match="fused_grouped_mlp"):
+        _megatron_ops(fused_grouped_mlp=True, framework="torch")
+
+
+def test_eager_clamp_keeps_fc1_output_unless_moe_act_is_recomputed():
+    """The two clamps save fc1's raw output (2 x 2880 per routed token, bf16) besides the clamped copy the fused
+    activation saves; under moe_act recompute the checkpoint keeps only fc1's output, as without the clamp."""
+    from trainsim.cost_models.activations import layer_activation_bytes
+
+    def act(fused, rc=()):
+        sc = build_scenario({"model": "gpt-oss-20b", "cluster": {"preset": "dgx-h100", "num_gpus": 8},
+                             "layout": {"ep": 8},
+                             "training": {"seq_len": 512, "global_batch": 8, "micro_batch": 1,
+                                          "fused_grouped_mlp": fused,
+                                          **({"recompute": "selective", "recompute_modules": list(rc)} if rc else {})}})
+        return layer_activation_bytes(sc).main
+
+    assert act(False) - act(True) == 2 * (512 * 4) * 2 * 2880
+    assert act(False, ("moe_act",)) == act(True, ("moe_act",))

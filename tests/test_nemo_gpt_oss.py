@@ -48,23 +48,25 @@ def test_every_row_is_predicted_or_skipped_for_a_named_reason(cases):
             assert c.scenario.layout.etp == 1 and c.scenario.training.flash_attention, rid
 
 
-@pytest.mark.parametrize("rid, modules, overlap", [
-    ("mb_92", (), False),                           # GB300 BF16 26.04.01: GB300_BF16_V2, TE graphs, no recompute
-    ("mb_93", ("layernorm", "moe_act"), True),      # GB200 BF16 26.04.01: GB200_BF16_V2 (v0.4.0: moe_a2a_overlap)
-    ("mb_183", ("layernorm", "moe_act"), False),    # GB200 BF16 26.02.01: r0.3.0's V2 only raises GBS
-    ("mb_94", (), False),                           # B300 BF16 26.04.01 ep8
-    ("mb_95", ("layernorm", "moe_act"), False),     # B200 BF16 26.04.01 ep8
-    ("mb_222", ("layernorm", "moe_act"), False),    # B200 BF16 26.02 ep64 (v0.3.0's V2)
-    ("mb_96", ("layernorm", "moe_act"), False),     # H100 BF16 26.04.01 pp4 ep8 mbs1
-    ("mb_5", (), True),                             # GB300 MXFP8 26.08 ep16: full-iteration graph, EP overlap
-    ("mb_6", (), True),                             # GB200 MXFP8 26.08 ep64: recompute_modules = []
-    ("mb_46", (), False),                           # B300 MXFP8 26.06: B300_FP8_MX_V2 = B300_BF16_V2
+@pytest.mark.parametrize("rid, modules, overlap, fuser", [
+    ("mb_92", (), False, False),                        # GB300 BF16 26.04.01: GB300_BF16_V2, TE graphs, no recompute
+    ("mb_93", ("layernorm", "moe_act"), True, False),   # GB200 BF16 26.04.01: GB200_BF16_V2 (v0.4.0: moe_a2a_overlap)
+    ("mb_183", ("layernorm", "moe_act"), False, False),  # GB200 BF16 26.02.01: r0.3.0's V2 only raises GBS
+    ("mb_94", (), False, False),                        # B300 BF16 26.04.01 ep8
+    ("mb_95", ("layernorm", "moe_act"), False, False),  # B200 BF16 26.04.01 ep8
+    ("mb_222", ("layernorm", "moe_act"), False, False),  # B200 BF16 26.02 ep64 (v0.3.0's V2)
+    ("mb_96", ("layernorm", "moe_act"), False, False),  # H100 BF16 26.04.01 pp4 ep8 mbs1
+    ("mb_5", (), True, True),     # GB300 MXFP8 26.08 ep16: full-iteration graph, EP overlap, TE op fuser (v0.6.0)
+    ("mb_44", (), True, True),    # GB300 MXFP8 26.06: cutedsl_fused_grouped_mlp -> use_transformer_engine_op_fuser
+    ("mb_6", (), True, True),     # GB200 MXFP8 26.08 ep64: recompute_modules = []
+    ("mb_46", (), False, False),  # B300 MXFP8 26.06: B300_FP8_MX_V2 = B300_BF16_V2 (no op fuser)
 ])
-def test_rows_take_their_configs_settings(cases, rid, modules, overlap):
+def test_rows_take_their_configs_settings(cases, rid, modules, overlap, fuser):
     c = cases[rid]
     t = c.scenario.training
     assert (t.recompute_modules or ()) == modules and t.recompute == ("selective" if modules else "none"), rid
     assert t.ep_comm_overlap is overlap and ("a2a-ov" in c.label) is overlap, rid
+    assert t.fused_grouped_mlp is fuser, rid
     assert t.dtype == ("fp8" if "MXFP8" in c.label else "bf16") and t.grad_dtype == "bf16", rid
 
 

@@ -219,14 +219,16 @@ def test_nemo_deepseek_guard(nemo):
 
 def test_nemo_gpt_oss_guard(nemo):
     """GPT OSS 120B (25 rows predicted; the 26.06.01 regression rows and the unmatched 25.11 rows skipped): every
-    run predicted to fit, as it ran, and every one predicted too fast today -- MAPE 45.8 %, bias +45.8 %, the rows
-    of one system within a few percent of each other after their bias (H100 1.5 %, B200 4.4 %, B300 7.9 %), so
-    something gpt-oss-specific per step is not costed (not tuned to the rows). Bounds hold today's figures."""
+    run predicted to fit, as it ran. Megatron-Core's eager gpt-oss passes (TEGroupedMLP's clamp and per-expert fc2
+    bias, the unfused YaRN RoPE; flops.py) took the MAPE from 45.8 % to 32.6 % (BF16: GB300 +52 -> +32 %, B300
+    +46 -> +31 %, B200 +42 -> +28 %, H100 +47 -> +31 %, GB200 +65..79 -> +42..52 %); every row is still predicted
+    too fast (+19 % at least), the rows of one system within a few percent after their bias (H100 1.5 %, B200
+    2.9 %), so a part per step is still not costed (not tuned to the rows). Bounds hold today's figures."""
     labels = {c.row_id: c.label for c in nemo.dataset.cases}
     rows = [r for r in nemo.compared if labels[r.row_id].startswith("GPT OSS 120B")]
     assert len(rows) == 25 and all(r.fits for r in rows)
     assert all(r.error_pct > 10.0 for r in rows)
-    assert _mape(rows) <= 50.0, _mape(rows)
+    assert _mape(rows) <= 35.0, _mape(rows)
 
 
 def test_nemo_tp_comm_overlap_is_what_fixes_h100_70b(nemo):

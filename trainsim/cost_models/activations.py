@@ -266,6 +266,8 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
         inner = routed * _mlp_inner_bytes(shp, shp.fe, impl) / xt
         if rc("moe_act"):  # the activation's output (fc2's saved input) is recomputed from its kept input
             inner -= routed * _gemm_input_e(shp, impl) * shp.fe / xt
+        elif shp.glu_clamp and shp.mcore_experts:  # Megatron-Core's eager clamps keep fc1's raw output besides
+            inner += e * routed * 2 * shp.fe / xt  # the clamped copy the fused activation saves (flops.py)
         mlp = _gemm_input_e(shp, impl) * routed * h + inner + e * routed * h
         router = STAT_BYTES * (T / r) * shp.experts + 8 * (T / r) * k
         if shp.fs and not rc("shared_experts"):  # shared expert: its inner activations (input = the router's)

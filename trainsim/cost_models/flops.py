@@ -57,6 +57,19 @@ _SOFTCAP_FLOPS = 3.0  # soft-capping c·tanh(x/c): divide, tanh, multiply
 # activation_func_clamp_value / glu_linear_offset): besides SwiGLU's sigmoid and two multiplies, the gate's
 # upper clamp, the up projection's two-sided clamp, the sigmoid's gain alpha and the +1 on up: 5 more per element.
 _GLU_CLAMP_FLOPS = 5.0
+# Megatron-Core's TEGroupedMLP (megatron/core/transformer/moe/experts.py and fusions/fused_bias_geglu.py at
+# NVIDIA/Megatron-LM b0cc2706, the commit Megatron-Bridge v0.3.0 pins) runs two gpt-oss steps as eager torch ops
+# outside its fused kernels, each a full pass over the experts' activations (bytes per element, units of e):
+# * the clamp (weighted_bias_quick_geglu_impl with clamp_value): fc1's output chunked, ``x_glu.clamp(max=c)`` and
+#   ``x_linear.clamp(-c, c)`` (read 1/2, write 1/2 each) and ``torch.cat`` of the two (read 1, write 1) before the
+#   fused activation: 4; backward each clamp's masked gradient (read the gradient and the input, write: 3 x 1/2)
+#   and the chunk's backward joining the two halves (read 1, write 1): 5. It lies inside the moe_act checkpoint.
+# * fc2's bias (linear_fc2 built with skip_bias_add=True; TEGroupedMLP._apply_bias): per local expert
+#   ``t + b * p`` (write the b*p product: 1; the add: read 2, write 1) and ``torch.cat`` of the experts (2): 6;
+#   backward the split's gradient joined into one tensor (2), the bias gradient ``(g * p)`` summed over tokens (3)
+#   and the probability gradient ``(g * b)`` summed over hidden (3): 8.
+MCORE_GLU_CLAMP_RW = (4, 5)
+MCORE_EXPERT_BIAS_RW = (6, 8)
 # An attention sink (gpt-oss, Megatron-Core softmax_type "learnable") adds exp(sink - max) to each score row's
 # denominator: subtract, exp, add per row and head forward; the backward reduces the sink's gradient over rows.
 _SINK_FLOPS = 3.0
@@ -211,6 +224,13 @@ def _residual(name: str, shp: LayerShape, n_tok: float) -> Op:
 # each half's two gradients (2 x 1.5), each slice's backward writing a zero-filled full tensor and copying its half
 # (2 x 2) and the sum of the two slices' gradients (3): 15. A fused RoPE kernel reads and writes once (2, 2).
 EAGER_ROPE_RW = (9, 15)
+# Megatron-Core's unfused RoPE (_apply_rotary_pos_emb_bshd, models/common/embeddings/rope_utils.py at b0cc2706), which
+# Megatron-Bridge runs for YaRN (utils/fusions.py validate_rope_fusion_compatibility: apply_rope_fusion only with
+# position_embedding_type rope; gpt_provider.py provide() turns it off): forward ``t * cos`` (2), _rotate_half's
+# negation of one half (1) and ``cat`` (2), ``* sin`` (2), the add (3) and the final ``cat`` with the empty pass-through
+# part (2): 12; backward the two multiplies' input gradients (2 x 2), the negation (1), the chunk's halves joined (2),
+# the two gradients of t summed (3) and the rot_dim slice's backward (zero-fill and copy: 3): 13.
+MCORE_EAGER_ROPE_RW = (12, 13)
 # Bytes per element (units of e) of SwiGLU as two eager ops, ``F.silu(gate(x)) * fc1(x)`` (kernels/torch_model.py
 # MLP): forward silu (read 1, write 1) and the multiply (read 2, write 1): 5; backward the multiply's two input
 # gradients (read 2, write 1 each) and silu's backward (read its input and gradient, write 1): 9. A fused kernel
@@ -219,10 +239,10 @@ EAGER_SWIGLU_RW = (5, 9)
 
 
 def _rope(shp: LayerShape, n_elems: float) -> Op:
-    """RoPE on the local query and key heads: a fused kernel, or under torch.autocast (trainsim execute's eager
-    block code) the eager op sequence of ``EAGER_ROPE_RW``."""
+    """RoPE on the local query and key heads: a fused kernel, under torch.autocast (trainsim execute's eager
+    block code) the eager op sequence of ``EAGER_ROPE_RW``, or Megatron-Core's unfused one (``MCORE_EAGER_ROPE_RW``)."""
     e = shp.e
-    fwd, bwd = EAGER_ROPE_RW if shp.autocast else (2, 2)
+    fwd, bwd = EAGER_ROPE_RW if shp.autocast else MCORE_EAGER_ROPE_RW if shp.mcore_rope_eager else (2, 2)
     return _elementwise("rope", "elementwise", n_elems, fwd * e, bwd * e, 3.0)
 
 
@@ -327,11 +347,16 @@ def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int 
                            6.0 + (_GLU_CLAMP_FLOPS if shp.glu_clamp else 0.0))
     else:
         act = _elementwise(f"{prefix}gelu", "elementwise", act_elems, 2 * e, 3 * e, 8.0)
+    acts = [act]
     if module == "moe":
-        act = replace(act, modules=frozenset({"moe_act"}))
+        if shp.glu_clamp and shp.mcore_experts:  # Megatron-Core's eager clamp before the fused activation
+            fwd_rw, bwd_rw = MCORE_GLU_CLAMP_RW
+            acts.insert(0, _elementwise(f"{prefix}glu_clamp", "elementwise", n_in * act_elems, fwd_rw * e,
+                                        bwd_rw * e, 0.0))
+        acts = [replace(a, modules=frozenset({"moe_act"})) for a in acts]
     ops = [
         _linear(f"{prefix}fc1", tokens, n_in * f_local, h, e, fp8=fp8, fp4=fp4, batch=batch, weight_casts=casts),
-        act,
+        *acts,
         _linear(f"{prefix}fc2", tokens, h, f_local, e, fp8=fp8, fp4=fp4, batch=batch, weight_casts=casts),
     ]
     return _tag(ops, module)
@@ -350,6 +375,9 @@ def _moe_ops(shp: LayerShape) -> list[Op]:
         _elementwise("moe_permute", "elementwise", routed * h, 2 * e, 2 * e, 0.0),
     ]
     ops += _mlp_ops(shp, per_expert, shp.fe, "expert_", batch=local_experts, split=shp.xtp, module="moe")
+    if shp.bias and shp.mcore_experts:  # fc2's bias, added per local expert by TEGroupedMLP._apply_bias
+        fwd_rw, bwd_rw = MCORE_EXPERT_BIAS_RW
+        ops.append(_elementwise("expert_fc2_bias", "elementwise", routed * h, fwd_rw * e, bwd_rw * e, 2.0))
     ops.append(_elementwise("moe_unpermute", "elementwise", routed * h, 2 * e, 3 * e, 1.0))
     if shp.fs:  # shared expert: a TP-sharded dense MLP every token runs, its output added to the routed one
         ops += _mlp_ops(shp, shp.tokens, shp.fs, "shared_", module="shared_experts")

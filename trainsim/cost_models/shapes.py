@@ -75,6 +75,8 @@ class LayerShape:
     attn_softcap: bool = False   # attention logits soft-capped (Gemma 2)
     sinks: bool = False       # a learned sink logit per head in every softmax denominator (gpt-oss)
     glu_clamp: bool = False   # gpt-oss's clamped SwiGLU (ModelSpec.swiglu_limit)
+    mcore_rope_eager: bool = False  # Megatron runs RoPE unfused (YaRN: Megatron-Bridge turns apply_rope_fusion off)
+    mcore_experts: bool = False  # the experts run Megatron-Core's eager TEGroupedMLP path (megatron, no op fuser)
     final_softcap: bool = False  # output logits soft-capped (Gemma 2)
     proj: int = 0             # word-embedding width projected to/from h (OPT word_embed_proj_dim; 0: none)
     moe_load: float = 1.0     # most loaded EP rank's tokens over the mean (moe_balance.py; 1 = even routing)
@@ -197,6 +199,8 @@ def _layer_shape(scenario) -> LayerShape:
         local_frac=(1.0 - m.num_global_layers / m.num_layers) if m.sliding_window else 0.0,
         attn_softcap=m.attn_softcap is not None, final_softcap=m.final_softcap is not None,
         sinks=m.attn_sinks, glu_clamp=m.swiglu_limit is not None,
+        mcore_experts=t.framework == "megatron" and m.is_moe and not t.fused_grouped_mlp,
+        mcore_rope_eager=t.framework == "megatron" and m.rope_yarn,
         proj=m.embed_proj_dim or 0, moe_load=scenario_moe_load_factor(scenario),
         te_cp_p2p=t.framework == "megatron" and lay.cp > 1 and t.cp_exchange == "p2p",
         lora_rank=t.lora_rank, lora_targets=frozenset(t.lora_target_modules) if t.lora_rank else frozenset(),

@@ -543,8 +543,10 @@ def _gpt_oss_fields(d: Mapping) -> dict:
     """gpt-oss (transformers modeling_gpt_oss.py, read_file id 44441688634; OpenAI's model card, arXiv:2508.10925):
     a learned sink logit per head in every attention softmax (GptOssAttention.sinks), a router with a bias
     (GptOssTopKRouter.bias) and the clamped SwiGLU of the experts (``swiglu_limit``; alpha 1.702). YaRN RoPE
-    (``rope_scaling``) changes no weight and no per-token work ModelSpec costs."""
+    (``rope_scaling`` rope_type yarn) changes no weight; it is recorded (rope_yarn) because Megatron runs it unfused."""
     limit = d.get("swiglu_limit", _GPT_OSS_SWIGLU_LIMIT)
     if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not 0 < limit <= 1_000_000:
         raise SpecError("model.swiglu_limit", f"must be a number in (0, 1e6], got {limit!r}")
-    return {"attn_sinks": True, "router_bias": True, "swiglu_limit": float(limit)}
+    scaling = d.get("rope_scaling")
+    yarn = isinstance(scaling, Mapping) and (scaling.get("rope_type") or scaling.get("type")) == "yarn"
+    return {"attn_sinks": True, "router_bias": True, "swiglu_limit": float(limit), "rope_yarn": yarn}

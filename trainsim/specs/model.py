@@ -63,6 +63,11 @@ class ModelSpec(BaseModel):
         default=None, gt=0, le=1_000_000,
         description="gpt-oss's clamped SwiGLU: gate clamped to <= limit, up to +-limit, out = gate*sigmoid(1.702*gate)"
                     "*(up + 1) (transformers GptOssExperts, swiglu_limit 7.0): elementwise work only; needs swiglu")
+    rope_yarn: bool = Field(
+        default=False,
+        description="YaRN-scaled rotary embedding (gpt-oss rope_scaling yarn): the same rotation, cos/sin scaled; "
+                    "Megatron-Bridge runs it unfused (apply_rope_fusion off for position_embedding_type yarn); "
+                    "needs position_embedding rope")
     embed_proj_dim: int | None = Field(
         default=None, gt=0, le=1_000_000,
         description="word embeddings of this width, projected to hidden after the lookup and back before the output "
@@ -107,6 +112,8 @@ class ModelSpec(BaseModel):
             raise ValueError("router_bias needs a MoE model (num_experts > 1)")
         if self.swiglu_limit is not None and self.activation != "swiglu":
             raise ValueError(f"swiglu_limit clamps a SwiGLU MLP; activation is {self.activation!r}")
+        if self.rope_yarn and self.position_embedding != "rope":
+            raise ValueError(f"rope_yarn scales a rotary embedding; position_embedding is {self.position_embedding!r}")
         if self.attn_sinks and self.is_mla:
             raise ValueError("attention sinks with multi-head latent attention are not modelled")
         if self.first_dense_layers >= self.num_layers:

@@ -239,6 +239,11 @@ class TrainingSpec(BaseModel):
         default=False, description="MoE expert-parallel all-to-alls of one micro-batch overlapped with the compute of "
         "another (Megatron-Core --overlap-moe-expert-parallel-comm --delay-wgrad-compute, the combined 1F1B schedule; "
         "DualPipe's overlap): needs ep > 1, and pp = 1 or model chunks (interleaved, dualpipev)")
+    fused_grouped_mlp: bool = Field(
+        default=False, description="MoE experts through Transformer Engine's op fuser (Megatron-Core "
+        "use_transformer_engine_op_fuser, the cuteDSL fused grouped MLP): grouped fc1 and fc2 with their biases and the "
+        "clamped GLU run inside TE ops, so the eager clamp and per-expert fc2-bias passes of TEGroupedMLP are not run "
+        "(cost_models/flops.py); framework megatron")
     moe_imbalance: float | None = Field(
         default=None, ge=1.0, allow_inf_nan=False, description="MoE routing imbalance: tokens of the most loaded "
         "expert-parallel rank over the mean (1 = even routing, at most ep); it scales the experts' GEMM time, the "
@@ -375,6 +380,9 @@ class TrainingSpec(BaseModel):
             raise SpecError("ep_comm_overlap", f"Megatron-Core's combined 1F1B overlap is not in framework "
                                                f"{self.framework}, which has no expert-parallel overlap: use "
                                                f"framework megatron or drop it")
+        if self.fused_grouped_mlp and self.framework != "megatron":
+            raise SpecError("fused_grouped_mlp", f"Megatron-Core's TE op-fuser experts are not in framework "
+                                                 f"{self.framework}: use framework megatron or drop it")
         fsdp = BEHAVIOURS[self.framework].torch_fsdp
         if fsdp and self.offload_optimizer != self.offload_params:
             raise SpecError("offload_optimizer", "FSDP's CPU offload (CPUOffload / CPUOffloadPolicy) moves parameters, "

@@ -24,6 +24,7 @@ from trainsim.validation.nemo_recipes import (
     nemo_activation_offload,
     nemo_ep_overlap,
     nemo_expert_tp,
+    nemo_fused_grouped_mlp,
     nemo_lora,
     nemo_mla_optimizer_bytes,
     nemo_optimizer,
@@ -153,13 +154,16 @@ NEMO_NOTES = (
      "of each row's config (nemo_recompute_ranges()): layernorm + moe_act on GB200, B200 and H100 BF16 (26.02-"
      "26.04.01), none on GB300, B300 and the GB200 MXFP8 runs (26.06-26.08), and a GPT OSS row with no entry is "
      "skipped (its recompute unknown); EP overlap on for GB200 BF16 26.04 / 26.04.01 and GB300 / GB200 MXFP8 26.06-"
-     "26.08 (nemo_ep_overlap_ranges()). Skipped (nemo_skipped_runs()): the 26.06.01 MXFP8 rows, which the table "
+     "26.08 (nemo_ep_overlap_ranges()); the experts through Transformer Engine's op fuser (training.fused_grouped_mlp: "
+     "the cuteDSL fused grouped MLP, use_transformer_engine_op_fuser) for GB300 / GB200 MXFP8 26.06-26.08 "
+     "(nemo_fused_grouped_mlp_ranges()), else Megatron-Core's eager TEGroupedMLP path with its clamp and per-expert "
+     "fc2-bias passes; RoPE unfused (YaRN: Megatron-Bridge turns apply_rope_fusion off). Skipped (nemo_skipped_runs()): the 26.06.01 MXFP8 rows, which the table "
      "footnotes as a known regression (NVIDIA/cudnn-frontend issue 256: the cuteDSL fused grouped MLP's backward "
      "grouped-GEMM dGLU kernel 10x slower from cudnn-frontend 1.24.0), and the 25.11 rows, whose "
      "printed runs (seq 8192 on GB300 / GB200, ep 8 on B200, mbs 4 with GA 2 on H100) match no config of that "
      "release. Not modelled, recorded only: HybridEP / alltoall dispatch, Transformer Engine CUDA graphs, the MXFP8 "
      "runs' full-iteration graphs with experts padded to capacity factor 1.5 and paged stashing, fp8 dot-product "
-     "attention, the cuteDSL fused grouped MLP."),
+     "attention."),
     ("regimes: every MoE row is also counted under its host CPU (x86 on DGX H100/B200/B300, Grace on "
      "GB200/GB300) and micro-batch (1 or >= 2). trainsim costs a MoE block's host issue only as predict's "
      "host-bound warning (cost_models/host.py), so a run whose host cannot keep ahead of its GPU is predicted too "
@@ -351,6 +355,8 @@ def _scenario_mapping(row: _Row) -> tuple[dict, str, tuple[str, ...] | None]:
                      "dtype": dtype, "recompute": "none", "sequence_parallel": tp > 1,
                      "tp_comm_overlap": tp > 1 and dtype != "nvfp4",
                      "ep_comm_overlap": ep_overlap,
+                     "fused_grouped_mlp": moe and nemo_fused_grouped_mlp(model_name, system, row.precision,
+                                                                         row.container or ""),
                      **({"zero": 3} if fsdp > 0 else {}), "distributed_optimizer": fsdp == 0,
                      "schedule": "interleaved" if vp > 1 else "1f1b", "flash_attention": True,
                      "dropout": False, "framework": "megatron", "grad_dtype": NEMO_GRAD_DTYPE,

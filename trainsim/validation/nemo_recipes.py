@@ -18,6 +18,8 @@ are kept, with the file, commit or pull request each was read from, in trainsim/
 * nemo_recompute_modules.csv: (table model, system, precision class, release range) -> recompute_modules;
 * nemo_lora.csv: (table model, release range) -> the LoRA rank, alpha, target modules and packed dataset of the
   LoRA Performance rows.
+* nemo_fused_grouped_mlp.csv: (table model, system, precision class, release range) where the config runs the
+  experts through Transformer Engine's op fuser (-> TrainingSpec.fused_grouped_mlp); absent = off;
 * nemo_skipped_runs.csv: (table model, system, precision, release) -> why the row is not predicted (a run the
   release footnotes as a software defect, a printed layout that matches no config of its release).
 
@@ -131,6 +133,22 @@ def nemo_ep_overlap_ranges() -> tuple[tuple[str, str, str, str, str], ...]:
         raise SpecError("settings", "nemo_ep_overlap.csv lists where moe_a2a_overlap is on: every "
                                     "ep_comm_overlap must be true")
     return _ranged("nemo_ep_overlap.csv")
+
+
+@memoised(maxsize=64)
+def nemo_fused_grouped_mlp_ranges() -> tuple[tuple[str, str, str, str, str], ...]:
+    """Where use_transformer_engine_op_fuser is on (the cuteDSL fused grouped MLP): (table model, system, precision
+    class, first release, last release); absent = off."""
+    rows = read_settings("nemo_fused_grouped_mlp.csv")
+    if not all(yes_no(s, "fused_grouped_mlp") for s in rows):
+        raise SpecError("settings", "nemo_fused_grouped_mlp.csv lists where the op fuser is on: every "
+                                    "fused_grouped_mlp must be true")
+    return _ranged("nemo_fused_grouped_mlp.csv")
+
+
+def nemo_fused_grouped_mlp(model_name: str, system: str, precision: str, release: str) -> bool:
+    """Whether the row's performance config ran the experts through TE's op fuser (nemo_fused_grouped_mlp_ranges())."""
+    return _nemo_config_entry(nemo_fused_grouped_mlp_ranges(), model_name, system, precision, release) is not None
 
 
 @memoised(maxsize=64)
