@@ -351,38 +351,7 @@ class TrainingSpec(BaseModel):
             self._check_deepspeed_pure_bf16()
         if self.compile:
             self._check_compile()
-        if self.cross_entropy == "eager_fp32_kept" and not BEHAVIOURS[self.framework].torch_training_loop:
-            # the caller of a torch model keeps the fp32 logits it returns (torchtitan PR #165's loss); Megatron's
-            # GPT computes the loss inside the model with its vocab-parallel cross entropy
-            # (megatron/core/tensor_parallel/cross_entropy.py), as Megatron-DeepSpeed's and DeepSpeed's GPT do
-            raise SpecError("cross_entropy", f"eager_fp32_kept is a torch training loop's loss on fp32 logits the "
-                             f"model returns (torchtitan); framework {self.framework} runs Megatron's vocab-parallel "
-                             f"cross entropy inside the model: use framework torch or pytorch-fsdp, or another "
-                             f"cross_entropy")
-        if self.fsdp_reduce_scatter_input and not BEHAVIOURS[self.framework].fsdp2:
-            raise SpecError("fsdp_reduce_scatter_input", f"it places FSDP2's reduce-scatter input (framework torch); "
-                             f"framework {self.framework} has no FSDP2: drop it")
-        if self.block_code == "torchtitan" and not BEHAVIOURS[self.framework].torch_fsdp:
-            raise SpecError("block_code", f"torchtitan is torchtitan's eager Llama block under torch's FSDP "
-                             f"(framework torch or pytorch-fsdp); framework {self.framework} runs its own block "
-                             f"code: use framework torch or pytorch-fsdp, or block_code fused")
-        if BEHAVIOURS[self.framework].no_mcore_overlap and self.tp_comm_overlap:
-            raise SpecError("tp_comm_overlap", f"Transformer Engine's userbuffers overlap (Megatron-Core) is not in "
-                                               f"framework {self.framework}, whose TP runs without it: use "
-                                               f"framework megatron or drop it")
-        if self.tp_comm_overlap and not self.sequence_parallel:
-            # Megatron-LM arguments.py: "Tensor parallel communication/GEMM overlap can happen only when sequence
-            # parallelism is enabled" (find_string id 2536926475); without it the setting would change nothing
-            raise SpecError("tp_comm_overlap", "it overlaps the sequence-parallel all-gathers / reduce-scatters with "
-                                               "their GEMMs: it needs sequence_parallel=true (and tp > 1), as "
-                                               "Megatron-LM asserts")
-        if BEHAVIOURS[self.framework].no_mcore_overlap and self.ep_comm_overlap:
-            raise SpecError("ep_comm_overlap", f"Megatron-Core's combined 1F1B overlap is not in framework "
-                                               f"{self.framework}, which has no expert-parallel overlap: use "
-                                               f"framework megatron or drop it")
-        if self.fused_grouped_mlp and self.framework != "megatron":
-            raise SpecError("fused_grouped_mlp", f"Megatron-Core's TE op-fuser experts are not in framework "
-                                                 f"{self.framework}: use framework megatron or drop it")
+        self._check_framework_features()
         fsdp = BEHAVIOURS[self.framework].torch_fsdp
         if fsdp and self.offload_optimizer != self.offload_params:
             raise SpecError("offload_optimizer", "FSDP's CPU offload (CPUOffload / CPUOffloadPolicy) moves parameters, "
@@ -420,6 +389,42 @@ class TrainingSpec(BaseModel):
         why = era_refusal(self)  # a feature the historic preset's code did not have (specs/framework_era.py)
         if why:
             raise SpecError(re.match(r"\w+", why).group(), why)
+
+    def _check_framework_features(self) -> None:
+        """Settings that name code only some frameworks have (a torch loop's loss, FSDP2's reduce-scatter input,
+        torchtitan's block, Megatron-Core's overlaps and fused experts): refused under the others."""
+        if self.cross_entropy == "eager_fp32_kept" and not BEHAVIOURS[self.framework].torch_training_loop:
+            # the caller of a torch model keeps the fp32 logits it returns (torchtitan PR #165's loss); Megatron's
+            # GPT computes the loss inside the model with its vocab-parallel cross entropy
+            # (megatron/core/tensor_parallel/cross_entropy.py), as Megatron-DeepSpeed's and DeepSpeed's GPT do
+            raise SpecError("cross_entropy", f"eager_fp32_kept is a torch training loop's loss on fp32 logits the "
+                             f"model returns (torchtitan); framework {self.framework} runs Megatron's vocab-parallel "
+                             f"cross entropy inside the model: use framework torch or pytorch-fsdp, or another "
+                             f"cross_entropy")
+        if self.fsdp_reduce_scatter_input and not BEHAVIOURS[self.framework].fsdp2:
+            raise SpecError("fsdp_reduce_scatter_input", f"it places FSDP2's reduce-scatter input (framework torch); "
+                             f"framework {self.framework} has no FSDP2: drop it")
+        if self.block_code == "torchtitan" and not BEHAVIOURS[self.framework].torch_fsdp:
+            raise SpecError("block_code", f"torchtitan is torchtitan's eager Llama block under torch's FSDP "
+                             f"(framework torch or pytorch-fsdp); framework {self.framework} runs its own block "
+                             f"code: use framework torch or pytorch-fsdp, or block_code fused")
+        if BEHAVIOURS[self.framework].no_mcore_overlap and self.tp_comm_overlap:
+            raise SpecError("tp_comm_overlap", f"Transformer Engine's userbuffers overlap (Megatron-Core) is not in "
+                                               f"framework {self.framework}, whose TP runs without it: use "
+                                               f"framework megatron or drop it")
+        if self.tp_comm_overlap and not self.sequence_parallel:
+            # Megatron-LM arguments.py: "Tensor parallel communication/GEMM overlap can happen only when sequence
+            # parallelism is enabled" (find_string id 2536926475); without it the setting would change nothing
+            raise SpecError("tp_comm_overlap", "it overlaps the sequence-parallel all-gathers / reduce-scatters with "
+                                               "their GEMMs: it needs sequence_parallel=true (and tp > 1), as "
+                                               "Megatron-LM asserts")
+        if BEHAVIOURS[self.framework].no_mcore_overlap and self.ep_comm_overlap:
+            raise SpecError("ep_comm_overlap", f"Megatron-Core's combined 1F1B overlap is not in framework "
+                                               f"{self.framework}, which has no expert-parallel overlap: use "
+                                               f"framework megatron or drop it")
+        if self.fused_grouped_mlp and self.framework != "megatron":
+            raise SpecError("fused_grouped_mlp", f"Megatron-Core's TE op-fuser experts are not in framework "
+                                                 f"{self.framework}: use framework megatron or drop it")
 
     def _check_inapplicable(self) -> None:
         """Settings the scenario's framework or its other settings leave nothing to act on: refused, naming why
