@@ -181,6 +181,9 @@ def _norm_output_bytes(shp: LayerShape, impl: str) -> float:
 @memoised(maxsize=8192)
 def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
     impl = kernels(shp, impl)
+    if shp.kind:  # one layer of a hybrid Mamba stack (cost_models/mamba.py)
+        from .mamba import hybrid_activation_bytes
+        return hybrid_activation_bytes(shp, impl)
     e, h, t, r = shp.e, shp.h, shp.tp, shp.sp_div
     b, T = shp.b, shp.tokens
     if shp.recompute == "full":
@@ -326,7 +329,14 @@ def layer_activation_bytes(scenario, impl: str = "fused") -> ActivationBytes:
     autograd as the executor's model (trainsim/kernels/torch_model.py) runs it.
     """
     _check_impl(impl)
-    return _layer(_shape(scenario), impl)
+    shp = _shape(scenario)
+    if shp.kind == "mix":  # a hybrid stack: its mean layer, exact for the whole stack
+        from .shapes import block_kinds
+        kinds = [(layer_activation_bytes(scn, impl), n) for scn, n in block_kinds(scenario)]
+        n_all = sum(n for _, n in kinds)
+        return ActivationBytes(main=sum(a.main * n for a, n in kinds) / n_all,
+                               small=sum(a.small * n for a, n in kinds) / n_all)
+    return _layer(shp, impl)
 
 
 @memoised(maxsize=8192)

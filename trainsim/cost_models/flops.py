@@ -43,7 +43,7 @@ from .shapes import DEFAULT_SELECTIVE as _CORE_ATTN
 from .shapes import LayerShape, block_kinds, layer_shape
 
 Gemm = tuple[int, int, int]  # (m, n, k)
-MATMUL_KINDS = frozenset({"gemm", "bmm", "attention"})
+MATMUL_KINDS = frozenset({"gemm", "bmm", "attention", "ssd"})  # ssd: Mamba-2's chunked scan (cost_models/mamba.py)
 
 # Elementwise FLOPs per element (only for completeness of hardware work; these ops are memory-bound and
 # not part of model FLOPs): LayerNorm ~5 (mean, var, normalize, scale, shift), RMSNorm ~3, GeLU (tanh) ~8,
@@ -363,6 +363,11 @@ def _mla_projection_ops(shp: LayerShape) -> list[Op]:
 
 @memoised(maxsize=4096)
 def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
+    if shp.kind:  # one layer of a hybrid Mamba stack
+        if shp.kind not in ("M", "*", "-", "E"):
+            raise ValueError("a hybrid stack of several layer kinds is costed kind by kind (shapes.block_kinds)")
+        from .mamba import hybrid_layer_ops
+        return hybrid_layer_ops(shp, _layer_ops)
     e, h, t = shp.e, shp.h, shp.tp
     T = shp.tokens
     T_seq = T // shp.sp_div

@@ -175,6 +175,9 @@ def _layer_params_rank(model, tp: int, ep: int, etp: int | None = None) -> tuple
         n_in = 2 if model.gated_mlp else 1
         return (n_in * h * f + f * h) / split + ((n_in * f / split + h) if model.bias else 0)
 
+    if model.is_hybrid:  # the mean layer of a hybrid Mamba stack
+        from .mamba import hybrid_params_rank
+        return hybrid_params_rank(model, attn, mlp, tp, ep, etp)
     if model.is_moe:
         shared = mlp(model.shared_expert_ffn) if model.shared_expert_ffn else 0.0
         return (attn + norms + h * model.num_experts + shared,
