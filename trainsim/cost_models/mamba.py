@@ -31,31 +31,37 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .flops import _NORM_FLOPS, Op, _elementwise, _linear, _norm, _residual, _tag
+from .flops import _NORM_FLOPS, Op, _elementwise, _linear, _norm, _residual
 from .shapes import LayerShape
 
 STATE_BYTES = 4  # mamba_ssm keeps the chunk states, dA cumsums and CB in fp32 (states_in_fp32, CB fp32)
 # HBM passes over each tensor family of the SSD scan, counted kernel by kernel in mamba_ssm's
-# _mamba_chunk_scan_combined_fwd / _bwd (ssd_combined.py): forward -- x read by _chunk_state_fwd and _chunk_scan_fwd,
-# z read and out, out_x written by _chunk_scan_fwd (5 passes of d_inner); B read by _chunk_state_fwd and
-# _bmm_chunk_fwd, C by _bmm_chunk_fwd and _chunk_scan_fwd (4 of G·N); the states written by _chunk_state_fwd, read and
-# written by _state_passing_fwd, read by _chunk_scan_fwd (4); CB written and read once each (2).
-# Backward -- the recomputed CB and states as above, _chunk_scan_bwd_dz (x, z, out, dout read; dz, dout written),
-# _chunk_scan_bwd_dstates (dout), _chunk_scan_chunk_state_bwd_dx (x, dout read; dx written), _chunk_state_bwd_db (x),
-# _chunk_scan_bwd_dcb (x, dout), _chunk_scan_bwd_ddAcs_stable (x, dout): 14 passes of d_inner; B, C read by the
-# recompute, dx, dB, dC, dcb kernels and dB, dC written and updated by _bmm_chunk_bwd: 12 of G·N; states 8; CB and
-# dCB 6.
-SSD_PASSES_FWD = {"inner": 5, "gn": 4, "states": 4, "cb": 2}
-SSD_PASSES_BWD = {"inner": 14, "gn": 12, "states": 8, "cb": 6}
+# _mamba_chunk_scan_combined_fwd / _bwd (ssd_combined.py). The per-head kernels run one program per head (grid axis
+# 2) and read their group's B, C and CB (``pid_h // nheads_ngroups_ratio``, ssd_chunk_scan.py _chunk_scan_fwd_kernel,
+# ssd_chunk_state.py _chunk_state_fwd_kernel), so those tensors cross HBM once per head ("hn": H·N per token of B or C,
+# "cb_h": Q·H fp32 per token of CB) besides the per-group passes ("gn", "cb_g"). Forward -- x read by _chunk_state_fwd
+# and _chunk_scan_fwd, z read and out, out_x written by _chunk_scan_fwd: 5 passes of d_inner; B per head
+# (_chunk_state_fwd) and C per head (_chunk_scan_fwd): 2 hn; B and C by _bmm_chunk_fwd: 2 gn; the states written by
+# _chunk_state_fwd, read and written by _state_passing_fwd, read by _chunk_scan_fwd: 4; CB written per group once,
+# read per head once. Backward -- the recomputed CB, states and chunk states; _chunk_scan_bwd_dz (out_x, z, dout read;
+# dz, dout written), _chunk_scan_bwd_dstates (dout), _chunk_scan_chunk_state_bwd_dx (x, dout read, dx written),
+# _chunk_state_bwd_db (x), _chunk_scan_bwd_dC (dout), _chunk_scan_bwd_dcb (x, dout), _chunk_scan_bwd_ddAcs_stable
+# (x, dout) and the chunk-state recompute (x): 16 of d_inner; B per head in the recompute and dx kernels, C per head
+# in dstates, dB and dC written per head and reduced: 7 hn; _bmm_chunk_fwd's and _bmm_chunk_bwd's B, C, dB, dC with
+# their residuals: 8 gn; states and their gradients 10; CB and dCB 3 per group, 4 per head (dx, ddAcs reads, dcb's
+# per-head write and its reduction).
+SSD_PASSES_FWD = {"inner": 5, "hn": 2, "gn": 2, "states": 4, "cb_g": 1, "cb_h": 1}
+SSD_PASSES_BWD = {"inner": 16, "hn": 7, "gn": 8, "states": 10, "cb_g": 3, "cb_h": 4}
 
 
 def _ssd_bytes(shp: LayerShape, passes: dict) -> float:
     e, T, t = shp.e, shp.tokens, shp.tp
-    inner, gn, heads = shp.mh * shp.mp // t, shp.mg * shp.mn // t, shp.mh // t
+    inner, heads, groups = shp.mh * shp.mp // t, shp.mh // t, shp.mg // t
     states = (T / shp.mchunk) * heads * shp.mp * shp.mn * STATE_BYTES
-    cb = T * shp.mchunk * (shp.mg // t) * STATE_BYTES
-    return (passes["inner"] * e * T * inner + passes["gn"] * e * T * gn + passes["states"] * states
-            + passes["cb"] * cb + 3 * STATE_BYTES * T * heads)  # dt, dt softplus, dA cumsum
+    cb = T * shp.mchunk * STATE_BYTES
+    return (e * T * (passes["inner"] * inner + passes["hn"] * heads * shp.mn + passes["gn"] * groups * shp.mn)
+            + passes["states"] * states + cb * (passes["cb_g"] * groups + passes["cb_h"] * heads)
+            + 3 * STATE_BYTES * T * heads)  # dt, dt softplus, dA cumsum
 
 
 def ssd_fwd_flops(shp: LayerShape) -> float:
@@ -83,15 +89,23 @@ def _conv_op(shp: LayerShape) -> Op:
 
 
 def mamba_mixer_ops(shp: LayerShape) -> list[Op]:
-    """The Mamba-2 layer's ops (module doc): pre-norm, in_proj, conv1d, SSD scan, group RMSNorm, out_proj, residual."""
+    """The Mamba-2 layer's ops (module doc): pre-norm, in_proj, the batch-first layout copies, conv1d, SSD scan,
+    group RMSNorm, out_proj, residual."""
     e, h, t = shp.e, shp.h, shp.tp
     T, T_seq = shp.tokens, shp.tokens // shp.sp_div
     fp8, casts = shp.dtype == "fp8", shp.fp8_weight_casts
     inner = shp.mh * shp.mp // t
     proj_out = (2 * shp.mh * shp.mp + 2 * shp.mg * shp.mn + shp.mh) // t
-    return [
-        *_tag([_norm("norm1", shp, T_seq)], "layernorm"),
+    ops = [
+        _norm("norm1", shp, T_seq),  # fused into in_proj (TELayerNormColumnParallelLinear): not a recompute module
         _linear("mamba_in_proj", T, proj_out, h, e, fp8=fp8, weight_casts=casts),
+    ]
+    if shp.b > 1:
+        # MambaMixer._ssm_training turns in_proj's [s, b, ...] output batch-first with
+        # rearrange(..., "l b d -> b l d").contiguous() and the scan's output back with "b l d -> l b d": two copies
+        # (read and write) with more than one sequence per micro-batch, and their gradients' copies in backward.
+        ops.append(_elementwise("mamba_layout_copies", "elementwise", T * (proj_out + inner), 2 * e, 2 * e, 0.0))
+    return ops + [
         _conv_op(shp),
         _ssd_op(shp),
         _elementwise("mamba_norm", "norm", T * inner, 2 * e, 3 * e, _NORM_FLOPS["rmsnorm"],
@@ -103,12 +117,20 @@ def mamba_mixer_ops(shp: LayerShape) -> list[Op]:
 
 def hybrid_layer_ops(shp: LayerShape, block_ops) -> tuple[Op, ...]:
     """The ops of one hybrid layer of kind ``shp.kind``: the Mamba mixer's, or the attention half (up to and with
-    the first residual add) / the MLP or MoE half (the rest) of ``block_ops(shape)``, flops.py's block."""
+    the first residual add) / the MLP or MoE half (the rest) of ``block_ops(shape)``, flops.py's block. Megatron's
+    hybrid stack (megatron/core/models/hybrid/hybrid_layer_specs.py) fuses the pre-norm into the first linear of
+    the Mamba, attention and MLP layers (TELayerNormColumnParallelLinear in_proj / linear_qkv / linear_fc1); only
+    the MoE layer has a norm module of its own (pre_mlp_layernorm=TENorm)."""
     if shp.kind == "M":
         return tuple(mamba_mixer_ops(shp))
     ops = block_ops(replace(shp, kind="", norms=2))
     cut = next(i for i, op in enumerate(ops) if op.name == "residual1") + 1
-    return tuple(ops[:cut] if shp.kind == "*" else ops[cut:])
+    half = ops[:cut] if shp.kind == "*" else ops[cut:]
+    if shp.kind == "E":
+        return tuple(half)
+    # The attention and MLP layers' norms are fused into linear_qkv / linear_fc1 (fused_norm_layers): Megatron's
+    # "layernorm" recompute cannot re-run them.
+    return tuple(replace(op, modules=op.modules - {"layernorm"}) for op in half)
 
 
 def mamba_activation_bytes(shp: LayerShape, gemm_input_e: int) -> float:
@@ -136,15 +158,21 @@ def hybrid_activation_bytes(shp: LayerShape, impl: str):
         return act.ActivationBytes(main=e * T * shp.h / r, small=0.0)
     if shp.kind == "M":
         return act.ActivationBytes(main=mamba_activation_bytes(shp, act._gemm_input_e(shp, impl)), small=0.0)
-    block = replace(shp, kind="", norms=2)
+    # Fused norms (hybrid_layer_ops): the attention and MLP layers keep their norm output whatever "layernorm" says;
+    # the MoE layer's own TENorm drops its output (the router's 16-bit input) when "layernorm" is recomputed.
+    fused_rc = shp.rc_modules - {"layernorm"}
+    block = replace(shp, kind="", norms=2, rc_modules=fused_rc,
+                    recompute=shp.recompute if fused_rc or "layernorm" not in shp.rc_modules else "none")
     no_mlp = act._layer(replace(block, experts=1, top_k=1, fs=0, f=0), impl)
     norm_main, norm_small = act._norm_bytes(block, T / r, impl)
-    norm_out = 0.0 if shp.recomputes("layernorm") else act._gemm_input_bytes(block, impl)
+    norm_out = act._gemm_input_bytes(block, impl)
     attn = act.ActivationBytes(main=no_mlp.main - norm_main - norm_out, small=no_mlp.small - norm_small)
     if shp.kind == "*":
         return attn
     whole = act._layer(block, impl)
-    return act.ActivationBytes(main=whole.main - attn.main, small=whole.small - attn.small)
+    dropped = act._gemm_input_bytes(block, impl, fp8_input=False) if shp.kind == "E" and shp.recomputes(
+        "layernorm") else 0.0
+    return act.ActivationBytes(main=whole.main - attn.main - dropped, small=whole.small - attn.small)
 
 
 def hybrid_params_rank(model, attn: float, mlp, tp: int, ep: int, etp: int | None) -> tuple[float, float]:
