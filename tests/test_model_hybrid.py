@@ -127,3 +127,48 @@ def test_hybrid_scenarios_refuse_what_is_not_modelled():
         _scenario("nemotron-h-8b", pp=2)
     with pytest.raises(SpecError, match="layout.tp"):
         _scenario("nemotron-3-nano-30b-a3b", tp=4, ep=2)  # 2 query groups: tp 4 refused by the attention check
+
+
+def test_rank_tensors_are_the_hybrid_layers():
+    """The per-tensor list (DDP buckets, ZeRO shards) holds each layer of the pattern: with tp 1 its elements sum
+    to the model's parameters (Nemotron-H 8B); with ep 8 a Nano rank holds an eighth of the routed experts."""
+    from trainsim.cost_models.param_tensors import rank_tensors
+    m8 = load_model("nemotron-h-8b")
+    tensors = rank_tensors(_scenario("nemotron-h-8b"), 0)
+    assert sum(t.elems for t in tensors) == m8.total_params()
+    assert sum(1 for t in tensors if t.name.endswith("A_log")) == 24
+    nano = load_model("nemotron-3-nano-30b-a3b")
+    on_rank = sum(t.elems for t in rank_tensors(_scenario("nemotron-3-nano-30b-a3b", tp=1, ep=8), 0))
+    routed = 23 * 128 * 2 * 2688 * 1856
+    assert on_rank == pytest.approx(nano.total_params() - routed + routed / 8, rel=1e-12)
+
+
+def test_simulated_block_is_the_mean_layer():
+    """The simulator's block of a hybrid stack is its layer-count-weighted mean: times, activations and parameters
+    of the 52 layers are exactly the kinds' sums (Nano, tp 1, no communication exposed in the block)."""
+    from trainsim.cost_models import activations as act
+    from trainsim.cost_models import compute
+    from trainsim.cost_models.shapes import block_kinds
+    from trainsim.simulator.block import _block
+    scn = _scenario("nemotron-3-nano-30b-a3b", tp=1)
+    groups = {"tp": None, "cp": None, "ep": None, "dp": None}
+    mean = _block(scn, groups, None)
+    kinds = block_kinds(scn)
+    pace = mean.times.fwd_s * 52 / sum(n * compute.layer_times(s).fwd_s for s, n in kinds)
+    assert pace == pytest.approx(1.0, rel=0.05)  # the slowest-GPU pace only (cost_models/variation.py)
+    assert mean.times.bwd_s * 52 == pytest.approx(pace * sum(n * compute.layer_times(s).bwd_s for s, n in kinds))
+    assert mean.act_bytes * 52 == pytest.approx(sum(n * act.layer_activation_bytes(s).total for s, n in kinds))
+
+
+def test_ssd_scan_bytes_count_the_per_head_reads():
+    """Nano's SSD forward on one rank, T = 8192 (mbs 1): 5 passes of d_inner, B and C once per head and once per
+    group, 4 passes of the fp32 chunk states, CB written per group and read per head, dt terms (mamba.py)."""
+    from trainsim.cost_models import flops
+    from trainsim.cost_models.shapes import block_kinds
+    scn = _scenario("nemotron-3-nano-30b-a3b", tp=1)
+    mamba = next(s for s, _ in block_kinds(scn) if s.model.hybrid_pattern == "M")
+    op = next(o for o in flops.layer_ops(mamba) if o.name == "ssd_scan")
+    T, e, H, P, N, G, Q = 8192, 2, 64, 64, 128, 8, 128
+    expected = (e * T * (5 * H * P + 2 * H * N + 2 * G * N) + 4 * (T / Q) * H * P * N * 4 + T * Q * 4 * (G + H)
+                + 3 * 4 * T * H)
+    assert op.fwd_bytes == expected

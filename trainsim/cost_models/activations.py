@@ -331,6 +331,8 @@ def layer_activation_bytes(scenario, impl: str = "fused") -> ActivationBytes:
     _check_impl(impl)
     shp = _shape(scenario)
     if shp.kind == "mix":  # a hybrid stack: its mean layer, exact for the whole stack
+        if isinstance(scenario, LayerShape):
+            raise ValueError("a hybrid stack's activations are costed from its Scenario (shapes.block_kinds)")
         from .shapes import block_kinds
         kinds = [(layer_activation_bytes(scn, impl), n) for scn, n in block_kinds(scenario)]
         n_all = sum(n for _, n in kinds)

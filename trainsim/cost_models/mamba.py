@@ -153,6 +153,8 @@ def hybrid_activation_bytes(shp: LayerShape, impl: str):
     an MLP (ffn 0) less the second norm's terms, the MLP / MoE half the whole block less the attention half."""
     from . import activations as act
 
+    if shp.kind not in ("M", "*", "-", "E"):
+        raise ValueError("a hybrid stack of several layer kinds is costed kind by kind (shapes.block_kinds)")
     e, T, r = shp.e, shp.tokens, shp.sp_div
     if shp.recompute == "full":
         return act.ActivationBytes(main=e * T * shp.h / r, small=0.0)

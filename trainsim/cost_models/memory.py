@@ -342,7 +342,8 @@ def activation_bytes_per_microbatch(scenario, stage: int, impl: str = "fused") -
         total += act.embedding_activation_bytes(scenario)
     if stage == scenario.loss_stage:
         total += act.head_activation_bytes(scenario, impl)
-        total += scenario.model.mtp_layers * act.mtp_activation_bytes(scenario, impl)
+        if scenario.model.mtp_layers:
+            total += scenario.model.mtp_layers * act.mtp_activation_bytes(scenario, impl)
     lay = scenario.layout
     if lay.pp > 1 and behaviour(scenario.training.framework).pipeline_output_kept:
         # each of the stage's ``vpp`` model chunks keeps its output, but the one that ends in the loss
@@ -446,8 +447,8 @@ def _first_step_reserved(scenario, stage: int, sm: StageMemory, impl: str) -> tu
                                       state_bytes=per_element, impl=impl)
     if extra is None:
         return 0.0, ("Adam's m, v created at the first step, not replayed: the caching-allocator trace does not "
-                     "cover this block (MoE, MLA, per-op checkpointing, ring-CP K/V or QK-norm); the reserved "
-                     "figure leaves the first-step fragmentation out")
+                     "cover this block (MoE, MLA, per-op checkpointing, ring-CP K/V, QK-norm or a hybrid Mamba "
+                     "stack); the reserved figure leaves the first-step fragmentation out")
     return extra, note
 
 
