@@ -353,8 +353,8 @@ def activation_bytes_per_microbatch(scenario, stage: int, impl: str = "fused") -
 
 
 def largest_weight_tensor_params(model, tp: int = 1, ep: int = 1, etp: int | None = None) -> float:
-    """Elements of the largest weight matrix of a block on one rank (fused QKV, or one MLP projection; a MoE
-    model's dense blocks and shared expert included)."""
+    """Elements of the largest weight matrix of a block on one rank (fused QKV, one MLP projection or a Mamba
+    in_proj; a MoE model's dense blocks and shared expert included)."""
     h = model.hidden
     qkv = h * (model.num_heads + 2 * model.kv_heads) * model.dhead / tp
     if model.is_mla:
@@ -362,7 +362,9 @@ def largest_weight_tensor_params(model, tp: int = 1, ep: int = 1, etp: int | Non
                   (model.q_lora_rank or h) * model.num_heads * model.qk_head_dim / tp)
     experts = model.expert_ffn * h / (etp or tp) if model.is_moe else 0.0
     ffns = [0 if model.is_moe else model.ffn, model.shared_expert_ffn or 0, model.ffn if model.first_dense_layers else 0]
-    return float(max(qkv, experts, max(ffns) * h / tp, h * model.num_heads * model.v_dim / tp))
+    mamba = (h * (2 * model.mamba_inner + 2 * model.mamba_groups * model.mamba_state_dim + model.mamba_nheads) / tp
+             if "M" in (model.hybrid_pattern or "") else 0.0)  # a hybrid stack's Mamba in_proj
+    return float(max(qkv, experts, max(ffns) * h / tp, h * model.num_heads * model.v_dim / tp, mamba))
 
 
 def stage_memory(scenario, stage: int, inflight_microbatches: float | None = None,
