@@ -172,3 +172,50 @@ def test_ssd_scan_bytes_count_the_per_head_reads():
     expected = (e * T * (5 * H * P + 2 * H * N + 2 * G * N) + 4 * (T / Q) * H * P * N * 4 + T * Q * 4 * (G + H)
                 + 3 * 4 * T * H)
     assert op.fwd_bytes == expected
+
+
+# Nemotron 3 Nano's config.json keys as Megatron-Bridge's NemotronHBridge tests spell them
+# (tests/unit_tests/models/nemotronh/test_nemotron_h_bridge.py @067f987d), with the released MoE settings.
+NANO_HF = {
+    "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "attention_bias": False,
+    "attention_head_dim": 128, "chunk_size": 128, "conv_kernel": 4, "expand": 2, "hidden_act": "relu2",
+    "hidden_size": 2688, "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+    "intermediate_size": 1856, "mamba_head_dim": 64, "mamba_num_heads": 64, "mamba_proj_bias": False,
+    "max_position_embeddings": 8192, "mlp_bias": False, "mlp_hidden_act": "relu2", "n_groups": 8,
+    "num_attention_heads": 32, "num_hidden_layers": 52, "num_key_value_heads": 2, "ssm_state_size": 128,
+    "tie_word_embeddings": False, "use_bias": False, "use_conv_bias": True, "vocab_size": 131072,
+    "n_routed_experts": 128, "num_experts_per_tok": 6, "moe_intermediate_size": 1856,
+    "moe_shared_expert_intermediate_size": 3712,
+}
+
+
+def test_nemotron_h_config_json_maps_to_the_preset():
+    m = load_model(NANO_HF)
+    preset = load_model("nemotron-3-nano-30b-a3b")
+    assert m.total_params() == preset.total_params() and m.active_params() == preset.active_params()
+    assert (m.hybrid_pattern, m.position_embedding, m.block_norms) == (preset.hybrid_pattern, "none", 1)
+    dense = {k: v for k, v in NANO_HF.items() if k not in ("n_routed_experts", "num_experts_per_tok",
+                                                           "moe_intermediate_size", "moe_shared_expert_intermediate_size")}
+    dense.update(hybrid_override_pattern="M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-", hidden_size=4096,
+                 intermediate_size=21504, mamba_num_heads=128, num_key_value_heads=8)
+    assert load_model(dense).total_params() == 8_100_852_736  # Nemotron-H 8B's checkpoint count
+
+
+@pytest.mark.parametrize("extra, field", [
+    ({"moe_latent_size": 1024}, "moe_latent_size"),
+    ({"num_nextn_predict_layers": 1}, "num_nextn_predict_layers"),
+    ({"use_conv_bias": False}, "use_conv_bias"),
+    ({"n_routed_experts": None}, "n_routed_experts"),
+])
+def test_nemotron_h_config_json_refusals(extra, field):
+    from trainsim.specs.errors import SpecError
+    with pytest.raises(SpecError, match=f"model.{field}"):
+        load_model({**NANO_HF, **extra})
+
+
+def test_hybrid_pattern_key_refused_outside_nemotron_h():
+    from trainsim.specs.errors import SpecError
+    llama = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4,
+             "intermediate_size": 128, "vocab_size": 100, "hybrid_override_pattern": "M*"}
+    with pytest.raises(SpecError, match="model.hybrid_override_pattern"):
+        load_model(llama)
