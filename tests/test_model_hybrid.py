@@ -219,3 +219,31 @@ def test_hybrid_pattern_key_refused_outside_nemotron_h():
              "intermediate_size": 128, "vocab_size": 100, "hybrid_override_pattern": "M*"}
     with pytest.raises(SpecError, match="model.hybrid_override_pattern"):
         load_model(llama)
+
+
+def test_hybrid_mtp_costs_its_pattern_layers():
+    """Nemotron 3.5 Lightning = Nano + two MTP depths sharing one '*E' module (attention + MoE layer): parameters
+    once (enorm, hnorm, eh_proj 2h x h, the two layers, final norm), model FLOPs twice -- each depth its two layers,
+    its projection and another output-head pass."""
+    from trainsim.cost_models import flops, memory
+    from trainsim.cost_models.param_tensors import mtp_tensors
+    from trainsim.cost_models.shapes import block_kinds
+    light, nano = _scenario("nemotron-3.5-lightning-30b-a3b"), _scenario("nemotron-3-nano-30b-a3b")
+    m = light.model
+    assert m.total_params() == nano.model.total_params()          # MTP not in total_params, as for DeepSeek-V3
+    h = m.hidden
+    module = (m._hybrid_layer_params("*") + m._hybrid_layer_params("E") + 2 * h * h + 3 * h)
+    assert sum(memory.mtp_params_per_rank(m, 1, 1)) == module
+    assert sum(t.elems for t in mtp_tensors(m, 1, 1, 1, "fused", False)) == module
+    kinds = {s.model.hybrid_pattern: s for s, _ in block_kinds(nano)}
+    layers = flops.layer_flops(kinds["*"]).model + flops.layer_flops(kinds["E"]).model
+    T, V = 8192, 131072
+    per_depth = layers + 3 * 2 * T * (2 * h) * h + 3 * 2 * T * h * V  # two layers, eh_proj, the logits
+    extra = (flops.model_flops_per_token(light) - flops.model_flops_per_token(nano)) * T
+    assert extra == pytest.approx(2 * per_depth, rel=1e-9)
+
+
+def test_hybrid_mtp_needs_its_pattern():
+    with pytest.raises(ValidationError, match="mtp_pattern"):
+        ModelSpec(num_layers=2, hidden=256, num_heads=4, vocab_size=1000, block_norms=1, hybrid_pattern="M*",
+                  mamba_head_dim=32, mtp_layers=1)

@@ -207,9 +207,10 @@ def test_one_deepseek_row_through_the_engine(mla_cases):
 
 # --- MoE EP all-to-all overlap (Megatron-Bridge moe_a2a_overlap -> training.ep_comm_overlap) -----------------------
 
-MOE_MODELS = ("DeepSeekV3", "Kimi_K2", "Qwen3_30B_a3B", "Qwen3_235B_a22B", "Nemotron_3_Nano")
+MOE_MODELS = ("DeepSeekV3", "Kimi_K2", "Qwen3_30B_a3B", "Qwen3_235B_a22B", "Nemotron_3_Nano",
+              "Nemotron_3_5_Lightning")
 # Models whose every row has its config's recompute_modules in nemo_recompute_modules.csv (() = none).
-CONFIG_RECOMPUTE_MODELS = (*MLA_MODELS, "Nemotron_3_Nano")
+CONFIG_RECOMPUTE_MODELS = (*MLA_MODELS, "Nemotron_3_Nano", "Nemotron_3_5_Lightning")
 
 
 @pytest.fixture(scope="module")
@@ -410,7 +411,7 @@ def test_recompute_table_covers_the_mla_rows_once_and_leaves_qwen_at_none(moe_ca
 
 def test_expert_tp_rule():
     assert nemo_expert_tp_by_model() == {"DeepSeekV3": 1, "Kimi_K2": 1, "Qwen3_30B_a3B": 1, "Qwen3_235B_a22B": 1,
-                                         "Nemotron_3_Nano": 1}
+                                         "Nemotron_3_Nano": 1, "Nemotron_3_5_Lightning": 1}
     assert nemo_expert_tp("Qwen3_235B_a22B", None, 2) == 1      # the config's expert_tensor_parallel_size
     assert nemo_expert_tp("Qwen3_235B_a22B", 2, 2) == 2         # a printed etp cell wins
     assert nemo_expert_tp("SomeOtherMoE", None, 4) == 4         # Megatron-Core's default: tp

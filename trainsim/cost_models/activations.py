@@ -418,7 +418,12 @@ def mtp_activation_bytes(scenario, impl: str = "fused") -> float:
     T, r = shp.tokens, shp.sp_div
     norms = 2 * sum(_norm_bytes(shp, T / r, impl))
     proj_in = 2 * _gemm_input_e(shp, impl) * T * shp.h / r
-    return _layer(shp, impl).total + head_activation_bytes(scenario, impl) + norms + proj_in + 8.0 * T
+    if shp.kind:  # a hybrid stack's depth: its mtp_pattern's layers (shapes.mtp_kinds)
+        from .shapes import mtp_kinds
+        block = sum(n * layer_activation_bytes(scn, impl).total for scn, n in mtp_kinds(scenario))
+    else:
+        block = _layer(shp, impl).total
+    return block + head_activation_bytes(scenario, impl) + norms + proj_in + 8.0 * T
 
 
 # torch's eager loss on fp32 logits, bytes per logit beside the saved fp32 log-softmax at its peak, the backward:

@@ -559,9 +559,14 @@ def _per_microbatch_unsharded(scenario) -> tuple[PassFlops, PassFlops]:
     blocks = sum((b for b, _ in per_kind[1:]), per_kind[0][0])
     head = per_kind[0][1]
     k = scenario.model.mtp_layers
-    if k:  # each MTP module: a main block, its projection, and another pass through the output head
+    if k:  # each MTP module: a main block (a hybrid stack: its mtp_pattern's layers), its projection, another head
         shp = _unsharded(layer_shape(scenario))
-        main, _ = _unsharded_flops(shp, 1)
+        if shp.kind:
+            from .shapes import mtp_kinds
+            parts = [_unsharded_flops(_unsharded(layer_shape(scn)), n)[0] for scn, n in mtp_kinds(scenario)]
+            main = sum(parts[1:], parts[0])
+        else:
+            main, _ = _unsharded_flops(shp, 1)
         blocks = blocks + (main + pass_flops(_mtp_ops(shp), "none")).scaled(k)
         head = head.scaled(1 + k)
     return blocks, head

@@ -208,11 +208,13 @@ def mtp_params_per_rank(model, tp: int, ep: int, etp: int | None = None) -> tupl
     """(dense, expert) parameters of the model's multi-token-prediction modules on one rank of the loss stage:
     per module a block like the model's own (MoE for a MoE model), the 2h->h projection (column-parallel) and
     three RMSNorm/LayerNorm weights (embedding, hidden state, output). The shared embedding and output layer
-    are the last stage's own (``_stage_extra_params`` keeps a word-embedding copy there when pp > 1)."""
-    k = model.mtp_layers
+    are the last stage's own (``_stage_extra_params`` keeps a word-embedding copy there when pp > 1). A hybrid
+    stack's module holds its mtp_pattern's layers (ModelSpec.mtp_block), once with shared depths (mtp_shared)."""
+    k = 0 if not model.mtp_layers else 1 if model.mtp_shared else model.mtp_layers
     if not k:
         return 0.0, 0.0
-    dense, expert = _layer_params_rank(model, tp, ep, etp)
+    block = model.mtp_block() if model.is_hybrid else model  # a hybrid block's figures are per layer: x layers
+    dense, expert = (x * block.num_layers if model.is_hybrid else x for x in _layer_params_rank(block, tp, ep, etp))
     h = model.hidden
     return k * (dense + 2 * h * h / tp + 3 * model.norm_params()), k * expert
 

@@ -186,11 +186,15 @@ def mtp_tensors(model, tp: int, ep: int, etp: int, style: str, embedding_copy: b
     h, out = model.hidden, []
     if embedding_copy:
         out.append(ParamTensor("mtp.embedding.word.weight", model.vocab_size * model.embed_dim / tp, "embedding", tp > 1))
-    for k in range(model.mtp_layers):
+    for k in range(1 if model.mtp_shared else model.mtp_layers):  # shared depths: one module's weights
         p = f"mtp.{k}"
+        if model.is_hybrid:  # the layers of mtp_pattern
+            block = [t for i, c in enumerate(model.mtp_pattern)
+                     for t in hybrid_layer_tensors(model, c, tp, ep, etp, style, f"{p}.layers.{i}")]
+        else:
+            block = block_tensors(model, tp, ep, etp, style, f"{p}.layer")
         out += [*_norm(f"{p}.enorm", model), *_norm(f"{p}.hnorm", model),
-                *_linear(f"{p}.eh_proj", 2 * h, h, False, tp, True),
-                *block_tensors(model, tp, ep, etp, style, f"{p}.layer"), *_norm(f"{p}.final_norm", model)]
+                *_linear(f"{p}.eh_proj", 2 * h, h, False, tp, True), *block, *_norm(f"{p}.final_norm", model)]
     return out
 
 

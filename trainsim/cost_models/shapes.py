@@ -238,6 +238,15 @@ _hybrid_kinds_memo = IdentityMemo(lambda scenario: tuple(
     for k, n in scenario.model.hybrid_counts().items()))
 
 
+_mtp_kinds_memo = IdentityMemo(lambda scenario: block_kinds(
+    scenario.model_copy(update={"model": scenario.model.mtp_block()})))
+
+
+def mtp_kinds(scenario) -> tuple[tuple[object, int], ...]:
+    """(scenario to cost one layer with, layers of that kind in one MTP depth) of a hybrid stack's mtp_pattern."""
+    return _mtp_kinds_memo(scenario)
+
+
 def block_kinds(scenario) -> tuple[tuple[object, int], ...]:
     """(scenario to cost one block with, number of such blocks in the model): one entry for a dense model or a
     MoE model without dense blocks; MoE blocks and dense blocks for a model with ``first_dense_layers``; one entry

@@ -200,10 +200,10 @@ def _ep_exposed(scenario: Scenario, groups: dict, profile) -> tuple[float, float
     return ep_f, ep_b, ep_f_ov, ep_b_ov
 
 
-def _mean_block(kinds: list[tuple[_Block, int]]) -> _Block:
+def _mean_block(kinds: list[tuple[_Block, int]], per: int | None = None) -> _Block:
     """The layer-count-weighted mean of a hybrid stack's kinds of layer: its whole-stack totals are exact (the
-    stack runs on one stage, specs/scenario.py _check_hybrid)."""
-    n = sum(c for _, c in kinds)
+    stack runs on one stage, specs/scenario.py _check_hybrid); with ``per`` = 1 their sum (one MTP depth)."""
+    n = per or sum(c for _, c in kinds)
 
     def mean(get) -> float:
         return sum(get(b) * c for b, c in kinds) / n
@@ -234,6 +234,15 @@ def _block(scenario: Scenario, groups: dict, profile) -> _Block:
         ep_b=ep_b, ep_f_ov=ep_f_ov, ep_b_ov=ep_b_ov, act_bytes=act.layer_activation_bytes(scenario).total,
         w_keep_bytes=w_retained_bytes_per_layer(scenario) if tr.schedule in ("zb", "dualpipev") else 0.0,
         params=dense_l + expert_l)
+
+
+def _mtp_block(scenario: Scenario, groups: dict, profile, main: _Block) -> _Block:
+    """What one MTP depth's block costs: ``main`` (a block like the model's), or for a hybrid stack the sum of its
+    mtp_pattern's layers (ModelSpec.mtp_block)."""
+    if not (scenario.model.is_hybrid and scenario.model.mtp_layers):
+        return main
+    from trainsim.cost_models.shapes import mtp_kinds
+    return _mean_block([(_block(scn, groups, profile), n) for scn, n in mtp_kinds(scenario)], per=1)
 
 
 def _local_global_blocks(scenario: Scenario, groups: dict, profile) -> tuple[_Block, _Block] | None:

@@ -101,6 +101,13 @@ class ModelSpec(BaseModel):
     mamba_conv_kernel: int = Field(default=4, gt=0, le=64, description="Mamba-2 causal conv1d width (d_conv)")
     mamba_chunk_size: int = Field(default=128, gt=0, le=100_000,
                                   description="Mamba-2 SSD chunk length Q of the chunked scan (chunk_size)")
+    mtp_pattern: str | None = Field(
+        default=None, min_length=1, max_length=100, pattern=r"^[M*E-]+$",
+        description="hybrid stacks: the layers of one multi-token-prediction depth (Megatron-Core "
+                    "mtp_hybrid_override_pattern, e.g. '*E'); needs hybrid_pattern and mtp_layers")
+    mtp_shared: bool = Field(
+        default=False, description="hybrid MTP: every depth runs the same layers' weights (Megatron-Core "
+                                   "mtp_use_repeated_layer): parameters once, compute mtp_layers times")
     published_params: float | None = Field(default=None, gt=0, description="as released, for tests")
     published_active_params: float | None = Field(default=None, gt=0,
                                                   description="active parameters per token as released, for tests")
@@ -143,8 +150,15 @@ class ModelSpec(BaseModel):
     def _check_hybrid(self) -> None:
         """A hybrid pattern names every layer; Megatron's Mamba mixer splits its heads and groups over TP."""
         p = self.hybrid_pattern
+        if (self.mtp_pattern is not None or self.mtp_shared) and not (p and self.mtp_layers):
+            raise ValueError("mtp_pattern and mtp_shared describe the MTP depths of a hybrid stack: they need "
+                             "hybrid_pattern and mtp_layers")
         if p is None:
             return
+        if self.mtp_layers and not self.mtp_pattern:
+            raise ValueError("mtp_layers of a hybrid stack need mtp_pattern (the layers of one MTP depth)")
+        if self.mtp_pattern and "E" in self.mtp_pattern and not self.is_moe:
+            raise ValueError("mtp_pattern has MoE layers (E) but num_experts is 1")
         if len(p) != self.num_layers:
             raise ValueError(f"hybrid_pattern has {len(p)} layers but num_layers={self.num_layers}")
         if ("E" in p) != self.is_moe:
@@ -152,8 +166,7 @@ class ModelSpec(BaseModel):
         if self.block_norms != 1:
             raise ValueError("hybrid_pattern layers have one pre-norm each: set block_norms: 1")
         other = {"first_dense_layers": self.first_dense_layers, "kv_lora_rank": self.kv_lora_rank,
-                 "sliding_window": self.sliding_window, "mtp_layers": self.mtp_layers,
-                 "embed_proj_dim": self.embed_proj_dim}
+                 "sliding_window": self.sliding_window, "embed_proj_dim": self.embed_proj_dim}
         given = [k for k, v in other.items() if v]
         if given:
             raise ValueError(f"{', '.join(given)} not modelled with hybrid_pattern")
@@ -185,6 +198,12 @@ class ModelSpec(BaseModel):
         """The model of one layer kind of a hybrid stack (pattern ``kind``, one layer), not re-validated: the
         per-layer costs of that kind come from it."""
         return self.model_copy(update={"hybrid_pattern": kind, "num_layers": 1})
+
+    def mtp_block(self) -> ModelSpec:
+        """One MTP depth's layers of a hybrid stack as a hybrid model of its own (pattern mtp_pattern), not
+        re-validated: the per-depth costs of its layers come from it."""
+        return self.model_copy(update={"hybrid_pattern": self.mtp_pattern, "num_layers": len(self.mtp_pattern),
+                                       "mtp_layers": 0, "mtp_pattern": None, "mtp_shared": False})
 
     @property
     def layer_mixer(self) -> str | None:

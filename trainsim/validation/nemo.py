@@ -151,9 +151,10 @@ NEMO_NOTES = (
      "26.04 on) on H100 FP8 (nemo_recompute_ranges()). Mamba-2 layers are costed by cost_models/mamba.py (SSD scan "
      "as a roofline of its FLOPs and kernel-by-kernel HBM bytes); the host issue of hybrid layers is not modelled "
      "(the runs capture attention, Mamba and router in CUDA graphs). Nemotron 3 Super and Ultra stay skipped "
-     "(LatentMoE and MTP of a hybrid pattern, their architecture only in the Hugging Face config.json), as does "
-     "Nemotron 3.5 Lightning (Nano's architecture with two repeated MTP depths of pattern '*E': MTP of a hybrid "
-     "stack is not modelled); NVFP4 rows skip for the dtype."),
+     "(LatentMoE and MTP of a hybrid pattern, their architecture only in the Hugging Face config.json). Nemotron 3.5 "
+     "Lightning is Nano's architecture with two MTP depths sharing one '*E' module (preset "
+     "nemotron-3.5-lightning-30b-a3b; its GB200 MXFP8 config is Nano's plus the MTP). NVFP4 rows skip for the "
+     "dtype."),
     ("MoE EP all-to-all overlap (all MoE rows: DeepSeek-V3, Kimi K2, Qwen3 30B-A3B / 235B-A22B): "
      "training.ep_comm_overlap (Megatron-Core --overlap-moe-expert-parallel-comm --delay-wgrad-compute, the "
      "combined 1F1B schedule) exactly where the row's Megatron-Bridge performance config set moe_a2a_overlap "
