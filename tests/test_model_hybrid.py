@@ -203,7 +203,7 @@ def test_nemotron_h_config_json_maps_to_the_preset():
 
 @pytest.mark.parametrize("extra, field", [
     ({"moe_latent_size": 1024}, "moe_latent_size"),
-    ({"num_nextn_predict_layers": 1}, "num_nextn_predict_layers"),
+    ({"num_nextn_predict_layers": 1}, "mtp_hybrid_override_pattern"),
     ({"use_conv_bias": False}, "use_conv_bias"),
     ({"n_routed_experts": None}, "n_routed_experts"),
 ])
@@ -211,6 +211,13 @@ def test_nemotron_h_config_json_refusals(extra, field):
     from trainsim.specs.errors import SpecError
     with pytest.raises(SpecError, match=f"model.{field}"):
         load_model({**NANO_HF, **extra})
+
+
+def test_nemotron_h_config_json_with_mtp_is_the_lightning_preset():
+    light = load_model({**NANO_HF, "num_nextn_predict_layers": 2, "mtp_hybrid_override_pattern": "*E"})
+    preset = load_model("nemotron-3.5-lightning-30b-a3b")
+    assert (light.mtp_layers, light.mtp_pattern, light.mtp_shared) == (2, "*E", True)
+    assert light.total_params() == preset.total_params()
 
 
 def test_hybrid_pattern_key_refused_outside_nemotron_h():

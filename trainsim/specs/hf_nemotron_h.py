@@ -6,8 +6,9 @@ nemotron_h_bridge.py @067f987d, CONFIG_MAPPING and provider_bridge): hybrid_over
 mamba_num_heads, mamba_head_dim, n_groups, ssm_state_size, chunk_size, conv_kernel; attention_head_dim (or
 head_dim) -> kv_channels; no position embedding; squared-ReLU MLPs; n_routed_experts, num_experts_per_tok,
 moe_intermediate_size and moe_shared_expert_intermediate_size for the MoE layers (``E``), read only when the pattern
-has them. Refused: LatentMoE (moe_latent_size: experts in a projected latent space), multi-token-prediction layers of
-a hybrid pattern (num_nextn_predict_layers), and biases (use_bias, mamba_proj_bias, attention_bias, mlp_bias) or a
+has them; num_nextn_predict_layers MTP depths of mtp_hybrid_override_pattern's layers, sharing one module's weights
+unless mtp_use_repeated_layer is false (the bridge's _hf_mtp_config and its default True). Refused: LatentMoE
+(moe_latent_size: experts in a projected latent space), and biases (use_bias, mamba_proj_bias, attention_bias, mlp_bias) or a
 conv without its bias (use_conv_bias false), which the Mamba parameter count does not describe.
 """
 
@@ -28,9 +29,6 @@ def _refuse(d: Mapping) -> None:
     if d.get("moe_latent_size"):
         raise SpecError("model.moe_latent_size", "LatentMoE (routed experts in a projected latent space, Nemotron 3 "
                                                  "Super / Ultra) is not modelled")
-    if d.get("num_nextn_predict_layers"):
-        raise SpecError("model.num_nextn_predict_layers", "multi-token-prediction layers of a hybrid pattern are not "
-                                                          "modelled")
     for key in ("use_bias", "mamba_proj_bias", "attention_bias", "mlp_bias"):
         if d.get(key):
             raise SpecError(f"model.{key}", "biases in a hybrid Mamba stack are not modelled")
@@ -62,4 +60,10 @@ def nemotron_h_fields(d: Mapping) -> dict[str, Any]:
                    moe_ffn_hidden=d["moe_intermediate_size"])
         if d.get("moe_shared_expert_intermediate_size"):
             out["shared_expert_ffn"] = d["moe_shared_expert_intermediate_size"]
+    if d.get("num_nextn_predict_layers"):
+        if not d.get("mtp_hybrid_override_pattern"):
+            raise SpecError("model.mtp_hybrid_override_pattern", "missing: num_nextn_predict_layers > 0 needs the "
+                                                                 "layers of one MTP depth")
+        out.update(mtp_layers=d["num_nextn_predict_layers"], mtp_pattern=d["mtp_hybrid_override_pattern"],
+                   mtp_shared=bool(d.get("mtp_use_repeated_layer", True)))
     return out
