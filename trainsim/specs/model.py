@@ -1,4 +1,5 @@
-"""ModelSpec: the architecture of a decoder-only transformer (GPT, Llama, Mixtral, DeepSeek, Gemma, OPT style)."""
+"""ModelSpec: the architecture of a decoder-only transformer (GPT, Llama, Mixtral, DeepSeek, Gemma, OPT style) or of a
+hybrid Mamba-2 / attention stack (Nemotron-H, Nemotron 3)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ class ModelSpec(BaseModel):
     ``shared_expert_ffn`` is set). Attention is multi-head / grouped-query, or DeepSeek's multi-head latent
     attention (MLA) when ``kv_lora_rank`` is set. ``block_norms``, ``qk_norm``, ``sliding_window`` /
     ``global_every``, the soft-caps and ``embed_proj_dim`` describe the Gemma, Qwen3, Falcon, Mistral and OPT blocks
-    (specs/hf_config.py maps each accepted Hugging Face architecture onto them)."""
+    (specs/hf_config.py maps each accepted Hugging Face architecture onto them). With ``hybrid_pattern`` the layers
+    are Megatron-Core's hybrid stack instead: each a Mamba-2 mixer, an attention, a dense-MLP or a MoE sub-layer with
+    its own pre-norm (the ``mamba_*`` dims; ``mtp_pattern`` for its MTP depths)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -205,27 +208,11 @@ class ModelSpec(BaseModel):
         return self.model_copy(update={"hybrid_pattern": self.mtp_pattern, "num_layers": len(self.mtp_pattern),
                                        "mtp_layers": 0, "mtp_pattern": None, "mtp_shared": False})
 
-    @property
-    def layer_mixer(self) -> str | None:
-        """A block's token mixer: "attention", "mamba", or None (a hybrid MLP / MoE layer)."""
-        if not self.is_hybrid:
-            return "attention"
-        kinds = set(self.hybrid_pattern)
-        return "mamba" if kinds == {"M"} else "attention" if kinds == {"*"} else None
-
-    @property
-    def layer_mlp(self) -> str | None:
-        """A block's MLP: "dense", "moe", or None (a hybrid mixer layer)."""
-        if not self.is_hybrid:
-            return "moe" if self.is_moe else "dense"
-        kinds = set(self.hybrid_pattern)
-        return "dense" if kinds == {"-"} else "moe" if kinds == {"E"} else None
-
     def mamba_params(self) -> int:
         """One Mamba-2 mixer (Megatron-Core MambaMixer, megatron/core/ssm/mamba_mixer.py): in_proj h -> (z, x, B,
         C, dt) = 2 d_inner + 2 G N + H, no bias; the depthwise causal conv1d over x, B, C (d_conv taps + a bias per
         channel); dt_bias, A_log and D (one per head, D_has_hdim False); the gated RMSNorm's d_inner weights;
-        out_proj d_inner -> h, no bias. The layer's pre-norm is counted by block_norm_params."""
+        out_proj d_inner -> h, no bias. The layer's pre-norm is added by _hybrid_layer_params."""
         h, di, H = self.hidden, self.mamba_inner, self.mamba_nheads
         gn = self.mamba_groups * self.mamba_state_dim
         conv_ch = di + 2 * gn
