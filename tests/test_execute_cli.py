@@ -41,6 +41,7 @@ def no_launch(monkeypatch):
     (["--dp", "2", "--dp-bucket-mb", "25"], "training.dp_bucket_mb"),
     (["--dp", "2", "--no-overlap-grad-reduce"], "training.overlap_grad_reduce"),
     (["--model", "mixtral-8x7b"], "model.num_experts"),
+    (["--model", "nemotron-h-8b"], "model.hybrid_pattern"),          # Mamba layers are simulated only
     (["--steps", "0"], "steps"),
     (["--model", "mpt-125m", "--pp", "2"], "model.tie_embeddings"),
     (["--calibration", "/nonexistent/p.json"], "calibration"),

@@ -211,7 +211,10 @@ def test_one_deepseek_row_through_the_engine(mla_cases):
 
 # --- MoE EP all-to-all overlap (Megatron-Bridge moe_a2a_overlap -> training.ep_comm_overlap) -----------------------
 
-MOE_MODELS = ("DeepSeekV3", "Kimi_K2", "Qwen3_30B_a3B", "Qwen3_235B_a22B", "GPT OSS 120B")
+MOE_MODELS = ("DeepSeekV3", "Kimi_K2", "Qwen3_30B_a3B", "Qwen3_235B_a22B", "GPT OSS 120B", "Nemotron_3_Nano",
+              "Nemotron_3_5_Lightning")
+# Models whose every row has its config's recompute_modules in nemo_recompute_modules.csv (() = none).
+CONFIG_RECOMPUTE_MODELS = (*MLA_MODELS, "Nemotron_3_Nano", "Nemotron_3_5_Lightning")
 
 
 @pytest.fixture(scope="module")
@@ -368,6 +371,13 @@ def test_precision_classes():
     # KIMI_K2_PRETRAIN_CONFIG_GB300 ["mla_up_proj"] (radixark @d063066b, nvegesna-netizen
     # @b8002e52ea1b5e0450ffb7328844acc356eb00b5).
     ("mb_53", ("mla_up_proj",)), ("mb_200", ("mla_up_proj",)),
+    # Nemotron 3 Nano: H100 FP8 (ep 8, GBS 1024, mbs 1) ["moe", "layernorm"] before Megatron-Bridge PR #2662
+    # (e3e340b3, 2026-03-06), ["moe", "layernorm", "core_attn", "moe_act"] after it
+    # (scripts/performance/configs/nemotronh/nemotron_3_workload_base_configs.py @b7b4e11b); Blackwell MXFP8 none
+    # (BASE_NEMOTRON_3_NANO_CONFIG sets no recompute_modules; perf_recipes/nemotronh/common.py @067f987d sets
+    # recompute_granularity None).
+    ("mb_199", ("moe", "layernorm")), ("mb_57", ("moe", "layernorm", "core_attn", "moe_act")), ("mb_11", ()),
+    ("mb_111", ()),
 ])
 def test_recompute_rule_for_rows_read_by_hand(moe_cases, rid, modules):
     c, row = moe_cases[rid]
@@ -391,8 +401,8 @@ def test_recompute_table_covers_the_mla_rows_once_and_leaves_qwen_at_none(moe_ca
                 if e[0] == name and e[1] == row["system"] and e[2] in ("any", nemo_precision_class(row["precision"]))
                 and nemo_release(e[3]) <= nemo_release(row["nemo_container"]) <= nemo_release(e[4])]
         assert len(hits) <= 1, (rid, hits)          # entries do not overlap
-        if name in MLA_MODELS or (name == "GPT OSS 120B" and c.scenario is not None):
-            assert len(hits) == 1, rid              # every MLA and predicted GPT-OSS row: its config's modules
+        if name in CONFIG_RECOMPUTE_MODELS or (name == "GPT OSS 120B" and c.scenario is not None):
+            assert len(hits) == 1, rid              # every MLA, Nemotron 3 and predicted GPT-OSS row: its config
             matched.setdefault(hits[0], []).append(rid)
             assert "recompute" not in (c.skip_reason or ""), rid
         elif name == "GPT OSS 120B":                # skipped: a footnoted regression or a layout matching no config
@@ -407,7 +417,7 @@ def test_recompute_table_covers_the_mla_rows_once_and_leaves_qwen_at_none(moe_ca
 
 def test_expert_tp_rule():
     assert nemo_expert_tp_by_model() == {"DeepSeekV3": 1, "Kimi_K2": 1, "Qwen3_30B_a3B": 1, "Qwen3_235B_a22B": 1,
-                                         "GPT OSS 120B": 1}
+                                         "GPT OSS 120B": 1, "Nemotron_3_Nano": 1, "Nemotron_3_5_Lightning": 1}
     assert nemo_expert_tp("Qwen3_235B_a22B", None, 2) == 1      # the config's expert_tensor_parallel_size
     assert nemo_expert_tp("Qwen3_235B_a22B", 2, 2) == 2         # a printed etp cell wins
     assert nemo_expert_tp("SomeOtherMoE", None, 4) == 4         # Megatron-Core's default: tp

@@ -200,6 +200,9 @@ def _norm_output_bytes(shp: LayerShape, impl: str) -> float:
 @memoised(maxsize=8192)
 def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
     impl = kernels(shp, impl)
+    if shp.kind:  # one layer of a hybrid Mamba stack (cost_models/mamba.py)
+        from .mamba import hybrid_activation_bytes
+        return hybrid_activation_bytes(shp, impl)
     e, h, t, r = shp.e, shp.h, shp.tp, shp.sp_div
     b, T = shp.b, shp.tokens
     if shp.recompute == "full":
@@ -377,7 +380,16 @@ def layer_activation_bytes(scenario, impl: str = "fused") -> ActivationBytes:
     autograd as the executor's model (trainsim/kernels/torch_model.py) runs it.
     """
     _check_impl(impl)
-    return _layer(_shape(scenario), impl)
+    shp = _shape(scenario)
+    if shp.kind == "mix":  # a hybrid stack: its mean layer, exact for the whole stack
+        if isinstance(scenario, LayerShape):
+            raise ValueError("a hybrid stack's activations are costed from its Scenario (shapes.block_kinds)")
+        from .shapes import block_kinds
+        kinds = [(layer_activation_bytes(scn, impl), n) for scn, n in block_kinds(scenario)]
+        n_all = sum(n for _, n in kinds)
+        return ActivationBytes(main=sum(a.main * n for a, n in kinds) / n_all,
+                               small=sum(a.small * n for a, n in kinds) / n_all)
+    return _layer(shp, impl)
 
 
 @memoised(maxsize=8192)
@@ -457,7 +469,12 @@ def mtp_activation_bytes(scenario, impl: str = "fused") -> float:
     T, r = shp.tokens, shp.sp_div
     norms = 2 * sum(_norm_bytes(shp, T / r, impl))
     proj_in = 2 * _gemm_input_e(shp, impl) * T * shp.h / r
-    return _layer(shp, impl).total + head_activation_bytes(scenario, impl) + norms + proj_in + 8.0 * T
+    if shp.kind:  # a hybrid stack's depth: its mtp_pattern's layers (shapes.mtp_kinds)
+        from .shapes import mtp_kinds
+        block = sum(n * layer_activation_bytes(scn, impl).total for scn, n in mtp_kinds(scenario))
+    else:
+        block = _layer(shp, impl).total
+    return block + head_activation_bytes(scenario, impl) + norms + proj_in + 8.0 * T
 
 
 # torch's eager loss on fp32 logits, bytes per logit beside the saved fp32 log-softmax at its peak, the backward:

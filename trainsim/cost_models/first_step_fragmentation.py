@@ -52,8 +52,9 @@ REST_TOLERANCE = 0.02
 
 def block_saved_tensors(shp: LayerShape, impl: str) -> tuple[float, ...] | None:
     """Sizes (bytes) of the tensors one dense block saves for its backward, in forward order; ``None`` where
-    this list does not cover the block (MoE, MLA, per-op checkpointing, LoRA) or misses more than REST_TOLERANCE."""
-    if shp.is_moe or shp.mla or shp.te_cp_p2p or shp.qk_norm or shp.lora_rank:
+    this list does not cover the block (MoE, MLA, per-op checkpointing, LoRA, hybrid Mamba stacks) or misses more
+    than REST_TOLERANCE."""
+    if shp.is_moe or shp.mla or shp.te_cp_p2p or shp.qk_norm or shp.lora_rank or shp.kind:
         return None
     impl = kernels(shp, impl)
     total = layer_activation_bytes(shp, impl).total

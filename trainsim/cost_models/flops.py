@@ -46,7 +46,7 @@ from .shapes import DEFAULT_SELECTIVE as _CORE_ATTN
 from .shapes import LayerShape, block_kinds, layer_shape
 
 Gemm = tuple[int, int, int]  # (m, n, k)
-MATMUL_KINDS = frozenset({"gemm", "bmm", "attention"})
+MATMUL_KINDS = frozenset({"gemm", "bmm", "attention", "ssd"})  # ssd: Mamba-2's chunked scan (cost_models/mamba.py)
 
 # Elementwise FLOPs per element (only for completeness of hardware work; these ops are memory-bound and
 # not part of model FLOPs): LayerNorm ~5 (mean, var, normalize, scale, shift), RMSNorm ~3, GeLU (tanh) ~8,
@@ -413,6 +413,11 @@ def _mla_projection_ops(shp: LayerShape) -> list[Op]:
 
 @memoised(maxsize=4096)
 def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
+    if shp.kind:  # one layer of a hybrid Mamba stack
+        if shp.kind not in ("M", "*", "-", "E"):
+            raise ValueError("a hybrid stack of several layer kinds is costed kind by kind (shapes.block_kinds)")
+        from .mamba import hybrid_layer_ops
+        return hybrid_layer_ops(shp, _layer_ops)
     e, h, t = shp.e, shp.h, shp.tp
     T = shp.tokens
     T_seq = T // shp.sp_div
@@ -624,9 +629,14 @@ def _per_microbatch_unsharded(scenario) -> tuple[PassFlops, PassFlops]:
     blocks = sum((b for b, _ in per_kind[1:]), per_kind[0][0])
     head = per_kind[0][1]
     k = scenario.model.mtp_layers
-    if k:  # each MTP module: a main block, its projection, and another pass through the output head
+    if k:  # each MTP module: a main block (a hybrid stack: its mtp_pattern's layers), its projection, another head
         shp = _unsharded(layer_shape(scenario))
-        main, _ = _unsharded_flops(shp, 1)
+        if shp.kind:
+            from .shapes import mtp_kinds
+            parts = [_unsharded_flops(_unsharded(layer_shape(scn)), n)[0] for scn, n in mtp_kinds(scenario)]
+            main = sum(parts[1:], parts[0])
+        else:
+            main, _ = _unsharded_flops(shp, 1)
         blocks = blocks + (main + pass_flops(_mtp_ops(shp), "none")).scaled(k)
         head = head.scaled(1 + k)
     return blocks, head

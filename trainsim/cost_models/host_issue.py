@@ -509,7 +509,8 @@ def executor_block_issue(scenario, profile) -> PassIssue | None:
 def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
     """Host issue time of one dense block of ``scenario`` per micro-batch, or None where the host is not
     modelled apart: CPU ranks (their eager time is the ops' own time, cost_models.eager) and MoE blocks
-    (Megatron-Core's MoE host work and its per-layer host sync: cost_models.host, a warning)."""
+    (Megatron-Core's MoE host work and its per-layer host sync: cost_models.host, a warning) and hybrid Mamba
+    stacks (no measured issue time of their layers)."""
     from trainsim.specs.framework_behaviour import behaviour
 
     from .compute import eager_overhead_s
@@ -518,7 +519,7 @@ def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
     from .lora import adapter_issue_counts
     from .shapes import layer_shape
 
-    if getattr(scenario.cluster.gpu, "num_sms", None) is None or scenario.model.is_moe:
+    if getattr(scenario.cluster.gpu, "num_sms", None) is None or scenario.model.is_moe or scenario.model.is_hybrid:
         return None
     executed = executor_block_issue(scenario, profile) if profile is not None else None
     if executed is not None:

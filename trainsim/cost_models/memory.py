@@ -183,6 +183,9 @@ def _layer_params_rank(model, tp: int, ep: int, etp: int | None = None) -> tuple
         n_in = 2 if model.gated_mlp else 1
         return (n_in * h * f + f * h) / split + ((n_in * f / split + h) if model.bias else 0)
 
+    if model.is_hybrid:  # the mean layer of a hybrid Mamba stack
+        from .mamba import hybrid_params_rank
+        return hybrid_params_rank(model, attn, mlp, tp, ep, etp)
     if model.is_moe:
         shared = mlp(model.shared_expert_ffn) if model.shared_expert_ffn else 0.0
         return (attn + norms + model.router_params() + shared,  # the router is replicated over TP
@@ -213,11 +216,13 @@ def mtp_params_per_rank(model, tp: int, ep: int, etp: int | None = None) -> tupl
     """(dense, expert) parameters of the model's multi-token-prediction modules on one rank of the loss stage:
     per module a block like the model's own (MoE for a MoE model), the 2h->h projection (column-parallel) and
     three RMSNorm/LayerNorm weights (embedding, hidden state, output). The shared embedding and output layer
-    are the last stage's own (``_stage_extra_params`` keeps a word-embedding copy there when pp > 1)."""
-    k = model.mtp_layers
+    are the last stage's own (``_stage_extra_params`` keeps a word-embedding copy there when pp > 1). A hybrid
+    stack's module holds its mtp_pattern's layers (ModelSpec.mtp_block), once with shared depths (mtp_shared)."""
+    k = 0 if not model.mtp_layers else 1 if model.mtp_shared else model.mtp_layers
     if not k:
         return 0.0, 0.0
-    dense, expert = _layer_params_rank(model, tp, ep, etp)
+    block = model.mtp_block() if model.is_hybrid else model  # a hybrid block's figures are per layer: x layers
+    dense, expert = (x * block.num_layers if model.is_hybrid else x for x in _layer_params_rank(block, tp, ep, etp))
     h = model.hidden
     return k * (dense + 2 * h * h / tp + 3 * model.norm_params()), k * expert
 
@@ -351,7 +356,8 @@ def activation_bytes_per_microbatch(scenario, stage: int, impl: str = "fused") -
         total += act.embedding_activation_bytes(scenario)
     if stage == scenario.loss_stage:
         total += act.head_activation_bytes(scenario, impl)
-        total += scenario.model.mtp_layers * act.mtp_activation_bytes(scenario, impl)
+        if scenario.model.mtp_layers:
+            total += scenario.model.mtp_layers * act.mtp_activation_bytes(scenario, impl)
     lay = scenario.layout
     if lay.pp > 1 and behaviour(scenario.training.framework).pipeline_output_kept:
         # each of the stage's ``vpp`` model chunks keeps its output, but the one that ends in the loss
@@ -361,8 +367,8 @@ def activation_bytes_per_microbatch(scenario, stage: int, impl: str = "fused") -
 
 
 def largest_weight_tensor_params(model, tp: int = 1, ep: int = 1, etp: int | None = None) -> float:
-    """Elements of the largest weight matrix of a block on one rank (fused QKV, or one MLP projection; a MoE
-    model's dense blocks and shared expert included)."""
+    """Elements of the largest weight matrix of a block on one rank (fused QKV, one MLP projection or a Mamba
+    in_proj; a MoE model's dense blocks and shared expert included)."""
     h = model.hidden
     qkv = h * (model.num_heads + 2 * model.kv_heads) * model.dhead / tp
     if model.is_mla:
@@ -370,7 +376,9 @@ def largest_weight_tensor_params(model, tp: int = 1, ep: int = 1, etp: int | Non
                   (model.q_lora_rank or h) * model.num_heads * model.qk_head_dim / tp)
     experts = model.expert_ffn * h / (etp or tp) if model.is_moe else 0.0
     ffns = [0 if model.is_moe else model.ffn, model.shared_expert_ffn or 0, model.ffn if model.first_dense_layers else 0]
-    return float(max(qkv, experts, max(ffns) * h / tp, h * model.num_heads * model.v_dim / tp))
+    mamba = (h * (2 * model.mamba_inner + 2 * model.mamba_groups * model.mamba_state_dim + model.mamba_nheads) / tp
+             if "M" in (model.hybrid_pattern or "") else 0.0)  # a hybrid stack's Mamba in_proj
+    return float(max(qkv, experts, max(ffns) * h / tp, h * model.num_heads * model.v_dim / tp, mamba))
 
 
 def stage_memory(scenario, stage: int, inflight_microbatches: float | None = None,
@@ -460,8 +468,8 @@ def _first_step_reserved(scenario, stage: int, sm: StageMemory, impl: str) -> tu
                                       state_bytes=per_element, impl=impl)
     if extra is None:
         return 0.0, ("Adam's m, v created at the first step, not replayed: the caching-allocator trace does not "
-                     "cover this block (MoE, MLA, per-op checkpointing, ring-CP K/V, QK-norm or LoRA); the reserved "
-                     "figure leaves the first-step fragmentation out")
+                     "cover this block (MoE, MLA, per-op checkpointing, ring-CP K/V, QK-norm, LoRA or a hybrid "
+                     "Mamba stack); the reserved figure leaves the first-step fragmentation out")
     return extra, note
 
 

@@ -119,6 +119,36 @@ def _mlp(model, ffn: int, split: int, style: str, p: str, expert: bool = False) 
     return up + _linear(f"{p}.fc2", ffn, h, model.bias, split, False, expert)
 
 
+def _mamba(model, tp: int, p: str) -> list[ParamTensor]:
+    """A Mamba-2 mixer's tensors (Megatron-Core MambaMixer, registration order): in_proj (z, x, B, C, dt), the conv1d
+    weight and bias over x, B, C, dt_bias, A_log, D, the group RMSNorm weight and out_proj -- all split over TP."""
+    h, di, heads = model.hidden, model.mamba_inner, model.mamba_nheads
+    gn = model.mamba_groups * model.mamba_state_dim
+    conv = di + 2 * gn
+
+    def split(name: str, elems: float, kind: str) -> ParamTensor:
+        return ParamTensor(f"{p}.{name}", elems / tp, kind, tp > 1)
+    return [*_linear(f"{p}.in_proj", h, 2 * di + 2 * gn + heads, False, tp, True),
+            split("conv1d_weight", conv * model.mamba_conv_kernel, "weight"), split("conv1d_bias", conv, "bias"),
+            split("dt_bias", heads, "bias"), split("A_log", heads, "weight"), split("D", heads, "weight"),
+            split("norm.weight", di, "norm"), *_linear(f"{p}.out_proj", di, h, False, tp, False)]
+
+
+def hybrid_layer_tensors(model, kind: str, tp: int, ep: int, etp: int, style: str, p: str) -> list[ParamTensor]:
+    """One layer of a hybrid stack (ModelSpec.hybrid_pattern): its pre-norm (TE keeps a fused one inside the next
+    linear, still a tensor of its own), then the Mamba mixer, the attention, the MLP or the MoE layer."""
+    out = _norm(f"{p}.norm", model)
+    if kind == "M":
+        return out + _mamba(model, tp, f"{p}.mixer")
+    if kind == "*":
+        return out + _attention(model, tp, style, f"{p}.attn")
+    if kind == "-":
+        return out + _mlp(model, model.ffn, tp, style, f"{p}.mlp")
+    moe = block_tensors(model.model_copy(update={"hybrid_pattern": None, "block_norms": 2, "num_layers": 1}),
+                        tp, ep, etp, style, p)
+    return out + moe[moe.index(next(t for t in moe if t.kind == "router")):]
+
+
 def block_tensors(model, tp: int, ep: int, etp: int, style: str, prefix: str = "layer") -> list[ParamTensor]:
     """One block's tensors on one rank (a MoE block for a MoE model; ``model.dense_block()`` for its dense ones):
     the first of its ``block_norms`` norms before the attention, the others before the MLP."""
@@ -169,11 +199,15 @@ def mtp_tensors(model, tp: int, ep: int, etp: int, style: str, embedding_copy: b
     h, out = model.hidden, []
     if embedding_copy:
         out.append(ParamTensor("mtp.embedding.word.weight", model.vocab_size * model.embed_dim / tp, "embedding", tp > 1))
-    for k in range(model.mtp_layers):
+    for k in range(1 if model.mtp_shared else model.mtp_layers):  # shared depths: one module's weights
         p = f"mtp.{k}"
+        if model.is_hybrid:  # the layers of mtp_pattern
+            block = [t for i, c in enumerate(model.mtp_pattern)
+                     for t in hybrid_layer_tensors(model, c, tp, ep, etp, style, f"{p}.layers.{i}")]
+        else:
+            block = block_tensors(model, tp, ep, etp, style, f"{p}.layer")
         out += [*_norm(f"{p}.enorm", model), *_norm(f"{p}.hnorm", model),
-                *_linear(f"{p}.eh_proj", 2 * h, h, False, tp, True),
-                *block_tensors(model, tp, ep, etp, style, f"{p}.layer"), *_norm(f"{p}.final_norm", model)]
+                *_linear(f"{p}.eh_proj", 2 * h, h, False, tp, True), *block, *_norm(f"{p}.final_norm", model)]
     return out
 
 
@@ -234,10 +268,15 @@ def _key_tensors(m, k: ChunkKey) -> tuple[ParamTensor, ...]:
         template = lora_block_tensors(m, k.tp, k.lora_rank, k.lora_targets)
         return tuple(t for i in range(k.layers) for t in _named(template, f"layers.{k.start + i}"))
     out = embedding_tensors(m, k.tp) if k.first else []
-    kinds = {"dense": m.dense_block() if m.is_moe and k.dense else m, "main": m}
-    templates = {name: block_tensors(model, k.tp, k.ep, k.etp, k.style, "") for name, model in kinds.items()}
-    for i in range(k.layers):
-        out += _named(templates["dense" if i < k.dense else "main"], f"layers.{k.start + i}")
+    if m.is_hybrid:  # each layer of its kind (ModelSpec.hybrid_pattern)
+        templates = {c: hybrid_layer_tensors(m, c, k.tp, k.ep, k.etp, k.style, "") for c in m.hybrid_counts()}
+        for i in range(k.layers):
+            out += _named(templates[m.hybrid_pattern[k.start + i]], f"layers.{k.start + i}")
+    else:
+        kinds = {"dense": m.dense_block() if m.is_moe and k.dense else m, "main": m}
+        templates = {name: block_tensors(model, k.tp, k.ep, k.etp, k.style, "") for name, model in kinds.items()}
+        for i in range(k.layers):
+            out += _named(templates["dense" if i < k.dense else "main"], f"layers.{k.start + i}")
     if k.last:
         out += head_tensors(m, k.tp, with_output=k.with_output)
         if m.mtp_layers:

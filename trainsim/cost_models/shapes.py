@@ -83,6 +83,15 @@ class LayerShape:
     te_cp_p2p: bool = False   # context parallelism by Transformer Engine's K/V ring (Megatron-Core, cp_comm p2p)
     lora_rank: int = 0        # LoRA adapters' rank (TrainingSpec.lora_rank; 0: full training, nothing frozen)
     lora_targets: frozenset = frozenset()  # the linears with adapters (TrainingSpec.lora_target_modules)
+    # Hybrid stacks (ModelSpec.hybrid_pattern): the layer's kind, "M" / "*" / "-" / "E" (cost_models/mamba.py), "mix"
+    # for a stack of several kinds (costed kind by kind: block_kinds), "" for a transformer block; Mamba-2 dims.
+    kind: str = ""
+    mh: int = 0               # Mamba heads H
+    mp: int = 0               # Mamba head dim P
+    mg: int = 0               # Mamba groups G
+    mn: int = 0               # SSM state size N
+    mconv: int = 0            # causal conv1d width
+    mchunk: int = 1           # SSD chunk length Q
 
     @property
     def e(self) -> int:
@@ -169,16 +178,26 @@ def _titan_block(m, t) -> bool:
             and m.plain_llama_block)
 
 
+def _hybrid_kind(m) -> str:
+    """LayerShape.kind of a model: its one hybrid layer kind, "mix" for several, "" without a pattern."""
+    if not m.is_hybrid:
+        return ""
+    kinds = set(m.hybrid_pattern)
+    return next(iter(kinds)) if len(kinds) == 1 else "mix"
+
+
 def _layer_shape(scenario) -> LayerShape:
     m, lay, t = scenario.model, scenario.layout, scenario.training
+    kind = _hybrid_kind(m)
+    moe = m.is_moe and kind in ("", "E", "mix")
     return LayerShape(
         b=t.micro_batch, s=t.seq_len, h=m.hidden, a=m.num_heads, kv=m.kv_heads, d=m.dhead, f=m.ffn,
         gated=m.gated_mlp, norm=m.norm, rope=m.position_embedding == "rope", bias=m.bias,
-        experts=m.num_experts, top_k=m.top_k, fe=m.expert_ffn, vocab=m.vocab_size,
-        fs=(m.shared_expert_ffn or 0) if m.is_moe else 0,
+        experts=m.num_experts if moe else 1, top_k=m.top_k if moe else 1, fe=m.expert_ffn, vocab=m.vocab_size,
+        fs=(m.shared_expert_ffn or 0) if moe else 0,
         ql=m.q_lora_rank or 0, kvl=m.kv_lora_rank or 0, dr=m.qk_rope_head_dim or 0,
         dv=(m.v_head_dim or 0) if m.is_mla else 0,
-        tp=lay.tp, cp=lay.cp, ep=lay.ep, etp=(lay.etp or 0) if m.is_moe else 0, sp=t.sequence_parallel, dtype=t.dtype, recompute=t.recompute,
+        tp=lay.tp, cp=lay.cp, ep=lay.ep, etp=(lay.etp or 0) if moe else 0, sp=t.sequence_parallel, dtype=t.dtype, recompute=t.recompute,
         rc_modules=t.selective_modules,
         compiled=t.compile,
         flash=t.flash_attention, dropout=t.dropout, flash_version=t.flash_attention_version,
@@ -204,6 +223,9 @@ def _layer_shape(scenario) -> LayerShape:
         proj=m.embed_proj_dim or 0, moe_load=scenario_moe_load_factor(scenario),
         te_cp_p2p=t.framework == "megatron" and lay.cp > 1 and t.cp_exchange == "p2p",
         lora_rank=t.lora_rank, lora_targets=frozenset(t.lora_target_modules) if t.lora_rank else frozenset(),
+        kind=kind, mh=m.mamba_nheads if kind else 0, mp=m.mamba_head_dim if kind else 0,
+        mg=m.mamba_groups if kind else 0, mn=m.mamba_state_dim if kind else 0,
+        mconv=m.mamba_conv_kernel if kind else 0, mchunk=m.mamba_chunk_size if kind else 1,
     )
 
 
@@ -224,10 +246,27 @@ def dense_block_scenario(scenario):
     return _dense_block_memo(scenario)
 
 
+_hybrid_kinds_memo = IdentityMemo(lambda scenario: tuple(
+    (scenario.model_copy(update={"model": scenario.model.hybrid_kind(k)}), n)
+    for k, n in scenario.model.hybrid_counts().items()))
+
+
+_mtp_kinds_memo = IdentityMemo(lambda scenario: block_kinds(
+    scenario.model_copy(update={"model": scenario.model.mtp_block()})))
+
+
+def mtp_kinds(scenario) -> tuple[tuple[object, int], ...]:
+    """(scenario to cost one layer with, layers of that kind in one MTP depth) of a hybrid stack's mtp_pattern."""
+    return _mtp_kinds_memo(scenario)
+
+
 def block_kinds(scenario) -> tuple[tuple[object, int], ...]:
     """(scenario to cost one block with, number of such blocks in the model): one entry for a dense model or a
-    MoE model without dense blocks; MoE blocks and dense blocks for a model with ``first_dense_layers``."""
+    MoE model without dense blocks; MoE blocks and dense blocks for a model with ``first_dense_layers``; one entry
+    per layer kind of a hybrid stack (ModelSpec.hybrid_kind)."""
     m = scenario.model
+    if m.is_hybrid:
+        return _hybrid_kinds_memo(scenario)
     if not m.is_moe or not m.first_dense_layers:
         return ((scenario, m.num_layers),)
     return ((scenario, m.num_moe_layers), (dense_block_scenario(scenario), m.num_dense_layers))

@@ -75,6 +75,7 @@ def _check_block_features(m) -> None:
         "swiglu_limit": (m.swiglu_limit is not None, "a clamped SwiGLU"),
         "final_softcap": (m.final_softcap is not None, "soft-capped output logits"),
         "embed_proj_dim": (m.embed_proj_dim is not None, "a projected word embedding"),
+        "position_embedding": (m.position_embedding == "none", "attention without position embedding"),
     }
     for key, (present, what) in simulated_only.items():
         if present:
@@ -118,6 +119,9 @@ def check_job(job: ExecJob) -> None:
         raise SpecError("lr", f"must be in (0, 10), got {job.lr}")
     if job.inject_fault not in FAULTS:
         raise SpecError("inject_fault", f"must be die or hang, got {job.inject_fault!r}")
+    if m.is_hybrid:
+        raise SpecError("model.hybrid_pattern", "hybrid Mamba stacks are simulated only, not executed (the executor's "
+                                                "model has transformer blocks)")
     if m.is_moe:
         raise SpecError("model.num_experts", "the executor runs dense models only (MoE/expert parallelism is not executed)")
     _check_block_features(m)

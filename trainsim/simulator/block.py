@@ -137,7 +137,7 @@ def _tp_moe_exposed(scenario: Scenario, profile, tp_f: float, tp_b: float) -> tu
     shp = layer_shape(scenario)
     e = shp.e
     etp_s = 0.0
-    pairs = 1 + (1 if shp.fs else 0)
+    pairs = (0 if shp.kind == "E" else 1) + (1 if shp.fs else 0)  # a hybrid MoE layer has no attention pair
     tp_f, tp_b = tp_f * pairs / 2, tp_b * pairs / 2
     if shp.xtp > 1:
         from trainsim.topologies.placement import place
@@ -156,7 +156,9 @@ def _tp_exposed(scenario: Scenario, groups: dict, profile, act_msg: float) -> tu
     tr = scenario.training
     shp = layer_shape(scenario)
     tp_f, tp_b = _tp_dense_exposed(scenario, groups, profile, act_msg)
-    pair_f = tp_f / 2  # forward exposure of one of the block's two column/row-parallel pairs
+    if shp.kind in ("M", "*", "-"):  # a hybrid layer holds one column/row-parallel pair of a block's two
+        tp_f, tp_b = tp_f / 2, tp_b / 2
+    pair_f = tp_f / 2 if shp.kind in ("", "E") else tp_f  # forward exposure of one of the block's two column/row-parallel pairs
     etp_s = 0.0
     if shp.is_moe:
         tp_f, tp_b, etp_s = _tp_moe_exposed(scenario, profile, tp_f, tp_b)
@@ -199,15 +201,32 @@ def _ep_exposed(scenario: Scenario, groups: dict, profile) -> tuple[float, float
     return ep_f, ep_b, ep_f_ov, ep_b_ov
 
 
+def _mean_block(kinds: list[tuple[_Block, int]], per: int | None = None) -> _Block:
+    """The layer-count-weighted mean of a hybrid stack's kinds of layer: its whole-stack totals are exact (the
+    stack runs on one stage, specs/scenario.py _check_hybrid); with ``per`` = 1 their sum (one MTP depth)."""
+    n = per or sum(c for _, c in kinds)
+
+    def mean(get) -> float:
+        return sum(get(b) * c for b, c in kinds) / n
+    times = compute.LayerTimes(*(mean(lambda b, f=f: getattr(b.times, f))
+                                 for f in ("fwd_s", "bwd_input_s", "bwd_weight_s", "recompute_s")))
+    return _Block(times=times, **{f: mean(lambda b, f=f: getattr(b, f)) for f in (
+        "tp_f", "tp_b", "cp_f", "cp_b", "ep_f", "ep_b", "ep_f_ov", "ep_b_ov", "act_bytes", "w_keep_bytes", "params")})
+
+
 def _block(scenario: Scenario, groups: dict, profile) -> _Block:
-    """The per-block costs of ``scenario``'s block (a MoE model's dense blocks: its ``dense_block()``)."""
+    """The per-block costs of ``scenario``'s block (a MoE model's dense blocks: its ``dense_block()``; a hybrid
+    stack: its mean layer)."""
     m, lay, tr = scenario.model, scenario.layout, scenario.training
     shp = layer_shape(scenario)
+    if shp.kind == "mix":
+        from trainsim.cost_models.shapes import block_kinds
+        return _mean_block([(_block(scn, groups, profile), n) for scn, n in block_kinds(scenario)])
     act_msg = shp.e * shp.tokens * shp.h                  # one [b, s/cp, h] activation, bytes (b·s/cp tokens)
     tp_f, tp_b = _tp_exposed(scenario, groups, profile, act_msg) if lay.tp > 1 else (0.0, 0.0)
     cp_f, cp_b = _cp_exposed(scenario, groups, profile) if lay.cp > 1 else (0.0, 0.0)
     ep_f = ep_b = ep_f_ov = ep_b_ov = 0.0
-    if m.is_moe and lay.ep > 1:
+    if shp.is_moe and lay.ep > 1:
         ep_f, ep_b, ep_f_ov, ep_b_ov = _ep_exposed(scenario, groups, profile)
     dense_l, expert_l = memory.layer_params_per_rank(m, lay.tp, lay.ep, lay.etp)  # per block, one rank
     return _Block(
@@ -216,6 +235,15 @@ def _block(scenario: Scenario, groups: dict, profile) -> _Block:
         ep_b=ep_b, ep_f_ov=ep_f_ov, ep_b_ov=ep_b_ov, act_bytes=act.layer_activation_bytes(scenario).total,
         w_keep_bytes=w_retained_bytes_per_layer(scenario) if tr.schedule in ("zb", "dualpipev") else 0.0,
         params=adapter_params_rank(shp) if tr.lora_rank else dense_l + expert_l)  # LoRA: adapters' grads only
+
+
+def _mtp_block(scenario: Scenario, groups: dict, profile, main: _Block) -> _Block:
+    """What one MTP depth's block costs: ``main`` (a block like the model's), or for a hybrid stack the sum of its
+    mtp_pattern's layers (ModelSpec.mtp_block)."""
+    if not (scenario.model.is_hybrid and scenario.model.mtp_layers):
+        return main
+    from trainsim.cost_models.shapes import mtp_kinds
+    return _mean_block([(_block(scn, groups, profile), n) for scn, n in mtp_kinds(scenario)], per=1)
 
 
 def _local_global_blocks(scenario: Scenario, groups: dict, profile) -> tuple[_Block, _Block] | None:

@@ -252,14 +252,14 @@ def _add_head(st: _Step, cs: _ChunkSums) -> None:
     cs.extra_params += st.head_params
     cs.label = cs.label + " + logits/loss"
     if m.mtp_layers:
-        k, mtp, lt, lay = m.mtp_layers, st.mtp, st.main.times, scenario.layout
+        k, mtp, lt, lay = m.mtp_layers, st.mtp, st.mtp_block.times, scenario.layout
         cs.f += k * (mtp.fwd_s + lt.fwd_s + head.fwd_s)
         cs.bi += k * (mtp.bwd_input_s + lt.bwd_input_s + head.bwd_input_s)
         cs.bw += k * (mtp.bwd_weight_s + lt.bwd_weight_s + head.bwd_weight_s)
         cs.rc += k * (mtp.recompute_s + lt.recompute_s + head.recompute_s)
         cs.a += k * act.mtp_activation_bytes(scenario)
         cs.extra_params += sum(memory.mtp_params_per_rank(m, lay.tp, lay.ep, lay.etp))
-        cs.comm_kinds = (*cs.kinds, (st.main, k))
+        cs.comm_kinds = (*cs.kinds, (st.mtp_block, k))
         cs.label = cs.label + f" + {k} MTP"
 
 

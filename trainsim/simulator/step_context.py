@@ -10,7 +10,7 @@ from trainsim.cost_models import compute, framework, host_issue, loss_issue, mem
 from trainsim.cost_models.shapes import dense_block_scenario, layer_shape
 from trainsim.specs import Scenario, framework_behaviour
 
-from .block import _Block, _block, _local_global_blocks
+from .block import _Block, _block, _local_global_blocks, _mtp_block
 from . import zero3_reduce
 from .exposures import _coll, _pace, _paced
 from .grad_sync import _bucket_settings
@@ -32,6 +32,7 @@ class _Step:
     groups: dict
     main: _Block
     dense: _Block                     # a MoE model's first_dense_layers (else ``main``)
+    mtp_block: _Block                 # one MTP depth's block (``main``; a hybrid stack's mtp_pattern layers)
     local_global: tuple | None        # (local, global) blocks of a model with local and global attention
     act_msg: float                    # one [b, s/cp, h] activation, bytes
     fw: framework_behaviour.FrameworkBehaviour
@@ -111,7 +112,7 @@ def _step_context(scenario: Scenario, profile) -> _Step:
         emb=_paced(compute.embedding_times(scenario, profile), slowest),
         head=head,
         mtp=_paced(compute.mtp_times(scenario, profile), slowest),
-        pl=pl, groups=groups, main=main, dense=dense,
+        pl=pl, groups=groups, main=main, dense=dense, mtp_block=_mtp_block(scenario, groups, profile, main),
         local_global=_local_global_blocks(scenario, groups, profile),
         act_msg=act_msg, fw=fw, sg_gather=sg_gather, vocab_tp=vocab_tp,
         head_issue=loss_issue.head_loss_issue_s(scenario, profile),

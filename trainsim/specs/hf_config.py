@@ -20,7 +20,8 @@ from .errors import SpecError
 
 # Activation names of config.json -> (gated kind, ungated kind); None where the architecture cannot use it.
 _HF_ACT_KIND = {"silu": "silu", "swish": "silu", "swiglu": "silu", "gelu": "gelu", "gelu_new": "gelu",
-                "gelu_fast": "gelu", "gelu_pytorch_tanh": "gelu", "gelu_python": "gelu", "relu": "relu"}
+                "gelu_fast": "gelu", "gelu_pytorch_tanh": "gelu", "gelu_python": "gelu", "relu": "relu",
+                "relu2": "relu"}  # relu2: squared ReLU (Nemotron-H), an ungated two-matrix MLP
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,8 @@ HF_ARCHS: dict[str, HFArch] = {
                    act="gelu_new"),
     "falcon": HFArch(("FalconForCausalLM",), gated=False, norm="layernorm", tied=True, act="gelu"),
     "opt": HFArch(("OPTForCausalLM",), gated=False, norm="layernorm", position="learned", tied=True, act="relu"),
+    # Nemotron-H / Nemotron 3 hybrid Mamba stacks: specs/hf_nemotron_h.py maps the pattern, Mamba dims and experts.
+    "nemotron_h": HFArch(("NemotronHForCausalLM",), gated=False, position="none", act="relu2", block_norms=1),
 }
 
 # Encoders and encoder-decoders: bidirectional attention, other heads and losses than a causal LM's.
@@ -351,6 +354,8 @@ def _opt_fields(d: Mapping, hidden: Any) -> dict:
 
 
 def _experts(d: Mapping, model_type: str, arch: HFArch) -> dict:
+    if model_type == "nemotron_h":  # experts only where the hybrid pattern has MoE layers (hf_nemotron_h.py)
+        return {}
     key = _first_key(d, "num_local_experts", "num_experts", "n_routed_experts")
     experts = d.get(key)
     if not experts:
@@ -376,6 +381,7 @@ _HF_MAPPED_ONLY_FOR: dict[str, tuple[str, tuple[str, ...]]] = {
     "q_lora_rank": ("multi-head latent attention", _HF_MLA_TYPES),
     "shared_expert_intermediate_size": ("shared experts", ("qwen2_moe",)),
     "num_shared_experts": ("shared experts", ()),
+    "hybrid_override_pattern": ("hybrid Mamba / attention stacks", ("nemotron_h",)),
 }
 
 # Keys that put MoE on every n-th block only (Qwen2-MoE/Qwen3-MoE decoder_sparse_step, DeepSeek moe_layer_freq,
@@ -449,6 +455,9 @@ def _hf_architecture_fields(d: Mapping, model_type: str, out: Mapping) -> dict:
         return _qwen2_moe_fields(d, out)
     if model_type == "gpt_oss":
         return _gpt_oss_fields(d)
+    if model_type == "nemotron_h":
+        from .hf_nemotron_h import nemotron_h_fields
+        return nemotron_h_fields(d)
     return {}
 
 

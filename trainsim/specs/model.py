@@ -1,4 +1,5 @@
-"""ModelSpec: the architecture of a decoder-only transformer (GPT, Llama, Mixtral, DeepSeek, Gemma, OPT style)."""
+"""ModelSpec: the architecture of a decoder-only transformer (GPT, Llama, Mixtral, DeepSeek, Gemma, OPT style) or of a
+hybrid Mamba-2 / attention stack (Nemotron-H, Nemotron 3)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ class ModelSpec(BaseModel):
     attention (MLA) when ``kv_lora_rank`` is set. ``block_norms``, ``qk_norm``, ``sliding_window`` /
     ``global_every``, the soft-caps and ``embed_proj_dim`` describe the Gemma, Qwen3, Falcon, Mistral and OPT blocks;
     ``attn_sinks``, ``router_bias`` and ``swiglu_limit`` gpt-oss's (specs/hf_config.py maps each accepted Hugging
-    Face architecture onto them)."""
+    Face architecture onto them). With ``hybrid_pattern`` the layers are Megatron-Core's hybrid stack instead: each
+    a Mamba-2 mixer, an attention, a dense-MLP or a MoE sub-layer with its own pre-norm (the ``mamba_*`` dims;
+    ``mtp_pattern`` for its MTP depths)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -32,7 +35,9 @@ class ModelSpec(BaseModel):
         default="gelu", description="MLP: gelu = two matrices (fc1, fc2; GeLU or ReLU between), swiglu / geglu = gated "
                                     "(gate, up, down; SiLU or GeLU on the gate: Llama / Gemma)")
     norm: Literal["layernorm", "rmsnorm"] = "layernorm"
-    position_embedding: Literal["learned", "rope"] = "learned"
+    position_embedding: Literal["learned", "rope", "none"] = Field(
+        default="learned", description="learned absolute positions, rotary (RoPE) on q and k, or none (Nemotron-H's "
+                                       "attention layers: Megatron-Bridge HybridModelProvider position_embedding_type)")
     max_seq_len: int = Field(default=2048, gt=0, le=100_000_000)
     bias: bool = True
     qkv_bias: bool | None = Field(default=None, description="biases on q, k, v only (Qwen2); None = same as bias")
@@ -95,7 +100,35 @@ class ModelSpec(BaseModel):
         description="multi-token prediction modules on the last pipeline stage (DeepSeek-V3 Sec. 2.2, Megatron-Core "
                     "--mtp-num-layers): each a block like the model's own plus a 2h->h projection, sharing the "
                     "embedding and output head; trained compute, not counted in total_params (the paper's 671B)")
+    hybrid_pattern: str | None = Field(
+        default=None, min_length=1, max_length=10_000, pattern=r"^[M*E-]+$",
+        description="hybrid Mamba/attention stack (Megatron-Core hybrid_layer_pattern, formerly "
+                    "hybrid_override_pattern): one character per layer, each layer one pre-norm sub-layer with its "
+                    "residual -- M Mamba-2 mixer, * self-attention, - dense MLP, E MoE; its length is num_layers "
+                    "(Nemotron-H, Nemotron 3); None = every layer an attention + MLP block")
+    mamba_state_dim: int = Field(default=128, gt=0, le=100_000,
+                                 description="Mamba-2 SSM state size N per group (Megatron mamba_state_dim)")
+    mamba_groups: int = Field(default=8, gt=0, le=100_000,
+                              description="Mamba-2 groups G sharing the B and C projections (mamba_num_groups)")
+    mamba_head_dim: int = Field(default=64, gt=0, le=100_000, description="Mamba-2 head dim P (mamba_head_dim)")
+    mamba_heads: int | None = Field(
+        default=None, gt=0, le=100_000,
+        description="Mamba-2 heads H (mamba_num_heads); None = mamba_expand * hidden / mamba_head_dim")
+    mamba_expand: int = Field(default=2, gt=0, le=64,
+                              description="Mamba-2 inner width over hidden where mamba_heads is unset (expand)")
+    mamba_conv_kernel: int = Field(default=4, gt=0, le=64, description="Mamba-2 causal conv1d width (d_conv)")
+    mamba_chunk_size: int = Field(default=128, gt=0, le=100_000,
+                                  description="Mamba-2 SSD chunk length Q of the chunked scan (chunk_size)")
+    mtp_pattern: str | None = Field(
+        default=None, min_length=1, max_length=100, pattern=r"^[M*E-]+$",
+        description="hybrid stacks: the layers of one multi-token-prediction depth (Megatron-Core "
+                    "mtp_hybrid_override_pattern, e.g. '*E'); needs hybrid_pattern and mtp_layers")
+    mtp_shared: bool = Field(
+        default=False, description="hybrid MTP: every depth runs the same layers' weights (Megatron-Core "
+                                   "mtp_use_repeated_layer): parameters once, compute mtp_layers times")
     published_params: float | None = Field(default=None, gt=0, description="as released, for tests")
+    published_active_params: float | None = Field(default=None, gt=0,
+                                                  description="active parameters per token as released, for tests")
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
@@ -124,6 +157,7 @@ class ModelSpec(BaseModel):
             raise ValueError("global_every needs sliding_window (the local blocks' window)")
         if self.global_every == 1:
             raise ValueError("global_every=1 makes every block global: leave sliding_window unset instead")
+        self._check_hybrid()
         if self.kv_lora_rank is None:
             given = [k for k, v in mla_only.items() if v is not None]
             if given:
@@ -139,7 +173,90 @@ class ModelSpec(BaseModel):
                 raise ValueError("multi-head latent attention has no projection biases: set bias: false")
         return self
 
+    def _check_hybrid(self) -> None:
+        """A hybrid pattern names every layer; Megatron's Mamba mixer splits its heads and groups over TP."""
+        p = self.hybrid_pattern
+        if (self.mtp_pattern is not None or self.mtp_shared) and not (p and self.mtp_layers):
+            raise ValueError("mtp_pattern and mtp_shared describe the MTP depths of a hybrid stack: they need "
+                             "hybrid_pattern and mtp_layers")
+        if p is None:
+            return
+        if self.mtp_layers and not self.mtp_pattern:
+            raise ValueError("mtp_layers of a hybrid stack need mtp_pattern (the layers of one MTP depth)")
+        if self.mtp_pattern and "E" in self.mtp_pattern and not self.is_moe:
+            raise ValueError("mtp_pattern has MoE layers (E) but num_experts is 1")
+        if len(p) != self.num_layers:
+            raise ValueError(f"hybrid_pattern has {len(p)} layers but num_layers={self.num_layers}")
+        if ("E" in p) != self.is_moe:
+            raise ValueError("hybrid_pattern has MoE layers (E) exactly when num_experts > 1")
+        if self.block_norms != 1:
+            raise ValueError("hybrid_pattern layers have one pre-norm each: set block_norms: 1")
+        other = {"first_dense_layers": self.first_dense_layers, "kv_lora_rank": self.kv_lora_rank,
+                 "sliding_window": self.sliding_window, "embed_proj_dim": self.embed_proj_dim}
+        given = [k for k, v in other.items() if v]
+        if given:
+            raise ValueError(f"{', '.join(given)} not modelled with hybrid_pattern")
+        if "M" in p and (self.mamba_inner % self.mamba_head_dim or self.mamba_nheads % self.mamba_groups):
+            raise ValueError(f"mamba_groups={self.mamba_groups} must divide the {self.mamba_nheads} Mamba heads "
+                             f"(mamba_heads, or mamba_expand * hidden / mamba_head_dim)")
+
     # Derived sizes; names say what they are so cost models read naturally.
+    @property
+    def is_hybrid(self) -> bool:
+        return self.hybrid_pattern is not None
+
+    @property
+    def mamba_nheads(self) -> int:
+        """Mamba-2 heads H (Megatron MambaMixer: mamba_num_heads, else expand * hidden // head_dim)."""
+        return self.mamba_heads or self.mamba_expand * self.hidden // self.mamba_head_dim
+
+    @property
+    def mamba_inner(self) -> int:
+        """Mamba-2 inner width d_inner = H * P (the x and z streams)."""
+        return self.mamba_nheads * self.mamba_head_dim if self.mamba_heads else self.mamba_expand * self.hidden
+
+    def hybrid_counts(self) -> dict[str, int]:
+        """Layers of each kind of a hybrid stack, in the order they first occur ({} without a pattern)."""
+        p = self.hybrid_pattern or ""
+        return {c: p.count(c) for c in dict.fromkeys(p)}
+
+    def hybrid_kind(self, kind: str) -> ModelSpec:
+        """The model of one layer kind of a hybrid stack (pattern ``kind``, one layer), not re-validated: the
+        per-layer costs of that kind come from it."""
+        return self.model_copy(update={"hybrid_pattern": kind, "num_layers": 1})
+
+    def mtp_block(self) -> ModelSpec:
+        """One MTP depth's layers of a hybrid stack as a hybrid model of its own (pattern mtp_pattern), not
+        re-validated: the per-depth costs of its layers come from it."""
+        return self.model_copy(update={"hybrid_pattern": self.mtp_pattern, "num_layers": len(self.mtp_pattern),
+                                       "mtp_layers": 0, "mtp_pattern": None, "mtp_shared": False})
+
+    def mamba_params(self) -> int:
+        """One Mamba-2 mixer (Megatron-Core MambaMixer, megatron/core/ssm/mamba_mixer.py): in_proj h -> (z, x, B,
+        C, dt) = 2 d_inner + 2 G N + H, no bias; the depthwise causal conv1d over x, B, C (d_conv taps + a bias per
+        channel); dt_bias, A_log and D (one per head, D_has_hdim False); the gated RMSNorm's d_inner weights;
+        out_proj d_inner -> h, no bias. The layer's pre-norm is added by _hybrid_layer_params."""
+        h, di, H = self.hidden, self.mamba_inner, self.mamba_nheads
+        gn = self.mamba_groups * self.mamba_state_dim
+        conv_ch = di + 2 * gn
+        return h * (2 * di + 2 * gn + H) + conv_ch * (self.mamba_conv_kernel + 1) + 3 * H + di + di * h
+
+    def _moe_mlp_params(self) -> int:
+        """A MoE MLP: every routed expert, the router and the shared expert."""
+        return (self.num_experts * self.mlp_params(self.expert_ffn) + self.router_params()
+                + (self.mlp_params(self.shared_expert_ffn) if self.shared_expert_ffn else 0))
+
+    def _moe_active_params(self) -> int:
+        """A MoE MLP's parameters one token touches: top_k experts, the router and the shared expert."""
+        return (self.top_k * self.mlp_params(self.expert_ffn) + self.router_params()
+                + (self.mlp_params(self.shared_expert_ffn) if self.shared_expert_ffn else 0))
+
+    def _hybrid_layer_params(self, kind: str, active: bool = False) -> int:
+        """One hybrid layer of ``kind`` with its pre-norm (all experts, or the active ones)."""
+        mixer = {"M": self.mamba_params, "*": self.attention_params, "-": self.mlp_params,
+                 "E": self._moe_active_params if active else self._moe_mlp_params}[kind]
+        return mixer() + self.norm_params()
+
     @property
     def kv_heads(self) -> int:
         return self.num_kv_heads or self.num_heads
@@ -248,9 +365,12 @@ class ModelSpec(BaseModel):
         """A MoE block's router: a hidden x experts linear (+ a bias per expert with router_bias)."""
         return self.num_experts * (self.hidden + (1 if self.router_bias else 0)) if self.is_moe else 0
 
-    def layer_params(self) -> int:
+    def layer_params(self) -> float:
         """Parameters of one MoE block (all experts counted; the shared expert and router included), or of a
-        dense block for a dense model."""
+        dense block for a dense model; for a hybrid stack one layer of its kind (hybrid_kind), or the mean layer."""
+        if self.is_hybrid:  # one kind: a layer of it; several: the mean layer (exact times num_layers)
+            counts = self.hybrid_counts()
+            return sum(n * self._hybrid_layer_params(k) for k, n in counts.items()) / self.num_layers
         if self.is_moe:
             mlp = (self.num_experts * self.mlp_params(self.expert_ffn) + self.router_params()
                    + (self.mlp_params(self.shared_expert_ffn) if self.shared_expert_ffn else 0))
@@ -285,6 +405,9 @@ class ModelSpec(BaseModel):
         return self.input_embedding_params() + self.output_layer_params()
 
     def total_params(self) -> int:
+        if self.is_hybrid:
+            layers = sum(n * self._hybrid_layer_params(k) for k, n in self.hybrid_counts().items())
+            return layers + self.embedding_params()
         if not self.is_moe:
             return self.num_layers * self.layer_params() + self.embedding_params()
         return (self.num_moe_layers * self.layer_params() + self.num_dense_layers * self.dense_layer_params()
@@ -292,6 +415,9 @@ class ModelSpec(BaseModel):
 
     def active_params(self) -> int:
         """Parameters touched per token (top-k routed experts and the shared expert only)."""
+        if self.is_hybrid:
+            layers = sum(n * self._hybrid_layer_params(k, active=True) for k, n in self.hybrid_counts().items())
+            return layers + self.embedding_params()
         if not self.is_moe:
             return self.total_params()
         dense = self.attention_params() + self.block_norm_params() + self.router_params()

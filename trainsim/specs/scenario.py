@@ -255,6 +255,7 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
     etp = _check_tp_shards(m, layout)
     _check_stages(m, layout, t)
     _check_framework_code(m, layout, t)
+    _check_hybrid(m, layout, t)
     _check_sequence(m, layout, t)
     _check_experts(m, layout, t, dp, etp)
     _check_batch(t, dp, layout.pp)
@@ -272,6 +273,28 @@ def _check_framework_code(m: ModelSpec, layout: Layout, t: TrainingSpec) -> None
     why = layout_refusal(t.framework, cp=layout.cp, ep=layout.ep, moe=m.is_moe, cp_comm=t.cp_exchange)
     if why:
         raise SpecError(*why)
+
+
+def _check_hybrid(m: ModelSpec, layout: Layout, t: TrainingSpec) -> None:
+    """What a hybrid Mamba stack is costed under (cost_models/mamba.py): Megatron-Core's MambaMixer, whose heads
+    and groups TP splits, one pipeline stage (the simulator's per-block costs of a stack are the mean layer, exact
+    for a whole model on one stage only), no context parallelism (Mamba's CP all-to-alls are not modelled) and
+    the schedules that keep each layer's backward whole."""
+    if not m.is_hybrid:
+        return
+    if t.framework != "megatron":
+        raise SpecError("training.framework", f"hybrid_pattern is costed as Megatron-Core runs it, not {t.framework}")
+    for field, value in (("layout.pp", layout.pp), ("layout.cp", layout.cp)):
+        if value > 1:
+            raise SpecError(field, f"{value} with hybrid_pattern: only one stage without context parallelism is "
+                                   "modelled for hybrid Mamba stacks")
+    if t.schedule in ("zb", "dualpipev"):
+        raise SpecError("training.schedule", f"{t.schedule} splits weight gradients, not modelled for hybrid stacks")
+    if "op_sac" in t.selective_modules:
+        raise SpecError("training.recompute_modules", "op_sac is torchtitan's per-op policy, not a Megatron one")
+    if "M" in m.hybrid_pattern and (m.mamba_nheads % layout.tp or m.mamba_groups % layout.tp):
+        raise SpecError("layout.tp", f"tp={layout.tp} must divide the {m.mamba_nheads} Mamba heads and "
+                                     f"{m.mamba_groups} groups (Megatron's MambaMixer asserts both)")
 
 
 def _derive_dp(cluster: ClusterSpec, layout: Layout) -> int:

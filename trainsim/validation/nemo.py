@@ -184,6 +184,17 @@ NEMO_NOTES = (
      "nodes the all-to-all is costed on the fabric: Megatron-Bridge PR #3868 timed Qwen3 30B-A3B BF16 on 16 H100 "
      "(EP 16 over two nodes, alltoall dispatcher, mbs 1, GBS 1024) at 41.36 s per step eager, and trainsim "
      "predicts 34.0 s for that run."),
+    ("Nemotron 3 Nano (hybrid Mamba-2 / MoE / attention, preset nemotron-3-nano-30b-a3b: Megatron-Bridge's "
+     "HybridModelProvider in recipes/nemotronh/h100/nemotron_3_nano.py @067f987d): every printed layout is tp1 pp1 "
+     "ep8 with the config's etp 1, the perf defaults' fp32 Adam and no EP overlap; recompute none on Blackwell "
+     "(MXFP8, mbs 4 on GB300/B300, 2 on GB200/B200), 'moe' + 'layernorm' (+ 'core_attn' + 'moe_act' from PR #2662, "
+     "26.04 on) on H100 FP8 (nemo_recompute_ranges()). Mamba-2 layers are costed by cost_models/mamba.py (SSD scan "
+     "as a roofline of its FLOPs and kernel-by-kernel HBM bytes); the host issue of hybrid layers is not modelled "
+     "(the runs capture attention, Mamba and router in CUDA graphs). Nemotron 3 Super and Ultra stay skipped "
+     "(LatentMoE and MTP of a hybrid pattern, their architecture only in the Hugging Face config.json). Nemotron 3.5 "
+     "Lightning is Nano's architecture with two MTP depths sharing one '*E' module (preset "
+     "nemotron-3.5-lightning-30b-a3b; its GB200 MXFP8 config is Nano's plus the MTP). NVFP4 rows skip for the "
+     "dtype."),
     ("MoE EP all-to-all overlap (all MoE rows: DeepSeek-V3, Kimi K2, Qwen3 30B-A3B / 235B-A22B): "
      "training.ep_comm_overlap (Megatron-Core --overlap-moe-expert-parallel-comm --delay-wgrad-compute, the "
      "combined 1F1B schedule) exactly where the row's Megatron-Bridge performance config set moe_a2a_overlap "

@@ -1,0 +1,195 @@
+"""One layer of a hybrid Mamba-2 / attention / MLP / MoE stack (ModelSpec.hybrid_pattern) on one rank per
+micro-batch: its ops (FLOPs and HBM bytes, flops.py conventions) and its saved activations.
+
+A hybrid layer is one pre-norm sub-layer with its residual add (Megatron-Core MambaLayer / TransformerLayer in
+megatron/core/ssm/mamba_block.py): ``*`` the attention half of a transformer block, ``-`` its dense-MLP half,
+``E`` its MoE half -- each taken from flops.py's block ops, split after the first residual add -- and ``M`` the
+Mamba-2 mixer of Megatron-Core's MambaMixer (megatron/core/ssm/mamba_mixer.py) on the memory-efficient path it
+trains with (``use_mamba_mem_eff_path``, mamba_ssm's ``mamba_split_conv1d_scan_combined``,
+mamba_ssm/ops/triton/ssd_combined.py):
+
+* ``in_proj`` h -> (z, x, B, C, dt): 2·d_inner + 2·G·N + H outputs, column-parallel (TP splits heads and groups);
+* the depthwise causal conv1d (d_conv taps, SiLU) over x, B, C (causal_conv1d's CUDA kernel), whose backward
+  first recomputes it;
+* the chunked SSD scan (Dao & Gu 2024, arXiv:2405.21060 Sec. 6): per chunk of Q tokens the quadratic
+  "attention-like" part C·Bᵀ (2·Q·N per token and group) masked by the decays and applied to x (2·Q·P per token
+  and head), the chunk states Bᵀ·x (2·N·P per token and head), and the states' contribution C·h (2·N·P per token
+  and head); the inter-chunk recurrence over T/Q states is O(T/Q·N·P) and only moves bytes. The output is gated
+  by SiLU(z) inside the scan kernel (``_chunk_scan_fwd`` with z). Backward: the Triton backward kernels recompute
+  CB and the states and form two gradients per product (2x the forward's FLOPs, plus the recomputed CB and states);
+* the group RMSNorm over d_inner (Megatron's ExtendedRMSNorm, group size d_inner / G);
+* ``out_proj`` d_inner -> h, row-parallel.
+
+The SSD kernels are Triton tile programs (tl.dot on Q x N / Q x P tiles) that also stream the chunk tensors and fp32
+states through HBM: op kind ``ssd``, timed as a roofline of its FLOPs at the GPU's fused-attention efficiency
+(the measured efficiency of FlashAttention's tiled tensor-core kernels, GPUSpec.attention_efficiency -- the SSD
+paper's Sec. 6 casts the intra-chunk part as masked attention over the chunk) and of its bytes at HBM bandwidth.
+Its FLOPs count as model FLOPs (they are matmuls), beside in_proj and out_proj.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .flops import _NORM_FLOPS, Op, _elementwise, _linear, _norm, _residual
+from .shapes import LayerShape
+
+STATE_BYTES = 4  # mamba_ssm keeps the chunk states, dA cumsums and CB in fp32 (states_in_fp32, CB fp32)
+# HBM passes over each tensor family of the SSD scan, counted kernel by kernel in mamba_ssm's
+# _mamba_chunk_scan_combined_fwd / _bwd (ssd_combined.py). The per-head kernels run one program per head (grid axis
+# 2) and read their group's B, C and CB (``pid_h // nheads_ngroups_ratio``, ssd_chunk_scan.py _chunk_scan_fwd_kernel,
+# ssd_chunk_state.py _chunk_state_fwd_kernel), so those tensors cross HBM once per head ("hn": H·N per token of B or C,
+# "cb_h": Q·H fp32 per token of CB) besides the per-group passes ("gn", "cb_g"). Forward -- x read by _chunk_state_fwd
+# and _chunk_scan_fwd, z read and out, out_x written by _chunk_scan_fwd: 5 passes of d_inner; B per head
+# (_chunk_state_fwd) and C per head (_chunk_scan_fwd): 2 hn; B and C by _bmm_chunk_fwd: 2 gn; the states written by
+# _chunk_state_fwd, read and written by _state_passing_fwd, read by _chunk_scan_fwd: 4; CB written per group once,
+# read per head once. Backward -- the recomputed CB, states and chunk states; _chunk_scan_bwd_dz (out_x, z, dout read;
+# dz, dout written), _chunk_scan_bwd_dstates (dout), _chunk_scan_chunk_state_bwd_dx (x, dout read, dx written),
+# _chunk_state_bwd_db (x), _chunk_scan_bwd_dC (dout), _chunk_scan_bwd_dcb (x, dout), _chunk_scan_bwd_ddAcs_stable
+# (x, dout) and the chunk-state recompute (x): 16 of d_inner; B per head in the recompute and dx kernels, C per head
+# in dstates, dB and dC written per head and reduced: 7 hn; _bmm_chunk_fwd's and _bmm_chunk_bwd's B, C, dB, dC with
+# their residuals: 8 gn; states and their gradients 10; CB and dCB 3 per group, 4 per head (dx, ddAcs reads, dcb's
+# per-head write and its reduction).
+SSD_PASSES_FWD = {"inner": 5, "hn": 2, "gn": 2, "states": 4, "cb_g": 1, "cb_h": 1}
+SSD_PASSES_BWD = {"inner": 16, "hn": 7, "gn": 8, "states": 10, "cb_g": 3, "cb_h": 4}
+
+
+def _ssd_bytes(shp: LayerShape, passes: dict) -> float:
+    e, T, t = shp.e, shp.tokens, shp.tp
+    inner, heads, groups = shp.mh * shp.mp // t, shp.mh // t, shp.mg // t
+    states = (T / shp.mchunk) * heads * shp.mp * shp.mn * STATE_BYTES
+    cb = T * shp.mchunk * STATE_BYTES
+    return (e * T * (passes["inner"] * inner + passes["hn"] * heads * shp.mn + passes["gn"] * groups * shp.mn)
+            + passes["states"] * states + cb * (passes["cb_g"] * groups + passes["cb_h"] * heads)
+            + 3 * STATE_BYTES * T * heads)  # dt, dt softplus, dA cumsum
+
+
+def ssd_fwd_flops(shp: LayerShape) -> float:
+    """Forward FLOPs of the chunked SSD scan on one rank (module doc): C·Bᵀ per group, the masked product with x,
+    the chunk states and their output contribution per head."""
+    T, t, Q, N, P = shp.tokens, shp.tp, shp.mchunk, shp.mn, shp.mp
+    return 2.0 * T * Q * N * (shp.mg // t) + (shp.mh // t) * (2.0 * T * Q * P + 4.0 * T * N * P)
+
+
+def _ssd_op(shp: LayerShape) -> Op:
+    fwd = ssd_fwd_flops(shp)
+    T, t = shp.tokens, shp.tp
+    recomputed = 2.0 * T * shp.mchunk * shp.mn * (shp.mg // t) + 2.0 * T * shp.mn * shp.mp * (shp.mh // t)
+    return Op(name="ssd_scan", kind="ssd", fwd_flops=fwd, bwd_input_flops=2 * fwd + recomputed, bwd_weight_flops=0.0,
+              fwd_bytes=_ssd_bytes(shp, SSD_PASSES_FWD), bwd_input_bytes=_ssd_bytes(shp, SSD_PASSES_BWD))
+
+
+def _conv_op(shp: LayerShape) -> Op:
+    """causal_conv1d with SiLU over the x, B, C channels: d_conv multiply-adds per element; forward reads and writes
+    each element once, backward recomputes the forward (read, write) and reads input and gradient, writes dx."""
+    e = shp.e
+    ch = (shp.mh * shp.mp + 2 * shp.mg * shp.mn) // shp.tp
+    n = shp.tokens * ch
+    return _elementwise("mamba_conv1d", "elementwise", n, 2 * e, 5 * e, 2.0 * shp.mconv + 4.0)
+
+
+def mamba_mixer_ops(shp: LayerShape) -> list[Op]:
+    """The Mamba-2 layer's ops (module doc): pre-norm, in_proj, the batch-first layout copies, conv1d, SSD scan,
+    group RMSNorm, out_proj, residual."""
+    e, h, t = shp.e, shp.h, shp.tp
+    T, T_seq = shp.tokens, shp.tokens // shp.sp_div
+    fp8, casts = shp.dtype == "fp8", shp.fp8_weight_casts
+    inner = shp.mh * shp.mp // t
+    proj_out = (2 * shp.mh * shp.mp + 2 * shp.mg * shp.mn + shp.mh) // t
+    ops = [
+        _norm("norm1", shp, T_seq),  # fused into in_proj (TELayerNormColumnParallelLinear): not a recompute module
+        _linear("mamba_in_proj", T, proj_out, h, e, fp8=fp8, weight_casts=casts),
+    ]
+    if shp.b > 1:
+        # MambaMixer._ssm_training turns in_proj's [s, b, ...] output batch-first with
+        # rearrange(..., "l b d -> b l d").contiguous() and the scan's output back with "b l d -> l b d": two copies
+        # (read and write) with more than one sequence per micro-batch, and their gradients' copies in backward.
+        ops.append(_elementwise("mamba_layout_copies", "elementwise", T * (proj_out + inner), 2 * e, 2 * e, 0.0))
+    return ops + [
+        _conv_op(shp),
+        _ssd_op(shp),
+        _elementwise("mamba_norm", "norm", T * inner, 2 * e, 3 * e, _NORM_FLOPS["rmsnorm"],
+                     extra_fwd_bytes=4 * T * shp.mg // t, extra_bwd_bytes=4 * T * shp.mg // t),
+        _linear("mamba_out_proj", T, h, inner, e, fp8=fp8, weight_casts=casts),
+        _residual("residual1", shp, T_seq),
+    ]
+
+
+def hybrid_layer_ops(shp: LayerShape, block_ops) -> tuple[Op, ...]:
+    """The ops of one hybrid layer of kind ``shp.kind``: the Mamba mixer's, or the attention half (up to and with
+    the first residual add) / the MLP or MoE half (the rest) of ``block_ops(shape)``, flops.py's block. Megatron's
+    hybrid stack (megatron/core/models/hybrid/hybrid_layer_specs.py) fuses the pre-norm into the first linear of
+    the Mamba, attention and MLP layers (TELayerNormColumnParallelLinear in_proj / linear_qkv / linear_fc1); only
+    the MoE layer has a norm module of its own (pre_mlp_layernorm=TENorm)."""
+    if shp.kind == "M":
+        return tuple(mamba_mixer_ops(shp))
+    ops = block_ops(replace(shp, kind="", norms=2))
+    cut = next(i for i, op in enumerate(ops) if op.name == "residual1") + 1
+    half = ops[:cut] if shp.kind == "*" else ops[cut:]
+    if shp.kind == "E":
+        return tuple(half)
+    # The attention and MLP layers' norms are fused into linear_qkv / linear_fc1 (fused_norm_layers): Megatron's
+    # "layernorm" recompute cannot re-run them.
+    return tuple(replace(op, modules=op.modules - {"layernorm"}) for op in half)
+
+
+def mamba_activation_bytes(shp: LayerShape, gemm_input_e: int) -> float:
+    """Bytes one Mamba-2 layer saves for its backward (no recompute), one rank: the pre-norm's input (the residual
+    stream, sequence-sharded with SP) and fp32 rstd; in_proj's input (the norm output, at ``gemm_input_e`` bytes:
+    fp8 copies under fp8); what mamba_split_conv1d_scan_combined saves -- zxbcdt (in_proj's whole output) and
+    out_x (the ungated scan output, d_inner); the group RMSNorm's input and rstd; out_proj's input (d_inner)."""
+    e, T, t, h = shp.e, shp.tokens, shp.tp, shp.h
+    inner = shp.mh * shp.mp // t
+    zxbcdt = (2 * shp.mh * shp.mp + 2 * shp.mg * shp.mn + shp.mh) // t
+    return (e * T * h / shp.sp_div + STATE_BYTES * T / shp.sp_div + gemm_input_e * T * h
+            + e * T * (zxbcdt + 2 * inner) + STATE_BYTES * T * shp.mg // t + gemm_input_e * T * inner)
+
+
+def hybrid_activation_bytes(shp: LayerShape, impl: str):
+    """Saved activations of one hybrid layer (activations.ActivationBytes). Full recompute keeps each layer's input
+    (Megatron checkpoints every layer). A Mamba layer saves mamba_activation_bytes. The attention and MLP / MoE
+    layers are the halves of activations.py's transformer block, which sums one norm's input, statistics and output
+    (the next linear's saved input) per half plus each half's own tensors: the attention half is the block without
+    an MLP (ffn 0) less the second norm's terms, the MLP / MoE half the whole block less the attention half."""
+    from . import activations as act
+
+    if shp.kind not in ("M", "*", "-", "E"):
+        raise ValueError("a hybrid stack of several layer kinds is costed kind by kind (shapes.block_kinds)")
+    e, T, r = shp.e, shp.tokens, shp.sp_div
+    if shp.recompute == "full":
+        return act.ActivationBytes(main=e * T * shp.h / r, small=0.0)
+    if shp.kind == "M":
+        return act.ActivationBytes(main=mamba_activation_bytes(shp, act._gemm_input_e(shp, impl)), small=0.0)
+    # Fused norms (hybrid_layer_ops): the attention and MLP layers keep their norm output whatever "layernorm" says;
+    # the MoE layer's own TENorm drops its output (the router's 16-bit input) when "layernorm" is recomputed.
+    fused_rc = shp.rc_modules - {"layernorm"}
+    block = replace(shp, kind="", norms=2, rc_modules=fused_rc,
+                    recompute=shp.recompute if fused_rc or "layernorm" not in shp.rc_modules else "none")
+    no_mlp = act._layer(replace(block, experts=1, top_k=1, fs=0, f=0), impl)
+    norm_main, norm_small = act._norm_bytes(block, T / r, impl)
+    norm_out = act._gemm_input_bytes(block, impl)
+    attn = act.ActivationBytes(main=no_mlp.main - norm_main - norm_out, small=no_mlp.small - norm_small)
+    if shp.kind == "*":
+        return attn
+    whole = act._layer(block, impl)
+    dropped = act._gemm_input_bytes(block, impl, fp8_input=False) if shp.kind == "E" and shp.recomputes(
+        "layernorm") else 0.0
+    return act.ActivationBytes(main=whole.main - attn.main - dropped, small=whole.small - attn.small)
+
+
+def hybrid_params_rank(model, attn: float, mlp, tp: int, ep: int, etp: int | None) -> tuple[float, float]:
+    """(dense, expert) parameters of a hybrid stack's mean layer on one rank (memory.layer_params_per_rank):
+    each kind with its pre-norm -- the Mamba mixer wholly split over TP (in_proj, conv, dt_bias, A_log, D, its
+    norm and out_proj are all partitioned in MambaMixer), ``attn`` the TP-split attention, ``mlp(f, split)`` a
+    split MLP; a MoE layer's router and shared expert dense, its routed experts over ep (and etp)."""
+    norm = model.norm_params()
+    per_kind = {"M": (model.mamba_params() / tp, 0.0), "*": (attn, 0.0), "-": (mlp(model.ffn), 0.0)}
+    if model.is_moe:
+        shared = mlp(model.shared_expert_ffn) if model.shared_expert_ffn else 0.0
+        per_kind["E"] = (model.hidden * model.num_experts + shared,
+                         (model.num_experts / ep) * mlp(model.expert_ffn, etp or tp))
+    counts = model.hybrid_counts()
+    n = sum(counts.values())
+    dense = sum(c * (per_kind[k][0] + norm) for k, c in counts.items()) / n
+    expert = sum(c * per_kind[k][1] for k, c in counts.items()) / n
+    return dense, expert
