@@ -263,24 +263,32 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
             attn += e * T * qd
         small += (2 if e == STAT_BYTES else 4) * sq * ((shp.dr or shp.d) // 2) * e
 
-    if shp.is_moe:
-        k, xt = shp.top_k, shp.xtp
-        routed = shp.routed_tokens  # T·k·etp/tp token-copies on this rank, each expert's MLP split over etp
-        inner = routed * _mlp_inner_bytes(shp, shp.fe, impl) / xt
-        if rc("moe_act"):  # the activation's output (fc2's saved input) is recomputed from its kept input
-            inner -= routed * _gemm_input_e(shp, impl) * shp.fe / xt
-        elif shp.glu_clamp and shp.mcore_experts:  # Megatron-Core's eager clamps keep fc1's raw output besides
-            inner += e * routed * 2 * shp.fe / xt  # the clamped copy the fused activation saves (flops.py)
-        mlp = _gemm_input_e(shp, impl) * routed * h + inner + e * routed * h
-        router = STAT_BYTES * (T / r) * shp.experts + 8 * (T / r) * k
-        if shp.fs and not rc("shared_experts"):  # shared expert: its inner activations (input = the router's)
-            mlp += T * _mlp_inner_bytes(shp, shp.fs, impl) / t
-        if rc("moe"):  # the whole MoE layer is recomputed from its input (the norm output, kept above)
-            mlp, router = 0.0, 0.0
-        small += router
-    else:
-        mlp = 0.0 if rc("mlp") else T * _mlp_inner_bytes(shp, shp.f, impl) / t
+    mlp, router = _mlp_layer_bytes(shp, impl)
+    small += router
     return ActivationBytes(main=seq + attn + core + mlp + _lora_adapter_bytes(shp), small=small)
+
+
+def _mlp_layer_bytes(shp: LayerShape, impl: str) -> tuple[float, float]:
+    """(main, small) bytes the layer's dense MLP or MoE layer saves: the routed experts' inputs and inner
+    activations, the shared expert, the router's probabilities and indices; none of what recompute drops."""
+    e, h, t, r, T = shp.e, shp.h, shp.tp, shp.sp_div, shp.tokens
+    rc = shp.recomputes
+    if not shp.is_moe:
+        return (0.0 if rc("mlp") else T * _mlp_inner_bytes(shp, shp.f, impl) / t), 0.0
+    k, xt = shp.top_k, shp.xtp
+    routed = shp.routed_tokens  # T·k·etp/tp token-copies on this rank, each expert's MLP split over etp
+    inner = routed * _mlp_inner_bytes(shp, shp.fe, impl) / xt
+    if rc("moe_act"):  # the activation's output (fc2's saved input) is recomputed from its kept input
+        inner -= routed * _gemm_input_e(shp, impl) * shp.fe / xt
+    elif shp.glu_clamp and shp.mcore_experts:  # Megatron-Core's eager clamps keep fc1's raw output besides
+        inner += e * routed * 2 * shp.fe / xt  # the clamped copy the fused activation saves (flops.py)
+    mlp = _gemm_input_e(shp, impl) * routed * h + inner + e * routed * h
+    router = STAT_BYTES * (T / r) * shp.experts + 8 * (T / r) * k
+    if shp.fs and not rc("shared_experts"):  # shared expert: its inner activations (input = the router's)
+        mlp += T * _mlp_inner_bytes(shp, shp.fs, impl) / t
+    if rc("moe"):  # the whole MoE layer is recomputed from its input (the norm output, kept above)
+        mlp, router = 0.0, 0.0
+    return mlp, router
 
 
 def _attention_output_bytes(shp: LayerShape, impl: str, n: float, flash_keeps: bool) -> float:

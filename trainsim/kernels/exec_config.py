@@ -103,6 +103,21 @@ def _check_dp_knobs(job: ExecJob) -> None:
                                                   f"(eager_fp32); {t.cross_entropy} is simulated only")
 
 
+def _check_model(m) -> None:
+    """Model features the executor's transformer does not build: refused, naming the field."""
+    if m.is_hybrid:
+        raise SpecError("model.hybrid_pattern", "hybrid Mamba stacks are simulated only, not executed (the executor's "
+                                                "model has transformer blocks)")
+    if m.is_moe:
+        raise SpecError("model.num_experts", "the executor runs dense models only (MoE/expert parallelism is not executed)")
+    _check_block_features(m)
+    if m.is_mla:
+        raise SpecError("model.kv_lora_rank", "multi-head latent attention is simulated only, not executed (the "
+                                              "executor's model has multi-head/grouped-query attention)")
+    if m.mtp_layers:
+        raise SpecError("model.mtp_layers", "multi-token prediction is simulated only, not executed")
+
+
 def check_job(job: ExecJob) -> None:
     """Refuse what the executor cannot run, naming the field; called before any process starts."""
     s = job.spec
@@ -119,20 +134,10 @@ def check_job(job: ExecJob) -> None:
         raise SpecError("lr", f"must be in (0, 10), got {job.lr}")
     if job.inject_fault not in FAULTS:
         raise SpecError("inject_fault", f"must be die or hang, got {job.inject_fault!r}")
-    if m.is_hybrid:
-        raise SpecError("model.hybrid_pattern", "hybrid Mamba stacks are simulated only, not executed (the executor's "
-                                                "model has transformer blocks)")
-    if m.is_moe:
-        raise SpecError("model.num_experts", "the executor runs dense models only (MoE/expert parallelism is not executed)")
-    _check_block_features(m)
-    if m.is_mla:
-        raise SpecError("model.kv_lora_rank", "multi-head latent attention is simulated only, not executed (the "
-                                              "executor's model has multi-head/grouped-query attention)")
+    _check_model(m)
     if t.recompute_modules and set(t.recompute_modules) != {"core_attn"}:
         raise SpecError("training.recompute_modules", "the executor recomputes the attention core only "
                                                       "(selective = core_attn); other modules are simulated only")
-    if m.mtp_layers:
-        raise SpecError("model.mtp_layers", "multi-token prediction is simulated only, not executed")
     if t.lora_rank:
         raise SpecError("training.lora_rank", "LoRA fine-tuning is simulated only, not executed (the executor trains "
                                               "every parameter)")
