@@ -302,7 +302,8 @@ def check_pool_plan(cluster, counts: tuple[int, ...], placement: str | None) -> 
 
 
 def _checked_headroom(text: str) -> str:
-    """The --memory-headroom text, validated now (SpecError naming the field) rather than mid-search."""
+    """The --memory-headroom text, validated while the request is built (SpecError naming the field), so that a
+    bad value is refused before the search starts."""
     parse_headroom(text)
     return str(text)
 
