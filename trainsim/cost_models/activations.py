@@ -261,21 +261,32 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
         small += (2 if e == STAT_BYTES else 4) * sq * ((shp.dr or shp.d) // 2) * e
 
     if shp.is_moe:
-        k, xt = shp.top_k, shp.xtp
-        routed = shp.routed_tokens  # T·k·etp/tp token-copies on this rank, each expert's MLP split over etp
-        inner = routed * _mlp_inner_bytes(shp, shp.fe, impl) / xt
-        if rc("moe_act"):  # the activation's output (fc2's saved input) is recomputed from its kept input
-            inner -= routed * _gemm_input_e(shp, impl) * shp.fe / xt
-        mlp = _gemm_input_e(shp, impl) * routed * h + inner + e * routed * h
-        router = STAT_BYTES * (T / r) * shp.experts + 8 * (T / r) * k
-        if shp.fs and not rc("shared_experts"):  # shared expert: its inner activations (input = the router's)
-            mlp += T * _mlp_inner_bytes(shp, shp.fs, impl) / t
-        if rc("moe"):  # the whole MoE layer is recomputed from its input (the norm output, kept above)
-            mlp, router = 0.0, 0.0
+        mlp, router = _moe_bytes(shp, impl)
         small += router
     else:
         mlp = 0.0 if rc("mlp") else T * _mlp_inner_bytes(shp, shp.f, impl) / t
     return ActivationBytes(main=seq + attn + core + mlp + _lora_adapter_bytes(shp), small=small)
+
+
+def _moe_bytes(shp: LayerShape, impl: str) -> tuple[float, float]:
+    """(main, small) bytes a MoE layer saves per micro-batch beyond the norm output it starts from: each routed
+    token-copy's expert MLP (its input, inner activations and output) and the shared expert's inner activations;
+    the router's fp32 logits and its top-k choices (small). Selective recompute drops the activation's output
+    (``moe_act``), the shared expert (``shared_experts``) or the whole layer (``moe``)."""
+    rc = shp.recomputes
+    e, h, t, r, T = shp.e, shp.h, shp.tp, shp.sp_div, shp.tokens
+    k, xt = shp.top_k, shp.xtp
+    routed = shp.routed_tokens  # T·k·etp/tp token-copies on this rank, each expert's MLP split over etp
+    inner = routed * _mlp_inner_bytes(shp, shp.fe, impl) / xt
+    if rc("moe_act"):  # the activation's output (fc2's saved input) is recomputed from its kept input
+        inner -= routed * _gemm_input_e(shp, impl) * shp.fe / xt
+    mlp = _gemm_input_e(shp, impl) * routed * h + inner + e * routed * h
+    router = STAT_BYTES * (T / r) * shp.experts + 8 * (T / r) * k
+    if shp.fs and not rc("shared_experts"):  # shared expert: its inner activations (input = the router's)
+        mlp += T * _mlp_inner_bytes(shp, shp.fs, impl) / t
+    if rc("moe"):  # the whole MoE layer is recomputed from its input (the norm output, kept above)
+        mlp, router = 0.0, 0.0
+    return mlp, router
 
 
 def _attention_output_bytes(shp: LayerShape, impl: str, n: float, flash_keeps: bool) -> float:
