@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import statistics
 import sys
 import tempfile
@@ -20,16 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from trainsim.cli.main import main  # noqa: E402
+from bench_common import one_core
+
+from trainsim.cli.main import main
 
 REPEATS = 5
-
-
-def one_core() -> None:
-    try:
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    except (AttributeError, OSError):
-        pass
 
 
 def bomb(levels: int = 10) -> str:

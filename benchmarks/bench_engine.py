@@ -18,16 +18,10 @@ import os
 import statistics
 import subprocess
 import sys
-import time
+
+from bench_common import one_core, timed
 
 REPEATS = 5
-
-
-def one_core() -> None:
-    try:
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    except (AttributeError, OSError):
-        pass
 
 
 def scenario(dp: int, vpp: int):
@@ -44,12 +38,6 @@ def scenario(dp: int, vpp: int):
 def med_min(xs) -> str:
     xs = list(xs)
     return f"{statistics.median(xs) * 1e3:7.1f} ms (min {min(xs) * 1e3:.1f})"
-
-
-def timed(fn) -> tuple[float, object]:
-    t0 = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t0, out
 
 
 def memory_probe(vpp: int) -> dict:
@@ -122,5 +110,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    from trainsim.specs.memo import memo_scope
+
     with memo_scope():  # one memo for the run, as a CLI command has (specs.memo)
         main()

@@ -14,8 +14,9 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
+
+from bench_common import one_core, timed
 
 from trainsim.specs.memo import memo_scope
 
@@ -23,23 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ("llama3-70b-h100.yaml", "llama3-8b-h100-8.yaml", "mixtral-8x7b-h100.yaml", "deepseek-v3-h100.yaml")
 
 
-def one_core() -> None:
-    try:
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    except (AttributeError, OSError):
-        pass
-
-
 def scenario_of(example: str):
     from trainsim.cli.common import scenario_from_args
     from trainsim.cli.main import build_parser
     return scenario_from_args(build_parser().parse_args(["predict", str(ROOT / "examples" / example)]))
-
-
-def timed(fn) -> tuple[float, object]:
-    t0 = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t0, out
 
 
 def bench(example: str, repeats: int, engine: bool) -> None:

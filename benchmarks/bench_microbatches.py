@@ -12,11 +12,11 @@ folded step, of the whole step where its expected time (extrapolated from the la
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import time
 from dataclasses import replace
 from pathlib import Path
+
+from bench_common import one_core, timed
 
 from trainsim.specs.memo import memo_scope
 
@@ -25,25 +25,12 @@ COUNTS = (10, 100, 1_000, 10_000, 100_000, 500_000)
 EXAMPLES = ("llama3-8b-h100-8.yaml", "mixtral-8x7b-h100.yaml", "llama3-70b-h100.yaml")
 
 
-def one_core() -> None:
-    try:
-        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
-    except (AttributeError, OSError):
-        pass
-
-
 def table_of(example: str):
-    from trainsim.cli.main import build_parser
     from trainsim.cli.common import scenario_from_args
+    from trainsim.cli.main import build_parser
     from trainsim.simulator.builder import build_cost_table
     args = build_parser().parse_args(["predict", str(ROOT / "examples" / example)])
     return build_cost_table(scenario_from_args(args))
-
-
-def timed(fn):
-    t0 = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t0, out
 
 
 def bench(example: str, full_limit_s: float) -> None:

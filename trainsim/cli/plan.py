@@ -163,41 +163,38 @@ def _check_framework_code(fixed: dict[str, Any], extra: dict[str, Any], model) -
         raise SpecError(*why)
 
 
-def request_from_args(args: argparse.Namespace):
-    """A PlanRequest from the flags (and the scenario file, if given)."""
-    from trainsim.simulator.planner import PlanRequest
+def _required(field: str, value, message: str):
+    """``value``, or a SpecError naming ``field`` (``message`` says which flag gives it) where neither the flag nor
+    the scenario file does."""
+    if value is None:
+        raise SpecError(field, message)
+    return value
 
-    raw = load_scenario_file(args.scenario) if args.scenario else {}
+
+def _training_with_flags(args: argparse.Namespace, raw: dict) -> dict:
+    """The scenario file's ``training`` mapping with the precision and LoRA flags given on the command line."""
     training = raw.get("training") or {}
     if not isinstance(training, dict):
         raise SpecError("training", "must be a mapping")
     precision = {k: getattr(args, k, None) for k in ("grad_dtype", "master_weights", "dp_bucket_mb",
                                                      "overlap_grad_reduce", *LORA_FLAGS)}
-    training = {**training, **{k: v for k, v in precision.items() if v is not None}}
-    model_in = args.model or raw.get("model")
-    cluster_in = args.cluster or raw.get("cluster")
-    if model_in is None:
-        raise SpecError("model", "no model given (use --model NAME|PATH or a scenario file)")
-    if cluster_in is None:
-        raise SpecError("cluster", "no cluster given (use --cluster NAME|PATH or a scenario file)")
-    model = load_model(model_in)
-    cluster = _plan_cluster(args, cluster_in)
-    gpus_text = args.gpus if args.gpus is not None else raw.get("gpus")
-    if gpus_text is None and cluster.pools is not None:
-        gpus_text = cluster.num_gpus
-    if gpus_text is None:
-        raise SpecError("gpus", "no GPU count given (use --gpus N or --gpus A:B)")
-    counts = parse_gpus(str(gpus_text), cluster.gpus_per_node)
-    check_pool_plan(cluster, counts, args.placement)
-    global_batch = args.global_batch or training.get("global_batch")
-    seq_len = args.seq_len or training.get("seq_len")
-    if global_batch is None:
-        raise SpecError("training.global_batch", "no global batch given (use --global-batch N)")
-    if seq_len is None:
-        raise SpecError("training.seq_len", "no sequence length given (use --seq-len N)")
+    return {**training, **{k: v for k, v in precision.items() if v is not None}}
+
+
+def _batch_and_seq(args: argparse.Namespace, training: dict) -> tuple[int, int]:
+    """(global batch, sequence length) from the flags, else the scenario file: positive integers."""
+    global_batch = _required("training.global_batch", args.global_batch or training.get("global_batch"),
+                             "no global batch given (use --global-batch N)")
+    seq_len = _required("training.seq_len", args.seq_len or training.get("seq_len"),
+                        "no sequence length given (use --seq-len N)")
     for name, val in (("training.global_batch", global_batch), ("training.seq_len", seq_len)):
         if isinstance(val, bool) or not isinstance(val, int) or val <= 0:
             raise SpecError(name, f"must be a positive integer, got {val!r}")
+    return int(global_batch), int(seq_len)
+
+
+def _pinned_dims(args: argparse.Namespace) -> dict[str, Any]:
+    """The search dimensions the flags pin; a pinned vpp > 1 pins the interleaved schedule unless one is given."""
     fixed: dict[str, Any] = {}
     for dim in ("tp", "pp", "cp", "ep", "vpp", "etp", "micro_batch", "recompute", "zero", "schedule", "dp_shard"):
         v = getattr(args, dim, None)
@@ -205,6 +202,46 @@ def request_from_args(args: argparse.Namespace):
             fixed[dim] = v
     if fixed.get("vpp", 1) > 1 and "schedule" not in fixed:
         fixed["schedule"] = "interleaved"
+    return fixed
+
+
+def _layout_pins(raw: dict, fixed: dict[str, Any], model) -> tuple[dict, Any, int | None]:
+    """(the scenario file's layout mapping, its placement, its etp): the layout settings every candidate keeps;
+    an etp (file or --etp) on a dense model is refused."""
+    layout = raw.get("layout") or {}
+    if not isinstance(layout, dict):
+        raise SpecError("layout", "must be a mapping")
+    placement = None
+    if layout.get("placement") is not None:
+        placement = load_layout({"placement": layout["placement"]}).placement
+    etp = load_layout({"etp": layout["etp"]}).etp if layout.get("etp") is not None else None
+    if etp is not None and not model.is_moe:
+        raise SpecError("layout.etp", f"etp={etp} but {model.name} is a dense model (num_experts=1)")
+    if "etp" in fixed and not model.is_moe:
+        raise SpecError("etp", f"--etp {fixed['etp']} but {model.name} is a dense model (num_experts=1)")
+    return layout, placement, etp
+
+
+def request_from_args(args: argparse.Namespace):
+    """A PlanRequest from the flags (and the scenario file, if given)."""
+    from trainsim.simulator.planner import PlanRequest
+
+    raw = load_scenario_file(args.scenario) if args.scenario else {}
+    training = _training_with_flags(args, raw)
+    model_in = _required("model", args.model or raw.get("model"),
+                         "no model given (use --model NAME|PATH or a scenario file)")
+    cluster_in = _required("cluster", args.cluster or raw.get("cluster"),
+                           "no cluster given (use --cluster NAME|PATH or a scenario file)")
+    model = load_model(model_in)
+    cluster = _plan_cluster(args, cluster_in)
+    gpus_text = args.gpus if args.gpus is not None else raw.get("gpus")
+    if gpus_text is None and cluster.pools is not None:
+        gpus_text = cluster.num_gpus
+    _required("gpus", gpus_text, "no GPU count given (use --gpus N or --gpus A:B)")
+    counts = parse_gpus(str(gpus_text), cluster.gpus_per_node)
+    check_pool_plan(cluster, counts, args.placement)
+    global_batch, seq_len = _batch_and_seq(args, training)
+    fixed = _pinned_dims(args)
     dtype = _plan_dtype(args, training, cluster)
     # Every training setting of the scenario file the search does not decide (framework, flash attention,
     # dropout, offload, optimizer bytes, TP overlap, CP exchange, ...) applies to each candidate as given.
@@ -217,26 +254,16 @@ def request_from_args(args: argparse.Namespace):
         raise SpecError("training.zero", why)
     zero = fixed.get("zero", 1 if extra.get("distributed_optimizer") else 0)
     _check_framework_code(fixed, extra, model)
-    check_training_extra(extra, seq_len=int(seq_len), global_batch=int(global_batch), zero=zero, dtype=dtype,
+    check_training_extra(extra, seq_len=seq_len, global_batch=global_batch, zero=zero, dtype=dtype,
                          **{k: fixed[k] for k in ("schedule", "recompute") if k in fixed})  # pinned ones checked too
-    layout = raw.get("layout") or {}
-    if not isinstance(layout, dict):
-        raise SpecError("layout", "must be a mapping")
-    placement = None
-    if layout.get("placement") is not None:
-        placement = load_layout({"placement": layout["placement"]}).placement
-    etp = load_layout({"etp": layout["etp"]}).etp if layout.get("etp") is not None else None
-    if etp is not None and not model.is_moe:
-        raise SpecError("layout.etp", f"etp={etp} but {model.name} is a dense model (num_experts=1)")
-    if "etp" in fixed and not model.is_moe:
-        raise SpecError("etp", f"--etp {fixed['etp']} but {model.name} is a dense model (num_experts=1)")
+    layout, placement, etp = _layout_pins(raw, fixed, model)
     _pin_dp_shard(fixed, extra, layout)
     limits = SearchLimits(max_tp=args.max_tp, max_micro_batch=args.max_micro_batch, dtype=dtype, fixed=fixed,
                           training_extra=extra, placement=placement, etp=etp, pool_placement=args.placement)
     if args.storage_write_gbps <= 0:
         raise SpecError("storage_write_gbps", "must be positive")
     return PlanRequest(
-        model=model, cluster=cluster, gpu_counts=counts, global_batch=int(global_batch), seq_len=int(seq_len),
+        model=model, cluster=cluster, gpu_counts=counts, global_batch=global_batch, seq_len=seq_len,
         tokens=args.tokens, price_per_gpu_hour=args.price_per_gpu_hour, top_k=args.top, limits=limits,
         objective=args.objective, prune_dominated=not args.exhaustive,
         failure_rate_per_gpu_hour=args.failure_rate_per_gpu_hour, checkpoint_write_s=args.checkpoint_write_s,
@@ -275,7 +302,8 @@ def check_pool_plan(cluster, counts: tuple[int, ...], placement: str | None) -> 
 
 
 def _checked_headroom(text: str) -> str:
-    """The --memory-headroom text, validated now (SpecError naming the field) rather than mid-search."""
+    """The --memory-headroom text, validated while the request is built (SpecError naming the field), so that a
+    bad value is refused before the search starts."""
     parse_headroom(text)
     return str(text)
 

@@ -129,13 +129,31 @@ def _dp_extras(scenario) -> str:
 
 
 def render(pred, scenario, iv=None) -> None:
-    """The readable rich table."""
+    """The readable rich table: the scenario's header line, the step's and the memory's tables, then the pools,
+    host memory, memory assumptions, warnings and the interval's lines."""
     from rich.console import Console
-    from rich.table import Table
 
-    from trainsim.simulator.pools import stage_capacity_bytes
-    from trainsim.specs.pools import gpus_label
     c = Console()
+    _render_header(c, pred, scenario)
+    c.print(_step_table(pred, scenario, iv))
+    c.print(_memory_table(pred, scenario))
+    render_pools(c, pred, scenario)
+    c.print(f"peak {pred.peak_bytes / GiB:.1f} GiB, free {pred.free_bytes / GiB:.1f} GiB -> "
+            + ("[green]fits[/]" if pred.fits else "[red]does not fit[/]"))
+    render_host_memory(c, pred, scenario)
+    render_memory_assumptions(c, pred)
+    for w in pred.warnings:
+        c.print(f"[yellow]note:[/] {w}")
+    if iv is not None:
+        from trainsim.validation.intervals import text
+        for line in text(iv):
+            c.print(line, highlight=False)
+
+
+def _render_header(c, pred, scenario) -> None:
+    """The model, the GPUs and the layout with its training settings; the fabric's background load if shared."""
+    from trainsim.specs.pools import gpus_label
+
     lay = pred.layout
     gpus = gpus_label(scenario.cluster, scenario.num_gpus, times="x")
     c.print(f"[bold]{scenario.model.describe()}[/] on {gpus} ({scenario.cluster.name})")
@@ -151,6 +169,13 @@ def render(pred, scenario, iv=None) -> None:
     shared = scenario.cluster.scale_out.background_load.sentence()
     if shared:
         c.print(shared, highlight=False)
+
+
+def _step_table(pred, scenario, iv):
+    """The step's metrics: time (interval, p50/p99), throughput, MFU, bubble, the slowest GPU, host idle,
+    collectives' fixed costs, exposed communication, the engine and the calibration."""
+    from rich.table import Table
+
     t = Table(title="step", show_header=True)
     t.add_column("metric")
     t.add_column("value", justify="right")
@@ -183,7 +208,15 @@ def render(pred, scenario, iv=None) -> None:
     t.add_row("engine", f"{pred.engine.get('mode')}, {pred.engine.get('events', 0)} events{folded}, "
               f"{pred.engine.get('wall_s', 0.0) * 1e3:.1f} ms")
     t.add_row("calibration", pred.calibration)
-    c.print(t)
+    return t
+
+
+def _memory_table(pred, scenario):
+    """Memory per GPU by stage against its pool's capacity (the first two, middle and last two of more than 8)."""
+    from rich.table import Table
+
+    from trainsim.simulator.pools import stage_capacity_bytes
+
     caps = stage_capacity_bytes(scenario, pred)
     cap_text = "each stage's pool's GPU" if len(set(caps)) > 1 else f"{pred.gpu_memory_bytes / GiB:.1f} GiB"
     m = Table(title=f"memory per GPU (GiB; capacity {cap_text})")
@@ -196,18 +229,7 @@ def render(pred, scenario, iv=None) -> None:
         m.add_row(str(s), *(f"{x / GiB:.1f}" for x in (sm.weights, sm.grads, sm.optimizer, sm.activations, sm.other,
                                                        sm.total)),
                   "yes" if sm.total <= caps[s] else "[red]no[/]")
-    c.print(m)
-    render_pools(c, pred, scenario)
-    c.print(f"peak {pred.peak_bytes / GiB:.1f} GiB, free {pred.free_bytes / GiB:.1f} GiB -> "
-            + ("[green]fits[/]" if pred.fits else "[red]does not fit[/]"))
-    render_host_memory(c, pred, scenario)
-    render_memory_assumptions(c, pred)
-    for w in pred.warnings:
-        c.print(f"[yellow]note:[/] {w}")
-    if iv is not None:
-        from trainsim.validation.intervals import text
-        for line in text(iv):
-            c.print(line, highlight=False)
+    return m
 
 
 def render_pools(c, pred, scenario) -> None:

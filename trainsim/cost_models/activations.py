@@ -263,18 +263,21 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
             attn += e * T * qd
         small += (2 if e == STAT_BYTES else 4) * sq * ((shp.dr or shp.d) // 2) * e
 
-    mlp, router = _mlp_layer_bytes(shp, impl)
-    small += router
+    if shp.is_moe:
+        mlp, router = _moe_bytes(shp, impl)
+        small += router
+    else:
+        mlp = 0.0 if rc("mlp") else T * _mlp_inner_bytes(shp, shp.f, impl) / t
     return ActivationBytes(main=seq + attn + core + mlp + _lora_adapter_bytes(shp), small=small)
 
 
-def _mlp_layer_bytes(shp: LayerShape, impl: str) -> tuple[float, float]:
-    """(main, small) bytes the layer's dense MLP or MoE layer saves: the routed experts' inputs and inner
-    activations, the shared expert, the router's probabilities and indices; none of what recompute drops."""
-    e, h, t, r, T = shp.e, shp.h, shp.tp, shp.sp_div, shp.tokens
+def _moe_bytes(shp: LayerShape, impl: str) -> tuple[float, float]:
+    """(main, small) bytes a MoE layer saves per micro-batch beyond the norm output it starts from: each routed
+    token-copy's expert MLP (its input, inner activations and output) and the shared expert's inner activations;
+    the router's fp32 logits and its top-k choices (small). Selective recompute drops the activation's output
+    (``moe_act``), the shared expert (``shared_experts``) or the whole layer (``moe``)."""
     rc = shp.recomputes
-    if not shp.is_moe:
-        return (0.0 if rc("mlp") else T * _mlp_inner_bytes(shp, shp.f, impl) / t), 0.0
+    e, h, t, r, T = shp.e, shp.h, shp.tp, shp.sp_div, shp.tokens
     k, xt = shp.top_k, shp.xtp
     routed = shp.routed_tokens  # T·k·etp/tp token-copies on this rank, each expert's MLP split over etp
     inner = routed * _mlp_inner_bytes(shp, shp.fe, impl) / xt

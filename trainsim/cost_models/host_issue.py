@@ -158,6 +158,21 @@ if TYPE_CHECKING:
 ATEN_DISPATCH_S = 3.3e-6
 KERNEL_LAUNCH_S = 3.8e-6
 GRACE_SLOWDOWN = 35.0 / 13.5   # TE issue #2053: nn.Linear forward CPU time, Grace vs Xeon 8480C
+
+
+def op_seconds(host_cpu: str = "x86") -> tuple[float, float]:
+    """(seconds per dispatched aten op, extra seconds per kernel launch) on a ``host_cpu`` host."""
+    scale = GRACE_SLOWDOWN if host_cpu == "grace" else 1.0
+    return ATEN_DISPATCH_S * scale, KERNEL_LAUNCH_S * scale
+
+
+def issue_s(ops: float, kernels: float, host_cpu: str = "x86") -> float:
+    """Host seconds to issue ``ops`` aten ops of which ``kernels`` launch a kernel, in eager mode:
+    ``ATEN_DISPATCH_S`` per op and ``KERNEL_LAUNCH_S`` more per kernel (module doc)."""
+    dispatch, launch = op_seconds(host_cpu)
+    return ops * dispatch + kernels * launch
+
+
 # (forward aten ops, forward kernels, backward aten ops, backward kernels) per block and micro-batch, by the
 # block style of cost_models.eager.block_style (counted by trainsim.kernels.op_count, see module doc;
 # `python -m trainsim.kernels.op_count` counts every row again).
@@ -177,15 +192,13 @@ FUSED_SOFTMAX_MIN_KEYS = 16
 # GPU host (module doc, "Python frames"): the executor's GPT block forward, 0.329 ms median (trainsim calibrate
 # --device cuda on an H200 host, benchmarks/data/profile_h200.json host_issue; host_jitter.MEASURED_FWD) against
 # its counted 39 x 3.3 + 12 x 3.8 = 174.3 us: 1.89.
-MODULE_FRAME_RATIO = MEASURED_FWD[0] / (BLOCK_OPS["layernorm-gelu-learned"][0] * ATEN_DISPATCH_S
-                                        + BLOCK_OPS["layernorm-gelu-learned"][1] * KERNEL_LAUNCH_S)
+MODULE_FRAME_RATIO = MEASURED_FWD[0] / issue_s(*BLOCK_OPS["layernorm-gelu-learned"][:2])
 # Host seconds of one block's backward inside a running backward pass over its counted seconds (module doc, "Python
 # frames"): the slope of the executor's GPT chunk timed at 2 and 8 blocks with the gradients held, 1.225 ms per
 # block (trainsim calibrate --device cuda on an H200 host, benchmarks/data/profile_h200.json
 # host_issue_chunk["layernorm-gelu-learned"].block_bwd_s), against its counted 94 x 3.3 + 26 x 3.8 = 408.8 us: 3.00.
 MEASURED_BWD_SLOPE_S = 0.001225295960903168
-BACKWARD_FRAME_RATIO = MEASURED_BWD_SLOPE_S / (BLOCK_OPS["layernorm-gelu-learned"][2] * ATEN_DISPATCH_S
-                                               + BLOCK_OPS["layernorm-gelu-learned"][3] * KERNEL_LAUNCH_S)
+BACKWARD_FRAME_RATIO = MEASURED_BWD_SLOPE_S / issue_s(*BLOCK_OPS["layernorm-gelu-learned"][2:])
 # The executor's block under bf16 autocast (trainsim execute on a GPU: fp32 weights, torch.autocast around the
 # step's micro-batches), counted the same way under CPU autocast, whose lower-precision list casts the same linears
 # (aten addmm/mm): (first forward ops, kernels, later forward ops, kernels). The first forward of a step casts every
@@ -226,12 +239,6 @@ class PassIssue:
     sync_overlap_s: float = 0.0     # host seconds between the collective a block forward's sync drains and the sync
 
 
-def op_seconds(host_cpu: str = "x86") -> tuple[float, float]:
-    """(seconds per dispatched aten op, extra seconds per kernel launch) on a ``host_cpu`` host."""
-    scale = GRACE_SLOWDOWN if host_cpu == "grace" else 1.0
-    return ATEN_DISPATCH_S * scale, KERNEL_LAUNCH_S * scale
-
-
 def issue_style(style: str, *, megatron_layer: bool, flash: bool, fused_softmax: bool = True) -> str:
     """Key of ``BLOCK_OPS`` for a block of ``style``: Megatron's unfused GPT layer where the framework runs it
     without FlashAttention (with its eager softmax path where the fused kernel does not apply), else the
@@ -265,10 +272,9 @@ def with_collectives(counts: tuple[int, int, int, int], calls: tuple[int, int]) 
 
 def eager_issue_s(counts: tuple[int, int, int, int], host_cpu: str = "x86") -> tuple[float, float]:
     """(forward, backward) host seconds to issue (fwd ops, fwd kernels, bwd ops, bwd kernels) ``counts`` in eager
-    mode: ``ATEN_DISPATCH_S`` per op and ``KERNEL_LAUNCH_S`` more per kernel (module doc)."""
-    dispatch, launch = op_seconds(host_cpu)
+    mode (``issue_s`` of each pass)."""
     f_ops, f_k, b_ops, b_k = counts
-    return f_ops * dispatch + f_k * launch, b_ops * dispatch + b_k * launch
+    return issue_s(f_ops, f_k, host_cpu), issue_s(b_ops, b_k, host_cpu)
 
 
 def paced_s(fwd_s: float, bwd_s: float, tp: int, sigma: tuple[float, float]) -> tuple[float, float]:
@@ -291,9 +297,9 @@ def block_issue(style: str, *, recompute_full: bool, tp_collectives: tuple[int, 
     style_counts = tuple(c + x for c, x in zip(block_counts(style), extra))
     counts = with_collectives(style_counts, tp_collectives)
     f_ops, f_k, b_ops, b_k = counts
-    dispatch, launch = op_seconds(host_cpu)
+    launch = op_seconds(host_cpu)[1]
     if mode == "cuda_graphs":
-        f_s = b_s = dispatch + launch
+        f_s = b_s = issue_s(1, 1, host_cpu)
         f_n = b_n = 1
     elif mode == "compile":
         f_k, b_k = compiled_kernel_count(style, (f_k, b_k), block_counts(style)[1::2])
@@ -404,12 +410,11 @@ def sync_leads(block_syncs: int, microbatch_syncs: int, *, tp: int, recompute_fu
     """(per block forward, per block backward, per micro-batch) GPU idle after ``block_syncs`` host syncs per block
     forward and ``microbatch_syncs`` per micro-batch (module doc, "Host syncs"); a recomputed forward (full
     recompute) syncs again in the backward pass."""
-    dispatch, launch = op_seconds(host_cpu)
-    block = block_syncs * (SYNC_LEAD_BLOCK[0] * dispatch + SYNC_LEAD_BLOCK[1] * launch)
+    block = block_syncs * issue_s(*SYNC_LEAD_BLOCK, host_cpu)
     ops, launches = SYNC_LEAD_MICROBATCH
     if tp > 1:
         ops, launches = ops + SYNC_LEAD_VOCAB_PARALLEL[0], launches + SYNC_LEAD_VOCAB_PARALLEL[1]
-    per_mb = microbatch_syncs * (ops * dispatch + launches * launch)
+    per_mb = microbatch_syncs * issue_s(ops, launches, host_cpu)
     return block, (block if recompute_full else 0.0), per_mb
 
 
@@ -453,13 +458,11 @@ def steady_autocast_fwd_s(style: str, cast: ChunkHostIssue, plain: ChunkHostIssu
     would leave most of that cost in every later micro-batch; the steady forward is therefore the plain forward
     scaled by its counted ops (``BLOCK_OPS_AUTOCAST`` steady vs ``BLOCK_OPS``: the activation casts autocast still
     dispatches). Without a plain measurement the casting forward is scaled by the counted ops."""
-    d, k = op_seconds(host_cpu)
     f_ops, f_k, s_ops, s_k = BLOCK_OPS_AUTOCAST[style]
-    steady = s_ops * d + s_k * k
+    steady = issue_s(s_ops, s_k, host_cpu)
     if plain is not None and plain.block_fwd_s > 0:
-        p_ops, p_k = BLOCK_OPS[style][:2]
-        return min(cast.block_fwd_s, plain.block_fwd_s * steady / (p_ops * d + p_k * k))
-    return cast.block_fwd_s * steady / (f_ops * d + f_k * k)
+        return min(cast.block_fwd_s, plain.block_fwd_s * steady / issue_s(*BLOCK_OPS[style][:2], host_cpu))
+    return cast.block_fwd_s * steady / issue_s(f_ops, f_k, host_cpu)
 
 
 def profiled_chunk(scenario, profile):
@@ -540,7 +543,7 @@ def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
                         host_cpu=scenario.cluster.host_cpu, measured=measured, extra=adapter_issue_counts(shp))
     hooks = ddp_hook_adds(scenario)
     if hooks:
-        issue = replace(issue, bwd_s=issue.bwd_s + hooks * sum(op_seconds(scenario.cluster.host_cpu)),
+        issue = replace(issue, bwd_s=issue.bwd_s + hooks * issue_s(1, 1, scenario.cluster.host_cpu),
                         bwd_ops=issue.bwd_ops + hooks)
     frames = MODULE_FRAME_RATIO if fw.megatron_layer and measured is None and t.host_issue_mode == "eager" else 1.0
     recompute = issue.fwd_s if t.recompute == "full" else 0.0
@@ -554,8 +557,8 @@ def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
         return issue  # a captured graph cannot hold a host sync
     f, b, mb = sync_leads(fw.block_forward_syncs, fw.microbatch_syncs, tp=scenario.layout.tp,
                           recompute_full=t.recompute == "full", host_cpu=scenario.cluster.host_cpu)
-    d, k = op_seconds(scenario.cluster.host_cpu)
     f_pace = pace(scenario.layout.tp, measured_sigma(profile, block_style(shp))[0])
-    overlap = (SYNC_TAIL_HOST[0] * d + SYNC_TAIL_HOST[1] * k) * frames * f_pace if fw.block_forward_syncs else 0.0
+    tail_host = issue_s(*SYNC_TAIL_HOST, scenario.cluster.host_cpu)
+    overlap = tail_host * frames * f_pace if fw.block_forward_syncs else 0.0
     return replace(issue, sync_fwd_s=f * frames, sync_bwd_s=b * frames, microbatch_sync_s=mb * frames,
                    sync_overlap_s=overlap)

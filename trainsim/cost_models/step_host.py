@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from trainsim.specs.framework_behaviour import behaviour
-from .host_issue import op_seconds, profiled_chunk
+from .host_issue import issue_s, profiled_chunk
 
 MTA_CHUNK = 65536
 MTA_MAX_BLOCKS = 320
@@ -145,9 +145,8 @@ def step_counts(framework: str, optimizer_update: str, sizes: list[int]) -> tupl
 def step_host(framework: str, optimizer_update: str, sizes: list[int], host_cpu: str = "x86") -> StepHost:
     """Host work of one optimizer step over a rank's parameter tensors of ``sizes`` elements (module doc)."""
     dispatches, launches, syncs = step_counts(framework, optimizer_update, sizes)
-    dispatch, launch = op_seconds(host_cpu)
-    return StepHost(dispatches, launches, syncs, dispatches * dispatch + launches * launch,
-                    syncs * (dispatch + launch))
+    return StepHost(dispatches, launches, syncs, issue_s(dispatches, launches, host_cpu),
+                    syncs * issue_s(1, 1, host_cpu))
 
 
 def scenario_step_host(scenario, stage: int, profile=None) -> StepHost | None:
@@ -167,8 +166,8 @@ def scenario_step_host(scenario, stage: int, profile=None) -> StepHost | None:
     if t.optimizer == "muon":  # Muon's per-parameter kernels beside the fused launches (counted over every tensor)
         from .muon import busiest_launches
         k = busiest_launches(scenario, stage)
-        dispatch, launch = op_seconds(scenario.cluster.host_cpu)
-        host = StepHost(host.dispatches + k, host.launches + k, host.syncs, host.issue_s + k * (dispatch + launch),
+        host = StepHost(host.dispatches + k, host.launches + k, host.syncs,
+                        host.issue_s + issue_s(k, k, scenario.cluster.host_cpu),
                         host.sync_lead_s)
     m = profiled_chunk(scenario, profile)  # the executor's own step, timed (docstring)
     if m is None:

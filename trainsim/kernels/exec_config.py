@@ -121,7 +121,19 @@ def _check_model(m) -> None:
 def check_job(job: ExecJob) -> None:
     """Refuse what the executor cannot run, naming the field; called before any process starts."""
     s = job.spec
-    m, t, lay = s.model, s.training, s.layout
+    _check_run_flags(job)
+    _check_executed_features(s)
+    if job.hsdp < 1 or s.dp % job.hsdp:
+        raise SpecError("hsdp", f"replicate degree {job.hsdp} must divide dp={s.dp}")
+    if job.hsdp > 1 and s.training.zero != 3:
+        raise SpecError("hsdp", "HSDP (--hsdp R) needs zero=3")
+    _check_dp_knobs(job)
+    _check_schedule(s)
+    _check_device(job)
+
+
+def _check_run_flags(job: ExecJob) -> None:
+    """The run's own settings: device, step counts, optimizer, learning rate and injected fault."""
     if job.device not in ("cpu", "cuda"):
         raise SpecError("device", f"must be cpu or cuda, got {job.device!r}")
     if job.steps < 1 or job.steps > 100_000:
@@ -134,6 +146,12 @@ def check_job(job: ExecJob) -> None:
         raise SpecError("lr", f"must be in (0, 10), got {job.lr}")
     if job.inject_fault not in FAULTS:
         raise SpecError("inject_fault", f"must be die or hang, got {job.inject_fault!r}")
+
+
+def _check_executed_features(s: Scenario) -> None:
+    """Model and training features the executor does not build (simulated only), and settings its torch code
+    runs otherwise."""
+    m, t, lay = s.model, s.training, s.layout
     _check_model(m)
     if t.recompute_modules and set(t.recompute_modules) != {"core_attn"}:
         raise SpecError("training.recompute_modules", "the executor recomputes the attention core only "
@@ -164,11 +182,11 @@ def check_job(job: ExecJob) -> None:
     if m.tie_embeddings and lay.pp > 1:
         raise SpecError("model.tie_embeddings", "tied embeddings are not executed with pp > 1 (the first and last "
                                                 "stages would have to keep two copies in sync)")
-    if job.hsdp < 1 or s.dp % job.hsdp:
-        raise SpecError("hsdp", f"replicate degree {job.hsdp} must divide dp={s.dp}")
-    if job.hsdp > 1 and t.zero != 3:
-        raise SpecError("hsdp", "HSDP (--hsdp R) needs zero=3")
-    _check_dp_knobs(job)
+
+
+def _check_schedule(s: Scenario) -> None:
+    """Pipeline schedules the executor does not build, and micro-batch counts its torch schedules refuse."""
+    t, lay = s.training, s.layout
     if t.schedule == "dualpipev":
         raise SpecError("training.schedule", "dualpipev is simulated only, not executed (the executor does not build "
                                              "torch's ScheduleDualPipeV V-shaped stage split); use zb or interleaved")
@@ -176,6 +194,12 @@ def check_job(job: ExecJob) -> None:
         raise SpecError("training.global_batch", f"1f1b needs num_microbatches ({s.num_microbatches}) >= pp={lay.pp}")
     if lay.pp > 1 and t.schedule == "zb" and s.num_microbatches % lay.pp:
         raise SpecError("training.global_batch", f"zb needs num_microbatches ({s.num_microbatches}) divisible by pp={lay.pp}")
+
+
+def _check_device(job: ExecJob) -> None:
+    """Dtypes the device does not execute; on cpu, the processes and host memory the machine has."""
+    s = job.spec
+    m, t, lay = s.model, s.training, s.layout
     if job.device == "cpu":
         if t.dtype != "fp32":
             raise SpecError("training.dtype", f"{t.dtype} is not executed on cpu; use --dtype fp32")

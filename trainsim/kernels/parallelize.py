@@ -280,17 +280,7 @@ def build_parallel(s: Scenario, *, device: torch.device, seed: int, optimizer: s
     autocast_dtype = None
     wrapped: list[nn.Module] = list(chunks)
     if mode in ("fsdp", "fsdp-replicate"):
-        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-        dp_mesh = mesh["dp_shard"] if (mode == "fsdp" and rep == 1) else mesh["dp_rep", "dp_shard"]
-        # Trap 1: zero-bubble schedules need unsharded params kept between forward and backward.
-        reshard = lay.pp == 1
-        mp = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32) if low else MixedPrecisionPolicy()
-        for c in chunks:
-            for block in c.layers.values():
-                fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
-            fully_shard(c, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
-        mech["dp"] = ("FSDP2 fully_shard" if mode == "fsdp" and rep == 1 else
-                      f"FSDP2 HSDP (replicate {rep} x shard {shard})") + f", reshard_after_forward={reshard}"
+        mech["dp"] = _fully_shard(chunks, mesh, mode, (rep, shard), reshard=lay.pp == 1, low=low)
     elif low is not None:
         autocast_dtype = low
     if not eager:
@@ -315,6 +305,24 @@ def build_parallel(s: Scenario, *, device: torch.device, seed: int, optimizer: s
                    tp_rank=tp_rank, pp_rank=pp_rank, mode=mode, autocast_dtype=autocast_dtype, mechanism=mech)
     par.schedule = schedule
     return par
+
+
+def _fully_shard(chunks: list, mesh, mode: str, dp: tuple[int, int], *, reshard: bool, low) -> str:
+    """Wrap every block, then each chunk, in FSDP2's ``fully_shard`` over the data-parallel mesh (HSDP's 2-D
+    (replicate, shard) mesh where ``dp`` = (replicate, shard) replicates), with ``low`` as the compute dtype;
+    the mechanism text. ``reshard``: reshard after forward -- only without a pipeline, since zero-bubble
+    schedules need the unsharded parameters kept between forward and backward."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    rep, shard = dp
+    dp_mesh = mesh["dp_shard"] if (mode == "fsdp" and rep == 1) else mesh["dp_rep", "dp_shard"]
+    mp = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32) if low else MixedPrecisionPolicy()
+    for c in chunks:
+        for block in c.layers.values():
+            fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
+        fully_shard(c, mesh=dp_mesh, reshard_after_forward=reshard, mp_policy=mp)
+    return ("FSDP2 fully_shard" if mode == "fsdp" and rep == 1 else
+            f"FSDP2 HSDP (replicate {rep} x shard {shard})") + f", reshard_after_forward={reshard}"
 
 
 def _make_optimizer(params: list, name: str, lr: float) -> torch.optim.Optimizer:

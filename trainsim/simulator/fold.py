@@ -1,4 +1,4 @@
-"""Exact folding of a step's identical micro-batches: the engine's cost no longer grows with their number.
+"""Exact folding of a step's identical micro-batches, so that the engine's cost does not grow with their number.
 
 Every micro-batch of a step costs the same (the CostTable holds one ChunkCost per chunk, not per micro-batch),
 so once a schedule's warm-up is over its steady state repeats: in 1F1B, ZB-H1, GPipe and DualPipeV with a
@@ -88,7 +88,7 @@ def _base(table: CostTable) -> int:
 
 def representative_count(table: CostTable) -> int:
     """A micro-batch count whose step shows ``table``'s warm-up, steady state and cool-down (the first fold
-    sample; the step itself when it is no longer): what a drawn timeline of a very long step shows."""
+    sample, or the whole step where that is shorter): what a drawn timeline of a very long step shows."""
     return min(table.num_microbatches, sample_counts(table.num_microbatches, period(table), _base(table))[0])
 
 

@@ -334,10 +334,10 @@ def _list_gather_copies_s(st: _Step, nbytes: float, calls: int, group) -> float:
     into a flat buffer and copies it back with one ``copy_`` (and ``recordStream``) per output tensor, i.e. per
     rank and call (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, "Copy the flattened output tensors to the
     outputs", find_string id 2220260): ``calls x ranks`` aten ops and kernel launches issued by the host in the
-    optimizer step (host_issue.op_seconds), running on the NCCL stream while the host issues the next ones, which
+    optimizer step (host_issue.issue_s), running on the NCCL stream while the host issues the next ones, which
     together read and write the gathered bytes once: the longer of the two."""
     if _param_gather(st) != "allgather_bucket" or group is None or group.size <= 1 or nbytes <= 0:
         return 0.0
-    dispatch, launch = host_issue.op_seconds(st.scenario.cluster.host_cpu)
+    issue = calls * group.size * host_issue.issue_s(1, 1, st.scenario.cluster.host_cpu)
     copy = st.slowest * compute.memory_time_s(2 * nbytes, st.hw, st.profile, "copy")
-    return max(calls * group.size * (dispatch + launch), copy)
+    return max(issue, copy)

@@ -31,22 +31,13 @@ def stage_memory(table: CostTable, res: EngineResult) -> list[StageMemory]:
     return out
 
 
-def to_prediction(scenario: Scenario, table: CostTable, res: EngineResult, *, mode: str, calibration: str,
-                  host_bytes: float = 0.0, warnings: list[str] | None = None) -> Prediction:
-    """A Prediction (the JSON of `trainsim predict`) from an engine or closed-form result."""
-    lay, tr = scenario.layout, scenario.training
-    step = res.step_time_s
-    gpus = scenario.num_gpus
-    peak = scenario.cluster.gpu.peak(tr.dtype)
-    model_flops = flops_model.model_flops_per_step(scenario)
-    hw_flops = flops_model.hardware_flops_per_step(scenario)
-    span = res.pipeline_span_s or step
-    p = len(res.stages)
-    bubble = sum(tl.bubble_s for tl in res.stages) / p / span if span > 0 else 0.0
+def _breakdown(table: CostTable, res: EngineResult, span: float) -> dict[str, float]:
+    """Seconds of the critical stage (the one that finishes last) by cause: compute (less the slowest GPU's
+    share, the host's idle and the slowdown from communication), host idle and issue, bubble, exposed
+    communication per dimension and the optimizer; its index and the pipeline span."""
     crit = res.critical_stage
     tl = res.stages[crit]
     exposed = {d: float(tl.exposed_s.get(d, 0.0)) for d in COMM_DIMS}
-    mem = stage_memory(table, res)
     # Of the critical stage's compute time, the GPU's wait for its host to issue kernels (builder: ChunkCost.
     # host_idle_*, per micro-batch) -- "GPU idle waiting for the host".
     host_idle = min(tl.compute_s, table.num_microbatches * sum(c.host_idle_fwd_s + c.host_idle_bwd_s
@@ -61,7 +52,7 @@ def to_prediction(scenario: Scenario, table: CostTable, res: EngineResult, *, mo
     # (1 - 1/k). Approximate: any exposed offload copy folded into the compute fields is counted as compute,
     # and the optimizer's and the bubble's growth are not attributed here.
     slowest = compute_s * (1.0 - 1.0 / table.slowest_gpu_factor)
-    breakdown = {
+    return {
         "compute": compute_s - slowest,
         "compute_slowest_gpu": slowest,
         "host_idle": host_idle,
@@ -73,6 +64,23 @@ def to_prediction(scenario: Scenario, table: CostTable, res: EngineResult, *, mo
         "critical_stage": float(crit),
         "pipeline_span": span,
     }
+
+
+def to_prediction(scenario: Scenario, table: CostTable, res: EngineResult, *, mode: str, calibration: str,
+                  host_bytes: float = 0.0, warnings: list[str] | None = None) -> Prediction:
+    """A Prediction (the JSON of `trainsim predict`) from an engine or closed-form result."""
+    lay, tr = scenario.layout, scenario.training
+    step = res.step_time_s
+    gpus = scenario.num_gpus
+    peak = scenario.cluster.gpu.peak(tr.dtype)
+    model_flops = flops_model.model_flops_per_step(scenario)
+    hw_flops = flops_model.hardware_flops_per_step(scenario)
+    span = res.pipeline_span_s or step
+    p = len(res.stages)
+    bubble = sum(tl.bubble_s for tl in res.stages) / p / span if span > 0 else 0.0
+    breakdown = _breakdown(table, res, span)
+    exposed = {d: breakdown[f"exposed_{d}"] for d in COMM_DIMS}
+    mem = stage_memory(table, res)
     warnings = list(warnings or [])
     hfu = hw_flops / (step * gpus * peak) if step > 0 else 0.0
     if hfu > 1:

@@ -242,24 +242,7 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
     table, pacing, paced_run = _table(scenario, profile, ideal_network, fast)
     build_s = time.perf_counter() - t0
     host = table.host_bytes
-    warnings: list[str] = []
-    if scenario.layout.stage_layers is not None:
-        if scenario.uneven_stages:
-            warnings.append(f"uneven stages as given: layers per virtual stage {list(scenario.stage_layers)}")
-    elif scenario.uneven_stages:
-        warnings.append(f"uneven stages: layers per virtual stage {scenario.stage_layers[0]} (first), "
-                        f"{scenario.stage_layers[-1]} (last), {max(scenario.stage_layers)} (others)")
-    if ideal_network:
-        warnings.append("ideal network: all communication is free")
-    warnings += cp_default_warning(scenario) + inert_data_parallel_notes(scenario)
-    warnings += inert_pipeline_notes(scenario)
-    launch = host_bound_warning(scenario, profile, table)
-    if launch:
-        warnings.append(launch)
-    node_host = host * min(scenario.cluster.gpus_per_node, scenario.cluster.num_gpus)
-    if node_host > scenario.cluster.host_memory_bytes:
-        warnings.append(f"offload needs {node_host / 1e9:.0f} GB of host memory per node, more than the "
-                        f"cluster's host_memory_bytes ({scenario.cluster.host_memory_bytes / 1e9:.0f} GB)")
+    warnings = _scenario_warnings(scenario, profile, table, ideal_network)
     if fast:
         res = _plus(analytic.estimate(table), overhead_s)
         pred = to_prediction(scenario, table, res, mode="closed-form", calibration=calibration,
@@ -292,6 +275,31 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
     _describe_memory(pred, scenario, allocator_replay)
     describe_pools(pred, scenario, profile, ideal_network, pacing)
     return pred
+
+
+def _scenario_warnings(scenario: Scenario, profile, table: CostTable, ideal_network: bool) -> list[str]:
+    """The notes a prediction carries before it runs: uneven stages, an ideal network, defaults the scenario
+    leaves to the framework or that have no effect, a host-bound launch, and offload beyond the nodes' host
+    memory."""
+    warnings: list[str] = []
+    if scenario.layout.stage_layers is not None:
+        if scenario.uneven_stages:
+            warnings.append(f"uneven stages as given: layers per virtual stage {list(scenario.stage_layers)}")
+    elif scenario.uneven_stages:
+        warnings.append(f"uneven stages: layers per virtual stage {scenario.stage_layers[0]} (first), "
+                        f"{scenario.stage_layers[-1]} (last), {max(scenario.stage_layers)} (others)")
+    if ideal_network:
+        warnings.append("ideal network: all communication is free")
+    warnings += cp_default_warning(scenario) + inert_data_parallel_notes(scenario)
+    warnings += inert_pipeline_notes(scenario)
+    launch = host_bound_warning(scenario, profile, table)
+    if launch:
+        warnings.append(launch)
+    node_host = table.host_bytes * min(scenario.cluster.gpus_per_node, scenario.cluster.num_gpus)
+    if node_host > scenario.cluster.host_memory_bytes:
+        warnings.append(f"offload needs {node_host / 1e9:.0f} GB of host memory per node, more than the "
+                        f"cluster's host_memory_bytes ({scenario.cluster.host_memory_bytes / 1e9:.0f} GB)")
+    return warnings
 
 
 def _monte_carlo(pred: Prediction, scenario: Scenario, table: CostTable, jitter_cv: float, stragglers,

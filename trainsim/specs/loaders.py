@@ -92,6 +92,19 @@ def _validate(cls, data: Mapping, field: str):
         raise from_validation_error(e, field, cls) from None
 
 
+def _read_preset_file(spec: str, kind: str, field: str) -> dict:
+    """The mapping of the file ``spec`` names where it is no preset of ``kind``: refused as an unknown preset
+    name (with the close names) unless it looks like a path (a separator, a YAML/JSON suffix, or an existing file)."""
+    if not (os.path.sep in spec or spec.endswith((".yaml", ".yml", ".json")) or Path(spec).exists()):
+        raise unknown_name(field, "preset", spec, preset_names(kind))
+    return read_mapping(spec, field)
+
+
+def _overridden(base: BaseModel, spec: Mapping) -> dict:
+    """``base``'s fields with ``spec``'s keys (other than ``preset``) in their place: a preset plus overrides."""
+    return {**base.model_dump(), **{k: v for k, v in spec.items() if k != "preset"}}
+
+
 # --- models -----------------------------------------------------------------------------------
 
 def load_model(spec: str | Mapping | ModelSpec) -> ModelSpec:
@@ -101,16 +114,13 @@ def load_model(spec: str | Mapping | ModelSpec) -> ModelSpec:
     if isinstance(spec, str):
         raw = preset("models", spec)
         if raw is None:
-            if not (os.path.sep in spec or spec.endswith((".yaml", ".yml", ".json")) or Path(spec).exists()):
-                raise unknown_name("model", "preset", spec, preset_names("models"))
-            data = read_mapping(spec, "model")
+            data = _read_preset_file(spec, "models", "model")
             raw = model_from_hf(data, Path(spec).stem) if is_hf_config(data) else data
             raw.setdefault("name", Path(spec).stem)
         return _validate(ModelSpec, raw, "model")
     if isinstance(spec, Mapping):
         if "preset" in spec:
-            base = load_model(str(spec["preset"])).model_dump()
-            return _validate(ModelSpec, {**base, **{k: v for k, v in spec.items() if k != "preset"}}, "model")
+            return _validate(ModelSpec, _overridden(load_model(str(spec["preset"])), spec), "model")
         raw = model_from_hf(spec) if is_hf_config(spec) else dict(spec)
         return _validate(ModelSpec, raw, "model")
     raise SpecError("model", f"expected a preset name, a file or a mapping, got {type(spec).__name__}")
@@ -126,8 +136,7 @@ def load_gpu(spec: str | Mapping) -> GPUSpec:
         return _validate(GPUSpec, raw, "cluster.gpu")
     if isinstance(spec, Mapping):
         if "preset" in spec:
-            base = load_gpu(str(spec["preset"])).model_dump()
-            return _validate(GPUSpec, {**base, **{k: v for k, v in spec.items() if k != "preset"}}, "cluster.gpu")
+            return _validate(GPUSpec, _overridden(load_gpu(str(spec["preset"])), spec), "cluster.gpu")
         return _validate(GPUSpec, spec, "cluster.gpu")
     raise SpecError("cluster.gpu", f"expected a preset name or a mapping, got {type(spec).__name__}")
 
@@ -146,9 +155,7 @@ def load_cluster(spec: str | Mapping | ClusterSpec, gpus: int | None = None) -> 
     elif isinstance(spec, str):
         found = preset("clusters", spec)
         if found is None:
-            if not (os.path.sep in spec or spec.endswith((".yaml", ".yml", ".json")) or Path(spec).exists()):
-                raise unknown_name("cluster", "preset", spec, preset_names("clusters"))
-            data = read_mapping(spec, "cluster")
+            data = _read_preset_file(spec, "clusters", "cluster")
             data.setdefault("name", Path(spec).stem)
             return load_cluster(data, gpus)
         raw = found

@@ -341,6 +341,22 @@ class TrainingSpec(BaseModel):
 
     def _check_conflicts(self) -> None:
         """Settings that contradict each other or that the framework does not have: refused, never overridden."""
+        self._check_precision()
+        self._check_framework_features()
+        self._check_values()
+        self._check_inapplicable()
+        if why := lora_refusal(self):
+            raise SpecError(*why)
+        self._check_mixed_precision()
+        self._check_distributed_optimizer()
+        if why := muon_refusal(self):
+            raise SpecError(*why)
+        why = era_refusal(self)  # a feature the historic preset's code did not have (specs/framework_era.py)
+        if why:
+            raise SpecError(re.match(r"\w+", why).group(), why)
+
+    def _check_precision(self) -> None:
+        """Gradient dtype, pure low-precision training and torch.compile settings that contradict each other."""
         if self.grad_dtype and self.grad_dtype_bytes and DTYPE_BYTES[self.grad_dtype] != self.grad_dtype_bytes:
             raise SpecError("grad_dtype", f"grad_dtype={self.grad_dtype} contradicts "
                                           f"grad_dtype_bytes={self.grad_dtype_bytes}")
@@ -351,48 +367,10 @@ class TrainingSpec(BaseModel):
             self._check_deepspeed_pure_bf16()
         if self.compile:
             self._check_compile()
-        self._check_framework_features()
-        fsdp = BEHAVIOURS[self.framework].torch_fsdp
-        if fsdp and self.offload_optimizer != self.offload_params:
-            raise SpecError("offload_optimizer", "FSDP's CPU offload (CPUOffload / CPUOffloadPolicy) moves parameters, "
-                                                 "gradients and the optimizer step to the host together: set "
-                                                 "offload_params and offload_optimizer both")
-        if self.offload_params and BEHAVIOURS[self.framework].megatron_arguments:
-            raise SpecError("offload_params", "Megatron offloads the optimizer (--optimizer-cpu-offload), not the "
-                                              "parameters: use offload_optimizer, or framework deepspeed for ZeRO-3 "
-                                              "parameter offload")
-        if self.moe_imbalance is not None and self.moe_load_cv:
-            raise SpecError("moe_imbalance", "moe_imbalance (a measured factor) and moe_load_cv (a spread the factor "
-                                             "is derived from) both given: set one")
-        if self.optimizer_offload_fraction != 1.0 and not self.offload_optimizer:
-            raise SpecError("optimizer_offload_fraction", "needs offload_optimizer=true")
-        if self.attention_softmax_fp32 and self.flash_attention:
-            raise SpecError("attention_softmax_fp32", "describes unfused attention's saved probabilities; a flash "
-                                                      "kernel saves none: set flash_attention false")
-        if self.softmax_backward_keeps_input and self.flash_attention:
-            raise SpecError("softmax_backward_keeps_input", "describes unfused attention's softmax backward; a "
-                                                            "flash kernel runs none: set flash_attention false")
-        self._check_inapplicable()
-        if why := lora_refusal(self):
-            raise SpecError(*why)
-        if self.mixed_precision == "autocast" and not BEHAVIOURS[self.framework].torch_training_loop:
-            # Megatron and DeepSpeed cast the model once (Float16Module / the fp16 engine), never torch.autocast
-            raise SpecError("mixed_precision", f"autocast is torch.autocast in a torch training loop; framework "
-                             f"{self.framework} casts the model to 16 bits itself: use framework torch or "
-                             f"pytorch-fsdp, or mixed_precision param_dtype")
-        if self.mixed_precision == "autocast" and not (self.param_bytes == 4 and self.dtype in ("bf16", "fp16")):
-            raise SpecError("mixed_precision", f"autocast casts fp32 weights (param_dtype_bytes 4) to a bf16/fp16 "
-                             f"dtype; got {self.param_bytes}-byte weights and dtype {self.dtype}")
-        self._check_distributed_optimizer()
-        if why := muon_refusal(self):
-            raise SpecError(*why)
-        why = era_refusal(self)  # a feature the historic preset's code did not have (specs/framework_era.py)
-        if why:
-            raise SpecError(re.match(r"\w+", why).group(), why)
 
     def _check_framework_features(self) -> None:
-        """Settings that name code only some frameworks have (a torch loop's loss, FSDP2's reduce-scatter input,
-        torchtitan's block, Megatron-Core's overlaps and fused experts): refused under the others."""
+        """Losses, block code, FSDP2 placement, Megatron-Core overlaps (and what TP overlap needs), fused experts and offloads the
+        framework does not have."""
         if self.cross_entropy == "eager_fp32_kept" and not BEHAVIOURS[self.framework].torch_training_loop:
             # the caller of a torch model keeps the fp32 logits it returns (torchtitan PR #165's loss); Megatron's
             # GPT computes the loss inside the model with its vocab-parallel cross entropy
@@ -425,6 +403,41 @@ class TrainingSpec(BaseModel):
         if self.fused_grouped_mlp and self.framework != "megatron":
             raise SpecError("fused_grouped_mlp", f"Megatron-Core's TE op-fuser experts are not in framework "
                                                  f"{self.framework}: use framework megatron or drop it")
+        fsdp = BEHAVIOURS[self.framework].torch_fsdp
+        if fsdp and self.offload_optimizer != self.offload_params:
+            raise SpecError("offload_optimizer", "FSDP's CPU offload (CPUOffload / CPUOffloadPolicy) moves parameters, "
+                                                 "gradients and the optimizer step to the host together: set "
+                                                 "offload_params and offload_optimizer both")
+        if self.offload_params and BEHAVIOURS[self.framework].megatron_arguments:
+            raise SpecError("offload_params", "Megatron offloads the optimizer (--optimizer-cpu-offload), not the "
+                                              "parameters: use offload_optimizer, or framework deepspeed for ZeRO-3 "
+                                              "parameter offload")
+
+    def _check_values(self) -> None:
+        """Settings that contradict one another whatever the framework: MoE imbalance given twice, an offload
+        fraction without offload, unfused-attention softmax settings with a flash kernel."""
+        if self.moe_imbalance is not None and self.moe_load_cv:
+            raise SpecError("moe_imbalance", "moe_imbalance (a measured factor) and moe_load_cv (a spread the factor "
+                                             "is derived from) both given: set one")
+        if self.optimizer_offload_fraction != 1.0 and not self.offload_optimizer:
+            raise SpecError("optimizer_offload_fraction", "needs offload_optimizer=true")
+        if self.attention_softmax_fp32 and self.flash_attention:
+            raise SpecError("attention_softmax_fp32", "describes unfused attention's saved probabilities; a flash "
+                                                      "kernel saves none: set flash_attention false")
+        if self.softmax_backward_keeps_input and self.flash_attention:
+            raise SpecError("softmax_backward_keeps_input", "describes unfused attention's softmax backward; a "
+                                                            "flash kernel runs none: set flash_attention false")
+
+    def _check_mixed_precision(self) -> None:
+        """torch.autocast needs a torch training loop and fp32 weights under a bf16/fp16 dtype."""
+        if self.mixed_precision == "autocast" and not BEHAVIOURS[self.framework].torch_training_loop:
+            # Megatron and DeepSpeed cast the model once (Float16Module / the fp16 engine), never torch.autocast
+            raise SpecError("mixed_precision", f"autocast is torch.autocast in a torch training loop; framework "
+                             f"{self.framework} casts the model to 16 bits itself: use framework torch or "
+                             f"pytorch-fsdp, or mixed_precision param_dtype")
+        if self.mixed_precision == "autocast" and not (self.param_bytes == 4 and self.dtype in ("bf16", "fp16")):
+            raise SpecError("mixed_precision", f"autocast casts fp32 weights (param_dtype_bytes 4) to a bf16/fp16 "
+                             f"dtype; got {self.param_bytes}-byte weights and dtype {self.dtype}")
 
     def _check_inapplicable(self) -> None:
         """Settings the scenario's framework or its other settings leave nothing to act on: refused, naming why
