@@ -49,12 +49,12 @@ Engine activation CPU offloading, pp = 1) keeps the saved activations of the fir
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 
 from . import activations as act
 from . import autocast
-from . import nvfp4
+from . import fp8_weights, nvfp4
 from trainsim.specs.framework_behaviour import behaviour
 
 from .framework import DEEPSPEED_MAX_LIVE_PARAMS, bf16_optimizer
@@ -386,6 +386,8 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
         inflight_microbatches = _inflight(t.schedule, lay.pp, scenario.num_microbatches, stage, lay.vpp)
     sb = state_bytes(t)
     off = offload(scenario, rp, sb, model_states(t, rp, sb))
+    fp8_delta, fp8_copies = fp8_weights.rank_weight_terms(scenario, stage, rp)  # TE's quantized weights
+    off = replace(off, weights=off.weights + fp8_delta) if fp8_delta else off
 
     per_mb = activation_bytes_per_microbatch(scenario, stage, impl)
     host = off.host + inflight_microbatches * offloaded_layers(scenario) * act.layer_activation_bytes(scenario, impl).total
@@ -398,7 +400,7 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     details: dict[str, float] = {"activations_per_microbatch": per_mb, "recompute_working": working,
                                  **runtime_terms(scenario, stage),
                                  **transient_terms(scenario, stage, rp, working, fsdp2, casts),
-                                 **off.device}
+                                 **off.device, **({"fp8_weight_copies": fp8_copies} if fp8_copies else {})}
     rounding = megatron_state_rounding_bytes(scenario, stage, optimizer_params=rp.optimizer_params)
     if rounding:
         details["state_rounding"] = rounding
