@@ -28,7 +28,10 @@ Where they live:
   param_and_grad_buffer.py: ``param_dtype = torch.uint8`` when ``_param_uses_quantized_storage``), or with MXFP8
   under ``reuse_grad_buf_for_mxfp8_param_ag`` in TE's own rowwise/columnwise storage while the all-gather borrows the
   gradient buffer (``shared_buffer``); the distributed optimizer keeps the fp32 main copy (in the 12 optimizer
-  bytes). The weights term then holds the rowwise bytes, and the columnwise copy is a term of its own.
+  bytes). After each parameter all-gather TE's ``post_all_gather_processing`` (transformer_engine/pytorch/tensor/
+  utils.py) pre-creates a per-tensor-scaled weight's transpose where the GPU lacks non-TN fp8 GEMMs, so on Hopper
+  the transpose is resident too. The weights term then holds the rowwise bytes, the columnwise copy is a term of
+  its own.
 
 Scale and amax tensors (one fp32 scale per tensor, delayed scaling's amax history of 1,024 fp32 per quantized
 tensor) are kilobytes per linear and left out; the embedding, the output layer, norms and a MoE router are not
