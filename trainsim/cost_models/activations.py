@@ -11,7 +11,8 @@ flash attention, no-dropout and any element size ``e``:
   them over all ``s`` keys), the attention output (out-projection input) ``a·d``, the MLP inner
   activations (GeLU: fc1 output and GeLU output ``2·f``; SwiGLU: ``3·f`` with Megatron's fused kernel
   (gate|up and product), ``4·f`` in eager autograd (gate, up, silu(gate), product)), MoE: dispatched tokens
-  ``k·h``, experts' inner ``k·(2|3|4)·fe``, expert outputs for the weighted combine ``k·h``;
+  ``k·h``, experts' inner ``k·(2|3|4)·fe``, expert outputs for the weighted combine ``k·h`` (fp32 probabilities
+  ``4·k`` instead where Megatron-Core's weighted SwiGLU applies them: ``_combine_saved_bytes``);
 * attention core, unfused only: softmax output ``e·a·sq·sk`` (``(4 + e)·a·sq·sk`` where the softmax runs in fp32
   and its 16-bit cast feeds the value GEMM: TrainingSpec.attention_softmax_fp32), with dropout its 1-byte mask and
   output (a sliding window is a mask on the whole matrix there, so it saves the same; flash attention saves no s×s
@@ -266,7 +267,7 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
         inner = routed * _mlp_inner_bytes(shp, shp.fe, impl) / xt
         if rc("moe_act"):  # the activation's output (fc2's saved input) is recomputed from its kept input
             inner -= routed * _gemm_input_e(shp, impl) * shp.fe / xt
-        mlp = _gemm_input_e(shp, impl) * routed * h + inner + e * routed * h
+        mlp = _gemm_input_e(shp, impl) * routed * h + inner + _combine_saved_bytes(shp, routed)
         router = STAT_BYTES * (T / r) * shp.experts + 8 * (T / r) * k
         if shp.fs and not rc("shared_experts"):  # shared expert: its inner activations (input = the router's)
             mlp += T * _mlp_inner_bytes(shp, shp.fs, impl) / t
@@ -276,6 +277,13 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
     else:
         mlp = 0.0 if rc("mlp") else T * _mlp_inner_bytes(shp, shp.f, impl) / t
     return ActivationBytes(main=seq + attn + core + mlp + _lora_adapter_bytes(shp), small=small)
+
+
+def _combine_saved_bytes(shp: LayerShape, routed: float) -> float:
+    """What the weighting of the experts' outputs saves for ``routed`` token copies: the expert outputs (16-bit)
+    where the combine multiplies them by the probabilities; the fp32 probabilities where the weighted SwiGLU applies
+    them inside the experts instead (LayerShape.moe_weighted_act, FrameworkBehaviour.moe_probs_in_activation)."""
+    return STAT_BYTES * routed if shp.moe_weighted_act else shp.e * routed * shp.h
 
 
 def _attention_output_bytes(shp: LayerShape, impl: str, n: float, flash_keeps: bool) -> float:
