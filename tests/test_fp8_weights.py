@@ -68,3 +68,24 @@ def test_refusals():
     with pytest.raises(SpecError) as err:
         _scenario("dgx-h100", fp8_param_gather=True, framework="torch")
     assert "fp8_param_gather" in err.value.field
+
+
+def test_megatron_fsdp_keeps_non_unit_params_gathered_and_gathers_layers_in_fp8():
+    """Megatron-FSDP (framework megatron, ZeRO-3): the embedding and output layer stay gathered in 16 bits
+    (preserve_non_fsdp_units), two layers are gathered at a time -- their linear weights in fp8 with fp8 primary
+    weights, no transpose on Blackwell -- and the larger of a layer's and the output layer's gradient is whole."""
+    def fsdp(**training):
+        return build_scenario({
+            "model": "llama3-70b", "cluster": {"preset": "gb200-nvl72", "num_gpus": 64}, "layout": {"tp": 1},
+            "training": {"seq_len": 8192, "global_batch": 128, "micro_batch": 1, "dtype": "fp8", "zero": 3,
+                         "grad_dtype": "bf16", **training}})
+    from trainsim.cost_models.memory import transient_terms, rank_param_shards
+    m = fsdp().model
+    h, kv, V = m.hidden, m.kv_heads * m.dhead, m.vocab_size
+    linear = h * (h + 2 * kv) + h * h + 3 * h * m.ffn
+    block = linear + 2 * h  # two RMSNorm weights
+    root = 2 * V * h + h  # untied embedding and output layer, final norm
+    for training, per_block in (({}, 2 * block), ({"fp8_param_gather": True}, linear + 2 * 2 * h)):
+        s = fsdp(**training)
+        got = transient_terms(s, 0, rank_param_shards(s, 0))["zero3_gather_buffers"]
+        assert got == pytest.approx(2 * root + 2 * per_block + 2 * max(block, V * h))

@@ -89,3 +89,22 @@ def rank_weight_terms(scenario, stage: int, rp) -> tuple[float, float]:
     stored = held * (rp.weight_params / rp.held if t.effective_zero >= 3 and rp.held else 1.0)
     return weight_terms(held, stored, t.param_bytes, t.fp8_recipe, non_tn_fp8_gemm(scenario.cluster.gpu),
                         t.fp8_param_gather)
+
+
+def megatron_fsdp_gathered(scenario, stage: int, rp) -> float:
+    """Megatron-FSDP's gathered bytes on one rank of ``stage`` (megatron_fsdp.gather_bytes), its layers' linear
+    weights gathered in their quantized bytes with fp8 primary weights."""
+    from .megatron_fsdp import gather_bytes
+    from .param_tensors import rank_tensors
+
+    t = scenario.training
+    tensors = rank_tensors(scenario, stage)
+    root_big = max((p.elems for p in tensors if p.kind in ("embedding", "head")), default=0.0)
+    fp8, linear_frac = None, 1.0
+    if t.dtype == "fp8" and t.fp8_param_gather:
+        fp8 = sum(copy_bytes(t.fp8_recipe, non_tn_fp8_gemm(scenario.cluster.gpu)))
+        blocks = rp.held - rp.root_params
+        linear = sum(p.elems for p in tensors if p.kind == "weight")
+        linear_frac = min(1.0, linear / blocks) if blocks > 0 else 1.0
+    return gather_bytes(rp.root_params, rp.block_params, linear_frac, float(root_big), t.param_bytes, t.grad_bytes,
+                        fp8)

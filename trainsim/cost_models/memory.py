@@ -579,6 +579,8 @@ def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0,
             out["zero3_gather_buffers"] = live * pb + max(big, min(rp.unit_params, fw.reduce_bucket_params)) * gb
         elif fw.fsdp2:  # FSDP2: the root gathered once per pass, blocks double-buffered; or the loss's moment
             out["zero3_gather_buffers"] = (fsdp2 or activation_peak(scenario, stage, rp, working)).gathered
+        elif fw.megatron_ddp == "core":  # Megatron-FSDP: layers double-buffered, the rest kept gathered
+            out["zero3_gather_buffers"] = fp8_weights.megatron_fsdp_gathered(scenario, stage, rp)
         else:
             # FSDP: the unit in use and the prefetched next one unsharded, plus one unit's full gradient
             # before its reduce-scatter (twice while FSDP1's split backward concatenates the parameters'
