@@ -89,3 +89,17 @@ def test_megatron_fsdp_keeps_non_unit_params_gathered_and_gathers_layers_in_fp8(
         s = fsdp(**training)
         got = transient_terms(s, 0, rank_param_shards(s, 0))["zero3_gather_buffers"]
         assert got == pytest.approx(2 * root + 2 * per_block + 2 * max(block, V * h))
+
+
+def test_mxfp8_saved_linear_inputs_carry_their_scales():
+    """Under MXFP8 each TE linear's saved input (the columnwise copy) is 1 + 1/32 bytes per element: the two norm
+    outputs (qkv, fc1 inputs), the out-projection's and fc2's inputs of a dense Llama block."""
+    from trainsim.cost_models import activations as act
+
+    def llama(recipe):
+        return build_scenario({"model": "llama3-8b", "cluster": {"preset": "dgx-b200", "num_gpus": 8}, "layout": {},
+                               "training": {"seq_len": 4096, "global_batch": 8, "micro_batch": 1, "dtype": "fp8",
+                                            "fp8_recipe": recipe}})
+    m, T = llama("mxfp8").model, 4096
+    extra = act.layer_activation_bytes(llama("mxfp8")).main - act.layer_activation_bytes(llama("tensorwise")).main
+    assert extra == pytest.approx(T * (2 * m.hidden + m.num_heads * m.dhead + m.ffn) / 32)

@@ -23,7 +23,7 @@ flash attention, no-dropout and any element size ``e``:
 fp8 (Transformer Engine): every TE linear saves its input for the weight-gradient GEMM already quantized,
 1 byte per element (``FP8_SAVED_BYTES``) -- ``_Linear`` saves ``inputmat``/``inputmat_t`` in fp8 and
 ``LayerNormLinear`` its fp8 ``ln_out`` (TransformerEngine module/linear.py, layernorm_linear.py; MXFP8 keeps
-only the column-wise copy, whose 1/32 scale bytes are left out). So the norm outputs (QKV / fc1 inputs) and the
+only the column-wise copy, 1 + 1/32 bytes with its e8m0 scales: ``MXFP8_BYTES``). So the norm outputs (QKV / fc1 inputs) and the
 fc2 input (the SwiGLU product or GeLU output) take 1 byte, the out-projection keeps a 1-byte copy of the
 attention output besides the bf16 one flash attention saves, and MoE experts save their dispatched input in
 fp8. Norm inputs, q/k/v/o, the activation function's input, the expert outputs, and the inputs of 16-bit
@@ -80,6 +80,7 @@ from dataclasses import dataclass
 from trainsim.specs.memo import memoised
 
 from .autocast import RESIDUAL_BYTES, norm_output_casts
+from .fp8_weights import MXFP8_BYTES
 from .nvfp4 import NVFP4_BYTES
 from .shapes import LayerShape, layer_shape
 
@@ -109,11 +110,13 @@ def _fp8_saved(shp: LayerShape, impl: str) -> bool:
 
 
 def _gemm_input_e(shp: LayerShape, impl: str) -> float:
-    """Bytes per element of a linear layer's saved input."""
-    return TE_SAVED_BYTES[shp.dtype] if _fp8_saved(shp, impl) else shp.e
+    """Bytes per element of a linear layer's saved input (MXFP8's columnwise copy with its e8m0 scales)."""
+    if not _fp8_saved(shp, impl):
+        return shp.e
+    return MXFP8_BYTES if shp.mxfp8 else TE_SAVED_BYTES[shp.dtype]
 
 
-def _saved_input_e(shp: LayerShape, impl: str, targets: tuple[str, ...], fp8_input: bool = True) -> int:
+def _saved_input_e(shp: LayerShape, impl: str, targets: tuple[str, ...], fp8_input: bool = True) -> float:
     """Bytes per element a base linear (one of ``targets``, Megatron-Bridge names) saves of its input. Under LoRA
     a frozen linear saves none (Transformer Engine skips the save when ``weight.requires_grad`` is False,
     cost_models/lora.py) and a target's adapter saves it 16-bit for its own weight gradient (a Megatron-Core
