@@ -286,7 +286,8 @@ def test_recompute_modules_drop_the_terms_they_recompute():
     assert drop("moe_act") == pytest.approx(e * T * K * F_EXP, rel=1e-12)
     assert drop("shared_experts") == pytest.approx(3 * e * T * F_EXP, rel=1e-12)
     routed = T * K
-    moe = (e * routed * H + 3 * e * routed * F_EXP + e * routed * H + 3 * e * T * F_EXP
+    # the weighted SwiGLU's fp32 probabilities in place of saved expert outputs (moe_probs_in_activation)
+    moe = (e * routed * H + 3 * e * routed * F_EXP + 4 * routed + 3 * e * T * F_EXP
            + 4 * T * E + 8 * T * K)
     assert drop("moe") == pytest.approx(moe, rel=1e-12)
     dense_none = act.layer_activation_bytes(_bf16_block().dense_block()).total

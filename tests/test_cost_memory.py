@@ -195,7 +195,8 @@ def test_gqa_swiglu_moe_cp_scaling():
     mx = scen("mixtral-8x7b", gpus=8, layout={"ep": 8}, **base)
     dense_like = e * T * (4 * m.hidden + (m.num_heads + 2 * m.kv_heads) * m.dhead + m.num_heads * m.dhead)
     k = mx.model.top_k
-    assert act.layer_activation_bytes(mx).main == dense_like + e * T * k * (2 * m.hidden + 3 * mx.model.expert_ffn)
+    # Megatron-Core's weighted SwiGLU saves the fp32 probabilities, not the expert outputs (moe_probs_in_activation)
+    assert act.layer_activation_bytes(mx).main == dense_like + e * T * k * (m.hidden + 3 * mx.model.expert_ffn) + 4 * T * k
 
 
 def test_fp8_saves_te_linear_inputs_in_one_byte():
@@ -218,11 +219,11 @@ def test_fp8_saves_te_linear_inputs_in_one_byte():
     assert (act.layer_activation_bytes(scen("llama3-8b", gpus=1, dtype="fp8", **base), "eager").main
             == act.layer_activation_bytes(scen("llama3-8b", gpus=1, dtype="bf16", **base), "eager").main)
     # MoE: the second norm's output feeds the 16-bit router (2 bytes); experts save dispatched tokens k·h in
-    # fp8, gate|up bf16, product fp8, expert outputs k·h bf16
+    # fp8, gate|up bf16, product fp8, the fp32 probabilities the weighted SwiGLU saves
     mx8 = scen("mixtral-8x7b", gpus=8, layout={"ep": 8}, dtype="fp8", **base)
     k, fe = mx8.model.top_k, mx8.model.expert_ffn
     dense_like = T * (e * 2 * m.hidden + m.hidden + e * m.hidden + e * (qkv + ad) + ad)
-    assert act.layer_activation_bytes(mx8).main == dense_like + T * k * (m.hidden + e * 2 * fe + fe + e * m.hidden)
+    assert act.layer_activation_bytes(mx8).main == dense_like + T * k * (m.hidden + e * 2 * fe + fe + 4)
 
 
 def test_eager_impl_counts_rmsnorm_fp32_and_swiglu_4f():

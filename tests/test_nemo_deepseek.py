@@ -180,9 +180,12 @@ def test_one_rule_for_every_mla_row(mla_cases):
 
 
 def test_tokendrop_rows_are_predicted_as_the_dropless_run(mla_cases):
-    """mb_270 (25.09, tokendrop) and mb_252 (25.11, w/ MTP): same B200 pp16 ep8 GBS 2048 run, same scenario."""
+    """mb_270 (25.09, tokendrop) and mb_252 (25.11, w/ MTP): same B200 pp16 ep8 GBS 2048 run, same scenario but for
+    the fp8 recipe each row's precision cell prints (25.09 states none: tensorwise; 25.11 FP8-MX: mxfp8)."""
     a, b = mla_cases["mb_270"].scenario, mla_cases["mb_252"].scenario
-    assert a.model_copy(update={"name": "x"}) == b.model_copy(update={"name": "x"})
+    assert (a.training.fp8_recipe, b.training.fp8_recipe) == ("tensorwise", "mxfp8")
+    same = {"name": "x", "training": a.training.model_copy(update={"fp8_recipe": "mxfp8"})}
+    assert a.model_copy(update=same) == b.model_copy(update={"name": "x"})
 
 
 def test_notes_document_the_choices(nemo):

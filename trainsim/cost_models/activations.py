@@ -11,7 +11,8 @@ flash attention, no-dropout and any element size ``e``:
   them over all ``s`` keys), the attention output (out-projection input) ``a·d``, the MLP inner
   activations (GeLU: fc1 output and GeLU output ``2·f``; SwiGLU: ``3·f`` with Megatron's fused kernel
   (gate|up and product), ``4·f`` in eager autograd (gate, up, silu(gate), product)), MoE: dispatched tokens
-  ``k·h``, experts' inner ``k·(2|3|4)·fe``, expert outputs for the weighted combine ``k·h``;
+  ``k·h``, experts' inner ``k·(2|3|4)·fe``, expert outputs for the weighted combine ``k·h`` (fp32 probabilities
+  ``4·k`` instead where Megatron-Core's weighted SwiGLU applies them: ``_combine_saved_bytes``);
 * attention core, unfused only: softmax output ``e·a·sq·sk`` (``(4 + e)·a·sq·sk`` where the softmax runs in fp32
   and its 16-bit cast feeds the value GEMM: TrainingSpec.attention_softmax_fp32), with dropout its 1-byte mask and
   output (a sliding window is a mask on the whole matrix there, so it saves the same; flash attention saves no s×s
@@ -22,7 +23,7 @@ flash attention, no-dropout and any element size ``e``:
 fp8 (Transformer Engine): every TE linear saves its input for the weight-gradient GEMM already quantized,
 1 byte per element (``FP8_SAVED_BYTES``) -- ``_Linear`` saves ``inputmat``/``inputmat_t`` in fp8 and
 ``LayerNormLinear`` its fp8 ``ln_out`` (TransformerEngine module/linear.py, layernorm_linear.py; MXFP8 keeps
-only the column-wise copy, whose 1/32 scale bytes are left out). So the norm outputs (QKV / fc1 inputs) and the
+only the column-wise copy, 1 + 1/32 bytes with its e8m0 scales: ``MXFP8_BYTES``). So the norm outputs (QKV / fc1 inputs) and the
 fc2 input (the SwiGLU product or GeLU output) take 1 byte, the out-projection keeps a 1-byte copy of the
 attention output besides the bf16 one flash attention saves, and MoE experts save their dispatched input in
 fp8. Norm inputs, q/k/v/o, the activation function's input, the expert outputs, and the inputs of 16-bit
@@ -79,6 +80,7 @@ from dataclasses import dataclass
 from trainsim.specs.memo import memoised
 
 from .autocast import RESIDUAL_BYTES, norm_output_casts
+from .fp8_weights import MXFP8_BYTES
 from .nvfp4 import NVFP4_BYTES
 from .shapes import LayerShape, layer_shape
 
@@ -108,11 +110,13 @@ def _fp8_saved(shp: LayerShape, impl: str) -> bool:
 
 
 def _gemm_input_e(shp: LayerShape, impl: str) -> float:
-    """Bytes per element of a linear layer's saved input."""
-    return TE_SAVED_BYTES[shp.dtype] if _fp8_saved(shp, impl) else shp.e
+    """Bytes per element of a linear layer's saved input (MXFP8's columnwise copy with its e8m0 scales)."""
+    if not _fp8_saved(shp, impl):
+        return shp.e
+    return MXFP8_BYTES if shp.mxfp8 else TE_SAVED_BYTES[shp.dtype]
 
 
-def _saved_input_e(shp: LayerShape, impl: str, targets: tuple[str, ...], fp8_input: bool = True) -> int:
+def _saved_input_e(shp: LayerShape, impl: str, targets: tuple[str, ...], fp8_input: bool = True) -> float:
     """Bytes per element a base linear (one of ``targets``, Megatron-Bridge names) saves of its input. Under LoRA
     a frozen linear saves none (Transformer Engine skips the save when ``weight.requires_grad`` is False,
     cost_models/lora.py) and a target's adapter saves it 16-bit for its own weight gradient (a Megatron-Core
@@ -285,13 +289,20 @@ def _moe_bytes(shp: LayerShape, impl: str) -> tuple[float, float]:
         inner -= routed * _gemm_input_e(shp, impl) * shp.fe / xt
     elif shp.glu_clamp and shp.mcore_experts:  # Megatron-Core's eager clamps keep fc1's raw output besides
         inner += e * routed * 2 * shp.fe / xt  # the clamped copy the fused activation saves (flops.py)
-    mlp = _gemm_input_e(shp, impl) * routed * h + inner + e * routed * h
+    mlp = _gemm_input_e(shp, impl) * routed * h + inner + _combine_saved_bytes(shp, routed)
     router = STAT_BYTES * (T / r) * shp.experts + 8 * (T / r) * k
     if shp.fs and not rc("shared_experts"):  # shared expert: its inner activations (input = the router's)
         mlp += T * _mlp_inner_bytes(shp, shp.fs, impl) / t
     if rc("moe"):  # the whole MoE layer is recomputed from its input (the norm output, kept above)
         mlp, router = 0.0, 0.0
     return mlp, router
+
+
+def _combine_saved_bytes(shp: LayerShape, routed: float) -> float:
+    """What the weighting of the experts' outputs saves for ``routed`` token copies: the expert outputs (16-bit)
+    where the combine multiplies them by the probabilities; the fp32 probabilities where the weighted SwiGLU applies
+    them inside the experts instead (LayerShape.moe_weighted_act, FrameworkBehaviour.moe_probs_in_activation)."""
+    return STAT_BYTES * routed if shp.moe_weighted_act else shp.e * routed * shp.h
 
 
 def _attention_output_bytes(shp: LayerShape, impl: str, n: float, flash_keeps: bool) -> float:

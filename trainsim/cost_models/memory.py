@@ -49,12 +49,12 @@ Engine activation CPU offloading, pp = 1) keeps the saved activations of the fir
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 
 from . import activations as act
 from . import autocast
-from . import nvfp4
+from . import fp8_weights, nvfp4
 from trainsim.specs.framework_behaviour import behaviour
 
 from .framework import DEEPSPEED_MAX_LIVE_PARAMS, bf16_optimizer
@@ -394,6 +394,8 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
         inflight_microbatches = _inflight(t.schedule, lay.pp, scenario.num_microbatches, stage, lay.vpp)
     sb = rank_state_bytes(scenario, stage)
     off = offload(scenario, rp, sb, model_states(t, rp, sb))
+    fp8_delta, fp8_copies = fp8_weights.rank_weight_terms(scenario, stage, rp)  # TE's quantized weights
+    off = replace(off, weights=off.weights + fp8_delta) if fp8_delta else off
 
     per_mb = activation_bytes_per_microbatch(scenario, stage, impl)
     host = off.host + inflight_microbatches * offloaded_layers(scenario) * act.layer_activation_bytes(scenario, impl).total
@@ -406,7 +408,7 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     details: dict[str, float] = {"activations_per_microbatch": per_mb, "recompute_working": working,
                                  **runtime_terms(scenario, stage),
                                  **transient_terms(scenario, stage, rp, working, fsdp2, casts),
-                                 **off.device}
+                                 **off.device, **({"fp8_weight_copies": fp8_copies} if fp8_copies else {})}
     rounding = megatron_state_rounding_bytes(scenario, stage, optimizer_params=rp.optimizer_params)
     if rounding:
         details["state_rounding"] = rounding
@@ -585,6 +587,8 @@ def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0,
             out["zero3_gather_buffers"] = live * pb + max(big, min(rp.unit_params, fw.reduce_bucket_params)) * gb
         elif fw.fsdp2:  # FSDP2: the root gathered once per pass, blocks double-buffered; or the loss's moment
             out["zero3_gather_buffers"] = (fsdp2 or activation_peak(scenario, stage, rp, working)).gathered
+        elif fw.megatron_ddp == "core":  # Megatron-FSDP: layers double-buffered, the rest kept gathered
+            out["zero3_gather_buffers"] = fp8_weights.megatron_fsdp_gathered(scenario, stage, rp)
         else:
             # FSDP: the unit in use and the prefetched next one unsharded, plus one unit's full gradient
             # before its reduce-scatter (twice while FSDP1's split backward concatenates the parameters'

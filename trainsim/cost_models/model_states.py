@@ -147,6 +147,7 @@ def memory_assumptions(training) -> dict:
             "note": sb.note, **({"compile": _compile_note(training)} if training.compile else {}),
             **({"optimizer_sharding": training.optimizer_sharding_note} if training.optimizer_sharding_note else {}),
             **({"mixed_precision": AUTOCAST_NOTE} if training.autocast else {}),
+            **({"fp8_weights": _fp8_note(training)} if training.dtype == "fp8" else {}),
             **({"lora": LORA_NOTE.format(fp8=" in fp8" if training.lora_fp8_base_weights else "")}
                if training.lora_rank else {})}
 
@@ -161,6 +162,15 @@ AUTOCAST_NOTE = ("torch.autocast on fp32 weights: a 16-bit copy of every linear 
                  "(autocast_weight_cache), an fp32 residual stream (fp32 norm inputs, one 16-bit cast of a norm output "
                  "per linear reading it), and without recompute later micro-batches' weight gradients cast at the end "
                  "of their backward (autocast_deferred_grads)")
+
+
+def _fp8_note(training) -> str:
+    """How Transformer Engine's quantized weights are held under fp8 (cost_models/fp8_weights.py)."""
+    recipe = "MXFP8 (rowwise + columnwise, e8m0 scale per 32)" if training.fp8_recipe == "mxfp8" else \
+        "per-tensor fp8 (a transpose too where the GPU lacks non-TN fp8 GEMMs)"
+    if training.fp8_param_gather:
+        return f"fp8 primary weights (--fp8-param-gather): the blocks' linear weights held only as {recipe}, no 16-bit copy"
+    return f"16-bit weights plus Transformer Engine's cached {recipe} copy of every block linear weight"
 
 
 def _compile_note(training) -> str:

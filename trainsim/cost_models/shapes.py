@@ -68,6 +68,8 @@ class LayerShape:
     metric_ce_passes: int = 0  # no-grad cross-entropy forwards of train metrics (framework.py)
     bias_grad_pass: bool = False  # biases reduce their gradient in a separate kernel (framework.py)
     fp8_weight_casts: float = 1.0  # fp8 weight quantizations per micro-batch (1, or 1/m with TE's step cache)
+    moe_weighted_act: bool = False  # MoE probabilities applied in the experts' SwiGLU (moe_probs_in_activation)
+    mxfp8: bool = False  # fp8 under the MXFP8 recipe: saved linear inputs carry an e8m0 scale per 32 elements
     norms: int = 2            # norm layers per block (ModelSpec.block_norms)
     qk_norm: bool = False     # RMSNorm on every query and key head (Qwen3, Gemma 3)
     window: int = 0           # sliding-window keys of the local blocks (0: none)
@@ -214,6 +216,8 @@ def _layer_shape(scenario) -> LayerShape:
         bias_grad_pass=m.bias and not behaviour(t.framework).fused_bias_grad,
         fp8_weight_casts=(0.0 if t.lora_fp8_base_weights else 1.0 / scenario.num_microbatches
                           if behaviour(t.framework).fp8_weight_cache else 1.0),
+        mxfp8=t.dtype == "fp8" and t.fp8_recipe == "mxfp8",
+        moe_weighted_act=m.is_moe and m.gated_mlp and behaviour(t.framework).moe_probs_in_activation,
         norms=m.block_norms, qk_norm=m.qk_norm, window=m.sliding_window or 0,
         local_frac=(1.0 - m.num_global_layers / m.num_layers) if m.sliding_window else 0.0,
         attn_softcap=m.attn_softcap is not None, final_softcap=m.final_softcap is not None,

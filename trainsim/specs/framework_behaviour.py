@@ -194,6 +194,13 @@ framework's own default, cited to its code or docs; none is fitted to a measurem
   ``is_first_microbatch`` (TE Linear docs: "processing and caching of the weights in FP8"). Megatron-Core's
   TELinear / TEGroupedLinear do (megatron); a bare ``te.Linear`` call -- llm-foundry's MPT layers under
   Composer's ``amp_fp8`` (pytorch-fsdp) -- leaves it None, so every forward quantizes the weight again.
+* ``moe_probs_in_activation`` -- a MoE layer's routing probabilities multiply the experts' activation (the fused
+  weighted SwiGLU, megatron/core/fusions/fused_bias_swiglu.py ``WeightedSwiGLUFunction``: it saves its input and the
+  fp32 probabilities) and the combine is an unweighted ``unpermute`` (megatron/core/transformer/moe/
+  token_dispatcher.py ``token_unpermutation``: no probs), so the experts' outputs are not saved for the combine's
+  backward. Megatron-Core since "Memory efficient token permutation" (Megatron-LM 2659630721, April 2025;
+  core_r0.13 on, the Megatron-Bridge releases' cores) (megatron); older MoE code weighted the expert outputs in the
+  unpermute and saved them.
 * ``optimizer_extra_bytes_per_param`` -- bytes per parameter the optimizer step moves beyond a fused
   Adam (cost_models.compute.optimizer_step_time). megatron-2021 (Float16OptimizerWithFloat16Params):
   ``_copy_model_grads_to_main_grads`` (read 2, write 4) and ``_copy_main_params_to_model_params``
@@ -257,6 +264,7 @@ class FrameworkBehaviour:
     clips_grads: bool = True
     clip_scales_grads: bool = False
     fp8_weight_cache: bool = False
+    moe_probs_in_activation: bool = False
     pipeline_output_kept: bool = False
     megatron_layer: bool = False
     # ZeRO-1/2's gather of the updated parameters after the optimizer step, in how many calls: "buffer" one per
@@ -403,6 +411,7 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
     "megatron": FrameworkBehaviour("megatron", overlap_grad_reduce=True, fused_cross_entropy=False,
                                    zero3_gather="block", reduce_bucket_params=None, p2p_overlap="interleaved",
                                    tp_dgrad_overlap=True, fused_bias_grad=True, fp8_weight_cache=True,
+                                   moe_probs_in_activation=True,
                                    model_parallel_groups=True, global_memory_buffer=True, megatron_ddp="core",
                                    lazy_optimizer_states=True, module_style="fused",
                                    megatron_arguments=True),

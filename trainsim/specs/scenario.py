@@ -449,6 +449,10 @@ def _check_runtime(m: ModelSpec, cluster: ClusterSpec, t: TrainingSpec, pp: int)
                                                f"({'a MoE model' if m.is_moe else 'CPU ranks'}); use eager")
     if dtype_refusal(cluster.gpu, t.dtype):
         raise SpecError("training.dtype", dtype_refusal(cluster.gpu, t.dtype))
+    if t.fp8_recipe == "mxfp8" and not cluster.gpu.fp4:
+        # MXFP8 GEMMs (block-scaled, e8m0 per 32 elements) are Blackwell tensor-core instructions (sm_100+)
+        raise SpecError("training.fp8_recipe", f"mxfp8 needs Blackwell tensor cores (b200, gb200, b300, gb300), which "
+                                               f"{cluster.gpu.name} lacks; use tensorwise")
     if BEHAVIOURS[t.framework].deepspeed_engine and t.effective_zero >= 2 and pp > 1:
         # DeepSpeed's PipelineEngine asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
         # (deepspeed/runtime/pipe/engine.py)

@@ -288,6 +288,16 @@ class TrainingSpec(BaseModel):
         "(Transformer Engine fp8 primary weights, fp8_model_init): 1 byte per base weight and no per-step weight "
         "quantization; else they are held in the parameter dtype")
 
+    fp8_recipe: Literal["tensorwise", "mxfp8"] = Field(
+        default="tensorwise", description="with dtype fp8: Transformer Engine's scaling recipe -- tensorwise (one "
+        "scale per tensor: delayed or current scaling, Megatron-Core --fp8-recipe delayed|tensorwise) or mxfp8 "
+        "(an e8m0 scale per 32 elements, Blackwell); sets the bytes of TE's quantized weight copies "
+        "(cost_models/fp8_weights.py)")
+    fp8_param_gather: bool = Field(
+        default=False, description="with dtype fp8, framework megatron: fp8 primary weights (Megatron-Core "
+        "--fp8-param-gather, TE quantized_model_init): the blocks' linear weights are held only quantized, no "
+        "16-bit copy, the distributed optimizer keeping their fp32 main copy (cost_models/fp8_weights.py)")
+
     @model_validator(mode="after")
     def _check(self) -> TrainingSpec:
         if self.recompute_modules is not None:
@@ -304,6 +314,7 @@ class TrainingSpec(BaseModel):
             raise SpecError("offload_params", "needs zero=3 (parameters must be sharded to be offloaded)")
         if self.dtype == "nvfp4":
             self._check_nvfp4()
+        self._check_fp8_weights()
         self._check_conflicts()
         return self
 
@@ -317,6 +328,19 @@ class TrainingSpec(BaseModel):
         if self.param_bytes != 2:
             raise SpecError("param_dtype_bytes", f"nvfp4 training keeps bf16 parameters (2 bytes) that Transformer "
                                                  f"Engine quantizes per step; got {self.param_bytes}")
+
+    def _check_fp8_weights(self) -> None:
+        """fp8_recipe and fp8_param_gather describe Transformer Engine fp8 training; fp8 primary weights are
+        Megatron-Core's (--fp8-param-gather), whose distributed optimizer keeps the fp32 main copy."""
+        if self.dtype != "fp8" and (self.fp8_param_gather or self.fp8_recipe != "tensorwise"):
+            field = "fp8_param_gather" if self.fp8_param_gather else "fp8_recipe"
+            raise SpecError(field, f"applies to dtype fp8 only (got dtype {self.dtype})")
+        if self.fp8_param_gather and self.framework != "megatron":
+            raise SpecError("fp8_param_gather", f"fp8 primary weights are costed as Megatron-Core's --fp8-param-gather "
+                                                f"(framework megatron); framework {self.framework} does not run it")
+        if self.fp8_param_gather and not self.master_weights:
+            raise SpecError("fp8_param_gather", "fp8 primary weights need fp32 master weights (master_weights true): "
+                                                "Megatron-Core updates the fp32 main copy and re-quantizes")
 
     def _check_op_sac(self) -> None:
         """torchtitan's per-op policy is a whole-block policy of torch's checkpoint API, not a Megatron module."""

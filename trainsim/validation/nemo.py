@@ -67,7 +67,10 @@ NEMO_NOTES = (
      "llama31_llm_pretrain.py, r0.3.0-r0.5.0, 'False if precision == \"nvfp4\"'). Not modelled, recorded only: "
      "fp4_param_gather (NVFP4 parameters gathered in NVFP4 by the distributed optimizer, set from r0.4.0 = 26.04 on, "
      "Megatron-LM PR #4005), full-iteration CUDA graphs and NVTE_USE_FAST_MATH=1 of the NVFP4 configs. The "
-     "Nemotron 3 Super NVFP4 rows are hybrid Mamba models (skipped as such)."),
+     "Nemotron 3 Super NVFP4 rows are hybrid Mamba models (skipped as such). fp8 rows: FP8-MX / MXFP8 -> "
+     "fp8_recipe mxfp8, else tensorwise (current scaling), and fp8 primary weights (fp8_param_gather: "
+     "bf16_with_fp8_current_scaling_mixed and bf16_with_mxfp8_mixed set it; off for Kimi K2, whose Muon "
+     "config turns it off; cost_models/fp8_weights.py)."),
     ("software (Megatron-Bridge recipes, scripts/performance: sequence_parallel = tp > 1, CommOverlapConfig("
      "tp_comm_overlap=True) with the userbuffers configs of megatron/bridge/training/comm_overlap.py): framework "
      "megatron, sequence parallelism and TP comm/GEMM overlap when tp > 1, "
@@ -285,6 +288,25 @@ def _dtype(precision: str) -> str:
     return "nvfp4" if "FP4" in text else ("bf16" if text == "BF16" else "fp8")
 
 
+# Table models whose performance config turns fp8 primary weights off: Kimi K2 trains with Muon, and
+# scripts/performance/configs/kimi/kimi_llm_pretrain.py (r0.3.0 on) sets ``fp8_param_gather = False`` for Muon with
+# MXFP8 ("MXFP8's fp8_param_gather and reuse_grad_buf_for_mxfp8_param_ag require DistributedOptimizer
+# infrastructure, incompatible with Muon's LayerWiseDistributedOptimizer").
+NEMO_NO_FP8_PARAMS = ("Kimi_K2",)
+
+
+def _fp8_settings(precision: str, model: str) -> dict:
+    """Transformer Engine recipe and fp8 primary weights of an fp8 row: the performance scripts build FP8-CS from
+    ``bf16_with_fp8_current_scaling_mixed`` and FP8-MX from ``bf16_with_mxfp8_mixed`` (Megatron-Bridge
+    scripts/performance/utils/precision.py ``get_precision_config``), and both set ``fp8_param_gather = True``
+    (src/megatron/bridge/training/mixed_precision.py, from v0.1.0rc2, before the 25.09 release) -- MXFP8 with
+    ``reuse_grad_buf_for_mxfp8_param_ag`` --, except for NEMO_NO_FP8_PARAMS."""
+    if _dtype(precision) != "fp8":
+        return {}
+    return {"fp8_recipe": "mxfp8" if "MX" in precision.upper() else "tensorwise",
+            "fp8_param_gather": model not in NEMO_NO_FP8_PARAMS}
+
+
 def _skip_reason(row: _Row) -> str | None:
     """Why a complete row is not predicted (LoRA without settings, a model or system trainsim has no preset for), or
     None."""
@@ -363,7 +385,7 @@ def _scenario_mapping(row: _Row) -> tuple[dict, str, tuple[str, ...] | None]:
         "cluster": _cluster(cpreset, row.gpus, **overrides),
         "layout": {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vp, **({"etp": etp} if etp else {})},
         "training": {"seq_len": ints["seq_len"], "global_batch": ints["gbs"], "micro_batch": ints["mbs"],
-                     "dtype": dtype, "recompute": "none", "sequence_parallel": tp > 1,
+                     "dtype": dtype, **_fp8_settings(row.precision, model_name), "recompute": "none", "sequence_parallel": tp > 1,
                      "tp_comm_overlap": tp > 1 and dtype != "nvfp4",
                      "ep_comm_overlap": ep_overlap,
                      "fused_grouped_mlp": moe and nemo_fused_grouped_mlp(model_name, system, row.precision,
