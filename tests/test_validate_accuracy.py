@@ -233,12 +233,13 @@ def test_nemo_gpt_oss_guard(nemo):
 
 def test_nemo_nemotron_3_nano_guard(nemo):
     """Nemotron 3 Nano (23 Mamba-2, 23 MoE, 6 attention layers; 20 rows on H100, B200, B300, GB200, GB300) with each
-    run's Megatron-Bridge configuration: every row predicted too fast today, +7.5 % (GB300) to +29.6 % (GB200),
-    MAPE 17.6 %; the bound holds that band, and every run is predicted to fit, as it ran."""
+    run's Megatron-Bridge configuration: every row predicted too fast today, +11.4 % (B300) to +29.6 % (GB200),
+    MAPE 19.4 % (the GB300 rows at GB300's measured GEMM rate, hardware.csv gb300_azure); the bound holds that band,
+    and every run is predicted to fit, as it ran."""
     labels = {c.row_id: c.label for c in nemo.dataset.cases}
     nano = [r for r in nemo.compared if labels[r.row_id].startswith("Nemotron_3_Nano")]
     assert len(nano) == 20
-    assert _mape(nano) <= 19.0, _mape(nano)
+    assert _mape(nano) <= 20.0, _mape(nano)
     assert all(0.0 < r.error_pct <= 32.0 for r in nano), [(r.row_id, r.error_pct) for r in nano]
     assert all(r.fits for r in nano)
     # Nemotron 3.5 Lightning on 8 GB200 [mb_12]: Nano + two shared MTP depths of '*E', +13.2 % today.
@@ -262,7 +263,7 @@ def test_nemo_rows_and_skips(nemo):
     """Every row is compared or skipped with a reason; LoRA and NVFP4 are compared, the unmodelled architectures skip."""
     cases = {c.row_id: c for c in nemo.dataset.cases}
     assert len(cases) == 278
-    assert "mamba" in cases["mb_14"].skip_reason.lower()        # Nemotron 3 Super NVFP4: hybrid Mamba
+    assert "latentmoe" in cases["mb_14"].skip_reason.lower()    # Nemotron 3 Super NVFP4: LatentMoE not modelled
     assert cases["mb_35"].skip_reason is None                   # Llama 3.1 405B GB300 NVFP4: dtype nvfp4
     assert cases["mb_69"].skip_reason is None                   # Llama 3 70B LoRA (rank 16 on linear_qkv)
     assert cases["mb_1"].skip_reason is None                    # DeepSeek-V3 (MLA, MTP, recipe layout)
