@@ -101,6 +101,7 @@ def test_step_time_grows_by_the_added_iterations_gemms():
     (["--optimizer", "muon", "--framework", "torch"], "optimizer"),
     (["--optimizer", "muon", "--zero", "3", "--framework", "pytorch-fsdp"], "optimizer"),
     (["--optimizer", "muon", "--distributed-optimizer", "--offload-optimizer"], "offload_optimizer"),
+    (["--optimizer", "muon", "--framework", "megatron", "--lora-rank", "16"], "optimizer"),  # adapters costed as AdamW
 ])
 def test_unsupported_combinations_are_refused_in_one_line(flags, field, capsys):
     code = main(P + flags)
