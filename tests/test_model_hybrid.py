@@ -129,6 +129,17 @@ def test_hybrid_scenarios_refuse_what_is_not_modelled():
         _scenario("nemotron-3-nano-30b-a3b", tp=4, ep=2)  # 2 query groups: tp 4 refused by the attention check
 
 
+def test_hybrid_stack_refuses_nvfp4():
+    """NVFP4 would run the Mamba linears in bf16 while counting their NVFP4 weight copies: refused, naming the dtype."""
+    from trainsim.specs.errors import SpecError
+    from trainsim.specs.loaders import build_scenario
+    raw = {"model": "nemotron-h-8b", "cluster": "gb200-nvl72", "gpus": 8, "layout": {"tp": 1},
+           "training": {"seq_len": 8192, "global_batch": 64, "micro_batch": 1, "dtype": "nvfp4"}}
+    with pytest.raises(SpecError) as err:
+        build_scenario(raw)
+    assert err.value.field == "training.dtype" and "hybrid_pattern" in str(err.value)
+
+
 def test_rank_tensors_are_the_hybrid_layers():
     """The per-tensor list (DDP buckets, ZeRO shards) holds each layer of the pattern: with tp 1 its elements sum
     to the model's parameters (Nemotron-H 8B); with ep 8 a Nano rank holds an eighth of the routed experts."""
