@@ -120,6 +120,7 @@ def test_host_issue_adds_adapter_kernels():
     ({"lora_fp8_base_weights": True}, "training.lora_rank"),
     ({"lora_rank": 16, "schedule": "zb"}, "training.lora_rank"),
     ({"lora_rank": 20000}, "training.lora_rank"),
+    ({"lora_rank": 16, "dtype": "nvfp4"}, "training.dtype"),  # refused by lora.py before any GPU check
 ])
 def test_refusals_name_the_field(training, field):
     with pytest.raises(SpecError) as err:

@@ -66,6 +66,9 @@ def training_refusal(t) -> tuple[str, str] | None:
                              f"modelled for adapters: use 1f1b, interleaved or gpipe")
     if t.offload_optimizer or t.offload_params:
         return "lora_rank", "optimizer or parameter offload with LoRA is not modelled: drop the offload settings"
+    if t.dtype == "nvfp4":
+        return "dtype", ("nvfp4 with LoRA is not modelled: the frozen base weights' NVFP4 copies are not counted "
+                         "for adapters; use bf16 or fp8")
     if t.lora_fp8_base_weights and t.dtype != "fp8":
         return "lora_fp8_base_weights", f"fp8 base weights are Transformer Engine's fp8 primary weights of an fp8 " \
                                         f"run: set dtype fp8 (got {t.dtype})"
