@@ -145,4 +145,4 @@ def test_nemo_nvfp4_rows_map_to_dtype_nvfp4_without_tp_overlap(tmp_path):
     assert llama is not None and llama.training.dtype == "nvfp4"
     assert llama.training.sequence_parallel and not llama.training.tp_comm_overlap
     assert cases["r_llama"].category == "GB200 nvfp4 dense"
-    assert cases["r_super"].scenario is None and "Mamba" in cases["r_super"].skip_reason
+    assert cases["r_super"].scenario is None and "hybrid" in cases["r_super"].skip_reason

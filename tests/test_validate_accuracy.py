@@ -262,7 +262,7 @@ def test_nemo_rows_and_skips(nemo):
     """Every row is compared or skipped with a reason; LoRA and NVFP4 are compared, the unmodelled architectures skip."""
     cases = {c.row_id: c for c in nemo.dataset.cases}
     assert len(cases) == 278
-    assert "mamba" in cases["mb_14"].skip_reason.lower()        # Nemotron 3 Super NVFP4: hybrid Mamba
+    assert "hybrid" in cases["mb_14"].skip_reason.lower()       # Nemotron 3 Super NVFP4: LatentMoE of a hybrid stack
     assert cases["mb_35"].skip_reason is None                   # Llama 3.1 405B GB300 NVFP4: dtype nvfp4
     assert cases["mb_69"].skip_reason is None                   # Llama 3 70B LoRA (rank 16 on linear_qkv)
     assert cases["mb_1"].skip_reason is None                    # DeepSeek-V3 (MLA, MTP, recipe layout)
