@@ -129,6 +129,25 @@ def test_hybrid_scenarios_refuse_what_is_not_modelled():
         _scenario("nemotron-3-nano-30b-a3b", tp=4, ep=2)  # 2 query groups: tp 4 refused by the attention check
 
 
+def test_sequence_parallel_shards_the_mamba_in_proj_input():
+    """Nemotron-H 8B Mamba layer, tp 2, bf16, T = 8192 tokens, h 4096: SP shards the pre-norm's input (2·T·h), its
+    fp32 rstd (4·T) and in_proj's saved input (2·T·h; TELayerNormColumnParallelLinear saves the sequence shard) --
+    each cut by (tp-1)/tp; nothing else of the layer moves."""
+    from trainsim.cost_models import activations as act
+    from trainsim.cost_models.shapes import block_kinds
+    from trainsim.specs.loaders import build_scenario
+
+    def mamba_bytes(sp):
+        scn = build_scenario({"model": "nemotron-h-8b", "cluster": "dgx-h100", "gpus": 8, "layout": {"tp": 2},
+                              "training": {"seq_len": 8192, "global_batch": 64, "micro_batch": 1, "dtype": "bf16",
+                                           "recompute": "none", "sequence_parallel": sp}})
+        return act.layer_activation_bytes(next(s for s, _ in block_kinds(scn) if s.model.hybrid_pattern == "M")).total
+
+    T, h, tp = 8192, 4096, 2
+    assert mamba_bytes(False) - mamba_bytes(True) == pytest.approx((2 * T * h + 4 * T + 2 * T * h) * (tp - 1) / tp,
+                                                                    rel=1e-12)
+
+
 def test_hybrid_stack_refuses_nvfp4():
     """NVFP4 would run the Mamba linears in bf16 while counting their NVFP4 weight copies: refused, naming the dtype."""
     from trainsim.specs.errors import SpecError
