@@ -403,6 +403,9 @@ def _check_experts(m: ModelSpec, layout: Layout, t: TrainingSpec, dp: int, etp: 
     tp, cp, ep = layout.tp, layout.cp, layout.ep
     if ep > 1 and not m.is_moe:
         raise SpecError("layout.ep", f"ep={ep} but {m.name} is a dense model (num_experts=1)")
+    if t.fused_grouped_mlp and not m.is_moe:
+        raise SpecError("training.fused_grouped_mlp", f"it runs MoE experts through Transformer Engine's op fuser; "
+                                                      f"{m.name} is a dense model (num_experts=1): drop it")
     if t.ep_comm_overlap and (why := ep_overlap_refusal(m, layout, t)):
         raise SpecError("training.ep_comm_overlap", why)
     _check_moe_balance(m, layout, t)
