@@ -121,6 +121,19 @@ def test_hybrid_mean_layer_memory_is_exact_for_the_stack():
     assert 52 * (d + e) == pytest.approx(layers - routed + routed / 8, rel=1e-12)
 
 
+def test_hybrid_moe_router_counts_its_bias():
+    """The MoE layers' router is ModelSpec.router_params (hidden x experts, + one bias per expert with router_bias):
+    Nemotron 3 Nano with router_bias adds 23 MoE layers x 128 experts = 2944 parameters, and the mean layer per
+    rank (tp = ep = 1) times 52 still equals the layers' parameters."""
+    from trainsim.cost_models import memory
+    nano = load_model("nemotron-3-nano-30b-a3b")
+    biased = ModelSpec(**{**nano.model_dump(), "router_bias": True})
+    assert biased.total_params() - nano.total_params() == 23 * 128
+    for m in (nano, biased):
+        d, e = memory.layer_params_per_rank(m, 1, 1)
+        assert 52 * (d + e) == pytest.approx(m.total_params() - m.embedding_params(), rel=1e-15)
+
+
 def test_hybrid_scenarios_refuse_what_is_not_modelled():
     from trainsim.specs.errors import SpecError
     with pytest.raises(SpecError, match="layout.pp"):

@@ -188,7 +188,7 @@ def hybrid_params_rank(model, attn: float, mlp, tp: int, ep: int, etp: int | Non
     per_kind = {"M": (model.mamba_params() / tp, 0.0), "*": (attn, 0.0), "-": (mlp(model.ffn), 0.0)}
     if model.is_moe:
         shared = mlp(model.shared_expert_ffn) if model.shared_expert_ffn else 0.0
-        per_kind["E"] = (model.hidden * model.num_experts + shared,
+        per_kind["E"] = (model.router_params() + shared,
                          (model.num_experts / ep) * mlp(model.expert_ffn, etp or tp))
     counts = model.hybrid_counts()
     n = sum(counts.values())
