@@ -120,6 +120,7 @@ def test_host_issue_adds_adapter_kernels():
     ({"lora_fp8_base_weights": True}, "training.lora_rank"),
     ({"lora_rank": 16, "schedule": "zb"}, "training.lora_rank"),
     ({"lora_rank": 20000}, "training.lora_rank"),
+    ({"lora_rank": 16, "dtype": "nvfp4"}, "training.dtype"),  # refused by lora.py before any GPU check
 ])
 def test_refusals_name_the_field(training, field):
     with pytest.raises(SpecError) as err:
@@ -182,3 +183,13 @@ def test_full_recompute_reruns_the_adapters():
     fwd = 2 * T * weights + 2 * T * A * T * (D + D) + sum(2 * T * r * sum(_dims(t)) for t in LORA_TARGETS)
     extra = flops.hardware_flops_per_step(full_rc) - flops.model_flops_per_step(full_rc)
     assert extra == pytest.approx(n_micro * L * fwd, rel=1e-12)
+
+
+def test_hybrid_mamba_stack_is_refused():
+    """A hybrid Mamba stack has no uniform dense block to carry the four adapters: refused, naming lora_rank."""
+    raw = {"model": "nemotron-h-8b", "cluster": {"preset": "dgx-h100"}, "gpus": 8, "layout": {"tp": 1},
+           "training": {"seq_len": 8192, "global_batch": 64, "micro_batch": 1, "distributed_optimizer": True,
+                        "lora_rank": 16}}
+    with pytest.raises(SpecError) as err:
+        build_scenario(raw)
+    assert err.value.field == "training.lora_rank" and "hybrid" in str(err.value)

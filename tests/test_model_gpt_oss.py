@@ -178,6 +178,15 @@ def test_op_fuser_needs_megatron():
         _megatron_ops(fused_grouped_mlp=True, framework="torch")
 
 
+def test_op_fuser_needs_moe_experts():
+    """A dense model has no experts for TE's op fuser to run: refused, naming the field."""
+    with pytest.raises(SpecError) as err:
+        build_scenario({"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "num_gpus": 8},
+                        "training": {"seq_len": 512, "global_batch": 8, "framework": "megatron",
+                                     "fused_grouped_mlp": True}})
+    assert err.value.field == "training.fused_grouped_mlp" and "dense" in str(err.value)
+
+
 def test_eager_clamp_keeps_fc1_output_unless_moe_act_is_recomputed():
     """The two clamps save fc1's raw output (2 x 2880 per routed token, bf16) besides the clamped copy the fused
     activation saves; under moe_act recompute the checkpoint keeps only fc1's output, as without the clamp."""

@@ -121,12 +121,55 @@ def test_hybrid_mean_layer_memory_is_exact_for_the_stack():
     assert 52 * (d + e) == pytest.approx(layers - routed + routed / 8, rel=1e-12)
 
 
+def test_hybrid_moe_router_counts_its_bias():
+    """The MoE layers' router is ModelSpec.router_params (hidden x experts, + one bias per expert with router_bias):
+    Nemotron 3 Nano with router_bias adds 23 MoE layers x 128 experts = 2944 parameters, and the mean layer per
+    rank (tp = ep = 1) times 52 still equals the layers' parameters."""
+    from trainsim.cost_models import memory
+    nano = load_model("nemotron-3-nano-30b-a3b")
+    biased = ModelSpec(**{**nano.model_dump(), "router_bias": True})
+    assert biased.total_params() - nano.total_params() == 23 * 128
+    for m in (nano, biased):
+        d, e = memory.layer_params_per_rank(m, 1, 1)
+        assert 52 * (d + e) == pytest.approx(m.total_params() - m.embedding_params(), rel=1e-15)
+
+
 def test_hybrid_scenarios_refuse_what_is_not_modelled():
     from trainsim.specs.errors import SpecError
     with pytest.raises(SpecError, match="layout.pp"):
         _scenario("nemotron-h-8b", pp=2)
     with pytest.raises(SpecError, match="layout.tp"):
         _scenario("nemotron-3-nano-30b-a3b", tp=4, ep=2)  # 2 query groups: tp 4 refused by the attention check
+
+
+def test_sequence_parallel_shards_the_mamba_in_proj_input():
+    """Nemotron-H 8B Mamba layer, tp 2, bf16, T = 8192 tokens, h 4096: SP shards the pre-norm's input (2·T·h), its
+    fp32 rstd (4·T) and in_proj's saved input (2·T·h; TELayerNormColumnParallelLinear saves the sequence shard) --
+    each cut by (tp-1)/tp; nothing else of the layer moves."""
+    from trainsim.cost_models import activations as act
+    from trainsim.cost_models.shapes import block_kinds
+    from trainsim.specs.loaders import build_scenario
+
+    def mamba_bytes(sp):
+        scn = build_scenario({"model": "nemotron-h-8b", "cluster": "dgx-h100", "gpus": 8, "layout": {"tp": 2},
+                              "training": {"seq_len": 8192, "global_batch": 64, "micro_batch": 1, "dtype": "bf16",
+                                           "recompute": "none", "sequence_parallel": sp}})
+        return act.layer_activation_bytes(next(s for s, _ in block_kinds(scn) if s.model.hybrid_pattern == "M")).total
+
+    T, h, tp = 8192, 4096, 2
+    assert mamba_bytes(False) - mamba_bytes(True) == pytest.approx((2 * T * h + 4 * T + 2 * T * h) * (tp - 1) / tp,
+                                                                    rel=1e-12)
+
+
+def test_hybrid_stack_refuses_nvfp4():
+    """NVFP4 would run the Mamba linears in bf16 while counting their NVFP4 weight copies: refused, naming the dtype."""
+    from trainsim.specs.errors import SpecError
+    from trainsim.specs.loaders import build_scenario
+    raw = {"model": "nemotron-h-8b", "cluster": "gb200-nvl72", "gpus": 8, "layout": {"tp": 1},
+           "training": {"seq_len": 8192, "global_batch": 64, "micro_batch": 1, "dtype": "nvfp4"}}
+    with pytest.raises(SpecError) as err:
+        build_scenario(raw)
+    assert err.value.field == "training.dtype" and "hybrid_pattern" in str(err.value)
 
 
 def test_rank_tensors_are_the_hybrid_layers():

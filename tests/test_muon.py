@@ -101,6 +101,7 @@ def test_step_time_grows_by_the_added_iterations_gemms():
     (["--optimizer", "muon", "--framework", "torch"], "optimizer"),
     (["--optimizer", "muon", "--zero", "3", "--framework", "pytorch-fsdp"], "optimizer"),
     (["--optimizer", "muon", "--distributed-optimizer", "--offload-optimizer"], "offload_optimizer"),
+    (["--optimizer", "muon", "--framework", "megatron", "--lora-rank", "16"], "optimizer"),  # adapters costed as AdamW
 ])
 def test_unsupported_combinations_are_refused_in_one_line(flags, field, capsys):
     code = main(P + flags)
@@ -160,3 +161,13 @@ def test_duplicated_tp_mode_gathers_and_iterates_whole_matrices():
     flops = [sum(muon.ns_flops(r, c, 5) for r, c in s.matrices) for s in (d_shard, b_shard)]
     assert flops[0] > 3 * flops[1] and not b_shard.gathers
     assert muon.step_seconds(dup, 0) > muon.step_seconds(block, 0)
+
+
+def test_execute_refuses_muon(tmp_path, capsys):
+    """The executor steps torch Adam or SGD only, so a muon scenario is refused in one line, exit status 2."""
+    path = tmp_path / "s.yaml"
+    path.write_text("training:\n  optimizer: muon\n  framework: megatron\n")
+    code = main(["execute", "--model", "tiny-gpt", "--cluster", "cpu-host", "--gpus", "1", "--global-batch", "2",
+                 str(path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "training.optimizer: muon is simulated only, not executed" in err, err

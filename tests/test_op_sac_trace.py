@@ -101,6 +101,29 @@ def test_covers_only_the_code_it_replays():
     assert ot.op_sac_cached_bytes(_scenario("tt165_fsdp1_sac_resv", block_code=None), SHARD) is None  # Composer's
 
 
+def test_plain_ddp_is_not_the_replayed_fsdp_step():
+    """The tables free each weight gradient as FSDP reduce-scatters it and cut Adam's states to the FSDP shard: the
+    same block code under plain DDP (zero 0, gradients kept to the all-reduce, whole states) is not covered, FSDP's
+    SHARD_GRAD_OP (zero 2) is."""
+    fsdp1 = "tt165_fsdp1_sac_resv"
+    assert not ot.covers(_scenario(fsdp1, zero=0))
+    assert ot.op_sac_cached_bytes(_scenario(fsdp1, zero=0), SHARD) is None
+    assert ot.covers(_scenario(fsdp1, zero=2)) and ot.covers(_scenario(fsdp1))
+
+
+def test_adam_states_take_the_parameters_dtype_without_master_weights():
+    """master_weights false: torch.optim's m, v are ``zeros_like`` the bf16 parameter, 2 bytes an element, not 4;
+    the replay is the trace's with those states (PR #165's Llama 2 7B step over 8 ranks)."""
+    pure = _scenario(master_weights=False)
+    assert ot.adam_state_element_bytes(pure.training) == 2 and ot.adam_state_element_bytes(_scenario().training) == 4
+    size = ot.sizes(b=8, s=2048, h=4096, a=32, f=11008, vocab=32000)
+    elems = ot.titan_param_elems(layers=32, h=4096, a=32, kv=32, f=11008, vocab=32000)
+    states = tuple(2 * -(-n // SHARD) for n in elems for _ in range(2))
+    expected = ot.trace_cached_bytes(32, tuple(sorted(size.items())), states)
+    assert ot.op_sac_cached_bytes(pure, SHARD) == pytest.approx(expected, rel=1e-12)
+    assert ot.op_sac_cached_bytes(pure, SHARD) != pytest.approx(ot.op_sac_cached_bytes(_scenario(), SHARD), rel=1e-3)
+
+
 def test_lazy_states_land_in_the_cached_segments():
     """Llama 3.1 8B's per-op SAC step (local batch 2 x 8192, GQA, late 2024's loss): Adam's states created after the
     first backward take segments the step leaves cached, so the two steps' reserved peak is the stateless one's

@@ -136,12 +136,14 @@ def hybrid_layer_ops(shp: LayerShape, block_ops) -> tuple[Op, ...]:
 def mamba_activation_bytes(shp: LayerShape, gemm_input_e: int) -> float:
     """Bytes one Mamba-2 layer saves for its backward (no recompute), one rank: the pre-norm's input (the residual
     stream, sequence-sharded with SP) and fp32 rstd; in_proj's input (the norm output, at ``gemm_input_e`` bytes:
-    fp8 copies under fp8); what mamba_split_conv1d_scan_combined saves -- zxbcdt (in_proj's whole output) and
+    fp8 copies under fp8; sequence-sharded with SP, since in_proj is TELayerNormColumnParallelLinear, which saves its
+    local sequence shard and all-gathers it again in backward, as the transformer's fused norm linears do:
+    activations._gemm_input_bytes); what mamba_split_conv1d_scan_combined saves -- zxbcdt (in_proj's whole output) and
     out_x (the ungated scan output, d_inner); the group RMSNorm's input and rstd; out_proj's input (d_inner)."""
     e, T, t, h = shp.e, shp.tokens, shp.tp, shp.h
     inner = shp.mh * shp.mp // t
     zxbcdt = (2 * shp.mh * shp.mp + 2 * shp.mg * shp.mn + shp.mh) // t
-    return (e * T * h / shp.sp_div + STATE_BYTES * T / shp.sp_div + gemm_input_e * T * h
+    return (e * T * h / shp.sp_div + STATE_BYTES * T / shp.sp_div + gemm_input_e * T * h / shp.sp_div
             + e * T * (zxbcdt + 2 * inner) + STATE_BYTES * T * shp.mg // t + gemm_input_e * T * inner)
 
 
@@ -186,7 +188,7 @@ def hybrid_params_rank(model, attn: float, mlp, tp: int, ep: int, etp: int | Non
     per_kind = {"M": (model.mamba_params() / tp, 0.0), "*": (attn, 0.0), "-": (mlp(model.ffn), 0.0)}
     if model.is_moe:
         shared = mlp(model.shared_expert_ffn) if model.shared_expert_ffn else 0.0
-        per_kind["E"] = (model.hidden * model.num_experts + shared,
+        per_kind["E"] = (model.router_params() + shared,
                          (model.num_experts / ep) * mlp(model.expert_ffn, etp or tp))
     counts = model.hybrid_counts()
     n = sum(counts.values())

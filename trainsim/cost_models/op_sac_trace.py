@@ -68,6 +68,8 @@ from trainsim.specs.memo import memoised
 from .caching_allocator import replay
 from .shapes import layer_shape
 
+FP32_BYTES = 4
+
 
 def _table(*lines: str) -> tuple[tuple[str, ...], ...]:
     """One phase's ops: each ``op +SIZE ... -REF ...`` (module doc), ``|`` between ops."""
@@ -256,11 +258,14 @@ def compiled_stand_in(scenario) -> bool:
 
 def covers(scenario) -> bool:
     """Whether the scenario's step is the one these tables describe, or its compiled form they stand in for
-    (``compiled_stand_in``; module doc)."""
+    (``compiled_stand_in``; module doc). The tables free each weight gradient once produced and cut Adam's states
+    to the FSDP shard: torch FSDP sharding its gradients (zero >= 2, as fsdp_stream_pools.py decides FSDP), not
+    plain DDP (zero 0), which keeps every gradient until its all-reduce and the whole states."""
     shp, t, m, lay = layer_shape(scenario), scenario.training, scenario.model, scenario.layout
     eager = shp.titan and shp.eager_ce and not shp.fused_ce
     compiled = compiled_stand_in(scenario) and (shp.eager_ce or shp.fused_ce)
-    return (behaviour(t.framework).torch_fsdp and (eager or compiled) and shp.recomputes("op_sac")
+    fsdp = behaviour(t.framework).torch_fsdp and t.effective_zero >= 2
+    return (fsdp and (eager or compiled) and shp.recomputes("op_sac")
             and shp.a % shp.kv == 0 and (shp.kv == shp.a or shp.kv > 1) and lay.tp == lay.cp == lay.pp == 1
             and scenario.num_microbatches == 1
             and not (shp.dropout or shp.is_moe or shp.mla or shp.qk_norm or shp.window or shp.bias)
@@ -281,6 +286,13 @@ def states_note(scenario) -> tuple:
     return COMPILED_NOTE if scenario.training.compile else STATES_NOTE
 
 
+def adam_state_element_bytes(training) -> int:
+    """Bytes per element of each of Adam's two lazily created states (m, v): fp32 (4) under mixed precision, the
+    parameters' dtype with master_weights false (torch.optim allocates them ``zeros_like`` the parameter;
+    model_states.state_bytes' pure low-precision case)."""
+    return FP32_BYTES if training.master_weights else training.param_bytes
+
+
 def op_sac_cached_bytes(scenario, shard: int) -> float | None:
     """The compute stream's cached-but-free bytes at the reserved peak of a scenario these tables cover (module
     doc), or ``None``; ``shard``: the FSDP group Adam's per-parameter states are split over."""
@@ -289,6 +301,6 @@ def op_sac_cached_bytes(scenario, shard: int) -> float | None:
     shp, m = layer_shape(scenario), scenario.model
     size = sizes(b=shp.b, s=shp.s, h=shp.h, a=shp.a, kv=shp.kv, f=shp.f, vocab=shp.vocab, e=int(shp.e))
     elems = titan_param_elems(layers=m.num_layers, h=shp.h, a=shp.a, kv=shp.kv, f=shp.f, vocab=shp.vocab)
-    states = tuple(4 * -(-n // shard) for n in elems for _ in range(2))
+    states = tuple(adam_state_element_bytes(scenario.training) * -(-n // shard) for n in elems for _ in range(2))
     return float(trace_cached_bytes(m.num_layers, tuple(sorted(size.items())), states, shp.kv < shp.a,
                                     shp.ce_logits_kept and not shp.fused_ce))

@@ -159,6 +159,8 @@ def _check_executed_features(s: Scenario) -> None:
     if t.lora_rank:
         raise SpecError("training.lora_rank", "LoRA fine-tuning is simulated only, not executed (the executor trains "
                                               "every parameter)")
+    if t.optimizer == "muon":
+        raise SpecError("training.optimizer", "muon is simulated only, not executed")
     if lay.cp > 1:
         raise SpecError("layout.cp", "context parallelism is not executed (torch's context_parallel needs CUDA SDPA); use cp=1")
     if lay.ep > 1:

@@ -66,6 +66,9 @@ def training_refusal(t) -> tuple[str, str] | None:
                              f"modelled for adapters: use 1f1b, interleaved or gpipe")
     if t.offload_optimizer or t.offload_params:
         return "lora_rank", "optimizer or parameter offload with LoRA is not modelled: drop the offload settings"
+    if t.dtype == "nvfp4":
+        return "dtype", ("nvfp4 with LoRA is not modelled: the frozen base weights' NVFP4 copies are not counted "
+                         "for adapters; use bf16 or fp8")
     if t.lora_fp8_base_weights and t.dtype != "fp8":
         return "lora_fp8_base_weights", f"fp8 base weights are Transformer Engine's fp8 primary weights of an fp8 " \
                                         f"run: set dtype fp8 (got {t.dtype})"
@@ -74,10 +77,14 @@ def training_refusal(t) -> tuple[str, str] | None:
 
 def check_lora_model(model, layout, t) -> None:
     """The model and layout rules of LoRA: a dense MHA/GQA model (Megatron-Bridge puts MoE experts' and MLA's
-    adapters on other linears, not costed here), a rank within each target's dimensions, and a rank divisible by tp
-    (module doc)."""
+    adapters on other linears, not costed here), no hybrid Mamba stack (the adapter geometry here is one dense
+    block's four linears on every layer, and the Mamba layers' in_proj/out_proj would still be costed with weight
+    gradients), a rank within each target's dimensions, and a rank divisible by tp (module doc)."""
     if not t.lora_rank:
         return
+    if model.is_hybrid:
+        raise SpecError("training.lora_rank", f"LoRA is costed for uniform dense MHA/GQA stacks; {model.name} is a "
+                        "hybrid Mamba stack (hybrid_pattern), whose per-layer adapters are not modelled")
     if model.is_moe or model.is_mla:
         raise SpecError("training.lora_rank", f"LoRA is costed for dense MHA/GQA blocks; {model.name} has "
                         f"{'MoE experts' if model.is_moe else 'multi-head latent attention'}")

@@ -371,11 +371,7 @@ class ModelSpec(BaseModel):
         if self.is_hybrid:  # one kind: a layer of it; several: the mean layer (exact times num_layers)
             counts = self.hybrid_counts()
             return sum(n * self._hybrid_layer_params(k) for k, n in counts.items()) / self.num_layers
-        if self.is_moe:
-            mlp = (self.num_experts * self.mlp_params(self.expert_ffn) + self.router_params()
-                   + (self.mlp_params(self.shared_expert_ffn) if self.shared_expert_ffn else 0))
-        else:
-            mlp = self.mlp_params()
+        mlp = self._moe_mlp_params() if self.is_moe else self.mlp_params()
         return self.attention_params() + mlp + self.block_norm_params()
 
     def block_norm_params(self) -> int:

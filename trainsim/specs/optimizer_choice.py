@@ -29,6 +29,9 @@ def muon_refusal(training) -> tuple[str, str] | None:
     if t.framework != "megatron":
         return "optimizer", (f"muon is costed as Megatron-Core's Muon (emerging_optimizers.py); framework "
                              f"{t.framework} has no such optimizer: use framework megatron or optimizer adam")
+    if t.lora_rank:
+        return "optimizer", ("muon with LoRA is not modelled: the adapters' optimizer states and step are costed as "
+                             "AdamW's (cost_models/lora.py): use optimizer adam")
     if t.dtype == "fp16":
         return "optimizer", "Megatron-Core refuses muon with fp16 ('emerging optimizer with fp16 is not supported'): " \
                             "use dtype bf16 or fp8"

@@ -292,6 +292,9 @@ def _check_hybrid(m: ModelSpec, layout: Layout, t: TrainingSpec) -> None:
         raise SpecError("training.schedule", f"{t.schedule} splits weight gradients, not modelled for hybrid stacks")
     if "op_sac" in t.selective_modules:
         raise SpecError("training.recompute_modules", "op_sac is torchtitan's per-op policy, not a Megatron one")
+    if t.dtype == "nvfp4":
+        raise SpecError("training.dtype", "nvfp4 with hybrid_pattern is not modelled: the Mamba layers' linears run "
+                                          "in bf16 while their NVFP4 weight copies would be counted; use bf16 or fp8")
     if "M" in m.hybrid_pattern and (m.mamba_nheads % layout.tp or m.mamba_groups % layout.tp):
         raise SpecError("layout.tp", f"tp={layout.tp} must divide the {m.mamba_nheads} Mamba heads and "
                                      f"{m.mamba_groups} groups (Megatron's MambaMixer asserts both)")
@@ -400,6 +403,9 @@ def _check_experts(m: ModelSpec, layout: Layout, t: TrainingSpec, dp: int, etp: 
     tp, cp, ep = layout.tp, layout.cp, layout.ep
     if ep > 1 and not m.is_moe:
         raise SpecError("layout.ep", f"ep={ep} but {m.name} is a dense model (num_experts=1)")
+    if t.fused_grouped_mlp and not m.is_moe:
+        raise SpecError("training.fused_grouped_mlp", f"it runs MoE experts through Transformer Engine's op fuser; "
+                                                      f"{m.name} is a dense model (num_experts=1): drop it")
     if t.ep_comm_overlap and (why := ep_overlap_refusal(m, layout, t)):
         raise SpecError("training.ep_comm_overlap", why)
     _check_moe_balance(m, layout, t)
