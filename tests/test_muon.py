@@ -171,3 +171,19 @@ def test_execute_refuses_muon(tmp_path, capsys):
                  str(path)])
     err = capsys.readouterr().err
     assert code == 2 and "training.optimizer: muon is simulated only, not executed" in err, err
+
+
+def test_plan_takes_the_optimizer_flag(capsys):
+    """`plan --optimizer muon` puts the update rule into every candidate's training settings, as a scenario file's
+    ``training.optimizer`` does; a rule that is not a choice is refused in one line (exit 2)."""
+    from trainsim.cli.main import build_parser
+    from trainsim.cli.plan import request_from_args
+    flags = ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--global-batch", "64",
+             "--seq-len", "4096"]
+    parser = build_parser()
+    muon = request_from_args(parser.parse_args([*flags, "--optimizer", "muon"]))
+    adam = request_from_args(parser.parse_args(flags))
+    assert muon.limits.training_extra.get("optimizer") == "muon" and "optimizer" not in adam.limits.training_extra
+    code = main([*flags, "--optimizer", "sgd"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--optimizer" in err, err

@@ -154,6 +154,13 @@ def add_background_arg(p: argparse.ArgumentParser) -> None:
                         "both, each >= 0 and < 1: this job gets 1 - fraction of those links (scale-up unaffected)")
 
 
+def add_optimizer_arg(p: argparse.ArgumentParser) -> None:
+    """``--optimizer``: the update rule (training.optimizer), for predict, report and plan."""
+    p.add_argument("--optimizer", dest="train_optimizer", choices=("adam", "muon"),
+                   help="update rule: adam (default) or muon (Megatron-Core's Muon: Newton-Schulz on the 2D hidden "
+                        "matrices, Adam on the rest; with --distributed-optimizer its layer-wise dist_muon)")
+
+
 def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = True, optimizer: bool = True) -> None:
     """The scenario flags of docs/design.md (`trainsim predict` and friends); ``optimizer=False`` leaves out
     ``--optimizer`` for a command whose own flag of that name picks what it runs (execute)."""
@@ -183,9 +190,7 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
     p.add_argument("--distributed-optimizer", action="store_true", default=None,
                    help="Megatron's distributed optimizer (optimizer states sharded over DP, = ZeRO-1)")
     if optimizer:
-        p.add_argument("--optimizer", dest="train_optimizer", choices=("adam", "muon"),
-                       help="update rule: adam (default) or muon (Megatron-Core's Muon: Newton-Schulz on the 2D hidden "
-                            "matrices, Adam on the rest; with --distributed-optimizer its layer-wise dist_muon)")
+        add_optimizer_arg(p)
     p.add_argument("--schedule", choices=get_args(Schedule), help="pipeline schedule")
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "nvfp4", "fp32"),
                    help="compute precision of the GEMMs (nvfp4: Transformer Engine's NVFP4 recipe, Blackwell only)")

@@ -23,7 +23,7 @@ from trainsim.specs.training import Schedule, default_cp_comm, zero_conflict
 
 from trainsim.specs.loaders import with_background_load
 
-from .common import LORA_FLAGS, add_background_arg, add_data_parallel_args, add_lora_args, add_pool_args, add_precision_args, float_range, int_range, nonneg_float, positive_int, warn_beyond_published
+from .common import LORA_FLAGS, add_background_arg, add_optimizer_arg, add_data_parallel_args, add_lora_args, add_pool_args, add_precision_args, float_range, int_range, nonneg_float, positive_int, warn_beyond_published
 
 # Tokens to train on: 10^16 is 640x Llama 3's 15.6T (arXiv:2407.21783), past any data set that exists.
 MAX_TOKENS = 1e16
@@ -105,6 +105,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--calibration", help="calibration profile JSON (from `trainsim calibrate`)")
     add_precision_args(p)
     add_lora_args(p)
+    add_optimizer_arg(p)
     add_data_parallel_args(p, layout=False)
     add_background_arg(p)
     add_pool_args(p)
@@ -172,12 +173,13 @@ def _required(field: str, value, message: str):
 
 
 def _training_with_flags(args: argparse.Namespace, raw: dict) -> dict:
-    """The scenario file's ``training`` mapping with the precision and LoRA flags given on the command line."""
+    """The scenario file's ``training`` mapping with the precision, LoRA and optimizer flags given on the command line."""
     training = raw.get("training") or {}
     if not isinstance(training, dict):
         raise SpecError("training", "must be a mapping")
     precision = {k: getattr(args, k, None) for k in ("grad_dtype", "master_weights", "dp_bucket_mb",
                                                      "overlap_grad_reduce", *LORA_FLAGS)}
+    precision["optimizer"] = getattr(args, "train_optimizer", None)
     return {**training, **{k: v for k, v in precision.items() if v is not None}}
 
 
