@@ -193,3 +193,16 @@ def test_hybrid_mamba_stack_is_refused():
     with pytest.raises(SpecError) as err:
         build_scenario(raw)
     assert err.value.field == "training.lora_rank" and "hybrid" in str(err.value)
+
+
+def test_a_profiled_block_keeps_the_adapters_host_issue():
+    """A calibration profile times the executor's block, which has no adapters: the adapters' ops and launches are
+    issued on top of the measured seconds (``ATEN_DISPATCH_S`` per op, ``KERNEL_LAUNCH_S`` more per kernel)."""
+    from trainsim.cost_models.host_issue import block_issue, op_seconds
+    dispatch, launch = op_seconds("x86")
+    extra = (12, 4, 14, 6)
+    issue = block_issue("rmsnorm-swiglu-rope", recompute_full=False, measured=(1e-3, 2e-3), extra=extra)
+    assert issue.fwd_s == pytest.approx(1e-3 + 12 * dispatch + 4 * launch)
+    assert issue.bwd_s == pytest.approx(2e-3 + 14 * dispatch + 6 * launch)
+    bare = block_issue("rmsnorm-swiglu-rope", recompute_full=False, measured=(1e-3, 2e-3))
+    assert (bare.fwd_s, bare.bwd_s) == (1e-3, 2e-3)

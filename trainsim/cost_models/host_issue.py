@@ -292,7 +292,7 @@ def block_issue(style: str, *, recompute_full: bool, tp_collectives: tuple[int, 
 
     ``tp_collectives`` is (forward, backward) TP collective calls of the block (Megatron: 2 and 2);
     ``measured`` the (forward, backward) eager seconds of one block a calibration profile measured, which
-    replace the counted ones in eager mode; ``extra`` (fwd ops, fwd kernels, bwd ops, bwd kernels) adds kernels
+    replace the block style's counted ones in eager mode; ``extra`` (fwd ops, fwd kernels, bwd ops, bwd kernels) adds kernels
     beyond the block style's (LoRA adapters: lora.adapter_issue_counts)."""
     style_counts = tuple(c + x for c, x in zip(block_counts(style), extra))
     counts = with_collectives(style_counts, tp_collectives)
@@ -308,7 +308,9 @@ def block_issue(style: str, *, recompute_full: bool, tp_collectives: tuple[int, 
         f_s, b_s = eager_issue_s(counts, host_cpu)
         f_n, b_n = f_ops, b_ops
         if measured is not None and (measured[0] or measured[1]):
-            f_s, b_s = measured
+            # the profile timed the executor's block, which has no LoRA adapters: theirs are counted on top
+            x_f, x_b = eager_issue_s(extra, host_cpu)
+            f_s, b_s = measured[0] + x_f, measured[1] + x_b
     if recompute_full:
         b_s, b_n = b_s + f_s, b_n + f_n
     return PassIssue(f_s, b_s, f_n, b_n)

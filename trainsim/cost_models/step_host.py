@@ -172,8 +172,10 @@ def scenario_step_host(scenario, stage: int, profile=None) -> StepHost | None:
     m = profiled_chunk(scenario, profile)  # the executor's own step, timed (docstring)
     if m is None:
         return host
-    return StepHost(host.dispatches, host.launches, host.syncs, m.step_fixed_s + m.step_per_tensor_s * len(sizes),
-                    host.sync_lead_s)
+    timed = m.step_fixed_s + m.step_per_tensor_s * len(sizes)
+    if t.optimizer == "muon":  # the executor steps Adam: Muon's per-parameter kernels on top of its timed step
+        timed += issue_s(k, k, scenario.cluster.host_cpu)
+    return StepHost(host.dispatches, host.launches, host.syncs, timed, host.sync_lead_s)
 
 
 def norm_reduce_s(scenario, groups: tuple, profile=None) -> float:
