@@ -14,6 +14,7 @@ from trainsim.specs.framework_behaviour import BEHAVIOURS
 
 from . import muon
 from .framework import BF16_LP_GRAD_BYTES, FSDP_SHARD_GRAD_BYTES, bf16_optimizer
+from trainsim.specs.optimizer_choice import ADAM_STATE_BYTES
 
 
 def held_grad_bytes(training) -> int:
@@ -25,7 +26,7 @@ def held_grad_bytes(training) -> int:
 
 
 # Mixed-precision Adam: fp32 master weight + m + v (TrainingSpec.optimizer_bytes_per_param's default).
-MIXED_ADAM_BYTES = 12
+MIXED_ADAM_BYTES = ADAM_STATE_BYTES
 
 
 @dataclass(frozen=True)

@@ -141,9 +141,9 @@ def _ping_pong(tensors: list[ParamTensor], n: int) -> list[list[ParamTensor]]:
 
 def _shard(tensors: list[ParamTensor], model, style: str, gather: int) -> Shard:
     muon = [t for t in tensors if is_muon_param(t)]
-    gathered = tuple(r * c * FP32 for t in muon if gather > 1 and t.split_dim is not None
-                     for r, c in muon_matrices(t, model, style, gather))
-    return Shard(tuple(m for t in muon for m in muon_matrices(t, model, style, gather)), sum(t.elems for t in muon),
+    mats = [(t, muon_matrices(t, model, style, gather)) for t in muon]
+    gathered = tuple(r * c * FP32 for t, ms in mats if gather > 1 and t.split_dim is not None for r, c in ms)
+    return Shard(tuple(m for _, ms in mats for m in ms), sum(t.elems for t in muon),
                  sum(t.elems for t in tensors if not is_muon_param(t)), len(muon), gathered, gather)
 
 

@@ -49,11 +49,11 @@ def offload(scenario, rp: RankParams, sb, states: dict[str, float]) -> Offload:
     if not (t.offload_optimizer or t.offload_params):
         return Offload(w, g, o)
     n_micro, shard = scenario.num_microbatches, rp.optimizer_params
-    if behaviour(t.framework).torch_fsdp:
+    fw = behaviour(t.framework)
+    if fw.torch_fsdp:
         host = w + g + o
         return Offload(0.0, 0.0, 0.0, host=host, h2d=2 * n_micro * w, d2h=n_micro * g)
-    if behaviour(t.framework).deepspeed_optimizer:  # ZeRO-Offload
-        fw = behaviour(t.framework)
+    if fw.deepspeed_optimizer:  # ZeRO-Offload
         bucket = min(rp.held, fw.reduce_bucket_params or rp.held) * t.grad_bytes
         device = {"offload_reduce_buckets": 2.0 * bucket}
         host = o + shard * 4  # fp32 gradient partition beside the fp32 master and Adam states

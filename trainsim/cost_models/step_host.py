@@ -163,18 +163,16 @@ def scenario_step_host(scenario, stage: int, profile=None) -> StepHost | None:
     fw = behaviour(t.framework)
     sizes = rank_tensor_sizes(scenario, stage)
     host = step_host(t.framework, fw.optimizer_update, sizes, scenario.cluster.host_cpu)
-    if t.optimizer == "muon":  # Muon's per-parameter kernels beside the fused launches (counted over every tensor)
-        from .muon import busiest_launches
-        k = busiest_launches(scenario, stage)
-        host = StepHost(host.dispatches + k, host.launches + k, host.syncs,
-                        host.issue_s + issue_s(k, k, scenario.cluster.host_cpu),
-                        host.sync_lead_s)
+    # Muon's per-parameter kernels beside the fused launches; the executor steps Adam, so a profile's timed step
+    # gets them on top too
+    from .muon import busiest_launches
+    k = busiest_launches(scenario, stage) if t.optimizer == "muon" else 0
+    muon_s = issue_s(k, k, scenario.cluster.host_cpu)
+    host = StepHost(host.dispatches + k, host.launches + k, host.syncs, host.issue_s + muon_s, host.sync_lead_s)
     m = profiled_chunk(scenario, profile)  # the executor's own step, timed (docstring)
     if m is None:
         return host
-    timed = m.step_fixed_s + m.step_per_tensor_s * len(sizes)
-    if t.optimizer == "muon":  # the executor steps Adam: Muon's per-parameter kernels on top of its timed step
-        timed += issue_s(k, k, scenario.cluster.host_cpu)
+    timed = m.step_fixed_s + m.step_per_tensor_s * len(sizes) + muon_s
     return StepHost(host.dispatches, host.launches, host.syncs, timed, host.sync_lead_s)
 
 

@@ -40,11 +40,6 @@ def adapter_dims(model, target: str) -> tuple[int, int]:
             "linear_fc2": (model.ffn, h)}[target]
 
 
-def adapter_params_per_layer(model, rank: int, targets: tuple[str, ...]) -> int:
-    """Adapter parameters of one block, all TP ranks together: rank x (d_in + d_out) per target."""
-    return sum(rank * sum(adapter_dims(model, t)) for t in targets)
-
-
 def training_refusal(t) -> tuple[str, str] | None:
     """(field, reason) when the LoRA settings of TrainingSpec ``t`` cannot be costed as given, else None."""
     if not t.lora_rank:
