@@ -58,6 +58,42 @@ def busbw_factor(op: str, n: int) -> float:
     return 1.0
 
 
+_NOTES = (
+    ("metric: nccl-tests bus bandwidth (GB/s = 1e9 B/s), busbw = algbw x 2(n-1)/n for all-reduce; "
+    "predicted busbw = nbytes / collective_time x the same factor."),
+    ("hardware: one cluster preset per system (ND A100 v4 -> dgx-a100, ND H100 v5 -> dgx-h100 with NVLS, "
+    "ND H200 v5 -> hgx-h200). Algorithm: the runner sets NCCL_ALGO=NVLS on 8-GPU VMs, so the H100 and H200 "
+    "curves are NVLS at every size and are predicted with algo nvls; A100 has no NVLink SHARP, so its "
+    "'NVLS' label cannot be what ran and the cost model chooses (settings/nccl_systems.csv)."),
+    ("measurement: Azure's runner (AI-benchmarking-guide Benchmarks/NVIDIA/NCCLBandwidth.py) runs "
+     "'NCCL_ALGO=NVLS all_reduce_perf -b 8 -e 8G -f 2 -g <num_gpus> -n 40': one thread enqueues the all-reduce on all of the "
+     "node's GPUs in turn each iteration, so an iteration lasts at least that many launches at the VM's host "
+     "CPU's per-launch cost (nccl_model.HOST_LAUNCH_S: AMD EPYC Rome 5 us on ND A100 v4, Intel Sapphire Rapids "
+     "3.8 us on ND H100 v5 and ND H200 v5; settings/nccl_systems.csv), which bounds the small-message curve."),
+    ("H100 v5 (NCCL 2.18.5) and H200 v5 (NCCL 2.20.5) run the same NVLink4 fabric, host CPU and forced "
+     "algorithm; NCCL's tuner gives NVLS the same 23 us in both (2.18.5 baseLat, 2.20.5 hwLat; the model uses "
+     "v2.21.5's 25). Their device code differs below 2 MiB: 2.20.3+ splits an NVLS all-reduce evenly over its 16 "
+     "CTAs (enqueue.cc addTunedCollToPlan), 2.18.5 gives each CTA whole 8 x 16 KiB loops (all_reduce.h, "
+     "enqueue.cc computeColl), so a 64 KiB - 1 MiB message sits on the first CTAs at 1/16 of the rate each. Each "
+     "case carries its row's nccl_version and the model times the busiest CTA "
+     "(nccl_model.nvls_busiest_channel_share). Where both put the same work on a CTA (8 heads x 16 KiB: H100 "
+     "128 KiB - 2 MiB, H200 2 MiB) they measure alike, 42.0-44.8 and 41.3 us. H100's 25.6 us at 1-8 KiB lies "
+     "below the model's 8 x 3.8 us single-thread issue floor (Sapphire Rapids, HOST_LAUNCH_S), which the 2.20.5 "
+     "H200 curve (~30 us) meets."),
+    ("not modelled: H100 (2.18.5) takes 42.2 us at 64 KiB (CTA 0 with 4 heads x 16 KiB), as long as at 128 KiB (8 "
+     "heads, 42.5 us), while 32 KiB (2 heads) takes 33.5 us and H200's 1 MiB (64 KiB a CTA as 8 heads x 8 KiB) "
+     "34.6 us; the model, linear in a CTA's bytes, gives 34.1 us (busbw +23.7 %). NCCL v2.18.5-1 has no term that "
+     "separates 2 heads from 4 while 4 equals 8: the chunk is 16 KiB for every message below 8 MiB (enqueue.cc "
+     "computeColl), an NVLS all-reduce gets 16 channels and NCCL_MAX_NTHREADS at every size (getAlgoInfo; the "
+     "bytePerChannel cut applies to aggregated calls only), one step per chunk (all_reduce.h ProtoSimple<1, 1>), "
+     "fixed 8 scatter / 7 gather / 5 reduce warps, a size-free tuner latency (tuning.cc baseLat 23 us) and no "
+     "proxy inside a node; each head reduces 16 KiB at every size from 16 KiB to 2 MiB and only the local "
+     "scatter and gather copies grow with the head count (prims_simple.h ScatterGatherOp), linearly."),
+    ("GB200 NVL (4 GPUs per host) has no cluster preset and is skipped; single statements from issue "
+    "threads (approximate, possibly mis-tuned systems) are listed as skipped."),
+)
+
+
 def load_nccl(path: Path | None = None, *, name: str = "nccl") -> Dataset:
     """nccl-tests all-reduce busbw-vs-size curves (single nodes), predicted with the collective cost model."""
     rows = read_rows(path or validation_path("nccl_busbw.csv"))
@@ -102,29 +138,5 @@ def load_nccl(path: Path | None = None, *, name: str = "nccl") -> Dataset:
                               nccl_version=(r.get("nccl_version") or "").strip() or None)
         cases.append(Case(rid, label, busbw, collective=coll, group=system,
                           category=f"{system.replace('Azure ND ', '')} {size_class}"))
-    notes = (
-        ("metric: nccl-tests bus bandwidth (GB/s = 1e9 B/s), busbw = algbw x 2(n-1)/n for all-reduce; "
-        "predicted busbw = nbytes / collective_time x the same factor."),
-        ("hardware: one cluster preset per system (ND A100 v4 -> dgx-a100, ND H100 v5 -> dgx-h100 with NVLS, "
-        "ND H200 v5 -> hgx-h200). Algorithm: the runner sets NCCL_ALGO=NVLS on 8-GPU VMs, so the H100 and H200 "
-        "curves are NVLS at every size and are predicted with algo nvls; A100 has no NVLink SHARP, so its "
-        "'NVLS' label cannot be what ran and the cost model chooses (settings/nccl_systems.csv)."),
-        ("measurement: Azure's runner (AI-benchmarking-guide Benchmarks/NVIDIA/NCCLBandwidth.py) runs "
-         "'NCCL_ALGO=NVLS all_reduce_perf -b 8 -e 8G -f 2 -g <num_gpus> -n 40': one thread enqueues the all-reduce on all of the "
-         "node's GPUs in turn each iteration, so an iteration lasts at least that many launches at the VM's host "
-         "CPU's per-launch cost (nccl_model.HOST_LAUNCH_S: AMD EPYC Rome 5 us on ND A100 v4, Intel Sapphire Rapids "
-         "3.8 us on ND H100 v5 and ND H200 v5; settings/nccl_systems.csv), which bounds the small-message curve."),
-        ("H100 v5 (NCCL 2.18.5) and H200 v5 (NCCL 2.20.5) run the same NVLink4 fabric, host CPU and forced "
-         "algorithm; NCCL's tuner gives NVLS the same 23 us in both (2.18.5 baseLat, 2.20.5 hwLat; the model uses "
-         "v2.21.5's 25). Their device code differs below 2 MiB: 2.20.3+ splits an NVLS all-reduce evenly over its 16 "
-         "CTAs (enqueue.cc addTunedCollToPlan), 2.18.5 gives each CTA whole 8 x 16 KiB loops (all_reduce.h, "
-         "enqueue.cc computeColl), so a 64 KiB - 1 MiB message sits on the first CTAs at 1/16 of the rate each. Each "
-         "case carries its row's nccl_version and the model times the busiest CTA "
-         "(nccl_model.nvls_busiest_channel_share); the H100 curve's flat ~42 us from 64 KiB to 2 MiB is ~34-38 us "
-         "in the model, and its 25.6 us at 1-8 KiB lies below the model's 8 x 3.8 us single-thread issue floor "
-         "(Sapphire Rapids, HOST_LAUNCH_S), which the 2.20.5 H200 curve (~30 us) meets."),
-        ("GB200 NVL (4 GPUs per host) has no cluster preset and is skipped; single statements from issue "
-        "threads (approximate, possibly mis-tuned systems) are listed as skipped."),
-    )
     return Dataset(name=name, title="nccl-tests all-reduce bus bandwidth", metric="busbw_GBps", unit="GB/s",
-                   citation=NCCL_CITATION, notes=notes, cases=tuple(cases), higher_is_better=True)
+                   citation=NCCL_CITATION, notes=_NOTES, cases=tuple(cases), higher_is_better=True)
