@@ -225,7 +225,8 @@ def add_data_parallel_args(p: argparse.ArgumentParser, layout: bool = True) -> N
     """HSDP shard group, gradient bucket size and reduction overlap (predict, report and plan share them)."""
     if layout:
         p.add_argument("--dp-shard", type=int_range(1, 10_000_000), metavar="S",
-                       help="HSDP shard-group size (1..dp, dividing dp; zero 3, framework pytorch-fsdp/torch): "
+                       help="ZeRO-3 shard-group size (1..dp, dividing dp; zero 3): HSDP with framework pytorch-fsdp/"
+                            "torch, DeepSpeed-MiCS (mics_shard_size, tp = pp = cp = 1) with deepspeed/deepspeed-2023: "
                             "states sharded over S ranks, replicated over dp/S groups (default dp = full shard)")
     p.add_argument("--dp-bucket-mb", type=float_range(0.0, 1_000_000.0, lo_open=True), metavar="MIB",
                    help="DP gradient bucket in MiB per reduction call (> 0, <= 1e6; buckets hold whole tensors, so "

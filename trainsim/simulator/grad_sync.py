@@ -12,7 +12,7 @@ from trainsim.cost_models.param_tensors import chunk_tensors, rank_tensors
 from trainsim.specs import Scenario, framework_behaviour
 
 from .costtable import Transfer
-from . import zero3_reduce
+from . import mics_sync, zero3_reduce
 from .exposures import _chained_lat, _coll, _links
 
 if TYPE_CHECKING:
@@ -306,7 +306,9 @@ def _post_step(st: _Step, s: int) -> tuple[Transfer, ...]:
     or one broadcast per parameter from its owner (torch ZeroRedundancyOptimizer). A MoE model's expert parameters
     gather over the expert-data-parallel group their optimizer states are sharded over (memory.shard_groups;
     Megatron-Core's distributed optimizer keeps the expert buffers' shards on intra_expt_dp_group), none where that
-    group is one rank."""
+    group is one rank. DeepSpeed-MiCS's step ends with its replica all-reduce instead (mics_sync.py)."""
+    if (mics := mics_sync.replica_all_reduce(st, s)):
+        return mics
     if st.z not in (1, 2) or st.dp_group is None:
         return ()
     held = memory.rank_param_shards(st.scenario, s)

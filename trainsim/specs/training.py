@@ -61,10 +61,12 @@ class Layout(BaseModel):
                             "--expert-tensor-parallel-size): the experts' MLPs split over etp ranks; None = tp. With "
                             "etp < tp the expert-parallel group also spans tp/etp of the TP ranks (MoE parallel folding)")
     dp_shard: int | None = Field(
-        default=None, gt=0, le=10_000_000, description="HSDP shard-group size S (zero=3, FSDP frameworks): model "
-        "states are sharded over S data-parallel ranks (the innermost, fastest ones) and replicated over dp/S "
-        "groups whose gradient shards are all-reduced (torch fully_shard on a 2-D (replicate, shard) mesh). "
-        "None = dp (full sharding); must divide dp")
+        default=None, gt=0, le=10_000_000, description="ZeRO-3 shard-group size S (zero=3): model states are "
+        "sharded over S data-parallel ranks (the innermost, fastest ones) and replicated over dp/S groups whose "
+        "gradient shards are all-reduced -- HSDP under FSDP frameworks (torch fully_shard on a 2-D (replicate, "
+        "shard) mesh, every micro-batch), DeepSpeed-MiCS under deepspeed / deepspeed-2023 (mics_shard_size, "
+        "tp = pp = cp = 1, the replica all-reduce once per step; given, even as dp, it selects MiCS's in-place "
+        "gathers). None = dp (full sharding); must divide dp")
     placement: tuple[str, ...] = Field(default=DEFAULT_PLACEMENT, description="innermost first")
     stage_layers: tuple[int, ...] | None = Field(
         default=None, description="transformer layers of each virtual pipeline stage, pp*vpp entries in model "
