@@ -143,3 +143,58 @@ def test_amsp_mics_rows_are_predicted_with_the_published_trend():
     assert got["published"] == pytest.approx(50 / 35, rel=1e-4)
     assert got["predicted"] == pytest.approx(50 / 35, rel=0.10)
     assert got["predicted"] < rows["amsp_7b_zero1_1024"].secondary[SLOWDOWN]["predicted"]
+
+
+def _hier(gather: bool, nics: int = 8, shard: int = 16, model: str = "llama3-8b"):
+    from trainsim.specs import load_cluster
+    cluster = load_cluster("dgx-a100").model_dump()
+    cluster["scale_out"]["nics_per_node"] = nics
+    raw = {**BASE, "model": model, "cluster": cluster, "layout": {"dp_shard": shard},
+           "training": {**BASE["training"], "mics_hierarchical_gather": gather}}
+    return build_scenario(raw, {})
+
+
+def test_hierarchical_gather_groups_follow_mics_utils():
+    """create_mics_comm_groups with S = 16 on 8-GPU nodes: span 2 nodes, intra-node chunks [0..7] and [8..15], the
+    inter-node groups the same position in each chunk ([0, 8], ...)."""
+    pl = place(_hier(True))
+    assert pl.mics_hierarchy_ranks(16) == (list(range(8)), [0, 8])
+    assert pl.mics_hierarchy_ranks(16, rank=11) == (list(range(8, 16)), [3, 11])
+    intra, inter = pl.mics_hierarchy_groups(16)
+    assert (intra.size, intra.multi_node, inter.size, inter.multi_node) == (8, False, 2, True)
+
+
+def test_hierarchical_gather_moves_half_the_parameters_over_thin_nics():
+    """One 25 GB/s NIC per node (a cloud-like node): a flat ring over the 16 ranks sends (S-1)/S of the M parameter
+    bytes out of each node, the hierarchical gather (span-1)/span = 1/2 of them, then spreads them over NVLink: the
+    hierarchical gather is faster, and no faster than M/2 over the node's NIC. Llama 3 70B: its per-submodule
+    gathers are large enough that NCCL's per-call pipeline fill (nccl_model.fill_bytes) does not outweigh it."""
+    flat = build_cost_table(_hier(False, nics=1, model="llama3-70b")).stages[0].chunks[0].param_gather
+    hier = build_cost_table(_hier(True, nics=1, model="llama3-70b")).stages[0].chunks[0].param_gather
+    assert "hierarchical" in hier.name and hier.nbytes == flat.nbytes
+    assert hier.time_s < flat.time_s
+    assert hier.transfer_s >= flat.nbytes / 2 / 25e9 * (1 - 1e-9)
+    assert flat.transfer_s >= flat.nbytes * 15 / 16 / 25e9 * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("raw,why", [
+    ({"layout": {"dp_shard": 8}}, "spans on single node"),
+    ({"layout": {"dp_shard": 4}}, "spans on single node"),
+    ({"layout": {}}, "needs MiCS"),
+    ({"layout": {"dp_shard": 16}, "framework": "pytorch-fsdp"}, "needs MiCS"),
+])
+def test_hierarchical_gather_needs_mics_over_whole_nodes(raw, why):
+    training = {**BASE["training"], "mics_hierarchical_gather": True, **({"framework": raw["framework"]}
+                                                                         if "framework" in raw else {})}
+    with pytest.raises(SpecError, match=f"training.mics_hierarchical_gather: .*{why}"):
+        build_scenario({**BASE, "layout": raw["layout"], "training": training}, {})
+
+
+def test_predict_takes_the_hierarchical_gather_flag(capsys):
+    args = ["predict", "--model", "llama3-8b", "--cluster", "dgx-a100", "--gpus", "64", "--global-batch", "128",
+            "--seq-len", "4096", "--framework", "deepspeed", "--zero", "3", "--fast", "--mics-hierarchical-gather"]
+    assert main(args + ["--dp-shard", "16"]) == 0
+    capsys.readouterr()
+    assert main(args + ["--dp-shard", "8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "training.mics_hierarchical_gather" in err

@@ -254,6 +254,10 @@ def _zero3_gather(st: _Step, s: int, c: int, params: float, calls: int, moe_laye
         parts = [(params - expert, calls, st.shard_group)]
         if expert > 0 and st.expert_dp_group is not None:
             parts.append((expert, max(1, e_calls), st.expert_dp_group))
+    hier = mics_sync.hierarchical_gather(st, s, params * tr.param_bytes / calls)  # MiCS's two hops (no experts)
+    if hier is not None:
+        return Transfer(f"all_gather params chunk {c} (MiCS hierarchical)", transfer_s=calls * hier[1],
+                        latency_s=calls * hier[0], links=hier[2], dim="dp", nbytes=params * tr.param_bytes)
     costs = [(k, _coll("all_gather", p * tr.param_bytes / k, g, scenario, st.profile)) for p, k, g in parts]
     links = tuple(dict.fromkeys(x for _, _, g in parts for x in _links(s, g or st.dp_group)))
     return Transfer(f"all_gather params chunk {c}", transfer_s=sum(k * bw for k, (_, bw) in costs),

@@ -14,6 +14,15 @@ backward's critical path (zero3_reduce.py: the AMSP trace, arXiv:2311.00257v2 Fi
 stream behind them, so the step waits for all of them: they are one transfer of the step's tail, exposed, as many
 calls as the step's reduce buckets (``_bucket_calls``), each over the dp/S replicas (one rank per shard group,
 the same shard position: across nodes when S fills a node).
+
+With ``training.mics_hierarchical_gather`` (DeepSpeed's ``mics_hierarchical_params_gather``) each all-gather runs in
+two hops on the gather stream (``_hierarchical_all_gather_params``): first over the shard group's ranks of the same
+local index in each node it spans (``param_inter_node_shard_group``, the rank's shard and its counterparts': span/S
+of the call's bytes, NIC), then, after a copy of that output into place (``HIERARCHY_COPY_PASSES``), over the group's
+ranks in the node (``param_intra_node_group``, the whole call's bytes, NVLink) -- so each node's NICs carry
+(span-1)/span of the parameters instead of a flat ring's (S-1)/S (``hierarchical_gather``). The two hops run one after the other, and each call pays its own pipeline fill
+(cost_models/collectives.py), so on nodes whose NICs match NVLink (8 HDR NICs per DGX A100) or with small calls the
+flat gather stays the faster one; on thin-NIC nodes with large calls the hierarchical one wins, as MiCS reports.
 """
 
 from __future__ import annotations
@@ -33,6 +42,9 @@ if TYPE_CHECKING:
 
 # scale_tensors' in-place div_ of each gradient partition before the all-reduce: one read, one write.
 SCALE_HBM_PASSES = 2
+# The hierarchical gather's ``param_chunk.copy_(inter_outputs[i].detach().clone()...)``: the clone reads and writes
+# the inter-node output, the copy_ reads the clone and writes the parameter's buffer.
+HIERARCHY_COPY_PASSES = 4
 
 
 def _bucket_calls(st: _Step, s: int) -> tuple[int, float]:
@@ -65,3 +77,17 @@ def replica_all_reduce(st: _Step, s: int) -> tuple[Transfer, ...]:
     return (Transfer(f"all_reduce grad partitions across {scenario.dp_replicas} MiCS replicas ({calls} calls)",
                      transfer_s=bw * calls, latency_s=lat * calls + scale, links=_links(s, st.rep_group), dim="dp",
                      nbytes=nbytes),)
+
+
+def hierarchical_gather(st: _Step, s: int, call_bytes: float) -> tuple[float, float, tuple[str, ...]] | None:
+    """(latency with the copy, bandwidth seconds, links) of one MiCS hierarchical all-gather of ``call_bytes``
+    gathered bytes (module doc), or None where the scenario gathers flat."""
+    scenario = st.scenario
+    if not scenario.training.mics_hierarchical_gather or call_bytes <= 0:
+        return None
+    intra, inter = st.pl.mics_hierarchy_groups(scenario.dp_shard)
+    inter_bytes = call_bytes * inter.size / scenario.dp_shard  # the span ranks' shards
+    lat_x, bw_x = _coll("all_gather", inter_bytes, inter, scenario, st.profile)
+    lat_i, bw_i = _coll("all_gather", call_bytes, intra, scenario, st.profile)
+    copy = st.slowest * compute.memory_time_s(HIERARCHY_COPY_PASSES * inter_bytes, st.hw, st.profile, "copy")
+    return lat_x + lat_i + copy, bw_x + bw_i, _links(s, inter)

@@ -78,6 +78,24 @@ def framework_refusal(framework: str) -> str | None:
             "costed for frameworks deepspeed and deepspeed-2023")
 
 
+def hierarchy_refusal(t, layout, dp: int, gpus_per_node: int) -> str | None:
+    """Why ``training.mics_hierarchical_gather`` is not a costed setting (None when it is): it needs MiCS (the shard
+    group given under a MiCS framework with ZeRO-3), and DeepSpeed builds its groups only for a shard group spanning
+    two or more nodes (mics_utils.py asserts ``n_span_nodes > 1``, "sharding spans on single node, no need for
+    hierarchy allgather"); one that fills each node it spans is costed (a part-node chunk is not)."""
+    if not t.mics_hierarchical_gather:
+        return None
+    shard = layout.dp_shard
+    if not mics_framework(t.framework) or t.effective_zero < 3 or shard is None:
+        return ("DeepSpeed-MiCS's hierarchical all-gather needs MiCS: framework deepspeed or deepspeed-2023, zero 3 "
+                "and layout.dp_shard")
+    if shard % gpus_per_node or shard < 2 * gpus_per_node:
+        return (f"a shard group of {shard} ranks on nodes of {gpus_per_node} GPUs: DeepSpeed's hierarchical all-gather "
+                "needs a group spanning two or more nodes (mics_utils.py: 'sharding spans on single node, no need "
+                "for hierarchy allgather'); costed for groups of whole nodes")
+    return None
+
+
 def layout_refusal(tp: int, pp: int, cp: int, offload: bool) -> str | None:
     """Why a MiCS layout is not costed (module docstring): model parallelism or ZeRO-Offload; None when it is."""
     if tp * pp * cp > 1:

@@ -270,6 +270,11 @@ class TrainingSpec(BaseModel):
         "paying the collective's latency, and the last, exposed bucket. None = the framework's default. FSDP "
         "reduces per wrapped block and has no bucket. Frameworks put whole tensors in a bucket, so a chunk "
         "issues at most one call per parameter tensor however small the bucket (specs/data_parallel.py)")
+    mics_hierarchical_gather: bool = Field(
+        default=False, description="DeepSpeed-MiCS's hierarchical parameter all-gather (zero_optimization."
+        "mics_hierarchical_params_gather, off by default): each gather first over the shard group's ranks of the same "
+        "local index in the nodes it spans, then within each node (deepspeed/runtime/zero/mics.py); needs MiCS "
+        "(framework deepspeed / deepspeed-2023, zero 3, layout.dp_shard) with a shard group of whole nodes, two or more")
     tp_comm_overlap: bool = Field(default=False, description="Transformer Engine userbuffers overlap of the "
                                   "sequence-parallel all-gathers / reduce-scatters with their GEMMs (Megatron-Core "
                                   "--tp-comm-overlap, off by default; on in Megatron-Bridge performance recipes). "
