@@ -198,3 +198,17 @@ def test_predict_takes_the_hierarchical_gather_flag(capsys):
     assert main(args + ["--dp-shard", "8"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "training.mics_hierarchical_gather" in err
+
+
+def test_first_hop_is_zero3_over_one_node():
+    """MiCS's per-micro-batch work is ZeRO-3's over its partition group: on 64 GPUs with S = 8 the gathers and the
+    serialized reduce-scatters of a micro-batch cost what they cost for ZeRO-3 on the 8 GPUs of one node (the same
+    group, bytes and calls; only the slowest-of-n-GPUs stretch of the HBM copies differs, cost_models/variation.py)."""
+    one_node = build_scenario({**BASE, "gpus": 8, "layout": {"dp_shard": 8},
+                               "training": {**BASE["training"], "global_batch": 16}}, {})
+    mics = scenario(dp_shard=8)
+    assert one_node.num_microbatches == mics.num_microbatches
+    (a,), (b,) = build_cost_table(one_node).stages[0].chunks, build_cost_table(mics).stages[0].chunks
+    assert b.param_gather == a.param_gather
+    assert b.dp_bwd_s == pytest.approx(a.dp_bwd_s, rel=0.05)
+    assert build_cost_table(one_node).stages[0].post_step == ()

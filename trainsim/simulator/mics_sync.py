@@ -81,7 +81,8 @@ def replica_all_reduce(st: _Step, s: int) -> tuple[Transfer, ...]:
 
 def hierarchical_gather(st: _Step, s: int, call_bytes: float) -> tuple[float, float, tuple[str, ...]] | None:
     """(latency with the copy, bandwidth seconds, links) of one MiCS hierarchical all-gather of ``call_bytes``
-    gathered bytes (module doc), or None where the scenario gathers flat."""
+    gathered bytes (module doc), or None where the scenario gathers flat. The links are the inter-node hop's NIC
+    ports, the ones other data-parallel transfers contend for; the intra-node hop's NVLink time is in the seconds."""
     scenario = st.scenario
     if not scenario.training.mics_hierarchical_gather or call_bytes <= 0:
         return None
