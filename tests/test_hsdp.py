@@ -249,7 +249,9 @@ def test_report_variants_cap_the_shard_group_at_the_new_dp():
     ((8, 2, "torch"), {"dp": 64}, "needs zero=3, got zero=2"),
     ((8, 3, "megatron"), {"dp": 64}, "not megatron"),
     ((8, 3, "torch"), {"dp": 64, "ep": 8}, "expert parallelism (ep=8)"),
-    ((8, 3, "deepspeed"), {}, "not deepspeed"),  # the planner's pin: dp not known yet
+    ((8, 3, "deepspeed"), {}, None),  # the planner's pin (dp not known yet): DeepSpeed-MiCS
+    ((8, 3, "megatron-deepspeed"), {}, "megatron-deepspeed is not costed"),
+    ((8, 3, "deepspeed"), {"dp": 64, "ep": 8}, "MiCS with expert parallelism (ep=8)"),
 ])
 def test_hsdp_refusal_is_the_one_rule(args, kw, why):
     from trainsim.specs.data_parallel import hsdp_refusal

@@ -222,10 +222,12 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
 
 
 def add_data_parallel_args(p: argparse.ArgumentParser, layout: bool = True) -> None:
-    """HSDP shard group, gradient bucket size and reduction overlap (predict, report and plan share them)."""
+    """HSDP / MiCS shard group, MiCS's gather, gradient bucket size and reduction overlap (predict, report and plan
+    share them)."""
     if layout:
         p.add_argument("--dp-shard", type=int_range(1, 10_000_000), metavar="S",
-                       help="HSDP shard-group size (1..dp, dividing dp; zero 3, framework pytorch-fsdp/torch): "
+                       help="ZeRO-3 shard-group size (1..dp, dividing dp; zero 3): HSDP with framework pytorch-fsdp/"
+                            "torch, DeepSpeed-MiCS (mics_shard_size, tp = pp = cp = 1) with deepspeed/deepspeed-2023: "
                             "states sharded over S ranks, replicated over dp/S groups (default dp = full shard)")
     p.add_argument("--dp-bucket-mb", type=float_range(0.0, 1_000_000.0, lo_open=True), metavar="MIB",
                    help="DP gradient bucket in MiB per reduction call (> 0, <= 1e6; buckets hold whole tensors, so "
@@ -233,6 +235,9 @@ def add_data_parallel_args(p: argparse.ArgumentParser, layout: bool = True) -> N
                         "Megatron max(40M, 1M x dp) params; torch DDP uses 25)")
     p.add_argument("--overlap-grad-reduce", action=argparse.BooleanOptionalAction, default=None,
                    help="DP gradient reduction overlapped with backward (default: the framework's)")
+    p.add_argument("--mics-hierarchical-gather", action="store_true", default=None,
+                   help="DeepSpeed-MiCS's hierarchical parameter all-gather (mics_hierarchical_params_gather): "
+                        "inter-node, then intra-node; needs --dp-shard S of two or more whole nodes (default off)")
 
 
 def add_lora_args(p: argparse.ArgumentParser) -> None:
@@ -270,6 +275,7 @@ OVERRIDE_FLAGS = {
     "moe_imbalance": "moe_imbalance", "moe_load_cv": "moe_load_cv", "moe_capacity_factor": "moe_capacity_factor",
     "grad_dtype": "grad_dtype", "master_weights": "master_weights", "background_load": "background_load",
     "dp_shard": "dp_shard", "dp_bucket_mb": "dp_bucket_mb", "overlap_grad_reduce": "overlap_grad_reduce",
+    "mics_hierarchical_gather": "mics_hierarchical_gather",
     "pool": "pools", "placement": "pool_placement", **{k: k for k in LORA_FLAGS},
 }
 

@@ -118,9 +118,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--recompute", choices=("none", "selective", "full"), help="search only this recompute level")
     g.add_argument("--zero", type=int, choices=(0, 1, 2, 3), help="search only this ZeRO stage")
     g.add_argument("--dp-shard", type=int_range(1, 10_000_000), metavar="S",
-                   help="search only HSDP shard groups of S ranks (1..dp, dividing dp; zero 3 with framework "
-                        "pytorch-fsdp/torch); by default those frameworks' ZeRO-3 layouts try full sharding and "
-                        "every power of two from 2 below dp")
+                   help="search only ZeRO-3 shard groups of S ranks (1..dp, dividing dp; zero 3 with framework "
+                        "pytorch-fsdp/torch: HSDP, deepspeed/deepspeed-2023: MiCS, its layouts without tp/pp/cp); by "
+                        "default the FSDP frameworks' ZeRO-3 layouts try full sharding and every power of two from 2 "
+                        "below dp, DeepSpeed's full sharding only")
     g.add_argument("--schedule", choices=get_args(Schedule), help="search only this pipeline schedule")
     g.add_argument("--max-tp", type=positive_int, help="largest TP searched (default: GPUs per node)")
     g.add_argument("--max-micro-batch", type=positive_int, default=16, help="largest micro-batch searched (default 16)")
@@ -140,8 +141,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _pin_dp_shard(fixed: dict[str, Any], extra: dict[str, Any], layout: dict[str, Any]) -> None:
-    """The scenario file's HSDP shard group pins the search as --dp-shard does; a pinned shard group needs what
-    HSDP needs (specs.data_parallel): ZeRO-3 (then pinned) with an FSDP framework."""
+    """The scenario file's HSDP / MiCS shard group pins the search as --dp-shard does; a pinned shard group needs
+    what HSDP or MiCS needs (specs.data_parallel): ZeRO-3 (then pinned) with an FSDP or DeepSpeed framework."""
     from trainsim.specs.data_parallel import hsdp_refusal
     if layout.get("dp_shard") is not None and "dp_shard" not in fixed:
         fixed["dp_shard"] = load_layout({"dp_shard": layout["dp_shard"]}).dp_shard
@@ -178,7 +179,7 @@ def _training_with_flags(args: argparse.Namespace, raw: dict) -> dict:
     if not isinstance(training, dict):
         raise SpecError("training", "must be a mapping")
     precision = {k: getattr(args, k, None) for k in ("grad_dtype", "master_weights", "dp_bucket_mb",
-                                                     "overlap_grad_reduce", *LORA_FLAGS)}
+                                                     "overlap_grad_reduce", "mics_hierarchical_gather", *LORA_FLAGS)}
     precision["optimizer"] = getattr(args, "train_optimizer", None)
     return {**training, **{k: v for k, v in precision.items() if v is not None}}
 

@@ -117,10 +117,12 @@ def render_explain(expl) -> None:
 
 
 def _dp_extras(scenario) -> str:
-    """The layout line's data-parallel settings where they are not the defaults: HSDP, bucket, overlap."""
+    """The layout line's data-parallel settings where they are not the defaults: HSDP / MiCS, bucket, overlap."""
+    from trainsim.specs.mics import mics_framework
     tr, out = scenario.training, ""
     if scenario.dp_shard < scenario.dp:
-        out += f", HSDP shard group {scenario.dp_shard} x {scenario.dp_replicas} replicas"
+        what = "MiCS" if mics_framework(tr.framework) else "HSDP"
+        out += f", {what} shard group {scenario.dp_shard} x {scenario.dp_replicas} replicas"
     if tr.dp_bucket_mb is not None:
         out += f", DP bucket {tr.dp_bucket_mb:g} MiB"
     if tr.overlap_grad_reduce is not None:

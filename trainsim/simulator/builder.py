@@ -63,6 +63,9 @@ What goes where (choices documented here, once):
   dp_shard_cp), and each reduce-scattered shard (1/(S x cp) of the block's gradient bytes) is then all-reduced over the dp/S replicas
   on a stream of its own (FSDP2's all_reduce_stream, torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py),
   every micro-batch as FSDP2 does by default (set_requires_all_reduce(False) deferring it is not modelled).
+* MiCS (``Layout.dp_shard`` = S < dp under DeepSpeed, specs/mics.py): ZeRO-3's gathers and reduce-scatters run
+  over the shard group as above, and the step ends with the all-reduce of each reduce bucket's gradient partition
+  across the dp/S replicas, once per step at the accumulation boundary (mics_sync.py).
 * Links: a transfer occupies its GPU's NIC (tx/rx) when its group spans nodes, else its NVLink port, so
   pipeline messages and gradient buckets of a stage share bandwidth in the engine.
 * Slowest GPU: every GPU compute time -- block ops, embedding, head, MTP, the accumulation/copy passes and

@@ -12,7 +12,7 @@ from trainsim.cost_models.param_tensors import chunk_tensors, rank_tensors
 from trainsim.specs import Scenario, framework_behaviour
 
 from .costtable import Transfer
-from . import zero3_reduce
+from . import mics_sync, zero3_reduce
 from .exposures import _chained_lat, _coll, _links
 
 if TYPE_CHECKING:
@@ -254,6 +254,10 @@ def _zero3_gather(st: _Step, s: int, c: int, params: float, calls: int, moe_laye
         parts = [(params - expert, calls, st.shard_group)]
         if expert > 0 and st.expert_dp_group is not None:
             parts.append((expert, max(1, e_calls), st.expert_dp_group))
+    hier = mics_sync.hierarchical_gather(st, s, params * tr.param_bytes / calls)  # MiCS's two hops (no experts)
+    if hier is not None:
+        return Transfer(f"all_gather params chunk {c} (MiCS hierarchical)", transfer_s=calls * hier[1],
+                        latency_s=calls * hier[0], links=hier[2], dim="dp", nbytes=params * tr.param_bytes)
     costs = [(k, _coll("all_gather", p * tr.param_bytes / k, g, scenario, st.profile)) for p, k, g in parts]
     links = tuple(dict.fromkeys(x for _, _, g in parts for x in _links(s, g or st.dp_group)))
     return Transfer(f"all_gather params chunk {c}", transfer_s=sum(k * bw for k, (_, bw) in costs),
@@ -306,7 +310,9 @@ def _post_step(st: _Step, s: int) -> tuple[Transfer, ...]:
     or one broadcast per parameter from its owner (torch ZeroRedundancyOptimizer). A MoE model's expert parameters
     gather over the expert-data-parallel group their optimizer states are sharded over (memory.shard_groups;
     Megatron-Core's distributed optimizer keeps the expert buffers' shards on intra_expt_dp_group), none where that
-    group is one rank."""
+    group is one rank. DeepSpeed-MiCS's step ends with its replica all-reduce instead (mics_sync.py)."""
+    if (mics := mics_sync.replica_all_reduce(st, s)):
+        return mics
     if st.z not in (1, 2) or st.dp_group is None:
         return ()
     held = memory.rank_param_shards(st.scenario, s)

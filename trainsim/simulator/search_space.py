@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from trainsim.specs.framework_behaviour import BEHAVIOURS, behaviour
 from trainsim.specs import ClusterSpec, Layout, ModelSpec, Scenario, SpecError, TrainingSpec, resolve
 from trainsim.specs.data_parallel import hsdp_refusal
+from trainsim.specs.mics import mics_framework
 from trainsim.specs.framework_era import feature_refusal, layout_refusal, schedule_refusal
 from trainsim.specs.errors import from_validation_error
 from trainsim.specs.pools import arranged, placement_options
@@ -299,7 +300,8 @@ def _same_run_as_lower_zero(model: ModelSpec, split: tuple, zero: int, zeros: li
 def _shard_options(dp: int, zero: int, ep: int, lim: SearchLimits) -> list[int | None]:
     """HSDP shard-group sizes searched for a candidate: full sharding (None) and, for ZeRO-3 with an FSDP framework
     and no expert parallelism (specs.data_parallel.hsdp_refusal), the powers of two from 2 below dp that divide it -- a
-    one-rank shard group is DDP's replicated states, which zero 0 covers. ``--dp-shard S`` pins one size."""
+    one-rank shard group is DDP's replicated states, which zero 0 covers. ``--dp-shard S`` pins one size (DeepSpeed-
+    MiCS's only way into the search: its candidates with tp, pp or cp are refused by the specs)."""
     framework = lim.training_extra.get("framework", "megatron")
     pinned = lim.fixed.get("dp_shard")
     if pinned is not None:
@@ -307,6 +309,8 @@ def _shard_options(dp: int, zero: int, ep: int, lim: SearchLimits) -> list[int |
             return []
         return [None] if pinned == dp else [pinned]
     out: list[int | None] = [None]
+    if mics_framework(framework):  # DeepSpeed-MiCS is searched where pinned only (specs/mics.py: no tp/pp/cp)
+        return out
     s = 2
     while s < dp:
         if hsdp_refusal(s, zero, framework, dp=dp, ep=ep) is None:

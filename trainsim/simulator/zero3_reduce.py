@@ -48,7 +48,7 @@ from trainsim.cost_models.grad_buffer import whole_tensor_buckets
 from trainsim.cost_models.host_issue import PassIssue
 from trainsim.cost_models.memory import shard_groups
 from trainsim.cost_models.param_tensors import ParamTensor, block_tensors, chunk_tensors, module_style, rank_tensors
-from trainsim.specs import framework_behaviour
+from trainsim.specs import framework_behaviour, mics
 
 from .exposures import _coll
 
@@ -129,6 +129,8 @@ def with_rank_loops(scenario, issue: PassIssue | None) -> PassIssue | None:
     hook_f, hook_b = hook_ops(scenario, model)
     gather_ops = ranks * (gathers.coalesced_tensors * UNPACK_OPS_PER_RANK
                           + gathers.coalesced_calls * GATHER_OPS_PER_RANK)
+    if mics.gathers_in_place(scenario):  # DeepSpeed-MiCS gathers into the parameters' buffers (specs/mics.py)
+        gather_ops = 0
     regather = 2 if scenario.training.recompute == "full" else 1
     ops_f = gather_ops + hook_f
     ops_b = (regather - 1) * ops_f + gather_ops + hook_b + len(tensors) * REDUCE_OPS_PER_RANK * ranks
@@ -148,6 +150,8 @@ def serialized_reduce_s(st: _Step, params: float, vstage: int) -> tuple[float, f
     chunk = chunk_tensors(scenario, vstage)
     tensors, total = len(chunk), sum(t.elems for t in chunk)
     share = zero3_gathers.coalesced(chunk, tr.framework)[2] / total if total > 0 else 0.0
+    if mics.gathers_in_place(scenario):  # DeepSpeed-MiCS: nothing to unpack (specs/mics.py)
+        share = 0.0
     calls = whole_tensor_buckets(params, st.reduce_bucket_params or params, tensors)
     grad_bytes = params * tr.grad_bytes
     lat, bw = _coll("reduce_scatter", grad_bytes / calls, group, scenario, st.profile)

@@ -6,7 +6,9 @@
   across the 1st dim and replicated across the 0th dim"); torchtitan builds that mesh with dp_shard inside
   dp_replicate. It is a ZeRO-3 (full-shard) layout of the FSDP frameworks, so it needs ``zero=3`` and framework
   ``pytorch-fsdp`` or ``torch``. MoE expert parallelism carved out of the data-parallel ranks is refused with
-  HSDP: its expert-data-parallel sharding over a shard group is not costed.
+  HSDP: its expert-data-parallel sharding over a shard group is not costed. Under DeepSpeed (frameworks
+  ``deepspeed``, ``deepspeed-2023``) the same field is MiCS's ``mics_shard_size`` with ZeRO-3 (specs/mics.py,
+  which says which MiCS layouts are costed).
 * ``TrainingSpec.dp_bucket_mb``: a bucket size exists where the framework buckets gradients -- DDP / Megatron's
   DDP for ZeRO 0-1, DeepSpeed's ``reduce_bucket_size`` for ZeRO 2-3. FSDP (and Megatron's ZeRO-2/3 path as
   costed here) reduce-scatter each wrapped block's gradients as one call, so a bucket size there is refused.
@@ -25,6 +27,7 @@
 
 from __future__ import annotations
 
+from . import mics
 from .errors import SpecError
 from .framework_behaviour import BEHAVIOURS
 from .training import Layout, TrainingSpec
@@ -57,14 +60,17 @@ def _check_hsdp(layout: Layout, t: TrainingSpec, dp: int) -> None:
     """A scenario's shard group passes :func:`hsdp_refusal`."""
     if layout.dp_shard is not None:
         why = hsdp_refusal(layout.dp_shard, t.effective_zero, t.framework, dp=dp, ep=layout.ep)
+        if why is None and layout.dp_shard < dp and mics.mics_framework(t.framework):
+            why = mics.layout_refusal(layout.tp, layout.pp, layout.cp, t.offload_optimizer or t.offload_params)
         if why is not None:
             raise SpecError("layout.dp_shard", why)
 
 
 def hsdp_refusal(shard: int, zero: int, framework: str, dp: int | None = None, ep: int = 1) -> str | None:
-    """Why a shard group of ``shard`` ranks is not a costed HSDP layout, or None when it is: the group divides
-    dp (a group of all dp ranks is plain full sharding, ZeRO-3 / FSDP, and needs nothing more); below dp it is a
-    ZeRO-3 layout of an FSDP framework without expert parallelism. ``dp=None`` (the planner's pin, before a
+    """Why a shard group of ``shard`` ranks is not a costed HSDP / MiCS layout, or None when it is: the group
+    divides dp (a group of all dp ranks is plain full sharding, ZeRO-3 / FSDP, and needs nothing more); below dp it
+    is a ZeRO-3 layout of an FSDP framework (HSDP) or of DeepSpeed (MiCS, specs/mics.py; its layout rules are
+    checked with the scenario) without expert parallelism. ``dp=None`` (the planner's pin, before a
     layout fixes dp) checks the ZeRO stage and framework only. The specs, ``plan``'s pin and the planner's
     shard-group search all ask this one function."""
     if dp is not None:
@@ -73,13 +79,19 @@ def hsdp_refusal(shard: int, zero: int, framework: str, dp: int | None = None, e
         if shard == dp:
             return None
     if zero != 3 and BEHAVIOURS[framework].deepspeed_engine:
-        return (f"ZeRO-{zero} sharded within a subgroup and replicated across it (AMSP / MiCS-style partial "
-                f"sharding) is not costed for framework {framework}: DeepSpeed ZeRO-1/2 shard over all dp ranks")
+        return (f"ZeRO-{zero} sharded within a subgroup and replicated across it (AMSP-style partial "
+                f"sharding) is not costed for framework {framework}: DeepSpeed ZeRO-1/2 shard over all dp ranks "
+                "(its mics_shard_size, MiCS, is a ZeRO-3 setting: zero=3)")
     if zero != 3:
         return f"HSDP shards the model states like ZeRO-3: needs zero=3, got zero={zero}"
-    if not BEHAVIOURS[framework].torch_fsdp:
+    if BEHAVIOURS[framework].deepspeed_engine:
+        why = mics.framework_refusal(framework)
+        if why is not None:
+            return why
+    elif not BEHAVIOURS[framework].torch_fsdp:
         return f"HSDP is torch FSDP's hybrid sharding: use framework pytorch-fsdp or torch, not {framework}"
     if ep > 1:
-        return (f"HSDP with expert parallelism (ep={ep}) is not costed: the experts' data-parallel sharding over "
+        what = "MiCS" if BEHAVIOURS[framework].deepspeed_engine else "HSDP"
+        return (f"{what} with expert parallelism (ep={ep}) is not costed: the experts' data-parallel sharding over "
                 "a shard group is not modelled")
     return None

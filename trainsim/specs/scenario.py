@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from .data_parallel import check_data_parallel
+from .mics import hierarchy_refusal as mics_hierarchy_refusal
 from .errors import SpecError
 from .framework_behaviour import BEHAVIOURS
 from .framework_era import layout_refusal
@@ -260,6 +261,8 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
     _check_experts(m, layout, t, dp, etp)
     _check_batch(t, dp, layout.pp)
     check_data_parallel(layout, t, dp)
+    if (why := mics_hierarchy_refusal(t, layout, dp, cluster.gpus_per_node)) is not None:
+        raise SpecError("training.mics_hierarchical_gather", why)
     _check_runtime(m, cluster, t, layout.pp)
     check_lora_model(m, layout, t)
     from .pools import check_pools

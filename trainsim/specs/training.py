@@ -61,10 +61,12 @@ class Layout(BaseModel):
                             "--expert-tensor-parallel-size): the experts' MLPs split over etp ranks; None = tp. With "
                             "etp < tp the expert-parallel group also spans tp/etp of the TP ranks (MoE parallel folding)")
     dp_shard: int | None = Field(
-        default=None, gt=0, le=10_000_000, description="HSDP shard-group size S (zero=3, FSDP frameworks): model "
-        "states are sharded over S data-parallel ranks (the innermost, fastest ones) and replicated over dp/S "
-        "groups whose gradient shards are all-reduced (torch fully_shard on a 2-D (replicate, shard) mesh). "
-        "None = dp (full sharding); must divide dp")
+        default=None, gt=0, le=10_000_000, description="ZeRO-3 shard-group size S (zero=3): model states are "
+        "sharded over S data-parallel ranks (the innermost, fastest ones) and replicated over dp/S groups whose "
+        "gradient shards are all-reduced -- HSDP under FSDP frameworks (torch fully_shard on a 2-D (replicate, "
+        "shard) mesh, every micro-batch), DeepSpeed-MiCS under deepspeed / deepspeed-2023 (mics_shard_size, "
+        "tp = pp = cp = 1, the replica all-reduce once per step; given, even as dp, it selects MiCS's in-place "
+        "gathers). None = dp (full sharding); must divide dp")
     placement: tuple[str, ...] = Field(default=DEFAULT_PLACEMENT, description="innermost first")
     stage_layers: tuple[int, ...] | None = Field(
         default=None, description="transformer layers of each virtual pipeline stage, pp*vpp entries in model "
@@ -268,6 +270,11 @@ class TrainingSpec(BaseModel):
         "paying the collective's latency, and the last, exposed bucket. None = the framework's default. FSDP "
         "reduces per wrapped block and has no bucket. Frameworks put whole tensors in a bucket, so a chunk "
         "issues at most one call per parameter tensor however small the bucket (specs/data_parallel.py)")
+    mics_hierarchical_gather: bool = Field(
+        default=False, description="DeepSpeed-MiCS's hierarchical parameter all-gather (zero_optimization."
+        "mics_hierarchical_params_gather, off by default): each gather first over the shard group's ranks of the same "
+        "local index in the nodes it spans, then within each node (deepspeed/runtime/zero/mics.py); needs MiCS "
+        "(framework deepspeed / deepspeed-2023, zero 3, layout.dp_shard) with a shard group of whole nodes, two or more")
     tp_comm_overlap: bool = Field(default=False, description="Transformer Engine userbuffers overlap of the "
                                   "sequence-parallel all-gathers / reduce-scatters with their GEMMs (Megatron-Core "
                                   "--tp-comm-overlap, off by default; on in Megatron-Bridge performance recipes). "

@@ -150,6 +150,22 @@ class Placement:
         shard_g, rep_g = self.hsdp_ranks(shard, rank)
         return _shape_cached(self.fabric, tuple(shard_g)), _shape_cached(self.fabric, tuple(rep_g))
 
+    def mics_hierarchy_ranks(self, shard: int, rank: int = 0) -> tuple[list[int], list[int]]:
+        """DeepSpeed-MiCS's hierarchical all-gather groups of ``rank`` for a shard group of ``shard`` ranks spanning
+        whole nodes: (its part in ``rank``'s node, the ranks of the same position in each node it spans) --
+        mics_utils.create_mics_comm_groups cuts the shard group into chunks of shard / span_nodes consecutive ranks
+        (``param_intra_node_group``) and takes the i-th of every chunk (``param_inter_node_shard_group``)."""
+        members, _ = self.hsdp_ranks(shard, rank)
+        span = max(1, shard // self.cluster.gpus_per_node)
+        per_node = shard // span
+        i = members.index(rank)
+        return members[i // per_node * per_node:(i // per_node + 1) * per_node], members[i % per_node::per_node]
+
+    def mics_hierarchy_groups(self, shard: int, rank: int = 0) -> tuple[GroupShape, GroupShape]:
+        """GroupShapes of MiCS's intra-node and inter-node gather groups of ``rank`` (see mics_hierarchy_ranks)."""
+        intra, inter = self.mics_hierarchy_ranks(shard, rank)
+        return _shape_cached(self.fabric, tuple(intra)), _shape_cached(self.fabric, tuple(inter))
+
     def expert_tp_ranks(self, rank: int = 0) -> list[int]:
         """Members of the expert-tensor-parallel group of ``rank``: the ``Layout.etp`` ranks one expert's MLP is
         split over -- the TP ranks not folded into the EP group (``tp_r``), its innermost ``etp`` when folding

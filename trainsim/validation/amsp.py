@@ -51,8 +51,9 @@ def published_trends(cases: tuple[Case, ...]) -> dict[str, float]:
 
 
 def load_amsp(path: Path | None = None, *, name: str = "amsp") -> Dataset:
-    """The AMSP paper's LLaMA-7B/13B runs from 8 to 1,024 A800 GPUs: ZeRO-1 and ZeRO-3 over all ranks (DeepSpeed,
-    predicted), ZeRO-1 and MiCS sharded within each node (listed, skipped with the reason)."""
+    """The AMSP paper's LLaMA-7B/13B runs from 8 to 1,024 A800 GPUs: ZeRO-1 and ZeRO-3 over all ranks and MiCS (ZeRO-3
+    within each node, ``dp_shard`` 8) under DeepSpeed, predicted; AMSP's ZeRO-1 within each node (its own engine)
+    listed, skipped with the reason."""
     path = path or validation_path("amsp_2023.csv")
     rows = read_rows(path)
     gpus = {r["row_id"]: _int(r["num_gpus"]) or 0 for r in rows}
@@ -66,8 +67,9 @@ def load_amsp(path: Path | None = None, *, name: str = "amsp") -> Dataset:
          "paper computes it); the secondary mfu_pct is the printed value. slowdown_vs_smallest = (step x GPUs) / "
          "(the same at 8 GPUs): the growth of GPU time per token from 8 to 1,024 GPUs at the fixed 4M-token batch."),
         ("published slowdowns 8 -> 1,024 GPUs: " + "; ".join(f"{g} x{v:.2f}" for g, v in sorted(trends.items()))
-         + ". The within-node layouts are AMSP's own engine and DeepSpeed-MiCS, which trainsim does not cost "
-         "(skipped rows): their published trend is the direction, not a checked number."),
+         + ". DeepSpeed-MiCS is predicted as ZeRO-3 over each node's 8 GPUs with its once-per-step gradient "
+         "all-reduce across the nodes (specs/mics.py); AMSP's ZeRO-1 within each node is its own engine, which "
+         "trainsim does not cost (skipped rows): its published trend is the direction, not a checked number."),
         ("hardware: A800 80GB (A100 compute, NVLink 400 GB/s bidirectional), 8 per node, 4 HDR 200 Gb/s NICs per node "
          "(Sec. VI-A 2) -- dgx-a100 with the A800's NVLink and 4 NICs; leaf-spine placement not stated (rail-optimized)."),
         ("software: DeepSpeed v0.10-v0.12.3 (framework deepspeed-2023: its ZeRO++ baseline needs v0.10.0, the runs precede "

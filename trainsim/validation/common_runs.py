@@ -19,7 +19,8 @@ turns into a skip reason: a missing GPU is never replaced by another one silentl
 
 Columns beyond the shared schema are read when present (a bundled dataset states with them what its per-run
 facts are, so one loader reads every bundled table): ``cp_comm`` (ring / p2p, allgather, a2a / Ulysses), how
-context parallelism exchanges keys and values (TrainingSpec.cp_comm), the framework's default when absent; and the explicit
+context parallelism exchanges keys and values (TrainingSpec.cp_comm), the framework's default when absent; ``dp_shard``,
+the ZeRO-3 shard group (Layout.dp_shard: HSDP's, or DeepSpeed-MiCS's ``mics_shard_size``), all of dp when absent; and the explicit
 recipe columns ``framework``, ``dtype``, ``grad_dtype_bytes``, ``flash_attention``, ``flash_attention_version``
 (1 or 2), ``dropout``, ``overlap_p2p`` (pipeline sends overlapped with compute), ``overlap_grad_reduce`` (data-parallel
 gradient reduction overlapped with the backward) and ``fabric`` (scale-out
@@ -369,5 +370,7 @@ def scenario_mapping(r: dict, micro_batch: int, vpp: int) -> dict:
     dp = whole(r, "dp")
     if dp is not None:  # stated: the spec checks tp x cp x pp x dp against the GPU count
         layout["dp"] = dp
+    if stated(r, "dp_shard"):  # HSDP's shard group, DeepSpeed-MiCS's mics_shard_size (specs refuse the rest)
+        layout["dp_shard"] = whole(r, "dp_shard")
     return {"model": model_mapping(r), "cluster": cluster_mapping(r, gpus), "layout": layout,
             "training": training}
