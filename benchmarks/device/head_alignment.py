@@ -146,20 +146,25 @@ def summary(recs: list[dict]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--device", default="cuda", help="cuda (the measurement) or cpu (a dry run)")
+    ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cuda (the measurement) or cpu (a dry run)")
     ap.add_argument("--dtype", default="fp16", choices=("fp16", "bf16", "fp32"))
-    ap.add_argument("--vocab", type=int, default=50257, help="unpadded vocabulary rows (GPT-2: 50,257)")
-    ap.add_argument("--hidden", type=int, default=2048)
-    ap.add_argument("--seq", type=int, default=1024)
-    ap.add_argument("--tps", type=int, nargs="+", default=[1, 2, 4, 8])
-    ap.add_argument("--micro-batches", type=int, nargs="+", default=[1, 2, 4])
-    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--vocab", type=int, default=50257, help="unpadded vocabulary rows, >= 1 (GPT-2: 50,257)")
+    ap.add_argument("--hidden", type=int, default=2048, help="hidden size, >= 1 (vTrain's table: 2048)")
+    ap.add_argument("--seq", type=int, default=1024, help="sequence length, >= 1; tokens = micro-batch x seq")
+    ap.add_argument("--tps", type=int, nargs="+", default=[1, 2, 4, 8], help="TP degrees to shard by, each >= 1")
+    ap.add_argument("--micro-batches", type=int, nargs="+", default=[1, 2, 4], help="sequences per micro-batch, >= 1")
+    ap.add_argument("--reps", type=int, default=20, help="timed repetitions per point (median kept), >= 1")
     args = ap.parse_args(argv)
     bad = [(n, v) for n, v in (("vocab", args.vocab), ("hidden", args.hidden), ("seq", args.seq),
                                ("reps", args.reps)) if v < 1]
     bad += [("tps", v) for v in args.tps if v < 1] + [("micro-batches", v) for v in args.micro_batches if v < 1]
     if bad:
         print(f"{bad[0][0]}: must be a positive integer, got {bad[0][1]}", file=sys.stderr)
+        return 2
+    import torch
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("device: cuda is not available here (--device cpu runs a dry run)", file=sys.stderr)
         return 2
     recs = records(args)
     print(json.dumps(recs, indent=1))
