@@ -130,3 +130,35 @@ def test_term_leverage_closes_exactly_the_term_that_carries_the_error(ds):
         assert lev[k] == pytest.approx(rep.mape_pct, rel=1e-9)
     assert render_leverage(lev, rep.mape_pct)[0].startswith("  MAPE with one term's gap closed")
     assert rep.to_json()["term_leverage_mape_pct"] == pytest.approx(lev)
+
+
+def test_leverage_by_tp_closes_the_term_only_at_the_tp_that_carries_the_error(ds):
+    """A stand-in predictor off by 2 ms per block and micro-batch on the fitted TP 2 rows only (published + 0.002 x m x
+    L; every other row exact): closing e at TP 2 alone takes the MAPE to zero; closing e at any other TP, or c at any
+    TP, leaves it as predicted (the fit moves exactly TP 2's e by 0.002 s)."""
+    from trainsim.validation.structure import leverage_by_tp, render_leverage, term_leverage
+
+    class Fixed:
+        def __init__(self, t):
+            self.step_time_s = t
+
+    by_name = {c.scenario.name: c for c in ds.cases}
+
+    def predict(s):
+        c = by_name[s.name]
+        fitted = s.layout.pp == 1 and s.training.micro_batch <= 4 and s.layout.tp == 2
+        m = s.training.global_batch / (s.dp * s.training.micro_batch)
+        return Fixed(c.published + (0.002 * m * s.model.num_layers if fitted else 0.0))
+
+    rep = validate(ds, predict_fn=predict)
+    by_tp = leverage_by_tp(rep)
+    assert sorted(by_tp) == [1, 2, 4, 8]
+    assert by_tp[2]["e"] == pytest.approx(0.0, abs=1e-9)
+    for tp, lev in by_tp.items():
+        assert lev["c"] == pytest.approx(rep.mape_pct, rel=1e-9)
+        if tp != 2:
+            assert lev["e"] == pytest.approx(rep.mape_pct, rel=1e-9)
+    assert term_leverage(rep)["e"] == pytest.approx(0.0, abs=1e-9)
+    line = render_leverage(term_leverage(rep), rep.mape_pct, by_tp)[1]
+    assert line.startswith("  ... closed at one TP degree only: c: TP 1 ") and "e: TP 1 " in line
+    assert rep.to_json()["term_leverage_by_tp_mape_pct"] == by_tp

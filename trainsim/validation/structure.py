@@ -126,16 +126,17 @@ def step_structure(report) -> list[GroupStructure]:
 TERMS = ("a", "b", "c", "e")
 
 
-def term_leverage(report) -> dict[str, float]:
+def term_leverage(report, tp: int | None = None) -> dict[str, float]:
     """MAPE (%) of the whole report were one term's gap closed: for each term, every fitted pp = 1 row's prediction
-    moves by (published - predicted term) x its regressor (1, L, m or m·L), every other row as predicted. A large
-    drop says the error lives in that term; a small one that closing it, however justified, barely moves the
-    dataset. A diagnostic of where the error is, never an input to the model. Empty without fitted regimes."""
+    moves by (published - predicted term) x its regressor (1, L, m or m·L), every other row as predicted; with
+    ``tp``, only the regimes of that TP degree move. A large drop says the error lives in that term (at that TP); a
+    small one that closing it, however justified, barely moves the dataset. A diagnostic of where the error is,
+    never an input to the model. Empty without fitted regimes."""
     moved: dict[str, dict[str, float]] = {k: {} for k in TERMS}
-    for pts in _groups(report.dataset.cases, report.compared).values():
+    for (g_tp, _mb, _dp), pts in _groups(report.dataset.cases, report.compared).items():
         pub = fit_terms((L, m, p) for L, m, p, _, _ in pts)
         pred = fit_terms((L, m, q) for L, m, _, q, _ in pts)
-        if pub is None or pred is None:
+        if pub is None or pred is None or (tp is not None and g_tp != tp):
             continue
         gaps = (pub.fixed_s - pred.fixed_s, pub.per_layer_step_s - pred.per_layer_step_s,
                 pub.per_microbatch_s - pred.per_microbatch_s,
@@ -150,13 +151,25 @@ def term_leverage(report) -> dict[str, float]:
                               for r in rows])) for k in TERMS}
 
 
-def render_leverage(leverage: dict[str, float], mape_pct: float) -> list[str]:
-    """Report line of ``term_leverage``: the MAPE with each term's gap closed beside the MAPE as predicted."""
+def leverage_by_tp(report) -> dict[int, dict[str, float]]:
+    """``term_leverage`` with each TP degree's regimes closed alone: which TP a term's error lives at."""
+    tps = sorted({tp for tp, _mb, _dp in _groups(report.dataset.cases, report.compared)})
+    return {tp: lev for tp in tps if (lev := term_leverage(report, tp))}
+
+
+def render_leverage(leverage: dict[str, float], mape_pct: float,
+                    by_tp: dict[int, dict[str, float]] | None = None) -> list[str]:
+    """Report lines of ``term_leverage``: the MAPE with each term's gap closed beside the MAPE as predicted, and
+    (``by_tp``) the per-micro-batch terms c and e closed at one TP degree at a time."""
     if not leverage:
         return []
     parts = ", ".join(f"{k} {v:.2f}%" for k, v in leverage.items())
-    return [f"  MAPE with one term's gap closed on the fitted rows (the rest as predicted): {parts}; "
-            f"as predicted {mape_pct:.2f}%"]
+    lines = [(f"  MAPE with one term's gap closed on the fitted rows (the rest as predicted): {parts}; "
+              f"as predicted {mape_pct:.2f}%")]
+    if by_tp:
+        per = "; ".join(f"{k}: " + ", ".join(f"TP {tp} {lev[k]:.2f}%" for tp, lev in by_tp.items()) for k in "ce")
+        lines.append(f"  ... closed at one TP degree only: {per}")
+    return lines
 
 
 def falling_e(groups: list[GroupStructure]) -> list[tuple[int, int, int, float, float]]:

@@ -17,7 +17,13 @@ from typing import Any, Protocol
 from trainsim.specs import Scenario, SpecError
 from trainsim.validation.cases import Case, CollectiveCase, Dataset
 from trainsim.validation.nccl_runs import busbw_factor
-from trainsim.validation.structure import render_leverage, render_structure, step_structure, term_leverage
+from trainsim.validation.structure import (
+    leverage_by_tp,
+    render_leverage,
+    render_structure,
+    step_structure,
+    term_leverage,
+)
 
 
 class PredictionLike(Protocol):
@@ -172,7 +178,8 @@ class ValidationReport:
             "by_category": self.by_category(),
             "by_counter": self.by_counter(),
             **({"structure": [g.to_json() for g in step_structure(self)],
-                "term_leverage_mape_pct": term_leverage(self)} if d.structure else {}),
+                "term_leverage_mape_pct": term_leverage(self),
+                "term_leverage_by_tp_mape_pct": leverage_by_tp(self)} if d.structure else {}),
         }
 
 
@@ -388,7 +395,7 @@ def render_text(report: ValidationReport, *, show_skipped: bool = True, width: i
         if d.structure:
             for line in render_structure(step_structure(report)):
                 console.print(line)
-            for line in render_leverage(term_leverage(report), report.mape_pct):
+            for line in render_leverage(term_leverage(report), report.mape_pct, leverage_by_tp(report)):
                 console.print(line)
     if show_skipped and report.skipped:
         console.print(f"skipped {len(report.skipped)} rows:")

@@ -49,6 +49,23 @@ tests/test_vtrain_head.py); DeepSpeed's ``_is_checkpointable`` checkpoints GPTMo
 so the head is not recomputed. A per-logit pass large enough to close TP 1 (about 140 more bytes per logit at the
 A100's 1.69 TB/s) would add its bytes per logit at every TP too: the per-sequence ``c`` of TP 2 / 4 / 8 would go
 from 2.12 / 1.12 / 0.50 ms to about 4.2 / 2.2 / 1.0 ms against the published 1.58 / 1.52 / 1.07.
+Over TP, the published cost per sequence outside the blocks against trainsim's head (8.16 / 1.56 / 1.46 / 1.12
+against 4.07 / 2.13 / 1.12 / 0.46 ms at TP 1 / 2 / 4 / 8: x2.0, x0.73, x1.30, x2.4) follows the alignment of the
+shards vTrain's own model builds, which do not pad (``nn.Embedding(vocab_size // world_size, hidden_size)``,
+src/model/gpt_modeling.py; ``vocab_size // tensor_parallel_size`` rows, src/predictor.py; commit f8dda84): 50,257
+rows at TP 1 (odd), 25,128 at TP 2 (a multiple of 8), 12,564 at TP 4 (of 4), 6,282 at TP 8 (of 2). A 16-bit GEMM
+whose leading dimension is not a multiple of 8 elements runs cuBLAS's alignment-1 kernels (on an A100:
+pegainfer-project/pegainfer PR #1046, ``cutlass_75_tensorop_bf16_s1688gemm_bf16_128x64_tn_align1`` for an odd
+vocabulary; pytorch/pytorch issue #146817). No 16-bit A100 measurement of that slowdown was found, so the padded
+shards stay and no factor is modelled (one read off this table would be fitted to it);
+benchmarks/device/head_alignment.py measures it on a device. Closing c would not bring the table under 8 % either:
+with c's gap closed at TP 1 alone the MAPE is 9.83 %, at TP 2 / 4 / 8 alone 8.77 / 8.95 / 8.76 % (the report's
+"closed at one TP degree only" line, structure.leverage_by_tp), because the published e at TP 1 sits below the
+modelled one: at micro-batch 2 and 4 it leaves the block's GEMMs 3.45 / 6.53 ms for 0.89 / 1.79 TFLOP (the
+non-GEMM time as modelled), 259 / 274 TFLOP/s, above the 256.5 TFLOP/s the A100's cuBLASLt reaches at 16384^3
+(a100_azure), which trainsim takes as the ceiling; its tile model gives 203 / 224 TFLOP/s at these shapes. With
+c and e closed together at TP 1 (term_leverage's construction on both) the MAPE is 8.38 %; with e closed at every
+TP it is 5.59 % (at TP 2 alone 7.30 %).
 
 The per-block, per-step term ``b`` (the update of one block's parameters and, at DP > 1, their all-reduce) is
 over-predicted at every TP, but it is not where the error lives: the report's line "MAPE with one term's gap
