@@ -47,7 +47,9 @@ partition_parameters.py unpacks each gathered parameter in ``AllGatherCoalescedH
   collectives (cost_models.host_jitter: the expected maximum of n log-normal issue times over their mean, with
   the measured spread of a block pass). The block passes' issue time is taken at ``pace(tp x S)`` for a shard
   group of S ranks, in place of the TP group's ``pace(tp)`` (``host_issue.tp_paced``). It changes a step only
-  where a pass is host-bound, e.g. at 1,024 ranks with one micro-batch of 4,096 tokens per rank.
+  where a pass is host-bound, e.g. at 1,024 ranks with one micro-batch of 4,096 tokens per rank. The hosts are
+  coupled about once per submodule, more often than once per pass; the spread measured on whole block passes
+  stands for each such interval's, and the maximum is taken once per pass (an assumption, not a measurement).
 """
 
 from __future__ import annotations
