@@ -50,6 +50,10 @@ partition_parameters.py unpacks each gathered parameter in ``AllGatherCoalescedH
   where a pass is host-bound, e.g. at 1,024 ranks with one micro-batch of 4,096 tokens per rank. The hosts are
   coupled about once per submodule, more often than once per pass; the spread measured on whole block passes
   stands for each such interval's, and the maximum is taken once per pass (an assumption, not a measurement).
+  DeepSpeed 2021's blocking fetch (deepspeed-2021, grad_sync._zero3_serialized_s) couples its hosts as tightly,
+  but its serialized rank loops are not paced: at that pace SC21's 175B step would grow x1.26 from 768 to 1,536
+  GPUs where the published one stays flat (Table 2: 88 -> 44 TFLOP/s per GPU, tests/test_validate_accuracy.py), so
+  the spread of long loops over ranks is not established there.
 """
 
 from __future__ import annotations
