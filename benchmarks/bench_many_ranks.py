@@ -32,6 +32,7 @@ from trainsim.simulator.predict import predict
 from trainsim.topologies.placement import place
 from trainsim.topologies.shape import GroupShape
 from trainsim.specs import build_scenario
+from trainsim.specs.framework_behaviour import DEEPSPEED_REDUCE_BUCKET_PARAMS
 from trainsim.validation.common_run_cases import load_common_runs
 from trainsim.validation.measured_runs import step_time_of
 from trainsim.validation.residual_sources import REPO
@@ -150,7 +151,7 @@ def deepspeed_comm_opt() -> None:
                              "training": {"seq_len": 4096, "micro_batch": 1, "global_batch": 1024, "zero": 1,
                                           "framework": fw}})
         buckets = [b for ch in build_cost_table(sc).stages[0].chunks for b in ch.grad_buckets]
-        calls = fwk.zero12_reduce_calls(sc.training, sc.model.total_params(), 1024, fwk.DEEPSPEED_REDUCE_BUCKET_PARAMS,
+        calls = fwk.zero12_reduce_calls(sc.training, sc.model.total_params(), 1024, DEEPSPEED_REDUCE_BUCKET_PARAMS,
                                         max_buckets=len(chunk_tensors(sc, 0)))
         lat = sum(b.latency_s for b in buckets)
         total = sum(b.latency_s + b.transfer_s for b in buckets)

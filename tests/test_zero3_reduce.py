@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainsim.cost_models import collectives, framework, host_issue, zero3_gathers
+from trainsim.cost_models import collectives, framework, host_issue, host_jitter, zero3_gathers
 from trainsim.cost_models.grad_buffer import whole_tensor_buckets
 from trainsim.cost_models.param_tensors import chunk_tensors
 from trainsim.simulator import zero3_reduce
@@ -81,13 +81,55 @@ def test_block_issue_carries_the_loops_over_ranks():
                                                                     "framework": "deepspeed"}})
     assert zero3_gathers.gather_calls(chunk_tensors(s, 0), "deepspeed") == 7
     base = host_issue.scenario_block_issue(s)
-    issue = zero3_reduce.with_rank_loops(s, base)
+    issue = zero3_reduce.rank_loops(s, base)
     dispatch, _ = host_issue.op_seconds("x86")
     assert zero3_reduce.hook_ops(s) == (155, 125)
     gather = (4 * 2 + 2) * 1024 * dispatch
     assert issue.fwd_s - base.fwd_s == pytest.approx(gather + 155 * dispatch)
     assert issue.bwd_s - base.bwd_s == pytest.approx(gather + 125 * dispatch + 12 * 1024 * dispatch)
     assert zero3_reduce.with_rank_loops(scen(1024, "pytorch-fsdp"), base) is base
+
+
+def _block(gpus: int, tp: int = 1, recompute: str = "none"):
+    return build_scenario({"model": {**LLAMA_13B, "num_layers": 1}, "cluster": "dgx-a100", "gpus": gpus,
+                           "layout": {"tp": tp, "pp": 1},
+                           "training": {"seq_len": 4096, "global_batch": 1024, "micro_batch": 1, "zero": 3,
+                                        "framework": "deepspeed", "recompute": recompute}})
+
+
+@pytest.mark.parametrize("gpus", [8, 1024])
+def test_block_issue_runs_at_the_pace_of_the_shard_groups_slowest_host(gpus):
+    """Every ZeRO-3 gather and reduce-scatter spans the whole shard group and DeepSpeed's host synchronizes on the
+    third-newest gather / reduce event, so a block pass's host time is the expected slowest of the group's S hosts:
+    pace(S, sigma) (host_jitter) times one rank's, forward at the forward pass's measured spread, backward at the
+    backward's; at TP 1 the block's own issue and the rank loops take the same factor."""
+    s = _block(gpus)
+    base = host_issue.scenario_block_issue(s)
+    looped = zero3_reduce.rank_loops(s, base)
+    paced = zero3_reduce.with_rank_loops(s, base)
+    sf, sb = host_jitter.DEFAULT_SIGMA
+    assert paced.fwd_s == pytest.approx(looped.fwd_s * host_jitter.pace(gpus, sf), rel=1e-12)
+    assert paced.bwd_s == pytest.approx(looped.bwd_s * host_jitter.pace(gpus, sb), rel=1e-12)
+    assert paced.fwd_ops == looped.fwd_ops and paced.bwd_ops == looped.bwd_ops
+
+
+def test_shard_pace_replaces_the_tp_pace_and_carries_the_recomputed_forward():
+    """TP 2 over 1,024 GPUs (a 512-rank shard group): the block's TP-paced issue moves from pace(2) to
+    pace(1,024), the rank loops (not TP-paced) take pace(1,024) whole; under full recompute the backward's
+    recomputed forward takes the forward's factor."""
+    sf, sb = host_jitter.DEFAULT_SIGMA
+    whole = (host_jitter.pace(1024, sf), host_jitter.pace(1024, sb))
+    for recompute in ("none", "full"):
+        s = _block(1024, tp=2, recompute=recompute)
+        base = host_issue.scenario_block_issue(s)
+        looped = zero3_reduce.rank_loops(s, base)
+        paced = zero3_reduce.with_rank_loops(s, base)
+        ratio = (whole[0] / host_jitter.pace(2, sf), whole[1] / host_jitter.pace(2, sb))
+        fwd = base.fwd_s * ratio[0] + (looped.fwd_s - base.fwd_s) * whole[0]
+        assert paced.fwd_s == pytest.approx(fwd, rel=1e-12)
+        rec_b, rec_l = (base.fwd_s, looped.fwd_s) if recompute == "full" else (0.0, 0.0)
+        own = (base.bwd_s - rec_b) * ratio[1] + (looped.bwd_s - base.bwd_s - (rec_l - rec_b)) * whole[1]
+        assert paced.bwd_s == pytest.approx((fwd if recompute == "full" else 0.0) + own, rel=1e-12)
 
 
 def test_chunk_backward_carries_the_reduction_closed_form():

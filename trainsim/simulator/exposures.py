@@ -259,12 +259,16 @@ def _persistent_tensors(scenario: Scenario, stage: int) -> tuple[int, float]:
     return count, elems
 
 
-def _persistent_regather_s(scenario: Scenario, stage: int, dp_group, profile) -> float:
-    """DeepSpeed 2021's post-step re-gather of the persistent parameters: one all-gather of their bytes plus
-    one eager copy per rank per tensor (framework.py zero3_persistent_regather)."""
+def _persistent_regather_s(scenario: Scenario, stage: int, dp_group, profile, how: str = "rank_copies") -> float:
+    """ZeRO-3's post-step re-gather of the persistent parameters (framework_behaviour zero3_persistent_regather):
+    DeepSpeed 2021's one all-gather of their bytes plus one eager copy per rank per tensor ("rank_copies"), or
+    today's one all-gather per tensor, each paying its latency over the group ("per_tensor")."""
     count, elems = _persistent_tensors(scenario, stage)
     if not count:
         return 0.0
+    if how == "per_tensor":
+        lat, bw = _coll("all_gather", elems / count * scenario.training.param_bytes, dp_group, scenario, profile)
+        return count * (lat + bw)
     lat, bw = _coll("all_gather", elems * scenario.training.param_bytes, dp_group, scenario, profile)
     return lat + bw + count * dp_group.size * scenario.cluster.gpu.kernel_overhead_s
 

@@ -124,7 +124,7 @@ def _step_context(scenario: Scenario, profile) -> _Step:
         emb_params=emb_params, head_params=head_params, stage_mem=stage_mem,
         working=stage_mem[0].details["recompute_working"],
         stage_rank=tuple(pl.pp_peer(0, k) for k in range(p)),
-        issue=zero3_reduce.with_rank_loops(scenario, host_issue.scenario_block_issue(scenario, profile)),
+        issue=zero3_reduce.with_rank_loops(scenario, host_issue.scenario_block_issue(scenario, profile), profile),
         last_vs=p * lay.vpp - 1,
     )
 

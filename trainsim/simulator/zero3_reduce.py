@@ -35,6 +35,25 @@ partition_parameters.py unpacks each gathered parameter in ``AllGatherCoalescedH
   that own parameters plus each block's three containers (block, attention, MLP); parameter-less leaves
   (rotary embedding, activation, dropout) are left out, and the hooks' Python frames are not counted beyond
   their aten and CUDA-runtime calls (each charged ``host_issue.op_seconds``' dispatch): a lower bound.
+* host pace over the shard group (``shard_paced``): the host of each rank blocks on the device within a few
+  collectives of the whole shard group. ``fetch_sub_module`` records an event on the all-gather stream after each
+  parameter's ``wait`` and, once more than ``__max_ongoing_fetch_events`` = 2 are pending, ``synchronize``s the
+  oldest (partitioned_param_coordinator.py lines 119/294-295 at v0.10.0, 125/300-301 at v0.12.3, 132/331-332 at
+  38327e07); ``__reduce_and_partition_ipg_grads`` does the same with the reduce-scatter events
+  (``max_param_reduce_events`` = 2; stage3.py 289/1115-1116, 326/1192-1193, 372/1307-1308). Each gather and
+  reduce-scatter is one NCCL collective over every rank of the shard group, which completes only when every rank
+  has launched it, so no rank's host gets more than three gathers ahead of the slowest host of the group: where
+  the host is the bottleneck the group advances at its slowest host's pace, as a TP group does at its TP
+  collectives (cost_models.host_jitter: the expected maximum of n log-normal issue times over their mean, with
+  the measured spread of a block pass). The block passes' issue time is taken at ``pace(tp x S)`` for a shard
+  group of S ranks, in place of the TP group's ``pace(tp)`` (``host_issue.tp_paced``). It changes a step only
+  where a pass is host-bound, e.g. at 1,024 ranks with one micro-batch of 4,096 tokens per rank. The hosts are
+  coupled about once per submodule, more often than once per pass; the spread measured on whole block passes
+  stands for each such interval's, and the maximum is taken once per pass (an assumption, not a measurement).
+  DeepSpeed 2021's blocking fetch (deepspeed-2021, grad_sync._zero3_serialized_s) couples its hosts as tightly,
+  but its serialized rank loops are not paced: at that pace SC21's 175B step would grow x1.26 from 768 to 1,536
+  GPUs where the published one stays flat (Table 2: 88 -> 44 TFLOP/s per GPU, tests/test_validate_accuracy.py), so
+  the spread of long loops over ranks is not established there.
 """
 
 from __future__ import annotations
@@ -43,7 +62,9 @@ from typing import TYPE_CHECKING
 
 from dataclasses import replace
 
-from trainsim.cost_models import compute, host_issue, zero3_gathers
+from trainsim.cost_models import compute, host_issue, host_jitter, zero3_gathers
+from trainsim.cost_models.eager import block_style
+from trainsim.cost_models.shapes import layer_shape
 from trainsim.cost_models.grad_buffer import whole_tensor_buckets
 from trainsim.cost_models.host_issue import PassIssue
 from trainsim.cost_models.memory import shard_groups
@@ -114,14 +135,20 @@ def hook_ops(scenario, model: tuple[list[ParamTensor], zero3_gathers.PassGathers
     return fwd, modules * WAIT_STREAM_CALLS + per_param + per_call
 
 
-def with_rank_loops(scenario, issue: PassIssue | None) -> PassIssue | None:
+def with_rank_loops(scenario, issue: PassIssue | None, profile=None) -> PassIssue | None:
     """The block issue time with DeepSpeed ZeRO-3's host loops over ranks (module doc) added per block: each
     forward unpacks the parameters of its coalesced gathers, each backward unpacks them again (and once more for
     a recomputed forward) and slices the gradients; each coalesced all-gather narrows its flat output once per
     rank. Single-parameter gathers loop over no ranks. The module hooks' host calls (``hook_ops``) come with
-    each pass. The model's tensors outside the blocks are spread evenly over its blocks."""
+    each pass. The model's tensors outside the blocks are spread evenly over its blocks. The result is taken at
+    the pace of the slowest host of the ranks the gathers tie together (``shard_paced``)."""
     if issue is None or not applies(scenario):
         return issue
+    return shard_paced(scenario, issue, rank_loops(scenario, issue), profile)
+
+
+def rank_loops(scenario, issue: PassIssue) -> PassIssue:
+    """``issue`` with the host loops over ranks and the module hooks added per block (``with_rank_loops``)."""
     model = _model_gathers(scenario)
     tensors, gathers = model
     ranks, layers = max(1, round(shard_groups(scenario)[0])), scenario.model.num_layers  # the ZeRO-3 shard group
@@ -137,6 +164,31 @@ def with_rank_loops(scenario, issue: PassIssue | None) -> PassIssue | None:
     fwd_s, bwd_s = host_slice_s(ops_f, 1, 1, cpu), host_slice_s(ops_b, 1, 1, cpu)
     return replace(issue, fwd_s=issue.fwd_s + fwd_s / layers, bwd_s=issue.bwd_s + bwd_s / layers,
                    fwd_ops=issue.fwd_ops + round(ops_f / layers), bwd_ops=issue.bwd_ops + round(ops_b / layers))
+
+
+def shard_pace(scenario, profile=None) -> tuple[tuple[float, float], tuple[float, float]]:
+    """((forward, backward) ``pace(tp x S)``, the same over ``pace(tp)``) for a shard group of S ranks at the
+    measured spread of the forward and the backward pass (module doc): the first stretches host work no TP
+    collective paced yet (the rank loops, the hooks), the second the block's issue that ``host_issue.tp_paced``
+    already took at the TP group's pace. Ones outside eager issue."""
+    if scenario.training.host_issue_mode != "eager":
+        return (1.0, 1.0), (1.0, 1.0)
+    tp, ranks = scenario.layout.tp, max(1, round(shard_groups(scenario)[0]))
+    sigma = host_jitter.measured_sigma(profile, block_style(layer_shape(scenario)))
+    whole = tuple(host_jitter.pace(tp * ranks, s) for s in sigma)
+    return whole, tuple(w / host_jitter.pace(tp, s) for w, s in zip(whole, sigma))
+
+
+def shard_paced(scenario, base: PassIssue, looped: PassIssue, profile=None) -> PassIssue:
+    """``looped`` (``base`` with the rank loops and hooks added) at the pace of the slowest host of the shard group
+    (module doc): the forward and a recomputed forward at the forward's factor, the backward's own issue at the
+    backward's (``shard_pace``)."""
+    (wf, wb), (rf, rb) = shard_pace(scenario, profile)
+    full = scenario.training.recompute == "full"
+    fwd = base.fwd_s * rf + (looped.fwd_s - base.fwd_s) * wf
+    own_base = base.bwd_s - (base.fwd_s if full else 0.0)
+    own_added = looped.bwd_s - base.bwd_s - ((looped.fwd_s - base.fwd_s) if full else 0.0)
+    return replace(looped, fwd_s=fwd, bwd_s=(fwd if full else 0.0) + own_base * rb + own_added * wb)
 
 
 def serialized_reduce_s(st: _Step, params: float, vstage: int) -> tuple[float, float]:

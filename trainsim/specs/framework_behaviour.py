@@ -113,13 +113,21 @@ framework's own default, cited to its code or docs; none is fitted to a measurem
   ``reduce_scatter_fn`` -- host work of ``tensors x ranks`` aten ops and two passes over the bucket before each
   call, while no backward kernel of the next layers is issued; ``max_param_reduce_events = 2`` makes the host
   ``synchronize()`` on the third reduction still in flight. simulator/zero3_reduce.py costs it.
-* ``zero3_persistent_regather`` -- deepspeed-2021: after every optimizer step the persistent parameters
-  (those under ``stage3_param_persistence_threshold``, default 1e5 elements: norm weights and biases) are
-  all-gathered again, and ``_allgather_params`` copies each rank's piece of each of them back with a Python
-  loop of ``narrow().copy_()`` -- one eager op per rank per persistent tensor, on the critical path after the
-  step (``_post_step`` -> ``persistent_parameters[0].all_gather(...)``; samyam/DeepSpeed stage3.py@14a775e8,
-  partition_parameters.py@67f957a4, the same in microsoft/DeepSpeed@70adb32). Cost:
-  ``tensors x dp x kernel_overhead_s`` plus one all-gather of their bytes.
+* ``zero3_persistent_regather`` -- how ZeRO-3 gathers the persistent parameters (those under
+  ``stage3_param_persistence_threshold``, default 1e5 elements: norm weights and biases) again after every
+  optimizer step (``_post_step`` -> ``persistent_parameters[0].all_gather(...)``), on the critical path after the
+  step:
+    - "rank_copies" (deepspeed-2021): ``_allgather_params`` gathers them and copies each rank's piece of each
+      back with a Python loop of ``narrow().copy_()`` -- one eager op per rank per persistent tensor
+      (samyam/DeepSpeed stage3.py@14a775e8, partition_parameters.py@67f957a4, the same in
+      microsoft/DeepSpeed@70adb32). Cost: ``tensors x dp x kernel_overhead_s`` plus one all-gather of their bytes.
+    - "per_tensor" (deepspeed, deepspeed-2023): ``step`` first partitions every parameter
+      (``_partition_all_parameters``), then ``_post_step`` hands the persistent ones to
+      ``_allgather_params_coalesced``, which issues one ``all_gather_into_tensor`` per tensor over the
+      data-parallel group, waits on the last and synchronizes the device (stage3.py ``_post_step`` and
+      partition_parameters.py ``_allgather_params_coalesced`` at v0.10.0, v0.12.3 and 38327e07). Cost: one
+      all-gather of each tensor's bytes, its latency over all ranks included, per tensor.
+    - "none": not gathered again (FSDP keeps them sharded with the rest; Megatron does not shard them).
 * ``tp_input_reduce`` -- how the backward reduces the input gradient of column-parallel layers.
     - "region" (Megatron): one all-reduce per column-parallel region (the ``f`` operator before the fused
       QKV and before the MLP's first layer), i.e. 2 per block in backward; with sequence parallelism one
@@ -258,7 +266,7 @@ class FrameworkBehaviour:
     tp_input_reduce: Literal["region", "per_linear"] = "region"
     tp_dgrad_overlap: bool = False
     fused_bias_grad: bool = False
-    zero3_persistent_regather: bool = False
+    zero3_persistent_regather: Literal["none", "rank_copies", "per_tensor"] = "none"
     fsdp_grad_prep: bool = False
     optimizer_update: Literal["fused", "per_param_loop", "foreach"] = "fused"
     clips_grads: bool = True
@@ -461,7 +469,7 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                     model_parallel_groups=True, pp_loss_broadcast=True,
                                     dp_grad_calls="bucket_all_reduce", overlap_below_zero3=False,
                                     zero3_reduce_serialized=True, deepspeed_engine=True,
-                                    no_mcore_overlap=True,
+                                    no_mcore_overlap=True, zero3_persistent_regather="per_tensor",
                                     deepspeed_optimizer=True, era_lineage="deepspeed", bf16_master_weights=True),
     # DeepSpeed v0.10.0 .. v0.12.3 (specs/framework_era.py): today's ZeRO-3 (gathers prefetched, reductions
     # serialized: the AMSP trace of this DeepSpeed, arXiv:2311.00257v2 Fig. 14) with the ZeRO-1/2 communication of
@@ -475,11 +483,12 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                          model_parallel_groups=True, pp_loss_broadcast=True,
                                          dp_grad_calls="per_rank_reduce", overlap_below_zero3=False,
                                          zero3_reduce_serialized=True, deepspeed_engine=True,
+                                         zero3_persistent_regather="per_tensor",
                                          deepspeed_optimizer=True, era_lineage="deepspeed"),
     "deepspeed-2021": FrameworkBehaviour("deepspeed-2021", overlap_grad_reduce=False, fused_cross_entropy=False,
                                          zero3_gather="tensor", reduce_bucket_params=DEEPSPEED_REDUCE_BUCKET_PARAMS,
                                          zero3_overlap=False, zero3_gather_ops_per_rank=2,
-                                         zero3_persistent_regather=True, pipeline_output_kept=True,
+                                         zero3_persistent_regather="rank_copies", pipeline_output_kept=True,
                                          param_gather="allgather_bucket", model_parallel_groups=True,
                                          pp_loss_broadcast=True, dp_grad_calls="per_rank_reduce",
                                          overlap_below_zero3=False, deepspeed_engine=True, module_style="fused",
