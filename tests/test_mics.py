@@ -212,3 +212,21 @@ def test_first_hop_is_zero3_over_one_node():
     assert b.param_gather == a.param_gather
     assert b.dp_bwd_s == pytest.approx(a.dp_bwd_s, rel=0.05)
     assert build_cost_table(one_node).stages[0].post_step == ()
+
+
+def test_persistent_parameters_are_regathered_over_the_shard_group(monkeypatch):
+    """After the step DeepSpeed re-gathers each persistent parameter over the group it is partitioned over
+    (stage3.py ``_post_step`` -> ``_allgather_params_coalesced`` on ``ds_process_group``); MiCS_Init sets that group
+    to the shard group (mics.py, v0.12.3), so the calls span the S = 8 ranks of a node, not all 64."""
+    import trainsim.simulator.builder as builder
+    sizes = []
+    real = builder._persistent_regather_s
+
+    def record(scenario, stage, group, profile, how):
+        sizes.append(group.size)
+        return real(scenario, stage, group, profile, how)
+
+    monkeypatch.setattr(builder, "_persistent_regather_s", record)
+    build_cost_table(scenario(dp_shard=8))
+    build_cost_table(scenario())
+    assert sizes == [8, 64]

@@ -385,8 +385,9 @@ def _optimizer_s(st: _Step, s: int) -> tuple[float, float, float]:
     reduce_s = step_host.norm_reduce_s(scenario, _norm_groups(st), st.profile) if costed else 0.0
     phase = step_host.optimizer_phase_s(gpu, host, reduce_s)
     opt = phase + opt_host
-    if st.fw.zero3_persistent_regather != "none" and st.z >= 3 and st.dp_group is not None:
-        opt += _persistent_regather_s(scenario, s, st.dp_group, st.profile, st.fw.zero3_persistent_regather)
+    regather_group = st.shard_group or st.dp_group  # the parameters' partition group (MiCS: its shard group)
+    if st.fw.zero3_persistent_regather != "none" and st.z >= 3 and regather_group is not None:
+        opt += _persistent_regather_s(scenario, s, regather_group, st.profile, st.fw.zero3_persistent_regather)
     if sm.pcie_h2d_bytes or sm.pcie_d2h_bytes:
         opt += (sm.pcie_h2d_bytes + sm.pcie_d2h_bytes) / scenario.cluster.gpu.pcie_bw_Bps
     if host is None:  # no host work modelled apart: the phase is the device's and its all-reduces, no idle
