@@ -51,10 +51,24 @@ class HostIssue:
     seconds: float
 
 
-def moe_block_host_issue(shp: LayerShape, host_cpu: str = "x86") -> HostIssue:
-    """Estimated host work of one MoE block (attention half + MoE layer, a shared expert included), fwd + bwd;
-    ``host_cpu`` is ClusterSpec.host_cpu. A recomputed forward issues its ops again: everything under full recompute,
-    the MoE layer (with its shared expert) under the 'moe' module, the shared expert under 'shared_experts'."""
+@dataclass(frozen=True)
+class MoeHostPasses:
+    """Host work of one MoE block per micro-batch by pass: (Python-dispatched ops, per-expert launches) of the
+    forward and of the backward (a recomputed forward included), and each pass's seconds; ``resync``: the backward
+    re-runs the MoE layer's forward (recompute), so its dispatcher syncs the host there too."""
+
+    fwd_ops: tuple[int, int]
+    bwd_ops: tuple[int, int]
+    fwd_s: float
+    bwd_s: float
+    resync: bool
+
+
+def moe_block_host_passes(shp: LayerShape, host_cpu: str = "x86") -> MoeHostPasses:
+    """Host work of one MoE block (attention half + MoE layer, a shared expert included) by pass; ``host_cpu`` is
+    ClusterSpec.host_cpu. A recomputed forward issues its ops again in the backward: everything under full
+    recompute, the MoE layer (with its shared expert) under the 'moe' module, the shared expert under
+    'shared_experts'."""
     if not shp.is_moe:
         raise ValueError("moe_block_host_issue needs a MoE block")
     local = max(1, shp.experts // shp.ep)
@@ -65,7 +79,14 @@ def moe_block_host_issue(shp: LayerShape, host_cpu: str = "x86") -> HostIssue:
     full = shp.recompute == "full"
     rerun_moe = full or shp.recomputes("moe")
     rerun_shared = bool(shp.fs) and (rerun_moe or shp.recomputes("shared_experts"))
-    py = (fwd_py + bwd_py + (ATTN_OPS[0] if full else 0) + (MOE_OPS[0] if rerun_moe else 0)
-          + (MLP_OPS[0] if rerun_shared else 0))
-    loop = local * (per_expert_f * (2 if rerun_moe else 1) + per_expert_b)
-    return HostIssue(py, loop, py * HOST_OP_S[host_cpu] + loop * HOST_LOOP_OP_S[host_cpu])
+    bwd_py += (ATTN_OPS[0] if full else 0) + (MOE_OPS[0] if rerun_moe else 0) + (MLP_OPS[0] if rerun_shared else 0)
+    fwd = (fwd_py, local * per_expert_f)
+    bwd = (bwd_py, local * (per_expert_b + (per_expert_f if rerun_moe else 0)))
+    op, loop = HOST_OP_S[host_cpu], HOST_LOOP_OP_S[host_cpu]
+    return MoeHostPasses(fwd, bwd, fwd[0] * op + fwd[1] * loop, bwd[0] * op + bwd[1] * loop, rerun_moe)
+
+
+def moe_block_host_issue(shp: LayerShape, host_cpu: str = "x86") -> HostIssue:
+    """Host work of one MoE block per micro-batch, forward + backward (``moe_block_host_passes`` summed)."""
+    p = moe_block_host_passes(shp, host_cpu)
+    return HostIssue(p.fwd_ops[0] + p.bwd_ops[0], p.fwd_ops[1] + p.bwd_ops[1], p.fwd_s + p.bwd_s)
