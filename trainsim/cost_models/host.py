@@ -1,13 +1,14 @@
-"""Host (CPU) time to issue one MoE block's kernels in eager Megatron-Core, for the launch-bound warning.
+"""Host (CPU) time to issue one MoE block's kernels in eager Megatron-Core: op counts and seconds per pass.
 
-An estimate, not part of the step time: trainsim's GPU timeline assumes the host always runs ahead of the GPU.
-Fine-grained MoE layers break that assumption in eager execution -- Megatron-Core's alltoall dispatcher blocks the
-host once per MoE layer forward (``d2h_event.synchronize()`` before the dispatch all-to-all; DeepEP and dropless
-HybridEP wait likewise), so the host cannot queue more than a layer ahead, and Transformer Engine's GroupedLinear
-(before TE 2.14) launches one cuBLASLt GEMM per local expert from C++, with a quantize kernel per expert and input
-under FP8. When the host needs about as long to issue a block as the GPU needs to run it, the GPU idles (measured:
-Qwen3-30B-A3B on H100 at micro-batch 1, 623 -> 484 ms per iteration with attention, router and dispatch graphed;
-Megatron-Bridge docs/training/cuda-graphs.md). docs/validation.md ("host-bound fine-grained MoE") has the reading.
+Fine-grained MoE layers can make the host the bottleneck in eager execution -- Megatron-Core's alltoall dispatcher
+blocks the host once per MoE layer forward (``d2h_event.synchronize()`` before the dispatch all-to-all; DeepEP and
+dropless HybridEP wait likewise), so the host cannot queue more than a layer ahead, and Transformer Engine's
+GroupedLinear (before TE 2.14) launches one cuBLASLt GEMM per local expert from C++, with a quantize kernel per
+expert and input under FP8. When the host needs about as long to issue a block as the GPU needs to run it, the GPU
+idles (measured: Qwen3-30B-A3B on H100 at micro-batch 1, 623 -> 484 ms per iteration with attention, router and
+dispatch graphed; Megatron-Bridge docs/training/cuda-graphs.md). cost_models.moe_issue puts these seconds in the
+step of a Megatron-Core MoE model with the sync's exposure rule; predict's host-bound warning uses the total where
+the step does not (hybrid Mamba stacks). docs/validation.md ("host-bound fine-grained MoE") has the reading.
 
 Counts per transformer block and micro-batch (read from Megatron-Core and TE, BF16, router and permute fusion on;
 estimates to within ~30 %):
