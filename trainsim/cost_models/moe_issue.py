@@ -6,10 +6,14 @@ blocks the host on them once per MoE layer forward: dropless with EP or several 
 ``cuda_sync_point = "before_ep_alltoall"`` ("before_finish" without EP), and ``_maybe_dtoh_and_synchronize`` calls
 ``self.d2h_event.synchronize()`` there, since the all-to-all's ``input_splits`` / ``output_splits`` must be host
 lists (NVIDIA/Megatron-LM megatron/core/transformer/moe/token_dispatcher.py @ d98e8a64ddf34856e74b24714e3bedb2f5a39553,
-``MoEAlltoAllTokenDispatcher.preprocess`` and ``_maybe_dtoh_and_synchronize``). Only drop-and-pad routing
-(capacity-padded experts) has no sync. The flex dispatcher's HybridEP sizes its buffers with a host sync in dispatch
-unless it is given the permuted-token budget (``_HybridEPManager.setup_metadata``, same file), and DeepEP's
-dispatch waits for the GPU's counts likewise (cost_models.host); all three are costed alike. The backward has no
+``MoEAlltoAllTokenDispatcher.preprocess`` and ``_maybe_dtoh_and_synchronize``). Token dropping without padding
+(``training.moe_capacity_factor``) syncs too, earlier ("before_permutation_1", for ``num_out_tokens``); only
+drop-and-pad routing (``moe_pad_expert_input_to_capacity``, not a scenario setting) has no sync. The flex
+dispatcher syncs likewise: DeepEP's ``FusedDispatch.forward`` notes "the CPU will wait for GPU's signal to arrive"
+(its per-expert receive counts come back as a host list), and HybridEP's dispatch is non-blocking only when given
+the permuted-token count (``non_blocking = num_permuted_tokens is not None``; megatron/core/transformer/moe/
+fused_a2a.py, same commit), which the dispatcher sets only under an EP-rank capacity factor or drop-and-pad
+(``_HybridEPManager.setup_metadata``, token_dispatcher.py); all three are costed alike. The backward has no
 such sync: the all-to-all's backward reuses the host split lists its forward saved (``_AllToAll.backward``,
 megatron/core/tensor_parallel/mappings.py, same commit), and the GroupedLinear and fused-permute backward reuse the
 forward's host-side sizes; a recomputed MoE forward (full recompute, or the 'moe' module) runs the dispatcher again
