@@ -59,29 +59,36 @@ def test_forward_excess_is_exposed_block_by_block():
     """The sync bounds the host's lead to one block: 10 blocks of 2 ms GPU and 3 ms host idle 10 x (1 ms + lead),
     though 10 other blocks' worth of GPU time elsewhere in the chunk could have hidden it; a block whose GPU
     outlasts the host idles only the lead-in."""
-    idle_f, _ = moe_chunk_idle_s(ISSUE, (10, 2e-3, 9e-3, 0.0, 0.0), (0, 0.0, 0.0), 0.0)
+    idle_f, _ = moe_chunk_idle_s(ISSUE, ((10, 2e-3, 9e-3, 0.0, 0.0),), (0, 0.0, 0.0), 0.0)
     assert idle_f == pytest.approx(10 * (1e-3 + 1e-5))
-    idle_f, _ = moe_chunk_idle_s(ISSUE, (10, 5e-3, 9e-3, 0.0, 0.0), (2, 1e-4, 1e-4), 0.0)
+    idle_f, _ = moe_chunk_idle_s(ISSUE, ((10, 5e-3, 9e-3, 0.0, 0.0),), (2, 1e-4, 1e-4), 0.0)
     assert idle_f == pytest.approx(10 * 1e-5 + 2 * (0.4e-3 - 1e-4))
+
+
+def test_each_block_kind_against_its_own_gpu_time():
+    """Sliding-window and full-attention MoE blocks (GPT-OSS) differ in GPU time: 3 ms of host against 2 ms and
+    4 ms idles 1 ms on each of the first kind, none on the second -- not the none their 3 ms mean would give."""
+    idle_f, _ = moe_chunk_idle_s(ISSUE, ((5, 2e-3, 9e-3, 0.0, 0.0), (5, 4e-3, 9e-3, 0.0, 0.0)), (0, 0.0, 0.0), 0.0)
+    assert idle_f == pytest.approx(5 * 1e-3 + 10 * 1e-5)
 
 
 def test_backward_runs_ahead_over_the_chunk_unless_recomputed():
     """No sync in the backward: 10 blocks x 4 ms of host against a chunk backward of 35 ms of GPU idle 5 ms in all,
     whatever each block's own GPU time; with the MoE forward recomputed the dispatcher syncs there too, so each
     block idles its own excess (4 - 3 ms) and the lead-in."""
-    _, idle_b = moe_chunk_idle_s(ISSUE, (10, 2e-3, 3e-3, 0.0, 0.0), (0, 0.0, 0.0), 35e-3)
+    _, idle_b = moe_chunk_idle_s(ISSUE, ((10, 2e-3, 3e-3, 0.0, 0.0),), (0, 0.0, 0.0), 35e-3)
     assert idle_b == pytest.approx(5e-3)
-    _, idle_b = moe_chunk_idle_s(ISSUE, (10, 2e-3, 3e-3, 0.0, 0.0), (0, 0.0, 0.0), 45e-3)
+    _, idle_b = moe_chunk_idle_s(ISSUE, ((10, 2e-3, 3e-3, 0.0, 0.0),), (0, 0.0, 0.0), 45e-3)
     assert idle_b == 0.0
     resync = MoeIssue(**{**ISSUE.__dict__, "resync": True})
-    _, idle_b = moe_chunk_idle_s(resync, (10, 2e-3, 3e-3, 0.0, 0.0), (0, 0.0, 0.0), 45e-3)
+    _, idle_b = moe_chunk_idle_s(resync, ((10, 2e-3, 3e-3, 0.0, 0.0),), (0, 0.0, 0.0), 45e-3)
     assert idle_b == pytest.approx(10 * (1e-3 + 1e-5))
 
 
 def test_paired_layers_expose_their_joint_excess():
     """Under EP overlap a paired layer's host issues a forward and a backward (7 ms) against their joint GPU time
     (2 + 3 ms): 2 ms each, charged to the forward; no separate backward idle for the paired share."""
-    idle_f, idle_b = moe_chunk_idle_s(ISSUE, (10, 2e-3, 3e-3, 2e-3, 3e-3), (0, 0.0, 0.0), 0.0, pair=1.0)
+    idle_f, idle_b = moe_chunk_idle_s(ISSUE, ((10, 2e-3, 3e-3, 2e-3, 3e-3),), (0, 0.0, 0.0), 0.0, pair=1.0)
     assert idle_f == pytest.approx(10 * (2e-3 + 1e-5)) and idle_b == 0.0
 
 

@@ -91,23 +91,25 @@ def synced_idle_s(host_s: float, gpu_s: float, lead_s: float) -> float:
     return max(0.0, host_s - gpu_s) + lead_s
 
 
-def moe_chunk_idle_s(issue: MoeIssue, moe: tuple[int, float, float, float, float],
+def moe_chunk_idle_s(issue: MoeIssue, moe: tuple[tuple[int, float, float, float, float], ...],
                      dense: tuple[int, float, float], chunk_gpu_bwd_s: float, pair: float = 0.0
                      ) -> tuple[float, float]:
     """(forward, backward) GPU idle per micro-batch of a chunk (module doc, "Exposure rule").
 
-    ``moe``: (MoE blocks, one's forward GPU seconds, its backward GPU seconds, its forward and backward GPU seconds
-    when paired with another micro-batch's pass under EP overlap); ``dense``: (dense blocks, forward and backward
-    GPU seconds of one); ``chunk_gpu_bwd_s``: the chunk's whole backward on the GPU's stream; ``pair``: the share
-    of the passes EP overlap pairs."""
-    n, g_f, g_b, g_pair_f, g_pair_b = moe
+    ``moe``: per kind of MoE block (e.g. sliding-window and full-attention ones): (blocks, one's forward GPU seconds,
+    its backward GPU seconds, its forward and backward GPU seconds when paired with another micro-batch's pass under
+    EP overlap); ``dense``: (dense blocks, forward and backward GPU seconds of one); ``chunk_gpu_bwd_s``: the chunk's
+    whole backward on the GPU's stream; ``pair``: the share of the passes EP overlap pairs."""
     n_d, gd_f, gd_b = dense
-    own_f = synced_idle_s(issue.fwd_s, g_f, issue.lead_s)
-    paired = synced_idle_s(issue.fwd_s + issue.bwd_s, g_pair_f + g_pair_b, issue.lead_s)
-    idle_f = n * ((1.0 - pair) * own_f + pair * paired) + n_d * max(0.0, issue.dense_fwd_s - gd_f)
-    if issue.resync:
-        idle_b = n * synced_idle_s(issue.bwd_s, g_b, issue.lead_s) + n_d * max(0.0, issue.dense_bwd_s - gd_b)
-    else:
+    idle_f = n_d * max(0.0, issue.dense_fwd_s - gd_f)
+    idle_b = n_d * max(0.0, issue.dense_bwd_s - gd_b)
+    for n, g_f, g_b, g_pair_f, g_pair_b in moe:
+        own_f = synced_idle_s(issue.fwd_s, g_f, issue.lead_s)
+        paired = synced_idle_s(issue.fwd_s + issue.bwd_s, g_pair_f + g_pair_b, issue.lead_s)
+        idle_f += n * ((1.0 - pair) * own_f + pair * paired)
+        idle_b += n * synced_idle_s(issue.bwd_s, g_b, issue.lead_s)
+    if not issue.resync:  # no sync in the backward: the host runs ahead over the chunk
+        n = sum(kind[0] for kind in moe)
         idle_b = max(0.0, n * issue.bwd_s + n_d * issue.dense_bwd_s - chunk_gpu_bwd_s)
     return idle_f, (1.0 - pair) * idle_b
 

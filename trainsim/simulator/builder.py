@@ -324,18 +324,10 @@ def _moe_idle(st: _Step, cs: _ChunkSums, n_d: int, gpu_bwd_s: float, pair: float
     """(forward, backward) GPU idle per micro-batch of a Megatron-Core MoE chunk waiting for its host
     (cost_models.moe_issue): each MoE block's passes on the GPU's stream -- compute, TP, CP and the EP all-to-alls,
     unpaired and paired under EP overlap -- the dense blocks' (``n_d``: st.dense), and the chunk's backward."""
-    moe_kinds = [(b, k) for b, k in cs.kinds if k and not (n_d and b is st.dense)]
-    n = sum(k for _, k in moe_kinds)
-    if not n:
-        return 0.0, 0.0
-
-    def mean(f) -> float:
-        return sum(k * f(b) for b, k in moe_kinds) / n
-
-    g_f, g_b = mean(lambda b: b.gpu_passes()[0] + b.ep_f), mean(lambda b: b.gpu_passes()[1] + b.ep_b)
-    p_f, p_b = mean(lambda b: b.gpu_passes()[0] + b.ep_f_ov), mean(lambda b: b.gpu_passes()[1] + b.ep_b_ov)
+    moe = tuple((k, b.gpu_passes()[0] + b.ep_f, b.gpu_passes()[1] + b.ep_b, b.gpu_passes()[0] + b.ep_f_ov,
+                 b.gpu_passes()[1] + b.ep_b_ov) for b, k in cs.kinds if k and not (n_d and b is st.dense))
     dense = (n_d, *st.dense.gpu_passes()) if n_d else (0, 0.0, 0.0)
-    return moe_issue.moe_chunk_idle_s(st.moe_issue, (n, g_f, g_b, p_f, p_b), dense, gpu_bwd_s, pair)
+    return moe_issue.moe_chunk_idle_s(st.moe_issue, moe, dense, gpu_bwd_s, pair)
 
 
 def _head_issue(st: _Step) -> tuple[float, float, float, float] | None:
