@@ -1,5 +1,5 @@
-"""The launch-bound warning of fine-grained MoE runs: host op counts of cost_models.host written out by hand, and
-when predict raises the warning."""
+"""Host op counts of fine-grained MoE blocks (cost_models.host) written out by hand, and when predict warns of a
+host-bound risk the step leaves out (hybrid Mamba stacks) or reports the host idle the step includes."""
 
 from __future__ import annotations
 
@@ -55,13 +55,14 @@ def test_shared_expert_adds_a_dense_mlp():
     assert shared.python_ops - got.python_ops == 6 and shared.loop_ops == got.loop_ops
 
 
-def test_warning_where_the_host_is_as_slow_as_the_gpu():
-    """Micro-batch 1 of Qwen3-30B on 8 B200 (a published run 2.8x slower than its GPU time [mb_227]) is warned;
-    micro-batch 8 (within 5 % of published) is not; Grace hosts warn earlier."""
-    assert "host-bound risk" in " ".join(predict(scen(dtype="fp8"), fast=True).warnings)
-    assert host_bound_warning(scen(dtype="fp8", micro_batch=8, cluster="dgx-b300")) is None
-    assert host_bound_warning(scen(dtype="fp8", micro_batch=4)) is None
-    assert host_bound_warning(scen(dtype="fp8", micro_batch=4, cluster="gb200-nvl72")) is not None
+def test_warning_only_where_the_step_leaves_the_host_out():
+    """A Megatron-Core MoE model's host issue is in the step (cost_models.moe_issue), so predict does not add the
+    estimate's warning there; a hybrid Mamba stack's is not modelled, so micro-batch 1 of Nemotron 3 Nano on 8 B200
+    (2.7 ms of host work per block against 2.1 ms of GPU) is still warned, micro-batch 4 on B300 not."""
+    assert host_bound_warning(scen(dtype="fp8")) is None
+    nano = "nemotron-3-nano-30b-a3b"
+    assert "host-bound risk" in " ".join(predict(scen(nano, dtype="fp8"), fast=True).warnings)
+    assert host_bound_warning(scen(nano, dtype="fp8", micro_batch=4, cluster="dgx-b300")) is None
 
 
 def test_no_warning_for_dense_models_other_frameworks_or_cpu_ranks():
@@ -73,9 +74,10 @@ def test_no_warning_for_dense_models_other_frameworks_or_cpu_ranks():
                                    global_batch=4, dtype="fp32")) is None
 
 
-def test_plan_rows_carry_the_warning_and_the_table_prints_it():
+def test_plan_rows_carry_the_host_idle_and_the_table_prints_it():
     """A plan of Qwen3-30B on 8 B200 ranks layouts whose experts all sit on one GPU (ep 1: 128 local experts, 1,280
-    launches per block); their rows carry the host-bound risk and `trainsim plan` prints it under the table."""
+    launches per block); their rows carry the GPU's idle wait for the host and `trainsim plan` prints it under the
+    table."""
     import io
 
     from trainsim.cli.plan import print_table
@@ -86,8 +88,9 @@ def test_plan_rows_carry_the_warning_and_the_table_prints_it():
                       global_batch=512, seq_len=4096, top_k=2,
                       limits=SearchLimits(dtype="fp8", fixed={"tp": 1, "pp": 1, "cp": 1, "ep": 1, "micro_batch": 4}))
     res = plan(req)
-    assert res.rows and all(any(w.startswith("host-bound risk") for w in r.warnings) for r in res.rows if r.fits)
+    marker = "GPU idle waiting for the host"
+    assert res.rows and all(any(marker in w for w in r.warnings) for r in res.rows if r.fits)
     assert res.rows[0].to_json()["warnings"]
     out = io.StringIO()
     print_table(res, out)
-    assert "note (#1" in out.getvalue() and "host-bound risk" in out.getvalue()
+    assert "note (#1" in out.getvalue() and marker in out.getvalue()

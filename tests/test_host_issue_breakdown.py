@@ -62,6 +62,18 @@ def test_host_issue_is_the_critical_stage_with_its_own_block_count():
     assert pred.breakdown_s["host_issue"] == pytest.approx(_closed_form(sc, layers[crit], crit), rel=1e-12)
 
 
+def test_megatron_moe_host_issue_is_every_block_pass():
+    """Megatron-Core MoE blocks (cost_models.moe_issue): micro-batches x blocks x (forward + backward) host seconds;
+    the optimizer step's issue is not modelled for MoE models (cost_models.step_host)."""
+    from trainsim.cost_models.moe_issue import moe_block_issue
+
+    sc = _scenario({"framework": "megatron"}, model="mixtral-8x7b")
+    issue = moe_block_issue(sc)
+    assert scenario_step_host(sc, 0) is None
+    want = sc.num_microbatches * sc.model.num_layers * (issue.fwd_s + issue.bwd_s)
+    assert predict(sc, fast=True).breakdown_s["host_issue"] == pytest.approx(want, rel=1e-12)
+
+
 def test_no_host_issue_where_the_host_is_not_modelled_apart():
-    pred = predict(_scenario({"framework": "megatron"}, model="mixtral-8x7b"), fast=True)
+    pred = predict(_scenario({"framework": "deepspeed", "zero": 1}, model="mixtral-8x7b"), fast=True)
     assert pred.breakdown_s["host_issue"] == 0.0 and math.isfinite(pred.step_time_s)

@@ -1,13 +1,14 @@
-"""Host (CPU) time to issue one MoE block's kernels in eager Megatron-Core, for the launch-bound warning.
+"""Host (CPU) time to issue one MoE block's kernels in eager Megatron-Core: op counts and seconds per pass.
 
-An estimate, not part of the step time: trainsim's GPU timeline assumes the host always runs ahead of the GPU.
-Fine-grained MoE layers break that assumption in eager execution -- Megatron-Core's alltoall dispatcher blocks the
-host once per MoE layer forward (``d2h_event.synchronize()`` before the dispatch all-to-all; DeepEP and dropless
-HybridEP wait likewise), so the host cannot queue more than a layer ahead, and Transformer Engine's GroupedLinear
-(before TE 2.14) launches one cuBLASLt GEMM per local expert from C++, with a quantize kernel per expert and input
-under FP8. When the host needs about as long to issue a block as the GPU needs to run it, the GPU idles (measured:
-Qwen3-30B-A3B on H100 at micro-batch 1, 623 -> 484 ms per iteration with attention, router and dispatch graphed;
-Megatron-Bridge docs/training/cuda-graphs.md). docs/validation.md ("host-bound fine-grained MoE") has the reading.
+Fine-grained MoE layers can make the host the bottleneck in eager execution -- Megatron-Core's alltoall dispatcher
+blocks the host once per MoE layer forward (``d2h_event.synchronize()`` before the dispatch all-to-all; DeepEP and
+dropless HybridEP wait likewise), so the host cannot queue more than a layer ahead, and Transformer Engine's
+GroupedLinear (before TE 2.14) launches one cuBLASLt GEMM per local expert from C++, with a quantize kernel per
+expert and input under FP8. When the host needs about as long to issue a block as the GPU needs to run it, the GPU
+idles (measured: Qwen3-30B-A3B on H100 at micro-batch 1, 623 -> 484 ms per iteration with attention, router and
+dispatch graphed; Megatron-Bridge docs/training/cuda-graphs.md). cost_models.moe_issue puts these seconds in the
+step of a Megatron-Core MoE model with the sync's exposure rule; predict's host-bound warning uses the total where
+the step does not (hybrid Mamba stacks). docs/validation.md ("host-bound fine-grained MoE") has the reading.
 
 Counts per transformer block and micro-batch (read from Megatron-Core and TE, BF16, router and permute fusion on;
 estimates to within ~30 %):
@@ -51,10 +52,24 @@ class HostIssue:
     seconds: float
 
 
-def moe_block_host_issue(shp: LayerShape, host_cpu: str = "x86") -> HostIssue:
-    """Estimated host work of one MoE block (attention half + MoE layer, a shared expert included), fwd + bwd;
-    ``host_cpu`` is ClusterSpec.host_cpu. A recomputed forward issues its ops again: everything under full recompute,
-    the MoE layer (with its shared expert) under the 'moe' module, the shared expert under 'shared_experts'."""
+@dataclass(frozen=True)
+class MoeHostPasses:
+    """Host work of one MoE block per micro-batch by pass: (Python-dispatched ops, per-expert launches) of the
+    forward and of the backward (a recomputed forward included), and each pass's seconds; ``resync``: the backward
+    re-runs the MoE layer's forward (recompute), so its dispatcher syncs the host there too."""
+
+    fwd_ops: tuple[int, int]
+    bwd_ops: tuple[int, int]
+    fwd_s: float
+    bwd_s: float
+    resync: bool
+
+
+def moe_block_host_passes(shp: LayerShape, host_cpu: str = "x86") -> MoeHostPasses:
+    """Host work of one MoE block (attention half + MoE layer, a shared expert included) by pass; ``host_cpu`` is
+    ClusterSpec.host_cpu. A recomputed forward issues its ops again in the backward: everything under full
+    recompute, the MoE layer (with its shared expert) under the 'moe' module, the shared expert under
+    'shared_experts'."""
     if not shp.is_moe:
         raise ValueError("moe_block_host_issue needs a MoE block")
     local = max(1, shp.experts // shp.ep)
@@ -65,7 +80,14 @@ def moe_block_host_issue(shp: LayerShape, host_cpu: str = "x86") -> HostIssue:
     full = shp.recompute == "full"
     rerun_moe = full or shp.recomputes("moe")
     rerun_shared = bool(shp.fs) and (rerun_moe or shp.recomputes("shared_experts"))
-    py = (fwd_py + bwd_py + (ATTN_OPS[0] if full else 0) + (MOE_OPS[0] if rerun_moe else 0)
-          + (MLP_OPS[0] if rerun_shared else 0))
-    loop = local * (per_expert_f * (2 if rerun_moe else 1) + per_expert_b)
-    return HostIssue(py, loop, py * HOST_OP_S[host_cpu] + loop * HOST_LOOP_OP_S[host_cpu])
+    bwd_py += (ATTN_OPS[0] if full else 0) + (MOE_OPS[0] if rerun_moe else 0) + (MLP_OPS[0] if rerun_shared else 0)
+    fwd = (fwd_py, local * per_expert_f)
+    bwd = (bwd_py, local * (per_expert_b + (per_expert_f if rerun_moe else 0)))
+    op, loop = HOST_OP_S[host_cpu], HOST_LOOP_OP_S[host_cpu]
+    return MoeHostPasses(fwd, bwd, fwd[0] * op + fwd[1] * loop, bwd[0] * op + bwd[1] * loop, rerun_moe)
+
+
+def moe_block_host_issue(shp: LayerShape, host_cpu: str = "x86") -> HostIssue:
+    """Host work of one MoE block per micro-batch, forward + backward (``moe_block_host_passes`` summed)."""
+    p = moe_block_host_passes(shp, host_cpu)
+    return HostIssue(p.fwd_ops[0] + p.bwd_ops[0], p.fwd_ops[1] + p.bwd_ops[1], p.fwd_s + p.bwd_s)

@@ -514,7 +514,7 @@ def executor_block_issue(scenario, profile) -> PassIssue | None:
 def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
     """Host issue time of one dense block of ``scenario`` per micro-batch, or None where the host is not
     modelled apart: CPU ranks (their eager time is the ops' own time, cost_models.eager) and MoE blocks
-    (Megatron-Core's MoE host work and its per-layer host sync: cost_models.host, a warning) and hybrid Mamba
+    (Megatron-Core's MoE host work and its per-layer host sync: cost_models.moe_issue) and hybrid Mamba
     stacks (no measured issue time of their layers)."""
     from trainsim.specs.framework_behaviour import behaviour
 

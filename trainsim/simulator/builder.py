@@ -87,7 +87,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainsim.cost_models import activations as act
-from trainsim.cost_models import compute, framework, host_issue, memory, step_host
+from trainsim.cost_models import compute, framework, host_issue, memory, moe_issue, step_host
 from trainsim.cost_models.grad_buffer import DDP_BUCKET_PARAMS, DDP_BUCKET_PARAMS_PER_DP, MiB
 from trainsim.specs import Scenario
 from trainsim.specs.memo import active_memo
@@ -297,12 +297,17 @@ def _chunk(st: _Step, s: int, c: int, pair: float) -> ChunkCost:
     cp_fc, cp_bc = sum(k * b.cp_f for b, k in ck), sum(k * b.cp_b for b, k in ck)
     tp_calls = max(1, host_issue.tp_collective_calls(scenario)[0])  # a forward's sync drains one of them
     head = _head_issue(st) if vs == st.last_vs else None
-    idle_f, idle_b = host_issue.chunk_idle_s(st.issue, n, cs.f + off_f + tp_fc + cp_fc + dp_f,
-                                             cs.bi + cs.bw + cs.rc + off_b + tp_bc + cp_bc + dp_b, first=vs == 0,
-                                             blocks=tuple((k, *b.gpu_passes(), b.tp_f / tp_calls)
-                                                          for b, k in cs.kinds if k),
-                                             queued=framework.queued_microbatches(scenario), head=head)
-    host_f, host_b = host_issue.chunk_issue_s(st.issue, n, first=vs == 0, head=head)
+    if st.moe_issue is not None:
+        ep_b = sum(k * (b.ep_b_ov * pair + b.ep_b * (1 - pair)) for b, k in ck)
+        idle_f, idle_b = _moe_idle(st, cs, n_d, cs.bi + cs.bw + cs.rc + off_b + tp_bc + cp_bc + dp_b + ep_b, pair)
+        host_f, host_b = moe_issue.moe_chunk_issue_s(st.moe_issue, n - n_d, n_d)
+    else:
+        idle_f, idle_b = host_issue.chunk_idle_s(st.issue, n, cs.f + off_f + tp_fc + cp_fc + dp_f,
+                                                 cs.bi + cs.bw + cs.rc + off_b + tp_bc + cp_bc + dp_b, first=vs == 0,
+                                                 blocks=tuple((k, *b.gpu_passes(), b.tp_f / tp_calls)
+                                                              for b, k in cs.kinds if k),
+                                                 queued=framework.queued_microbatches(scenario), head=head)
+        host_f, host_b = host_issue.chunk_issue_s(st.issue, n, first=vs == 0, head=head)
     return ChunkCost(
         fwd_s=cs.f + off_f + idle_f, bwd_input_s=cs.bi + off_b + idle_b, bwd_weight_s=cs.bw, recompute_s=cs.rc,
         host_idle_fwd_s=idle_f, host_idle_bwd_s=idle_b, host_issue_fwd_s=host_f, host_issue_bwd_s=host_b,
@@ -316,6 +321,16 @@ def _chunk(st: _Step, s: int, c: int, pair: float) -> ChunkCost:
         layers=n, label=cs.label, grad_buckets=buckets,
         param_gather=gather, param_gather_bytes=0.0,  # gather buffers are in memory.stage_memory 'other'
     )
+
+
+def _moe_idle(st: _Step, cs: _ChunkSums, n_d: int, gpu_bwd_s: float, pair: float) -> tuple[float, float]:
+    """(forward, backward) GPU idle per micro-batch of a Megatron-Core MoE chunk waiting for its host
+    (cost_models.moe_issue): each MoE block's passes on the GPU's stream -- compute, TP, CP and the EP all-to-alls,
+    unpaired and paired under EP overlap -- the dense blocks' (``n_d``: st.dense), and the chunk's backward."""
+    moe = tuple((k, b.gpu_passes()[0] + b.ep_f, b.gpu_passes()[1] + b.ep_b, b.gpu_passes()[0] + b.ep_f_ov,
+                 b.gpu_passes()[1] + b.ep_b_ov) for b, k in cs.kinds if k and not (n_d and b is st.dense))
+    dense = (n_d, *st.dense.gpu_passes()) if n_d else (0, 0.0, 0.0)
+    return moe_issue.moe_chunk_idle_s(st.moe_issue, moe, dense, gpu_bwd_s, pair)
 
 
 def _head_issue(st: _Step) -> tuple[float, float, float, float] | None:

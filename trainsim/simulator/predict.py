@@ -98,8 +98,11 @@ def host_bound_warning(scenario: Scenario, profile=None, table=None) -> str | No
     (the host catches up while the GPU waits on a collective) -- per micro-batch, from the chunk of ``table`` whose
     blocks take the least (embedding and loss chunks included at their share)."""
     from trainsim.cost_models.host import moe_block_host_issue
+    from trainsim.cost_models.moe_issue import moe_block_issue
     from trainsim.cost_models.shapes import layer_shape
     if not scenario.model.is_moe or scenario.training.framework != "megatron":
+        return None
+    if moe_block_issue(scenario) is not None:  # the step includes it: host_idle_warning says how much
         return None
     if getattr(scenario.cluster.gpu, "num_sms", None) is None:  # CPU ranks: the eager profile times the host
         return None
@@ -140,6 +143,10 @@ def host_idle_warning(scenario: Scenario, table, step_time_s: float) -> str | No
     share = host_idle_share(table, step_time_s)
     if share < HOST_BOUND_SHARE:
         return None
+    if scenario.model.is_moe:  # only Megatron-Core MoE models carry host idle (cost_models/moe_issue.py)
+        return (f"host-bound: GPU idle waiting for the host: {100 * share:.0f} % of the step (eager kernel issue of "
+                f"the MoE blocks, held back by the dispatcher's host sync in every MoE layer forward; "
+                f"cost_models/moe_issue.py). A larger micro-batch or fewer local experts shorten it")
     return (f"host-bound: GPU idle waiting for the host: {100 * share:.0f} % of the step (eager kernel issue, "
             f"host_issue={scenario.training.host_issue}; cost_models/host_issue.py). CUDA graphs "
             f"(training.host_issue: cuda_graphs), torch.compile, a larger micro-batch or a smaller TP shorten it")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainsim.cost_models import activations as act
-from trainsim.cost_models import compute, framework, host_issue, loss_issue, memory
+from trainsim.cost_models import compute, framework, host_issue, loss_issue, memory, moe_issue
 from trainsim.cost_models.shapes import dense_block_scenario, layer_shape
 from trainsim.specs import Scenario, framework_behaviour
 
@@ -60,6 +60,7 @@ class _Step:
     stage_rank: tuple                 # rank 0's column of the pipeline
     issue: object                     # host time to issue one block (None: not modelled)
     last_vs: int
+    moe_issue: object = None          # host time of a Megatron-Core MoE model's blocks (cost_models.moe_issue)
 
 
 def _step_context(scenario: Scenario, profile) -> _Step:
@@ -125,7 +126,7 @@ def _step_context(scenario: Scenario, profile) -> _Step:
         working=stage_mem[0].details["recompute_working"],
         stage_rank=tuple(pl.pp_peer(0, k) for k in range(p)),
         issue=zero3_reduce.with_rank_loops(scenario, host_issue.scenario_block_issue(scenario, profile), profile),
-        last_vs=p * lay.vpp - 1,
+        last_vs=p * lay.vpp - 1, moe_issue=moe_issue.moe_block_issue(scenario),
     )
 
 

@@ -451,9 +451,11 @@ def _check_runtime(m: ModelSpec, cluster: ClusterSpec, t: TrainingSpec, pp: int)
     if m.position_embedding == "learned" and t.seq_len > m.max_seq_len:
         raise SpecError("training.seq_len", f"seq_len={t.seq_len} exceeds {m.name}'s learned positions ({m.max_seq_len})")
     if t.host_issue != "eager" and (m.is_moe or cluster.gpu.num_sms is None):
-        # cost_models/host_issue.py costs the host's issue of dense blocks on GPUs; a MoE block's host work (its
-        # per-layer host sync, per-expert launches) is only estimated (cost_models/host.py), and CPU ranks have no
-        # kernels to capture -- a graph or compile setting there would be silently without effect.
+        # cost_models/host_issue.py costs the host's issue of dense blocks on GPUs under every mode; a MoE block's
+        # host work is costed eager only (cost_models/moe_issue.py): Transformer Engine's partial graphs of a MoE
+        # layer (scopes attn, moe_router, moe_preprocess) keep the dispatcher's host sync and leave the dispatch,
+        # experts and combine eager, and which of the counted MoE ops they capture is not counted. CPU ranks have
+        # no kernels to capture -- a graph or compile setting there would be silently without effect.
         raise SpecError("training.host_issue", f"{t.host_issue} is costed for dense blocks on GPUs only "
                                                f"({'a MoE model' if m.is_moe else 'CPU ranks'}); use eager")
     if dtype_refusal(cluster.gpu, t.dtype):
