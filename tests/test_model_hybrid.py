@@ -245,7 +245,6 @@ def test_nemotron_h_config_json_maps_to_the_preset():
 
 
 @pytest.mark.parametrize("extra, field", [
-    ({"moe_latent_size": 1024}, "moe_latent_size"),
     ({"num_nextn_predict_layers": 1}, "mtp_hybrid_override_pattern"),
     ({"use_conv_bias": False}, "use_conv_bias"),
     ({"n_routed_experts": None}, "n_routed_experts"),

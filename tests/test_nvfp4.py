@@ -128,7 +128,7 @@ _COLUMNS = ["row_id", "nemo_container", "section", "model", "system", "num_gpus"
 
 def test_nemo_nvfp4_rows_map_to_dtype_nvfp4_without_tp_overlap(tmp_path):
     """Hand-written rows in the table's layout: a Llama NVFP4 row is predicted as nvfp4 with TP overlap off (the
-    recipes' tp_comm_overlap False for nvfp4); a Nemotron 3 Super NVFP4 row keeps its skip (LatentMoE of a hybrid stack)."""
+    recipes' tp_comm_overlap False for nvfp4); a Nemotron 3 Super NVFP4 row keeps its skip (nvfp4 with a hybrid stack is not modelled)."""
     path = tmp_path / "nemo.csv"
     rows = [("r_llama", "LLAMA3_70B", "DGX-GB200", 2, 4, 5, "", 4864), ("r_super", "Nemotron_3_Super", "DGX-GB300",
                                                                           1, 1, "n/a", 64, 9600)]

@@ -278,8 +278,11 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
 def _moe_bytes(shp: LayerShape, impl: str) -> tuple[float, float]:
     """(main, small) bytes a MoE layer saves per micro-batch beyond the norm output it starts from: each routed
     token-copy's expert MLP (its input, inner activations and output) and the shared expert's inner activations;
-    the router's fp32 logits and its top-k choices (small). Selective recompute drops the activation's output
-    (``moe_act``), the shared expert (``shared_experts``) or the whole layer (``moe``)."""
+    the router's fp32 logits and its top-k choices (small). LatentMoE (``shp.lat``): the routed tensors are
+    latent-wide, fc2_latent_proj saves its input (the combined latent tokens of this rank), and under fp8 / nvfp4
+    fc1_latent_proj saves its quantized copy of the norm output (in 16 bits it is the router's input, kept once).
+    Selective recompute drops the activation's output (``moe_act``), the shared expert (``shared_experts``) or the
+    whole layer (``moe``)."""
     rc = shp.recomputes
     e, h, t, r, T = shp.e, shp.h, shp.tp, shp.sp_div, shp.tokens
     k, xt = shp.top_k, shp.xtp
@@ -289,7 +292,10 @@ def _moe_bytes(shp: LayerShape, impl: str) -> tuple[float, float]:
         inner -= routed * _gemm_input_e(shp, impl) * shp.fe / xt
     elif shp.glu_clamp and shp.mcore_experts:  # Megatron-Core's eager clamps keep fc1's raw output besides
         inner += e * routed * 2 * shp.fe / xt  # the clamped copy the fused activation saves (flops.py)
-    mlp = _gemm_input_e(shp, impl) * routed * h + inner + _combine_saved_bytes(shp, routed)
+    mlp = _gemm_input_e(shp, impl) * routed * shp.xw + inner + _combine_saved_bytes(shp, routed)
+    if shp.lat:
+        mlp += _gemm_input_e(shp, impl) * (T / r) * shp.lat
+        mlp += _gemm_input_bytes(shp, impl) if _fp8_saved(shp, impl) else 0.0
     router = STAT_BYTES * (T / r) * shp.experts + 8 * (T / r) * k
     if shp.fs and not rc("shared_experts"):  # shared expert: its inner activations (input = the router's)
         mlp += T * _mlp_inner_bytes(shp, shp.fs, impl) / t
@@ -302,7 +308,7 @@ def _combine_saved_bytes(shp: LayerShape, routed: float) -> float:
     """What the weighting of the experts' outputs saves for ``routed`` token copies: the expert outputs (16-bit)
     where the combine multiplies them by the probabilities; the fp32 probabilities where the weighted SwiGLU applies
     them inside the experts instead (LayerShape.moe_weighted_act, FrameworkBehaviour.moe_probs_in_activation)."""
-    return STAT_BYTES * routed if shp.moe_weighted_act else shp.e * routed * shp.h
+    return STAT_BYTES * routed if shp.moe_weighted_act else shp.e * routed * shp.xw
 
 
 def _attention_output_bytes(shp: LayerShape, impl: str, n: float, flash_keeps: bool) -> float:

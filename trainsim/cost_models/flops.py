@@ -332,11 +332,11 @@ def _bmm(name: str, batch: int, fwd: Gemm, bwd: tuple[Gemm, ...], e: int) -> Op:
 
 
 def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int = 1, split: int = 0,
-             module: str = "mlp") -> list[Op]:
-    """fc1 (or gate+up), activation, fc2 for ``tokens`` tokens; ``batch`` identical copies (local experts); the
-    hidden ``ffn`` split over ``split`` ranks (default tp; experts: etp); ``module`` is the recompute module it
-    belongs to (the experts' activation function is also moe_act)."""
-    e, h, t = shp.e, shp.h, split or shp.tp
+             module: str = "mlp", width: int = 0) -> list[Op]:
+    """fc1 (or gate+up), activation, fc2 for ``tokens`` tokens of ``width`` (default h); ``batch`` identical copies
+    (local experts); the hidden ``ffn`` split over ``split`` ranks (default tp; experts: etp); ``module`` is the
+    recompute module it belongs to (the experts' activation function is also moe_act)."""
+    e, h, t = shp.e, width or shp.h, split or shp.tp
     f_local = ffn // t
     n_in = 2 if shp.gated else 1
     fp8, fp4, casts = shp.dtype == "fp8", shp.dtype == "nvfp4", shp.fp8_weight_casts
@@ -363,22 +363,30 @@ def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int 
 
 
 def _moe_ops(shp: LayerShape) -> list[Op]:
-    """Router + top-k dispatch, local experts' MLPs, and combine (balanced, capacity factor 1)."""
-    e, h, E = shp.e, shp.h, shp.experts
+    """Router + top-k dispatch, local experts' MLPs, and combine (balanced, capacity factor 1). LatentMoE
+    (``shp.lat``; Megatron-Core MoELayer.preprocess / postprocess): the router reads the hidden states, then
+    fc1_latent_proj (hidden -> latent) runs before the dispatch and fc2_latent_proj (latent -> hidden) after the
+    combine -- both duplicated over TP, each rank on its own (SP-sharded) tokens -- so the routed tokens, the
+    experts' fc1 input and fc2 output are latent-wide."""
+    e, h, E, w = shp.e, shp.h, shp.experts, shp.xw
     n_tok = shp.tokens // shp.sp_div            # router runs on this rank's (SP-sharded) tokens
     routed = shp.routed_tokens                   # expert tokens per rank: T·k·etp/tp (balanced, any ep)
     local_experts = E // shp.ep
     per_expert = max(1, routed // local_experts)
+    lowp = {"fp8": shp.dtype == "fp8", "fp4": shp.dtype == "nvfp4", "weight_casts": shp.fp8_weight_casts}
     ops = [
         _linear("router", n_tok, E, h, e),
         _elementwise("router_topk", "softmax", n_tok * E, 2 * 4, 3 * 4, 5.0),
-        _elementwise("moe_permute", "elementwise", routed * h, 2 * e, 2 * e, 0.0),
+        *([_linear("moe_latent_fc1", n_tok, w, h, e, **lowp)] if shp.lat else []),
+        _elementwise("moe_permute", "elementwise", routed * w, 2 * e, 2 * e, 0.0),
     ]
-    ops += _mlp_ops(shp, per_expert, shp.fe, "expert_", batch=local_experts, split=shp.xtp, module="moe")
+    ops += _mlp_ops(shp, per_expert, shp.fe, "expert_", batch=local_experts, split=shp.xtp, module="moe", width=w)
     if shp.bias and shp.mcore_experts:  # fc2's bias, added per local expert by TEGroupedMLP._apply_bias
         fwd_rw, bwd_rw = MCORE_EXPERT_BIAS_RW
         ops.append(_elementwise("expert_fc2_bias", "elementwise", routed * h, fwd_rw * e, bwd_rw * e, 2.0))
-    ops.append(_elementwise("moe_unpermute", "elementwise", routed * h, 2 * e, 3 * e, 1.0))
+    ops.append(_elementwise("moe_unpermute", "elementwise", routed * w, 2 * e, 3 * e, 1.0))
+    if shp.lat:
+        ops.append(_linear("moe_latent_fc2", n_tok, h, w, e, **lowp))
     if shp.fs:  # shared expert: a TP-sharded dense MLP every token runs, its output added to the routed one
         ops += _mlp_ops(shp, shp.tokens, shp.fs, "shared_", module="shared_experts")
     return _tag(ops, "moe")  # Megatron's "moe" recompute re-runs the whole MoE layer

@@ -183,13 +183,14 @@ def hybrid_params_rank(model, attn: float, mlp, tp: int, ep: int, etp: int | Non
     """(dense, expert) parameters of a hybrid stack's mean layer on one rank (memory.layer_params_per_rank):
     each kind with its pre-norm -- the Mamba mixer wholly split over TP (in_proj, conv, dt_bias, A_log, D, its
     norm and out_proj are all partitioned in MambaMixer), ``attn`` the TP-split attention, ``mlp(f, split)`` a
-    split MLP; a MoE layer's router and shared expert dense, its routed experts over ep (and etp)."""
+    split MLP of ``width``; a MoE layer's router, shared expert and LatentMoE projections (duplicated over TP) dense,
+    its routed experts (at the latent width with LatentMoE) over ep (and etp)."""
     norm = model.norm_params()
     per_kind = {"M": (model.mamba_params() / tp, 0.0), "*": (attn, 0.0), "-": (mlp(model.ffn), 0.0)}
     if model.is_moe:
         shared = mlp(model.shared_expert_ffn) if model.shared_expert_ffn else 0.0
-        per_kind["E"] = (model.router_params() + shared,
-                         (model.num_experts / ep) * mlp(model.expert_ffn, etp or tp))
+        per_kind["E"] = (model.router_params() + shared + model.latent_proj_params(),
+                         (model.num_experts / ep) * mlp(model.expert_ffn, etp or tp, model.expert_width))
     counts = model.hybrid_counts()
     n = sum(counts.values())
     dense = sum(c * (per_kind[k][0] + norm) for k, c in counts.items()) / n

@@ -179,9 +179,9 @@ def _layer_params_rank(model, tp: int, ep: int, etp: int | None = None) -> tuple
         attn += model.num_heads / tp if model.attn_sinks else 0  # one sink logit per head, heads split over TP
     norms = model.block_norm_params()  # block_norms per block (Gemma 2/3: 4, Falcon-7B: 1)
 
-    def mlp(f: int, split: int = tp) -> float:
+    def mlp(f: int, split: int = tp, width: int = h) -> float:
         n_in = 2 if model.gated_mlp else 1
-        return (n_in * h * f + f * h) / split + ((n_in * f / split + h) if model.bias else 0)
+        return (n_in * width * f + f * width) / split + ((n_in * f / split + width) if model.bias else 0)
 
     if model.is_hybrid:  # the mean layer of a hybrid Mamba stack
         from .mamba import hybrid_params_rank
@@ -374,7 +374,7 @@ def largest_weight_tensor_params(model, tp: int = 1, ep: int = 1, etp: int | Non
     if model.is_mla:
         qkv = max(h * (model.kv_lora_rank + model.qk_rope_head_dim),
                   (model.q_lora_rank or h) * model.num_heads * model.qk_head_dim / tp)
-    experts = model.expert_ffn * h / (etp or tp) if model.is_moe else 0.0
+    experts = model.expert_ffn * model.expert_width / (etp or tp) if model.is_moe else 0.0
     ffns = [0 if model.is_moe else model.ffn, model.shared_expert_ffn or 0, model.ffn if model.first_dense_layers else 0]
     mamba = (h * (2 * model.mamba_inner + 2 * model.mamba_groups * model.mamba_state_dim + model.mamba_nheads) / tp
              if "M" in (model.hybrid_pattern or "") else 0.0)  # a hybrid stack's Mamba in_proj

@@ -109,8 +109,9 @@ def _attention(model, tp: int, style: str, p: str) -> list[ParamTensor]:
 
 
 def _mlp(model, ffn: int, split: int, style: str, p: str, expert: bool = False) -> list[ParamTensor]:
-    """An MLP (or one expert) of hidden width ``ffn`` split ``split`` ways: fc1, (gate), fc2."""
-    h, gated = model.hidden, model.gated_mlp
+    """An MLP (or one expert, at the model's expert_width) of hidden width ``ffn`` split ``split`` ways: fc1,
+    (gate), fc2."""
+    h, gated = model.expert_width if expert else model.hidden, model.gated_mlp
     if style == "fused" or not gated:
         up = _linear(f"{p}.fc1", h, (2 if gated else 1) * ffn, model.bias, split, True, expert)
     else:
@@ -163,6 +164,9 @@ def block_tensors(model, tp: int, ep: int, etp: int, style: str, prefix: str = "
         out.append(ParamTensor(f"{prefix}.router.bias", float(model.num_experts), "router"))
     if model.shared_expert_ffn:
         out += _mlp(model, model.shared_expert_ffn, tp, style, f"{prefix}.shared_expert")
+    if model.moe_latent_size:  # LatentMoE's fc1_latent_proj / fc2_latent_proj, duplicated over TP
+        out += [*_linear(f"{prefix}.fc1_latent_proj", model.hidden, model.moe_latent_size, False, 1, True),
+                *_linear(f"{prefix}.fc2_latent_proj", model.moe_latent_size, model.hidden, False, 1, False)]
     for e in range(model.num_experts // ep):
         out += _mlp(model, model.expert_ffn, etp, style, f"{prefix}.experts.{e}", expert=True)
     return out

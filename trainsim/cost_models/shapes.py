@@ -40,6 +40,7 @@ class LayerShape:
     fe: int           # expert MLP hidden
     vocab: int
     fs: int = 0       # shared-expert MLP hidden of a MoE block (0: none)
+    lat: int = 0      # LatentMoE width the routed experts and the dispatcher see (ModelSpec.moe_latent_size; 0: h)
     # Multi-head latent attention (ModelSpec.kv_lora_rank); 0 = plain MHA/GQA. d is then the no-RoPE q/k dims.
     ql: int = 0       # query latent rank (0 with MLA: full-rank query projection)
     kvl: int = 0      # key/value latent rank
@@ -103,6 +104,11 @@ class LayerShape:
     @property
     def is_moe(self) -> bool:
         return self.experts > 1
+
+    @property
+    def xw(self) -> int:
+        """Width of the routed tokens: dispatched, run through the experts and combined (LatentMoE: its latent)."""
+        return self.lat or self.h
 
     @property
     def xtp(self) -> int:
@@ -196,7 +202,7 @@ def _layer_shape(scenario) -> LayerShape:
         b=t.micro_batch, s=t.seq_len, h=m.hidden, a=m.num_heads, kv=m.kv_heads, d=m.dhead, f=m.ffn,
         gated=m.gated_mlp, norm=m.norm, rope=m.position_embedding == "rope", bias=m.bias,
         experts=m.num_experts if moe else 1, top_k=m.top_k if moe else 1, fe=m.expert_ffn, vocab=m.vocab_size,
-        fs=(m.shared_expert_ffn or 0) if moe else 0,
+        fs=(m.shared_expert_ffn or 0) if moe else 0, lat=(m.moe_latent_size or 0) if moe else 0,
         ql=m.q_lora_rank or 0, kvl=m.kv_lora_rank or 0, dr=m.qk_rope_head_dim or 0,
         dv=(m.v_head_dim or 0) if m.is_mla else 0,
         tp=lay.tp, cp=lay.cp, ep=lay.ep, etp=(lay.etp or 0) if moe else 0, sp=t.sequence_parallel, dtype=t.dtype, recompute=t.recompute,

@@ -142,7 +142,7 @@ def _tp_moe_exposed(scenario: Scenario, profile, tp_f: float, tp_b: float) -> tu
     if shp.xtp > 1:
         from trainsim.topologies.placement import place
         etp_group = place(scenario).expert_tp_group()
-        msg = e * shp.routed_tokens * shp.h
+        msg = e * shp.routed_tokens * shp.xw
         etp_s = (sum(_coll("all_gather", msg, etp_group, scenario, profile))
                  + sum(_coll("reduce_scatter", msg, etp_group, scenario, profile)))
         tp_f += etp_s
@@ -191,7 +191,9 @@ def _ep_exposed(scenario: Scenario, groups: dict, profile) -> tuple[float, float
     shp = layer_shape(scenario)
     ep_f_ov = ep_b_ov = 0.0
     # The most loaded rank receives (and returns) moe_load times the mean tokens (cost_models/moe_balance.py).
-    a2a_bytes = shp.e * shp.tokens * shp.top_k * shp.h / (lay.tp if tr.sequence_parallel else 1) * shp.moe_load
+    # LatentMoE dispatches the latent-wide tokens (shp.xw; Megatron-Core token_dispatcher.py sizes its EP buffers
+    # by moe_latent_size, fc1_latent_proj running before the dispatch).
+    a2a_bytes = shp.e * shp.tokens * shp.top_k * shp.xw / (lay.tp if tr.sequence_parallel else 1) * shp.moe_load
     a2a = sum(_coll("all_to_all", a2a_bytes, groups["ep"], scenario, profile))
     ep_f = ep_b = 2 * a2a
     if tr.ep_comm_overlap:

@@ -375,7 +375,7 @@ _HF_DEEPSEEK_MOE_TYPES = _HF_MLA_TYPES + ("glm4_moe",)
 
 # key -> (what it describes, the model_types it is mapped for)
 _HF_MAPPED_ONLY_FOR: dict[str, tuple[str, tuple[str, ...]]] = {
-    "n_shared_experts": ("shared experts", _HF_DEEPSEEK_MOE_TYPES),
+    "n_shared_experts": ("shared experts", (*_HF_DEEPSEEK_MOE_TYPES, "nemotron_h")),
     "first_k_dense_replace": ("dense layers among MoE layers", _HF_DEEPSEEK_MOE_TYPES),
     "kv_lora_rank": ("multi-head latent attention", _HF_MLA_TYPES),
     "q_lora_rank": ("multi-head latent attention", _HF_MLA_TYPES),

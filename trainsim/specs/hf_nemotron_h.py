@@ -5,11 +5,12 @@ Keys as Megatron-Bridge's NemotronHBridge maps them to Megatron-Core (src/megatr
 nemotron_h_bridge.py @067f987d, CONFIG_MAPPING and provider_bridge): hybrid_override_pattern -> the layer pattern,
 mamba_num_heads, mamba_head_dim, n_groups, ssm_state_size, chunk_size, conv_kernel; attention_head_dim (or
 head_dim) -> kv_channels; no position embedding; squared-ReLU MLPs; n_routed_experts, num_experts_per_tok,
-moe_intermediate_size and moe_shared_expert_intermediate_size for the MoE layers (``E``), read only when the pattern
-has them; num_nextn_predict_layers MTP depths of mtp_hybrid_override_pattern's layers, sharing one module's weights
-unless mtp_use_repeated_layer is false (the bridge's _hf_mtp_config and its default True). Refused: LatentMoE
-(moe_latent_size: experts in a projected latent space), and biases (use_bias, mamba_proj_bias, attention_bias, mlp_bias) or a
-conv without its bias (use_conv_bias false), which the Mamba parameter count does not describe.
+moe_intermediate_size and moe_shared_expert_intermediate_size (one shared expert: n_shared_experts 1) for the MoE
+layers (``E``), read only when the pattern has them; num_nextn_predict_layers MTP depths of mtp_hybrid_override_pattern's layers, sharing one module's weights
+unless mtp_use_repeated_layer is false (the bridge's _hf_mtp_config and its default True); moe_latent_size ->
+LatentMoE's latent width (provider_bridge sets provider.moe_latent_size from it). Refused: biases (use_bias,
+mamba_proj_bias, attention_bias, mlp_bias) or a conv without its bias (use_conv_bias false), which the Mamba parameter
+count does not describe.
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ _OPTIONAL = {"chunk_size": "mamba_chunk_size", "conv_kernel": "mamba_conv_kernel
 
 
 def _refuse(d: Mapping) -> None:
-    if d.get("moe_latent_size"):
-        raise SpecError("model.moe_latent_size", "LatentMoE (routed experts in a projected latent space, Nemotron 3 "
-                                                 "Super / Ultra) is not modelled")
     for key in ("use_bias", "mamba_proj_bias", "attention_bias", "mlp_bias"):
         if d.get(key):
             raise SpecError(f"model.{key}", "biases in a hybrid Mamba stack are not modelled")
+    if (d.get("n_shared_experts") or 1) != 1:
+        raise SpecError("model.n_shared_experts", "a nemotron_h MoE layer has one shared expert of "
+                                                  "moe_shared_expert_intermediate_size; more are not modelled")
     if d.get("use_conv_bias") is False:
         raise SpecError("model.use_conv_bias", "a Mamba conv1d without its bias is not modelled (MambaMixer has one)")
 
@@ -58,6 +59,8 @@ def nemotron_h_fields(d: Mapping) -> dict[str, Any]:
                 raise SpecError(f"model.{key}", "missing: the hybrid pattern has MoE layers (E)")
         out.update(num_experts=d["n_routed_experts"], top_k=d["num_experts_per_tok"],
                    moe_ffn_hidden=d["moe_intermediate_size"])
+        if d.get("moe_latent_size"):
+            out["moe_latent_size"] = d["moe_latent_size"]
         if d.get("moe_shared_expert_intermediate_size"):
             out["shared_expert_ffn"] = d["moe_shared_expert_intermediate_size"]
     if d.get("num_nextn_predict_layers"):

@@ -85,6 +85,12 @@ class ModelSpec(BaseModel):
         default=None, gt=0, le=10_000_000,
         description="MoE blocks: hidden size of the shared expert MLP every token runs, summed over shared experts "
                     "(DeepSeek n_shared_experts x moe_intermediate_size; Megatron moe_shared_expert_intermediate_size)")
+    moe_latent_size: int | None = Field(
+        default=None, gt=0, le=1_000_000,
+        description="LatentMoE (Megatron-Core moe_latent_size; Nemotron 3 Super): the routed experts read and write "
+                    "this width -- a hidden->latent linear (fc1_latent_proj, duplicated over TP) before the dispatch "
+                    "and latent->hidden (fc2_latent_proj) after the combine, so the all-to-all carries latent-wide "
+                    "tokens; router and shared expert stay at hidden; None = experts at hidden. Hybrid stacks only")
     first_dense_layers: int = Field(
         default=0, ge=0, le=10_000,
         description="MoE models: the first k blocks have a dense MLP of ffn_hidden (DeepSeek first_k_dense_replace)")
@@ -141,6 +147,7 @@ class ModelSpec(BaseModel):
             raise ValueError(f"top_k={self.top_k} exceeds num_experts={self.num_experts}")
         if not self.is_moe and (self.shared_expert_ffn or self.first_dense_layers):
             raise ValueError("shared_expert_ffn and first_dense_layers need a MoE model (num_experts > 1)")
+        self._check_latent()
         if self.router_bias and not self.is_moe:
             raise ValueError("router_bias needs a MoE model (num_experts > 1)")
         if self.swiglu_limit is not None and self.activation != "swiglu":
@@ -172,6 +179,17 @@ class ModelSpec(BaseModel):
             if self.bias or self.qkv_bias:
                 raise ValueError("multi-head latent attention has no projection biases: set bias: false")
         return self
+
+    def _check_latent(self) -> None:
+        """LatentMoE is costed as Megatron-Core's MoELayer builds it in a hybrid stack (Nemotron 3): bias-free."""
+        if self.moe_latent_size is None:
+            return
+        if not self.is_moe:
+            raise ValueError("moe_latent_size projects the routed experts of a MoE model: num_experts must be > 1")
+        if self.hybrid_pattern is None:
+            raise ValueError("moe_latent_size is modelled for hybrid stacks (hybrid_pattern, Nemotron 3) only")
+        if self.bias:
+            raise ValueError("moe_latent_size with biases (add_bias_linear) is not modelled: set bias: false")
 
     def _check_hybrid(self) -> None:
         """A hybrid pattern names every layer; Megatron's Mamba mixer splits its heads and groups over TP."""
@@ -242,14 +260,30 @@ class ModelSpec(BaseModel):
         return h * (2 * di + 2 * gn + H) + conv_ch * (self.mamba_conv_kernel + 1) + 3 * H + di + di * h
 
     def _moe_mlp_params(self) -> int:
-        """A MoE MLP: every routed expert, the router and the shared expert."""
-        return (self.num_experts * self.mlp_params(self.expert_ffn) + self.router_params()
+        """A MoE MLP: every routed expert, the router, the shared expert and LatentMoE's two projections."""
+        return (self.num_experts * self.expert_params() + self.router_params() + self.latent_proj_params()
                 + (self.mlp_params(self.shared_expert_ffn) if self.shared_expert_ffn else 0))
 
     def _moe_active_params(self) -> int:
-        """A MoE MLP's parameters one token touches: top_k experts, the router and the shared expert."""
-        return (self.top_k * self.mlp_params(self.expert_ffn) + self.router_params()
+        """A MoE MLP's parameters one token touches: top_k experts, the router, the shared expert and LatentMoE's
+        two projections."""
+        return (self.top_k * self.expert_params() + self.router_params() + self.latent_proj_params()
                 + (self.mlp_params(self.shared_expert_ffn) if self.shared_expert_ffn else 0))
+
+    @property
+    def expert_width(self) -> int:
+        """Width the routed experts read and write (and the dispatcher moves): moe_latent_size, else hidden."""
+        return self.moe_latent_size or self.hidden
+
+    def expert_params(self) -> int:
+        """One routed expert: an MLP of expert_ffn at expert_width (Megatron-Core TEGroupedMLP: linear_fc1
+        moe_latent_size -> ffn, linear_fc2 ffn -> moe_latent_size with LatentMoE)."""
+        return self.mlp_params(self.expert_ffn, self.expert_width)
+
+    def latent_proj_params(self) -> int:
+        """LatentMoE's fc1_latent_proj (hidden -> latent) and fc2_latent_proj (latent -> hidden), bias-free
+        (Megatron-Core MoELayer, megatron/core/transformer/moe/moe_layer.py); 0 without moe_latent_size."""
+        return 2 * self.hidden * self.moe_latent_size if self.moe_latent_size else 0
 
     def _hybrid_layer_params(self, kind: str, active: bool = False) -> int:
         """One hybrid layer of ``kind`` with its pre-norm (all experts, or the active ones)."""
@@ -304,7 +338,7 @@ class ModelSpec(BaseModel):
         """This model's dense block as a model of its own (num_experts 1, same attention): the first
         ``first_dense_layers`` blocks of a MoE model cost what a block of this model costs."""
         return self.model_copy(update={"num_experts": 1, "top_k": 1, "moe_ffn_hidden": None,
-                                       "shared_expert_ffn": None, "first_dense_layers": 0,
+                                       "shared_expert_ffn": None, "first_dense_layers": 0, "moe_latent_size": None,
                                        "router_bias": False})
 
     @property
@@ -351,8 +385,9 @@ class ModelSpec(BaseModel):
         kv = h * (kvl + dr) + kvl + kvl * a * (self.dhead + v)
         return q + kv + a * v * h
 
-    def mlp_params(self, ffn: int | None = None) -> int:
-        h, f = self.hidden, ffn or self.ffn
+    def mlp_params(self, ffn: int | None = None, width: int | None = None) -> int:
+        """An MLP of hidden ``ffn`` (default ffn_hidden) reading and writing ``width`` (default hidden)."""
+        h, f = width or self.hidden, ffn or self.ffn
         n_in = 2 if self.gated_mlp else 1
         weights = n_in * h * f + f * h
         biases = (n_in * f + h) if self.bias else 0
@@ -417,7 +452,7 @@ class ModelSpec(BaseModel):
         if not self.is_moe:
             return self.total_params()
         dense = self.attention_params() + self.block_norm_params() + self.router_params()
-        active = dense + self.top_k * self.mlp_params(self.expert_ffn)
+        active = dense + self.top_k * self.expert_params()
         if self.shared_expert_ffn:
             active += self.mlp_params(self.shared_expert_ffn)
         return (self.num_moe_layers * active + self.num_dense_layers * self.dense_layer_params()

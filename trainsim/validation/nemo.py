@@ -195,8 +195,12 @@ NEMO_NOTES = (
      "(MXFP8, mbs 4 on GB300/B300, 2 on GB200/B200), 'moe' + 'layernorm' (+ 'core_attn' + 'moe_act' from PR #2662, "
      "26.04 on) on H100 FP8 (nemo_recompute_ranges()). Mamba-2 layers are costed by cost_models/mamba.py (SSD scan "
      "as a roofline of its FLOPs and kernel-by-kernel HBM bytes); the host issue of hybrid layers is not modelled "
-     "(the runs capture attention, Mamba and router in CUDA graphs). Nemotron 3 Super and Ultra stay skipped "
-     "(LatentMoE and MTP of a hybrid pattern, their architecture only in the Hugging Face config.json). Nemotron 3.5 "
+     "(the runs capture attention, Mamba and router in CUDA graphs). Nemotron 3 Super (preset "
+     "nemotron-3-super-120b-a12b: the Hugging Face config.json the recipe reads through AutoBridge, LatentMoE of "
+     "width 1024 with 512 experts top-22, two MTP depths sharing one '*E' module): tp1 ep64 (GB300, B200), tp2 ep64 "
+     "SP (GB200), tp1 ep8 (B300), etp 1, mbs 1, GBS 512; recompute none, B200 'moe_act' + 'layernorm'; the 26.08 "
+     "GB300/GB200 MXFP8 configs run the experts through TE's op fuser. Nemotron 3 Ultra stays skipped (its "
+     "config.json values are not in the read sources). Nemotron 3.5 "
      "Lightning is Nano's architecture with two MTP depths sharing one '*E' module (preset "
      "nemotron-3.5-lightning-30b-a3b; its GB200 MXFP8 config is Nano's plus the MTP). NVFP4 rows skip for the "
      "dtype."),
@@ -339,8 +343,10 @@ def _nemo_case(r: dict) -> Case:
     raw, label, rc_modules = _scenario_mapping(row)
     why_not = _mla_settings(row, raw, rc_modules) if row.model in nemo_pipeline_layouts() else None
     if why_not is None and rc_modules is None and nemo_recompute_known(row.model):
-        why_not = (f"no recompute_modules for {row.model} {row.system} {row.precision} {row.container} in "
-                   "nemo_recompute_ranges(): the run's recompute is unknown")
+        # A refusal that holds whatever the recompute (the dtype of a hybrid stack, say) is the row's first reason.
+        why_not = scenario_or_skip(raw, row.rid)[1] or (
+            f"no recompute_modules for {row.model} {row.system} {row.precision} {row.container} in "
+            "nemo_recompute_ranges(): the run's recompute is unknown")
     scenario, why = (None, why_not) if why_not else scenario_or_skip(raw, row.rid)
     m = load_model(raw["model"])
     secondary, fns = {}, {}
