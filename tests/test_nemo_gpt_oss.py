@@ -93,3 +93,19 @@ def test_one_row_through_the_engine(cases):
     assert local.times.fwd_s < full.times.fwd_s and local.params == full.params
     p = predict(sc)
     assert p.fits and p.tokens_per_s > 0
+
+
+@pytest.mark.parametrize("rid, dispatcher", [
+    ("mb_92", "alltoall"),   # GB300 BF16 26.04.01 ep64: the recipe's moe_token_dispatcher_type "alltoall"
+    ("mb_93", "alltoall"),   # GB200 BF16 26.04.01: r0.4.0's GB200_BF16_V2 sets no flex backend
+    ("mb_221", "alltoall"),  # B300 BF16 26.02 ep64: the V1 config (no flex backend)
+    ("mb_94", "flex"),       # B300 BF16 26.04.01 ep8: B300_BF16_V2 moe_flex_dispatcher_backend="hybridep"
+    ("mb_185", "flex"),      # B200 BF16 26.02.01 ep8: r0.3.0's B200_BF16_V2 hybridep
+    ("mb_141", "alltoall"),  # B200 BF16 26.04 ep8: r0.4.0's B200_BF16_V2 without it
+    ("mb_96", "alltoall"),   # H100 BF16 26.04.01
+    ("mb_5", "flex"),        # GB300 MXFP8 26.08: moe_token_dispatcher_type = "flex" (v0.6.0 common.py)
+    ("mb_46", "flex"),       # B300 MXFP8 26.06: B300_FP8_MX_V2 = B300_BF16_V2
+])
+def test_rows_take_their_configs_dispatcher(cases, rid, dispatcher):
+    """nemo_moe_dispatcher.csv: the token dispatcher of each row's config (TrainingSpec.moe_token_dispatcher)."""
+    assert cases[rid].scenario.training.moe_token_dispatcher == dispatcher, rid

@@ -223,12 +223,15 @@ def test_nemo_gpt_oss_guard(nemo):
     bias, the unfused YaRN RoPE; flops.py) took the MAPE from 45.8 % to 32.6 % (BF16: GB300 +52 -> +32 %, B300
     +46 -> +31 %, B200 +42 -> +28 %, H100 +47 -> +31 %, GB200 +65..79 -> +42..52 %); every row is still predicted
     too fast (+19 % at least), the rows of one system within a few percent after their bias (H100 1.5 %, B200
-    2.9 %), so a part per step is still not costed (not tuned to the rows). Bounds hold today's figures."""
+    2.9 %), so a part per step is still not costed (not tuned to the rows). Megatron-Core's alltoall dispatcher's
+    sort and unsort of the received tokens by local expert (the 16 rows whose config runs it, nemo_moe_dispatcher.csv)
+    took it to 30.8 % (GB300 BF16 +31.4 -> +28.0 % mean, GB200 BF16 +45.6 -> +42.1 %, H100 +28.9 -> +26.4 %).
+    Bounds hold today's figures."""
     labels = {c.row_id: c.label for c in nemo.dataset.cases}
     rows = [r for r in nemo.compared if labels[r.row_id].startswith("GPT OSS 120B")]
     assert len(rows) == 25 and all(r.fits for r in rows)
     assert all(r.error_pct > 10.0 for r in rows)
-    assert _mape(rows) <= 35.0, _mape(rows)
+    assert _mape(rows) <= 31.5, _mape(rows)
 
 
 def test_nemo_nemotron_3_nano_guard(nemo):

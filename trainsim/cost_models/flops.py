@@ -70,6 +70,13 @@ _GLU_CLAMP_FLOPS = 5.0
 #   and the probability gradient ``(g * b)`` summed over hidden (3): 8.
 MCORE_GLU_CLAMP_RW = (4, 5)
 MCORE_EXPERT_BIAS_RW = (6, 8)
+# Megatron-Core's MoEAlltoAllTokenDispatcher (megatron/core/transformer/moe/token_dispatcher.py at b0cc2706): with
+# more than one local expert, the tokens the dispatch all-to-all delivers arrive grouped by source rank, so
+# dispatch_postprocess sorts them by local expert (sort_chunks_by_idxs, fused with moe_permute_fusion) and
+# combine_preprocess restores the rank order before the combine all-to-all: each a copy of the routed tokens (read 1,
+# write 1, in units of the element size e, the probabilities' 4 bytes per token aside), and its backward the same
+# copy of the gradient through the inverse order. The flex dispatcher (DeepEP / HybridEP) has no such step.
+A2A_SORT_RW = (2, 2)
 # An attention sink (gpt-oss, Megatron-Core softmax_type "learnable") adds exp(sink - max) to each score row's
 # denominator: subtract, exp, add per row and head forward; the backward reduces the sink's gradient over rows.
 _SINK_FLOPS = 3.0
@@ -380,10 +387,17 @@ def _moe_ops(shp: LayerShape) -> list[Op]:
         *([_linear("moe_latent_fc1", n_tok, w, h, e, **lowp)] if shp.lat else []),
         _elementwise("moe_permute", "elementwise", routed * w, 2 * e, 2 * e, 0.0),
     ]
+    sort = shp.a2a_sort and local_experts > 1
+    if sort:  # MoEAlltoAllTokenDispatcher.dispatch_postprocess: the received tokens sorted by local expert
+        ops.append(_elementwise("moe_sort_chunks", "elementwise", routed * w, A2A_SORT_RW[0] * e,
+                                A2A_SORT_RW[1] * e, 0.0))
     ops += _mlp_ops(shp, per_expert, shp.fe, "expert_", batch=local_experts, split=shp.xtp, module="moe", width=w)
     if shp.bias and shp.mcore_experts:  # fc2's bias, added per local expert by TEGroupedMLP._apply_bias
         fwd_rw, bwd_rw = MCORE_EXPERT_BIAS_RW
         ops.append(_elementwise("expert_fc2_bias", "elementwise", routed * h, fwd_rw * e, bwd_rw * e, 2.0))
+    if sort:  # combine_preprocess: the experts' outputs put back in the order the all-to-all delivered them
+        ops.append(_elementwise("moe_unsort_chunks", "elementwise", routed * w, A2A_SORT_RW[0] * e,
+                                A2A_SORT_RW[1] * e, 0.0))
     ops.append(_elementwise("moe_unpermute", "elementwise", routed * w, 2 * e, 3 * e, 1.0))
     if shp.lat:
         ops.append(_linear("moe_latent_fc2", n_tok, h, w, e, **lowp))

@@ -80,6 +80,7 @@ class LayerShape:
     glu_clamp: bool = False   # gpt-oss's clamped SwiGLU (ModelSpec.swiglu_limit)
     mcore_rope_eager: bool = False  # Megatron runs RoPE unfused (YaRN: Megatron-Bridge turns apply_rope_fusion off)
     mcore_experts: bool = False  # the experts run Megatron-Core's eager TEGroupedMLP path (megatron, no op fuser)
+    a2a_sort: bool = False  # Megatron-Core's alltoall dispatcher: received tokens sorted by local expert and back
     final_softcap: bool = False  # output logits soft-capped (Gemma 2)
     proj: int = 0             # word-embedding width projected to/from h (OPT word_embed_proj_dim; 0: none)
     moe_load: float = 1.0     # most loaded EP rank's tokens over the mean (moe_balance.py; 1 = even routing)
@@ -229,6 +230,7 @@ def _layer_shape(scenario) -> LayerShape:
         attn_softcap=m.attn_softcap is not None, final_softcap=m.final_softcap is not None,
         sinks=m.attn_sinks, glu_clamp=m.swiglu_limit is not None,
         mcore_experts=t.framework == "megatron" and m.is_moe and not t.fused_grouped_mlp,
+        a2a_sort=m.is_moe and t.moe_token_dispatcher == "alltoall",
         mcore_rope_eager=t.framework == "megatron" and m.rope_yarn,
         proj=m.embed_proj_dim or 0, moe_load=scenario_moe_load_factor(scenario),
         te_cp_p2p=t.framework == "megatron" and lay.cp > 1 and t.cp_exchange == "p2p",

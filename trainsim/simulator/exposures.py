@@ -201,9 +201,11 @@ def _tp_overlapped(ag_s: float, rs_s: float, tp: int, scenario: Scenario, profil
     return fwd, bwd
 
 
-# The combined 1F1B schedule's "mlp" node: the experts' and the shared expert's MLPs; attention, the pre-MLP norm,
-# router and token (un)permutation belong to its "attn" node (megatron/core/models/gpt/fine_grained_callables.py).
-_MOE_OPS = ("expert_", "shared_")
+# The combined 1F1B schedule's "mlp" node: the experts' and the shared expert's MLPs, with the alltoall dispatcher's
+# sort and unsort by local expert around them ("post dispatch->experts->combine preprocess"); attention, the pre-MLP
+# norm, router and token (un)permutation belong to its "attn" node (megatron/core/models/gpt/fine_grained_callables.py
+# at Megatron-LM b0cc2706, submodule_moe_forward).
+_MOE_OPS = ("expert_", "shared_", "moe_sort_chunks", "moe_unsort_chunks")
 
 
 def _ep_overlapped(a2a_s: float, scenario: Scenario, profile) -> tuple[float, float]:

@@ -409,6 +409,9 @@ def _check_experts(m: ModelSpec, layout: Layout, t: TrainingSpec, dp: int, etp: 
     if t.fused_grouped_mlp and not m.is_moe:
         raise SpecError("training.fused_grouped_mlp", f"it runs MoE experts through Transformer Engine's op fuser; "
                                                       f"{m.name} is a dense model (num_experts=1): drop it")
+    if t.moe_token_dispatcher and not m.is_moe:
+        raise SpecError("training.moe_token_dispatcher", f"it names how MoE tokens reach their experts; {m.name} is a "
+                                                         f"dense model (num_experts=1): drop it")
     if t.ep_comm_overlap and (why := ep_overlap_refusal(m, layout, t)):
         raise SpecError("training.ep_comm_overlap", why)
     _check_moe_balance(m, layout, t)

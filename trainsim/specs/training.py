@@ -246,6 +246,14 @@ class TrainingSpec(BaseModel):
         "use_transformer_engine_op_fuser, the cuteDSL fused grouped MLP): grouped fc1 and fc2 with their biases and the "
         "clamped GLU run inside TE ops, so the eager clamp and per-expert fc2-bias passes of TEGroupedMLP are not run "
         "(cost_models/flops.py); framework megatron")
+    moe_token_dispatcher: Literal["alltoall", "flex"] | None = Field(
+        default=None, description="Megatron-Core's MoE token dispatcher (--moe-token-dispatcher-type): alltoall = "
+        "MoEAlltoAllTokenDispatcher, which with more than one local expert sorts the received tokens by local expert "
+        "after the dispatch all-to-all and restores their order before the combine (sort_chunks_by_idxs: one more read "
+        "and write of the routed tokens each way, forward and backward); flex = MoEFlexTokenDispatcher (DeepEP / "
+        "HybridEP), which permutes once after its dispatch. None = not stated: the permute and unpermute every "
+        "dispatcher makes, no sort passes. The all-to-alls themselves are costed as NCCL all-to-alls either way; "
+        "framework megatron")
     moe_imbalance: float | None = Field(
         default=None, ge=1.0, allow_inf_nan=False, description="MoE routing imbalance: tokens of the most loaded "
         "expert-parallel rank over the mean (1 = even routing, at most ep); it scales the experts' GEMM time, the "
@@ -434,6 +442,9 @@ class TrainingSpec(BaseModel):
         if self.fused_grouped_mlp and self.framework != "megatron":
             raise SpecError("fused_grouped_mlp", f"Megatron-Core's TE op-fuser experts are not in framework "
                                                  f"{self.framework}: use framework megatron or drop it")
+        if self.moe_token_dispatcher and self.framework != "megatron":
+            raise SpecError("moe_token_dispatcher", f"it names a Megatron-Core token dispatcher, not in framework "
+                                                    f"{self.framework}: use framework megatron or drop it")
         fsdp = BEHAVIOURS[self.framework].torch_fsdp
         if fsdp and self.offload_optimizer != self.offload_params:
             raise SpecError("offload_optimizer", "FSDP's CPU offload (CPUOffload / CPUOffloadPolicy) moves parameters, "

@@ -25,6 +25,7 @@ from trainsim.validation.nemo_recipes import (
     nemo_ep_overlap,
     nemo_expert_tp,
     nemo_fused_grouped_mlp,
+    nemo_moe_dispatcher,
     nemo_lora,
     nemo_mla_optimizer_bytes,
     nemo_optimizer,
@@ -164,7 +165,11 @@ NEMO_NOTES = (
      "footnotes as a known regression (NVIDIA/cudnn-frontend issue 256: the cuteDSL fused grouped MLP's backward "
      "grouped-GEMM dGLU kernel 10x slower from cudnn-frontend 1.24.0), and the 25.11 rows, whose "
      "printed runs (seq 8192 on GB300 / GB200, ep 8 on B200, mbs 4 with GA 2 on H100) match no config of that "
-     "release. Not modelled, recorded only: HybridEP / alltoall dispatch, Transformer Engine CUDA graphs, the MXFP8 "
+     "release. The token dispatcher of each config (nemo_moe_dispatcher_ranges()): Megatron-Core's alltoall "
+     "dispatcher on GB300 / GB200 / H100 BF16, B300 / B200 at ep64 (26.02) and B200 BF16 26.04-26.04.01, HybridEP "
+     "(flex) on B300 ep8, B200 26.02.01 and the MXFP8 runs; the alltoall dispatcher's sort and unsort of the "
+     "received tokens by local expert are costed (training.moe_token_dispatcher). Not modelled, recorded only: "
+     "HybridEP's own kernels (its all-to-alls are costed as NCCL ones), Transformer Engine CUDA graphs, the MXFP8 "
      "runs' full-iteration graphs with experts padded to capacity factor 1.5 and paged stashing, fp8 dot-product "
      "attention."),
     ("regimes: every MoE row is also counted under its host CPU (x86 on DGX H100/B200/B300, Grace on "
@@ -398,6 +403,8 @@ def _scenario_mapping(row: _Row) -> tuple[dict, str, tuple[str, ...] | None]:
                      "ep_comm_overlap": ep_overlap,
                      "fused_grouped_mlp": moe and nemo_fused_grouped_mlp(model_name, system, row.precision,
                                                                          row.container or ""),
+                     "moe_token_dispatcher": (nemo_moe_dispatcher(model_name, system, row.precision,
+                                                                  row.container or "") if moe else None),
                      **({"zero": 3} if fsdp > 0 else {}), "distributed_optimizer": fsdp == 0,
                      "schedule": "interleaved" if vp > 1 else "1f1b", "flash_attention": True,
                      "dropout": False, "framework": "megatron", "grad_dtype": NEMO_GRAD_DTYPE,

@@ -18,6 +18,8 @@ are kept, with the file, commit or pull request each was read from, in trainsim/
 * nemo_recompute_modules.csv: (table model, system, precision class, release range) -> recompute_modules;
 * nemo_lora.csv: (table model, release range) -> the LoRA rank, alpha, target modules and packed dataset of the
   LoRA Performance rows.
+* nemo_moe_dispatcher.csv: (table model, system, precision class, release range) -> the config's Megatron-Core token
+  dispatcher, alltoall or flex (-> TrainingSpec.moe_token_dispatcher); absent = not stated;
 * nemo_fused_grouped_mlp.csv: (table model, system, precision class, release range) where the config runs the
   experts through Transformer Engine's op fuser (-> TrainingSpec.fused_grouped_mlp); absent = off;
 * nemo_skipped_runs.csv: (table model, system, precision, release) -> why the row is not predicted (a run the
@@ -149,6 +151,24 @@ def nemo_fused_grouped_mlp_ranges() -> tuple[tuple[str, str, str, str, str], ...
 def nemo_fused_grouped_mlp(model_name: str, system: str, precision: str, release: str) -> bool:
     """Whether the row's performance config ran the experts through TE's op fuser (nemo_fused_grouped_mlp_ranges())."""
     return _nemo_config_entry(nemo_fused_grouped_mlp_ranges(), model_name, system, precision, release) is not None
+
+
+@memoised(maxsize=64)
+def nemo_moe_dispatcher_ranges() -> tuple[tuple[str, str, str, str, str, str], ...]:
+    """Megatron-Core token dispatcher of each listed config: (table model, system, precision class, first release,
+    last release, 'alltoall' | 'flex'); absent = not stated."""
+    rows = read_settings("nemo_moe_dispatcher.csv")
+    bad = [s["moe_token_dispatcher"] for s in rows if s["moe_token_dispatcher"] not in ("alltoall", "flex")]
+    if bad:
+        raise SpecError("settings", f"nemo_moe_dispatcher.csv: moe_token_dispatcher {bad[0]!r} is neither alltoall "
+                                    "nor flex")
+    return tuple((*key, s["moe_token_dispatcher"]) for key, s in zip(_ranged("nemo_moe_dispatcher.csv"), rows))
+
+
+def nemo_moe_dispatcher(model_name: str, system: str, precision: str, release: str) -> str | None:
+    """The row's config's token dispatcher (nemo_moe_dispatcher_ranges()), or None where not listed."""
+    entry = _nemo_config_entry(nemo_moe_dispatcher_ranges(), model_name, system, precision, release)
+    return entry[5] if entry else None
 
 
 @memoised(maxsize=64)

@@ -35,6 +35,7 @@ SETTINGS_KEYS: dict[str, tuple[str, ...]] = {
     "nemo_ep_overlap.csv": ("table_model", "system", "precision_class", "first_release", "last_release"),
     "nemo_ep_overlap_undated.csv": ("table_model", "system", "precision", "release"),
     "nemo_fused_grouped_mlp.csv": ("table_model", "system", "precision_class", "first_release", "last_release"),
+    "nemo_moe_dispatcher.csv": ("table_model", "system", "precision_class", "first_release", "last_release"),
     "nemo_recompute_modules.csv": ("table_model", "system", "precision_class", "first_release", "last_release"),
     "nemo_lora.csv": ("table_model", "first_release", "last_release"),
     "nemo_skipped_runs.csv": ("table_model", "system", "precision", "release"),

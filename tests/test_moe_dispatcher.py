@@ -1,0 +1,73 @@
+"""Megatron-Core's alltoall token dispatcher (TrainingSpec.moe_token_dispatcher = "alltoall") sorts the tokens its
+dispatch all-to-all delivers by local expert and restores their order before the combine: with more than one local
+expert, two more copies of the routed tokens per MoE layer, forward and backward.
+
+Independent truth: megatron/core/transformer/moe/token_dispatcher.py at NVIDIA/Megatron-LM b0cc2706
+(MoEAlltoAllTokenDispatcher.dispatch_postprocess and combine_preprocess call sort_chunks_by_idxs only when
+num_local_experts > 1; MoEFlexTokenDispatcher has no such step); each copy reads and writes every routed token's
+hidden vector once (bf16: 2 + 2 bytes per element).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from trainsim.cost_models import compute
+from trainsim.cost_models.flops import layer_ops
+from trainsim.specs import SpecError, build_scenario
+
+SORTS = {"moe_sort_chunks", "moe_unsort_chunks"}
+
+
+def _scenario(dispatcher, *, ep=8, gpus=8, framework="megatron", model="gpt-oss-20b"):
+    return build_scenario({"model": model, "cluster": {"preset": "dgx-h100", "num_gpus": gpus},
+                           "layout": {"ep": ep} if ep > 1 else {},
+                           "training": {"seq_len": 512, "global_batch": gpus, "micro_batch": 1,
+                                        "framework": framework, "moe_token_dispatcher": dispatcher}})
+
+
+def _ops(dispatcher, **kw):
+    return {op.name: op for op in layer_ops(_scenario(dispatcher, **kw))}
+
+
+def test_sort_passes_by_hand():
+    """gpt-oss-20b, 32 experts over ep 8 = 4 local experts; 512 tokens x top-4 routed to each rank (balanced),
+    hidden 2880, bf16: each sort reads and writes 2048 x 2880 elements, and so does its backward."""
+    ops, e, routed, h = _ops("alltoall"), 2, 512 * 4, 2880
+    for name in SORTS:
+        op = ops[name]
+        assert (op.fwd_bytes, op.bwd_input_bytes, op.bwd_weight_bytes) == (2 * e * routed * h, 2 * e * routed * h, 0)
+        assert op.fwd_flops == 0 and "moe" in op.modules  # Megatron's "moe" recompute re-runs the dispatcher too
+    names = list(ops)
+    assert names.index("moe_permute") < names.index("moe_sort_chunks") < names.index("expert_fc1")
+    assert names.index("expert_fc2") < names.index("moe_unsort_chunks") < names.index("moe_unpermute")
+
+
+@pytest.mark.parametrize("dispatcher", ["flex", None])
+def test_flex_and_unstated_dispatchers_add_no_sort(dispatcher):
+    a2a, other = _ops("alltoall"), _ops(dispatcher)
+    assert set(a2a) - set(other) == SORTS
+    assert all(other[n] == a2a[n] for n in other)
+
+
+def test_one_local_expert_needs_no_sort():
+    """ep = 32 experts: each rank holds one expert, the received tokens are already grouped (num_local_experts 1)."""
+    assert not SORTS & set(_ops("alltoall", ep=32, gpus=32))
+
+
+def test_sort_time_is_the_memory_time_of_its_bytes():
+    """The block's forward grows by the two copies' HBM time on the H100 roofline, nothing else."""
+    a2a, flex = _scenario("alltoall"), _scenario("flex")
+    hw = compute.hw_of(a2a.cluster.gpu, "bf16")
+    copy = compute.memory_time_s(2 * 2 * 512 * 4 * 2880, hw)
+    grow = compute.layer_times(a2a).fwd_s - compute.layer_times(flex).fwd_s
+    assert grow == pytest.approx(2 * copy, rel=1e-9)
+
+
+def test_dispatcher_needs_megatron_and_experts():
+    with pytest.raises(SpecError) as err:
+        _scenario("alltoall", framework="torch")
+    assert err.value.field == "training.moe_token_dispatcher" and "megatron" in str(err.value)
+    with pytest.raises(SpecError) as err:
+        _scenario("flex", ep=1, model="llama3-8b")
+    assert err.value.field == "training.moe_token_dispatcher" and "dense" in str(err.value)
