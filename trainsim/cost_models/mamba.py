@@ -25,7 +25,10 @@ The SSD kernels are Triton tile programs (tl.dot on Q x N / Q x P tiles) that al
 states through HBM: op kind ``ssd``, timed as a roofline of its FLOPs at the GPU's fused-attention efficiency
 (the measured efficiency of FlashAttention's tiled tensor-core kernels, GPUSpec.attention_efficiency -- the SSD
 paper's Sec. 6 casts the intra-chunk part as masked attention over the chunk) and of its bytes at HBM bandwidth.
-Its FLOPs count as model FLOPs (they are matmuls), beside in_proj and out_proj.
+Its FLOPs count as model FLOPs (they are matmuls), beside in_proj and out_proj. At the Nemotron shapes (Q = 128,
+P = 64, N = 128-256) the scan moves 14-19 FLOPs per byte, so its FLOPs bind only below 4.7-6.7 % of the 16-bit peak
+(benchmarks/bench_ssd_balance.py): the time is the bytes at the STREAM-measured bandwidth, whatever tile efficiency
+above that the Triton kernels reach.
 """
 
 from __future__ import annotations
