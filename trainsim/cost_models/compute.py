@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from trainsim.specs.memo import memoised
 
 from .flops import Op, head_ops, layer_ops, recompute_ops
+from .mamba import SSD_KERNELS_BWD, SSD_KERNELS_FWD
 from .nvfp4 import NVFP4_BYTES
 from .profile import MEMORY_OPS
 from .shapes import IdentityMemo, LayerShape, layer_shape
@@ -240,19 +241,19 @@ def _attention_time(op: Op, hw: _Hw, profile, dtype: str, pass_: str, causal: bo
     return max(flops / (hw.peak * eff), nbytes / hw.mem_Bps) + hw.overhead_s
 
 
-def _ssd_time(flops: float, nbytes: float, hw: _Hw) -> float:
+def _ssd_time(flops: float, nbytes: float, hw: _Hw, kernels: int) -> float:
     """Seconds of a pass of Mamba-2's chunked SSD scan: the larger of its FLOPs at the 16-bit peak times the GPU's
     fused-attention efficiency (tiled tensor-core kernels of the same kind, cost_models/mamba.py) and its bytes at
-    HBM bandwidth, plus one kernel overhead."""
-    return max(flops / (hw.peak * hw.attn_eff), nbytes / hw.mem_Bps) + hw.overhead_s
+    HBM bandwidth, plus one kernel overhead per kernel the pass launches (mamba.SSD_KERNELS_FWD / _BWD)."""
+    return max(flops / (hw.peak * hw.attn_eff), nbytes / hw.mem_Bps) + kernels * hw.overhead_s
 
 
 def op_times(op: Op, hw: _Hw, *, e: int = 2, dtype: str = "bf16", profile=None, causal: bool = True,
              norm: str | None = None, flash_version: int = 2) -> OpTimes:
     """Seconds of one op in forward, input-gradient and weight-gradient passes."""
     if op.kind == "ssd":  # Mamba-2's Triton SSD scan: roofline at the fused-attention efficiency (mamba.py)
-        return OpTimes(op.name, _ssd_time(op.fwd_flops, op.fwd_bytes, hw),
-                       _ssd_time(op.bwd_input_flops, op.bwd_input_bytes, hw), 0.0)
+        return OpTimes(op.name, _ssd_time(op.fwd_flops, op.fwd_bytes, hw, SSD_KERNELS_FWD),
+                       _ssd_time(op.bwd_input_flops, op.bwd_input_bytes, hw, SSD_KERNELS_BWD), 0.0)
     if op.kind == "attention":
         return OpTimes(op.name, _attention_time(op, hw, profile, dtype, "fwd", causal, flash_version),
                        _attention_time(op, hw, profile, dtype, "bwd", causal, flash_version), 0.0)
