@@ -340,3 +340,28 @@ def test_ssd_scan_time_is_its_byte_roofline_plus_one_overhead_per_kernel():
     t = next(x for x in compute.layer_op_times(mamba) if x.name == "ssd_scan")
     assert t.fwd_s == pytest.approx(op.fwd_bytes / bw + 10 * ov, rel=1e-12)
     assert t.bwd_input_s == pytest.approx(op.bwd_input_bytes / bw + 32 * ov, rel=1e-12)
+
+
+def test_mamba_conv_and_norm_pay_each_kernel_they_launch():
+    """Nano on one H100, T = 8192: the conv1d's forward is one causal_conv1d kernel, its backward six (the recomputed
+    forward, dweight/dbias zeros, the backward kernel, two casts: causal-conv1d cpp_functions.py); the group RMSNorm's
+    forward one Triton kernel, its backward three (the kernel, _dw.sum(0), the cast: mamba_ssm layernorm_gated.py).
+    Each pass is its bytes at the STREAM bandwidth plus one kernel_overhead_s per launch; with two sequences per
+    micro-batch the layout copies are two kernels each way."""
+    from trainsim.cost_models import compute, flops
+    from trainsim.cost_models.shapes import block_kinds
+    scn = _scenario("nemotron-3-nano-30b-a3b", tp=1)
+    mamba = next(s for s, _ in block_kinds(scn) if s.model.hybrid_pattern == "M")
+    gpu = scn.cluster.gpu
+    bw, ov = gpu.hbm_bw_Bps * gpu.hbm_efficiency, gpu.kernel_overhead_s
+    ops = {o.name: o for o in flops.layer_ops(mamba)}
+    times = {t.name: t for t in compute.layer_op_times(mamba)}
+    for name, (n_f, n_b) in {"mamba_conv1d": (1, 6), "mamba_norm": (1, 3)}.items():
+        assert times[name].fwd_s == pytest.approx(ops[name].fwd_bytes / bw + n_f * ov, rel=1e-12)
+        assert times[name].bwd_input_s == pytest.approx(ops[name].bwd_input_bytes / bw + n_b * ov, rel=1e-12)
+    assert "mamba_layout_copies" not in ops  # one sequence: the rearranges are views
+    two = next(s for s, _ in block_kinds(scn.model_copy(update={"training": scn.training.model_copy(
+        update={"micro_batch": 2})})) if s.model.hybrid_pattern == "M")
+    copies = next(o for o in flops.layer_ops(two) if o.name == "mamba_layout_copies")
+    t = next(x for x in compute.layer_op_times(two) if x.name == "mamba_layout_copies")
+    assert t.fwd_s == pytest.approx(copies.fwd_bytes / bw + 2 * ov, rel=1e-12)

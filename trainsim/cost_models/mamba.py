@@ -109,16 +109,20 @@ def ssd_bwd_flops(shp: LayerShape) -> float:
 def _ssd_op(shp: LayerShape) -> Op:
     return Op(name="ssd_scan", kind="ssd", fwd_flops=ssd_fwd_flops(shp), bwd_input_flops=ssd_bwd_flops(shp),
               bwd_weight_flops=0.0, fwd_bytes=_ssd_bytes(shp, SSD_PASSES_FWD, SSD_STATE_PASSES_FWD),
-              bwd_input_bytes=_ssd_bytes(shp, SSD_PASSES_BWD, SSD_STATE_PASSES_BWD))
+              bwd_input_bytes=_ssd_bytes(shp, SSD_PASSES_BWD, SSD_STATE_PASSES_BWD),
+              launches=(SSD_KERNELS_FWD, SSD_KERNELS_BWD))
 
 
 def _conv_op(shp: LayerShape) -> Op:
     """causal_conv1d with SiLU over the x, B, C channels: d_conv multiply-adds per element; forward reads and writes
-    each element once, backward recomputes the forward (read, write) and reads input and gradient, writes dx."""
+    each element once, backward recomputes the forward (read, write) and reads input and gradient, writes dx. One
+    forward kernel; backward six: the recomputed forward (mamba_split_conv1d_scan_combined's backward), then
+    causal_conv1d_bwd_function's fp32 zeros for dweight and dbias, the backward kernel and the two casts back
+    (causal-conv1d causal_conv1d/cpp_functions.py)."""
     e = shp.e
     ch = (shp.mh * shp.mp + 2 * shp.mg * shp.mn) // shp.tp
     n = shp.tokens * ch
-    return _elementwise("mamba_conv1d", "elementwise", n, 2 * e, 5 * e, 2.0 * shp.mconv + 4.0)
+    return _elementwise("mamba_conv1d", "elementwise", n, 2 * e, 5 * e, 2.0 * shp.mconv + 4.0, launches=(1, 6))
 
 
 def mamba_mixer_ops(shp: LayerShape) -> list[Op]:
@@ -137,12 +141,15 @@ def mamba_mixer_ops(shp: LayerShape) -> list[Op]:
         # MambaMixer._ssm_training turns in_proj's [s, b, ...] output batch-first with
         # rearrange(..., "l b d -> b l d").contiguous() and the scan's output back with "b l d -> l b d": two copies
         # (read and write) with more than one sequence per micro-batch, and their gradients' copies in backward.
-        ops.append(_elementwise("mamba_layout_copies", "elementwise", T * (proj_out + inner), 2 * e, 2 * e, 0.0))
+        ops.append(_elementwise("mamba_layout_copies", "elementwise", T * (proj_out + inner), 2 * e, 2 * e, 0.0,
+                                launches=(2, 2)))
     return ops + [
         _conv_op(shp),
         _ssd_op(shp),
+        # The group RMSNorm (mamba_ssm layernorm_gated): one Triton kernel forward; backward _layer_norm_bwd's
+        # kernel, then the weight gradient's _dw.sum(0) and its cast to the weight's dtype.
         _elementwise("mamba_norm", "norm", T * inner, 2 * e, 3 * e, _NORM_FLOPS["rmsnorm"],
-                     extra_fwd_bytes=4 * T * shp.mg // t, extra_bwd_bytes=4 * T * shp.mg // t),
+                     extra_fwd_bytes=4 * T * shp.mg // t, extra_bwd_bytes=4 * T * shp.mg // t, launches=(1, 3)),
         _linear("mamba_out_proj", T, h, inner, e, fp8=fp8, weight_casts=casts),
         _residual("residual1", shp, T_seq),
     ]
