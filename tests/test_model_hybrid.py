@@ -205,16 +205,41 @@ def test_simulated_block_is_the_mean_layer():
 
 def test_ssd_scan_bytes_count_the_per_head_reads():
     """Nano's SSD forward on one rank, T = 8192 (mbs 1): 5 passes of d_inner, B and C once per head and once per
-    group, 4 passes of the fp32 chunk states, CB written per group and read per head, dt terms (mamba.py)."""
+    group, the chunk states written and read in fp32 by _chunk_state_fwd / _state_passing_fwd and written and read in
+    the 16-bit state_dtype by _state_passing_fwd / _chunk_scan_fwd, CB written per group and read per head, dt terms
+    (mamba.py)."""
     from trainsim.cost_models import flops
     from trainsim.cost_models.shapes import block_kinds
     scn = _scenario("nemotron-3-nano-30b-a3b", tp=1)
     mamba = next(s for s, _ in block_kinds(scn) if s.model.hybrid_pattern == "M")
     op = next(o for o in flops.layer_ops(mamba) if o.name == "ssd_scan")
     T, e, H, P, N, G, Q = 8192, 2, 64, 64, 128, 8, 128
-    expected = (e * T * (5 * H * P + 2 * H * N + 2 * G * N) + 4 * (T / Q) * H * P * N * 4 + T * Q * 4 * (G + H)
+    states = (T / Q) * H * P * N
+    expected = (e * T * (5 * H * P + 2 * H * N + 2 * G * N) + states * (2 * 4 + 2 * e) + T * Q * 4 * (G + H)
                 + 3 * 4 * T * H)
     assert op.fwd_bytes == expected
+    # Backward: 6 fp32 and 5 16-bit passes over the states (recompute, dstates, _state_passing_bwd, the dx / dB / dC
+    # reads), 16 of d_inner, 7 per-head and 8 per-group passes of B / C, CB 3 per group and 4 per head.
+    bwd = (e * T * (16 * H * P + 7 * H * N + 8 * G * N) + states * (6 * 4 + 5 * e) + T * Q * 4 * (3 * G + 4 * H)
+           + 3 * 4 * T * H)
+    assert op.bwd_input_bytes == bwd
+
+
+def test_ssd_scan_backward_flops_are_the_kernels_products():
+    """Nano's SSD backward, T = 8192: the recomputed C·Bᵀ and the two _bmm_chunk_bwd per group (2·T·Q·N each); per
+    head the dx, dcb and ddAcs_stable Q x Q x P products (2·T·Q·P each) and the recomputed chunk states, dstates, dx's
+    B·dstates, dB and dC P x N products (2·T·N·P each) -- 2x the forward's products plus the recomputed C·Bᵀ and
+    states plus _chunk_scan_bwd_ddAcs_stable's second dout·xᵀ (mamba_ssm ssd_combined.py
+    _mamba_chunk_scan_combined_bwd)."""
+    from trainsim.cost_models import flops
+    from trainsim.cost_models.shapes import block_kinds
+    scn = _scenario("nemotron-3-nano-30b-a3b", tp=1)
+    mamba = next(s for s, _ in block_kinds(scn) if s.model.hybrid_pattern == "M")
+    op = next(o for o in flops.layer_ops(mamba) if o.name == "ssd_scan")
+    T, H, P, N, G, Q = 8192, 64, 64, 128, 8, 128
+    assert op.bwd_input_flops == 3 * 2 * T * Q * N * G + H * (3 * 2 * T * Q * P + 5 * 2 * T * N * P)
+    recomputed = 2 * T * Q * N * G + H * 2 * T * N * P
+    assert op.bwd_input_flops == 2 * op.fwd_flops + recomputed + H * 2 * T * Q * P
 
 
 # Nemotron 3 Nano's config.json keys as Megatron-Bridge's NemotronHBridge tests spell them
@@ -296,3 +321,46 @@ def test_hybrid_mtp_needs_its_pattern():
     with pytest.raises(ValidationError, match="mtp_pattern"):
         ModelSpec(num_layers=2, hidden=256, num_heads=4, vocab_size=1000, block_norms=1, hybrid_pattern="M*",
                   mamba_head_dim=32, mtp_layers=1)
+
+
+def test_ssd_scan_time_is_its_byte_roofline_plus_one_overhead_per_kernel():
+    """Nano's SSD on one H100, T = 8192: each pass is the larger of its FLOPs at the 16-bit peak x the fused-attention
+    efficiency and its bytes at the STREAM bandwidth (bytes bind at this shape), plus GPUSpec.kernel_overhead_s per
+    kernel launched -- 10 forward (five Triton kernels, five parameter casts), 32 backward (fifteen Triton kernels,
+    twelve torch ops, five cast gradients; mamba.SSD_KERNELS_FWD / _BWD)."""
+    from trainsim.cost_models import compute, flops
+    from trainsim.cost_models.shapes import block_kinds
+    scn = _scenario("nemotron-3-nano-30b-a3b", tp=1)
+    mamba = next(s for s, _ in block_kinds(scn) if s.model.hybrid_pattern == "M")
+    op = next(o for o in flops.layer_ops(mamba) if o.name == "ssd_scan")
+    gpu = scn.cluster.gpu
+    bw, peak, ov = gpu.hbm_bw_Bps * gpu.hbm_efficiency, gpu.peak_flops["bf16"], gpu.kernel_overhead_s
+    assert op.fwd_flops / (peak * gpu.attention_efficiency) < op.fwd_bytes / bw
+    t = next(x for x in compute.layer_op_times(mamba) if x.name == "ssd_scan")
+    assert t.fwd_s == pytest.approx(op.fwd_bytes / bw + 10 * ov, rel=1e-12)
+    assert t.bwd_input_s == pytest.approx(op.bwd_input_bytes / bw + 32 * ov, rel=1e-12)
+
+
+def test_mamba_conv_and_norm_pay_each_kernel_they_launch():
+    """Nano on one H100, T = 8192: the conv1d's forward is one causal_conv1d kernel, its backward six (the recomputed
+    forward, dweight/dbias zeros, the backward kernel, two casts: causal-conv1d cpp_functions.py); the group RMSNorm's
+    forward one Triton kernel, its backward three (the kernel, _dw.sum(0), the cast: mamba_ssm layernorm_gated.py).
+    Each pass is its bytes at the STREAM bandwidth plus one kernel_overhead_s per launch; with two sequences per
+    micro-batch the layout copies are two kernels each way."""
+    from trainsim.cost_models import compute, flops
+    from trainsim.cost_models.shapes import block_kinds
+    scn = _scenario("nemotron-3-nano-30b-a3b", tp=1)
+    mamba = next(s for s, _ in block_kinds(scn) if s.model.hybrid_pattern == "M")
+    gpu = scn.cluster.gpu
+    bw, ov = gpu.hbm_bw_Bps * gpu.hbm_efficiency, gpu.kernel_overhead_s
+    ops = {o.name: o for o in flops.layer_ops(mamba)}
+    times = {t.name: t for t in compute.layer_op_times(mamba)}
+    for name, (n_f, n_b) in {"mamba_conv1d": (1, 6), "mamba_norm": (1, 3)}.items():
+        assert times[name].fwd_s == pytest.approx(ops[name].fwd_bytes / bw + n_f * ov, rel=1e-12)
+        assert times[name].bwd_input_s == pytest.approx(ops[name].bwd_input_bytes / bw + n_b * ov, rel=1e-12)
+    assert "mamba_layout_copies" not in ops  # one sequence: the rearranges are views
+    two = next(s for s, _ in block_kinds(scn.model_copy(update={"training": scn.training.model_copy(
+        update={"micro_batch": 2})})) if s.model.hybrid_pattern == "M")
+    copies = next(o for o in flops.layer_ops(two) if o.name == "mamba_layout_copies")
+    t = next(x for x in compute.layer_op_times(two) if x.name == "mamba_layout_copies")
+    assert t.fwd_s == pytest.approx(copies.fwd_bytes / bw + 2 * ov, rel=1e-12)

@@ -240,19 +240,19 @@ def _attention_time(op: Op, hw: _Hw, profile, dtype: str, pass_: str, causal: bo
     return max(flops / (hw.peak * eff), nbytes / hw.mem_Bps) + hw.overhead_s
 
 
-def _ssd_time(flops: float, nbytes: float, hw: _Hw) -> float:
+def _ssd_time(flops: float, nbytes: float, hw: _Hw, kernels: int) -> float:
     """Seconds of a pass of Mamba-2's chunked SSD scan: the larger of its FLOPs at the 16-bit peak times the GPU's
     fused-attention efficiency (tiled tensor-core kernels of the same kind, cost_models/mamba.py) and its bytes at
-    HBM bandwidth, plus one kernel overhead."""
-    return max(flops / (hw.peak * hw.attn_eff), nbytes / hw.mem_Bps) + hw.overhead_s
+    HBM bandwidth, plus one kernel overhead per kernel the pass launches (Op.launches: mamba.SSD_KERNELS_FWD / _BWD)."""
+    return max(flops / (hw.peak * hw.attn_eff), nbytes / hw.mem_Bps) + kernels * hw.overhead_s
 
 
 def op_times(op: Op, hw: _Hw, *, e: int = 2, dtype: str = "bf16", profile=None, causal: bool = True,
              norm: str | None = None, flash_version: int = 2) -> OpTimes:
     """Seconds of one op in forward, input-gradient and weight-gradient passes."""
     if op.kind == "ssd":  # Mamba-2's Triton SSD scan: roofline at the fused-attention efficiency (mamba.py)
-        return OpTimes(op.name, _ssd_time(op.fwd_flops, op.fwd_bytes, hw),
-                       _ssd_time(op.bwd_input_flops, op.bwd_input_bytes, hw), 0.0)
+        return OpTimes(op.name, _ssd_time(op.fwd_flops, op.fwd_bytes, hw, op.launches[0]),
+                       _ssd_time(op.bwd_input_flops, op.bwd_input_bytes, hw, op.launches[1]), 0.0)
     if op.kind == "attention":
         return OpTimes(op.name, _attention_time(op, hw, profile, dtype, "fwd", causal, flash_version),
                        _attention_time(op, hw, profile, dtype, "bwd", causal, flash_version), 0.0)
@@ -270,8 +270,10 @@ def op_times(op: Op, hw: _Hw, *, e: int = 2, dtype: str = "bf16", profile=None, 
     # Memory-bound ops (norms, activations, softmax, residuals, loss, embedding gather/scatter).
     # A profile is asked for the kernel it measured by name (gelu, softmax, layernorm/rmsnorm), else the kind.
     key = op.name if op.name in MEMORY_OPS else (norm if op.kind == "norm" and norm else op.kind)
-    fwd = memory_time_s(op.fwd_bytes, hw, profile, key) if op.fwd_bytes else 0.0
-    bi = memory_time_s(op.bwd_input_bytes, hw, profile, key, "bwd") if op.bwd_input_bytes else 0.0
+    # An op of several kernels (Op.launches) pays the further launches' overhead on top.
+    more_f, more_b = ((n - 1) * hw.overhead_s for n in op.launches)
+    fwd = memory_time_s(op.fwd_bytes, hw, profile, key) + more_f if op.fwd_bytes else 0.0
+    bi = memory_time_s(op.bwd_input_bytes, hw, profile, key, "bwd") + more_b if op.bwd_input_bytes else 0.0
     bw = memory_time_s(op.bwd_weight_bytes, hw, profile, key, "bwd") if op.bwd_weight_bytes else 0.0
     return OpTimes(op.name, fwd, bi, bw)
 

@@ -117,6 +117,9 @@ class Op:
     modules: frozenset = frozenset()  # TrainingSpec.recompute_modules whose recompute re-runs this op
     work_fraction: float = 1.0
     attn: tuple[int, int, int, int, int] | None = None
+    # Kernels one forward / backward pass launches, each paying GPUSpec.kernel_overhead_s (cost_models/mamba.py: the
+    # Mamba mixer's conv1d, norm, layout copies and SSD scan launch several per pass).
+    launches: tuple[int, int] = (1, 1)
 
     @property
     def is_matmul(self) -> bool:
@@ -191,13 +194,15 @@ def _linear(name: str, m: int, n: int, k: int, e: int, *, fp8: bool = False, fp4
 
 
 def _elementwise(name: str, kind: str, n_elems: float, fwd_rw: float, bwd_rw: float, flops_per: float = 1.0,
-                 *, modules: frozenset = frozenset(), extra_fwd_bytes: float = 0.0, extra_bwd_bytes: float = 0.0) -> Op:
-    """A memory-bound op over ``n_elems`` elements: ``fwd_rw``/``bwd_rw`` bytes moved per element."""
+                 *, modules: frozenset = frozenset(), extra_fwd_bytes: float = 0.0, extra_bwd_bytes: float = 0.0,
+                 launches: tuple[int, int] = (1, 1)) -> Op:
+    """A memory-bound op over ``n_elems`` elements: ``fwd_rw``/``bwd_rw`` bytes moved per element, in ``launches``
+    kernels per forward / backward pass."""
     return Op(
         name=name, kind=kind,
         fwd_flops=flops_per * n_elems, bwd_input_flops=2 * flops_per * n_elems, bwd_weight_flops=0.0,
         fwd_bytes=n_elems * fwd_rw + extra_fwd_bytes, bwd_input_bytes=n_elems * bwd_rw + extra_bwd_bytes,
-        modules=modules,
+        modules=modules, launches=launches,
     )
 
 

@@ -16,7 +16,8 @@ mamba_ssm/ops/triton/ssd_combined.py):
   and head), the chunk states Bᵀ·x (2·N·P per token and head), and the states' contribution C·h (2·N·P per token
   and head); the inter-chunk recurrence over T/Q states is O(T/Q·N·P) and only moves bytes. The output is gated
   by SiLU(z) inside the scan kernel (``_chunk_scan_fwd`` with z). Backward: the Triton backward kernels recompute
-  CB and the states and form two gradients per product (2x the forward's FLOPs, plus the recomputed CB and states);
+  CB and the states and form two gradients per product, and _chunk_scan_bwd_ddAcs_stable forms dout·xᵀ once more
+  (ssd_bwd_flops counts the products kernel by kernel);
 * the group RMSNorm over d_inner (Megatron's ExtendedRMSNorm, group size d_inner / G);
 * ``out_proj`` d_inner -> h, row-parallel.
 
@@ -24,7 +25,10 @@ The SSD kernels are Triton tile programs (tl.dot on Q x N / Q x P tiles) that al
 states through HBM: op kind ``ssd``, timed as a roofline of its FLOPs at the GPU's fused-attention efficiency
 (the measured efficiency of FlashAttention's tiled tensor-core kernels, GPUSpec.attention_efficiency -- the SSD
 paper's Sec. 6 casts the intra-chunk part as masked attention over the chunk) and of its bytes at HBM bandwidth.
-Its FLOPs count as model FLOPs (they are matmuls), beside in_proj and out_proj.
+Its FLOPs count as model FLOPs (they are matmuls), beside in_proj and out_proj. At the Nemotron shapes (Q = 128,
+P = 64, N = 128-256) the scan moves 14-19 FLOPs per byte, so its FLOPs bind only below 4.7-6.7 % of the 16-bit peak
+(benchmarks/bench_ssd_balance.py): the time is the bytes at the STREAM-measured bandwidth, whatever tile efficiency
+above that the Triton kernels reach.
 """
 
 from __future__ import annotations
@@ -41,26 +45,45 @@ STATE_BYTES = 4  # mamba_ssm keeps the chunk states, dA cumsums and CB in fp32 (
 # ssd_chunk_state.py _chunk_state_fwd_kernel), so those tensors cross HBM once per head ("hn": H·N per token of B or C,
 # "cb_h": Q·H fp32 per token of CB) besides the per-group passes ("gn", "cb_g"). Forward -- x read by _chunk_state_fwd
 # and _chunk_scan_fwd, z read and out, out_x written by _chunk_scan_fwd: 5 passes of d_inner; B per head
-# (_chunk_state_fwd) and C per head (_chunk_scan_fwd): 2 hn; B and C by _bmm_chunk_fwd: 2 gn; the states written by
-# _chunk_state_fwd, read and written by _state_passing_fwd, read by _chunk_scan_fwd: 4; CB written per group once,
-# read per head once. Backward -- the recomputed CB, states and chunk states; _chunk_scan_bwd_dz (out_x, z, dout read;
-# dz, dout written), _chunk_scan_bwd_dstates (dout), _chunk_scan_chunk_state_bwd_dx (x, dout read, dx written),
+# (_chunk_state_fwd) and C per head (_chunk_scan_fwd): 2 hn; B and C by _bmm_chunk_fwd: 2 gn; CB written per group
+# once, read per head once. Backward -- the recomputed CB, states and chunk states; _chunk_scan_bwd_dz (out_x, z, dout
+# read; dz, dout written), _chunk_scan_bwd_dstates (dout), _chunk_scan_chunk_state_bwd_dx (x, dout read, dx written),
 # _chunk_state_bwd_db (x), _chunk_scan_bwd_dC (dout), _chunk_scan_bwd_dcb (x, dout), _chunk_scan_bwd_ddAcs_stable
 # (x, dout) and the chunk-state recompute (x): 16 of d_inner; B per head in the recompute and dx kernels, C per head
 # in dstates, dB and dC written per head and reduced: 7 hn; _bmm_chunk_fwd's and _bmm_chunk_bwd's B, C, dB, dC with
-# their residuals: 8 gn; states and their gradients 10; CB and dCB 3 per group, 4 per head (dx, ddAcs reads, dcb's
-# per-head write and its reduction).
-SSD_PASSES_FWD = {"inner": 5, "hn": 2, "gn": 2, "states": 4, "cb_g": 1, "cb_h": 1}
-SSD_PASSES_BWD = {"inner": 16, "hn": 7, "gn": 8, "states": 10, "cb_g": 3, "cb_h": 4}
+# their residuals: 8 gn; CB and dCB 3 per group, 4 per head (dx, ddAcs reads, dcb's per-head write and its reduction).
+SSD_PASSES_FWD = {"inner": 5, "hn": 2, "gn": 2, "cb_g": 1, "cb_h": 1}
+SSD_PASSES_BWD = {"inner": 16, "hn": 7, "gn": 8, "cb_g": 3, "cb_h": 4}
+# HBM traffic per element of the chunk states (T/Q · H · P · N per rank), as (fp32 passes, activation-dtype passes).
+# Forward: _chunk_state_fwd writes them in fp32 (states_in_fp32=True), _state_passing_fwd reads fp32 and writes
+# ``out_dtype`` -- Megatron's MambaMixer passes state_dtype = mamba_training_ssm_states_dtype or params_dtype, the
+# 16-bit dtype (megatron/core/ssm/mamba_mixer.py _ssm_training) -- which _chunk_scan_fwd reads: 2 fp32 + 2 16-bit.
+# Backward: the recompute's _chunk_state_fwd write and _state_passing_fwd read and write (fp32: no out_dtype there),
+# _chunk_scan_bwd_dstates' write (dtype=states.dtype, fp32), _state_passing_bwd's reads of states and dstates (fp32) and
+# its 16-bit writes of dstates and the converted states, then the 16-bit reads of dstates by
+# _chunk_scan_chunk_state_bwd_dx and _chunk_state_bwd_db and of states by _chunk_scan_bwd_dC: 6 fp32 + 5 16-bit.
+SSD_STATE_PASSES_FWD = (2, 2)
+# Kernels one pass of the scan launches, each with its own GPUSpec.kernel_overhead_s. Forward: the five Triton
+# kernels of _mamba_chunk_scan_combined_fwd (_chunk_cumsum_fwd, _chunk_state_fwd, _state_passing_fwd, _bmm_chunk_fwd,
+# _chunk_scan_fwd) and MambaMixer._ssm_training's parameter casts (A = -exp(A_log.float()): cast, exp, neg;
+# dt_bias.float(); D.float(): Megatron's Float16Module keeps them in the 16-bit dtype). Backward: the fifteen Triton
+# kernels of _mamba_chunk_scan_combined_bwd (the recomputed cumsum, CB, chunk states and state passing; bwd_dz, dstates,
+# state_passing_bwd, the dx, dB, dC, dCB kernels, two _bmm_chunk_bwd, ddAcs_stable, _chunk_cumsum_bwd), its torch
+# ops (dt.clone; dD's zeros and sum; the dB, dC and dCB split sums; ddA_prev's in-place add, flip, cumsum, flip; the
+# two adds into ddA) and the five casts' gradients.
+SSD_KERNELS_FWD = 5 + 5
+SSD_KERNELS_BWD = 15 + 12 + 5
+SSD_STATE_PASSES_BWD = (6, 5)
 
 
-def _ssd_bytes(shp: LayerShape, passes: dict) -> float:
+def _ssd_bytes(shp: LayerShape, passes: dict, state_passes: tuple[int, int]) -> float:
     e, T, t = shp.e, shp.tokens, shp.tp
     inner, heads, groups = shp.mh * shp.mp // t, shp.mh // t, shp.mg // t
-    states = (T / shp.mchunk) * heads * shp.mp * shp.mn * STATE_BYTES
+    state_elems = (T / shp.mchunk) * heads * shp.mp * shp.mn
     cb = T * shp.mchunk * STATE_BYTES
     return (e * T * (passes["inner"] * inner + passes["hn"] * heads * shp.mn + passes["gn"] * groups * shp.mn)
-            + passes["states"] * states + cb * (passes["cb_g"] * groups + passes["cb_h"] * heads)
+            + state_elems * (state_passes[0] * STATE_BYTES + state_passes[1] * e)
+            + cb * (passes["cb_g"] * groups + passes["cb_h"] * heads)
             + 3 * STATE_BYTES * T * heads)  # dt, dt softplus, dA cumsum
 
 
@@ -71,21 +94,35 @@ def ssd_fwd_flops(shp: LayerShape) -> float:
     return 2.0 * T * Q * N * (shp.mg // t) + (shp.mh // t) * (2.0 * T * Q * P + 4.0 * T * N * P)
 
 
+def ssd_bwd_flops(shp: LayerShape) -> float:
+    """Backward FLOPs of the chunked SSD scan on one rank, the tl.dot products of mamba_ssm's
+    _mamba_chunk_scan_combined_bwd kernel by kernel. Per group (Q x Q x N products, 2·T·Q·N each): the recomputed
+    C·Bᵀ (_bmm_chunk_fwd) and the two _bmm_chunk_bwd (dB, dC from dCB). Per head, Q x Q x P products (2·T·Q·P each):
+    CBᵀ·dout in _chunk_scan_chunk_state_bwd_dx, dout·xᵀ in _chunk_scan_bwd_dcb and again in
+    _chunk_scan_bwd_ddAcs_stable; P x N products (2·T·N·P each): the recomputed chunk states (_chunk_state_fwd),
+    Cᵀ·dout (_chunk_scan_bwd_dstates), B·dstates (dx kernel), x·dstates (_chunk_state_bwd_db) and dout·states
+    (_chunk_scan_bwd_dC)."""
+    T, t, Q, N, P = shp.tokens, shp.tp, shp.mchunk, shp.mn, shp.mp
+    return 3 * 2.0 * T * Q * N * (shp.mg // t) + (shp.mh // t) * (3 * 2.0 * T * Q * P + 5 * 2.0 * T * N * P)
+
+
 def _ssd_op(shp: LayerShape) -> Op:
-    fwd = ssd_fwd_flops(shp)
-    T, t = shp.tokens, shp.tp
-    recomputed = 2.0 * T * shp.mchunk * shp.mn * (shp.mg // t) + 2.0 * T * shp.mn * shp.mp * (shp.mh // t)
-    return Op(name="ssd_scan", kind="ssd", fwd_flops=fwd, bwd_input_flops=2 * fwd + recomputed, bwd_weight_flops=0.0,
-              fwd_bytes=_ssd_bytes(shp, SSD_PASSES_FWD), bwd_input_bytes=_ssd_bytes(shp, SSD_PASSES_BWD))
+    return Op(name="ssd_scan", kind="ssd", fwd_flops=ssd_fwd_flops(shp), bwd_input_flops=ssd_bwd_flops(shp),
+              bwd_weight_flops=0.0, fwd_bytes=_ssd_bytes(shp, SSD_PASSES_FWD, SSD_STATE_PASSES_FWD),
+              bwd_input_bytes=_ssd_bytes(shp, SSD_PASSES_BWD, SSD_STATE_PASSES_BWD),
+              launches=(SSD_KERNELS_FWD, SSD_KERNELS_BWD))
 
 
 def _conv_op(shp: LayerShape) -> Op:
     """causal_conv1d with SiLU over the x, B, C channels: d_conv multiply-adds per element; forward reads and writes
-    each element once, backward recomputes the forward (read, write) and reads input and gradient, writes dx."""
+    each element once, backward recomputes the forward (read, write) and reads input and gradient, writes dx. One
+    forward kernel; backward six: the recomputed forward (mamba_split_conv1d_scan_combined's backward), then
+    causal_conv1d_bwd_function's fp32 zeros for dweight and dbias, the backward kernel and the two casts back
+    (causal-conv1d causal_conv1d/cpp_functions.py)."""
     e = shp.e
     ch = (shp.mh * shp.mp + 2 * shp.mg * shp.mn) // shp.tp
     n = shp.tokens * ch
-    return _elementwise("mamba_conv1d", "elementwise", n, 2 * e, 5 * e, 2.0 * shp.mconv + 4.0)
+    return _elementwise("mamba_conv1d", "elementwise", n, 2 * e, 5 * e, 2.0 * shp.mconv + 4.0, launches=(1, 6))
 
 
 def mamba_mixer_ops(shp: LayerShape) -> list[Op]:
@@ -104,12 +141,15 @@ def mamba_mixer_ops(shp: LayerShape) -> list[Op]:
         # MambaMixer._ssm_training turns in_proj's [s, b, ...] output batch-first with
         # rearrange(..., "l b d -> b l d").contiguous() and the scan's output back with "b l d -> l b d": two copies
         # (read and write) with more than one sequence per micro-batch, and their gradients' copies in backward.
-        ops.append(_elementwise("mamba_layout_copies", "elementwise", T * (proj_out + inner), 2 * e, 2 * e, 0.0))
+        ops.append(_elementwise("mamba_layout_copies", "elementwise", T * (proj_out + inner), 2 * e, 2 * e, 0.0,
+                                launches=(2, 2)))
     return ops + [
         _conv_op(shp),
         _ssd_op(shp),
+        # The group RMSNorm (mamba_ssm layernorm_gated): one Triton kernel forward; backward _layer_norm_bwd's
+        # kernel, then the weight gradient's _dw.sum(0) and its cast to the weight's dtype.
         _elementwise("mamba_norm", "norm", T * inner, 2 * e, 3 * e, _NORM_FLOPS["rmsnorm"],
-                     extra_fwd_bytes=4 * T * shp.mg // t, extra_bwd_bytes=4 * T * shp.mg // t),
+                     extra_fwd_bytes=4 * T * shp.mg // t, extra_bwd_bytes=4 * T * shp.mg // t, launches=(1, 3)),
         _linear("mamba_out_proj", T, h, inner, e, fp8=fp8, weight_casts=casts),
         _residual("residual1", shp, T_seq),
     ]

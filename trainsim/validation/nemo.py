@@ -199,7 +199,7 @@ NEMO_NOTES = (
      "ep8 with the config's etp 1, the perf defaults' fp32 Adam and no EP overlap; recompute none on Blackwell "
      "(MXFP8, mbs 4 on GB300/B300, 2 on GB200/B200), 'moe' + 'layernorm' (+ 'core_attn' + 'moe_act' from PR #2662, "
      "26.04 on) on H100 FP8 (nemo_recompute_ranges()). Mamba-2 layers are costed by cost_models/mamba.py (SSD scan "
-     "as a roofline of its FLOPs and kernel-by-kernel HBM bytes); the host issue of hybrid layers is not modelled "
+     "as a roofline of its FLOPs and kernel-by-kernel HBM bytes, one overhead per kernel); the host issue of hybrid layers is not modelled "
      "(the runs capture attention, Mamba and router in CUDA graphs). Nemotron 3 Super (preset "
      "nemotron-3-super-120b-a12b: the Hugging Face config.json the recipe reads through AutoBridge, LatentMoE of "
      "width 1024 with 512 experts top-22, two MTP depths sharing one '*E' module): tp1 ep64 (GB300, B200), tp2 ep64 "
