@@ -27,9 +27,9 @@ def scen(model=NANO, cluster="gb200-nvl72", gpus=8, layout=None, **training):
 def test_mamba_layer_ops_closed_form():
     """MambaLayer with MambaMixer's memory-efficient training path: in_proj 1, input copy 1, A = -exp(A_log.float())
     3, dt_bias cast 1, causal_conv1d_fwd 1 + the SSD forward's 5 Triton kernels, output copy 1, gated RMSNorm 1,
-    out_proj 1, bias-dropout-add 1 = 16; backward 1 + 2 + 2 + 1 + 1 + 23 + 1 + 3 + 1 + 3 = 38 (module doc)."""
+    out_proj 1, bias-dropout-add 1 = 16; backward 1 + 2 + 2 + 1 + 1 + 23 + 1 + 4 + 1 + 3 = 39 (module doc)."""
     issue = hybrid_issue(scen())
-    assert issue.ops["M"] == (1 + 1 + 3 + 1 + (1 + 5) + 1 + 1 + 1 + 1, 0, 1 + 2 + 2 + 1 + 1 + 23 + 1 + 3 + 1 + 3, 0)
+    assert issue.ops["M"] == (1 + 1 + 3 + 1 + (1 + 5) + 1 + 1 + 1 + 1, 0, 1 + 2 + 2 + 1 + 1 + 23 + 1 + 4 + 1 + 3, 0)
     assert issue.fwd_s["M"] == pytest.approx(16 * HOST_OP_S["grace"])
     assert issue.ops["*"] == (15, 0, 25, 0)  # the attention half of a transformer block (cost_models.host)
 
@@ -55,7 +55,7 @@ def test_recomputed_moe_forward_reissues_and_resyncs():
     assert rc.resync and rc.ops["E"][2] == base.ops["E"][2] + 45 + 6
     assert rc.ops["E"][3] == base.ops["E"][3] + 16 * 2 and rc.ops["M"] == base.ops["M"]
     full = hybrid_issue(scen(recompute="full"))
-    assert full.resync and full.ops["M"][2] == 38 + 16 and full.ops["*"][2] == 25 + 15
+    assert full.resync and full.ops["M"][2] == 39 + 16 and full.ops["*"][2] == 25 + 15
 
 
 def test_sync_spans():
@@ -111,3 +111,11 @@ def test_stack_without_moe_layers_has_no_sync_term():
          "max_seq_len": 256, "position_embedding": "none", "mamba_heads": 8, "mamba_head_dim": 32, "mamba_groups": 1,
          "mamba_state_dim": 16, "block_norms": 1, "hybrid_pattern": "M*-"}
     assert hybrid_issue(scen(m, layout={}, seq_len=256, global_batch=8)) is None
+
+
+def test_paired_spans_expose_their_joint_excess():
+    """Under EP overlap a paired span issues a forward and a backward: "EM" is (3 + 4) + (0.5 + 1) ms of host against
+    3 + 4 ms of paired GPU time, 1.5 ms each of the three spans (charged to the forward), no separate backward idle."""
+    idle_f, idle_b = hybrid_chunk_idle_s(ISSUE, {"M": 2e-3, "E": 2e-3}, {"M": 1e-3, "E": 3e-3}, 0.0, pair=1.0,
+                                         paired={"M": 4e-3, "E": 3e-3})
+    assert idle_f == pytest.approx(3 * (1.5e-3 + 1e-5)) and idle_b == 0.0

@@ -21,7 +21,9 @@ d98e8a64ddf34856e74b24714e3bedb2f5a39553) and mamba_ssm (state-spaces/mamba @ e9
   state and state passing; bwd_dz, bwd_dstates, state-passing bwd, bwd_dx, bwd_db, the states cast, bwd_dC,
   bwd_dcb, the dCB cast, two bmm-chunk bwd, ``ddA_cumsum_prev[..., -1] +=``, flip / cumsum / flip, bwd_ddAcs_stable,
   ``ddA += ddA_next + ddA_prev`` (2), chunk-cumsum bwd), ``causal_conv1d_bwd`` 1; the parameter casts' backward
-  (exp, neg, dt_bias cast) 3, the input copy's 1 and in_proj's dgrad, wgrad and norm backward 3: 38.
+  (A_log cast, exp, neg, dt_bias cast) 4, the input copy's 1 and in_proj's dgrad, wgrad and norm backward 3: 39.
+  Counted: calls that launch a kernel (allocations and views not); the SSD op's stride checks copy nothing here,
+  since causal_conv1d's channel-last output leaves x, B and C with unit last stride.
 * Attention layer ("*"): a TransformerLayer with self-attention only (linear_qkv TELayerNormColumnParallelLinear,
   TEDotProductAttention, linear_proj, bias-dropout-add): cost_models.host's ``ATTN_OPS``, which also counts the
   q/k norms and RoPE that Nemotron-H's attention layers lack (~4 of its 15 forward ops, within its ~30 %).
@@ -59,7 +61,7 @@ from dataclasses import dataclass
 from .host import ATTN_OPS, EXPERT_GEMMS, EXPERT_QUANTIZE, HOST_LOOP_OP_S, HOST_OP_S, MLP_OPS, MOE_OPS
 from .moe_issue import SYNC_LEAD_OPS
 
-MAMBA_OPS = (16, 38)         # (forward, backward) Python-dispatched ops of a Mamba layer (module doc)
+MAMBA_OPS = (16, 39)         # (forward, backward) Python-dispatched ops of a Mamba layer (module doc)
 MOE_LAYER_OWN_OPS = (2, 2)   # ... a MoE-only layer's own pre-MLP norm and bias-dropout-add
 LATENT_OPS = (2, 4)          # ... LatentMoE's two latent projections (TE linears)
 
