@@ -7,23 +7,28 @@ experts' per-expert launches at ``HOST_LOOP_OP_S``), read from Megatron-Core's h
 (megatron/core/models/hybrid/hybrid_layer_specs.py ``hybrid_stack_spec``, NVIDIA/Megatron-LM @
 d98e8a64ddf34856e74b24714e3bedb2f5a39553) and mamba_ssm (state-spaces/mamba @ e9594ce1c732d97440f0332fdc43170a2294dbfa):
 
-* Mamba layer ("M", ``MAMBA_OPS``): MambaLayer.forward (megatron/core/ssm/mamba_layer.py) runs the mixer and the
-  fused bias-dropout-add; MambaMixer.forward's training path (megatron/core/ssm/mamba_mixer.py ``forward`` ->
+* Mamba layer ("M", ``mamba_layer_ops``): MambaLayer.forward (megatron/core/ssm/mamba_layer.py) runs the mixer and
+  the fused bias-dropout-add; MambaMixer.forward's training path (megatron/core/ssm/mamba_mixer.py ``forward`` ->
   ``_ssm_training``, ``use_mamba_mem_eff_path``) runs in_proj (TELayerNormColumnParallelLinear: the layer's norm is
-  fused in), one ``rearrange(...).contiguous()`` copy, ``A = -torch.exp(A_log.float())`` (3), ``dt_bias.float()``,
-  mamba_ssm's ``mamba_split_conv1d_scan_combined`` (mamba_ssm/ops/triton/ssd_combined.py
-  ``MambaSplitConv1dScanCombinedFn.forward``: ``causal_conv1d_fwd`` and ``_mamba_chunk_scan_combined_fwd``'s five
-  Triton kernels -- chunk cumsum, chunk state, state passing, bmm chunk, chunk scan), the output copy, the gated
-  RMSNorm (mamba_ssm RMSNormGated, one Triton kernel) and out_proj (TERowParallelLinear): 1 + 1 + 3 + 1 + 6 + 1 + 1
-  + 1 + 1 (bias-dropout-add) = 16 forward. Backward: bias-dropout-add 1, out_proj dgrad + wgrad 2, the gated norm's
-  backward and its weight-gradient sum 2, the output copy's 1; ``MambaSplitConv1dScanCombinedFn.backward``: the
-  recomputed ``causal_conv1d_fwd`` 1, ``_mamba_chunk_scan_combined_bwd`` 23 (the recomputed cumsum, bmm chunk, chunk
-  state and state passing; bwd_dz, bwd_dstates, state-passing bwd, bwd_dx, bwd_db, the states cast, bwd_dC,
-  bwd_dcb, the dCB cast, two bmm-chunk bwd, ``ddA_cumsum_prev[..., -1] +=``, flip / cumsum / flip, bwd_ddAcs_stable,
-  ``ddA += ddA_next + ddA_prev`` (2), chunk-cumsum bwd), ``causal_conv1d_bwd`` 1; the parameter casts' backward
-  (A_log cast, exp, neg, dt_bias cast) 4, the input copy's 1 and in_proj's dgrad, wgrad and norm backward 3: 39.
-  Counted: calls that launch a kernel (allocations and views not); the SSD op's stride checks copy nothing here,
-  since causal_conv1d's channel-last output leaves x, B and C with unit last stride.
+  fused in), ``A = -torch.exp(A_log.float())`` (3: Float16Module keeps A_log in the 16-bit dtype),
+  ``dt_bias.float()`` (D is passed uncast without ``D_has_hdim``), mamba_ssm's ``mamba_split_conv1d_scan_combined``
+  (mamba_ssm/ops/triton/ssd_combined.py ``MambaSplitConv1dScanCombinedFn.forward``: ``causal_conv1d_fwd`` and
+  ``_mamba_chunk_scan_combined_fwd``'s five Triton kernels -- chunk cumsum, chunk state, state passing, bmm chunk,
+  chunk scan), the gated RMSNorm (mamba_ssm RMSNormGated, one Triton kernel) and out_proj (TERowParallelLinear):
+  1 + 3 + 1 + 1 + 5 + 1 + 1 + 1 (bias-dropout-add) = 14 forward. Backward: bias-dropout-add 1, out_proj dgrad +
+  wgrad 2, the gated norm's kernel, ``_dw.sum(0)`` and its cast 3; ``MambaSplitConv1dScanCombinedFn.backward``: the
+  recomputed ``causal_conv1d_fwd`` and ``causal_conv1d_bwd_function``'s two fp32 ``zeros_like``, its kernel and two
+  ``type_as`` (Dao-AILab/causal-conv1d causal_conv1d/cpp_functions.py @ 0d2252d161f25f7907bbd05985c08ab98d255874) 6;
+  ``_mamba_chunk_scan_combined_bwd`` 27: fifteen Triton kernels (the recomputed cumsum, bmm chunk, chunk state and
+  state passing; bwd_dz, bwd_dstates, state-passing bwd, bwd_dx, bwd_db, bwd_dC, bwd_dcb, two bmm-chunk bwd,
+  bwd_ddAcs_stable, chunk-cumsum bwd) and twelve torch ops (``dt.clone()``; dD's partial sums and cast in
+  ``_chunk_scan_bwd_dz``; the dB, dC and dCB split sums; ``ddA_cumsum_prev[..., -1] +=``, flip / cumsum / flip;
+  ``ddA += ddA_next + ddA_prev``); the parameter casts' gradients (A_log cast, exp, neg, dt_bias cast) 4; in_proj's
+  dgrad, wgrad and norm backward 3: 1 + 2 + 3 + 6 + 27 + 4 + 3 = 46. With more than one sequence per micro-batch the
+  ``rearrange(..., "l b d -> b l d").contiguous()`` of in_proj's output and the scan output's way back are copies,
+  2 more each pass (at micro-batch 1 the permuted tensor is already contiguous). Counted: calls that launch a
+  kernel (allocations and views not); the SSD op's stride checks copy nothing here, since causal_conv1d's
+  channel-last output leaves x, B and C with unit last stride.
 * Attention layer ("*"): a TransformerLayer with self-attention only (linear_qkv TELayerNormColumnParallelLinear,
   TEDotProductAttention, linear_proj, bias-dropout-add): cost_models.host's ``ATTN_OPS``, which also counts the
   q/k norms and RoPE that Nemotron-H's attention layers lack (~4 of its 15 forward ops, within its ~30 %).
@@ -61,7 +66,8 @@ from dataclasses import dataclass
 from .host import ATTN_OPS, EXPERT_GEMMS, EXPERT_QUANTIZE, HOST_LOOP_OP_S, HOST_OP_S, MLP_OPS, MOE_OPS
 from .moe_issue import SYNC_LEAD_OPS
 
-MAMBA_OPS = (16, 39)         # (forward, backward) Python-dispatched ops of a Mamba layer (module doc)
+MAMBA_OPS = (14, 46)         # (forward, backward) Python-dispatched ops of a Mamba layer at micro-batch 1 (module doc)
+MAMBA_LAYOUT_COPIES = (2, 2)  # ... more with several sequences per micro-batch: the batch-first layout copies
 MOE_LAYER_OWN_OPS = (2, 2)   # ... a MoE-only layer's own pre-MLP norm and bias-dropout-add
 LATENT_OPS = (2, 4)          # ... LatentMoE's two latent projections (TE linears)
 
@@ -80,11 +86,18 @@ class HybridIssue:
 
 def _layer_ops(kind: str, shp, full: bool) -> tuple[int, int, int, int]:
     """(forward Python ops, forward per-expert launches, backward ops, backward launches) of one layer of ``kind``;
-    ``shp``: the E layers' LayerShape (experts, shared expert, latent size, dtype, recompute)."""
+    ``shp``: the E layers' LayerShape (experts, shared expert, latent size, dtype, recompute, micro-batch)."""
     if kind == "E":
         return _moe_layer_ops(shp, full)
-    fwd, bwd = {"M": MAMBA_OPS, "*": ATTN_OPS, "-": MLP_OPS}[kind]
+    fwd, bwd = {"M": mamba_layer_ops(shp.b), "*": ATTN_OPS, "-": MLP_OPS}[kind]
     return fwd, 0, bwd + (fwd if full else 0), 0
+
+
+def mamba_layer_ops(micro_batch: int) -> tuple[int, int]:
+    """(forward, backward) Python-dispatched ops of one Mamba layer (module doc): the layout copies only with more
+    than one sequence per micro-batch."""
+    extra = MAMBA_LAYOUT_COPIES if micro_batch > 1 else (0, 0)
+    return MAMBA_OPS[0] + extra[0], MAMBA_OPS[1] + extra[1]
 
 
 def _moe_layer_ops(shp, full: bool) -> tuple[int, int, int, int]:
