@@ -31,6 +31,9 @@ in the forward. Where EP overlap pairs one micro-batch's forward with another's 
 (``TrainingSpec.ep_comm_overlap``, Megatron-Core's combined 1F1B), the sync in the paired forward bounds both, so a
 paired layer idles ``max(0, host_f + host_b - gpu_f - gpu_b)`` (charged to the forward).
 
+Hybrid Mamba stacks, whose MoE layers stand apart from their attention and Mamba layers, are costed by
+cost_models.hybrid_issue with the same sync over the span between two MoE layers.
+
 Host seconds per block pass: cost_models.host's op counts and per-op seconds (``moe_block_host_passes``; TE issue
 #2053, x86 vs Grace from ``ClusterSpec.host_cpu``). Dense blocks of a MoE model (first_dense_layers) are the
 attention half and a dense MLP (``ATTN_OPS`` + ``MLP_OPS``) and have no sync of their own: each idles for its own
@@ -38,8 +41,7 @@ excess (nearly always none: a dense block's GPU time is the larger).
 
 Not modelled: the spread of the EP ranks' hosts (the all-to-all waits for the slowest one; cost_models.host_jitter
 has no measured spread for these blocks), the kernels queued between the D2H copy and the sync (the first
-permutation, a few microseconds), hybrid Mamba stacks (no per-layer host counts of their Mamba layers; predict
-warns), frameworks other than Megatron-Core, and CUDA graphs (``training.host_issue`` other than eager is refused
+permutation, a few microseconds), frameworks other than Megatron-Core, and CUDA graphs (``training.host_issue`` other than eager is refused
 for MoE models: TE's partial graphs of attn / moe_router / moe_preprocess keep the sync, and the share of
 ``MOE_OPS`` those scopes capture is not counted).
 """

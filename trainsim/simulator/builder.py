@@ -87,7 +87,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainsim.cost_models import activations as act
-from trainsim.cost_models import compute, framework, host_issue, memory, moe_issue, step_host
+from trainsim.cost_models import compute, framework, host_issue, hybrid_issue, memory, moe_issue, step_host
 from trainsim.cost_models.grad_buffer import DDP_BUCKET_PARAMS, DDP_BUCKET_PARAMS_PER_DP, MiB
 from trainsim.specs import Scenario
 from trainsim.specs.memo import active_memo
@@ -297,7 +297,11 @@ def _chunk(st: _Step, s: int, c: int, pair: float) -> ChunkCost:
     cp_fc, cp_bc = sum(k * b.cp_f for b, k in ck), sum(k * b.cp_b for b, k in ck)
     tp_calls = max(1, host_issue.tp_collective_calls(scenario)[0])  # a forward's sync drains one of them
     head = _head_issue(st) if vs == st.last_vs else None
-    if st.moe_issue is not None:
+    if st.hybrid_issue is not None:
+        ep_b = sum(k * (b.ep_b_ov * pair + b.ep_b * (1 - pair)) for b, k in ck)
+        idle_f, idle_b = _hybrid_idle(st, n, cs.bi + cs.bw + cs.rc + off_b + tp_bc + cp_bc + dp_b + ep_b, pair)
+        host_f, host_b = hybrid_issue.hybrid_chunk_issue_s(st.hybrid_issue)
+    elif st.moe_issue is not None:
         ep_b = sum(k * (b.ep_b_ov * pair + b.ep_b * (1 - pair)) for b, k in ck)
         idle_f, idle_b = _moe_idle(st, cs, n_d, cs.bi + cs.bw + cs.rc + off_b + tp_bc + cp_bc + dp_b + ep_b, pair)
         host_f, host_b = moe_issue.moe_chunk_issue_s(st.moe_issue, n - n_d, n_d)
@@ -331,6 +335,20 @@ def _moe_idle(st: _Step, cs: _ChunkSums, n_d: int, gpu_bwd_s: float, pair: float
                  b.gpu_passes()[1] + b.ep_b_ov) for b, k in cs.kinds if k and not (n_d and b is st.dense))
     dense = (n_d, *st.dense.gpu_passes()) if n_d else (0, 0.0, 0.0)
     return moe_issue.moe_chunk_idle_s(st.moe_issue, moe, dense, gpu_bwd_s, pair)
+
+
+def _hybrid_idle(st: _Step, n: int, gpu_bwd_s: float, pair: float) -> tuple[float, float]:
+    """(forward, backward) GPU idle per micro-batch of a hybrid stack's chunk (it holds the whole pattern: one stage,
+    specs/scenario.py _check_hybrid) waiting for its host (cost_models.hybrid_issue): each layer kind's passes on
+    the GPU's stream -- compute, TP, CP and the EP all-to-alls, unpaired and paired under EP overlap."""
+    issue = st.hybrid_issue
+    if n != len(issue.pattern):
+        raise ValueError(f"a hybrid stack's chunk holds its whole pattern ({len(issue.pattern)} layers), not {n}")
+    passes = {k: b.gpu_passes() for k, b in st.hybrid_kinds}
+    gpu_f = {k: passes[k][0] + b.ep_f for k, b in st.hybrid_kinds}
+    gpu_b = {k: passes[k][1] + b.ep_b for k, b in st.hybrid_kinds}
+    paired = {k: passes[k][0] + passes[k][1] + b.ep_f_ov + b.ep_b_ov for k, b in st.hybrid_kinds}
+    return hybrid_issue.hybrid_chunk_idle_s(issue, gpu_f, gpu_b, gpu_bwd_s, pair, paired)
 
 
 def _head_issue(st: _Step) -> tuple[float, float, float, float] | None:

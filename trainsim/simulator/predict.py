@@ -98,12 +98,13 @@ def host_bound_warning(scenario: Scenario, profile=None, table=None) -> str | No
     (the host catches up while the GPU waits on a collective) -- per micro-batch, from the chunk of ``table`` whose
     blocks take the least (embedding and loss chunks included at their share)."""
     from trainsim.cost_models.host import moe_block_host_issue
+    from trainsim.cost_models.hybrid_issue import hybrid_issue
     from trainsim.cost_models.moe_issue import moe_block_issue
     from trainsim.cost_models.shapes import layer_shape
     if not scenario.model.is_moe or scenario.training.framework != "megatron":
         return None
-    if moe_block_issue(scenario) is not None:  # the step includes it: host_idle_warning says how much
-        return None
+    if moe_block_issue(scenario) is not None or hybrid_issue(scenario) is not None:
+        return None  # the step includes it: host_idle_warning says how much
     if getattr(scenario.cluster.gpu, "num_sms", None) is None:  # CPU ranks: the eager profile times the host
         return None
     issue = moe_block_host_issue(layer_shape(scenario), scenario.cluster.host_cpu)

@@ -6,11 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainsim.cost_models import activations as act
-from trainsim.cost_models import compute, framework, host_issue, loss_issue, memory, moe_issue
-from trainsim.cost_models.shapes import dense_block_scenario, layer_shape
+from trainsim.cost_models import compute, framework, host_issue, hybrid_issue, loss_issue, memory, moe_issue
+from trainsim.cost_models.shapes import block_kinds, dense_block_scenario, layer_shape
 from trainsim.specs import Scenario, framework_behaviour
 
-from .block import _Block, _block, _local_global_blocks, _mtp_block
+from .block import _Block, _block, _local_global_blocks, _mean_block, _mtp_block
 from . import zero3_reduce
 from .exposures import _coll, _pace, _paced
 from .grad_sync import _bucket_settings
@@ -61,6 +61,8 @@ class _Step:
     issue: object                     # host time to issue one block (None: not modelled)
     last_vs: int
     moe_issue: object = None          # host time of a Megatron-Core MoE model's blocks (cost_models.moe_issue)
+    hybrid_issue: object = None       # host time of a hybrid stack's layers (cost_models.hybrid_issue)
+    hybrid_kinds: tuple = ()          # (layer kind, _Block) of each kind of a hybrid stack's layers
 
 
 def _step_context(scenario: Scenario, profile) -> _Step:
@@ -75,7 +77,7 @@ def _step_context(scenario: Scenario, profile) -> _Step:
     pl = place(scenario)
     groups = {d: (pl.group(d) if getattr(lay, d) > 1 else None) for d in ("tp", "cp", "ep", "dp")}
     # A MoE model's first_dense_layers cost what its dense_block() costs; every other block is `main`.
-    main = _block(scenario, groups, profile)
+    main, hybrid_kinds = _main_block(scenario, groups, profile)
     dense = _block(dense_block_scenario(scenario), groups, profile) if m.first_dense_layers and m.is_moe else main
     act_msg = shp.e * shp.tokens * shp.h
     fw = framework_behaviour.behaviour(tr.framework)
@@ -127,7 +129,19 @@ def _step_context(scenario: Scenario, profile) -> _Step:
         stage_rank=tuple(pl.pp_peer(0, k) for k in range(p)),
         issue=zero3_reduce.with_rank_loops(scenario, host_issue.scenario_block_issue(scenario, profile), profile),
         last_vs=p * lay.vpp - 1, moe_issue=moe_issue.moe_block_issue(scenario),
+        hybrid_issue=hybrid_issue.hybrid_issue(scenario), hybrid_kinds=hybrid_kinds,
     )
+
+
+def _main_block(scenario: Scenario, groups: dict, profile) -> tuple[_Block, tuple]:
+    """The model's (mean) block and, for a hybrid stack of several layer kinds, each kind's block by its pattern
+    letter (their layer-count-weighted mean is the main block, as _block computes it)."""
+    m = scenario.model
+    if not m.is_hybrid or layer_shape(scenario).kind != "mix":
+        main = _block(scenario, groups, profile)
+        return main, tuple((k, main) for k in m.hybrid_counts())
+    kinds = [(k, _block(scn, groups, profile), n) for k, (scn, n) in zip(m.hybrid_counts(), block_kinds(scenario))]
+    return _mean_block([(b, n) for _, b, n in kinds]), tuple((k, b) for k, b, _ in kinds)
 
 
 def _hsdp_groups(scenario: Scenario, pl, dp_group) -> tuple[object, object]:
