@@ -30,14 +30,20 @@ LORA_TARGETS: tuple[str, ...] = ("linear_qkv", "linear_proj", "linear_fc1", "lin
 DEFAULT_LORA_ALPHA = 32.0
 
 
+def target_dims(target: str, hidden: int, q: int, kv: int, ffn: int, gated: bool) -> tuple[int, int]:
+    """(d_in, d_out) of the base linear ``target`` of one dense block (whole, before TP) with query width ``q`` and
+    key/value width ``kv`` (heads x head dim): the fused QKV projection h -> q + 2 kv, the attention output
+    projection q -> h, fc1 h -> (2 with SwiGLU) f, fc2 f -> h. The adapter adds rank x (d_in + d_out) parameters
+    on it."""
+    n_in = 2 if gated else 1
+    return {"linear_qkv": (hidden, q + 2 * kv), "linear_proj": (q, hidden), "linear_fc1": (hidden, n_in * ffn),
+            "linear_fc2": (ffn, hidden)}[target]
+
+
 def adapter_dims(model, target: str) -> tuple[int, int]:
-    """(d_in, d_out) of the base linear ``target`` of one dense block of ``model`` (whole, before TP): the fused
-    QKV projection h -> (a + 2 kv) d, the attention output projection a d -> h, fc1 h -> (2 with SwiGLU) f, fc2
-    f -> h. The adapter adds rank x (d_in + d_out) parameters on it."""
-    h, q, kv = model.hidden, model.num_heads * model.dhead, model.kv_heads * model.dhead
-    n_in = 2 if model.gated_mlp else 1
-    return {"linear_qkv": (h, q + 2 * kv), "linear_proj": (q, h), "linear_fc1": (h, n_in * model.ffn),
-            "linear_fc2": (model.ffn, h)}[target]
+    """target_dims of the linear ``target`` of one dense block of ``model``."""
+    return target_dims(target, model.hidden, model.num_heads * model.dhead, model.kv_heads * model.dhead,
+                       model.ffn, model.gated_mlp)
 
 
 def training_refusal(t) -> tuple[str, str] | None:
