@@ -31,6 +31,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from trainsim.specs.model import mamba_in_proj_width
+
 from .flops import _NORM_FLOPS, Op, _elementwise, _linear, _norm, _residual
 from .shapes import LayerShape
 
@@ -88,6 +90,11 @@ def _conv_op(shp: LayerShape) -> Op:
     return _elementwise("mamba_conv1d", "elementwise", n, 2 * e, 5 * e, 2.0 * shp.mconv + 4.0)
 
 
+def _in_proj_width(shp: LayerShape) -> int:
+    """Whole (before TP) output width of the layer's in_proj (specs/model.py mamba_in_proj_width)."""
+    return mamba_in_proj_width(shp.mh * shp.mp, shp.mg, shp.mn, shp.mh)
+
+
 def mamba_mixer_ops(shp: LayerShape) -> list[Op]:
     """The Mamba-2 layer's ops (module doc): pre-norm, in_proj, the batch-first layout copies, conv1d, SSD scan,
     group RMSNorm, out_proj, residual."""
@@ -95,7 +102,7 @@ def mamba_mixer_ops(shp: LayerShape) -> list[Op]:
     T, T_seq = shp.tokens, shp.tokens // shp.sp_div
     fp8, casts = shp.dtype == "fp8", shp.fp8_weight_casts
     inner = shp.mh * shp.mp // t
-    proj_out = (2 * shp.mh * shp.mp + 2 * shp.mg * shp.mn + shp.mh) // t
+    proj_out = _in_proj_width(shp) // t
     ops = [
         _norm("norm1", shp, T_seq),  # fused into in_proj (TELayerNormColumnParallelLinear): not a recompute module
         _linear("mamba_in_proj", T, proj_out, h, e, fp8=fp8, weight_casts=casts),
@@ -142,7 +149,7 @@ def mamba_activation_bytes(shp: LayerShape, gemm_input_e: int) -> float:
     out_x (the ungated scan output, d_inner); the group RMSNorm's input and rstd; out_proj's input (d_inner)."""
     e, T, t, h = shp.e, shp.tokens, shp.tp, shp.h
     inner = shp.mh * shp.mp // t
-    zxbcdt = (2 * shp.mh * shp.mp + 2 * shp.mg * shp.mn + shp.mh) // t
+    zxbcdt = _in_proj_width(shp) // t
     return (e * T * h / shp.sp_div + STATE_BYTES * T / shp.sp_div + gemm_input_e * T * h / shp.sp_div
             + e * T * (zxbcdt + 2 * inner) + STATE_BYTES * T * shp.mg // t + gemm_input_e * T * inner)
 

@@ -376,8 +376,7 @@ def largest_weight_tensor_params(model, tp: int = 1, ep: int = 1, etp: int | Non
                   (model.q_lora_rank or h) * model.num_heads * model.qk_head_dim / tp)
     experts = model.expert_ffn * h / (etp or tp) if model.is_moe else 0.0
     ffns = [0 if model.is_moe else model.ffn, model.shared_expert_ffn or 0, model.ffn if model.first_dense_layers else 0]
-    mamba = (h * (2 * model.mamba_inner + 2 * model.mamba_groups * model.mamba_state_dim + model.mamba_nheads) / tp
-             if "M" in (model.hybrid_pattern or "") else 0.0)  # a hybrid stack's Mamba in_proj
+    mamba = h * model.mamba_in_proj / tp if "M" in (model.hybrid_pattern or "") else 0.0  # a hybrid Mamba in_proj
     return float(max(qkv, experts, max(ffns) * h / tp, h * model.num_heads * model.v_dim / tp, mamba))
 
 

@@ -123,12 +123,11 @@ def _mamba(model, tp: int, p: str) -> list[ParamTensor]:
     """A Mamba-2 mixer's tensors (Megatron-Core MambaMixer, registration order): in_proj (z, x, B, C, dt), the conv1d
     weight and bias over x, B, C, dt_bias, A_log, D, the group RMSNorm weight and out_proj -- all split over TP."""
     h, di, heads = model.hidden, model.mamba_inner, model.mamba_nheads
-    gn = model.mamba_groups * model.mamba_state_dim
-    conv = di + 2 * gn
+    conv = di + 2 * model.mamba_groups * model.mamba_state_dim
 
     def split(name: str, elems: float, kind: str) -> ParamTensor:
         return ParamTensor(f"{p}.{name}", elems / tp, kind, tp > 1)
-    return [*_linear(f"{p}.in_proj", h, 2 * di + 2 * gn + heads, False, tp, True),
+    return [*_linear(f"{p}.in_proj", h, model.mamba_in_proj, False, tp, True),
             split("conv1d_weight", conv * model.mamba_conv_kernel, "weight"), split("conv1d_bias", conv, "bias"),
             split("dt_bias", heads, "bias"), split("A_log", heads, "weight"), split("D", heads, "weight"),
             split("norm.weight", di, "norm"), *_linear(f"{p}.out_proj", di, h, False, tp, False)]

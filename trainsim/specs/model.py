@@ -10,6 +10,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 PosInt = Field(gt=0, le=10_000_000)
 
 
+def mamba_in_proj_width(inner: int, groups: int, state: int, heads: int) -> int:
+    """Output width of a Mamba-2 mixer's in_proj h -> (z, x, B, C, dt) (Megatron-Core MambaMixer,
+    megatron/core/ssm/mamba_mixer.py): 2·d_inner + 2·G·N + H for d_inner = H·P, G groups of state size N."""
+    return 2 * inner + 2 * groups * state + heads
+
+
 class ModelSpec(BaseModel):
     """A decoder-only transformer. Dense unless ``num_experts > 1``: then every block but the first
     ``first_dense_layers`` has a MoE MLP (routed experts, plus an always-active shared expert when
@@ -215,6 +221,11 @@ class ModelSpec(BaseModel):
         """Mamba-2 inner width d_inner = H * P (the x and z streams)."""
         return self.mamba_nheads * self.mamba_head_dim if self.mamba_heads else self.mamba_expand * self.hidden
 
+    @property
+    def mamba_in_proj(self) -> int:
+        """Output width of a Mamba-2 layer's in_proj (mamba_in_proj_width)."""
+        return mamba_in_proj_width(self.mamba_inner, self.mamba_groups, self.mamba_state_dim, self.mamba_nheads)
+
     def hybrid_counts(self) -> dict[str, int]:
         """Layers of each kind of a hybrid stack, in the order they first occur ({} without a pattern)."""
         p = self.hybrid_pattern or ""
@@ -237,9 +248,8 @@ class ModelSpec(BaseModel):
         channel); dt_bias, A_log and D (one per head, D_has_hdim False); the gated RMSNorm's d_inner weights;
         out_proj d_inner -> h, no bias. The layer's pre-norm is added by _hybrid_layer_params."""
         h, di, H = self.hidden, self.mamba_inner, self.mamba_nheads
-        gn = self.mamba_groups * self.mamba_state_dim
-        conv_ch = di + 2 * gn
-        return h * (2 * di + 2 * gn + H) + conv_ch * (self.mamba_conv_kernel + 1) + 3 * H + di + di * h
+        conv_ch = di + 2 * self.mamba_groups * self.mamba_state_dim
+        return h * self.mamba_in_proj + conv_ch * (self.mamba_conv_kernel + 1) + 3 * H + di + di * h
 
     def _moe_mlp_params(self) -> int:
         """A MoE MLP: every routed expert, the router and the shared expert."""
