@@ -251,21 +251,23 @@ class ModelSpec(BaseModel):
         conv_ch = di + 2 * self.mamba_groups * self.mamba_state_dim
         return h * self.mamba_in_proj + conv_ch * (self.mamba_conv_kernel + 1) + 3 * H + di + di * h
 
-    def _moe_mlp_params(self) -> int:
-        """A MoE MLP: every routed expert, the router and the shared expert."""
-        return (self.num_experts * self.mlp_params(self.expert_ffn) + self.router_params()
-                + (self.mlp_params(self.shared_expert_ffn) if self.shared_expert_ffn else 0))
-
-    def _moe_active_params(self) -> int:
-        """A MoE MLP's parameters one token touches: top_k experts, the router and the shared expert."""
-        return (self.top_k * self.mlp_params(self.expert_ffn) + self.router_params()
+    def _moe_mlp_params(self, experts: int | None = None) -> int:
+        """A MoE MLP: ``experts`` routed experts (default all of them; top_k for the ones a token touches), the
+        router and the shared expert."""
+        n = self.num_experts if experts is None else experts
+        return (n * self.mlp_params(self.expert_ffn) + self.router_params()
                 + (self.mlp_params(self.shared_expert_ffn) if self.shared_expert_ffn else 0))
 
     def _hybrid_layer_params(self, kind: str, active: bool = False) -> int:
         """One hybrid layer of ``kind`` with its pre-norm (all experts, or the active ones)."""
-        mixer = {"M": self.mamba_params, "*": self.attention_params, "-": self.mlp_params,
-                 "E": self._moe_active_params if active else self._moe_mlp_params}[kind]
+        if kind == "E":
+            return self._moe_mlp_params(self.top_k if active else None) + self.norm_params()
+        mixer = {"M": self.mamba_params, "*": self.attention_params, "-": self.mlp_params}[kind]
         return mixer() + self.norm_params()
+
+    def _hybrid_stack_params(self, active: bool = False) -> int:
+        """Every layer of a hybrid stack (all experts, or the active ones), embeddings excluded."""
+        return sum(n * self._hybrid_layer_params(k, active) for k, n in self.hybrid_counts().items())
 
     @property
     def kv_heads(self) -> int:
@@ -379,8 +381,7 @@ class ModelSpec(BaseModel):
         """Parameters of one MoE block (all experts counted; the shared expert and router included), or of a
         dense block for a dense model; for a hybrid stack one layer of its kind (hybrid_kind), or the mean layer."""
         if self.is_hybrid:  # one kind: a layer of it; several: the mean layer (exact times num_layers)
-            counts = self.hybrid_counts()
-            return sum(n * self._hybrid_layer_params(k) for k, n in counts.items()) / self.num_layers
+            return self._hybrid_stack_params() / self.num_layers
         mlp = self._moe_mlp_params() if self.is_moe else self.mlp_params()
         return self.attention_params() + mlp + self.block_norm_params()
 
@@ -412,8 +413,7 @@ class ModelSpec(BaseModel):
 
     def total_params(self) -> int:
         if self.is_hybrid:
-            layers = sum(n * self._hybrid_layer_params(k) for k, n in self.hybrid_counts().items())
-            return layers + self.embedding_params()
+            return self._hybrid_stack_params() + self.embedding_params()
         if not self.is_moe:
             return self.num_layers * self.layer_params() + self.embedding_params()
         return (self.num_moe_layers * self.layer_params() + self.num_dense_layers * self.dense_layer_params()
@@ -422,14 +422,10 @@ class ModelSpec(BaseModel):
     def active_params(self) -> int:
         """Parameters touched per token (top-k routed experts and the shared expert only)."""
         if self.is_hybrid:
-            layers = sum(n * self._hybrid_layer_params(k, active=True) for k, n in self.hybrid_counts().items())
-            return layers + self.embedding_params()
+            return self._hybrid_stack_params(active=True) + self.embedding_params()
         if not self.is_moe:
             return self.total_params()
-        dense = self.attention_params() + self.block_norm_params() + self.router_params()
-        active = dense + self.top_k * self.mlp_params(self.expert_ffn)
-        if self.shared_expert_ffn:
-            active += self.mlp_params(self.shared_expert_ffn)
+        active = self.attention_params() + self._moe_mlp_params(self.top_k) + self.block_norm_params()
         return (self.num_moe_layers * active + self.num_dense_layers * self.dense_layer_params()
                 + self.embedding_params())
 
