@@ -68,7 +68,7 @@ from .fsdp_stream_pools import stream_pool_cached
 from . import op_sac_trace
 from .grad_buffer import optimizer_tensor_elems
 from .lora import adapter_params_rank, frozen_weight_bytes
-from .param_tensors import rank_tensors
+from .param_tensors import rank_linear_weight_elems, rank_tensors
 from .runtime_memory import OUTSIDE_ALLOCATOR, runtime_terms
 from .softmax_backward_peak import softmax_backward_beyond
 from .shapes import block_kinds, dense_block_scenario, layer_shape
@@ -602,8 +602,7 @@ def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0,
     if t.dtype == "nvfp4":
         # Transformer Engine's rowwise and columnwise NVFP4 copies of the rank's linear weights, quantized at the
         # step's first micro-batch and kept for the backward and the later micro-batches (nvfp4.py)
-        linear = sum(p.elems for p in rank_tensors(scenario, stage) if p.kind == "weight")
-        out["nvfp4_weight_copies"] = nvfp4.weight_copy_bytes(linear)
+        out["nvfp4_weight_copies"] = nvfp4.weight_copy_bytes(rank_linear_weight_elems(scenario, stage))
     shp = layer_shape(scenario)
     if lay.pp > 1:
         out["pp_p2p_buffers"] = 2.0 * act.pipeline_output_bytes(shp)  # one send and one receive buffer

@@ -322,3 +322,9 @@ def rank_tensors(scenario, stage: int, style: str | None = None) -> tuple[ParamT
     """The tensors one rank of pipeline stage ``stage`` holds: its chunks' (chunk_tensors), in chunk order.
     Memoised per model and ChunkKeys."""
     return _KEYS_TENSORS(scenario.model, rank_keys(scenario, stage, style))
+
+
+def rank_linear_weight_elems(scenario, stage: int) -> float:
+    """Elements of the linear weights (kind "weight": no norms, biases, embedding or output layer) one rank of
+    pipeline ``stage`` holds: what Transformer Engine keeps quantized copies of under fp8 and NVFP4."""
+    return float(sum(p.elems for p in rank_tensors(scenario, stage) if p.kind == "weight"))
