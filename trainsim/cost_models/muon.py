@@ -42,6 +42,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainsim.specs.memo import IdentityMemo
+
 from .param_tensors import ParamTensor, module_style, rank_tensors
 
 # Bytes per Muon parameter of the element-wise passes (module doc), beside the gradient's cast and the 16-bit copy.
@@ -147,10 +149,7 @@ def _shard(tensors: list[ParamTensor], model, style: str, gather: int) -> Shard:
                  sum(t.elems for t in tensors if not is_muon_param(t)), len(muon), gathered, gather)
 
 
-def rank_shards(scenario, stage: int) -> tuple[tuple[Shard, ...], tuple[Shard, ...]]:
-    """(dense shards, expert shards): what each data-parallel rank of ``stage`` updates. With the distributed
-    optimizer (dist_muon) the dense parameters are dealt over the data x context-parallel ranks and the expert
-    ones over the expert-data-parallel ranks (memory.shard_groups); without it every rank updates all."""
+def _rank_shards(scenario, stage: int) -> tuple[tuple[Shard, ...], tuple[Shard, ...]]:
     from .memory import shard_groups  # memory imports this module's state bytes through model_states
 
     tensors = list(rank_tensors(scenario, stage))
@@ -163,6 +162,18 @@ def rank_shards(scenario, stage: int) -> tuple[tuple[Shard, ...], tuple[Shard, .
         mine = [t for t in tensors if t.expert == expert]
         parts.append(tuple(_shard(s, model, style, gather) for s in _ping_pong(mine, max(1, round(n)))))
     return parts[0], parts[1]
+
+
+_RANK_SHARDS = IdentityMemo(_rank_shards)
+
+
+def rank_shards(scenario, stage: int) -> tuple[tuple[Shard, ...], tuple[Shard, ...]]:
+    """(dense shards, expert shards): what each data-parallel rank of ``stage`` updates. With the distributed
+    optimizer (dist_muon) the dense parameters are dealt over the data x context-parallel ranks and the expert
+    ones over the expert-data-parallel ranks (memory.shard_groups); without it every rank updates all. Memoised
+    per Scenario object and stage (specs/memo.py): the step's device time and its host launches read the same
+    shards."""
+    return _RANK_SHARDS(scenario, stage)
 
 
 def muon_bytes_per_param(training) -> float:
