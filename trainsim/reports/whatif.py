@@ -17,6 +17,7 @@ from trainsim.simulator.pools import stage_capacity_bytes
 from trainsim.simulator.search_space import divisors, pipeline_splits, uneven_split
 from trainsim.specs import Scenario, SpecError, resolve
 from trainsim.specs.errors import from_validation_error
+from trainsim.specs.lora import checkpoint_params
 from trainsim.specs.pools import gpus_label
 
 from . import plots
@@ -66,7 +67,8 @@ def checkpoint_seconds(scn: Scenario, opts: ReportOptions) -> float:
         return opts.checkpoint_write_s
     t = scn.training
     opt = muon.model_state_bytes_per_param(scn) if t.optimizer == "muon" else t.optimizer_bytes_per_param
-    nbytes = gp.checkpoint_bytes(scn.model.total_params(), t.param_bytes, opt)
+    params = checkpoint_params(scn.model, t.lora_rank, t.lora_target_modules)  # under LoRA the adapters only
+    nbytes = gp.checkpoint_bytes(params, t.param_bytes, opt)
     return gp.checkpoint_write_s(nbytes, opts.storage_write_Bps)
 
 
@@ -551,7 +553,8 @@ def _report_notes(opts: ReportOptions, pred) -> list[str]:
         f"Failure rate default: {gp.FAILURE_RATE_SOURCE}.",
         ("Checkpoint interval: Young (CACM 1974) first order sqrt(2·δ·M); Daly (FGCS 2006) higher order, "
          "expected wall time M·e^(R/M)·(e^((τ+δ)/M) − 1)·T/τ."),
-        (f"Checkpoint write time: full training state (weights + fp32 master and Adam states) at "
+        (f"Checkpoint write time: full training state (weights + fp32 master and Adam states; under LoRA the "
+         f"adapters' only, as Megatron-Bridge's PEFT checkpoints) at "
          f"{opts.storage_write_Bps / 1e12:.1f} TB/s aggregate (Llama 3's Tectonic storage sustained 2 TB/s) unless given."),
         f"Restart time {fmt_time(opts.restart_s)} (assumption, as in Daly's examples) unless given.",
         "Tokens to train default: 20 per parameter (Hoffmann et al. 2022, compute-optimal).",

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from trainsim import SCHEMA_VERSION
 from trainsim.specs import ClusterSpec, ModelSpec, Scenario, SpecError
+from trainsim.specs.lora import LORA_TARGETS, checkpoint_params
 from trainsim.specs.memo import in_memo_scope, memoised
 
 from . import goodput as gp
@@ -347,12 +348,16 @@ def confirm_one(ctx: _Context, c: Candidate) -> PlanRow:
 # --- ranking ------------------------------------------------------------------------------------
 
 def checkpoint_seconds(req: PlanRequest) -> float:
-    """Checkpoint write time: given, or full training state / aggregate storage bandwidth."""
+    """Checkpoint write time: given, or full training state (under LoRA the adapters': specs/lora.checkpoint_params)
+    / aggregate storage bandwidth."""
     if req.checkpoint_write_s is not None:
         return req.checkpoint_write_s
+    extra = req.limits.training_extra
     param_bytes = 4 if req.limits.dtype == "fp32" else 2
-    opt = int(req.limits.training_extra.get("optimizer_bytes_per_param", 12))
-    return gp.checkpoint_write_s(gp.checkpoint_bytes(req.model.total_params(), param_bytes, opt), req.storage_write_Bps)
+    opt = int(extra.get("optimizer_bytes_per_param", 12))
+    params = checkpoint_params(req.model, int(extra.get("lora_rank") or 0),
+                               extra.get("lora_target_modules") or LORA_TARGETS)
+    return gp.checkpoint_write_s(gp.checkpoint_bytes(params, param_bytes, opt), req.storage_write_Bps)
 
 
 def finish_row(row: PlanRow, req: PlanRequest, ckpt_s: float) -> PlanRow:

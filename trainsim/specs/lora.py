@@ -46,6 +46,17 @@ def adapter_dims(model, target: str) -> tuple[int, int]:
                        model.ffn, model.gated_mlp)
 
 
+def checkpoint_params(model, rank: int = 0, targets=LORA_TARGETS) -> int:
+    """Parameters a training checkpoint of ``model`` saves: all of them, or under LoRA (``rank`` > 0) only the
+    adapters of ``targets`` on every block, rank x (d_in + d_out) each. Megatron-Bridge's PEFT checkpoint holds only
+    adapter states, the frozen base coming from ``checkpoint.pretrained_checkpoint`` (docs/training/peft.md, "PEFT
+    Workflow in Training": "Checkpoint Saving: Only adapter states are saved"; training/checkpointing.py
+    ``apply_peft_adapter_filter_to_state_dict``), and its optimizer tracks only the trainable adapters."""
+    if not rank:
+        return model.total_params()
+    return model.num_layers * sum(rank * sum(adapter_dims(model, t)) for t in targets)
+
+
 def training_refusal(t) -> tuple[str, str] | None:
     """(field, reason) when the LoRA settings of TrainingSpec ``t`` cannot be costed as given, else None."""
     if not t.lora_rank:
