@@ -40,6 +40,11 @@ TE fp8 linears and keep their 16-bit weights.
 
 from __future__ import annotations
 
+from trainsim.specs.framework_behaviour import behaviour
+
+from .megatron_fsdp import gather_bytes
+from .param_tensors import rank_linear_weight_elems, rank_tensors
+
 FP8_BYTES = 1.0  # E4M3 / E5M2
 MXFP8_BYTES = 1.0 + 1.0 / 32.0  # E4M3 plus one e8m0 scale per 32 elements
 
@@ -78,9 +83,6 @@ def rank_weight_terms(scenario, stage: int, rp) -> tuple[float, float]:
     bf16 primary weights with TE's per-step cache, or fp8 primary weights). ``rp``: the rank's RankParams. Under
     ZeRO-3 with bf16 primary weights TE quantizes the gathered unit per use (no resident copy: counted as 0); LoRA's
     frozen base weights are costed by cost_models/lora.py."""
-    from trainsim.specs.framework_behaviour import behaviour
-    from .param_tensors import rank_linear_weight_elems
-
     t = scenario.training
     cached = behaviour(t.framework).fp8_weight_cache and t.effective_zero < 3
     if t.dtype != "fp8" or t.lora_rank or not (t.fp8_param_gather or cached):
@@ -94,9 +96,6 @@ def rank_weight_terms(scenario, stage: int, rp) -> tuple[float, float]:
 def megatron_fsdp_gathered(scenario, stage: int, rp) -> float:
     """Megatron-FSDP's gathered bytes on one rank of ``stage`` (megatron_fsdp.gather_bytes), its layers' linear
     weights gathered in their quantized bytes with fp8 primary weights."""
-    from .megatron_fsdp import gather_bytes
-    from .param_tensors import rank_linear_weight_elems, rank_tensors
-
     t = scenario.training
     tensors = rank_tensors(scenario, stage)
     root_big = max((p.elems for p in tensors if p.kind in ("embedding", "head")), default=0.0)

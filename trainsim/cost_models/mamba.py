@@ -33,6 +33,7 @@ from dataclasses import replace
 
 from trainsim.specs.model import mamba_in_proj_width
 
+from . import activations as act
 from .flops import _NORM_FLOPS, Op, _elementwise, _linear, _norm, _residual
 from .shapes import LayerShape
 
@@ -160,8 +161,6 @@ def hybrid_activation_bytes(shp: LayerShape, impl: str):
     layers are the halves of activations.py's transformer block, which sums one norm's input, statistics and output
     (the next linear's saved input) per half plus each half's own tensors: the attention half is the block without
     an MLP (ffn 0) less the second norm's terms, the MLP / MoE half the whole block less the attention half."""
-    from . import activations as act
-
     if shp.kind not in ("M", "*", "-", "E"):
         raise ValueError("a hybrid stack of several layer kinds is costed kind by kind (shapes.block_kinds)")
     e, T, r = shp.e, shp.tokens, shp.sp_div

@@ -56,6 +56,7 @@ from . import activations as act
 from . import autocast
 from . import fp8_weights, nvfp4
 from trainsim.specs.framework_behaviour import behaviour
+from trainsim.specs.errors import SpecError
 
 from .framework import DEEPSPEED_MAX_LIVE_PARAMS, bf16_optimizer
 from .model_states import rank_state_bytes, state_bytes
@@ -73,6 +74,7 @@ from .runtime_memory import OUTSIDE_ALLOCATOR, runtime_terms
 from .softmax_backward_peak import softmax_backward_beyond
 from .shapes import block_kinds, dense_block_scenario, layer_shape
 from .state_rounding import megatron_state_rounding_bytes
+from .mamba import hybrid_params_rank
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -184,7 +186,6 @@ def _layer_params_rank(model, tp: int, ep: int, etp: int | None = None) -> tuple
         return (n_in * h * f + f * h) / split + ((n_in * f / split + h) if model.bias else 0)
 
     if model.is_hybrid:  # the mean layer of a hybrid Mamba stack
-        from .mamba import hybrid_params_rank
         return hybrid_params_rank(model, attn, mlp, tp, ep, etp)
     if model.is_moe:
         shared = mlp(model.shared_expert_ffn) if model.shared_expert_ffn else 0.0
@@ -272,7 +273,6 @@ def shard_groups(scenario) -> tuple[int, float]:
 
 def _check_stage(stage: int, pp: int) -> None:
     if not 0 <= stage < pp:
-        from trainsim.specs.errors import SpecError
         raise SpecError("stage", f"stage {stage} is outside 0..{pp - 1}")
 
 
@@ -298,7 +298,6 @@ def inflight_microbatches(schedule: str, pp: int, m: int, stage: int, vpp: int =
         # Every rank holds 2·pp + 1 chunk activations at its peak (DeepSeek-V3 Table 2: PP+1 with PP = 2·pp
         # virtual stages; pipeline_bubble.csv f_ds_DualPipe), each chunk half the rank's layers.
         return (2 * pp + 1) / 2
-    from trainsim.specs.errors import SpecError
     raise SpecError("training.schedule", f"unknown schedule {schedule!r}")
 
 

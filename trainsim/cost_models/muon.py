@@ -43,7 +43,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainsim.specs.memo import IdentityMemo
+from trainsim.topologies.placement import place
 
+from .collectives import collective_time
 from .param_tensors import ParamTensor, module_style, rank_tensors
 
 # Bytes per Muon parameter of the element-wise passes (module doc), beside the gradient's cast and the 16-bit copy.
@@ -192,7 +194,7 @@ def shard_seconds(shard: Shard, training, steps: int, hw, profile=None, gather_s
     """Seconds of one rank's update of ``shard``: the Newton-Schulz GEMMs in bf16 (three per iteration), the Muon
     parameters' element-wise kernels, the AdamW parameters' fused update and, in the duplicated TP mode, the
     blocking all-gathers (``gather_s``: seconds of one all-gather of that many bytes)."""
-    from .compute import gemm_time_s, memory_time_s
+    from .compute import gemm_time_s, memory_time_s  # cycle: compute imports this module
 
     per_matrix: dict[tuple[float, float], float] = {}
     ns = 0.0
@@ -225,7 +227,7 @@ def step_seconds(scenario, stage: int, profile=None) -> float:
     """Device seconds of the Muon step on the busiest rank of ``stage``: its dense shard's and its expert shard's
     update (the most loaded of each group together: exact where either group is one rank, an upper bound
     otherwise). The updated parameters' all-gather follows on every rank, so the slowest rank sets the pace."""
-    from .compute import hw_of
+    from .compute import hw_of  # cycle: compute imports this module
 
     t = scenario.training
     hw = hw_of(scenario.cluster.gpu, "bf16")  # the iteration runs in bf16 whatever the training dtype
@@ -238,10 +240,6 @@ def step_seconds(scenario, stage: int, profile=None) -> float:
 def _tp_gather_seconds(scenario, profile=None) -> tuple:
     """(dense, expert) functions of the all-gather seconds of a gathered fp32 matrix's bytes over the TP and the
     expert-TP group in the duplicated TP mode (None where nothing is gathered)."""
-    from trainsim.topologies.placement import place
-
-    from .collectives import collective_time
-
     if scenario.training.muon_tp_mode != "duplicated":
         return None, None
     pl = place(scenario)

@@ -19,6 +19,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from trainsim import SCHEMA_VERSION
+from trainsim.cost_models import memory
+from trainsim.cost_models.profile import load_profile
 from trainsim.specs import ClusterSpec, ModelSpec, Scenario, SpecError
 from trainsim.specs.lora import LORA_TARGETS, checkpoint_params
 from trainsim.specs.memo import in_memo_scope, memoised
@@ -201,7 +203,6 @@ def plan_profile(path: str | None):
     command): the plan's context carries it to every task, in this process or a worker."""
     if not path:
         return None
-    from trainsim.cost_models.profile import load_profile
     return load_profile(path)
 
 
@@ -227,7 +228,6 @@ def peak_memory_bytes(scn: Scenario) -> float:
 def _checked_stages(scn: Scenario, limit: float = float("inf")):
     """Memory of stages 0, 1 and p-1 (see peak_memory_bytes), in that order; stops after the first above ``limit``
     (the screen only needs to know that a candidate does not fit)."""
-    from trainsim.cost_models import memory
     pp = scn.layout.pp
     out = []
     for s in sorted({0, min(1, pp - 1), pp - 1}):
