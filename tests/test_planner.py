@@ -14,6 +14,7 @@ import pytest
 
 from trainsim.cli.main import main
 from trainsim.simulator import goodput as gp
+from trainsim.simulator import planner
 from trainsim.simulator.planner import PlanRequest, checkpoint_seconds, pareto_front, peak_memory_bytes, plan
 from trainsim.simulator.predict import predict
 from trainsim.simulator.search_space import SearchLimits, valid_scenarios
@@ -316,10 +317,10 @@ def test_the_plans_profile_is_read_once_per_memo_scope_and_not_kept_after(monkey
     """planner.plan_profile memoises the measured profile in the plan's memo scope (specs.memo), not in a
     process-wide dict: one read per scope, a fresh read in the next scope."""
     import trainsim.cost_models.profile as profile_mod
-    from trainsim.simulator import planner
     from trainsim.specs.memo import memo_scope
     reads = []
     monkeypatch.setattr(profile_mod, "load_profile", lambda path: reads.append(path) or {"path": path})
+    monkeypatch.setattr(planner, "load_profile", profile_mod.load_profile)
     with memo_scope():
         assert planner.plan_profile("p.json") is planner.plan_profile("p.json")
         assert planner.plan_profile(None) is None
@@ -335,6 +336,7 @@ def test_a_plan_reads_its_profile_once_whatever_runs_its_tasks(monkeypatch):
     import trainsim.cost_models.profile as profile_mod
     real, reads = profile_mod.load_profile, []
     monkeypatch.setattr(profile_mod, "load_profile", lambda path: reads.append(path) or real(path))
+    monkeypatch.setattr(planner, "load_profile", profile_mod.load_profile)
     path = str(Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "profile_h200.json")
     req = small_request(cluster=load_cluster("hgx-h200"), gpu_counts=(8,), top_k=2, chunk_size=8, profile_path=path)
     with concurrent.futures.ThreadPoolExecutor(2) as ex:

@@ -183,6 +183,7 @@ def test_dp_placement_runs_at_the_slowest_replica():
 def test_dp_placement_runs_each_pools_replica_through_the_engine_once(monkeypatch):
     """predict times the pacing replica from the engine run that picked it: one engine run per pool, no more."""
     from trainsim.simulator import fold
+    from trainsim.simulator import pools as pools_module
     from trainsim.simulator import predict as predict_module
     calls = []
     real = fold.simulate_step
@@ -192,6 +193,7 @@ def test_dp_placement_runs_each_pools_replica_through_the_engine_once(monkeypatc
         return real(table, **kw)
     monkeypatch.setattr(fold, "simulate_step", counted)
     monkeypatch.setattr(predict_module, "simulate_step", counted)
+    monkeypatch.setattr(pools_module, "simulate_step", counted)
     cl = {"preset": "dgx-h100", "placement": "dp",
           "pools": [{"node": "dgx-h100", "nodes": 2}, {"node": "dgx-a100", "nodes": 2}]}
     pooled = predict(_scn(cl, layout={"tp": 8, "pp": 2}))

@@ -24,7 +24,7 @@ from trainsim.kernels.launch import MAX_GPUS_PER_NODE, MAX_SLURM_NODES
 from trainsim.kernels.shell_values import refuse_control_chars
 from trainsim.cli import calibrate_runs
 from trainsim.cli.common import float_range, int_range
-from trainsim.specs import SpecError
+from trainsim.specs import SpecError, preset_names
 from trainsim.specs.safe_write import check_output_path, write_atomic
 
 DTYPES = ("fp32", "bf16", "fp16", "tf32", "fp8")
@@ -115,7 +115,6 @@ def worker_args(args: argparse.Namespace, device: str) -> list[str]:
             raise SpecError("warmup", f"must be >= 0, got {args.warmup}")
         out += ["--warmup", str(args.warmup)]
     if args.peak_preset:
-        from trainsim.specs import preset_names
         if args.peak_preset not in preset_names("gpus"):
             raise SpecError("peak_preset", f"unknown GPU preset {args.peak_preset!r} (known: {', '.join(preset_names('gpus'))})")
         out += ["--peak-preset", args.peak_preset]
@@ -165,6 +164,7 @@ def run(args: argparse.Namespace) -> int:
 
 # ---- nccl-tests import ----------------------------------------------------------------------------
 def _run_import(args: argparse.Namespace, out: Path) -> int:
+    # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
     from trainsim.cost_models.nccl_tests_import import import_nccl_tests
     from trainsim.cost_models.profile import canonical_op, load_profile, save_profile
 
@@ -180,6 +180,7 @@ def _run_import(args: argparse.Namespace, out: Path) -> int:
 
 # ---- sbatch -------------------------------------------------------------------------------------------
 def _run_emit_slurm(args: argparse.Namespace, device: str) -> int:
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     from trainsim.kernels.launch import slurm_script
 
     path = check_output_path(refuse_control_chars(args.emit_slurm, "emit_slurm"), "emit_slurm")
@@ -195,6 +196,7 @@ def _run_emit_slurm(args: argparse.Namespace, device: str) -> int:
 
 # ---- measuring ---------------------------------------------------------------------------------------
 def _run_measure(args: argparse.Namespace, device: str, out: Path) -> int:
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     from trainsim.kernels.launch import in_torchrun, run_torchrun
 
     wargs = worker_args(args, device)
@@ -230,6 +232,7 @@ def _run_measure(args: argparse.Namespace, device: str, out: Path) -> int:
         print(f"error: calibration workers failed (torchrun exit {res.returncode}); last output:\n{tail}",
               file=sys.stderr)
         return 1
+    # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
     from trainsim.cost_models.profile import load_profile
 
     _print_summary(load_profile(out), args.json, res.elapsed_s)

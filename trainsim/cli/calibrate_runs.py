@@ -30,6 +30,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_from_runs(args: argparse.Namespace, out: Path) -> int:
+    # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
     from trainsim.cost_models.profile import CalibrationProfile, Fingerprint, load_profile, save_profile
     from trainsim.validation.measured_runs import load_runs
     from trainsim.simulator.run_fit import engine_predict_log, fit_runs

@@ -20,7 +20,8 @@ import math
 import re
 
 from trainsim.cli.common import add_background_arg, int_range
-from trainsim.specs import SpecError
+from trainsim.specs import SpecError, load_cluster
+from trainsim.specs.loaders import with_background_load
 
 MAX_ROWS = 512
 MAX_SIZE = 2**50                # 1 PiB: past any buffer one GPU holds
@@ -105,6 +106,7 @@ def rows(op: str, cluster, gpus: int, sizes: list[int], algo: str | None = None,
     """The table as dicts: size_bytes, time_s (= latency_s + bandwidth_s: the fixed cost -- NCCL's per-step
     latency over the algorithm's steps and the call's launch -- and the bytes' time), bound ("latency" where the
     fixed cost is the larger part, else "bandwidth"), algbw_GBps, busbw_GBps, algo."""
+    # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
     from trainsim.cost_models.collectives import canonical_op, collective_time
     from trainsim.topologies.shape import GroupShape
 
@@ -126,8 +128,6 @@ def rows(op: str, cluster, gpus: int, sizes: list[int], algo: str | None = None,
 
 
 def run(args: argparse.Namespace) -> int:
-    from trainsim.specs import load_cluster
-
     sizes = parse_sizes(args.sizes)
     base = load_cluster(args.cluster)
     gpus = args.gpus or base.gpus_per_node
@@ -138,7 +138,6 @@ def run(args: argparse.Namespace) -> int:
         raise SpecError("gpus", f"{gpus} GPUs is not a whole number of {base.gpus_per_node}-GPU nodes")
     cluster = load_cluster(args.cluster, gpus)
     if args.background_load is not None:
-        from trainsim.specs.loaders import with_background_load
         cluster = with_background_load(cluster, args.background_load)
     profile = None
     if args.calibration and (args.algo or args.protocol or args.nccl_version):
@@ -163,6 +162,7 @@ def _fmt_size(n: int) -> str:
 
 
 def _print_table(op: str, cluster, gpus: int, table: list[dict]) -> None:
+    # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
     from rich.console import Console
     from rich.table import Table
 

@@ -9,9 +9,9 @@ from collections.abc import Mapping
 from typing import get_args
 
 from trainsim.specs.framework_behaviour import FRAMEWORKS
-from trainsim.specs import Scenario, SpecError, build_scenario, load_scenario_file
+from trainsim.specs import Scenario, SpecError, build_scenario, load_scenario_file, preset
 from trainsim.specs.published_scale import scale_warnings
-from trainsim.specs.training import Schedule
+from trainsim.specs.training import Schedule, zero_conflict
 
 
 class Bounded:
@@ -125,7 +125,6 @@ MAX_POOL_NODES = 1_000_000
 def parse_pool(text: str) -> dict:
     """argparse type for ``--pool NAME:NODES``: NODES nodes of a cluster preset's node type (``dgx-h100:16``) or of
     a GPU preset on the cluster's node (``h200:16``); a cluster preset of that name wins."""
-    from trainsim.specs import preset
     name, sep, nodes = str(text).rpartition(":")
     if not sep or not name.strip():
         raise argparse.ArgumentTypeError(f"cluster.pools: expected NAME:NODES such as dgx-h100:16, got {text!r}")
@@ -309,7 +308,6 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
 
 def check_zero(zero: int | None, raw: Mapping, overrides: Mapping) -> None:
     """Refuse a requested ZeRO stage that contradicts the distributed optimizer (training.zero_conflict)."""
-    from trainsim.specs.training import zero_conflict
     training = raw.get("training") if isinstance(raw.get("training"), Mapping) else {}
     if zero is None:
         zero = training.get("zero")

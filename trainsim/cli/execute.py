@@ -102,6 +102,7 @@ def replicas(scenario, hsdp: int | None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     from trainsim.kernels.exec_config import make_job
     from trainsim.kernels.executor import ExecutionError, reference_losses, run_jobs
     from trainsim.reports.execution import compare, format_comparison
@@ -140,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"error: execute: losses differ from the single-process reference by more than {tol:.3g}",
                   file=sys.stderr)
             code = 1
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     from trainsim.kernels.launch import in_torchrun
     if in_torchrun():
         _exit_inside_torchrun(code)

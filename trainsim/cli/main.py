@@ -13,6 +13,7 @@ import sys
 
 from trainsim import __version__
 from trainsim.cli import COMMANDS
+from trainsim.cli.common import Bounded
 from trainsim.specs import SpecError
 from trainsim.specs.memo import memo_scope
 
@@ -47,8 +48,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def document_ranges(parser: argparse.ArgumentParser) -> None:
     """Append each numeric flag's accepted range to its help (the same Bounded type enforces it)."""
-    from trainsim.cli.common import Bounded
-
     for action in parser._actions:
         if isinstance(action.type, Bounded) and action.help != argparse.SUPPRESS:
             rng = f"range {action.type.describe()}"

@@ -7,9 +7,11 @@ import contextlib
 import csv
 import json
 import math
+import multiprocessing as mp
 import re
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any, get_args
 
 from trainsim.simulator import goodput as gp
@@ -22,6 +24,7 @@ from trainsim.specs.framework_era import layout_refusal
 from trainsim.specs.training import Schedule, default_cp_comm, zero_conflict
 
 from trainsim.specs.loaders import with_background_load
+from trainsim.specs.data_parallel import hsdp_refusal
 
 from .common import LORA_FLAGS, add_background_arg, add_optimizer_arg, add_data_parallel_args, add_lora_args, add_pool_args, add_precision_args, float_range, int_range, nonneg_float, positive_int, warn_beyond_published
 
@@ -143,7 +146,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _pin_dp_shard(fixed: dict[str, Any], extra: dict[str, Any], layout: dict[str, Any]) -> None:
     """The scenario file's HSDP / MiCS shard group pins the search as --dp-shard does; a pinned shard group needs
     what HSDP or MiCS needs (specs.data_parallel): ZeRO-3 (then pinned) with an FSDP or DeepSpeed framework."""
-    from trainsim.specs.data_parallel import hsdp_refusal
     if layout.get("dp_shard") is not None and "dp_shard" not in fixed:
         fixed["dp_shard"] = load_layout({"dp_shard": layout["dp_shard"]}).dp_shard
     if fixed.get("dp_shard") is None:
@@ -227,6 +229,7 @@ def _layout_pins(raw: dict, fixed: dict[str, Any], model) -> tuple[dict, Any, in
 
 def request_from_args(args: argparse.Namespace):
     """A PlanRequest from the flags (and the scenario file, if given)."""
+    # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
     from trainsim.simulator.planner import PlanRequest
 
     raw = load_scenario_file(args.scenario) if args.scenario else {}
@@ -328,9 +331,6 @@ def make_executor(workers: int, dask_scheduler: str | None) -> Iterator[Any]:
         finally:
             client.close()
     elif workers > 1:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
         with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
             yield ex
     else:
@@ -343,6 +343,7 @@ def rich_progress(enabled: bool) -> Iterator[Any]:
     if not enabled:
         yield None
         return
+    # slow import (0.4-4 s), loaded on use
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -361,6 +362,7 @@ def rich_progress(enabled: bool) -> Iterator[Any]:
 
 
 def print_table(result, file=None) -> None:
+    # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
     from rich.console import Console
     from rich.table import Table
 
@@ -432,6 +434,7 @@ def print_table(result, file=None) -> None:
 
 
 def write_csv(result, file=None) -> None:
+    # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
     from trainsim.reports.tables import CSV_FIELDS
 
     file = file or sys.stdout
@@ -447,12 +450,14 @@ def write_csv(result, file=None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
     from trainsim.simulator.planner import plan
 
     req = request_from_args(args)
     quiet = args.json or args.csv
     with make_executor(args.workers, args.dask_scheduler) as ex, rich_progress(not quiet) as progress:
         result = plan(req, executor=ex, progress=progress)
+    # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
     from trainsim.simulator.planner import plan_profile
     from trainsim.validation import plan_bands
     ivs = plan_bands.rank(result, args.rank_by, plan_profile(req.profile_path))  # the plan's (same memo scope)

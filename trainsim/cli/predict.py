@@ -9,6 +9,9 @@ import math
 
 from .common import add_scenario_args, float_range, int_range, scenario_from_args, warn_beyond_published
 
+from trainsim.specs import SpecError
+from trainsim.specs.pools import gpus_label
+
 GiB = 2**30
 
 
@@ -53,6 +56,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
     from trainsim.validation.intervals import check_coverage, interval_for
     from trainsim.simulator.predict import predict
 
@@ -85,7 +89,6 @@ def run(args: argparse.Namespace) -> int:
 
 def check_explain(args: argparse.Namespace) -> None:
     """--explain ranks deterministic steps predicted one way: refuse what contradicts that."""
-    from trainsim.specs import SpecError
     if not (args.explain or args.explain_engine):
         return
     if args.jitter > 0 or args.straggler is not None:
@@ -96,6 +99,7 @@ def check_explain(args: argparse.Namespace) -> None:
 
 def explain(args: argparse.Namespace, scenario, pred, profile):
     """The levers of ``scenario`` (simulator.levers); ``pred`` is their baseline when made the same way."""
+    # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
     from trainsim.simulator.levers import explain as explain_levers
     engine = bool(args.explain_engine)
     same = engine != bool(args.fast)
@@ -104,6 +108,7 @@ def explain(args: argparse.Namespace, scenario, pred, profile):
 
 
 def render_explain(expl) -> None:
+    # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
     from rich.console import Console
     from rich.table import Table
 
@@ -133,6 +138,7 @@ def _dp_extras(scenario) -> str:
 def render(pred, scenario, iv=None) -> None:
     """The readable rich table: the scenario's header line, the step's and the memory's tables, then the pools,
     host memory, memory assumptions, warnings and the interval's lines."""
+    # slow import (0.4-4 s), loaded on use
     from rich.console import Console
 
     c = Console()
@@ -154,8 +160,6 @@ def render(pred, scenario, iv=None) -> None:
 
 def _render_header(c, pred, scenario) -> None:
     """The model, the GPUs and the layout with its training settings; the fabric's background load if shared."""
-    from trainsim.specs.pools import gpus_label
-
     lay = pred.layout
     gpus = gpus_label(scenario.cluster, scenario.num_gpus, times="x")
     c.print(f"[bold]{scenario.model.describe()}[/] on {gpus} ({scenario.cluster.name})")
@@ -176,6 +180,7 @@ def _render_header(c, pred, scenario) -> None:
 def _step_table(pred, scenario, iv):
     """The step's metrics: time (interval, p50/p99), throughput, MFU, bubble, the slowest GPU, host idle,
     collectives' fixed costs, exposed communication, the engine and the calibration."""
+    # slow import (0.4-4 s), loaded on use
     from rich.table import Table
 
     t = Table(title="step", show_header=True)
@@ -215,6 +220,7 @@ def _step_table(pred, scenario, iv):
 
 def _memory_table(pred, scenario):
     """Memory per GPU by stage against its pool's capacity (the first two, middle and last two of more than 8)."""
+    # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
     from rich.table import Table
 
     from trainsim.simulator.pools import stage_capacity_bytes
@@ -236,6 +242,7 @@ def _memory_table(pred, scenario):
 
 def render_pools(c, pred, scenario) -> None:
     """Memory per GPU pool of a mixed cluster, each against its own GPU's capacity (nothing without pools)."""
+    # slow import (0.4-4 s), loaded on use
     from rich.table import Table
     if not pred.pools:
         return

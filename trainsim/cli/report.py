@@ -9,6 +9,7 @@ import time
 
 from trainsim.simulator import goodput as gp
 from trainsim.specs import SpecError
+from trainsim.specs.loaders import read_mapping
 from trainsim.specs.safe_write import check_output_dir
 
 from .common import (
@@ -76,8 +77,6 @@ def _goodput_knobs(args: argparse.Namespace, request: dict) -> dict:
 
 
 def _read_json(path: str, field: str) -> dict:
-    from trainsim.specs.loaders import read_mapping
-
     if not path.endswith(".json"):
         raise SpecError(field, f"{path} must be a .json file")
     return read_mapping(path, field)
@@ -117,6 +116,7 @@ def _positive(v, field: str, allow_none: bool = False, allow_zero: bool = False)
 
 
 def run(args: argparse.Namespace) -> int:
+    # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
     from trainsim.reports.html import write_report
     from trainsim.reports.whatif import ReportOptions, build_report, scenario_from_plan
 
@@ -145,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
         tokens=tokens, price_per_gpu_hour=price, profile_path=args.calibration,
         plan_top_k=args.top, run_plan=not args.no_plan, **_goodput_knobs(args, request),
     )
+    # slow import (0.4-4 s), loaded on use
     from rich.console import Console
     with Console(stderr=True).status(f"building the report of {scn.name}: prediction, timeline, scaling, "
                                      f"{'plan, ' if opts.run_plan and plan_json is None else ''}figures ..."):

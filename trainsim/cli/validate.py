@@ -30,6 +30,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
     from trainsim.validation.datasets import SECONDARY_DATASETS, dataset_names, load_dataset, missing_external
     from trainsim.validation.validate import default_collective_fn, default_predict_fn, render_text, validate
 

@@ -75,14 +75,15 @@ logsumexp ``4·b·a·s`` (/shared/notes/torch-distributed-on-cpu.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from trainsim.specs.errors import SpecError
 from trainsim.specs.memo import memoised
 
 from .autocast import RESIDUAL_BYTES, norm_output_casts
 from .fp8_weights import MXFP8_BYTES
 from .nvfp4 import NVFP4_BYTES
-from .shapes import LayerShape, layer_shape
+from .shapes import LayerShape, block_kinds, layer_shape, mtp_kinds
 
 MASK_BYTES = 1  # dropout masks are bool/uint8 on CUDA (Korthikanti's assumption)
 FP32_SOFTMAX_BYTES = 4  # an fp32 softmax output per attention probability (TrainingSpec.attention_softmax_fp32)
@@ -147,7 +148,6 @@ def kernels(shp: LayerShape, impl: str) -> str:
 
 def _check_impl(impl: str) -> None:
     if impl not in IMPLS:
-        from trainsim.specs.errors import SpecError
         raise SpecError("impl", f"must be one of {', '.join(IMPLS)}, got {impl!r}")
 
 
@@ -205,7 +205,7 @@ def _norm_output_bytes(shp: LayerShape, impl: str) -> float:
 def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
     impl = kernels(shp, impl)
     if shp.kind:  # one layer of a hybrid Mamba stack (cost_models/mamba.py)
-        from .mamba import hybrid_activation_bytes
+        from .mamba import hybrid_activation_bytes  # cycle: mamba.py imports this module
         return hybrid_activation_bytes(shp, impl)
     e, h, t, r = shp.e, shp.h, shp.tp, shp.sp_div
     b, T = shp.b, shp.tokens
@@ -412,7 +412,6 @@ def layer_activation_bytes(scenario, impl: str = "fused") -> ActivationBytes:
     if shp.kind == "mix":  # a hybrid stack: its mean layer, exact for the whole stack
         if isinstance(scenario, LayerShape):
             raise ValueError("a hybrid stack's activations are costed from its Scenario (shapes.block_kinds)")
-        from .shapes import block_kinds
         kinds = [(layer_activation_bytes(scn, impl), n) for scn, n in block_kinds(scenario)]
         n_all = sum(n for _, n in kinds)
         return ActivationBytes(main=sum(a.main * n for a, n in kinds) / n_all,
@@ -422,7 +421,6 @@ def layer_activation_bytes(scenario, impl: str = "fused") -> ActivationBytes:
 
 @memoised(maxsize=8192)
 def _no_recompute(shp: LayerShape, impl: str) -> ActivationBytes:
-    from dataclasses import replace
     return _layer(replace(shp, recompute="none"), impl)
 
 
@@ -498,7 +496,6 @@ def mtp_activation_bytes(scenario, impl: str = "fused") -> float:
     norms = 2 * sum(_norm_bytes(shp, T / r, impl))
     proj_in = 2 * _gemm_input_e(shp, impl) * T * shp.h / r
     if shp.kind:  # a hybrid stack's depth: its mtp_pattern's layers (shapes.mtp_kinds)
-        from .shapes import mtp_kinds
         block = sum(n * layer_activation_bytes(scn, impl).total for scn, n in mtp_kinds(scenario))
     else:
         block = _layer(shp, impl).total

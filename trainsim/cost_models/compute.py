@@ -35,11 +35,15 @@ import math
 from dataclasses import dataclass
 
 from trainsim.specs.memo import memoised
+from trainsim.specs.framework_behaviour import behaviour
 
-from .flops import Op, head_ops, layer_ops, recompute_ops
+from .flops import Op, _embedding_ops, _mtp_ops, head_ops, layer_ops, recompute_ops
 from .nvfp4 import NVFP4_BYTES
 from .profile import MEMORY_OPS
 from .shapes import IdentityMemo, LayerShape, layer_shape
+from .eager import block_style, count_passes, op_passes, stage_param_tensors, tp_wrapper
+from .framework import FOREACH_ADAM_BYTES, PER_PARAM_LOOP_ADAM_BYTES
+from .muon import step_seconds
 
 TILE = 128
 K_STEP = 64
@@ -286,7 +290,6 @@ def eager_overhead_s(shp: LayerShape, profile) -> tuple[float, float]:
     """
     if profile is None or not getattr(profile, "eager_overhead", None):
         return 0.0, 0.0
-    from .eager import block_style, tp_wrapper
     style = block_style(shp)
     wrap = tp_wrapper(shp)
     if wrap and f"{style}+{wrap}" in profile.eager_overhead:
@@ -300,7 +303,6 @@ def wrapper_overhead_s(scenario, profile, wrapper: str) -> tuple[float, float]:
     profile; (0, 0) when not measured. Collectives themselves are timed by the collective model."""
     if profile is None or not getattr(profile, "eager_overhead", None):
         return 0.0, 0.0
-    from .eager import block_style, count_passes
     shp = layer_shape(scenario)
     style = block_style(shp)
     wrapped, plain = profile.eager_overhead.get(f"{style}+{wrapper}"), profile.eager_overhead.get(style)
@@ -312,7 +314,6 @@ def wrapper_overhead_s(scenario, profile, wrapper: str) -> tuple[float, float]:
 
 
 def _sum_times(ops: tuple[Op, ...], rec: tuple[Op, ...], hw: _Hw, shp: LayerShape, profile) -> LayerTimes:
-    from .eager import op_passes
     f = bi = bw = r = 0.0
     rec_ids = {id(op) for op in rec}
     ov_f, ov_b = eager_overhead_s(shp, profile)
@@ -335,10 +336,8 @@ def _cached_times(what: str, shp: LayerShape, hw: _Hw, pref, learned_positions: 
         ops = layer_ops(shp)
         return _sum_times(ops, recompute_ops(ops, shp.recompute, shp.rc_modules), hw, shp, profile)
     if what == "embedding":
-        from .flops import _embedding_ops
         return _sum_times(_embedding_ops(shp, learned_positions), (), hw, shp, profile)
     if what == "mtp":
-        from .flops import _mtp_ops
         ops = _mtp_ops(shp)
         return _sum_times(ops, recompute_ops(ops, shp.recompute, shp.rc_modules), hw, shp, profile)
     return _sum_times(head_ops(shp), (), hw, shp, profile)
@@ -404,10 +403,7 @@ def optimizer_step_parts(scenario, stage: int, profile=None) -> tuple[float, flo
     ``offload_optimizer`` the update runs on the host at ``HOST_MEM_BW_PER_NODE_BPS / gpus_per_node``
     (the PCIe traffic is reported by ``memory.stage_memory`` for the engine to time).
     """
-    from trainsim.specs.framework_behaviour import behaviour
-
-    from .framework import FOREACH_ADAM_BYTES, PER_PARAM_LOOP_ADAM_BYTES
-    from .model_states import held_grad_bytes
+    from .model_states import held_grad_bytes  # cycle: model_states -> muon -> here
     from .memory import rank_param_shards  # memory does not import compute
 
     t = scenario.training
@@ -428,7 +424,6 @@ def optimizer_step_parts(scenario, stage: int, profile=None) -> tuple[float, flo
     prof = profile
     norm_s = memory_time_s(norm_bytes, hw, prof, "copy") if norm_bytes else 0.0
     if t.optimizer == "muon":  # Newton-Schulz GEMMs and per-parameter passes on the busiest rank (muon.py)
-        from .muon import step_seconds
         return step_seconds(scenario, stage, prof) + norm_s, 0.0
     if t.offload_optimizer:
         host_bw = HOST_MEM_BW_PER_NODE_BPS / min(scenario.cluster.gpus_per_node, scenario.num_gpus)
@@ -437,7 +432,6 @@ def optimizer_step_parts(scenario, stage: int, profile=None) -> tuple[float, flo
     if fits:
         # A CPU profile measured torch.optim itself (per-parameter loop: per-tensor cost + streaming);
         # Adam keeps m and v (8 B/param in fp32), SGD with momentum 4 B/param.
-        from .eager import stage_param_tensors
         name = "sgd" if t.optimizer_bytes_per_param <= 4 else "adam"
         plain, dtensor = stage_param_tensors(scenario, stage)
         total = plain + dtensor

@@ -12,6 +12,7 @@ critical path (on a GPU, ``host_issue`` makes each pass last at least the host's
 from __future__ import annotations
 
 from .flops import Op, layer_ops
+from .param_tensors import rank_tensors
 from .shapes import LayerShape, layer_shape
 
 
@@ -54,8 +55,6 @@ def stage_param_tensors(scenario, stage: int) -> tuple[int, int]:
     output layer DTensors, and with sequence parallelism the norms too (``SequenceParallel`` replicates them as
     DTensors); learned positions stay plain under TP.
     """
-    from .param_tensors import rank_tensors
-
     tensors = rank_tensors(scenario, stage, "torch")
     t = scenario.training
     if scenario.dp > 1 and t.effective_zero >= 3:

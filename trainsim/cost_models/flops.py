@@ -43,7 +43,7 @@ from .autocast import RESIDUAL_BYTES, norm_output_casts
 from .framework import cross_entropy_bytes, eager_ce_cast_bytes, train_metric_bytes_per_logit
 from .host_issue import megatron_fused_softmax
 from .shapes import DEFAULT_SELECTIVE as _CORE_ATTN
-from .shapes import LayerShape, block_kinds, layer_shape
+from .shapes import LayerShape, block_kinds, layer_shape, mtp_kinds
 
 Gemm = tuple[int, int, int]  # (m, n, k)
 MATMUL_KINDS = frozenset({"gemm", "bmm", "attention", "ssd"})  # ssd: Mamba-2's chunked scan (cost_models/mamba.py)
@@ -443,7 +443,7 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
     if shp.kind:  # one layer of a hybrid Mamba stack
         if shp.kind not in ("M", "*", "-", "E"):
             raise ValueError("a hybrid stack of several layer kinds is costed kind by kind (shapes.block_kinds)")
-        from .mamba import hybrid_layer_ops
+        from .mamba import hybrid_layer_ops  # cycle: mamba.py builds its ops with this module's
         return hybrid_layer_ops(shp, _layer_ops)
     e, h, t = shp.e, shp.h, shp.tp
     T = shp.tokens
@@ -493,7 +493,7 @@ def _lora_frozen(shp: LayerShape, ops) -> tuple[Op, ...]:
     """Embedding or head ops, under LoRA with their weights frozen (no weight-gradient pass: lora.py)."""
     if not shp.lora_rank:
         return tuple(ops)
-    from .lora import frozen
+    from .lora import frozen  # cycle: lora.py builds its ops with this module's _linear
     return tuple(frozen(op) for op in ops)
 
 
@@ -659,7 +659,6 @@ def _per_microbatch_unsharded(scenario) -> tuple[PassFlops, PassFlops]:
     if k:  # each MTP module: a main block (a hybrid stack: its mtp_pattern's layers), its projection, another head
         shp = _unsharded(layer_shape(scenario))
         if shp.kind:
-            from .shapes import mtp_kinds
             parts = [_unsharded_flops(_unsharded(layer_shape(scn)), n)[0] for scn, n in mtp_kinds(scenario)]
             main = sum(parts[1:], parts[0])
         else:

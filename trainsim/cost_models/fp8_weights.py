@@ -40,6 +40,11 @@ TE fp8 linears and keep their 16-bit weights.
 
 from __future__ import annotations
 
+from trainsim.specs.framework_behaviour import behaviour
+
+from .megatron_fsdp import gather_bytes
+from .param_tensors import rank_linear_weight_elems, rank_tensors
+
 FP8_BYTES = 1.0  # E4M3 / E5M2
 MXFP8_BYTES = 1.0 + 1.0 / 32.0  # E4M3 plus one e8m0 scale per 32 elements
 
@@ -78,14 +83,11 @@ def rank_weight_terms(scenario, stage: int, rp) -> tuple[float, float]:
     bf16 primary weights with TE's per-step cache, or fp8 primary weights). ``rp``: the rank's RankParams. Under
     ZeRO-3 with bf16 primary weights TE quantizes the gathered unit per use (no resident copy: counted as 0); LoRA's
     frozen base weights are costed by cost_models/lora.py."""
-    from trainsim.specs.framework_behaviour import behaviour
-    from .param_tensors import rank_tensors
-
     t = scenario.training
     cached = behaviour(t.framework).fp8_weight_cache and t.effective_zero < 3
     if t.dtype != "fp8" or t.lora_rank or not (t.fp8_param_gather or cached):
         return 0.0, 0.0
-    held = float(sum(p.elems for p in rank_tensors(scenario, stage) if p.kind == "weight"))
+    held = rank_linear_weight_elems(scenario, stage)
     stored = held * (rp.weight_params / rp.held if t.effective_zero >= 3 and rp.held else 1.0)
     return weight_terms(held, stored, t.param_bytes, t.fp8_recipe, non_tn_fp8_gemm(scenario.cluster.gpu),
                         t.fp8_param_gather)
@@ -94,9 +96,6 @@ def rank_weight_terms(scenario, stage: int, rp) -> tuple[float, float]:
 def megatron_fsdp_gathered(scenario, stage: int, rp) -> float:
     """Megatron-FSDP's gathered bytes on one rank of ``stage`` (megatron_fsdp.gather_bytes), its layers' linear
     weights gathered in their quantized bytes with fp8 primary weights."""
-    from .megatron_fsdp import gather_bytes
-    from .param_tensors import rank_tensors
-
     t = scenario.training
     tensors = rank_tensors(scenario, stage)
     root_big = max((p.elems for p in tensors if p.kind in ("embedding", "head")), default=0.0)
@@ -104,7 +103,7 @@ def megatron_fsdp_gathered(scenario, stage: int, rp) -> float:
     if t.dtype == "fp8" and t.fp8_param_gather:
         fp8 = sum(copy_bytes(t.fp8_recipe, non_tn_fp8_gemm(scenario.cluster.gpu)))
         blocks = rp.held - rp.root_params
-        linear = sum(p.elems for p in tensors if p.kind == "weight")
+        linear = rank_linear_weight_elems(scenario, stage)
         linear_frac = min(1.0, linear / blocks) if blocks > 0 else 1.0
     return gather_bytes(rp.root_params, rp.block_params, linear_frac, float(root_big), t.param_bytes, t.grad_bytes,
                         fp8)

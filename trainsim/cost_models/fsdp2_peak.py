@@ -48,6 +48,7 @@ from dataclasses import dataclass
 
 from trainsim.specs.framework_behaviour import BEHAVIOURS
 
+from . import activations as act
 from .model_states import state_bytes
 
 
@@ -128,7 +129,6 @@ def activation_peak(scenario, stage: int, rp, working: float) -> Fsdp2Peak:
     phases = fsdp2_of(scenario, rp)
     if stage != scenario.loss_stage:
         return Fsdp2Peak(phases, "backward", phases.backward)
-    from . import activations as act
     t, m = scenario.training, scenario.model
     rules = loss_moment_rules(phases, workspace=act.logits_workspace_bytes(scenario), working=working,
                               head_saved=act.head_activation_bytes(scenario),

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from trainsim.specs.framework_behaviour import BEHAVIOURS
 from trainsim.specs.memo import IdentityMemo
 
+from .framework import overlap_grad_reduce
 from .param_tensors import ChunkKey, ParamTensor, chunk_key, key_tensors
 
 # Megatron-Core DistributedDataParallel: bucket_size = max(40_000_000, 1_000_000 * dp_size) parameters.
@@ -128,8 +129,6 @@ class BufferRules:
 
 def buffer_rules(scenario, first_chunk: bool) -> BufferRules:
     """The BufferRules of ``scenario``; ``first_chunk``: pipeline rank 0's first chunk."""
-    from .framework import overlap_grad_reduce
-
     tr = scenario.training
     fw = BEHAVIOURS[tr.framework]
     core = fw.megatron_ddp == "core"
@@ -175,7 +174,7 @@ PiecesKey = tuple[tuple[ChunkKey, BufferRules, bool, int, int], ...]
 def optimizer_pieces_key(scenario, stage: int, rank: int = 0) -> PiecesKey:
     """What optimizer_tensor_elems depends on, per chunk and buffer (dense, expert): the chunk's key, its
     BufferRules, expert or not, the shard group n and the rank in it."""
-    from .memory import shard_groups
+    from .memory import shard_groups  # cycle: memory imports this module
 
     sharded = scenario.training.effective_zero >= 1
     groups = dict(zip((False, True), shard_groups(scenario))) if sharded else {False: 1, True: 1}

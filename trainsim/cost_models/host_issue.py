@@ -152,6 +152,11 @@ from .host_jitter import MEASURED_FWD, measured_sigma, pace
 from .compiled_issue import compiled_kernel_count
 from .loss_issue import head_idle_s
 
+from trainsim.specs.framework_behaviour import behaviour
+from .framework import autocast_tag
+from .param_tensors import block_tensors, module_style
+from .shapes import layer_shape
+
 if TYPE_CHECKING:
     from .profile import ChunkHostIssue
 
@@ -425,9 +430,6 @@ def ddp_hook_adds(scenario) -> int:
     "Per-parameter hooks"): megatron-2021 every tensor of Megatron's layer, megatron-2022 its biases and norms
     (its wgrad GEMMs accumulate into ``main_grad``), other frameworks none. The tensors are the block's
     (param_tensors.block_tensors)."""
-    from trainsim.specs.framework_behaviour import behaviour
-    from .param_tensors import block_tensors, module_style
-
     m, lay, name = scenario.model, scenario.layout, scenario.training.framework
     fw = behaviour(name)
     if fw.megatron_ddp != "local":
@@ -471,9 +473,7 @@ def profiled_chunk(scenario, profile):
     """The profile's two-depth measurement of trainsim execute's own chunk (``CalibrationProfile.host_issue_chunk``)
     for the scenario's block style under its autocast, or None where the profile has none or the scenario does not
     run as the executor does: no ``autocast_tag``, a CPU "GPU", a MoE model."""
-    from .eager import block_style
-    from .framework import autocast_tag
-    from .shapes import layer_shape
+    from .eager import block_style  # cycle: flops imports this module, and eager imports flops
 
     tag = autocast_tag(scenario)
     if tag is None or getattr(scenario.cluster.gpu, "num_sms", None) is None or scenario.model.is_moe:
@@ -491,8 +491,7 @@ def executor_block_issue(scenario, profile) -> PassIssue | None:
     steady autocast op count (``steady_autocast_fwd_s``) and the micro-batches averaged. The
     backward is measured with the gradients held (AccumulateGrad adds), under full recompute apart (it re-issues
     the forward). Per micro-batch: the embedding, head, loss and each pass's start (``microbatch_*_s``)."""
-    from .eager import block_style
-    from .shapes import layer_shape
+    from .eager import block_style  # cycle: flops imports this module, and eager imports flops
 
     m = profiled_chunk(scenario, profile)
     style = block_style(layer_shape(scenario))
@@ -516,13 +515,10 @@ def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
     modelled apart: CPU ranks (their eager time is the ops' own time, cost_models.eager) and MoE blocks
     (Megatron-Core's MoE host work and its per-layer host sync: cost_models.moe_issue) and hybrid Mamba
     stacks (no measured issue time of their layers)."""
-    from trainsim.specs.framework_behaviour import behaviour
-
-    from .compute import eager_overhead_s
-    from .eager import block_style, count_passes
-    from .flops import layer_ops
-    from .lora import adapter_issue_counts
-    from .shapes import layer_shape
+    from .compute import eager_overhead_s  # cycle: flops imports this module, and these import flops
+    from .eager import block_style, count_passes  # cycle: flops imports this module, and eager imports flops
+    from .flops import layer_ops  # cycle: flops imports this module
+    from .lora import adapter_issue_counts  # cycle: lora -> flops -> here
 
     if getattr(scenario.cluster.gpu, "num_sms", None) is None or scenario.model.is_moe or scenario.model.is_hybrid:
         return None

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from trainsim.specs.lora import target_dims
+
 from .flops import Op, _linear
 from .shapes import LayerShape
 
@@ -78,12 +80,11 @@ def with_adapters(shp: LayerShape, ops: tuple[Op, ...] | list[Op]) -> list[Op]:
 
 
 def adapter_params_rank(shp: LayerShape) -> float:
-    """Adapter parameters of one block on one TP rank: rank x (d_in + d_out) / tp per target (module doc)."""
-    h, q, kv = shp.h, shp.a * shp.d, shp.kv * shp.d
-    n_in = 2 if shp.gated else 1
-    dims = {"linear_qkv": (h, q + 2 * kv), "linear_proj": (q, h), "linear_fc1": (h, n_in * shp.f),
-            "linear_fc2": (shp.f, h)}
-    return sum(shp.lora_rank * sum(dims[t]) for t in shp.lora_targets) / shp.tp
+    """Adapter parameters of one block on one TP rank: rank x (d_in + d_out) / tp per target (specs/lora.py
+    target_dims)."""
+    q, kv = shp.a * shp.d, shp.kv * shp.d
+    return sum(shp.lora_rank * sum(target_dims(t, shp.h, q, kv, shp.f, shp.gated))
+               for t in shp.lora_targets) / shp.tp
 
 
 def frozen_weight_bytes(training) -> int:

@@ -32,6 +32,7 @@ from __future__ import annotations
 from trainsim.specs.framework_behaviour import behaviour
 
 from .host_jitter import measured_sigma
+from .shapes import layer_shape
 
 # (forward ops, forward kernels, backward ops, backward kernels) of Megatron's head and loss per micro-batch,
 # as trainsim.kernels.op_count.count_megatron_head_ops counts trainsim.kernels.megatron_head (module doc).
@@ -44,9 +45,9 @@ def head_loss_issue_s(scenario, profile=None) -> tuple[float, float]:
     """(forward, backward) host seconds to issue Megatron's head and loss for one micro-batch (module doc); (0, 0)
     where they are not modelled apart (not Megatron's legacy layer, not eager, or a GPU profile measured the
     host)."""
-    from .eager import block_style
+    from .eager import block_style  # cycle: eager -> flops -> host_issue -> here
+    # cycle: host_issue imports this module
     from .host_issue import BACKWARD_FRAME_RATIO, MODULE_FRAME_RATIO, eager_issue_s, paced_s, with_collectives
-    from .shapes import layer_shape
 
     t, tp = scenario.training, scenario.layout.tp
     if (not behaviour(t.framework).megatron_layer or t.host_issue_mode != "eager"

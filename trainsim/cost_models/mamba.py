@@ -35,6 +35,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from trainsim.specs.model import mamba_in_proj_width
+
+from . import activations as act
 from .flops import _NORM_FLOPS, Op, _elementwise, _linear, _norm, _residual
 from .shapes import LayerShape
 
@@ -126,6 +129,11 @@ def _conv_op(shp: LayerShape) -> Op:
     return _elementwise("mamba_conv1d", "elementwise", n, 2 * e, 5 * e, 2.0 * shp.mconv + 4.0, launches=(1, 6))
 
 
+def _in_proj_width(shp: LayerShape) -> int:
+    """Whole (before TP) output width of the layer's in_proj (specs/model.py mamba_in_proj_width)."""
+    return mamba_in_proj_width(shp.mh * shp.mp, shp.mg, shp.mn, shp.mh)
+
+
 def mamba_mixer_ops(shp: LayerShape) -> list[Op]:
     """The Mamba-2 layer's ops (module doc): pre-norm, in_proj, the batch-first layout copies, conv1d, SSD scan,
     group RMSNorm, out_proj, residual."""
@@ -133,7 +141,7 @@ def mamba_mixer_ops(shp: LayerShape) -> list[Op]:
     T, T_seq = shp.tokens, shp.tokens // shp.sp_div
     fp8, casts = shp.dtype == "fp8", shp.fp8_weight_casts
     inner = shp.mh * shp.mp // t
-    proj_out = (2 * shp.mh * shp.mp + 2 * shp.mg * shp.mn + shp.mh) // t
+    proj_out = _in_proj_width(shp) // t
     ops = [
         _norm("norm1", shp, T_seq),  # fused into in_proj (TELayerNormColumnParallelLinear): not a recompute module
         _linear("mamba_in_proj", T, proj_out, h, e, fp8=fp8, weight_casts=casts),
@@ -183,7 +191,7 @@ def mamba_activation_bytes(shp: LayerShape, gemm_input_e: int) -> float:
     out_x (the ungated scan output, d_inner); the group RMSNorm's input and rstd; out_proj's input (d_inner)."""
     e, T, t, h = shp.e, shp.tokens, shp.tp, shp.h
     inner = shp.mh * shp.mp // t
-    zxbcdt = (2 * shp.mh * shp.mp + 2 * shp.mg * shp.mn + shp.mh) // t
+    zxbcdt = _in_proj_width(shp) // t
     return (e * T * h / shp.sp_div + STATE_BYTES * T / shp.sp_div + gemm_input_e * T * h / shp.sp_div
             + e * T * (zxbcdt + 2 * inner) + STATE_BYTES * T * shp.mg // t + gemm_input_e * T * inner)
 
@@ -194,8 +202,6 @@ def hybrid_activation_bytes(shp: LayerShape, impl: str):
     layers are the halves of activations.py's transformer block, which sums one norm's input, statistics and output
     (the next linear's saved input) per half plus each half's own tensors: the attention half is the block without
     an MLP (ffn 0) less the second norm's terms, the MLP / MoE half the whole block less the attention half."""
-    from . import activations as act
-
     if shp.kind not in ("M", "*", "-", "E"):
         raise ValueError("a hybrid stack of several layer kinds is costed kind by kind (shapes.block_kinds)")
     e, T, r = shp.e, shp.tokens, shp.sp_div

@@ -56,6 +56,7 @@ from . import activations as act
 from . import autocast
 from . import fp8_weights, nvfp4
 from trainsim.specs.framework_behaviour import behaviour
+from trainsim.specs.errors import SpecError
 
 from .framework import DEEPSPEED_MAX_LIVE_PARAMS, bf16_optimizer
 from .model_states import rank_state_bytes, state_bytes
@@ -68,11 +69,12 @@ from .fsdp_stream_pools import stream_pool_cached
 from . import op_sac_trace
 from .grad_buffer import optimizer_tensor_elems
 from .lora import adapter_params_rank, frozen_weight_bytes
-from .param_tensors import rank_tensors
+from .param_tensors import rank_linear_weight_elems, rank_tensors
 from .runtime_memory import OUTSIDE_ALLOCATOR, runtime_terms
 from .softmax_backward_peak import softmax_backward_beyond
 from .shapes import block_kinds, dense_block_scenario, layer_shape
 from .state_rounding import megatron_state_rounding_bytes
+from .mamba import hybrid_params_rank
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -184,7 +186,6 @@ def _layer_params_rank(model, tp: int, ep: int, etp: int | None = None) -> tuple
         return (n_in * width * f + f * width) / split + ((n_in * f / split + width) if model.bias else 0)
 
     if model.is_hybrid:  # the mean layer of a hybrid Mamba stack
-        from .mamba import hybrid_params_rank
         return hybrid_params_rank(model, attn, mlp, tp, ep, etp)
     if model.is_moe:
         shared = mlp(model.shared_expert_ffn) if model.shared_expert_ffn else 0.0
@@ -272,7 +273,6 @@ def shard_groups(scenario) -> tuple[int, float]:
 
 def _check_stage(stage: int, pp: int) -> None:
     if not 0 <= stage < pp:
-        from trainsim.specs.errors import SpecError
         raise SpecError("stage", f"stage {stage} is outside 0..{pp - 1}")
 
 
@@ -298,7 +298,6 @@ def inflight_microbatches(schedule: str, pp: int, m: int, stage: int, vpp: int =
         # Every rank holds 2·pp + 1 chunk activations at its peak (DeepSeek-V3 Table 2: PP+1 with PP = 2·pp
         # virtual stages; pipeline_bubble.csv f_ds_DualPipe), each chunk half the rank's layers.
         return (2 * pp + 1) / 2
-    from trainsim.specs.errors import SpecError
     raise SpecError("training.schedule", f"unknown schedule {schedule!r}")
 
 
@@ -376,8 +375,7 @@ def largest_weight_tensor_params(model, tp: int = 1, ep: int = 1, etp: int | Non
                   (model.q_lora_rank or h) * model.num_heads * model.qk_head_dim / tp)
     experts = model.expert_ffn * model.expert_width / (etp or tp) if model.is_moe else 0.0
     ffns = [0 if model.is_moe else model.ffn, model.shared_expert_ffn or 0, model.ffn if model.first_dense_layers else 0]
-    mamba = (h * (2 * model.mamba_inner + 2 * model.mamba_groups * model.mamba_state_dim + model.mamba_nheads) / tp
-             if "M" in (model.hybrid_pattern or "") else 0.0)  # a hybrid stack's Mamba in_proj
+    mamba = h * model.mamba_in_proj / tp if "M" in (model.hybrid_pattern or "") else 0.0  # a hybrid Mamba in_proj
     return float(max(qkv, experts, max(ffns) * h / tp, h * model.num_heads * model.v_dim / tp, mamba))
 
 
@@ -603,8 +601,7 @@ def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0,
     if t.dtype == "nvfp4":
         # Transformer Engine's rowwise and columnwise NVFP4 copies of the rank's linear weights, quantized at the
         # step's first micro-batch and kept for the backward and the later micro-batches (nvfp4.py)
-        linear = sum(p.elems for p in rank_tensors(scenario, stage) if p.kind == "weight")
-        out["nvfp4_weight_copies"] = nvfp4.weight_copy_bytes(linear)
+        out["nvfp4_weight_copies"] = nvfp4.weight_copy_bytes(rank_linear_weight_elems(scenario, stage))
     shp = layer_shape(scenario)
     if lay.pp > 1:
         out["pp_p2p_buffers"] = 2.0 * act.pipeline_output_bytes(shp)  # one send and one receive buffer

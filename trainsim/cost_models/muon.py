@@ -42,6 +42,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trainsim.specs.memo import IdentityMemo
+from trainsim.topologies.placement import place
+
+from .collectives import collective_time
 from .param_tensors import ParamTensor, module_style, rank_tensors
 
 # Bytes per Muon parameter of the element-wise passes (module doc), beside the gradient's cast and the 16-bit copy.
@@ -147,10 +151,7 @@ def _shard(tensors: list[ParamTensor], model, style: str, gather: int) -> Shard:
                  sum(t.elems for t in tensors if not is_muon_param(t)), len(muon), gathered, gather)
 
 
-def rank_shards(scenario, stage: int) -> tuple[tuple[Shard, ...], tuple[Shard, ...]]:
-    """(dense shards, expert shards): what each data-parallel rank of ``stage`` updates. With the distributed
-    optimizer (dist_muon) the dense parameters are dealt over the data x context-parallel ranks and the expert
-    ones over the expert-data-parallel ranks (memory.shard_groups); without it every rank updates all."""
+def _rank_shards(scenario, stage: int) -> tuple[tuple[Shard, ...], tuple[Shard, ...]]:
     from .memory import shard_groups  # memory imports this module's state bytes through model_states
 
     tensors = list(rank_tensors(scenario, stage))
@@ -163,6 +164,18 @@ def rank_shards(scenario, stage: int) -> tuple[tuple[Shard, ...], tuple[Shard, .
         mine = [t for t in tensors if t.expert == expert]
         parts.append(tuple(_shard(s, model, style, gather) for s in _ping_pong(mine, max(1, round(n)))))
     return parts[0], parts[1]
+
+
+_RANK_SHARDS = IdentityMemo(_rank_shards)
+
+
+def rank_shards(scenario, stage: int) -> tuple[tuple[Shard, ...], tuple[Shard, ...]]:
+    """(dense shards, expert shards): what each data-parallel rank of ``stage`` updates. With the distributed
+    optimizer (dist_muon) the dense parameters are dealt over the data x context-parallel ranks and the expert
+    ones over the expert-data-parallel ranks (memory.shard_groups); without it every rank updates all. Memoised
+    per Scenario object and stage (specs/memo.py): the step's device time and its host launches read the same
+    shards."""
+    return _RANK_SHARDS(scenario, stage)
 
 
 def muon_bytes_per_param(training) -> float:
@@ -181,7 +194,7 @@ def shard_seconds(shard: Shard, training, steps: int, hw, profile=None, gather_s
     """Seconds of one rank's update of ``shard``: the Newton-Schulz GEMMs in bf16 (three per iteration), the Muon
     parameters' element-wise kernels, the AdamW parameters' fused update and, in the duplicated TP mode, the
     blocking all-gathers (``gather_s``: seconds of one all-gather of that many bytes)."""
-    from .compute import gemm_time_s, memory_time_s
+    from .compute import gemm_time_s, memory_time_s  # cycle: compute imports this module
 
     per_matrix: dict[tuple[float, float], float] = {}
     ns = 0.0
@@ -214,7 +227,7 @@ def step_seconds(scenario, stage: int, profile=None) -> float:
     """Device seconds of the Muon step on the busiest rank of ``stage``: its dense shard's and its expert shard's
     update (the most loaded of each group together: exact where either group is one rank, an upper bound
     otherwise). The updated parameters' all-gather follows on every rank, so the slowest rank sets the pace."""
-    from .compute import hw_of
+    from .compute import hw_of  # cycle: compute imports this module
 
     t = scenario.training
     hw = hw_of(scenario.cluster.gpu, "bf16")  # the iteration runs in bf16 whatever the training dtype
@@ -227,10 +240,6 @@ def step_seconds(scenario, stage: int, profile=None) -> float:
 def _tp_gather_seconds(scenario, profile=None) -> tuple:
     """(dense, expert) functions of the all-gather seconds of a gathered fp32 matrix's bytes over the TP and the
     expert-TP group in the duplicated TP mode (None where nothing is gathered)."""
-    from trainsim.topologies.placement import place
-
-    from .collectives import collective_time
-
     if scenario.training.muon_tp_mode != "duplicated":
         return None, None
     pl = place(scenario)

@@ -124,12 +124,11 @@ def _mamba(model, tp: int, p: str) -> list[ParamTensor]:
     """A Mamba-2 mixer's tensors (Megatron-Core MambaMixer, registration order): in_proj (z, x, B, C, dt), the conv1d
     weight and bias over x, B, C, dt_bias, A_log, D, the group RMSNorm weight and out_proj -- all split over TP."""
     h, di, heads = model.hidden, model.mamba_inner, model.mamba_nheads
-    gn = model.mamba_groups * model.mamba_state_dim
-    conv = di + 2 * gn
+    conv = di + 2 * model.mamba_groups * model.mamba_state_dim
 
     def split(name: str, elems: float, kind: str) -> ParamTensor:
         return ParamTensor(f"{p}.{name}", elems / tp, kind, tp > 1)
-    return [*_linear(f"{p}.in_proj", h, 2 * di + 2 * gn + heads, False, tp, True),
+    return [*_linear(f"{p}.in_proj", h, model.mamba_in_proj, False, tp, True),
             split("conv1d_weight", conv * model.mamba_conv_kernel, "weight"), split("conv1d_bias", conv, "bias"),
             split("dt_bias", heads, "bias"), split("A_log", heads, "weight"), split("D", heads, "weight"),
             split("norm.weight", di, "norm"), *_linear(f"{p}.out_proj", di, h, False, tp, False)]
@@ -327,3 +326,9 @@ def rank_tensors(scenario, stage: int, style: str | None = None) -> tuple[ParamT
     """The tensors one rank of pipeline stage ``stage`` holds: its chunks' (chunk_tensors), in chunk order.
     Memoised per model and ChunkKeys."""
     return _KEYS_TENSORS(scenario.model, rank_keys(scenario, stage, style))
+
+
+def rank_linear_weight_elems(scenario, stage: int) -> float:
+    """Elements of the linear weights (kind "weight": no norms, biases, embedding or output layer) one rank of
+    pipeline ``stage`` holds: what Transformer Engine keeps quantized copies of under fp8 and NVFP4."""
+    return float(sum(p.elems for p in rank_tensors(scenario, stage) if p.kind == "weight"))

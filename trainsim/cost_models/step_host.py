@@ -62,6 +62,9 @@ from typing import Iterable
 
 from trainsim.specs.framework_behaviour import behaviour
 from .host_issue import issue_s, profiled_chunk
+from .collectives import collective_time
+from .grad_buffer import optimizer_tensor_elems
+from .muon import busiest_launches
 
 MTA_CHUNK = 65536
 MTA_MAX_BLOCKS = 320
@@ -109,8 +112,6 @@ def rank_tensor_sizes(scenario, stage: int) -> list[int]:
     tensors (param_tensors.py), whole, or cut by its ZeRO shard -- the flat 1/n slice of each gradient bucket
     (Megatron's distributed optimizer, FSDP1's flat parameters) or 1/n of each tensor (torch's FSDP2):
     grad_buffer.optimizer_tensor_elems."""
-    from .grad_buffer import optimizer_tensor_elems
-
     return [max(1, round(x)) for x in optimizer_tensor_elems(scenario, stage)]
 
 
@@ -165,7 +166,6 @@ def scenario_step_host(scenario, stage: int, profile=None) -> StepHost | None:
     host = step_host(t.framework, fw.optimizer_update, sizes, scenario.cluster.host_cpu)
     # Muon's per-parameter kernels beside the fused launches; the executor steps Adam, so a profile's timed step
     # gets them on top too
-    from .muon import busiest_launches
     k = busiest_launches(scenario, stage) if t.optimizer == "muon" else 0
     muon_s = issue_s(k, k, scenario.cluster.host_cpu)
     host = StepHost(host.dispatches + k, host.launches + k, host.syncs, host.issue_s + muon_s, host.sync_lead_s)
@@ -182,8 +182,6 @@ def norm_reduce_s(scenario, groups: tuple, profile=None) -> float:
     clip coefficient, so their latency is exposed once per step. The pipeline stages' share of Megatron's
     model-parallel reduction is not counted (one group shape per dimension). A scenario without collective fixed
     costs (Scenario.without_collective_fixed_costs) keeps only their bytes' time, as exposures._coll does."""
-    from .collectives import collective_time
-
     def seconds(g) -> float:
         res = collective_time("all_reduce", 4.0, g, scenario.cluster, profile=profile)
         fixed = 0.0 if scenario.collective_fixed_costs else min(max(float(res.latency_s or 0.0), 0.0), res.time_s)

@@ -80,6 +80,7 @@ class Recorder(TorchDispatchMode):
 
 def _op_sac_policy():
     """torchtitan's per-op policy with its per-checkpoint mm counter (module doc)."""
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     from torch.utils.checkpoint import CheckpointPolicy
     meta: dict[str, int] = {}
 
@@ -93,6 +94,7 @@ def _op_sac_policy():
 
 
 def _run_block(block, x, freqs_cis, recompute: str):
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
     fn = functools.partial(block_forward, block)
     if recompute == "full":
@@ -120,6 +122,7 @@ def titan_step_events(*, layers: int, b: int, s: int, h: int, a: int, kv: int, f
     of late 2024 instead -- the model returns its 16-bit logits, ``loss_fn`` runs ``F.cross_entropy`` on their
     fp32 copy, and train.py deletes them before the backward (``del pred``; pytorch/torchtitan 9dec370 train.py,
     the commit of its late-2024 benchmark, fetched mirror)."""
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     from torch._subclasses.fake_tensor import FakeTensorMode
     if recompute not in ("none", "full", "op_sac"):
         raise ValueError(f"recompute: {recompute!r} is none of none, full, op_sac")

@@ -29,6 +29,8 @@ from trainsim.cost_models.profile import (
     save_profile,
 )
 from trainsim.cost_models.profile_fit import fit_all_collectives, fit_linear, fit_three_term
+from trainsim.specs import load_gpu, preset_names
+from trainsim.specs.gpu_names import gpu_preset_for
 
 SECTIONS = ("gemm", "attention", "memory", "eager", "copy", "collectives")
 
@@ -119,15 +121,11 @@ def cpu_name() -> str:
 def preset_for_device(device_name: str) -> str | None:
     """The GPU preset whose datasheet peaks this device (torch.cuda.get_device_name) has, or None
     (specs.gpu_names: most specific name first; H100 PCIe/NVL have lower peaks than any preset)."""
-    from trainsim.specs.gpu_names import gpu_preset_for
-
     return gpu_preset_for(device_name)
 
 
 def reference_peaks(device: str, device_name: str, override: str | None) -> tuple[str | None, dict[str, float]]:
     """The GPU preset matching the device (or ``override``) and its dense peaks per dtype."""
-    from trainsim.specs import load_gpu, preset_names
-
     name = override
     if name is None:
         if device == "cpu":
@@ -142,6 +140,7 @@ def reference_peaks(device: str, device_name: str, override: str | None) -> tupl
 
 
 def fingerprint(device: str, world: int, nodes: int, backend: str, command: str):
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     import torch
 
     if device == "cuda":
@@ -169,6 +168,7 @@ def fingerprint(device: str, world: int, nodes: int, backend: str, command: str)
 
 def groups_to_measure(world: int, hosts: list[str]):
     """Group shapes (all containing rank 0): the world, one node, one rank per node, power-of-two prefixes."""
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     from trainsim.kernels.microbench import Group
 
     def nodes_of(ranks: tuple[int, ...]) -> int:
@@ -200,6 +200,7 @@ def one_rank_mesh(rank: int, world: int):
     """A DeviceMesh of this rank alone (every rank creates every singleton group, as new_group requires):
     the executor's TP/FSDP2 wrapping runs on it with trivial collectives, so its DTensor/FSDP2 framework
     cost is measured apart from the gloo collectives, which have their own fits."""
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     import torch.distributed as dist
     from torch.distributed.device_mesh import DeviceMesh
 
@@ -296,6 +297,7 @@ class _Run:
 
 def _open_device(args: argparse.Namespace, local_rank: int):
     """(torch device, collective backend) of this rank, or None when --device cuda finds no CUDA device."""
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     import torch
 
     if args.device == "cuda":
@@ -310,6 +312,7 @@ def _open_device(args: argparse.Namespace, local_rank: int):
 
 def _gemm_dtypes(run: _Run, requested: list[str]) -> list[str]:
     """The requested GEMM dtypes this device runs; the others are noted and skipped."""
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     from trainsim.kernels import microbench as mb
 
     dtypes = []
@@ -330,6 +333,7 @@ def _measure_gemms(run: _Run, dtypes: list[str], skip: set[str]) -> None:
     spread is the part-to-part spread the simulator's slowest-GPU pace needs. Every rank joins the gather
     (a rank that measured no GEMM reports 0, which the spread leaves out).
     """
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     import torch.distributed as dist
 
     from trainsim.kernels import microbench as mb
@@ -351,6 +355,7 @@ def _measure_gemms(run: _Run, dtypes: list[str], skip: set[str]) -> None:
 
 def _measure_attention_memory(run: _Run, dtypes: list[str], skip: set[str]) -> None:
     """SDPA shapes per dtype, memory-bound ops and the dispatch overhead."""
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     from trainsim.kernels import microbench as mb
 
     plan, cfg = run.plan, run.cfg
@@ -371,6 +376,7 @@ def _measure_eager(run: _Run, skip: set[str]) -> None:
     the asynchronous kernels), torch.optim's per-parameter loop and DTensor collectives (eager.py, compute.py);
     on a GPU the same tiny blocks (kernels with ~no work) time the host's eager issue of a block pass, which
     bounds every pass whose kernels are shorter (cost_models/host_issue.py)."""
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     from trainsim.kernels import microbench as mb
 
     if "eager" in skip:
@@ -394,6 +400,7 @@ def _measure_eager(run: _Run, skip: set[str]) -> None:
 
 def _measure_copies(run: _Run, skip: set[str]) -> None:
     """Host<->device copies (devices only)."""
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     from trainsim.kernels import microbench as mb
 
     if "copy" not in skip and run.args.device == "cuda":
@@ -406,6 +413,7 @@ def _measure_copies(run: _Run, skip: set[str]) -> None:
 
 def _measure_collectives(run: _Run, skip: set[str]) -> None:
     """Every collective op and size of the plan on every group shape the world allows (one process: none)."""
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     import torch.distributed as dist
 
     from trainsim.kernels import microbench as mb
@@ -461,6 +469,7 @@ def _write_profile(run: _Run, t_start: float) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     t_start = time.perf_counter()
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     import torch
     import torch.distributed as dist
 

@@ -193,6 +193,7 @@ def run_job(job: ExecJob, device: torch.device) -> dict[str, Any] | None:
 
 
 def _start_profiler(device: torch.device):
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     from torch.profiler import ProfilerActivity, profile
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     prof = profile(activities=acts, record_shapes=False)

@@ -10,12 +10,15 @@ import json
 import os
 import re
 import tempfile
+import time
 from dataclasses import dataclass
 from typing import Any
 
-from trainsim.specs import Scenario, resolve
+from trainsim.cost_models import memory
+from trainsim.specs import Scenario, SpecError, resolve
 
 from .exec_config import ExecJob, check_job, dp_mode, world_size
+from .launch import in_torchrun, run_torchrun
 
 WORKER_MODULE = "trainsim.kernels.execute_worker"
 OPTIMIZER_STATE_BYTES = {"adam": 8, "sgd": 4}  # fp32 Adam m+v; fp32 SGD momentum buffer
@@ -40,8 +43,6 @@ def run_jobs(jobs: list[ExecJob], *, timeout_s: float = 30.0, launch_timeout_s: 
     ``timeout_s`` bounds every collective and the per-rank watchdog (a hung rank makes all exit);
     ``launch_timeout_s`` bounds the whole launch (the process group is killed, no orphans).
     """
-    from .launch import in_torchrun, run_torchrun
-
     if not jobs:
         return Launch([], 0.0)
     sizes = {world_size(j.spec) for j in jobs}
@@ -51,11 +52,8 @@ def run_jobs(jobs: list[ExecJob], *, timeout_s: float = 30.0, launch_timeout_s: 
         check_job(j)
     n = sizes.pop()
     if in_torchrun():
-        import time
-
         from . import execute_worker
         if int(os.environ["WORLD_SIZE"]) != n:
-            from trainsim.specs import SpecError
             raise SpecError("layout", f"the layout needs {n} processes but WORLD_SIZE={os.environ['WORLD_SIZE']}")
         t0 = time.perf_counter()
         results = execute_worker.run_jobs(jobs, timeout_s)
@@ -64,7 +62,6 @@ def run_jobs(jobs: list[ExecJob], *, timeout_s: float = 30.0, launch_timeout_s: 
     if jobs[0].device == "cuda":
         import torch
         if torch.cuda.device_count() < n:
-            from trainsim.specs import SpecError
             raise SpecError("layout", f"needs {n} GPUs on this host, torch sees {torch.cuda.device_count()} "
                                       "(across nodes: start `trainsim execute` under torchrun/srun on every node)")
     with tempfile.TemporaryDirectory(prefix="trainsim-exec-") as tmp:
@@ -115,6 +112,7 @@ def _tidy(line: str) -> str:
 
 def reference_losses(job: ExecJob) -> list[float]:
     """Loss per step of the same model, seed, data and global batch in one process, no parallelism (fp32)."""
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     import torch
 
     from .parallelize import _make_optimizer, cross_entropy
@@ -173,8 +171,6 @@ def predicted_memory(job: ExecJob) -> list[dict[str, float]]:
     every micro-batch (they are not parameter storages): ``saved_weight_casts`` is added to both activation
     figures; the cache itself is held once, in ``other`` (memory.autocast_cast_params).
     """
-    from trainsim.cost_models import memory
-
     scn = prediction_scenario(job)
     out = []
     for stage in range(scn.layout.pp):

@@ -19,19 +19,23 @@ backward re-issues each block's forward.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 
 import torch
 import torch.nn.functional as F
 
+from trainsim.cost_models.profile import ChunkHostIssue
+from trainsim.specs import ModelSpec
+
+from .microbench import BenchConfig, eager_block_styles, time_fn
+from .parallelize import _make_optimizer
+from .torch_model import ModelOptions, build_chunk
+
 LAYERS = (2, 8)
 
 
 def _model(style_spec: dict, layers: int, recompute: str, device: torch.device):
-    from trainsim.specs import ModelSpec
-
-    from .torch_model import ModelOptions, build_chunk
-
     spec = ModelSpec(**dict(style_spec, num_layers=layers))
     return build_chunk(spec, list(range(layers)), True, True, ModelOptions(recompute=recompute), seed=0,
                        device=device), spec
@@ -39,11 +43,6 @@ def _model(style_spec: dict, layers: int, recompute: str, device: torch.device):
 
 def _time_passes(chunk, spec, cfg, autocast_dtype) -> tuple[list[float], list[float], list[float]]:
     """Per-rep seconds of (forward + loss, backward, optimizer step) of one micro-batch (microbench.time_fn)."""
-    import contextlib
-
-    from .microbench import BenchConfig, time_fn
-    from .parallelize import _make_optimizer
-
     dev = cfg.device
     ids = torch.randint(0, spec.vocab_size, (1, spec.max_seq_len), device=dev)
     tgt = torch.randint(0, spec.vocab_size, (1, spec.max_seq_len), device=dev)
@@ -80,8 +79,6 @@ def chunk_issue_from_runs(runs: dict) -> dict:
     """``{style key: ChunkHostIssue}`` from raw timings ``{"<style>|<bf16|fp16|none>|<none|full>|<layers>":
     {"tensors": n, "fwd": [s...], "bwd": [...], "step": [...]}}`` at the two depths ``LAYERS``; the key carries
     ``+autocast-<dtype>`` where the passes ran under autocast."""
-    from trainsim.cost_models.profile import ChunkHostIssue
-
     lo, hi = LAYERS
     out = {}
     for style in sorted({k.split("|")[0] for k in runs}):
@@ -104,8 +101,6 @@ def chunk_issue_from_runs(runs: dict) -> dict:
 def bench_chunk_issue(cfg, autocast_dtypes=(torch.bfloat16, None)) -> dict:
     """``{style key: ChunkHostIssue}`` for both executor block styles, under each of ``autocast_dtypes``
     (None: no autocast), measured on ``cfg.device``."""
-    from .microbench import eager_block_styles
-
     runs = {}
     for style, base in eager_block_styles().items():
         for dt in autocast_dtypes:

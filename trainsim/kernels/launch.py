@@ -8,8 +8,10 @@ intra-op threads make every rank slower (see shared notes, trap 6).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -29,6 +31,7 @@ def in_torchrun(env: dict[str, str] | None = None) -> bool:
 
 def cuda_device_count() -> int:
     """GPUs torch can see on this host (imports torch; 0 without CUDA)."""
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -86,7 +89,6 @@ def run_torchrun(module: str, args: list[str], nproc: int | str, timeout_s: floa
     The whole process group is killed on timeout, so no orphaned ranks survive.
     """
     try:
-        import importlib.util
         if importlib.util.find_spec("torch") is None:
             raise SpecError("device", "torch is not installed (pip install 'trainsim[torch]')")
     except ValueError:
@@ -99,7 +101,6 @@ def run_torchrun(module: str, args: list[str], nproc: int | str, timeout_s: floa
         out, err = proc.communicate(timeout=timeout_s)
         return LaunchResult(proc.returncode, time.perf_counter() - t0, out or "", err or "")
     except subprocess.TimeoutExpired:
-        import signal
         try:
             os.killpg(proc.pid, signal.SIGTERM)
             out, err = proc.communicate(timeout=10)

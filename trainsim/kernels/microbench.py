@@ -19,16 +19,23 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from trainsim.cost_models.eager import modelled_ops
 from trainsim.cost_models.profile import (
     AttentionPoint,
     BandwidthPoint,
     CollectivePoint,
+    EagerBlockOverhead,
     GemmPoint,
+    OptimizerFit,
     Stats,
     attention_flops,
     gemm_flops,
 )
 from trainsim.cost_models.profile_fit import collective_point, timing_stats
+from trainsim.specs import build_scenario
+
+from .parallelize import _make_optimizer, tp_plan_block
+from .torch_model import Block, ModelOptions
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}
 FP8_ALIGN = 16  # torch._scaled_mm (cuBLASLt fp8): k and n multiples of 16
@@ -463,7 +470,6 @@ def _wrap_block(block, wrapper: str, mesh1, gated: bool) -> None:
     if wrapper in ("tp", "tp-sp"):
         from torch.distributed.tensor.parallel import parallelize_module
 
-        from .parallelize import tp_plan_block
         plan = tp_plan_block(wrapper == "tp-sp")
         if not gated:
             plan.pop("mlp.gate")
@@ -482,12 +488,6 @@ def bench_eager_overhead(cfg: BenchConfig, mesh1=None):
     execution; the bare dispatch of one op call (``bench_dispatch``) is subtracted by the cost model,
     because every calibrated kernel time already contains one.
     """
-    from trainsim.cost_models.eager import modelled_ops
-    from trainsim.cost_models.profile import EagerBlockOverhead
-    from trainsim.specs import build_scenario
-
-    from .torch_model import Block, ModelOptions
-
     out = {}
     wrappers = WRAPPERS if mesh1 is not None else ("plain",)
     for (style, model), wrapper in itertools.product(eager_block_styles().items(), wrappers):
@@ -529,10 +529,6 @@ def bench_optimizer(cfg: BenchConfig, names: Sequence[str] = ("adam", "sgd"), me
     CPU Adam/SGD run the single-tensor path, ~8 aten ops per tensor for Adam) and one large tensor (the
     per-element streaming cost). Optimizers as the executor builds them (Adam; SGD with momentum 0.9).
     """
-    from trainsim.cost_models.profile import OptimizerFit
-
-    from .parallelize import _make_optimizer
-
     def make(name: str, params: list[torch.Tensor]) -> torch.optim.Optimizer:
         return _make_optimizer(params, name, lr=1e-3)  # exactly what the executor builds
 
@@ -583,6 +579,7 @@ def bench_dtensor_collectives(cfg: BenchConfig, mesh, size_bytes: int = 1 << 16)
     multi-millisecond outliers a shared host adds); the difference is kept (>= 0). Every rank must call
     this; rank 0's numbers are returned (others get {}).
     """
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 
     n = mesh.size()

@@ -79,6 +79,7 @@ class Parallel:
         """Vocab-parallel cross entropy needs loss_parallel around forward-loss and backward."""
         if self.tp_mesh is None:
             return contextlib.nullcontext()
+        # torch loads on use only (tests/test_layering.py: predict and plan run without it)
         from torch.distributed.tensor.parallel import loss_parallel
         return loss_parallel()
 
@@ -181,6 +182,7 @@ def cross_entropy(logits: torch.Tensor, target: torch.Tensor, tp_mesh=None) -> t
 
 def tp_plan_block(sp: bool) -> dict:
     """Megatron TP of one block: q,k,v,fc1,gate column-parallel; o,fc2 row-parallel; SP around the norms."""
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
@@ -202,6 +204,7 @@ def tp_plan_block(sp: bool) -> dict:
 
 def apply_tp(chunk: Chunk, tp_mesh, sp: bool, gated: bool) -> None:
     """Vocab-parallel embedding and head (logits stay vocab-sharded for loss_parallel), blocks per tp_plan_block."""
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     from torch.distributed.tensor import Replicate, Shard
     from torch.distributed.tensor.parallel import (
         ColwiseParallel,
@@ -246,6 +249,7 @@ def _grad_like_param(p) -> None:
 def build_parallel(s: Scenario, *, device: torch.device, seed: int, optimizer: str, lr: float,
                    hsdp: int = 1) -> Parallel:
     """Build this rank's part of the model with the scenario's layout; every rank must call it together."""
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     from torch.distributed.device_mesh import init_device_mesh
 
     lay, t = s.layout, s.training
@@ -312,6 +316,7 @@ def _fully_shard(chunks: list, mesh, mode: str, dp: tuple[int, int], *, reshard:
     (replicate, shard) mesh where ``dp`` = (replicate, shard) replicates), with ``low`` as the compute dtype;
     the mechanism text. ``reshard``: reshard after forward -- only without a pipeline, since zero-bubble
     schedules need the unsharded parameters kept between forward and backward."""
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     rep, shard = dp
@@ -334,6 +339,7 @@ def _make_optimizer(params: list, name: str, lr: float) -> torch.optim.Optimizer
 
 def _make_schedule(s: Scenario, chunks: list[Chunk], stage_ids: list[int], num_stages: int, pp_group,
                    device: torch.device, tp_mesh, mode: str):
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     from torch.distributed import pipelining as pl
 
     def loss_fn(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

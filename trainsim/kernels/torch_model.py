@@ -169,6 +169,7 @@ def _local_view(p: torch.Tensor) -> tuple[torch.Tensor, tuple[slice, ...] | None
     inner = getattr(p, "_local_tensor", None)
     if inner is None:
         return p, None
+    # torch loads on use only (tests/test_layering.py: predict and plan run without it)
     from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
     shape, offset = compute_local_shape_and_global_offset(p.shape, p.device_mesh, p.placements)
     view = inner[tuple(slice(0, n) for n in shape)] if tuple(inner.shape) != tuple(shape) else inner

@@ -6,18 +6,17 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from trainsim.cost_models.profile import load_profile
 from trainsim.kernels.exec_config import ExecJob
 from trainsim.kernels.executor import predicted_memory, prediction_scenario
+from trainsim.simulator.predict import predict
 
 
 def predict_step(job: ExecJob, calibration=None) -> dict[str, Any]:
     """The engine's prediction of the executed scenario; ``calibration`` is a profile path, a loaded
     CalibrationProfile or None (datasheet defaults)."""
-    from trainsim.simulator.predict import predict
-
     profile = calibration
     if isinstance(calibration, str):
-        from trainsim.cost_models.profile import load_profile
         profile = load_profile(calibration)
     return predict(prediction_scenario(job), profile=profile).to_json()
 

@@ -9,11 +9,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter
 
 GIB = 2.0**30
 
@@ -175,7 +177,6 @@ def memory_figure(per_stage: Sequence[Mapping[str, float]], capacity_bytes: floa
 def mfu_heatmap(cells: Mapping[tuple[int, int], Any], tps: Sequence[int], pps: Sequence[int],
                 marked: tuple[int, int] | None = None, title: str = "MFU over (TP, PP)") -> Figure:
     """Heatmap of MFU (%) over tensor × pipeline degree; a cell may instead hold 'OOM' or 'invalid'."""
-    import numpy as np
 
     grid = np.full((len(pps), len(tps)), np.nan)
     for (tp, pp), v in cells.items():
@@ -252,8 +253,6 @@ def pareto_figure(rows: Sequence[Mapping[str, Any]], front: Sequence[Mapping[str
                   title: str = "Time to train vs cost") -> Figure:
     """Layouts as points (colour = GPU count; filled = engine-confirmed, hollow = closed-form screen), the
     Pareto front joined by a line."""
-    import numpy as np
-    from matplotlib.ticker import FuncFormatter
 
     fig, ax = plt.subplots(figsize=(8.5, 4.8))
     pts = [r for r in rows if r.get("time_to_train_s") and r.get(cost_key) is not None]

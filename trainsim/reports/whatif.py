@@ -12,16 +12,35 @@ from typing import Any
 from pydantic import ValidationError
 
 from trainsim.cost_models import muon
+from trainsim.cost_models.profile import load_profile
 from trainsim.simulator import goodput as gp
-from trainsim.simulator.pools import stage_capacity_bytes
-from trainsim.simulator.search_space import divisors, pipeline_splits, uneven_split
-from trainsim.specs import Scenario, SpecError, resolve
+from trainsim.simulator.builder import build_cost_table
+from trainsim.simulator.engine import simulate
+from trainsim.simulator.fold import representative_count
+from trainsim.simulator.levers import EXPLAIN_COLUMNS, explain, explain_rows, explain_title
+from trainsim.simulator.planner import PlanRequest, peak_memory_bytes, plan
+from trainsim.simulator.pools import pooled_memory_over, stage_capacity_bytes
+from trainsim.simulator.predict import HOST_BOUND_SHARE, LATENCY_BOUND_SHARE, MAX_TRACE_PASSES, predict
+from trainsim.simulator.search_space import (
+    Candidate,
+    SearchLimits,
+    check_training_extra,
+    divisors,
+    pipeline_splits,
+    to_scenario,
+    training_extra,
+    uneven_split,
+)
+from trainsim.specs import Scenario, SpecError, load_cluster, load_layout, load_model, resolve
 from trainsim.specs.errors import from_validation_error
+from trainsim.specs.lora import checkpoint_params
 from trainsim.specs.pools import gpus_label
+from trainsim.validation.intervals import interval_for, load_table
 
 from . import plots
 from .html import FigureBlob, Report, Section, Table
 from .tables import LAYOUT_COLUMNS, fmt_count, fmt_gib, fmt_money, fmt_pct, fmt_si, fmt_time, layout_table
+from .timeline import events_from_engine
 
 
 @dataclass
@@ -44,12 +63,10 @@ class ReportOptions:
 def _profile(path: str | None):
     if not path:
         return None
-    from trainsim.cost_models.profile import load_profile
     return load_profile(path)
 
 
 def _predict(scn: Scenario, fast: bool, profile, fixed_costs: bool = False):
-    from trainsim.simulator.predict import predict
     return predict(scn, fast=fast, profile=profile, fixed_costs=fixed_costs)
 
 
@@ -66,7 +83,8 @@ def checkpoint_seconds(scn: Scenario, opts: ReportOptions) -> float:
         return opts.checkpoint_write_s
     t = scn.training
     opt = muon.model_state_bytes_per_param(scn) if t.optimizer == "muon" else t.optimizer_bytes_per_param
-    nbytes = gp.checkpoint_bytes(scn.model.total_params(), t.param_bytes, opt)
+    params = checkpoint_params(scn.model, t.lora_rank, t.lora_target_modules)  # under LoRA the adapters only
+    nbytes = gp.checkpoint_bytes(params, t.param_bytes, opt)
     return gp.checkpoint_write_s(nbytes, opts.storage_write_Bps)
 
 
@@ -82,13 +100,6 @@ def step_timeline(scn: Scenario, profile) -> tuple[list[plots.TimelineEvent], fl
     """Re-run the engine with recording on and turn its trace into timeline events; a step too long to draw
     (more pipeline passes than a trace holds) is drawn with fold.representative_count micro-batches instead,
     whose count is the third item."""
-    from trainsim.simulator.builder import build_cost_table
-    from trainsim.simulator.engine import simulate
-    from trainsim.simulator.fold import representative_count
-    from trainsim.simulator.predict import MAX_TRACE_PASSES
-
-    from .timeline import events_from_engine
-
     table = build_cost_table(scn, profile=profile)
     if table.num_microbatches * table.pp * table.vpp > MAX_TRACE_PASSES:
         table = replace(table, num_microbatches=representative_count(table))
@@ -128,8 +139,6 @@ def variant(scn: Scenario, *, gpus: int | None = None, layout: Mapping[str, Any]
 
 def _fits_then_fast(scn: Scenario, profile):
     """(closed-form prediction or None, 'OOM'); fit is decided by the memory cost model, as in the planner."""
-    from trainsim.simulator.planner import peak_memory_bytes
-    from trainsim.simulator.pools import pooled_memory_over
     if scn.cluster.pools is not None:  # each stage against its own pool's GPU
         if pooled_memory_over(scn, "0%") == "oom":
             return None, "OOM"
@@ -182,7 +191,6 @@ def scaling(scn: Scenario, profile, points: int = 6) -> tuple[list[dict], list[d
     above = [c for c in counts if c > n0][: points - len(below)]
     counts = below + [n0] + above
     strong, weak = [], []
-    from trainsim.validation.intervals import interval_for, load_table
     table = load_table()
     for n in counts:
         if n > scn.cluster.gpus_per_node and n % scn.cluster.gpus_per_node:
@@ -283,9 +291,6 @@ def scenario_table(scn: Scenario) -> Table:
 
 
 def _plan_for(scn: Scenario, opts: ReportOptions):
-    from trainsim.simulator.planner import PlanRequest, plan
-    from trainsim.simulator.search_space import SearchLimits, training_extra
-
     req = PlanRequest(
         model=scn.model, cluster=scn.cluster, gpu_counts=(scn.num_gpus,), global_batch=scn.training.global_batch,
         seq_len=scn.training.seq_len, tokens=opts.tokens, price_per_gpu_hour=opts.price_per_gpu_hour,
@@ -300,8 +305,6 @@ def _plan_for(scn: Scenario, opts: ReportOptions):
 
 def _band_sentence(pred, scn: Scenario, profile) -> str:
     """The 80 % interval of the headline numbers (validation.intervals), with why it is wider when it is."""
-    from trainsim.validation.intervals import interval_for
-
     iv = interval_for(pred.step_time_s, pred.tokens_per_s, pred.mfu, scn, profile, 0.8,
                       breakdown=pred.breakdown_s)
     notes = "".join(f" Wider: {r}." for r in iv.reasons)
@@ -381,7 +384,6 @@ def _bound_sentence(pred) -> str:
     """What bounds the step besides the GPU's work: its wait for the host to issue kernels (host-bound) and the
     collectives' fixed costs (latency-bound), each as a share of the step, at predict's bars (HOST_BOUND_SHARE,
     LATENCY_BOUND_SHARE)."""
-    from trainsim.simulator.predict import HOST_BOUND_SHARE, LATENCY_BOUND_SHARE
     step = pred.step_time_s
     if step <= 0:
         return ""
@@ -551,7 +553,8 @@ def _report_notes(opts: ReportOptions, pred) -> list[str]:
         f"Failure rate default: {gp.FAILURE_RATE_SOURCE}.",
         ("Checkpoint interval: Young (CACM 1974) first order sqrt(2·δ·M); Daly (FGCS 2006) higher order, "
          "expected wall time M·e^(R/M)·(e^((τ+δ)/M) − 1)·T/τ."),
-        (f"Checkpoint write time: full training state (weights + fp32 master and Adam states) at "
+        (f"Checkpoint write time: full training state (weights + fp32 master and Adam states; under LoRA the "
+         f"adapters' only, as Megatron-Bridge's PEFT checkpoints) at "
          f"{opts.storage_write_Bps / 1e12:.1f} TB/s aggregate (Llama 3's Tectonic storage sustained 2 TB/s) unless given."),
         f"Restart time {fmt_time(opts.restart_s)} (assumption, as in Daly's examples) unless given.",
         "Tokens to train default: 20 per parameter (Hoffmann et al. 2022, compute-optimal).",
@@ -563,8 +566,6 @@ def _report_notes(opts: ReportOptions, pred) -> list[str]:
 def levers_section(scn: Scenario, profile) -> Section:
     """What to change: the what-if levers of simulator.levers ranked by step-time gain, with peak memory and fit,
     screened by the closed form (`trainsim predict --explain` prints the same table)."""
-    from trainsim.simulator.levers import EXPLAIN_COLUMNS, explain, explain_rows, explain_title
-
     expl = explain(scn, profile=profile)
     best = next((lv for lv in expl.levers if lv.applicable and lv.kind == "setting" and lv.fits
                  and (lv.gain_s or 0) > 0), None)
@@ -593,15 +594,6 @@ def memory_assumptions_text(pred) -> str:
 
 def scenario_from_plan(plan_json: Mapping[str, Any], rank: int = 1) -> Scenario:
     """The scenario of the ``rank``-th layout of a `trainsim plan --json` result."""
-    from trainsim.simulator.search_space import (
-        Candidate,
-        SearchLimits,
-        check_training_extra,
-        to_scenario,
-        training_extra,
-    )
-    from trainsim.specs import load_cluster, load_layout, load_model
-
     if plan_json.get("kind") != "plan" or "request" not in plan_json:
         raise SpecError("plan", "not a `trainsim plan --json` result (missing kind/request)")
     rows = [r for r in plan_json.get("rows", []) if r.get("fits", True)]

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from trainsim.cost_models import activations as act
 from trainsim.cost_models import compute, memory
 from trainsim.cost_models.lora import adapter_params_rank
-from trainsim.cost_models.shapes import layer_shape
+from trainsim.cost_models.shapes import block_kinds, layer_shape, mtp_kinds
 from trainsim.specs import Scenario, framework_behaviour
+from trainsim.topologies.placement import place
 
 from .exposures import (
     _coll,
@@ -140,7 +141,6 @@ def _tp_moe_exposed(scenario: Scenario, profile, tp_f: float, tp_b: float) -> tu
     pairs = (0 if shp.kind == "E" else 1) + (1 if shp.fs else 0)  # a hybrid MoE layer has no attention pair
     tp_f, tp_b = tp_f * pairs / 2, tp_b * pairs / 2
     if shp.xtp > 1:
-        from trainsim.topologies.placement import place
         etp_group = place(scenario).expert_tp_group()
         msg = e * shp.routed_tokens * shp.xw
         etp_s = (sum(_coll("all_gather", msg, etp_group, scenario, profile))
@@ -222,7 +222,6 @@ def _block(scenario: Scenario, groups: dict, profile) -> _Block:
     m, lay, tr = scenario.model, scenario.layout, scenario.training
     shp = layer_shape(scenario)
     if shp.kind == "mix":
-        from trainsim.cost_models.shapes import block_kinds
         return _mean_block([(_block(scn, groups, profile), n) for scn, n in block_kinds(scenario)])
     act_msg = shp.e * shp.tokens * shp.h                  # one [b, s/cp, h] activation, bytes (b·s/cp tokens)
     tp_f, tp_b = _tp_exposed(scenario, groups, profile, act_msg) if lay.tp > 1 else (0.0, 0.0)
@@ -244,7 +243,6 @@ def _mtp_block(scenario: Scenario, groups: dict, profile, main: _Block) -> _Bloc
     mtp_pattern's layers (ModelSpec.mtp_block)."""
     if not (scenario.model.is_hybrid and scenario.model.mtp_layers):
         return main
-    from trainsim.cost_models.shapes import mtp_kinds
     return _mean_block([(_block(scn, groups, profile), n) for scn, n in mtp_kinds(scenario)], per=1)
 
 

@@ -92,7 +92,9 @@ from trainsim.cost_models.grad_buffer import DDP_BUCKET_PARAMS, DDP_BUCKET_PARAM
 from trainsim.specs import Scenario
 from trainsim.specs.memo import active_memo
 from trainsim.specs.pools import link_view, pool_views, stage_pools
+from trainsim.topologies.placement import place
 
+from .analytic import estimate
 from .block import _block, _global_layers_in, w_retained_bytes_per_layer
 from .costtable import ChunkCost, CostTable, StageCost, Transfer
 from .exposures import (
@@ -367,7 +369,6 @@ def _pp_sends(st: _Step, s: int, nets: tuple[Scenario, Scenario] | None = None
     ``nets`` are the scenarios the two links are priced on (default the stage's own: a link inside one pool)."""
     scenario, lay = st.scenario, st.scenario.layout
     net_f, net_b = nets or (scenario, scenario)
-    from trainsim.topologies.placement import place
     pl_f, pl_b = (st.pl if n is scenario else place(n) for n in (net_f, net_b))  # a link's rates: its net's
     p, v = lay.pp, lay.vpp
     send_f = send_b = None
@@ -464,7 +465,6 @@ def _pooled_stages(scenario: Scenario, profile) -> tuple[tuple[StageCost, ...], 
 def dp_pacing_pool(scenario: Scenario, profile=None, ideal_network: bool = False) -> int:
     """Under ``placement: dp`` (specs/pools.py) the pool whose replicas pace the step: the one whose replica's step
     (its own table, closed form) is the longest -- the gradient reduction waits for the slowest replica."""
-    from .analytic import estimate
     views = pool_views(scenario)
     steps = [estimate(build_cost_table(v, profile=profile, ideal_network=ideal_network)).step_time_s for v in views]
     return max(range(len(views)), key=lambda k: (steps[k], -k))

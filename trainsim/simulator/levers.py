@@ -41,6 +41,10 @@ from trainsim.cost_models import framework
 from trainsim.specs import Scenario, SpecError, resolve
 from trainsim.specs.errors import from_validation_error
 
+from .analytic import estimate
+from .builder import build_cost_table
+from .fold import MAX_WHOLE_PASSES, simulate_step
+from .predict import _with_run_calibration, predict
 from .search_space import uneven_split
 
 Kind = Literal["ceiling", "setting"]
@@ -243,10 +247,6 @@ def bubble_free_step_s(scn: Scenario, *, fast: bool, ideal: bool, profile) -> fl
     """The step with every stage's pipeline bubble removed: each stage's work within the pipeline span (the span
     less its bubble, engine.set_bubbles) plus what follows it (gradient-reduction tail, optimizer, post-step);
     the busiest stage sets it. For uniform stages that is the step less (p-1)/(m+p-1) of the span (1F1B)."""
-    from .analytic import estimate
-    from .builder import build_cost_table
-    from .fold import MAX_WHOLE_PASSES, simulate_step
-    from .predict import _with_run_calibration
     scn, profile, overhead_s = _with_run_calibration(scn, profile)
     table = build_cost_table(scn, profile=profile, ideal_network=ideal)  # predict's own table (cached)
     res = estimate(table) if fast else simulate_step(table, max_passes=MAX_WHOLE_PASSES)
@@ -255,7 +255,6 @@ def bubble_free_step_s(scn: Scenario, *, fast: bool, ideal: bool, profile) -> fl
 
 
 def _predict_variant(v: Variant, base, *, fast: bool, ideal: bool, profile) -> Lever:
-    from .predict import predict
     if v.reason or v.scenario is None:
         return Lever(v.lever, v.change, v.kind, reason=v.reason)
     if v.no_bubble:
@@ -279,7 +278,6 @@ def explain(scn: Scenario, *, engine: bool = False, ideal_network: bool = False,
     closed form (analytic.py, the planner's screen: microseconds per variant); the baseline is predicted the
     same way (``baseline``: an existing prediction of ``scn`` made that way). ``ideal_network`` applies to the
     baseline and every variant."""
-    from .predict import predict
     t0 = time.perf_counter()
     fast = not engine
     base = baseline if baseline is not None else predict(scn, fast=fast, ideal_network=ideal_network,

@@ -19,7 +19,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from trainsim import SCHEMA_VERSION
+from trainsim.cost_models import memory
+from trainsim.cost_models.profile import load_profile
 from trainsim.specs import ClusterSpec, ModelSpec, Scenario, SpecError
+from trainsim.specs.lora import LORA_TARGETS, checkpoint_params
 from trainsim.specs.memo import in_memo_scope, memoised
 
 from . import goodput as gp
@@ -200,7 +203,6 @@ def plan_profile(path: str | None):
     command): the plan's context carries it to every task, in this process or a worker."""
     if not path:
         return None
-    from trainsim.cost_models.profile import load_profile
     return load_profile(path)
 
 
@@ -226,7 +228,6 @@ def peak_memory_bytes(scn: Scenario) -> float:
 def _checked_stages(scn: Scenario, limit: float = float("inf")):
     """Memory of stages 0, 1 and p-1 (see peak_memory_bytes), in that order; stops after the first above ``limit``
     (the screen only needs to know that a candidate does not fit)."""
-    from trainsim.cost_models import memory
     pp = scn.layout.pp
     out = []
     for s in sorted({0, min(1, pp - 1), pp - 1}):
@@ -347,12 +348,16 @@ def confirm_one(ctx: _Context, c: Candidate) -> PlanRow:
 # --- ranking ------------------------------------------------------------------------------------
 
 def checkpoint_seconds(req: PlanRequest) -> float:
-    """Checkpoint write time: given, or full training state / aggregate storage bandwidth."""
+    """Checkpoint write time: given, or full training state (under LoRA the adapters': specs/lora.checkpoint_params)
+    / aggregate storage bandwidth."""
     if req.checkpoint_write_s is not None:
         return req.checkpoint_write_s
+    extra = req.limits.training_extra
     param_bytes = 4 if req.limits.dtype == "fp32" else 2
-    opt = int(req.limits.training_extra.get("optimizer_bytes_per_param", 12))
-    return gp.checkpoint_write_s(gp.checkpoint_bytes(req.model.total_params(), param_bytes, opt), req.storage_write_Bps)
+    opt = int(extra.get("optimizer_bytes_per_param", 12))
+    params = checkpoint_params(req.model, int(extra.get("lora_rank") or 0),
+                               extra.get("lora_target_modules") or LORA_TARGETS)
+    return gp.checkpoint_write_s(gp.checkpoint_bytes(params, param_bytes, opt), req.storage_write_Bps)
 
 
 def finish_row(row: PlanRow, req: PlanRequest, ckpt_s: float) -> PlanRow:

@@ -12,9 +12,13 @@ micro-batches in flight on every replica).
 
 from __future__ import annotations
 
+from trainsim.cost_models import memory
 from trainsim.specs import Scenario
 from trainsim.specs.pools import pool_gpus, pool_views, stage_pools
 
+from .analytic import estimate
+from .builder import build_cost_table, dp_pacing_pool
+from .fold import MAX_WHOLE_PASSES, simulate_step
 from .result import Prediction
 
 GiB = 2**30
@@ -42,8 +46,6 @@ def dp_engine_pacing(scenario: Scenario, profile=None, ideal_network: bool = Fal
     cost table and engine result (``(pool, table, result)``) so that ``predict`` times the step from this one
     engine run per pool rather than a second one (builder.dp_pacing_pool picks the pool by the closed form, for
     the planner's screen and other table readers)."""
-    from .builder import build_cost_table
-    from .fold import MAX_WHOLE_PASSES, simulate_step
     tables = [build_cost_table(v, profile=profile, ideal_network=ideal_network) for v in pool_views(scenario)]
     runs = [simulate_step(t, max_passes=MAX_WHOLE_PASSES) for t in tables]
     k = max(range(len(runs)), key=lambda k: (runs[k].step_time_s, -k))
@@ -51,8 +53,6 @@ def dp_engine_pacing(scenario: Scenario, profile=None, ideal_network: bool = Fal
 
 
 def _dp_entries(scenario: Scenario, pred: Prediction, profile, ideal_network: bool, pacing: int | None) -> list[dict]:
-    from .analytic import estimate
-    from .builder import build_cost_table, dp_pacing_pool
     views = pool_views(scenario)
     if pacing is None:
         pacing = dp_pacing_pool(scenario, profile, ideal_network)
@@ -108,9 +108,7 @@ def pooled_memory_over(scenario: Scenario, headroom: str) -> str | None:
     """The planner's memory screen on GPU pools, from the memory cost model on each pool's GPU: ``"oom"`` when a
     stage exceeds its pool's HBM, ``"over_headroom"`` when it leaves less than ``headroom`` (planner.parse_headroom)
     free there, else None. Every stage is checked on the pool that holds it (under ``dp`` on every pool)."""
-    from trainsim.cost_models import memory
-
-    from .planner import headroom_bytes
+    from .planner import headroom_bytes  # cycle: planner imports this module
     views, where = pool_views(scenario), stage_pools(scenario)
     stages_placed = scenario.cluster.placement == "stages"
     worst = None
@@ -127,7 +125,7 @@ def pooled_memory_over(scenario: Scenario, headroom: str) -> str | None:
 
 def pools_fit(pred: Prediction, headroom: str) -> bool:
     """Every pool's predicted peak leaves ``headroom`` of its own GPU's memory free."""
-    from .planner import headroom_bytes
+    from .planner import headroom_bytes  # cycle: planner imports this module
     return all(e["peak_memory_bytes"] <= e["capacity_bytes"] - headroom_bytes(headroom, e["capacity_bytes"])
                for e in pred.pools)
 

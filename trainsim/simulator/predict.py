@@ -7,7 +7,12 @@ import math
 import time
 from pathlib import Path
 
+from trainsim.cost_models import memory, model_states
+from trainsim.cost_models.host import moe_block_host_issue
+from trainsim.cost_models.hybrid_issue import hybrid_issue
+from trainsim.cost_models.moe_issue import moe_block_issue
 from trainsim.cost_models.run_factors import apply_factors
+from trainsim.cost_models.shapes import layer_shape
 from trainsim.specs import Scenario, SpecError
 from trainsim.specs.framework_behaviour import behaviour
 from trainsim.specs.memo import IdentityMemo, in_memo_scope
@@ -97,10 +102,6 @@ def host_bound_warning(scenario: Scenario, profile=None, table=None) -> str | No
     The GPU side is a block's busy time on the compute stream -- its compute and the communication exposed there
     (the host catches up while the GPU waits on a collective) -- per micro-batch, from the chunk of ``table`` whose
     blocks take the least (embedding and loss chunks included at their share)."""
-    from trainsim.cost_models.host import moe_block_host_issue
-    from trainsim.cost_models.hybrid_issue import hybrid_issue
-    from trainsim.cost_models.moe_issue import moe_block_issue
-    from trainsim.cost_models.shapes import layer_shape
     if not scenario.model.is_moe or scenario.training.framework != "megatron":
         return None
     if moe_block_issue(scenario) is not None or hybrid_issue(scenario) is not None:
@@ -349,7 +350,6 @@ def _monte_carlo(pred: Prediction, scenario: Scenario, table: CostTable, jitter_
 
 def _describe_memory(pred: Prediction, scenario: Scenario, allocator_replay: bool = True) -> None:
     """Fill the prediction's stated memory assumptions, the peak stage's named other terms and parameter counts."""
-    from trainsim.cost_models import memory, model_states
     pred.memory_assumptions = model_states.memory_assumptions(scenario.training)
     pp = scenario.layout.pp
     # The peak is on stage 0, 1 or p-1 (planner.peak_memory_bytes says why).

@@ -126,7 +126,7 @@ def select_identified(jac: np.ndarray, names: list[str]) -> tuple[list[int], dic
 def _map_fit(runs: list[MeasuredRun], measured: np.ndarray, names: list[str], free: list[int],
              f: PredictLog) -> tuple[dict[str, float], np.ndarray | None]:
     """MAP coordinates of the free factors (others at their prior means) and the residual Jacobian."""
-    from scipy.optimize import least_squares
+    from scipy.optimize import least_squares  # slow import (0.4-4 s), loaded on use
 
     theta = {n: prior_of(n)[0] for n in names}
     if not free:

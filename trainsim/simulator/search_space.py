@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from trainsim.specs.framework_behaviour import BEHAVIOURS, behaviour
-from trainsim.specs import ClusterSpec, Layout, ModelSpec, Scenario, SpecError, TrainingSpec, resolve
+from trainsim.specs import ClusterSpec, Layout, ModelSpec, Scenario, SpecError, TrainingSpec, load_training, resolve
 from trainsim.specs.data_parallel import hsdp_refusal
 from trainsim.specs.mics import mics_framework
 from trainsim.specs.framework_era import feature_refusal, layout_refusal, schedule_refusal
@@ -389,7 +389,6 @@ def check_training_extra(extra: Mapping[str, Any], **searched: Any) -> None:
     """Validate a plan's fixed training settings as a TrainingSpec would take them (SpecError naming the field);
     ``searched`` fills the fields the search decides. A module list is selective recompute's; TP comm overlap is
     checked as the sequence-parallel candidates it applies to take it (to_scenario drops it from the others)."""
-    from trainsim.specs import load_training
     rc = {"recompute": "selective"} if extra.get("recompute_modules") else {}
     sp = {"sequence_parallel": True} if extra.get("tp_comm_overlap") else {}
     load_training({**searched, **rc, **sp, **extra})

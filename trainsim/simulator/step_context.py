@@ -9,6 +9,7 @@ from trainsim.cost_models import activations as act
 from trainsim.cost_models import compute, framework, host_issue, hybrid_issue, loss_issue, memory, moe_issue
 from trainsim.cost_models.shapes import block_kinds, dense_block_scenario, layer_shape
 from trainsim.specs import Scenario, framework_behaviour
+from trainsim.topologies.placement import place
 
 from .block import _Block, _block, _local_global_blocks, _mean_block, _mtp_block
 from . import zero3_reduce
@@ -73,7 +74,6 @@ def _step_context(scenario: Scenario, profile) -> _Step:
     # The job runs at its slowest GPU's pace: GPU compute (never communication, host or PCIe time) is
     # stretched by the expected slowest of the job's GPUs (cost_models/variation.py).
     slowest = _pace(scenario, profile)
-    from trainsim.topologies.placement import place
     pl = place(scenario)
     groups = {d: (pl.group(d) if getattr(lay, d) > 1 else None) for d in ("tp", "cp", "ep", "dp")}
     # A MoE model's first_dense_layers cost what its dense_block() costs; every other block is `main`.

@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .errors import SpecError
+
 Dtype = Literal["bf16", "fp16", "fp8", "fp4", "tf32", "fp32"]
 
 
@@ -224,7 +226,6 @@ class ClusterSpec(BaseModel):
 
     def with_gpus(self, n: int) -> ClusterSpec:
         if self.pools is not None and n != self.num_gpus:
-            from .errors import SpecError
             raise SpecError("gpus", f"the cluster's pools hold exactly {self.num_gpus} GPUs, not {n}")
         return type(self).model_validate(
             {**self.model_dump(), "num_gpus": n}

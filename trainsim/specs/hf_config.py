@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import SpecError
+from .hf_nemotron_h import nemotron_h_fields
 
 # Activation names of config.json -> (gated kind, ungated kind); None where the architecture cannot use it.
 _HF_ACT_KIND = {"silu": "silu", "swish": "silu", "swiglu": "silu", "gelu": "gelu", "gelu_new": "gelu",
@@ -456,7 +457,6 @@ def _hf_architecture_fields(d: Mapping, model_type: str, out: Mapping) -> dict:
     if model_type == "gpt_oss":
         return _gpt_oss_fields(d)
     if model_type == "nemotron_h":
-        from .hf_nemotron_h import nemotron_h_fields
         return nemotron_h_fields(d)
     return {}
 

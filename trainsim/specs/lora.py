@@ -30,14 +30,31 @@ LORA_TARGETS: tuple[str, ...] = ("linear_qkv", "linear_proj", "linear_fc1", "lin
 DEFAULT_LORA_ALPHA = 32.0
 
 
+def target_dims(target: str, hidden: int, q: int, kv: int, ffn: int, gated: bool) -> tuple[int, int]:
+    """(d_in, d_out) of the base linear ``target`` of one dense block (whole, before TP) with query width ``q`` and
+    key/value width ``kv`` (heads x head dim): the fused QKV projection h -> q + 2 kv, the attention output
+    projection q -> h, fc1 h -> (2 with SwiGLU) f, fc2 f -> h. The adapter adds rank x (d_in + d_out) parameters
+    on it."""
+    n_in = 2 if gated else 1
+    return {"linear_qkv": (hidden, q + 2 * kv), "linear_proj": (q, hidden), "linear_fc1": (hidden, n_in * ffn),
+            "linear_fc2": (ffn, hidden)}[target]
+
+
 def adapter_dims(model, target: str) -> tuple[int, int]:
-    """(d_in, d_out) of the base linear ``target`` of one dense block of ``model`` (whole, before TP): the fused
-    QKV projection h -> (a + 2 kv) d, the attention output projection a d -> h, fc1 h -> (2 with SwiGLU) f, fc2
-    f -> h. The adapter adds rank x (d_in + d_out) parameters on it."""
-    h, q, kv = model.hidden, model.num_heads * model.dhead, model.kv_heads * model.dhead
-    n_in = 2 if model.gated_mlp else 1
-    return {"linear_qkv": (h, q + 2 * kv), "linear_proj": (q, h), "linear_fc1": (h, n_in * model.ffn),
-            "linear_fc2": (model.ffn, h)}[target]
+    """target_dims of the linear ``target`` of one dense block of ``model``."""
+    return target_dims(target, model.hidden, model.num_heads * model.dhead, model.kv_heads * model.dhead,
+                       model.ffn, model.gated_mlp)
+
+
+def checkpoint_params(model, rank: int = 0, targets=LORA_TARGETS) -> int:
+    """Parameters a training checkpoint of ``model`` saves: all of them, or under LoRA (``rank`` > 0) only the
+    adapters of ``targets`` on every block, rank x (d_in + d_out) each. Megatron-Bridge's PEFT checkpoint holds only
+    adapter states, the frozen base coming from ``checkpoint.pretrained_checkpoint`` (docs/training/peft.md, "PEFT
+    Workflow in Training": "Checkpoint Saving: Only adapter states are saved"; training/checkpointing.py
+    ``apply_peft_adapter_filter_to_state_dict``), and its optimizer tracks only the trainable adapters."""
+    if not rank:
+        return model.total_params()
+    return model.num_layers * sum(rank * sum(adapter_dims(model, t)) for t in targets)
 
 
 def training_refusal(t) -> tuple[str, str] | None:

@@ -10,6 +10,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 PosInt = Field(gt=0, le=10_000_000)
 
 
+def mamba_in_proj_width(inner: int, groups: int, state: int, heads: int) -> int:
+    """Output width of a Mamba-2 mixer's in_proj h -> (z, x, B, C, dt) (Megatron-Core MambaMixer,
+    megatron/core/ssm/mamba_mixer.py): 2·d_inner + 2·G·N + H for d_inner = H·P, G groups of state size N."""
+    return 2 * inner + 2 * groups * state + heads
+
+
 class ModelSpec(BaseModel):
     """A decoder-only transformer. Dense unless ``num_experts > 1``: then every block but the first
     ``first_dense_layers`` has a MoE MLP (routed experts, plus an always-active shared expert when
@@ -233,6 +239,11 @@ class ModelSpec(BaseModel):
         """Mamba-2 inner width d_inner = H * P (the x and z streams)."""
         return self.mamba_nheads * self.mamba_head_dim if self.mamba_heads else self.mamba_expand * self.hidden
 
+    @property
+    def mamba_in_proj(self) -> int:
+        """Output width of a Mamba-2 layer's in_proj (mamba_in_proj_width)."""
+        return mamba_in_proj_width(self.mamba_inner, self.mamba_groups, self.mamba_state_dim, self.mamba_nheads)
+
     def hybrid_counts(self) -> dict[str, int]:
         """Layers of each kind of a hybrid stack, in the order they first occur ({} without a pattern)."""
         p = self.hybrid_pattern or ""
@@ -255,19 +266,14 @@ class ModelSpec(BaseModel):
         channel); dt_bias, A_log and D (one per head, D_has_hdim False); the gated RMSNorm's d_inner weights;
         out_proj d_inner -> h, no bias. The layer's pre-norm is added by _hybrid_layer_params."""
         h, di, H = self.hidden, self.mamba_inner, self.mamba_nheads
-        gn = self.mamba_groups * self.mamba_state_dim
-        conv_ch = di + 2 * gn
-        return h * (2 * di + 2 * gn + H) + conv_ch * (self.mamba_conv_kernel + 1) + 3 * H + di + di * h
+        conv_ch = di + 2 * self.mamba_groups * self.mamba_state_dim
+        return h * self.mamba_in_proj + conv_ch * (self.mamba_conv_kernel + 1) + 3 * H + di + di * h
 
-    def _moe_mlp_params(self) -> int:
-        """A MoE MLP: every routed expert, the router, the shared expert and LatentMoE's two projections."""
-        return (self.num_experts * self.expert_params() + self.router_params() + self.latent_proj_params()
-                + (self.mlp_params(self.shared_expert_ffn) if self.shared_expert_ffn else 0))
-
-    def _moe_active_params(self) -> int:
-        """A MoE MLP's parameters one token touches: top_k experts, the router, the shared expert and LatentMoE's
-        two projections."""
-        return (self.top_k * self.expert_params() + self.router_params() + self.latent_proj_params()
+    def _moe_mlp_params(self, experts: int | None = None) -> int:
+        """A MoE MLP: ``experts`` routed experts (default all of them; top_k for the ones a token touches), the
+        router, the shared expert and LatentMoE's two projections."""
+        n = self.num_experts if experts is None else experts
+        return (n * self.expert_params() + self.router_params() + self.latent_proj_params()
                 + (self.mlp_params(self.shared_expert_ffn) if self.shared_expert_ffn else 0))
 
     @property
@@ -287,9 +293,14 @@ class ModelSpec(BaseModel):
 
     def _hybrid_layer_params(self, kind: str, active: bool = False) -> int:
         """One hybrid layer of ``kind`` with its pre-norm (all experts, or the active ones)."""
-        mixer = {"M": self.mamba_params, "*": self.attention_params, "-": self.mlp_params,
-                 "E": self._moe_active_params if active else self._moe_mlp_params}[kind]
+        if kind == "E":
+            return self._moe_mlp_params(self.top_k if active else None) + self.norm_params()
+        mixer = {"M": self.mamba_params, "*": self.attention_params, "-": self.mlp_params}[kind]
         return mixer() + self.norm_params()
+
+    def _hybrid_stack_params(self, active: bool = False) -> int:
+        """Every layer of a hybrid stack (all experts, or the active ones), embeddings excluded."""
+        return sum(n * self._hybrid_layer_params(k, active) for k, n in self.hybrid_counts().items())
 
     @property
     def kv_heads(self) -> int:
@@ -404,8 +415,7 @@ class ModelSpec(BaseModel):
         """Parameters of one MoE block (all experts counted; the shared expert and router included), or of a
         dense block for a dense model; for a hybrid stack one layer of its kind (hybrid_kind), or the mean layer."""
         if self.is_hybrid:  # one kind: a layer of it; several: the mean layer (exact times num_layers)
-            counts = self.hybrid_counts()
-            return sum(n * self._hybrid_layer_params(k) for k, n in counts.items()) / self.num_layers
+            return self._hybrid_stack_params() / self.num_layers
         mlp = self._moe_mlp_params() if self.is_moe else self.mlp_params()
         return self.attention_params() + mlp + self.block_norm_params()
 
@@ -437,8 +447,7 @@ class ModelSpec(BaseModel):
 
     def total_params(self) -> int:
         if self.is_hybrid:
-            layers = sum(n * self._hybrid_layer_params(k) for k, n in self.hybrid_counts().items())
-            return layers + self.embedding_params()
+            return self._hybrid_stack_params() + self.embedding_params()
         if not self.is_moe:
             return self.num_layers * self.layer_params() + self.embedding_params()
         return (self.num_moe_layers * self.layer_params() + self.num_dense_layers * self.dense_layer_params()
@@ -447,14 +456,10 @@ class ModelSpec(BaseModel):
     def active_params(self) -> int:
         """Parameters touched per token (top-k routed experts and the shared expert only)."""
         if self.is_hybrid:
-            layers = sum(n * self._hybrid_layer_params(k, active=True) for k, n in self.hybrid_counts().items())
-            return layers + self.embedding_params()
+            return self._hybrid_stack_params(active=True) + self.embedding_params()
         if not self.is_moe:
             return self.total_params()
-        dense = self.attention_params() + self.block_norm_params() + self.router_params()
-        active = dense + self.top_k * self.expert_params()
-        if self.shared_expert_ffn:
-            active += self.mlp_params(self.shared_expert_ffn)
+        active = self.attention_params() + self._moe_mlp_params(self.top_k) + self.block_norm_params()
         return (self.num_moe_layers * active + self.num_dense_layers * self.dense_layer_params()
                 + self.embedding_params())
 

@@ -22,6 +22,8 @@ from .memo import IdentityMemo
 from .scenario import Scenario
 from .training import Layout, TrainingSpec
 
+from itertools import permutations
+
 
 
 def node_scale_out_Bps(so: ScaleOutSpec) -> float:
@@ -145,7 +147,6 @@ def placement_options(cluster: ClusterSpec, only: str | None = None) -> list[str
     pools = cluster.pools
     if pools is None:
         return [None]  # type: ignore[list-item]
-    from itertools import permutations
     n = len(pools)
     keys = [p.model_dump_json() for p in pools]
     orders = list(permutations(range(n))) if n <= 4 else [tuple(range(n)), tuple(reversed(range(n)))]

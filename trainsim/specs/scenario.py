@@ -265,7 +265,7 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
         raise SpecError("training.mics_hierarchical_gather", why)
     _check_runtime(m, cluster, t, layout.pp)
     check_lora_model(m, layout, t)
-    from .pools import check_pools
+    from .pools import check_pools  # cycle: specs/pools.py imports Scenario from here
     check_pools(cluster, layout, t, dp)
     return Scenario(name=name, model=m, cluster=cluster, layout=layout.model_copy(update={"dp": dp}), training=t)
 

@@ -25,7 +25,7 @@ DEFAULT_MAX_GPUS = 4096
 
 def build_graph(cluster: ClusterSpec | Fabric, max_gpus: int = DEFAULT_MAX_GPUS) -> nx.DiGraph:
     """A directed graph of GPUs, scale-up fabric, NICs, leaves and spine, with effective link rates."""
-    import networkx as nx
+    import networkx as nx  # slow import (0.4-4 s), loaded on use
 
     f = cluster if isinstance(cluster, Fabric) else Fabric.of(cluster)
     if f.num_gpus > max_gpus:
@@ -77,7 +77,7 @@ def graph_path_links(g: nx.DiGraph, src: int, dst: int) -> tuple[LinkId, ...]:
     """The capacity-carrying link ids on the cheapest route src -> dst in the graph."""
     if src == dst:
         return ()
-    import networkx as nx
+    import networkx as nx  # slow import (0.4-4 s), loaded on use
 
     src_node = g.nodes[("gpu", src)]["node"]
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from trainsim.specs import ClusterSpec, SpecError
 
@@ -135,7 +135,6 @@ class GroupShape:
 
     def with_(self, **changes) -> GroupShape:
         """A copy with some fields replaced (what-if studies, sub-groups of hierarchical algorithms)."""
-        from dataclasses import replace
         return replace(self, **changes)
 
 

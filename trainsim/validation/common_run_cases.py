@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from trainsim.cost_models.memory import peak_bytes
 from trainsim.data import validation_path
 from trainsim.specs import SpecError
 from trainsim.specs.memo import memoised
@@ -205,8 +206,6 @@ def _lightest_fitting_recompute(raw: dict, rid: str) -> str:
     """The unknowns rule for a row that does not state recomputation: the lightest of none, selective and full
     whose predicted memory fits the GPU, as whoever ran it would choose; none when not even full fits (then the
     row's unstated sharding or offload, not recomputation, is what the model misses)."""
-    from trainsim.cost_models.memory import peak_bytes
-
     for rc in ("none", "selective", "full"):
         trial = {**raw, "training": {**raw["training"], "recompute": rc}}
         scenario, _ = scenario_or_skip(trial, rid)

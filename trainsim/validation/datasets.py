@@ -39,6 +39,7 @@ from trainsim.validation.mosaic import load_mosaic, mosaic_flops_per_seq, mosaic
 from trainsim.validation.nccl_runs import busbw_factor, load_nccl
 from trainsim.validation.nemo import load_nemo, nemo_llama_flops_per_token
 from trainsim.validation.zero_bubble import load_zero_bubble
+from trainsim.validation.dataset_checks import range_checked
 
 __all__ = [
     "DATASETS", "DATASET_CSV", "EXTERNAL_DATASETS", "SECONDARY_DATASETS", "Case",
@@ -98,8 +99,6 @@ def dataset_csv(name: str) -> Path:
 def load_dataset(name_or_path: str) -> Dataset:
     """A bundled dataset by name, or a CSV file in one of the bundled schemas (detected by its columns); every
     row with a negative or non-finite number, or a non-positive published value, is skipped with that reason."""
-    from trainsim.validation.dataset_checks import range_checked
-
     if name_or_path in DATASETS:
         ds = DATASETS[name_or_path]()
         return range_checked(ds, read_rows(dataset_csv(name_or_path)))

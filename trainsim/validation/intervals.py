@@ -43,7 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
-from trainsim.validation import novelty
+from trainsim.specs import SpecError
+from trainsim.validation import host_band, novelty
 from trainsim.validation.source_conformal import (
     LEVELS,
     hierarchical_band,
@@ -135,7 +136,7 @@ def conformal_band(residuals: list[float], coverage: float) -> tuple[float, floa
 
 def t_band(residuals: list[float], coverage: float) -> tuple[float, float]:
     """Student-t prediction interval of one more residual from n >= 2 held-out ones."""
-    from scipy.stats import t
+    from scipy.stats import t  # slow import (0.4-4 s), loaded on use
 
     r = np.asarray(residuals, dtype=float)
     n = r.size
@@ -177,8 +178,6 @@ class Interval:
 
 
 def check_coverage(coverage: float) -> float:
-    from trainsim.specs import SpecError
-
     if not (math.isfinite(coverage) and MIN_COVERAGE <= coverage <= MAX_COVERAGE):
         raise SpecError("coverage", f"must be between {MIN_COVERAGE} and {MAX_COVERAGE}, got {coverage}")
     return coverage
@@ -189,8 +188,6 @@ def host_widening(lo: float, hi: float, step_s: float, host_idle_s: float, host_
     """(lo, hi) widened for the host's issue-time spread between machines of one kind where the step depends on its
     host (validation.host_band), with the line that says so; unchanged where it does not. ``host_idle_s`` and
     ``host_s`` are the prediction's GPU idle waiting for the host and host issue time per step."""
-    from trainsim.validation import host_band
-
     off = host_band.host_offsets(step_s, host_idle_s, host_s, coverage)
     if max(-off[0], off[1]) < 0.01:
         return lo, hi, []

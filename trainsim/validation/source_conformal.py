@@ -76,7 +76,7 @@ def hcp_level(k: int, tail: float) -> float | None:
 def random_effects_band(sources: list[dict], coverage: float) -> tuple[float, float]:
     """Student-t band of one row of a new source: mixture mean +- t(K - 1) x mixture sd x sqrt(1 + 1/K), the
     mixture variance being the sources' mean within-source variance plus the variance of their means."""
-    from scipy.stats import t
+    from scipy.stats import t  # slow import (0.4-4 s), loaded on use
 
     k = len(sources)
     means = np.array([s["mean"] for s in sources])

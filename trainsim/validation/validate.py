@@ -14,7 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from trainsim.cost_models.collectives import collective_time, single_thread_issue_s
+from trainsim.simulator.predict import predict
 from trainsim.specs import Scenario, SpecError
+from trainsim.topologies import group_of_ranks
 from trainsim.validation.cases import Case, CollectiveCase, Dataset
 from trainsim.validation.nccl_runs import busbw_factor
 from trainsim.validation.structure import (
@@ -209,8 +212,6 @@ def _error_pct(predicted: float, published: float) -> float:
 
 def default_predict_fn(*, fast: bool = False, profile: Any = None) -> PredictFn:
     """trainsim's engine (imported lazily so this module loads before the engine exists)."""
-    from trainsim.simulator.predict import predict
-
     def run(scenario: Scenario) -> PredictionLike:
         return predict(scenario, fast=fast, profile=profile)
 
@@ -219,9 +220,6 @@ def default_predict_fn(*, fast: bool = False, profile: Any = None) -> PredictFn:
 
 def default_collective_fn(profile: Any = None) -> CollectiveFn:
     """trainsim's collective cost model over the group of all GPUs of the case's cluster."""
-    from trainsim.cost_models.collectives import collective_time, single_thread_issue_s
-    from trainsim.topologies import group_of_ranks
-
     def run(case: CollectiveCase) -> float:
         group = group_of_ranks(case.cluster, list(range(case.num_gpus)))
         t = float(collective_time(case.op, case.nbytes, group, case.cluster, algo=case.algo, profile=profile,

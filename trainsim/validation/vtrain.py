@@ -104,6 +104,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from trainsim.validation.cases import Case, Dataset, read_rows, scenario_or_skip
 from trainsim.validation.cells import cluster as _cluster
 from trainsim.validation.cells import integer as _int
 from trainsim.validation.cells import num as _num
@@ -136,8 +137,6 @@ def padded_vocab(vocab: int, tp: int) -> int:
 
 def load_vtrain(path: Path, *, name: str = "vtrain"):
     """The vTrain rows of ``path`` as a Dataset (module docstring for every choice)."""
-    from trainsim.validation.cases import Dataset, read_rows
-
     rows = read_rows(path)
     cases = tuple(_vtrain_case(r) for r in rows)
     notes = (
@@ -156,8 +155,6 @@ def load_vtrain(path: Path, *, name: str = "vtrain"):
 
 
 def _vtrain_case(r: dict):
-    from trainsim.validation.cases import Case, scenario_or_skip
-
     rid = r["row_id"]
     layers, hidden, heads, seq = _int(r["layers"]), _int(r["hidden"]), _int(r["heads"]), _int(r["seq_len"])
     gpus, gbs, mbs = _int(r["num_gpus"]), _int(r["global_batch"]), _int(r["micro_batch"])
