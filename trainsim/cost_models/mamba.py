@@ -70,7 +70,7 @@ SSD_STATE_PASSES_FWD = (2, 2)
 # kernels of _mamba_chunk_scan_combined_fwd (_chunk_cumsum_fwd, _chunk_state_fwd, _state_passing_fwd, _bmm_chunk_fwd,
 # _chunk_scan_fwd) and MambaMixer._ssm_training's parameter casts (A = -exp(A_log.float()): cast, exp, neg;
 # dt_bias.float(): Megatron's Float16Module keeps them in the 16-bit dtype; D is passed uncast unless D_has_hdim,
-# which the Nemotron configs leave off -- MambaMixer._ssm_training, Megatron-LM read_file id 51781388956).
+# which the Nemotron configs leave off -- Megatron-LM megatron/core/ssm/mamba_mixer.py, MambaMixer._ssm_training).
 # Backward: the fifteen Triton kernels of _mamba_chunk_scan_combined_bwd (the recomputed cumsum, CB, chunk states and state passing; bwd_dz, dstates,
 # state_passing_bwd, the dx, dB, dC, dCB kernels, two _bmm_chunk_bwd, ddAcs_stable, _chunk_cumsum_bwd), its torch
 # ops (dt.clone; dD's zeros and sum; the dB, dC and dCB split sums; ddA_prev's in-place add, flip, cumsum, flip; the
