@@ -123,6 +123,21 @@ def test_uncostable_mics_layouts_are_refused_in_one_line(capsys, flags, why):
     assert rc == 2 and err.count("\n") == 0 and "layout.dp_shard" in err and why in err
 
 
+@pytest.mark.parametrize("flags,why", [
+    (["--dp-shard", "1"], "shard group of 1 rank shards nothing"),
+    (["--tp", "2", "--dp-shard", "32"], "tp=2"),            # the whole dp: still MiCS's world-rank groups
+    (["--tp", "2", "--dp-shard", "16", "--mics-hierarchical-gather"], "tp=2"),
+])
+def test_shard_groups_of_one_rank_or_beside_tp_are_refused_even_at_full_dp(capsys, flags, why):
+    """A given shard group selects MiCS (gathers_in_place) even when it spans all dp ranks, so its layout rules hold
+    there too; a group of one rank shards nothing."""
+    args = ["predict", "--model", "llama3-8b", "--cluster", "dgx-a100", "--gpus", "64", "--global-batch", "128",
+            "--seq-len", "4096", "--framework", "deepspeed", "--zero", "3", "--fast"]
+    rc = main(args + flags)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and err.count("\n") == 0 and "layout.dp_shard" in err and why in err
+
+
 def test_pipeline_parallel_mics_is_refused_by_the_spec():
     with pytest.raises(SpecError, match="layout.dp_shard: DeepSpeed-MiCS with tp=1, pp=2"):
         build_scenario({**BASE, "layout": {"pp": 2, "dp_shard": 8}}, {})

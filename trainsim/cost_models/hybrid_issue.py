@@ -65,6 +65,7 @@ from dataclasses import dataclass
 
 from .host import ATTN_OPS, EXPERT_GEMMS, EXPERT_QUANTIZE, HOST_LOOP_OP_S, HOST_OP_S, MLP_OPS, MOE_OPS
 from .moe_issue import SYNC_LEAD_OPS
+from .shapes import layer_shape
 
 MAMBA_OPS = (14, 46)         # (forward, backward) Python-dispatched ops of a Mamba layer at micro-batch 1 (module doc)
 MAMBA_LAYOUT_COPIES = (2, 2)  # ... more with several sequences per micro-batch: the batch-first layout copies
@@ -122,7 +123,6 @@ def hybrid_issue(scenario) -> HybridIssue | None:
     """Host issue of ``scenario``'s layers where it is part of the step: a hybrid stack with MoE layers in eager
     Megatron-Core on GPUs; None elsewhere (a stack without MoE layers is costed by cost_models.host_issue's
     dense-block path, which has no sync)."""
-    from .shapes import layer_shape
 
     m, t, cluster = scenario.model, scenario.training, scenario.cluster
     if (not m.is_hybrid or "E" not in m.hybrid_pattern or t.framework != "megatron"

@@ -51,6 +51,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .host import ATTN_OPS, HOST_OP_S, MLP_OPS, moe_block_host_passes
+from .shapes import layer_shape
 
 # Python-dispatched calls the host issues after ``d2h_event.synchronize()`` before the GPU has work again: the
 # dispatch all-to-all itself (token_dispatcher.py ``token_dispatch``: the sync, then ``all_to_all``).
@@ -73,7 +74,6 @@ class MoeIssue:
 def moe_block_issue(scenario) -> MoeIssue | None:
     """Host issue of ``scenario``'s blocks where it is part of the step: a Megatron-Core MoE model (not a hybrid
     Mamba stack) on GPUs, issued eagerly; None elsewhere."""
-    from .shapes import layer_shape
 
     m, t, cluster = scenario.model, scenario.training, scenario.cluster
     if (not m.is_moe or m.is_hybrid or t.framework != "megatron" or t.host_issue_mode != "eager"

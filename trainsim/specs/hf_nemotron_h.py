@@ -30,7 +30,7 @@ def _refuse(d: Mapping) -> None:
     for key in ("use_bias", "mamba_proj_bias", "attention_bias", "mlp_bias"):
         if d.get(key):
             raise SpecError(f"model.{key}", "biases in a hybrid Mamba stack are not modelled")
-    if (d.get("n_shared_experts") or 1) != 1:
+    if d.get("n_shared_experts", 1) != 1:
         raise SpecError("model.n_shared_experts", "a nemotron_h MoE layer has one shared expert of "
                                                   "moe_shared_expert_intermediate_size; more are not modelled")
     if d.get("use_conv_bias") is False:

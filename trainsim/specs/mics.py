@@ -17,7 +17,8 @@ v0.12.3, 6ea44d02c, and at 38327e07):
   fetched module (``_flat_all_gather_with_coalescing_manager``: ``all_gather_into_tensor`` straight into each
   parameter's own buffer, so ``MiCS_AllGatherCoalescedHandle.wait`` copies nothing out); the hierarchical
   inter-node then intra-node all-gather exists only with ``mics_hierarchical_params_gather: true``, off by
-  default (and asserted off for a group inside one node), so the flat gather over the shard group is costed.
+  default (and asserted off for a group inside one node): the flat gather over the shard group is costed unless
+  ``training.mics_hierarchical_gather`` is set (simulator/mics_sync.py).
 * gradients (mics.py ``MiCS_Optimizer``): stage 3's reduce-scatter of each reduce bucket runs over the shard group
   (``dp_process_group = param_shard_group``) every micro-batch; ``partition_grads`` then calls
   ``allreduce_mics_shard_grads``, which only at the gradient-accumulation boundary all-reduces the bucket's
@@ -93,6 +94,15 @@ def hierarchy_refusal(t, layout, dp: int, gpus_per_node: int) -> str | None:
         return (f"a shard group of {shard} ranks on nodes of {gpus_per_node} GPUs: DeepSpeed's hierarchical all-gather "
                 "needs a group spanning two or more nodes (mics_utils.py: 'sharding spans on single node, no need "
                 "for hierarchy allgather'); costed for groups of whole nodes")
+    return None
+
+
+def single_rank_refusal(shard: int, dp: int) -> str | None:
+    """Why a MiCS shard group of one rank is not costed (None for larger groups): every rank would hold every
+    state and all-reduce the gradients across all dp replicas, which is ZeRO-0 / DDP, not a sharded layout."""
+    if shard == 1 and dp > 1:
+        return ("a MiCS shard group of 1 rank shards nothing (each rank holds every state): not costed; use "
+                "zero 0-2 without layout.dp_shard, or a shard group of 2 or more ranks")
     return None
 
 
