@@ -299,17 +299,17 @@ def _chunk(st: _Step, s: int, c: int, pair: float) -> ChunkCost:
     cp_fc, cp_bc = sum(k * b.cp_f for b, k in ck), sum(k * b.cp_b for b, k in ck)
     tp_calls = max(1, host_issue.tp_collective_calls(scenario)[0])  # a forward's sync drains one of them
     head = _head_issue(st) if vs == st.last_vs else None
+    gpu_b = cs.bi + cs.bw + cs.rc + off_b + tp_bc + cp_bc + dp_b  # the chunk's backward on the GPU's stream
+    if st.hybrid_issue is not None or st.moe_issue is not None:
+        gpu_b += sum(k * (b.ep_b_ov * pair + b.ep_b * (1 - pair)) for b, k in ck)
     if st.hybrid_issue is not None:
-        ep_b = sum(k * (b.ep_b_ov * pair + b.ep_b * (1 - pair)) for b, k in ck)
-        idle_f, idle_b = _hybrid_idle(st, n, cs.bi + cs.bw + cs.rc + off_b + tp_bc + cp_bc + dp_b + ep_b, pair)
+        idle_f, idle_b = _hybrid_idle(st, n, gpu_b, pair)
         host_f, host_b = hybrid_issue.hybrid_chunk_issue_s(st.hybrid_issue)
     elif st.moe_issue is not None:
-        ep_b = sum(k * (b.ep_b_ov * pair + b.ep_b * (1 - pair)) for b, k in ck)
-        idle_f, idle_b = _moe_idle(st, cs, n_d, cs.bi + cs.bw + cs.rc + off_b + tp_bc + cp_bc + dp_b + ep_b, pair)
+        idle_f, idle_b = _moe_idle(st, cs, n_d, gpu_b, pair)
         host_f, host_b = moe_issue.moe_chunk_issue_s(st.moe_issue, n - n_d, n_d)
     else:
-        idle_f, idle_b = host_issue.chunk_idle_s(st.issue, n, cs.f + off_f + tp_fc + cp_fc + dp_f,
-                                                 cs.bi + cs.bw + cs.rc + off_b + tp_bc + cp_bc + dp_b, first=vs == 0,
+        idle_f, idle_b = host_issue.chunk_idle_s(st.issue, n, cs.f + off_f + tp_fc + cp_fc + dp_f, gpu_b, first=vs == 0,
                                                  blocks=tuple((k, *b.gpu_passes(), b.tp_f / tp_calls)
                                                               for b, k in cs.kinds if k),
                                                  queued=framework.queued_microbatches(scenario), head=head)
