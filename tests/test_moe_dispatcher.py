@@ -10,11 +10,15 @@ hidden vector once (bf16: 2 + 2 bytes per element).
 
 from __future__ import annotations
 
+import csv
+
 import pytest
+from external_tables import table_path
 
 from trainsim.cost_models import compute
 from trainsim.cost_models.flops import layer_ops
 from trainsim.specs import SpecError, build_scenario
+from trainsim.validation.nemo import _nemo_case
 
 SORTS = {"moe_sort_chunks", "moe_unsort_chunks"}
 
@@ -71,3 +75,26 @@ def test_dispatcher_needs_megatron_and_experts():
     with pytest.raises(SpecError) as err:
         _scenario("flex", ep=1, model="llama3-8b")
     assert err.value.field == "training.moe_token_dispatcher" and "dense" in str(err.value)
+
+
+def _nemo_rows(*ids: str) -> dict:
+    """The unbundled nemo table's rows ``ids`` as Cases (skips where the table is absent)."""
+    with open(table_path("nemo_megatron_bridge_perf.csv"), newline="") as f:
+        return {r["row_id"]: _nemo_case(r) for r in csv.DictReader(f) if r["row_id"] in ids}
+
+
+def test_qwen3_nemo_rows_charge_their_configs_sort():
+    """Qwen3-235B-A22B 26.02 MXFP8 (nemo_moe_dispatcher.csv): on DGX-B200 (mb_232, pp8 ep8) Megatron-Bridge r0.3.0's
+    qwen3_235b_a22b_pretrain_config_b200 sets moe_token_dispatcher_type 'alltoall'; on DGX-GB200 (mb_230, pp8
+    ep32) qwen3_235b_a22b_pretrain_config_gb200 sets 'flex' (hybridep). 128 experts over ep 8 = 16 local experts;
+    a micro batch of 1 x 4096 tokens (tp 1) x top-8 = 32768 routed tokens per rank (balanced), hidden 4096,
+    each copied once by the sort and once by the unsort, bf16 hidden states (2 + 2 bytes per element) each way."""
+    cases = _nemo_rows("mb_232", "mb_230")
+    b200, gb200 = cases["mb_232"].scenario, cases["mb_230"].scenario
+    assert (b200.training.moe_token_dispatcher, gb200.training.moe_token_dispatcher) == ("alltoall", "flex")
+    ops = {op.name: op for op in layer_ops(b200)}
+    routed, h, e = 4096 * 8, 4096, 2
+    for name in SORTS:
+        op = ops[name]
+        assert (op.fwd_bytes, op.bwd_input_bytes, op.bwd_weight_bytes) == (2 * e * routed * h, 2 * e * routed * h, 0)
+    assert not SORTS & {op.name for op in layer_ops(gb200)}  # 128 / 32 = 4 local experts, yet flex: no sort

@@ -172,6 +172,11 @@ NEMO_NOTES = (
      "HybridEP's own kernels (its all-to-alls are costed as NCCL ones), Transformer Engine CUDA graphs, the MXFP8 "
      "runs' full-iteration graphs with experts padded to capacity factor 1.5 and paged stashing, fp8 dot-product "
      "attention."),
+    ("Qwen3 / DeepSeek-V3 / Kimi K2 token dispatcher (nemo_moe_dispatcher_ranges()): Megatron-Core's alltoall "
+     "dispatcher, with its sort and unsort of the received tokens by local expert, for Qwen3 235B-A22B on B200 "
+     "26.02-26.04.01, B300 26.02-26.02.01 and H100 26.02-26.04.01; HybridEP / DeepEP (flex, no sort) for the other "
+     "Qwen3 rows of 26.02-26.08, every DeepSeek-V3 MXFP8 row and Kimi K2; the Qwen3 30B H100 26.02 / 26.02.01 rows "
+     "(ep8 pp2 vp12, no such variant in their release's configs) and the 25.x rows are unstated (no sort)."),
     ("regimes: every MoE row is also counted under its host CPU (x86 on DGX H100/B200/B300, Grace on "
      "GB200/GB300) and micro-batch (1 or >= 2). Every MoE row but the hybrid ones is predicted with its MoE blocks' "
      "eager host issue in the step (cost_models/moe_issue.py: cost_models/host.py's counted ops at x86 or Grace "
