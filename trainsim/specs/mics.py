@@ -36,7 +36,7 @@ all-reduce raises "Local sharding has no support for CPU offloading" for gradien
 Megatron-DeepSpeed (its ZeRO-3 is costed per block as its own fork runs it) and under ``deepspeed-2021`` (whose
 code predates MiCS). ``mics_shard_size`` is a stage-3 setting (engine.py ``_configure_zero_optimizer`` builds
 ``MiCS_Optimizer`` only in its ZeRO-3 branch), so ZeRO-1/2 within a subgroup (AMSP's s_os = 8 layouts, its own
-engine) stays refused.
+engine) is refused.
 """
 
 from __future__ import annotations

@@ -178,8 +178,8 @@ NEMO_NOTES = (
      "Qwen3 rows of 26.02-26.08, every DeepSeek-V3 MXFP8 row and Kimi K2; the Qwen3 30B H100 26.02 / 26.02.01 rows "
      "(ep8 pp2 vp12, no such variant in their release's configs) and the 25.x rows are unstated (no sort)."),
     ("regimes: every MoE row is also counted under its host CPU (x86 on DGX H100/B200/B300, Grace on "
-     "GB200/GB300) and micro-batch (1 or >= 2). Every MoE row but the hybrid ones is predicted with its MoE blocks' "
-     "eager host issue in the step (cost_models/moe_issue.py: cost_models/host.py's counted ops at x86 or Grace "
+     "GB200/GB300) and micro-batch (1 or >= 2). Every MoE row is predicted with its blocks' eager host issue in the "
+     "step (the hybrid stacks' per span between MoE syncs, cost_models/hybrid_issue.py; cost_models/moe_issue.py: cost_models/host.py's counted ops at x86 or Grace "
      "per-op seconds, each MoE block forward's excess over its GPU time exposed at the dispatcher's host sync); the "
      "rows do not state CUDA graphs, so the Grace rows whose configs capture attention, router and preprocess are "
      "charged those ops eagerly. Megatron-Bridge's Qwen3 performance configs (scripts/performance, qwen3 workload_base_configs at "
@@ -198,7 +198,7 @@ NEMO_NOTES = (
      "(B200 MXFP8 step 20.1 -> 16.9 s), issue #3399 (B300: 'moe_a2a_overlap and VP degraded perf'). Where EP spans "
      "nodes the all-to-all is costed on the fabric: Megatron-Bridge PR #3868 timed Qwen3 30B-A3B BF16 on 16 H100 "
      "(EP 16 over two nodes, alltoall dispatcher, mbs 1, GBS 1024) at 41.36 s per step eager, and trainsim "
-     "predicts 34.0 s for that run."),
+     "predicts 34.1 s for that run."),
     ("Nemotron 3 Nano (hybrid Mamba-2 / MoE / attention, preset nemotron-3-nano-30b-a3b: Megatron-Bridge's "
      "HybridModelProvider in recipes/nemotronh/h100/nemotron_3_nano.py @067f987d): every printed layout is tp1 pp1 "
      "ep8 with the config's etp 1, the perf defaults' fp32 Adam and no EP overlap; recompute none on Blackwell "
@@ -210,7 +210,7 @@ NEMO_NOTES = (
      "nemotron-3-super-120b-a12b: the Hugging Face config.json the recipe reads through AutoBridge, LatentMoE of "
      "width 1024 with 512 experts top-22, two MTP depths sharing one '*E' module): tp1 ep64 (GB300, B200), tp2 ep64 "
      "SP (GB200), tp1 ep8 (B300), etp 1, mbs 1, GBS 512; recompute none, B200 'moe_act' + 'layernorm'; the 26.08 "
-     "GB300/GB200 MXFP8 configs run the experts through TE's op fuser. Nemotron 3 Ultra stays skipped (its "
+     "GB300/GB200 MXFP8 configs run the experts through TE's op fuser. Nemotron 3 Ultra is skipped (its "
      "config.json values are not in the read sources). Nemotron 3.5 "
      "Lightning is Nano's architecture with two MTP depths sharing one '*E' module (preset "
      "nemotron-3.5-lightning-30b-a3b; its GB200 MXFP8 config is Nano's plus the MTP). NVFP4 rows skip for the "

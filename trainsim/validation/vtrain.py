@@ -56,8 +56,8 @@ src/model/gpt_modeling.py; ``vocab_size // tensor_parallel_size`` rows, src/pred
 rows at TP 1 (odd), 25,128 at TP 2 (a multiple of 8), 12,564 at TP 4 (of 4), 6,282 at TP 8 (of 2). A 16-bit GEMM
 whose leading dimension is not a multiple of 8 elements runs cuBLAS's alignment-1 kernels (on an A100:
 pegainfer-project/pegainfer PR #1046, ``cutlass_75_tensorop_bf16_s1688gemm_bf16_128x64_tn_align1`` for an odd
-vocabulary; pytorch/pytorch issue #146817). No 16-bit A100 measurement of that slowdown was found, so the padded
-shards stay and no factor is modelled (one read off this table would be fitted to it);
+vocabulary; pytorch/pytorch issue #146817). No 16-bit A100 measurement of that slowdown was found, so the shards are
+padded as Megatron pads them and no factor is modelled (one read off this table would be fitted to it);
 benchmarks/device/head_alignment.py measures it on a device. Closing c would not bring the table under 8 % either:
 with c's gap closed at TP 1 alone the MAPE is 9.83 %, at TP 2 / 4 / 8 alone 8.77 / 8.95 / 8.76 % (the report's
 "closed at one TP degree only" line, structure.leverage_by_tp), because the published e at TP 1 sits below the
