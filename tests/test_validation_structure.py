@@ -5,6 +5,7 @@ per-block-and-micro-batch cost their own row differences give."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import pytest
 from external_tables import table_path
@@ -13,6 +14,14 @@ from trainsim.validation.datasets import load_dataset
 from trainsim.validation.structure import fit_terms, render_structure, step_structure
 from trainsim.validation.validate import render_text, validate
 from trainsim.validation.vtrain import VTRAIN_FILE
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """A stand-in prediction: only the step time, which is all validate reads."""
+
+    step_time_s: float
+
 
 A, B, C, E = 0.004, 0.0015, 0.011, 0.0032  # seconds: fixed, per block and step, per micro-batch, per both
 
@@ -44,10 +53,6 @@ def test_vtrain_structure_matches_row_differences(ds):
     """A stand-in predictor that returns the closed form is read back exactly; the published per-block cost of
     TP 8, micro-batch 1 equals what two rows give directly: vt1_249 (L24) - vt1_185 (L12), both 16
     micro-batches per step: (1.883691 - 0.961607) s / (12 x 16) = 4.80 ms."""
-
-    class Fixed:
-        def __init__(self, t):
-            self.step_time_s = t
 
     def predict(s):
         return Fixed(closed_form(s.model.num_layers, s.training.global_batch / (s.dp * s.training.micro_batch)))
@@ -92,10 +97,6 @@ def test_vtrain_rows_share_one_measurement_per_regime(ds):
     s / (12 x 16) = 4.80 ms at micro-batch 1, the micro-batch 2 rows of the same TP 3.87 ms."""
     from trainsim.validation.structure import falling_e
 
-    class Fixed:
-        def __init__(self, t):
-            self.step_time_s = t
-
     rep = validate(ds, predict_fn=lambda s: Fixed(closed_form(s.model.num_layers, 1.0)))
     groups = step_structure(rep)
     multi = [g for g in groups if g.dp_groups > 1]
@@ -111,10 +112,6 @@ def test_term_leverage_closes_exactly_the_term_that_carries_the_error(ds):
     4: published + 0.001 x L; every other row exact): closing b's gap takes the MAPE to zero, closing any other
     term leaves it as predicted (least squares moves exactly b by 0.001 s, the other fitted terms by nothing)."""
     from trainsim.validation.structure import render_leverage, term_leverage
-
-    class Fixed:
-        def __init__(self, t):
-            self.step_time_s = t
 
     by_name = {c.scenario.name: c for c in ds.cases}
 
@@ -137,10 +134,6 @@ def test_leverage_by_tp_closes_the_term_only_at_the_tp_that_carries_the_error(ds
     L; every other row exact): closing e at TP 2 alone takes the MAPE to zero; closing e at any other TP, or c at any
     TP, leaves it as predicted (the fit moves exactly TP 2's e by 0.002 s)."""
     from trainsim.validation.structure import leverage_by_tp, render_leverage, term_leverage
-
-    class Fixed:
-        def __init__(self, t):
-            self.step_time_s = t
 
     by_name = {c.scenario.name: c for c in ds.cases}
 
