@@ -169,8 +169,10 @@ def hybrid_chunk_idle_s(issue: HybridIssue, gpu_f: dict[str, float], gpu_b: dict
     own_f = _span_idle_s(spans, issue.fwd_s, gpu_f, issue.lead_s)
     idle_f = own_f
     if pair:
+        if paired is None:
+            raise ValueError("hybrid_chunk_idle_s: pair > 0 needs the paired layers' GPU seconds (paired)")
         joint = {k: issue.fwd_s[k] + issue.bwd_s[k] for k in issue.fwd_s}
-        idle_f = (1.0 - pair) * own_f + pair * _span_idle_s(spans, joint, paired or {}, issue.lead_s)
+        idle_f = (1.0 - pair) * own_f + pair * _span_idle_s(spans, joint, paired, issue.lead_s)
     if issue.resync:
         idle_b = _span_idle_s(sync_spans(issue.pattern, forward=False), issue.bwd_s, gpu_b, issue.lead_s)
     else:  # no sync in the backward: the host runs ahead over the chunk
