@@ -8,7 +8,7 @@ expert and input under FP8. When the host needs about as long to issue a block a
 idles (measured: Qwen3-30B-A3B on H100 at micro-batch 1, 623 -> 484 ms per iteration with attention, router and
 dispatch graphed; Megatron-Bridge docs/training/cuda-graphs.md). cost_models.moe_issue puts these seconds in the
 step of a Megatron-Core MoE model with the sync's exposure rule (cost_models.hybrid_issue: a hybrid Mamba stack's
-layers); predict's host-bound warning uses the total where the step does not. docs/validation.md ("host-bound fine-grained MoE") has the reading.
+layers). docs/validation.md ("host-bound fine-grained MoE") has the reading.
 
 Counts per transformer block and micro-batch (read from Megatron-Core and TE, BF16, router and permute fusion on;
 estimates to within ~30 %):

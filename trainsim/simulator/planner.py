@@ -128,7 +128,7 @@ class PlanRow:
     checkpoint_interval_s: float = 0.0
     gpu_hours: float = 0.0
     cost: float | None = None
-    warnings: list[str] = field(default_factory=list)  # the prediction's (host-bound risk, MFU > 100 %, offload)
+    warnings: list[str] = field(default_factory=list)  # the prediction's (MFU > 100 %, offload, ...)
     host_idle_s: float = 0.0         # the prediction's GPU idle waiting for the host (breakdown_s["host_idle"])
     host_issue_s: float = 0.0        # ... and its host's issue time of the step (breakdown_s["host_issue"])
 

@@ -8,11 +8,7 @@ import time
 from pathlib import Path
 
 from trainsim.cost_models import memory, model_states
-from trainsim.cost_models.host import moe_block_host_issue
-from trainsim.cost_models.hybrid_issue import hybrid_issue
-from trainsim.cost_models.moe_issue import moe_block_issue
 from trainsim.cost_models.run_factors import apply_factors
-from trainsim.cost_models.shapes import layer_shape
 from trainsim.specs import Scenario, SpecError
 from trainsim.specs.framework_behaviour import behaviour
 from trainsim.specs.memo import IdentityMemo, in_memo_scope
@@ -78,11 +74,6 @@ def _check_args(fast: bool, trace_path, jitter_cv: float, stragglers, samples: i
         raise SpecError("fast", "variability (--jitter/--straggler) needs the engine; drop --fast")
 
 
-# Warn when issuing a MoE block's kernels takes the host at least this share of the block's GPU time: with one
-# blocking host sync per MoE layer the host cannot queue work ahead, so the GPU starts to idle (cost_models.host).
-HOST_BOUND_WARN_RATIO = 0.5
-
-
 def cp_default_warning(scenario: Scenario) -> list[str]:
     """The stated resolution of an unset ``cp_comm`` under framework torch: torch's context_parallel rotates K/V
     by all-gather unless set_rotate_method says otherwise (specs.training.default_cp_comm), and that is what is
@@ -94,32 +85,6 @@ def cp_default_warning(scenario: Scenario) -> list[str]:
             "ALL_GATHER, torchtitan's context_parallel_rotate_method 'allgather'), one K/V all-gather per attention "
             "call behind the local block and dK/dV passed in a ring; set training.cp_comm: p2p for "
             "set_rotate_method('alltoall')"]
-
-
-def host_bound_warning(scenario: Scenario, profile=None, table=None) -> str | None:
-    """The launch-bound warning of a MoE scenario in eager Megatron-Core on GPUs (None when it does not apply).
-
-    The GPU side is a block's busy time on the compute stream -- its compute and the communication exposed there
-    (the host catches up while the GPU waits on a collective) -- per micro-batch, from the chunk of ``table`` whose
-    blocks take the least (embedding and loss chunks included at their share)."""
-    if not scenario.model.is_moe or scenario.training.framework != "megatron":
-        return None
-    if moe_block_issue(scenario) is not None or hybrid_issue(scenario) is not None:
-        return None  # the step includes it: host_idle_warning says how much
-    if getattr(scenario.cluster.gpu, "num_sms", None) is None:  # CPU ranks: the eager profile times the host
-        return None
-    issue = moe_block_host_issue(layer_shape(scenario), scenario.cluster.host_cpu)
-    table = table or build_cost_table(scenario, profile=profile)
-    per_block = [(c.fwd_s + c.bwd_s + c.fwd_comm_s + c.bwd_comm_s) / c.layers
-                 for st in table.stages for c in st.chunks if c.layers]
-    gpu_s = min(per_block) if per_block else 0.0
-    if gpu_s <= 0 or issue.seconds < HOST_BOUND_WARN_RATIO * gpu_s:
-        return None
-    return (f"host-bound risk: the host ({scenario.cluster.host_cpu}) needs about {issue.seconds * 1e3:.1f} ms to "
-            f"issue one MoE block's kernels per micro-batch ({issue.python_ops} eager ops + {issue.loop_ops} "
-            f"per-expert launches, estimated), the GPU {gpu_s * 1e3:.1f} ms to run them; with the dispatcher's host "
-            f"sync in every MoE layer an eager run idles the GPU, which the predicted step does not include. CUDA "
-            f"graphs, a larger micro-batch or fewer local experts help")
 
 
 # A step is host-bound -- predict's warning and the what-if report (reports/whatif.py) say so -- where its GPU waits
@@ -301,9 +266,6 @@ def _scenario_warnings(scenario: Scenario, profile, table: CostTable, ideal_netw
         warnings.append("ideal network: all communication is free")
     warnings += cp_default_warning(scenario) + inert_data_parallel_notes(scenario)
     warnings += inert_pipeline_notes(scenario)
-    launch = host_bound_warning(scenario, profile, table)
-    if launch:
-        warnings.append(launch)
     node_host = table.host_bytes * min(scenario.cluster.gpus_per_node, scenario.cluster.num_gpus)
     if node_host > scenario.cluster.host_memory_bytes:
         warnings.append(f"offload needs {node_host / 1e9:.0f} GB of host memory per node, more than the "
