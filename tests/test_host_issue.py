@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from trainsim.cost_models.host import HOST_LOOP_OP_S, HOST_OP_S, moe_block_host_issue
+from trainsim.cost_models.host import HOST_LOOP_OP_S, HOST_OP_S, moe_block_host_passes
 from trainsim.cost_models.shapes import layer_shape
 from trainsim.simulator.predict import predict
 from trainsim.specs import build_scenario
@@ -23,21 +23,21 @@ def scen(model="qwen3-30b-a3b", cluster="dgx-b200", gpus=8, layout=None, **train
 def test_counts_closed_form():
     """Qwen3-30B-A3B, ep 8: 128 / 8 = 16 local experts, no shared expert. Eager ops: attention 15 + 25, MoE 45 + 40;
     per expert 2 + 4 GEMM launches, under fp8 one quantize per GEMM input more (2 + 2)."""
-    bf16 = moe_block_host_issue(layer_shape(scen()))
+    bf16 = moe_block_host_passes(layer_shape(scen()))
     assert (bf16.python_ops, bf16.loop_ops) == (15 + 45 + 25 + 40, 16 * (2 + 4))
     assert bf16.seconds == pytest.approx(125 * 13.5e-6 + 96 * 5e-6)
-    fp8 = moe_block_host_issue(layer_shape(scen(dtype="fp8")))
+    fp8 = moe_block_host_passes(layer_shape(scen(dtype="fp8")))
     assert fp8.loop_ops == 16 * (4 + 6)
-    grace = moe_block_host_issue(layer_shape(scen()), "grace")
+    grace = moe_block_host_passes(layer_shape(scen()), "grace")
     assert grace.seconds == pytest.approx(125 * HOST_OP_S["grace"] + 96 * HOST_LOOP_OP_S["grace"])
 
 
 def test_recompute_issues_the_forward_again():
-    base = moe_block_host_issue(layer_shape(scen()))
-    full = moe_block_host_issue(layer_shape(scen(recompute="full")))
+    base = moe_block_host_passes(layer_shape(scen()))
+    full = moe_block_host_passes(layer_shape(scen(recompute="full")))
     assert full.python_ops - base.python_ops == 15 + 45
     assert full.loop_ops - base.loop_ops == 16 * 2
-    moe = moe_block_host_issue(layer_shape(scen(recompute="selective", recompute_modules=["moe"])))
+    moe = moe_block_host_passes(layer_shape(scen(recompute="selective", recompute_modules=["moe"])))
     assert moe.python_ops - base.python_ops == 45 and moe.loop_ops - base.loop_ops == 16 * 2
 
 
@@ -45,12 +45,12 @@ def test_shared_expert_adds_a_dense_mlp():
     s = scen("deepseek-v2-lite", layout={"ep": 8}, global_batch=64)
     shp = layer_shape(s)
     assert shp.fs and shp.experts == 64
-    got = moe_block_host_issue(shp)
+    got = moe_block_host_passes(shp)
     assert got.python_ops == 15 + 45 + 6 + 25 + 40 + 10 and got.loop_ops == 8 * 6
-    moe = moe_block_host_issue(layer_shape(scen("deepseek-v2-lite", layout={"ep": 8}, global_batch=64,
+    moe = moe_block_host_passes(layer_shape(scen("deepseek-v2-lite", layout={"ep": 8}, global_batch=64,
                                                 recompute="selective", recompute_modules=["moe"])))
     assert moe.python_ops - got.python_ops == 45 + 6 and moe.loop_ops - got.loop_ops == 8 * 2
-    shared = moe_block_host_issue(layer_shape(scen("deepseek-v2-lite", layout={"ep": 8}, global_batch=64,
+    shared = moe_block_host_passes(layer_shape(scen("deepseek-v2-lite", layout={"ep": 8}, global_batch=64,
                                                    recompute="selective", recompute_modules=["shared_experts"])))
     assert shared.python_ops - got.python_ops == 6 and shared.loop_ops == got.loop_ops
 

@@ -44,15 +44,6 @@ EXPERT_QUANTIZE = (2, 2)     # fp8: quantize kernels per local expert
 
 
 @dataclass(frozen=True)
-class HostIssue:
-    """Host work to issue one block's kernels for one micro-batch: op counts and seconds, forward + backward."""
-
-    python_ops: int
-    loop_ops: int
-    seconds: float
-
-
-@dataclass(frozen=True)
 class MoeHostPasses:
     """Host work of one MoE block per micro-batch by pass: (Python-dispatched ops, per-expert launches) of the
     forward and of the backward (a recomputed forward included), and each pass's seconds; ``resync``: the backward
@@ -64,6 +55,18 @@ class MoeHostPasses:
     bwd_s: float
     resync: bool
 
+    @property
+    def python_ops(self) -> int:
+        return self.fwd_ops[0] + self.bwd_ops[0]
+
+    @property
+    def loop_ops(self) -> int:
+        return self.fwd_ops[1] + self.bwd_ops[1]
+
+    @property
+    def seconds(self) -> float:
+        return self.fwd_s + self.bwd_s
+
 
 def moe_block_host_passes(shp: LayerShape, host_cpu: str = "x86") -> MoeHostPasses:
     """Host work of one MoE block (attention half + MoE layer, a shared expert included) by pass; ``host_cpu`` is
@@ -71,7 +74,7 @@ def moe_block_host_passes(shp: LayerShape, host_cpu: str = "x86") -> MoeHostPass
     recompute, the MoE layer (with its shared expert) under the 'moe' module, the shared expert under
     'shared_experts'."""
     if not shp.is_moe:
-        raise ValueError("moe_block_host_issue needs a MoE block")
+        raise ValueError("moe_block_host_passes needs a MoE block")
     local = max(1, shp.experts // shp.ep)
     fwd_py = ATTN_OPS[0] + MOE_OPS[0] + (MLP_OPS[0] if shp.fs else 0)
     bwd_py = ATTN_OPS[1] + MOE_OPS[1] + (MLP_OPS[1] if shp.fs else 0)
@@ -86,8 +89,3 @@ def moe_block_host_passes(shp: LayerShape, host_cpu: str = "x86") -> MoeHostPass
     op, loop = HOST_OP_S[host_cpu], HOST_LOOP_OP_S[host_cpu]
     return MoeHostPasses(fwd, bwd, fwd[0] * op + fwd[1] * loop, bwd[0] * op + bwd[1] * loop, rerun_moe)
 
-
-def moe_block_host_issue(shp: LayerShape, host_cpu: str = "x86") -> HostIssue:
-    """Host work of one MoE block per micro-batch, forward + backward (``moe_block_host_passes`` summed)."""
-    p = moe_block_host_passes(shp, host_cpu)
-    return HostIssue(p.fwd_ops[0] + p.bwd_ops[0], p.fwd_ops[1] + p.bwd_ops[1], p.fwd_s + p.bwd_s)
