@@ -7,11 +7,9 @@ import contextlib
 import csv
 import json
 import math
-import multiprocessing as mp
 import re
 import sys
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any, get_args
 
 from trainsim.simulator import goodput as gp
@@ -281,8 +279,8 @@ def request_from_args(args: argparse.Namespace):
 def _plan_dtype(args: argparse.Namespace, training: dict, cluster) -> str:
     """The plan's dtype (--dtype, else the scenario file's, else bf16); fp8 needs FP8 tensor cores."""
     dtype = args.dtype or training.get("dtype", "bf16")
-    if dtype_refusal(cluster.gpu, dtype):
-        raise SpecError("training.dtype", dtype_refusal(cluster.gpu, dtype))
+    if (why := dtype_refusal(cluster.gpu, dtype)) is not None:
+        raise SpecError("training.dtype", why)
     return dtype
 
 
@@ -331,6 +329,8 @@ def make_executor(workers: int, dask_scheduler: str | None) -> Iterator[Any]:
         finally:
             client.close()
     elif workers > 1:
+        import multiprocessing as mp  # on use: every trainsim command imports this module to build its parser
+        from concurrent.futures import ProcessPoolExecutor
         with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as ex:
             yield ex
     else:

@@ -60,7 +60,7 @@ def _check_hsdp(layout: Layout, t: TrainingSpec, dp: int) -> None:
     """A scenario's shard group passes :func:`hsdp_refusal`."""
     if layout.dp_shard is not None:
         why = hsdp_refusal(layout.dp_shard, t.effective_zero, t.framework, dp=dp, ep=layout.ep)
-        if why is None and mics.mics_framework(t.framework) and t.effective_zero >= 3:
+        if why is None and mics.mics_zero3(t):
             # any given shard group selects MiCS's gathers (mics.gathers_in_place), the whole dp included
             why = (mics.single_rank_refusal(layout.dp_shard, dp)
                    or mics.layout_refusal(layout.tp, layout.pp, layout.cp, t.offload_optimizer or t.offload_params))

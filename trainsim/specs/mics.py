@@ -43,30 +43,33 @@ from __future__ import annotations
 
 from .framework_behaviour import BEHAVIOURS
 
-# DeepSpeed presets whose ZeRO-3 takes mics_shard_size as costed here (prefetched per-submodule gathers, serialized
-# reductions: framework_behaviour ``zero3_reduce_serialized``). deepspeed-2021 (microsoft/DeepSpeed@70adb32,
-# 2021-07-12) predates MiCS (2e99f6ed, 2023-04-25).
+# deepspeed-2021 (microsoft/DeepSpeed@70adb32, 2021-07-12) predates MiCS (2e99f6ed, 2023-04-25).
 MICS_ORIGIN = "DeepSpeed-MiCS came in v0.9.2 (microsoft/DeepSpeed #2964, 2023-04-25)"
 
 
 def mics_framework(framework: str) -> bool:
-    """Whether ``framework`` runs a ZeRO-3 shard group as DeepSpeed-MiCS (framework deepspeed, deepspeed-2023)."""
+    """Whether ``framework`` runs a ZeRO-3 shard group as DeepSpeed-MiCS (framework deepspeed, deepspeed-2023: the
+    DeepSpeed presets with prefetched per-submodule gathers and serialized reductions, framework_behaviour
+    ``zero3_reduce_serialized``)."""
     fw = BEHAVIOURS.get(framework)
     return fw is not None and fw.deepspeed_engine and fw.zero3_reduce_serialized
 
 
+def mics_zero3(t) -> bool:
+    """Whether TrainingSpec ``t`` is ZeRO-3 under a MiCS framework, where a given shard group is MiCS's."""
+    return mics_framework(t.framework) and t.effective_zero >= 3
+
+
 def is_mics(scenario) -> bool:
     """Whether ``scenario`` is DeepSpeed-MiCS with more than one replica (ZeRO-3 over dp_shard < dp ranks)."""
-    tr = scenario.training
-    return (mics_framework(tr.framework) and tr.effective_zero >= 3 and scenario.dp_shard < scenario.dp)
+    return mics_zero3(scenario.training) and scenario.dp_shard < scenario.dp
 
 
 def gathers_in_place(scenario) -> bool:
     """Whether ``scenario``'s ZeRO-3 gathers are MiCS's (``mics_shard_size`` given: Layout.dp_shard set under a MiCS
     framework, the whole dp included): ``all_gather_into_tensor`` into each parameter's own buffer, so no
     unpacking copy of the gathered pieces and no host loop over the ranks around it (module docstring)."""
-    tr = scenario.training
-    return mics_framework(tr.framework) and tr.effective_zero >= 3 and scenario.layout.dp_shard is not None
+    return mics_zero3(scenario.training) and scenario.layout.dp_shard is not None
 
 
 def framework_refusal(framework: str) -> str | None:
@@ -79,7 +82,7 @@ def framework_refusal(framework: str) -> str | None:
             "costed for frameworks deepspeed and deepspeed-2023")
 
 
-def hierarchy_refusal(t, layout, dp: int, gpus_per_node: int) -> str | None:
+def hierarchy_refusal(t, layout, gpus_per_node: int) -> str | None:
     """Why ``training.mics_hierarchical_gather`` is not a costed setting (None when it is): it needs MiCS (the shard
     group given under a MiCS framework with ZeRO-3), and DeepSpeed builds its groups only for a shard group spanning
     two or more nodes (mics_utils.py asserts ``n_span_nodes > 1``, "sharding spans on single node, no need for
@@ -87,7 +90,7 @@ def hierarchy_refusal(t, layout, dp: int, gpus_per_node: int) -> str | None:
     if not t.mics_hierarchical_gather:
         return None
     shard = layout.dp_shard
-    if not mics_framework(t.framework) or t.effective_zero < 3 or shard is None:
+    if not mics_zero3(t) or shard is None:
         return ("DeepSpeed-MiCS's hierarchical all-gather needs MiCS: framework deepspeed or deepspeed-2023, zero 3 "
                 "and layout.dp_shard")
     if shard % gpus_per_node or shard < 2 * gpus_per_node:

@@ -116,8 +116,8 @@ def check_pools(cluster: ClusterSpec, layout: Layout, training: TrainingSpec, dp
             raise SpecError("cluster.placement", f"{cluster.placement} places work on pools; give cluster.pools")
         return
     for i, pool in enumerate(cluster.pools):
-        if dtype_refusal(pool.gpu, training.dtype):
-            raise SpecError(f"cluster.pools[{i}].gpu", dtype_refusal(pool.gpu, training.dtype))
+        if (why := dtype_refusal(pool.gpu, training.dtype)) is not None:
+            raise SpecError(f"cluster.pools[{i}].gpu", why)
     gpus = pool_gpus(cluster)
     if cluster.placement == "stages":
         if layout.placement[-1] != "pp":

@@ -261,7 +261,7 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
     _check_experts(m, layout, t, dp, etp)
     _check_batch(t, dp, layout.pp)
     check_data_parallel(layout, t, dp)
-    if (why := mics_hierarchy_refusal(t, layout, dp, cluster.gpus_per_node)) is not None:
+    if (why := mics_hierarchy_refusal(t, layout, cluster.gpus_per_node)) is not None:
         raise SpecError("training.mics_hierarchical_gather", why)
     _check_runtime(m, cluster, t, layout.pp)
     check_lora_model(m, layout, t)
@@ -461,8 +461,8 @@ def _check_runtime(m: ModelSpec, cluster: ClusterSpec, t: TrainingSpec, pp: int)
         # no kernels to capture -- a graph or compile setting there would be silently without effect.
         raise SpecError("training.host_issue", f"{t.host_issue} is costed for dense blocks on GPUs only "
                                                f"({'a MoE model' if m.is_moe else 'CPU ranks'}); use eager")
-    if dtype_refusal(cluster.gpu, t.dtype):
-        raise SpecError("training.dtype", dtype_refusal(cluster.gpu, t.dtype))
+    if (why := dtype_refusal(cluster.gpu, t.dtype)) is not None:
+        raise SpecError("training.dtype", why)
     if t.fp8_recipe == "mxfp8" and not cluster.gpu.fp4:
         # MXFP8 GEMMs (block-scaled, e8m0 per 32 elements) are Blackwell tensor-core instructions (sm_100+)
         raise SpecError("training.fp8_recipe", f"mxfp8 needs Blackwell tensor cores (b200, gb200, b300, gb300), which "
