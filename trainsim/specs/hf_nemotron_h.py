@@ -46,8 +46,7 @@ def nemotron_h_fields(d: Mapping) -> dict[str, Any]:
     pattern = d["hybrid_override_pattern"]
     out: dict[str, Any] = {
         "hybrid_pattern": pattern, "mamba_heads": d["mamba_num_heads"], "mamba_head_dim": d["mamba_head_dim"],
-        "mamba_groups": d["n_groups"], "mamba_state_dim": d["ssm_state_size"], "block_norms": 1,
-        "position_embedding": "none", "activation": "gelu", "bias": False,
+        "mamba_groups": d["n_groups"], "mamba_state_dim": d["ssm_state_size"],
         **{field: d[key] for key, field in _OPTIONAL.items() if d.get(key) is not None},
     }
     head_dim = d.get("attention_head_dim") or d.get("head_dim")
