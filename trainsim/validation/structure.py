@@ -109,14 +109,23 @@ def _groups(cases, rows) -> dict[tuple[int, int, int], list[tuple[int, float, fl
     return out
 
 
-def step_structure(report) -> list[GroupStructure]:
-    """The terms of every (TP, micro-batch) regime of a validation report whose rows span an (L, m) grid."""
-    acc: dict[tuple[int, int], tuple[int, list[Terms], list[Terms]]] = {}
-    for (tp, mb, _dp), pts in sorted(_groups(report.dataset.cases, report.compared).items()):
+def fit_regimes(report) -> list[tuple[tuple[int, int, int], list, Terms, Terms]]:
+    """((tp, micro-batch, dp), points, published terms, predicted terms) of every regime of ``report`` whose rows
+    span an (L, m) grid: ``_groups`` fitted once for step_structure, term_leverage and leverage_by_tp."""
+    out = []
+    for key, pts in sorted(_groups(report.dataset.cases, report.compared).items()):
         pub = fit_terms((L, m, p) for L, m, p, _, _ in pts)
         pred = fit_terms((L, m, q) for L, m, _, q, _ in pts)
-        if pub is None or pred is None:
-            continue
+        if pub is not None and pred is not None:
+            out.append((key, pts, pub, pred))
+    return out
+
+
+def step_structure(report, fitted=None) -> list[GroupStructure]:
+    """The terms of every (TP, micro-batch) regime of a validation report whose rows span an (L, m) grid
+    (``fitted``: ``fit_regimes(report)`` when the caller has it)."""
+    acc: dict[tuple[int, int], tuple[int, list[Terms], list[Terms]]] = {}
+    for (tp, mb, _dp), pts, pub, pred in (fit_regimes(report) if fitted is None else fitted):
         n, pubs, preds = acc.get((tp, mb), (0, [], []))
         acc[(tp, mb)] = (n + len(pts), pubs + [pub], preds + [pred])
     return [GroupStructure(tp, mb, n, _mean_terms(pubs), _mean_terms(preds), len(pubs), _dp_spread(pubs))
@@ -126,17 +135,16 @@ def step_structure(report) -> list[GroupStructure]:
 TERMS = ("a", "b", "c", "e")
 
 
-def term_leverage(report, tp: int | None = None) -> dict[str, float]:
+def term_leverage(report, tp: int | None = None, fitted=None) -> dict[str, float]:
     """MAPE (%) of the whole report were one term's gap closed: for each term, every fitted pp = 1 row's prediction
     moves by (published - predicted term) x its regressor (1, L, m or m·L), every other row as predicted; with
     ``tp``, only the regimes of that TP degree move. A large drop says the error lives in that term (at that TP); a
     small one that closing it, however justified, barely moves the dataset. A diagnostic of where the error is,
-    never an input to the model. Empty without fitted regimes."""
+    never an input to the model. Empty without fitted regimes (``fitted``: ``fit_regimes(report)`` when the
+    caller has it)."""
     moved: dict[str, dict[str, float]] = {k: {} for k in TERMS}
-    for (g_tp, _mb, _dp), pts in _groups(report.dataset.cases, report.compared).items():
-        pub = fit_terms((L, m, p) for L, m, p, _, _ in pts)
-        pred = fit_terms((L, m, q) for L, m, _, q, _ in pts)
-        if pub is None or pred is None or (tp is not None and g_tp != tp):
+    for (g_tp, _mb, _dp), pts, pub, pred in (fit_regimes(report) if fitted is None else fitted):
+        if tp is not None and g_tp != tp:
             continue
         gaps = (pub.fixed_s - pred.fixed_s, pub.per_layer_step_s - pred.per_layer_step_s,
                 pub.per_microbatch_s - pred.per_microbatch_s,
@@ -151,10 +159,11 @@ def term_leverage(report, tp: int | None = None) -> dict[str, float]:
                               for r in rows])) for k in TERMS}
 
 
-def leverage_by_tp(report) -> dict[int, dict[str, float]]:
+def leverage_by_tp(report, fitted=None) -> dict[int, dict[str, float]]:
     """``term_leverage`` with each TP degree's regimes closed alone: which TP a term's error lives at."""
-    tps = sorted({tp for tp, _mb, _dp in _groups(report.dataset.cases, report.compared)})
-    return {tp: lev for tp in tps if (lev := term_leverage(report, tp))}
+    fitted = fit_regimes(report) if fitted is None else fitted
+    tps = sorted({tp for (tp, _mb, _dp), *_ in fitted})
+    return {tp: lev for tp in tps if (lev := term_leverage(report, tp, fitted))}
 
 
 def render_leverage(leverage: dict[str, float], mape_pct: float,

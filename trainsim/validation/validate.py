@@ -21,6 +21,7 @@ from trainsim.topologies import group_of_ranks
 from trainsim.validation.cases import Case, CollectiveCase, Dataset
 from trainsim.validation.nccl_runs import busbw_factor
 from trainsim.validation.structure import (
+    fit_regimes,
     leverage_by_tp,
     render_leverage,
     render_structure,
@@ -180,11 +181,16 @@ class ValidationReport:
             "secondary_mape_pct": self.secondary_mape(),
             "by_category": self.by_category(),
             "by_counter": self.by_counter(),
-            **({"structure": [g.to_json() for g in step_structure(self)],
-                "term_leverage_mape_pct": term_leverage(self),
-                "term_leverage_by_tp_mape_pct": leverage_by_tp(self)} if d.structure else {}),
+            **(self._structure_json() if d.structure else {}),
         }
 
+
+    def _structure_json(self) -> dict[str, Any]:
+        """The step-structure fields of ``to_json`` (validation.structure), every regime fitted once."""
+        fitted = fit_regimes(self)
+        return {"structure": [g.to_json() for g in step_structure(self, fitted)],
+                "term_leverage_mape_pct": term_leverage(self, fitted=fitted),
+                "term_leverage_by_tp_mape_pct": leverage_by_tp(self, fitted)}
 
 def _group_stats(groups: dict[str, list[RowResult]]) -> dict[str, dict[str, Any]]:
     """Rows, MAPE, worst row and bias of each named group of compared rows."""
@@ -391,9 +397,11 @@ def render_text(report: ValidationReport, *, show_skipped: bool = True, width: i
         for name, v in report.secondary_mape().items():
             console.print(f"  {name} (source basis) MAPE {v:.2f}%")
         if d.structure:
-            for line in render_structure(step_structure(report)):
+            fitted = fit_regimes(report)
+            for line in render_structure(step_structure(report, fitted)):
                 console.print(line)
-            for line in render_leverage(term_leverage(report), report.mape_pct, leverage_by_tp(report)):
+            for line in render_leverage(term_leverage(report, fitted=fitted), report.mape_pct,
+                                        leverage_by_tp(report, fitted)):
                 console.print(line)
     if show_skipped and report.skipped:
         console.print(f"skipped {len(report.skipped)} rows:")
