@@ -333,8 +333,8 @@ def _moe_idle(st: _Step, cs: _ChunkSums, n_d: int, gpu_bwd_s: float, pair: float
     """(forward, backward) GPU idle per micro-batch of a Megatron-Core MoE chunk waiting for its host
     (cost_models.moe_issue): each MoE block's passes on the GPU's stream -- compute, TP, CP and the EP all-to-alls,
     unpaired and paired under EP overlap -- the dense blocks' (``n_d``: st.dense), and the chunk's backward."""
-    moe = tuple((k, b.gpu_passes()[0] + b.ep_f, b.gpu_passes()[1] + b.ep_b, b.gpu_passes()[0] + b.ep_f_ov,
-                 b.gpu_passes()[1] + b.ep_b_ov) for b, k in cs.kinds if k and not (n_d and b is st.dense))
+    passes = [(k, b, b.gpu_passes()) for b, k in cs.kinds if k and not (n_d and b is st.dense)]
+    moe = tuple((k, f + b.ep_f, bw + b.ep_b, f + b.ep_f_ov, bw + b.ep_b_ov) for k, b, (f, bw) in passes)
     dense = (n_d, *st.dense.gpu_passes()) if n_d else (0, 0.0, 0.0)
     return moe_issue.moe_chunk_idle_s(st.moe_issue, moe, dense, gpu_bwd_s, pair)
 
