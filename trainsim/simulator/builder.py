@@ -333,8 +333,7 @@ def _moe_idle(st: _Step, cs: _ChunkSums, n_d: int, gpu_bwd_s: float, pair: float
     """(forward, backward) GPU idle per micro-batch of a Megatron-Core MoE chunk waiting for its host
     (cost_models.moe_issue): each MoE block's passes on the GPU's stream -- compute, TP, CP and the EP all-to-alls,
     unpaired and paired under EP overlap -- the dense blocks' (``n_d``: st.dense), and the chunk's backward."""
-    passes = [(k, b, b.gpu_passes()) for b, k in cs.kinds if k and not (n_d and b is st.dense)]
-    moe = tuple((k, f + b.ep_f, bw + b.ep_b, f + b.ep_f_ov, bw + b.ep_b_ov) for k, b, (f, bw) in passes)
+    moe = tuple((k, *b.ep_passes()) for b, k in cs.kinds if k and not (n_d and b is st.dense))
     dense = (n_d, *st.dense.gpu_passes()) if n_d else (0, 0.0, 0.0)
     return moe_issue.moe_chunk_idle_s(st.moe_issue, moe, dense, gpu_bwd_s, pair)
 
@@ -346,10 +345,10 @@ def _hybrid_idle(st: _Step, n: int, gpu_bwd_s: float, pair: float) -> tuple[floa
     issue = st.hybrid_issue
     if n != len(issue.pattern):
         raise ValueError(f"a hybrid stack's chunk holds its whole pattern ({len(issue.pattern)} layers), not {n}")
-    passes = {k: b.gpu_passes() for k, b in st.hybrid_kinds}
-    gpu_f = {k: passes[k][0] + b.ep_f for k, b in st.hybrid_kinds}
-    gpu_b = {k: passes[k][1] + b.ep_b for k, b in st.hybrid_kinds}
-    paired = {k: passes[k][0] + passes[k][1] + b.ep_f_ov + b.ep_b_ov for k, b in st.hybrid_kinds}
+    passes = {k: b.ep_passes() for k, b in st.hybrid_kinds}
+    gpu_f = {k: p[0] for k, p in passes.items()}
+    gpu_b = {k: p[1] for k, p in passes.items()}
+    paired = {k: p[2] + p[3] for k, p in passes.items()}
     return hybrid_issue.hybrid_chunk_idle_s(issue, gpu_f, gpu_b, gpu_bwd_s, pair, paired)
 
 
