@@ -62,9 +62,11 @@ Not modelled: the MTP depths' layers (their host work is left out), the spread o
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 from .host import ATTN_OPS, EXPERT_GEMMS, EXPERT_QUANTIZE, HOST_LOOP_OP_S, HOST_OP_S, MLP_OPS, MOE_OPS
-from .moe_issue import SYNC_LEAD_OPS
+from .host_issue import host_idle_s
+from .moe_issue import SYNC_LEAD_OPS, synced_idle_s
 from .shapes import layer_shape
 
 MAMBA_OPS = (14, 46)         # (forward, backward) Python-dispatched ops of a Mamba layer at micro-batch 1 (module doc)
@@ -149,12 +151,12 @@ def sync_spans(pattern: str, forward: bool = True) -> list[str]:
     starts = marks if forward else [i + 1 for i in marks]
     rolled = pattern[starts[0]:] + pattern[:starts[0]]
     cuts = [s - starts[0] for s in starts] + [len(pattern)]
-    return [rolled[a:b] for a, b in zip(cuts, cuts[1:])]
+    return [rolled[a:b] for a, b in pairwise(cuts)]
 
 
 def _span_idle_s(spans: list[str], host: dict[str, float], gpu: dict[str, float], lead_s: float) -> float:
     """Idle of the sync-bounded spans: each its host's excess over its GPU time, plus the lead-in."""
-    return sum(max(0.0, sum(host[c] for c in sp) - sum(gpu[c] for c in sp)) + lead_s for sp in spans)
+    return sum(synced_idle_s(sum(host[c] for c in sp), sum(gpu[c] for c in sp), lead_s) for sp in spans)
 
 
 def hybrid_chunk_idle_s(issue: HybridIssue, gpu_f: dict[str, float], gpu_b: dict[str, float],
@@ -176,7 +178,7 @@ def hybrid_chunk_idle_s(issue: HybridIssue, gpu_f: dict[str, float], gpu_b: dict
     if issue.resync:
         idle_b = _span_idle_s(sync_spans(issue.pattern, forward=False), issue.bwd_s, gpu_b, issue.lead_s)
     else:  # no sync in the backward: the host runs ahead over the chunk
-        idle_b = max(0.0, sum(issue.bwd_s[c] for c in issue.pattern) - chunk_gpu_bwd_s)
+        idle_b = host_idle_s(chunk_gpu_bwd_s, hybrid_chunk_issue_s(issue)[1])
     return idle_f, (1.0 - pair) * idle_b
 
 

@@ -51,6 +51,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .host import ATTN_OPS, HOST_OP_S, MLP_OPS, moe_block_host_passes
+from .host_issue import host_idle_s
 from .shapes import layer_shape
 
 # Python-dispatched calls the host issues after ``d2h_event.synchronize()`` before the GPU has work again: the
@@ -90,7 +91,7 @@ def moe_block_issue(scenario) -> MoeIssue | None:
 
 def synced_idle_s(host_s: float, gpu_s: float, lead_s: float) -> float:
     """GPU idle of one pass that starts at a host sync: the host's excess over the GPU's time, plus the lead-in."""
-    return max(0.0, host_s - gpu_s) + lead_s
+    return host_idle_s(gpu_s, host_s) + lead_s
 
 
 def moe_chunk_idle_s(issue: MoeIssue, moe: tuple[tuple[int, float, float, float, float], ...],
@@ -103,8 +104,8 @@ def moe_chunk_idle_s(issue: MoeIssue, moe: tuple[tuple[int, float, float, float,
     EP overlap); ``dense``: (dense blocks, forward and backward GPU seconds of one); ``chunk_gpu_bwd_s``: the chunk's
     whole backward on the GPU's stream; ``pair``: the share of the passes EP overlap pairs."""
     n_d, gd_f, gd_b = dense
-    idle_f = n_d * max(0.0, issue.dense_fwd_s - gd_f)
-    idle_b = n_d * max(0.0, issue.dense_bwd_s - gd_b)
+    idle_f = n_d * host_idle_s(gd_f, issue.dense_fwd_s)
+    idle_b = n_d * host_idle_s(gd_b, issue.dense_bwd_s)
     for n, g_f, g_b, g_pair_f, g_pair_b in moe:
         own_f = synced_idle_s(issue.fwd_s, g_f, issue.lead_s)
         paired = synced_idle_s(issue.fwd_s + issue.bwd_s, g_pair_f + g_pair_b, issue.lead_s)
@@ -112,7 +113,7 @@ def moe_chunk_idle_s(issue: MoeIssue, moe: tuple[tuple[int, float, float, float,
         idle_b += n * synced_idle_s(issue.bwd_s, g_b, issue.lead_s)
     if not issue.resync:  # no sync in the backward: the host runs ahead over the chunk
         n = sum(kind[0] for kind in moe)
-        idle_b = max(0.0, n * issue.bwd_s + n_d * issue.dense_bwd_s - chunk_gpu_bwd_s)
+        idle_b = host_idle_s(chunk_gpu_bwd_s, moe_chunk_issue_s(issue, n, n_d)[1])
     return idle_f, (1.0 - pair) * idle_b
 
 
