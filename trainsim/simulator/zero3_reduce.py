@@ -58,17 +58,16 @@ partition_parameters.py unpacks each gathered parameter in ``AllGatherCoalescedH
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from trainsim.cost_models import compute, host_issue, host_jitter, zero3_gathers
 from trainsim.cost_models.eager import block_style
-from trainsim.cost_models.shapes import layer_shape
 from trainsim.cost_models.grad_buffer import whole_tensor_buckets
 from trainsim.cost_models.host_issue import PassIssue
 from trainsim.cost_models.memory import shard_groups
-from trainsim.cost_models.param_tensors import ParamTensor, block_tensors, chunk_tensors, module_style, rank_tensors
+from trainsim.cost_models.param_tensors import ParamTensor, chunk_tensors, rank_tensors
+from trainsim.cost_models.shapes import layer_shape
 from trainsim.specs import framework_behaviour, mics
 
 from .exposures import _coll
@@ -98,16 +97,11 @@ BLOCK_CONTAINERS = 3
 
 
 def applies(scenario) -> bool:
-    """Whether the scenario's framework costs ZeRO-3 this way (ZeRO-3 over more than one data-parallel x context-parallel rank)."""
+    """Whether the scenario's framework costs ZeRO-3 this way (ZeRO-3 over more than one data-parallel x
+    context-parallel rank)."""
     tr = scenario.training
     return (framework_behaviour.behaviour(tr.framework).zero3_reduce_serialized and tr.effective_zero >= 3
             and scenario.dp * scenario.layout.cp > 1)
-
-
-def host_slice_s(tensors: int, ranks: int, ops_per_rank: int = REDUCE_OPS_PER_RANK, host_cpu: str = "x86") -> float:
-    """Host seconds of ``ops_per_rank`` aten dispatches per rank for each of ``tensors`` tensors."""
-    dispatch, _ = host_issue.op_seconds(host_cpu)
-    return tensors * ranks * ops_per_rank * dispatch
 
 
 def _model_gathers(scenario) -> tuple[list[ParamTensor], zero3_gathers.PassGathers]:
@@ -115,12 +109,6 @@ def _model_gathers(scenario) -> tuple[list[ParamTensor], zero3_gathers.PassGathe
     tensor is reduced; the coalesced calls hold two or more gathered tensors (zero3_gathers.pass_gathers)."""
     tensors = [t for s in range(scenario.layout.pp) for t in rank_tensors(scenario, s)]
     return tensors, zero3_gathers.pass_gathers(tensors, scenario.training.framework)
-
-
-def block_gather_calls(scenario) -> int:
-    """All-gathers ZeRO-3 issues for one block's pass (cost_models/zero3_gathers.py)."""
-    lay, fw = scenario.layout, scenario.training.framework
-    return zero3_gathers.gather_calls(block_tensors(scenario.model, lay.tp, lay.ep, scenario.expert_tp, module_style(fw)), fw)
 
 
 def hook_ops(scenario, model: tuple[list[ParamTensor], zero3_gathers.PassGathers] | None = None) -> tuple[int, int]:
@@ -161,7 +149,7 @@ def rank_loops(scenario, issue: PassIssue) -> PassIssue:
     regather = 2 if scenario.training.recompute == "full" else 1
     ops_f = gather_ops + hook_f
     ops_b = (regather - 1) * ops_f + gather_ops + hook_b + len(tensors) * REDUCE_OPS_PER_RANK * ranks
-    fwd_s, bwd_s = host_slice_s(ops_f, 1, 1, cpu), host_slice_s(ops_b, 1, 1, cpu)
+    fwd_s, bwd_s = host_issue.issue_s(ops_f, 0, cpu), host_issue.issue_s(ops_b, 0, cpu)  # aten dispatches
     return replace(issue, fwd_s=issue.fwd_s + fwd_s / layers, bwd_s=issue.bwd_s + bwd_s / layers,
                    fwd_ops=issue.fwd_ops + round(ops_f / layers), bwd_ops=issue.bwd_ops + round(ops_b / layers))
 
