@@ -73,10 +73,10 @@ SSD_STATE_PASSES_BWD = (6, 5)
 # _chunk_scan_fwd) and MambaMixer._ssm_training's parameter casts (A = -exp(A_log.float()): cast, exp, neg;
 # dt_bias.float(): Megatron's Float16Module keeps them in the 16-bit dtype; D is passed uncast unless D_has_hdim,
 # which the Nemotron configs leave off -- Megatron-LM megatron/core/ssm/mamba_mixer.py, MambaMixer._ssm_training).
-# Backward: the fifteen Triton kernels of _mamba_chunk_scan_combined_bwd (the recomputed cumsum, CB, chunk states and state passing; bwd_dz, dstates,
-# state_passing_bwd, the dx, dB, dC, dCB kernels, two _bmm_chunk_bwd, ddAcs_stable, _chunk_cumsum_bwd), its torch
-# ops (dt.clone; dD's zeros and sum; the dB, dC and dCB split sums; ddA_prev's in-place add, flip, cumsum, flip; the
-# two adds into ddA) and the four casts' gradients.
+# Backward: the fifteen Triton kernels of _mamba_chunk_scan_combined_bwd (the recomputed cumsum, CB, chunk states
+# and state passing; bwd_dz, dstates, state_passing_bwd, the dx, dB, dC, dCB kernels, two _bmm_chunk_bwd,
+# ddAcs_stable, _chunk_cumsum_bwd), its torch ops (dt.clone; dD's zeros and sum; the dB, dC and dCB split sums;
+# ddA_prev's in-place add, flip, cumsum, flip; the two adds into ddA) and the four casts' gradients.
 SSD_KERNELS_FWD = 5 + 4
 SSD_KERNELS_BWD = 15 + 12 + 4
 
@@ -231,11 +231,12 @@ def hybrid_activation_bytes(shp: LayerShape, impl: str) -> act.ActivationBytes:
 
 def hybrid_params_rank(model, attn: float, mlp: Callable[..., float], tp: int, ep: int,
                        etp: int | None) -> tuple[float, float]:
-    """(dense, expert) parameters of a hybrid stack's mean layer on one rank (memory.layer_params_per_rank):
-    each kind with its pre-norm -- the Mamba mixer wholly split over TP (in_proj, conv, dt_bias, A_log, D, its
-    norm and out_proj are all partitioned in MambaMixer), ``attn`` the TP-split attention, ``mlp(ffn[, split,
-    width])`` a TP-split MLP of ``ffn`` (split over ``split`` ranks, input width ``width``); a MoE layer's router, shared expert and LatentMoE projections (duplicated over TP) dense,
-    its routed experts (at the latent width with LatentMoE) over ep (and etp)."""
+    """(dense, expert) parameters of a hybrid stack's mean layer on one rank (memory.layer_params_per_rank): each
+    kind with its pre-norm -- the Mamba mixer wholly split over TP (in_proj, conv, dt_bias, A_log, D, its norm and
+    out_proj are all partitioned in MambaMixer), ``attn`` the TP-split attention, ``mlp(ffn[, split, width])`` a
+    TP-split MLP of ``ffn`` (split over ``split`` ranks, input width ``width``); a MoE layer's router, shared
+    expert and LatentMoE projections (duplicated over TP) dense, its routed experts (at the latent width with
+    LatentMoE) over ep (and etp)."""
     norm = model.norm_params()
     per_kind = {"M": (model.mamba_params() / tp, 0.0), "*": (attn, 0.0), "-": (mlp(model.ffn), 0.0)}
     if model.is_moe:

@@ -41,9 +41,9 @@ excess (nearly always none: a dense block's GPU time is the larger).
 
 Not modelled: the spread of the EP ranks' hosts (the all-to-all waits for the slowest one; cost_models.host_jitter
 has no measured spread for these blocks), the kernels queued between the D2H copy and the sync (the first
-permutation, a few microseconds), frameworks other than Megatron-Core, and CUDA graphs (``training.host_issue`` other than eager is refused
-for MoE models: TE's partial graphs of attn / moe_router / moe_preprocess keep the sync, and the share of
-``MOE_OPS`` those scopes capture is not counted).
+permutation, a few microseconds), frameworks other than Megatron-Core, and CUDA graphs (``training.host_issue``
+other than eager is refused for MoE models: TE's partial graphs of attn / moe_router / moe_preprocess keep the
+sync, and the share of ``MOE_OPS`` those scopes capture is not counted).
 """
 
 from __future__ import annotations

@@ -16,32 +16,31 @@ torch's own trace of one block (kernels/alloc_trace.py, recorded under FakeTenso
 layer, step and width): per op ``+SIZE`` allocates the phase's next tensor and ``-i`` frees the phase's tensor
 ``i``; ``-fI`` frees the block's forward tensor ``I`` (a saved tensor), ``-in`` the block's input (the previous
 block's output or the embedding's), ``-g`` the gradient the phase above passed down, ``-hI`` the loss phase's
-tensor ``I``. Sizes: ``T`` tokens of the micro-batch, ``h`` width, ``k`` key/value width (heads x head_dim),
-``f`` MLP width, ``V`` vocabulary, trailing digit the bytes per element; ``bas4`` the fp32 logsumexp (batch x heads
-x sequence), ``sd4`` RoPE's conjugated complex64 frequencies (sequence x head_dim / 2 x 8 B), ``S4`` a scalar. Phases: ``FORWARD`` (a block: its
-RMSNorms upcast to fp32, q/k/v, RoPE in fp32, SDPA, wo, SwiGLU), ``HEAD`` (final norm, output layer, the fp32
-logits torchtitan keeps through the backward, ``F.cross_entropy`` and its backward into the last block),
-``BACKWARD`` (a block's recompute and gradients; each weight gradient freed once produced, as FSDP reduces and
-frees the unsharded gradient), ``TAIL`` (the embedding's gradient, then ``del pred, loss``). With grouped-query
-attention ``repeat_kv`` copies k and v to the query heads (``FORWARD_GQA``: two ``clone``s, freed with q and v's
-inputs after wo; ``BACKWARD_GQA``: their gradients summed back to the key/value heads); torchtitan's loss of
-late 2024 (``HEAD_FREED``, ``TAIL_FREED``) takes the 16-bit logits, casts them to fp32 inside ``loss_fn``, and
-train.py deletes them before the backward (pytorch/torchtitan 9dec370 train.py; kernels/alloc_trace.py
-``logits_kept=False``). Adam's two fp32
-states of every parameter's 1/``shard`` piece are created after the first step's backward (torch.optim's lazy
-``_init_group``); the replay runs two steps (caching_allocator.replay).
+tensor ``I``. Sizes: ``T`` tokens of the micro-batch, ``h`` width, ``k`` key/value width (heads x head_dim), ``f``
+MLP width, ``V`` vocabulary, trailing digit the bytes per element; ``bas4`` the fp32 logsumexp (batch x heads x
+sequence), ``sd4`` RoPE's conjugated complex64 frequencies (sequence x head_dim / 2 x 8 B), ``S4`` a scalar.
+Phases: ``FORWARD`` (a block: its RMSNorms upcast to fp32, q/k/v, RoPE in fp32, SDPA, wo, SwiGLU), ``HEAD`` (final
+norm, output layer, the fp32 logits torchtitan keeps through the backward, ``F.cross_entropy`` and its backward
+into the last block), ``BACKWARD`` (a block's recompute and gradients; each weight gradient freed once produced, as
+FSDP reduces and frees the unsharded gradient), ``TAIL`` (the embedding's gradient, then ``del pred, loss``). With
+grouped-query attention ``repeat_kv`` copies k and v to the query heads (``FORWARD_GQA``: two ``clone``s, freed
+with q and v's inputs after wo; ``BACKWARD_GQA``: their gradients summed back to the key/value heads); torchtitan's
+loss of late 2024 (``HEAD_FREED``, ``TAIL_FREED``) takes the 16-bit logits, casts them to fp32 inside ``loss_fn``,
+and train.py deletes them before the backward (pytorch/torchtitan 9dec370 train.py; kernels/alloc_trace.py
+``logits_kept=False``). Adam's two fp32 states of every parameter's 1/``shard`` piece are created after the first
+step's backward (torch.optim's lazy ``_init_group``); the replay runs two steps (caching_allocator.replay).
 
 ``op_sac_cached_bytes`` returns the replay's reserved peak less its allocated peak: the compute stream's cached
-bytes at the reserved peak, in place of the loss-stage term, where the scenario runs this code -- torch FSDP
-(1 or 2) over eager torchtitan blocks (shapes.LayerShape.titan) with per-op SAC, multi-head or grouped-query
-attention (not one key/value head, whose ``repeat_kv`` is a view), no TP / CP / PP, one micro-batch per step and
-torchtitan's eager fp32 loss (cross_entropy eager_fp32 or eager_fp32_kept), or that step compiled (below); ``None``
-elsewhere. Left out, as in the trace: FSDP's side-stream pools (fsdp_stream_pools.py), its unsharded parameters and gradients (FSDP2 holds a unit's unsharded gradients
-until its reduce-scatter copy-in; FSDP1 concatenates them into the flat gradient), CUDA's flash-attention
-workspaces (the trace dispatches to the CPU kernel), the optimizer's foreach temporaries. Held against the
-trace's replay in tests/test_op_sac_trace.py. PR #165's Llama 2 7B step: 4.29 GiB where the loss-stage term
-gives 2.0 (FSDP1) and 2.9 (FSDP2) (benchmarks/bench_titan_allocator_trace.py); late 2024's Llama 3.1 8B step
-(local batch 2 x 8192): 7.45 GiB on 8 ranks and 6.71 on 128, where it gives 6.2.
+bytes at the reserved peak, in place of the loss-stage term, where the scenario runs this code -- torch FSDP (1 or
+2) over eager torchtitan blocks (shapes.LayerShape.titan) with per-op SAC, multi-head or grouped-query attention
+(not one key/value head, whose ``repeat_kv`` is a view), no TP / CP / PP, one micro-batch per step and torchtitan's
+eager fp32 loss (cross_entropy eager_fp32 or eager_fp32_kept), or that step compiled (below); ``None`` elsewhere.
+Left out, as in the trace: FSDP's side-stream pools (fsdp_stream_pools.py), its unsharded parameters and gradients
+(FSDP2 holds a unit's unsharded gradients until its reduce-scatter copy-in; FSDP1 concatenates them into the flat
+gradient), CUDA's flash-attention workspaces (the trace dispatches to the CPU kernel), the optimizer's foreach
+temporaries. Held against the trace's replay in tests/test_op_sac_trace.py. PR #165's Llama 2 7B step: 4.29 GiB
+where the loss-stage term gives 2.0 (FSDP1) and 2.9 (FSDP2) (benchmarks/bench_titan_allocator_trace.py); late
+2024's Llama 3.1 8B step (local batch 2 x 8192): 7.45 GiB on 8 ranks and 6.71 on 128, where it gives 6.2.
 
 Adam's lazily created states land in the segments the first step's loss and blocks left cached, so the reserved
 peak hardly depends on the shard they are cut to once they fit there: on Llama 3.1 8B's step (local batch 2 x

@@ -20,9 +20,10 @@ two hops on the gather stream (``_hierarchical_all_gather_params``): first over 
 local index in each node it spans (``param_inter_node_shard_group``, the rank's shard and its counterparts': span/S
 of the call's bytes, NIC), then, after a copy of that output into place (``HIERARCHY_COPY_PASSES``), over the group's
 ranks in the node (``param_intra_node_group``, the whole call's bytes, NVLink) -- so each node's NICs carry
-(span-1)/span of the parameters instead of a flat ring's (S-1)/S (``hierarchical_gather``). The two hops run one after the other, and each call pays its own pipeline fill
-(cost_models/collectives.py), so on nodes whose NICs match NVLink (8 HDR NICs per DGX A100) or with small calls the
-flat gather stays the faster one; on thin-NIC nodes with large calls the hierarchical one wins, as MiCS reports.
+(span-1)/span of the parameters instead of a flat ring's (S-1)/S (``hierarchical_gather``). The two hops run one
+after the other, and each call pays its own pipeline fill (cost_models/collectives.py), so on nodes whose NICs
+match NVLink (8 HDR NICs per DGX A100) or with small calls the flat gather stays the faster one; on thin-NIC nodes
+with large calls the hierarchical one wins, as MiCS reports.
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ partition_parameters.py unpacks each gathered parameter in ``AllGatherCoalescedH
   the contiguous bucket (``__add_grad_to_ipg_bucket``: ``new_grad_tensor.copy_(param.grad)`` into
   ``__ipg_bucket_flat_buffer`` on the reduce stream, with ``contiguous_gradients`` on by default; stage3.py of
   v0.12.3 and of 38327e07), and reduce_scatter_coalesced's ``torch.cat`` of the per-rank views into one
-  interleaved buffer and its in-place ``div_`` (read and write the bucket three times: ``COALESCE_HBM_PASSES``). The AMSP trace of DeepSpeed ZeRO-3 (arXiv:2311.00257v2, Sec. VI-C, Fig. 14) shows
-  these reduce-scatters not overlapped with computation even with ``overlap_comm`` on.
+  interleaved buffer and its in-place ``div_`` (read and write the bucket three times: ``COALESCE_HBM_PASSES``).
+  The AMSP trace of DeepSpeed ZeRO-3 (arXiv:2311.00257v2, Sec. VI-C, Fig. 14) shows these reduce-scatters not
+  overlapped with computation even with ``overlap_comm`` on.
 * GPU, on the compute stream: the wait's ``torch.cat`` of a gathered parameter's per-rank pieces into
   ``param.data`` (read and write the parameter: ``UNPACK_HBM_PASSES``) each time it is gathered, for the
   parameters of calls that hold two or more (``zero3_gathers.coalesced``); a single-parameter call gathers
