@@ -64,7 +64,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from itertools import pairwise
 
-from .host import ATTN_OPS, EXPERT_GEMMS, EXPERT_QUANTIZE, HOST_LOOP_OP_S, HOST_OP_S, MLP_OPS, MOE_OPS
+from .host import ATTN_OPS, HOST_LOOP_OP_S, HOST_OP_S, MLP_OPS, MOE_OPS, expert_launches, moe_reruns
 from .host_issue import host_idle_s
 from .moe_issue import SYNC_LEAD_OPS, synced_idle_s
 from .shapes import layer_shape
@@ -109,16 +109,12 @@ def _moe_layer_ops(shp, full: bool) -> tuple[int, int, int, int]:
     own = MOE_LAYER_OWN_OPS
     lat = LATENT_OPS if shp.lat else (0, 0)
     shared = MLP_OPS if shp.fs else (0, 0)
-    rerun_moe = full or shp.recomputes("moe")
-    rerun_shared = bool(shp.fs) and (rerun_moe or shp.recomputes("shared_experts"))
+    rerun_moe, rerun_shared = moe_reruns(shp)
     fwd = own[0] + MOE_OPS[0] + shared[0] + lat[0]
     bwd = (own[1] + MOE_OPS[1] + shared[1] + lat[1] + (own[0] if full else 0)
            + ((MOE_OPS[0] + lat[0]) if rerun_moe else 0) + (shared[0] if rerun_shared else 0))
-    quant = shp.dtype in ("fp8", "nvfp4")
-    per_f = EXPERT_GEMMS[0] + (EXPERT_QUANTIZE[0] if quant else 0)
-    per_b = EXPERT_GEMMS[1] + (EXPERT_QUANTIZE[1] if quant else 0) + (per_f if rerun_moe else 0)
-    local = max(1, shp.experts // shp.ep)
-    return fwd, local * per_f, bwd, local * per_b
+    launch_f, launch_b = expert_launches(shp, rerun_moe)
+    return fwd, launch_f, bwd, launch_b
 
 
 def hybrid_issue(scenario) -> HybridIssue | None:
@@ -138,7 +134,7 @@ def hybrid_issue(scenario) -> HybridIssue | None:
         pattern=m.hybrid_pattern, ops=ops,
         fwd_s={k: o[0] * op + o[1] * loop for k, o in ops.items()},
         bwd_s={k: o[2] * op + o[3] * loop for k, o in ops.items()},
-        lead_s=SYNC_LEAD_OPS * op, resync=full or shp.recomputes("moe"))
+        lead_s=SYNC_LEAD_OPS * op, resync=moe_reruns(shp)[0])
 
 
 def sync_spans(pattern: str, forward: bool = True) -> list[str]:
