@@ -31,12 +31,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trainsim.cost_models import compute
-from trainsim.cost_models.grad_buffer import whole_tensor_buckets
 from trainsim.cost_models.param_tensors import chunk_tensors
 from trainsim.specs.mics import is_mics
 
 from .costtable import Transfer
 from .exposures import _coll, _links
+from .zero3_reduce import reduce_buckets
 
 if TYPE_CHECKING:
     from .step_context import _Step
@@ -50,15 +50,14 @@ HIERARCHY_COPY_PASSES = 4
 
 def _bucket_calls(st: _Step, s: int) -> tuple[int, float]:
     """(reduce buckets, parameters) of stage ``s``'s gradients per micro-batch: DeepSpeed ZeRO-3's
-    reduce_bucket_size buckets of whole tensors, per chunk, as zero3_reduce.serialized_reduce_s counts its
-    reduce-scatters."""
+    reduce_bucket_size buckets of whole tensors per chunk (zero3_reduce.reduce_buckets)."""
     scenario = st.scenario
     calls, params = 0, 0.0
     for c in range(scenario.layout.vpp):
         tensors = chunk_tensors(scenario, scenario.virtual_stage(s, c))
         n = sum(t.elems for t in tensors)
         if n > 0:
-            calls += whole_tensor_buckets(n, st.reduce_bucket_params or n, len(tensors))
+            calls += reduce_buckets(st, n, len(tensors))
             params += n
     return calls, params
 

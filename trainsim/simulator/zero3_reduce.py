@@ -180,6 +180,13 @@ def shard_paced(scenario, base: PassIssue, looped: PassIssue, profile=None) -> P
     return replace(looped, fwd_s=fwd, bwd_s=(fwd if full else 0.0) + own_base * rb + own_added * wb)
 
 
+def reduce_buckets(st: _Step, params: float, tensors: int) -> int:
+    """Reduce-scatter calls DeepSpeed ZeRO-3 issues for ``params`` gradient elements in ``tensors`` whole tensors:
+    one per ``reduce_bucket_size`` bucket of whole tensors (``_Step.reduce_bucket_params``; one bucket where
+    unset)."""
+    return whole_tensor_buckets(params, st.reduce_bucket_params or params, tensors)
+
+
 def serialized_reduce_s(st: _Step, params: float, vstage: int) -> tuple[float, float]:
     """(forward, backward) GPU seconds per micro-batch that DeepSpeed ZeRO-3 adds to one chunk's passes on
     its ``params`` (module doc): the unpacking copies of the coalesced gathers' parameters (their share of the
@@ -193,7 +200,7 @@ def serialized_reduce_s(st: _Step, params: float, vstage: int) -> tuple[float, f
     share = zero3_gathers.coalesced(chunk, tr.framework)[2] / total if total > 0 else 0.0
     if mics.gathers_in_place(scenario):  # DeepSpeed-MiCS: nothing to unpack (specs/mics.py)
         share = 0.0
-    calls = whole_tensor_buckets(params, st.reduce_bucket_params or params, tensors)
+    calls = reduce_buckets(st, params, tensors)
     grad_bytes = params * tr.grad_bytes
     lat, bw = _coll("reduce_scatter", grad_bytes / calls, group, scenario, st.profile)
     hbm = st.slowest * compute.memory_time_s(COALESCE_HBM_PASSES * grad_bytes, st.hw, st.profile, "copy")
