@@ -66,7 +66,7 @@ from itertools import pairwise
 
 from .host import ATTN_OPS, HOST_LOOP_OP_S, HOST_OP_S, MLP_OPS, MOE_OPS, expert_launches, moe_reruns
 from .host_issue import host_idle_s
-from .moe_issue import SYNC_LEAD_OPS, synced_idle_s
+from .moe_issue import SYNC_LEAD_OPS, eager_megatron_on_gpus, synced_idle_s
 from .shapes import layer_shape
 
 MAMBA_OPS = (14, 46)         # (forward, backward) Python-dispatched ops of a Mamba layer at micro-batch 1 (module doc)
@@ -123,8 +123,7 @@ def hybrid_issue(scenario) -> HybridIssue | None:
     dense-block path, which has no sync)."""
 
     m, t, cluster = scenario.model, scenario.training, scenario.cluster
-    if (not m.is_hybrid or "E" not in m.hybrid_pattern or t.framework != "megatron"
-            or t.host_issue_mode != "eager" or getattr(cluster.gpu, "num_sms", None) is None):
+    if not m.is_hybrid or "E" not in m.hybrid_pattern or not eager_megatron_on_gpus(scenario):
         return None
     shp = layer_shape(scenario.model_copy(update={"model": m.hybrid_kind("E")}))
     op, loop = HOST_OP_S[cluster.host_cpu], HOST_LOOP_OP_S[cluster.host_cpu]

@@ -72,13 +72,20 @@ class MoeIssue:
     ops: tuple[int, int, int, int]  # (fwd Python ops, fwd per-expert launches, bwd ops, bwd launches) of a MoE block
 
 
+def eager_megatron_on_gpus(scenario) -> bool:
+    """Whether ``scenario`` runs Megatron-Core issued eagerly on GPUs, where the dispatcher's host sync is costed
+    (module doc; a CPU profile has no ``num_sms``)."""
+    t = scenario.training
+    return (t.framework == "megatron" and t.host_issue_mode == "eager"
+            and getattr(scenario.cluster.gpu, "num_sms", None) is not None)
+
+
 def moe_block_issue(scenario) -> MoeIssue | None:
     """Host issue of ``scenario``'s blocks where it is part of the step: a Megatron-Core MoE model (not a hybrid
     Mamba stack) on GPUs, issued eagerly; None elsewhere."""
 
     m, t, cluster = scenario.model, scenario.training, scenario.cluster
-    if (not m.is_moe or m.is_hybrid or t.framework != "megatron" or t.host_issue_mode != "eager"
-            or getattr(cluster.gpu, "num_sms", None) is None):
+    if not m.is_moe or m.is_hybrid or not eager_megatron_on_gpus(scenario):
         return None
     host = cluster.host_cpu
     p = moe_block_host_passes(layer_shape(scenario), host)
