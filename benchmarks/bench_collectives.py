@@ -15,19 +15,14 @@ from __future__ import annotations
 import random
 import time
 
+from bench_common import per_call_s
+
 from trainsim.specs.memo import active_memo, memo_scope
 from trainsim.cost_models import collectives as C
 from trainsim.cost_models.contention import Flow, max_min_rates
 from trainsim.specs import build_scenario, load_cluster
 from trainsim.topologies import Fabric, GroupShape, build_graph, place
 from trainsim.topologies import placement as P
-
-
-def timed(fn, repeat: int = 1) -> float:
-    t0 = time.perf_counter()
-    for _ in range(repeat):
-        fn()
-    return (time.perf_counter() - t0) / repeat
 
 
 def main() -> None:
@@ -42,8 +37,8 @@ def main() -> None:
         pl = place(s)
         return {d: pl.group(d) for d in ("tp", "cp", "ep", "dp", "pp")}, pl.pp_p2p(0)
 
-    t_cold = timed(cold_place, 20)
-    t_warm = timed(lambda: place(s).groups(), 2000)
+    t_cold = per_call_s(cold_place, 20)
+    t_warm = per_call_s(lambda: place(s).groups(), 2000)
     print(f"placement + 5 group shapes + pp pair, cold: {t_cold * 1e3:.2f} ms; warm: {t_warm * 1e6:.1f} us")
 
     groups, pair = cold_place()
@@ -67,16 +62,16 @@ def main() -> None:
     fab = Fabric.of(s.cluster)
     for size, stride in ((128, 128), (2048, 8)):
         ranks = list(range(0, size * stride, stride))
-        t = timed(lambda: GroupShape.of_ranks(ranks, fab), 50)
+        t = per_call_s(lambda: GroupShape.of_ranks(ranks, fab), 50)
         print(f"GroupShape.of_ranks({size} ranks) on 16,384 GPUs: {t * 1e3:.3f} ms")
 
     for nflows in (100, 1000):
         flows = [Flow.between(fab, rng.randrange(16384), rng.randrange(16384), 1e9) for _ in range(nflows)]
-        t = timed(lambda: max_min_rates(flows, fab.capacity), 3)
+        t = per_call_s(lambda: max_min_rates(flows, fab.capacity), 3)
         print(f"max_min_rates with {nflows} flows: {t * 1e3:.1f} ms")
 
     c1k = load_cluster("dgx-h100", 1024)
-    t = timed(lambda: build_graph(c1k), 3)
+    t = per_call_s(lambda: build_graph(c1k), 3)
     g = build_graph(c1k)
     print(f"build_graph(1,024 GPUs): {t * 1e3:.0f} ms ({g.number_of_nodes()} vertices, {g.number_of_edges()} edges)")
 

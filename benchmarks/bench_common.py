@@ -1,4 +1,5 @@
-"""Helpers the benchmark scripts share: pinning the process to one core, and timing one call.
+"""Helpers the benchmark scripts share: pinning the process to one core, timing one call, and the per-call time
+of a repeated call.
 
 Imported by the scripts beside it (``python benchmarks/bench_*.py`` puts this folder on ``sys.path``).
 """
@@ -22,3 +23,17 @@ def timed(fn) -> tuple[float, object]:
     t0 = time.perf_counter()
     out = fn()
     return time.perf_counter() - t0, out
+
+
+def per_call_s(fn, n: int = 1, rounds: int = 1, warm: bool = False) -> float:
+    """Seconds per call of ``fn``: the fastest of ``rounds`` rounds of ``n`` calls (the round least disturbed by
+    other load on a shared host), after one untimed call where ``warm`` (caches filled, nothing built on first use)."""
+    if warm:
+        fn()
+    best = float("inf")
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        best = min(best, time.perf_counter() - t0)
+    return best / n

@@ -8,16 +8,11 @@ from __future__ import annotations
 
 import time
 
+from bench_common import per_call_s
+
 from trainsim.specs.memo import memo_scope
 from trainsim.cost_models import activations, compute, flops, memory
 from trainsim.specs import build_scenario
-
-
-def _per_call_us(fn, n: int) -> float:
-    t0 = time.perf_counter()
-    for _ in range(n):
-        fn()
-    return (time.perf_counter() - t0) / n * 1e6
 
 
 def main() -> None:
@@ -44,8 +39,7 @@ def main() -> None:
         ("inflight_microbatches", lambda: memory.inflight_microbatches("interleaved", 16, 16, 0, 2)),
     ]
     for name, fn in rows:
-        fn()
-        print(f"  {name + ':':34s} {_per_call_us(fn, 2000):9.1f} us")
+        print(f"  {name + ':':34s} {1e6 * per_call_s(fn, 2000, warm=True):9.1f} us")
 
 
 if __name__ == "__main__":

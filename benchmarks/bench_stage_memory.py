@@ -8,7 +8,7 @@ terms are warm and the figure is stage_memory's own work.
 
 from __future__ import annotations
 
-import time
+from bench_common import per_call_s
 
 from trainsim.cost_models import memory
 from trainsim.specs import build_scenario
@@ -25,22 +25,11 @@ SCENARIOS = {
 }
 
 
-def _per_call_us(fn, n: int, rounds: int = 7) -> float:
-    """The fastest of ``rounds`` rounds of ``n`` calls, per call (the least disturbed by other load)."""
-    fn()
-    best = float("inf")
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn()
-        best = min(best, time.perf_counter() - t0)
-    return best / n * 1e6
-
-
 def main() -> None:
     for name, spec in SCENARIOS.items():
         scn = build_scenario(spec)
-        print(f"{name}: stage_memory {_per_call_us(lambda: memory.stage_memory(scn, 0), 300):8.1f} us per call")
+        per_call = per_call_s(lambda: memory.stage_memory(scn, 0), 300, rounds=7, warm=True)
+        print(f"{name}: stage_memory {1e6 * per_call:8.1f} us per call")
 
 
 if __name__ == "__main__":

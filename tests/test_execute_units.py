@@ -60,7 +60,7 @@ def test_meter_is_byte_exact_for_a_gpt_block():
     assert got["forward_calls"] == [1]
     # Full recompute (torch.utils.checkpoint per block): only the block input stays.
     assert _saved_bytes("tiny-gpt", "full", b, s)["saved_per_microbatch_bytes"] == e * s * b * h
-    # Selective (attention core checkpointed): the logsumexp is no longer saved.
+    # Selective (attention core checkpointed): the logsumexp is not saved.
     assert _saved_bytes("tiny-gpt", "selective", b, s)["saved_per_microbatch_bytes"] == \
         16 * e * s * b * h + 2 * 2 * 4 * b * s
 

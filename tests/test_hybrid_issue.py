@@ -95,7 +95,7 @@ def test_backward_runs_ahead_over_the_chunk_unless_recomputed():
 
 def test_cost_table_and_predict_carry_the_host():
     """Nemotron 3 Nano on GB200: the chunk's host issue is the pattern's layers' (23 M, 23 E, 6 *), its forward idle
-    at least the 23 lead-ins, and predict no longer warns of a host-bound risk left out of the step."""
+    at least the 23 lead-ins, and predict warns of no host-bound risk left out of the step."""
     s = scen(dtype="fp8", fp8_recipe="mxfp8")
     issue = hybrid_issue(s)
     c = build_cost_table(s).stages[0].chunks[0]

@@ -280,6 +280,28 @@ def test_nemotron_h_config_json_refusals(extra, field):
         load_model({**NANO_HF, **extra})
 
 
+@pytest.mark.parametrize("key", ["use_bias", "mamba_proj_bias", "attention_bias", "mlp_bias"])
+def test_nemotron_h_biases_are_refused_by_name(key):
+    """Every bias key of NemotronHConfig is refused with the hybrid stack's reason, the attention and MLP ones
+    included (the shared mapper's Llama-family refusal does not answer for nemotron_h)."""
+    from trainsim.specs.errors import SpecError
+    with pytest.raises(SpecError) as ei:
+        load_model({**NANO_HF, key: True})
+    assert ei.value.field == f"model.{key}" and "hybrid Mamba stack" in str(ei.value)
+
+
+def test_nemotron_h_attention_bias_on_the_cli_is_one_line_exit_2(tmp_path, capsys):
+    import json
+
+    from trainsim.cli.main import main
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**NANO_HF, "attention_bias": True}))
+    assert main(["predict", "--model", str(path), "--cluster", "gb200-nvl72", "--gpus", "8", "--ep", "8",
+                 "--global-batch", "8", "--seq-len", "4096", "--fast"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "model.attention_bias" in err[0] and "hybrid Mamba stack" in err[0]
+
+
 def test_nemotron_h_config_json_with_mtp_is_the_lightning_preset():
     light = load_model({**NANO_HF, "num_nextn_predict_layers": 2, "mtp_hybrid_override_pattern": "*E"})
     preset = load_model("nemotron-3.5-lightning-30b-a3b")

@@ -80,7 +80,7 @@ def test_dominance_pruning_loses_no_ranked_layout(small_plan):
         assert lighter and all(k.time_to_train_s <= r.time_to_train_s for k in lighter)
         copies.add(r.candidate.key())
     # ... and rank by rank the pruned plan is at least as good as the exhaustive one without those copies
-    # (dominated duplicates no longer take top-K slots).
+    # (dominated duplicates take no top-K slots).
     distinct = [r for r in exhaustive if r.candidate.key() not in copies]
     assert all(a.time_to_train_s <= b.time_to_train_s * (1 + 1e-12) for a, b in zip(pruned, distinct))
     assert [r.candidate.gpus for r in full.pareto] == [r.candidate.gpus for r in small_plan.pareto]

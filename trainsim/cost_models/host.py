@@ -68,6 +68,24 @@ class MoeHostPasses:
         return self.fwd_s + self.bwd_s
 
 
+def moe_reruns(shp: LayerShape) -> tuple[bool, bool]:
+    """(the MoE layer's forward, the shared expert's forward) re-run in the backward: the MoE layer (with its shared
+    expert) under full recompute or the 'moe' module, the shared expert alone under 'shared_experts'."""
+    rerun_moe = shp.recompute == "full" or shp.recomputes("moe")
+    return rerun_moe, bool(shp.fs) and (rerun_moe or shp.recomputes("shared_experts"))
+
+
+def expert_launches(shp: LayerShape, rerun_moe: bool) -> tuple[int, int]:
+    """(forward, backward) kernels the routed experts launch from TE's C++ loop on one rank per micro-batch: each
+    local expert's GEMMs and, under fp8 / nvfp4, its quantize kernels; a recomputed MoE forward's again in the
+    backward."""
+    quant = shp.dtype in ("fp8", "nvfp4")
+    per_f = EXPERT_GEMMS[0] + (EXPERT_QUANTIZE[0] if quant else 0)
+    per_b = EXPERT_GEMMS[1] + (EXPERT_QUANTIZE[1] if quant else 0) + (per_f if rerun_moe else 0)
+    local = max(1, shp.experts // shp.ep)
+    return local * per_f, local * per_b
+
+
 def moe_block_host_passes(shp: LayerShape, host_cpu: str = "x86") -> MoeHostPasses:
     """Host work of one MoE block (attention half + MoE layer, a shared expert included) by pass; ``host_cpu`` is
     ClusterSpec.host_cpu. A recomputed forward issues its ops again in the backward: everything under full
@@ -75,17 +93,13 @@ def moe_block_host_passes(shp: LayerShape, host_cpu: str = "x86") -> MoeHostPass
     'shared_experts'."""
     if not shp.is_moe:
         raise ValueError("moe_block_host_passes needs a MoE block")
-    local = max(1, shp.experts // shp.ep)
     fwd_py = ATTN_OPS[0] + MOE_OPS[0] + (MLP_OPS[0] if shp.fs else 0)
     bwd_py = ATTN_OPS[1] + MOE_OPS[1] + (MLP_OPS[1] if shp.fs else 0)
-    per_expert_f = EXPERT_GEMMS[0] + (EXPERT_QUANTIZE[0] if shp.dtype in ("fp8", "nvfp4") else 0)
-    per_expert_b = EXPERT_GEMMS[1] + (EXPERT_QUANTIZE[1] if shp.dtype in ("fp8", "nvfp4") else 0)
     full = shp.recompute == "full"
-    rerun_moe = full or shp.recomputes("moe")
-    rerun_shared = bool(shp.fs) and (rerun_moe or shp.recomputes("shared_experts"))
+    rerun_moe, rerun_shared = moe_reruns(shp)
     bwd_py += (ATTN_OPS[0] if full else 0) + (MOE_OPS[0] if rerun_moe else 0) + (MLP_OPS[0] if rerun_shared else 0)
-    fwd = (fwd_py, local * per_expert_f)
-    bwd = (bwd_py, local * (per_expert_b + (per_expert_f if rerun_moe else 0)))
+    launch_f, launch_b = expert_launches(shp, rerun_moe)
+    fwd, bwd = (fwd_py, launch_f), (bwd_py, launch_b)
     op, loop = HOST_OP_S[host_cpu], HOST_LOOP_OP_S[host_cpu]
     return MoeHostPasses(fwd, bwd, fwd[0] * op + fwd[1] * loop, bwd[0] * op + bwd[1] * loop, rerun_moe)
 

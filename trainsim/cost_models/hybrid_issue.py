@@ -62,9 +62,11 @@ Not modelled: the MTP depths' layers (their host work is left out), the spread o
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
-from .host import ATTN_OPS, EXPERT_GEMMS, EXPERT_QUANTIZE, HOST_LOOP_OP_S, HOST_OP_S, MLP_OPS, MOE_OPS
-from .moe_issue import SYNC_LEAD_OPS
+from .host import ATTN_OPS, HOST_LOOP_OP_S, HOST_OP_S, MLP_OPS, MOE_OPS, expert_launches, moe_reruns
+from .host_issue import host_idle_s
+from .moe_issue import SYNC_LEAD_OPS, eager_megatron_on_gpus, synced_idle_s
 from .shapes import layer_shape
 
 MAMBA_OPS = (14, 46)         # (forward, backward) Python-dispatched ops of a Mamba layer at micro-batch 1 (module doc)
@@ -107,16 +109,12 @@ def _moe_layer_ops(shp, full: bool) -> tuple[int, int, int, int]:
     own = MOE_LAYER_OWN_OPS
     lat = LATENT_OPS if shp.lat else (0, 0)
     shared = MLP_OPS if shp.fs else (0, 0)
-    rerun_moe = full or shp.recomputes("moe")
-    rerun_shared = bool(shp.fs) and (rerun_moe or shp.recomputes("shared_experts"))
+    rerun_moe, rerun_shared = moe_reruns(shp)
     fwd = own[0] + MOE_OPS[0] + shared[0] + lat[0]
     bwd = (own[1] + MOE_OPS[1] + shared[1] + lat[1] + (own[0] if full else 0)
            + ((MOE_OPS[0] + lat[0]) if rerun_moe else 0) + (shared[0] if rerun_shared else 0))
-    quant = shp.dtype in ("fp8", "nvfp4")
-    per_f = EXPERT_GEMMS[0] + (EXPERT_QUANTIZE[0] if quant else 0)
-    per_b = EXPERT_GEMMS[1] + (EXPERT_QUANTIZE[1] if quant else 0) + (per_f if rerun_moe else 0)
-    local = max(1, shp.experts // shp.ep)
-    return fwd, local * per_f, bwd, local * per_b
+    launch_f, launch_b = expert_launches(shp, rerun_moe)
+    return fwd, launch_f, bwd, launch_b
 
 
 def hybrid_issue(scenario) -> HybridIssue | None:
@@ -125,8 +123,7 @@ def hybrid_issue(scenario) -> HybridIssue | None:
     dense-block path, which has no sync)."""
 
     m, t, cluster = scenario.model, scenario.training, scenario.cluster
-    if (not m.is_hybrid or "E" not in m.hybrid_pattern or t.framework != "megatron"
-            or t.host_issue_mode != "eager" or getattr(cluster.gpu, "num_sms", None) is None):
+    if not m.is_hybrid or "E" not in m.hybrid_pattern or not eager_megatron_on_gpus(scenario):
         return None
     shp = layer_shape(scenario.model_copy(update={"model": m.hybrid_kind("E")}))
     op, loop = HOST_OP_S[cluster.host_cpu], HOST_LOOP_OP_S[cluster.host_cpu]
@@ -136,7 +133,7 @@ def hybrid_issue(scenario) -> HybridIssue | None:
         pattern=m.hybrid_pattern, ops=ops,
         fwd_s={k: o[0] * op + o[1] * loop for k, o in ops.items()},
         bwd_s={k: o[2] * op + o[3] * loop for k, o in ops.items()},
-        lead_s=SYNC_LEAD_OPS * op, resync=full or shp.recomputes("moe"))
+        lead_s=SYNC_LEAD_OPS * op, resync=moe_reruns(shp)[0])
 
 
 def sync_spans(pattern: str, forward: bool = True) -> list[str]:
@@ -149,12 +146,12 @@ def sync_spans(pattern: str, forward: bool = True) -> list[str]:
     starts = marks if forward else [i + 1 for i in marks]
     rolled = pattern[starts[0]:] + pattern[:starts[0]]
     cuts = [s - starts[0] for s in starts] + [len(pattern)]
-    return [rolled[a:b] for a, b in zip(cuts, cuts[1:])]
+    return [rolled[a:b] for a, b in pairwise(cuts)]
 
 
 def _span_idle_s(spans: list[str], host: dict[str, float], gpu: dict[str, float], lead_s: float) -> float:
     """Idle of the sync-bounded spans: each its host's excess over its GPU time, plus the lead-in."""
-    return sum(max(0.0, sum(host[c] for c in sp) - sum(gpu[c] for c in sp)) + lead_s for sp in spans)
+    return sum(synced_idle_s(sum(host[c] for c in sp), sum(gpu[c] for c in sp), lead_s) for sp in spans)
 
 
 def hybrid_chunk_idle_s(issue: HybridIssue, gpu_f: dict[str, float], gpu_b: dict[str, float],
@@ -176,7 +173,7 @@ def hybrid_chunk_idle_s(issue: HybridIssue, gpu_f: dict[str, float], gpu_b: dict
     if issue.resync:
         idle_b = _span_idle_s(sync_spans(issue.pattern, forward=False), issue.bwd_s, gpu_b, issue.lead_s)
     else:  # no sync in the backward: the host runs ahead over the chunk
-        idle_b = max(0.0, sum(issue.bwd_s[c] for c in issue.pattern) - chunk_gpu_bwd_s)
+        idle_b = host_idle_s(chunk_gpu_bwd_s, hybrid_chunk_issue_s(issue)[1])
     return idle_f, (1.0 - pair) * idle_b
 
 

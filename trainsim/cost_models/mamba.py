@@ -33,9 +33,10 @@ above that the Triton kernels reach.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
-from trainsim.specs.model import mamba_in_proj_width
+from trainsim.specs.model import mamba_conv_channels, mamba_in_proj_width
 
 from . import activations as act
 from .flops import _NORM_FLOPS, Op, _elementwise, _linear, _norm, _residual
@@ -66,21 +67,23 @@ SSD_PASSES_BWD = {"inner": 16, "hn": 7, "gn": 8, "cb_g": 3, "cb_h": 4}
 # its 16-bit writes of dstates and the converted states, then the 16-bit reads of dstates by
 # _chunk_scan_chunk_state_bwd_dx and _chunk_state_bwd_db and of states by _chunk_scan_bwd_dC: 6 fp32 + 5 16-bit.
 SSD_STATE_PASSES_FWD = (2, 2)
+SSD_STATE_PASSES_BWD = (6, 5)
 # Kernels one pass of the scan launches, each with its own GPUSpec.kernel_overhead_s. Forward: the five Triton
 # kernels of _mamba_chunk_scan_combined_fwd (_chunk_cumsum_fwd, _chunk_state_fwd, _state_passing_fwd, _bmm_chunk_fwd,
 # _chunk_scan_fwd) and MambaMixer._ssm_training's parameter casts (A = -exp(A_log.float()): cast, exp, neg;
 # dt_bias.float(): Megatron's Float16Module keeps them in the 16-bit dtype; D is passed uncast unless D_has_hdim,
 # which the Nemotron configs leave off -- Megatron-LM megatron/core/ssm/mamba_mixer.py, MambaMixer._ssm_training).
-# Backward: the fifteen Triton kernels of _mamba_chunk_scan_combined_bwd (the recomputed cumsum, CB, chunk states and state passing; bwd_dz, dstates,
-# state_passing_bwd, the dx, dB, dC, dCB kernels, two _bmm_chunk_bwd, ddAcs_stable, _chunk_cumsum_bwd), its torch
-# ops (dt.clone; dD's zeros and sum; the dB, dC and dCB split sums; ddA_prev's in-place add, flip, cumsum, flip; the
-# two adds into ddA) and the four casts' gradients.
+# Backward: the fifteen Triton kernels of _mamba_chunk_scan_combined_bwd (the recomputed cumsum, CB, chunk states
+# and state passing; bwd_dz, dstates, state_passing_bwd, the dx, dB, dC, dCB kernels, two _bmm_chunk_bwd,
+# ddAcs_stable, _chunk_cumsum_bwd), its torch ops (dt.clone; dD's zeros and sum; the dB, dC and dCB split sums;
+# ddA_prev's in-place add, flip, cumsum, flip; the two adds into ddA) and the four casts' gradients.
 SSD_KERNELS_FWD = 5 + 4
 SSD_KERNELS_BWD = 15 + 12 + 4
-SSD_STATE_PASSES_BWD = (6, 5)
 
 
-def _ssd_bytes(shp: LayerShape, passes: dict, state_passes: tuple[int, int]) -> float:
+def _ssd_bytes(shp: LayerShape, passes: dict[str, int], state_passes: tuple[int, int]) -> float:
+    """HBM bytes of one pass of the SSD scan on one rank: ``passes`` over each tensor family (``SSD_PASSES_*``),
+    ``state_passes`` over the chunk states (``SSD_STATE_PASSES_*``), and the fp32 dt, softplus(dt) and dA cumsum."""
     e, T, t = shp.e, shp.tokens, shp.tp
     inner, heads, groups = shp.mh * shp.mp // t, shp.mh // t, shp.mg // t
     state_elems = (T / shp.mchunk) * heads * shp.mp * shp.mn
@@ -124,7 +127,7 @@ def _conv_op(shp: LayerShape) -> Op:
     causal_conv1d_bwd_function's fp32 zeros for dweight and dbias, the backward kernel and the two casts back
     (causal-conv1d causal_conv1d/cpp_functions.py)."""
     e = shp.e
-    ch = (shp.mh * shp.mp + 2 * shp.mg * shp.mn) // shp.tp
+    ch = mamba_conv_channels(shp.mh * shp.mp, shp.mg, shp.mn) // shp.tp
     n = shp.tokens * ch
     return _elementwise("mamba_conv1d", "elementwise", n, 2 * e, 5 * e, 2.0 * shp.mconv + 4.0, launches=(1, 6))
 
@@ -164,7 +167,7 @@ def mamba_mixer_ops(shp: LayerShape) -> list[Op]:
     ]
 
 
-def hybrid_layer_ops(shp: LayerShape, block_ops) -> tuple[Op, ...]:
+def hybrid_layer_ops(shp: LayerShape, block_ops: Callable[[LayerShape], tuple[Op, ...]]) -> tuple[Op, ...]:
     """The ops of one hybrid layer of kind ``shp.kind``: the Mamba mixer's, or the attention half (up to and with
     the first residual add) / the MLP or MoE half (the rest) of ``block_ops(shape)``, flops.py's block. Megatron's
     hybrid stack (megatron/core/models/hybrid/hybrid_layer_specs.py) fuses the pre-norm into the first linear of
@@ -196,7 +199,7 @@ def mamba_activation_bytes(shp: LayerShape, gemm_input_e: int) -> float:
             + e * T * (zxbcdt + 2 * inner) + STATE_BYTES * T * shp.mg // t + gemm_input_e * T * inner)
 
 
-def hybrid_activation_bytes(shp: LayerShape, impl: str):
+def hybrid_activation_bytes(shp: LayerShape, impl: str) -> act.ActivationBytes:
     """Saved activations of one hybrid layer (activations.ActivationBytes). Full recompute keeps each layer's input
     (Megatron checkpoints every layer). A Mamba layer saves mamba_activation_bytes. The attention and MLP / MoE
     layers are the halves of activations.py's transformer block, which sums one norm's input, statistics and output
@@ -226,12 +229,14 @@ def hybrid_activation_bytes(shp: LayerShape, impl: str):
     return act.ActivationBytes(main=whole.main - attn.main - dropped, small=whole.small - attn.small)
 
 
-def hybrid_params_rank(model, attn: float, mlp, tp: int, ep: int, etp: int | None) -> tuple[float, float]:
-    """(dense, expert) parameters of a hybrid stack's mean layer on one rank (memory.layer_params_per_rank):
-    each kind with its pre-norm -- the Mamba mixer wholly split over TP (in_proj, conv, dt_bias, A_log, D, its
-    norm and out_proj are all partitioned in MambaMixer), ``attn`` the TP-split attention, ``mlp(f, split)`` a
-    split MLP of ``width``; a MoE layer's router, shared expert and LatentMoE projections (duplicated over TP) dense,
-    its routed experts (at the latent width with LatentMoE) over ep (and etp)."""
+def hybrid_params_rank(model, attn: float, mlp: Callable[..., float], tp: int, ep: int,
+                       etp: int | None) -> tuple[float, float]:
+    """(dense, expert) parameters of a hybrid stack's mean layer on one rank (memory.layer_params_per_rank): each
+    kind with its pre-norm -- the Mamba mixer wholly split over TP (in_proj, conv, dt_bias, A_log, D, its norm and
+    out_proj are all partitioned in MambaMixer), ``attn`` the TP-split attention, ``mlp(ffn[, split, width])`` a
+    TP-split MLP of ``ffn`` (split over ``split`` ranks, input width ``width``); a MoE layer's router, shared
+    expert and LatentMoE projections (duplicated over TP) dense, its routed experts (at the latent width with
+    LatentMoE) over ep (and etp)."""
     norm = model.norm_params()
     per_kind = {"M": (model.mamba_params() / tp, 0.0), "*": (attn, 0.0), "-": (mlp(model.ffn), 0.0)}
     if model.is_moe:

@@ -41,9 +41,9 @@ excess (nearly always none: a dense block's GPU time is the larger).
 
 Not modelled: the spread of the EP ranks' hosts (the all-to-all waits for the slowest one; cost_models.host_jitter
 has no measured spread for these blocks), the kernels queued between the D2H copy and the sync (the first
-permutation, a few microseconds), frameworks other than Megatron-Core, and CUDA graphs (``training.host_issue`` other than eager is refused
-for MoE models: TE's partial graphs of attn / moe_router / moe_preprocess keep the sync, and the share of
-``MOE_OPS`` those scopes capture is not counted).
+permutation, a few microseconds), frameworks other than Megatron-Core, and CUDA graphs (``training.host_issue``
+other than eager is refused for MoE models: TE's partial graphs of attn / moe_router / moe_preprocess keep the
+sync, and the share of ``MOE_OPS`` those scopes capture is not counted).
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .host import ATTN_OPS, HOST_OP_S, MLP_OPS, moe_block_host_passes
+from .host_issue import host_idle_s
 from .shapes import layer_shape
 
 # Python-dispatched calls the host issues after ``d2h_event.synchronize()`` before the GPU has work again: the
@@ -71,13 +72,20 @@ class MoeIssue:
     ops: tuple[int, int, int, int]  # (fwd Python ops, fwd per-expert launches, bwd ops, bwd launches) of a MoE block
 
 
+def eager_megatron_on_gpus(scenario) -> bool:
+    """Whether ``scenario`` runs Megatron-Core issued eagerly on GPUs, where the dispatcher's host sync is costed
+    (module doc; a CPU profile has no ``num_sms``)."""
+    t = scenario.training
+    return (t.framework == "megatron" and t.host_issue_mode == "eager"
+            and getattr(scenario.cluster.gpu, "num_sms", None) is not None)
+
+
 def moe_block_issue(scenario) -> MoeIssue | None:
     """Host issue of ``scenario``'s blocks where it is part of the step: a Megatron-Core MoE model (not a hybrid
     Mamba stack) on GPUs, issued eagerly; None elsewhere."""
 
     m, t, cluster = scenario.model, scenario.training, scenario.cluster
-    if (not m.is_moe or m.is_hybrid or t.framework != "megatron" or t.host_issue_mode != "eager"
-            or getattr(cluster.gpu, "num_sms", None) is None):
+    if not m.is_moe or m.is_hybrid or not eager_megatron_on_gpus(scenario):
         return None
     host = cluster.host_cpu
     p = moe_block_host_passes(layer_shape(scenario), host)
@@ -90,7 +98,7 @@ def moe_block_issue(scenario) -> MoeIssue | None:
 
 def synced_idle_s(host_s: float, gpu_s: float, lead_s: float) -> float:
     """GPU idle of one pass that starts at a host sync: the host's excess over the GPU's time, plus the lead-in."""
-    return max(0.0, host_s - gpu_s) + lead_s
+    return host_idle_s(gpu_s, host_s) + lead_s
 
 
 def moe_chunk_idle_s(issue: MoeIssue, moe: tuple[tuple[int, float, float, float, float], ...],
@@ -103,8 +111,8 @@ def moe_chunk_idle_s(issue: MoeIssue, moe: tuple[tuple[int, float, float, float,
     EP overlap); ``dense``: (dense blocks, forward and backward GPU seconds of one); ``chunk_gpu_bwd_s``: the chunk's
     whole backward on the GPU's stream; ``pair``: the share of the passes EP overlap pairs."""
     n_d, gd_f, gd_b = dense
-    idle_f = n_d * max(0.0, issue.dense_fwd_s - gd_f)
-    idle_b = n_d * max(0.0, issue.dense_bwd_s - gd_b)
+    idle_f = n_d * host_idle_s(gd_f, issue.dense_fwd_s)
+    idle_b = n_d * host_idle_s(gd_b, issue.dense_bwd_s)
     for n, g_f, g_b, g_pair_f, g_pair_b in moe:
         own_f = synced_idle_s(issue.fwd_s, g_f, issue.lead_s)
         paired = synced_idle_s(issue.fwd_s + issue.bwd_s, g_pair_f + g_pair_b, issue.lead_s)
@@ -112,7 +120,7 @@ def moe_chunk_idle_s(issue: MoeIssue, moe: tuple[tuple[int, float, float, float,
         idle_b += n * synced_idle_s(issue.bwd_s, g_b, issue.lead_s)
     if not issue.resync:  # no sync in the backward: the host runs ahead over the chunk
         n = sum(kind[0] for kind in moe)
-        idle_b = max(0.0, n * issue.bwd_s + n_d * issue.dense_bwd_s - chunk_gpu_bwd_s)
+        idle_b = host_idle_s(chunk_gpu_bwd_s, moe_chunk_issue_s(issue, n, n_d)[1])
     return idle_f, (1.0 - pair) * idle_b
 
 

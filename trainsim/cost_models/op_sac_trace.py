@@ -16,40 +16,39 @@ torch's own trace of one block (kernels/alloc_trace.py, recorded under FakeTenso
 layer, step and width): per op ``+SIZE`` allocates the phase's next tensor and ``-i`` frees the phase's tensor
 ``i``; ``-fI`` frees the block's forward tensor ``I`` (a saved tensor), ``-in`` the block's input (the previous
 block's output or the embedding's), ``-g`` the gradient the phase above passed down, ``-hI`` the loss phase's
-tensor ``I``. Sizes: ``T`` tokens of the micro-batch, ``h`` width, ``k`` key/value width (heads x head_dim),
-``f`` MLP width, ``V`` vocabulary, trailing digit the bytes per element; ``bas4`` the fp32 logsumexp (batch x heads x sequence), ``sd4`` RoPE's conjugated
-complex64 frequencies (sequence x head_dim / 2 x 8 B), ``S4`` a scalar. Phases: ``FORWARD`` (a block: its
-RMSNorms upcast to fp32, q/k/v, RoPE in fp32, SDPA, wo, SwiGLU), ``HEAD`` (final norm, output layer, the fp32
-logits torchtitan keeps through the backward, ``F.cross_entropy`` and its backward into the last block),
-``BACKWARD`` (a block's recompute and gradients; each weight gradient freed once produced, as FSDP reduces and
-frees the unsharded gradient), ``TAIL`` (the embedding's gradient, then ``del pred, loss``). With grouped-query
-attention ``repeat_kv`` copies k and v to the query heads (``FORWARD_GQA``: two ``clone``s, freed with q and v's
-inputs after wo; ``BACKWARD_GQA``: their gradients summed back to the key/value heads); torchtitan's loss of
-late 2024 (``HEAD_FREED``, ``TAIL_FREED``) takes the 16-bit logits, casts them to fp32 inside ``loss_fn``, and
-train.py deletes them before the backward (pytorch/torchtitan 9dec370 train.py; kernels/alloc_trace.py
-``logits_kept=False``). Adam's two fp32
-states of every parameter's 1/``shard`` piece are created after the first step's backward (torch.optim's lazy
-``_init_group``); the replay runs two steps (caching_allocator.replay).
+tensor ``I``. Sizes: ``T`` tokens of the micro-batch, ``h`` width, ``k`` key/value width (heads x head_dim), ``f``
+MLP width, ``V`` vocabulary, trailing digit the bytes per element; ``bas4`` the fp32 logsumexp (batch x heads x
+sequence), ``sd4`` RoPE's conjugated complex64 frequencies (sequence x head_dim / 2 x 8 B), ``S4`` a scalar.
+Phases: ``FORWARD`` (a block: its RMSNorms upcast to fp32, q/k/v, RoPE in fp32, SDPA, wo, SwiGLU), ``HEAD`` (final
+norm, output layer, the fp32 logits torchtitan keeps through the backward, ``F.cross_entropy`` and its backward
+into the last block), ``BACKWARD`` (a block's recompute and gradients; each weight gradient freed once produced, as
+FSDP reduces and frees the unsharded gradient), ``TAIL`` (the embedding's gradient, then ``del pred, loss``). With
+grouped-query attention ``repeat_kv`` copies k and v to the query heads (``FORWARD_GQA``: two ``clone``s, freed
+with q and v's inputs after wo; ``BACKWARD_GQA``: their gradients summed back to the key/value heads); torchtitan's
+loss of late 2024 (``HEAD_FREED``, ``TAIL_FREED``) takes the 16-bit logits, casts them to fp32 inside ``loss_fn``,
+and train.py deletes them before the backward (pytorch/torchtitan 9dec370 train.py; kernels/alloc_trace.py
+``logits_kept=False``). Adam's two fp32 states of every parameter's 1/``shard`` piece are created after the first
+step's backward (torch.optim's lazy ``_init_group``); the replay runs two steps (caching_allocator.replay).
 
 ``op_sac_cached_bytes`` returns the replay's reserved peak less its allocated peak: the compute stream's cached
-bytes at the reserved peak, in place of the loss-stage term, where the scenario runs this code -- torch FSDP
-(1 or 2) over eager torchtitan blocks (shapes.LayerShape.titan) with per-op SAC, multi-head or grouped-query
-attention (not one key/value head, whose ``repeat_kv`` is a view), no TP / CP / PP, one micro-batch per step and
-torchtitan's eager fp32 loss (cross_entropy eager_fp32 or eager_fp32_kept), or that step compiled (below); ``None`` elsewhere. Left out, as in the trace: FSDP's side-stream
-pools (fsdp_stream_pools.py), its unsharded parameters and gradients (FSDP2 holds a unit's unsharded gradients
-until its reduce-scatter copy-in; FSDP1 concatenates them into the flat gradient), CUDA's flash-attention
-workspaces (the trace dispatches to the CPU kernel), the optimizer's foreach temporaries. Held against the
-trace's replay in tests/test_op_sac_trace.py. PR #165's Llama 2 7B step: 4.29 GiB where the loss-stage term
-gives 2.0 (FSDP1) and 2.9 (FSDP2) (benchmarks/bench_titan_allocator_trace.py); late 2024's Llama 3.1 8B step
-(local batch 2 x 8192): 7.45 GiB on 8 ranks and 6.71 on 128, where it gives 6.2.
+bytes at the reserved peak, in place of the loss-stage term, where the scenario runs this code -- torch FSDP (1 or
+2) over eager torchtitan blocks (shapes.LayerShape.titan) with per-op SAC, multi-head or grouped-query attention
+(not one key/value head, whose ``repeat_kv`` is a view), no TP / CP / PP, one micro-batch per step and torchtitan's
+eager fp32 loss (cross_entropy eager_fp32 or eager_fp32_kept), or that step compiled (below); ``None`` elsewhere.
+Left out, as in the trace: FSDP's side-stream pools (fsdp_stream_pools.py), its unsharded parameters and gradients
+(FSDP2 holds a unit's unsharded gradients until its reduce-scatter copy-in; FSDP1 concatenates them into the flat
+gradient), CUDA's flash-attention workspaces (the trace dispatches to the CPU kernel), the optimizer's foreach
+temporaries. Held against the trace's replay in tests/test_op_sac_trace.py. PR #165's Llama 2 7B step: 4.29 GiB
+where the loss-stage term gives 2.0 (FSDP1) and 2.9 (FSDP2) (benchmarks/bench_titan_allocator_trace.py); late
+2024's Llama 3.1 8B step (local batch 2 x 8192): 7.45 GiB on 8 ranks and 6.71 on 128, where it gives 6.2.
 
 Adam's lazily created states land in the segments the first step's loss and blocks left cached, so the reserved
 peak hardly depends on the shard they are cut to once they fit there: on Llama 3.1 8B's step (local batch 2 x
 8192, grouped-query attention, late 2024's loss) the replay reserves 62.15 GiB without states and 62.21, 62.31,
-62.23 GiB with the 1.87, 0.93, 0.47 GiB of states of 32, 64 and 128 ranks (7.48 GiB on 8 ranks no longer fit:
-69.98); the reserved figure falls from 32 to 64 ranks by what the rank's fp32 parameters and gradients lose, not
-by the states' 0.93 GiB (tests/test_op_sac_trace.py; the June 2025 H200 runs, memory_runs.csv tt25_h200_32/64,
-fall by 0.99 GiB where the states counted as allocated made the model's fall 2.34).
+62.23 GiB with the 1.87, 0.93, 0.47 GiB of states of 32, 64 and 128 ranks (the 7.48 GiB of 8 ranks do not fit
+there: 69.98); the reserved figure falls from 32 to 64 ranks by what the rank's fp32 parameters and gradients lose,
+not by the states' 0.93 GiB (tests/test_op_sac_trace.py; the June 2025 H200 runs, memory_runs.csv tt25_h200_32/64,
+fall by 0.99 GiB, where counting the states as allocated would make the model fall by 2.34).
 
 **Compiled steps** (``compiled_stand_in``): torchtitan compiles each block (and, from 2025, its loss) with the
 per-op policy inside; AOTAutograd's partitioner saves what the policy marks MUST_SAVE, so the saved tensors and
@@ -57,7 +56,7 @@ their order are the eager step's, and torchao's float8 Linear keeps the 16-bit o
 eager tables stand for the compiled step, the eager late-2024 loss for a compiled one: an upper estimate of its
 cached bytes, since Inductor fuses the RMSNorms' fp32 temporaries and the loss's fp32 copy -- the compiled rows
 of memory_runs.csv come out 1.4-2.5 % high with local batch 2 x 8192 (tt24_t1/t3_compile, tt25_h200) or 8 x 2048
-(tt165_fsdp2_sac_compile_resv), 5.2 % with 16 x 2048, where the loss-stage term left them up to 8.8 % low.
+(tt165_fsdp2_sac_compile_resv), 5.2 % with 16 x 2048, where the loss-stage term leaves them up to 8.8 % low.
 """
 
 from __future__ import annotations
@@ -71,7 +70,10 @@ from .shapes import layer_shape
 FP32_BYTES = 4
 
 
-def _table(*lines: str) -> tuple[tuple[str, ...], ...]:
+Table = tuple[tuple[str, ...], ...]  # one phase: per op its ``+SIZE`` / ``-REF`` tokens
+
+
+def _table(*lines: str) -> Table:
     """One phase's ops: each ``op +SIZE ... -REF ...`` (module doc), ``|`` between ops."""
     return tuple(tuple(op.split()[1:]) for line in lines for op in line.split("|"))
 
@@ -174,19 +176,20 @@ def sizes(*, b: int, s: int, h: int, a: int, f: int, vocab: int, kv: int | None 
             "hk2": k * h * e}
 
 
-def tables(*, gqa: bool, logits_kept: bool) -> tuple:
+def tables(*, gqa: bool, logits_kept: bool) -> tuple[Table, Table, Table, Table]:
     """(FORWARD, HEAD, BACKWARD, TAIL) of the step: multi-head or grouped-query attention (``repeat_kv``'s two
     copies, and their gradients' sums), torchtitan's loss of March 2024 (fp32 logits kept) or of late 2024."""
     return ((FORWARD_GQA if gqa else FORWARD), HEAD if logits_kept else HEAD_FREED,
             (BACKWARD_GQA if gqa else BACKWARD), TAIL if logits_kept else TAIL_FREED)
 
 
-def _last(table) -> int:
+def _last(table: Table) -> int:
     """Index of a phase's last allocation: a block's output, the gradient a backward phase passes down."""
     return sum(tok.startswith("+") for op in table for tok in op) - 1
 
 
-def _phase(table, tag, size: dict[str, int], refs: dict[str, object], fwd=None, head=None) -> list[tuple]:
+def _phase(table: Table, tag: tuple, size: dict[str, int], refs: dict[str, object], fwd: tuple | None = None,
+           head: tuple | None = None) -> list[tuple]:
     """The events of one phase: its tensors are ``(tag, i)``; ``refs`` maps ``in`` and ``g`` to handles."""
     events, n = [], 0
     for op in table:
@@ -205,7 +208,8 @@ def _phase(table, tag, size: dict[str, int], refs: dict[str, object], fwd=None, 
     return events
 
 
-def step_events(step: int, layers: int, size: dict[str, int], phases: tuple | None = None) -> list[tuple]:
+def step_events(step: int, layers: int, size: dict[str, int],
+                phases: tuple[Table, Table, Table, Table] | None = None) -> list[tuple]:
     """One training step's compute-stream events: embedding, the blocks' forwards, the loss, the blocks'
     backwards in reverse, the embedding's gradient; ``phases`` from ``tables`` (default multi-head attention,
     logits kept)."""

@@ -124,7 +124,7 @@ def _mamba(model, tp: int, p: str) -> list[ParamTensor]:
     """A Mamba-2 mixer's tensors (Megatron-Core MambaMixer, registration order): in_proj (z, x, B, C, dt), the conv1d
     weight and bias over x, B, C, dt_bias, A_log, D, the group RMSNorm weight and out_proj -- all split over TP."""
     h, di, heads = model.hidden, model.mamba_inner, model.mamba_nheads
-    conv = di + 2 * model.mamba_groups * model.mamba_state_dim
+    conv = model.mamba_conv_channels
 
     def split(name: str, elems: float, kind: str) -> ParamTensor:
         return ParamTensor(f"{p}.{name}", elems / tp, kind, tp > 1)

@@ -86,6 +86,13 @@ class _Block:
         bwd = t.bwd_input_s + t.bwd_weight_s + t.recompute_s
         return t.fwd_s + self.tp_f + self.cp_f, bwd + self.tp_b + self.cp_b
 
+    def ep_passes(self) -> tuple[float, float, float, float]:
+        """(forward, backward, paired forward, paired backward) seconds the GPU's stream is busy with one block per
+        micro-batch: ``gpu_passes`` with the block's exposed EP all-to-alls, unpaired and paired with another
+        micro-batch's pass under EP overlap (the MoE and hybrid host-issue rules, cost_models.moe_issue)."""
+        f, b = self.gpu_passes()
+        return f + self.ep_f, b + self.ep_b, f + self.ep_f_ov, b + self.ep_b_ov
+
 
 def _tp_dense_exposed(scenario: Scenario, groups: dict, profile, act_msg: float) -> tuple[float, float]:
     """Exposed TP seconds (forward, backward) of a block's two column/row-parallel pairs, by the framework's

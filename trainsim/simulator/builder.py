@@ -75,7 +75,8 @@ What goes where (choices documented here, once):
   see the stretched times; communication, PCIe copies and host time are not stretched.
 * Host: a chunk's forward (backward, with its recomputed forward) lasts at least the time its host needs to issue
   the blocks' kernels in eager PyTorch (cost_models/host_issue.py); the excess over the GPU's busy time is GPU
-  idle, recorded on ChunkCost.host_idle_* (dense blocks on GPUs; MoE blocks keep predict's host-bound warning).
+  idle, recorded on ChunkCost.host_idle_* (dense blocks; Megatron-Core MoE blocks and hybrid stacks by their
+  dispatcher's per-layer host sync, cost_models.moe_issue and hybrid_issue).
 * Memory: static weights/grads/optimizer/other from `cost_models.memory.stage_memory`; activations per
   chunk and micro-batch from `cost_models.activations` (the engine times their life); the recompute working
   set is held during each backward. A postponed weight-gradient pass (ZB) keeps the inputs and output
@@ -294,33 +295,18 @@ def _chunk(st: _Step, s: int, c: int, pair: float) -> ChunkCost:
     tp_bc = sum(k * b.tp_b for b, k in ck) + (st.sg_gather if vs < st.last_vs else 0.0)
     tp_fc += (st.vocab_tp.emb_fwd_s if vs == 0 else 0.0) + (st.vocab_tp.head_fwd_s if vs == st.last_vs else 0.0)
     tp_bc += st.vocab_tp.head_bwd_s if vs == st.last_vs else 0.0
-    # The GPU cannot run ahead of its host: a pass lasts at least the host's time to issue it; the
-    # excess over the GPU's busy time (compute + communication on its stream) is GPU idle.
     cp_fc, cp_bc = sum(k * b.cp_f for b, k in ck), sum(k * b.cp_b for b, k in ck)
-    tp_calls = max(1, host_issue.tp_collective_calls(scenario)[0])  # a forward's sync drains one of them
-    head = _head_issue(st) if vs == st.last_vs else None
-    gpu_b = cs.bi + cs.bw + cs.rc + off_b + tp_bc + cp_bc + dp_b  # the chunk's backward on the GPU's stream
-    if st.hybrid_issue is not None or st.moe_issue is not None:
-        gpu_b += sum(k * (b.ep_b_ov * pair + b.ep_b * (1 - pair)) for b, k in ck)
-    if st.hybrid_issue is not None:
-        idle_f, idle_b = _hybrid_idle(st, n, gpu_b, pair)
-        host_f, host_b = hybrid_issue.hybrid_chunk_issue_s(st.hybrid_issue)
-    elif st.moe_issue is not None:
-        idle_f, idle_b = _moe_idle(st, cs, n_d, gpu_b, pair)
-        host_f, host_b = moe_issue.moe_chunk_issue_s(st.moe_issue, n - n_d, n_d)
-    else:
-        idle_f, idle_b = host_issue.chunk_idle_s(st.issue, n, cs.f + off_f + tp_fc + cp_fc + dp_f, gpu_b, first=vs == 0,
-                                                 blocks=tuple((k, *b.gpu_passes(), b.tp_f / tp_calls)
-                                                              for b, k in cs.kinds if k),
-                                                 queued=framework.queued_microbatches(scenario), head=head)
-        host_f, host_b = host_issue.chunk_issue_s(st.issue, n, first=vs == 0, head=head)
+    ep_fc = sum(k * (b.ep_f_ov * pair + b.ep_f * (1 - pair)) for b, k in ck)
+    ep_bc = sum(k * (b.ep_b_ov * pair + b.ep_b * (1 - pair)) for b, k in ck)
+    gpu_f = cs.f + off_f + tp_fc + cp_fc + dp_f  # the chunk's forward on the GPU's stream (EP: _host_issue)
+    gpu_b = cs.bi + cs.bw + cs.rc + off_b + tp_bc + cp_bc + dp_b  # ... its backward
+    idle_f, idle_b, host_f, host_b = _host_issue(st, cs, vs, (n, n_d), (gpu_f, gpu_b, ep_bc), pair)
     return ChunkCost(
         fwd_s=cs.f + off_f + idle_f, bwd_input_s=cs.bi + off_b + idle_b, bwd_weight_s=cs.bw, recompute_s=cs.rc,
         host_idle_fwd_s=idle_f, host_idle_bwd_s=idle_b, host_issue_fwd_s=host_f, host_issue_bwd_s=host_b,
         tp_fwd_s=tp_fc, tp_bwd_s=tp_bc,
         cp_fwd_s=cp_fc, cp_bwd_s=cp_bc,
-        ep_fwd_s=sum(k * (b.ep_f_ov * pair + b.ep_f * (1 - pair)) for b, k in ck),
-        ep_bwd_s=sum(k * (b.ep_b_ov * pair + b.ep_b * (1 - pair)) for b, k in ck),
+        ep_fwd_s=ep_fc, ep_bwd_s=ep_bc,
         dp_fwd_s=dp_f, dp_bwd_s=dp_b,
         act_bytes=cs.a, w_retained_bytes=sum(k * b.w_keep_bytes for b, k in ck),
         bwd_transient_bytes=st.working if n else 0.0,
@@ -329,12 +315,32 @@ def _chunk(st: _Step, s: int, c: int, pair: float) -> ChunkCost:
     )
 
 
+def _host_issue(st: _Step, cs: _ChunkSums, vs: int, blocks: tuple[int, int], gpu: tuple[float, float, float],
+                pair: float) -> tuple[float, float, float, float]:
+    """(forward idle, backward idle, forward host, backward host) seconds per micro-batch of virtual stage ``vs``'s
+    chunk: the GPU cannot run ahead of its host, so a pass lasts at least the host's time to issue it and the excess
+    over the GPU's busy time (compute + communication on its stream) is GPU idle. ``blocks``: (all, dense) blocks
+    of the chunk; ``gpu``: its (forward, backward) GPU seconds without EP and its exposed backward EP seconds. Each
+    host model has its own rule: a hybrid stack's sync-bounded spans (cost_models.hybrid_issue), a MoE model's
+    per-block syncs (cost_models.moe_issue), and the dense blocks' (cost_models.host_issue)."""
+    (n, n_d), (gpu_f, gpu_b, ep_b) = blocks, gpu
+    if st.hybrid_issue is not None:
+        return (*_hybrid_idle(st, n, gpu_b + ep_b, pair), *hybrid_issue.hybrid_chunk_issue_s(st.hybrid_issue))
+    if st.moe_issue is not None:
+        return (*_moe_idle(st, cs, n_d, gpu_b + ep_b, pair), *moe_issue.moe_chunk_issue_s(st.moe_issue, n - n_d, n_d))
+    tp_calls = max(1, host_issue.tp_collective_calls(st.scenario)[0])  # a forward's sync drains one of them
+    head = _head_issue(st) if vs == st.last_vs else None
+    kinds = tuple((k, *b.gpu_passes(), b.tp_f / tp_calls) for b, k in cs.kinds if k)
+    idle = host_issue.chunk_idle_s(st.issue, n, gpu_f, gpu_b, first=vs == 0, blocks=kinds,
+                                   queued=framework.queued_microbatches(st.scenario), head=head)
+    return (*idle, *host_issue.chunk_issue_s(st.issue, n, first=vs == 0, head=head))
+
+
 def _moe_idle(st: _Step, cs: _ChunkSums, n_d: int, gpu_bwd_s: float, pair: float) -> tuple[float, float]:
     """(forward, backward) GPU idle per micro-batch of a Megatron-Core MoE chunk waiting for its host
     (cost_models.moe_issue): each MoE block's passes on the GPU's stream -- compute, TP, CP and the EP all-to-alls,
     unpaired and paired under EP overlap -- the dense blocks' (``n_d``: st.dense), and the chunk's backward."""
-    moe = tuple((k, b.gpu_passes()[0] + b.ep_f, b.gpu_passes()[1] + b.ep_b, b.gpu_passes()[0] + b.ep_f_ov,
-                 b.gpu_passes()[1] + b.ep_b_ov) for b, k in cs.kinds if k and not (n_d and b is st.dense))
+    moe = tuple((k, *b.ep_passes()) for b, k in cs.kinds if k and not (n_d and b is st.dense))
     dense = (n_d, *st.dense.gpu_passes()) if n_d else (0, 0.0, 0.0)
     return moe_issue.moe_chunk_idle_s(st.moe_issue, moe, dense, gpu_bwd_s, pair)
 
@@ -346,10 +352,10 @@ def _hybrid_idle(st: _Step, n: int, gpu_bwd_s: float, pair: float) -> tuple[floa
     issue = st.hybrid_issue
     if n != len(issue.pattern):
         raise ValueError(f"a hybrid stack's chunk holds its whole pattern ({len(issue.pattern)} layers), not {n}")
-    passes = {k: b.gpu_passes() for k, b in st.hybrid_kinds}
-    gpu_f = {k: passes[k][0] + b.ep_f for k, b in st.hybrid_kinds}
-    gpu_b = {k: passes[k][1] + b.ep_b for k, b in st.hybrid_kinds}
-    paired = {k: passes[k][0] + passes[k][1] + b.ep_f_ov + b.ep_b_ov for k, b in st.hybrid_kinds}
+    passes = {k: b.ep_passes() for k, b in st.hybrid_kinds}
+    gpu_f = {k: p[0] for k, p in passes.items()}
+    gpu_b = {k: p[1] for k, p in passes.items()}
+    paired = {k: p[2] + p[3] for k, p in passes.items()}
     return hybrid_issue.hybrid_chunk_idle_s(issue, gpu_f, gpu_b, gpu_bwd_s, pair, paired)
 
 

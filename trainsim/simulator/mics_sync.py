@@ -20,9 +20,10 @@ two hops on the gather stream (``_hierarchical_all_gather_params``): first over 
 local index in each node it spans (``param_inter_node_shard_group``, the rank's shard and its counterparts': span/S
 of the call's bytes, NIC), then, after a copy of that output into place (``HIERARCHY_COPY_PASSES``), over the group's
 ranks in the node (``param_intra_node_group``, the whole call's bytes, NVLink) -- so each node's NICs carry
-(span-1)/span of the parameters instead of a flat ring's (S-1)/S (``hierarchical_gather``). The two hops run one after the other, and each call pays its own pipeline fill
-(cost_models/collectives.py), so on nodes whose NICs match NVLink (8 HDR NICs per DGX A100) or with small calls the
-flat gather stays the faster one; on thin-NIC nodes with large calls the hierarchical one wins, as MiCS reports.
+(span-1)/span of the parameters instead of a flat ring's (S-1)/S (``hierarchical_gather``). The two hops run one
+after the other, and each call pays its own pipeline fill (cost_models/collectives.py), so on nodes whose NICs
+match NVLink (8 HDR NICs per DGX A100) or with small calls the flat gather stays the faster one; on thin-NIC nodes
+with large calls the hierarchical one wins, as MiCS reports.
 """
 
 from __future__ import annotations
@@ -30,12 +31,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trainsim.cost_models import compute
-from trainsim.cost_models.grad_buffer import whole_tensor_buckets
 from trainsim.cost_models.param_tensors import chunk_tensors
 from trainsim.specs.mics import is_mics
 
 from .costtable import Transfer
 from .exposures import _coll, _links
+from .zero3_reduce import reduce_buckets
 
 if TYPE_CHECKING:
     from .step_context import _Step
@@ -49,15 +50,14 @@ HIERARCHY_COPY_PASSES = 4
 
 def _bucket_calls(st: _Step, s: int) -> tuple[int, float]:
     """(reduce buckets, parameters) of stage ``s``'s gradients per micro-batch: DeepSpeed ZeRO-3's
-    reduce_bucket_size buckets of whole tensors, per chunk, as zero3_reduce.serialized_reduce_s counts its
-    reduce-scatters."""
+    reduce_bucket_size buckets of whole tensors per chunk (zero3_reduce.reduce_buckets)."""
     scenario = st.scenario
     calls, params = 0, 0.0
     for c in range(scenario.layout.vpp):
         tensors = chunk_tensors(scenario, scenario.virtual_stage(s, c))
         n = sum(t.elems for t in tensors)
         if n > 0:
-            calls += whole_tensor_buckets(n, st.reduce_bucket_params or n, len(tensors))
+            calls += reduce_buckets(st, n, len(tensors))
             params += n
     return calls, params
 

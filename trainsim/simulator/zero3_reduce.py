@@ -10,8 +10,9 @@ partition_parameters.py unpacks each gathered parameter in ``AllGatherCoalescedH
   the contiguous bucket (``__add_grad_to_ipg_bucket``: ``new_grad_tensor.copy_(param.grad)`` into
   ``__ipg_bucket_flat_buffer`` on the reduce stream, with ``contiguous_gradients`` on by default; stage3.py of
   v0.12.3 and of 38327e07), and reduce_scatter_coalesced's ``torch.cat`` of the per-rank views into one
-  interleaved buffer and its in-place ``div_`` (read and write the bucket three times: ``COALESCE_HBM_PASSES``). The AMSP trace of DeepSpeed ZeRO-3 (arXiv:2311.00257v2, Sec. VI-C, Fig. 14) shows
-  these reduce-scatters not overlapped with computation even with ``overlap_comm`` on.
+  interleaved buffer and its in-place ``div_`` (read and write the bucket three times: ``COALESCE_HBM_PASSES``).
+  The AMSP trace of DeepSpeed ZeRO-3 (arXiv:2311.00257v2, Sec. VI-C, Fig. 14) shows these reduce-scatters not
+  overlapped with computation even with ``overlap_comm`` on.
 * GPU, on the compute stream: the wait's ``torch.cat`` of a gathered parameter's per-rank pieces into
   ``param.data`` (read and write the parameter: ``UNPACK_HBM_PASSES``) each time it is gathered, for the
   parameters of calls that hold two or more (``zero3_gathers.coalesced``); a single-parameter call gathers
@@ -58,17 +59,16 @@ partition_parameters.py unpacks each gathered parameter in ``AllGatherCoalescedH
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from trainsim.cost_models import compute, host_issue, host_jitter, zero3_gathers
 from trainsim.cost_models.eager import block_style
-from trainsim.cost_models.shapes import layer_shape
 from trainsim.cost_models.grad_buffer import whole_tensor_buckets
 from trainsim.cost_models.host_issue import PassIssue
 from trainsim.cost_models.memory import shard_groups
-from trainsim.cost_models.param_tensors import ParamTensor, block_tensors, chunk_tensors, module_style, rank_tensors
+from trainsim.cost_models.param_tensors import ParamTensor, chunk_tensors, rank_tensors
+from trainsim.cost_models.shapes import layer_shape
 from trainsim.specs import framework_behaviour, mics
 
 from .exposures import _coll
@@ -98,16 +98,11 @@ BLOCK_CONTAINERS = 3
 
 
 def applies(scenario) -> bool:
-    """Whether the scenario's framework costs ZeRO-3 this way (ZeRO-3 over more than one data-parallel x context-parallel rank)."""
+    """Whether the scenario's framework costs ZeRO-3 this way (ZeRO-3 over more than one data-parallel x
+    context-parallel rank)."""
     tr = scenario.training
     return (framework_behaviour.behaviour(tr.framework).zero3_reduce_serialized and tr.effective_zero >= 3
             and scenario.dp * scenario.layout.cp > 1)
-
-
-def host_slice_s(tensors: int, ranks: int, ops_per_rank: int = REDUCE_OPS_PER_RANK, host_cpu: str = "x86") -> float:
-    """Host seconds of ``ops_per_rank`` aten dispatches per rank for each of ``tensors`` tensors."""
-    dispatch, _ = host_issue.op_seconds(host_cpu)
-    return tensors * ranks * ops_per_rank * dispatch
 
 
 def _model_gathers(scenario) -> tuple[list[ParamTensor], zero3_gathers.PassGathers]:
@@ -115,12 +110,6 @@ def _model_gathers(scenario) -> tuple[list[ParamTensor], zero3_gathers.PassGathe
     tensor is reduced; the coalesced calls hold two or more gathered tensors (zero3_gathers.pass_gathers)."""
     tensors = [t for s in range(scenario.layout.pp) for t in rank_tensors(scenario, s)]
     return tensors, zero3_gathers.pass_gathers(tensors, scenario.training.framework)
-
-
-def block_gather_calls(scenario) -> int:
-    """All-gathers ZeRO-3 issues for one block's pass (cost_models/zero3_gathers.py)."""
-    lay, fw = scenario.layout, scenario.training.framework
-    return zero3_gathers.gather_calls(block_tensors(scenario.model, lay.tp, lay.ep, scenario.expert_tp, module_style(fw)), fw)
 
 
 def hook_ops(scenario, model: tuple[list[ParamTensor], zero3_gathers.PassGathers] | None = None) -> tuple[int, int]:
@@ -161,7 +150,7 @@ def rank_loops(scenario, issue: PassIssue) -> PassIssue:
     regather = 2 if scenario.training.recompute == "full" else 1
     ops_f = gather_ops + hook_f
     ops_b = (regather - 1) * ops_f + gather_ops + hook_b + len(tensors) * REDUCE_OPS_PER_RANK * ranks
-    fwd_s, bwd_s = host_slice_s(ops_f, 1, 1, cpu), host_slice_s(ops_b, 1, 1, cpu)
+    fwd_s, bwd_s = host_issue.issue_s(ops_f, 0, cpu), host_issue.issue_s(ops_b, 0, cpu)  # aten dispatches
     return replace(issue, fwd_s=issue.fwd_s + fwd_s / layers, bwd_s=issue.bwd_s + bwd_s / layers,
                    fwd_ops=issue.fwd_ops + round(ops_f / layers), bwd_ops=issue.bwd_ops + round(ops_b / layers))
 
@@ -191,6 +180,13 @@ def shard_paced(scenario, base: PassIssue, looped: PassIssue, profile=None) -> P
     return replace(looped, fwd_s=fwd, bwd_s=(fwd if full else 0.0) + own_base * rb + own_added * wb)
 
 
+def reduce_buckets(st: _Step, params: float, tensors: int) -> int:
+    """Reduce-scatter calls DeepSpeed ZeRO-3 issues for ``params`` gradient elements in ``tensors`` whole tensors:
+    one per ``reduce_bucket_size`` bucket of whole tensors (``_Step.reduce_bucket_params``; one bucket where
+    unset)."""
+    return whole_tensor_buckets(params, st.reduce_bucket_params or params, tensors)
+
+
 def serialized_reduce_s(st: _Step, params: float, vstage: int) -> tuple[float, float]:
     """(forward, backward) GPU seconds per micro-batch that DeepSpeed ZeRO-3 adds to one chunk's passes on
     its ``params`` (module doc): the unpacking copies of the coalesced gathers' parameters (their share of the
@@ -204,7 +200,7 @@ def serialized_reduce_s(st: _Step, params: float, vstage: int) -> tuple[float, f
     share = zero3_gathers.coalesced(chunk, tr.framework)[2] / total if total > 0 else 0.0
     if mics.gathers_in_place(scenario):  # DeepSpeed-MiCS: nothing to unpack (specs/mics.py)
         share = 0.0
-    calls = whole_tensor_buckets(params, st.reduce_bucket_params or params, tensors)
+    calls = reduce_buckets(st, params, tensors)
     grad_bytes = params * tr.grad_bytes
     lat, bw = _coll("reduce_scatter", grad_bytes / calls, group, scenario, st.profile)
     hbm = st.slowest * compute.memory_time_s(COALESCE_HBM_PASSES * grad_bytes, st.hw, st.profile, "copy")

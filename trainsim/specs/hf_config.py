@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import SpecError
-from .hf_nemotron_h import nemotron_h_fields
+from .hf_nemotron_h import nemotron_h_bias_fields, nemotron_h_fields
 
 # Activation names of config.json -> (gated kind, ungated kind); None where the architecture cannot use it.
 _HF_ACT_KIND = {"silu": "silu", "swish": "silu", "swiglu": "silu", "gelu": "gelu", "gelu_new": "gelu",
@@ -260,8 +260,9 @@ def _ffn_hidden(d: Mapping, arch: HFArch, hidden: Any) -> Any:
 
 def _bias_fields(d: Mapping, model_type: str, arch: HFArch) -> dict:
     """Biases as each architecture places them: GPT-2 on every linear, Falcon's ``bias`` and OPT's ``enable_bias``
-    on every linear, Qwen2 on q/k/v only; the Llama family's ``attention_bias`` (q, k, v and o, not the MLP) and
-    ``mlp_bias`` have no ModelSpec equivalent and are refused (DeepSeek and GLM-4.5 map theirs later)."""
+    on every linear, Qwen2 on q/k/v only, none in a nemotron_h hybrid stack (hf_nemotron_h refuses its bias keys);
+    the Llama family's ``attention_bias`` (q, k, v and o, not the MLP) and ``mlp_bias`` have no ModelSpec
+    equivalent and are refused (DeepSeek and GLM-4.5 map theirs in _hf_architecture_fields)."""
     if model_type == "gpt2":
         return {"bias": True}
     if model_type == "falcon":
@@ -272,6 +273,8 @@ def _bias_fields(d: Mapping, model_type: str, arch: HFArch) -> dict:
         return {"bias": False}
     if model_type == "gpt_oss":
         return _gpt_oss_bias(d)
+    if model_type == "nemotron_h":
+        return nemotron_h_bias_fields(d)
     for key in ("attention_bias", "mlp_bias"):
         if d.get(key):
             raise SpecError(f"model.{key}", f"biases on the attention projections only (q, k, v and o) or on the "

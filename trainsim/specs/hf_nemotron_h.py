@@ -9,8 +9,9 @@ moe_intermediate_size and moe_shared_expert_intermediate_size (one shared expert
 layers (``E``), read only when the pattern has them; num_nextn_predict_layers MTP depths of mtp_hybrid_override_pattern's layers, sharing one module's weights
 unless mtp_use_repeated_layer is false (the bridge's _hf_mtp_config and its default True); moe_latent_size ->
 LatentMoE's latent width (provider_bridge sets provider.moe_latent_size from it). Refused: biases (use_bias,
-mamba_proj_bias, attention_bias, mlp_bias) or a conv without its bias (use_conv_bias false), which the Mamba parameter
-count does not describe.
+mamba_proj_bias, attention_bias, mlp_bias; ``nemotron_h_bias_fields``, which the shared mapper's bias step calls), a
+conv without its bias (use_conv_bias false) or more than one shared expert, which the parameter count does not
+describe.
 """
 
 from __future__ import annotations
@@ -23,13 +24,20 @@ from .errors import SpecError
 _REQUIRED = ("hybrid_override_pattern", "mamba_num_heads", "mamba_head_dim", "n_groups", "ssm_state_size",
              "num_key_value_heads")
 _MOE_REQUIRED = ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size")
+_BIAS_KEYS = ("use_bias", "mamba_proj_bias", "attention_bias", "mlp_bias")  # Mamba, attention and MLP linears
 _OPTIONAL = {"chunk_size": "mamba_chunk_size", "conv_kernel": "mamba_conv_kernel", "expand": "mamba_expand"}
 
 
-def _refuse(d: Mapping) -> None:
-    for key in ("use_bias", "mamba_proj_bias", "attention_bias", "mlp_bias"):
+def nemotron_h_bias_fields(d: Mapping) -> dict[str, Any]:
+    """ModelSpec bias fields of a nemotron_h config: none; SpecError naming the first bias key set (module doc)."""
+    for key in _BIAS_KEYS:
         if d.get(key):
             raise SpecError(f"model.{key}", "biases in a hybrid Mamba stack are not modelled")
+    return {"bias": False}
+
+
+def _refuse(d: Mapping) -> None:
+    """SpecError naming the first key of a layer the hybrid stack's parameter count does not describe."""
     if d.get("n_shared_experts", 1) != 1:
         raise SpecError("model.n_shared_experts", "a nemotron_h MoE layer has one shared expert of "
                                                   "moe_shared_expert_intermediate_size; more are not modelled")

@@ -41,7 +41,13 @@ engine) is refused.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .framework_behaviour import BEHAVIOURS
+
+if TYPE_CHECKING:
+    from .scenario import Scenario
+    from .training import Layout, TrainingSpec
 
 # deepspeed-2021 (microsoft/DeepSpeed@70adb32, 2021-07-12) predates MiCS (2e99f6ed, 2023-04-25).
 MICS_ORIGIN = "DeepSpeed-MiCS came in v0.9.2 (microsoft/DeepSpeed #2964, 2023-04-25)"
@@ -55,17 +61,17 @@ def mics_framework(framework: str) -> bool:
     return fw is not None and fw.deepspeed_engine and fw.zero3_reduce_serialized
 
 
-def mics_zero3(t) -> bool:
+def mics_zero3(t: TrainingSpec) -> bool:
     """Whether TrainingSpec ``t`` is ZeRO-3 under a MiCS framework, where a given shard group is MiCS's."""
     return mics_framework(t.framework) and t.effective_zero >= 3
 
 
-def is_mics(scenario) -> bool:
+def is_mics(scenario: Scenario) -> bool:
     """Whether ``scenario`` is DeepSpeed-MiCS with more than one replica (ZeRO-3 over dp_shard < dp ranks)."""
     return mics_zero3(scenario.training) and scenario.dp_shard < scenario.dp
 
 
-def gathers_in_place(scenario) -> bool:
+def gathers_in_place(scenario: Scenario) -> bool:
     """Whether ``scenario``'s ZeRO-3 gathers are MiCS's (``mics_shard_size`` given: Layout.dp_shard set under a MiCS
     framework, the whole dp included): ``all_gather_into_tensor`` into each parameter's own buffer, so no
     unpacking copy of the gathered pieces and no host loop over the ranks around it (module docstring)."""
@@ -82,7 +88,7 @@ def framework_refusal(framework: str) -> str | None:
             "costed for frameworks deepspeed and deepspeed-2023")
 
 
-def hierarchy_refusal(t, layout, gpus_per_node: int) -> str | None:
+def hierarchy_refusal(t: TrainingSpec, layout: Layout, gpus_per_node: int) -> str | None:
     """Why ``training.mics_hierarchical_gather`` is not a costed setting (None when it is): it needs MiCS (the shard
     group given under a MiCS framework with ZeRO-3), and DeepSpeed builds its groups only for a shard group spanning
     two or more nodes (mics_utils.py asserts ``n_span_nodes > 1``, "sharding spans on single node, no need for

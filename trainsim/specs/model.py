@@ -10,10 +10,17 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 PosInt = Field(gt=0, le=10_000_000)
 
 
+def mamba_conv_channels(inner: int, groups: int, state: int) -> int:
+    """Channels of a Mamba-2 mixer's depthwise conv1d over (x, B, C) (Megatron-Core MambaMixer,
+    megatron/core/ssm/mamba_mixer.py ``conv_dim``): d_inner + 2·G·N for G groups of state size N."""
+    return inner + 2 * groups * state
+
+
 def mamba_in_proj_width(inner: int, groups: int, state: int, heads: int) -> int:
     """Output width of a Mamba-2 mixer's in_proj h -> (z, x, B, C, dt) (Megatron-Core MambaMixer,
-    megatron/core/ssm/mamba_mixer.py): 2·d_inner + 2·G·N + H for d_inner = H·P, G groups of state size N."""
-    return 2 * inner + 2 * groups * state + heads
+    megatron/core/ssm/mamba_mixer.py): z (d_inner), the conv channels (x, B, C) and dt (H) -- 2·d_inner + 2·G·N + H
+    for d_inner = H·P."""
+    return inner + mamba_conv_channels(inner, groups, state) + heads
 
 
 class ModelSpec(BaseModel):
@@ -244,6 +251,11 @@ class ModelSpec(BaseModel):
         """Output width of a Mamba-2 layer's in_proj (mamba_in_proj_width)."""
         return mamba_in_proj_width(self.mamba_inner, self.mamba_groups, self.mamba_state_dim, self.mamba_nheads)
 
+    @property
+    def mamba_conv_channels(self) -> int:
+        """Channels of a Mamba-2 layer's conv1d (mamba_conv_channels)."""
+        return mamba_conv_channels(self.mamba_inner, self.mamba_groups, self.mamba_state_dim)
+
     def hybrid_counts(self) -> dict[str, int]:
         """Layers of each kind of a hybrid stack, in the order they first occur ({} without a pattern)."""
         p = self.hybrid_pattern or ""
@@ -266,8 +278,7 @@ class ModelSpec(BaseModel):
         channel); dt_bias, A_log and D (one per head, D_has_hdim False); the gated RMSNorm's d_inner weights;
         out_proj d_inner -> h, no bias. The layer's pre-norm is added by _hybrid_layer_params."""
         h, di, H = self.hidden, self.mamba_inner, self.mamba_nheads
-        conv_ch = di + 2 * self.mamba_groups * self.mamba_state_dim
-        return h * self.mamba_in_proj + conv_ch * (self.mamba_conv_kernel + 1) + 3 * H + di + di * h
+        return h * self.mamba_in_proj + self.mamba_conv_channels * (self.mamba_conv_kernel + 1) + 3 * H + di + di * h
 
     def _moe_mlp_params(self, experts: int | None = None) -> int:
         """A MoE MLP: ``experts`` routed experts (default all of them; top_k for the ones a token touches), the
