@@ -145,11 +145,12 @@ def test_per_rank_parameters_add_sinks_and_router_bias(tp, ep):
         assert dense + expert == m.layer_params()
 
 
-def _megatron_ops(fused_grouped_mlp=False, framework="megatron", seq=512):
+def _megatron_ops(fused_grouped_mlp=False, framework="megatron", seq=512, dispatcher=None, dtype="bf16"):
     sc = build_scenario({"model": "gpt-oss-20b", "cluster": {"preset": "dgx-h100", "num_gpus": 8},
                          "layout": {"ep": 8},
                          "training": {"seq_len": seq, "global_batch": 8, "micro_batch": 1, "framework": framework,
-                                      "fused_grouped_mlp": fused_grouped_mlp}})
+                                      "fused_grouped_mlp": fused_grouped_mlp, "moe_token_dispatcher": dispatcher,
+                                      "dtype": dtype}})
     return {op.name: op for op in layer_ops(sc)}
 
 
@@ -163,6 +164,27 @@ def test_megatron_eager_expert_passes_by_hand():
     assert "moe_act" in clamp.modules  # inside the moe_act checkpoint: recomputed with it
     assert (bias.fwd_bytes, bias.bwd_input_bytes) == (6 * e * routed * 2880, 8 * e * routed * 2880)
     assert (rope.fwd_bytes, rope.bwd_input_bytes) == (12 * e * 512 * 72 * 64, 13 * e * 512 * 72 * 64)
+
+
+def test_flex_dispatcher_fp32_probs_promote_the_bias_pass():
+    """The flex dispatcher (HybridEP / DeepEP) hands TEGroupedMLP fp32 probabilities, so ``t + b * p`` of
+    _apply_bias runs in fp32 and ``.to(bf16)`` casts back (mcore_experts.py). Per element of fc2's bf16 output:
+    forward b*p write 4, add read 2 + 4 write 4, cat 4 + 4, cast 4 + 2 = 28 bytes; backward the cast's gradient
+    2 + 4, the add's gradient cast 4 + 2, the split join 2 + 2, bias and probability gradients 3 x 4 each = 40."""
+    routed = 512 * 4
+    flex, a2a = _megatron_ops(dispatcher="flex")["expert_fc2_bias"], _megatron_ops(dispatcher="alltoall")
+    assert (flex.fwd_bytes, flex.bwd_input_bytes) == (28 * routed * 2880, 40 * routed * 2880)
+    bias = a2a["expert_fc2_bias"]  # 16-bit probabilities: the e-byte count of MCORE_EXPERT_BIAS_RW
+    assert (bias.fwd_bytes, bias.bwd_input_bytes) == (6 * 2 * routed * 2880, 8 * 2 * routed * 2880)
+    assert _megatron_ops()["expert_fc2_bias"] == bias  # dispatcher unstated: 16-bit, as alltoall
+
+
+def test_fp32_bias_bytes_reduce_to_the_16bit_count_at_4_bytes():
+    """With 4-byte activations the promotion changes nothing: no casts, every tensor fp32, so the fp32 count is
+    MCORE_EXPERT_BIAS_RW x 4 (a closed-form consistency check of both counts)."""
+    from trainsim.cost_models.mcore_experts import MCORE_EXPERT_BIAS_RW, fp32_expert_bias_bytes
+    assert fp32_expert_bias_bytes(4) == (MCORE_EXPERT_BIAS_RW[0] * 4, MCORE_EXPERT_BIAS_RW[1] * 4)
+    assert fp32_expert_bias_bytes(2) == (28, 40)
 
 
 def test_op_fuser_experts_drop_the_eager_passes():

@@ -42,6 +42,7 @@ from . import nvfp4
 from .autocast import RESIDUAL_BYTES, norm_output_casts
 from .framework import cross_entropy_bytes, eager_ce_cast_bytes, train_metric_bytes_per_logit
 from .host_issue import megatron_fused_softmax
+from .mcore_experts import MCORE_EXPERT_BIAS_RW, MCORE_GLU_CLAMP_RW, fp32_expert_bias_bytes
 from .shapes import DEFAULT_SELECTIVE as _CORE_ATTN
 from .shapes import LayerShape, block_kinds, layer_shape, mtp_kinds
 
@@ -57,19 +58,7 @@ _SOFTCAP_FLOPS = 3.0  # soft-capping c·tanh(x/c): divide, tanh, multiply
 # activation_func_clamp_value / glu_linear_offset): besides SwiGLU's sigmoid and two multiplies, the gate's
 # upper clamp, the up projection's two-sided clamp, the sigmoid's gain alpha and the +1 on up: 5 more per element.
 _GLU_CLAMP_FLOPS = 5.0
-# Megatron-Core's TEGroupedMLP (megatron/core/transformer/moe/experts.py and fusions/fused_bias_geglu.py at
-# NVIDIA/Megatron-LM b0cc2706, the commit Megatron-Bridge v0.3.0 pins) runs two gpt-oss steps as eager torch ops
-# outside its fused kernels, each a full pass over the experts' activations (bytes per element, units of e):
-# * the clamp (weighted_bias_quick_geglu_impl with clamp_value): fc1's output chunked, ``x_glu.clamp(max=c)`` and
-#   ``x_linear.clamp(-c, c)`` (read 1/2, write 1/2 each) and ``torch.cat`` of the two (read 1, write 1) before the
-#   fused activation: 4; backward each clamp's masked gradient (read the gradient and the input, write: 3 x 1/2)
-#   and the chunk's backward joining the two halves (read 1, write 1): 5. It lies inside the moe_act checkpoint.
-# * fc2's bias (linear_fc2 built with skip_bias_add=True; TEGroupedMLP._apply_bias): per local expert
-#   ``t + b * p`` (write the b*p product: 1; the add: read 2, write 1) and ``torch.cat`` of the experts (2): 6;
-#   backward the split's gradient joined into one tensor (2), the bias gradient ``(g * p)`` summed over tokens (3)
-#   and the probability gradient ``(g * b)`` summed over hidden (3): 8.
-MCORE_GLU_CLAMP_RW = (4, 5)
-MCORE_EXPERT_BIAS_RW = (6, 8)
+# Megatron-Core's eager clamp and fc2-bias passes over gpt-oss's expert activations: mcore_experts.py.
 # Megatron-Core's MoEAlltoAllTokenDispatcher (megatron/core/transformer/moe/token_dispatcher.py at b0cc2706): with
 # more than one local expert, the tokens the dispatch all-to-all delivers arrive grouped by source rank, so
 # dispatch_postprocess sorts them by local expert (sort_chunks_by_idxs, fused with moe_permute_fusion) and
@@ -398,8 +387,9 @@ def _moe_ops(shp: LayerShape) -> list[Op]:
                                 A2A_SORT_RW[1] * e, 0.0))
     ops += _mlp_ops(shp, per_expert, shp.fe, "expert_", batch=local_experts, split=shp.xtp, module="moe", width=w)
     if shp.bias and shp.mcore_experts:  # fc2's bias, added per local expert by TEGroupedMLP._apply_bias
-        fwd_rw, bwd_rw = MCORE_EXPERT_BIAS_RW
-        ops.append(_elementwise("expert_fc2_bias", "elementwise", routed * h, fwd_rw * e, bwd_rw * e, 2.0))
+        fwd_b, bwd_b = (fp32_expert_bias_bytes(e) if shp.fp32_probs
+                        else (MCORE_EXPERT_BIAS_RW[0] * e, MCORE_EXPERT_BIAS_RW[1] * e))
+        ops.append(_elementwise("expert_fc2_bias", "elementwise", routed * h, fwd_b, bwd_b, 2.0))
     if sort:  # combine_preprocess: the experts' outputs put back in the order the all-to-all delivered them
         ops.append(_elementwise("moe_unsort_chunks", "elementwise", routed * w, A2A_SORT_RW[0] * e,
                                 A2A_SORT_RW[1] * e, 0.0))

@@ -81,6 +81,7 @@ class LayerShape:
     mcore_rope_eager: bool = False  # Megatron runs RoPE unfused (YaRN: Megatron-Bridge turns apply_rope_fusion off)
     mcore_experts: bool = False  # the experts run Megatron-Core's eager TEGroupedMLP path (megatron, no op fuser)
     a2a_sort: bool = False  # Megatron-Core's alltoall dispatcher: received tokens sorted by local expert and back
+    fp32_probs: bool = False  # the experts get fp32 router probabilities (Megatron-Core's flex dispatcher)
     final_softcap: bool = False  # output logits soft-capped (Gemma 2)
     proj: int = 0             # word-embedding width projected to/from h (OPT word_embed_proj_dim; 0: none)
     moe_load: float = 1.0     # most loaded EP rank's tokens over the mean (moe_balance.py; 1 = even routing)
@@ -231,6 +232,7 @@ def _layer_shape(scenario) -> LayerShape:
         sinks=m.attn_sinks, glu_clamp=m.swiglu_limit is not None,
         mcore_experts=t.framework == "megatron" and m.is_moe and not t.fused_grouped_mlp,
         a2a_sort=m.is_moe and t.moe_token_dispatcher == "alltoall",
+        fp32_probs=m.is_moe and t.moe_token_dispatcher == "flex",
         mcore_rope_eager=t.framework == "megatron" and m.rope_yarn,
         proj=m.embed_proj_dim or 0, moe_load=scenario_moe_load_factor(scenario),
         te_cp_p2p=t.framework == "megatron" and lay.cp > 1 and t.cp_exchange == "p2p",

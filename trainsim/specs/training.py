@@ -251,9 +251,10 @@ class TrainingSpec(BaseModel):
         "MoEAlltoAllTokenDispatcher, which with more than one local expert sorts the received tokens by local expert "
         "after the dispatch all-to-all and restores their order before the combine (sort_chunks_by_idxs: one more read "
         "and write of the routed tokens each way, forward and backward); flex = MoEFlexTokenDispatcher (DeepEP / "
-        "HybridEP), which permutes once after its dispatch. None = not stated: the permute and unpermute every "
-        "dispatcher makes, no sort passes. The all-to-alls themselves are costed as NCCL all-to-alls either way; "
-        "framework megatron")
+        "HybridEP), which permutes once after its dispatch and hands the experts fp32 router probabilities (the eager "
+        "per-expert bias pass of a biased expert MLP then runs in fp32, cost_models/mcore_experts.py). None = not "
+        "stated: the permute and unpermute every dispatcher makes, no sort passes. The all-to-alls themselves are "
+        "costed as NCCL all-to-alls either way; framework megatron")
     moe_imbalance: float | None = Field(
         default=None, ge=1.0, allow_inf_nan=False, description="MoE routing imbalance: tokens of the most loaded "
         "expert-parallel rank over the mean (1 = even routing, at most ep); it scales the experts' GEMM time, the "

@@ -161,7 +161,7 @@ NEMO_NOTES = (
      "26.08 (nemo_ep_overlap_ranges()); the experts through Transformer Engine's op fuser (training.fused_grouped_mlp: "
      "the cuteDSL fused grouped MLP, use_transformer_engine_op_fuser) for GB300 / GB200 MXFP8 26.06-26.08 "
      "(nemo_fused_grouped_mlp_ranges()), else Megatron-Core's eager TEGroupedMLP path with its clamp and per-expert "
-     "fc2-bias passes; RoPE unfused (YaRN: Megatron-Bridge turns apply_rope_fusion off). Skipped (nemo_skipped_runs()): the 26.06.01 MXFP8 rows, which the table "
+     "fc2-bias passes (the latter in fp32 under the flex dispatcher, whose router probabilities are fp32); RoPE unfused (YaRN: Megatron-Bridge turns apply_rope_fusion off). Skipped (nemo_skipped_runs()): the 26.06.01 MXFP8 rows, which the table "
      "footnotes as a known regression (NVIDIA/cudnn-frontend issue 256: the cuteDSL fused grouped MLP's backward "
      "grouped-GEMM dGLU kernel 10x slower from cudnn-frontend 1.24.0), and the 25.11 rows, whose "
      "printed runs (seq 8192 on GB300 / GB200, ep 8 on B200, mbs 4 with GA 2 on H100) match no config of that "
