@@ -155,3 +155,17 @@ def test_dp_shard_and_expert_parallelism_are_refused():
 
 def test_the_step_is_predicted_end_to_end():
     assert predict(scenario(2), fast=True).step_time_s > 0
+
+
+def test_plan_keeps_the_instances_and_searches_zero_1_only(tmp_path, capsys):
+    """plan takes --distributed-optimizer-instances as a fixed setting (not searched): the distributed optimizer's
+    ZeRO-1 layouts whose dp it divides, none with ZeRO-2/3."""
+    import csv
+    import io
+    f = tmp_path / "s.yaml"
+    f.write_text("model: mpt-125m\ncluster: dgx-h100\ngpus: 16\n"
+                 "training: {seq_len: 2048, global_batch: 64, distributed_optimizer: true}\n")
+    assert main(["plan", str(f), "--distributed-optimizer-instances", "4", "--tp", "1", "--pp", "1",
+                 "--top", "3", "--csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert rows and all(r["zero"] == "1" and int(r["dp"]) % 4 == 0 for r in rows)
