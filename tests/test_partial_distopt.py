@@ -77,14 +77,19 @@ def test_bucket_seconds_are_reduce_scatter_in_instance_plus_all_reduce_across():
     assert {"s0.nic_tx", "s0.nvl_tx"} <= set(buckets[-1].links)
 
 
-def test_the_inter_instance_all_reduce_is_within_the_ring_closed_form():
+def test_both_hops_are_within_the_ring_closed_form():
     """Across 2 nodes (one rank each, one 400 Gb/s NIC per GPU) a large shard's all-reduce costs at least the ring's
-    2(R-1)/R x bytes over the NIC bandwidth and at most that over the protocol efficiency (as tests/test_hsdp.py)."""
+    2(R-1)/R x bytes over the NIC bandwidth, and the reduce-scatter over the node's 8 GPUs at least (n-1)/n x bytes
+    over one GPU's NVLink bandwidth; each at most that over the protocol efficiency (as tests/test_hsdp.py)."""
     scn = scenario(2)
-    _, xg = place(scn).hsdp_groups(8)
+    ig, xg = place(scn).hsdp_groups(8)
+    assert (ig.size, xg.size) == (8, 2)
     nbytes = 1 << 30
     ring = 2 * (xg.size - 1) / xg.size * nbytes / xg.node_Bps
     t = collective_time("all_reduce", nbytes, xg, scn.cluster, algo="ring").time_s
+    assert ring <= t <= ring / 0.8
+    ring = (ig.size - 1) / ig.size * nbytes / ig.intra_Bps
+    t = collective_time("reduce_scatter", nbytes, ig, scn.cluster, algo="ring").time_s
     assert ring <= t <= ring / 0.8
 
 
