@@ -234,6 +234,10 @@ def add_data_parallel_args(p: argparse.ArgumentParser, layout: bool = True) -> N
                         "Megatron max(40M, 1M x dp) params; torch DDP uses 25)")
     p.add_argument("--overlap-grad-reduce", action=argparse.BooleanOptionalAction, default=None,
                    help="DP gradient reduction overlapped with backward (default: the framework's)")
+    p.add_argument("--distributed-optimizer-instances", type=int_range(1, 1_000_000), metavar="N",
+                   help="Megatron-Core partial distributed optimizer (--num-distributed-optimizer-instances, 1..1e6, "
+                        "dividing dp with dp/N >= 2): optimizer states sharded over dp/N ranks, replicated N times; "
+                        "needs framework megatron and --distributed-optimizer (default 1)")
     p.add_argument("--mics-hierarchical-gather", action="store_true", default=None,
                    help="DeepSpeed-MiCS's hierarchical parameter all-gather (mics_hierarchical_params_gather): "
                         "inter-node, then intra-node; needs --dp-shard S of two or more whole nodes (default off)")
@@ -275,6 +279,7 @@ OVERRIDE_FLAGS = {
     "grad_dtype": "grad_dtype", "master_weights": "master_weights", "background_load": "background_load",
     "dp_shard": "dp_shard", "dp_bucket_mb": "dp_bucket_mb", "overlap_grad_reduce": "overlap_grad_reduce",
     "mics_hierarchical_gather": "mics_hierarchical_gather",
+    "distributed_optimizer_instances": "distributed_optimizer_instances",
     "pool": "pools", "placement": "pool_placement", **{k: k for k in LORA_FLAGS},
 }
 

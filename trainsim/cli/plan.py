@@ -179,7 +179,8 @@ def _training_with_flags(args: argparse.Namespace, raw: dict) -> dict:
     if not isinstance(training, dict):
         raise SpecError("training", "must be a mapping")
     precision = {k: getattr(args, k, None) for k in ("grad_dtype", "master_weights", "dp_bucket_mb",
-                                                     "overlap_grad_reduce", "mics_hierarchical_gather", *LORA_FLAGS)}
+                                                     "overlap_grad_reduce", "mics_hierarchical_gather",
+                                                     "distributed_optimizer_instances", *LORA_FLAGS)}
     precision["optimizer"] = getattr(args, "train_optimizer", None)
     return {**training, **{k: v for k, v in precision.items() if v is not None}}
 

@@ -125,7 +125,9 @@ def _dp_extras(scenario) -> str:
     """The layout line's data-parallel settings where they are not the defaults: HSDP / MiCS, bucket, overlap."""
     from trainsim.specs.mics import mics_framework
     tr, out = scenario.training, ""
-    if scenario.dp_shard < scenario.dp:
+    if tr.distributed_optimizer_instances > 1:
+        out += f", partial DistOpt {tr.distributed_optimizer_instances} instances of {scenario.dp_shard} ranks"
+    elif scenario.dp_shard < scenario.dp:
         what = "MiCS" if mics_framework(tr.framework) else "HSDP"
         out += f", {what} shard group {scenario.dp_shard} x {scenario.dp_replicas} replicas"
     if tr.dp_bucket_mb is not None:

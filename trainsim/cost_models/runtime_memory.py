@@ -91,12 +91,14 @@ def cuda_context_bytes(num_sms: int) -> float:
 
 
 def communicators(layout, dp: int, *, framework: str = "torch", stage: int | None = None,
-                  tied_embeddings: bool = False) -> dict[str, int]:
+                  tied_embeddings: bool = False, instances: int = 1) -> dict[str, int]:
     """Collective communicators a rank uses (size > 1): name -> ranks. torch creates one NCCL communicator per
     process group (ProcessGroupNCCL), also for a group whose ranks repeat another's.
 
     Every framework: one per parallel dimension (megatron/core/parallel_state.py), the gradient reduction
-    over DP x CP when cp > 1; HSDP (FSDP2's 2-D mesh) a shard-group and a replicate-group communicator.
+    over DP x CP when cp > 1; HSDP (FSDP2's 2-D mesh) a shard-group and a replicate-group communicator;
+    Megatron-Core's partial distributed optimizer (``instances`` > 1) its intra- and inter-partial data-parallel
+    groups besides the dp-cp one (parallel_state.py creates all three; the loss is still averaged over dp-cp).
     Megatron and DeepSpeed's pipeline engine (FrameworkBehaviour.model_parallel_groups; ``pp``:
     pp_loss_broadcast) also run collectives on:
 
@@ -116,6 +118,8 @@ def communicators(layout, dp: int, *, framework: str = "torch", stage: int | Non
     if layout.dp_shard and layout.dp_shard < dp:  # HSDP: a shard group (with CP) and a replicate group instead
         del groups["dp"]
         groups.update(dp_shard=layout.dp_shard * layout.cp, dp_replicate=dp // layout.dp_shard)
+    if instances > 1:  # partial distributed optimizer: the intra- and inter-partial groups beside dp-cp
+        groups.update(dp_intra_instance=dp * layout.cp // instances, dp_inter_instance=instances)
     fw = behaviour(framework)
     if fw.model_parallel_groups:
         groups.update(world=layout.tp * layout.pp * layout.cp * dp, mp=layout.tp * layout.pp)
@@ -157,4 +161,5 @@ def runtime_terms(scenario, stage: int | None = None) -> dict[str, float]:
     return {"cuda_context": float(measured) if measured else cuda_context_bytes(gpu.num_sms),
             "cublas_workspace": float(CUBLAS_HANDLES * CUBLAS_WORKSPACE_BYTES),
             "nccl_buffers": nccl_buffer_bytes(scenario.layout, scenario.dp, framework=scenario.training.framework,
-                                              stage=stage, tied_embeddings=scenario.model.tie_embeddings)}
+                                              stage=stage, tied_embeddings=scenario.model.tie_embeddings,
+                                              instances=scenario.training.distributed_optimizer_instances)}

@@ -66,6 +66,10 @@ What goes where (choices documented here, once):
 * MiCS (``Layout.dp_shard`` = S < dp under DeepSpeed, specs/mics.py): ZeRO-3's gathers and reduce-scatters run
   over the shard group as above, and the step ends with the all-reduce of each reduce bucket's gradient partition
   across the dp/S replicas, once per step at the accumulation boundary (mics_sync.py).
+* Partial distributed optimizer (``training.distributed_optimizer_instances`` = N, specs/partial_distopt.py):
+  each Megatron DDP bucket is reduce-scattered over the instance's dp/N innermost ranks, then its shard
+  all-reduced across the N instances on the same stream, one after the other (one transfer per bucket, on both
+  groups' links); the updated parameters are all-gathered within the instance.
 * Links: a transfer occupies its GPU's NIC (tx/rx) when its group spans nodes, else its NVLink port, so
   pipeline messages and gradient buckets of a stage share bandwidth in the engine.
 * Slowest GPU: every GPU compute time -- block ops, embedding, head, MTP, the accumulation/copy passes and

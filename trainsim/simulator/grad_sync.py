@@ -10,6 +10,7 @@ from trainsim.cost_models import compute, ddp_buckets, framework, host_issue, me
 from trainsim.cost_models.grad_buffer import MiB, megatron_bucket_params, whole_tensor_buckets
 from trainsim.cost_models.param_tensors import chunk_tensors, rank_tensors
 from trainsim.specs import Scenario, framework_behaviour
+from trainsim.specs.partial_distopt import partial
 
 from .costtable import Transfer
 from . import mics_sync, zero3_reduce
@@ -47,6 +48,7 @@ def data_parallel_settings(scenario: Scenario) -> dict:
     per_block = tr.effective_zero >= 2 and not b["reduce_bucket_params"]
     bucket = b["reduce_bucket_params"] if tr.effective_zero >= 2 else b["bucket_params"]
     return {"dp_shard": scenario.dp_shard, "dp_replicas": scenario.dp_replicas,
+            "distributed_optimizer_instances": tr.distributed_optimizer_instances,
             "grad_bucket_mib": None if per_block else bucket * tr.grad_bytes / MiB,
             "grad_reduce_per_block": per_block, "overlap_grad_reduce": b["overlap"]}
 
@@ -60,7 +62,7 @@ def _grad_buckets(st: _Step, s: int, params: float, label: str, layers_of_chunk:
     tr = st.scenario.training
     if st.dp_group is None or params <= 0:
         return ()
-    if ddp_buckets.issues_ddp_buckets(tr) and st.shard_group is not None and st.rep_group is None:
+    if ddp_buckets.issues_ddp_buckets(tr) and st.shard_group is not None and (st.rep_group is None or partial(tr)):
         return _ddp_transfers(st, s, label, vstage)
     tensors = chunk_tensors(st.scenario, vstage)
     if not st.expert_apart:
@@ -139,13 +141,25 @@ def _ddp_transfers(st: _Step, s: int, label: str, vstage: int) -> tuple[Transfer
         members = order[start:start + size]
         start += size
         parts = [_coll(st.reduce_op, buckets[k].elems * tr.grad_bytes, group_of(k), scenario, st.profile)
-                 for k in members]
+                 for k in members] + _instance_all_reduces(st, [buckets[k].elems * tr.grad_bytes for k in members])
         nbytes = sum(buckets[k].elems for k in members) * tr.grad_bytes
-        links = tuple(dict.fromkeys(x for k in members for x in _links(s, group_of(k))))
+        groups = [group_of(k) for k in members] + ([st.rep_group] if partial(tr) else [])
+        links = tuple(dict.fromkeys(x for g in groups for x in _links(s, g)))
         out.append(Transfer(f"{st.reduce_op} grads {label} bucket {g}" + (f" ({size} calls)" if size > 1 else ""),
                             transfer_s=sum(p[1] for p in parts), latency_s=sum(p[0] for p in parts),
                             links=links, dim="dp", nbytes=nbytes, ready_at=ready[members[-1]]))
     return tuple(out)
+
+
+def _instance_all_reduces(st: _Step, bucket_bytes: list[float]) -> list[tuple[float, float]]:
+    """(latency, bandwidth seconds) of the partial distributed optimizer's all-reduce of each bucket's reduce-scattered
+    shard (1/(dp/N x cp) of its bytes) across the N instances (specs/partial_distopt.py); [] with one instance.
+    Megatron issues it after the bucket's reduce-scatter on the same communication stream, synchronously, so the
+    two run one after the other and belong to the bucket's one transfer (its links are both groups')."""
+    if not partial(st.scenario.training):
+        return []
+    shard = st.shard_group.size
+    return [_coll("all_reduce", b / shard, st.rep_group, st.scenario, st.profile) for b in bucket_bytes]
 
 
 def _merge_groups(calls: int) -> tuple[int, ...]:
@@ -316,6 +330,8 @@ def _post_step(st: _Step, s: int) -> tuple[Transfer, ...]:
     if st.z not in (1, 2) or st.dp_group is None:
         return ()
     held = memory.rank_param_shards(st.scenario, s)
+    if partial(st.scenario.training):  # within the instance (intra-partial group, specs/partial_distopt.py)
+        return (_param_gather_transfer(st, s, held.held, st.shard_group, None, ""),)
     if not st.expert_apart:
         return (_param_gather_transfer(st, s, held.held, st.dp_group, None, ""),)
     parts = ((held.expert, st.expert_dp_group, True, " expert"), (held.dense, st.dp_group, False, ""))

@@ -259,8 +259,11 @@ def _zero_options(pp: int, lim: SearchLimits) -> list[int]:
     # Megatron offers only the distributed optimizer (ZeRO-1) with pp > 1.
     # Megatron's distributed optimizer is ZeRO-1 (TrainingSpec.effective_zero): with it set, zero 0 and zero 1 are
     # the same run, so only zero >= 1 is searched (one row per run, not two with identical numbers).
+    # A partial distributed optimizer (distributed_optimizer_instances > 1) is the distributed optimizer's ZeRO-1 only
+    # (specs/partial_distopt.py refuses ZeRO-2/3 beside it): its plans search zero 1 alone.
     floor = 1 if lim.training_extra.get("distributed_optimizer") else 0
-    return [z for z in lim.zero if z >= floor and lim.allowed("zero", z)
+    top = 1 if lim.training_extra.get("distributed_optimizer_instances", 1) > 1 else 3
+    return [z for z in lim.zero if floor <= z <= top and lim.allowed("zero", z)
             and (pp == 1 or z <= 1 or "zero" in lim.fixed)]
 
 

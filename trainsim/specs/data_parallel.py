@@ -84,6 +84,9 @@ def hsdp_refusal(shard: int, zero: int, framework: str, dp: int | None = None, e
         return (f"ZeRO-{zero} sharded within a subgroup and replicated across it (AMSP-style partial "
                 f"sharding) is not costed for framework {framework}: DeepSpeed ZeRO-1/2 shard over all dp ranks "
                 "(its mics_shard_size, MiCS, is a ZeRO-3 setting: zero=3)")
+    if zero != 3 and framework == "megatron":
+        return (f"HSDP shards the model states like ZeRO-3: needs zero=3, got zero={zero}; ZeRO-1 within a subgroup "
+                "is Megatron-Core's partial distributed optimizer: training.distributed_optimizer_instances = dp/S")
     if zero != 3:
         return f"HSDP shards the model states like ZeRO-3: needs zero=3, got zero={zero}"
     if BEHAVIOURS[framework].deepspeed_engine:

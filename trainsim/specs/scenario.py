@@ -6,6 +6,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from .data_parallel import check_data_parallel
 from .mics import hierarchy_refusal as mics_hierarchy_refusal
+from . import partial_distopt
 from .errors import SpecError
 from .framework_behaviour import BEHAVIOURS
 from .framework_era import layout_refusal
@@ -60,12 +61,15 @@ class Scenario(BaseModel):
 
     @property
     def dp_shard(self) -> int:
-        """Ranks the ZeRO-sharded model states are split over: the HSDP shard group (Layout.dp_shard), else dp."""
-        return self.layout.dp_shard or self.dp
+        """Ranks the ZeRO-sharded model states are split over: the HSDP / MiCS shard group (Layout.dp_shard), the
+        dp/N ranks of a partial distributed optimizer's instance (TrainingSpec.distributed_optimizer_instances,
+        specs/partial_distopt.py), else dp."""
+        return self.layout.dp_shard or self.dp // self.training.distributed_optimizer_instances
 
     @property
     def dp_replicas(self) -> int:
-        """HSDP replica groups (dp / dp_shard; 1 without HSDP)."""
+        """Replica groups of the sharded states (dp / dp_shard): HSDP / MiCS replicas or distributed-optimizer
+        instances; 1 with full sharding."""
         return self.dp // self.dp_shard
 
     @property
@@ -261,6 +265,9 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
     _check_experts(m, layout, t, dp, etp)
     _check_batch(t, dp, layout.pp)
     check_data_parallel(layout, t, dp)
+    if (why := partial_distopt.layout_refusal(t.distributed_optimizer_instances, dp, layout.dp_shard, layout.ep,
+                                              layout.etp, layout.tp, m.is_moe)) is not None:
+        raise SpecError(partial_distopt.FIELD, why)
     if (why := mics_hierarchy_refusal(t, layout, cluster.gpus_per_node)) is not None:
         raise SpecError("training.mics_hierarchical_gather", why)
     _check_runtime(m, cluster, t, layout.pp)

@@ -13,6 +13,7 @@ from .framework_behaviour import BEHAVIOURS, Framework
 from .framework_era import era_refusal, feature_refusal
 from .lora import DEFAULT_LORA_ALPHA, LORA_TARGETS, LoraTarget, training_refusal as lora_refusal
 from .optimizer_choice import MUON_NS_STEPS, muon_refusal
+from . import partial_distopt
 
 Recompute = Literal["none", "selective", "full"]
 # Megatron-Core --recompute-modules (with --recompute-granularity selective): the parts of a block whose
@@ -113,6 +114,13 @@ class TrainingSpec(BaseModel):
     sequence_parallel: bool = False
     zero: int = Field(default=0, ge=0, le=3, description="ZeRO stage; 3 = FSDP full shard")
     distributed_optimizer: bool = Field(default=False, description="Megatron: optimizer states sharded over DP (= ZeRO-1)")
+    distributed_optimizer_instances: int = Field(
+        default=1, ge=1, le=1_000_000, description="Megatron-Core's partial distributed optimizer "
+        "(--num-distributed-optimizer-instances N): the DP group split into N instances of dp/N consecutive ranks; "
+        "gradients reduce-scattered within the instance, then all-reduced across the N instances; updated "
+        "parameters all-gathered within it; optimizer states and fp32 main params sharded over dp/N ranks and "
+        "replicated N times (specs/partial_distopt.py). 1..1e6, dividing dp with dp/N >= 2; N > 1 needs "
+        "framework megatron, distributed_optimizer true, zero <= 1")
     schedule: Schedule = "1f1b"
     flash_attention: bool = True
     # FlashAttention generation of the fused kernel: 2 = FlashAttention-2 (the GPU presets' measured
@@ -389,6 +397,8 @@ class TrainingSpec(BaseModel):
             raise SpecError(*why)
         self._check_mixed_precision()
         self._check_distributed_optimizer()
+        if why := partial_distopt.training_refusal(self):
+            raise SpecError("distributed_optimizer_instances", why)
         if why := muon_refusal(self):
             raise SpecError(*why)
         why = era_refusal(self)  # a feature the historic preset's code did not have (specs/framework_era.py)

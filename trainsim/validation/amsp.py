@@ -69,7 +69,12 @@ def load_amsp(path: Path | None = None, *, name: str = "amsp") -> Dataset:
         ("published slowdowns 8 -> 1,024 GPUs: " + "; ".join(f"{g} x{v:.2f}" for g, v in sorted(trends.items()))
          + ". DeepSpeed-MiCS is predicted as ZeRO-3 over each node's 8 GPUs with its once-per-step gradient "
          "all-reduce across the nodes (specs/mics.py); AMSP's ZeRO-1 within each node is its own engine, which "
-         "trainsim does not cost (skipped rows): its published trend is the direction, not a checked number."),
+         "trainsim does not cost (skipped rows): its published trend is the direction, not a checked number. "
+         "Megatron-Core's partial distributed optimizer (training.distributed_optimizer_instances) shards the "
+         "optimizer states the same way but is not AMSP's communication: it reduce-scatters within the node and "
+         "all-reduces 1/8 of each bucket across the nodes, then all-gathers after the step, where AMSP all-reduces "
+         "the whole gradient over all ranks and broadcasts whole updated tensors within the node, overlapped with "
+         "the next forward (arXiv:2311.00257v2 Sec. IV-C 2, Fig. 6b) -- so those rows stay skipped."),
         ("hardware: A800 80GB (A100 compute, NVLink 400 GB/s bidirectional), 8 per node, 4 HDR 200 Gb/s NICs per node "
          "(Sec. VI-A 2) -- dgx-a100 with the A800's NVLink and 4 NICs; leaf-spine placement not stated (rail-optimized)."),
         ("software: DeepSpeed v0.10-v0.12.3 (framework deepspeed-2023: its ZeRO++ baseline needs v0.10.0, the runs precede "
