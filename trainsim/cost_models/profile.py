@@ -33,9 +33,9 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trainsim.cost_models.run_factors import RunCalibration
 from trainsim.specs.errors import SpecError, from_validation_error
@@ -52,6 +52,17 @@ READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
 MIN_SPREAD_RANKS = 8
 PROFILE_KIND = "trainsim-calibration-profile"
 MAX_PROFILE_BYTES = 64 * 1024 * 1024  # a full profile is well under 1 MB; refuse absurd files
+# What a measurement can be. A point or fixed cost longer than a day is none of the suite's (each point is timed in
+# milliseconds to seconds; ``trainsim calibrate --timeout`` bounds the whole run). A rate below a million per
+# second (FLOP/s, bytes/s, elements/s) is below any device torch runs on (a 10 Mb/s Ethernet link moves 1.25e6 B/s,
+# one 1990s CPU core ~1e7 FLOP/s) and would overflow a step's time to inf; above GPUSpec's plausibility bounds
+# (1e18 FLOP/s, 1e15 B/s: specs/hardware.py) no device reaches. Sizes stop at 1 PiB as `trainsim collective`'s.
+MAX_MEASURED_S = 86_400.0
+MIN_RATE_PER_S = 1e6
+MAX_FLOPS = 1e18
+MAX_BYTES_PER_S = 1e15
+MAX_POINT_BYTES = float(2**50)
+Seconds = Annotated[float, Field(ge=0, le=MAX_MEASURED_S)]
 
 # Canonical collective names (nccl-tests' operations) and the names torch / users also write.
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
@@ -102,6 +113,14 @@ MEMORY_OP_FAMILIES = {
 }
 
 
+# Host/device copies the suite times (kernels/microbench.py).
+COPY_KINDS = ("h2d", "d2h", "d2d")
+
+
+def _unknown(name: str, known) -> str:
+    return f"unknown name {name!r} (known: {', '.join(known)})"
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -128,9 +147,10 @@ class Fingerprint(_Model):
 class Stats(_Model):
     """Repeated timing of one point: seconds."""
 
-    min_s: float = Field(ge=0)
-    median_s: float = Field(ge=0)
-    p99_s: float = Field(ge=0)
+    min_s: Seconds
+    median_s: float = Field(gt=0, le=MAX_MEASURED_S, description="> 0: a timed call takes time (interpolation in "
+                            "log space needs it)")
+    p99_s: Seconds
     reps: int = Field(ge=1)
 
 
@@ -141,15 +161,16 @@ class GemmPoint(_Model):
     dtype: str
     label: str = ""
     stats: Stats
-    achieved_flops: float = Field(ge=0, description="2mnk / median time")
+    achieved_flops: float = Field(ge=0, le=MAX_FLOPS, description="2mnk / median time")
 
 
 class ThreeTermFit(_Model):
     """t = overhead_s + flops / flops_per_s + bytes / bytes_per_s, fitted by relative least squares."""
 
-    overhead_s: float = Field(ge=0)
-    flops_per_s: float = Field(gt=0)
-    bytes_per_s: float | None = Field(default=None, gt=0, description="None: memory term not significant")
+    overhead_s: Seconds
+    flops_per_s: float = Field(ge=MIN_RATE_PER_S, le=MAX_FLOPS)
+    bytes_per_s: float | None = Field(default=None, ge=MIN_RATE_PER_S, le=MAX_BYTES_PER_S,
+                                      description="None: memory term not significant")
     rms_rel_error: float = Field(ge=0)
     n_points: int = Field(ge=1)
 
@@ -170,7 +191,7 @@ class AttentionPoint(_Model):
     causal: bool = True
     pass_: Literal["fwd", "bwd"] = Field(alias="pass")
     stats: Stats
-    achieved_flops: float = Field(ge=0)
+    achieved_flops: float = Field(ge=0, le=MAX_FLOPS)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -179,17 +200,17 @@ class BandwidthPoint(_Model):
     """A memory-bound op or a copy: bytes moved (read + written) per call and its timing."""
 
     op: str
-    nbytes: float = Field(gt=0)
+    nbytes: float = Field(gt=0, le=MAX_POINT_BYTES)
     dtype: str = ""
     stats: Stats
-    bw_Bps: float = Field(ge=0, description="nbytes / median time")
+    bw_Bps: float = Field(ge=0, le=MAX_BYTES_PER_S, description="nbytes / median time")
 
 
 class LinearFit(_Model):
     """t = alpha_s + nbytes / bw_Bps (alpha: fixed latency/overhead; bw: asymptotic bandwidth)."""
 
-    alpha_s: float = Field(ge=0)
-    bw_Bps: float = Field(gt=0)
+    alpha_s: Seconds
+    bw_Bps: float = Field(ge=MIN_RATE_PER_S, le=MAX_BYTES_PER_S)
     rms_rel_error: float = Field(ge=0)
     n_points: int = Field(ge=1)
 
@@ -207,8 +228,8 @@ class EagerBlockOverhead(_Model):
 
     fwd: Stats
     bwd: Stats
-    fwd_ops: int = Field(gt=0)
-    bwd_ops: int = Field(gt=0)
+    fwd_ops: int = Field(gt=0, le=1_000_000)
+    bwd_ops: int = Field(gt=0, le=1_000_000)
 
     def per_op_s(self, pass_: str) -> float:
         return self.fwd.median_s / self.fwd_ops if pass_ == "fwd" else self.bwd.median_s / self.bwd_ops
@@ -221,13 +242,13 @@ class ChunkHostIssue(_Model):
     optimizer step per parameter tensor and per step."""
 
     layers: tuple[int, int]
-    block_fwd_s: float = Field(ge=0)
-    block_bwd_s: float = Field(ge=0)
-    block_bwd_full_recompute_s: float = Field(ge=0)
-    microbatch_fwd_s: float = Field(ge=0)
-    microbatch_bwd_s: float = Field(ge=0)
-    step_per_tensor_s: float = Field(ge=0)
-    step_fixed_s: float = Field(ge=0)
+    block_fwd_s: Seconds
+    block_bwd_s: Seconds
+    block_bwd_full_recompute_s: Seconds
+    microbatch_fwd_s: Seconds
+    microbatch_bwd_s: Seconds
+    step_per_tensor_s: Seconds
+    step_fixed_s: Seconds
     reps: int = Field(ge=1)
 
 
@@ -235,9 +256,9 @@ class OptimizerFit(_Model):
     """torch.optim ``step()`` and ``zero_grad()``: (per_tensor_s + zero_grad_per_tensor_s) · tensors +
     elements / elements_per_s."""
 
-    per_tensor_s: float = Field(ge=0)
-    elements_per_s: float = Field(gt=0)
-    zero_grad_per_tensor_s: float = Field(default=0.0, ge=0)
+    per_tensor_s: Seconds
+    elements_per_s: float = Field(ge=MIN_RATE_PER_S, le=MAX_BYTES_PER_S)
+    zero_grad_per_tensor_s: float = Field(default=0.0, ge=0, le=MAX_MEASURED_S)
     big_elements: int = Field(default=0, ge=0, description="elements of the one-tensor point")
     small_tensors: int = Field(default=0, ge=0, description="one-element tensors of the per-tensor point")
 
@@ -251,11 +272,11 @@ class CollectivePoint(_Model):
     op: str
     group_size: int = Field(ge=1)
     nodes: int = Field(default=1, ge=1)
-    size_bytes: float = Field(gt=0)
+    size_bytes: float = Field(gt=0, le=MAX_POINT_BYTES)
     dtype: str = "float"
     stats: Stats
-    algbw_Bps: float = Field(ge=0)
-    busbw_Bps: float = Field(ge=0)
+    algbw_Bps: float = Field(ge=0, le=MAX_BYTES_PER_S)
+    busbw_Bps: float = Field(ge=0, le=MAX_BYTES_PER_S)
     in_place: bool = False
     source: str = "measured"
 
@@ -266,9 +287,9 @@ class CollectiveFit(_Model):
     op: str
     group_size: int = Field(ge=1)
     nodes: int = Field(default=1, ge=1)
-    alpha_s: float = Field(ge=0)
-    beta_s_per_byte: float = Field(gt=0)
-    busbw_Bps: float = Field(ge=0, description="asymptotic busbw = factor / beta")
+    alpha_s: Seconds
+    beta_s_per_byte: float = Field(ge=1 / MAX_BYTES_PER_S, le=1 / MIN_RATE_PER_S)
+    busbw_Bps: float = Field(ge=0, le=MAX_BYTES_PER_S, description="asymptotic busbw = factor / beta")
     rms_rel_error: float = Field(ge=0)
     n_points: int = Field(ge=1)
     source: str = "measured"
@@ -285,7 +306,7 @@ class CalibrationProfile(_Model):
     schema_version: int = PROFILE_SCHEMA_VERSION
     fingerprint: Fingerprint = Field(default_factory=Fingerprint)
     # Dense peak FLOP/s per dtype that the efficiencies below are relative to (the matching GPU preset).
-    reference_peak_flops: dict[str, float] = Field(default_factory=dict)
+    reference_peak_flops: dict[str, Annotated[float, Field(gt=0, le=MAX_FLOPS)]] = Field(default_factory=dict)
     reference_preset: str | None = None
     gemm_points: list[GemmPoint] = Field(default_factory=list)
     gemm_fits: dict[str, ThreeTermFit] = Field(default_factory=dict, description="per dtype")
@@ -304,7 +325,7 @@ class CalibrationProfile(_Model):
         default_factory=dict, description="per block style: a tiny executor block's forward / backward on a GPU, "
         "whose kernels do ~no work, so its time is the host's eager issue time (cost_models.host_issue); GPU only")
     optimizer_fits: dict[str, OptimizerFit] = Field(default_factory=dict, description="'adam', 'sgd'")
-    dtensor_collective_overhead_s: dict[str, float] = Field(
+    dtensor_collective_overhead_s: dict[str, Seconds] = Field(
         default_factory=dict, description="per collective op: seconds a DTensor redistribution adds to the raw "
         "c10d call (CPU, the world group, 64 KiB)")
     copy_points: list[BandwidthPoint] = Field(default_factory=list)
@@ -313,7 +334,7 @@ class CalibrationProfile(_Model):
     collective_fits: list[CollectiveFit] = Field(default_factory=list)
     # Each rank's GEMM rate over the same suite, run by all ranks at once (FLOP/s, rank order): their spread
     # is the part-to-part speed spread of these devices (GPUSpec.speed_spread_cv, cost_models/variation.py).
-    rank_gemm_flops: list[float] = Field(default_factory=list)
+    rank_gemm_flops: list[Annotated[float, Field(ge=0, le=MAX_FLOPS)]] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     # Factors fitted to measured training runs (`trainsim calibrate --from-runs`, cost_models.run_factors).
     run_calibration: RunCalibration | None = None
@@ -322,6 +343,36 @@ class CalibrationProfile(_Model):
     compute_time_scale: float = Field(default=1.0, gt=0, exclude=True)
     # Where the profile was loaded from (not written to the file).
     source_path: str | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _known_names(self) -> CalibrationProfile:
+        """Every measured op and fit key names something a query asks for: a misspelt one would be ignored, or
+        (a memory op) folded into the median of all ops, silently changing the costs."""
+        ops = {*MEMORY_OPS, *(f"{o}_bwd" for o in MEMORY_OPS)}
+        for i, point in enumerate(self.memory_points):
+            if point.op not in ops:
+                raise SpecError(f"memory_points[{i}].op", _unknown(point.op, sorted(ops)))
+        for key in self.memory_fits:
+            if key not in ops | {"all"}:
+                raise SpecError(f"memory_fits.{key}", _unknown(key, sorted(ops | {"all"})))
+        dtypes = ("fp32", "tf32", "bf16", "fp16", "fp8")
+        for key in self.gemm_fits:
+            if key not in dtypes:
+                raise SpecError(f"gemm_fits.{key}", _unknown(key, dtypes))
+        for key in self.attention_fits:
+            if key not in {f"{d}/{p}" for d in dtypes for p in ("fwd", "bwd")}:
+                raise SpecError(f"attention_fits.{key}", _unknown(key, [f"{d}/fwd|bwd" for d in dtypes]))
+        for i, copy in enumerate(self.copy_points):
+            if copy.op not in COPY_KINDS:
+                raise SpecError(f"copy_points[{i}].op", _unknown(copy.op, COPY_KINDS))
+        for key in self.copy_fits:
+            if key not in COPY_KINDS:
+                raise SpecError(f"copy_fits.{key}", _unknown(key, COPY_KINDS))
+        for name, entries in (("collective_points", self.collective_points), ("collective_fits", self.collective_fits)):
+            for i, entry in enumerate(entries):
+                if entry.op not in COLLECTIVE_OPS:
+                    raise SpecError(f"{name}[{i}].op", _unknown(entry.op, COLLECTIVE_OPS))
+        return self
 
     # ---- compute ----------------------------------------------------------------------------------
     def _peak(self, dtype: str, peak_flops: float | None) -> float | None:
@@ -632,7 +683,9 @@ def profile_from_dict(data: object, where: str = "calibration") -> CalibrationPr
             "re-run `trainsim calibrate`")
     check_finite(data, where)
     try:
-        return CalibrationProfile.model_validate(data)
+        # JSON-mode strict validation: a number must be a JSON number (true is no count, "2" no time), and a
+        # float no int count; the file's arrays still become tuples.
+        return CalibrationProfile.model_validate_json(json.dumps(data), strict=True)
     except ValidationError as e:
         raise from_validation_error(e, where) from None
 

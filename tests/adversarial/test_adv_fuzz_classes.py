@@ -1,0 +1,87 @@
+"""One regression per class of bad input that a field-by-field fuzz of every file the CLI reads turned up: each
+was a traceback, a NaN/inf answer or a value silently misread; each is now exit 2 with one line naming the field.
+
+The base files are real ones (the H200 profile under benchmarks/data, the example scenarios); each case mutates one
+field of it. Predictions use ``--fast`` (the closed form): the refusals happen while the input is read.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_cli
+
+PROFILE = REPO / "benchmarks" / "data" / "profile_h200.json"
+LLAMA8 = REPO / "examples" / "llama3-8b-h100-8.yaml"
+
+
+def refused(argv: list, field: str) -> str:
+    r = run_cli(argv)
+    assert r.code == 2, (r.code, r.out[-400:], r.err)
+    assert len(r.err_lines) == 1 and r.err_lines[0].startswith("error: "), r.err
+    assert "Traceback" not in r.err and field in r.err_lines[0], r.err
+    return r.err_lines[0]
+
+
+def _set(data: dict, path: tuple, value) -> dict:
+    out = copy.deepcopy(data)
+    node = out
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return out
+
+
+# --- calibration profile ----------------------------------------------------------------------------------------
+
+PROFILE_CASES = [
+    # a measured time of 0: log-log interpolation took log(0) -> ValueError traceback
+    (("memory_points", 0, "stats", "median_s"), 0, "memory_points.0.stats.median_s"),
+    # a rank's GEMM rate of 1e308: the speed-spread variance overflowed -> OverflowError traceback
+    (("rank_gemm_flops",), [5e14, 1e308], "rank_gemm_flops"),
+    # a fitted rate of 1e-300 FLOP/s: step time inf - inf = NaN in --json
+    (("gemm_fits", "bf16", "flops_per_s"), 1e-300, "gemm_fits.bf16.flops_per_s"),
+    # a fixed cost of 1e308 s: inf step time
+    (("memory_fits", "all", "alpha_s"), 1e308, "memory_fits.all.alpha_s"),
+    # true read as 1 (a one-second overhead), "2" read as 2
+    (("gemm_fits", "bf16", "overhead_s"), True, "gemm_fits.bf16.overhead_s"),
+    (("copy_fits", "h2d", "bw_Bps"), "2e10", "copy_fits.h2d.bw_Bps"),
+    (("memory_points", 0, "stats", "reps"), 20.0, "memory_points.0.stats.reps"),
+    # a misspelt op was folded into the median of all memory ops (changed every memory-bound cost)
+    (("memory_points", 0, "op"), "layernrom", "memory_points[0].op"),
+    # a fit under an unknown dtype or collective was ignored without a word
+    (("gemm_fits", "bf61"), None, "gemm_fits.bf61"),
+]
+
+
+@pytest.mark.parametrize("path,value,field", PROFILE_CASES, ids=[c[2] for c in PROFILE_CASES])
+def test_profile_field_refused(tmp_path: Path, path, value, field):
+    base = json.loads(PROFILE.read_text())
+    if path == ("gemm_fits", "bf61"):
+        bad = copy.deepcopy(base)
+        bad["gemm_fits"]["bf61"] = bad["gemm_fits"]["bf16"]
+    else:
+        bad = _set(base, path, value)
+    p = tmp_path / "profile.json"
+    p.write_text(json.dumps(bad))
+    refused(["predict", LLAMA8, "--cluster", "hgx-h200", "--fast", "--json", "--calibration", p], field)
+
+
+def test_profile_unknown_collective_refused(tmp_path: Path):
+    base = json.loads(PROFILE.read_text())
+    fit = {"op": "allreduce_typo", "group_size": 8, "nodes": 1, "alpha_s": 3e-5, "beta_s_per_byte": 2.5e-12,
+           "busbw_Bps": 7e11, "rms_rel_error": 0.1, "n_points": 10}
+    p = tmp_path / "profile.json"
+    p.write_text(json.dumps({**base, "collective_fits": [fit]}))
+    refused(["predict", LLAMA8, "--cluster", "hgx-h200", "--fast", "--calibration", p], "collective_fits[0].op")
+
+
+def test_profile_itself_still_predicts_finite(tmp_path: Path):
+    r = run_cli(["predict", LLAMA8, "--cluster", "hgx-h200", "--fast", "--json", "--calibration", PROFILE])
+    assert r.code == 0, r.err
+    assert math.isfinite(json.loads(r.out)["step_time_s"])
