@@ -37,6 +37,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from trainsim.cost_models.profile_limits import (MAX_BYTES_PER_S, MAX_FLOPS, MAX_MEASURED_S, MAX_POINT_BYTES,
+                                                 MIN_RATE_PER_S, Seconds, unknown_name)
 from trainsim.cost_models.run_factors import RunCalibration
 from trainsim.specs.errors import SpecError, from_validation_error
 from trainsim.specs.loaders import check_finite
@@ -52,17 +54,6 @@ READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
 MIN_SPREAD_RANKS = 8
 PROFILE_KIND = "trainsim-calibration-profile"
 MAX_PROFILE_BYTES = 64 * 1024 * 1024  # a full profile is well under 1 MB; refuse absurd files
-# What a measurement can be. A point or fixed cost longer than a day is none of the suite's (each point is timed in
-# milliseconds to seconds; ``trainsim calibrate --timeout`` bounds the whole run). A rate below a million per
-# second (FLOP/s, bytes/s, elements/s) is below any device torch runs on (a 10 Mb/s Ethernet link moves 1.25e6 B/s,
-# one 1990s CPU core ~1e7 FLOP/s) and would overflow a step's time to inf; above GPUSpec's plausibility bounds
-# (1e18 FLOP/s, 1e15 B/s: specs/hardware.py) no device reaches. Sizes stop at 1 PiB as `trainsim collective`'s.
-MAX_MEASURED_S = 86_400.0
-MIN_RATE_PER_S = 1e6
-MAX_FLOPS = 1e18
-MAX_BYTES_PER_S = 1e15
-MAX_POINT_BYTES = float(2**50)
-Seconds = Annotated[float, Field(ge=0, le=MAX_MEASURED_S)]
 
 # Canonical collective names (nccl-tests' operations) and the names torch / users also write.
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
@@ -111,14 +102,6 @@ MEMORY_OP_FAMILIES = {
     "activation": ("gelu",), "swiglu": ("gelu", "add"), "silu": ("gelu",),
     "residual": ("add",), "loss": ("softmax",), "embedding": ("copy",), "cast": ("copy",),
 }
-
-
-# Host/device copies the suite times (kernels/microbench.py).
-COPY_KINDS = ("h2d", "d2h", "d2d")
-
-
-def _unknown(name: str, known) -> str:
-    return f"unknown name {name!r} (known: {', '.join(known)})"
 
 
 class _Model(BaseModel):
@@ -346,32 +329,8 @@ class CalibrationProfile(_Model):
 
     @model_validator(mode="after")
     def _known_names(self) -> CalibrationProfile:
-        """Every measured op and fit key names something a query asks for: a misspelt one would be ignored, or
-        (a memory op) folded into the median of all ops, silently changing the costs."""
-        ops = {*MEMORY_OPS, *(f"{o}_bwd" for o in MEMORY_OPS)}
-        for i, point in enumerate(self.memory_points):
-            if point.op not in ops:
-                raise SpecError(f"memory_points[{i}].op", _unknown(point.op, sorted(ops)))
-        for key in self.memory_fits:
-            if key not in ops | {"all"}:
-                raise SpecError(f"memory_fits.{key}", _unknown(key, sorted(ops | {"all"})))
-        dtypes = ("fp32", "tf32", "bf16", "fp16", "fp8")
-        for key in self.gemm_fits:
-            if key not in dtypes:
-                raise SpecError(f"gemm_fits.{key}", _unknown(key, dtypes))
-        for key in self.attention_fits:
-            if key not in {f"{d}/{p}" for d in dtypes for p in ("fwd", "bwd")}:
-                raise SpecError(f"attention_fits.{key}", _unknown(key, [f"{d}/fwd|bwd" for d in dtypes]))
-        for i, copy in enumerate(self.copy_points):
-            if copy.op not in COPY_KINDS:
-                raise SpecError(f"copy_points[{i}].op", _unknown(copy.op, COPY_KINDS))
-        for key in self.copy_fits:
-            if key not in COPY_KINDS:
-                raise SpecError(f"copy_fits.{key}", _unknown(key, COPY_KINDS))
-        for name, entries in (("collective_points", self.collective_points), ("collective_fits", self.collective_fits)):
-            for i, entry in enumerate(entries):
-                if entry.op not in COLLECTIVE_OPS:
-                    raise SpecError(f"{name}[{i}].op", _unknown(entry.op, COLLECTIVE_OPS))
+        """Every measured op and fit key names something a query asks for (profile_limits.unknown_name)."""
+        unknown_name(self, MEMORY_OPS, COLLECTIVE_OPS)
         return self
 
     # ---- compute ----------------------------------------------------------------------------------
