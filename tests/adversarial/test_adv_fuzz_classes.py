@@ -13,7 +13,6 @@ import math
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, run_cli
 
 PROFILE = REPO / "benchmarks" / "data" / "profile_h200.json"

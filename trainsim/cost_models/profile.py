@@ -37,8 +37,15 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from trainsim.cost_models.profile_limits import (MAX_BYTES_PER_S, MAX_FLOPS, MAX_MEASURED_S, MAX_POINT_BYTES,
-                                                 MIN_RATE_PER_S, Seconds, unknown_name)
+from trainsim.cost_models.profile_limits import (
+    MAX_BYTES_PER_S,
+    MAX_FLOPS,
+    MAX_MEASURED_S,
+    MAX_POINT_BYTES,
+    MIN_RATE_PER_S,
+    Seconds,
+    unknown_name,
+)
 from trainsim.cost_models.run_factors import RunCalibration
 from trainsim.specs.errors import SpecError, from_validation_error
 from trainsim.specs.loaders import check_finite
