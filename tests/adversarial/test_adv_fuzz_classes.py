@@ -84,3 +84,44 @@ def test_profile_itself_still_predicts_finite(tmp_path: Path):
     r = run_cli(["predict", LLAMA8, "--cluster", "hgx-h200", "--fast", "--json", "--calibration", PROFILE])
     assert r.code == 0, r.err
     assert math.isfinite(json.loads(r.out)["step_time_s"])
+
+
+# --- cluster file -----------------------------------------------------------------------------------------------
+
+CLUSTER_CASES = [
+    # each of these gave step_time_s NaN (or MFU inf%) in predict --json: the figure overflowed a time to inf
+    ({"gpu": {"peak_flops": {"bf16": 1e-300}}}, "cluster.gpu"),
+    ({"gpu": {"gemm_efficiency": 1e-300}}, "cluster.gpu.gemm_efficiency"),
+    ({"gpu": {"hbm_bw_Bps": 1e-300}}, "cluster.gpu.hbm_bw_Bps"),
+    ({"gpu": {"attention_efficiency": 1e-300}}, "cluster.gpu.attention_efficiency"),
+    ({"scale_up": {"bw_per_gpu_Bps": 1e-300}}, "cluster.scale_up.bw_per_gpu_Bps"),
+    ({"scale_up": {"efficiency": 1e-300}}, "cluster.scale_up.efficiency"),
+    ({"scale_out": {"nic_bw_Bps": 1e-300}}, "cluster.scale_out.nic_bw_Bps"),
+    ({"scale_out": {"efficiency": 1e-300}}, "cluster.scale_out.efficiency"),
+    # a figure off by its exponent (2 B/s of NVLink, 2.5 FLOP/s) gave steps of 1e10..1e15 s without a word
+    ({"scale_up": {"bw_per_gpu_Bps": 2}}, "cluster.scale_up.bw_per_gpu_Bps"),
+    ({"gpu": {"peak_flops": {"bf16": 2.5}}}, "cluster.gpu"),
+]
+
+
+@pytest.mark.parametrize("override,field", CLUSTER_CASES, ids=[c[1] + str(i) for i, c in enumerate(CLUSTER_CASES)])
+def test_cluster_figure_below_any_device_refused(tmp_path: Path, override, field):
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps({"model": "llama3-8b", "cluster": {"preset": "dgx-h100", **override}, "gpus": 16,
+                             "layout": {"tp": 2, "pp": 2}, "training": {"seq_len": 4096, "global_batch": 64}}))
+    refused(["predict", p, "--fast", "--json"], field)
+
+
+def test_cluster_at_every_floor_stays_finite(tmp_path: Path):
+    # the floors themselves (1 GFLOP/s, 100 MB/s, 1 % efficiency) on Llama 3 405B keep every time finite
+    gpu = {"peak_flops": dict.fromkeys(("bf16", "fp16", "fp32", "tf32", "fp8"), 1e9), "hbm_bw_Bps": 1e8,
+           "gemm_efficiency": 0.01, "hbm_efficiency": 0.01, "attention_efficiency": 0.01, "pcie_bw_Bps": 1e8}
+    cluster = {"preset": "dgx-h100", "gpu": gpu, "scale_up": {"bw_per_gpu_Bps": 1e8, "efficiency": 0.01},
+               "scale_out": {"nic_bw_Bps": 1e8, "efficiency": 0.01}}
+    p = tmp_path / "s.json"
+    p.write_text(json.dumps({"model": "llama3-405b", "cluster": cluster, "gpus": 1024, "layout": {"tp": 8, "pp": 16},
+                             "training": {"seq_len": 131072, "global_batch": 64}}))
+    r = run_cli(["predict", p, "--fast", "--json"])
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    assert math.isfinite(d["step_time_s"]) and d["step_time_s"] > 0 and 0 < d["mfu"] < 1
