@@ -125,3 +125,20 @@ def test_cluster_at_every_floor_stays_finite(tmp_path: Path):
     assert r.code == 0, r.err
     d = json.loads(r.out)
     assert math.isfinite(d["step_time_s"]) and d["step_time_s"] > 0 and 0 < d["mfu"] < 1
+
+
+# --- scenario fields and flags read silently as something else -----------------------------------------------------
+
+def test_boolean_for_an_integer_literal_refused(tmp_path: Path):
+    # flash_attention_version: true was read as 1 (FlashAttention v1, about 2x slower attention: Dao 2023)
+    p = tmp_path / "s.yaml"
+    p.write_text("model: llama3-8b\ncluster: dgx-h100\ngpus: 8\n"
+                 "training: {flash_attention_version: true, global_batch: 64}\n")
+    refused(["predict", p, "--fast"], "training.flash_attention_version")
+
+
+def test_background_load_tier_given_twice_refused():
+    # nic:0.5,nic:0.2 silently kept the last fraction
+    argv = ["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch", "8", "--fast"]
+    refused(argv + ["--background-load", "nic:0.5,nic:0.2"], "background_load.nic")
+    assert run_cli(argv + ["--background-load", "nic:0.5,spine:0.2"]).code == 0
