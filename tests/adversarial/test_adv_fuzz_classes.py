@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,56 @@ def test_background_load_tier_given_twice_refused():
     argv = ["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch", "8", "--fast"]
     refused(argv + ["--background-load", "nic:0.5,nic:0.2"], "background_load.nic")
     assert run_cli(argv + ["--background-load", "nic:0.5,spine:0.2"]).code == 0
+
+
+# --- measured-run logs (calibrate --from-runs) ---------------------------------------------------------------------
+
+RUNS = REPO / "tests" / "data" / "runs"
+MEGATRON_LOG = RUNS / "megatron_gpt1p3b_8xa100.log"
+
+
+def _from_runs(tmp_path: Path, logs: list, extra: list) -> list:
+    return ["calibrate", "--from-runs", *logs, *extra, "--out", tmp_path / "r.json", "--no-loo"]
+
+
+@pytest.mark.parametrize("old,new,field", [
+    # a dropout of inf or 2.5 was read as "dropout present"; Megatron draws masks with a probability
+    ("  hidden_dropout .................................. 0.0", "  hidden_dropout .................................. inf",
+     "hidden_dropout"),
+    ("  attention_dropout ............................... 0.0", "  attention_dropout ............................... 2.5",
+     "attention_dropout"),
+    # an unknown --transformer-impl was read as 'local' (unfused attention)
+    ("transformer_impl ................................ transformer_engine",
+     "transformer_impl ................................ transformer_engin", "transformer_impl"),
+    # every iteration 1e20 ms: a measured step of 1e17 s was fitted
+    ("elapsed time per iteration (ms): 797.9 |", "elapsed time per iteration (ms): 99999999999999999999 |",
+     "elapsed time per iteration"),
+])
+def test_megatron_log_value_refused(tmp_path: Path, old, new, field):
+    text = MEGATRON_LOG.read_text()
+    assert old in text
+    p = tmp_path / "m.log"
+    if "elapsed" in old:  # every iteration, so the median is the bad value
+        text = re.sub(r"elapsed time per iteration \(ms\): [\d.]+ \|", new, text)
+    p.write_text(text.replace(old, new))
+    refused(_from_runs(tmp_path, [p], ["--cluster", "dgx-a100"]), field)
+
+
+@pytest.mark.parametrize("degree", ["tensor_parallel", "pipeline_parallel", "context_parallel",
+                                    "data_parallel_replicate"])
+def test_torchtitan_zero_degree_refused(tmp_path: Path, degree):
+    # a 0 degree divided the world size by zero: ZeroDivisionError traceback
+    toml = (RUNS / "llama3_8b.toml").read_text()
+    line = next(ln for ln in toml.splitlines() if ln.startswith(f"{degree}_degree"))
+    cfg = tmp_path / "job.toml"
+    cfg.write_text(toml.replace(line, f"{degree}_degree = 0"))
+    refused(_from_runs(tmp_path, [RUNS / "torchtitan_llama3_8b_8xh100.log"], ["--config", cfg, "--cluster", "dgx-h100"]),
+            f"parallelism.{degree}_degree")
+
+
+def test_torchtitan_step_shorter_than_a_kernel_refused(tmp_path: Path):
+    # tps 99,999,999,999 made a measured step of 82 ns, fitted as is
+    log = re.sub(r"tps: [\d,]+", "tps: 99,999,999,999", (RUNS / "torchtitan_llama3_8b_8xh100.log").read_text())
+    p = tmp_path / "t.log"
+    p.write_text(log)
+    refused(_from_runs(tmp_path, [p], ["--config", RUNS / "llama3_8b.toml", "--cluster", "dgx-h100"]), "tps")
