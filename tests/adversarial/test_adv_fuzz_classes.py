@@ -42,8 +42,6 @@ def _set(data: dict, path: tuple, value) -> dict:
 PROFILE_CASES = [
     # a measured time of 0: log-log interpolation took log(0) -> ValueError traceback
     (("memory_points", 0, "stats", "median_s"), 0, "memory_points.0.stats.median_s"),
-    # a rank's GEMM rate of 1e308: the speed-spread variance overflowed -> OverflowError traceback
-    (("rank_gemm_flops",), [5e14, 1e308], "rank_gemm_flops"),
     # a fitted rate of 1e-300 FLOP/s: step time inf - inf = NaN in --json
     (("gemm_fits", "bf16", "flops_per_s"), 1e-300, "gemm_fits.bf16.flops_per_s"),
     # a fixed cost of 1e308 s: inf step time
@@ -79,6 +77,17 @@ def test_profile_unknown_collective_refused(tmp_path: Path):
     p = tmp_path / "profile.json"
     p.write_text(json.dumps({**base, "collective_fits": [fit]}))
     refused(["predict", LLAMA8, "--cluster", "hgx-h200", "--fast", "--calibration", p], "collective_fits[0].op")
+
+
+def test_rank_rates_near_the_float_limit_give_a_finite_spread(tmp_path: Path):
+    # rank GEMM rates of 1e308: the spread's variance overflowed (OverflowError traceback); it is scale-free now
+    from trainsim.cost_models.profile import speed_spread_cv
+    assert speed_spread_cv([1e308, 0.5e308]) == pytest.approx(speed_spread_cv([2.0, 1.0]))
+    p = tmp_path / "profile.json"
+    p.write_text(json.dumps({**json.loads(PROFILE.read_text()), "rank_gemm_flops": [1e308] * 7 + [0.9e308]}))
+    r = run_cli(["predict", LLAMA8, "--cluster", "hgx-h200", "--fast", "--json", "--calibration", p])
+    assert r.code == 0, r.err
+    assert math.isfinite(json.loads(r.out)["step_time_s"])
 
 
 def test_profile_itself_still_predicts_finite(tmp_path: Path):
@@ -196,3 +205,15 @@ def test_torchtitan_step_shorter_than_a_kernel_refused(tmp_path: Path):
     p = tmp_path / "t.log"
     p.write_text(log)
     refused(_from_runs(tmp_path, [p], ["--config", RUNS / "llama3_8b.toml", "--cluster", "dgx-h100"]), "tps")
+
+
+def test_nccl_tests_row_outside_any_measurement_refused(tmp_path: Path):
+    # a row of 1e20 bytes (or a time of 1e14 us) is no measurement: one line naming the file's row, no traceback
+    from conftest import NCCL_H100
+    lines = NCCL_H100.read_text().splitlines()
+    i = next(j for j, ln in enumerate(lines) if ln.split()[:1] == ["1048576"])
+    lines[i] = lines[i].replace("1048576", "99999999999999999999", 1)
+    p = tmp_path / "n.txt"
+    p.write_text("\n".join(lines) + "\n")
+    line = refused(["calibrate", "--import-nccl-tests", p, "--out", tmp_path / "p.json"], "nccl-tests")
+    assert "1e+20 B" in line
