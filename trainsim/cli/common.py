@@ -105,6 +105,8 @@ def parse_background_load(text: str) -> dict[str, float]:
                 raise argparse.ArgumentTypeError(
                     f"cluster.scale_out.background_load: unknown tier {tier or item!r} (tiers: nic, spine; "
                     f"write TIER:FRACTION,... or one FRACTION for both)")
+            if any(t == tier for t, _ in pairs):  # the last would silently win
+                raise argparse.ArgumentTypeError(f"cluster.scale_out.background_load.{tier}: given twice in {text!r}")
             pairs.append((tier, value))
     out: dict[str, float] = {}
     for tier, value in pairs:

@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from trainsim.cost_models.profile import (
     CalibrationProfile,
     CollectivePoint,
@@ -27,7 +29,7 @@ from trainsim.cost_models.profile import (
     merge_collectives,
 )
 from trainsim.cost_models.profile_fit import collective_point, fit_all_collectives
-from trainsim.specs.errors import SpecError
+from trainsim.specs.errors import SpecError, from_validation_error
 from trainsim.specs.safe_read import parse_json as decode_json
 from trainsim.specs.safe_read import read_text
 
@@ -282,6 +284,17 @@ def _refuse_contradiction(run: NcclRun, group_size: int | None, nodes: int | Non
                                       f"{run.nodes} host(s) ({shown})")
 
 
+def _point(run: NcclRun, op: str, n: int, k: int, row: NcclRow, time_s: float, in_place: bool) -> CollectivePoint:
+    """One row's CollectivePoint; a size or time no measurement has (profile_limits) is refused naming the row."""
+    try:
+        stats = Stats(min_s=time_s, median_s=time_s, p99_s=time_s, reps=max(1, run.iterations or 1))
+        return collective_point(op, n, k, row.size_bytes, stats, dtype=row.dtype, in_place=in_place,
+                                source="nccl-tests")
+    except ValidationError as e:
+        err = from_validation_error(e)
+        raise SpecError("nccl-tests", f"{run.source}: row of {row.size_bytes:g} B: {err}") from None
+
+
 def run_to_points(run: NcclRun, op: str | None = None, group_size: int | None = None, nodes: int | None = None,
                   prefer: str = "out_of_place") -> list[CollectivePoint]:
     """CollectivePoints of one run; flags override what the file says. Checks busbw against our factor."""
@@ -305,10 +318,7 @@ def run_to_points(run: NcclRun, op: str | None = None, group_size: int | None = 
             if algbw >= 1.0 and busbw > 0 and abs(busbw / algbw - factor) > 0.02 * max(factor, 1e-9) + 0.01:
                 raise SpecError("nccl-tests", f"{run.source}: busbw/algbw = {busbw / algbw:.3f} at {row.size_bytes} B "
                                 f"but {op} on {n} ranks has factor {factor:.3f}; wrong --nccl-group-size or --nccl-op?")
-            time_s = time_us * 1e-6
-            stats = Stats(min_s=time_s, median_s=time_s, p99_s=time_s, reps=max(1, run.iterations or 1))
-            points.append(collective_point(op, n, k, row.size_bytes, stats, dtype=row.dtype,
-                                           in_place=(key == "in_place"), source="nccl-tests"))
+            points.append(_point(run, op, n, k, row, time_us * 1e-6, key == "in_place"))
     if prefer in ("out_of_place", "in_place"):
         chosen = [p for p in points if p.in_place == (prefer == "in_place")]
         points = chosen or points

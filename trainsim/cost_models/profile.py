@@ -33,10 +33,18 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from trainsim.cost_models.profile_limits import (
+    MAX_FLOPS,
+    MAX_MEASURED_S,
+    MAX_POINT_BYTES,
+    MIN_RATE_PER_S,
+    Seconds,
+    unknown_name,
+)
 from trainsim.cost_models.run_factors import RunCalibration
 from trainsim.specs.errors import SpecError, from_validation_error
 from trainsim.specs.loaders import check_finite
@@ -128,9 +136,10 @@ class Fingerprint(_Model):
 class Stats(_Model):
     """Repeated timing of one point: seconds."""
 
-    min_s: float = Field(ge=0)
-    median_s: float = Field(ge=0)
-    p99_s: float = Field(ge=0)
+    min_s: Seconds
+    median_s: float = Field(gt=0, le=MAX_MEASURED_S, description="> 0: a timed call takes time (interpolation in "
+                            "log space needs it)")
+    p99_s: Seconds
     reps: int = Field(ge=1)
 
 
@@ -147,9 +156,10 @@ class GemmPoint(_Model):
 class ThreeTermFit(_Model):
     """t = overhead_s + flops / flops_per_s + bytes / bytes_per_s, fitted by relative least squares."""
 
-    overhead_s: float = Field(ge=0)
-    flops_per_s: float = Field(gt=0)
-    bytes_per_s: float | None = Field(default=None, gt=0, description="None: memory term not significant")
+    overhead_s: Seconds
+    flops_per_s: float = Field(ge=MIN_RATE_PER_S)
+    bytes_per_s: float | None = Field(default=None, ge=MIN_RATE_PER_S,
+                                      description="None: memory term not significant")
     rms_rel_error: float = Field(ge=0)
     n_points: int = Field(ge=1)
 
@@ -179,7 +189,7 @@ class BandwidthPoint(_Model):
     """A memory-bound op or a copy: bytes moved (read + written) per call and its timing."""
 
     op: str
-    nbytes: float = Field(gt=0)
+    nbytes: float = Field(gt=0, le=MAX_POINT_BYTES)
     dtype: str = ""
     stats: Stats
     bw_Bps: float = Field(ge=0, description="nbytes / median time")
@@ -188,8 +198,8 @@ class BandwidthPoint(_Model):
 class LinearFit(_Model):
     """t = alpha_s + nbytes / bw_Bps (alpha: fixed latency/overhead; bw: asymptotic bandwidth)."""
 
-    alpha_s: float = Field(ge=0)
-    bw_Bps: float = Field(gt=0)
+    alpha_s: Seconds
+    bw_Bps: float = Field(ge=MIN_RATE_PER_S)
     rms_rel_error: float = Field(ge=0)
     n_points: int = Field(ge=1)
 
@@ -207,8 +217,8 @@ class EagerBlockOverhead(_Model):
 
     fwd: Stats
     bwd: Stats
-    fwd_ops: int = Field(gt=0)
-    bwd_ops: int = Field(gt=0)
+    fwd_ops: int = Field(gt=0, le=1_000_000)
+    bwd_ops: int = Field(gt=0, le=1_000_000)
 
     def per_op_s(self, pass_: str) -> float:
         return self.fwd.median_s / self.fwd_ops if pass_ == "fwd" else self.bwd.median_s / self.bwd_ops
@@ -221,13 +231,13 @@ class ChunkHostIssue(_Model):
     optimizer step per parameter tensor and per step."""
 
     layers: tuple[int, int]
-    block_fwd_s: float = Field(ge=0)
-    block_bwd_s: float = Field(ge=0)
-    block_bwd_full_recompute_s: float = Field(ge=0)
-    microbatch_fwd_s: float = Field(ge=0)
-    microbatch_bwd_s: float = Field(ge=0)
-    step_per_tensor_s: float = Field(ge=0)
-    step_fixed_s: float = Field(ge=0)
+    block_fwd_s: Seconds
+    block_bwd_s: Seconds
+    block_bwd_full_recompute_s: Seconds
+    microbatch_fwd_s: Seconds
+    microbatch_bwd_s: Seconds
+    step_per_tensor_s: Seconds
+    step_fixed_s: Seconds
     reps: int = Field(ge=1)
 
 
@@ -235,9 +245,9 @@ class OptimizerFit(_Model):
     """torch.optim ``step()`` and ``zero_grad()``: (per_tensor_s + zero_grad_per_tensor_s) · tensors +
     elements / elements_per_s."""
 
-    per_tensor_s: float = Field(ge=0)
-    elements_per_s: float = Field(gt=0)
-    zero_grad_per_tensor_s: float = Field(default=0.0, ge=0)
+    per_tensor_s: Seconds
+    elements_per_s: float = Field(ge=MIN_RATE_PER_S)
+    zero_grad_per_tensor_s: float = Field(default=0.0, ge=0, le=MAX_MEASURED_S)
     big_elements: int = Field(default=0, ge=0, description="elements of the one-tensor point")
     small_tensors: int = Field(default=0, ge=0, description="one-element tensors of the per-tensor point")
 
@@ -251,7 +261,7 @@ class CollectivePoint(_Model):
     op: str
     group_size: int = Field(ge=1)
     nodes: int = Field(default=1, ge=1)
-    size_bytes: float = Field(gt=0)
+    size_bytes: float = Field(gt=0, le=MAX_POINT_BYTES)
     dtype: str = "float"
     stats: Stats
     algbw_Bps: float = Field(ge=0)
@@ -266,8 +276,9 @@ class CollectiveFit(_Model):
     op: str
     group_size: int = Field(ge=1)
     nodes: int = Field(default=1, ge=1)
-    alpha_s: float = Field(ge=0)
-    beta_s_per_byte: float = Field(gt=0)
+    alpha_s: Seconds
+    beta_s_per_byte: float = Field(gt=0, le=1.0, description="<= 1 s per byte: a single-size fit of a tiny "
+                                   "latency-bound message stays far below")
     busbw_Bps: float = Field(ge=0, description="asymptotic busbw = factor / beta")
     rms_rel_error: float = Field(ge=0)
     n_points: int = Field(ge=1)
@@ -285,7 +296,7 @@ class CalibrationProfile(_Model):
     schema_version: int = PROFILE_SCHEMA_VERSION
     fingerprint: Fingerprint = Field(default_factory=Fingerprint)
     # Dense peak FLOP/s per dtype that the efficiencies below are relative to (the matching GPU preset).
-    reference_peak_flops: dict[str, float] = Field(default_factory=dict)
+    reference_peak_flops: dict[str, Annotated[float, Field(gt=0, le=MAX_FLOPS)]] = Field(default_factory=dict)
     reference_preset: str | None = None
     gemm_points: list[GemmPoint] = Field(default_factory=list)
     gemm_fits: dict[str, ThreeTermFit] = Field(default_factory=dict, description="per dtype")
@@ -304,7 +315,7 @@ class CalibrationProfile(_Model):
         default_factory=dict, description="per block style: a tiny executor block's forward / backward on a GPU, "
         "whose kernels do ~no work, so its time is the host's eager issue time (cost_models.host_issue); GPU only")
     optimizer_fits: dict[str, OptimizerFit] = Field(default_factory=dict, description="'adam', 'sgd'")
-    dtensor_collective_overhead_s: dict[str, float] = Field(
+    dtensor_collective_overhead_s: dict[str, Seconds] = Field(
         default_factory=dict, description="per collective op: seconds a DTensor redistribution adds to the raw "
         "c10d call (CPU, the world group, 64 KiB)")
     copy_points: list[BandwidthPoint] = Field(default_factory=list)
@@ -313,7 +324,7 @@ class CalibrationProfile(_Model):
     collective_fits: list[CollectiveFit] = Field(default_factory=list)
     # Each rank's GEMM rate over the same suite, run by all ranks at once (FLOP/s, rank order): their spread
     # is the part-to-part speed spread of these devices (GPUSpec.speed_spread_cv, cost_models/variation.py).
-    rank_gemm_flops: list[float] = Field(default_factory=list)
+    rank_gemm_flops: list[Annotated[float, Field(ge=0)]] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
     # Factors fitted to measured training runs (`trainsim calibrate --from-runs`, cost_models.run_factors).
     run_calibration: RunCalibration | None = None
@@ -322,6 +333,12 @@ class CalibrationProfile(_Model):
     compute_time_scale: float = Field(default=1.0, gt=0, exclude=True)
     # Where the profile was loaded from (not written to the file).
     source_path: str | None = Field(default=None, exclude=True)
+
+    @model_validator(mode="after")
+    def _known_names(self) -> CalibrationProfile:
+        """Every measured op and fit key names something a query asks for (profile_limits.unknown_name)."""
+        unknown_name(self, MEMORY_OPS, COLLECTIVE_OPS)
+        return self
 
     # ---- compute ----------------------------------------------------------------------------------
     def _peak(self, dtype: str, peak_flops: float | None) -> float | None:
@@ -549,6 +566,8 @@ def speed_spread_cv(rates: list[float]) -> float | None:
     xs = [float(r) for r in rates if r > 0]
     if len(xs) < 2:
         return None
+    top = max(xs)
+    xs = [x / top for x in xs]  # scale-free: rates near the float range's top neither overflow nor lose the spread
     mean = sum(xs) / len(xs)
     return math.sqrt(sum((x - mean) ** 2 for x in xs) / (len(xs) - 1)) / mean
 
@@ -632,7 +651,9 @@ def profile_from_dict(data: object, where: str = "calibration") -> CalibrationPr
             "re-run `trainsim calibrate`")
     check_finite(data, where)
     try:
-        return CalibrationProfile.model_validate(data)
+        # JSON-mode strict validation: a number must be a JSON number (true is no count, "2" no time), and a
+        # float no int count; the file's arrays still become tuples.
+        return CalibrationProfile.model_validate_json(json.dumps(data), strict=True)
     except ValidationError as e:
         raise from_validation_error(e, where) from None
 

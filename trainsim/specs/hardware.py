@@ -10,6 +10,16 @@ from .errors import SpecError
 
 Dtype = Literal["bf16", "fp16", "fp8", "fp4", "tf32", "fp32"]
 
+# Floors of what a device or link can be. Below them a figure is a slip (a unit, a missing exponent), and a step's
+# time overflowed to inf and then NaN (1e-300 FLOP/s gave step_time_s NaN) instead of being refused.
+# 1 GFLOP/s: one scalar core at 1 GHz, 1 FLOP per cycle (the cpu preset's core: 243 GFLOP/s fp32).
+MIN_FLOPS = 1e9
+# 100 MB/s: below gigabit Ethernet (125 MB/s) and one PCIe 1.0 lane (250 MB/s), the slowest links a node has.
+MIN_BW_BPS = 1e8
+# 1 % of a peak: the lowest efficiency in the presets is 0.30 (the cpu core's attention); a figure under 0.01 is a
+# percentage written as a fraction of one.
+MIN_EFFICIENCY = 0.01
+
 
 class GPUSpec(BaseModel):
     """One accelerator: datasheet peaks plus a few measured efficiencies (each cited in the presets)."""
@@ -18,21 +28,21 @@ class GPUSpec(BaseModel):
 
     name: str
     memory_bytes: float = Field(gt=0, le=1e14)
-    hbm_bw_Bps: float = Field(gt=0, le=1e15)
+    hbm_bw_Bps: float = Field(ge=MIN_BW_BPS, le=1e15)
     peak_flops: dict[Dtype, float] = Field(description="dense peak FLOP/s per dtype (no 2:4 sparsity)")
     # Achieved fraction of dense peak for large, well-shaped GEMMs (cuBLASLt microbenchmarks).
-    gemm_efficiency: float = Field(default=0.80, gt=0, le=1)
+    gemm_efficiency: float = Field(default=0.80, ge=MIN_EFFICIENCY, le=1)
     # The same for FP4 (block-scaled E2M1) GEMMs against the ``fp4`` peak, where measured; None = gemm_efficiency.
-    gemm_efficiency_fp4: float | None = Field(default=None, gt=0, le=1, description="achieved fraction of the fp4 "
+    gemm_efficiency_fp4: float | None = Field(default=None, ge=MIN_EFFICIENCY, le=1, description="achieved fraction of the fp4 "
                                               "peak for large FP4 GEMMs (cuBLASLt); none = gemm_efficiency")
     # Achieved fraction of HBM bandwidth for streaming kernels (STREAM-like triad).
-    hbm_efficiency: float = Field(default=0.85, gt=0, le=1)
+    hbm_efficiency: float = Field(default=0.85, ge=MIN_EFFICIENCY, le=1)
     # Achieved fraction of dense peak for fused (flash) attention forward.
-    attention_efficiency: float = Field(default=0.55, gt=0, le=1)
+    attention_efficiency: float = Field(default=0.55, ge=MIN_EFFICIENCY, le=1)
     # Fixed cost per kernel launch / per op as seen on the timeline, seconds.
     kernel_overhead_s: float = Field(default=4e-6, ge=0, le=1)
     # Host <-> device bandwidth per GPU (PCIe), used for offload.
-    pcie_bw_Bps: float = Field(default=25e9, gt=0, le=1e13)
+    pcie_bw_Bps: float = Field(default=25e9, ge=MIN_BW_BPS, le=1e13)
     fp8: bool = False
     # Streaming multiprocessors (compute units): GEMM wave quantization. None = unknown/not a GPU (no penalty).
     num_sms: int | None = Field(default=None, gt=0, le=100_000)
@@ -50,8 +60,8 @@ class GPUSpec(BaseModel):
         if "bf16" not in self.peak_flops and "fp16" not in self.peak_flops:
             raise ValueError("peak_flops must give bf16 or fp16")
         for k, v in self.peak_flops.items():
-            if not (0 < v < 1e18):
-                raise ValueError(f"peak_flops.{k}={v} is not a plausible FLOP/s")
+            if not (MIN_FLOPS <= v < 1e18):
+                raise ValueError(f"peak_flops.{k}={v} is not a plausible FLOP/s (between {MIN_FLOPS:g} and 1e18)")
         return self
 
     @property
@@ -91,14 +101,14 @@ class ScaleUpSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     kind: Literal["nvswitch", "nvlink", "infinity-fabric", "pcie"] = "nvswitch"
-    bw_per_gpu_Bps: float = Field(gt=0, le=1e14, description="unidirectional, per GPU")
+    bw_per_gpu_Bps: float = Field(ge=MIN_BW_BPS, le=1e14, description="unidirectional, per GPU")
     latency_s: float = Field(default=3e-6, ge=0, le=1)
     nvls: bool = Field(default=False, description="NVLink SHARP (in-switch reduction), Hopper and later")
     # Achieved payload fraction of the line rate for SM-driven copies. None = per-kind default in
     # trainsim.cost_models.nccl_model (NVLink 0.80: 128 B payload, NCCL topo.h 20 of 25 GB/s per link).
-    efficiency: float | None = Field(default=None, gt=0, le=1)
+    efficiency: float | None = Field(default=None, ge=MIN_EFFICIENCY, le=1)
     # NVLink SHARP reduction efficiency (NCCL nvlsEfficiency). None = 0.85 (Hopper) / 0.74 (Blackwell).
-    nvls_efficiency: float | None = Field(default=None, gt=0, le=1)
+    nvls_efficiency: float | None = Field(default=None, ge=MIN_EFFICIENCY, le=1)
 
 
 class BackgroundLoadSpec(BaseModel):
@@ -149,13 +159,13 @@ class ScaleOutSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     nics_per_node: int = Field(default=8, ge=0, le=1024)
-    nic_bw_Bps: float = Field(default=50e9, gt=0, le=1e14, description="unidirectional line rate per NIC")
+    nic_bw_Bps: float = Field(default=50e9, ge=MIN_BW_BPS, le=1e14, description="unidirectional line rate per NIC")
     latency_s: float = Field(default=5e-6, ge=0, le=1)
     fabric: Literal["fat-tree", "rail-optimized", "switch"] = "rail-optimized"
     oversubscription: float = Field(default=1.0, ge=1.0, le=1024)
     nodes_per_leaf: int = Field(default=16, gt=0, le=100_000, description="nodes under one leaf (or rail group)")
     # Achieved payload fraction of the NIC line rate. None = 0.96 (NCCL topo.h NET_BW 12 GB/s per 100 Gb/s).
-    efficiency: float | None = Field(default=None, gt=0, le=1)
+    efficiency: float | None = Field(default=None, ge=MIN_EFFICIENCY, le=1)
     background_load: BackgroundLoadSpec = Field(
         default=BackgroundLoadSpec(), description="other jobs' share of the fabric per tier (nic, spine; one "
         "number sets both): this job gets 1 - fraction of each such link (inelastic background)")

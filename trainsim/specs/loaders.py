@@ -49,6 +49,8 @@ def check_finite(data: Any, field: str) -> None:
 def _numeric_field(annotation) -> bool:
     """True for int/float fields (also ``int | None``, ``dict[str, float]`` values), never for bool fields."""
     args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is typing.Literal:  # Literal[1, 2] (flash_attention_version): true == 1
+        return bool(args) and all(type(a) in (int, float) for a in args)
     if typing.get_origin(annotation) is dict:
         return _numeric_field(args[1])
     if typing.get_origin(annotation) is tuple:  # tuple[int, ...] (stage_layers): its items

@@ -31,6 +31,7 @@ import re
 import statistics
 from pathlib import Path
 
+from trainsim.cost_models.profile_limits import MAX_MEASURED_S
 from trainsim.simulator.run_fit import MeasuredRun
 from trainsim.specs import SpecError, build_scenario
 
@@ -43,6 +44,11 @@ ARGS_END = re.compile(PREFIX + r"-+ end of arguments -+\s*$")
 ARG_LINE = re.compile(PREFIX + r"\s+(\w+) \.*\s?(.*?)\s*$")
 MEGATRON_ITER = re.compile(r"iteration\s+(\d+)/\s*(\d+)\s*\|.*?elapsed time per iteration \(ms\):\s*([^|]*)\|")
 MEGATRON_GBS = re.compile(r"global batch size:\s*(\d+)")
+# No training step is shorter than one kernel launch (GPUSpec.kernel_overhead_s's default, 4 us) or longer than a
+# day (profile_limits.MAX_MEASURED_S): a logged value outside is a misread unit or a corrupt line.
+MIN_STEP_S = 4e-6
+# Megatron-LM's --transformer-impl choices (megatron/training/arguments.py, _add_transformer_engine_args).
+TRANSFORMER_IMPLS = ("local", "transformer_engine")
 PADDED_VOCAB = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
 
 
@@ -75,8 +81,9 @@ def is_torchtitan_log(lines: list[str]) -> bool:
 def median_after_warmup(path: Path, points: list[tuple[int, int, float]], field: str) -> tuple[float, int]:
     """(median seconds, intervals used) of (line, iteration, seconds) after warm-up; checks every value."""
     for line, _, v in points:
-        if not (math.isfinite(v) and v > 0):
-            raise _err(path, line, field, f"{v} is not a positive finite time")
+        if not (math.isfinite(v) and MIN_STEP_S <= v <= MAX_MEASURED_S):
+            raise _err(path, line, field, f"a step of {v:g} s is no training step (between {MIN_STEP_S:g} s and a "
+                                          "day)")
     kept = [v for _, it, v in points if it > WARMUP_ITERS]
     if not kept:
         raise _err(path, None, field, f"no logged iteration after the first {WARMUP_ITERS} (warm-up); "
@@ -139,9 +146,27 @@ class _Args:
     def float(self, key: str, default: float = 0.0) -> float:
         v = self.raw(key)
         try:
-            return default if v is None else float(v)
+            out = default if v is None else float(v)
         except ValueError:
             raise _err(self.path, self.where[key], key, f"{v!r} is not a number") from None
+        if not math.isfinite(out):
+            raise _err(self.path, self.where[key], key, f"{v!r} is not a finite number")
+        return out
+
+    def probability(self, key: str) -> float:
+        """A dropout rate: Megatron-LM draws masks with it, so it lies in [0, 1]."""
+        out = self.float(key)
+        if not 0.0 <= out <= 1.0:
+            raise _err(self.path, self.where[key], key, f"{out:g} is not a probability in [0, 1]")
+        return out
+
+    def choice(self, key: str, choices: tuple[str, ...]) -> str | None:
+        """An argument Megatron-LM's parser limits to ``choices`` (None when not printed)."""
+        v = self.raw(key)
+        if v is not None and v not in choices:
+            raise _err(self.path, self.where[key], key, f"{v!r} is none of Megatron-LM's choices "
+                                                        f"({', '.join(choices)})")
+        return v
 
 
 def megatron_model(a: _Args, lines: list[str]) -> dict:
@@ -196,14 +221,17 @@ def megatron_training(a: _Args) -> tuple[dict, dict, int]:
     opt = (a.raw("optimizer") or "adam").lower()
     if opt not in ("adam", "adamw"):
         raise _err(a.path, a.where.get("optimizer"), "optimizer", f"{opt!r}: only Adam is modelled")
-    flash = a.flag("use_flash_attn") or a.raw("transformer_impl") == "transformer_engine"
+    # --transformer-impl choices (megatron/training/arguments.py): an unknown one was read as "local", unfused
+    impl = a.choice("transformer_impl", TRANSFORMER_IMPLS)
+    flash = a.flag("use_flash_attn") or impl == "transformer_engine"
     training = {"seq_len": a.int("seq_length", required=True), "global_batch": a.int("global_batch_size", required=True),
                 "micro_batch": a.int("micro_batch_size", required=True), "dtype": dtype,
                 "recompute": megatron_recompute(a, max(1, layers // pp)),
                 "distributed_optimizer": a.flag("use_distributed_optimizer"),
                 "sequence_parallel": a.flag("sequence_parallel") and tp > 1,
                 "schedule": "interleaved" if vpp > 1 else "1f1b", "flash_attention": flash,
-                "dropout": a.float("hidden_dropout") > 0 or a.float("attention_dropout") > 0, "framework": "megatron"}
+                "dropout": a.probability("hidden_dropout") > 0 or a.probability("attention_dropout") > 0,
+                "framework": "megatron"}
     return training, {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp}, world
 
 

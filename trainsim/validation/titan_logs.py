@@ -54,16 +54,19 @@ def degrees(cfg: dict, path: Path, world: int | None) -> dict[str, int]:
     """tp, pp, cp, dp_replicate, dp_shard (resolving -1 from the world size)."""
     d = {k: _get(cfg, path, "parallelism", f"{k}_degree", 1) for k in
          ("tensor_parallel", "pipeline_parallel", "context_parallel", "data_parallel_replicate", "data_parallel_shard")}
+    for k, v in d.items():  # every degree but a -1 shard is >= 1 before any is divided by (a 0 would divide by zero)
+        if v < 1 and not (k == "data_parallel_shard" and v == -1):
+            raise _err(path, None, f"parallelism.{k}_degree", f"must be >= 1, got {v}")
     shard = d["data_parallel_shard"]
     others = d["tensor_parallel"] * d["pipeline_parallel"] * d["context_parallel"] * d["data_parallel_replicate"]
     if shard == -1:
         if world is None:
             raise _err(path, None, "parallelism.data_parallel_shard_degree",
                        "-1 needs the world size: the log has no 'Building N-D device mesh' line")
+        if world % others:  # torchtitan's ParallelDims refuses it; flooring would cost a smaller job
+            raise _err(path, None, "parallelism.data_parallel_shard_degree",
+                       f"-1: the world size {world} is not divisible by the other degrees' product {others}")
         shard = world // others
-    for k, v in d.items():
-        if (k != "data_parallel_shard" and v < 1) or (k == "data_parallel_shard" and shard < 1):
-            raise _err(path, None, f"parallelism.{k}_degree", f"must be >= 1, got {v}")
     d["data_parallel_shard"] = shard
     return d
 
