@@ -1,4 +1,4 @@
-"""One row of the common run schema (../shared/validation/README.md) as a scenario mapping.
+"""One row of the common run schema (trainsim/data/validation/README.md) as a scenario mapping.
 
 Every column the schema defines is honoured when the row fills it: the accelerator (``gpu_type``,
 ``gpus_per_node``, ``inter_node_link``), the architecture (``kv_heads``, ``ffn_hidden``, the model family

@@ -1,7 +1,7 @@
 """The published runs behind the stored interval table, as (source, residual, features) rows.
 
 Sources: each bundled dataset is one source (SC21, Korthikanti et al., Llama 3, zero-bubble), the MosaicML
-and Megatron-Bridge tables from ../shared/validation (not bundled: parsed from fetched repositories), and
+and Megatron-Bridge tables from the directory in TRAINSIM_VALIDATION_DIR (not bundled: parsed from fetched repositories), and
 docs/probe_runs.csv split by its ``source_table`` (each a different paper or vendor table).
 """
 
