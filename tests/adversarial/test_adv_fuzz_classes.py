@@ -217,3 +217,21 @@ def test_nccl_tests_row_outside_any_measurement_refused(tmp_path: Path):
     p.write_text("\n".join(lines) + "\n")
     line = refused(["calibrate", "--import-nccl-tests", p, "--out", tmp_path / "p.json"], "nccl-tests")
     assert "1e+20 B" in line
+
+
+# --- validation CSV by path ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("column", ["layers", "hidden", "heads"])
+def test_memory_schema_without_a_model_column_refused(tmp_path: Path, column):
+    """A memory-schema CSV missing a column every row's model needs was a KeyError traceback."""
+    import csv
+    src = REPO / "trainsim" / "data" / "validation" / "memory_runs.csv"
+    with src.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    out = tmp_path / "memory_cut.csv"
+    with out.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=[c for c in rows[0] if c != column])
+        w.writeheader()
+        w.writerows({k: v for k, v in r.items() if k != column} for r in rows)
+    line = refused(["validate", "--dataset", str(out)], "dataset")
+    assert column in line

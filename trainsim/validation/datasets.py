@@ -29,9 +29,10 @@ from trainsim.specs import SpecError
 from trainsim.specs.errors import did_you_mean
 from trainsim.specs.memo import in_memo_scope
 from trainsim.validation import vtrain
-from trainsim.validation.cases import Case, CollectiveCase, Dataset, read_rows
 from trainsim.validation.amsp import load_amsp
+from trainsim.validation.cases import Case, CollectiveCase, Dataset, read_rows
 from trainsim.validation.common_run_cases import load_common_runs, load_llama3, sc21_eq3_flops
+from trainsim.validation.dataset_checks import range_checked
 from trainsim.validation.external_tables import EXTERNAL_DATASETS, external_table, missing_external
 from trainsim.validation.korthikanti import korthikanti_model_flops, load_korthikanti
 from trainsim.validation.memory_runs import load_memory
@@ -39,14 +40,34 @@ from trainsim.validation.mosaic import load_mosaic, mosaic_flops_per_seq, mosaic
 from trainsim.validation.nccl_runs import busbw_factor, load_nccl
 from trainsim.validation.nemo import load_nemo, nemo_llama_flops_per_token
 from trainsim.validation.zero_bubble import load_zero_bubble
-from trainsim.validation.dataset_checks import range_checked
 
 __all__ = [
-    "DATASETS", "DATASET_CSV", "EXTERNAL_DATASETS", "SECONDARY_DATASETS", "Case",
-    "CollectiveCase", "Dataset", "busbw_factor", "dataset_csv", "dataset_names", "external_table",
-    "korthikanti_model_flops", "load_common_runs", "load_dataset", "load_amsp", "load_korthikanti", "load_llama3", "load_mosaic",
-    "load_nccl", "load_nemo", "load_zero_bubble", "missing_external", "mosaic_flops_per_seq", "mosaic_peak_flops",
-    "nemo_llama_flops_per_token", "sc21_eq3_flops",
+    "DATASETS",
+    "DATASET_CSV",
+    "EXTERNAL_DATASETS",
+    "SECONDARY_DATASETS",
+    "Case",
+    "CollectiveCase",
+    "Dataset",
+    "busbw_factor",
+    "dataset_csv",
+    "dataset_names",
+    "external_table",
+    "korthikanti_model_flops",
+    "load_amsp",
+    "load_common_runs",
+    "load_dataset",
+    "load_korthikanti",
+    "load_llama3",
+    "load_mosaic",
+    "load_nccl",
+    "load_nemo",
+    "load_zero_bubble",
+    "missing_external",
+    "mosaic_flops_per_seq",
+    "mosaic_peak_flops",
+    "nemo_llama_flops_per_token",
+    "sc21_eq3_flops",
 ]
 
 # --- registry ------------------------------------------------------------------------------------------
@@ -109,6 +130,10 @@ def load_dataset(name_or_path: str) -> Dataset:
     return range_checked(_load_csv_dataset(p), read_rows(p))
 
 
+# Columns the memory run schema reads for every row to build its model (common_runs.model_mapping).
+MEMORY_MODEL_COLUMNS = frozenset({"layers", "hidden", "heads"})
+
+
 def _load_csv_dataset(p: Path) -> Dataset:
     rows = read_rows(p)
     cols = set(rows[0]) if rows else set()
@@ -119,6 +144,8 @@ def _load_csv_dataset(p: Path) -> Dataset:
     if {"throughput_tok_per_s", "fsdp_sharding_strategy"} <= cols:
         return load_mosaic(p, name=p.stem)
     if {"peak_memory_gib", "memory_metric"} <= cols:
+        if missing := sorted(MEMORY_MODEL_COLUMNS - cols):
+            raise SpecError("dataset", f"{p}: the memory run schema needs column(s) {', '.join(missing)}")
         return load_memory(p, name=p.stem)
     if "samples_per_gpu_per_s" in cols and "num_stages_p" in cols:
         raise SpecError("dataset", f"{p}: pipeline_bubble.csv's shape; write the runs in the common run schema "
