@@ -179,6 +179,9 @@ def whole(r: dict, key: str) -> int | None:
     return int(m.group(1))
 
 
+MODEL_COLUMNS = ("layers", "hidden", "heads")  # the columns model_mapping reads from every row
+
+
 def model_mapping(r: dict) -> dict:
     """The ModelSpec mapping of a row: its architecture columns, GPT-style unless ``model_name`` names a
     Llama-style family (module docstring); ffn_hidden 4h and vocab 51,200 when absent (GPT-3 values)."""

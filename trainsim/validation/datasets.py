@@ -130,10 +130,6 @@ def load_dataset(name_or_path: str) -> Dataset:
     return range_checked(_load_csv_dataset(p), read_rows(p))
 
 
-# Columns the memory run schema reads for every row to build its model (common_runs.model_mapping).
-MEMORY_MODEL_COLUMNS = frozenset({"layers", "hidden", "heads"})
-
-
 def _load_csv_dataset(p: Path) -> Dataset:
     rows = read_rows(p)
     cols = set(rows[0]) if rows else set()
@@ -144,8 +140,6 @@ def _load_csv_dataset(p: Path) -> Dataset:
     if {"throughput_tok_per_s", "fsdp_sharding_strategy"} <= cols:
         return load_mosaic(p, name=p.stem)
     if {"peak_memory_gib", "memory_metric"} <= cols:
-        if missing := sorted(MEMORY_MODEL_COLUMNS - cols):
-            raise SpecError("dataset", f"{p}: the memory run schema needs column(s) {', '.join(missing)}")
         return load_memory(p, name=p.stem)
     if "samples_per_gpu_per_s" in cols and "num_stages_p" in cols:
         raise SpecError("dataset", f"{p}: pipeline_bubble.csv's shape; write the runs in the common run schema "

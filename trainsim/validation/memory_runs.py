@@ -109,7 +109,10 @@ MEMORY_NOTES = (
 def load_memory(path: Path | None = None, *, name: str = "memory") -> Dataset:
     """The measured-memory runs of ``memory_runs.csv`` (or a CSV with the same columns) as validation cases."""
     p = path or validation_path(MEMORY_CSV)
-    cases = tuple(memory_case(r) for r in read_rows(p))
+    rows = read_rows(p)
+    if rows and (missing := [c for c in common_runs.MODEL_COLUMNS if c not in rows[0]]):
+        raise SpecError("dataset", f"{p}: the memory run schema needs column(s) {', '.join(missing)}")
+    cases = tuple(memory_case(r) for r in rows)
     return Dataset(name=name, title="Measured peak memory per GPU", metric="peak_memory_gib", unit="GiB",
                    citation=MEMORY_CITATION if path is None else str(p), notes=MEMORY_NOTES, cases=cases)
 
