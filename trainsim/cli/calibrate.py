@@ -24,10 +24,10 @@ from trainsim.kernels.launch import MAX_GPUS_PER_NODE, MAX_SLURM_NODES
 from trainsim.kernels.shell_values import refuse_control_chars
 from trainsim.cli import calibrate_runs
 from trainsim.cli.common import float_range, int_range
+from trainsim.cost_models.profile_limits import PROFILE_DTYPES
 from trainsim.specs import SpecError, preset_names
 from trainsim.specs.safe_write import check_output_path, write_atomic
 
-DTYPES = ("fp32", "bf16", "fp16", "tf32", "fp8")
 WORKER = "trainsim.kernels.calibrate"
 
 EPILOG = """\
@@ -53,7 +53,7 @@ def register(subparsers) -> None:
         description=__doc__.split("\n\n")[0], epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=("cpu", "cuda"), default=None, help="what to measure (default cpu)")
     p.add_argument("--quick", action="store_true", help="fewer shapes, sizes and repetitions (CI: < 1 min on CPU)")
-    p.add_argument("--dtype", action="append", choices=DTYPES,
+    p.add_argument("--dtype", action="append", choices=PROFILE_DTYPES,
                    help="GEMM/attention dtype, repeatable (default fp32 on cpu, bf16 on cuda; fp8: torch._scaled_mm "
                         "GEMMs on compute capability >= 8.9, bf16 attention, skipped with a note on older GPUs)")
     p.add_argument("--out", required=True, help="profile JSON to write")

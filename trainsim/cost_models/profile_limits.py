@@ -26,7 +26,7 @@ MAX_FLOPS = 1e18
 MAX_POINT_BYTES = float(2**50)
 Seconds = Annotated[float, Field(ge=0, le=MAX_MEASURED_S)]
 # Host/device copies the suite times (kernels/microbench.py) and the dtypes it times GEMMs and attention in
-# (`trainsim calibrate --dtype`).
+# (`trainsim calibrate --dtype` offers these choices).
 COPY_KINDS = ("h2d", "d2h", "d2d")
 PROFILE_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
 
