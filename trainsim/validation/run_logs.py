@@ -34,6 +34,7 @@ from pathlib import Path
 from trainsim.cost_models.profile_limits import MAX_MEASURED_S
 from trainsim.simulator.run_fit import MeasuredRun
 from trainsim.specs import SpecError, build_scenario
+from trainsim.specs.hardware import GPUSpec
 
 WARMUP_ITERS = 10
 MAX_LOG_BYTES = 512 * 1024 * 1024
@@ -45,8 +46,8 @@ ARG_LINE = re.compile(PREFIX + r"\s+(\w+) \.*\s?(.*?)\s*$")
 MEGATRON_ITER = re.compile(r"iteration\s+(\d+)/\s*(\d+)\s*\|.*?elapsed time per iteration \(ms\):\s*([^|]*)\|")
 MEGATRON_GBS = re.compile(r"global batch size:\s*(\d+)")
 # No training step is shorter than one kernel launch (GPUSpec.kernel_overhead_s's default, 4 us) or longer than a
-# day (profile_limits.MAX_MEASURED_S): a logged value outside is a misread unit or a corrupt line.
-MIN_STEP_S = 4e-6
+# week (profile_limits.MAX_MEASURED_S): a logged value outside is a misread unit or a corrupt line.
+MIN_STEP_S = GPUSpec.model_fields["kernel_overhead_s"].default
 # Megatron-LM's --transformer-impl choices (megatron/training/arguments.py, _add_transformer_engine_args).
 TRANSFORMER_IMPLS = ("local", "transformer_engine")
 PADDED_VOCAB = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
@@ -83,7 +84,7 @@ def median_after_warmup(path: Path, points: list[tuple[int, int, float]], field:
     for line, _, v in points:
         if not (math.isfinite(v) and MIN_STEP_S <= v <= MAX_MEASURED_S):
             raise _err(path, line, field, f"a step of {v:g} s is no training step (between {MIN_STEP_S:g} s and a "
-                                          "day)")
+                                          "week)")
     kept = [v for _, it, v in points if it > WARMUP_ITERS]
     if not kept:
         raise _err(path, None, field, f"no logged iteration after the first {WARMUP_ITERS} (warm-up); "
@@ -221,7 +222,7 @@ def megatron_training(a: _Args) -> tuple[dict, dict, int]:
     opt = (a.raw("optimizer") or "adam").lower()
     if opt not in ("adam", "adamw"):
         raise _err(a.path, a.where.get("optimizer"), "optimizer", f"{opt!r}: only Adam is modelled")
-    # --transformer-impl choices (megatron/training/arguments.py): an unknown one was read as "local", unfused
+    # --transformer-impl choices (megatron/training/arguments.py): an unknown one is refused, not costed as "local"
     impl = a.choice("transformer_impl", TRANSFORMER_IMPLS)
     flash = a.flag("use_flash_attn") or impl == "transformer_engine"
     training = {"seq_len": a.int("seq_length", required=True), "global_batch": a.int("global_batch_size", required=True),
