@@ -11,7 +11,7 @@ on the rows' pp = 1 layouts, one micro-batch's layer ops times the micro-batches
 * ``conv+norm``: causal_conv1d and the gated group RMSNorm, whose byte counts are the other Mamba-only elementwise
   kernels; even doubled they move a row by ~2 %;
 * ``lat_ar``: the all-reduce over TP of LatentMoE's duplicated fc1/fc2_latent_proj gradients (Megatron-Core
-  moe_layer.py builds them ``parallel_mode="duplicated"``), 16-bit, ring over the NVLink domain: milliseconds in a
+  moe_layer.py builds them ``parallel_mode="duplicated"``), 16-bit, over the TP group: milliseconds in a
   step of seconds, and nothing at TP 1.
 
 The mixer's fp32 casts (``-exp(A_log.float())``, ``dt_bias.float()``) are per-head vectors, already counted as launches.
@@ -19,6 +19,7 @@ The mixer's fp32 casts (``-exp(A_log.float())``, ``dt_bias.float()``) are per-he
 
 from __future__ import annotations
 
+from trainsim.cost_models.collectives import collective_time
 from trainsim.cost_models.compute import layer_op_times
 from trainsim.cost_models.shapes import block_kinds
 from trainsim.simulator.predict import predict
@@ -34,12 +35,13 @@ def _step_seconds(scn, names: set[str]) -> float:
 
 
 def _latent_allreduce_s(scn) -> float:
-    """Ring all-reduce over TP of the LatentMoE projections' 16-bit gradients (0 without LatentMoE or TP)."""
+    """All-reduce over TP's consecutive GPUs of the LatentMoE projections' 16-bit gradients, by the collective model
+    (cost_models.collectives.collective_time); 0 without LatentMoE or TP."""
     m, tp = scn.model, scn.layout.tp
     if not m.moe_latent_size or tp == 1:
         return 0.0
     nbytes = 2 * m.hidden * m.moe_latent_size * m.hybrid_pattern.count("E") * 2
-    return nbytes * 2 * (tp - 1) / tp / scn.cluster.scale_up.bw_per_gpu_Bps
+    return collective_time("all_reduce", nbytes, tp, scn.cluster).time_s
 
 
 def main() -> None:
