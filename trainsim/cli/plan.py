@@ -16,15 +16,27 @@ from trainsim.simulator import goodput as gp
 from trainsim.simulator.planner import DEFAULT_MEMORY_HEADROOM, parse_headroom
 from trainsim.simulator.search_space import SearchLimits, check_training_extra, training_extra
 from trainsim.specs import SpecError, load_cluster, load_layout, load_model, load_scenario_file
-from trainsim.specs.hardware import dtype_refusal
+from trainsim.specs.data_parallel import hsdp_refusal
 from trainsim.specs.framework_behaviour import FRAMEWORKS
 from trainsim.specs.framework_era import layout_refusal
+from trainsim.specs.hardware import dtype_refusal
+from trainsim.specs.loaders import with_background_load
 from trainsim.specs.training import Schedule, default_cp_comm, zero_conflict
 
-from trainsim.specs.loaders import with_background_load
-from trainsim.specs.data_parallel import hsdp_refusal
-
-from .common import LORA_FLAGS, add_background_arg, add_optimizer_arg, add_data_parallel_args, add_lora_args, add_pool_args, add_precision_args, float_range, int_range, nonneg_float, positive_int, warn_beyond_published
+from .common import (
+    LORA_FLAGS,
+    add_background_arg,
+    add_data_parallel_args,
+    add_lora_args,
+    add_optimizer_arg,
+    add_pool_args,
+    add_precision_args,
+    float_range,
+    int_range,
+    nonneg_float,
+    positive_int,
+    warn_beyond_published,
+)
 
 # Tokens to train on: 10^16 is 640x Llama 3's 15.6T (arXiv:2407.21783), past any data set that exists.
 MAX_TOKENS = 1e16
