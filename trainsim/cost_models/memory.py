@@ -66,8 +66,8 @@ from .fsdp_stream_pools import stream_pool_cached
 from .grad_buffer import optimizer_tensor_elems
 from .lora import adapter_params_rank, frozen_weight_bytes
 from .mamba import hybrid_params_rank
-from .model_states import rank_state_bytes, state_bytes
-from .offload import Offload, offload
+from .model_states import rank_state_bytes
+from .offload import offload
 from .param_tensors import rank_linear_weight_elems, rank_tensors
 from .runtime_memory import OUTSIDE_ALLOCATOR, runtime_terms
 from .shapes import block_kinds, dense_block_scenario, layer_shape
