@@ -247,9 +247,9 @@ def request_from_args(args: argparse.Namespace):
     training = _training_with_flags(args, raw)
     model_in = _required("model", args.model or raw.get("model"),
                          "no model given (use --model NAME|PATH or a scenario file)")
+    model = load_model(model_in)  # before the cluster, as predict does: `--model x` alone lists the presets
     cluster_in = _required("cluster", args.cluster or raw.get("cluster"),
                            "no cluster given (use --cluster NAME|PATH or a scenario file)")
-    model = load_model(model_in)
     cluster = _plan_cluster(args, cluster_in)
     gpus_text = args.gpus if args.gpus is not None else raw.get("gpus")
     if gpus_text is None and cluster.pools is not None:
