@@ -1,7 +1,6 @@
 """Summarise chrome traces of `trainsim execute --profile-trace`: per profiler step, GPU kernels and host ops."""
 import gzip
 import json
-import re
 import sys
 from collections import Counter, defaultdict
 
