@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import time
 
-from trainsim.specs.memo import active_memo, memo_scope
 from trainsim.cost_models import memory
 from trainsim.cost_models.first_step_fragmentation import _extra_reserved
+from trainsim.specs.memo import active_memo, memo_scope
 from trainsim.validation.memory_runs import load_memory
 
 GiB = 1 << 30

@@ -17,10 +17,10 @@ import time
 
 from bench_common import per_call_s
 
-from trainsim.specs.memo import active_memo, memo_scope
 from trainsim.cost_models import collectives as C
 from trainsim.cost_models.contention import Flow, max_min_rates
 from trainsim.specs import build_scenario, load_cluster
+from trainsim.specs.memo import active_memo, memo_scope
 from trainsim.topologies import Fabric, GroupShape, build_graph, place
 from trainsim.topologies import placement as P
 

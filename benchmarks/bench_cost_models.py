@@ -10,9 +10,9 @@ import time
 
 from bench_common import per_call_s
 
-from trainsim.specs.memo import memo_scope
 from trainsim.cost_models import activations, compute, flops, memory
 from trainsim.specs import build_scenario
+from trainsim.specs.memo import memo_scope
 
 
 def main() -> None:

@@ -28,11 +28,12 @@ from pathlib import Path
 
 import numpy as np
 
+from trainsim.cost_models.profile import CalibrationProfile
+from trainsim.cost_models.run_factors import apply_factors
+from trainsim.simulator.predict import predict
+from trainsim.simulator.run_fit import fit_runs
 from trainsim.specs.errors import SpecError
 from trainsim.specs.safe_read import parse_json, read_text
-
-from trainsim.cost_models.run_factors import apply_factors
-from trainsim.cost_models.profile import CalibrationProfile
 from trainsim.validation.intervals import (
     MAX_COVERAGE,
     MIN_COVERAGE,
@@ -40,12 +41,10 @@ from trainsim.validation.intervals import (
     interval_for,
     published_band,
 )
-from trainsim.validation.source_conformal import hierarchical_band
-from trainsim.validation.novelty import scale_of
 from trainsim.validation.measured_runs import run_of_case
+from trainsim.validation.novelty import scale_of
 from trainsim.validation.residual_sources import datasets, residual_rows
-from trainsim.simulator.predict import predict
-from trainsim.simulator.run_fit import fit_runs
+from trainsim.validation.source_conformal import hierarchical_band
 
 
 def family_key(name: str, case) -> tuple | None:

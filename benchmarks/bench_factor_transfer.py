@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 
 import numpy as np
-
 from bench_extrapolation import families
+
 from trainsim.cost_models.run_factors import apply_factors
 from trainsim.simulator.predict import predict
 from trainsim.simulator.run_fit import _map_fit, candidate_factors, engine_predict_log, sensitivity, values_of

@@ -29,10 +29,10 @@ from trainsim.cost_models.collectives import collective_time
 from trainsim.cost_models.param_tensors import chunk_tensors
 from trainsim.simulator.builder import build_cost_table
 from trainsim.simulator.predict import predict
-from trainsim.topologies.placement import place
-from trainsim.topologies.shape import GroupShape
 from trainsim.specs import build_scenario
 from trainsim.specs.framework_behaviour import DEEPSPEED_REDUCE_BUCKET_PARAMS
+from trainsim.topologies.placement import place
+from trainsim.topologies.shape import GroupShape
 from trainsim.validation.common_run_cases import load_common_runs
 from trainsim.validation.measured_runs import step_time_of
 from trainsim.validation.residual_sources import REPO

@@ -29,10 +29,10 @@ from __future__ import annotations
 from trainsim.cost_models import host_issue, zero3_gathers
 from trainsim.cost_models.collectives import collective_time
 from trainsim.cost_models.grad_buffer import whole_tensor_buckets
-from trainsim.simulator import zero3_reduce
-from trainsim.specs.framework_behaviour import DEEPSPEED_REDUCE_BUCKET_PARAMS
 from trainsim.cost_models.param_tensors import rank_tensors
+from trainsim.simulator import zero3_reduce
 from trainsim.simulator.predict import predict
+from trainsim.specs.framework_behaviour import DEEPSPEED_REDUCE_BUCKET_PARAMS
 from trainsim.topologies.placement import place
 from trainsim.validation.datasets import load_dataset
 

@@ -13,9 +13,9 @@ import argparse
 import json
 import time
 
+from trainsim.simulator.predict import predict
 from trainsim.validation.intervals import build_table, table_path
 from trainsim.validation.residual_sources import datasets, residual_rows
-from trainsim.simulator.predict import predict
 
 
 def main() -> None:

@@ -8,8 +8,8 @@ import pytest
 
 from trainsim.cli.main import main
 from trainsim.validation.amsp import SLOWDOWN
-from trainsim.validation.korthikanti import korthikanti_model_flops
 from trainsim.validation.datasets import load_dataset
+from trainsim.validation.korthikanti import korthikanti_model_flops
 from trainsim.validation.validate import validate
 
 # The MFU % the paper prints in its text, by row (Sec. I, III-A, III-C, VI-B).

@@ -32,6 +32,9 @@ CASES = [
     ("unknown-model-preset", P + ["--model", "llama9-1t", "--cluster", "dgx-h100"], "model"),
     ("unknown-cluster-preset", P + ["--model", "llama3-8b", "--cluster", "dgx-z900"], "cluster"),
     ("no-model", P + ["--cluster", "dgx-h100"], "model"),
+    # docs/scenario-reference.md: `trainsim predict --model x` lists the model presets, with no cluster given too
+    ("unknown-model-no-cluster", P + ["--model", "llama9-1t"], "model: unknown preset 'llama9-1t'"),
+    ("plan-unknown-model-no-cluster", ["plan", "--model", "llama9-1t"], "model: unknown preset 'llama9-1t'"),
     ("model-missing-field", P + ["--model", f("model-missing-layers.yaml"), "--cluster", "dgx-h100"], "model.num_layers"),
     ("model-wrong-type", P + ["--model", f("model-wrong-type.yaml"), "--cluster", "dgx-h100"], "model.hidden"),
     ("model-negative", P + ["--model", f("model-negative-layers.yaml"), "--cluster", "dgx-h100"], "model.num_layers"),

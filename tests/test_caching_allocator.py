@@ -2,8 +2,13 @@
 
 import pytest
 
-from trainsim.cost_models.caching_allocator import (CachingAllocator, allocation_size, replay, round_size,
-                                                    should_split)
+from trainsim.cost_models.caching_allocator import (
+    CachingAllocator,
+    allocation_size,
+    replay,
+    round_size,
+    should_split,
+)
 
 MiB = 1 << 20
 

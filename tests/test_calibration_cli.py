@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from trainsim.cost_models.profile import COLLECTIVE_OPS, load_profile
 from trainsim.cli.main import main
+from trainsim.cost_models.profile import COLLECTIVE_OPS, load_profile
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 
@@ -197,8 +197,8 @@ def test_reference_peaks_by_device_name():
 
 def test_skip_accepts_every_worker_section():
     """The CLI's --skip list is the worker's own section list (the eager section used to be refused)."""
-    from trainsim.kernels.calibrate import SECTIONS
     from trainsim.cli.calibrate import _check_skip
+    from trainsim.kernels.calibrate import SECTIONS
     from trainsim.specs import SpecError
     assert _check_skip(",".join(SECTIONS)) == list(SECTIONS)
     with pytest.raises(SpecError, match="skip"):

@@ -11,9 +11,9 @@ import csv
 import pytest
 
 from trainsim.data import validation_path
+from trainsim.specs import SpecError, load_cluster
 from trainsim.validation import common_runs
 from trainsim.validation.datasets import load_dataset
-from trainsim.specs import SpecError, load_cluster
 
 SC21_TITLE = ('Narayanan et al., "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM", '
               'SC21 (arXiv:2104.04473)')

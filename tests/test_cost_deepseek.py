@@ -446,7 +446,7 @@ def test_dualpipev_mtp_loss_stage_params_agree_with_memory_model():
 def test_mla_down_projections_run_on_the_sequence_shard():
     """With SP every matmul is split over TP, so tp x per-rank FLOPs = the unsharded block's (MLA down-projections
     are duplicated across TP ranks but each runs on its own sequence shard)."""
-    from trainsim.cost_models.flops import pass_flops, _layer_ops
+    from trainsim.cost_models.flops import _layer_ops, pass_flops
     from trainsim.cost_models.shapes import layer_shape
     s = scen(dsv3(), gpus=8, layout={"tp": 8, "ep": 1}, sequence_parallel=True).dense_block()
     per_rank = layer_flops(s).fwd

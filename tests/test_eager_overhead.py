@@ -131,7 +131,6 @@ def test_torch_tp_reduces_each_column_parallel_input_separately():
     """framework torch (parallelize_module): 4 backward all-reduces per GeLU block (q, k, v, fc1) against
     Megatron's 2 per region; forward 2 either way (counted in a torch.profiler trace, framework.py)."""
     from trainsim.simulator.builder import build_cost_table
-
     from trainsim.simulator.step_context import _step_context
 
     def chunk(fw: str, **over):

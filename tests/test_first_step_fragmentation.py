@@ -4,7 +4,11 @@ import pytest
 
 from trainsim.cost_models import memory
 from trainsim.cost_models.activations import layer_activation_bytes
-from trainsim.cost_models.first_step_fragmentation import _extra_reserved, block_saved_tensors, lazy_state_bytes
+from trainsim.cost_models.first_step_fragmentation import (
+    _extra_reserved,
+    block_saved_tensors,
+    lazy_state_bytes,
+)
 from trainsim.cost_models.shapes import LayerShape
 
 MiB = 1 << 20

@@ -79,7 +79,7 @@ def test_megatron_fsdp_keeps_non_unit_params_gathered_and_gathers_layers_in_fp8(
             "model": "llama3-70b", "cluster": {"preset": "gb200-nvl72", "num_gpus": 64}, "layout": {"tp": 1},
             "training": {"seq_len": 8192, "global_batch": 128, "micro_batch": 1, "dtype": "fp8", "zero": 3,
                          "grad_dtype": "bf16", **training}})
-    from trainsim.cost_models.memory import transient_terms, rank_param_shards
+    from trainsim.cost_models.memory import rank_param_shards, transient_terms
     m = fsdp().model
     h, kv, V = m.hidden, m.kv_heads * m.dhead, m.vocab_size
     linear = h * (h + 2 * kv) + h * h + 3 * h * m.ffn

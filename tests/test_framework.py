@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import pytest
 
+from trainsim.cli.main import main
 from trainsim.cost_models import activations as act
 from trainsim.cost_models import collectives, framework, zero3_gathers
-from trainsim.cost_models.param_tensors import chunk_tensors
 from trainsim.cost_models.flops import head_ops
-from trainsim.cli.main import main
+from trainsim.cost_models.param_tensors import chunk_tensors
 from trainsim.simulator.builder import build_cost_table
 from trainsim.simulator.predict import predict
-from trainsim.specs import framework_behaviour
-from trainsim.specs import SpecError, build_scenario
+from trainsim.specs import SpecError, build_scenario, framework_behaviour
 from trainsim.topologies.placement import place
 
 

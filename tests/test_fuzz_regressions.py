@@ -108,8 +108,8 @@ def test_corrupted_regress_baseline_is_an_error(tmp_path, capsys):
     # (ValueError: Unknown format code 'g' / TypeError: NoneType is not iterable).
     import json
 
-    from trainsim.validation.regress import load_baseline
     from trainsim.specs import SpecError
+    from trainsim.validation.regress import load_baseline
 
     good = {"kind": "trainsim-regress-baseline", "scenarios": {"a.yaml": {"step_time_s": 1.0, "fits": True}}}
     path = tmp_path / "b.json"

@@ -113,7 +113,8 @@ def test_checkpoint_size_and_write_time():
     assert g.checkpoint_write_s(980e9, 2e12) == pytest.approx(0.49)
 
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st
 
 
 @settings(max_examples=200, deadline=None)

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from trainsim.cost_models.flops import embedding_ops, head_ops, layer_flops, layer_ops
 from trainsim.cli.main import main
+from trainsim.cost_models.flops import embedding_ops, head_ops, layer_flops, layer_ops
 from trainsim.specs import SpecError, build_scenario, load_model
 
 HF = Path(__file__).parent / "data" / "hf"

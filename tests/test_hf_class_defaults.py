@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_hf_architectures import GEMMA2_9B, GEMMA3_12B_TEXT, LLAMA31_8B, PHI3_MINI, QWEN3_30B_A3B
 from trainsim.cli.main import main
 from trainsim.specs import SpecError, load_model
-from tests.test_hf_architectures import GEMMA2_9B, GEMMA3_12B_TEXT, LLAMA31_8B, PHI3_MINI, QWEN3_30B_A3B
 
 HF = Path(__file__).parent / "data" / "hf"
 MISTRAL_7B = json.loads((HF / "mistral-7b-config.json").read_text())

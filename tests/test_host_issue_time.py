@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from trainsim.cost_models import compute
+from trainsim.cost_models import compute, loss_issue
 from trainsim.cost_models import host_issue as hi
-from trainsim.cost_models import loss_issue
 from trainsim.cost_models.memory import rank_param_shards
 from trainsim.simulator.builder import build_cost_table
 from trainsim.simulator.predict import predict

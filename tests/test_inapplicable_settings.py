@@ -56,6 +56,7 @@ def test_torch_context_parallelism_defaults_to_torchs_all_gather(capsys):
     (_ContextParallelOptions.rotate_method = ALL_GATHER; torchtitan's context_parallel_rotate_method "allgather"),
     costed as torch runs it and stated; a stated cp_comm, or Megatron's default ring, says nothing."""
     import json
+
     from trainsim.simulator.predict import cp_default_warning
 
     def scenario(**kw):

@@ -11,6 +11,7 @@ import pytest
 from scipy.stats import t as student_t
 
 from trainsim.cli.main import main
+from trainsim.specs import build_scenario
 from trainsim.validation.intervals import (
     build_table,
     conformal_band,
@@ -20,6 +21,7 @@ from trainsim.validation.intervals import (
     scenario_features,
     t_band,
 )
+from trainsim.validation.novelty import held_out_groups, scale_of
 from trainsim.validation.source_conformal import (
     hcp_level,
     hierarchical_band,
@@ -28,8 +30,6 @@ from trainsim.validation.source_conformal import (
     source_quantile,
     source_summary,
 )
-from trainsim.validation.novelty import held_out_groups, scale_of
-from trainsim.specs import build_scenario
 
 
 def test_conformal_order_statistics():
@@ -231,8 +231,8 @@ def test_predict_prints_the_interval(capsys):
 def test_stored_table_matches_what_the_script_computes_on_a_subset():
     """benchmarks/residual_table.py's rows of two small probe sources, recomputed now, give the stored
     quantiles (regenerate the table with that script when the model moves predictions)."""
-    from trainsim.validation.residual_sources import datasets, residual_rows
     from trainsim.simulator.predict import predict
+    from trainsim.validation.residual_sources import datasets, residual_rows
 
     ds = datasets()["probe"]()
     wanted = ("probe: Trainy H200 results table ZeRO-3", "probe: DGXC BF16 table")

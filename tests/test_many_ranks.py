@@ -10,7 +10,8 @@ import math
 
 import pytest
 
-from trainsim.cost_models import host_issue, nccl_model as nm
+from trainsim.cost_models import host_issue
+from trainsim.cost_models import nccl_model as nm
 from trainsim.cost_models.collectives import candidates, chained_call_latency_s, collective_time
 from trainsim.simulator.builder import build_cost_table
 from trainsim.specs import build_scenario, load_cluster
@@ -262,7 +263,8 @@ def test_deepspeed_zero1_accumulates_in_param_grad_between_boundaries():
     hook copies each gradient into the contiguous bucket at the boundary (ZeRO-2: every micro-batch). Its
     BF16_Optimizer (fp32 accumulation) casts and adds into the fp32 gradient after every micro-batch; ZeRO-3 keeps
     only its shard; Megatron-LM 2021's hooks add into main_grad every micro-batch."""
-    from trainsim.cost_models.framework import bf16_optimizer, grad_accumulation_bytes_per_param as acc
+    from trainsim.cost_models.framework import bf16_optimizer
+    from trainsim.cost_models.framework import grad_accumulation_bytes_per_param as acc
     sc = _ds_training(1, 128)
     assert sc.training.grad_bytes == 2 and not bf16_optimizer(sc.training)
     # AccumulateGrad in 127 of 128 micro-batches, the hook's copy into the bucket in the last one

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from trainsim.data import validation_path
 from trainsim.cli.main import main
+from trainsim.data import validation_path
 from trainsim.validation.datasets import load_dataset
 from trainsim.validation.memory_runs import MEMORY_METRICS, GiB, load_memory, memory_case, predicted_gib
 from trainsim.validation.validate import default_predict_fn, render_text, validate

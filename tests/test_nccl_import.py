@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from trainsim.cli.main import main
 from trainsim.cost_models.nccl_tests_import import (
     import_nccl_tests,
     parse_nccl_tests_file,
@@ -16,7 +17,6 @@ from trainsim.cost_models.nccl_tests_import import (
 )
 from trainsim.cost_models.profile import load_profile, save_profile
 from trainsim.data import validation_path
-from trainsim.cli.main import main
 from trainsim.specs import SpecError
 
 DATA = Path(__file__).parent / "data" / "nccl_tests"

@@ -13,11 +13,23 @@ from __future__ import annotations
 import pytest
 
 from trainsim.cost_models import ddp_buckets, state_rounding
-from trainsim.cost_models.grad_buffer import (buffer_buckets, megatron_bucket_params, optimizer_tensor_elems,
-                                              shard_pieces)
+from trainsim.cost_models.grad_buffer import (
+    buffer_buckets,
+    megatron_bucket_params,
+    optimizer_tensor_elems,
+    shard_pieces,
+)
 from trainsim.cost_models.memory import shard_groups
-from trainsim.cost_models.param_tensors import (ParamTensor, block_tensors, chunk_tensors, embedding_tensors,
-                                                head_tensors, module_style, mtp_tensors, rank_tensors)
+from trainsim.cost_models.param_tensors import (
+    ParamTensor,
+    block_tensors,
+    chunk_tensors,
+    embedding_tensors,
+    head_tensors,
+    module_style,
+    mtp_tensors,
+    rank_tensors,
+)
 from trainsim.specs import Layout, SpecError, TrainingSpec, load_cluster, load_model, resolve
 from trainsim.specs.framework_behaviour import BEHAVIOURS
 

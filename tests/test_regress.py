@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from trainsim.validation import regress as R
-from trainsim.validation import validate as V
 from trainsim.cli.main import main
 from trainsim.simulator.result import Prediction, StageMemory
+from trainsim.validation import regress as R
+from trainsim.validation import validate as V
 
 
 def standin_predict(sc, scale: float = 1.0) -> Prediction:

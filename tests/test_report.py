@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from trainsim.reports import plots
 from trainsim.cli.main import main
+from trainsim.reports import plots
 from trainsim.reports.tables import fmt_time
 from trainsim.reports.timeline import events_from_engine
 from trainsim.simulator import goodput as gp

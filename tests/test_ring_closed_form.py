@@ -10,7 +10,6 @@ from trainsim.cost_models.collectives import collective_time
 from trainsim.specs import load_cluster
 from trainsim.topologies.shape import GroupShape
 
-
 # NCCL src/graph/tuning.cc (v2.20.5/v2.21.5), in us: ring baseLat LL 6.6 / Simple 8.4; hwLat NVLink ring LL 0.6 /
 # Simple 3.4, NET ring LL 2.7 / Simple 14; llMaxBws Hopper one node 141 GB/s, two nodes 39, more 20.4; a 1 us
 # network post per intra step (x3 Simple, getNetOverhead); multi-node ring Simple all-reduce latency x1.4. Written out

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from trainsim.cli.main import main
 from trainsim.cost_models.profile import load_profile
 from trainsim.cost_models.run_factors import apply_factors
-from trainsim.cli.main import main
-from trainsim.validation.run_logs import megatron_run
-from trainsim.validation.titan_logs import titan_run
 from trainsim.simulator.run_fit import NOISE_SD, MeasuredRun, fit_runs
 from trainsim.specs import build_scenario
+from trainsim.validation.run_logs import megatron_run
+from trainsim.validation.titan_logs import titan_run
 
 RUNS = Path(__file__).parent / "data" / "runs"
 MEGATRON = RUNS / "megatron_gpt1p3b_8xa100.log"

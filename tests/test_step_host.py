@@ -156,8 +156,8 @@ def test_megatron_ddp_hooks_add_to_the_backward_issue(framework, adds):
     sc = tiny(framework)
     assert hi.ddp_hook_adds(sc) == adds
     from trainsim.cost_models.eager import block_style
-    from trainsim.specs.framework_behaviour import behaviour
     from trainsim.cost_models.shapes import layer_shape
+    from trainsim.specs.framework_behaviour import behaviour
     shp = layer_shape(sc)
     base = hi.block_issue(hi.issue_style(block_style(shp), megatron_layer=behaviour(framework).megatron_layer,
                                          flash=shp.flash), recompute_full=sc.training.recompute == "full")

@@ -11,12 +11,12 @@ import math
 from dataclasses import dataclass
 
 import pytest
-
 from external_tables import MOSAIC, table_path
 
-from trainsim.data import validation_path
-from trainsim.validation import validate as V
 from trainsim.cli.main import main
+from trainsim.data import validation_path
+from trainsim.specs import load_model
+from trainsim.validation import validate as V
 from trainsim.validation.datasets import (
     busbw_factor,
     load_dataset,
@@ -24,7 +24,6 @@ from trainsim.validation.datasets import (
     mosaic_peak_flops,
     sc21_eq3_flops,
 )
-from trainsim.specs import load_model
 
 
 @dataclass
@@ -301,8 +300,8 @@ def test_dataset_from_csv_path(tmp_path, standin, capsys):
 
 def test_unbundled_tables_are_found_beside_the_checkout_or_refused_with_the_ways_to_supply_them(monkeypatch, tmp_path):
     import trainsim.data as data
-    from trainsim.validation.datasets import missing_external
     from trainsim.specs.errors import SpecError
+    from trainsim.validation.datasets import missing_external
 
     monkeypatch.setattr(data, "external_dirs", lambda: [tmp_path])
     assert missing_external("mosaic") and missing_external("sc21") is None

@@ -320,8 +320,8 @@ def test_nemo_runs_that_ran_fit(nemo):
 def test_nemo_flop_basis_reproduces_the_table():
     """NeMo's llama3 model-FLOP formula reproduces the table's TFLOP/s / tokens/s ratio: Llama 3 8B
     [mb_273: 725 TFLOP/s at 14079 tok/s], 70B [mb_274: 727 at 1619], 405B [mb_275: 763 at 302]."""
-    from trainsim.validation.datasets import nemo_llama_flops_per_token
     from trainsim.specs import load_model
+    from trainsim.validation.datasets import nemo_llama_flops_per_token
     for preset, tflops, tok in (("llama3-8b", 725, 14079), ("llama3-70b", 727, 1619), ("llama3-405b", 763, 302)):
         fpt = nemo_llama_flops_per_token(load_model(preset), 8192)
         assert fpt * tok / 1e12 == pytest.approx(tflops, rel=0.01)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import math
+from dataclasses import replace
 
 import pytest
 
-from trainsim.cost_models.variation import expected_max_std_normal, slowest_gpu_factor
 from trainsim.cli.main import main
+from trainsim.cost_models.variation import expected_max_std_normal, slowest_gpu_factor
 from trainsim.simulator.builder import build_cost_table
 from trainsim.simulator.predict import predict
 from trainsim.specs import build_scenario

@@ -10,8 +10,7 @@ from trainsim.cost_models.grad_buffer import whole_tensor_buckets
 from trainsim.cost_models.param_tensors import chunk_tensors
 from trainsim.simulator import zero3_reduce
 from trainsim.simulator.builder import build_cost_table
-from trainsim.specs import framework_behaviour
-from trainsim.specs import build_scenario
+from trainsim.specs import build_scenario, framework_behaviour
 from trainsim.topologies.placement import place
 
 LLAMA_13B = {"name": "llama-13b", "num_layers": 40, "hidden": 5120, "num_heads": 40, "ffn_hidden": 13824,

@@ -1,5 +1,8 @@
 """Write a one-GPU executor scenario from a sweep line: name L H heads ffn seq mb gb recompute [k=v,...]."""
-import sys, yaml
+import sys
+
+import yaml
+
 name, L, H, NH, F, S, MB, GB, RC, *extra = sys.argv[1:]
 cl, dtype = sys.argv[-2], sys.argv[-1]
 extra = extra[:-2]

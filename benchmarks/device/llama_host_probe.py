@@ -3,7 +3,10 @@ seq 2048, mb 1, bf16 autocast) forward and forward+backward per variant (GQA or 
 RMSNorm or LayerNorm, SwiGLU or GeLU) and per SDPA backend, as host issue time (perf_counter before any
 wait) and device time (CUDA events), and count the CUDA runtime's synchronising calls in one profiled
 forward+backward. Writes one JSON object to stdout."""
-import contextlib, json, sys, time
+import contextlib
+import json
+import sys
+import time
 
 import torch
 import torch.nn.functional as F

@@ -1,6 +1,9 @@
 """Summarise chrome traces of `trainsim execute --profile-trace`: per profiler step, GPU kernels and host ops."""
-import gzip, json, re, sys
+import gzip
+import json
+import sys
 from collections import Counter, defaultdict
+
 
 def cat_of(name):
     n = name.lower()

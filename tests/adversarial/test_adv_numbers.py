@@ -12,8 +12,8 @@ import math
 import pytest
 from conftest import MEASURED, NCCL_H100, assert_refused, run_cli
 
-from trainsim.cli.main import build_parser
 from trainsim.cli.common import Bounded
+from trainsim.cli.main import build_parser
 from trainsim.specs.published_scale import WARN_GPUS
 
 # Argument-less commands need their required flags before argparse reaches the numeric one.

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import NCCL_H100, TINY, assert_refused, run_cli
 
-from trainsim.specs import SpecError
-from trainsim.specs import safe_write
+from trainsim.specs import SpecError, safe_write
 
 PREDICT = ["predict", "--model", "tiny-gpt", "--cluster", "cpu-host", "--seq-len", "128", "--global-batch", "8"]
 

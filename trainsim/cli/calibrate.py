@@ -19,12 +19,12 @@ import sys
 import time
 from pathlib import Path
 
-from trainsim.kernels.calibrate import SECTIONS  # the worker's own list (imports torch lazily)
-from trainsim.kernels.launch import MAX_GPUS_PER_NODE, MAX_SLURM_NODES
-from trainsim.kernels.shell_values import refuse_control_chars
 from trainsim.cli import calibrate_runs
 from trainsim.cli.common import float_range, int_range
 from trainsim.cost_models.profile_limits import PROFILE_DTYPES
+from trainsim.kernels.calibrate import SECTIONS  # the worker's own list (imports torch lazily)
+from trainsim.kernels.launch import MAX_GPUS_PER_NODE, MAX_SLURM_NODES
+from trainsim.kernels.shell_values import refuse_control_chars
 from trainsim.specs import SpecError, preset_names
 from trainsim.specs.safe_write import check_output_path, write_atomic
 

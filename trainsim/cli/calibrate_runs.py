@@ -32,8 +32,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
 def run_from_runs(args: argparse.Namespace, out: Path) -> int:
     # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
     from trainsim.cost_models.profile import CalibrationProfile, Fingerprint, load_profile, save_profile
-    from trainsim.validation.measured_runs import load_runs
     from trainsim.simulator.run_fit import engine_predict_log, fit_runs
+    from trainsim.validation.measured_runs import load_runs
 
     for flag in ("device", "emit_slurm", "import_nccl_tests"):
         if getattr(args, flag, None):

@@ -8,8 +8,8 @@ import sys
 from collections.abc import Mapping
 from typing import get_args
 
-from trainsim.specs.framework_behaviour import FRAMEWORKS
 from trainsim.specs import Scenario, SpecError, build_scenario, load_scenario_file, preset
+from trainsim.specs.framework_behaviour import FRAMEWORKS
 from trainsim.specs.published_scale import scale_warnings
 from trainsim.specs.training import Schedule, zero_conflict
 

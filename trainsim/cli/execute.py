@@ -15,8 +15,8 @@ import sys
 from trainsim.cli.common import (
     OVERRIDE_FLAGS,
     add_scenario_args,
-    imply_schedule,
     float_range,
+    imply_schedule,
     int_range,
     positive_int,
     warn_beyond_published,

@@ -16,15 +16,27 @@ from trainsim.simulator import goodput as gp
 from trainsim.simulator.planner import DEFAULT_MEMORY_HEADROOM, parse_headroom
 from trainsim.simulator.search_space import SearchLimits, check_training_extra, training_extra
 from trainsim.specs import SpecError, load_cluster, load_layout, load_model, load_scenario_file
-from trainsim.specs.hardware import dtype_refusal
+from trainsim.specs.data_parallel import hsdp_refusal
 from trainsim.specs.framework_behaviour import FRAMEWORKS
 from trainsim.specs.framework_era import layout_refusal
+from trainsim.specs.hardware import dtype_refusal
+from trainsim.specs.loaders import with_background_load
 from trainsim.specs.training import Schedule, default_cp_comm, zero_conflict
 
-from trainsim.specs.loaders import with_background_load
-from trainsim.specs.data_parallel import hsdp_refusal
-
-from .common import LORA_FLAGS, add_background_arg, add_optimizer_arg, add_data_parallel_args, add_lora_args, add_pool_args, add_precision_args, float_range, int_range, nonneg_float, positive_int, warn_beyond_published
+from .common import (
+    LORA_FLAGS,
+    add_background_arg,
+    add_data_parallel_args,
+    add_lora_args,
+    add_optimizer_arg,
+    add_pool_args,
+    add_precision_args,
+    float_range,
+    int_range,
+    nonneg_float,
+    positive_int,
+    warn_beyond_published,
+)
 
 # Tokens to train on: 10^16 is 640x Llama 3's 15.6T (arXiv:2407.21783), past any data set that exists.
 MAX_TOKENS = 1e16
@@ -235,9 +247,9 @@ def request_from_args(args: argparse.Namespace):
     training = _training_with_flags(args, raw)
     model_in = _required("model", args.model or raw.get("model"),
                          "no model given (use --model NAME|PATH or a scenario file)")
+    model = load_model(model_in)  # before the cluster, as predict does: `--model x` alone lists the presets
     cluster_in = _required("cluster", args.cluster or raw.get("cluster"),
                            "no cluster given (use --cluster NAME|PATH or a scenario file)")
-    model = load_model(model_in)
     cluster = _plan_cluster(args, cluster_in)
     gpus_text = args.gpus if args.gpus is not None else raw.get("gpus")
     if gpus_text is None and cluster.pools is not None:

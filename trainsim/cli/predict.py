@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import math
-
-from .common import add_scenario_args, float_range, int_range, scenario_from_args, warn_beyond_published
+import sys
 
 from trainsim.specs import SpecError
 from trainsim.specs.pools import gpus_label
+
+from .common import add_scenario_args, float_range, int_range, scenario_from_args, warn_beyond_published
 
 GiB = 2**30
 
@@ -57,8 +57,8 @@ def register(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
-    from trainsim.validation.intervals import check_coverage, interval_for
     from trainsim.simulator.predict import predict
+    from trainsim.validation.intervals import check_coverage, interval_for
 
     check_coverage(args.coverage)
     check_explain(args)

@@ -284,7 +284,7 @@ def _moe_bytes(shp: LayerShape, impl: str) -> tuple[float, float]:
     Selective recompute drops the activation's output (``moe_act``), the shared expert (``shared_experts``) or the
     whole layer (``moe``)."""
     rc = shp.recomputes
-    e, h, t, r, T = shp.e, shp.h, shp.tp, shp.sp_div, shp.tokens
+    e, t, r, T = shp.e, shp.tp, shp.sp_div, shp.tokens
     k, xt = shp.top_k, shp.xtp
     routed = shp.routed_tokens  # T·k·etp/tp token-copies on this rank, each expert's MLP split over etp
     inner = routed * _mlp_inner_bytes(shp, shp.fe, impl) / xt

@@ -34,16 +34,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from trainsim.specs.memo import memoised
 from trainsim.specs.framework_behaviour import behaviour
+from trainsim.specs.memo import memoised
 
+from .eager import block_style, count_passes, op_passes, stage_param_tensors, tp_wrapper
 from .flops import Op, _embedding_ops, _mtp_ops, head_ops, layer_ops, recompute_ops
+from .framework import FOREACH_ADAM_BYTES, PER_PARAM_LOOP_ADAM_BYTES
+from .muon import step_seconds
 from .nvfp4 import NVFP4_BYTES
 from .profile import MEMORY_OPS
 from .shapes import IdentityMemo, LayerShape, layer_shape
-from .eager import block_style, count_passes, op_passes, stage_param_tensors, tp_wrapper
-from .framework import FOREACH_ADAM_BYTES, PER_PARAM_LOOP_ADAM_BYTES
-from .muon import step_seconds
 
 TILE = 128
 K_STEP = 64
@@ -403,8 +403,8 @@ def optimizer_step_parts(scenario, stage: int, profile=None) -> tuple[float, flo
     ``offload_optimizer`` the update runs on the host at ``HOST_MEM_BW_PER_NODE_BPS / gpus_per_node``
     (the PCIe traffic is reported by ``memory.stage_memory`` for the engine to time).
     """
-    from .model_states import held_grad_bytes  # cycle: model_states -> muon -> here
     from .memory import rank_param_shards  # memory does not import compute
+    from .model_states import held_grad_bytes  # cycle: model_states -> muon -> here
 
     t = scenario.training
     fw = behaviour(t.framework)

@@ -37,12 +37,22 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from trainsim.specs.framework_behaviour import behaviour
 from trainsim.specs.memo import memoised
 
-from .activations import (kernels, _fp8_saved, _gemm_input_bytes, _gemm_input_e, _norm_bytes, embedding_activation_bytes, head_activation_bytes,
-                          layer_activation_bytes, op_sac_saved_tensors, MASK_BYTES)
+from .activations import (
+    MASK_BYTES,
+    _fp8_saved,
+    _gemm_input_bytes,
+    _gemm_input_e,
+    _norm_bytes,
+    embedding_activation_bytes,
+    head_activation_bytes,
+    kernels,
+    layer_activation_bytes,
+    op_sac_saved_tensors,
+)
 from .caching_allocator import replay
-from trainsim.specs.framework_behaviour import behaviour
 from .shapes import LayerShape, layer_shape
 
 # The tensor list may miss this share of activations.py's per-block total (its small terms are several fp32

@@ -79,7 +79,9 @@ def zero12_reduce_calls(training, params: float, dp: int, bucket_params: float,
     tensors, so there are at most ``max_buckets`` (the parameter tensors) of them. Each rank owns a contiguous
     1/dp of the flat gradient, so the per-rank ``reduce`` path issues one call per (bucket, owner) pair: the
     owners' ranges split ``buckets - 1`` times more, ``buckets + dp - 1`` calls in all."""
-    from .grad_buffer import whole_tensor_buckets  # lazy: grad_buffer imports this module inside its functions
+    from .grad_buffer import (
+        whole_tensor_buckets,  # lazy: grad_buffer imports this module inside its functions
+    )
 
     mode = _deepspeed_reduce(training) if training.effective_zero <= 2 else "ddp_bucket"
     if mode == "ddp_bucket":

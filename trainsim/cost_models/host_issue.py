@@ -148,12 +148,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from .host_jitter import MEASURED_FWD, measured_sigma, pace
-from .compiled_issue import compiled_kernel_count
-from .loss_issue import head_idle_s
-
 from trainsim.specs.framework_behaviour import behaviour
+
+from .compiled_issue import compiled_kernel_count
 from .framework import autocast_tag
+from .host_jitter import MEASURED_FWD, measured_sigma, pace
+from .loss_issue import head_idle_s
 from .param_tensors import block_tensors, module_style
 from .shapes import layer_shape
 

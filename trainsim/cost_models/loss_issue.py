@@ -46,6 +46,7 @@ def head_loss_issue_s(scenario, profile=None) -> tuple[float, float]:
     where they are not modelled apart (not Megatron's legacy layer, not eager, or a GPU profile measured the
     host)."""
     from .eager import block_style  # cycle: eager -> flops -> host_issue -> here
+
     # cycle: host_issue imports this module
     from .host_issue import BACKWARD_FRAME_RATIO, MODULE_FRAME_RATIO, eager_issue_s, paced_s, with_collectives
 

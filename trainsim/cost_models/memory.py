@@ -52,29 +52,27 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
 
-from . import activations as act
-from . import autocast
-from . import fp8_weights, nvfp4
-from trainsim.specs.framework_behaviour import behaviour
 from trainsim.specs.errors import SpecError
+from trainsim.specs.framework_behaviour import behaviour
 
-from .framework import DEEPSPEED_MAX_LIVE_PARAMS, bf16_optimizer
-from .model_states import rank_state_bytes, state_bytes
-from .offload import Offload, offload
+from . import activations as act
+from . import autocast, fp8_weights, nvfp4, op_sac_trace
 from .allocator_reserve import grads_off_peak, loss_stage_cached_bytes
 from .first_step_fragmentation import first_step_extra_reserved, lazy_state_bytes
+from .framework import DEEPSPEED_MAX_LIVE_PARAMS, bf16_optimizer
 from .fsdp2_peak import Fsdp2Peak, activation_peak, fsdp2_moment
 from .fsdp2_peak import applies as fsdp2_applies
 from .fsdp_stream_pools import stream_pool_cached
-from . import op_sac_trace
 from .grad_buffer import optimizer_tensor_elems
 from .lora import adapter_params_rank, frozen_weight_bytes
+from .mamba import hybrid_params_rank
+from .model_states import rank_state_bytes
+from .offload import offload
 from .param_tensors import rank_linear_weight_elems, rank_tensors
 from .runtime_memory import OUTSIDE_ALLOCATOR, runtime_terms
-from .softmax_backward_peak import softmax_backward_beyond
 from .shapes import block_kinds, dense_block_scenario, layer_shape
+from .softmax_backward_peak import softmax_backward_beyond
 from .state_rounding import megatron_state_rounding_bytes
-from .mamba import hybrid_params_rank
 
 GiB = 1 << 30
 MiB = 1 << 20

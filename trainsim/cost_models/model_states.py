@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from trainsim.specs.framework_behaviour import BEHAVIOURS
+from trainsim.specs.optimizer_choice import ADAM_STATE_BYTES
 
 from . import muon
 from .framework import BF16_LP_GRAD_BYTES, FSDP_SHARD_GRAD_BYTES, bf16_optimizer
-from trainsim.specs.optimizer_choice import ADAM_STATE_BYTES
 
 
 def held_grad_bytes(training) -> int:

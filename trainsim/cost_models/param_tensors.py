@@ -31,10 +31,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainsim.specs.memo import IdentityMemo
-
 from trainsim.specs.framework_behaviour import behaviour
 from trainsim.specs.lora import LORA_TARGETS, adapter_dims
+from trainsim.specs.memo import IdentityMemo
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from trainsim.specs.framework_behaviour import behaviour
 from trainsim.specs.memo import IdentityMemo
 
-from trainsim.specs.framework_behaviour import behaviour
 from .moe_balance import scenario_moe_load_factor
 
 # Bytes per activation element for each training dtype. fp8 training (Transformer Engine) keeps

@@ -27,10 +27,10 @@ depends on which cached block each takes.
 
 from __future__ import annotations
 
+from trainsim.specs.framework_behaviour import behaviour
 from trainsim.specs.memo import IdentityMemo, memoised
 
 from .caching_allocator import CachingAllocator
-from trainsim.specs.framework_behaviour import behaviour
 from .grad_buffer import optimizer_pieces_key, pieces_of
 from .param_tensors import key_tensors, rank_keys
 

@@ -61,9 +61,10 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from trainsim.specs.framework_behaviour import behaviour
-from .host_issue import issue_s, profiled_chunk
+
 from .collectives import collective_time
 from .grad_buffer import optimizer_tensor_elems
+from .host_issue import issue_s, profiled_chunk
 from .muon import busiest_launches
 
 MTA_CHUNK = 65536

@@ -24,8 +24,8 @@ from __future__ import annotations
 import operator
 
 import torch
-from torch._dynamo.backends.common import aot_autograd
 from functorch.compile import make_boxed_func
+from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.partitioners import min_cut_rematerialization_partition
 
 from trainsim.cost_models.compiled_issue import COMPILED_BLOCK_KERNELS

@@ -12,8 +12,8 @@ from trainsim.cost_models.param_tensors import chunk_tensors, rank_tensors
 from trainsim.specs import Scenario, framework_behaviour
 from trainsim.specs.partial_distopt import partial
 
-from .costtable import Transfer
 from . import mics_sync, zero3_reduce
+from .costtable import Transfer
 from .exposures import _chained_lat, _coll, _links
 
 if TYPE_CHECKING:

@@ -110,7 +110,8 @@ class Prediction:
         return min(allocated + self.allocator_cached_bytes, max(allocated, room))
 
     def to_json(self) -> dict[str, Any]:
-        """The stable JSON object (keys of docs/design.md plus engine, calibration and breakdown)."""
+        """The stable JSON object; docs/design.md (JSON outputs) lists every key, tests/test_json_contract.py holds
+        it."""
         return {
             "schema_version": SCHEMA_VERSION,
             "scenario": self.scenario,

@@ -15,12 +15,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from trainsim.specs.framework_behaviour import BEHAVIOURS, behaviour
-from trainsim.specs import ClusterSpec, Layout, ModelSpec, Scenario, SpecError, TrainingSpec, load_training, resolve
+from trainsim.specs import (
+    ClusterSpec,
+    Layout,
+    ModelSpec,
+    Scenario,
+    SpecError,
+    TrainingSpec,
+    load_training,
+    resolve,
+)
 from trainsim.specs.data_parallel import hsdp_refusal
-from trainsim.specs.mics import mics_framework
-from trainsim.specs.framework_era import feature_refusal, layout_refusal, schedule_refusal
 from trainsim.specs.errors import from_validation_error
+from trainsim.specs.framework_behaviour import BEHAVIOURS, behaviour
+from trainsim.specs.framework_era import feature_refusal, layout_refusal, schedule_refusal
+from trainsim.specs.mics import mics_framework
 from trainsim.specs.pools import arranged, placement_options
 from trainsim.specs.scenario import balanced_stage_layers, ep_overlap_refusal
 from trainsim.specs.training import default_cp_comm

@@ -11,8 +11,8 @@ from trainsim.cost_models.shapes import block_kinds, dense_block_scenario, layer
 from trainsim.specs import Scenario, framework_behaviour
 from trainsim.topologies.placement import place
 
-from .block import _Block, _block, _local_global_blocks, _mean_block, _mtp_block
 from . import zero3_reduce
+from .block import _Block, _block, _local_global_blocks, _mean_block, _mtp_block
 from .exposures import _coll, _pace, _paced
 from .grad_sync import _bucket_settings
 from .vocab_tp import VocabTp, vocab_parallel_tp

@@ -27,9 +27,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trainsim.specs import Scenario
-
 from trainsim.cost_models.loss_issue import CE_ALL_REDUCE_CALLS
+from trainsim.specs import Scenario
 
 from .exposures import _coll
 

@@ -32,7 +32,6 @@ from .errors import SpecError
 from .framework_behaviour import BEHAVIOURS
 from .training import Layout, TrainingSpec
 
-
 # The framework facts read here (specs/framework_behaviour.py): ``torch_fsdp`` (ZeRO-3 is torch FSDP, with HSDP),
 # ``reduce_bucket_params`` (ZeRO-2/3 gradients reduced in DeepSpeed's reduce_bucket_size buckets; None where each
 # block's are one call) and ``deepspeed_engine`` (ZeRO-1/2 is DeepSpeed's engine, sharding over the whole

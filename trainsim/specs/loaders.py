@@ -330,6 +330,7 @@ def build_scenario(raw: Mapping | None = None, overrides: Mapping | None = None)
     model_in = ov.get("model", raw.get("model"))
     if model_in is None:
         raise SpecError("model", "no model given (use --model NAME|PATH or a scenario file)")
+    model = load_model(model_in)  # before the cluster: `--model x` alone lists the model presets
     cluster_in = ov.get("cluster", raw.get("cluster"))
     if cluster_in is None:
         raise SpecError("cluster", "no cluster given (use --cluster NAME|PATH or a scenario file)")
@@ -345,7 +346,6 @@ def build_scenario(raw: Mapping | None = None, overrides: Mapping | None = None)
             raise SpecError(key, f"must be a mapping, got {type(val).__name__}")
     layout_raw = {**layout_raw, **{k: v for k, v in ov.items() if k in LAYOUT_KEYS}}
     training_raw = {**training_raw, **{k: v for k, v in ov.items() if k in TRAINING_KEYS}}
-    model = load_model(model_in)
     cluster = load_cluster(cluster_in, None if "pools" in ov else gpus)
     if "pools" in ov or "pool_placement" in ov:
         pooled = {**cluster.model_dump(), **({"pools": ov["pools"]} if "pools" in ov else {}),

@@ -16,14 +16,13 @@ transfer of a view is priced at the slowest pool's scale-out (the DP ring passes
 
 from __future__ import annotations
 
+from itertools import permutations
+
 from .errors import SpecError
 from .hardware import NIC_EFFICIENCY, ClusterSpec, PoolSpec, ScaleOutSpec, dtype_refusal
 from .memo import IdentityMemo
 from .scenario import Scenario
 from .training import Layout, TrainingSpec
-
-from itertools import permutations
-
 
 
 def node_scale_out_Bps(so: ScaleOutSpec) -> float:

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
-from .data_parallel import check_data_parallel
-from .mics import hierarchy_refusal as mics_hierarchy_refusal
 from . import partial_distopt
+from .data_parallel import check_data_parallel
 from .errors import SpecError
 from .framework_behaviour import BEHAVIOURS
 from .framework_era import layout_refusal
 from .hardware import ClusterSpec, dtype_refusal
 from .lora import check_lora_model
 from .memo import IdentityMemo
+from .mics import hierarchy_refusal as mics_hierarchy_refusal
 from .model import ModelSpec
 from .training import Layout, TrainingSpec
 

@@ -8,12 +8,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from . import partial_distopt
 from .errors import SpecError
 from .framework_behaviour import BEHAVIOURS, Framework
 from .framework_era import era_refusal, feature_refusal
-from .lora import DEFAULT_LORA_ALPHA, LORA_TARGETS, LoraTarget, training_refusal as lora_refusal
+from .lora import DEFAULT_LORA_ALPHA, LORA_TARGETS, LoraTarget
+from .lora import training_refusal as lora_refusal
 from .optimizer_choice import MUON_NS_STEPS, muon_refusal
-from . import partial_distopt
 
 Recompute = Literal["none", "selective", "full"]
 # Megatron-Core --recompute-modules (with --recompute-granularity selective): the parts of a block whose

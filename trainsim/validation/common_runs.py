@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import re
 
-from trainsim.validation.cells import cluster, integer, num, yes_no
 from trainsim.specs import SpecError, load_cluster
 from trainsim.specs.gpu_names import cluster_preset_for
+from trainsim.validation.cells import cluster, integer, num, yes_no
 
 RUN_RECORD_TYPES = ("measured_throughput", "measured_iteration_time", "measured_step_time", "measured_mfu")
 

@@ -5,8 +5,8 @@ predicted less reliably (or that nothing validated resembles) ranks lower under 
 
 from __future__ import annotations
 
-from trainsim.validation.intervals import Interval, interval_for
 from trainsim.simulator.search_space import to_scenario
+from trainsim.validation.intervals import Interval, interval_for
 
 
 def bands(result, profile) -> dict[tuple, Interval]:
