@@ -208,3 +208,14 @@ def test_plan_cli_pins_etp_and_refuses_it_for_dense_models(capsys):
     code = main(["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--global-batch", "64",
                  "--seq-len", "4096", "--etp", "1"])
     assert code == 2 and "etp" in capsys.readouterr().err
+
+
+def test_plan_cli_says_a_scenario_files_stage_layers_is_not_searched(tmp_path, capsys):
+    """plan searches its own splits; a file's explicit stage_layers is named on stderr, not dropped silently."""
+    from trainsim.cli.main import main
+    f = tmp_path / "s.yaml"
+    f.write_text("model: llama3-8b\ncluster: dgx-h100\ngpus: 16\nlayout: {pp: 2, stage_layers: [15, 17]}\n"
+                 "training: {global_batch: 64, seq_len: 4096}\n")
+    code = main(["plan", str(f), "--tp", "8", "--pp", "2", "--micro-batch", "1", "--top", "1", "--json"])
+    err = capsys.readouterr().err
+    assert code == 0 and "layout.stage_layers is not searched" in err

@@ -275,6 +275,10 @@ def request_from_args(args: argparse.Namespace):
                          **{k: fixed[k] for k in ("schedule", "recompute") if k in fixed})  # pinned ones checked too
     layout, placement, etp = _layout_pins(raw, fixed, model)
     _pin_dp_shard(fixed, extra, layout)
+    if layout.get("stage_layers") is not None:
+        print("note: layout.stage_layers is not searched: plan splits each candidate's layers itself (evenly, or "
+              "Megatron-Core's balanced first/last split where none divides); `trainsim predict` costs the file's "
+              "split", file=sys.stderr)
     limits = SearchLimits(max_tp=args.max_tp, max_micro_batch=args.max_micro_batch, dtype=dtype, fixed=fixed,
                           training_extra=extra, placement=placement, etp=etp, pool_placement=args.placement)
     if args.storage_write_gbps <= 0:
