@@ -1,17 +1,23 @@
-"""Step-time costs of torchtitan's eager FSDP2 step: the eager block's memory-bound aten ops (titan_ops.py).
+"""Step-time costs of torchtitan's eager FSDP2 step: the eager block's memory-bound aten ops (titan_ops.py) and FSDP2's
+compute-stream copies around its collectives (framework_behaviour ``fsdp2_copies``).
 
 Truth: the aten op sequence of torchtitan's RMSNorm and RoPE as torch's own trace of the block records it (the
 outputs of each op: cost_models/op_sac_trace.py ``FORWARD_GQA`` / ``BACKWARD_GQA``, kernels/alloc_trace.py), with the
-reads of each op written out by hand from torchtitan's code.
+reads of each op written out by hand from torchtitan's code; FSDP2's copies from _fsdp_collectives.py (read and
+write the gathered parameter per unshard; read the 16-bit gradient, write the reduce dtype per reduction).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from trainsim.cost_models import op_sac_trace, titan_ops
+from trainsim.cost_models import compute, op_sac_trace, titan_ops
 from trainsim.cost_models.flops import _layer_ops
+from trainsim.cost_models.framework import fsdp2_copy_bytes_per_param
 from trainsim.cost_models.shapes import LayerShape
+from trainsim.simulator import builder
+from trainsim.simulator.step_context import _step_context
+from trainsim.specs import build_scenario
 
 LLAMA8B = dict(b=1, s=8192, h=4096, a=32, kv=8, d=128, f=14336, gated=True, norm="rmsnorm", rope=True, bias=False,
                experts=0, top_k=0, fe=0, vocab=128256)
@@ -56,3 +62,23 @@ def test_titan_block_costs_the_eager_ops_fused_blocks_do_not():
     # every matmul is the same op either way
     for name in ("qkv", "attention", "out_proj", "fc1", "fc2"):
         assert _op(titan, name) == _op(fused, name)
+
+
+# Llama 3 8B FSDP2 on 16 H100 (2 nodes), local batch 1 x 8192: framework torch, ZeRO-3.
+FSDP2 = {"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 16, "layout": {},
+         "training": {"seq_len": 8192, "global_batch": 16, "zero": 3, "framework": "torch", "recompute": "full"}}
+
+
+def test_fsdp2_copies_are_the_gathered_and_reduced_bytes_on_the_compute_stream():
+    assert fsdp2_copy_bytes_per_param(2, 4) == (4.0, 6.0)  # torchtitan's fp32 reduce-scatter of bf16 gradients
+    scn = build_scenario(FSDP2, {})
+    st = _step_context(scn, None)
+    params, blocks = 8.0e9, 7.0e9
+    fwd, bwd = builder._fsdp2_copies_s(st, params, blocks)
+    tr = scn.training
+    out, copy_in = 2 * tr.param_bytes, tr.param_bytes + tr.grad_bytes
+    assert fwd == pytest.approx(compute.memory_time_s(params * out, st.hw) * st.slowest)
+    assert bwd == pytest.approx(compute.memory_time_s(blocks * out + params * copy_in, st.hw) * st.slowest)
+    # FSDP1 (pytorch-fsdp) all-gathers into its flat parameter: no copy-out, none of these copies
+    fsdp1 = build_scenario({**FSDP2, "training": {**FSDP2["training"], "framework": "pytorch-fsdp"}}, {})
+    assert builder._fsdp2_copies_s(_step_context(fsdp1, None), params, blocks) == (0.0, 0.0)
