@@ -232,6 +232,20 @@ def test_recompute_text(text, expected):
     assert common_runs.recompute({"recompute": text}) == expected
 
 
+@pytest.mark.parametrize("text, expected", [
+    ("selective (torchtitan op-level SAC policy)", ["op_sac"]), ("selective (per-op SAC)", ["op_sac"]),
+    ("selective", None), ("full", None), ("none (op-level SAC off)", None),
+])
+def test_torchtitan_per_op_sac_text_selects_op_sac(text, expected):
+    """torchtitan's selective_ac_option="op" policy, as its tables name it, is recompute_modules op_sac."""
+    assert common_runs.recompute_modules({"recompute": text}) == expected
+    row = {**LLAMA_ROW, "tp": "1", "pp": "1", "num_gpus": "64", "global_batch_seqs": "64", "recompute": text,
+           "zero_or_sharding": "FSDP2 (fully sharded, 1D)", "source_title": "torchtitan docs/performance.md (2024)",
+           "source_url": ""}
+    training = common_runs.scenario_mapping(row, 1, 1)["training"]
+    assert training["framework"] == "torch" and training.get("recompute_modules") == expected
+
+
 def test_unreadable_cells_name_their_column():
     with pytest.raises(SpecError, match="recompute"):
         common_runs.recompute({"recompute": "sometimes"})

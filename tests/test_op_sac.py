@@ -59,6 +59,20 @@ def test_recompute_reruns_every_unsaved_op():
     assert not {"qkv", "attention", "fc1", "fc2"} & set(names)
 
 
+def test_recompute_reruns_the_second_fourth_and_sixth_matmul():
+    # matmuls re-run: wk (T x 1024 x 4096), wo (T x 4096 x 4096), w3 (T x 14336 x 4096); wq, wv, w1, w2 saved
+    T = 2 * 8192
+    rerun = recompute_ops(_layer_ops(_shape()), "selective", frozenset({"op_sac"}))
+    gemms = sorted(g for op in rerun for g in op.fwd_gemms)
+    assert gemms == sorted([(T, 1024, 4096), (T, 4096, 4096), (T, 14336, 4096)])
+    flops = sum(op.fwd_flops for op in rerun if op.fwd_gemms)
+    assert flops == 2 * T * 4096 * (1024 + 4096 + 14336)
+    # GeLU: the 2nd, 4th and 6th matmuls are wk, wo and fc2 (fc1 saved whole)
+    gelu = recompute_ops(_layer_ops(_shape(gated=False, kv=32)), "selective", frozenset({"op_sac"}))
+    assert sorted(g for op in gelu for g in op.fwd_gemms) == sorted([(T, 4096, 4096), (T, 4096, 4096),
+                                                                     (T, 4096, 14336)])
+
+
 def test_op_sac_is_torchtitan_only_and_alone():
     TrainingSpec(framework="torch", recompute="selective", recompute_modules=("op_sac",))
     with pytest.raises(ValidationError, match="framework megatron has no such policy"):

@@ -315,17 +315,18 @@ def wrapper_overhead_s(scenario, profile, wrapper: str) -> tuple[float, float]:
 
 def _sum_times(ops: tuple[Op, ...], rec: tuple[Op, ...], hw: _Hw, shp: LayerShape, profile) -> LayerTimes:
     f = bi = bw = r = 0.0
-    rec_ids = {id(op) for op in rec}
     ov_f, ov_b = eager_overhead_s(shp, profile)
-    for op in ops:
+    # The re-run ops are the block's own or, for torchtitan's op_sac, shares of its fused GEMMs (flops._gemm_share).
+    for op, rerun in [(op, False) for op in ops] + [(op, True) for op in rec]:
         t = op_times(op, hw, e=shp.e, dtype=shp.dtype, profile=profile, causal=shp.causal, norm=shp.norm,
                      flash_version=shp.flash_version)
         in_f, in_b = op_passes(op) if (ov_f or ov_b) else (False, False)
+        if rerun:
+            r += t.fwd_s + (ov_f if in_f else 0.0)
+            continue
         f += t.fwd_s + (ov_f if in_f else 0.0)
         bi += t.bwd_input_s + (ov_b if in_b else 0.0)
         bw += t.bwd_weight_s
-        if id(op) in rec_ids:
-            r += t.fwd_s + (ov_f if in_f else 0.0)
     return LayerTimes(f, bi, bw, r)
 
 

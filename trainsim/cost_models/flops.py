@@ -45,6 +45,7 @@ from .host_issue import megatron_fused_softmax
 from .mcore_experts import MCORE_EXPERT_BIAS_RW, MCORE_GLU_CLAMP_RW, fp32_expert_bias_bytes
 from .shapes import DEFAULT_SELECTIVE as _CORE_ATTN
 from .shapes import LayerShape, block_kinds, layer_shape, mtp_kinds
+from . import titan_ops
 
 Gemm = tuple[int, int, int]  # (m, n, k)
 MATMUL_KINDS = frozenset({"gemm", "bmm", "attention", "ssd"})  # ssd: Mamba-2's chunked scan (cost_models/mamba.py)
@@ -200,6 +201,9 @@ def _norm(name: str, shp: LayerShape, n_tok: float) -> Op:
     Under torch.autocast the norms run on CUDA's fp32 list on the fp32 residual stream (cost_models/autocast.py,
     mechanism 2): x, y, dy and dx are 4 bytes."""
     e, h = (RESIDUAL_BYTES if shp.autocast else shp.e), shp.h
+    if shp.titan:  # torchtitan's eager RMSNorm: a chain of fp32 aten ops (titan_ops.norm_rw)
+        return _elementwise(name, "norm", n_tok * h, *titan_ops.norm_rw(e), _NORM_FLOPS["rmsnorm"],
+                            launches=titan_ops.NORM_LAUNCHES)
     stats = (8 if shp.norm == "layernorm" else 4) * n_tok
     return _elementwise(name, "norm", n_tok * h, 2 * e, 3 * e, _NORM_FLOPS.get(shp.norm, 5.0),
                         extra_fwd_bytes=stats, extra_bwd_bytes=stats)
@@ -243,6 +247,9 @@ def _rope(shp: LayerShape, n_elems: float) -> Op:
     """RoPE on the local query and key heads: a fused kernel, under torch.autocast (trainsim execute's eager
     block code) the eager op sequence of ``EAGER_ROPE_RW``, or Megatron-Core's unfused one (``MCORE_EAGER_ROPE_RW``)."""
     e = shp.e
+    if shp.titan:  # torchtitan's complex multiplication in fp32 (titan_ops.rope_rw)
+        return _elementwise("rope", "elementwise", n_elems, *titan_ops.rope_rw(e), 3.0,
+                            launches=titan_ops.ROPE_LAUNCHES)
     fwd, bwd = EAGER_ROPE_RW if shp.autocast else MCORE_EAGER_ROPE_RW if shp.mcore_rope_eager else (2, 2)
     return _elementwise("rope", "elementwise", n_elems, fwd * e, bwd * e, 3.0)
 
@@ -343,9 +350,10 @@ def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int 
     fp8, fp4, casts = shp.dtype == "fp8", shp.dtype == "nvfp4", shp.fp8_weight_casts
     act_elems = batch * tokens * f_local
     if shp.gated:  # silu(gate) * up: reads 2, writes 1; bwd reads gate, up, dy, writes dgate, dup
-        fwd_rw, bwd_rw = EAGER_SWIGLU_RW if shp.autocast else (3, 5)
+        eager = shp.autocast or shp.titan  # silu and the multiply as two eager ops (torchtitan's FeedForward too)
+        fwd_rw, bwd_rw = EAGER_SWIGLU_RW if eager else (3, 5)
         act = _elementwise(f"{prefix}swiglu", "elementwise", act_elems, fwd_rw * e, bwd_rw * e,
-                           6.0 + (_GLU_CLAMP_FLOPS if shp.glu_clamp else 0.0))
+                           6.0 + (_GLU_CLAMP_FLOPS if shp.glu_clamp else 0.0), launches=(2, 3) if eager else (1, 1))
     else:
         act = _elementwise(f"{prefix}gelu", "elementwise", act_elems, 2 * e, 3 * e, 8.0)
     acts = [act]
@@ -453,6 +461,9 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
                                     _NORM_FLOPS["rmsnorm"]))
         if shp.rope:
             ops.append(_rope(shp, T * (shp.a + shp.kv) * shp.d // t))
+        if shp.titan and shp.kv < shp.a:  # torchtitan's repeat_kv: k and v copied to the query heads
+            ops.append(_elementwise("repeat_kv", "elementwise", 2 * T * shp.a * shp.d // t,
+                                    *(titan_ops.repeat_kv_rw(e, shp.a, shp.kv),) * 2, 0.0, launches=(2, 2)))
     ops += _attention_ops(shp)
     ops.append(_linear("out_proj", T, h, shp.a * shp.dvh // t, e, fp8=fp8, fp4=fp4, weight_casts=casts))
     if shp.norms == 4:  # Gemma 2/3: a norm after each sub-layer too, before its residual add
@@ -514,22 +525,11 @@ def recompute_ops(ops: tuple[Op, ...], mode: str, modules: frozenset = frozenset
     if mode == "full":
         return ops
     if mode == "selective" and "op_sac" in modules:
-        return _op_sac_rerun(ops)
+        return titan_ops.op_sac_rerun(ops)
     if mode == "selective":
         mods = modules or _CORE_ATTN
         return tuple(op for op in ops if op.modules & mods)
     return ()
-
-
-def _op_sac_rerun(ops: tuple[Op, ...]) -> tuple[Op, ...]:
-    """The ops torchtitan's per-op policy (recompute_modules op_sac, trainsim/cost_models/activations.py) re-runs
-    in a dense block: every op whose output it does not save -- norms, RoPE, residual adds, the activation
-    function, the out-projection (matmul 4) and with GeLU fc2 (matmul 6). The fused qkv and SwiGLU fc1 GEMMs
-    are saved in part (q and v, w1's output) and counted as not re-run, so the wk and w3 matmuls of the recompute
-    are left out: a lower bound on the recompute time."""
-    gated = any(op.name == "swiglu" for op in ops)
-    saved = {"qkv", "attention", "fc1"} | ({"fc2"} if gated else set())
-    return tuple(op for op in ops if op.name not in saved)
 
 
 @memoised(maxsize=4096)

@@ -157,6 +157,14 @@ def fsdp_grad_prep_bytes_per_param(e: int, g: int, world: int, accumulate: bool)
     return float(unsharded + shard / world)
 
 
+def fsdp2_copy_bytes_per_param(param_bytes: int, grad_bytes: int) -> tuple[float, float]:
+    """HBM bytes per parameter of FSDP2's compute-stream copies (specs/framework_behaviour.py docstring,
+    ``fsdp2_copies``): (the all-gather copy-out of one unshard: read and write the ``param_bytes``-byte parameter,
+    the reduce-scatter copy-in of one reduction: read the ``param_bytes``-byte unsharded gradient, write it in the
+    ``grad_bytes``-byte reduce dtype)."""
+    return 2.0 * param_bytes, float(param_bytes + grad_bytes)
+
+
 def eager_ce_cast_bytes(e: int) -> tuple[float, float]:
     """HBM bytes per logit, (forward, backward), of the dtype casts inside torch's eager fp32 cross-entropy:
     ``.float()`` (read e, write 4) and autograd's cast of the gradient back (read 4, write e)."""

@@ -178,13 +178,14 @@ def _titan_block(m, t) -> bool:
     scenario states fused block code (TrainingSpec.block_code), else torchtitan's code stated (block_code torchtitan:
     torch's FSDP1 running torchtitan's model) or a framework whose blocks are torchtitan's
     (framework_behaviour.FrameworkBehaviour.eager_llama_block), not compiled (AOTAutograd's
-    partitioner saves the fused set, tests/test_compile_oracle.py), 16-bit parameters as FSDP2's
+    partitioner saves the fused set, tests/test_compile_oracle.py; ``host_issue: compile`` issues Inductor's fused
+    kernels, not the eager op chains of titan_ops.py), 16-bit parameters as FSDP2's
     MixedPrecisionPolicy casts them (no autocast), flash SDPA, and the architecture that code implements
     (ModelSpec.plain_llama_block)."""
     if t.block_code == "fused":
         return False
     code = t.block_code == "torchtitan" or behaviour(t.framework).eager_llama_block
-    return (code and not t.compile and not t.autocast and t.dtype in ("bf16", "fp16") and t.flash_attention
+    return (code and not t.compile and t.host_issue != "compile" and not t.autocast and t.dtype in ("bf16", "fp16") and t.flash_attention
             and m.plain_llama_block)
 
 

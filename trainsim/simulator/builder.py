@@ -166,6 +166,20 @@ def _accumulate_s(st: _Step, params: float, tied: float = 0.0) -> float:
     return compute.memory_time_s(nbytes, st.hw, st.profile, "copy") * st.slowest if nbytes > 0 else 0.0
 
 
+def _fsdp2_copies_s(st: _Step, params: float, regathered: float) -> tuple[float, float]:
+    """Compute-stream seconds (forward, backward) per micro-batch of FSDP2's copies around a chunk's collectives
+    (framework_behaviour ``fsdp2_copies``): the forward's all-gather copy-out of all ``params``, the backward's
+    copy-out of the ``regathered`` block parameters (resharded after forward; the root's are not) and the
+    reduce-scatter copy-in of every gradient."""
+    tr = st.scenario.training
+    if not (st.fw.fsdp2 and st.z >= 3 and st.dp_group is not None and params > 0):
+        return 0.0, 0.0
+    out, copy_in = framework.fsdp2_copy_bytes_per_param(tr.param_bytes, tr.grad_bytes)
+    fwd = compute.memory_time_s(params * out, st.hw, st.profile, "copy")
+    bwd = compute.memory_time_s(regathered * out + params * copy_in, st.hw, st.profile, "copy")
+    return fwd * st.slowest, bwd * st.slowest
+
+
 def _tied_sum_params(st: _Step, vs: int) -> float:
     """Parameters whose two gradients autograd sums before accumulating them: a tied word embedding whose lookup
     and output layer run in the same chunk receives a dense gradient from each (the logits GEMM's weight gradient,
@@ -288,6 +302,9 @@ def _chunk(st: _Step, s: int, c: int, pair: float) -> ChunkCost:
         cs.a += act.pipeline_output_bytes(scenario)  # the chunk's output, kept until its backward
     params = sum(k * b.params for b, k in cs.kinds) + cs.extra_params
     cs.bw += _accumulate_s(st, params, _tied_sum_params(st, vs))
+    copy_f, copy_b = _fsdp2_copies_s(st, params, params - cs.extra_params)
+    cs.f += copy_f
+    cs.bw += copy_b
     if st.z >= 3 and st.dp_group is not None and n:
         # Eager FSDP2 per wrapped block (CPU profiles only; compute.wrapper_overhead_s).
         of, ob = compute.wrapper_overhead_s(scenario, profile, "fsdp")

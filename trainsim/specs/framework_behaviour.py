@@ -175,6 +175,22 @@ framework's own default, cited to its code or docs; none is fitted to a measurem
   cost_models.framework.fsdp_grad_prep_bytes_per_param gives the bytes per parameter of the unit; the optimizer then sees
   fp32 gradient shards. Memory: while the split backward concatenates, the parameters' own 16-bit gradients
   and the unit's flat gradient coexist (memory.stage_memory).
+* ``fsdp2_copies`` (``fsdp2``) -- the copies FSDP2 (framework torch) runs on the compute stream around each unit's
+  collectives, every micro-batch (torch/distributed/_composable/fsdp/_fsdp_collectives.py, read_file id
+  16595821436; _fsdp_param_group.py ``wait_for_unshard``): ``foreach_all_gather_copy_out`` waits for the all-gather
+  on the current stream and ``torch.split_with_sizes_copy`` copies the flat all-gather output into each
+  parameter's unsharded storage (read and write the gathered bytes), for the forward's all-gather and again for
+  the backward's of a unit resharded after forward (torchtitan reshards every block but the last; the root is not
+  resharded); ``foreach_reduce_scatter`` copies the unit's unsharded gradients into the flat reduce-dtype input
+  (``torch.cat`` of their ``view(world, -1)`` slices, later ``torch._chunk_cat``: read the gradient, write the
+  reduce dtype) on the reduce-scatter stream after ``reduce_scatter_stream.wait_stream(current_stream)``, and the
+  compute stream then waits for that copy (``current_stream.wait_event(copy_in_event)``) -- since
+  pytorch/pytorch#129721 (torch 2.5) the copy-in runs on the compute stream itself -- so both copies are serial
+  with the blocks' kernels. No divide passes: fp32 and bf16 reduce-scatters average in NCCL (``ReduceOp.AVG``,
+  pytorch/pytorch#120919 and #123362, March-April 2024; #120919 measured "~1.5% speedup on the Llama-7B
+  workload" from dropping the pre/post-divide passes, the size of such passes on the critical path).
+  cost_models.framework.fsdp2_copy_bytes_per_param gives the bytes; FSDP1 (pytorch-fsdp) gathers straight into
+  the flat parameter and has no copy-out (its gradient passes are ``fsdp_grad_prep``).
 * ``optimizer_update`` -- how the Adam step streams the optimizer shard. "fused" (Megatron/TE/apex
   multi-tensor Adam, torch's fused/foreach paths): one pass reading the fp32 master weight, m, v and the
   gradient and writing them back (``2 x optimizer_bytes + grad + param`` bytes per parameter).

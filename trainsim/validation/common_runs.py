@@ -251,6 +251,18 @@ def precision(r: dict) -> str:
     return "bf16"
 
 
+# torchtitan's selective AC with selective_ac_option="op" (its per-op policy: torchtitan/parallelisms/
+# parallelize_llama.py, ``_get_custom_policy``; "selective op" in its docs/performance.md tables): trainsim's
+# recompute_modules op_sac (cost_models/activations.py, titan_ops.op_sac_rerun).
+TORCHTITAN_OP_SAC = re.compile(r"per-op SAC|torchtitan SAC|op-level SAC", re.IGNORECASE)
+
+
+def recompute_modules(r: dict) -> list[str] | None:
+    """["op_sac"] where the ``recompute`` text names torchtitan's per-op selective policy, else None (the
+    framework's default modules)."""
+    return ["op_sac"] if recompute(r) == "selective" and TORCHTITAN_OP_SAC.search(r.get("recompute") or "") else None
+
+
 def recompute_stated(r: dict) -> bool:
     """Whether the row says anything about activation recomputation (else the caller's unknowns rule decides)."""
     return not NOT_STATED.match((r.get("recompute") or "").strip().lower())
@@ -363,6 +375,8 @@ def scenario_mapping(r: dict, micro_batch: int, vpp: int) -> dict:
                 "schedule": schedule(r, vpp), "flash_attention": modern, "dropout": not modern,
                 "framework": framework_for(r, zero, year)}
     _explicit_recipe(r, training)
+    if recompute_modules(r):
+        training["recompute_modules"] = recompute_modules(r)
     if dist_opt:
         training["distributed_optimizer"] = True
     if cp > 1 and cp_comm(r):

@@ -67,9 +67,6 @@ PREDICTED_FIELD = {"allocated peak": "peak_allocated_bytes", "active peak": "pea
 # freed blocks still awaiting their streams, so it joins ``allocated peak``.
 COUNTER_GROUP = {"allocated peak": "allocated/active peak", "active peak": "allocated/active peak",
                  "reserved peak": "reserved peak", "nvidia-smi": "nvidia-smi", "not stated": "not stated"}
-# torchtitan's selective AC with selective_ac_option="op" (its per-op policy; the only SAC torchtitan had in early
-# 2024, enable_selective_ac): trainsim's recompute_modules op_sac (trainsim/cost_models/activations.py).
-TORCHTITAN_OP_SAC = re.compile(r"per-op SAC|torchtitan SAC", re.IGNORECASE)
 # FSDP2 of torch 2.3-2.4 (before pytorch/pytorch#129721) allocates its reduce-scatter input in the reduce-scatter
 # stream: stated in ``zero_or_sharding`` (TrainingSpec.fsdp_reduce_scatter_input reduce_scatter_stream).
 FSDP2_RS_STREAM_INPUT = re.compile(r"reduce-scatter input in the reduce-scatter stream", re.IGNORECASE)
@@ -219,8 +216,8 @@ def scenario_mapping(r: dict) -> dict:
                 "offload_optimizer": off_opt, "offload_params": off_params}
     if dist_opt:
         training["distributed_optimizer"] = True
-    if training["recompute"] == "selective" and TORCHTITAN_OP_SAC.search(r.get("recompute") or ""):
-        training["recompute_modules"] = ["op_sac"]
+    if common_runs.recompute_modules(r):  # torchtitan's per-op SAC (common_runs.TORCHTITAN_OP_SAC)
+        training["recompute_modules"] = common_runs.recompute_modules(r)
     if FSDP2_RS_STREAM_INPUT.search(r.get("zero_or_sharding") or ""):
         training["fsdp_reduce_scatter_input"] = "reduce_scatter_stream"
     if FSDP2_ROOT_AND_LAST_BLOCK.search(r.get("zero_or_sharding") or ""):
