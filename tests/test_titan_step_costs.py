@@ -82,3 +82,41 @@ def test_fsdp2_copies_are_the_gathered_and_reduced_bytes_on_the_compute_stream()
     # FSDP1 (pytorch-fsdp) all-gathers into its flat parameter: no copy-out, none of these copies
     fsdp1 = build_scenario({**FSDP2, "training": {**FSDP2["training"], "framework": "pytorch-fsdp"}}, {})
     assert builder._fsdp2_copies_s(_step_context(fsdp1, None), params, blocks) == (0.0, 0.0)
+
+
+def test_fused_rmsnorm_is_one_triton_pass_each_way_and_saves_the_input():
+    """torchtitan's ``norm_type = "fused_rmsnorm"`` (TritonFusedRMSNorm, torchtitan/models/norms.py at 1ea476e9f):
+    the forward kernel reads x and writes y, the backward kernel reads x and dy and writes dx, plus the fp32 rstd
+    per token; ``save_for_backward(x, weight, rstd)`` keeps the 16-bit input, not the eager chain's fp32 copy."""
+    from trainsim.cost_models import activations
+    fused_norm = LayerShape(**LLAMA8B, titan=True, titan_fused_norm=True)
+    eager_norm = LayerShape(**LLAMA8B, titan=True)
+    op = _op(fused_norm, "norm1")
+    assert op.fwd_bytes == 2 * 2 * T * H + 4 * T and op.bwd_input_bytes == 3 * 2 * T * H + 4 * T
+    assert op.launches == titan_ops.FUSED_NORM_LAUNCHES == (1, 3)
+    # the rest of torchtitan's eager block stays: RoPE in fp32 and the repeat_kv copies
+    assert _op(fused_norm, "rope").fwd_bytes == _op(eager_norm, "rope").fwd_bytes == 20 * T * (H + K)
+    assert activations._norm_bytes(fused_norm, T, "titan") == (2 * T * H, 4 * T)
+    assert activations._norm_bytes(eager_norm, T, "titan") == ((4 + 2) * T * H, 4 * T)
+
+
+def test_titan_norm_reaches_the_block_only_where_torchtitans_code_runs():
+    base = dict(model="llama3-8b", cluster="dgx-h100", gpus=8, layout={"tp": 1},
+                training={"global_batch": 8, "seq_len": 4096, "framework": "torch", "zero": 3,
+                          "titan_norm": "fused_rmsnorm"})
+    from trainsim.cost_models.shapes import layer_shape
+    shp = layer_shape(build_scenario(base))
+    assert shp.titan and shp.titan_fused_norm
+    fused_code = layer_shape(build_scenario({**base, "training": {**base["training"], "block_code": "fused"}}))
+    assert not fused_code.titan and not fused_code.titan_fused_norm
+
+
+def test_probe_rows_take_the_norm_type_of_their_torchtitan_config():
+    """docs/probe_runs.csv states titan_norm per torchtitan row from its table's train_configs at 1ea476e9f:
+    llama3_8b.toml and llama2_13b.toml set norm_type fused_rmsnorm, the 70B configs rmsnorm."""
+    from trainsim.validation.common_run_cases import load_common_runs
+    from trainsim.validation.residual_sources import REPO
+    ds = load_common_runs(REPO / "docs" / "probe_runs.csv", name="probe_runs")
+    norm = {c.row_id: c.scenario.training.titan_norm for c in ds.active if c.row_id.startswith("tt_a100")}
+    assert norm == {"tt_a100_l3_8b_sacop": "fused_rmsnorm", "tt_a100_l2_13b_noac": "fused_rmsnorm",
+                    "tt_a100_l3_70b_full": "rmsnorm", "tt_a100_l2_70b_full": "rmsnorm"}

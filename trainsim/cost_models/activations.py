@@ -165,7 +165,7 @@ def _norm_bytes(shp: LayerShape, n_tok: float, impl: str) -> tuple[float, float]
         return e * n_tok * h, 2 * STAT_BYTES * n_tok
     if impl == "eager":
         return 2 * STAT_BYTES * n_tok * h, STAT_BYTES * n_tok
-    if impl == "titan":  # fp32 input copy and 16-bit normalised tensor (module docstring)
+    if impl == "titan" and not shp.titan_fused_norm:  # fp32 input copy and 16-bit normalised tensor (docstring)
         return (STAT_BYTES + e) * n_tok * h, STAT_BYTES * n_tok
     return e * n_tok * h, STAT_BYTES * n_tok
 

@@ -201,6 +201,10 @@ def _norm(name: str, shp: LayerShape, n_tok: float) -> Op:
     Under torch.autocast the norms run on CUDA's fp32 list on the fp32 residual stream (cost_models/autocast.py,
     mechanism 2): x, y, dy and dx are 4 bytes."""
     e, h = (RESIDUAL_BYTES if shp.autocast else shp.e), shp.h
+    if shp.titan and shp.titan_fused_norm:  # torchtitan's Triton fused_rmsnorm (titan_ops.fused_norm_rw)
+        return _elementwise(name, "norm", n_tok * h, *titan_ops.fused_norm_rw(e), _NORM_FLOPS["rmsnorm"],
+                            extra_fwd_bytes=4 * n_tok, extra_bwd_bytes=4 * n_tok,
+                            launches=titan_ops.FUSED_NORM_LAUNCHES)
     if shp.titan:  # torchtitan's eager RMSNorm: a chain of fp32 aten ops (titan_ops.norm_rw)
         return _elementwise(name, "norm", n_tok * h, *titan_ops.norm_rw(e), _NORM_FLOPS["rmsnorm"],
                             launches=titan_ops.NORM_LAUNCHES)

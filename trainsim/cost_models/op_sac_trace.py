@@ -266,7 +266,7 @@ def covers(scenario) -> bool:
     to the FSDP shard: torch FSDP sharding its gradients (zero >= 2, as fsdp_stream_pools.py decides FSDP), not
     plain DDP (zero 0), which keeps every gradient until its all-reduce and the whole states."""
     shp, t, m, lay = layer_shape(scenario), scenario.training, scenario.model, scenario.layout
-    eager = shp.titan and shp.eager_ce and not shp.fused_ce
+    eager = shp.titan and not shp.titan_fused_norm and shp.eager_ce and not shp.fused_ce  # the trace's norms are eager
     compiled = compiled_stand_in(scenario) and (shp.eager_ce or shp.fused_ce)
     fsdp = behaviour(t.framework).torch_fsdp and t.effective_zero >= 2
     return (fsdp and (eager or compiled) and shp.recomputes("op_sac")

@@ -66,6 +66,7 @@ class LayerShape:
     ce_logits_kept: bool = False  # the caller keeps the fp32 logits through the backward (cross_entropy eager_fp32_kept)
     autocast: bool = False  # fp32 weights under torch.autocast (TrainingSpec.autocast; cost_models/autocast.py)
     titan: bool = False  # a dense Llama block as torchtitan's eager model code runs it (_titan_block)
+    titan_fused_norm: bool = False  # that block's norms as torchtitan's Triton fused_rmsnorm (TrainingSpec.titan_norm)
     metric_ce_passes: int = 0  # no-grad cross-entropy forwards of train metrics (framework.py)
     bias_grad_pass: bool = False  # biases reduce their gradient in a separate kernel (framework.py)
     fp8_weight_casts: float = 1.0  # fp8 weight quantizations per micro-batch (1, or 1/m with TE's step cache)
@@ -221,6 +222,7 @@ def _layer_shape(scenario) -> LayerShape:
         ce_logits_kept=t.cross_entropy == "eager_fp32_kept",
         autocast=t.autocast,
         titan=_titan_block(m, t),
+        titan_fused_norm=_titan_block(m, t) and t.titan_norm == "fused_rmsnorm",
         metric_ce_passes=behaviour(t.framework).train_metric_loss_passes,
         bias_grad_pass=m.bias and not behaviour(t.framework).fused_bias_grad,
         fp8_weight_casts=(0.0 if t.lora_fp8_base_weights else 1.0 / scenario.num_microbatches

@@ -48,6 +48,18 @@ def norm_rw(e: int) -> tuple[float, float]:
 NORM_LAUNCHES = (8, 16)
 
 
+def fused_norm_rw(e: int) -> tuple[float, float]:
+    """(forward, backward) HBM bytes per element of torchtitan's Triton ``TritonFusedRMSNorm`` (``norm_type =
+    "fused_rmsnorm"``, torchtitan/models/norms.py at 1ea476e9f): ``_rms_norm_fwd_kernel`` reads x and writes y,
+    ``_rms_norm_bwd_kernel_sm`` reads x and dy and writes dx (the fp32 rstd, one value per token, and the per-SM
+    weight-gradient partials are the caller's ``extra`` bytes and negligible)."""
+    return float(2 * e), float(3 * e)
+
+
+# the forward kernel; the backward kernel, ``_dw.sum(0)`` over the per-SM partials and its ``.to(weight.dtype)``
+FUSED_NORM_LAUNCHES = (1, 3)
+
+
 def rope_rw(e: int) -> tuple[float, float]:
     """(forward, backward) HBM bytes per rotated q or k element of RoPE by complex multiplication in fp32."""
     return float(2 * e + 16), float(2 * e + 16)

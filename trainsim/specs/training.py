@@ -194,6 +194,12 @@ class TrainingSpec(BaseModel):
         "torchtitan's model as torchtitan's FSDP1 wrapper of early 2024 did); None = torchtitan "
         "for framework torch where its code applies (ModelSpec.plain_llama_block, bf16/fp16, flash SDPA, neither "
         "compiled nor under autocast), else fused")
+    titan_norm: Literal["rmsnorm", "fused_rmsnorm"] = Field(
+        default="rmsnorm", description="torchtitan's model.norm_type, where a block runs torchtitan's eager Llama "
+        "code (block_code): rmsnorm = its RMSNorm class, an aten chain in fp32 (8 kernels forward, 16 backward, "
+        "the fp32 input copy saved; cost_models/titan_ops.py); fused_rmsnorm = its Triton TritonFusedRMSNorm (one "
+        "kernel forward, the input and rstd saved; torchtitan/models/norms.py until PR #826 of 2025-02, the "
+        "norm_type of its 7B, 8B and 13B train_configs at 1ea476e9f). Other blocks run a fused norm already")
     cross_entropy: Literal["fused", "vocab_parallel", "eager_fp32", "eager_fp32_kept"] | None = Field(
         default=None, description="how the loss runs: fused = one fused (or torch.compile'd) kernel that saves the "
         "16-bit logits and a logsumexp per token; vocab_parallel = Megatron's cross-entropy (in-place ops on an "

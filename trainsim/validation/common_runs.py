@@ -22,7 +22,7 @@ facts are, so one loader reads every bundled table): ``cp_comm`` (ring / p2p, al
 context parallelism exchanges keys and values (TrainingSpec.cp_comm), the framework's default when absent; ``dp_shard``,
 the ZeRO-3 shard group (Layout.dp_shard: HSDP's, or DeepSpeed-MiCS's ``mics_shard_size``), all of dp when absent; and the explicit
 recipe columns ``framework``, ``dtype``, ``grad_dtype_bytes``, ``flash_attention``, ``flash_attention_version``
-(1 or 2), ``dropout``, ``overlap_p2p`` (pipeline sends overlapped with compute), ``overlap_grad_reduce`` (data-parallel
+(1 or 2), ``titan_norm`` (torchtitan's norm_type), ``dropout``, ``overlap_p2p`` (pipeline sends overlapped with compute), ``overlap_grad_reduce`` (data-parallel
 gradient reduction overlapped with the backward) and ``fabric`` (scale-out
 topology), which replace the year and text rules above when filled (a row that names the code it ran, e.g. a
 framework commit older than its paper, states that code's era here). ``assumptions`` states in words the rule that set each value the source leaves open
@@ -155,7 +155,7 @@ def stated(r: dict, key: str) -> bool:
 def _explicit_recipe(r: dict, training: dict) -> dict:
     """The training mapping with the row's explicit recipe columns (module docstring) in place of the rules
     (a stated ``dtype`` is taken as written: the ``precision`` text is then not read)."""
-    for key in ("framework", "dtype", "block_code"):
+    for key in ("framework", "dtype", "block_code", "titan_norm"):
         if stated(r, key):
             training[key] = r[key].strip()
     for key in ("flash_attention", "dropout", "overlap_p2p", "overlap_grad_reduce"):
