@@ -120,3 +120,14 @@ def test_probe_rows_take_the_norm_type_of_their_torchtitan_config():
     norm = {c.row_id: c.scenario.training.titan_norm for c in ds.active if c.row_id.startswith("tt_a100")}
     assert norm == {"tt_a100_l3_8b_sacop": "fused_rmsnorm", "tt_a100_l2_13b_noac": "fused_rmsnorm",
                     "tt_a100_l3_70b_full": "rmsnorm", "tt_a100_l2_70b_full": "rmsnorm"}
+
+
+def test_full_sharding_has_no_unsharded_gradient_accumulation_pass():
+    """FSDP2 full sharding (ZeRO-3) frees the unsharded gradient after its reduce-scatter every micro-batch, so no
+    ``grad += new`` pass over whole gradients; plain autograd (ZeRO-0) and unsharded-parameter FSDP (ZeRO-2) keep
+    AccumulateGrad's pass: read both, write one, 3 x grad_bytes per parameter."""
+    from trainsim.cost_models.framework import grad_accumulation_bytes_per_param
+    from trainsim.specs.training import TrainingSpec
+    for zero, want in ((0, 3 * 4), (2, 3 * 4), (3, 0.0)):
+        tr = TrainingSpec(global_batch=64, seq_len=4096, framework="torch", zero=zero, grad_dtype_bytes=4)
+        assert grad_accumulation_bytes_per_param(tr, 4) == want

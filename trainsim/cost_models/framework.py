@@ -126,8 +126,14 @@ def grad_accumulation_bytes_per_param(training, microbatches: int) -> float:
     on the compute stream (``reduce_independent_p_g_buckets_and_remove_grads``: ``new_grad_tensor.copy_(grad_reduc
     .view(-1))`` into ``ipg_buffer``, ``contiguous_gradients`` on by default): read and write, ``2 x grad_bytes``,
     at the boundary micro-batch at stage 1 and every micro-batch at stage 2.
-    ZeRO-2/3 reduce every micro-batch and accumulate only the 1/dp shard (folded into the optimizer's bytes)."""
+    ZeRO-2/3 reduce every micro-batch and accumulate only the 1/dp shard (folded into the optimizer's bytes); torch's
+    FSDP at ZeRO-3 likewise frees each unsharded gradient once reduce-scattered (FSDP2 ``post_backward``), while at
+    ZeRO-2 (unsharded parameters kept, Llama 3's fp32 accumulation) autograd's ``grad +=`` pass stays."""
     fw, g, m = BEHAVIOURS[training.framework], training.grad_bytes, max(1, microbatches)
+    if fw.torch_fsdp and training.effective_zero >= 3:
+        # full sharding frees each unsharded gradient once reduce-scattered (FSDP2 post_backward), every
+        # micro-batch: only the 1/dp shard accumulates, in the optimizer's bytes
+        return 0.0
     if fw.grad_accumulation_pass:
         return 3.0 * g * ((m - 1) / m if fw.grad_accumulation_steals_first else 1.0)
     if bf16_optimizer(training):
