@@ -70,11 +70,11 @@ def test_a_host_bound_chunk_waits_for_its_host():
     ch = build_cost_table(s).stages[0].chunks[0]
     n = ch.layers
     assert ch.host_idle_fwd_s > 0 and ch.host_idle_bwd_s > 0
-    # the forward pass (compute + exposed TP) now lasts exactly the host's issue time of its blocks and of the
-    # output head and loss it ends with (cost_models.loss_issue)
+    # the forward pass (compute + exposed TP) lasts exactly the host's issue time of its blocks and of the
+    # output head and loss it ends with (cost_models.loss_issue), after the lead-in of get_batch's sync
     head_f, head_b = loss_issue.head_loss_issue_s(s)
-    assert head_f > 0 and head_b > 0
-    assert ch.fwd_s + ch.tp_fwd_s == pytest.approx(n * issue.fwd_s + head_f)
+    assert head_f > 0 and head_b > 0 and issue.microbatch_sync_s > 0
+    assert ch.fwd_s + ch.tp_fwd_s == pytest.approx(n * issue.fwd_s + head_f + issue.microbatch_sync_s)
     assert ch.bwd_s + ch.tp_bwd_s == pytest.approx(n * issue.bwd_s + head_b)
     graphs = build_cost_table(small(host_issue="cuda_graphs")).stages[0].chunks[0]
     assert graphs.host_idle_fwd_s == graphs.host_idle_bwd_s == 0.0
@@ -82,8 +82,11 @@ def test_a_host_bound_chunk_waits_for_its_host():
 
 
 def test_large_kernels_hide_the_host():
-    ch = build_cost_table(small(tp=1, mb=8, hidden=4096, layers=2)).stages[0].chunks[0]
-    assert ch.host_idle_fwd_s == ch.host_idle_bwd_s == 0.0
+    """GPU-bound blocks hide their issue: the forward idles only for the lead-in after get_batch's sync."""
+    s = small(tp=1, mb=8, hidden=4096, layers=2)
+    ch = build_cost_table(s).stages[0].chunks[0]
+    assert ch.host_idle_fwd_s == pytest.approx(hi.scenario_block_issue(s).microbatch_sync_s)
+    assert ch.host_idle_bwd_s == 0.0
 
 
 def test_cpu_ranks_and_moe_are_not_modelled_apart():
@@ -312,20 +315,21 @@ def test_sync_lead_closed_form():
 
 
 def test_megatron_deepspeed_syncs_add_their_lead_ins_to_the_step():
-    """The same GPU-bound job under megatron-deepspeed and megatron-2021 (identical but for the syncs and the
-    gradient accumulation): the first chunk idles for one micro-batch lead-in plus a block lead-in per block and pass
-    with a recomputed forward, each at the legacy layer's measured whole-pass ratio; with one micro-batch per step
+    """The same GPU-bound job under megatron-deepspeed and megatron-2021 (identical but for the block syncs and the
+    gradient accumulation; both sync in get_batch): the first chunk idles for one micro-batch lead-in (both) plus a
+    block lead-in per block and pass with a recomputed forward (megatron-deepspeed), each at the legacy layer's
+    measured whole-pass ratio; with one micro-batch per step
     megatron-deepspeed's AccumulateGrad adds nothing (the gradient is stolen), megatron-2021's hooks add every
     gradient into main_grad (read, read, write: 3 x 2 bytes per parameter)."""
     kw = {"tp": 1, "mb": 8, "hidden": 4096, "layers": 2, "recompute": "full", "dtype": "fp16"}
     ds = build_cost_table(small(framework="megatron-deepspeed", **kw))
     ref = build_cost_table(small(framework="megatron-2021", **kw))
     a, r = ds.stages[0].chunks[0], ref.stages[0].chunks[0]
-    assert r.host_idle_fwd_s == r.host_idle_bwd_s == 0.0
     f, b, mb = (x * hi.MODULE_FRAME_RATIO for x in hi.sync_leads(1, 1, tp=1, recompute_full=True))
+    assert r.host_idle_fwd_s == pytest.approx(mb) and r.host_idle_bwd_s == 0.0
     assert a.host_idle_fwd_s == pytest.approx(2 * f + mb)
     assert a.host_idle_bwd_s == pytest.approx(2 * b)
-    assert a.fwd_s - r.fwd_s == pytest.approx(2 * f + mb)
+    assert a.fwd_s - r.fwd_s == pytest.approx(2 * f)
     s_ds, s_ref = small(framework="megatron-deepspeed", **kw), small(framework="megatron-2021", **kw)
     m = s_ds.training.global_batch // (s_ds.dp * s_ds.training.micro_batch)
     # their gradient reductions differ in calls (Megatron-LM 2021's one all-reduce of the chunk's buffer,
@@ -336,4 +340,41 @@ def test_megatron_deepspeed_syncs_add_their_lead_ins_to_the_step():
     saved = sum(p_ref.breakdown_s[k] - p_ds.breakdown_s[k] for k in ("compute", "compute_slowest_gpu"))
     assert saved == pytest.approx(3 * 2 * rank_param_shards(s_ds, 0).grad_params / hw.mem_Bps, rel=0.05)
     step = (p_ds.step_time_s - p_ds.exposed_comm_s["dp"]) - (p_ref.step_time_s - p_ref.exposed_comm_s["dp"])
-    assert step + saved == pytest.approx(m * (4 * f + mb), rel=0.02)
+    assert step + saved == pytest.approx(m * 4 * f, rel=0.02)
+
+
+def test_chunk_sync_lead_is_the_micro_batch_lead_without_the_embedding():
+    """A chunk that does not start the micro-batch runs get_batch's sync and its lead-in without the word and
+    position embeddings (6 dispatches, 5 launches) and the checkpoint's RNG copies (3 dispatches): 36 / 13."""
+    assert hi.SYNC_LEAD_CHUNK == (36, 13)
+    assert hi.issue_s(*hi.SYNC_LEAD_CHUNK) == pytest.approx(36 * hi.ATEN_DISPATCH_S + 13 * hi.KERNEL_LAUNCH_S)
+    assert hi.issue_s(*hi.SYNC_LEAD_CHUNK) == pytest.approx(168.2e-6)
+
+
+def _pipelined(framework: str):
+    model = {"name": "gpt", "num_layers": 8, "hidden": 4096, "num_heads": 32, "ffn_hidden": 16384,
+             "vocab_size": 32000, "max_seq_len": 2048}
+    training = {"seq_len": 2048, "global_batch": 16, "micro_batch": 1, "framework": framework,
+                "schedule": "interleaved"}
+    return build_scenario({"model": model, "cluster": "dgx-a100", "gpus": 2,
+                           "layout": {"tp": 1, "pp": 2, "vpp": 2}, "training": training})
+
+
+def test_megatron_lm_syncs_in_every_chunk_forward():
+    """Megatron-LM 2021-2022 (285068c8 megatron/schedules.py): every model chunk's forward on every stage calls
+    get_batch, whose broadcast_data reads the sizes back (sizes_cuda.cpu()): the chunk that starts the micro-batch
+    idles for the micro-batch lead-in, every other chunk for the chunk lead-in, each at the legacy layer's
+    whole-pass ratio; GPU-bound blocks hide the rest of the host. Megatron-Core's schedules sync in neither."""
+    s = _pipelined("megatron-2022")
+    issue = hi.scenario_block_issue(s)
+    chunk = hi.issue_s(*hi.SYNC_LEAD_CHUNK) * hi.MODULE_FRAME_RATIO
+    assert issue.chunk_sync_s == pytest.approx(chunk)
+    assert issue.microbatch_sync_s == pytest.approx(hi.sync_leads(0, 1, tp=1, recompute_full=False)[2]
+                                                    * hi.MODULE_FRAME_RATIO)
+    table = build_cost_table(s)
+    (first, c1), (c2, c3) = (st.chunks for st in table.stages)
+    assert first.host_idle_fwd_s == pytest.approx(issue.microbatch_sync_s)
+    for ch in (c1, c2, c3):
+        assert ch.host_idle_fwd_s == pytest.approx(chunk) and ch.host_idle_bwd_s == 0.0
+    core = build_cost_table(_pipelined("megatron"))
+    assert all(ch.host_idle_fwd_s == 0.0 for st in core.stages for ch in st.chunks)

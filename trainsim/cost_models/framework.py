@@ -38,6 +38,14 @@ def p2p_blocks(training) -> bool:
     return mode == "never" or (mode == "interleaved" and training.schedule != "interleaved")
 
 
+def p2p_batched(training) -> bool:
+    """Whether Megatron's interleaved schedule exchanges with both neighbours once per steady-state iteration,
+    after its forward and its backward (``send_forward_backward_recv_forward_backward``: Megatron-LM's
+    megatron/schedules.py at 285068c8 and Megatron-Core's schedule without ``overlap_p2p_comm``): the blocking p2p
+    of a framework built on Megatron-LM's schedules (``megatron_arguments``)."""
+    return p2p_blocks(training) and BEHAVIOURS[training.framework].megatron_arguments
+
+
 def default_overlap_grad_reduce(training) -> bool:
     """Whether the framework overlaps gradient reduction with the backward at the training's ZeRO stage by default
     (``TrainingSpec.overlap_grad_reduce`` unset)."""

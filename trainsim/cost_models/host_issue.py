@@ -61,13 +61,14 @@ the RNG-tracker fork around attention dropout, DeepSpeed's ``CheckpointFunction`
 counted: it synchronises nothing with the device (``torch.cuda.get_rng_state`` copies the generator's seed and
 offset on the host), and no per-call measurement of it for that PyTorch and host is cited.
 
-Host syncs (``FrameworkBehaviour.block_forward_syncs`` / ``microbatch_syncs``, cost_models.framework
-``host_syncs``): a blocking host-device sync drains the GPU's queue, so the host cannot be ahead when it returns;
-the GPU then idles until the host has issued the next kernel that does work. That lead-in is counted from the code
-after the sync, at the same per-op seconds, and charged as GPU idle per sync (where the host is the bottleneck the
-sync costs instead the GPU's tail after the host's last issue, of the same order; the lead-in stands for both).
-A sync in every block forward also bounds how far the host runs ahead: a block's host excess over its own GPU time
-is idle on its own, and the chunk's other GPU work (embedding, logits, loss) cannot hide it (``chunk_idle_s``):
+Host syncs (``FrameworkBehaviour.block_forward_syncs`` / ``microbatch_syncs`` / ``chunk_forward_syncs``,
+cost_models.framework ``host_syncs``): a blocking host-device sync drains the GPU's queue, so the host cannot be
+ahead when it returns; the GPU then idles until the host has issued the next kernel that does work. That lead-in
+is counted from the code after the sync, at the same per-op seconds, and charged as GPU idle per sync (where the
+host is the bottleneck the sync costs instead the GPU's tail after the host's last issue, of the same order; the
+lead-in stands for both). A sync in every block forward also bounds how far the host runs ahead: a block's host
+excess over its own GPU time is idle on its own, and the chunk's other GPU work (embedding, logits, loss) cannot
+hide it (``chunk_idle_s``):
 
 * per block forward (``SYNC_LEAD_BLOCK``, Megatron-DeepSpeed's ``ParallelTransformerLayer.forward``): the second
   scalar, ``mlp_bias = torch.tensor(0.0, device=...)`` (``lift_fresh``, ``_to_copy``: 2 dispatches and its
@@ -97,6 +98,11 @@ is idle on its own, and the chunk's other GPU work (embedding, logits, loss) can
   TP the vocab-parallel embedding masks the tokens outside its shard and all-reduces (``lt``, ``ge``, ``or``,
   ``clone``, ``sub``, ``masked_fill_``, ``index_put_``, ``all_reduce``: 8 more of each). The kernels in between
   (token copies, masks, embedding lookups of one micro-batch) do too little work to hide the host.
+* per forward of a model chunk that does not start the micro-batch (``SYNC_LEAD_CHUNK``; Megatron-LM 2021-2022
+  runs ``get_batch`` in every chunk's forward on every stage, specs/framework_behaviour.py ``host_syncs``): the
+  micro-batch's lead-in without the embeddings (6, 5) and without the checkpoint's RNG state copies (3, 0): the
+  sizes' round trip, the tokens' broadcast, the masks and positions, the chunk's first layer norm and QKV GEMM:
+  36 dispatches, 13 launches.
 
 Per-parameter hooks (``ddp_hook_adds``): Megatron-LM's local DDP (megatron/model/distributed.py of 2021-2022,
 ``_make_param_hook``; the same in Megatron-Core's ``_make_backward_post_hook``, find_string ids 1654539297 and
@@ -223,6 +229,9 @@ HOST_ISSUE_MODES = ("eager", "cuda_graphs", "compile")
 SYNC_LEAD_BLOCK = (2 + 3, 1 + 1)
 SYNC_LEAD_MICROBATCH = (2 + 8 + 4 + 1 + 2 + 7 + 8 + 6 + 7, 2 + 0 + 1 + 1 + 0 + 2 + 5 + 5 + 2)
 SYNC_LEAD_VOCAB_PARALLEL = (8, 8)
+# A chunk forward's lead-in where the chunk does not start the micro-batch: SYNC_LEAD_MICROBATCH less the word and
+# position embeddings with their sum, transpose and dropout (6, 5) and the checkpoint's RNG state copies (3, 0).
+SYNC_LEAD_CHUNK = (SYNC_LEAD_MICROBATCH[0] - 6 - 3, SYNC_LEAD_MICROBATCH[1] - 5)
 # (aten dispatches, kernel launches or copies) the host issues between the attention's output all-reduce and the
 # block forward's sync (module doc, "Host syncs"): bias-dropout-add 4 / 3, layer norm 1 / 1, the scalar 2 / 1.
 SYNC_TAIL_HOST = (4 + 1 + 2, 3 + 1 + 1)
@@ -239,6 +248,7 @@ class PassIssue:
     sync_fwd_s: float = 0.0         # GPU idle after the host syncs of one block's forward (module doc)
     sync_bwd_s: float = 0.0         # ... of its backward pass (the recomputed forward's)
     microbatch_sync_s: float = 0.0  # ... after the micro-batch's sync, before the first block
+    chunk_sync_s: float = 0.0       # ... after the sync of a chunk forward that does not start the micro-batch
     microbatch_fwd_s: float = 0.0   # host seconds per micro-batch outside the blocks: embedding, head, loss, start
     microbatch_bwd_s: float = 0.0   # ... of its backward (the loss's and head's backward, the autograd engine's start)
     sync_overlap_s: float = 0.0     # host seconds between the collective a block forward's sync drains and the sync
@@ -391,7 +401,7 @@ def chunk_idle_s(issue: PassIssue | None, layers: int, gpu_fwd_s: float, gpu_bwd
     the host cannot be ahead when the head starts, so the head idles for its own excess (``loss_issue.head_idle_s``)."""
     if issue is None or layers <= 0:
         return 0.0, 0.0
-    lead_f = layers * issue.sync_fwd_s + (issue.microbatch_sync_s if first else 0.0)
+    lead_f = layers * issue.sync_fwd_s + (issue.microbatch_sync_s if first else issue.chunk_sync_s)
     mb_f, mb_b = (issue.microbatch_fwd_s, issue.microbatch_bwd_s) if first else (0.0, 0.0)
     if head is not None and issue.sync_fwd_s <= 0:
         mb_f, mb_b = mb_f + head[0], mb_b + head[1]
@@ -551,12 +561,15 @@ def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
     if t.host_issue_mode == "eager" and scenario.layout.tp > 1:
         issue = tp_paced(issue, scenario.layout.tp, measured_sigma(profile, block_style(shp)),
                          recompute_full=t.recompute == "full")
-    if t.host_issue_mode != "eager" or not (fw.block_forward_syncs or fw.microbatch_syncs):
+    syncs = fw.block_forward_syncs or fw.microbatch_syncs or fw.chunk_forward_syncs
+    if t.host_issue_mode != "eager" or not syncs:
         return issue  # a captured graph cannot hold a host sync
     f, b, mb = sync_leads(fw.block_forward_syncs, fw.microbatch_syncs, tp=scenario.layout.tp,
                           recompute_full=t.recompute == "full", host_cpu=scenario.cluster.host_cpu)
+    chunk = fw.chunk_forward_syncs * issue_s(*SYNC_LEAD_CHUNK, scenario.cluster.host_cpu)
     f_pace = pace(scenario.layout.tp, measured_sigma(profile, block_style(shp))[0])
     tail_host = issue_s(*SYNC_TAIL_HOST, scenario.cluster.host_cpu)
     overlap = tail_host * frames * f_pace if fw.block_forward_syncs else 0.0
     return replace(issue, sync_fwd_s=f * frames, sync_bwd_s=b * frames, microbatch_sync_s=mb * frames,
+                   chunk_sync_s=chunk * frames,
                    sync_overlap_s=overlap)

@@ -513,7 +513,7 @@ def _build(scenario: Scenario, profile, ideal_network: bool) -> CostTable:
     # memory capacity the smallest pool's (predict checks each pool against its own, simulator/pools.py).
     table = CostTable(stages=stages, num_microbatches=scenario.num_microbatches, schedule=tr.schedule,
                       reduce_grads_every_microbatch=st.z >= 2, overlap_grad_reduce=st.overlap,
-                      blocking_p2p=framework.p2p_blocks(tr),
+                      blocking_p2p=framework.p2p_blocks(tr), batched_p2p=framework.p2p_batched(tr),
                       comm_compute_slowdown=max(comm_compute_slowdown(u.scenario) for u in used),
                       slowest_gpu_factor=max(u.slowest for u in used),
                       gpu_memory_bytes=min(u.scenario.cluster.gpu.memory_bytes for u in used),

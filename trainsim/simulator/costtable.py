@@ -152,6 +152,9 @@ class CostTable:
     # True: a stage's compute waits for each pipeline send it issues to complete (Megatron 2021's
     # p2p_communication: batch_isend_irecv, wait, torch.cuda.synchronize()).
     blocking_p2p: bool = False
+    # True: the interleaved schedule's steady state exchanges once per (forward, backward) iteration, after both
+    # (Megatron's send_forward_backward_recv_forward_backward; schedules.batched_pairs).
+    batched_p2p: bool = False
     comm_compute_slowdown: float = 0.0
     # Factor already applied to every compute time: the job's slowest GPU sets its pace (cost_models/variation).
     slowest_gpu_factor: float = 1.0

@@ -9,7 +9,9 @@ DP size enters only through the collective times in the CostTable. Per stage the
 * a pipeline stream: activation / gradient messages to the neighbour stages, asynchronous to compute
   (Megatron's overlapped p2p), sharing the stage's links with other traffic; with
   ``CostTable.blocking_p2p`` the compute stream waits for each of its sends (Megatron's batched,
-  synchronized p2p: 1F1B, or any schedule without --overlap-p2p-communication);
+  synchronized p2p: 1F1B, or any schedule without --overlap-p2p-communication); with ``CostTable.batched_p2p``
+  the interleaved schedule's steady-state forward and backward send their outputs together after both and start
+  once both inputs are in (Megatron's one exchange per iteration, schedules.batched_pairs);
 * a data-parallel stream: gradient buckets issued in order as backward produces them (once per step, or
   every micro-batch for ZeRO-2/3), or all after the backward pass when ``overlap_grad_reduce`` is off; the step ends with the optimizer step and ZeRO-1/2 parameter
   all-gathers;
@@ -171,9 +173,11 @@ class _Engine:
         # DualPipeV's V: a message goes to whichever neighbour holds the destination virtual stage (or stays on
         # the GPU at the bottom of the V); other schedules send activations forward and gradients backward.
         self.by_destination = table.schedule == "dualpipev"
-        # Op i of a stage in heads[s] runs fused with op i+1 (DualPipeV's overlapped F&B): the pair starts when
-        # both inputs are in, and both outputs are sent when the pair ends.
-        self.ops, self.heads = schedule_with_pairs(table.schedule, self.p, self.m, self.v)
+        # Op i of a stage in heads[s] runs fused with op i+1 (DualPipeV's overlapped F&B; Megatron's batched
+        # steady-state exchange of the interleaved schedule with blocking p2p, schedules.batched_pairs): the pair
+        # starts when both inputs are in, and both outputs are sent when the pair ends.
+        self.ops, self.heads = schedule_with_pairs(table.schedule, self.p, self.m, self.v,
+                                                   batched_p2p=table.batched_p2p)
         self.record = record
         self.trace: list[tuple] | None = [] if record else None
         self.mem_trace: list[tuple] | None = [] if record else None

@@ -228,11 +228,32 @@ def pair_heads(name: str, p: int, m: int, v: int = 1) -> list[frozenset[int]]:
     return schedule_with_pairs(name, p, m, v)[1]
 
 
-def schedule_with_pairs(name: str, p: int, m: int, v: int = 1) -> tuple[list[list[Op]], list[frozenset[int]]]:
-    """build_schedule and pair_heads from one construction (the engine needs both)."""
+def schedule_with_pairs(name: str, p: int, m: int, v: int = 1, *, batched_p2p: bool = False
+                        ) -> tuple[list[list[Op]], list[frozenset[int]]]:
+    """build_schedule and pair_heads from one construction (the engine needs both). ``batched_p2p``: the
+    interleaved schedule exchanges with its neighbours once per steady-state iteration (``batched_pairs``)."""
     if name == "dualpipev":
         return dualpipev_with_pairs(p, m)
-    return build_schedule(name, p, m, v), [frozenset() for _ in range(p)]
+    ops = build_schedule(name, p, m, v)
+    if name == "interleaved" and batched_p2p:
+        return ops, batched_pairs(ops)
+    return ops, [frozenset() for _ in range(p)]
+
+
+def batched_pairs(ops: list[list[Op]]) -> list[frozenset[int]]:
+    """Per stage, the steady-state forwards of Megatron's interleaved schedule without overlapped p2p, each the
+    head of a pair with the backward after it. Megatron-LM's forward_backward_pipelining_with_interleaving
+    (megatron/schedules.py at 285068c8; Megatron-Core's without ``overlap_p2p_comm``) runs one forward and one
+    backward per steady-state iteration and then one ``send_forward_backward_recv_forward_backward``: the
+    forward's output leaves with the backward's input gradient after both, and the next iteration starts once
+    both of its inputs are in (the engine's pair semantics). A rank whose forwards are all warm-up (m == p) has no
+    steady state and no pair."""
+    out = []
+    for o in ops:
+        first_bw = next((i for i, op in enumerate(o) if op[0] == BW), len(o))
+        steady = any(op[0] == F for op in o[first_bw:])
+        out.append(frozenset(i for i in range(len(o) - 1) if steady and o[i][0] == F and o[i + 1][0] == BW))
+    return out
 
 
 def build_schedule(name: str, p: int, m: int, v: int = 1) -> list[list[Op]]:

@@ -246,6 +246,16 @@ framework's own default, cited to its code or docs; none is fitted to a measurem
   Each micro-batch starts with ``get_batch`` -> ``tensor_parallel.broadcast_data``, which copies the sizes to the
   GPU (``get_accelerator().LongTensor(sizes)``) and back (``sizes_cuda.cpu()``; megatron/core/tensor_parallel/
   data.py; pretrain_gpt.py ``get_batch`` and ``get_batch_pipe``): one drain of the queue per micro-batch. cost_models.host_issue prices what a sync exposes.
+  megatron-2021 and megatron-2022 (Megatron-LM's own schedules, NVIDIA/Megatron-LM v2.5 = e269e20064, the SC21
+  merge, and 285068c8, January 2023): ``forward_step`` calls ``forward_step_func(data_iterator[model_chunk_id],
+  model[model_chunk_id])`` for every model chunk's forward on every pipeline stage (megatron/schedules.py;
+  training.py builds one data iterator per model chunk), and pretrain_gpt.py ``forward_step`` starts with
+  ``get_batch`` -> ``tensor_parallel.broadcast_data``, whose ``_build_key_size_numel_dictionaries`` copies the
+  sizes to the GPU (``torch.cuda.LongTensor(sizes)``), broadcasts them and reads them back (``sizes_cuda.cpu()``):
+  one drain per chunk forward (``microbatch_syncs`` on the chunk that starts the micro-batch,
+  ``chunk_forward_syncs`` on every other chunk). Each chunk forward also follows the pipeline exchange's
+  ``torch.cuda.synchronize()`` (p2p_communication.py ``_communicate``), so the GPU is already drained when the
+  host starts ``get_batch``.
 """
 
 from __future__ import annotations
@@ -307,6 +317,7 @@ class FrameworkBehaviour:
     param_gather: Literal["buffer", "allgather_bucket", "param_group", "broadcast_per_param"] = "buffer"
     block_forward_syncs: int = 0   # blocking host-device syncs per block forward (module docstring, host_syncs)
     microbatch_syncs: int = 0      # ... per micro-batch, before the first block
+    chunk_forward_syncs: int = 0   # ... per forward of a model chunk that does not start the micro-batch
     # Communicators beyond one per parallel dimension (runtime_memory.communicators, which cites each call): the
     # start-time all-reduce over the world group (megatron/training/training.py ``pretrain``), the gradient norm
     # over the model-parallel group TP x PP (megatron/core/optimizer/optimizer.py
@@ -443,6 +454,7 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                         zero3_gather="block", reduce_bucket_params=None,
                                         grad_accumulation_pass=True, optimizer_extra_bytes_per_param=12.0,
                                         p2p_overlap="never", pp_scatter_gather=True, megatron_layer=True,
+                                        microbatch_syncs=1, chunk_forward_syncs=1,
                                         model_parallel_groups=True, megatron_ddp="local",
                                         lazy_optimizer_states=True, module_style="fused",
                                         megatron_arguments=True),
@@ -457,7 +469,8 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                         zero3_gather="block", reduce_bucket_params=None,
                                         grad_accumulation_pass=False, optimizer_extra_bytes_per_param=12.0,
                                         p2p_overlap="never", pp_scatter_gather=True, tp_dgrad_overlap=True,
-                                        megatron_layer=True, model_parallel_groups=True, global_memory_buffer=True,
+                                        megatron_layer=True, microbatch_syncs=1, chunk_forward_syncs=1,
+                                        model_parallel_groups=True, global_memory_buffer=True,
                                         megatron_ddp="local", lazy_optimizer_states=True, module_style="fused",
                                         megatron_arguments=True),
     # Megatron-DeepSpeed (microsoft/Megatron-DeepSpeed): the layer code of megatron-2021 (synchronous TP
