@@ -120,11 +120,11 @@ def test_mosaic_target(mosaic):
 def test_zero_bubble_schedules():
     """Zero-bubble Table 4 with the paper's uneven stage split, the authors' launch settings and unfused
     attention (Table 4's memory, see the memory test below): each schedule's speed-up over 1F1B within 1.5 %
-    MAPE; absolute samples/s MAPE <= 11.5 %, every row within 24.5 % (most predicted faster than measured:
+    MAPE; absolute samples/s MAPE <= 11.5 %, every row within 22 % (most predicted faster than measured:
     the forward pass, see docs/validation.md; Megatron's causal fused softmax, which reads half the scores, makes
-    these already-fast rows 0.1-0.4 % faster: 11.2 % MAPE, worst 24.1 %)."""
+    these already-fast rows 0.1-0.4 % faster: 10.9 % MAPE, worst 21.2 %)."""
     rep = validate(load_dataset("zero-bubble"), predict_fn=default_predict_fn())
-    assert len(rep.compared) == 36 and rep.mape_pct <= 11.5 and rep.worst_pct <= 24.5
+    assert len(rep.compared) == 36 and rep.mape_pct <= 11.5 and rep.worst_pct <= 22.0
     assert sum(r.error_pct > 0 for r in rep.compared) >= 27
     assert rep.secondary_mape()["ratio_to_1f1b"] <= 1.5
     # ZB-1p beats 1F1B in every group, as measured [zb_28.3B_m96_ZB-1p vs zb_28.3B_m96_1F1B]
@@ -439,10 +439,10 @@ def test_llama3_405b_on_h100():
 def test_out_of_sample_probe_runs():
     """20 published runs outside the bundled data (docs/probe_runs.csv, common run schema, each row citing its
     source: torchtitan A100/H200, BLOOM-176B, MegaScale's Megatron-LM baseline at 256-12,288 GPUs, NVIDIA's
-    Nemotron-4 340B recipes and production run): every row predicted; MAPE <= 12 % (9.7 % with MegaScale's
-    baseline on the code its commit has), most of it one bias (predicted too fast, -6.9 %)."""
+    Nemotron-4 340B recipes and production run): every row predicted; MAPE <= 10 % (9.13 % with MegaScale's
+    baseline on the code its commit has), most of it one bias (predicted too fast, -6.4 %)."""
     from pathlib import Path
     path = Path(__file__).resolve().parents[1] / "docs" / "probe_runs.csv"
     rep = validate(load_dataset(str(path)), predict_fn=default_predict_fn())
     assert len(rep.compared) == 20 and not rep.skipped
-    assert rep.mape_pct <= 12.0 and rep.bias.mape_after_pct <= 9.0
+    assert rep.mape_pct <= 10.0 and rep.bias.mape_after_pct <= 8.0
