@@ -2,11 +2,15 @@
 
 Sources: each bundled dataset is one source (SC21, Korthikanti et al., Llama 3, zero-bubble), the MosaicML
 and Megatron-Bridge tables from the directory in TRAINSIM_VALIDATION_DIR (not bundled: parsed from fetched repositories), and
-docs/probe_runs.csv split by its ``source_table`` (each a different paper or vendor table).
+docs/probe_runs.csv split by its ``publication`` column: the document a row comes from. The hierarchical band
+treats sources as exchangeable units, rows of one source as not (one stack, one measurement habit); the tables
+of one document share both (torchtitan's Llama 2 and Llama 3 tables, the DGXC BF16 and FP8 tables), so they are
+one source, not one per table.
 """
 
 from __future__ import annotations
 
+import csv
 import math
 from collections.abc import Callable
 from pathlib import Path
@@ -39,13 +43,22 @@ def datasets() -> dict[str, Callable[[], Dataset]]:
     return out
 
 
-def source_of(name: str, case) -> str:
-    return f"probe: {case.category}" if name == "probe" else name
+def _probe_publications() -> dict[str, str]:
+    """row_id -> publication of every row of docs/probe_runs.csv."""
+    with open(REPO / "docs" / "probe_runs.csv", newline="", encoding="utf-8") as f:
+        return {r["row_id"]: r["publication"].strip() for r in csv.DictReader(f)}
+
+
+def source_of(name: str, case, publications: dict[str, str] | None = None) -> str:
+    """The interval table's source of a dataset's case: the dataset, or for the probe rows their publication."""
+    if name != "probe":
+        return name
+    return f"probe: {(publications or _probe_publications())[case.row_id]}"
 
 
 def residual_rows(name: str, ds: Dataset, predict_step: Callable) -> list[tuple[str, float, dict, str]]:
     """(source, ln(measured/predicted step), features, row_id) of every costable row of ``ds``."""
-    rows = []
+    rows, pubs = [], _probe_publications() if name == "probe" else None
     for c in ds.active:
         if not (math.isfinite(c.published) and c.published > 0):
             continue
@@ -55,6 +68,6 @@ def residual_rows(name: str, ds: Dataset, predict_step: Callable) -> list[tuple[
             continue
         if not (math.isfinite(pred) and pred > 0):
             continue
-        rows.append((source_of(name, c), math.log(step_time_of(c, ds.metric) / pred), scenario_features(c.scenario),
+        rows.append((source_of(name, c, pubs), math.log(step_time_of(c, ds.metric) / pred), scenario_features(c.scenario),
                      c.row_id))
     return rows
