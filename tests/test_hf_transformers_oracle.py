@@ -1,8 +1,8 @@
 """ModelSpec's parameter counts against transformers' own modelling code (an independent oracle).
 
 Each fixture config is instantiated with ``AutoModelForCausalLM.from_config`` on the meta device (shapes only, no
-memory) and its parameters counted, tied tensors once. Skipped where transformers is not installed (it is no
-dependency of trainsim); measured with transformers 5.24: every family equal to the parameter.
+memory) and its parameters counted, tied tensors once. transformers is a test dependency only (pinned to 5.24.0 in
+pyproject's test extra), not one of trainsim's; skipped where it is not installed. Every family equals the parameter.
 """
 
 from __future__ import annotations
