@@ -232,11 +232,11 @@ def test_stored_table_matches_what_the_script_computes_on_a_subset():
     """benchmarks/residual_table.py's rows of two small probe sources, recomputed now, give the stored
     quantiles (regenerate the table with that script when the model moves predictions)."""
     from trainsim.simulator.predict import predict
-    from trainsim.validation.residual_sources import datasets, residual_rows, source_of
+    from trainsim.validation.residual_sources import datasets, probe_publications, residual_rows, source_of
 
-    ds = datasets()["probe"]()
+    ds, pubs = datasets()["probe"](), probe_publications()
     wanted = ("probe: Trainy H200 torchtitan benchmark", "probe: NVIDIA dgxc-benchmarking Nemotron-4 340B")
-    sub = type(ds)(**{**ds.__dict__, "cases": tuple(c for c in ds.cases if source_of("probe", c) in wanted)})
+    sub = type(ds)(**{**ds.__dict__, "cases": tuple(c for c in ds.cases if source_of("probe", c, pubs) in wanted)})
     rows = residual_rows("probe", sub, lambda s: predict(s).step_time_s)
     fresh = build_table([(s, r, f) for s, r, f, _ in rows])["sources"]
     stored = load_table()["sources"]

@@ -201,16 +201,14 @@ def _norm(name: str, shp: LayerShape, n_tok: float) -> Op:
     Under torch.autocast the norms run on CUDA's fp32 list on the fp32 residual stream (cost_models/autocast.py,
     mechanism 2): x, y, dy and dx are 4 bytes."""
     e, h = (RESIDUAL_BYTES if shp.autocast else shp.e), shp.h
-    if shp.titan and shp.titan_fused_norm:  # torchtitan's Triton fused_rmsnorm (titan_ops.fused_norm_rw)
-        return _elementwise(name, "norm", n_tok * h, *titan_ops.fused_norm_rw(e), _NORM_FLOPS["rmsnorm"],
-                            extra_fwd_bytes=4 * n_tok, extra_bwd_bytes=4 * n_tok,
-                            launches=titan_ops.FUSED_NORM_LAUNCHES)
-    if shp.titan:  # torchtitan's eager RMSNorm: a chain of fp32 aten ops (titan_ops.norm_rw)
+    if shp.titan and not shp.titan_fused_norm:  # torchtitan's eager RMSNorm: fp32 aten ops (titan_ops.norm_rw)
         return _elementwise(name, "norm", n_tok * h, *titan_ops.norm_rw(e), _NORM_FLOPS["rmsnorm"],
                             launches=titan_ops.NORM_LAUNCHES)
     stats = (8 if shp.norm == "layernorm" else 4) * n_tok
+    # torchtitan's Triton fused_rmsnorm moves a fused norm's bytes in its own kernels (titan_ops)
+    launches = titan_ops.FUSED_NORM_LAUNCHES if shp.titan_fused_norm else (1, 1)
     return _elementwise(name, "norm", n_tok * h, 2 * e, 3 * e, _NORM_FLOPS.get(shp.norm, 5.0),
-                        extra_fwd_bytes=stats, extra_bwd_bytes=stats)
+                        extra_fwd_bytes=stats, extra_bwd_bytes=stats, launches=launches)
 
 
 def _residual(name: str, shp: LayerShape, n_tok: float) -> Op:

@@ -139,8 +139,6 @@ def grad_accumulation_bytes_per_param(training, microbatches: int) -> float:
     ZeRO-2 (unsharded parameters kept, Llama 3's fp32 accumulation) autograd's ``grad +=`` pass stays."""
     fw, g, m = BEHAVIOURS[training.framework], training.grad_bytes, max(1, microbatches)
     if fw.torch_fsdp and training.effective_zero >= 3:
-        # full sharding frees each unsharded gradient once reduce-scattered (FSDP2 post_backward), every
-        # micro-batch: only the 1/dp shard accumulates, in the optimizer's bytes
         return 0.0
     if fw.grad_accumulation_pass:
         return 3.0 * g * ((m - 1) / m if fw.grad_accumulation_steals_first else 1.0)

@@ -200,7 +200,7 @@ def _hybrid_kind(m) -> str:
 
 def _layer_shape(scenario) -> LayerShape:
     m, lay, t = scenario.model, scenario.layout, scenario.training
-    kind = _hybrid_kind(m)
+    kind, titan = _hybrid_kind(m), _titan_block(m, t)
     moe = m.is_moe and kind in ("", "E", "mix")
     return LayerShape(
         b=t.micro_batch, s=t.seq_len, h=m.hidden, a=m.num_heads, kv=m.kv_heads, d=m.dhead, f=m.ffn,
@@ -221,8 +221,7 @@ def _layer_shape(scenario) -> LayerShape:
                   else behaviour(t.framework).eager_fp32_cross_entropy and not behaviour(t.framework).fused_cross_entropy),
         ce_logits_kept=t.cross_entropy == "eager_fp32_kept",
         autocast=t.autocast,
-        titan=_titan_block(m, t),
-        titan_fused_norm=_titan_block(m, t) and t.titan_norm == "fused_rmsnorm",
+        titan=titan, titan_fused_norm=titan and t.titan_norm == "fused_rmsnorm",
         metric_ce_passes=behaviour(t.framework).train_metric_loss_passes,
         bias_grad_pass=m.bias and not behaviour(t.framework).fused_bias_grad,
         fp8_weight_casts=(0.0 if t.lora_fp8_base_weights else 1.0 / scenario.num_microbatches

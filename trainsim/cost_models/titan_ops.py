@@ -48,15 +48,10 @@ def norm_rw(e: int) -> tuple[float, float]:
 NORM_LAUNCHES = (8, 16)
 
 
-def fused_norm_rw(e: int) -> tuple[float, float]:
-    """(forward, backward) HBM bytes per element of torchtitan's Triton ``TritonFusedRMSNorm`` (``norm_type =
-    "fused_rmsnorm"``, torchtitan/models/norms.py at 1ea476e9f): ``_rms_norm_fwd_kernel`` reads x and writes y,
-    ``_rms_norm_bwd_kernel_sm`` reads x and dy and writes dx (the fp32 rstd, one value per token, and the per-SM
-    weight-gradient partials are the caller's ``extra`` bytes and negligible)."""
-    return float(2 * e), float(3 * e)
-
-
-# the forward kernel; the backward kernel, ``_dw.sum(0)`` over the per-SM partials and its ``.to(weight.dtype)``
+# torchtitan's Triton ``TritonFusedRMSNorm`` (``norm_type = "fused_rmsnorm"``, torchtitan/models/norms.py at
+# 1ea476e9f) moves a fused norm's bytes (``_rms_norm_fwd_kernel`` reads x and writes y, ``_rms_norm_bwd_kernel_sm``
+# reads x and dy and writes dx, plus the fp32 rstd per token) in these kernels: the forward kernel; the backward
+# kernel, ``_dw.sum(0)`` over the per-SM weight-gradient partials and its ``.to(weight.dtype)``.
 FUSED_NORM_LAUNCHES = (1, 3)
 
 

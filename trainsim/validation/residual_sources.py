@@ -43,22 +43,21 @@ def datasets() -> dict[str, Callable[[], Dataset]]:
     return out
 
 
-def _probe_publications() -> dict[str, str]:
+def probe_publications() -> dict[str, str]:
     """row_id -> publication of every row of docs/probe_runs.csv."""
     with open(REPO / "docs" / "probe_runs.csv", newline="", encoding="utf-8") as f:
         return {r["row_id"]: r["publication"].strip() for r in csv.DictReader(f)}
 
 
-def source_of(name: str, case, publications: dict[str, str] | None = None) -> str:
-    """The interval table's source of a dataset's case: the dataset, or for the probe rows their publication."""
-    if name != "probe":
-        return name
-    return f"probe: {(publications or _probe_publications())[case.row_id]}"
+def source_of(name: str, case, publications: dict[str, str]) -> str:
+    """The interval table's source of a dataset's case: the dataset, or for the probe rows their publication
+    (``publications``: probe_publications())."""
+    return f"probe: {publications[case.row_id]}" if name == "probe" else name
 
 
 def residual_rows(name: str, ds: Dataset, predict_step: Callable) -> list[tuple[str, float, dict, str]]:
     """(source, ln(measured/predicted step), features, row_id) of every costable row of ``ds``."""
-    rows, pubs = [], _probe_publications() if name == "probe" else None
+    rows, pubs = [], probe_publications() if name == "probe" else {}
     for c in ds.active:
         if not (math.isfinite(c.published) and c.published > 0):
             continue
@@ -68,6 +67,6 @@ def residual_rows(name: str, ds: Dataset, predict_step: Callable) -> list[tuple[
             continue
         if not (math.isfinite(pred) and pred > 0):
             continue
-        rows.append((source_of(name, c, pubs), math.log(step_time_of(c, ds.metric) / pred), scenario_features(c.scenario),
-                     c.row_id))
+        residual = math.log(step_time_of(c, ds.metric) / pred)
+        rows.append((source_of(name, c, pubs), residual, scenario_features(c.scenario), c.row_id))
     return rows
