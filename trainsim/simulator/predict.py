@@ -318,6 +318,12 @@ def _describe_memory(pred: Prediction, scenario: Scenario, allocator_replay: boo
     stages = {s: memory.stage_memory(scenario, s) for s in sorted({0, min(1, pp - 1), pp - 1})}
     peak = max(stages, key=lambda s: stages[s].total)
     pred.other_terms = {"stage": float(peak), **stages[peak].other_terms}
+    if peak < len(pred.per_stage_memory):
+        # The step's `other` adds what the timeline holds only during a backward (metrics.stage_memory: the
+        # chunk's bwd_transient_bytes, one block's recompute working set): named so the terms sum to `other`.
+        held = pred.per_stage_memory[peak].other - stages[peak].other
+        if held > 0:
+            pred.other_terms["recompute_working"] = held
     if stages[peak].grads_off_peak:  # allocator_reserve.grads_off_peak: the grads column shows the peak's share
         pred.memory_assumptions["grads_off_peak_bytes"] = stages[peak].grads_off_peak
     cached = {s: (memory.reserved_cached(scenario, s, sm) if allocator_replay else
