@@ -26,3 +26,26 @@ def test_other_terms_sum_to_the_peak_stages_other(extra, capsys):
     for s in mem["per_stage"]:
         assert s["weights"] + s["grads"] + s["optimizer"] + s["activations"] + s["other"] == pytest.approx(s["total"])
     assert ("recompute_working" in terms) == (extra[1] != "none")
+
+
+def test_plans_best_layout_reproduces_with_predict_on_the_same_file(tmp_path, capsys):
+    """plan's best row, predicted with the same scenario file and the row's layout flags, gives the row's step
+    time, peak memory and fits. The file turns sequence parallelism on; the row is a tp = 1 layout, which runs
+    without it, so predict must be able to turn the file's setting off (--no-sequence-parallel)."""
+    scenario = tmp_path / "sp.yaml"
+    scenario.write_text("model: llama3-8b\ncluster: dgx-h100\ngpus: 8\n"
+                        "training: {seq_len: 8192, global_batch: 128, micro_batch: 1, dtype: bf16, "
+                        "sequence_parallel: true, distributed_optimizer: true}\nlayout: {tp: 2}\n")
+    assert main(["plan", str(scenario), "--top", "1", "--tp", "1", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)["rows"][0]
+    assert row["tp"] == 1 and not row["sequence_parallel"]
+    flags = ["--tp", "1", "--pp", str(row["pp"]), "--cp", str(row["cp"]), "--micro-batch", str(row["micro_batch"]),
+             "--recompute", row["recompute"], "--zero", str(row["zero"]), "--schedule", row["schedule"],
+             "--no-sequence-parallel", "--json"]
+    assert main(["predict", str(scenario), *flags]) == 0
+    pred = json.loads(capsys.readouterr().out)
+    assert pred["step_time_s"] == pytest.approx(row["step_time_s"], rel=1e-9)
+    assert pred["memory"]["peak_bytes"] == pytest.approx(row["peak_bytes"], rel=1e-9)
+    assert pred["fits"] is True
+    assert main(["predict", str(scenario), *flags[:-2], "--json"]) == 2  # the file's sp on tp = 1: refused
+    assert "training.sequence_parallel" in capsys.readouterr().err

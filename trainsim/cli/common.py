@@ -184,8 +184,9 @@ def add_scenario_args(p: argparse.ArgumentParser, scenario_positional: bool = Tr
     p.add_argument("--recompute-modules", type=name_list, metavar="M,M,...",
                    help="modules recomputed under selective recompute (Megatron --recompute-modules: core_attn, "
                         "mla_up_proj, layernorm, mlp, moe_act, moe, shared_experts); implies --recompute selective")
-    p.add_argument("--sequence-parallel", action="store_true", default=None,
-                   help="Megatron sequence parallelism over the TP group (norms and dropout sharded)")
+    p.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
+                   help="Megatron sequence parallelism over the TP group (norms and dropout sharded); "
+                        "--no-sequence-parallel turns off a scenario file's")
     p.add_argument("--zero", type=int, choices=(0, 1, 2, 3),
                    help="ZeRO stage: 1 shards optimizer states, 2 also gradients, 3 also weights (FSDP)")
     p.add_argument("--distributed-optimizer", action="store_true", default=None,
