@@ -219,3 +219,22 @@ def test_plan_cli_says_a_scenario_files_stage_layers_is_not_searched(tmp_path, c
     code = main(["plan", str(f), "--tp", "8", "--pp", "2", "--micro-batch", "1", "--top", "1", "--json"])
     err = capsys.readouterr().err
     assert code == 0 and "layout.stage_layers is not searched" in err
+
+
+def test_plan_cli_names_the_files_layout_and_training_it_searches(tmp_path, capsys):
+    """A file's layout degrees and searched training settings are not constraints: plan names them on stderr
+    (with the flags that pin them), and its rows do take other values; pinned by flags, nothing is noted."""
+    import json
+
+    from trainsim.cli.main import main
+    f = tmp_path / "s.yaml"
+    f.write_text("model: llama3-8b\ncluster: dgx-h100\ngpus: 8\nlayout: {tp: 2}\n"
+                 "training: {global_batch: 64, seq_len: 4096, zero: 1, recompute: full, sequence_parallel: true}\n")
+    assert main(["plan", str(f), "--top", "3", "--json"]) == 0
+    out = capsys.readouterr()
+    rows = json.loads(out.out)["rows"]
+    assert "layout.tp=2, training.recompute=full, training.zero=1" in out.err
+    assert "--tp 2 --recompute full --zero 1" in out.err and "sequence_parallel" not in out.err
+    assert any((r["tp"], r["recompute"], r["zero"]) != (2, "full", 1) for r in rows)
+    assert main(["plan", str(f), "--top", "1", "--tp", "2", "--recompute", "full", "--zero", "1", "--json"]) == 0
+    assert "note: plan searches" not in capsys.readouterr().err

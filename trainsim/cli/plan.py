@@ -238,6 +238,24 @@ def _layout_pins(raw: dict, fixed: dict[str, Any], model) -> tuple[dict, Any, in
     return layout, placement, etp
 
 
+def _note_searched(layout: dict, training: dict, fixed: dict[str, Any]) -> None:
+    """A ``note:`` on stderr naming the scenario file's layout and training settings that plan searches instead
+    of keeping (a flag pins one; dp follows from the GPU count and the other degrees)."""
+    pins = {"micro_batch": "--micro-batch", "sequence_parallel": None, "dp": None}
+    given = [("layout", k, layout.get(k)) for k in ("tp", "pp", "dp", "cp", "ep", "vpp")] + \
+            [("training", k, training.get(k)) for k in ("micro_batch", "recompute", "zero", "schedule",
+                                                         "sequence_parallel")]
+    # plan runs sequence parallelism wherever tp > 1: only a file's `false` is not kept
+    searched = [(part, k, v) for part, k, v in given
+                if v is not None and k not in fixed and not (k == "sequence_parallel" and v)]
+    if not searched:
+        return
+    names = ", ".join(f"{part}.{k}={v}" for part, k, v in searched)
+    flags = " ".join(f"{pins.get(k, '--' + k)} {v}" for _, k, v in searched if pins.get(k, "") is not None)
+    print(f"note: plan searches {names} of the scenario file instead of keeping "
+          f"{'it' if len(searched) == 1 else 'them'}" + (f" (pin with {flags})" if flags else ""), file=sys.stderr)
+
+
 def request_from_args(args: argparse.Namespace):
     """A PlanRequest from the flags (and the scenario file, if given)."""
     # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
@@ -279,6 +297,7 @@ def request_from_args(args: argparse.Namespace):
         print("note: layout.stage_layers is not searched: plan splits each candidate's layers itself (evenly, or "
               "Megatron-Core's balanced first/last split where none divides); `trainsim predict` costs the file's "
               "split", file=sys.stderr)
+    _note_searched(layout, training, fixed)
     limits = SearchLimits(max_tp=args.max_tp, max_micro_batch=args.max_micro_batch, dtype=dtype, fixed=fixed,
                           training_extra=extra, placement=placement, etp=etp, pool_placement=args.placement)
     if args.storage_write_gbps <= 0:
