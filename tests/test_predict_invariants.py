@@ -49,3 +49,20 @@ def test_plans_best_layout_reproduces_with_predict_on_the_same_file(tmp_path, ca
     assert pred["fits"] is True
     assert main(["predict", str(scenario), *flags[:-2], "--json"]) == 2  # the file's sp on tp = 1: refused
     assert "training.sequence_parallel" in capsys.readouterr().err
+
+
+H200_PROFILE = "benchmarks/data/profile_h200.json"  # microbenchmarks on an NVIDIA H200 (fingerprint device_name)
+
+
+@pytest.mark.parametrize("cluster, noted", [("hgx-h200", False), ("dgx-a100", True), ("dgx-h100", True)])
+def test_a_profile_measured_on_another_gpu_is_named(cluster, noted, capsys):
+    """A microbenchmark profile holds absolute times of the GPU it ran on; predicting another GPU's cluster with
+    it uses them as measured (on A100 the H200's ~775 TFLOP/s GEMM fit gives more than the A100's 312 TFLOP/s
+    bf16 peak), so the prediction says which GPU the profile measured and which the cluster has."""
+    from pathlib import Path
+    profile = str(Path(__file__).resolve().parents[1] / H200_PROFILE)
+    assert main(["predict", "--model", "llama3-8b", "--cluster", cluster, "--gpus", "8", "--global-batch", "64",
+                 "--seq-len", "4096", "--zero", "1", "--calibration", profile, "--json"]) == 0
+    warnings = json.loads(capsys.readouterr().out)["warnings"]
+    named = [w for w in warnings if w.startswith("calibration measured on NVIDIA H200 (preset h200)")]
+    assert bool(named) == noted

@@ -11,6 +11,7 @@ from trainsim.cost_models import memory, model_states
 from trainsim.cost_models.run_factors import apply_factors
 from trainsim.specs import Scenario, SpecError
 from trainsim.specs.framework_behaviour import behaviour
+from trainsim.specs.gpu_names import gpu_preset_for
 from trainsim.specs.memo import IdentityMemo, in_memo_scope
 from trainsim.specs.safe_write import check_output_path
 
@@ -264,6 +265,7 @@ def _scenario_warnings(scenario: Scenario, profile, table: CostTable, ideal_netw
                         f"{scenario.stage_layers[-1]} (last), {max(scenario.stage_layers)} (others)")
     if ideal_network:
         warnings.append("ideal network: all communication is free")
+    warnings += calibration_gpu_warning(scenario, profile)
     warnings += cp_default_warning(scenario) + inert_data_parallel_notes(scenario)
     warnings += inert_pipeline_notes(scenario)
     node_host = table.host_bytes * min(scenario.cluster.gpus_per_node, scenario.cluster.num_gpus)
@@ -271,6 +273,22 @@ def _scenario_warnings(scenario: Scenario, profile, table: CostTable, ideal_netw
         warnings.append(f"offload needs {node_host / 1e9:.0f} GB of host memory per node, more than the "
                         f"cluster's host_memory_bytes ({scenario.cluster.host_memory_bytes / 1e9:.0f} GB)")
     return warnings
+
+
+def calibration_gpu_warning(scenario: Scenario, profile) -> list[str]:
+    """A note where a profile's microbenchmarks ran on a GPU of another preset than the cluster's (its GEMM,
+    attention and collective times are absolute: they are used as measured, not rescaled to the cluster's GPU).
+    A run-calibration factor names its GPU and applies to that GPU only (cost_models.run_factors): no note."""
+    if profile is None or not profile.has_measurements():
+        return []
+    measured = gpu_preset_for(profile.fingerprint.device_name)
+    pools = scenario.cluster.pools or ()
+    gpus = {scenario.cluster.gpu.name, *(p.gpu.name for p in pools if p.gpu is not None)}
+    other = sorted(g for g in gpus if gpu_preset_for(g) not in (None, measured))
+    if measured is None or not other:
+        return []
+    return [f"calibration measured on {profile.fingerprint.device_name} (preset {measured}) but the cluster's GPU is "
+            f"{', '.join(other)}: the profile's measured times are used as they are, not rescaled to that GPU"]
 
 
 def _monte_carlo(pred: Prediction, scenario: Scenario, table: CostTable, jitter_cv: float, stragglers,
