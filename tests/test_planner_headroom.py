@@ -84,3 +84,18 @@ def test_settings_a_candidate_runs_without_are_stated():
     res = plan(request(limits=SearchLimits(max_micro_batch=1, schedules=("1f1b",), fixed={"tp": 1},
                                            training_extra={"tp_comm_overlap": True}), memory_headroom="0", top_k=2))
     assert all(any(w.startswith("tp_comm_overlap not applied") for w in r.warnings) for r in res.rows)
+
+
+@pytest.mark.parametrize("limits", [SearchLimits(max_micro_batch=2, schedules=("1f1b", "interleaved", "zb")),
+                                    SearchLimits(max_micro_batch=1, schedules=("zb",), fixed={"tp": 1})])
+def test_out_of_memory_count_does_not_depend_on_the_headroom(limits):
+    """A layout out of the GPU's memory is out of memory whatever headroom is asked (the headroom only moves
+    layouts that fit the GPU between "screened" and "over the headroom"): one stage over the headroom must not
+    hide another stage out of memory, nor model states over the headroom send every variant to "out of memory";
+    and ZB's schedule-order peak decides it for a layout over the headroom as for one within it."""
+    counts = [plan(request(gpu_counts=(2,), global_batch=8, seq_len=2048, limits=limits, top_k=1,
+                           memory_headroom=h)).counts for h in ("0", "5%", "10%", "20%")]
+    assert len({c["oom"] for c in counts}) == 1 and counts[0]["oom"] > 0
+    assert counts[0]["over_headroom"] == 0 < counts[2]["over_headroom"]
+    for c in counts:
+        assert c["oom"] + c["over_headroom"] + c["dominated"] + c["screened"] + c["invalid"] == c["enumerated"]

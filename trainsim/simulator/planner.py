@@ -290,22 +290,27 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
                 fitted_groups.setdefault(g, rung)
                 rows.append(row)
             continue
-        limit = min(cluster.gpu.memory_bytes, ctx.memory_limit)
-        stages = _checked_stages(scn, limit)
+        gpu_bytes = cluster.gpu.memory_bytes
+        limit = min(gpu_bytes, ctx.memory_limit)
+        # Every stage up to the first out of GPU memory: a stage over the headroom alone does not say whether
+        # another is out of memory, which decides the count the layout goes to.
+        stages = _checked_stages(scn, gpu_bytes)
         peak = max(sm.total for sm in stages)
-        if peak > limit:
-            counts[_over(peak, cluster.gpu.memory_bytes)] += 1
-            if max(sm.weights + sm.grads + sm.optimizer for sm in stages) > limit:
-                states_oom.add(_states_key(c))
+        zb = scn.training.schedule == "zb"
+        if peak > gpu_bytes or (peak > limit and not zb):
+            counts[_over(peak, gpu_bytes)] += 1
+            if max(sm.weights + sm.grads + sm.optimizer for sm in stages) > gpu_bytes:
+                states_oom.add(_states_key(c))  # out of memory whatever the activations: so is every variant
             continue
         pred = _predict(scn, True, ctx.profile)
-        if scn.training.schedule == "zb" and pred.peak_bytes > peak:
+        if zb and pred.peak_bytes > peak:
             # ZB's postponed weight-gradient passes keep their GEMM inputs (under recompute more than the
-            # checkpoints): the static model has no schedule order to count them, the closed form does.
+            # checkpoints): the static model has no schedule order to count them, the closed form does (also
+            # for a layout over the headroom: whether it is out of memory decides its count).
             peak = pred.peak_bytes
-            if peak > limit:
-                counts[_over(peak, cluster.gpu.memory_bytes)] += 1
-                continue
+        if peak > limit:
+            counts[_over(peak, gpu_bytes)] += 1
+            continue
         fitted_groups.setdefault(g, rung)
         row = _row(c, pred, "closed-form", dropped_settings(ctx.model, c, ctx.limits))
         # The memory cost model decides fit at screening time (the closed form's in-flight counts are an
