@@ -61,9 +61,10 @@ class Scenario(BaseModel):
 
     @property
     def dp_shard(self) -> int:
-        """Ranks the ZeRO-sharded model states are split over: the HSDP / MiCS shard group (Layout.dp_shard), the
-        dp/N ranks of a partial distributed optimizer's instance (TrainingSpec.distributed_optimizer_instances,
-        specs/partial_distopt.py), else dp."""
+        """Data-parallel ranks the ZeRO-sharded model states are split over: the HSDP / MiCS shard group
+        (Layout.dp_shard), the dp/N ranks of a partial distributed optimizer's instance
+        (TrainingSpec.distributed_optimizer_instances, specs/partial_distopt.py), else dp. Dense states are split
+        over these ranks' context-parallel peers too (dp_shard x cp ranks, cost_models.memory.shard_groups)."""
         return self.layout.dp_shard or self.dp // self.training.distributed_optimizer_instances
 
     @property
