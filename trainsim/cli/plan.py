@@ -101,7 +101,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tokens", type=parse_tokens,
                    help="tokens to train on (e.g. 15T; range > 0, <= 1e16); default 20 per parameter")
     p.add_argument("--price-per-gpu-hour", type=nonneg_float, help="cost per GPU-hour")
-    p.add_argument("--top", type=int_range(1, 10_000), default=10, help="layouts confirmed with the engine and shown")
+    p.add_argument("--top", type=int_range(1, 10_000), default=10, help="layouts shown, each confirmed with the engine (which confirms at least the screen's best 10)")
     p.add_argument("--objective", choices=("time", "cost"), default="time", help="rank by time to train or by cost")
     p.add_argument("--rank-by", choices=("p50", "p90"), default="p50",
                    help="step-time quantile the ranking uses: the prediction (p50) or the upper end of its 80 %% "

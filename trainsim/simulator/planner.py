@@ -71,6 +71,12 @@ def headroom_bytes(headroom: str | float, gpu_bytes: float) -> float:
     return value * gpu_bytes if is_fraction else value
 
 
+# The engine confirms at least this many of the screen's best rows, however few are shown (top_k): the closed
+# form and the engine can order near-ties differently (a few tenths of a percent), so confirming only the rows
+# shown would let the answer depend on how many are asked for.
+CONFIRMED_AT_LEAST = 10
+
+
 @dataclass(frozen=True)
 class PlanRequest:
     """What to plan: a model on a cluster type at one or more GPU counts, for a batch and sequence length."""
@@ -82,7 +88,7 @@ class PlanRequest:
     seq_len: int
     tokens: float | None = None               # tokens to train on; None = 20 per parameter (Chinchilla)
     price_per_gpu_hour: float | None = None   # currency per GPU-hour; None = report GPU-hours only
-    top_k: int = 10
+    top_k: int = CONFIRMED_AT_LEAST
     limits: SearchLimits = field(default_factory=SearchLimits)
     objective: str = "time"                   # "time" (time to train) or "cost"
     prune_dominated: bool = True              # skip heavier recompute when a lighter one fits (same layout)
@@ -464,9 +470,10 @@ def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress 
         finish_row(r, req, ckpt_s)
     key = sort_key(req)
     screened.sort(key=key)
-    # Confirm the top K, plus the best of every GPU count so the Pareto front is engine-confirmed too.
+    # Confirm the top K (at least CONFIRMED_AT_LEAST), plus the best of every GPU count so the Pareto front is
+    # engine-confirmed too.
     chosen: dict[tuple, PlanRow] = {}
-    for r in screened[: req.top_k]:
+    for r in screened[: max(req.top_k, CONFIRMED_AT_LEAST)]:
         chosen[r.candidate.key()] = r
     best_per_n: dict[int, PlanRow] = {}
     for r in screened:
