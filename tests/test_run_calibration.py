@@ -156,3 +156,20 @@ def test_csv_runs_calibrate_and_validate_agree(tmp_path, capsys):
     for r in cal["runs"]:
         expected = 100 * (r["predicted_after_s"] / r["measured_step_s"] - 1)
         assert rows[r["name"]]["error_pct"] == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize("cluster, noted", [("dgx-a100", False), ("dgx-h100", True)])
+def test_a_compute_factor_of_another_gpu_is_named(tmp_path, capsys, cluster, noted):
+    """A run calibration's compute factor is keyed by the GPU its runs measured (run_factors.apply_factors): on
+    another GPU the preset rates stay, and the prediction says so instead of naming the profile as if all of it
+    applied."""
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", "--from-runs", str(MEGATRON), "--cluster", "dgx-a100", "--out", str(out)]) == 0
+    fitted = load_profile(out).run_calibration.fitted_names()
+    assert any(n.startswith("compute:A100") for n in fitted)
+    capsys.readouterr()
+    assert main(["predict", "--model", "llama3-8b", "--cluster", cluster, "--gpus", "8", "--global-batch", "64",
+                 "--seq-len", "2048", "--json", "--calibration", str(out)]) == 0
+    warnings = json.loads(capsys.readouterr().out)["warnings"]
+    named = [w for w in warnings if w.startswith("run calibration fits compute for A100")]
+    assert bool(named) == noted

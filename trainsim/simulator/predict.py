@@ -217,7 +217,7 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
     table, pacing, paced_run = _table(scenario, profile, ideal_network, fast)
     build_s = time.perf_counter() - t0
     host = table.host_bytes
-    warnings = _scenario_warnings(scenario, profile, table, ideal_network)
+    warnings = _scenario_warnings(scenario, profile, table, ideal_network) + run_factor_gpu_warning(scenario, given[1])
     if fast:
         res = _plus(analytic.estimate(table), overhead_s)
         pred = to_prediction(scenario, table, res, mode="closed-form", calibration=calibration,
@@ -289,6 +289,20 @@ def calibration_gpu_warning(scenario: Scenario, profile) -> list[str]:
         return []
     return [f"calibration measured on {profile.fingerprint.device_name} (preset {measured}) but the cluster's GPU is "
             f"{', '.join(other)}: the profile's measured times are used as they are, not rescaled to that GPU"]
+
+
+def run_factor_gpu_warning(scenario: Scenario, profile) -> list[str]:
+    """A note where a run calibration holds compute factors (keyed by GPU, cost_models.run_factors) but none for
+    the cluster's GPU: that GPU keeps its preset rates, while the factors that are not per GPU (kernel overhead,
+    scale-up and scale-out bandwidth, per-step overhead) apply."""
+    rc = getattr(profile, "run_calibration", None)
+    if rc is None:
+        return []
+    fitted = sorted(k.split(":", 1)[1] for k in rc.fitted_names() if k.startswith("compute:"))
+    if not fitted or scenario.cluster.gpu.name in fitted:
+        return []
+    return [f"run calibration fits compute for {', '.join(fitted)}, not for {scenario.cluster.gpu.name}: its GEMM and "
+            f"attention rates stay the preset's"]
 
 
 def _monte_carlo(pred: Prediction, scenario: Scenario, table: CostTable, jitter_cv: float, stragglers,
