@@ -14,6 +14,7 @@ from trainsim.specs.framework_behaviour import behaviour
 from trainsim.specs.gpu_names import gpu_preset_for
 from trainsim.specs.memo import IdentityMemo, in_memo_scope
 from trainsim.specs.safe_write import check_output_path
+from trainsim.topologies.placement import place
 
 from . import analytic, fold, variability
 from .builder import build_cost_table
@@ -265,7 +266,7 @@ def _scenario_warnings(scenario: Scenario, profile, table: CostTable, ideal_netw
                         f"{scenario.stage_layers[-1]} (last), {max(scenario.stage_layers)} (others)")
     if ideal_network:
         warnings.append("ideal network: all communication is free")
-    warnings += calibration_gpu_warning(scenario, profile)
+    warnings += calibration_gpu_warning(scenario, profile) + calibration_groups_warning(scenario, profile)
     warnings += cp_default_warning(scenario) + inert_data_parallel_notes(scenario)
     warnings += inert_pipeline_notes(scenario)
     node_host = table.host_bytes * min(scenario.cluster.gpus_per_node, scenario.cluster.num_gpus)
@@ -289,6 +290,31 @@ def calibration_gpu_warning(scenario: Scenario, profile) -> list[str]:
         return []
     return [f"calibration measured on {profile.fingerprint.device_name} (preset {measured}) but the cluster's GPU is "
             f"{', '.join(other)}: the profile's measured times are used as they are, not rescaled to that GPU"]
+
+
+def calibration_groups_warning(scenario: Scenario, profile) -> list[str]:
+    """A note where a profile holds measured collectives but none on a group of this layout's shape (a fit applies
+    to its exact op, group size and node count, cost_models.collectives): every collective then uses the cluster's
+    modelled links, which the profile's name in the calibration field does not say."""
+    fits = getattr(profile, "collective_fits", None) or []
+    if not fits:
+        return []
+    pl = place(scenario)
+    groups = [*pl.groups().values(), pl.dp_cp_group()]
+    if scenario.dp_shard < scenario.dp:
+        groups += pl.hsdp_groups(scenario.dp_shard)
+    if scenario.model.is_moe:
+        groups += [pl.expert_tp_group(), pl.expert_dp_group(), pl.expert_tp_ep_group()]
+    if scenario.layout.pp > 1:
+        groups.append(pl.pp_p2p(0))
+    shapes = {(g.size, g.nodes) for g in groups if g.size > 1}
+    if any((f.group_size, f.nodes) in shapes for f in fits):
+        return []
+    measured = ", ".join(f"{n} ranks/{k} node{'s' if k > 1 else ''}" for n, k in sorted({(f.group_size, f.nodes)
+                                                                                       for f in fits}))
+    layout = ", ".join(f"{n}/{k}" for n, k in sorted(shapes)) or "none"
+    return [f"calibration: its collectives were measured on {measured}, none of this layout's groups (ranks/nodes "
+            f"{layout}): collectives use the cluster's modelled links"]
 
 
 def run_factor_gpu_warning(scenario: Scenario, profile) -> list[str]:
