@@ -49,6 +49,8 @@ CASES = [
     ("seq-len-string", P + [f("seq-len-string.yaml")], "training.seq_len"),
     ("training-not-mapping", P + [f("training-list.yaml")], "training"),
     ("layout-unknown-key", P + [f("layout-unknown-key.yaml")], "layout.tq"),
+    # plan searches tp/pp/dp itself, but a value predict refuses in the same file is refused, not ignored
+    ("plan-layout-pp-negative", ["plan", f("layout-pp-negative.yaml")], "layout.pp"),
     ("gpus-string-in-yaml", P + [f("gpus-string.yaml")], "gpus"),
     ("cluster-undersubscribed", P + ["--model", "tiny-gpt", "--cluster", f("cluster-undersubscribed.yaml")],
      "cluster.scale_out.oversubscription"),

@@ -223,14 +223,14 @@ def _pinned_dims(args: argparse.Namespace) -> dict[str, Any]:
 
 def _layout_pins(raw: dict, fixed: dict[str, Any], model) -> tuple[dict, Any, int | None]:
     """(the scenario file's layout mapping, its placement, its etp): the layout settings every candidate keeps;
-    an etp (file or --etp) on a dense model is refused."""
+    the mapping is checked as predict checks it (a negative or boolean pp is refused, not ignored) and an etp
+    (file or --etp) on a dense model is refused."""
     layout = raw.get("layout") or {}
     if not isinstance(layout, dict):
         raise SpecError("layout", "must be a mapping")
-    placement = None
-    if layout.get("placement") is not None:
-        placement = load_layout({"placement": layout["placement"]}).placement
-    etp = load_layout({"etp": layout["etp"]}).etp if layout.get("etp") is not None else None
+    pins = load_layout(layout)  # every value checked, the searched dimensions included (not left unread)
+    placement = pins.placement if layout.get("placement") is not None else None
+    etp = pins.etp if layout.get("etp") is not None else None
     if etp is not None and not model.is_moe:
         raise SpecError("layout.etp", f"etp={etp} but {model.name} is a dense model (num_experts=1)")
     if "etp" in fixed and not model.is_moe:
