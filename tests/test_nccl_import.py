@@ -197,15 +197,15 @@ def test_collective_with_a_calibration_refuses_a_forced_algorithm(tmp_path, caps
     assert json.loads(capsys.readouterr().out)[0]["time_s"] != measured[0]["time_s"]
 
 
-@pytest.mark.parametrize("tp, noted", [(8, False), (1, True)])
-def test_predict_names_a_profile_whose_collectives_fit_none_of_its_groups(tmp_path, capsys, tp, noted):
+@pytest.mark.parametrize("gpus, tp, noted", [(16, 8, False), (16, 1, True), (1, 1, False)])
+def test_predict_names_a_profile_whose_collectives_fit_none_of_its_groups(tmp_path, capsys, gpus, tp, noted):
     """A measured fit applies to its exact op, group size and node count: the H100 import (8 ranks on 1 node) times
     the TP group of tp 8 on 16 GPUs, but none of tp 1's groups (dp over 16 ranks on 2 nodes), where every
-    collective uses the modelled links and the prediction says so."""
+    collective uses the modelled links and the prediction says so; one GPU runs no collective: no note."""
     prof = tmp_path / "h100.json"
     assert main(["calibrate", "--import-nccl-tests", str(H100_TXT), "--out", str(prof)]) == 0
     capsys.readouterr()
-    assert main(["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--tp", str(tp),
+    assert main(["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", str(gpus), "--tp", str(tp),
                  "--global-batch", "64", "--seq-len", "2048", "--calibration", str(prof), "--json"]) == 0
     warnings = json.loads(capsys.readouterr().out)["warnings"]
     named = [w for w in warnings if w.startswith("calibration: its collectives were measured on 8 ranks/1 node")]

@@ -219,6 +219,11 @@ def test_plan_cli_says_a_scenario_files_stage_layers_is_not_searched(tmp_path, c
     code = main(["plan", str(f), "--tp", "8", "--pp", "2", "--micro-batch", "1", "--top", "1", "--json"])
     err = capsys.readouterr().err
     assert code == 0 and "layout.stage_layers is not searched" in err
+    # a split given with pp only on the command line, as predict takes it (the file alone has pp 1)
+    f.write_text("model: llama3-8b\ncluster: dgx-h100\ngpus: 16\nlayout: {stage_layers: [15, 17]}\n"
+                 "training: {global_batch: 64, seq_len: 4096}\n")
+    code = main(["plan", str(f), "--tp", "8", "--pp", "2", "--micro-batch", "1", "--top", "1", "--json"])
+    assert code == 0 and "layout.stage_layers is not searched" in capsys.readouterr().err
 
 
 def test_plan_cli_names_the_files_layout_and_training_it_searches(tmp_path, capsys):

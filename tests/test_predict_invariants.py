@@ -96,3 +96,17 @@ def test_hfu_above_one_names_attention_only_where_it_can_explain_it(seq, hfu, at
     note = _above_peak_note(scn, hfu)
     assert note.startswith("MFU/HFU above 100 %")
     assert ("causal kernel computes about half" in note) == attention
+
+
+def test_a_cpu_profile_on_a_gpu_cluster_is_named(tmp_path, capsys):
+    """A profile measured on the host CPU (fingerprint device cpu) holds CPU times: on a GPU cluster they are used
+    as measured, so the prediction names the mismatch (the H200 profile's fingerprint rewritten to a CPU run)."""
+    from pathlib import Path
+    prof = json.loads((Path(__file__).resolve().parents[1] / H200_PROFILE).read_text())
+    prof["fingerprint"].update(device="cpu", device_name="x86_64")
+    path = tmp_path / "cpu.json"
+    path.write_text(json.dumps(prof))
+    assert main(["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch", "64",
+                 "--seq-len", "4096", "--calibration", str(path), "--json"]) == 0
+    warnings = json.loads(capsys.readouterr().out)["warnings"]
+    assert any(w.startswith("calibration measured on x86_64 (preset cpu)") for w in warnings)

@@ -101,7 +101,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tokens", type=parse_tokens,
                    help="tokens to train on (e.g. 15T; range > 0, <= 1e16); default 20 per parameter")
     p.add_argument("--price-per-gpu-hour", type=nonneg_float, help="cost per GPU-hour")
-    p.add_argument("--top", type=int_range(1, 10_000), default=10, help="layouts shown, each confirmed with the engine (which confirms at least the screen's best 10)")
+    p.add_argument("--top", type=int_range(1, 10_000), default=10, help="layouts shown, each engine-confirmed (at least the best 10 are)")
     p.add_argument("--objective", choices=("time", "cost"), default="time", help="rank by time to train or by cost")
     p.add_argument("--rank-by", choices=("p50", "p90"), default="p50",
                    help="step-time quantile the ranking uses: the prediction (p50) or the upper end of its 80 %% "
@@ -228,7 +228,12 @@ def _layout_pins(raw: dict, fixed: dict[str, Any], model) -> tuple[dict, Any, in
     layout = raw.get("layout") or {}
     if not isinstance(layout, dict):
         raise SpecError("layout", "must be a mapping")
-    pins = load_layout(layout)  # every value checked, the searched dimensions included (not left unread)
+    # Every value checked on its own, the searched dimensions included (not left unread); stage_layers, which
+    # plan does not use, only against the file's own pp and vpp, so it is left to predict.
+    for key, value in layout.items():
+        if key != "stage_layers":
+            load_layout({key: value})
+    pins = load_layout({k: v for k, v in layout.items() if k in ("placement", "etp")})
     placement = pins.placement if layout.get("placement") is not None else None
     etp = pins.etp if layout.get("etp") is not None else None
     if etp is not None and not model.is_moe:
@@ -245,12 +250,15 @@ def _note_searched(layout: dict, training: dict, fixed: dict[str, Any]) -> None:
     given = [("layout", k, layout.get(k)) for k in ("tp", "pp", "dp", "cp", "ep", "vpp")] + \
             [("training", k, training.get(k)) for k in ("micro_batch", "recompute", "zero", "schedule",
                                                          "sequence_parallel")]
-    # plan runs sequence parallelism wherever tp > 1: only a file's `false` is not kept
+    # plan runs sequence parallelism wherever tp > 1: only a file's `false` is not kept; dp is kept where the
+    # flags pin tp, pp and cp (the GPU count then decides it)
+    dp_fixed = all(k in fixed for k in ("tp", "pp", "cp"))
     searched = [(part, k, v) for part, k, v in given
-                if v is not None and k not in fixed and not (k == "sequence_parallel" and v)]
+                if v is not None and k not in fixed and not (k == "sequence_parallel" and v)
+                and not (k == "dp" and dp_fixed)]
     if not searched:
         return
-    names = ", ".join(f"{part}.{k}={v}" for part, k, v in searched)
+    names = ", ".join(f"{part}.{k}={str(v).lower() if isinstance(v, bool) else v}" for part, k, v in searched)
     flags = " ".join(f"{pins.get(k, '--' + k)} {v}" for _, k, v in searched if pins.get(k, "") is not None)
     print(f"note: plan searches {names} of the scenario file instead of keeping "
           f"{'it' if len(searched) == 1 else 'them'}" + (f" (pin with {flags})" if flags else ""), file=sys.stderr)
