@@ -158,7 +158,7 @@ def test_predict_json_folded_step_keys(capsys):
 
 
 def test_predict_json_optional_keys_are_exercised(capsys, tmp_path):
-    """Every optional key is emitted by one of a few runs (none is listed that the code no longer emits), but the
+    """Every optional key is emitted by one of a few runs (none is listed that the code does not emit), but the
     memory notes of recipes these runs do not use."""
     outs = [run_json(capsys, "predict", *SMALL, *extra, "--json") for extra in (
         ["--explain", "--trace", str(tmp_path / "t.json")],

@@ -101,7 +101,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tokens", type=parse_tokens,
                    help="tokens to train on (e.g. 15T; range > 0, <= 1e16); default 20 per parameter")
     p.add_argument("--price-per-gpu-hour", type=nonneg_float, help="cost per GPU-hour")
-    p.add_argument("--top", type=int_range(1, 10_000), default=10, help="layouts shown, each engine-confirmed (at least the best 10 are)")
+    p.add_argument("--top", type=int_range(1, 10_000), default=10,
+                   help="layouts shown, each engine-confirmed (at least the best 10 are)")
     p.add_argument("--objective", choices=("time", "cost"), default="time", help="rank by time to train or by cost")
     p.add_argument("--rank-by", choices=("p50", "p90"), default="p50",
                    help="step-time quantile the ranking uses: the prediction (p50) or the upper end of its 80 %% "
@@ -230,12 +231,9 @@ def _layout_pins(raw: dict, fixed: dict[str, Any], model) -> tuple[dict, Any, in
         raise SpecError("layout", "must be a mapping")
     # Every value checked on its own, the searched dimensions included (not left unread); stage_layers, which
     # plan does not use, only against the file's own pp and vpp, so it is left to predict.
-    for key, value in layout.items():
-        if key != "stage_layers":
-            load_layout({key: value})
-    pins = load_layout({k: v for k, v in layout.items() if k in ("placement", "etp")})
-    placement = pins.placement if layout.get("placement") is not None else None
-    etp = pins.etp if layout.get("etp") is not None else None
+    checked = {k: load_layout({k: v}) for k, v in layout.items() if k != "stage_layers"}
+    placement = checked["placement"].placement if layout.get("placement") is not None else None
+    etp = checked["etp"].etp if layout.get("etp") is not None else None
     if etp is not None and not model.is_moe:
         raise SpecError("layout.etp", f"etp={etp} but {model.name} is a dense model (num_experts=1)")
     if "etp" in fixed and not model.is_moe:

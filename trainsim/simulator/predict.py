@@ -11,14 +11,12 @@ from trainsim.cost_models import memory, model_states
 from trainsim.cost_models.run_factors import apply_factors
 from trainsim.specs import Scenario, SpecError
 from trainsim.specs.framework_behaviour import behaviour
-from trainsim.specs.gpu_names import gpu_preset_for
-from trainsim.specs.loaders import load_gpu
 from trainsim.specs.memo import IdentityMemo, in_memo_scope
 from trainsim.specs.safe_write import check_output_path
-from trainsim.topologies.placement import place
 
 from . import analytic, fold, variability
 from .builder import build_cost_table
+from .calibration_notes import calibration_notes
 from .costtable import CostTable
 from .engine import schedule_ops, simulate
 from .fold import simulate_step
@@ -219,7 +217,7 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
     table, pacing, paced_run = _table(scenario, profile, ideal_network, fast)
     build_s = time.perf_counter() - t0
     host = table.host_bytes
-    warnings = _scenario_warnings(scenario, profile, table, ideal_network) + run_factor_gpu_warning(scenario, given[1])
+    warnings = _scenario_warnings(scenario, profile, table, ideal_network) + calibration_notes(scenario, given[1])
     if fast:
         res = _plus(analytic.estimate(table), overhead_s)
         pred = to_prediction(scenario, table, res, mode="closed-form", calibration=calibration,
@@ -267,7 +265,6 @@ def _scenario_warnings(scenario: Scenario, profile, table: CostTable, ideal_netw
                         f"{scenario.stage_layers[-1]} (last), {max(scenario.stage_layers)} (others)")
     if ideal_network:
         warnings.append("ideal network: all communication is free")
-    warnings += calibration_gpu_warning(scenario, profile) + calibration_groups_warning(scenario, profile)
     warnings += cp_default_warning(scenario) + inert_data_parallel_notes(scenario)
     warnings += inert_pipeline_notes(scenario)
     node_host = table.host_bytes * min(scenario.cluster.gpus_per_node, scenario.cluster.num_gpus)
@@ -275,71 +272,6 @@ def _scenario_warnings(scenario: Scenario, profile, table: CostTable, ideal_netw
         warnings.append(f"offload needs {node_host / 1e9:.0f} GB of host memory per node, more than the "
                         f"cluster's host_memory_bytes ({scenario.cluster.host_memory_bytes / 1e9:.0f} GB)")
     return warnings
-
-
-def calibration_gpu_warning(scenario: Scenario, profile) -> list[str]:
-    """A note where a profile's microbenchmarks ran on another device than the cluster's GPU -- a GPU of another
-    preset, or a CPU profile on a GPU cluster and the reverse (its GEMM, attention and collective times are
-    absolute: they are used as measured, not rescaled to the cluster's GPU). A run-calibration factor names its
-    GPU and applies to that GPU only (cost_models.run_factors): no note."""
-    if profile is None or not profile.has_measurements():
-        return []
-    fp = profile.fingerprint
-    measured = "cpu" if fp.device == "cpu" else gpu_preset_for(fp.device_name)
-    if measured is None:
-        return []
-    pools = scenario.cluster.pools or ()
-    gpus = {scenario.cluster.gpu.name, *(p.gpu.name for p in pools if p.gpu is not None)}
-    other = sorted(g for g in gpus if (gpu_preset_for(g) or _host_cpu(g)) not in (None, measured))
-    if not other:
-        return []
-    return [f"calibration measured on {fp.device_name or fp.device} (preset {measured}) but the cluster's GPU is "
-            f"{', '.join(other)}: the profile's measured times are used as they are, not rescaled to that GPU"]
-
-
-def _host_cpu(name: str) -> str | None:
-    """"cpu" for the host-CPU preset's device name (a CPU cluster), else None."""
-    return "cpu" if name == load_gpu("cpu").name else None
-
-
-def calibration_groups_warning(scenario: Scenario, profile) -> list[str]:
-    """A note where a profile holds measured collectives but none on a group of this layout's shape (a fit applies
-    to its exact op, group size and node count, cost_models.collectives; the note compares size and node count
-    only): every collective then uses the cluster's modelled links, which the profile's name in the calibration
-    field does not say."""
-    fits = getattr(profile, "collective_fits", None) or []
-    if not fits:
-        return []
-    pl = place(scenario)
-    groups = [*pl.groups().values(), pl.dp_cp_group()]
-    if scenario.dp_shard < scenario.dp:
-        groups += pl.hsdp_groups(scenario.dp_shard)
-    if scenario.model.is_moe:
-        groups += [pl.expert_tp_group(), pl.expert_dp_group(), pl.expert_tp_ep_group()]
-    groups += [pl.pp_p2p(stage) for stage in range(scenario.layout.pp - 1)]
-    shapes = {(g.size, g.nodes) for g in groups if g.size > 1}
-    if not shapes or any((f.group_size, f.nodes) in shapes for f in fits):
-        return []
-    measured = ", ".join(f"{n} ranks/{k} node{'s' if k > 1 else ''}" for n, k in sorted({(f.group_size, f.nodes)
-                                                                                       for f in fits}))
-    layout = ", ".join(f"{n}/{k}" for n, k in sorted(shapes))
-    return [f"calibration: its collectives were measured on {measured}, none of this layout's groups (ranks/nodes "
-            f"{layout}): collectives use the cluster's modelled links"]
-
-
-def run_factor_gpu_warning(scenario: Scenario, profile) -> list[str]:
-    """A note where a run calibration holds compute factors (keyed by GPU, cost_models.run_factors) but none for
-    the cluster's GPU: no compute factor scales that GPU's rates (a profile's measured GEMM and attention times,
-    where it holds them, still apply), while the factors that are not per GPU (kernel overhead, scale-up and
-    scale-out bandwidth, per-step overhead) do."""
-    rc = getattr(profile, "run_calibration", None)
-    if rc is None:
-        return []
-    fitted = sorted(k.split(":", 1)[1] for k in rc.fitted_names() if k.startswith("compute:"))
-    if not fitted or scenario.cluster.gpu.name in fitted:
-        return []
-    return [f"run calibration fits compute for {', '.join(fitted)}, not for {scenario.cluster.gpu.name}: its compute "
-            f"factor is not applied to that GPU"]
 
 
 def _monte_carlo(pred: Prediction, scenario: Scenario, table: CostTable, jitter_cv: float, stragglers,

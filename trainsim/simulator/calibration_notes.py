@@ -1,0 +1,82 @@
+"""What a calibration profile leaves unapplied to a scenario, as notes for the prediction's warnings: the
+calibration field names the profile, and these say where its measurements or factors do not reach (another
+device, collectives of other group shapes, a compute factor fitted for another GPU)."""
+
+from __future__ import annotations
+
+from trainsim.specs import Scenario
+from trainsim.specs.gpu_names import gpu_preset_for
+from trainsim.specs.loaders import load_gpu
+from trainsim.topologies.placement import place
+
+
+def calibration_notes(scenario: Scenario, profile) -> list[str]:
+    """The notes for ``profile`` (as given to predict, before its run calibration is applied) on ``scenario``."""
+    if profile is None:
+        return []
+    return _device_note(scenario, profile) + _collectives_note(scenario, profile) + _run_factor_note(scenario, profile)
+
+
+def _device_note(scenario: Scenario, profile) -> list[str]:
+    """A note where a profile's microbenchmarks ran on another device than the cluster's GPU -- a GPU of another
+    preset, or a CPU profile on a GPU cluster and the reverse (its GEMM, attention and collective times are
+    absolute: they are used as measured, not rescaled to the cluster's GPU). A run-calibration factor names its
+    GPU and applies to that GPU only (cost_models.run_factors): no note."""
+    if profile is None or not profile.has_measurements():
+        return []
+    fp = profile.fingerprint
+    measured = "cpu" if fp.device == "cpu" else gpu_preset_for(fp.device_name)
+    if measured is None:
+        return []
+    pools = scenario.cluster.pools or ()
+    gpus = {scenario.cluster.gpu.name, *(p.gpu.name for p in pools if p.gpu is not None)}
+    other = sorted(g for g in gpus if (gpu_preset_for(g) or _host_cpu(g)) not in (None, measured))
+    if not other:
+        return []
+    return [f"calibration measured on {fp.device_name or fp.device} (preset {measured}) but the cluster's GPU is "
+            f"{', '.join(other)}: the profile's measured times are used as they are, not rescaled to that GPU"]
+
+
+def _host_cpu(name: str) -> str | None:
+    """"cpu" for the host-CPU preset's device name (a CPU cluster), else None."""
+    return "cpu" if name == load_gpu("cpu").name else None
+
+
+def _collectives_note(scenario: Scenario, profile) -> list[str]:
+    """A note where a profile holds measured collectives but none on a group of this layout's shape (a fit applies
+    to its exact op, group size and node count, cost_models.collectives; the note compares size and node count
+    only): every collective then uses the cluster's modelled links, which the profile's name in the calibration
+    field does not say."""
+    fits = getattr(profile, "collective_fits", None) or []
+    if not fits:
+        return []
+    pl = place(scenario)
+    groups = [*pl.groups().values(), pl.dp_cp_group()]
+    if scenario.dp_shard < scenario.dp:
+        groups += pl.hsdp_groups(scenario.dp_shard)
+    if scenario.model.is_moe:
+        groups += [pl.expert_tp_group(), pl.expert_dp_group(), pl.expert_tp_ep_group()]
+    groups += [pl.pp_p2p(stage) for stage in range(scenario.layout.pp - 1)]
+    shapes = {(g.size, g.nodes) for g in groups if g.size > 1}
+    if not shapes or any((f.group_size, f.nodes) in shapes for f in fits):
+        return []
+    measured = ", ".join(f"{n} ranks/{k} node{'s' if k > 1 else ''}" for n, k in sorted({(f.group_size, f.nodes)
+                                                                                       for f in fits}))
+    layout = ", ".join(f"{n}/{k}" for n, k in sorted(shapes))
+    return [f"calibration: its collectives were measured on {measured}, none of this layout's groups (ranks/nodes "
+            f"{layout}): collectives use the cluster's modelled links"]
+
+
+def _run_factor_note(scenario: Scenario, profile) -> list[str]:
+    """A note where a run calibration holds compute factors (keyed by GPU, cost_models.run_factors) but none for
+    the cluster's GPU: no compute factor scales that GPU's rates (a profile's measured GEMM and attention times,
+    where it holds them, still apply), while the factors that are not per GPU (kernel overhead, scale-up and
+    scale-out bandwidth, per-step overhead) do."""
+    rc = getattr(profile, "run_calibration", None)
+    if rc is None:
+        return []
+    fitted = sorted(k.split(":", 1)[1] for k in rc.fitted_names() if k.startswith("compute:"))
+    if not fitted or scenario.cluster.gpu.name in fitted:
+        return []
+    return [f"run calibration fits compute for {', '.join(fitted)}, not for {scenario.cluster.gpu.name}: its compute "
+            f"factor is not applied to that GPU"]
