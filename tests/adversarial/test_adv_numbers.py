@@ -281,3 +281,27 @@ def test_bad_dp_pool_and_loss_keys_are_refused(yaml_text, field, tmp_path):
         body = "model: llama3-8b\ntraining: {seq_len: 4096, global_batch: 16}\n"
     f.write_text(body + yaml_text + "\n")
     assert_refused(run_cli(["predict", "--fast", str(f)]), field)
+
+
+@pytest.mark.parametrize("value, refused", [('"4096"', None), ("4096.0", None), ("true", "must be a number"),
+                                            ('"4096.5"', "valid integer"), ("0", "greater than 0")])
+def test_plan_and_predict_read_a_files_sequence_length_alike(tmp_path, value, refused):
+    """The scenario file's seq_len goes through TrainingSpec's field rules in both commands: a quoted "4096" is
+    4096 (pydantic's lax int, which the presets' YAML 1.1 numbers rely on), true and 4096.5 are refused."""
+    path = tmp_path / "s.yaml"
+    path.write_text(f"model: llama3-8b\ncluster: dgx-h100\ngpus: 8\ntraining:\n  seq_len: {value}\n"
+                    "  global_batch: 8\n")
+    runs = {cmd: run_cli([cmd, path, *extra]) for cmd, extra in
+            (("predict", ["--json"]), ("plan", ["--tp", "1", "--pp", "1", "--micro-batch", "1", "--top", "1",
+                                                "--json"]))}
+    for cmd, r in runs.items():
+        if refused:
+            assert_refused(r, "training.seq_len")
+            assert refused in r.err, (cmd, r.err)
+        else:
+            assert r.code == 0, (cmd, r.err)
+    if not refused:
+        predicted = json.loads(runs["predict"].out)
+        planned = json.loads(runs["plan"].out)
+        assert planned["request"]["seq_len"] == 4096
+        assert predicted["tokens_per_s"] * predicted["step_time_s"] == pytest.approx(8 * 4096)

@@ -15,7 +15,7 @@ from typing import Any, get_args
 from trainsim.simulator import goodput as gp
 from trainsim.simulator.planner import DEFAULT_MEMORY_HEADROOM, parse_headroom
 from trainsim.simulator.search_space import SearchLimits, check_training_extra, training_extra
-from trainsim.specs import SpecError, load_cluster, load_layout, load_model, load_scenario_file
+from trainsim.specs import SpecError, load_cluster, load_layout, load_model, load_scenario_file, load_training
 from trainsim.specs.data_parallel import hsdp_refusal
 from trainsim.specs.framework_behaviour import FRAMEWORKS
 from trainsim.specs.framework_era import layout_refusal
@@ -204,10 +204,9 @@ def _batch_and_seq(args: argparse.Namespace, training: dict) -> tuple[int, int]:
                              "no global batch given (use --global-batch N)")
     seq_len = _required("training.seq_len", args.seq_len or training.get("seq_len"),
                         "no sequence length given (use --seq-len N)")
-    for name, val in (("training.global_batch", global_batch), ("training.seq_len", seq_len)):
-        if isinstance(val, bool) or not isinstance(val, int) or val <= 0:
-            raise SpecError(name, f"must be a positive integer, got {val!r}")
-    return int(global_batch), int(seq_len)
+    # read by TrainingSpec's own field rules, as predict reads them (a quoted "4096" is 4096; true is refused)
+    spec = load_training({"global_batch": global_batch, "seq_len": seq_len, "micro_batch": 1})
+    return spec.global_batch, spec.seq_len
 
 
 def _pinned_dims(args: argparse.Namespace) -> dict[str, Any]:
