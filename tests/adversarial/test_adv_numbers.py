@@ -305,3 +305,15 @@ def test_plan_and_predict_read_a_files_sequence_length_alike(tmp_path, value, re
         planned = json.loads(runs["plan"].out)
         assert planned["request"]["seq_len"] == 4096
         assert predicted["tokens_per_s"] * predicted["step_time_s"] == pytest.approx(8 * 4096)
+
+
+@pytest.mark.parametrize("key, value", [("recompute", "half"), ("schedule", "zz"), ("zero", 5),
+                                        ("micro_batch", 0), ("sequence_parallel", "maybe")])
+def test_plan_refuses_a_searched_training_value_predict_refuses(tmp_path, key, value):
+    """A training setting plan searches (so does not use) is still checked as predict checks it: a misspelt
+    recompute or schedule is refused, not silently replaced by the search."""
+    path = tmp_path / "s.yaml"
+    path.write_text(f"model: llama3-8b\ncluster: dgx-h100\ngpus: 8\ntraining:\n  seq_len: 4096\n"
+                    f"  global_batch: 8\n  {key}: {value}\n")
+    for cmd in ("predict", "plan"):
+        assert_refused(run_cli([cmd, path]), f"training.{key}")

@@ -302,6 +302,9 @@ def request_from_args(args: argparse.Namespace):
         print("note: layout.stage_layers is not searched: plan splits each candidate's layers itself (evenly, or "
               "Megatron-Core's balanced first/last split where none divides); `trainsim predict` costs the file's "
               "split", file=sys.stderr)
+    for key in ("micro_batch", "recompute", "sequence_parallel", "zero", "schedule"):
+        if training.get(key) is not None:  # searched, so unused, but checked as predict checks it (not ignored)
+            load_training({key: training[key]})
     _note_searched(layout, training, fixed)
     limits = SearchLimits(max_tp=args.max_tp, max_micro_batch=args.max_micro_batch, dtype=dtype, fixed=fixed,
                           training_extra=extra, placement=placement, etp=etp, pool_placement=args.placement)
