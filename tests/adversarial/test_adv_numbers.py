@@ -317,3 +317,13 @@ def test_plan_refuses_a_searched_training_value_predict_refuses(tmp_path, key, v
                     f"  global_batch: 8\n  {key}: {value}\n")
     for cmd in ("predict", "plan"):
         assert_refused(run_cli([cmd, path]), f"training.{key}")
+
+
+def test_an_integer_written_with_an_exponent_is_refused_saying_why(tmp_path):
+    """PyYAML (YAML 1.1) reads ``1e3`` as the text '1e3', which no integer field takes: the refusal says so."""
+    path = tmp_path / "s.yaml"
+    path.write_text("model: llama3-8b\ncluster: dgx-h100\ngpus: 16\ntraining: {global_batch: 1e3, seq_len: 4096}\n")
+    for cmd in ("predict", "plan"):
+        r = run_cli([cmd, path])
+        assert_refused(r, "training.global_batch")
+        assert "got '1e3' (YAML 1.1" in r.err
