@@ -327,3 +327,24 @@ def test_an_integer_written_with_an_exponent_is_refused_saying_why(tmp_path):
         r = run_cli([cmd, path])
         assert_refused(r, "training.global_batch")
         assert "got '1e3' (YAML 1.1" in r.err
+
+
+@pytest.mark.parametrize("value, refused", [("'16'", None), ("16.0", None), ("16.5", "got 16.5"),
+                                            ("true", "got true"), ("sixteen", "got 'sixteen'")])
+def test_predict_and_plan_read_a_files_gpu_count_alike(tmp_path, value, refused):
+    """A scenario file's gpus is an integer as the spec fields read one (a quoted "16" or 16.0 is 16) in both
+    commands; a fraction, a boolean or a word is refused naming the field."""
+    path = tmp_path / "s.yaml"
+    path.write_text(f"model: llama3-8b\ncluster: dgx-h100\ngpus: {value}\n"
+                    "training: {global_batch: 64, seq_len: 4096}\n")
+    runs = {cmd: run_cli([cmd, path, *extra]) for cmd, extra in
+            (("predict", ["--json"]), ("plan", ["--tp", "2", "--pp", "1", "--top", "1", "--json"]))}
+    for cmd, r in runs.items():
+        if refused:
+            assert_refused(r, "gpus")
+            assert refused in r.err, (cmd, r.err)
+        else:
+            assert r.code == 0, (cmd, r.err)
+    if not refused:
+        assert json.loads(runs["predict"].out)["layout"]["dp"] == 16
+        assert {row["gpus"] for row in json.loads(runs["plan"].out)["rows"]} == {16}

@@ -20,7 +20,7 @@ from trainsim.specs.data_parallel import hsdp_refusal
 from trainsim.specs.framework_behaviour import FRAMEWORKS
 from trainsim.specs.framework_era import layout_refusal
 from trainsim.specs.hardware import dtype_refusal
-from trainsim.specs.loaders import with_background_load
+from trainsim.specs.loaders import gpu_count, with_background_load
 from trainsim.specs.training import Schedule, default_cp_comm, zero_conflict
 
 from .common import (
@@ -278,6 +278,8 @@ def request_from_args(args: argparse.Namespace):
     if gpus_text is None and cluster.pools is not None:
         gpus_text = cluster.num_gpus
     _required("gpus", gpus_text, "no GPU count given (use --gpus N or --gpus A:B)")
+    if isinstance(gpus_text, (bool, int, float)):  # a file's number, read as predict reads it (16.0 is 16)
+        gpus_text = gpu_count(gpus_text)
     counts = parse_gpus(str(gpus_text), cluster.gpus_per_node)
     check_pool_plan(cluster, counts, args.placement)
     global_batch, seq_len = _batch_and_seq(args, training)

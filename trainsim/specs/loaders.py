@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from .errors import SpecError, did_you_mean, from_validation_error, unknown_name
 from .hardware import ClusterSpec, GPUSpec, PoolSpec, ScaleOutSpec
@@ -281,6 +281,17 @@ LAYOUT_KEYS = set(Layout.model_fields)
 TRAINING_KEYS = set(TrainingSpec.model_fields)
 
 
+def gpu_count(value: Any) -> int:
+    """A scenario's ``gpus`` read as the spec fields read integers (pydantic's lax int: "16" and 16.0 are 16; a
+    boolean, 16.5 or "sixteen" is refused)."""
+    if isinstance(value, bool):
+        raise SpecError("gpus", f"must be an integer, got {str(value).lower()}")
+    try:
+        return TypeAdapter(int).validate_python(value)
+    except ValidationError:
+        raise SpecError("gpus", f"must be an integer, got {value!r}") from None
+
+
 def load_layout(data: Mapping) -> Layout:
     """A Layout from a mapping (a scenario's ``layout``); SpecError naming the field."""
     if not isinstance(data, Mapping):
@@ -335,8 +346,8 @@ def build_scenario(raw: Mapping | None = None, overrides: Mapping | None = None)
     if cluster_in is None:
         raise SpecError("cluster", "no cluster given (use --cluster NAME|PATH or a scenario file)")
     gpus = ov.get("gpus", raw.get("gpus"))
-    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int)):
-        raise SpecError("gpus", f"must be an integer, got {gpus!r}")
+    if gpus is not None:
+        gpus = gpu_count(gpus)
     if gpus is not None and not (0 < gpus <= 10_000_000):
         raise SpecError("gpus", f"must be between 1 and 10,000,000, got {gpus}")
     layout_raw = raw.get("layout") or {}
