@@ -242,7 +242,7 @@ def _zero3_serialized_s(st: _Step, gather: Transfer, calls: int, params: float) 
     """
     scenario, tr, profile, hw = st.scenario, st.scenario.training, st.profile, st.hw
     host = calls * st.fw.zero3_gather_ops_per_rank * st.dp_group.size * scenario.cluster.gpu.kernel_overhead_s
-    copy_g = st.slowest * compute.memory_time_s(3 * params * pb, hw, profile, "copy") if host else 0.0
+    copy_g = st.slowest * compute.memory_time_s(3 * params * tr.param_bytes, hw, profile, "copy") if host else 0.0
     copy_r = st.slowest * compute.memory_time_s(2 * params * tr.grad_bytes, hw, profile, "copy") if host else 0.0
     rlat, rbw = _coll("reduce_scatter", params * tr.grad_bytes / calls, st.shard_group, scenario, profile)
     reduce = calls * (rlat + rbw) + host + copy_r
