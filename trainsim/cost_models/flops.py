@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 
 from trainsim.specs.memo import memoised
 
-from . import nvfp4
+from . import nvfp4, torchao_float8
 from .autocast import RESIDUAL_BYTES, norm_output_casts
 from .framework import cross_entropy_bytes, eager_ce_cast_bytes, train_metric_bytes_per_logit
 from .host_issue import megatron_fused_softmax
@@ -160,14 +160,18 @@ def _flops(gemms: tuple[Gemm, ...], batch: int = 1) -> float:
 
 
 def _linear(name: str, m: int, n: int, k: int, e: int, *, fp8: bool = False, fp4: bool = False, batch: int = 1,
-            kind: str = "gemm", weight_casts: float = 1.0) -> Op:
+            kind: str = "gemm", weight_casts: float = 1.0, ao: int = 0) -> Op:
     """Y(m×n) = X(m×k)·W(k×n): fwd, dX = dY·Wᵀ, dW = Xᵀ·dY; bytes with fp8 (or NVFP4, ``fp4``) operands and their
-    casts (``weight_casts``: quantizations of W per micro-batch, see the module docstring and nvfp4.py)."""
+    casts (``weight_casts``: quantizations of W per micro-batch, see the module docstring and nvfp4.py); ``ao``:
+    torchao's casts instead of Transformer Engine's (LayerShape.torchao_fp8, torchao_float8.py)."""
     ob = nvfp4.NVFP4_BYTES if fp4 else (1 if fp8 else e)
     fwd, dx, dw = ((m, n, k),), ((m, k, n),), ((k, n, m),)
     q = e + 2                                # read e, write the fp8 tensor and its transpose
     cast_x = cast_dy = 0.0
-    if fp8:
+    if fp8 and ao:
+        cast_x, cast_dy = torchao_float8.linear_cast_bytes(m, n, k, e, weight_gathered_fp8=ao == 2,
+                                                           weight_casts=weight_casts)
+    elif fp8:
         cast_x = m * k * q + k * n * q * weight_casts  # X each call; W as cached
         cast_dy = m * n * q                  # dY once, shared by dX and dW
     elif fp4:
@@ -349,7 +353,7 @@ def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int 
     e, h, t = shp.e, width or shp.h, split or shp.tp
     f_local = ffn // t
     n_in = 2 if shp.gated else 1
-    fp8, fp4, casts = shp.dtype == "fp8", shp.dtype == "nvfp4", shp.fp8_weight_casts
+    fp8, fp4, casts, ao = shp.dtype == "fp8", shp.dtype == "nvfp4", shp.fp8_weight_casts, shp.torchao_fp8
     act_elems = batch * tokens * f_local
     if shp.gated:  # silu(gate) * up: reads 2, writes 1; bwd reads gate, up, dy, writes dgate, dup
         eager = shp.autocast or shp.titan  # silu and the multiply as two eager ops (torchtitan's FeedForward too)
@@ -366,9 +370,9 @@ def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int 
                                         bwd_rw * e, 0.0))
         acts = [replace(a, modules=frozenset({"moe_act"})) for a in acts]
     ops = [
-        _linear(f"{prefix}fc1", tokens, n_in * f_local, h, e, fp8=fp8, fp4=fp4, batch=batch, weight_casts=casts),
+        _linear(f"{prefix}fc1", tokens, n_in * f_local, h, e, fp8=fp8, fp4=fp4, batch=batch, weight_casts=casts, ao=ao),
         *acts,
-        _linear(f"{prefix}fc2", tokens, h, f_local, e, fp8=fp8, fp4=fp4, batch=batch, weight_casts=casts),
+        _linear(f"{prefix}fc2", tokens, h, f_local, e, fp8=fp8, fp4=fp4, batch=batch, weight_casts=casts, ao=ao),
     ]
     return _tag(ops, module)
 
@@ -384,7 +388,8 @@ def _moe_ops(shp: LayerShape) -> list[Op]:
     routed = shp.routed_tokens                   # expert tokens per rank: T·k·etp/tp (balanced, any ep)
     local_experts = E // shp.ep
     per_expert = max(1, routed // local_experts)
-    lowp = {"fp8": shp.dtype == "fp8", "fp4": shp.dtype == "nvfp4", "weight_casts": shp.fp8_weight_casts}
+    lowp = {"fp8": shp.dtype == "fp8", "fp4": shp.dtype == "nvfp4", "weight_casts": shp.fp8_weight_casts,
+            "ao": shp.torchao_fp8}
     ops = [
         _linear("router", n_tok, E, h, e),
         _elementwise("router_topk", "softmax", n_tok * E, 2 * 4, 3 * 4, 5.0),
@@ -420,18 +425,18 @@ def _mla_projection_ops(shp: LayerShape) -> list[Op]:
     and the shared key's RoPE parts."""
     e, h, t, T = shp.e, shp.h, shp.tp, shp.tokens
     Ts = T // shp.sp_div  # the down-projections run on the rank's sequence shard (SP), latents gathered after
-    fp8, fp4, casts = shp.dtype == "fp8", shp.dtype == "nvfp4", shp.fp8_weight_casts
+    fp8, fp4, casts, ao = shp.dtype == "fp8", shp.dtype == "nvfp4", shp.fp8_weight_casts, shp.torchao_fp8
     heads = shp.a // t
     ops: list[Op] = []
     if shp.ql:
-        ops += [_linear("q_down", Ts, shp.ql, h, e, fp8=fp8, fp4=fp4, weight_casts=casts),
+        ops += [_linear("q_down", Ts, shp.ql, h, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao),
                 _elementwise("q_norm", "norm", Ts * shp.ql, 2 * e, 3 * e, _NORM_FLOPS["rmsnorm"]),
-                _linear("q_up", T, heads * shp.dqk, shp.ql, e, fp8=fp8, fp4=fp4, weight_casts=casts)]
+                _linear("q_up", T, heads * shp.dqk, shp.ql, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao)]
     else:
-        ops.append(_linear("q_proj", T, heads * shp.dqk, h, e, fp8=fp8, fp4=fp4, weight_casts=casts))
-    ops += [_linear("kv_down", Ts, shp.kvl + shp.dr, h, e, fp8=fp8, fp4=fp4, weight_casts=casts),
+        ops.append(_linear("q_proj", T, heads * shp.dqk, h, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao))
+    ops += [_linear("kv_down", Ts, shp.kvl + shp.dr, h, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao),
             _elementwise("kv_norm", "norm", Ts * shp.kvl, 2 * e, 3 * e, _NORM_FLOPS["rmsnorm"]),
-            _linear("kv_up", T, heads * (shp.d + shp.dvh), shp.kvl, e, fp8=fp8, fp4=fp4, weight_casts=casts),
+            _linear("kv_up", T, heads * (shp.d + shp.dvh), shp.kvl, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao),
             _elementwise("rope", "elementwise", T * (heads + 1) * shp.dr, 2 * e, 2 * e, 3.0)]
     # mla_up_proj recompute re-runs the up-projections and RoPE (the down-projections' outputs are kept).
     return [replace(op, modules=frozenset({"mla_up_proj"})) if op.name in ("q_up", "q_proj", "kv_up", "rope")
@@ -448,7 +453,7 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
     e, h, t = shp.e, shp.h, shp.tp
     T = shp.tokens
     T_seq = T // shp.sp_div
-    fp8, fp4, casts = shp.dtype == "fp8", shp.dtype == "nvfp4", shp.fp8_weight_casts
+    fp8, fp4, casts, ao = shp.dtype == "fp8", shp.dtype == "nvfp4", shp.fp8_weight_casts, shp.torchao_fp8
     qkv_out = (shp.a + 2 * shp.kv) * shp.d // t
     ops: list[Op] = _tag([_norm("norm1", shp, T_seq)], "layernorm")
     ac_casts = norm_output_casts(shp.gated, shp.mla, shp.is_moe) if shp.autocast else (0, 0)
@@ -457,7 +462,7 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
     if shp.mla:
         ops += _mla_projection_ops(shp)
     else:
-        ops.append(_linear("qkv", T, qkv_out, h, e, fp8=fp8, fp4=fp4, weight_casts=casts))
+        ops.append(_linear("qkv", T, qkv_out, h, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao))
         if shp.qk_norm:  # RMSNorm over head_dim of every local query and key head (Qwen3, Gemma 3)
             ops.append(_elementwise("qk_norm", "norm", T * (shp.a + shp.kv) * shp.d // t, 2 * e, 3 * e,
                                     _NORM_FLOPS["rmsnorm"]))
@@ -467,7 +472,7 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
             ops.append(_elementwise("repeat_kv", "elementwise", 2 * T * shp.a * shp.d // t,
                                     *(titan_ops.repeat_kv_rw(e, shp.a, shp.kv),) * 2, 0.0, launches=(2, 2)))
     ops += _attention_ops(shp)
-    ops.append(_linear("out_proj", T, h, shp.a * shp.dvh // t, e, fp8=fp8, fp4=fp4, weight_casts=casts))
+    ops.append(_linear("out_proj", T, h, shp.a * shp.dvh // t, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao))
     if shp.norms == 4:  # Gemma 2/3: a norm after each sub-layer too, before its residual add
         ops.append(_norm("post_attn_norm", shp, T_seq))
     ops.append(_residual("residual1", shp, T_seq))
@@ -610,11 +615,11 @@ def _mtp_ops(shp: LayerShape) -> tuple[Op, ...]:
     output head are the model's block and head ops (the builder adds them)."""
     e, h, T = shp.e, shp.h, shp.tokens
     T_seq = T // shp.sp_div
-    fp8, fp4, casts = shp.dtype == "fp8", shp.dtype == "nvfp4", shp.fp8_weight_casts
+    fp8, fp4, casts, ao = shp.dtype == "fp8", shp.dtype == "nvfp4", shp.fp8_weight_casts, shp.torchao_fp8
     lookup = Op(name="mtp_embedding", kind="embedding", fwd_flops=0.0, bwd_input_flops=0.0, bwd_weight_flops=T * h,
                 fwd_bytes=float(2 * e * T * h + 8 * T), bwd_input_bytes=0.0, bwd_weight_bytes=float(3 * e * T * h))
     return (lookup, _norm("mtp_enorm", shp, T_seq), _norm("mtp_hnorm", shp, T_seq),
-            _linear("mtp_eh_proj", T, h // shp.tp, 2 * h, e, fp8=fp8, fp4=fp4, weight_casts=casts))
+            _linear("mtp_eh_proj", T, h // shp.tp, 2 * h, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao))
 
 
 def head_ops(scenario) -> tuple[Op, ...]:

@@ -49,7 +49,9 @@ from dataclasses import dataclass
 from trainsim.specs.framework_behaviour import BEHAVIOURS
 
 from . import activations as act
+from . import torchao_float8
 from .model_states import state_bytes
+from .param_tensors import rank_tensors
 
 
 @dataclass(frozen=True)
@@ -64,18 +66,22 @@ class Fsdp2Phases:
 
 
 def fsdp2_phases(root: float, block: float, param_bytes: int, grad_bytes: int, reduce_bytes: int,
-                 unsharded_after_forward: str = "none") -> Fsdp2Phases:
+                 unsharded_after_forward: str = "none", block_param_bytes: float | None = None) -> Fsdp2Phases:
     """The moments (module doc) for a rank whose root unit holds ``root`` parameters and whose largest block
     ``block``; ``param_bytes``: the compute (``param_dtype``) copy, ``grad_bytes``: the unsharded gradient (same
     dtype), ``reduce_bytes``: the reduce-scatter input (``reduce_dtype``); ``unsharded_after_forward``: the units
-    kept unsharded from forward to backward (TrainingSpec.fsdp_unsharded_after_forward)."""
-    kept = {"none": 0.0, "root": root, "root_and_last_block": root + block}[unsharded_after_forward]
-    return Fsdp2Phases(backward=root * param_bytes + 2 * block * param_bytes + block * grad_bytes,
-                       forward=2 * (root + block) * param_bytes,
+    kept unsharded from forward to backward (TrainingSpec.fsdp_unsharded_after_forward); ``block_param_bytes``: a
+    block's gathered bytes per parameter where they differ from ``param_bytes`` (torchao's float8 all-gather:
+    torchao_float8.gather_bytes_per_param)."""
+    bp = param_bytes if block_param_bytes is None else block_param_bytes
+    kept = {"none": 0.0, "root": root * param_bytes,
+            "root_and_last_block": root * param_bytes + block * bp}[unsharded_after_forward]
+    return Fsdp2Phases(backward=root * param_bytes + 2 * block * bp + block * grad_bytes,
+                       forward=2 * (root * param_bytes + block * bp),
                        reduce=root * (grad_bytes + reduce_bytes),
-                       gather_outputs={"backward": block * param_bytes, "forward": (root + block) * param_bytes,
+                       gather_outputs={"backward": block * bp, "forward": root * param_bytes + block * bp,
                                        "reduce": 0.0, "loss": 0.0},
-                       loss=kept * param_bytes)
+                       loss=kept)
 
 
 def loss_moment_rules(phases: Fsdp2Phases, *, workspace: float, working: float, head_saved: float,
@@ -99,12 +105,22 @@ def peak_moment(phases: Fsdp2Phases, at_activation_peak: float, other_grad_shard
     return ("forward", forward) if forward >= reduce else ("reduce", reduce)
 
 
-def fsdp2_of(scenario, rp) -> Fsdp2Phases:
-    """FSDP2's unsharded bytes at its peak moments on a rank (module doc); the reduce-scatter input is
+def fsdp2_of(scenario, rp, stage: int = 0) -> Fsdp2Phases:
+    """FSDP2's unsharded bytes at its peak moments on a rank of ``stage`` (module doc); the reduce-scatter input is
     in the sharded gradient's dtype (the MixedPrecisionPolicy's reduce_dtype)."""
     t = scenario.training
     return fsdp2_phases(rp.root_params, rp.block_params, t.param_bytes, t.grad_bytes, state_bytes(t).grads,
-                        t.fsdp_unsharded_after_forward or "none")
+                        t.fsdp_unsharded_after_forward or "none", block_gather_bytes(scenario, rp, stage))
+
+
+def block_gather_bytes(scenario, rp, stage: int) -> float | None:
+    """A block's gathered bytes per parameter under torchao's float8 all-gather (its linear weights in 1 byte, the
+    rest in the parameter dtype); None without it."""
+    if not scenario.training.float8_all_gather:
+        return None
+    tensors = rank_tensors(scenario, stage)
+    blocks = sum(p.elems for p in tensors) - rp.root_params
+    return torchao_float8.gather_bytes_per_param(scenario, tensors, blocks) if blocks > 0 else None
 
 
 @dataclass(frozen=True)
@@ -126,7 +142,7 @@ def activation_peak(scenario, stage: int, rp, working: float) -> Fsdp2Peak:
     """FSDP2's moment at the stage's activation peak and its unsharded bytes there: ("loss", the units kept after
     forward) on the loss stage where the loss's backward rules (``loss_moment_rules``), else ("backward", the
     lumped backward term)."""
-    phases = fsdp2_of(scenario, rp)
+    phases = fsdp2_of(scenario, rp, stage)
     if stage != scenario.loss_stage:
         return Fsdp2Peak(phases, "backward", phases.backward)
     t, m = scenario.training, scenario.model

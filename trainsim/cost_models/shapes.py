@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from trainsim.specs.framework_behaviour import behaviour
+from trainsim.specs.fp8_library import resolved as resolved_fp8_library
 from trainsim.specs.memo import IdentityMemo
 
 from .moe_balance import scenario_moe_load_factor
@@ -72,6 +73,7 @@ class LayerShape:
     fp8_weight_casts: float = 1.0  # fp8 weight quantizations per micro-batch (1, or 1/m with TE's step cache)
     moe_weighted_act: bool = False  # MoE probabilities applied in the experts' SwiGLU (moe_probs_in_activation)
     mxfp8: bool = False  # fp8 under the MXFP8 recipe: saved linear inputs carry an e8m0 scale per 32 elements
+    torchao_fp8: int = 0  # fp8 linears as torchao's Float8Linear: 1, 2 with FSDP2 float8 all-gather (torchao_float8.py)
     norms: int = 2            # norm layers per block (ModelSpec.block_norms)
     qk_norm: bool = False     # RMSNorm on every query and key head (Qwen3, Gemma 3)
     window: int = 0           # sliding-window keys of the local blocks (0: none)
@@ -227,6 +229,7 @@ def _layer_shape(scenario) -> LayerShape:
         fp8_weight_casts=(0.0 if t.lora_fp8_base_weights else 1.0 / scenario.num_microbatches
                           if behaviour(t.framework).fp8_weight_cache else 1.0),
         mxfp8=t.dtype == "fp8" and t.fp8_recipe == "mxfp8",
+        torchao_fp8=(1 + t.float8_all_gather) if resolved_fp8_library(t) == "torchao" else 0,
         moe_weighted_act=m.is_moe and m.gated_mlp and behaviour(t.framework).moe_probs_in_activation,
         norms=m.block_norms, qk_norm=m.qk_norm, window=m.sliding_window or 0,
         local_frac=(1.0 - m.num_global_layers / m.num_layers) if m.sliding_window else 0.0,

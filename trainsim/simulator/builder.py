@@ -93,6 +93,8 @@ from dataclasses import dataclass
 
 from trainsim.cost_models import activations as act
 from trainsim.cost_models import compute, framework, host_issue, hybrid_issue, memory, moe_issue, step_host
+from trainsim.cost_models import torchao_float8
+from trainsim.cost_models.param_tensors import chunk_tensors, rank_tensors
 from trainsim.cost_models.grad_buffer import DDP_BUCKET_PARAMS, DDP_BUCKET_PARAMS_PER_DP, MiB
 from trainsim.specs import Scenario
 from trainsim.specs.memo import active_memo
@@ -166,17 +168,25 @@ def _accumulate_s(st: _Step, params: float, tied: float = 0.0) -> float:
     return compute.memory_time_s(nbytes, st.hw, st.profile, "copy") * st.slowest if nbytes > 0 else 0.0
 
 
-def _fsdp2_copies_s(st: _Step, params: float, regathered: float) -> tuple[float, float]:
+def _fsdp2_copies_s(st: _Step, params: float, regathered: float, vs: int) -> tuple[float, float]:
     """Compute-stream seconds (forward, backward) per micro-batch of FSDP2's copies around a chunk's collectives
     (framework_behaviour ``fsdp2_copies``): the forward's all-gather copy-out of all ``params``, the backward's
     copy-out of the ``regathered`` block parameters (resharded after forward; the root's are not) and the
-    reduce-scatter copy-in of every gradient."""
+    reduce-scatter copy-in of every gradient. Under torchao's float8 all-gather the float8 weights are copied out
+    in 1 byte and their shards are cast before each gather (torchao_float8.shard_cast_bytes)."""
     tr = st.scenario.training
     if not (st.fw.fsdp2 and st.z >= 3 and st.dp_group is not None and params > 0):
         return 0.0, 0.0
-    out, copy_in = framework.fsdp2_copy_bytes_per_param(tr.param_bytes, tr.grad_bytes)
-    fwd = compute.memory_time_s(params * out, st.hw, st.profile, "copy")
-    bwd = compute.memory_time_s(regathered * out + params * copy_in, st.hw, st.profile, "copy")
+    pb, cast = tr.param_bytes, 0.0
+    if tr.float8_all_gather:
+        tensors = chunk_tensors(st.scenario, vs)
+        pb = torchao_float8.gather_bytes_per_param(st.scenario, tensors, params)
+        shard = torchao_float8.float8_weight_elems(tensors) / st.shard_group.size  # the blocks' weights only
+        cast = torchao_float8.shard_cast_bytes(shard, torchao_float8.sharded_param_bytes(tr), tr.float8_precompute_scale)
+    out, copy_in = framework.fsdp2_copy_bytes_per_param(pb, tr.grad_bytes)
+    copy_in += tr.param_bytes - pb  # the unsharded gradient stays in the parameter dtype
+    fwd = compute.memory_time_s(params * out + cast, st.hw, st.profile, "copy")
+    bwd = compute.memory_time_s(regathered * out + params * copy_in + cast, st.hw, st.profile, "copy")
     return fwd * st.slowest, bwd * st.slowest
 
 
@@ -302,7 +312,7 @@ def _chunk(st: _Step, s: int, c: int, pair: float) -> ChunkCost:
         cs.a += act.pipeline_output_bytes(scenario)  # the chunk's output, kept until its backward
     params = sum(k * b.params for b, k in cs.kinds) + cs.extra_params
     cs.bw += _accumulate_s(st, params, _tied_sum_params(st, vs))
-    copy_f, copy_b = _fsdp2_copies_s(st, params, params - cs.extra_params)
+    copy_f, copy_b = _fsdp2_copies_s(st, params, params - cs.extra_params, vs)
     cs.f += copy_f
     cs.bw += copy_b
     if st.z >= 3 and st.dp_group is not None and n:
@@ -449,11 +459,28 @@ def _optimizer_s(st: _Step, s: int) -> tuple[float, float, float]:
     regather_group = st.shard_group or st.dp_group  # the parameters' partition group (MiCS: its shard group)
     if st.fw.zero3_persistent_regather != "none" and st.z >= 3 and regather_group is not None:
         opt += _persistent_regather_s(scenario, s, regather_group, st.profile, st.fw.zero3_persistent_regather)
+    opt += _float8_precompute_s(st, s)
     if sm.pcie_h2d_bytes or sm.pcie_d2h_bytes:
         opt += (sm.pcie_h2d_bytes + sm.pcie_d2h_bytes) / scenario.cluster.gpu.pcie_bw_Bps
     if host is None:  # no host work modelled apart: the phase is the device's and its all-reduces, no idle
         return opt, 0.0, 0.0
     return opt, phase - gpu - reduce_s, host.issue_s
+
+
+def _float8_precompute_s(st: _Step, s: int) -> float:
+    """torchao's ``precompute_float8_dynamic_scale_for_fsdp`` after the optimizer step on a rank of stage ``s``
+    (TrainingSpec.float8_precompute_scale): one read of its float8 weight shards and one all-reduce of their
+    amaxes over the shard group (torchao_float8.py)."""
+    tr = st.scenario.training
+    if not (tr.float8_precompute_scale and st.shard_group is not None):
+        return 0.0
+    tensors = rank_tensors(st.scenario, s)
+    shard = torchao_float8.float8_weight_elems(tensors) / st.shard_group.size
+    read = compute.memory_time_s(torchao_float8.precompute_bytes(shard, torchao_float8.sharded_param_bytes(tr)),
+                                 st.hw, st.profile, "copy")
+    n = torchao_float8.float8_weight_count(tensors)
+    lat, bw = _coll("all_reduce", n * torchao_float8.AMAX_BYTES, st.shard_group, st.scenario, st.profile)
+    return read * st.slowest + lat + bw
 
 
 def _stage(st: _Step, s: int, nets: tuple[Scenario, Scenario] | None = None) -> StageCost:

@@ -14,6 +14,8 @@ from .framework_behaviour import BEHAVIOURS, Framework
 from .framework_era import era_refusal, feature_refusal
 from .lora import DEFAULT_LORA_ALPHA, LORA_TARGETS, LoraTarget
 from .lora import training_refusal as lora_refusal
+from .fp8_library import Fp8Library
+from .fp8_library import refusal as fp8_library_refusal
 from .optimizer_choice import MUON_NS_STEPS, muon_refusal
 
 Recompute = Literal["none", "selective", "full"]
@@ -324,6 +326,18 @@ class TrainingSpec(BaseModel):
         "scale per tensor: delayed or current scaling, Megatron-Core --fp8-recipe delayed|tensorwise) or mxfp8 "
         "(an e8m0 scale per 32 elements, Blackwell); sets the bytes of TE's quantized weight copies "
         "(cost_models/fp8_weights.py)")
+    fp8_library: Fp8Library = Field(
+        default="auto", description="with dtype fp8: the library of the float8 linears -- transformer_engine, or "
+        "torchao (Float8Linear, tensorwise dynamic scaling, as torchtitan runs it: every cast computes its own amax; "
+        "cost_models/torchao_float8.py); auto = torchao for framework torch, transformer_engine elsewhere")
+    float8_all_gather: bool = Field(
+        default=False, description="torchao float8 under FSDP2 (zero 3): each float8 linear's weight shard is cast "
+        "to float8 before the all-gather, which moves 1 byte per such weight element and leaves 1-byte gathered "
+        "weights (torchtitan float8.enable_fsdp_float8_all_gather)")
+    float8_precompute_scale: bool = Field(
+        default=False, description="with float8_all_gather: the weights' amax computed once per step after the "
+        "optimizer, one all-reduce for all of them (torchtitan float8.precompute_float8_dynamic_scale_for_fsdp); "
+        "false: each shard cast computes its amax and all-reduces it")
     fp8_param_gather: bool = Field(
         default=False, description="with dtype fp8, framework megatron: fp8 primary weights (Megatron-Core "
         "--fp8-param-gather, TE quantized_model_init): the blocks' linear weights are held only quantized, no "
@@ -400,6 +414,8 @@ class TrainingSpec(BaseModel):
         self._check_framework_features()
         self._check_values()
         self._check_inapplicable()
+        if why := fp8_library_refusal(self):
+            raise SpecError(*why)
         if why := lora_refusal(self):
             raise SpecError(*why)
         self._check_mixed_precision()

@@ -362,6 +362,22 @@ def degree(r: dict, key: str) -> int:
     return 1 if v is None else v
 
 
+# torchao's FSDP2 float8 all-gather and its per-step scale precompute, as a row's precision or sharding text names
+# them (TrainingSpec.float8_all_gather, float8_precompute_scale; specs/fp8_library.py).
+FLOAT8_ALL_GATHER = re.compile(r"float8 (fsdp )?all-gather", re.I)
+FLOAT8_PRECOMPUTE = re.compile(r"precomputed float8 scales", re.I)
+
+
+def float8_settings(r: dict) -> dict:
+    """The torchao float8 settings a row's ``precision`` and ``zero_or_sharding`` text states (none unless fp8)."""
+    text = f"{r.get('precision') or ''} {r.get('zero_or_sharding') or ''}"
+    if not FLOAT8_ALL_GATHER.search(text):
+        return {}
+    if (r["dtype"].strip() if stated(r, "dtype") else precision(r)) != "fp8":
+        return {}
+    return {"float8_all_gather": True, **({"float8_precompute_scale": True} if FLOAT8_PRECOMPUTE.search(text) else {})}
+
+
 def scenario_mapping(r: dict, micro_batch: int, vpp: int) -> dict:
     """The scenario mapping of a run row, with the micro-batch and interleaving depth decided by the caller."""
     year = source_year(r)
@@ -377,6 +393,7 @@ def scenario_mapping(r: dict, micro_batch: int, vpp: int) -> dict:
     _explicit_recipe(r, training)
     if recompute_modules(r):
         training["recompute_modules"] = recompute_modules(r)
+    training.update(float8_settings(r))
     if dist_opt:
         training["distributed_optimizer"] = True
     if cp > 1 and cp_comm(r):

@@ -33,7 +33,7 @@
   GPU, often the largest term of such a run -- so the row is shown as skipped, not compared; empty = gpu;
 * ``compile`` (optional, yes/no): the run compiled its blocks with torch.compile
   (TrainingSpec.compile); empty = eager;
-* ``unmodelled`` (settings of the run trainsim cannot express, e.g. float8 FSDP all-gather) and ``unknowns`` (what the
+* ``unmodelled`` (settings of the run trainsim cannot express, e.g. ALiBi) and ``unknowns`` (what the
   source leaves open and the rule that set it), beside the provenance columns.
 
 Each row becomes a scenario; `trainsim validate --dataset memory` predicts it through the public prediction
@@ -98,7 +98,7 @@ MEMORY_NOTES = (
      "nvidia-smi, not stated), the counters the issue's targets are stated for: MAPE <= 2 % on allocated, <= 5 % "
      "on reserved or nvidia-smi memory."),
     ("unknowns: each row's unknowns column says what its source leaves open and the rule that set it; "
-     "unmodelled names settings trainsim cannot express (float8 all-gather, ALiBi), which are "
+     "unmodelled names settings trainsim cannot express (ALiBi), which are "
      "predicted as if absent."),
 )
 
@@ -218,6 +218,7 @@ def scenario_mapping(r: dict) -> dict:
         training["distributed_optimizer"] = True
     if common_runs.recompute_modules(r):  # torchtitan's per-op SAC (common_runs.TORCHTITAN_OP_SAC)
         training["recompute_modules"] = common_runs.recompute_modules(r)
+    training.update(common_runs.float8_settings(r))  # torchao's float8 all-gather (specs/fp8_library.py)
     if FSDP2_RS_STREAM_INPUT.search(r.get("zero_or_sharding") or ""):
         training["fsdp_reduce_scatter_input"] = "reduce_scatter_stream"
     if FSDP2_ROOT_AND_LAST_BLOCK.search(r.get("zero_or_sharding") or ""):

@@ -1,0 +1,97 @@
+"""torchao float8 training as torchtitan runs it (cost_models/torchao_float8.py, specs/fp8_library.py), held against
+closed forms: one Float8Linear's cast bytes for given m, n, k; the bytes of one FSDP2 all-gather pass of Llama 3 8B
+with and without float8 all-gather (from its parameter counts); FSDP2's gathered buffers; and the refusals."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainsim.cost_models.flops import _linear
+from trainsim.cost_models.fsdp2_peak import fsdp2_of
+from trainsim.cost_models.memory import rank_param_shards
+from trainsim.cost_models.shapes import layer_shape
+from trainsim.simulator.builder import build_cost_table
+from trainsim.specs import SpecError
+from trainsim.specs.loaders import build_scenario
+
+
+def _scenario(framework: str = "torch", dtype: str = "fp8", zero: int = 3, **training):
+    return build_scenario({
+        "model": "llama3-8b", "cluster": {"preset": "dgx-h100", "num_gpus": 16},
+        "training": {"seq_len": 4096, "global_batch": 32, "micro_batch": 1, "dtype": dtype, "zero": zero,
+                     "framework": framework, **training}})
+
+
+def _linear_elems(s) -> float:
+    """The blocks' linear weight elements of Llama 3 8B (qkv, out-projection, gate, up, down; no tp)."""
+    m = s.model
+    h, kv = m.hidden, m.kv_heads * m.dhead
+    return m.num_layers * (h * (h + 2 * kv) + h * h + 3 * h * m.ffn)
+
+
+def test_linear_cast_bytes_closed_form():
+    """m×k input, k×n weight, e = 2: operands 1 byte; torchao's casts X (4e+2), dY (2e+3), W forward (2e+1)
+    and backward (e+1); with the weight gathered in float8 only dX's layout copy of W (2)."""
+    m, n, k, e = 64, 32, 16, 2
+    op = _linear("x", m, n, k, e, fp8=True, ao=1)
+    assert op.fwd_bytes == (m * k + k * n) + m * n * e + m * k * (4 * e + 2) + k * n * (2 * e + 1)
+    assert op.bwd_input_bytes == (m * n + k * n) + m * k * e + m * n * (2 * e + 3) + k * n * (e + 1)
+    assert op.bwd_weight_bytes == (m * k + m * n) + k * n * e
+    gathered = _linear("x", m, n, k, e, fp8=True, ao=2)
+    assert gathered.fwd_bytes == (m * k + k * n) + m * n * e + m * k * (4 * e + 2)
+    assert gathered.bwd_input_bytes == (m * n + k * n) + m * k * e + m * n * (2 * e + 3) + k * n * 2
+    te = _linear("x", m, n, k, e, fp8=True)  # Transformer Engine's: X, W, dY each read e, write 2
+    assert te.fwd_bytes == (m * k + k * n) + m * n * e + (m * k + k * n) * (e + 2)
+
+
+def test_torch_fp8_defaults_to_torchao_and_megatron_to_te():
+    assert layer_shape(_scenario()).torchao_fp8 == 1
+    assert layer_shape(_scenario(float8_all_gather=True)).torchao_fp8 == 2
+    te = build_scenario({"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "num_gpus": 8},
+                         "training": {"global_batch": 8, "dtype": "fp8", "framework": "megatron"}})
+    assert layer_shape(te).torchao_fp8 == 0
+
+
+@pytest.mark.parametrize("float8_ag", [False, True])
+def test_all_gather_bytes_per_pass(float8_ag):
+    """One FSDP2 all-gather pass over the whole model (pp 1): 2 bytes per parameter, the blocks' linear weights 1
+    byte under float8 all-gather."""
+    s = _scenario(float8_all_gather=float8_ag)
+    params = rank_param_shards(s, 0).dense
+    gather = build_cost_table(s).stages[0].chunks[0].param_gather
+    lin = _linear_elems(s)
+    expected = (params - lin) * 2 + lin * 1 if float8_ag else params * 2
+    assert gather.nbytes == pytest.approx(expected, rel=1e-9)
+
+
+def test_gathered_buffers_memory():
+    """FSDP2's forward moment: the root's unsharded parameters and its all-gather output (2 bytes each) and the
+    first block's two copies, its linear weights in 1 byte under float8 all-gather."""
+    s = _scenario(float8_all_gather=True)
+    rp = rank_param_shards(s, 0)
+    lin_block = _linear_elems(s) / s.model.num_layers
+    block_bytes = (rp.block_params - lin_block) * 2 + lin_block
+    phases = fsdp2_of(s, rp, 0)
+    assert phases.forward == pytest.approx(2 * (rp.root_params * 2 + block_bytes), rel=1e-9)
+    assert phases.gather_outputs["backward"] == pytest.approx(block_bytes, rel=1e-9)
+    plain = fsdp2_of(_scenario(), rp, 0)
+    assert plain.forward == pytest.approx(2 * (rp.root_params + rp.block_params) * 2, rel=1e-9)
+
+
+def test_precompute_adds_optimizer_time():
+    on = build_cost_table(_scenario(float8_all_gather=True, float8_precompute_scale=True)).stages[0].optimizer_s
+    off = build_cost_table(_scenario(float8_all_gather=True)).stages[0].optimizer_s
+    assert on > off
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"float8_all_gather": True, "zero": 0}, "float8_all_gather"),
+    ({"float8_all_gather": True, "dtype": "bf16"}, "float8_all_gather"),
+    ({"float8_all_gather": True, "framework": "megatron", "zero": 0}, "float8_all_gather"),
+    ({"fp8_library": "torchao", "framework": "megatron", "zero": 0}, "fp8_library"),
+    ({"fp8_library": "torchao", "dtype": "bf16"}, "fp8_library"),
+    ({"float8_precompute_scale": True}, "float8_precompute_scale"),
+])
+def test_refusals_name_the_field(kwargs, field):
+    with pytest.raises(SpecError, match=field):
+        _scenario(**kwargs)

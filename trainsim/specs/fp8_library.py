@@ -1,0 +1,53 @@
+"""Which library runs a ``dtype: fp8`` scenario's float8 linears, and the settings only torchao's float8 has.
+
+* ``transformer_engine``: Transformer Engine's fp8 GEMMs (Megatron-Core, NeMo, llm-foundry): cost_models/flops.py
+  and fp8_weights.py.
+* ``torchao``: torchao's ``Float8Linear`` with tensorwise dynamic scaling, the float8 training torchtitan runs
+  (``--model.converters float8``; torchtitan has no Transformer Engine): cost_models/torchao_float8.py.
+  ``float8_all_gather`` is its FSDP2 float8 all-gather (torchtitan ``float8.enable_fsdp_float8_all_gather``,
+  applied only where the data-parallel shard dimension is on: torchtitan e7c0cae components/quantization/float8.py
+  ``enable_fsdp_float8_all_gather = parallel_dims.dp_shard_enabled and ...``), ``float8_precompute_scale`` the
+  per-step scale precompute that torchtitan runs only with it (``precompute_scale = enable_fsdp_float8_all_gather
+  and float8_config.precompute_float8_dynamic_scale_for_fsdp``).
+
+``auto`` resolves to torchao for framework ``torch`` (torchtitan) and to Transformer Engine elsewhere.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Fp8Library = Literal["auto", "transformer_engine", "torchao"]
+
+
+def resolved(training) -> str:
+    """The library that runs the scenario's fp8 linears ("" unless dtype fp8)."""
+    if training.dtype != "fp8":
+        return ""
+    if training.fp8_library != "auto":
+        return training.fp8_library
+    return "torchao" if training.framework == "torch" else "transformer_engine"
+
+
+def refusal(training) -> tuple[str, str] | None:
+    """(field, reason) where the torchao float8 settings cannot apply, else None."""
+    t = training
+    if t.fp8_library != "auto" and t.dtype != "fp8":
+        return "fp8_library", f"applies to dtype fp8 only (got dtype {t.dtype})"
+    if t.fp8_library == "torchao" and t.framework != "torch":
+        return "fp8_library", (f"torchao float8 is costed as torchtitan runs it (framework torch); framework "
+                               f"{t.framework} does not run it")
+    lib = resolved(t)
+    if lib == "torchao" and t.fp8_recipe != "tensorwise":
+        return "fp8_recipe", "torchao float8 is costed with tensorwise dynamic scaling only (torchao Float8Linear)"
+    if t.float8_all_gather:
+        if lib != "torchao":
+            return "float8_all_gather", (f"is torchao's FSDP2 float8 all-gather: needs dtype fp8 on framework torch "
+                                         f"(got dtype {t.dtype}, framework {t.framework}, fp8_library {t.fp8_library})")
+        if t.effective_zero < 3:
+            return "float8_all_gather", (f"needs FSDP's sharded parameters (zero 3); got zero {t.effective_zero}: "
+                                         f"torchtitan enables it only with data-parallel sharding")
+    if t.float8_precompute_scale and not t.float8_all_gather:
+        return "float8_precompute_scale", ("torchtitan precomputes the weights' float8 scales only with "
+                                           "float8_all_gather true")
+    return None
