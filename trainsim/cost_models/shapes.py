@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from trainsim.specs.framework_behaviour import behaviour
 from trainsim.specs.fp8_library import resolved as resolved_fp8_library
+from trainsim.specs.framework_behaviour import behaviour
 from trainsim.specs.memo import IdentityMemo
 
 from .moe_balance import scenario_moe_load_factor

@@ -92,10 +92,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trainsim.cost_models import activations as act
-from trainsim.cost_models import compute, framework, host_issue, hybrid_issue, memory, moe_issue, step_host
-from trainsim.cost_models import torchao_float8
-from trainsim.cost_models.param_tensors import chunk_tensors, rank_tensors
+from trainsim.cost_models import (
+    compute,
+    framework,
+    host_issue,
+    hybrid_issue,
+    memory,
+    moe_issue,
+    step_host,
+    torchao_float8,
+)
 from trainsim.cost_models.grad_buffer import DDP_BUCKET_PARAMS, DDP_BUCKET_PARAMS_PER_DP, MiB
+from trainsim.cost_models.param_tensors import chunk_tensors, rank_tensors
 from trainsim.specs import Scenario
 from trainsim.specs.memo import active_memo
 from trainsim.specs.pools import link_view, pool_views, stage_pools

@@ -6,7 +6,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainsim.cost_models import compute, ddp_buckets, framework, host_issue, memory, torchao_float8, zero3_gathers
+from trainsim.cost_models import (
+    compute,
+    ddp_buckets,
+    framework,
+    host_issue,
+    memory,
+    torchao_float8,
+    zero3_gathers,
+)
 from trainsim.cost_models.grad_buffer import MiB, megatron_bucket_params, whole_tensor_buckets
 from trainsim.cost_models.param_tensors import chunk_tensors, rank_tensors
 from trainsim.specs import Scenario, framework_behaviour

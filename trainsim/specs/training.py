@@ -10,12 +10,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from . import partial_distopt
 from .errors import SpecError
+from .fp8_library import Fp8Library
+from .fp8_library import refusal as fp8_library_refusal
 from .framework_behaviour import BEHAVIOURS, Framework
 from .framework_era import era_refusal, feature_refusal
 from .lora import DEFAULT_LORA_ALPHA, LORA_TARGETS, LoraTarget
 from .lora import training_refusal as lora_refusal
-from .fp8_library import Fp8Library
-from .fp8_library import refusal as fp8_library_refusal
 from .optimizer_choice import MUON_NS_STEPS, muon_refusal
 
 Recompute = Literal["none", "selective", "full"]

@@ -364,8 +364,8 @@ def degree(r: dict, key: str) -> int:
 
 # torchao's FSDP2 float8 all-gather and its per-step scale precompute, as a row's precision or sharding text names
 # them (TrainingSpec.float8_all_gather, float8_precompute_scale; specs/fp8_library.py).
-FLOAT8_ALL_GATHER = re.compile(r"float8 (fsdp )?all-gather", re.I)
-FLOAT8_PRECOMPUTE = re.compile(r"precomputed float8 scales", re.I)
+FLOAT8_ALL_GATHER = re.compile(r"float8 (fsdp )?all-gather", re.IGNORECASE)
+FLOAT8_PRECOMPUTE = re.compile(r"precomputed float8 scales", re.IGNORECASE)
 
 
 def float8_settings(r: dict) -> dict:
