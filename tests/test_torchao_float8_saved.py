@@ -33,12 +33,17 @@ def test_eager_float8_saves_the_16_bit_inputs():
     assert _act().main == FUSED
 
 
-@pytest.mark.parametrize("recipe", ["tensorwise"])
+@pytest.mark.parametrize("recipe", ["tensorwise", "rowwise"])
 def test_compiled_float8_rebuilds_the_inputs_kept_tensors_give(recipe):
     assert _act(compile=True, fp8_recipe=recipe).main == FUSED - RECOMPUTED
 
 
-@pytest.mark.parametrize("recipe, scale", [("tensorwise", 4)])
+def test_compiled_high_precision_weight_gradient_saves_the_16_bit_set():
+    assert _act(compile=True, fp8_recipe="rowwise_with_gw_hp").main == FUSED
+    assert _act(compile=True, fp8_recipe="rowwise_with_gw_hp").main == _act("bf16", compile=True).main
+
+
+@pytest.mark.parametrize("recipe, scale", [("tensorwise", 4), ("rowwise", E * A * D)])
 def test_unfused_attention_output_saved_as_its_float8_copy(recipe, scale):
     """Unfused attention: the value GEMM's output, kept by nothing else, is saved as 1 byte per element and its
     scale (one fp32 tensorwise, a 16-bit amax per column rowwise) instead of 16 bits; the rest as with flash."""
@@ -60,3 +65,4 @@ def test_tensor_parallel_tensorwise_saves_the_float8_inputs():
     closed = (2 * E * T * H + 2 * T * H + E * T * (A + 2 * KV) * D / tp + (1 + E) * T * A * D / tp
               + E * T * 2 * F / tp + T * F / tp)
     assert _act(compile=True, layout={"tp": tp}).main == closed
+    assert _act(compile=True, layout={"tp": tp}, fp8_recipe="rowwise").main > closed  # regular TP: 16-bit inputs
