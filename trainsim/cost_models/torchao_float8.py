@@ -30,14 +30,17 @@ Per element, with e the bytes of the 16-bit tensor: ``(a, b)`` means a·e + b.
 The rowwise recipes (TrainingSpec.fp8_recipe; torchao config.py ``Float8LinearConfig.from_recipe_name``) scale
 along an axis (``tensor_to_amax``: ``torch.amax(torch.abs(x), dim=axiswise_dim, keepdim=True)``, a reduction reading
 its tensor once, as the whole-tensor one does; its fp32 scales, one per row or column, are left out: 4/k bytes per
-element). Their bytes follow ``matmul_with_hp_or_float8_args`` under the same assumptions (read off the code, not
-counted from the graphs). ``rowwise``: every operand scaled per row along the GEMM's reduction dimension, so each of
-the six uses takes its own amax and cast, each written in the layout its GEMM reads: X (4e+2: forward, and the
-column-scaled copy for dW written column-major), dY (4e+2: for dX, and the transposed copy for dW written
-row-major), W (4e+2: forward, column-major already; for dX along the other axis, written column-major).
+element). Their bytes follow ``matmul_with_hp_or_float8_args`` under the same assumptions, and the graphs of one
+compiled Float8Linear per recipe (torch 2.13, torchao 0.18 on CPU, X 512×128, W 256×128) hold exactly these reductions, casts and
+layout copies. ``rowwise``: every operand scaled along the GEMM's reduction dimension, so each of the six uses takes
+its own amax and cast (the graph shares only the ``abs``), each cast followed by the layout copy its GEMM needs
+where it has one: X (4e+2: amax per row and cast for the forward; amax per column and cast, ``t().clone()``'d
+column-major, for dW), dY (4e+2: per row for dX; per column, cloned row-major, for dW), W (4e+2: forward along its
+input dimension, column-major already; for dX along the other, cloned column-major).
 ``rowwise_with_gw_hp``: the weight-gradient GEMM on the 16-bit X and dY (cast configs disabled), so X and dY take
-one axiswise cast each (2e+1), and W an axiswise cast forward and a tensorwise one for dX (4e+2); that GEMM runs at
-the 16-bit rate (flops.Op.hp_weight_grad). Float8 all-gather is tensorwise only (torchao asserts
+one axiswise cast each (2e+1), and W an axiswise cast forward and a tensorwise one (``max``) for dX, cloned
+column-major (4e+2); the backward holds one 16-bit ``mm``, which runs at the 16-bit rate (flops.Op.hp_weight_grad).
+Float8 all-gather is tensorwise only (torchao asserts
 ``enable_fsdp_float8_all_gather`` only with tensorwise weight scaling; torchtitan asserts it off with a recipe name).
 
 With FSDP2's float8 all-gather (TrainingSpec.float8_all_gather) the gathered weight is already float8
