@@ -95,3 +95,50 @@ def test_precompute_adds_optimizer_time():
 def test_refusals_name_the_field(kwargs, field):
     with pytest.raises(SpecError, match=field):
         _scenario(**kwargs)
+
+
+@pytest.mark.parametrize("recipe, x, dy, w", [("rowwise", (4, 2), (4, 2), (4, 2)),
+                                              ("rowwise_with_gw_hp", (2, 1), (2, 1), (4, 2))])
+def test_recipe_cast_bytes_closed_form(recipe, x, dy, w):
+    """Per element (a, b) = a·e + b: rowwise casts each of its six operand uses on its own (X, dY, W 4e+2);
+    rowwise_with_gw_hp casts X and dY once (2e+1) and runs dW on their 16-bit tensors, W 4e+2 (forward 2e+1)."""
+    m, n, k, e = 64, 32, 16, 2
+    op = _linear("x", m, n, k, e, fp8=True, ao=1, ao_recipe=recipe)
+    hp = recipe == "rowwise_with_gw_hp"
+    assert op.fwd_bytes == (m * k + k * n) + m * n * e + m * k * (x[0] * e + x[1]) + k * n * (2 * e + 1)
+    assert op.bwd_input_bytes == ((m * n + k * n) + m * k * e + m * n * (dy[0] * e + dy[1])
+                                  + k * n * ((w[0] - 2) * e + w[1] - 1))
+    assert op.bwd_weight_bytes == (m * k + m * n) * (e if hp else 1) + k * n * e
+    assert op.hp_weight_grad is hp
+
+
+def test_high_precision_weight_gradient_runs_at_the_16_bit_rate():
+    """rowwise_with_gw_hp: fwd and dX GEMMs at the fp8 peak, dW at the bf16 one (H100 datasheet peaks)."""
+    from trainsim.cost_models import compute as C
+    gpu = _scenario().cluster.gpu
+    hw = C.hw_of(gpu, "fp8")
+    m, n, k, e = 8192, 4096, 4096, 2
+    hp = C.op_times(_linear("x", m, n, k, e, fp8=True, ao=1, ao_recipe="rowwise_with_gw_hp"), hw, dtype="fp8")
+    tw = C.op_times(_linear("x", m, n, k, e, fp8=True, ao=1, ao_recipe="rowwise"), hw, dtype="fp8")
+    assert hp.bwd_weight_s == C.gemm_time_s(k, n, m, hw, fp8=False, dtype="bf16")
+    assert tw.bwd_weight_s == C.gemm_time_s(k, n, m, hw, fp8=True, dtype="fp8")
+    assert hp.bwd_weight_s > 1.5 * tw.bwd_weight_s  # H100: 989 vs 1979 dense TFLOP/s
+    assert hp.fwd_s < tw.fwd_s  # the forward's X cast is one amax and cast lighter
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"framework": "megatron", "fp8_recipe": "rowwise"}, "fp8_recipe"),
+    ({"framework": "megatron", "fp8_recipe": "rowwise_with_gw_hp"}, "fp8_recipe"),
+    ({"fp8_recipe": "mxfp8"}, "fp8_recipe"),
+    ({"fp8_recipe": "rowwise", "float8_all_gather": True}, "float8_all_gather"),
+    ({"fp8_recipe": "rowwise", "dtype": "bf16"}, "fp8_recipe"),
+])
+def test_recipe_refusals_name_the_field(kwargs, field):
+    kwargs = {"dtype": "fp8", **kwargs}
+    with pytest.raises(SpecError, match=field):
+        _scenario(**kwargs)
+
+
+def test_recipe_reaches_the_layer_shape():
+    assert layer_shape(_scenario(fp8_recipe="rowwise_with_gw_hp")).ao_recipe == "rowwise_with_gw_hp"
+    assert layer_shape(_scenario()).ao_recipe == "tensorwise"

@@ -30,6 +30,30 @@ fp8. Norm inputs, q/k/v/o, the activation function's input, the expert outputs, 
 GEMMs (a MoE router, the output layer) stay 2 bytes. nvfp4 saves the same tensors as the NVFP4 columnwise copy the
 wgrad GEMM reads, 0.5625 bytes per element (``TE_SAVED_BYTES``; nvfp4.py).
 
+fp8 (torchao, ``LayerShape.torchao_fp8``): ``Float8Linear``'s autograd Function saves its 16-bit input
+(``ctx.save_for_backward(input_hp, weight_hp_t)``, torchao/float8/float8_linear.py), so an eager block saves what a
+16-bit block saves. Under torch.compile AOTAutograd's min-cut partitioner decides. Traced on CPU (torch 2.13, torchao
+0.18, real ``_scaled_mm`` on float8 operands; the executor's Llama block, kernels/torch_model.py, in bf16 at h 128,
+4 heads, 2 K/V heads, f 352, 64 tokens, converted by ``convert_to_float8_training`` with
+``Float8LinearConfig.from_recipe_name``, compiled through ``aot_autograd`` with ``min_cut_rematerialization_partition``
+as tests/test_compile_oracle.py does): where the weight-gradient GEMM reads a float8 copy of X (recipes tensorwise,
+rowwise) a linear input that is a pointwise function of tensors kept anyway is not saved at all -- both norm outputs
+(rebuilt from the norm input and its rstd, which the norm's backward keeps) and the SwiGLU product (from the gate and
+up outputs) are recomputed in the backward with their float8 casts; a linear input that nothing else keeps and that no
+pointwise chain rebuilds is saved as its 1-byte column-major copy plus its scale (tensorwise one fp32, rowwise the
+16-bit amax of each of its columns) instead of the 16-bit tensor -- on CPU the out-projection's input, a copy of the
+attention output there, 8,192 bytes in place of 16,384. The block saved 267,776 bytes in bf16, 181,806 tensorwise,
+182,016 rowwise, 267,776 rowwise_with_gw_hp. The same happens in isolation: a Float8Linear fed by ``tanh`` (whose
+backward keeps its input or output) saves no copy, one fed by a matmul or by the graph's input saves the float8 copy
+and its scale. Here the unfused attention's output (a value-GEMM output nothing else keeps) is such an input; flash
+attention's output, which flash keeps for its own backward, is saved once (``_attention_output_bytes``): on CUDA the
+out-projection's input is a view of it, so its float8 copy is rebuilt as the ``tanh`` probe's is (inferred from that
+probe: CPU's flash output layout makes the input a copy and cannot show it). With rowwise_with_gw_hp the weight gradient runs in 16 bits on X itself, so a compiled
+block saves the 16-bit block's tensors exactly. The weights' float8 copies are never saved (the weight's amax or
+nothing; the backward re-casts the 16-bit weight, what torchtitan's ``force_recompute_fp8_weight_in_bwd`` asks for),
+nor are a few scalar amaxes counted (under 100 bytes per block). Full AC and op_sac keep what they keep in 16 bits
+(the per-op policy's matmul outputs are the scaled mm's 16-bit outputs, plus a few fp32 scalars).
+
 LoRA (``LayerShape.lora_rank``, cost_models/lora.py): a frozen linear saves no input (Transformer Engine skips the
 save without ``weight.requires_grad``), a target's adapter saves the base input 16-bit for its own weight gradient
 (once with flash attention's copy of the attention output), and each adapter its B input, ``e·T·rank``.
@@ -106,8 +130,29 @@ class ActivationBytes:
 
 
 def _fp8_saved(shp: LayerShape, impl: str) -> bool:
-    """Whether GEMM inputs are saved quantized: fp8 or nvfp4 training through Transformer Engine's fused modules."""
+    """Whether GEMM inputs are saved quantized: fp8 or nvfp4 training through Transformer Engine's fused modules, or
+    torchao tensorwise float8 under tensor parallelism (torchtitan's ``enable_float8_tensorwise_tp``: torchao's
+    ``Float8ColwiseParallel`` / ``Float8RowwiseParallel`` cast each linear's input to float8 in their input hook,
+    before its all-gather, so the Float8Linear saves that float8 tensor; costed as Transformer Engine's 1-byte saved
+    inputs, not traced). Elsewhere torchao's Float8Linear saves its 16-bit input (module doc, ``_ao_recomputed``)."""
+    if shp.torchao_fp8:
+        return impl == "fused" and shp.tp > 1 and shp.ao_recipe == "tensorwise"
     return shp.dtype in TE_SAVED_BYTES and impl == "fused"
+
+
+def _ao_recomputed(shp: LayerShape) -> bool:
+    """Whether the block's torchao float8 linears run under torch.compile with a float8 weight-gradient GEMM (recipes
+    tensorwise, rowwise): the partitioner then saves no input that a pointwise chain from kept tensors rebuilds, and
+    the 1-byte column-major copy of one that none does (module doc; traced without tensor parallelism)."""
+    return (bool(shp.torchao_fp8) and shp.compiled and shp.tp == 1 and shp.ao_recipe != "rowwise_with_gw_hp"
+            and not shp.autocast and not shp.lora_rank)
+
+
+def _ao_copy_bytes(shp: LayerShape, n: float, cols: float) -> float:
+    """The saved float8 copy of an ``n``-element linear input with ``cols`` columns (``_ao_recomputed``): 1 byte per
+    element and its scale -- one fp32 (tensorwise) or the 16-bit amax of each column (rowwise's per-column scaling
+    of X for the weight gradient, torchao ``axiswise_dim=0``)."""
+    return FP8_SAVED_BYTES * n + (shp.e * cols if shp.ao_recipe == "rowwise" else STAT_BYTES)
 
 
 def _gemm_input_e(shp: LayerShape, impl: str) -> float:
@@ -127,10 +172,12 @@ def _saved_input_e(shp: LayerShape, impl: str, targets: tuple[str, ...], fp8_inp
     return _gemm_input_e(shp, impl) if fp8_input else shp.e
 
 
-def _mlp_inner_bytes(shp: LayerShape, ffn: int, impl: str = "fused") -> float:
+def _mlp_inner_bytes(shp: LayerShape, ffn: int, impl: str = "fused", float8_fc2: bool = False) -> float:
     """Inner MLP bytes saved per token: GeLU 2·f (fc1 out, GeLU out = fc2 input); SwiGLU fused 3·f (gate|up,
-    product = fc2 input), eager 4·f (gate, up, silu(gate), product). The fc2 input is the linear's own save."""
-    fc2_in = _saved_input_e(shp, impl, ("linear_fc2",)) * ffn
+    product = fc2 input), eager 4·f (gate, up, silu(gate), product). The fc2 input is the linear's own save, none
+    where fc2 is a compiled torchao float8 linear (``float8_fc2`` and ``_ao_recomputed``: rebuilt from fc1's
+    outputs)."""
+    fc2_in = 0.0 if float8_fc2 and _ao_recomputed(shp) else _saved_input_e(shp, impl, ("linear_fc2",)) * ffn
     if shp.gated:
         return shp.e * (3 if impl in EAGER_IMPLS else 2) * ffn + fc2_in
     return shp.e * ffn + fc2_in
@@ -193,6 +240,8 @@ def _norm_output_bytes(shp: LayerShape, impl: str) -> float:
     16-bit cast of the fp32 norm output (autocast.py, ``norm_output_casts``).
     """
     c_attn, c_mlp = norm_output_casts(shp.gated, shp.mla, shp.is_moe) if shp.autocast else (1, 1)
+    if _ao_recomputed(shp):  # rebuilt from the norm input and rstd (module doc); a MoE router reads it in 16 bits
+        c_attn, c_mlp = 0, (1 if shp.is_moe else 0)
     if shp.norms < 2 and shp.autocast:
         c_attn += c_mlp  # one norm feeds the attention and MLP linears: a cast for each
     one = ("linear_qkv",) if shp.norms >= 2 else ("linear_qkv", "linear_fc1")
@@ -271,7 +320,7 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
         mlp, router = _moe_bytes(shp, impl)
         small += router
     else:
-        mlp = 0.0 if rc("mlp") else T * _mlp_inner_bytes(shp, shp.f, impl) / t
+        mlp = 0.0 if rc("mlp") else T * _mlp_inner_bytes(shp, shp.f, impl, float8_fc2=True) / t
     return ActivationBytes(main=seq + attn + core + mlp + _lora_adapter_bytes(shp), small=small)
 
 
@@ -315,7 +364,11 @@ def _attention_output_bytes(shp: LayerShape, impl: str, n: float, flash_keeps: b
     """The attention output (``n`` elements), saved by the out-projection as its input and, where ``flash_keeps``
     (fused attention whose core is not recomputed), by flash attention for its own backward: one 16-bit tensor,
     or with fp8 the projection's fp8 copy besides flash's 16-bit one. Under LoRA a frozen out-projection saves
-    nothing and an adapted one the 16-bit tensor flash keeps too (``_saved_input_e``)."""
+    nothing and an adapted one the 16-bit tensor flash keeps too (``_saved_input_e``). A compiled torchao float8
+    out-projection (``_ao_recomputed``) rebuilds its copy from flash's tensor, or saves its float8 copy where flash
+    keeps none."""
+    if _ao_recomputed(shp):
+        return shp.e * n if flash_keeps else _ao_copy_bytes(shp, n, n / shp.tokens)
     lin = _saved_input_e(shp, impl, ("linear_proj",))
     if lin == shp.e and flash_keeps:
         return shp.e * n  # one tensor, saved twice

@@ -218,10 +218,17 @@ def memory_time_s(nbytes: float, hw: _Hw, profile=None, op: str | None = None, p
     return nbytes / hw.mem_Bps + hw.overhead_s
 
 
-def _gemms_time(gemms, op: Op, hw: _Hw, e: int, profile, dtype: str, extra_bytes: float) -> float:
+def _gemms_time(gemms, op: Op, hw: _Hw, e: int, profile, dtype: str, extra_bytes: float,
+                fp8: bool | None = None) -> float:
+    """Seconds of ``gemms`` (at the fp8 rate where ``fp8``, default ``op.fp8``; an fp8 op's GEMM run without it is a
+    bf16 one, profile lookups included) and of ``extra_bytes`` of casts."""
+    if fp8 is None:
+        fp8 = op.fp8
+    elif op.fp8 and not fp8:
+        dtype = "bf16"
     t = 0.0
     for m, n, k in gemms:
-        t += gemm_time_s(m, n, k, hw, batch=op.batch, fp8=op.fp8, e=e, profile=profile, dtype=dtype, fp4=op.fp4)
+        t += gemm_time_s(m, n, k, hw, batch=op.batch, fp8=fp8, e=e, profile=profile, dtype=dtype, fp4=op.fp4)
     if extra_bytes > 0:  # fp8 / NVFP4 casts of X / dY: separate memory-bound kernels
         t += memory_time_s(extra_bytes, hw, profile, "copy")
     return t
@@ -269,7 +276,8 @@ def op_times(op: Op, hw: _Hw, *, e: int = 2, dtype: str = "bf16", profile=None, 
         cast_b = max(0.0, op.bwd_input_bytes - gemm_bytes(op.bwd_input_gemms))
         fwd = _gemms_time(op.fwd_gemms, op, hw, e, profile, dtype, cast_f)
         bi = _gemms_time(op.bwd_input_gemms, op, hw, e, profile, dtype, cast_b) if op.bwd_input_gemms else 0.0
-        bw = _gemms_time(op.bwd_weight_gemms, op, hw, e, profile, dtype, 0.0) if op.bwd_weight_gemms else 0.0
+        bw = (_gemms_time(op.bwd_weight_gemms, op, hw, e, profile, dtype, 0.0, op.fp8 and not op.hp_weight_grad)
+              if op.bwd_weight_gemms else 0.0)
         return OpTimes(op.name, fwd, bi, bw)
     # Memory-bound ops (norms, activations, softmax, residuals, loss, embedding gather/scatter).
     # A profile is asked for the kernel it measured by name (gelu, softmax, layernorm/rmsnorm), else the kind.

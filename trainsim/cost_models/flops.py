@@ -103,6 +103,7 @@ class Op:
     batch: int = 1
     fp8: bool = False
     fp4: bool = False  # NVFP4 operands on the FP4 tensor cores (dtype nvfp4, nvfp4.py)
+    hp_weight_grad: bool = False  # fp8 but the weight-gradient GEMM on 16-bit operands (torchao rowwise_with_gw_hp)
     modules: frozenset = frozenset()  # TrainingSpec.recompute_modules whose recompute re-runs this op
     work_fraction: float = 1.0
     attn: tuple[int, int, int, int, int] | None = None
@@ -159,17 +160,19 @@ def _flops(gemms: tuple[Gemm, ...], batch: int = 1) -> float:
 
 
 def _linear(name: str, m: int, n: int, k: int, e: int, *, fp8: bool = False, fp4: bool = False, batch: int = 1,
-            kind: str = "gemm", weight_casts: float = 1.0, ao: int = 0) -> Op:
+            kind: str = "gemm", weight_casts: float = 1.0, ao: int = 0, ao_recipe: str = "") -> Op:
     """Y(m×n) = X(m×k)·W(k×n): fwd, dX = dY·Wᵀ, dW = Xᵀ·dY; bytes with fp8 (or NVFP4, ``fp4``) operands and their
     casts (``weight_casts``: quantizations of W per micro-batch, see the module docstring and nvfp4.py); ``ao``:
-    torchao's casts instead of Transformer Engine's (LayerShape.torchao_fp8, torchao_float8.py)."""
+    torchao's casts instead of Transformer Engine's (LayerShape.torchao_fp8, torchao_float8.py) under ``ao_recipe``
+    (rowwise_with_gw_hp: dW on 16-bit operands, Op.hp_weight_grad)."""
     ob = nvfp4.NVFP4_BYTES if fp4 else (1 if fp8 else e)
+    hp_dw = bool(fp8 and ao and ao_recipe == "rowwise_with_gw_hp")
     fwd, dx, dw = ((m, n, k),), ((m, k, n),), ((k, n, m),)
     q = e + 2                                # read e, write the fp8 tensor and its transpose
     cast_x = cast_dy = 0.0
     if fp8 and ao:
         cast_x, cast_dy = torchao_float8.linear_cast_bytes(m, n, k, e, weight_gathered_fp8=ao == 2,
-                                                           weight_casts=weight_casts)
+                                                           weight_casts=weight_casts, recipe=ao_recipe)
     elif fp8:
         cast_x = m * k * q + k * n * q * weight_casts  # X each call; W as cached
         cast_dy = m * n * q                  # dY once, shared by dX and dW
@@ -181,8 +184,8 @@ def _linear(name: str, m: int, n: int, k: int, e: int, *, fp8: bool = False, fp4
         fwd_flops=_flops(fwd, batch), bwd_input_flops=_flops(dx, batch), bwd_weight_flops=_flops(dw, batch),
         fwd_bytes=float(batch * ((m * k + k * n) * ob + m * n * e + cast_x)),
         bwd_input_bytes=float(batch * ((m * n + k * n) * ob + m * k * e + cast_dy)),
-        bwd_weight_bytes=float(batch * ((m * k + m * n) * ob + k * n * e)),
-        fwd_gemms=fwd, bwd_input_gemms=dx, bwd_weight_gemms=dw, batch=batch, fp8=fp8, fp4=fp4,
+        bwd_weight_bytes=float(batch * ((m * k + m * n) * (e if hp_dw else ob) + k * n * e)),
+        fwd_gemms=fwd, bwd_input_gemms=dx, bwd_weight_gemms=dw, batch=batch, fp8=fp8, fp4=fp4, hp_weight_grad=hp_dw,
     )
 
 
@@ -369,9 +372,9 @@ def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int 
                                         bwd_rw * e, 0.0))
         acts = [replace(a, modules=frozenset({"moe_act"})) for a in acts]
     ops = [
-        _linear(f"{prefix}fc1", tokens, n_in * f_local, h, e, fp8=fp8, fp4=fp4, batch=batch, weight_casts=casts, ao=ao),
+        _linear(f"{prefix}fc1", tokens, n_in * f_local, h, e, fp8=fp8, fp4=fp4, batch=batch, weight_casts=casts, ao=ao, ao_recipe=shp.ao_recipe),
         *acts,
-        _linear(f"{prefix}fc2", tokens, h, f_local, e, fp8=fp8, fp4=fp4, batch=batch, weight_casts=casts, ao=ao),
+        _linear(f"{prefix}fc2", tokens, h, f_local, e, fp8=fp8, fp4=fp4, batch=batch, weight_casts=casts, ao=ao, ao_recipe=shp.ao_recipe),
     ]
     return _tag(ops, module)
 
@@ -388,7 +391,7 @@ def _moe_ops(shp: LayerShape) -> list[Op]:
     local_experts = E // shp.ep
     per_expert = max(1, routed // local_experts)
     lowp = {"fp8": shp.dtype == "fp8", "fp4": shp.dtype == "nvfp4", "weight_casts": shp.fp8_weight_casts,
-            "ao": shp.torchao_fp8}
+            "ao": shp.torchao_fp8, "ao_recipe": shp.ao_recipe}
     ops = [
         _linear("router", n_tok, E, h, e),
         _elementwise("router_topk", "softmax", n_tok * E, 2 * 4, 3 * 4, 5.0),
@@ -428,14 +431,14 @@ def _mla_projection_ops(shp: LayerShape) -> list[Op]:
     heads = shp.a // t
     ops: list[Op] = []
     if shp.ql:
-        ops += [_linear("q_down", Ts, shp.ql, h, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao),
+        ops += [_linear("q_down", Ts, shp.ql, h, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao, ao_recipe=shp.ao_recipe),
                 _elementwise("q_norm", "norm", Ts * shp.ql, 2 * e, 3 * e, _NORM_FLOPS["rmsnorm"]),
-                _linear("q_up", T, heads * shp.dqk, shp.ql, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao)]
+                _linear("q_up", T, heads * shp.dqk, shp.ql, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao, ao_recipe=shp.ao_recipe)]
     else:
-        ops.append(_linear("q_proj", T, heads * shp.dqk, h, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao))
-    ops += [_linear("kv_down", Ts, shp.kvl + shp.dr, h, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao),
+        ops.append(_linear("q_proj", T, heads * shp.dqk, h, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao, ao_recipe=shp.ao_recipe))
+    ops += [_linear("kv_down", Ts, shp.kvl + shp.dr, h, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao, ao_recipe=shp.ao_recipe),
             _elementwise("kv_norm", "norm", Ts * shp.kvl, 2 * e, 3 * e, _NORM_FLOPS["rmsnorm"]),
-            _linear("kv_up", T, heads * (shp.d + shp.dvh), shp.kvl, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao),
+            _linear("kv_up", T, heads * (shp.d + shp.dvh), shp.kvl, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao, ao_recipe=shp.ao_recipe),
             _elementwise("rope", "elementwise", T * (heads + 1) * shp.dr, 2 * e, 2 * e, 3.0)]
     # mla_up_proj recompute re-runs the up-projections and RoPE (the down-projections' outputs are kept).
     return [replace(op, modules=frozenset({"mla_up_proj"})) if op.name in ("q_up", "q_proj", "kv_up", "rope")
@@ -461,7 +464,7 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
     if shp.mla:
         ops += _mla_projection_ops(shp)
     else:
-        ops.append(_linear("qkv", T, qkv_out, h, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao))
+        ops.append(_linear("qkv", T, qkv_out, h, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao, ao_recipe=shp.ao_recipe))
         if shp.qk_norm:  # RMSNorm over head_dim of every local query and key head (Qwen3, Gemma 3)
             ops.append(_elementwise("qk_norm", "norm", T * (shp.a + shp.kv) * shp.d // t, 2 * e, 3 * e,
                                     _NORM_FLOPS["rmsnorm"]))
@@ -471,7 +474,7 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
             ops.append(_elementwise("repeat_kv", "elementwise", 2 * T * shp.a * shp.d // t,
                                     *(titan_ops.repeat_kv_rw(e, shp.a, shp.kv),) * 2, 0.0, launches=(2, 2)))
     ops += _attention_ops(shp)
-    ops.append(_linear("out_proj", T, h, shp.a * shp.dvh // t, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao))
+    ops.append(_linear("out_proj", T, h, shp.a * shp.dvh // t, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao, ao_recipe=shp.ao_recipe))
     if shp.norms == 4:  # Gemma 2/3: a norm after each sub-layer too, before its residual add
         ops.append(_norm("post_attn_norm", shp, T_seq))
     ops.append(_residual("residual1", shp, T_seq))
@@ -618,7 +621,7 @@ def _mtp_ops(shp: LayerShape) -> tuple[Op, ...]:
     lookup = Op(name="mtp_embedding", kind="embedding", fwd_flops=0.0, bwd_input_flops=0.0, bwd_weight_flops=T * h,
                 fwd_bytes=float(2 * e * T * h + 8 * T), bwd_input_bytes=0.0, bwd_weight_bytes=float(3 * e * T * h))
     return (lookup, _norm("mtp_enorm", shp, T_seq), _norm("mtp_hnorm", shp, T_seq),
-            _linear("mtp_eh_proj", T, h // shp.tp, 2 * h, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao))
+            _linear("mtp_eh_proj", T, h // shp.tp, 2 * h, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao, ao_recipe=shp.ao_recipe))
 
 
 def head_ops(scenario) -> tuple[Op, ...]:

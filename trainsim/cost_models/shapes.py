@@ -74,6 +74,7 @@ class LayerShape:
     moe_weighted_act: bool = False  # MoE probabilities applied in the experts' SwiGLU (moe_probs_in_activation)
     mxfp8: bool = False  # fp8 under the MXFP8 recipe: saved linear inputs carry an e8m0 scale per 32 elements
     torchao_fp8: int = 0  # fp8 linears as torchao's Float8Linear: 1, 2 with FSDP2 float8 all-gather (torchao_float8.py)
+    ao_recipe: str = ""  # that Float8Linear's recipe (TrainingSpec.fp8_recipe: tensorwise, rowwise, rowwise_with_gw_hp)
     norms: int = 2            # norm layers per block (ModelSpec.block_norms)
     qk_norm: bool = False     # RMSNorm on every query and key head (Qwen3, Gemma 3)
     window: int = 0           # sliding-window keys of the local blocks (0: none)
@@ -230,6 +231,7 @@ def _layer_shape(scenario) -> LayerShape:
                           if behaviour(t.framework).fp8_weight_cache else 1.0),
         mxfp8=t.dtype == "fp8" and t.fp8_recipe == "mxfp8",
         torchao_fp8=(1 + t.float8_all_gather) if resolved_fp8_library(t) == "torchao" else 0,
+        ao_recipe=t.fp8_recipe if resolved_fp8_library(t) == "torchao" else "",
         moe_weighted_act=m.is_moe and m.gated_mlp and behaviour(t.framework).moe_probs_in_activation,
         norms=m.block_norms, qk_norm=m.qk_norm, window=m.sliding_window or 0,
         local_frac=(1.0 - m.num_global_layers / m.num_layers) if m.sliding_window else 0.0,

@@ -1,5 +1,5 @@
-"""HBM bytes and collectives of torchao's float8 training (``Float8Linear``, tensorwise dynamic scaling), as
-torchtitan runs it (TrainingSpec.fp8_library torchao; specs/fp8_library.py).
+"""HBM bytes and collectives of torchao's float8 training (``Float8Linear``, dynamic scaling: tensorwise, rowwise,
+rowwise_with_gw_hp), as torchtitan runs it (TrainingSpec.fp8_library torchao; specs/fp8_library.py).
 
 Code read: pytorch/ao torchao/float8/float8_linear.py (``matmul_with_hp_or_float8_args``; at 0afa4c1, the
 version of the Trainy H200 runs, and at 36027d8), float8_scaling_utils.py ``hp_tensor_to_float8_dynamic``
@@ -27,6 +27,22 @@ transposing clone) one kernel reading its source once and writing its 1-byte res
 extern GEMM reads (dY's cast) realized, so the clone after it reads 1 byte; no two passes are assumed fused.
 Per element, with e the bytes of the 16-bit tensor: ``(a, b)`` means a·e + b.
 
+The rowwise recipes (TrainingSpec.fp8_recipe; torchao config.py ``Float8LinearConfig.from_recipe_name``) scale
+along an axis (``tensor_to_amax``: ``torch.amax(torch.abs(x), dim=axiswise_dim, keepdim=True)``, a reduction reading
+its tensor once, as the whole-tensor one does; its fp32 scales, one per row or column, are left out: 4/k bytes per
+element). Their bytes follow ``matmul_with_hp_or_float8_args`` under the same assumptions, and the graphs of one
+compiled Float8Linear per recipe (torch 2.13, torchao 0.18 on CPU, X 512×128, W 256×128) hold exactly these reductions, casts and
+layout copies. ``rowwise``: every operand scaled along the GEMM's reduction dimension, so each of the six uses takes
+its own amax and cast (the graph shares only the ``abs``), each cast followed by the layout copy its GEMM needs
+where it has one: X (4e+2: amax per row and cast for the forward; amax per column and cast, ``t().clone()``'d
+column-major, for dW), dY (4e+2: per row for dX; per column, cloned row-major, for dW), W (4e+2: forward along its
+input dimension, column-major already; for dX along the other, cloned column-major).
+``rowwise_with_gw_hp``: the weight-gradient GEMM on the 16-bit X and dY (cast configs disabled), so X and dY take
+one axiswise cast each (2e+1), and W an axiswise cast forward and a tensorwise one (``max``) for dX, cloned
+column-major (4e+2); the backward holds one 16-bit ``mm``, which runs at the 16-bit rate (flops.Op.hp_weight_grad).
+Float8 all-gather is tensorwise only (torchao asserts
+``enable_fsdp_float8_all_gather`` only with tensorwise weight scaling; torchtitan asserts it off with a recipe name).
+
 With FSDP2's float8 all-gather (TrainingSpec.float8_all_gather) the gathered weight is already float8
 (``tensor_already_casted_to_fp8``: no cast in the Linear); only dX's column-major operand is copied (read 1,
 write 1). The cast moves to the shard: ``fsdp_pre_all_gather`` reads the local shard of the sharded parameter
@@ -44,6 +60,9 @@ X_CAST = (4, 2)        # amax e + cast e + 1 (forward GEMM); amax e + cast writt
 DY_CAST = (2, 3)       # amax e + cast e + 1 (shared by dX and dW); row-major copy of dYᵀ for dW: read 1, write 1
 W_CAST = (3, 2)        # amax e + cast e + 1 (forward); re-cast with the saved scale, column-major, e + 1 (dX)
 W_GATHERED = (0, 2)    # float8 all-gather: the weight arrives in float8; dX's column-major copy, read 1, write 1
+# (X, dY, W) per recipe (module doc): tensorwise shares dY's cast and W's amax, rowwise casts every use on its own.
+RECIPE_CASTS = {"tensorwise": (X_CAST, DY_CAST, W_CAST), "rowwise": ((4, 2), (4, 2), (4, 2)),
+                "rowwise_with_gw_hp": ((2, 1), (2, 1), (4, 2))}
 FP8_BYTES = 1          # e4m3 / e5m2
 AMAX_BYTES = 4         # an fp32 amax: the sharded parameter's dtype (``torch._foreach_norm`` of fp32 shards)
 SHARD_AMAX_PASSES = 1  # reads of the shard for its amax when the scale is not precomputed
@@ -54,17 +73,19 @@ def _per_elem(coef: tuple[int, int], e: float) -> float:
 
 
 def linear_cast_bytes(m: int, n: int, k: int, e: float, *, weight_gathered_fp8: bool = False,
-                      weight_casts: float = 1.0) -> tuple[float, float]:
-    """(forward, backward) cast bytes of one float8 Linear Y(m×n) = X(m×k)·W(k×n) per micro-batch: X's casts are
-    charged to the forward (where the partitioner puts both), dY's and the weight's backward re-cast to the
-    backward; the weight's forward cast ``weight_casts`` times (once per forward for torchao: it has no step
-    cache). With ``weight_gathered_fp8`` the weight needs only dX's layout copy."""
-    x = m * k * _per_elem(X_CAST, e)
-    dy = m * n * _per_elem(DY_CAST, e)
+                      weight_casts: float = 1.0, recipe: str = "tensorwise") -> tuple[float, float]:
+    """(forward, backward) cast bytes of one float8 Linear Y(m×n) = X(m×k)·W(k×n) per micro-batch under ``recipe``
+    (RECIPE_CASTS): X's casts are charged to the forward (where the partitioner puts both), dY's and the weight's
+    backward cast to the backward; the weight's forward cast (amax and cast, 2e+1) ``weight_casts`` times (once per
+    forward for torchao: it has no step cache). With ``weight_gathered_fp8`` the weight needs only dX's layout
+    copy."""
+    x_cast, dy_cast, w_cast = RECIPE_CASTS[recipe or "tensorwise"]
+    x = m * k * _per_elem(x_cast, e)
+    dy = m * n * _per_elem(dy_cast, e)
     if weight_gathered_fp8:
         return x, dy + k * n * _per_elem(W_GATHERED, e)
     w_fwd = k * n * (2 * e + 1) * weight_casts
-    w_bwd = k * n * (_per_elem(W_CAST, e) - (2 * e + 1))
+    w_bwd = k * n * (_per_elem(w_cast, e) - (2 * e + 1))
     return x + w_fwd, dy + w_bwd
 
 

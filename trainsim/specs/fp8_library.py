@@ -2,8 +2,13 @@
 
 * ``transformer_engine``: Transformer Engine's fp8 GEMMs (Megatron-Core, NeMo, llm-foundry): cost_models/flops.py
   and fp8_weights.py.
-* ``torchao``: torchao's ``Float8Linear`` with tensorwise dynamic scaling, the float8 training torchtitan runs
-  (``--model.converters float8``; torchtitan has no Transformer Engine): cost_models/torchao_float8.py.
+* ``torchao``: torchao's ``Float8Linear`` with dynamic scaling, the float8 training torchtitan runs
+  (``--model.converters float8``; torchtitan has no Transformer Engine): cost_models/torchao_float8.py. Its recipes
+  (TrainingSpec.fp8_recipe, torchtitan ``--float8.recipe_name``, torchao ``Float8LinearConfig.from_recipe_name``):
+  tensorwise, rowwise, rowwise_with_gw_hp; Transformer Engine's are tensorwise and mxfp8 (torchao's MX formats are
+  another converter, torchtitan's ``mxfloat8``, not costed). torchtitan refuses float8 all-gather with a recipe name
+  (``assert not float8_config.enable_fsdp_float8_all_gather``, components/quantization/float8.py) and torchao with
+  non-tensorwise weight scaling (config.py ``Float8LinearConfig.__post_init__``).
   ``float8_all_gather`` is its FSDP2 float8 all-gather (torchtitan ``float8.enable_fsdp_float8_all_gather``,
   applied only where the data-parallel shard dimension is on: torchtitan e7c0cae components/quantization/float8.py
   ``enable_fsdp_float8_all_gather = parallel_dims.dp_shard_enabled and ...``), ``float8_precompute_scale`` the
@@ -18,6 +23,7 @@ from __future__ import annotations
 from typing import Literal
 
 Fp8Library = Literal["auto", "transformer_engine", "torchao"]
+TORCHAO_ONLY = ("rowwise", "rowwise_with_gw_hp")  # TrainingSpec.fp8_recipe values only torchao has
 
 
 def resolved(training) -> str:
@@ -38,8 +44,15 @@ def refusal(training) -> tuple[str, str] | None:
         return "fp8_library", (f"torchao float8 is costed as torchtitan runs it (framework torch); framework "
                                f"{t.framework} does not run it")
     lib = resolved(t)
-    if lib == "torchao" and t.fp8_recipe != "tensorwise":
-        return "fp8_recipe", "torchao float8 is costed with tensorwise dynamic scaling only (torchao Float8Linear)"
+    if lib == "torchao" and t.fp8_recipe == "mxfp8":
+        return "fp8_recipe", ("mxfp8 is Transformer Engine's recipe here; torchao's Float8Linear recipes are "
+                              "tensorwise, rowwise and rowwise_with_gw_hp")
+    if lib == "transformer_engine" and t.fp8_recipe in TORCHAO_ONLY:
+        return "fp8_recipe", (f"{t.fp8_recipe} is a torchao Float8Linear recipe (fp8_library torchao, framework "
+                              f"torch); Transformer Engine's are tensorwise and mxfp8")
+    if t.float8_all_gather and t.fp8_recipe in TORCHAO_ONLY:
+        return "float8_all_gather", (f"torchao's float8 all-gather needs tensorwise weight scaling; torchtitan "
+                                     f"refuses it with recipe {t.fp8_recipe}")
     if t.float8_all_gather:
         if lib != "torchao":
             return "float8_all_gather", (f"is torchao's FSDP2 float8 all-gather: needs dtype fp8 on framework torch "

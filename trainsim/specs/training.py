@@ -321,11 +321,13 @@ class TrainingSpec(BaseModel):
         "(Transformer Engine fp8 primary weights, fp8_model_init): 1 byte per base weight and no per-step weight "
         "quantization; else they are held in the parameter dtype")
 
-    fp8_recipe: Literal["tensorwise", "mxfp8"] = Field(
-        default="tensorwise", description="with dtype fp8: Transformer Engine's scaling recipe -- tensorwise (one "
-        "scale per tensor: delayed or current scaling, Megatron-Core --fp8-recipe delayed|tensorwise) or mxfp8 "
-        "(an e8m0 scale per 32 elements, Blackwell); sets the bytes of TE's quantized weight copies "
-        "(cost_models/fp8_weights.py)")
+    fp8_recipe: Literal["tensorwise", "mxfp8", "rowwise", "rowwise_with_gw_hp"] = Field(
+        default="tensorwise", description="with dtype fp8: the scaling recipe -- tensorwise (one scale per tensor: "
+        "Transformer Engine's delayed or current scaling, Megatron-Core --fp8-recipe delayed|tensorwise; torchao's "
+        "default), mxfp8 (Transformer Engine: an e8m0 scale per 32 elements, Blackwell; sets the bytes of TE's "
+        "quantized weight copies, cost_models/fp8_weights.py), or torchao's rowwise (a scale per row of every "
+        "GEMM operand) and rowwise_with_gw_hp (rowwise, the weight-gradient GEMM in 16 bits) -- torchtitan "
+        "--float8.recipe_name (cost_models/torchao_float8.py); each refused for the library that lacks it")
     fp8_library: Fp8Library = Field(
         default="auto", description="with dtype fp8: the library of the float8 linears -- transformer_engine, or "
         "torchao (Float8Linear, tensorwise dynamic scaling, as torchtitan runs it: every cast computes its own amax; "
