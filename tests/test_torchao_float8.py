@@ -142,3 +142,25 @@ def test_recipe_refusals_name_the_field(kwargs, field):
 def test_recipe_reaches_the_layer_shape():
     assert layer_shape(_scenario(fp8_recipe="rowwise_with_gw_hp")).ao_recipe == "rowwise_with_gw_hp"
     assert layer_shape(_scenario()).ao_recipe == "tensorwise"
+
+
+def test_routed_experts_stay_16_bit_under_torchao_and_go_fp8_under_te():
+    """torchao's float8 converts nn.Linear modules only; torchtitan's routed experts are grouped GEMMs on bf16
+    parameters: their ops carry no fp8 flag and the 16-bit closed form of their bytes. Transformer Engine's grouped
+    experts run fp8."""
+    from trainsim.cost_models.flops import layer_ops
+
+    def experts(framework):
+        s = build_scenario({"model": "mixtral-8x7b", "cluster": {"preset": "dgx-h100", "num_gpus": 16},
+                            "training": {"seq_len": 4096, "global_batch": 32, "dtype": "fp8", "zero": 3,
+                                         "framework": framework}})
+        shp = layer_shape(s)
+        return shp, [op for op in layer_ops(shp) if op.name.startswith("expert_fc")]
+
+    shp, ao = experts("torch")
+    assert ao and not any(op.fp8 for op in ao)
+    fc1 = next(op for op in ao if op.name == "expert_fc1")
+    (m, n, k), = fc1.fwd_gemms
+    assert fc1.fwd_bytes == fc1.batch * ((m * k + k * n) * shp.e + m * n * shp.e)  # operands and output, 16-bit
+    _, te = experts("megatron")
+    assert te and all(op.fp8 for op in te)

@@ -348,14 +348,16 @@ def _bmm(name: str, batch: int, fwd: Gemm, bwd: tuple[Gemm, ...], e: int) -> Op:
 
 
 def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int = 1, split: int = 0,
-             module: str = "mlp", width: int = 0) -> list[Op]:
+             module: str = "mlp", width: int = 0, low_precision: bool = True) -> list[Op]:
     """fc1 (or gate+up), activation, fc2 for ``tokens`` tokens of ``width`` (default h); ``batch`` identical copies
     (local experts); the hidden ``ffn`` split over ``split`` ranks (default tp; experts: etp); ``module`` is the
-    recompute module it belongs to (the experts' activation function is also moe_act)."""
+    recompute module it belongs to (the experts' activation function is also moe_act); ``low_precision`` false
+    keeps the linears in the 16-bit dtype under fp8 / nvfp4 training."""
     e, h, t = shp.e, width or shp.h, split or shp.tp
     f_local = ffn // t
     n_in = 2 if shp.gated else 1
-    fp8, fp4, casts, ao = shp.dtype == "fp8", shp.dtype == "nvfp4", shp.fp8_weight_casts, shp.torchao_fp8
+    fp8, fp4 = low_precision and shp.dtype == "fp8", low_precision and shp.dtype == "nvfp4"
+    casts, ao = shp.fp8_weight_casts, shp.torchao_fp8
     act_elems = batch * tokens * f_local
     if shp.gated:  # silu(gate) * up: reads 2, writes 1; bwd reads gate, up, dy, writes dgate, dup
         eager = shp.autocast or shp.titan  # silu and the multiply as two eager ops (torchtitan's FeedForward too)
@@ -402,7 +404,9 @@ def _moe_ops(shp: LayerShape) -> list[Op]:
     if sort:  # MoEAlltoAllTokenDispatcher.dispatch_postprocess: the received tokens sorted by local expert
         ops.append(_elementwise("moe_sort_chunks", "elementwise", routed * w, A2A_SORT_RW[0] * e,
                                 A2A_SORT_RW[1] * e, 0.0))
-    ops += _mlp_ops(shp, per_expert, shp.fe, "expert_", batch=local_experts, split=shp.xtp, module="moe", width=w)
+    # torchao float8 converts nn.Linear only; torchtitan's GroupedExperts stay bf16 (moe.py _run_experts_grouped_mm)
+    ops += _mlp_ops(shp, per_expert, shp.fe, "expert_", batch=local_experts, split=shp.xtp, module="moe", width=w,
+                    low_precision=not shp.torchao_fp8)
     if shp.bias and shp.mcore_experts:  # fc2's bias, added per local expert by TEGroupedMLP._apply_bias
         fwd_b, bwd_b = (fp32_expert_bias_bytes(e) if shp.fp32_probs
                         else (MCORE_EXPERT_BIAS_RW[0] * e, MCORE_EXPERT_BIAS_RW[1] * e))

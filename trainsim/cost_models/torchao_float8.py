@@ -9,8 +9,9 @@ version of the Trainy H200 runs, and at 36027d8), float8_scaling_utils.py ``hp_t
 ``b_data.t().contiguous().t()``) and fsdp_utils.py (``WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather``,
 ``precompute_float8_dynamic_scale_for_fsdp``).
 
-Every float8 torchtitan run compiles (torchtitan's converter refuses float8 without SM89 unless emulating in
-eager), so the passes are those of the graphs AOTAutograd's min-cut partitioner hands Inductor. Those graphs, for
+The passes costed are those of the graphs AOTAutograd's min-cut partitioner hands Inductor under torch.compile, which
+torchtitan's float8 recipes pair with float8 (its converter warns without it; an eager run issues the same reductions,
+casts and copies as separate kernels, the partitioner's moves aside). Those graphs, for
 one compiled ``Float8Linear`` (torch 2.13, torchao 0.18, read on this project's CPU machine by printing the
 forward and backward graphs of ``aot_autograd`` with ``min_cut_rematerialization_partition``), hold:
 
