@@ -164,3 +164,20 @@ def test_routed_experts_stay_16_bit_under_torchao_and_go_fp8_under_te():
     assert fc1.fwd_bytes == fc1.batch * ((m * k + k * n) * shp.e + m * n * shp.e)  # operands and output, 16-bit
     _, te = experts("megatron")
     assert te and all(op.fp8 for op in te)
+
+
+def test_plan_keeps_float8_all_gather_on_fsdp_candidates(tmp_path, capsys):
+    """A scenario file's float8_all_gather pins plan's ZeRO stage to 3 (FSDP gathers the float8 weights), as
+    offloaded parameters do; an explicit --zero below 3 is refused naming the field."""
+    import json
+
+    from trainsim.cli.main import main
+
+    path = tmp_path / "s.yaml"
+    path.write_text("model: llama3-8b\ncluster: dgx-h100\ngpus: 16\ntraining: {global_batch: 64, seq_len: 4096, "
+                    "framework: torch, dtype: fp8, float8_all_gather: true}\n")
+    assert main(["plan", str(path), "--top", "3", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows and {r["zero"] for r in rows} == {3}
+    assert main(["plan", str(path), "--zero", "1"]) == 2
+    assert "training.float8_all_gather" in capsys.readouterr().err

@@ -288,8 +288,8 @@ def request_from_args(args: argparse.Namespace):
     # Every training setting of the scenario file the search does not decide (framework, flash attention,
     # dropout, offload, optimizer bytes, TP overlap, CP exchange, ...) applies to each candidate as given.
     extra = training_extra(training)
-    if extra.get("offload_params") and "zero" not in fixed:
-        fixed["zero"] = 3  # parameters must be sharded to be offloaded
+    if (extra.get("offload_params") or extra.get("float8_all_gather")) and "zero" not in fixed:
+        fixed["zero"] = 3  # parameters must be sharded to be offloaded, or gathered in float8 by FSDP
     # --zero with the distributed optimizer is checked as given (zero 0 contradicts it: refused).
     why = zero_conflict(fixed.get("zero", training.get("zero")), training)
     if why:
