@@ -181,3 +181,11 @@ def test_plan_keeps_float8_all_gather_on_fsdp_candidates(tmp_path, capsys):
     assert rows and {r["zero"] for r in rows} == {3}
     assert main(["plan", str(path), "--zero", "1"]) == 2
     assert "training.float8_all_gather" in capsys.readouterr().err
+
+
+def test_eager_torchao_blocks_run_torchtitans_eager_code():
+    """Float8Linear replaces only the linears: an eager torch fp8 block is torchtitan's eager block (as bf16 is);
+    compiled it is Inductor's fused code, and Transformer Engine fp8 never runs torchtitan's block."""
+    assert layer_shape(_scenario()).titan and layer_shape(_scenario(dtype="bf16")).titan
+    assert not layer_shape(_scenario(compile=True)).titan
+    assert not layer_shape(_scenario(framework="megatron", zero=1, distributed_optimizer=True)).titan

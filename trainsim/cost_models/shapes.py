@@ -184,13 +184,15 @@ def _titan_block(m, t) -> bool:
     (framework_behaviour.FrameworkBehaviour.eager_llama_block), not compiled (AOTAutograd's
     partitioner saves the fused set, tests/test_compile_oracle.py; ``host_issue: compile`` issues Inductor's fused
     kernels, not the eager op chains of titan_ops.py), 16-bit parameters as FSDP2's
-    MixedPrecisionPolicy casts them (no autocast), flash SDPA, and the architecture that code implements
+    MixedPrecisionPolicy casts them (no autocast; under torchao float8 only the linears change, Float8Linear,
+    the rest of the block is the same eager code), flash SDPA, and the architecture that code implements
     (ModelSpec.plain_llama_block)."""
     if t.block_code == "fused":
         return False
     code = t.block_code == "torchtitan" or behaviour(t.framework).eager_llama_block
-    return (code and not t.compile and t.host_issue != "compile" and not t.autocast and t.dtype in ("bf16", "fp16") and t.flash_attention
-            and m.plain_llama_block)
+    sixteen_bit = t.dtype in ("bf16", "fp16") or resolved_fp8_library(t) == "torchao"
+    return (code and not t.compile and t.host_issue != "compile" and not t.autocast and sixteen_bit
+            and t.flash_attention and m.plain_llama_block)
 
 
 def _hybrid_kind(m) -> str:

@@ -23,7 +23,8 @@ context parallelism exchanges keys and values (TrainingSpec.cp_comm), the framew
 the ZeRO-3 shard group (Layout.dp_shard: HSDP's, or DeepSpeed-MiCS's ``mics_shard_size``), all of dp when absent; and the explicit
 recipe columns ``framework``, ``dtype``, ``grad_dtype_bytes``, ``flash_attention``, ``flash_attention_version``
 (1 or 2), ``titan_norm`` (torchtitan's norm_type), ``dropout``, ``overlap_p2p`` (pipeline sends overlapped with compute), ``overlap_grad_reduce`` (data-parallel
-gradient reduction overlapped with the backward) and ``fabric`` (scale-out
+gradient reduction overlapped with the backward), ``compile`` (the blocks compiled with torch.compile,
+TrainingSpec.compile) and ``fabric`` (scale-out
 topology), which replace the year and text rules above when filled (a row that names the code it ran, e.g. a
 framework commit older than its paper, states that code's era here). ``assumptions`` states in words the rule that set each value the source leaves open
 (documentation only). The loader also reads ``label``, ``category``, ``group`` (rows compared with each other)
@@ -158,7 +159,7 @@ def _explicit_recipe(r: dict, training: dict) -> dict:
     for key in ("framework", "dtype", "block_code", "titan_norm"):
         if stated(r, key):
             training[key] = r[key].strip()
-    for key in ("flash_attention", "dropout", "overlap_p2p", "overlap_grad_reduce"):
+    for key in ("flash_attention", "dropout", "overlap_p2p", "overlap_grad_reduce", "compile"):
         if stated(r, key):
             training[key] = yes_no(r, key)
     for key in ("grad_dtype_bytes", "flash_attention_version"):
