@@ -156,3 +156,24 @@ def test_report_section_is_the_same_table():
     # the paragraph names the best real setting that fits, passing over the two ceilings ranked above it
     best = next(lv for lv in expl.levers if lv.kind == "setting" and lv.fits and lv.gain_s > 0)
     assert expl.levers[0].kind == "ceiling" and f"{best.lever} ({best.change})" in sec.paragraphs[0]
+
+
+def test_compile_lever_is_the_compile_setting_and_only_where_the_framework_compiles():
+    """torch.compile on for torchtitan's framework gives the prediction of the same scenario with compile true;
+    Megatron-Core does not compile its blocks: not applicable, with the reason."""
+    scn = scenario(framework="torch", zero=3)
+    lv = lever(explain(scn), "torch.compile")
+    assert lv.step_time_s == pytest.approx(predict(changed(scn, training={"compile": True}), fast=True).step_time_s)
+    mc = lever(explain(scenario()), "torch.compile")
+    assert mc.step_time_s is None and "does not compile" in mc.reason
+
+
+def test_float8_all_gather_lever_only_for_torchao_fp8():
+    """Listed where torchao runs the fp8 linears (framework torch, dtype fp8): the prediction with float8 all-gather
+    and precomputed scales; absent for Transformer Engine fp8 and for bf16."""
+    scn = scenario(framework="torch", zero=3, dtype="fp8")
+    lv = lever(explain(scn), "float8 all-gather")
+    on = changed(scn, training={"float8_all_gather": True, "float8_precompute_scale": True})
+    assert lv.step_time_s == pytest.approx(predict(on, fast=True).step_time_s)
+    for other in (scenario(dtype="fp8"), scenario(framework="torch", zero=3)):
+        assert "float8 all-gather" not in {v.lever for v in variants(other)}

@@ -23,6 +23,9 @@ step-time gain over the unchanged scenario, predicted the same way. The levers:
   selective -> full: the memory lever).
 * twice the micro-batch, where the global batch still splits into whole micro-batches.
 * the next ZeRO stage (Megatron's distributed optimizer counts as stage 1).
+* torch.compile on (TrainingSpec.compile: frameworks torch and pytorch-fsdp, torchtitan --training.compile).
+* torchao's FSDP2 float8 all-gather on (TrainingSpec.float8_all_gather: torchao fp8 under ZeRO-3, with the
+  per-step scale precompute torchtitan pairs it with).
 
 Every variant is re-resolved through specs.resolve, so a lever the layout rules refuse is listed with the
 resolver's reason instead of being costed.
@@ -40,6 +43,7 @@ from pydantic import ValidationError
 from trainsim.cost_models import framework
 from trainsim.specs import Scenario, SpecError, resolve
 from trainsim.specs.errors import from_validation_error
+from trainsim.specs.fp8_library import resolved as resolved_fp8_library
 
 from .analytic import estimate
 from .builder import build_cost_table
@@ -233,11 +237,29 @@ def next_zero(scn: Scenario) -> Variant:
     return _try("next ZeRO stage", f"ZeRO {z} -> {z + 1}", lambda: changed(scn, training={"zero": z + 1}))
 
 
+def compile_on(scn: Scenario) -> Variant:
+    lever, fw = "torch.compile", scn.training.framework
+    if scn.training.compile:
+        return Variant(lever, "-", reason="already on (compile)")
+    if fw not in ("torch", "pytorch-fsdp"):
+        return Variant(lever, "-", reason=f"framework {fw} does not compile its blocks with torch.compile")
+    return _try(lever, "compile on", lambda: changed(scn, training={"compile": True}))
+
+
+def float8_all_gather_on(scn: Scenario) -> Variant:
+    lever, t = "float8 all-gather", scn.training
+    if t.float8_all_gather:
+        return Variant(lever, "-", reason="already on (float8_all_gather)")
+    return _try(lever, "float8_all_gather on (scales precomputed)",
+                lambda: changed(scn, training={"float8_all_gather": True, "float8_precompute_scale": True}))
+
+
 def variants(scn: Scenario) -> list[Variant]:
-    """Every lever of ``scn`` (EP overlap for MoE models only)."""
+    """Every lever of ``scn`` (EP overlap for MoE models only; float8 all-gather for torchao fp8 only)."""
+    ao = resolved_fp8_library(scn.training) == "torchao"
     makers = [ideal_network, no_bubble, deeper_interleaving, tp_overlap, dp_overlap,
               *([ep_overlap] if scn.model.is_moe else []), recompute_lighter, recompute_heavier, double_micro_batch,
-              next_zero]
+              next_zero, compile_on, *([float8_all_gather_on] if ao else [])]
     return [make(scn) for make in makers]
 
 
