@@ -327,6 +327,11 @@ def test_an_integer_written_with_an_exponent_is_refused_saying_why(tmp_path):
         r = run_cli([cmd, path])
         assert_refused(r, "training.global_batch")
         assert "got '1e3' (YAML 1.1" in r.err
+    path.write_text("model: llama3-8b\ncluster: dgx-h100\ngpus: 1e3\ntraining: {global_batch: 64, seq_len: 4096}\n")
+    for cmd in ("predict", "plan"):
+        r = run_cli([cmd, path])
+        assert_refused(r, "gpus")
+        assert "got '1e3' (YAML 1.1" in r.err
 
 
 @pytest.mark.parametrize("value, refused", [("'16'", None), ("16.0", None), ("16.5", "got 16.5"),
@@ -348,3 +353,25 @@ def test_predict_and_plan_read_a_files_gpu_count_alike(tmp_path, value, refused)
     if not refused:
         assert json.loads(runs["predict"].out)["layout"]["dp"] == 16
         assert {row["gpus"] for row in json.loads(runs["plan"].out)["rows"]} == {16}
+
+
+def test_plan_checks_a_searched_setting_with_the_files_framework(tmp_path):
+    """A searched setting is checked with the file's framework, as predict checks it: selective recompute on
+    megatron-2021 (which predates it) is refused by both, naming the field."""
+    path = tmp_path / "s.yaml"
+    path.write_text("model: gpt-1.7b\ncluster: dgx-a100\ngpus: 16\ntraining: {global_batch: 64, seq_len: 2048, "
+                    "framework: megatron-2021, recompute: selective}\n")
+    for cmd in ("predict", "plan"):
+        assert_refused(run_cli([cmd, path]), "training.recompute")
+
+
+def test_plan_keeps_a_files_stated_zero_beside_float8_all_gather(tmp_path):
+    """float8_all_gather pins ZeRO 3 only where the file states no stage; a stated zero 2 is refused by plan as by
+    predict, not replaced."""
+    path = tmp_path / "s.yaml"
+    path.write_text("model: llama3-8b\ncluster: dgx-h100\ngpus: 16\ntraining: {global_batch: 64, seq_len: 4096, "
+                    "framework: torch, dtype: fp8, float8_all_gather: true, zero: 2}\n")
+    for cmd in ("predict", "plan"):
+        r = run_cli([cmd, path])
+        assert_refused(r, "training.float8_all_gather")
+        assert "got zero 2" in r.err

@@ -17,6 +17,7 @@ from trainsim.simulator.planner import DEFAULT_MEMORY_HEADROOM, parse_headroom
 from trainsim.simulator.search_space import SearchLimits, check_training_extra, training_extra
 from trainsim.specs import SpecError, load_cluster, load_layout, load_model, load_scenario_file, load_training
 from trainsim.specs.data_parallel import hsdp_refusal
+from trainsim.specs.errors import YAML11_EXPONENT_HINT, yaml11_exponent
 from trainsim.specs.framework_behaviour import FRAMEWORKS
 from trainsim.specs.framework_era import layout_refusal
 from trainsim.specs.hardware import dtype_refusal
@@ -73,7 +74,8 @@ def parse_gpus(text: str, gpus_per_node: int) -> tuple[int, ...]:
         else:
             counts = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
     except ValueError:
-        raise SpecError("gpus", f"must be N, A:B or a comma list of integers, got {text!r}") from None
+        hint = f" {YAML11_EXPONENT_HINT}" if yaml11_exponent(text) else ""
+        raise SpecError("gpus", f"must be N, A:B or a comma list of integers, got {text!r}{hint}") from None
     if not counts or any(c <= 0 for c in counts):
         raise SpecError("gpus", f"must be positive, got {text!r}")
     if len(counts) > 64:
@@ -289,7 +291,9 @@ def request_from_args(args: argparse.Namespace):
     # dropout, offload, optimizer bytes, TP overlap, CP exchange, ...) applies to each candidate as given.
     extra = training_extra(training)
     if (extra.get("offload_params") or extra.get("float8_all_gather")) and "zero" not in fixed:
-        fixed["zero"] = 3  # parameters must be sharded to be offloaded, or gathered in float8 by FSDP
+        # parameters must be sharded to be offloaded, or gathered in float8 by FSDP: ZeRO 3, unless the file
+        # states its stage (then checked as given, as predict checks it)
+        fixed["zero"] = 3 if training.get("zero") is None else training["zero"]
     # --zero with the distributed optimizer is checked as given (zero 0 contradicts it: refused).
     why = zero_conflict(fixed.get("zero", training.get("zero")), training)
     if why:
@@ -304,9 +308,10 @@ def request_from_args(args: argparse.Namespace):
         print("note: layout.stage_layers is not searched: plan splits each candidate's layers itself (evenly, or "
               "Megatron-Core's balanced first/last split where none divides); `trainsim predict` costs the file's "
               "split", file=sys.stderr)
+    stack = {k: training[k] for k in ("framework", "dtype") if training.get(k) is not None}
     for key in ("micro_batch", "recompute", "sequence_parallel", "zero", "schedule"):
-        if training.get(key) is not None:  # searched, so unused, but checked as predict checks it (not ignored)
-            load_training({key: training[key]})
+        if training.get(key) is not None:  # searched, so unused, but checked with the file's framework and dtype
+            load_training({**stack, key: training[key]})
     _note_searched(layout, training, fixed)
     limits = SearchLimits(max_tp=args.max_tp, max_micro_batch=args.max_micro_batch, dtype=dtype, fixed=fixed,
                           training_extra=extra, placement=placement, etp=etp, pool_placement=args.placement)
