@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from trainsim.specs.framework_behaviour import BEHAVIOURS
+from trainsim.specs.fp8_library import resolved as resolved_fp8_library
+from trainsim.specs.framework_behaviour import BEHAVIOURS, behaviour
 from trainsim.specs.optimizer_choice import ADAM_STATE_BYTES
 
 from . import muon
@@ -166,11 +167,18 @@ AUTOCAST_NOTE = ("torch.autocast on fp32 weights: a 16-bit copy of every linear 
 
 
 def _fp8_note(training) -> str:
-    """How Transformer Engine's quantized weights are held under fp8 (cost_models/fp8_weights.py)."""
+    """How the fp8 linears' weights are held (cost_models/fp8_weights.py for Transformer Engine; torchao's
+    Float8Linear casts per use, cost_models/torchao_float8.py)."""
+    if resolved_fp8_library(training) == "torchao":
+        gather = ("; FSDP2 gathers the blocks' linear weights in fp8 (1 byte), each shard cast before its gather"
+                  if training.float8_all_gather else "")
+        return f"16-bit weights; torchao's Float8Linear casts each weight to fp8 per use (no cached copy){gather}"
     recipe = "MXFP8 (rowwise + columnwise, e8m0 scale per 32)" if training.fp8_recipe == "mxfp8" else \
         "per-tensor fp8 (a transpose too where the GPU lacks non-TN fp8 GEMMs)"
     if training.fp8_param_gather:
         return f"fp8 primary weights (--fp8-param-gather): the blocks' linear weights held only as {recipe}, no 16-bit copy"
+    if not (behaviour(training.framework).fp8_weight_cache and training.effective_zero < 3):
+        return "16-bit weights; Transformer Engine quantizes each block linear weight per use (no cached copy)"
     return f"16-bit weights plus Transformer Engine's cached {recipe} copy of every block linear weight"
 
 

@@ -330,8 +330,10 @@ class TrainingSpec(BaseModel):
         "--float8.recipe_name (cost_models/torchao_float8.py); each refused for the library that lacks it")
     fp8_library: Fp8Library = Field(
         default="auto", description="with dtype fp8: the library of the float8 linears -- transformer_engine, or "
-        "torchao (Float8Linear, tensorwise dynamic scaling, as torchtitan runs it: every cast computes its own amax; "
-        "cost_models/torchao_float8.py); auto = torchao for framework torch, transformer_engine elsewhere")
+        "torchao (Float8Linear with dynamic scaling, as torchtitan runs it: X, W and dY each take their own amax "
+        "pass, W's forward amax reused by its backward re-cast, dY cast once for both backward GEMMs under "
+        "tensorwise; recipes in fp8_recipe; cost_models/torchao_float8.py); auto = torchao for framework torch, "
+        "transformer_engine elsewhere")
     float8_all_gather: bool = Field(
         default=False, description="torchao float8 under FSDP2 (zero 3): each float8 linear's weight shard is cast "
         "to float8 before the all-gather, which moves 1 byte per such weight element and leaves 1-byte gathered "
