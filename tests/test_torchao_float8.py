@@ -189,3 +189,17 @@ def test_eager_torchao_blocks_run_torchtitans_eager_code():
     assert layer_shape(_scenario()).titan and layer_shape(_scenario(dtype="bf16")).titan
     assert not layer_shape(_scenario(compile=True)).titan
     assert not layer_shape(_scenario(framework="megatron", zero=1, distributed_optimizer=True)).titan
+
+
+def test_memory_assumptions_name_the_library_that_holds_the_fp8_weights():
+    """The fp8_weights line names what the memory model holds: torchao casts per use (no cached copy; FSDP2's fp8
+    gather where on), Transformer Engine's cached copy only where the framework keeps one (Megatron below ZeRO-3)."""
+    from trainsim.cost_models.model_states import memory_assumptions
+
+    def note(s):
+        return memory_assumptions(s.training)["fp8_weights"]
+
+    assert "torchao" in note(_scenario()) and "no cached copy" in note(_scenario())
+    assert "FSDP2 gathers" in note(_scenario(float8_all_gather=True))
+    assert note(_scenario(framework="megatron", zero=1)).startswith("16-bit weights plus Transformer Engine's cached")
+    assert "per use" in note(_scenario(framework="megatron", zero=3))
