@@ -168,8 +168,7 @@ def _linear(name: str, m: int, n: int, k: int, e: int, *, fp8: bool = False, fp4
     ob = nvfp4.NVFP4_BYTES if fp4 else (1 if fp8 else e)
     hp_dw = bool(fp8 and ao and ao_recipe == "rowwise_with_gw_hp")
     fwd, dx, dw = ((m, n, k),), ((m, k, n),), ((k, n, m),)
-    q = e + 2                                # read e, write the fp8 tensor and its transpose
-    cast_x = cast_dy = 0.0
+    q, cast_x, cast_dy = e + 2, 0.0, 0.0     # q: read e, write the fp8 tensor and its transpose
     if fp8 and ao:
         cast_x, cast_dy = torchao_float8.linear_cast_bytes(m, n, k, e, weight_gathered_fp8=ao == 2,
                                                            weight_casts=weight_casts, recipe=ao_recipe)
@@ -347,6 +346,12 @@ def _bmm(name: str, batch: int, fwd: Gemm, bwd: tuple[Gemm, ...], e: int) -> Op:
               fwd_gemms=(fwd,), bwd_input_gemms=bwd, batch=batch, modules=_CORE_ATTN)
 
 
+def _lowp(shp: LayerShape, on: bool = True) -> dict:
+    """A block ``_linear``'s low-precision arguments (fp8 / NVFP4, weight casts, torchao); ``on`` false: 16-bit."""
+    return {"fp8": on and shp.dtype == "fp8", "fp4": on and shp.dtype == "nvfp4", "weight_casts": shp.fp8_weight_casts,
+            "ao": shp.torchao_fp8, "ao_recipe": shp.ao_recipe}
+
+
 def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int = 1, split: int = 0,
              module: str = "mlp", width: int = 0, low_precision: bool = True) -> list[Op]:
     """fc1 (or gate+up), activation, fc2 for ``tokens`` tokens of ``width`` (default h); ``batch`` identical copies
@@ -356,8 +361,7 @@ def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int 
     e, h, t = shp.e, width or shp.h, split or shp.tp
     f_local = ffn // t
     n_in = 2 if shp.gated else 1
-    fp8, fp4 = low_precision and shp.dtype == "fp8", low_precision and shp.dtype == "nvfp4"
-    casts, ao = shp.fp8_weight_casts, shp.torchao_fp8
+    lp = _lowp(shp, low_precision)
     act_elems = batch * tokens * f_local
     if shp.gated:  # silu(gate) * up: reads 2, writes 1; bwd reads gate, up, dy, writes dgate, dup
         eager = shp.autocast or shp.titan  # silu and the multiply as two eager ops (torchtitan's FeedForward too)
@@ -373,11 +377,8 @@ def _mlp_ops(shp: LayerShape, tokens: int, ffn: int, prefix: str, *, batch: int 
             acts.insert(0, _elementwise(f"{prefix}glu_clamp", "elementwise", n_in * act_elems, fwd_rw * e,
                                         bwd_rw * e, 0.0))
         acts = [replace(a, modules=frozenset({"moe_act"})) for a in acts]
-    ops = [
-        _linear(f"{prefix}fc1", tokens, n_in * f_local, h, e, fp8=fp8, fp4=fp4, batch=batch, weight_casts=casts, ao=ao, ao_recipe=shp.ao_recipe),
-        *acts,
-        _linear(f"{prefix}fc2", tokens, h, f_local, e, fp8=fp8, fp4=fp4, batch=batch, weight_casts=casts, ao=ao, ao_recipe=shp.ao_recipe),
-    ]
+    ops = [_linear(f"{prefix}fc1", tokens, n_in * f_local, h, e, batch=batch, **lp), *acts,
+           _linear(f"{prefix}fc2", tokens, h, f_local, e, batch=batch, **lp)]
     return _tag(ops, module)
 
 
@@ -392,8 +393,7 @@ def _moe_ops(shp: LayerShape) -> list[Op]:
     routed = shp.routed_tokens                   # expert tokens per rank: T·k·etp/tp (balanced, any ep)
     local_experts = E // shp.ep
     per_expert = max(1, routed // local_experts)
-    lowp = {"fp8": shp.dtype == "fp8", "fp4": shp.dtype == "nvfp4", "weight_casts": shp.fp8_weight_casts,
-            "ao": shp.torchao_fp8, "ao_recipe": shp.ao_recipe}
+    lowp = _lowp(shp)
     ops = [
         _linear("router", n_tok, E, h, e),
         _elementwise("router_topk", "softmax", n_tok * E, 2 * 4, 3 * 4, 5.0),
@@ -431,18 +431,18 @@ def _mla_projection_ops(shp: LayerShape) -> list[Op]:
     and the shared key's RoPE parts."""
     e, h, t, T = shp.e, shp.h, shp.tp, shp.tokens
     Ts = T // shp.sp_div  # the down-projections run on the rank's sequence shard (SP), latents gathered after
-    fp8, fp4, casts, ao = shp.dtype == "fp8", shp.dtype == "nvfp4", shp.fp8_weight_casts, shp.torchao_fp8
+    lp = _lowp(shp)
     heads = shp.a // t
     ops: list[Op] = []
     if shp.ql:
-        ops += [_linear("q_down", Ts, shp.ql, h, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao, ao_recipe=shp.ao_recipe),
+        ops += [_linear("q_down", Ts, shp.ql, h, e, **lp),
                 _elementwise("q_norm", "norm", Ts * shp.ql, 2 * e, 3 * e, _NORM_FLOPS["rmsnorm"]),
-                _linear("q_up", T, heads * shp.dqk, shp.ql, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao, ao_recipe=shp.ao_recipe)]
+                _linear("q_up", T, heads * shp.dqk, shp.ql, e, **lp)]
     else:
-        ops.append(_linear("q_proj", T, heads * shp.dqk, h, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao, ao_recipe=shp.ao_recipe))
-    ops += [_linear("kv_down", Ts, shp.kvl + shp.dr, h, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao, ao_recipe=shp.ao_recipe),
+        ops.append(_linear("q_proj", T, heads * shp.dqk, h, e, **lp))
+    ops += [_linear("kv_down", Ts, shp.kvl + shp.dr, h, e, **lp),
             _elementwise("kv_norm", "norm", Ts * shp.kvl, 2 * e, 3 * e, _NORM_FLOPS["rmsnorm"]),
-            _linear("kv_up", T, heads * (shp.d + shp.dvh), shp.kvl, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao, ao_recipe=shp.ao_recipe),
+            _linear("kv_up", T, heads * (shp.d + shp.dvh), shp.kvl, e, **lp),
             _elementwise("rope", "elementwise", T * (heads + 1) * shp.dr, 2 * e, 2 * e, 3.0)]
     # mla_up_proj recompute re-runs the up-projections and RoPE (the down-projections' outputs are kept).
     return [replace(op, modules=frozenset({"mla_up_proj"})) if op.name in ("q_up", "q_proj", "kv_up", "rope")
@@ -459,7 +459,7 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
     e, h, t = shp.e, shp.h, shp.tp
     T = shp.tokens
     T_seq = T // shp.sp_div
-    fp8, fp4, casts, ao = shp.dtype == "fp8", shp.dtype == "nvfp4", shp.fp8_weight_casts, shp.torchao_fp8
+    lp = _lowp(shp)
     qkv_out = (shp.a + 2 * shp.kv) * shp.d // t
     ops: list[Op] = _tag([_norm("norm1", shp, T_seq)], "layernorm")
     ac_casts = norm_output_casts(shp.gated, shp.mla, shp.is_moe) if shp.autocast else (0, 0)
@@ -468,7 +468,7 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
     if shp.mla:
         ops += _mla_projection_ops(shp)
     else:
-        ops.append(_linear("qkv", T, qkv_out, h, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao, ao_recipe=shp.ao_recipe))
+        ops.append(_linear("qkv", T, qkv_out, h, e, **lp))
         if shp.qk_norm:  # RMSNorm over head_dim of every local query and key head (Qwen3, Gemma 3)
             ops.append(_elementwise("qk_norm", "norm", T * (shp.a + shp.kv) * shp.d // t, 2 * e, 3 * e,
                                     _NORM_FLOPS["rmsnorm"]))
@@ -478,7 +478,7 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
             ops.append(_elementwise("repeat_kv", "elementwise", 2 * T * shp.a * shp.d // t,
                                     *(titan_ops.repeat_kv_rw(e, shp.a, shp.kv),) * 2, 0.0, launches=(2, 2)))
     ops += _attention_ops(shp)
-    ops.append(_linear("out_proj", T, h, shp.a * shp.dvh // t, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao, ao_recipe=shp.ao_recipe))
+    ops.append(_linear("out_proj", T, h, shp.a * shp.dvh // t, e, **lp))
     if shp.norms == 4:  # Gemma 2/3: a norm after each sub-layer too, before its residual add
         ops.append(_norm("post_attn_norm", shp, T_seq))
     ops.append(_residual("residual1", shp, T_seq))
@@ -621,11 +621,11 @@ def _mtp_ops(shp: LayerShape) -> tuple[Op, ...]:
     output head are the model's block and head ops (the builder adds them)."""
     e, h, T = shp.e, shp.h, shp.tokens
     T_seq = T // shp.sp_div
-    fp8, fp4, casts, ao = shp.dtype == "fp8", shp.dtype == "nvfp4", shp.fp8_weight_casts, shp.torchao_fp8
+    lp = _lowp(shp)
     lookup = Op(name="mtp_embedding", kind="embedding", fwd_flops=0.0, bwd_input_flops=0.0, bwd_weight_flops=T * h,
                 fwd_bytes=float(2 * e * T * h + 8 * T), bwd_input_bytes=0.0, bwd_weight_bytes=float(3 * e * T * h))
     return (lookup, _norm("mtp_enorm", shp, T_seq), _norm("mtp_hnorm", shp, T_seq),
-            _linear("mtp_eh_proj", T, h // shp.tp, 2 * h, e, fp8=fp8, fp4=fp4, weight_casts=casts, ao=ao, ao_recipe=shp.ao_recipe))
+            _linear("mtp_eh_proj", T, h // shp.tp, 2 * h, e, **lp))
 
 
 def head_ops(scenario) -> tuple[Op, ...]:
