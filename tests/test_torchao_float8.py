@@ -189,3 +189,35 @@ def test_eager_torchao_blocks_run_torchtitans_eager_code():
     assert layer_shape(_scenario()).titan and layer_shape(_scenario(dtype="bf16")).titan
     assert not layer_shape(_scenario(compile=True)).titan
     assert not layer_shape(_scenario(framework="megatron", zero=1, distributed_optimizer=True)).titan
+
+
+def _mixtral_ep8(**training):
+    return build_scenario({"model": "mixtral-8x7b", "cluster": {"preset": "dgx-h100", "num_gpus": 16},
+                           "layout": {"ep": 8},
+                           "training": {"seq_len": 4096, "global_batch": 32, "micro_batch": 1, "dtype": "fp8",
+                                        "zero": 3, "framework": "torch", **training}})
+
+
+def test_expert_and_dense_gathers_carry_their_own_bytes(monkeypatch):
+    """Mixtral 8x7B, EP 8 on 16 GPUs, float8 all-gather: the dense part gathers over the 16-rank shard group with its
+    blocks' linear weights in 1 byte and the rest in 2; the routed experts (no nn.Linear) gather over the 2-rank
+    expert-data-parallel group in 2 bytes each. _coll is replaced by one that reports each all-gather's bytes as
+    latency (dense group) or bandwidth seconds (expert group), so the Transfer sums each part's bytes."""
+    from trainsim.cost_models.param_tensors import chunk_tensors
+    from trainsim.simulator import grad_sync
+
+    def fake(op, nbytes, group, scenario, profile):
+        if op != "all_gather" or group is None:
+            return 0.0, 0.0
+        return (0.0, nbytes) if group.size == 2 else (nbytes, 0.0)
+
+    monkeypatch.setattr(grad_sync, "_coll", fake)
+    s = _mixtral_ep8(float8_all_gather=True)
+    tensors = chunk_tensors(s, 0)
+    expert = sum(t.elems for t in tensors if t.expert)
+    dense = sum(t.elems for t in tensors if not t.expert)
+    lin = sum(t.elems for t in tensors if t.kind == "weight" and not t.expert)
+    gather = build_cost_table(s).stages[0].chunks[0].param_gather
+    assert gather.transfer_s == pytest.approx(expert * 2, rel=1e-9)          # 11.27 GB
+    assert gather.latency_s == pytest.approx((dense - lin) * 2 + lin, rel=1e-9)  # 1.87 GB
+    assert gather.nbytes == pytest.approx(expert * 2 + (dense - lin) * 2 + lin, rel=1e-9)
