@@ -221,3 +221,34 @@ def test_expert_and_dense_gathers_carry_their_own_bytes(monkeypatch):
     assert gather.transfer_s == pytest.approx(expert * 2, rel=1e-9)          # 11.27 GB
     assert gather.latency_s == pytest.approx((dense - lin) * 2 + lin, rel=1e-9)  # 1.87 GB
     assert gather.nbytes == pytest.approx(expert * 2 + (dense - lin) * 2 + lin, rel=1e-9)
+
+
+def test_gather_pool_replays_float8_blocks_at_their_gathered_bytes():
+    """FSDP2's all-gather pool (fsdp_stream_pools.py) with a root of 2 blocks' parameters at 2 bytes and blocks
+    gathered in 1 byte: the forward holds the root's 4-block-byte output and the first block's 1-byte one, the later
+    blocks carved from the freed segments; beyond the largest output, one block's 1-byte output (2 bytes when every
+    unit gathers in 2)."""
+    from trainsim.cost_models.fsdp_stream_pools import gather_pool_extra
+    block, shard = 64 * (1 << 20), 8
+    units = (2.0 * block,) + (float(block),) * 4
+    assert gather_pool_extra(units, shard, 2, None, (2.0,) + (1.0,) * 4) == block * 1
+    assert gather_pool_extra(units, shard, 2) == block * 2
+
+
+def test_stream_pools_use_the_float8_block_bytes():
+    """Llama 3 8B, 16 ranks, float8 all-gather: with nothing counted as allocated the all-gather pool reserves the
+    root's 2-byte output and one block's, each a segment rounded to 2 MiB; the block's output holds its linear
+    weights in 1 byte, the rest in 2, so the pools differ from the 2-byte replay by the two block segments."""
+    from trainsim.cost_models.memory import _stream_pools
+    s = _scenario(float8_all_gather=True)
+    rp = rank_param_shards(s, 0)
+    shard = 16
+    b = -(-int(rp.block_params) // shard) * shard  # padded to the shard group
+    lin = _linear_elems(s) / s.model.num_layers
+    seg = 2 * (1 << 20)
+
+    def r2(x):
+        return -(-x // seg) * seg
+
+    f8 = r2(-(-b * ((rp.block_params - lin) * 2 + lin) / rp.block_params // 1))
+    assert _stream_pools(s, 0, 4, 0.0, rp) - _stream_pools(s, 0, 4, 0.0) == pytest.approx(f8 - r2(2 * b), abs=1)
