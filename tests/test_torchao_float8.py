@@ -252,3 +252,27 @@ def test_stream_pools_use_the_float8_block_bytes():
 
     f8 = r2(-(-b * ((rp.block_params - lin) * 2 + lin) / rp.block_params // 1))
     assert _stream_pools(s, 0, 4, 0.0, rp) - _stream_pools(s, 0, 4, 0.0) == pytest.approx(f8 - r2(2 * b), abs=1)
+
+
+def test_backward_shard_cast_only_for_regathered_blocks():
+    """FSDP2 keeping the root and the last block unsharded after forward (fsdp_unsharded_after_forward
+    root_and_last_block) gathers every block but the last again in the backward: the backward casts the fp32 shards
+    (amax read 4, cast read 4, write 1 byte per element on a 16-rank shard group) of all blocks' linear weights but
+    the last block's, and copies out all blocks' parameters but the last's; the forward casts all of them. The root
+    (embedding, norms, output layer) holds no float8 weight, so without a kept block the backward casts them all."""
+    from trainsim.simulator.builder import _fsdp2_copies_s, _regathered
+    from trainsim.simulator.step_context import _step_context
+    s = _scenario(float8_all_gather=True, fsdp_unsharded_after_forward="root_and_last_block")
+    st = _step_context(s, None)
+    rp = rank_param_shards(s, 0)
+    blocks = rp.block_params * s.model.num_layers
+    lin_block = _linear_elems(s) / s.model.num_layers
+    regathered, kept_f8 = _regathered(st, 0, blocks)
+    assert regathered == pytest.approx(blocks - rp.block_params, rel=1e-12)
+    assert kept_f8 == pytest.approx(lin_block, rel=1e-12)
+    assert _regathered(_step_context(_scenario(float8_all_gather=True), None), 0, blocks) == (blocks, 0.0)
+    params = blocks + rp.root_params
+    f, b = _fsdp2_copies_s(st, params, regathered, 0, kept_f8)
+    f0, b0 = _fsdp2_copies_s(st, params, regathered, 0, 0.0)
+    assert f == f0
+    assert (b0 - b) / st.slowest * st.hw.mem_Bps == pytest.approx(lin_block / 16 * (4 + 4 + 1), rel=1e-9)
