@@ -184,22 +184,26 @@ def _fsdp2_copies_s(st: _Step, params: float, regathered: float, vs: int,
     the reduce-scatter copy-in of every gradient. Under torchao's float8 all-gather the float8 weights are copied
     out in 1 byte and their shards are cast before each gather (torchao_float8.shard_cast_bytes): in the forward
     all of them, in the backward those of the regathered blocks (all but ``kept_f8`` elements; the root holds
-    none)."""
+    none), whose copy-out moves their own bytes (the root's 16-bit parameters not among them)."""
     tr = st.scenario.training
     if not (st.fw.fsdp2 and st.z >= 3 and st.dp_group is not None and params > 0):
         return 0.0, 0.0
-    pb, cast_f, cast_b = tr.param_bytes, 0.0, 0.0
+    pb = pb_b = tr.param_bytes  # gathered bytes per parameter: the forward's (all params), the backward's
+    cast_f = cast_b = 0.0
     if tr.float8_all_gather:
         tensors = chunk_tensors(st.scenario, vs)
         pb = torchao_float8.gather_bytes_per_param(st.scenario, tensors, params)
         f8, sb = torchao_float8.float8_weight_elems(tensors), torchao_float8.sharded_param_bytes(tr)
+        if regathered > 0:
+            pb_b = torchao_float8.gathered_bytes(regathered, f8 - kept_f8, tr.param_bytes, True) / regathered
         n = st.shard_group.size
         cast_f = torchao_float8.shard_cast_bytes(f8 / n, sb, tr.float8_precompute_scale)  # the blocks' weights only
         cast_b = torchao_float8.shard_cast_bytes(max(0.0, f8 - kept_f8) / n, sb, tr.float8_precompute_scale)
     out, copy_in = framework.fsdp2_copy_bytes_per_param(pb, tr.grad_bytes)
     copy_in += tr.param_bytes - pb  # the unsharded gradient stays in the parameter dtype
     fwd = compute.memory_time_s(params * out + cast_f, st.hw, st.profile, "copy")
-    bwd = compute.memory_time_s(regathered * out + params * copy_in + cast_b, st.hw, st.profile, "copy")
+    out_b = framework.fsdp2_copy_bytes_per_param(pb_b, tr.grad_bytes)[0]
+    bwd = compute.memory_time_s(regathered * out_b + params * copy_in + cast_b, st.hw, st.profile, "copy")
     return fwd * st.slowest, bwd * st.slowest
 
 
