@@ -203,3 +203,133 @@ def test_memory_assumptions_name_the_library_that_holds_the_fp8_weights():
     assert "FSDP2 gathers" in note(_scenario(float8_all_gather=True))
     assert note(_scenario(framework="megatron", zero=1)).startswith("16-bit weights plus Transformer Engine's cached")
     assert "per use" in note(_scenario(framework="megatron", zero=3))
+
+
+def _mixtral_ep8(**training):
+    return build_scenario({"model": "mixtral-8x7b", "cluster": {"preset": "dgx-h100", "num_gpus": 16},
+                           "layout": {"ep": 8},
+                           "training": {"seq_len": 4096, "global_batch": 32, "micro_batch": 1, "dtype": "fp8",
+                                        "zero": 3, "framework": "torch", **training}})
+
+
+def test_expert_and_dense_gathers_carry_their_own_bytes(monkeypatch):
+    """Mixtral 8x7B, EP 8 on 16 GPUs, float8 all-gather: the dense part gathers over the 16-rank shard group with its
+    blocks' linear weights in 1 byte and the rest in 2; the routed experts (no nn.Linear) gather over the 2-rank
+    expert-data-parallel group in 2 bytes each. _coll is replaced by one that reports each all-gather's bytes as
+    latency (dense group) or bandwidth seconds (expert group), so the Transfer sums each part's bytes."""
+    from trainsim.cost_models.param_tensors import chunk_tensors
+    from trainsim.simulator import grad_sync
+
+    def fake(op, nbytes, group, scenario, profile):
+        if op != "all_gather" or group is None:
+            return 0.0, 0.0
+        return (0.0, nbytes) if group.size == 2 else (nbytes, 0.0)
+
+    monkeypatch.setattr(grad_sync, "_coll", fake)
+    s = _mixtral_ep8(float8_all_gather=True)
+    tensors = chunk_tensors(s, 0)
+    expert = sum(t.elems for t in tensors if t.expert)
+    dense = sum(t.elems for t in tensors if not t.expert)
+    lin = sum(t.elems for t in tensors if t.kind == "weight" and not t.expert)
+    gather = build_cost_table(s).stages[0].chunks[0].param_gather
+    assert gather.transfer_s == pytest.approx(expert * 2, rel=1e-9)          # 11.27 GB
+    assert gather.latency_s == pytest.approx((dense - lin) * 2 + lin, rel=1e-9)  # 1.87 GB
+    assert gather.nbytes == pytest.approx(expert * 2 + (dense - lin) * 2 + lin, rel=1e-9)
+
+
+def test_gather_pool_replays_float8_blocks_at_their_gathered_bytes():
+    """FSDP2's all-gather pool (fsdp_stream_pools.py) with a root of 2 blocks' parameters at 2 bytes and blocks
+    gathered in 1 byte: the forward holds the root's 4-block-byte output and the first block's 1-byte one, the later
+    blocks carved from the freed segments; beyond the largest output, one block's 1-byte output (2 bytes when every
+    unit gathers in 2)."""
+    from trainsim.cost_models.fsdp_stream_pools import gather_pool_extra
+    block, shard = 64 * (1 << 20), 8
+    units = (2.0 * block,) + (float(block),) * 4
+    assert gather_pool_extra(units, shard, 2, None, (2.0,) + (1.0,) * 4) == block * 1
+    assert gather_pool_extra(units, shard, 2) == block * 2
+
+
+def test_stream_pools_use_the_float8_block_bytes():
+    """Llama 3 8B, 16 ranks, float8 all-gather: with nothing counted as allocated the all-gather pool reserves the
+    root's 2-byte output and one block's, each a segment rounded to 2 MiB; the block's output holds its linear
+    weights in 1 byte, the rest in 2, so the pools differ from the 2-byte replay by the two block segments."""
+    from trainsim.cost_models.memory import _stream_pools
+    s = _scenario(float8_all_gather=True)
+    rp = rank_param_shards(s, 0)
+    shard = 16
+    b = -(-int(rp.block_params) // shard) * shard  # padded to the shard group
+    lin = _linear_elems(s) / s.model.num_layers
+    seg = 2 * (1 << 20)
+
+    def r2(x):
+        return -(-x // seg) * seg
+
+    f8 = r2(-(-b * ((rp.block_params - lin) * 2 + lin) / rp.block_params // 1))
+    assert _stream_pools(s, 0, 4, 0.0, rp) - _stream_pools(s, 0, 4, 0.0) == pytest.approx(f8 - r2(2 * b), abs=1)
+
+
+def test_backward_shard_cast_only_for_regathered_blocks():
+    """FSDP2 keeping the root and the last block unsharded after forward (fsdp_unsharded_after_forward
+    root_and_last_block) gathers every block but the last again in the backward: the backward casts the fp32 shards
+    (amax read 4, cast read 4, write 1 byte per element on a 16-rank shard group) of all blocks' linear weights but
+    the last block's, and copies out all blocks' parameters but the last's; the forward casts all of them. The root
+    (embedding, norms, output layer) holds no float8 weight, so without a kept block the backward casts them all."""
+    from trainsim.simulator.builder import _fsdp2_copies_s, _regathered
+    from trainsim.simulator.step_context import _step_context
+    s = _scenario(float8_all_gather=True, fsdp_unsharded_after_forward="root_and_last_block")
+    st = _step_context(s, None)
+    rp = rank_param_shards(s, 0)
+    blocks = rp.block_params * s.model.num_layers
+    lin_block = _linear_elems(s) / s.model.num_layers
+    regathered, kept_f8 = _regathered(st, 0, blocks)
+    assert regathered == pytest.approx(blocks - rp.block_params, rel=1e-12)
+    assert kept_f8 == pytest.approx(lin_block, rel=1e-12)
+    assert _regathered(_step_context(_scenario(float8_all_gather=True), None), 0, blocks) == (blocks, 0.0)
+    params, lin = blocks + rp.root_params, _linear_elems(s)
+    f, b = _fsdp2_copies_s(st, params, regathered, 0, kept_f8)
+    assert f == _fsdp2_copies_s(st, params, blocks, 0)[0]
+    lin_b = lin - lin_block  # the re-gathered blocks' linear weights
+    nbytes = 2 * ((regathered - lin_b) * 2 + lin_b) + params * (2 + s.training.grad_bytes) + lin_b / 16 * (4 + 4 + 1)
+    assert b == pytest.approx((nbytes / st.hw.mem_Bps + st.hw.overhead_s) * st.slowest, rel=1e-9)
+
+
+def test_backward_copy_out_moves_the_regathered_blocks_bytes():
+    """Llama 3 8B, float8 all-gather, 16 ranks: the backward copies out the re-gathered blocks (read and write their
+    gathered bytes: linear weights L in 1 byte, the rest in 2; the root's 16-bit parameters are not re-gathered),
+    copies in every gradient (read 2, write the reduce dtype) and casts every float8 weight's fp32 shard (9 bytes
+    per element)."""
+    from trainsim.simulator.builder import _fsdp2_copies_s
+    from trainsim.simulator.step_context import _step_context
+    s = _scenario(float8_all_gather=True)
+    st = _step_context(s, None)
+    rp = rank_param_shards(s, 0)
+    blocks, lin = rp.block_params * s.model.num_layers, _linear_elems(s)
+    params = blocks + rp.root_params
+    nbytes = 2 * ((blocks - lin) * 2 + lin) + params * (2 + s.training.grad_bytes) + lin / 16 * 9
+    _, b = _fsdp2_copies_s(st, params, blocks, 0)
+    assert b == pytest.approx((nbytes / st.hw.mem_Bps + st.hw.overhead_s) * st.slowest, rel=1e-9)
+
+
+def test_amax_all_reduces_per_gather_or_once_per_step():
+    """Without the precompute each float8 weight's shard cast all-reduces its 4-byte amax over the shard group before
+    every all-gather: Llama 3 8B's 32 x 7 linear weights add 224 such all-reduces to the gather Transfer. With it the
+    gather holds none and the optimizer step reads every fp32 float8 shard once (4 bytes per element) and
+    all-reduces the 224 stacked amaxes in one collective."""
+    from trainsim.simulator.builder import _float8_precompute_s
+    from trainsim.simulator.exposures import _coll
+    from trainsim.simulator.step_context import _step_context
+    off = _scenario(float8_all_gather=True)
+    on = _scenario(float8_all_gather=True, float8_precompute_scale=True)
+    n = 7 * off.model.num_layers
+    st = _step_context(off, None)
+    lat, bw = _coll("all_reduce", 4, st.shard_group, off, None)
+    assert lat > 0
+    g_off = build_cost_table(off).stages[0].chunks[0].param_gather
+    g_on = build_cost_table(on).stages[0].chunks[0].param_gather
+    assert g_off.latency_s - g_on.latency_s == pytest.approx(n * lat, rel=1e-9)
+    assert g_off.transfer_s - g_on.transfer_s == pytest.approx(n * bw, rel=1e-9)
+    assert _float8_precompute_s(st, 0) == 0.0
+    st_on = _step_context(on, None)
+    lat1, bw1 = _coll("all_reduce", 4 * n, st_on.shard_group, on, None)
+    read = (_linear_elems(on) / 16 * 4 / st_on.hw.mem_Bps + st_on.hw.overhead_s) * st_on.slowest
+    assert _float8_precompute_s(st_on, 0) == pytest.approx(read + lat1 + bw1, rel=1e-9)

@@ -79,25 +79,29 @@ def reduce_pool_extra(units: tuple[float, ...], shard: int, reduce_bytes: int, i
 
 @memoised(maxsize=256)
 def gather_pool_extra(units: tuple[float, ...], shard: int, param_bytes: int,
-                      counted: float | None = None) -> float:
+                      counted: float | None = None, unit_bytes: tuple[float, ...] | None = None) -> float:
     """Reserved bytes of FSDP2's all-gather pool beyond the all-gather outputs the memory model counts as
-    allocated at its peak (``counted``; default the largest unit's: fsdp2_peak.py says which), replayed over two
-    steps: the forward gathers every unit, each output freed once the next one is allocated; the backward every
+    allocated at its peak (``counted``; default the largest unit's output: fsdp2_peak.py says which), replayed over
+    two steps: the forward gathers every unit, each output freed once the next one is allocated; the backward every
     block again, each freed before the next is allocated (module doc). The first unit, the root's embedding /
     output, is gathered in the backward only where it was resharded after forward (FSDP2 leaves the root unsharded
     by default, _fsdp_state.py ``_lazy_init``), and then alone, before any block: its output takes the block the
-    forward's left, so the replay leaves it out."""
+    forward's left, so the replay leaves it out. ``unit_bytes``: each unit's gathered bytes per parameter (under
+    torchao's float8 all-gather a block's float8 weights arrive in 1 byte: fsdp2_peak.block_gather_bytes); default
+    ``param_bytes`` for every unit."""
+    per = unit_bytes or (float(param_bytes),) * len(units)
+    size = [int(-(-_padded(u, shard) * b // 1)) for u, b in zip(units, per, strict=True)]  # whole bytes
     events: list[tuple] = []
     for step in range(2):
-        for j, u in enumerate(units):
-            events.append(("alloc", (step, "f", j), _padded(u, shard) * param_bytes))
+        for j in range(len(units)):
+            events.append(("alloc", (step, "f", j), size[j]))
             if j:
                 events.append(("free", (step, "f", j - 1)))
         events.append(("free", (step, "f", len(units) - 1)))
-        for j, u in enumerate(reversed(units[1:])):
-            events += [("alloc", (step, "b", j), _padded(u, shard) * param_bytes), ("free", (step, "b", j))]
+        for j, n in enumerate(reversed(size[1:])):
+            events += [("alloc", (step, "b", j), n), ("free", (step, "b", j))]
     if counted is None:
-        counted = _padded(max(units), shard) * param_bytes
+        counted = max(size)
     return float(max(0, replay(events).peak_reserved - counted))
 
 
@@ -109,14 +113,16 @@ def reduce_input_in_pool(training, reduce_bytes: int) -> bool:
 
 
 def stream_pool_cached(training, units: tuple[float, ...], shard: int, reduce_bytes: int,
-                       microbatches: int, gather_counted: float | None = None) -> float:
+                       microbatches: int, gather_counted: float | None = None,
+                       gather_bytes: tuple[float, ...] | None = None) -> float:
     """Cached bytes FSDP's side-stream pools hold at the reserved peak beyond what the memory model counts
-    (module doc; ``gather_counted`` as ``gather_pool_extra``'s ``counted``); 0 outside FSDP (ZeRO-2/3 of
+    (module doc; ``gather_counted`` and ``gather_bytes`` as ``gather_pool_extra``'s ``counted`` and
+    ``unit_bytes``); 0 outside FSDP (ZeRO-2/3 of
     ``FrameworkBehaviour.torch_fsdp``), with CPU offload, or without units."""
     t = training
     if not BEHAVIOURS[t.framework].torch_fsdp or t.effective_zero < 2 or t.offload_params or not units:
         return 0.0
     extra = reduce_pool_extra(units, shard, reduce_bytes, reduce_input_in_pool(t, reduce_bytes), microbatches)
     if BEHAVIOURS[t.framework].fsdp2 and t.effective_zero >= 3:
-        extra += gather_pool_extra(units, shard, t.param_bytes, gather_counted)
+        extra += gather_pool_extra(units, shard, t.param_bytes, gather_counted, gather_bytes)
     return extra

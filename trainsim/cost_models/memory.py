@@ -60,7 +60,7 @@ from . import autocast, fp8_weights, nvfp4, op_sac_trace
 from .allocator_reserve import grads_off_peak, loss_stage_cached_bytes
 from .first_step_fragmentation import first_step_extra_reserved, lazy_state_bytes
 from .framework import DEEPSPEED_MAX_LIVE_PARAMS, bf16_optimizer
-from .fsdp2_peak import Fsdp2Peak, activation_peak, fsdp2_moment
+from .fsdp2_peak import Fsdp2Peak, activation_peak, block_gather_bytes, fsdp2_moment
 from .fsdp2_peak import applies as fsdp2_applies
 from .fsdp_stream_pools import stream_pool_cached
 from .grad_buffer import optimizer_tensor_elems
@@ -432,7 +432,7 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
         details["ddp_param_remap"] = remap
     other = sum(v for k, v in details.items() if k not in ACTIVATION_DETAILS)
     gathered = None if moment is None else fsdp2.phases.gather_outputs[moment[0]]
-    pools = _stream_pools(scenario, stage, sb.grads, gathered)
+    pools = _stream_pools(scenario, stage, sb.grads, gathered, rp)
     cached = _allocator_cached(scenario, stage, working) + cast - beyond + off_peak + pools
     return StageMemory(weights=off.weights, grads=off.grads, optimizer=off.optimizer, activations=activations,
                        other=other, host=host, pcie_h2d_bytes=off.h2d, pcie_d2h_bytes=off.d2h,
@@ -515,9 +515,10 @@ def reduce_cast_bytes(scenario, rp: RankParams) -> float:
     return float(rp.held * t.param_bytes)
 
 
-def _stream_pools(scenario, stage: int, reduce_bytes: int, gather_counted: float | None = None) -> float:
+def _stream_pools(scenario, stage: int, reduce_bytes: int, gather_counted: float | None = None, rp=None) -> float:
     """FSDP's side-stream pools' cached bytes on a rank of ``stage`` (fsdp_stream_pools.py): its units are the
-    stage's embedding / output parameters (the root unit) and each block (the layer's TP/EP shard)."""
+    stage's embedding / output parameters (the root unit) and each block (the layer's TP/EP shard), the blocks
+    gathered in fsdp2_peak.block_gather_bytes per parameter under float8 all-gather (``rp``: RankParams)."""
     m, lay = scenario.model, scenario.layout
     if getattr(scenario.cluster.gpu, "num_sms", None) is None:
         return 0.0
@@ -527,8 +528,11 @@ def _stream_pools(scenario, stage: int, reduce_bytes: int, gather_counted: float
     extra = _stage_extra_params(m, lay.tp, lay.pp, stage, scenario.loss_stage)
     units = (((extra,) if extra else ()) + (dense,) * n_dense
              + (layer,) * (scenario.layers_on_stage(stage) - n_dense))
+    pb = float(scenario.training.param_bytes)
+    block_b = (block_gather_bytes(scenario, rp, stage) if rp is not None else None) or pb
+    per_unit = ((pb,) if extra else ()) + (block_b,) * (len(units) - (1 if extra else 0))
     return stream_pool_cached(scenario.training, units, shard_groups(scenario)[0], reduce_bytes,
-                              scenario.num_microbatches, gather_counted)
+                              scenario.num_microbatches, gather_counted, per_unit if block_b != pb else None)
 
 
 def _allocator_cached(scenario, stage: int, working: float) -> float:

@@ -213,6 +213,12 @@ def mtp_tensors(model, tp: int, ep: int, etp: int, style: str, embedding_copy: b
     return out
 
 
+def layer_tensors(tensors, layer: int) -> tuple[ParamTensor, ...]:
+    """The tensors of model layer ``layer`` among ``tensors`` (chunk_tensors names them ``layers.<layer>.``)."""
+    prefix = f"layers.{layer}."
+    return tuple(t for t in tensors if t.name.startswith(prefix))
+
+
 def _named(template: list[ParamTensor], prefix: str) -> list[ParamTensor]:
     """``template`` (a block's tensors named from its root) under ``prefix``."""
     return [ParamTensor(f"{prefix}{t.name}", t.elems, t.kind, t.tp_sharded, t.expert, t.shape, t.split_dim)

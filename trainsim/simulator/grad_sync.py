@@ -267,28 +267,32 @@ def _zero3_gather(st: _Step, s: int, c: int, params: float, calls: int, moe_laye
     DeepSpeed per expert submodule -- and nothing where that group is one rank."""
     scenario, tr = st.scenario, st.scenario.training
     vs = scenario.virtual_stage(s, c)
-    parts = [(params, calls, st.shard_group)]
     tensors = chunk_tensors(scenario, vs)
-    pb = torchao_float8.gather_bytes_per_param(scenario, tensors, params)  # float8 all-gather: 1-byte weights
+    # (parameters, calls, group, gathered bytes per parameter): float8 all-gather gathers the non-expert linear
+    # weights in 1 byte; routed experts are no nn.Linear and gather in param_bytes (torchao_float8.py)
+    whole = params * torchao_float8.gather_bytes_per_param(scenario, tensors, params)
+    parts = [(params, calls, st.shard_group, whole / params if params > 0 else 0.0)]
     if st.expert_apart:
         expert = _expert_share(tensors, params)
         e_calls = (zero3_gathers.gather_calls([t for t in tensors if t.expert], tr.framework)
                    if st.fw.zero3_gather == "tensor" else moe_layers)
-        parts = [(params - expert, calls, st.shard_group)]
+        dense = [t for t in tensors if not t.expert]
+        parts = [(params - expert, calls, st.shard_group,
+                  torchao_float8.gather_bytes_per_param(scenario, dense, params - expert))]
         if expert > 0 and st.expert_dp_group is not None:
-            parts.append((expert, max(1, e_calls), st.expert_dp_group))
-    hier = mics_sync.hierarchical_gather(st, s, params * pb / calls)  # MiCS's two hops (no experts)
+            parts.append((expert, max(1, e_calls), st.expert_dp_group, float(tr.param_bytes)))
+    hier = mics_sync.hierarchical_gather(st, s, whole / calls)  # MiCS's two hops: the whole chunk, experts in it
     if hier is not None:
         return Transfer(f"all_gather params chunk {c} (MiCS hierarchical)", transfer_s=calls * hier[1],
-                        latency_s=calls * hier[0], links=hier[2], dim="dp", nbytes=params * pb)
-    costs = [(k, _coll("all_gather", p * pb / k, g, scenario, st.profile)) for p, k, g in parts]
+                        latency_s=calls * hier[0], links=hier[2], dim="dp", nbytes=whole)
+    costs = [(k, _coll("all_gather", p * pb / k, g, scenario, st.profile)) for p, k, g, pb in parts]
     if tr.float8_all_gather and not tr.float8_precompute_scale:  # each shard cast all-reduces its amax first
         amax = _coll("all_reduce", torchao_float8.AMAX_BYTES, st.shard_group, scenario, st.profile)
         costs.append((torchao_float8.amax_all_reduces(torchao_float8.float8_weight_count(tensors), False, 1), amax))
-    links = tuple(dict.fromkeys(x for _, _, g in parts for x in _links(s, g or st.dp_group)))
+    links = tuple(dict.fromkeys(x for _, _, g, _ in parts for x in _links(s, g or st.dp_group)))
     return Transfer(f"all_gather params chunk {c}", transfer_s=sum(k * bw for k, (_, bw) in costs),
                     latency_s=sum(k * lat for k, (lat, _) in costs), links=links, dim="dp",
-                    nbytes=sum(p for p, _, _ in parts) * pb)
+                    nbytes=sum(p * pb for p, _, _, pb in parts))
 
 
 def _chunk_dp(st: _Step, s: int, c: int, params: float, extra: bool, n: int, n_d: int):
