@@ -283,6 +283,20 @@ def test_bad_dp_pool_and_loss_keys_are_refused(yaml_text, field, tmp_path):
     assert_refused(run_cli(["predict", "--fast", str(f)]), field)
 
 
+def _predict_and_plan(path, plan_pins: list[str], field: str, refused: str | None) -> dict:
+    """predict and plan (pinned by ``plan_pins``, top 1) on the file at ``path``, both --json: both refuse it naming
+    ``field`` with ``refused`` in the line, or both accept it; the runs by command."""
+    runs = {"predict": run_cli(["predict", path, "--json"]),
+            "plan": run_cli(["plan", path, *plan_pins, "--top", "1", "--json"])}
+    for cmd, r in runs.items():
+        if refused:
+            assert_refused(r, field)
+            assert refused in r.err, (cmd, r.err)
+        else:
+            assert r.code == 0, (cmd, r.err)
+    return runs
+
+
 @pytest.mark.parametrize("value, refused", [('"4096"', None), ("4096.0", None), ("true", "must be a number"),
                                             ('"4096.5"', "valid integer"), ("0", "greater than 0")])
 def test_plan_and_predict_read_a_files_sequence_length_alike(tmp_path, value, refused):
@@ -291,15 +305,7 @@ def test_plan_and_predict_read_a_files_sequence_length_alike(tmp_path, value, re
     path = tmp_path / "s.yaml"
     path.write_text(f"model: llama3-8b\ncluster: dgx-h100\ngpus: 8\ntraining:\n  seq_len: {value}\n"
                     "  global_batch: 8\n")
-    runs = {cmd: run_cli([cmd, path, *extra]) for cmd, extra in
-            (("predict", ["--json"]), ("plan", ["--tp", "1", "--pp", "1", "--micro-batch", "1", "--top", "1",
-                                                "--json"]))}
-    for cmd, r in runs.items():
-        if refused:
-            assert_refused(r, "training.seq_len")
-            assert refused in r.err, (cmd, r.err)
-        else:
-            assert r.code == 0, (cmd, r.err)
+    runs = _predict_and_plan(path, ["--tp", "1", "--pp", "1", "--micro-batch", "1"], "training.seq_len", refused)
     if not refused:
         predicted = json.loads(runs["predict"].out)
         planned = json.loads(runs["plan"].out)
@@ -342,14 +348,7 @@ def test_predict_and_plan_read_a_files_gpu_count_alike(tmp_path, value, refused)
     path = tmp_path / "s.yaml"
     path.write_text(f"model: llama3-8b\ncluster: dgx-h100\ngpus: {value}\n"
                     "training: {global_batch: 64, seq_len: 4096}\n")
-    runs = {cmd: run_cli([cmd, path, *extra]) for cmd, extra in
-            (("predict", ["--json"]), ("plan", ["--tp", "2", "--pp", "1", "--top", "1", "--json"]))}
-    for cmd, r in runs.items():
-        if refused:
-            assert_refused(r, "gpus")
-            assert refused in r.err, (cmd, r.err)
-        else:
-            assert r.code == 0, (cmd, r.err)
+    runs = _predict_and_plan(path, ["--tp", "2", "--pp", "1"], "gpus", refused)
     if not refused:
         assert json.loads(runs["predict"].out)["layout"]["dp"] == 16
         assert {row["gpus"] for row in json.loads(runs["plan"].out)["rows"]} == {16}
