@@ -74,14 +74,14 @@ def test_fsdp2_copies_are_the_gathered_and_reduced_bytes_on_the_compute_stream()
     scn = build_scenario(FSDP2, {})
     st = _step_context(scn, None)
     params, blocks = 8.0e9, 7.0e9
-    fwd, bwd = builder._fsdp2_copies_s(st, params, blocks, 0)
+    fwd, bwd = builder._fsdp2_copies_s(st, params, (blocks, 0.0), 0)
     tr = scn.training
     out, copy_in = 2 * tr.param_bytes, tr.param_bytes + tr.grad_bytes
     assert fwd == pytest.approx(compute.memory_time_s(params * out, st.hw) * st.slowest)
     assert bwd == pytest.approx(compute.memory_time_s(blocks * out + params * copy_in, st.hw) * st.slowest)
     # FSDP1 (pytorch-fsdp) all-gathers into its flat parameter: no copy-out, none of these copies
     fsdp1 = build_scenario({**FSDP2, "training": {**FSDP2["training"], "framework": "pytorch-fsdp"}}, {})
-    assert builder._fsdp2_copies_s(_step_context(fsdp1, None), params, blocks, 0) == (0.0, 0.0)
+    assert builder._fsdp2_copies_s(_step_context(fsdp1, None), params, (blocks, 0.0), 0) == (0.0, 0.0)
 
 
 def test_fused_rmsnorm_is_one_triton_pass_each_way_and_saves_the_input():

@@ -192,14 +192,14 @@ def test_eager_torchao_blocks_run_torchtitans_eager_code():
 
 
 def test_memory_assumptions_name_the_library_that_holds_the_fp8_weights():
-    """The fp8_weights line names what the memory model holds: torchao casts per use (no cached copy; FSDP2's fp8
+    """The fp8_weights line names what the memory model holds: torchao casts per use (no fp8 copy held; FSDP2's fp8
     gather where on), Transformer Engine's cached copy only where the framework keeps one (Megatron below ZeRO-3)."""
     from trainsim.cost_models.model_states import memory_assumptions
 
     def note(s):
         return memory_assumptions(s.training)["fp8_weights"]
 
-    assert "torchao" in note(_scenario()) and "no cached copy" in note(_scenario())
+    assert "torchao" in note(_scenario()) and note(_scenario()).startswith("no fp8 weight copy held")
     assert "FSDP2 gathers" in note(_scenario(float8_all_gather=True))
     assert note(_scenario(framework="megatron", zero=1)).startswith("16-bit weights plus Transformer Engine's cached")
     assert "per use" in note(_scenario(framework="megatron", zero=3))
@@ -281,13 +281,14 @@ def test_backward_shard_cast_only_for_regathered_blocks():
     rp = rank_param_shards(s, 0)
     blocks = rp.block_params * s.model.num_layers
     lin_block = _linear_elems(s) / s.model.num_layers
-    regathered, kept_f8 = _regathered(st, 0, blocks)
-    assert regathered == pytest.approx(blocks - rp.block_params, rel=1e-12)
-    assert kept_f8 == pytest.approx(lin_block, rel=1e-12)
-    assert _regathered(_step_context(_scenario(float8_all_gather=True), None), 0, blocks) == (blocks, 0.0)
     params, lin = blocks + rp.root_params, _linear_elems(s)
-    f, b = _fsdp2_copies_s(st, params, regathered, 0, kept_f8)
-    assert f == _fsdp2_copies_s(st, params, blocks, 0)[0]
+    regathered, regathered_f8 = _regathered(st, 0, blocks)
+    assert regathered == pytest.approx(blocks - rp.block_params, rel=1e-12)
+    assert regathered_f8 == pytest.approx(lin - lin_block, rel=1e-12)
+    every = _regathered(_step_context(_scenario(float8_all_gather=True), None), 0, blocks)
+    assert every[0] == blocks and every[1] == pytest.approx(lin, rel=1e-12)
+    f, b = _fsdp2_copies_s(st, params, (regathered, regathered_f8), 0)
+    assert f == _fsdp2_copies_s(st, params, every, 0)[0]
     lin_b = lin - lin_block  # the re-gathered blocks' linear weights
     nbytes = 2 * ((regathered - lin_b) * 2 + lin_b) + params * (2 + s.training.grad_bytes) + lin_b / 16 * (4 + 4 + 1)
     assert b == pytest.approx((nbytes / st.hw.mem_Bps + st.hw.overhead_s) * st.slowest, rel=1e-9)
@@ -306,7 +307,7 @@ def test_backward_copy_out_moves_the_regathered_blocks_bytes():
     blocks, lin = rp.block_params * s.model.num_layers, _linear_elems(s)
     params = blocks + rp.root_params
     nbytes = 2 * ((blocks - lin) * 2 + lin) + params * (2 + s.training.grad_bytes) + lin / 16 * 9
-    _, b = _fsdp2_copies_s(st, params, blocks, 0)
+    _, b = _fsdp2_copies_s(st, params, (blocks, lin), 0)
     assert b == pytest.approx((nbytes / st.hw.mem_Bps + st.hw.overhead_s) * st.slowest, rel=1e-9)
 
 
@@ -333,3 +334,24 @@ def test_amax_all_reduces_per_gather_or_once_per_step():
     lat1, bw1 = _coll("all_reduce", 4 * n, st_on.shard_group, on, None)
     read = (_linear_elems(on) / 16 * 4 / st_on.hw.mem_Bps + st_on.hw.overhead_s) * st_on.slowest
     assert _float8_precompute_s(st_on, 0) == pytest.approx(read + lat1 + bw1, rel=1e-9)
+
+
+@pytest.mark.parametrize("layout, schedule", [({"pp": 2, "stage_layers": [32, 0]}, "1f1b"),
+                                              ({"pp": 2, "vpp": 2}, "interleaved")])
+def test_the_kept_last_block_is_found_by_the_layer_range(layout, schedule):
+    """The model's last block is kept unsharded (root_and_last_block) in whichever chunk holds layer L-1, also
+    when the last virtual stage holds no layer."""
+    from trainsim.simulator.builder import _regathered
+    from trainsim.simulator.step_context import _step_context
+    s = build_scenario({"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "num_gpus": 16}, "layout": layout,
+                        "training": {"seq_len": 4096, "global_batch": 32, "micro_batch": 1, "dtype": "fp8", "zero": 3,
+                                     "framework": "torch", "float8_all_gather": True, "schedule": schedule,
+                                     "fsdp_unsharded_after_forward": "root_and_last_block"}})
+    st = _step_context(s, None)
+    lin_block = _linear_elems(s) / s.model.num_layers
+    holder = max(v for v in range(len(s.stage_layers)) if s.stage_layers[v])
+    for v, n in enumerate(s.stage_layers):
+        got = _regathered(st, v, 1e12)  # any block-parameter count: the kept block's elements come off it
+        kept = v == holder
+        assert got[1] == pytest.approx(n * lin_block - (lin_block if kept else 0.0), rel=1e-12), v
+        assert (got[0] < 1e12) == kept

@@ -374,3 +374,12 @@ def test_plan_keeps_a_files_stated_zero_beside_float8_all_gather(tmp_path):
         r = run_cli([cmd, path])
         assert_refused(r, "training.float8_all_gather")
         assert "got zero 2" in r.err
+
+
+def test_plan_pins_a_files_quoted_zero_3_beside_float8_all_gather(tmp_path):
+    """A stated zero "3" (quoted: pydantic's lax int) beside float8_all_gather is ZeRO 3 for plan, as for predict."""
+    path = tmp_path / "s.yaml"
+    path.write_text("model: llama3-8b\ncluster: dgx-h100\ngpus: 16\ntraining: {global_batch: 64, seq_len: 4096, "
+                    "framework: torch, dtype: fp8, float8_all_gather: true, zero: \"3\"}\n")
+    runs = _predict_and_plan(path, ["--tp", "1", "--pp", "1"], "", None)
+    assert {row["zero"] for row in json.loads(runs["plan"].out)["rows"]} == {3}

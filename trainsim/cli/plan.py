@@ -55,8 +55,9 @@ def parse_tokens(text: str) -> float:
     return value
 
 
-def parse_gpus(text: str, gpus_per_node: int) -> tuple[int, ...]:
-    """'1024' -> (1024,); 'A:B' -> powers of two times whole nodes in [A, B] plus A and B; 'a,b,c' -> list."""
+def parse_gpus(text: str, gpus_per_node: int, from_file: bool = False) -> tuple[int, ...]:
+    """'1024' -> (1024,); 'A:B' -> powers of two times whole nodes in [A, B] plus A and B; 'a,b,c' -> list.
+    ``from_file``: the text is a scenario file's value (a refusal explains YAML 1.1's reading of ``1e3``)."""
     text = str(text).strip()
     try:
         if ":" in text:
@@ -74,7 +75,7 @@ def parse_gpus(text: str, gpus_per_node: int) -> tuple[int, ...]:
         else:
             counts = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
     except ValueError:
-        hint = f" {YAML11_EXPONENT_HINT}" if yaml11_exponent(text) else ""
+        hint = f" {YAML11_EXPONENT_HINT}" if from_file and yaml11_exponent(text) else ""
         raise SpecError("gpus", f"must be N, A:B or a comma list of integers, got {text!r}{hint}") from None
     if not counts or any(c <= 0 for c in counts):
         raise SpecError("gpus", f"must be positive, got {text!r}")
@@ -282,7 +283,7 @@ def request_from_args(args: argparse.Namespace):
     _required("gpus", gpus_text, "no GPU count given (use --gpus N or --gpus A:B)")
     if isinstance(gpus_text, (bool, int, float)):  # a file's number, read as predict reads it (16.0 is 16)
         gpus_text = gpu_count(gpus_text)
-    counts = parse_gpus(str(gpus_text), cluster.gpus_per_node)
+    counts = parse_gpus(str(gpus_text), cluster.gpus_per_node, from_file=args.gpus is None)
     check_pool_plan(cluster, counts, args.placement)
     global_batch, seq_len = _batch_and_seq(args, training)
     fixed = _pinned_dims(args)
@@ -293,7 +294,7 @@ def request_from_args(args: argparse.Namespace):
     if (extra.get("offload_params") or extra.get("float8_all_gather")) and "zero" not in fixed:
         # parameters must be sharded to be offloaded, or gathered in float8 by FSDP: ZeRO 3, unless the file
         # states its stage (then checked as given, as predict checks it)
-        fixed["zero"] = 3 if training.get("zero") is None else training["zero"]
+        fixed["zero"] = 3 if training.get("zero") is None else load_training({"zero": training["zero"]}).zero
     # --zero with the distributed optimizer is checked as given (zero 0 contradicts it: refused).
     why = zero_conflict(fixed.get("zero", training.get("zero")), training)
     if why:

@@ -517,8 +517,9 @@ def reduce_cast_bytes(scenario, rp: RankParams) -> float:
 
 def _stream_pools(scenario, stage: int, reduce_bytes: int, gather_counted: float | None = None, rp=None) -> float:
     """FSDP's side-stream pools' cached bytes on a rank of ``stage`` (fsdp_stream_pools.py): its units are the
-    stage's embedding / output parameters (the root unit) and each block (the layer's TP/EP shard), the blocks
-    gathered in fsdp2_peak.block_gather_bytes per parameter under float8 all-gather (``rp``: RankParams)."""
+    stage's embedding / output parameters (the root unit) and each block (the layer's TP/EP shard); under float8
+    all-gather every block is gathered at the stage's average block bytes per parameter
+    (fsdp2_peak.block_gather_bytes; ``rp``: RankParams), dense and MoE blocks of a MoE stack alike."""
     m, lay = scenario.model, scenario.layout
     if getattr(scenario.cluster.gpu, "num_sms", None) is None:
         return 0.0

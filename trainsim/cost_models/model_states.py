@@ -170,9 +170,10 @@ def _fp8_note(training) -> str:
     """How the fp8 linears' weights are held (cost_models/fp8_weights.py for Transformer Engine; torchao's
     Float8Linear casts per use, cost_models/torchao_float8.py)."""
     if resolved_fp8_library(training) == "torchao":
-        gather = ("; FSDP2 gathers the blocks' linear weights in fp8 (1 byte), each shard cast before its gather"
-                  if training.float8_all_gather else "")
-        return f"16-bit weights; torchao's Float8Linear casts each weight to fp8 per use (no cached copy){gather}"
+        if training.float8_all_gather:
+            return ("no fp8 weight copy held: FSDP2 gathers the blocks' linear weights in fp8 (1 byte), each shard "
+                    "cast before its gather, and the backward copies them into its GEMM's layout")
+        return "no fp8 weight copy held: torchao's Float8Linear casts each weight's 16-bit compute copy per use"
     recipe = "MXFP8 (rowwise + columnwise, e8m0 scale per 32)" if training.fp8_recipe == "mxfp8" else \
         "per-tensor fp8 (a transpose too where the GPU lacks non-TN fp8 GEMMs)"
     if training.fp8_param_gather:

@@ -176,34 +176,32 @@ def _accumulate_s(st: _Step, params: float, tied: float = 0.0) -> float:
     return compute.memory_time_s(nbytes, st.hw, st.profile, "copy") * st.slowest if nbytes > 0 else 0.0
 
 
-def _fsdp2_copies_s(st: _Step, params: float, regathered: float, vs: int,
-                    kept_f8: float = 0.0) -> tuple[float, float]:
+def _fsdp2_copies_s(st: _Step, params: float, regathered: tuple[float, float], vs: int) -> tuple[float, float]:
     """Compute-stream seconds (forward, backward) per micro-batch of FSDP2's copies around a chunk's collectives
     (framework_behaviour ``fsdp2_copies``): the forward's all-gather copy-out of all ``params``, the backward's
-    copy-out of the ``regathered`` block parameters (resharded after forward; the root's are not: _regathered) and
-    the reduce-scatter copy-in of every gradient. Under torchao's float8 all-gather the float8 weights are copied
-    out in 1 byte and their shards are cast before each gather (torchao_float8.shard_cast_bytes): in the forward
-    all of them, in the backward those of the regathered blocks (all but ``kept_f8`` elements; the root holds
-    none), whose copy-out moves their own bytes (the root's 16-bit parameters not among them)."""
+    copy-out of the ``regathered`` (parameters, float8 weight elements) of the blocks gathered again (_regathered)
+    and the reduce-scatter copy-in of every gradient. Under torchao's float8 all-gather the float8 weights are
+    copied out in 1 byte and their shards are cast before each gather (torchao_float8.shard_cast_bytes): in the
+    forward all of the chunk's, in the backward the regathered blocks'."""
     tr = st.scenario.training
     if not (st.fw.fsdp2 and st.z >= 3 and st.dp_group is not None and params > 0):
         return 0.0, 0.0
-    pb = pb_b = tr.param_bytes  # gathered bytes per parameter: the forward's (all params), the backward's
+    (back, back_f8), pb, pb_b = regathered, tr.param_bytes, tr.param_bytes  # gathered bytes per parameter
     cast_f = cast_b = 0.0
     if tr.float8_all_gather:
         tensors = chunk_tensors(st.scenario, vs)
         pb = torchao_float8.gather_bytes_per_param(st.scenario, tensors, params)
         f8, sb = torchao_float8.float8_weight_elems(tensors), torchao_float8.sharded_param_bytes(tr)
-        if regathered > 0:
-            pb_b = torchao_float8.gathered_bytes(regathered, f8 - kept_f8, tr.param_bytes, True) / regathered
+        if back > 0:
+            pb_b = torchao_float8.gathered_bytes(back, back_f8, tr.param_bytes, True) / back
         n = st.shard_group.size
-        cast_f = torchao_float8.shard_cast_bytes(f8 / n, sb, tr.float8_precompute_scale)  # the blocks' weights only
-        cast_b = torchao_float8.shard_cast_bytes(max(0.0, f8 - kept_f8) / n, sb, tr.float8_precompute_scale)
+        cast_f = torchao_float8.shard_cast_bytes(f8 / n, sb, tr.float8_precompute_scale)
+        cast_b = torchao_float8.shard_cast_bytes(back_f8 / n, sb, tr.float8_precompute_scale)
     out, copy_in = framework.fsdp2_copy_bytes_per_param(pb, tr.grad_bytes)
     copy_in += tr.param_bytes - pb  # the unsharded gradient stays in the parameter dtype
     fwd = compute.memory_time_s(params * out + cast_f, st.hw, st.profile, "copy")
     out_b = framework.fsdp2_copy_bytes_per_param(pb_b, tr.grad_bytes)[0]
-    bwd = compute.memory_time_s(regathered * out_b + params * copy_in + cast_b, st.hw, st.profile, "copy")
+    bwd = compute.memory_time_s(back * out_b + params * copy_in + cast_b, st.hw, st.profile, "copy")
     return fwd * st.slowest, bwd * st.slowest
 
 
@@ -315,15 +313,23 @@ def _add_head(st: _Step, cs: _ChunkSums) -> None:
 
 
 def _regathered(st: _Step, vs: int, blocks: float) -> tuple[float, float]:
-    """(parameters FSDP2 gathers again in the backward, float8 weight elements it does not) of virtual stage ``vs``'s
-    ``blocks`` block parameters: all of them, but the model's last block where FSDP2 keeps it unsharded from its
-    forward to its backward (TrainingSpec.fsdp_unsharded_after_forward root_and_last_block: torchtitan wraps it
-    with reshard_after_forward=False)."""
-    scenario = st.scenario
-    if scenario.training.fsdp_unsharded_after_forward != "root_and_last_block" or vs != st.last_vs:
+    """(block parameters, their float8 weight elements) of virtual stage ``vs`` whose copy-out and shard cast FSDP2
+    repeats in the backward: its ``blocks`` block parameters (the root's, embedding, output layer and MTP, are not
+    counted), but the model's last block where FSDP2 keeps it unsharded from its forward to its backward
+    (TrainingSpec.fsdp_unsharded_after_forward root_and_last_block: torchtitan wraps it with
+    reshard_after_forward=False), found by the chunk's layer range. The gather collective itself is one transfer
+    per chunk for both passes (grad_sync._zero3_gather)."""
+    scenario, tr = st.scenario, st.scenario.training
+    start, n = sum(scenario.stage_layers[:vs]), scenario.stage_layers[vs]
+    keeps_last = tr.fsdp_unsharded_after_forward == "root_and_last_block" and n > 0 and start + n == \
+        scenario.model.num_layers
+    if not (keeps_last or tr.float8_all_gather):
         return blocks, 0.0
-    last = layer_tensors(chunk_tensors(scenario, vs), scenario.model.num_layers - 1)
-    return blocks - min(blocks, sum(t.elems for t in last)), torchao_float8.float8_weight_elems(last)
+    layer_ts = [t for t in chunk_tensors(scenario, vs) if t.name.startswith("layers.")]
+    last = layer_tensors(layer_ts, scenario.model.num_layers - 1) if keeps_last else ()
+    kept = min(blocks, sum(t.elems for t in last))
+    f8 = torchao_float8.float8_weight_elems(layer_ts) - torchao_float8.float8_weight_elems(last)
+    return blocks - kept, (f8 if tr.float8_all_gather else 0.0)
 
 
 def _chunk(st: _Step, s: int, c: int, pair: float) -> ChunkCost:
@@ -341,8 +347,7 @@ def _chunk(st: _Step, s: int, c: int, pair: float) -> ChunkCost:
         cs.a += act.pipeline_output_bytes(scenario)  # the chunk's output, kept until its backward
     params = sum(k * b.params for b, k in cs.kinds) + cs.extra_params
     cs.bw += _accumulate_s(st, params, _tied_sum_params(st, vs))
-    regathered, kept_f8 = _regathered(st, vs, params - cs.extra_params)
-    copy_f, copy_b = _fsdp2_copies_s(st, params, regathered, vs, kept_f8)
+    copy_f, copy_b = _fsdp2_copies_s(st, params, _regathered(st, vs, params - cs.extra_params), vs)
     cs.f += copy_f
     cs.bw += copy_b
     if st.z >= 3 and st.dp_group is not None and n:
