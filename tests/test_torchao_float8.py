@@ -265,7 +265,7 @@ def test_stream_pools_use_the_float8_block_bytes():
         return -(-x // seg) * seg
 
     f8 = r2(-(-b * ((rp.block_params - lin) * 2 + lin) / rp.block_params // 1))
-    assert _stream_pools(s, 0, 4, 0.0, rp) - _stream_pools(s, 0, 4, 0.0) == pytest.approx(f8 - r2(2 * b), abs=1)
+    assert _stream_pools(s, 0, 4, 0.0) - _stream_pools(_scenario(), 0, 4, 0.0) == pytest.approx(f8 - r2(2 * b), abs=1)
 
 
 def test_backward_shard_cast_only_for_regathered_blocks():

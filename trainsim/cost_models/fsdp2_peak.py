@@ -51,7 +51,7 @@ from trainsim.specs.framework_behaviour import BEHAVIOURS
 from . import activations as act
 from . import torchao_float8
 from .model_states import state_bytes
-from .param_tensors import rank_tensors
+from .param_tensors import blocks_among, rank_tensors
 
 
 @dataclass(frozen=True)
@@ -110,16 +110,17 @@ def fsdp2_of(scenario, rp, stage: int = 0) -> Fsdp2Phases:
     in the sharded gradient's dtype (the MixedPrecisionPolicy's reduce_dtype)."""
     t = scenario.training
     return fsdp2_phases(rp.root_params, rp.block_params, t.param_bytes, t.grad_bytes, state_bytes(t).grads,
-                        t.fsdp_unsharded_after_forward or "none", block_gather_bytes(scenario, rp, stage))
+                        t.fsdp_unsharded_after_forward or "none", block_gather_bytes(scenario, stage))
 
 
-def block_gather_bytes(scenario, rp, stage: int) -> float | None:
-    """A block's gathered bytes per parameter under torchao's float8 all-gather (its linear weights in 1 byte, the
-    rest in the parameter dtype); None without it."""
+def block_gather_bytes(scenario, stage: int) -> float | None:
+    """A block's gathered bytes per parameter under torchao's float8 all-gather, averaged over the stage's blocks
+    (param_tensors.blocks_among: their linear weights in 1 byte, the rest in the parameter dtype); None without
+    it or without blocks."""
     if not scenario.training.float8_all_gather:
         return None
-    tensors = rank_tensors(scenario, stage)
-    blocks = sum(p.elems for p in tensors) - rp.root_params
+    tensors = blocks_among(rank_tensors(scenario, stage))
+    blocks = sum(p.elems for p in tensors)
     return torchao_float8.gather_bytes_per_param(scenario, tensors, blocks) if blocks > 0 else None
 
 

@@ -432,7 +432,7 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
         details["ddp_param_remap"] = remap
     other = sum(v for k, v in details.items() if k not in ACTIVATION_DETAILS)
     gathered = None if moment is None else fsdp2.phases.gather_outputs[moment[0]]
-    pools = _stream_pools(scenario, stage, sb.grads, gathered, rp)
+    pools = _stream_pools(scenario, stage, sb.grads, gathered)
     cached = _allocator_cached(scenario, stage, working) + cast - beyond + off_peak + pools
     return StageMemory(weights=off.weights, grads=off.grads, optimizer=off.optimizer, activations=activations,
                        other=other, host=host, pcie_h2d_bytes=off.h2d, pcie_d2h_bytes=off.d2h,
@@ -515,11 +515,11 @@ def reduce_cast_bytes(scenario, rp: RankParams) -> float:
     return float(rp.held * t.param_bytes)
 
 
-def _stream_pools(scenario, stage: int, reduce_bytes: int, gather_counted: float | None = None, rp=None) -> float:
+def _stream_pools(scenario, stage: int, reduce_bytes: int, gather_counted: float | None = None) -> float:
     """FSDP's side-stream pools' cached bytes on a rank of ``stage`` (fsdp_stream_pools.py): its units are the
     stage's embedding / output parameters (the root unit) and each block (the layer's TP/EP shard); under float8
     all-gather every block is gathered at the stage's average block bytes per parameter
-    (fsdp2_peak.block_gather_bytes; ``rp``: RankParams), dense and MoE blocks of a MoE stack alike."""
+    (fsdp2_peak.block_gather_bytes), dense and MoE blocks of a MoE stack alike."""
     m, lay = scenario.model, scenario.layout
     if getattr(scenario.cluster.gpu, "num_sms", None) is None:
         return 0.0
@@ -530,7 +530,7 @@ def _stream_pools(scenario, stage: int, reduce_bytes: int, gather_counted: float
     units = (((extra,) if extra else ()) + (dense,) * n_dense
              + (layer,) * (scenario.layers_on_stage(stage) - n_dense))
     pb = float(scenario.training.param_bytes)
-    block_b = (block_gather_bytes(scenario, rp, stage) if rp is not None else None) or pb
+    block_b = block_gather_bytes(scenario, stage) or pb
     per_unit = ((pb,) if extra else ()) + (block_b,) * (len(units) - (1 if extra else 0))
     return stream_pool_cached(scenario.training, units, shard_groups(scenario)[0], reduce_bytes,
                               scenario.num_microbatches, gather_counted, per_unit if block_b != pb else None)

@@ -213,6 +213,12 @@ def mtp_tensors(model, tp: int, ep: int, etp: int, style: str, embedding_copy: b
     return out
 
 
+def blocks_among(tensors) -> tuple[ParamTensor, ...]:
+    """The transformer blocks' tensors among ``tensors`` (chunk_tensors names them ``layers.<layer>.``): not the
+    root's embedding, final norm, output layer or MTP module."""
+    return tuple(t for t in tensors if t.name.startswith("layers."))
+
+
 def layer_tensors(tensors, layer: int) -> tuple[ParamTensor, ...]:
     """The tensors of model layer ``layer`` among ``tensors`` (chunk_tensors names them ``layers.<layer>.``)."""
     prefix = f"layers.{layer}."

@@ -97,11 +97,9 @@ def shard_cast_bytes(shard_elems: float, sharded_param_bytes: float, precomputed
     return shard_elems * (amax + sharded_param_bytes + FP8_BYTES)
 
 
-def gathered_bytes(params: float, float8_elems: float, param_bytes: float, float8_all_gather: bool) -> float:
-    """Bytes one all-gather of ``params`` parameters produces (and the unsharded buffers hold): ``float8_elems`` of
-    them at 1 byte under float8 all-gather, the rest in ``param_bytes``."""
-    if not float8_all_gather:
-        return params * param_bytes
+def gathered_bytes(params: float, float8_elems: float, param_bytes: float) -> float:
+    """Bytes one float8 all-gather of ``params`` parameters produces (and the unsharded buffers hold):
+    ``float8_elems`` of them at 1 byte, the rest in ``param_bytes``."""
     f8 = min(float8_elems, params)
     return (params - f8) * param_bytes + f8 * FP8_BYTES
 
@@ -112,17 +110,11 @@ def precompute_bytes(shard_elems: float, sharded_param_bytes: float) -> float:
     return shard_elems * sharded_param_bytes
 
 
-def amax_all_reduces(n_weights: int, precomputed: bool, gathers_per_step: float) -> float:
-    """All-reduces of weight amaxes per step on one rank: one for all weights with the precompute, else one per
-    float8 weight per gather (``hp_tensor_to_float8_dynamic(..., reduce_amax=True)``)."""
-    return 1.0 if precomputed else float(n_weights) * gathers_per_step
-
-
 def float8_weight_elems(tensors) -> float:
     """Elements of the float8 Linear weights among ``tensors`` (param_tensors.ParamTensor): the blocks' linear
     weights (kind "weight"); the embedding, norms and output layer stay 16-bit (torchtitan's llama3 configs set
     ``float8.filter_fqns = ["output"]``), and routed experts are not ``nn.Linear`` modules."""
-    return float(sum(p.elems for p in tensors if p.kind == "weight" and not p.expert))
+    return float(sum(p.elems for p in tensors if _is_float8_weight(p)))
 
 
 def gather_bytes_per_param(scenario, tensors, params: float) -> float:
@@ -131,7 +123,7 @@ def gather_bytes_per_param(scenario, tensors, params: float) -> float:
     t = scenario.training
     if not (t.float8_all_gather and params > 0):
         return float(t.param_bytes)
-    return gathered_bytes(params, float8_weight_elems(tensors), t.param_bytes, True) / params
+    return gathered_bytes(params, float8_weight_elems(tensors), t.param_bytes) / params
 
 
 def sharded_param_bytes(training) -> int:
@@ -143,4 +135,9 @@ def sharded_param_bytes(training) -> int:
 
 def float8_weight_count(tensors) -> int:
     """Number of float8 Linear weight tensors among ``tensors`` (one amax each)."""
-    return sum(1 for p in tensors if p.kind == "weight" and not p.expert)
+    return sum(1 for p in tensors if _is_float8_weight(p))
+
+
+def _is_float8_weight(p) -> bool:
+    """A block linear's weight (kind "weight"), not a routed expert's (float8_weight_elems)."""
+    return p.kind == "weight" and not p.expert

@@ -103,7 +103,7 @@ from trainsim.cost_models import (
     torchao_float8,
 )
 from trainsim.cost_models.grad_buffer import DDP_BUCKET_PARAMS, DDP_BUCKET_PARAMS_PER_DP, MiB
-from trainsim.cost_models.param_tensors import chunk_tensors, layer_tensors, rank_tensors
+from trainsim.cost_models.param_tensors import blocks_among, chunk_tensors, layer_tensors, rank_tensors
 from trainsim.specs import Scenario
 from trainsim.specs.memo import active_memo
 from trainsim.specs.pools import link_view, pool_views, stage_pools
@@ -193,7 +193,7 @@ def _fsdp2_copies_s(st: _Step, params: float, regathered: tuple[float, float], v
         pb = torchao_float8.gather_bytes_per_param(st.scenario, tensors, params)
         f8, sb = torchao_float8.float8_weight_elems(tensors), torchao_float8.sharded_param_bytes(tr)
         if back > 0:
-            pb_b = torchao_float8.gathered_bytes(back, back_f8, tr.param_bytes, True) / back
+            pb_b = torchao_float8.gathered_bytes(back, back_f8, tr.param_bytes) / back
         n = st.shard_group.size
         cast_f = torchao_float8.shard_cast_bytes(f8 / n, sb, tr.float8_precompute_scale)
         cast_b = torchao_float8.shard_cast_bytes(back_f8 / n, sb, tr.float8_precompute_scale)
@@ -325,7 +325,7 @@ def _regathered(st: _Step, vs: int, blocks: float) -> tuple[float, float]:
         scenario.model.num_layers
     if not (keeps_last or tr.float8_all_gather):
         return blocks, 0.0
-    layer_ts = [t for t in chunk_tensors(scenario, vs) if t.name.startswith("layers.")]
+    layer_ts = blocks_among(chunk_tensors(scenario, vs))
     last = layer_tensors(layer_ts, scenario.model.num_layers - 1) if keeps_last else ()
     kept = min(blocks, sum(t.elems for t in last))
     f8 = torchao_float8.float8_weight_elems(layer_ts) - torchao_float8.float8_weight_elems(last)

@@ -267,11 +267,12 @@ def _zero3_gather(st: _Step, s: int, c: int, params: float, calls: int, moe_laye
     DeepSpeed per expert submodule -- and nothing where that group is one rank."""
     scenario, tr = st.scenario, st.scenario.training
     vs = scenario.virtual_stage(s, c)
-    tensors = chunk_tensors(scenario, vs)
+    tensors = chunk_tensors(scenario, vs) if st.expert_apart or tr.float8_all_gather else ()
     # (parameters, calls, group, gathered bytes per parameter): float8 all-gather gathers the non-expert linear
     # weights in 1 byte; routed experts are no nn.Linear and gather in param_bytes (torchao_float8.py)
-    whole = params * torchao_float8.gather_bytes_per_param(scenario, tensors, params)
-    parts = [(params, calls, st.shard_group, whole / params if params > 0 else 0.0)]
+    pb = torchao_float8.gather_bytes_per_param(scenario, tensors, params)
+    whole = params * pb
+    parts = [(params, calls, st.shard_group, pb)]
     if st.expert_apart:
         expert = _expert_share(tensors, params)
         e_calls = (zero3_gathers.gather_calls([t for t in tensors if t.expert], tr.framework)
@@ -288,7 +289,7 @@ def _zero3_gather(st: _Step, s: int, c: int, params: float, calls: int, moe_laye
     costs = [(k, _coll("all_gather", p * pb / k, g, scenario, st.profile)) for p, k, g, pb in parts]
     if tr.float8_all_gather and not tr.float8_precompute_scale:  # each shard cast all-reduces its amax first
         amax = _coll("all_reduce", torchao_float8.AMAX_BYTES, st.shard_group, scenario, st.profile)
-        costs.append((torchao_float8.amax_all_reduces(torchao_float8.float8_weight_count(tensors), False, 1), amax))
+        costs.append((torchao_float8.float8_weight_count(tensors), amax))
     links = tuple(dict.fromkeys(x for _, _, g, _ in parts for x in _links(s, g or st.dp_group)))
     return Transfer(f"all_gather params chunk {c}", transfer_s=sum(k * bw for k, (_, bw) in costs),
                     latency_s=sum(k * lat for k, (lat, _) in costs), links=links, dim="dp",
