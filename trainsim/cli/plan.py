@@ -208,7 +208,7 @@ def _batch_and_seq(args: argparse.Namespace, training: dict) -> tuple[int, int]:
     seq_len = _required("training.seq_len", args.seq_len or training.get("seq_len"),
                         "no sequence length given (use --seq-len N)")
     # read by TrainingSpec's own field rules, as predict reads them (a quoted "4096" is 4096; true is refused)
-    spec = load_training({"global_batch": global_batch, "seq_len": seq_len, "micro_batch": 1})
+    spec = load_training({"global_batch": global_batch, "seq_len": seq_len})
     return spec.global_batch, spec.seq_len
 
 
@@ -241,6 +241,16 @@ def _layout_pins(raw: dict, fixed: dict[str, Any], model) -> tuple[dict, Any, in
     if "etp" in fixed and not model.is_moe:
         raise SpecError("etp", f"--etp {fixed['etp']} but {model.name} is a dense model (num_experts=1)")
     return layout, placement, etp
+
+
+def _searched_training(training: dict) -> dict[str, Any]:
+    """The scenario file's training settings plan searches (micro_batch, recompute, sequence_parallel, zero,
+    schedule), each read as predict reads it with the file's framework and dtype (a misspelt value is refused,
+    not silently replaced by the search)."""
+    stack = {k: training[k] for k in ("framework", "dtype") if training.get(k) is not None}
+    return {key: getattr(load_training({**stack, key: training[key]}), key)
+            for key in ("micro_batch", "recompute", "sequence_parallel", "zero", "schedule")
+            if training.get(key) is not None}
 
 
 def _note_searched(layout: dict, training: dict, fixed: dict[str, Any]) -> None:
@@ -291,10 +301,11 @@ def request_from_args(args: argparse.Namespace):
     # Every training setting of the scenario file the search does not decide (framework, flash attention,
     # dropout, offload, optimizer bytes, TP overlap, CP exchange, ...) applies to each candidate as given.
     extra = training_extra(training)
+    searched = _searched_training(training)
     if (extra.get("offload_params") or extra.get("float8_all_gather")) and "zero" not in fixed:
         # parameters must be sharded to be offloaded, or gathered in float8 by FSDP: ZeRO 3, unless the file
         # states its stage (then checked as given, as predict checks it)
-        fixed["zero"] = 3 if training.get("zero") is None else load_training({"zero": training["zero"]}).zero
+        fixed["zero"] = searched.get("zero", 3)
     # --zero with the distributed optimizer is checked as given (zero 0 contradicts it: refused).
     why = zero_conflict(fixed.get("zero", training.get("zero")), training)
     if why:
@@ -309,10 +320,6 @@ def request_from_args(args: argparse.Namespace):
         print("note: layout.stage_layers is not searched: plan splits each candidate's layers itself (evenly, or "
               "Megatron-Core's balanced first/last split where none divides); `trainsim predict` costs the file's "
               "split", file=sys.stderr)
-    stack = {k: training[k] for k in ("framework", "dtype") if training.get(k) is not None}
-    for key in ("micro_batch", "recompute", "sequence_parallel", "zero", "schedule"):
-        if training.get(key) is not None:  # searched, so unused, but checked with the file's framework and dtype
-            load_training({**stack, key: training[key]})
     _note_searched(layout, training, fixed)
     limits = SearchLimits(max_tp=args.max_tp, max_micro_batch=args.max_micro_batch, dtype=dtype, fixed=fixed,
                           training_extra=extra, placement=placement, etp=etp, pool_placement=args.placement)
