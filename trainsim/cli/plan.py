@@ -17,7 +17,7 @@ from trainsim.simulator.planner import DEFAULT_MEMORY_HEADROOM, parse_headroom
 from trainsim.simulator.search_space import SearchLimits, check_training_extra, training_extra
 from trainsim.specs import SpecError, load_cluster, load_layout, load_model, load_scenario_file, load_training
 from trainsim.specs.data_parallel import hsdp_refusal
-from trainsim.specs.errors import YAML11_EXPONENT_HINT, yaml11_exponent
+from trainsim.specs.errors import yaml11_hint
 from trainsim.specs.framework_behaviour import FRAMEWORKS
 from trainsim.specs.framework_era import layout_refusal
 from trainsim.specs.hardware import dtype_refusal
@@ -75,7 +75,7 @@ def parse_gpus(text: str, gpus_per_node: int, from_file: bool = False) -> tuple[
         else:
             counts = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
     except ValueError:
-        hint = f" {YAML11_EXPONENT_HINT}" if from_file and yaml11_exponent(text) else ""
+        hint = yaml11_hint(text) if from_file else ""
         raise SpecError("gpus", f"must be N, A:B or a comma list of integers, got {text!r}{hint}") from None
     if not counts or any(c <= 0 for c in counts):
         raise SpecError("gpus", f"must be positive, got {text!r}")

@@ -56,15 +56,14 @@ def from_validation_error(err: ValidationError, prefix: str = "", model: type[Ba
         msg = inner.reason
     if first.get("type") == "extra_forbidden" and raw_loc:
         msg = "unknown key" + did_you_mean(raw_loc[-1], _fields_at(model, raw_loc))
-    if first.get("type") == "int_parsing" and yaml11_exponent(first.get("input")):
-        msg += f", got {first['input']!r} {YAML11_EXPONENT_HINT}"
+    if first.get("type") == "int_parsing" and yaml11_hint(first.get("input")):
+        msg += f", got {first['input']!r}{yaml11_hint(first['input'])}"
     return SpecError(field, msg.replace("\n", " "))
 
 
-YAML11_EXPONENT_HINT = ("(YAML 1.1, which PyYAML reads, takes an exponent without a dot as text: write the integer "
-                        "out)")
-
-
-def yaml11_exponent(value) -> bool:
-    """A string that YAML 1.2 reads as a number but YAML 1.1 (PyYAML) leaves as text: ``1e3``, ``2E+4``."""
-    return isinstance(value, str) and re.fullmatch(r"[-+]?[0-9]+(\.[0-9]*)?[eE][-+]?[0-9]+", value.strip()) is not None
+def yaml11_hint(value) -> str:
+    """" (why)" where ``value`` is a string YAML 1.2 reads as a number but YAML 1.1 (PyYAML) leaves as text
+    (``1e3``, ``2E+4``), else ""."""
+    if isinstance(value, str) and re.fullmatch(r"[-+]?[0-9]+(\.[0-9]*)?[eE][-+]?[0-9]+", value.strip()):
+        return " (YAML 1.1, which PyYAML reads, takes an exponent without a dot as text: write the integer out)"
+    return ""

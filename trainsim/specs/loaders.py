@@ -15,14 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from .errors import (
-    YAML11_EXPONENT_HINT,
-    SpecError,
-    did_you_mean,
-    from_validation_error,
-    unknown_name,
-    yaml11_exponent,
-)
+from .errors import SpecError, did_you_mean, from_validation_error, unknown_name, yaml11_hint
 from .hardware import ClusterSpec, GPUSpec, PoolSpec, ScaleOutSpec
 from .hf_config import is_hf_config, model_from_hf
 from .model import ModelSpec
@@ -296,8 +289,7 @@ def gpu_count(value: Any) -> int:
     try:
         return TypeAdapter(int).validate_python(value)
     except ValidationError:
-        hint = f" {YAML11_EXPONENT_HINT}" if yaml11_exponent(value) else ""
-        raise SpecError("gpus", f"must be an integer, got {value!r}{hint}") from None
+        raise SpecError("gpus", f"must be an integer, got {value!r}{yaml11_hint(value)}") from None
 
 
 def load_layout(data: Mapping) -> Layout:
