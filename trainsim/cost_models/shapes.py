@@ -205,7 +205,7 @@ def _hybrid_kind(m) -> str:
 
 def _layer_shape(scenario) -> LayerShape:
     m, lay, t = scenario.model, scenario.layout, scenario.training
-    kind, titan = _hybrid_kind(m), _titan_block(m, t)
+    kind, titan, ao = _hybrid_kind(m), _titan_block(m, t), resolved_fp8_library(t) == "torchao"
     moe = m.is_moe and kind in ("", "E", "mix")
     return LayerShape(
         b=t.micro_batch, s=t.seq_len, h=m.hidden, a=m.num_heads, kv=m.kv_heads, d=m.dhead, f=m.ffn,
@@ -232,8 +232,7 @@ def _layer_shape(scenario) -> LayerShape:
         fp8_weight_casts=(0.0 if t.lora_fp8_base_weights else 1.0 / scenario.num_microbatches
                           if behaviour(t.framework).fp8_weight_cache else 1.0),
         mxfp8=t.dtype == "fp8" and t.fp8_recipe == "mxfp8",
-        torchao_fp8=(1 + t.float8_all_gather) if resolved_fp8_library(t) == "torchao" else 0,
-        ao_recipe=t.fp8_recipe if resolved_fp8_library(t) == "torchao" else "",
+        torchao_fp8=(1 + t.float8_all_gather) if ao else 0, ao_recipe=t.fp8_recipe if ao else "",
         moe_weighted_act=m.is_moe and m.gated_mlp and behaviour(t.framework).moe_probs_in_activation,
         norms=m.block_norms, qk_norm=m.qk_norm, window=m.sliding_window or 0,
         local_frac=(1.0 - m.num_global_layers / m.num_layers) if m.sliding_window else 0.0,

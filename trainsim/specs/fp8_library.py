@@ -50,10 +50,10 @@ def refusal(training) -> tuple[str, str] | None:
     if lib == "transformer_engine" and t.fp8_recipe in TORCHAO_ONLY:
         return "fp8_recipe", (f"{t.fp8_recipe} is a torchao Float8Linear recipe (fp8_library torchao, framework "
                               f"torch); Transformer Engine's are tensorwise and mxfp8")
-    if t.float8_all_gather and t.fp8_recipe in TORCHAO_ONLY:
-        return "float8_all_gather", (f"torchao's float8 all-gather needs tensorwise weight scaling; torchtitan "
-                                     f"refuses it with recipe {t.fp8_recipe}")
     if t.float8_all_gather:
+        if t.fp8_recipe in TORCHAO_ONLY:
+            return "float8_all_gather", (f"torchao's float8 all-gather needs tensorwise weight scaling; torchtitan "
+                                         f"refuses it with recipe {t.fp8_recipe}")
         if lib != "torchao":
             return "float8_all_gather", (f"is torchao's FSDP2 float8 all-gather: needs dtype fp8 on framework torch "
                                          f"(got dtype {t.dtype}, framework {t.framework}, fp8_library {t.fp8_library})")
