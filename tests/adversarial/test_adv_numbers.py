@@ -354,6 +354,19 @@ def test_predict_and_plan_read_a_files_gpu_count_alike(tmp_path, value, refused)
         assert {row["gpus"] for row in json.loads(runs["plan"].out)["rows"]} == {16}
 
 
+@pytest.mark.parametrize("gpus_line", ["gpus: null\n", "gpus: ~\n", ""])
+def test_predict_and_plan_take_the_clusters_size_when_the_file_gives_no_gpu_count(tmp_path, gpus_line):
+    """A file whose gpus is null or absent runs on its cluster's GPUs in both commands (here the mapping's
+    num_gpus: 16); plan says so on stderr."""
+    path = tmp_path / "s.yaml"
+    path.write_text(f"model: llama3-8b\ncluster: {{preset: dgx-h100, num_gpus: 16}}\n{gpus_line}"
+                    "training: {global_batch: 64, seq_len: 4096}\n")
+    runs = _predict_and_plan(path, ["--tp", "2", "--pp", "1"], "gpus", None)
+    assert json.loads(runs["predict"].out)["layout"]["dp"] == 16  # tp 1, pp 1 by default
+    assert {row["gpus"] for row in json.loads(runs["plan"].out)["rows"]} == {16}
+    assert "no GPU count given: plan searches the cluster's 16 GPUs" in runs["plan"].err
+
+
 def test_plan_checks_a_searched_setting_with_the_files_framework(tmp_path):
     """A searched setting is checked with the file's framework, as predict checks it: selective recompute on
     megatron-2021 (which predates it) is refused by both, naming the field."""

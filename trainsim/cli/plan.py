@@ -288,9 +288,11 @@ def request_from_args(args: argparse.Namespace):
                            "no cluster given (use --cluster NAME|PATH or a scenario file)")
     cluster = _plan_cluster(args, cluster_in)
     gpus_text = args.gpus if args.gpus is not None else raw.get("gpus")
-    if gpus_text is None and cluster.pools is not None:
+    if gpus_text is None:  # as predict reads a scenario without gpus: the cluster's own size
         gpus_text = cluster.num_gpus
-    _required("gpus", gpus_text, "no GPU count given (use --gpus N or --gpus A:B)")
+        if cluster.pools is None:
+            print(f"note: no GPU count given: plan searches the cluster's {cluster.num_gpus} GPUs "
+                  "(--gpus N or --gpus A:B searches others)", file=sys.stderr)
     if isinstance(gpus_text, (bool, int, float)):  # a file's number, read as predict reads it (16.0 is 16)
         gpus_text = gpu_count(gpus_text)
     counts = parse_gpus(str(gpus_text), cluster.gpus_per_node, from_file=args.gpus is None)
