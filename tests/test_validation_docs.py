@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "validation.md"
-MAX_LINES = 440
+MAX_LINES = 445
 HISTORY_PHRASES = ("this round", "round)", "first round", "second round", "third round", "fourth round",
                    "fifth round", "last round", "next round", "previous round", "earlier round",
                    "later round", "previously", "we tried", "before this change", "at that commit",
