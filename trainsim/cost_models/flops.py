@@ -42,6 +42,7 @@ from . import nvfp4, titan_ops, torchao_float8
 from .autocast import RESIDUAL_BYTES, norm_output_casts
 from .framework import cross_entropy_bytes, eager_ce_cast_bytes, train_metric_bytes_per_logit
 from .host_issue import megatron_fused_softmax
+from .inductor_bytes import titan_compiled_ops
 from .mcore_experts import MCORE_EXPERT_BIAS_RW, MCORE_GLU_CLAMP_RW, fp32_expert_bias_bytes
 from .shapes import DEFAULT_SELECTIVE as _CORE_ATTN
 from .shapes import LayerShape, block_kinds, layer_shape, mtp_kinds
@@ -492,6 +493,8 @@ def _layer_ops(shp: LayerShape) -> tuple[Op, ...]:
     ops.append(_residual("residual2", shp, T_seq))
     if shp.bias_grad_pass and not shp.is_moe:
         ops.append(_bias_grads(shp, T, T_seq, qkv_out))
+    if shp.titan_compiled:  # Inductor's bytes for torchtitan's RoPE and norms (inductor_bytes.py)
+        ops = list(titan_compiled_ops(shp, tuple(ops)))
     return _lora_block(shp, ops)
 
 

@@ -68,6 +68,7 @@ class LayerShape:
     autocast: bool = False  # fp32 weights under torch.autocast (TrainingSpec.autocast; cost_models/autocast.py)
     titan: bool = False  # a dense Llama block as torchtitan's eager model code runs it (_titan_block)
     titan_fused_norm: bool = False  # that block's norms as torchtitan's Triton fused_rmsnorm (TrainingSpec.titan_norm)
+    titan_compiled: bool = False  # torchtitan's block under torch.compile (_titan_compiled; inductor_bytes.py)
     metric_ce_passes: int = 0  # no-grad cross-entropy forwards of train metrics (framework.py)
     bias_grad_pass: bool = False  # biases reduce their gradient in a separate kernel (framework.py)
     fp8_weight_casts: float = 1.0  # fp8 weight quantizations per micro-batch (1, or 1/m with TE's step cache)
@@ -177,22 +178,32 @@ class LayerShape:
 
 
 
-def _titan_block(m, t) -> bool:
-    """Whether a block runs torchtitan's eager Llama code (activations.py ``impl="titan"``): not where the
-    scenario states fused block code (TrainingSpec.block_code), else torchtitan's code stated (block_code torchtitan:
-    torch's FSDP1 running torchtitan's model) or a framework whose blocks are torchtitan's
-    (framework_behaviour.FrameworkBehaviour.eager_llama_block), not compiled (AOTAutograd's
-    partitioner saves the fused set, tests/test_compile_oracle.py; ``host_issue: compile`` issues Inductor's fused
-    kernels, not the eager op chains of titan_ops.py), 16-bit parameters as FSDP2's
-    MixedPrecisionPolicy casts them (no autocast; under torchao float8 only the linears change, Float8Linear,
-    the rest of the block is the same eager code), flash SDPA, and the architecture that code implements
-    (ModelSpec.plain_llama_block)."""
+def _titan_code(m, t) -> bool:
+    """Whether a block runs torchtitan's Llama model code: not where the scenario states fused block code
+    (TrainingSpec.block_code), else torchtitan's code stated (block_code torchtitan: torch's FSDP1 running
+    torchtitan's model) or a framework whose blocks are torchtitan's
+    (framework_behaviour.FrameworkBehaviour.eager_llama_block), 16-bit parameters as FSDP2's MixedPrecisionPolicy
+    casts them (no autocast; under torchao float8 only the linears change, Float8Linear, the rest of the block is
+    the same code), flash SDPA, and the architecture that code implements (ModelSpec.plain_llama_block)."""
     if t.block_code == "fused":
         return False
     code = t.block_code == "torchtitan" or behaviour(t.framework).eager_llama_block
     sixteen_bit = t.dtype in ("bf16", "fp16") or resolved_fp8_library(t) == "torchao"
-    return (code and not t.compile and t.host_issue != "compile" and not t.autocast and sixteen_bit
-            and t.flash_attention and m.plain_llama_block)
+    return code and not t.autocast and sixteen_bit and t.flash_attention and m.plain_llama_block
+
+
+def _titan_block(m, t) -> bool:
+    """Whether torchtitan's block code runs eagerly (activations.py ``impl="titan"``): not compiled (AOTAutograd's
+    partitioner saves the fused set, tests/test_compile_oracle.py; ``host_issue: compile`` issues Inductor's fused
+    kernels, not the eager op chains of titan_ops.py)."""
+    return _titan_code(m, t) and not t.compile and t.host_issue != "compile"
+
+
+def _titan_compiled(m, t) -> bool:
+    """Whether torchtitan's block code runs under torch.compile (``compile``, or ``host_issue: compile``, which
+    issues Inductor's kernels) with its own RMSNorm (the Triton fused_rmsnorm is not compiled): Inductor's bytes
+    for its RoPE and norms (cost_models/inductor_bytes.py)."""
+    return _titan_code(m, t) and (t.compile or t.host_issue == "compile") and t.titan_norm != "fused_rmsnorm"
 
 
 def _hybrid_kind(m) -> str:
@@ -226,7 +237,7 @@ def _layer_shape(scenario) -> LayerShape:
                   else behaviour(t.framework).eager_fp32_cross_entropy and not behaviour(t.framework).fused_cross_entropy),
         ce_logits_kept=t.cross_entropy == "eager_fp32_kept",
         autocast=t.autocast,
-        titan=titan, titan_fused_norm=titan and t.titan_norm == "fused_rmsnorm",
+        titan=titan, titan_fused_norm=titan and t.titan_norm == "fused_rmsnorm", titan_compiled=_titan_compiled(m, t),
         metric_ce_passes=behaviour(t.framework).train_metric_loss_passes,
         bias_grad_pass=m.bias and not behaviour(t.framework).fused_bias_grad,
         fp8_weight_casts=(0.0 if t.lora_fp8_base_weights else 1.0 / scenario.num_microbatches

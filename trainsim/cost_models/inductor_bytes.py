@@ -1,0 +1,66 @@
+"""Memory traffic of torchtitan's Llama block under torch.compile, as Inductor's own scheduler counts it. Pure.
+
+A compiled block's GEMMs and attention are extern calls; everything else runs in the kernels Inductor generates or
+in aten fallbacks for what it does not lower. torchtitan's RoPE multiplies complex tensors in fp32
+(``torch.view_as_complex(xq.float()...) * freqs_cis``), and Inductor generates no code for complex operators
+(``lowering.py``: "Torchinductor does not support code generation for complex operators"): the multiply runs as an
+aten fallback between generated kernels that cast each query and key element to fp32 and back, and
+``repeat_kv``'s expanded keys and values are copies SDPA reads. So the RoPE region is not one fused 16-bit pass
+(what cost_models.flops gives a fused block: read and write each element once) but about six times that.
+
+``kernels/compiled_bytes.py`` compiles ``kernels/titan_block.TitanBlock`` in bf16 on CPU, forward and backward,
+and sums Inductor's per-node byte counts (``GraphLowering.count_bytes``) by region: RoPE with repeat_kv (nodes from
+``rope``/``repeat_kv`` code and the complex fallbacks), SwiGLU (nodes touching a tokens x FFN tensor), and the
+norms with the residual adds (the rest). ``python -m trainsim.kernels.compiled_bytes`` measures them again; the
+regions are linear in their widths, which four shapes confirm to 1.1 %. CPU's scheduler fuses kernels that share an
+outer loop, which CUDA runs apart, so these counts are floors of what CUDA's kernels move.
+
+Measured (torch 2.13, bf16; bytes per element of each region's width, forward / backward):
+
+* RoPE and repeat_kv, grouped-query: 24.7 / 25.3 per local query element (tokens x query heads x head dim / tp)
+  and 20.7 / 21.4 per local key-value element (tokens x KV heads x head dim / tp); multi-head (repeat_kv returns
+  its input): 20.5 / 21.0 per query or key-value element -- against 4 / 4 in the fused model;
+* the two norms and residual adds together: 18.0 / 38.2 per tokens x hidden element on the rank (sequence-sharded
+  under sequence parallelism) -- against 20.0 / 24.0 (the backward recomputes the norm statistics and reduces the
+  weight gradient in kernels of its own);
+* SwiGLU: 6 / 10 per tokens x FFN element, as the fused model has it (so that op keeps its bytes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .shapes import LayerShape
+
+# (forward, backward) bytes per element, 16-bit blocks (module doc; kernels/compiled_bytes.py)
+ROPE_Q_BYTES = (24.65, 25.29)  # grouped-query: per local query element, repeat_kv's expanded copies included
+ROPE_KV_BYTES = (20.71, 21.41)  # grouped-query: per local key-value element
+ROPE_MHA_BYTES = (20.5, 21.0)  # kv = heads: per local query or key-value element (repeat_kv copies nothing)
+NORM_RESIDUAL_BYTES = (18.03, 38.18)
+SWIGLU_BYTES = (6.0, 10.0)  # per local FFN element, equal to the fused model's: the SwiGLU op keeps its bytes
+NORM_RESIDUAL_OPS = ("norm1", "residual1", "norm2", "residual2")
+
+
+def titan_compiled_ops(shp: LayerShape, ops: tuple) -> tuple:
+    """``ops`` of a torchtitan block under torch.compile (``shp.titan_compiled``) with Inductor's bytes for RoPE
+    (and repeat_kv) and for the norms and residual adds (module doc); the GEMMs, attention and SwiGLU as given."""
+    tp = shp.tp
+    q_elems, kv_elems = shp.tokens * shp.a * shp.d / tp, shp.tokens * shp.kv * shp.d / tp
+    q_bytes, kv_bytes = (ROPE_Q_BYTES, ROPE_KV_BYTES) if shp.kv < shp.a else (ROPE_MHA_BYTES, ROPE_MHA_BYTES)
+    nr_elems = shp.tokens // shp.sp_div * shp.h
+    fused = [op for op in ops if op.name in NORM_RESIDUAL_OPS]
+    fused_f = sum(op.fwd_bytes for op in fused)
+    fused_b = sum(op.bwd_input_bytes + op.bwd_weight_bytes for op in fused)
+    scale_f = NORM_RESIDUAL_BYTES[0] * nr_elems / fused_f if fused_f else 1.0
+    scale_b = NORM_RESIDUAL_BYTES[1] * nr_elems / fused_b if fused_b else 1.0
+    out = []
+    for op in ops:
+        if op.name == "rope":
+            op = replace(op, fwd_bytes=q_bytes[0] * q_elems + kv_bytes[0] * kv_elems,
+                         bwd_input_bytes=q_bytes[1] * q_elems + kv_bytes[1] * kv_elems,
+                         bwd_weight_bytes=0.0)
+        elif op.name in NORM_RESIDUAL_OPS:
+            op = replace(op, fwd_bytes=op.fwd_bytes * scale_f, bwd_input_bytes=op.bwd_input_bytes * scale_b,
+                         bwd_weight_bytes=op.bwd_weight_bytes * scale_b)
+        out.append(op)
+    return tuple(out)
