@@ -34,7 +34,7 @@ VIEW_FALLBACKS = ("view_as_complex", "view_as_real", "_conj", "reshape", "view",
                   "permute", "transpose", "unsqueeze", "squeeze", "alias")
 MATMUL_OR_ATTENTION = ("mm", "addmm", "bmm", "baddbmm", "scaled_dot_product", "flash_attention",
                        "efficient_attention", "_scaled_mm")
-# (hidden, query heads, KV heads, FFN width) of the shapes fit_classes solves over: each width varied alone
+# (hidden, query heads, KV heads, FFN width) of the shapes fit_regions solves over: each width varied alone
 SHAPES = ((512, 8, 2, 1536), (512, 8, 2, 2048), (512, 8, 4, 1536), (768, 12, 3, 1536))
 MHA_SHAPE = (512, 8, 8, 1536)  # kv = heads: repeat_kv returns its input (no copies)
 SEQ = 256
