@@ -222,7 +222,6 @@ BLOCK_OPS_AUTOCAST = {
 # A TP collective issued from Python (torch.distributed call on the NCCL process group): one dispatch and one
 # kernel launch, as any other op.
 COLLECTIVE_OPS = (1, 1)
-HOST_ISSUE_MODES = ("eager", "cuda_graphs", "compile")
 # (aten dispatches, kernel launches or copies) the host issues after a sync before the GPU has work again (module
 # doc, "Host syncs"): per block forward, per micro-batch, and what TP adds to the micro-batch's (vocab-parallel
 # embedding).

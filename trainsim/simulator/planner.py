@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, as_completed
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -525,8 +525,3 @@ def _top_per_count(rows: list[PlanRow], k: int) -> list[PlanRow]:
             seen[n] = seen.get(n, 0) + 1
             out.append(r)
     return out
-
-
-def with_fixed(req: PlanRequest, **fixed: Any) -> PlanRequest:
-    """The same request with some layout fields pinned (convenience for reports)."""
-    return replace(req, limits=replace(req.limits, fixed={**req.limits.fixed, **fixed}))

@@ -61,11 +61,6 @@ class Comparison:
 
 # --- suites -------------------------------------------------------------------------------------
 
-def default_suite() -> Path:
-    """The repository's examples/ directory (where `trainsim regress` runs in CI)."""
-    return Path("examples")
-
-
 def suite_paths(suite: str | os.PathLike) -> list[tuple[str, Path]]:
     """(name, path) of every scenario in a suite; names are paths relative to the suite's directory."""
     p = Path(suite)
