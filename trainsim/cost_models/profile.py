@@ -37,6 +37,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from trainsim.cost_models import collectives
 from trainsim.cost_models.profile_limits import (
     MAX_FLOPS,
     MAX_MEASURED_S,
@@ -86,16 +87,8 @@ def canonical_op(op: str) -> str:
 
 
 def busbw_factor(op: str, group_size: int) -> float:
-    """nccl-tests' busbw/algbw factor (doc/PERFORMANCE.md): 2(n-1)/n all-reduce, (n-1)/n gather/scatter/all-to-all, 1 else."""
-    n = group_size
-    op = canonical_op(op)
-    if n <= 1:
-        return 1.0 if op in ("broadcast", "send_recv") else 0.0
-    if op == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    return 1.0
+    """nccl-tests' busbw/algbw factor (collectives.busbw_factor) of a collective a profile may hold (canonical_op)."""
+    return collectives.busbw_factor(canonical_op(op), group_size)
 
 
 

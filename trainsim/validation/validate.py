@@ -14,12 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from trainsim.cost_models.collectives import collective_time, single_thread_issue_s
+from trainsim.cost_models.collectives import busbw_factor, collective_time, single_thread_issue_s
 from trainsim.simulator.predict import predict
 from trainsim.specs import Scenario, SpecError
 from trainsim.topologies import group_of_ranks
 from trainsim.validation.cases import Case, CollectiveCase, Dataset
-from trainsim.validation.nccl_runs import busbw_factor
 from trainsim.validation.structure import (
     fit_regimes,
     leverage_by_tp,
