@@ -107,7 +107,7 @@ from trainsim.specs.memo import memoised
 from .autocast import RESIDUAL_BYTES, norm_output_casts
 from .fp8_weights import MXFP8_BYTES
 from .nvfp4 import NVFP4_BYTES
-from .shapes import LayerShape, block_kinds, layer_shape, mtp_kinds
+from .shapes import LayerShape, as_layer_shape, block_kinds, mtp_kinds
 
 MASK_BYTES = 1  # dropout masks are bool/uint8 on CUDA (Korthikanti's assumption)
 FP32_SOFTMAX_BYTES = 4  # an fp32 softmax output per attention probability (TrainingSpec.attention_softmax_fp32)
@@ -450,10 +450,6 @@ def _op_sac_layer(shp: LayerShape) -> ActivationBytes:
     return ActivationBytes(main=sum(op_sac_saved_tensors(shp)) - small, small=small)
 
 
-def _shape(x) -> LayerShape:
-    return x if isinstance(x, LayerShape) else layer_shape(x)
-
-
 def layer_activation_bytes(scenario, impl: str = "fused") -> ActivationBytes:
     """Saved activations of one block per micro-batch on one rank (Scenario or LayerShape).
 
@@ -461,7 +457,7 @@ def layer_activation_bytes(scenario, impl: str = "fused") -> ActivationBytes:
     autograd as the executor's model (trainsim/kernels/torch_model.py) runs it.
     """
     _check_impl(impl)
-    shp = _shape(scenario)
+    shp = as_layer_shape(scenario)
     if shp.kind == "mix":  # a hybrid stack: its mean layer, exact for the whole stack
         if isinstance(scenario, LayerShape):
             raise ValueError("a hybrid stack's activations are costed from its Scenario (shapes.block_kinds)")
@@ -483,7 +479,7 @@ def recompute_working_bytes(scenario, impl: str = "fused") -> float:
     full: that block's whole activation set lives during its backward; selective: the recomputed attention
     core of one block (the unfused softmax terms, or flash's logsumexp); none: 0.
     """
-    shp = _shape(scenario)
+    shp = as_layer_shape(scenario)
     if shp.recompute == "full":
         return _no_recompute(shp, impl).total
     if shp.recompute == "selective":
@@ -499,7 +495,7 @@ def embedding_activation_bytes(scenario) -> float:
     norm ``save_for_backward(input, mean, invvar)``); its output is the dropout's input, which dropout does not
     keep. The embedding is not recomputed (Megatron-DeepSpeed checkpoints transformer layers only).
     """
-    shp = _shape(scenario)
+    shp = as_layer_shape(scenario)
     T = shp.tokens
     mask = MASK_BYTES * T * shp.h / shp.sp_div if shp.dropout else 0.0
     model = getattr(scenario, "model", None)
@@ -511,7 +507,7 @@ def embedding_activation_bytes(scenario) -> float:
 def pipeline_output_bytes(scenario) -> float:
     """One model chunk's output activation for one micro-batch (hidden states of its tokens, sequence-parallel
     shard), which frameworks with ``behaviour(...).pipeline_output_kept`` hold until that micro-batch's backward."""
-    shp = _shape(scenario)
+    shp = as_layer_shape(scenario)
     return float((RESIDUAL_BYTES if shp.autocast else shp.e) * shp.tokens * shp.h / shp.sp_div)
 
 
@@ -525,7 +521,7 @@ def head_activation_bytes(scenario, impl: str = "fused") -> float:
     token. Plus the integer targets ``8·T``.
     """
     _check_impl(impl)
-    shp = _shape(scenario)
+    shp = as_layer_shape(scenario)
     impl = kernels(shp, impl)
     T, r = shp.tokens, shp.sp_div
     norm_main, norm_small = _norm_bytes(shp, T / r, impl)
@@ -543,7 +539,7 @@ def mtp_activation_bytes(scenario, impl: str = "fused") -> float:
     """One multi-token-prediction module, per micro-batch: its block (as the model's block), its pass through
     the output head, the two norms' inputs and the projection's input (the concatenated 2h), token ids."""
     _check_impl(impl)
-    shp = _shape(scenario)
+    shp = as_layer_shape(scenario)
     impl = kernels(shp, impl)
     T, r = shp.tokens, shp.sp_div
     norms = 2 * sum(_norm_bytes(shp, T / r, impl))
@@ -589,7 +585,7 @@ def logits_workspace_bytes(scenario) -> float:
     vocabulary shards) and backward (``EAGER_CE_BACKWARD_BYTES``, ``LOSS_PARALLEL_BACKWARD_BYTES`` on vocabulary
     shards, plus ``KEPT_FP32_LOGITS_BYTES`` where the caller keeps the fp32 logits) transients.
     """
-    shp = _shape(scenario)
+    shp = as_layer_shape(scenario)
     v_local = -(-shp.vocab // shp.tp)
     backward = LOSS_PARALLEL_BACKWARD_BYTES if shp.tp > 1 else EAGER_CE_BACKWARD_BYTES
     forward = shp.e + 4

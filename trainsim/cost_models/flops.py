@@ -44,7 +44,7 @@ from .framework import cross_entropy_bytes, eager_ce_cast_bytes, train_metric_by
 from .host_issue import megatron_fused_softmax
 from .mcore_experts import MCORE_EXPERT_BIAS_RW, MCORE_GLU_CLAMP_RW, fp32_expert_bias_bytes
 from .shapes import DEFAULT_SELECTIVE as _CORE_ATTN
-from .shapes import LayerShape, block_kinds, layer_shape, mtp_kinds
+from .shapes import LayerShape, as_layer_shape, block_kinds, layer_shape, mtp_kinds
 
 Gemm = tuple[int, int, int]  # (m, n, k)
 MATMUL_KINDS = frozenset({"gemm", "bmm", "attention", "ssd"})  # ssd: Mamba-2's chunked scan (cost_models/mamba.py)
@@ -523,13 +523,9 @@ def _bias_grads(shp: LayerShape, T: int, T_seq: int, qkv_out: int) -> Op:
               bwd_weight_flops=dy_bytes / e, fwd_bytes=0.0, bwd_input_bytes=0.0, bwd_weight_bytes=float(dy_bytes))
 
 
-def _shape(x) -> LayerShape:
-    return x if isinstance(x, LayerShape) else layer_shape(x)
-
-
 def layer_ops(scenario) -> tuple[Op, ...]:
     """Every op of one transformer block for one micro-batch on one rank (accepts a Scenario or LayerShape)."""
-    return _layer_ops(_shape(scenario))
+    return _layer_ops(as_layer_shape(scenario))
 
 
 def recompute_ops(ops: tuple[Op, ...], mode: str, modules: frozenset = frozenset()) -> tuple[Op, ...]:
@@ -569,7 +565,7 @@ def _embedding_ops(shp: LayerShape, learned_positions: bool) -> tuple[Op, ...]:
 
 def embedding_ops(scenario) -> tuple[Op, ...]:
     """Token (+ learned position) embedding on the first pipeline stage, per micro-batch per rank."""
-    shp = _shape(scenario)
+    shp = as_layer_shape(scenario)
     learned = getattr(getattr(scenario, "model", None), "position_embedding", "rope") == "learned"
     return _embedding_ops(shp, learned)
 
@@ -630,7 +626,7 @@ def _mtp_ops(shp: LayerShape) -> tuple[Op, ...]:
 
 def head_ops(scenario) -> tuple[Op, ...]:
     """Final norm, output projection (logits) and cross-entropy loss on the last stage, per micro-batch per rank."""
-    return _head_ops(_shape(scenario))
+    return _head_ops(as_layer_shape(scenario))
 
 
 def pass_flops(ops: tuple[Op, ...], recompute: str = "none", matmul_only: bool = True,
@@ -648,7 +644,7 @@ def pass_flops(ops: tuple[Op, ...], recompute: str = "none", matmul_only: bool =
 
 def layer_flops(scenario, matmul_only: bool = True) -> PassFlops:
     """FLOPs of one block per micro-batch on one rank, by pass, with the scenario's recompute mode."""
-    shp = _shape(scenario)
+    shp = as_layer_shape(scenario)
     return pass_flops(_layer_ops(shp), shp.recompute, matmul_only, shp.rc_modules)
 
 

@@ -259,6 +259,13 @@ def layer_shape(scenario) -> LayerShape:
     return _layer_shape_memo(scenario)
 
 
+def as_layer_shape(scenario_or_shape) -> LayerShape:
+    """A LayerShape as is, or the LayerShape of a Scenario: the cost functions take either."""
+    if isinstance(scenario_or_shape, LayerShape):
+        return scenario_or_shape
+    return layer_shape(scenario_or_shape)
+
+
 _dense_block_memo = IdentityMemo(lambda scenario: scenario.dense_block())
 
 
