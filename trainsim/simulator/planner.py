@@ -108,8 +108,8 @@ class PlanRequest:
 
     @property
     def train_tokens(self) -> float:
-        # Hoffmann et al. 2022 ("Chinchilla"): compute-optimal training uses ~20 tokens per parameter.
-        return float(self.tokens) if self.tokens else 20.0 * self.model.total_params()
+        """Tokens the run trains on (goodput.train_tokens: ``tokens``, else the Chinchilla rule)."""
+        return gp.train_tokens(self.tokens, self.model.total_params())
 
 
 @dataclass
