@@ -250,14 +250,79 @@ def _norm_output_bytes(shp: LayerShape, impl: str) -> float:
         if shp.norms >= 2 else 0.0)
 
 
+def _qkv_bytes(shp: LayerShape, impl: str) -> tuple[float, float, float]:
+    """(sequence-region, q/k/v, small) bytes the attention's inputs save per micro-batch: MLA's latents and per-head
+    q, k, v, or the q, k, v projections (with QK-norm's un-normed copies and statistics)."""
+    e, t, T, r = shp.e, shp.tp, shp.tokens, shp.sp_div
+    heads = shp.a // t
+    if shp.mla:
+        # MLA: the latents replicated on every TP rank -- each RMSNorm's input (e) and output (the up-
+        # projection's saved input), the shared RoPE key -- then per-head q, k (dqk) and v (dvh), which
+        # "mla_up_proj" recompute drops (re-projected from the latents before the backward).
+        # With SP the latents are saved sequence-sharded (gathered again for the up-projections' backward).
+        lat_in = _gemm_input_e(shp, impl)
+        seq = (T / r) * ((shp.e + lat_in) * (shp.ql + shp.kvl) + shp.e * shp.dr)
+        small = STAT_BYTES * (T / r) * (2 if shp.ql else 1)
+        qkv = 0.0 if shp.recomputes("mla_up_proj") else e * T * heads * (2 * shp.dqk + shp.dvh)
+        return seq, qkv, small
+    # torchtitan's repeat_kv copies k and v to the query heads before SDPA, which saves the copies
+    qkv = e * T * (3 * shp.a if impl == "titan" else shp.a + 2 * shp.kv) * shp.d / t
+    small = 0.0
+    if shp.qk_norm:  # QK-norm saves the un-normed q and k and an fp32 rstd per head (q, k after it as above)
+        qkv += e * T * (shp.a + shp.kv) * shp.d / t
+        small += STAT_BYTES * T * (shp.a + shp.kv) / t
+    return 0.0, qkv, small
+
+
+def _attention_bytes(shp: LayerShape, impl: str, qkv_saved: float) -> tuple[float, float, float]:
+    """(attention, core, small) bytes of the attention per micro-batch, given what its q/k/v save (_qkv_bytes):
+    flash attention's inputs, output and statistics, or the unfused path's expanded q, k, v and its saved
+    probabilities (``core``, none where the core is recomputed)."""
+    e, t, T = shp.e, shp.tp, shp.tokens
+    heads = shp.a // t
+    sq, sk = shp.s // shp.cp, shp.s
+    qd = heads * shp.dvh  # attention output (out-projection input) per token
+    core_rc = shp.recomputes("core_attn")
+    small = 0.0
+    if shp.flash:
+        # q, k, v; the output is saved by the out-projection (its input) and, unless the core is recomputed
+        # (core_attn), by flash attention for its own backward -- one 16-bit tensor, or with fp8 the
+        # projection's fp8 copy besides flash's 16-bit one.
+        attn = qkv_saved + _attention_output_bytes(shp, impl, T * qd, flash_keeps=not core_rc)
+        if not core_rc:
+            small += STAT_BYTES * shp.b * heads * sq
+            attn += _te_cp_received_kv_bytes(shp)
+        core = 0.0
+    else:
+        # q over local queries; k, v expanded to all query heads over all s keys; the output (saved only by
+        # the out-projection: the batched GEMMs' backward needs the probabilities and v).
+        qkv_unfused = e * T * heads * shp.dqk + e * shp.b * sk * heads * (shp.dqk + shp.dvh)
+        attn = ((0.0 if shp.mla and shp.recomputes("mla_up_proj") else qkv_unfused)
+                + _attention_output_bytes(shp, impl, T * qd, flash_keeps=False))
+        probs = shp.b * heads * sq * sk
+        # an fp32 softmax saves its fp32 output (SoftmaxBackward) besides the 16-bit cast the value GEMM saves
+        saved_probs = e + (FP32_SOFTMAX_BYTES if shp.softmax_fp32 else 0)
+        core = 0.0 if core_rc else saved_probs * probs + ((MASK_BYTES + e) * probs if shp.dropout else 0.0)
+    if impl == "eager" and shp.rope:
+        # RoPE by torch.cat leaves q in (b, a, s, d) order, so the attention output's transpose back to
+        # (b, s, a·d) is a copy the out-projection saves (besides the output SDPA saves, unless the core
+        # is checkpointed); cos/sin tables are saved per layer.
+        if not core_rc:
+            attn += e * T * qd
+        small += (2 if e == STAT_BYTES else 4) * sq * ((shp.dr or shp.d) // 2) * e
+    return attn, core, small
+
+
 @memoised(maxsize=8192)
 def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
+    """Saved activations of one block per micro-batch on one rank (layer_activation_bytes' per-shape step):
+    the norms' region, the attention and the MLP or MoE, under the shape's recompute mode."""
     impl = kernels(shp, impl)
     if shp.kind:  # one layer of a hybrid Mamba stack (cost_models/mamba.py)
         from .mamba import hybrid_activation_bytes  # cycle: mamba.py imports this module
         return hybrid_activation_bytes(shp, impl)
     e, h, t, r = shp.e, shp.h, shp.tp, shp.sp_div
-    b, T = shp.b, shp.tokens
+    T = shp.tokens
     if shp.recompute == "full":
         return ActivationBytes(main=(RESIDUAL_BYTES if shp.autocast else e) * T * h / r, small=0.0)
 
@@ -269,53 +334,10 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
     seq = (shp.norms * norm_main + (0.0 if rc("layernorm") else norm_outs)
            + (2 * MASK_BYTES * T * h / r if shp.dropout else 0.0))
     small = shp.norms * norm_small
-
-    heads = shp.a // t
-    sq, sk = shp.s // shp.cp, shp.s
-    qd = heads * shp.dvh  # attention output (out-projection input) per token
-    core_rc = rc("core_attn")
-    if shp.mla:
-        # MLA: the latents replicated on every TP rank -- each RMSNorm's input (e) and output (the up-
-        # projection's saved input), the shared RoPE key -- then per-head q, k (dqk) and v (dvh), which
-        # "mla_up_proj" recompute drops (re-projected from the latents before the backward).
-        # With SP the latents are saved sequence-sharded (gathered again for the up-projections' backward).
-        lat_in = _gemm_input_e(shp, impl)
-        seq += (T / r) * ((shp.e + lat_in) * (shp.ql + shp.kvl) + shp.e * shp.dr)
-        small += STAT_BYTES * (T / r) * (2 if shp.ql else 1)
-        qkv_saved = 0.0 if rc("mla_up_proj") else e * T * heads * (2 * shp.dqk + shp.dvh)
-    else:
-        # torchtitan's repeat_kv copies k and v to the query heads before SDPA, which saves the copies
-        qkv_saved = e * T * (3 * shp.a if impl == "titan" else shp.a + 2 * shp.kv) * shp.d / t
-        if shp.qk_norm:  # QK-norm saves the un-normed q and k and an fp32 rstd per head (q, k after it as above)
-            qkv_saved += e * T * (shp.a + shp.kv) * shp.d / t
-            small += STAT_BYTES * T * (shp.a + shp.kv) / t
-    if shp.flash:
-        # q, k, v; the output is saved by the out-projection (its input) and, unless the core is recomputed
-        # (core_attn), by flash attention for its own backward -- one 16-bit tensor, or with fp8 the
-        # projection's fp8 copy besides flash's 16-bit one.
-        attn = qkv_saved + _attention_output_bytes(shp, impl, T * qd, flash_keeps=not core_rc)
-        if not core_rc:
-            small += STAT_BYTES * b * heads * sq
-            attn += _te_cp_received_kv_bytes(shp)
-        core = 0.0
-    else:
-        # q over local queries; k, v expanded to all query heads over all s keys; the output (saved only by
-        # the out-projection: the batched GEMMs' backward needs the probabilities and v).
-        qkv_unfused = e * T * heads * shp.dqk + e * b * sk * heads * (shp.dqk + shp.dvh)
-        attn = ((0.0 if shp.mla and rc("mla_up_proj") else qkv_unfused)
-                + _attention_output_bytes(shp, impl, T * qd, flash_keeps=False))
-        probs = b * heads * sq * sk
-        # an fp32 softmax saves its fp32 output (SoftmaxBackward) besides the 16-bit cast the value GEMM saves
-        saved_probs = e + (FP32_SOFTMAX_BYTES if shp.softmax_fp32 else 0)
-        core = 0.0 if core_rc else saved_probs * probs + ((MASK_BYTES + e) * probs if shp.dropout else 0.0)
-    if impl == "eager" and shp.rope:
-        # RoPE by torch.cat leaves q in (b, a, s, d) order, so the attention output's transpose back to
-        # (b, s, a·d) is a copy the out-projection saves (besides the output SDPA saves, unless the core
-        # is checkpointed); cos/sin tables are saved per layer.
-        if not core_rc:
-            attn += e * T * qd
-        small += (2 if e == STAT_BYTES else 4) * sq * ((shp.dr or shp.d) // 2) * e
-
+    seq_qkv, qkv_saved, small_qkv = _qkv_bytes(shp, impl)
+    attn, core, small_attn = _attention_bytes(shp, impl, qkv_saved)
+    seq += seq_qkv
+    small += small_qkv + small_attn
     if shp.is_moe:
         mlp, router = _moe_bytes(shp, impl)
         small += router
