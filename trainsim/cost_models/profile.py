@@ -137,6 +137,8 @@ class Stats(_Model):
 
 
 class GemmPoint(_Model):
+    """One measured GEMM (m×k)·(k×n) of a dtype and its timing."""
+
     m: int = Field(gt=0)
     n: int = Field(gt=0)
     k: int = Field(gt=0)
@@ -164,6 +166,8 @@ class ThreeTermFit(_Model):
 
 
 class AttentionPoint(_Model):
+    """One measured fused-attention pass (forward or backward) of a shape and dtype and its timing."""
+
     batch: int = Field(gt=0)
     heads: int = Field(gt=0)
     seq_q: int = Field(gt=0)
@@ -597,10 +601,12 @@ DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "float": 4,
 
 
 def dtype_bytes(dtype: str) -> int:
+    """Bytes per element of a measured dtype (DTYPE_BYTES; 2 for one it does not list)."""
     return DTYPE_BYTES.get(dtype, 2)
 
 
 def gemm_flops(m: int, n: int, k: int) -> float:
+    """FLOPs of C = A·B with A m×k and B k×n: 2mnk."""
     return 2.0 * m * n * k
 
 
@@ -611,6 +617,8 @@ def gemm_bytes(m: int, n: int, k: int, dtype: str) -> float:
 
 def attention_flops(batch: int, heads: int, seq_q: int, seq_kv: int, dhead: int, causal: bool = True,
                     pass_: str = "fwd") -> float:
+    """FLOPs of a fused-attention pass by the module doc's convention: forward 4·b·h·sq·skv·d, halved when causal;
+    backward 2.5 × forward."""
     fwd = 4.0 * batch * heads * seq_q * seq_kv * dhead * (0.5 if causal else 1.0)
     if pass_ == "fwd":
         return fwd
@@ -664,6 +672,7 @@ def load_profile(path: str | os.PathLike) -> CalibrationProfile:
 
 
 def profile_to_dict(profile: CalibrationProfile) -> dict:
+    """The profile as the JSON object save_profile writes (without where it was loaded from)."""
     return profile.model_dump(mode="json", by_alias=True, exclude={"source_path"})
 
 

@@ -51,6 +51,7 @@ def kind_of(name: str) -> str:
 
 
 def prior_of(name: str) -> tuple[float, float, str]:
+    """(mean, sigma, coordinate) of the prior of a factor name (FACTOR_PRIORS)."""
     mean, sigma, coord, _ = FACTOR_PRIORS[kind_of(name)]
     return mean, sigma, coord
 

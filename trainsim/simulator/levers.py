@@ -131,6 +131,7 @@ def changed(scn: Scenario, layout: Mapping[str, Any] | None = None,
 
 
 def _try(lever: str, change: str, make: Callable[[], Scenario]) -> Variant:
+    """The variant ``make`` builds, or the reason it refuses (its SpecError)."""
     try:
         return Variant(lever, change, scenario=make())
     except SpecError as e:
@@ -138,10 +139,12 @@ def _try(lever: str, change: str, make: Callable[[], Scenario]) -> Variant:
 
 
 def ideal_network(scn: Scenario) -> Variant:
+    """Ceiling: the same step with all communication free."""
     return Variant("ideal network", "all communication free", kind="ceiling", scenario=scn, ideal_network=True)
 
 
 def no_bubble(scn: Scenario) -> Variant:
+    """Ceiling: the same step with every pipeline stage's bubble removed (bubble_free_step_s)."""
     if scn.layout.pp == 1:
         return Variant("no pipeline bubble", "-", kind="ceiling", reason="pp=1: no pipeline, no bubble")
     return Variant("no pipeline bubble", "every stage's bubble removed", kind="ceiling", scenario=scn,
@@ -149,6 +152,7 @@ def no_bubble(scn: Scenario) -> Variant:
 
 
 def deeper_interleaving(scn: Scenario) -> Variant:
+    """The interleaved schedule at the next virtual-stage count that splits the layers evenly."""
     lever, lay, t = "one more interleaving depth", scn.layout, scn.training
     if lay.pp == 1:
         return Variant(lever, "-", reason="pp=1: interleaving needs a pipeline")
@@ -171,6 +175,7 @@ def deeper_interleaving(scn: Scenario) -> Variant:
 
 
 def tp_overlap(scn: Scenario) -> Variant:
+    """Megatron-Core's tensor-parallel communication overlap (tp_comm_overlap), where it applies."""
     lever, t = "TP comm overlap", scn.training
     if scn.layout.tp == 1:
         return Variant(lever, "-", reason="tp=1: no tensor-parallel communication")
@@ -186,6 +191,7 @@ def tp_overlap(scn: Scenario) -> Variant:
 
 
 def dp_overlap(scn: Scenario) -> Variant:
+    """Gradient reduction overlapped with backward (overlap_grad_reduce), where the framework does not already."""
     lever, fw = "DP comm overlap", scn.training.framework
     if scn.dp * scn.layout.cp == 1 and scn.training.effective_zero == 0:
         return Variant(lever, "-", reason="dp=cp=1: no data-parallel communication")
@@ -197,6 +203,7 @@ def dp_overlap(scn: Scenario) -> Variant:
 
 
 def ep_overlap(scn: Scenario) -> Variant:
+    """One micro-batch's expert-parallel all-to-alls overlapped with another's compute (ep_comm_overlap)."""
     lever = "EP comm overlap"
     if scn.training.ep_comm_overlap:
         return Variant(lever, "-", reason="already on (ep_comm_overlap)")
@@ -208,6 +215,7 @@ _HEAVIER = {"none": "selective", "selective": "full"}
 
 
 def _recompute(scn: Scenario, lever: str, step: Mapping[str, str]) -> Variant:
+    """The recompute mode one ``step`` away (_LIGHTER or _HEAVIER), with its default modules."""
     t = scn.training
     if t.recompute not in step:
         return Variant(lever, "-", reason=f"recompute is already {t.recompute}")
@@ -217,20 +225,24 @@ def _recompute(scn: Scenario, lever: str, step: Mapping[str, str]) -> Variant:
 
 
 def recompute_lighter(scn: Scenario) -> Variant:
+    """Recompute one level lighter: full -> selective -> none."""
     return _recompute(scn, "recompute one level lighter", _LIGHTER)
 
 
 def recompute_heavier(scn: Scenario) -> Variant:
+    """Recompute one level heavier: none -> selective -> full."""
     return _recompute(scn, "recompute one level heavier", _HEAVIER)
 
 
 def double_micro_batch(scn: Scenario) -> Variant:
+    """Twice the micro-batch (half the micro-batches per step)."""
     mb = scn.training.micro_batch
     return _try("twice the micro-batch", f"micro-batch {mb} -> {2 * mb}",
                 lambda: changed(scn, training={"micro_batch": 2 * mb}))
 
 
 def next_zero(scn: Scenario) -> Variant:
+    """The next ZeRO stage, up to 3."""
     z = scn.training.effective_zero
     if z >= 3:
         return Variant("next ZeRO stage", "-", reason="already ZeRO-3 (the last stage)")
@@ -238,6 +250,7 @@ def next_zero(scn: Scenario) -> Variant:
 
 
 def compile_on(scn: Scenario) -> Variant:
+    """torch.compile on, for the torch frameworks that compile their blocks."""
     lever, fw = "torch.compile", scn.training.framework
     if scn.training.compile:
         return Variant(lever, "-", reason="already on (compile)")
@@ -247,6 +260,7 @@ def compile_on(scn: Scenario) -> Variant:
 
 
 def float8_all_gather_on(scn: Scenario) -> Variant:
+    """torchao's float8 all-gather of weights, with the scales precomputed."""
     lever, t = "float8 all-gather", scn.training
     if t.float8_all_gather:
         return Variant(lever, "-", reason="already on (float8_all_gather)")
