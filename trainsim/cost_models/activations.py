@@ -100,6 +100,7 @@ logsumexp ``4·b·a·s`` (/shared/notes/torch-distributed-on-cpu.md).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from trainsim.specs.errors import SpecError
 from trainsim.specs.memo import memoised
@@ -108,6 +109,9 @@ from .autocast import RESIDUAL_BYTES, norm_output_casts
 from .fp8_weights import MXFP8_BYTES
 from .nvfp4 import NVFP4_BYTES
 from .shapes import LayerShape, as_layer_shape, block_kinds, mtp_kinds
+
+if TYPE_CHECKING:
+    from trainsim.specs import Scenario
 
 MASK_BYTES = 1  # dropout masks are bool/uint8 on CUDA (Korthikanti's assumption)
 FP32_SOFTMAX_BYTES = 4  # an fp32 softmax output per attention probability (TrainingSpec.attention_softmax_fp32)
@@ -472,7 +476,7 @@ def _op_sac_layer(shp: LayerShape) -> ActivationBytes:
     return ActivationBytes(main=sum(op_sac_saved_tensors(shp)) - small, small=small)
 
 
-def layer_activation_bytes(scenario, impl: str = "fused") -> ActivationBytes:
+def layer_activation_bytes(scenario: Scenario | LayerShape, impl: str = "fused") -> ActivationBytes:
     """Saved activations of one block per micro-batch on one rank (Scenario or LayerShape).
 
     ``impl="fused"``: Megatron/TE-style kernels (fused norms, fused SwiGLU); ``"eager"``: plain torch
@@ -495,7 +499,7 @@ def _no_recompute(shp: LayerShape, impl: str) -> ActivationBytes:
     return _layer(replace(shp, recompute="none"), impl)
 
 
-def recompute_working_bytes(scenario, impl: str = "fused") -> float:
+def recompute_working_bytes(scenario: Scenario, impl: str = "fused") -> float:
     """Transient bytes while one block is recomputed and back-propagated (on top of the saved ones).
 
     full: that block's whole activation set lives during its backward; selective: the recomputed attention
@@ -509,7 +513,7 @@ def recompute_working_bytes(scenario, impl: str = "fused") -> float:
     return 0.0
 
 
-def embedding_activation_bytes(scenario) -> float:
+def embedding_activation_bytes(scenario: Scenario) -> float:
     """First stage, per micro-batch: token ids (and position ids, int64) for the embedding backward, + dropout mask.
 
     With ``ModelSpec.embedding_norm`` (BLOOM) the norm saves its input, the embedding's 16-bit output (the
@@ -526,14 +530,14 @@ def embedding_activation_bytes(scenario) -> float:
     return 8.0 * T + (8.0 * shp.s / shp.cp if learned else 0.0) + mask + norm
 
 
-def pipeline_output_bytes(scenario) -> float:
+def pipeline_output_bytes(scenario: Scenario | LayerShape) -> float:
     """One model chunk's output activation for one micro-batch (hidden states of its tokens, sequence-parallel
     shard), which frameworks with ``behaviour(...).pipeline_output_kept`` hold until that micro-batch's backward."""
     shp = as_layer_shape(scenario)
     return float((RESIDUAL_BYTES if shp.autocast else shp.e) * shp.tokens * shp.h / shp.sp_div)
 
 
-def head_activation_bytes(scenario, impl: str = "fused") -> float:
+def head_activation_bytes(scenario: Scenario, impl: str = "fused") -> float:
     """Last stage, per micro-batch: final norm input (+ stats) and output, what the loss saves, targets.
 
     The output layer saves its (SP-sharded) input. The loss saves, per logit of this rank's vocabulary
@@ -557,7 +561,7 @@ def head_activation_bytes(scenario, impl: str = "fused") -> float:
     return norm_main + norm_small + _gemm_input_bytes(shp, impl, fp8_input=False) + proj + cap + loss + 8.0 * T
 
 
-def mtp_activation_bytes(scenario, impl: str = "fused") -> float:
+def mtp_activation_bytes(scenario: Scenario, impl: str = "fused") -> float:
     """One multi-token-prediction module, per micro-batch: its block (as the model's block), its pass through
     the output head, the two norms' inputs and the projection's input (the concatenated 2h), token ids."""
     _check_impl(impl)
@@ -596,7 +600,7 @@ LOSS_PARALLEL_FORWARD_BYTES = 12
 KEPT_FP32_LOGITS_BYTES = 4
 
 
-def logits_workspace_bytes(scenario) -> float:
+def logits_workspace_bytes(scenario: Scenario) -> float:
     """Transient bytes on the last stage while the loss runs, beyond what it saves.
 
     Megatron: the 16-bit logits live while ``.float()`` copies them (the fp32 copy is the saved softmax, which

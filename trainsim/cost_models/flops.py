@@ -30,6 +30,7 @@ in ``compute.py`` turns into time for memory-bound ops.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from trainsim.specs.memo import memoised
 
@@ -40,6 +41,9 @@ from .host_issue import megatron_fused_softmax
 from .mcore_experts import MCORE_EXPERT_BIAS_RW, MCORE_GLU_CLAMP_RW, fp32_expert_bias_bytes
 from .shapes import DEFAULT_SELECTIVE as _CORE_ATTN
 from .shapes import LayerShape, as_layer_shape
+
+if TYPE_CHECKING:
+    from trainsim.specs import Scenario
 
 Gemm = tuple[int, int, int]  # (m, n, k)
 MATMUL_KINDS = frozenset({"gemm", "bmm", "attention", "ssd"})  # ssd: Mamba-2's chunked scan (cost_models/mamba.py)
@@ -493,7 +497,7 @@ def _bias_grads(shp: LayerShape, T: int, T_seq: int, qkv_out: int) -> Op:
               bwd_weight_flops=dy_bytes / e, fwd_bytes=0.0, bwd_input_bytes=0.0, bwd_weight_bytes=float(dy_bytes))
 
 
-def layer_ops(scenario) -> tuple[Op, ...]:
+def layer_ops(scenario: Scenario | LayerShape) -> tuple[Op, ...]:
     """Every op of one transformer block for one micro-batch on one rank (accepts a Scenario or LayerShape)."""
     return _layer_ops(as_layer_shape(scenario))
 
@@ -533,7 +537,7 @@ def _embedding_ops(shp: LayerShape, learned_positions: bool) -> tuple[Op, ...]:
     return _lora_frozen(shp, ops)
 
 
-def embedding_ops(scenario) -> tuple[Op, ...]:
+def embedding_ops(scenario: Scenario | LayerShape) -> tuple[Op, ...]:
     """Token (+ learned position) embedding on the first pipeline stage, per micro-batch per rank."""
     shp = as_layer_shape(scenario)
     learned = getattr(getattr(scenario, "model", None), "position_embedding", "rope") == "learned"
@@ -594,6 +598,6 @@ def _mtp_ops(shp: LayerShape) -> tuple[Op, ...]:
             _linear("mtp_eh_proj", T, h // shp.tp, 2 * h, e, **lp))
 
 
-def head_ops(scenario) -> tuple[Op, ...]:
+def head_ops(scenario: Scenario | LayerShape) -> tuple[Op, ...]:
     """Final norm, output projection (logits) and cross-entropy loss on the last stage, per micro-batch per rank."""
     return _head_ops(as_layer_shape(scenario))

@@ -12,11 +12,15 @@ up in time, not in hardware FLOPs).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from trainsim.specs.memo import memoised
 
 from .flops import Op, _head_ops, _layer_ops, _mtp_ops, recompute_ops
 from .shapes import LayerShape, as_layer_shape, block_kinds, layer_shape, mtp_kinds
+
+if TYPE_CHECKING:
+    from trainsim.specs import Scenario
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ def pass_flops(ops: tuple[Op, ...], recompute: str = "none", matmul_only: bool =
     )
 
 
-def layer_flops(scenario, matmul_only: bool = True) -> PassFlops:
+def layer_flops(scenario: Scenario, matmul_only: bool = True) -> PassFlops:
     """FLOPs of one block per micro-batch on one rank, by pass, with the scenario's recompute mode."""
     shp = as_layer_shape(scenario)
     return pass_flops(_layer_ops(shp), shp.recompute, matmul_only, shp.rc_modules)
@@ -92,20 +96,20 @@ def _unsharded_flops(shp: LayerShape, L: int) -> tuple[PassFlops, PassFlops]:
     return lay.scaled(L), head
 
 
-def model_flops_per_step(scenario) -> float:
+def model_flops_per_step(scenario: Scenario) -> float:
     """Model FLOPs of one optimizer step, all GPUs: matmul FLOPs of fwd + bwd, no recompute (docs/design.md)."""
     blocks, head = _per_microbatch_unsharded(scenario)
     n_micro = scenario.training.global_batch / scenario.training.micro_batch
     return n_micro * (blocks.model + head.model)
 
 
-def hardware_flops_per_step(scenario) -> float:
+def hardware_flops_per_step(scenario: Scenario) -> float:
     """Hardware FLOPs of one optimizer step, all GPUs: model FLOPs + the recompute mode's re-run forward."""
     blocks, head = _per_microbatch_unsharded(scenario)
     n_micro = scenario.training.global_batch / scenario.training.micro_batch
     return n_micro * (blocks.hardware + head.hardware)
 
 
-def model_flops_per_token(scenario) -> float:
+def model_flops_per_token(scenario: Scenario) -> float:
     """Model FLOPs per trained token (for tokens/s ↔ MFU conversions)."""
     return model_flops_per_step(scenario) / scenario.tokens_per_step
