@@ -499,7 +499,7 @@ def _no_recompute(shp: LayerShape, impl: str) -> ActivationBytes:
     return _layer(replace(shp, recompute="none"), impl)
 
 
-def recompute_working_bytes(scenario: Scenario, impl: str = "fused") -> float:
+def recompute_working_bytes(scenario: Scenario | LayerShape, impl: str = "fused") -> float:
     """Transient bytes while one block is recomputed and back-propagated (on top of the saved ones).
 
     full: that block's whole activation set lives during its backward; selective: the recomputed attention
@@ -513,7 +513,7 @@ def recompute_working_bytes(scenario: Scenario, impl: str = "fused") -> float:
     return 0.0
 
 
-def embedding_activation_bytes(scenario: Scenario) -> float:
+def embedding_activation_bytes(scenario: Scenario | LayerShape) -> float:
     """First stage, per micro-batch: token ids (and position ids, int64) for the embedding backward, + dropout mask.
 
     With ``ModelSpec.embedding_norm`` (BLOOM) the norm saves its input, the embedding's 16-bit output (the
@@ -537,7 +537,7 @@ def pipeline_output_bytes(scenario: Scenario | LayerShape) -> float:
     return float((RESIDUAL_BYTES if shp.autocast else shp.e) * shp.tokens * shp.h / shp.sp_div)
 
 
-def head_activation_bytes(scenario: Scenario, impl: str = "fused") -> float:
+def head_activation_bytes(scenario: Scenario | LayerShape, impl: str = "fused") -> float:
     """Last stage, per micro-batch: final norm input (+ stats) and output, what the loss saves, targets.
 
     The output layer saves its (SP-sharded) input. The loss saves, per logit of this rank's vocabulary
@@ -600,7 +600,7 @@ LOSS_PARALLEL_FORWARD_BYTES = 12
 KEPT_FP32_LOGITS_BYTES = 4
 
 
-def logits_workspace_bytes(scenario: Scenario) -> float:
+def logits_workspace_bytes(scenario: Scenario | LayerShape) -> float:
     """Transient bytes on the last stage while the loss runs, beyond what it saves.
 
     Megatron: the 16-bit logits live while ``.float()`` copies them (the fp32 copy is the saved softmax, which

@@ -61,7 +61,7 @@ def pass_flops(ops: tuple[Op, ...], recompute: str = "none", matmul_only: bool =
     )
 
 
-def layer_flops(scenario: Scenario, matmul_only: bool = True) -> PassFlops:
+def layer_flops(scenario: Scenario | LayerShape, matmul_only: bool = True) -> PassFlops:
     """FLOPs of one block per micro-batch on one rank, by pass, with the scenario's recompute mode."""
     shp = as_layer_shape(scenario)
     return pass_flops(_layer_ops(shp), shp.recompute, matmul_only, shp.rc_modules)
