@@ -77,7 +77,7 @@ def block_saved_tensors(shp: LayerShape, impl: str) -> tuple[float, ...] | None:
     if shp.recomputes("op_sac"):
         return _checked(op_sac_saved_tensors(shp), total)
     e, h, t, r, T = shp.e, shp.h, shp.tp, shp.sp_div, shp.tokens
-    norm_in, norm_small = _norm_bytes(shp, T / r, impl)
+    norm_in, _norm_small = _norm_bytes(shp, T / r, impl)
     gemm_in = 0.0 if shp.recomputes("layernorm") else _gemm_input_bytes(shp, impl)
     mask = [MASK_BYTES * T * h / r] if shp.dropout else []
     heads = shp.a // t

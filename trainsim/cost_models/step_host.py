@@ -57,8 +57,9 @@ builder already counts as collectives, and their Python frames are not counted (
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING
 
 from trainsim.specs.framework_behaviour import behaviour
 
