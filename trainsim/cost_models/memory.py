@@ -416,9 +416,9 @@ def stage_memory(scenario: Scenario, stage: int, inflight_microbatches: float | 
     if rounding:
         details["state_rounding"] = rounding
     deferred = _autocast_deferred(scenario, stage, casts, inflight_microbatches, per_mb)
-    beyond = max(0.0, deferred - activations - details.get("logits_workspace", 0.0))
-    if beyond:  # the end of a later micro-batch's backward outgrows the activation peak (autocast.py, mechanism 4)
-        details["autocast_deferred_grads"] = beyond
+    deferred_beyond = max(0.0, deferred - activations - details.get("logits_workspace", 0.0))
+    if deferred_beyond:  # a later micro-batch's backward end outgrows the activation peak (autocast.py, mechanism 4)
+        details["autocast_deferred_grads"] = deferred_beyond
     if softmax_peak := softmax_backward_beyond(scenario, stage, rp, details):  # softmax_backward_peak.py
         details["softmax_backward_peak"] = softmax_peak
     off_peak = grads_off_peak(framework=t.framework, zero=t.effective_zero, microbatches=scenario.num_microbatches,
@@ -427,9 +427,9 @@ def stage_memory(scenario: Scenario, stage: int, inflight_microbatches: float | 
     if moment and moment[1]:
         details["fsdp2_phase_peak"] = moment[1]
     cast = reduce_cast_bytes(scenario, rp)
-    beyond = max(0.0, cast - activations)  # the reduce runs after the last backward: activations are freed
-    if beyond:
-        details["grad_reduce_cast"] = beyond
+    cast_beyond = max(0.0, cast - activations)  # the reduce runs after the last backward: activations are freed
+    if cast_beyond:
+        details["grad_reduce_cast"] = cast_beyond
     # Megatron-Core DDP's construction, before the first step: beyond the step's own allocated peak.
     step_allocated = off.weights + off.grads + off.optimizer + activations + sum(
         v for k, v in details.items() if k not in ACTIVATION_DETAILS + OUTSIDE_ALLOCATOR)
@@ -440,7 +440,7 @@ def stage_memory(scenario: Scenario, stage: int, inflight_microbatches: float | 
     other = sum(v for k, v in details.items() if k not in ACTIVATION_DETAILS)
     gathered = None if moment is None else fsdp2.phases.gather_outputs[moment[0]]
     pools = _stream_pools(scenario, stage, sb.grads, gathered)
-    cached = _allocator_cached(scenario, stage, working) + cast - beyond + off_peak + pools
+    cached = _allocator_cached(scenario, stage, working) + cast - cast_beyond + off_peak + pools
     return StageMemory(weights=off.weights, grads=off.grads, optimizer=off.optimizer, activations=activations,
                        other=other, host=host, pcie_h2d_bytes=off.h2d, pcie_d2h_bytes=off.d2h,
                        inflight_microbatches=inflight_microbatches, details=details,
