@@ -22,8 +22,7 @@ small fitted models the cost functions query:
 Every query returns ``None`` when the quantity was not measured: callers then fall back to the
 GPUSpec / ClusterSpec defaults. Times are seconds, sizes bytes, rates bytes/s or FLOP/s.
 
-Attention FLOP convention (as FlashAttention's benchmarks): forward = 4·b·h·sq·skv·d, halved when
-causal; backward = 2.5 × forward.
+The FLOPs and bytes the GEMM and attention fits are fitted against: kernel_work.py.
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from trainsim.cost_models import collectives
+from trainsim.cost_models.kernel_work import attention_bytes, attention_flops, gemm_bytes, gemm_flops
 from trainsim.cost_models.profile_limits import (
     MAX_FLOPS,
     MAX_MEASURED_S,
@@ -594,47 +594,6 @@ def _loglog_interp(points: list[tuple[float, float]], x: float) -> float:
 def describe(profile: CalibrationProfile | None) -> str:
     """What predict prints in its "calibration" field: the profile, or "defaults"."""
     return "defaults" if profile is None else profile.describe()
-
-
-# ---- shared FLOP/byte conventions (used by calibrate and by the queries) -------------------------
-DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "float": 4, "half": 2, "double": 8}
-
-
-def dtype_bytes(dtype: str) -> int:
-    """Bytes per element of a measured dtype (DTYPE_BYTES; 2 for one it does not list)."""
-    return DTYPE_BYTES.get(dtype, 2)
-
-
-def gemm_flops(m: int, n: int, k: int) -> float:
-    """FLOPs of C = A·B with A m×k and B k×n: 2mnk."""
-    return 2.0 * m * n * k
-
-
-def gemm_bytes(m: int, n: int, k: int, dtype: str) -> float:
-    """Compulsory traffic of C = A·B: read A (m×k) and B (k×n), write C (m×n)."""
-    return float(dtype_bytes(dtype) * (m * k + k * n + m * n))
-
-
-def attention_flops(batch: int, heads: int, seq_q: int, seq_kv: int, dhead: int, causal: bool = True,
-                    pass_: str = "fwd") -> float:
-    """FLOPs of a fused-attention pass by the module doc's convention: forward 4·b·h·sq·skv·d, halved when causal;
-    backward 2.5 × forward."""
-    fwd = 4.0 * batch * heads * seq_q * seq_kv * dhead * (0.5 if causal else 1.0)
-    if pass_ == "fwd":
-        return fwd
-    if pass_ == "bwd":
-        return 2.5 * fwd
-    raise SpecError("attention.pass", f"must be 'fwd' or 'bwd', got {pass_!r}")
-
-
-def attention_bytes(batch: int, heads: int, seq_q: int, seq_kv: int, dhead: int, dtype: str,
-                    pass_: str = "fwd") -> float:
-    """Compulsory traffic of fused attention: q, o (and dq, do in bwd) over seq_q; k, v (dk, dv) over seq_kv."""
-    e = dtype_bytes(dtype)
-    q_side = batch * heads * seq_q * dhead * e
-    kv_side = batch * heads * seq_kv * dhead * e
-    fwd = 2 * q_side + 2 * kv_side
-    return float(fwd if pass_ == "fwd" else 2 * fwd + 2 * q_side)
 
 
 # ---- loading and saving --------------------------------------------------------------------------
