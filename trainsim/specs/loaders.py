@@ -18,11 +18,12 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from .errors import SpecError, did_you_mean, from_validation_error, unknown_name, yaml11_hint
 from .hardware import ClusterSpec, GPUSpec, PoolSpec, ScaleOutSpec
 from .hf_config import is_hf_config, model_from_hf
+from .layout import Layout
 from .model import ModelSpec
 from .presets import preset, preset_names
 from .safe_read import MAX_INPUT_BYTES, read_structured
 from .scenario import Scenario, resolve
-from .training import Layout, TrainingSpec
+from .training import TrainingSpec
 
 
 def read_mapping(path: str | os.PathLike, field: str) -> dict:

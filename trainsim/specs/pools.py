@@ -21,9 +21,10 @@ from itertools import permutations
 
 from .errors import SpecError
 from .hardware import NIC_EFFICIENCY, ClusterSpec, PoolSpec, ScaleOutSpec, dtype_refusal
+from .layout import Layout
 from .memo import IdentityMemo
 from .scenario import Scenario
-from .training import Layout, TrainingSpec
+from .training import TrainingSpec
 
 
 def node_scale_out_Bps(so: ScaleOutSpec) -> float:

@@ -12,8 +12,9 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from .hardware import BackgroundLoadSpec, ClusterSpec, GPUSpec, PoolSpec, ScaleOutSpec, ScaleUpSpec
+from .layout import Layout
 from .model import ModelSpec
-from .training import Layout, TrainingSpec
+from .training import TrainingSpec
 
 TOP_LEVEL = (
     ("name", "string", "the scenario's name, shown in every output"),
