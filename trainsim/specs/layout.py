@@ -53,4 +53,5 @@ class Layout(BaseModel):
 
     @property
     def model_parallel(self) -> int:
+        """GPUs of one data-parallel replica: tp · cp · pp."""
         return self.tp * self.cp * self.pp
