@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -25,8 +25,7 @@ Recompute = Literal["none", "selective", "full"]
 # selective_ac_option="op"; trainsim/cost_models/activations.py): frameworks torch / pytorch-fsdp, alone.
 RecomputeModule = Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act", "moe", "shared_experts",
                           "op_sac"]
-RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act", "moe",
-                                      "shared_experts", "op_sac")
+RECOMPUTE_MODULES: tuple[str, ...] = get_args(RecomputeModule)
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb", "dualpipev"]
 # nvfp4: Transformer Engine's NVFP4BlockScaling recipe under Megatron-Core (cost_models/nvfp4.py): the blocks' linear
 # GEMMs on FP4 tensor cores, everything else as under fp8 (bf16 weights, fp32 master weights and Adam states).
