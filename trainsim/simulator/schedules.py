@@ -13,10 +13,13 @@ the order and the simulation finds the timing.
 from __future__ import annotations
 
 from collections import Counter
+from typing import get_args
+
+from trainsim.specs.training import Schedule
 
 F, B, W, BW = 0, 1, 2, 3
 KIND_NAMES = {F: "F", B: "B", W: "W", BW: "BW"}
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "dualpipev")
+SCHEDULES: tuple[str, ...] = get_args(Schedule)
 
 Op = tuple[int, int, int]
 
