@@ -166,7 +166,7 @@ def model_state_bytes(params: float, zero: int, dp: int, *, param_bytes: int = 2
     return w, g, o
 
 
-def _layer_params_rank(model, tp: int, ep: int, etp: int | None = None) -> tuple[float, float]:
+def layer_params_per_rank(model: ModelSpec, tp: int, ep: int, etp: int | None = None) -> tuple[float, float]:
     """(dense, expert) parameters of one block on one rank: a MoE block for a MoE model (routed experts,
     router, shared expert), else a dense block (``model.dense_block()`` gives a MoE model's dense blocks)."""
     h = model.hidden
@@ -199,7 +199,7 @@ def _layer_params_rank(model, tp: int, ep: int, etp: int | None = None) -> tuple
     return attn + norms + mlp(model.ffn), 0.0
 
 
-def _stage_extra_params(model, tp: int, pp: int, stage: int, loss_stage: int | None = None) -> float:
+def stage_extra_params(model: ModelSpec, tp: int, pp: int, stage: int, loss_stage: int | None = None) -> float:
     """Embedding / positions (first stage), final norm and output layer (``loss_stage``, default the last
     stage; stage 0 for DualPipeV's V, where both ends share rank 0 but keep separate copies) on one rank."""
     h, V, e = model.hidden, model.vocab_size, model.embed_dim  # e: OPT's word_embed_proj_dim, else h
@@ -222,31 +222,26 @@ def mtp_params_per_rank(model: ModelSpec, tp: int, ep: int, etp: int | None = No
     """(dense, expert) parameters of the model's multi-token-prediction modules on one rank of the loss stage:
     per module a block like the model's own (MoE for a MoE model), the 2h->h projection (column-parallel) and
     three RMSNorm/LayerNorm weights (embedding, hidden state, output). The shared embedding and output layer
-    are the last stage's own (``_stage_extra_params`` keeps a word-embedding copy there when pp > 1). A hybrid
+    are the last stage's own (``stage_extra_params`` keeps a word-embedding copy there when pp > 1). A hybrid
     stack's module holds its mtp_pattern's layers (ModelSpec.mtp_block), once with shared depths (mtp_shared)."""
     k = 0 if not model.mtp_layers else 1 if model.mtp_shared else model.mtp_layers
     if not k:
         return 0.0, 0.0
     block = model.mtp_block() if model.is_hybrid else model  # a hybrid block's figures are per layer: x layers
-    dense, expert = (x * block.num_layers if model.is_hybrid else x for x in _layer_params_rank(block, tp, ep, etp))
+    dense, expert = (x * block.num_layers if model.is_hybrid else x for x in layer_params_per_rank(block, tp, ep, etp))
     h = model.hidden
     return k * (dense + 2 * h * h / tp + 3 * model.norm_params()), k * expert
-
-
-# Public names (the engine builds per-chunk memory from these).
-layer_params_per_rank = _layer_params_rank
-stage_extra_params = _stage_extra_params
 
 
 def rank_param_shards(scenario: Scenario, stage: int) -> RankParams:
     """Parameters a rank of pipeline ``stage`` holds, and what it stores after ZeRO sharding."""
     m, lay, t = scenario.model, scenario.layout, scenario.training
     _check_stage(stage, lay.pp)
-    dense_l, expert_l = _layer_params_rank(m, lay.tp, lay.ep, lay.etp)
+    dense_l, expert_l = layer_params_per_rank(m, lay.tp, lay.ep, lay.etp)
     L = scenario.layers_on_stage(stage)  # uneven stages: Scenario.stage_layers
     L_dense = scenario.dense_layers_on_stage(stage) if m.is_moe else 0  # first_dense_layers held here
-    block_l = _layer_params_rank(dense_block_scenario(scenario).model, lay.tp, 1)[0] if L_dense else 0.0
-    extra = _stage_extra_params(m, lay.tp, lay.pp, stage, scenario.loss_stage)
+    block_l = layer_params_per_rank(dense_block_scenario(scenario).model, lay.tp, 1)[0] if L_dense else 0.0
+    extra = stage_extra_params(m, lay.tp, lay.pp, stage, scenario.loss_stage)
     dense = (L - L_dense) * dense_l + L_dense * block_l + extra
     expert = (L - L_dense) * expert_l
     if stage == scenario.loss_stage and m.mtp_layers:
@@ -306,7 +301,7 @@ def inflight_microbatches(schedule: str, pp: int, m: int, stage: int, vpp: int =
     raise SpecError("training.schedule", f"unknown schedule {schedule!r}")
 
 
-_inflight = inflight_microbatches
+_inflight = inflight_microbatches  # for stage_memory, whose argument of that name shadows the function
 
 
 def offloaded_layers(scenario: Scenario) -> int:
@@ -531,10 +526,10 @@ def _stream_pools(scenario, stage: int, reduce_bytes: int, gather_counted: float
     m, lay = scenario.model, scenario.layout
     if getattr(scenario.cluster.gpu, "num_sms", None) is None:
         return 0.0
-    layer = sum(_layer_params_rank(m, lay.tp, lay.ep, lay.etp))
+    layer = sum(layer_params_per_rank(m, lay.tp, lay.ep, lay.etp))
     n_dense = scenario.dense_layers_on_stage(stage) if m.is_moe else 0  # first_dense_layers, as rank_param_shards
-    dense = _layer_params_rank(dense_block_scenario(scenario).model, lay.tp, 1)[0] if n_dense else 0.0
-    extra = _stage_extra_params(m, lay.tp, lay.pp, stage, scenario.loss_stage)
+    dense = layer_params_per_rank(dense_block_scenario(scenario).model, lay.tp, 1)[0] if n_dense else 0.0
+    extra = stage_extra_params(m, lay.tp, lay.pp, stage, scenario.loss_stage)
     units = (((extra,) if extra else ()) + (dense,) * n_dense
              + (layer,) * (scenario.layers_on_stage(stage) - n_dense))
     pb = float(scenario.training.param_bytes)
