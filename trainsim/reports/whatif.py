@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -41,6 +41,9 @@ from . import plots
 from .html import FigureBlob, Report, Section, Table
 from .tables import LAYOUT_COLUMNS, fmt_count, fmt_gib, fmt_money, fmt_pct, fmt_si, fmt_time, layout_table
 from .timeline import events_from_engine
+
+if TYPE_CHECKING:
+    from trainsim.cost_models.profile import CalibrationProfile
 
 
 @dataclass
@@ -89,7 +92,8 @@ def time_to_train(scn: Scenario, step_time_s: float, opts: ReportOptions) -> gp.
 
 # --- pieces ---------------------------------------------------------------------------------------
 
-def step_timeline(scn: Scenario, profile) -> tuple[list[plots.TimelineEvent], float, int]:
+def step_timeline(scn: Scenario,
+                  profile: CalibrationProfile | None) -> tuple[list[plots.TimelineEvent], float, int]:
     """Re-run the engine with recording on and turn its trace into timeline events; a step too long to draw
     (more pipeline passes than a trace holds) is drawn with fold.representative_count micro-batches instead,
     whose count is the third item."""
@@ -140,7 +144,8 @@ def _fits_then_fast(scn: Scenario, profile):
     return predict(scn, fast=True, profile=profile), ""
 
 
-def mfu_grid(scn: Scenario, profile) -> tuple[dict[tuple[int, int], Any], list[int], list[int]]:
+def mfu_grid(scn: Scenario,
+             profile: CalibrationProfile | None) -> tuple[dict[tuple[int, int], Any], list[int], list[int]]:
     """Closed-form MFU over TP (within a node) × PP at the scenario's GPU count; other settings kept
     (1F1B where the scenario's interleaving does not fit the stage count)."""
     m, n, cp = scn.model, scn.num_gpus, scn.layout.cp
@@ -172,7 +177,8 @@ def mfu_grid(scn: Scenario, profile) -> tuple[dict[tuple[int, int], Any], list[i
     return cells, tps, pps
 
 
-def scaling(scn: Scenario, profile, points: int = 6) -> tuple[list[dict], list[dict]]:
+def scaling(scn: Scenario, profile: CalibrationProfile | None,
+            points: int = 6) -> tuple[list[dict], list[dict]]:
     """Strong (global batch fixed) and weak (global batch ∝ GPUs) scaling with the scenario's tp/pp/cp/ep,
     GPU counts ×2^k around it; closed-form predictions (the engine's step for the scenario itself)."""
     n0 = scn.num_gpus
@@ -556,7 +562,7 @@ def _report_notes(opts: ReportOptions, pred) -> list[str]:
     ] + list(opts.notes) + list(pred.warnings)
 
 
-def levers_section(scn: Scenario, profile) -> Section:
+def levers_section(scn: Scenario, profile: CalibrationProfile | None) -> Section:
     """What to change: the what-if levers of simulator.levers ranked by step-time gain, with peak memory and fit,
     screened by the closed form (`trainsim predict --explain` prints the same table)."""
     expl = explain(scn, profile=profile)

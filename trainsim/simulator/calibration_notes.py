@@ -4,13 +4,18 @@ device, collectives of other group shapes, a compute factor fitted for another G
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trainsim.specs import Scenario
 from trainsim.specs.gpu_names import gpu_preset_for
 from trainsim.specs.loaders import load_gpu
 from trainsim.topologies.placement import place
 
+if TYPE_CHECKING:
+    from trainsim.cost_models.profile import CalibrationProfile
 
-def calibration_notes(scenario: Scenario, profile) -> list[str]:
+
+def calibration_notes(scenario: Scenario, profile: CalibrationProfile | None) -> list[str]:
     """The notes for ``profile`` (as given to predict, before its run calibration is applied) on ``scenario``."""
     if profile is None:
         return []

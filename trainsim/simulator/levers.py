@@ -36,7 +36,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
 
@@ -50,6 +50,9 @@ from .builder import build_cost_table
 from .fold import MAX_WHOLE_PASSES, simulate_step
 from .predict import _with_run_calibration, predict
 from .search_space import uneven_split
+
+if TYPE_CHECKING:
+    from trainsim.cost_models.profile import CalibrationProfile
 
 Kind = Literal["ceiling", "setting"]
 
@@ -279,7 +282,8 @@ def variants(scn: Scenario) -> list[Variant]:
 
 # --- prediction and ranking -----------------------------------------------------------------------------------
 
-def bubble_free_step_s(scn: Scenario, *, fast: bool, ideal: bool, profile) -> float:
+def bubble_free_step_s(scn: Scenario, *, fast: bool, ideal: bool,
+                       profile: CalibrationProfile | None) -> float:
     """The step with every stage's pipeline bubble removed: each stage's work within the pipeline span (the span
     less its bubble, engine.set_bubbles) plus what follows it (gradient-reduction tail, optimizer, post-step);
     the busiest stage sets it. For uniform stages that is the step less (p-1)/(m+p-1) of the span (1F1B)."""
@@ -307,8 +311,8 @@ def _predict_variant(v: Variant, base, *, fast: bool, ideal: bool, profile) -> L
                  peak_bytes=peak, free_bytes=free, fits=fits)
 
 
-def explain(scn: Scenario, *, engine: bool = False, ideal_network: bool = False, profile=None,
-            baseline=None) -> Explanation:
+def explain(scn: Scenario, *, engine: bool = False, ideal_network: bool = False,
+            profile: CalibrationProfile | None = None, baseline=None) -> Explanation:
     """Predict every lever of ``scn`` and rank them by step-time gain (largest first; levers that do not apply
     last, in their listed order). ``engine`` predicts each variant with the discrete-event engine, else with the
     closed form (analytic.py, the planner's screen: microseconds per variant); the baseline is predicted the

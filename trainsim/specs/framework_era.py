@@ -66,8 +66,12 @@ parallelism is refused. ``deepspeed-2021`` predates Ulysses, so any ``cp > 1`` i
 from __future__ import annotations
 
 from datetime import date
+from typing import TYPE_CHECKING
 
 from .framework_behaviour import BEHAVIOURS
+
+if TYPE_CHECKING:
+    from .training import TrainingSpec
 
 # preset -> the code it stands for, and that code's date.
 HISTORIC_FRAMEWORKS: dict[str, tuple[str, date]] = {
@@ -193,7 +197,7 @@ def feature_refusal(framework: str, field: str, value) -> str | None:
             f"use framework {SUCCESSOR[framework]} or {_instead(field, value)}")
 
 
-def era_refusal(training) -> str | None:
+def era_refusal(training: TrainingSpec) -> str | None:
     """The first setting of ``training`` its framework preset's code does not have (feature_refusal), or None."""
     if training.framework not in HISTORIC_FRAMEWORKS and training.framework not in FORK_LACKS:
         return None

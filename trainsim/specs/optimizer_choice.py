@@ -11,13 +11,18 @@ the host-offloaded HybridDeviceOptimizer steps torch Adam only.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .training import TrainingSpec
+
 # Defaults of TrainingSpec: Megatron-Core's --muon-num-ns-steps and mixed-precision Adam's fp32 main + m + v. A
 # scenario that dumps and reloads its training carries every field, so a default value is not refused.
 MUON_NS_STEPS = 5
 ADAM_STATE_BYTES = 12
 
 
-def muon_refusal(training) -> tuple[str, str] | None:
+def muon_refusal(training: TrainingSpec) -> tuple[str, str] | None:
     """(field, reason) of the first setting Muon cannot be costed under, or None."""
     t = training
     if t.optimizer != "muon":

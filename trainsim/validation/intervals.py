@@ -40,6 +40,7 @@ import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -53,6 +54,10 @@ from trainsim.validation.source_conformal import (
     source_summary,
 )
 
+if TYPE_CHECKING:
+    from trainsim.cost_models.profile import CalibrationProfile
+    from trainsim.specs import Scenario
+
 TABLE_NAME = "residual_quantiles.json"
 MIN_COVERAGE, MAX_COVERAGE = 0.5, 0.95  # beyond 95 % the stored 2.5 % / 97.5 % quantiles are extrapolation
 
@@ -61,7 +66,7 @@ def table_path() -> Path:
     return Path(str(resources.files("trainsim.data").joinpath(TABLE_NAME)))
 
 
-def scenario_features(scenario) -> dict[str, list[str]]:
+def scenario_features(scenario: Scenario) -> dict[str, list[str]]:
     """What a run exercises: GPU type, framework, parallel dimensions in use, model family."""
     lay, tr, m = scenario.layout, scenario.training, scenario.model
     dims = [d for d in ("tp", "pp", "cp", "ep") if getattr(lay, d) > 1]
@@ -144,7 +149,7 @@ def t_band(residuals: list[float], coverage: float) -> tuple[float, float]:
     return float(r.mean()) - half, float(r.mean()) + half
 
 
-def run_band(rc, scenario, coverage: float) -> tuple[float, float, str] | str:
+def run_band(rc, scenario: Scenario, coverage: float) -> tuple[float, float, str] | str:
     """(ln lower, ln upper, basis) from a run calibration's leave-one-out residuals, or why it cannot give one."""
     loo = rc.loo_residuals()
     gpus = {r.gpu for r in rc.runs}
@@ -199,7 +204,8 @@ def host_widening(lo: float, hi: float, step_s: float, host_idle_s: float, host_
     return lo, hi, [why]
 
 
-def interval_for(step_s: float, tokens_per_s: float, mfu: float, scenario, profile=None, coverage: float = 0.8,
+def interval_for(step_s: float, tokens_per_s: float, mfu: float, scenario: Scenario,
+                 profile: CalibrationProfile | None = None, coverage: float = 0.8,
                  table: dict | None = None, breakdown: dict[str, float] | None = None) -> Interval:
     """The interval of one prediction (module docstring). ``profile`` may hold a run calibration; ``breakdown`` is
     the prediction's (``Prediction.breakdown_s``), whose GPU idle waiting for the host (``host_idle``) and host issue
