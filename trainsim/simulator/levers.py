@@ -194,7 +194,8 @@ def tp_overlap(scn: Scenario) -> Variant:
 
 
 def dp_overlap(scn: Scenario) -> Variant:
-    """Gradient reduction overlapped with backward (overlap_grad_reduce), where the framework does not already."""
+    """Gradient reduction overlapped with backward (overlap_grad_reduce), where the framework does not
+    already."""
     lever, fw = "DP comm overlap", scn.training.framework
     if scn.dp * scn.layout.cp == 1 and scn.training.effective_zero == 0:
         return Variant(lever, "-", reason="dp=cp=1: no data-parallel communication")
@@ -347,5 +348,6 @@ def explain_rows(expl: Explanation) -> list[list[str]]:
 
 
 def explain_title(expl: Explanation) -> str:
+    """The explanation's title: its mode, the baseline step time and peak memory against the GPU's."""
     return (f"Levers ranked by step-time gain ({expl.mode}; baseline {expl.baseline_step_time_s:.4g} s, peak "
             f"{expl.baseline_peak_bytes / 2**30:.1f} of {expl.gpu_memory_bytes / 2**30:.1f} GiB)")

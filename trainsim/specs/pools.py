@@ -90,6 +90,7 @@ def stage_pools(scenario: Scenario) -> tuple[int, ...]:
 
 
 def pool_gpus(cluster: ClusterSpec) -> tuple[int, ...]:
+    """GPUs of each of the cluster's pools (nodes × GPUs per node); () without pools."""
     return tuple(p.nodes * cluster.gpus_per_node for p in cluster.pools or ())
 
 

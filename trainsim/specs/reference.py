@@ -63,6 +63,7 @@ def type_text(annotation: Any) -> str:
 
 
 def default_text(info: Any) -> str:
+    """A field's default as the reference table prints it."""
     if info.default is PydanticUndefined:
         return "required" if info.default_factory is None else "(computed)"
     value = info.default

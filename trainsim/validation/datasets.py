@@ -99,6 +99,7 @@ DATASETS: dict[str, Callable[[], Dataset]] = {
 
 
 def dataset_names() -> list[str]:
+    """Names of the datasets ``validate --dataset`` knows (DATASETS)."""
     return list(DATASETS)
 
 

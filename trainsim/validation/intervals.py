@@ -63,6 +63,7 @@ MIN_COVERAGE, MAX_COVERAGE = 0.5, 0.95  # beyond 95 % the stored 2.5 % / 97.5 % 
 
 
 def table_path() -> Path:
+    """The bundled residual-quantile table (trainsim/data/residual_quantiles.json)."""
     return Path(str(resources.files("trainsim.data").joinpath(TABLE_NAME)))
 
 
@@ -94,6 +95,7 @@ def build_table(rows: list[tuple[str, float, dict[str, list[str]]]]) -> dict:
 
 
 def load_table(path: Path | None = None) -> dict:
+    """The residual-quantile table at ``path`` (default: table_path())."""
     return json.loads((path or table_path()).read_text(encoding="utf-8"))
 
 
@@ -150,7 +152,8 @@ def t_band(residuals: list[float], coverage: float) -> tuple[float, float]:
 
 
 def run_band(rc, scenario: Scenario, coverage: float) -> tuple[float, float, str] | str:
-    """(ln lower, ln upper, basis) from a run calibration's leave-one-out residuals, or why it cannot give one."""
+    """(ln lower, ln upper, basis) from a run calibration's leave-one-out residuals, or why it cannot give
+    one."""
     loo = rc.loo_residuals()
     gpus = {r.gpu for r in rc.runs}
     if scenario.cluster.gpu.name not in gpus:
@@ -183,6 +186,7 @@ class Interval:
 
 
 def check_coverage(coverage: float) -> float:
+    """``coverage`` when it is finite and within [MIN_COVERAGE, MAX_COVERAGE]; a SpecError otherwise."""
     if not (math.isfinite(coverage) and MIN_COVERAGE <= coverage <= MAX_COVERAGE):
         raise SpecError("coverage", f"must be between {MIN_COVERAGE} and {MAX_COVERAGE}, got {coverage}")
     return coverage

@@ -43,6 +43,7 @@ def rank(result, rank_by: str, profile: CalibrationProfile | None) -> dict[tuple
 
 
 def row_json(d: dict, iv: Interval | None) -> dict:
+    """A plan row's JSON with its interval (p90 step, interval, basis, reasons); unchanged without one."""
     if iv is None:
         return d
     return {**d, "step_time_p90_s": iv.step_time_s[1], "step_time_interval_s": list(iv.step_time_s),

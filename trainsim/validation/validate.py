@@ -30,6 +30,8 @@ from trainsim.validation.structure import (
 
 
 class PredictionLike(Protocol):
+    """What validate reads from a prediction."""
+
     step_time_s: float
     tokens_per_s: float
 
@@ -97,6 +99,8 @@ class Bias:
 
 @dataclass
 class ValidationReport:
+    """One dataset's rows, predicted against published, with the compared rows' MAPE and worst row."""
+
     dataset: Dataset
     rows: list[RowResult]
 
