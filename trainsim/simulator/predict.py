@@ -86,10 +86,11 @@ def cp_default_warning(scenario: Scenario) -> list[str]:
     t = scenario.training
     if scenario.layout.cp == 1 or t.cp_comm is not None or behaviour(t.framework).default_cp_comm == "p2p":
         return []
-    return [f"cp_comm {t.cp_exchange} assumed: torch's context_parallel default (_ContextParallelOptions.rotate_method "
-            "ALL_GATHER, torchtitan's context_parallel_rotate_method 'allgather'), one K/V all-gather per attention "
-            "call behind the local block and dK/dV passed in a ring; set training.cp_comm: p2p for "
-            "set_rotate_method('alltoall')"]
+    note = (f"cp_comm {t.cp_exchange} assumed: torch's context_parallel default "
+            "(_ContextParallelOptions.rotate_method ALL_GATHER, torchtitan's context_parallel_rotate_method "
+            "'allgather'), one K/V all-gather per attention call behind the local block and dK/dV passed in "
+            "a ring; set training.cp_comm: p2p for set_rotate_method('alltoall')")
+    return [note]
 
 
 # A step is host-bound -- predict's warning and the what-if report (reports/whatif.py) say so -- where its GPU waits
@@ -332,9 +333,10 @@ def _describe_memory(pred: Prediction, scenario: Scenario, allocator_replay: boo
             pred.other_terms["recompute_working"] = held
     if stages[peak].grads_off_peak:  # allocator_reserve.grads_off_peak: the grads column shows the peak's share
         pred.memory_assumptions["grads_off_peak_bytes"] = stages[peak].grads_off_peak
+    not_replayed = ("first-step fragmentation not replayed (allocator_replay=False): the reserved figure "
+                    "leaves it out")
     cached = {s: (memory.reserved_cached(scenario, s, sm) if allocator_replay else
-                  (sm.allocator_cached, 0.0, "first-step fragmentation not replayed (allocator_replay=False): the "
-                   "reserved figure leaves it out")) for s, sm in stages.items()}
+                  (sm.allocator_cached, 0.0, not_replayed)) for s, sm in stages.items()}
     top = max(stages, key=lambda s: stages[s].total + cached[s][0])
     reserved = stages[top].total + cached[top][0]
     pred.memory_assumptions["first_step_states"] = cached[top][2]

@@ -87,8 +87,8 @@ def training_refusal(t: TrainingSpec) -> tuple[str, str] | None:
         return "dtype", ("nvfp4 with LoRA is not modelled: the frozen base weights' NVFP4 copies are not counted "
                          "for adapters; use bf16 or fp8")
     if t.lora_fp8_base_weights and t.dtype != "fp8":
-        return "lora_fp8_base_weights", f"fp8 base weights are Transformer Engine's fp8 primary weights of an fp8 " \
-                                        f"run: set dtype fp8 (got {t.dtype})"
+        return "lora_fp8_base_weights", ("fp8 base weights are Transformer Engine's fp8 primary weights of "
+                                         f"an fp8 run: set dtype fp8 (got {t.dtype})")
     return None
 
 
