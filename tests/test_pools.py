@@ -220,7 +220,8 @@ def test_mfu_counts_each_pools_own_peak():
     scn = _scn(cl)
     pred = predict(scn)
     peaks = 16 * load_gpu("a100-80gb").peak("bf16") + 16 * load_gpu("h100-sxm").peak("bf16")
-    assert pred.mfu == pytest.approx(model_flops.model_flops_per_step(scn) / (pred.step_time_s * peaks), rel=1e-12)
+    flops = model_flops.model_flops_per_step(scn)
+    assert pred.mfu == pytest.approx(flops / (pred.step_time_s * peaks), rel=1e-12)
 
 
 def test_message_between_pools_runs_on_the_slower_nic():

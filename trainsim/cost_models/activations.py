@@ -255,8 +255,8 @@ def _norm_output_bytes(shp: LayerShape, impl: str) -> float:
 
 
 def _qkv_bytes(shp: LayerShape, impl: str) -> tuple[float, float, float]:
-    """(sequence-region, q/k/v, small) bytes the attention's inputs save per micro-batch: MLA's latents and per-head
-    q, k, v, or the q, k, v projections (with QK-norm's un-normed copies and statistics)."""
+    """(sequence-region, q/k/v, small) bytes the attention's inputs save per micro-batch: MLA's latents and
+    per-head q, k, v, or the q, k, v projections (with QK-norm's un-normed copies and statistics)."""
     e, t, T, r = shp.e, shp.tp, shp.tokens, shp.sp_div
     heads = shp.a // t
     if shp.mla:
@@ -279,9 +279,9 @@ def _qkv_bytes(shp: LayerShape, impl: str) -> tuple[float, float, float]:
 
 
 def _attention_bytes(shp: LayerShape, impl: str, qkv_saved: float) -> tuple[float, float, float]:
-    """(attention, core, small) bytes of the attention per micro-batch, given what its q/k/v save (_qkv_bytes):
-    flash attention's inputs, output and statistics, or the unfused path's expanded q, k, v and its saved
-    probabilities (``core``, none where the core is recomputed)."""
+    """(attention, core, small) bytes of the attention per micro-batch, given what its q/k/v save
+    (_qkv_bytes): flash attention's inputs, output and statistics, or the unfused path's expanded q, k, v and
+    its saved probabilities (``core``, none where the core is recomputed)."""
     e, t, T = shp.e, shp.tp, shp.tokens
     heads = shp.a // t
     sq, sk = shp.s // shp.cp, shp.s

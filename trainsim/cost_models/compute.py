@@ -20,7 +20,8 @@
 * Fused (flash) attention runs at ``GPUSpec.attention_efficiency`` of the 16-bit peak on the FLOPs it
   executes: forward 4·b·a·sq·sk·d, halved when causal; backward 2.5× forward (it recomputes the scores:
   five GEMM-sized products against two), the convention FlashAttention's benchmarks and
-  ``kernel_work.attention_flops`` use. Unfused attention is two batched GEMMs plus memory-bound softmax/dropout.
+  ``kernel_work.attention_flops`` use. Unfused attention is two batched GEMMs plus memory-bound
+  softmax/dropout.
 
 An optional calibration ``profile`` (``trainsim.cost_models.profile.CalibrationProfile``) replaces the
 datasheet model wherever it has measurements (GEMM, attention, memory-bound ops); ``profile=None`` means

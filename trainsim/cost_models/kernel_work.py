@@ -1,8 +1,8 @@
-"""FLOPs and bytes of the kernels a calibration profile measures -- GEMMs and fused attention -- counted one way for
-calibrate's fits (kernels/calibrate.py) and for the profile's queries (profile.py).
+"""FLOPs and bytes of the kernels a calibration profile measures -- GEMMs and fused attention -- counted one
+way for calibrate's fits (kernels/calibrate.py) and for the profile's queries (profile.py).
 
-Attention FLOP convention (as FlashAttention's benchmarks): forward = 4·b·h·sq·skv·d, halved when
-causal; backward = 2.5 × forward. Bytes are each kernel's compulsory HBM traffic.
+Attention FLOP convention (as FlashAttention's benchmarks): forward = 4·b·h·sq·skv·d, halved when causal;
+backward = 2.5 × forward. Bytes are each kernel's compulsory HBM traffic.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ def gemm_bytes(m: int, n: int, k: int, dtype: str) -> float:
 
 def attention_flops(batch: int, heads: int, seq_q: int, seq_kv: int, dhead: int, causal: bool = True,
                     pass_: str = "fwd") -> float:
-    """FLOPs of a fused-attention pass by the module doc's convention: forward 4·b·h·sq·skv·d, halved when causal;
-    backward 2.5 × forward."""
+    """FLOPs of a fused-attention pass by the module doc's convention: forward 4·b·h·sq·skv·d, halved when
+    causal; backward 2.5 × forward."""
     fwd = 4.0 * batch * heads * seq_q * seq_kv * dhead * (0.5 if causal else 1.0)
     if pass_ == "fwd":
         return fwd

@@ -199,7 +199,8 @@ def layer_params_per_rank(model: ModelSpec, tp: int, ep: int, etp: int | None = 
     return attn + norms + mlp(model.ffn), 0.0
 
 
-def stage_extra_params(model: ModelSpec, tp: int, pp: int, stage: int, loss_stage: int | None = None) -> float:
+def stage_extra_params(model: ModelSpec, tp: int, pp: int, stage: int,
+                       loss_stage: int | None = None) -> float:
     """Embedding / positions (first stage), final norm and output layer (``loss_stage``, default the last
     stage; stage 0 for DualPipeV's V, where both ends share rank 0 but keep separate copies) on one rank."""
     h, V, e = model.hidden, model.vocab_size, model.embed_dim  # e: OPT's word_embed_proj_dim, else h
@@ -228,7 +229,8 @@ def mtp_params_per_rank(model: ModelSpec, tp: int, ep: int, etp: int | None = No
     if not k:
         return 0.0, 0.0
     block = model.mtp_block() if model.is_hybrid else model  # a hybrid block's figures are per layer: x layers
-    dense, expert = (x * block.num_layers if model.is_hybrid else x for x in layer_params_per_rank(block, tp, ep, etp))
+    per_block = layer_params_per_rank(block, tp, ep, etp)
+    dense, expert = (x * block.num_layers if model.is_hybrid else x for x in per_block)
     h = model.hidden
     return k * (dense + 2 * h * h / tp + 3 * model.norm_params()), k * expert
 
@@ -412,7 +414,8 @@ def stage_memory(scenario: Scenario, stage: int, inflight_microbatches: float | 
         details["state_rounding"] = rounding
     deferred = _autocast_deferred(scenario, stage, casts, inflight_microbatches, per_mb)
     deferred_beyond = max(0.0, deferred - activations - details.get("logits_workspace", 0.0))
-    if deferred_beyond:  # a later micro-batch's backward end outgrows the activation peak (autocast.py, mechanism 4)
+    # A later micro-batch's backward end outgrows the activation peak (autocast.py, mechanism 4).
+    if deferred_beyond:
         details["autocast_deferred_grads"] = deferred_beyond
     if softmax_peak := softmax_backward_beyond(scenario, stage, rp, details):  # softmax_backward_peak.py
         details["softmax_backward_peak"] = softmax_peak
@@ -422,7 +425,7 @@ def stage_memory(scenario: Scenario, stage: int, inflight_microbatches: float | 
     if moment and moment[1]:
         details["fsdp2_phase_peak"] = moment[1]
     cast = reduce_cast_bytes(scenario, rp)
-    cast_beyond = max(0.0, cast - activations)  # the reduce runs after the last backward: activations are freed
+    cast_beyond = max(0.0, cast - activations)  # the reduce runs after the last backward: activations freed
     if cast_beyond:
         details["grad_reduce_cast"] = cast_beyond
     # Megatron-Core DDP's construction, before the first step: beyond the step's own allocated peak.

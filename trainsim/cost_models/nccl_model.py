@@ -190,7 +190,8 @@ def ll128_enabled(scale_up_kind: str, arch: str, multi_node: bool) -> bool:
 
 
 def ll_max_Bps(arch: str, nodes: int) -> float:
-    """The LL protocol's bus-rate ceiling (NCCL's llMaxBws): per GPU architecture on one node, else by node count."""
+    """The LL protocol's bus-rate ceiling (NCCL's llMaxBws): per GPU architecture on one node, else by node
+    count."""
     if nodes <= 1:
         return LL_MAX_BUSBW_Bps.get(arch, LL_MAX_BUSBW_Bps["other"])
     return LL_MAX_BUSBW_2NODES_Bps if nodes == 2 else LL_MAX_BUSBW_NNODES_Bps
@@ -206,8 +207,8 @@ def ring_protocol_Bps(bus_Bps: float, protocol: str, arch: str, nodes: int, ppn:
 
 
 def tree_protocol_Bps(bus_Bps: float, protocol: str, arch: str, nodes: int) -> float:
-    """The tree's bus rate under a protocol (NCCL tuning.cc refinements): x TREE_EFF, LL / TREE_LL_DIV up to the LL
-    ceiling, LL128 x 7/9 on one node and x 120/128 across nodes."""
+    """The tree's bus rate under a protocol (NCCL tuning.cc refinements): x TREE_EFF, LL / TREE_LL_DIV up to
+    the LL ceiling, LL128 x 7/9 on one node and x 120/128 across nodes."""
     b = bus_Bps * TREE_EFF
     if protocol == "LL":
         return min(b / TREE_LL_DIV, ll_max_Bps(arch, nodes))

@@ -87,7 +87,8 @@ def canonical_op(op: str) -> str:
 
 
 def busbw_factor(op: str, group_size: int) -> float:
-    """nccl-tests' busbw/algbw factor (collectives.busbw_factor) of a collective a profile may hold (canonical_op)."""
+    """nccl-tests' busbw/algbw factor (collectives.busbw_factor) of a collective a profile may hold
+    (canonical_op)."""
     return collectives.busbw_factor(canonical_op(op), group_size)
 
 

@@ -188,7 +188,8 @@ def _timed_step(par, ids: torch.Tensor, targets: torch.Tensor, device: torch.dev
     value = float(loss)  # the loss all-reduce already synchronised the ranks
     if device.type == "cuda":
         torch.cuda.synchronize()
-    dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)  # NCCL needs it on the GPU
+    elapsed = time.perf_counter() - t0
+    dt = torch.tensor([elapsed], dtype=torch.float64, device=device)  # NCCL needs it on the GPU
     dist.all_reduce(dt, op=dist.ReduceOp.MAX)
     return value, float(dt.item())
 

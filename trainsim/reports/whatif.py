@@ -73,7 +73,8 @@ def train_tokens(scn: Scenario, opts: ReportOptions) -> float:
 
 
 def checkpoint_seconds(scn: Scenario, opts: ReportOptions) -> float:
-    """Checkpoint write time: given, or the run's training state (under LoRA the adapters') / storage bandwidth."""
+    """Checkpoint write time: given, or the run's training state (under LoRA the adapters') / storage
+    bandwidth."""
     if opts.checkpoint_write_s is not None:
         return opts.checkpoint_write_s
     t = scn.training
@@ -496,7 +497,8 @@ def _layouts_section(plan_json: Mapping[str, Any]) -> Section:
 def _time_cost_section(scn: Scenario, opts: ReportOptions, g, gpu_hours: float, cost: float | None) -> Section:
     """Time to train, cost and goodput of the run ``g`` (gp.Goodput) with its checkpoint-interval curve."""
     tokens = train_tokens(scn, opts)
-    ttt_rows = [["tokens to train", fmt_count(tokens) + (f" ({gp.CHINCHILLA_TOKENS_PER_PARAM:g} per parameter)" if not opts.tokens else "")],
+    rule = "" if opts.tokens else f" ({gp.CHINCHILLA_TOKENS_PER_PARAM:g} per parameter)"
+    ttt_rows = [["tokens to train", fmt_count(tokens) + rule],
                 ["optimizer steps", f"{math.ceil(tokens / scn.tokens_per_step):,}"],
                 ["failure-free time", fmt_time(g.ideal_time_s)],
                 ["job MTBF", fmt_time(g.mtbf_s)],

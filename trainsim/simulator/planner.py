@@ -454,8 +454,8 @@ def _candidates(req: PlanRequest) -> list[Candidate]:
     return cands
 
 
-def _screened(req: PlanRequest, ctx: _Context, cands: list[Candidate], ckpt_s: float, executor: Executor | None,
-              progress: Progress | None, counts: dict[str, int]) -> list[PlanRow]:
+def _screened(req: PlanRequest, ctx: _Context, cands: list[Candidate], ckpt_s: float,
+              executor: Executor | None, progress: Progress | None, counts: dict[str, int]) -> list[PlanRow]:
     """Closed-form rows of the candidates that survive screening (screen_chunk), with time to train and cost,
     best first; the screen's tallies are added to ``counts``."""
     screened: list[PlanRow] = []
@@ -470,8 +470,8 @@ def _screened(req: PlanRequest, ctx: _Context, cands: list[Candidate], ckpt_s: f
 
 
 def _first_to_confirm(req: PlanRequest, screened: list[PlanRow]) -> list[PlanRow]:
-    """The screened rows the engine confirms first, ranked: the top K (at least CONFIRMED_AT_LEAST) plus the best of
-    every GPU count, so the Pareto front is engine-confirmed too."""
+    """The screened rows the engine confirms first, ranked: the top K (at least CONFIRMED_AT_LEAST) plus the
+    best of every GPU count, so the Pareto front is engine-confirmed too."""
     chosen: dict[tuple, PlanRow] = {}
     for r in screened[: max(req.top_k, CONFIRMED_AT_LEAST)]:
         chosen[r.candidate.key()] = r

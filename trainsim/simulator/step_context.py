@@ -118,9 +118,9 @@ def _step_context(scenario: Scenario, profile) -> _Step:
 
 def _scatter_gather_s(scenario: Scenario, groups: dict, profile, act_msg: float,
                       fw: framework_behaviour.FrameworkBehaviour) -> float:
-    """Seconds of Megatron's scatter/gather re-gather of a received activation (SC21 Sec. 4.1): each TP rank sends
-    1/tp of the activation and the receiver all-gathers it over the TP group (gather_split_1d_tensor) on the
-    compute stream before use; 0 where it does not apply."""
+    """Seconds of Megatron's scatter/gather re-gather of a received activation (SC21 Sec. 4.1): each TP rank
+    sends 1/tp of the activation and the receiver all-gathers it over the TP group (gather_split_1d_tensor) on
+    the compute stream before use; 0 where it does not apply."""
     lay, tr = scenario.layout, scenario.training
     if lay.pp > 1 and lay.tp > 1 and not tr.sequence_parallel and fw.pp_scatter_gather:
         return sum(_coll("all_gather", act_msg, groups["tp"], scenario, profile))
@@ -128,11 +128,11 @@ def _scatter_gather_s(scenario: Scenario, groups: dict, profile, act_msg: float,
 
 
 def _fsdp_prep_per_param(scenario: Scenario, fw: framework_behaviour.FrameworkBehaviour, dp_group) -> float:
-    """Bytes per parameter of FSDP's own passes over each unit's gradient around its reduce-scatter (framework.py
-    fsdp_grad_prep); 0 without them. Only the concatenation runs in autograd on the compute stream; FSDP runs the
-    cast, divides and += on its post-backward stream, concurrently with the next unit's backward, where they take
-    the same HBM bandwidth: counted as compute-stream time, a simplification that ignores any slack in the GEMMs'
-    HBM use."""
+    """Bytes per parameter of FSDP's own passes over each unit's gradient around its reduce-scatter
+    (framework.py fsdp_grad_prep); 0 without them. Only the concatenation runs in autograd on the compute
+    stream; FSDP runs the cast, divides and += on its post-backward stream, concurrently with the next unit's
+    backward, where they take the same HBM bandwidth: counted as compute-stream time, a simplification that
+    ignores any slack in the GEMMs' HBM use."""
     tr = scenario.training
     if not (fw.fsdp_grad_prep and tr.effective_zero >= 2 and dp_group is not None):
         return 0.0
@@ -142,9 +142,9 @@ def _fsdp_prep_per_param(scenario: Scenario, fw: framework_behaviour.FrameworkBe
 
 
 def _end_params(scenario: Scenario) -> tuple[float, float]:
-    """(first stage's embedding, loss stage's head) parameters with gradients, one rank: the embedding (+ positions)
-    on the first stage; the final norm + output layer (a duplicate of a tied embedding when pp > 1) on the loss
-    stage (memory.stage_extra_params's split). LoRA freezes both: (0, 0)."""
+    """(first stage's embedding, loss stage's head) parameters with gradients, one rank: the embedding (+
+    positions) on the first stage; the final norm + output layer (a duplicate of a tied embedding when pp > 1)
+    on the loss stage (memory.stage_extra_params's split). LoRA freezes both: (0, 0)."""
     m, lay = scenario.model, scenario.layout
     p = lay.pp
     emb_params = memory.stage_extra_params(m, lay.tp, max(p, 2), 0)

@@ -23,8 +23,8 @@ TOP_LEVEL = (
                                                "YAML/JSON file, a Hugging Face `config.json`, or the keys of "
                                                "**model** below inline")),
     ("cluster", "preset name, path or mapping", ("a cluster preset, a YAML/JSON file, or a mapping: "
-                                                 "`preset: NAME` plus any keys of **cluster** below to override, "
-                                                 "or a full description")),
+                                                 "`preset: NAME` plus any keys of **cluster** below to "
+                                                 "override, or a full description")),
     ("gpus", "integer", "GPUs in the job (the cluster's `num_gpus`)"),
     ("layout", "mapping", "the keys of **layout** below"),
     ("training", "mapping", "the keys of **training** below"),
@@ -90,7 +90,8 @@ def scenario_reference() -> str:
              "docs/scenario-reference.md`; a test keeps the file in sync. Flags of `trainsim predict`/`plan` "
              "override the same keys (`--tp` sets `layout.tp`). Unknown keys are refused with the closest "
              "valid one.")
-    head = ["# Scenario-file reference", "", intro, "", "## Top level", "", "| key | type | meaning |", "|---|---|---|"]
+    head = ["# Scenario-file reference", "", intro, "", "## Top level", "", "| key | type | meaning |",
+            "|---|---|---|"]
     head += [f"| `{k}` | {t} | {m} |" for k, t, m in TOP_LEVEL]
     body = [section_table(title, model) for title, model in SECTIONS]
     return "\n".join(head) + "\n\n## Sections\n\n" + "\n".join(body)

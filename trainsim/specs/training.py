@@ -1,4 +1,5 @@
-"""TrainingSpec: what one optimizer step does (precision, batch, schedule, recompute, sharding, overlaps...)."""
+"""TrainingSpec: what one optimizer step does (precision, batch, schedule, recompute, sharding, overlaps...).
+"""
 
 from __future__ import annotations
 

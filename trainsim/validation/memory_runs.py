@@ -189,7 +189,8 @@ def offload(r: dict) -> tuple[bool, bool]:
 
 
 def _cluster_mapping(r: dict, gpus: int) -> dict:
-    """The row's cluster (common_runs.cluster_mapping), its GPU's memory set from ``gpu_memory_gib`` where stated."""
+    """The row's cluster (common_runs.cluster_mapping), its GPU's memory set from ``gpu_memory_gib`` where
+    stated."""
     cluster = common_runs.cluster_mapping(r, gpus)
     cap = num(r.get("gpu_memory_gib"))
     if cap is not None:
@@ -202,8 +203,8 @@ def _cluster_mapping(r: dict, gpus: int) -> dict:
 
 
 def _stated_training(r: dict, tp: int) -> dict:
-    """The training settings only some memory rows state: gradient bytes, CUDA context, cross-entropy, compile,
-    block code, softmax precision and saved input, sequence parallelism (with tp > 1)."""
+    """The training settings only some memory rows state: gradient bytes, CUDA context, cross-entropy,
+    compile, block code, softmax precision and saved input, sequence parallelism (with tp > 1)."""
     training: dict = {}
     grad_bytes = common_runs.whole(r, "grad_bytes")
     if grad_bytes is not None:
