@@ -10,7 +10,7 @@ import time
 
 from bench_common import per_call_s
 
-from trainsim.cost_models import activations, compute, flops, memory
+from trainsim.cost_models import activations, compute, memory, model_flops
 from trainsim.specs import build_scenario
 from trainsim.specs.memo import memo_scope
 
@@ -35,7 +35,7 @@ def main() -> None:
         ("layer_activation_bytes, warm", lambda: activations.layer_activation_bytes(scn)),
         ("stage_memory (stage 0)", lambda: memory.stage_memory(scn, 0)),
         ("optimizer_step_time (stage 0)", lambda: compute.optimizer_step_time(scn, 0)),
-        ("model_flops_per_step", lambda: flops.model_flops_per_step(scn)),
+        ("model_flops_per_step", lambda: model_flops.model_flops_per_step(scn)),
         ("inflight_microbatches", lambda: memory.inflight_microbatches("interleaved", 16, 16, 0, 2)),
     ]
     for name, fn in rows:

@@ -46,7 +46,7 @@ def test_cpu_quick_calibration_end_to_end(tmp_path):
     assert p.reference_preset == "cpu" and "fp32" in p.gemm_fits
     # both ranks ran the GEMM suite at once and reported their rate in rank order: rank 0's is the suite's
     # FLOPs over its median times (the points the profile keeps are rank 0's)
-    from trainsim.cost_models.profile import gemm_flops
+    from trainsim.cost_models.kernel_work import gemm_flops
     assert len(p.rank_gemm_flops) == 2 and all(r > 1e9 for r in p.rank_gemm_flops)
     rank0 = sum(gemm_flops(g.m, g.n, g.k) for g in p.gemm_points) / sum(g.stats.median_s for g in p.gemm_points)
     assert p.rank_gemm_flops[0] == pytest.approx(rank0, rel=1e-9)

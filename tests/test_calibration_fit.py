@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trainsim.cost_models.profile import Stats, gemm_bytes, gemm_flops
+from trainsim.cost_models.kernel_work import gemm_bytes, gemm_flops
+from trainsim.cost_models.profile import Stats
 from trainsim.cost_models.profile_fit import (
     collective_point,
     fit_all_collectives,

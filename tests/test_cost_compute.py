@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 
 from trainsim.cost_models import compute as C
-from trainsim.cost_models.flops import layer_flops, layer_ops
+from trainsim.cost_models.flops import layer_ops
 from trainsim.cost_models.memory import rank_param_shards
+from trainsim.cost_models.model_flops import layer_flops
 from trainsim.cost_models.profile import CalibrationProfile, LinearFit, ThreeTermFit
 from trainsim.data import validation_path
 from trainsim.specs import build_scenario, load_gpu

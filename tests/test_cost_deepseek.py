@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from trainsim.cost_models import activations as act
-from trainsim.cost_models.flops import layer_flops, model_flops_per_step
 from trainsim.cost_models.memory import rank_param_shards
+from trainsim.cost_models.model_flops import layer_flops, model_flops_per_step
 from trainsim.simulator.builder import build_cost_table
 from trainsim.simulator.predict import predict
 from trainsim.specs import SpecError, build_scenario, load_model
@@ -446,7 +446,8 @@ def test_dualpipev_mtp_loss_stage_params_agree_with_memory_model():
 def test_mla_down_projections_run_on_the_sequence_shard():
     """With SP every matmul is split over TP, so tp x per-rank FLOPs = the unsharded block's (MLA down-projections
     are duplicated across TP ranks but each runs on its own sequence shard)."""
-    from trainsim.cost_models.flops import _layer_ops, pass_flops
+    from trainsim.cost_models.flops import _layer_ops
+    from trainsim.cost_models.model_flops import pass_flops
     from trainsim.cost_models.shapes import layer_shape
     s = scen(dsv3(), gpus=8, layout={"tp": 8, "ep": 1}, sequence_parallel=True).dense_block()
     per_rank = layer_flops(s).fwd

@@ -12,17 +12,13 @@ import math
 import pandas as pd
 import pytest
 
-from trainsim.cost_models.flops import (
-    MATMUL_KINDS,
-    embedding_ops,
+from trainsim.cost_models.flops import MATMUL_KINDS, embedding_ops, head_ops, layer_ops, recompute_ops
+from trainsim.cost_models.model_flops import (
     hardware_flops_per_step,
-    head_ops,
     layer_flops,
-    layer_ops,
     model_flops_per_step,
     model_flops_per_token,
     pass_flops,
-    recompute_ops,
 )
 from trainsim.cost_models.shapes import layer_shape
 from trainsim.data import validation_path

@@ -58,7 +58,7 @@ def test_gpu_profile_memory_op_streams_at_its_largest_point_rate_plus_the_device
 
 def test_gpu_profile_gemm_and_attention_leave_the_fits_fixed_part_out(profile):
     from trainsim.cost_models.compute import gemm_time_s
-    from trainsim.cost_models.profile import gemm_flops
+    from trainsim.cost_models.kernel_work import gemm_flops
 
     hw = _hw(profile)
     fit = profile.gemm_fits["bf16"]

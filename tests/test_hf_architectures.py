@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from trainsim.cli.main import main
-from trainsim.cost_models.flops import embedding_ops, head_ops, layer_flops, layer_ops
+from trainsim.cost_models.flops import embedding_ops, head_ops, layer_ops
+from trainsim.cost_models.model_flops import layer_flops
 from trainsim.specs import SpecError, build_scenario, load_model
 
 HF = Path(__file__).parent / "data" / "hf"

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from trainsim.cost_models import activations, flops, host_issue, memory
+from trainsim.cost_models import activations, flops, host_issue, memory, model_flops
 from trainsim.cost_models.ddp_buckets import chunk_dp_buckets
 from trainsim.cost_models.lora import ISSUE_PER_TARGET
 from trainsim.cost_models.shapes import layer_shape
@@ -56,11 +56,11 @@ def test_model_flops_closed_form():
     attn_fwd = 2 * T * A * T * (D + D)  # QK^T and PV over the full s x s matrix (flops.py convention)
     logits = 2 * T * H * V
     full = n_micro * (L * (3 * 2 * T * weights + 3 * attn_fwd) + 3 * logits)
-    assert flops.model_flops_per_step(_scenario()) == pytest.approx(full, rel=1e-12)
+    assert model_flops.model_flops_per_step(_scenario()) == pytest.approx(full, rel=1e-12)
     for targets in (("linear_qkv",), LORA_TARGETS):
         adapters = sum(6 * T * r * sum(_dims(t)) for t in targets)
         lora = n_micro * (L * (2 * 2 * T * weights + 3 * attn_fwd + adapters) + 2 * logits)
-        got = flops.model_flops_per_step(_scenario(lora_rank=r, lora_target_modules=list(targets)))
+        got = model_flops.model_flops_per_step(_scenario(lora_rank=r, lora_target_modules=list(targets)))
         assert got == pytest.approx(lora, rel=1e-12)
     # the base model's GEMMs alone: (fwd + dgrad) / (fwd + dgrad + wgrad) = 2/3
     ops = flops.layer_ops(layer_shape(_scenario(lora_rank=r)))
@@ -187,7 +187,7 @@ def test_full_recompute_reruns_the_adapters():
             == activations.layer_activation_bytes(_scenario(recompute="full")).total)
     weights = H * (Q + 2 * KV * D) + Q * H + H * 2 * F + F * H
     fwd = 2 * T * weights + 2 * T * A * T * (D + D) + sum(2 * T * r * sum(_dims(t)) for t in LORA_TARGETS)
-    extra = flops.hardware_flops_per_step(full_rc) - flops.model_flops_per_step(full_rc)
+    extra = model_flops.hardware_flops_per_step(full_rc) - model_flops.model_flops_per_step(full_rc)
     assert extra == pytest.approx(n_micro * L * fwd, rel=1e-12)
 
 

@@ -94,16 +94,16 @@ def test_mamba_layer_flops_closed_form():
 def test_hybrid_model_flops_are_the_sum_of_its_layer_kinds():
     """Model FLOPs per token of Nemotron-H 8B: 24 Mamba, 24 MLP and 4 attention layers and the head, each from its
     kind's ops; the MLP layers are exactly 3 x 2 x 2·h·f per token."""
-    from trainsim.cost_models import flops
+    from trainsim.cost_models import model_flops
     from trainsim.cost_models.shapes import block_kinds
     scn = _scenario("nemotron-h-8b")
     kinds = {s.model.hybrid_pattern: (s, n) for s, n in block_kinds(scn)}
     assert {k: n for k, (_, n) in kinds.items()} == {"M": 24, "-": 24, "*": 4}
-    mlp = flops.layer_flops(kinds["-"][0])
+    mlp = model_flops.layer_flops(kinds["-"][0])
     assert mlp.model == 3 * 2 * 2 * 4096 * 21504 * 8192
-    total = sum(n * flops.layer_flops(s).model for s, n in kinds.values())
+    total = sum(n * model_flops.layer_flops(s).model for s, n in kinds.values())
     head = 3 * 2 * 8192 * 131072 * 4096
-    assert flops.model_flops_per_token(scn) * 8192 == pytest.approx(total + head, rel=1e-12)
+    assert model_flops.model_flops_per_token(scn) * 8192 == pytest.approx(total + head, rel=1e-12)
 
 
 def test_hybrid_mean_layer_memory_is_exact_for_the_stack():
@@ -321,7 +321,7 @@ def test_hybrid_mtp_costs_its_pattern_layers():
     """Nemotron 3.5 Lightning = Nano + two MTP depths sharing one '*E' module (attention + MoE layer): parameters
     once (enorm, hnorm, eh_proj 2h x h, the two layers, final norm), model FLOPs twice -- each depth its two layers,
     its projection and another output-head pass."""
-    from trainsim.cost_models import flops, memory
+    from trainsim.cost_models import memory, model_flops
     from trainsim.cost_models.param_tensors import mtp_tensors
     from trainsim.cost_models.shapes import block_kinds
     light, nano = _scenario("nemotron-3.5-lightning-30b-a3b"), _scenario("nemotron-3-nano-30b-a3b")
@@ -332,10 +332,10 @@ def test_hybrid_mtp_costs_its_pattern_layers():
     assert sum(memory.mtp_params_per_rank(m, 1, 1)) == module
     assert sum(t.elems for t in mtp_tensors(m, 1, 1, 1, "fused", False)) == module
     kinds = {s.model.hybrid_pattern: s for s, _ in block_kinds(nano)}
-    layers = flops.layer_flops(kinds["*"]).model + flops.layer_flops(kinds["E"]).model
+    layers = model_flops.layer_flops(kinds["*"]).model + model_flops.layer_flops(kinds["E"]).model
     T, V = 8192, 131072
     per_depth = layers + 3 * 2 * T * (2 * h) * h + 3 * 2 * T * h * V  # two layers, eh_proj, the logits
-    extra = (flops.model_flops_per_token(light) - flops.model_flops_per_token(nano)) * T
+    extra = (model_flops.model_flops_per_token(light) - model_flops.model_flops_per_token(nano)) * T
     assert extra == pytest.approx(2 * per_depth, rel=1e-9)
 
 

@@ -9,8 +9,7 @@ import json
 import pytest
 
 from trainsim.cli.main import main
-from trainsim.cost_models import flops as flops_model
-from trainsim.cost_models import memory
+from trainsim.cost_models import memory, model_flops
 from trainsim.simulator.builder import build_cost_table
 from trainsim.simulator.predict import predict
 from trainsim.specs import SpecError, build_scenario, load_gpu
@@ -168,7 +167,7 @@ def test_dp_placement_runs_at_the_slowest_replica():
     assert fast.step_time_s == pytest.approx(predict(_scn("dgx-a100", gpus=32, layout=lay), fast=True).step_time_s,
                                              rel=1e-12)
     peaks = 16 * load_gpu("h100-sxm").peak("bf16") + 16 * load_gpu("a100-80gb").peak("bf16")
-    flops = flops_model.model_flops_per_step(_scn(cl, layout=lay))
+    flops = model_flops.model_flops_per_step(_scn(cl, layout=lay))
     assert pooled.mfu == pytest.approx(flops / (pooled.step_time_s * peaks), rel=1e-12)
     assert [e["replicas"] for e in pooled.pools] == [1, 1]
     h100_like = pooled.pools[0]["replica_step_s_closed_form"]
@@ -221,7 +220,8 @@ def test_mfu_counts_each_pools_own_peak():
     scn = _scn(cl)
     pred = predict(scn)
     peaks = 16 * load_gpu("a100-80gb").peak("bf16") + 16 * load_gpu("h100-sxm").peak("bf16")
-    assert pred.mfu == pytest.approx(flops_model.model_flops_per_step(scn) / (pred.step_time_s * peaks), rel=1e-12)
+    flops = model_flops.model_flops_per_step(scn)
+    assert pred.mfu == pytest.approx(flops / (pred.step_time_s * peaks), rel=1e-12)
 
 
 def test_message_between_pools_runs_on_the_slower_nic():

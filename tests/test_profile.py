@@ -8,6 +8,7 @@ import math
 
 import pytest
 
+from trainsim.cost_models.kernel_work import attention_flops, gemm_bytes
 from trainsim.cost_models.profile import (
     PROFILE_SCHEMA_VERSION,
     AttentionPoint,
@@ -20,11 +21,9 @@ from trainsim.cost_models.profile import (
     LinearFit,
     Stats,
     ThreeTermFit,
-    attention_flops,
     busbw_factor,
     canonical_op,
     describe,
-    gemm_bytes,
     load_profile,
     merge_collectives,
     save_profile,

@@ -100,6 +100,7 @@ logsumexp ``4·b·a·s`` (/shared/notes/torch-distributed-on-cpu.md).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from trainsim.specs.errors import SpecError
 from trainsim.specs.memo import memoised
@@ -107,7 +108,10 @@ from trainsim.specs.memo import memoised
 from .autocast import RESIDUAL_BYTES, norm_output_casts
 from .fp8_weights import MXFP8_BYTES
 from .nvfp4 import NVFP4_BYTES
-from .shapes import LayerShape, block_kinds, layer_shape, mtp_kinds
+from .shapes import LayerShape, as_layer_shape, block_kinds, mtp_kinds
+
+if TYPE_CHECKING:
+    from trainsim.specs import Scenario
 
 MASK_BYTES = 1  # dropout masks are bool/uint8 on CUDA (Korthikanti's assumption)
 FP32_SOFTMAX_BYTES = 4  # an fp32 softmax output per attention probability (TrainingSpec.attention_softmax_fp32)
@@ -250,14 +254,79 @@ def _norm_output_bytes(shp: LayerShape, impl: str) -> float:
         if shp.norms >= 2 else 0.0)
 
 
+def _qkv_bytes(shp: LayerShape, impl: str) -> tuple[float, float, float]:
+    """(sequence-region, q/k/v, small) bytes the attention's inputs save per micro-batch: MLA's latents and
+    per-head q, k, v, or the q, k, v projections (with QK-norm's un-normed copies and statistics)."""
+    e, t, T, r = shp.e, shp.tp, shp.tokens, shp.sp_div
+    heads = shp.a // t
+    if shp.mla:
+        # MLA: the latents replicated on every TP rank -- each RMSNorm's input (e) and output (the up-
+        # projection's saved input), the shared RoPE key -- then per-head q, k (dqk) and v (dvh), which
+        # "mla_up_proj" recompute drops (re-projected from the latents before the backward).
+        # With SP the latents are saved sequence-sharded (gathered again for the up-projections' backward).
+        lat_in = _gemm_input_e(shp, impl)
+        seq = (T / r) * ((shp.e + lat_in) * (shp.ql + shp.kvl) + shp.e * shp.dr)
+        small = STAT_BYTES * (T / r) * (2 if shp.ql else 1)
+        qkv = 0.0 if shp.recomputes("mla_up_proj") else e * T * heads * (2 * shp.dqk + shp.dvh)
+        return seq, qkv, small
+    # torchtitan's repeat_kv copies k and v to the query heads before SDPA, which saves the copies
+    qkv = e * T * (3 * shp.a if impl == "titan" else shp.a + 2 * shp.kv) * shp.d / t
+    small = 0.0
+    if shp.qk_norm:  # QK-norm saves the un-normed q and k and an fp32 rstd per head (q, k after it as above)
+        qkv += e * T * (shp.a + shp.kv) * shp.d / t
+        small += STAT_BYTES * T * (shp.a + shp.kv) / t
+    return 0.0, qkv, small
+
+
+def _attention_bytes(shp: LayerShape, impl: str, qkv_saved: float) -> tuple[float, float, float]:
+    """(attention, core, small) bytes of the attention per micro-batch, given what its q/k/v save
+    (_qkv_bytes): flash attention's inputs, output and statistics, or the unfused path's expanded q, k, v and
+    its saved probabilities (``core``, none where the core is recomputed)."""
+    e, t, T = shp.e, shp.tp, shp.tokens
+    heads = shp.a // t
+    sq, sk = shp.s // shp.cp, shp.s
+    qd = heads * shp.dvh  # attention output (out-projection input) per token
+    core_rc = shp.recomputes("core_attn")
+    small = 0.0
+    if shp.flash:
+        # q, k, v; the output is saved by the out-projection (its input) and, unless the core is recomputed
+        # (core_attn), by flash attention for its own backward -- one 16-bit tensor, or with fp8 the
+        # projection's fp8 copy besides flash's 16-bit one.
+        attn = qkv_saved + _attention_output_bytes(shp, impl, T * qd, flash_keeps=not core_rc)
+        if not core_rc:
+            small += STAT_BYTES * shp.b * heads * sq
+            attn += _te_cp_received_kv_bytes(shp)
+        core = 0.0
+    else:
+        # q over local queries; k, v expanded to all query heads over all s keys; the output (saved only by
+        # the out-projection: the batched GEMMs' backward needs the probabilities and v).
+        qkv_unfused = e * T * heads * shp.dqk + e * shp.b * sk * heads * (shp.dqk + shp.dvh)
+        attn = ((0.0 if shp.mla and shp.recomputes("mla_up_proj") else qkv_unfused)
+                + _attention_output_bytes(shp, impl, T * qd, flash_keeps=False))
+        probs = shp.b * heads * sq * sk
+        # an fp32 softmax saves its fp32 output (SoftmaxBackward) besides the 16-bit cast the value GEMM saves
+        saved_probs = e + (FP32_SOFTMAX_BYTES if shp.softmax_fp32 else 0)
+        core = 0.0 if core_rc else saved_probs * probs + ((MASK_BYTES + e) * probs if shp.dropout else 0.0)
+    if impl == "eager" and shp.rope:
+        # RoPE by torch.cat leaves q in (b, a, s, d) order, so the attention output's transpose back to
+        # (b, s, a·d) is a copy the out-projection saves (besides the output SDPA saves, unless the core
+        # is checkpointed); cos/sin tables are saved per layer.
+        if not core_rc:
+            attn += e * T * qd
+        small += (2 if e == STAT_BYTES else 4) * sq * ((shp.dr or shp.d) // 2) * e
+    return attn, core, small
+
+
 @memoised(maxsize=8192)
 def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
+    """Saved activations of one block per micro-batch on one rank (layer_activation_bytes' per-shape step):
+    the norms' region, the attention and the MLP or MoE, under the shape's recompute mode."""
     impl = kernels(shp, impl)
     if shp.kind:  # one layer of a hybrid Mamba stack (cost_models/mamba.py)
         from .mamba import hybrid_activation_bytes  # cycle: mamba.py imports this module
         return hybrid_activation_bytes(shp, impl)
     e, h, t, r = shp.e, shp.h, shp.tp, shp.sp_div
-    b, T = shp.b, shp.tokens
+    T = shp.tokens
     if shp.recompute == "full":
         return ActivationBytes(main=(RESIDUAL_BYTES if shp.autocast else e) * T * h / r, small=0.0)
 
@@ -269,53 +338,10 @@ def _layer(shp: LayerShape, impl: str = "fused") -> ActivationBytes:
     seq = (shp.norms * norm_main + (0.0 if rc("layernorm") else norm_outs)
            + (2 * MASK_BYTES * T * h / r if shp.dropout else 0.0))
     small = shp.norms * norm_small
-
-    heads = shp.a // t
-    sq, sk = shp.s // shp.cp, shp.s
-    qd = heads * shp.dvh  # attention output (out-projection input) per token
-    core_rc = rc("core_attn")
-    if shp.mla:
-        # MLA: the latents replicated on every TP rank -- each RMSNorm's input (e) and output (the up-
-        # projection's saved input), the shared RoPE key -- then per-head q, k (dqk) and v (dvh), which
-        # "mla_up_proj" recompute drops (re-projected from the latents before the backward).
-        # With SP the latents are saved sequence-sharded (gathered again for the up-projections' backward).
-        lat_in = _gemm_input_e(shp, impl)
-        seq += (T / r) * ((shp.e + lat_in) * (shp.ql + shp.kvl) + shp.e * shp.dr)
-        small += STAT_BYTES * (T / r) * (2 if shp.ql else 1)
-        qkv_saved = 0.0 if rc("mla_up_proj") else e * T * heads * (2 * shp.dqk + shp.dvh)
-    else:
-        # torchtitan's repeat_kv copies k and v to the query heads before SDPA, which saves the copies
-        qkv_saved = e * T * (3 * shp.a if impl == "titan" else shp.a + 2 * shp.kv) * shp.d / t
-        if shp.qk_norm:  # QK-norm saves the un-normed q and k and an fp32 rstd per head (q, k after it as above)
-            qkv_saved += e * T * (shp.a + shp.kv) * shp.d / t
-            small += STAT_BYTES * T * (shp.a + shp.kv) / t
-    if shp.flash:
-        # q, k, v; the output is saved by the out-projection (its input) and, unless the core is recomputed
-        # (core_attn), by flash attention for its own backward -- one 16-bit tensor, or with fp8 the
-        # projection's fp8 copy besides flash's 16-bit one.
-        attn = qkv_saved + _attention_output_bytes(shp, impl, T * qd, flash_keeps=not core_rc)
-        if not core_rc:
-            small += STAT_BYTES * b * heads * sq
-            attn += _te_cp_received_kv_bytes(shp)
-        core = 0.0
-    else:
-        # q over local queries; k, v expanded to all query heads over all s keys; the output (saved only by
-        # the out-projection: the batched GEMMs' backward needs the probabilities and v).
-        qkv_unfused = e * T * heads * shp.dqk + e * b * sk * heads * (shp.dqk + shp.dvh)
-        attn = ((0.0 if shp.mla and rc("mla_up_proj") else qkv_unfused)
-                + _attention_output_bytes(shp, impl, T * qd, flash_keeps=False))
-        probs = b * heads * sq * sk
-        # an fp32 softmax saves its fp32 output (SoftmaxBackward) besides the 16-bit cast the value GEMM saves
-        saved_probs = e + (FP32_SOFTMAX_BYTES if shp.softmax_fp32 else 0)
-        core = 0.0 if core_rc else saved_probs * probs + ((MASK_BYTES + e) * probs if shp.dropout else 0.0)
-    if impl == "eager" and shp.rope:
-        # RoPE by torch.cat leaves q in (b, a, s, d) order, so the attention output's transpose back to
-        # (b, s, a·d) is a copy the out-projection saves (besides the output SDPA saves, unless the core
-        # is checkpointed); cos/sin tables are saved per layer.
-        if not core_rc:
-            attn += e * T * qd
-        small += (2 if e == STAT_BYTES else 4) * sq * ((shp.dr or shp.d) // 2) * e
-
+    seq_qkv, qkv_saved, small_qkv = _qkv_bytes(shp, impl)
+    attn, core, small_attn = _attention_bytes(shp, impl, qkv_saved)
+    seq += seq_qkv
+    small += small_qkv + small_attn
     if shp.is_moe:
         mlp, router = _moe_bytes(shp, impl)
         small += router
@@ -450,18 +476,14 @@ def _op_sac_layer(shp: LayerShape) -> ActivationBytes:
     return ActivationBytes(main=sum(op_sac_saved_tensors(shp)) - small, small=small)
 
 
-def _shape(x) -> LayerShape:
-    return x if isinstance(x, LayerShape) else layer_shape(x)
-
-
-def layer_activation_bytes(scenario, impl: str = "fused") -> ActivationBytes:
+def layer_activation_bytes(scenario: Scenario | LayerShape, impl: str = "fused") -> ActivationBytes:
     """Saved activations of one block per micro-batch on one rank (Scenario or LayerShape).
 
     ``impl="fused"``: Megatron/TE-style kernels (fused norms, fused SwiGLU); ``"eager"``: plain torch
     autograd as the executor's model (trainsim/kernels/torch_model.py) runs it.
     """
     _check_impl(impl)
-    shp = _shape(scenario)
+    shp = as_layer_shape(scenario)
     if shp.kind == "mix":  # a hybrid stack: its mean layer, exact for the whole stack
         if isinstance(scenario, LayerShape):
             raise ValueError("a hybrid stack's activations are costed from its Scenario (shapes.block_kinds)")
@@ -477,13 +499,13 @@ def _no_recompute(shp: LayerShape, impl: str) -> ActivationBytes:
     return _layer(replace(shp, recompute="none"), impl)
 
 
-def recompute_working_bytes(scenario, impl: str = "fused") -> float:
+def recompute_working_bytes(scenario: Scenario | LayerShape, impl: str = "fused") -> float:
     """Transient bytes while one block is recomputed and back-propagated (on top of the saved ones).
 
     full: that block's whole activation set lives during its backward; selective: the recomputed attention
     core of one block (the unfused softmax terms, or flash's logsumexp); none: 0.
     """
-    shp = _shape(scenario)
+    shp = as_layer_shape(scenario)
     if shp.recompute == "full":
         return _no_recompute(shp, impl).total
     if shp.recompute == "selective":
@@ -491,7 +513,7 @@ def recompute_working_bytes(scenario, impl: str = "fused") -> float:
     return 0.0
 
 
-def embedding_activation_bytes(scenario) -> float:
+def embedding_activation_bytes(scenario: Scenario | LayerShape) -> float:
     """First stage, per micro-batch: token ids (and position ids, int64) for the embedding backward, + dropout mask.
 
     With ``ModelSpec.embedding_norm`` (BLOOM) the norm saves its input, the embedding's 16-bit output (the
@@ -499,7 +521,7 @@ def embedding_activation_bytes(scenario) -> float:
     norm ``save_for_backward(input, mean, invvar)``); its output is the dropout's input, which dropout does not
     keep. The embedding is not recomputed (Megatron-DeepSpeed checkpoints transformer layers only).
     """
-    shp = _shape(scenario)
+    shp = as_layer_shape(scenario)
     T = shp.tokens
     mask = MASK_BYTES * T * shp.h / shp.sp_div if shp.dropout else 0.0
     model = getattr(scenario, "model", None)
@@ -508,14 +530,14 @@ def embedding_activation_bytes(scenario) -> float:
     return 8.0 * T + (8.0 * shp.s / shp.cp if learned else 0.0) + mask + norm
 
 
-def pipeline_output_bytes(scenario) -> float:
+def pipeline_output_bytes(scenario: Scenario | LayerShape) -> float:
     """One model chunk's output activation for one micro-batch (hidden states of its tokens, sequence-parallel
     shard), which frameworks with ``behaviour(...).pipeline_output_kept`` hold until that micro-batch's backward."""
-    shp = _shape(scenario)
+    shp = as_layer_shape(scenario)
     return float((RESIDUAL_BYTES if shp.autocast else shp.e) * shp.tokens * shp.h / shp.sp_div)
 
 
-def head_activation_bytes(scenario, impl: str = "fused") -> float:
+def head_activation_bytes(scenario: Scenario | LayerShape, impl: str = "fused") -> float:
     """Last stage, per micro-batch: final norm input (+ stats) and output, what the loss saves, targets.
 
     The output layer saves its (SP-sharded) input. The loss saves, per logit of this rank's vocabulary
@@ -525,7 +547,7 @@ def head_activation_bytes(scenario, impl: str = "fused") -> float:
     token. Plus the integer targets ``8·T``.
     """
     _check_impl(impl)
-    shp = _shape(scenario)
+    shp = as_layer_shape(scenario)
     impl = kernels(shp, impl)
     T, r = shp.tokens, shp.sp_div
     norm_main, norm_small = _norm_bytes(shp, T / r, impl)
@@ -539,11 +561,11 @@ def head_activation_bytes(scenario, impl: str = "fused") -> float:
     return norm_main + norm_small + _gemm_input_bytes(shp, impl, fp8_input=False) + proj + cap + loss + 8.0 * T
 
 
-def mtp_activation_bytes(scenario, impl: str = "fused") -> float:
+def mtp_activation_bytes(scenario: Scenario, impl: str = "fused") -> float:
     """One multi-token-prediction module, per micro-batch: its block (as the model's block), its pass through
     the output head, the two norms' inputs and the projection's input (the concatenated 2h), token ids."""
     _check_impl(impl)
-    shp = _shape(scenario)
+    shp = as_layer_shape(scenario)
     impl = kernels(shp, impl)
     T, r = shp.tokens, shp.sp_div
     norms = 2 * sum(_norm_bytes(shp, T / r, impl))
@@ -578,7 +600,7 @@ LOSS_PARALLEL_FORWARD_BYTES = 12
 KEPT_FP32_LOGITS_BYTES = 4
 
 
-def logits_workspace_bytes(scenario) -> float:
+def logits_workspace_bytes(scenario: Scenario | LayerShape) -> float:
     """Transient bytes on the last stage while the loss runs, beyond what it saves.
 
     Megatron: the 16-bit logits live while ``.float()`` copies them (the fp32 copy is the saved softmax, which
@@ -589,7 +611,7 @@ def logits_workspace_bytes(scenario) -> float:
     vocabulary shards) and backward (``EAGER_CE_BACKWARD_BYTES``, ``LOSS_PARALLEL_BACKWARD_BYTES`` on vocabulary
     shards, plus ``KEPT_FP32_LOGITS_BYTES`` where the caller keeps the fp32 logits) transients.
     """
-    shp = _shape(scenario)
+    shp = as_layer_shape(scenario)
     v_local = -(-shp.vocab // shp.tp)
     backward = LOSS_PARALLEL_BACKWARD_BYTES if shp.tp > 1 else EAGER_CE_BACKWARD_BYTES
     forward = shp.e + 4

@@ -51,6 +51,13 @@ benchmarks/data/executed_h200.jsonl): the saved bytes per dtype of GPT and Llama
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .param_tensors import ParamTensor
+
 LOW_PRECISION_BYTES = 2  # the bf16/fp16 copy autocast makes of an fp32 tensor
 RESIDUAL_BYTES = 4  # the residual stream stays fp32 under autocast (mechanism 2)
 
@@ -72,7 +79,8 @@ NEVER_CAST_KINDS = ("norm", "embedding", "position")
 TIED_EMBEDDING = "embedding.word.weight"  # param_tensors' name of the word embedding a tied output layer reuses
 
 
-def cast_params(tensors, held: float, *, loss: bool, tied: bool) -> tuple[float, float, float]:
+def cast_params(tensors: Sequence[ParamTensor], held: float, *, loss: bool,
+                tied: bool) -> tuple[float, float, float]:
     """(cast, bias, output-layer) elements of a rank that autocast casts to 16 bits and caches for the step, in one
     walk over its tensors.
 

@@ -62,10 +62,10 @@ def should_split(block_size: int, size: int, small: bool) -> bool:
 class _Block:
     """A block of a segment: its address, size, stream and pool, whether handed out, and its neighbours."""
 
-    __slots__ = ("addr", "size", "stream", "small", "allocated", "prev", "next")
+    __slots__ = ("addr", "allocated", "next", "prev", "size", "small", "stream")
 
     def __init__(self, addr: int, size: int, stream: int, small: bool, prev: _Block | None = None,
-                 next: _Block | None = None) -> None:  # noqa: A002 -- the allocator's own field name
+                 next: _Block | None = None) -> None:  # ``next``: the allocator's own field name
         self.addr, self.size, self.stream, self.small = addr, size, stream, small
         self.allocated, self.prev, self.next = False, prev, next
 

@@ -20,7 +20,8 @@
 * Fused (flash) attention runs at ``GPUSpec.attention_efficiency`` of the 16-bit peak on the FLOPs it
   executes: forward 4·b·a·sq·sk·d, halved when causal; backward 2.5× forward (it recomputes the scores:
   five GEMM-sized products against two), the convention FlashAttention's benchmarks and
-  ``profile.attention_flops`` use. Unfused attention is two batched GEMMs plus memory-bound softmax/dropout.
+  ``kernel_work.attention_flops`` use. Unfused attention is two batched GEMMs plus memory-bound
+  softmax/dropout.
 
 An optional calibration ``profile`` (``trainsim.cost_models.profile.CalibrationProfile``) replaces the
 datasheet model wherever it has measurements (GEMM, attention, memory-bound ops); ``profile=None`` means
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from trainsim.specs.framework_behaviour import behaviour
 from trainsim.specs.memo import memoised
@@ -44,6 +46,11 @@ from .muon import step_seconds
 from .nvfp4 import NVFP4_BYTES
 from .profile import MEMORY_OPS
 from .shapes import IdentityMemo, LayerShape, layer_shape
+
+if TYPE_CHECKING:
+    from trainsim.specs import GPUSpec, Scenario
+
+    from .profile import CalibrationProfile
 
 TILE = 128
 K_STEP = 64
@@ -131,7 +138,7 @@ class _ProfileRef:
         return isinstance(other, _ProfileRef) and other.profile is self.profile
 
 
-def hw_of(gpu, dtype: str) -> _Hw:
+def hw_of(gpu: GPUSpec, dtype: str) -> _Hw:
     """Roofline parameters of a GPUSpec for a training dtype (fp8 training: 16-bit for non-GEMM math)."""
     return _hw_memo(gpu, dtype)
 
@@ -178,7 +185,7 @@ def gemm_efficiency_default(m: int, n: int, k: int, batch: int, gemm_eff: float,
 
 
 def gemm_time_s(m: int, n: int, k: int, hw: _Hw, *, batch: int = 1, fp8: bool = False, e: int = 2,
-                profile=None, dtype: str = "bf16", fp4: bool = False) -> float:
+                profile: CalibrationProfile | None = None, dtype: str = "bf16", fp4: bool = False) -> float:
     """Seconds of ``batch`` (m×k)·(k×n) GEMMs launched as one kernel (bmm / grouped GEMM); ``fp4``: NVFP4 operands
     at the FP4 peak and its measured efficiency (nvfp4.py)."""
     if fp4:
@@ -208,7 +215,8 @@ def _fp4_gemm_time_s(m: int, n: int, k: int, hw: _Hw, batch: int, e: int) -> flo
     return max(2.0 * m * n * k * batch / (hw.peak_fp4 * eff), nbytes / hw.mem_Bps) + hw.overhead_s
 
 
-def memory_time_s(nbytes: float, hw: _Hw, profile=None, op: str | None = None, pass_: str = "fwd") -> float:
+def memory_time_s(nbytes: float, hw: _Hw, profile: CalibrationProfile | None = None, op: str | None = None,
+                  pass_: str = "fwd") -> float:
     """Seconds of a memory-bound kernel moving ``nbytes`` (read + written)."""
     if profile is not None:
         host_floor = profile.floor_is_host
@@ -258,8 +266,8 @@ def _ssd_time(flops: float, nbytes: float, hw: _Hw, kernels: int) -> float:
     return max(flops / (hw.peak * hw.attn_eff), nbytes / hw.mem_Bps) + kernels * hw.overhead_s
 
 
-def op_times(op: Op, hw: _Hw, *, e: int = 2, dtype: str = "bf16", profile=None, causal: bool = True,
-             norm: str | None = None, flash_version: int = 2) -> OpTimes:
+def op_times(op: Op, hw: _Hw, *, e: int = 2, dtype: str = "bf16", profile: CalibrationProfile | None = None,
+             causal: bool = True, norm: str | None = None, flash_version: int = 2) -> OpTimes:
     """Seconds of one op in forward, input-gradient and weight-gradient passes."""
     if op.kind == "ssd":  # Mamba-2's Triton SSD scan: roofline at the fused-attention efficiency (mamba.py)
         return OpTimes(op.name, _ssd_time(op.fwd_flops, op.fwd_bytes, hw, op.launches[0]),
@@ -290,7 +298,7 @@ def op_times(op: Op, hw: _Hw, *, e: int = 2, dtype: str = "bf16", profile=None, 
     return OpTimes(op.name, fwd, bi, bw)
 
 
-def eager_overhead_s(shp: LayerShape, profile) -> tuple[float, float]:
+def eager_overhead_s(shp: LayerShape, profile: CalibrationProfile | None) -> tuple[float, float]:
     """(forward, backward) eager-framework seconds per modelled op from a CPU profile, else (0, 0).
 
     Only a profile that measured eager execution (``trainsim calibrate --device cpu``) has them: the
@@ -305,7 +313,8 @@ def eager_overhead_s(shp: LayerShape, profile) -> tuple[float, float]:
     return (profile.eager_op_overhead_s(style, "fwd") or 0.0, profile.eager_op_overhead_s(style, "bwd") or 0.0)
 
 
-def wrapper_overhead_s(scenario, profile, wrapper: str) -> tuple[float, float]:
+def wrapper_overhead_s(scenario: Scenario, profile: CalibrationProfile | None,
+                       wrapper: str) -> tuple[float, float]:
     """Extra (forward, backward) seconds per block that a module wrapper (``"fsdp"``: FSDP2 fully_shard's
     hooks, all-gather copy-in/out and reduce-scatter bookkeeping) adds in eager execution, from a CPU
     profile; (0, 0) when not measured. Collectives themselves are timed by the collective model."""
@@ -358,7 +367,7 @@ def _ctx(scenario, profile):
     return shp, hw, (_ProfileRef(profile) if profile is not None else None)
 
 
-def layer_times(scenario, profile=None) -> LayerTimes:
+def layer_times(scenario: Scenario, profile: CalibrationProfile | None = None) -> LayerTimes:
     """Seconds of one transformer block per micro-batch on one rank: fwd, bwd-input, bwd-weight, recompute.
 
     ``recompute_s`` is the forward re-run before backward (selective: attention core; full: whole block).
@@ -367,7 +376,7 @@ def layer_times(scenario, profile=None) -> LayerTimes:
     return _cached_times("layer", shp, hw, pref, False)
 
 
-def layer_op_times(scenario, profile=None) -> tuple[OpTimes, ...]:
+def layer_op_times(scenario: Scenario, profile: CalibrationProfile | None = None) -> tuple[OpTimes, ...]:
     """Per-op seconds of one block (for traces and reports)."""
     shp, hw, _ = _ctx(scenario, profile)
     return tuple(op_times(op, hw, e=shp.e, dtype=shp.dtype, profile=profile, causal=shp.causal, norm=shp.norm,
@@ -375,32 +384,33 @@ def layer_op_times(scenario, profile=None) -> tuple[OpTimes, ...]:
                  for op in layer_ops(shp))
 
 
-def embedding_times(scenario, profile=None) -> LayerTimes:
+def embedding_times(scenario: Scenario, profile: CalibrationProfile | None = None) -> LayerTimes:
     """Seconds of the embedding (first stage) per micro-batch on one rank."""
     shp, hw, pref = _ctx(scenario, profile)
     return _cached_times("embedding", shp, hw, pref, scenario.model.position_embedding == "learned")
 
 
-def head_times(scenario, profile=None) -> LayerTimes:
+def head_times(scenario: Scenario, profile: CalibrationProfile | None = None) -> LayerTimes:
     """Seconds of final norm + logits + cross-entropy (last stage) per micro-batch on one rank."""
     shp, hw, pref = _ctx(scenario, profile)
     return _cached_times("head", shp, hw, pref, False)
 
 
-def mtp_times(scenario, profile=None) -> LayerTimes:
+def mtp_times(scenario: Scenario, profile: CalibrationProfile | None = None) -> LayerTimes:
     """Seconds of one multi-token-prediction module's own ops (embedding, norms, 2h->h projection) per
     micro-batch on one rank; its block and head pass cost what ``layer_times`` / ``head_times`` say."""
     shp, hw, pref = _ctx(scenario, profile)
     return _cached_times("mtp", shp, hw, pref, False)
 
 
-def optimizer_step_time(scenario, stage: int, profile=None) -> float:
+def optimizer_step_time(scenario: Scenario, stage: int, profile: CalibrationProfile | None = None) -> float:
     """Seconds of the optimizer step over this rank's optimizer shard (Adam's memory-bound update, or Muon's:
     cost_models/muon.py), plus the grad-norm pass."""
     return sum(optimizer_step_parts(scenario, stage, profile))
 
 
-def optimizer_step_parts(scenario, stage: int, profile=None) -> tuple[float, float]:
+def optimizer_step_parts(scenario: Scenario, stage: int,
+                         profile: CalibrationProfile | None = None) -> tuple[float, float]:
     """(device seconds, host seconds) of the optimizer step: the update and the grad-norm pass on the device,
     or with ``offload_optimizer`` the update on the host (only the norm pass stays on the device).
 

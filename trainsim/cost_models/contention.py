@@ -18,11 +18,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Union
 
 from trainsim.specs import SpecError
 
-Capacity = Union[Mapping[Hashable, float], Callable[[Hashable], float]]
+Capacity = Mapping[Hashable, float] | Callable[[Hashable], float]
 _EPS = 1e-12
 
 

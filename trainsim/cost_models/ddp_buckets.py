@@ -29,6 +29,7 @@ tensors' elements (a weight gradient GEMM's time is proportional to its weight's
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from trainsim.specs.framework_behaviour import behaviour
 from trainsim.specs.memo import IdentityMemo
@@ -36,6 +37,9 @@ from trainsim.specs.memo import IdentityMemo
 from .framework import overlap_grad_reduce
 from .grad_buffer import buffer_buckets, megatron_bucket_params
 from .param_tensors import ChunkKey, ParamTensor, chunk_key, key_tensors
+
+if TYPE_CHECKING:
+    from trainsim.specs import Scenario, TrainingSpec
 
 
 @dataclass(frozen=True)
@@ -48,13 +52,14 @@ class DpBucket:
     closing_tensor: int
 
 
-def issues_ddp_buckets(training) -> bool:
+def issues_ddp_buckets(training: TrainingSpec) -> bool:
     """Whether the chunk's gradient reduction is Megatron DDP's (the Megatron-Core or legacy Megatron-LM wrapper at
     ZeRO 0-1; Megatron-DeepSpeed reduces in DeepSpeed's engine)."""
     return behaviour(training.framework).megatron_ddp is not None and training.effective_zero <= 1
 
 
-def chunk_dp_buckets(scenario, stage: int, chunk: int, n: int, n_expert: int | None = None) -> tuple[DpBucket, ...]:
+def chunk_dp_buckets(scenario: Scenario, stage: int, chunk: int, n: int,
+                     n_expert: int | None = None) -> tuple[DpBucket, ...]:
     """The DDP buckets of ``stage``'s model chunk ``chunk`` in launch order (module doc): dense buffer first, laid
     out for ``n`` data-parallel ranks, then the expert buffer, laid out for the ``n_expert`` ranks of the
     expert-data-parallel group it reduces over (default ``n``). Memoised per model object and chunk."""
@@ -129,7 +134,7 @@ def segment_profile(tensors: tuple[ParamTensor, ...]) -> SegmentProfile:
     return SegmentProfile(tuple(segments), tuple(position), tuple(done_of), tuple(elems_of))
 
 
-def chunk_segment_profile(scenario, vstage: int) -> SegmentProfile:
+def chunk_segment_profile(scenario: Scenario, vstage: int) -> SegmentProfile:
     """segment_profile of virtual stage ``vstage``'s tensors (param_tensors.chunk_tensors). Memoised per model
     object and chunk."""
     return _PROFILES(scenario.model, chunk_key(scenario, vstage))

@@ -11,9 +11,14 @@ critical path (on a GPU, ``host_issue`` makes each pass last at least the host's
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .flops import Op, layer_ops
 from .param_tensors import rank_tensors
 from .shapes import LayerShape, layer_shape
+
+if TYPE_CHECKING:
+    from trainsim.specs import Scenario
 
 
 def block_style(shp: LayerShape) -> str:
@@ -41,12 +46,12 @@ def count_passes(ops: tuple[Op, ...]) -> tuple[int, int]:
     return sum(f for f, _ in fb), sum(b for _, b in fb)
 
 
-def modelled_ops(scenario) -> tuple[int, int]:
+def modelled_ops(scenario: Scenario) -> tuple[int, int]:
     """(forward, backward) modelled ops of one block of ``scenario`` (the divisor of the calibration)."""
     return count_passes(layer_ops(layer_shape(scenario)))
 
 
-def stage_param_tensors(scenario, stage: int) -> tuple[int, int]:
+def stage_param_tensors(scenario: Scenario, stage: int) -> tuple[int, int]:
     """(plain, DTensor) parameter tensors one rank of pipeline stage ``stage`` holds (all its chunks) in the
     executor's model (param_tensors.rank_tensors, torch style).
 

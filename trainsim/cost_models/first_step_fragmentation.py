@@ -36,6 +36,7 @@ per-op SAC step, op_sac_trace.py replays it op by op, lazy states included.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from trainsim.specs.framework_behaviour import behaviour
 from trainsim.specs.memo import memoised
@@ -55,6 +56,9 @@ from .activations import (
 from .caching_allocator import replay
 from .shapes import LayerShape, layer_shape
 
+if TYPE_CHECKING:
+    from trainsim.specs import Scenario, TrainingSpec
+
 # The tensor list may miss this share of activations.py's per-block total (its small terms are several fp32
 # statistics tensors, listed as one).
 REST_TOLERANCE = 0.02
@@ -73,7 +77,7 @@ def block_saved_tensors(shp: LayerShape, impl: str) -> tuple[float, ...] | None:
     if shp.recomputes("op_sac"):
         return _checked(op_sac_saved_tensors(shp), total)
     e, h, t, r, T = shp.e, shp.h, shp.tp, shp.sp_div, shp.tokens
-    norm_in, norm_small = _norm_bytes(shp, T / r, impl)
+    norm_in, _norm_small = _norm_bytes(shp, T / r, impl)
     gemm_in = 0.0 if shp.recomputes("layernorm") else _gemm_input_bytes(shp, impl)
     mask = [MASK_BYTES * T * h / r] if shp.dropout else []
     heads = shp.a // t
@@ -109,7 +113,7 @@ def _checked(tensors: list[float], total: float) -> tuple[float, ...] | None:
     return tuple(tensors) + ((rest,) if rest > 0 else ())
 
 
-def head_saved_tensors(scenario, impl: str) -> tuple[float, ...]:
+def head_saved_tensors(scenario: Scenario, impl: str) -> tuple[float, ...]:
     """The loss stage's tensors per micro-batch (activations.head_activation_bytes): the final norm's input and
     statistics, its output (the output layer's input), then what the loss saves and the targets, as one."""
     shp = layer_shape(scenario)
@@ -160,7 +164,7 @@ def _extra_reserved(blocks, layers: int, first, last, inflight: int, states: tup
     return max(0, lazy - upfront)
 
 
-def first_step_extra_reserved(scenario, stage: int, *, inflight: int, layers: int,
+def first_step_extra_reserved(scenario: Scenario, stage: int, *, inflight: int, layers: int,
                               param_elems: tuple[float, ...], state_bytes: tuple[int, ...],
                               impl: str) -> float | None:
     """Reserved bytes on one rank of ``stage`` that the lazily created optimizer states add (module doc).
@@ -181,7 +185,7 @@ def first_step_extra_reserved(scenario, stage: int, *, inflight: int, layers: in
     return float(_extra_reserved((kept, temps), layers, first, last, inflight, states))
 
 
-def lazy_state_bytes(training) -> tuple[tuple[int, ...] | None, str]:
+def lazy_state_bytes(training: TrainingSpec) -> tuple[tuple[int, ...] | None, str]:
     """Bytes per element of the optimizer-state tensors created at the first step (Adam m, v), or ``None``,
     with the sentence the prediction's memory assumptions state either way."""
     fw = training.framework

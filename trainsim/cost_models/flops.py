@@ -9,12 +9,7 @@ Conventions (stated once, used everywhere):
   Korthikanti eq. 7/8 do (formulas.csv rows ``flops_sc21``, ``flops_model_korth``): fwd 4·b·a·s²·d per
   layer, bwd 2× fwd. A causal fused kernel skips about half of that work; ``Op.work_fraction`` carries this
   to the *time* model only, so model/hardware FLOPs keep the published convention.
-* Model FLOPs (docs/design.md) are the matmul FLOPs (kinds ``gemm``, ``bmm``, ``attention``) of forward +
-  backward with no recompute; hardware FLOPs add what the recompute mode re-runs: ``selective`` = the
-  attention core, 2Bs²h + 2Bs²h per layer as Korthikanti's Appendix A text states (their printed eq. 8,
-  with s/3h, adds three times that; tests/test_cost_flops.py pins the factor), ``full`` = the whole block
-  forward (SC21 eq. 3). FlashAttention's own internal recompute in backward is a kernel detail (it shows
-  up in time, not in hardware FLOPs).
+* Model and hardware FLOPs, these ops' matmul FLOPs summed by pass per block and per step: model_flops.py.
 * Per rank: TP shards heads and MLP columns (``/tp``), CP shards the sequence (queries ``s/cp`` attend
   to all ``s`` keys), SP shards the norm/dropout/residual region over ``tp``, EP places ``E/ep`` experts
   per rank; balanced routing with capacity factor 1 gives every rank ``tokens·top_k`` expert tokens.
@@ -35,6 +30,7 @@ in ``compute.py`` turns into time for memory-bound ops.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from trainsim.specs.memo import memoised
 
@@ -45,7 +41,10 @@ from .host_issue import megatron_fused_softmax
 from .inductor_bytes import titan_compiled_ops
 from .mcore_experts import MCORE_EXPERT_BIAS_RW, MCORE_GLU_CLAMP_RW, fp32_expert_bias_bytes
 from .shapes import DEFAULT_SELECTIVE as _CORE_ATTN
-from .shapes import LayerShape, block_kinds, layer_shape, mtp_kinds
+from .shapes import LayerShape, as_layer_shape
+
+if TYPE_CHECKING:
+    from trainsim.specs import Scenario
 
 Gemm = tuple[int, int, int]  # (m, n, k)
 MATMUL_KINDS = frozenset({"gemm", "bmm", "attention", "ssd"})  # ssd: Mamba-2's chunked scan (cost_models/mamba.py)
@@ -123,31 +122,6 @@ class Op:
     @property
     def total_flops(self) -> float:
         return self.fwd_flops + self.bwd_input_flops + self.bwd_weight_flops
-
-
-@dataclass(frozen=True)
-class PassFlops:
-    """FLOPs of one block (or embedding/head) per micro-batch per rank, by pass."""
-
-    fwd: float
-    bwd_input: float
-    bwd_weight: float
-    recompute: float
-
-    @property
-    def model(self) -> float:
-        return self.fwd + self.bwd_input + self.bwd_weight
-
-    @property
-    def hardware(self) -> float:
-        return self.model + self.recompute
-
-    def __add__(self, other: PassFlops) -> PassFlops:
-        return PassFlops(self.fwd + other.fwd, self.bwd_input + other.bwd_input, self.bwd_weight + other.bwd_weight,
-                         self.recompute + other.recompute)
-
-    def scaled(self, k: float) -> PassFlops:
-        return PassFlops(k * self.fwd, k * self.bwd_input, k * self.bwd_weight, k * self.recompute)
 
 
 def _tag(ops, *modules: str) -> list[Op]:
@@ -526,13 +500,9 @@ def _bias_grads(shp: LayerShape, T: int, T_seq: int, qkv_out: int) -> Op:
               bwd_weight_flops=dy_bytes / e, fwd_bytes=0.0, bwd_input_bytes=0.0, bwd_weight_bytes=float(dy_bytes))
 
 
-def _shape(x) -> LayerShape:
-    return x if isinstance(x, LayerShape) else layer_shape(x)
-
-
-def layer_ops(scenario) -> tuple[Op, ...]:
+def layer_ops(scenario: Scenario | LayerShape) -> tuple[Op, ...]:
     """Every op of one transformer block for one micro-batch on one rank (accepts a Scenario or LayerShape)."""
-    return _layer_ops(_shape(scenario))
+    return _layer_ops(as_layer_shape(scenario))
 
 
 def recompute_ops(ops: tuple[Op, ...], mode: str, modules: frozenset = frozenset()) -> tuple[Op, ...]:
@@ -570,9 +540,9 @@ def _embedding_ops(shp: LayerShape, learned_positions: bool) -> tuple[Op, ...]:
     return _lora_frozen(shp, ops)
 
 
-def embedding_ops(scenario) -> tuple[Op, ...]:
+def embedding_ops(scenario: Scenario | LayerShape) -> tuple[Op, ...]:
     """Token (+ learned position) embedding on the first pipeline stage, per micro-batch per rank."""
-    shp = _shape(scenario)
+    shp = as_layer_shape(scenario)
     learned = getattr(getattr(scenario, "model", None), "position_embedding", "rope") == "learned"
     return _embedding_ops(shp, learned)
 
@@ -631,73 +601,6 @@ def _mtp_ops(shp: LayerShape) -> tuple[Op, ...]:
             _linear("mtp_eh_proj", T, h // shp.tp, 2 * h, e, **lp))
 
 
-def head_ops(scenario) -> tuple[Op, ...]:
+def head_ops(scenario: Scenario | LayerShape) -> tuple[Op, ...]:
     """Final norm, output projection (logits) and cross-entropy loss on the last stage, per micro-batch per rank."""
-    return _head_ops(_shape(scenario))
-
-
-def pass_flops(ops: tuple[Op, ...], recompute: str = "none", matmul_only: bool = True,
-               modules: frozenset = frozenset()) -> PassFlops:
-    """Sum FLOPs of ``ops`` by pass (matmul kinds only by default, as model FLOPs count them)."""
-    sel = [op for op in ops if op.is_matmul] if matmul_only else list(ops)
-    rec = recompute_ops(tuple(sel), recompute, modules)
-    return PassFlops(
-        fwd=sum(op.fwd_flops for op in sel),
-        bwd_input=sum(op.bwd_input_flops for op in sel),
-        bwd_weight=sum(op.bwd_weight_flops for op in sel),
-        recompute=sum(op.fwd_flops for op in rec),
-    )
-
-
-def layer_flops(scenario, matmul_only: bool = True) -> PassFlops:
-    """FLOPs of one block per micro-batch on one rank, by pass, with the scenario's recompute mode."""
-    shp = _shape(scenario)
-    return pass_flops(_layer_ops(shp), shp.recompute, matmul_only, shp.rc_modules)
-
-
-def _per_microbatch_unsharded(scenario) -> tuple[PassFlops, PassFlops]:
-    """(all blocks, head) matmul FLOPs of one micro-batch of b sequences with no model parallelism; a MoE
-    model's dense blocks (first_dense_layers) counted as dense blocks."""
-    per_kind = [_unsharded_flops(_unsharded(layer_shape(scn)), count) for scn, count in block_kinds(scenario)]
-    blocks = sum((b for b, _ in per_kind[1:]), per_kind[0][0])
-    head = per_kind[0][1]
-    k = scenario.model.mtp_layers
-    if k:  # each MTP module: a main block (a hybrid stack: its mtp_pattern's layers), its projection, another head
-        shp = _unsharded(layer_shape(scenario))
-        if shp.kind:
-            parts = [_unsharded_flops(_unsharded(layer_shape(scn)), n)[0] for scn, n in mtp_kinds(scenario)]
-            main = sum(parts[1:], parts[0])
-        else:
-            main, _ = _unsharded_flops(shp, 1)
-        blocks = blocks + (main + pass_flops(_mtp_ops(shp), "none")).scaled(k)
-        head = head.scaled(1 + k)
-    return blocks, head
-
-
-_unsharded = memoised(maxsize=4096)(LayerShape.unsharded)
-
-
-@memoised(maxsize=4096)
-def _unsharded_flops(shp: LayerShape, L: int) -> tuple[PassFlops, PassFlops]:
-    lay = pass_flops(_layer_ops(shp), shp.recompute, modules=shp.rc_modules)
-    head = pass_flops(_head_ops(shp), "none")
-    return lay.scaled(L), head
-
-
-def model_flops_per_step(scenario) -> float:
-    """Model FLOPs of one optimizer step, all GPUs: matmul FLOPs of fwd + bwd, no recompute (docs/design.md)."""
-    blocks, head = _per_microbatch_unsharded(scenario)
-    n_micro = scenario.training.global_batch / scenario.training.micro_batch
-    return n_micro * (blocks.model + head.model)
-
-
-def hardware_flops_per_step(scenario) -> float:
-    """Hardware FLOPs of one optimizer step, all GPUs: model FLOPs + the recompute mode's re-run forward."""
-    blocks, head = _per_microbatch_unsharded(scenario)
-    n_micro = scenario.training.global_batch / scenario.training.micro_batch
-    return n_micro * (blocks.hardware + head.hardware)
-
-
-def model_flops_per_token(scenario) -> float:
-    """Model FLOPs per trained token (for tokens/s ↔ MFU conversions)."""
-    return model_flops_per_step(scenario) / scenario.tokens_per_step
+    return _head_ops(as_layer_shape(scenario))

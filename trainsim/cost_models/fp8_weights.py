@@ -40,10 +40,17 @@ TE fp8 linears and keep their 16-bit weights.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trainsim.specs.framework_behaviour import behaviour
 
 from .megatron_fsdp import gather_bytes
 from .param_tensors import rank_linear_weight_elems, rank_tensors
+
+if TYPE_CHECKING:
+    from trainsim.specs import GPUSpec, Scenario
+
+    from .memory import RankParams
 
 FP8_BYTES = 1.0  # E4M3 / E5M2
 MXFP8_BYTES = 1.0 + 1.0 / 32.0  # E4M3 plus one e8m0 scale per 32 elements
@@ -72,13 +79,13 @@ def weight_terms(linear_held: float, linear_stored: float, param_bytes: float, r
     return 0.0, linear_held * (row + col)
 
 
-def non_tn_fp8_gemm(gpu) -> bool:
+def non_tn_fp8_gemm(gpu: GPUSpec) -> bool:
     """Whether ``gpu`` runs non-TN fp8 GEMMs (TE ``is_non_tn_fp8_gemm_supported``: compute capability 10.x or
     >= 13, Blackwell), the GPUs with FP4 tensor cores among trainsim's presets (``GPUSpec.fp4``)."""
     return bool(gpu.fp4)
 
 
-def rank_weight_terms(scenario, stage: int, rp) -> tuple[float, float]:
+def rank_weight_terms(scenario: Scenario, stage: int, rp: RankParams) -> tuple[float, float]:
     """``weight_terms`` for one rank of pipeline ``stage`` (0, 0 unless fp8 training keeps TE quantized weights:
     bf16 primary weights with TE's per-step cache, or fp8 primary weights). ``rp``: the rank's RankParams. Under
     ZeRO-3 with bf16 primary weights TE quantizes the gathered unit per use (no resident copy: counted as 0); LoRA's
@@ -93,7 +100,7 @@ def rank_weight_terms(scenario, stage: int, rp) -> tuple[float, float]:
                         t.fp8_param_gather)
 
 
-def megatron_fsdp_gathered(scenario, stage: int, rp) -> float:
+def megatron_fsdp_gathered(scenario: Scenario, stage: int, rp: RankParams) -> float:
     """Megatron-FSDP's gathered bytes on one rank of ``stage`` (megatron_fsdp.gather_bytes), its layers' linear
     weights gathered in their quantized bytes with fp8 primary weights."""
     t = scenario.training

@@ -6,7 +6,12 @@ and pure functions that turn them into bytes, calls and defaults for the cost mo
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trainsim.specs.framework_behaviour import BEHAVIOURS
+
+if TYPE_CHECKING:
+    from trainsim.specs import Scenario, TrainingSpec
 
 # DeepSpeed ZeRO config default allgather_bucket_size (elements): ZeRO-1/2 gather the updated parameters in
 # ``max(1, partition_numel * dp // allgather_bucket_size)`` sequential all-gathers per parameter group
@@ -30,7 +35,7 @@ DEEPSPEED_PREFETCH_BUCKET = 5e7
 DEEPSPEED_MAX_LIVE_PARAMS = 1e9
 
 
-def p2p_blocks(training) -> bool:
+def p2p_blocks(training: TrainingSpec) -> bool:
     """Whether the sender's compute waits for its pipeline sends (TrainingSpec.overlap_p2p or the default)."""
     if training.overlap_p2p is not None:
         return not training.overlap_p2p
@@ -38,7 +43,7 @@ def p2p_blocks(training) -> bool:
     return mode == "never" or (mode == "interleaved" and training.schedule != "interleaved")
 
 
-def p2p_batched(training) -> bool:
+def p2p_batched(training: TrainingSpec) -> bool:
     """Whether Megatron's interleaved schedule exchanges with both neighbours once per steady-state iteration,
     after its forward and its backward (``send_forward_backward_recv_forward_backward``: Megatron-LM's
     megatron/schedules.py at 285068c8 and Megatron-Core's schedule without ``overlap_p2p_comm``): the blocking p2p
@@ -46,14 +51,14 @@ def p2p_batched(training) -> bool:
     return p2p_blocks(training) and BEHAVIOURS[training.framework].megatron_arguments
 
 
-def default_overlap_grad_reduce(training) -> bool:
+def default_overlap_grad_reduce(training: TrainingSpec) -> bool:
     """Whether the framework overlaps gradient reduction with the backward at the training's ZeRO stage by default
     (``TrainingSpec.overlap_grad_reduce`` unset)."""
     fw = BEHAVIOURS[training.framework]
     return fw.overlap_grad_reduce and (fw.overlap_below_zero3 or training.effective_zero >= 3)
 
 
-def overlap_grad_reduce(training) -> bool:
+def overlap_grad_reduce(training: TrainingSpec) -> bool:
     """Whether the step overlaps gradient reduction with the backward: ``TrainingSpec.overlap_grad_reduce`` where
     set, else the framework's default (``default_overlap_grad_reduce``)."""
     given = training.overlap_grad_reduce
@@ -69,7 +74,7 @@ def _deepspeed_reduce(training) -> str:
     return mode
 
 
-def grad_reduce_op(training) -> str:
+def grad_reduce_op(training: TrainingSpec) -> str:
     """The collective that reduces gradients across data-parallel ranks at the training's ZeRO stage."""
     z, fw = training.effective_zero, BEHAVIOURS[training.framework]
     if z == 0 or (z == 1 and (fw.param_gather == "broadcast_per_param" or training.optimizer == "muon")):
@@ -80,7 +85,7 @@ def grad_reduce_op(training) -> str:
     return {"per_rank_reduce": "reduce", "bucket_all_reduce": "all_reduce"}.get(mode, "reduce_scatter")
 
 
-def zero12_reduce_calls(training, params: float, dp: int, bucket_params: float,
+def zero12_reduce_calls(training: TrainingSpec, params: float, dp: int, bucket_params: float,
                         max_buckets: int | None = None) -> int | None:
     """Collective calls of one ZeRO 0-2 reduction of ``params`` gradients over ``dp`` ranks in DeepSpeed's buckets
     of ``bucket_params`` elements; None where the framework reduces in DDP buckets. A bucket holds whole
@@ -106,7 +111,7 @@ def zero12_reduce_calls(training, params: float, dp: int, bucket_params: float,
 BF16_LP_GRAD_BYTES = 2
 
 
-def bf16_optimizer(training) -> bool:
+def bf16_optimizer(training: TrainingSpec) -> bool:
     """Whether DeepSpeed runs its BF16_Optimizer: bf16 with fp32 gradient accumulation at ZeRO stage 0 or 1 and
     no CPU offload (deepspeed/runtime/engine.py ``_do_optimizer_sanity_check`` returns BFLOAT16 for ZeRO-1 with
     grad_accum_dtype fp32; stage 0 bf16 always takes it)."""
@@ -114,7 +119,7 @@ def bf16_optimizer(training) -> bool:
             and training.effective_zero <= 1 and training.grad_bytes == 4 and not training.offload_optimizer)
 
 
-def grad_accumulation_bytes_per_param(training, microbatches: int) -> float:
+def grad_accumulation_bytes_per_param(training: TrainingSpec, microbatches: int) -> float:
     """HBM bytes per parameter per micro-batch (averaged over the step's ``microbatches``) of adding each
     micro-batch's weight gradients into the accumulated ones in a pass of its own:
 
@@ -199,7 +204,7 @@ def cross_entropy_bytes(fused: bool, e: int, eager: bool = False) -> tuple[float
     return float(e + 4 + 32), float(8 + 4 + e)
 
 
-def autocast_tag(scenario) -> str | None:
+def autocast_tag(scenario: Scenario) -> str | None:
     """``"+autocast-bf16"`` / ``"+autocast-fp16"`` where ``scenario`` runs as trainsim execute runs a one-GPU-deep
     layout under autocast (framework torch, 16-bit dtype, no TP, PP or FSDP2: kernels/parallelize.py
     ``build_parallel``), else None."""
@@ -211,7 +216,7 @@ def autocast_tag(scenario) -> str | None:
     return f"+autocast-{t.dtype}"
 
 
-def autocast_cast_bytes_per_param(scenario) -> float:
+def autocast_cast_bytes_per_param(scenario: Scenario) -> float:
     """HBM bytes per parameter per micro-batch of autocast's weight casts where trainsim execute runs the scenario
     under autocast (``autocast_tag``): the first forward of the step casts each fp32 weight to 16 bits (read 4,
     write e; cached for the step's later micro-batches, so 1/n per micro-batch) and every backward casts each
@@ -228,7 +233,7 @@ def autocast_cast_bytes_per_param(scenario) -> float:
     return (4 + e) / scenario.num_microbatches + (e + 4)
 
 
-def queued_microbatches(scenario) -> int:
+def queued_microbatches(scenario: Scenario) -> int:
     """Micro-batches one host issues back to back without a host sync between them, or 0 where each pass is
     bounded by its own issue: trainsim execute's one-stage gradient accumulation (``autocast_tag`` layouts,
     kernels/parallelize.py ``_accumulate``: no sync until the step's loss is read)."""

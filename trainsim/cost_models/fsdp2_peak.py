@@ -45,6 +45,7 @@ MixedPrecisionPolicy (an fp32 reduce-scatter input of the root's size).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from trainsim.specs.framework_behaviour import BEHAVIOURS
 
@@ -52,6 +53,11 @@ from . import activations as act
 from . import torchao_float8
 from .model_states import state_bytes
 from .param_tensors import blocks_among, rank_tensors
+
+if TYPE_CHECKING:
+    from trainsim.specs import Scenario
+
+    from .memory import RankParams
 
 
 @dataclass(frozen=True)
@@ -105,7 +111,7 @@ def peak_moment(phases: Fsdp2Phases, at_activation_peak: float, other_grad_shard
     return ("forward", forward) if forward >= reduce else ("reduce", reduce)
 
 
-def fsdp2_of(scenario, rp, stage: int = 0) -> Fsdp2Phases:
+def fsdp2_of(scenario: Scenario, rp: RankParams, stage: int = 0) -> Fsdp2Phases:
     """FSDP2's unsharded bytes at its peak moments on a rank of ``stage`` (module doc); the reduce-scatter input is
     in the sharded gradient's dtype (the MixedPrecisionPolicy's reduce_dtype)."""
     t = scenario.training
@@ -113,7 +119,7 @@ def fsdp2_of(scenario, rp, stage: int = 0) -> Fsdp2Phases:
                         t.fsdp_unsharded_after_forward or "none", block_gather_bytes(scenario, stage))
 
 
-def block_gather_bytes(scenario, stage: int) -> float | None:
+def block_gather_bytes(scenario: Scenario, stage: int) -> float | None:
     """A block's gathered bytes per parameter under torchao's float8 all-gather, averaged over the stage's blocks
     (param_tensors.blocks_among: their linear weights in 1 byte, the rest in the parameter dtype); None without
     it or without blocks."""
@@ -133,13 +139,13 @@ class Fsdp2Peak:
     gathered: float   # the unsharded bytes at that moment
 
 
-def applies(scenario) -> bool:
+def applies(scenario: Scenario) -> bool:
     """Whether the scenario gathers parameters as FSDP2 does: ZeRO-3 under a framework that runs ``fully_shard``."""
     t = scenario.training
     return t.effective_zero >= 3 and BEHAVIOURS[t.framework].fsdp2 and BEHAVIOURS[t.framework].zero3_gather != "tensor"
 
 
-def activation_peak(scenario, stage: int, rp, working: float) -> Fsdp2Peak:
+def activation_peak(scenario: Scenario, stage: int, rp: RankParams, working: float) -> Fsdp2Peak:
     """FSDP2's moment at the stage's activation peak and its unsharded bytes there: ("loss", the units kept after
     forward) on the loss stage where the loss's backward rules (``loss_moment_rules``), else ("backward", the
     lumped backward term)."""
@@ -154,13 +160,14 @@ def activation_peak(scenario, stage: int, rp, working: float) -> Fsdp2Peak:
     return Fsdp2Peak(phases, "loss", phases.loss) if rules else Fsdp2Peak(phases, "backward", phases.backward)
 
 
-def activation_peak_gather(scenario, stage: int, rp, working: float) -> tuple[str, float]:
+def activation_peak_gather(scenario: Scenario, stage: int, rp: RankParams,
+                           working: float) -> tuple[str, float]:
     """(moment, unsharded bytes) of ``activation_peak``."""
     peak = activation_peak(scenario, stage, rp, working)
     return peak.moment, peak.gathered
 
 
-def fsdp2_moment(peak: Fsdp2Peak | None, rp, details: dict, activations: float = 0.0,
+def fsdp2_moment(peak: Fsdp2Peak | None, rp: RankParams, details: dict, activations: float = 0.0,
                  off_peak: float = 0.0) -> tuple[str, float] | None:
     """FSDP2's peak moment on the stage and its bytes beyond the activation peak (module doc) from its ``peak``
     (``activation_peak``); the blocks' off-peak gradient shards exist at the root's reduce-scatter. None outside

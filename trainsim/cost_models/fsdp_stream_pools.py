@@ -38,10 +38,15 @@ and neither pool is modelled (0).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trainsim.specs.framework_behaviour import BEHAVIOURS
 from trainsim.specs.memo import memoised
 
 from .caching_allocator import replay
+
+if TYPE_CHECKING:
+    from trainsim.specs import TrainingSpec
 
 
 def _padded(params: float, shard: int) -> int:
@@ -105,14 +110,14 @@ def gather_pool_extra(units: tuple[float, ...], shard: int, param_bytes: int,
     return float(max(0, replay(events).peak_reserved - counted))
 
 
-def reduce_input_in_pool(training, reduce_bytes: int) -> bool:
+def reduce_input_in_pool(training: TrainingSpec, reduce_bytes: int) -> bool:
     """Whether the unsharded reduce-dtype gradient is allocated on the reduce-scatter stream (module doc)."""
     if not BEHAVIOURS[training.framework].fsdp2:  # FSDP1 (pytorch-fsdp)
         return reduce_bytes != training.param_bytes
     return training.fsdp_reduce_scatter_input == "reduce_scatter_stream"
 
 
-def stream_pool_cached(training, units: tuple[float, ...], shard: int, reduce_bytes: int,
+def stream_pool_cached(training: TrainingSpec, units: tuple[float, ...], shard: int, reduce_bytes: int,
                        microbatches: int, gather_counted: float | None = None,
                        gather_bytes: tuple[float, ...] | None = None) -> float:
     """Cached bytes FSDP's side-stream pools hold at the reserved peak beyond what the memory model counts

@@ -30,12 +30,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from trainsim.specs.framework_behaviour import BEHAVIOURS
 from trainsim.specs.memo import IdentityMemo
 
 from .framework import overlap_grad_reduce
 from .param_tensors import ChunkKey, ParamTensor, chunk_key, key_tensors
+
+if TYPE_CHECKING:
+    from trainsim.specs import ModelSpec, Scenario
 
 # Megatron-Core DistributedDataParallel: bucket_size = max(40_000_000, 1_000_000 * dp_size) parameters.
 DDP_BUCKET_PARAMS = 40_000_000
@@ -63,7 +67,7 @@ def whole_tensor_buckets(params: float, bucket_params: float, tensors: int | Non
     return buckets if tensors is None else max(1, min(buckets, tensors))
 
 
-def megatron_bucket_params(scenario, bucket_mb: float | None = None) -> float:
+def megatron_bucket_params(scenario: Scenario, bucket_mb: float | None = None) -> float:
     """Megatron-Core DDP's bucket size in parameters: max(40M, 1M x dp), or ``bucket_mb`` MiB of gradients."""
     if bucket_mb is not None:
         return bucket_mb * MiB / scenario.training.grad_bytes
@@ -127,7 +131,7 @@ class BufferRules:
     fsdp2: bool
 
 
-def buffer_rules(scenario, first_chunk: bool) -> BufferRules:
+def buffer_rules(scenario: Scenario, first_chunk: bool) -> BufferRules:
     """The BufferRules of ``scenario``; ``first_chunk``: pipeline rank 0's first chunk."""
     tr = scenario.training
     fw = BEHAVIOURS[tr.framework]
@@ -160,7 +164,7 @@ def _unit_buckets(rules: BufferRules, unit: list[ParamTensor], n: int) -> list[B
     return buffer_buckets(sizes, n, rules.bucket, rules.core, own)
 
 
-def optimizer_tensor_elems(scenario, stage: int, rank: int = 0) -> list[float]:
+def optimizer_tensor_elems(scenario: Scenario, stage: int, rank: int = 0) -> list[float]:
     """Elements of each tensor the optimizer of data-parallel rank ``rank`` of ``stage`` updates: every tensor
     whole without ZeRO; with ZeRO >= 1 the pieces of its flat 1/n slices (module doc), or 1/n of every tensor
     under torch's FSDP2 / per-tensor sharding (framework ``torch``); n is memory.shard_groups' group. Memoised
@@ -171,7 +175,7 @@ def optimizer_tensor_elems(scenario, stage: int, rank: int = 0) -> list[float]:
 PiecesKey = tuple[tuple[ChunkKey, BufferRules, bool, int, int], ...]
 
 
-def optimizer_pieces_key(scenario, stage: int, rank: int = 0) -> PiecesKey:
+def optimizer_pieces_key(scenario: Scenario, stage: int, rank: int = 0) -> PiecesKey:
     """What optimizer_tensor_elems depends on, per chunk and buffer (dense, expert): the chunk's key, its
     BufferRules, expert or not, the shard group n and the rank in it."""
     from .memory import shard_groups  # cycle: memory imports this module
@@ -188,7 +192,7 @@ def optimizer_pieces_key(scenario, stage: int, rank: int = 0) -> PiecesKey:
     return tuple(out)
 
 
-def pieces_of(model, key: PiecesKey) -> tuple[float, ...]:
+def pieces_of(model: ModelSpec, key: PiecesKey) -> tuple[float, ...]:
     """optimizer_tensor_elems of the scenario ``key`` describes (optimizer_pieces_key) of ``model``: its chunks'
     pieces, each memoised per model object and chunk."""
     return tuple(x for part in key for x in _CHUNK_PIECES(model, *part))

@@ -164,7 +164,10 @@ from .param_tensors import block_tensors, module_style
 from .shapes import layer_shape
 
 if TYPE_CHECKING:
-    from .profile import ChunkHostIssue
+    from trainsim.specs import Scenario
+
+    from .profile import CalibrationProfile, ChunkHostIssue
+    from .shapes import LayerShape
 
 ATEN_DISPATCH_S = 3.3e-6
 KERNEL_LAUNCH_S = 3.8e-6
@@ -222,7 +225,6 @@ BLOCK_OPS_AUTOCAST = {
 # A TP collective issued from Python (torch.distributed call on the NCCL process group): one dispatch and one
 # kernel launch, as any other op.
 COLLECTIVE_OPS = (1, 1)
-HOST_ISSUE_MODES = ("eager", "cuda_graphs", "compile")
 # (aten dispatches, kernel launches or copies) the host issues after a sync before the GPU has work again (module
 # doc, "Host syncs"): per block forward, per micro-batch, and what TP adds to the micro-batch's (vocab-parallel
 # embedding).
@@ -263,7 +265,7 @@ def issue_style(style: str, *, megatron_layer: bool, flash: bool, fused_softmax:
     return style
 
 
-def megatron_fused_softmax(shp) -> bool:
+def megatron_fused_softmax(shp: LayerShape) -> bool:
     """Whether Megatron's ``FusedScaleMaskSoftmax`` runs its fused kernel for a block of shape ``shp`` (module doc,
     "Megatron's layer"): fp16/bf16 scores, more than 16 keys, query length and ``b * np`` multiples of 4."""
     attn_batches = shp.b * (shp.a // shp.tp)
@@ -435,7 +437,7 @@ def sync_leads(block_syncs: int, microbatch_syncs: int, *, tp: int, recompute_fu
     return block, (block if recompute_full else 0.0), per_mb
 
 
-def ddp_hook_adds(scenario) -> int:
+def ddp_hook_adds(scenario: Scenario) -> int:
     """``main_grad.add_`` calls one block's backward issues from Megatron's local-DDP parameter hooks (module doc,
     "Per-parameter hooks"): megatron-2021 every tensor of Megatron's layer, megatron-2022 its biases and norms
     (its wgrad GEMMs accumulate into ``main_grad``), other frameworks none. The tensors are the block's
@@ -449,7 +451,7 @@ def ddp_hook_adds(scenario) -> int:
     return sum(t.kind in hooked for t in tensors)
 
 
-def tp_collective_calls(scenario) -> tuple[int, int]:
+def tp_collective_calls(scenario: Scenario) -> tuple[int, int]:
     """(forward, backward) TP collective calls of one dense block: Megatron's two column/row-parallel pairs
     issue 2 all-reduces each way (sequence parallel: 2 all-gathers + 2 reduce-scatters)."""
     if scenario.layout.tp <= 1:
@@ -479,7 +481,7 @@ def steady_autocast_fwd_s(style: str, cast: ChunkHostIssue, plain: ChunkHostIssu
     return cast.block_fwd_s * steady / issue_s(f_ops, f_k, host_cpu)
 
 
-def profiled_chunk(scenario, profile):
+def profiled_chunk(scenario: Scenario, profile: CalibrationProfile | None):
     """The profile's two-depth measurement of trainsim execute's own chunk (``CalibrationProfile.host_issue_chunk``)
     for the scenario's block style under its autocast, or None where the profile has none or the scenario does not
     run as the executor does: no ``autocast_tag``, a CPU "GPU", a MoE model."""
@@ -491,7 +493,7 @@ def profiled_chunk(scenario, profile):
     return (getattr(profile, "host_issue_chunk", None) or {}).get(block_style(layer_shape(scenario)) + tag)
 
 
-def executor_block_issue(scenario, profile) -> PassIssue | None:
+def executor_block_issue(scenario: Scenario, profile: CalibrationProfile | None) -> PassIssue | None:
     """Host issue time of trainsim execute's eager micro-batch from the profile's two-depth measurement of the
     executor's own chunk under its autocast (``CalibrationProfile.host_issue_chunk``), or None where the profile
     has none for this block style or the scenario does not run that way (``autocast_tag``).
@@ -520,7 +522,7 @@ def executor_block_issue(scenario, profile) -> PassIssue | None:
                      microbatch_fwd_s=m.microbatch_fwd_s, microbatch_bwd_s=m.microbatch_bwd_s)
 
 
-def scenario_block_issue(scenario, profile=None) -> PassIssue | None:
+def scenario_block_issue(scenario: Scenario, profile: CalibrationProfile | None = None) -> PassIssue | None:
     """Host issue time of one dense block of ``scenario`` per micro-batch, or None where the host is not
     modelled apart: CPU ranks (their eager time is the ops' own time, cost_models.eager) and MoE blocks
     (Megatron-Core's MoE host work and its per-layer host sync: cost_models.moe_issue) and hybrid Mamba

@@ -38,8 +38,12 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
+from typing import TYPE_CHECKING
 
 from trainsim.specs.memo import memoised
+
+if TYPE_CHECKING:
+    from .profile import CalibrationProfile
 
 # Measured host issue timings of the executor's GPT block on a GPU host (module doc): (median s, p99 s).
 MEASURED_FWD = (0.0003289760053157806, 0.0005984575879573823)
@@ -94,7 +98,7 @@ def pace(n: int, sigma: float) -> float:
     return value / math.exp(sigma * sigma / 2)
 
 
-def measured_sigma(profile, style: str) -> tuple[float, float]:
+def measured_sigma(profile: CalibrationProfile | None, style: str) -> tuple[float, float]:
     """(forward, backward) log-spread of the host issue time: the profile's own timings of ``style`` (or of the
     GPT block where it timed that one only), else the measured defaults (module doc)."""
     table = getattr(profile, "host_issue", None) or {}

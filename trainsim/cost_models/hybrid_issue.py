@@ -63,11 +63,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import pairwise
+from typing import TYPE_CHECKING
 
 from .host import ATTN_OPS, HOST_LOOP_OP_S, HOST_OP_S, MLP_OPS, MOE_OPS, expert_launches, moe_reruns
 from .host_issue import host_idle_s
 from .moe_issue import SYNC_LEAD_OPS, eager_megatron_on_gpus, synced_idle_s
 from .shapes import layer_shape
+
+if TYPE_CHECKING:
+    from trainsim.specs import Scenario
 
 MAMBA_OPS = (14, 46)         # (forward, backward) Python-dispatched ops of a Mamba layer at micro-batch 1 (module doc)
 MAMBA_LAYOUT_COPIES = (2, 2)  # ... more with several sequences per micro-batch: the batch-first layout copies
@@ -117,7 +121,7 @@ def _moe_layer_ops(shp, full: bool) -> tuple[int, int, int, int]:
     return fwd, launch_f, bwd, launch_b
 
 
-def hybrid_issue(scenario) -> HybridIssue | None:
+def hybrid_issue(scenario: Scenario) -> HybridIssue | None:
     """Host issue of ``scenario``'s layers where it is part of the step: a hybrid stack with MoE layers in eager
     Megatron-Core on GPUs; None elsewhere (a stack without MoE layers is costed by cost_models.host_issue's
     dense-block path, which has no sync)."""

@@ -23,11 +23,15 @@ gather of T x rank/tp outputs, a row-parallel ``A``'s all-reduce of T x rank) ar
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from trainsim.specs.lora import target_dims
 
 from .flops import Op, _linear
 from .shapes import LayerShape
+
+if TYPE_CHECKING:
+    from trainsim.specs import TrainingSpec
 
 # Host issue of one target's adapter per micro-batch, eager (host_issue.block_issue ``extra``): (forward aten ops,
 # forward kernels, backward ops, backward kernels), counted from the code (not timed). Forward: LoRALinear's
@@ -87,7 +91,7 @@ def adapter_params_rank(shp: LayerShape) -> float:
                for t in shp.lora_targets) / shp.tp
 
 
-def frozen_weight_bytes(training) -> int:
+def frozen_weight_bytes(training: TrainingSpec) -> int:
     """Bytes per frozen LoRA base weight: 1 with Transformer Engine fp8 primary weights
     (TrainingSpec.lora_fp8_base_weights), else the parameter dtype's."""
     return 1 if training.lora_fp8_base_weights else training.param_bytes

@@ -29,10 +29,17 @@ sequence and hides its issue; at TP 8 and one sequence it runs a fraction of a m
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trainsim.specs.framework_behaviour import behaviour
 
 from .host_jitter import measured_sigma
 from .shapes import layer_shape
+
+if TYPE_CHECKING:
+    from trainsim.specs import Scenario
+
+    from .profile import CalibrationProfile
 
 # (forward ops, forward kernels, backward ops, backward kernels) of Megatron's head and loss per micro-batch,
 # as trainsim.kernels.op_count.count_megatron_head_ops counts trainsim.kernels.megatron_head (module doc).
@@ -41,7 +48,7 @@ CE_ALL_REDUCE_CALLS = 3       # _VocabParallelCrossEntropy.forward: max, target 
 HEAD_BWD_TP_CALLS = 1         # copy_to_tensor_model_parallel_region's backward under TP
 
 
-def head_loss_issue_s(scenario, profile=None) -> tuple[float, float]:
+def head_loss_issue_s(scenario: Scenario, profile: CalibrationProfile | None = None) -> tuple[float, float]:
     """(forward, backward) host seconds to issue Megatron's head and loss for one micro-batch (module doc); (0, 0)
     where they are not modelled apart (not Megatron's legacy layer, not eager, or a GPU profile measured the
     host)."""

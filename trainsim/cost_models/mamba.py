@@ -35,12 +35,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from trainsim.specs.model import mamba_conv_channels, mamba_in_proj_width
 
 from . import activations as act
 from .flops import _NORM_FLOPS, Op, _elementwise, _linear, _norm, _residual
 from .shapes import LayerShape
+
+if TYPE_CHECKING:
+    from trainsim.specs import ModelSpec
 
 STATE_BYTES = 4  # mamba_ssm keeps the chunk states, dA cumsums and CB in fp32 (states_in_fp32, CB fp32)
 # HBM passes over each tensor family of the SSD scan, counted kernel by kernel in mamba_ssm's
@@ -229,7 +233,7 @@ def hybrid_activation_bytes(shp: LayerShape, impl: str) -> act.ActivationBytes:
     return act.ActivationBytes(main=whole.main - attn.main - dropped, small=whole.small - attn.small)
 
 
-def hybrid_params_rank(model, attn: float, mlp: Callable[..., float], tp: int, ep: int,
+def hybrid_params_rank(model: ModelSpec, attn: float, mlp: Callable[..., float], tp: int, ep: int,
                        etp: int | None) -> tuple[float, float]:
     """(dense, expert) parameters of a hybrid stack's mean layer on one rank (memory.layer_params_per_rank): each
     kind with its pre-norm -- the Mamba mixer wholly split over TP (in_proj, conv, dt_bias, A_log, D, its norm and

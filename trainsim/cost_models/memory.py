@@ -51,6 +51,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
+from typing import TYPE_CHECKING
 
 from trainsim.specs.errors import SpecError
 from trainsim.specs.framework_behaviour import behaviour
@@ -73,6 +74,12 @@ from .runtime_memory import OUTSIDE_ALLOCATOR, runtime_terms
 from .shapes import block_kinds, dense_block_scenario, layer_shape
 from .softmax_backward_peak import softmax_backward_beyond
 from .state_rounding import megatron_state_rounding_bytes
+
+if TYPE_CHECKING:
+    from trainsim.specs import ModelSpec, Scenario, TrainingSpec
+
+    from .model_states import StateBytes
+    from .shapes import LayerShape
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -159,7 +166,7 @@ def model_state_bytes(params: float, zero: int, dp: int, *, param_bytes: int = 2
     return w, g, o
 
 
-def _layer_params_rank(model, tp: int, ep: int, etp: int | None = None) -> tuple[float, float]:
+def layer_params_per_rank(model: ModelSpec, tp: int, ep: int, etp: int | None = None) -> tuple[float, float]:
     """(dense, expert) parameters of one block on one rank: a MoE block for a MoE model (routed experts,
     router, shared expert), else a dense block (``model.dense_block()`` gives a MoE model's dense blocks)."""
     h = model.hidden
@@ -192,7 +199,8 @@ def _layer_params_rank(model, tp: int, ep: int, etp: int | None = None) -> tuple
     return attn + norms + mlp(model.ffn), 0.0
 
 
-def _stage_extra_params(model, tp: int, pp: int, stage: int, loss_stage: int | None = None) -> float:
+def stage_extra_params(model: ModelSpec, tp: int, pp: int, stage: int,
+                       loss_stage: int | None = None) -> float:
     """Embedding / positions (first stage), final norm and output layer (``loss_stage``, default the last
     stage; stage 0 for DualPipeV's V, where both ends share rank 0 but keep separate copies) on one rank."""
     h, V, e = model.hidden, model.vocab_size, model.embed_dim  # e: OPT's word_embed_proj_dim, else h
@@ -211,35 +219,31 @@ def _stage_extra_params(model, tp: int, pp: int, stage: int, loss_stage: int | N
     return extra
 
 
-def mtp_params_per_rank(model, tp: int, ep: int, etp: int | None = None) -> tuple[float, float]:
+def mtp_params_per_rank(model: ModelSpec, tp: int, ep: int, etp: int | None = None) -> tuple[float, float]:
     """(dense, expert) parameters of the model's multi-token-prediction modules on one rank of the loss stage:
     per module a block like the model's own (MoE for a MoE model), the 2h->h projection (column-parallel) and
     three RMSNorm/LayerNorm weights (embedding, hidden state, output). The shared embedding and output layer
-    are the last stage's own (``_stage_extra_params`` keeps a word-embedding copy there when pp > 1). A hybrid
+    are the last stage's own (``stage_extra_params`` keeps a word-embedding copy there when pp > 1). A hybrid
     stack's module holds its mtp_pattern's layers (ModelSpec.mtp_block), once with shared depths (mtp_shared)."""
     k = 0 if not model.mtp_layers else 1 if model.mtp_shared else model.mtp_layers
     if not k:
         return 0.0, 0.0
     block = model.mtp_block() if model.is_hybrid else model  # a hybrid block's figures are per layer: x layers
-    dense, expert = (x * block.num_layers if model.is_hybrid else x for x in _layer_params_rank(block, tp, ep, etp))
+    per_block = layer_params_per_rank(block, tp, ep, etp)
+    dense, expert = (x * block.num_layers if model.is_hybrid else x for x in per_block)
     h = model.hidden
     return k * (dense + 2 * h * h / tp + 3 * model.norm_params()), k * expert
 
 
-# Public names (the engine builds per-chunk memory from these).
-layer_params_per_rank = _layer_params_rank
-stage_extra_params = _stage_extra_params
-
-
-def rank_param_shards(scenario, stage: int) -> RankParams:
+def rank_param_shards(scenario: Scenario, stage: int) -> RankParams:
     """Parameters a rank of pipeline ``stage`` holds, and what it stores after ZeRO sharding."""
     m, lay, t = scenario.model, scenario.layout, scenario.training
     _check_stage(stage, lay.pp)
-    dense_l, expert_l = _layer_params_rank(m, lay.tp, lay.ep, lay.etp)
+    dense_l, expert_l = layer_params_per_rank(m, lay.tp, lay.ep, lay.etp)
     L = scenario.layers_on_stage(stage)  # uneven stages: Scenario.stage_layers
     L_dense = scenario.dense_layers_on_stage(stage) if m.is_moe else 0  # first_dense_layers held here
-    block_l = _layer_params_rank(dense_block_scenario(scenario).model, lay.tp, 1)[0] if L_dense else 0.0
-    extra = _stage_extra_params(m, lay.tp, lay.pp, stage, scenario.loss_stage)
+    block_l = layer_params_per_rank(dense_block_scenario(scenario).model, lay.tp, 1)[0] if L_dense else 0.0
+    extra = stage_extra_params(m, lay.tp, lay.pp, stage, scenario.loss_stage)
     dense = (L - L_dense) * dense_l + L_dense * block_l + extra
     expert = (L - L_dense) * expert_l
     if stage == scenario.loss_stage and m.mtp_layers:
@@ -261,7 +265,7 @@ def rank_param_shards(scenario, stage: int) -> RankParams:
                       block_params=max(dense_l + expert_l, block_l))
 
 
-def shard_groups(scenario) -> tuple[int, float]:
+def shard_groups(scenario: Scenario) -> tuple[int, float]:
     """Ranks ZeRO shards a rank's (dense, expert) model states over: the HSDP shard group (Layout.dp_shard, else
     all of dp) times cp, and the expert-data-parallel group."""
     lay = scenario.layout
@@ -299,10 +303,10 @@ def inflight_microbatches(schedule: str, pp: int, m: int, stage: int, vpp: int =
     raise SpecError("training.schedule", f"unknown schedule {schedule!r}")
 
 
-_inflight = inflight_microbatches
+_inflight = inflight_microbatches  # for stage_memory, whose argument of that name shadows the function
 
 
-def offloaded_layers(scenario) -> int:
+def offloaded_layers(scenario: Scenario) -> int:
     """Layers whose saved activations are offloaded to the host (``TrainingSpec.offload_activation_layers``).
 
     Transformer Engine's offload handler (Megatron-Core ``--cpu-offloading-num-layers N``) offloads the first
@@ -335,7 +339,7 @@ def offload_windows(layers: int, offloaded: int) -> list[int]:
     return [w[0]] + [b - a for a, b in pairwise(w)]
 
 
-def activation_bytes_per_microbatch(scenario, stage: int, impl: str = "fused") -> float:
+def activation_bytes_per_microbatch(scenario: Scenario, stage: int, impl: str = "fused") -> float:
     """Saved activations of one micro-batch on one rank of ``stage`` kept on the GPU: its blocks (but the
     offloaded ones) + embedding/head extras.
 
@@ -363,7 +367,7 @@ def activation_bytes_per_microbatch(scenario, stage: int, impl: str = "fused") -
     return total
 
 
-def largest_weight_tensor_params(model, tp: int = 1, ep: int = 1, etp: int | None = None) -> float:
+def largest_weight_tensor_params(model: ModelSpec, tp: int = 1, ep: int = 1, etp: int | None = None) -> float:
     """Elements of the largest weight matrix of a block on one rank (fused QKV, one MLP projection or a Mamba
     in_proj; a MoE model's dense blocks and shared expert included)."""
     h = model.hidden
@@ -377,7 +381,7 @@ def largest_weight_tensor_params(model, tp: int = 1, ep: int = 1, etp: int | Non
     return float(max(qkv, experts, max(ffns) * h / tp, h * model.num_heads * model.v_dim / tp, mamba))
 
 
-def stage_memory(scenario, stage: int, inflight_microbatches: float | None = None,
+def stage_memory(scenario: Scenario, stage: int, inflight_microbatches: float | None = None,
                  impl: str = "fused") -> StageMemory:
     """Peak device bytes per component on one GPU of pipeline ``stage`` (plus host bytes and PCIe traffic).
 
@@ -409,9 +413,10 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     if rounding:
         details["state_rounding"] = rounding
     deferred = _autocast_deferred(scenario, stage, casts, inflight_microbatches, per_mb)
-    beyond = max(0.0, deferred - activations - details.get("logits_workspace", 0.0))
-    if beyond:  # the end of a later micro-batch's backward outgrows the activation peak (autocast.py, mechanism 4)
-        details["autocast_deferred_grads"] = beyond
+    deferred_beyond = max(0.0, deferred - activations - details.get("logits_workspace", 0.0))
+    # A later micro-batch's backward end outgrows the activation peak (autocast.py, mechanism 4).
+    if deferred_beyond:
+        details["autocast_deferred_grads"] = deferred_beyond
     if softmax_peak := softmax_backward_beyond(scenario, stage, rp, details):  # softmax_backward_peak.py
         details["softmax_backward_peak"] = softmax_peak
     off_peak = grads_off_peak(framework=t.framework, zero=t.effective_zero, microbatches=scenario.num_microbatches,
@@ -420,9 +425,9 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     if moment and moment[1]:
         details["fsdp2_phase_peak"] = moment[1]
     cast = reduce_cast_bytes(scenario, rp)
-    beyond = max(0.0, cast - activations)  # the reduce runs after the last backward: activations are freed
-    if beyond:
-        details["grad_reduce_cast"] = beyond
+    cast_beyond = max(0.0, cast - activations)  # the reduce runs after the last backward: activations freed
+    if cast_beyond:
+        details["grad_reduce_cast"] = cast_beyond
     # Megatron-Core DDP's construction, before the first step: beyond the step's own allocated peak.
     step_allocated = off.weights + off.grads + off.optimizer + activations + sum(
         v for k, v in details.items() if k not in ACTIVATION_DETAILS + OUTSIDE_ALLOCATOR)
@@ -433,7 +438,7 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
     other = sum(v for k, v in details.items() if k not in ACTIVATION_DETAILS)
     gathered = None if moment is None else fsdp2.phases.gather_outputs[moment[0]]
     pools = _stream_pools(scenario, stage, sb.grads, gathered)
-    cached = _allocator_cached(scenario, stage, working) + cast - beyond + off_peak + pools
+    cached = _allocator_cached(scenario, stage, working) + cast - cast_beyond + off_peak + pools
     return StageMemory(weights=off.weights, grads=off.grads, optimizer=off.optimizer, activations=activations,
                        other=other, host=host, pcie_h2d_bytes=off.h2d, pcie_d2h_bytes=off.d2h,
                        inflight_microbatches=inflight_microbatches, details=details,
@@ -441,7 +446,8 @@ def stage_memory(scenario, stage: int, inflight_microbatches: float | None = Non
                        cache_slack=max(0.0, remap - cached), stream_pools=pools)
 
 
-def reserved_cached(scenario, stage: int, sm: StageMemory, impl: str = "fused") -> tuple[float, float, str]:
+def reserved_cached(scenario: Scenario, stage: int, sm: StageMemory,
+                    impl: str = "fused") -> tuple[float, float, str]:
     """The caching allocator's cached-but-free bytes at ``stage``'s reserved peak: ``sm.allocator_cached`` plus
     what the optimizer states created at the first step add (first_step_fragmentation.py) beyond the start-up
     segments the step leaves unused (``sm.cache_slack``). Returns (cached bytes, the first step's part, the
@@ -471,7 +477,7 @@ def _first_step_reserved(scenario, stage: int, sm: StageMemory, impl: str) -> tu
     return extra, note
 
 
-def ddp_param_remap_bytes(scenario, weights: float, grads: float) -> float:
+def ddp_param_remap_bytes(scenario: Scenario, weights: float, grads: float) -> float:
     """Allocated bytes on one rank while Megatron-Core's DDP wrapper builds its buffers under the distributed
     optimizer (0 for every other setting): the 16-bit weights twice and the gradient buffer.
 
@@ -491,7 +497,7 @@ def ddp_param_remap_bytes(scenario, weights: float, grads: float) -> float:
     return 2.0 * weights + grads
 
 
-def reduce_cast_bytes(scenario, rp: RankParams) -> float:
+def reduce_cast_bytes(scenario: Scenario, rp: RankParams) -> float:
     """The 16-bit copy of the whole fp32 gradient that DeepSpeed's pipeline engine all-reduces under its
     BF16_Optimizer, on one rank (0 elsewhere).
 
@@ -523,10 +529,10 @@ def _stream_pools(scenario, stage: int, reduce_bytes: int, gather_counted: float
     m, lay = scenario.model, scenario.layout
     if getattr(scenario.cluster.gpu, "num_sms", None) is None:
         return 0.0
-    layer = sum(_layer_params_rank(m, lay.tp, lay.ep, lay.etp))
+    layer = sum(layer_params_per_rank(m, lay.tp, lay.ep, lay.etp))
     n_dense = scenario.dense_layers_on_stage(stage) if m.is_moe else 0  # first_dense_layers, as rank_param_shards
-    dense = _layer_params_rank(dense_block_scenario(scenario).model, lay.tp, 1)[0] if n_dense else 0.0
-    extra = _stage_extra_params(m, lay.tp, lay.pp, stage, scenario.loss_stage)
+    dense = layer_params_per_rank(dense_block_scenario(scenario).model, lay.tp, 1)[0] if n_dense else 0.0
+    extra = stage_extra_params(m, lay.tp, lay.pp, stage, scenario.loss_stage)
     units = (((extra,) if extra else ()) + (dense,) * n_dense
              + (layer,) * (scenario.layers_on_stage(stage) - n_dense))
     pb = float(scenario.training.param_bytes)
@@ -550,7 +556,7 @@ def _allocator_cached(scenario, stage: int, working: float) -> float:
                                    ffn=max(shp.f, shp.fe))
 
 
-def model_states(t, rp: RankParams, sb) -> dict[str, float]:
+def model_states(t: TrainingSpec, rp: RankParams, sb: StateBytes) -> dict[str, float]:
     """Weights, gradients and optimizer bytes on one rank after ZeRO sharding.
 
     FSDP below ZeRO-3 (SHARD_GRAD_OP = ZeRO-2): the fp32 parameters are still sharded (the FlatParameter's
@@ -563,7 +569,7 @@ def model_states(t, rp: RankParams, sb) -> dict[str, float]:
     return {"weights": weights, "grads": rp.grad_params * sb.grads, "optimizer": rp.optimizer_params * sb.optimizer}
 
 
-def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0,
+def transient_terms(scenario: Scenario, stage: int, rp: RankParams, working: float = 0.0,
                     fsdp2: Fsdp2Peak | None = None, casts: tuple | None = None) -> dict[str, float]:
     """Buffers that exist for part of the step but at its peak: ZeRO-3 gathered parameters and unsharded
     gradients, the loss's logits workspace, pipeline send/receive buffers, the sequence-parallel all-gather
@@ -612,7 +618,8 @@ def transient_terms(scenario, stage: int, rp: RankParams, working: float = 0.0,
     return out
 
 
-def autocast_cast_params(scenario, stage: int, rp: RankParams | None = None) -> tuple[float, float, float]:
+def autocast_cast_params(scenario: Scenario, stage: int,
+                         rp: RankParams | None = None) -> tuple[float, float, float]:
     """(cast, bias, output-layer) elements of ``stage``'s rank that torch.autocast casts to 16 bits and caches
     for the step (autocast.py): every linear weight and bias held, the output layer's weight among them."""
     rp = rp or rank_param_shards(scenario, stage)
@@ -634,7 +641,7 @@ def _autocast_deferred(scenario, stage: int, casts: tuple | None, inflight: floa
     return autocast.deferred_grad_cast_bytes(cast, largest, tied) + max(0.0, inflight - 1) * per_mb
 
 
-def autocast_saved_weight_bytes(scenario, stage: int) -> float:
+def autocast_saved_weight_bytes(scenario: Scenario, stage: int) -> float:
     """16-bit weight copies one micro-batch's autograd graph saves under torch.autocast (0 without it): the
     cached casts, which a saved-tensor meter counting non-parameter storages sees in every micro-batch."""
     if not scenario.training.autocast:
@@ -644,7 +651,7 @@ def autocast_saved_weight_bytes(scenario, stage: int) -> float:
                                                                             scenario.training.recompute)
 
 
-def megatron_global_buffer(scenario, shp) -> dict[str, float]:
+def megatron_global_buffer(scenario: Scenario, shp: LayerShape) -> dict[str, float]:
     """Megatron's persistent "mpu" buffer (megatron/core/utils.py ``GlobalMemoryBuffer.get_tensor``: one tensor
     per name and dtype, reallocated only to grow, so it holds the largest request), named after its user.
 
@@ -665,11 +672,11 @@ def megatron_global_buffer(scenario, shp) -> dict[str, float]:
     return {"sp_gather_buffer" if sp >= scores else "attention_scores_buffer": max(sp, scores)}
 
 
-def all_stage_memory(scenario) -> list[StageMemory]:
+def all_stage_memory(scenario: Scenario) -> list[StageMemory]:
     """stage_memory for every pipeline stage, first to last."""
     return [stage_memory(scenario, s) for s in range(scenario.layout.pp)]
 
 
-def peak_bytes(scenario) -> float:
+def peak_bytes(scenario: Scenario) -> float:
     """Largest device total over the stages."""
     return max(sm.total for sm in all_stage_memory(scenario))

@@ -9,6 +9,7 @@ bytes by each rank's parameter count.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from trainsim.specs.fp8_library import resolved as resolved_fp8_library
 from trainsim.specs.framework_behaviour import BEHAVIOURS, behaviour
@@ -17,8 +18,11 @@ from trainsim.specs.optimizer_choice import ADAM_STATE_BYTES
 from . import muon
 from .framework import BF16_LP_GRAD_BYTES, FSDP_SHARD_GRAD_BYTES, bf16_optimizer
 
+if TYPE_CHECKING:
+    from trainsim.specs import Scenario, TrainingSpec
 
-def held_grad_bytes(training) -> int:
+
+def held_grad_bytes(training: TrainingSpec) -> int:
     """Bytes per gradient element a rank holds for the optimizer: FSDP keeps its reduced shards in the fp32
     parameter dtype whatever the reduce dtype (fsdp_grad_prep); otherwise the training's gradient dtype."""
     if BEHAVIOURS[training.framework].fsdp_grad_prep and training.effective_zero >= 2:
@@ -53,7 +57,7 @@ def _dtype_name(nbytes: float, low: str) -> str:
     return {4: "fp32", 2: low, 1: "fp8"}.get(int(nbytes), f"{nbytes:g}-byte")
 
 
-def state_bytes(training) -> StateBytes:
+def state_bytes(training: TrainingSpec) -> StateBytes:
     """Model-state bytes per parameter under ``training``'s framework and precision (see StateBytes).
 
     * megatron*: 16-bit parameters (``param_bytes``), the DDP main-grad buffer in ``grad_bytes`` (fp32 with
@@ -131,7 +135,7 @@ def _muon_state_bytes(training, w: float, grads: float, low: str) -> StateBytes:
     return StateBytes(w, grads, opt, note)
 
 
-def rank_state_bytes(scenario, stage: int) -> StateBytes:
+def rank_state_bytes(scenario: Scenario, stage: int) -> StateBytes:
     """state_bytes of the scenario's training, with Muon's optimizer bytes per parameter the mean over the
     parameters a rank of ``stage`` holds (Muon's on its matrices, Adam's on the rest)."""
     sb = state_bytes(scenario.training)
@@ -140,7 +144,7 @@ def rank_state_bytes(scenario, stage: int) -> StateBytes:
     return replace(sb, optimizer=muon.rank_state_bytes_per_param(scenario, stage))
 
 
-def memory_assumptions(training) -> dict:
+def memory_assumptions(training: TrainingSpec) -> dict:
     """The model-state dtypes a prediction assumed, for predict / report output (bytes per parameter)."""
     sb = state_bytes(training)
     return {"framework": training.framework, "weights_bytes_per_param": sb.weights,

@@ -25,8 +25,12 @@ Even routing (factor 1) leaves every cost exactly as the balanced model computes
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from .variation import expected_max_std_normal
+
+if TYPE_CHECKING:
+    from trainsim.specs import Scenario
 
 
 def moe_load_factor(ep: int, *, imbalance: float | None = None, cv: float = 0.0,
@@ -45,7 +49,7 @@ def moe_load_factor(ep: int, *, imbalance: float | None = None, cv: float = 0.0,
     return factor
 
 
-def scenario_moe_load_factor(scenario) -> float:
+def scenario_moe_load_factor(scenario: Scenario) -> float:
     """The factor a resolved Scenario's training settings give (1.0 for a dense model)."""
     t = scenario.training
     if not scenario.model.is_moe:

@@ -49,10 +49,14 @@ sync, and the share of ``MOE_OPS`` those scopes capture is not counted).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .host import ATTN_OPS, HOST_OP_S, MLP_OPS, moe_block_host_passes
 from .host_issue import host_idle_s
 from .shapes import layer_shape
+
+if TYPE_CHECKING:
+    from trainsim.specs import Scenario
 
 # Python-dispatched calls the host issues after ``d2h_event.synchronize()`` before the GPU has work again: the
 # dispatch all-to-all itself (token_dispatcher.py ``token_dispatch``: the sync, then ``all_to_all``).
@@ -72,7 +76,7 @@ class MoeIssue:
     ops: tuple[int, int, int, int]  # (fwd Python ops, fwd per-expert launches, bwd ops, bwd launches) of a MoE block
 
 
-def eager_megatron_on_gpus(scenario) -> bool:
+def eager_megatron_on_gpus(scenario: Scenario) -> bool:
     """Whether ``scenario`` runs Megatron-Core issued eagerly on GPUs, where the dispatcher's host sync is costed
     (module doc; a CPU profile has no ``num_sms``)."""
     t = scenario.training
@@ -80,7 +84,7 @@ def eager_megatron_on_gpus(scenario) -> bool:
             and getattr(scenario.cluster.gpu, "num_sms", None) is not None)
 
 
-def moe_block_issue(scenario) -> MoeIssue | None:
+def moe_block_issue(scenario: Scenario) -> MoeIssue | None:
     """Host issue of ``scenario``'s blocks where it is part of the step: a Megatron-Core MoE model (not a hybrid
     Mamba stack) on GPUs, issued eagerly; None elsewhere."""
 

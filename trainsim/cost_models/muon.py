@@ -41,12 +41,21 @@ Sources (NVIDIA/Megatron-LM @ d98e8a64, NVIDIA-NeMo/Emerging-Optimizers @ fd7729
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from trainsim.specs.memo import IdentityMemo
 from trainsim.topologies.placement import place
 
 from .collectives import collective_time
 from .param_tensors import ParamTensor, module_style, rank_tensors
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from trainsim.specs import ModelSpec, Scenario, TrainingSpec
+
+    from .compute import _Hw
+    from .profile import CalibrationProfile
 
 # Bytes per Muon parameter of the element-wise passes (module doc), beside the gradient's cast and the 16-bit copy.
 MUON_ELEMENTWISE_BYTES = 8 + 12 + 12 + 12 + 6 + 6 + 16 + 12
@@ -79,7 +88,8 @@ def is_muon_param(t: ParamTensor) -> bool:
     return t.shape is not None and t.kind not in ("embedding", "head")
 
 
-def muon_matrices(t: ParamTensor, model, style: str, gather: int = 1) -> tuple[tuple[float, float], ...]:
+def muon_matrices(t: ParamTensor, model: ModelSpec, style: str,
+                  gather: int = 1) -> tuple[tuple[float, float], ...]:
     """The matrices Newton-Schulz runs on for ``t`` (none for an AdamW parameter): its local shard, or with
     ``gather`` > 1 (duplicated TP mode) the whole matrix its TP group's ``gather`` shards make; a fused linear_qkv's
     q, k and v rows apart (``TensorParallelMuon.orthogonalize`` with ``split_qkv``)."""
@@ -100,7 +110,7 @@ def state_bytes(is_muon: bool, master: bool) -> int:
     return (FP32 if master else 0) + (MUON_MOMENTUM_BYTES if is_muon else ADAM_MOMENTS_BYTES)
 
 
-def rank_state_bytes_per_param(scenario, stage: int) -> float:
+def rank_state_bytes_per_param(scenario: Scenario, stage: int) -> float:
     """Mean optimizer-state bytes per parameter on a rank of ``stage``: Muon's on its matrices, Adam's on the rest,
     weighted by their elements."""
     t = scenario.training
@@ -112,7 +122,7 @@ def rank_state_bytes_per_param(scenario, stage: int) -> float:
     return sum(x.elems * state_bytes(is_muon_param(x), master) for x in tensors) / total
 
 
-def model_state_bytes_per_param(scenario) -> float:
+def model_state_bytes_per_param(scenario: Scenario) -> float:
     """Mean optimizer-state bytes per parameter of the whole model (a checkpoint's): the stages' rank means,
     weighted by the elements a rank of each holds (every TP/EP rank of a stage holds the same kinds)."""
     per_stage = [(sum(x.elems for x in rank_tensors(scenario, s)), rank_state_bytes_per_param(scenario, s))
@@ -169,7 +179,7 @@ def _rank_shards(scenario, stage: int) -> tuple[tuple[Shard, ...], tuple[Shard, 
 _RANK_SHARDS = IdentityMemo(_rank_shards)
 
 
-def rank_shards(scenario, stage: int) -> tuple[tuple[Shard, ...], tuple[Shard, ...]]:
+def rank_shards(scenario: Scenario, stage: int) -> tuple[tuple[Shard, ...], tuple[Shard, ...]]:
     """(dense shards, expert shards): what each data-parallel rank of ``stage`` updates. With the distributed
     optimizer (dist_muon) the dense parameters are dealt over the data x context-parallel ranks and the expert
     ones over the expert-data-parallel ranks (memory.shard_groups); without it every rank updates all. Memoised
@@ -178,19 +188,21 @@ def rank_shards(scenario, stage: int) -> tuple[tuple[Shard, ...], tuple[Shard, .
     return _RANK_SHARDS(scenario, stage)
 
 
-def muon_bytes_per_param(training) -> float:
+def muon_bytes_per_param(training: TrainingSpec) -> float:
     """HBM bytes per Muon parameter of its element-wise passes, the gradient's cast to fp32 and the 16-bit copy."""
     g = training.grad_bytes
     return MUON_ELEMENTWISE_BYTES + (g + FP32 if g < FP32 else 0) + FP32 + training.param_bytes
 
 
-def adam_bytes_per_param(training) -> float:
+def adam_bytes_per_param(training: TrainingSpec) -> float:
     """HBM bytes per AdamW parameter of the fused update (fp32 main, m, v read and written, the gradient read, the
     16-bit weight written), as compute.optimizer_step_parts costs Adam."""
     return 2 * state_bytes(False, training.param_bytes < FP32) + training.grad_bytes + training.param_bytes
 
 
-def shard_seconds(shard: Shard, training, steps: int, hw, profile=None, gather_s=None) -> float:
+def shard_seconds(shard: Shard, training: TrainingSpec, steps: int, hw: _Hw,
+                  profile: CalibrationProfile | None = None,
+                  gather_s: Callable[[float], float] | None = None) -> float:
     """Seconds of one rank's update of ``shard``: the Newton-Schulz GEMMs in bf16 (three per iteration), the Muon
     parameters' element-wise kernels, the AdamW parameters' fused update and, in the duplicated TP mode, the
     blocking all-gathers (``gather_s``: seconds of one all-gather of that many bytes)."""
@@ -217,13 +229,13 @@ def shard_launches(shard: Shard, steps: int) -> int:
     return shard.muon_tensors * MUON_ELEMENTWISE_KERNELS + 3 * steps * len(shard.matrices) + len(shard.gathers)
 
 
-def busiest_launches(scenario, stage: int) -> int:
+def busiest_launches(scenario: Scenario, stage: int) -> int:
     """shard_launches of the busiest dense and expert shards of ``stage`` together (as step_seconds)."""
     steps = scenario.training.muon_ns_steps
     return sum(max((shard_launches(s, steps) for s in group), default=0) for group in rank_shards(scenario, stage))
 
 
-def step_seconds(scenario, stage: int, profile=None) -> float:
+def step_seconds(scenario: Scenario, stage: int, profile: CalibrationProfile | None = None) -> float:
     """Device seconds of the Muon step on the busiest rank of ``stage``: its dense shard's and its expert shard's
     update (the most loaded of each group together: exact where either group is one rank, an upper bound
     otherwise). The updated parameters' all-gather follows on every rank, so the slowest rank sets the pace."""

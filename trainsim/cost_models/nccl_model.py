@@ -163,6 +163,7 @@ def fill_bytes(protocol: str) -> float:
 
 
 def intra_hw(scale_up_kind: str) -> str:
+    """The row of NCCL's hwLat table (HW_LAT_US) a node's scale-up fabric uses: PCIe or NVLink."""
     return "pci" if scale_up_kind == "pcie" else "nvlink"
 
 
@@ -175,6 +176,7 @@ def hw_lat_s(hw: str, algo: str, protocol: str, intra_latency_s: float, net_late
 
 
 def base_lat_s(algo: str, protocol: str) -> float:
+    """NCCL's base latency of one collective call (baseLat, BASE_LAT_US), seconds."""
     return BASE_LAT_US[algo][protocol] * US
 
 
@@ -188,6 +190,8 @@ def ll128_enabled(scale_up_kind: str, arch: str, multi_node: bool) -> bool:
 
 
 def ll_max_Bps(arch: str, nodes: int) -> float:
+    """The LL protocol's bus-rate ceiling (NCCL's llMaxBws): per GPU architecture on one node, else by node
+    count."""
     if nodes <= 1:
         return LL_MAX_BUSBW_Bps.get(arch, LL_MAX_BUSBW_Bps["other"])
     return LL_MAX_BUSBW_2NODES_Bps if nodes == 2 else LL_MAX_BUSBW_NNODES_Bps
@@ -203,6 +207,8 @@ def ring_protocol_Bps(bus_Bps: float, protocol: str, arch: str, nodes: int, ppn:
 
 
 def tree_protocol_Bps(bus_Bps: float, protocol: str, arch: str, nodes: int) -> float:
+    """The tree's bus rate under a protocol (NCCL tuning.cc refinements): x TREE_EFF, LL / TREE_LL_DIV up to
+    the LL ceiling, LL128 x 7/9 on one node and x 120/128 across nodes."""
     b = bus_Bps * TREE_EFF
     if protocol == "LL":
         return min(b / TREE_LL_DIV, ll_max_Bps(arch, nodes))
@@ -219,4 +225,5 @@ def tree_correction(protocol: str, nbytes: float) -> float:
 
 
 def log2i(n: int) -> int:
-    return int(math.floor(math.log2(n))) if n >= 1 else 0
+    """floor(log2(n)), 0 below 1: the depth NCCL's tree latency counts across ``n`` nodes."""
+    return math.floor(math.log2(n)) if n >= 1 else 0

@@ -9,7 +9,10 @@ from typing import TYPE_CHECKING
 from trainsim.specs.framework_behaviour import behaviour
 
 if TYPE_CHECKING:
+    from trainsim.specs import Scenario
+
     from .memory import RankParams
+    from .model_states import StateBytes
 
 
 @dataclass(frozen=True)
@@ -25,7 +28,7 @@ class Offload:
     device: dict = field(default_factory=dict)  # offload buffers kept on the device (named terms of ``other``)
 
 
-def offload(scenario, rp: RankParams, sb, states: dict[str, float]) -> Offload:
+def offload(scenario: Scenario, rp: RankParams, sb: StateBytes, states: dict[str, float]) -> Offload:
     """Where each framework keeps the model states under ``offload_optimizer`` / ``offload_params``.
 
     * megatron (``--optimizer-cpu-offload``, megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py

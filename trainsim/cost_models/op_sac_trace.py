@@ -61,11 +61,16 @@ of memory_runs.csv come out 1.4-2.5 % high with local batch 2 x 8192 (tt24_t1/t3
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trainsim.specs.framework_behaviour import behaviour
 from trainsim.specs.memo import memoised
 
 from .caching_allocator import replay
 from .shapes import layer_shape
+
+if TYPE_CHECKING:
+    from trainsim.specs import Scenario, TrainingSpec
 
 FP32_BYTES = 4
 
@@ -249,7 +254,7 @@ def trace_cached_bytes(layers: int, size_items: tuple, states: tuple[int, ...], 
     return r.peak_reserved - r.peak_allocated
 
 
-def compiled_stand_in(scenario) -> bool:
+def compiled_stand_in(scenario: Scenario) -> bool:
     """Whether the scenario compiles torchtitan's Llama blocks (and perhaps its loss) under per-op SAC, so that the
     eager step's tables stand in for the compiled step's (module doc): torchtitan's model code (the framework's
     eager Llama block, not fused block code), torch.compile, 16-bit or torchao float8 Linear layers, flash SDPA,
@@ -260,7 +265,7 @@ def compiled_stand_in(scenario) -> bool:
             and m.plain_llama_block)
 
 
-def covers(scenario) -> bool:
+def covers(scenario: Scenario) -> bool:
     """Whether the scenario's step is the one these tables describe, or its compiled form they stand in for
     (``compiled_stand_in``; module doc). The tables free each weight gradient once produced and cut Adam's states
     to the FSDP shard: torch FSDP sharding its gradients (zero >= 2, as fsdp_stream_pools.py decides FSDP), not
@@ -285,19 +290,19 @@ COMPILED_NOTE = (None, ("Adam's m, v created at the first step (torch.optim _ini
                        "estimate of its cached bytes: Inductor fuses the RMSNorms' fp32 temporaries and the loss)"))
 
 
-def states_note(scenario) -> tuple:
+def states_note(scenario: Scenario) -> tuple:
     """What the memory assumptions state of Adam's lazily created states where the replay covers the step."""
     return COMPILED_NOTE if scenario.training.compile else STATES_NOTE
 
 
-def adam_state_element_bytes(training) -> int:
+def adam_state_element_bytes(training: TrainingSpec) -> int:
     """Bytes per element of each of Adam's two lazily created states (m, v): fp32 (4) under mixed precision, the
     parameters' dtype with master_weights false (torch.optim allocates them ``zeros_like`` the parameter;
     model_states.state_bytes' pure low-precision case)."""
     return FP32_BYTES if training.master_weights else training.param_bytes
 
 
-def op_sac_cached_bytes(scenario, shard: int) -> float | None:
+def op_sac_cached_bytes(scenario: Scenario, shard: int) -> float | None:
     """The compute stream's cached-but-free bytes at the reserved peak of a scenario these tables cover (module
     doc), or ``None``; ``shard``: the FSDP group Adam's per-parameter states are split over."""
     if not covers(scenario):

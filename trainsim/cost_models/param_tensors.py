@@ -30,10 +30,16 @@ embedding copy off stage 0), as cost_models/memory.py counts them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from trainsim.specs.framework_behaviour import behaviour
 from trainsim.specs.lora import LORA_TARGETS, adapter_dims
 from trainsim.specs.memo import IdentityMemo
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from trainsim.specs import ModelSpec, Scenario
 
 
 @dataclass(frozen=True)
@@ -133,7 +139,8 @@ def _mamba(model, tp: int, p: str) -> list[ParamTensor]:
             split("norm.weight", di, "norm"), *_linear(f"{p}.out_proj", di, h, False, tp, False)]
 
 
-def hybrid_layer_tensors(model, kind: str, tp: int, ep: int, etp: int, style: str, p: str) -> list[ParamTensor]:
+def hybrid_layer_tensors(model: ModelSpec, kind: str, tp: int, ep: int, etp: int, style: str,
+                         p: str) -> list[ParamTensor]:
     """One layer of a hybrid stack (ModelSpec.hybrid_pattern): its pre-norm (TE keeps a fused one inside the next
     linear, still a tensor of its own), then the Mamba mixer, the attention, the MLP or the MoE layer."""
     out = _norm(f"{p}.norm", model)
@@ -148,7 +155,8 @@ def hybrid_layer_tensors(model, kind: str, tp: int, ep: int, etp: int, style: st
     return out + moe[moe.index(next(t for t in moe if t.kind == "router")):]
 
 
-def block_tensors(model, tp: int, ep: int, etp: int, style: str, prefix: str = "layer") -> list[ParamTensor]:
+def block_tensors(model: ModelSpec, tp: int, ep: int, etp: int, style: str,
+                  prefix: str = "layer") -> list[ParamTensor]:
     """One block's tensors on one rank (a MoE block for a MoE model; ``model.dense_block()`` for its dense ones):
     the first of its ``block_norms`` norms before the attention, the others before the MLP."""
     norms = [_norm(f"{prefix}.norm{i}", model) for i in range(model.block_norms)]
@@ -170,7 +178,7 @@ def block_tensors(model, tp: int, ep: int, etp: int, style: str, prefix: str = "
     return out
 
 
-def embedding_tensors(model, tp: int) -> list[ParamTensor]:
+def embedding_tensors(model: ModelSpec, tp: int) -> list[ParamTensor]:
     """The first virtual stage's: vocab-parallel word embedding, learned positions, embedding norm, project_in."""
     h, e = model.hidden, model.embed_dim
     out = [ParamTensor("embedding.word.weight", model.vocab_size * e / tp, "embedding", tp > 1)]
@@ -184,7 +192,7 @@ def embedding_tensors(model, tp: int) -> list[ParamTensor]:
     return out
 
 
-def head_tensors(model, tp: int, with_output: bool) -> list[ParamTensor]:
+def head_tensors(model: ModelSpec, tp: int, with_output: bool) -> list[ParamTensor]:
     """The last virtual stage's: final norm, project_out, the vocab-parallel output layer (``with_output``)."""
     h, e = model.hidden, model.embed_dim
     out = _norm("final_norm", model)
@@ -195,7 +203,8 @@ def head_tensors(model, tp: int, with_output: bool) -> list[ParamTensor]:
     return out
 
 
-def mtp_tensors(model, tp: int, ep: int, etp: int, style: str, embedding_copy: bool) -> list[ParamTensor]:
+def mtp_tensors(model: ModelSpec, tp: int, ep: int, etp: int, style: str,
+                embedding_copy: bool) -> list[ParamTensor]:
     """Multi-token-prediction modules (memory.mtp_params_per_rank): per module enorm, hnorm, eh_proj (2h->h,
     column-parallel), a block like the model's, its final norm; a word-embedding copy off stage 0."""
     h, out = model.hidden, []
@@ -213,13 +222,13 @@ def mtp_tensors(model, tp: int, ep: int, etp: int, style: str, embedding_copy: b
     return out
 
 
-def blocks_among(tensors) -> tuple[ParamTensor, ...]:
+def blocks_among(tensors: Sequence[ParamTensor]) -> tuple[ParamTensor, ...]:
     """The transformer blocks' tensors among ``tensors`` (chunk_tensors names them ``layers.<layer>.``): not the
     root's embedding, final norm, output layer or MTP module."""
     return tuple(t for t in tensors if t.name.startswith("layers."))
 
 
-def layer_tensors(tensors, layer: int) -> tuple[ParamTensor, ...]:
+def layer_tensors(tensors: Sequence[ParamTensor], layer: int) -> tuple[ParamTensor, ...]:
     """The tensors of model layer ``layer`` among ``tensors`` (chunk_tensors names them ``layers.<layer>.``)."""
     prefix = f"layers.{layer}."
     return tuple(t for t in tensors if t.name.startswith(prefix))
@@ -253,7 +262,7 @@ class ChunkKey:
     lora_targets: tuple[str, ...] = ()
 
 
-def chunk_key(scenario, vstage: int, style: str | None = None) -> ChunkKey:
+def chunk_key(scenario: Scenario, vstage: int, style: str | None = None) -> ChunkKey:
     """The ChunkKey of ``scenario``'s virtual stage ``vstage``; ``style`` defaults to the framework's."""
     m, lay = scenario.model, scenario.layout
     last = lay.pp * lay.vpp - 1
@@ -266,7 +275,7 @@ def chunk_key(scenario, vstage: int, style: str | None = None) -> ChunkKey:
                     if scenario.training.lora_rank else ())
 
 
-def lora_block_tensors(model, tp: int, rank: int, targets: tuple[str, ...]) -> list[ParamTensor]:
+def lora_block_tensors(model: ModelSpec, tp: int, rank: int, targets: tuple[str, ...]) -> list[ParamTensor]:
     """One block's LoRA adapter weights on one TP rank, in Megatron-Core's registration order of their bases
     (linear_qkv, linear_proj, linear_fc1, linear_fc2): rank x d_in / tp for A, rank x d_out / tp for B."""
     out = []
@@ -301,7 +310,7 @@ def _key_tensors(m, k: ChunkKey) -> tuple[ParamTensor, ...]:
 _KEY_TENSORS = IdentityMemo(_key_tensors)
 
 
-def key_tensors(model, key: ChunkKey) -> tuple[ParamTensor, ...]:
+def key_tensors(model: ModelSpec, key: ChunkKey) -> tuple[ParamTensor, ...]:
     """The tensors of the chunk ``key`` describes of ``model``, in registration order. Memoised per model object
     (specs/memo.py): the same tuple for every scenario of the model with that key."""
     return _KEY_TENSORS(model, key)
@@ -314,14 +323,14 @@ def _chunk_tensors(scenario, vstage: int, style: str) -> tuple[ParamTensor, ...]
 _CHUNK_TENSORS = IdentityMemo(_chunk_tensors)
 
 
-def chunk_tensors(scenario, vstage: int, style: str | None = None) -> tuple[ParamTensor, ...]:
+def chunk_tensors(scenario: Scenario, vstage: int, style: str | None = None) -> tuple[ParamTensor, ...]:
     """The tensors one rank holds of virtual stage ``vstage`` (its model chunk), in registration order; ``style``
     defaults to the scenario's framework's (module_style). Memoised per Scenario object and per model and
     ChunkKey (specs/memo.py)."""
     return _CHUNK_TENSORS(scenario, vstage, style or module_style(scenario.training.framework))
 
 
-def rank_keys(scenario, stage: int, style: str | None = None) -> tuple[ChunkKey, ...]:
+def rank_keys(scenario: Scenario, stage: int, style: str | None = None) -> tuple[ChunkKey, ...]:
     """The ChunkKeys of pipeline stage ``stage``'s chunks, in chunk order."""
     return tuple(chunk_key(scenario, scenario.virtual_stage(stage, c), style) for c in range(scenario.layout.vpp))
 
@@ -333,13 +342,13 @@ def _keys_tensors(model, keys: tuple[ChunkKey, ...]) -> tuple[ParamTensor, ...]:
 _KEYS_TENSORS = IdentityMemo(_keys_tensors)
 
 
-def rank_tensors(scenario, stage: int, style: str | None = None) -> tuple[ParamTensor, ...]:
+def rank_tensors(scenario: Scenario, stage: int, style: str | None = None) -> tuple[ParamTensor, ...]:
     """The tensors one rank of pipeline stage ``stage`` holds: its chunks' (chunk_tensors), in chunk order.
     Memoised per model and ChunkKeys."""
     return _KEYS_TENSORS(scenario.model, rank_keys(scenario, stage, style))
 
 
-def rank_linear_weight_elems(scenario, stage: int) -> float:
+def rank_linear_weight_elems(scenario: Scenario, stage: int) -> float:
     """Elements of the linear weights (kind "weight": no norms, biases, embedding or output layer) one rank of
     pipeline ``stage`` holds: what Transformer Engine keeps quantized copies of under fp8 and NVFP4."""
     return float(sum(p.elems for p in rank_tensors(scenario, stage) if p.kind == "weight"))

@@ -22,8 +22,7 @@ small fitted models the cost functions query:
 Every query returns ``None`` when the quantity was not measured: callers then fall back to the
 GPUSpec / ClusterSpec defaults. Times are seconds, sizes bytes, rates bytes/s or FLOP/s.
 
-Attention FLOP convention (as FlashAttention's benchmarks): forward = 4·b·h·sq·skv·d, halved when
-causal; backward = 2.5 × forward.
+The FLOPs and bytes the GEMM and attention fits are fitted against: kernel_work.py.
 """
 
 from __future__ import annotations
@@ -37,6 +36,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from trainsim.cost_models import collectives
+from trainsim.cost_models.kernel_work import attention_bytes, attention_flops, gemm_bytes, gemm_flops
 from trainsim.cost_models.profile_limits import (
     MAX_FLOPS,
     MAX_MEASURED_S,
@@ -86,16 +87,9 @@ def canonical_op(op: str) -> str:
 
 
 def busbw_factor(op: str, group_size: int) -> float:
-    """nccl-tests' busbw/algbw factor (doc/PERFORMANCE.md): 2(n-1)/n all-reduce, (n-1)/n gather/scatter/all-to-all, 1 else."""
-    n = group_size
-    op = canonical_op(op)
-    if n <= 1:
-        return 1.0 if op in ("broadcast", "send_recv") else 0.0
-    if op == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    return 1.0
+    """nccl-tests' busbw/algbw factor (collectives.busbw_factor) of a collective a profile may hold
+    (canonical_op)."""
+    return collectives.busbw_factor(canonical_op(op), group_size)
 
 
 
@@ -144,6 +138,8 @@ class Stats(_Model):
 
 
 class GemmPoint(_Model):
+    """One measured GEMM (m×k)·(k×n) of a dtype and its timing."""
+
     m: int = Field(gt=0)
     n: int = Field(gt=0)
     k: int = Field(gt=0)
@@ -171,6 +167,8 @@ class ThreeTermFit(_Model):
 
 
 class AttentionPoint(_Model):
+    """One measured fused-attention pass (forward or backward) of a shape and dtype and its timing."""
+
     batch: int = Field(gt=0)
     heads: int = Field(gt=0)
     seq_q: int = Field(gt=0)
@@ -599,43 +597,6 @@ def describe(profile: CalibrationProfile | None) -> str:
     return "defaults" if profile is None else profile.describe()
 
 
-# ---- shared FLOP/byte conventions (used by calibrate and by the queries) -------------------------
-DTYPE_BYTES = {"fp32": 4, "tf32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "float": 4, "half": 2, "double": 8}
-
-
-def dtype_bytes(dtype: str) -> int:
-    return DTYPE_BYTES.get(dtype, 2)
-
-
-def gemm_flops(m: int, n: int, k: int) -> float:
-    return 2.0 * m * n * k
-
-
-def gemm_bytes(m: int, n: int, k: int, dtype: str) -> float:
-    """Compulsory traffic of C = A·B: read A (m×k) and B (k×n), write C (m×n)."""
-    return float(dtype_bytes(dtype) * (m * k + k * n + m * n))
-
-
-def attention_flops(batch: int, heads: int, seq_q: int, seq_kv: int, dhead: int, causal: bool = True,
-                    pass_: str = "fwd") -> float:
-    fwd = 4.0 * batch * heads * seq_q * seq_kv * dhead * (0.5 if causal else 1.0)
-    if pass_ == "fwd":
-        return fwd
-    if pass_ == "bwd":
-        return 2.5 * fwd
-    raise SpecError("attention.pass", f"must be 'fwd' or 'bwd', got {pass_!r}")
-
-
-def attention_bytes(batch: int, heads: int, seq_q: int, seq_kv: int, dhead: int, dtype: str,
-                    pass_: str = "fwd") -> float:
-    """Compulsory traffic of fused attention: q, o (and dq, do in bwd) over seq_q; k, v (dk, dv) over seq_kv."""
-    e = dtype_bytes(dtype)
-    q_side = batch * heads * seq_q * dhead * e
-    kv_side = batch * heads * seq_kv * dhead * e
-    fwd = 2 * q_side + 2 * kv_side
-    return float(fwd if pass_ == "fwd" else 2 * fwd + 2 * q_side)
-
-
 # ---- loading and saving --------------------------------------------------------------------------
 def profile_from_dict(data: object, where: str = "calibration") -> CalibrationProfile:
     """Validate a decoded JSON object as a profile; SpecError("calibration", reason) on any problem."""
@@ -671,6 +632,7 @@ def load_profile(path: str | os.PathLike) -> CalibrationProfile:
 
 
 def profile_to_dict(profile: CalibrationProfile) -> dict:
+    """The profile as the JSON object save_profile writes (without where it was loaded from)."""
     return profile.model_dump(mode="json", by_alias=True, exclude={"source_path"})
 
 

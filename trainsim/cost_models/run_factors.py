@@ -29,10 +29,14 @@ timers, loss and grad-norm reductions, tens of ms).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from trainsim.topologies.fabric import NIC_EFFICIENCY, SCALE_UP_EFFICIENCY
+
+if TYPE_CHECKING:
+    from trainsim.specs import Scenario
 
 # name -> (prior mean in the fitted coordinate, prior sigma, coordinate, what it is)
 # coordinate "log": the value is exp(theta) (a multiplier, preset 1); "linear": theta itself (seconds).
@@ -51,6 +55,7 @@ def kind_of(name: str) -> str:
 
 
 def prior_of(name: str) -> tuple[float, float, str]:
+    """(mean, sigma, coordinate) of the prior of a factor name (FACTOR_PRIORS)."""
     mean, sigma, coord, _ = FACTOR_PRIORS[kind_of(name)]
     return mean, sigma, coord
 
@@ -113,7 +118,7 @@ class RunCalibration(_Model):
         return f"run calibration on {len(self.runs)} run(s): fitted {fitted}"
 
 
-def apply_factors(scenario, values: dict[str, float]):
+def apply_factors(scenario: Scenario, values: dict[str, float]):
     """``scenario`` with its GPU, scale-up and scale-out efficiencies and launch overhead scaled by the factors
     (missing factors = presets); efficiencies are capped at 1. Returns (scenario, step_overhead_s)."""
     cl = scenario.cluster
@@ -140,7 +145,7 @@ def apply_factors(scenario, values: dict[str, float]):
     return scenario, max(0.0, values.get("step_overhead_s", 0.0))
 
 
-def upper_log_bound(name: str, scenario) -> float:
+def upper_log_bound(name: str, scenario: Scenario) -> float:
     """Largest log multiplier that keeps the efficiency a factor scales <= 1 for this scenario (inf if none)."""
     kind = kind_of(name)
     cl = scenario.cluster

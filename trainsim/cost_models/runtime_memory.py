@@ -14,7 +14,12 @@ for it (simulator/planner.DEFAULT_MEMORY_HEADROOM).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trainsim.specs.framework_behaviour import behaviour
+
+if TYPE_CHECKING:
+    from trainsim.specs import Layout, Scenario
 
 MiB = 1 << 20
 # --- runtime memory outside the model, each term derived from a documented default -----------------------
@@ -90,7 +95,7 @@ def cuda_context_bytes(num_sms: int) -> float:
                  + CUDA_DRIVER_AND_MODULES_BYTES)
 
 
-def communicators(layout, dp: int, *, framework: str = "torch", stage: int | None = None,
+def communicators(layout: Layout, dp: int, *, framework: str = "torch", stage: int | None = None,
                   tied_embeddings: bool = False, instances: int = 1) -> dict[str, int]:
     """Collective communicators a rank uses (size > 1): name -> ranks. torch creates one NCCL communicator per
     process group (ProcessGroupNCCL), also for a group whose ranks repeat another's.
@@ -130,7 +135,7 @@ def communicators(layout, dp: int, *, framework: str = "torch", stage: int | Non
     return {k: n for k, n in groups.items() if n > 1}
 
 
-def nccl_buffer_bytes(layout, dp: int, **which) -> float:
+def nccl_buffer_bytes(layout: Layout, dp: int, **which) -> float:
     """NCCL's device memory on one rank: every collective communicator's channels (``communicators``, keyword
     arguments passed on), pipeline p2p, and NCCL's per-process state on a rank that creates any communicator --
     also a one-GPU run of a framework that all-reduces over its one-rank world group (``world_size_one_comm``),
@@ -142,14 +147,14 @@ def nccl_buffer_bytes(layout, dp: int, **which) -> float:
     return float(coll + p2p + one_rank + process)
 
 
-def world_size_one_comm(layout, dp: int, framework: str) -> bool:
+def world_size_one_comm(layout: Layout, dp: int, framework: str) -> bool:
     """Whether a one-GPU run creates a one-rank NCCL communicator: Megatron's ``pretrain`` (and Megatron-DeepSpeed's)
     all-reduces its start time over the default group whatever its size (``communicators``, ``world``)."""
     one_gpu = layout.tp * layout.pp * layout.cp * dp == 1
     return one_gpu and behaviour(framework).model_parallel_groups
 
 
-def runtime_terms(scenario, stage: int | None = None) -> dict[str, float]:
+def runtime_terms(scenario: Scenario, stage: int | None = None) -> dict[str, float]:
     """Named runtime bytes on one rank: ``cuda_context`` (``TrainingSpec.cuda_context_bytes`` where the run's stack
     was measured, else derived), ``cublas_workspace``, ``nccl_buffers`` (GPU; on pipeline ``stage`` where
     given), or the torch process itself

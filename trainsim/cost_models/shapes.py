@@ -7,12 +7,16 @@ objects built) and cache their results on it, so the planner's millions of calls
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from trainsim.specs.fp8_library import resolved as resolved_fp8_library
 from trainsim.specs.framework_behaviour import behaviour
 from trainsim.specs.memo import IdentityMemo
 
 from .moe_balance import scenario_moe_load_factor
+
+if TYPE_CHECKING:
+    from trainsim.specs import Scenario
 
 # Bytes per activation element for each training dtype. fp8 training (Transformer Engine) keeps
 # activations in bf16 and casts GEMM operands to fp8 on the fly, so activations stay 2 bytes -- except the
@@ -265,15 +269,22 @@ def _layer_shape(scenario) -> LayerShape:
 _layer_shape_memo = IdentityMemo(_layer_shape)
 
 
-def layer_shape(scenario) -> LayerShape:
+def layer_shape(scenario: Scenario) -> LayerShape:
     """The LayerShape of a resolved Scenario (no validation here: the Scenario is already valid)."""
     return _layer_shape_memo(scenario)
+
+
+def as_layer_shape(scenario_or_shape: Scenario | LayerShape) -> LayerShape:
+    """A LayerShape as is, or the LayerShape of a Scenario: the cost functions take either."""
+    if isinstance(scenario_or_shape, LayerShape):
+        return scenario_or_shape
+    return layer_shape(scenario_or_shape)
 
 
 _dense_block_memo = IdentityMemo(lambda scenario: scenario.dense_block())
 
 
-def dense_block_scenario(scenario):
+def dense_block_scenario(scenario: Scenario):
     """``Scenario.dense_block()``, memoised per scenario object: the scenario whose block costs are those of
     a MoE model's dense blocks (its first_dense_layers)."""
     return _dense_block_memo(scenario)
@@ -288,12 +299,12 @@ _mtp_kinds_memo = IdentityMemo(lambda scenario: block_kinds(
     scenario.model_copy(update={"model": scenario.model.mtp_block()})))
 
 
-def mtp_kinds(scenario) -> tuple[tuple[object, int], ...]:
+def mtp_kinds(scenario: Scenario) -> tuple[tuple[object, int], ...]:
     """(scenario to cost one layer with, layers of that kind in one MTP depth) of a hybrid stack's mtp_pattern."""
     return _mtp_kinds_memo(scenario)
 
 
-def block_kinds(scenario) -> tuple[tuple[object, int], ...]:
+def block_kinds(scenario: Scenario) -> tuple[tuple[object, int], ...]:
     """(scenario to cost one block with, number of such blocks in the model): one entry for a dense model or a
     MoE model without dense blocks; MoE blocks and dense blocks for a model with ``first_dense_layers``; one entry
     per layer kind of a hybrid stack (ModelSpec.hybrid_kind)."""

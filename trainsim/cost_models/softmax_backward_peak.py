@@ -31,16 +31,23 @@ read_file id 152822613); with p > 0 its backward, which frees its mask, runs bef
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trainsim.specs.framework_behaviour import behaviour
 
 from . import activations as act
 from .shapes import LayerShape, layer_shape
 
+if TYPE_CHECKING:
+    from trainsim.specs import Scenario
+
+    from .memory import RankParams
+
 SCORE_TENSORS = 4  # probabilities, their gradient, grad * output, the scores' gradient (module doc)
 HIDDEN_TENSORS = 4  # norm output, recomputed block output, incoming gradient, residual gradient (module doc)
 
 
-def applies(scenario) -> bool:
+def applies(scenario: Scenario) -> bool:
     """Whether the stage can peak at the unfused torch softmax's backward of a fully recomputed block: torch's
     own training loops (FrameworkBehaviour.torch_training_loop: FSDP1, FSDP2/DDP), whose model code calls
     torch's softmax; Megatron's and Megatron-DeepSpeed's unfused attention runs the fused scale-mask-softmax
@@ -64,7 +71,7 @@ def working_bytes(shp: LayerShape, keeps_input: bool) -> float:
     return float(scores + qkv + v_grad + hidden)
 
 
-def unit_bytes(scenario, rp, stage: int) -> float:
+def unit_bytes(scenario: Scenario, rp: RankParams, stage: int) -> float:
     """FSDP1's unsharded units and pending gradients at the moment (module doc); 0 below ZeRO-3."""
     t, m, lay = scenario.training, scenario.model, scenario.layout
     if t.effective_zero < 3:
@@ -77,7 +84,7 @@ def unit_bytes(scenario, rp, stage: int) -> float:
     return rp.root_params * pb + head_grad + rp.block_params * pb + after_core * gb
 
 
-def softmax_backward_beyond(scenario, stage: int, rp, details: dict) -> float:
+def softmax_backward_beyond(scenario: Scenario, stage: int, rp: RankParams, details: dict) -> float:
     """Bytes by which the moment outgrows the stage's activation peak (0 where it does not, or out of scope):
     the moment's working set and units, less the head's saved tensors (freed), less what the activation peak
     holds instead (its recompute working set, ZeRO-3 gather buffers and logits workspace)."""

@@ -27,12 +27,17 @@ depends on which cached block each takes.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trainsim.specs.framework_behaviour import behaviour
 from trainsim.specs.memo import IdentityMemo, memoised
 
 from .caching_allocator import CachingAllocator
 from .grad_buffer import optimizer_pieces_key, pieces_of
 from .param_tensors import key_tensors, rank_keys
+
+if TYPE_CHECKING:
+    from trainsim.specs import Scenario
 
 FP32_BYTES = 4
 
@@ -53,7 +58,7 @@ def _rounding(weights: tuple[int, ...], mains: tuple[int, ...], param_bytes: int
     return max(0.0, alloc.allocated - own)
 
 
-def megatron_state_rounding_bytes(scenario, stage: int, *, optimizer_params: float) -> float:
+def megatron_state_rounding_bytes(scenario: Scenario, stage: int, *, optimizer_params: float) -> float:
     """Allocated bytes the caching allocator's rounding adds to one rank's 16-bit parameters (without the
     distributed optimizer) and fp32 main parameters on ``stage``, for Megatron (0 elsewhere: other frameworks,
     a CPU "GPU", the optimizer on the host, no fp32 main parameters). ``optimizer_params``: the parameters whose

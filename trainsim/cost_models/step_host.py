@@ -57,8 +57,9 @@ builder already counts as collectives, and their Python frames are not counted (
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
+from typing import TYPE_CHECKING
 
 from trainsim.specs.framework_behaviour import behaviour
 
@@ -66,6 +67,11 @@ from .collectives import collective_time
 from .grad_buffer import optimizer_tensor_elems
 from .host_issue import issue_s, profiled_chunk
 from .muon import busiest_launches
+
+if TYPE_CHECKING:
+    from trainsim.specs import Scenario
+
+    from .profile import CalibrationProfile
 
 MTA_CHUNK = 65536
 MTA_MAX_BLOCKS = 320
@@ -108,7 +114,7 @@ def multi_tensor_launches(sizes: Iterable[int], depth: int, scalarlist: bool = F
     return launches
 
 
-def rank_tensor_sizes(scenario, stage: int) -> list[int]:
+def rank_tensor_sizes(scenario: Scenario, stage: int) -> list[int]:
     """Elements of each parameter tensor (or tensor piece) the optimizer of a rank of ``stage`` updates: the rank's
     tensors (param_tensors.py), whole, or cut by its ZeRO shard -- the flat 1/n slice of each gradient bucket
     (Megatron's distributed optimizer, FSDP1's flat parameters) or 1/n of each tensor (torch's FSDP2):
@@ -151,7 +157,8 @@ def step_host(framework: str, optimizer_update: str, sizes: list[int], host_cpu:
                     syncs * issue_s(1, 1, host_cpu))
 
 
-def scenario_step_host(scenario, stage: int, profile=None) -> StepHost | None:
+def scenario_step_host(scenario: Scenario, stage: int,
+                       profile: CalibrationProfile | None = None) -> StepHost | None:
     """Host work of ``scenario``'s optimizer step on a rank of ``stage``, or None where it is not modelled apart
     (CPU ranks, MoE models -- as for host_issue.scenario_block_issue --, and the host-offloaded optimizer).
 
@@ -177,7 +184,7 @@ def scenario_step_host(scenario, stage: int, profile=None) -> StepHost | None:
     return StepHost(host.dispatches, host.launches, host.syncs, timed, host.sync_lead_s)
 
 
-def norm_reduce_s(scenario, groups: tuple, profile=None) -> float:
+def norm_reduce_s(scenario: Scenario, groups: tuple, profile: CalibrationProfile | None = None) -> float:
     """Seconds of the grad norm's all-reduces of one fp32 scalar over ``groups`` (topologies GroupShapes or None:
     the TP group, and the sharding group where ZeRO >= 1 splits the gradients): every update waits for the
     clip coefficient, so their latency is exposed once per step. The pipeline stages' share of Megatron's

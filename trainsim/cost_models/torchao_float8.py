@@ -56,6 +56,15 @@ again in the backward where it was resharded after forward). Without the precomp
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from trainsim.specs import Scenario, TrainingSpec
+
+    from .param_tensors import ParamTensor
+
 # (a, b): bytes per element = a * e + b (module doc).
 X_CAST = (4, 2)        # amax e + cast e + 1 (forward GEMM); amax e + cast written column-major e + 1 (dW)
 DY_CAST = (2, 3)       # amax e + cast e + 1 (shared by dX and dW); row-major copy of dYᵀ for dW: read 1, write 1
@@ -110,14 +119,14 @@ def precompute_bytes(shard_elems: float, sharded_param_bytes: float) -> float:
     return shard_elems * sharded_param_bytes
 
 
-def float8_weight_elems(tensors) -> float:
+def float8_weight_elems(tensors: Sequence[ParamTensor]) -> float:
     """Elements of the float8 Linear weights among ``tensors`` (param_tensors.ParamTensor): the blocks' linear
     weights (kind "weight"); the embedding, norms and output layer stay 16-bit (torchtitan's llama3 configs set
     ``float8.filter_fqns = ["output"]``), and routed experts are not ``nn.Linear`` modules."""
     return float(sum(p.elems for p in tensors if _is_float8_weight(p)))
 
 
-def gather_bytes_per_param(scenario, tensors, params: float) -> float:
+def gather_bytes_per_param(scenario: Scenario, tensors: Sequence[ParamTensor], params: float) -> float:
     """Average bytes per parameter one FSDP all-gather of ``params`` parameters (``tensors``) moves and leaves
     unsharded: the training's ``param_bytes``, less where float8 all-gather gathers float8 weights in 1 byte."""
     t = scenario.training
@@ -126,14 +135,14 @@ def gather_bytes_per_param(scenario, tensors, params: float) -> float:
     return gathered_bytes(params, float8_weight_elems(tensors), t.param_bytes) / params
 
 
-def sharded_param_bytes(training) -> int:
+def sharded_param_bytes(training: TrainingSpec) -> int:
     """Bytes per element of the sharded parameter that ``fsdp_pre_all_gather`` casts: fp32 where the run keeps fp32
     master weights (torchtitan's FSDP2 MixedPrecisionPolicy: fp32 sharded parameters, bf16 ``param_dtype``), else
     the training's parameter bytes."""
     return 4 if training.master_weights else int(training.param_bytes)
 
 
-def float8_weight_count(tensors) -> int:
+def float8_weight_count(tensors: Sequence[ParamTensor]) -> int:
     """Number of float8 Linear weight tensors among ``tensors`` (one amax each)."""
     return sum(1 for p in tensors if _is_float8_weight(p))
 

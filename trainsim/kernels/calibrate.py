@@ -18,16 +18,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from trainsim.cost_models.profile import (
-    CalibrationProfile,
-    Fingerprint,
-    LinearFit,
-    attention_bytes,
-    attention_flops,
-    gemm_bytes,
-    gemm_flops,
-    save_profile,
-)
+from trainsim.cost_models.kernel_work import attention_bytes, attention_flops, gemm_bytes, gemm_flops
+from trainsim.cost_models.profile import CalibrationProfile, Fingerprint, LinearFit, save_profile
 from trainsim.cost_models.profile_fit import fit_all_collectives, fit_linear, fit_three_term
 from trainsim.specs import load_gpu, preset_names
 from trainsim.specs.gpu_names import gpu_preset_for

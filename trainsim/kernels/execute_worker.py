@@ -150,19 +150,10 @@ def run_job(job: ExecJob, device: torch.device) -> dict[str, Any] | None:
             activations = meter.summary()
             losses.append(float(loss))
             continue
-        dist.barrier()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        loss = par.train_step(ids, targets)
-        value = float(loss)  # the loss all-reduce already synchronised the ranks
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        dt = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)  # NCCL needs it on the GPU
-        dist.all_reduce(dt, op=dist.ReduceOp.MAX)
+        value, dt = _timed_step(par, ids, targets, device)
         losses.append(value)
         if step >= job.warmup:
-            times.append(float(dt.item()))
+            times.append(dt)
             for k, v in par.phases_s.items():
                 phases.setdefault(k, []).append(v)
             for k, v in par.host_phases_s.items():
@@ -174,12 +165,7 @@ def run_job(job: ExecJob, device: torch.device) -> dict[str, Any] | None:
         prof.stop()
         os.makedirs(job.profile_dir, exist_ok=True)
         prof.export_chrome_trace(os.path.join(job.profile_dir, f"{job.label or 'execute'}-rank{dist.get_rank()}.json"))
-    mine = {"rank": dist.get_rank(), "pp_rank": par.pp_rank, "dp_rank": par.dp_rank, "tp_rank": par.tp_rank,
-            "stage_ids": par.stage_ids, **state_bytes(par.chunks, par.optimizer), **activations,
-            "phases_median_s": {k: statistics.median(v) for k, v in phases.items()},
-            "host_phases_median_s": {k: statistics.median(v) for k, v in host_phases.items() if v},
-            "maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
-    mine.update(_device_memory(device))
+    mine = _rank_summary(par, device, activations, phases, host_phases)
     _tick(f"{job.label or 'job'} results")
     ranks: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(ranks, mine)
@@ -190,6 +176,35 @@ def run_job(job: ExecJob, device: torch.device) -> dict[str, Any] | None:
         return None
     return {"label": job.label, "world_size": dist.get_world_size(), "losses": losses, "step_times_s": times,
             "timing": timing_stats(times), "ranks": ranks, "mechanism": mechanism}
+
+
+def _timed_step(par, ids: torch.Tensor, targets: torch.Tensor, device: torch.device) -> tuple[float, float]:
+    """(loss, seconds) of one training step, timed from a barrier to the slowest rank's end."""
+    dist.barrier()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    loss = par.train_step(ids, targets)
+    value = float(loss)  # the loss all-reduce already synchronised the ranks
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    elapsed = time.perf_counter() - t0
+    dt = torch.tensor([elapsed], dtype=torch.float64, device=device)  # NCCL needs it on the GPU
+    dist.all_reduce(dt, op=dist.ReduceOp.MAX)
+    return value, float(dt.item())
+
+
+def _rank_summary(par, device: torch.device, activations: dict[str, Any], phases: dict[str, list[float]],
+                  host_phases: dict[str, list[float]]) -> dict[str, Any]:
+    """What this rank reports: its coordinates, state and saved-activation bytes, median phase times, host and
+    device memory."""
+    mine = {"rank": dist.get_rank(), "pp_rank": par.pp_rank, "dp_rank": par.dp_rank, "tp_rank": par.tp_rank,
+            "stage_ids": par.stage_ids, **state_bytes(par.chunks, par.optimizer), **activations,
+            "phases_median_s": {k: statistics.median(v) for k, v in phases.items()},
+            "host_phases_median_s": {k: statistics.median(v) for k, v in host_phases.items() if v},
+            "maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    mine.update(_device_memory(device))
+    return mine
 
 
 def _start_profiler(device: torch.device):

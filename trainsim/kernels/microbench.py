@@ -338,8 +338,6 @@ def _copy_points(n: int, cfg: BenchConfig) -> list[BandwidthPoint]:
 
 
 # ---- collectives ---------------------------------------------------------------------------------
-COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv")
-
 
 @dataclass(frozen=True)
 class Group:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
@@ -42,12 +42,15 @@ from .html import FigureBlob, Report, Section, Table
 from .tables import LAYOUT_COLUMNS, fmt_count, fmt_gib, fmt_money, fmt_pct, fmt_si, fmt_time, layout_table
 from .timeline import events_from_engine
 
+if TYPE_CHECKING:
+    from trainsim.cost_models.profile import CalibrationProfile
+
 
 @dataclass
 class ReportOptions:
     """Knobs of the report that are not part of the scenario."""
 
-    tokens: float | None = None                # None = 20 tokens per parameter (Chinchilla)
+    tokens: float | None = None                # None = gp.CHINCHILLA_TOKENS_PER_PARAM per parameter
     price_per_gpu_hour: float | None = None
     failure_rate_per_gpu_hour: float = gp.DEFAULT_FAILURE_RATE_PER_GPU_HOUR
     checkpoint_write_s: float | None = None
@@ -60,25 +63,18 @@ class ReportOptions:
     notes: list[str] = field(default_factory=list)
 
 
-def _profile(path: str | None):
-    if not path:
-        return None
-    return load_profile(path)
-
-
-def _predict(scn: Scenario, fast: bool, profile, fixed_costs: bool = False):
-    return predict(scn, fast=fast, profile=profile, fixed_costs=fixed_costs)
-
-
 def _fig(name: str, title: str, caption: str, fig) -> FigureBlob:
     return FigureBlob(name=name, title=title, caption=caption, png=plots.figure_png(fig))
 
 
 def train_tokens(scn: Scenario, opts: ReportOptions) -> float:
-    return float(opts.tokens) if opts.tokens else 20.0 * scn.model.total_params()
+    """Tokens the report's run trains on (goodput.train_tokens)."""
+    return gp.train_tokens(opts.tokens, scn.model.total_params())
 
 
 def checkpoint_seconds(scn: Scenario, opts: ReportOptions) -> float:
+    """Checkpoint write time: given, or the run's training state (under LoRA the adapters') / storage
+    bandwidth."""
     if opts.checkpoint_write_s is not None:
         return opts.checkpoint_write_s
     t = scn.training
@@ -89,6 +85,7 @@ def checkpoint_seconds(scn: Scenario, opts: ReportOptions) -> float:
 
 
 def time_to_train(scn: Scenario, step_time_s: float, opts: ReportOptions) -> gp.Goodput:
+    """Wall-clock time, with failures and checkpoints, of the report's run at ``step_time_s`` per step."""
     steps = math.ceil(train_tokens(scn, opts) / scn.tokens_per_step)
     return gp.plan_goodput(steps * step_time_s, scn.num_gpus, checkpoint_seconds(scn, opts), opts.restart_s,
                            opts.failure_rate_per_gpu_hour)
@@ -96,7 +93,8 @@ def time_to_train(scn: Scenario, step_time_s: float, opts: ReportOptions) -> gp.
 
 # --- pieces ---------------------------------------------------------------------------------------
 
-def step_timeline(scn: Scenario, profile) -> tuple[list[plots.TimelineEvent], float, int]:
+def step_timeline(scn: Scenario,
+                  profile: CalibrationProfile | None) -> tuple[list[plots.TimelineEvent], float, int]:
     """Re-run the engine with recording on and turn its trace into timeline events; a step too long to draw
     (more pipeline passes than a trace holds) is drawn with fold.representative_count micro-batches instead,
     whose count is the third item."""
@@ -144,10 +142,11 @@ def _fits_then_fast(scn: Scenario, profile):
             return None, "OOM"
     elif peak_memory_bytes(scn) > scn.cluster.gpu.memory_bytes:
         return None, "OOM"
-    return _predict(scn, True, profile), ""
+    return predict(scn, fast=True, profile=profile), ""
 
 
-def mfu_grid(scn: Scenario, profile) -> tuple[dict[tuple[int, int], Any], list[int], list[int]]:
+def mfu_grid(scn: Scenario,
+             profile: CalibrationProfile | None) -> tuple[dict[tuple[int, int], Any], list[int], list[int]]:
     """Closed-form MFU over TP (within a node) × PP at the scenario's GPU count; other settings kept
     (1F1B where the scenario's interleaving does not fit the stage count)."""
     m, n, cp = scn.model, scn.num_gpus, scn.layout.cp
@@ -179,7 +178,8 @@ def mfu_grid(scn: Scenario, profile) -> tuple[dict[tuple[int, int], Any], list[i
     return cells, tps, pps
 
 
-def scaling(scn: Scenario, profile, points: int = 6) -> tuple[list[dict], list[dict]]:
+def scaling(scn: Scenario, profile: CalibrationProfile | None,
+            points: int = 6) -> tuple[list[dict], list[dict]]:
     """Strong (global batch fixed) and weak (global batch ∝ GPUs) scaling with the scenario's tp/pp/cp/ep,
     GPU counts ×2^k around it; closed-form predictions (the engine's step for the scenario itself)."""
     n0 = scn.num_gpus
@@ -316,8 +316,8 @@ def _band_sentence(pred, scn: Scenario, profile) -> str:
 def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any] | None = None,
                  measured: Mapping[str, Any] | None = None, title: str | None = None) -> Report:
     """Every section of the what-if report for ``scn`` (the best layout of ``plan_json`` when given)."""
-    profile = _profile(opts.profile_path)
-    pred = _predict(scn, False, profile, fixed_costs=True)
+    profile = load_profile(opts.profile_path) if opts.profile_path else None
+    pred = predict(scn, fast=False, profile=profile, fixed_costs=True)
     sections: list[Section] = [
         Section("scenario", "Scenario", tables=[scenario_table(scn)]),
         _step_section(scn, pred, profile),
@@ -497,7 +497,8 @@ def _layouts_section(plan_json: Mapping[str, Any]) -> Section:
 def _time_cost_section(scn: Scenario, opts: ReportOptions, g, gpu_hours: float, cost: float | None) -> Section:
     """Time to train, cost and goodput of the run ``g`` (gp.Goodput) with its checkpoint-interval curve."""
     tokens = train_tokens(scn, opts)
-    ttt_rows = [["tokens to train", fmt_count(tokens) + (" (20 per parameter)" if not opts.tokens else "")],
+    rule = "" if opts.tokens else f" ({gp.CHINCHILLA_TOKENS_PER_PARAM:g} per parameter)"
+    ttt_rows = [["tokens to train", fmt_count(tokens) + rule],
                 ["optimizer steps", f"{math.ceil(tokens / scn.tokens_per_step):,}"],
                 ["failure-free time", fmt_time(g.ideal_time_s)],
                 ["job MTBF", fmt_time(g.mtbf_s)],
@@ -563,7 +564,7 @@ def _report_notes(opts: ReportOptions, pred) -> list[str]:
     ] + list(opts.notes) + list(pred.warnings)
 
 
-def levers_section(scn: Scenario, profile) -> Section:
+def levers_section(scn: Scenario, profile: CalibrationProfile | None) -> Section:
     """What to change: the what-if levers of simulator.levers ranked by step-time gain, with peak memory and fit,
     screened by the closed form (`trainsim predict --explain` prints the same table)."""
     expl = explain(scn, profile=profile)

@@ -90,6 +90,7 @@ What goes where (choices documented here, once):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from trainsim.cost_models import activations as act
 from trainsim.cost_models import (
@@ -125,6 +126,9 @@ from .exposures import (
 from .grad_sync import _chunk_dp, _post_step, data_parallel_settings
 from .step_context import _Step, _step_context
 
+if TYPE_CHECKING:
+    from trainsim.cost_models.profile import CalibrationProfile
+
 # Re-exported for callers that reach the block and exposure helpers through the builder.
 __all__ = [
     "DDP_BUCKET_PARAMS",
@@ -151,7 +155,8 @@ def clear_cache() -> None:
         memo.forget(_TABLE_MEMO)
 
 
-def build_cost_table(scenario: Scenario, *, profile=None, ideal_network: bool = False) -> CostTable:
+def build_cost_table(scenario: Scenario, *, profile: CalibrationProfile | None = None,
+                     ideal_network: bool = False) -> CostTable:
     """The CostTable of one optimizer step of ``scenario``, kept in the active memo scope (a pure function of the
     scenario's JSON and collective_fixed_costs, the profile object and ``ideal_network``)."""
     if (memo := active_memo()) is None:
@@ -551,7 +556,8 @@ def _pooled_stages(scenario: Scenario, profile) -> tuple[tuple[StageCost, ...], 
     return tuple(stages), steps, where
 
 
-def dp_pacing_pool(scenario: Scenario, profile=None, ideal_network: bool = False) -> int:
+def dp_pacing_pool(scenario: Scenario, profile: CalibrationProfile | None = None,
+                   ideal_network: bool = False) -> int:
     """Under ``placement: dp`` (specs/pools.py) the pool whose replicas pace the step: the one whose replica's step
     (its own table, closed form) is the longest -- the gradient reduction waits for the slowest replica."""
     views = pool_views(scenario)

@@ -4,13 +4,18 @@ device, collectives of other group shapes, a compute factor fitted for another G
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trainsim.specs import Scenario
 from trainsim.specs.gpu_names import gpu_preset_for
 from trainsim.specs.loaders import load_gpu
 from trainsim.topologies.placement import place
 
+if TYPE_CHECKING:
+    from trainsim.cost_models.profile import CalibrationProfile
 
-def calibration_notes(scenario: Scenario, profile) -> list[str]:
+
+def calibration_notes(scenario: Scenario, profile: CalibrationProfile | None) -> list[str]:
     """The notes for ``profile`` (as given to predict, before its run calibration is applied) on ``scenario``."""
     if profile is None:
         return []
@@ -33,8 +38,10 @@ def _device_note(scenario: Scenario, profile) -> list[str]:
     other = sorted(g for g in gpus if (gpu_preset_for(g) or _host_cpu(g)) not in (None, measured))
     if not other:
         return []
-    return [f"calibration measured on {fp.device_name or fp.device} (preset {measured}) but the cluster's GPU is "
-            f"{', '.join(other)}: the profile's measured times are used as they are, not rescaled to that GPU"]
+    note = (f"calibration measured on {fp.device_name or fp.device} (preset {measured}) but the cluster's "
+            f"GPU is {', '.join(other)}: the profile's measured times are used as they are, not rescaled "
+            "to that GPU")
+    return [note]
 
 
 def _host_cpu(name: str) -> str | None:
@@ -63,8 +70,9 @@ def _collectives_note(scenario: Scenario, profile) -> list[str]:
     measured = ", ".join(f"{n} ranks/{k} node{'s' if k > 1 else ''}" for n, k in sorted({(f.group_size, f.nodes)
                                                                                        for f in fits}))
     layout = ", ".join(f"{n}/{k}" for n, k in sorted(shapes))
-    return [f"calibration: its collectives were measured on {measured}, none of this layout's groups (ranks/nodes "
-            f"{layout}): collectives use the cluster's modelled links"]
+    note = (f"calibration: its collectives were measured on {measured}, none of this layout's groups "
+            f"(ranks/nodes {layout}): collectives use the cluster's modelled links")
+    return [note]
 
 
 def _run_factor_note(scenario: Scenario, profile) -> list[str]:
@@ -78,5 +86,6 @@ def _run_factor_note(scenario: Scenario, profile) -> list[str]:
     fitted = sorted(k.split(":", 1)[1] for k in rc.fitted_names() if k.startswith("compute:"))
     if not fitted or scenario.cluster.gpu.name in fitted:
         return []
-    return [f"run calibration fits compute for {', '.join(fitted)}, not for {scenario.cluster.gpu.name}: its compute "
-            f"factor is not applied to that GPU"]
+    note = (f"run calibration fits compute for {', '.join(fitted)}, not for {scenario.cluster.gpu.name}: its "
+            "compute factor is not applied to that GPU")
+    return [note]

@@ -36,6 +36,14 @@ DEFAULT_STORAGE_WRITE_BPS = 2e12
 # Restart cost (detect, reschedule, reload the checkpoint, warm up). No large-LLM source gives one number;
 # 10 minutes is the restart time of Daly's own worked examples (Figs. 3-5) and is flagged as an assumption.
 DEFAULT_RESTART_S = 600.0
+# Tokens to train on when none are given: Hoffmann et al., "Training Compute-Optimal Large Language Models"
+# (arXiv:2203.15556, "Chinchilla"), compute-optimal training uses about 20 tokens per parameter.
+CHINCHILLA_TOKENS_PER_PARAM = 20.0
+
+
+def train_tokens(tokens: float | None, params: float) -> float:
+    """Tokens a run trains on: ``tokens`` when given, else CHINCHILLA_TOKENS_PER_PARAM per parameter."""
+    return float(tokens) if tokens else CHINCHILLA_TOKENS_PER_PARAM * params
 
 
 def job_mtbf_s(num_gpus: int, failure_rate_per_gpu_hour: float = DEFAULT_FAILURE_RATE_PER_GPU_HOUR) -> float:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
 
@@ -50,6 +50,9 @@ from .builder import build_cost_table
 from .fold import MAX_WHOLE_PASSES, simulate_step
 from .predict import _with_run_calibration, predict
 from .search_space import uneven_split
+
+if TYPE_CHECKING:
+    from trainsim.cost_models.profile import CalibrationProfile
 
 Kind = Literal["ceiling", "setting"]
 
@@ -131,6 +134,7 @@ def changed(scn: Scenario, layout: Mapping[str, Any] | None = None,
 
 
 def _try(lever: str, change: str, make: Callable[[], Scenario]) -> Variant:
+    """The variant ``make`` builds, or the reason it refuses (its SpecError)."""
     try:
         return Variant(lever, change, scenario=make())
     except SpecError as e:
@@ -138,10 +142,12 @@ def _try(lever: str, change: str, make: Callable[[], Scenario]) -> Variant:
 
 
 def ideal_network(scn: Scenario) -> Variant:
+    """Ceiling: the same step with all communication free."""
     return Variant("ideal network", "all communication free", kind="ceiling", scenario=scn, ideal_network=True)
 
 
 def no_bubble(scn: Scenario) -> Variant:
+    """Ceiling: the same step with every pipeline stage's bubble removed (bubble_free_step_s)."""
     if scn.layout.pp == 1:
         return Variant("no pipeline bubble", "-", kind="ceiling", reason="pp=1: no pipeline, no bubble")
     return Variant("no pipeline bubble", "every stage's bubble removed", kind="ceiling", scenario=scn,
@@ -149,6 +155,7 @@ def no_bubble(scn: Scenario) -> Variant:
 
 
 def deeper_interleaving(scn: Scenario) -> Variant:
+    """The interleaved schedule at the next virtual-stage count that splits the layers evenly."""
     lever, lay, t = "one more interleaving depth", scn.layout, scn.training
     if lay.pp == 1:
         return Variant(lever, "-", reason="pp=1: interleaving needs a pipeline")
@@ -171,6 +178,7 @@ def deeper_interleaving(scn: Scenario) -> Variant:
 
 
 def tp_overlap(scn: Scenario) -> Variant:
+    """Megatron-Core's tensor-parallel communication overlap (tp_comm_overlap), where it applies."""
     lever, t = "TP comm overlap", scn.training
     if scn.layout.tp == 1:
         return Variant(lever, "-", reason="tp=1: no tensor-parallel communication")
@@ -186,6 +194,8 @@ def tp_overlap(scn: Scenario) -> Variant:
 
 
 def dp_overlap(scn: Scenario) -> Variant:
+    """Gradient reduction overlapped with backward (overlap_grad_reduce), where the framework does not
+    already."""
     lever, fw = "DP comm overlap", scn.training.framework
     if scn.dp * scn.layout.cp == 1 and scn.training.effective_zero == 0:
         return Variant(lever, "-", reason="dp=cp=1: no data-parallel communication")
@@ -197,6 +207,7 @@ def dp_overlap(scn: Scenario) -> Variant:
 
 
 def ep_overlap(scn: Scenario) -> Variant:
+    """One micro-batch's expert-parallel all-to-alls overlapped with another's compute (ep_comm_overlap)."""
     lever = "EP comm overlap"
     if scn.training.ep_comm_overlap:
         return Variant(lever, "-", reason="already on (ep_comm_overlap)")
@@ -208,6 +219,7 @@ _HEAVIER = {"none": "selective", "selective": "full"}
 
 
 def _recompute(scn: Scenario, lever: str, step: Mapping[str, str]) -> Variant:
+    """The recompute mode one ``step`` away (_LIGHTER or _HEAVIER), with its default modules."""
     t = scn.training
     if t.recompute not in step:
         return Variant(lever, "-", reason=f"recompute is already {t.recompute}")
@@ -217,20 +229,24 @@ def _recompute(scn: Scenario, lever: str, step: Mapping[str, str]) -> Variant:
 
 
 def recompute_lighter(scn: Scenario) -> Variant:
+    """Recompute one level lighter: full -> selective -> none."""
     return _recompute(scn, "recompute one level lighter", _LIGHTER)
 
 
 def recompute_heavier(scn: Scenario) -> Variant:
+    """Recompute one level heavier: none -> selective -> full."""
     return _recompute(scn, "recompute one level heavier", _HEAVIER)
 
 
 def double_micro_batch(scn: Scenario) -> Variant:
+    """Twice the micro-batch (half the micro-batches per step)."""
     mb = scn.training.micro_batch
     return _try("twice the micro-batch", f"micro-batch {mb} -> {2 * mb}",
                 lambda: changed(scn, training={"micro_batch": 2 * mb}))
 
 
 def next_zero(scn: Scenario) -> Variant:
+    """The next ZeRO stage, up to 3."""
     z = scn.training.effective_zero
     if z >= 3:
         return Variant("next ZeRO stage", "-", reason="already ZeRO-3 (the last stage)")
@@ -238,6 +254,7 @@ def next_zero(scn: Scenario) -> Variant:
 
 
 def compile_on(scn: Scenario) -> Variant:
+    """torch.compile on, for the torch frameworks that compile their blocks."""
     lever, fw = "torch.compile", scn.training.framework
     if scn.training.compile:
         return Variant(lever, "-", reason="already on (compile)")
@@ -247,6 +264,7 @@ def compile_on(scn: Scenario) -> Variant:
 
 
 def float8_all_gather_on(scn: Scenario) -> Variant:
+    """torchao's float8 all-gather of weights, with the scales precomputed."""
     lever, t = "float8 all-gather", scn.training
     if t.float8_all_gather:
         return Variant(lever, "-", reason="already on (float8_all_gather)")
@@ -265,7 +283,8 @@ def variants(scn: Scenario) -> list[Variant]:
 
 # --- prediction and ranking -----------------------------------------------------------------------------------
 
-def bubble_free_step_s(scn: Scenario, *, fast: bool, ideal: bool, profile) -> float:
+def bubble_free_step_s(scn: Scenario, *, fast: bool, ideal: bool,
+                       profile: CalibrationProfile | None) -> float:
     """The step with every stage's pipeline bubble removed: each stage's work within the pipeline span (the span
     less its bubble, engine.set_bubbles) plus what follows it (gradient-reduction tail, optimizer, post-step);
     the busiest stage sets it. For uniform stages that is the step less (p-1)/(m+p-1) of the span (1F1B)."""
@@ -293,8 +312,8 @@ def _predict_variant(v: Variant, base, *, fast: bool, ideal: bool, profile) -> L
                  peak_bytes=peak, free_bytes=free, fits=fits)
 
 
-def explain(scn: Scenario, *, engine: bool = False, ideal_network: bool = False, profile=None,
-            baseline=None) -> Explanation:
+def explain(scn: Scenario, *, engine: bool = False, ideal_network: bool = False,
+            profile: CalibrationProfile | None = None, baseline=None) -> Explanation:
     """Predict every lever of ``scn`` and rank them by step-time gain (largest first; levers that do not apply
     last, in their listed order). ``engine`` predicts each variant with the discrete-event engine, else with the
     closed form (analytic.py, the planner's screen: microseconds per variant); the baseline is predicted the
@@ -329,5 +348,6 @@ def explain_rows(expl: Explanation) -> list[list[str]]:
 
 
 def explain_title(expl: Explanation) -> str:
+    """The explanation's title: its mode, the baseline step time and peak memory against the GPU's."""
     return (f"Levers ranked by step-time gain ({expl.mode}; baseline {expl.baseline_step_time_s:.4g} s, peak "
             f"{expl.baseline_peak_bytes / 2**30:.1f} of {expl.gpu_memory_bytes / 2**30:.1f} GiB)")

@@ -13,6 +13,7 @@ transient bytes at the moment the engine saw that stage's peak.
 from __future__ import annotations
 
 from trainsim.cost_models import flops as flops_model
+from trainsim.cost_models.model_flops import hardware_flops_per_step, model_flops_per_step
 from trainsim.cost_models.shapes import layer_shape
 from trainsim.specs import Scenario
 
@@ -91,8 +92,8 @@ def to_prediction(scenario: Scenario, table: CostTable, res: EngineResult, *, mo
     step = res.step_time_s
     gpus = scenario.num_gpus
     peak = scenario.cluster.gpu.peak(tr.dtype)
-    model_flops = flops_model.model_flops_per_step(scenario)
-    hw_flops = flops_model.hardware_flops_per_step(scenario)
+    model_flops = model_flops_per_step(scenario)
+    hw_flops = hardware_flops_per_step(scenario)
     span = res.pipeline_span_s or step
     p = len(res.stages)
     bubble = sum(tl.bubble_s for tl in res.stages) / p / span if span > 0 else 0.0

@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, as_completed
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -108,8 +108,8 @@ class PlanRequest:
 
     @property
     def train_tokens(self) -> float:
-        # Hoffmann et al. 2022 ("Chinchilla"): compute-optimal training uses ~20 tokens per parameter.
-        return float(self.tokens) if self.tokens else 20.0 * self.model.total_params()
+        """Tokens the run trains on (goodput.train_tokens: ``tokens``, else the Chinchilla rule)."""
+        return gp.train_tokens(self.tokens, self.model.total_params())
 
 
 @dataclass
@@ -387,6 +387,7 @@ def finish_row(row: PlanRow, req: PlanRequest, ckpt_s: float) -> PlanRow:
 
 
 def sort_key(req: PlanRequest) -> Callable[[PlanRow], tuple]:
+    """The ranking of ``req``'s objective: time to train then GPU-hours, or the reverse for cost."""
     if req.objective == "cost":
         return lambda r: (r.gpu_hours, r.time_to_train_s, r.candidate.key())
     return lambda r: (r.time_to_train_s, r.gpu_hours, r.candidate.key())
@@ -441,16 +442,8 @@ def _run(executor: Executor | None, fn, ctx, items: list, progress: Progress | N
     return out
 
 
-@in_memo_scope  # the whole search shares one memo scope (specs.memo)
-def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress | None = None) -> PlanResult:
-    """Search the layout space of ``req`` and return the ranked, engine-confirmed plan."""
-    t0 = time.perf_counter()
-    if not req.gpu_counts:
-        raise SpecError("gpus", "no GPU count to plan for")
-    if req.objective not in ("time", "cost"):
-        raise SpecError("objective", f"must be time or cost, got {req.objective!r}")
-    ctx = _Context(req.model, req.cluster, req.global_batch, req.seq_len, req.limits,
-                   plan_profile(req.profile_path), req.prune_dominated, req.memory_limit_bytes, req.memory_headroom)
+def _candidates(req: PlanRequest) -> list[Candidate]:
+    """Every candidate layout of every requested GPU count; a count that is not whole nodes is refused."""
     cands: list[Candidate] = []
     for n in sorted(set(req.gpu_counts)):
         try:
@@ -458,20 +451,27 @@ def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress 
         except ValidationError:
             raise SpecError("gpus", f"{n} GPUs is not a whole number of {req.cluster.gpus_per_node}-GPU nodes") from None
         cands.extend(enumerate_candidates(req.model, req.cluster, n, req.global_batch, req.seq_len, req.limits))
-    counts = {"enumerated": len(cands), "invalid": 0, "oom": 0, "over_headroom": 0, "dominated": 0, "screened": 0,
-              "confirmed": 0, "engine_oom": 0}
+    return cands
+
+
+def _screened(req: PlanRequest, ctx: _Context, cands: list[Candidate], ckpt_s: float,
+              executor: Executor | None, progress: Progress | None, counts: dict[str, int]) -> list[PlanRow]:
+    """Closed-form rows of the candidates that survive screening (screen_chunk), with time to train and cost,
+    best first; the screen's tallies are added to ``counts``."""
     screened: list[PlanRow] = []
     for rows, cnt in _run(executor, screen_chunk, ctx, _chunks(cands, req.chunk_size), progress, "screen"):
         screened.extend(rows)
         for k, v in cnt.items():
             counts[k] += v
-    ckpt_s = checkpoint_seconds(req)
     for r in screened:
         finish_row(r, req, ckpt_s)
-    key = sort_key(req)
-    screened.sort(key=key)
-    # Confirm the top K (at least CONFIRMED_AT_LEAST), plus the best of every GPU count so the Pareto front is
-    # engine-confirmed too.
+    screened.sort(key=sort_key(req))
+    return screened
+
+
+def _first_to_confirm(req: PlanRequest, screened: list[PlanRow]) -> list[PlanRow]:
+    """The screened rows the engine confirms first, ranked: the top K (at least CONFIRMED_AT_LEAST) plus the
+    best of every GPU count, so the Pareto front is engine-confirmed too."""
     chosen: dict[tuple, PlanRow] = {}
     for r in screened[: max(req.top_k, CONFIRMED_AT_LEAST)]:
         chosen[r.candidate.key()] = r
@@ -480,7 +480,38 @@ def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress 
         best_per_n.setdefault(r.candidate.gpus, r)
     for r in best_per_n.values():
         chosen.setdefault(r.candidate.key(), r)
-    to_confirm = sorted(chosen.values(), key=key)
+    return sorted(chosen.values(), key=sort_key(req))
+
+
+def _oom_retries(screened: list[PlanRow], confirmed: list[PlanRow]) -> list[PlanRow]:
+    """For every GPU count with no confirmed row that fits (the engine found its best screened layouts out of
+    memory), its next two screened rows not yet confirmed, so the Pareto front is not missing that count."""
+    covered = {r.candidate.gpus for r in confirmed if r.fits}
+    tried = {r.candidate.key() for r in confirmed}
+    retry: list[PlanRow] = []
+    for n in sorted({r.candidate.gpus for r in screened}):
+        if n in covered:
+            continue
+        retry += [r for r in screened if r.candidate.gpus == n and r.candidate.key() not in tried][:2]
+    return retry
+
+
+@in_memo_scope  # the whole search shares one memo scope (specs.memo)
+def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress | None = None) -> PlanResult:
+    """Search the layout space of ``req`` and return the ranked, engine-confirmed plan: enumerate candidates,
+    screen them in closed form, then confirm the best with the engine."""
+    t0 = time.perf_counter()
+    if not req.gpu_counts:
+        raise SpecError("gpus", "no GPU count to plan for")
+    if req.objective not in ("time", "cost"):
+        raise SpecError("objective", f"must be time or cost, got {req.objective!r}")
+    ctx = _Context(req.model, req.cluster, req.global_batch, req.seq_len, req.limits,
+                   plan_profile(req.profile_path), req.prune_dominated, req.memory_limit_bytes, req.memory_headroom)
+    cands = _candidates(req)
+    counts = {"enumerated": len(cands), "invalid": 0, "oom": 0, "over_headroom": 0, "dominated": 0, "screened": 0,
+              "confirmed": 0, "engine_oom": 0}
+    ckpt_s = checkpoint_seconds(req)
+    screened = _screened(req, ctx, cands, ckpt_s, executor, progress, counts)
     confirmed: list[PlanRow] = []
 
     def confirm(rows: list[PlanRow]) -> None:
@@ -493,20 +524,13 @@ def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress 
                 counts["engine_oom"] += 1
             confirmed.append(after)
 
-    confirm(to_confirm)
-    # A GPU count whose best screened layout the engine found out of memory gets its next candidates
-    # confirmed (a few at a time), so the Pareto front is not missing that count.
-    for _round in range(3):
-        covered = {r.candidate.gpus for r in confirmed if r.fits}
-        tried = {r.candidate.key() for r in confirmed}
-        retry: list[PlanRow] = []
-        for n in sorted(best_per_n):
-            if n in covered:
-                continue
-            retry += [r for r in screened if r.candidate.gpus == n and r.candidate.key() not in tried][:2]
+    confirm(_first_to_confirm(req, screened))
+    for _round in range(3):  # a few at a time
+        retry = _oom_retries(screened, confirmed)
         if not retry:
             break
         confirm(retry)
+    key = sort_key(req)
     ranked = sorted([r for r in confirmed if r.fits], key=key)[: req.top_k]
     rest = [r for r in confirmed if not r.fits]
     return PlanResult(
@@ -525,8 +549,3 @@ def _top_per_count(rows: list[PlanRow], k: int) -> list[PlanRow]:
             seen[n] = seen.get(n, 0) + 1
             out.append(r)
     return out
-
-
-def with_fixed(req: PlanRequest, **fixed: Any) -> PlanRequest:
-    """The same request with some layout fields pinned (convenience for reports)."""
-    return replace(req, limits=replace(req.limits, fixed={**req.limits.fixed, **fixed}))

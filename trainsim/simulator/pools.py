@@ -12,6 +12,8 @@ micro-batches in flight on every replica).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trainsim.cost_models import memory
 from trainsim.specs import Scenario
 from trainsim.specs.pools import pool_gpus, pool_views, stage_pools
@@ -20,6 +22,9 @@ from .analytic import estimate
 from .builder import build_cost_table, dp_pacing_pool
 from .fold import MAX_WHOLE_PASSES, simulate_step
 from .result import Prediction
+
+if TYPE_CHECKING:
+    from trainsim.cost_models.profile import CalibrationProfile
 
 GiB = 2**30
 
@@ -41,7 +46,8 @@ def _stage_entries(scenario: Scenario, pred: Prediction) -> list[dict]:
     return out
 
 
-def dp_engine_pacing(scenario: Scenario, profile=None, ideal_network: bool = False):
+def dp_engine_pacing(scenario: Scenario, profile: CalibrationProfile | None = None,
+                     ideal_network: bool = False):
     """Under ``placement: dp`` the pool whose replica's step is the longest in the engine, with that replica's
     cost table and engine result (``(pool, table, result)``) so that ``predict`` times the step from this one
     engine run per pool rather than a second one (builder.dp_pacing_pool picks the pool by the closed form, for
@@ -68,8 +74,8 @@ def _dp_entries(scenario: Scenario, pred: Prediction, profile, ideal_network: bo
     return out
 
 
-def describe_pools(pred: Prediction, scenario: Scenario, profile=None, ideal_network: bool = False,
-                   pacing: int | None = None) -> None:
+def describe_pools(pred: Prediction, scenario: Scenario, profile: CalibrationProfile | None = None,
+                   ideal_network: bool = False, pacing: int | None = None) -> None:
     """Fill ``pred.pools`` and restate MFU/HFU and the capacity for a job on GPU pools (no-op without pools);
     ``pacing``: under ``dp`` the pool whose replica ``pred`` is (None: builder.dp_pacing_pool's)."""
     c = scenario.cluster

@@ -6,6 +6,7 @@ import dataclasses
 import math
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainsim.cost_models import memory, model_states
 from trainsim.cost_models.run_factors import apply_factors
@@ -25,6 +26,9 @@ from .pools import describe_pools, dp_engine_pacing
 from .result import Prediction
 from .stated_settings import inert_data_parallel_notes, inert_pipeline_notes
 from .trace import write_trace
+
+if TYPE_CHECKING:
+    from trainsim.cost_models.profile import CalibrationProfile
 
 MAX_SAMPLES = 10_000
 # What cannot fold (fold.py) is simulated op by op, so it is bounded in pipeline passes (one chunk of one
@@ -82,10 +86,11 @@ def cp_default_warning(scenario: Scenario) -> list[str]:
     t = scenario.training
     if scenario.layout.cp == 1 or t.cp_comm is not None or behaviour(t.framework).default_cp_comm == "p2p":
         return []
-    return [f"cp_comm {t.cp_exchange} assumed: torch's context_parallel default (_ContextParallelOptions.rotate_method "
-            "ALL_GATHER, torchtitan's context_parallel_rotate_method 'allgather'), one K/V all-gather per attention "
-            "call behind the local block and dK/dV passed in a ring; set training.cp_comm: p2p for "
-            "set_rotate_method('alltoall')"]
+    note = (f"cp_comm {t.cp_exchange} assumed: torch's context_parallel default "
+            "(_ContextParallelOptions.rotate_method ALL_GATHER, torchtitan's context_parallel_rotate_method "
+            "'allgather'), one K/V all-gather per attention call behind the local block and dK/dV passed in "
+            "a ring; set training.cp_comm: p2p for set_rotate_method('alltoall')")
+    return [note]
 
 
 # A step is host-bound -- predict's warning and the what-if report (reports/whatif.py) say so -- where its GPU waits
@@ -95,7 +100,7 @@ def cp_default_warning(scenario: Scenario) -> list[str]:
 HOST_BOUND_SHARE = 0.01
 
 
-def host_idle_share(table, step_time_s: float) -> float:
+def host_idle_share(table: CostTable, step_time_s: float) -> float:
     """Share of the step the busiest stage's GPU waits for its host to issue kernels: per micro-batch the
     chunks' host idle (ChunkCost.host_idle_*) times the micro-batches, plus the optimizer step's
     (StageCost.optimizer_host_idle_s), over the step time."""
@@ -106,7 +111,7 @@ def host_idle_share(table, step_time_s: float) -> float:
     return min(1.0, max(per_stage, default=0.0) / step_time_s)
 
 
-def host_idle_warning(scenario: Scenario, table, step_time_s: float) -> str | None:
+def host_idle_warning(scenario: Scenario, table: CostTable, step_time_s: float) -> str | None:
     """'GPU idle waiting for the host: 31 %' where the host's issue time bounds the passes, else None."""
     share = host_idle_share(table, step_time_s)
     if share < HOST_BOUND_SHARE:
@@ -126,7 +131,8 @@ FIXED_COST_REPORT_SHARE = 0.05
 LATENCY_BOUND_SHARE = 0.2
 
 
-def collective_fixed_cost_s(scenario: Scenario, step_time_s: float, *, fast: bool = False, profile=None) -> float:
+def collective_fixed_cost_s(scenario: Scenario, step_time_s: float, *, fast: bool = False,
+                            profile: CalibrationProfile | None = None) -> float:
     """Seconds of the step the collectives' fixed costs take: the step less the same step with every collective
     and pipeline message costed by its bytes only (NCCL's launch, base and per-step latency removed;
     Scenario.without_collective_fixed_costs). The difference is what those fixed costs add to the critical path,
@@ -153,7 +159,7 @@ def _scaled_profile(profile, scale: float):
 _SCALED = IdentityMemo(_scaled_profile)  # one copy per (profile, scale): the cost-table cache keys on identity
 
 
-def apply_run_values(scenario: Scenario, profile, values: dict[str, float]):
+def apply_run_values(scenario: Scenario, profile: CalibrationProfile | None, values: dict[str, float]):
     """Run-calibration factor values applied (cost_models.run_factors): the scaled scenario, the profile that
     still holds measurements (its GEMM/attention times scaled by the compute factor; None when it holds none)
     and the per-step overhead."""
@@ -190,10 +196,10 @@ def _table(scenario: Scenario, profile, ideal_network: bool, fast: bool):
 
 
 @in_memo_scope  # the caller's memo scope, else one for this prediction (specs.memo)
-def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = False, profile=None,
-            trace_path: str | Path | None = None, jitter_cv: float = 0.0,
-            stragglers: tuple[float, float] | None = None, seed: int = 0, samples: int = 20,
-            allocator_replay: bool = True, fixed_costs: bool = False) -> Prediction:
+def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = False,
+            profile: CalibrationProfile | None = None, trace_path: str | Path | None = None,
+            jitter_cv: float = 0.0, stragglers: tuple[float, float] | None = None, seed: int = 0,
+            samples: int = 20, allocator_replay: bool = True, fixed_costs: bool = False) -> Prediction:
     """Predict one optimizer step of ``scenario``.
 
     ``fast`` uses the closed form (analytic.estimate, microseconds) instead of the discrete-event engine;
@@ -327,9 +333,10 @@ def _describe_memory(pred: Prediction, scenario: Scenario, allocator_replay: boo
             pred.other_terms["recompute_working"] = held
     if stages[peak].grads_off_peak:  # allocator_reserve.grads_off_peak: the grads column shows the peak's share
         pred.memory_assumptions["grads_off_peak_bytes"] = stages[peak].grads_off_peak
+    not_replayed = ("first-step fragmentation not replayed (allocator_replay=False): the reserved figure "
+                    "leaves it out")
     cached = {s: (memory.reserved_cached(scenario, s, sm) if allocator_replay else
-                  (sm.allocator_cached, 0.0, "first-step fragmentation not replayed (allocator_replay=False): the "
-                   "reserved figure leaves it out")) for s, sm in stages.items()}
+                  (sm.allocator_cached, 0.0, not_replayed)) for s, sm in stages.items()}
     top = max(stages, key=lambda s: stages[s].total + cached[s][0])
     reserved = stages[top].total + cached[top][0]
     pred.memory_assumptions["first_step_states"] = cached[top][2]

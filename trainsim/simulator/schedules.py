@@ -13,10 +13,13 @@ the order and the simulation finds the timing.
 from __future__ import annotations
 
 from collections import Counter
+from typing import get_args
+
+from trainsim.specs.training import Schedule
 
 F, B, W, BW = 0, 1, 2, 3
 KIND_NAMES = {F: "F", B: "B", W: "W", BW: "BW"}
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb", "dualpipev")
+SCHEDULES: tuple[str, ...] = get_args(Schedule)
 
 Op = tuple[int, int, int]
 
@@ -182,6 +185,11 @@ def _dualpipev_rank(p: int, m: int, r: int) -> tuple[list[Op], set[int]]:
             mb, c = pending.pop(0)
             ops.append((W, mb, c))
 
+    def pair(cf: int, cb: int) -> None:  # an overlapped F&B pair
+        pairs.add(len(ops))
+        fwd(cf)
+        bwd(cb, False)
+
     for _ in range((p - r - 1) * 2):       # 1: F0
         fwd(0)
     for _ in range(r + 1):                 # 2: F0 F1
@@ -191,11 +199,6 @@ def _dualpipev_rank(p: int, m: int, r: int) -> tuple[list[Op], set[int]]:
         bwd(1, True)
         weight()
         fwd(1)
-    def pair(cf: int, cb: int) -> None:
-        pairs.add(len(ops))
-        fwd(cf)
-        bwd(cb, False)
-
     for i in range(m - 2 * p + r + 1):     # 4: F0&BW1, F1&BW0
         if i == 0 and r == p - 1:
             fwd(0)

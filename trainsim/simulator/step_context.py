@@ -81,32 +81,15 @@ def _step_context(scenario: Scenario, profile) -> _Step:
     dense = _block(dense_block_scenario(scenario), groups, profile) if m.first_dense_layers and m.is_moe else main
     act_msg = shp.e * shp.tokens * shp.h
     fw = framework_behaviour.behaviour(tr.framework)
-    # Megatron's scatter/gather optimisation (SC21 Sec. 4.1): each TP rank sends 1/tp of the activation and
-    # the receiver all-gathers it over the TP group (gather_split_1d_tensor) on the compute stream before use.
-    sg_gather = 0.0
-    if lay.pp > 1 and lay.tp > 1 and not tr.sequence_parallel and fw.pp_scatter_gather:
-        sg_gather = sum(_coll("all_gather", act_msg, groups["tp"], scenario, profile))
+    sg_gather = _scatter_gather_s(scenario, groups, profile, act_msg, fw)
     z = tr.effective_zero
     # Gradients reduce, and ZeRO shards, over the data-parallel x context-parallel ranks (placement.dp_cp_ranks):
     # the cp ranks hold the same weights and each computes a gradient from its part of the sequence.
     dp_group = pl.dp_cp_group() if scenario.dp * lay.cp > 1 else None
     shard_group, rep_group = _hsdp_groups(scenario, pl, dp_group)
     expert_apart, expert_dp_group = _expert_dp(scenario, pl, dp_group, rep_group)
-    # FSDP's own passes over each unit's gradient around its reduce-scatter (framework.py fsdp_grad_prep). Only the
-    # concatenation runs in autograd on the compute stream; FSDP runs the cast, divides and += on its
-    # post-backward stream, concurrently with the next unit's backward, where they take the same HBM bandwidth:
-    # counted here as compute-stream time, a simplification that ignores any slack in the GEMMs' HBM use.
-    prep_per_param = (framework.fsdp_grad_prep_bytes_per_param(shp.e, tr.grad_bytes, scenario.dp_shard * lay.cp,
-                                                               scenario.num_microbatches > 1)
-                      if fw.fsdp_grad_prep and z >= 2 and dp_group is not None else 0.0)
-    # Embedding (+ positions) on the first stage; final norm + output layer (a duplicate of a tied embedding
-    # when pp > 1) on the last: memory.stage_extra_params's split, one rank.
-    emb_params = memory.stage_extra_params(m, lay.tp, max(p, 2), 0)
-    loss_stage = scenario.loss_stage  # p-1, or 0 in DualPipeV's V (which holds the embedding already)
-    head_params = (memory.stage_extra_params(m, lay.tp, p, loss_stage, loss_stage)
-                   - (emb_params if loss_stage == 0 else 0.0))
-    if tr.lora_rank:  # LoRA freezes the embedding and the head: no gradient to accumulate or reduce
-        emb_params = head_params = 0.0
+    prep_per_param = _fsdp_prep_per_param(scenario, fw, dp_group)
+    emb_params, head_params = _end_params(scenario)
     stage_mem = tuple(memory.stage_memory(scenario, s) for s in range(p))
     head = _paced(compute.head_times(scenario, profile), slowest)
     vocab_tp = vocab_parallel_tp(scenario, groups["tp"], profile, act_msg, shp.tokens, head.bwd_weight_s, fw)
@@ -131,6 +114,46 @@ def _step_context(scenario: Scenario, profile) -> _Step:
         last_vs=p * lay.vpp - 1, moe_issue=moe_issue.moe_block_issue(scenario),
         hybrid_issue=hybrid_issue.hybrid_issue(scenario), hybrid_kinds=hybrid_kinds,
     )
+
+
+def _scatter_gather_s(scenario: Scenario, groups: dict, profile, act_msg: float,
+                      fw: framework_behaviour.FrameworkBehaviour) -> float:
+    """Seconds of Megatron's scatter/gather re-gather of a received activation (SC21 Sec. 4.1): each TP rank
+    sends 1/tp of the activation and the receiver all-gathers it over the TP group (gather_split_1d_tensor) on
+    the compute stream before use; 0 where it does not apply."""
+    lay, tr = scenario.layout, scenario.training
+    if lay.pp > 1 and lay.tp > 1 and not tr.sequence_parallel and fw.pp_scatter_gather:
+        return sum(_coll("all_gather", act_msg, groups["tp"], scenario, profile))
+    return 0.0
+
+
+def _fsdp_prep_per_param(scenario: Scenario, fw: framework_behaviour.FrameworkBehaviour, dp_group) -> float:
+    """Bytes per parameter of FSDP's own passes over each unit's gradient around its reduce-scatter
+    (framework.py fsdp_grad_prep); 0 without them. Only the concatenation runs in autograd on the compute
+    stream; FSDP runs the cast, divides and += on its post-backward stream, concurrently with the next unit's
+    backward, where they take the same HBM bandwidth: counted as compute-stream time, a simplification that
+    ignores any slack in the GEMMs' HBM use."""
+    tr = scenario.training
+    if not (fw.fsdp_grad_prep and tr.effective_zero >= 2 and dp_group is not None):
+        return 0.0
+    return framework.fsdp_grad_prep_bytes_per_param(layer_shape(scenario).e, tr.grad_bytes,
+                                                    scenario.dp_shard * scenario.layout.cp,
+                                                    scenario.num_microbatches > 1)
+
+
+def _end_params(scenario: Scenario) -> tuple[float, float]:
+    """(first stage's embedding, loss stage's head) parameters with gradients, one rank: the embedding (+
+    positions) on the first stage; the final norm + output layer (a duplicate of a tied embedding when pp > 1)
+    on the loss stage (memory.stage_extra_params's split). LoRA freezes both: (0, 0)."""
+    m, lay = scenario.model, scenario.layout
+    p = lay.pp
+    emb_params = memory.stage_extra_params(m, lay.tp, max(p, 2), 0)
+    loss_stage = scenario.loss_stage  # p-1, or 0 in DualPipeV's V (which holds the embedding already)
+    head_params = (memory.stage_extra_params(m, lay.tp, p, loss_stage, loss_stage)
+                   - (emb_params if loss_stage == 0 else 0.0))
+    if scenario.training.lora_rank:  # no gradient to accumulate or reduce
+        return 0.0, 0.0
+    return emb_params, head_params
 
 
 def _main_block(scenario: Scenario, groups: dict, profile) -> tuple[_Block, tuple]:

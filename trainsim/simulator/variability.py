@@ -26,6 +26,8 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Variability:
+    """The Monte Carlo settings of a prediction (module doc): per-op jitter, stragglers, samples and seed."""
+
     jitter_cv: float = 0.0
     straggler_fraction: float = 0.0
     straggler_slowdown: float = 1.0
@@ -34,6 +36,7 @@ class Variability:
 
     @property
     def active(self) -> bool:
+        """Whether any variability is asked for (jitter, or stragglers that are slower)."""
         return self.jitter_cv > 0 or (self.straggler_fraction > 0 and self.straggler_slowdown != 1.0)
 
 
@@ -58,6 +61,7 @@ def draw(var: Variability, sample: int, ops_per_stage: list[int], peers: int, gp
 
 
 def summarize(step_times: list[float]) -> dict[str, float]:
+    """p50, p99, mean, min and max of the sampled step times (Prediction.variability)."""
     arr = np.asarray(step_times, dtype=float)
     return {
         "step_time_p50_s": float(np.percentile(arr, 50)),

@@ -26,11 +26,15 @@ The per-block collectives (builder.py) do not include these; Megatron-lineage fr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from trainsim.cost_models.loss_issue import CE_ALL_REDUCE_CALLS
 from trainsim.specs import Scenario
 
 from .exposures import _coll
+
+if TYPE_CHECKING:
+    from trainsim.cost_models.profile import CalibrationProfile
 
 CE_BYTES_PER_TOKEN = 4      # each an fp32 value per token
 
@@ -45,8 +49,8 @@ class VocabTp:
     head_bwd_s: float = 0.0
 
 
-def vocab_parallel_tp(scenario: Scenario, group, profile, act_msg: float, tokens: int, head_wgrad_s: float,
-                      fw) -> VocabTp:
+def vocab_parallel_tp(scenario: Scenario, group, profile: CalibrationProfile | None, act_msg: float,
+                      tokens: int, head_wgrad_s: float, fw) -> VocabTp:
     """The vocabulary-parallel layers' TP seconds (module doc) on the TP ``group`` for one micro-batch of
     ``tokens`` tokens (``act_msg`` activation bytes); ``head_wgrad_s`` is the output layer's weight-gradient time
     that an asynchronous input-gradient reduction hides behind."""

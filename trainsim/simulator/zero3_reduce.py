@@ -74,6 +74,9 @@ from trainsim.specs import framework_behaviour, mics
 from .exposures import _coll
 
 if TYPE_CHECKING:
+    from trainsim.cost_models.profile import CalibrationProfile
+    from trainsim.specs import Scenario
+
     from .step_context import _Step
 
 # The hook's copy into the contiguous bucket, then torch.cat and the in-place div_ of reduce_scatter_coalesced:
@@ -97,7 +100,7 @@ GATHER_CALL_OPS = 5
 BLOCK_CONTAINERS = 3
 
 
-def applies(scenario) -> bool:
+def applies(scenario: Scenario) -> bool:
     """Whether the scenario's framework costs ZeRO-3 this way (ZeRO-3 over more than one data-parallel x
     context-parallel rank)."""
     tr = scenario.training
@@ -112,7 +115,8 @@ def _model_gathers(scenario) -> tuple[list[ParamTensor], zero3_gathers.PassGathe
     return tensors, zero3_gathers.pass_gathers(tensors, scenario.training.framework)
 
 
-def hook_ops(scenario, model: tuple[list[ParamTensor], zero3_gathers.PassGathers] | None = None) -> tuple[int, int]:
+def hook_ops(scenario: Scenario,
+             model: tuple[list[ParamTensor], zero3_gathers.PassGathers] | None = None) -> tuple[int, int]:
     """(forward, backward) host calls of ZeRO-3's module hooks per pass over one model replica (module doc), from
     ``model`` (``_model_gathers``, built here where not given); a recomputed forward's hooks are in the caller's
     ``regather``."""
@@ -124,7 +128,8 @@ def hook_ops(scenario, model: tuple[list[ParamTensor], zero3_gathers.PassGathers
     return fwd, modules * WAIT_STREAM_CALLS + per_param + per_call
 
 
-def with_rank_loops(scenario, issue: PassIssue | None, profile=None) -> PassIssue | None:
+def with_rank_loops(scenario: Scenario, issue: PassIssue | None,
+                    profile: CalibrationProfile | None = None) -> PassIssue | None:
     """The block issue time with DeepSpeed ZeRO-3's host loops over ranks (module doc) added per block: each
     forward unpacks the parameters of its coalesced gathers, each backward unpacks them again (and once more for
     a recomputed forward) and slices the gradients; each coalesced all-gather narrows its flat output once per
@@ -136,7 +141,7 @@ def with_rank_loops(scenario, issue: PassIssue | None, profile=None) -> PassIssu
     return shard_paced(scenario, issue, rank_loops(scenario, issue), profile)
 
 
-def rank_loops(scenario, issue: PassIssue) -> PassIssue:
+def rank_loops(scenario: Scenario, issue: PassIssue) -> PassIssue:
     """``issue`` with the host loops over ranks and the module hooks added per block (``with_rank_loops``)."""
     model = _model_gathers(scenario)
     tensors, gathers = model
@@ -155,7 +160,8 @@ def rank_loops(scenario, issue: PassIssue) -> PassIssue:
                    fwd_ops=issue.fwd_ops + round(ops_f / layers), bwd_ops=issue.bwd_ops + round(ops_b / layers))
 
 
-def shard_pace(scenario, profile=None) -> tuple[tuple[float, float], tuple[float, float]]:
+def shard_pace(scenario: Scenario,
+               profile: CalibrationProfile | None = None) -> tuple[tuple[float, float], tuple[float, float]]:
     """((forward, backward) ``pace(tp x S)``, the same over ``pace(tp)``) for a shard group of S ranks at the
     measured spread of the forward and the backward pass (module doc): the first stretches host work no TP
     collective paced yet (the rank loops, the hooks), the second the block's issue that ``host_issue.tp_paced``
@@ -168,7 +174,8 @@ def shard_pace(scenario, profile=None) -> tuple[tuple[float, float], tuple[float
     return whole, tuple(w / host_jitter.pace(tp, s) for w, s in zip(whole, sigma))
 
 
-def shard_paced(scenario, base: PassIssue, looped: PassIssue, profile=None) -> PassIssue:
+def shard_paced(scenario: Scenario, base: PassIssue, looped: PassIssue,
+                profile: CalibrationProfile | None = None) -> PassIssue:
     """``looped`` (``base`` with the rank loops and hooks added) at the pace of the slowest host of the shard group
     (module doc): the forward and a recomputed forward at the forward's factor, the backward's own issue at the
     backward's (``shard_pace``)."""

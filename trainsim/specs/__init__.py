@@ -2,6 +2,7 @@
 
 from .errors import SpecError
 from .hardware import BackgroundLoadSpec, ClusterSpec, GPUSpec, ScaleOutSpec, ScaleUpSpec
+from .layout import Layout
 from .loaders import (
     build_scenario,
     load_cluster,
@@ -15,7 +16,7 @@ from .loaders import (
 from .model import ModelSpec
 from .presets import preset, preset_names
 from .scenario import Scenario, resolve
-from .training import Layout, TrainingSpec
+from .training import TrainingSpec
 
 __all__ = [
     "BackgroundLoadSpec",

@@ -30,7 +30,8 @@ from __future__ import annotations
 from . import mics
 from .errors import SpecError
 from .framework_behaviour import BEHAVIOURS
-from .training import Layout, TrainingSpec
+from .layout import Layout
+from .training import TrainingSpec
 
 # The framework facts read here (specs/framework_behaviour.py): ``torch_fsdp`` (ZeRO-3 is torch FSDP, with HSDP),
 # ``reduce_bucket_params`` (ZeRO-2/3 gradients reduced in DeepSpeed's reduce_bucket_size buckets; None where each

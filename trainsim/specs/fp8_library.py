@@ -20,13 +20,16 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from .training import TrainingSpec
 
 Fp8Library = Literal["auto", "transformer_engine", "torchao"]
 TORCHAO_ONLY = ("rowwise", "rowwise_with_gw_hp")  # TrainingSpec.fp8_recipe values only torchao has
 
 
-def resolved(training) -> str:
+def resolved(training: TrainingSpec) -> str:
     """The library that runs the scenario's fp8 linears ("" unless dtype fp8)."""
     if training.dtype != "fp8":
         return ""
@@ -35,7 +38,7 @@ def resolved(training) -> str:
     return "torchao" if training.framework == "torch" else "transformer_engine"
 
 
-def refusal(training) -> tuple[str, str] | None:
+def refusal(training: TrainingSpec) -> tuple[str, str] | None:
     """(field, reason) where the torchao float8 settings cannot apply, else None."""
     t = training
     if t.fp8_library != "auto" and t.dtype != "fp8":

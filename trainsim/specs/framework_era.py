@@ -66,8 +66,12 @@ parallelism is refused. ``deepspeed-2021`` predates Ulysses, so any ``cp > 1`` i
 from __future__ import annotations
 
 from datetime import date
+from typing import TYPE_CHECKING
 
 from .framework_behaviour import BEHAVIOURS
+
+if TYPE_CHECKING:
+    from .training import TrainingSpec
 
 # preset -> the code it stands for, and that code's date.
 HISTORIC_FRAMEWORKS: dict[str, tuple[str, date]] = {
@@ -78,8 +82,8 @@ HISTORIC_FRAMEWORKS: dict[str, tuple[str, date]] = {
 }
 
 _SP = ("sequence parallelism is Korthikanti et al., arXiv:2205.05198 (2022)", date(2022, 5, 20))
-_DISTOPT = ("Megatron-LM's distributed optimizer (--use-distributed-optimizer) was merged on 2022-06-08 "
-            "(NVIDIA/Megatron-LM@d07d29df14)", date(2022, 6, 8))
+_DISTOPT = (("Megatron-LM's distributed optimizer (--use-distributed-optimizer) was merged on 2022-06-08 "
+             "(NVIDIA/Megatron-LM@d07d29df14)"), date(2022, 6, 8))
 # (field, value that needs the feature) -> (what introduced it, its date); a dict where the Megatron and the
 # DeepSpeed lines got it at different times.
 FEATURE_ORIGINS: dict[tuple[str, object], tuple[str, date] | dict[str, tuple[str, date]]] = {
@@ -93,25 +97,25 @@ FEATURE_ORIGINS: dict[tuple[str, object], tuple[str, date] | dict[str, tuple[str
     ("ep_comm_overlap", True): ("Megatron-Core's MoE all-to-all overlap came with Megatron-Bridge 0.1.0 (2025)",
                                 date(2025, 1, 1)),
     ("sequence_parallel", True): _SP,
-    ("recompute", "selective"): ("selective activation recomputation is Korthikanti et al., arXiv:2205.05198 "
-                                 "(2022)", date(2022, 5, 20)),
+    ("recompute", "selective"): (("selective activation recomputation is Korthikanti et al., "
+                                  "arXiv:2205.05198 (2022)"), date(2022, 5, 20)),
     ("distributed_optimizer", True): {
         "megatron": _DISTOPT,
         "deepspeed": (_DISTOPT[0] + "; DeepSpeed shards optimizer states with ZeRO-1 instead", _DISTOPT[1])},
     ("cp", "> 1"): {
-        "megatron": ("context parallelism (--context-parallel-size) was merged into Megatron-LM on 2023-10-30 "
-                     "(NVIDIA/Megatron-LM@4a6255a763)", date(2023, 10, 30)),
-        "deepspeed": ("DeepSpeed's sequence parallelism (Ulysses, arXiv:2309.14509) needs DeepSpeed 0.10.2 "
-                      "(Aug 2023)", date(2023, 8, 23))},
+        "megatron": (("context parallelism (--context-parallel-size) was merged into Megatron-LM on "
+                      "2023-10-30 (NVIDIA/Megatron-LM@4a6255a763)"), date(2023, 10, 30)),
+        "deepspeed": (("DeepSpeed's sequence parallelism (Ulysses, arXiv:2309.14509) needs DeepSpeed 0.10.2 "
+                       "(Aug 2023)"), date(2023, 8, 23))},
     ("ep", "> 1"): {
-        "megatron": ("expert parallelism came with Megatron-Core's MoE (NVIDIA/Megatron-LM@370f3c1f4b, "
-                     "2023-10-10)", date(2023, 10, 10)),
-        "deepspeed": ("DeepSpeed's MoE layer and expert parallelism came in v0.5.0 (microsoft/DeepSpeed@f28432441, "
-                      "2021-08-16)", date(2021, 8, 16))},
+        "megatron": (("expert parallelism came with Megatron-Core's MoE (NVIDIA/Megatron-LM@370f3c1f4b, "
+                      "2023-10-10)"), date(2023, 10, 10)),
+        "deepspeed": (("DeepSpeed's MoE layer and expert parallelism came in v0.5.0 "
+                       "(microsoft/DeepSpeed@f28432441, 2021-08-16)"), date(2021, 8, 16))},
     ("num_experts", "> 1"): {
-        "megatron": ("the top-k MoE layer trainsim costs is Megatron-Core's (NVIDIA/Megatron-LM@370f3c1f4b, "
-                     "2023-10-10); Megatron-LM's SwitchMLP of 2022 (top-1, every expert on every rank run one "
-                     "after another) is not modelled", date(2023, 10, 10)),
+        "megatron": (("the top-k MoE layer trainsim costs is Megatron-Core's (NVIDIA/Megatron-LM@370f3c1f4b, "
+                      "2023-10-10); Megatron-LM's SwitchMLP of 2022 (top-1, every expert on every rank run "
+                      "one after another) is not modelled"), date(2023, 10, 10)),
         "deepspeed": ("DeepSpeed's MoE layer came in v0.5.0 (microsoft/DeepSpeed@f28432441, 2021-08-16)",
                       date(2021, 8, 16))},
 }
@@ -181,19 +185,19 @@ def feature_refusal(framework: str, field: str, value) -> str | None:
     stands for any degree above one of ``cp``, ``ep`` or ``num_experts``."""
     lacks = FORK_LACKS.get(framework, {}).get((field, value))
     if lacks:
-        return (f"{_shown(field, value)}: framework {framework} ({FORK_CODE[framework]}) has {lacks}: use framework "
-                f"{_has_it(framework, field, value)} or {_instead(field, value)}")
+        return (f"{_shown(field, value)}: framework {framework} ({FORK_CODE[framework]}) has {lacks}: use "
+                f"framework {_has_it(framework, field, value)} or {_instead(field, value)}")
     era = HISTORIC_FRAMEWORKS.get(framework)
     origin = FEATURE_ORIGINS.get((field, value))
     if isinstance(origin, dict):
         origin = origin[_lineage(framework)]
     if era is None or origin is None or era[1] >= origin[1]:
         return None
-    return (f"{_shown(field, value)}: {origin[0]}; framework {framework} ({era[0]}, {era[1].year}) predates it: "
-            f"use framework {SUCCESSOR[framework]} or {_instead(field, value)}")
+    return (f"{_shown(field, value)}: {origin[0]}; framework {framework} ({era[0]}, {era[1].year}) predates "
+            f"it: use framework {SUCCESSOR[framework]} or {_instead(field, value)}")
 
 
-def era_refusal(training) -> str | None:
+def era_refusal(training: TrainingSpec) -> str | None:
     """The first setting of ``training`` its framework preset's code does not have (feature_refusal), or None."""
     if training.framework not in HISTORIC_FRAMEWORKS and training.framework not in FORK_LACKS:
         return None
@@ -211,9 +215,9 @@ def schedule_refusal(framework: str, schedule: str, sequence_parallel: bool) -> 
     """Why the framework's code cannot run ``schedule`` with this sequence parallelism, or None: Megatron-DeepSpeed's
     megatron/arguments.py asserts ``args.sequence_parallel == False`` for ZB-H1 ("Sequence Parallel not tested")."""
     if framework == "megatron-deepspeed" and schedule == "zb" and sequence_parallel:
-        return ("schedule=zb: Megatron-DeepSpeed's ZB-H1 (--enable-zbh1-pipeline) asserts sequence parallelism "
-                "off (megatron/arguments.py: \"Sequence Parallel not tested\"): turn sequence_parallel off or use "
-                "framework megatron")
+        return ("schedule=zb: Megatron-DeepSpeed's ZB-H1 (--enable-zbh1-pipeline) asserts sequence "
+                "parallelism off (megatron/arguments.py: \"Sequence Parallel not tested\"): turn "
+                "sequence_parallel off or use framework megatron")
     return None
 
 

@@ -134,6 +134,7 @@ _HF_TEXT_CONFIG_OF = {"gemma3": "gemma3_text"}
 
 
 def is_hf_config(d: Mapping) -> bool:
+    """Whether a mapping reads as a Hugging Face config.json (a layer count, model_type or architectures)."""
     return any(k in d for k in ("num_hidden_layers", "n_layer", "model_type", "architectures"))
 
 

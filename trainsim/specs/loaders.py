@@ -18,11 +18,12 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from .errors import SpecError, did_you_mean, from_validation_error, unknown_name, yaml11_hint
 from .hardware import ClusterSpec, GPUSpec, PoolSpec, ScaleOutSpec
 from .hf_config import is_hf_config, model_from_hf
+from .layout import Layout
 from .model import ModelSpec
 from .presets import preset, preset_names
 from .safe_read import MAX_INPUT_BYTES, read_structured
 from .scenario import Scenario, resolve
-from .training import Layout, TrainingSpec
+from .training import TrainingSpec
 
 
 def read_mapping(path: str | os.PathLike, field: str) -> dict:
@@ -131,6 +132,8 @@ def load_model(spec: str | Mapping | ModelSpec) -> ModelSpec:
 # --- clusters ---------------------------------------------------------------------------------
 
 def load_gpu(spec: str | Mapping) -> GPUSpec:
+    """A GPUSpec from a preset name or a mapping (``preset: NAME`` plus overrides, or a full spec); SpecError
+    naming cluster.gpu otherwise."""
     if isinstance(spec, str):
         raw = preset("gpus", spec)
         if raw is None:
@@ -151,7 +154,8 @@ def _deep_merge(base: Mapping, top: Mapping) -> dict:
 
 
 def load_cluster(spec: str | Mapping | ClusterSpec, gpus: int | None = None) -> ClusterSpec:
-    """A ClusterSpec from a preset name, a YAML/JSON file or a mapping (``preset:`` + overrides); ``gpus`` sets its size."""
+    """A ClusterSpec from a preset name, a YAML/JSON file or a mapping (``preset:`` + overrides); ``gpus``
+    sets its size."""
     if isinstance(spec, ClusterSpec):
         raw: dict = spec.model_dump()
     elif isinstance(spec, str):
@@ -191,7 +195,8 @@ MAX_POOLS = 16
 
 
 def _pool(entry: Any, i: int, base: Mapping) -> dict:
-    """One resolved ``cluster.pools`` entry: a node preset's (or the cluster's) GPU and fabrics, then overrides."""
+    """One resolved ``cluster.pools`` entry: a node preset's (or the cluster's) GPU and fabrics, then
+    overrides."""
     field = f"cluster.pools[{i}]"
     if not isinstance(entry, Mapping):
         raise SpecError(field, f"must be a mapping like {{node: dgx-h100, nodes: 16}}, got {entry!r}")

@@ -19,9 +19,14 @@ size (``divide``, which asserts divisibility): the rank must be a multiple of tp
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .errors import SpecError
+
+if TYPE_CHECKING:
+    from .layout import Layout
+    from .model import ModelSpec
+    from .training import TrainingSpec
 
 LoraTarget = Literal["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"]
 # Megatron-Bridge LoRA.target_modules' default (peft/lora.py): every linear of a dense block.
@@ -40,13 +45,13 @@ def target_dims(target: str, hidden: int, q: int, kv: int, ffn: int, gated: bool
             "linear_fc2": (ffn, hidden)}[target]
 
 
-def adapter_dims(model, target: str) -> tuple[int, int]:
+def adapter_dims(model: ModelSpec, target: str) -> tuple[int, int]:
     """target_dims of the linear ``target`` of one dense block of ``model``."""
     return target_dims(target, model.hidden, model.num_heads * model.dhead, model.kv_heads * model.dhead,
                        model.ffn, model.gated_mlp)
 
 
-def checkpoint_params(model, rank: int = 0, targets=LORA_TARGETS) -> int:
+def checkpoint_params(model: ModelSpec, rank: int = 0, targets=LORA_TARGETS) -> int:
     """Parameters a training checkpoint of ``model`` saves: all of them, or under LoRA (``rank`` > 0) only the
     adapters of ``targets`` on every block, rank x (d_in + d_out) each. Megatron-Bridge's PEFT checkpoint holds only
     adapter states, the frozen base coming from ``checkpoint.pretrained_checkpoint`` (docs/training/peft.md, "PEFT
@@ -57,7 +62,7 @@ def checkpoint_params(model, rank: int = 0, targets=LORA_TARGETS) -> int:
     return model.num_layers * sum(rank * sum(adapter_dims(model, t)) for t in targets)
 
 
-def training_refusal(t) -> tuple[str, str] | None:
+def training_refusal(t: TrainingSpec) -> tuple[str, str] | None:
     """(field, reason) when the LoRA settings of TrainingSpec ``t`` cannot be costed as given, else None."""
     if not t.lora_rank:
         if t.lora_fp8_base_weights or tuple(t.lora_target_modules) != LORA_TARGETS or t.lora_alpha != DEFAULT_LORA_ALPHA:
@@ -82,12 +87,12 @@ def training_refusal(t) -> tuple[str, str] | None:
         return "dtype", ("nvfp4 with LoRA is not modelled: the frozen base weights' NVFP4 copies are not counted "
                          "for adapters; use bf16 or fp8")
     if t.lora_fp8_base_weights and t.dtype != "fp8":
-        return "lora_fp8_base_weights", f"fp8 base weights are Transformer Engine's fp8 primary weights of an fp8 " \
-                                        f"run: set dtype fp8 (got {t.dtype})"
+        return "lora_fp8_base_weights", ("fp8 base weights are Transformer Engine's fp8 primary weights of "
+                                         f"an fp8 run: set dtype fp8 (got {t.dtype})")
     return None
 
 
-def check_lora_model(model, layout, t) -> None:
+def check_lora_model(model: ModelSpec, layout: Layout, t: TrainingSpec) -> None:
     """The model and layout rules of LoRA: a dense MHA/GQA model (Megatron-Bridge puts MoE experts' and MLA's
     adapters on other linears, not costed here), no hybrid Mamba stack (the adapter geometry here is one dense
     block's four linears on every layer, and the Mamba layers' in_proj/out_proj would still be costed with weight

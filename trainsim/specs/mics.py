@@ -46,8 +46,9 @@ from typing import TYPE_CHECKING
 from .framework_behaviour import BEHAVIOURS
 
 if TYPE_CHECKING:
+    from .layout import Layout
     from .scenario import Scenario
-    from .training import Layout, TrainingSpec
+    from .training import TrainingSpec
 
 # deepspeed-2021 (microsoft/DeepSpeed@70adb32, 2021-07-12) predates MiCS (2e99f6ed, 2023-04-25).
 MICS_ORIGIN = "DeepSpeed-MiCS came in v0.9.2 (microsoft/DeepSpeed #2964, 2023-04-25)"

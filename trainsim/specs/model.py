@@ -7,8 +7,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-PosInt = Field(gt=0, le=10_000_000)
-
 
 def mamba_conv_channels(inner: int, groups: int, state: int) -> int:
     """Channels of a Mamba-2 mixer's depthwise conv1d over (x, B, C) (Megatron-Core MambaMixer,

@@ -11,13 +11,18 @@ the host-offloaded HybridDeviceOptimizer steps torch Adam only.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .training import TrainingSpec
+
 # Defaults of TrainingSpec: Megatron-Core's --muon-num-ns-steps and mixed-precision Adam's fp32 main + m + v. A
 # scenario that dumps and reloads its training carries every field, so a default value is not refused.
 MUON_NS_STEPS = 5
 ADAM_STATE_BYTES = 12
 
 
-def muon_refusal(training) -> tuple[str, str] | None:
+def muon_refusal(training: TrainingSpec) -> tuple[str, str] | None:
     """(field, reason) of the first setting Muon cannot be costed under, or None."""
     t = training
     if t.optimizer != "muon":
@@ -33,20 +38,20 @@ def muon_refusal(training) -> tuple[str, str] | None:
         return "optimizer", ("muon with LoRA is not modelled: the adapters' optimizer states and step are costed as "
                              "AdamW's (cost_models/lora.py): use optimizer adam")
     if t.dtype == "fp16":
-        return "optimizer", "Megatron-Core refuses muon with fp16 ('emerging optimizer with fp16 is not supported'): " \
-                            "use dtype bf16 or fp8"
+        return "optimizer", ("Megatron-Core refuses muon with fp16 ('emerging optimizer with fp16 is not "
+                             "supported'): use dtype bf16 or fp8")
     if t.zero >= 2:
         return "optimizer", ("Megatron-Core's Muon runs on DDP (the LayerWise distributed optimizer shards whole "
-                             "parameters over data parallelism); Megatron-FSDP (zero 2/3) has no Muon path: use "
-                             "zero <= 1 with distributed_optimizer")
+                             "parameters over data parallelism); Megatron-FSDP (zero 2/3) has no Muon path: "
+                             "use zero <= 1 with distributed_optimizer")
     if t.offload_optimizer:
         return "offload_optimizer", ("the host-offloaded optimizer (HybridDeviceOptimizer) steps torch Adam only; "
                                      "muon runs on the GPU: drop offload_optimizer")
     if t.optimizer_bytes_per_param != ADAM_STATE_BYTES:
         return "optimizer_bytes_per_param", ("with optimizer muon the state bytes follow from the parameters: fp32 "
-                                             "main + momentum on Muon's matrices, fp32 main + Adam m, v on the "
-                                             "rest (cost_models/muon.py): drop it")
+                                             "main + momentum on Muon's matrices, fp32 main + Adam m, v on "
+                                             "the rest (cost_models/muon.py): drop it")
     if not t.master_weights:
-        return "optimizer", "Megatron-Core's Muon keeps fp32 main parameters (Float16OptimizerWithFloat16Params): " \
-                            "drop master_weights false"
+        return "optimizer", ("Megatron-Core's Muon keeps fp32 main parameters "
+                             "(Float16OptimizerWithFloat16Params): drop master_weights false")
     return None

@@ -33,17 +33,22 @@ intra-partial expert-data-parallel groups, parallel_state.py, are not costed).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .training import TrainingSpec
+
 FIELD = "training.distributed_optimizer_instances"
 ORIGIN = "Megatron-Core's partial distributed optimizer (--num-distributed-optimizer-instances, " \
          "NVIDIA/Megatron-LM@bb84eb93fa, 2024-11-30)"
 
 
-def partial(training) -> bool:
+def partial(training: TrainingSpec) -> bool:
     """Whether ``training`` runs more than one distributed-optimizer instance."""
     return training.distributed_optimizer_instances > 1
 
 
-def training_refusal(t) -> str | None:
+def training_refusal(t: TrainingSpec) -> str | None:
     """Why a TrainingSpec's instance count is not costed (None where it is or is 1): framework, ZeRO stage,
     distributed optimizer and optimizer (module doc)."""
     n = t.distributed_optimizer_instances

@@ -16,13 +16,15 @@ transfer of a view is priced at the slowest pool's scale-out (the DP ring passes
 
 from __future__ import annotations
 
+import math
 from itertools import permutations
 
 from .errors import SpecError
 from .hardware import NIC_EFFICIENCY, ClusterSpec, PoolSpec, ScaleOutSpec, dtype_refusal
+from .layout import Layout
 from .memo import IdentityMemo
 from .scenario import Scenario
-from .training import Layout, TrainingSpec
+from .training import TrainingSpec
 
 
 def node_scale_out_Bps(so: ScaleOutSpec) -> float:
@@ -88,6 +90,7 @@ def stage_pools(scenario: Scenario) -> tuple[int, ...]:
 
 
 def pool_gpus(cluster: ClusterSpec) -> tuple[int, ...]:
+    """GPUs of each of the cluster's pools (nodes × GPUs per node); () without pools."""
     return tuple(p.nodes * cluster.gpus_per_node for p in cluster.pools or ())
 
 
@@ -122,13 +125,14 @@ def check_pools(cluster: ClusterSpec, layout: Layout, training: TrainingSpec, dp
         if layout.placement[-1] != "pp":
             raise SpecError("layout.placement", "placement: stages needs pp outermost (the default order), so that "
                                                 "each pipeline stage is a block of whole nodes")
-        unit, what = cluster.num_gpus // layout.pp, f"a pipeline stage ({cluster.num_gpus // layout.pp} GPUs)"
+        unit = cluster.num_gpus // layout.pp
+        what = f"a pipeline stage ({unit} GPUs)"
     else:
         if layout.ep > 1:
             raise SpecError("cluster.placement", "dp with ep > 1 would split expert-parallel groups over pools; "
                                                  "use placement: stages")
-        unit, what = layout.tp * layout.cp * layout.pp, f"a data-parallel replica (tp*cp*pp = " \
-                                                        f"{layout.tp * layout.cp * layout.pp} GPUs)"
+        unit = layout.tp * layout.cp * layout.pp
+        what = f"a data-parallel replica (tp*cp*pp = {unit} GPUs)"
     for i, g in enumerate(gpus):
         if g % unit:
             raise SpecError(f"cluster.pools[{i}].nodes", f"the pool's {g} GPUs are not a whole number of {what}: "
@@ -148,7 +152,8 @@ def placement_options(cluster: ClusterSpec, only: str | None = None) -> list[str
         return [None]  # type: ignore[list-item]
     n = len(pools)
     keys = [p.model_dump_json() for p in pools]
-    orders = list(permutations(range(n))) if n <= 4 else [tuple(range(n)), tuple(reversed(range(n)))]
+    orders = (list(permutations(range(n))) if math.factorial(n) <= MAX_ORDERS
+              else [tuple(range(n)), tuple(reversed(range(n)))])
     seen, out = set(), []
     for order in orders:
         sig = tuple(keys[i] for i in order)

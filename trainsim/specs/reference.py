@@ -12,16 +12,19 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from .hardware import BackgroundLoadSpec, ClusterSpec, GPUSpec, PoolSpec, ScaleOutSpec, ScaleUpSpec
+from .layout import Layout
 from .model import ModelSpec
-from .training import Layout, TrainingSpec
+from .training import TrainingSpec
 
 TOP_LEVEL = (
     ("name", "string", "the scenario's name, shown in every output"),
     ("description", "string", "free text, ignored by the engine"),
-    ("model", "preset name, path or mapping", "a model preset (`trainsim predict --model x` lists them), a "
-     "YAML/JSON file, a Hugging Face `config.json`, or the keys of **model** below inline"),
-    ("cluster", "preset name, path or mapping", "a cluster preset, a YAML/JSON file, or a mapping: "
-     "`preset: NAME` plus any keys of **cluster** below to override, or a full description"),
+    ("model", "preset name, path or mapping", ("a model preset (`trainsim predict --model x` lists them), a "
+                                               "YAML/JSON file, a Hugging Face `config.json`, or the keys of "
+                                               "**model** below inline")),
+    ("cluster", "preset name, path or mapping", ("a cluster preset, a YAML/JSON file, or a mapping: "
+                                                 "`preset: NAME` plus any keys of **cluster** below to "
+                                                 "override, or a full description")),
     ("gpus", "integer", "GPUs in the job (the cluster's `num_gpus`)"),
     ("layout", "mapping", "the keys of **layout** below"),
     ("training", "mapping", "the keys of **training** below"),
@@ -60,6 +63,7 @@ def type_text(annotation: Any) -> str:
 
 
 def default_text(info: Any) -> str:
+    """A field's default as the reference table prints it."""
     if info.default is PydanticUndefined:
         return "required" if info.default_factory is None else "(computed)"
     value = info.default
@@ -82,11 +86,12 @@ def section_table(title: str, model: type[BaseModel]) -> str:
 
 def scenario_reference() -> str:
     """docs/scenario-reference.md: every key a scenario file may hold."""
-    head = ["# Scenario-file reference", "",
-            "Generated from trainsim's pydantic models by `python -m trainsim.specs.reference > "
-            "docs/scenario-reference.md`; a test keeps the file in sync. Flags of `trainsim predict`/`plan` "
-            "override the same keys (`--tp` sets `layout.tp`). Unknown keys are refused with the closest "
-            "valid one.", "", "## Top level", "", "| key | type | meaning |", "|---|---|---|"]
+    intro = ("Generated from trainsim's pydantic models by `python -m trainsim.specs.reference > "
+             "docs/scenario-reference.md`; a test keeps the file in sync. Flags of `trainsim predict`/`plan` "
+             "override the same keys (`--tp` sets `layout.tp`). Unknown keys are refused with the closest "
+             "valid one.")
+    head = ["# Scenario-file reference", "", intro, "", "## Top level", "", "| key | type | meaning |",
+            "|---|---|---|"]
     head += [f"| `{k}` | {t} | {m} |" for k, t, m in TOP_LEVEL]
     body = [section_table(title, model) for title, model in SECTIONS]
     return "\n".join(head) + "\n\n## Sections\n\n" + "\n".join(body)

@@ -10,11 +10,12 @@ from .errors import SpecError
 from .framework_behaviour import BEHAVIOURS
 from .framework_era import layout_refusal
 from .hardware import ClusterSpec, dtype_refusal
+from .layout import Layout
 from .lora import check_lora_model
 from .memo import IdentityMemo
 from .mics import hierarchy_refusal as mics_hierarchy_refusal
 from .model import ModelSpec
-from .training import Layout, TrainingSpec
+from .training import TrainingSpec
 
 
 def virtual_stage(schedule: str, pp: int, stage: int, chunk: int) -> int:

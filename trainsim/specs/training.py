@@ -1,10 +1,11 @@
-"""Layout (how ranks are split) and TrainingSpec (what one optimizer step does)."""
+"""TrainingSpec: what one optimizer step does (precision, batch, schedule, recompute, sharding, overlaps...).
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -25,8 +26,7 @@ Recompute = Literal["none", "selective", "full"]
 # selective_ac_option="op"; trainsim/cost_models/activations.py): frameworks torch / pytorch-fsdp, alone.
 RecomputeModule = Literal["core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act", "moe", "shared_experts",
                           "op_sac"]
-RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe_act", "moe",
-                                      "shared_experts", "op_sac")
+RECOMPUTE_MODULES: tuple[str, ...] = get_args(RecomputeModule)
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb", "dualpipev"]
 # nvfp4: Transformer Engine's NVFP4BlockScaling recipe under Megatron-Core (cost_models/nvfp4.py): the blocks' linear
 # GEMMs on FP4 tensor cores, everything else as under fp8 (bf16 weights, fp32 master weights and Adam states).
@@ -35,63 +35,11 @@ TrainDtype = Literal["bf16", "fp16", "fp8", "nvfp4", "fp32"]
 GradDtype = Literal["fp32", "bf16", "fp16"]
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
 
-DEFAULT_PLACEMENT = ("tp", "cp", "ep", "dp", "pp")
-
-
 def default_cp_comm(framework: str) -> str:
     """The context-parallel exchange a framework runs when the scenario leaves ``cp_comm`` unset
     (FrameworkBehaviour.default_cp_comm). DeepSpeed's Ulysses (a2a) is asked for by name (specs/framework_era.py
     refuses a ring there)."""
     return BEHAVIOURS[framework].default_cp_comm
-
-
-class Layout(BaseModel):
-    """Parallel degrees. ``dp=None`` means derive it from the GPU count.
-
-    gpus = tp · cp · pp · dp; expert parallelism is carved out of the other ranks (as in Megatron-Core's MoE
-    parallel folding): the experts are split over ``etp`` ranks (default tp) and ``ep`` must divide
-    ``dp·cp·tp/etp``; it does not multiply the GPU count.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    tp: int = Field(default=1, gt=0, le=1_000_000)
-    pp: int = Field(default=1, gt=0, le=1_000_000)
-    dp: int | None = Field(default=None, gt=0, le=10_000_000)
-    cp: int = Field(default=1, gt=0, le=1_000_000)
-    ep: int = Field(default=1, gt=0, le=1_000_000)
-    vpp: int = Field(default=1, gt=0, le=10_000, description="model chunks per pipeline rank (interleaving)")
-    etp: int | None = Field(default=None, gt=0, le=1_000_000, description="expert tensor parallelism (Megatron-Core "
-                            "--expert-tensor-parallel-size): the experts' MLPs split over etp ranks; None = tp. With "
-                            "etp < tp the expert-parallel group also spans tp/etp of the TP ranks (MoE parallel folding)")
-    dp_shard: int | None = Field(
-        default=None, gt=0, le=10_000_000, description="ZeRO-3 shard-group size S (zero=3): model states are "
-        "sharded over S data-parallel ranks (the innermost, fastest ones) and replicated over dp/S groups whose "
-        "gradient shards are all-reduced -- HSDP under FSDP frameworks (torch fully_shard on a 2-D (replicate, "
-        "shard) mesh, every micro-batch), DeepSpeed-MiCS under deepspeed / deepspeed-2023 (mics_shard_size, "
-        "tp = pp = cp = 1, the replica all-reduce once per step; given, even as dp, it selects MiCS's in-place "
-        "gathers). None = dp (full sharding); must divide dp")
-    placement: tuple[str, ...] = Field(default=DEFAULT_PLACEMENT, description="innermost first")
-    stage_layers: tuple[int, ...] | None = Field(
-        default=None, description="transformer layers of each virtual pipeline stage, pp*vpp entries in model "
-        "order (virtual stage = chunk*pp + stage), summing to num_layers; the embedding stays on the first, the "
-        "loss on the last (Megatron-Core --pipeline-model-parallel-layout). None: even, or Megatron's split "
-        "counting embedding and loss as layers")
-
-    @model_validator(mode="after")
-    def _check(self) -> Layout:
-        if sorted(self.placement) != sorted(DEFAULT_PLACEMENT):
-            raise ValueError(f"placement must order exactly {', '.join(DEFAULT_PLACEMENT)}")
-        if self.stage_layers is not None:
-            if len(self.stage_layers) != self.pp * self.vpp:
-                raise ValueError(f"stage_layers has {len(self.stage_layers)} entries, pp*vpp = {self.pp * self.vpp}")
-            if any(n < 0 for n in self.stage_layers):
-                raise ValueError("stage_layers entries must be >= 0")
-        return self
-
-    @property
-    def model_parallel(self) -> int:
-        return self.tp * self.cp * self.pp
 
 
 class TrainingSpec(BaseModel):

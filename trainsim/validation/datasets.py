@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from trainsim.cost_models.collectives import busbw_factor
 from trainsim.data import validation_path
 from trainsim.specs import SpecError
 from trainsim.specs.errors import did_you_mean
@@ -37,7 +38,7 @@ from trainsim.validation.external_tables import EXTERNAL_DATASETS, external_tabl
 from trainsim.validation.korthikanti import korthikanti_model_flops, load_korthikanti
 from trainsim.validation.memory_runs import load_memory
 from trainsim.validation.mosaic import load_mosaic, mosaic_flops_per_seq, mosaic_peak_flops
-from trainsim.validation.nccl_runs import busbw_factor, load_nccl
+from trainsim.validation.nccl_runs import load_nccl
 from trainsim.validation.nemo import load_nemo, nemo_llama_flops_per_token
 from trainsim.validation.zero_bubble import load_zero_bubble
 
@@ -98,6 +99,7 @@ DATASETS: dict[str, Callable[[], Dataset]] = {
 
 
 def dataset_names() -> list[str]:
+    """Names of the datasets ``validate --dataset`` knows (DATASETS)."""
     return list(DATASETS)
 
 

@@ -47,6 +47,7 @@ HOST_BOUND_RATIO = 0.9
 
 
 def lease_pairs_path() -> Path:
+    """The bundled CSV of host-bound pairs from the two leases (trainsim/data/host_lease_pairs.csv)."""
     return Path(str(resources.files("trainsim.data").joinpath(LEASE_PAIRS_NAME)))
 
 

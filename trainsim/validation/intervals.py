@@ -40,6 +40,7 @@ import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -53,15 +54,20 @@ from trainsim.validation.source_conformal import (
     source_summary,
 )
 
+if TYPE_CHECKING:
+    from trainsim.cost_models.profile import CalibrationProfile
+    from trainsim.specs import Scenario
+
 TABLE_NAME = "residual_quantiles.json"
 MIN_COVERAGE, MAX_COVERAGE = 0.5, 0.95  # beyond 95 % the stored 2.5 % / 97.5 % quantiles are extrapolation
 
 
 def table_path() -> Path:
+    """The bundled residual-quantile table (trainsim/data/residual_quantiles.json)."""
     return Path(str(resources.files("trainsim.data").joinpath(TABLE_NAME)))
 
 
-def scenario_features(scenario) -> dict[str, list[str]]:
+def scenario_features(scenario: Scenario) -> dict[str, list[str]]:
     """What a run exercises: GPU type, framework, parallel dimensions in use, model family."""
     lay, tr, m = scenario.layout, scenario.training, scenario.model
     dims = [d for d in ("tp", "pp", "cp", "ep") if getattr(lay, d) > 1]
@@ -89,6 +95,7 @@ def build_table(rows: list[tuple[str, float, dict[str, list[str]]]]) -> dict:
 
 
 def load_table(path: Path | None = None) -> dict:
+    """The residual-quantile table at ``path`` (default: table_path())."""
     return json.loads((path or table_path()).read_text(encoding="utf-8"))
 
 
@@ -144,8 +151,9 @@ def t_band(residuals: list[float], coverage: float) -> tuple[float, float]:
     return float(r.mean()) - half, float(r.mean()) + half
 
 
-def run_band(rc, scenario, coverage: float) -> tuple[float, float, str] | str:
-    """(ln lower, ln upper, basis) from a run calibration's leave-one-out residuals, or why it cannot give one."""
+def run_band(rc, scenario: Scenario, coverage: float) -> tuple[float, float, str] | str:
+    """(ln lower, ln upper, basis) from a run calibration's leave-one-out residuals, or why it cannot give
+    one."""
     loo = rc.loo_residuals()
     gpus = {r.gpu for r in rc.runs}
     if scenario.cluster.gpu.name not in gpus:
@@ -178,6 +186,7 @@ class Interval:
 
 
 def check_coverage(coverage: float) -> float:
+    """``coverage`` when it is finite and within [MIN_COVERAGE, MAX_COVERAGE]; a SpecError otherwise."""
     if not (math.isfinite(coverage) and MIN_COVERAGE <= coverage <= MAX_COVERAGE):
         raise SpecError("coverage", f"must be between {MIN_COVERAGE} and {MAX_COVERAGE}, got {coverage}")
     return coverage
@@ -199,7 +208,8 @@ def host_widening(lo: float, hi: float, step_s: float, host_idle_s: float, host_
     return lo, hi, [why]
 
 
-def interval_for(step_s: float, tokens_per_s: float, mfu: float, scenario, profile=None, coverage: float = 0.8,
+def interval_for(step_s: float, tokens_per_s: float, mfu: float, scenario: Scenario,
+                 profile: CalibrationProfile | None = None, coverage: float = 0.8,
                  table: dict | None = None, breakdown: dict[str, float] | None = None) -> Interval:
     """The interval of one prediction (module docstring). ``profile`` may hold a run calibration; ``breakdown`` is
     the prediction's (``Prediction.breakdown_s``), whose GPU idle waiting for the host (``host_idle``) and host issue

@@ -36,6 +36,7 @@ def step_time_of(case: Case, metric: str) -> float:
 
 
 def run_of_case(case: Case, dataset: Dataset, source: str) -> MeasuredRun:
+    """A validation case as a MeasuredRun of ``source``: its scenario and measured step time."""
     return MeasuredRun(name=case.row_id, source=source, scenario=case.scenario,
                        step_time_s=step_time_of(case, dataset.metric))
 

@@ -188,19 +188,9 @@ def offload(r: dict) -> tuple[bool, bool]:
     return OFFLOAD[t]
 
 
-def scenario_mapping(r: dict) -> dict:
-    """The scenario mapping of a memory row: every setting from its own columns (no year-based defaults)."""
-    gpus, mbs, gbs = (common_runs.whole(r, k) for k in ("num_gpus", "micro_batch", "global_batch_seqs"))
-    if None in (gpus, mbs, gbs):
-        raise SpecError("num_gpus/micro_batch/global_batch_seqs", "each must be stated")
-    tp, pp, cp, ep = (common_runs.degree(r, k) for k in ("tp", "pp", "cp", "ep"))
-    vpp = common_runs.degree(r, "vp_interleave")
-    zero, dist_opt = common_runs.zero_stage(r)
-    off_opt, off_params = offload(r)
-    model = common_runs.model_mapping(r)
-    model["tie_embeddings"] = yes_no(r, "tied_embeddings")
-    if (r.get("embedding_norm") or "").strip():
-        model["embedding_norm"] = yes_no(r, "embedding_norm")
+def _cluster_mapping(r: dict, gpus: int) -> dict:
+    """The row's cluster (common_runs.cluster_mapping), its GPU's memory set from ``gpu_memory_gib`` where
+    stated."""
     cluster = common_runs.cluster_mapping(r, gpus)
     cap = num(r.get("gpu_memory_gib"))
     if cap is not None:
@@ -209,20 +199,13 @@ def scenario_mapping(r: dict) -> dict:
         gpu = cluster["gpu"]  # a preset's GPU by name (e.g. dgx-a100 with a100-40gb) or its mapping
         gpu = load_gpu(gpu).model_dump() if isinstance(gpu, str) else gpu
         cluster["gpu"] = {**gpu, "memory_bytes": int(cap * GiB)}
-    training = {"seq_len": common_runs.whole(r, "seq_len"), "global_batch": gbs, "micro_batch": mbs,
-                "dtype": common_runs.precision(r), "recompute": common_runs.recompute(r), "zero": zero,
-                "schedule": common_runs.schedule(r, vpp), "flash_attention": yes_no(r, "flash_attention"),
-                "dropout": yes_no(r, "dropout"), "framework": (r.get("framework") or "").strip(),
-                "offload_optimizer": off_opt, "offload_params": off_params}
-    if dist_opt:
-        training["distributed_optimizer"] = True
-    if common_runs.recompute_modules(r):  # torchtitan's per-op SAC (common_runs.TORCHTITAN_OP_SAC)
-        training["recompute_modules"] = common_runs.recompute_modules(r)
-    training.update(common_runs.float8_settings(r))  # torchao's float8 all-gather (specs/fp8_library.py)
-    if FSDP2_RS_STREAM_INPUT.search(r.get("zero_or_sharding") or ""):
-        training["fsdp_reduce_scatter_input"] = "reduce_scatter_stream"
-    if FSDP2_ROOT_AND_LAST_BLOCK.search(r.get("zero_or_sharding") or ""):
-        training["fsdp_unsharded_after_forward"] = "root_and_last_block"
+    return cluster
+
+
+def _stated_training(r: dict, tp: int) -> dict:
+    """The training settings only some memory rows state: gradient bytes, CUDA context, cross-entropy,
+    compile, block code, softmax precision and saved input, sequence parallelism (with tp > 1)."""
+    training: dict = {}
     grad_bytes = common_runs.whole(r, "grad_bytes")
     if grad_bytes is not None:
         training["grad_dtype_bytes"] = grad_bytes
@@ -240,12 +223,43 @@ def scenario_mapping(r: dict) -> dict:
         training["compile"] = yes_no(r, "compile")
     if common_runs.stated(r, "block_code"):
         training["block_code"] = r["block_code"].strip()
-    if (r.get("attention_softmax_fp32") or "").strip():
-        training["attention_softmax_fp32"] = yes_no(r, "attention_softmax_fp32")
-    if (r.get("softmax_backward_keeps_input") or "").strip():
-        training["softmax_backward_keeps_input"] = yes_no(r, "softmax_backward_keeps_input")
+    for flag in ("attention_softmax_fp32", "softmax_backward_keeps_input"):
+        if (r.get(flag) or "").strip():
+            training[flag] = yes_no(r, flag)
     if tp > 1 and common_runs.stated(r, "sequence_parallel") and yes_no(r, "sequence_parallel"):
         training["sequence_parallel"] = True
+    return training
+
+
+def scenario_mapping(r: dict) -> dict:
+    """The scenario mapping of a memory row: every setting from its own columns (no year-based defaults)."""
+    gpus, mbs, gbs = (common_runs.whole(r, k) for k in ("num_gpus", "micro_batch", "global_batch_seqs"))
+    if None in (gpus, mbs, gbs):
+        raise SpecError("num_gpus/micro_batch/global_batch_seqs", "each must be stated")
+    tp, pp, cp, ep = (common_runs.degree(r, k) for k in ("tp", "pp", "cp", "ep"))
+    vpp = common_runs.degree(r, "vp_interleave")
+    zero, dist_opt = common_runs.zero_stage(r)
+    off_opt, off_params = offload(r)
+    model = common_runs.model_mapping(r)
+    model["tie_embeddings"] = yes_no(r, "tied_embeddings")
+    if (r.get("embedding_norm") or "").strip():
+        model["embedding_norm"] = yes_no(r, "embedding_norm")
+    cluster = _cluster_mapping(r, gpus)
+    training = {"seq_len": common_runs.whole(r, "seq_len"), "global_batch": gbs, "micro_batch": mbs,
+                "dtype": common_runs.precision(r), "recompute": common_runs.recompute(r), "zero": zero,
+                "schedule": common_runs.schedule(r, vpp), "flash_attention": yes_no(r, "flash_attention"),
+                "dropout": yes_no(r, "dropout"), "framework": (r.get("framework") or "").strip(),
+                "offload_optimizer": off_opt, "offload_params": off_params}
+    if dist_opt:
+        training["distributed_optimizer"] = True
+    if common_runs.recompute_modules(r):  # torchtitan's per-op SAC (common_runs.TORCHTITAN_OP_SAC)
+        training["recompute_modules"] = common_runs.recompute_modules(r)
+    training.update(common_runs.float8_settings(r))  # torchao's float8 all-gather (specs/fp8_library.py)
+    if FSDP2_RS_STREAM_INPUT.search(r.get("zero_or_sharding") or ""):
+        training["fsdp_reduce_scatter_input"] = "reduce_scatter_stream"
+    if FSDP2_ROOT_AND_LAST_BLOCK.search(r.get("zero_or_sharding") or ""):
+        training["fsdp_unsharded_after_forward"] = "root_and_last_block"
+    training.update(_stated_training(r, tp))
     layout = {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp}
     dp = common_runs.whole(r, "dp")
     if dp is not None:

@@ -1,5 +1,5 @@
 """nccl-tests bus bandwidth curves as validation cases, predicted with the collective cost model; the one formula
-of the source's metric (``busbw_factor``) is nccl-tests' own."""
+of the source's metric (``cost_models.collectives.busbw_factor``) is nccl-tests' own."""
 
 from __future__ import annotations
 
@@ -47,15 +47,6 @@ def nccl_forced_algos() -> Mapping[str, str | None]:
 
 _OPS = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
         "alltoall": "all_to_all", "broadcast": "broadcast", "reduce": "reduce"}
-
-
-def busbw_factor(op: str, n: int) -> float:
-    """nccl-tests busbw / algbw: 2(n-1)/n for all-reduce, (n-1)/n for all-gather/reduce-scatter, 1 otherwise."""
-    if op == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (n - 1) / n
-    return 1.0
 
 
 _NOTES = (

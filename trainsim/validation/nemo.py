@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainsim.specs import load_cluster, load_model
 from trainsim.validation.cases import Case, Dataset, read_rows, scenario_or_skip
@@ -39,6 +40,9 @@ from trainsim.validation.nemo_recipes import (
     nemo_systems,
     nemo_unmodelled,
 )
+
+if TYPE_CHECKING:
+    from trainsim.specs import ModelSpec
 
 NEMO_CITATION = ("NVIDIA NeMo Megatron-Bridge performance summaries (docs/performance-summary.md and "
                  "performance-summary-archive.md, containers 25.09-26.08; NVIDIA-NeMo/Megatron-Bridge) -- "
@@ -239,7 +243,7 @@ NEMO_NOTES = (
 )
 
 
-def nemo_llama_flops_per_token(model, seq: int) -> float:
+def nemo_llama_flops_per_token(model: ModelSpec, seq: int) -> float:
     """NeMo's model FLOPs per token of a Llama (GQA, SwiGLU) step: 3 x 2 x (QKV + causal attention + out
     projection + gated MLP) per layer + the logits (NeMo flops_formulas llama3: recompute not counted)."""
     h, L, f, V = model.hidden, model.num_layers, model.ffn, model.vocab_size

@@ -113,6 +113,7 @@ def measure(rows: list[tuple[str, float, dict]], sources: dict[str, dict]) -> di
 
 
 def scale_of(block: dict, group: str, coverage: float) -> float:
+    """The band scale of ``group`` at ``coverage``, interpolated between the block's coverage levels."""
     return float(np.interp(coverage, block["coverages"], block["groups"][group]["scale"]))
 
 

@@ -5,11 +5,16 @@ predicted less reliably (or that nothing validated resembles) ranks lower under 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from trainsim.simulator.search_space import to_scenario
 from trainsim.validation.intervals import Interval, interval_for
 
+if TYPE_CHECKING:
+    from trainsim.cost_models.profile import CalibrationProfile
 
-def bands(result, profile) -> dict[tuple, Interval]:
+
+def bands(result, profile: CalibrationProfile | None) -> dict[tuple, Interval]:
     """Candidate key -> 80 % interval of every fitting row."""
     req = result.request
     out = {}
@@ -24,7 +29,7 @@ def bands(result, profile) -> dict[tuple, Interval]:
     return out
 
 
-def rank(result, rank_by: str, profile) -> dict[tuple, Interval]:
+def rank(result, rank_by: str, profile: CalibrationProfile | None) -> dict[tuple, Interval]:
     """Intervals of the rows; with p90, ``result.rows`` re-sorted by time to train (or cost) at the p90 step."""
     ivs = bands(result, profile)
     if rank_by == "p90":
@@ -38,6 +43,7 @@ def rank(result, rank_by: str, profile) -> dict[tuple, Interval]:
 
 
 def row_json(d: dict, iv: Interval | None) -> dict:
+    """A plan row's JSON with its interval (p90 step, interval, basis, reasons); unchanged without one."""
     if iv is None:
         return d
     return {**d, "step_time_p90_s": iv.step_time_s[1], "step_time_interval_s": list(iv.step_time_s),

@@ -31,6 +31,8 @@ ATOL = {"s": 1e-9, "frac": 1e-9, "bytes": 1.0, "tok/s": 1e-6, "TFLOP/s": 1e-9}
 
 @dataclass(frozen=True)
 class Drift:
+    """One metric of one scenario whose current value differs from the baseline beyond the tolerance."""
+
     scenario: str
     metric: str
     baseline: Any
@@ -38,6 +40,7 @@ class Drift:
 
     @property
     def change_pct(self) -> float | None:
+        """The change in percent of the baseline (None for a non-numeric metric)."""
         b, c = self.baseline, self.current
         if isinstance(b, bool) or isinstance(c, bool) or not isinstance(b, (int, float)) or not isinstance(c, (int, float)):
             return None
@@ -48,6 +51,8 @@ class Drift:
 
 @dataclass
 class Comparison:
+    """Predictions against a baseline: the drifts, the scenarios added and removed, and what was compared."""
+
     drifts: list[Drift]
     added: list[str]
     removed: list[str]
@@ -56,15 +61,11 @@ class Comparison:
 
     @property
     def ok(self) -> bool:
+        """No drift and the same scenarios as the baseline."""
         return not (self.drifts or self.added or self.removed)
 
 
 # --- suites -------------------------------------------------------------------------------------
-
-def default_suite() -> Path:
-    """The repository's examples/ directory (where `trainsim regress` runs in CI)."""
-    return Path("examples")
-
 
 def suite_paths(suite: str | os.PathLike) -> list[tuple[str, Path]]:
     """(name, path) of every scenario in a suite; names are paths relative to the suite's directory."""
@@ -142,6 +143,7 @@ def snapshot(scenarios: Iterable[tuple[str, Scenario]], predict_fn: Callable[[Sc
 
 
 def load_baseline(path: str | os.PathLike) -> dict[str, Any]:
+    """A regress baseline, checked: its kind and every scenario's metrics; SpecError otherwise."""
     p = Path(path)
     if not p.is_file():
         raise SpecError("baseline", f"no such file: {p} (create it with --update)")
@@ -160,6 +162,7 @@ def load_baseline(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def save_baseline(doc: dict[str, Any], path: str | os.PathLike) -> None:
+    """Write a baseline as sorted, indented JSON, atomically."""
     write_atomic(path, json.dumps(doc, indent=2, sort_keys=True) + "\n", "baseline")
 
 

@@ -72,10 +72,12 @@ def read_lines(path: Path) -> list[str]:
 
 
 def is_megatron_log(lines: list[str]) -> bool:
+    """Whether log lines are Megatron-LM's (its arguments block or iteration lines)."""
     return any(ARGS_START.match(ln) or MEGATRON_ITER.search(ln) for ln in lines)
 
 
 def is_torchtitan_log(lines: list[str]) -> bool:
+    """Whether log lines are torchtitan's (``step: N ... tps:`` lines)."""
     return any(re.search(r"\bstep:\s*\d+\s.*\btps:", ln) for ln in lines)
 
 
@@ -194,6 +196,8 @@ def megatron_model(a: _Args, lines: list[str]) -> dict:
 
 
 def megatron_recompute(a: _Args, layers_per_stage: int) -> str:
+    """The recompute mode a Megatron-LM run's arguments state: none, selective, or full over every layer of a
+    stage (block recompute of fewer is refused)."""
     gran = a.raw("recompute_granularity")
     if gran is None:
         return "none"
@@ -261,6 +265,8 @@ def megatron_step(path: Path, lines: list[str], gbs: int) -> tuple[float, int]:
 
 
 def megatron_run(path: Path, cluster: str | None) -> MeasuredRun:
+    """A MeasuredRun from a Megatron-LM log: the scenario from its arguments block, the step time from its
+    iteration lines."""
     lines = read_lines(path)
     args, where = megatron_args(path, lines)
     a = _Args(path, args, where)

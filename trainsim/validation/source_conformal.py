@@ -32,6 +32,7 @@ PS = np.array([0.0, *LEVELS, 1.0])
 
 
 def source_knots(src: dict) -> np.ndarray:
+    """A source's residual quantiles with its min and max: the knots at levels PS."""
     return np.array([src["min"], *src["quantiles"], src["max"]])
 
 
@@ -63,6 +64,7 @@ def mixture_quantile(sources: list[dict], p: float) -> float:
 
 
 def source_quantile(src: dict, p: float) -> float:
+    """A source's residual quantile at level ``p``, interpolated between its knots."""
     return float(np.interp(p, PS, source_knots(src)))
 
 

@@ -30,6 +30,7 @@ STEP = re.compile(r"\bstep:\s*(\d+)\s.*?\btps:\s*([^\s]+)")
 
 
 def read_toml(path: Path) -> dict:
+    """A torchtitan TOML config; SpecError when it is missing, unreadable or not TOML."""
     if not path.is_file():
         raise SpecError(str(path), "no such file")
     try:
@@ -91,7 +92,8 @@ def mesh_of_log(path: Path, lines: list[str]) -> tuple[int, dict[str, int], int]
 
 
 def check_log_matches(cfg: dict, toml: Path, log: Path, lines: list[str], deg: dict[str, int]) -> None:
-    """The log's mesh, batch line and model line against the TOML; SpecError naming the log line on a mismatch."""
+    """The log's mesh, batch line and model line against the TOML; SpecError naming the log line on a
+    mismatch."""
     mesh = mesh_of_log(log, lines)
     if mesh is not None:
         line, dims, _ = mesh
@@ -189,6 +191,8 @@ def _cp_rotate(cfg: dict, toml: Path) -> str:
 
 
 def titan_run(log: Path, toml: Path, cluster: str | None) -> MeasuredRun:
+    """A MeasuredRun from a torchtitan log and its TOML config, checked against each other (degrees, device
+    mesh)."""
     lines = read_lines(log)
     cfg = read_toml(toml)
     mesh = mesh_of_log(log, lines)

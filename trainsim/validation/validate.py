@@ -14,12 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from trainsim.cost_models.collectives import collective_time, single_thread_issue_s
+from trainsim.cost_models.collectives import busbw_factor, collective_time, single_thread_issue_s
 from trainsim.simulator.predict import predict
 from trainsim.specs import Scenario, SpecError
 from trainsim.topologies import group_of_ranks
 from trainsim.validation.cases import Case, CollectiveCase, Dataset
-from trainsim.validation.nccl_runs import busbw_factor
 from trainsim.validation.structure import (
     fit_regimes,
     leverage_by_tp,
@@ -31,6 +30,8 @@ from trainsim.validation.structure import (
 
 
 class PredictionLike(Protocol):
+    """What validate reads from a prediction."""
+
     step_time_s: float
     tokens_per_s: float
 
@@ -98,6 +99,8 @@ class Bias:
 
 @dataclass
 class ValidationReport:
+    """One dataset's rows, predicted against published, with the compared rows' MAPE and worst row."""
+
     dataset: Dataset
     rows: list[RowResult]
 
