@@ -1,0 +1,48 @@
+"""Newer scenario fields read silently as something the named framework or model does not run.
+
+``host_issue: compile`` under Megatron or DeepSpeed was costed as torch.compile's fused kernel issue (a
+host-bound small model's step fell 3.5x) while ``compile: true`` -- the same request -- is refused there."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import assert_refused, run_cli
+
+SMALL = ("{name: tl, num_layers: 8, hidden: 512, num_heads: 8, ffn_hidden: 1408, vocab_size: 32000, max_seq_len: 256, "
+         "activation: swiglu, norm: rmsnorm, position_embedding: rope, bias: false, tie_embeddings: false}")
+
+
+def _scenario(tmp_path, training: str, model: str = SMALL):
+    f = tmp_path / "s.yaml"
+    f.write_text(f"model: {model}\ncluster: dgx-h100\ngpus: 8\ntraining: {{seq_len: 256, global_batch: 8, {training}}}\n")
+    return f
+
+
+@pytest.mark.parametrize("framework", ["megatron", "megatron-2021", "megatron-deepspeed", "deepspeed",
+                                       "deepspeed-2023"])
+def test_compiled_host_issue_outside_a_torch_loop_is_refused(tmp_path, framework):
+    f = _scenario(tmp_path, f"framework: {framework}, host_issue: compile")
+    for cmd in ("predict", "plan"):
+        r = run_cli([cmd, f])
+        assert_refused(r, "training.host_issue")
+        assert f"framework {framework}" in r.err
+    f = _scenario(tmp_path, f"framework: {framework}, compile: true")
+    assert_refused(run_cli(["predict", f]), "training.compile")
+
+
+@pytest.mark.parametrize("framework", ["torch", "pytorch-fsdp"])
+def test_compiled_host_issue_in_a_torch_loop_is_compile_true(tmp_path, framework):
+    steps = []
+    for training in (f"framework: {framework}, host_issue: compile", f"framework: {framework}, compile: true",
+                     f"framework: {framework}"):
+        r = run_cli(["predict", _scenario(tmp_path, training), "--json"])
+        assert r.code == 0, r.err
+        steps.append(json.loads(r.out)["step_time_s"])
+    assert steps[0] == steps[1] < steps[2]
+
+
+def test_cuda_graphs_stay_open_to_megatron(tmp_path):
+    r = run_cli(["predict", _scenario(tmp_path, "framework: megatron, host_issue: cuda_graphs"), "--json"])
+    assert r.code == 0, r.err
