@@ -1,0 +1,56 @@
+"""Model fields accepted and then ignored, and Hugging Face switches read by their truth.
+
+``moe_ffn_hidden`` on a dense model and the ``mamba_*`` dimensions on a model without Mamba layers changed nothing
+(a model file meant as MoE or hybrid was costed as the dense transformer without a word); a config.json switch
+written as a string -- ``"tie_word_embeddings": "false"`` -- was true (an output head of V x h parameters
+dropped), ``"bias": "false"`` on Falcon added biases."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import REPO, assert_refused, run_cli
+
+HF = REPO / "tests" / "data" / "hf"
+
+
+@pytest.mark.parametrize("override, named", [
+    ("moe_ffn_hidden: 1024", "moe_ffn_hidden"),
+    ("mamba_state_dim: 64", "mamba_state_dim"),
+    ("mamba_heads: 4", "mamba_heads"),
+    ("mamba_expand: 4, mamba_chunk_size: 64", "mamba_expand, mamba_chunk_size"),
+])
+def test_a_field_of_an_absent_layer_kind_is_refused(tmp_path, override, named):
+    f = tmp_path / "s.yaml"
+    f.write_text(f"model: {{preset: llama3-8b, {override}}}\ncluster: dgx-h100\ngpus: 8\n"
+                 "training: {seq_len: 4096, global_batch: 8}\n")
+    r = run_cli(["predict", f, "--fast"])
+    assert_refused(r, "model")
+    assert named in r.err
+
+
+def test_moe_and_hybrid_presets_keep_their_fields():
+    for preset in ("mixtral-8x7b", "deepseek-v3", "nemotron-h-8b"):
+        r = run_cli(["predict", "--model", preset, "--cluster", "dgx-h100", "--gpus", "64", "--global-batch", "64",
+                     "--seq-len", "4096", "--fast"])
+        assert "moe_ffn_hidden" not in r.err and "mamba" not in r.err, (preset, r.err)
+
+
+@pytest.mark.parametrize("config, key, value", [
+    ("llama3-8b-config.json", "tie_word_embeddings", "false"),
+    ("llama3-8b-config.json", "tie_word_embeddings", 0),
+    ("llama3-8b-config.json", "attention_bias", "false"),
+    ("gpt2-config.json", "add_cross_attention", "no"),
+    ("qwen2-7b-config.json", "use_sliding_window", 0.0),
+])
+def test_a_hugging_face_switch_that_is_not_a_boolean_is_refused(tmp_path, config, key, value):
+    cfg = json.loads((HF / config).read_text())
+    cfg[key] = value
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(cfg))
+    assert_refused(run_cli(["predict", "--model", f, "--cluster", "dgx-h100", "--fast"]), f"model.{key}")
+    cfg[key] = False
+    f.write_text(json.dumps(cfg))
+    r = run_cli(["predict", "--model", f, "--cluster", "dgx-h100", "--fast"])
+    assert f"model.{key}" not in r.err, r.err
