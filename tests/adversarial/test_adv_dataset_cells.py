@@ -55,3 +55,22 @@ def test_an_unstated_or_plainly_written_cell_is_read_as_before(tmp_path, column,
     r = run_cli(["validate", "--dataset", _table(tmp_path, column, value)[0], "--json"])
     assert r.code == base.code == 0, r.err
     assert [x["predicted"] for x in json.loads(r.out)["rows"]] == [x["predicted"] for x in json.loads(base.out)["rows"]]
+
+
+@pytest.mark.parametrize("value, said", [("sc21_t1_2", "at row 3 repeats row 2"), ("", "empty row_id"),
+                                         ("  ", "empty row_id")])
+def test_a_row_id_given_twice_or_empty_is_refused(tmp_path, value, said):
+    """Rows are told apart by row_id (validate's rows and skips, calibrate's fitted runs): a repeated or empty one
+    was accepted, two results under one name."""
+    f, _ = _table(tmp_path, "row_id", value)  # the first row takes the second row's id, or none
+    for argv in (["validate", "--dataset", f], ["calibrate", "--from-runs", f, "--out", tmp_path / "p.json"]):
+        r = run_cli(argv)
+        assert r.code == 2 and len(r.err_lines) == 1 and said in r.err and "dataset" in r.err, r.err
+
+
+def test_a_cluster_for_csv_runs_only_is_refused(tmp_path):
+    """--cluster names the GPU of log files; with CSV runs only it was ignored without a word."""
+    f, _ = _table(tmp_path, "description", "same")
+    r = run_cli(["calibrate", "--from-runs", f, "--cluster", "dgx-h100", "--no-loo", "--out", tmp_path / "p.json"])
+    assert r.code == 2 and len(r.err_lines) == 1 and r.err.startswith("error: cluster:"), r.err
+    assert run_cli(["calibrate", "--from-runs", f, "--no-loo", "--out", tmp_path / "p.json"]).code == 0
