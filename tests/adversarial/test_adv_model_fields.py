@@ -54,3 +54,21 @@ def test_a_hugging_face_switch_that_is_not_a_boolean_is_refused(tmp_path, config
     f.write_text(json.dumps(cfg))
     r = run_cli(["predict", "--model", f, "--cluster", "dgx-h100", "--fast"])
     assert f"model.{key}" not in r.err, r.err
+
+
+@pytest.mark.parametrize("cluster, field", [
+    ("{preset: dgx-h100, gpu: {memory_bytes: 80}}", "cluster.gpu.memory_bytes"),          # 80 for 80 GiB
+    ("{preset: dgx-h100, gpu: {preset: h200, memory_bytes: 141}}", "cluster.gpu.memory_bytes"),
+    ("{preset: dgx-h100, host_memory_bytes: 2}", "cluster.host_memory_bytes"),             # 2 for 2 TB
+    ("{preset: dgx-h100, scale_up: {kind: pcie}}", "cluster.scale_up"),                    # the preset's nvls: true
+    ("{preset: dgx-a100, scale_up: {nvls: true, kind: nvlink}}", "cluster.scale_up"),
+])
+def test_a_cluster_figure_off_by_its_unit_or_a_switch_without_its_fabric_is_refused(tmp_path, cluster, field):
+    """A GPU of 80 bytes was costed (every layout out of memory), and NVLink SHARP on PCIe or direct NVLink was
+    accepted and silently dropped (topologies/fabric.py needs an NVSwitch)."""
+    f = tmp_path / "s.yaml"
+    f.write_text(f"model: llama3-8b\ncluster: {cluster}\ngpus: 16\ntraining: {{seq_len: 4096, global_batch: 32}}\n")
+    assert_refused(run_cli(["predict", f, "--fast"]), field)
+    f.write_text(f.read_text().replace("kind: pcie}", "kind: pcie, nvls: false}"))
+    if "kind: pcie" in cluster:
+        assert run_cli(["predict", f, "--fast"]).code == 0
