@@ -46,3 +46,16 @@ def test_compiled_host_issue_in_a_torch_loop_is_compile_true(tmp_path, framework
 def test_cuda_graphs_stay_open_to_megatron(tmp_path):
     r = run_cli(["predict", _scenario(tmp_path, "framework: megatron, host_issue: cuda_graphs"), "--json"])
     assert r.code == 0, r.err
+
+
+@pytest.mark.parametrize("pools", ["[{node: dgx-h100, nodes: 1}, {node: dgx-a100, nodes: 1}]",
+                                   "[{node: dgx-a100, nodes: 1}, {node: dgx-h100, nodes: 1}]",
+                                   "[{node: dgx-h100, nodes: 1}, {gpu: h200, nodes: 1}]"])
+def test_collective_on_a_mixed_cluster_is_refused(tmp_path, pools):
+    """`trainsim collective` prices one fabric: on pools it priced the first pool's alone (an H100 + A100 group
+    got the H100 figure, the same pools in the other order the A100's)."""
+    f = tmp_path / "c.yaml"
+    f.write_text(f"preset: dgx-h100\npools: {pools}\n")
+    assert_refused(run_cli(["collective", "--cluster", f, "--gpus", "16", "--sizes", "1G"]), "cluster.pools")
+    f.write_text("preset: dgx-h100\n")
+    assert run_cli(["collective", "--cluster", f, "--gpus", "16", "--sizes", "1G"]).code == 0
