@@ -59,3 +59,15 @@ def test_collective_on_a_mixed_cluster_is_refused(tmp_path, pools):
     assert_refused(run_cli(["collective", "--cluster", f, "--gpus", "16", "--sizes", "1G"]), "cluster.pools")
     f.write_text("preset: dgx-h100\n")
     assert run_cli(["collective", "--cluster", f, "--gpus", "16", "--sizes", "1G"]).code == 0
+
+
+@pytest.mark.parametrize("line, field", [("name: [1, 2]", "name"), ("name: {a: 1}", "name"), ("name: 2024", "name"),
+                                         ("name: null", "name"), ("description: [draft]", "description")])
+def test_a_scenario_name_that_is_not_text_is_refused(tmp_path, line, field):
+    """The scenario's name was str() of whatever the file held: '[1, 2]', "{'a': 1}", 'None' in every output."""
+    f = tmp_path / "s.yaml"
+    f.write_text(f"{line}\nmodel: tiny-gpt\ncluster: cpu-host\ngpus: 1\ntraining: {{seq_len: 128, global_batch: 8}}\n")
+    assert_refused(run_cli(["predict", f, "--fast"]), f"{field}: must be a string")
+    f.write_text(f.read_text().replace(line, "name: '2024'\ndescription: a draft"))
+    r = run_cli(["predict", f, "--fast", "--json"])
+    assert r.code == 0 and json.loads(r.out)["scenario"] == "2024", r.err
