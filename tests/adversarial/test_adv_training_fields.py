@@ -71,3 +71,11 @@ def test_a_scenario_name_that_is_not_text_is_refused(tmp_path, line, field):
     f.write_text(f.read_text().replace(line, "name: '2024'\ndescription: a draft"))
     r = run_cli(["predict", f, "--fast", "--json"])
     assert r.code == 0 and json.loads(r.out)["scenario"] == "2024", r.err
+
+
+@pytest.mark.parametrize("name", ["[1]", "{a: 1}", "5", "true"])
+def test_a_pool_name_that_is_not_text_is_refused(tmp_path, name):
+    f = tmp_path / "s.yaml"
+    f.write_text(f"model: llama3-8b\ncluster: {{preset: dgx-h100, pools: [{{node: dgx-a100, nodes: 1, name: {name}}}, "
+                 "{node: dgx-h100, nodes: 1}]}\ntraining: {seq_len: 4096, global_batch: 16}\nlayout: {tp: 8, pp: 2}\n")
+    assert_refused(run_cli(["predict", f, "--fast"]), "cluster.pools[0].name: must be a string")

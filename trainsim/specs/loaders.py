@@ -199,6 +199,8 @@ def _pool(entry: Any, i: int, base: Mapping) -> dict:
     if unknown:
         key = min(unknown)
         raise SpecError(f"{field}.{key}", f"unknown key{did_you_mean(key, sorted(POOL_KEYS))}")
+    if entry.get("name") is not None and not isinstance(entry["name"], str):  # else its repr named the pool
+        raise SpecError(f"{field}.name", f"must be a string, got {entry['name']!r}")
     resolved = all(entry.get(k) is not None for k in ("gpu", "scale_up", "scale_out"))  # a loaded pool, dumped
     if not resolved and (entry.get("node") is not None) == (entry.get("gpu") is not None):
         raise SpecError(field, "give either node (a cluster preset: a node type) or gpu (a GPU preset on the "
