@@ -50,3 +50,47 @@ def test_the_profile_as_written_still_loads(tmp_path):
     p.write_text(json.dumps(d))
     r = run_cli([*ARGV, p])
     assert r.code == 0, r.err
+
+
+MEGATRON_LOG = REPO / "tests" / "data" / "runs" / "megatron_gpt1p3b_8xa100.log"
+A100 = ["predict", "--model", "llama3-8b", "--cluster", "dgx-a100", "--gpus", "8", "--global-batch", "64",
+        "--seq-len", "2048", "--fast", "--json", "--calibration"]
+
+
+@pytest.fixture(scope="module")
+def run_profile(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("rc") / "rc.json"
+    r = run_cli(["calibrate", "--from-runs", MEGATRON_LOG, "--cluster", "dgx-a100", "--no-loo", "--out", out])
+    assert r.code == 0, r.err
+    return json.loads(out.read_text())
+
+
+@pytest.mark.parametrize("index, key, value, said", [
+    (0, "value", 0.0, "must be > 0"),                 # a ValidationError traceback out of the scaled cluster
+    (0, "value", -1.0, "must be > 0"),
+    (0, "value", 1e-9, "below the 1% floor"),         # the same traceback, one layer later
+    (1, "name", "scale_up_bandwidth", "unknown factor"),   # ignored
+    (1, "name", "compute", "unknown factor"),
+    (4, "value", -5.0, "step_overhead_s"),            # read as 0 s
+    (4, "value", 1e6, "step_overhead_s"),
+    (None, None, None, "given twice"),                # the first of the two ignored
+])
+def test_a_run_calibration_factor_that_cannot_apply_is_refused(tmp_path, run_profile, index, key, value, said):
+    d = copy.deepcopy(run_profile)
+    factors = d["run_calibration"]["factors"]
+    assert [f["name"] for f in factors][1:] == ["scale_up_bw", "scale_out_bw", "kernel_overhead", "step_overhead_s"]
+    if index is None:
+        factors.append(dict(factors[1]))
+    else:
+        factors[index][key] = value
+    p = tmp_path / "rc.json"
+    p.write_text(json.dumps(d))
+    r = run_cli([*A100, p])
+    assert_refused(r, "calibration.run_calibration")
+    assert said in r.err
+
+
+def test_the_fitted_run_calibration_applies(tmp_path, run_profile):
+    p = tmp_path / "rc.json"
+    p.write_text(json.dumps(run_profile))
+    assert run_cli([*A100, p]).code == 0
