@@ -107,3 +107,26 @@ def test_a_name_the_plot_font_lacks_prints_no_warnings(tmp_path):
                            str(tmp_path / "r")], check=False, capture_output=True, text=True, timeout=120,
                           cwd=REPO)
     assert proc.returncode == 0 and "Glyph" not in proc.stderr and "Warning" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("text, value", [("layout: {tp: 010}", "octal number 8"),
+                                         ("training: {seq_len: 4096, global_batch: 0100}", "octal number 64"),
+                                         ("training: {seq_len: 1:30, global_batch: 64}", "sexagesimal) number 90"),
+                                         ("training: {seq_len: 4096, global_batch: 64, dp_bucket_mb: 1:30.5}",
+                                          "sexagesimal) number 90.5")])
+def test_a_yaml_11_octal_or_base_60_number_is_refused(tmp_path, text, value):
+    """PyYAML reads YAML 1.1: tp: 010 was tp 8, global_batch: 0100 was 64, seq_len: 1:30 was 90 -- silently."""
+    f = tmp_path / "s.yaml"
+    f.write_text(f"model: llama3-8b\ncluster: dgx-h100\ngpus: 16\n{text}\n")
+    r = run_cli(["predict", f, "--fast"])
+    assert_refused(r, "scenario: ")
+    assert value in r.err and "line 4" in r.err
+
+
+def test_plain_hex_underscored_and_quoted_numbers_still_read(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("model: llama3-8b\ncluster: dgx-h100\ngpus: 0x10\nlayout: {tp: \"08\"}\n"
+                 "training: {seq_len: 4_096, global_batch: 64}\n")
+    r = run_cli(["predict", f, "--fast", "--json"])
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["layout"]["tp"] == 8 and json.loads(r.out)["layout"]["dp"] == 2

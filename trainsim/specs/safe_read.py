@@ -150,6 +150,29 @@ class StrictSafeLoader(yaml.SafeLoader):
             _refuse_duplicate_yaml_keys(self, node)
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_int(self, node):
+        _refuse_yaml11_number(node, super().construct_yaml_int(node))
+        return super().construct_yaml_int(node)
+
+    def construct_yaml_float(self, node):
+        _refuse_yaml11_number(node, super().construct_yaml_float(node))
+        return super().construct_yaml_float(node)
+
+
+StrictSafeLoader.add_constructor("tag:yaml.org,2002:int", StrictSafeLoader.construct_yaml_int)
+StrictSafeLoader.add_constructor("tag:yaml.org,2002:float", StrictSafeLoader.construct_yaml_float)
+_YAML11_OCTAL = re.compile(r"[-+]?0[0-7_]+")
+
+
+def _refuse_yaml11_number(node: yaml.ScalarNode, value: Any) -> None:
+    """YAML 1.1 (PyYAML) reads a leading zero as octal (``tp: 010`` is 8) and colons as base 60 (``seq_len: 1:30``
+    is 90): numbers no one writing a configuration means, read without a word. Refused; quoted, they are text."""
+    text = str(node.value)
+    if ":" in text or _YAML11_OCTAL.fullmatch(text):
+        kind = "base-60 (sexagesimal)" if ":" in text else "octal"
+        raise yaml.YAMLError(f"{text} at line {node.start_mark.line + 1} reads as the YAML 1.1 {kind} number "
+                             f"{value}: write the decimal number (or quote it)")
+
 
 def _check_expansion(root: yaml.Node) -> None:
     """Walk the composed graph as if every alias were expanded; stop once it exceeds MAX_EXPANDED_NODES
