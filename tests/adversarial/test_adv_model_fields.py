@@ -43,6 +43,7 @@ def test_moe_and_hybrid_presets_keep_their_fields():
     ("llama3-8b-config.json", "attention_bias", "false"),
     ("gpt2-config.json", "add_cross_attention", "no"),
     ("qwen2-7b-config.json", "use_sliding_window", 0.0),
+    ("llama3-8b-config.json", "_name_or_path", ["meta-llama/Meta-Llama-3-8B"]),   # named "['meta-llama/...']"
 ])
 def test_a_hugging_face_switch_that_is_not_a_boolean_is_refused(tmp_path, config, key, value):
     cfg = json.loads((HF / config).read_text())
@@ -50,7 +51,7 @@ def test_a_hugging_face_switch_that_is_not_a_boolean_is_refused(tmp_path, config
     f = tmp_path / "config.json"
     f.write_text(json.dumps(cfg))
     assert_refused(run_cli(["predict", "--model", f, "--cluster", "dgx-h100", "--fast"]), f"model.{key}")
-    cfg[key] = False
+    cfg[key] = False if key != "_name_or_path" else "meta-llama/Meta-Llama-3-8B"
     f.write_text(json.dumps(cfg))
     r = run_cli(["predict", "--model", f, "--cluster", "dgx-h100", "--fast"])
     assert f"model.{key}" not in r.err, r.err

@@ -209,8 +209,10 @@ def model_from_hf(d: Mapping, name: str = "hf-model") -> dict:
     if d.get("vocab_size") is None:
         raise SpecError("model", "Hugging Face config lacks vocab_size")
     activation = _activation(d, arch)
+    if not isinstance(_get(d, "_name_or_path", default=name), str):  # else its repr named the model
+        raise SpecError("model._name_or_path", f"must be a string, got {d['_name_or_path']!r}")
     out: dict[str, Any] = {
-        "name": str(_get(d, "_name_or_path", default=name)) or name,
+        "name": _get(d, "_name_or_path", default=name) or name,
         "num_layers": layers, "hidden": hidden, "num_heads": heads,
         "num_kv_heads": _get(d, "num_key_value_heads", default=heads),
         "ffn_hidden": _ffn_hidden(d, arch, hidden),
