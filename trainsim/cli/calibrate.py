@@ -127,29 +127,33 @@ def worker_args(args: argparse.Namespace, device: str) -> list[str]:
 
 
 # Flags that belong to one mode only: given in another, they would be silently ignored.
-IMPORT_ONLY = ("nccl_op", "nccl_group_size", "nccl_nodes", "nccl_prefer", "merge_into")
+IMPORT_ONLY = ("nccl_op", "nccl_group_size", "nccl_nodes", "nccl_prefer")
 SLURM_ONLY = ("nodes", "gpus_per_node", "partition", "account", "time")
 MEASURE_ONLY = ("nproc",)
-FROM_RUNS_ONLY = ("config", "cluster")
+# what the measuring worker reads (a measuring run's and an sbatch script's): nothing to act on elsewhere
+WORKER_FLAGS = ("quick", "dtype", "skip", "reps", "warmup", "peak_preset", "fit_min_bytes")
+FROM_RUNS_ONLY = ("config", "cluster", "no_loo")
 
 
 def _refuse_other_modes(args: argparse.Namespace) -> None:
-    mode = ("import_nccl_tests" if args.import_nccl_tests else "emit_slurm" if args.emit_slurm is not None
-            else "measure")
-    foreign = {"import_nccl_tests": SLURM_ONLY + MEASURE_ONLY, "emit_slurm": IMPORT_ONLY + MEASURE_ONLY,
-               "measure": IMPORT_ONLY + SLURM_ONLY}[mode] + FROM_RUNS_ONLY
-    given = [f"--{k.replace('_', '-')}" for k in foreign if getattr(args, k, None) is not None]
+    mode = ("from_runs" if args.from_runs else "import_nccl_tests" if args.import_nccl_tests
+            else "emit_slurm" if args.emit_slurm is not None else "measure")
+    foreign = {"import_nccl_tests": SLURM_ONLY + MEASURE_ONLY + WORKER_FLAGS + FROM_RUNS_ONLY,
+               "emit_slurm": IMPORT_ONLY + ("merge_into",) + MEASURE_ONLY + FROM_RUNS_ONLY,
+               "measure": IMPORT_ONLY + ("merge_into",) + SLURM_ONLY + FROM_RUNS_ONLY,
+               "from_runs": IMPORT_ONLY + SLURM_ONLY + MEASURE_ONLY + WORKER_FLAGS}[mode]
+    given = [f"--{k.replace('_', '-')}" for k in foreign if getattr(args, k, None) not in (None, False, "")]
     if given:
         where = {"import_nccl_tests": "--import-nccl-tests", "emit_slurm": "--emit-slurm",
-                 "measure": "a measuring run"}[mode]
+                 "measure": "a measuring run", "from_runs": "--from-runs"}[mode]
         raise SpecError(given[0].lstrip("-").replace("-", "_"), f"not used by {where} ({', '.join(given)} given)")
 
 
 def run(args: argparse.Namespace) -> int:
     out = _check_out(args.out)
+    _refuse_other_modes(args)
     if args.from_runs:
         return calibrate_runs.run_from_runs(args, out)
-    _refuse_other_modes(args)
     if args.import_nccl_tests:
         if args.device or args.emit_slurm is not None:
             raise SpecError("import_nccl_tests", "cannot be combined with --device or --emit-slurm")

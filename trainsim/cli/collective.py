@@ -64,7 +64,7 @@ def parse_sizes(text: str) -> list[int]:
             raise SpecError("sizes", f"range end {parts[1]} is below its start {parts[0]}")
         out, s = [], float(start)
         while s <= end * (1 + 1e-9):
-            out.append(int(round(s)))
+            out.append(round(s))
             if len(out) > MAX_ROWS:
                 raise SpecError("sizes", f"more than {MAX_ROWS} sizes; use a larger factor")
             s *= factor
@@ -130,6 +130,11 @@ def rows(op: str, cluster, gpus: int, sizes: list[int], algo: str | None = None,
 def run(args: argparse.Namespace) -> int:
     sizes = parse_sizes(args.sizes)
     base = load_cluster(args.cluster)
+    if base.pools:
+        # the table prices one fabric (the cluster's top-level one, which is the first pool's): a group over
+        # several node types would be priced as the first pool alone, whatever the others are
+        raise SpecError("cluster.pools", "collective prices one node type's fabric; give the cluster of one pool "
+                                         f"({', '.join(p.node or p.name for p in base.pools)}) without pools")
     gpus = args.gpus or base.gpus_per_node
     if gpus < 2:
         # A one-GPU group moves no data (the model prices it at 0 s, so algbw would be infinite).

@@ -106,6 +106,23 @@ def check_measured(measured: dict) -> None:
                     _positive(v, f"measured.{side}.per_stage[{i}].{key}", allow_zero=True)
 
 
+def check_measured_matches(measured: dict, scn) -> None:
+    """The executed run is the report's scenario: its world size and layout (as `execute --json` writes them)
+    equal the scenario's (a run of another layout or model was shown as this scenario's measurement)."""
+    lay = measured.get("layout") if isinstance(measured.get("layout"), dict) else {}
+    t, sl = scn.training, scn.layout
+    mine = {"tp": sl.tp, "pp": sl.pp, "dp": scn.dp, "cp": sl.cp, "vpp": sl.vpp, "micro_batch": t.micro_batch,
+            "num_microbatches": scn.num_microbatches, "schedule": t.schedule, "zero": t.effective_zero,
+            "recompute": t.recompute, "sequence_parallel": t.sequence_parallel}
+    theirs = {"world_size": measured.get("world_size"), **{k: lay.get(k) for k in mine}}
+    for key, want in {"world_size": scn.num_gpus, **mine}.items():
+        got = theirs[key]
+        if got is not None and (got != want or isinstance(got, bool) != isinstance(want, bool)):
+            where = "measured.world_size" if key == "world_size" else f"measured.layout.{key}"
+            raise SpecError(where, f"the executed run had {key} {got!r}, this report's scenario {want!r}: report "
+                                   "the scenario the run executed")
+
+
 def _positive(v, field: str, allow_none: bool = False, allow_zero: bool = False) -> None:
     if v is None and allow_none:
         return
@@ -141,6 +158,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         scn = scenario_from_args(args)
         tokens, price = args.tokens, args.price_per_gpu_hour
+    if measured is not None:
+        check_measured_matches(measured, scn)
     opts = ReportOptions(
         tokens=tokens, price_per_gpu_hour=price, profile_path=args.calibration,
         plan_top_k=args.top, run_plan=not args.no_plan, **_goodput_knobs(args, request),

@@ -150,6 +150,10 @@ def parse_text(text: str, source: str = "") -> list[NcclRun]:
                 run.device_names.append(m.group(7).strip())
             elif body.startswith("size") and "busbw" in body:
                 columns = body.split()
+            elif body.startswith("Out of bounds values") and "FAILED" in body:
+                # nccl-tests' summary of its data check (-c 1): results outside the tolerance
+                raise SpecError("nccl-tests", f"{where}: {body!r}: the run's data check failed; a failed run is no "
+                                              "measurement")
             continue
         # A data row.
         toks = s.split()
@@ -180,6 +184,10 @@ def _row_from_tokens(toks: list[str], columns: list[str], where: str) -> NcclRow
     def col(name: str, default: str = "-1") -> str:
         return toks[columns.index(name)] if name in columns else default
 
+    for i, c in enumerate(columns):  # nccl-tests' per-row data check (N/A when it ran with -c 0)
+        if c == "#wrong" and i < len(toks) and toks[i].isdigit() and int(toks[i]) > 0:
+            raise SpecError("nccl-tests", f"{where}: #wrong {toks[i]}: the collective delivered wrong data in this "
+                                          "row; a failed run is no measurement")
     triples = []
     for it, ia, ib in zip(idx_time, idx_alg, idx_bus):
         triples.append((_num(toks[it], where), _num(toks[ia], where), _num(toks[ib], where)))

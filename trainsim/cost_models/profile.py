@@ -611,13 +611,15 @@ def profile_from_dict(data: object, where: str = "calibration") -> CalibrationPr
             where, f"schema_version {version!r} is not supported (this trainsim reads {readable}); "
             "re-run `trainsim calibrate`")
     check_finite(data, where)
+    internal = sorted(k for k, f in CalibrationProfile.model_fields.items() if f.exclude and k in data)
+    if internal:  # set at prediction or load time, never written: a file's value would scale every measurement
+        raise SpecError(f"{where}.{internal[0]}", "unknown key (an internal setting trainsim never writes)")
     try:
         # JSON-mode strict validation: a number must be a JSON number (true is no count, "2" no time), and a
         # float no int count; the file's arrays still become tuples.
         return CalibrationProfile.model_validate_json(json.dumps(data), strict=True)
     except ValidationError as e:
         raise from_validation_error(e, where) from None
-
 
 
 def load_profile(path: str | os.PathLike) -> CalibrationProfile:

@@ -48,6 +48,10 @@ def unknown_name(profile: Any, memory_ops: Sequence[str], collective_ops: Sequen
         *((f"copy_fits.{k}", k, COPY_KINDS) for k in profile.copy_fits),
         *((f"collective_points[{i}].op", p.op, collective_ops) for i, p in enumerate(profile.collective_points)),
         *((f"collective_fits[{i}].op", f.op, collective_ops) for i, f in enumerate(profile.collective_fits)),
+        *((f"reference_peak_flops.{k}", k, PROFILE_DTYPES) for k in profile.reference_peak_flops),
+        *((f"gemm_points[{i}].dtype", p.dtype, PROFILE_DTYPES) for i, p in enumerate(profile.gemm_points)),
+        *((f"attention_points[{i}].dtype", p.dtype, PROFILE_DTYPES) for i, p in enumerate(profile.attention_points)),
+        *((f"dtensor_collective_overhead_s.{k}", k, collective_ops) for k in profile.dtensor_collective_overhead_s),
     ]
     for field, name, known in named:
         if name not in known:

@@ -31,9 +31,13 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from trainsim.specs.errors import SpecError
+from trainsim.specs.hardware import MIN_EFFICIENCY
 from trainsim.topologies.fabric import NIC_EFFICIENCY, SCALE_UP_EFFICIENCY
+
+from .profile_limits import MAX_MEASURED_S
 
 if TYPE_CHECKING:
     from trainsim.specs import Scenario
@@ -80,6 +84,20 @@ class FittedFactor(_Model):
     fitted: bool = Field(description="False: the runs do not identify it; kept at its preset")
     reason: str = ""
 
+    @model_validator(mode="after")
+    def _check(self) -> FittedFactor:
+        """A name apply_factors reads (any other was ignored) and a value it can apply: a multiplier > 0 (0 or
+        less crashed the scaled spec's validation), a step overhead in [0, a week] (a negative one was read as 0)."""
+        kind, _, gpu = self.name.partition(":")
+        if kind not in FACTOR_PRIORS or (kind == "compute") != bool(gpu):
+            raise ValueError(f"unknown factor {self.name!r} (known: compute:<GPU name>, "
+                             f"{', '.join(k for k in FACTOR_PRIORS if k != 'compute')})")
+        if FACTOR_PRIORS[kind][2] == "log" and not self.value > 0:
+            raise ValueError(f"{self.name} is a multiplier: must be > 0, got {self.value:g}")
+        if kind == "step_overhead_s" and not 0 <= self.value <= MAX_MEASURED_S:
+            raise ValueError(f"step_overhead_s must be between 0 and {MAX_MEASURED_S:g} s, got {self.value:g}")
+        return self
+
 
 class RunResidual(_Model):
     """One measured run used by the fit: measured and calibrated-predicted step, and the held-out residual."""
@@ -103,6 +121,14 @@ class RunCalibration(_Model):
     runs: list[RunResidual]
     noise_sd: float = Field(gt=0, description="assumed run-to-run sd of ln(step time) in the likelihood")
     notes: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _check(self) -> RunCalibration:
+        names = [f.name for f in self.factors]
+        twice = next((n for i, n in enumerate(names) if n in names[:i]), None)
+        if twice is not None:  # values() keeps the last: the first would be ignored
+            raise ValueError(f"factor {twice!r} is given twice")
+        return self
 
     def values(self) -> dict[str, float]:
         return {f.name: f.value for f in self.factors}
@@ -140,6 +166,12 @@ def apply_factors(scenario: Scenario, values: dict[str, float]):
         cl_up["scale_up"] = su.model_copy(update={"efficiency": min(1.0, (su.efficiency or SCALE_UP_EFFICIENCY[su.kind]) * up)})
     if out != 1.0:
         cl_up["scale_out"] = so.model_copy(update={"efficiency": min(1.0, (so.efficiency or NIC_EFFICIENCY) * out)})
+    for part, key in (("gpu", "gemm_efficiency"), ("gpu", "attention_efficiency"), ("scale_up", "efficiency"),
+                      ("scale_out", "efficiency")):
+        scaled = getattr(cl_up.get(part), key, None)
+        if scaled is not None and scaled < MIN_EFFICIENCY:
+            raise SpecError("calibration.run_calibration", f"its factors take {cl.name}'s {part}.{key} to {scaled:.3g}, "
+                                                           f"below the {MIN_EFFICIENCY:.0%} floor of any device")
     if cl_up:
         scenario = scenario.model_copy(update={"cluster": cl.model_copy(update=cl_up)})
     return scenario, max(0.0, values.get("step_overhead_s", 0.0))

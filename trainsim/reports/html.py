@@ -76,8 +76,12 @@ def render_html(report: Report) -> str:
 
 
 def render_markdown(report: Report, figure_dir: str = "figures") -> str:
+    """The report as Markdown. Every interpolated value has its ``<`` written ``&lt;`` (which renders as ``<``):
+    Markdown passes inline HTML through, so a model or cluster name such as ``<img onerror=...>`` would otherwise
+    be live HTML wherever report.md is rendered."""
     env = _env()
     env.autoescape = False
+    env.finalize = lambda v: v.replace("<", "&lt;") if isinstance(v, str) else v
     return env.get_template("report.md.j2").render(r=report, version=__version__, figure_dir=figure_dir)
 
 

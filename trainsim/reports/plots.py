@@ -4,6 +4,7 @@ Figure with a title, axis units and a legend; ``figure_png``/``figure_svg`` turn
 from __future__ import annotations
 
 import io
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,11 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
+
+# A model or cluster name in a script DejaVu Sans lacks (CJK, emoji) is drawn with boxes for those glyphs;
+# matplotlib's "Glyph N missing from font(s)" warning per character would otherwise add Python warning lines
+# (with this module's path) to the stderr of a report that succeeded.
+warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from font", category=UserWarning)
 
 GIB = 2.0**30
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -461,6 +461,24 @@ def _scaling_section(scn: Scenario, profile, opts: ReportOptions) -> Section:
         [Table("Scaling points", ["kind", "GPUs", "DP", "global batch", "step", "tokens/s", "MFU", "fits"], sc_rows)])
 
 
+def _check_row_types(cand: Candidate, rank: int) -> None:
+    """SpecError naming the first field of a plan row of another type than the planner writes: the layout would
+    otherwise be read leniently (tp true as 1, "2" as 2, 2.5 refused only later, under another name)."""
+    for f in fields(Candidate):
+        v = getattr(cand, f.name)
+        want = {"int": int, "bool": bool, "str": str}.get(str(f.type).split(" |")[0].split("[")[0], None)
+        if v is None and "None" in str(f.type):
+            continue
+        if f.name == "stage_layers":
+            ok = all(isinstance(n, int) and not isinstance(n, bool) for n in v)
+        elif want is int:
+            ok = isinstance(v, int) and not isinstance(v, bool)
+        else:
+            ok = want is None or isinstance(v, want)
+        if not ok:
+            raise SpecError(f"plan.rows[{rank}].{f.name}", f"must be {str(f.type).split(' |')[0]}, got {v!r}")
+
+
 def _layouts_section(plan_json: Mapping[str, Any]) -> Section:
     """Ranked layouts of a plan: its counts, the best layouts and, over several GPU counts, the Pareto front."""
     rows = [r for r in plan_json.get("rows", []) if r.get("fits", True)]
@@ -612,6 +630,10 @@ def scenario_from_plan(plan_json: Mapping[str, Any], rank: int = 1) -> Scenario:
                          stage_layers=tuple(r["stage_layers"]) if r.get("stage_layers") else None)
     except (KeyError, TypeError) as e:
         raise SpecError("plan.rows", f"row {rank} is incomplete: {e}") from None
+    _check_row_types(cand, rank)
+    for key in ("global_batch", "seq_len"):
+        if isinstance(req.get(key), bool) or not isinstance(req.get(key), int):
+            raise SpecError(f"plan.request.{key}", f"must be a whole number, got {req.get(key)!r}")
     extra = req.get("training", {})
     if not isinstance(extra, Mapping):
         raise SpecError("plan.request.training", f"must be a mapping, got {type(extra).__name__}")

@@ -74,14 +74,30 @@ def daly_interval_s(checkpoint_s: float, mtbf_s: float) -> float:
 
 
 def expected_wall_s(work_s: float, interval_s: float, checkpoint_s: float, restart_s: float, mtbf_s: float) -> float:
-    """Daly's expected wall time to complete ``work_s`` of computation with checkpoints every ``interval_s``."""
+    """Daly's expected wall time to complete ``work_s`` of computation with checkpoints every ``interval_s``;
+    ``math.inf`` where it exceeds the largest float (restarts or segments many times longer than the MTBF: the
+    run is expected never to finish)."""
     if interval_s <= 0:
         raise ValueError("checkpoint interval must be positive")
     if math.isinf(mtbf_s):
         return work_s * (1.0 + checkpoint_s / interval_s) if math.isfinite(interval_s) else work_s
     m = mtbf_s
-    # expm1 keeps precision when (tau + delta) << M.
-    return m * math.exp(restart_s / m) * math.expm1((interval_s + checkpoint_s) / m) * work_s / interval_s
+    try:  # expm1 keeps precision when (tau + delta) << M.
+        return m * math.exp(restart_s / m) * math.expm1((interval_s + checkpoint_s) / m) * work_s / interval_s
+    except OverflowError:
+        return math.inf
+
+
+def free_checkpoint_wall_s(work_s: float, restart_s: float, mtbf_s: float) -> float:
+    """Daly's expected wall time as the checkpoint write time and with it the interval go to 0: each failure
+    loses no work but costs a restart, T_w -> T_s * exp(R/M) (the limit of expected_wall_s, since
+    (exp(tau/M) - 1) / tau -> 1/M); ``math.inf`` past the largest float."""
+    if math.isinf(mtbf_s):
+        return work_s
+    try:
+        return work_s * math.exp(restart_s / mtbf_s)
+    except OverflowError:
+        return math.inf
 
 
 @dataclass(frozen=True)
@@ -113,7 +129,12 @@ def plan_goodput(work_s: float, num_gpus: int, checkpoint_s: float, restart_s: f
         wall = work_s
     else:
         tau = min(tau, work_s) if work_s > 0 else tau
-        wall = expected_wall_s(work_s, tau, checkpoint_s, restart_s, mtbf) if work_s > 0 else 0.0
+        if work_s <= 0:
+            wall = 0.0
+        elif tau <= 0:  # a checkpoint that costs nothing: Daly's optimum interval is 0
+            wall = free_checkpoint_wall_s(work_s, restart_s, mtbf)
+        else:
+            wall = expected_wall_s(work_s, tau, checkpoint_s, restart_s, mtbf)
     return Goodput(
         num_gpus=num_gpus, failure_rate_per_gpu_hour=failure_rate_per_gpu_hour, mtbf_s=mtbf,
         checkpoint_s=checkpoint_s, restart_s=restart_s, interval_s=tau,

@@ -16,6 +16,9 @@ Dtype = Literal["bf16", "fp16", "fp8", "fp4", "tf32", "fp32"]
 MIN_FLOPS = 1e9
 # 100 MB/s: below gigabit Ethernet (125 MB/s) and one PCIe 1.0 lane (250 MB/s), the slowest links a node has.
 MIN_BW_BPS = 1e8
+# 1 GiB of device (or host) memory: the smallest in the presets is the cpu process's 8 GiB and the smallest GPU's
+# 40 GiB (a100-40gb); a figure below it is a unit slip (80 for 80 GiB gave a GPU of 80 bytes).
+MIN_MEMORY_BYTES = 2**30
 # 1 % of a peak: the lowest efficiency in the presets is 0.30 (the cpu core's attention); a figure under 0.01 is a
 # percentage written as a fraction of one.
 MIN_EFFICIENCY = 0.01
@@ -27,7 +30,7 @@ class GPUSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
-    memory_bytes: float = Field(gt=0, le=1e14)
+    memory_bytes: float = Field(ge=MIN_MEMORY_BYTES, le=1e14)
     hbm_bw_Bps: float = Field(ge=MIN_BW_BPS, le=1e15)
     peak_flops: dict[Dtype, float] = Field(description="dense peak FLOP/s per dtype (no 2:4 sparsity)")
     # Achieved fraction of dense peak for large, well-shaped GEMMs (cuBLASLt microbenchmarks).
@@ -109,6 +112,12 @@ class ScaleUpSpec(BaseModel):
     efficiency: float | None = Field(default=None, ge=MIN_EFFICIENCY, le=1)
     # NVLink SHARP reduction efficiency (NCCL nvlsEfficiency). None = 0.85 (Hopper) / 0.74 (Blackwell).
     nvls_efficiency: float | None = Field(default=None, ge=MIN_EFFICIENCY, le=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> ScaleUpSpec:
+        if self.nvls and self.kind != "nvswitch":  # the reduction runs in the NVSwitch (topologies/fabric.py)
+            raise ValueError(f"nvls (NVLink SHARP, reductions in the NVSwitch) needs kind nvswitch, got {self.kind}")
+        return self
 
 
 class BackgroundLoadSpec(BaseModel):
@@ -204,7 +213,7 @@ class ClusterSpec(BaseModel):
     num_gpus: int = Field(default=8, gt=0, le=10_000_000)
     scale_up: ScaleUpSpec
     scale_out: ScaleOutSpec = ScaleOutSpec()
-    host_memory_bytes: float = Field(default=2e12, gt=0, le=1e16, description="per node, for offload")
+    host_memory_bytes: float = Field(default=2e12, ge=MIN_MEMORY_BYTES, le=1e16, description="per node, for offload")
     host_cpu: Literal["x86", "grace"] = Field(default="x86", description="the host CPU issuing the GPUs' kernels: "
                                               "x86 server cores, or NVIDIA Grace (GB200/GB300/GH200), ~2.6x slower "
                                               "per eager op (cost_models.host)")

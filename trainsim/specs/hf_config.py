@@ -179,8 +179,25 @@ def _first_key(d: Mapping, *keys: str) -> str:
     return next((k for k in keys if d.get(k) is not None), keys[0])
 
 
+# config.json switches the mapping reads as true/false (here and in hf_nemotron_h.py).
+_HF_BOOL_KEYS = ("tie_word_embeddings", "use_qk_norm", "bias", "enable_bias", "alibi", "new_decoder_architecture",
+                 "multi_query", "parallel_attn", "attention_bias", "mlp_bias", "use_sliding_window",
+                 "add_cross_attention", "is_encoder_decoder", "use_bidirectional_attention",
+                 "layer_norm_elementwise_affine", "use_conv_bias", "mtp_use_repeated_layer", "use_bias",
+                 "mamba_proj_bias")
+
+
+def _refuse_non_booleans(d: Mapping) -> None:
+    """SpecError naming the first switch that is neither true, false nor null: the mapping tests them by truth, so
+    a quoted "false" (or 0.0, []) would read as true (or false) whatever was meant."""
+    for key in _HF_BOOL_KEYS:
+        if d.get(key) is not None and not isinstance(d[key], bool):
+            raise SpecError(f"model.{key}", f"must be true or false, got {d[key]!r}")
+
+
 def model_from_hf(d: Mapping, name: str = "hf-model") -> dict:
     """Map a Hugging Face ``config.json`` of an allow-listed architecture (``HF_ARCHS``) to ModelSpec fields."""
+    _refuse_non_booleans(d)
     _refuse_unmodelled(d)
     model_type, arch = hf_architecture(d)
     _refuse_class_defaulted(d, model_type, arch)
@@ -193,8 +210,10 @@ def model_from_hf(d: Mapping, name: str = "hf-model") -> dict:
     if d.get("vocab_size") is None:
         raise SpecError("model", "Hugging Face config lacks vocab_size")
     activation = _activation(d, arch)
+    if not isinstance(_get(d, "_name_or_path", default=name), str):  # else its repr named the model
+        raise SpecError("model._name_or_path", f"must be a string, got {d['_name_or_path']!r}")
     out: dict[str, Any] = {
-        "name": str(_get(d, "_name_or_path", default=name)) or name,
+        "name": _get(d, "_name_or_path", default=name) or name,
         "num_layers": layers, "hidden": hidden, "num_heads": heads,
         "num_kv_heads": _get(d, "num_key_value_heads", default=heads),
         "ffn_hidden": _ffn_hidden(d, arch, hidden),

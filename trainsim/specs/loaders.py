@@ -204,6 +204,8 @@ def _pool(entry: Any, i: int, base: Mapping) -> dict:
     if unknown:
         key = min(unknown)
         raise SpecError(f"{field}.{key}", f"unknown key{did_you_mean(key, sorted(POOL_KEYS))}")
+    if entry.get("name") is not None and not isinstance(entry["name"], str):  # else its repr named the pool
+        raise SpecError(f"{field}.name", f"must be a string, got {entry['name']!r}")
     resolved = all(entry.get(k) is not None for k in ("gpu", "scale_up", "scale_out"))  # a loaded pool, dumped
     if not resolved and (entry.get("node") is not None) == (entry.get("gpu") is not None):
         raise SpecError(field, "give either node (a cluster preset: a node type) or gpu (a GPU preset on the "
@@ -371,5 +373,9 @@ def build_scenario(raw: Mapping | None = None, overrides: Mapping | None = None)
         cluster = with_background_load(cluster, ov["background_load"])
     layout = _validate(Layout, layout_raw, "layout")
     training = _validate(TrainingSpec, training_raw, "training")
-    name = str(ov.get("name", raw.get("name", f"{model.name}@{cluster.name}")))
+    for key in ("name", "description"):  # text: a list or a mapping would be printed as its repr, null as 'None'
+        value = ov.get(key, raw.get(key))
+        if key in (*ov, *raw) and not isinstance(value, str):
+            raise SpecError(key, f"must be a string, got {value!r}")
+    name = ov.get("name", raw.get("name", f"{model.name}@{cluster.name}"))
     return resolve(model, cluster, layout, training, name=name)

@@ -21,6 +21,10 @@ def mamba_in_proj_width(inner: int, groups: int, state: int, heads: int) -> int:
     return inner + mamba_conv_channels(inner, groups, state) + heads
 
 
+MAMBA_FIELDS = ("mamba_state_dim", "mamba_groups", "mamba_head_dim", "mamba_heads", "mamba_expand",
+                "mamba_conv_kernel", "mamba_chunk_size")
+
+
 class ModelSpec(BaseModel):
     """A decoder-only transformer. Dense unless ``num_experts > 1``: then every block but the first
     ``first_dense_layers`` has a MoE MLP (routed experts, plus an always-active shared expert when
@@ -156,8 +160,9 @@ class ModelSpec(BaseModel):
             raise ValueError(f"num_heads={self.num_heads} must divide hidden={self.hidden} (or give head_dim)")
         if self.top_k > self.num_experts:
             raise ValueError(f"top_k={self.top_k} exceeds num_experts={self.num_experts}")
-        if not self.is_moe and (self.shared_expert_ffn or self.first_dense_layers):
-            raise ValueError("shared_expert_ffn and first_dense_layers need a MoE model (num_experts > 1)")
+        if not self.is_moe and (self.shared_expert_ffn or self.first_dense_layers or self.moe_ffn_hidden):
+            raise ValueError("moe_ffn_hidden, shared_expert_ffn and first_dense_layers need a MoE model "
+                             "(num_experts > 1)")
         self._check_latent()
         if self.router_bias and not self.is_moe:
             raise ValueError("router_bias needs a MoE model (num_experts > 1)")
@@ -205,6 +210,10 @@ class ModelSpec(BaseModel):
     def _check_hybrid(self) -> None:
         """A hybrid pattern names every layer; Megatron's Mamba mixer splits its heads and groups over TP."""
         p = self.hybrid_pattern
+        mamba = [k for k in MAMBA_FIELDS if getattr(self, k) != ModelSpec.model_fields[k].default]
+        if mamba and not (p and "M" in p):
+            raise ValueError(f"{', '.join(mamba)} describe the Mamba-2 layers of a hybrid stack: they need "
+                             f"hybrid_pattern with M layers")
         if (self.mtp_pattern is not None or self.mtp_shared) and not (p and self.mtp_layers):
             raise ValueError("mtp_pattern and mtp_shared describe the MTP depths of a hybrid stack: they need "
                              "hybrid_pattern and mtp_layers")

@@ -11,7 +11,11 @@ Every file is read the same way, so one hostile file cannot do what another is r
   expanded into Python objects);
 * JSON through the standard decoder with an ``object_pairs_hook`` that refuses duplicate keys (naming the key
   and its line), non-finite constants (``NaN``, ``Infinity``) and nesting deeper than ``MAX_DEPTH``;
-* CSV through ``csv.DictReader`` with a duplicated column name refused.
+* CSV through ``csv.DictReader`` with a duplicated column name refused, a UTF-8 byte-order mark (as spreadsheet
+  programs write it) dropped;
+* no string of a YAML/JSON document and no CSV cell may hold a control character other than tab and newline
+  (C0, DEL, C1: ``CONTROL``): YAML's ``"\\e"`` or JSON's ``"\\u001b"`` would otherwise carry a terminal escape
+  sequence through a model or cluster name into the console, a report or a log.
 
 Every failure is a SpecError naming the field (``scenario``, ``model``, ``calibration``, ...) and the reason;
 a RecursionError never escapes.
@@ -41,6 +45,14 @@ MAX_DEPTH = 64
 # (a 4 MiB file of plain scalars holds at most ~1 M short tokens, but a profile or baseline is JSON, not YAML)
 # and refuses the classic billion-laughs document (9^9 ~ 3.9e8 nodes) while it is composed.
 MAX_EXPANDED_NODES = 100_000
+
+
+# Characters no configuration text needs and a terminal acts on: C0 controls but tab and newline, DEL, C1 (U+009B
+# is a one-byte CSI on some terminals).
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# A UTF-16 surrogate is no character: YAML's "\ud83d\ude80" and JSON's lone "\ud800" decode to one, which no
+# encoder can write back (a UTF-8 report or JSON output would fail on it).
+SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 class InputTooComplex(ValueError):
@@ -74,6 +86,30 @@ def read_text(path: str | os.PathLike, field: str, max_bytes: int = MAX_INPUT_BY
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise SpecError(field, f"cannot read {p}: not UTF-8 text (byte {e.start})") from None
+
+
+def refuse_control_characters(data: Any, field: str, source: str) -> None:
+    """SpecError naming the first key or string of a parsed document (keys, then values, depth first) that holds
+    a control character (``CONTROL``) or a surrogate (``SURROGATE``); the document is at most MAX_DEPTH deep, so
+    the walk is bounded."""
+    stack: list[tuple[Any, str]] = [(data, "")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, str):
+            m = CONTROL.search(node)
+            if m:
+                raise SpecError(field, f"{source}: {where or 'the document'} holds the control character "
+                                       f"U+{ord(m.group(0)):04X}; only tab and newline are allowed in text")
+            m = SURROGATE.search(node)
+            if m:
+                raise SpecError(field, f"{source}: {where or 'the document'} holds U+{ord(m.group(0)):04X}, a lone "
+                                       "UTF-16 surrogate escape, which is no character (write the character itself)")
+        elif isinstance(node, dict):
+            for k, v in reversed(list(node.items())):
+                stack.append((v, f"{where}.{k}" if where else str(k)))
+                stack.append((k, f"{where}.{k!r}" if where else f"key {k!r}"))
+        elif isinstance(node, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in reversed(list(enumerate(node))))
 
 
 # --- YAML -----------------------------------------------------------------------------------------------------------
@@ -114,6 +150,29 @@ class StrictSafeLoader(yaml.SafeLoader):
             _refuse_duplicate_yaml_keys(self, node)
         return super().construct_mapping(node, deep=deep)
 
+    def construct_yaml_int(self, node):
+        _refuse_yaml11_number(node, super().construct_yaml_int(node))
+        return super().construct_yaml_int(node)
+
+    def construct_yaml_float(self, node):
+        _refuse_yaml11_number(node, super().construct_yaml_float(node))
+        return super().construct_yaml_float(node)
+
+
+StrictSafeLoader.add_constructor("tag:yaml.org,2002:int", StrictSafeLoader.construct_yaml_int)
+StrictSafeLoader.add_constructor("tag:yaml.org,2002:float", StrictSafeLoader.construct_yaml_float)
+_YAML11_OCTAL = re.compile(r"[-+]?0[0-7_]+")
+
+
+def _refuse_yaml11_number(node: yaml.ScalarNode, value: Any) -> None:
+    """YAML 1.1 (PyYAML) reads a leading zero as octal (``tp: 010`` is 8) and colons as base 60 (``seq_len: 1:30``
+    is 90): numbers no one writing a configuration means, read without a word. Refused; quoted, they are text."""
+    text = str(node.value)
+    if ":" in text or _YAML11_OCTAL.fullmatch(text):
+        kind = "base-60 (sexagesimal)" if ":" in text else "octal"
+        raise yaml.YAMLError(f"{text} at line {node.start_mark.line + 1} reads as the YAML 1.1 {kind} number "
+                             f"{value}: write the decimal number (or quote it)")
+
 
 def _check_expansion(root: yaml.Node) -> None:
     """Walk the composed graph as if every alias were expanded; stop once it exceeds MAX_EXPANDED_NODES
@@ -150,7 +209,7 @@ def _refuse_duplicate_yaml_keys(loader: yaml.SafeLoader, node: yaml.MappingNode)
 def parse_yaml(text: str, field: str, source: str) -> Any:
     """``text`` as YAML (safe, bounded, no duplicate keys); a SpecError naming ``field`` otherwise."""
     try:
-        return yaml.load(text, Loader=StrictSafeLoader)  # noqa: S506 -- a SafeLoader subclass
+        data = yaml.load(text, Loader=StrictSafeLoader)  # a SafeLoader subclass
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         where = f" (line {mark.line + 1})" if mark else ""
@@ -163,6 +222,8 @@ def parse_yaml(text: str, field: str, source: str) -> Any:
         raise SpecError(field, f"{source}: {' '.join(str(e).split())}") from None
     except RecursionError:
         raise SpecError(field, f"{source}: nesting too deep") from None
+    refuse_control_characters(data, field, source)
+    return data
 
 
 # --- JSON -----------------------------------------------------------------------------------------------------------
@@ -220,7 +281,7 @@ def parse_json(text: str, field: str, source: str) -> Any:
         return out
 
     try:
-        return json.loads(text, object_pairs_hook=pairs_hook, parse_constant=_reject_constant)
+        data = json.loads(text, object_pairs_hook=pairs_hook, parse_constant=_reject_constant)
     except json.JSONDecodeError as e:
         raise SpecError(field, f"{source} is not valid JSON (line {e.lineno}: {e.msg})") from None
     except InputTooComplex as e:
@@ -230,6 +291,8 @@ def parse_json(text: str, field: str, source: str) -> Any:
         raise SpecError(field, f"{source}: duplicate key {msg!r}{_json_duplicate_line(text, msg)}") from None
     except RecursionError:
         raise SpecError(field, f"{source}: nesting too deep") from None
+    refuse_control_characters(data, field, source)
+    return data
 
 
 def _json_depth(text: str) -> int:
@@ -271,13 +334,30 @@ def read_structured(path: str | os.PathLike, field: str, max_bytes: int = MAX_IN
 
 def read_csv_rows(path: str | os.PathLike, field: str, max_bytes: int = 16 * 1024 * 1024) -> list[dict[str, str]]:
     """Rows of a CSV file with a header; a column named twice is refused (the last would silently win)."""
-    text = read_text(path, field, max_bytes)
+    text = read_text(path, field, max_bytes).removeprefix("\ufeff")  # Excel's "CSV UTF-8" starts with a BOM
     try:
         reader = csv.DictReader(io.StringIO(text, newline=""))
         header = reader.fieldnames or []
         dup = next((c for i, c in enumerate(header) if c in header[:i]), None)
         if dup is not None:
             raise SpecError(field, f"{path}: duplicate column {dup!r} at line 1")
-        return list(reader)
+        rows = list(reader)
+        for line, cell in _control_cells(header, rows):
+            m = CONTROL.search(cell)
+            raise SpecError(field, f"{path}: row {line} holds the control character U+{ord(m.group(0)):04X}; only "
+                                   "tab and newline are allowed in text")
+        return rows
     except csv.Error as e:
         raise SpecError(field, f"cannot read {path}: csv.Error: {e}") from None
+
+
+def _control_cells(header: list[str], rows: list[dict]):
+    """(row number, header line 1, text) of every header name or cell holding a control character."""
+    for name in header:
+        if CONTROL.search(name or ""):
+            yield 1, name
+    for i, row in enumerate(rows, 2):
+        for v in row.values():
+            for text in (v if isinstance(v, list) else [v]):  # a row longer than the header: its extra cells
+                if isinstance(text, str) and CONTROL.search(text):
+                    yield i, text

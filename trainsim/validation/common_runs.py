@@ -89,7 +89,7 @@ def cluster_mapping(r: dict, gpus: int) -> dict:
         raise SpecError("intra_node_link", f"{r.get('intra_node_link')!r}: PCIe-only nodes have no cluster preset "
                                            "(the presets are NVLink/NVSwitch or Infinity Fabric nodes)")
     base = load_cluster(preset_name)
-    per_node = integer(r.get("gpus_per_node"))
+    per_node = optional_whole(r, "gpus_per_node")
     if per_node is not None and per_node <= 0:
         raise SpecError("gpus_per_node", f"must be a positive whole number, got {r.get('gpus_per_node')!r}")
     if per_node and base.gpus_per_node == 8 and per_node != 8:
@@ -180,6 +180,19 @@ def whole(r: dict, key: str) -> int | None:
     return int(m.group(1))
 
 
+def optional_whole(r: dict, key: str) -> int | None:
+    """A whole-number cell the row may leave unstated (None: the caller's default applies), read as ``integer``
+    reads it ('2,048', '2048.0'); other text is an error naming the column -- a fraction or a word in
+    ``seq_len`` would otherwise fall back to the default without a word."""
+    text = r.get(key) or ""
+    if NOT_STATED.match(text):
+        return None
+    v = integer(text)
+    if v is None:
+        raise SpecError(key, f"{text.strip()!r} is not a whole number")
+    return v
+
+
 MODEL_COLUMNS = ("layers", "hidden", "heads")  # the columns model_mapping reads from every row
 
 
@@ -189,8 +202,8 @@ def model_mapping(r: dict) -> dict:
     hidden = integer(r["hidden"])
     heads = integer(r["heads"])
     model = {"name": r.get("model_name") or r["row_id"], "num_layers": integer(r["layers"]), "hidden": hidden,
-             "num_heads": heads, "ffn_hidden": integer(r.get("ffn_hidden")) or 4 * hidden,
-             "vocab_size": integer(r.get("vocab")) or 51200, "max_seq_len": integer(r.get("seq_len")) or 2048}
+             "num_heads": heads, "ffn_hidden": optional_whole(r, "ffn_hidden") or 4 * hidden,
+             "vocab_size": optional_whole(r, "vocab") or 51200, "max_seq_len": optional_whole(r, "seq_len") or 2048}
     kv = whole(r, "kv_heads")
     if kv is not None and kv != heads:
         model["num_kv_heads"] = kv
@@ -206,8 +219,10 @@ def zero_stage(r: dict) -> tuple[int, bool]:
     if re.search(r"hsdp|hybrid[_\s-]?shard|offload|infinity|zero\+\+|zeropp", t):
         raise SpecError("zero_or_sharding", f"{r.get('zero_or_sharding')!r}: hybrid sharding, ZeRO-Offload/"
                                             "Infinity and ZeRO++ are not mapped")
-    stated = re.search(r"zero[\s-]*(?:stage[\s-]*)?([123])", t)  # an explicit stage wins over other words
-    if stated:
+    stated = re.search(r"zero[\s-]*(?:stage[\s-]*)?(\d+)\b", t)  # an explicit stage wins over other words
+    if stated and int(stated.group(1)) > 3:  # ZeRO has stages 0-3 (Rajbhandari et al., arXiv:1910.02054)
+        raise SpecError("zero_or_sharding", f"{r.get('zero_or_sharding')!r}: ZeRO has stages 0 to 3")
+    if stated and stated.group(1) != "0":
         return int(stated.group(1)), False
     if re.search(r"no[_\s-]?shard", t):
         return 0, False
@@ -246,7 +261,7 @@ def precision(r: dict) -> str:
         return "fp16"
     if re.search(r"\bfp32\b|float32|single precision", t):
         return "fp32"
-    if re.search(r"tf32|int\d|fp4|fp6|nvfp", t):
+    if re.search(r"tf32|int\d|fp\d|nvfp|float\d", t):  # a number format named, none of those above
         raise SpecError("precision", f"{r.get('precision')!r} is not a training dtype trainsim models "
                                      "(bf16, fp16, fp8, fp32)")
     return "bf16"
@@ -387,7 +402,7 @@ def scenario_mapping(r: dict, micro_batch: int, vpp: int) -> dict:
     zero, dist_opt = zero_stage(r)
     modern = year is None or year >= 2023
     sp = stated(r, "sequence_parallel") and yes_no(r, "sequence_parallel")
-    training = {"seq_len": integer(r.get("seq_len")) or 2048, "global_batch": gbs, "micro_batch": micro_batch,
+    training = {"seq_len": optional_whole(r, "seq_len") or 2048, "global_batch": gbs, "micro_batch": micro_batch,
                 "dtype": "" if stated(r, "dtype") else precision(r), "recompute": recompute(r), "zero": zero,
                 "schedule": schedule(r, vpp), "flash_attention": modern, "dropout": not modern,
                 "framework": framework_for(r, zero, year)}

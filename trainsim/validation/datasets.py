@@ -139,6 +139,14 @@ def _load_csv_dataset(p: Path) -> Dataset:
         raise SpecError("dataset", f"{p} has no rows")
     if "row_id" not in cols:
         raise SpecError("dataset", f"{p} has no row_id column")
+    first: dict[str, int] = {}
+    for line, row in enumerate(rows, 2):  # rows are told apart by row_id (results, skips, calibrate's runs)
+        rid = (row.get("row_id") or "").strip()
+        if not rid:
+            raise SpecError("dataset", f"{p}: row {line} has an empty row_id")
+        if rid in first:
+            raise SpecError("dataset", f"{p}: row_id {rid!r} at row {line} repeats row {first[rid]}")
+        first[rid] = line
     if {"throughput_tok_per_s", "fsdp_sharding_strategy"} <= cols:
         return load_mosaic(p, name=p.stem)
     if {"peak_memory_gib", "memory_metric"} <= cols:

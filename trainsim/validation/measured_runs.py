@@ -75,6 +75,8 @@ def clusters_for_logs(files: list[str], cluster: list[str] | None) -> list[str |
     """One cluster per log file (CSV rows name their GPU): a single --cluster serves every log, else one each."""
     logs = [f for f in files if Path(f).suffix.lower() != ".csv"]
     given = list(cluster or [])
+    if given and not logs:
+        raise SpecError("cluster", "applies to log files only; a CSV's rows name their GPU (gpu_type): drop it")
     if len(given) <= 1:
         return [given[0] if given else None] * len(logs)
     if len(given) != len(logs):

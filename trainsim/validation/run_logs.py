@@ -236,8 +236,44 @@ def megatron_training(a: _Args) -> tuple[dict, dict, int]:
                 "sequence_parallel": a.flag("sequence_parallel") and tp > 1,
                 "schedule": "interleaved" if vpp > 1 else "1f1b", "flash_attention": flash,
                 "dropout": a.probability("hidden_dropout") > 0 or a.probability("attention_dropout") > 0,
-                "framework": "megatron"}
+                "framework": "megatron", **megatron_recipe(a, dtype, tp)}
     return training, {"tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": vpp}, world
+
+
+# Megatron-LM's --fp8-recipe choices (megatron/training/arguments.py) -> TrainingSpec.fp8_recipe; delayed and
+# tensorwise are both one scale per tensor; blockwise and custom have no TrainingSpec recipe.
+FP8_RECIPES = {"delayed": "tensorwise", "tensorwise": "tensorwise", "mxfp8": "mxfp8"}
+
+
+def megatron_recipe(a: _Args, dtype: str, tp: int) -> dict:
+    """The printed arguments with a TrainingSpec field of their own, where printed (older logs lack them and
+    keep the framework's defaults): --overlap-grad-reduce, --tp-comm-overlap, --recompute-modules,
+    --num-distributed-optimizer-instances, --grad-reduce-in-bf16 and, with fp8, --fp8-recipe and
+    --fp8-param-gather. Each was ignored: an overlap_grad_reduce False log was costed with Megatron's overlap.
+    TP overlap counts at tp > 1 only, as sequence parallelism does (Megatron-LM turns both off at tp 1)."""
+    out: dict = {}
+    if a.raw("overlap_grad_reduce") is not None:
+        out["overlap_grad_reduce"] = a.flag("overlap_grad_reduce")
+    if a.flag("tp_comm_overlap") and tp > 1:
+        out["tp_comm_overlap"] = True
+    if a.raw("recompute_granularity") == "selective" and a.raw("recompute_modules") is not None:
+        text = a.raw("recompute_modules")
+        if not re.fullmatch(r"\[\s*(?:'\w+'\s*,\s*)*(?:'\w+'\s*)?\]", text):
+            raise _err(a.path, a.where["recompute_modules"], "recompute_modules", f"{text!r} is not a list of names")
+        out["recompute_modules"] = re.findall(r"'(\w+)'", text)
+    if a.int("num_distributed_optimizer_instances", 1) != 1:
+        out["distributed_optimizer_instances"] = a.int("num_distributed_optimizer_instances")
+    if a.flag("grad_reduce_in_bf16"):
+        out["grad_dtype"] = "bf16"
+    if dtype == "fp8":
+        recipe = a.choice("fp8_recipe", ("delayed", "tensorwise", "mxfp8", "blockwise", "custom"))
+        if recipe is not None and recipe not in FP8_RECIPES:
+            raise _err(a.path, a.where["fp8_recipe"], "fp8_recipe", f"{recipe!r} has no costed recipe (delayed, "
+                                                                      f"tensorwise, mxfp8)")
+        out.update({"fp8_recipe": FP8_RECIPES[recipe]} if recipe else {})
+        if a.flag("fp8_param_gather"):
+            out["fp8_param_gather"] = True
+    return out
 
 
 def megatron_step(path: Path, lines: list[str], gbs: int) -> tuple[float, int]:

@@ -2,8 +2,9 @@
 
 The TOML gives the model (``[model] name``/``flavor``), the parallel degrees (``[parallelism]``), the batch
 and sequence (``[training] local_batch_size``/``global_batch_size``/``seq_len``, older ``batch_size``),
-activation checkpointing (``[activation_checkpoint] mode``) and float8 (``[model] converters = ["float8"]``,
-older ``[float8] enable_float8_linear``). The log must agree with it: its device-mesh line, its
+activation checkpointing (``[activation_checkpoint] mode`` and ``selective_ac_option``), torch.compile
+(``[compile] enable``, older ``[training] compile``) and float8 (``[model] converters = ["float8"]``, older
+``[float8] enable_float8_linear``; its recipe, FSDP float8 all-gather and scale precompute in ``[float8]``). The log must agree with it: its device-mesh line, its
 "Trainer is initialized with" line and its model-size line are checked against the TOML.
 """
 
@@ -152,10 +153,7 @@ def titan_scenario_parts(cfg: dict, toml: Path, deg: dict[str, int]) -> tuple[st
         raise _err(toml, None, "training.local_batch_size / seq_len", "both are needed")
     gbs = _get(cfg, toml, "training", "global_batch_size", -1)
     gbs = gbs if gbs and gbs > 0 else lbs * dp
-    mode = _get(cfg, toml, "activation_checkpoint", "mode", "selective", str)
-    if mode not in ("none", "selective", "full"):
-        raise _err(toml, None, "activation_checkpoint.mode", f"{mode!r} is none of none, selective, full")
-    float8 = "float8" in (model.get("converters") or []) or bool(cfg.get("float8", {}).get("enable_float8_linear"))
+    float8 = _float8_enabled(cfg, toml)
     mp = _get(cfg, toml, "training", "mixed_precision_param", "bfloat16", str)
     dtype = "fp8" if float8 else {"bfloat16": "bf16", "float32": "fp32", "float16": "fp16"}.get(mp)
     if dtype is None:
@@ -165,13 +163,86 @@ def titan_scenario_parts(cfg: dict, toml: Path, deg: dict[str, int]) -> tuple[st
     if pp > 1 and sched not in ("1F1B", "GPipe"):
         raise _err(toml, None, "parallelism.pipeline_parallel_schedule", f"{sched!r} is not mapped (1F1B, GPipe)")
     mb = _get(cfg, toml, "parallelism", "pipeline_parallel_microbatch_size", 1) if pp > 1 else lbs
-    training = {"seq_len": seq, "global_batch": gbs, "micro_batch": mb, "dtype": dtype, "recompute": mode,
+    training = {"seq_len": seq, "global_batch": gbs, "micro_batch": mb, "dtype": dtype, **_recompute(cfg, toml),
                 "zero": 3 if deg["data_parallel_shard"] > 1 else 0, "framework": "torch",
-                "schedule": "gpipe" if sched == "GPipe" and pp > 1 else "1f1b"}
+                "schedule": "gpipe" if sched == "GPipe" and pp > 1 else "1f1b",
+                **_compile(cfg, toml), **(_float8_settings(cfg, toml, deg) if float8 else {})}
     layout = {"tp": deg["tensor_parallel"], "pp": pp, "cp": deg["context_parallel"], "dp": dp}
     if layout["cp"] > 1:
         training["cp_comm"] = _cp_rotate(cfg, toml)
     return FLAVOURS[key], layout, training
+
+
+def _table(cfg: dict, toml: Path, section: str) -> dict:
+    sec = cfg.get(section, {})
+    if not isinstance(sec, dict):
+        raise _err(toml, None, section, "must be a table")
+    return sec
+
+
+def _recompute(cfg: dict, toml: Path) -> dict:
+    """TrainingSpec recompute settings from ``[activation_checkpoint]`` (torchtitan job_config.py
+    ActivationCheckpoint: mode "selective" and selective_ac_option "2" by default). none and full as named;
+    selective with option "op" is torchtitan's per-op policy (recompute_modules op_sac); with an integer N every
+    N-th block is wrapped in full AC (``_apply_ac_to_transformer_block``: ``not ac_freq or count % ac_freq == 0``,
+    so 0 and 1 wrap every block: full), which no setting costs for N > 1 -- refused, not read as Megatron's
+    selective recompute of the attention core."""
+    mode = _get(cfg, toml, "activation_checkpoint", "mode", "selective", str)
+    if mode not in ("none", "selective", "full"):
+        raise _err(toml, None, "activation_checkpoint.mode", f"{mode!r} is none of none, selective, full")
+    if mode != "selective":
+        return {"recompute": mode}
+    option = _table(cfg, toml, "activation_checkpoint").get("selective_ac_option", "2")
+    if option == "op":
+        return {"recompute": "selective", "recompute_modules": ["op_sac"]}
+    text = str(option).strip() if not isinstance(option, bool) else ""
+    if text in ("0", "1"):
+        return {"recompute": "full"}
+    raise _err(toml, None, "activation_checkpoint.selective_ac_option",
+               f"{option!r}: full AC on every N-th block (an integer N > 1, torchtitan's default '2') is not "
+               f"modelled; use 'op' (per-op selective) or mode full / none")
+
+
+def _compile(cfg: dict, toml: Path) -> dict:
+    """``compile: true`` where the job compiles the model's blocks: ``[compile] enable`` with "model" among its
+    ``components`` (default model and loss), or the older ``[training] compile``."""
+    sec = _table(cfg, toml, "compile")
+    enabled = _get(cfg, toml, "compile", "enable", False, bool)
+    components = sec.get("components", ["model", "loss"])
+    if not isinstance(components, list):
+        raise _err(toml, None, "compile.components", f"{components!r} is not a list")
+    on = (enabled and "model" in components) or _get(cfg, toml, "training", "compile", False, bool)
+    return {"compile": True} if on else {}
+
+
+FLOAT8_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")  # torchao Float8LinearConfig.from_recipe_name
+
+
+def _float8_enabled(cfg: dict, toml: Path) -> bool:
+    """Whether the job converts its linears to float8: ``[model] converters`` (each one costed: float8 only) or
+    the older ``[float8] enable_float8_linear``."""
+    converters = _table(cfg, toml, "model").get("converters") or []
+    if not isinstance(converters, list):
+        raise _err(toml, None, "model.converters", f"{converters!r} is not a list")
+    other = [c for c in converters if c != "float8"]
+    if other:
+        raise _err(toml, None, "model.converters", f"{other[0]!r} is not costed (float8 is: torchao Float8Linear)")
+    return "float8" in converters or _get(cfg, toml, "float8", "enable_float8_linear", False, bool)
+
+
+def _float8_settings(cfg: dict, toml: Path, deg: dict[str, int]) -> dict:
+    """torchao float8 settings of ``[float8]``: recipe_name -> fp8_recipe; enable_fsdp_float8_all_gather ->
+    float8_all_gather where the data-parallel shard dimension is on (torchtitan applies it only then:
+    ``parallel_dims.dp_shard_enabled and ...``), precompute_float8_dynamic_scale_for_fsdp ->
+    float8_precompute_scale with it (specs/fp8_library.py)."""
+    recipe = _get(cfg, toml, "float8", "recipe_name", None, str)
+    if recipe is not None and recipe not in FLOAT8_RECIPES:
+        raise _err(toml, None, "float8.recipe_name", f"{recipe!r} is none of {', '.join(FLOAT8_RECIPES)}")
+    gather = _get(cfg, toml, "float8", "enable_fsdp_float8_all_gather", False, bool) \
+        and deg["data_parallel_shard"] > 1
+    precompute = gather and _get(cfg, toml, "float8", "precompute_float8_dynamic_scale_for_fsdp", False, bool)
+    return {**({"fp8_recipe": recipe} if recipe else {}), **({"float8_all_gather": True} if gather else {}),
+            **({"float8_precompute_scale": True} if precompute else {})}
 
 
 # torchtitan's context_parallel_rotate_method (its default "allgather", the torch default) -> TrainingSpec.cp_comm:

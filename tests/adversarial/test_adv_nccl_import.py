@@ -1,0 +1,40 @@
+"""nccl-tests output whose own data check failed -- a row with #wrong > 0, or the summary line 'Out of bounds values
+: N FAILED' -- was fitted as a measurement of the collective. Both are refused naming the line."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import NCCL_H100, assert_refused, run_cli
+
+TEXT = NCCL_H100.read_text()
+
+
+def _row_1m(text: str) -> tuple[list[str], int]:
+    lines = text.splitlines()
+    return lines, next(j for j, ln in enumerate(lines) if ln.split()[:1] == ["1048576"])
+
+
+@pytest.mark.parametrize("edit", ["out_of_place", "in_place", "footer"])
+def test_a_run_that_failed_its_data_check_is_refused(tmp_path, edit):
+    lines, j = _row_1m(TEXT)
+    if edit == "footer":
+        lines.append("# Out of bounds values : 3 FAILED")
+    else:
+        toks = lines[j].split()
+        toks[8 if edit == "out_of_place" else 12] = "2"
+        lines[j] = "  ".join(toks)
+    f = tmp_path / "all_reduce_perf.txt"
+    f.write_text("\n".join(lines) + "\n")
+    r = run_cli(["calibrate", "--import-nccl-tests", f, "--out", tmp_path / "p.json"])
+    assert_refused(r, "nccl-tests: ")
+    assert "line" in r.err and not (tmp_path / "p.json").exists()
+
+
+def test_a_passed_check_and_an_unchecked_run_import(tmp_path):
+    lines, j = _row_1m(TEXT)
+    toks = lines[j].split()
+    toks[8] = toks[12] = "N/A"  # nccl-tests -c 0: no data check
+    lines[j] = "  ".join(toks)
+    f = tmp_path / "all_reduce_perf.txt"
+    f.write_text("\n".join(lines) + "\n# Out of bounds values : 0 OK\n")
+    assert run_cli(["calibrate", "--import-nccl-tests", f, "--out", tmp_path / "p.json"]).code == 0

@@ -1,0 +1,132 @@
+"""Text from a file reaching the console, a report or stderr: a terminal escape sequence, a lone UTF-16 surrogate or
+live HTML in a model, cluster or scenario name. YAML's "\\e" and JSON's "\\u001b" escapes carried ESC through the
+safe reader into the predict table (and into report.md, index.html and matplotlib's warnings on stderr); a YAML
+"\\ud83d\\ude80" pair decoded to two lone surrogates that crashed the JSON serializer with a traceback; a name such as
+<img onerror=...> was live HTML in report.md. Each is refused on reading (control characters, surrogates) or
+written as text (``<`` as ``&lt;`` in Markdown), and a name in a script the plot font lacks does not print
+matplotlib's glyph warnings."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, assert_refused, run_cli
+
+PROFILE = REPO / "benchmarks" / "data" / "profile_h200.json"
+SC21 = REPO / "trainsim" / "data" / "validation" / "megatron_sc21_table1.csv"
+HF_LLAMA = REPO / "tests" / "data" / "hf" / "llama3-8b-config.json"
+
+
+@pytest.mark.parametrize("suffix, text, where", [
+    (".yaml", 'model: {preset: tiny-gpt, name: "\\e[31mred"}\ncluster: cpu-host\ngpus: 1\n', "model.name"),
+    (".yaml", 'name: "x\\e]0;title\\a"\nmodel: tiny-gpt\ncluster: cpu-host\ngpus: 1\n', "name"),
+    (".json", '{"model": "tiny-gpt", "cluster": {"preset": "cpu-host", "name": "\\u001b[2J"}, "gpus": 1}', "cluster.name"),
+    (".json", '{"model": "tiny-gpt", "cluster": "cpu-host", "gpus": 1, "description": "a\\u009b31mb"}', "description"),
+    (".json", '{"model": "tiny-gpt", "cluster": "cpu-host", "gpus": 1, "na\\u0007me": 1}', "key"),
+    (".yaml", 'name: "\\ud83d\\ude80"\nmodel: tiny-gpt\ncluster: cpu-host\ngpus: 1\n', "surrogate"),
+    (".json", '{"model": "tiny-gpt", "cluster": {"preset": "cpu-host", "name": "a\\ud800"}, "gpus": 1}', "surrogate"),
+])
+def test_control_characters_and_surrogates_in_a_scenario_are_refused(tmp_path, suffix, text, where):
+    f = tmp_path / f"s{suffix}"
+    f.write_text(text, encoding="utf-8")
+    for cmd in (["predict", f, "--fast"], ["plan", f], ["report", f, "--no-plan", "--out", tmp_path / "r"]):
+        r = run_cli(cmd)
+        assert_refused(r, "scenario: ")
+        assert where in r.err and "\x1b" not in r.err
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_hugging_face_name_and_a_profile_string_with_an_escape_are_refused(tmp_path):
+    cfg = json.loads(HF_LLAMA.read_text())
+    cfg["_name_or_path"] = "meta-llama\x1b[8m"
+    hf = tmp_path / "config.json"
+    hf.write_text(json.dumps(cfg))
+    assert_refused(run_cli(["predict", "--model", hf, "--cluster", "dgx-h100", "--fast"]), "model: ")
+    prof = json.loads(PROFILE.read_text())
+    prof["fingerprint"]["device_name"] = "NVIDIA H200\x1b[2J"
+    p = tmp_path / "profile.json"
+    p.write_text(json.dumps(prof))
+    r = run_cli(["predict", "--model", "llama3-8b", "--cluster", "hgx-h200", "--fast", "--calibration", p])
+    assert_refused(r, "calibration: ")
+    assert "fingerprint.device_name" in r.err
+
+
+def _rows():
+    return list(csv.DictReader(SC21.open(encoding="utf-8")))[:2]
+
+
+def _write(path: Path, rows: list[dict], bom: bool = False) -> Path:
+    with path.open("w", newline="", encoding="utf-8-sig" if bom else "utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+def test_a_dataset_cell_with_an_escape_is_refused(tmp_path):
+    rows = _rows()
+    rows[1]["description"] = "Table 1\x1b[31m"
+    r = run_cli(["validate", "--dataset", _write(tmp_path / "d.csv", rows)])
+    assert_refused(r, "dataset: ")
+    assert "row 3" in r.err
+
+
+def test_a_dataset_saved_with_a_byte_order_mark_is_read(tmp_path):
+    """Excel's "CSV UTF-8" starts with a BOM; its first column was read as '\\ufeffrow_id' ("has no row_id
+    column")."""
+    plain = run_cli(["validate", "--dataset", _write(tmp_path / "a.csv", _rows()), "--json"])
+    bom = run_cli(["validate", "--dataset", _write(tmp_path / "b.csv", _rows(), bom=True), "--json"])
+    assert plain.code == bom.code == 0, bom.err
+    assert [r["predicted"] for r in json.loads(bom.out)["rows"]] == [r["predicted"] for r in json.loads(plain.out)["rows"]]
+
+
+def test_html_in_a_name_is_text_in_both_report_files(tmp_path):
+    name = "<img src=x onerror=alert(1)>"
+    f = tmp_path / "s.yaml"
+    f.write_text(f"name: {json.dumps(name)}\nmodel: {{preset: tiny-gpt, name: {json.dumps(name)}}}\ncluster: cpu-host\n"
+                 "gpus: 1\ntraining: {seq_len: 128, global_batch: 8}\n")
+    r = run_cli(["report", f, "--no-plan", "--out", tmp_path / "r"])
+    assert r.code == 0, r.err
+    md = (tmp_path / "r" / "report.md").read_text(encoding="utf-8")
+    html = (tmp_path / "r" / "index.html").read_text(encoding="utf-8")
+    assert "<img" not in md and "&lt;img src=x onerror=alert(1)>" in md
+    assert "<img src=x" not in html
+
+
+def test_a_name_the_plot_font_lacks_prints_no_warnings(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("name: 模型\nmodel: {preset: tiny-gpt, name: 模型}\ncluster: cpu-host\ngpus: 1\n"
+                 "training: {seq_len: 128, global_batch: 8}\n", encoding="utf-8")
+    # a process of its own: pytest's warning capture would hide what a user's terminal shows
+    proc = subprocess.run([sys.executable, "-m", "trainsim.cli.main", "report", str(f), "--no-plan", "--out",
+                           str(tmp_path / "r")], check=False, capture_output=True, text=True, timeout=120,
+                          cwd=REPO)
+    assert proc.returncode == 0 and "Glyph" not in proc.stderr and "Warning" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("text, value", [("layout: {tp: 010}", "octal number 8"),
+                                         ("training: {seq_len: 4096, global_batch: 0100}", "octal number 64"),
+                                         ("training: {seq_len: 1:30, global_batch: 64}", "sexagesimal) number 90"),
+                                         ("training: {seq_len: 4096, global_batch: 64, dp_bucket_mb: 1:30.5}",
+                                          "sexagesimal) number 90.5")])
+def test_a_yaml_11_octal_or_base_60_number_is_refused(tmp_path, text, value):
+    """PyYAML reads YAML 1.1: tp: 010 was tp 8, global_batch: 0100 was 64, seq_len: 1:30 was 90 -- silently."""
+    f = tmp_path / "s.yaml"
+    f.write_text(f"model: llama3-8b\ncluster: dgx-h100\ngpus: 16\n{text}\n")
+    r = run_cli(["predict", f, "--fast"])
+    assert_refused(r, "scenario: ")
+    assert value in r.err and "line 4" in r.err
+
+
+def test_plain_hex_underscored_and_quoted_numbers_still_read(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("model: llama3-8b\ncluster: dgx-h100\ngpus: 0x10\nlayout: {tp: \"08\"}\n"
+                 "training: {seq_len: 4_096, global_batch: 64}\n")
+    r = run_cli(["predict", f, "--fast", "--json"])
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["layout"]["tp"] == 8 and json.loads(r.out)["layout"]["dp"] == 2
