@@ -390,9 +390,9 @@ def test_activation_offload_exposes_only_copies_longer_than_their_window():
 def test_offload_beyond_host_memory_is_warned():
     sc = build_scenario({"model": "llama3-8b", "gpus": 8, "training": {
         "seq_len": 8192, "global_batch": 64, "micro_batch": 8, "zero": 3, "offload_activation_layers": 30},
-        "cluster": {"preset": "dgx-h100", "host_memory_bytes": 1e9}})
+        "cluster": {"preset": "dgx-h100", "host_memory_bytes": 2**31}})
     host_per_node = predict(sc).host_bytes * 8
-    assert host_per_node > 1e9
+    assert host_per_node > 2**31
     assert any("host memory" in w for w in predict(sc).warnings)
     roomy = build_scenario({"model": "llama3-8b", "gpus": 8, "training": {
         "seq_len": 8192, "global_batch": 64, "micro_batch": 8, "zero": 3, "offload_activation_layers": 30},
