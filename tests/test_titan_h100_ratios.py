@@ -7,9 +7,9 @@ that peak, so it is not compared; a ratio of two rows of one table shares the GP
 mechanism the rows differ by: torch.compile (Table 1 and 3: FSDP -> FSDP + torch.compile), torchao float8
 (-> + Float8: tensorwise; FSDP's float8 all-gather is not stated and stays off, torchtitan's default -- on, trainsim's
 gain is x1.26 instead of x1.237 at Table 1) and scale at fixed work per GPU (Table 3's 128 GPUs against Table
-1's 8). The rows are memory_runs.csv's (their ``tps_per_gpu`` in ``other_metrics``, the tables' TPS/GPU column); each is predicted with the stated 2.4 TB/s HBM and the H100 SXM
-peak the authors' MFU uses. Inductor's bytes for the compiled block (cost_models/inductor_bytes.py: torchtitan's
-complex RoPE runs outside Inductor's fused kernels) put the compile gain at x1.185 against x1.157-1.162; the float8
+1's 8). The rows are memory_runs.csv's (their ``tps_per_gpu`` in ``other_metrics``, the tables' TPS/GPU
+column); each is predicted with the stated 2.4 TB/s HBM and the H100 SXM peak the authors' MFU uses. Inductor's bytes for the compiled block (cost_models/inductor_bytes.py: torchtitan's
+complex RoPE runs outside Inductor's fused kernels) put the compile gain at x1.187 against x1.157-1.162; the float8
 gain is x1.237 against x1.280-1.286.
 """
 

@@ -205,9 +205,9 @@ def _titan_block(m, t) -> bool:
 
 def _titan_compiled(m, t) -> bool:
     """Whether torchtitan's block code runs under torch.compile (``compile``, or ``host_issue: compile``, which
-    issues Inductor's kernels) with its own RMSNorm (the Triton fused_rmsnorm is not compiled): Inductor's bytes
-    for its RoPE and norms (cost_models/inductor_bytes.py)."""
-    return _titan_code(m, t) and (t.compile or t.host_issue == "compile") and t.titan_norm != "fused_rmsnorm"
+    issues Inductor's kernels): Inductor's bytes for its RoPE and norms (cost_models/inductor_bytes.py). Its
+    Triton fused_rmsnorm does not compile (TrainingSpec refuses the pair)."""
+    return _titan_code(m, t) and (t.compile or t.host_issue == "compile")
 
 
 def _hybrid_kind(m) -> str:

@@ -392,6 +392,10 @@ class TrainingSpec(BaseModel):
             self._check_deepspeed_pure_bf16()
         if self.compile:
             self._check_compile()
+        if self.titan_norm == "fused_rmsnorm" and (self.compile or self.host_issue == "compile"):
+            raise SpecError("titan_norm", "torchtitan's fused_rmsnorm does not run under torch.compile (its "
+                            "apply_compile raises NotImplementedError: 'fused_rmsnorm is not compatible with "
+                            "torch.compile yet'): use titan_norm rmsnorm, or neither compile nor host_issue compile")
 
     def _check_framework_features(self) -> None:
         """Losses, block code, FSDP2 placement, Megatron-Core overlaps (and what TP overlap needs), fused experts and offloads the
