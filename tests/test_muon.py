@@ -145,6 +145,27 @@ def test_checkpoint_holds_muons_state_bytes():
 
 
 
+@pytest.mark.parametrize("training", [{"optimizer": "muon"}, {"param_dtype_bytes": 4}])
+def test_plan_writes_the_checkpoint_the_report_writes(training):
+    """plan's checkpoint write time (in every row's time to train) is the what-if report's for the same run:
+    Muon's states (8 B on its matrices, 12 B elsewhere) and fp32 parameters (param_dtype_bytes 4) alike."""
+    from trainsim.reports.whatif import ReportOptions, checkpoint_seconds
+    from trainsim.simulator.planner import PlanRequest
+    from trainsim.simulator.planner import checkpoint_seconds as plan_checkpoint_seconds
+    from trainsim.simulator.search_space import SearchLimits
+    from trainsim.specs import load_cluster, load_model
+
+    scn = build_scenario({}, {"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8, "seq_len": 4096,
+                              "global_batch": 32, **training})
+    req = PlanRequest(model=load_model("llama3-8b"), cluster=load_cluster("dgx-h100"), gpu_counts=(8,),
+                      global_batch=32, seq_len=4096, tokens=1e9, limits=SearchLimits(training_extra=training))
+    assert plan_checkpoint_seconds(req) == pytest.approx(checkpoint_seconds(scn, ReportOptions()), rel=1e-9)
+    adam_bf16 = plan_checkpoint_seconds(PlanRequest(model=req.model, cluster=req.cluster, gpu_counts=(8,),
+                                                    global_batch=32, seq_len=4096, tokens=1e9))
+    per_param = 2 + muon.model_state_bytes_per_param(scn) if "optimizer" in training else 4 + 12
+    assert plan_checkpoint_seconds(req) / adam_bf16 == pytest.approx(per_param / (2 + 12), rel=1e-9)
+
+
 def test_duplicated_tp_mode_gathers_and_iterates_whole_matrices():
     """muon_tp_mode duplicated (newton_schulz_tp): each TP-sharded matrix's fp32 momentum is all-gathered over TP
     (q, k, v apart) and the whole matrix iterated on every TP rank -- the FLOPs of the unsharded model; blockwise

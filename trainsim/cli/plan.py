@@ -428,7 +428,6 @@ def print_table(result, file=None) -> None:
     from rich.table import Table
 
     from trainsim.reports.tables import LAYOUT_COLUMNS, fmt_count, fmt_money, fmt_si, fmt_time, layout_table
-    from trainsim.simulator.planner import checkpoint_seconds
 
     req = result.request
     file = file or sys.stdout
@@ -487,7 +486,7 @@ def print_table(result, file=None) -> None:
     mtbf = gp.job_mtbf_s(best.candidate.gpus, req.failure_rate_per_gpu_hour)
     console.print(f"best layout on {best.candidate.gpus} GPUs: a failure every {fmt_time(mtbf)} on average; checkpoint "
                   f"every {fmt_time(best.checkpoint_interval_s)} of compute (Daly's optimum; write time "
-                  f"{fmt_time(checkpoint_seconds(req))}), goodput {100 * best.goodput:.1f}%, "
+                  f"{fmt_time(result.checkpoint_s)}), goodput {100 * best.goodput:.1f}%, "
                   f"{fmt_time(best.ideal_time_s)} failure-free -> {fmt_time(best.time_to_train_s)} expected.")
     console.print(f"time to train includes failures ({gp.FAILURE_RATE_SOURCE}; "
                   f"{req.failure_rate_per_gpu_hour:.3g}/GPU-hour), checkpoint write and restart "

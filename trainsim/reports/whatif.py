@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from trainsim.cost_models import muon
 from trainsim.cost_models.profile import load_profile
 from trainsim.simulator import goodput as gp
 from trainsim.simulator.builder import build_cost_table
@@ -33,7 +32,6 @@ from trainsim.simulator.search_space import (
 )
 from trainsim.specs import Scenario, SpecError, load_cluster, load_layout, load_model, resolve
 from trainsim.specs.errors import from_validation_error
-from trainsim.specs.lora import checkpoint_params
 from trainsim.specs.pools import gpus_label
 from trainsim.validation.intervals import interval_for, load_table
 
@@ -77,11 +75,7 @@ def checkpoint_seconds(scn: Scenario, opts: ReportOptions) -> float:
     bandwidth."""
     if opts.checkpoint_write_s is not None:
         return opts.checkpoint_write_s
-    t = scn.training
-    opt = muon.model_state_bytes_per_param(scn) if t.optimizer == "muon" else t.optimizer_bytes_per_param
-    params = checkpoint_params(scn.model, t.lora_rank, t.lora_target_modules)  # under LoRA the adapters only
-    nbytes = gp.checkpoint_bytes(params, t.param_bytes, opt)
-    return gp.checkpoint_write_s(nbytes, opts.storage_write_Bps)
+    return gp.checkpoint_write_s(gp.scenario_checkpoint_bytes(scn), opts.storage_write_Bps)
 
 
 def time_to_train(scn: Scenario, step_time_s: float, opts: ReportOptions) -> gp.Goodput:

@@ -16,6 +16,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+from trainsim.cost_models import muon
+from trainsim.specs.lora import checkpoint_params
+
+if TYPE_CHECKING:
+    from trainsim.specs import Scenario
 
 # Default interruption rate: "The Llama 3 Herd of Models" (Meta, arXiv:2407.21783), Sec. 3.3.4 and
 # Table 5: a 54-day snapshot of Llama 3 405B pre-training on 16,384 H100 GPUs saw 466 job
@@ -147,6 +154,16 @@ def plan_goodput(work_s: float, num_gpus: int, checkpoint_s: float, restart_s: f
 def checkpoint_bytes(total_params: float, param_bytes: int = 2, optimizer_bytes_per_param: float = 12) -> float:
     """Bytes of a full training checkpoint: weights in the training dtype plus fp32 master and Adam states."""
     return float(total_params) * (param_bytes + optimizer_bytes_per_param)
+
+
+def scenario_checkpoint_bytes(scn: Scenario) -> float:
+    """Bytes of a full checkpoint of ``scn``'s run: its parameters in their dtype (``param_bytes``) plus their
+    optimizer states -- Muon's mix of momentum and Adam moments where it runs (cost_models/muon.py), else
+    ``optimizer_bytes_per_param``; under LoRA the adapters only (specs/lora.checkpoint_params)."""
+    t = scn.training
+    opt = muon.model_state_bytes_per_param(scn) if t.optimizer == "muon" else t.optimizer_bytes_per_param
+    params = checkpoint_params(scn.model, t.lora_rank, t.lora_target_modules)
+    return checkpoint_bytes(params, t.param_bytes, opt)
 
 
 def checkpoint_write_s(nbytes: float, storage_write_Bps: float = DEFAULT_STORAGE_WRITE_BPS) -> float:

@@ -161,6 +161,7 @@ class PlanResult:
     counts: dict[str, int]
     wall_s: float
     screened_top: list[PlanRow] = field(default_factory=list)
+    checkpoint_s: float = 0.0  # the checkpoint write time every row's time to train includes (checkpoint_seconds)
 
     def to_json(self) -> dict[str, Any]:
         r = self.request
@@ -358,16 +359,25 @@ def confirm_one(ctx: _Context, c: Candidate) -> PlanRow:
 
 # --- ranking ------------------------------------------------------------------------------------
 
-def checkpoint_seconds(req: PlanRequest) -> float:
-    """Checkpoint write time: given, or full training state (under LoRA the adapters': specs/lora.checkpoint_params)
-    / aggregate storage bandwidth."""
+def checkpoint_seconds(req: PlanRequest, cands: Sequence[Candidate] | None = None) -> float:
+    """Checkpoint write time: given, or a full checkpoint of the run (goodput.scenario_checkpoint_bytes, as the
+    what-if report counts it) / aggregate storage bandwidth. The bytes are read off the first of ``cands`` (default:
+    every candidate of ``req``) that resolves into a scenario: every candidate shares the model, dtypes and
+    optimizer; only Muon's mix of states, averaged over pipeline stages, moves with the layout (by its replicated
+    norms)."""
     if req.checkpoint_write_s is not None:
         return req.checkpoint_write_s
-    extra = req.limits.training_extra
-    param_bytes = 4 if req.limits.dtype == "fp32" else 2
-    opt = int(extra.get("optimizer_bytes_per_param", 12))
+    for c in _candidates(req) if cands is None else cands:
+        try:
+            scn = to_scenario(req.model, req.cluster, c, req.global_batch, req.seq_len, req.limits)
+        except SpecError:
+            continue
+        return gp.checkpoint_write_s(gp.scenario_checkpoint_bytes(scn), req.storage_write_Bps)
+    extra = req.limits.training_extra  # no candidate resolves: the file's settings as stated
+    param_bytes = int(extra.get("param_dtype_bytes") or (4 if req.limits.dtype == "fp32" else 2))
     params = checkpoint_params(req.model, int(extra.get("lora_rank") or 0),
                                extra.get("lora_target_modules") or LORA_TARGETS)
+    opt = float(extra.get("optimizer_bytes_per_param", 12))
     return gp.checkpoint_write_s(gp.checkpoint_bytes(params, param_bytes, opt), req.storage_write_Bps)
 
 
@@ -510,7 +520,7 @@ def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress 
     cands = _candidates(req)
     counts = {"enumerated": len(cands), "invalid": 0, "oom": 0, "over_headroom": 0, "dominated": 0, "screened": 0,
               "confirmed": 0, "engine_oom": 0}
-    ckpt_s = checkpoint_seconds(req)
+    ckpt_s = checkpoint_seconds(req, cands)
     screened = _screened(req, ctx, cands, ckpt_s, executor, progress, counts)
     confirmed: list[PlanRow] = []
 
@@ -536,6 +546,7 @@ def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress 
     return PlanResult(
         request=req, rows=ranked + rest, pareto=pareto_front(confirmed), counts=counts,
         wall_s=time.perf_counter() - t0, screened_top=_top_per_count(screened, max(20, req.top_k)),
+        checkpoint_s=ckpt_s,
     )
 
 
