@@ -35,6 +35,10 @@ with the block under full activation checkpointing gives 237 bytes per tokens x 
 and backward passes, against the 243 this costing gives (hidden 1024, 8 / 2 heads, FFN 3,584), so the re-run is
 costed about 3 % high.
 
+The host issues a compiled torchtitan block at the kernel count of the Hugging Face-style block
+(cost_models/compiled_issue.py: 16 forward, 28 backward); Inductor schedules 20 / 28 for TitanBlock (forward: 9
+generated kernels, 3 fallbacks, 8 extern calls), a difference left as is.
+
 Other compiled blocks keep the fused model's bytes. The same count on the executor's Hugging Face-style blocks
 (``compiled_bytes.hf_block_bytes``: hidden 512, 8 heads, FFN 1,536, 256 tokens) gives, per tokens x hidden element,
 45.0 / 78.2 bytes for RMSNorm-SwiGLU-RoPE with 2 KV heads (fused model 43.0 / 59.0) and 30.0 / 68.3 for
