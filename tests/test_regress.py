@@ -114,6 +114,22 @@ def test_compare_tolerances():
     assert [d.metric for d in cmp.drifts] == ["step_time_s"] and cmp.drifts[0].change_pct == pytest.approx(0.1)
 
 
+@pytest.mark.parametrize("version", [2, "1", True, None])
+def test_a_baseline_of_another_schema_version_exits_2(suite, tmp_path, standin, capsys, version):
+    """A baseline written by a trainsim of another schema (or a hand edit) is refused naming schema_version, not
+    compared metric by metric as if its metrics meant today's."""
+    import json
+
+    base = tmp_path / "baseline.json"
+    main(["regress", "--suite", str(suite), "--baseline", str(base), "--update"])
+    doc = json.loads(base.read_text())
+    doc["schema_version"] = version
+    base.write_text(json.dumps(doc))
+    assert main(["regress", "--suite", str(suite), "--baseline", str(base)]) == 2
+    err = capsys.readouterr().err
+    assert "baseline.schema_version" in err and err.count("\n") == 1
+
+
 def test_bad_baseline_and_suite_exit_2(suite, tmp_path, standin, capsys):
     assert main(["regress", "--suite", str(suite), "--baseline", str(tmp_path / "none.json")]) == 2
     assert "baseline:" in capsys.readouterr().err

@@ -150,6 +150,10 @@ def load_baseline(path: str | os.PathLike) -> dict[str, Any]:
     data = read_mapping(p, "baseline")  # size limit, UTF-8, JSON/YAML errors as one line
     if data.get("kind") != BASELINE_KIND or not isinstance(data.get("scenarios"), dict):
         raise SpecError("baseline", f"{p} is not a trainsim regress baseline (kind {BASELINE_KIND!r})")
+    version = data.get("schema_version", SCHEMA_VERSION)  # written by every snapshot; a hand-made file may omit it
+    if isinstance(version, bool) or version != SCHEMA_VERSION:
+        raise SpecError("baseline.schema_version", f"{version!r}: this trainsim reads schema version {SCHEMA_VERSION} "
+                        "(re-create the baseline with --update)")
     # Every scenario's entry must be a mapping of metric -> number/bool (a hand-edited or corrupted file
     # otherwise crashed the comparison with TypeError/ValueError).
     for name, metrics in data["scenarios"].items():
