@@ -31,6 +31,7 @@ MODES = {
     ("from_runs", ["--quick"], "quick"), ("from_runs", ["--warmup", "3"], "warmup"),
     ("from_runs", ["--skip", "gemm"], "skip"), ("from_runs", ["--peak-preset", "h100-sxm"], "peak_preset"),
     ("from_runs", ["--nccl-op", "all_reduce"], "nccl_op"), ("from_runs", ["--nproc", "2"], "nproc"),
+    ("import", ["--warmup", "0"], "warmup"), ("import", ["--fit-min-bytes", "0"], "fit_min_bytes"),  # 0 is given
 ])
 def test_a_flag_the_mode_does_not_read_is_refused(tmp_path, mode, flags, field):
     r = run_cli([*MODES[mode], *flags, "--out", tmp_path / "p.json"])

@@ -57,6 +57,17 @@ def test_an_unstated_or_plainly_written_cell_is_read_as_before(tmp_path, column,
     assert [x["predicted"] for x in json.loads(r.out)["rows"]] == [x["predicted"] for x in json.loads(base.out)["rows"]]
 
 
+@pytest.mark.parametrize("value", ["4,096", "4096.0", " 4096 "])
+def test_a_sequence_length_written_with_a_separator_or_a_point_is_that_length(tmp_path, value):
+    """'4,096', '4096.0' and ' 4096 ' read as 4,096 tokens -- not the 2,048 default the SC21 row would give: the
+    row predicts what the same row with 4096 predicts, and not what it predicts at 2,048."""
+    plain = run_cli(["validate", "--dataset", _table(tmp_path, "seq_len", "4096")[0], "--json"])
+    written = run_cli(["validate", "--dataset", _table(tmp_path, "seq_len", value)[0], "--json"])
+    default = run_cli(["validate", "--dataset", _table(tmp_path, "seq_len", "")[0], "--json"])
+    first = [json.loads(x.out)["rows"][0]["predicted"] for x in (plain, written, default)]
+    assert first[0] == first[1] != first[2]
+
+
 @pytest.mark.parametrize("value, said", [("sc21_t1_2", "at row 3 repeats row 2"), ("", "empty row_id"),
                                          ("  ", "empty row_id")])
 def test_a_row_id_given_twice_or_empty_is_refused(tmp_path, value, said):

@@ -64,3 +64,23 @@ def test_a_printed_setting_trainsim_cannot_read_is_refused(tmp_path, key, value,
     r = _fit(tmp_path, _arg(text, key, value))
     assert r.code == 2 and len(r.err_lines) == 1 and field in r.err and "Traceback" not in r.err, r.err
     assert not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize("recipe, want", [("delayed", "tensorwise"), ("tensorwise", "tensorwise"), ("mxfp8", "mxfp8")])
+def test_a_printed_fp8_recipe_and_param_gather_are_the_runs(tmp_path, recipe, want):
+    """With --fp8-format set, --fp8-recipe maps onto the recipe trainsim costs (Megatron's delayed scaling is
+    tensorwise) and --fp8-param-gather onto fp8_param_gather; a B200 cluster, where MXFP8 runs."""
+    from trainsim.validation.run_logs import megatron_run
+
+    text = _arg(_arg(_arg(LOG, "fp8", "hybrid"), "fp8_recipe", recipe), "fp8_param_gather", "True")
+    log = tmp_path / "m.log"
+    log.write_text(text)
+    t = megatron_run(log, "dgx-b200").scenario.training
+    assert (t.dtype, t.fp8_recipe, t.fp8_param_gather) == ("fp8", want, True)
+    log.write_text(_arg(LOG, "fp8", "hybrid"))
+    assert megatron_run(log, "dgx-b200").scenario.training.fp8_param_gather is False
+
+
+def test_an_fp8_recipe_trainsim_does_not_cost_is_refused(tmp_path):
+    r = _fit(tmp_path, _arg(_arg(LOG, "fp8", "hybrid"), "fp8_recipe", "blockwise"))
+    assert r.code == 2 and len(r.err_lines) == 1 and "fp8_recipe" in r.err, r.err

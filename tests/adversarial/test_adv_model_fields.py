@@ -61,7 +61,7 @@ def test_a_hugging_face_switch_that_is_not_a_boolean_is_refused(tmp_path, config
     ("{preset: dgx-h100, gpu: {memory_bytes: 80}}", "cluster.gpu.memory_bytes"),          # 80 for 80 GiB
     ("{preset: dgx-h100, gpu: {preset: h200, memory_bytes: 141}}", "cluster.gpu.memory_bytes"),
     ("{preset: dgx-h100, host_memory_bytes: 2}", "cluster.host_memory_bytes"),             # 2 for 2 TB
-    ("{preset: dgx-h100, scale_up: {kind: pcie}}", "cluster.scale_up"),                    # the preset's nvls: true
+    ("{preset: dgx-h100, scale_up: {kind: pcie, nvls: true}}", "cluster.scale_up"),
     ("{preset: dgx-a100, scale_up: {nvls: true, kind: nvlink}}", "cluster.scale_up"),
 ])
 def test_a_cluster_figure_off_by_its_unit_or_a_switch_without_its_fabric_is_refused(tmp_path, cluster, field):
@@ -70,6 +70,16 @@ def test_a_cluster_figure_off_by_its_unit_or_a_switch_without_its_fabric_is_refu
     f = tmp_path / "s.yaml"
     f.write_text(f"model: llama3-8b\ncluster: {cluster}\ngpus: 16\ntraining: {{seq_len: 4096, global_batch: 32}}\n")
     assert_refused(run_cli(["predict", f, "--fast"]), field)
-    f.write_text(f.read_text().replace("kind: pcie}", "kind: pcie, nvls: false}"))
-    if "kind: pcie" in cluster:
-        assert run_cli(["predict", f, "--fast"]).code == 0
+
+
+def test_another_in_node_fabric_does_not_inherit_the_presets_nvls(tmp_path):
+    """dgx-h100 with its NVSwitch replaced by PCIe: the preset's NVLink SHARP goes with its switch (nvls off), as
+    stating nvls: false gives; NVLS on PCIe stated outright is refused (above)."""
+    f = tmp_path / "s.yaml"
+    body = "model: llama3-8b\ngpus: 16\ntraining: {seq_len: 4096, global_batch: 32}\ncluster: "
+    f.write_text(body + "{preset: dgx-h100, scale_up: {kind: pcie}}\n")
+    inherited = run_cli(["predict", f, "--fast", "--json"])
+    f.write_text(body + "{preset: dgx-h100, scale_up: {kind: pcie, nvls: false}}\n")
+    stated = run_cli(["predict", f, "--fast", "--json"])
+    assert inherited.code == stated.code == 0, inherited.err
+    assert json.loads(inherited.out)["step_time_s"] == json.loads(stated.out)["step_time_s"]

@@ -38,3 +38,13 @@ def test_a_passed_check_and_an_unchecked_run_import(tmp_path):
     f = tmp_path / "all_reduce_perf.txt"
     f.write_text("\n".join(lines) + "\n# Out of bounds values : 0 OK\n")
     assert run_cli(["calibrate", "--import-nccl-tests", f, "--out", tmp_path / "p.json"]).code == 0
+
+
+def test_a_device_name_no_profile_could_hold_writes_no_profile(tmp_path):
+    """A device line holding a terminal escape: the import is refused and no profile is left that no command could
+    load (save_profile checks what it writes as load_profile reads it)."""
+    log = tmp_path / "log.txt"
+    log.write_text(NCCL_H100.read_text().replace("NVIDIA H100", "NVIDIA H100\x1b[2J", 1))
+    r = run_cli(["calibrate", "--import-nccl-tests", log, "--out", tmp_path / "p.json"])
+    assert r.code == 2 and len(r.err_lines) == 1 and "U+001B" in r.err, r.err
+    assert not (tmp_path / "p.json").exists()

@@ -44,8 +44,11 @@ def test_a_key_no_query_reads_is_refused(tmp_path, case):
 
 
 def test_the_profile_as_written_still_loads(tmp_path):
+    """A written profile loads, a Blackwell preset's fp4 reference peak included (calibrate copies every peak of the
+    GPU preset: kernels/calibrate.py)."""
     d = copy.deepcopy(PROFILE)
     d["dtensor_collective_overhead_s"]["all_reduce"] = 1e-5
+    d["reference_peak_flops"]["fp4"] = 9e15
     p = tmp_path / "profile.json"
     p.write_text(json.dumps(d))
     r = run_cli([*ARGV, p])

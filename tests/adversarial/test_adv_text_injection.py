@@ -73,7 +73,23 @@ def test_a_dataset_cell_with_an_escape_is_refused(tmp_path):
     rows[1]["description"] = "Table 1\x1b[31m"
     r = run_cli(["validate", "--dataset", _write(tmp_path / "d.csv", rows)])
     assert_refused(r, "dataset: ")
-    assert "row 3" in r.err
+    assert "row 3, column 'description'" in r.err
+
+
+def test_tabs_newlines_and_windows_line_breaks_in_text_are_read(tmp_path):
+    """A notes cell typed with a tab, a newline or a spreadsheet's CR LF line break, and a scenario description
+    holding them, read as before; a lone carriage return (it returns the cursor over the text before it) does not."""
+    rows = _rows()
+    rows[0]["notes"] = "first\tsecond\r\nthird\nfourth"
+    r = run_cli(["validate", "--dataset", _write(tmp_path / "d.csv", rows), "--json"])
+    assert r.code == 0, r.err
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps({"model": "tiny-gpt", "cluster": "cpu-host", "gpus": 1, "training": {"seq_len": 128},
+                             "description": "a\tb\r\nc\nd"}))
+    assert run_cli(["predict", f, "--fast"]).code == 0
+    f.write_text(json.dumps({"model": "tiny-gpt", "cluster": "cpu-host", "gpus": 1, "training": {"seq_len": 128},
+                             "description": "a\rb"}))
+    assert_refused(run_cli(["predict", f, "--fast"]), "scenario: ")
 
 
 def test_a_dataset_saved_with_a_byte_order_mark_is_read(tmp_path):
@@ -83,6 +99,17 @@ def test_a_dataset_saved_with_a_byte_order_mark_is_read(tmp_path):
     bom = run_cli(["validate", "--dataset", _write(tmp_path / "b.csv", _rows(), bom=True), "--json"])
     assert plain.code == bom.code == 0, bom.err
     assert [r["predicted"] for r in json.loads(bom.out)["rows"]] == [r["predicted"] for r in json.loads(plain.out)["rows"]]
+
+
+def test_a_datasets_trailing_rows_of_bare_commas_are_no_rows(tmp_path):
+    """A spreadsheet saves trailing empty rows as lines of commas: they are dropped, not refused as rows with an
+    empty row_id."""
+    path = _write(tmp_path / "d.csv", _rows())
+    plain = run_cli(["validate", "--dataset", path, "--json"])
+    path.write_text(path.read_text() + "," * (len(_rows()[0]) - 1) + "\r\n" + "," * (len(_rows()[0]) - 1) + "\r\n")
+    trailing = run_cli(["validate", "--dataset", path, "--json"])
+    assert plain.code == trailing.code == 0, trailing.err
+    assert json.loads(trailing.out)["rows"] == json.loads(plain.out)["rows"]
 
 
 def test_html_in_a_name_is_text_in_both_report_files(tmp_path):

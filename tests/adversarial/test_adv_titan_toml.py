@@ -69,3 +69,15 @@ def test_compile_and_the_float8_settings_each_move_the_prediction(tmp_path):
                                         "precompute_float8_dynamic_scale_for_fsdp = true\n")
     rowwise = _before(tmp_path, F8 + '\n[float8]\nrecipe_name = "rowwise"\n')
     assert len({f8, gather, precompute, rowwise}) == 4
+
+
+def test_the_later_quantize_converter_spelling_reads_as_the_float8_one(tmp_path):
+    """Later torchtitan names the converter "quantize.linear.float8" with a [quantize.linear.float8] table
+    (tests/integration_tests/h100.py: --model.converters quantize.linear.float8
+    --quantize.linear.float8.enable_fsdp_float8_all_gather): read as the [float8] spelling is."""
+    old = F8 + '\n[float8]\nrecipe_name = "tensorwise"\nenable_fsdp_float8_all_gather = true\n'
+    new = TOML.replace("[model]\n", '[model]\nconverters = ["quantize.linear.float8"]\n') + \
+        '\n[quantize.linear.float8]\nrecipe_name = "tensorwise"\nenable_fsdp_float8_all_gather = true\n'
+    assert _before(tmp_path, new) == _before(tmp_path, old) != _before(tmp_path, F8)
+    r = _fit(tmp_path, new.replace('recipe_name = "tensorwise"', 'recipe_name = "mxfp8"'))
+    assert r.code == 2 and "quantize.linear.float8.recipe_name" in r.err, r.err

@@ -135,6 +135,11 @@ WORKER_FLAGS = ("quick", "dtype", "skip", "reps", "warmup", "peak_preset", "fit_
 FROM_RUNS_ONLY = ("config", "cluster", "no_loo")
 
 
+def _given(value) -> bool:
+    """Whether a flag was given: its default is None (or False for a switch, "" for text); 0 is a value."""
+    return not (value is None or value is False or value == "")
+
+
 def _refuse_other_modes(args: argparse.Namespace) -> None:
     mode = ("from_runs" if args.from_runs else "import_nccl_tests" if args.import_nccl_tests
             else "emit_slurm" if args.emit_slurm is not None else "measure")
@@ -142,7 +147,7 @@ def _refuse_other_modes(args: argparse.Namespace) -> None:
                "emit_slurm": IMPORT_ONLY + ("merge_into",) + MEASURE_ONLY + FROM_RUNS_ONLY,
                "measure": IMPORT_ONLY + ("merge_into",) + SLURM_ONLY + FROM_RUNS_ONLY,
                "from_runs": IMPORT_ONLY + SLURM_ONLY + MEASURE_ONLY + WORKER_FLAGS}[mode]
-    given = [f"--{k.replace('_', '-')}" for k in foreign if getattr(args, k, None) not in (None, False, "")]
+    given = [f"--{k.replace('_', '-')}" for k in foreign if _given(getattr(args, k, None))]
     if given:
         where = {"import_nccl_tests": "--import-nccl-tests", "emit_slurm": "--emit-slurm",
                  "measure": "a measuring run", "from_runs": "--from-runs"}[mode]

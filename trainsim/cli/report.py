@@ -108,7 +108,7 @@ def check_measured(measured: dict) -> None:
 
 def check_measured_matches(measured: dict, scn) -> None:
     """The executed run is the report's scenario: its world size and layout (as `execute --json` writes them)
-    equal the scenario's (a run of another layout or model was shown as this scenario's measurement)."""
+    equal the scenario's, so a run of another layout or model is never shown as this scenario's measurement."""
     lay = measured.get("layout") if isinstance(measured.get("layout"), dict) else {}
     t, sl = scn.training, scn.layout
     mine = {"tp": sl.tp, "pp": sl.pp, "dp": scn.dp, "cp": sl.cp, "vpp": sl.vpp, "micro_batch": t.micro_batch,

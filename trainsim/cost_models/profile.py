@@ -639,8 +639,11 @@ def profile_to_dict(profile: CalibrationProfile) -> dict:
 
 
 def save_profile(profile: CalibrationProfile, path: str | os.PathLike) -> Path:
-    """Write the profile as indented JSON (atomically: temp file + rename)."""
+    """Write the profile as indented JSON (atomically: temp file + rename), once it reads back as load_profile
+    reads it: a profile no command could load (a device name holding a terminal escape, say) is refused, not
+    written."""
     text = json.dumps(profile_to_dict(profile), indent=1, allow_nan=False) + "\n"
+    profile_from_dict(parse_json(text, "calibration", "the profile to write"))
     return write_atomic(path, text, "out")
 
 

@@ -8,11 +8,12 @@ silently ignored (a misspelt dtype) or folded into the median of all memory ops 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, get_args
 
 from pydantic import Field
 
 from trainsim.specs.errors import SpecError
+from trainsim.specs.hardware import Dtype
 
 # What a measurement can be. A point or fixed cost longer than a week is none of the suite's (`trainsim calibrate
 # --timeout` allows the whole run at most 604,800 s). A rate below a million per second (FLOP/s, bytes/s,
@@ -29,6 +30,8 @@ Seconds = Annotated[float, Field(ge=0, le=MAX_MEASURED_S)]
 # (`trainsim calibrate --dtype` offers these choices).
 COPY_KINDS = ("h2d", "d2h", "d2d")
 PROFILE_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+# The reference peaks are the GPU preset's, every dtype it has a peak for (kernels/calibrate.py copies them all).
+PEAK_DTYPES = get_args(Dtype)
 
 
 def _refuse(field: str, name: str, known: Sequence[str]) -> SpecError:
@@ -48,7 +51,7 @@ def unknown_name(profile: Any, memory_ops: Sequence[str], collective_ops: Sequen
         *((f"copy_fits.{k}", k, COPY_KINDS) for k in profile.copy_fits),
         *((f"collective_points[{i}].op", p.op, collective_ops) for i, p in enumerate(profile.collective_points)),
         *((f"collective_fits[{i}].op", f.op, collective_ops) for i, f in enumerate(profile.collective_fits)),
-        *((f"reference_peak_flops.{k}", k, PROFILE_DTYPES) for k in profile.reference_peak_flops),
+        *((f"reference_peak_flops.{k}", k, PEAK_DTYPES) for k in profile.reference_peak_flops),
         *((f"gemm_points[{i}].dtype", p.dtype, PROFILE_DTYPES) for i, p in enumerate(profile.gemm_points)),
         *((f"attention_points[{i}].dtype", p.dtype, PROFILE_DTYPES) for i, p in enumerate(profile.attention_points)),
         *((f"dtensor_collective_overhead_s.{k}", k, collective_ops) for k in profile.dtensor_collective_overhead_s),

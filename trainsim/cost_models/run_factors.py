@@ -86,8 +86,8 @@ class FittedFactor(_Model):
 
     @model_validator(mode="after")
     def _check(self) -> FittedFactor:
-        """A name apply_factors reads (any other was ignored) and a value it can apply: a multiplier > 0 (0 or
-        less crashed the scaled spec's validation), a step overhead in [0, a week] (a negative one was read as 0)."""
+        """A name apply_factors reads and a value it can apply: a multiplier > 0 (the scaled spec's efficiencies
+        must stay positive), a step overhead in [0, a week]."""
         kind, _, gpu = self.name.partition(":")
         if kind not in FACTOR_PRIORS or (kind == "compute") != bool(gpu):
             raise ValueError(f"unknown factor {self.name!r} (known: compute:<GPU name>, "

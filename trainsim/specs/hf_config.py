@@ -210,7 +210,7 @@ def model_from_hf(d: Mapping, name: str = "hf-model") -> dict:
     if d.get("vocab_size") is None:
         raise SpecError("model", "Hugging Face config lacks vocab_size")
     activation = _activation(d, arch)
-    if not isinstance(_get(d, "_name_or_path", default=name), str):  # else its repr named the model
+    if not isinstance(_get(d, "_name_or_path", default=name), str):  # a model is named by text, not a repr
         raise SpecError("model._name_or_path", f"must be a string, got {d['_name_or_path']!r}")
     out: dict[str, Any] = {
         "name": _get(d, "_name_or_path", default=name) or name,

@@ -176,6 +176,10 @@ def load_cluster(spec: str | Mapping | ClusterSpec, gpus: int | None = None) -> 
             gpu_over = raw.get("gpu")
             if isinstance(gpu_over, str) or (isinstance(gpu_over, Mapping) and "preset" in gpu_over):
                 base.pop("gpu")  # another GPU preset (+ overrides) replaces the cluster's, not merged into it
+            up = raw.get("scale_up")
+            if isinstance(up, Mapping) and up.get("kind", "nvswitch") != "nvswitch" and "nvls" not in up:
+                # NVLink SHARP belongs to the preset's NVSwitch: another in-node fabric does not inherit it
+                base["scale_up"].update(nvls=False, nvls_efficiency=None)
             raw = _deep_merge(base, raw)
     else:
         raise SpecError("cluster", f"expected a preset name, a file or a mapping, got {type(spec).__name__}")
@@ -204,7 +208,7 @@ def _pool(entry: Any, i: int, base: Mapping) -> dict:
     if unknown:
         key = min(unknown)
         raise SpecError(f"{field}.{key}", f"unknown key{did_you_mean(key, sorted(POOL_KEYS))}")
-    if entry.get("name") is not None and not isinstance(entry["name"], str):  # else its repr named the pool
+    if entry.get("name") is not None and not isinstance(entry["name"], str):  # a pool is named by text, not a repr
         raise SpecError(f"{field}.name", f"must be a string, got {entry['name']!r}")
     resolved = all(entry.get(k) is not None for k in ("gpu", "scale_up", "scale_out"))  # a loaded pool, dumped
     if not resolved and (entry.get("node") is not None) == (entry.get("gpu") is not None):

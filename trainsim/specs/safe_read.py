@@ -11,11 +11,11 @@ Every file is read the same way, so one hostile file cannot do what another is r
   expanded into Python objects);
 * JSON through the standard decoder with an ``object_pairs_hook`` that refuses duplicate keys (naming the key
   and its line), non-finite constants (``NaN``, ``Infinity``) and nesting deeper than ``MAX_DEPTH``;
-* CSV through ``csv.DictReader`` with a duplicated column name refused, a UTF-8 byte-order mark (as spreadsheet
-  programs write it) dropped;
-* no string of a YAML/JSON document and no CSV cell may hold a control character other than tab and newline
-  (C0, DEL, C1: ``CONTROL``): YAML's ``"\\e"`` or JSON's ``"\\u001b"`` would otherwise carry a terminal escape
-  sequence through a model or cluster name into the console, a report or a log.
+* CSV through ``csv.DictReader`` with a duplicated column name refused, trailing rows of empty cells and a UTF-8
+  byte-order mark (both as spreadsheet programs write them) dropped;
+* no string of a YAML/JSON document and no CSV cell may hold a control character other than tab, newline and a
+  CR LF line break (C0, DEL, C1: ``CONTROL``): YAML's ``"\\e"`` or JSON's ``"\\u001b"`` would otherwise carry a
+  terminal escape sequence through a model or cluster name into the console, a report or a log.
 
 Every failure is a SpecError naming the field (``scenario``, ``model``, ``calibration``, ...) and the reason;
 a RecursionError never escapes.
@@ -48,8 +48,10 @@ MAX_EXPANDED_NODES = 100_000
 
 
 # Characters no configuration text needs and a terminal acts on: C0 controls but tab and newline, DEL, C1 (U+009B
-# is a one-byte CSI on some terminals).
-CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# is a one-byte CSI on some terminals), and a carriage return that does not end a Windows line break (CR LF, as
+# spreadsheet programs write inside a multi-line cell) -- a lone one returns the cursor over the text before it.
+CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|\r(?!\n)")
+TEXT_ALLOWED = "only tab, newline and CR LF line breaks are allowed in text"
 # A UTF-16 surrogate is no character: YAML's "\ud83d\ude80" and JSON's lone "\ud800" decode to one, which no
 # encoder can write back (a UTF-8 report or JSON output would fail on it).
 SURROGATE = re.compile(r"[\ud800-\udfff]")
@@ -99,7 +101,7 @@ def refuse_control_characters(data: Any, field: str, source: str) -> None:
             m = CONTROL.search(node)
             if m:
                 raise SpecError(field, f"{source}: {where or 'the document'} holds the control character "
-                                       f"U+{ord(m.group(0)):04X}; only tab and newline are allowed in text")
+                                       f"U+{ord(m.group(0)):04X}; {TEXT_ALLOWED}")
             m = SURROGATE.search(node)
             if m:
                 raise SpecError(field, f"{source}: {where or 'the document'} holds U+{ord(m.group(0)):04X}, a lone "
@@ -342,22 +344,32 @@ def read_csv_rows(path: str | os.PathLike, field: str, max_bytes: int = 16 * 102
         if dup is not None:
             raise SpecError(field, f"{path}: duplicate column {dup!r} at line 1")
         rows = list(reader)
-        for line, cell in _control_cells(header, rows):
-            m = CONTROL.search(cell)
-            raise SpecError(field, f"{path}: row {line} holds the control character U+{ord(m.group(0)):04X}; only "
-                                   "tab and newline are allowed in text")
+        while rows and _blank(rows[-1]):  # a spreadsheet's trailing lines of bare commas are no rows
+            rows.pop()
+        bad = next(_control_cells(header, rows), None)
+        if bad is not None:
+            line, column, cell = bad
+            char = ord(CONTROL.search(cell).group(0))
+            raise SpecError(field, f"{path}: row {line}, column {column!r} holds the control character "
+                                   f"U+{char:04X}; {TEXT_ALLOWED}")
         return rows
     except csv.Error as e:
         raise SpecError(field, f"cannot read {path}: csv.Error: {e}") from None
 
 
+def _blank(row: dict) -> bool:
+    """Whether every cell of a CSV row is empty or whitespace (and it has no cells beyond the header's)."""
+    return all(isinstance(v, str) and not v.strip() or v is None for v in row.values())
+
+
 def _control_cells(header: list[str], rows: list[dict]):
-    """(row number, header line 1, text) of every header name or cell holding a control character."""
+    """(row, column, text) of every header name (row 1, column "header") or cell holding a control character; the
+    header is row 1, the first record row 2."""
     for name in header:
         if CONTROL.search(name or ""):
-            yield 1, name
+            yield 1, "header", name
     for i, row in enumerate(rows, 2):
-        for v in row.values():
+        for column, v in row.items():
             for text in (v if isinstance(v, list) else [v]):  # a row longer than the header: its extra cells
                 if isinstance(text, str) and CONTROL.search(text):
-                    yield i, text
+                    yield i, column, text

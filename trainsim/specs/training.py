@@ -496,8 +496,8 @@ class TrainingSpec(BaseModel):
                             f"{self.framework}'s unfused attention is not costed as torch's softmax: drop it")
         if self.host_issue == "compile" and not BEHAVIOURS[self.framework].torch_training_loop:
             raise SpecError("host_issue", f"compile is torch.compile's kernel issue, refused like compile: true outside "
-                            f"a torch training loop; framework {self.framework} does not compile its blocks: use eager "
-                            f"or cuda_graphs")
+                            f"a torch training loop; trainsim does not model compiling framework {self.framework}'s "
+                            f"blocks: use eager or cuda_graphs")
         if self.flash_attention_version == 1 and not self.flash_attention:
             raise SpecError("flash_attention_version", "a FlashAttention generation needs flash_attention=true")
         if (self.distributed_optimizer and BEHAVIOURS[self.framework].deepspeed_optimizer

@@ -249,7 +249,7 @@ def megatron_recipe(a: _Args, dtype: str, tp: int) -> dict:
     """The printed arguments with a TrainingSpec field of their own, where printed (older logs lack them and
     keep the framework's defaults): --overlap-grad-reduce, --tp-comm-overlap, --recompute-modules,
     --num-distributed-optimizer-instances, --grad-reduce-in-bf16 and, with fp8, --fp8-recipe and
-    --fp8-param-gather. Each was ignored: an overlap_grad_reduce False log was costed with Megatron's overlap.
+    --fp8-param-gather (an overlap_grad_reduce False log is costed without Megatron's overlap, as it ran).
     TP overlap counts at tp > 1 only, as sequence parallelism does (Megatron-LM turns both off at tp 1)."""
     out: dict = {}
     if a.raw("overlap_grad_reduce") is not None:

@@ -216,31 +216,49 @@ def _compile(cfg: dict, toml: Path) -> dict:
 
 
 FLOAT8_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")  # torchao Float8LinearConfig.from_recipe_name
+# The float8 converter's name: "float8" with a [float8] table (torchtitan of 2024-25), "quantize.linear.float8" with a
+# [quantize.linear.float8] table (later torchtitan: tests/integration_tests/h100.py passes --model.converters
+# quantize.linear.float8 --quantize.linear.float8.enable_fsdp_float8_all_gather).
+FLOAT8_CONVERTERS = ("float8", "quantize.linear.float8")
+
+
+def _float8_table(cfg: dict, toml: Path) -> tuple[str, dict]:
+    """(name, table) of the job's float8 settings: ``[quantize.linear.float8]`` where present, else ``[float8]``."""
+    nested = cfg.get("quantize", {})
+    for part in ("linear", "float8"):
+        nested = nested.get(part, {}) if isinstance(nested, dict) else None
+    if nested:
+        if not isinstance(nested, dict):
+            raise _err(toml, None, "quantize.linear.float8", "must be a table")
+        return "quantize.linear.float8", nested
+    return "float8", _table(cfg, toml, "float8")
 
 
 def _float8_enabled(cfg: dict, toml: Path) -> bool:
-    """Whether the job converts its linears to float8: ``[model] converters`` (each one costed: float8 only) or
-    the older ``[float8] enable_float8_linear``."""
+    """Whether the job converts its linears to float8: ``[model] converters`` (each one costed: the float8
+    converter only, under either name) or the older ``[float8] enable_float8_linear``."""
     converters = _table(cfg, toml, "model").get("converters") or []
     if not isinstance(converters, list):
         raise _err(toml, None, "model.converters", f"{converters!r} is not a list")
-    other = [c for c in converters if c != "float8"]
+    other = [c for c in converters if c not in FLOAT8_CONVERTERS]
     if other:
-        raise _err(toml, None, "model.converters", f"{other[0]!r} is not costed (float8 is: torchao Float8Linear)")
-    return "float8" in converters or _get(cfg, toml, "float8", "enable_float8_linear", False, bool)
+        raise _err(toml, None, "model.converters", f"{other[0]!r} is not costed (the float8 converter is: "
+                                                    f"torchao Float8Linear, named {' or '.join(FLOAT8_CONVERTERS)})")
+    return bool(converters) or _get(cfg, toml, "float8", "enable_float8_linear", False, bool)
 
 
 def _float8_settings(cfg: dict, toml: Path, deg: dict[str, int]) -> dict:
-    """torchao float8 settings of ``[float8]``: recipe_name -> fp8_recipe; enable_fsdp_float8_all_gather ->
-    float8_all_gather where the data-parallel shard dimension is on (torchtitan applies it only then:
-    ``parallel_dims.dp_shard_enabled and ...``), precompute_float8_dynamic_scale_for_fsdp ->
+    """torchao float8 settings of the float8 table (_float8_table): recipe_name -> fp8_recipe;
+    enable_fsdp_float8_all_gather -> float8_all_gather where the data-parallel shard dimension is on (torchtitan
+    applies it only then: ``parallel_dims.dp_shard_enabled and ...``), precompute_float8_dynamic_scale_for_fsdp ->
     float8_precompute_scale with it (specs/fp8_library.py)."""
-    recipe = _get(cfg, toml, "float8", "recipe_name", None, str)
+    name, table = _float8_table(cfg, toml)
+    at = {name: table}
+    recipe = _get(at, toml, name, "recipe_name", None, str)
     if recipe is not None and recipe not in FLOAT8_RECIPES:
-        raise _err(toml, None, "float8.recipe_name", f"{recipe!r} is none of {', '.join(FLOAT8_RECIPES)}")
-    gather = _get(cfg, toml, "float8", "enable_fsdp_float8_all_gather", False, bool) \
-        and deg["data_parallel_shard"] > 1
-    precompute = gather and _get(cfg, toml, "float8", "precompute_float8_dynamic_scale_for_fsdp", False, bool)
+        raise _err(toml, None, f"{name}.recipe_name", f"{recipe!r} is none of {', '.join(FLOAT8_RECIPES)}")
+    gather = _get(at, toml, name, "enable_fsdp_float8_all_gather", False, bool) and deg["data_parallel_shard"] > 1
+    precompute = gather and _get(at, toml, name, "precompute_float8_dynamic_scale_for_fsdp", False, bool)
     return {**({"fp8_recipe": recipe} if recipe else {}), **({"float8_all_gather": True} if gather else {}),
             **({"float8_precompute_scale": True} if precompute else {})}
 
