@@ -62,9 +62,9 @@ def test_collective_on_a_mixed_cluster_is_refused(tmp_path, pools):
 
 
 @pytest.mark.parametrize("line, field", [("name: [1, 2]", "name"), ("name: {a: 1}", "name"), ("name: 2024", "name"),
-                                         ("name: null", "name"), ("description: [draft]", "description")])
+                                         ("description: [draft]", "description")])
 def test_a_scenario_name_that_is_not_text_is_refused(tmp_path, line, field):
-    """The scenario's name was str() of whatever the file held: '[1, 2]', "{'a': 1}", 'None' in every output."""
+    """A scenario's name is text: a list, a mapping or a number would be printed as its repr in every output."""
     f = tmp_path / "s.yaml"
     f.write_text(f"{line}\nmodel: tiny-gpt\ncluster: cpu-host\ngpus: 1\ntraining: {{seq_len: 128, global_batch: 8}}\n")
     assert_refused(run_cli(["predict", f, "--fast"]), f"{field}: must be a string")
@@ -79,3 +79,14 @@ def test_a_pool_name_that_is_not_text_is_refused(tmp_path, name):
     f.write_text(f"model: llama3-8b\ncluster: {{preset: dgx-h100, pools: [{{node: dgx-a100, nodes: 1, name: {name}}}, "
                  "{node: dgx-h100, nodes: 1}]}\ntraining: {seq_len: 4096, global_batch: 16}\nlayout: {tp: 8, pp: 2}\n")
     assert_refused(run_cli(["predict", f, "--fast"]), "cluster.pools[0].name: must be a string")
+
+
+@pytest.mark.parametrize("line", ["name: null", "name:", "description:", "name: ''"])
+def test_a_blank_name_or_description_is_not_given(tmp_path, line):
+    """A template's blank name or description (null, or empty text) is as if absent: the scenario is named
+    model@cluster, not 'None'."""
+    f = tmp_path / "s.yaml"
+    f.write_text(f"{line}\nmodel: tiny-gpt\ncluster: cpu-host\ngpus: 1\ntraining: {{seq_len: 128, global_batch: 8}}\n")
+    r = run_cli(["predict", f, "--fast", "--json"])
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["scenario"] != "None" and "@" in json.loads(r.out)["scenario"]

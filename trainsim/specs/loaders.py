@@ -377,9 +377,9 @@ def build_scenario(raw: Mapping | None = None, overrides: Mapping | None = None)
         cluster = with_background_load(cluster, ov["background_load"])
     layout = _validate(Layout, layout_raw, "layout")
     training = _validate(TrainingSpec, training_raw, "training")
-    for key in ("name", "description"):  # text: a list or a mapping would be printed as its repr, null as 'None'
+    for key in ("name", "description"):  # text (a list or a mapping would print as its repr); null: not given
         value = ov.get(key, raw.get(key))
-        if key in (*ov, *raw) and not isinstance(value, str):
+        if value is not None and not isinstance(value, str):
             raise SpecError(key, f"must be a string, got {value!r}")
-    name = ov.get("name", raw.get("name", f"{model.name}@{cluster.name}"))
+    name = ov.get("name") or raw.get("name") or f"{model.name}@{cluster.name}"
     return resolve(model, cluster, layout, training, name=name)
