@@ -405,3 +405,22 @@ def test_skip_reason_group_and_overlap_p2p_columns(tmp_path):
     user = {**rows[0], "overlap_p2p": "", "skip_reason": "", "group": ""}  # empty: the defaults, as before
     plain = load_runs(tmp_path, [user])["zb_1.5B_m24_1F1B"]
     assert plain.scenario.training.overlap_p2p is None and plain.group is None and plain.skip_reason is None
+
+
+@pytest.mark.parametrize("text, want", [("4096", 4096), ("4,096", 4096), ("4096.0", 4096), (" 4096 ", 4096),
+                                        ("4096 (packed)", 4096), ("8 (GQA)", 8), ("", None), ("not stated", None)])
+def test_every_whole_number_column_reads_one_way(text, want):
+    """One reader for every whole-number cell: separators, a '.0' and a remark in parentheses are the number
+    (seq_len and kv_heads alike), an empty or 'not stated' cell is not given."""
+    from trainsim.validation.common_runs import whole
+
+    assert whole({"seq_len": text}, "seq_len") == want
+    assert whole({"kv_heads": text}, "kv_heads") == want
+
+
+@pytest.mark.parametrize("text", ["2048.5", "8K", "abc", "4096 tokens"])
+def test_a_whole_number_column_refuses_what_is_no_whole_number(text):
+    from trainsim.validation.common_runs import whole
+
+    with pytest.raises(SpecError, match="seq_len"):
+        whole({"seq_len": text}, "seq_len")

@@ -89,7 +89,7 @@ def cluster_mapping(r: dict, gpus: int) -> dict:
         raise SpecError("intra_node_link", f"{r.get('intra_node_link')!r}: PCIe-only nodes have no cluster preset "
                                            "(the presets are NVLink/NVSwitch or Infinity Fabric nodes)")
     base = load_cluster(preset_name)
-    per_node = optional_whole(r, "gpus_per_node")
+    per_node = whole(r, "gpus_per_node")
     if per_node is not None and per_node <= 0:
         raise SpecError("gpus_per_node", f"must be a positive whole number, got {r.get('gpus_per_node')!r}")
     if per_node and base.gpus_per_node == 8 and per_node != 8:
@@ -169,27 +169,16 @@ def _explicit_recipe(r: dict, training: dict) -> dict:
 
 
 def whole(r: dict, key: str) -> int | None:
-    """A whole-number cell: None when it says the value is not given; a number optionally followed by a
-    parenthetical remark ('8 (within node)'); anything else is an error naming the column."""
+    """A whole-number cell: None when it says the value is not given (the caller's default applies); a number as
+    ``integer`` reads it ('2,048', '2048.0'), optionally followed by a parenthetical remark ('8 (within node)');
+    anything else is an error naming the column -- a fraction or a word in ``seq_len`` would otherwise fall back
+    to the default without a word."""
     text = (r.get(key) or "").strip()
     if NOT_STATED.match(text):
         return None
-    m = re.fullmatch(r"(-?\d+)(?:\.0+)?\s*(?:\(.*\))?", text)
-    if m is None:
-        raise SpecError(key, f"{text!r} is not a whole number")
-    return int(m.group(1))
-
-
-def optional_whole(r: dict, key: str) -> int | None:
-    """A whole-number cell the row may leave unstated (None: the caller's default applies), read as ``integer``
-    reads it ('2,048', '2048.0'); other text is an error naming the column -- a fraction or a word in
-    ``seq_len`` would otherwise fall back to the default without a word."""
-    text = r.get(key) or ""
-    if NOT_STATED.match(text):
-        return None
-    v = integer(text)
+    v = integer(re.sub(r"\s*\(.*\)$", "", text))
     if v is None:
-        raise SpecError(key, f"{text.strip()!r} is not a whole number")
+        raise SpecError(key, f"{text!r} is not a whole number")
     return v
 
 
@@ -202,8 +191,8 @@ def model_mapping(r: dict) -> dict:
     hidden = integer(r["hidden"])
     heads = integer(r["heads"])
     model = {"name": r.get("model_name") or r["row_id"], "num_layers": integer(r["layers"]), "hidden": hidden,
-             "num_heads": heads, "ffn_hidden": optional_whole(r, "ffn_hidden") or 4 * hidden,
-             "vocab_size": optional_whole(r, "vocab") or 51200, "max_seq_len": optional_whole(r, "seq_len") or 2048}
+             "num_heads": heads, "ffn_hidden": whole(r, "ffn_hidden") or 4 * hidden,
+             "vocab_size": whole(r, "vocab") or 51200, "max_seq_len": whole(r, "seq_len") or 2048}
     kv = whole(r, "kv_heads")
     if kv is not None and kv != heads:
         model["num_kv_heads"] = kv
@@ -402,7 +391,7 @@ def scenario_mapping(r: dict, micro_batch: int, vpp: int) -> dict:
     zero, dist_opt = zero_stage(r)
     modern = year is None or year >= 2023
     sp = stated(r, "sequence_parallel") and yes_no(r, "sequence_parallel")
-    training = {"seq_len": optional_whole(r, "seq_len") or 2048, "global_batch": gbs, "micro_batch": micro_batch,
+    training = {"seq_len": whole(r, "seq_len") or 2048, "global_batch": gbs, "micro_batch": micro_batch,
                 "dtype": "" if stated(r, "dtype") else precision(r), "recompute": recompute(r), "zero": zero,
                 "schedule": schedule(r, vpp), "flash_attention": modern, "dropout": not modern,
                 "framework": framework_for(r, zero, year)}
