@@ -396,3 +396,16 @@ def test_plan_pins_a_files_quoted_zero_3_beside_float8_all_gather(tmp_path):
                     "framework: torch, dtype: fp8, float8_all_gather: true, zero: \"3\"}\n")
     runs = _predict_and_plan(path, ["--tp", "1", "--pp", "1"], "", None)
     assert {row["zero"] for row in json.loads(runs["plan"].out)["rows"]} == {3}
+
+
+@pytest.mark.parametrize("value", ["1_6", "\uff11,2", "1,,2", "-1,2", "a,b"])
+def test_stage_layers_are_ascii_digits_only(value):
+    """--stage-layers takes comma-separated ASCII integers: Python's int() would read 1_6 as 16 and full-width
+    digits as numbers, neither a layer count a user means; spaces around the commas are fine."""
+    import argparse
+
+    from trainsim.cli.common import int_list
+
+    with pytest.raises(argparse.ArgumentTypeError):
+        int_list(value)
+    assert int_list(" 3, 4") == (3, 4)

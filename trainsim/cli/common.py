@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from collections.abc import Mapping
 from typing import get_args
@@ -57,11 +58,12 @@ nonneg_float = float_range(0.0, math.inf)
 
 
 def int_list(text: str) -> tuple[int, ...]:
-    """argparse type: comma-separated integers >= 0 (e.g. ``1,2,2,1``)."""
-    try:
-        values = tuple(int(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be comma-separated integers, got {text!r}") from None
+    """argparse type: comma-separated integers >= 0 in ASCII digits (e.g. ``1,2,2,1``): Python's int() would also
+    read ``1_6`` as 16 and full-width digits, neither a layer count a user means."""
+    parts = [x.strip() for x in text.split(",")]
+    if not all(re.fullmatch(r"[0-9]+", x) for x in parts):
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers, got {text!r}")
+    values = tuple(int(x) for x in parts)
     if any(v < 0 or v > 100_000 for v in values):
         raise argparse.ArgumentTypeError(f"entries must be in 0..100,000, got {text!r}")
     return values
