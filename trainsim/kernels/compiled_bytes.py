@@ -116,27 +116,33 @@ def _inductor_metrics():
         log.propagate = propagate
 
 
+def _compiled_regions(fn, x: torch.Tensor, ffn_elems: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Region bytes (_pass_regions) of one compiled forward and backward of ``fn`` on ``x``."""
+    from torch._inductor import metrics
+
+    torch._dynamo.reset()
+    with _inductor_metrics():
+        compiled = torch.compile(fn, fullgraph=True)
+        metrics.reset()
+        y = compiled(x)
+        fwd = _pass_regions(metrics.nodes_num_elem, ffn_elems)
+        metrics.reset()
+        y.backward(torch.ones_like(y))  # AOTAutograd compiles the backward graph on its first call
+        bwd = _pass_regions(metrics.nodes_num_elem, ffn_elems)
+    torch._dynamo.reset()
+    return fwd, bwd
+
+
 def region_bytes(hidden: int, heads: int, kv_heads: int, ffn: int, seq: int = SEQ,
                  dtype: torch.dtype = torch.bfloat16) -> dict[str, tuple[float, float]]:
     """Region -> (forward, backward) bytes of one compiled TitanBlock pass over ``seq`` tokens (module doc)."""
-    from torch._inductor import metrics
-
     torch.manual_seed(0)
     block = TitanBlock(hidden, heads, kv_heads, ffn).to(dtype)
     d = hidden // heads
     angles = torch.outer(torch.arange(seq).float(), 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d)))
     freqs_cis = torch.polar(torch.ones_like(angles), angles)
     x = torch.randn(1, seq, hidden, dtype=dtype, requires_grad=True)
-    torch._dynamo.reset()
-    with _inductor_metrics():
-        compiled = torch.compile(lambda t: block_forward(block, t, freqs_cis), fullgraph=True)
-        metrics.reset()
-        y = compiled(x)
-        fwd = _pass_regions(metrics.nodes_num_elem, seq * ffn)
-        metrics.reset()
-        y.backward(torch.ones_like(y))
-        bwd = _pass_regions(metrics.nodes_num_elem, seq * ffn)
-    torch._dynamo.reset()
+    fwd, bwd = _compiled_regions(lambda t: block_forward(block, t, freqs_cis), x, seq * ffn)
     return {r: (fwd[r], bwd[r]) for r in REGIONS}
 
 
@@ -145,8 +151,6 @@ def hf_block_bytes(norm: str = "rmsnorm", activation: str = "swiglu", hidden: in
     """(forward, backward) bytes of the generated kernels and non-view fallbacks of one compiled pass of the
     executor's Hugging Face-style block (kernels/torch_model.Block) in bf16: the figures
     cost_models.inductor_bytes quotes for blocks it leaves at the fused model's bytes."""
-    from torch._inductor import metrics
-
     from trainsim.specs.model import ModelSpec
 
     from .torch_model import Block, ModelOptions
@@ -158,22 +162,8 @@ def hf_block_bytes(norm: str = "rmsnorm", activation: str = "swiglu", hidden: in
     torch.manual_seed(0)
     block = Block(spec, ModelOptions()).to(torch.bfloat16)
     x = torch.randn(1, seq, hidden, dtype=torch.bfloat16, requires_grad=True)
-    torch._dynamo.reset()
-    with _inductor_metrics():
-        compiled = torch.compile(block, fullgraph=True)
-        metrics.reset()
-        y = compiled(x)
-        fwd = _moved(metrics.nodes_num_elem)
-        metrics.reset()
-        y.backward(torch.ones_like(y))
-        bwd = _moved(metrics.nodes_num_elem)
-    torch._dynamo.reset()
-    return fwd, bwd
-
-
-def _moved(nodes) -> float:
-    """Bytes of the generated kernels and non-view fallbacks among one graph's (node, bytes // 4) records."""
-    return float(sum(4 * n4 for node, n4 in nodes if _kind(node) in ("generated", "fallback")))
+    fwd, bwd = _compiled_regions(block, x, seq * ffn)
+    return sum(fwd.values()), sum(bwd.values())
 
 
 def _solve(rows: list[list[float]], values: list[tuple[float, float]]) -> tuple[list[tuple[float, float]], float]:

@@ -22,7 +22,6 @@ from trainsim import SCHEMA_VERSION
 from trainsim.cost_models import memory
 from trainsim.cost_models.profile import load_profile
 from trainsim.specs import ClusterSpec, ModelSpec, Scenario, SpecError
-from trainsim.specs.lora import LORA_TARGETS, checkpoint_params
 from trainsim.specs.memo import in_memo_scope, memoised
 
 from . import goodput as gp
@@ -364,7 +363,7 @@ def checkpoint_seconds(req: PlanRequest, cands: Sequence[Candidate] | None = Non
     what-if report counts it) / aggregate storage bandwidth. The bytes are read off the first of ``cands`` (default:
     every candidate of ``req``) that resolves into a scenario: every candidate shares the model, dtypes and
     optimizer; only Muon's mix of states, averaged over pipeline stages, moves with the layout (by its replicated
-    norms)."""
+    norms); 0 where none resolves (no row)."""
     if req.checkpoint_write_s is not None:
         return req.checkpoint_write_s
     for c in _candidates(req) if cands is None else cands:
@@ -373,12 +372,7 @@ def checkpoint_seconds(req: PlanRequest, cands: Sequence[Candidate] | None = Non
         except SpecError:
             continue
         return gp.checkpoint_write_s(gp.scenario_checkpoint_bytes(scn), req.storage_write_Bps)
-    extra = req.limits.training_extra  # no candidate resolves: the file's settings as stated
-    param_bytes = int(extra.get("param_dtype_bytes") or (4 if req.limits.dtype == "fp32" else 2))
-    params = checkpoint_params(req.model, int(extra.get("lora_rank") or 0),
-                               extra.get("lora_target_modules") or LORA_TARGETS)
-    opt = float(extra.get("optimizer_bytes_per_param", 12))
-    return gp.checkpoint_write_s(gp.checkpoint_bytes(params, param_bytes, opt), req.storage_write_Bps)
+    return 0.0  # no candidate resolves: there is no row to charge a checkpoint to
 
 
 def finish_row(row: PlanRow, req: PlanRequest, ckpt_s: float) -> PlanRow:
