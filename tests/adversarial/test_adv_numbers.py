@@ -409,3 +409,24 @@ def test_stage_layers_are_ascii_digits_only(value):
     with pytest.raises(argparse.ArgumentTypeError):
         int_list(value)
     assert int_list(" 3, 4") == (3, 4)
+
+
+@pytest.mark.parametrize("argv, field", [(["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16",
+                                           "--tp", "1_6", "--fast"], "--tp"),
+                                          (["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "1_6"],
+                                           "gpus"),
+                                          (["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8:1_6"],
+                                           "gpus")])
+def test_every_integer_flag_takes_ascii_digits_only(argv, field):
+    """Integer flags and plan's --gpus read as --stage-layers does (cli.common.ascii_int): 1_6 is no 16."""
+    assert_refused(run_cli(argv), field)
+
+
+@pytest.mark.parametrize("text, want", [("2,048", 2048.0), ("2048.0", 2048.0), (".5", 0.5), ("-3", -3.0),
+                                        ("1_6", None), ("\uff12\uff10\uff14\uff18", None), ("inf", None)])
+def test_a_run_table_cell_is_a_plain_ascii_number(text, want):
+    """Run-table cells are numbers as tables write them (cells.num): Python's float() would take '1_6', full-width
+    digits and 'inf' too."""
+    from trainsim.validation.cells import num
+
+    assert num(text) == want

@@ -15,6 +15,15 @@ from trainsim.specs.published_scale import scale_warnings
 from trainsim.specs.training import Schedule, zero_conflict
 
 
+def ascii_int(text: str) -> int:
+    """An integer written in ASCII digits (an optional sign, spaces around): Python's int() would also read ``1_6``
+    as 16 and full-width digits, neither a count a user means. ValueError otherwise."""
+    text = str(text).strip()
+    if not re.fullmatch(r"[+-]?[0-9]+", text):
+        raise ValueError(f"not an integer: {text!r}")
+    return int(text)
+
+
 class Bounded:
     """argparse type: a finite number in a documented range; the range is appended to the flag's help
     (cli.document_ranges) and enforced here, so every numeric flag says and checks what it accepts."""
@@ -31,7 +40,7 @@ class Bounded:
 
     def __call__(self, text: str):
         try:
-            value = self.kind(text)
+            value = ascii_int(text) if self.kind is int else self.kind(text)
         except (ValueError, OverflowError):
             what = "an integer" if self.kind is int else "a number"
             raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
@@ -58,12 +67,11 @@ nonneg_float = float_range(0.0, math.inf)
 
 
 def int_list(text: str) -> tuple[int, ...]:
-    """argparse type: comma-separated integers >= 0 in ASCII digits (e.g. ``1,2,2,1``): Python's int() would also
-    read ``1_6`` as 16 and full-width digits, neither a layer count a user means."""
-    parts = [x.strip() for x in text.split(",")]
-    if not all(re.fullmatch(r"[0-9]+", x) for x in parts):
-        raise argparse.ArgumentTypeError(f"must be comma-separated integers, got {text!r}")
-    values = tuple(int(x) for x in parts)
+    """argparse type: comma-separated integers >= 0 (e.g. ``1,2,2,1``), in ASCII digits (ascii_int)."""
+    try:
+        values = tuple(ascii_int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be comma-separated integers, got {text!r}") from None
     if any(v < 0 or v > 100_000 for v in values):
         raise argparse.ArgumentTypeError(f"entries must be in 0..100,000, got {text!r}")
     return values

@@ -32,6 +32,7 @@ from .common import (
     add_optimizer_arg,
     add_pool_args,
     add_precision_args,
+    ascii_int,
     float_range,
     int_range,
     nonneg_float,
@@ -62,7 +63,7 @@ def parse_gpus(text: str, gpus_per_node: int, from_file: bool = False) -> tuple[
     try:
         if ":" in text:
             lo_s, hi_s = text.split(":", 1)
-            lo, hi = int(lo_s), int(hi_s)
+            lo, hi = ascii_int(lo_s), ascii_int(hi_s)
             if lo <= 0 or hi < lo:
                 raise SpecError("gpus", f"range {text!r} must be A:B with 0 < A <= B")
             out = {lo, hi}
@@ -73,7 +74,7 @@ def parse_gpus(text: str, gpus_per_node: int, from_file: bool = False) -> tuple[
                 n *= 2
             counts = tuple(sorted(out))
         else:
-            counts = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
+            counts = tuple(sorted({ascii_int(x) for x in text.split(",") if x.strip()}))
     except ValueError:
         hint = yaml11_hint(text) if from_file else ""
         raise SpecError("gpus", f"must be N, A:B or a comma list of integers, got {text!r}{hint}") from None

@@ -3,6 +3,7 @@ Figure with a title, axis units and a legend; ``figure_png``/``figure_svg`` turn
 
 from __future__ import annotations
 
+import contextlib
 import io
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -17,11 +18,6 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
-
-# A model or cluster name in a script DejaVu Sans lacks (CJK, emoji) is drawn with boxes for those glyphs;
-# matplotlib's "Glyph N missing from font(s)" warning per character would otherwise add Python warning lines
-# (with this module's path) to the stderr of a report that succeeded.
-warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from font", category=UserWarning)
 
 GIB = 2.0**30
 
@@ -63,18 +59,30 @@ class TimelineEvent:
     label: str = ""
 
 
-def figure_png(fig: Figure, dpi: int = 110) -> bytes:
+@contextlib.contextmanager
+def quiet_missing_glyphs():
+    """Within: matplotlib's "Glyph N missing from font(s)" warnings muted. A model or cluster name in a script
+    DejaVu Sans lacks (CJK, emoji) is drawn with boxes for those glyphs; the warning per character would otherwise
+    add Python warning lines to the stderr of a report that succeeded."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"Glyph \d+ .*missing from font", category=UserWarning)
+        yield
+
+
+def _saved(fig: Figure, **kwargs) -> bytes:
+    """``fig`` rendered by savefig(**kwargs), then closed."""
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
+    fig.savefig(buf, bbox_inches="tight", **kwargs)
     plt.close(fig)
     return buf.getvalue()
+
+
+def figure_png(fig: Figure, dpi: int = 110) -> bytes:
+    return _saved(fig, format="png", dpi=dpi)
 
 
 def figure_svg(fig: Figure) -> bytes:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="svg", bbox_inches="tight")
-    plt.close(fig)
-    return buf.getvalue()
+    return _saved(fig, format="svg")
 
 
 def _idle_gaps(intervals: list[tuple[float, float]], t0: float, t1: float) -> list[tuple[float, float]]:

@@ -309,7 +309,14 @@ def _band_sentence(pred, scn: Scenario, profile) -> str:
 
 def build_report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any] | None = None,
                  measured: Mapping[str, Any] | None = None, title: str | None = None) -> Report:
-    """Every section of the what-if report for ``scn`` (the best layout of ``plan_json`` when given)."""
+    """Every section of the what-if report for ``scn`` (the best layout of ``plan_json`` when given); names in a
+    script the plots' font lacks are drawn as boxes without a warning line (plots.quiet_missing_glyphs)."""
+    with plots.quiet_missing_glyphs():
+        return _report(scn, opts, plan_json, measured, title)
+
+
+def _report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any] | None,
+            measured: Mapping[str, Any] | None, title: str | None) -> Report:
     profile = load_profile(opts.profile_path) if opts.profile_path else None
     pred = predict(scn, fast=False, profile=profile, fixed_costs=True)
     sections: list[Section] = [

@@ -16,15 +16,18 @@ NO = ("no", "false")
 _YES_NO = re.compile(r"^(yes|no|true|false)(?:\s*\(.*\))?$")
 
 
+PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
 def num(text: str | None) -> float | None:
-    """A cell as a float, or None when empty / not a plain number (e.g. 'not stated', '~230')."""
+    """A cell as a float, or None when empty / not a plain number (e.g. 'not stated', '~230'): ASCII digits with
+    thousands commas, a point and an exponent -- not Python's wider float() ('1_6', full-width digits, 'inf')."""
     if text is None:
         return None
     t = text.strip().replace(",", "")
-    try:
-        v = float(t)
-    except ValueError:
+    if not PLAIN_NUMBER.fullmatch(t):
         return None
+    v = float(t)
     return v if math.isfinite(v) else None
 
 
