@@ -17,6 +17,7 @@ import tomllib
 
 from trainsim.simulator.run_fit import MeasuredRun
 from trainsim.specs import SpecError
+from trainsim.specs.fp8_library import TORCHAO_ONLY
 
 from .run_logs import _err, _scenario, median_after_warmup, read_lines
 
@@ -43,12 +44,15 @@ def read_toml(path: Path) -> dict:
 
 
 def _get(cfg: dict, path: Path, section: str, key: str, default=None, kind=int):
-    sec = cfg.get(section, {})
-    if not isinstance(sec, dict):
-        raise _err(path, None, section, "must be a table")
-    v = sec.get(key, default)
+    """``[section] key`` of the TOML, of type ``kind`` (``default`` where absent)."""
+    return _value(_table(cfg, path, section), path, section, key, default, kind)
+
+
+def _value(table: dict, path: Path, name: str, key: str, default=None, kind=int):
+    """``key`` of the TOML table ``name``, of type ``kind`` (``default`` where absent)."""
+    v = table.get(key, default)
     if (v is not None and not isinstance(v, kind)) or (isinstance(v, bool) and kind is int):
-        raise _err(path, None, f"{section}.{key}", f"{v!r} is not a {kind.__name__}")
+        raise _err(path, None, f"{name}.{key}", f"{v!r} is not a {kind.__name__}")
     return v
 
 
@@ -215,7 +219,7 @@ def _compile(cfg: dict, toml: Path) -> dict:
     return {"compile": True} if on else {}
 
 
-FLOAT8_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")  # torchao Float8LinearConfig.from_recipe_name
+FLOAT8_RECIPES = ("tensorwise", *TORCHAO_ONLY)  # torchao Float8LinearConfig.from_recipe_name
 # The float8 converter's name: "float8" with a [float8] table (torchtitan of 2024-25), "quantize.linear.float8" with a
 # [quantize.linear.float8] table (later torchtitan: tests/integration_tests/h100.py passes --model.converters
 # quantize.linear.float8 --quantize.linear.float8.enable_fsdp_float8_all_gather).
@@ -253,12 +257,11 @@ def _float8_settings(cfg: dict, toml: Path, deg: dict[str, int]) -> dict:
     applies it only then: ``parallel_dims.dp_shard_enabled and ...``), precompute_float8_dynamic_scale_for_fsdp ->
     float8_precompute_scale with it (specs/fp8_library.py)."""
     name, table = _float8_table(cfg, toml)
-    at = {name: table}
-    recipe = _get(at, toml, name, "recipe_name", None, str)
+    recipe = _value(table, toml, name, "recipe_name", None, str)
     if recipe is not None and recipe not in FLOAT8_RECIPES:
         raise _err(toml, None, f"{name}.recipe_name", f"{recipe!r} is none of {', '.join(FLOAT8_RECIPES)}")
-    gather = _get(at, toml, name, "enable_fsdp_float8_all_gather", False, bool) and deg["data_parallel_shard"] > 1
-    precompute = gather and _get(at, toml, name, "precompute_float8_dynamic_scale_for_fsdp", False, bool)
+    gather = _value(table, toml, name, "enable_fsdp_float8_all_gather", False, bool) and deg["data_parallel_shard"] > 1
+    precompute = gather and _value(table, toml, name, "precompute_float8_dynamic_scale_for_fsdp", False, bool)
     return {**({"fp8_recipe": recipe} if recipe else {}), **({"float8_all_gather": True} if gather else {}),
             **({"float8_precompute_scale": True} if precompute else {})}
 
