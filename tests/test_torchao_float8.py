@@ -355,3 +355,15 @@ def test_the_kept_last_block_is_found_by_the_layer_range(layout, schedule):
         kept = v == holder
         assert got[1] == pytest.approx(n * lin_block - (lin_block if kept else 0.0), rel=1e-12), v
         assert (got[0] < 1e12) == kept
+
+
+def test_float8_all_gather_without_a_sharded_dimension_is_refused():
+    """HSDP with layout.dp_shard 1 shards no parameter, so FSDP's float8 all-gather has nothing to gather (torchtitan
+    enables it only with dp_shard_enabled): refused naming the field, not a traceback in the builder."""
+    from trainsim.specs import SpecError
+    from trainsim.specs.loaders import build_scenario
+
+    with pytest.raises(SpecError, match="training.float8_all_gather"):
+        build_scenario({"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 16, "layout": {"dp_shard": 1},
+                        "training": {"framework": "torch", "dtype": "fp8", "zero": 3, "seq_len": 4096,
+                                     "global_batch": 16, "float8_all_gather": True}})

@@ -27,7 +27,7 @@ def _device_note(scenario: Scenario, profile) -> list[str]:
     preset, or a CPU profile on a GPU cluster and the reverse (its GEMM, attention and collective times are
     absolute: they are used as measured, not rescaled to the cluster's GPU). A run-calibration factor names its
     GPU and applies to that GPU only (cost_models.run_factors): no note."""
-    if profile is None or not profile.has_measurements():
+    if not profile.has_measurements():
         return []
     fp = profile.fingerprint
     measured = "cpu" if fp.device == "cpu" else gpu_preset_for(fp.device_name)

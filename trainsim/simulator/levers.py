@@ -44,6 +44,7 @@ from trainsim.cost_models import framework
 from trainsim.specs import Scenario, SpecError, resolve
 from trainsim.specs.errors import from_validation_error
 from trainsim.specs.fp8_library import resolved as resolved_fp8_library
+from trainsim.specs.framework_behaviour import behaviour
 
 from .analytic import estimate
 from .builder import build_cost_table
@@ -258,7 +259,7 @@ def compile_on(scn: Scenario) -> Variant:
     lever, fw = "torch.compile", scn.training.framework
     if scn.training.compile:
         return Variant(lever, "-", reason="already on (compile)")
-    if fw not in ("torch", "pytorch-fsdp"):
+    if not behaviour(fw).torch_training_loop:
         return Variant(lever, "-", reason=f"framework {fw} does not compile its blocks with torch.compile")
     return _try(lever, "compile on", lambda: changed(scn, training={"compile": True}))
 

@@ -153,12 +153,14 @@ class StrictSafeLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
     def construct_yaml_int(self, node):
-        _refuse_yaml11_number(node, super().construct_yaml_int(node))
-        return super().construct_yaml_int(node)
+        value = super().construct_yaml_int(node)
+        _refuse_yaml11_number(node, value)
+        return value
 
     def construct_yaml_float(self, node):
-        _refuse_yaml11_number(node, super().construct_yaml_float(node))
-        return super().construct_yaml_float(node)
+        value = super().construct_yaml_float(node)
+        _refuse_yaml11_number(node, value)
+        return value
 
 
 StrictSafeLoader.add_constructor("tag:yaml.org,2002:int", StrictSafeLoader.construct_yaml_int)

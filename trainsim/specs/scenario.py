@@ -272,6 +272,9 @@ def resolve(model: ModelSpec, cluster: ClusterSpec, layout: Layout, training: Tr
         raise SpecError(partial_distopt.FIELD, why)
     if (why := mics_hierarchy_refusal(t, layout, cluster.gpus_per_node)) is not None:
         raise SpecError("training.mics_hierarchical_gather", why)
+    if t.float8_all_gather and layout.dp_shard == 1:
+        raise SpecError("training.float8_all_gather", "FSDP's float8 all-gather gathers sharded parameters, and "
+                        "layout.dp_shard 1 shards none (torchtitan enables it only with dp_shard_enabled)")
     _check_runtime(m, cluster, t, layout.pp)
     check_lora_model(m, layout, t)
     from .pools import check_pools  # cycle: specs/pools.py imports Scenario from here
