@@ -56,10 +56,13 @@ fp32, the scale, ``masked_fill_``, ``Softmax`` and the cast back, 63 / 34 forwar
 length (2,048 in Megatron-DeepSpeed, 4,096 in later Megatron-LM) is not applied, and the eager path's extra fp32
 HBM passes over the ``b x np x s x s`` scores are not added to the GPU time (the generic softmax op stands for
 them; where the path applies the scores are small: 8 MB in fp32 at s = 1,024 with 2 attention batches).
-Host work outside aten dispatch (Python ``autograd.Function`` wrappers of Megatron's linears and fused kernels,
-the RNG-tracker fork around attention dropout, DeepSpeed's ``CheckpointFunction`` RNG save/restore) is not
-counted: it synchronises nothing with the device (``torch.cuda.get_rng_state`` copies the generator's seed and
-offset on the host), and no per-call measurement of it for that PyTorch and host is cited.
+Host work outside aten dispatch -- the legacy layer's Python ``autograd.Function`` wrappers (TP region mappings,
+apex's layer norm, the fused softmax, the bias-GeLU, 2022's async linears), its TorchScript calls, the RNG-tracker
+fork around attention dropout and, under full recompute, each block's reentrant ``CheckpointFunction`` call -- is
+counted per call from the layer code and priced in unit aten ops as ``kernels/host_wrappers_bench.py`` measured
+them (``legacy_wrapper_s``, cost_models.legacy_layer_wrappers), at the TP pace and without the frame ratios below
+(the measured prices carry their own Python frames). None of it synchronises with the device
+(``torch.cuda.get_rng_state`` copies the generator's seed and offset on the host).
 
 Host syncs (``FrameworkBehaviour.block_forward_syncs`` / ``microbatch_syncs`` / ``chunk_forward_syncs``,
 cost_models.framework ``host_syncs``): a blocking host-device sync drains the GPU's queue, so the host cannot be
@@ -115,7 +118,8 @@ only biases and norms pass through the hook. The hook's own Python frame has no 
 only through ``MODULE_FRAME_RATIO`` where that applies.
 
 Python frames (``MODULE_FRAME_RATIO``): a whole block pass costs its host more than its aten dispatches and
-launches -- module ``__call__`` and hook frames, ``autograd.Function`` wrappers, the autograd graph's nodes. The one
+launches -- module ``__call__`` and hook frames, the autograd graph's nodes (the executor's block has no Python
+``autograd.Function`` of its own; the legacy layer's are priced apart, above). The one
 whole-pass timing on a GPU host with the op count known is the calibrated executor block's forward: 0.329 ms
 median on an H200 host (``trainsim calibrate --device cuda``, benchmarks/data/profile_h200.json) against its
 counted 174 us, 1.89x. Frameworks that run Megatron's legacy Python layer (``FrameworkBehaviour.megatron_layer``)
@@ -159,6 +163,7 @@ from trainsim.specs.framework_behaviour import behaviour
 from .compiled_issue import compiled_kernel_count
 from .framework import autocast_tag
 from .host_jitter import MEASURED_FWD, measured_sigma, pace
+from .legacy_layer_wrappers import checkpoint_units, layer_calls, wrapper_units
 from .loss_issue import head_idle_s
 from .param_tensors import block_tensors, module_style
 from .shapes import layer_shape
@@ -451,6 +456,20 @@ def ddp_hook_adds(scenario: Scenario) -> int:
     return sum(t.kind in hooked for t in tensors)
 
 
+def legacy_wrapper_s(scenario: Scenario, shp: LayerShape) -> tuple[float, float]:
+    """(forward, backward) host seconds per block and micro-batch of the Python wrappers around Megatron's legacy
+    layer's ops (cost_models.legacy_layer_wrappers): its autograd Functions, TorchScript calls and RNG-tracker fork
+    in every forward (the recomputed one included) and their backward halves, and under full recompute the block's
+    reentrant checkpoint call; at ``ATEN_DISPATCH_S`` per unit aten op."""
+    full = scenario.training.recompute == "full"
+    calls = layer_calls(async_linears=behaviour(scenario.training.framework).tp_dgrad_overlap,
+                        fused_softmax=shp.flash or megatron_fused_softmax(shp), dropout=shp.dropout)
+    w_f, w_b = wrapper_units(calls)
+    c_f, c_b = checkpoint_units(full)
+    unit = op_seconds(scenario.cluster.host_cpu)[0]
+    return (w_f + c_f) * unit, (w_b + c_b + (w_f if full else 0.0)) * unit
+
+
 def tp_collective_calls(scenario: Scenario) -> tuple[int, int]:
     """(forward, backward) TP collective calls of one dense block: Megatron's two column/row-parallel pairs
     issue 2 all-reduces each way (sequence parallel: 2 all-gathers + 2 reduce-scatters)."""
@@ -563,6 +582,10 @@ def scenario_block_issue(scenario: Scenario, profile: CalibrationProfile | None 
     if t.host_issue_mode == "eager" and scenario.layout.tp > 1:
         issue = tp_paced(issue, scenario.layout.tp, measured_sigma(profile, block_style(shp)),
                          recompute_full=t.recompute == "full")
+    if t.host_issue_mode == "eager" and fw.megatron_layer:
+        w_f, w_b = paced_s(*legacy_wrapper_s(scenario, shp), scenario.layout.tp,
+                           measured_sigma(profile, block_style(shp)))
+        issue = replace(issue, fwd_s=issue.fwd_s + w_f, bwd_s=issue.bwd_s + w_b)
     syncs = fw.block_forward_syncs or fw.microbatch_syncs or fw.chunk_forward_syncs
     if t.host_issue_mode != "eager" or not syncs:
         return issue  # a captured graph cannot hold a host sync

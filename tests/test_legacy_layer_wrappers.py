@@ -1,0 +1,122 @@
+"""The host cost of the Python wrappers around Megatron's legacy layer (cost_models/legacy_layer_wrappers.py): the
+per-call prices are the committed measurement's, the counts are the layer code's, and the benchmark's arithmetic and
+stand-ins are what its docstring says."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainsim.cost_models import host_issue as hi
+from trainsim.cost_models import legacy_layer_wrappers as lw
+from trainsim.cost_models.shapes import layer_shape
+from trainsim.specs import build_scenario
+
+MEASURED = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "host_wrappers_cpu.json"
+
+
+def test_prices_are_the_committed_measurement():
+    """Each constant is the median of benchmarks/data/host_wrappers_cpu.json's trials (python -m
+    trainsim.kernels.host_wrappers_bench); the RNG fork's backward, measured at or below 0, is none."""
+    units = json.loads(MEASURED.read_text())["units_per_call"]
+    assert units["function_identity"] == pytest.approx(lw.FUNCTION_IDENTITY, abs=5e-4)
+    assert units["function_wrap"] == pytest.approx(lw.FUNCTION_WRAP, abs=5e-4)
+    assert units["script_call"] == pytest.approx(lw.SCRIPT_CALL, abs=5e-4)
+    assert units["reentrant_checkpoint"] == pytest.approx(lw.REENTRANT_CHECKPOINT, abs=5e-4)
+    assert units["rng_fork"][0] == pytest.approx(lw.RNG_FORK[0], abs=5e-4)
+    assert units["rng_fork"][1] <= 0 and lw.RNG_FORK[1] == 0
+
+
+def test_median_of_trials_is_what_the_file_keeps():
+    data = json.loads(MEASURED.read_text())
+    for key, (f, b) in data["units_per_call"].items():
+        fs = sorted(t[key][0] for t in data["trials"])
+        bs = sorted(t[key][1] for t in data["trials"])
+        assert (f, b) == (fs[len(fs) // 2], bs[len(bs) // 2])
+
+
+@pytest.mark.parametrize(("async_linears", "fused", "dropout", "expected"), [
+    # Megatron-DeepSpeed / Megatron-LM 2021: copy-to before both column-parallel linears, reduce-from after both
+    # row-parallel ones; apex layer norm x2, fused softmax, GeLUFunction; two bias-dropout-adds and bias_gelu scripted
+    (False, True, True, lw.WrapperCalls(4, 4, 3, 1)),
+    (False, False, True, lw.WrapperCalls(4, 3, 3, 1)),     # eager softmax path: plain ops, no Function
+    (False, True, False, lw.WrapperCalls(4, 4, 3, 0)),     # no attention dropout, no RNG fork
+    # Megatron-LM 2022: LinearWithGradAccumulationAndAsyncAllreduce per linear; the column side skips copy-to
+    (True, True, True, lw.WrapperCalls(2, 8, 3, 1)),
+])
+def test_calls_per_block_follow_the_layer_code(async_linears, fused, dropout, expected):
+    assert lw.layer_calls(async_linears=async_linears, fused_softmax=fused, dropout=dropout) == expected
+
+
+def test_units_are_calls_times_prices():
+    calls = lw.WrapperCalls(4, 4, 3, 1)
+    f, b = lw.wrapper_units(calls)
+    assert f == pytest.approx(4 * 1.277 + 4 * 1.714 + 3 * 0.501 + 1.120)
+    assert b == pytest.approx(4 * 0.805 + 4 * 1.608 + 3 * 0.888)
+    assert lw.checkpoint_units(True) == (7.242, 10.384) and lw.checkpoint_units(False) == (0.0, 0.0)
+
+
+def _gpt(framework: str, recompute: str = "full", dropout: bool = True):
+    model = {"name": "g", "num_layers": 4, "hidden": 1024, "num_heads": 16, "ffn_hidden": 4096, "vocab_size": 50304,
+             "max_seq_len": 1024}
+    return build_scenario({"model": model, "cluster": "dgx-a100", "gpus": 1, "training": {
+        "seq_len": 1024, "global_batch": 8, "micro_batch": 1, "framework": framework, "recompute": recompute,
+        "dropout": dropout, "flash_attention": False, "dtype": "fp16"}})
+
+
+def test_seconds_per_block_at_the_dispatch_price():
+    """Forward: the wrappers and the checkpoint call's forward; backward: the wrappers' backward halves, the
+    checkpoint's backward and the recomputed forward's wrappers, all at ATEN_DISPATCH_S per unit."""
+    s = _gpt("megatron-deepspeed")
+    w_f, w_b = lw.wrapper_units(lw.WrapperCalls(4, 4, 3, 1))
+    assert hi.legacy_wrapper_s(s, layer_shape(s)) == pytest.approx(
+        ((w_f + 7.242) * hi.ATEN_DISPATCH_S, (w_b + 10.384 + w_f) * hi.ATEN_DISPATCH_S))
+    s = _gpt("megatron-deepspeed", recompute="none")
+    assert hi.legacy_wrapper_s(s, layer_shape(s)) == pytest.approx((w_f * hi.ATEN_DISPATCH_S, w_b * hi.ATEN_DISPATCH_S))
+
+
+def test_only_the_legacy_layer_pays_them():
+    """Megatron-Core's Transformer Engine layer and torch's blocks run none of these wrappers: their issue time is
+    the counted one."""
+    legacy = hi.scenario_block_issue(_gpt("megatron-deepspeed"))
+    core = hi.scenario_block_issue(_gpt("megatron"))
+    w_f, _ = hi.legacy_wrapper_s(_gpt("megatron-deepspeed"), layer_shape(_gpt("megatron-deepspeed")))
+    assert legacy.fwd_s > w_f and core.fwd_s == pytest.approx(hi.block_issue(
+        "layernorm-gelu-learned", recompute_full=True).fwd_s)
+
+
+@pytest.mark.torch
+def test_benchmark_stand_ins_compute_what_they_stand_for():
+    """The wrapping Function returns layer norm's values and gradients, the scripted bias-dropout-add the eager
+    one's under one seed, and the reentrant checkpoint the plain call's gradient: the benchmark times wrappers
+    around the same work."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.checkpoint import checkpoint
+
+    from trainsim.kernels import host_wrappers_bench as hb
+    x = torch.randn(8, 1, hb.WIDTH, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(hb.WIDTH, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(hb.WIDTH, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda *a: hb._LayerNorm.apply(*a), (x, w, b))
+    torch.manual_seed(1)
+    eager = hb._bias_dropout_add(x, b, x, 0.1)
+    torch.manual_seed(1)
+    assert torch.equal(hb.scripted_bias_dropout_add()(x, b, x, 0.1), eager)
+    y = x.detach().requires_grad_(True)
+    checkpoint(hb._OneOp(), y, use_reentrant=True).sum().backward()
+    assert torch.equal(y.grad, torch.ones_like(y))
+    assert torch.equal(hb._Identity.apply(x), x)
+
+
+def test_ratio_arithmetic():
+    """Each ratio is a per-call time over the unit op's forward; the wrapping and script prices are differences
+    against the bare op, the checkpoint's backward less the plain backward and the recomputed forward."""
+    from trainsim.kernels.host_wrappers_bench import ratios
+    t = {"unit_aten_op": (2.0, 3.0), "identity_function": (2.5, 1.5), "layer_norm": (3.0, 4.0),
+         "layer_norm_function": (6.0, 7.0), "bias_dropout_add_eager": (8.0, 8.0),
+         "bias_dropout_add_script": (9.0, 10.0), "one_op_checkpointed": (16.0, 25.0), "one_op_forked": (4.0, 3.0)}
+    r = ratios(t)
+    assert r == {"function_identity": [1.25, 0.75], "function_wrap": [1.5, 1.5], "script_call": [0.5, 1.0],
+                 "reentrant_checkpoint": [7.0, 10.0], "rng_fork": [1.0, 0.0]}

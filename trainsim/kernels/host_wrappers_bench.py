@@ -1,0 +1,227 @@
+"""Host seconds of the Python-level wrappers Megatron's legacy layer runs around its aten ops, per call.
+
+Megatron's ``ParallelTransformerLayer`` (Megatron-LM 2021-2022, Megatron-DeepSpeed) reaches many of its kernels
+through Python ``torch.autograd.Function`` subclasses (the tensor-parallel region mappings, apex's fused layer
+norm, the fused softmax, the bias-GeLU function), TorchScript-compiled functions (bias-dropout-add, bias-GeLU) and,
+under activation checkpointing, its reentrant ``CheckpointFunction``, whose backward recomputes the block and calls
+``torch.autograd.backward`` again. A dispatch counter sees the aten ops inside them, not the wrappers: each
+``Function.apply`` builds a context and a Python graph node that the autograd engine calls back in backward, each
+TorchScript call runs its graph executor, and each checkpoint saves and restores the RNG states and starts a
+nested backward.
+
+Each wrapper is timed here in a chain of ``CHAIN`` = (10, 40) calls on tiny tensors, forward and backward apart;
+the slope between the two chain lengths is its per-call time, free of the chain's fixed start. The unit is one
+plain aten op dispatched from Python with autograd recording (``y * 1.0``, a ``MulBackward0`` node), the same
+unit ``cost_models.host_issue.ATEN_DISPATCH_S`` prices, so the results are ratios that carry to another host:
+
+* ``function_identity``: a Function whose forward returns its input and whose backward returns the gradient
+  (Megatron's ``copy_to_tensor_model_parallel_region`` / ``reduce_from_tensor_model_parallel_region`` at their
+  identity halves), forward and backward;
+* ``function_wrap``: a Function around one aten op (``native_layer_norm`` and its backward, as apex's
+  ``FusedLayerNormAffineFunction`` wraps its CUDA kernels) less the same op called bare;
+* ``script_call``: a ``torch.jit.script`` bias-dropout-add less the same function eager;
+* ``reentrant_checkpoint``: ``torch.utils.checkpoint(use_reentrant=True)`` around a one-op module less the module
+  called plain, per call; its backward less the plain backward and the recomputed forward (DeepSpeed's
+  ``CheckpointFunction`` is "adapted from torch.utils.checkpoint", its docstring says, as Megatron's is);
+* ``rng_fork``: Megatron's ``get_cuda_rng_tracker().fork()`` around attention dropout: two gets and two sets of
+  the device's RNG state in a context manager.
+
+``python -m trainsim.kernels.host_wrappers_bench --out FILE`` writes them as JSON (benchmarks/data holds a run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import platform
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+CHAIN = (10, 40)
+WIDTH = 16
+
+
+class _Identity(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, g):
+        return g
+
+
+class _LayerNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, w, b):
+        y, mean, rstd = torch.ops.aten.native_layer_norm(x, (x.shape[-1],), w, b, 1e-5)
+        ctx.save_for_backward(x, w, b, mean, rstd)
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        x, w, b, mean, rstd = ctx.saved_tensors
+        return tuple(torch.ops.aten.native_layer_norm_backward(g, x, (x.shape[-1],), mean, rstd, w, b,
+                                                                [True, True, True]))
+
+
+def _bias_dropout_add(x: torch.Tensor, bias: torch.Tensor, residual: torch.Tensor, prob: float) -> torch.Tensor:
+    return residual + F.dropout(x + bias, p=prob, training=True)
+
+
+@functools.cache
+def scripted_bias_dropout_add():
+    """``_bias_dropout_add`` compiled by TorchScript, as Megatron's ``bias_dropout_add_fused_train`` is (TorchScript
+    is deprecated in recent torch, which warns; Megatron's layer uses it, so it is what is timed)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return torch.jit.script(_bias_dropout_add)
+
+
+class _OneOp(torch.nn.Module):
+    def forward(self, x):
+        return x * 1.0
+
+
+def _rng_fork(device: torch.device) -> Callable[[], contextlib.AbstractContextManager]:
+    get, put = ((torch.cuda.get_rng_state, torch.cuda.set_rng_state) if device.type == "cuda"
+                else (torch.get_rng_state, torch.set_rng_state))
+    tracked = get()
+
+    @contextlib.contextmanager
+    def fork():
+        nonlocal tracked
+        orig = get()
+        put(tracked)
+        try:
+            yield
+        finally:
+            tracked = get()
+            put(orig)
+    return fork
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _chain_slope(step: Callable, x: torch.Tensor, reps: int) -> tuple[float, float]:
+    """(forward, backward) host seconds per call of ``step`` from chains of ``CHAIN`` calls (module doc)."""
+    med = {}
+    for n in CHAIN:
+        fwd, bwd = [], []
+        for r in range(reps + 10):
+            _sync(x.device)
+            t0 = time.perf_counter()
+            y = x
+            for _ in range(n):
+                y = step(y)
+            y = y.sum()
+            t1 = time.perf_counter()
+            y.backward()
+            t2 = time.perf_counter()
+            if r >= 10:
+                fwd.append(t1 - t0)
+                bwd.append(t2 - t1)
+        med[n] = (statistics.median(fwd), statistics.median(bwd))
+    lo, hi = CHAIN
+    return tuple((med[hi][i] - med[lo][i]) / (hi - lo) for i in range(2))
+
+
+def measure(device: torch.device, reps: int = 300) -> dict:
+    """Per-call (forward, backward) seconds of each wrapper and of the unit aten op on ``device`` (module doc)."""
+    x = torch.randn(8, 1, WIDTH, device=device, requires_grad=True)
+    w = torch.ones(WIDTH, device=device, requires_grad=True)
+    b = torch.zeros(WIDTH, device=device, requires_grad=True)
+    one = _OneOp()
+    fork = _rng_fork(device)
+    scripted = scripted_bias_dropout_add()
+
+    def forked(y):
+        with fork():
+            return y * 1.0
+
+    steps = {
+        "unit_aten_op": lambda y: y * 1.0,
+        "identity_function": _Identity.apply,
+        "layer_norm": lambda y: F.layer_norm(y, (WIDTH,), w, b),
+        "layer_norm_function": lambda y: _LayerNorm.apply(y, w, b),
+        "bias_dropout_add_eager": lambda y: _bias_dropout_add(y, b, y, 0.1),
+        "bias_dropout_add_script": lambda y: scripted(y, b, y, 0.1),
+        "one_op_checkpointed": lambda y: checkpoint(one, y, use_reentrant=True),
+        "one_op_forked": forked,
+    }
+    return {name: _chain_slope(step, x, reps) for name, step in steps.items()}
+
+
+def ratios(times: dict) -> dict:
+    """Each wrapper's (forward, backward) cost per call in unit aten ops (module doc): what it adds to the ops it
+    wraps."""
+    unit_f, unit_b = times["unit_aten_op"]
+
+    def units(f: float, b: float) -> list[float]:
+        return [round(f / unit_f, 3), round(b / unit_f, 3)]
+
+    def extra(a: str, base: str) -> list[float]:
+        return units(times[a][0] - times[base][0], times[a][1] - times[base][1])
+
+    ck_f, ck_b = times["one_op_checkpointed"]
+    return {
+        "function_identity": units(*times["identity_function"]),
+        "function_wrap": extra("layer_norm_function", "layer_norm"),
+        "script_call": extra("bias_dropout_add_script", "bias_dropout_add_eager"),
+        # the checkpoint's backward recomputes the op and runs its backward: both are the plain op's
+        "reentrant_checkpoint": units(ck_f - unit_f, ck_b - unit_b - unit_f),
+        "rng_fork": extra("one_op_forked", "unit_aten_op"),
+    }
+
+
+def fingerprint(device: torch.device) -> dict:
+    """Where the timings were taken: device, CPU, torch and Python versions."""
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    return {"device": name, "processor": platform.processor() or platform.machine(), "cpu": _cpu_model(),
+            "torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads()}
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    except OSError:
+        return ""
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--reps", type=int, default=300)
+    p.add_argument("--trials", type=int, default=3, help="independent measurements; the median ratio is kept")
+    p.add_argument("--out", help="write JSON here (default: print)")
+    args = p.parse_args(argv)
+    device = torch.device(args.device)
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    trials = [ratios(measure(device, args.reps)) for _ in range(args.trials)]
+    units = {k: [statistics.median(t[k][i] for t in trials) for i in range(2)] for k in trials[0]}
+    out = {"fingerprint": fingerprint(device), "chain": list(CHAIN), "reps": args.reps, "trials": trials,
+           "units_per_call": units,
+           "note": "(forward, backward) cost per call in unit aten ops (y * 1.0 with autograd), median of trials"}
+    text = json.dumps(out, indent=1)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+    else:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()
