@@ -155,3 +155,25 @@ def test_leverage_by_tp_closes_the_term_only_at_the_tp_that_carries_the_error(ds
     line = render_leverage(term_leverage(rep), rep.mape_pct, by_tp)[1]
     assert line.startswith("  ... closed at one TP degree only: c: TP 1 ") and "e: TP 1 " in line
     assert rep.to_json()["term_leverage_by_tp_mape_pct"] == by_tp
+
+
+def test_rows_of_two_widths_are_fitted_apart(tmp_path):
+    """A table with two model widths (vTrain's own file holds hidden 1024 and 2048 runs of one grid): each width's
+    rows are fitted on their own, so each recovers its own closed form, and the lines name the width."""
+    rows = ["row_id,num_gpus,global_batch,micro_batch,hidden,heads,layers,seq_len,tp,dp,pp,step_time_s"]
+    for h, (L, gb) in itertools.product((1024, 2048), itertools.product((12, 16, 20, 24), (4, 8, 16, 32))):
+        rows.append(f"r{h}_{L}_{gb},2,{gb},2,{h},16,{L},1024,2,1,1,1.0")
+    path = tmp_path / "two_widths.csv"
+    path.write_text("\n".join(rows) + "\n")
+
+    def predict(s):  # each width its own per-block cost
+        e = E if s.model.hidden == 1024 else 2 * E
+        m = s.training.global_batch / (s.dp * s.training.micro_batch)
+        return Fixed(A + B * s.model.num_layers + C * m + e * m * s.model.num_layers)
+
+    groups = step_structure(validate(load_dataset(str(path)), predict_fn=predict))
+    assert sorted((g.hidden, g.rows) for g in groups) == [(1024, 16), (2048, 16)]
+    for g in groups:
+        assert g.predicted.per_layer_microbatch_s == pytest.approx(E if g.hidden == 1024 else 2 * E)
+    assert [line.split(" (")[0] for line in render_structure(groups)[3:5]] == [
+        "  hidden 1024, TP 2, micro-batch 2", "  hidden 2048, TP 2, micro-batch 2"]

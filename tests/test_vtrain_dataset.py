@@ -24,7 +24,7 @@ def test_rows_become_the_stated_scenarios(ds):
     assert (s.layout.tp, s.layout.pp, s.dp, s.training.micro_batch, s.training.global_batch) == (1, 2, 2, 4, 16)
     assert (s.model.num_layers, s.model.hidden, s.model.num_heads, s.model.vocab_size) == (24, 2048, 16, 50304)
     assert (s.training.recompute, s.training.schedule, s.training.framework) == ("full", "1f1b", "megatron-deepspeed")
-    assert c.regimes == ("micro-batch 4", "TP 1", "layers 24")
+    assert c.regimes == ("micro-batch 4", "TP 1", "layers 24", "hidden 2048")
 
 
 def test_vocab_is_padded_as_megatron_pads_it():
@@ -58,3 +58,25 @@ def test_errors_are_reported_per_regime(ds):
 def test_common_run_files_are_not_taken_for_vtrain():
     assert not is_vtrain({"row_id", "num_gpus", "global_batch_seqs", "micro_batch", "hidden", "heads", "layers",
                           "seq_len", "tp", "dp", "pp", "step_time_s", "global_batch"})
+
+
+RAW_HEADER = ("\ufeff# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,"
+              "tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)")
+
+
+def test_the_repositorys_own_table_is_read_as_published(tmp_path):
+    """VIA-Research/vTrain data/ground_truth_single.csv as published (a BOM, its own column names, milliseconds):
+    ``validate --dataset`` reads it; its rows are the adapter's, numbered by line, the time in seconds."""
+    raw = tmp_path / "ground_truth_single.csv"
+    raw.write_text(RAW_HEADER + "\n2,16,8,1024,16,24,1024,1,1,2,372.160408\n8,32,4,2048,16,24,1024,2,2,2,219.732754\n"
+                   "2,16,8,1024,16,24,1024,1,1,2,n/a\n", encoding="utf-8")
+    ours = tmp_path / "ours.csv"
+    ours.write_text("row_id,num_gpus,global_batch,micro_batch,hidden,heads,layers,seq_len,tp,dp,pp,step_time_s\n"
+                    "vt_2,2,16,8,1024,16,24,1024,1,1,2,0.372160408\n"
+                    "vt_3,8,32,4,2048,16,24,1024,2,2,2,0.219732754\n")
+    got, want = load_dataset(str(raw)), load_dataset(str(ours))
+    assert [c.row_id for c in got.cases] == ["vt_2", "vt_3", "vt_4"]
+    assert [c.published for c in got.cases[:2]] == pytest.approx([0.372160408, 0.219732754])
+    assert [c.scenario for c in got.cases[:2]] == [c.scenario for c in want.cases]
+    assert got.cases[2].skip_reason  # an unreadable time skips its row, naming why
+    assert got.cases[0].regimes[-1] == "hidden 1024" and got.cases[1].regimes[-1] == "hidden 2048"

@@ -129,7 +129,11 @@ def load_dataset(name_or_path: str) -> Dataset:
     if not p.is_file():
         raise SpecError("dataset", f"unknown dataset {name_or_path!r}{did_you_mean(name_or_path, DATASETS)} "
                                    f"(known: {', '.join(DATASETS)}; or a CSV path)")
-    return range_checked(_load_csv_dataset(p), read_rows(p))
+    rows = read_rows(p)
+    if rows and vtrain.is_vtrain_raw(set(rows[0])):  # a vTrain repository table as published
+        rows = vtrain.from_raw(rows)
+        return range_checked(vtrain.load_vtrain(p, name=p.stem, rows=rows), rows)
+    return range_checked(_load_csv_dataset(p), rows)
 
 
 def _load_csv_dataset(p: Path) -> Dataset:

@@ -31,6 +31,7 @@ scatter (``render_checks``):
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -52,7 +53,8 @@ class Terms:
 
 @dataclass(frozen=True)
 class GroupStructure:
-    """Published and predicted terms of one (TP, micro-batch) regime, averaged over its DP groups."""
+    """Published and predicted terms of one (TP, micro-batch) regime of one model width, averaged over its DP
+    groups."""
 
     tp: int
     micro_batch: int
@@ -61,9 +63,11 @@ class GroupStructure:
     predicted: Terms
     dp_groups: int = 1
     dp_spread_s: float = 0.0  # largest spread of the published c and e over the regime's DP groups
+    hidden: int = 0           # the model width of the regime's rows (a table may hold several)
 
     def to_json(self) -> dict:
-        return {"tp": self.tp, "micro_batch": self.micro_batch, "rows": self.rows, "dp_groups": self.dp_groups,
+        return {"tp": self.tp, "micro_batch": self.micro_batch, "hidden": self.hidden, "rows": self.rows,
+                "dp_groups": self.dp_groups,
                 "dp_spread_s": self.dp_spread_s,
                 "published": self.published.__dict__, "predicted": self.predicted.__dict__}
 
@@ -94,23 +98,24 @@ def _dp_spread(terms: list[Terms]) -> float:
     return float(max(max(cs) - min(cs), max(es) - min(es)))
 
 
-def _groups(cases, rows) -> dict[tuple[int, int, int], list[tuple[int, float, float, float, str]]]:
-    """(tp, micro-batch, dp) -> [(L, m, published, predicted, row id)] over the compared pp = 1 rows."""
+def _groups(cases, rows) -> dict[tuple[int, int, int, int], list[tuple[int, float, float, float, str]]]:
+    """(tp, micro-batch, dp, hidden) -> [(L, m, published, predicted, row id)] over the compared pp = 1 rows (a
+    block's cost depends on its width, so rows of different widths are fitted apart)."""
     by_id = {c.row_id: c for c in cases}
-    out: dict[tuple[int, int, int], list[tuple[int, float, float, float]]] = {}
+    out: dict[tuple[int, int, int, int], list[tuple[int, float, float, float]]] = {}
     for r in rows:
         s = by_id[r.row_id].scenario
         if s is None or s.layout.pp != 1 or r.predicted is None:
             continue
         mb = s.training.micro_batch
         m = s.training.global_batch / (s.dp * mb)
-        out.setdefault((s.layout.tp, mb, s.dp), []).append((s.model.num_layers, m, r.published, r.predicted,
-                                                            r.row_id))
+        out.setdefault((s.layout.tp, mb, s.dp, s.model.hidden), []).append(
+            (s.model.num_layers, m, r.published, r.predicted, r.row_id))
     return out
 
 
-def fit_regimes(report) -> list[tuple[tuple[int, int, int], list, Terms, Terms]]:
-    """((tp, micro-batch, dp), points, published terms, predicted terms) of every regime of ``report`` whose rows
+def fit_regimes(report) -> list[tuple[tuple[int, int, int, int], list, Terms, Terms]]:
+    """((tp, micro-batch, dp, hidden), points, published terms, predicted terms) of every regime of ``report`` whose rows
     span an (L, m) grid: ``_groups`` fitted once for step_structure, term_leverage and leverage_by_tp."""
     out = []
     for key, pts in sorted(_groups(report.dataset.cases, report.compared).items()):
@@ -124,12 +129,12 @@ def fit_regimes(report) -> list[tuple[tuple[int, int, int], list, Terms, Terms]]
 def step_structure(report, fitted=None) -> list[GroupStructure]:
     """The terms of every (TP, micro-batch) regime of a validation report whose rows span an (L, m) grid
     (``fitted``: ``fit_regimes(report)`` when the caller has it)."""
-    acc: dict[tuple[int, int], tuple[int, list[Terms], list[Terms]]] = {}
-    for (tp, mb, _dp), pts, pub, pred in (fit_regimes(report) if fitted is None else fitted):
-        n, pubs, preds = acc.get((tp, mb), (0, [], []))
-        acc[(tp, mb)] = (n + len(pts), pubs + [pub], preds + [pred])
-    return [GroupStructure(tp, mb, n, _mean_terms(pubs), _mean_terms(preds), len(pubs), _dp_spread(pubs))
-            for (tp, mb), (n, pubs, preds) in sorted(acc.items())]
+    acc: dict[tuple[int, int, int], tuple[int, list[Terms], list[Terms]]] = {}
+    for (tp, mb, _dp, h), pts, pub, pred in (fit_regimes(report) if fitted is None else fitted):
+        n, pubs, preds = acc.get((h, tp, mb), (0, [], []))
+        acc[(h, tp, mb)] = (n + len(pts), pubs + [pub], preds + [pred])
+    return [GroupStructure(tp, mb, n, _mean_terms(pubs), _mean_terms(preds), len(pubs), _dp_spread(pubs), h)
+            for (h, tp, mb), (n, pubs, preds) in sorted(acc.items())]
 
 
 TERMS = ("a", "b", "c", "e")
@@ -143,7 +148,7 @@ def term_leverage(report, tp: int | None = None, fitted=None) -> dict[str, float
     never an input to the model. Empty without fitted regimes (``fitted``: ``fit_regimes(report)`` when the
     caller has it)."""
     moved: dict[str, dict[str, float]] = {k: {} for k in TERMS}
-    for (g_tp, _mb, _dp), pts, pub, pred in (fit_regimes(report) if fitted is None else fitted):
+    for (g_tp, _mb, _dp, _h), pts, pub, pred in (fit_regimes(report) if fitted is None else fitted):
         if tp is not None and g_tp != tp:
             continue
         gaps = (pub.fixed_s - pred.fixed_s, pub.per_layer_step_s - pred.per_layer_step_s,
@@ -162,7 +167,7 @@ def term_leverage(report, tp: int | None = None, fitted=None) -> dict[str, float
 def leverage_by_tp(report, fitted=None) -> dict[int, dict[str, float]]:
     """``term_leverage`` with each TP degree's regimes closed alone: which TP a term's error lives at."""
     fitted = fit_regimes(report) if fitted is None else fitted
-    tps = sorted({tp for (tp, _mb, _dp), *_ in fitted})
+    tps = sorted({tp for (tp, _mb, _dp, _h), *_ in fitted})
     return {tp: lev for tp in tps if (lev := term_leverage(report, tp, fitted))}
 
 
@@ -183,14 +188,14 @@ def render_leverage(leverage: dict[str, float], mape_pct: float,
 
 def falling_e(groups: list[GroupStructure]) -> list[tuple[int, int, int, float, float]]:
     """(TP, micro-batch, next micro-batch, published e, next published e) wherever the published per-block cost
-    falls as the micro-batch grows at one TP: twice the work in less time, i.e. measurement scatter."""
-    by_tp: dict[int, list[GroupStructure]] = {}
+    falls as the micro-batch grows at one TP and width: twice the work in less time, i.e. measurement scatter."""
+    by_tp: dict[tuple[int, int], list[GroupStructure]] = {}
     for g in groups:
-        by_tp.setdefault(g.tp, []).append(g)
+        by_tp.setdefault((g.hidden, g.tp), []).append(g)
     out = []
-    for tp, gs in sorted(by_tp.items()):
+    for (_h, tp), gs in sorted(by_tp.items()):
         gs = sorted(gs, key=lambda g: g.micro_batch)
-        for lo, hi in zip(gs, gs[1:]):
+        for lo, hi in itertools.pairwise(gs):
             e_lo, e_hi = lo.published.per_layer_microbatch_s, hi.published.per_layer_microbatch_s
             if e_hi < e_lo:
                 out.append((tp, lo.micro_batch, hi.micro_batch, e_lo, e_hi))
@@ -206,9 +211,12 @@ def render_checks(groups: list[GroupStructure]) -> list[str]:
         lines.append(f"  published c and e over the DP groups of a regime: largest spread {worst * 1e6:.0f} us "
                      f"({len(multi)} regimes with several DP groups); a spread of microseconds says the rows of a "
                      "regime share one per-micro-batch measurement")
-    for tp, mb, mb2, e1, e2 in falling_e(groups):
-        lines.append(f"  published e falls as the micro-batch grows: TP {tp}, micro-batch {mb} -> {mb2}: "
-                     f"{e1 * 1e3:.2f} -> {e2 * 1e3:.2f} ms (scatter of at least {100 * (e1 - e2) / e1:.0f} %)")
+    widths = sorted({g.hidden for g in groups})
+    for h in widths:
+        at = f"hidden {h}, " if len(widths) > 1 else ""
+        for tp, mb, mb2, e1, e2 in falling_e([g for g in groups if g.hidden == h]):
+            lines.append(f"  published e falls as the micro-batch grows: {at}TP {tp}, micro-batch {mb} -> {mb2}: "
+                         f"{e1 * 1e3:.2f} -> {e2 * 1e3:.2f} ms (scatter of at least {100 * (e1 - e2) / e1:.0f} %)")
     return lines
 
 
@@ -219,9 +227,11 @@ def render_structure(groups: list[GroupStructure]) -> list[str]:
     lines = ["structure (pp = 1 rows; least squares of step = a + b·L + c·m + e·m·L per TP, micro-batch and DP;",
              "  ms published | predicted): e per block and micro-batch, c per micro-batch outside the blocks,",
              "  b per block and step; the rms residual of each fit in microseconds"]
+    widths = len({g.hidden for g in groups}) > 1
     for g in groups:
         p, q = g.published, g.predicted
-        lines.append(f"  TP {g.tp}, micro-batch {g.micro_batch} ({g.rows} rows): "
+        lines.append(f"  {f'hidden {g.hidden}, ' if widths else ''}TP {g.tp}, micro-batch {g.micro_batch} "
+                     f"({g.rows} rows): "
                      f"e {p.per_layer_microbatch_s * 1e3:.2f} | {q.per_layer_microbatch_s * 1e3:.2f}, "
                      f"c {p.per_microbatch_s * 1e3:.2f} | {q.per_microbatch_s * 1e3:.2f}, "
                      f"b {p.per_layer_step_s * 1e3:.2f} | {q.per_layer_step_s * 1e3:.2f}; "

@@ -124,9 +124,35 @@ VTRAIN_CITATION = ('Bang et al., "vTrain: A Simulation Framework for Evaluating 
                    'config/validation/single/*.json')
 
 
+# The columns of the vTrain repository's own files (data/ground_truth_single.csv and ground_truth_multi.csv, whose
+# first column states the model's size), mapped to this adapter's; their times are in milliseconds.
+RAW_COLUMNS = {"# GPUs": "num_gpus", "global batch": "global_batch", "micro batch": "micro_batch",
+               "hidden size": "hidden", "attention heads": "heads", "# layers": "layers",
+               "sequence length": "seq_len", "tensor parallelism": "tp", "data parallelism": "dp",
+               "pipeline parallelism": "pp"}
+RAW_TIME_MS = "iteration time (ms)"
+
+
 def is_vtrain(columns: set[str]) -> bool:
     """Whether a CSV's header is the vTrain single-node table's (common-run files name ``global_batch_seqs``)."""
     return VTRAIN_COLUMNS <= columns and "global_batch_seqs" not in columns
+
+
+def is_vtrain_raw(columns: set[str]) -> bool:
+    """Whether a CSV's header is one of the vTrain repository's measured tables, as published (RAW_COLUMNS)."""
+    return set(RAW_COLUMNS) | {RAW_TIME_MS} <= columns
+
+
+def from_raw(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The rows of a vTrain repository table in this adapter's columns: ``row_id`` ``vt_<line>`` (the header is line
+    1), the iteration time in seconds (cells.num reads the milliseconds; an unreadable cell stays empty, so the row
+    is skipped with that reason)."""
+    out = []
+    for line, r in enumerate(rows, 2):
+        ms = _num(r[RAW_TIME_MS])
+        row = {new: r[old] for old, new in RAW_COLUMNS.items()}
+        out.append({"row_id": f"vt_{line}", **row, "step_time_s": "" if ms is None else repr(ms / 1000)})
+    return out
 
 
 def padded_vocab(vocab: int, tp: int) -> int:
@@ -135,9 +161,10 @@ def padded_vocab(vocab: int, tp: int) -> int:
     return -(-vocab // multiple) * multiple
 
 
-def load_vtrain(path: Path, *, name: str = "vtrain"):
-    """The vTrain rows of ``path`` as a Dataset (module docstring for every choice)."""
-    rows = read_rows(path)
+def load_vtrain(path: Path, *, name: str = "vtrain", rows: list[dict[str, str]] | None = None):
+    """The vTrain rows of ``path`` (or ``rows`` already in this adapter's columns, e.g. ``from_raw``'s) as a Dataset
+    (module docstring for every choice)."""
+    rows = read_rows(path) if rows is None else rows
     cases = tuple(_vtrain_case(r) for r in rows)
     notes = (
         "metric: seconds per iteration as measured (the published milliseconds / 1000).",
@@ -148,7 +175,7 @@ def load_vtrain(path: Path, *, name: str = "vtrain"):
          "waited for on the compute stream, gradients accumulated in param.grad, a host sync per block forward and "
          "per micro-batch); chosen for every row (not "
          "stated): vocab 50,257 (GPT-2 tokenizer) padded to a multiple of 128 x TP, cluster preset dgx-a100, no FlashAttention, dropout 0.1."),
-        "regimes: every row is counted under its micro-batch, its TP degree and its layer count.",
+        "regimes: every row is counted under its micro-batch, its TP degree, its layer count and its width.",
     )
     return Dataset(name=name, title="vTrain: Megatron GPT on one 8xA100 node (MICRO 2024)", metric="step_time_s",
                    unit="s", citation=VTRAIN_CITATION, notes=notes, cases=cases, structure=True)
@@ -174,6 +201,6 @@ def _vtrain_case(r: dict):
                      "flash_attention": False, "dropout": True, "framework": VTRAIN_FRAMEWORK},
     }
     scenario, why = scenario_or_skip(raw, rid)
-    regimes = (f"micro-batch {mbs}", f"TP {tp}", f"layers {layers}")
+    regimes = (f"micro-batch {mbs}", f"TP {tp}", f"layers {layers}", f"hidden {hidden}")
     return Case(rid, label, published, scenario=scenario, skip_reason=why, category=f"micro-batch {mbs}",
                 regimes=regimes)
