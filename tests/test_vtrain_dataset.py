@@ -25,6 +25,9 @@ def test_rows_become_the_stated_scenarios(ds):
     assert (s.model.num_layers, s.model.hidden, s.model.num_heads, s.model.vocab_size) == (24, 2048, 16, 50304)
     assert (s.training.recompute, s.training.schedule, s.training.framework) == ("full", "1f1b", "megatron-deepspeed")
     assert c.regimes == ("micro-batch 4", "TP 1", "layers 24", "hidden 2048")
+    # the configs' "inter_node_bandwidth": 800, vTrain's "total bandwidth of inter-node communication in Gbps"
+    out = s.cluster.scale_out
+    assert out.nics_per_node * out.nic_bw_Bps * 8 == pytest.approx(800e9)
 
 
 def test_vocab_is_padded_as_megatron_pads_it():

@@ -118,6 +118,9 @@ VTRAIN_VOCAB = 50257  # GPT-2 BPE tokenizer (Megatron --vocab-file gpt2-vocab.js
 # each TP rank holds an equal shard of whole 128-row tiles: 50,304 rows at TP 1, 51,200 at TP 8.
 VTRAIN_VOCAB_DIVISIBLE_BY = 128
 VTRAIN_FRAMEWORK = "megatron-deepspeed"  # synchronous TP all-reduce, param.grad, host syncs (module doc)
+# Every config/validation/*.json states "inter_node_bandwidth": 800, which vTrain's src/config.py documents as the
+# "total bandwidth of inter-node communication in Gbps" of a node: the dgx-a100 preset's 8 NICs at 100 Gb/s each.
+VTRAIN_NODE_GBPS = 800
 VTRAIN_CITATION = ('Bang et al., "vTrain: A Simulation Framework for Evaluating Cost-effective and Compute-optimal '
                    'Large Language Model Training", MICRO 2024 (arXiv:2312.12391); measured iterations from '
                    'VIA-Research/vTrain data/ground_truth_single.csv, run settings from '
@@ -181,6 +184,14 @@ def load_vtrain(path: Path, *, name: str = "vtrain", rows: list[dict[str, str]] 
                    unit="s", citation=VTRAIN_CITATION, notes=notes, cases=cases, structure=True)
 
 
+def _node_nic_Bps() -> float:
+    """Bytes per second of each of the dgx-a100 preset's NICs at the configs' stated node total
+    (VTRAIN_NODE_GBPS)."""
+    from trainsim.specs.loaders import load_cluster
+
+    return VTRAIN_NODE_GBPS * 1e9 / 8 / load_cluster("dgx-a100").scale_out.nics_per_node
+
+
 def _vtrain_case(r: dict):
     rid = r["row_id"]
     layers, hidden, heads, seq = _int(r["layers"]), _int(r["hidden"]), _int(r["heads"]), _int(r["seq_len"])
@@ -194,7 +205,7 @@ def _vtrain_case(r: dict):
         "model": {"name": f"gpt-h{hidden}-l{layers}", "num_layers": layers, "hidden": hidden, "num_heads": heads,
                   "ffn_hidden": 4 * hidden, "vocab_size": padded_vocab(VTRAIN_VOCAB, tp),
                   "max_seq_len": seq},
-        "cluster": _cluster("dgx-a100", gpus),
+        "cluster": _cluster("dgx-a100", gpus, scale_out={"nic_bw_Bps": _node_nic_Bps()}),
         "layout": {"tp": tp, "pp": pp},
         "training": {"seq_len": seq, "global_batch": gbs, "micro_batch": mbs, "dtype": "fp16",
                      "recompute": "full", "sequence_parallel": False, "zero": 0, "schedule": "1f1b",
