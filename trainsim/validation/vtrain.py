@@ -9,7 +9,9 @@ validation directory of this project: ``vtrain_a100_single_node.csv``), recognis
 What the files state is used as stated (the repository's ``config/validation/single/*.json``): GPT blocks,
 16 heads, sequence 1,024, full activation checkpointing (``"use_checkpoint": true``), the 1F1B schedule, no
 gradient bucketing (``"use_gradient_bucket": false``: the gradients are reduced after the backward pass),
-8 GPUs per node. The runs were taken with Microsoft's Megatron-DeepSpeed (the repository's ``data/README.md``),
+8 GPUs per node and 800 Gb/s between nodes per node (``"inter_node_bandwidth": 800``, the total per node in Gb/s by
+vTrain's ``src/config.py``; it matters to the repository's multi-node table, ``data/ground_truth_multi.csv``, which
+``validate --dataset`` reads as published, as it reads ``ground_truth_single.csv``). The runs were taken with Microsoft's Megatron-DeepSpeed (the repository's ``data/README.md``),
 and vTrain's own profiling model is built in fp16 (``src/predictor.py``: ``torch.set_default_dtype(torch.float16)``),
 so the rows are fp16. What the files do not state is chosen once for every row: the GPT-2 vocabulary (50,257,
 padded by Megatron to a multiple of 128 x TP), the cluster preset ``dgx-a100`` (A100-SXM4, NVSwitch; the
@@ -172,7 +174,7 @@ def load_vtrain(path: Path, *, name: str = "vtrain", rows: list[dict[str, str]] 
     notes = (
         "metric: seconds per iteration as measured (the published milliseconds / 1000).",
         ("stated by the source's run configs: GPT blocks, sequence 1024, full activation checkpointing, 1F1B, "
-         "no gradient bucketing, 8 GPUs per node."),
+         "no gradient bucketing, 8 GPUs per node, 800 Gb/s of inter-node bandwidth per node."),
         ("measured with Megatron-DeepSpeed (source data/README.md) in fp16 (vTrain's profiling model is built in "
          "fp16); framework megatron-deepspeed, the behaviours of that fork's layer code (TP input-gradient all-reduce "
          "waited for on the compute stream, gradients accumulated in param.grad, a host sync per block forward and "
