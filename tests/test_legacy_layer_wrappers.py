@@ -50,12 +50,25 @@ def test_calls_per_block_follow_the_layer_code(async_linears, fused, dropout, ex
     assert lw.layer_calls(async_linears=async_linears, fused_softmax=fused, dropout=dropout) == expected
 
 
-def test_units_are_calls_times_prices():
+def test_block_seconds_are_calls_times_prices():
+    """Forward pass: each wrapper's forward half and the checkpoint call's; backward pass: their backward halves
+    and, under full recompute, the layer's wrappers' forward halves again."""
     calls = lw.WrapperCalls(4, 4, 3, 1)
-    f, b = lw.wrapper_units(calls)
-    assert f == pytest.approx(4 * 1.277 + 4 * 1.714 + 3 * 0.501 + 1.120)
-    assert b == pytest.approx(4 * 0.805 + 4 * 1.608 + 3 * 0.888)
-    assert lw.checkpoint_units(True) == (7.242, 10.384) and lw.checkpoint_units(False) == (0.0, 0.0)
+    w_f = 4 * 1.277 + 4 * 1.714 + 3 * 0.501 + 1.120
+    w_b = 4 * 0.805 + 4 * 1.608 + 3 * 0.888
+    assert lw.block_wrapper_s(calls, True, 2.0) == pytest.approx((2 * (w_f + 7.242), 2 * (w_b + 10.384 + w_f)))
+    assert lw.block_wrapper_s(calls, False, 2.0) == pytest.approx((2 * w_f, 2 * w_b))
+
+
+def test_a_calibration_measurement_replaces_the_prices():
+    """Seconds per call a GPU calibration measured (CalibrationProfile.host_wrappers_s) replace the kinds it holds;
+    the others keep their prices."""
+    calls = lw.WrapperCalls(4, 4, 3, 0)
+    measured = {"function_identity": (10e-6, 5e-6), "reentrant_checkpoint": (40e-6, 60e-6)}
+    u = 3.3e-6
+    f = 4 * 10e-6 + 4 * 1.714 * u + 3 * 0.501 * u
+    b = 4 * 5e-6 + 4 * 1.608 * u + 3 * 0.888 * u
+    assert lw.block_wrapper_s(calls, True, u, measured) == pytest.approx((f + 40e-6, b + 60e-6 + f))
 
 
 def _gpt(framework: str, recompute: str = "full", dropout: bool = True):
@@ -67,14 +80,27 @@ def _gpt(framework: str, recompute: str = "full", dropout: bool = True):
 
 
 def test_seconds_per_block_at_the_dispatch_price():
-    """Forward: the wrappers and the checkpoint call's forward; backward: the wrappers' backward halves, the
-    checkpoint's backward and the recomputed forward's wrappers, all at ATEN_DISPATCH_S per unit."""
+    """A Megatron-DeepSpeed block with dropout and the fused softmax, at ATEN_DISPATCH_S per unit aten op."""
     s = _gpt("megatron-deepspeed")
-    w_f, w_b = lw.wrapper_units(lw.WrapperCalls(4, 4, 3, 1))
-    assert hi.legacy_wrapper_s(s, layer_shape(s)) == pytest.approx(
-        ((w_f + 7.242) * hi.ATEN_DISPATCH_S, (w_b + 10.384 + w_f) * hi.ATEN_DISPATCH_S))
+    calls = lw.WrapperCalls(4, 4, 3, 1)
+    assert hi.legacy_wrapper_s(s, layer_shape(s)) == lw.block_wrapper_s(calls, True, hi.ATEN_DISPATCH_S)
     s = _gpt("megatron-deepspeed", recompute="none")
-    assert hi.legacy_wrapper_s(s, layer_shape(s)) == pytest.approx((w_f * hi.ATEN_DISPATCH_S, w_b * hi.ATEN_DISPATCH_S))
+    assert hi.legacy_wrapper_s(s, layer_shape(s)) == lw.block_wrapper_s(calls, False, hi.ATEN_DISPATCH_S)
+
+
+def test_a_profile_with_wrapper_timings_prices_the_block(tmp_path):
+    """`trainsim calibrate --device cuda` stores the wrappers' seconds (host_wrappers_s, kept through the JSON file);
+    a scenario predicted with that profile pays them, the TP pace of the profile's measured spread on top."""
+    from trainsim.cost_models.profile import CalibrationProfile, load_profile, save_profile
+
+    prof = CalibrationProfile(host_wrappers_s={k: (20e-6, 30e-6) for k in lw.PRICES})
+    prof = load_profile(save_profile(prof, tmp_path / "p.json"))
+    assert prof.host_wrappers_s == {k: (20e-6, 30e-6) for k in lw.PRICES}
+    s = _gpt("megatron-deepspeed")
+    calls = lw.WrapperCalls(4, 4, 3, 1)
+    assert hi.legacy_wrapper_s(s, layer_shape(s), prof) == pytest.approx(
+        lw.block_wrapper_s(calls, True, 0.0, prof.host_wrappers_s))
+    assert hi.legacy_wrapper_s(s, layer_shape(s), prof)[0] == pytest.approx(12 * 20e-6 + 20e-6)
 
 
 def test_only_the_legacy_layer_pays_them():

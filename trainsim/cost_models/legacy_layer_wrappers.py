@@ -29,7 +29,8 @@ prices) as ``python -m trainsim.kernels.host_wrappers_bench`` measured them on a
 trials under 10 % except the script call's, 0.44-0.52 forward and 0.72-0.94 backward). The ratios carry the wrappers' Python frames, so
 the legacy layer's frame ratios (host_issue.MODULE_FRAME_RATIO, BACKWARD_FRAME_RATIO, measured on a block with no
 such wrappers) do not apply to them. Older PyTorch and Python releases (the 2021-2023 runs these frameworks stand
-for) have not been timed.
+for) have not been timed. ``trainsim calibrate --device cuda`` times the same wrappers on the GPU host it runs on
+(``CalibrationProfile.host_wrappers_s``, seconds per call); a prediction with that profile pays those instead.
 """
 
 from __future__ import annotations
@@ -70,14 +71,29 @@ def layer_calls(*, async_linears: bool, fused_softmax: bool, dropout: bool) -> W
     return WrapperCalls(regions, wrapping, SCRIPT_CALLS, int(dropout))
 
 
-def wrapper_units(calls: WrapperCalls) -> tuple[float, float]:
-    """(forward, backward) host cost of ``calls`` in unit aten ops."""
-    parts = ((calls.identity_functions, FUNCTION_IDENTITY), (calls.wrapping_functions, FUNCTION_WRAP),
-             (calls.script_calls, SCRIPT_CALL), (calls.rng_forks, RNG_FORK))
-    return sum(n * c[0] for n, c in parts), sum(n * c[1] for n, c in parts)
+PRICES = {"function_identity": FUNCTION_IDENTITY, "function_wrap": FUNCTION_WRAP, "script_call": SCRIPT_CALL,
+          "reentrant_checkpoint": REENTRANT_CHECKPOINT, "rng_fork": RNG_FORK}
 
 
-def checkpoint_units(recompute_full: bool) -> tuple[float, float]:
-    """(forward, backward) host cost in unit aten ops of a block's reentrant checkpoint call: one per block and
-    micro-batch under full recompute, none otherwise."""
-    return REENTRANT_CHECKPOINT if recompute_full else (0.0, 0.0)
+def call_counts(calls: WrapperCalls, recompute_full: bool) -> dict[str, int]:
+    """Calls of each priced kind (PRICES) per block and micro-batch: the layer's wrappers once per forward, and one
+    reentrant checkpoint call per block under full recompute."""
+    return {"function_identity": calls.identity_functions, "function_wrap": calls.wrapping_functions,
+            "script_call": calls.script_calls, "rng_fork": calls.rng_forks,
+            "reentrant_checkpoint": int(recompute_full)}
+
+
+def block_wrapper_s(calls: WrapperCalls, recompute_full: bool, unit_s: float,
+                    measured: dict[str, tuple[float, float]] | None = None) -> tuple[float, float]:
+    """(forward pass, backward pass) host seconds of one block's wrappers per micro-batch: each call's forward half
+    in the forward pass, its backward half in the backward pass, which under full recompute also runs the layer's
+    wrappers' forward halves again (the recomputed forward; the checkpoint's own forward half is not repeated).
+    Each kind costs what a calibration measured on the device's host (``measured``, seconds per call:
+    CalibrationProfile.host_wrappers_s) or else its PRICES in unit aten ops at ``unit_s`` each."""
+    price = {k: (measured or {}).get(k) or (u[0] * unit_s, u[1] * unit_s) for k, u in PRICES.items()}
+    n = call_counts(calls, recompute_full)
+    ck = n.pop("reentrant_checkpoint")
+    fwd = sum(k_n * price[k][0] for k, k_n in n.items())
+    bwd = sum(k_n * price[k][1] for k, k_n in n.items())
+    ck_f, ck_b = (ck * price["reentrant_checkpoint"][0], ck * price["reentrant_checkpoint"][1])
+    return fwd + ck_f, bwd + ck_b + (fwd if recompute_full else 0.0)

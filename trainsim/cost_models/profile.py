@@ -222,6 +222,10 @@ class EagerBlockOverhead(_Model):
         return self.fwd.median_s / self.fwd_ops if pass_ == "fwd" else self.bwd.median_s / self.bwd_ops
 
 
+# The wrapper kinds kernels/host_wrappers_bench.py times (cost_models.legacy_layer_wrappers prices each).
+HostWrapper = Literal["function_identity", "function_wrap", "script_call", "reentrant_checkpoint", "rng_fork"]
+
+
 class ChunkHostIssue(_Model):
     """Host issue seconds of trainsim execute's eager micro-batch on a GPU, from a tiny model (kernels with ~no
     work) timed at two depths (kernels/host_issue_bench.py): per block (forward; backward, also under full
@@ -312,6 +316,10 @@ class CalibrationProfile(_Model):
     host_issue: dict[str, EagerBlockOverhead] = Field(
         default_factory=dict, description="per block style: a tiny executor block's forward / backward on a GPU, "
         "whose kernels do ~no work, so its time is the host's eager issue time (cost_models.host_issue); GPU only")
+    host_wrappers_s: dict[HostWrapper, tuple[Seconds, Seconds]] = Field(
+        default_factory=dict, description="(forward, backward) host seconds per call of the Python wrappers around "
+        "Megatron's legacy layer's ops, timed on the calibrating device (kernels/host_wrappers_bench.py; "
+        "cost_models.legacy_layer_wrappers); GPU only")
     optimizer_fits: dict[str, OptimizerFit] = Field(default_factory=dict, description="'adam', 'sgd'")
     dtensor_collective_overhead_s: dict[str, Seconds] = Field(
         default_factory=dict, description="per collective op: seconds a DTensor redistribution adds to the raw "

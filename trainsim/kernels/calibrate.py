@@ -280,6 +280,7 @@ class _Run:
     dtensor_coll: dict = field(default_factory=dict)
     host_issue: dict = field(default_factory=dict)
     host_issue_chunk: dict = field(default_factory=dict)
+    host_wrappers: dict = field(default_factory=dict)
     rank_rates: list[float] = field(default_factory=list)
 
     @property
@@ -384,9 +385,11 @@ def _measure_eager(run: _Run, skip: set[str]) -> None:
         _log(run.rank, f"eager overhead and optimizers in {time.perf_counter() - t0:.1f} s")
     elif run.args.device == "cuda":
         from trainsim.kernels.host_issue_bench import bench_chunk_issue
+        from trainsim.kernels.host_wrappers_bench import bench_host_wrappers
 
         run.host_issue = mb.bench_eager_overhead(run.cfg)
         run.host_issue_chunk = bench_chunk_issue(run.cfg)
+        run.host_wrappers = bench_host_wrappers(run.cfg.device)
         _log(run.rank, f"host issue time of eager blocks in {time.perf_counter() - t0:.1f} s")
 
 
@@ -452,6 +455,7 @@ def _write_profile(run: _Run, t_start: float) -> None:
     profile = build_profile(fp, preset_name, peaks, run.gemm, run.attn, run.mem, run.copies, run.colls, fit_min, notes)
     profile = profile.model_copy(update={"dispatch_overhead": run.dispatch, "eager_overhead": run.eager,
                                          "host_issue": run.host_issue, "host_issue_chunk": run.host_issue_chunk,
+                                         "host_wrappers_s": run.host_wrappers,
                                          "optimizer_fits": run.optim, "rank_gemm_flops": run.rank_rates,
                                          "dtensor_collective_overhead_s": run.dtensor_coll})
     save_profile(profile, args.out)

@@ -163,26 +163,34 @@ def measure(device: torch.device, reps: int = 300) -> dict:
     return {name: _chain_slope(step, x, reps) for name, step in steps.items()}
 
 
-def ratios(times: dict) -> dict:
-    """Each wrapper's (forward, backward) cost per call in unit aten ops (module doc): what it adds to the ops it
-    wraps."""
+def extras(times: dict) -> dict[str, tuple[float, float]]:
+    """Each wrapper's (forward, backward) host seconds per call (module doc): what it adds to the ops it wraps."""
     unit_f, unit_b = times["unit_aten_op"]
 
-    def units(f: float, b: float) -> list[float]:
-        return [round(f / unit_f, 3), round(b / unit_f, 3)]
-
-    def extra(a: str, base: str) -> list[float]:
-        return units(times[a][0] - times[base][0], times[a][1] - times[base][1])
+    def extra(a: str, base: str) -> tuple[float, float]:
+        return times[a][0] - times[base][0], times[a][1] - times[base][1]
 
     ck_f, ck_b = times["one_op_checkpointed"]
     return {
-        "function_identity": units(*times["identity_function"]),
+        "function_identity": tuple(times["identity_function"]),
         "function_wrap": extra("layer_norm_function", "layer_norm"),
         "script_call": extra("bias_dropout_add_script", "bias_dropout_add_eager"),
         # the checkpoint's backward recomputes the op and runs its backward: both are the plain op's
-        "reentrant_checkpoint": units(ck_f - unit_f, ck_b - unit_b - unit_f),
+        "reentrant_checkpoint": (ck_f - unit_f, ck_b - unit_b - unit_f),
         "rng_fork": extra("one_op_forked", "unit_aten_op"),
     }
+
+
+def ratios(times: dict) -> dict:
+    """``extras`` in unit aten ops (the unit op's forward seconds), rounded to 3 decimals."""
+    unit_f = times["unit_aten_op"][0]
+    return {k: [round(f / unit_f, 3), round(b / unit_f, 3)] for k, (f, b) in extras(times).items()}
+
+
+def bench_host_wrappers(device: torch.device, reps: int = 100) -> dict[str, tuple[float, float]]:
+    """``trainsim calibrate``'s measurement of the wrappers on its device's host: (forward, backward) seconds per
+    call (``extras``), a negative difference (timing noise around nothing) stored as 0."""
+    return {k: (max(0.0, f), max(0.0, b)) for k, (f, b) in extras(measure(device, reps)).items()}
 
 
 def fingerprint(device: torch.device) -> dict:
