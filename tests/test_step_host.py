@@ -165,7 +165,8 @@ def test_megatron_ddp_hooks_add_to_the_backward_issue(framework, adds):
     megatron_layer = behaviour(framework).megatron_layer   # the legacy Python layer's measured ratios
     frames, bwd_frames = (hi.MODULE_FRAME_RATIO, hi.BACKWARD_FRAME_RATIO) if megatron_layer else (1.0, 1.0)
     recomputed = base.fwd_s if sc.training.recompute == "full" else 0.0
-    wrappers = hi.legacy_wrapper_s(sc, shp)[1] if megatron_layer else 0.0  # the legacy layer's Python wrappers, tp 1
+    w = hi.legacy_wrapper_s(sc, shp)  # the legacy layer's Python wrappers, tp 1 (no pace)
+    wrappers = w.bwd_s + w.recompute_s if megatron_layer else 0.0
     assert issue.bwd_s == pytest.approx(recomputed * frames + (base.bwd_s - recomputed + adds * (D + K)) * bwd_frames
                                         + wrappers)
 

@@ -81,5 +81,41 @@ def test_the_repositorys_own_table_is_read_as_published(tmp_path):
     assert [c.row_id for c in got.cases] == ["vt_2", "vt_3", "vt_4"]
     assert [c.published for c in got.cases[:2]] == pytest.approx([0.372160408, 0.219732754])
     assert [c.scenario for c in got.cases[:2]] == [c.scenario for c in want.cases]
-    assert got.cases[2].skip_reason  # an unreadable time skips its row, naming why
+    assert got.cases[2].skip_reason == "iteration time (ms): 'n/a' is not a positive finite number"
     assert got.cases[0].regimes[-1] == "hidden 1024" and got.cases[1].regimes[-1] == "hidden 2048"
+    assert got.title.endswith("on one 8xA100 node (MICRO 2024)") and "ground_truth_single" in got.citation
+
+
+@pytest.mark.parametrize(("row", "reason"), [
+    ("2,16,8,1024,16,24,1024,,1,2,372.1", "tensor parallelism: '' is not a whole number >= 1"),
+    ("2,16,8,1024,16,24,1024,1,3,2,372.1",
+     "tensor parallelism x pipeline parallelism x data parallelism = 1 x 2 x 3 is not # GPUs 2"),
+    ("2,16,8,1024,16,24,1024,1,1,2,372.1,9", "more cells than the header"),
+    ("2,16,8,abc,16,24,1024,1,1,2,5", "hidden size: 'abc' is not a whole number >= 1"),
+    ("2,16,8,1024,16,24,1024,1,1,2,-5", "iteration time (ms): must be a finite number >= 0, got -5"),
+    ("2,16,8,1024,16,24,1024,1,1,2,", "iteration time (ms): '' is not a positive finite number"),
+])
+def test_an_unusable_row_of_the_repositorys_table_is_skipped_naming_its_column(tmp_path, row, reason):
+    raw = tmp_path / "t.csv"
+    raw.write_text(RAW_HEADER + "\n" + row + "\n", encoding="utf-8")
+    (case,) = load_dataset(str(raw)).cases
+    assert case.skip_reason == reason and case.scenario is None
+
+
+def test_a_table_with_some_of_the_repositorys_columns_is_refused_naming_the_rest(tmp_path):
+    from trainsim.specs.errors import SpecError
+
+    raw = tmp_path / "t.csv"
+    raw.write_text("# GPUs,global batch,iteration time (ms)\n2,16,5\n")
+    with pytest.raises(SpecError, match="without the column.s. '# layers', 'attention heads'"):
+        load_dataset(str(raw))
+
+
+def test_the_adapters_own_rows_are_checked_the_same_way(tmp_path):
+    """A blank TP cell is not read as TP 1, and TP x PP x DP must be the row's GPUs."""
+    p = tmp_path / "t.csv"
+    p.write_text("row_id,num_gpus,global_batch,micro_batch,hidden,heads,layers,seq_len,tp,dp,pp,step_time_s\n"
+                 "a,2,16,8,1024,16,24,1024,,1,2,0.3\nb,4,16,8,1024,16,24,1024,1,1,2,0.3\n")
+    a, b = load_dataset(str(p)).cases
+    assert a.skip_reason == "tp: '' is not a whole number >= 1"
+    assert b.skip_reason == "tp x pp x dp = 1 x 2 x 1 is not num_gpus 4"

@@ -163,7 +163,7 @@ from trainsim.specs.framework_behaviour import behaviour
 from .compiled_issue import compiled_kernel_count
 from .framework import autocast_tag
 from .host_jitter import MEASURED_FWD, measured_sigma, pace
-from .legacy_layer_wrappers import block_wrapper_s, layer_calls
+from .legacy_layer_wrappers import WrapperSeconds, block_wrapper_s, layer_calls
 from .loss_issue import head_idle_s
 from .param_tensors import block_tensors, module_style
 from .shapes import layer_shape
@@ -457,14 +457,15 @@ def ddp_hook_adds(scenario: Scenario) -> int:
 
 
 def legacy_wrapper_s(scenario: Scenario, shp: LayerShape,
-                     profile: CalibrationProfile | None = None) -> tuple[float, float]:
-    """(forward, backward) host seconds per block and micro-batch of the Python wrappers around Megatron's legacy
-    layer's ops (cost_models.legacy_layer_wrappers): its autograd Functions, TorchScript calls and RNG-tracker fork
-    in every forward (the recomputed one included) and their backward halves, and under full recompute the block's
-    reentrant checkpoint call; at the seconds per call a GPU calibration measured on its host
+                     profile: CalibrationProfile | None = None) -> WrapperSeconds:
+    """Host seconds per block and micro-batch of the Python wrappers around Megatron's legacy layer's ops
+    (cost_models.legacy_layer_wrappers): its autograd Functions, TorchScript calls and RNG-tracker fork in every
+    forward (the recomputed one apart) and their backward halves, and under full recompute the block's reentrant
+    checkpoint call; at the seconds per call a GPU calibration measured on its host
     (``CalibrationProfile.host_wrappers_s``), else at ``ATEN_DISPATCH_S`` per unit aten op."""
     calls = layer_calls(async_linears=behaviour(scenario.training.framework).tp_dgrad_overlap,
-                        fused_softmax=shp.flash or megatron_fused_softmax(shp), dropout=shp.dropout)
+                        tp=scenario.layout.tp, fused_softmax=shp.flash or megatron_fused_softmax(shp),
+                        dropout=shp.dropout)
     measured = getattr(profile, "host_wrappers_s", None) if profile is not None else None
     return block_wrapper_s(calls, scenario.training.recompute == "full", op_seconds(scenario.cluster.host_cpu)[0],
                            measured)
@@ -583,9 +584,11 @@ def scenario_block_issue(scenario: Scenario, profile: CalibrationProfile | None 
         issue = tp_paced(issue, scenario.layout.tp, measured_sigma(profile, block_style(shp)),
                          recompute_full=t.recompute == "full")
     if t.host_issue_mode == "eager" and fw.megatron_layer:
-        w_f, w_b = paced_s(*legacy_wrapper_s(scenario, shp, profile), scenario.layout.tp,
-                           measured_sigma(profile, block_style(shp)))
-        issue = replace(issue, fwd_s=issue.fwd_s + w_f, bwd_s=issue.bwd_s + w_b)
+        sigma = measured_sigma(profile, block_style(shp))
+        w = legacy_wrapper_s(scenario, shp, profile)
+        w_f, w_b = paced_s(w.fwd_s, w.bwd_s, scenario.layout.tp, sigma)
+        w_r = paced_s(w.recompute_s, 0.0, scenario.layout.tp, sigma)[0]  # the recomputed forward at the forward's pace
+        issue = replace(issue, fwd_s=issue.fwd_s + w_f, bwd_s=issue.bwd_s + w_b + w_r)
     syncs = fw.block_forward_syncs or fw.microbatch_syncs or fw.chunk_forward_syncs
     if t.host_issue_mode != "eager" or not syncs:
         return issue  # a captured graph cannot hold a host sync

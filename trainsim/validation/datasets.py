@@ -130,9 +130,13 @@ def load_dataset(name_or_path: str) -> Dataset:
         raise SpecError("dataset", f"unknown dataset {name_or_path!r}{did_you_mean(name_or_path, DATASETS)} "
                                    f"(known: {', '.join(DATASETS)}; or a CSV path)")
     rows = read_rows(p)
-    if rows and vtrain.is_vtrain_raw(set(rows[0])):  # a vTrain repository table as published
-        rows = vtrain.from_raw(rows)
-        return range_checked(vtrain.load_vtrain(p, name=p.stem, rows=rows), rows)
+    cols = set(rows[0]) if rows else set()
+    if vtrain.is_vtrain_raw(cols):  # a vTrain repository table as published; range reasons name its columns
+        raw = vtrain.with_row_ids(rows)
+        return range_checked(vtrain.load_vtrain(p, name=p.stem, rows=vtrain.from_raw(raw)), raw)
+    missing = sorted((set(vtrain.RAW_COLUMNS) | {vtrain.RAW_TIME_MS}) - cols)
+    if cols & (set(vtrain.RAW_COLUMNS) | {vtrain.RAW_TIME_MS}) and "row_id" not in cols:
+        raise SpecError("dataset", f"{p}: a vTrain table without the column(s) {', '.join(map(repr, missing))}")
     return range_checked(_load_csv_dataset(p), rows)
 
 

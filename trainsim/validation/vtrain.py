@@ -104,6 +104,7 @@ follows both signs, so none is added for these rows.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from trainsim.validation.cases import Case, Dataset, read_rows, scenario_or_skip
@@ -123,6 +124,11 @@ VTRAIN_FRAMEWORK = "megatron-deepspeed"  # synchronous TP all-reduce, param.grad
 # Every config/validation/*.json states "inter_node_bandwidth": 800, which vTrain's src/config.py documents as the
 # "total bandwidth of inter-node communication in Gbps" of a node: the dgx-a100 preset's 8 NICs at 100 Gb/s each.
 VTRAIN_NODE_GBPS = 800
+VTRAIN_SEQ = 1024  # the single-node configs' "max_length"
+VTRAIN_CITATION_MULTI = ('Bang et al., "vTrain: A Simulation Framework for Evaluating Cost-effective and '
+                         'Compute-optimal Large Language Model Training", MICRO 2024 (arXiv:2312.12391); measured '
+                         'iterations from VIA-Research/vTrain data/ground_truth_multi.csv, run settings from '
+                         'config/validation/multi/*.json')
 VTRAIN_CITATION = ('Bang et al., "vTrain: A Simulation Framework for Evaluating Cost-effective and Compute-optimal '
                    'Large Language Model Training", MICRO 2024 (arXiv:2312.12391); measured iterations from '
                    'VIA-Research/vTrain data/ground_truth_single.csv, run settings from '
@@ -148,15 +154,47 @@ def is_vtrain_raw(columns: set[str]) -> bool:
     return set(RAW_COLUMNS) | {RAW_TIME_MS} <= columns
 
 
+INT_COLUMNS = ("num_gpus", "global_batch", "micro_batch", "hidden", "heads", "layers", "seq_len", "tp", "dp", "pp")
+SHOWN = {k: k for k in (*INT_COLUMNS, "step_time_s")}           # this adapter's columns, as its CSV names them
+RAW_SHOWN = {**{new: old for old, new in RAW_COLUMNS.items()}, "step_time_s": RAW_TIME_MS}
+
+
+def row_problem(r: dict, shown: dict[str, str]) -> str | None:
+    """Why a row (in this adapter's keys) cannot be predicted, naming the file's column (``shown``), or None:
+    more cells than the header, a count that is not a whole number >= 1, a time that is not a positive finite
+    number, or TP x PP x DP not the row's GPUs."""
+    if None in r:
+        return "more cells than the header"
+    for k in INT_COLUMNS:
+        v = _int(r.get(k))
+        if v is None or v < 1:
+            return f"{shown[k]}: {r.get(k)!r} is not a whole number >= 1"
+    t = _num(r.get("step_time_s"))
+    if t is None or not math.isfinite(t) or t <= 0:
+        return f"{shown['step_time_s']}: {r.get('step_time_s')!r} is not a positive finite number"
+    tp, pp, dp, gpus = (_int(r[k]) for k in ("tp", "pp", "dp", "num_gpus"))
+    if tp * pp * dp != gpus:
+        return (f"{shown['tp']} x {shown['pp']} x {shown['dp']} = {tp} x {pp} x {dp} is not {shown['num_gpus']} "
+                f"{gpus}")
+    return None
+
+
+def with_row_ids(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The rows of a vTrain repository table, each with a ``row_id`` ``vt_<line>`` (the header is line 1)."""
+    return [{"row_id": f"vt_{line}", **r} for line, r in enumerate(rows, 2)]
+
+
 def from_raw(rows: list[dict[str, str]]) -> list[dict[str, str]]:
-    """The rows of a vTrain repository table in this adapter's columns: ``row_id`` ``vt_<line>`` (the header is line
-    1), the iteration time in seconds (cells.num reads the milliseconds; an unreadable cell stays empty, so the row
-    is skipped with that reason)."""
+    """The rows of a vTrain repository table (``with_row_ids``'s) in this adapter's columns, the iteration time in
+    seconds; a row that cannot be predicted carries ``skip_reason`` naming the file's own column (``row_problem``)."""
     out = []
-    for line, r in enumerate(rows, 2):
-        ms = _num(r[RAW_TIME_MS])
-        row = {new: r[old] for old, new in RAW_COLUMNS.items()}
-        out.append({"row_id": f"vt_{line}", **row, "step_time_s": "" if ms is None else repr(ms / 1000)})
+    for r in rows:
+        row = {new: r.get(old) for old, new in RAW_COLUMNS.items()}
+        why = row_problem({**row, "step_time_s": r.get(RAW_TIME_MS), **({None: r[None]} if None in r else {})},
+                          RAW_SHOWN)
+        ms = None if why else _num(r[RAW_TIME_MS])
+        out.append({"row_id": r["row_id"], **row, "step_time_s": "" if ms is None else repr(ms / 1000),
+                    **({"skip_reason": why} if why else {})})
     return out
 
 
@@ -168,22 +206,29 @@ def padded_vocab(vocab: int, tp: int) -> int:
 
 def load_vtrain(path: Path, *, name: str = "vtrain", rows: list[dict[str, str]] | None = None):
     """The vTrain rows of ``path`` (or ``rows`` already in this adapter's columns, e.g. ``from_raw``'s) as a Dataset
-    (module docstring for every choice)."""
+    (module docstring for every choice); the title and notes say what the rows hold (one node or several, their
+    sequence lengths)."""
     rows = read_rows(path) if rows is None else rows
     cases = tuple(_vtrain_case(r) for r in rows)
+    scenarios = [c.scenario for c in cases if c.scenario is not None]
+    seqs = sorted({s.training.seq_len for s in scenarios}) or [VTRAIN_SEQ]
+    multi = any(s.num_gpus > s.cluster.gpus_per_node for s in scenarios)
     notes = (
         "metric: seconds per iteration as measured (the published milliseconds / 1000).",
-        ("stated by the source's run configs: GPT blocks, sequence 1024, full activation checkpointing, 1F1B, "
-         "no gradient bucketing, 8 GPUs per node, 800 Gb/s of inter-node bandwidth per node."),
+        (f"stated by the source's run configs: GPT blocks, sequence {', '.join(map(str, seqs))}, full activation "
+         "checkpointing, 1F1B, no gradient bucketing, 8 GPUs per node, 800 Gb/s of inter-node bandwidth per node."),
         ("measured with Megatron-DeepSpeed (source data/README.md) in fp16 (vTrain's profiling model is built in "
          "fp16); framework megatron-deepspeed, the behaviours of that fork's layer code (TP input-gradient all-reduce "
          "waited for on the compute stream, gradients accumulated in param.grad, a host sync per block forward and "
-         "per micro-batch); chosen for every row (not "
-         "stated): vocab 50,257 (GPT-2 tokenizer) padded to a multiple of 128 x TP, cluster preset dgx-a100, no FlashAttention, dropout 0.1."),
+         "per micro-batch); chosen for every row (not stated): vocab 50,257 (GPT-2 tokenizer) padded to a multiple "
+         "of 128 x TP, cluster preset dgx-a100, no FlashAttention, dropout 0.1."),
         "regimes: every row is counted under its micro-batch, its TP degree, its layer count and its width.",
     )
-    return Dataset(name=name, title="vTrain: Megatron GPT on one 8xA100 node (MICRO 2024)", metric="step_time_s",
-                   unit="s", citation=VTRAIN_CITATION, notes=notes, cases=cases, structure=True)
+    title = ("vTrain: Megatron GPT on 8xA100 nodes (MICRO 2024)" if multi
+             else "vTrain: Megatron GPT on one 8xA100 node (MICRO 2024)")
+    return Dataset(name=name, title=title, metric="step_time_s", unit="s",
+                   citation=VTRAIN_CITATION_MULTI if multi else VTRAIN_CITATION, notes=notes, cases=cases,
+                   structure=True)
 
 
 def _node_nic_Bps() -> float:
@@ -196,13 +241,13 @@ def _node_nic_Bps() -> float:
 
 def _vtrain_case(r: dict):
     rid = r["row_id"]
-    layers, hidden, heads, seq = _int(r["layers"]), _int(r["hidden"]), _int(r["heads"]), _int(r["seq_len"])
-    gpus, gbs, mbs = _int(r["num_gpus"]), _int(r["global_batch"]), _int(r["micro_batch"])
-    tp, pp = _int(r["tp"]) or 1, _int(r["pp"]) or 1
-    published = _num(r["step_time_s"])
-    label = f"L{layers} n={gpus} tp{tp} pp{pp} dp{_int(r['dp']) or 1} mb{mbs} gb{gbs}"
-    if None in (layers, hidden, heads, seq, gpus, gbs, mbs) or published is None:
-        return Case(rid, label, published or float("nan"), skip_reason="incomplete architecture or batch")
+    why = r.get("skip_reason") or row_problem(r, SHOWN)
+    published = _num(r.get("step_time_s"))
+    if why:
+        return Case(rid, rid, published if published and published > 0 else float("nan"), skip_reason=why)
+    layers, hidden, heads, seq, gpus, gbs, mbs, tp, dp, pp = (_int(r[k]) for k in (
+        "layers", "hidden", "heads", "seq_len", "num_gpus", "global_batch", "micro_batch", "tp", "dp", "pp"))
+    label = f"L{layers} n={gpus} tp{tp} pp{pp} dp{dp} mb{mbs} gb{gbs}"
     raw = {
         "model": {"name": f"gpt-h{hidden}-l{layers}", "num_layers": layers, "hidden": hidden, "num_heads": heads,
                   "ffn_hidden": 4 * hidden, "vocab_size": padded_vocab(VTRAIN_VOCAB, tp),
