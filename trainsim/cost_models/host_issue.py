@@ -218,6 +218,15 @@ MODULE_FRAME_RATIO = MEASURED_FWD[0] / issue_s(*BLOCK_OPS["layernorm-gelu-learne
 # host_issue_chunk["layernorm-gelu-learned"].block_bwd_s), against its counted 94 x 3.3 + 26 x 3.8 = 408.8 us: 3.00.
 MEASURED_BWD_SLOPE_S = 0.001225295960903168
 BACKWARD_FRAME_RATIO = MEASURED_BWD_SLOPE_S / issue_s(*BLOCK_OPS["layernorm-gelu-learned"][2:])
+# Host seconds torch's non-reentrant checkpoint adds to one block's backward under full recompute, beyond the
+# recomputed forward and the plain backward (its saved-tensor pack and unpack hooks, the recomputation's frame), per
+# second of the block's counted forward issue (FrameworkBehaviour.checkpoint_hooks): the executor's blocks timed at two
+# depths on an H200 host (trainsim calibrate --device cuda, benchmarks/data/profile_h200.json host_issue_chunk),
+# full-recompute backward less backward less forward, over the counted forward: GPT 0.9617 ms / (39 x 3.3 + 12 x
+# 3.8 us), Llama 2.4725 ms / (85 x 3.3 + 48 x 3.8 us), 5.5 and 5.3 -- per counted forward second, one measure for
+# both styles within 3 %.
+CHECKPOINT_HOOKS_S = {"layernorm-gelu-learned": 0.0009616639316081998, "rmsnorm-swiglu-rope": 0.002472464084625243}
+CHECKPOINT_HOOKS_RATIO = {k: v / issue_s(*BLOCK_OPS[k][:2]) for k, v in CHECKPOINT_HOOKS_S.items()}
 # The executor's block under bf16 autocast (trainsim execute on a GPU: fp32 weights, torch.autocast around the
 # step's micro-batches), counted the same way under CPU autocast, whose lower-precision list casts the same linears
 # (aten addmm/mm): (first forward ops, kernels, later forward ops, kernels). The first forward of a step casts every
@@ -571,6 +580,10 @@ def scenario_block_issue(scenario: Scenario, profile: CalibrationProfile | None 
     issue = block_issue(style, recompute_full=t.recompute == "full",
                         tp_collectives=tp_collective_calls(scenario), mode=t.host_issue_mode,
                         host_cpu=scenario.cluster.host_cpu, measured=measured, extra=adapter_issue_counts(shp))
+    if fw.checkpoint_hooks and t.recompute == "full" and t.host_issue_mode == "eager" and measured is None:
+        ratio = CHECKPOINT_HOOKS_RATIO.get(style, CHECKPOINT_HOOKS_RATIO["layernorm-gelu-learned"])
+        issue = replace(issue, bwd_s=issue.bwd_s + ratio * eager_issue_s(block_counts(style),
+                                                                          scenario.cluster.host_cpu)[0])
     hooks = ddp_hook_adds(scenario)
     if hooks:
         issue = replace(issue, bwd_s=issue.bwd_s + hooks * issue_s(1, 1, scenario.cluster.host_cpu),

@@ -407,6 +407,12 @@ class FrameworkBehaviour:
     # the model returns (torchtitan PR #165), and no Megatron-Core DistributedOptimizer (Megatron-LM arguments.py:
     # "--use-torch-fsdp2 is not supported with MCore's distributed optimizer").
     torch_training_loop: bool = False
+    # Full recompute wraps each block in torch's non-reentrant checkpoint, whose saved-tensor hooks and recomputation
+    # frame cost the host time of their own in every backward (cost_models/host_issue.py CHECKPOINT_HOOKS_RATIO):
+    # trainsim execute's blocks (kernels/torch_model.py, ``checkpoint(..., use_reentrant=False)``) and torchtitan's
+    # (``ptd_checkpoint_wrapper``, torch's ``CheckpointImpl.NO_REENTRANT`` by default; torchtitan
+    # torchtitan/distributed/activation_checkpoint.py).
+    checkpoint_hooks: bool = False
     # The stack has none of Megatron-Core's communication overlaps -- Transformer Engine's userbuffers TP overlap
     # (--tp-comm-overlap) and the combined-1F1B expert-parallel all-to-all overlap (--overlap-moe-expert-parallel-
     # comm): torch's parallelize_module TP and FSDP run their collectives unoverlapped with the GEMMs; DeepSpeed's
@@ -537,7 +543,8 @@ BEHAVIOURS: dict[str, FrameworkBehaviour] = {
                                 clips_grads=False, eager_llama_block=True, side_stream_grads=True,
                                 eager_fp32_cross_entropy=True, fp32_params=True,
                                 torch_fsdp=True, torch_training_loop=True,
-                                no_mcore_overlap=True, fsdp2=True, default_cp_comm="torch_allgather"),
+                                no_mcore_overlap=True, fsdp2=True, default_cp_comm="torch_allgather",
+                                checkpoint_hooks=True),
 }
 
 
