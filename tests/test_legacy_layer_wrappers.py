@@ -37,21 +37,37 @@ def test_median_of_trials_is_what_the_file_keeps():
         assert (f, b) == (fs[len(fs) // 2], bs[len(bs) // 2])
 
 
-@pytest.mark.parametrize(("async_linears", "tp", "fused", "dropout", "expected"), [
+@pytest.mark.parametrize(("async_linears", "tp", "hidden", "fused", "dropout", "expected"), [
     # Megatron-DeepSpeed before its 2023 merge / Megatron-LM 2021: copy-to before both column-parallel linears and
     # reduce-from after both row-parallel ones at every TP; the layer norm Function x2, fused softmax, GeLUFunction;
     # two bias-dropout-adds and bias_gelu scripted
-    (False, 1, True, True, lw.WrapperCalls(4, 4, 3, 1)),
-    (False, 8, True, True, lw.WrapperCalls(4, 4, 3, 1)),
-    (False, 1, False, True, lw.WrapperCalls(4, 3, 3, 1)),     # eager softmax path: plain ops, no Function
-    (False, 1, True, False, lw.WrapperCalls(4, 4, 3, 0)),     # no attention dropout, no RNG fork
+    (False, 1, 2048, True, True, lw.WrapperCalls(4, 4, 3, 1)),
+    (False, 8, 2048, True, True, lw.WrapperCalls(4, 4, 3, 1)),
+    (False, 1, 2048, False, True, lw.WrapperCalls(4, 3, 3, 1)),     # eager softmax path: plain ops, no Function
+    (False, 1, 2048, True, False, lw.WrapperCalls(4, 4, 3, 0)),     # no attention dropout, no RNG fork
     # Megatron-LM 2022: LinearWithGradAccumulationAndAsyncCommunication per linear; the column side skips copy-to
-    # only where the asynchronous all-reduce is on, which needs TP > 1
-    (True, 2, True, True, lw.WrapperCalls(2, 8, 3, 1)),
-    (True, 1, True, True, lw.WrapperCalls(4, 8, 3, 1)),
+    # only where the asynchronous all-reduce is on, which needs TP > 1; the layer output's viewless Function, and
+    # one after each layer norm at the persistent kernel's widths (2048 is one, 2000 is not)
+    (True, 2, 2048, True, True, lw.WrapperCalls(2 + 3, 8, 3, 1)),
+    (True, 1, 2048, True, True, lw.WrapperCalls(4 + 3, 8, 3, 1)),
+    (True, 2, 2000, True, True, lw.WrapperCalls(2 + 1, 8, 3, 1)),
 ])
-def test_calls_per_block_follow_the_layer_code(async_linears, tp, fused, dropout, expected):
-    assert lw.layer_calls(async_linears=async_linears, tp=tp, fused_softmax=fused, dropout=dropout) == expected
+def test_calls_per_block_follow_the_layer_code(async_linears, tp, hidden, fused, dropout, expected):
+    assert lw.layer_calls(async_linears=async_linears, tp=tp, hidden=hidden, fused_softmax=fused,
+                          dropout=dropout) == expected
+
+
+def test_other_block_styles_pay_no_gpt_wrappers():
+    """A Llama-style block (RMSNorm, SwiGLU, no biases) under a legacy-layer framework runs other Python wrappers
+    than the GPT layer's; none are priced, rather than the GPT layer's."""
+    model = {"name": "l", "num_layers": 4, "hidden": 1024, "num_heads": 16, "ffn_hidden": 2816, "vocab_size": 32000,
+             "max_seq_len": 1024, "norm": "rmsnorm", "activation": "swiglu", "position_embedding": "rope",
+             "bias": False}
+    s = build_scenario({"model": model, "cluster": "dgx-a100", "gpus": 1, "training": {
+        "seq_len": 1024, "global_batch": 8, "micro_batch": 1, "framework": "megatron-deepspeed", "recompute": "full",
+        "flash_attention": False, "dtype": "fp16"}})
+    counted = hi.block_issue("rmsnorm-swiglu-rope", recompute_full=True)
+    assert hi.scenario_block_issue(s).fwd_s == pytest.approx(counted.fwd_s * hi.MODULE_FRAME_RATIO)
 
 
 def test_block_seconds_are_calls_times_prices():

@@ -91,6 +91,7 @@ def test_the_repositorys_own_table_is_read_as_published(tmp_path):
     ("2,16,8,1024,16,24,1024,1,3,2,372.1",
      "tensor parallelism x pipeline parallelism x data parallelism = 1 x 2 x 3 is not # GPUs 2"),
     ("2,16,8,1024,16,24,1024,1,1,2,372.1,9", "more cells than the header"),
+    ("2,16,8,1024,16,24,1024", "fewer cells than the header"),
     ("2,16,8,abc,16,24,1024,1,1,2,5", "hidden size: 'abc' is not a whole number >= 1"),
     ("2,16,8,1024,16,24,1024,1,1,2,-5", "iteration time (ms): must be a finite number >= 0, got -5"),
     ("2,16,8,1024,16,24,1024,1,1,2,", "iteration time (ms): '' is not a positive finite number"),

@@ -219,14 +219,27 @@ MODULE_FRAME_RATIO = MEASURED_FWD[0] / issue_s(*BLOCK_OPS["layernorm-gelu-learne
 MEASURED_BWD_SLOPE_S = 0.001225295960903168
 BACKWARD_FRAME_RATIO = MEASURED_BWD_SLOPE_S / issue_s(*BLOCK_OPS["layernorm-gelu-learned"][2:])
 # Host seconds torch's non-reentrant checkpoint adds to one block's backward under full recompute, beyond the
-# recomputed forward and the plain backward (its saved-tensor pack and unpack hooks, the recomputation's frame), per
-# second of the block's counted forward issue (FrameworkBehaviour.checkpoint_hooks): the executor's blocks timed at two
-# depths on an H200 host (trainsim calibrate --device cuda, benchmarks/data/profile_h200.json host_issue_chunk),
-# full-recompute backward less backward less forward, over the counted forward: GPT 0.9617 ms / (39 x 3.3 + 12 x
-# 3.8 us), Llama 2.4725 ms / (85 x 3.3 + 48 x 3.8 us), 5.5 and 5.3 -- per counted forward second, one measure for
-# both styles within 3 %.
-CHECKPOINT_HOOKS_S = {"layernorm-gelu-learned": 0.0009616639316081998, "rmsnorm-swiglu-rope": 0.002472464084625243}
-CHECKPOINT_HOOKS_RATIO = {k: v / issue_s(*BLOCK_OPS[k][:2]) for k, v in CHECKPOINT_HOOKS_S.items()}
+# recomputed forward and the plain backward (its saved-tensor pack and unpack hooks, the recomputation's frame; a
+# count of saved tensors, not of their size), per block style and autocast (FrameworkBehaviour.checkpoint_hooks): the
+# executor's blocks timed at two depths on an H200 host (trainsim calibrate --device cuda,
+# benchmarks/data/profile_h200.json host_issue_chunk), full-recompute backward less backward less forward. The
+# checkpoint's forward-side cost (the forward under its hooks) is not in that measurement, which keeps no
+# full-recompute forward timing.
+CHECKPOINT_HOOKS_S = {"layernorm-gelu-learned": 0.0009616639316081998,
+                      "layernorm-gelu-learned+autocast-bf16": 0.0007374080618222557,
+                      "rmsnorm-swiglu-rope": 0.002472464084625243,
+                      "rmsnorm-swiglu-rope+autocast-bf16": 0.0012813893357912702}
+
+
+def checkpoint_hooks_s(style: str, autocast: bool, host_cpu: str = "x86") -> float:
+    """Host seconds torch's non-reentrant checkpoint adds to one block's backward (``CHECKPOINT_HOOKS_S``: the
+    style's measurement, under autocast the autocast one; a style not measured takes the GPT block's), scaled from
+    the measuring x86 host to ``host_cpu`` as the per-op seconds are."""
+    key = style if style in ("layernorm-gelu-learned", "rmsnorm-swiglu-rope") else "layernorm-gelu-learned"
+    scale = op_seconds(host_cpu)[0] / ATEN_DISPATCH_S
+    return CHECKPOINT_HOOKS_S[key + ("+autocast-bf16" if autocast else "")] * scale
+
+
 # The executor's block under bf16 autocast (trainsim execute on a GPU: fp32 weights, torch.autocast around the
 # step's micro-batches), counted the same way under CPU autocast, whose lower-precision list casts the same linears
 # (aten addmm/mm): (first forward ops, kernels, later forward ops, kernels). The first forward of a step casts every
@@ -473,8 +486,8 @@ def legacy_wrapper_s(scenario: Scenario, shp: LayerShape,
     checkpoint call; at the seconds per call a GPU calibration measured on its host
     (``CalibrationProfile.host_wrappers_s``), else at ``ATEN_DISPATCH_S`` per unit aten op."""
     calls = layer_calls(async_linears=behaviour(scenario.training.framework).tp_dgrad_overlap,
-                        tp=scenario.layout.tp, fused_softmax=shp.flash or megatron_fused_softmax(shp),
-                        dropout=shp.dropout)
+                        tp=scenario.layout.tp, hidden=scenario.model.hidden,
+                        fused_softmax=shp.flash or megatron_fused_softmax(shp), dropout=shp.dropout)
     measured = getattr(profile, "host_wrappers_s", None) if profile is not None else None
     return block_wrapper_s(calls, scenario.training.recompute == "full", op_seconds(scenario.cluster.host_cpu)[0],
                            measured)
@@ -580,10 +593,8 @@ def scenario_block_issue(scenario: Scenario, profile: CalibrationProfile | None 
     issue = block_issue(style, recompute_full=t.recompute == "full",
                         tp_collectives=tp_collective_calls(scenario), mode=t.host_issue_mode,
                         host_cpu=scenario.cluster.host_cpu, measured=measured, extra=adapter_issue_counts(shp))
-    if fw.checkpoint_hooks and t.recompute == "full" and t.host_issue_mode == "eager" and measured is None:
-        ratio = CHECKPOINT_HOOKS_RATIO.get(style, CHECKPOINT_HOOKS_RATIO["layernorm-gelu-learned"])
-        issue = replace(issue, bwd_s=issue.bwd_s + ratio * eager_issue_s(block_counts(style),
-                                                                          scenario.cluster.host_cpu)[0])
+    if fw.checkpoint_hooks and t.recompute == "full" and t.host_issue_mode == "eager":
+        issue = replace(issue, bwd_s=issue.bwd_s + checkpoint_hooks_s(style, t.autocast, scenario.cluster.host_cpu))
     hooks = ddp_hook_adds(scenario)
     if hooks:
         issue = replace(issue, bwd_s=issue.bwd_s + hooks * issue_s(1, 1, scenario.cluster.host_cpu),
@@ -596,7 +607,7 @@ def scenario_block_issue(scenario: Scenario, profile: CalibrationProfile | None 
     if t.host_issue_mode == "eager" and scenario.layout.tp > 1:
         issue = tp_paced(issue, scenario.layout.tp, measured_sigma(profile, block_style(shp)),
                          recompute_full=t.recompute == "full")
-    if t.host_issue_mode == "eager" and fw.megatron_layer:
+    if t.host_issue_mode == "eager" and fw.megatron_layer and block_style(shp) == "layernorm-gelu-learned":
         sigma = measured_sigma(profile, block_style(shp))
         w = legacy_wrapper_s(scenario, shp, profile)
         w_f, w_b = paced_s(w.fwd_s, w.bwd_s, scenario.layout.tp, sigma)

@@ -23,22 +23,27 @@ model/transformer.py, fused_layer_norm.py, fused_softmax.py, fused_bias_gelu.py;
   ``checkpointing.checkpoint``, one layer per call by default): RNG states saved in forward, restored around the
   recomputation and a nested ``torch.autograd.backward`` in backward.
 
-Megatron-LM of 2022 (``FrameworkBehaviour.tp_dgrad_overlap``; NVIDIA/Megatron-LM 285068c8,
-megatron/core/tensor_parallel/layers.py) runs every linear through ``LinearWithGradAccumulationAndAsyncCommunication``
--- four more Functions -- and skips the column-side copy region where its asynchronous all-reduce is on, which needs
-TP > 1 (``async_tensor_model_parallel_allreduce and world_size > 1``). Megatron-DeepSpeed after the merge
-(f4157bea) does the same and adds apex's ``FastLayerNormFN`` with ``make_viewless_tensor`` for some widths; the
-``megatron-deepspeed`` preset follows the older fork throughout (its synchronous TP all-reduce too), and the source
-runs it stands for do not state their version.
+Megatron-LM's layer code of 2022 (``FrameworkBehaviour.tp_dgrad_overlap``; read at NVIDIA/Megatron-LM 285068c8,
+January 2023: megatron/core/tensor_parallel/layers.py, model/fused_layer_norm.py, model/transformer.py) runs every
+linear through ``LinearWithGradAccumulationAndAsyncCommunication`` -- four more Functions -- and skips the
+column-side copy region where its asynchronous all-reduce is on, which needs TP > 1
+(``async_tensor_model_parallel_allreduce and world_size > 1``); it turns the layer's output into a viewless tensor
+(``make_viewless_tensor(..., keep_graph=True)``, a ``MakeViewlessTensor`` Function), and at the widths its persistent
+layer-norm kernel supports (``persist_ln_hidden_sizes``, on unless ``--no-persist-layer-norm``) runs apex's
+``FastLayerNormFN`` followed by another viewless Function after each layer norm; the viewless Functions are priced as
+identity Functions. Megatron-DeepSpeed after its merge (f4157bea) runs these too; the ``megatron-deepspeed`` preset
+follows the older fork throughout (its synchronous TP all-reduce too), and the source runs it stands for do not
+state their version. A block style other than Megatron's GPT layer (``layernorm-gelu-learned``) runs other wrappers,
+which are not priced.
 
 Each call is priced in unit aten ops (``y * 1.0`` dispatched with autograd, the unit that ``ATEN_DISPATCH_S``
 prices) as ``python -m trainsim.kernels.host_wrappers_bench`` measured them on an x86 host (AMD EPYC, torch
 2.13.0+cpu, Python 3.11.7, one thread; benchmarks/data/host_wrappers_cpu.json, median of 3 trials, whose spread is
-under 7 % except the script call's forward, 0.41-0.47). The ratios carry the wrappers' Python frames, so the legacy
-layer's frame ratios (host_issue.MODULE_FRAME_RATIO, BACKWARD_FRAME_RATIO, measured on a block with no such
-wrappers) do not apply to them. What the stand-ins leave out: under full recompute the first forward runs under
-``no_grad``, where a Function call costs about 0.75 of its grad-mode price on this host (charged at the grad-mode
-price, as the counted aten ops are); the CPU run times the CPU generator's RNG state where Megatron's checkpoint and
+under 7 % except the script call's, 0.41-0.47 forward and 0.84-0.91 backward). The ratios carry the wrappers' Python
+frames, so the legacy layer's frame ratios (host_issue.MODULE_FRAME_RATIO, BACKWARD_FRAME_RATIO, measured on a block
+with no such wrappers) do not apply to them. What the stand-ins leave out: under full recompute the first forward
+runs under ``no_grad``, where a Function call builds no graph node and costs less (charged at the grad-mode price,
+as the counted aten ops are); the CPU run times the CPU generator's RNG state where Megatron's checkpoint and
 fork copy the CUDA generator's and its tracker's; older PyTorch and Python releases (the 2021-2023 runs these
 frameworks stand for) have not been timed. torch's non-reentrant checkpoint (saved-tensor hooks, what torchtitan
 runs) is a different mechanism and much dearer per block (about 0.96 ms on the H200 host of
@@ -63,6 +68,9 @@ RNG_FORK = (1.211, 0.0)
 PRICES = {"function_identity": FUNCTION_IDENTITY, "function_wrap": FUNCTION_WRAP, "script_call": SCRIPT_CALL,
           "reentrant_checkpoint": REENTRANT_CHECKPOINT, "rng_fork": RNG_FORK}
 
+# Widths Megatron-LM's persistent layer-norm kernel supports (285068c8 megatron/model/fused_layer_norm.py).
+PERSIST_LN_WIDTHS = frozenset({1024, 1536, 2048, 2304, 3072, 3840, 4096, 5120, 6144, 8192, 10240, 12288, 12800, 15360,
+                               16384, 18432, 20480, 24576, 25600, 30720, 32768, 40960, 49152, 65536})
 LAYER_NORMS = 2
 SCRIPT_CALLS = 3          # two bias-dropout-adds and the bias-GeLU
 LINEARS = 4               # QKV and dense_h_to_4h (column-parallel), dense and dense_4h_to_h (row-parallel)
@@ -88,14 +96,16 @@ class WrapperSeconds:
     recompute_s: float
 
 
-def layer_calls(*, async_linears: bool, tp: int, fused_softmax: bool, dropout: bool) -> WrapperCalls:
-    """The wrapper calls of one block of Megatron's legacy layer (module doc): ``async_linears`` where its linears
-    run ``LinearWithGradAccumulationAndAsyncCommunication`` (whose asynchronous all-reduce, and so the skipped copy
-    region, needs ``tp`` > 1), ``fused_softmax`` where its fused softmax kernel (a Function) applies, ``dropout``
-    where the attention dropout forks the RNG tracker."""
+def layer_calls(*, async_linears: bool, tp: int, hidden: int, fused_softmax: bool, dropout: bool) -> WrapperCalls:
+    """The wrapper calls of one block of Megatron's legacy GPT layer (module doc): ``async_linears`` for Megatron-LM's
+    2022 layer code, whose linears run ``LinearWithGradAccumulationAndAsyncCommunication`` (its asynchronous
+    all-reduce, and so the skipped copy region, needs ``tp`` > 1) and whose layer output and, at the persistent
+    kernel's widths (``hidden``), layer-norm outputs pass a viewless-tensor Function; ``fused_softmax`` where its
+    fused softmax kernel (a Function) applies; ``dropout`` where the attention dropout forks the RNG tracker."""
     column_copies = 0 if async_linears and tp > 1 else LINEARS // 2
+    viewless = (1 + (LAYER_NORMS if hidden in PERSIST_LN_WIDTHS else 0)) if async_linears else 0
     wrapping = LAYER_NORMS + int(fused_softmax) + 1 + (LINEARS if async_linears else 0)
-    return WrapperCalls(LINEARS // 2 + column_copies, wrapping, SCRIPT_CALLS, int(dropout))
+    return WrapperCalls(LINEARS // 2 + column_copies + viewless, wrapping, SCRIPT_CALLS, int(dropout))
 
 
 def call_counts(calls: WrapperCalls, recompute_full: bool) -> dict[str, int]:

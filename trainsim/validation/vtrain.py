@@ -161,10 +161,12 @@ RAW_SHOWN = {**{new: old for old, new in RAW_COLUMNS.items()}, "step_time_s": RA
 
 def row_problem(r: dict, shown: dict[str, str]) -> str | None:
     """Why a row (in this adapter's keys) cannot be predicted, naming the file's column (``shown``), or None:
-    more cells than the header, a count that is not a whole number >= 1, a time that is not a positive finite
-    number, or TP x PP x DP not the row's GPUs."""
+    more or fewer cells than the header, a count that is not a whole number >= 1, a time that is not a positive
+    finite number, or TP x PP x DP not the row's GPUs."""
     if None in r:
         return "more cells than the header"
+    if any(v is None for v in r.values()):
+        return "fewer cells than the header"
     for k in INT_COLUMNS:
         v = _int(r.get(k))
         if v is None or v < 1:
@@ -180,7 +182,8 @@ def row_problem(r: dict, shown: dict[str, str]) -> str | None:
 
 
 def with_row_ids(rows: list[dict[str, str]]) -> list[dict[str, str]]:
-    """The rows of a vTrain repository table, each with a ``row_id`` ``vt_<line>`` (the header is line 1)."""
+    """The rows of a vTrain repository table, each with a ``row_id`` ``vt_<n>``: its record number, the header
+    being record 1 (a blank line or a quoted cell over several lines makes it differ from the line number)."""
     return [{"row_id": f"vt_{line}", **r} for line, r in enumerate(rows, 2)]
 
 
