@@ -171,3 +171,15 @@ def test_ratio_arithmetic():
     r = ratios(t)
     assert r == {"function_identity": [1.25, 0.75], "function_wrap": [1.5, 1.5], "script_call": [0.5, 1.0],
                  "reentrant_checkpoint": [7.0, 10.0], "rng_fork": [1.0, 0.0]}
+
+
+def test_torchs_reentrant_checkpoint_stands_for_deepspeeds_within_its_measured_gap():
+    """benchmarks/data/host_wrappers_deepspeed_cpu.json (python -m trainsim.kernels.host_wrappers_bench --deepspeed,
+    DeepSpeed 0.14.4): DeepSpeed's checkpoint costs no more than torch's reentrant one, the stand-in the prices use,
+    and the stand-in's price is that run's within its trial spread."""
+    data = json.loads((MEASURED.parent / "host_wrappers_deepspeed_cpu.json").read_text())
+    assert data["fingerprint"]["deepspeed"] == "0.14.4"
+    units = data["units_per_call"]
+    ds, torch_ = units["deepspeed_checkpoint"], units["reentrant_checkpoint"]
+    assert ds[0] <= torch_[0] and ds[1] <= torch_[1] * 1.02
+    assert torch_ == pytest.approx(lw.REENTRANT_CHECKPOINT, rel=0.05)

@@ -21,7 +21,10 @@ model/transformer.py, fused_layer_norm.py, fused_softmax.py, fused_bias_gelu.py;
 * ``get_cuda_rng_tracker().fork()`` around the attention dropout.
 * Under full recompute each block is one reentrant ``CheckpointFunction`` call (``mpu.checkpoint`` or DeepSpeed's
   ``checkpointing.checkpoint``, one layer per call by default): RNG states saved in forward, restored around the
-  recomputation and a nested ``torch.autograd.backward`` in backward.
+  recomputation and a nested ``torch.autograd.backward`` in backward. It is priced as torch's own reentrant
+  checkpoint, which DeepSpeed's is "adapted from"; DeepSpeed 0.14.4's, timed the same way on the same host
+  (``--deepspeed``, benchmarks/data/host_wrappers_deepspeed_cpu.json), costs 4.4 forward / 9.8 backward units against
+  torch's 6.8 / 10.3 in that run, so the price is high by about 2.4 units per block for Megatron-DeepSpeed.
 
 Megatron-LM's layer code of 2022 (``FrameworkBehaviour.tp_dgrad_overlap``; read at NVIDIA/Megatron-LM 285068c8,
 January 2023: megatron/core/tensor_parallel/layers.py, model/fused_layer_norm.py, model/transformer.py) runs every

@@ -27,6 +27,9 @@ unit ``cost_models.host_issue.ATEN_DISPATCH_S`` prices, so the results are ratio
   the device's RNG state in a context manager.
 
 ``python -m trainsim.kernels.host_wrappers_bench --out FILE`` writes them as JSON (benchmarks/data holds a run).
+With ``--deepspeed`` (DeepSpeed installed; not a trainsim dependency) it also times DeepSpeed's own
+``checkpointing.checkpoint``, the function Megatron-DeepSpeed's pipeline module calls per layer, the same way as the
+reentrant checkpoint (``deepspeed_checkpoint``), in a one-rank gloo group on the CPU.
 """
 
 from __future__ import annotations
@@ -136,7 +139,22 @@ def _chain_slope(step: Callable, x: torch.Tensor, reps: int) -> tuple[float, flo
     return tuple((med[hi][i] - med[lo][i]) / (hi - lo) for i in range(2))
 
 
-def measure(device: torch.device, reps: int = 300) -> dict:
+def _deepspeed_checkpoint() -> Callable:
+    """DeepSpeed's activation checkpoint in a one-rank gloo group (its CPU accelerator has no streams, so the
+    module's device and transport stream are set up front, which its first call would otherwise do)."""
+    import os
+
+    import deepspeed
+    from deepspeed.runtime.activation_checkpointing import checkpointing
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29533")
+    deepspeed.init_distributed(dist_backend="gloo", auto_mpi_discovery=False, rank=0, world_size=1)
+    checkpointing.cuda_device, checkpointing.transport_stream = torch.device("cpu"), None
+    return checkpointing.checkpoint
+
+
+def measure(device: torch.device, reps: int = 300, deepspeed: bool = False) -> dict:
     """Per-call (forward, backward) seconds of each wrapper and of the unit aten op on ``device`` (module doc)."""
     x = torch.randn(8, 1, WIDTH, device=device, requires_grad=True)
     b = torch.zeros(WIDTH, device=device, requires_grad=True)
@@ -158,6 +176,9 @@ def measure(device: torch.device, reps: int = 300) -> dict:
         "one_op_checkpointed": lambda y: checkpoint(one, y, use_reentrant=True),
         "one_op_forked": forked,
     }
+    if deepspeed:
+        ds_checkpoint = _deepspeed_checkpoint()
+        steps["one_op_deepspeed_checkpointed"] = lambda y: ds_checkpoint(one, y)
     return {name: _chain_slope(step, x, reps) for name, step in steps.items()}
 
 
@@ -176,7 +197,9 @@ def extras(times: dict) -> dict[str, tuple[float, float]]:
         # the checkpoint's backward recomputes the op and runs its backward: both are the plain op's
         "reentrant_checkpoint": (ck_f - unit_f, ck_b - unit_b - unit_f),
         "rng_fork": extra("one_op_forked", "unit_aten_op"),
-    }
+    } | ({"deepspeed_checkpoint": (times["one_op_deepspeed_checkpointed"][0] - unit_f,
+                                   times["one_op_deepspeed_checkpointed"][1] - unit_b - unit_f)}
+         if "one_op_deepspeed_checkpointed" in times else {})
 
 
 def ratios(times: dict) -> dict:
@@ -195,8 +218,15 @@ def bench_host_wrappers(device: torch.device, reps: int = 100, trials: int = 3) 
 def fingerprint(device: torch.device) -> dict:
     """Where the timings were taken: device, CPU, torch and Python versions."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    return {"device": name, "processor": platform.processor() or platform.machine(), "cpu": _cpu_model(),
-            "torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads()}
+    out = {"device": name, "processor": platform.processor() or platform.machine(), "cpu": _cpu_model(),
+           "torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads()}
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        out["deepspeed"] = version("deepspeed")
+    except PackageNotFoundError:
+        out["deepspeed"] = None
+    return out
 
 
 def _cpu_model() -> str:
@@ -213,11 +243,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--reps", type=int, default=300)
     p.add_argument("--trials", type=int, default=3, help="independent measurements; the median ratio is kept")
     p.add_argument("--out", help="write JSON here (default: print)")
+    p.add_argument("--deepspeed", action="store_true", help="also time DeepSpeed's checkpoint (DeepSpeed installed)")
     args = p.parse_args(argv)
     device = torch.device(args.device)
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    trials = [ratios(measure(device, args.reps)) for _ in range(args.trials)]
+    trials = [ratios(measure(device, args.reps, args.deepspeed)) for _ in range(args.trials)]
     units = {k: [statistics.median(t[k][i] for t in trials) for i in range(2)] for k in trials[0]}
     out = {"fingerprint": fingerprint(device), "chain": list(CHAIN), "reps": args.reps, "trials": trials,
            "units_per_call": units,
