@@ -604,11 +604,10 @@ def scenario_block_issue(scenario: Scenario, profile: CalibrationProfile | None 
     bwd_frames = BACKWARD_FRAME_RATIO if frames != 1.0 else 1.0
     issue = replace(issue, fwd_s=issue.fwd_s * frames,
                     bwd_s=recompute * frames + (issue.bwd_s - recompute) * bwd_frames)
+    sigma = measured_sigma(profile, block_style(shp))
     if t.host_issue_mode == "eager" and scenario.layout.tp > 1:
-        issue = tp_paced(issue, scenario.layout.tp, measured_sigma(profile, block_style(shp)),
-                         recompute_full=t.recompute == "full")
+        issue = tp_paced(issue, scenario.layout.tp, sigma, recompute_full=t.recompute == "full")
     if t.host_issue_mode == "eager" and fw.megatron_layer and block_style(shp) == "layernorm-gelu-learned":
-        sigma = measured_sigma(profile, block_style(shp))
         w = legacy_wrapper_s(scenario, shp, profile)
         w_f, w_b = paced_s(w.fwd_s, w.bwd_s, scenario.layout.tp, sigma)
         w_r = paced_s(w.recompute_s, 0.0, scenario.layout.tp, sigma)[0]  # the recomputed forward at the forward's pace

@@ -50,7 +50,7 @@ as the counted aten ops are); the CPU run times the CPU generator's RNG state wh
 fork copy the CUDA generator's and its tracker's; older PyTorch and Python releases (the 2021-2023 runs these
 frameworks stand for) have not been timed. torch's non-reentrant checkpoint (saved-tensor hooks, what torchtitan
 runs) is a different mechanism and much dearer per block (about 0.96 ms on the H200 host of
-benchmarks/data/profile_h200.json); it is not priced here. ``trainsim calibrate --device cuda`` times the same
+benchmarks/data/profile_h200.json), priced apart for the frameworks that run it (host_issue.CHECKPOINT_HOOKS_S). ``trainsim calibrate --device cuda`` times the same
 wrappers on the GPU host it runs on (``CalibrationProfile.host_wrappers_s``, seconds per call); a prediction with
 that profile pays those instead.
 """

@@ -48,6 +48,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+from trainsim.kernels.calibrate import cpu_name
+
 CHAIN = (10, 40)
 WIDTH = 16
 
@@ -189,17 +191,20 @@ def extras(times: dict) -> dict[str, tuple[float, float]]:
     def extra(a: str, base: str) -> tuple[float, float]:
         return times[a][0] - times[base][0], times[a][1] - times[base][1]
 
-    ck_f, ck_b = times["one_op_checkpointed"]
-    return {
+    def checkpointed(a: str) -> tuple[float, float]:
+        # the checkpoint's backward recomputes the op and runs its backward: both are the plain op's
+        return times[a][0] - unit_f, times[a][1] - unit_b - unit_f
+
+    out = {
         "function_identity": tuple(times["identity_function"]),
         "function_wrap": extra("scale_function", "scale"),
         "script_call": extra("bias_dropout_add_script", "bias_dropout_add_eager"),
-        # the checkpoint's backward recomputes the op and runs its backward: both are the plain op's
-        "reentrant_checkpoint": (ck_f - unit_f, ck_b - unit_b - unit_f),
+        "reentrant_checkpoint": checkpointed("one_op_checkpointed"),
         "rng_fork": extra("one_op_forked", "unit_aten_op"),
-    } | ({"deepspeed_checkpoint": (times["one_op_deepspeed_checkpointed"][0] - unit_f,
-                                   times["one_op_deepspeed_checkpointed"][1] - unit_b - unit_f)}
-         if "one_op_deepspeed_checkpointed" in times else {})
+    }
+    if "one_op_deepspeed_checkpointed" in times:
+        out["deepspeed_checkpoint"] = checkpointed("one_op_deepspeed_checkpointed")
+    return out
 
 
 def ratios(times: dict) -> dict:
@@ -218,7 +223,7 @@ def bench_host_wrappers(device: torch.device, reps: int = 100, trials: int = 3) 
 def fingerprint(device: torch.device) -> dict:
     """Where the timings were taken: device, CPU, torch and Python versions."""
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    out = {"device": name, "processor": platform.processor() or platform.machine(), "cpu": _cpu_model(),
+    out = {"device": name, "processor": platform.processor() or platform.machine(), "cpu": cpu_name(),
            "torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads()}
     from importlib.metadata import PackageNotFoundError, version
 
@@ -227,14 +232,6 @@ def fingerprint(device: torch.device) -> dict:
     except PackageNotFoundError:
         out["deepspeed"] = None
     return out
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
-    except OSError:
-        return ""
 
 
 def main(argv: list[str] | None = None) -> None:

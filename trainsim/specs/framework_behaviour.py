@@ -408,7 +408,7 @@ class FrameworkBehaviour:
     # "--use-torch-fsdp2 is not supported with MCore's distributed optimizer").
     torch_training_loop: bool = False
     # Full recompute wraps each block in torch's non-reentrant checkpoint, whose saved-tensor hooks and recomputation
-    # frame cost the host time of their own in every backward (cost_models/host_issue.py CHECKPOINT_HOOKS_RATIO):
+    # frame cost the host time of their own in every backward (cost_models/host_issue.py CHECKPOINT_HOOKS_S):
     # trainsim execute's blocks (kernels/torch_model.py, ``checkpoint(..., use_reentrant=False)``) and torchtitan's
     # (``ptd_checkpoint_wrapper``, torch's ``CheckpointImpl.NO_REENTRANT`` by default; torchtitan
     # torchtitan/distributed/activation_checkpoint.py).

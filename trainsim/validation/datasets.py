@@ -134,9 +134,9 @@ def load_dataset(name_or_path: str) -> Dataset:
     if vtrain.is_vtrain_raw(cols):  # a vTrain repository table as published; range reasons name its columns
         raw = vtrain.with_row_ids(rows)
         return range_checked(vtrain.load_vtrain(p, name=p.stem, rows=vtrain.from_raw(raw)), raw)
-    missing = sorted((set(vtrain.RAW_COLUMNS) | {vtrain.RAW_TIME_MS}) - cols)
-    if cols & (set(vtrain.RAW_COLUMNS) | {vtrain.RAW_TIME_MS}) and "row_id" not in cols:
-        raise SpecError("dataset", f"{p}: a vTrain table without the column(s) {', '.join(map(repr, missing))}")
+    if cols & vtrain.RAW_HEADER and "row_id" not in cols:
+        missing = ", ".join(map(repr, sorted(vtrain.RAW_HEADER - cols)))
+        raise SpecError("dataset", f"{p}: a vTrain table without the column(s) {missing}")
     return range_checked(_load_csv_dataset(p), rows)
 
 

@@ -11,8 +11,8 @@ What the files state is used as stated (the repository's ``config/validation/sin
 gradient bucketing (``"use_gradient_bucket": false``: the gradients are reduced after the backward pass),
 8 GPUs per node and 800 Gb/s between nodes per node (``"inter_node_bandwidth": 800``, the total per node in Gb/s by
 vTrain's ``src/config.py``; it matters to the repository's multi-node table, ``data/ground_truth_multi.csv``, which
-``validate --dataset`` reads as published, as it reads ``ground_truth_single.csv``). The runs were taken with Microsoft's Megatron-DeepSpeed (the repository's ``data/README.md``),
-and vTrain's own profiling model is built in fp16 (``src/predictor.py``: ``torch.set_default_dtype(torch.float16)``),
+``validate --dataset`` reads as published, as it reads ``ground_truth_single.csv``). The runs were taken with
+Microsoft's Megatron-DeepSpeed (the repository's ``data/README.md``), and vTrain's own profiling model is built in fp16 (``src/predictor.py``: ``torch.set_default_dtype(torch.float16)``),
 so the rows are fp16. What the files do not state is chosen once for every row: the GPT-2 vocabulary (50,257,
 padded by Megatron to a multiple of 128 x TP), the cluster preset ``dgx-a100`` (A100-SXM4, NVSwitch; the
 repository's measured 8-GPU all-reduce table, ``trace/a100/AR_GPU8_1M_1024M_LUT``, peaks at ~220 GB/s bus
@@ -104,6 +104,7 @@ follows both signs, so none is added for these rows.
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 
@@ -142,6 +143,7 @@ RAW_COLUMNS = {"# GPUs": "num_gpus", "global batch": "global_batch", "micro batc
                "sequence length": "seq_len", "tensor parallelism": "tp", "data parallelism": "dp",
                "pipeline parallelism": "pp"}
 RAW_TIME_MS = "iteration time (ms)"
+RAW_HEADER = frozenset(RAW_COLUMNS) | {RAW_TIME_MS}
 
 
 def is_vtrain(columns: set[str]) -> bool:
@@ -151,7 +153,7 @@ def is_vtrain(columns: set[str]) -> bool:
 
 def is_vtrain_raw(columns: set[str]) -> bool:
     """Whether a CSV's header is one of the vTrain repository's measured tables, as published (RAW_COLUMNS)."""
-    return set(RAW_COLUMNS) | {RAW_TIME_MS} <= columns
+    return RAW_HEADER <= columns
 
 
 INT_COLUMNS = ("num_gpus", "global_batch", "micro_batch", "hidden", "heads", "layers", "seq_len", "tp", "dp", "pp")
@@ -234,6 +236,7 @@ def load_vtrain(path: Path, *, name: str = "vtrain", rows: list[dict[str, str]] 
                    structure=True)
 
 
+@functools.cache
 def _node_nic_Bps() -> float:
     """Bytes per second of each of the dgx-a100 preset's NICs at the configs' stated node total
     (VTRAIN_NODE_GBPS)."""
@@ -248,8 +251,7 @@ def _vtrain_case(r: dict):
     published = _num(r.get("step_time_s"))
     if why:
         return Case(rid, rid, published if published and published > 0 else float("nan"), skip_reason=why)
-    layers, hidden, heads, seq, gpus, gbs, mbs, tp, dp, pp = (_int(r[k]) for k in (
-        "layers", "hidden", "heads", "seq_len", "num_gpus", "global_batch", "micro_batch", "tp", "dp", "pp"))
+    gpus, gbs, mbs, hidden, heads, layers, seq, tp, dp, pp = (_int(r[k]) for k in INT_COLUMNS)
     label = f"L{layers} n={gpus} tp{tp} pp{pp} dp{dp} mb{mbs} gb{gbs}"
     raw = {
         "model": {"name": f"gpt-h{hidden}-l{layers}", "num_layers": layers, "hidden": hidden, "num_heads": heads,
