@@ -36,17 +36,20 @@ def _model(h, a, kv, f, s):
     return {**LLAMA, "hidden": h, "num_heads": a, "num_kv_heads": kv, "ffn_hidden": f, "max_seq_len": s}
 
 
-def _scen(model, s, **training):
-    return build_scenario({"model": model, "cluster": "dgx-h100", "gpus": 1, "layout": {},
+def _scen(model, s, tp=1, **training):
+    return build_scenario({"model": model, "cluster": "dgx-h100", "gpus": tp, "layout": {"tp": tp},
                            "training": {"seq_len": s, "global_batch": 1, "micro_batch": 1, "dtype": "fp32",
                                         "framework": "torch", **training}})
 
 
-def _op_sac_policy():
-    """torchtitan's per-op policy (torchtitan/distributed/activation_checkpoint.py): mm and SDPA outputs are
-    MUST_SAVE except every second mm of the block; everything else PREFER_RECOMPUTE."""
+def _op_sac_policy(reduce_scatter: bool = False):
+    """torchtitan's per-op policy (torchtitan/distributed/activation_checkpoint.py): mm and SDPA outputs (and
+    with ``reduce_scatter`` its list's ``_c10d_functional.reduce_scatter_tensor``) are MUST_SAVE except every
+    second mm of the block; everything else PREFER_RECOMPUTE."""
     from torch.utils.checkpoint import CheckpointPolicy
     save = {getattr(torch.ops.aten, n).default for n in SAVE_OPS if hasattr(torch.ops.aten, n)}
+    if reduce_scatter:
+        save.add(torch.ops._c10d_functional.reduce_scatter_tensor.default)
     counts = {"fwd": 0, "rc": 0}
 
     def policy(ctx, func, *args, **kwargs):
@@ -93,7 +96,7 @@ def compiled_saved_bytes(module, x) -> int:
                            decompositions=select_decomp_table())
     torch._dynamo.reset()
     y = torch.compile(module, backend=backend, fullgraph=True)(x)
-    params = {p.untyped_storage().data_ptr() for p in module.parameters()}
+    params = {getattr(p, "_local_tensor", p).untyped_storage().data_ptr() for p in module.parameters()}
     stores = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in rec["saved"]}
     y.sum().backward()
     return sum(n for ptr, n in stores.items() if ptr not in params)
@@ -153,12 +156,71 @@ def test_compiled_op_sac_drops_the_unread_last_matmul_output(shape):
     assert eager - compiled == 4 * s * h
 
 
+@pytest.fixture(scope="module")
+def fake_world():
+    """One process standing in for 8 ranks (torch's fake process group answers every collective locally, so
+    DTensor's sequence-parallel gathers and reduce-scatters trace with their real shapes)."""
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    owned = not dist.is_initialized()  # another module's fake world of 8 (test_memory_oracle) serves as well
+    assert owned or dist.get_world_size() >= 8
+    if owned:
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=8)
+    yield
+    if owned:
+        dist.destroy_process_group()
+
+
+def _measure_sp(model, s, tp):
+    """Compiled saved bytes of the executor's block under torchtitan's per-op SAC, laid out by the executor's
+    TP plan with sequence parallelism (trainsim/kernels/parallelize.py tp_plan_block) on a TP group of ``tp``;
+    the block takes its sequence shard as a plain tensor, as the executor's chunk hands it over."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    from trainsim.kernels.parallelize import tp_plan_block
+    from trainsim.kernels.torch_model import Block, ModelOptions
+    from trainsim.specs import ModelSpec
+    mesh = init_device_mesh("cpu", (8 // tp, tp), mesh_dim_names=("dp", "tp"))["tp"]
+    torch.manual_seed(0)
+    block = Block(ModelSpec(**model), ModelOptions())
+    plan = tp_plan_block(True)
+    if model["activation"] != "swiglu":
+        plan.pop("mlp.gate")
+    parallelize_module(block, mesh, plan)
+    x = torch.randn(1, s // tp, model["hidden"], requires_grad=True)
+    return compiled_saved_bytes(_Checkpointed(block, _op_sac_policy(reduce_scatter=True)), x)
+
+
+@pytest.mark.parametrize("shape,tp,mlp", [(SMALL, 2, "swiglu"), (SMALL, 2, "gelu"), ((128, 4, 4, 352, 64), 4, "swiglu"),
+                                          ((4096, 32, 8, 14336, 16), 8, "swiglu")],
+                         ids=["small-tp2", "small-gelu-tp2", "small-mha-tp4", "llama3-8b-width-tp8"])
+def test_compiled_op_sac_under_sequence_parallelism(fake_world, shape, tp, mlp):
+    """torchtitan's per-op SAC with sequence parallelism under compile: the policy's reduce-scatter outputs are
+    MUST_SAVE, but the MLP's -- like w2's output before it -- feeds only the residual add, so the partitioner
+    keeps the attention's reduce-scatter output alone: eager op_sac less e·T·h (w2) and e·T·h/tp. Exact at TP 2,
+    4 and 8, for SwiGLU and GeLU MLPs."""
+    h, a, kv, f, s = shape
+    model = _model(h, a, kv, f, s)
+    if mlp == "gelu":
+        model = {**model, "activation": "gelu", "norm": "layernorm"}
+    measured = _measure_sp(model, s, tp)
+    sac = {"recompute": "selective", "recompute_modules": ["op_sac"], "sequence_parallel": True}
+    compiled = act.layer_activation_bytes(_scen(model, s, tp, compile=True, **sac)).total
+    eager = act.layer_activation_bytes(_scen(model, s, tp, **sac)).total
+    assert measured == compiled
+    w2 = 4 * s * h if mlp == "swiglu" else 0  # GeLU's fc2 is matmul 6: not kept by the policy at all
+    assert eager - compiled == w2 + 4 * s * h // tp
+
+
 def test_compile_refuses_what_is_not_measured():
     TrainingSpec(framework="torch", compile=True, recompute="full")
+    TrainingSpec(framework="torch", compile=True, recompute="selective", recompute_modules=["op_sac"],
+                 sequence_parallel=True)
     for bad in ({"framework": "megatron"},
                 {"framework": "torch", "recompute": "selective"},
                 {"framework": "torch", "recompute": "selective", "recompute_modules": ["op_sac"],
-                 "sequence_parallel": True}):
+                 "sequence_parallel": True, "dtype": "fp8"}):
         with pytest.raises((ValueError, SpecError), match="compile"):
             TrainingSpec(compile=True, **bad)
 

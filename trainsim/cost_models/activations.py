@@ -453,9 +453,11 @@ def op_sac_saved_tensors(shp: LayerShape) -> list[float]:
 
     Under torch.compile (``shp.compiled``) AOTAutograd's ``min_cut_rematerialization_partition`` saves a
     MUST_SAVE output only where the backward graph reads it: the block's last matmul (SwiGLU's w2, number 7)
-    feeds only the residual add, whose backward reads nothing, so it is not kept; every other kept tensor is read
-    (q before RoPE, which the backward recomputes). Measured against torch's partitioner in
-    tests/test_compile_oracle.py.
+    feeds only the residual add, whose backward reads nothing, so it is not kept; with sequence parallelism the
+    MLP's reduce-scatter output (the block's last op before that add) is dropped for the same reason, while the
+    attention's is kept (the second norm's backward reads the residual sum recomputed from it); every other kept
+    tensor is read (q before RoPE, which the backward recomputes). Measured against torch's partitioner in
+    tests/test_compile_oracle.py, under sequence parallelism on a fake process group at TP 2, 4 and 8.
     """
     e, h, t, r, T = shp.e, shp.h, shp.tp, shp.sp_div, shp.tokens
     heads = shp.a // t
@@ -465,8 +467,9 @@ def op_sac_saved_tensors(shp: LayerShape) -> list[float]:
     if shp.compiled and len(widths) % 2:
         kept = kept[:-1]  # under torch.compile the last matmul's output (no backward op reads it) is not kept
     rs = [e * T * h / t] if shp.sp and t > 1 else []
+    last_rs = [] if shp.compiled else rs  # compiled: the MLP's reduce-scatter output feeds only the residual add
     sdpa = [e * T * heads * shp.dvh, _op_sac_lse_bytes(shp)] if shp.flash else []
-    return [e * T * h / r, e * T * kept[0], e * T * kept[1], *sdpa, *rs, *(e * T * w for w in kept[2:]), *rs]
+    return [e * T * h / r, e * T * kept[0], e * T * kept[1], *sdpa, *rs, *(e * T * w for w in kept[2:]), *last_rs]
 
 
 def _op_sac_layer(shp: LayerShape) -> ActivationBytes:

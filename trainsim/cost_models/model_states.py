@@ -192,6 +192,7 @@ def _compile_note(training) -> str:
     if training.recompute == "full":
         return "torch.compile under full AC: each block keeps its input, as eager"
     if training.recompute == "selective":
-        return ("torch.compile under per-op SAC: AOTAutograd's min-cut partitioner drops the unread w2 output the "
-                "policy marks saved")
+        rs = " and the MLP's reduce-scatter output" if training.sequence_parallel else ""
+        return ("torch.compile under per-op SAC: AOTAutograd's min-cut partitioner drops the unread w2 output"
+                f"{rs} the policy marks saved")
     return "torch.compile without AC: blocks keep what fused kernels keep (no fp32 norm copies, SwiGLU 3·f)"

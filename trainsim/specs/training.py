@@ -169,10 +169,11 @@ class TrainingSpec(BaseModel):
         default=False, description="the model's blocks run under torch.compile (torchtitan --training.compile): "
         "AOTAutograd's min_cut_rematerialization_partition (torch/_functorch/partitioners.py) keeps only the "
         "tensors the backward graph reads, so a matmul output that torchtitan's per-op SAC policy marks saved but "
-        "no backward op reads (SwiGLU's down-projection output) is not kept; without AC a compiled block keeps "
-        "what fused kernels keep (norm inputs and outputs, the gate and up outputs and their product) and with "
-        "full AC its input. Frameworks torch and pytorch-fsdp; refused with Megatron's selective module recompute "
-        "and with op_sac under sequence parallelism (not measured). With host_issue eager the host issues the "
+        "no backward op reads (SwiGLU's down-projection output, and under sequence parallelism the MLP's "
+        "reduce-scatter output) is not kept; without AC a compiled block keeps what fused kernels keep (norm "
+        "inputs and outputs, the gate and up outputs and their product) and with full AC its input. Frameworks "
+        "torch and pytorch-fsdp; refused with Megatron's selective module recompute and, with dtype fp8 or "
+        "nvfp4, with op_sac under sequence parallelism (not measured). With host_issue eager the host issues the "
         "compiled kernels (host_issue compile: cost_models/compiled_issue.py)")
     fsdp_reduce_scatter_input: Literal["compute_stream", "reduce_scatter_stream"] | None = Field(
         default=None, description="where FSDP2 (framework torch) allocates each unit's unsharded reduce-scatter "
@@ -356,9 +357,10 @@ class TrainingSpec(BaseModel):
         if self.recompute == "selective" and list(self.recompute_modules or ()) != ["op_sac"]:
             raise SpecError("compile", "with selective recompute only torchtitan's per-op policy "
                              "(recompute_modules [op_sac]) is modelled under torch.compile")
-        if self.sequence_parallel and self.recompute == "selective":
-            raise SpecError("compile", "op_sac with sequence parallelism is not modelled under torch.compile (which "
-                             "reduce-scatter outputs the partitioner keeps is not measured)")
+        if self.sequence_parallel and self.recompute == "selective" and self.dtype in ("fp8", "nvfp4"):
+            raise SpecError("compile", f"op_sac with sequence parallelism under torch.compile is measured with "
+                             f"16-bit and fp32 linears (tests/test_compile_oracle.py); with dtype {self.dtype} the "
+                             f"tensor-parallel float8 linears' saved tensors are not")
 
     def _check_conflicts(self) -> None:
         """Settings that contradict each other or that the framework does not have: refused, never overridden."""
