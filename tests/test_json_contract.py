@@ -195,6 +195,18 @@ def test_validate_json_keys_are_the_documented_ones(capsys):
     assert check("validate", out) == []
 
 
+def test_validate_json_structure_keys_are_the_documented_ones(capsys, tmp_path):
+    """The step-structure keys, on six synthetic runs in vTrain's raw format (one L x m grid, pp 1)."""
+    header = ("# GPUs,global batch,micro batch,hidden size,attention heads,# layers,sequence length,"
+              "tensor parallelism,data parallelism,pipeline parallelism,iteration time (ms)")
+    rows = [f"1,{gb},1,1024,16,{layers},1024,1,1,1,{5 * layers * gb:.3f}" for layers in (12, 24) for gb in (2, 4, 8)]
+    path = tmp_path / "vtrain_grid.csv"
+    path.write_text("\n".join([header, *rows]) + "\n")
+    out = run_json(capsys, "validate", "--dataset", str(path), "--fast", "--json")
+    assert out["structure"] and out["term_leverage_mape_pct"]
+    assert check("validate", out) == []
+
+
 def test_profile_keys_are_the_documented_ones(tmp_path, capsys):
     """An empty profile (CalibrationProfile.model_dump), the H200 microbenchmark profile `calibrate --device cuda`
     wrote (benchmarks/data/profile_h200.json) and a run calibration of the bundled logs (`calibrate --from-runs`)."""
