@@ -2,7 +2,7 @@
 
 CI (.ci/run) spends most of its budget in the engine behind these commands and the tests that call them; this
 prints each command's wall time and its CPU time (user + system of the child, steadier than wall on a shared
-machine), the median of ``--repeats`` runs. Default: nemo (engine, 167 rows) and sc21 --fast (closed form).
+machine), the median of ``--repeats`` runs. Default: nemo (engine) and sc21 --fast (closed form).
 
     python benchmarks/bench_validate.py                       # nemo, sc21 --fast
     python benchmarks/bench_validate.py --datasets nemo korthikanti llama3 mosaic memory sc21:fast --repeats 3
