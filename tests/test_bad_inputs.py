@@ -81,6 +81,24 @@ CASES = [
     ("recompute-unknown", P + L8 + ["--recompute", "partial"], "recompute"),
     ("micro-batch-zero", P + L8 + ["--micro-batch", "0"], "--micro-batch"),
     ("unknown-flag", P + L8 + ["--tensor-parallel", "8"], "--tensor-parallel"),
+    ("gpus-disagree-in-file", P + [f("gpus-disagree.yaml")], "gpus: the scenario gives gpus: 8 and cluster.num_gpus"),
+    # plan: pins no layout can satisfy are refused as predict refuses them, not answered with an empty table
+    ("plan-ep-on-dense-model", ["plan", *L8, "--gpus", "8", "--global-batch", "128", "--seq-len", "8192", "--ep", "2"],
+     "layout.ep"),
+    ("plan-tp-not-dividing", ["plan", *L8, "--gpus", "8", "--global-batch", "128", "--seq-len", "8192", "--tp", "3"],
+     "gpus"),
+    ("plan-headroom-above-memory", ["plan", *L8, "--gpus", "8", "--global-batch", "128", "--seq-len", "8192",
+                                    "--memory-headroom", "1000"], "memory_headroom"),
+    ("plan-tokens-zero", ["plan", *L8, "--gpus", "8", "--global-batch", "128", "--seq-len", "8192", "--tokens", "0"],
+     "--tokens: must be in the range"),
+    ("report-checkpoint-write-absurd", ["report", "examples/llama3-8b-h100-8.yaml", "--no-plan",
+                                        "--checkpoint-write-s", "1e300", "--out", "report-not-written"],
+     "--checkpoint-write-s"),
+    ("nccl-version-superscript", ["collective", "--cluster", "dgx-h100", "--sizes", "1M", "--nccl-version", "2.\u00b9\u2079"],
+     "nccl_version"),
+    ("nccl-version-four-parts", ["collective", "--cluster", "dgx-h100", "--sizes", "1M", "--nccl-version", "2.19.0.1"],
+     "nccl_version"),
+    ("regress-baseline-is-a-directory", ["regress", "--baseline", str(BAD)], "is a directory, not a file"),
 ]
 
 
@@ -117,3 +135,15 @@ def test_real_process_prints_no_traceback(argv):
                           timeout=60)
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_report_refuses_a_plan_row_no_plan_writes(tmp_path, capsys):
+    """A plan file's ranked figures are shown as they are, so a negative step time is refused, naming the row."""
+    import json
+    assert main(["plan", *L8, "--gpus", "8", "--global-batch", "64", "--seq-len", "4096", "--top", "1", "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    plan["rows"][0]["step_time_s"] = -5
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    assert main(["report", "--plan", str(path), "--no-plan", "--out", str(tmp_path / "r")]) == 2
+    assert capsys.readouterr().err.strip() == "error: plan.rows[1].step_time_s: must be > 0, got -5"

@@ -13,6 +13,7 @@ from trainsim.cost_models.activations import layer_activation_bytes
 from trainsim.cost_models.collectives import collective_time
 from trainsim.cost_models.compute import layer_op_times
 from trainsim.cost_models.flops import layer_ops
+from trainsim.cost_models.model_flops import hardware_flops_per_step, model_flops_per_step
 from trainsim.cost_models.moe_balance import moe_load_factor
 from trainsim.cost_models.shapes import layer_shape
 from trainsim.simulator.block import _ep_exposed
@@ -108,3 +109,23 @@ def test_a_dense_model_refuses_routing_settings():
         build_scenario({"model": {"preset": "llama3-8b"}, "cluster": "dgx-h100", "gpus": 8,
                         "training": {"moe_imbalance": 1.2}})
     assert moe_load_factor(2) == 1.0
+
+
+@pytest.mark.parametrize("c", [0.1, 0.5, 0.99])
+def test_a_capacity_factor_below_one_drops_its_share_of_the_expert_flops(c):
+    """Below c = 1 every expert drops 1 - c of its routed tokens even under even routing: model and hardware
+    FLOPs lose exactly that share of the experts' SwiGLU GEMMs, 2 x 3 matmuls of h x f per routed token, three
+    passes (forward, input and weight gradient), k = 2 experts per token, 32 layers; so MFU stays below 100 %."""
+    h, f, k, layers, tokens = 4096, 14336, 2, 32, 8 * SEQ
+    expert = 3 * (2 * 3 * h * f) * k * layers * tokens
+    dropless, capped = scen(), scen(moe_capacity_factor=c)
+    assert model_flops_per_step(dropless) - model_flops_per_step(capped) == pytest.approx((1 - c) * expert)
+    assert hardware_flops_per_step(dropless) - hardware_flops_per_step(capped) == pytest.approx((1 - c) * expert)
+    assert model_flops_per_step(scen(moe_capacity_factor=1.5)) == model_flops_per_step(dropless)
+
+
+def test_mfu_stays_below_one_with_a_small_capacity_factor(capsys):
+    assert main(["predict", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "8", "--ep", "8",
+                 "--moe-capacity-factor", "0.1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert 0 < out["mfu"] <= out["hfu"] < 1

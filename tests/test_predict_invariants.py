@@ -98,15 +98,21 @@ def test_hfu_above_one_names_attention_only_where_it_can_explain_it(seq, hfu, at
     assert ("causal kernel computes about half" in note) == attention
 
 
-def test_a_cpu_profile_on_a_gpu_cluster_is_named(tmp_path, capsys):
-    """A profile measured on the host CPU (fingerprint device cpu) holds CPU times: on a GPU cluster they are used
-    as measured, so the prediction names the mismatch (the H200 profile's fingerprint rewritten to a CPU run)."""
+def test_a_profile_across_the_cpu_gpu_divide_is_refused(tmp_path, capsys):
+    """A profile measured on the host CPU (fingerprint device cpu) holds CPU times, a GPU profile GPU times: neither
+    can price the other kind of device, so predict, plan and collective refuse it naming the calibration (the H200
+    profile's fingerprint rewritten to a CPU run; the H200 profile itself on the CPU host)."""
     from pathlib import Path
-    prof = json.loads((Path(__file__).resolve().parents[1] / H200_PROFILE).read_text())
+    h200 = Path(__file__).resolve().parents[1] / H200_PROFILE
+    prof = json.loads(h200.read_text())
     prof["fingerprint"].update(device="cpu", device_name="x86_64")
-    path = tmp_path / "cpu.json"
-    path.write_text(json.dumps(prof))
-    assert main(["predict", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch", "64",
-                 "--seq-len", "4096", "--calibration", str(path), "--json"]) == 0
-    warnings = json.loads(capsys.readouterr().out)["warnings"]
-    assert any(w.startswith("calibration measured on x86_64 (preset cpu)") for w in warnings)
+    cpu = tmp_path / "cpu.json"
+    cpu.write_text(json.dumps(prof))
+    gpu_run = ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch", "64", "--seq-len",
+               "4096", "--calibration", str(cpu)]
+    for argv in (["predict", *gpu_run], ["plan", *gpu_run, "--top", "1"],
+                 ["collective", "--cluster", "cpu-host", "--gpus", "2", "--sizes", "1M", "--calibration", str(h200)],
+                 ["predict", "examples/tiny-gpt-cpu.yaml", "--calibration", str(h200)]):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("error: calibration: the profile was measured on"), err

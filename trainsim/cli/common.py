@@ -64,6 +64,9 @@ def float_range(lo: float, hi: float, lo_open: bool = False) -> Bounded:
 positive_int = int_range(1, 10_000_000_000)
 # A finite non-negative quantity (seconds, rates, prices, tolerances) where no tighter physical bound applies.
 nonneg_float = float_range(0.0, math.inf)
+# A checkpoint write or a restart: at most 10^7 s (116 days), longer than any training run the goodput model spans.
+MAX_EVENT_S = 1e7
+event_seconds = float_range(0.0, MAX_EVENT_S)
 
 
 def int_list(text: str) -> tuple[int, ...]:

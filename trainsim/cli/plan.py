@@ -13,9 +13,16 @@ from collections.abc import Iterator
 from typing import Any, get_args
 
 from trainsim.simulator import goodput as gp
-from trainsim.simulator.planner import DEFAULT_MEMORY_HEADROOM, parse_headroom
+from trainsim.simulator.planner import DEFAULT_MEMORY_HEADROOM, headroom_bytes, parse_headroom
 from trainsim.simulator.search_space import SearchLimits, check_training_extra, training_extra
-from trainsim.specs import SpecError, load_cluster, load_layout, load_model, load_scenario_file, load_training
+from trainsim.specs import (
+    SpecError,
+    load_cluster,
+    load_layout,
+    load_model,
+    load_scenario_file,
+    load_training,
+)
 from trainsim.specs.data_parallel import hsdp_refusal
 from trainsim.specs.errors import yaml11_hint
 from trainsim.specs.framework_behaviour import FRAMEWORKS
@@ -33,6 +40,7 @@ from .common import (
     add_pool_args,
     add_precision_args,
     ascii_int,
+    event_seconds,
     float_range,
     int_range,
     nonneg_float,
@@ -43,6 +51,14 @@ from .common import (
 # Tokens to train on: 10^16 is 640x Llama 3's 15.6T (arXiv:2407.21783), past any data set that exists.
 MAX_TOKENS = 1e16
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
+
+
+def tokens_arg(text: str) -> float:
+    """``parse_tokens`` as an argparse type: its reason in argparse's one error line."""
+    try:
+        return parse_tokens(text)
+    except SpecError as e:
+        raise argparse.ArgumentTypeError(str(e).removeprefix("tokens: ")) from None
 
 
 def parse_tokens(text: str) -> float:
@@ -102,7 +118,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seq-len", type=positive_int, help="sequence length in tokens")
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp8", "nvfp4", "fp32"),
                    help="compute precision of the GEMMs (nvfp4: Transformer Engine's NVFP4 recipe, Blackwell only)")
-    p.add_argument("--tokens", type=parse_tokens,
+    p.add_argument("--tokens", type=tokens_arg,
                    help="tokens to train on (e.g. 15T; range > 0, <= 1e16); default 20 per parameter")
     p.add_argument("--price-per-gpu-hour", type=nonneg_float, help="cost per GPU-hour")
     p.add_argument("--top", type=int_range(1, 10_000), default=10,
@@ -149,11 +165,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--failure-rate-per-gpu-hour", type=float_range(0, 1),
                    default=gp.DEFAULT_FAILURE_RATE_PER_GPU_HOUR,
                    help="job-killing failures per GPU-hour (default: Llama 3's 419 in 54 days on 16,384 GPUs)")
-    f.add_argument("--checkpoint-write-s", type=nonneg_float,
+    f.add_argument("--checkpoint-write-s", type=event_seconds,
                    help="seconds to write one checkpoint (default: full state / storage bandwidth)")
     f.add_argument("--storage-write-gbps", type=float_range(0, 1e9, lo_open=True), default=gp.DEFAULT_STORAGE_WRITE_BPS / 1e9,
                    help="aggregate checkpoint write bandwidth, GB/s (default 2000, Llama 3's Tectonic)")
-    f.add_argument("--restart-s", type=nonneg_float, default=gp.DEFAULT_RESTART_S,
+    f.add_argument("--restart-s", type=event_seconds, default=gp.DEFAULT_RESTART_S,
                    help="seconds to restart after a failure (default 600)")
     p.set_defaults(func=run)
 
@@ -334,7 +350,7 @@ def request_from_args(args: argparse.Namespace):
         objective=args.objective, prune_dominated=not args.exhaustive,
         failure_rate_per_gpu_hour=args.failure_rate_per_gpu_hour, checkpoint_write_s=args.checkpoint_write_s,
         storage_write_Bps=args.storage_write_gbps * 1e9, restart_s=args.restart_s, profile_path=args.calibration,
-        memory_headroom=_checked_headroom(args.memory_headroom),
+        memory_headroom=_checked_headroom(args.memory_headroom, cluster.gpu.memory_bytes),
     )
 
 
@@ -367,10 +383,12 @@ def check_pool_plan(cluster, counts: tuple[int, ...], placement: str | None) -> 
                                 f"got {', '.join(map(str, counts))}")
 
 
-def _checked_headroom(text: str) -> str:
+def _checked_headroom(text: str, gpu_bytes: float) -> str:
     """The --memory-headroom text, validated while the request is built (SpecError naming the field), so that a
-    bad value is refused before the search starts."""
+    bad value -- or one that leaves no memory on the cluster's GPU -- is refused before the search starts."""
     parse_headroom(text)
+    if headroom_bytes(str(text), gpu_bytes) >= gpu_bytes:
+        raise SpecError("memory_headroom", f"{text} leaves no memory on a {gpu_bytes / 2**30:.1f} GiB GPU")
     return str(text)
 
 

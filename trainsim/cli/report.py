@@ -13,8 +13,10 @@ from trainsim.specs.loaders import read_mapping
 from trainsim.specs.safe_write import check_output_dir
 
 from .common import (
+    MAX_EVENT_S,
     OVERRIDE_FLAGS,
     add_scenario_args,
+    event_seconds,
     float_range,
     int_range,
     nonneg_float,
@@ -22,7 +24,7 @@ from .common import (
     scenario_from_args,
     warn_beyond_published,
 )
-from .plan import parse_tokens
+from .plan import tokens_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rank", type=positive_int, default=1, help="which layout of --plan to report (1 = best)")
     p.add_argument("--out", required=True, help="output directory (index.html, report.md, figures/)")
     p.add_argument("--measured", metavar="FILE", help="a `trainsim execute --json` result to compare against")
-    p.add_argument("--tokens", type=parse_tokens,
+    p.add_argument("--tokens", type=tokens_arg,
                    help="tokens to train on (e.g. 15T; range > 0, <= 1e16); default 20 per parameter")
     p.add_argument("--price-per-gpu-hour", type=nonneg_float, help="USD per GPU-hour for the cost figures")
     p.add_argument("--top", type=int_range(1, 10_000), default=10, help="layouts in the ranked table")
@@ -43,11 +45,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     # Goodput knobs: the flag, else (with --plan) the plan's own request, else the documented default.
     p.add_argument("--failure-rate-per-gpu-hour", type=float_range(0, 1),
                    help=f"default {gp.DEFAULT_FAILURE_RATE_PER_GPU_HOUR:.3g} (or the plan's)")
-    p.add_argument("--checkpoint-write-s", type=nonneg_float,
+    p.add_argument("--checkpoint-write-s", type=event_seconds,
                    help="seconds one checkpoint write takes (goodput; default from the storage bandwidth)")
     p.add_argument("--storage-write-gbps", type=float_range(0, 1e9, lo_open=True),
                    help=f"aggregate checkpoint write GB/s; default {gp.DEFAULT_STORAGE_WRITE_BPS / 1e9:g} (or the plan's)")
-    p.add_argument("--restart-s", type=nonneg_float, help=f"default {gp.DEFAULT_RESTART_S:g} s (or the plan's)")
+    p.add_argument("--restart-s", type=event_seconds, help=f"default {gp.DEFAULT_RESTART_S:g} s (or the plan's)")
     p.set_defaults(func=run)
 
 
@@ -70,6 +72,8 @@ def _goodput_knobs(args: argparse.Namespace, request: dict) -> dict:
         if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
                                   or not math.isfinite(value) or value < 0):
             raise SpecError(field, f"must be a non-negative number, got {value!r}")
+        if key in ("checkpoint_write_s", "restart_s") and value is not None and value > MAX_EVENT_S:
+            raise SpecError(field, f"must be at most {MAX_EVENT_S:g} s, got {value!r}")
         if key == "storage_write_Bps" and value is not None and value <= 0:
             raise SpecError(field if field != key else "storage_write_gbps", "must be positive")
         out[key] = default if value is None else float(value)
@@ -162,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
         check_measured_matches(measured, scn)
     opts = ReportOptions(
         tokens=tokens, price_per_gpu_hour=price, profile_path=args.calibration,
-        plan_top_k=args.top, run_plan=not args.no_plan, **_goodput_knobs(args, request),
+        plan_top_k=args.top, run_plan=not args.no_plan, plan_rank=args.rank, **_goodput_knobs(args, request),
     )
     # slow import (0.4-4 s), loaded on use
     from rich.console import Console

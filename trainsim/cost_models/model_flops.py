@@ -11,12 +11,13 @@ up in time, not in hardware FLOPs).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from trainsim.specs.memo import memoised
 
 from .flops import Op, _head_ops, _layer_ops, _mtp_ops, recompute_ops
+from .moe_balance import executed_expert_fraction
 from .shapes import LayerShape, as_layer_shape, block_kinds, layer_shape, mtp_kinds
 
 if TYPE_CHECKING:
@@ -69,8 +70,10 @@ def layer_flops(scenario: Scenario | LayerShape, matmul_only: bool = True) -> Pa
 
 def _per_microbatch_unsharded(scenario) -> tuple[PassFlops, PassFlops]:
     """(all blocks, head) matmul FLOPs of one micro-batch of b sequences with no model parallelism; a MoE
-    model's dense blocks (first_dense_layers) counted as dense blocks."""
-    per_kind = [_unsharded_flops(_unsharded(layer_shape(scn)), count) for scn, count in block_kinds(scenario)]
+    model's dense blocks (first_dense_layers) counted as dense blocks, its experts' GEMMs at the share of the
+    routed tokens they execute (moe_balance.executed_expert_fraction: a capacity factor below 1 drops tokens)."""
+    kept = executed_expert_fraction(scenario)
+    per_kind = [_unsharded_flops(_unsharded(layer_shape(scn)), count, kept) for scn, count in block_kinds(scenario)]
     blocks = sum((b for b, _ in per_kind[1:]), per_kind[0][0])
     head = per_kind[0][1]
     k = scenario.model.mtp_layers
@@ -90,8 +93,14 @@ _unsharded = memoised(maxsize=4096)(LayerShape.unsharded)
 
 
 @memoised(maxsize=4096)
-def _unsharded_flops(shp: LayerShape, L: int) -> tuple[PassFlops, PassFlops]:
-    lay = pass_flops(_layer_ops(shp), shp.recompute, modules=shp.rc_modules)
+def _unsharded_flops(shp: LayerShape, L: int, expert_share: float = 1.0) -> tuple[PassFlops, PassFlops]:
+    ops = _layer_ops(shp)
+    if expert_share != 1.0:  # the routed experts' GEMMs ("expert_" ops) on the tokens they execute
+        ops = tuple(replace(op, fwd_flops=op.fwd_flops * expert_share,
+                            bwd_input_flops=op.bwd_input_flops * expert_share,
+                            bwd_weight_flops=op.bwd_weight_flops * expert_share)
+                    if op.name.startswith("expert_") else op for op in ops)
+    lay = pass_flops(ops, shp.recompute, modules=shp.rc_modules)
     head = pass_flops(_head_ops(shp), "none")
     return lay.scaled(L), head
 

@@ -56,3 +56,12 @@ def scenario_moe_load_factor(scenario: Scenario) -> float:
         return 1.0
     return moe_load_factor(scenario.layout.ep, imbalance=t.moe_imbalance, cv=t.moe_load_cv,
                            capacity_factor=t.moe_capacity_factor)
+
+
+def executed_expert_fraction(scenario: Scenario) -> float:
+    """Of the routed tokens' expert work, the share the experts execute: ``min(1, c)`` with a capacity factor c,
+    else 1. An expert takes at most c times its mean share, so below c = 1 every expert drops 1 - c of its tokens
+    even under even routing, and model and hardware FLOPs (MFU, HFU) count the executed share, as the time does
+    (``moe_load_factor``). Above c = 1 only an uneven router's excess is dropped; the FLOPs count every token."""
+    c = scenario.training.moe_capacity_factor
+    return min(1.0, float(c)) if scenario.model.is_moe and c is not None else 1.0

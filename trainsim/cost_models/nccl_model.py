@@ -66,6 +66,7 @@ NCCL's numbers as they are and a custom fabric with slower switches is slower in
 from __future__ import annotations
 
 import math
+import re
 
 from trainsim.specs import SpecError
 
@@ -130,10 +131,10 @@ def nccl_version_tuple(version: str | None) -> tuple[int, int] | None:
     """'2.18.5' -> (2, 18); None stays None (the current release's behaviour)."""
     if version is None:
         return None
-    parts = str(version).strip().split(".")
-    if not 2 <= len(parts) <= 4 or not all(p.isdigit() for p in parts[:2]):
-        raise SpecError("nccl_version", f"expected MAJOR.MINOR[.PATCH], got {version!r}")
-    return int(parts[0]), int(parts[1])
+    found = re.fullmatch(r"([0-9]+)\.([0-9]+)(\.[0-9]+)?", str(version).strip())
+    if found is None:
+        raise SpecError("nccl_version", f"expected MAJOR.MINOR[.PATCH] in digits 0-9, got {version!r}")
+    return int(found[1]), int(found[2])
 
 
 def nvls_chunk_bytes(nbytes: float, n_heads: int) -> int:

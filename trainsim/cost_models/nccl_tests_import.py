@@ -157,7 +157,7 @@ def parse_text(text: str, source: str = "") -> list[NcclRun]:
             continue
         # A data row.
         toks = s.split()
-        if not toks[0].isdigit():
+        if not (toks[0].isascii() and toks[0].isdigit()):
             continue  # e.g. NCCL INFO lines, warnings
         if columns is None:
             raise SpecError("nccl-tests", f"{where}: data row before the column header "
@@ -185,6 +185,8 @@ def _row_from_tokens(toks: list[str], columns: list[str], where: str) -> NcclRow
         return toks[columns.index(name)] if name in columns else default
 
     for i, c in enumerate(columns):  # nccl-tests' per-row data check (N/A when it ran with -c 0)
+        if c == "#wrong" and i < len(toks) and toks[i] != "N/A" and not (toks[i].isascii() and toks[i].isdigit()):
+            raise SpecError("nccl-tests", f"{where}: #wrong {toks[i]!r}: expected a count of wrong elements or N/A")
         if c == "#wrong" and i < len(toks) and toks[i].isdigit() and int(toks[i]) > 0:
             raise SpecError("nccl-tests", f"{where}: #wrong {toks[i]}: the collective delivered wrong data in this "
                                           "row; a failed run is no measurement")

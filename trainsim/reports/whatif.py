@@ -58,6 +58,7 @@ class ReportOptions:
     plan_top_k: int = 10
     run_plan: bool = True
     scaling_points: int = 6
+    plan_rank: int = 1                         # with a plan: the rank of the layout reported
     notes: list[str] = field(default_factory=list)
 
 
@@ -319,6 +320,7 @@ def _report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any] | N
             measured: Mapping[str, Any] | None, title: str | None) -> Report:
     profile = load_profile(opts.profile_path) if opts.profile_path else None
     pred = predict(scn, fast=False, profile=profile, fixed_costs=True)
+    drift = _plan_drift_note(plan_json, opts, pred)  # the user's plan, before one is searched here
     sections: list[Section] = [
         Section("scenario", "Scenario", tables=[scenario_table(scn)]),
         _step_section(scn, pred, profile),
@@ -348,7 +350,27 @@ def _report(scn: Scenario, opts: ReportOptions, plan_json: Mapping[str, Any] | N
         title=title or f"trainsim what-if report: {scn.model.name} on {_gpus_text(scn)}",
         subtitle=f"{scn.name} — TP{scn.layout.tp} PP{scn.layout.pp} DP{scn.dp} CP{scn.layout.cp} EP{scn.layout.ep} "
                  f"VPP{scn.layout.vpp}, {scn.training.schedule}, {scn.training.global_batch}×{scn.training.seq_len} tokens per step",
-        metrics=metrics, sections=sections, notes=_report_notes(opts, pred))
+        metrics=metrics, sections=sections, notes=_report_notes(opts, pred) + drift)
+
+
+# A reported layout's step time beside what its plan recorded for it: the same engine on the same request agrees
+# to rounding; beyond this the plan file was edited or came from another trainsim or calibration.
+PLAN_DRIFT_RTOL = 1e-3
+
+
+def _plan_drift_note(plan_json: Mapping[str, Any] | None, opts: ReportOptions, pred) -> list[str]:
+    """A note where the reported layout's prediction differs from the step time its plan file records."""
+    if plan_json is None:
+        return []
+    rows = [r for r in plan_json.get("rows", []) if isinstance(r, Mapping) and r.get("fits", True)]
+    if not 1 <= opts.plan_rank <= len(rows) or rows[opts.plan_rank - 1].get("source") != "engine":
+        return []
+    recorded = rows[opts.plan_rank - 1]["step_time_s"]
+    if abs(pred.step_time_s / recorded - 1) <= PLAN_DRIFT_RTOL:
+        return []
+    return [(f"The plan file records {fmt_time(recorded)} per step for this layout (rank {opts.plan_rank}); this "
+             f"prediction is {fmt_time(pred.step_time_s)}: the file was edited, or made by another trainsim version "
+             f"or calibration. The ranked table shows the file's figures.")]
 
 
 def _step_section(scn: Scenario, pred, profile) -> Section:
@@ -612,6 +634,28 @@ def memory_assumptions_text(pred) -> str:
             f"sharding){other}.")
 
 
+# The metrics of a plan row the ranked table renders: each a finite number, the first group above zero.
+_POSITIVE_METRICS = ("step_time_s", "tokens_per_s", "gpu_bytes")
+_NONNEGATIVE_METRICS = ("mfu", "peak_bytes", "goodput", "time_to_train_s", "gpu_hours", "cost")
+
+
+def _check_plan_metrics(rows: list) -> None:
+    """SpecError naming the first rendered metric of a plan's rows that no plan writes (negative, zero where it
+    must be positive, non-finite, not a number): the report shows the file's figures as they are."""
+    for i, r in enumerate(rows, 1):
+        if not isinstance(r, Mapping):
+            raise SpecError(f"plan.rows[{i}]", f"must be a mapping, got {type(r).__name__}")
+        for key in _POSITIVE_METRICS + _NONNEGATIVE_METRICS:
+            v = r.get(key)
+            if v is None and key not in _POSITIVE_METRICS:
+                continue
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise SpecError(f"plan.rows[{i}].{key}", f"must be a finite number, got {v!r}")
+            if v < 0 or (v == 0 and key in _POSITIVE_METRICS):
+                raise SpecError(f"plan.rows[{i}].{key}", f"must be {'> 0' if key in _POSITIVE_METRICS else '>= 0'}, "
+                                                        f"got {v!r}")
+
+
 def scenario_from_plan(plan_json: Mapping[str, Any], rank: int = 1) -> Scenario:
     """The scenario of the ``rank``-th layout of a `trainsim plan --json` result."""
     if plan_json.get("kind") != "plan" or "request" not in plan_json:
@@ -621,6 +665,7 @@ def scenario_from_plan(plan_json: Mapping[str, Any], rank: int = 1) -> Scenario:
         raise SpecError("plan", "the plan has no layout that fits in memory")
     if not 1 <= rank <= len(rows):
         raise SpecError("rank", f"must be between 1 and {len(rows)}")
+    _check_plan_metrics(rows)
     req = plan_json["request"]
     model = load_model(req["model"])
     cluster = load_cluster(req["cluster"])

@@ -22,6 +22,31 @@ def calibration_notes(scenario: Scenario, profile: CalibrationProfile | None) ->
     return _device_note(scenario, profile) + _collectives_note(scenario, profile) + _run_factor_note(scenario, profile)
 
 
+def device_class_refusal(gpu_names: set[str], profile) -> str | None:
+    """Why ``profile`` cannot price a cluster of these GPUs at all, or None: its measurements ran on a CPU and the
+    cluster has no CPU device, or on a GPU and the cluster is the host CPU. Their times are absolute (GEMM rates,
+    gloo or NCCL fits), so across that divide no prediction would be faithful (a GPU profile of another preset is
+    named in a note instead: ``_device_note``)."""
+    if profile is None or not profile.has_measurements():
+        return None
+    fp = profile.fingerprint
+    measured = "cpu" if fp.device == "cpu" else gpu_preset_for(fp.device_name)
+    if measured is None:
+        return None
+    cpu = {g for g in gpu_names if _host_cpu(g)}
+    if (measured == "cpu") == bool(cpu) or (cpu and cpu != gpu_names):
+        return None
+    where = "the host CPU" if measured == "cpu" else f"a GPU ({fp.device_name}, preset {measured})"
+    return (f"the profile was measured on {where} and the cluster's devices are {', '.join(sorted(gpu_names))}: "
+            "its measured times cannot price them; calibrate on the cluster's own device")
+
+
+def cluster_gpu_names(scenario_or_cluster) -> set[str]:
+    """The device names of a cluster (a Scenario's or a ClusterSpec), its pools' included."""
+    cluster = getattr(scenario_or_cluster, "cluster", scenario_or_cluster)
+    return {cluster.gpu.name, *(p.gpu.name for p in (cluster.pools or ()) if p.gpu is not None)}
+
+
 def _device_note(scenario: Scenario, profile) -> list[str]:
     """A note where a profile's microbenchmarks ran on another device than the cluster's GPU -- a GPU of another
     preset, or a CPU profile on a GPU cluster and the reverse (its GEMM, attention and collective times are
@@ -33,8 +58,7 @@ def _device_note(scenario: Scenario, profile) -> list[str]:
     measured = "cpu" if fp.device == "cpu" else gpu_preset_for(fp.device_name)
     if measured is None:
         return []
-    pools = scenario.cluster.pools or ()
-    gpus = {scenario.cluster.gpu.name, *(p.gpu.name for p in pools if p.gpu is not None)}
+    gpus = cluster_gpu_names(scenario)
     other = sorted(g for g in gpus if (gpu_preset_for(g) or _host_cpu(g)) not in (None, measured))
     if not other:
         return []

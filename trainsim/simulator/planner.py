@@ -21,10 +21,11 @@ from pydantic import ValidationError
 from trainsim import SCHEMA_VERSION
 from trainsim.cost_models import memory
 from trainsim.cost_models.profile import load_profile
-from trainsim.specs import ClusterSpec, ModelSpec, Scenario, SpecError
+from trainsim.specs import ClusterSpec, ModelSpec, Scenario, SpecError, build_scenario
 from trainsim.specs.memo import in_memo_scope, memoised
 
 from . import goodput as gp
+from .calibration_notes import cluster_gpu_names, device_class_refusal
 from .pools import pooled_memory_over, pools_fit, tightest_pool
 from .search_space import (
     RECOMPUTE_LADDER,
@@ -500,6 +501,25 @@ def _oom_retries(screened: list[PlanRow], confirmed: list[PlanRow]) -> list[Plan
     return retry
 
 
+def _no_layout_reason(req) -> tuple[str, str]:
+    """(field, reason) for a search that enumerated nothing: the pinned degrees as ``predict`` refuses them where
+    it does (one GPU count at a time), else the constraints that leave no split of the GPUs."""
+    fixed = req.limits.fixed
+    pins = ", ".join(f"{k}={v}" for k, v in sorted(fixed.items()))
+    layout = {k: v for k, v in fixed.items() if k in ("tp", "pp", "cp", "ep", "etp", "vpp")}
+    for gpus in req.gpu_counts:
+        try:
+            build_scenario({"model": req.model, "cluster": req.cluster, "gpus": gpus, "layout": layout,
+                            "training": {"seq_len": req.seq_len, "global_batch": req.global_batch,
+                                         **req.limits.training_extra}})
+        except SpecError as e:
+            return e.field, e.reason
+    counts = ", ".join(str(g) for g in req.gpu_counts)
+    return "layout", (f"no layout of {counts} GPU(s) splits global batch {req.global_batch} x seq {req.seq_len}"
+                      + (f" with {pins}" if pins else "") + " (tp, cp, pp and dp must divide the GPUs, the model's "
+                      "heads, layers and sequence, and dp the global batch)")
+
+
 @in_memo_scope  # the whole search shares one memo scope (specs.memo)
 def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress | None = None) -> PlanResult:
     """Search the layout space of ``req`` and return the ranked, engine-confirmed plan: enumerate candidates,
@@ -509,9 +529,14 @@ def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress 
         raise SpecError("gpus", "no GPU count to plan for")
     if req.objective not in ("time", "cost"):
         raise SpecError("objective", f"must be time or cost, got {req.objective!r}")
+    profile = plan_profile(req.profile_path)
+    if (why := device_class_refusal(cluster_gpu_names(req.cluster), profile)) is not None:
+        raise SpecError("calibration", why)
     ctx = _Context(req.model, req.cluster, req.global_batch, req.seq_len, req.limits,
-                   plan_profile(req.profile_path), req.prune_dominated, req.memory_limit_bytes, req.memory_headroom)
+                   profile, req.prune_dominated, req.memory_limit_bytes, req.memory_headroom)
     cands = _candidates(req)
+    if not cands:
+        raise SpecError(*_no_layout_reason(req))
     counts = {"enumerated": len(cands), "invalid": 0, "oom": 0, "over_headroom": 0, "dominated": 0, "screened": 0,
               "confirmed": 0, "engine_oom": 0}
     ckpt_s = checkpoint_seconds(req, cands)

@@ -336,6 +336,21 @@ def load_scenario_file(path: str | os.PathLike) -> dict:
     return data
 
 
+def _check_one_gpu_count(raw: Mapping) -> None:
+    """A scenario file states its GPU count once: top-level ``gpus`` and ``cluster.num_gpus`` that disagree are
+    refused (a command-line ``--gpus`` overrides either)."""
+    cluster = raw.get("cluster")
+    top, inner = raw.get("gpus"), cluster.get("num_gpus") if isinstance(cluster, Mapping) else None
+    if top is None or inner is None:
+        return
+    try:
+        same = gpu_count(top) == gpu_count(inner)
+    except SpecError:
+        return  # an unreadable count is refused where it is read, naming its own field
+    if not same:
+        raise SpecError("gpus", f"the scenario gives gpus: {top} and cluster.num_gpus: {inner}; state one")
+
+
 def build_scenario(raw: Mapping | None = None, overrides: Mapping | None = None) -> Scenario:
     """Merge a raw scenario mapping with flat overrides (CLI flags; ``None`` = not given) and resolve it.
 
@@ -361,6 +376,8 @@ def build_scenario(raw: Mapping | None = None, overrides: Mapping | None = None)
         gpus = gpu_count(gpus)
     if gpus is not None and not (0 < gpus <= 10_000_000):
         raise SpecError("gpus", f"must be between 1 and 10,000,000, got {gpus}")
+    if "gpus" not in ov:
+        _check_one_gpu_count(raw)
     layout_raw = raw.get("layout") or {}
     training_raw = raw.get("training") or {}
     for key, val in (("layout", layout_raw), ("training", training_raw)):

@@ -63,6 +63,16 @@ class InputTooComplex(ValueError):
 
 # --- bytes and text -----------------------------------------------------------------------------------------------
 
+def not_a_file(path: str | os.PathLike) -> str | None:
+    """Why ``path`` cannot be read as a file ("no such file", a directory, not a regular file), None if it can."""
+    p = Path(path)
+    if p.is_file():
+        return None
+    if p.is_dir():
+        return f"{p} is a directory, not a file"
+    return f"{p} is not a regular file" if p.exists() else f"no such file: {p}"
+
+
 def read_text(path: str | os.PathLike, field: str, max_bytes: int = MAX_INPUT_BYTES) -> str:
     """The UTF-8 text of a regular file of at most ``max_bytes`` bytes, else a SpecError naming ``field``."""
     p = Path(path)

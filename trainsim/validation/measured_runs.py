@@ -14,6 +14,7 @@ from pathlib import Path
 
 from trainsim.simulator.run_fit import MeasuredRun
 from trainsim.specs import SpecError
+from trainsim.specs.safe_read import not_a_file
 
 from .datasets import Case, Dataset, load_dataset
 from .run_logs import _err, is_megatron_log, is_torchtitan_log, megatron_run, read_lines
@@ -92,8 +93,8 @@ def load_runs(files: list[str], config: list[str] | None, cluster: list[str] | N
     runs: list[MeasuredRun] = []
     for name in files:
         path = Path(name)
-        if not path.is_file():
-            raise SpecError(name, "no such file")
+        if (why := not_a_file(path)) is not None:
+            raise SpecError(name, why)
         if path.suffix.lower() == ".csv":
             runs += runs_from_csv(path)
             continue

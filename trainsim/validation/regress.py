@@ -19,7 +19,7 @@ from typing import Any
 from trainsim import SCHEMA_VERSION, __version__
 from trainsim.specs import Scenario, SpecError, build_scenario, load_scenario_file
 from trainsim.specs.loaders import read_mapping
-from trainsim.specs.safe_read import parse_yaml, read_text
+from trainsim.specs.safe_read import not_a_file, parse_yaml, read_text
 from trainsim.specs.safe_write import write_atomic
 
 BASELINE_KIND = "trainsim-regress-baseline"
@@ -85,8 +85,8 @@ def suite_paths(suite: str | os.PathLike) -> list[tuple[str, Path]]:
     out = []
     for item in data:
         f = (p.parent / item) if not os.path.isabs(item) else Path(item)
-        if not f.is_file():
-            raise SpecError("suite", f"{p} lists {item!r}, which does not exist")
+        if (why := not_a_file(f)) is not None:
+            raise SpecError("suite", f"{p} lists {item!r}: {why}")
         out.append((Path(item).as_posix(), f))
     names = [n for n, _ in out]
     if len(set(names)) != len(names):
@@ -145,8 +145,8 @@ def snapshot(scenarios: Iterable[tuple[str, Scenario]], predict_fn: Callable[[Sc
 def load_baseline(path: str | os.PathLike) -> dict[str, Any]:
     """A regress baseline, checked: its kind and every scenario's metrics; SpecError otherwise."""
     p = Path(path)
-    if not p.is_file():
-        raise SpecError("baseline", f"no such file: {p} (create it with --update)")
+    if (why := not_a_file(p)) is not None:
+        raise SpecError("baseline", why + (" (create it with --update)" if not p.exists() else ""))
     data = read_mapping(p, "baseline")  # size limit, UTF-8, JSON/YAML errors as one line
     if data.get("kind") != BASELINE_KIND or not isinstance(data.get("scenarios"), dict):
         raise SpecError("baseline", f"{p} is not a trainsim regress baseline (kind {BASELINE_KIND!r})")

@@ -35,6 +35,7 @@ from trainsim.cost_models.profile_limits import MAX_MEASURED_S
 from trainsim.simulator.run_fit import MeasuredRun
 from trainsim.specs import SpecError, build_scenario
 from trainsim.specs.hardware import GPUSpec
+from trainsim.specs.safe_read import not_a_file
 
 WARMUP_ITERS = 10
 MAX_LOG_BYTES = 512 * 1024 * 1024
@@ -60,8 +61,8 @@ def _err(path: Path, line: int | None, field: str, reason: str) -> SpecError:
 
 def read_lines(path: Path) -> list[str]:
     """The file's lines with ANSI colours removed; SpecError if it cannot be read as text."""
-    if not path.is_file():
-        raise SpecError(str(path), "no such file")
+    if (why := not_a_file(path)) is not None:
+        raise SpecError(str(path), why)
     if path.stat().st_size > MAX_LOG_BYTES:
         raise _err(path, None, "size", f"larger than {MAX_LOG_BYTES >> 20} MiB")
     try:

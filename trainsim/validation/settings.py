@@ -85,6 +85,6 @@ def whole(row, column: str) -> int | None:
     text = row[column]
     if not text:
         return None
-    if not text.isdigit():
+    if not (text.isascii() and text.isdigit()):
         raise SpecError("settings", f"{column}: must be a whole number >= 0, got {text!r}")
     return int(text)

@@ -18,6 +18,7 @@ import tomllib
 from trainsim.simulator.run_fit import MeasuredRun
 from trainsim.specs import SpecError
 from trainsim.specs.fp8_library import TORCHAO_ONLY
+from trainsim.specs.safe_read import not_a_file
 
 from .run_logs import _err, _scenario, median_after_warmup, read_lines
 
@@ -33,8 +34,8 @@ STEP = re.compile(r"\bstep:\s*(\d+)\s.*?\btps:\s*([^\s]+)")
 
 def read_toml(path: Path) -> dict:
     """A torchtitan TOML config; SpecError when it is missing, unreadable or not TOML."""
-    if not path.is_file():
-        raise SpecError(str(path), "no such file")
+    if (why := not_a_file(path)) is not None:
+        raise SpecError(str(path), why)
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as e:
