@@ -260,7 +260,7 @@ def test_cli_plans_with_the_scenario_files_training_settings(tmp_path, capsys):
     assert row["step_time_s"] == pytest.approx(predict(sc).step_time_s, rel=1e-9)
     assert row["step_time_s"] > plain["rows"][0]["step_time_s"]
     # `report --plan` rebuilds the ranked layout with the same settings
-    from trainsim.reports.whatif import scenario_from_plan
+    from trainsim.reports.plan_file import scenario_from_plan
     again = scenario_from_plan(eager)
     assert again.training.framework == "pytorch-fsdp" and again.training.flash_attention is False
     off = best({"offload_activation_layers": 16})

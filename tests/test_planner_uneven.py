@@ -131,7 +131,7 @@ def test_a_plan_json_row_with_a_split_reopens_as_its_scenario():
     """`trainsim report --plan plan.json --rank N` rebuilds the layout, split included, from the JSON row."""
     import json
 
-    from trainsim.reports.whatif import scenario_from_plan
+    from trainsim.reports.plan_file import scenario_from_plan
     req = PlanRequest(model=load_model("deepseek-v3"), cluster=load_cluster("dgx-h100"), gpu_counts=(256,),
                       global_batch=1024, seq_len=4096, top_k=1,
                       limits=SearchLimits(fixed={"tp": 1, "cp": 1, "ep": 16, "pp": 16, "zero": 1,
@@ -164,8 +164,8 @@ def test_moe_plans_search_expert_tensor_parallel_folding():
     import json
 
     from trainsim.cli.plan import write_csv
+    from trainsim.reports.plan_file import scenario_from_plan
     from trainsim.reports.tables import layout_row
-    from trainsim.reports.whatif import scenario_from_plan
     model = load_model("qwen3-30b-a3b")
     cands = list(enumerate_candidates(model, load_cluster("dgx-h100", 16), 16, 64, 4096,
                                       SearchLimits(fixed={"tp": 2, "pp": 1, "cp": 1, "micro_batch": 1,

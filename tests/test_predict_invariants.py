@@ -106,6 +106,7 @@ def test_a_profile_across_the_cpu_gpu_divide_is_refused(tmp_path, capsys):
     h200 = Path(__file__).resolve().parents[1] / H200_PROFILE
     prof = json.loads(h200.read_text())
     prof["fingerprint"].update(device="cpu", device_name="x86_64")
+    prof["reference_preset"] = "cpu"  # as `trainsim calibrate --device cpu` writes it
     cpu = tmp_path / "cpu.json"
     cpu.write_text(json.dumps(prof))
     gpu_run = ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch", "64", "--seq-len",

@@ -21,8 +21,8 @@ PLAN = ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--global-batch
 @pytest.mark.parametrize("flags, finishes", [
     (["--checkpoint-write-s", "0"], True),                                # ValueError: interval must be positive
     (["--storage-write-gbps", "1e-9"], False),                            # OverflowError in exp
-    (["--restart-s", "1e300"], False),                                    # OverflowError in exp
-    (["--checkpoint-write-s", "0", "--restart-s", "1e300"], False),
+    (["--restart-s", "1e7", "--failure-rate-per-gpu-hour", "1"], False),  # exp(R/M) with M = 450 s overflows
+    (["--checkpoint-write-s", "0", "--restart-s", "1e7", "--failure-rate-per-gpu-hour", "1"], False),
 ])
 def test_plan_failure_model_edges_answer_without_a_traceback(flags, finishes):
     for out in ("--json", "--csv", None):
@@ -33,6 +33,13 @@ def test_plan_failure_model_edges_answer_without_a_traceback(flags, finishes):
         assert row["time_to_train_s"] >= row["ideal_time_s"] > 0 and 0 < row["goodput"] <= 1
     else:
         assert row["time_to_train_s"] is None and row["gpu_hours"] is None and row["goodput"] == 0.0
+
+
+@pytest.mark.parametrize("flag", ["--restart-s", "--checkpoint-write-s"])
+def test_a_restart_or_checkpoint_beyond_any_run_is_refused(flag):
+    """Past 10^7 s (116 days, longer than any training run) a restart or checkpoint write is a typo, not a plan."""
+    r = run_cli(PLAN + [flag, "1e300"])
+    assert r.code == 2 and r.err.strip().endswith("must be in the range >= 0, <= 1e+07, got 1e300"), r.err
 
 
 def test_a_free_checkpoint_is_the_limit_of_dalys_formula():

@@ -139,7 +139,8 @@ def _positive(v, field: str, allow_none: bool = False, allow_zero: bool = False)
 def run(args: argparse.Namespace) -> int:
     # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
     from trainsim.reports.html import write_report
-    from trainsim.reports.whatif import ReportOptions, build_report, scenario_from_plan
+    from trainsim.reports.plan_file import scenario_from_plan
+    from trainsim.reports.whatif import ReportOptions, build_report
 
     t0 = time.perf_counter()
     check_output_dir(args.out, "out")  # before the prediction and the plan, not after

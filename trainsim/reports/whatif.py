@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -21,16 +21,13 @@ from trainsim.simulator.planner import PlanRequest, peak_memory_bytes, plan
 from trainsim.simulator.pools import pooled_memory_over, stage_capacity_bytes
 from trainsim.simulator.predict import HOST_BOUND_SHARE, LATENCY_BOUND_SHARE, MAX_TRACE_PASSES, predict
 from trainsim.simulator.search_space import (
-    Candidate,
     SearchLimits,
-    check_training_extra,
     divisors,
     pipeline_splits,
-    to_scenario,
     training_extra,
     uneven_split,
 )
-from trainsim.specs import Scenario, SpecError, load_cluster, load_layout, load_model, resolve
+from trainsim.specs import Scenario, SpecError, resolve
 from trainsim.specs.errors import from_validation_error
 from trainsim.specs.pools import gpus_label
 from trainsim.validation.intervals import interval_for, load_table
@@ -484,24 +481,6 @@ def _scaling_section(scn: Scenario, profile, opts: ReportOptions) -> Section:
         [Table("Scaling points", ["kind", "GPUs", "DP", "global batch", "step", "tokens/s", "MFU", "fits"], sc_rows)])
 
 
-def _check_row_types(cand: Candidate, rank: int) -> None:
-    """SpecError naming the first field of a plan row of another type than the planner writes: the layout would
-    otherwise be read leniently (tp true as 1, "2" as 2, 2.5 refused only later, under another name)."""
-    for f in fields(Candidate):
-        v = getattr(cand, f.name)
-        want = {"int": int, "bool": bool, "str": str}.get(str(f.type).split(" |")[0].split("[")[0], None)
-        if v is None and "None" in str(f.type):
-            continue
-        if f.name == "stage_layers":
-            ok = all(isinstance(n, int) and not isinstance(n, bool) for n in v)
-        elif want is int:
-            ok = isinstance(v, int) and not isinstance(v, bool)
-        else:
-            ok = want is None or isinstance(v, want)
-        if not ok:
-            raise SpecError(f"plan.rows[{rank}].{f.name}", f"must be {str(f.type).split(' |')[0]}, got {v!r}")
-
-
 def _layouts_section(plan_json: Mapping[str, Any]) -> Section:
     """Ranked layouts of a plan: its counts, the best layouts and, over several GPU counts, the Pareto front."""
     rows = [r for r in plan_json.get("rows", []) if r.get("fits", True)]
@@ -632,75 +611,3 @@ def memory_assumptions_text(pred) -> str:
     return (f"Model states as {a['framework']} keeps them: {a['note']} ({a['weights_bytes_per_param']:g} + "
             f"{a['grads_bytes_per_param']:g} + {a['optimizer_bytes_per_param']:g} bytes per parameter before "
             f"sharding){other}.")
-
-
-# The metrics of a plan row the ranked table renders: each a finite number, the first group above zero.
-_POSITIVE_METRICS = ("step_time_s", "tokens_per_s", "gpu_bytes")
-_NONNEGATIVE_METRICS = ("mfu", "peak_bytes", "goodput", "time_to_train_s", "gpu_hours", "cost")
-
-
-def _check_plan_metrics(rows: list) -> None:
-    """SpecError naming the first rendered metric of a plan's rows that no plan writes (negative, zero where it
-    must be positive, non-finite, not a number): the report shows the file's figures as they are."""
-    for i, r in enumerate(rows, 1):
-        if not isinstance(r, Mapping):
-            raise SpecError(f"plan.rows[{i}]", f"must be a mapping, got {type(r).__name__}")
-        for key in _POSITIVE_METRICS + _NONNEGATIVE_METRICS:
-            v = r.get(key)
-            if v is None and key not in _POSITIVE_METRICS:
-                continue
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-                raise SpecError(f"plan.rows[{i}].{key}", f"must be a finite number, got {v!r}")
-            if v < 0 or (v == 0 and key in _POSITIVE_METRICS):
-                raise SpecError(f"plan.rows[{i}].{key}", f"must be {'> 0' if key in _POSITIVE_METRICS else '>= 0'}, "
-                                                        f"got {v!r}")
-
-
-def scenario_from_plan(plan_json: Mapping[str, Any], rank: int = 1) -> Scenario:
-    """The scenario of the ``rank``-th layout of a `trainsim plan --json` result."""
-    if plan_json.get("kind") != "plan" or "request" not in plan_json:
-        raise SpecError("plan", "not a `trainsim plan --json` result (missing kind/request)")
-    rows = [r for r in plan_json.get("rows", []) if r.get("fits", True)]
-    if not rows:
-        raise SpecError("plan", "the plan has no layout that fits in memory")
-    if not 1 <= rank <= len(rows):
-        raise SpecError("rank", f"must be between 1 and {len(rows)}")
-    _check_plan_metrics(rows)
-    req = plan_json["request"]
-    model = load_model(req["model"])
-    cluster = load_cluster(req["cluster"])
-    r = rows[rank - 1]
-    try:
-        kw = {k: r[k] for k in Candidate.__dataclass_fields__ if k not in ("stage_layers", "etp")}
-        cand = Candidate(**kw, etp=r.get("etp"),
-                         stage_layers=tuple(r["stage_layers"]) if r.get("stage_layers") else None)
-    except (KeyError, TypeError) as e:
-        raise SpecError("plan.rows", f"row {rank} is incomplete: {e}") from None
-    _check_row_types(cand, rank)
-    for key in ("global_batch", "seq_len"):
-        if isinstance(req.get(key), bool) or not isinstance(req.get(key), int):
-            raise SpecError(f"plan.request.{key}", f"must be a whole number, got {req.get(key)!r}")
-    extra = req.get("training", {})
-    if not isinstance(extra, Mapping):
-        raise SpecError("plan.request.training", f"must be a mapping, got {type(extra).__name__}")
-    searched = sorted(set(extra) - set(training_extra(extra)))
-    if searched:
-        raise SpecError(f"plan.request.training.{searched[0]}", "is decided by the plan's layout, not a fixed setting")
-    placement = req.get("placement")
-    try:
-        if placement is not None:
-            placement = load_layout({"placement": placement}).placement
-        check_training_extra(extra, seq_len=1, global_batch=1)
-    except SpecError as e:
-        raise SpecError(f"plan.request.{e.field}", e.reason) from None
-    etp = req.get("etp")
-    if etp is not None:
-        try:
-            etp = load_layout({"etp": etp}).etp
-        except SpecError as e:
-            raise SpecError(f"plan.request.{e.field}", e.reason) from None
-    lim = SearchLimits(dtype=req.get("dtype", "bf16"), training_extra=dict(extra), placement=placement, etp=etp)
-    if "etp" not in r and etp is not None and model.is_moe:  # a plan written before rows carried their etp
-        cand = replace(cand, etp=lim.expert_tp(cand.tp))
-    return to_scenario(model, cluster, cand, int(req["global_batch"]), int(req["seq_len"]), lim,
-                       name=f"{model.name} plan #{rank}: {cand.label()}")

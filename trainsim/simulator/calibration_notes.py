@@ -30,7 +30,10 @@ def device_class_refusal(gpu_names: set[str], profile) -> str | None:
     if profile is None or not profile.has_measurements():
         return None
     fp = profile.fingerprint
-    measured = "cpu" if fp.device == "cpu" else gpu_preset_for(fp.device_name)
+    # A CPU run names its processor and compares with the cpu preset; a hand-written profile keeps the default
+    # fingerprint (device cpu, device_name unknown) and is not taken for one.
+    cpu_run = fp.device == "cpu" and fp.device_name != "unknown" and profile.reference_preset in (None, "cpu")
+    measured = "cpu" if cpu_run else None if fp.device == "cpu" else gpu_preset_for(fp.device_name)
     if measured is None:
         return None
     cpu = {g for g in gpu_names if _host_cpu(g)}

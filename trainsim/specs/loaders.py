@@ -337,10 +337,12 @@ def load_scenario_file(path: str | os.PathLike) -> dict:
 
 
 def _check_one_gpu_count(raw: Mapping) -> None:
-    """A scenario file states its GPU count once: top-level ``gpus`` and ``cluster.num_gpus`` that disagree are
-    refused (a command-line ``--gpus`` overrides either)."""
+    """A scenario states its GPU count once: top-level ``gpus`` and a ``cluster: {preset: ..., num_gpus: ...}``
+    written beside it that disagree are refused (a command-line ``--gpus`` overrides either; a cluster file's or a
+    whole cluster mapping's own size is what ``gpus`` resizes)."""
     cluster = raw.get("cluster")
-    top, inner = raw.get("gpus"), cluster.get("num_gpus") if isinstance(cluster, Mapping) else None
+    inner = cluster.get("num_gpus") if isinstance(cluster, Mapping) and "preset" in cluster else None
+    top = raw.get("gpus")
     if top is None or inner is None:
         return
     try:

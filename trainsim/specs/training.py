@@ -418,8 +418,10 @@ class TrainingSpec(BaseModel):
                              f"(framework torch or pytorch-fsdp); framework {self.framework} runs its own block "
                              f"code: use framework torch or pytorch-fsdp, or block_code fused")
         if BEHAVIOURS[self.framework].no_mcore_overlap and self.tp_comm_overlap:
+            torch_note = ("; torch's async TP (torchtitan enable_async_tensor_parallel) is not modelled"
+                          if BEHAVIOURS[self.framework].torch_training_loop else "")
             raise SpecError("tp_comm_overlap", f"Transformer Engine's userbuffers overlap (Megatron-Core) is not in "
-                                               f"framework {self.framework}, whose TP runs without it: use "
+                                               f"framework {self.framework}, whose TP runs without it{torch_note}: use "
                                                f"framework megatron or drop it")
         if self.tp_comm_overlap and not self.sequence_parallel:
             # Megatron-LM arguments.py: "Tensor parallel communication/GEMM overlap can happen only when sequence
