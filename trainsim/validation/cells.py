@@ -87,6 +87,15 @@ def optional_positive(row: Mapping[str, str | None], key: str) -> float | None:
     return v
 
 
+def optional_count(row: Mapping[str, str | None], key: str) -> int | None:
+    """The optional count cell ``row[key]`` (nodes, GPUs per node): None when empty, else a positive whole number;
+    SpecError naming ``key`` for anything else ('eight', '0', '2.5')."""
+    v = optional_positive(row, key)
+    if v is not None and v != int(v):
+        raise SpecError(key, f"{row.get(key)!r} is not a whole number")
+    return None if v is None else int(v)
+
+
 def cluster(preset_name: str, gpus: int, **overrides) -> dict:
     """A cluster mapping: a preset with top-level overrides (nested dicts merged one level deep)."""
     base = load_cluster(preset_name).model_dump()
