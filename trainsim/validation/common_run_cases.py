@@ -17,7 +17,6 @@ from trainsim.specs import SpecError
 from trainsim.specs.memo import memoised
 from trainsim.validation import common_runs
 from trainsim.validation.cases import Case, Dataset, read_rows, scenario_or_skip
-from trainsim.validation.cells import integer as _int
 from trainsim.validation.cells import num as _num
 from trainsim.validation.settings import read_settings, whole
 
