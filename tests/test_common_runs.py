@@ -434,13 +434,15 @@ def test_a_whole_number_column_refuses_what_is_no_whole_number(text):
     ("zero_or_sharding", "ZeRO-1 then ZeRO-3"), ("pipeline_schedule", "GPipe (not 1F1B)"),
 ])
 def test_a_negated_or_doubled_value_is_refused_naming_the_column(column, text):
-    """A cell that negates a value or names two is never read as one of them (the reading it had was the
-    opposite: 'full (not selective)' as selective, 'fp16 (bf16 unsupported)' as bf16, 'no FSDP' as ZeRO-3)."""
+    """A cell that negates a value or names two is never read as one of them: reading a keyword alone gives the
+    opposite of what it says ('full (not selective)' as selective, 'fp16 (bf16 unsupported)' as bf16, 'no FSDP'
+    as ZeRO-3)."""
     reader = {"recompute": common_runs.recompute, "precision": common_runs.precision,
               "zero_or_sharding": common_runs.zero_stage,
               "pipeline_schedule": lambda r: common_runs.schedule(r, 1)}[column]
-    with pytest.raises(SpecError, match=f"^{column}: "):
+    with pytest.raises(SpecError, match=f"^{column}: ") as e:
         reader({column: text})
+    assert repr(text) in str(e.value)  # the value as written
 
 
 @pytest.mark.parametrize("column, text, expected", [

@@ -241,7 +241,7 @@ def zero_stage(r: dict) -> tuple[int, bool]:
     stated = re.search(_STAGE + r"(\d+)\b", t)
     if stated and int(stated.group(1)) > 3:  # ZeRO has stages 0-3 (Rajbhandari et al., arXiv:1910.02054)
         raise SpecError("zero_or_sharding", f"{raw!r}: ZeRO has stages 0 to 3")
-    named = named_values("zero_or_sharding", t, ZERO_STAGES, negatable=SHARDING_WORDS)
+    named = named_values("zero_or_sharding", raw, ZERO_STAGES, negatable=SHARDING_WORDS)
     stage = int(named.pop()) if named else 3 if "fsdp" in t else 0
     if stage or re.search(r"no[_\s-]?shard", t):
         return stage, False
@@ -273,7 +273,7 @@ def precision(r: dict) -> str:
     """The training dtype the ``precision`` text names; bf16 when it names none ("mixed precision", empty). A cell
     naming both 16-bit formats, or negating a format ('fp16 (bf16 unsupported on V100)'), is refused."""
     t = (r.get("precision") or "").lower()
-    named_values("precision", t, SIXTEEN_BIT, negatable=DTYPE_WORDS)
+    named_values("precision", r.get("precision") or "", SIXTEEN_BIT, negatable=DTYPE_WORDS)
     if re.search(r"fp8|float8|e4m3|e5m2|mxfp8", t):
         return "fp8"
     if "bf16" in t or "bfloat16" in t:
@@ -320,7 +320,7 @@ def recompute(r: dict) -> str:
     t = raw.strip().lower()
     if NOT_STATED.match(t):
         return "none"
-    named = named_values("recompute", t, RECOMPUTE_VALUES)
+    named = named_values("recompute", raw.strip(), RECOMPUTE_VALUES)
     if negation(t, RECOMPUTE_WORDS):  # 'none (trained without activation checkpointing)'
         named.add("none")
     if len(named) > 1:
@@ -369,7 +369,7 @@ def schedule_text(r: dict) -> str:
         return sched
     if m := re.search(UNMODELLED_SCHEDULES, sched):
         raise SpecError("pipeline_schedule", f"{raw!r}: {m.group(0)} is a schedule trainsim has no engine for")
-    if not named_values("pipeline_schedule", sched, SCHEDULES) and "interleav" not in sched:
+    if not named_values("pipeline_schedule", raw, SCHEDULES) and "interleav" not in sched:
         raise SpecError("pipeline_schedule", f"{raw!r} names no schedule trainsim models (1F1B, interleaved 1F1B, "
                                              "GPipe, zero bubble, DualPipe)")
     return sched
