@@ -48,6 +48,8 @@ CASES = [
     ("micro-batch-negative", P + [f("micro-batch-negative.yaml")], "training.micro_batch"),
     ("seq-len-string", P + [f("seq-len-string.yaml")], "training.seq_len"),
     ("training-not-mapping", P + [f("training-list.yaml")], "training"),
+    # gradients are 2 (bf16 / fp16) or 4 (fp32) bytes wide: no 3-byte dtype exists
+    ("grad-dtype-bytes-3", P + [f("grad-dtype-bytes-3.yaml")], "training.grad_dtype_bytes"),
     ("layout-unknown-key", P + [f("layout-unknown-key.yaml")], "layout.tq"),
     # plan searches tp/pp/dp itself, but a value predict refuses in the same file is refused, not ignored
     ("plan-layout-pp-negative", ["plan", f("layout-pp-negative.yaml")], "layout.pp"),

@@ -424,3 +424,78 @@ def test_a_whole_number_column_refuses_what_is_no_whole_number(text):
 
     with pytest.raises(SpecError, match="seq_len"):
         whole({"seq_len": text}, "seq_len")
+
+
+@pytest.mark.parametrize("column, text", [
+    ("recompute", "full (not selective)"), ("recompute", "non-selective (full)"),
+    ("recompute", "selective (full for the first stage)"), ("recompute", "full (without checkpointing)"),
+    ("precision", "fp16 (bf16 unsupported on V100)"), ("precision", "fp16 or bf16"), ("precision", "not fp8"),
+    ("zero_or_sharding", "none (ZeRO-3 not used)"), ("zero_or_sharding", "plain DDP (no FSDP)"),
+    ("zero_or_sharding", "ZeRO-1 then ZeRO-3"), ("pipeline_schedule", "GPipe (not 1F1B)"),
+])
+def test_a_negated_or_doubled_value_is_refused_naming_the_column(column, text):
+    """A cell that negates a value or names two is never read as one of them: reading a keyword alone gives the
+    opposite of what it says ('full (not selective)' as selective, 'fp16 (bf16 unsupported)' as bf16, 'no FSDP'
+    as ZeRO-3)."""
+    reader = {"recompute": common_runs.recompute, "precision": common_runs.precision,
+              "zero_or_sharding": common_runs.zero_stage,
+              "pipeline_schedule": lambda r: common_runs.schedule(r, 1)}[column]
+    with pytest.raises(SpecError, match=f"^{column}: ") as e:
+        reader({column: text})
+    assert repr(text) in str(e.value)  # the value as written
+
+
+@pytest.mark.parametrize("column, text, expected", [
+    ("recompute", "none (8K sequences trained without activation checkpointing)", "none"),
+    ("recompute", "none (launcher yaml: activations_checkpoint_granularity null)", "none"),
+    ("precision", "bf16 (mixed precision: bf16 parameters, fp32 reduce-scatter)", "bf16"),
+    ("precision", "fp16 (fp16 parameters, fp32 master copy)", "fp16"),
+    ("precision", "float8 linears (torchao) + bf16", "fp8"),
+    ("precision", "bf16 (default mixed precision, not stated in table)", "bf16"),
+    ("zero_or_sharding", "FSDP: gradients sharded, parameters not resharded after forward (ZeRO-2)", (2, False)),
+    ("zero_or_sharding", "none (plain DP all-reduce, not overlapped with backward)", (0, False)),
+    ("zero_or_sharding", "ZeRO-1 (BF16_Optimizer, ZERO_STAGE=0 in config)", (1, False)),
+    ("pipeline_schedule", "DeepSpeed pipeline engine 1F1B (non-interleaved)", "1f1b"),
+    ("pipeline_schedule", "none (no pipeline)", "1f1b"),
+])
+def test_remarks_that_agree_with_the_value_read_as_before(column, text, expected):
+    """Negations that do not touch a value keyword, fp32 as mixed precision's master dtype and bf16 beside fp8
+    (cells of this kind are in the bundled tables) keep their reading."""
+    reader = {"recompute": common_runs.recompute, "precision": common_runs.precision,
+              "zero_or_sharding": common_runs.zero_stage,
+              "pipeline_schedule": lambda r: common_runs.schedule(r, 1)}[column]
+    assert reader({column: text}) == expected
+
+
+def test_unknown_values_and_stated_zeros_skip_the_row_naming_the_column(tmp_path):
+    """A schedule trainsim has no engine for, a link rate it cannot place, a stated 0 size and a gradient width
+    that does not exist each skip their row with the column and the value named -- none is replaced by a
+    default (1F1B, the preset's NICs, seq 2048 / vocab 51,200 / ffn 4h, the framework's gradient dtype)."""
+    bad = {"bpipe": {"pipeline_schedule": "BPipe"}, "chimera": {"pipeline_schedule": "Chimera bidirectional"},
+           "sched": {"pipeline_schedule": "round robin"}, "link": {"inter_node_link": "100 Gbps Ethernet"},
+           "seq0": {"seq_len": "0"}, "vocab0": {"vocab": "0"}, "ffn0": {"ffn_hidden": "0"},
+           "gdb3": {"grad_dtype_bytes": "3"}, "gdb0": {"grad_dtype_bytes": "0"},
+           "fullnotsel": {"recompute": "full (not selective)"}}
+    rows = [{**LLAMA_ROW, "row_id": k, **v} for k, v in bad.items()] + [LLAMA_ROW]
+    cases = load_runs(tmp_path, rows)
+    assert cases["l3_16k"].skip_reason is None
+    why = {k: cases[k].skip_reason or "" for k in bad}
+    for k, (column, value) in {"bpipe": ("pipeline_schedule", "BPipe"), "chimera": ("pipeline_schedule", "Chimera"),
+                               "sched": ("pipeline_schedule", "round robin"),
+                               "link": ("inter_node_link", "100 Gbps Ethernet"), "seq0": ("seq_len", "'0'"),
+                               "vocab0": ("vocab", "'0'"), "ffn0": ("ffn_hidden", "'0'"),
+                               "gdb3": ("grad_dtype_bytes", "3"), "gdb0": ("grad_dtype_bytes", "'0'"),
+                               "fullnotsel": ("recompute", "full (not selective)")}.items():
+        assert column in why[k] and value in why[k], (k, why[k])
+
+
+def test_an_empty_size_cell_takes_the_default():
+    row = {"row_id": "g", "model_name": "GPT", "layers": "24", "hidden": "2048", "heads": "16", "ffn_hidden": "",
+           "vocab": "not stated", "seq_len": ""}
+    m = common_runs.model_mapping(row)
+    assert (m["ffn_hidden"], m["vocab_size"], m["max_seq_len"]) == (4 * 2048, 51200, 2048)
+
+
+def test_a_link_rate_inside_a_remark_is_placed_by_the_words_after_it():
+    """'400Gb/s (Mellanox CX-7) per GPU': the remark does not cut the rate off its 'per GPU'."""
+    assert _link("400Gb/s (Mellanox CX-7) per GPU, RDMA fabric") == (8, pytest.approx(50e9))

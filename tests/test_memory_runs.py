@@ -199,6 +199,11 @@ def test_bad_cells_skip_the_row_naming_the_column(raw_rows):
     assert "flash_attention" in memory_case({**row, "flash_attention": "maybe"}).skip_reason
     assert "peak_memory_gib" in memory_case({**row, "peak_memory_gib": "-3"}).skip_reason
     assert "gpu_memory_gib" in memory_case({**row, "gpu_memory_gib": "0"}).skip_reason
+    # an unreadable optional cell is refused, not read as empty (the preset's 80 GB, the derived CUDA context)
+    for column, text in (("gpu_memory_gib", "lots"), ("cuda_context_mib", "abc"), ("grad_bytes", "0"),
+                         ("recompute", "full, not selective")):
+        why = memory_case({**row, column: text}).skip_reason
+        assert why and f"{column}: {text!r}" in why, why
     off = memory_case({**row, "offload": "optimizer+params"})  # FSDP's CPUOffload moves both
     assert off.scenario.training.offload_optimizer and off.scenario.training.offload_params
     assert off.category == "torch FSDP2 + offload"

@@ -88,6 +88,7 @@ def test_megatron_log_parsed_as_written():
     assert (s.num_gpus, s.layout.tp, s.layout.pp, s.dp, s.training.micro_batch, s.training.global_batch) == \
         (8, 1, 1, 8, 8, 64)
     assert s.training.dtype == "bf16" and s.training.distributed_optimizer and s.training.recompute == "none"
+    assert (s.model.position_embedding, s.model.norm) == ("learned", "layernorm")  # learned_absolute, LayerNorm
     times = []
     for line in MEGATRON.read_text().splitlines():
         if "elapsed time per iteration (ms):" in line:
@@ -96,6 +97,20 @@ def test_megatron_log_parsed_as_written():
                 times.append(float(line.split("elapsed time per iteration (ms):")[1].split("|")[0]) / 1e3)
     assert run.steps_used == 9 == len(times)
     assert run.step_time_s == pytest.approx(statistics.median(times))
+
+
+def test_megatron_rope_rmsnorm_and_interleaving_read_as_printed(tmp_path):
+    """rope / RMSNorm as printed; 24 layers on pp 2 with 3 layers per virtual stage: 12 / 3 = 4 chunks."""
+    text = MEGATRON.read_text()
+    for key, old, new in (("position_embedding_type", "learned_absolute", "rope"),
+                          ("normalization", "LayerNorm", "RMSNorm"), ("pipeline_model_parallel_size", "1", "2"),
+                          ("num_layers_per_virtual_pipeline_stage", "None", "3")):
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"  {key} ."))
+        text = text.replace(line, line.removesuffix(old) + new)
+    log = tmp_path / "rope.log"
+    log.write_text(text)
+    s = megatron_run(log, "dgx-a100").scenario
+    assert (s.model.position_embedding, s.model.norm, s.layout.pp, s.layout.vpp) == ("rope", "rmsnorm", 2, 4)
 
 
 def test_torchtitan_log_and_toml_parsed():

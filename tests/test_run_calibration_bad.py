@@ -42,6 +42,14 @@ def _replace_nth_iter(t: str, value: str) -> str:
     return "".join(ls), i + 1
 
 
+def _set_arg(t: str, key: str, value: str) -> tuple[str, int]:
+    """The log with argument ``key`` printed as ``value``, and that argument's line number."""
+    ls = _lines(t)
+    i = next(k for k, ln in enumerate(ls) if ln.startswith(f"  {key} ."))
+    ls[i] = ls[i].rsplit(" ", 1)[0] + f" {value}\n"
+    return "".join(ls), i + 1
+
+
 def megatron_cases():
     no_block = "".join(ln for ln in _lines(MEGATRON) if not ln.startswith("  ") and "arguments" not in ln)
     nan, nan_line = _replace_nth_iter(MEGATRON, "nan")
@@ -60,6 +68,14 @@ def megatron_cases():
         ("zero-step", zero, zero_line, "elapsed time per iteration"),
         ("unreadable-hidden", bad_hidden, hidden_line, "hidden_size"),
         ("only-warm-up", only_warmup, None, "elapsed time per iteration"),
+        # values Megatron-LM's parser accepts that trainsim does not model: refused, not costed as learned / LayerNorm
+        ("yarn-positions", *_set_arg(MEGATRON, "position_embedding_type", "yarn"), "position_embedding_type"),
+        ("no-positions", *_set_arg(MEGATRON, "position_embedding_type", "none"), "position_embedding_type"),
+        ("unknown-norm", *_set_arg(MEGATRON, "normalization", "FooNorm"), "normalization"),
+        # 24 layers on 2 stages: 12 per stage, which 5 layers per virtual stage do not divide (Megatron asserts it)
+        ("vstage-not-dividing", *_set_arg(_set_arg(MEGATRON, "pipeline_model_parallel_size", "2")[0],
+                                          "num_layers_per_virtual_pipeline_stage", "5"),
+         "num_layers_per_virtual_pipeline_stage"),
     ]
 
 

@@ -120,3 +120,21 @@ def test_the_adapters_own_rows_are_checked_the_same_way(tmp_path):
     a, b = load_dataset(str(p)).cases
     assert a.skip_reason == "tp: '' is not a whole number >= 1"
     assert b.skip_reason == "tp x pp x dp = 1 x 2 x 1 is not num_gpus 4"
+
+
+@pytest.mark.parametrize(("ids", "message"), [
+    (("a", "a"), "row_id 'a' at row 3 repeats row 2"), (("a", ""), "row 3 has an empty row_id"),
+])
+def test_a_raw_table_with_its_own_row_ids_needs_them_unique_and_filled(tmp_path, ids, message):
+    """A repository table with a row_id column of its own keeps those ids, so they must tell the rows apart (as
+    the common run schema's must): a repeated or empty id refuses the file, not a row reported as ''."""
+    from trainsim.specs.errors import SpecError
+
+    raw = tmp_path / "t.csv"
+    rows = [f"{i},8,32,4,2048,16,24,1024,2,2,2,219.7" for i in ids]
+    raw.write_text("row_id," + RAW_HEADER.lstrip("\ufeff") + "\n" + "\n".join(rows) + "\n", encoding="utf-8")
+    with pytest.raises(SpecError, match=f"^dataset: .*{message}"):
+        load_dataset(str(raw))
+    raw.write_text("row_id," + RAW_HEADER.lstrip("\ufeff") + "\n" + "\n".join(r.replace(f"{i},", f"r{n},", 1)
+                   for n, (i, r) in enumerate(zip(ids, rows))) + "\n", encoding="utf-8")
+    assert [c.row_id for c in load_dataset(str(raw)).cases] == ["r0", "r1"]

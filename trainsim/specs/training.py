@@ -34,6 +34,9 @@ TrainDtype = Literal["bf16", "fp16", "fp8", "nvfp4", "fp32"]
 # Dtype of the gradients a rank accumulates and reduces (Megatron's main-grad buffer, FSDP's reduce dtype).
 GradDtype = Literal["fp32", "bf16", "fp16"]
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+# Bytes per gradient element a run can accumulate and reduce in: the widths of GradDtype (no framework trainsim
+# models keeps fp8 gradients).
+GRAD_WIDTHS = frozenset(DTYPE_BYTES[d] for d in get_args(GradDtype))
 
 def default_cp_comm(framework: str) -> str:
     """The context-parallel exchange a framework runs when the scenario leaves ``cp_comm`` unset
@@ -113,8 +116,9 @@ class TrainingSpec(BaseModel):
     muon_ns_steps: int = Field(
         default=MUON_NS_STEPS, ge=1, le=100, description="with optimizer muon: Newton-Schulz iterations per matrix and step "
         "(Megatron-Core --muon-num-ns-steps, default 5 as in Keller Jordan's Muon)")
-    grad_dtype_bytes: int = Field(default=0, ge=0, le=8, description="bytes per gradient element; 0 = from "
-                                  "grad_dtype, else the framework's default (see grad_bytes)")
+    grad_dtype_bytes: int = Field(default=0, ge=0, le=8, description="bytes per gradient element: 2 (bf16/fp16) or "
+                                  "4 (fp32), the widths of grad_dtype; 0 = from grad_dtype, else the framework's "
+                                  "default (see grad_bytes)")
     grad_dtype: GradDtype | None = Field(
         default=None, description="dtype gradients are accumulated and reduced in (Megatron: fp32 = "
         "--accumulate-allreduce-grads-in-fp32, bf16 = --grad-reduce-in-bf16); None = the framework's default: fp32 "
@@ -384,6 +388,10 @@ class TrainingSpec(BaseModel):
 
     def _check_precision(self) -> None:
         """Gradient dtype, pure low-precision training and torch.compile settings that contradict each other."""
+        if self.grad_dtype_bytes and self.grad_dtype_bytes not in GRAD_WIDTHS:
+            raise SpecError("grad_dtype_bytes", f"{self.grad_dtype_bytes} is not a gradient width trainsim models "
+                                                f"(one of {', '.join(map(str, sorted(GRAD_WIDTHS)))}, or 0 for the "
+                                                "default)")
         if self.grad_dtype and self.grad_dtype_bytes and DTYPE_BYTES[self.grad_dtype] != self.grad_dtype_bytes:
             raise SpecError("grad_dtype", f"grad_dtype={self.grad_dtype} contradicts "
                                           f"grad_dtype_bytes={self.grad_dtype_bytes}")

@@ -47,6 +47,55 @@ def yes_no(row: Mapping[str, str | None], key: str) -> bool:
     return m.group(1) in YES
 
 
+# Negation words of the tables' free text ('full (not selective)', 'non-selective', 'plain DDP (no FSDP)', 'none
+# (ZeRO-3 not used)', 'fp16 (bf16 unsupported)'): right before a value keyword ('not using bf16', 'without any FSDP'
+# through a filler word), or right after it ('bf16 is not supported'). 'non-interleaved 1F1B' negates interleaving,
+# not 1F1B: only filler words, never another keyword, stand between.
+_NEG_BEFORE = r"\b(?:not|no|non|without|unsupported)[\s-]+(?:(?:using|any|a|an|the|with|plain)\s+)?"
+_NEG_AFTER = r"[\s:,]+(?:(?:is|was|are|were|being)\s+)?(?:not|unsupported)\b"
+
+
+def negation(text: str, keyword: str) -> str | None:
+    """The words of ``text`` that negate ``keyword`` (a regex, matched case-insensitively), or None."""
+    m = re.search(rf"{_NEG_BEFORE}(?:{keyword})|(?:{keyword}){_NEG_AFTER}", text, re.IGNORECASE)
+    return m.group(0) if m else None
+
+
+def named_values(column: str, text: str, values: Mapping[str, str], negatable: str = "") -> set[str]:
+    """The values of ``values`` (name -> keyword regex) that the free-text cell ``text`` names; SpecError naming
+    ``column`` when it names more than one, or when a negation stands next to one of them or to a ``negatable``
+    keyword (a regex: words that name the column's values without being one, e.g. 'FSDP') -- such a cell says
+    which value it is not, or is ambiguous, and is never read as one of them."""
+    for keyword in (*values.values(), *([negatable] if negatable else [])):
+        if words := negation(text, keyword):
+            raise SpecError(column, f"{text!r} negates a value ({words!r}): state the value alone")
+    found = {name for name, keyword in values.items() if re.search(keyword, text, re.IGNORECASE)}
+    if len(found) > 1:
+        raise SpecError(column, f"{text!r} names more than one of {', '.join(sorted(found))}: state one")
+    return found
+
+
+def optional_positive(row: Mapping[str, str | None], key: str) -> float | None:
+    """The optional number cell ``row[key]``: None when empty, else a positive number; SpecError naming ``key`` for
+    anything else ('lots', '0') -- an unreadable cell is not read as an empty one."""
+    text = (row.get(key) or "").strip()
+    if not text:
+        return None
+    v = num(text)
+    if v is None or v <= 0:
+        raise SpecError(key, f"{text!r} is not a positive number (leave the cell empty when not stated)")
+    return v
+
+
+def optional_count(row: Mapping[str, str | None], key: str) -> int | None:
+    """The optional count cell ``row[key]`` (nodes, GPUs per node): None when empty, else a positive whole number;
+    SpecError naming ``key`` for anything else ('eight', '0', '2.5')."""
+    v = optional_positive(row, key)
+    if v is not None and v != int(v):
+        raise SpecError(key, f"{row.get(key)!r} is not a whole number")
+    return None if v is None else int(v)
+
+
 def cluster(preset_name: str, gpus: int, **overrides) -> dict:
     """A cluster mapping: a preset with top-level overrides (nested dicts merged one level deep)."""
     base = load_cluster(preset_name).model_dump()

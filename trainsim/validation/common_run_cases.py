@@ -17,7 +17,6 @@ from trainsim.specs import SpecError
 from trainsim.specs.memo import memoised
 from trainsim.validation import common_runs
 from trainsim.validation.cases import Case, Dataset, read_rows, scenario_or_skip
-from trainsim.validation.cells import integer as _int
 from trainsim.validation.cells import num as _num
 from trainsim.validation.settings import read_settings, whole
 
@@ -171,9 +170,9 @@ def _source_step_flops(r: dict, gbs: int, layers: int, hidden: int) -> float | N
     """FLOPs of one step on the row's own TFLOP/s basis, when ``tflops_basis`` names one trainsim knows: SC21
     eq. 3, or PaLM's model FLOPs 6N + 12*L*H*Q*T per token (H*Q = hidden; N from ``params_b``)."""
     basis = (r.get("tflops_basis") or "").lower()
-    seq = _int(r.get("seq_len")) or 2048
+    seq = common_runs.size_or(r, "seq_len", 2048)
     if "eq.(3)" in basis.replace(" ", ""):
-        return sc21_eq3_flops(gbs, seq, layers, hidden, _int(r.get("vocab")) or 51200)
+        return sc21_eq3_flops(gbs, seq, layers, hidden, common_runs.size_or(r, "vocab", 51200))
     n_params = _num(r.get("params_b"))
     if "palm" in basis and n_params:
         return gbs * seq * (6 * n_params * 1e9 + 12 * layers * hidden * seq)

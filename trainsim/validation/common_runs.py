@@ -38,7 +38,7 @@ import re
 
 from trainsim.specs import SpecError, load_cluster
 from trainsim.specs.gpu_names import cluster_preset_for
-from trainsim.validation.cells import cluster, integer, num, yes_no
+from trainsim.validation.cells import cluster, integer, named_values, negation, num, yes_no
 
 RUN_RECORD_TYPES = ("measured_throughput", "measured_iteration_time", "measured_step_time", "measured_mfu")
 
@@ -118,13 +118,17 @@ def _rate_Bps(value: str, prefix: str, unit: str | None) -> float:
 
 
 def nics_from_text(link: str, per_node: int) -> tuple[int, float] | None:
-    """(NICs per node, bytes/s per NIC) from ``inter_node_link`` text, or None when it states no rate.
+    """(NICs per node, bytes/s per NIC) from ``inter_node_link`` text, or None when it states no rate; SpecError
+    naming the column for a rate it cannot place ('100 Gbps Ethernet': per NIC, per GPU or per node?).
 
     Understood: 'N x <rate>' (N NICs per node, or per GPU when the clause says 'per GPU'), '<rate> per GPU'
     (preferred over a per-node total in the same cell), '<rate> per node' (split over one NIC per GPU), and an
     InfiniBand generation without a rate ('NDR', 'HDR': one such port per GPU). Bits unless written 'B'."""
     # Clauses about the fabric's switches ('64x400G ports per switch', 'spine') say nothing about a node.
-    clauses = [c for c in re.split(r"[;()]", link) if not re.search(r"switch|spine|leaf", c, re.IGNORECASE)]
+    # The cell with its parenthetical remarks dropped comes last: '400Gb/s (Mellanox CX-7) per GPU'.
+    flat = re.sub(r"\([^()]*\)", " ", link)
+    clauses = [c for c in (*re.split(r"[;()]", link), *flat.split(";"))
+               if not re.search(r"switch|spine|leaf", c, re.IGNORECASE)]
     for clause in clauses:
         per_gpu = re.search(r"per\s+gpu", clause, re.IGNORECASE)
         m = re.search(r"(\d+)\s*[x×]\s*(?:[A-Za-z-]+\s+)*?" + _RATE, clause)
@@ -145,6 +149,9 @@ def nics_from_text(link: str, per_node: int) -> tuple[int, float] | None:
     gen = re.search(r"\b(xdr|ndr|hdr|edr)\b", link, re.IGNORECASE)
     if gen:
         return per_node, IB_GENERATIONS[gen.group(1).lower()] * 1e9 / 8
+    if rate := next((m.group(0) for c in clauses if (m := re.search(_RATE, c))), None):
+        raise SpecError("inter_node_link", f"{link!r}: a rate ({rate}) with no NIC count and not per GPU or per node "
+                                           "(write e.g. '8x 100 Gbps per node' or '100 Gbps per GPU')")
     return None
 
 
@@ -163,8 +170,8 @@ def _explicit_recipe(r: dict, training: dict) -> dict:
         if stated(r, key):
             training[key] = yes_no(r, key)
     for key in ("grad_dtype_bytes", "flash_attention_version"):
-        if stated(r, key):
-            training[key] = whole(r, key)
+        if stated(r, key):  # a stated 0 is refused by name, not read as the spec's 'default' (an empty cell)
+            training[key] = size_or(r, key, 0)
     return training
 
 
@@ -182,6 +189,17 @@ def whole(r: dict, key: str) -> int | None:
     return v
 
 
+def size_or(r: dict, key: str, default: int) -> int:
+    """A size cell (``seq_len``, ``vocab``, ``ffn_hidden``, a byte width): ``default`` only when the cell is empty or
+    says the value is not given; a stated 0 or negative value is an error naming the column, never the default."""
+    v = whole(r, key)
+    if v is None:
+        return default
+    if v <= 0:
+        raise SpecError(key, f"{r.get(key)!r} is not positive (leave the cell empty for the default)")
+    return v
+
+
 MODEL_COLUMNS = ("layers", "hidden", "heads")  # the columns model_mapping reads from every row
 
 
@@ -191,8 +209,8 @@ def model_mapping(r: dict) -> dict:
     hidden = integer(r["hidden"])
     heads = integer(r["heads"])
     model = {"name": r.get("model_name") or r["row_id"], "num_layers": integer(r["layers"]), "hidden": hidden,
-             "num_heads": heads, "ffn_hidden": whole(r, "ffn_hidden") or 4 * hidden,
-             "vocab_size": whole(r, "vocab") or 51200, "max_seq_len": whole(r, "seq_len") or 2048}
+             "num_heads": heads, "ffn_hidden": size_or(r, "ffn_hidden", 4 * hidden),
+             "vocab_size": size_or(r, "vocab", 51200), "max_seq_len": size_or(r, "seq_len", 2048)}
     kv = whole(r, "kv_heads")
     if kv is not None and kv != heads:
         model["num_kv_heads"] = kv
@@ -202,23 +220,31 @@ def model_mapping(r: dict) -> dict:
     return model
 
 
+_STAGE = r"zero[\s-]*(?:stage[\s-]*)?"
+# The stages a ``zero_or_sharding`` cell can name: an explicit ZeRO stage, FSDP's sharding strategies, 'none' first.
+ZERO_STAGES = {"0": rf"^\s*none\b|{_STAGE}0\b|no[_\s-]?shard", "1": rf"{_STAGE}1\b",
+               "2": rf"{_STAGE}2\b|shard[_\s-]?grad[_\s-]?op|reshard_after_forward\s*=\s*false",
+               "3": rf"{_STAGE}3\b|full[_\s-]?shard|fully[\s-]sharded"}
+# Words that name a sharding without being a stage ('FSDP' alone is full sharding): negating them is refused too.
+SHARDING_WORDS = r"fsdp\d?|deepspeed|zero\b|distributed[\s-]optimizer|sharding"
+
+
 def zero_stage(r: dict) -> tuple[int, bool]:
-    """(ZeRO stage, Megatron distributed optimizer) from ``zero_or_sharding``."""
-    t = (r.get("zero_or_sharding") or "").lower()
+    """(ZeRO stage, Megatron distributed optimizer) from ``zero_or_sharding``: the one stage the cell names (an
+    explicit ZeRO stage, an FSDP strategy, 'none'), else 3 for FSDP named alone; a cell naming two stages or
+    negating a sharding ('none (ZeRO-3 not used)', 'plain DDP (no FSDP)') is refused (cells.named_values)."""
+    raw = r.get("zero_or_sharding") or ""
+    t = raw.lower()
     if re.search(r"hsdp|hybrid[_\s-]?shard|offload|infinity|zero\+\+|zeropp", t):
-        raise SpecError("zero_or_sharding", f"{r.get('zero_or_sharding')!r}: hybrid sharding, ZeRO-Offload/"
-                                            "Infinity and ZeRO++ are not mapped")
-    stated = re.search(r"zero[\s-]*(?:stage[\s-]*)?(\d+)\b", t)  # an explicit stage wins over other words
+        raise SpecError("zero_or_sharding", f"{raw!r}: hybrid sharding, ZeRO-Offload/Infinity and ZeRO++ are not "
+                                            "mapped")
+    stated = re.search(_STAGE + r"(\d+)\b", t)
     if stated and int(stated.group(1)) > 3:  # ZeRO has stages 0-3 (Rajbhandari et al., arXiv:1910.02054)
-        raise SpecError("zero_or_sharding", f"{r.get('zero_or_sharding')!r}: ZeRO has stages 0 to 3")
-    if stated and stated.group(1) != "0":
-        return int(stated.group(1)), False
-    if re.search(r"no[_\s-]?shard", t):
-        return 0, False
-    if re.search(r"shard[_\s-]?grad[_\s-]?op|reshard_after_forward\s*=\s*false", t):
-        return 2, False
-    if re.search(r"full[_\s-]?shard|fully[\s-]sharded|fsdp", t):
-        return 3, False
+        raise SpecError("zero_or_sharding", f"{raw!r}: ZeRO has stages 0 to 3")
+    named = named_values("zero_or_sharding", raw, ZERO_STAGES, negatable=SHARDING_WORDS)
+    stage = int(named.pop()) if named else 3 if "fsdp" in t else 0
+    if stage or re.search(r"no[_\s-]?shard", t):
+        return stage, False
     return 0, "distributed optimizer" in t or "distributed-optimizer" in t
 
 
@@ -237,9 +263,17 @@ def framework_for(r: dict, zero: int, year: int | None) -> str:
     return "megatron"
 
 
+# The two 16-bit formats a ``precision`` cell may name, one at most. fp32 beside one of them is mixed precision's
+# master or reduction dtype ('bf16 (fp32 main grads)'); bf16 beside fp8 the dtype of the layers fp8 leaves alone.
+SIXTEEN_BIT = {"bf16": r"bf16|bfloat16", "fp16": r"fp16|(?<!b)float16|\bhalf\b"}
+DTYPE_WORDS = r"(?:bf16|bfloat16|fp\d+|float\d+|half|e4m3|e5m2|mxfp\d|nvfp\d|tf32|int\d+)\b"
+
+
 def precision(r: dict) -> str:
-    """The training dtype the ``precision`` text names; bf16 when it names none ("mixed precision", empty)."""
+    """The training dtype the ``precision`` text names; bf16 when it names none ("mixed precision", empty). A cell
+    naming both 16-bit formats, or negating a format ('fp16 (bf16 unsupported on V100)'), is refused."""
     t = (r.get("precision") or "").lower()
+    named_values("precision", r.get("precision") or "", SIXTEEN_BIT, negatable=DTYPE_WORDS)
     if re.search(r"fp8|float8|e4m3|e5m2|mxfp8", t):
         return "fp8"
     if "bf16" in t or "bfloat16" in t:
@@ -273,15 +307,27 @@ def recompute_stated(r: dict) -> bool:
     return not NOT_STATED.match((r.get("recompute") or "").strip().lower())
 
 
+RECOMPUTE_VALUES = {"none": r"^\s*(?:no|none|off|false|disabled)\b|\bnone\b", "selective": r"selective",
+                    "full": r"\bfull\b"}
+# Words for recomputation itself: negated ('without activation checkpointing', 'not recomputed') they say none.
+RECOMPUTE_WORDS = r"(?:activation\s+)?(?:recomput\w*|checkpoint\w*)"
+
+
 def recompute(r: dict) -> str:
-    """none / selective / full from the ``recompute`` text (none when empty); text that says neither is an error."""
+    """none / selective / full from the ``recompute`` text (none when empty); text that says neither, names two
+    ('full (not selective)') or negates one ('non-selective') is an error naming the column."""
     raw = r.get("recompute") or ""
     t = raw.strip().lower()
-    if NOT_STATED.match(t) or re.match(r"(?:no|none|off|false|disabled)\b", t):
+    if NOT_STATED.match(t):
         return "none"
-    if "selective" in t:
-        return "selective"
-    if re.search(r"\b(?:without|not|no|none)\b", t):  # 'without activation checkpointing', 'checkpointing: none'
+    named = named_values("recompute", raw.strip(), RECOMPUTE_VALUES)
+    if negation(t, RECOMPUTE_WORDS):  # 'none (trained without activation checkpointing)'
+        named.add("none")
+    if len(named) > 1:
+        raise SpecError("recompute", f"{raw!r} says both no recomputation and {' / '.join(sorted(named - {'none'}))}")
+    if named:
+        return named.pop()
+    if re.search(r"\b(?:without|not|no)\b", t):  # 'recomputation: off by default, not used'
         return "none"
     if re.search(r"recomput|checkpoint|\bfull\b|\byes\b|\btrue\b|enabled|\bon\b|\bac\b|uniform|block", t):
         return "full"
@@ -294,7 +340,7 @@ def interleave_depth(r: dict, pp: int, layers_per_stage: int | None) -> int | No
     v = whole(r, "vp_interleave") if re.match(r"\s*-?\d", r.get("vp_interleave") or "") else None
     if v is not None:  # a stated 0 or negative depth is rejected by the spec, by name
         return v
-    sched = (r.get("pipeline_schedule") or "").lower()
+    sched = schedule_text(r)
     if "dualpipe" in sched:
         return 2
     if pp <= 1 or _not_interleaved(sched):
@@ -308,9 +354,30 @@ def _not_interleaved(sched: str) -> bool:
     return bool(sched) and "interleav" not in sched and bool(re.search(r"1f1b|gpipe|zero|zb", sched))
 
 
+# The schedule families a ``pipeline_schedule`` cell may name, one at most ('interleaved' qualifies 1F1B); schedules
+# trainsim has no engine for are refused by name rather than costed as 1F1B.
+SCHEDULES = {"gpipe": r"gpipe", "1f1b": r"1f1b", "zb": r"zero[\s-]*bubble|\bzb\b|zb-", "dualpipe": r"dualpipe"}
+UNMODELLED_SCHEDULES = r"bpipe|chimera|hanayo|pipedream|breadth[\s-]first|\bbfs\b"
+
+
+def schedule_text(r: dict) -> str:
+    """The ``pipeline_schedule`` cell, lower case, once it names one schedule trainsim has (or none: empty, 'none',
+    'n/a'); SpecError naming the column for an unknown or unmodelled schedule, two schedules, or a negated one."""
+    raw = r.get("pipeline_schedule") or ""
+    sched = raw.strip().lower()
+    if NOT_STATED.match(sched) or re.match(r"none\b", sched):
+        return sched
+    if m := re.search(UNMODELLED_SCHEDULES, sched):
+        raise SpecError("pipeline_schedule", f"{raw!r}: {m.group(0)} is a schedule trainsim has no engine for")
+    if not named_values("pipeline_schedule", raw, SCHEDULES) and "interleav" not in sched:
+        raise SpecError("pipeline_schedule", f"{raw!r} names no schedule trainsim models (1F1B, interleaved 1F1B, "
+                                             "GPipe, zero bubble, DualPipe)")
+    return sched
+
+
 def schedule(r: dict, vpp: int) -> str:
     """The TrainingSpec schedule the ``pipeline_schedule`` text names (interleaved 1F1B when vpp > 1)."""
-    sched = (r.get("pipeline_schedule") or "").lower()
+    sched = schedule_text(r)
     if "dualpipe" in sched:
         return "dualpipev"
     if "gpipe" in sched:
@@ -391,7 +458,7 @@ def scenario_mapping(r: dict, micro_batch: int, vpp: int) -> dict:
     zero, dist_opt = zero_stage(r)
     modern = year is None or year >= 2023
     sp = stated(r, "sequence_parallel") and yes_no(r, "sequence_parallel")
-    training = {"seq_len": whole(r, "seq_len") or 2048, "global_batch": gbs, "micro_batch": micro_batch,
+    training = {"seq_len": size_or(r, "seq_len", 2048), "global_batch": gbs, "micro_batch": micro_batch,
                 "dtype": "" if stated(r, "dtype") else precision(r), "recompute": recompute(r), "zero": zero,
                 "schedule": schedule(r, vpp), "flash_attention": modern, "dropout": not modern,
                 "framework": framework_for(r, zero, year)}

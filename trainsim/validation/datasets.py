@@ -132,12 +132,27 @@ def load_dataset(name_or_path: str) -> Dataset:
     rows = read_rows(p)
     cols = set(rows[0]) if rows else set()
     if vtrain.is_vtrain_raw(cols):  # a vTrain repository table as published; range reasons name its columns
+        if "row_id" in cols:  # a table with ids of its own keeps them: each must name one row
+            check_row_ids(p, rows)
         raw = vtrain.with_row_ids(rows)
         return range_checked(vtrain.load_vtrain(p, name=p.stem, rows=vtrain.from_raw(raw)), raw)
     if cols & vtrain.RAW_HEADER and "row_id" not in cols:
         missing = ", ".join(map(repr, sorted(vtrain.RAW_HEADER - cols)))
         raise SpecError("dataset", f"{p}: a vTrain table without the column(s) {missing}")
     return range_checked(_load_csv_dataset(p), rows)
+
+
+def check_row_ids(p: Path, rows: list[dict]) -> None:
+    """SpecError when a row's ``row_id`` is empty or repeats an earlier row's: rows are told apart by it (results,
+    skips, calibrate's runs)."""
+    first: dict[str, int] = {}
+    for line, row in enumerate(rows, 2):
+        rid = (row.get("row_id") or "").strip()
+        if not rid:
+            raise SpecError("dataset", f"{p}: row {line} has an empty row_id")
+        if rid in first:
+            raise SpecError("dataset", f"{p}: row_id {rid!r} at row {line} repeats row {first[rid]}")
+        first[rid] = line
 
 
 def _load_csv_dataset(p: Path) -> Dataset:
@@ -147,14 +162,7 @@ def _load_csv_dataset(p: Path) -> Dataset:
         raise SpecError("dataset", f"{p} has no rows")
     if "row_id" not in cols:
         raise SpecError("dataset", f"{p} has no row_id column")
-    first: dict[str, int] = {}
-    for line, row in enumerate(rows, 2):  # rows are told apart by row_id (results, skips, calibrate's runs)
-        rid = (row.get("row_id") or "").strip()
-        if not rid:
-            raise SpecError("dataset", f"{p}: row {line} has an empty row_id")
-        if rid in first:
-            raise SpecError("dataset", f"{p}: row_id {rid!r} at row {line} repeats row {first[rid]}")
-        first[rid] = line
+    check_row_ids(p, rows)
     if {"throughput_tok_per_s", "fsdp_sharding_strategy"} <= cols:
         return load_mosaic(p, name=p.stem)
     if {"peak_memory_gib", "memory_metric"} <= cols:

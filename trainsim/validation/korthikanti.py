@@ -13,6 +13,7 @@ from trainsim.validation.cases import Dataset
 from trainsim.validation.cells import integer as _int
 from trainsim.validation.cells import num as _num
 from trainsim.validation.common_run_cases import load_common_runs
+from trainsim.validation.common_runs import size_or
 
 # --- Korthikanti et al. 2022 (Megatron-LM on A100, sequence parallelism / selective recompute) ------------
 
@@ -31,8 +32,8 @@ def korthikanti_mfu(r: dict) -> tuple[dict, dict]:
     if mfu is None:
         return {}, {}
     gpus, gbs = _int(r["num_gpus"]), _int(r["global_batch_seqs"])
-    flops = korthikanti_model_flops(gbs, _int(r["seq_len"]) or 2048, _int(r["layers"]), _int(r["hidden"]),
-                                    _int(r["vocab"]) or 51200)
+    flops = korthikanti_model_flops(gbs, size_or(r, "seq_len", 2048), _int(r["layers"]), _int(r["hidden"]),
+                                    size_or(r, "vocab", 51200))
     return {"mfu_pct": mfu}, {"mfu_pct": lambda step_s, f=flops, n=gpus: 100 * f / (step_s * n * 312e12)}
 
 

@@ -52,7 +52,7 @@ from trainsim.specs import SpecError
 from trainsim.specs.loaders import load_gpu
 from trainsim.validation import common_runs
 from trainsim.validation.cases import Case, Dataset, read_rows, scenario_or_skip
-from trainsim.validation.cells import num, yes_no
+from trainsim.validation.cells import num, optional_positive, yes_no
 
 GiB = float(1 << 30)
 MEMORY_CSV = "memory_runs.csv"
@@ -192,10 +192,8 @@ def _cluster_mapping(r: dict, gpus: int) -> dict:
     """The row's cluster (common_runs.cluster_mapping), its GPU's memory set from ``gpu_memory_gib`` where
     stated."""
     cluster = common_runs.cluster_mapping(r, gpus)
-    cap = num(r.get("gpu_memory_gib"))
+    cap = optional_positive(r, "gpu_memory_gib")
     if cap is not None:
-        if cap <= 0:
-            raise SpecError("gpu_memory_gib", f"must be positive, got {r.get('gpu_memory_gib')!r}")
         gpu = cluster["gpu"]  # a preset's GPU by name (e.g. dgx-a100 with a100-40gb) or its mapping
         gpu = load_gpu(gpu).model_dump() if isinstance(gpu, str) else gpu
         cluster["gpu"] = {**gpu, "memory_bytes": int(cap * GiB)}
@@ -206,13 +204,11 @@ def _stated_training(r: dict, tp: int) -> dict:
     """The training settings only some memory rows state: gradient bytes, CUDA context, cross-entropy,
     compile, block code, softmax precision and saved input, sequence parallelism (with tp > 1)."""
     training: dict = {}
-    grad_bytes = common_runs.whole(r, "grad_bytes")
-    if grad_bytes is not None:
+    grad_bytes = common_runs.size_or(r, "grad_bytes", 0)  # a stated 0 is refused, not the default
+    if grad_bytes:
         training["grad_dtype_bytes"] = grad_bytes
-    ctx = num(r.get("cuda_context_mib"))
+    ctx = optional_positive(r, "cuda_context_mib")
     if ctx is not None:
-        if ctx <= 0:
-            raise SpecError("cuda_context_mib", f"must be positive, got {r.get('cuda_context_mib')!r}")
         training["cuda_context_bytes"] = int(ctx * (1 << 20))
     ce = (r.get("cross_entropy") or "").strip()
     if ce:

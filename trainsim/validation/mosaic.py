@@ -65,9 +65,9 @@ def load_mosaic(path: Path | None = None, *, name: str = "mosaic") -> Dataset:
         "(submit_benchmarks.py --attn_impl default 'triton'; ALiBi needs it), flash_attention_version 1; "
         "no dropout; framework pytorch-fsdp (llm-foundry/Composer: per-block FSDP gathers and "
         "reduce-scatters overlapped with compute, fused cross-entropy loss_fn)."),
-        ("precision: amp_bf16/bf16 -> bf16; amp_fp8 -> fp8 (Transformer Engine). Gradients are reduced in "
-        "bf16 under both MP modes: PURE sets reduce_dtype bf16, and DEFAULT in the Composer of the "
-        "torch 2.0.1 benchmark image (0.14-0.16) set only param/buffer dtypes, so FSDP reduced in the param "
+        ("precision: amp_bf16/bf16 -> bf16; amp_fp8/fp8 -> fp8 (Transformer Engine); another name skips its "
+        "row. Gradients are reduced in bf16 under both MP modes: PURE sets reduce_dtype bf16, and DEFAULT in the "
+        "Composer of the torch 2.0.1 benchmark image (0.14-0.16) set only param/buffer dtypes, so FSDP reduced in the param "
         "dtype (fp32 reduction came with Composer PR #2628, October 2023); fp32 gradient shards and "
         "master weights for the optimizer."),
         ("hardware, one cluster per GPU type: A100 40/80GB -> dgx-a100 network (1600 Gbps RoCE per node "
@@ -81,6 +81,29 @@ def load_mosaic(path: Path | None = None, *, name: str = "mosaic") -> Dataset:
                    higher_is_better=True)
 
 
+# llm-foundry's precision names (Composer's Precision enum: amp_bf16, amp_fp8; the tables also print bf16) and the
+# TrainingSpec dtype each runs in; fp32 / amp_fp16 runs are not in the benchmark tables and are not guessed.
+MOSAIC_PRECISIONS = {"amp_bf16": "bf16", "bf16": "bf16", "amp_fp8": "fp8", "fp8": "fp8"}
+
+
+def _layout_disagreement(r: dict, gpus: int, mbs: int, accum: int) -> str | None:
+    """Why a row's stated global batch or parallel degrees contradict its micro-batch, accumulation and GPU count
+    (the runs are pure FSDP: tp = pp = 1, dp = GPUs; batch = micro-batch x accumulation x GPUs), or None."""
+    degrees = {k: _int(r.get(k)) for k in ("tp", "pp", "dp") if (r.get(k) or "").strip()}
+    if any(v is None or v <= 0 for v in degrees.values()):
+        bad = next(k for k, v in degrees.items() if v is None or v <= 0)
+        return f"{bad}: {r.get(bad)!r} is not a positive whole number"
+    if degrees.get("tp", 1) != 1 or degrees.get("pp", 1) != 1:
+        return f"tp, pp: {degrees.get('tp', 1)} x {degrees.get('pp', 1)}: the benchmarks are pure FSDP (tp = pp = 1)"
+    if "dp" in degrees and degrees["dp"] != gpus:
+        return f"dp: {r.get('dp')!r} x tp 1 x pp 1 is not num_gpus {gpus}"
+    gbs = _int(r.get("global_batch_seqs"))
+    if (r.get("global_batch_seqs") or "").strip() and gbs != mbs * accum * gpus:
+        return (f"global_batch_seqs: {r.get('global_batch_seqs')!r} is not micro_batch x grad_accum x num_gpus = "
+                f"{mbs} x {accum} x {gpus}")
+    return None
+
+
 def _mosaic_case(r: dict) -> Case:
     rid = r["row_id"]
     gpu = (r.get("gpu") or "").strip()
@@ -91,8 +114,12 @@ def _mosaic_case(r: dict) -> Case:
     label = f"{size} s={seq} n={gpus} mb{mbs}x{accum}"
     if None in (seq, gpus, mbs, accum) or published is None:
         return Case(rid, label, published or float("nan"), skip_reason="incomplete row")
-    precision = (r.get("precision") or "").lower()
-    dtype = "fp8" if "fp8" in precision else "bf16"
+    dtype = MOSAIC_PRECISIONS.get((r.get("precision") or "").strip().lower())
+    if dtype is None:
+        return Case(rid, label, published, skip_reason=f"precision: {r.get('precision')!r} is none of "
+                                                       f"{', '.join(MOSAIC_PRECISIONS)}")
+    if why := _layout_disagreement(r, gpus, mbs, accum):
+        return Case(rid, label, published, skip_reason=why)
     if gpu not in mosaic_clusters():
         return Case(rid, label, published, skip_reason=f"no cluster for GPU {gpu!r}")
     if preset("models", size) is None:

@@ -15,6 +15,7 @@ from trainsim.validation.cases import Case, CollectiveCase, Dataset, read_rows
 from trainsim.validation.cells import cluster as _cluster
 from trainsim.validation.cells import integer as _int
 from trainsim.validation.cells import num as _num
+from trainsim.validation.cells import optional_count
 from trainsim.validation.settings import read_settings
 
 # --- nccl-tests bus bandwidth ------------------------------------------------------------------------
@@ -85,6 +86,23 @@ _NOTES = (
 )
 
 
+# The scale-up fabric an ``intra_node`` cell names, by keyword, and the preset kinds (ScaleUpSpec.kind) it can be:
+# NVLink named without NVSwitch is either (HGX boards print 'NVLink4' for their NVSwitch fabric).
+INTRA_NODE_KINDS = (("nvswitch", ("nvswitch",)), ("nvlink", ("nvswitch", "nvlink")),
+                    ("infinity fabric|xgmi", ("infinity-fabric",)), ("pcie", ("pcie",)))
+
+
+def check_intra_node(r: dict, kind: str) -> None:
+    """SpecError naming ``intra_node`` when the cell names a scale-up fabric other than the preset's ``kind`` (a
+    PCIe node is not costed on NVSwitch) or none trainsim knows; an empty cell is the preset's."""
+    text = (r.get("intra_node") or "").strip()
+    if not text:
+        return
+    kinds = next((ks for pattern, ks in INTRA_NODE_KINDS if re.search(pattern, text, re.IGNORECASE)), None)
+    if kinds is None or kind not in kinds:
+        raise SpecError("intra_node", f"{text!r} is not the preset's {kind} scale-up fabric")
+
+
 def load_nccl(path: Path | None = None, *, name: str = "nccl") -> Dataset:
     """nccl-tests all-reduce busbw-vs-size curves (single nodes), predicted with the collective cost model."""
     rows = read_rows(path or validation_path("nccl_busbw.csv"))
@@ -110,10 +128,10 @@ def load_nccl(path: Path | None = None, *, name: str = "nccl") -> Dataset:
         if op is None:
             cases.append(Case(rid, label, busbw, skip_reason=f"collective {r.get('collective')!r} not modelled"))
             continue
-        nodes = _int(r.get("num_nodes")) or 1
-        gpn = _int(r.get("gpus_per_node")) or n
         try:
+            nodes, gpn = optional_count(r, "num_nodes") or 1, optional_count(r, "gpus_per_node") or n
             cluster = load_cluster(_cluster(nccl_systems()[system], n, gpus_per_node=gpn))
+            check_intra_node(r, cluster.scale_up.kind)
         except SpecError as e:
             cases.append(Case(rid, label, busbw, skip_reason=f"not representable: {e}"))
             continue

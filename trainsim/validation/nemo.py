@@ -9,6 +9,7 @@ secondary metric is NeMo's own (``nemo_llama_flops_per_token``).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -347,8 +348,34 @@ def _skip_reason(row: _Row) -> str | None:
     return None
 
 
+# The table's count cells: 'n/a' or empty where a setting does not apply (no pipeline: vp n/a), else a whole
+# number -- at least 0 for fsdp (0 = the distributed optimizer), at least 1 for the others.
+COUNT_COLUMNS = ("num_gpus", "gbs", "mbs", "seq_len", "fsdp", "tp", "pp", "cp", "vp", "ep", "etp")
+
+
+def _unreadable(r: dict) -> str | None:
+    """Why a row's count cells or its ``other_columns_json`` (a JSON object of the source table's other columns)
+    cannot be read, naming the column and the value; None when they can. A count read as absent would be
+    replaced by its default (fsdp 0, tp 1), which the table does not say."""
+    for key in COUNT_COLUMNS:
+        text = first_value(r.get(key))
+        if text.lower() in ("", "n/a"):
+            continue
+        v = _int(text)
+        if v is None or v < (0 if key == "fsdp" else 1):
+            return f"{key}: {r.get(key)!r} is not a {'whole number >= 0' if key == 'fsdp' else 'positive whole number'}"
+    extra = (r.get("other_columns_json") or "").strip()
+    try:
+        ok = not extra or isinstance(json.loads(extra), dict)
+    except ValueError:
+        ok = False
+    return None if ok else f"other_columns_json: {extra[:40]!r} is not a JSON object"
+
+
 def _nemo_case(r: dict) -> Case:
     row = _parse_row(r)
+    if why := _unreadable(r):
+        return Case(row.rid, row.label, row.published or float("nan"), skip_reason=why, category=row.category)
     if row.published is None or row.gpus is None:
         return Case(row.rid, row.label, row.published or float("nan"), skip_reason="incomplete row",
                     category=row.category)

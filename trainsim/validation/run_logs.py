@@ -51,6 +51,10 @@ MEGATRON_GBS = re.compile(r"global batch size:\s*(\d+)")
 MIN_STEP_S = GPUSpec.model_fields["kernel_overhead_s"].default
 # Megatron-LM's --transformer-impl choices (megatron/training/arguments.py, _add_transformer_engine_args).
 TRANSFORMER_IMPLS = ("local", "transformer_engine")
+# --position-embedding-type and --normalization values trainsim models -> ModelSpec's (Megatron-LM's parser also
+# offers relative, none, yarn, mrope positions: not modelled, refused rather than costed as learned).
+POSITION_EMBEDDINGS = {"learned_absolute": "learned", "rope": "rope"}
+NORMALIZATIONS = {"layernorm": "layernorm", "rmsnorm": "rmsnorm"}
 PADDED_VOCAB = re.compile(r"padded vocab \(size: \d+\) with \d+ dummy tokens \(new size: (\d+)\)")
 
 
@@ -164,6 +168,16 @@ class _Args:
             raise _err(self.path, self.where[key], key, f"{out:g} is not a probability in [0, 1]")
         return out
 
+    def mapped(self, key: str, known: dict[str, str], default: str) -> str:
+        """An argument whose value (any case) is a key of ``known`` -- the values trainsim models; ``default``
+        when not printed (the logs of Megatron-LM versions before the argument)."""
+        v = self.raw(key)
+        if v is None:
+            return default
+        if v.lower() not in known:
+            raise _err(self.path, self.where[key], key, f"{v!r} is not modelled (only {', '.join(known)})")
+        return v
+
     def choice(self, key: str, choices: tuple[str, ...]) -> str | None:
         """An argument Megatron-LM's parser limits to ``choices`` (None when not printed)."""
         v = self.raw(key)
@@ -183,8 +197,9 @@ def megatron_model(a: _Args, lines: list[str]) -> dict:
              "ffn_hidden": a.int("ffn_hidden_size", 4 * hidden), "vocab_size": vocab,
              "max_seq_len": a.int("max_position_embeddings") or a.int("seq_length", required=True),
              "activation": "swiglu" if a.flag("swiglu") else "gelu",
-             "norm": "rmsnorm" if (a.raw("normalization") or "").lower() == "rmsnorm" else "layernorm",
-             "position_embedding": "rope" if a.raw("position_embedding_type") == "rope" else "learned",
+             "norm": NORMALIZATIONS[a.mapped("normalization", NORMALIZATIONS, "LayerNorm").lower()],
+             "position_embedding": POSITION_EMBEDDINGS[a.mapped("position_embedding_type", POSITION_EMBEDDINGS,
+                                                                "learned_absolute")],
              "bias": a.flag("add_bias_linear", True),
              "tie_embeddings": not a.flag("untie_embeddings_and_output_weights")}
     if a.flag("group_query_attention"):
@@ -213,16 +228,25 @@ def megatron_recompute(a: _Args, layers_per_stage: int) -> str:
     return "full"
 
 
+def megatron_vpp(a: _Args, layers: int, pp: int) -> int:
+    """The interleaving depth --num-layers-per-virtual-pipeline-stage gives: the stage's layers over it, which
+    Megatron-LM's arguments.py asserts divide evenly (a log that does not is no run of it); 1 when not printed."""
+    per_vstage = a.int("num_layers_per_virtual_pipeline_stage")
+    if per_vstage is None:
+        return 1
+    if layers % pp or (layers // pp) % per_vstage:
+        raise _err(a.path, a.where["num_layers_per_virtual_pipeline_stage"], "num_layers_per_virtual_pipeline_stage",
+                   f"{per_vstage} does not divide the {layers} / {pp} layers per pipeline stage")
+    return layers // pp // per_vstage
+
+
 def megatron_training(a: _Args) -> tuple[dict, dict, int]:
     """(training mapping, layout mapping, world size)."""
     world = a.int("world_size", required=True)
     tp, pp = a.int("tensor_model_parallel_size", 1), a.int("pipeline_model_parallel_size", 1)
     cp, ep = a.int("context_parallel_size", 1), a.int("expert_model_parallel_size", 1)
     layers = a.int("num_layers", required=True)
-    vpp = a.int("virtual_pipeline_model_parallel_size")
-    if vpp is None and a.int("num_layers_per_virtual_pipeline_stage"):
-        vpp = layers // pp // a.int("num_layers_per_virtual_pipeline_stage")
-    vpp = vpp or 1
+    vpp = a.int("virtual_pipeline_model_parallel_size") or megatron_vpp(a, layers, pp)
     dtype = "fp8" if a.raw("fp8") else ("bf16" if a.flag("bf16") else ("fp16" if a.flag("fp16") else "fp32"))
     opt = (a.raw("optimizer") or "adam").lower()
     if opt not in ("adam", "adamw"):
