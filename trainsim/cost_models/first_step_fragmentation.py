@@ -170,7 +170,7 @@ def _micro_batch(k: int, blocks: tuple[tuple[float, ...], tuple[float, ...]], la
 @memoised(maxsize=1024)
 def _extra_reserved(blocks, layers: int, first, last, inflight: int, states: tuple[float, ...]) -> int:
     """The lazy order's reserved peak less the up-front order's, folded in ``inflight`` (FOLD_BASE's comment):
-    replayed at ``m0``, ``m0 + D`` and ``m0 + 2D`` micro-batches with ``m0`` = ``inflight`` mod ``D``, and taken
+    replayed at ``m0``, ``m0 + D`` and ``m0 + 2D`` micro-batches with ``m0`` congruent to ``inflight`` mod ``D``, taken
     where the three agree; else replayed at the samples moved out by FOLD_GROWTH, and replayed whole where no
     samples cost less than the whole replay."""
     base, span = FOLD_BASE, FOLD_SPAN
