@@ -1,5 +1,7 @@
 """The caching-allocator replay against closed forms derived from c10/cuda/CUDACachingAllocator.cpp's rules."""
 
+import random
+
 import pytest
 
 from trainsim.cost_models.caching_allocator import (
@@ -106,3 +108,49 @@ def test_first_step_states_fragment_the_activation_segments():
 def test_unknown_event_is_refused():
     with pytest.raises(ValueError, match="neither"):
         replay([("realloc", 0, 1)])
+
+
+class _ScannedFree:
+    """The reference free list: every cached block as (stream, size, address), best fit found by scanning them all
+    for the smallest at or after (stream, size, -1), as the allocator's ordered set's lower_bound."""
+
+    def __init__(self) -> None:
+        self.blocks: set[tuple[int, int, int]] = set()
+
+    def add(self, key, addr):
+        self.blocks.add((*key, addr))
+
+    def remove(self, key, addr):
+        self.blocks.remove((*key, addr))
+
+    def take(self, stream, size):
+        fits = [b for b in self.blocks if b[0] == stream and b[1] >= size]
+        if not fits:
+            return None
+        best = min(fits)
+        self.blocks.remove(best)
+        return best[2]
+
+
+def test_free_index_agrees_with_a_scan_of_every_cached_block():
+    """Random traces over both pools and two streams, with sizes that tie (equal-size blocks: the lowest address)
+    and free in random order (merges): the indexed allocator and the scanning one agree after every event."""
+    rng = random.Random(1)
+    sizes = (512, 4096, 300_000, 1 << 20, (1 << 20) + 512, 3 << 20, 8 << 20, 9_500_000, 12 << 20, 33_000_000)
+    for _ in range(30):
+        fast, ref = CachingAllocator(), CachingAllocator(free={True: _ScannedFree(), False: _ScannedFree()})
+        live = []
+        for i in range(400):
+            if live and rng.random() < 0.45:
+                h = live.pop(rng.randrange(len(live)))
+                fast.free_tensor(h)
+                ref.free_tensor(h)
+            else:
+                nbytes, stream = rng.choice(sizes), rng.choice((0, 0, 0, 1))
+                fast.malloc(i, nbytes, stream)
+                ref.malloc(i, nbytes, stream)
+                live.append(i)
+            assert (fast.reserved, fast.allocated, fast.peak_reserved) == (ref.reserved, ref.allocated,
+                                                                            ref.peak_reserved)
+            assert {h: (b.addr, b.size) for h, b in fast.live.items()} == {h: (b.addr, b.size)
+                                                                           for h, b in ref.live.items()}

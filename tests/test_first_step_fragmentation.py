@@ -2,6 +2,7 @@
 
 import pytest
 
+from trainsim.cost_models import first_step_fragmentation as fsf
 from trainsim.cost_models import memory
 from trainsim.cost_models.activations import layer_activation_bytes
 from trainsim.cost_models.first_step_fragmentation import (
@@ -106,3 +107,58 @@ def test_toy_trace_logits_segment_takes_the_displaced_activation():
     blocks = ((30 * MiB,), ())
     assert _extra_reserved(blocks, 2, (), (100 * MiB,), 1, (16 * MiB,)) == 84 * MiB
     assert _extra_reserved(blocks, 2, (), (), 1, (16 * MiB,)) == 14 * MiB
+
+
+# Llama 3 8B's stage tensors at 1024 tokens, micro-batch 1 (block_saved_tensors, head_saved_tensors), one block per
+# stage to keep the whole replays short, with a few of its optimizer's state tensors
+_LLAMA_KEPT = (8 * MiB, 8 * MiB, 12 * MiB, 8 * MiB, 8 * MiB, 8 * MiB, 56 * MiB, 28 * MiB, 139264.0)
+_LLAMA_HEAD = (8 * MiB, 4096.0, 8 * MiB, 525344768.0)
+_STATES = (64 * MiB, 64 * MiB, 16 * MiB, 16 * MiB, 224 * MiB, 224 * MiB, 16384.0, 16384.0, 8 * MiB, 8 * MiB)
+_FOLD_CASES = {
+    "no recompute, loss stage": ((_LLAMA_KEPT, ()), (), _LLAMA_HEAD),
+    "full recompute, first stage": (((sum(_LLAMA_KEPT),), _LLAMA_KEPT), (8192.0,), ()),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_FOLD_CASES))
+def test_folded_replay_equals_the_whole_replay(case, monkeypatch):
+    """Past fsf.FOLD_COST x (FOLD_BASE + 2 FOLD_SPAN) micro-batches in flight the difference is extrapolated from
+    three samples; it equals the whole replay at every residue of the span tried, and no whole replay runs."""
+    blocks, first, last = _FOLD_CASES[case]
+    lo = fsf.FOLD_COST * (fsf.FOLD_BASE + 2 * fsf.FOLD_SPAN) + 1
+    whole = {m: fsf._replayed(blocks, 1, first, last, m, _STATES) for m in (lo, lo + 5, lo + fsf.FOLD_SPAN + 2)}
+    assert any(whole.values())  # the states do displace activations here
+    calls = []
+    replayed = fsf._replayed
+    monkeypatch.setattr(fsf, "_replayed", lambda *a: calls.append(a[4]) or replayed(*a))
+    for m, expected in whole.items():
+        calls.clear()
+        assert _extra_reserved(blocks, 1, first, last, m, _STATES) == expected
+        assert max(calls) < m
+
+
+def test_replays_do_not_grow_with_the_micro_batches_in_flight(monkeypatch):
+    """GPipe's 10^6 micro-batches in flight: three replays of fewer than FOLD_BASE + 3 FOLD_SPAN micro-batches."""
+    calls = []
+    replayed = fsf._replayed
+    monkeypatch.setattr(fsf, "_replayed", lambda *a: calls.append(a[4]) or replayed(*a))
+    blocks, first, last = _FOLD_CASES["no recompute, loss stage"]
+    _extra_reserved(blocks, 1, first, last, 10**6, _STATES)
+    assert len(calls) == 3 and max(calls) < fsf.FOLD_BASE + 3 * fsf.FOLD_SPAN
+
+
+@pytest.mark.parametrize(("name", "diff", "folds"), [
+    ("constant past a transient", lambda m: 5 * MiB if m > 20 else m * MiB, True),
+    ("period 2, sampled at the count's phase", lambda m: (m % 2) * MiB + (MiB if m > 20 else 0), True),
+    ("affine: replayed whole", lambda m: 7 * MiB * m, False),
+    ("period 3: the samples never agree", lambda m: (m % 3) * MiB, False),
+])
+def test_fold_takes_agreeing_samples_else_replays_whole(name, diff, folds, monkeypatch):
+    """The fold on stand-in differences: one that settles (at the count's phase) is taken from the samples at every
+    residue of the span; one whose samples disagree is replayed whole, and the answer is the stand-in's own."""
+    calls = []
+    monkeypatch.setattr(fsf, "_replayed", lambda *a: calls.append(a[4]) or diff(a[4]))
+    for m in (193, 194, 200, 1000, 4097, 10**6 + 3):
+        calls.clear()
+        assert _extra_reserved(((MiB,), ()), 1, (), (), m, (MiB,)) == diff(m)
+        assert (m not in calls) == folds

@@ -124,3 +124,19 @@ def test_corrupted_regress_baseline_is_an_error(tmp_path, capsys):
             assert str(e).startswith(field)
         else:
             raise AssertionError("accepted a corrupted baseline")
+
+
+def test_gpipe_with_many_micro_batches_replays_the_allocator_a_bounded_number_of_times(monkeypatch, capsys):
+    # Bug: GPipe holds all of a step's micro-batches in flight and the first-step fragmentation replayed every one
+    # of them through the caching allocator (llama3-8b, pp 8, 10,000 micro-batches: > 100 s). The replay folds
+    # (first_step_fragmentation.FOLD_BASE): its samples stay below FOLD_BASE + 3 FOLD_SPAN micro-batches.
+    from trainsim.cost_models import first_step_fragmentation as fsf
+
+    sizes = []
+    replayed = fsf._replayed
+    monkeypatch.setattr(fsf, "_replayed", lambda *a: sizes.append(a[4]) or replayed(*a))
+    assert main(["predict", "--model", "tiny-gpt", "--cluster", "dgx-h100", "--gpus", "2", "--pp", "2",
+                 "--seq-len", "256", "--micro-batch", "1", "--schedule", "gpipe", "--global-batch", "100000",
+                 "--json"]) == 0
+    capsys.readouterr()
+    assert sizes and max(sizes) < fsf.FOLD_BASE + 3 * fsf.FOLD_SPAN

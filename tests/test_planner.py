@@ -339,3 +339,20 @@ def test_a_plan_reads_its_profile_once_whatever_runs_its_tasks(monkeypatch):
         res = plan(req, executor=ex)
     assert res.rows and res.counts["screened"] > 1
     assert reads == [path]
+
+
+def test_screen_computes_each_stage_memory_once(monkeypatch):
+    """The planner's memory check, the closed form's step context and its memory report ask for the same stages of
+    one scenario: each (stage, in-flight count, kernels) is computed once per scenario object."""
+    from trainsim.cost_models import memory
+    from trainsim.simulator.planner import _checked_stages, _predict
+    from trainsim.specs import build_scenario
+
+    calls = []
+    fn = memory._STAGE_MEMORY.fn
+    monkeypatch.setattr(memory._STAGE_MEMORY, "fn", lambda *a: calls.append(a[1:]) or fn(*a))
+    scn = build_scenario({"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8, "layout": {"pp": 4, "tp": 2},
+                          "training": {"seq_len": 2048, "global_batch": 64, "micro_batch": 1}})
+    _checked_stages(scn)
+    _predict(scn, True, None)
+    assert sorted(calls) == sorted(set(calls)) and {a[0] for a in calls} == set(range(4))

@@ -60,6 +60,8 @@ def test_launch_count_closed_forms(n, chunks, depth, per_launch):
 def test_one_big_tensor_needs_a_launch_per_320_chunks():
     for chunks in (1, 319, 320, 321, 6400, 6401):
         assert sh.multi_tensor_launches([chunks * 65536], 4) == math.ceil(chunks / 320)
+    # counted in closed form, not launch by launch: 10^13 launches return at once
+    assert sh.multi_tensor_launches([320 * 65536 * 10**13 + 1], 4) == 10**13 + 1
 
 
 def test_megatron_step_counts_closed_form():

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from dataclasses import dataclass, field
+from heapq import heappop, heappush
 
 K_MIN_BLOCK_SIZE = 512            # kMinBlockSize
 K_SMALL_SIZE = 1 << 20            # kSmallSize: largest small-pool request
@@ -69,15 +70,56 @@ class _Block:
         self.addr, self.size, self.stream, self.small = addr, size, stream, small
         self.allocated, self.prev, self.next = False, prev, next
 
-    def key(self) -> tuple[int, int, int]:
-        return (self.stream, self.size, self.addr)
+    def key(self) -> tuple[int, int]:
+        return (self.stream, self.size)
+
+
+class _FreeIndex:
+    """One pool's cached free blocks in the allocator's order (stream, size, address), as the sorted (stream, size)
+    keys that hold blocks and, per key, a heap of their addresses (with the addresses taken out since kept until
+    they surface): a lookup or change costs the log of the distinct sizes and blocks, not a scan of every cached
+    block."""
+
+    __slots__ = ("addrs", "keys")
+
+    def __init__(self) -> None:
+        self.keys: list[tuple[int, int]] = []
+        self.addrs: dict[tuple[int, int], tuple[list[int], set[int]]] = {}
+
+    def add(self, key: tuple[int, int], addr: int) -> None:
+        bucket = self.addrs.get(key)
+        if bucket is None:
+            bucket = self.addrs[key] = ([], set())
+            insort(self.keys, key)
+        heappush(bucket[0], addr)
+        bucket[1].add(addr)
+
+    def remove(self, key: tuple[int, int], addr: int) -> None:
+        live = self.addrs[key][1]
+        live.remove(addr)
+        if not live:
+            del self.addrs[key]
+            del self.keys[bisect_left(self.keys, key)]
+
+    def take(self, stream: int, size: int) -> int | None:
+        """The address of the first block at or after (stream, size, -1) of ``stream``, taken out; None if none."""
+        i = bisect_left(self.keys, (stream, size))
+        if i == len(self.keys) or self.keys[i][0] != stream:
+            return None
+        key = self.keys[i]
+        heap, live = self.addrs[key]
+        while heap[0] not in live:
+            heappop(heap)
+        addr = heappop(heap)
+        self.remove(key, addr)
+        return addr
 
 
 @dataclass
 class CachingAllocator:
     """The allocator's state during a replay: its cached free blocks per pool and its segments."""
 
-    free: dict[bool, list[tuple[int, int, int]]] = field(default_factory=lambda: {True: [], False: []})
+    free: dict[bool, _FreeIndex] = field(default_factory=lambda: {True: _FreeIndex(), False: _FreeIndex()})
     blocks: dict[int, _Block] = field(default_factory=dict)  # free blocks by address
     live: dict[object, _Block] = field(default_factory=dict)  # handed-out blocks by the caller's handle
     reserved: int = 0
@@ -124,12 +166,8 @@ class CachingAllocator:
         self._cache(block)
 
     def _best_fit(self, size: int, stream: int, small: bool) -> _Block | None:
-        pool = self.free[small]
-        i = bisect_left(pool, (stream, size, -1))
-        if i == len(pool) or pool[i][0] != stream:
-            return None
-        block = self.blocks.pop(pool.pop(i)[2])
-        return block
+        addr = self.free[small].take(stream, size)
+        return None if addr is None else self.blocks.pop(addr)
 
     def _new_segment(self, size: int, stream: int, small: bool) -> _Block:
         nbytes = allocation_size(size)
@@ -140,12 +178,11 @@ class CachingAllocator:
         return block
 
     def _cache(self, block: _Block) -> None:
-        insort(self.free[block.small], block.key())
+        self.free[block.small].add(block.key(), block.addr)
         self.blocks[block.addr] = block
 
     def _uncache(self, block: _Block) -> None:
-        pool = self.free[block.small]
-        del pool[bisect_left(pool, block.key())]
+        self.free[block.small].remove(block.key(), block.addr)
         del self.blocks[block.addr]
 
 

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING
 
 from trainsim.specs.errors import SpecError
 from trainsim.specs.framework_behaviour import behaviour
+from trainsim.specs.memo import IdentityMemo
 
 from . import activations as act
 from . import autocast, fp8_weights, nvfp4, op_sac_trace
@@ -386,8 +387,13 @@ def stage_memory(scenario: Scenario, stage: int, inflight_microbatches: float | 
     """Peak device bytes per component on one GPU of pipeline ``stage`` (plus host bytes and PCIe traffic).
 
     ``inflight_microbatches`` overrides the schedule's count (the engine's memory timeline knows better);
-    ``impl`` as in ``activation_bytes_per_microbatch``.
+    ``impl`` as in ``activation_bytes_per_microbatch``. Kept per scenario object while it lives: the planner's
+    memory check, the cost table's step context and predict's memory report ask for the same stages.
     """
+    return _STAGE_MEMORY(scenario, stage, inflight_microbatches, impl)
+
+
+def _stage_memory(scenario: Scenario, stage: int, inflight_microbatches: float | None, impl: str) -> StageMemory:
     lay, t = scenario.layout, scenario.training
     rp = rank_param_shards(scenario, stage)
     if inflight_microbatches is None:
@@ -444,6 +450,9 @@ def stage_memory(scenario: Scenario, stage: int, inflight_microbatches: float | 
                        inflight_microbatches=inflight_microbatches, details=details,
                        allocator_cached=max(0.0, cached - remap), grads_off_peak=off_peak,
                        cache_slack=max(0.0, remap - cached), stream_pools=pools)
+
+
+_STAGE_MEMORY = IdentityMemo(_stage_memory)
 
 
 def reserved_cached(scenario: Scenario, stage: int, sm: StageMemory,

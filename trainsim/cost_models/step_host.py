@@ -104,10 +104,14 @@ def multi_tensor_launches(sizes: Iterable[int], depth: int, scalarlist: bool = F
     launches = loc_t = loc_b = 0
     for i, n in enumerate(sizes):
         loc_t += 1
-        left = math.ceil(n / MTA_CHUNK)
-        while left > MTA_MAX_BLOCKS - loc_b:   # the blocks fill before the tensor ends: launch, keep the tensor
-            left -= MTA_MAX_BLOCKS - loc_b
-            launches, loc_b, loc_t = launches + 1, 0, 1
+        left = -(-n // MTA_CHUNK)
+        if left > MTA_MAX_BLOCKS - loc_b:  # the blocks fill before the tensor ends: launch, keep the tensor
+            # the loop's first launch takes the MTA_MAX_BLOCKS - loc_b free blocks, each further one
+            # MTA_MAX_BLOCKS, while more than MTA_MAX_BLOCKS are left: 1 + ceil(rest / MAX) - 1 launches
+            rest = left - (MTA_MAX_BLOCKS - loc_b)
+            full = -(-rest // MTA_MAX_BLOCKS) - 1
+            launches, loc_b, loc_t = launches + 1 + full, 0, 1
+            left = rest - full * MTA_MAX_BLOCKS
         loc_b += left
         if loc_b == MTA_MAX_BLOCKS or loc_t == max_t or i == len(sizes) - 1:
             launches, loc_b, loc_t = launches + 1, 0, 0
