@@ -8,9 +8,8 @@ holds it (32 layers, d_model 4096, 32 heads, ffn 16,384, vocab 50,368, 6,658,859
 
 from __future__ import annotations
 
-import csv
-
 import pytest
+from table_rows import write_rows
 
 from trainsim.validation.mosaic import load_mosaic
 
@@ -22,11 +21,7 @@ ROW = {"row_id": "m", "model": "MPT-7b", "num_params_reported": "6658859008", "d
 
 
 def cases(tmp_path, changes: dict[str, dict]) -> dict:
-    path = tmp_path / "mosaic.csv"
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(ROW))
-        w.writeheader()
-        w.writerows({**ROW, "row_id": rid, **ch} for rid, ch in changes.items())
+    path = write_rows(tmp_path / "mosaic.csv", ROW, changes)
     return {c.row_id: c for c in load_mosaic(path, name="m").cases}
 
 

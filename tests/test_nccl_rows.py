@@ -4,9 +4,8 @@ the GPU count. Rows are synthetic (written here) on the Azure ND A100 v4 system 
 
 from __future__ import annotations
 
-import csv
-
 import pytest
+from table_rows import write_rows
 
 from trainsim.validation.nccl_runs import load_nccl
 
@@ -16,11 +15,7 @@ ROW = {"row_id": "r", "record_type": "measured_curve", "collective": "allreduce"
 
 
 def cases(tmp_path, changes: dict[str, dict]) -> dict:
-    path = tmp_path / "nccl.csv"
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(ROW))
-        w.writeheader()
-        w.writerows({**ROW, "row_id": rid, **ch} for rid, ch in changes.items())
+    path = write_rows(tmp_path / "nccl.csv", ROW, changes)
     return {c.row_id: c for c in load_nccl(path, name="n").cases}
 
 

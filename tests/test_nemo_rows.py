@@ -4,9 +4,8 @@ hand-written in the table's column layout (a Llama 3 8B run on 8 H100s), so no u
 
 from __future__ import annotations
 
-import csv
-
 import pytest
+from table_rows import write_rows
 
 from trainsim.validation.nemo import load_nemo
 
@@ -17,11 +16,7 @@ ROW = {"row_id": "r", "nemo_container": "26.04", "section": "Pre-Training Perfor
 
 
 def cases(tmp_path, changes: dict[str, dict]) -> dict:
-    path = tmp_path / "nemo.csv"
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(ROW))
-        w.writeheader()
-        w.writerows({**ROW, "row_id": rid, **ch} for rid, ch in changes.items())
+    path = write_rows(tmp_path / "nemo.csv", ROW, changes)
     return {c.row_id: c for c in load_nemo(path, name="n").cases}
 
 
