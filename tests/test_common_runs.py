@@ -198,6 +198,13 @@ def test_inter_node_link_text(text, nics, per_nic):
     assert _link(text) == (nics, pytest.approx(per_nic))
 
 
+@pytest.mark.parametrize("text", ["RoCE, 8 GPUs per node", "InfiniBand, 4 GPUs per node, rail-optimized",
+                                  "Ethernet (2 GPUs per NIC)"])
+def test_a_gpu_count_is_not_a_link_rate(text):
+    """'8 GPUs' is no '8 G' rate: a link text that states no rate leaves the preset's NICs (None)."""
+    assert common_runs.nics_from_text(text, 8) is None
+
+
 @pytest.mark.parametrize("gpu", ["A100 40GB PCIe", "H100 PCIe", "H100 NVL", "GH200", "V100"])
 def test_gpu_variants_without_a_preset_are_not_replaced(gpu):
     with pytest.raises(SpecError, match="gpu_type"):
@@ -431,6 +438,7 @@ def test_a_whole_number_column_refuses_what_is_no_whole_number(text):
     ("recompute", "selective (full for the first stage)"), ("recompute", "full (without checkpointing)"),
     ("precision", "fp16 (bf16 unsupported on V100)"), ("precision", "fp16 or bf16"), ("precision", "not fp8"),
     ("zero_or_sharding", "none (ZeRO-3 not used)"), ("zero_or_sharding", "plain DDP (no FSDP)"),
+    ("pipeline_schedule", "PipeDream-2BW"), ("pipeline_schedule", "PipeDream (asynchronous)"),
     ("zero_or_sharding", "ZeRO-1 then ZeRO-3"), ("pipeline_schedule", "GPipe (not 1F1B)"),
 ])
 def test_a_negated_or_doubled_value_is_refused_naming_the_column(column, text):
@@ -457,6 +465,13 @@ def test_a_negated_or_doubled_value_is_refused_naming_the_column(column, text):
     ("zero_or_sharding", "ZeRO-1 (BF16_Optimizer, ZERO_STAGE=0 in config)", (1, False)),
     ("pipeline_schedule", "DeepSpeed pipeline engine 1F1B (non-interleaved)", "1f1b"),
     ("pipeline_schedule", "none (no pipeline)", "1f1b"),
+    ("pipeline_schedule", "PipeDream-Flush (1F1B)", "1f1b"),  # 1F1B itself (Narayanan et al., SC21 Sec. 2.2.1)
+    ("pipeline_schedule", "PipeDream-Flush", "1f1b"),
+    ("recompute", "activation checkpointing: off", "none"),
+    ("recompute", "activation checkpointing: disabled", "none"),
+    ("recompute", "recompute = False", "none"),
+    ("recompute", "AC off", "none"),
+    ("recompute", "activation recomputation disabled", "none"),
 ])
 def test_remarks_that_agree_with_the_value_read_as_before(column, text, expected):
     """Negations that do not touch a value keyword, fp32 as mixed precision's master dtype and bf16 beside fp8

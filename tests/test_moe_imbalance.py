@@ -129,3 +129,15 @@ def test_mfu_stays_below_one_with_a_small_capacity_factor(capsys):
                  "--moe-capacity-factor", "0.1", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert 0 < out["mfu"] <= out["hfu"] < 1
+
+
+def test_the_mtp_modules_experts_drop_the_same_share():
+    """DeepSeek-V3's MTP module runs a MoE block of its own: at c = 0.5 it loses half of its experts' GEMMs too,
+    so the step's loss with one MTP depth is (58 + 1) / 58 of the loss without (58 MoE blocks, 3 dense ones)."""
+    def lost(mtp: int) -> float:
+        def scn(**t):
+            return build_scenario({"model": {"preset": "deepseek-v3", "mtp_layers": mtp}, "cluster": "dgx-h100",
+                                   "gpus": 64, "layout": {"ep": 64},
+                                   "training": {"micro_batch": 1, "seq_len": 4096, "global_batch": 64, **t}})
+        return model_flops_per_step(scn()) - model_flops_per_step(scn(moe_capacity_factor=0.5))
+    assert lost(1) == pytest.approx(lost(0) * 59 / 58, rel=1e-12)

@@ -112,6 +112,7 @@ def test_a_profile_across_the_cpu_gpu_divide_is_refused(tmp_path, capsys):
     gpu_run = ["--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "8", "--global-batch", "64", "--seq-len",
                "4096", "--calibration", str(cpu)]
     for argv in (["predict", *gpu_run], ["plan", *gpu_run, "--top", "1"],
+                 ["validate", "--dataset", "llama3", "--fast", "--calibration", str(cpu)],
                  ["collective", "--cluster", "cpu-host", "--gpus", "2", "--sizes", "1M", "--calibration", str(h200)],
                  ["predict", "examples/tiny-gpt-cpu.yaml", "--calibration", str(h200)]):
         assert main(argv) == 2, argv

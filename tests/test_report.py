@@ -168,6 +168,13 @@ def test_report_from_a_plan(tmp_path, capsys):
     assert main(["report", "--plan", str(plan_path), "--tp", "2", "--out", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and err.startswith("error: plan:") and "--tp" in err
+    # the plan as written: no drift note; its best row's step edited: the note names both figures
+    assert "The plan file records" not in (out / "report.md").read_text(encoding="utf-8")
+    plan_json["rows"][0]["step_time_s"] *= 1.5
+    plan_path.write_text(json.dumps(plan_json))
+    assert main(["report", "--plan", str(plan_path), "--no-plan", "--out", str(tmp_path / "edited")]) == 0
+    md = (tmp_path / "edited" / "report.md").read_text(encoding="utf-8")
+    assert "The plan file records" in md and "rank 1" in md
 
 
 def test_report_of_a_plan_keeps_the_plans_goodput_settings(tmp_path, capsys):

@@ -99,10 +99,11 @@ def test_megatron_log_parsed_as_written():
     assert run.step_time_s == pytest.approx(statistics.median(times))
 
 
-def test_megatron_rope_rmsnorm_and_interleaving_read_as_printed(tmp_path):
-    """rope / RMSNorm as printed; 24 layers on pp 2 with 3 layers per virtual stage: 12 / 3 = 4 chunks."""
+@pytest.mark.parametrize("rope", ["rope", "RoPE"])
+def test_megatron_rope_rmsnorm_and_interleaving_read_as_printed(tmp_path, rope):
+    """rope (any case) / RMSNorm as printed; 24 layers on pp 2 with 3 layers per virtual stage: 12 / 3 = 4 chunks."""
     text = MEGATRON.read_text()
-    for key, old, new in (("position_embedding_type", "learned_absolute", "rope"),
+    for key, old, new in (("position_embedding_type", "learned_absolute", rope),
                           ("normalization", "LayerNorm", "RMSNorm"), ("pipeline_model_parallel_size", "1", "2"),
                           ("num_layers_per_virtual_pipeline_stage", "None", "3")):
         line = next(ln for ln in text.splitlines() if ln.startswith(f"  {key} ."))

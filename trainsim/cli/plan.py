@@ -350,7 +350,8 @@ def request_from_args(args: argparse.Namespace):
         objective=args.objective, prune_dominated=not args.exhaustive,
         failure_rate_per_gpu_hour=args.failure_rate_per_gpu_hour, checkpoint_write_s=args.checkpoint_write_s,
         storage_write_Bps=args.storage_write_gbps * 1e9, restart_s=args.restart_s, profile_path=args.calibration,
-        memory_headroom=_checked_headroom(args.memory_headroom, cluster.gpu.memory_bytes),
+        memory_headroom=_checked_headroom(args.memory_headroom, min(
+            [cluster.gpu.memory_bytes] + [p.gpu.memory_bytes for p in (cluster.pools or ()) if p.gpu is not None])),
     )
 
 
@@ -385,7 +386,7 @@ def check_pool_plan(cluster, counts: tuple[int, ...], placement: str | None) -> 
 
 def _checked_headroom(text: str, gpu_bytes: float) -> str:
     """The --memory-headroom text, validated while the request is built (SpecError naming the field), so that a
-    bad value -- or one that leaves no memory on the cluster's GPU -- is refused before the search starts."""
+    bad value -- or one that leaves no memory on the cluster's smallest GPU -- is refused before the search starts."""
     parse_headroom(text)
     if headroom_bytes(str(text), gpu_bytes) >= gpu_bytes:
         raise SpecError("memory_headroom", f"{text} leaves no memory on a {gpu_bytes / 2**30:.1f} GiB GPU")

@@ -7,6 +7,7 @@ import json
 import sys
 
 from trainsim.cli.common import nonneg_float
+from trainsim.specs import SpecError
 
 
 def register(subparsers) -> None:
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"note: skipped {reason}", file=sys.stderr)
         names = [n for n in names if missing_external(n) is None]
     datasets = [load_dataset(n) for n in names]  # SpecError (exit 2) before any work
+    _check_profile_device(datasets, profile)
     predict_fn = default_predict_fn(fast=args.fast, profile=profile)
     collective_fn = _collective_or_none(default_collective_fn, profile)
     reports = [validate(d, predict_fn=predict_fn, collective_fn=collective_fn) for d in datasets]
@@ -67,6 +69,17 @@ def run(args: argparse.Namespace) -> int:
     for line in failed:
         print(f"FAIL {line}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _check_profile_device(datasets: list, profile) -> None:
+    """The CPU/GPU refusal of predict, once for the command: a profile measured across that divide from every
+    device a dataset's rows run on (calibration_notes.device_class_refusal) is refused, not skipped row by row."""
+    if profile is None:
+        return
+    from trainsim.simulator.calibration_notes import cluster_gpu_names, device_class_refusal
+    names = {g for d in datasets for c in d.cases if c.scenario is not None for g in cluster_gpu_names(c.scenario)}
+    if names and (why := device_class_refusal(names, profile)) is not None:
+        raise SpecError("calibration", why)
 
 
 def _pct(x: float | None) -> str:

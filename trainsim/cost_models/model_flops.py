@@ -80,10 +80,10 @@ def _per_microbatch_unsharded(scenario) -> tuple[PassFlops, PassFlops]:
     if k:  # each MTP module: a main block (a hybrid stack: its mtp_pattern's layers), its projection, another head
         shp = _unsharded(layer_shape(scenario))
         if shp.kind:
-            parts = [_unsharded_flops(_unsharded(layer_shape(scn)), n)[0] for scn, n in mtp_kinds(scenario)]
+            parts = [_unsharded_flops(_unsharded(layer_shape(scn)), n, kept)[0] for scn, n in mtp_kinds(scenario)]
             main = sum(parts[1:], parts[0])
         else:
-            main, _ = _unsharded_flops(shp, 1)
+            main, _ = _unsharded_flops(shp, 1, kept)
         blocks = blocks + (main + pass_flops(_mtp_ops(shp), "none")).scaled(k)
         head = head.scaled(1 + k)
     return blocks, head

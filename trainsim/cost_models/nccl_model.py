@@ -131,9 +131,11 @@ def nccl_version_tuple(version: str | None) -> tuple[int, int] | None:
     """'2.18.5' -> (2, 18); None stays None (the current release's behaviour)."""
     if version is None:
         return None
-    found = re.fullmatch(r"([0-9]+)\.([0-9]+)(\.[0-9]+)?", str(version).strip())
+    # NCCL's packages print e.g. 2.18.5-1 or 2.21.5+cuda12.4: a build suffix after the patch is read past
+    found = re.fullmatch(r"([0-9]+)\.([0-9]+)(\.[0-9]+([-+][0-9A-Za-z.]+)?)?", str(version).strip())
     if found is None:
-        raise SpecError("nccl_version", f"expected MAJOR.MINOR[.PATCH] in digits 0-9, got {version!r}")
+        raise SpecError("nccl_version", f"expected MAJOR.MINOR[.PATCH] in digits 0-9 (a -BUILD or +cudaX.Y suffix "
+                                        f"after the patch is allowed), got {version!r}")
     return int(found[1]), int(found[2])
 
 

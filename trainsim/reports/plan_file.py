@@ -45,8 +45,6 @@ def _check_plan_metrics(rows: list) -> None:
     """SpecError naming the first rendered metric of a plan's rows that no plan writes (negative, zero where it
     must be positive, non-finite, not a number): the report shows the file's figures as they are."""
     for i, r in enumerate(rows, 1):
-        if not isinstance(r, Mapping):
-            raise SpecError(f"plan.rows[{i}]", f"must be a mapping, got {type(r).__name__}")
         for key in _POSITIVE_METRICS + _NONNEGATIVE_METRICS:
             v = r.get(key)
             if v is None and key not in _POSITIVE_METRICS:
@@ -62,13 +60,21 @@ def scenario_from_plan(plan_json: Mapping[str, Any], rank: int = 1) -> Scenario:
     """The scenario of the ``rank``-th layout of a `trainsim plan --json` result."""
     if plan_json.get("kind") != "plan" or "request" not in plan_json:
         raise SpecError("plan", "not a `trainsim plan --json` result (missing kind/request)")
-    rows = [r for r in plan_json.get("rows", []) if r.get("fits", True)]
+    req = plan_json["request"]
+    if not isinstance(req, Mapping) or not all(k in req for k in ("model", "cluster")):
+        raise SpecError("plan.request", "must be a mapping with the plan's model and cluster")
+    all_rows = plan_json.get("rows", [])
+    if not isinstance(all_rows, list):
+        raise SpecError("plan.rows", f"must be a list, got {type(all_rows).__name__}")
+    for i, r in enumerate(all_rows, 1):
+        if not isinstance(r, Mapping):
+            raise SpecError(f"plan.rows[{i}]", f"must be a mapping, got {type(r).__name__}")
+    rows = [r for r in all_rows if r.get("fits", True)]
     if not rows:
         raise SpecError("plan", "the plan has no layout that fits in memory")
     if not 1 <= rank <= len(rows):
         raise SpecError("rank", f"must be between 1 and {len(rows)}")
     _check_plan_metrics(rows)
-    req = plan_json["request"]
     model = load_model(req["model"])
     cluster = load_cluster(req["cluster"])
     r = rows[rank - 1]

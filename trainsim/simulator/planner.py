@@ -506,12 +506,15 @@ def _no_layout_reason(req) -> tuple[str, str]:
     it does (one GPU count at a time), else the constraints that leave no split of the GPUs."""
     fixed = req.limits.fixed
     pins = ", ".join(f"{k}={v}" for k, v in sorted(fixed.items()))
-    layout = {k: v for k, v in fixed.items() if k in ("tp", "pp", "cp", "ep", "etp", "vpp")}
+    layout = {k: v for k, v in fixed.items() if k in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "dp_shard")}
+    pinned = {k: v for k, v in fixed.items() if k in ("micro_batch", "recompute", "zero", "schedule",
+                                                      "sequence_parallel")}
+    training = {"seq_len": req.seq_len, "global_batch": req.global_batch, "dtype": req.limits.dtype,
+                **req.limits.training_extra, **pinned}
     for gpus in req.gpu_counts:
-        try:
+        try:  # every pin as predict would read it; its refusal names the real cause
             build_scenario({"model": req.model, "cluster": req.cluster, "gpus": gpus, "layout": layout,
-                            "training": {"seq_len": req.seq_len, "global_batch": req.global_batch,
-                                         **req.limits.training_extra}})
+                            "training": training})
         except SpecError as e:
             return e.field, e.reason
     counts = ", ".join(str(g) for g in req.gpu_counts)

@@ -149,7 +149,7 @@ def nics_from_text(link: str, per_node: int) -> tuple[int, float] | None:
     gen = re.search(r"\b(xdr|ndr|hdr|edr)\b", link, re.IGNORECASE)
     if gen:
         return per_node, IB_GENERATIONS[gen.group(1).lower()] * 1e9 / 8
-    if rate := next((m.group(0) for c in clauses if (m := re.search(_RATE, c))), None):
+    if rate := next((m.group(0) for c in clauses if (m := re.search(_RATE, c, re.IGNORECASE))), None):
         raise SpecError("inter_node_link", f"{link!r}: a rate ({rate}) with no NIC count and not per GPU or per node "
                                            "(write e.g. '8x 100 Gbps per node' or '100 Gbps per GPU')")
     return None
@@ -307,10 +307,12 @@ def recompute_stated(r: dict) -> bool:
     return not NOT_STATED.match((r.get("recompute") or "").strip().lower())
 
 
-RECOMPUTE_VALUES = {"none": r"^\s*(?:no|none|off|false|disabled)\b|\bnone\b", "selective": r"selective",
-                    "full": r"\bfull\b"}
-# Words for recomputation itself: negated ('without activation checkpointing', 'not recomputed') they say none.
+# Words for recomputation itself: negated ('without activation checkpointing', 'not recomputed') or switched off
+# ('activation checkpointing: off', 'AC disabled', 'recompute = False') they say none.
 RECOMPUTE_WORDS = r"(?:activation\s+)?(?:recomput\w*|checkpoint\w*)"
+RECOMPUTE_OFF = r"(?:" + RECOMPUTE_WORDS + r"|\bac\b)\s*[:=]?\s*(?:off|false|disabled|no|none)\b"
+RECOMPUTE_VALUES = {"none": r"^\s*(?:no|none|off|false|disabled)\b|\bnone\b|" + RECOMPUTE_OFF,
+                    "selective": r"selective", "full": r"\bfull\b"}
 
 
 def recompute(r: dict) -> str:
@@ -351,13 +353,16 @@ def interleave_depth(r: dict, pp: int, layers_per_stage: int | None) -> int | No
 def _not_interleaved(sched: str) -> bool:
     if re.search(r"non[\s-]?interleav|no\s+interleav|without\s+interleav|not\s+interleav", sched):
         return True
-    return bool(sched) and "interleav" not in sched and bool(re.search(r"1f1b|gpipe|zero|zb", sched))
+    return bool(sched) and "interleav" not in sched and bool(re.search(r"1f1b|gpipe|zero|zb|pipedream", sched))
 
 
 # The schedule families a ``pipeline_schedule`` cell may name, one at most ('interleaved' qualifies 1F1B); schedules
 # trainsim has no engine for are refused by name rather than costed as 1F1B.
-SCHEDULES = {"gpipe": r"gpipe", "1f1b": r"1f1b", "zb": r"zero[\s-]*bubble|\bzb\b|zb-", "dualpipe": r"dualpipe"}
-UNMODELLED_SCHEDULES = r"bpipe|chimera|hanayo|pipedream|breadth[\s-]first|\bbfs\b"
+# PipeDream-Flush is 1F1B itself (Narayanan et al., SC21 Sec. 2.2.1); asynchronous PipeDream and PipeDream-2BW are
+# not.
+SCHEDULES = {"gpipe": r"gpipe", "1f1b": r"1f1b|pipedream[\s-]*flush", "zb": r"zero[\s-]*bubble|\bzb\b|zb-",
+             "dualpipe": r"dualpipe"}
+UNMODELLED_SCHEDULES = r"bpipe|chimera|hanayo|pipedream(?![\s-]*flush)|breadth[\s-]first|\bbfs\b"
 
 
 def schedule_text(r: dict) -> str:

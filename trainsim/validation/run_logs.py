@@ -169,14 +169,14 @@ class _Args:
         return out
 
     def mapped(self, key: str, known: dict[str, str], default: str) -> str:
-        """An argument whose value (any case) is a key of ``known`` -- the values trainsim models; ``default``
-        when not printed (the logs of Megatron-LM versions before the argument)."""
+        """The trainsim value of an argument whose value (any case) is a key of ``known`` -- the values trainsim
+        models; ``known[default]`` when not printed (the logs of Megatron-LM versions before the argument)."""
         v = self.raw(key)
         if v is None:
-            return default
+            return known[default.lower()]
         if v.lower() not in known:
             raise _err(self.path, self.where[key], key, f"{v!r} is not modelled (only {', '.join(known)})")
-        return v
+        return known[v.lower()]
 
     def choice(self, key: str, choices: tuple[str, ...]) -> str | None:
         """An argument Megatron-LM's parser limits to ``choices`` (None when not printed)."""
@@ -197,9 +197,8 @@ def megatron_model(a: _Args, lines: list[str]) -> dict:
              "ffn_hidden": a.int("ffn_hidden_size", 4 * hidden), "vocab_size": vocab,
              "max_seq_len": a.int("max_position_embeddings") or a.int("seq_length", required=True),
              "activation": "swiglu" if a.flag("swiglu") else "gelu",
-             "norm": NORMALIZATIONS[a.mapped("normalization", NORMALIZATIONS, "LayerNorm").lower()],
-             "position_embedding": POSITION_EMBEDDINGS[a.mapped("position_embedding_type", POSITION_EMBEDDINGS,
-                                                                "learned_absolute")],
+             "norm": a.mapped("normalization", NORMALIZATIONS, "LayerNorm"),
+             "position_embedding": a.mapped("position_embedding_type", POSITION_EMBEDDINGS, "learned_absolute"),
              "bias": a.flag("add_bias_linear", True),
              "tie_embeddings": not a.flag("untie_embeddings_and_output_weights")}
     if a.flag("group_query_attention"):

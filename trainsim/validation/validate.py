@@ -208,7 +208,7 @@ def _group_stats(groups: dict[str, list[RowResult]]) -> dict[str, dict[str, Any]
 
 def _natural(text: str) -> tuple:
     """Sort key that orders the numbers inside a label by value ("TP 2" before "TP 16")."""
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"([0-9]+)", text))
+    return tuple(int(t) if i % 2 else t for i, t in enumerate(re.split(r"([0-9]+)", text)))
 
 
 def _clean(x: float) -> float | None:
