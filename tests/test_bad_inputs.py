@@ -83,6 +83,8 @@ CASES = [
     ("recompute-unknown", P + L8 + ["--recompute", "partial"], "recompute"),
     ("micro-batch-zero", P + L8 + ["--micro-batch", "0"], "--micro-batch"),
     ("unknown-flag", P + L8 + ["--tensor-parallel", "8"], "--tensor-parallel"),
+    ("fp8-param-gather-without-distributed-optimizer", P + [f("fp8-param-gather-no-distopt.yaml")],
+     "training.fp8_param_gather"),
     ("gpus-disagree-in-file", P + [f("gpus-disagree.yaml")], "gpus: the scenario gives gpus: 8 and cluster.num_gpus"),
     # plan: pins no layout can satisfy are refused as predict refuses them, not answered with an empty table
     ("plan-ep-on-dense-model", ["plan", *L8, "--gpus", "8", "--global-batch", "128", "--seq-len", "8192", "--ep", "2"],
@@ -101,6 +103,7 @@ CASES = [
     ("nccl-version-four-parts", ["collective", "--cluster", "dgx-h100", "--sizes", "1M", "--nccl-version", "2.19.0.1"],
      "nccl_version"),
     ("regress-baseline-is-a-directory", ["regress", "--baseline", str(BAD)], "is a directory, not a file"),
+    ("trace-to-stdout", P + L8 + ["--trace", "-"], "trace: '-' (standard output)"),
 ]
 
 
@@ -149,3 +152,18 @@ def test_report_refuses_a_plan_row_no_plan_writes(tmp_path, capsys):
     path.write_text(json.dumps(plan))
     assert main(["report", "--plan", str(path), "--no-plan", "--out", str(tmp_path / "r")]) == 2
     assert capsys.readouterr().err.strip() == "error: plan.rows[1].step_time_s: must be > 0, got -5"
+
+
+def test_an_output_is_never_one_of_the_inputs(tmp_path, capsys):
+    """A trace written over the scenario it came from, or a profile over the nccl-tests output it was read from,
+    would destroy the input: refused before any work, the file left as it was."""
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(Path("examples/tiny-gpt-cpu.yaml").read_text())
+    nccl = tmp_path / "all_reduce_perf.txt"
+    nccl.write_text((Path(__file__).parent / "data" / "nccl_tests" / "all_reduce_perf_8xH100.txt").read_text())
+    for argv, path, field in ((["predict", str(scenario), "--trace", str(scenario)], scenario, "trace"),
+                              (["calibrate", "--import-nccl-tests", str(nccl), "--out", str(nccl)], nccl, "out")):
+        before = path.read_text()
+        assert main(argv) == 2
+        assert capsys.readouterr().err.strip().startswith(f"error: {field}: {path} is one of this command's inputs")
+        assert path.read_text() == before

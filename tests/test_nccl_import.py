@@ -134,6 +134,38 @@ def test_bad_text_is_spec_error(text, fragment):
     assert e.value.field == "nccl-tests" and fragment in str(e.value)
 
 
+def _json_row(**oop) -> dict:
+    """One nccl-tests -J result of 1 MiB on 8 ranks, consistent (algbw = size / time) unless ``oop`` says else."""
+    size, time_us = 2**20, 10.0
+    algbw = size / (time_us * 1e3)
+    return {"size": size, "count": size // 4, "type": "float", "redop": "sum", "root": -1,
+            "out_of_place": {"time": time_us, "alg_bw": algbw, "bus_bw": algbw * 1.75, "nwrong": 0, **oop}}
+
+
+@pytest.mark.parametrize("row, fragment", [
+    ({**_json_row(nwrong=5)}, "5 wrong elements"),
+    ({**_json_row(), "size": True}, "not true/false"),
+    (_json_row(time=1e-30), "not its size over its time"),     # algbw as printed, time impossible
+    (_json_row(time=10.0, alg_bw=1.0, bus_bw=1.75), "not its size over its time"),
+    (_json_row(time=1e-6, alg_bw=2**20 / 1e-3, bus_bw=1.75 * 2**20 / 1e-3), "beyond any link"),
+])
+def test_json_rows_that_are_no_measurement_are_refused(tmp_path, row, fragment):
+    """What the text path refuses (#wrong > 0) and what no run prints (a boolean size, an algbw that is not size
+    over time, a bus bandwidth beyond any link) are refused in -J JSON too, naming the row."""
+    f = tmp_path / "all_reduce_perf.json"
+    f.write_text(json.dumps({"version": 2, "args": ["all_reduce_perf"], "results": [row]}))
+    with pytest.raises(SpecError, match=fragment):
+        (run,) = parse_nccl_tests_file(f)
+        run_to_points(run, group_size=8, nodes=1)
+
+
+def test_an_op_flag_contradicting_the_files_collective_is_refused():
+    """The file says all_reduce ('# Collective test starting' / its -J args): --nccl-op all_gather is refused."""
+    (run,) = parse_nccl_tests_file(A100_JSON)
+    with pytest.raises(SpecError, match="nccl_op: all_gather contradicts"):
+        run_to_points(run, op="all_gather")
+
+
 def test_bad_json_is_spec_error(tmp_path):
     f = tmp_path / "r.json"
     f.write_text(json.dumps({"version": 2, "results": [{"count": 3}]}))

@@ -85,8 +85,10 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
-def _check_out(path: str) -> Path:
-    return check_output_path(refuse_control_chars(path, "out"), "out")
+def _check_out(path: str, inputs: list | None = None) -> Path:
+    """The profile's path: writable and none of the files the command reads (nccl-tests outputs, run logs and
+    their configs; a --merge-into profile may be updated in place)."""
+    return check_output_path(refuse_control_chars(path, "out"), "out", inputs=inputs or ())
 
 
 def _check_skip(text: str) -> list[str]:
@@ -155,7 +157,8 @@ def _refuse_other_modes(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    out = _check_out(args.out)
+    out = _check_out(args.out, [*(args.import_nccl_tests or []), *(args.from_runs or []),
+                                *(getattr(args, "config", None) or [])])
     _refuse_other_modes(args)
     if args.from_runs:
         return calibrate_runs.run_from_runs(args, out)

@@ -9,6 +9,7 @@ import sys
 
 from trainsim.specs import SpecError
 from trainsim.specs.pools import gpus_label
+from trainsim.specs.safe_write import check_output_path
 
 from .common import add_scenario_args, float_range, int_range, scenario_from_args, warn_beyond_published
 
@@ -62,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
 
     check_coverage(args.coverage)
     check_explain(args)
+    if args.trace:  # the trace is no input of this command (scenario, model, cluster, calibration files)
+        check_output_path(args.trace, "trace", inputs=(getattr(args, k, None) for k in
+                                                      ("scenario", "model", "cluster", "calibration")))
     scenario = scenario_from_args(args)
     profile = None
     if getattr(args, "calibration", None):

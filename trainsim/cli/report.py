@@ -9,7 +9,7 @@ import time
 
 from trainsim.simulator import goodput as gp
 from trainsim.specs import SpecError
-from trainsim.specs.loaders import read_mapping
+from trainsim.specs.loaders import load_gpu, read_mapping
 from trainsim.specs.safe_write import check_output_dir
 
 from .common import (
@@ -86,6 +86,11 @@ def _read_json(path: str, field: str) -> dict:
     return read_mapping(path, field)
 
 
+# A training step launches at least one kernel: a few microseconds (NVIDIA, "Getting Started with CUDA Graphs",
+# 2019: 3.8 us per back-to-back launch); a shorter "step" is no measurement.
+MIN_STEP_S = 1e-6
+
+
 def check_measured(measured: dict) -> None:
     """Every number of an `execute --json` result that the report compares must be positive and finite
     (a negative or NaN step time would otherwise drop out of "predicted vs measured" without a word)."""
@@ -96,6 +101,12 @@ def check_measured(measured: dict) -> None:
     for where, block, key in (("measured", meas, "step_time_s"), ("measured", meas, "step_time_min_s"),
                               ("predicted", pred, "step_time_s")):
         _positive(block.get(key), f"measured.{where}.{key}", allow_none=True)
+        if block.get(key) is not None and block[key] < MIN_STEP_S:
+            raise SpecError(f"measured.{where}.{key}", f"{block[key]!r} s is shorter than any training step "
+                                                       f"(at least {MIN_STEP_S:g} s: one kernel launch)")
+    low, mid = meas.get("step_time_min_s"), meas.get("step_time_s")
+    if low is not None and mid is not None and low > mid:
+        raise SpecError("measured.measured.step_time_min_s", f"{low!r} s exceeds the median step {mid!r} s")
     for side, block in (("measured", meas), ("predicted", pred)):
         stages = block.get("per_stage")
         if stages is None:
@@ -125,6 +136,30 @@ def check_measured_matches(measured: dict, scn) -> None:
             where = "measured.world_size" if key == "world_size" else f"measured.layout.{key}"
             raise SpecError(where, f"the executed run had {key} {got!r}, this report's scenario {want!r}: report "
                                    "the scenario the run executed")
+    _check_measured_model(measured, scn)
+
+
+def _check_measured_model(measured: dict, scn) -> None:
+    """The executed run's model, tokens per step and device are the scenario's, where the result records them
+    (its own prediction's parameter count and throughput; ``device``): a run of another model or on the host CPU
+    is not this GPU scenario's measurement."""
+    own = ((measured.get("predicted") or {}).get("prediction") or {}) if isinstance(measured.get("predicted"),
+                                                                                      dict) else {}
+    params = (own.get("model") or {}).get("total_params") if isinstance(own.get("model"), dict) else None
+    if isinstance(params, (int, float)) and round(params) != scn.model.total_params():
+        raise SpecError("measured.predicted.prediction.model.total_params",
+                        f"the executed model has {params:,.0f} parameters, this report's {scn.model.total_params():,}: "
+                        "report the scenario the run executed")
+    tps, step = own.get("tokens_per_s"), own.get("step_time_s")
+    if isinstance(tps, (int, float)) and isinstance(step, (int, float)) and step > 0:
+        tokens = tps * step
+        if abs(tokens / scn.tokens_per_step - 1) > 1e-6:
+            raise SpecError("measured.predicted.prediction", f"the executed run trained {tokens:,.0f} tokens per step, "
+                                                             f"this report's scenario {scn.tokens_per_step:,}")
+    cpu = scn.cluster.gpu.name == load_gpu("cpu").name
+    if measured.get("device") in ("cpu", "cuda") and (measured["device"] == "cpu") != cpu:
+        raise SpecError("measured.device", f"the run executed on {measured['device']}, this report's cluster has "
+                                           f"{scn.cluster.gpu.name}")
 
 
 def _positive(v, field: str, allow_none: bool = False, allow_zero: bool = False) -> None:

@@ -68,6 +68,7 @@ class NcclRun:
     nccl_version: str | None = None
     iterations: int | None = None
     source: str = ""
+    op_stated: bool = False  # the file's content names the collective (not only its name)
 
     @property
     def group_size(self) -> int | None:
@@ -234,10 +235,15 @@ def parse_json(data: object, source: str = "") -> list[NcclRun]:
                 return None
             if not isinstance(v, dict):
                 raise SpecError("nccl-tests", f"{where}.{key}: must be an object")
+            wrong = v.get("nwrong", v.get("wrong"))
+            if isinstance(wrong, (int, float)) and not isinstance(wrong, bool) and wrong > 0:
+                raise SpecError("nccl-tests", f"{where}.{key}: {wrong} wrong elements: a failed run is no measurement")
             t = v.get("time", v.get("cpu_time"))
             return (_num(str(t), f"{where}.{key}.time"), _num(str(v.get("alg_bw")), f"{where}.{key}.alg_bw"),
                     _num(str(v.get("bus_bw")), f"{where}.{key}.bus_bw"))
 
+        if isinstance(r.get("size"), bool) or isinstance(r.get("count"), bool):
+            raise SpecError("nccl-tests", f"{where}: 'size' and 'count' must be whole numbers, not true/false")
         try:
             size = int(r["size"])
             count = int(r.get("count", 0))
@@ -261,6 +267,7 @@ def parse_nccl_tests_file(path: str | Path) -> list[NcclRun]:
     else:
         runs = parse_text(text, p.name)
     for r in runs:
+        r.op_stated = r.op is not None
         if r.op is None:
             r.op = _op_from_program(p.name)
     return runs
@@ -305,10 +312,29 @@ def _point(run: NcclRun, op: str, n: int, k: int, row: NcclRow, time_s: float, i
         raise SpecError("nccl-tests", f"{run.source}: row of {row.size_bytes:g} B: {err}") from None
 
 
+# No link moves more: GB200's NVLink 5 carries 1.8 TB/s per GPU (both directions); ten times that bounds any bus
+# bandwidth a measurement can show.
+MAX_BUSBW_GBPS = 18_000.0
+
+
+def _check_row_rates(run: NcclRun, size: float, time_us: float, algbw: float, busbw: float) -> None:
+    """A row whose printed algbw is not its size over its time (nccl-tests prints algbw = size / time, GB/s, two
+    decimals), or whose busbw no link reaches, is no measurement: SpecError naming the row."""
+    implied = size / (time_us * 1e3)
+    if algbw >= 1.0 and abs(implied / algbw - 1) > 0.05 + 0.01 / algbw:
+        raise SpecError("nccl-tests", f"{run.source}: row of {size:g} B: algbw {algbw:g} GB/s is not its size over "
+                                      f"its time ({implied:.4g} GB/s)")
+    if max(busbw, implied) > MAX_BUSBW_GBPS:
+        raise SpecError("nccl-tests", f"{run.source}: row of {size:g} B: {max(busbw, implied):.4g} GB/s is beyond "
+                                      f"any link ({MAX_BUSBW_GBPS:g} GB/s)")
+
+
 def run_to_points(run: NcclRun, op: str | None = None, group_size: int | None = None, nodes: int | None = None,
                   prefer: str = "out_of_place") -> list[CollectivePoint]:
     """CollectivePoints of one run; flags override what the file says. Checks busbw against our factor."""
     _refuse_contradiction(run, group_size, nodes)
+    if op and run.op_stated and canonical_op(op) != run.op:
+        raise SpecError("nccl_op", f"{canonical_op(op)} contradicts {run.source}, which ran {run.op}")
     op = canonical_op(op) if op else run.op
     if op is None:
         raise SpecError("nccl-tests", f"{run.source}: cannot tell which collective this is; pass --nccl-op")
@@ -325,6 +351,7 @@ def run_to_points(run: NcclRun, op: str | None = None, group_size: int | None = 
             if t is None or t[0] <= 0 or row.size_bytes <= 0:
                 continue
             time_us, algbw, busbw = t
+            _check_row_rates(run, row.size_bytes, time_us, algbw, busbw)
             if algbw >= 1.0 and busbw > 0 and abs(busbw / algbw - factor) > 0.02 * max(factor, 1e-9) + 0.01:
                 raise SpecError("nccl-tests", f"{run.source}: busbw/algbw = {busbw / algbw:.3f} at {row.size_bytes} B "
                                 f"but {op} on {n} ranks has factor {factor:.3f}; wrong --nccl-group-size or --nccl-op?")

@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,20 +98,43 @@ def run_torchrun(module: str, args: list[str], nproc: int | str, timeout_s: floa
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=worker_env(env), stdout=subprocess.PIPE if capture else None,
                             stderr=subprocess.PIPE if capture else None, text=True, start_new_session=True)
+    previous = _sigterm_raises()
     try:
         out, err = proc.communicate(timeout=timeout_s)
         return LaunchResult(proc.returncode, time.perf_counter() - t0, out or "", err or "")
     except subprocess.TimeoutExpired:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            out, err = proc.communicate(timeout=10)
-        except (subprocess.TimeoutExpired, ProcessLookupError):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            out, err = proc.communicate()
+        out, err = _kill_group(proc)
         return LaunchResult(-1, time.perf_counter() - t0, out or "", err or "", timed_out=True)
+    except BaseException:  # Ctrl-C or SIGTERM of this process: its ranks (their own session) go with it
+        _kill_group(proc)
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _kill_group(proc: subprocess.Popen) -> tuple[str | None, str | None]:
+    """SIGTERM the launch's process group, SIGKILL it after 10 s; its remaining output."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        return proc.communicate(timeout=10)
+    except (subprocess.TimeoutExpired, ProcessLookupError):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        return proc.communicate()
+
+
+def _sigterm_raises():
+    """In the main thread, make SIGTERM raise SystemExit (so the launch's cleanup runs); the previous handler, or
+    None where signals cannot be set (another thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def _exit(signum, _frame):
+        raise SystemExit(128 + signum)
+    return signal.signal(signal.SIGTERM, _exit)
 
 
 MAX_SLURM_NODES = 100_000  # 10x the largest published training job's nodes (Llama 3: 16,384 GPUs = 2,048 nodes)

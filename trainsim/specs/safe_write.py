@@ -12,16 +12,27 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from .errors import SpecError
 
 
-def check_output_path(path: str | os.PathLike, field: str) -> Path:
-    """``path`` if a file can be written there; a SpecError saying why not otherwise."""
+def check_output_path(path: str | os.PathLike, field: str,
+                      inputs: Iterable[str | os.PathLike | None] = ()) -> Path:
+    """``path`` if a file can be written there and it is none of the command's ``inputs`` (a trace or profile
+    written over the scenario, model or measurements it was made from would destroy them); a SpecError saying
+    why not otherwise."""
     p = Path(path)
+    if str(path) == "-":
+        raise SpecError(field, "'-' (standard output) is not written to: give a file name")
     if str(path) == "" or p.name in ("", ".", ".."):
         raise SpecError(field, f"{str(path)!r} is not a file name")
+    if p.is_symlink() and not p.exists():
+        raise SpecError(field, f"{p} is a link to {os.readlink(p)}, which does not exist")
+    for given in inputs:
+        if given and Path(given).exists() and p.exists() and os.path.samefile(p, given):
+            raise SpecError(field, f"{p} is one of this command's inputs ({given}): write elsewhere")
     if p.is_dir():
         raise SpecError(field, f"{p} is a directory")
     if p.exists() and not p.is_file():
@@ -43,6 +54,8 @@ def check_output_dir(path: str | os.PathLike, field: str) -> Path:
     p = Path(path)
     if str(path) == "":
         raise SpecError(field, "'' is not a directory name")
+    if p.is_symlink() and not p.exists():
+        raise SpecError(field, f"{p} is a link to {os.readlink(p)}, which does not exist")
     if p.exists():
         if not p.is_dir():
             raise SpecError(field, f"{p} exists and is not a directory")

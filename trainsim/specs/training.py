@@ -343,6 +343,11 @@ class TrainingSpec(BaseModel):
         if self.fp8_param_gather and not self.master_weights:
             raise SpecError("fp8_param_gather", "fp8 primary weights need fp32 master weights (master_weights true): "
                                                 "Megatron-Core updates the fp32 main copy and re-quantizes")
+        if self.fp8_param_gather and self.effective_zero < 1:
+            # Megatron-LM arguments.py: "--fp8-param-gather only supported with distributed optimizer, torch fsdp2,
+            # megatron fsdp, or inference mode"
+            raise SpecError("fp8_param_gather", "fp8 primary weights need the distributed optimizer or Megatron-FSDP "
+                                                "(distributed_optimizer true or zero >= 1), as Megatron-LM asserts")
 
     def _check_op_sac(self) -> None:
         """torchtitan's per-op policy is a whole-block policy of torch's checkpoint API, not a Megatron module."""
