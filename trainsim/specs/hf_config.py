@@ -395,9 +395,12 @@ def _falcon_fields(d: Mapping, heads: Any) -> dict:
     ``new_decoder_architecture`` (Falcon-40B/180B), 1 with ``multi_query`` (Falcon-7B), else every head. Norms per
     block as FalconDecoderLayer builds them: 2 in the sequential block (``parallel_attn`` false); in the parallel
     block ln_attn and ln_mlp when ``num_ln_in_parallel_attn`` is 2 (its default in the new architecture), one
-    input_layernorm for any other value. ALiBi (``alibi``) is refused: the rotary path is the one modelled."""
+    input_layernorm for any other value. A ``head_dim`` key is refused, as FalconConfig refuses it. ALiBi (``alibi``) is refused: the rotary path is the one modelled."""
     if d.get("alibi"):
         raise SpecError("model.alibi", "ALiBi position biases are not modelled (rotary Falcon configs are)")
+    if d.get("head_dim") is not None:  # FalconConfig.head_dim is a property without a setter: transformers raises
+        raise SpecError("model.head_dim", "Falcon's head_dim is hidden_size // num_attention_heads (FalconConfig "
+                                          "derives it and cannot load a config that sets it); remove the key")
     new_arch = bool(d.get("new_decoder_architecture"))
     if new_arch:
         kv = _get(d, "num_kv_heads", default=heads)
