@@ -137,3 +137,18 @@ def test_falcon_norms_as_the_decoder_layer_builds_them(tmp_path, cfg, norms):
     assert m.block_norms == norms
     one = _params(tmp_path, {**cfg, "parallel_attn": True, "num_ln_in_parallel_attn": 1})
     assert m.total_params() == one + (norms - 1) * 2 * cfg["hidden_size"] * cfg["num_hidden_layers"]
+
+
+def test_an_expert_count_key_the_class_does_not_read_is_ignored(tmp_path):
+    """MixtralConfig reads num_local_experts (alias num_experts), not n_routed_experts; Qwen2MoeConfig num_experts."""
+    assert _params(tmp_path, {**MIXTRAL, "n_routed_experts": 4}) == load_model(MIXTRAL).total_params()
+    only_routed = {**{k: v for k, v in MIXTRAL.items() if k != "num_local_experts"}, "n_routed_experts": 8}
+    assert _refused(tmp_path, only_routed) == "model.num_experts"
+    assert _params(tmp_path, {**QWEN15_MOE, "num_local_experts": 8}) == load_model(QWEN15_MOE).total_params()
+
+
+def test_top_k_is_read_from_num_experts_per_tok_only(tmp_path):
+    """No config class reads a top_k key: Mixtral routes num_experts_per_tok (default 2) tokens per expert."""
+    unstated = {k: v for k, v in MIXTRAL.items() if k != "num_experts_per_tok"}
+    assert _load(tmp_path, {**unstated, "top_k": 4}).top_k == 2
+    assert _load(tmp_path, {**MIXTRAL, "num_experts_per_tok": 4}).top_k == 4

@@ -37,7 +37,8 @@ class HFArch:
     read from (absent: 4 x hidden for GPT-2's and Falcon's two-matrix MLPs, refused for a gated class); ``gqa``: whether it reads ``num_key_value_heads`` (GPT-2 and OPT
     build every head's keys and values); ``reads_head_dim``: whether it reads ``head_dim`` (GPT-2, OPT and Falcon
     use hidden / heads); ``expert_width``: the key its experts' width is read from (None: ``intermediate_size``, as
-    Mixtral's and gpt-oss's experts); ``window_pattern``: whether ``sliding_window_pattern`` sets global_every
+    Mixtral's and gpt-oss's experts); ``expert_keys``: the keys its expert count is read from (the config class's
+    own and its attribute_map alias); ``window_pattern``: whether ``sliding_window_pattern`` sets global_every
     (Gemma 3; Gemma 2 always alternates)."""
 
     classes: tuple[str, ...]
@@ -58,6 +59,7 @@ class HFArch:
     gqa: bool = True
     reads_head_dim: bool = True
     expert_width: str | None = "moe_intermediate_size"
+    expert_keys: tuple[str, ...] = ()
     window_pattern: bool = False
 
 
@@ -82,6 +84,11 @@ class HFArch:
 # num_attention_heads, as the mapping does. Refusing the absent key, rather than copying each class's
 # default, keeps a partial config from being costed with a guess of the transformers version.
 _KV = ("num_key_value_heads",)
+# Expert-count keys per config class, its own first (transformers 5.24.0 configuration_<type>.py attribute_map):
+# MixtralConfig, GptOssConfig and Qwen3MoeConfig num_local_experts (alias num_experts); Qwen2MoeConfig num_experts;
+# DeepseekV2Config n_routed_experts (alias num_experts); DeepseekV3Config, Glm4MoeConfig n_routed_experts (alias
+# num_local_experts).
+_LOCAL, _ROUTED = ("num_local_experts", "num_experts"), ("n_routed_experts", "num_local_experts")
 _HF_CLASS_DEFAULTED = {
     "mistral": (*_KV, "sliding_window"), "mixtral": _KV, "qwen2": _KV, "qwen3": _KV, "gemma": _KV,
     "qwen2_moe": (*_KV, "moe_intermediate_size", "num_experts_per_tok", "shared_expert_intermediate_size"),
@@ -99,15 +106,15 @@ HF_ARCHS: dict[str, HFArch] = {
     "mistral": HFArch(("MistralForCausalLM",), gated=True, global_every=None,
                       required=_HF_CLASS_DEFAULTED["mistral"]),
     "mixtral": HFArch(("MixtralForCausalLM",), gated=True, moe=True, global_every=None, expert_width=None,
-                      required=_HF_CLASS_DEFAULTED["mixtral"]),
+                      expert_keys=_LOCAL, required=_HF_CLASS_DEFAULTED["mixtral"]),
     "phi3": HFArch(("Phi3ForCausalLM",), gated=True, global_every=None),
     "qwen2": HFArch(("Qwen2ForCausalLM",), gated=True, qkv_bias=True, required=_HF_CLASS_DEFAULTED["qwen2"]),
-    "qwen2_moe": HFArch(("Qwen2MoeForCausalLM",), gated=True, qkv_bias=True, moe=True,
+    "qwen2_moe": HFArch(("Qwen2MoeForCausalLM",), gated=True, qkv_bias=True, moe=True, expert_keys=("num_experts",),
                         required=_HF_CLASS_DEFAULTED["qwen2_moe"]),
     "qwen3": HFArch(("Qwen3ForCausalLM",), gated=True, qk_norm=True, head_dim=128,
                     required=_HF_CLASS_DEFAULTED["qwen3"]),
     "qwen3_moe": HFArch(("Qwen3MoeForCausalLM",), gated=True, qk_norm=True, head_dim=128, moe=True,
-                        required=_HF_CLASS_DEFAULTED["qwen3_moe"]),
+                        expert_keys=_LOCAL, required=_HF_CLASS_DEFAULTED["qwen3_moe"]),
     "gemma": HFArch(("GemmaForCausalLM",), gated=True, tied=True, act="gelu_pytorch_tanh", head_dim=256,
                     required=_HF_CLASS_DEFAULTED["gemma"]),
     "gemma2": HFArch(("Gemma2ForCausalLM",), gated=True, tied=True, act="gelu_pytorch_tanh", head_dim=256,
@@ -116,16 +123,18 @@ HF_ARCHS: dict[str, HFArch] = {
                           block_norms=4, qk_norm=True, global_every=6, softcap=True, window_pattern=True,
                           required=_HF_CLASS_DEFAULTED["gemma3_text"]),
     "deepseek_v2": HFArch(("DeepseekV2ForCausalLM",), gated=True, moe=True,
-                          required=_HF_CLASS_DEFAULTED["deepseek"]),
-    "deepseek_v3": HFArch(("DeepseekV3ForCausalLM",), gated=True, moe=True,
+                          expert_keys=("n_routed_experts", "num_experts"), required=_HF_CLASS_DEFAULTED["deepseek"]),
+    "deepseek_v3": HFArch(("DeepseekV3ForCausalLM",), gated=True, moe=True, expert_keys=_ROUTED,
                           required=_HF_CLASS_DEFAULTED["deepseek"]),
     # Kimi K2 is the DeepSeek-V3 architecture
-    "kimi_k2": HFArch(("DeepseekV3ForCausalLM",), gated=True, moe=True, required=_HF_CLASS_DEFAULTED["deepseek"]),
-    "glm4_moe": HFArch(("Glm4MoeForCausalLM",), gated=True, moe=True, required=_HF_CLASS_DEFAULTED["glm4_moe"]),
+    "kimi_k2": HFArch(("DeepseekV3ForCausalLM",), gated=True, moe=True, expert_keys=_ROUTED,
+                      required=_HF_CLASS_DEFAULTED["deepseek"]),
+    "glm4_moe": HFArch(("Glm4MoeForCausalLM",), gated=True, moe=True, expert_keys=_ROUTED,
+                       required=_HF_CLASS_DEFAULTED["glm4_moe"]),
     # gpt-oss: sliding-window blocks at even indices, full attention at odd ones (GptOssConfig's layer_types
     # default), head_dim 64 (_gpt_oss_fields says the rest)
     "gpt_oss": HFArch(("GptOssForCausalLM",), gated=True, moe=True, head_dim=64, global_every=2, expert_width=None,
-                      required=_HF_CLASS_DEFAULTED["gpt_oss"]),
+                      expert_keys=_LOCAL, required=_HF_CLASS_DEFAULTED["gpt_oss"]),
     # GPT-2, OPT and Falcon: head_dim = hidden // heads (GPT2Attention, OPTAttention: embed_dim // num_heads;
     # FalconConfig.head_dim is that property); the MLP width is GPT-2's n_inner (GPT2MLP: else 4 x hidden), OPT's
     # ffn_dim (fc1/fc2), Falcon's ffn_hidden_size (FalconConfig: else 4 x hidden); GPT-2 and OPT have no GQA
@@ -269,10 +278,10 @@ def _refuse_class_defaulted(d: Mapping, model_type: str, arch: HFArch) -> None:
                                             "value of its own, not the one assumed without it; state it")
     if not arch.moe:
         return
-    keys = ("num_local_experts", "num_experts", "n_routed_experts")
+    keys = arch.expert_keys
     if not any(k in d for k in keys):
         raise SpecError("model.num_experts", f"missing: {model_type!r} is a mixture-of-experts architecture; state "
-                                             "its expert count (num_local_experts / num_experts / n_routed_experts)")
+                                             f"its expert count ({' / '.join(keys)})")
     for key in (k for k in keys if k in d):  # null, 0 or false would cost the model dense
         count = d[key]
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
@@ -427,13 +436,15 @@ def _opt_fields(d: Mapping, hidden: Any) -> dict:
 def _experts(d: Mapping, model_type: str, arch: HFArch) -> dict:
     if model_type == "nemotron_h":  # experts only where the hybrid pattern has MoE layers (hf_nemotron_h.py)
         return {}
-    key = _first_key(d, "num_local_experts", "num_experts", "n_routed_experts")
+    key = _first_key(d, *(arch.expert_keys or ("num_local_experts", "num_experts", "n_routed_experts")))
     experts = d.get(key)
     if not experts:
         return {}
     if not arch.moe:
         raise SpecError(f"model.{key}", f"experts are not read for model_type {model_type!r} (a dense architecture)")
-    fields = {"num_experts": experts, "top_k": _get(d, "num_experts_per_tok", "top_k", default=2)}
+    # num_experts_per_tok: every MoE config class's routing key; its absence is refused where the class's default
+    # is not MixtralConfig's 2 (_HF_CLASS_DEFAULTED)
+    fields = {"num_experts": experts, "top_k": _get(d, "num_experts_per_tok", default=2)}
     if arch.expert_width is not None and d.get(arch.expert_width) is not None:
         fields["moe_ffn_hidden"] = d[arch.expert_width]
     return fields
