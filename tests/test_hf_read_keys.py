@@ -152,3 +152,13 @@ def test_top_k_is_read_from_num_experts_per_tok_only(tmp_path):
     unstated = {k: v for k, v in MIXTRAL.items() if k != "num_experts_per_tok"}
     assert _load(tmp_path, {**unstated, "top_k": 4}).top_k == 2
     assert _load(tmp_path, {**MIXTRAL, "num_experts_per_tok": 4}).top_k == 4
+
+
+def test_gpt2_names_are_read_for_gpt2_only(tmp_path):
+    """LlamaConfig reads num_hidden_layers, not GPT-2's n_layer (absent, it defaults to 32): refused, not guessed."""
+    six = load_model({**GPT2_BASE, "n_layer": 6}).total_params()
+    assert _params(tmp_path, {**GPT2_BASE, "num_hidden_layers": 6}) == six
+    llama = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 4, "intermediate_size": 512,
+             "vocab_size": 1000, "n_layer": 2}
+    with pytest.raises(SpecError, match="num_hidden_layers"):
+        _load(tmp_path, llama)

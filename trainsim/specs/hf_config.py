@@ -227,8 +227,12 @@ def model_from_hf(d: Mapping, name: str = "hf-model") -> dict:
     _refuse_unmodelled(d)
     model_type, arch = hf_architecture(d)
     _refuse_class_defaulted(d, model_type, arch)
-    layers, hidden, heads = (_get(d, "num_hidden_layers", "n_layer"), _get(d, "hidden_size", "n_embd"),
-                             _get(d, "num_attention_heads", "n_head"))
+    # GPT2Config maps the canonical names onto n_layer / n_embd / n_head (attribute_map; the canonical one wins when
+    # both are given); every other class reads the canonical names only
+    aliases = model_type == "gpt2"
+    layers, hidden, heads = (_get(d, "num_hidden_layers", *("n_layer",) * aliases),
+                             _get(d, "hidden_size", *("n_embd",) * aliases),
+                             _get(d, "num_attention_heads", *("n_head",) * aliases))
     if layers is None or hidden is None or heads is None:
         missing = [k for k, v in (("num_hidden_layers", layers), ("hidden_size", hidden),
                                   ("num_attention_heads", heads)) if v is None]
