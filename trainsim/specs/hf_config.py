@@ -36,8 +36,9 @@ class HFArch:
     its own that the mapping's fallback is not (``_HF_CLASS_DEFAULTED``); ``ffn_key``: the one key its MLP width is
     read from (absent: 4 x hidden for GPT-2's and Falcon's two-matrix MLPs, refused for a gated class); ``gqa``:
     whether it reads ``num_key_value_heads`` (GPT-2 and OPT build every head's keys and values);
-    ``reads_head_dim``: whether it reads ``head_dim`` (GPT-2, OPT and Falcon use hidden / heads); ``expert_width``: the key its experts' width is read from (None: ``intermediate_size``, as
-    Mixtral's and gpt-oss's experts); ``expert_keys``: the keys its expert count is read from (the config class's
+    ``reads_head_dim``: whether it reads ``head_dim`` (GPT-2, OPT and Falcon use hidden / heads);
+    ``expert_width``: the key its experts' width is read from (None: ``intermediate_size``, as Mixtral's and
+    gpt-oss's experts); ``expert_keys``: the keys its expert count is read from (the config class's
     own and its attribute_map alias); ``window_pattern``: whether ``sliding_window_pattern`` sets global_every
     (Gemma 3; Gemma 2 always alternates)."""
 
