@@ -376,7 +376,9 @@ def _window_fields(d: Mapping, arch: HFArch, layers: Any) -> dict:
 def _window_pattern(d: Mapping) -> int:
     """Gemma 3's period of global blocks: ``sliding_window_pattern`` (Gemma3TextConfig: layer i global when
     (i + 1) % pattern == 0, default 6; 1: every block global); a pattern below 1 is refused (0 divides by zero in
-    transformers, a negative one is no period). ``_sliding_window_pattern`` stands in for a re-saved config."""
+    transformers, a negative one is no period). ``_sliding_window_pattern``, the attribute transformers writes next
+    to ``layer_types`` when it saves a config, is read in its absence (transformers 5.24.0 itself falls back to 6
+    there; a re-saved file's ``layer_types``, read before this, settles its pattern)."""
     key = _first_key(d, "sliding_window_pattern", "_sliding_window_pattern")
     every = _hf_int(d, key)
     if every is None:
@@ -409,7 +411,8 @@ def _falcon_fields(d: Mapping, heads: Any) -> dict:
     ``new_decoder_architecture`` (Falcon-40B/180B), 1 with ``multi_query`` (Falcon-7B), else every head. Norms per
     block as FalconDecoderLayer builds them: 2 in the sequential block (``parallel_attn`` false); in the parallel
     block ln_attn and ln_mlp when ``num_ln_in_parallel_attn`` is 2 (its default in the new architecture), one
-    input_layernorm for any other value. A ``head_dim`` key is refused, as FalconConfig refuses it. ALiBi (``alibi``) is refused: the rotary path is the one modelled."""
+    input_layernorm for any other value. A ``head_dim`` key is refused, as FalconConfig refuses it. ALiBi
+    (``alibi``) is refused: the rotary path is the one modelled."""
     if d.get("alibi"):
         raise SpecError("model.alibi", "ALiBi position biases are not modelled (rotary Falcon configs are)")
     if d.get("head_dim") is not None:  # FalconConfig.head_dim is a property without a setter: transformers raises
