@@ -33,7 +33,14 @@ class HFArch:
     the key is absent (None: hidden / heads); ``global_every``: period of full-attention blocks among local ones
     when ``layer_types`` is absent (None: every block local when ``sliding_window`` is set, 0: no window read);
     ``required``: keys the file must spell out (null allowed) because the config class defaults them to a value of
-    its own that the mapping's fallback is not (``_HF_CLASS_DEFAULTED``)."""
+    its own that the mapping's fallback is not (``_HF_CLASS_DEFAULTED``); ``ffn_key``: the one key its MLP width is
+    read from (absent: 4 x hidden for GPT-2's and Falcon's two-matrix MLPs, refused for a gated class); ``gqa``:
+    whether it reads ``num_key_value_heads`` (GPT-2 and OPT build every head's keys and values);
+    ``reads_head_dim``: whether it reads ``head_dim`` (GPT-2, OPT and Falcon use hidden / heads);
+    ``expert_width``: the key its experts' width is read from (None: ``intermediate_size``, as Mixtral's and
+    gpt-oss's experts); ``expert_keys``: the keys its expert count is read from (the config class's
+    own and its attribute_map alias); ``window_pattern``: whether ``sliding_window_pattern`` sets global_every
+    (Gemma 3; Gemma 2 always alternates)."""
 
     classes: tuple[str, ...]
     gated: bool
@@ -49,6 +56,12 @@ class HFArch:
     global_every: int | None = 0
     softcap: bool = False
     required: tuple[str, ...] = ()
+    ffn_key: str = "intermediate_size"
+    gqa: bool = True
+    reads_head_dim: bool = True
+    expert_width: str | None = "moe_intermediate_size"
+    expert_keys: tuple[str, ...] = ()
+    window_pattern: bool = False
 
 
 # Read against transformers' modelling code (models/<type>/modeling_<type>.py, configuration_<type>.py):
@@ -72,6 +85,11 @@ class HFArch:
 # num_attention_heads, as the mapping does. Refusing the absent key, rather than copying each class's
 # default, keeps a partial config from being costed with a guess of the transformers version.
 _KV = ("num_key_value_heads",)
+# Expert-count keys per config class, its own first (transformers 5.24.0 configuration_<type>.py attribute_map):
+# MixtralConfig, GptOssConfig and Qwen3MoeConfig num_local_experts (alias num_experts); Qwen2MoeConfig num_experts;
+# DeepseekV2Config n_routed_experts (alias num_experts); DeepseekV3Config, Glm4MoeConfig n_routed_experts (alias
+# num_local_experts).
+_LOCAL, _ROUTED = ("num_local_experts", "num_experts"), ("n_routed_experts", "num_local_experts")
 _HF_CLASS_DEFAULTED = {
     "mistral": (*_KV, "sliding_window"), "mixtral": _KV, "qwen2": _KV, "qwen3": _KV, "gemma": _KV,
     "qwen2_moe": (*_KV, "moe_intermediate_size", "num_experts_per_tok", "shared_expert_intermediate_size"),
@@ -81,44 +99,53 @@ _HF_CLASS_DEFAULTED = {
     "deepseek": ("moe_intermediate_size", "num_experts_per_tok", "n_shared_experts", "first_k_dense_replace"),
     "glm4_moe": (*_KV, "moe_intermediate_size", "num_experts_per_tok", "n_shared_experts", "first_k_dense_replace"),
     "gpt_oss": (*_KV, "sliding_window", "num_experts_per_tok", "attention_bias"),
+    "opt": ("ffn_dim",),  # OPTConfig: ffn_dim 3072 whatever hidden_size is (4 x hidden only at OPT-125m's 768)
 }
 
 HF_ARCHS: dict[str, HFArch] = {
     "llama": HFArch(("LlamaForCausalLM",), gated=True),
     "mistral": HFArch(("MistralForCausalLM",), gated=True, global_every=None,
                       required=_HF_CLASS_DEFAULTED["mistral"]),
-    "mixtral": HFArch(("MixtralForCausalLM",), gated=True, moe=True, global_every=None,
-                      required=_HF_CLASS_DEFAULTED["mixtral"]),
+    "mixtral": HFArch(("MixtralForCausalLM",), gated=True, moe=True, global_every=None, expert_width=None,
+                      expert_keys=_LOCAL, required=_HF_CLASS_DEFAULTED["mixtral"]),
     "phi3": HFArch(("Phi3ForCausalLM",), gated=True, global_every=None),
     "qwen2": HFArch(("Qwen2ForCausalLM",), gated=True, qkv_bias=True, required=_HF_CLASS_DEFAULTED["qwen2"]),
-    "qwen2_moe": HFArch(("Qwen2MoeForCausalLM",), gated=True, qkv_bias=True, moe=True,
+    "qwen2_moe": HFArch(("Qwen2MoeForCausalLM",), gated=True, qkv_bias=True, moe=True, expert_keys=("num_experts",),
                         required=_HF_CLASS_DEFAULTED["qwen2_moe"]),
     "qwen3": HFArch(("Qwen3ForCausalLM",), gated=True, qk_norm=True, head_dim=128,
                     required=_HF_CLASS_DEFAULTED["qwen3"]),
     "qwen3_moe": HFArch(("Qwen3MoeForCausalLM",), gated=True, qk_norm=True, head_dim=128, moe=True,
-                        required=_HF_CLASS_DEFAULTED["qwen3_moe"]),
+                        expert_keys=_LOCAL, required=_HF_CLASS_DEFAULTED["qwen3_moe"]),
     "gemma": HFArch(("GemmaForCausalLM",), gated=True, tied=True, act="gelu_pytorch_tanh", head_dim=256,
                     required=_HF_CLASS_DEFAULTED["gemma"]),
     "gemma2": HFArch(("Gemma2ForCausalLM",), gated=True, tied=True, act="gelu_pytorch_tanh", head_dim=256,
                      block_norms=4, global_every=2, softcap=True, required=_HF_CLASS_DEFAULTED["gemma2"]),
     "gemma3_text": HFArch(("Gemma3ForCausalLM",), gated=True, tied=True, act="gelu_pytorch_tanh", head_dim=256,
-                          block_norms=4, qk_norm=True, global_every=6, softcap=True,
+                          block_norms=4, qk_norm=True, global_every=6, softcap=True, window_pattern=True,
                           required=_HF_CLASS_DEFAULTED["gemma3_text"]),
     "deepseek_v2": HFArch(("DeepseekV2ForCausalLM",), gated=True, moe=True,
-                          required=_HF_CLASS_DEFAULTED["deepseek"]),
-    "deepseek_v3": HFArch(("DeepseekV3ForCausalLM",), gated=True, moe=True,
+                          expert_keys=("n_routed_experts", "num_experts"), required=_HF_CLASS_DEFAULTED["deepseek"]),
+    "deepseek_v3": HFArch(("DeepseekV3ForCausalLM",), gated=True, moe=True, expert_keys=_ROUTED,
                           required=_HF_CLASS_DEFAULTED["deepseek"]),
     # Kimi K2 is the DeepSeek-V3 architecture
-    "kimi_k2": HFArch(("DeepseekV3ForCausalLM",), gated=True, moe=True, required=_HF_CLASS_DEFAULTED["deepseek"]),
-    "glm4_moe": HFArch(("Glm4MoeForCausalLM",), gated=True, moe=True, required=_HF_CLASS_DEFAULTED["glm4_moe"]),
+    "kimi_k2": HFArch(("DeepseekV3ForCausalLM",), gated=True, moe=True, expert_keys=_ROUTED,
+                      required=_HF_CLASS_DEFAULTED["deepseek"]),
+    "glm4_moe": HFArch(("Glm4MoeForCausalLM",), gated=True, moe=True, expert_keys=_ROUTED,
+                       required=_HF_CLASS_DEFAULTED["glm4_moe"]),
     # gpt-oss: sliding-window blocks at even indices, full attention at odd ones (GptOssConfig's layer_types
     # default), head_dim 64 (_gpt_oss_fields says the rest)
-    "gpt_oss": HFArch(("GptOssForCausalLM",), gated=True, moe=True, head_dim=64, global_every=2,
-                      required=_HF_CLASS_DEFAULTED["gpt_oss"]),
+    "gpt_oss": HFArch(("GptOssForCausalLM",), gated=True, moe=True, head_dim=64, global_every=2, expert_width=None,
+                      expert_keys=_LOCAL, required=_HF_CLASS_DEFAULTED["gpt_oss"]),
+    # GPT-2, OPT and Falcon: head_dim = hidden // heads (GPT2Attention, OPTAttention: embed_dim // num_heads;
+    # FalconConfig.head_dim is that property); the MLP width is GPT-2's n_inner (GPT2MLP: else 4 x hidden), OPT's
+    # ffn_dim (fc1/fc2), Falcon's ffn_hidden_size (FalconConfig: else 4 x hidden); GPT-2 and OPT have no GQA
+    # (Falcon's key/value heads: _falcon_fields). transformers 5.24.0, models/<type>/modeling_<type>.py.
     "gpt2": HFArch(("GPT2LMHeadModel",), gated=False, norm="layernorm", position="learned", tied=True,
-                   act="gelu_new"),
-    "falcon": HFArch(("FalconForCausalLM",), gated=False, norm="layernorm", tied=True, act="gelu"),
-    "opt": HFArch(("OPTForCausalLM",), gated=False, norm="layernorm", position="learned", tied=True, act="relu"),
+                   act="gelu_new", ffn_key="n_inner", gqa=False, reads_head_dim=False),
+    "falcon": HFArch(("FalconForCausalLM",), gated=False, norm="layernorm", tied=True, act="gelu",
+                     ffn_key="ffn_hidden_size", reads_head_dim=False),
+    "opt": HFArch(("OPTForCausalLM",), gated=False, norm="layernorm", position="learned", tied=True, act="relu",
+                  ffn_key="ffn_dim", gqa=False, reads_head_dim=False, required=_HF_CLASS_DEFAULTED["opt"]),
     # Nemotron-H / Nemotron 3 hybrid Mamba stacks: specs/hf_nemotron_h.py maps the pattern, Mamba dims and experts.
     "nemotron_h": HFArch(("NemotronHForCausalLM",), gated=False, position="none", act="relu2", block_norms=1),
 }
@@ -201,8 +228,12 @@ def model_from_hf(d: Mapping, name: str = "hf-model") -> dict:
     _refuse_unmodelled(d)
     model_type, arch = hf_architecture(d)
     _refuse_class_defaulted(d, model_type, arch)
-    layers, hidden, heads = (_get(d, "num_hidden_layers", "n_layer"), _get(d, "hidden_size", "n_embd"),
-                             _get(d, "num_attention_heads", "n_head"))
+    # GPT2Config maps the canonical names onto n_layer / n_embd / n_head (attribute_map; the canonical one wins when
+    # both are given); every other class reads the canonical names only
+    aliases = model_type == "gpt2"
+    layers, hidden, heads = (_get(d, "num_hidden_layers", *("n_layer",) * aliases),
+                             _get(d, "hidden_size", *("n_embd",) * aliases),
+                             _get(d, "num_attention_heads", *("n_head",) * aliases))
     if layers is None or hidden is None or heads is None:
         missing = [k for k, v in (("num_hidden_layers", layers), ("hidden_size", hidden),
                                   ("num_attention_heads", heads)) if v is None]
@@ -215,7 +246,7 @@ def model_from_hf(d: Mapping, name: str = "hf-model") -> dict:
     out: dict[str, Any] = {
         "name": _get(d, "_name_or_path", default=name) or name,
         "num_layers": layers, "hidden": hidden, "num_heads": heads,
-        "num_kv_heads": _get(d, "num_key_value_heads", default=heads),
+        "num_kv_heads": _get(d, "num_key_value_heads", default=heads) if arch.gqa else heads,
         "ffn_hidden": _ffn_hidden(d, arch, hidden),
         "vocab_size": d["vocab_size"],
         "activation": activation,
@@ -227,7 +258,7 @@ def model_from_hf(d: Mapping, name: str = "hf-model") -> dict:
         **_bias_fields(d, model_type, arch),
         **_window_fields(d, arch, layers),
     }
-    head_dim = _get(d, "head_dim", default=arch.head_dim)
+    head_dim = _get(d, "head_dim", default=arch.head_dim) if arch.reads_head_dim else None
     if head_dim is not None:
         out["head_dim"] = head_dim
     if arch.softcap:
@@ -244,15 +275,23 @@ def model_from_hf(d: Mapping, name: str = "hf-model") -> dict:
 
 def _refuse_class_defaulted(d: Mapping, model_type: str, arch: HFArch) -> None:
     """SpecError naming the first key the file leaves to its config class's own default (``HFArch.required``), and
-    the expert count of a MoE architecture (every config class defaults it to a count of its own; without it the
-    model would be costed dense)."""
+    the expert count of a MoE architecture when missing, null, zero or false (every config class defaults it to a
+    count of its own; without one the model would be costed dense)."""
     for key in arch.required:
         if key not in d:
             raise SpecError(f"model.{key}", f"missing: transformers' {model_type!r} config class defaults it to a "
                                             "value of its own, not the one assumed without it; state it")
-    if arch.moe and not any(k in d for k in ("num_local_experts", "num_experts", "n_routed_experts")):
+    if not arch.moe:
+        return
+    keys = arch.expert_keys
+    if not any(k in d for k in keys):
         raise SpecError("model.num_experts", f"missing: {model_type!r} is a mixture-of-experts architecture; state "
-                                             "its expert count (num_local_experts / num_experts / n_routed_experts)")
+                                             f"its expert count ({' / '.join(keys)})")
+    for key in (k for k in keys if k in d):  # null, 0 or false would cost the model dense
+        count = d[key]
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise SpecError(f"model.{key}", f"{model_type!r} is a mixture-of-experts architecture; the expert count "
+                                            f"must be a positive integer, got {count!r}")
 
 
 def _activation(d: Mapping, arch: HFArch) -> str:
@@ -270,11 +309,12 @@ def _activation(d: Mapping, arch: HFArch) -> str:
 
 
 def _ffn_hidden(d: Mapping, arch: HFArch, hidden: Any) -> Any:
-    key = _first_key(d, "intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size")
-    if d.get(key) is not None:
-        return d[key]
+    """The MLP width from the one key the architecture's class reads (``HFArch.ffn_key``); others are ignored, as
+    transformers ignores them."""
+    if d.get(arch.ffn_key) is not None:
+        return d[arch.ffn_key]
     if arch.gated:
-        raise SpecError("model.intermediate_size", "missing (the MLP width of a gated architecture has no default)")
+        raise SpecError(f"model.{arch.ffn_key}", "missing (the MLP width of a gated architecture has no default)")
     return 4 * hidden if isinstance(hidden, int) and not isinstance(hidden, bool) else None  # GPT-2/Falcon/OPT
 
 
@@ -329,8 +369,23 @@ def _window_fields(d: Mapping, arch: HFArch, layers: Any) -> dict:
         return {}
     if arch.global_every is None:
         return {"sliding_window": window}
-    every = _hf_int(d, "sliding_window_pattern") or _hf_int(d, "_sliding_window_pattern") or arch.global_every
+    every = _window_pattern(d) if arch.window_pattern else arch.global_every
     return {"sliding_window": window, "global_every": every} if every > 1 else {}
+
+
+def _window_pattern(d: Mapping) -> int:
+    """Gemma 3's period of global blocks: ``sliding_window_pattern`` (Gemma3TextConfig: layer i global when
+    (i + 1) % pattern == 0, default 6; 1: every block global); a pattern below 1 is refused (0 divides by zero in
+    transformers, a negative one is no period). ``_sliding_window_pattern``, the attribute transformers writes next
+    to ``layer_types`` when it saves a config, is read in its absence (transformers 5.24.0 itself falls back to 6
+    there; a re-saved file's ``layer_types``, read before this, settles its pattern)."""
+    key = _first_key(d, "sliding_window_pattern", "_sliding_window_pattern")
+    every = _hf_int(d, key)
+    if every is None:
+        return 6
+    if every < 1:
+        raise SpecError(f"model.{key}", f"must be a positive integer (one global layer every k), got {every!r}")
+    return every
 
 
 def _layer_types_fields(types: Any, window: int | None, layers: Any) -> dict:
@@ -353,16 +408,25 @@ def _layer_types_fields(types: Any, window: int | None, layers: Any) -> dict:
 
 def _falcon_fields(d: Mapping, heads: Any) -> dict:
     """Falcon (transformers FalconAttention / FalconDecoderLayer): key/value heads are ``num_kv_heads`` with
-    ``new_decoder_architecture`` (Falcon-40B/180B), 1 with ``multi_query`` (Falcon-7B), else every head; norms per
-    block: ``num_ln_in_parallel_attn`` (default 2) in the new architecture, 1 input norm with ``parallel_attn``
-    (Falcon-7B), 2 in the sequential block. ALiBi (``alibi``) is refused: the rotary path is the one modelled."""
+    ``new_decoder_architecture`` (Falcon-40B/180B), 1 with ``multi_query`` (Falcon-7B), else every head. Norms per
+    block as FalconDecoderLayer builds them: 2 in the sequential block (``parallel_attn`` false); in the parallel
+    block ln_attn and ln_mlp when ``num_ln_in_parallel_attn`` is 2 (its default in the new architecture), one
+    input_layernorm for any other value. A ``head_dim`` key is refused, as FalconConfig refuses it. ALiBi
+    (``alibi``) is refused: the rotary path is the one modelled."""
     if d.get("alibi"):
         raise SpecError("model.alibi", "ALiBi position biases are not modelled (rotary Falcon configs are)")
-    if d.get("new_decoder_architecture"):
-        kv, norms = _get(d, "num_kv_heads", default=heads), _get(d, "num_ln_in_parallel_attn", default=2)
+    if d.get("head_dim") is not None:  # FalconConfig.head_dim is a property without a setter: transformers raises
+        raise SpecError("model.head_dim", "Falcon's head_dim is hidden_size // num_attention_heads (FalconConfig "
+                                          "derives it and cannot load a config that sets it); remove the key")
+    new_arch = bool(d.get("new_decoder_architecture"))
+    if new_arch:
+        kv = _get(d, "num_kv_heads", default=heads)
     else:
         kv = 1 if d.get("multi_query", True) else heads
-        norms = 1 if d.get("parallel_attn", True) else 2
+    parallel_norms = _hf_int(d, "num_ln_in_parallel_attn")
+    if parallel_norms is None and new_arch:
+        parallel_norms = 2
+    norms = 2 if not d.get("parallel_attn", True) or parallel_norms == 2 else 1
     return {"num_kv_heads": kv, "block_norms": norms}
 
 
@@ -380,15 +444,17 @@ def _opt_fields(d: Mapping, hidden: Any) -> dict:
 def _experts(d: Mapping, model_type: str, arch: HFArch) -> dict:
     if model_type == "nemotron_h":  # experts only where the hybrid pattern has MoE layers (hf_nemotron_h.py)
         return {}
-    key = _first_key(d, "num_local_experts", "num_experts", "n_routed_experts")
+    key = _first_key(d, *(arch.expert_keys or ("num_local_experts", "num_experts", "n_routed_experts")))
     experts = d.get(key)
     if not experts:
         return {}
     if not arch.moe:
         raise SpecError(f"model.{key}", f"experts are not read for model_type {model_type!r} (a dense architecture)")
-    fields = {"num_experts": experts, "top_k": _get(d, "num_experts_per_tok", "top_k", default=2)}
-    if d.get("moe_intermediate_size") is not None:
-        fields["moe_ffn_hidden"] = d["moe_intermediate_size"]
+    # num_experts_per_tok: every MoE config class's routing key; its absence is refused where the class's default
+    # is not MixtralConfig's 2 (_HF_CLASS_DEFAULTED)
+    fields = {"num_experts": experts, "top_k": _get(d, "num_experts_per_tok", default=2)}
+    if arch.expert_width is not None and d.get(arch.expert_width) is not None:
+        fields["moe_ffn_hidden"] = d[arch.expert_width]
     return fields
 
 
