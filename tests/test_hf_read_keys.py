@@ -162,3 +162,9 @@ def test_gpt2_names_are_read_for_gpt2_only(tmp_path):
              "vocab_size": 1000, "n_layer": 2}
     with pytest.raises(SpecError, match="num_hidden_layers"):
         _load(tmp_path, llama)
+
+
+def test_falcon_reads_its_old_n_embed_over_hidden_size(tmp_path):
+    """FalconConfig pops the old name n_embed and sets hidden_size from it: given both, n_embed is the width."""
+    assert _load(tmp_path, {**FALCON_7B, "n_embed": 1024, "num_attention_heads": 16}).hidden == 1024
+    assert _load(tmp_path, FALCON_7B).hidden == FALCON_7B["hidden_size"]

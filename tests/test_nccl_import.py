@@ -159,6 +159,23 @@ def test_json_rows_that_are_no_measurement_are_refused(tmp_path, row, fragment):
         run_to_points(run, group_size=8, nodes=1)
 
 
+def test_a_cpu_time_run_is_refused(tmp_path):
+    """nccl-tests -C 1 prints the host's launch time in the time column (its algbw stays the GPU time's): there is
+    no collective time to fit, in text or -J JSON."""
+    text = (DATA / "all_reduce_perf_8xH100.txt").read_text()
+    header = next(ln for ln in text.splitlines() if "busbw" in ln and ln.lstrip("# ").startswith("size"))
+    f = tmp_path / "all_reduce_perf.txt"
+    f.write_text(text.replace(header, header.replace("  time", "cputime")))
+    with pytest.raises(SpecError, match="-C 1 run prints the CPU launch time"):
+        parse_nccl_tests_file(f)
+    row = _json_row()
+    row["out_of_place"]["cpu_time"] = row["out_of_place"].pop("time")
+    j = tmp_path / "all_reduce_perf.json"
+    j.write_text(json.dumps({"version": 2, "args": ["all_reduce_perf"], "results": [row]}))
+    with pytest.raises(SpecError, match="-C 1 run prints the CPU launch time"):
+        parse_nccl_tests_file(j)
+
+
 def test_an_op_flag_contradicting_the_files_collective_is_refused():
     """The file says all_reduce ('# Collective test starting' / its -J args): --nccl-op all_gather is refused."""
     (run,) = parse_nccl_tests_file(A100_JSON)

@@ -238,6 +238,39 @@ def test_report_bad_input_is_one_line(tmp_path, capsys, extra, field):
     assert len(err.splitlines()) == 1 and err.startswith(f"error: {field}")
 
 
+def _edited(measured: dict, path: str, value) -> dict:
+    """A deep copy of ``measured`` with the value at dotted ``path`` replaced."""
+    out = json.loads(json.dumps(measured))
+    *keys, last = path.split(".")
+    node = out
+    for k in keys:
+        node = node[k]
+    node[last] = value
+    return out
+
+
+@pytest.mark.parametrize("path, value, field", [
+    ("predicted.prediction.model", {"total_params": 8_030_261_248}, "measured.predicted.prediction.model.total_params"),
+    ("predicted.prediction.model", {"total_params": 1e400}, "measured"),  # Infinity: refused as it is read
+    ("predicted.prediction.model", {"total_params": True}, "measured.predicted.prediction.model.total_params"),
+    ("predicted.prediction", [1], "measured.predicted.prediction"),
+    ("predicted.prediction.tokens_per_s", 1.0, "measured.predicted.prediction"),
+    ("device", "cuda", "measured.device"),
+    ("measured.step_time_s", 1e-300, "measured.measured.step_time_s"),
+    ("measured.step_time_min_s", 100.0, "measured.measured.step_time_min_s"),
+])
+def test_an_execute_result_of_another_run_is_refused(tmp_path, capsys, path, value, field):
+    """The bundled execute result of tiny-gpt on the CPU, one field changed: another model's parameter count, an
+    unreadable count or prediction, another token count, another device, a step shorter than one kernel launch
+    or a minimum above the median -- each refused in one line naming the field, never shown as this run's."""
+    bad = tmp_path / "exec.json"
+    bad.write_text(json.dumps(_edited(json.loads(MEASURED.read_text()), path, value)))
+    code = main(["report", str(EXAMPLES / "tiny-gpt-cpu.yaml"), "--no-plan", "--out", str(tmp_path / "x"),
+                 "--measured", str(bad)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and err.startswith(f"error: {field}"), err
+
+
 def test_measured_file_that_is_not_an_execute_result(tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"step_time_s": 1.0}))

@@ -158,7 +158,7 @@ def _refuse_other_modes(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     out = _check_out(args.out, [*(args.import_nccl_tests or []), *(args.from_runs or []),
-                                *(getattr(args, "config", None) or [])])
+                                *(getattr(args, "config", None) or []), *(getattr(args, "cluster", None) or [])])
     _refuse_other_modes(args)
     if args.from_runs:
         return calibrate_runs.run_from_runs(args, out)

@@ -7,7 +7,7 @@ import json
 import math
 import sys
 
-from trainsim.specs import SpecError
+from trainsim.specs import SpecError, load_scenario_file
 from trainsim.specs.pools import gpus_label
 from trainsim.specs.safe_write import check_output_path
 
@@ -56,6 +56,15 @@ def register(subparsers) -> None:
     p.set_defaults(func=run)
 
 
+def _input_files(args: argparse.Namespace) -> list:
+    """The files this command reads: the scenario, the model and cluster it or a flag names, the calibration."""
+    given = [getattr(args, k, None) for k in ("scenario", "model", "cluster", "calibration")]
+    if getattr(args, "scenario", None):
+        raw = load_scenario_file(args.scenario)
+        given += [raw.get(k) for k in ("model", "cluster") if isinstance(raw.get(k), str)]
+    return given
+
+
 def run(args: argparse.Namespace) -> int:
     # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
     from trainsim.simulator.predict import predict
@@ -64,8 +73,7 @@ def run(args: argparse.Namespace) -> int:
     check_coverage(args.coverage)
     check_explain(args)
     if args.trace:  # the trace is no input of this command (scenario, model, cluster, calibration files)
-        check_output_path(args.trace, "trace", inputs=(getattr(args, k, None) for k in
-                                                      ("scenario", "model", "cluster", "calibration")))
+        check_output_path(args.trace, "trace", inputs=_input_files(args))
     scenario = scenario_from_args(args)
     profile = None
     if getattr(args, "calibration", None):

@@ -143,15 +143,24 @@ def _check_measured_model(measured: dict, scn) -> None:
     """The executed run's model, tokens per step and device are the scenario's, where the result records them
     (its own prediction's parameter count and throughput; ``device``): a run of another model or on the host CPU
     is not this GPU scenario's measurement."""
-    own = ((measured.get("predicted") or {}).get("prediction") or {}) if isinstance(measured.get("predicted"),
-                                                                                      dict) else {}
-    params = (own.get("model") or {}).get("total_params") if isinstance(own.get("model"), dict) else None
-    if isinstance(params, (int, float)) and round(params) != scn.model.total_params():
+    pred = measured.get("predicted")
+    own = pred.get("prediction") if isinstance(pred, dict) else None
+    if own is None:
+        own = {}
+    if not isinstance(own, dict):
+        raise SpecError("measured.predicted.prediction", f"must be an object, got {type(own).__name__}")
+    params = own.get("model", {}).get("total_params") if isinstance(own.get("model"), dict) else None
+    if params is not None:
+        _positive(params, "measured.predicted.prediction.model.total_params")
+    if params is not None and round(params) != scn.model.total_params():
         raise SpecError("measured.predicted.prediction.model.total_params",
                         f"the executed model has {params:,.0f} parameters, this report's {scn.model.total_params():,}: "
                         "report the scenario the run executed")
     tps, step = own.get("tokens_per_s"), own.get("step_time_s")
-    if isinstance(tps, (int, float)) and isinstance(step, (int, float)) and step > 0:
+    for key, v in (("tokens_per_s", tps), ("step_time_s", step)):
+        if v is not None:
+            _positive(v, f"measured.predicted.prediction.{key}")
+    if tps is not None and step is not None:
         tokens = tps * step
         if abs(tokens / scn.tokens_per_step - 1) > 1e-6:
             raise SpecError("measured.predicted.prediction", f"the executed run trained {tokens:,.0f} tokens per step, "

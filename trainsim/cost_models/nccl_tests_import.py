@@ -108,6 +108,12 @@ def _num(tok: str, where: str) -> float:
     return v
 
 
+# nccl-tests -C 1 prints the host's launch time where the collective's GPU time goes (src/common.cu: timeUsec =
+# report_cputime ? cputimeSec : deltaSec), while algbw stays the GPU time's: no collective time to fit.
+CPU_TIME_REFUSAL = ("a -C 1 run prints the CPU launch time in its time column, not the collective's time: rerun "
+                    "nccl-tests without -C")
+
+
 def parse_text(text: str, source: str = "") -> list[NcclRun]:
     """Parse nccl-tests' stdout. Several runs concatenated in one file give several NcclRuns."""
     runs: list[NcclRun] = []
@@ -151,6 +157,8 @@ def parse_text(text: str, source: str = "") -> list[NcclRun]:
                 run.device_names.append(m.group(7).strip())
             elif body.startswith("size") and "busbw" in body:
                 columns = body.split()
+                if "cputime" in columns:
+                    raise SpecError("nccl-tests", f"{where}: {CPU_TIME_REFUSAL}")
             elif body.startswith("Out of bounds values") and "FAILED" in body:
                 # nccl-tests' summary of its data check (-c 1): results outside the tolerance
                 raise SpecError("nccl-tests", f"{where}: {body!r}: the run's data check failed; a failed run is no "
@@ -238,7 +246,9 @@ def parse_json(data: object, source: str = "") -> list[NcclRun]:
             wrong = v.get("nwrong", v.get("wrong"))
             if isinstance(wrong, (int, float)) and not isinstance(wrong, bool) and wrong > 0:
                 raise SpecError("nccl-tests", f"{where}.{key}: {wrong} wrong elements: a failed run is no measurement")
-            t = v.get("time", v.get("cpu_time"))
+            if "time" not in v and "cpu_time" in v:
+                raise SpecError("nccl-tests", f"{where}.{key}: {CPU_TIME_REFUSAL}")
+            t = v.get("time")
             return (_num(str(t), f"{where}.{key}.time"), _num(str(v.get("alg_bw")), f"{where}.{key}.alg_bw"),
                     _num(str(v.get("bus_bw")), f"{where}.{key}.bus_bw"))
 

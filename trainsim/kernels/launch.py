@@ -98,7 +98,7 @@ def run_torchrun(module: str, args: list[str], nproc: int | str, timeout_s: floa
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=worker_env(env), stdout=subprocess.PIPE if capture else None,
                             stderr=subprocess.PIPE if capture else None, text=True, start_new_session=True)
-    previous = _sigterm_raises()
+    installed, previous = _sigterm_raises()
     try:
         out, err = proc.communicate(timeout=timeout_s)
         return LaunchResult(proc.returncode, time.perf_counter() - t0, out or "", err or "")
@@ -109,32 +109,40 @@ def run_torchrun(module: str, args: list[str], nproc: int | str, timeout_s: floa
         _kill_group(proc)
         raise
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        if installed:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
 def _kill_group(proc: subprocess.Popen) -> tuple[str | None, str | None]:
-    """SIGTERM the launch's process group, SIGKILL it after 10 s; its remaining output."""
+    """SIGTERM the launch's process group, SIGKILL it after 10 s (at once on a second interrupt); its remaining
+    output."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
         return proc.communicate(timeout=10)
     except (subprocess.TimeoutExpired, ProcessLookupError):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _sigkill_group(proc)
         return proc.communicate()
+    except BaseException:
+        _sigkill_group(proc)
+        raise
 
 
-def _sigterm_raises():
-    """In the main thread, make SIGTERM raise SystemExit (so the launch's cleanup runs); the previous handler, or
-    None where signals cannot be set (another thread)."""
+def _sigkill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _sigterm_raises() -> tuple[bool, object]:
+    """In the main thread, make SIGTERM raise SystemExit (so the launch's cleanup runs): (installed, the previous
+    handler); (False, None) in another thread, where signals cannot be set."""
     if threading.current_thread() is not threading.main_thread():
-        return None
+        return False, None
 
     def _exit(signum, _frame):
         raise SystemExit(128 + signum)
-    return signal.signal(signal.SIGTERM, _exit)
+    return True, signal.signal(signal.SIGTERM, _exit)
 
 
 MAX_SLURM_NODES = 100_000  # 10x the largest published training job's nodes (Llama 3: 16,384 GPUs = 2,048 nodes)

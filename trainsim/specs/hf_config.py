@@ -234,6 +234,8 @@ def model_from_hf(d: Mapping, name: str = "hf-model") -> dict:
     layers, hidden, heads = (_get(d, "num_hidden_layers", *("n_layer",) * aliases),
                              _get(d, "hidden_size", *("n_embd",) * aliases),
                              _get(d, "num_attention_heads", *("n_head",) * aliases))
+    if model_type == "falcon" and d.get("n_embed") is not None:
+        hidden = d["n_embed"]  # FalconConfig pops the old n_embed, which overrides hidden_size
     if layers is None or hidden is None or heads is None:
         missing = [k for k, v in (("num_hidden_layers", layers), ("hidden_size", hidden),
                                   ("num_attention_heads", heads)) if v is None]

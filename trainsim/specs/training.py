@@ -296,7 +296,8 @@ class TrainingSpec(BaseModel):
         "optimizer, one all-reduce for all of them (torchtitan float8.precompute_float8_dynamic_scale_for_fsdp); "
         "false: each shard cast computes its amax and all-reduces it")
     fp8_param_gather: bool = Field(
-        default=False, description="with dtype fp8, framework megatron: fp8 primary weights (Megatron-Core "
+        default=False, description="with dtype fp8, framework megatron, master_weights and the distributed "
+        "optimizer (distributed_optimizer or zero >= 1): fp8 primary weights (Megatron-Core "
         "--fp8-param-gather, TE quantized_model_init): the blocks' linear weights are held only quantized, no "
         "16-bit copy, the distributed optimizer keeping their fp32 main copy (cost_models/fp8_weights.py)")
 
