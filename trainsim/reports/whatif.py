@@ -292,7 +292,11 @@ def _plan_for(scn: Scenario, opts: ReportOptions):
         failure_rate_per_gpu_hour=opts.failure_rate_per_gpu_hour, checkpoint_write_s=opts.checkpoint_write_s,
         storage_write_Bps=opts.storage_write_Bps, restart_s=opts.restart_s, profile_path=opts.profile_path,
     )
-    return plan(req).to_json()
+    try:
+        return plan(req).to_json()
+    except SpecError as e:  # the search's own space holds no layout of these GPUs: the report goes without it
+        opts.notes.append(f"No ranked layouts: the layout search found none for {scn.num_gpus} GPU(s) ({e}).")
+        return None
 
 
 def _band_sentence(pred, scn: Scenario, profile) -> str:
