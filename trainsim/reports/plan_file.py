@@ -56,6 +56,18 @@ def _check_plan_metrics(rows: list) -> None:
                                                         f"got {v!r}")
 
 
+def fitting_rows(plan_json: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The ranked rows of a plan that fit in memory, in rank order; SpecError where ``rows`` is not a list of
+    mappings."""
+    rows = plan_json.get("rows", [])
+    if not isinstance(rows, list):
+        raise SpecError("plan.rows", f"must be a list, got {type(rows).__name__}")
+    for i, r in enumerate(rows, 1):
+        if not isinstance(r, Mapping):
+            raise SpecError(f"plan.rows[{i}]", f"must be a mapping, got {type(r).__name__}")
+    return [r for r in rows if r.get("fits", True)]
+
+
 def scenario_from_plan(plan_json: Mapping[str, Any], rank: int = 1) -> Scenario:
     """The scenario of the ``rank``-th layout of a `trainsim plan --json` result."""
     if plan_json.get("kind") != "plan" or "request" not in plan_json:
@@ -63,13 +75,7 @@ def scenario_from_plan(plan_json: Mapping[str, Any], rank: int = 1) -> Scenario:
     req = plan_json["request"]
     if not isinstance(req, Mapping) or not all(k in req for k in ("model", "cluster")):
         raise SpecError("plan.request", "must be a mapping with the plan's model and cluster")
-    all_rows = plan_json.get("rows", [])
-    if not isinstance(all_rows, list):
-        raise SpecError("plan.rows", f"must be a list, got {type(all_rows).__name__}")
-    for i, r in enumerate(all_rows, 1):
-        if not isinstance(r, Mapping):
-            raise SpecError(f"plan.rows[{i}]", f"must be a mapping, got {type(r).__name__}")
-    rows = [r for r in all_rows if r.get("fits", True)]
+    rows = fitting_rows(plan_json)
     if not rows:
         raise SpecError("plan", "the plan has no layout that fits in memory")
     if not 1 <= rank <= len(rows):

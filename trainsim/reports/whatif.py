@@ -34,6 +34,7 @@ from trainsim.validation.intervals import interval_for, load_table
 
 from . import plots
 from .html import FigureBlob, Report, Section, Table
+from .plan_file import fitting_rows
 from .tables import LAYOUT_COLUMNS, fmt_count, fmt_gib, fmt_money, fmt_pct, fmt_si, fmt_time, layout_table
 from .timeline import events_from_engine
 
@@ -292,11 +293,7 @@ def _plan_for(scn: Scenario, opts: ReportOptions):
         failure_rate_per_gpu_hour=opts.failure_rate_per_gpu_hour, checkpoint_write_s=opts.checkpoint_write_s,
         storage_write_Bps=opts.storage_write_Bps, restart_s=opts.restart_s, profile_path=opts.profile_path,
     )
-    try:
-        return plan(req).to_json()
-    except SpecError as e:  # the search's own space holds no layout of these GPUs: the report goes without it
-        opts.notes.append(f"No ranked layouts: the layout search found none for {scn.num_gpus} GPU(s) ({e}).")
-        return None
+    return plan(req).to_json()
 
 
 def _band_sentence(pred, scn: Scenario, profile) -> str:
@@ -363,7 +360,7 @@ def _plan_drift_note(plan_json: Mapping[str, Any] | None, opts: ReportOptions, p
     """A note where the reported layout's prediction differs from the step time its plan file records."""
     if plan_json is None:
         return []
-    rows = [r for r in plan_json.get("rows", []) if isinstance(r, Mapping) and r.get("fits", True)]
+    rows = fitting_rows(plan_json)
     if not 1 <= opts.plan_rank <= len(rows) or rows[opts.plan_rank - 1].get("source") != "engine":
         return []
     recorded = rows[opts.plan_rank - 1]["step_time_s"]
@@ -487,7 +484,7 @@ def _scaling_section(scn: Scenario, profile, opts: ReportOptions) -> Section:
 
 def _layouts_section(plan_json: Mapping[str, Any]) -> Section:
     """Ranked layouts of a plan: its counts, the best layouts and, over several GPU counts, the Pareto front."""
-    rows = [r for r in plan_json.get("rows", []) if r.get("fits", True)]
+    rows = fitting_rows(plan_json)
     c = plan_json.get("counts", {})
     req = plan_json.get("request", {})
     headroom = (f"{c.get('over_headroom', 0)} within memory but over the {req['memory_headroom']} headroom, "

@@ -4,6 +4,7 @@ device, collectives of other group shapes, a compute factor fitted for another G
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 from trainsim.specs import Scenario
@@ -27,18 +28,13 @@ def device_class_refusal(gpu_names: set[str], profile) -> str | None:
     cluster has no CPU device, or on a GPU and the cluster is the host CPU. Their times are absolute (GEMM rates,
     gloo or NCCL fits), so across that divide no prediction would be faithful (a GPU profile of another preset is
     named in a note instead: ``_device_note``)."""
-    if profile is None or not profile.has_measurements():
-        return None
-    fp = profile.fingerprint
-    # A CPU run names its processor and compares with the cpu preset; a hand-written profile keeps the default
-    # fingerprint (device cpu, device_name unknown) and is not taken for one.
-    cpu_run = fp.device == "cpu" and fp.device_name != "unknown" and profile.reference_preset in (None, "cpu")
-    measured = "cpu" if cpu_run else None if fp.device == "cpu" else gpu_preset_for(fp.device_name)
+    measured = _measured_preset(profile)
     if measured is None:
         return None
-    cpu = {g for g in gpu_names if _host_cpu(g)}
+    cpu = {g for g in gpu_names if is_host_cpu(g)}
     if (measured == "cpu") == bool(cpu) or (cpu and cpu != gpu_names):
         return None
+    fp = profile.fingerprint
     where = "the host CPU" if measured == "cpu" else f"a GPU ({fp.device_name}, preset {measured})"
     return (f"the profile was measured on {where} and the cluster's devices are {', '.join(sorted(gpu_names))}: "
             "its measured times cannot price them; calibrate on the cluster's own device")
@@ -55,14 +51,12 @@ def _device_note(scenario: Scenario, profile) -> list[str]:
     preset, or a CPU profile on a GPU cluster and the reverse (its GEMM, attention and collective times are
     absolute: they are used as measured, not rescaled to the cluster's GPU). A run-calibration factor names its
     GPU and applies to that GPU only (cost_models.run_factors): no note."""
-    if not profile.has_measurements():
-        return []
-    fp = profile.fingerprint
-    measured = "cpu" if fp.device == "cpu" else gpu_preset_for(fp.device_name)
+    measured = _measured_preset(profile)
     if measured is None:
         return []
+    fp = profile.fingerprint
     gpus = cluster_gpu_names(scenario)
-    other = sorted(g for g in gpus if (gpu_preset_for(g) or _host_cpu(g)) not in (None, measured))
+    other = sorted(g for g in gpus if _device_preset(g) not in (None, measured))
     if not other:
         return []
     note = (f"calibration measured on {fp.device_name or fp.device} (preset {measured}) but the cluster's "
@@ -71,9 +65,33 @@ def _device_note(scenario: Scenario, profile) -> list[str]:
     return [note]
 
 
-def _host_cpu(name: str) -> str | None:
-    """"cpu" for the host-CPU preset's device name (a CPU cluster), else None."""
-    return "cpu" if name == load_gpu("cpu").name else None
+def _measured_preset(profile) -> str | None:
+    """The preset of the device a profile's microbenchmarks ran on: "cpu" for a CPU run (one that names its processor
+    and compares with the cpu preset; a hand-written profile keeps the default fingerprint, device cpu and
+    device_name unknown, and is not taken for one), a GPU's preset by its device name; None without measurements or
+    where the device is not known."""
+    if profile is None or not profile.has_measurements():
+        return None
+    fp = profile.fingerprint
+    if fp.device == "cpu":
+        cpu_run = fp.device_name != "unknown" and profile.reference_preset in (None, "cpu")
+        return "cpu" if cpu_run else None
+    return gpu_preset_for(fp.device_name)
+
+
+@functools.cache
+def _cpu_device_name() -> str:
+    return load_gpu("cpu").name
+
+
+def is_host_cpu(name: str) -> bool:
+    """Whether a cluster device of this name is the host-CPU preset's (a CPU cluster)."""
+    return name == _cpu_device_name()
+
+
+def _device_preset(name: str) -> str | None:
+    """The preset a cluster device of this name stands for: a GPU preset, "cpu", or None (not known)."""
+    return gpu_preset_for(name) or ("cpu" if is_host_cpu(name) else None)
 
 
 def _collectives_note(scenario: Scenario, profile) -> list[str]:
