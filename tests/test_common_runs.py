@@ -433,6 +433,12 @@ def test_a_whole_number_column_refuses_what_is_no_whole_number(text):
         whole({"seq_len": text}, "seq_len")
 
 
+# The free-text readers of the common run schema, by column (a schedule read without interleaving).
+CELL_READERS = {"recompute": common_runs.recompute, "precision": common_runs.precision,
+                "zero_or_sharding": common_runs.zero_stage,
+                "pipeline_schedule": lambda r: common_runs.schedule(r, 1)}
+
+
 @pytest.mark.parametrize("column, text", [
     ("recompute", "full (not selective)"), ("recompute", "non-selective (full)"),
     ("recompute", "selective (full for the first stage)"), ("recompute", "full (without checkpointing)"),
@@ -445,9 +451,7 @@ def test_a_negated_or_doubled_value_is_refused_naming_the_column(column, text):
     """A cell that negates a value or names two is never read as one of them: reading a keyword alone gives the
     opposite of what it says ('full (not selective)' as selective, 'fp16 (bf16 unsupported)' as bf16, 'no FSDP'
     as ZeRO-3)."""
-    reader = {"recompute": common_runs.recompute, "precision": common_runs.precision,
-              "zero_or_sharding": common_runs.zero_stage,
-              "pipeline_schedule": lambda r: common_runs.schedule(r, 1)}[column]
+    reader = CELL_READERS[column]
     with pytest.raises(SpecError, match=f"^{column}: ") as e:
         reader({column: text})
     assert repr(text) in str(e.value)  # the value as written
@@ -476,9 +480,7 @@ def test_a_negated_or_doubled_value_is_refused_naming_the_column(column, text):
 def test_remarks_that_agree_with_the_value_read_as_before(column, text, expected):
     """Negations that do not touch a value keyword, fp32 as mixed precision's master dtype and bf16 beside fp8
     (cells of this kind are in the bundled tables) keep their reading."""
-    reader = {"recompute": common_runs.recompute, "precision": common_runs.precision,
-              "zero_or_sharding": common_runs.zero_stage,
-              "pipeline_schedule": lambda r: common_runs.schedule(r, 1)}[column]
+    reader = CELL_READERS[column]
     assert reader({column: text}) == expected
 
 
