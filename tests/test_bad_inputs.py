@@ -91,6 +91,9 @@ CASES = [
      "layout.ep"),
     ("plan-tp-not-dividing", ["plan", *L8, "--gpus", "8", "--global-batch", "128", "--seq-len", "8192", "--tp", "3"],
      "gpus"),
+    # a setting every enumerated layout refuses: the first layout's reason, not "no layout is valid" with exit 0
+    ("plan-setting-every-layout-refuses", ["plan", *L8, "--gpus", "16", "--global-batch", "64", "--seq-len", "4096",
+                                           "--mics-hierarchical-gather"], "training.mics_hierarchical_gather"),
     ("plan-headroom-above-memory", ["plan", *L8, "--gpus", "8", "--global-batch", "128", "--seq-len", "8192",
                                     "--memory-headroom", "1000"], "memory_headroom"),
     ("plan-tokens-zero", ["plan", *L8, "--gpus", "8", "--global-batch", "128", "--seq-len", "8192", "--tokens", "0"],

@@ -420,7 +420,7 @@ def make_executor(workers: int, dask_scheduler: str | None) -> Iterator[Any]:
 
 @contextlib.contextmanager
 def rich_progress(enabled: bool) -> Iterator[Any]:
-    """A progress callback drawing rich bars on stderr (None when disabled)."""
+    """A progress callback drawing rich bars on stderr (None when disabled or when stderr is not a terminal)."""
     if not enabled:
         yield None
         return
@@ -429,6 +429,9 @@ def rich_progress(enabled: bool) -> Iterator[Any]:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     console = Console(stderr=True)
+    if not console.is_terminal:  # bars are for a person watching; a log or a pipe gets the result alone
+        yield None
+        return
     labels = {"screen": "screening layouts (closed form, chunks)", "engine": "confirming top layouts (engine)"}
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as prog:
@@ -439,7 +442,11 @@ def rich_progress(enabled: bool) -> Iterator[Any]:
                 tasks[phase] = prog.add_task(labels.get(phase, phase), total=total)
             prog.update(tasks[phase], completed=done, total=total)
 
-        yield update
+        try:
+            yield update
+        except BaseException:
+            prog.live.transient = True  # a refusal's one line stands alone on stderr: the bars are erased
+            raise
 
 
 def print_table(result, file=None) -> None:

@@ -523,6 +523,19 @@ def _no_layout_reason(req) -> tuple[str, str]:
                       "heads, layers and sequence, and dp the global batch)")
 
 
+def _every_layout_refused(ctx: _Context, cands: list[Candidate]) -> SpecError:
+    """The refusal for a search whose every layout the specs reject: the first layout's, as ``predict`` gives it
+    (a setting no layout can take, such as a flag the model's framework lacks, is refused, not answered with an
+    empty table)."""
+    first = cands[0]
+    try:
+        to_scenario(ctx.model, ctx.cluster, first, ctx.global_batch, ctx.seq_len, ctx.limits)
+    except SpecError as e:
+        return SpecError(e.field, f"{e.reason} (every one of the {len(cands)} layouts searched is refused; "
+                                  f"the first, {first.label()}, for this reason)")
+    return SpecError("layout", f"every one of the {len(cands)} layouts searched is refused")
+
+
 @in_memo_scope  # the whole search shares one memo scope (specs.memo)
 def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress | None = None) -> PlanResult:
     """Search the layout space of ``req`` and return the ranked, engine-confirmed plan: enumerate candidates,
@@ -544,6 +557,8 @@ def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress 
               "confirmed": 0, "engine_oom": 0}
     ckpt_s = checkpoint_seconds(req, cands)
     screened = _screened(req, ctx, cands, ckpt_s, executor, progress, counts)
+    if counts["invalid"] == len(cands):
+        raise _every_layout_refused(ctx, cands)
     confirmed: list[PlanRow] = []
 
     def confirm(rows: list[PlanRow]) -> None:
