@@ -118,3 +118,18 @@ def test_a_profile_across_the_cpu_gpu_divide_is_refused(tmp_path, capsys):
         assert main(argv) == 2, argv
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith("error: calibration: the profile was measured on"), err
+
+
+def test_a_renamed_cpu_device_is_still_a_cpu(tmp_path, capsys):
+    """The CPU/GPU refusal reads the device's kind, not its name: the cpu preset under another name (a cluster file
+    describing one's own host) still refuses a GPU profile."""
+    from pathlib import Path
+    h200 = Path(__file__).resolve().parents[1] / H200_PROFILE
+    cluster = tmp_path / "my-host.yaml"
+    cluster.write_text("preset: cpu-host\ngpu: {preset: cpu, name: My workstation's cores}\n")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(f"model: tiny-gpt\ncluster: {cluster}\ngpus: 2\nlayout: {{pp: 2}}\n"
+                        "training: {seq_len: 128, global_batch: 8, micro_batch: 2, dtype: fp32}\n")
+    assert main(["predict", str(scenario), "--calibration", str(h200)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the cluster's devices are My workstation's cores" in err[0], err

@@ -150,9 +150,9 @@ def run(args: argparse.Namespace) -> int:
                                        "--calibration or --algo/--protocol/--nccl-version, not both")
     if args.calibration:
         from trainsim.cost_models.profile import load_profile
-        from trainsim.simulator.calibration_notes import cluster_gpu_names, device_class_refusal
+        from trainsim.simulator.calibration_notes import cluster_devices, device_class_refusal
         profile = load_profile(args.calibration)
-        if (why := device_class_refusal(cluster_gpu_names(cluster), profile)) is not None:
+        if (why := device_class_refusal(cluster_devices(cluster), profile)) is not None:
             raise SpecError("calibration", why)
     table = rows(args.op, cluster, gpus, sizes, args.algo, args.protocol, profile, args.nccl_version)
     if args.json:

@@ -165,8 +165,7 @@ def _check_measured_model(measured: dict, scn) -> None:
         if abs(tokens / scn.tokens_per_step - 1) > 1e-6:
             raise SpecError("measured.predicted.prediction", f"the executed run trained {tokens:,.0f} tokens per step, "
                                                              f"this report's scenario {scn.tokens_per_step:,}")
-    from trainsim.simulator.calibration_notes import is_host_cpu  # the engine loads on use
-    cpu = is_host_cpu(scn.cluster.gpu.name)
+    cpu = scn.cluster.gpu.kind == "cpu"
     if measured.get("device") in ("cpu", "cuda") and (measured["device"] == "cpu") != cpu:
         raise SpecError("measured.device", f"the run executed on {measured['device']}, this report's cluster has "
                                            f"{scn.cluster.gpu.name}")

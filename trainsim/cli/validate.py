@@ -76,9 +76,10 @@ def _check_profile_device(datasets: list, profile) -> None:
     device a dataset's rows run on (calibration_notes.device_class_refusal) is refused, not skipped row by row."""
     if profile is None:
         return
-    from trainsim.simulator.calibration_notes import cluster_gpu_names, device_class_refusal
-    names = {g for d in datasets for c in d.cases if c.scenario is not None for g in cluster_gpu_names(c.scenario)}
-    if names and (why := device_class_refusal(names, profile)) is not None:
+    from trainsim.simulator.calibration_notes import cluster_devices, device_class_refusal
+    devices = {name: g for d in datasets for c in d.cases if c.scenario is not None
+               for name, g in cluster_devices(c.scenario).items()}
+    if devices and (why := device_class_refusal(devices, profile)) is not None:
         raise SpecError("calibration", why)
 
 

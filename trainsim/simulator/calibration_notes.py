@@ -4,12 +4,10 @@ device, collectives of other group shapes, a compute factor fitted for another G
 
 from __future__ import annotations
 
-import functools
 from typing import TYPE_CHECKING
 
-from trainsim.specs import Scenario
+from trainsim.specs import GPUSpec, Scenario
 from trainsim.specs.gpu_names import gpu_preset_for
-from trainsim.specs.loaders import load_gpu
 from trainsim.topologies.placement import place
 
 if TYPE_CHECKING:
@@ -23,27 +21,27 @@ def calibration_notes(scenario: Scenario, profile: CalibrationProfile | None) ->
     return _device_note(scenario, profile) + _collectives_note(scenario, profile) + _run_factor_note(scenario, profile)
 
 
-def device_class_refusal(gpu_names: set[str], profile) -> str | None:
-    """Why ``profile`` cannot price a cluster of these GPUs at all, or None: its measurements ran on a CPU and the
-    cluster has no CPU device, or on a GPU and the cluster is the host CPU. Their times are absolute (GEMM rates,
-    gloo or NCCL fits), so across that divide no prediction would be faithful (a GPU profile of another preset is
-    named in a note instead: ``_device_note``)."""
+def device_class_refusal(devices: dict[str, GPUSpec], profile) -> str | None:
+    """Why ``profile`` cannot price a cluster of these devices (name -> spec) at all, or None: its measurements ran
+    on a CPU and the cluster has no CPU device, or on a GPU and the cluster is the host CPU. Their times are
+    absolute (GEMM rates, gloo or NCCL fits), so across that divide no prediction would be faithful (a GPU profile
+    of another preset is named in a note instead: ``_device_note``)."""
     measured = _measured_preset(profile)
     if measured is None:
         return None
-    cpu = {g for g in gpu_names if is_host_cpu(g)}
-    if (measured == "cpu") == bool(cpu) or (cpu and cpu != gpu_names):
+    cpu = {name for name, d in devices.items() if d.kind == "cpu"}
+    if (measured == "cpu") == bool(cpu) or (cpu and cpu != set(devices)):
         return None
     fp = profile.fingerprint
     where = "the host CPU" if measured == "cpu" else f"a GPU ({fp.device_name}, preset {measured})"
-    return (f"the profile was measured on {where} and the cluster's devices are {', '.join(sorted(gpu_names))}: "
+    return (f"the profile was measured on {where} and the cluster's devices are {', '.join(sorted(devices))}: "
             "its measured times cannot price them; calibrate on the cluster's own device")
 
 
-def cluster_gpu_names(scenario_or_cluster) -> set[str]:
-    """The device names of a cluster (a Scenario's or a ClusterSpec), its pools' included."""
+def cluster_devices(scenario_or_cluster) -> dict[str, GPUSpec]:
+    """The devices of a cluster (a Scenario's or a ClusterSpec) by name, its pools' included."""
     cluster = getattr(scenario_or_cluster, "cluster", scenario_or_cluster)
-    return {cluster.gpu.name, *(p.gpu.name for p in (cluster.pools or ()) if p.gpu is not None)}
+    return {cluster.gpu.name: cluster.gpu, **{p.gpu.name: p.gpu for p in (cluster.pools or ()) if p.gpu is not None}}
 
 
 def _device_note(scenario: Scenario, profile) -> list[str]:
@@ -55,8 +53,7 @@ def _device_note(scenario: Scenario, profile) -> list[str]:
     if measured is None:
         return []
     fp = profile.fingerprint
-    gpus = cluster_gpu_names(scenario)
-    other = sorted(g for g in gpus if _device_preset(g) not in (None, measured))
+    other = sorted(name for name, d in cluster_devices(scenario).items() if _device_preset(d) not in (None, measured))
     if not other:
         return []
     note = (f"calibration measured on {fp.device_name or fp.device} (preset {measured}) but the cluster's "
@@ -79,19 +76,9 @@ def _measured_preset(profile) -> str | None:
     return gpu_preset_for(fp.device_name)
 
 
-@functools.cache
-def _cpu_device_name() -> str:
-    return load_gpu("cpu").name
-
-
-def is_host_cpu(name: str) -> bool:
-    """Whether a cluster device of this name is the host-CPU preset's (a CPU cluster)."""
-    return name == _cpu_device_name()
-
-
-def _device_preset(name: str) -> str | None:
-    """The preset a cluster device of this name stands for: a GPU preset, "cpu", or None (not known)."""
-    return gpu_preset_for(name) or ("cpu" if is_host_cpu(name) else None)
+def _device_preset(device: GPUSpec) -> str | None:
+    """The preset a cluster device stands for: "cpu" for a host CPU, a GPU preset by its name, or None (not known)."""
+    return "cpu" if device.kind == "cpu" else gpu_preset_for(device.name)
 
 
 def _collectives_note(scenario: Scenario, profile) -> list[str]:

@@ -25,7 +25,7 @@ from trainsim.specs import ClusterSpec, ModelSpec, Scenario, SpecError, build_sc
 from trainsim.specs.memo import in_memo_scope, memoised
 
 from . import goodput as gp
-from .calibration_notes import cluster_gpu_names, device_class_refusal
+from .calibration_notes import cluster_devices, device_class_refusal
 from .pools import pooled_memory_over, pools_fit, tightest_pool
 from .search_space import (
     RECOMPUTE_LADDER,
@@ -546,7 +546,7 @@ def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress 
     if req.objective not in ("time", "cost"):
         raise SpecError("objective", f"must be time or cost, got {req.objective!r}")
     profile = plan_profile(req.profile_path)
-    if (why := device_class_refusal(cluster_gpu_names(req.cluster), profile)) is not None:
+    if (why := device_class_refusal(cluster_devices(req.cluster), profile)) is not None:
         raise SpecError("calibration", why)
     ctx = _Context(req.model, req.cluster, req.global_batch, req.seq_len, req.limits,
                    profile, req.prune_dominated, req.memory_limit_bytes, req.memory_headroom)

@@ -17,7 +17,7 @@ from trainsim.specs.safe_write import check_output_path
 
 from . import analytic, fold, variability
 from .builder import build_cost_table
-from .calibration_notes import calibration_notes, cluster_gpu_names, device_class_refusal
+from .calibration_notes import calibration_notes, cluster_devices, device_class_refusal
 from .costtable import CostTable
 from .engine import schedule_ops, simulate
 from .fold import simulate_step
@@ -216,7 +216,7 @@ def predict(scenario: Scenario, *, fast: bool = False, ideal_network: bool = Fal
     ``extra["collective_fixed_cost_s"]``, with a 'latency-bound' note where it is a large share of the step.
     """
     _check_args(fast, trace_path, jitter_cv, stragglers, samples)
-    if (why := device_class_refusal(cluster_gpu_names(scenario), profile)) is not None:
+    if (why := device_class_refusal(cluster_devices(scenario), profile)) is not None:
         raise SpecError("calibration", why)
     t0 = time.perf_counter()
     calibration = profile.describe() if profile is not None else "defaults"

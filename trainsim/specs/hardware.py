@@ -30,6 +30,9 @@ class GPUSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str
+    kind: Literal["gpu", "cpu"] = Field(default="gpu", description="gpu: an accelerator; cpu: ranks are processes on "
+                                        "host CPU cores (the cpu preset; collectives on gloo). A calibration "
+                                        "profile measured on the other kind is refused")
     memory_bytes: float = Field(ge=MIN_MEMORY_BYTES, le=1e14)
     hbm_bw_Bps: float = Field(ge=MIN_BW_BPS, le=1e15)
     peak_flops: dict[Dtype, float] = Field(description="dense peak FLOP/s per dtype (no 2:4 sparsity)")
