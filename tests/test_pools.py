@@ -295,11 +295,29 @@ def test_bad_pools_are_refused_with_one_line(argv, field, capsys):
     ({"preset": "dgx-h100", "placement": "dp", "pools": [{"node": "dgx-h100", "nodes": 3},
                                                          {"node": "dgx-a100", "nodes": 1}]},
      "cluster.pools[0].nodes"),
+    # a top-level GPU or fabric setting the first pool's own preset replaces would be dropped without a word
+    ({"preset": "dgx-h100", "gpu": {"gemm_efficiency": 0.35}, "pools": [{"gpu": "h100-sxm", "nodes": 2}]},
+     "cluster.gpu"),
+    ({"preset": "dgx-h100", "scale_up": {"bw_per_gpu_Bps": 5e10}, "pools": [{"node": "dgx-h100", "nodes": 2}]},
+     "cluster.scale_up"),
+    ({"preset": "dgx-h100", "scale_out": {"nic_bw_Bps": 5e9}, "pools": [{"node": "dgx-h100", "nodes": 2}]},
+     "cluster.scale_out"),
 ])
 def test_bad_pool_scenarios_name_the_field(cluster, field):
     with pytest.raises(SpecError) as e:
         _scn(cluster, layout={"tp": 8, "pp": 2})
     assert e.value.field == field, str(e.value)
+
+
+def test_a_top_level_setting_the_first_pool_takes_is_kept():
+    """A pool given by GPU sits on the cluster's node, so a top-level fabric override is that pool's (not refused),
+    and a top-level GPU equal to the first pool's is no conflict."""
+    slow = _scn({"preset": "dgx-h100", "scale_up": {"bw_per_gpu_Bps": 5e10}, "pools": [{"gpu": "h100-sxm", "nodes": 2}]},
+                layout={"tp": 8, "pp": 2})
+    assert slow.cluster.pools[0].scale_up.bw_per_gpu_Bps == 5e10
+    same = _scn({"preset": "dgx-h100", "gpu": {"preset": "h100-sxm", "gemm_efficiency": 0.5},
+                 "pools": [{"gpu": {"preset": "h100-sxm", "gemm_efficiency": 0.5}, "nodes": 2}]}, layout={"tp": 8, "pp": 2})
+    assert same.cluster.pools[0].gpu.gemm_efficiency == 0.5
 
 
 def test_plan_ranks_every_placement_on_the_pools(capsys):

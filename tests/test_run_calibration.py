@@ -156,6 +156,23 @@ def test_factors_reach_the_spec():
     assert s3.cluster.gpu.gemm_efficiency == 1.0
 
 
+def test_factors_reach_every_pool():
+    """On a mixed cluster each pool's node is its own spec: the fabric factors scale every pool's links, a compute
+    factor the GPUs of its name only -- and the prediction moves with them (it stayed put when only the top-level
+    node was scaled)."""
+    s = build_scenario({"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "pools": [
+        {"gpu": "h100-sxm", "nodes": 1}, {"node": "dgx-a100", "nodes": 1}]}, "layout": {"tp": 8, "pp": 2},
+        "training": {"seq_len": 4096, "global_batch": 16, "micro_batch": 1}})
+    h100, a100 = (p.gpu for p in s.cluster.pools)
+    s2, _ = apply_factors(s, {f"compute:{a100.name}": 0.5, "scale_up_bw": 0.5})
+    p0, p1 = s2.cluster.pools
+    assert p0.gpu.gemm_efficiency == h100.gemm_efficiency and p1.gpu.gemm_efficiency == a100.gemm_efficiency * 0.5
+    assert p0.scale_up.efficiency == pytest.approx(0.5 * (s.cluster.pools[0].scale_up.efficiency or 0.8))
+    assert p1.scale_up.efficiency is not None
+    from trainsim.simulator.predict import predict
+    assert predict(s2).step_time_s > 1.2 * predict(s).step_time_s
+
+
 def test_csv_runs_calibrate_and_validate_agree(tmp_path, capsys):
     """A common-run-schema CSV through calibrate --from-runs, then validate --calibration on the same file:
     validate's per-row errors are the profile's recorded fitted residuals."""

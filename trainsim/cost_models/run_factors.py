@@ -146,9 +146,21 @@ class RunCalibration(_Model):
 
 def apply_factors(scenario: Scenario, values: dict[str, float]):
     """``scenario`` with its GPU, scale-up and scale-out efficiencies and launch overhead scaled by the factors
-    (missing factors = presets); efficiencies are capped at 1. Returns (scenario, step_overhead_s)."""
+    (missing factors = presets), on the cluster's node and on every pool's (a ``compute:`` factor on the GPUs of its
+    name only); efficiencies are capped at 1. Returns (scenario, step_overhead_s)."""
     cl = scenario.cluster
-    gpu, su, so = cl.gpu, cl.scale_up, cl.scale_out
+    update = _scaled_node(cl, values, cl.name)
+    if cl.pools:
+        update["pools"] = tuple(p.model_copy(update=_scaled_node(p, values, f"{cl.name} pool {p.name}"))
+                                for p in cl.pools)
+    if update:
+        scenario = scenario.model_copy(update={"cluster": cl.model_copy(update=update)})
+    return scenario, max(0.0, values.get("step_overhead_s", 0.0))
+
+
+def _scaled_node(node, values: dict[str, float], where: str) -> dict:
+    """The scaled ``gpu``, ``scale_up`` and ``scale_out`` of a cluster or pool (only those a factor moves)."""
+    gpu, su, so = node.gpu, node.scale_up, node.scale_out
     c = values.get(f"compute:{gpu.name}", 1.0)
     k = values.get("kernel_overhead", 1.0)
     gpu_up = {}
@@ -159,32 +171,35 @@ def apply_factors(scenario: Scenario, values: dict[str, float]):
         gpu_up["kernel_overhead_s"] = min(1.0, gpu.kernel_overhead_s * k)
     up = values.get("scale_up_bw", 1.0)
     out = values.get("scale_out_bw", 1.0)
-    cl_up = {}
+    node_up = {}
     if gpu_up:
-        cl_up["gpu"] = gpu.model_copy(update=gpu_up)
+        node_up["gpu"] = gpu.model_copy(update=gpu_up)
     if up != 1.0:
-        cl_up["scale_up"] = su.model_copy(update={"efficiency": min(1.0, (su.efficiency or SCALE_UP_EFFICIENCY[su.kind]) * up)})
+        node_up["scale_up"] = su.model_copy(update={"efficiency": min(1.0, (su.efficiency or SCALE_UP_EFFICIENCY[su.kind]) * up)})
     if out != 1.0:
-        cl_up["scale_out"] = so.model_copy(update={"efficiency": min(1.0, (so.efficiency or NIC_EFFICIENCY) * out)})
+        node_up["scale_out"] = so.model_copy(update={"efficiency": min(1.0, (so.efficiency or NIC_EFFICIENCY) * out)})
     for part, key in (("gpu", "gemm_efficiency"), ("gpu", "attention_efficiency"), ("scale_up", "efficiency"),
                       ("scale_out", "efficiency")):
-        scaled = getattr(cl_up.get(part), key, None)
+        scaled = getattr(node_up.get(part), key, None)
         if scaled is not None and scaled < MIN_EFFICIENCY:
-            raise SpecError("calibration.run_calibration", f"its factors take {cl.name}'s {part}.{key} to {scaled:.3g}, "
+            raise SpecError("calibration.run_calibration", f"its factors take {where}'s {part}.{key} to {scaled:.3g}, "
                                                            f"below the {MIN_EFFICIENCY:.0%} floor of any device")
-    if cl_up:
-        scenario = scenario.model_copy(update={"cluster": cl.model_copy(update=cl_up)})
-    return scenario, max(0.0, values.get("step_overhead_s", 0.0))
+    return node_up
 
 
 def upper_log_bound(name: str, scenario: Scenario) -> float:
-    """Largest log multiplier that keeps the efficiency a factor scales <= 1 for this scenario (inf if none)."""
+    """Largest log multiplier that keeps the efficiency a factor scales <= 1 for this scenario, on the cluster's node
+    and every pool's (a ``compute:`` factor on the GPUs of its name); inf if none."""
     kind = kind_of(name)
     cl = scenario.cluster
+    nodes = [cl, *(cl.pools or ())]
     if kind == "compute":
-        return -math.log(max(cl.gpu.gemm_efficiency, cl.gpu.attention_efficiency))
-    if kind == "scale_up_bw":
-        return -math.log(cl.scale_up.efficiency or SCALE_UP_EFFICIENCY[cl.scale_up.kind])
-    if kind == "scale_out_bw":
-        return -math.log(cl.scale_out.efficiency or NIC_EFFICIENCY)
-    return math.inf
+        effs = [max(n.gpu.gemm_efficiency, n.gpu.attention_efficiency) for n in nodes
+                if f"compute:{n.gpu.name}" == name]
+    elif kind == "scale_up_bw":
+        effs = [n.scale_up.efficiency or SCALE_UP_EFFICIENCY[n.scale_up.kind] for n in nodes]
+    elif kind == "scale_out_bw":
+        effs = [n.scale_out.efficiency or NIC_EFFICIENCY for n in nodes]
+    else:
+        effs = []
+    return -math.log(max(effs)) if effs else math.inf

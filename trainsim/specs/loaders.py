@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from .errors import SpecError, did_you_mean, from_validation_error, unknown_name, yaml11_hint
-from .hardware import ClusterSpec, GPUSpec, PoolSpec, ScaleOutSpec
+from .hardware import ClusterSpec, GPUSpec, PoolSpec, ScaleOutSpec, ScaleUpSpec
 from .hf_config import is_hf_config, model_from_hf
 from .layout import Layout
 from .model import ModelSpec
@@ -186,7 +186,11 @@ def load_cluster(spec: str | Mapping | ClusterSpec, gpus: int | None = None) -> 
     if isinstance(raw.get("gpu"), (str, Mapping)):
         raw["gpu"] = load_gpu(raw["gpu"]).model_dump()
     if raw.get("pools") is not None:
+        # overrides of a preset's node (a full mapping, as a dumped cluster is, describes the base node itself)
+        given = {k: raw[k] for k in ("gpu", "scale_up", "scale_out")
+                 if isinstance(spec, Mapping) and "preset" in spec and k in spec}
         raw = _with_pools(raw, gpus)
+        _check_top_level_kept(given, raw["pools"][0])
     if gpus is not None:
         raw["num_gpus"] = gpus
     elif "num_gpus" not in raw:
@@ -271,6 +275,22 @@ def _with_pools(raw: dict, gpus: int | None) -> dict:
     first = resolved[0]
     return {**raw, "pools": resolved, "num_gpus": total,
             **{k: first[k] for k in ("gpu", "scale_up", "scale_out")}}
+
+
+def _check_top_level_kept(given: Mapping, first: Mapping) -> None:
+    """With pools the top-level ``gpu``, ``scale_up`` and ``scale_out`` are the first pool's: one the scenario gives
+    (``given``, merged over its preset) that the first pool does not take (its own node or GPU preset replaces it)
+    would be dropped without a word, so it is refused, pointing at the pool entries."""
+    specs = {"gpu": GPUSpec, "scale_up": ScaleUpSpec, "scale_out": ScaleOutSpec}
+    for key, value in given.items():
+        try:
+            kept = specs[key].model_validate(value) == specs[key].model_validate(first[key])
+        except ValidationError:
+            kept = False
+        if not kept:
+            raise SpecError(f"cluster.{key}", "with pools each pool has its own GPU and fabrics (the top level is the "
+                                              "first pool's), so this top-level setting would be dropped: give it in "
+                                              f"the pool entries (cluster.pools[i].{key})")
 
 
 def with_background_load(cluster: ClusterSpec, load: Mapping[str, float]) -> ClusterSpec:
