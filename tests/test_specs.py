@@ -149,3 +149,21 @@ def test_gpu_name_table_names_existing_presets():
     for g in GPU_NAMES:
         assert g.gpu in preset_names("gpus") and g.cluster in preset_names("clusters")
         load_cluster({"preset": g.cluster, **g.cluster_overrides})
+
+
+@pytest.mark.parametrize("ref", ["mymodel.yaml", {"preset": "mymodel.yaml", "num_layers": 4}])
+def test_a_model_file_is_read_beside_its_scenario(tmp_path, monkeypatch, ref):
+    """A relative model file, plain or as the preset of overrides, is the one beside the scenario, not a file of the
+    same name in the working directory."""
+    import yaml
+
+    from trainsim.specs.loaders import load_scenario_file
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "cwd").mkdir()
+    body = {"num_layers": 8, "hidden": 1024, "num_heads": 8, "ffn_hidden": 4096, "vocab_size": 32000}
+    (tmp_path / "sub" / "mymodel.yaml").write_text(yaml.safe_dump({"name": "beside", **body}))
+    (tmp_path / "cwd" / "mymodel.yaml").write_text(yaml.safe_dump({"name": "elsewhere", **body}))
+    (tmp_path / "sub" / "s.yaml").write_text(yaml.safe_dump({"model": ref, "cluster": "dgx-h100", "gpus": 8}))
+    monkeypatch.chdir(tmp_path / "cwd")
+    raw = load_scenario_file(Path("..") / "sub" / "s.yaml")
+    assert build_scenario({**raw, "training": {"seq_len": 1024, "global_batch": 8}}).model.name == "beside"

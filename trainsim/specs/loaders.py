@@ -348,12 +348,22 @@ def load_scenario_file(path: str | os.PathLike) -> dict:
                                            f"(allowed: {', '.join(sorted(SCENARIO_KEYS))})")
     base = Path(path).parent
     for key in ("model", "cluster"):  # relative file references are relative to the scenario
+        kind = "models" if key == "model" else "clusters"
         v = data.get(key)
-        if isinstance(v, str) and preset("models" if key == "model" else "clusters", v) is None and not os.path.isabs(v):
-            cand = base / v
-            if cand.exists():
-                data[key] = str(cand)
+        if isinstance(v, str):
+            data[key] = _next_to(base, v, kind)
+        elif isinstance(v, Mapping) and isinstance(v.get("preset"), str):  # {preset: FILE, ...overrides}
+            data[key] = {**v, "preset": _next_to(base, v["preset"], kind)}
     return data
+
+
+def _next_to(base: Path, ref: str, kind: str) -> str:
+    """A scenario's model or cluster reference: a relative file beside the scenario is read from there (not from
+    the working directory); a preset name or an absolute path stays as it is."""
+    if preset(kind, ref) is not None or os.path.isabs(ref):
+        return ref
+    cand = base / ref
+    return str(cand) if cand.exists() else ref
 
 
 def _check_one_gpu_count(raw: Mapping) -> None:
