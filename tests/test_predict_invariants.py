@@ -133,3 +133,37 @@ def test_a_renamed_cpu_device_is_still_a_cpu(tmp_path, capsys):
     assert main(["predict", str(scenario), "--calibration", str(h200)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the cluster's devices are My workstation's cores" in err[0], err
+
+
+def test_a_profile_from_a_device_no_preset_names_is_noted(tmp_path):
+    """Measured times from a device that names no preset (an edited fingerprint, a GPU without a preset) are used as
+    they are: the prediction says they are unchecked against the cluster's GPU (it was silent, step -17 %)."""
+    from pathlib import Path
+
+    from trainsim.cost_models.profile import load_profile
+    from trainsim.simulator.predict import predict
+    from trainsim.specs import build_scenario
+    prof = json.loads((Path(__file__).resolve().parents[1] / H200_PROFILE).read_text())
+    prof["fingerprint"]["device_name"] = "Tesla V100-SXM2-32GB"
+    path = tmp_path / "v100.json"
+    path.write_text(json.dumps(prof))
+    scn = build_scenario({"model": "llama3-8b", "cluster": "dgx-h100", "gpus": 8,
+                          "training": {"seq_len": 4096, "global_batch": 64}})
+    notes = [w for w in predict(scn, profile=load_profile(path)).warnings if "no preset names" in w]
+    assert len(notes) == 1 and "Tesla V100-SXM2-32GB" in notes[0] and "H100 SXM5 80GB" in notes[0], notes
+
+
+def test_collective_names_the_device_its_measured_fits_come_from(tmp_path, capsys):
+    """`collective --calibration` with an all-reduce fit measured on an H200 pricing an A100 cluster says so on
+    stderr (the rows only said 'measured'); --json keeps stdout a list of rows."""
+    from pathlib import Path
+    prof = json.loads((Path(__file__).resolve().parents[1] / H200_PROFILE).read_text())
+    prof["collective_fits"] = [{"op": "all_reduce", "group_size": 8, "nodes": 1, "alpha_s": 1e-3,
+                                "beta_s_per_byte": 1e-9, "busbw_Bps": 1.75e9, "rms_rel_error": 0.01, "n_points": 5,
+                                "source": "measured", "backend": "nccl"}]
+    h200 = tmp_path / "h200-fits.json"
+    h200.write_text(json.dumps(prof))
+    assert main(["collective", "--cluster", "dgx-a100", "--sizes", "1M", "--calibration", str(h200), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert isinstance(json.loads(out), list)
+    assert "note: calibration measured on NVIDIA H200 (preset h200)" in err and "A100" in err, err

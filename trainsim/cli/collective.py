@@ -18,6 +18,7 @@ import argparse
 import json
 import math
 import re
+import sys
 
 from trainsim.cli.common import add_background_arg, int_range
 from trainsim.specs import SpecError, load_cluster
@@ -150,11 +151,14 @@ def run(args: argparse.Namespace) -> int:
                                        "--calibration or --algo/--protocol/--nccl-version, not both")
     if args.calibration:
         from trainsim.cost_models.profile import load_profile
-        from trainsim.simulator.calibration_notes import cluster_devices, device_class_refusal
+        from trainsim.simulator.calibration_notes import cluster_devices, device_class_refusal, device_notes
         profile = load_profile(args.calibration)
         if (why := device_class_refusal(cluster_devices(cluster), profile)) is not None:
             raise SpecError("calibration", why)
     table = rows(args.op, cluster, gpus, sizes, args.algo, args.protocol, profile, args.nccl_version)
+    if profile is not None and any(r.get("algo") == "measured" for r in table):
+        for note in device_notes(cluster, profile):  # on stderr: --json keeps its list of rows
+            print(f"note: {note}", file=sys.stderr)
     if args.json:
         print(json.dumps(table, indent=1))
         return 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from trainsim.specs import GPUSpec, Scenario
+from trainsim.specs import ClusterSpec, GPUSpec, Scenario
 from trainsim.specs.gpu_names import gpu_preset_for
 from trainsim.topologies.placement import place
 
@@ -18,14 +18,14 @@ def calibration_notes(scenario: Scenario, profile: CalibrationProfile | None) ->
     """The notes for ``profile`` (as given to predict, before its run calibration is applied) on ``scenario``."""
     if profile is None:
         return []
-    return _device_note(scenario, profile) + _collectives_note(scenario, profile) + _run_factor_note(scenario, profile)
+    return device_notes(scenario, profile) + _collectives_note(scenario, profile) + _run_factor_note(scenario, profile)
 
 
 def device_class_refusal(devices: dict[str, GPUSpec], profile) -> str | None:
     """Why ``profile`` cannot price a cluster of these devices (name -> spec) at all, or None: its measurements ran
     on a CPU and the cluster has no CPU device, or on a GPU and the cluster is the host CPU. Their times are
     absolute (GEMM rates, gloo or NCCL fits), so across that divide no prediction would be faithful (a GPU profile
-    of another preset is named in a note instead: ``_device_note``)."""
+    of another preset is named in a note instead: ``device_notes``)."""
     measured = _measured_preset(profile)
     if measured is None:
         return None
@@ -44,14 +44,14 @@ def cluster_devices(scenario_or_cluster) -> dict[str, GPUSpec]:
     return {cluster.gpu.name: cluster.gpu, **{p.gpu.name: p.gpu for p in (cluster.pools or ()) if p.gpu is not None}}
 
 
-def _device_note(scenario: Scenario, profile) -> list[str]:
+def device_notes(scenario: Scenario | ClusterSpec, profile) -> list[str]:
     """A note where a profile's microbenchmarks ran on another device than the cluster's GPU -- a GPU of another
     preset, or a CPU profile on a GPU cluster and the reverse (its GEMM, attention and collective times are
     absolute: they are used as measured, not rescaled to the cluster's GPU). A run-calibration factor names its
     GPU and applies to that GPU only (cost_models.run_factors): no note."""
     measured = _measured_preset(profile)
     if measured is None:
-        return []
+        return _unknown_device_note(scenario, profile)
     fp = profile.fingerprint
     other = sorted(name for name, d in cluster_devices(scenario).items() if _device_preset(d) not in (None, measured))
     if not other:
@@ -60,6 +60,20 @@ def _device_note(scenario: Scenario, profile) -> list[str]:
             f"GPU is {', '.join(other)}: the profile's measured times are used as they are, not rescaled "
             "to that GPU")
     return [note]
+
+
+def _unknown_device_note(scenario: Scenario | ClusterSpec, profile) -> list[str]:
+    """A note where a profile holds measurements from a device that names no preset and is none of the cluster's
+    devices (a hand-written or edited fingerprint, a GPU trainsim has no preset for): nothing checks that its times
+    belong to the cluster's devices, so the prediction says so."""
+    if profile is None or not profile.has_measurements():
+        return []
+    fp = profile.fingerprint
+    names = cluster_devices(scenario)
+    if fp.device_name in names:
+        return []
+    return [(f"calibration measured on a device no preset names ({fp.device_name}, {fp.device}): its measured times "
+            f"are used as they are for {', '.join(sorted(names))}, unchecked against that device")]
 
 
 def _measured_preset(profile) -> str | None:
