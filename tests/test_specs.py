@@ -167,3 +167,15 @@ def test_a_model_file_is_read_beside_its_scenario(tmp_path, monkeypatch, ref):
     monkeypatch.chdir(tmp_path / "cwd")
     raw = load_scenario_file(Path("..") / "sub" / "s.yaml")
     assert build_scenario({**raw, "training": {"seq_len": 1024, "global_batch": 8}}).model.name == "beside"
+
+
+def test_an_embedding_projection_to_its_own_width_is_none():
+    """OPT projects its word embeddings only when word_embed_proj_dim != hidden (transformers OPTDecoder): the same
+    width is no projection, so no parameters are added (8.03 B stays 8.03 B for Llama 3 8B)."""
+    plain = load_model("llama3-8b")
+    same = load_model({"preset": "llama3-8b", "embed_proj_dim": plain.hidden})
+    assert same.embed_proj_dim is None and same.total_params() == plain.total_params()
+    # 2048 wide: embedding and output layer each lose V x (h - e), project_in / project_out add e x h each
+    e, h, v = 2048, plain.hidden, plain.vocab_size
+    narrow = load_model({"preset": "llama3-8b", "embed_proj_dim": e}).total_params()
+    assert narrow == plain.total_params() - 2 * v * (h - e) + 2 * e * h

@@ -3,7 +3,7 @@ hybrid Mamba-2 / attention stack (Nemotron-H, Nemotron 3)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -91,7 +91,7 @@ class ModelSpec(BaseModel):
     embed_proj_dim: int | None = Field(
         default=None, gt=0, le=1_000_000,
         description="word embeddings of this width, projected to hidden after the lookup and back before the output "
-                    "layer by bias-free linears (OPT word_embed_proj_dim); None = hidden")
+                    "layer by bias-free linears (OPT word_embed_proj_dim); None (or hidden) = no projection")
     num_experts: int = Field(default=1, gt=0, le=100_000)
     top_k: int = Field(default=1, gt=0, le=100_000)
     router_bias: bool = Field(default=False, description="MoE router with a bias per expert (gpt-oss)")
@@ -150,6 +150,16 @@ class ModelSpec(BaseModel):
     published_params: float | None = Field(default=None, gt=0, description="as released, for tests")
     published_active_params: float | None = Field(default=None, gt=0,
                                                   description="active parameters per token as released, for tests")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_projection_to_its_own_width(cls, data: Any) -> Any:
+        """An ``embed_proj_dim`` equal to ``hidden`` is no projection (transformers OPTDecoder builds project_in /
+        project_out only when word_embed_proj_dim != hidden_size): read as None, not costed as two extra linears."""
+        if isinstance(data, dict) and data.get("embed_proj_dim") is not None \
+                and data.get("embed_proj_dim") == data.get("hidden") and not isinstance(data.get("hidden"), bool):
+            return {**data, "embed_proj_dim": None}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
