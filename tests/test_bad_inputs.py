@@ -86,6 +86,7 @@ CASES = [
     ("fp8-param-gather-without-distributed-optimizer", P + [f("fp8-param-gather-no-distopt.yaml")],
      "training.fp8_param_gather"),
     ("gpus-disagree-in-file", P + [f("gpus-disagree.yaml")], "gpus: the scenario gives gpus: 8 and cluster.num_gpus"),
+    ("num-gpus-unreadable-beside-gpus", P + [f("num-gpus-unreadable-beside-gpus.yaml")], "cluster.num_gpus"),
     # plan: pins no layout can satisfy are refused as predict refuses them, not answered with an empty table
     ("plan-ep-on-dense-model", ["plan", *L8, "--gpus", "8", "--global-batch", "128", "--seq-len", "8192", "--ep", "2"],
      "layout.ep"),

@@ -376,9 +376,13 @@ def _check_one_gpu_count(raw: Mapping) -> None:
     if top is None or inner is None:
         return
     try:
-        same = gpu_count(top) == gpu_count(inner)
+        top_n = gpu_count(top)
     except SpecError:
-        return  # an unreadable count is refused where it is read, naming its own field
+        return  # an unreadable gpus is refused where it is read
+    try:  # never read where gpus resizes the cluster: refused here, naming its own field
+        same = top_n == gpu_count(inner)
+    except SpecError as e:
+        raise SpecError("cluster.num_gpus", e.reason) from None
     if not same:
         raise SpecError("gpus", f"the scenario gives gpus: {top} and cluster.num_gpus: {inner}; state one")
 
