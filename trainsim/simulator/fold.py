@@ -213,9 +213,11 @@ def simulate_step(table: CostTable, *, stage_scale: list[float] | None = None,
         tried = counts[2]
         base *= FOLD_GROWTH
     if max_passes is not None and m * per_mb > max_passes:
-        raise SpecError("global_batch", f"{m:,} micro-batches per step x pp {table.pp} x vpp {table.vpp}: no "
-                                        f"repeating steady state within the {tried:,} micro-batches sampled, "
-                                        f"and simulating all {m * per_mb:,} pipeline passes is beyond "
+        found = (f"no repeating steady state within the {tried:,} micro-batches sampled" if tried else
+                 f"the samples that would find a repeating steady state already take {4 * counts[2] * per_mb:,} "
+                 "pipeline passes")
+        raise SpecError("global_batch", f"{m:,} micro-batches per step x pp {table.pp} x vpp {table.vpp}: {found}; "
+                                        f"simulating all {m * per_mb:,} pipeline passes is beyond "
                                         f"{max_passes:,}; a smaller global batch is simulated whole")
     full = simulate_once(table, stage_scale)
     return replace(full, events=full.events + events, wall_s=time.perf_counter() - t0)
