@@ -435,3 +435,29 @@ def test_torch_non_reentrant_checkpoint_hooks_cost_what_the_h200_host_measured()
     prof = CalibrationProfile(host_issue={"rmsnorm-swiglu-rope": EagerBlockOverhead(fwd=st, bwd=st, fwd_ops=9,
                                                                                     bwd_ops=9)})
     assert hi.scenario_block_issue(sc("full"), prof).bwd_s == pytest.approx(2e-4 + hooks)
+
+
+@pytest.mark.torch
+def test_recomputed_module_counts_match_the_dispatch_counter():
+    """RECOMPUTED_MODULE_OPS is what each recomputed module's forward dispatches (executor block and Megatron's legacy
+    layer), at any width and micro-batch."""
+    pytest.importorskip("torch")
+    from trainsim.kernels.op_count import count_recomputed_module_ops
+    for style, want in hi.RECOMPUTED_MODULE_OPS.items():
+        assert count_recomputed_module_ops(style) == want, style
+        assert count_recomputed_module_ops(style, 512, 8, micro_batch=2, seq_len=32) == want, style
+
+
+@pytest.mark.parametrize("modules", [None, ["core_attn", "mlp", "layernorm"], ["mlp"]])
+def test_selective_recompute_issues_its_modules_again(modules):
+    """Selective recompute re-issues the recomputed modules' forward ops before the backward (it issued nothing
+    more than no recompute): per block, one rank (TP 1, framework megatron: no frame ratios), the backward grows by
+    exactly their dispatch and launch seconds; full recompute re-issues the whole forward, more."""
+    def issue(recompute, mods=None):
+        t = {"framework": "megatron", "recompute": recompute, **({"recompute_modules": mods} if mods else {})}
+        return hi.scenario_block_issue(small(tp=1, **t))
+    plain, sel, full = issue("none"), issue("selective", modules), issue("full")
+    ops = [hi.RECOMPUTED_MODULE_OPS["layernorm-gelu-learned"][m] for m in modules or ["core_attn"]]
+    n_ops, n_k = sum(o for o, _ in ops), sum(k for _, k in ops)
+    assert sel.bwd_s - plain.bwd_s == pytest.approx(n_ops * hi.ATEN_DISPATCH_S + n_k * hi.KERNEL_LAUNCH_S)
+    assert sel.fwd_s == plain.fwd_s and full.bwd_s > sel.bwd_s

@@ -80,6 +80,11 @@ def test_block_seconds_are_calls_times_prices():
     assert (got.fwd_s, got.bwd_s, got.recompute_s) == pytest.approx((2 * (w_f + 6.719), 2 * (w_b + 10.365), 2 * w_f))
     got = lw.block_wrapper_s(calls, False, 2.0)
     assert (got.fwd_s, got.bwd_s, got.recompute_s) == pytest.approx((2 * w_f, 2 * w_b, 0.0))
+    # selective recompute of the core attention: one reentrant checkpoint call, and the core's softmax Function
+    # and RNG fork forward halves again before the backward
+    got = lw.block_wrapper_s(calls, False, 2.0, selective_core={"function_wrap": 1, "rng_fork": 1})
+    assert (got.fwd_s, got.bwd_s, got.recompute_s) == pytest.approx((2 * (w_f + 6.719), 2 * (w_b + 10.365),
+                                                                      2 * (0.867 + 1.211)))
 
 
 def test_a_calibration_measurement_replaces_the_prices():

@@ -16,7 +16,11 @@ Counts per block and micro-batch (``BLOCK_OPS``): the aten ops the executor's bl
 launch a kernel (the rest are views: ``view``, ``t``, ``transpose``, ``detach``, ``expand``, ...). They were
 counted with a dispatch-mode counter under torch's FakeTensorMode (``trainsim.kernels.op_count``); they do not
 depend on the width, and ``tests/test_host_issue_time.py`` holds these numbers against the counter. A recomputed
-forward (full recompute) issues the forward's ops again before the backward.
+forward (full recompute) issues the forward's ops again before the backward; selective recompute issues again the
+forwards of the modules it recomputes (``RECOMPUTED_MODULE_OPS``, counted the same way per module: the attention
+core, the MLP, the norms). The checkpoint's own Python work around a recomputed module is priced for Megatron's
+legacy layer (its reentrant checkpoint call, cost_models.legacy_layer_wrappers) and not for other blocks; torchtitan's
+per-op policy (op_sac) re-issues op by op and is not counted.
 
 Seconds per op on an x86 host (``ATEN_DISPATCH_S``, ``KERNEL_LAUNCH_S``):
 
@@ -202,6 +206,16 @@ BLOCK_OPS = {
     "megatron-gpt-unfused": (59, 30, 87, 28),
     # ... where its fused softmax kernel does not apply and FusedScaleMaskSoftmax runs its eager path (module doc)
     "megatron-gpt-unfused-eager-softmax": (63, 34, 91, 32),
+}
+# (forward aten ops, forward kernels) of each Megatron-Core --recompute-modules module one block of a style has, which
+# its selective recompute issues again before the backward (counted by trainsim.kernels.op_count
+# count_recomputed_module_ops: the executor block's SDPA core, MLP and two norms; the legacy layer's core attention
+# from q, k, v to the relaid-out context, its MLP and two layer norms). Modules a style lacks re-issue nothing here.
+RECOMPUTED_MODULE_OPS = {
+    "layernorm-gelu-learned": {"core_attn": (2, 1), "mlp": (9, 3), "layernorm": (2, 2)},
+    "rmsnorm-swiglu-rope": {"core_attn": (2, 1), "mlp": (14, 5), "layernorm": (14, 12)},
+    "megatron-gpt-unfused": {"core_attn": (22, 9), "mlp": (10, 4), "layernorm": (2, 2)},
+    "megatron-gpt-unfused-eager-softmax": {"core_attn": (26, 13), "mlp": (10, 4), "layernorm": (2, 2)},
 }
 # Megatron's fused scaled-masked-softmax kernel needs ``b * np`` (micro-batch x heads per TP rank) and the query
 # length to be multiples of 4, more than 16 keys and fp16/bf16 scores (module doc, "Megatron's layer").
@@ -489,8 +503,24 @@ def legacy_wrapper_s(scenario: Scenario, shp: LayerShape,
                         tp=scenario.layout.tp, hidden=scenario.model.hidden,
                         fused_softmax=shp.flash or megatron_fused_softmax(shp), dropout=shp.dropout)
     measured = getattr(profile, "host_wrappers_s", None) if profile is not None else None
-    return block_wrapper_s(calls, scenario.training.recompute == "full", op_seconds(scenario.cluster.host_cpu)[0],
-                           measured)
+    t = scenario.training
+    core = (t.recompute == "selective" and "core_attn" in (t.recompute_modules or ("core_attn",))
+            and not shp.flash)  # with FlashAttention Megatron's layer has no core attention to checkpoint
+    selective = {"function_wrap": int(megatron_fused_softmax(shp)), "rng_fork": int(shp.dropout)} if core else None
+    return block_wrapper_s(calls, t.recompute == "full", op_seconds(scenario.cluster.host_cpu)[0], measured,
+                           selective_core=selective)
+
+
+def selective_rerun_counts(t, style: str) -> tuple[int, int]:
+    """(aten ops, kernels) a block's selective recompute issues again before its backward, per micro-batch: the
+    forwards of the recomputed modules (``RECOMPUTED_MODULE_OPS``; Megatron's default module is the core attention).
+    torchtitan's per-op policy (``op_sac``) is not counted here: its re-run set is op by op, not a module's."""
+    modules = t.recompute_modules or ("core_attn",)
+    if t.recompute != "selective" or "op_sac" in modules:
+        return 0, 0
+    table = RECOMPUTED_MODULE_OPS.get(style, RECOMPUTED_MODULE_OPS["layernorm-gelu-learned"])
+    counts = [table[m] for m in modules if m in table]
+    return sum(c[0] for c in counts), sum(c[1] for c in counts)
 
 
 def tp_collective_calls(scenario: Scenario) -> tuple[int, int]:
@@ -607,6 +637,10 @@ def scenario_block_issue(scenario: Scenario, profile: CalibrationProfile | None 
     sigma = measured_sigma(profile, block_style(shp))
     if t.host_issue_mode == "eager" and scenario.layout.tp > 1:
         issue = tp_paced(issue, scenario.layout.tp, sigma, recompute_full=t.recompute == "full")
+    rerun = selective_rerun_counts(t, style)
+    if rerun[0] and t.host_issue_mode == "eager":  # a captured graph or compiled region holds its recompute
+        r_s = paced_s(issue_s(*rerun, scenario.cluster.host_cpu) * frames, 0.0, scenario.layout.tp, sigma)[0]
+        issue = replace(issue, bwd_s=issue.bwd_s + r_s, bwd_ops=issue.bwd_ops + rerun[0])
     if t.host_issue_mode == "eager" and fw.megatron_layer and block_style(shp) == "layernorm-gelu-learned":
         w = legacy_wrapper_s(scenario, shp, profile)
         w_f, w_b = paced_s(w.fwd_s, w.bwd_s, scenario.layout.tp, sigma)

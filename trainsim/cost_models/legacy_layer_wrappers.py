@@ -19,6 +19,9 @@ model/transformer.py, fused_layer_norm.py, fused_softmax.py, fused_bias_gelu.py;
   counter counts their eager ops, the graph executor's own call is extra. A bias-dropout-add's backward runs its
   autodiff graph; the GeLU's is priced the same way.
 * ``get_cuda_rng_tracker().fork()`` around the attention dropout.
+* Under selective recompute of the attention core (``--recompute-activations``) each block's core attention is one
+  reentrant ``tensor_parallel.checkpoint`` call (``ParallelAttention._checkpointed_attention_forward``), whose
+  backward re-runs the core's forward: its softmax Function (where fused) and RNG fork again.
 * Under full recompute each block is one reentrant ``CheckpointFunction`` call (``mpu.checkpoint`` or DeepSpeed's
   ``checkpointing.checkpoint``, one layer per call by default): RNG states saved in forward, restored around the
   recomputation and a nested ``torch.autograd.backward`` in backward. It is priced as torch's own reentrant
@@ -92,7 +95,8 @@ class WrapperCalls:
 @dataclass(frozen=True)
 class WrapperSeconds:
     """Host seconds of one block's wrappers per micro-batch: in the forward pass, in the backward pass's own work,
-    and in its recomputed forward (full recompute; paced as a forward)."""
+    and in its recomputed forward (full recompute, or the core attention's under its selective recompute; paced as a
+    forward)."""
 
     fwd_s: float
     bwd_s: float
@@ -111,25 +115,29 @@ def layer_calls(*, async_linears: bool, tp: int, hidden: int, fused_softmax: boo
     return WrapperCalls(LINEARS // 2 + column_copies + viewless, wrapping, SCRIPT_CALLS, int(dropout))
 
 
-def call_counts(calls: WrapperCalls, recompute_full: bool) -> dict[str, int]:
+def call_counts(calls: WrapperCalls, recompute_full: bool, selective_core: bool = False) -> dict[str, int]:
     """Calls of each priced kind (PRICES) per block and micro-batch: the layer's wrappers once per forward, and one
-    reentrant checkpoint call per block under full recompute."""
+    reentrant checkpoint call per block under full recompute or around the core attention under its selective
+    recompute."""
     return {"function_identity": calls.identity_functions, "function_wrap": calls.wrapping_functions,
             "script_call": calls.script_calls, "rng_fork": calls.rng_forks,
-            "reentrant_checkpoint": int(recompute_full)}
+            "reentrant_checkpoint": int(recompute_full or selective_core)}
 
 
 def block_wrapper_s(calls: WrapperCalls, recompute_full: bool, unit_s: float,
-                    measured: dict[str, tuple[float, float]] | None = None) -> WrapperSeconds:
+                    measured: dict[str, tuple[float, float]] | None = None, *,
+                    selective_core: dict[str, int] | None = None) -> WrapperSeconds:
     """Host seconds of one block's wrappers per micro-batch: each call's forward half in the forward pass, its
     backward half in the backward pass, which under full recompute also runs the layer's wrappers' forward halves
-    again (the recomputed forward; the checkpoint's own forward half is not repeated). Each kind costs what a
-    calibration measured on the device's host (``measured``, seconds per call: CalibrationProfile.host_wrappers_s)
-    or else its PRICES in unit aten ops at ``unit_s`` each."""
+    again (the recomputed forward; the checkpoint's own forward half is not repeated) and under selective recompute
+    of the core attention the core's wrappers' (``selective_core``: calls of each kind in the core). Each kind costs
+    what a calibration measured on the device's host (``measured``, seconds per call:
+    CalibrationProfile.host_wrappers_s) or else its PRICES in unit aten ops at ``unit_s`` each."""
     price = {k: (measured or {}).get(k) or (u[0] * unit_s, u[1] * unit_s) for k, u in PRICES.items()}
-    n = call_counts(calls, recompute_full)
+    n = call_counts(calls, recompute_full, selective_core is not None)
     ck = n.pop("reentrant_checkpoint")
     fwd = sum(k_n * price[k][0] for k, k_n in n.items())
     bwd = sum(k_n * price[k][1] for k, k_n in n.items())
     ck_f, ck_b = ck * price["reentrant_checkpoint"][0], ck * price["reentrant_checkpoint"][1]
-    return WrapperSeconds(fwd + ck_f, bwd + ck_b, fwd if recompute_full else 0.0)
+    rerun = fwd if recompute_full else sum(k_n * price[k][0] for k, k_n in (selective_core or {}).items())
+    return WrapperSeconds(fwd + ck_f, bwd + ck_b, rerun)

@@ -140,6 +140,41 @@ def counted_block_ops(hidden: int = 256, heads: int = 4) -> dict[str, OpCount]:
     return out
 
 
+def _count_forward(fn, *shapes: tuple[int, ...], dtype: torch.dtype = torch.float32) -> tuple[int, int]:
+    """(aten ops, kernels) of one forward of ``fn(*inputs)`` on inputs of ``shapes`` (fake tensors)."""
+    with FakeTensorMode():
+        inputs = [torch.randn(*shape, dtype=dtype, requires_grad=True) for shape in shapes]
+        made = fn()
+        counter = _Counter()
+        with counter:
+            made(*inputs)
+    return counter.ops, counter.kernels
+
+
+def count_recomputed_module_ops(style: str, hidden: int = 256, heads: int = 4, *, micro_batch: int = 1,
+                                seq_len: int = 64) -> dict[str, tuple[int, int]]:
+    """(aten ops, kernels) of one forward of each Megatron-Core ``--recompute-modules`` module a block of ``style``
+    has (cost_models.host_issue.RECOMPUTED_MODULE_OPS): ``core_attn`` the attention core from q, k, v to the
+    context (the executor's SDPA call; the legacy layer's baddbmm, softmax, dropout, bmm and relayout), ``mlp`` the
+    MLP from its input to its output, ``layernorm`` the block's two norms."""
+    b, s, h = micro_batch, seq_len, hidden
+    if style.startswith("megatron-gpt-unfused"):
+        layer = lambda: MegatronLayer(h, heads, 4 * h, fused_softmax=style == "megatron-gpt-unfused",  # noqa: E731
+                                      seq_len=s, dtype=torch.float32 if style == "megatron-gpt-unfused"
+                                      else torch.float16)
+        dtype = torch.float32 if style == "megatron-gpt-unfused" else torch.float16
+        qkv = (s, b, heads, h // heads)
+        return {"core_attn": _count_forward(lambda: layer()._core_attention, qkv, qkv, qkv, dtype=dtype),
+                "mlp": _count_forward(lambda: layer()._mlp, (s, b, h), dtype=dtype),
+                "layernorm": tuple(2 * c for c in _count_forward(lambda: layer().ln1, (s, b, h), dtype=dtype))}
+    spec = style_spec(style, hidden, heads)
+    block = lambda: Block(spec, ModelOptions())  # noqa: E731
+    q, kv = (b, spec.num_heads, s, spec.dhead), (b, spec.kv_heads, s, spec.dhead)
+    return {"core_attn": _count_forward(lambda: block().attn.core, q, kv, kv),
+            "mlp": _count_forward(lambda: block().mlp, (b, s, h)),
+            "layernorm": tuple(2 * c for c in _count_forward(lambda: block().norm1, (b, s, h)))}
+
+
 def main() -> int:
     """Print each style's counts beside BLOCK_OPS; exit status 1 where they differ."""
     counted = counted_block_ops()
