@@ -159,20 +159,27 @@ def count_recomputed_module_ops(style: str, hidden: int = 256, heads: int = 4, *
     MLP from its input to its output, ``layernorm`` the block's two norms."""
     b, s, h = micro_batch, seq_len, hidden
     if style.startswith("megatron-gpt-unfused"):
-        layer = lambda: MegatronLayer(h, heads, 4 * h, fused_softmax=style == "megatron-gpt-unfused",  # noqa: E731
-                                      seq_len=s, dtype=torch.float32 if style == "megatron-gpt-unfused"
-                                      else torch.float16)
-        dtype = torch.float32 if style == "megatron-gpt-unfused" else torch.float16
+        fused = style == "megatron-gpt-unfused"
+        dtype = torch.float32 if fused else torch.float16
+
+        def layer() -> MegatronLayer:
+            return MegatronLayer(h, heads, 4 * h, fused_softmax=fused, seq_len=s, dtype=dtype)
+
         qkv = (s, b, heads, h // heads)
+        norm = _count_forward(lambda: layer().ln1, (s, b, h), dtype=dtype)
         return {"core_attn": _count_forward(lambda: layer()._core_attention, qkv, qkv, qkv, dtype=dtype),
                 "mlp": _count_forward(lambda: layer()._mlp, (s, b, h), dtype=dtype),
-                "layernorm": tuple(2 * c for c in _count_forward(lambda: layer().ln1, (s, b, h), dtype=dtype))}
+                "layernorm": (2 * norm[0], 2 * norm[1])}
     spec = style_spec(style, hidden, heads)
-    block = lambda: Block(spec, ModelOptions())  # noqa: E731
+
+    def block() -> Block:
+        return Block(spec, ModelOptions())
+
     q, kv = (b, spec.num_heads, s, spec.dhead), (b, spec.kv_heads, s, spec.dhead)
+    norm = _count_forward(lambda: block().norm1, (b, s, h))
     return {"core_attn": _count_forward(lambda: block().attn.core, q, kv, kv),
             "mlp": _count_forward(lambda: block().mlp, (b, s, h)),
-            "layernorm": tuple(2 * c for c in _count_forward(lambda: block().norm1, (b, s, h)))}
+            "layernorm": (2 * norm[0], 2 * norm[1])}
 
 
 def main() -> int:
