@@ -157,3 +157,74 @@ def test_plain_hex_underscored_and_quoted_numbers_still_read(tmp_path):
     r = run_cli(["predict", f, "--fast", "--json"])
     assert r.code == 0, r.err
     assert json.loads(r.out)["layout"]["tp"] == 8 and json.loads(r.out)["layout"]["dp"] == 2
+
+
+# rich reads "[...]" in a printed string as console markup: a closing tag with nothing to close was a MarkupError
+# traceback, a valid tag was applied (a colour, a terminal hyperlink) instead of shown
+MARKUP = ["a[/]b", "x[/bold]y", "[bold]b", "[red]evil[/red] [link=http://x]click[/link]"]
+
+
+def _flat(text: str) -> str:
+    """``text`` with every run of whitespace one space (a table or a long line wraps a name at its spaces)."""
+    return " ".join(text.split())
+
+
+@pytest.mark.parametrize("name", MARKUP)
+def test_markup_in_a_name_is_printed_as_text(tmp_path, name):
+    q = json.dumps(name)
+    f = tmp_path / "s.yaml"
+    f.write_text(f"name: {q}\nmodel: {{preset: llama3-8b, name: {q}}}\n"
+                 f"cluster: {{preset: dgx-h100, name: {q}, placement: dp, pools: "
+                 f"[{{gpu: {{preset: h100-sxm, name: {q}}}, nodes: 1, name: {q}}}, {{gpu: h200, nodes: 1}}]}}\n"
+                 "layout: {tp: 8}\ntraining: {seq_len: 4096, global_batch: 16}\n")
+    pred = run_cli(["predict", f, "--fast"])
+    assert pred.code == 0, pred.err[-500:]
+    assert f"{_flat(name)} (8.0B params" in _flat(pred.out) and f"({_flat(name)})" in _flat(pred.out)
+    plan = run_cli(["plan", f, "--top", "2"])
+    assert plan.code == 0, plan.err[-500:]
+    assert f"{name} on {name}, GPUs 16" in plan.out and f"pools: 0 = {name} (1 nodes of {name});" in plan.out
+    c = tmp_path / "c.yaml"
+    c.write_text(f"preset: dgx-h100\nname: {q}\n")
+    coll = run_cli(["collective", "--cluster", c, "--sizes", "1M"])
+    assert coll.code == 0, coll.err[-500:]
+    assert f"8 GPU(s) of {_flat(name)} (1 node(s))" in _flat(coll.out)
+
+
+def test_markup_in_a_profile_a_hugging_face_name_a_path_and_a_dataset_is_printed_as_text(tmp_path):
+    prof = json.loads(PROFILE.read_text())
+    prof["fingerprint"]["hostname"] = "vm[/]"
+    (tmp_path / "x[").mkdir()
+    p = tmp_path / "x[" / "]p.json"  # the path holds "[/]"
+    p.write_text(json.dumps(prof))
+    r = run_cli(["predict", "--model", "llama3-8b", "--cluster", "hgx-h200", "--fast", "--calibration", p])
+    assert r.code == 0 and "vm[/]" in r.out, r.err[-500:]
+    cfg = json.loads(HF_LLAMA.read_text())
+    cfg["_name_or_path"] = "org/[red]x[/red][/]"
+    hf = tmp_path / "config.json"
+    hf.write_text(json.dumps(cfg))
+    r = run_cli(["predict", "--model", hf, "--cluster", "dgx-h100", "--fast"])
+    assert r.code == 0 and "[red]x[/red][/]" in r.out, r.err[-500:]
+    rows = _rows()
+    rows[0]["row_id"] = "r[/]1"
+    r = run_cli(["validate", "--dataset", _write(tmp_path / "d.csv", rows)])
+    assert r.code == 0 and "│ r[/]1 " in r.out, r.err[-500:]
+
+
+def _calls(name: str):
+    import ast
+    for path in sorted((REPO / "trainsim").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and name in (getattr(node.func, "id", None), getattr(node.func, "attr", None)):
+                yield path.relative_to(REPO), node
+
+
+def test_every_rich_console_reads_no_markup():
+    """Each rich Console is made with markup and emoji codes off (reports/console.text_console, or the flags
+    where a layer below reports makes one); a status line, whose text rich reads as markup whatever the console's
+    setting, is given as rich Text."""
+    import ast
+    for path, call in _calls("Console"):
+        flags = {k.arg: getattr(k.value, "value", None) for k in call.keywords}
+        assert flags.get("markup") is False and flags.get("emoji") is False, f"{path}:{call.lineno}"
+    for path, call in _calls("status"):
+        assert not (call.args and isinstance(call.args[0], (ast.JoinedStr, ast.Constant))), f"{path}:{call.lineno}"
