@@ -30,6 +30,11 @@ HF_LLAMA = REPO / "tests" / "data" / "hf" / "llama3-8b-config.json"
     (".json", '{"model": "tiny-gpt", "cluster": "cpu-host", "gpus": 1, "na\\u0007me": 1}', "key"),
     (".yaml", 'name: "\\ud83d\\ude80"\nmodel: tiny-gpt\ncluster: cpu-host\ngpus: 1\n', "surrogate"),
     (".json", '{"model": "tiny-gpt", "cluster": {"preset": "cpu-host", "name": "a\\ud800"}, "gpus": 1}', "surrogate"),
+    # YAML's !!binary is bytes, which pydantic decodes into a name: ESC [31m RED past the text check
+    (".yaml", 'model: {preset: tiny-gpt, name: !!binary G1szMW1SRUQ=}\ncluster: cpu-host\ngpus: 1\n',
+     "model.name is binary data"),
+    (".yaml", 'model: tiny-gpt\ncluster: cpu-host\ngpus: 1\ntraining: {? !!binary c2VxX2xlbg== : 128}\n',
+     "training.b'seq_len' is binary data"),
 ])
 def test_control_characters_and_surrogates_in_a_scenario_are_refused(tmp_path, suffix, text, where):
     f = tmp_path / f"s{suffix}"

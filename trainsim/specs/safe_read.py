@@ -15,7 +15,8 @@ Every file is read the same way, so one hostile file cannot do what another is r
   byte-order mark (both as spreadsheet programs write them) dropped;
 * no string of a YAML/JSON document and no CSV cell may hold a control character other than tab, newline and a
   CR LF line break (C0, DEL, C1: ``CONTROL``): YAML's ``"\\e"`` or JSON's ``"\\u001b"`` would otherwise carry a
-  terminal escape sequence through a model or cluster name into the console, a report or a log.
+  terminal escape sequence through a model or cluster name into the console, a report or a log; no key or value
+  may be YAML's ``!!binary`` bytes, which would carry the same sequences past that check.
 
 Every failure is a SpecError naming the field (``scenario``, ``model``, ``calibration``, ...) and the reason;
 a RecursionError never escapes.
@@ -102,11 +103,15 @@ def read_text(path: str | os.PathLike, field: str, max_bytes: int = MAX_INPUT_BY
 
 def refuse_control_characters(data: Any, field: str, source: str) -> None:
     """SpecError naming the first key or string of a parsed document (keys, then values, depth first) that holds
-    a control character (``CONTROL``) or a surrogate (``SURROGATE``); the document is at most MAX_DEPTH deep, so
-    the walk is bounded."""
+    a control character (``CONTROL``) or a surrogate (``SURROGATE``), or that is bytes (YAML's ``!!binary``: text
+    no one typed, which pydantic decodes into a name -- escape sequences included); the document is at most
+    MAX_DEPTH deep, so the walk is bounded."""
     stack: list[tuple[Any, str]] = [(data, "")]
     while stack:
         node, where = stack.pop()
+        if isinstance(node, (bytes, bytearray)):
+            raise SpecError(field, f"{source}: {where or 'the document'} is binary data (!!binary); write text or "
+                                   "a number")
         if isinstance(node, str):
             m = CONTROL.search(node)
             if m:
