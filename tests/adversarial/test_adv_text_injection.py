@@ -233,3 +233,28 @@ def test_every_rich_console_reads_no_markup():
         assert flags.get("markup") is False and flags.get("emoji") is False, f"{path}:{call.lineno}"
     for path, call in _calls("status"):
         assert not (call.args and isinstance(call.args[0], (ast.JoinedStr, ast.Constant))), f"{path}:{call.lineno}"
+
+
+def test_a_json_file_with_a_byte_order_mark_is_read_as_yaml_is(tmp_path):
+    """Windows editors start a UTF-8 file with a BOM: the YAML reader dropped it, JSON's refused the file ("not
+    valid JSON ... Unexpected UTF-8 BOM") -- a scenario, a model, a cluster and a calibration profile alike."""
+    def both(name: str, text: str) -> tuple[Path, Path]:
+        plain, bom = tmp_path / f"{name}.json", tmp_path / f"{name}-bom.json"
+        plain.write_text(text, encoding="utf-8")
+        bom.write_text(text, encoding="utf-8-sig")
+        assert bom.read_bytes()[:3] == b"\xef\xbb\xbf"
+        return plain, bom
+
+    scenario = both("s", '{"model": "tiny-gpt", "cluster": "cpu-host", "gpus": 1, "training": {"seq_len": 128}}')
+    model = both("m", '{"name": "bom", "num_layers": 2, "hidden": 128, "num_heads": 4, "vocab_size": 1000}')
+    cluster = both("c", '{"preset": "cpu-host", "name": "bom"}')
+    profile = both("p", PROFILE.read_text(encoding="utf-8"))
+    outs = []
+    for s, m, c, p in zip(scenario, model, cluster, profile):
+        runs = [run_cli(["predict", s, "--fast", "--json"]),
+                run_cli(["predict", "--model", m, "--cluster", c, "--seq-len", "128", "--fast", "--json"]),
+                run_cli(["predict", "--model", "llama3-8b", "--cluster", "hgx-h200", "--fast", "--json",
+                         "--calibration", p])]
+        assert all(r.code == 0 for r in runs), [r.err for r in runs]
+        outs.append([json.loads(r.out)["step_time_s"] for r in runs])
+    assert outs[0] == outs[1]

@@ -322,7 +322,9 @@ def _line_of_key(text: str, start: int, key: str, occurrence: int) -> int | None
 
 
 def parse_json(text: str, field: str, source: str) -> Any:
-    """``text`` as JSON with duplicate keys, NaN/Infinity and nesting deeper than MAX_DEPTH refused."""
+    """``text`` as JSON with duplicate keys, NaN/Infinity and nesting deeper than MAX_DEPTH refused; a leading
+    UTF-8 byte-order mark (Windows editors write one) is dropped, as the YAML reader drops it."""
+    text = text.removeprefix("\ufeff")
     if _json_depth(text) > MAX_DEPTH:
         raise SpecError(field, f"{source}: nesting deeper than {MAX_DEPTH} levels")
 
