@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
+
+from .spec_config import SPEC_CONFIG
 
 
 def mamba_conv_channels(inner: int, groups: int, state: int) -> int:
@@ -36,7 +38,7 @@ class ModelSpec(BaseModel):
     a Mamba-2 mixer, an attention, a dense-MLP or a MoE sub-layer with its own pre-norm (the ``mamba_*`` dims;
     ``mtp_pattern`` for its MTP depths)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
     name: str = "custom"
     num_layers: int = Field(gt=0, le=10_000)
