@@ -258,3 +258,54 @@ def test_a_json_file_with_a_byte_order_mark_is_read_as_yaml_is(tmp_path):
         assert all(r.code == 0 for r in runs), [r.err for r in runs]
         outs.append([json.loads(r.out)["step_time_s"] for r in runs])
     assert outs[0] == outs[1]
+
+
+def _scenario_with(key: str, text: str) -> str:
+    """A 16-GPU scenario on two pools with ``text`` as the value of ``key``."""
+    q = json.dumps(text)
+    names = {k: json.dumps("n") for k in ("model", "cluster", "gpu", "pool", "name", "description")}
+    names[key] = q
+    return (f"name: {names['name']}\ndescription: {names['description']}\n"
+            f"model: {{preset: llama3-8b, name: {names['model']}}}\n"
+            f"cluster: {{preset: dgx-h100, name: {names['cluster']}, placement: dp, pools: "
+            f"[{{gpu: {{preset: h100-sxm, name: {names['gpu']}}}, nodes: 1, name: {names['pool']}}}, "
+            "{gpu: h200, nodes: 1}]}\nlayout: {tp: 8}\ntraining: {seq_len: 4096, global_batch: 16}\n")
+
+
+@pytest.mark.parametrize("key, field, limit", [
+    ("model", "model.name", 255), ("cluster", "cluster.name", 255), ("gpu", "cluster.pools[0].gpu.name", 255),
+    ("pool", "cluster.pools[0].name", 255), ("name", "name", 255), ("description", "description", 4096),
+])
+def test_a_name_or_description_past_its_limit_is_refused(tmp_path, key, field, limit):
+    """rich wraps a long table cell in time quadratic in its length: a 30 000-character model name took 4 s to
+    print, 300 000 more than 100 s. Names are at most 255 characters (NAME_MAX, so a file's stem fits), a
+    description 4096; text at the limit is printed."""
+    f = tmp_path / "s.yaml"
+    f.write_text(_scenario_with(key, "x" * (limit + 1)))
+    assert_refused(run_cli(["predict", f, "--fast"]), f"error: {field}: must be at most {limit} characters, "
+                                                      f"got {limit + 1}")
+    f.write_text(_scenario_with(key, "x" * limit))
+    r = run_cli(["predict", f, "--fast"])
+    assert r.code == 0, r.err
+
+
+def test_a_hugging_face_name_past_the_limit_is_refused(tmp_path):
+    cfg = json.loads(HF_LLAMA.read_text())
+    cfg["_name_or_path"] = "/checkpoints/" + "x" * 300
+    hf = tmp_path / "config.json"
+    hf.write_text(json.dumps(cfg))
+    assert_refused(run_cli(["predict", "--model", hf, "--cluster", "dgx-h100", "--fast"]),
+                   "error: model._name_or_path: names the model: must be at most 255 characters, got 313")
+
+
+def test_a_cluster_named_after_long_pool_names_is_read(tmp_path):
+    """A cluster given by its pools alone is named after them ('a + b + c'): that label is shortened to the name
+    limit, not refused as a name no one wrote."""
+    pools = ", ".join(f"{{node: dgx-h100, nodes: 1, name: pool-{i}-{'y' * 100}}}" for i in range(3))
+    f = tmp_path / "s.yaml"
+    f.write_text(f"model: llama3-8b\ncluster: {{placement: dp, pools: [{pools}]}}\nlayout: {{tp: 8}}\n"
+                 "training: {seq_len: 4096, global_batch: 24}\n")
+    r = run_cli(["predict", f, "--fast", "--json"])
+    assert r.code == 0, r.err
+    name = json.loads(r.out)["scenario"].removeprefix("llama3-8b@")
+    assert len(name) == 255 and name.startswith(f"pool-0-{'y' * 100} + pool-1-") and name.endswith("…")

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 
 from .errors import SpecError
-from .spec_config import SPEC_CONFIG
+from .spec_config import MAX_NAME_CHARS, SPEC_CONFIG
 
 Dtype = Literal["bf16", "fp16", "fp8", "fp4", "tf32", "fp32"]
 
@@ -30,7 +30,8 @@ class GPUSpec(BaseModel):
 
     model_config = SPEC_CONFIG
 
-    name: str
+    name: str = Field(max_length=MAX_NAME_CHARS,
+                      description=f"the GPU's name in outputs, at most {MAX_NAME_CHARS} characters")
     kind: Literal["gpu", "cpu"] = Field(default="gpu", description="gpu: an accelerator; cpu: ranks are processes on "
                                         "host CPU cores (the cpu preset; collectives on gloo). A calibration "
                                         "profile measured on the other kind is refused")
@@ -192,8 +193,9 @@ class PoolSpec(BaseModel):
 
     model_config = SPEC_CONFIG
 
-    name: str | None = Field(default=None, description="the pool's name in outputs, unique among the pools; none: "
-                             "its node or GPU preset's")
+    name: str | None = Field(default=None, max_length=MAX_NAME_CHARS,
+                             description=f"the pool's name in outputs, unique among the pools, at most "
+                                         f"{MAX_NAME_CHARS} characters; none: its node or GPU preset's")
     node: str | None = Field(default=None, description="a cluster preset whose node type (GPU, scale_up, scale_out; "
                              "same GPUs per node as the cluster) the pool has; give node or gpu")
     gpu: GPUSpec | None = Field(default=None, description="a GPU preset or mapping on the cluster's node; none: the "
@@ -211,7 +213,8 @@ class ClusterSpec(BaseModel):
 
     model_config = SPEC_CONFIG
 
-    name: str = "custom"
+    name: str = Field(default="custom", max_length=MAX_NAME_CHARS,
+                      description=f"the cluster's name in outputs, at most {MAX_NAME_CHARS} characters")
     gpu: GPUSpec
     gpus_per_node: int = Field(default=8, gt=0, le=1024)
     num_gpus: int = Field(default=8, gt=0, le=10_000_000)

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 
 from .errors import SpecError
-from .spec_config import SPEC_CONFIG
+from .spec_config import MAX_NAME_CHARS, SPEC_CONFIG
 
 
 def mamba_conv_channels(inner: int, groups: int, state: int) -> int:
@@ -41,7 +41,8 @@ class ModelSpec(BaseModel):
 
     model_config = SPEC_CONFIG
 
-    name: str = "custom"
+    name: str = Field(default="custom", max_length=MAX_NAME_CHARS,
+                      description=f"the model's name in outputs, at most {MAX_NAME_CHARS} characters")
     num_layers: int = Field(gt=0, le=10_000)
     hidden: int = Field(gt=0, le=1_000_000)
     num_heads: int = Field(gt=0, le=100_000)
