@@ -33,13 +33,13 @@ def test_a_field_of_an_absent_layer_kind_is_refused(tmp_path, override, named):
 @pytest.mark.parametrize("model, message", [
     ("{preset: llama3-8b, block_norms: 3}", "model.block_norms: Input should be 1, 2 or 4"),
     ("{preset: llama3-8b, block_norms: 0}", "model.block_norms: Input should be 1, 2 or 4"),
-    ("{preset: llama3-8b, head_dim: 3}", "model.head_dim: RoPE (position_embedding rope) rotates pairs of dims: "
-                                         "the head dim must be even, got head_dim = 3"),
+    ("{preset: llama3-8b, head_dim: 3}", ("model.head_dim: RoPE (position_embedding rope) rotates pairs of dims: "
+                                          "the head dim must be even, got head_dim = 3")),
     ("{preset: llama3-8b, head_dim: 1}", "model.head_dim: RoPE"),
     ("{name: odd, num_layers: 2, hidden: 12, num_heads: 4, vocab_size: 1000, position_embedding: rope}",
      "got hidden / num_heads = 3"),
-    ("{preset: deepseek-v3, qk_rope_head_dim: 63}", "model.qk_rope_head_dim: RoPE rotates pairs of dims: must be "
-                                                    "even, got 63"),
+    ("{preset: deepseek-v3, qk_rope_head_dim: 63}", ("model.qk_rope_head_dim: RoPE rotates pairs of dims: must be "
+                                                     "even, got 63")),
 ])
 def test_a_model_value_outside_its_documented_choices_is_refused(tmp_path, model, message):
     """block_norms is 1, 2 or 4 (its description; 3 was costed as three norms per block), and RoPE rotates a
