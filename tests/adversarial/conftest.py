@@ -90,6 +90,9 @@ HOSTILE: dict[str, tuple[str, bytes | str]] = {
     "crlf-dup": (".yaml", "model: tiny-gpt\r\ngpus: 1\r\ngpus: 2\r\n"),
     "utf16": (".yaml", "model: tiny-gpt\n".encode("utf-16")),
     "control-chars": (".yaml", "model: \x1b[31mtiny\n"),
+    # past CPython's 4300-digit int-string limit: int() raised a bare ValueError (a traceback, exit 1)
+    "bigint-yaml": (".yaml", "model: tiny-gpt\ngpus: " + "1" * 5000 + "\n"),
+    "bigint-json": (".json", '{"model": "tiny-gpt", "gpus": ' + "1" * 5000 + "}"),
 }
 
 

@@ -82,6 +82,10 @@ def test_hostile_file_is_refused(reader, argv, field, name, hostile_dir, suite_d
     ("python-tag.yaml", ["predict", "{f}"], "not valid YAML"),
     ("latin1.yaml", ["predict", "{f}"], "not UTF-8"),
     ("nul-bytes.yaml", ["predict", "{f}"], "U+0000"),
+    ("bigint-yaml.yaml", ["predict", "{f}"], "an integer of 5000 digits at line 2; numbers are limited to 4300"),
+    ("bigint-json.json", ["predict", "--model", "{f}", "--cluster", "dgx-h100"], "an integer of 5000 digits"),
+    ("bigint-json.json", ["predict", "--model", "tiny-gpt", "--cluster", "cpu-host", "--seq-len", "128",
+                          "--calibration", "{f}"], "calibration: "),
 ])
 def test_refusal_names_the_key_and_line(name, argv, message, hostile_dir):
     r = run_cli([a.format(f=hostile_dir / name) for a in argv])
@@ -145,3 +149,39 @@ def test_recursion_error_never_escapes(monkeypatch):
 
     monkeypatch.setattr(common, "build_scenario", deep)
     assert_refused(run_cli(["predict", "--model", "tiny-gpt", "--cluster", "cpu-host"]), "nested too deeply")
+
+
+@pytest.mark.parametrize("value, message", [
+    ("0x" + "f" * 4000, "gpus: an integer of more than 4300 (decimal) digits at line 3"),
+    ("1" + ":1" * 2500, "an integer of more than 4300 digits at line 3"),  # YAML 1.1 base 60
+    ("-" + "9" * 4301, "an integer of 4301 digits at line 3"),
+], ids=["hex", "base-60", "decimal"])
+def test_an_integer_past_4300_digits_is_refused_however_written(tmp_path, value, message):
+    """A hex or base-60 integer is converted without CPython's digit limit, but its value past 10^4300 could not
+    be printed in a refusal (str() raised a bare ValueError)."""
+    f = tmp_path / "s.yaml"
+    f.write_text(f"model: llama3-8b\ncluster: dgx-h100\ngpus: {value}\n")
+    assert_refused(run_cli(["predict", str(f)]), message.removeprefix("gpus: "))
+
+
+def test_a_string_behind_many_aliases_is_scanned_once(tmp_path, monkeypatch):
+    """The control-character scan walks the loaded document, where every alias of a string is that one string:
+    a 3.5 MB description behind 1000 aliases was scanned 1000 times (28 s; 45 min at the 100 000-node limit)."""
+    from trainsim.specs import safe_read
+
+    scanned: list[int] = []
+
+    class Counting:
+        def __init__(self, pattern):
+            self.pattern = pattern
+
+        def search(self, text):
+            scanned.append(len(text))
+            return self.pattern.search(text)
+
+    monkeypatch.setattr(safe_read, "CONTROL", Counting(safe_read.CONTROL))
+    f = tmp_path / "s.yaml"
+    f.write_text("description: &d " + "A" * 100_000 + "\nx: [" + ", ".join(["*d"] * 1000) + "]\nl: &l [*d, *d]\n"
+                 "y: [*l, *l, *l]\n")
+    assert_refused(run_cli(["predict", str(f)]), ": unknown key")
+    assert scanned.count(100_000) == 1

@@ -30,6 +30,33 @@ def test_a_field_of_an_absent_layer_kind_is_refused(tmp_path, override, named):
     assert named in r.err
 
 
+@pytest.mark.parametrize("model, message", [
+    ("{preset: llama3-8b, block_norms: 3}", "model.block_norms: Input should be 1, 2 or 4"),
+    ("{preset: llama3-8b, block_norms: 0}", "model.block_norms: Input should be 1, 2 or 4"),
+    ("{preset: llama3-8b, head_dim: 3}", ("model.head_dim: RoPE (position_embedding rope) rotates pairs of dims: "
+                                          "the head dim must be even, got head_dim = 3")),
+    ("{preset: llama3-8b, head_dim: 1}", "model.head_dim: RoPE"),
+    ("{name: odd, num_layers: 2, hidden: 12, num_heads: 4, vocab_size: 1000, position_embedding: rope}",
+     "got hidden / num_heads = 3"),
+    ("{preset: deepseek-v3, qk_rope_head_dim: 63}", ("model.qk_rope_head_dim: RoPE rotates pairs of dims: must be "
+                                                     "even, got 63")),
+])
+def test_a_model_value_outside_its_documented_choices_is_refused(tmp_path, model, message):
+    """block_norms is 1, 2 or 4 (its description; 3 was costed as three norms per block), and RoPE rotates a
+    head's dims in pairs (RoFormer eq. 14-15), so an odd rotated head dim is no model."""
+    f = tmp_path / "s.yaml"
+    f.write_text(f"model: {model}\ncluster: dgx-h100\ngpus: 8\ntraining: {{seq_len: 4096, global_batch: 8}}\n")
+    assert_refused(run_cli(["predict", f, "--fast"]), message)
+
+
+def test_an_odd_head_dim_without_rope_is_read(tmp_path):
+    f = tmp_path / "s.yaml"
+    f.write_text("model: {preset: gpt3-175b, num_layers: 2, head_dim: 3}\ncluster: dgx-h100\ngpus: 8\n"
+                 "training: {seq_len: 2048, global_batch: 8}\n")
+    r = run_cli(["predict", f, "--fast"])
+    assert r.code == 0, r.err
+
+
 def test_moe_and_hybrid_presets_keep_their_fields():
     for preset in ("mixtral-8x7b", "deepseek-v3", "nemotron-h-8b"):
         r = run_cli(["predict", "--model", preset, "--cluster", "dgx-h100", "--gpus", "64", "--global-batch", "64",

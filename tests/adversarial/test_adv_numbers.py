@@ -88,6 +88,40 @@ def test_numbers_in_scenario_files_are_range_checked(yaml_text, field, tmp_path)
     assert_refused(run_cli(["predict", "--fast", str(f)]), field)
 
 
+@pytest.mark.parametrize("yaml_text, field, got", [
+    ('model: {preset: llama3-8b, final_softcap: "inf"}', "model.final_softcap", "'inf'"),
+    ('model: {preset: llama3-8b, final_softcap: "1e400"}', "model.final_softcap", "'1e400'"),  # overflows to inf
+    ('model: {preset: llama3-8b, attn_softcap: "Infinity"}', "model.attn_softcap", "'Infinity'"),
+    ('model: {preset: llama3-8b, published_params: "+inf"}', "model.published_params", "'+inf'"),
+    ('model: {preset: llama3-8b, published_active_params: "1e999"}', "model.published_active_params", "'1e999'"),
+    ('model: {preset: llama3-8b, final_softcap: 1e400}', "model.final_softcap", "'1e400'"),  # YAML 1.1: text
+])
+def test_a_non_finite_number_written_as_text_is_refused(yaml_text, field, got, tmp_path):
+    """pydantic reads a float field's text as a float, "inf" and "1e400" included; check_finite saw only floats,
+    so an infinite logit cap or parameter count was accepted (exit 0)."""
+    f = tmp_path / "s.yaml"
+    f.write_text(yaml_text + "\ncluster: dgx-h100\ngpus: 8\n")
+    assert_refused(run_cli(["predict", "--fast", str(f)]), f"error: {field}: must be a finite number, got {got}")
+
+
+def test_every_spec_model_refuses_non_finite_floats():
+    """One setting for every pydantic model of the specs and the profile (specs/spec_config.SPEC_CONFIG)."""
+    from pydantic import BaseModel
+
+    import trainsim.cost_models.profile
+    import trainsim.cost_models.run_factors
+    import trainsim.specs  # noqa: F401
+
+    def subclasses(cls):
+        for sub in cls.__subclasses__():
+            yield sub
+            yield from subclasses(sub)
+
+    models = {c for c in subclasses(BaseModel) if c.__module__.startswith("trainsim.")}
+    assert len(models) >= 10
+    assert [c.__name__ for c in models if c.model_config.get("allow_inf_nan") is not False] == []
+
+
 # --- values that contradict their source --------------------------------------------------------------------------
 
 @pytest.mark.parametrize("flags, field", [

@@ -175,10 +175,10 @@ def _fmt_size(n: int) -> str:
 
 def _print_table(op: str, cluster, gpus: int, table: list[dict]) -> None:
     # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
-    from rich.console import Console
     from rich.table import Table
 
     from trainsim.cost_models.collectives import canonical_op
+    from trainsim.reports.console import text_console
 
     nodes = max(1, -(-gpus // cluster.gpus_per_node))
     t = Table(title=f"{canonical_op(op)} on {gpus} GPU(s) of {cluster.name} ({nodes} node(s)), predicted",
@@ -191,4 +191,4 @@ def _print_table(op: str, cluster, gpus: int, table: list[dict]) -> None:
         t.add_row(_fmt_size(r["size_bytes"]), str(r["size_bytes"]), f"{r['time_s'] * 1e6:.2f}",
                   f"{r['latency_s'] * 1e6:.2f}", f"{r['bandwidth_s'] * 1e6:.2f}", r["bound"], f"{r['algbw_GBps']:.2f}",
                   f"{r['busbw_GBps']:.2f}", r["algo"])
-    Console(width=130).print(t)
+    text_console(width=130).print(t)

@@ -425,15 +425,16 @@ def rich_progress(enabled: bool) -> Iterator[Any]:
         yield None
         return
     # slow import (0.4-4 s), loaded on use
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    console = Console(stderr=True)
+    from trainsim.reports.console import text_console
+
+    console = text_console(stderr=True)
     if not console.is_terminal:  # bars are for a person watching; a log or a pipe gets the result alone
         yield None
         return
     labels = {"screen": "screening layouts (closed form, chunks)", "engine": "confirming top layouts (engine)"}
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=False) as prog:
         tasks: dict[str, int] = {}
 
@@ -451,19 +452,19 @@ def rich_progress(enabled: bool) -> Iterator[Any]:
 
 def print_table(result, file=None) -> None:
     # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
-    from rich.console import Console
     from rich.table import Table
 
+    from trainsim.reports.console import styled, text_console
     from trainsim.reports.tables import LAYOUT_COLUMNS, fmt_count, fmt_money, fmt_si, fmt_time, layout_table
 
     req = result.request
     file = file or sys.stdout
-    probe = Console(file=file)
-    console = Console(file=file, width=probe.width if probe.is_terminal else 200)
+    probe = text_console(file=file)
+    console = text_console(file=file, width=probe.width if probe.is_terminal else 200)
     c = result.counts
-    console.print(
-        f"[bold]{req.model.name}[/bold] on {req.cluster.name}, GPUs {', '.join(map(str, req.gpu_counts))}; "
-        f"global batch {req.global_batch} x {req.seq_len} tokens; training on {fmt_count(req.train_tokens)} tokens")
+    console.print(styled(
+        (req.model.name, "bold"), f" on {req.cluster.name}, GPUs {', '.join(map(str, req.gpu_counts))}; "
+        f"global batch {req.global_batch} x {req.seq_len} tokens; training on {fmt_count(req.train_tokens)} tokens"))
     shared = req.cluster.scale_out.background_load.sentence()
     if shared:
         console.print(shared, highlight=False)
@@ -483,7 +484,7 @@ def print_table(result, file=None) -> None:
     if not rows:
         why = (f"fits in memory with {req.memory_headroom} headroom" if c["oom"] or c.get("over_headroom")
                else "is valid for these constraints")
-        console.print(f"[red]no layout {why}[/red]")
+        console.print(f"no layout {why}", style="red")
         return
     t = Table(title=f"Top {len(rows)} layouts (ranked by {'cost' if req.objective == 'cost' else 'time to train'})",
               caption="sp: sequence parallelism (--sequence-parallel); recomp: activation recompute; sched: pipeline "

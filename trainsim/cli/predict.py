@@ -7,6 +7,7 @@ import json
 import math
 import sys
 
+from trainsim.reports.console import styled, text_console
 from trainsim.specs import SpecError, load_scenario_file
 from trainsim.specs.pools import gpus_label
 from trainsim.specs.safe_write import check_output_path
@@ -121,7 +122,6 @@ def explain(args: argparse.Namespace, scenario, pred, profile):
 
 def render_explain(expl) -> None:
     # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
-    from rich.console import Console
     from rich.table import Table
 
     from trainsim.simulator.levers import EXPLAIN_COLUMNS, explain_rows, explain_title
@@ -130,7 +130,7 @@ def render_explain(expl) -> None:
         t.add_column(col, justify="left" if i in (1, 2) else "right")
     for row in explain_rows(expl):
         t.add_row(*row)
-    Console(width=max(Console().width, 140)).print(t)  # one row per lever, also when piped
+    text_console(width=max(text_console().width, 140)).print(t)  # one row per lever, also when piped
 
 
 def _dp_extras(scenario) -> str:
@@ -152,20 +152,17 @@ def _dp_extras(scenario) -> str:
 def render(pred, scenario, iv=None) -> None:
     """The readable rich table: the scenario's header line, the step's and the memory's tables, then the pools,
     host memory, memory assumptions, warnings and the interval's lines."""
-    # slow import (0.4-4 s), loaded on use
-    from rich.console import Console
-
-    c = Console()
+    c = text_console()
     _render_header(c, pred, scenario)
     c.print(_step_table(pred, scenario, iv))
     c.print(_memory_table(pred, scenario))
     render_pools(c, pred, scenario)
-    c.print(f"peak {pred.peak_bytes / GiB:.1f} GiB, free {pred.free_bytes / GiB:.1f} GiB -> "
-            + ("[green]fits[/]" if pred.fits else "[red]does not fit[/]"))
+    c.print(styled(f"peak {pred.peak_bytes / GiB:.1f} GiB, free {pred.free_bytes / GiB:.1f} GiB -> ",
+                   ("fits", "green") if pred.fits else ("does not fit", "red")))
     render_host_memory(c, pred, scenario)
     render_memory_assumptions(c, pred)
     for w in pred.warnings:
-        c.print(f"[yellow]note:[/] {w}")
+        c.print(styled(("note:", "yellow"), f" {w}"))
     if iv is not None:
         from trainsim.validation.intervals import text
         for line in text(iv):
@@ -176,7 +173,7 @@ def _render_header(c, pred, scenario) -> None:
     """The model, the GPUs and the layout with its training settings; the fabric's background load if shared."""
     lay = pred.layout
     gpus = gpus_label(scenario.cluster, scenario.num_gpus, times="x")
-    c.print(f"[bold]{scenario.model.describe()}[/] on {gpus} ({scenario.cluster.name})")
+    c.print(styled((scenario.model.describe(), "bold"), f" on {gpus} ({scenario.cluster.name})"))
     tr = scenario.training
     etp = f" etp={lay['etp']}" if scenario.model.is_moe and lay["etp"] != lay["tp"] else ""
     extras = "".join((", EP all-to-all overlap" if tr.ep_comm_overlap else "",
@@ -250,7 +247,7 @@ def _memory_table(pred, scenario):
         sm = stages[s]
         m.add_row(str(s), *(f"{x / GiB:.1f}" for x in (sm.weights, sm.grads, sm.optimizer, sm.activations, sm.other,
                                                        sm.total)),
-                  "yes" if sm.total <= caps[s] else "[red]no[/]")
+                  "yes" if sm.total <= caps[s] else styled(("no", "red")))
     return m
 
 
@@ -269,7 +266,7 @@ def render_pools(c, pred, scenario) -> None:
         where = (",".join(map(str, e["stages"])) if how == "stages"
                  else f"{e['replicas']}" + (" (paces)" if e["paces"] else ""))
         t.add_row(e["name"], e["gpu"], str(e["nodes"]), where, f"{e['peak_memory_gib']:.1f}",
-                  f"{e['capacity_gib']:.1f}", "yes" if e["fits"] else "[red]no[/]")
+                  f"{e['capacity_gib']:.1f}", "yes" if e["fits"] else styled(("no", "red")))
     c.print(t)
 
 

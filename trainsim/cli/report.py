@@ -7,6 +7,7 @@ import math
 import sys
 import time
 
+from trainsim.reports.console import styled, text_console
 from trainsim.simulator import goodput as gp
 from trainsim.specs import SpecError
 from trainsim.specs.loaders import read_mapping
@@ -213,10 +214,10 @@ def run(args: argparse.Namespace) -> int:
         tokens=tokens, price_per_gpu_hour=price, profile_path=args.calibration,
         plan_top_k=args.top, run_plan=not args.no_plan, plan_rank=args.rank, **_goodput_knobs(args, request),
     )
-    # slow import (0.4-4 s), loaded on use
-    from rich.console import Console
-    with Console(stderr=True).status(f"building the report of {scn.name}: prediction, timeline, scaling, "
-                                     f"{'plan, ' if opts.run_plan and plan_json is None else ''}figures ..."):
+    # a status's text as a string is read as markup whatever the console's setting: given as Text
+    with text_console(stderr=True).status(styled(f"building the report of {scn.name}: prediction, timeline, scaling, "
+                                                 f"{'plan, ' if opts.run_plan and plan_json is None else ''}"
+                                                 "figures ...")):
         report = build_report(scn, opts, plan_json=plan_json, measured=measured)
         paths = write_report(report, args.out)
     warn_beyond_published(scn.num_gpus, scn.training.global_batch, scn.training.seq_len)  # after any refusal

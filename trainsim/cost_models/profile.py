@@ -51,6 +51,7 @@ from trainsim.specs.errors import SpecError, from_validation_error
 from trainsim.specs.loaders import check_finite
 from trainsim.specs.safe_read import parse_json, read_text
 from trainsim.specs.safe_write import write_atomic
+from trainsim.specs.spec_config import SPEC_CONFIG
 
 PROFILE_SCHEMA_VERSION = 4
 # Versions this trainsim reads: 1 lacks the eager-overhead and optimizer sections (added in 2, optional);
@@ -105,7 +106,7 @@ MEMORY_OP_FAMILIES = {
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
 
 class Fingerprint(_Model):
@@ -180,7 +181,7 @@ class AttentionPoint(_Model):
     stats: Stats
     achieved_flops: float = Field(ge=0)
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(**SPEC_CONFIG, populate_by_name=True)
 
 
 class BandwidthPoint(_Model):

@@ -31,10 +31,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from trainsim.specs.errors import SpecError
 from trainsim.specs.hardware import MIN_EFFICIENCY
+from trainsim.specs.spec_config import SPEC_CONFIG
 from trainsim.topologies.fabric import NIC_EFFICIENCY, SCALE_UP_EFFICIENCY
 
 from .profile_limits import MAX_MEASURED_S
@@ -71,7 +72,7 @@ def preset_value(name: str) -> float:
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
 
 class FittedFactor(_Model):

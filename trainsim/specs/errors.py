@@ -56,6 +56,10 @@ def from_validation_error(err: ValidationError, prefix: str = "", model: type[Ba
         msg = inner.reason
     if first.get("type") == "extra_forbidden" and raw_loc:
         msg = "unknown key" + did_you_mean(raw_loc[-1], _fields_at(model, raw_loc))
+    if first.get("type") == "string_too_long" and isinstance(first.get("input"), str):
+        msg = f"must be at most {(first.get('ctx') or {}).get('max_length')} characters, got {len(first['input'])}"
+    if first.get("type") == "finite_number":  # "inf", "nan", "1e400" as text (spec_config.SPEC_CONFIG)
+        msg = f"must be a finite number, got {first.get('input')!r}"
     if first.get("type") == "int_parsing" and (hint := yaml11_hint(first.get("input"))):
         msg += f", got {first['input']!r}{hint}"
     return SpecError(field, msg.replace("\n", " "))

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from .errors import SpecError
+from .spec_config import MAX_NAME_CHARS, SPEC_CONFIG
 
 Dtype = Literal["bf16", "fp16", "fp8", "fp4", "tf32", "fp32"]
 
@@ -27,9 +28,10 @@ MIN_EFFICIENCY = 0.01
 class GPUSpec(BaseModel):
     """One accelerator: datasheet peaks plus a few measured efficiencies (each cited in the presets)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
-    name: str
+    name: str = Field(max_length=MAX_NAME_CHARS,
+                      description=f"the GPU's name in outputs, at most {MAX_NAME_CHARS} characters")
     kind: Literal["gpu", "cpu"] = Field(default="gpu", description="gpu: an accelerator; cpu: ranks are processes on "
                                         "host CPU cores (the cpu preset; collectives on gloo). A calibration "
                                         "profile measured on the other kind is refused")
@@ -104,7 +106,7 @@ def dtype_refusal(gpu: GPUSpec, dtype: str) -> str | None:
 class ScaleUpSpec(BaseModel):
     """The in-node fabric: NVLink through NVSwitch, direct NVLink/Infinity Fabric, or PCIe."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
     kind: Literal["nvswitch", "nvlink", "infinity-fabric", "pcie"] = "nvswitch"
     bw_per_gpu_Bps: float = Field(ge=MIN_BW_BPS, le=1e14, description="unidirectional, per GPU")
@@ -132,7 +134,7 @@ class BackgroundLoadSpec(BaseModel):
     over the same links at the same time). The scale-up fabric (NVLink, PCIe inside a node) is not shared with
     other jobs and is unaffected."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
     nic: float = Field(default=0.0, ge=0.0, lt=1.0, description="fraction of each NIC (and its leaf port) taken "
                        "by other jobs' traffic, 0 <= f < 1")
@@ -168,7 +170,7 @@ NIC_EFFICIENCY = 0.96
 class ScaleOutSpec(BaseModel):
     """The inter-node fabric: NICs per node and the switch network behind them."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
     nics_per_node: int = Field(default=8, ge=0, le=1024)
     nic_bw_Bps: float = Field(default=50e9, ge=MIN_BW_BPS, le=1e14, description="unidirectional line rate per NIC")
@@ -189,10 +191,11 @@ class PoolSpec(BaseModel):
     scale-out) or ``{gpu: GPU_PRESET_OR_MAPPING, nodes: N}`` (the cluster's node with that GPU); ``scale_up`` and
     ``scale_out`` override either."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
-    name: str | None = Field(default=None, description="the pool's name in outputs, unique among the pools; none: "
-                             "its node or GPU preset's")
+    name: str | None = Field(default=None, max_length=MAX_NAME_CHARS,
+                             description=f"the pool's name in outputs, unique among the pools, at most "
+                                         f"{MAX_NAME_CHARS} characters; none: its node or GPU preset's")
     node: str | None = Field(default=None, description="a cluster preset whose node type (GPU, scale_up, scale_out; "
                              "same GPUs per node as the cluster) the pool has; give node or gpu")
     gpu: GPUSpec | None = Field(default=None, description="a GPU preset or mapping on the cluster's node; none: the "
@@ -208,9 +211,10 @@ class ClusterSpec(BaseModel):
     """A cluster of nodes; ``num_gpus`` is the size used for a run. With ``pools`` it holds several node types
     (the top-level ``gpu``, ``scale_up`` and ``scale_out`` are then the first pool's)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
-    name: str = "custom"
+    name: str = Field(default="custom", max_length=MAX_NAME_CHARS,
+                      description=f"the cluster's name in outputs, at most {MAX_NAME_CHARS} characters")
     gpu: GPUSpec
     gpus_per_node: int = Field(default=8, gt=0, le=1024)
     num_gpus: int = Field(default=8, gt=0, le=10_000_000)

@@ -18,6 +18,7 @@ from typing import Any
 
 from .errors import SpecError
 from .hf_nemotron_h import nemotron_h_bias_fields, nemotron_h_fields
+from .spec_config import MAX_NAME_CHARS
 
 # Activation names of config.json -> (gated kind, ungated kind); None where the architecture cannot use it.
 _HF_ACT_KIND = {"silu": "silu", "swish": "silu", "swiglu": "silu", "gelu": "gelu", "gelu_new": "gelu",
@@ -245,6 +246,9 @@ def model_from_hf(d: Mapping, name: str = "hf-model") -> dict:
     activation = _activation(d, arch)
     if not isinstance(_get(d, "_name_or_path", default=name), str):  # a model is named by text, not a repr
         raise SpecError("model._name_or_path", f"must be a string, got {d['_name_or_path']!r}")
+    if len(_get(d, "_name_or_path", default="")) > MAX_NAME_CHARS:  # the model's name (ModelSpec.name)
+        raise SpecError("model._name_or_path", f"names the model: must be at most {MAX_NAME_CHARS} characters, "
+                                               f"got {len(d['_name_or_path'])}")
     out: dict[str, Any] = {
         "name": _get(d, "_name_or_path", default=name) or name,
         "num_layers": layers, "hidden": hidden, "num_heads": heads,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
+
+from .spec_config import SPEC_CONFIG
 
 DEFAULT_PLACEMENT = ("tp", "cp", "ep", "dp", "pp")
 
@@ -15,7 +17,7 @@ class Layout(BaseModel):
     ``dp·cp·tp/etp``; it does not multiply the GPU count.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
     tp: int = Field(default=1, gt=0, le=1_000_000)
     pp: int = Field(default=1, gt=0, le=1_000_000)

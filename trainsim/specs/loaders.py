@@ -23,6 +23,7 @@ from .model import ModelSpec
 from .presets import preset, preset_names
 from .safe_read import MAX_INPUT_BYTES, read_structured
 from .scenario import Scenario, resolve
+from .spec_config import MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS
 from .training import TrainingSpec
 
 
@@ -259,8 +260,9 @@ def _with_pools(raw: dict, gpus: int | None) -> dict:
             raise SpecError("cluster.pools", "needs a base cluster (preset: NAME) or a first pool given by node")
         node.pop("num_gpus", None)
         node["gpu"] = load_gpu(node["gpu"]).model_dump()
-        node["name"] = " + ".join(str(e.get("name") or e.get("node") or e.get("gpu"))
-                                  for e in pools if isinstance(e, Mapping))
+        label = " + ".join(str(e.get("name") or e.get("node") or e.get("gpu")) for e in pools if isinstance(e, Mapping))
+        # a label made here, not a name given: shortened to the names' limit (16 pools of long names exceed it)
+        node["name"] = label if len(label) <= MAX_NAME_CHARS else label[:MAX_NAME_CHARS - 1] + "…"
         raw = {**node, **raw}
     resolved = [_pool(e, i, raw) for i, e in enumerate(pools)]
     names = [p["name"] for p in resolved]
@@ -430,9 +432,11 @@ def build_scenario(raw: Mapping | None = None, overrides: Mapping | None = None)
         cluster = with_background_load(cluster, ov["background_load"])
     layout = _validate(Layout, layout_raw, "layout")
     training = _validate(TrainingSpec, training_raw, "training")
-    for key in ("name", "description"):  # text (a list or a mapping would print as its repr); null: not given
+    for key, limit in (("name", MAX_NAME_CHARS), ("description", MAX_DESCRIPTION_CHARS)):
         value = ov.get(key, raw.get(key))
-        if value is not None and not isinstance(value, str):
+        if value is not None and not isinstance(value, str):  # a list or a mapping would print as its repr
             raise SpecError(key, f"must be a string, got {value!r}")
+        if value is not None and len(value) > limit:
+            raise SpecError(key, f"must be at most {limit} characters, got {len(value)}")
     name = ov.get("name") or raw.get("name") or f"{model.name}@{cluster.name}"
     return resolve(model, cluster, layout, training, name=name)

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
+
+from .errors import SpecError
+from .spec_config import MAX_NAME_CHARS, SPEC_CONFIG
 
 
 def mamba_conv_channels(inner: int, groups: int, state: int) -> int:
@@ -36,14 +39,18 @@ class ModelSpec(BaseModel):
     a Mamba-2 mixer, an attention, a dense-MLP or a MoE sub-layer with its own pre-norm (the ``mamba_*`` dims;
     ``mtp_pattern`` for its MTP depths)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
-    name: str = "custom"
+    name: str = Field(default="custom", max_length=MAX_NAME_CHARS,
+                      description=f"the model's name in outputs, at most {MAX_NAME_CHARS} characters")
     num_layers: int = Field(gt=0, le=10_000)
     hidden: int = Field(gt=0, le=1_000_000)
     num_heads: int = Field(gt=0, le=100_000)
     num_kv_heads: int | None = Field(default=None, gt=0, le=100_000)
-    head_dim: int | None = Field(default=None, gt=0, le=100_000)
+    head_dim: int | None = Field(default=None, gt=0, le=100_000,
+                                 description="dims per attention head (MLA: the no-RoPE q/k dims); none = hidden / "
+                                             "num_heads; even with position_embedding rope, which rotates pairs of "
+                                             "dims")
     ffn_hidden: int | None = Field(default=None, gt=0, le=10_000_000)
     vocab_size: int = Field(gt=0, le=100_000_000)
     activation: Literal["gelu", "swiglu", "geglu"] = Field(
@@ -57,8 +64,8 @@ class ModelSpec(BaseModel):
     bias: bool = True
     qkv_bias: bool | None = Field(default=None, description="biases on q, k, v only (Qwen2); None = same as bias")
     tie_embeddings: bool = True
-    block_norms: int = Field(
-        default=2, ge=1, le=4,
+    block_norms: Literal[1, 2, 4] = Field(
+        default=2,
         description="norm layers per block: 2 (before attention and before the MLP), 1 (Falcon-7B's parallel "
                     "attention/MLP reading one input norm), 4 (Gemma 2/3: a norm before and after each sub-layer)")
     embedding_norm: bool = Field(
@@ -114,7 +121,8 @@ class ModelSpec(BaseModel):
     q_lora_rank: int | None = Field(default=None, gt=0, le=1_000_000,
                                     description="MLA: rank of the compressed query latent (None: full-rank query)")
     qk_rope_head_dim: int | None = Field(default=None, gt=0, le=100_000,
-                                         description="MLA: decoupled RoPE dims per head added to head_dim for q.k")
+                                         description="MLA: decoupled RoPE dims per head added to head_dim for q.k; "
+                                                     "even (RoPE rotates pairs of dims)")
     v_head_dim: int | None = Field(default=None, gt=0, le=100_000, description="MLA: value dims per head")
     mtp_layers: int = Field(
         default=0, ge=0, le=100,
@@ -180,6 +188,7 @@ class ModelSpec(BaseModel):
             raise ValueError(f"swiglu_limit clamps a SwiGLU MLP; activation is {self.activation!r}")
         if self.rope_yarn and self.position_embedding != "rope":
             raise ValueError(f"rope_yarn scales a rotary embedding; position_embedding is {self.position_embedding!r}")
+        self._check_rope_pairs()
         if self.attn_sinks and self.is_mla:
             raise ValueError("attention sinks with multi-head latent attention are not modelled")
         if self.first_dense_layers >= self.num_layers:
@@ -329,6 +338,16 @@ class ModelSpec(BaseModel):
     def _hybrid_stack_params(self, active: bool = False) -> int:
         """Every layer of a hybrid stack (all experts, or the active ones), embeddings excluded."""
         return sum(n * self._hybrid_layer_params(k, active) for k, n in self.hybrid_counts().items())
+
+    def _check_rope_pairs(self) -> None:
+        """RoPE rotates each pair of a head's dims by one angle (RoFormer, arXiv:2104.09864 eq. 14-15): the rotated
+        dims are even -- MLA's decoupled qk_rope_head_dim, else the whole head of a rope model."""
+        if self.qk_rope_head_dim is not None and self.qk_rope_head_dim % 2:
+            raise SpecError("qk_rope_head_dim", f"RoPE rotates pairs of dims: must be even, got {self.qk_rope_head_dim}")
+        if self.position_embedding == "rope" and self.kv_lora_rank is None and self.dhead % 2:
+            given = "head_dim" if self.head_dim else "hidden / num_heads"
+            raise SpecError("head_dim", f"RoPE (position_embedding rope) rotates pairs of dims: the head dim must be "
+                                        f"even, got {given} = {self.dhead}")
 
     @property
     def kv_heads(self) -> int:

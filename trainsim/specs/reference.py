@@ -14,11 +14,12 @@ from pydantic_core import PydanticUndefined
 from .hardware import BackgroundLoadSpec, ClusterSpec, GPUSpec, PoolSpec, ScaleOutSpec, ScaleUpSpec
 from .layout import Layout
 from .model import ModelSpec
+from .spec_config import MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS
 from .training import TrainingSpec
 
 TOP_LEVEL = (
-    ("name", "string", "the scenario's name, shown in every output"),
-    ("description", "string", "free text, ignored by the engine"),
+    ("name", "string", f"the scenario's name, shown in every output, at most {MAX_NAME_CHARS} characters"),
+    ("description", "string", f"free text, ignored by the engine, at most {MAX_DESCRIPTION_CHARS} characters"),
     ("model", "preset name, path or mapping", ("a model preset (`trainsim predict --model x` lists them), a "
                                                "YAML/JSON file, a Hugging Face `config.json`, or the keys of "
                                                "**model** below inline")),

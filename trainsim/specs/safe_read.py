@@ -11,11 +11,14 @@ Every file is read the same way, so one hostile file cannot do what another is r
   expanded into Python objects);
 * JSON through the standard decoder with an ``object_pairs_hook`` that refuses duplicate keys (naming the key
   and its line), non-finite constants (``NaN``, ``Infinity``) and nesting deeper than ``MAX_DEPTH``;
+* an integer of more than ``MAX_INT_DIGITS`` digits in YAML or JSON is refused (CPython's int() refuses a longer
+  decimal with a bare ValueError; a hex or base-60 one is refused by its value);
 * CSV through ``csv.DictReader`` with a duplicated column name refused, trailing rows of empty cells and a UTF-8
   byte-order mark (both as spreadsheet programs write them) dropped;
 * no string of a YAML/JSON document and no CSV cell may hold a control character other than tab, newline and a
   CR LF line break (C0, DEL, C1: ``CONTROL``): YAML's ``"\\e"`` or JSON's ``"\\u001b"`` would otherwise carry a
-  terminal escape sequence through a model or cluster name into the console, a report or a log.
+  terminal escape sequence through a model or cluster name into the console, a report or a log; no key or value
+  may be YAML's ``!!binary`` bytes, which would carry the same sequences past that check.
 
 Every failure is a SpecError naming the field (``scenario``, ``model``, ``calibration``, ...) and the reason;
 a RecursionError never escapes.
@@ -45,6 +48,11 @@ MAX_DEPTH = 64
 # (a 4 MiB file of plain scalars holds at most ~1 M short tokens, but a profile or baseline is JSON, not YAML)
 # and refuses the classic billion-laughs document (9^9 ~ 3.9e8 nodes) while it is composed.
 MAX_EXPANDED_NODES = 100_000
+# Digits an integer may have: CPython's own limit on converting decimal text to int (sys.int_info
+# .default_max_str_digits = 4300, set against the quadratic conversion time of CVE-2020-10735), here independent of
+# the PYTHONINTMAXSTRDIGITS setting. Past it int() raises a bare ValueError; no setting needs more than ~20 digits.
+MAX_INT_DIGITS = 4300
+_INT_BOUND = 10**MAX_INT_DIGITS
 
 
 # Characters no configuration text needs and a terminal acts on: C0 controls but tab and newline, DEL, C1 (U+009B
@@ -102,11 +110,21 @@ def read_text(path: str | os.PathLike, field: str, max_bytes: int = MAX_INPUT_BY
 
 def refuse_control_characters(data: Any, field: str, source: str) -> None:
     """SpecError naming the first key or string of a parsed document (keys, then values, depth first) that holds
-    a control character (``CONTROL``) or a surrogate (``SURROGATE``); the document is at most MAX_DEPTH deep, so
-    the walk is bounded."""
+    a control character (``CONTROL``) or a surrogate (``SURROGATE``), or that is bytes (YAML's ``!!binary``: text
+    no one typed, which pydantic decodes into a name -- escape sequences included); the document is at most
+    MAX_DEPTH deep, so the walk is bounded. Each distinct object is scanned once: YAML aliases make one string or
+    collection appear up to MAX_EXPANDED_NODES times (a 3.5 MB string behind 1000 aliases took 28 s to rescan),
+    and every object of ``data`` is alive during the walk, so ``id`` names it."""
     stack: list[tuple[Any, str]] = [(data, "")]
+    seen: set[int] = set()
     while stack:
         node, where = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, (bytes, bytearray)):
+            raise SpecError(field, f"{source}: {where or 'the document'} is binary data (!!binary); write text or "
+                                   "a number")
         if isinstance(node, str):
             m = CONTROL.search(node)
             if m:
@@ -163,7 +181,10 @@ class StrictSafeLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
     def construct_yaml_int(self, node):
+        where = f" at line {node.start_mark.line + 1}"
+        _refuse_long_integer(str(node.value), where, yaml.YAMLError)
         value = super().construct_yaml_int(node)
+        _refuse_long_integer(str(node.value), where, yaml.YAMLError, value)
         _refuse_yaml11_number(node, value)
         return value
 
@@ -176,6 +197,20 @@ class StrictSafeLoader(yaml.SafeLoader):
 StrictSafeLoader.add_constructor("tag:yaml.org,2002:int", StrictSafeLoader.construct_yaml_int)
 StrictSafeLoader.add_constructor("tag:yaml.org,2002:float", StrictSafeLoader.construct_yaml_float)
 _YAML11_OCTAL = re.compile(r"[-+]?0[0-7_]+")
+
+
+def _refuse_long_integer(text: str, where: str, error: type[Exception], value: int | None = None) -> None:
+    """``error`` when the integer written as ``text`` has more than MAX_INT_DIGITS digits: checked on the text
+    before it is converted (int() refuses a longer decimal with a bare ValueError, and base-60 conversion is
+    quadratic in the length), and on ``value`` once converted (a hex, binary or base-60 number's decimal digits)."""
+    body = text.replace("_", "").lstrip("+-")
+    if len(body) > MAX_INT_DIGITS:
+        digits = f"{len(body)} digits" if body.isdigit() else f"more than {MAX_INT_DIGITS} digits"
+    elif value is not None and abs(value) >= _INT_BOUND:
+        digits = f"more than {MAX_INT_DIGITS} (decimal) digits"
+    else:
+        return
+    raise error(f"an integer of {digits}{where}; numbers are limited to {MAX_INT_DIGITS} digits")
 
 
 def _refuse_yaml11_number(node: yaml.ScalarNode, value: Any) -> None:
@@ -250,6 +285,11 @@ def _reject_constant(name: str):
     raise InputTooComplex(f"non-finite number {name}")
 
 
+def _json_int(text: str) -> int:
+    _refuse_long_integer(text, "", InputTooComplex)
+    return int(text)
+
+
 def _line_of_key(text: str, start: int, key: str, occurrence: int) -> int | None:
     """Line of the ``occurrence``-th (0-based) key ``key`` of the object starting at ``start``, at that object's
     own level (a small lexer: strings and nesting); only used to name a duplicate."""
@@ -282,7 +322,9 @@ def _line_of_key(text: str, start: int, key: str, occurrence: int) -> int | None
 
 
 def parse_json(text: str, field: str, source: str) -> Any:
-    """``text`` as JSON with duplicate keys, NaN/Infinity and nesting deeper than MAX_DEPTH refused."""
+    """``text`` as JSON with duplicate keys, NaN/Infinity and nesting deeper than MAX_DEPTH refused; a leading
+    UTF-8 byte-order mark (Windows editors write one) is dropped, as the YAML reader drops it."""
+    text = text.removeprefix("\ufeff")
     if _json_depth(text) > MAX_DEPTH:
         raise SpecError(field, f"{source}: nesting deeper than {MAX_DEPTH} levels")
 
@@ -295,12 +337,12 @@ def parse_json(text: str, field: str, source: str) -> Any:
         return out
 
     try:
-        data = json.loads(text, object_pairs_hook=pairs_hook, parse_constant=_reject_constant)
+        data = json.loads(text, object_pairs_hook=pairs_hook, parse_constant=_reject_constant, parse_int=_json_int)
     except json.JSONDecodeError as e:
         raise SpecError(field, f"{source} is not valid JSON (line {e.lineno}: {e.msg})") from None
     except InputTooComplex as e:
         msg = str(e)
-        if msg.startswith("non-finite"):
+        if msg.startswith(("non-finite", "an integer of")):
             raise SpecError(field, f"{source}: {msg}") from None
         raise SpecError(field, f"{source}: duplicate key {msg!r}{_json_duplicate_line(text, msg)}") from None
     except RecursionError:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr
+from pydantic import BaseModel, PrivateAttr
 
 from . import partial_distopt
 from .data_parallel import check_data_parallel
@@ -15,6 +15,7 @@ from .lora import check_lora_model
 from .memo import IdentityMemo
 from .mics import hierarchy_refusal as mics_hierarchy_refusal
 from .model import ModelSpec
+from .spec_config import SPEC_CONFIG
 from .training import TrainingSpec
 
 
@@ -29,7 +30,7 @@ def virtual_stage(schedule: str, pp: int, stage: int, chunk: int) -> int:
 class Scenario(BaseModel):
     """A fully resolved, valid scenario: ``layout.dp`` is always set."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
     name: str = "scenario"
     model: ModelSpec

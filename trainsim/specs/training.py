@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from . import partial_distopt
 from .errors import SpecError
@@ -18,6 +18,7 @@ from .framework_era import era_refusal, feature_refusal
 from .lora import DEFAULT_LORA_ALPHA, LORA_TARGETS, LoraTarget
 from .lora import training_refusal as lora_refusal
 from .optimizer_choice import MUON_NS_STEPS, muon_refusal
+from .spec_config import SPEC_CONFIG
 
 Recompute = Literal["none", "selective", "full"]
 # Megatron-Core --recompute-modules (with --recompute-granularity selective): the parts of a block whose
@@ -48,7 +49,7 @@ def default_cp_comm(framework: str) -> str:
 class TrainingSpec(BaseModel):
     """One optimizer step: batch, precision, memory-saving techniques and pipeline schedule."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = SPEC_CONFIG
 
     seq_len: int = Field(default=2048, gt=0, le=100_000_000)
     global_batch: int = Field(default=512, gt=0, le=1_000_000_000, description="sequences per step")
@@ -226,16 +227,16 @@ class TrainingSpec(BaseModel):
         "stated: the permute and unpermute every dispatcher makes, no sort passes. The all-to-alls themselves are "
         "costed as NCCL all-to-alls either way; framework megatron")
     moe_imbalance: float | None = Field(
-        default=None, ge=1.0, allow_inf_nan=False, description="MoE routing imbalance: tokens of the most loaded "
+        default=None, ge=1.0, description="MoE routing imbalance: tokens of the most loaded "
         "expert-parallel rank over the mean (1 = even routing, at most ep); it scales the experts' GEMM time, the "
         "all-to-all bytes and the experts' activation memory (cost_models/moe_balance.py). None: from moe_load_cv "
         "and moe_capacity_factor")
     moe_load_cv: float = Field(
-        default=0.0, ge=0.0, le=1.0, allow_inf_nan=False, description="dropless MoE routing: coefficient of "
+        default=0.0, ge=0.0, le=1.0, description="dropless MoE routing: coefficient of "
         "variation of the tokens per EP rank; the most loaded of ep ranks carries 1 + cv * E[max of ep standard "
         "normals] times the mean. 0 = even routing (the default: set the value measured on the run)")
     moe_capacity_factor: float | None = Field(
-        default=None, gt=0.0, le=1000.0, allow_inf_nan=False, description="token-dropping MoE routing (Megatron-"
+        default=None, gt=0.0, le=1000.0, description="token-dropping MoE routing (Megatron-"
         "Core --moe-expert-capacity-factor): an expert takes at most this many times its mean tokens, so the "
         "most loaded rank's factor is capped at it. None = dropless")
     overlap_grad_reduce: bool | None = Field(
@@ -243,7 +244,7 @@ class TrainingSpec(BaseModel):
         "--overlap-grad-reduce, DeepSpeed overlap_comm); False = every bucket reduced after the backward pass. "
         "None = the framework's default (specs/framework_behaviour.py); torch DDP/FSDP always overlap")
     dp_bucket_mb: float | None = Field(
-        default=None, gt=0.0, le=1_000_000.0, allow_inf_nan=False, description="data-parallel gradient bucket, MiB "
+        default=None, gt=0.0, le=1_000_000.0, description="data-parallel gradient bucket, MiB "
         "of gradients per reduction call (torch DDP bucket_cap_mb, default 25; Megatron-Core DDP bucket_size, "
         "default max(40M, 1M x dp) parameters; DeepSpeed reduce_bucket_size): sets the number of calls, each "
         "paying the collective's latency, and the last, exposed bucket. None = the framework's default. FSDP "
@@ -264,7 +265,7 @@ class TrainingSpec(BaseModel):
         "gradient, main grad or optimizer state), the adapters are trained. 0 = full training. Framework "
         "megatron, zero 0/1, dense MHA/GQA models; a multiple of tp")
     lora_alpha: float = Field(
-        default=DEFAULT_LORA_ALPHA, gt=0.0, le=1_000_000.0, allow_inf_nan=False, description="LoRA scale numerator "
+        default=DEFAULT_LORA_ALPHA, gt=0.0, le=1_000_000.0, description="LoRA scale numerator "
         "(output x alpha/rank); recorded, it costs nothing")
     lora_target_modules: tuple[LoraTarget, ...] = Field(
         default=LORA_TARGETS, description="with lora_rank: the linears that get adapters (Megatron-Bridge "

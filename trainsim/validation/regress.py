@@ -222,7 +222,9 @@ def render_comparison(cmp: Comparison, rtol: float, width: int = 120) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=width, record=True, force_terminal=False, color_system=None, file=io.StringIO())
+    # markup and emoji codes off: row ids, labels and names come from the user's files (reports/console.py)
+    console = Console(width=width, record=True, force_terminal=False, color_system=None, file=io.StringIO(),
+                      markup=False, emoji=False)
     if cmp.drifts:
         table = Table(title=f"prediction drift (rtol {rtol:g})", title_justify="left")
         for col, just in (("scenario", "left"), ("metric", "left"), ("baseline", "right"), ("current", "right"),

@@ -361,7 +361,9 @@ def render_text(report: ValidationReport, *, show_skipped: bool = True, width: i
     from rich.table import Table
 
     d = report.dataset
-    console = Console(width=width, record=True, force_terminal=False, color_system=None, file=io.StringIO())
+    # markup and emoji codes off: row ids, labels and names come from the user's files (reports/console.py)
+    console = Console(width=width, record=True, force_terminal=False, color_system=None, file=io.StringIO(),
+                      markup=False, emoji=False)
     table = Table(title=f"{d.title}: published vs predicted {d.metric} [{d.unit}]", title_justify="left")
     table.add_column("row_id")
     table.add_column("run")
