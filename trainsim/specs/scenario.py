@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, PrivateAttr
 
 from . import partial_distopt
-from .data_parallel import check_data_parallel
+from .data_parallel import check_data_parallel, zero_stage_refusal
 from .errors import SpecError
 from .framework_behaviour import BEHAVIOURS
 from .framework_era import layout_refusal
@@ -479,12 +479,8 @@ def _check_runtime(m: ModelSpec, cluster: ClusterSpec, t: TrainingSpec, pp: int)
         # MXFP8 GEMMs (block-scaled, e8m0 per 32 elements) are Blackwell tensor-core instructions (sm_100+)
         raise SpecError("training.fp8_recipe", f"mxfp8 needs Blackwell tensor cores (b200, gb200, b300, gb300), which "
                                                f"{cluster.gpu.name} lacks; use tensorwise")
-    if BEHAVIOURS[t.framework].deepspeed_engine and t.effective_zero >= 2 and pp > 1:
-        # DeepSpeed's PipelineEngine asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
-        # (deepspeed/runtime/pipe/engine.py)
-        raise SpecError("training.zero", f"ZeRO-{t.effective_zero} with pipeline parallelism (pp={pp}) does not run "
-                                         f"under {t.framework}: DeepSpeed's pipeline engine refuses ZeRO-2/3; use "
-                                         f"zero 0 or 1, or pp 1")
+    if (why := zero_stage_refusal(t.framework, t.effective_zero, pp)) is not None:
+        raise SpecError("training.zero", why)
     if BEHAVIOURS[t.framework].deepspeed_engine and t.effective_zero >= 3 and m.is_moe:
         # DeepSpeed's engine asserts "MoE not supported with Stage 3" (deepspeed/runtime/engine.py
         # _configure_zero_optimizer, find_string id 57130323): its ZeRO-3 has no expert-data-parallel partitioning
