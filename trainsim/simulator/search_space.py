@@ -236,12 +236,13 @@ def _vpp_options(model: ModelSpec, pp: int) -> list[int]:
 
 
 def _schedules(pp: int, model: ModelSpec, lim: SearchLimits) -> Iterator[tuple[str, int]]:
-    """(schedule, vpp) pairs: with one stage the schedule is moot (1f1b stands for it). DualPipeV (vpp 2)
-    is searched only when asked for (``--schedule dualpipev`` or in ``lim.schedules``), so the default
-    space and its results stay as they were."""
+    """(schedule, vpp) pairs: with one stage the schedule is moot (1f1b stands for it, plain gradient
+    accumulation), so a pinned pipeline schedule other than 1f1b implies pp > 1 -- predict refuses it on one stage
+    (specs.scenario) and every row of a plan holds its pin. DualPipeV (vpp 2) is searched only when asked for
+    (``--schedule dualpipev`` or in ``lim.schedules``), so the default space and its results stay as they were."""
     if pp == 1:
-        if lim.allowed("vpp", 1) and lim.fixed.get("schedule") in (None, "1f1b", "gpipe", "zb"):
-            yield "1f1b", 1  # a pinned pipeline schedule has nothing to schedule here (specs.scenario refuses it)
+        if lim.allowed("vpp", 1) and lim.allowed("schedule", "1f1b"):
+            yield "1f1b", 1
         return
     pinned = lim.fixed.get("schedule")
     framework = lim.training_extra.get("framework", "megatron")
