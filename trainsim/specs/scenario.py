@@ -402,7 +402,8 @@ def _check_sequence(m: ModelSpec, layout: Layout, t: TrainingSpec) -> None:
 
 
 def _check_moe_balance(m: ModelSpec, layout: Layout, t: TrainingSpec) -> None:
-    """Routing-imbalance settings belong to a MoE model; the most loaded of ep ranks holds at most all tokens."""
+    """Routing-imbalance settings belong to a MoE model; the most loaded of ep ranks holds at most all tokens, and a
+    spread between EP ranks needs more than one."""
     for name in ("moe_imbalance", "moe_capacity_factor"):
         if getattr(t, name) is not None and not m.is_moe:
             raise SpecError(f"training.{name}", f"{m.name} is a dense model (num_experts=1): no expert routing")
@@ -411,6 +412,12 @@ def _check_moe_balance(m: ModelSpec, layout: Layout, t: TrainingSpec) -> None:
     if t.moe_imbalance is not None and t.moe_imbalance > layout.ep:
         raise SpecError("training.moe_imbalance", f"{t.moe_imbalance} exceeds ep={layout.ep}: the most loaded of "
                                                   f"{layout.ep} EP ranks holds at most {layout.ep}x the mean")
+    if t.moe_load_cv and layout.ep == 1:
+        # cost_models/moe_balance.py: the spread is between EP ranks, 1 + cv * E[max of ep standard normals], and the
+        # largest of one normal is its mean (E = 0): one rank holding every expert carries the mean load
+        raise SpecError("training.moe_load_cv", f"{t.moe_load_cv} is a spread of the tokens between EP ranks, and "
+                                                "ep=1 has one rank holding every expert (its load is the mean): "
+                                                "set ep > 1 or drop it")
 
 
 def _check_experts(m: ModelSpec, layout: Layout, t: TrainingSpec, dp: int, etp: int) -> None:

@@ -233,7 +233,7 @@ class TrainingSpec(BaseModel):
     moe_load_cv: float = Field(
         default=0.0, ge=0.0, le=1.0, allow_inf_nan=False, description="dropless MoE routing: coefficient of "
         "variation of the tokens per EP rank; the most loaded of ep ranks carries 1 + cv * E[max of ep standard "
-        "normals] times the mean. 0 = even routing (the default: set the value measured on the run)")
+        "normals] times the mean, so it needs ep > 1. 0 = even routing (the default: set the value measured on the run)")
     moe_capacity_factor: float | None = Field(
         default=None, gt=0.0, le=1000.0, allow_inf_nan=False, description="token-dropping MoE routing (Megatron-"
         "Core --moe-expert-capacity-factor): an expert takes at most this many times its mean tokens, so the "
