@@ -108,6 +108,11 @@ CASES = [
      "nccl_version"),
     ("regress-baseline-is-a-directory", ["regress", "--baseline", str(BAD)], "is a directory, not a file"),
     ("trace-to-stdout", P + L8 + ["--trace", "-"], "trace: '-' (standard output)"),
+    ("moe-load-cv-at-ep-1", P + ["--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16", "--tp", "2",
+                                 "--ep", "1", "--sequence-parallel", "--moe-load-cv", "0.5"], "training.moe_load_cv"),
+    ("recompute-modules-under-deepspeed", P + L8 + ["--framework", "deepspeed", "--recompute-modules", "mlp"],
+     "training.recompute_modules"),
+    ("zero3-under-megatron-2022", P + L8 + ["--framework", "megatron-2022", "--zero", "3"], "training.zero"),
 ]
 
 

@@ -104,6 +104,22 @@ def test_bad_values_are_refused_with_one_line(flags, field, capsys):
     assert len(err.splitlines()) == 1 and (field in err or f"argument {flags[0]}" in err), err
 
 
+def test_a_load_spread_needs_more_than_one_ep_rank(capsys):
+    """moe_load_cv spreads the tokens between EP ranks (1 + cv * E[max of ep standard normals]); at ep=1 the one
+    rank's load is the mean whatever cv says, so it is refused as moe_imbalance above 1 is, not ignored."""
+    assert moe_load_factor(1, cv=0.5) == 1.0
+    base = ["predict", "--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16", "--tp", "2",
+            "--sequence-parallel"]
+    assert main([*base, "--ep", "1", "--moe-load-cv", "0.5"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: training.moe_load_cv: 0.5 is a spread of the tokens "
+                                                    "between EP ranks")
+    assert main([*base, "--ep", "1", "--moe-imbalance", "1.5"]) == 2
+    assert capsys.readouterr().err.startswith("error: training.moe_imbalance: 1.5 exceeds ep=1")
+    assert main([*base, "--ep", "2", "--moe-load-cv", "0.5", "--json", "--fast"]) == 0
+    assert json.loads(capsys.readouterr().out)["moe_imbalance"] == pytest.approx(moe_load_factor(2, cv=0.5))
+
+
 def test_a_dense_model_refuses_routing_settings():
     with pytest.raises(SpecError, match="training.moe_imbalance"):
         build_scenario({"model": {"preset": "llama3-8b"}, "cluster": "dgx-h100", "gpus": 8,

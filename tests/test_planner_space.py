@@ -38,8 +38,6 @@ def brute_force(model, cluster, gpus, gb, seq, lim: SearchLimits):
                                                      ("none", "selective", "full")):
                 if pp == 1 and sched != "1f1b":
                     continue  # policy: the schedule is moot on one stage
-                if pp > 1 and zero > 1:
-                    continue  # policy: ZeRO-2/3 not combined with pipelining
                 experts = dp * cp * tp / (ep * (etp or tp))
                 if zero in (1, 2) and dp * cp == 1 and not (model.is_moe and experts > 1):
                     continue  # policy: over a one-rank shard group megatron's ZeRO-1/2 are stage 0's run

@@ -115,3 +115,20 @@ def test_distributed_optimizer_beside_zero_2_or_3_is_stated(capsys, zero, strate
     assert "optimizer_sharding" not in alone["memory"]["assumptions"]
     assert main([*BASE[:-1], *flags]) == 0
     assert f"optimizer sharding: distributed_optimizer with zero {zero}" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize("framework", ["megatron-2022", "megatron-deepspeed", "deepspeed", "torch", "pytorch-fsdp"])
+def test_a_megatron_module_list_is_refused_outside_megatron_core(framework, capsys):
+    """--recompute-modules is Megatron-Core's (framework megatron); the other presets' code has no module list
+    (specs/framework_era.py: what a framework's code lacks is refused), torchtitan's per-op policy being op_sac."""
+    assert main([*BASE, "--framework", framework, "--recompute-modules", "core_attn,mlp"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: training.recompute_modules: core_attn, mlp: a module "
+                                                   "list is Megatron-Core's --recompute-modules")
+    assert ("op_sac" in err) is (framework in ("torch", "pytorch-fsdp"))
+
+
+def test_a_megatron_module_list_runs_under_megatron_core_and_op_sac_under_torch(capsys):
+    assert main([*BASE, "--recompute-modules", "core_attn,mlp"]) == 0
+    capsys.readouterr()
+    assert main([*BASE, "--framework", "torch", "--recompute-modules", "op_sac"]) == 0

@@ -475,7 +475,9 @@ def print_table(result, file=None) -> None:
                         "replicas on each; peak and free memory are the pool's with the least left",
                       highlight=False)
     console.print(
-        f"layouts: {c['enumerated']} enumerated, {c['invalid']} invalid, {c['oom']} out of memory, "
+        f"layouts: {c['enumerated']} enumerated, {c['invalid']} invalid, {c['oom']} out of memory"
+        + (f" ({c['host_oom']} of them offload beyond a node's host memory, "
+           f"{req.cluster.host_memory_bytes / 1e9:.0f} GB)" if c.get("host_oom") else "") + ", "
         f"{c.get('over_headroom', 0)} within memory but over the {req.memory_headroom} headroom "
         f"(limit {req.memory_limit_bytes / 2**30:.1f} GiB), "
         f"{c['dominated']} dominated (heavier recompute than needed), {c['screened']} screened, "

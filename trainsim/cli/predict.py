@@ -158,7 +158,8 @@ def render(pred, scenario, iv=None) -> None:
     c.print(_memory_table(pred, scenario))
     render_pools(c, pred, scenario)
     c.print(styled(f"peak {pred.peak_bytes / GiB:.1f} GiB, free {pred.free_bytes / GiB:.1f} GiB -> ",
-                   ("fits", "green") if pred.fits else ("does not fit", "red")))
+                   ("fits", "green") if pred.fits else ("does not fit", "red"),
+                   "" if pred.host_fits else " (offload needs more than the node's host memory)"))
     render_host_memory(c, pred, scenario)
     render_memory_assumptions(c, pred)
     for w in pred.warnings:
@@ -275,9 +276,9 @@ def render_host_memory(c, pred, scenario) -> None:
     memory (ClusterSpec.host_memory_bytes); nothing without offload."""
     if not pred.host_bytes:
         return
-    node = pred.host_bytes * min(scenario.cluster.gpus_per_node, scenario.cluster.num_gpus)
-    c.print(f"host memory (offload): {pred.host_bytes / GiB:.1f} GiB per GPU, {node / GiB:.1f} GiB per node of "
-            f"{scenario.cluster.host_memory_bytes / GiB:.0f} GiB")
+    c.print(styled(f"host memory (offload): {pred.host_bytes / GiB:.1f} GiB per GPU, "
+                   f"{pred.host_node_bytes / GiB:.1f} GiB per node of {pred.host_capacity_bytes / GiB:.0f} GiB",
+                   "" if pred.host_fits else (" -- over the node's host memory: does not fit", "red")))
 
 
 def render_memory_assumptions(c, pred) -> None:

@@ -70,3 +70,10 @@ def offload(scenario: Scenario, rp: RankParams, sb: StateBytes, states: dict[str
     f = t.optimizer_offload_fraction
     host = f * (o + shard * 4)
     return Offload(w, g, (1 - f) * o, host=host, h2d=f * shard * 4, d2h=f * shard * 4)
+
+
+def node_host_bytes(scenario: Scenario, host_bytes_per_gpu: float) -> float:
+    """Host memory one node needs for what its GPUs offload: the largest per-GPU host bytes (of any stage) times the
+    GPUs of a node (fewer on a cluster smaller than a node). Held against ``ClusterSpec.host_memory_bytes`` by
+    predict's fit and the planner's memory filter alike."""
+    return host_bytes_per_gpu * min(scenario.cluster.gpus_per_node, scenario.cluster.num_gpus)

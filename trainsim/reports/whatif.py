@@ -489,7 +489,9 @@ def _layouts_section(plan_json: Mapping[str, Any]) -> Section:
     req = plan_json.get("request", {})
     headroom = (f"{c.get('over_headroom', 0)} within memory but over the {req['memory_headroom']} headroom, "
                 if "memory_headroom" in req else "")
-    par = (f"{c.get('enumerated', '?')} layouts enumerated, {c.get('invalid', 0)} invalid, {c.get('oom', 0)} out of memory, "
+    host = (f" ({c['host_oom']} of them offload beyond a node's host memory)" if c.get("host_oom") else "")
+    par = (f"{c.get('enumerated', '?')} layouts enumerated, {c.get('invalid', 0)} invalid, {c.get('oom', 0)} out of "
+           f"memory{host}, "
            f"{headroom}"
            f"{c.get('dominated', 0)} dominated (heavier recompute than needed), {c.get('screened', '?')} screened in closed form, "
            f"top {c.get('confirmed', '?')} confirmed by the engine ({plan_json.get('wall_s', 0.0):.1f} s).")

@@ -306,7 +306,8 @@ def _predict_variant(v: Variant, base, *, fast: bool, ideal: bool, profile) -> L
         step, peak = pred.step_time_s, pred.peak_bytes
     cap = base.gpu_memory_bytes
     # On GPU pools each pool's peak is against its own GPU (simulator/pools.py): the prediction's fits and free.
-    free, fits = (pred.free_bytes, pred.fits) if pred.pools else (cap - peak, peak <= cap)
+    # Offload beyond a node's host memory does not fit whatever the GPUs hold (Prediction.host_fits).
+    free, fits = (pred.free_bytes, pred.fits) if pred.pools else (cap - peak, peak <= cap and pred.host_fits)
     gain = base.step_time_s - step
     return Lever(v.lever, v.change, v.kind, step_time_s=step, gain_s=gain,
                  gain_fraction=gain / base.step_time_s if base.step_time_s > 0 else 0.0,

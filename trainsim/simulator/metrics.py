@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from trainsim.cost_models import flops as flops_model
 from trainsim.cost_models.model_flops import hardware_flops_per_step, model_flops_per_step
+from trainsim.cost_models.offload import node_host_bytes
 from trainsim.cost_models.shapes import layer_shape
 from trainsim.specs import Scenario
 
@@ -125,6 +126,8 @@ def to_prediction(scenario: Scenario, table: CostTable, res: EngineResult, *, mo
         calibration=calibration,
         breakdown_s=breakdown,
         host_bytes=host_bytes,
+        host_node_bytes=node_host_bytes(scenario, host_bytes),
+        host_capacity_bytes=scenario.cluster.host_memory_bytes,
         scenario=scenario.name,
         warnings=warnings,
         background_load=scenario.cluster.scale_out.background_load.model_dump(),

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from trainsim import SCHEMA_VERSION
 from trainsim.cost_models import memory
+from trainsim.cost_models.offload import node_host_bytes
 from trainsim.cost_models.profile import load_profile
 from trainsim.specs import ClusterSpec, ModelSpec, Scenario, SpecError, build_scenario
 from trainsim.specs.memo import in_memo_scope, memoised
@@ -270,7 +271,7 @@ def _group_key(c: Candidate) -> tuple:
 @in_memo_scope  # one memo per plan (per task in a worker process): specs.memo
 def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRow], dict[str, int]]:
     """Resolve, memory-check and closed-form-screen a chunk of candidates."""
-    counts = {"invalid": 0, "oom": 0, "over_headroom": 0, "dominated": 0, "screened": 0}
+    counts = {"invalid": 0, "oom": 0, "host_oom": 0, "over_headroom": 0, "dominated": 0, "screened": 0}
     rows: list[PlanRow] = []
     cluster = ctx.cluster
     fitted_groups: dict[tuple, int] = {}  # group -> rung of the lightest recompute that fitted
@@ -303,6 +304,10 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
         # another is out of memory, which decides the count the layout goes to.
         stages = _checked_stages(scn, gpu_bytes)
         peak = max(sm.total for sm in stages)
+        if node_host_bytes(scn, max(sm.host for sm in stages)) > cluster.host_memory_bytes:
+            counts["oom"] += 1
+            counts["host_oom"] += 1  # of them: offload beyond a node's host memory, however the GPUs fare
+            continue
         zb = scn.training.schedule == "zb"
         if peak > gpu_bytes or (peak > limit and not zb):
             counts[_over(peak, gpu_bytes)] += 1
@@ -334,7 +339,12 @@ def _screen_pooled(ctx: _Context, c: Candidate, scn: Scenario, counts: dict[str,
     if over is not None:
         counts[over] += 1
         return None
-    row = _row(c, _predict(scn, True, ctx.profile), "closed-form", dropped_settings(ctx.model, c, ctx.limits))
+    pred = _predict(scn, True, ctx.profile)
+    if not pred.host_fits:
+        counts["oom"] += 1
+        counts["host_oom"] += 1
+        return None
+    row = _row(c, pred, "closed-form", dropped_settings(ctx.model, c, ctx.limits))
     row.fits = True  # the memory model decided, as for one pool; the engine has the last word
     counts["screened"] += 1
     return row
@@ -352,8 +362,8 @@ def confirm_one(ctx: _Context, c: Candidate) -> PlanRow:
     scn = to_scenario(ctx.model, cluster, c, ctx.global_batch, ctx.seq_len, ctx.limits)
     pred = _predict(scn, False, ctx.profile, fixed_costs=True)
     row = _row(c, pred, "engine", dropped_settings(ctx.model, c, ctx.limits))
-    row.fits = (pools_fit(pred, ctx.memory_headroom) if pred.pools
-                else row.peak_bytes <= min(row.gpu_bytes, ctx.memory_limit))
+    row.fits = pred.host_fits and (pools_fit(pred, ctx.memory_headroom) if pred.pools
+                                   else row.peak_bytes <= min(row.gpu_bytes, ctx.memory_limit))
     return row
 
 
@@ -553,8 +563,8 @@ def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress 
     cands = _candidates(req)
     if not cands:
         raise SpecError(*_no_layout_reason(req))
-    counts = {"enumerated": len(cands), "invalid": 0, "oom": 0, "over_headroom": 0, "dominated": 0, "screened": 0,
-              "confirmed": 0, "engine_oom": 0}
+    counts = {"enumerated": len(cands), "invalid": 0, "oom": 0, "host_oom": 0, "over_headroom": 0, "dominated": 0,
+              "screened": 0, "confirmed": 0, "engine_oom": 0}
     ckpt_s = checkpoint_seconds(req, cands)
     screened = _screened(req, ctx, cands, ckpt_s, executor, progress, counts)
     if counts["invalid"] == len(cands):

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trainsim.cost_models import memory, model_states
+from trainsim.cost_models.offload import node_host_bytes
 from trainsim.cost_models.run_factors import apply_factors
 from trainsim.specs import Scenario, SpecError
 from trainsim.specs.framework_behaviour import behaviour
@@ -275,10 +276,10 @@ def _scenario_warnings(scenario: Scenario, profile, table: CostTable, ideal_netw
         warnings.append("ideal network: all communication is free")
     warnings += cp_default_warning(scenario) + inert_data_parallel_notes(scenario)
     warnings += inert_pipeline_notes(scenario)
-    node_host = table.host_bytes * min(scenario.cluster.gpus_per_node, scenario.cluster.num_gpus)
+    node_host = node_host_bytes(scenario, table.host_bytes)
     if node_host > scenario.cluster.host_memory_bytes:
-        warnings.append(f"offload needs {node_host / 1e9:.0f} GB of host memory per node, more than the "
-                        f"cluster's host_memory_bytes ({scenario.cluster.host_memory_bytes / 1e9:.0f} GB)")
+        warnings.append(f"does not fit: offload needs {node_host / 1e9:.0f} GB of host memory per node, more than "
+                        f"the cluster's host_memory_bytes ({scenario.cluster.host_memory_bytes / 1e9:.0f} GB)")
     return warnings
 
 

@@ -46,6 +46,10 @@ class Prediction:
     calibration: str = "defaults"
     breakdown_s: dict[str, float] = field(default_factory=dict)
     host_bytes: float = 0.0
+    # Host memory a node needs for offload (cost_models.offload.node_host_bytes) and what a node has
+    # (ClusterSpec.host_memory_bytes): above it the run does not fit, however the GPUs fare.
+    host_node_bytes: float = 0.0
+    host_capacity_bytes: float = float("inf")
     scenario: str = ""
     warnings: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
@@ -70,7 +74,15 @@ class Prediction:
     allocator_cached_bytes: float = 0.0
 
     @property
+    def host_fits(self) -> bool:
+        """Whether a node's host memory holds what its GPUs offload."""
+        return self.host_node_bytes <= self.host_capacity_bytes
+
+    @property
     def fits(self) -> bool:
+        """Every GPU's peak within its memory, and the offloaded states within each node's host memory."""
+        if not self.host_fits:
+            return False
         if self.pools:
             return all(p["fits"] for p in self.pools)
         return self.peak_bytes <= self.gpu_memory_bytes
@@ -127,6 +139,8 @@ class Prediction:
                 "peak_bytes": self.peak_bytes,
                 "gpu_bytes": self.gpu_memory_bytes,
                 "host_bytes": self.host_bytes,
+                "host_node_bytes": self.host_node_bytes,
+                "host_capacity_bytes": self.host_capacity_bytes,
                 "free_bytes": self.free_bytes,
                 "peak_allocated_bytes": self.peak_allocated_bytes,
                 "peak_reserved_bytes": self.peak_reserved_bytes,

@@ -25,7 +25,7 @@ from trainsim.specs import (
     load_training,
     resolve,
 )
-from trainsim.specs.data_parallel import hsdp_refusal
+from trainsim.specs.data_parallel import hsdp_refusal, zero_stage_refusal
 from trainsim.specs.errors import from_validation_error
 from trainsim.specs.framework_behaviour import BEHAVIOURS, behaviour
 from trainsim.specs.framework_era import feature_refusal, layout_refusal, schedule_refusal
@@ -236,12 +236,13 @@ def _vpp_options(model: ModelSpec, pp: int) -> list[int]:
 
 
 def _schedules(pp: int, model: ModelSpec, lim: SearchLimits) -> Iterator[tuple[str, int]]:
-    """(schedule, vpp) pairs: with one stage the schedule is moot (1f1b stands for it). DualPipeV (vpp 2)
-    is searched only when asked for (``--schedule dualpipev`` or in ``lim.schedules``), so the default
-    space and its results stay as they were."""
+    """(schedule, vpp) pairs: with one stage the schedule is moot (1f1b stands for it, plain gradient
+    accumulation), so a pinned pipeline schedule other than 1f1b implies pp > 1 -- predict refuses it on one stage
+    (specs.scenario) and every row of a plan holds its pin. DualPipeV (vpp 2) is searched only when asked for
+    (``--schedule dualpipev`` or in ``lim.schedules``), so the default space and its results stay as they were."""
     if pp == 1:
-        if lim.allowed("vpp", 1) and lim.fixed.get("schedule") in (None, "1f1b", "gpipe", "zb"):
-            yield "1f1b", 1  # a pinned pipeline schedule has nothing to schedule here (specs.scenario refuses it)
+        if lim.allowed("vpp", 1) and lim.allowed("schedule", "1f1b"):
+            yield "1f1b", 1
         return
     pinned = lim.fixed.get("schedule")
     framework = lim.training_extra.get("framework", "megatron")
@@ -263,17 +264,18 @@ def _schedules(pp: int, model: ModelSpec, lim: SearchLimits) -> Iterator[tuple[s
 
 
 def _zero_options(pp: int, lim: SearchLimits) -> list[int]:
-    # ZeRO-2/3 shard gradients, which pipeline parallelism accumulates across micro-batches; DeepSpeed
-    # refuses the combination ("ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism") and
-    # Megatron offers only the distributed optimizer (ZeRO-1) with pp > 1.
-    # Megatron's distributed optimizer is ZeRO-1 (TrainingSpec.effective_zero): with it set, zero 0 and zero 1 are
-    # the same run, so only zero >= 1 is searched (one row per run, not two with identical numbers).
-    # A partial distributed optimizer (distributed_optimizer_instances > 1) is the distributed optimizer's ZeRO-1 only
-    # (specs/partial_distopt.py refuses ZeRO-2/3 beside it): its plans search zero 1 alone.
+    """ZeRO stages searched for a candidate of ``pp`` stages: those the framework's code runs with that pipeline
+    (specs.data_parallel.zero_stage_refusal, the rule predict refuses by). A pinned stage is enumerated as asked, so
+    that the specs refuse it with that rule's reason where no layout runs it.
+    Megatron's distributed optimizer is ZeRO-1 (TrainingSpec.effective_zero): with it set, zero 0 and zero 1 are
+    the same run, so only zero >= 1 is searched (one row per run, not two with identical numbers).
+    A partial distributed optimizer (distributed_optimizer_instances > 1) is the distributed optimizer's ZeRO-1 only
+    (specs/partial_distopt.py refuses ZeRO-2/3 beside it): its plans search zero 1 alone."""
     floor = 1 if lim.training_extra.get("distributed_optimizer") else 0
     top = 1 if lim.training_extra.get("distributed_optimizer_instances", 1) > 1 else 3
+    framework = lim.training_extra.get("framework", "megatron")
     return [z for z in lim.zero if floor <= z <= top and lim.allowed("zero", z)
-            and (pp == 1 or z <= 1 or "zero" in lim.fixed)]
+            and ("zero" in lim.fixed or zero_stage_refusal(framework, z, pp) is None)]
 
 
 # Frameworks whose ZeRO-1 is only the optimizer states sharded over the group (Megatron's distributed optimizer):

@@ -21,6 +21,8 @@
   model charges min(ceil(gradient bytes / bucket), parameter tensors of the chunk) calls
   (the chunk's tensors as cost_models/param_tensors.py lists them), so a bucket of any positive size
   costs at most one call per tensor, as the frameworks issue them.
+* ``TrainingSpec.zero`` beside pipeline parallelism and the framework's code: zero_stage_refusal, the one rule the
+  specs, the planner's ZeRO options and the what-if levers (through the specs) ask.
 * ``TrainingSpec.overlap_grad_reduce``: torch DDP and FSDP always overlap the reduction with the backward
   (DDP's autograd hooks, FSDP's post-backward hooks); turning it off is refused for them.
 """
@@ -99,4 +101,43 @@ def hsdp_refusal(shard: int, zero: int, framework: str, dp: int | None = None, e
         what = "MiCS" if BEHAVIOURS[framework].deepspeed_engine else "HSDP"
         return (f"{what} with expert parallelism (ep={ep}) is not costed: the experts' data-parallel sharding over "
                 "a shard group is not modelled")
+    return None
+
+
+# Megatron-LM presets whose code has no ZeRO-2/3 (specs/framework_era.py dates them).
+_MEGATRON_WITHOUT_FSDP = ("megatron-2021", "megatron-2022")
+
+
+def zero_stage_refusal(framework: str, zero: int, pp: int) -> str | None:
+    """Why ``framework``'s code cannot run ZeRO stage ``zero`` (the effective stage) with ``pp`` pipeline stages,
+    or None. Predict's validation (specs.resolve), the planner's ZeRO options (simulator/search_space.py) and the
+    what-if levers (re-resolved through the specs) all ask this one function, so what one refuses the others
+    neither search nor suggest.
+
+    * DeepSpeed's engine (deepspeed, deepspeed-2023, deepspeed-2021, megatron-deepspeed): its PipelineEngine
+      asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism" (deepspeed/runtime/pipe/engine.py):
+      ZeRO-2/3 with pp > 1 refused.
+    * megatron (Megatron-Core): ZeRO-1 is the distributed optimizer, ZeRO-2/3 Megatron-FSDP
+      (--use-megatron-fsdp, --data-parallel-sharding-strategy optim_grads / optim_grads_params), which composes
+      with pipeline parallelism: Megatron-Bridge's Megatron FSDP page lists pipeline parallelism among the
+      parallelisms it works with (NVIDIA-NeMo/Megatron-Bridge docs/training/megatron-fsdp.md @033eb68f,
+      "Compatibility and Caveats"), and Megatron-LM derives a PP3 1F1B schedule over Megatron-FSDP's HFSDP
+      (megatron/core/distributed/fsdp/src/megatron_fsdp/experimental/docs/deepseek_v4_pro_pp3_hfsdp_ep64_schedule.md).
+      Only Megatron's torch-FSDP2 path "is not currently working with Pipeline Parallel" (--use-torch-fsdp2 help,
+      megatron/training/arguments.py), which trainsim's megatron does not run. Every pp allowed.
+    * megatron-2021, megatron-2022: the Megatron-LM of 2021-22 shards only the optimizer states (the distributed
+      optimizer, NVIDIA/Megatron-LM@d07d29df14, 2022-06-08); Megatron-FSDP (first --use-custom-fsdp) came with
+      Megatron-Core years later: ZeRO-2/3 refused at any pp.
+    * torch (torchtitan): FSDP2 composes with torch.distributed.pipelining, each pipeline stage's model chunk
+      fully_shard-ed (TorchTitan, Liang et al., arXiv:2410.06511, Sec. 2: FSDP2 + TP + PP). Every pp allowed.
+    * pytorch-fsdp: FSDP1 at any stage; pipeline parallelism itself is not checked here."""
+    if zero < 2:
+        return None
+    if framework in _MEGATRON_WITHOUT_FSDP:
+        return (f"ZeRO-{zero} is not in framework {framework}'s code: Megatron-LM of 2021-22 shards only the "
+                "optimizer states (the distributed optimizer, ZeRO-1); Megatron-FSDP (ZeRO-2/3) came with "
+                "Megatron-Core: use zero 0 or 1, or framework megatron")
+    if pp > 1 and BEHAVIOURS[framework].deepspeed_engine:
+        return (f"ZeRO-{zero} with pipeline parallelism (pp={pp}) does not run under {framework}: DeepSpeed's "
+                "pipeline engine refuses ZeRO-2/3; use zero 0 or 1, or pp 1")
     return None

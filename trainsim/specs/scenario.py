@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, PrivateAttr
 
 from . import partial_distopt
-from .data_parallel import check_data_parallel
+from .data_parallel import check_data_parallel, zero_stage_refusal
 from .errors import SpecError
 from .framework_behaviour import BEHAVIOURS
 from .framework_era import layout_refusal
@@ -403,7 +403,8 @@ def _check_sequence(m: ModelSpec, layout: Layout, t: TrainingSpec) -> None:
 
 
 def _check_moe_balance(m: ModelSpec, layout: Layout, t: TrainingSpec) -> None:
-    """Routing-imbalance settings belong to a MoE model; the most loaded of ep ranks holds at most all tokens."""
+    """Routing-imbalance settings belong to a MoE model; the most loaded of ep ranks holds at most all tokens, and a
+    spread between EP ranks needs more than one."""
     for name in ("moe_imbalance", "moe_capacity_factor"):
         if getattr(t, name) is not None and not m.is_moe:
             raise SpecError(f"training.{name}", f"{m.name} is a dense model (num_experts=1): no expert routing")
@@ -412,6 +413,12 @@ def _check_moe_balance(m: ModelSpec, layout: Layout, t: TrainingSpec) -> None:
     if t.moe_imbalance is not None and t.moe_imbalance > layout.ep:
         raise SpecError("training.moe_imbalance", f"{t.moe_imbalance} exceeds ep={layout.ep}: the most loaded of "
                                                   f"{layout.ep} EP ranks holds at most {layout.ep}x the mean")
+    if t.moe_load_cv and layout.ep == 1:
+        # cost_models/moe_balance.py: the spread is between EP ranks, 1 + cv * E[max of ep standard normals], and the
+        # largest of one normal is its mean (E = 0): one rank holding every expert carries the mean load
+        raise SpecError("training.moe_load_cv", f"{t.moe_load_cv} is a spread of the tokens between EP ranks, and "
+                                                "ep=1 has one rank holding every expert (its load is the mean): "
+                                                "set ep > 1 or drop it")
 
 
 def _check_experts(m: ModelSpec, layout: Layout, t: TrainingSpec, dp: int, etp: int) -> None:
@@ -480,12 +487,8 @@ def _check_runtime(m: ModelSpec, cluster: ClusterSpec, t: TrainingSpec, pp: int)
         # MXFP8 GEMMs (block-scaled, e8m0 per 32 elements) are Blackwell tensor-core instructions (sm_100+)
         raise SpecError("training.fp8_recipe", f"mxfp8 needs Blackwell tensor cores (b200, gb200, b300, gb300), which "
                                                f"{cluster.gpu.name} lacks; use tensorwise")
-    if BEHAVIOURS[t.framework].deepspeed_engine and t.effective_zero >= 2 and pp > 1:
-        # DeepSpeed's PipelineEngine asserts "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
-        # (deepspeed/runtime/pipe/engine.py)
-        raise SpecError("training.zero", f"ZeRO-{t.effective_zero} with pipeline parallelism (pp={pp}) does not run "
-                                         f"under {t.framework}: DeepSpeed's pipeline engine refuses ZeRO-2/3; use "
-                                         f"zero 0 or 1, or pp 1")
+    if (why := zero_stage_refusal(t.framework, t.effective_zero, pp)) is not None:
+        raise SpecError("training.zero", why)
     if BEHAVIOURS[t.framework].deepspeed_engine and t.effective_zero >= 3 and m.is_moe:
         # DeepSpeed's engine asserts "MoE not supported with Stage 3" (deepspeed/runtime/engine.py
         # _configure_zero_optimizer, find_string id 57130323): its ZeRO-3 has no expert-data-parallel partitioning

@@ -65,7 +65,8 @@ class TrainingSpec(BaseModel):
         "modules): core_attn (the attention core, Korthikanti's selective recompute; the default), mla_up_proj (MLA's "
         "up-projections and RoPE: the per-head q, k, v), layernorm (the two norms' outputs), mlp (a dense block's "
         "MLP), moe_act (the experts' activation function), moe (the whole MoE layer, its all-to-alls included), "
-        "shared_experts")
+        "shared_experts -- framework megatron only; op_sac alone: torchtitan's per-op policy (frameworks torch, "
+        "pytorch-fsdp)")
     sequence_parallel: bool = False
     zero: int = Field(default=0, ge=0, le=3, description="ZeRO stage; 3 = FSDP full shard")
     distributed_optimizer: bool = Field(default=False, description="Megatron: optimizer states sharded over DP (= ZeRO-1)")
@@ -234,7 +235,7 @@ class TrainingSpec(BaseModel):
     moe_load_cv: float = Field(
         default=0.0, ge=0.0, le=1.0, description="dropless MoE routing: coefficient of "
         "variation of the tokens per EP rank; the most loaded of ep ranks carries 1 + cv * E[max of ep standard "
-        "normals] times the mean. 0 = even routing (the default: set the value measured on the run)")
+        "normals] times the mean, so it needs ep > 1. 0 = even routing (the default: set the value measured on the run)")
     moe_capacity_factor: float | None = Field(
         default=None, gt=0.0, le=1000.0, description="token-dropping MoE routing (Megatron-"
         "Core --moe-expert-capacity-factor): an expert takes at most this many times its mean tokens, so the "
@@ -314,6 +315,8 @@ class TrainingSpec(BaseModel):
                 raise SpecError("recompute_modules", "lists a module twice")
             if "op_sac" in self.recompute_modules:
                 self._check_op_sac()
+            elif self.framework != "megatron":
+                self._refuse_megatron_modules()
         if self.offload_params and self.zero != 3:
             raise SpecError("offload_params", "needs zero=3 (parameters must be sharded to be offloaded)")
         if self.dtype == "nvfp4":
@@ -359,6 +362,18 @@ class TrainingSpec(BaseModel):
         if not BEHAVIOURS[self.framework].torch_training_loop:
             raise SpecError("recompute_modules", f"op_sac is torchtitan's per-op policy (torch.utils.checkpoint); "
                              f"framework {self.framework} has no such policy: use framework torch or pytorch-fsdp")
+
+    def _refuse_megatron_modules(self) -> None:
+        """A Megatron module list is Megatron-Core's --recompute-modules (megatron/training/arguments.py, with
+        --recompute-granularity selective): the Megatron-LM of megatron-2021/2022 and Megatron-DeepSpeed recompute
+        the attention core under selective recompute with no module list (--recompute-activations), DeepSpeed's
+        engine checkpoints what the model code wraps, and the torch frameworks' policy trainsim models is op_sac
+        (specs/framework_era.py: a setting a framework's code lacks is refused, not priced)."""
+        torch_loop = BEHAVIOURS[self.framework].torch_training_loop
+        raise SpecError("recompute_modules", f"{', '.join(self.recompute_modules or ())}: a module list is "
+                        f"Megatron-Core's --recompute-modules (framework megatron); framework {self.framework} has "
+                        f"no such option: drop it (selective recompute then recomputes core_attn)"
+                        f"{', list op_sac (torchtitan per-op policy)' if torch_loop else ''} or use framework megatron")
 
     def _check_compile(self) -> None:
         """torch.compile's saved tensors are measured (tests/test_compile_oracle.py) for no AC, full AC and op_sac."""
