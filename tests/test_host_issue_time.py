@@ -450,9 +450,9 @@ def test_recomputed_module_counts_match_the_dispatch_counter():
 
 @pytest.mark.parametrize("modules", [None, ["core_attn", "mlp", "layernorm"], ["mlp"]])
 def test_selective_recompute_issues_its_modules_again(modules):
-    """Selective recompute re-issues the recomputed modules' forward ops before the backward (it issued nothing
-    more than no recompute): per block, one rank (TP 1, framework megatron: no frame ratios), the backward grows by
-    exactly their dispatch and launch seconds; full recompute re-issues the whole forward, more."""
+    """Selective recompute re-issues the recomputed modules' forward ops before the backward: per block, one rank
+    (TP 1, framework megatron: no frame ratios), the backward grows by exactly their dispatch and launch seconds;
+    full recompute re-issues the whole forward, more."""
     def issue(recompute, mods=None):
         t = {"framework": "megatron", "recompute": recompute, **({"recompute_modules": mods} if mods else {})}
         return hi.scenario_block_issue(small(tp=1, **t))

@@ -309,6 +309,33 @@ def test_bad_pool_scenarios_name_the_field(cluster, field):
     assert e.value.field == field, str(e.value)
 
 
+def test_pools_of_gpus_and_cpus_are_refused():
+    """One job's ranks are GPUs on NCCL or host CPU processes on gloo, not both."""
+    with pytest.raises(SpecError) as e:
+        _scn({"preset": "dgx-h100", "pools": [{"gpu": "h100-sxm", "nodes": 1}, {"gpu": "cpu", "nodes": 1}]},
+             layout={"tp": 8, "pp": 2})
+    assert e.value.field == "cluster.pools[1].gpu" and "cpu" in e.value.reason
+
+
+def test_a_top_level_background_load_loads_every_pool():
+    """Other jobs' traffic is the shared fabric's: a scenario's scale_out.background_load reaches every pool's NICs,
+    as --background-load does."""
+    for first in ({"node": "dgx-a100", "nodes": 1}, {"gpu": "h100-sxm", "nodes": 1}):
+        scn = _scn({"preset": "dgx-h100", "scale_out": {"background_load": {"spine": 0.3}},
+                    "pools": [first, {"node": "dgx-h100", "nodes": 1}]}, layout={"tp": 8, "pp": 2})
+        assert [p.scale_out.background_load.spine for p in scn.cluster.pools] == [0.3, 0.3]
+
+
+def test_a_pool_flag_keeps_the_scenarios_overrides_or_refuses_them(capsys):
+    """--pool replaces the pools of a scenario whose cluster overrides its preset's GPU: the override the new first
+    pool replaces is refused as the same scenario written with pools is, not dropped."""
+    raw = {"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "gpu": {"gemm_efficiency": 0.35}},
+           "layout": {"tp": 8, "pp": 2}, "training": {"seq_len": 4096, "global_batch": 16}}
+    with pytest.raises(SpecError) as e:
+        build_scenario(raw, {"pools": [{"node": "dgx-h100", "nodes": 2}]})
+    assert e.value.field == "cluster.gpu"
+
+
 def test_a_top_level_setting_the_first_pool_takes_is_kept():
     """A pool given by GPU sits on the cluster's node, so a top-level fabric override is that pool's (not refused),
     and a top-level GPU equal to the first pool's is no conflict."""
@@ -318,6 +345,10 @@ def test_a_top_level_setting_the_first_pool_takes_is_kept():
     same = _scn({"preset": "dgx-h100", "gpu": {"preset": "h100-sxm", "gemm_efficiency": 0.5},
                  "pools": [{"gpu": {"preset": "h100-sxm", "gemm_efficiency": 0.5}, "nodes": 2}]}, layout={"tp": 8, "pp": 2})
     assert same.cluster.pools[0].gpu.gemm_efficiency == 0.5
+    # a GPU pool with fabric overrides of its own: the top level's others still reach it
+    both = _scn({"preset": "dgx-h100", "scale_up": {"bw_per_gpu_Bps": 5e10},
+                 "pools": [{"gpu": "h100-sxm", "nodes": 2, "scale_up": {"efficiency": 0.7}}]}, layout={"tp": 8, "pp": 2})
+    assert (both.cluster.pools[0].scale_up.bw_per_gpu_Bps, both.cluster.pools[0].scale_up.efficiency) == (5e10, 0.7)
 
 
 def test_plan_ranks_every_placement_on_the_pools(capsys):

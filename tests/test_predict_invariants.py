@@ -137,7 +137,7 @@ def test_a_renamed_cpu_device_is_still_a_cpu(tmp_path, capsys):
 
 def test_a_profile_from_a_device_no_preset_names_is_noted(tmp_path):
     """Measured times from a device that names no preset (an edited fingerprint, a GPU without a preset) are used as
-    they are: the prediction says they are unchecked against the cluster's GPU (it was silent, step -17 %)."""
+    they are: the prediction says they are unchecked against the cluster's GPU."""
     from pathlib import Path
 
     from trainsim.cost_models.profile import load_profile
@@ -155,7 +155,7 @@ def test_a_profile_from_a_device_no_preset_names_is_noted(tmp_path):
 
 def test_collective_names_the_device_its_measured_fits_come_from(tmp_path, capsys):
     """`collective --calibration` with an all-reduce fit measured on an H200 pricing an A100 cluster says so on
-    stderr (the rows only said 'measured'); --json keeps stdout a list of rows."""
+    stderr; --json keeps stdout a list of rows."""
     from pathlib import Path
     prof = json.loads((Path(__file__).resolve().parents[1] / H200_PROFILE).read_text())
     prof["collective_fits"] = [{"op": "all_reduce", "group_size": 8, "nodes": 1, "alpha_s": 1e-3,

@@ -158,8 +158,7 @@ def test_factors_reach_the_spec():
 
 def test_factors_reach_every_pool():
     """On a mixed cluster each pool's node is its own spec: the fabric factors scale every pool's links, a compute
-    factor the GPUs of its name only -- and the prediction moves with them (it stayed put when only the top-level
-    node was scaled)."""
+    factor the GPUs of its name only -- and the prediction moves with them."""
     s = build_scenario({"model": "llama3-8b", "cluster": {"preset": "dgx-h100", "pools": [
         {"gpu": "h100-sxm", "nodes": 1}, {"node": "dgx-a100", "nodes": 1}]}, "layout": {"tp": 8, "pp": 2},
         "training": {"seq_len": 4096, "global_batch": 16, "micro_batch": 1}})
@@ -167,8 +166,10 @@ def test_factors_reach_every_pool():
     s2, _ = apply_factors(s, {f"compute:{a100.name}": 0.5, "scale_up_bw": 0.5})
     p0, p1 = s2.cluster.pools
     assert p0.gpu.gemm_efficiency == h100.gemm_efficiency and p1.gpu.gemm_efficiency == a100.gemm_efficiency * 0.5
-    assert p0.scale_up.efficiency == pytest.approx(0.5 * (s.cluster.pools[0].scale_up.efficiency or 0.8))
-    assert p1.scale_up.efficiency is not None
+    from trainsim.topologies.fabric import SCALE_UP_EFFICIENCY
+    for before, after in zip(s.cluster.pools, (p0, p1)):
+        base = before.scale_up.efficiency or SCALE_UP_EFFICIENCY[before.scale_up.kind]
+        assert after.scale_up.efficiency == pytest.approx(0.5 * base)
     from trainsim.simulator.predict import predict
     assert predict(s2).step_time_s > 1.2 * predict(s).step_time_s
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
 from .errors import SpecError
+from .presets import preset
 from .spec_config import MAX_NAME_CHARS, SPEC_CONFIG
 
 Dtype = Literal["bf16", "fp16", "fp8", "fp4", "tf32", "fp32"]
@@ -33,8 +34,9 @@ class GPUSpec(BaseModel):
     name: str = Field(max_length=MAX_NAME_CHARS,
                       description=f"the GPU's name in outputs, at most {MAX_NAME_CHARS} characters")
     kind: Literal["gpu", "cpu"] = Field(default="gpu", description="gpu: an accelerator; cpu: ranks are processes on "
-                                        "host CPU cores (the cpu preset; collectives on gloo). A calibration "
-                                        "profile measured on the other kind is refused")
+                                        "host CPU cores (the cpu preset; collectives on gloo). A cluster's "
+                                        "devices (its pools') are of one kind; a calibration profile measured on "
+                                        "the other kind is refused")
     memory_bytes: float = Field(ge=MIN_MEMORY_BYTES, le=1e14)
     hbm_bw_Bps: float = Field(ge=MIN_BW_BPS, le=1e15)
     peak_flops: dict[Dtype, float] = Field(description="dense peak FLOP/s per dtype (no 2:4 sparsity)")
@@ -52,8 +54,9 @@ class GPUSpec(BaseModel):
     # Host <-> device bandwidth per GPU (PCIe), used for offload.
     pcie_bw_Bps: float = Field(default=25e9, ge=MIN_BW_BPS, le=1e13)
     fp8: bool = False
-    # Streaming multiprocessors (compute units): GEMM wave quantization. None = unknown/not a GPU (no penalty).
-    num_sms: int | None = Field(default=None, gt=0, le=100_000)
+    num_sms: int | None = Field(default=None, gt=0, le=100_000, description="streaming multiprocessors: GEMM waves, "
+                                "the CUDA context, NCCL's share of the SMs; none = not known: no wave penalty, and "
+                                "the device's runtime memory and host issue time are costed as CPU ranks' are")
     # Fraction of compute speed lost while a bulk collective runs on this device. None = from num_sms
     # (NCCL's SMs / the GPU's SMs). CPU ranks set it: gloo runs collectives on the cores the ranks compute on.
     comm_compute_slowdown: float | None = Field(default=None, ge=0, le=1)
@@ -62,6 +65,15 @@ class GPUSpec(BaseModel):
     # is the presets' GPU figure (Sinha et al. SC22), so a hand-written GPU gets the same physics; 0 = identical
     # devices (the cpu preset: one host's cores).
     speed_spread_cv: float = Field(default=0.015, ge=0, le=0.5)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _cpu_by_its_preset_name(cls, data: Any) -> Any:
+        """A device that states no ``kind`` under the cpu preset's name is that preset's CPU (a scenario or plan
+        written before the field, or a cluster file that copies the preset by name)."""
+        if isinstance(data, dict) and "kind" not in data and data.get("name") == (preset("gpus", "cpu") or {}).get("name"):
+            return {**data, "kind": "cpu"}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> GPUSpec:

@@ -186,17 +186,39 @@ def load_cluster(spec: str | Mapping | ClusterSpec, gpus: int | None = None) -> 
         raise SpecError("cluster", f"expected a preset name, a file or a mapping, got {type(spec).__name__}")
     if isinstance(raw.get("gpu"), (str, Mapping)):
         raw["gpu"] = load_gpu(raw["gpu"]).model_dump()
+    load = None
     if raw.get("pools") is not None:
-        # overrides of a preset's node (a full mapping, as a dumped cluster is, describes the base node itself)
-        given = {k: raw[k] for k in ("gpu", "scale_up", "scale_out")
-                 if isinstance(spec, Mapping) and "preset" in spec and k in spec}
+        overrides = preset_overrides(spec)
+        load = (overrides.get("scale_out") or {}).get("background_load")
+        merged = {k: raw[k] for k in overrides}
         raw = _with_pools(raw, gpus)
-        _check_top_level_kept(given, raw["pools"][0])
+        check_top_level_kept(overrides, merged, raw["pools"][0])
     if gpus is not None:
         raw["num_gpus"] = gpus
     elif "num_gpus" not in raw:
         raw["num_gpus"] = raw.get("gpus_per_node", 8)
-    return _validate(ClusterSpec, raw, "cluster")
+    cluster = _validate(ClusterSpec, raw, "cluster")
+    # the fabric's other traffic loads every node type's NICs, as --background-load spreads it
+    return with_background_load(cluster, load) if isinstance(load, Mapping) else cluster
+
+
+def _cluster_mapping(spec: Any) -> dict:
+    """A scenario's cluster as the mapping it was written as: a mapping as is, a cluster file's contents, {} for a
+    preset name or a loaded cluster."""
+    if isinstance(spec, Mapping):
+        return dict(spec)
+    if isinstance(spec, str) and preset("clusters", spec) is None:
+        return _read_preset_file(spec, "clusters", "cluster")
+    return {}
+
+
+def preset_overrides(spec: Any) -> dict:
+    """The ``gpu``, ``scale_up`` and ``scale_out`` a cluster mapping sets over its preset (a mapping without a preset,
+    as a dumped cluster is, describes its base node itself: none)."""
+    if not isinstance(spec, Mapping) or "preset" not in spec:
+        return {}
+    return {k: spec[k] for k in ("gpu", "scale_up", "scale_out") if isinstance(spec.get(k), Mapping)
+            or (k == "gpu" and isinstance(spec.get(k), str))}
 
 
 POOL_KEYS = {"name", "node", "gpu", "nodes", "scale_up", "scale_out"}
@@ -271,6 +293,11 @@ def _with_pools(raw: dict, gpus: int | None) -> dict:
             raise SpecError(f"cluster.pools[{j}].name", f"{name!r} names pools[{names.index(name)}] too: outputs "
                                                         "tell pools apart by name (merge them into one pool or give "
                                                         "each a name in the scenario file)")
+    kinds = [p["gpu"].get("kind", "gpu") for p in resolved]
+    if len(set(kinds)) > 1:
+        j = kinds.index(next(k for k in kinds if k != kinds[0]))
+        raise SpecError(f"cluster.pools[{j}].gpu", f"is a {kinds[j]} where pools[0] is a {kinds[0]}: one job's ranks "
+                                                  "are GPUs or host CPU processes, not both (NCCL or gloo)")
     total = sum(p["nodes"] for p in resolved) * raw.get("gpus_per_node", 8)
     if gpus is not None and gpus != total:
         raise SpecError("cluster.pools", f"the pools hold {total} GPUs but the job asks for gpus={gpus}")
@@ -279,14 +306,22 @@ def _with_pools(raw: dict, gpus: int | None) -> dict:
             **{k: first[k] for k in ("gpu", "scale_up", "scale_out")}}
 
 
-def _check_top_level_kept(given: Mapping, first: Mapping) -> None:
-    """With pools the top-level ``gpu``, ``scale_up`` and ``scale_out`` are the first pool's: one the scenario gives
-    (``given``, merged over its preset) that the first pool does not take (its own node or GPU preset replaces it)
-    would be dropped without a word, so it is refused, pointing at the pool entries."""
+def check_top_level_kept(overrides: Mapping, merged: Mapping, first: Mapping) -> None:
+    """With pools the top-level ``gpu``, ``scale_up`` and ``scale_out`` are the first pool's. A pool given by ``node``
+    takes its node preset's GPU and fabrics, a pool given by ``gpu`` its GPU on the cluster's fabrics: an override
+    (``overrides``: what the scenario sets over its preset; ``merged``: the cluster's values with them) that the first
+    pool replaces so would be dropped without a word, so it is refused, pointing at the pool entries.
+    ``scale_out.background_load`` is the fabric's and loads every pool (load_cluster)."""
     specs = {"gpu": GPUSpec, "scale_up": ScaleUpSpec, "scale_out": ScaleOutSpec}
-    for key, value in given.items():
+    for key in overrides:
+        if key != "gpu" and first.get("node") is None:
+            continue  # a pool on the cluster's node takes the cluster's fabrics, these overrides included
+        given = overrides[key]
+        own = (set(given) if isinstance(given, Mapping) else set(GPUSpec.model_fields)) \
+            - ({"background_load", "preset"})
         try:
-            kept = specs[key].model_validate(value) == specs[key].model_validate(first[key])
+            kept = all(getattr(specs[key].model_validate(merged[key]), k, None)
+                       == getattr(specs[key].model_validate(first[key]), k, None) for k in own)
         except ValidationError:
             kept = False
         if not kept:
@@ -428,6 +463,10 @@ def build_scenario(raw: Mapping | None = None, overrides: Mapping | None = None)
         pooled = {**cluster.model_dump(), **({"pools": ov["pools"]} if "pools" in ov else {}),
                   **({"placement": ov["pool_placement"]} if "pool_placement" in ov else {})}
         cluster = load_cluster(pooled, gpus if "pools" in ov else None)
+        given = _cluster_mapping(cluster_in) if "pools" in ov else {}
+        if overrides := preset_overrides(given):  # the scenario's overrides of its preset, as load_cluster checks
+            check_top_level_kept(overrides, load_cluster({**given, "pools": None}).model_dump(),
+                                 cluster.pools[0].model_dump())
     if "background_load" in ov:
         cluster = with_background_load(cluster, ov["background_load"])
     layout = _validate(Layout, layout_raw, "layout")
