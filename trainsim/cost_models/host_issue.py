@@ -511,15 +511,23 @@ def legacy_wrapper_s(scenario: Scenario, shp: LayerShape,
                            selective_core=selective)
 
 
-def selective_rerun_counts(t, style: str) -> tuple[int, int]:
+def selective_rerun_counts(scenario: Scenario, style: str) -> tuple[int, int]:
     """(aten ops, kernels) a block's selective recompute issues again before its backward, per micro-batch: the
-    forwards of the recomputed modules (``RECOMPUTED_MODULE_OPS``; Megatron's default module is the core attention).
-    torchtitan's per-op policy (``op_sac``) is not counted here: its re-run set is op by op, not a module's."""
+    forwards of the recomputed modules (``RECOMPUTED_MODULE_OPS``; Megatron's default module is the core attention),
+    a recomputed MLP's column/row-parallel pair with its forward TP collectives (half the block's, as the GPU side
+    re-runs them: simulator/block.py). Megatron's legacy layer with FlashAttention checkpoints nothing (its
+    ``checkpoint_core_attention`` applies without flash only). torchtitan's per-op policy (``op_sac``) is not
+    counted here: its re-run set is op by op, not a module's."""
+    t = scenario.training
     modules = t.recompute_modules or ("core_attn",)
     if t.recompute != "selective" or "op_sac" in modules:
         return 0, 0
+    if behaviour(t.framework).megatron_layer and layer_shape(scenario).flash:
+        return 0, 0
     table = RECOMPUTED_MODULE_OPS.get(style, RECOMPUTED_MODULE_OPS["layernorm-gelu-learned"])
     counts = [table[m] for m in modules if m in table]
+    if "mlp" in modules:
+        counts.append(tuple(n * tp_collective_calls(scenario)[0] // 2 for n in COLLECTIVE_OPS))
     return sum(c[0] for c in counts), sum(c[1] for c in counts)
 
 
@@ -589,8 +597,10 @@ def executor_block_issue(scenario: Scenario, profile: CalibrationProfile | None)
     # the first forward of the step casts the weights; under full recompute every forward does (the recompute's
     # autocast region clears the cache: cost_models/autocast.py)
     fwd = m.block_fwd_s if full else (m.block_fwd_s + (n - 1) * steady) / n
-    bwd = m.block_bwd_full_recompute_s if full else m.block_bwd_s
-    return PassIssue(fwd, bwd, s_ops, BLOCK_OPS[style][2] + (s_ops if full else 0),
+    rerun = selective_rerun_counts(scenario, style)  # at the measured forward's seconds per counted op
+    bwd = m.block_bwd_full_recompute_s if full else m.block_bwd_s + steady * issue_s(*rerun) / issue_s(
+        *BLOCK_OPS_AUTOCAST[style][2:])
+    return PassIssue(fwd, bwd, s_ops, BLOCK_OPS[style][2] + (s_ops if full else rerun[0]),
                      microbatch_fwd_s=m.microbatch_fwd_s, microbatch_bwd_s=m.microbatch_bwd_s)
 
 
@@ -637,7 +647,7 @@ def scenario_block_issue(scenario: Scenario, profile: CalibrationProfile | None 
     sigma = measured_sigma(profile, block_style(shp))
     if t.host_issue_mode == "eager" and scenario.layout.tp > 1:
         issue = tp_paced(issue, scenario.layout.tp, sigma, recompute_full=t.recompute == "full")
-    rerun = selective_rerun_counts(t, style)
+    rerun = selective_rerun_counts(scenario, style)
     if rerun[0] and t.host_issue_mode == "eager":  # a captured graph or compiled region holds its recompute
         r_s = paced_s(issue_s(*rerun, scenario.cluster.host_cpu) * frames, 0.0, scenario.layout.tp, sigma)[0]
         issue = replace(issue, bwd_s=issue.bwd_s + r_s, bwd_ops=issue.bwd_ops + rerun[0])
