@@ -65,15 +65,18 @@ def device_notes(scenario: Scenario | ClusterSpec, profile) -> list[str]:
 def _unknown_device_note(scenario: Scenario | ClusterSpec, profile) -> list[str]:
     """A note where a profile holds measurements from a device that names no preset and is none of the cluster's
     devices (a hand-written or edited fingerprint, a GPU trainsim has no preset for): nothing checks that its times
-    belong to the cluster's devices, so the prediction says so."""
+    belong to the cluster's devices, so the prediction says so. A CPU profile on a cluster of CPU ranks is of their
+    kind (whatever peak preset it was compared with): no note."""
     if profile is None or not profile.has_measurements():
         return []
     fp = profile.fingerprint
-    names = cluster_devices(scenario)
-    if fp.device_name in names:
+    devices = cluster_devices(scenario)
+    if fp.device_name in devices or (fp.device == "cpu" and all(d.kind == "cpu" for d in devices.values())):
         return []
-    return [(f"calibration measured on a device no preset names ({fp.device_name}, {fp.device}): its measured times "
-            f"are used as they are for {', '.join(sorted(names))}, unchecked against that device")]
+    where = ("a device it does not record" if fp.device_name == "unknown"
+             else f"a device no preset names ({fp.device_name}, {fp.device})")
+    return [f"calibration measured on {where}: its measured times are used as they are for "
+            f"{', '.join(sorted(devices))}, unchecked against that device"]
 
 
 def _measured_preset(profile) -> str | None:
