@@ -87,6 +87,9 @@ CASES = [
      "training.fp8_param_gather"),
     ("gpus-disagree-in-file", P + [f("gpus-disagree.yaml")], "gpus: the scenario gives gpus: 8 and cluster.num_gpus"),
     ("num-gpus-unreadable-beside-gpus", P + [f("num-gpus-unreadable-beside-gpus.yaml")], "cluster.num_gpus"),
+    ("num-gpus-unreadable-in-cluster-file", P + [f("num-gpus-unreadable-in-cluster-file.yaml")], "cluster.num_gpus"),
+    ("num-gpus-unreadable-under-gpus-flag", P + [f("num-gpus-unreadable-beside-gpus.yaml"), "--gpus", "64"],
+     "cluster.num_gpus"),
     # plan: pins no layout can satisfy are refused as predict refuses them, not answered with an empty table
     ("plan-ep-on-dense-model", ["plan", *L8, "--gpus", "8", "--global-batch", "128", "--seq-len", "8192", "--ep", "2"],
      "layout.ep"),

@@ -194,6 +194,11 @@ def load_cluster(spec: str | Mapping | ClusterSpec, gpus: int | None = None) -> 
         raw = _with_pools(raw, gpus)
         check_top_level_kept(overrides, merged, raw["pools"][0])
     if gpus is not None:
+        if raw.get("num_gpus") is not None:  # resized, but an unreadable size is still a slip, refused by name
+            try:
+                gpu_count(raw["num_gpus"])
+            except SpecError as e:
+                raise SpecError("cluster.num_gpus", e.reason) from None
         raw["num_gpus"] = gpus
     elif "num_gpus" not in raw:
         raw["num_gpus"] = raw.get("gpus_per_node", 8)
