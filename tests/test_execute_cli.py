@@ -45,6 +45,7 @@ def no_launch(monkeypatch):
     (["--steps", "0"], "steps"),
     (["--model", "mpt-125m", "--pp", "2"], "model.tie_embeddings"),
     (["--calibration", "/nonexistent/p.json"], "calibration"),
+    (["--cluster", "dgx-h100", "--gpus", "1"], "cluster: --device cpu runs on host CPU ranks"),  # report refuses the pair
 ], ids=lambda x: "-".join(x) if isinstance(x, list) else x)
 def test_bad_layouts_are_refused_before_any_process_starts(no_launch, capsys, argv, field):
     code = main(["execute", *argv])

@@ -73,6 +73,11 @@ def scenario_for_execute(args: argparse.Namespace):
     if scenario.cluster.pools is not None:  # its measurement would be compared with a mixed-pool prediction
         raise SpecError("cluster.pools", "execute runs on this machine's devices, one kind; predict mixed GPU "
                                          "pools with predict or plan")
+    if (args.device == "cpu") != (scenario.cluster.gpu.kind == "cpu"):  # report refuses the pairing too
+        raise SpecError("cluster", f"--device {args.device} runs on {'host CPU ranks' if args.device == 'cpu' else 'GPUs'}"
+                                   f" but the cluster's device is {scenario.cluster.gpu.name} ({scenario.cluster.gpu.kind}):"
+                                   " its measurement would be compared with another device's prediction; give a "
+                                   + ("CPU cluster (cpu-host)" if args.device == "cpu" else "GPU cluster"))
     return scenario
 
 
