@@ -183,6 +183,16 @@ def test_plan_json_keys_are_the_documented_ones(capsys):
     assert rows_with_band, "no fitting row carries its interval"
 
 
+def test_plan_json_says_what_was_refused_where_nothing_fits(capsys):
+    """Llama 3 70B on one H100 node at 8K tokens fits in no layout, and a DP bucket size is refused beside ZeRO-3
+    (no buckets there): the plan names the most common refusal, as predict gives it, beside the empty ranking."""
+    out = run_json(capsys, "plan", "--model", "llama3-70b", "--cluster", "dgx-h100", "--gpus", "8", "--seq-len", "8192",
+                   "--global-batch", "64", "--dp-bucket-mb", "25", "--json")
+    assert not [r for r in out["rows"] if r["fits"]] and out["counts"]["invalid"] > 0
+    assert out["refused"]["field"] == "training.dp_bucket_mb" and 0 < out["refused"]["layouts"] <= out["counts"]["invalid"]
+    assert check("plan", out) == []
+
+
 def test_collective_json_keys_are_the_documented_ones(capsys):
     out = run_json(capsys, "collective", "--cluster", "dgx-h100", "--gpus", "16", "--sizes", "1K,1G", "--json")
     assert len(out) == 2

@@ -487,6 +487,10 @@ def print_table(result, file=None) -> None:
         why = (f"fits in memory with {req.memory_headroom} headroom" if c["oom"] or c.get("over_headroom")
                else "is valid for these constraints")
         console.print(f"no layout {why}", style="red")
+        if result.refused:
+            r = result.refused
+            console.print(f"{c['invalid']} layouts refused; the most common reason ({r['layouts']} of them, the "
+                          f"first {r['first']}): {r['field']}: {r['reason']}")
         return
     t = Table(title=f"Top {len(rows)} layouts (ranked by {'cost' if req.objective == 'cost' else 'time to train'})",
               caption="sp: sequence parallelism (--sequence-parallel); recomp: activation recompute; sched: pipeline "

@@ -163,6 +163,8 @@ class PlanResult:
     wall_s: float
     screened_top: list[PlanRow] = field(default_factory=list)
     checkpoint_s: float = 0.0  # the checkpoint write time every row's time to train includes (checkpoint_seconds)
+    # where no layout fits and some were refused: the most common refusal (field, reason, layouts, first)
+    refused: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         r = self.request
@@ -187,6 +189,7 @@ class PlanResult:
             "rows": [row.to_json() for row in self.rows],
             "pareto": [row.to_json() for row in self.pareto],
             "screened_top": [row.to_json() for row in self.screened_top],
+            **({"refused": dict(self.refused)} if self.refused else {}),
         }
 
 
@@ -533,17 +536,31 @@ def _no_layout_reason(req) -> tuple[str, str]:
                       "heads, layers and sequence, and dp the global batch)")
 
 
+def refusal_tally(ctx: _Context, cands: list[Candidate]) -> tuple[tuple[str, str], int, Candidate] | None:
+    """The most common refusal among ``cands`` as ``predict`` gives it: ((field, reason), how many layouts it
+    refuses, the first of them), or None where the specs refuse none (ties go to the reason met first)."""
+    tally: dict[tuple[str, str], list] = {}
+    for c in cands:
+        try:
+            to_scenario(ctx.model, ctx.cluster, c, ctx.global_batch, ctx.seq_len, ctx.limits)
+        except SpecError as e:
+            tally.setdefault((e.field, e.reason), [0, c])[0] += 1
+    if not tally:
+        return None
+    why, (n, first) = max(tally.items(), key=lambda kv: kv[1][0])
+    return why, n, first
+
+
 def _every_layout_refused(ctx: _Context, cands: list[Candidate]) -> SpecError:
-    """The refusal for a search whose every layout the specs reject: the first layout's, as ``predict`` gives it
-    (a setting no layout can take, such as a flag the model's framework lacks, is refused, not answered with an
+    """The refusal for a search whose every layout the specs reject: the most common reason, as ``predict`` gives
+    it (a setting no layout can take, such as a flag the model's framework lacks, is refused, not answered with an
     empty table)."""
-    first = cands[0]
-    try:
-        to_scenario(ctx.model, ctx.cluster, first, ctx.global_batch, ctx.seq_len, ctx.limits)
-    except SpecError as e:
-        return SpecError(e.field, f"{e.reason} (every one of the {len(cands)} layouts searched is refused; "
-                                  f"the first, {first.label()}, for this reason)")
-    return SpecError("layout", f"every one of the {len(cands)} layouts searched is refused")
+    found = refusal_tally(ctx, cands)
+    if found is None:
+        return SpecError("layout", f"every one of the {len(cands)} layouts searched is refused")
+    (fld, reason), n, first = found
+    return SpecError(fld, f"{reason} (every one of the {len(cands)} layouts searched is refused; {n} of them, the "
+                          f"first {first.label()}, for this reason)")
 
 
 @in_memo_scope  # the whole search shares one memo scope (specs.memo)
@@ -590,10 +607,14 @@ def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress 
     key = sort_key(req)
     ranked = sorted([r for r in confirmed if r.fits], key=key)[: req.top_k]
     rest = [r for r in confirmed if not r.fits]
+    refused = None
+    if not ranked and counts["invalid"]:  # nothing fits: the refusals may be what hides the layouts asked for
+        (fld, reason), n, first = refusal_tally(ctx, cands) or (("layout", "refused"), counts["invalid"], cands[0])
+        refused = {"field": fld, "reason": reason, "layouts": n, "first": first.label()}
     return PlanResult(
         request=req, rows=ranked + rest, pareto=pareto_front(confirmed), counts=counts,
         wall_s=time.perf_counter() - t0, screened_top=_top_per_count(screened, max(20, req.top_k)),
-        checkpoint_s=ckpt_s,
+        checkpoint_s=ckpt_s, refused=refused,
     )
 
 
