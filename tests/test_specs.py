@@ -179,3 +179,19 @@ def test_an_embedding_projection_to_its_own_width_is_none():
     e, h, v = 2048, plain.hidden, plain.vocab_size
     narrow = load_model({"preset": "llama3-8b", "embed_proj_dim": e}).total_params()
     assert narrow == plain.total_params() - 2 * v * (h - e) + 2 * e * h
+
+
+def test_a_cluster_file_builds_on_a_file_beside_it(tmp_path, monkeypatch):
+    """A cluster file whose preset is another file reads that file beside itself, not in the working directory."""
+    import yaml
+
+    from trainsim.specs.loaders import load_scenario_file
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "cwd").mkdir()
+    (tmp_path / "sub" / "base.yaml").write_text(yaml.safe_dump({"preset": "dgx-h100", "name": "beside"}))
+    (tmp_path / "sub" / "cl.yaml").write_text(yaml.safe_dump({"preset": "base.yaml", "gpus_per_node": 8}))
+    (tmp_path / "sub" / "s.yaml").write_text(yaml.safe_dump({"model": "llama3-8b", "cluster": "cl.yaml", "gpus": 8}))
+    monkeypatch.chdir(tmp_path / "cwd")
+    raw = load_scenario_file(Path("..") / "sub" / "s.yaml")
+    assert load_cluster(raw["cluster"]).scale_up.kind == "nvswitch"
+    assert build_scenario({**raw, "training": {"seq_len": 1024, "global_batch": 8}}).num_gpus == 8

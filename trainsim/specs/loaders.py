@@ -101,7 +101,10 @@ def _read_preset_file(spec: str, kind: str, field: str) -> dict:
     name (with the close names) unless it looks like a path (a separator, a YAML/JSON suffix, or an existing file)."""
     if not (os.path.sep in spec or spec.endswith((".yaml", ".yml", ".json")) or Path(spec).exists()):
         raise unknown_name(field, "preset", spec, preset_names(kind))
-    return read_mapping(spec, field)
+    data = read_mapping(spec, field)
+    if isinstance(data.get("preset"), str):  # a file it builds on is read beside it, as a scenario's files are
+        data["preset"] = _next_to(Path(spec).parent, data["preset"], kind)
+    return data
 
 
 def _overridden(base: BaseModel, spec: Mapping) -> dict:
