@@ -92,7 +92,7 @@ class PlanRequest:
     top_k: int = CONFIRMED_AT_LEAST
     limits: SearchLimits = field(default_factory=SearchLimits)
     objective: str = "time"                   # "time" (time to train) or "cost"
-    prune_dominated: bool = True              # skip heavier recompute when a lighter one fits (same layout)
+    prune_dominated: bool = True              # skip heavier recompute (or pipeline ZeRO) when a lighter one fits
     failure_rate_per_gpu_hour: float = gp.DEFAULT_FAILURE_RATE_PER_GPU_HOUR
     checkpoint_write_s: float | None = None   # None = checkpoint bytes / storage_write_Bps
     storage_write_Bps: float = gp.DEFAULT_STORAGE_WRITE_BPS
@@ -271,6 +271,17 @@ def _group_key(c: Candidate) -> tuple:
     return (c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.vpp, c.micro_batch, c.schedule, c.zero, c.etp, c.dp_shard)
 
 
+def _zero_group_key(c: Candidate) -> tuple | None:
+    """The run a pipeline layout's ZeRO stage is one variant of (None without pipelining). Beside pipeline stages
+    ZeRO-2 reduce-scatters every micro-batch's gradients and ZeRO-3 also gathers every micro-batch's parameters
+    (Megatron-FSDP, FSDP2 under torch.distributed.pipelining), where ZeRO-1 reduces once per step: at the same
+    layout, micro-batch, schedule and recompute a higher stage adds communication and saves only memory, so the
+    search takes it only where no lower stage fits (``--exhaustive`` takes every stage)."""
+    if c.pp <= 1:
+        return None
+    return (c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.vpp, c.micro_batch, c.schedule, c.etp, c.recompute)
+
+
 @in_memo_scope  # one memo per plan (per task in a worker process): specs.memo
 def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRow], dict[str, int]]:
     """Resolve, memory-check and closed-form-screen a chunk of candidates."""
@@ -278,13 +289,15 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
     rows: list[PlanRow] = []
     cluster = ctx.cluster
     fitted_groups: dict[tuple, int] = {}  # group -> rung of the lightest recompute that fitted
+    fitted_zero: dict[tuple, int] = {}    # pipeline run -> the lowest ZeRO stage that fitted (_zero_group_key)
     states_oom: set[tuple] = set()        # model states alone exceed the GPU: every variant is out of memory
     for c in cands:
         if cluster.num_gpus != c.gpus:
             cluster = ctx.cluster.with_gpus(c.gpus)
         rung = RECOMPUTE_LADDER.index(c.recompute)
-        g = _group_key(c)
-        if ctx.prune_dominated and g in fitted_groups and fitted_groups[g] < rung:
+        g, zg = _group_key(c), _zero_group_key(c)
+        if ctx.prune_dominated and ((g in fitted_groups and fitted_groups[g] < rung)
+                                    or (zg is not None and fitted_zero.get(zg, c.zero) < c.zero)):
             counts["dominated"] += 1
             continue
         if _states_key(c) in states_oom:
@@ -327,6 +340,8 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
             counts[_over(peak, gpu_bytes)] += 1
             continue
         fitted_groups.setdefault(g, rung)
+        if zg is not None:
+            fitted_zero.setdefault(zg, c.zero)
         row = _row(c, pred, "closed-form", dropped_settings(ctx.model, c, ctx.limits))
         # The memory cost model decides fit at screening time (the closed form's in-flight counts are an
         # approximation); the engine, which tracks allocations over the schedule, has the last word.
