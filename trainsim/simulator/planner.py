@@ -274,9 +274,10 @@ def _group_key(c: Candidate) -> tuple:
 def _zero_group_key(c: Candidate) -> tuple | None:
     """The run a pipeline layout's ZeRO stage is one variant of (None without pipelining). Beside pipeline stages
     ZeRO-2 reduce-scatters every micro-batch's gradients and ZeRO-3 also gathers every micro-batch's parameters
-    (Megatron-FSDP, FSDP2 under torch.distributed.pipelining), where ZeRO-1 reduces once per step: at the same
-    layout, micro-batch, schedule and recompute a higher stage adds communication and saves only memory, so the
-    search takes it only where no lower stage fits (``--exhaustive`` takes every stage)."""
+    (Megatron-FSDP, FSDP2 under torch.distributed.pipelining), where ZeRO-0/1 reduce once per step: at the same
+    layout, micro-batch, schedule and recompute ZeRO-2/3 add communication and save only memory, so the search
+    takes them only where neither ZeRO-0 nor ZeRO-1 fits (``--exhaustive`` takes every stage). ZeRO-1 is no such
+    variant of ZeRO-0: it shards the optimizer step's work too."""
     if c.pp <= 1:
         return None
     return (c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.vpp, c.micro_batch, c.schedule, c.etp, c.recompute)
@@ -289,7 +290,7 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
     rows: list[PlanRow] = []
     cluster = ctx.cluster
     fitted_groups: dict[tuple, int] = {}  # group -> rung of the lightest recompute that fitted
-    fitted_zero: dict[tuple, int] = {}    # pipeline run -> the lowest ZeRO stage that fitted (_zero_group_key)
+    fitted_zero: dict[tuple, int] = {}    # pipeline run -> a ZeRO-0/1 stage of it that fitted (_zero_group_key)
     states_oom: set[tuple] = set()        # model states alone exceed the GPU: every variant is out of memory
     for c in cands:
         if cluster.num_gpus != c.gpus:
@@ -297,7 +298,7 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
         rung = RECOMPUTE_LADDER.index(c.recompute)
         g, zg = _group_key(c), _zero_group_key(c)
         if ctx.prune_dominated and ((g in fitted_groups and fitted_groups[g] < rung)
-                                    or (zg is not None and fitted_zero.get(zg, c.zero) < c.zero)):
+                                    or (zg is not None and c.zero >= 2 and zg in fitted_zero)):
             counts["dominated"] += 1
             continue
         if _states_key(c) in states_oom:
@@ -340,7 +341,7 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
             counts[_over(peak, gpu_bytes)] += 1
             continue
         fitted_groups.setdefault(g, rung)
-        if zg is not None:
+        if zg is not None and c.zero <= 1:
             fitted_zero.setdefault(zg, c.zero)
         row = _row(c, pred, "closed-form", dropped_settings(ctx.model, c, ctx.limits))
         # The memory cost model decides fit at screening time (the closed form's in-flight counts are an
