@@ -90,7 +90,7 @@ def test_plan_rows_say_latency_bound():
     req = PlanRequest(model=model, cluster=load_cluster("dgx-a100"), gpu_counts=(64,), global_batch=64, seq_len=256,
                       top_k=1, limits=SearchLimits(fixed={"tp": 1, "pp": 1, "cp": 1, "ep": 1, "micro_batch": 1,
                                                           "zero": 3},
-                                                   training_extra={"framework": "megatron-2022",
+                                                   training_extra={"framework": "megatron",
                                                                    "host_issue": "cuda_graphs"}))
     row = plan(req).rows[0]
     assert any(w.startswith("latency-bound: ") for w in row.warnings)
