@@ -297,8 +297,7 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
             cluster = ctx.cluster.with_gpus(c.gpus)
         rung = RECOMPUTE_LADDER.index(c.recompute)
         g, zg = _group_key(c), _zero_group_key(c)
-        if ctx.prune_dominated and ((g in fitted_groups and fitted_groups[g] < rung)
-                                    or (zg is not None and c.zero >= 2 and zg in fitted_zero)):
+        if ctx.prune_dominated and g in fitted_groups and fitted_groups[g] < rung:
             counts["dominated"] += 1
             continue
         if _states_key(c) in states_oom:
@@ -331,6 +330,11 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
             if max(sm.weights + sm.grads + sm.optimizer for sm in stages) > gpu_bytes:
                 states_oom.add(_states_key(c))  # out of memory whatever the activations: so is every variant
             continue
+        # after the memory check (ZB's after its schedule-order peak): whether it is out of memory is its own count
+        zero_dominated = ctx.prune_dominated and zg is not None and c.zero >= 2 and zg in fitted_zero
+        if zero_dominated and not zb:
+            counts["dominated"] += 1
+            continue
         pred = _predict(scn, True, ctx.profile)
         if zb and pred.peak_bytes > peak:
             # ZB's postponed weight-gradient passes keep their GEMM inputs (under recompute more than the
@@ -339,6 +343,9 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
             peak = pred.peak_bytes
         if peak > limit:
             counts[_over(peak, gpu_bytes)] += 1
+            continue
+        if zero_dominated:
+            counts["dominated"] += 1
             continue
         fitted_groups.setdefault(g, rung)
         if zg is not None and c.zero <= 1:
