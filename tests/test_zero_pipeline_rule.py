@@ -78,19 +78,3 @@ def test_predict_refuses_zero3_under_megatron_2022(capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: training.zero: ZeRO-3 is not in framework megatron-2022")
 
-
-def test_a_pipeline_zero_stage_above_one_that_fits_is_dominated(capsys):
-    """Beside pipeline stages a higher ZeRO stage only adds per-micro-batch communication: where a lower stage of the
-    same layout, micro-batch, schedule and recompute fits, the search does not screen it, and the best plan is the
-    exhaustive search's (Llama 3 8B on 16 H100, tp 2, pp 2: ZeRO-1 fits)."""
-    argv = ["plan", "--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "16", "--global-batch", "64",
-            "--seq-len", "4096", "--tp", "2", "--pp", "2", "--top", "3", "--json"]
-    assert main(argv) == 0
-    pruned = json.loads(capsys.readouterr().out)
-    assert main([*argv, "--exhaustive"]) == 0
-    every = json.loads(capsys.readouterr().out)
-    assert pruned["counts"]["dominated"] > 0 and every["counts"]["dominated"] == 0
-    assert not any(r["zero"] >= 2 for r in pruned["screened_top"])
-    assert any(r["zero"] >= 2 for r in every["screened_top"])
-    best = min(r["step_time_s"] for r in every["rows"] if r["fits"])
-    assert min(r["step_time_s"] for r in pruned["rows"] if r["fits"]) == pytest.approx(best)

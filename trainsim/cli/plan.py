@@ -480,7 +480,7 @@ def print_table(result, file=None) -> None:
            f"{req.cluster.host_memory_bytes / 1e9:.0f} GB)" if c.get("host_oom") else "") + ", "
         f"{c.get('over_headroom', 0)} within memory but over the {req.memory_headroom} headroom "
         f"(limit {req.memory_limit_bytes / 2**30:.1f} GiB), "
-        f"{c['dominated']} dominated (heavier recompute or pipeline ZeRO stage than needed), {c['screened']} screened, "
+        f"{c['dominated']} dominated (heavier recompute than needed), {c['screened']} screened, "
         f"{c['confirmed']} confirmed by the engine; {result.wall_s:.1f} s")
     rows = [r.to_json() for r in result.rows if r.fits]
     if not rows:

@@ -493,7 +493,7 @@ def _layouts_section(plan_json: Mapping[str, Any]) -> Section:
     par = (f"{c.get('enumerated', '?')} layouts enumerated, {c.get('invalid', 0)} invalid, {c.get('oom', 0)} out of "
            f"memory{host}, "
            f"{headroom}"
-           f"{c.get('dominated', 0)} dominated (heavier recompute or pipeline ZeRO stage than needed), {c.get('screened', '?')} screened in closed form, "
+           f"{c.get('dominated', 0)} dominated (heavier recompute than needed), {c.get('screened', '?')} screened in closed form, "
            f"top {c.get('confirmed', '?')} confirmed by the engine ({plan_json.get('wall_s', 0.0):.1f} s).")
     figs = []
     gpu_counts = plan_json.get("request", {}).get("gpu_counts", [])

@@ -92,7 +92,7 @@ class PlanRequest:
     top_k: int = CONFIRMED_AT_LEAST
     limits: SearchLimits = field(default_factory=SearchLimits)
     objective: str = "time"                   # "time" (time to train) or "cost"
-    prune_dominated: bool = True              # skip heavier recompute (or pipeline ZeRO) when a lighter one fits
+    prune_dominated: bool = True              # skip heavier recompute when a lighter one fits (same layout)
     failure_rate_per_gpu_hour: float = gp.DEFAULT_FAILURE_RATE_PER_GPU_HOUR
     checkpoint_write_s: float | None = None   # None = checkpoint bytes / storage_write_Bps
     storage_write_Bps: float = gp.DEFAULT_STORAGE_WRITE_BPS
@@ -271,18 +271,6 @@ def _group_key(c: Candidate) -> tuple:
     return (c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.vpp, c.micro_batch, c.schedule, c.zero, c.etp, c.dp_shard)
 
 
-def _zero_group_key(c: Candidate) -> tuple | None:
-    """The run a pipeline layout's ZeRO stage is one variant of (None without pipelining). Beside pipeline stages
-    ZeRO-2 reduce-scatters every micro-batch's gradients and ZeRO-3 also gathers every micro-batch's parameters
-    (Megatron-FSDP, FSDP2 under torch.distributed.pipelining), where ZeRO-0/1 reduce once per step: at the same
-    layout, micro-batch, schedule and recompute ZeRO-2/3 add communication and save only memory, so the search
-    takes them only where neither ZeRO-0 nor ZeRO-1 fits (``--exhaustive`` takes every stage). ZeRO-1 is no such
-    variant of ZeRO-0: it shards the optimizer step's work too."""
-    if c.pp <= 1:
-        return None
-    return (c.gpus, c.tp, c.pp, c.dp, c.cp, c.ep, c.vpp, c.micro_batch, c.schedule, c.etp, c.recompute)
-
-
 @in_memo_scope  # one memo per plan (per task in a worker process): specs.memo
 def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRow], dict[str, int]]:
     """Resolve, memory-check and closed-form-screen a chunk of candidates."""
@@ -290,13 +278,12 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
     rows: list[PlanRow] = []
     cluster = ctx.cluster
     fitted_groups: dict[tuple, int] = {}  # group -> rung of the lightest recompute that fitted
-    fitted_zero: dict[tuple, int] = {}    # pipeline run -> a ZeRO-0/1 stage of it that fitted (_zero_group_key)
     states_oom: set[tuple] = set()        # model states alone exceed the GPU: every variant is out of memory
     for c in cands:
         if cluster.num_gpus != c.gpus:
             cluster = ctx.cluster.with_gpus(c.gpus)
         rung = RECOMPUTE_LADDER.index(c.recompute)
-        g, zg = _group_key(c), _zero_group_key(c)
+        g = _group_key(c)
         if ctx.prune_dominated and g in fitted_groups and fitted_groups[g] < rung:
             counts["dominated"] += 1
             continue
@@ -330,11 +317,6 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
             if max(sm.weights + sm.grads + sm.optimizer for sm in stages) > gpu_bytes:
                 states_oom.add(_states_key(c))  # out of memory whatever the activations: so is every variant
             continue
-        # after the memory check (ZB's after its schedule-order peak): whether it is out of memory is its own count
-        zero_dominated = ctx.prune_dominated and zg is not None and c.zero >= 2 and zg in fitted_zero
-        if zero_dominated and not zb:
-            counts["dominated"] += 1
-            continue
         pred = _predict(scn, True, ctx.profile)
         if zb and pred.peak_bytes > peak:
             # ZB's postponed weight-gradient passes keep their GEMM inputs (under recompute more than the
@@ -344,12 +326,7 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
         if peak > limit:
             counts[_over(peak, gpu_bytes)] += 1
             continue
-        if zero_dominated:
-            counts["dominated"] += 1
-            continue
         fitted_groups.setdefault(g, rung)
-        if zg is not None and c.zero <= 1:
-            fitted_zero.setdefault(zg, c.zero)
         row = _row(c, pred, "closed-form", dropped_settings(ctx.model, c, ctx.limits))
         # The memory cost model decides fit at screening time (the closed form's in-flight counts are an
         # approximation); the engine, which tracks allocations over the schedule, has the last word.
