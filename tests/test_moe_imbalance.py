@@ -157,3 +157,17 @@ def test_the_mtp_modules_experts_drop_the_same_share():
                                    "training": {"micro_batch": 1, "seq_len": 4096, "global_batch": 64, **t}})
         return model_flops_per_step(scn()) - model_flops_per_step(scn(moe_capacity_factor=0.5))
     assert lost(1) == pytest.approx(lost(0) * 59 / 58, rel=1e-12)
+
+
+def test_a_plan_with_a_load_spread_keeps_its_one_rank_expert_layouts():
+    """The spread is the run's measured figure; a plan compares layouts without EP too, where it changes nothing
+    (E[max of one normal] = 0), so its ep=1 candidates run without it instead of being refused one by one."""
+    from trainsim.simulator.planner import PlanRequest, plan
+    from trainsim.simulator.search_space import SearchLimits
+    from trainsim.specs import load_cluster, load_model
+    lim = SearchLimits(max_micro_batch=1, fixed={"tp": 2, "pp": 4, "sequence_parallel": True},
+                       training_extra={"moe_load_cv": 0.3})
+    res = plan(PlanRequest(model=load_model("mixtral-8x7b"), cluster=load_cluster("dgx-h100"), gpu_counts=(16,),
+                           global_batch=64, seq_len=4096, limits=lim, top_k=20))
+    assert res.counts["invalid"] == 0
+    assert any(r.candidate.ep == 1 for r in res.screened_top) and any(r.candidate.ep > 1 for r in res.screened_top)

@@ -422,6 +422,8 @@ def to_scenario(model: ModelSpec, cluster: ClusterSpec, c: Candidate, global_bat
         extra.pop("tp_comm_overlap", None)  # TE's userbuffers overlap needs SP: candidates without it run plain
     if c.recompute != "selective":
         extra.pop("recompute_modules", None)  # the file's module list applies to its selective candidates
+    if c.ep <= 1:
+        extra.pop("moe_load_cv", None)  # a spread between EP ranks: one rank holding every expert has none
     extra.update(seq_len=seq_len, global_batch=global_batch, micro_batch=c.micro_batch, dtype=lim.dtype,
                  recompute=c.recompute, sequence_parallel=c.sequence_parallel, zero=c.zero, schedule=c.schedule)
     try:  # the constructor, not specs.load_training: this runs per candidate, and its inputs are typed already
