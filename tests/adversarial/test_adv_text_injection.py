@@ -289,13 +289,17 @@ def test_a_name_or_description_past_its_limit_is_refused(tmp_path, key, field, l
     assert r.code == 0, r.err
 
 
-def test_a_hugging_face_name_past_the_limit_is_refused(tmp_path):
+def test_a_hugging_face_checkpoint_path_past_the_limit_names_the_model_by_its_end(tmp_path):
+    """save_pretrained writes the checkpoint directory into _name_or_path (up to PATH_MAX): a config transformers
+    reads is read, its model named by the path's end behind an ellipsis, within the name limit."""
     cfg = json.loads(HF_LLAMA.read_text())
-    cfg["_name_or_path"] = "/checkpoints/" + "x" * 300
+    cfg["_name_or_path"] = "/checkpoints/" + "x" * 300 + "/global_step_1000"
     hf = tmp_path / "config.json"
     hf.write_text(json.dumps(cfg))
-    assert_refused(run_cli(["predict", "--model", hf, "--cluster", "dgx-h100", "--fast"]),
-                   "error: model._name_or_path: names the model: must be at most 255 characters, got 313")
+    r = run_cli(["predict", "--model", hf, "--cluster", "dgx-h100", "--fast", "--json"])
+    assert r.code == 0, r.err
+    name = json.loads(r.out)["scenario"].split("@")[0]
+    assert len(name) == 255 and name.startswith("\u2026") and name.endswith("/global_step_1000")
 
 
 def test_a_cluster_named_after_long_pool_names_is_read(tmp_path):

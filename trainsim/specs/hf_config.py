@@ -223,6 +223,15 @@ def _refuse_non_booleans(d: Mapping) -> None:
             raise SpecError(f"model.{key}", f"must be true or false, got {d[key]!r}")
 
 
+def _model_name(name: str) -> str:
+    """The model's name from a config's ``_name_or_path``: save_pretrained writes the local checkpoint directory
+    there, which may run to PATH_MAX; past MAX_NAME_CHARS its end (the directory's own name) is kept behind an
+    ellipsis, as the name of the model rather than a refusal of a config transformers reads."""
+    if len(name) <= MAX_NAME_CHARS:
+        return name
+    return "\u2026" + name[-(MAX_NAME_CHARS - 1):]
+
+
 def model_from_hf(d: Mapping, name: str = "hf-model") -> dict:
     """Map a Hugging Face ``config.json`` of an allow-listed architecture (``HF_ARCHS``) to ModelSpec fields."""
     _refuse_non_booleans(d)
@@ -246,11 +255,8 @@ def model_from_hf(d: Mapping, name: str = "hf-model") -> dict:
     activation = _activation(d, arch)
     if not isinstance(_get(d, "_name_or_path", default=name), str):  # a model is named by text, not a repr
         raise SpecError("model._name_or_path", f"must be a string, got {d['_name_or_path']!r}")
-    if len(_get(d, "_name_or_path", default="")) > MAX_NAME_CHARS:  # the model's name (ModelSpec.name)
-        raise SpecError("model._name_or_path", f"names the model: must be at most {MAX_NAME_CHARS} characters, "
-                                               f"got {len(d['_name_or_path'])}")
     out: dict[str, Any] = {
-        "name": _get(d, "_name_or_path", default=name) or name,
+        "name": _model_name(_get(d, "_name_or_path", default=name) or name),
         "num_layers": layers, "hidden": hidden, "num_heads": heads,
         "num_kv_heads": _get(d, "num_key_value_heads", default=heads) if arch.gqa else heads,
         "ffn_hidden": _ffn_hidden(d, arch, hidden),
