@@ -464,3 +464,12 @@ def test_a_run_table_cell_is_a_plain_ascii_number(text, want):
     from trainsim.validation.cells import num
 
     assert num(text) == want
+
+
+@pytest.mark.parametrize("text, value", [("1,048,576", 1048576.0), ("-1,000.5", -1000.5), ("3,5", None),
+                                         ("23,04", None), ("1,0000", None), (",5", None), ("12.5", 12.5)])
+def test_a_table_cell_takes_commas_only_between_thousands(text, value):
+    """A comma separates groups of three digits; '3,5' (a decimal comma) or '23,04' are no number, not 35 or 2304
+    (10-1000x too large as published figures)."""
+    from trainsim.validation.cells import num
+    assert num(text) == value

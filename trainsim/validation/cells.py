@@ -17,6 +17,8 @@ _YES_NO = re.compile(r"^(yes|no|true|false)(?:\s*\(.*\))?$")
 
 
 PLAIN_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+# commas only between groups of three digits of the integer part ('1,048,576'; not '3,5' or '23,04')
+THOUSANDS = re.compile(r"[+-]?[0-9]{1,3}(,[0-9]{3})+(\.[0-9]*)?([eE][+-]?[0-9]+)?")
 
 
 def num(text: str | None) -> float | None:
@@ -24,7 +26,10 @@ def num(text: str | None) -> float | None:
     thousands commas, a point and an exponent -- not Python's wider float() ('1_6', full-width digits, 'inf')."""
     if text is None:
         return None
-    t = text.strip().replace(",", "")
+    t = text.strip()
+    if "," in t and not THOUSANDS.fullmatch(t):  # '3,5' is a decimal comma or a typo, not 35
+        return None
+    t = t.replace(",", "")
     if not PLAIN_NUMBER.fullmatch(t):
         return None
     v = float(t)
