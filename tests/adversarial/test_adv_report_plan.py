@@ -24,6 +24,8 @@ def plan_doc() -> dict:
     ("row", "tp", True), ("row", "tp", "2"), ("row", "micro_batch", 4.0), ("row", "sequence_parallel", 0),
     ("row", "recompute", 1), ("row", "dp_shard", "2"), ("request", "global_batch", 8.7),
     ("request", "seq_len", True), ("request", "seq_len", "128"),
+    ("request", "tokens", "abc"), ("request", "tokens", -5), ("request", "tokens", True),
+    ("request", "price_per_gpu_hour", "x"), ("request", "price_per_gpu_hour", -3),
 ])
 def test_a_plan_value_of_the_wrong_type_is_refused(tmp_path, plan_doc, where, key, value):
     doc = json.loads(json.dumps(plan_doc))

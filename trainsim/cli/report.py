@@ -184,7 +184,7 @@ def _positive(v, field: str, allow_none: bool = False, allow_zero: bool = False)
 def run(args: argparse.Namespace) -> int:
     # the engine loads on use: `trainsim` imports every subcommand's module to build its parser
     from trainsim.reports.html import write_report
-    from trainsim.reports.plan_file import scenario_from_plan
+    from trainsim.reports.plan_file import request_tokens_price, scenario_from_plan
     from trainsim.reports.whatif import ReportOptions, build_report
 
     t0 = time.perf_counter()
@@ -203,8 +203,9 @@ def run(args: argparse.Namespace) -> int:
                                     "file instead")
         scn = scenario_from_plan(plan_json, args.rank)
         request = plan_json.get("request", {}) if isinstance(plan_json.get("request"), dict) else {}
-        tokens = args.tokens or request.get("tokens")
-        price = args.price_per_gpu_hour if args.price_per_gpu_hour is not None else request.get("price_per_gpu_hour")
+        planned_tokens, planned_price = request_tokens_price(request)
+        tokens = args.tokens or planned_tokens
+        price = args.price_per_gpu_hour if args.price_per_gpu_hour is not None else planned_price
     else:
         scn = scenario_from_args(args)
         tokens, price = args.tokens, args.price_per_gpu_hour
