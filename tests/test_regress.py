@@ -140,3 +140,18 @@ def test_bad_baseline_and_suite_exit_2(suite, tmp_path, standin, capsys):
     assert main(["regress", "--suite", str(suite), "--baseline", str(junk)]) == 2
     err = capsys.readouterr().err
     assert "suite[broken.yaml]" in err and err.count("\n") == 2
+
+
+@pytest.mark.parametrize("where", ["scenario", "inside", "list"])
+def test_update_never_writes_over_the_suite(suite, tmp_path, standin, capsys, where):
+    """--update writes a baseline neither over one of the suite's scenarios or its list, nor as a .json inside the
+    suite directory (every later run would read it as a scenario and fail)."""
+    lst = tmp_path / "list.yaml"
+    lst.write_text("- suite/a.yaml\n")
+    given, target = {"scenario": (suite, suite / "a.yaml"), "inside": (suite, suite / "base.json"),
+                     "list": (lst, lst)}[where]
+    before = target.read_text() if target.exists() else None
+    assert main(["regress", "--suite", str(given), "--baseline", str(target), "--update"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: baseline: "), err
+    assert (target.read_text() if target.exists() else None) == before

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from trainsim.cli.common import float_range
+from trainsim.specs import SpecError
 from trainsim.specs.safe_write import check_output_path
 
 
@@ -33,11 +35,13 @@ def run(args: argparse.Namespace) -> int:
         render_comparison,
         save_baseline,
         snapshot,
+        suite_paths,
     )
     from trainsim.validation.validate import default_predict_fn
 
-    if args.update:
-        check_output_path(args.baseline, "baseline")  # before a minute of predictions, not after
+    if args.update:  # before a minute of predictions, not after
+        check_output_path(args.baseline, "baseline", inputs=[args.suite, *(p for _, p in suite_paths(args.suite))])
+        _check_outside_suite(args.baseline, args.suite)
     scenarios = load_suite(args.suite)
     baseline = None if args.update else load_baseline(args.baseline)
     options = {"fast": bool(args.fast)}
@@ -52,3 +56,13 @@ def run(args: argparse.Namespace) -> int:
     cmp = compare(baseline, current, rtol=args.rtol)
     sys.stdout.write(render_comparison(cmp, args.rtol))
     return 0 if cmp.ok else 1
+
+
+def _check_outside_suite(baseline: str, suite: str) -> None:
+    """A baseline written as a scenario file (.yaml/.yml/.json) inside a suite directory would be read as one of its
+    scenarios by every later run: refused."""
+    from trainsim.validation.regress import SCENARIO_SUFFIXES
+    b, s = Path(baseline).resolve(), Path(suite).resolve()
+    if s.is_dir() and b.suffix.lower() in SCENARIO_SUFFIXES and s in b.parents:
+        raise SpecError("baseline", f"{baseline} lies inside the suite directory {suite}, whose every "
+                                    f"{', '.join(sorted(SCENARIO_SUFFIXES))} file is a scenario: write it elsewhere")
