@@ -516,3 +516,16 @@ def test_an_empty_size_cell_takes_the_default():
 def test_a_link_rate_inside_a_remark_is_placed_by_the_words_after_it():
     """'400Gb/s (Mellanox CX-7) per GPU': the remark does not cut the rate off its 'per GPU'."""
     assert _link("400Gb/s (Mellanox CX-7) per GPU, RDMA fabric") == (8, pytest.approx(50e9))
+
+
+@pytest.mark.parametrize("line, cells", [("r1,1,024,4096", 4), ("r1,8", 2)])
+def test_a_row_with_more_or_fewer_cells_than_the_header_is_refused(tmp_path, line, cells):
+    """An unquoted 1,024 shifts every later column into the wrong one (a row cut short drops its last columns):
+    the file is refused naming the row, not read with its cells under other names."""
+    from trainsim.specs import SpecError
+    from trainsim.specs.safe_read import read_csv_rows
+    f = tmp_path / "runs.csv"
+    f.write_text(f"row_id,num_gpus,seq_len\n{line}\n")
+    with pytest.raises(SpecError) as e:
+        read_csv_rows(f, "dataset")
+    assert f"row 2 has {cells} cells, the header 3" in e.value.reason

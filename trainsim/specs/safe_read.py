@@ -400,6 +400,11 @@ def read_csv_rows(path: str | os.PathLike, field: str, max_bytes: int = 16 * 102
         rows = list(reader)
         while rows and _blank(rows[-1]):  # a spreadsheet's trailing lines of bare commas are no rows
             rows.pop()
+        for line, row in enumerate(rows, 2):  # an unquoted comma in a cell shifts every later column
+            if None in row or None in row.values():
+                n = len(header) + len(row.get(None) or ()) - sum(v is None for v in row.values())
+                raise SpecError(field, f"{path}: row {line} has {n} cells, the header {len(header)} (an unquoted "
+                                       "comma in a cell, such as 1,024, shifts every later column: quote it)")
         bad = next(_control_cells(header, rows), None)
         if bad is not None:
             line, column, cell = bad
