@@ -373,3 +373,12 @@ def test_compile_column_sets_training_compile(dataset, raw_rows):
         if c.scenario is not None:  # rows skipped for a named reason have no scenario
             assert c.scenario.training.compile == (r["row_id"] in compiled)
         assert "torch.compile" not in (r["unmodelled"] or "")
+
+
+@pytest.mark.parametrize("peak", ["84377", "200"])
+def test_a_peak_above_the_gpus_memory_is_skipped_with_the_reason(raw_rows, peak):
+    """A run that held more than its GPU has did not run: a MiB figure typed as GiB (84377) or another part's figure
+    is skipped naming the column, not compared as a prediction error."""
+    row = dict(raw_rows[0], peak_memory_gib=peak)
+    case = memory_case(row)
+    assert case.scenario is None and case.skip_reason.startswith(f"peak_memory_gib: {peak} GiB exceeds the")

@@ -147,6 +147,11 @@ def memory_case(r: dict) -> Case:
         return Case(rid, label, published, skip_reason=f"not representable: {e}")
     label = _label(r, raw, metric)
     scenario, why = scenario_or_skip(raw, rid)
+    if scenario is not None and published * GiB > scenario.cluster.gpu.memory_bytes:
+        # a run that held more than its GPU has did not run: a unit slip (MiB as GiB) or another part
+        why = (f"peak_memory_gib: {published:g} GiB exceeds the {scenario.cluster.gpu.memory_bytes / GiB:g} GiB of "
+               f"{scenario.cluster.gpu.name} (a unit slip, or a GPU of more memory: state gpu_memory_gib)")
+        scenario = None
     category = CATEGORY.get(raw["training"]["framework"], raw["training"]["framework"])
     if category == "DeepSpeed":
         category += f" ZeRO-{raw['training']['zero']}"
