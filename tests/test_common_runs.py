@@ -529,3 +529,25 @@ def test_a_row_with_more_or_fewer_cells_than_the_header_is_refused(tmp_path, lin
     with pytest.raises(SpecError) as e:
         read_csv_rows(f, "dataset")
     assert f"row 2 has {cells} cells, the header 3" in e.value.reason
+
+
+def test_a_zero_bubble_row_without_its_throughput_stays_listed_as_skipped(tmp_path):
+    """A zero-bubble-shaped row whose samples_per_gpu_per_s cannot be read stays in the dataset with a skip reason
+    naming the column (it vanished from both the rows and the skipped list)."""
+    import csv
+
+    from trainsim.data import validation_path
+    from trainsim.validation.zero_bubble import load_zero_bubble
+    src = validation_path("zero_bubble_2024.csv")
+    with open(src, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    rows = [r for r in rows if not r.get("skip_reason")][:2]
+    rows[1]["samples_per_gpu_per_s"] = "abc"
+    out = tmp_path / "zb.csv"
+    with open(out, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    cases = {c.row_id: c for c in load_zero_bubble(out, name="zb").cases}
+    assert len(cases) == 2 and cases[rows[1]["row_id"]].skip_reason == "samples_per_gpu_per_s: not a positive number"
+    assert cases[rows[0]["row_id"]].skip_reason is None

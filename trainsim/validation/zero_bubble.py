@@ -26,7 +26,10 @@ def load_zero_bubble(path: Path | None = None, *, name: str = "zero-bubble") -> 
     path = path or validation_path("zero_bubble_2024.csv")
     samples = {r["row_id"]: _num(r.get("samples_per_gpu_per_s")) for r in read_rows(path)}
     runs = load_common_runs(path, name=name, secondary=lambda r: ({}, {})).cases
-    cases = [dataclasses.replace(c, published=samples[c.row_id]) for c in runs if samples.get(c.row_id) is not None]
+    cases = [dataclasses.replace(c, published=samples[c.row_id]) if (samples.get(c.row_id) or 0) > 0
+             else dataclasses.replace(c, published=float("nan"), scenario=None,
+                                      skip_reason=c.skip_reason or "samples_per_gpu_per_s: not a positive number")
+             for c in runs]
     notes = (
         ("metric: samples/s per GPU (Table 4, measured). The hardware is stated (A100 SXM 80GB, 8 per node, "
         "RoCE RDMA, up to 4 nodes) but the software stack is the authors' Megatron fork, so the secondary "
