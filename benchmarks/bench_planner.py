@@ -2,7 +2,7 @@
 DeepSeek-V3 on 512 H100 (a fine-grained MoE space with uneven pipeline splits and expert-TP folding),
 and the README's main job (`trainsim report examples/llama3-70b-h100.yaml`). Prints wall time, CPU time and
 how many layouts each stage of the search handled. Target: the 405B plan in <= 30 s on this 2-core machine; its
-space with ZeRO-2/3 beside pipeline stages takes 77.3 s with one worker (README, Speed), over the target.
+space with ZeRO-2/3 beside pipeline stages takes 82.5 s with one worker (README, Speed), over the target.
 ``--tensors-only`` times just the per-tensor-heavy pair: Qwen3-30B-A3B (128 experts x 48 layers: tens of
 thousands of parameter tensors per rank, param_tensors.py) and Llama 3 8B on 16 H100 at tp = 2 (the CLI's
 ``plan --model qwen3-30b-a3b --gpus 16 --global-batch 64 --seq-len 4096 --tp 2 --etp 2 --top 2``).
