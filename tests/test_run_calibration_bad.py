@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import json
 from pathlib import Path
 
@@ -151,3 +153,15 @@ def test_profile_of_another_schema(tmp_path, capsys):
     code = main(["predict", "--model", "tiny-gpt", "--cluster", "dgx-a100", "--seq-len", "256", "--calibration", str(prof)])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "schema_version" in err and str(prof) in err
+
+
+def test_a_run_no_plausible_factor_explains_is_refused(tmp_path, capsys):
+    """Iteration times in seconds where Megatron prints milliseconds (x1000): no factor within its prior fits the run,
+    so no profile is written carrying a factor at its bound into every prediction."""
+    text = (RUNS / "megatron_gpt1p3b_8xa100.log").read_text()
+    slow = re.sub(r"(elapsed time per iteration \(ms\): )([0-9.]+)",
+                  lambda m: f"{m.group(1)}{float(m.group(2)) * 1000:.1f}", text)
+    log = tmp_path / "slow.log"
+    log.write_text(slow)
+    err = _run(tmp_path, [str(log), "--cluster", "dgx-a100"], capsys)
+    assert err.startswith("error: from_runs: run ") and "beyond the x3 of any published run" in err

@@ -42,6 +42,7 @@ def run_from_runs(args: argparse.Namespace, out: Path) -> int:
     runs = load_runs(args.from_runs, args.config, args.cluster)
     measured = base if base is not None and base.has_measurements() else None
     cal = fit_runs(runs, engine_predict_log(measured), leave_one_out=not args.no_loo)
+    _check_explained(cal)
     profile = (base or CalibrationProfile(fingerprint=Fingerprint(device="imported", device_name="measured runs",
                                                                    command="trainsim calibrate --from-runs")))
     profile = profile.model_copy(update={"run_calibration": cal, "schema_version": 4, "source_path": None})
@@ -51,6 +52,22 @@ def run_from_runs(args: argparse.Namespace, out: Path) -> int:
     else:
         print(render(cal, out))
     return 0
+
+
+# A fitted run this far from its prediction (either way) is no calibration: the uncalibrated model's worst error on
+# the bundled published runs is x2.83 (nemo mb_254, +183 %), so a factor of 3 left after fitting says the run's
+# figures (units, layout, batch) are not what it ran.
+MAX_FITTED_RATIO = 3.0
+
+
+def _check_explained(cal) -> None:
+    """SpecError naming the first run no factor within its prior explains (``MAX_FITTED_RATIO``): a profile fitted
+    to it would carry a factor at its bound into every prediction."""
+    for r in cal.runs:
+        if abs(r.log_residual) > math.log(MAX_FITTED_RATIO):
+            raise SpecError("from_runs", f"run {r.name}: measured {r.measured_step_s:.4g} s against {r.predicted_after_s:.4g} s "
+                                         f"after fitting (x{math.exp(abs(r.log_residual)):.3g} apart, beyond the "
+                                         f"x{MAX_FITTED_RATIO:g} of any published run): check its time unit, layout and batch")
 
 
 def render(cal, out: Path) -> str:
