@@ -164,3 +164,25 @@ def test_a_run_no_plausible_factor_explains_is_refused(tmp_path, capsys):
     log.write_text(slow)
     err = _run(tmp_path, [str(log), "--cluster", "dgx-a100"], capsys)
     assert err.startswith("error: from_runs: run ") and "beyond the x3 of any published run" in err
+
+
+def test_a_log_of_two_runs_is_refused(tmp_path, capsys):
+    """Two Megatron runs in one file (a restart, or logs concatenated) were read as one: the first arguments block
+    with the median of both runs' times. The second block is refused by its line; so is a restarted counter."""
+    text = (RUNS / "megatron_gpt1p3b_8xa100.log").read_text()
+    log = tmp_path / "two.log"
+    log.write_text(text + text)
+    err = _run(tmp_path, [str(log), "--cluster", "dgx-a100"], capsys)
+    assert "a second arguments block" in err
+    iters = [ln for ln in text.splitlines() if "elapsed time per iteration" in ln]
+    log.write_text(text + "\n".join(iters) + "\n")
+    err = _run(tmp_path, [str(log), "--cluster", "dgx-a100"], capsys)
+    assert "one log holds one run" in err and "iteration" in err
+
+
+def test_a_torchtitan_log_of_two_runs_is_refused(tmp_path, capsys):
+    text = (RUNS / "torchtitan_llama3_8b_8xh100.log").read_text()
+    log = tmp_path / "two.log"
+    log.write_text(text + text)
+    err = _run(tmp_path, [str(log), "--config", str(RUNS / "llama3_8b.toml"), "--cluster", "dgx-h100"], capsys)
+    assert "one log holds one run" in err

@@ -110,6 +110,10 @@ def megatron_args(path: Path, lines: list[str]) -> tuple[dict[str, str], dict[st
     args, where = {}, {}
     for i in range(start + 1, len(lines)):
         if ARGS_END.match(lines[i]):
+            again = next((j for j in range(i + 1, len(lines)) if ARGS_START.match(lines[j])), None)
+            if again is not None:  # a second run (a restart, or two logs concatenated): its settings and times differ
+                raise _err(path, again + 1, "arguments", "a second arguments block: one log holds one run (split "
+                                                         "it at this line)")
             return args, where
         m = ARG_LINE.match(lines[i])
         if m is None:
@@ -317,6 +321,9 @@ def megatron_step(path: Path, lines: list[str], gbs: int) -> tuple[float, int]:
             ms = float(text)
         except ValueError:
             raise _err(path, i + 1, "elapsed time per iteration (ms)", f"{text!r} is not a number") from None
+        if points and int(m.group(1)) < points[-1][1]:  # the counter restarted: another run in the same file
+            raise _err(path, i + 1, "iteration", f"iteration {m.group(1)} follows iteration {points[-1][1]}: one log "
+                                                 "holds one run")
         points.append((i + 1, int(m.group(1)), ms / 1e3))
     if not points:
         raise _err(path, None, "elapsed time per iteration (ms)", "no 'iteration N/M | ... elapsed time per "

@@ -90,6 +90,10 @@ def mesh_of_log(path: Path, lines: list[str]) -> tuple[int, dict[str, int], int]
                 raise _err(path, i + 1, "device mesh", f"unreadable sizes {m.group(3)!r}") from None
             if len(names) != len(sizes):
                 raise _err(path, i + 1, "device mesh", "names and sizes differ in number")
+            again = next((j for j in range(i + 1, len(lines)) if MESH.search(lines[j])), None)
+            if again is not None:  # a second run (a restart, or two logs concatenated)
+                raise _err(path, again + 1, "device mesh", "a second device-mesh line: one log holds one run "
+                                                           "(split it at this line)")
             world = 1
             for s in sizes:
                 world *= s
@@ -136,6 +140,8 @@ def titan_step(log: Path, lines: list[str], tokens_per_device_step: float) -> tu
             raise _err(log, i + 1, "tps", f"{m.group(2)!r} is not a number") from None
         if not tps > 0:
             raise _err(log, i + 1, "tps", f"{m.group(2)} is not a positive rate")
+        if points and int(m.group(1)) < points[-1][1]:  # the step counter restarted: another run in the same file
+            raise _err(log, i + 1, "step", f"step {m.group(1)} follows step {points[-1][1]}: one log holds one run")
         points.append((i + 1, int(m.group(1)), tokens_per_device_step / tps))
     if not points:
         raise _err(log, None, "tps", "no 'step: N ... tps: T' line (torchtitan's metrics log)")
