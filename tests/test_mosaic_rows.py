@@ -42,3 +42,13 @@ def test_the_consistent_row_is_costed_as_stated(tmp_path):
 def test_a_contradicting_cell_skips_the_row_naming_it(tmp_path, change, column, value):
     why = cases(tmp_path, {"bad": change})["bad"].skip_reason
     assert why and why.startswith(column) and value in why, why
+
+
+def test_a_per_gpu_throughput_in_the_total_column_skips_the_row(tmp_path):
+    """The total and per-GPU throughput columns must agree (to a rounded digit per GPU): a per-GPU figure in the total
+    column was validated as a -99.8 % row; the row is skipped naming both columns."""
+    path = write_rows(tmp_path / "mosaic.csv", {**ROW, "throughput_tok_per_s_per_gpu": "3125"},
+                      {"ok": {}, "bad": {"throughput_tok_per_s": "3125"}})
+    c = {x.row_id: x for x in load_mosaic(path, name="m").cases}
+    assert c["ok"].skip_reason is None
+    assert c["bad"].skip_reason.startswith("throughput_tok_per_s: 3125 is not throughput_tok_per_s_per_gpu x num_gpus")

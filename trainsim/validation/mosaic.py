@@ -120,6 +120,10 @@ def _mosaic_case(r: dict) -> Case:
                                                        f"{', '.join(MOSAIC_PRECISIONS)}")
     if why := _layout_disagreement(r, gpus, mbs, accum):
         return Case(rid, label, published, skip_reason=why)
+    per_gpu = _num(r.get("throughput_tok_per_s_per_gpu"))
+    if per_gpu is not None and abs(per_gpu * gpus - published) > 0.01 * published + gpus:  # + a rounded digit each
+        return Case(rid, label, published, skip_reason=f"throughput_tok_per_s: {published:g} is not "
+                                                       f"throughput_tok_per_s_per_gpu x num_gpus = {per_gpu:g} x {gpus}")
     if gpu not in mosaic_clusters():
         return Case(rid, label, published, skip_reason=f"no cluster for GPU {gpu!r}")
     if preset("models", size) is None:

@@ -103,6 +103,25 @@ def check_intra_node(r: dict, kind: str) -> None:
         raise SpecError("intra_node", f"{text!r} is not the preset's {kind} scale-up fabric")
 
 
+def _row_disagreement(r: dict, size: float, busbw: float, n: int, link_Bps: float) -> str | None:
+    """Why a row's redundant columns contradict one another, or None: the size label (nccl-tests prints powers of
+    two rounded, '65K' for 64 KiB) more than 10 % from msg_size_bytes read as binary or as decimal units; algbw
+    x 2(n-1)/n more than 2 % (plus the last printed digit) from busbw; a busbw above twice the GPU's NVLink rate
+    (NVLink SHARP reduces in the switch, halving what each GPU sends: no all-reduce goes faster)."""
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([KMGT]?)i?B?\s*", r.get("msg_size_label") or "", re.IGNORECASE)
+    if m and (r.get("msg_size_label") or "").strip():
+        v, unit = float(m.group(1)), m.group(2).upper()
+        power = "KMGT".find(unit) + 1  # '' (bytes) -> 0
+        if not any(abs(v * base ** power / size - 1) <= 0.10 for base in (1024, 1000)):
+            return f"msg_size_label {r.get('msg_size_label')!r} is not msg_size_bytes {size:g}"
+    algbw = _num(r.get("algbw_GBps"))
+    if algbw is not None and abs(algbw * 2 * (n - 1) / n - busbw) > 0.02 * busbw + 0.01:
+        return f"busbw_GBps {busbw:g} is not algbw_GBps {algbw:g} x 2(n-1)/n for n={n}"
+    if busbw * 1e9 > 2 * link_Bps:
+        return f"busbw_GBps {busbw:g} exceeds twice the GPU's NVLink rate ({link_Bps / 1e9:g} GB/s): no all-reduce is that fast"
+    return None
+
+
 def load_nccl(path: Path | None = None, *, name: str = "nccl") -> Dataset:
     """nccl-tests all-reduce busbw-vs-size curves (single nodes), predicted with the collective cost model."""
     rows = read_rows(path or validation_path("nccl_busbw.csv"))
@@ -137,6 +156,9 @@ def load_nccl(path: Path | None = None, *, name: str = "nccl") -> Dataset:
             continue
         if nodes * gpn != n:
             cases.append(Case(rid, label, busbw, skip_reason="inconsistent node count"))
+            continue
+        if why := _row_disagreement(r, size, busbw, n, cluster.scale_up.bw_per_gpu_Bps):
+            cases.append(Case(rid, label, busbw, skip_reason=why))
             continue
         size_class = "< 1 MB" if size < 2**20 else ("1-64 MB" if size < 64 * 2**20 else ">= 64 MB")
         # Azure's runner drives every GPU of the node from one thread: ``all_reduce_perf ... -g <num_gpus>``
