@@ -551,3 +551,19 @@ def test_a_zero_bubble_row_without_its_throughput_stays_listed_as_skipped(tmp_pa
     cases = {c.row_id: c for c in load_zero_bubble(out, name="zb").cases}
     assert len(cases) == 2 and cases[rows[1]["row_id"]].skip_reason == "samples_per_gpu_per_s: not a positive number"
     assert cases[rows[0]["row_id"]].skip_reason is None
+
+
+@pytest.mark.parametrize("cells, column", [
+    ({"step_time_s": "", "tokens_per_s": "297214", "global_batch_tokens": "1048576"}, "global_batch_tokens"),
+    ({"step_time_s": "3.528", "tokens_per_s": "1", "global_batch_tokens": ""}, "step_time_s"),
+    ({"step_time_s": "", "tokens_per_s": "1007", "tokens_per_s_per_gpu": "1007"}, "tokens_per_s"),
+])
+def test_throughput_columns_that_contradict_each_other_skip_the_row(tmp_path, cells, column):
+    """Redundant throughput columns that disagree beyond rounding (2 %) were read one way and the contradiction
+    reported as model error: the row is skipped naming the column."""
+    row = {**LLAMA_ROW, "row_id": "bad", **cells}
+    ok = {**LLAMA_ROW, "row_id": "ok", "step_time_s": "", "global_batch_tokens": "",
+          "tokens_per_s": f"{2048 * 8192 / 6.7:.0f}", "tokens_per_s_per_gpu": f"{2048 * 8192 / 6.7 / 16384:.2f}"}
+    cases = load_runs(tmp_path, [row, ok])
+    assert cases["ok"].skip_reason is None
+    assert cases["bad"].skip_reason and cases["bad"].skip_reason.startswith(f"{column}: "), cases["bad"].skip_reason

@@ -239,6 +239,8 @@ def _common_run_case_checked(r: dict, blind: bool, rid: str, secondary_fn: Secon
     if published is None:
         return Case(rid, label, float("nan"), skip_reason="step_time_s: no positive step time (nor tokens/s, nor "
                                                           "TFLOP/s on a known tflops_basis)")
+    if why := common_runs.throughput_disagreement(r):
+        return Case(rid, label, published, skip_reason=why)
     if not shape_ok:
         return Case(rid, label, published, skip_reason="layers, hidden, heads, num_gpus, global_batch_seqs: "
                                                        "each must be a positive whole number")

@@ -411,6 +411,24 @@ def published_step_time(r: dict) -> float | None:
     return tokens / tps if tokens and tps and tokens > 0 and tps > 0 else None
 
 
+def throughput_disagreement(r: dict) -> str | None:
+    """Why a row's redundant throughput columns contradict one another, or None: global_batch_tokens against
+    global_batch_seqs x seq_len, step_time_s against tokens per batch / tokens_per_s, tokens_per_s against
+    tokens_per_s_per_gpu x num_gpus -- each to 2 % (sources round their printed figures)."""
+    seqs, seq, gpus = integer(r.get("global_batch_seqs")), integer(r.get("seq_len")), integer(r.get("num_gpus"))
+    tokens, step, tps = num(r.get("global_batch_tokens")), num(r.get("step_time_s")), num(r.get("tokens_per_s"))
+    per_gpu = num(r.get("tokens_per_s_per_gpu"))
+    pairs = [("global_batch_tokens", tokens, "global_batch_seqs x seq_len", seqs * seq if seqs and seq else None),
+             ("tokens_per_s", tps, "tokens_per_s_per_gpu x num_gpus", per_gpu * gpus if per_gpu and gpus else None)]
+    batch = tokens or (seqs * seq if seqs and seq else None)
+    rate = tps or pairs[1][3]
+    pairs.append(("step_time_s", step, "tokens per batch / tokens per s", batch / rate if batch and rate else None))
+    for name, value, other, derived in pairs:
+        if value and derived and value > 0 and derived > 0 and abs(value / derived - 1) > 0.02:
+            return f"{name}: {value:g} is not {other} = {derived:.4g}"
+    return None
+
+
 def is_run_row(r: dict) -> bool:
     """A measured run (its step time, printed or from tokens/s, is checked by the caller)."""
     return r.get("record_type") in RUN_RECORD_TYPES
