@@ -109,6 +109,8 @@ CASES = [
      "nccl_version"),
     ("nccl-version-four-parts", ["collective", "--cluster", "dgx-h100", "--sizes", "1M", "--nccl-version", "2.19.0.1"],
      "nccl_version"),
+    ("dataset-separated-by-semicolons", ["validate", "--dataset", f("semicolon-separated.csv")],
+     "separated by commas, not ';'s"),
     ("regress-baseline-is-a-directory", ["regress", "--baseline", str(BAD)], "is a directory, not a file"),
     ("trace-to-stdout", P + L8 + ["--trace", "-"], "trace: '-' (standard output)"),
     ("moe-load-cv-at-ep-1", P + ["--model", "mixtral-8x7b", "--cluster", "dgx-h100", "--gpus", "16", "--tp", "2",

@@ -161,7 +161,9 @@ def _load_csv_dataset(p: Path) -> Dataset:
     if not rows:
         raise SpecError("dataset", f"{p} has no rows")
     if "row_id" not in cols:
-        raise SpecError("dataset", f"{p} has no row_id column")
+        hint = next((f" (its header holds {name}: the columns are separated by commas, not {name}s)"
+                     for sep, name in ((";", "';'"), ("\t", "a tab")) if any(sep in c for c in cols)), "")
+        raise SpecError("dataset", f"{p} has no row_id column{hint}")
     check_row_ids(p, rows)
     if {"throughput_tok_per_s", "fsdp_sharding_strategy"} <= cols:
         return load_mosaic(p, name=p.stem)
