@@ -567,3 +567,11 @@ def test_throughput_columns_that_contradict_each_other_skip_the_row(tmp_path, ce
     cases = load_runs(tmp_path, [row, ok])
     assert cases["ok"].skip_reason is None
     assert cases["bad"].skip_reason and cases["bad"].skip_reason.startswith(f"{column}: "), cases["bad"].skip_reason
+
+
+def test_an_overlong_number_is_named_by_its_length():
+    """A 5,000-digit cell overflows to inf: the skip reason names the column and the cell's length (the cell itself,
+    printed whole, left the reason without its value on screen)."""
+    from trainsim.validation.dataset_checks import row_range_errors
+    why = row_range_errors([{"row_id": "r", "layers": "4" * 5000}])["r"]
+    assert why == "layers: must be a finite number >= 0, got a number of 5000 characters (444444444444...)"

@@ -34,7 +34,9 @@ def row_range_errors(rows: list[dict[str, str]]) -> dict[str, str]:
                 continue
             v = _number(cell) if isinstance(cell, str) and cell.strip() else None
             if v is not None and (not math.isfinite(v) or v < 0):
-                out.setdefault(rid, f"{col}: must be a finite number >= 0, got {cell.strip()}")
+                text = cell.strip()
+                shown = text if len(text) <= 40 else f"a number of {len(text)} characters ({text[:12]}...)"
+                out.setdefault(rid, f"{col}: must be a finite number >= 0, got {shown}")
                 break
     return out
 
