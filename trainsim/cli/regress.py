@@ -39,7 +39,8 @@ def run(args: argparse.Namespace) -> int:
     )
     from trainsim.validation.validate import default_predict_fn
 
-    if args.update:  # before a minute of predictions, not after
+    if args.update:  # before a minute of predictions, not after; the path itself first, then against the suite
+        check_output_path(args.baseline, "baseline")
         check_output_path(args.baseline, "baseline", inputs=[args.suite, *(p for _, p in suite_paths(args.suite))])
         _check_outside_suite(args.baseline, args.suite)
     scenarios = load_suite(args.suite)
