@@ -388,8 +388,10 @@ def read_structured(path: str | os.PathLike, field: str, max_bytes: int = MAX_IN
     return parse_by_suffix(read_text(path, field, max_bytes), path, field)
 
 
-def read_csv_rows(path: str | os.PathLike, field: str, max_bytes: int = 16 * 1024 * 1024) -> list[dict[str, str]]:
-    """Rows of a CSV file with a header; a column named twice is refused (the last would silently win)."""
+def read_csv_rows(path: str | os.PathLike, field: str, max_bytes: int = 16 * 1024 * 1024, *,
+                  ragged: bool = False) -> list[dict[str, str]]:
+    """Rows of a CSV file with a header; a column named twice is refused (the last would silently win), and so is a
+    row of more or fewer cells than the header unless ``ragged`` (a reader that skips such rows one by one)."""
     text = read_text(path, field, max_bytes).removeprefix("\ufeff")  # Excel's "CSV UTF-8" starts with a BOM
     try:
         reader = csv.DictReader(io.StringIO(text, newline=""))
@@ -400,7 +402,7 @@ def read_csv_rows(path: str | os.PathLike, field: str, max_bytes: int = 16 * 102
         rows = list(reader)
         while rows and _blank(rows[-1]):  # a spreadsheet's trailing lines of bare commas are no rows
             rows.pop()
-        for line, row in enumerate(rows, 2):  # an unquoted comma in a cell shifts every later column
+        for line, row in enumerate(() if ragged else rows, 2):  # an unquoted comma shifts every later column
             if None in row or None in row.values():
                 n = len(header) + len(row.get(None) or ()) - sum(v is None for v in row.values())
                 raise SpecError(field, f"{path}: row {line} has {n} cells, the header {len(header)} (an unquoted "

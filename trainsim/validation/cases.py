@@ -97,14 +97,15 @@ class Dataset:
 # --- helpers ---------------------------------------------------------------------------------------
 
 @memoised(maxsize=32)
-def _csv_rows(path: Path) -> tuple[dict[str, str], ...]:
-    return tuple(read_csv_rows(path, "dataset"))
+def _csv_rows(path: Path, ragged: bool = False) -> tuple[dict[str, str], ...]:
+    return tuple(read_csv_rows(path, "dataset", ragged=ragged))
 
 
-def read_rows(path: Path) -> list[dict[str, str]]:
-    """The rows of a dataset CSV (the safe reader; SpecError naming 'dataset' on a bad file), each a fresh dict.
+def read_rows(path: Path, *, ragged: bool = False) -> list[dict[str, str]]:
+    """The rows of a dataset CSV (the safe reader; SpecError naming 'dataset' on a bad file), each a fresh dict;
+    ``ragged``: rows of more or fewer cells than the header are kept for the caller to skip (else refused).
     The file is read once per memo scope (``load_dataset`` opens one: its loader and its range checks share it)."""
-    return [dict(r) for r in _csv_rows(Path(path))]
+    return [dict(r) for r in _csv_rows(Path(path), ragged)]
 
 
 def scenario_or_skip(raw: dict, name: str) -> tuple[Scenario | None, str | None]:

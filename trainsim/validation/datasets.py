@@ -129,7 +129,7 @@ def load_dataset(name_or_path: str) -> Dataset:
     if not p.is_file():
         raise SpecError("dataset", f"unknown dataset {name_or_path!r}{did_you_mean(name_or_path, DATASETS)} "
                                    f"(known: {', '.join(DATASETS)}; or a CSV path)")
-    rows = read_rows(p)
+    rows = read_rows(p, ragged=True)  # the vTrain reader skips a ragged row by itself; every other refuses the file
     cols = set(rows[0]) if rows else set()
     if vtrain.is_vtrain_raw(cols):  # a vTrain repository table as published; range reasons name its columns
         if "row_id" in cols:  # a table with ids of its own keeps them: each must name one row

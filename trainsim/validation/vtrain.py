@@ -213,7 +213,7 @@ def load_vtrain(path: Path, *, name: str = "vtrain", rows: list[dict[str, str]] 
     """The vTrain rows of ``path`` (or ``rows`` already in this adapter's columns, e.g. ``from_raw``'s) as a Dataset
     (module docstring for every choice); the title and notes say what the rows hold (one node or several, their
     sequence lengths)."""
-    rows = read_rows(path) if rows is None else rows
+    rows = read_rows(path, ragged=True) if rows is None else rows
     cases = tuple(_vtrain_case(r) for r in rows)
     scenarios = [c.scenario for c in cases if c.scenario is not None]
     seqs = sorted({s.training.seq_len for s in scenarios}) or [VTRAIN_SEQ]
