@@ -155,3 +155,23 @@ def test_update_never_writes_over_the_suite(suite, tmp_path, standin, capsys, wh
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: baseline: "), err
     assert (target.read_text() if target.exists() else None) == before
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda d: d["scenarios"]["a.yaml"].update(fits=1), "baseline.scenarios.a.yaml.fits"),
+    (lambda d: d["scenarios"]["a.yaml"].update(step_time_s=True), "baseline.scenarios.a.yaml.step_time_s"),
+    (lambda d: d.update(options={"fast": "yes"}), "baseline.options"),
+    (lambda d: d.update(options={"fast": False, "tol": 1}), "baseline.options"),
+])
+def test_a_hand_edited_baseline_of_other_types_is_refused(suite, tmp_path, standin, capsys, edit, field):
+    """fits 1 compared equal to true, a boolean step time to 1.0, and unknown or mistyped options were ignored: each
+    is refused naming the key."""
+    base = tmp_path / "base.json"
+    assert main(["regress", "--suite", str(suite), "--baseline", str(base), "--update"]) == 0
+    doc = json.loads(base.read_text())
+    edit(doc)
+    base.write_text(json.dumps(doc))
+    capsys.readouterr()
+    assert main(["regress", "--suite", str(suite), "--baseline", str(base)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: {field}: "), err

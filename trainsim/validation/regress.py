@@ -160,8 +160,15 @@ def load_baseline(path: str | os.PathLike) -> dict[str, Any]:
         if not isinstance(metrics, dict):
             raise SpecError(f"baseline.scenarios.{name}", f"must be a mapping of metrics, got {type(metrics).__name__}")
         for metric, value in metrics.items():
-            if not isinstance(value, (int, float)) or (isinstance(value, float) and not math.isfinite(value)):
+            if METRIC_UNITS.get(metric) == "bool":
+                if not isinstance(value, bool):  # 1 would compare equal to true
+                    raise SpecError(f"baseline.scenarios.{name}.{metric}", f"must be true or false, got {value!r}")
+            elif (isinstance(value, bool) or not isinstance(value, (int, float))
+                  or (isinstance(value, float) and not math.isfinite(value))):
                 raise SpecError(f"baseline.scenarios.{name}.{metric}", f"must be a finite number, got {value!r}")
+    options = data.get("options", {})
+    if not isinstance(options, dict) or set(options) - {"fast"} or not all(isinstance(v, bool) for v in options.values()):
+        raise SpecError("baseline.options", f"must be {{fast: true|false}} as --update writes it, got {options!r}")
     return data
 
 
