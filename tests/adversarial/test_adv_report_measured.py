@@ -21,11 +21,13 @@ RUN = json.loads(MEASURED.read_text())
     ([TINY], ("micro_batch", 1), "measured.layout.micro_batch"),
     ([TINY], ("schedule", "gpipe"), "measured.layout.schedule"),
     ([TINY], ("sequence_parallel", 0), "measured.layout.sequence_parallel"),
+    ([TINY], ("world_size", None), "measured.world_size: missing"),   # a result that cannot be matched
+    ([TINY], ("layout", None), "measured.layout: missing"),
 ])
 def test_a_run_of_another_scenario_is_refused(tmp_path, scenario, edit, field):
     doc = copy.deepcopy(RUN)
     if edit is not None:
-        (doc if edit[0] == "world_size" else doc["layout"])[edit[0]] = edit[1]
+        (doc if edit[0] in ("world_size", "layout") else doc["layout"])[edit[0]] = edit[1]
     f = tmp_path / "run.json"
     f.write_text(json.dumps(doc))
     r = run_cli(["report", *scenario, "--measured", f, "--no-plan", "--out", tmp_path / "r"])

@@ -126,6 +126,10 @@ def check_measured_matches(measured: dict, scn) -> None:
     """The executed run is the report's scenario: its world size and layout (as `execute --json` writes them)
     equal the scenario's, so a run of another layout or model is never shown as this scenario's measurement."""
     lay = measured.get("layout") if isinstance(measured.get("layout"), dict) else {}
+    for key, given in (("world_size", measured.get("world_size")), ("layout", lay or None)):
+        if given is None:  # execute --json writes both: without them no run can be matched to the scenario
+            raise SpecError(f"measured.{key}", "missing: an `execute --json` result records the run's world size "
+                                               "and layout, which must be this report's scenario's")
     t, sl = scn.training, scn.layout
     mine = {"tp": sl.tp, "pp": sl.pp, "dp": scn.dp, "cp": sl.cp, "vpp": sl.vpp, "micro_batch": t.micro_batch,
             "num_microbatches": scn.num_microbatches, "schedule": t.schedule, "zero": t.effective_zero,
