@@ -163,7 +163,7 @@ def test_a_run_no_plausible_factor_explains_is_refused(tmp_path, capsys):
     log = tmp_path / "slow.log"
     log.write_text(slow)
     err = _run(tmp_path, [str(log), "--cluster", "dgx-a100"], capsys)
-    assert err.startswith("error: from_runs: run ") and "beyond the x3 of any published run" in err
+    assert err.startswith("error: from_runs: run ") and "beyond the x5 any published run misses by" in err
 
 
 def test_a_log_of_two_runs_is_refused(tmp_path, capsys):

@@ -54,10 +54,11 @@ def run_from_runs(args: argparse.Namespace, out: Path) -> int:
     return 0
 
 
-# A fitted run this far from its prediction (either way) is no calibration: the uncalibrated model's worst error on
-# the bundled published runs is x2.83 (nemo mb_254, +183 %), so a factor of 3 left after fitting says the run's
-# figures (units, layout, batch) are not what it ran.
-MAX_FITTED_RATIO = 3.0
+# A fitted run this far from its prediction (either way) is no calibration: the uncalibrated model's largest miss on
+# the bundled published runs is x4.67 (AMSP 13B ZeRO-3 on 1,024 A800, predicted 6.08 s against 28.4 s; nemo mb_254
+# x2.83 the other way), so a factor of 5 left after fitting says the run's figures (units, layout, batch) are not
+# what it ran.
+MAX_FITTED_RATIO = 5.0
 
 
 def _check_explained(cal) -> None:
@@ -67,7 +68,8 @@ def _check_explained(cal) -> None:
         if abs(r.log_residual) > math.log(MAX_FITTED_RATIO):
             raise SpecError("from_runs", f"run {r.name}: measured {r.measured_step_s:.4g} s against {r.predicted_after_s:.4g} s "
                                          f"after fitting (x{math.exp(abs(r.log_residual)):.3g} apart, beyond the "
-                                         f"x{MAX_FITTED_RATIO:g} of any published run): check its time unit, layout and batch")
+                                         f"x{MAX_FITTED_RATIO:g} any published run misses by): check its time unit, layout "
+                                         "and batch")
 
 
 def render(cal, out: Path) -> str:

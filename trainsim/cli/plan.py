@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any, get_args
 
 from trainsim.simulator import goodput as gp
-from trainsim.simulator.planner import DEFAULT_MEMORY_HEADROOM, headroom_bytes, parse_headroom
+from trainsim.simulator.planner import DEFAULT_MEMORY_HEADROOM, MAX_TOKENS, headroom_bytes, parse_headroom
 from trainsim.simulator.search_space import SearchLimits, check_training_extra, training_extra
 from trainsim.specs import (
     SpecError,
@@ -48,8 +48,6 @@ from .common import (
     warn_beyond_published,
 )
 
-# Tokens to train on: 10^16 is 640x Llama 3's 15.6T (arXiv:2407.21783), past any data set that exists.
-MAX_TOKENS = 1e16
 _SUFFIX = {"k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12, "p": 1e15}
 
 

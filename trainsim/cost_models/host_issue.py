@@ -503,27 +503,32 @@ def legacy_wrapper_s(scenario: Scenario, shp: LayerShape,
                         tp=scenario.layout.tp, hidden=scenario.model.hidden,
                         fused_softmax=shp.flash or megatron_fused_softmax(shp), dropout=shp.dropout)
     measured = getattr(profile, "host_wrappers_s", None) if profile is not None else None
-    t = scenario.training
-    core = (t.recompute == "selective" and "core_attn" in (t.recompute_modules or ("core_attn",))
-            and not shp.flash)  # with FlashAttention Megatron's layer has no core attention to checkpoint
+    core = "core_attn" in recomputed_modules(scenario)
     selective = {"function_wrap": int(megatron_fused_softmax(shp)), "rng_fork": int(shp.dropout)} if core else None
-    return block_wrapper_s(calls, t.recompute == "full", op_seconds(scenario.cluster.host_cpu)[0], measured,
-                           selective_core=selective)
+    return block_wrapper_s(calls, scenario.training.recompute == "full", op_seconds(scenario.cluster.host_cpu)[0],
+                           measured, selective_core=selective)
+
+
+def recomputed_modules(scenario: Scenario) -> tuple[str, ...]:
+    """The modules a block's selective recompute re-runs, as the host issues them: the scenario's module list
+    (Megatron's default is the core attention); none where Megatron's legacy layer runs FlashAttention (its
+    ``checkpoint_core_attention`` applies without flash only) or under torchtitan's per-op policy (``op_sac``,
+    whose re-run set is op by op, not a module's: not counted here)."""
+    t = scenario.training
+    modules = tuple(t.recompute_modules or ("core_attn",))
+    if t.recompute != "selective" or "op_sac" in modules:
+        return ()
+    if behaviour(t.framework).megatron_layer and layer_shape(scenario).flash:
+        return ()
+    return modules
 
 
 def selective_rerun_counts(scenario: Scenario, style: str) -> tuple[int, int]:
     """(aten ops, kernels) a block's selective recompute issues again before its backward, per micro-batch: the
-    forwards of the recomputed modules (``RECOMPUTED_MODULE_OPS``; Megatron's default module is the core attention),
-    a recomputed MLP's column/row-parallel pair with its forward TP collectives (half the block's, as the GPU side
-    re-runs them: simulator/block.py). Megatron's legacy layer with FlashAttention checkpoints nothing (its
-    ``checkpoint_core_attention`` applies without flash only). torchtitan's per-op policy (``op_sac``) is not
-    counted here: its re-run set is op by op, not a module's."""
-    t = scenario.training
-    modules = t.recompute_modules or ("core_attn",)
-    if t.recompute != "selective" or "op_sac" in modules:
-        return 0, 0
-    if behaviour(t.framework).megatron_layer and layer_shape(scenario).flash:
-        return 0, 0
+    forwards of the recomputed modules (``recomputed_modules``, ``RECOMPUTED_MODULE_OPS``), a recomputed MLP's
+    column/row-parallel pair with its forward TP collectives (half the block's, as the GPU side re-runs them:
+    simulator/block.py)."""
+    modules = recomputed_modules(scenario)
     table = RECOMPUTED_MODULE_OPS.get(style, RECOMPUTED_MODULE_OPS["layernorm-gelu-learned"])
     counts = [table[m] for m in modules if m in table]
     if "mlp" in modules:

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import fields, replace
 from typing import Any
 
+from trainsim.simulator.planner import MAX_TOKENS
 from trainsim.simulator.search_space import (
     Candidate,
     SearchLimits,
@@ -68,18 +69,15 @@ def fitting_rows(plan_json: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [r for r in rows if r.get("fits", True)]
 
 
-MAX_TOKENS = 1e16  # as --tokens takes them (cli.common.tokens_arg)
-
-
 def request_tokens_price(req: Mapping[str, Any]) -> tuple[float | None, float | None]:
     """A plan request's tokens to train on and price per GPU-hour, as the flags take them (tokens > 0 and at most
-    1e16, a price >= 0, finite numbers, or absent); SpecError naming the key otherwise."""
+    MAX_TOKENS, a price >= 0, finite numbers, or absent); SpecError naming the key otherwise."""
     out = []
     for key, lo_ok, hi in (("tokens", False, MAX_TOKENS), ("price_per_gpu_hour", True, math.inf)):
         v = req.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
                               or v < 0 or (v == 0 and not lo_ok) or v > hi):
-            rng = "> 0 and <= 1e16" if key == "tokens" else ">= 0"
+            rng = f"> 0 and <= {MAX_TOKENS:g}" if key == "tokens" else ">= 0"
             raise SpecError(f"plan.request.{key}", f"must be a finite number {rng}, got {v!r}")
         out.append(v)
     return out[0], out[1]

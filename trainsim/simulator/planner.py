@@ -76,6 +76,11 @@ def headroom_bytes(headroom: str | float, gpu_bytes: float) -> float:
 # form and the engine can order near-ties differently (a few tenths of a percent), so confirming only the rows
 # shown would let the answer depend on how many are asked for.
 CONFIRMED_AT_LEAST = 10
+# The specs' refusals of a search's layouts: (field, reason) -> [layouts refused for it, the first of them].
+Refusals = dict[tuple[str, str], list]
+# Tokens to train on that a plan takes (--tokens, a plan file's request.tokens): 10^16 is 640x Llama 3's 15.6T
+# (arXiv:2407.21783), past any data set that exists.
+MAX_TOKENS = 1e16
 
 
 @dataclass(frozen=True)
@@ -272,9 +277,10 @@ def _group_key(c: Candidate) -> tuple:
 
 
 @in_memo_scope  # one memo per plan (per task in a worker process): specs.memo
-def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRow], dict[str, int]]:
-    """Resolve, memory-check and closed-form-screen a chunk of candidates."""
+def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRow], dict[str, int], Refusals]:
+    """Resolve, memory-check and closed-form-screen a chunk of candidates; the specs' refusals tallied by reason."""
     counts = {"invalid": 0, "oom": 0, "host_oom": 0, "over_headroom": 0, "dominated": 0, "screened": 0}
+    refusals: Refusals = {}
     rows: list[PlanRow] = []
     cluster = ctx.cluster
     fitted_groups: dict[tuple, int] = {}  # group -> rung of the lightest recompute that fitted
@@ -292,8 +298,9 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
             continue
         try:
             scn = to_scenario(ctx.model, cluster, c, ctx.global_batch, ctx.seq_len, ctx.limits)
-        except SpecError:
+        except SpecError as e:
             counts["invalid"] += 1
+            refusals.setdefault((e.field, e.reason), [0, c])[0] += 1
             continue
         if c.pools is not None:
             row = _screen_pooled(ctx, c, scn, counts)
@@ -333,7 +340,7 @@ def screen_chunk(ctx: _Context, cands: Sequence[Candidate]) -> tuple[list[PlanRo
         row.peak_bytes, row.fits = peak, True
         counts["screened"] += 1
         rows.append(row)
-    return rows, counts
+    return rows, counts, refusals
 
 
 def _screen_pooled(ctx: _Context, c: Candidate, scn: Scenario, counts: dict[str, int]) -> PlanRow | None:
@@ -473,14 +480,18 @@ def _candidates(req: PlanRequest) -> list[Candidate]:
 
 
 def _screened(req: PlanRequest, ctx: _Context, cands: list[Candidate], ckpt_s: float,
-              executor: Executor | None, progress: Progress | None, counts: dict[str, int]) -> list[PlanRow]:
+              executor: Executor | None, progress: Progress | None, counts: dict[str, int],
+              refusals: Refusals) -> list[PlanRow]:
     """Closed-form rows of the candidates that survive screening (screen_chunk), with time to train and cost,
-    best first; the screen's tallies are added to ``counts``."""
+    best first; the screen's tallies are added to ``counts`` and its refusals to ``refusals`` (chunks in order, so
+    each reason keeps its first layout)."""
     screened: list[PlanRow] = []
-    for rows, cnt in _run(executor, screen_chunk, ctx, _chunks(cands, req.chunk_size), progress, "screen"):
+    for rows, cnt, refused in _run(executor, screen_chunk, ctx, _chunks(cands, req.chunk_size), progress, "screen"):
         screened.extend(rows)
         for k, v in cnt.items():
             counts[k] += v
+        for why, (n, first) in refused.items():
+            refusals.setdefault(why, [0, first])[0] += n
     for r in screened:
         finish_row(r, req, ckpt_s)
     screened.sort(key=sort_key(req))
@@ -536,30 +547,21 @@ def _no_layout_reason(req) -> tuple[str, str]:
                       "heads, layers and sequence, and dp the global batch)")
 
 
-def refusal_tally(ctx: _Context, cands: list[Candidate]) -> tuple[tuple[str, str], int, Candidate] | None:
-    """The most common refusal among ``cands`` as ``predict`` gives it: ((field, reason), how many layouts it
-    refuses, the first of them), or None where the specs refuse none (ties go to the reason met first)."""
-    tally: dict[tuple[str, str], list] = {}
-    for c in cands:
-        try:
-            to_scenario(ctx.model, ctx.cluster, c, ctx.global_batch, ctx.seq_len, ctx.limits)
-        except SpecError as e:
-            tally.setdefault((e.field, e.reason), [0, c])[0] += 1
-    if not tally:
+def most_common_refusal(refusals: Refusals) -> tuple[tuple[str, str], int, Candidate] | None:
+    """((field, reason), layouts it refuses, the first of them) of the reason the specs gave most often, as
+    ``predict`` gives it; None where they refused none (ties go to the reason met first)."""
+    if not refusals:
         return None
-    why, (n, first) = max(tally.items(), key=lambda kv: kv[1][0])
+    why, (n, first) = max(refusals.items(), key=lambda kv: kv[1][0])
     return why, n, first
 
 
-def _every_layout_refused(ctx: _Context, cands: list[Candidate]) -> SpecError:
+def _every_layout_refused(refusals: Refusals, total: int) -> SpecError:
     """The refusal for a search whose every layout the specs reject: the most common reason, as ``predict`` gives
     it (a setting no layout can take, such as a flag the model's framework lacks, is refused, not answered with an
     empty table)."""
-    found = refusal_tally(ctx, cands)
-    if found is None:
-        return SpecError("layout", f"every one of the {len(cands)} layouts searched is refused")
-    (fld, reason), n, first = found
-    return SpecError(fld, f"{reason} (every one of the {len(cands)} layouts searched is refused; {n} of them, the "
+    (fld, reason), n, first = most_common_refusal(refusals)
+    return SpecError(fld, f"{reason} (every one of the {total} layouts searched is refused; {n} of them, the "
                           f"first {first.label()}, for this reason)")
 
 
@@ -583,9 +585,10 @@ def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress 
     counts = {"enumerated": len(cands), "invalid": 0, "oom": 0, "host_oom": 0, "over_headroom": 0, "dominated": 0,
               "screened": 0, "confirmed": 0, "engine_oom": 0}
     ckpt_s = checkpoint_seconds(req, cands)
-    screened = _screened(req, ctx, cands, ckpt_s, executor, progress, counts)
+    refusals: Refusals = {}
+    screened = _screened(req, ctx, cands, ckpt_s, executor, progress, counts, refusals)
     if counts["invalid"] == len(cands):
-        raise _every_layout_refused(ctx, cands)
+        raise _every_layout_refused(refusals, len(cands))
     confirmed: list[PlanRow] = []
 
     def confirm(rows: list[PlanRow]) -> None:
@@ -609,7 +612,7 @@ def plan(req: PlanRequest, executor: Executor | None = None, progress: Progress 
     rest = [r for r in confirmed if not r.fits]
     refused = None
     if not ranked and counts["invalid"]:  # nothing fits: the refusals may be what hides the layouts asked for
-        (fld, reason), n, first = refusal_tally(ctx, cands) or (("layout", "refused"), counts["invalid"], cands[0])
+        (fld, reason), n, first = most_common_refusal(refusals)
         refused = {"field": fld, "reason": reason, "layouts": n, "first": first.label()}
     return PlanResult(
         request=req, rows=ranked + rest, pareto=pareto_front(confirmed), counts=counts,

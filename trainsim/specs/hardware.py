@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
@@ -24,6 +25,12 @@ MIN_MEMORY_BYTES = 2**30
 # 1 % of a peak: the lowest efficiency in the presets is 0.30 (the cpu core's attention); a figure under 0.01 is a
 # percentage written as a fraction of one.
 MIN_EFFICIENCY = 0.01
+
+
+@functools.cache
+def _cpu_preset_name() -> str | None:
+    """The cpu preset's device name, read once (every GPUSpec validation asks)."""
+    return (preset("gpus", "cpu") or {}).get("name")
 
 
 class GPUSpec(BaseModel):
@@ -71,7 +78,7 @@ class GPUSpec(BaseModel):
     def _cpu_by_its_preset_name(cls, data: Any) -> Any:
         """A device that states no ``kind`` under the cpu preset's name is that preset's CPU (a scenario or plan
         written before the field, or a cluster file that copies the preset by name)."""
-        if isinstance(data, dict) and "kind" not in data and data.get("name") == (preset("gpus", "cpu") or {}).get("name"):
+        if isinstance(data, dict) and "kind" not in data and data.get("name") == _cpu_preset_name():
             return {**data, "kind": "cpu"}
         return data
 
